@@ -1,0 +1,1 @@
+"""Acceptance length: statistics, synthetic-acceptance schemes and knobs, the reference table."""

@@ -1,0 +1,15 @@
+"""Exceptions shared by the core library.
+
+Every error alflow raises for bad input names the input and says what is wrong with it, so the
+command line can print it as one line.
+"""
+
+from __future__ import annotations
+
+
+class AlflowError(Exception):
+    """Base class of alflow's own errors (the CLI prints these as one line, exit code 2)."""
+
+
+class InvalidInputError(AlflowError, ValueError):
+    """A value given by the user is outside what is allowed; the message names it."""

@@ -1,0 +1,1 @@
+"""Server metrics (Prometheus scraping, framework dialects) and client-side metrics."""

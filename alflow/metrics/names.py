@@ -1,0 +1,56 @@
+"""Metric names and endpoints as each framework exposes them (DOMAIN.md section 4).
+
+The one home of these strings: the scraper's dialect classes read them, and the simulated engine
+exposes them, so a rename in a framework changes one line here. Names are given as family names the
+way ``prometheus_client``'s parser reports them (counters without the ``_total`` suffix that the
+exposition text carries).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# vLLM: /metrics, counters (exposition text: <name>_total), labels model_name and engine.
+VLLM_METRICS_PATH: Final = "/metrics"
+VLLM_NUM_DRAFTS: Final = "vllm:spec_decode_num_drafts"
+VLLM_NUM_DRAFT_TOKENS: Final = "vllm:spec_decode_num_draft_tokens"
+VLLM_NUM_ACCEPTED_TOKENS: Final = "vllm:spec_decode_num_accepted_tokens"
+VLLM_ACCEPTED_PER_POS: Final = "vllm:spec_decode_num_accepted_tokens_per_pos"  # label position="0".."K-1"
+VLLM_PROMPT_TOKENS: Final = "vllm:prompt_tokens"
+VLLM_GENERATION_TOKENS: Final = "vllm:generation_tokens"
+VLLM_REQUEST_SUCCESS: Final = "vllm:request_success"
+VLLM_NUM_RUNNING: Final = "vllm:num_requests_running"
+VLLM_NUM_WAITING: Final = "vllm:num_requests_waiting"
+VLLM_TTFT_SECONDS: Final = "vllm:time_to_first_token_seconds"
+VLLM_ITL_SECONDS: Final = "vllm:inter_token_latency_seconds"
+VLLM_E2E_SECONDS: Final = "vllm:e2e_request_latency_seconds"
+
+# SGLang (--enable-metrics): /metrics; windowed gauges plus counters; cumulative AL at /server_info.
+SGLANG_METRICS_PATH: Final = "/metrics"
+SGLANG_SERVER_INFO_PATH: Final = "/server_info"
+SGLANG_SERVER_INFO_DEPRECATED_PATH: Final = "/get_server_info"
+SGLANG_SPEC_ACCEPT_LENGTH: Final = "sglang:spec_accept_length"  # gauge, latest window only
+SGLANG_SPEC_ACCEPT_RATE: Final = "sglang:spec_accept_rate"  # gauge, latest window only
+SGLANG_SPEC_VERIFY_CALLS: Final = "sglang:spec_verify_calls"  # counter
+SGLANG_GENERATION_TOKENS: Final = "sglang:generation_tokens"  # counter
+SGLANG_PROMPT_TOKENS: Final = "sglang:prompt_tokens"  # counter
+SGLANG_NUM_RUNNING: Final = "sglang:num_running_reqs"
+SGLANG_NUM_QUEUE: Final = "sglang:num_queue_reqs"
+SGLANG_TTFT_SECONDS: Final = "sglang:time_to_first_token_seconds"
+SGLANG_ITL_SECONDS: Final = "sglang:inter_token_latency_seconds"
+SGLANG_E2E_SECONDS: Final = "sglang:e2e_request_latency_seconds"
+SGLANG_AVG_ACCEPT_LENGTH_KEY: Final = "avg_spec_accept_length"  # in server_info internal_states[i]
+
+# TensorRT-LLM (trtllm-serve): Prometheus text at /prometheus/metrics; /metrics is JSON iteration stats.
+TRTLLM_METRICS_PATH: Final = "/prometheus/metrics"
+TRTLLM_JSON_STATS_PATH: Final = "/metrics"
+TRTLLM_NUM_DRAFT_TOKENS: Final = "trtllm_spec_decode_num_draft_tokens"  # counter
+TRTLLM_NUM_ACCEPTED_TOKENS: Final = "trtllm_spec_decode_num_accepted_tokens"  # counter
+TRTLLM_ACCEPTANCE_LENGTH: Final = "trtllm_spec_decode_acceptance_length"  # gauge, last iteration
+TRTLLM_DRAFTED_PER_POS: Final = "trtllm_spec_decode_drafted_tokens"  # counter, label token_position
+TRTLLM_ACCEPTED_PER_POS: Final = "trtllm_spec_decode_accepted_tokens"  # counter, label token_position
+TRTLLM_POSITION_LABEL: Final = "token_position"
+TRTLLM_PROMPT_TOKENS: Final = "trtllm_prompt_tokens"
+TRTLLM_GENERATION_TOKENS: Final = "trtllm_generation_tokens"
+TRTLLM_TTFT_SECONDS: Final = "trtllm_time_to_first_token_seconds"
+TRTLLM_E2E_SECONDS: Final = "trtllm_e2e_request_latency_seconds"
