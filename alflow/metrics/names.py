@@ -16,6 +16,7 @@ VLLM_NUM_DRAFTS: Final = "vllm:spec_decode_num_drafts"
 VLLM_NUM_DRAFT_TOKENS: Final = "vllm:spec_decode_num_draft_tokens"
 VLLM_NUM_ACCEPTED_TOKENS: Final = "vllm:spec_decode_num_accepted_tokens"
 VLLM_ACCEPTED_PER_POS: Final = "vllm:spec_decode_num_accepted_tokens_per_pos"  # label position="0".."K-1"
+VLLM_POSITION_LABEL: Final = "position"  # label of VLLM_ACCEPTED_PER_POS
 VLLM_PROMPT_TOKENS: Final = "vllm:prompt_tokens"
 VLLM_GENERATION_TOKENS: Final = "vllm:generation_tokens"
 VLLM_REQUEST_SUCCESS: Final = "vllm:request_success"

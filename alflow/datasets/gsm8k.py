@@ -1,0 +1,84 @@
+"""GSM8K loader: JSONL rows with ``question`` and ``answer`` (the number after ``####``).
+
+Each row becomes a single-turn :class:`Session` whose ``meta["answer"]`` holds the reference
+number; optional few-shot examples (from the train file) go before the question as alternating
+user/assistant messages, the way the common harness sends them to a chat endpoint.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Final
+
+import orjson
+
+from alflow.datasets.types import Session, Turn
+from alflow.errors import InvalidInputError
+
+_ANSWER: Final = re.compile(r"####\s*(-?[\d,]*\.?\d+)")
+DEFAULT_MAX_TOKENS: Final = 512
+
+
+def reference_answer(solution: str) -> str:
+    """The number after ``####`` in a GSM8K reference solution, without thousands separators."""
+    m = _ANSWER.search(solution)
+    if m is None:
+        raise InvalidInputError(f"no '#### <number>' in GSM8K answer {solution[-80:]!r}")
+    return m.group(1).replace(",", "")
+
+
+def _rows(path: Path) -> list[tuple[int, str, str]]:
+    if not path.is_file():
+        raise InvalidInputError(f"GSM8K file {path} does not exist")
+    rows: list[tuple[int, str, str]] = []
+    with path.open("rb") as fh:
+        for line_no, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                row = orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
+                raise InvalidInputError(f"{path}:{line_no}: not valid JSON ({exc})") from None
+            for name in ("question", "answer"):
+                if not isinstance(row, dict) or not isinstance(row.get(name), str) or not row[name]:
+                    raise InvalidInputError(
+                        f"{path}:{line_no}: field {name!r} is missing or not a non-empty string"
+                    )
+            rows.append((line_no, row["question"], row["answer"]))
+    if not rows:
+        raise InvalidInputError(f"GSM8K file {path} holds no rows")
+    return rows
+
+
+def load_gsm8k(
+    path: str | Path,
+    *,
+    limit: int | None = None,
+    num_shots: int = 0,
+    shots_path: str | Path | None = None,
+    max_tokens: int | None = DEFAULT_MAX_TOKENS,
+) -> list[Session]:
+    """Load GSM8K questions as sessions; ``num_shots`` examples come from ``shots_path`` (train)."""
+    file = Path(path)
+    rows = _rows(file)
+    prefix: list[dict[str, str]] = []
+    if num_shots:
+        if shots_path is None:
+            raise InvalidInputError("num_shots > 0 needs shots_path (the GSM8K train file)")
+        shots = _rows(Path(shots_path))
+        if num_shots > len(shots):
+            raise InvalidInputError(f"num_shots={num_shots} but {shots_path} holds only {len(shots)} rows")
+        for _, q, a in shots[:num_shots]:
+            prefix += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+    sessions = [
+        Session(
+            session_id=f"gsm8k-{line_no}",
+            turns=(Turn(prompt=question, max_tokens=max_tokens),),
+            category="gsm8k",
+            prefix_messages=tuple(prefix),
+            meta={"answer": reference_answer(answer), "line": str(line_no)},
+        )
+        for line_no, question, answer in rows
+    ]
+    return sessions[:limit] if limit is not None else sessions

@@ -1,0 +1,93 @@
+"""Random-token prompts with fixed input and output lengths (the non-speculative reference setup).
+
+Input length is drawn uniformly in ``[ISL * range_ratio, ISL]`` (DOMAIN.md section 5), output
+length is fixed at OSL with ``ignore_eos`` and ``min_tokens = max_tokens = OSL``. Prompts are
+token-id lists for the completions endpoint; for the chat endpoint :func:`detokenize_sessions`
+turns them into text through the server's ``/detokenize`` (vLLM style), and the chat endpoint wraps
+that text in the model's chat template (without the template, AL is inflated). Everything is
+reproducible from ``seed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import replace
+
+import aiohttp
+import orjson
+
+from alflow.datasets.types import Session, Turn
+from alflow.errors import AlflowError, InvalidInputError
+
+DEFAULT_VOCAB_SIZE = 32_000
+DEFAULT_TOKEN_LOW = 100
+
+
+def random_sessions(
+    num_prompts: int,
+    *,
+    isl: int,
+    osl: int,
+    range_ratio: float = 0.8,
+    seed: int = 0,
+    vocab_size: int = DEFAULT_VOCAB_SIZE,
+    token_low: int = DEFAULT_TOKEN_LOW,
+) -> list[Session]:
+    """``num_prompts`` single-turn sessions of random token ids in ``[token_low, vocab_size)``."""
+    if num_prompts < 1:
+        raise InvalidInputError(f"num_prompts={num_prompts} must be at least 1")
+    if isl < 1 or osl < 1:
+        raise InvalidInputError(f"isl={isl} and osl={osl} must both be at least 1")
+    if not 0.0 < range_ratio <= 1.0:
+        raise InvalidInputError(f"range_ratio={range_ratio} must be in (0, 1]")
+    if not 0 <= token_low < vocab_size:
+        raise InvalidInputError(f"token range [{token_low}, {vocab_size}) is empty")
+    rng = random.Random(seed)
+    low_len = max(1, math.ceil(isl * range_ratio))
+    sessions: list[Session] = []
+    for i in range(num_prompts):
+        n = rng.randint(low_len, isl)
+        ids = tuple(rng.randrange(token_low, vocab_size) for _ in range(n))
+        turn = Turn(prompt=ids, max_tokens=osl, min_tokens=osl, ignore_eos=True, input_tokens_hint=n)
+        sessions.append(Session(session_id=f"random-{seed}-{i}", turns=(turn,), category="random"))
+    return sessions
+
+
+async def detokenize_sessions(
+    sessions: Sequence[Session],
+    base_url: str,
+    model: str,
+    *,
+    timeout_s: float = 60.0,
+    parallel: int = 16,
+) -> list[Session]:
+    """Replace token-id prompts by their text via the server's ``POST /detokenize``."""
+    url = base_url.rstrip("/") + "/detokenize"
+    sem = asyncio.Semaphore(parallel)
+
+    async def one(http: aiohttp.ClientSession, turn: Turn) -> Turn:
+        if isinstance(turn.prompt, str):
+            return turn
+        body = orjson.dumps({"model": model, "tokens": list(turn.prompt)})
+        async with sem, http.post(url, data=body, headers={"Content-Type": "application/json"}) as resp:
+            if resp.status != 200:
+                text = (await resp.text())[:200]
+                raise AlflowError(f"POST {url} answered HTTP {resp.status}: {text}")
+            data = orjson.loads(await resp.read())
+        prompt = data.get("prompt") if isinstance(data, dict) else None
+        if not isinstance(prompt, str):
+            raise AlflowError(f"POST {url} returned no 'prompt' string")
+        return replace(turn, prompt=prompt)
+
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    try:
+        async with aiohttp.ClientSession(timeout=timeout) as http:
+            turns = await asyncio.gather(
+                *(asyncio.gather(*(one(http, t) for t in s.turns)) for s in sessions)
+            )
+            return [replace(s, turns=tuple(t)) for s, t in zip(sessions, turns, strict=True)]
+    except aiohttp.ClientError as exc:
+        raise AlflowError(f"could not detokenize random prompts at {url}: {exc}") from exc

@@ -1,0 +1,42 @@
+"""The request objects every workload produces and the load generator consumes.
+
+A :class:`Session` is one dataset row: one or more user turns sent in order on one concurrency
+slot. A multi-turn session (SPEED-Bench ``multiturn`` rows) sends turn 2 after turn 1's live reply
+has been appended to the history, so the server sees the conversation as a user would build it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One user turn: chat message content (text) or a completions prompt (text or token ids).
+
+    ``max_tokens``/``min_tokens``/``ignore_eos`` override the run's sampling options for this turn
+    (random-token workloads fix the output length per request this way).
+    """
+
+    prompt: str | tuple[int, ...]
+    max_tokens: int | None = None
+    min_tokens: int | None = None
+    ignore_eos: bool | None = None
+    input_tokens_hint: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """One workload row: its turns, the messages placed before the first turn, and labels."""
+
+    session_id: str
+    turns: tuple[Turn, ...]
+    category: str | None = None
+    prefix_messages: tuple[Mapping[str, str], ...] = ()
+    meta: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def multiturn(self) -> bool:
+        """True when the session has more than one user turn."""
+        return len(self.turns) > 1

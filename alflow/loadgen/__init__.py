@@ -1,0 +1,27 @@
+"""The streaming load generator: aiohttp client, SSE parsing, schedulers and request records."""
+
+from alflow.loadgen.client import AiohttpTransport, FatalRequestError, Transport, stream_request
+from alflow.loadgen.endpoints import ENDPOINTS, Endpoint, Sampling, get_endpoint
+from alflow.loadgen.records import RequestRecord, read_records, records_frame, write_records
+from alflow.loadgen.runner import LoadAbortedError, LoadResult, LoadSpec, Progress, Target, run_load
+
+__all__ = [
+    "ENDPOINTS",
+    "AiohttpTransport",
+    "Endpoint",
+    "FatalRequestError",
+    "LoadAbortedError",
+    "LoadResult",
+    "LoadSpec",
+    "Progress",
+    "RequestRecord",
+    "Sampling",
+    "Target",
+    "Transport",
+    "get_endpoint",
+    "read_records",
+    "records_frame",
+    "run_load",
+    "stream_request",
+    "write_records",
+]

@@ -1,0 +1,91 @@
+"""Raw request records (DESIGN.md section 2): one row per request, metrics computed afterwards.
+
+Timestamps are integer ``time.perf_counter_ns()`` values taken on the client:
+
+- ``start_ns``: just before the request is sent;
+- ``chunk_ns``: arrival of every network read that carried output (content, ``reasoning`` or
+  ``reasoning_content``); ``first_token_ns`` is its first element and ``end_ns`` its last, so the
+  trailing usage chunk and ``[DONE]`` never extend latency;
+- ``done_ns``: when the stream ended (``[DONE]`` or an error).
+
+Token counts come from the server's ``usage``; ``error`` is None for a successful request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+import polars as pl
+
+RECORD_SCHEMA: Final[dict[str, pl.DataType]] = {
+    "request_id": pl.Int64(),
+    "session_id": pl.String(),
+    "turn": pl.Int32(),
+    "category": pl.String(),
+    "warmup": pl.Boolean(),
+    "start_ns": pl.Int64(),
+    "first_token_ns": pl.Int64(),
+    "end_ns": pl.Int64(),
+    "done_ns": pl.Int64(),
+    "chunk_ns": pl.List(pl.Int64()),
+    "input_tokens": pl.Int64(),
+    "output_tokens": pl.Int64(),
+    "http_status": pl.Int32(),
+    "error": pl.String(),
+    "text": pl.String(),
+}
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """What the client saw of one request (filled while streaming; plain data afterwards)."""
+
+    request_id: int
+    session_id: str
+    turn: int = 0
+    category: str | None = None
+    warmup: bool = False
+    start_ns: int = 0
+    first_token_ns: int | None = None
+    end_ns: int | None = None
+    done_ns: int | None = None
+    chunk_ns: list[int] = field(default_factory=list)
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    http_status: int | None = None
+    error: str | None = None
+    text: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the request completed without an error."""
+        return self.error is None
+
+    def as_row(self) -> dict[str, object]:
+        """The record as a dict with the keys of :data:`RECORD_SCHEMA`."""
+        return {name: getattr(self, name) for name in RECORD_SCHEMA}
+
+
+def records_frame(records: Iterable[RequestRecord]) -> pl.DataFrame:
+    """Records as a polars DataFrame with the fixed :data:`RECORD_SCHEMA` (empty input allowed)."""
+    recs = list(records)
+    return pl.DataFrame(
+        {name: [getattr(r, name) for r in recs] for name in RECORD_SCHEMA}, schema=RECORD_SCHEMA
+    )
+
+
+def write_records(path: str | Path, records: Sequence[RequestRecord] | pl.DataFrame) -> Path:
+    """Write records as parquet (the directory is created); returns the path."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    frame = records if isinstance(records, pl.DataFrame) else records_frame(records)
+    frame.write_parquet(target)
+    return target
+
+
+def read_records(path: str | Path) -> pl.DataFrame:
+    """Read a records parquet file written by :func:`write_records`."""
+    return pl.read_parquet(path)

@@ -1,0 +1,286 @@
+"""Schedulers: fixed concurrency, or a request rate under a concurrency cap, with warm-up.
+
+The load is a fixed concurrency, or a request rate (Poisson or constant) under a concurrency cap,
+for a number of prompts or a duration, after warm-up sessions that are excluded from results.
+
+A session (one dataset row) holds one concurrency slot for all of its turns; a multi-turn session
+sends turn n+1 with turn n's live reply appended to the history. The request rate applies to
+session starts. :func:`run_load` returns every record (warm-up ones flagged); when the run is
+aborted by a fatal error, :class:`LoadAbortedError` carries the partial result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import orjson
+
+from alflow.datasets.types import Session
+from alflow.errors import AlflowError, InvalidInputError
+from alflow.loadgen.client import AiohttpTransport, Clock, FatalRequestError, Transport, stream_request
+from alflow.loadgen.endpoints import Endpoint, Sampling, get_endpoint
+from alflow.loadgen.records import RequestRecord
+
+log = logging.getLogger(__name__)
+
+Arrival = Literal["poisson", "constant"]
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where requests go: server base URL, endpoint name, served model name, sampling options."""
+
+    base_url: str
+    model: str
+    endpoint: str = "chat"
+    sampling: Sampling = field(default_factory=Sampling)
+
+    @property
+    def url(self) -> str:
+        """The full URL of the endpoint."""
+        return self.base_url.rstrip("/") + get_endpoint(self.endpoint).path
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSpec:
+    """How the load is offered.
+
+    ``concurrency`` caps sessions in flight; ``request_rate`` (sessions/s, None = as fast as the
+    cap allows) spaces starts by ``arrival``; the measured phase stops after ``num_prompts``
+    sessions or once ``duration_s`` has passed (in-flight sessions finish); ``warmup`` sessions
+    run first and are flagged ``warmup``.
+    """
+
+    concurrency: int = 1
+    request_rate: float | None = None
+    arrival: Arrival = "poisson"
+    num_prompts: int | None = None
+    duration_s: float | None = None
+    warmup: int = 0
+    timeout_s: float | None = 600.0
+    seed: int = 0
+    keep_text: bool = True
+
+    def check(self) -> None:
+        """Raise :class:`InvalidInputError` naming the first invalid field."""
+        if self.concurrency < 1:
+            raise InvalidInputError(f"concurrency={self.concurrency} must be at least 1")
+        if self.request_rate is not None and not (self.request_rate > 0 and math.isfinite(self.request_rate)):
+            raise InvalidInputError(f"request_rate={self.request_rate} must be positive (None = unlimited)")
+        if self.num_prompts is not None and self.num_prompts < 1:
+            raise InvalidInputError(f"num_prompts={self.num_prompts} must be at least 1")
+        if self.duration_s is not None and self.duration_s <= 0:
+            raise InvalidInputError(f"duration_s={self.duration_s} must be positive")
+        if self.warmup < 0:
+            raise InvalidInputError(f"warmup={self.warmup} must not be negative")
+
+
+class Progress(Protocol):
+    """Progress sink (the CLI's rich bar); library and Prefect runs pass none."""
+
+    def start(self, total: int | None, description: str) -> None:
+        """A phase begins with ``total`` sessions (None when the run is time-bound)."""
+        ...
+
+    def advance(self) -> None:
+        """One session finished."""
+        ...
+
+
+@dataclass(slots=True)
+class LoadResult:
+    """Every record of a run, plus the measured window on the client clock (ns)."""
+
+    records: list[RequestRecord]
+    measure_start_ns: int
+    measure_end_ns: int
+    wall_start_s: float
+    wall_end_s: float
+
+    @property
+    def duration_s(self) -> float:
+        """Seconds from the measured phase's start to the last measured stream's end."""
+        return max(0, self.measure_end_ns - self.measure_start_ns) / 1e9
+
+
+class LoadAbortedError(AlflowError):
+    """A fatal error stopped the run; ``result`` holds the records gathered so far."""
+
+    def __init__(self, message: str, result: LoadResult) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+class _Run:
+    def __init__(
+        self,
+        target: Target,
+        spec: LoadSpec,
+        transport: Transport,
+        clock: Clock,
+        progress: Progress | None,
+    ) -> None:
+        self.target = target
+        self.endpoint: Endpoint = get_endpoint(target.endpoint)
+        self.url = target.url
+        self.spec = spec
+        self.transport = transport
+        self.clock = clock
+        self.progress = progress
+        self.records: list[RequestRecord] = []
+        self.fatal: FatalRequestError | None = None
+        self.slots = asyncio.Semaphore(spec.concurrency)
+
+    async def session(self, session: Session, *, warmup: bool) -> None:
+        history: list[Mapping[str, str]] = list(session.prefix_messages)
+        try:
+            for i, turn in enumerate(session.turns):
+                body = orjson.dumps(
+                    self.endpoint.body(self.target.model, history, turn, self.target.sampling)
+                )
+                rec = RequestRecord(
+                    request_id=len(self.records),
+                    session_id=session.session_id,
+                    turn=i,
+                    category=session.category,
+                    warmup=warmup,
+                )
+                self.records.append(rec)
+                await stream_request(
+                    self.transport,
+                    self.url,
+                    body,
+                    self.endpoint,
+                    rec,
+                    clock=self.clock,
+                    timeout_s=self.spec.timeout_s,
+                    keep_text=self.spec.keep_text or session.multiturn,
+                )
+                if not rec.ok:
+                    if i + 1 < len(session.turns):
+                        log.warning("session %s: turn %d failed, later turns skipped", session.session_id, i)
+                    break
+                if i + 1 < len(session.turns):
+                    history.append({"role": "user", "content": str(turn.prompt)})
+                    history.append({"role": "assistant", "content": rec.text or ""})
+        except FatalRequestError as exc:
+            if self.fatal is None:
+                self.fatal = exc
+        finally:
+            self.slots.release()
+            if self.progress is not None:
+                self.progress.advance()
+
+    async def phase(self, sessions: Sequence[Session], count: int | None, *, warmup: bool) -> None:
+        spec = self.spec
+        rng = random.Random(spec.seed)
+        tasks: set[asyncio.Task[None]] = set()
+        start_ns = self.clock()
+        deadline_ns = None if warmup or spec.duration_s is None else start_ns + int(spec.duration_s * 1e9)
+        next_ns = start_ns
+        i = 0
+        while count is None or i < count:
+            if self.fatal is not None:
+                break
+            if not warmup and spec.request_rate is not None:
+                gap = (
+                    rng.expovariate(spec.request_rate)
+                    if spec.arrival == "poisson"
+                    else 1.0 / spec.request_rate
+                )
+                if i:
+                    next_ns += int(gap * 1e9)
+                delay = (next_ns - self.clock()) / 1e9
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            if deadline_ns is not None and self.clock() >= deadline_ns:
+                break
+            await self.slots.acquire()
+            if self.fatal is not None or (deadline_ns is not None and self.clock() >= deadline_ns):
+                self.slots.release()
+                break
+            task = asyncio.create_task(self.session(sessions[i % len(sessions)], warmup=warmup))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+            i += 1
+        if self.fatal is not None:
+            for t in tasks:
+                t.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def run_load(
+    sessions: Sequence[Session],
+    target: Target,
+    spec: LoadSpec,
+    *,
+    transport: Transport | None = None,
+    clock: Clock = time.perf_counter_ns,
+    on_measure_start: Callable[[], Awaitable[None]] | None = None,
+    progress: Progress | None = None,
+    warmup_sessions: Sequence[Session] | None = None,
+    sink: list[RequestRecord] | None = None,
+) -> LoadResult:
+    """Run warm-up, call ``on_measure_start`` (the baseline scrape), then the measured phase.
+
+    Without ``transport`` one aiohttp session is opened for the whole run. ``num_prompts``
+    defaults to the number of sessions unless a duration is given; sessions are reused in order
+    when more prompts than sessions are asked for. Warm-up sends ``spec.warmup`` sessions taken
+    from ``warmup_sessions`` (default: the workload itself). Records are appended to ``sink`` as
+    requests start, so a caller keeps them even when the run is interrupted.
+    """
+    spec.check()
+    if not sessions:
+        raise InvalidInputError("the workload is empty: no sessions to send")
+    get_endpoint(target.endpoint)
+    if transport is None:
+        async with AiohttpTransport.new_session() as http:
+            return await run_load(
+                sessions,
+                target,
+                spec,
+                transport=AiohttpTransport(http),
+                clock=clock,
+                on_measure_start=on_measure_start,
+                progress=progress,
+                warmup_sessions=warmup_sessions,
+                sink=sink,
+            )
+    run = _Run(target, spec, transport, clock, progress)
+    if sink is not None:
+        run.records = sink
+    count = spec.num_prompts if spec.num_prompts is not None else (None if spec.duration_s else len(sessions))
+    wall_start = time.time()
+    start_ns = end_ns = clock()
+
+    def result() -> LoadResult:
+        measured = [r.done_ns for r in run.records if not r.warmup and r.done_ns is not None]
+        return LoadResult(run.records, start_ns, max(measured, default=end_ns), wall_start, time.time())
+
+    try:
+        if spec.warmup:
+            if progress is not None:
+                progress.start(spec.warmup, "warm-up")
+            await run.phase(warmup_sessions or sessions, spec.warmup, warmup=True)
+        if run.fatal is None:
+            if on_measure_start is not None:
+                await on_measure_start()
+            if progress is not None:
+                progress.start(count, "measured")
+            start_ns = end_ns = clock()
+            wall_start = time.time()
+            await run.phase(sessions, count, warmup=False)
+            end_ns = clock()
+    except Exception as exc:
+        raise LoadAbortedError(f"load run aborted: {exc!r}", result()) from exc
+    if run.fatal is not None:
+        raise LoadAbortedError(str(run.fatal), result()) from run.fatal
+    return result()

@@ -1,0 +1,418 @@
+"""Prometheus scraping: snapshots, windowed deltas with reset detection, background series.
+
+Exposition text is parsed with ``prometheus_client.parser.text_string_to_metric_families`` (never
+a regex). Samples are indexed by their sample name, so a counter is found whether the parser
+groups ``<name>_total`` under the family ``<name>`` or reports it on its own; ``_created`` samples
+are kept apart and never mistaken for values; e-notation values parse as floats.
+
+Two sources of windowed increases feed the framework dialects (:mod:`alflow.metrics.dialects`)
+through the :class:`CounterWindow` protocol:
+
+- :class:`SnapshotWindow`: two snapshots of one server's ``/metrics`` (baseline after warm-up, final
+  after the run); a counter that went backwards raises :class:`CounterResetError`;
+- :class:`PromQLWindow`: a Prometheus server that scrapes every node of a multi-node deployment,
+  queried with ``increase(<counter>_total[<window>])`` through ``prometheus-api-client``.
+
+:class:`PeriodicScraper` scrapes in the background during a run so windowed gauges (SGLang's
+``spec_accept_length``) have a time series.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Protocol
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from alflow.acceptance.stats import CounterResetError
+from alflow.errors import AlflowError
+
+log = logging.getLogger(__name__)
+
+Labels = tuple[tuple[str, str], ...]
+
+
+class ScrapeError(AlflowError):
+    """A metrics endpoint could not be read or did not answer Prometheus text."""
+
+
+def _labels(raw: Mapping[str, str]) -> Labels:
+    return tuple(sorted(raw.items()))
+
+
+def _matches(labels: Labels, match: Mapping[str, str] | None) -> bool:
+    if not match:
+        return True
+    d = dict(labels)
+    return all(d.get(k) == v for k, v in match.items())
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One scrape: every sample by sample name, declared family types, and when it was taken."""
+
+    url: str
+    wall_time_s: float
+    mono_ns: int
+    samples: Mapping[str, Mapping[Labels, float]]
+    types: Mapping[str, str] = field(default_factory=dict)
+
+    def has(self, name: str) -> bool:
+        """True when a sample ``name``, ``name_total`` or a family ``name`` is present."""
+        return name in self.samples or name + "_total" in self.samples or name in self.types
+
+    def families(self) -> set[str]:
+        """Names of every sample and declared family (for dialect detection)."""
+        return set(self.samples) | set(self.types)
+
+    def _series(self, name: str, counter: bool) -> Mapping[Labels, float] | None:
+        if counter and name + "_total" in self.samples:
+            return self.samples[name + "_total"]
+        return self.samples.get(name)
+
+    def counter_samples(self, name: str, match: Mapping[str, str] | None = None) -> dict[Labels, float]:
+        """Samples of counter ``name`` (``name_total`` in the text, else ``name``) by label set."""
+        series = self._series(name, counter=True) or {}
+        return {lab: v for lab, v in series.items() if _matches(lab, match)}
+
+    def counter(self, name: str, match: Mapping[str, str] | None = None) -> float | None:
+        """Sum of counter ``name`` over label sets matching ``match``; None when absent."""
+        series = self._series(name, counter=True)
+        if series is None:
+            return None
+        return math.fsum(v for lab, v in series.items() if _matches(lab, match))
+
+    def gauge(self, name: str, match: Mapping[str, str] | None = None) -> float | None:
+        """Sum of gauge ``name`` over matching label sets (one value when unlabelled); None if absent."""
+        series = self._series(name, counter=False)
+        if series is None:
+            return None
+        vals = [v for lab, v in series.items() if _matches(lab, match)]
+        return math.fsum(vals) if vals else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (samples as lists of ``{labels, value}``)."""
+        return {
+            "url": self.url,
+            "wall_time_s": self.wall_time_s,
+            "mono_ns": self.mono_ns,
+            "types": dict(self.types),
+            "samples": {
+                name: [{"labels": dict(lab), "value": v} for lab, v in series.items()]
+                for name, series in self.samples.items()
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Snapshot:
+        """Inverse of :meth:`to_dict`."""
+        samples = {
+            name: {_labels(s["labels"]): float(s["value"]) for s in series}
+            for name, series in data["samples"].items()
+        }
+        return cls(
+            data["url"], float(data["wall_time_s"]), int(data["mono_ns"]), samples, dict(data["types"])
+        )
+
+
+def parse_exposition(
+    text: str, *, url: str = "", wall_time_s: float | None = None, mono_ns: int | None = None
+) -> Snapshot:
+    """Parse Prometheus exposition text into a :class:`Snapshot` (summaries are skipped)."""
+    samples: dict[str, dict[Labels, float]] = {}
+    types: dict[str, str] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            if family.type != "unknown" or not family.samples:
+                types[family.name] = family.type
+            if family.type == "summary":
+                continue
+            for s in family.samples:
+                samples.setdefault(s.name, {})[_labels(s.labels)] = float(s.value)
+    except ValueError as exc:
+        raise ScrapeError(
+            f"metrics at {url or '<text>'} are not valid Prometheus exposition text: {exc}"
+        ) from exc
+    return Snapshot(
+        url,
+        time.time() if wall_time_s is None else wall_time_s,
+        time.perf_counter_ns() if mono_ns is None else mono_ns,
+        samples,
+        types,
+    )
+
+
+async def scrape(
+    url: str, *, session: aiohttp.ClientSession | None = None, timeout_s: float = 10.0
+) -> Snapshot:
+    """GET ``url`` and parse it; raises :class:`ScrapeError` with the URL and the reason."""
+    if session is None:
+        async with aiohttp.ClientSession() as own:
+            return await scrape(url, session=own, timeout_s=timeout_s)
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            body = await resp.text(errors="replace")
+            ctype = resp.content_type
+            status = resp.status
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise ScrapeError(f"cannot scrape metrics at {url}: {exc or type(exc).__name__}") from exc
+    if status != 200:
+        raise ScrapeError(f"metrics at {url} answered HTTP {status}: {body[:200].strip()}")
+    if ctype == "application/json" or body.lstrip().startswith(("{", "[")):
+        raise ScrapeError(
+            f"metrics at {url} are JSON, not Prometheus text (TensorRT-LLM serves Prometheus text at "
+            "/prometheus/metrics; its /metrics is JSON iteration stats)"
+        )
+    return parse_exposition(body, url=url)
+
+
+def counter_resets(before: Snapshot, after: Snapshot) -> list[str]:
+    """Sample names of counters (``*_total``) that went backwards or vanished between two snapshots."""
+    resets: list[str] = []
+    for name, series in before.samples.items():
+        if not name.endswith("_total"):
+            continue
+        now = after.samples.get(name, {})
+        for lab, v in series.items():
+            if lab not in now or now[lab] < v:
+                resets.append(name)
+                break
+    return resets
+
+
+class CounterWindow(Protocol):
+    """Increases of counters and series of gauges over one measured window."""
+
+    def increase(self, name: str, match: Mapping[str, str] | None = None) -> float | None:
+        """Increase of counter ``name`` summed over matching label sets; None when absent."""
+        ...
+
+    def increase_by(self, name: str, label: str) -> dict[str, float]:
+        """Increase of counter ``name`` grouped by the value of ``label`` (empty when absent)."""
+        ...
+
+    def gauge_series(self, name: str) -> list[tuple[float, float]]:
+        """``(wall time s, value)`` points of gauge ``name`` inside the window."""
+        ...
+
+    def has(self, name: str) -> bool:
+        """True when the source knows metric ``name``."""
+        ...
+
+    @property
+    def notes(self) -> list[str]:
+        """Caveats about how the increases were obtained."""
+        ...
+
+
+@dataclass
+class SnapshotWindow:
+    """Counter deltas between two snapshots of one server, with reset detection."""
+
+    before: Snapshot
+    after: Snapshot
+    series: Sequence[Snapshot] = ()
+    notes: list[str] = field(default_factory=list)
+
+    def has(self, name: str) -> bool:
+        """True when ``name`` is in the final snapshot."""
+        return self.after.has(name)
+
+    def _deltas(self, name: str, match: Mapping[str, str] | None) -> dict[Labels, float] | None:
+        after = self.after.counter_samples(name, match)
+        if not after and not self.after.has(name):
+            return None
+        before = self.before.counter_samples(name, match)
+        out: dict[Labels, float] = {}
+        for lab in before:
+            if lab not in after:
+                raise CounterResetError(
+                    f"counter {name}{dict(lab)} vanished between the baseline and the final scrape: "
+                    "the server restarted; measure the window again"
+                )
+        for lab, v1 in after.items():
+            delta = v1 - before.get(lab, 0.0)
+            if delta < 0:
+                raise CounterResetError(
+                    f"counter {name}{dict(lab)} went backwards by {-delta:g} inside the measured window: "
+                    "the server restarted or its counters were reset; measure the window again"
+                )
+            out[lab] = delta
+        return out
+
+    def increase(self, name: str, match: Mapping[str, str] | None = None) -> float | None:
+        """``after - before`` of counter ``name`` summed over label sets (reset -> error)."""
+        deltas = self._deltas(name, match)
+        return None if deltas is None else math.fsum(deltas.values())
+
+    def increase_by(self, name: str, label: str) -> dict[str, float]:
+        """``after - before`` of counter ``name`` grouped by ``label``."""
+        out: dict[str, float] = {}
+        for lab, d in (self._deltas(name, None) or {}).items():
+            key = dict(lab).get(label)
+            if key is not None:
+                out[key] = out.get(key, 0.0) + d
+        return out
+
+    def gauge_series(self, name: str) -> list[tuple[float, float]]:
+        """Gauge values from the baseline, the background scrapes and the final snapshot."""
+        points: list[tuple[float, float]] = []
+        seen: set[int] = set()
+        for snap in (self.before, *self.series, self.after):
+            if snap.mono_ns in seen or not self.before.mono_ns <= snap.mono_ns <= self.after.mono_ns:
+                continue
+            seen.add(snap.mono_ns)
+            v = snap.gauge(name)
+            if v is not None:
+                points.append((snap.wall_time_s, v))
+        return points
+
+
+class PeriodicScraper:
+    """Scrapes ``url`` every ``interval_s`` seconds in the background (an async context manager).
+
+    Failed scrapes are logged and counted in ``errors``; they never stop the run.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        interval_s: float = 1.0,
+        *,
+        session: aiohttp.ClientSession | None = None,
+        timeout_s: float = 5.0,
+    ) -> None:
+        if interval_s <= 0:
+            raise AlflowError(f"scrape interval {interval_s} s must be positive")
+        self.url = url
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self.snapshots: list[Snapshot] = []
+        self.errors: list[str] = []
+        self._session = session
+        self._own: aiohttp.ClientSession | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def _loop(self) -> None:
+        assert self._session is not None
+        next_t = time.monotonic()
+        while True:
+            try:
+                self.snapshots.append(await scrape(self.url, session=self._session, timeout_s=self.timeout_s))
+            except ScrapeError as exc:
+                self.errors.append(str(exc))
+                log.warning("background scrape failed: %s", exc)
+            next_t += self.interval_s
+            await asyncio.sleep(max(0.0, next_t - time.monotonic()))
+
+    async def __aenter__(self) -> PeriodicScraper:
+        if self._session is None:
+            self._own = self._session = aiohttp.ClientSession()
+        self._task = asyncio.create_task(self._loop())
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._own is not None:
+            await self._own.close()
+
+    def series(self, name: str) -> list[tuple[float, float]]:
+        """``(wall time s, value)`` of gauge ``name`` over the background scrapes."""
+        return [(s.wall_time_s, v) for s in self.snapshots if (v := s.gauge(name)) is not None]
+
+
+class PromQLWindow:
+    """Windowed increases from a Prometheus server (multi-node: it scrapes every node).
+
+    ``increase(<name>_total{selector}[W s])`` evaluated at the window's end, summed over series.
+    Prometheus extrapolates ``increase`` to the window edges, so values are rounded to whole counts
+    and a note says so; resets inside the window are handled by Prometheus itself.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        start_s: float,
+        end_s: float,
+        *,
+        selector: str = "",
+        client: Any = None,
+        timeout_s: float = 30.0,
+    ) -> None:
+        if end_s <= start_s:
+            raise AlflowError(f"PromQL window end {end_s} is not after its start {start_s}")
+        if client is None:
+            from prometheus_api_client import PrometheusConnect
+
+            client = PrometheusConnect(url=url, disable_ssl=True, timeout=timeout_s)
+        self.url = url
+        self.start_s = start_s
+        self.end_s = end_s
+        self.selector = selector
+        self._client = client
+        self._window = f"{max(1, math.ceil(end_s - start_s))}s"
+        self.notes: list[str] = [
+            f"from Prometheus at {url}: increase() over [{self._window}] ending {end_s:.3f}, "
+            "extrapolated by Prometheus and rounded to whole counts"
+        ]
+        self._known: dict[str, bool] = {}
+
+    def _query(self, promql: str) -> list[dict[str, Any]]:
+        try:
+            result = self._client.custom_query(promql, params={"time": self.end_s})
+        except Exception as exc:
+            raise ScrapeError(f"PromQL query {promql!r} at {self.url} failed: {exc}") from exc
+        if not isinstance(result, list):
+            raise ScrapeError(f"PromQL query {promql!r} at {self.url} returned {type(result).__name__}")
+        return result
+
+    def _sel(self, name: str, match: Mapping[str, str] | None = None) -> str:
+        parts = [self.selector.strip("{} ")] if self.selector.strip("{} ") else []
+        parts += [f'{k}="{v}"' for k, v in (match or {}).items()]
+        return f"{name}_total{{{','.join(parts)}}}" if parts else f"{name}_total"
+
+    def has(self, name: str) -> bool:
+        """True when Prometheus holds at least one series of counter ``name``."""
+        if name not in self._known:
+            self._known[name] = bool(self._query(f"count({self._sel(name)})"))
+        return self._known[name]
+
+    def increase(self, name: str, match: Mapping[str, str] | None = None) -> float | None:
+        """``sum(increase(name_total[W]))`` at the window end, rounded; None when absent."""
+        rows = self._query(f"sum(increase({self._sel(name, match)}[{self._window}]))")
+        if not rows:
+            return None
+        return float(round(float(rows[0]["value"][1])))
+
+    def increase_by(self, name: str, label: str) -> dict[str, float]:
+        """``sum by (label) (increase(name_total[W]))``, rounded."""
+        rows = self._query(f"sum by ({label}) (increase({self._sel(name)}[{self._window}]))")
+        return {r["metric"][label]: float(round(float(r["value"][1]))) for r in rows if label in r["metric"]}
+
+    def gauge_series(self, name: str) -> list[tuple[float, float]]:
+        """Points of ``avg(name)`` over the window (range query, 15 s step or finer)."""
+        step = max(1.0, min(15.0, (self.end_s - self.start_s) / 100))
+        try:
+            data = self._client.custom_query_range(
+                f"avg({name})", start_time=_dt(self.start_s), end_time=_dt(self.end_s), step=f"{step:g}s"
+            )
+        except Exception as exc:
+            raise ScrapeError(f"PromQL range query for {name} at {self.url} failed: {exc}") from exc
+        return [(float(t), float(v)) for series in data for t, v in series.get("values", [])]
+
+
+def _dt(ts: float) -> Any:
+    import datetime as _d
+
+    return _d.datetime.fromtimestamp(ts, tz=_d.UTC)
