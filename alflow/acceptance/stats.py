@@ -172,7 +172,9 @@ def from_counters(
                 f"counters are inconsistent: num_drafts=0 but accepted_tokens={accepted}, "
                 f"draft_tokens={drafts}, accepted_per_position={per_pos}"
             )
-        return SpecStats(0, drafts, 0, per_pos, k, None, None, None, None, None, None, _join(NO_STEPS_NOTE, note))
+        return SpecStats(
+            0, drafts, 0, per_pos, k, None, None, None, None, None, None, _join(NO_STEPS_NOTE, note)
+        )
     if k is not None and accepted > n * k:
         raise InvalidInputError(
             f"counters are inconsistent: accepted_tokens={accepted} exceeds num_drafts x K = {n} x {k}"
@@ -199,7 +201,9 @@ def from_counters(
     else:
         ci = None
         notes.append("no confidence interval: K unknown and no per-position counters")
-    return SpecStats(n, drafts, accepted, per_pos, k, al, rate, rates, conditional, histogram, ci, _join(*notes))
+    return SpecStats(
+        n, drafts, accepted, per_pos, k, al, rate, rates, conditional, histogram, ci, _join(*notes)
+    )
 
 
 def histogram_from_positions(per_position: Sequence[int], num_drafts: int) -> dict[int, int]:
@@ -246,7 +250,9 @@ def from_steps(
         for pos in range(a):
             per_pos[pos] += 1
     n = len(accepted)
-    base = from_counters(n, sum(accepted), draft_tokens=n * k, accepted_per_position=per_pos, k=k, level=level)
+    base = from_counters(
+        n, sum(accepted), draft_tokens=n * k, accepted_per_position=per_pos, k=k, level=level
+    )
     if n == 0:
         return base
     ci = _ci_clustered(accepted, request_ids, level) if request_ids is not None else _ci_iid(accepted, level)
@@ -310,7 +316,9 @@ def _ci_iid(accepted: Sequence[int], level: float) -> ConfidenceInterval:
     n = len(accepted)
     mean = sum(accepted) / n
     var = sum((a - mean) ** 2 for a in accepted) / max(1, n - 1)
-    return _interval(1.0 + mean, math.sqrt(var / n), level, "per-step-iid", "per-step data, steps assumed independent")
+    return _interval(
+        1.0 + mean, math.sqrt(var / n), level, "per-step-iid", "per-step data, steps assumed independent"
+    )
 
 
 def _ci_clustered(accepted: Sequence[int], request_ids: Sequence[object], level: float) -> ConfidenceInterval:

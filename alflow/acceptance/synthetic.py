@@ -253,7 +253,7 @@ def pmf_from_rates(rates: Sequence[float]) -> tuple[float, ...]:
 
 
 def min_variance_rates(al: float, k: int) -> tuple[float, ...]:
-    """vLLM's minimum-variance schedule: ``[1]*floor(L-1) + [frac(L-1)] + [0]*rest``.
+    """The minimum-variance schedule of vLLM: ``[1]*floor(L-1) + [frac(L-1)] + [0]*rest``.
 
     Every step accepts ``floor(L-1)`` or ``floor(L-1) + 1`` drafts, and ``1 + sum(p) = L`` exactly.
     """
@@ -378,10 +378,25 @@ def _floor_plus_bernoulli(drafts: float, k: int) -> Callable[[random.Random], in
 class Scheme(Protocol):
     """A synthetic-acceptance rule: exact distribution and a sampler for a target."""
 
-    name: str
-    granularity: Granularity
-    summary: str
-    accepts_rates: bool
+    @property
+    def name(self) -> str:
+        """Registry name of the scheme."""
+        ...
+
+    @property
+    def granularity(self) -> Granularity:
+        """Whether one draw serves one request or the whole batch of a verify step."""
+        ...
+
+    @property
+    def summary(self) -> str:
+        """One line describing the rule."""
+        ...
+
+    @property
+    def accepts_rates(self) -> bool:
+        """Whether explicit per-position rates are allowed as a target."""
+        ...
 
     def distribution(self, target: SyntheticTarget) -> AcceptanceDistribution:
         """The exact accept-length distribution this scheme produces for ``target``."""

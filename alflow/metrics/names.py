@@ -55,3 +55,7 @@ TRTLLM_PROMPT_TOKENS: Final = "trtllm_prompt_tokens"
 TRTLLM_GENERATION_TOKENS: Final = "trtllm_generation_tokens"
 TRTLLM_TTFT_SECONDS: Final = "trtllm_time_to_first_token_seconds"
 TRTLLM_E2E_SECONDS: Final = "trtllm_e2e_request_latency_seconds"
+
+# Added for the simulated engine (issue 3): further TensorRT-LLM request metrics.
+TRTLLM_TPOT_SECONDS: Final = "trtllm_time_per_output_token_seconds"
+TRTLLM_REQUEST_SUCCESS: Final = "trtllm_request_success"  # counter, label finished_reason

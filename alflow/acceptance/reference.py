@@ -1,0 +1,382 @@
+"""The reference acceptance-length table: the auditable output of M0 (DESIGN.md section 2).
+
+One YAML file per dataset under ``references/``, one entry per (model, method, thinking mode, K)
+with AL, per-position rates, the counts behind them and provenance. Loading validates the whole
+file and names the file, the entry and the field of any error. Saving is atomic (write, then
+rename), so a crash never leaves half a table.
+
+A table's ``kind`` says where its numbers come from: ``measured`` (a real M0 run: every entry
+carries counts and full provenance), ``simulated`` (the built-in simulated engine: never to be
+published as a reference) or ``example`` (quoted figures, for demos and tests).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Literal, Self
+
+import yaml
+from pydantic import Field, ValidationError, model_validator
+
+from alflow.acceptance.synthetic import K_MAX, K_MIN
+from alflow.config import SamplingParams, SpecMethod, StrictModel, ThinkingMode
+from alflow.errors import AlflowError, InvalidInputError
+
+SCHEMA_VERSION: Literal[1] = 1
+_AL_TOL = 1e-6
+_RATES_TOL = 1e-4
+
+Key = tuple[str, SpecMethod, ThinkingMode, int]
+
+
+class ReferenceError(AlflowError):
+    """A reference table that cannot be read or is invalid (the message names file and field)."""
+
+
+class ReferenceNotFoundError(AlflowError, KeyError):
+    """No reference value for the requested (model, method, thinking, K)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class Provenance(StrictModel):
+    """Where a reference value comes from: enough to audit and to reproduce it."""
+
+    framework: str = Field(description="Serving framework that measured the value (vllm for M0).")
+    framework_version: str | None = Field(None, description="Framework version reported by the server.")
+    image: str | None = Field(None, description="Container image reference, e.g. vllm/vllm-openai:v0.11.0.")
+    image_digest: str | None = Field(None, description="Content digest of the image (sha256:...).")
+    command: tuple[str, ...] | None = Field(None, description="Exact server command line (argument list).")
+    model_revision: str = Field(description="Model revision (commit hash) that was served.")
+    dataset: str = Field(description="Dataset name, e.g. nvidia/SPEED-Bench.")
+    dataset_revision: str | None = Field(None, description="Dataset revision (commit hash).")
+    dataset_hash: str = Field(description="SHA-256 of the prompt file actually sent.")
+    sampling: SamplingParams = Field(description="Sampling parameters sent with every request.")
+    prompt_count: int = Field(ge=1, description="Number of prompts measured.")
+    date: datetime = Field(description="When the measurement finished (UTC).")
+    code_version: str = Field(description="alflow version and git revision that ran the measurement.")
+    flow_run_id: str | None = Field(None, description="Prefect flow run id, where it ran under Prefect.")
+    host: str | None = Field(None, description="Host and GPU description, where known.")
+
+
+class ReferenceEntry(StrictModel):
+    """One reference AL: a (model, method, thinking mode, K) point."""
+
+    model: str = Field(min_length=1, description="Model id.")
+    method: SpecMethod = Field(description="Speculative method.")
+    thinking: ThinkingMode = Field(description="Thinking mode the value was measured with.")
+    k: int = Field(ge=K_MIN, le=K_MAX, description="Number of speculative tokens K.")
+    al: float = Field(description="Reference acceptance length (bonus token included), in [1, K+1].")
+    per_position_rates: tuple[float, ...] | None = Field(
+        None, description="Unconditional per-position acceptance rates p_1..p_K."
+    )
+    num_drafts: int | None = Field(None, ge=0, description="Verify steps with drafts in the window.")
+    draft_tokens: int | None = Field(None, ge=0, description="Draft tokens proposed in the window.")
+    accepted_tokens: int | None = Field(None, ge=0, description="Draft tokens accepted in the window.")
+    ci_low: float | None = Field(None, description="Lower bound of the AL confidence interval.")
+    ci_high: float | None = Field(None, description="Upper bound of the AL confidence interval.")
+    provenance: Provenance | None = Field(None, description="How the value was measured.")
+    note: str | None = Field(None, description="Free-text remark (e.g. the source of an example value).")
+
+    @property
+    def key(self) -> Key:
+        """The lookup key (model, method, thinking, K)."""
+        return (self.model, self.method, self.thinking, self.k)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        where = f"{self.model} {self.method.value} thinking={self.thinking.value} K={self.k}"
+        if not math.isfinite(self.al) or not 1.0 <= self.al <= self.k + 1:
+            raise ValueError(f"al={self.al!r} for {where} is outside [1, {self.k + 1}]")
+        if self.per_position_rates is not None:
+            rates = self.per_position_rates
+            if len(rates) != self.k:
+                raise ValueError(
+                    f"per_position_rates for {where} has {len(rates)} values; K={self.k} needs {self.k}"
+                )
+            prev = 1.0
+            for i, r in enumerate(rates, start=1):
+                if not 0.0 <= r <= 1.0:
+                    raise ValueError(f"per_position_rates p_{i}={r!r} for {where} is outside [0, 1]")
+                if r > prev + 1e-12:
+                    raise ValueError(f"per_position_rates for {where} increase at p_{i}={r!r} > {prev!r}")
+                prev = r
+            implied = 1.0 + math.fsum(rates)
+            if abs(implied - self.al) > _RATES_TOL:
+                raise ValueError(
+                    f"al={self.al!r} for {where} disagrees with 1 + sum(per_position_rates) = {implied!r}"
+                )
+        if self.num_drafts is not None and self.accepted_tokens is not None:
+            if self.num_drafts == 0:
+                raise ValueError(f"num_drafts=0 for {where}: no speculative steps, no AL")
+            implied = 1.0 + self.accepted_tokens / self.num_drafts
+            if abs(implied - self.al) > _AL_TOL * self.al:
+                raise ValueError(
+                    f"al={self.al!r} for {where} disagrees with 1 + accepted/num_drafts = {implied!r}"
+                )
+        if (self.ci_low is None) != (self.ci_high is None):
+            raise ValueError(f"give both ci_low and ci_high for {where}, or neither")
+        if (
+            self.ci_low is not None
+            and self.ci_high is not None
+            and not self.ci_low <= self.al <= self.ci_high
+        ):
+            raise ValueError(
+                f"confidence interval [{self.ci_low}, {self.ci_high}] for {where} excludes al={self.al}"
+            )
+        return self
+
+
+class ReferenceTable(StrictModel):
+    """A reference AL table for one dataset category."""
+
+    schema_version: Literal[1] = Field(SCHEMA_VERSION, description="File schema version.")
+    kind: Literal["measured", "simulated", "example"] = Field(
+        description="measured (real M0 run), simulated (alflow's sim engine) or example (quoted figures)."
+    )
+    dataset: str = Field(min_length=1, description="Dataset, e.g. speed-bench.")
+    category: str = Field(min_length=1, description="Dataset category, e.g. coding.")
+    description: str = Field("", description="What the table is and where it comes from.")
+    entries: tuple[ReferenceEntry, ...] = Field(description="One entry per (model, method, thinking, K).")
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        seen: set[Key] = set()
+        for entry in self.entries:
+            if entry.key in seen:
+                model, method, thinking, k = entry.key
+                raise ValueError(
+                    f"duplicate entry for {model} {method.value} thinking={thinking.value} K={k}"
+                )
+            seen.add(entry.key)
+            if self.kind != "example":
+                missing = [
+                    name
+                    for name in ("provenance", "num_drafts", "accepted_tokens", "per_position_rates")
+                    if getattr(entry, name) is None
+                ]
+                if missing:
+                    raise ValueError(
+                        f"a {self.kind} table needs {', '.join(missing)} for {entry.model} "
+                        f"{entry.method.value} thinking={entry.thinking.value} K={entry.k}"
+                    )
+        return self
+
+    def lookup(
+        self, model: str, method: SpecMethod | str, thinking: ThinkingMode | str, k: int
+    ) -> ReferenceEntry:
+        """The entry for (model, method, thinking, K), or an error saying what the table has."""
+        m, t = SpecMethod(method), ThinkingMode(thinking)
+        for entry in self.entries:
+            if entry.key == (model, m, t, k):
+                return entry
+        same = sorted(e.k for e in self.entries if (e.model, e.method, e.thinking) == (model, m, t))
+        if same:
+            hint = f"it has K={', '.join(map(str, same))} for that model, method and thinking mode"
+        else:
+            have = sorted({f"{e.model} {e.method.value} thinking={e.thinking.value}" for e in self.entries})
+            hint = "it has: " + ("; ".join(have) if have else "no entries")
+        raise ReferenceNotFoundError(
+            f"no reference AL for {model} {m.value} thinking={t.value} K={k} in the "
+            f"{self.dataset}/{self.category} table ({self.kind}); {hint}"
+        )
+
+    def with_entries(self, entries: Iterable[ReferenceEntry]) -> ReferenceTable:
+        """A copy with ``entries`` added or replacing the ones with the same key (validated)."""
+        merged = {e.key: e for e in self.entries}
+        for entry in entries:
+            e = ReferenceEntry.model_validate(
+                entry.model_dump(warnings=False)
+            )  # model_copy(update=...) skips validation
+            merged[e.key] = e
+        ordered = sorted(merged.values(), key=lambda e: (e.model, e.method.value, e.thinking.value, e.k))
+        return ReferenceTable.model_validate(
+            {**self.model_dump(), "entries": [x.model_dump() for x in ordered]}
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# YAML
+
+
+def load_reference(path: str | os.PathLike[str]) -> ReferenceTable:
+    """Read and validate a reference table; errors name the file, the entry and the field."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ReferenceError(f"{p}: cannot read the reference table: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ReferenceError(f"{p}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ReferenceError(f"{p}: a reference table is a YAML mapping, got {type(data).__name__}")
+    try:
+        return ReferenceTable.model_validate(data)
+    except ValidationError as exc:
+        raise ReferenceError(f"{p}: {_describe(exc, data)}") from None
+
+
+def dump_reference(table: ReferenceTable) -> str:
+    """YAML text of a table (fields in declaration order, no Python tags)."""
+    data = table.model_dump(mode="json", exclude_none=True)
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
+
+
+def save_reference(table: ReferenceTable, path: str | os.PathLike[str]) -> Path:
+    """Write a table atomically (temporary file in the same folder, then rename)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    text = dump_reference(table)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        Path(tmp).replace(p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return p
+
+
+def _describe(exc: ValidationError, data: dict[str, object]) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        loc = list(err["loc"])
+        where = ""
+        if len(loc) >= 2 and loc[0] == "entries" and isinstance(loc[1], int):
+            entries = data.get("entries")
+            if isinstance(entries, list) and loc[1] < len(entries) and isinstance(entries[loc[1]], dict):
+                e = entries[loc[1]]
+                where = f" ({e.get('model')} {e.get('method')} thinking={e.get('thinking')} K={e.get('k')})"
+        path = ".".join(f"[{x}]" if isinstance(x, int) else str(x) for x in loc).replace(".[", "[")
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        parts.append(f"{path or 'table'}{where}: {msg}")
+    more = len(exc.errors()) - 5
+    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+
+
+# --------------------------------------------------------------------------------------------
+# Diff
+
+
+@dataclass(frozen=True)
+class DiffRow:
+    """How one (model, method, thinking, K) point changed between two tables."""
+
+    model: str
+    method: str
+    thinking: str
+    k: int
+    status: Literal["added", "removed", "changed", "unchanged"]
+    old_al: float | None
+    new_al: float | None
+    provenance_changes: tuple[str, ...] = ()
+
+    @property
+    def delta(self) -> float | None:
+        """New minus old AL."""
+        if self.old_al is None or self.new_al is None:
+            return None
+        return self.new_al - self.old_al
+
+    @property
+    def rel_delta(self) -> float | None:
+        """Relative change ``(new - old) / old``."""
+        d = self.delta
+        return None if d is None or self.old_al is None else d / self.old_al
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready form."""
+        return {
+            "model": self.model,
+            "method": self.method,
+            "thinking": self.thinking,
+            "k": self.k,
+            "status": self.status,
+            "old_al": self.old_al,
+            "new_al": self.new_al,
+            "delta": None if self.delta is None else round(self.delta, 12),
+            "rel_delta": None if self.rel_delta is None else round(self.rel_delta, 12),
+            "provenance_changes": list(self.provenance_changes),
+        }
+
+
+@dataclass(frozen=True)
+class ReferenceDiff:
+    """Every point of two tables with what changed and by how much."""
+
+    rows: tuple[DiffRow, ...]
+    table_changes: tuple[str, ...]
+
+    @property
+    def changed(self) -> bool:
+        """True when any value was added, removed or changed."""
+        return any(r.status != "unchanged" for r in self.rows) or bool(self.table_changes)
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready form."""
+        return {
+            "changed": self.changed,
+            "table_changes": list(self.table_changes),
+            "rows": [r.to_dict() for r in self.rows],
+        }
+
+
+_PROVENANCE_FIELDS = (
+    "framework",
+    "framework_version",
+    "image",
+    "image_digest",
+    "model_revision",
+    "dataset_hash",
+)
+
+
+def diff_tables(old: ReferenceTable, new: ReferenceTable, *, tolerance: float = 0.0) -> ReferenceDiff:
+    """Compare two tables point by point; an AL change within ``tolerance`` counts as unchanged."""
+    if tolerance < 0:
+        raise InvalidInputError(f"tolerance={tolerance} must be >= 0")
+    table_changes = tuple(
+        f"{name}: {getattr(old, name)!r} -> {getattr(new, name)!r}"
+        for name in ("kind", "dataset", "category")
+        if getattr(old, name) != getattr(new, name)
+    )
+    a = {e.key: e for e in old.entries}
+    b = {e.key: e for e in new.entries}
+    rows: list[DiffRow] = []
+    for key in sorted(a.keys() | b.keys(), key=lambda k: (k[0], k[1].value, k[2].value, k[3])):
+        model, method, thinking, k = key
+        o, n = a.get(key), b.get(key)
+        head = (model, method.value, thinking.value, k)
+        if o is None and n is not None:
+            rows.append(DiffRow(*head, "added", None, n.al))
+        elif n is None and o is not None:
+            rows.append(DiffRow(*head, "removed", o.al, None))
+        elif o is not None and n is not None:
+            prov = _provenance_changes(o.provenance, n.provenance)
+            status: Literal["changed", "unchanged"] = (
+                "changed" if abs(n.al - o.al) > tolerance else "unchanged"
+            )
+            rows.append(DiffRow(*head, status, o.al, n.al, prov))
+    return ReferenceDiff(tuple(rows), table_changes)
+
+
+def _provenance_changes(old: Provenance | None, new: Provenance | None) -> tuple[str, ...]:
+    if old is None or new is None:
+        return () if old is new else ("provenance: " + ("added" if old is None else "removed"),)
+    return tuple(
+        f"{name}: {getattr(old, name)!r} -> {getattr(new, name)!r}"
+        for name in _PROVENANCE_FIELDS
+        if getattr(old, name) != getattr(new, name)
+    )

@@ -1,0 +1,290 @@
+"""The ``alflow`` command line.
+
+Every command that produces numbers has ``--json`` (machine-readable output on stdout). Errors in
+the user's input are printed as one line on stderr (``error: ...``) with exit code 2.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, ParamSpec, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from alflow import __version__
+from alflow.acceptance import knobs as knobs_mod
+from alflow.acceptance import reference as ref
+from alflow.acceptance import synthetic as syn
+from alflow.errors import AlflowError, InvalidInputError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+app = typer.Typer(
+    name="alflow",
+    help="Calibrate, gate and benchmark speculative decoding in LLM serving frameworks.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+synthetic_app = typer.Typer(
+    help="Synthetic acceptance: framework knobs and scheme comparison.", no_args_is_help=True
+)
+reference_app = typer.Typer(help="Reference AL tables: validate, show, diff.", no_args_is_help=True)
+app.add_typer(synthetic_app, name="synthetic")
+app.add_typer(reference_app, name="reference")
+
+console = Console(width=None if sys.stdout.isatty() else 200)
+err_console = Console(stderr=True, soft_wrap=True)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+
+
+def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """Turn alflow's input errors into one line on stderr and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except AlflowError as exc:
+            err_console.print(f"error: {exc}", markup=False, highlight=False)
+            raise typer.Exit(code=2) from None
+
+    return wrapper
+
+
+def emit_json(data: object) -> None:
+    """Write ``data`` as indented JSON on stdout."""
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def parse_rates(text: str | None) -> tuple[float, ...] | None:
+    """Parse ``--rates 1,0.49,0`` into floats, naming a value that is not a number."""
+    if text is None:
+        return None
+    out = []
+    for i, part in enumerate(text.split(","), start=1):
+        try:
+            out.append(float(part.strip()))
+        except ValueError:
+            raise InvalidInputError(f"--rates value {i} {part.strip()!r} is not a number") from None
+    return tuple(out)
+
+
+@app.callback(invoke_without_command=True)
+def _root(
+    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+) -> None:
+    if version:
+        sys.stdout.write(f"alflow {__version__}\n")
+        raise typer.Exit
+
+
+# --------------------------------------------------------------------------------------------
+# alflow synthetic
+
+
+KOpt = Annotated[int, typer.Option("--k", help="Number of speculative tokens K (1..16).")]
+AlOpt = Annotated[float | None, typer.Option("--al", help="Target acceptance length L (1..K+1).")]
+RatesOpt = Annotated[
+    str | None, typer.Option("--rates", help="Explicit unconditional per-position rates, comma-separated.")
+]
+
+
+@synthetic_app.command("knobs")
+@handle_errors
+def synthetic_knobs(
+    framework: Annotated[str, typer.Option("--framework", help="vllm, sglang or trtllm.")],
+    k: KOpt,
+    al: AlOpt = None,
+    rates: RatesOpt = None,
+    scheme: Annotated[
+        str | None, typer.Option("--scheme", help="Override the framework's scheme (sglang-multinomial).")
+    ] = None,
+    method: Annotated[
+        str | None,
+        typer.Option("--method", help="Speculative method (decides TensorRT-LLM's two-model path)."),
+    ] = None,
+    two_model: Annotated[
+        bool | None, typer.Option("--two-model/--one-model", help="TensorRT-LLM: force the path.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print the framework's synthetic-acceptance setting for K and a target AL (or rates)."""
+    result = knobs_mod.render_knobs(
+        framework, k, al=al, rates=parse_rates(rates), scheme=scheme, method=method, two_model=two_model
+    )
+    if as_json:
+        emit_json(result.to_dict())
+        return
+    table = Table(title=f"{framework} synthetic acceptance, K={k}", show_header=False)
+    for name, value in result.env.items():
+        table.add_row("env", f"{name}={value}")
+    if result.speculative_config:
+        table.add_row("--speculative-config", json.dumps(result.speculative_config))
+    if result.distribution is not None:
+        d = result.distribution
+        table.add_row("scheme", f"{result.scheme} ({d.granularity})")
+        table.add_row("expected AL", f"{d.mean:.6g} (bias {d.bias:+.4g}, variance {d.variance:.4g})")
+        table.add_row("per-position rates", ", ".join(f"{p:.6g}" for p in d.per_position_rates))
+    console.print(table)
+    for warning in result.warnings:
+        err_console.print(f"warning: {warning}", markup=False, highlight=False)
+
+
+@synthetic_app.command("compare")
+@handle_errors
+def synthetic_compare(k: KOpt, al: AlOpt = None, rates: RatesOpt = None, as_json: JsonOpt = False) -> None:
+    """Compare every scheme's accept-length distribution for K and a target AL (or rates)."""
+    comparison = syn.compare_schemes(k, al=al, rates=parse_rates(rates))
+    if as_json:
+        emit_json(comparison.to_dict())
+        return
+    table = Table(title=f"Synthetic acceptance schemes for {comparison.target.describe()}, K={k}")
+    for col in ("scheme", "draw", "mean AL", "bias", "variance"):
+        table.add_column(col, justify="left" if col in ("scheme", "draw") else "right")
+    for j in range(1, k + 2):
+        table.add_column(f"P(len={j})", justify="right")
+    for d in comparison.rows:
+        biased = abs(d.bias) > 1e-9
+        bias = f"{d.bias if biased else 0.0:+.4f}"
+        style = "bold red" if biased else None
+        table.add_row(
+            d.scheme,
+            d.granularity,
+            f"{d.mean:.4f}",
+            bias,
+            f"{d.variance:.4f}",
+            *(f"{p:.4f}" for p in d.pmf),
+            style=style,
+        )
+    console.print(table)
+    console.print(
+        "per-batch: one draw per verify step shared by the whole batch (same mean, but batch-level "
+        "variance does not average out); red: the scheme's mean differs from the target",
+        highlight=False,
+    )
+    for name, why in comparison.skipped.items():
+        console.print(f"skipped {name}: {why}", markup=False, highlight=False)
+
+
+# --------------------------------------------------------------------------------------------
+# alflow reference
+
+
+PathArg = Annotated[Path, typer.Argument(help="Path of a reference table (YAML).")]
+
+
+@reference_app.command("validate")
+@handle_errors
+def reference_validate(path: PathArg, as_json: JsonOpt = False) -> None:
+    """Validate a reference table; exit 2 with the file, entry and field of the first problems."""
+    table = ref.load_reference(path)
+    summary = {"path": str(path), "valid": True, "kind": table.kind, "entries": len(table.entries)}
+    if as_json:
+        emit_json(summary)
+    else:
+        console.print(f"{path}: valid {table.kind} table, {len(table.entries)} entries", highlight=False)
+
+
+@reference_app.command("show")
+@handle_errors
+def reference_show(
+    path: PathArg,
+    model: Annotated[str | None, typer.Option("--model", help="Only this model.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show a reference table: AL by K for each model, method and thinking mode."""
+    table = ref.load_reference(path)
+    entries = [e for e in table.entries if model is None or e.model == model]
+    if model is not None and not entries:
+        raise InvalidInputError(f"model {model!r} is not in {path}")
+    if as_json:
+        emit_json(
+            {
+                "kind": table.kind,
+                "dataset": table.dataset,
+                "category": table.category,
+                "entries": [e.model_dump(mode="json", exclude_none=True) for e in entries],
+            }
+        )
+        return
+    ks = sorted({e.k for e in entries})
+    out = Table(title=f"Reference AL: {table.dataset}/{table.category} ({table.kind})")
+    for col in ("model", "method", "thinking"):
+        out.add_column(col)
+    for k in ks:
+        out.add_column(f"K={k}", justify="right")
+    groups: dict[tuple[str, str, str], dict[int, float]] = {}
+    for e in entries:
+        groups.setdefault((e.model, e.method.value, e.thinking.value), {})[e.k] = e.al
+    for (m, meth, th), by_k in groups.items():
+        out.add_row(m, meth, th, *(f"{by_k[k]:.3f}" if k in by_k else "" for k in ks))
+    console.print(out)
+    if table.kind != "measured":
+        console.print(f"note: this is a {table.kind} table, not a measured reference", highlight=False)
+
+
+@reference_app.command("diff")
+@handle_errors
+def reference_diff(
+    old: Annotated[Path, typer.Argument(help="The previous table.")],
+    new: Annotated[Path, typer.Argument(help="The new table.")],
+    tolerance: Annotated[float, typer.Option(help="AL changes within this are reported as unchanged.")] = 0.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show what changed between two reference tables, and by how much."""
+    diff = ref.diff_tables(ref.load_reference(old), ref.load_reference(new), tolerance=tolerance)
+    if as_json:
+        emit_json(diff.to_dict())
+        return
+    for line in diff.table_changes:
+        console.print(f"table {line}", highlight=False)
+    out = Table(title=f"{old} -> {new}")
+    for col in (
+        "model",
+        "method",
+        "thinking",
+        "K",
+        "status",
+        "old AL",
+        "new AL",
+        "delta",
+        "rel",
+        "provenance",
+    ):
+        out.add_column(col)
+    for r in diff.rows:
+        if r.status == "unchanged" and not r.provenance_changes:
+            continue
+        out.add_row(
+            r.model,
+            r.method,
+            r.thinking,
+            str(r.k),
+            r.status,
+            "" if r.old_al is None else f"{r.old_al:.4f}",
+            "" if r.new_al is None else f"{r.new_al:.4f}",
+            "" if r.delta is None else f"{r.delta:+.4f}",
+            "" if r.rel_delta is None else f"{r.rel_delta:+.2%}",
+            "; ".join(r.provenance_changes),
+        )
+    if out.row_count:
+        console.print(out)
+    else:
+        console.print("no changes", highlight=False)
+
+
+def main() -> None:
+    """Entry point of the ``alflow`` console script."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""Per-framework rendering of synthetic-acceptance knobs."""
+
+from __future__ import annotations
+
+import pytest
+
+from alflow.acceptance.knobs import RENDERERS, render_knobs
+from alflow.acceptance.synthetic import SyntheticAcceptanceError
+
+
+def test_trtllm_value_is_al_minus_one() -> None:
+    knobs = render_knobs("trtllm", 3, al=2.78)
+    assert knobs.env == {"TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS": "1.78"}
+    assert knobs.to_dict()["expected"]["mean_al"] == 2.78  # type: ignore[index]
+    assert render_knobs("trtllm", 3, al=3.0).env["TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS"] == "2"
+
+
+def test_trtllm_two_model_path_refuses_fractional_values() -> None:
+    with pytest.raises(SyntheticAcceptanceError, match=r"two-model path \(method draft_model\).*value 1.5"):
+        render_knobs("trtllm", 3, al=2.5, method="draft_model")
+    with pytest.raises(SyntheticAcceptanceError, match=r"method eagle3, two-model mode requested"):
+        render_knobs("trtllm", 3, al=2.5, method="eagle3", two_model=True)
+    assert render_knobs("trtllm", 3, al=3.0, method="draft_model").env
+    assert render_knobs("trtllm", 3, al=2.5, method="mtp").env
+
+
+def test_vllm_fragment_and_rates() -> None:
+    knobs = render_knobs("vllm", 3, al=2.49)
+    assert knobs.speculative_config == {
+        "rejection_sample_method": "synthetic",
+        "synthetic_acceptance_length": 2.49,
+    }
+    assert knobs.to_dict()["rates"] == [1.0, 0.49, 0.0]
+    explicit = render_knobs("vllm", 3, rates=[0.9, 0.6, 0.3])
+    assert explicit.speculative_config["synthetic_acceptance_rates"] == [0.9, 0.6, 0.3]
+    assert "synthetic_acceptance_length" not in explicit.speculative_config
+
+
+def test_sglang_defaults_and_multinomial_warning() -> None:
+    knobs = render_knobs("sglang", 3, al=3.39)
+    assert knobs.env == {
+        "SGLANG_SIMULATE_ACC_LEN": "3.39",
+        "SGLANG_SIMULATE_ACC_METHOD": "match-expected",
+        "SGLANG_SIMULATE_ACC_TOKEN_MODE": "real-draft-token",
+    }
+    assert knobs.scheme == "sglang-match-expected"
+    assert not any("bias" in w for w in knobs.warnings)
+    multi = render_knobs("sglang", 3, al=3.39, scheme="sglang-multinomial")
+    assert multi.env["SGLANG_SIMULATE_ACC_METHOD"] == "multinomial"
+    assert any("3.2401" in w and "bias" in w for w in multi.warnings)
+
+
+def test_rates_for_single_value_frameworks() -> None:
+    assert render_knobs("sglang", 3, rates=[1.0, 0.49, 0.0]).env["SGLANG_SIMULATE_ACC_LEN"] == "2.49"
+    assert (
+        render_knobs("trtllm", 3, rates=[1.0, 0.49, 0.0]).env["TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS"]
+        == "1.49"
+    )
+    with pytest.raises(SyntheticAcceptanceError, match="not a minimum-variance schedule"):
+        render_knobs("sglang", 3, rates=[0.9, 0.6, 0.3])
+    with pytest.raises(SyntheticAcceptanceError, match="not a minimum-variance schedule"):
+        render_knobs("trtllm", 3, rates=[0.9, 0.6, 0.3])
+
+
+def test_scheme_the_framework_cannot_realise() -> None:
+    with pytest.raises(SyntheticAcceptanceError, match="'vllm' cannot realise scheme 'sglang-multinomial'"):
+        render_knobs("vllm", 3, al=2.0, scheme="sglang-multinomial")
+    with pytest.raises(SyntheticAcceptanceError, match="unknown framework 'tgi'"):
+        render_knobs("tgi", 3, al=2.0)
+
+
+@pytest.mark.parametrize("framework", sorted(RENDERERS))
+def test_every_framework_validates_the_target(framework: str) -> None:
+    with pytest.raises(SyntheticAcceptanceError, match=r"target AL 9\.0 is outside the allowed range"):
+        render_knobs(framework, 3, al=9.0)
