@@ -1,0 +1,181 @@
+"""``alflow sim serve``: the command line of the simulated engine (a typer sub-app).
+
+:func:`register` adds the ``sim`` group to the root ``alflow`` app; ``python -m alflow.sim serve``
+runs the same command on its own. The framework sources (``--speculative-config`` JSON, the
+SGLang and TensorRT-LLM environment variables) are read as described in :mod:`alflow.sim.config`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from dataclasses import fields
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from alflow.errors import AlflowError
+from alflow.sim.config import SimConfig, parse_rates, resolve
+from alflow.sim.process import new_event_loop
+from alflow.sim.profiles import DEFAULT_PROFILE
+from alflow.sim.server import listening_line, serve
+
+log = logging.getLogger("alflow.sim")
+
+# CLI parameter name -> SimConfig field, for "which values were given explicitly".
+_FIELD_OF = {"synthetic_rates_text": "synthetic_rates", "startup_delay": "startup_delay_s"}
+
+
+def serve_command(
+    ctx: typer.Context,
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to bind; 0 picks a free one and prints it.")] = 8000,
+    model_name: Annotated[str, typer.Option(help="Model name (served as sim/NAME).")] = "llama-3.3-70b",
+    dialect: Annotated[
+        str, typer.Option(help="Metrics dialect and config sources: vllm, sglang or trtllm.")
+    ] = "vllm",
+    k: Annotated[int, typer.Option("--k", help="Speculative (draft) tokens per step, K.")] = 3,
+    method: Annotated[str, typer.Option(help="Drafting method: mtp, eagle3, draft_model or ngram.")] = "mtp",
+    synthetic_al: Annotated[
+        float | None, typer.Option(help="Synthetic acceptance: target AL (bonus token included).")
+    ] = None,
+    synthetic_rates_text: Annotated[
+        str | None,
+        typer.Option(
+            "--synthetic-rates", help="Synthetic acceptance: unconditional per-position rates p_1..p_K."
+        ),
+    ] = None,
+    synthetic_scheme: Annotated[
+        str | None, typer.Option(help="Synthetic scheme (default: the dialect's own).")
+    ] = None,
+    speculative_config: Annotated[
+        str | None, typer.Option(help="vLLM --speculative-config JSON (dialect vllm only).")
+    ] = None,
+    max_num_seqs: Annotated[int, typer.Option(help="Most requests running at once; the rest queue.")] = 256,
+    max_model_len: Annotated[int, typer.Option(help="Context limit (prompt + output tokens).")] = 32768,
+    seed: Annotated[int, typer.Option(help="Seed of every random draw.")] = 0,
+    profile: Annotated[str, typer.Option(help="Timing profile (GPU + model).")] = DEFAULT_PROFILE,
+    time_scale: Annotated[float, typer.Option(help="1 = real time; 0 = as fast as possible.")] = 1.0,
+    step_log: Annotated[Path | None, typer.Option(help="Write one JSON line per verify step here.")] = None,
+    acceptance_quality: Annotated[
+        float, typer.Option(help="Natural acceptance: factor on conditional rates (0.5 = degraded).")
+    ] = 1.0,
+    mean_output_tokens: Annotated[
+        int, typer.Option(help="Mean natural output length (without ignore_eos).")
+    ] = 300,
+    answer_key: Annotated[Path | None, typer.Option(help="GSM8K-style JSONL: answer its questions.")] = None,
+    answer_accuracy: Annotated[float, typer.Option(help="Probability an answer-key reply is right.")] = 1.0,
+    startup_delay: Annotated[float, typer.Option(help="Fault: seconds to wait before listening.")] = 0.0,
+    fail_startup: Annotated[
+        bool, typer.Option(help="Fault: exit with an error instead of listening.")
+    ] = False,
+    crash_after_requests: Annotated[
+        int | None, typer.Option(help="Fault: the process exits after N completed requests.")
+    ] = None,
+    error_rate: Annotated[float, typer.Option(help="Fault: share of requests answered with HTTP 500.")] = 0.0,
+    stream_error_rate: Annotated[
+        float, typer.Option(help="Fault: share of streams that carry an error event inside a 200.")
+    ] = 0.0,
+    stall_after_tokens: Annotated[
+        int | None, typer.Option(help="Fault: every request stops emitting after N tokens.")
+    ] = None,
+    sglang_window_steps: Annotated[int, typer.Option(help="SGLang gauges: verify steps per window.")] = 40,
+    log_level: Annotated[str, typer.Option(help="Logging level on stderr.")] = "INFO",
+) -> None:
+    """Run the simulated OpenAI-compatible serving engine (speculative decoding, metrics dialects)."""
+    logging.basicConfig(
+        level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s"
+    )
+    params = ctx.params
+    explicit = [
+        _FIELD_OF.get(name, name)
+        for name in params
+        if getattr(ctx.get_parameter_source(name), "name", None) in ("COMMANDLINE", "ENVIRONMENT")
+    ]
+    valid = {f.name for f in fields(SimConfig)}
+    try:
+        base = SimConfig(
+            host=host,
+            port=port,
+            model_name=model_name,
+            dialect=dialect,  # type: ignore[arg-type]
+            k=k,
+            method=method,
+            synthetic_al=synthetic_al,
+            synthetic_rates=None if synthetic_rates_text is None else parse_rates(synthetic_rates_text),
+            synthetic_scheme=synthetic_scheme,
+            max_num_seqs=max_num_seqs,
+            max_model_len=max_model_len,
+            seed=seed,
+            profile=profile,
+            time_scale=time_scale,
+            step_log=step_log,
+            acceptance_quality=acceptance_quality,
+            mean_output_tokens=mean_output_tokens,
+            answer_key=answer_key,
+            answer_accuracy=answer_accuracy,
+            startup_delay_s=startup_delay,
+            fail_startup=fail_startup,
+            crash_after_requests=crash_after_requests,
+            error_rate=error_rate,
+            stream_error_rate=stream_error_rate,
+            stall_after_tokens=stall_after_tokens,
+            sglang_window_steps=sglang_window_steps,
+        )
+        config = resolve(
+            base,
+            explicit=[name for name in explicit if name in valid],
+            speculative_config=speculative_config,
+            env=os.environ,
+        )
+    except AlflowError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        raise typer.Exit(2) from None
+    try:
+        run_server(config)
+    except AlflowError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        raise typer.Exit(1) from None
+
+
+def run_server(config: SimConfig) -> None:
+    """Serve until SIGTERM or SIGINT; print the listening line on stdout once bound."""
+    loop = new_event_loop()
+    asyncio.set_event_loop(loop)
+    stop = asyncio.Event()
+
+    def ready(host: str, port: int) -> None:
+        sys.stdout.write(listening_line(host, port) + "\n")
+        sys.stdout.flush()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        loop.run_until_complete(serve(config, stop=stop, on_ready=ready))
+    finally:
+        loop.close()
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``sim`` group (with ``serve``) to the root ``alflow`` app."""
+    sim = typer.Typer(help="The built-in simulated serving engine.", no_args_is_help=True)
+    sim.command("serve")(serve_command)
+    app.add_typer(sim, name="sim")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of ``python -m alflow.sim`` (the ``sim`` group on its own)."""
+    app = typer.Typer(
+        no_args_is_help=True, add_completion=False, help="The built-in simulated serving engine."
+    )
+
+    @app.callback()
+    def _group() -> None:
+        """The built-in simulated serving engine."""
+
+    app.command("serve")(serve_command)
+    app(args=argv, prog_name="python -m alflow.sim")

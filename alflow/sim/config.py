@@ -1,0 +1,326 @@
+"""Settings of the simulated engine, and how they are read from the places real frameworks read them.
+
+Explicit command-line flags are one source; the framework's own switches are the other, read only
+for the matching ``--dialect`` (DOMAIN.md sections 3 and 8):
+
+- vLLM: ``--speculative-config JSON`` with ``method``, ``num_speculative_tokens``,
+  ``rejection_sample_method: "synthetic"`` and exactly one of ``synthetic_acceptance_length`` or
+  ``synthetic_acceptance_rates``;
+- SGLang: ``SGLANG_SIMULATE_ACC_LEN`` (off when < 0) and ``SGLANG_SIMULATE_ACC_METHOD``
+  (``match-expected``, the default, or ``multinomial``);
+- TensorRT-LLM: ``TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS`` = AL - 1 (accepted *drafts*).
+
+Rules: an explicit flag wins over the framework source (a warning is logged when they differ); a
+framework source given to the wrong dialect, or one that contradicts itself, is an error that names
+both; values are validated with the acceptance package's rules.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal, cast
+
+from alflow.acceptance.synthetic import SyntheticTarget, get_scheme
+from alflow.errors import InvalidInputError
+from alflow.sim.acceptance import METHODS
+from alflow.sim.profiles import DEFAULT_PROFILE, get_profile
+
+log = logging.getLogger(__name__)
+
+Dialect = Literal["vllm", "sglang", "trtllm"]
+DIALECTS: tuple[Dialect, ...] = ("vllm", "sglang", "trtllm")
+DEFAULT_SCHEME: dict[str, str] = {"vllm": "vllm", "sglang": "sglang-match-expected", "trtllm": "trtllm"}
+SGLANG_METHODS = {"match-expected": "sglang-match-expected", "multinomial": "sglang-multinomial"}
+VLLM_METHOD_ALIASES = {
+    "mtp": "mtp",
+    "deepseek_mtp": "mtp",
+    "qwen3_next_mtp": "mtp",
+    "eagle": "eagle3",
+    "eagle3": "eagle3",
+    "draft_model": "draft_model",
+    "ngram": "ngram",
+}
+
+ENV_SGLANG_ACC_LEN = "SGLANG_SIMULATE_ACC_LEN"
+ENV_SGLANG_ACC_METHOD = "SGLANG_SIMULATE_ACC_METHOD"
+ENV_TRTLLM_FORCE = "TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS"
+FRAMEWORK_ENV = {ENV_SGLANG_ACC_LEN: "sglang", ENV_SGLANG_ACC_METHOD: "sglang", ENV_TRTLLM_FORCE: "trtllm"}
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Everything the simulated engine is configured with (validated by :meth:`validate`)."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    model_name: str = "llama-3.3-70b"
+    dialect: Dialect = "vllm"
+    k: int = 3
+    method: str = "mtp"
+    synthetic_al: float | None = None
+    synthetic_rates: tuple[float, ...] | None = None
+    synthetic_scheme: str | None = None
+    max_num_seqs: int = 256
+    max_model_len: int = 32768
+    seed: int = 0
+    profile: str = DEFAULT_PROFILE
+    time_scale: float = 1.0
+    step_log: Path | None = None
+    acceptance_quality: float = 1.0
+    mean_output_tokens: int = 300
+    answer_key: Path | None = None
+    answer_accuracy: float = 1.0
+    startup_delay_s: float = 0.0
+    fail_startup: bool = False
+    crash_after_requests: int | None = None
+    error_rate: float = 0.0
+    stream_error_rate: float = 0.0
+    stall_after_tokens: int | None = None
+    sglang_window_steps: int = 40
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def served_model_name(self) -> str:
+        """The model name as served: always prefixed ``sim/``."""
+        return self.model_name if self.model_name.startswith("sim/") else f"sim/{self.model_name}"
+
+    @property
+    def synthetic(self) -> bool:
+        """True when acceptance is forced (synthetic mode), False for natural acceptance."""
+        return self.synthetic_al is not None or self.synthetic_rates is not None
+
+    @property
+    def scheme(self) -> str:
+        """The synthetic scheme in use: the explicit one, else the dialect's own."""
+        return self.synthetic_scheme or DEFAULT_SCHEME[self.dialect]
+
+    def validate(self) -> SimConfig:
+        """Return self if every value is allowed, else raise InvalidInputError naming the value."""
+        if self.dialect not in DIALECTS:
+            raise InvalidInputError(f"--dialect {self.dialect!r} is not one of {', '.join(DIALECTS)}")
+        if self.method not in METHODS:
+            raise InvalidInputError(f"--method {self.method!r} is not one of {', '.join(METHODS)}")
+        if self.synthetic:
+            get_scheme(self.scheme)
+            target = SyntheticTarget.of(self.k, al=self.synthetic_al, rates=self.synthetic_rates)
+            if target.rates is not None and not get_scheme(self.scheme).accepts_rates:
+                raise InvalidInputError(
+                    f"--synthetic-rates needs a scheme that takes rates (vllm); {self.scheme!r} takes an AL"
+                )
+        else:
+            SyntheticTarget.of(self.k, al=1.0)  # validates K
+            if self.synthetic_scheme is not None:
+                get_scheme(self.synthetic_scheme)
+        get_profile(self.profile)
+        _check_range("--port", self.port, 0, 65535)
+        _check_range("--max-num-seqs", self.max_num_seqs, 1, 1_000_000)
+        _check_range("--max-model-len", self.max_model_len, 16, 10_000_000)
+        _check_range("--mean-output-tokens", self.mean_output_tokens, 1, 10_000_000)
+        _check_range("--sglang-window-steps", self.sglang_window_steps, 1, 1_000_000)
+        _check_float("--time-scale", self.time_scale, 0.0, 1e6)
+        _check_float("--acceptance-quality", self.acceptance_quality, 0.0, 1.5)
+        _check_float("--answer-accuracy", self.answer_accuracy, 0.0, 1.0)
+        _check_float("--startup-delay", self.startup_delay_s, 0.0, 3600.0)
+        _check_float("--error-rate", self.error_rate, 0.0, 1.0)
+        _check_float("--stream-error-rate", self.stream_error_rate, 0.0, 1.0)
+        if self.crash_after_requests is not None:
+            _check_range("--crash-after-requests", self.crash_after_requests, 0, 1 << 40)
+        if self.stall_after_tokens is not None:
+            _check_range("--stall-after-tokens", self.stall_after_tokens, 0, 1 << 40)
+        if self.answer_key is not None and not self.answer_key.is_file():
+            raise InvalidInputError(f"--answer-key {str(self.answer_key)!r} is not a readable file")
+        return self
+
+
+def _check_range(name: str, value: int, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidInputError(f"{name}={value!r} must be an integer in [{low}, {high}]")
+
+
+def _check_float(name: str, value: float, low: float, high: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidInputError(f"{name}={value!r} is not a finite number")
+    if not low <= value <= high:
+        raise InvalidInputError(f"{name}={value!r} must be in [{low}, {high}]")
+
+
+def parse_rates(text: str) -> tuple[float, ...]:
+    """``"1,0.8,0.5"`` or ``"[1, 0.8, 0.5]"`` -> a tuple of floats (error names the text)."""
+    stripped = text.strip().strip("[]")
+    try:
+        return tuple(float(part) for part in stripped.replace(" ", ",").split(",") if part)
+    except ValueError:
+        raise InvalidInputError(f"--synthetic-rates {text!r}: expected numbers separated by commas") from None
+
+
+@dataclass(frozen=True)
+class FrameworkSettings:
+    """Speculative settings found in one framework source (all optional)."""
+
+    source: str
+    k: int | None = None
+    method: str | None = None
+    al: float | None = None
+    rates: tuple[float, ...] | None = None
+    scheme: str | None = None
+
+
+def read_vllm_speculative_config(text: str) -> FrameworkSettings:
+    """Settings from vLLM's ``--speculative-config`` JSON (errors name the key)."""
+    src = "--speculative-config"
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInputError(f"{src} is not valid JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise InvalidInputError(f"{src} must be a JSON object, got {type(raw).__name__}")
+    data = cast(dict[str, object], raw)
+    k: int | None = None
+    if "num_speculative_tokens" in data:
+        value = data["num_speculative_tokens"]
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidInputError(f"{src}: num_speculative_tokens must be an integer, got {value!r}")
+        k = value
+    method: str | None = None
+    if "method" in data:
+        name = data["method"]
+        if not isinstance(name, str) or name not in VLLM_METHOD_ALIASES:
+            raise InvalidInputError(
+                f"{src}: method {name!r} is not simulated; known: {', '.join(VLLM_METHOD_ALIASES)}"
+            )
+        method = VLLM_METHOD_ALIASES[name]
+    has_len = "synthetic_acceptance_length" in data
+    has_rates = "synthetic_acceptance_rates" in data
+    sample_method = data.get("rejection_sample_method")
+    if (has_len or has_rates) and sample_method != "synthetic":
+        raise InvalidInputError(
+            f'{src}: synthetic_acceptance_* given but rejection_sample_method is {sample_method!r}, not "synthetic"'
+        )
+    if sample_method == "synthetic" and has_len == has_rates:
+        raise InvalidInputError(
+            f'{src}: rejection_sample_method "synthetic" needs exactly one of '
+            "synthetic_acceptance_length or synthetic_acceptance_rates"
+        )
+    al: float | None = None
+    rates: tuple[float, ...] | None = None
+    if has_len:
+        value = data["synthetic_acceptance_length"]
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise InvalidInputError(f"{src}: synthetic_acceptance_length must be a number, got {value!r}")
+        al = float(value)
+    if has_rates:
+        value = data["synthetic_acceptance_rates"]
+        if not isinstance(value, list) or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in value
+        ):
+            raise InvalidInputError(
+                f"{src}: synthetic_acceptance_rates must be a list of numbers, got {value!r}"
+            )
+        rates = tuple(float(v) for v in value)
+    return FrameworkSettings(
+        src, k=k, method=method, al=al, rates=rates, scheme="vllm" if al or rates else None
+    )
+
+
+def read_sglang_env(env: Mapping[str, str]) -> FrameworkSettings:
+    """Settings from SGLang's ``SGLANG_SIMULATE_ACC_LEN`` / ``SGLANG_SIMULATE_ACC_METHOD``."""
+    src = ENV_SGLANG_ACC_LEN
+    al: float | None = None
+    scheme: str | None = None
+    if ENV_SGLANG_ACC_LEN in env:
+        text = env[ENV_SGLANG_ACC_LEN]
+        try:
+            value = float(text)
+        except ValueError:
+            raise InvalidInputError(f"{src}={text!r} is not a number") from None
+        if value >= 0:  # SGLang: off when negative
+            al = value
+    if ENV_SGLANG_ACC_METHOD in env:
+        name = env[ENV_SGLANG_ACC_METHOD]
+        if name not in SGLANG_METHODS:
+            raise InvalidInputError(
+                f"{ENV_SGLANG_ACC_METHOD}={name!r} is not one of {', '.join(SGLANG_METHODS)}"
+            )
+        scheme = SGLANG_METHODS[name]
+    return FrameworkSettings(src, al=al, scheme=scheme if al is not None else None)
+
+
+def read_trtllm_env(env: Mapping[str, str]) -> FrameworkSettings:
+    """Settings from ``TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS`` (accepted drafts = AL - 1)."""
+    src = ENV_TRTLLM_FORCE
+    if src not in env:
+        return FrameworkSettings(src)
+    text = env[src]
+    try:
+        value = float(text)
+    except ValueError:
+        raise InvalidInputError(f"{src}={text!r} is not a number") from None
+    if value < 0:
+        raise InvalidInputError(f"{src}={text!r} must be >= 0 (it counts accepted draft tokens: AL - 1)")
+    return FrameworkSettings(src, al=value + 1.0, scheme="trtllm")
+
+
+def resolve(
+    base: SimConfig,
+    *,
+    explicit: Sequence[str] = (),
+    speculative_config: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> SimConfig:
+    """Merge the dialect's framework source into ``base``; fields named in ``explicit`` win.
+
+    ``explicit`` lists the SimConfig field names the user set on the command line. Raises
+    InvalidInputError when a framework source belongs to another dialect or contradicts itself.
+    """
+    env = {} if env is None else env
+    found: list[FrameworkSettings] = []
+    if speculative_config is not None:
+        if base.dialect != "vllm":
+            raise InvalidInputError(
+                f"--speculative-config is vLLM's switch but --dialect is {base.dialect!r}; "
+                "use that framework's own source or explicit --synthetic-* flags"
+            )
+        found.append(read_vllm_speculative_config(speculative_config))
+    if base.dialect == "sglang":
+        found.append(read_sglang_env(env))
+    if base.dialect == "trtllm":
+        found.append(read_trtllm_env(env))
+    for name, owner in FRAMEWORK_ENV.items():
+        if name in env and owner != base.dialect:
+            log.warning("ignoring %s: it is %s's switch and --dialect is %s", name, owner, base.dialect)
+    cfg = base
+    notes = list(base.notes)
+    for fs in found:
+        updates: dict[str, object] = {}
+        pairs: list[tuple[str, object]] = [
+            ("k", fs.k),
+            ("method", fs.method),
+            ("synthetic_al", fs.al),
+            ("synthetic_rates", fs.rates),
+            ("synthetic_scheme", fs.scheme),
+        ]
+        for name, value in pairs:
+            if value is None:
+                continue
+            if name in explicit:
+                if getattr(cfg, name) != value:
+                    msg = f"{name}={getattr(cfg, name)!r} from the command line overrides {fs.source} ({value!r})"
+                    log.warning(msg)
+                    notes.append(msg)
+                continue
+            updates[name] = value
+        # an explicit AL overrides rates from the source and vice versa (one target only)
+        if "synthetic_al" in explicit or "synthetic_rates" in explicit:
+            updates.pop("synthetic_al", None)
+            updates.pop("synthetic_rates", None)
+        if updates:
+            notes.append(f"from {fs.source}: " + ", ".join(f"{k}={v!r}" for k, v in updates.items()))
+        cfg = replace(cfg, **updates)  # type: ignore[arg-type]
+    if cfg.synthetic_al is not None and cfg.synthetic_rates is not None:
+        raise InvalidInputError("give only one of --synthetic-al and --synthetic-rates")
+    return replace(cfg, notes=tuple(notes)).validate()

@@ -1,0 +1,263 @@
+"""Metrics dialects: each framework's metric names, labels and endpoints over the engine's counters.
+
+Names come only from :mod:`alflow.metrics.names`. Counters are exposed through ``prometheus_client``
+(a custom collector on a registry of the server's own), so the text has ``_total`` and ``_created``
+samples exactly like the real frameworks.
+
+What each dialect counts (DOMAIN.md section 4):
+
+- **vLLM**: ``num_drafts`` = (request, verify step) pairs, ``num_draft_tokens`` = K per pair,
+  ``num_accepted_tokens`` = accepted drafts, ``..._per_pos{position=i}`` = pairs that accepted the
+  draft at 0-based position i. AL = 1 + Δaccepted / Δdrafts exactly.
+- **SGLang**: ``spec_verify_calls`` = (request, verify step) pairs and ``generation_tokens`` = tokens
+  produced by verify steps (``a + 1`` per pair, bonus included, as drawn). The first token of each
+  request comes from prefill and is *not* counted in ``sglang:generation_tokens`` (it is in
+  ``sglang:prompt_tokens``' request and in the responses' usage), so Δgeneration_tokens /
+  Δverify_calls is the AL exactly. Gauges ``spec_accept_length`` / ``spec_accept_rate`` hold the
+  latest window of ``--sglang-window-steps`` verify steps. ``/server_info`` (and the deprecated
+  ``/get_server_info``) report the cumulative ``avg_spec_accept_length``.
+- **TensorRT-LLM**: ``num_draft_tokens`` = K per pair, ``num_accepted_tokens``; per-position
+  ``drafted_tokens{token_position}`` (every pair drafts at every position) and
+  ``accepted_tokens{token_position}``; gauge ``acceptance_length`` of the last iteration; JSON
+  iteration stats at ``/metrics`` (drained on each read, like ``trtllm-serve``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from alflow.metrics import names
+from alflow.sim.config import SimConfig
+from alflow.sim.engine import EngineStats, Histogram
+
+
+class MetricsDialect(Protocol):
+    """One framework's metric names and paths over :class:`EngineStats`."""
+
+    @property
+    def name(self) -> str:
+        """Dialect name (``vllm``, ``sglang``, ``trtllm``)."""
+        ...
+
+    @property
+    def metrics_path(self) -> str:
+        """Path of the Prometheus text."""
+        ...
+
+    def families(self, stats: EngineStats, config: SimConfig) -> Iterable[Metric]:
+        """The metric families of one scrape."""
+        ...
+
+
+def _counter(
+    name: str, doc: str, labels: dict[str, str], value: float, created: float
+) -> CounterMetricFamily:
+    fam = CounterMetricFamily(name, doc, labels=list(labels))
+    fam.add_metric(list(labels.values()), value, created=created)
+    return fam
+
+
+def _gauge(name: str, doc: str, labels: dict[str, str], value: float) -> GaugeMetricFamily:
+    fam = GaugeMetricFamily(name, doc, labels=list(labels))
+    fam.add_metric(list(labels.values()), value)
+    return fam
+
+
+def _histogram(name: str, doc: str, labels: dict[str, str], hist: Histogram) -> HistogramMetricFamily:
+    fam = HistogramMetricFamily(name, doc, labels=list(labels))
+    fam.add_metric(list(labels.values()), hist.cumulative(), hist.sum)
+    return fam
+
+
+@dataclass(frozen=True)
+class VllmDialect:
+    """vLLM's ``/metrics``: ``vllm:*`` counters with labels ``model_name`` and ``engine``."""
+
+    name: str = "vllm"
+    metrics_path: str = names.VLLM_METRICS_PATH
+
+    def families(self, stats: EngineStats, config: SimConfig) -> Iterator[Metric]:
+        lab = {"model_name": config.served_model_name, "engine": "0"}
+        c = stats.created_s
+        yield _counter(names.VLLM_NUM_DRAFTS, "Number of spec decoding drafts.", lab, stats.num_drafts, c)
+        yield _counter(names.VLLM_NUM_DRAFT_TOKENS, "Number of draft tokens.", lab, stats.draft_tokens, c)
+        yield _counter(
+            names.VLLM_NUM_ACCEPTED_TOKENS, "Number of accepted tokens.", lab, stats.accepted_tokens, c
+        )
+        per_pos = CounterMetricFamily(
+            names.VLLM_ACCEPTED_PER_POS, "Accepted tokens per draft position.", labels=[*lab, "position"]
+        )
+        for i, n in enumerate(stats.accepted_per_position()):
+            per_pos.add_metric([*lab.values(), str(i)], n, created=c)
+        yield per_pos
+        yield _counter(
+            names.VLLM_PROMPT_TOKENS, "Number of prefill tokens processed.", lab, stats.prompt_tokens, c
+        )
+        yield _counter(
+            names.VLLM_GENERATION_TOKENS,
+            "Number of generation tokens processed.",
+            lab,
+            stats.generation_tokens,
+            c,
+        )
+        success = CounterMetricFamily(
+            names.VLLM_REQUEST_SUCCESS,
+            "Count of successfully processed requests.",
+            labels=[*lab, "finished_reason"],
+        )
+        for reason in ("stop", "length", "abort"):
+            success.add_metric([*lab.values(), reason], stats.requests_finished.get(reason, 0), created=c)
+        yield success
+        yield _gauge(
+            names.VLLM_NUM_RUNNING, "Number of requests in model execution batches.", lab, stats.num_running
+        )
+        yield _gauge(
+            names.VLLM_NUM_WAITING, "Number of requests waiting to be processed.", lab, stats.num_waiting
+        )
+        yield _histogram(
+            names.VLLM_TTFT_SECONDS, "Histogram of time to first token in seconds.", lab, stats.ttft
+        )
+        yield _histogram(
+            names.VLLM_ITL_SECONDS, "Histogram of inter-token latency in seconds.", lab, stats.itl
+        )
+        yield _histogram(
+            names.VLLM_E2E_SECONDS, "Histogram of e2e request latency in seconds.", lab, stats.e2e
+        )
+
+
+@dataclass(frozen=True)
+class SglangDialect:
+    """SGLang's ``/metrics``: windowed spec gauges plus counters (see the module docstring)."""
+
+    name: str = "sglang"
+    metrics_path: str = names.SGLANG_METRICS_PATH
+
+    def families(self, stats: EngineStats, config: SimConfig) -> Iterator[Metric]:
+        lab = {"model_name": config.served_model_name}
+        c = stats.created_s
+        yield _gauge(names.SGLANG_SPEC_ACCEPT_LENGTH, "The average acceptance length (latest window).", lab,
+                     stats.window_al)  # fmt: skip
+        yield _gauge(names.SGLANG_SPEC_ACCEPT_RATE, "The average acceptance rate (latest window).", lab,
+                     stats.window_rate)  # fmt: skip
+        yield _counter(
+            names.SGLANG_SPEC_VERIFY_CALLS, "Number of speculative verify calls.", lab, stats.num_drafts, c
+        )
+        yield _counter(names.SGLANG_GENERATION_TOKENS, "Number of generation tokens (verify steps).", lab,
+                       stats.verify_tokens, c)  # fmt: skip
+        yield _counter(
+            names.SGLANG_PROMPT_TOKENS, "Number of prefill tokens processed.", lab, stats.prompt_tokens, c
+        )
+        yield _gauge(names.SGLANG_NUM_RUNNING, "The number of running requests.", lab, stats.num_running)
+        yield _gauge(
+            names.SGLANG_NUM_QUEUE, "The number of requests in the waiting queue.", lab, stats.num_waiting
+        )
+        yield _histogram(
+            names.SGLANG_TTFT_SECONDS, "Histogram of time to first token in seconds.", lab, stats.ttft
+        )
+        yield _histogram(
+            names.SGLANG_ITL_SECONDS, "Histogram of inter-token latency in seconds.", lab, stats.itl
+        )
+        yield _histogram(names.SGLANG_E2E_SECONDS, "Histogram of end-to-end request latency.", lab, stats.e2e)
+
+
+@dataclass(frozen=True)
+class TrtllmDialect:
+    """TensorRT-LLM's ``/prometheus/metrics`` (per-position counters labelled ``token_position``)."""
+
+    name: str = "trtllm"
+    metrics_path: str = names.TRTLLM_METRICS_PATH
+
+    def families(self, stats: EngineStats, config: SimConfig) -> Iterator[Metric]:
+        lab = {"model_name": config.served_model_name, "engine_type": "trtllm"}
+        c = stats.created_s
+        yield _counter(names.TRTLLM_NUM_DRAFT_TOKENS, "Number of draft tokens.", lab, stats.draft_tokens, c)
+        yield _counter(names.TRTLLM_NUM_ACCEPTED_TOKENS, "Number of accepted draft tokens.", lab,
+                       stats.accepted_tokens, c)  # fmt: skip
+        yield _gauge(names.TRTLLM_ACCEPTANCE_LENGTH, "Acceptance length of the last iteration.", lab,
+                     stats.last_step_al)  # fmt: skip
+        pos_labels = [*lab, names.TRTLLM_POSITION_LABEL]
+        drafted = CounterMetricFamily(
+            names.TRTLLM_DRAFTED_PER_POS, "Drafted tokens per position.", labels=pos_labels
+        )
+        accepted = CounterMetricFamily(
+            names.TRTLLM_ACCEPTED_PER_POS, "Accepted tokens per position.", labels=pos_labels
+        )
+        for i, n in enumerate(stats.accepted_per_position()):
+            drafted.add_metric([*lab.values(), str(i)], stats.num_drafts, created=c)
+            accepted.add_metric([*lab.values(), str(i)], n, created=c)
+        yield drafted
+        yield accepted
+        yield _counter(names.TRTLLM_PROMPT_TOKENS, "Number of prompt tokens.", lab, stats.prompt_tokens, c)
+        yield _counter(
+            names.TRTLLM_GENERATION_TOKENS, "Number of generation tokens.", lab, stats.generation_tokens, c
+        )
+        success = CounterMetricFamily(
+            names.TRTLLM_REQUEST_SUCCESS,
+            "Count of successfully processed requests.",
+            labels=[*lab, "finished_reason"],
+        )
+        for reason in ("stop", "length", "abort"):
+            success.add_metric([*lab.values(), reason], stats.requests_finished.get(reason, 0), created=c)
+        yield success
+        yield _histogram(
+            names.TRTLLM_TTFT_SECONDS, "Histogram of time to first token in seconds.", lab, stats.ttft
+        )
+        yield _histogram(
+            names.TRTLLM_TPOT_SECONDS, "Histogram of time per output token in seconds.", lab, stats.itl
+        )
+        yield _histogram(names.TRTLLM_E2E_SECONDS, "Histogram of end-to-end request latency.", lab, stats.e2e)
+
+
+DIALECTS: dict[str, MetricsDialect] = {d.name: d for d in (VllmDialect(), SglangDialect(), TrtllmDialect())}
+"""Every metrics dialect by name: the whole registry."""
+
+
+class _EngineCollector(Collector):
+    def __init__(self, dialect: MetricsDialect, stats: EngineStats, config: SimConfig) -> None:
+        self._dialect, self._stats, self._config = dialect, stats, config
+
+    def collect(self) -> Iterable[Metric]:
+        return list(self._dialect.families(self._stats, self._config))
+
+
+def make_registry(dialect: MetricsDialect, stats: EngineStats, config: SimConfig) -> CollectorRegistry:
+    """A registry of the server's own whose one collector reads ``stats`` at scrape time."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_EngineCollector(dialect, stats, config))
+    return registry
+
+
+def sglang_server_info(stats: EngineStats, config: SimConfig) -> dict[str, object]:
+    """SGLang ``/server_info``: cumulative ``avg_spec_accept_length`` per data-parallel rank (one)."""
+    avg = stats.verify_tokens / stats.num_drafts if stats.num_drafts else None
+    return {
+        "model_path": config.served_model_name,
+        "served_model_name": config.served_model_name,
+        "speculative_algorithm": {
+            "mtp": "EAGLE",
+            "eagle3": "EAGLE3",
+            "draft_model": "STANDALONE",
+            "ngram": "NGRAM",
+        }[config.method],
+        "speculative_num_steps": config.k,
+        "speculative_eagle_topk": 1,
+        "speculative_num_draft_tokens": config.k + 1,
+        "max_running_requests": config.max_num_seqs,
+        "context_length": config.max_model_len,
+        "version": "alflow-sim",
+        "simulated": True,
+        "internal_states": [
+            {
+                names.SGLANG_AVG_ACCEPT_LENGTH_KEY: avg,
+                "last_gen_throughput": 0.0,
+                "num_running_reqs": stats.num_running,
+                "num_queue_reqs": stats.num_waiting,
+            }
+        ],
+    }

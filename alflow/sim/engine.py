@@ -1,0 +1,424 @@
+"""The simulated engine: continuous batching with a step loop and speculative decoding.
+
+One asyncio task runs the step loop. Each step:
+
+1. admits waiting requests while fewer than ``max_num_seqs`` run (the rest queue);
+2. takes the step's time from the profile (verify of the running batch plus prefill of the admitted
+   prompts), times ``time_scale`` (0: no wait at all, just a yield to the event loop);
+3. **verify**: every running request proposed K drafts and accepts ``a`` of them (synthetic sampler
+   or natural per-request rates), emitting ``a + 1`` tokens in one SSE chunk;
+4. **prefill**: every admitted request emits its first token (no drafts: it is not a verify step).
+
+The hot path writes pre-framed bytes straight to each request's transport (one HTTP chunk per
+request per step) from slices of a pre-escaped output text, so the per-token Python work is nil.
+
+Counting (what the metrics dialects expose; see :class:`EngineStats`): ``num_drafts`` counts
+(request, verify step) pairs; ``verify_tokens`` counts ``a + 1`` per pair *as drawn* (before a
+request's last chunk is cut at ``max_tokens``), so ``verify_tokens / num_drafts`` is the AL exactly;
+``generation_tokens`` counts tokens actually emitted (first tokens from prefill included), equal to
+the sum of the responses' ``usage.completion_tokens``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import collections
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import orjson
+
+from alflow.acceptance.synthetic import AcceptanceSampler
+from alflow.sim.acceptance import NaturalAcceptance, draw_natural, synthetic_sampler
+from alflow.sim.config import SimConfig
+from alflow.sim.profiles import Profile, get_profile
+
+log = logging.getLogger(__name__)
+
+TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                  20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
+ITL_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                 40.0, 80.0)  # fmt: skip
+E2E_BUCKETS_S = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+                 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
+
+_DONE = b"data: [DONE]\n\n"
+
+
+class Histogram:
+    """A cheap fixed-bucket histogram (bucket counts, sum); exposition is the dialect's job."""
+
+    __slots__ = ("bounds", "count", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        """Add one observation."""
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+        self.count += 1
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """``(le, cumulative count)`` pairs ending with ``+Inf``."""
+        out: list[tuple[str, int]] = []
+        total = 0
+        for bound, n in zip(self.bounds, self.counts, strict=False):
+            total += n
+            out.append((repr(float(bound)), total))
+        out.append(("+Inf", total + self.counts[-1]))
+        return out
+
+
+@dataclass
+class EngineStats:
+    """Counters and gauges of the engine since start (plain numbers: cheap to bump)."""
+
+    k: int
+    created_s: float = field(default_factory=time.time)
+    num_drafts: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    verify_tokens: int = 0
+    verify_steps: int = 0
+    accept_hist: list[int] = field(default_factory=list)
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    requests_finished: dict[str, int] = field(default_factory=lambda: {"stop": 0, "length": 0, "abort": 0})
+    requests_received: int = 0
+    num_running: int = 0
+    num_waiting: int = 0
+    ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS_S))
+    itl: Histogram = field(default_factory=lambda: Histogram(ITL_BUCKETS_S))
+    e2e: Histogram = field(default_factory=lambda: Histogram(E2E_BUCKETS_S))
+    window_al: float = 0.0
+    window_rate: float = 0.0
+    last_step_al: float = 0.0
+    window_drafts: int = 0
+    window_tokens: int = 0
+    iterations: collections.deque[dict[str, object]] = field(
+        default_factory=lambda: collections.deque(maxlen=1000)
+    )
+
+    def __post_init__(self) -> None:
+        if not self.accept_hist:
+            self.accept_hist = [0] * (self.k + 1)
+
+    def accepted_per_position(self) -> list[int]:
+        """Requests-steps that accepted the draft at position i (0-based): ``sum_{a > i} hist[a]``."""
+        out: list[int] = []
+        tail = 0
+        for a in range(self.k, 0, -1):
+            tail += self.accept_hist[a]
+            out.append(tail)
+        return out[::-1]
+
+
+@dataclass(eq=False)
+class SimRequest:
+    """One request inside the engine (built by the server, driven by the step loop)."""
+
+    rid: str
+    prompt_tokens: int
+    limit: int
+    finish_reason: str
+    stream: bool
+    src: bytes
+    offsets: list[int]
+    pos: int
+    prefix: bytes = b""
+    suffix: bytes = b""
+    final_suffix: bytes = b""
+    tail: Callable[[int], bytes] | None = None
+    transport: asyncio.Transport | None = None
+    chunked: bool = True
+    temperature: float = 0.0
+    rates: tuple[float, ...] = ()
+    rng: random.Random | None = None
+    stall_at: int | None = None
+    stream_error_at: int | None = None
+    parts: list[bytes] = field(default_factory=list)
+    emitted: int = 0
+    arrival_ns: int = 0
+    last_ns: int = 0
+    done: asyncio.Future[None] | None = None
+    error: str | None = None
+    finished: bool = False
+
+
+class Engine:
+    """Continuous-batching step loop over :class:`SimRequest` objects (see the module docstring)."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.k = config.k
+        self.profile: Profile = get_profile(config.profile)
+        self.stats = EngineStats(k=config.k)
+        self.waiting: collections.deque[SimRequest] = collections.deque()
+        self.running: list[SimRequest] = []
+        self.stalled: set[SimRequest] = set()
+        self.sampler: AcceptanceSampler | None = None
+        if config.synthetic:
+            self.sampler = synthetic_sampler(
+                config.scheme, config.k, config.synthetic_al, config.synthetic_rates, config.seed
+            )
+        self.natural = NaturalAcceptance(config.method, config.k, config.acceptance_quality, config.seed)
+        self.record_iterations = config.dialect == "trtllm"
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+        self._last_end = 0.0
+        self._log: IO[bytes] | None = None
+        self._step = 0
+        self._context_tokens = 0
+        if config.step_log is not None:
+            self._log = Path(config.step_log).open("ab")  # noqa: SIM115 - closed in stop()
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        """Start the step loop on the running event loop."""
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="alflow-sim-engine")
+
+    async def stop(self) -> None:
+        """Stop the step loop, abort what is left, close the step log."""
+        self._closed = True
+        self._wakeup.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for req in [*self.running, *self.waiting, *self.stalled]:
+            self._finish(req, "abort")
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def submit(self, req: SimRequest) -> None:
+        """Queue a request; the step loop admits it when a slot is free."""
+        req.done = asyncio.get_running_loop().create_future()
+        req.arrival_ns = time.perf_counter_ns()
+        self.stats.requests_received += 1
+        self.stats.prompt_tokens += req.prompt_tokens
+        self.waiting.append(req)
+        self.stats.num_waiting = len(self.waiting)
+        self._wakeup.set()
+
+    def abort(self, req: SimRequest) -> None:
+        """Remove a request whose client went away (or whose handler was cancelled)."""
+        if req.finished:
+            return
+        if req in self.stalled:
+            self.stalled.discard(req)
+        with contextlib.suppress(ValueError):
+            self.waiting.remove(req)
+        self._finish(req, "abort")
+        self.stats.num_waiting = len(self.waiting)
+
+    # ---------------------------------------------------------------- loop
+
+    async def _run(self) -> None:
+        try:
+            while not self._closed:
+                if not self.running and not self.waiting:
+                    self._wakeup.clear()
+                    await self._wakeup.wait()
+                    continue
+                await self._one_step()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("engine step loop failed")
+            raise
+
+    async def _one_step(self) -> None:
+        cfg = self.config
+        admitted: list[SimRequest] = []
+        free = cfg.max_num_seqs - len(self.running) - len(self.stalled)
+        while self.waiting and free > 0:
+            req = self.waiting.popleft()
+            if req.finished:
+                continue
+            admitted.append(req)
+            free -= 1
+        decode = [r for r in self.running if not r.finished]
+        if cfg.time_scale > 0:
+            prefill = sum(r.prompt_tokens for r in admitted)
+            dt = self.profile.step_s(len(decode), self.k, self._context_tokens, prefill) * cfg.time_scale
+            now = time.monotonic()
+            # a busy engine keeps a continuous timeline, so sleep overshoot does not accumulate
+            start = self._last_end if now - self._last_end < 0.05 else now
+            end = start + dt
+            self._last_end = end
+            await asyncio.sleep(max(0.0, end - now))
+        else:
+            await asyncio.sleep(0)
+        now_ns = time.perf_counter_ns()
+        survivors: list[SimRequest] = []
+        if decode:
+            self._verify(decode, now_ns, survivors)
+        for req in admitted:
+            if req.finished:
+                continue
+            self._emit(req, 1, now_ns, first=True)
+            if not req.finished and req.done is not None:
+                if req.stall_at is not None and req.emitted >= req.stall_at:
+                    self.stalled.add(req)
+                else:
+                    survivors.append(req)
+        self.running = survivors
+        self._context_tokens = sum(r.prompt_tokens + r.emitted for r in survivors)
+        st = self.stats
+        st.num_running = len(survivors) + len(self.stalled)
+        st.num_waiting = len(self.waiting)
+
+    def _verify(self, decode: list[SimRequest], now_ns: int, survivors: list[SimRequest]) -> None:
+        k = self.k
+        n = len(decode)
+        if self.sampler is not None:
+            draws = self.sampler.draw_step(n)
+        else:
+            draws = [draw_natural(r.rates, r.rng) if r.rng is not None else 0 for r in decode]
+        st = self.stats
+        hist = st.accept_hist
+        accepted = 0
+        emit = self._emit
+        stalled = self.stalled
+        for req, a in zip(decode, draws, strict=True):
+            hist[a] += 1
+            accepted += a
+            if req.finished:
+                continue
+            emit(req, a + 1, now_ns, first=False)
+            if not req.finished:
+                if req.stall_at is not None and req.emitted >= req.stall_at:
+                    stalled.add(req)
+                else:
+                    survivors.append(req)
+        st.num_drafts += n
+        st.draft_tokens += n * k
+        st.accepted_tokens += accepted
+        st.verify_tokens += accepted + n
+        st.verify_steps += 1
+        st.window_drafts += n
+        st.window_tokens += accepted + n
+        step_al = 1.0 + accepted / n
+        st.last_step_al = step_al
+        if st.verify_steps % self.config.sglang_window_steps == 0:
+            st.window_al = st.window_tokens / st.window_drafts
+            st.window_rate = (st.window_tokens - st.window_drafts) / (st.window_drafts * k)
+            st.window_drafts = st.window_tokens = 0
+        self._step += 1
+        if self.record_iterations:
+            st.iterations.append(
+                {
+                    "iter": self._step,
+                    "timestamp": time.time(),
+                    "numActiveRequests": n,
+                    "numQueuedRequests": len(self.waiting),
+                    "maxNumActiveRequests": self.config.max_num_seqs,
+                    "specDecodingStats": {
+                        "numDraftTokens": n * k,
+                        "numAcceptedTokens": accepted,
+                        "numRequestsWithDraftTokens": n,
+                        "acceptanceLength": step_al,
+                    },
+                }
+            )
+        if self._log is not None:
+            self._log.write(
+                orjson.dumps(
+                    {
+                        "step": self._step,
+                        "time_ns": now_ns,
+                        "k": k,
+                        "requests": [r.rid for r in decode],
+                        "accepted": draws,
+                    }
+                )
+                + b"\n"
+            )
+            self._log.flush()
+
+    def _emit(self, req: SimRequest, n: int, now_ns: int, *, first: bool) -> None:
+        """Emit ``n`` tokens of ``req`` (cut at its limit) as one chunk; finish it at the limit."""
+        remaining = req.limit - req.emitted
+        last = n >= remaining
+        if last:
+            n = remaining
+        if req.stream_error_at is not None and req.emitted + n >= req.stream_error_at:
+            self._stream_error(req)
+            return
+        pos = req.pos
+        off = req.offsets
+        size = len(off) - 1
+        end = pos + n
+        if end <= size:
+            frag = req.src[off[pos] : off[end]]
+            req.pos = end if end < size else 0
+        else:
+            wrap = end - size
+            frag = req.src[off[pos] :] + req.src[: off[wrap]]
+            req.pos = wrap
+        req.emitted += n
+        st = self.stats
+        st.generation_tokens += n
+        if first:
+            st.ttft.observe((now_ns - req.arrival_ns) / 1e9)
+        else:
+            st.itl.observe((now_ns - req.last_ns) / 1e9)
+        req.last_ns = now_ns
+        if req.stream:
+            if last:
+                body = req.prefix + frag + req.final_suffix
+                if req.tail is not None:
+                    body += req.tail(req.emitted)
+                body += _DONE
+            else:
+                body = req.prefix + frag + req.suffix
+            transport = req.transport
+            if transport is None or transport.is_closing():
+                self._finish(req, "abort")
+                return
+            if req.chunked:
+                transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+            else:
+                transport.write(body)
+        else:
+            req.parts.append(frag)
+        if last:
+            self._finish(req, req.finish_reason)
+
+    def _stream_error(self, req: SimRequest) -> None:
+        body = (
+            b'data: {"error":{"message":"simulated error inside the stream (--stream-error-rate)",'
+            b'"type":"InternalServerError","param":null,"code":500}}\n\n' + _DONE
+        )
+        req.error = "stream error"
+        transport = req.transport
+        if req.stream and transport is not None and not transport.is_closing():
+            transport.write(b"%x\r\n%b\r\n" % (len(body), body) if req.chunked else body)
+        self._finish(req, "abort")
+
+    def _finish(self, req: SimRequest, reason: str) -> None:
+        if req.finished:
+            return
+        req.finished = True
+        st = self.stats
+        st.requests_finished[reason] = st.requests_finished.get(reason, 0) + 1
+        if reason != "abort":
+            st.e2e.observe((time.perf_counter_ns() - req.arrival_ns) / 1e9)
+        else:
+            req.error = req.error or "aborted"
+        if req.done is not None and not req.done.done():
+            req.done.set_result(None)

@@ -1,0 +1,138 @@
+"""Benchmark of the simulated engine (a script, not a test): prints a table.
+
+1. Throughput: one sim process pinned to one core (``--time-scale 0``, K=3, synthetic AL=3) and this
+   client pinned to another core, concurrency 256, streaming chat completions with ``ignore_eos``;
+   output tokens per second from the responses' usage.
+2. Interactivity: ``--time-scale 1`` with the h200-llama70b profile at concurrency 1; measured
+   interactivity (1000 / TPOT_ms, median) next to the profile's prediction.
+
+Usage: .venv/bin/python benchmarks/sim_throughput.py [--concurrency 256] [--max-tokens 1024]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import time
+
+import aiohttp
+import orjson
+
+from alflow.sim.profiles import get_profile, predicted_tpot_s
+from alflow.sim.process import SimProcess
+
+
+async def _one(session: aiohttp.ClientSession, url: str, payload: bytes) -> tuple[int, float, float, float]:
+    """Stream one request; return (completion tokens, start, first content time, end)."""
+    start = time.perf_counter()
+    first = 0.0
+    tail = b""
+    async with session.post(url, data=payload, headers={"Content-Type": "application/json"}) as resp:
+        resp.raise_for_status()
+        seen = 0
+        async for chunk in resp.content.iter_any():
+            seen += 1
+            if seen == 2 and not first:
+                first = time.perf_counter()
+            tail = (tail + chunk)[-600:]
+    end = time.perf_counter()
+    at = tail.rfind(b'"usage":')
+    usage = orjson.loads(tail[at + 8 : tail.index(b"}", at) + 1])
+    return int(usage["completion_tokens"]), start, first or end, end
+
+
+async def _run_load(base_url: str, concurrency: int, n_requests: int, max_tokens: int, prompt: str):
+    url = base_url + "/v1/chat/completions"
+    payload = orjson.dumps(
+        {
+            "model": "sim/bench",
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    )
+    results: list[tuple[int, float, float, float]] = []
+    queue = list(range(n_requests))
+    conn = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=600)) as session:
+
+        async def worker() -> None:
+            while queue:
+                queue.pop()
+                results.append(await _one(session, url, payload))
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        t1 = time.perf_counter()
+    return results, t1 - t0
+
+
+def throughput(args: argparse.Namespace) -> dict[str, object]:
+    sim_args = ["--dialect", "vllm", "--k", "3", "--synthetic-al", "3", "--time-scale", "0",
+                "--max-num-seqs", str(args.concurrency), "--model-name", "bench"]  # fmt: skip
+    with SimProcess(sim_args) as sim:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) >= 2:
+            os.sched_setaffinity(sim.pid, {cpus[0]})
+            os.sched_setaffinity(0, {cpus[1]})
+        # warm-up
+        asyncio.run(_run_load(sim.base_url, args.concurrency, args.concurrency, 64, "warm up"))
+        results, wall = asyncio.run(
+            _run_load(sim.base_url, args.concurrency, args.requests, args.max_tokens, "benchmark prompt")
+        )
+        os.sched_setaffinity(0, set(cpus))
+    tokens = sum(r[0] for r in results)
+    return {"requests": len(results), "output_tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall}
+
+
+def interactivity(args: argparse.Namespace) -> dict[str, object]:
+    profile = get_profile("h200-llama70b")
+    isl_prompt = "word " * 200
+    out = 256
+    sim_args = ["--dialect", "vllm", "--k", "3", "--synthetic-al", "3", "--time-scale", "1",
+                "--profile", profile.name, "--model-name", "bench"]  # fmt: skip
+    with SimProcess(sim_args) as sim:
+        results, _ = asyncio.run(_run_load(sim.base_url, 1, 6, out, isl_prompt))
+    tpots = [(end - first) / (n - 1) for n, _start, first, end in results[1:]]
+    tpot = statistics.median(tpots)
+    # the prompt's token count under the sim's chat template
+    from alflow.sim.tokenizer import get_tokenizer
+
+    prompt_tokens = len(get_tokenizer().chat_ids([("user", isl_prompt)]))
+    predicted = predicted_tpot_s(profile, 3, 3.0, prompt_tokens, out)
+    return {
+        "measured_interactivity": 1 / tpot,
+        "predicted_interactivity": 1 / predicted,
+        "ratio": predicted / tpot,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--concurrency", type=int, default=256)
+    parser.add_argument("--max-tokens", type=int, default=1024)
+    parser.add_argument("--requests", type=int, default=0, help="default: 3 x concurrency")
+    parser.add_argument("--skip-interactivity", action="store_true")
+    args = parser.parse_args()
+    args.requests = args.requests or 3 * args.concurrency
+    tp = throughput(args)
+    print(f"{'metric':<42} {'value':>14}")
+    print(f"{'requests':<42} {tp['requests']:>14}")
+    print(f"{'output tokens':<42} {tp['output_tokens']:>14}")
+    print(f"{'wall s':<42} {tp['wall_s']:>14.2f}")
+    print(
+        f"{'output tokens/s (c=' + str(args.concurrency) + ', K=3, AL=3)':<42} {tp['tokens_per_s']:>14,.0f}"
+    )
+    if not args.skip_interactivity:
+        it = interactivity(args)
+        print(f"{'interactivity measured (tok/s/user, c=1)':<42} {it['measured_interactivity']:>14.1f}")
+        print(f"{'interactivity predicted (h200-llama70b)':<42} {it['predicted_interactivity']:>14.1f}")
+        print(f"{'measured / predicted':<42} {1 / it['ratio']:>14.3f}")
+
+
+if __name__ == "__main__":
+    main()
