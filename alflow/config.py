@@ -201,3 +201,170 @@ class GateTolerances(StrictModel):
     def al_threshold(self, reference_al: float) -> float:
         """``reference - max(abs_tol, rel_tol * reference)``, never below 1."""
         return max(1.0, reference_al - max(self.abs_tol, self.rel_tol * reference_al))
+
+
+# --- Server lifecycle (issue 5): what to start, and where it runs -------------------------------------
+
+ServerFramework = Literal["vllm", "sglang", "trtllm", "sim"]
+ServerDialect = Literal["vllm", "sglang", "trtllm"]
+
+
+class Parallelism(StrictModel):
+    """How the served model is split over GPUs (sizes of 1 mean "off")."""
+
+    tp: int = Field(1, ge=1, description="Tensor-parallel size.")
+    pp: int = Field(1, ge=1, description="Pipeline-parallel size.")
+    dp: int = Field(
+        1, ge=1, description="Data-parallel size (attention data parallel where the framework has it)."
+    )
+    ep: int = Field(
+        1,
+        ge=1,
+        description="Expert-parallel size; 1 is off (vLLM: must equal TP x DP, its expert-parallel size).",
+    )
+
+
+class ServerConfig(StrictModel):
+    """One serving-engine configuration: framework, model, image, parallelism, speculation, knobs."""
+
+    framework: ServerFramework = Field(
+        description="Serving framework: vllm, sglang, trtllm or sim (the simulator)."
+    )
+    model: str = Field(
+        min_length=1, description="Model id to serve (Hugging Face repo id or a path in the container)."
+    )
+    revision: str | None = Field(None, description="Model revision to load (None: the framework's default).")
+    image: str | None = Field(
+        None,
+        description=(
+            "Container image with tag (e.g. 'vllm/vllm-openai:v0.11.0'); needed by the docker runner; the tag is "
+            "checked for features that depend on the version. None: the recipe's default image."
+        ),
+    )
+    parallelism: Parallelism = Field(
+        default=Parallelism(), description="Tensor/pipeline/data/expert parallel sizes."
+    )
+    speculative: SpeculativeConfig | None = Field(
+        None, description="Speculative decoding method and K; None: off."
+    )
+    synthetic: SyntheticAcceptance | None = Field(
+        None,
+        description="Synthetic acceptance (forced accept lengths); None: real acceptance. Needs speculative.",
+    )
+    two_model: bool | None = Field(
+        None,
+        description=(
+            "TensorRT-LLM only: run EAGLE3 as two models (separate drafter engine); None: the method's default "
+            "(one model for mtp and eagle3, two for draft_model and ngram)."
+        ),
+    )
+    sim_dialect: ServerDialect = Field(
+        "vllm",
+        description="framework=sim only: which framework's API, knobs and metrics the simulator speaks.",
+    )
+    max_model_len: int | None = Field(
+        None, ge=16, description="Maximum sequence length (None: the model's own)."
+    )
+    enable_prefix_caching: bool = Field(
+        False, description="Prefix caching; off by default so repeated prompts do not inflate the speed."
+    )
+    host: str = Field("0.0.0.0", min_length=1, description="Address the server binds to.")  # noqa: S104
+    port: int = Field(0, ge=0, le=65535, description="Port the server listens on; 0 picks a free port.")
+    readiness_timeout_s: float = Field(
+        1800.0,
+        gt=0.0,
+        description="How long to wait for the health endpoint before giving up (model loading).",
+    )
+    extra_args: tuple[str, ...] = Field((), description="Extra command-line arguments appended verbatim.")
+    extra_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra environment variables (not secrets: put those in the runner's secrets, by name).",
+    )
+
+    @model_validator(mode="after")
+    def _synthetic_needs_speculation(self) -> Self:
+        if self.synthetic is not None and self.speculative is None:
+            raise ValueError(
+                "synthetic acceptance needs speculative decoding (set speculative: method and k)"
+            )
+        if self.two_model is not None and self.framework not in ("trtllm", "sim"):
+            raise ValueError(f"two_model applies to TensorRT-LLM only, not {self.framework!r}")
+        return self
+
+
+class ProcessOptions(StrictModel):
+    """Runner 'process': the server is a local child process (used for the simulator)."""
+
+    kind: Literal["process"] = Field("process", description="Runner kind.")
+    log_dir: str | None = Field(
+        None, description="Directory for the server log and files (None: a temporary one)."
+    )
+    stop_timeout_s: float = Field(10.0, gt=0.0, description="Seconds between SIGTERM and SIGKILL.")
+    secrets: tuple[str, ...] = Field(
+        ("HF_TOKEN",),
+        description="Names of secret environment variables passed through (values never stored).",
+    )
+
+
+class DockerOptions(StrictModel):
+    """Runner 'docker': the server runs in a container started through the Docker engine API."""
+
+    kind: Literal["docker"] = Field("docker", description="Runner kind.")
+    gpus: Literal["all", "none"] | tuple[str, ...] = Field(
+        "all", description="GPUs for the container: 'all', 'none', or a list of GPU ids or UUIDs."
+    )
+    ipc_mode: Literal["host"] | None = Field(
+        "host",
+        description="'host' shares the host's IPC namespace (large shared memory); None: use shm_size.",
+    )
+    shm_size: str | None = Field(None, description="Shared memory size when ipc_mode is None (e.g. '32g').")
+    network: Literal["host", "bridge"] = Field(
+        "host", description="'host': the container uses the host's network; 'bridge': the port is mapped."
+    )
+    model_cache: str | None = Field(
+        "~/.cache/huggingface",
+        description="Host directory (absolute or ~) or named volume holding downloaded models; None: no cache mount.",
+    )
+    model_cache_target: str = Field(
+        "/root/.cache/huggingface", description="Where the model cache is mounted in the container."
+    )
+    volumes: tuple[str, ...] = Field(
+        (), description="Extra bind mounts, docker style 'HOST:CONTAINER[:ro|rw]'."
+    )
+    pull: Literal["always", "missing", "never"] = Field(
+        "missing", description="Pull the image always, only when missing locally, or never."
+    )
+    secrets: tuple[str, ...] = Field(
+        ("HF_TOKEN",),
+        description="Names of secret environment variables passed into the container (values never logged or stored).",
+    )
+    labels: dict[str, str] = Field(default_factory=dict, description="Extra container labels.")
+    stop_timeout_s: float = Field(
+        30.0, gt=0.0, description="Seconds the container gets to stop before it is killed."
+    )
+
+    @model_validator(mode="after")
+    def _shared_memory(self) -> Self:
+        if self.ipc_mode == "host" and self.shm_size is not None:
+            raise ValueError(
+                "give ipc_mode='host' or shm_size, not both (shm_size has no effect with a host IPC)"
+            )
+        if isinstance(self.gpus, tuple) and not self.gpus:
+            raise ValueError("gpus is an empty list: use 'none' for no GPUs")
+        return self
+
+
+class ExternalServer(StrictModel):
+    """Runner 'external': a server someone else started; alflow attaches and never stops it."""
+
+    kind: Literal["external"] = Field("external", description="Runner kind.")
+    base_url: str = Field(min_length=1, description="Base URL of the server, e.g. 'http://10.0.0.5:8000'.")
+    metrics_url: str | None = Field(
+        None, description="Full metrics URL (None: base URL + the dialect's metrics path)."
+    )
+    dialect: ServerDialect = Field(description="Which framework's API and metrics the server speaks.")
+    health_path: str = Field("/health", description="Health endpoint path.")
+
+
+RunnerOptions = Annotated[ProcessOptions | DockerOptions | ExternalServer, Field(discriminator="kind")]
+"""Where a server runs: the ``kind`` field chooses the runner."""
