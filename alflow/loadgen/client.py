@@ -186,10 +186,12 @@ async def stream_request(
                 record.error = "stream ended without [DONE]"
             elif not chunk_ns:
                 record.error = "stream carried no output tokens (usage only)"
-    except FatalRequestError:
+    except FatalRequestError as exc:
+        record.error = str(exc)
         raise
     except aiohttp.ClientConnectorError as exc:
-        raise FatalRequestError(f"cannot reach {url}: {exc.os_error or exc}") from exc
+        record.error = f"cannot reach {url}: {exc.os_error or exc}"
+        raise FatalRequestError(record.error) from exc
     except TimeoutError:
         record.error = f"timed out after {timeout_s} s"
     except aiohttp.ClientError as exc:

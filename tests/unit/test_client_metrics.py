@@ -1,0 +1,117 @@
+"""Client metrics computed from records with polars, checked against hand arithmetic."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from alflow.errors import InvalidInputError
+from alflow.loadgen.records import RequestRecord, read_records, records_frame, write_records
+from alflow.metrics.client import SLO, GpuLayout, per_request, summarize
+
+MS = 1_000_000
+
+
+def rec(
+    i: int, start_ms: float, chunks_ms: list[float], out: int | None, inp: int = 10, **kw: object
+) -> RequestRecord:
+    r = RequestRecord(request_id=i, session_id=f"s{i}", start_ns=int(start_ms * MS), **kw)  # type: ignore[arg-type]
+    r.chunk_ns = [int(c * MS) for c in chunks_ms]
+    if r.chunk_ns:
+        r.first_token_ns, r.end_ns = r.chunk_ns[0], r.chunk_ns[-1]
+    r.done_ns = (r.end_ns or r.start_ns) + MS
+    r.input_tokens, r.output_tokens = inp, out
+    return r
+
+
+RECORDS = [
+    rec(0, 0, [100, 110, 130, 160], out=7),  # ttft 100, e2el 160, itl 10/20/30, tpot 60/6=10
+    rec(1, 10, [60, 80], out=3),  # ttft 50, e2el 70, itl 20, tpot 20/2=10
+    rec(2, 20, [220], out=1),  # ttft 200, e2el 200, no itl, tpot null
+    rec(3, 0, [], out=None, error="HTTP 500: boom"),
+    rec(4, 0, [5, 6], out=2, warmup=True),  # warm-up: excluded
+]
+
+
+def test_summary_matches_hand_arithmetic_and_vllm_key_names() -> None:
+    s = summarize(records_frame(RECORDS), duration_s=2.0)
+    assert s["completed"] == 3
+    assert s["failed"] == 1
+    assert s["all_ok"] is False
+    assert s["errors"] == {"HTTP 500: boom": 1}
+    assert s["total_input_tokens"] == 30
+    assert s["total_output_tokens"] == 11
+    assert s["request_throughput"] == pytest.approx(1.5)
+    assert s["output_throughput"] == pytest.approx(5.5)
+    assert s["total_token_throughput"] == pytest.approx(20.5)
+    ttfts = [100.0, 50.0, 200.0]
+    assert s["mean_ttft_ms"] == pytest.approx(statistics.fmean(ttfts))
+    assert s["median_ttft_ms"] == pytest.approx(100.0)
+    assert s["std_ttft_ms"] == pytest.approx(statistics.pstdev(ttfts))
+    assert s["p99_ttft_ms"] == pytest.approx(statistics.quantiles(ttfts, n=100, method="inclusive")[98])
+    assert s["mean_tpot_ms"] == pytest.approx(10.0)
+    itls = [10.0, 20.0, 30.0, 20.0]
+    assert s["mean_itl_ms"] == pytest.approx(20.0)
+    assert s["p90_itl_ms"] == pytest.approx(statistics.quantiles(itls, n=10, method="inclusive")[8])
+    assert s["mean_e2el_ms"] == pytest.approx(statistics.fmean([160.0, 70.0, 200.0]))
+    assert s["median_interactivity_tokens_per_s"] == pytest.approx(100.0)
+    assert s["total_chunks"] == 7
+    assert s["tokens_per_chunk"] == pytest.approx(11 / 7)
+    assert s["tokens_per_chunk_after_first"] == pytest.approx((11 - 3) / (7 - 3))
+    for key in (
+        "mean_ttft_ms",
+        "median_tpot_ms",
+        "p99_itl_ms",
+        "mean_e2el_ms",
+        "output_throughput",
+        "completed",
+    ):
+        assert key in s
+
+
+def test_goodput_counts_requests_meeting_every_slo() -> None:
+    s = summarize(records_frame(RECORDS), duration_s=2.0, slo=SLO(ttft_ms=150, tpot_ms=10))
+    assert (
+        s["good_requests"] == 2
+    )  # request 2's TTFT of 200 ms misses; its null TPOT does not count against it
+    assert s["request_goodput"] == pytest.approx(1.0)
+    s = summarize(records_frame(RECORDS), duration_s=2.0, slo=SLO(e2el_ms=100))
+    assert s["good_requests"] == 1
+    assert "request_goodput" not in summarize(records_frame(RECORDS), duration_s=2.0)
+
+
+def test_per_gpu_throughput_and_disaggregated_split() -> None:
+    s = summarize(records_frame(RECORDS), duration_s=2.0, gpus=GpuLayout(tp=4, pp=2))
+    assert s["num_gpus"] == 8
+    assert s["output_throughput_per_gpu"] == pytest.approx(5.5 / 8)
+    assert s["total_token_throughput_per_gpu"] == pytest.approx(20.5 / 8)
+    d = summarize(records_frame(RECORDS), duration_s=2.0, gpus=GpuLayout(prefill_gpus=2, decode_gpus=6))
+    assert d["output_throughput_per_decode_gpu"] == pytest.approx(5.5 / 6)
+    assert d["input_throughput_per_prefill_gpu"] == pytest.approx(15.0 / 2)
+
+
+def test_custom_percentiles_and_empty_run() -> None:
+    s = summarize(records_frame(RECORDS), duration_s=1.0, percentiles=[99.9, 25])
+    assert "p99.9_ttft_ms" in s
+    assert "p25_e2el_ms" in s
+    empty = summarize(records_frame([RECORDS[3]]), duration_s=1.0)
+    assert empty["completed"] == 0
+    assert empty["mean_ttft_ms"] is None
+    assert empty["tokens_per_chunk"] is None
+    with pytest.raises(InvalidInputError, match="duration_s"):
+        summarize(records_frame(RECORDS), duration_s=0)
+
+
+def test_missing_usage_falls_back_to_chunk_count() -> None:
+    frame = per_request(records_frame([rec(0, 0, [10, 20, 30], out=None)]))
+    assert frame["output_tokens"].to_list() == [3]
+
+
+def test_records_round_trip_through_parquet(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = write_records(tmp_path / "r" / "records.parquet", RECORDS)
+    back = read_records(path)
+    assert back.height == 5
+    assert back["chunk_ns"].to_list()[0] == [100 * MS, 110 * MS, 130 * MS, 160 * MS]
+    assert back["error"].to_list()[3] == "HTTP 500: boom"
+    assert summarize(back, duration_s=2.0)["completed"] == 3

@@ -1,0 +1,126 @@
+"""Framework dialects turn two scrapes into SpecStats (fixtures: AL 2.5, rates 0.7/0.5/0.3)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from alflow.acceptance.stats import CounterResetError
+from alflow.errors import InvalidInputError
+from alflow.metrics import names
+from alflow.metrics.dialects import (
+    DIALECTS,
+    MissingMetricsError,
+    candidate_metrics_urls,
+    detect,
+    get_dialect,
+)
+from alflow.metrics.prometheus import SnapshotWindow, parse_exposition
+from tests.unit.test_prometheus import prometheus  # noqa: F401  (fixture reuse)
+
+FIX = Path(__file__).parent.parent / "fixtures" / "prometheus"
+
+
+def window(fw: str, after: str = "after") -> SnapshotWindow:
+    b = parse_exposition((FIX / f"{fw}_before.txt").read_text(), mono_ns=1)
+    a = parse_exposition((FIX / f"{fw}_{after}.txt").read_text(), mono_ns=2)
+    return SnapshotWindow(b, a)
+
+
+def test_vllm_al_per_position_and_ci() -> None:
+    st = get_dialect("vllm").spec_stats(window("vllm"))
+    assert st.num_drafts == 1100
+    assert st.accepted_tokens == 1650
+    assert st.draft_tokens == 3300
+    assert st.k == 3
+    assert st.al == pytest.approx(2.5)
+    assert st.acceptance_rate == pytest.approx(0.5)
+    assert st.per_position_rates == pytest.approx((0.7, 0.5, 0.3))
+    assert st.ci is not None
+    assert st.ci.method == "histogram-iid"
+
+
+def test_sglang_approximation_is_labelled() -> None:
+    st = get_dialect("sglang").spec_stats(window("sglang"), k=3)
+    assert st.num_drafts == 1000
+    assert st.accepted_tokens == 1500
+    assert st.al == pytest.approx(2.5)
+    assert "approximate" in st.note
+    assert "spec_accept_length: 2 points" in st.note
+
+
+def test_trtllm_steps_from_first_position() -> None:
+    st = get_dialect("trtllm").spec_stats(window("trtllm"))
+    assert st.num_drafts == 1000
+    assert st.al == pytest.approx(2.5)
+    assert st.per_position_rates == pytest.approx((0.7, 0.5, 0.3))
+    assert st.k == 3
+
+
+def test_trtllm_without_per_position_counters_needs_k() -> None:
+    strip = "\n".join(
+        line
+        for line in (FIX / "trtllm_before.txt").read_text().splitlines()
+        if "tokens_total{" not in line or "num_" in line
+    )
+    strip_after = "\n".join(
+        line
+        for line in (FIX / "trtllm_after.txt").read_text().splitlines()
+        if "tokens_total{" not in line or "num_" in line
+    )
+    w = SnapshotWindow(parse_exposition(strip, mono_ns=1), parse_exposition(strip_after, mono_ns=2))
+    with pytest.raises(MissingMetricsError, match="return_perf_metrics"):
+        get_dialect("trtllm").spec_stats(w)
+    st = get_dialect("trtllm").spec_stats(w, k=3)
+    assert st.num_drafts == 1000
+    assert st.al == pytest.approx(2.5)
+    assert "draft tokens / K" in st.note
+
+
+@pytest.mark.parametrize("fw", ["vllm", "sglang", "trtllm"])
+def test_counter_reset_raises(fw: str) -> None:
+    with pytest.raises(CounterResetError):
+        get_dialect(fw).spec_stats(window(fw, "after_reset"), k=3)
+
+
+@pytest.mark.parametrize("fw", ["vllm", "sglang", "trtllm"])
+def test_detect_each_framework(fw: str) -> None:
+    assert detect(parse_exposition((FIX / f"{fw}_after.txt").read_text())).name == fw
+
+
+def test_detect_and_lookup_errors() -> None:
+    with pytest.raises(MissingMetricsError, match="cannot detect"):
+        detect(parse_exposition("process_cpu_seconds_total 3\n"))
+    with pytest.raises(InvalidInputError, match="unknown metrics dialect"):
+        get_dialect("tgi")
+    both = (FIX / "vllm_after.txt").read_text() + (FIX / "sglang_after.txt").read_text()
+    with pytest.raises(MissingMetricsError, match="several dialects"):
+        detect(parse_exposition(both))
+
+
+def test_missing_spec_counters_say_how_to_enable_them() -> None:
+    empty = parse_exposition("vllm:num_requests_running 1\n", mono_ns=1)
+    with pytest.raises(MissingMetricsError, match="speculative-config"):
+        get_dialect("vllm").spec_stats(SnapshotWindow(empty, empty))
+
+
+def test_metrics_urls() -> None:
+    assert candidate_metrics_urls("http://h:8000/v1", "trtllm") == [
+        "http://h:8000" + names.TRTLLM_METRICS_PATH
+    ]
+    assert candidate_metrics_urls("http://h:8000/") == [
+        "http://h:8000/metrics",
+        "http://h:8000/prometheus/metrics",
+    ]
+    assert set(DIALECTS) == {"vllm", "sglang", "trtllm"}
+
+
+def test_vllm_from_promql_window(prometheus: str) -> None:  # noqa: F811
+    from alflow.metrics.prometheus import PromQLWindow
+
+    st = get_dialect("vllm").spec_stats(PromQLWindow(prometheus, 0.0, 60.0))
+    assert st.num_drafts == 1100
+    assert st.accepted_tokens == 1650
+    assert st.al == pytest.approx(2.5)
+    assert "Prometheus" in st.note
