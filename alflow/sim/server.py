@@ -667,7 +667,8 @@ class SimServer:
         limit = self.config.crash_after_requests
         if limit is not None and self._completed >= limit and self.crash is not None:
             log.error("simulated crash after %d requests (--crash-after-requests)", self._completed)
-            self.crash()
+            # after the response has gone out: the handler returns first
+            asyncio.get_running_loop().call_later(0.05, self.crash)
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, chat=True)
