@@ -22,6 +22,7 @@ from alflow.acceptance import knobs as knobs_mod
 from alflow.acceptance import reference as ref
 from alflow.acceptance import synthetic as syn
 from alflow.errors import AlflowError, InvalidInputError
+from alflow.evals import cli as eval_cli
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -38,6 +39,7 @@ synthetic_app = typer.Typer(
 reference_app = typer.Typer(help="Reference AL tables: validate, show, diff.", no_args_is_help=True)
 app.add_typer(synthetic_app, name="synthetic")
 app.add_typer(reference_app, name="reference")
+eval_cli.register(app)
 
 console = Console(width=None if sys.stdout.isatty() else 200)
 err_console = Console(stderr=True, soft_wrap=True)

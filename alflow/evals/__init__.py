@@ -1,0 +1,1 @@
+"""Accuracy evaluations (GSM8K) against OpenAI-compatible servers."""

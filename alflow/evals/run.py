@@ -1,0 +1,182 @@
+"""Run GSM8K against a server through the load generator, with the synthetic-acceptance guard.
+
+Accuracy means nothing with synthetic acceptance on (the server emits forced drafts, DOMAIN.md
+section 3), so the evaluator refuses such a server: from what the caller knows of the launch
+(``synthetic=True``) and from what the server reports about itself where it does (``/version``
+and ``/server_info``: vLLM's config dump in dev mode, SGLang's server args, the sim's settings).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+from alflow.acceptance.knobs import SGLANG_LEN_ENV, TRTLLM_ENV
+from alflow.errors import AlflowError, InvalidInputError
+from alflow.evals.gsm8k import (
+    EvalResult,
+    PromptConfig,
+    build_sessions,
+    read_problems,
+    score_reply,
+    select_subset,
+)
+from alflow.loadgen.endpoints import Sampling
+from alflow.loadgen.runner import LoadSpec, Target, run_load
+
+PROBE_PATHS = ("/version", "/server_info")
+
+
+class SyntheticAcceptanceOnError(AlflowError):
+    """The server under evaluation forces acceptance: its replies are not the model's."""
+
+
+def bundled_gsm8k(split: str) -> Path:
+    """Path of the GSM8K split shipped with alflow (MIT licence beside it)."""
+    if split not in ("test", "train"):
+        raise InvalidInputError(f"GSM8K split {split!r} is not shipped; use 'test' or 'train'")
+    return Path(str(resources.files("alflow.evals") / "data" / "gsm8k" / f"{split}.jsonl"))
+
+
+def synthetic_evidence(info: Any, path: str = "") -> str | None:
+    """Where a server's self-description shows synthetic acceptance switched on, or None."""
+    if isinstance(info, Mapping):
+        for key, value in info.items():
+            here = f"{path}.{key}" if path else str(key)
+            if key == "rejection_sample_method" and value == "synthetic":
+                return here
+            if key in ("synthetic_acceptance_length", "synthetic_acceptance_rates") and value is not None:
+                return here
+            if key == "synthetic_acceptance" and value not in (None, False, {}):
+                return here
+            if key == SGLANG_LEN_ENV and _number(value) is not None and (_number(value) or 0.0) >= 0:
+                return here
+            if key == TRTLLM_ENV and _number(value):
+                return here
+            found = synthetic_evidence(value, here)
+            if found:
+                return found
+    elif isinstance(info, list):
+        for i, item in enumerate(info):
+            found = synthetic_evidence(item, f"{path}[{i}]")
+            if found:
+                return found
+    elif isinstance(info, str) and "rejection_sample_method" in info and "synthetic" in info:
+        for marker in ("rejection_sample_method='synthetic'", '"rejection_sample_method": "synthetic"'):
+            if marker in info:
+                return path or "text"
+    return None
+
+
+def _number(value: object) -> float | None:
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
+async def probe_synthetic(base_url: str, timeout_s: float = 10.0) -> str | None:
+    """Ask the server about itself; return where it reports synthetic acceptance, else None."""
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with aiohttp.ClientSession(timeout=timeout) as http:
+        for path in PROBE_PATHS:
+            try:
+                async with http.get(base_url.rstrip("/") + path) as resp:
+                    if resp.status != 200:
+                        continue
+                    body = await resp.read()
+            except aiohttp.ClientError:
+                continue
+            try:
+                info = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                continue
+            found = synthetic_evidence(info)
+            if found:
+                return f"{path}: {found}"
+    return None
+
+
+@dataclass(frozen=True)
+class Gsm8kRequest:
+    """Everything one GSM8K evaluation needs."""
+
+    base_url: str
+    model: str
+    test_path: Path | None = None
+    train_path: Path | None = None
+    prompt: PromptConfig = field(default_factory=PromptConfig)
+    limit: int | None = None
+    concurrency: int = 64
+    temperature: float = 0.0
+    top_p: float | None = None
+    top_k: int | None = None
+    chat_template_kwargs: Mapping[str, Any] | None = None
+    timeout_s: float = 600.0
+    synthetic: bool | None = None
+    check_server: bool = True
+
+
+async def evaluate_gsm8k(request: Gsm8kRequest) -> EvalResult:
+    """Ask every (or a seeded subset of) GSM8K question and score the replies."""
+    if request.synthetic:
+        raise SyntheticAcceptanceOnError(
+            f"refusing to evaluate accuracy on {request.base_url}: its launch has synthetic acceptance on, "
+            "so replies are forced drafts, not the model's output; start it with synthetic acceptance off"
+        )
+    if request.check_server:
+        found = await probe_synthetic(request.base_url)
+        if found:
+            raise SyntheticAcceptanceOnError(
+                f"refusing to evaluate accuracy on {request.base_url}: the server reports synthetic "
+                f"acceptance on ({found}); start it with synthetic acceptance off"
+            )
+    test_path = request.test_path or bundled_gsm8k("test")
+    train_path = request.train_path or bundled_gsm8k("train")
+    population = read_problems(test_path, split="test")
+    problems = select_subset(population, request.limit, request.prompt.seed)
+    shots = read_problems(train_path, split="train") if request.prompt.num_shots else []
+    sessions = build_sessions(problems, shots, request.prompt)
+    sampling = Sampling(
+        max_tokens=request.prompt.max_tokens,
+        temperature=request.temperature,
+        top_p=request.top_p,
+        top_k=request.top_k,
+        chat_template_kwargs=request.chat_template_kwargs,
+    )
+    started = time.perf_counter()
+    load = await run_load(
+        sessions,
+        Target(request.base_url, request.model, "chat", sampling),
+        LoadSpec(concurrency=request.concurrency, num_prompts=len(sessions), timeout_s=request.timeout_s),
+    )
+    by_id = {r.session_id: r for r in load.records if not r.warmup}
+    results = []
+    for problem in problems:
+        record = by_id.get(problem.problem_id)
+        if record is None:
+            results.append(score_reply(problem, None, "no request was sent"))
+        else:
+            results.append(score_reply(problem, record.text, record.error))
+    notes = []
+    if request.limit is not None and len(problems) < len(population):
+        notes.append(
+            f"seeded subset: {len(problems)} of {len(population)} questions (seed {request.prompt.seed})"
+        )
+    return EvalResult(
+        model=request.model,
+        results=tuple(results),
+        num_shots=request.prompt.num_shots,
+        seed=request.prompt.seed,
+        limit=request.limit,
+        population=len(population),
+        duration_s=time.perf_counter() - started,
+        notes=tuple(notes),
+    )

@@ -1,0 +1,62 @@
+"""Per-model GSM8K accuracy thresholds: a YAML file with a default and per-model overrides.
+
+File format::
+
+    default: 0.90
+    models:
+      deepseek-ai/DeepSeek-R1: 0.94
+
+A model missing from ``models`` gets ``default``. Both scores (strict-match and flexible-extract)
+must reach the threshold for the accuracy gate to pass.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Final
+
+import yaml
+from pydantic import Field, ValidationError
+
+from alflow.config import StrictModel
+from alflow.errors import InvalidInputError
+
+DEFAULT_THRESHOLD: Final = 0.90
+
+
+class AccuracyThresholds(StrictModel):
+    """GSM8K accuracy thresholds: a default and per-model values."""
+
+    default: float = Field(DEFAULT_THRESHOLD, ge=0.0, le=1.0, description="Threshold for models not listed.")
+    models: dict[str, float] = Field(
+        default_factory=dict, description="Per-model thresholds, keyed by served model id."
+    )
+
+    def for_model(self, model: str) -> float:
+        """The threshold for ``model`` (its own, else the default)."""
+        value = self.models.get(model)
+        return self.default if value is None else value
+
+
+def load_thresholds(path: str | os.PathLike[str] | None) -> AccuracyThresholds:
+    """Read a thresholds YAML (None: the built-in default of 0.90); errors name the file and key."""
+    if path is None:
+        return AccuracyThresholds()
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InvalidInputError(f"{p}: cannot read the thresholds file: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise InvalidInputError(f"{p}: not valid YAML: {exc}") from None
+    try:
+        thresholds = AccuracyThresholds.model_validate(data or {})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "file"
+        raise InvalidInputError(f"{p}: {where}: {first['msg']}") from None
+    for model, value in thresholds.models.items():
+        if not 0.0 <= value <= 1.0:
+            raise InvalidInputError(f"{p}: models.{model}: threshold {value} is outside [0, 1]")
+    return thresholds
