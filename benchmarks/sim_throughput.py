@@ -20,8 +20,8 @@ import time
 import aiohttp
 import orjson
 
-from alflow.sim.profiles import get_profile, predicted_tpot_s
 from alflow.sim.process import SimProcess
+from alflow.sim.profiles import get_profile, predicted_tpot_s
 
 
 async def _one(session: aiohttp.ClientSession, url: str, payload: bytes) -> tuple[int, float, float, float]:
@@ -72,8 +72,20 @@ async def _run_load(base_url: str, concurrency: int, n_requests: int, max_tokens
 
 
 def throughput(args: argparse.Namespace) -> dict[str, object]:
-    sim_args = ["--dialect", "vllm", "--k", "3", "--synthetic-al", "3", "--time-scale", "0",
-                "--max-num-seqs", str(args.concurrency), "--model-name", "bench"]  # fmt: skip
+    sim_args = [
+        "--dialect",
+        "vllm",
+        "--k",
+        "3",
+        "--synthetic-al",
+        "3",
+        "--time-scale",
+        "0",
+        "--max-num-seqs",
+        str(args.concurrency),
+        "--model-name",
+        "bench",
+    ]
     with SimProcess(sim_args) as sim:
         cpus = sorted(os.sched_getaffinity(0))
         if len(cpus) >= 2:
@@ -93,8 +105,20 @@ def interactivity(args: argparse.Namespace) -> dict[str, object]:
     profile = get_profile("h200-llama70b")
     isl_prompt = "word " * 200
     out = 256
-    sim_args = ["--dialect", "vllm", "--k", "3", "--synthetic-al", "3", "--time-scale", "1",
-                "--profile", profile.name, "--model-name", "bench"]  # fmt: skip
+    sim_args = [
+        "--dialect",
+        "vllm",
+        "--k",
+        "3",
+        "--synthetic-al",
+        "3",
+        "--time-scale",
+        "1",
+        "--profile",
+        profile.name,
+        "--model-name",
+        "bench",
+    ]
     with SimProcess(sim_args) as sim:
         results, _ = asyncio.run(_run_load(sim.base_url, 1, 6, out, isl_prompt))
     tpots = [(end - first) / (n - 1) for n, _start, first, end in results[1:]]

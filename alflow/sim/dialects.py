@@ -141,15 +141,28 @@ class SglangDialect:
     def families(self, stats: EngineStats, config: SimConfig) -> Iterator[Metric]:
         lab = {"model_name": config.served_model_name}
         c = stats.created_s
-        yield _gauge(names.SGLANG_SPEC_ACCEPT_LENGTH, "The average acceptance length (latest window).", lab,
-                     stats.window_al)  # fmt: skip
-        yield _gauge(names.SGLANG_SPEC_ACCEPT_RATE, "The average acceptance rate (latest window).", lab,
-                     stats.window_rate)  # fmt: skip
+        yield _gauge(
+            names.SGLANG_SPEC_ACCEPT_LENGTH,
+            "The average acceptance length (latest window).",
+            lab,
+            stats.window_al,
+        )
+        yield _gauge(
+            names.SGLANG_SPEC_ACCEPT_RATE,
+            "The average acceptance rate (latest window).",
+            lab,
+            stats.window_rate,
+        )
         yield _counter(
             names.SGLANG_SPEC_VERIFY_CALLS, "Number of speculative verify calls.", lab, stats.num_drafts, c
         )
-        yield _counter(names.SGLANG_GENERATION_TOKENS, "Number of generation tokens (verify steps).", lab,
-                       stats.verify_tokens, c)  # fmt: skip
+        yield _counter(
+            names.SGLANG_GENERATION_TOKENS,
+            "Number of generation tokens (verify steps).",
+            lab,
+            stats.verify_tokens,
+            c,
+        )
         yield _counter(
             names.SGLANG_PROMPT_TOKENS, "Number of prefill tokens processed.", lab, stats.prompt_tokens, c
         )
@@ -177,10 +190,19 @@ class TrtllmDialect:
         lab = {"model_name": config.served_model_name, "engine_type": "trtllm"}
         c = stats.created_s
         yield _counter(names.TRTLLM_NUM_DRAFT_TOKENS, "Number of draft tokens.", lab, stats.draft_tokens, c)
-        yield _counter(names.TRTLLM_NUM_ACCEPTED_TOKENS, "Number of accepted draft tokens.", lab,
-                       stats.accepted_tokens, c)  # fmt: skip
-        yield _gauge(names.TRTLLM_ACCEPTANCE_LENGTH, "Acceptance length of the last iteration.", lab,
-                     stats.last_step_al)  # fmt: skip
+        yield _counter(
+            names.TRTLLM_NUM_ACCEPTED_TOKENS,
+            "Number of accepted draft tokens.",
+            lab,
+            stats.accepted_tokens,
+            c,
+        )
+        yield _gauge(
+            names.TRTLLM_ACCEPTANCE_LENGTH,
+            "Acceptance length of the last iteration.",
+            lab,
+            stats.last_step_al,
+        )
         pos_labels = [*lab, names.TRTLLM_POSITION_LABEL]
         drafted = CounterMetricFamily(
             names.TRTLLM_DRAFTED_PER_POS, "Drafted tokens per position.", labels=pos_labels

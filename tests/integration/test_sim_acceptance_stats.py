@@ -105,8 +105,17 @@ def read_steps(path: Path) -> list[dict]:
 async def measure(tmp_path: Path, dialect: str, k: int, al: float, scheme: str | None = None):
     """Run the load; return (AL from metrics, request-steps, steps from the log, window steps)."""
     log_path = tmp_path / f"steps-{dialect}-{k}-{al}.jsonl"
-    cfg = SimConfig(port=0, dialect=dialect, k=k, synthetic_al=al, synthetic_scheme=scheme, time_scale=0,
-                    step_log=log_path, seed=1234, max_num_seqs=CONCURRENCY)  # fmt: skip
+    cfg = SimConfig(
+        port=0,
+        dialect=dialect,
+        k=k,
+        synthetic_al=al,
+        synthetic_scheme=scheme,
+        time_scale=0,
+        step_log=log_path,
+        seed=1234,
+        max_num_seqs=CONCURRENCY,
+    )
     with start_in_thread(cfg.validate()) as sim:
         # warm-up so the baseline is not at zero (deltas, never lifetime totals)
         await run_load(sim.base_url, 20, 2, 2)
@@ -121,7 +130,7 @@ async def measure(tmp_path: Path, dialect: str, k: int, al: float, scheme: str |
     return measured, n, steps, bodies
 
 
-@pytest.mark.parametrize(("dialect", "k", "al"), _cases(), ids=lambda v: str(v))
+@pytest.mark.parametrize(("dialect", "k", "al"), _cases(), ids=str)
 async def test_al_from_metrics_within_ci(tmp_path: Path, dialect: str, k: int, al: float) -> None:
     measured, n, steps, bodies = await measure(tmp_path, dialect, k, al)
     assert len(steps) >= 5000

@@ -21,8 +21,15 @@ DIALECTS = ("vllm", "sglang", "trtllm")
 
 @pytest.fixture(params=DIALECTS)
 def sim(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SimThread]:
-    cfg = SimConfig(port=0, dialect=request.param, k=3, synthetic_al=2.49, time_scale=0,
-                    step_log=tmp_path / "steps.jsonl", max_model_len=4096)  # fmt: skip
+    cfg = SimConfig(
+        port=0,
+        dialect=request.param,
+        k=3,
+        synthetic_al=2.49,
+        time_scale=0,
+        step_log=tmp_path / "steps.jsonl",
+        max_model_len=4096,
+    )
     with start_in_thread(cfg.validate()) as handle:
         yield handle
 
@@ -87,8 +94,12 @@ async def test_chat_stream_is_openai_format_and_usage_matches(
 
 async def test_usage_sums_match_generation_metrics(sim: SimThread, session: aiohttp.ClientSession) -> None:
     async def run(max_tokens: int) -> int:
-        body = {"prompt": "Once upon a time", "max_tokens": max_tokens, "stream": True,
-                "stream_options": {"include_usage": True}}  # fmt: skip
+        body = {
+            "prompt": "Once upon a time",
+            "max_tokens": max_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         async with session.post(sim.base_url + "/v1/completions", json=body) as resp:
             events = await stream_events(resp)
         text = "".join(e["choices"][0]["text"] for e in events if e["choices"])
@@ -108,8 +119,11 @@ async def test_usage_sums_match_generation_metrics(sim: SimThread, session: aioh
             if s.name == name + "_total"
         )
 
-    gen_name = {"vllm": names.VLLM_GENERATION_TOKENS, "sglang": names.SGLANG_GENERATION_TOKENS,
-                "trtllm": names.TRTLLM_GENERATION_TOKENS}[sim.config.dialect]  # fmt: skip
+    gen_name = {
+        "vllm": names.VLLM_GENERATION_TOKENS,
+        "sglang": names.SGLANG_GENERATION_TOKENS,
+        "trtllm": names.TRTLLM_GENERATION_TOKENS,
+    }[sim.config.dialect]
     before = await metric(gen_name)
     totals = await asyncio.gather(*(run(m) for m in (5, 50, 300, 1000)))
     after = await metric(gen_name)
@@ -171,7 +185,7 @@ async def test_models_health_and_labels(sim: SimThread, session: aiohttp.ClientS
         (
             b'{"messages": [{"role": "user", "content": "x"}], "stream_options": {"include_usage": true}}',
             "stream_options",
-        ),  # fmt: skip
+        ),
         (b'{"messages": [{"role": "user", "content": "x"}], "n": 2}', "n"),
         (b'{"messages": [{"role": "user", "content": "x"}], "model": "other"}', "model"),
     ],

@@ -49,8 +49,12 @@ async def natural_al(session: aiohttp.ClientSession, quality: float, prompts: li
         d0, a0 = await vllm_counters(session, sim.metrics_url)
 
         async def one(prompt: str) -> None:
-            body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": 1500, "ignore_eos": True,
-                    "temperature": 0}  # fmt: skip
+            body = {
+                "messages": [{"role": "user", "content": prompt}],
+                "max_tokens": 1500,
+                "ignore_eos": True,
+                "temperature": 0,
+            }
             async with session.post(sim.base_url + "/v1/chat/completions", json=body) as resp:
                 assert resp.status == 200
 
@@ -78,11 +82,15 @@ async def test_natural_acceptance_is_deterministic(session: aiohttp.ClientSessio
 
 def _key(tmp_path: Path) -> Path:
     rows = [
-        {"question": "Tom has 3 apples and buys 4 more. How many apples does he have?",
-         "answer": "He has 3 + 4 = <<3+4=7>>7 apples.\n#### 7"},
-        {"question": "A book costs $12 and a pen costs $3. What do both cost together?",
-         "answer": "Together they cost 12 + 3 = <<12+3=15>>15 dollars.\n#### 15"},
-    ]  # fmt: skip
+        {
+            "question": "Tom has 3 apples and buys 4 more. How many apples does he have?",
+            "answer": "He has 3 + 4 = <<3+4=7>>7 apples.\n#### 7",
+        },
+        {
+            "question": "A book costs $12 and a pen costs $3. What do both cost together?",
+            "answer": "Together they cost 12 + 3 = <<12+3=15>>15 dollars.\n#### 15",
+        },
+    ]
     path = tmp_path / "key.jsonl"
     path.write_bytes(b"\n".join(orjson.dumps(r) for r in rows) + b"\n")
     return path
@@ -150,12 +158,15 @@ async def test_stall_after_tokens_stops_the_stream(session: aiohttp.ClientSessio
     cfg = SimConfig(port=0, time_scale=0, stall_after_tokens=5, synthetic_al=1.0)
     with start_in_thread(cfg.validate()) as sim:
         body = {"prompt": "x", "max_tokens": 50, "ignore_eos": True, "stream": True}
-        received = b""
+        received = bytearray()
+
+        async def read_all(resp: aiohttp.ClientResponse) -> None:
+            async for chunk in resp.content.iter_any():
+                received.extend(chunk)
+
         async with session.post(sim.base_url + "/v1/completions", json=body) as resp:
-            with pytest.raises(asyncio.TimeoutError):
-                async with asyncio.timeout(0.5):
-                    async for chunk in resp.content.iter_any():
-                        received += chunk
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(read_all(resp), 0.5)
         assert received.count(b'"text":') == 5
         assert b"[DONE]" not in received
         async with session.get(sim.base_url + "/health") as resp:

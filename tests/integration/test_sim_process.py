@@ -20,12 +20,12 @@ def post(url: str, body: dict) -> dict:
     req = urllib.request.Request(
         url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )
-    with urllib.request.urlopen(req, timeout=30) as resp:  # noqa: S310
+    with urllib.request.urlopen(req, timeout=30) as resp:
         return json.load(resp)
 
 
 def get(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=30) as resp:  # noqa: S310
+    with urllib.request.urlopen(url, timeout=30) as resp:
         return resp.read().decode()
 
 
@@ -99,8 +99,14 @@ def test_trtllm_env_counts_drafts_and_cli_wins() -> None:
 
 
 def test_vllm_speculative_config_json() -> None:
-    spec = json.dumps({"method": "eagle3", "num_speculative_tokens": 5, "rejection_sample_method": "synthetic",
-                       "synthetic_acceptance_length": 6})  # fmt: skip
+    spec = json.dumps(
+        {
+            "method": "eagle3",
+            "num_speculative_tokens": 5,
+            "rejection_sample_method": "synthetic",
+            "synthetic_acceptance_length": 6,
+        }
+    )
     with SimProcess(["--dialect", "vllm", "--speculative-config", spec, "--time-scale", "0"]) as sim:
         post(sim.base_url + "/v1/completions", {"prompt": "hi", "max_tokens": 61, "ignore_eos": True})
         values = samples(sim.metrics_url)
