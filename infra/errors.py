@@ -1,0 +1,22 @@
+"""Errors raised by the server-lifecycle layer (recipes and runners)."""
+
+from __future__ import annotations
+
+from alflow.errors import AlflowError, InvalidInputError
+
+
+class RecipeError(InvalidInputError):
+    """A server configuration a recipe refuses (unsupported, or a known silent no-op); says why."""
+
+
+class RunnerError(AlflowError):
+    """A runner could not do what it was asked (no Docker engine, image missing, ...)."""
+
+
+class ServerStartError(RunnerError):
+    """The server did not become healthy: it exited, crashed or timed out; carries its log tail."""
+
+    def __init__(self, message: str, log_tail: str = "") -> None:
+        self.log_tail = log_tail
+        text = message if not log_tail else f"{message}\n--- last log lines ---\n{log_tail.rstrip()}"
+        super().__init__(text)

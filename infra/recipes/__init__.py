@@ -1,0 +1,58 @@
+"""Recipes: one per framework, each turns a :class:`~alflow.config.ServerConfig` into a Launch.
+
+The registry :data:`RECIPES` is a plain dict keyed by framework name; :func:`build_launch` is the
+only entry generic code needs. A framework's flags, file formats, endpoints and silent no-ops live in
+its module (``vllm``, ``sglang``, ``trtllm``, ``sim``) and nowhere else.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from alflow.config import ServerConfig
+from infra.errors import RecipeError
+from infra.launch import Launch
+from infra.recipes.sglang import SglangRecipe
+from infra.recipes.sim import SimRecipe
+from infra.recipes.trtllm import TrtllmRecipe
+from infra.recipes.vllm import VllmRecipe
+
+
+class Recipe(Protocol):
+    """Builds the Launch of one framework."""
+
+    @property
+    def framework(self) -> str:
+        """The framework name this recipe serves (the registry key)."""
+        ...
+
+    @property
+    def default_image(self) -> str | None:
+        """The image used when the config names none (None: the recipe needs no image)."""
+        ...
+
+    def build(self, config: ServerConfig) -> Launch:
+        """The Launch for ``config``; raises :class:`RecipeError` for unsupported or no-op settings."""
+        ...
+
+
+RECIPES: dict[str, Recipe] = {
+    recipe.framework: recipe for recipe in (VllmRecipe(), SglangRecipe(), TrtllmRecipe(), SimRecipe())
+}
+"""Every recipe, keyed by framework name: the whole registry."""
+
+
+def get_recipe(framework: str) -> Recipe:
+    """The recipe of ``framework``, with an error listing the known ones."""
+    try:
+        return RECIPES[framework]
+    except KeyError:
+        raise RecipeError(f"no recipe for framework {framework!r}; known: {', '.join(RECIPES)}") from None
+
+
+def build_launch(config: ServerConfig) -> Launch:
+    """The Launch for ``config`` from its framework's recipe."""
+    return get_recipe(config.framework).build(config)
+
+
+__all__ = ["RECIPES", "Recipe", "build_launch", "get_recipe"]

@@ -1,0 +1,68 @@
+"""Helpers shared by the recipes: ports, synthetic knobs, image tags, parallelism checks."""
+
+from __future__ import annotations
+
+import re
+
+from alflow.acceptance.knobs import SyntheticKnobs, render_knobs
+from alflow.acceptance.synthetic import SyntheticAcceptanceError
+from alflow.config import ServerConfig
+from infra.errors import RecipeError
+from infra.launch import free_port
+
+_VERSION_TAG = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+\-_].*)?$")
+
+
+def resolve_port(config: ServerConfig) -> int:
+    """The configured port, or a free one on the bind host when the config says 0."""
+    return config.port or free_port(config.host)
+
+
+def image_tag(image: str | None) -> str | None:
+    """The tag of an image reference (``repo/name:tag[@digest]``), or None when it has none."""
+    if not image:
+        return None
+    name = image.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    return last.split(":", 1)[1] if ":" in last else None
+
+
+def image_version(image: str | None) -> tuple[int, int, int] | None:
+    """The version in an image tag (``v0.5.16``, ``0.5.16-cu129``, ``v0.6``), or None if it has none."""
+    tag = image_tag(image)
+    if tag is None:
+        return None
+    match = _VERSION_TAG.match(tag)
+    if match is None:
+        return None
+    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
+
+
+def version_text(version: tuple[int, ...]) -> str:
+    """``(0, 5, 16)`` as ``v0.5.16``."""
+    return "v" + ".".join(str(part) for part in version)
+
+
+def render_synthetic(config: ServerConfig, framework: str) -> SyntheticKnobs | None:
+    """The synthetic-acceptance knobs of ``framework`` for ``config`` (None when synthetic is off).
+
+    Knob rendering lives in :mod:`alflow.acceptance.knobs`; its refusals (for example a fractional
+    TensorRT-LLM value on the two-model path) become :class:`RecipeError`.
+    """
+    if config.synthetic is None:
+        return None
+    spec = config.speculative
+    if spec is None:
+        raise RecipeError("synthetic acceptance needs speculative decoding (set speculative: method and k)")
+    try:
+        return render_knobs(
+            framework,
+            spec.k,
+            config.synthetic.target_al,
+            config.synthetic.rates,
+            scheme=config.synthetic.scheme,
+            method=spec.method.value,
+            two_model=config.two_model,
+        )
+    except SyntheticAcceptanceError as exc:
+        raise RecipeError(str(exc)) from exc

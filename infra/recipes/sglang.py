@@ -1,0 +1,159 @@
+"""SGLang: ``python3 -m sglang.launch_server --model-path MODEL ...`` (DOMAIN.md sections 3 and 8).
+
+- Image ``lmsysorg/sglang``.
+- ``--speculative-algorithm`` NEXTN (built-in MTP heads), EAGLE3 and STANDALONE (with
+  ``--speculative-draft-model-path``) or NGRAM; ``--speculative-num-steps K``,
+  ``--speculative-eagle-topk 1``, ``--speculative-num-draft-tokens K+1``.
+- ``--enable-metrics`` always (off by default in SGLang), ``--disable-radix-cache`` (prefix caching
+  off), ``--tp-size`` always, ``--dp-size``/``--pp-size``/``--ep-size`` when above 1 (EP must equal TP),
+  ``--context-length`` for the maximum length.
+- Synthetic acceptance: the ``SGLANG_SIMULATE_ACC_*`` environment from the knob renderer. The token
+  mode variable is read only from v0.5.16: an older image tag is refused (it would emit token id 100
+  for every output token), an unknown or ``latest`` tag gives a warning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from alflow.acceptance.knobs import SGLANG_TOKEN_MODE_ENV, SGLANG_TOKEN_MODE_MIN_VERSION, SyntheticKnobs
+from alflow.config import ServerConfig, SpecMethod
+from alflow.metrics.names import SGLANG_METRICS_PATH
+from infra.errors import RecipeError
+from infra.launch import Launch
+from infra.recipes._common import image_tag, image_version, render_synthetic, resolve_port, version_text
+from infra.recipes.types import SimSource
+
+SGLANG_IMAGE = "lmsysorg/sglang:latest"
+SGLANG_ALGORITHMS: dict[SpecMethod, str] = {
+    SpecMethod.MTP: "NEXTN",
+    SpecMethod.EAGLE3: "EAGLE3",
+    SpecMethod.DRAFT_MODEL: "STANDALONE",
+    SpecMethod.NGRAM: "NGRAM",
+}
+SYNTHETIC_ALGORITHMS = frozenset({"NEXTN", "EAGLE3", "STANDALONE"})
+"""Algorithms on SGLang's EAGLE-family verify path, where ``SGLANG_SIMULATE_ACC_LEN`` is applied."""
+
+
+@dataclass(frozen=True)
+class SglangRecipe:
+    """The SGLang recipe."""
+
+    framework: str = "sglang"
+    default_image: str | None = SGLANG_IMAGE
+    health_path: str = "/health"
+    metrics_path: str = SGLANG_METRICS_PATH
+
+    def knobs(self, config: ServerConfig) -> SyntheticKnobs | None:
+        """The ``SGLANG_SIMULATE_ACC_*`` knobs, refusing algorithms where they are not known to apply."""
+        knobs = render_synthetic(config, self.framework)
+        if knobs is not None and config.speculative is not None:
+            algorithm = SGLANG_ALGORITHMS[config.speculative.method]
+            if algorithm not in SYNTHETIC_ALGORITHMS:
+                raise RecipeError(
+                    f"SGLang synthetic acceptance (SGLANG_SIMULATE_ACC_LEN) is applied on the EAGLE-family "
+                    f"verify path ({', '.join(sorted(SYNTHETIC_ALGORITHMS))}); with --speculative-algorithm "
+                    f"{algorithm} it is not known to take effect, so the run would measure real acceptance. "
+                    "Use method mtp, eagle3 or draft_model, or switch synthetic acceptance off"
+                )
+        return knobs
+
+    def speculative_args(self, config: ServerConfig) -> list[str]:
+        """The ``--speculative-*`` arguments for the configured method and K."""
+        spec = config.speculative
+        if spec is None:
+            return []
+        algorithm = SGLANG_ALGORITHMS[spec.method]
+        args = ["--speculative-algorithm", algorithm]
+        if spec.method is SpecMethod.NGRAM:
+            args += ["--speculative-num-draft-tokens", str(spec.k + 1)]
+            if spec.prompt_lookup_min is not None:
+                args += ["--speculative-ngram-min-match-window-size", str(spec.prompt_lookup_min)]
+            if spec.prompt_lookup_max is not None:
+                args += ["--speculative-ngram-max-match-window-size", str(spec.prompt_lookup_max)]
+            return args
+        if spec.draft_model:
+            args += ["--speculative-draft-model-path", spec.draft_model]
+        args += [
+            "--speculative-num-steps",
+            str(spec.k),
+            "--speculative-eagle-topk",
+            "1",
+            "--speculative-num-draft-tokens",
+            str(spec.k + 1),
+        ]
+        return args
+
+    def check_image(self, config: ServerConfig, knobs: SyntheticKnobs | None) -> tuple[str, ...]:
+        """Refuse an image too old for the token-mode knob; warn when its version is unknown."""
+        if knobs is None or SGLANG_TOKEN_MODE_ENV not in knobs.env:
+            return ()
+        image = config.image or self.default_image
+        version = image_version(image)
+        needed = version_text(SGLANG_TOKEN_MODE_MIN_VERSION)
+        if version is None:
+            return (
+                f"SGLang image {image!r} (tag {image_tag(image)!r}) has no version: {SGLANG_TOKEN_MODE_ENV} is "
+                f"read only from {needed}; an older image ignores it and emits token id 100 for every output "
+                "token. Pin a versioned tag to have this checked",
+            )
+        if version < SGLANG_TOKEN_MODE_MIN_VERSION:
+            raise RecipeError(
+                f"SGLang image {image!r} is {version_text(version)}, older than {needed}: it ignores "
+                f"{SGLANG_TOKEN_MODE_ENV}={knobs.env[SGLANG_TOKEN_MODE_ENV]} (silent no-op) and emits token id "
+                f"100 for every output token in synthetic mode. Use an image tagged {needed} or newer"
+            )
+        return ()
+
+    def build(self, config: ServerConfig) -> Launch:
+        """``sglang.launch_server`` with speculation, metrics on, radix cache off, knobs in the env."""
+        par = config.parallelism
+        if par.ep > 1 and par.ep != par.tp:
+            raise RecipeError(
+                f"SGLang expert parallelism needs --ep-size equal to --tp-size; got ep={par.ep}, tp={par.tp}"
+            )
+        knobs = self.knobs(config)
+        warnings = self.check_image(config, knobs) + (knobs.warnings if knobs else ())
+        port = resolve_port(config)
+        argv = ["python3", "-m", "sglang.launch_server", "--model-path", config.model]
+        argv += ["--host", config.host, "--port", str(port)]
+        if config.revision:
+            argv += ["--revision", config.revision]
+        argv += ["--tp-size", str(par.tp)]
+        if par.pp > 1:
+            argv += ["--pp-size", str(par.pp)]
+        if par.dp > 1:
+            argv += ["--dp-size", str(par.dp)]
+        if par.ep > 1:
+            argv += ["--ep-size", str(par.ep)]
+        argv += self.speculative_args(config)
+        argv.append("--enable-metrics")
+        if not config.enable_prefix_caching:
+            argv.append("--disable-radix-cache")
+        if config.max_model_len is not None:
+            argv += ["--context-length", str(config.max_model_len)]
+        argv += config.extra_args
+        env = dict(knobs.env) if knobs else {}
+        env.update(config.extra_env)
+        return Launch(
+            framework=self.framework,
+            dialect="sglang",
+            model=config.model,
+            argv=tuple(argv),
+            port=port,
+            host=config.host,
+            env=env,
+            health_path=self.health_path,
+            metrics_path=self.metrics_path,
+            readiness_timeout_s=config.readiness_timeout_s,
+            image=config.image or self.default_image,
+            warnings=warnings,
+            synthetic=knobs.to_dict() if knobs else None,
+        )
+
+    def sim_source(self, config: ServerConfig) -> SimSource:
+        """For the simulator in the SGLang dialect: the same ``SGLANG_SIMULATE_ACC_*`` environment."""
+        knobs = self.knobs(config)
+        if knobs is None:
+            return SimSource()
+        return SimSource(env=dict(knobs.env), warnings=knobs.warnings, synthetic=knobs.to_dict())

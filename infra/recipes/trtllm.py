@@ -1,0 +1,133 @@
+"""TensorRT-LLM: ``trtllm-serve MODEL --config FILE.yaml ...`` (DOMAIN.md sections 3, 4 and 8).
+
+- Image ``nvcr.io/nvidia/tensorrt-llm/release``.
+- A generated YAML (LLM API options) mounted into the container: ``speculative_config`` with
+  ``decoding_type`` MTP / Eagle3 / NGram / DraftTarget and ``max_draft_len`` K (MTP also
+  ``num_nextn_predict_layers`` K; Eagle3 and DraftTarget ``speculative_model``); always
+  ``enable_iter_perf_stats: true`` and ``return_perf_metrics: true`` (without the latter there is
+  no ``/prometheus/metrics``); prefix caching off: ``kv_cache_config: {enable_block_reuse: false}``.
+- Flags ``--tp_size``, ``--pp_size``, ``--ep_size``, ``--max_seq_len``; data parallelism is attention
+  DP (``enable_attention_dp: true``, size = TP).
+- Synthetic acceptance: ``TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS = AL - 1`` from the knob
+  renderer, which refuses a fractional value on the two-model path (draft_model, ngram, or EAGLE3
+  with ``two_model: true``), where it would switch the feature off with only a log warning.
+- Prometheus text at ``/prometheus/metrics`` (``/metrics`` is JSON and drains on each read).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import yaml
+
+from alflow.acceptance.knobs import SyntheticKnobs
+from alflow.config import ServerConfig, SpecMethod
+from alflow.metrics.names import TRTLLM_METRICS_PATH
+from infra.errors import RecipeError
+from infra.launch import DEFAULT_FILES_DIR, Launch, LaunchFile
+from infra.recipes._common import render_synthetic, resolve_port
+from infra.recipes.types import SimSource
+
+TRTLLM_IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:latest"
+TRTLLM_OPTIONS_FILE = "extra-llm-api-options.yaml"
+TRTLLM_DECODING_TYPES: dict[SpecMethod, str] = {
+    SpecMethod.MTP: "MTP",
+    SpecMethod.EAGLE3: "Eagle3",
+    SpecMethod.NGRAM: "NGram",
+    SpecMethod.DRAFT_MODEL: "DraftTarget",
+}
+
+
+@dataclass(frozen=True)
+class TrtllmRecipe:
+    """The TensorRT-LLM recipe."""
+
+    framework: str = "trtllm"
+    default_image: str | None = TRTLLM_IMAGE
+    health_path: str = "/health"
+    metrics_path: str = TRTLLM_METRICS_PATH
+
+    def knobs(self, config: ServerConfig) -> SyntheticKnobs | None:
+        """``TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS``; refuses two-model mode for a one-model method."""
+        spec = config.speculative
+        if config.two_model and spec is not None and spec.method is SpecMethod.MTP:
+            raise RecipeError("TensorRT-LLM MTP has no two-model mode: drop two_model or use eagle3")
+        return render_synthetic(config, self.framework)
+
+    def options(self, config: ServerConfig) -> dict[str, object]:
+        """The LLM API options written to the YAML file given with ``--config``."""
+        opts: dict[str, object] = {}
+        spec = config.speculative
+        if spec is not None:
+            sc: dict[str, object] = {
+                "decoding_type": TRTLLM_DECODING_TYPES[spec.method],
+                "max_draft_len": spec.k,
+            }
+            if spec.method is SpecMethod.MTP:
+                sc["num_nextn_predict_layers"] = spec.k
+            if spec.draft_model:
+                sc["speculative_model"] = spec.draft_model
+            if spec.method is SpecMethod.EAGLE3:
+                sc["eagle3_one_model"] = not config.two_model
+            if spec.method is SpecMethod.NGRAM and spec.prompt_lookup_max is not None:
+                sc["max_matching_ngram_size"] = spec.prompt_lookup_max
+            opts["speculative_config"] = sc
+        opts["enable_iter_perf_stats"] = True
+        opts["return_perf_metrics"] = True
+        opts["kv_cache_config"] = {"enable_block_reuse": config.enable_prefix_caching}
+        if config.parallelism.dp > 1:
+            opts["enable_attention_dp"] = True
+        if config.revision:
+            opts["revision"] = config.revision
+        return opts
+
+    def build(self, config: ServerConfig) -> Launch:
+        """``trtllm-serve`` with the generated options YAML and the knob in the environment."""
+        par = config.parallelism
+        if par.dp > 1 and par.dp != par.tp:
+            raise RecipeError(
+                f"TensorRT-LLM data parallelism is attention DP over the TP ranks: dp must equal tp "
+                f"(got dp={par.dp}, tp={par.tp})"
+            )
+        if config.speculative is not None and config.speculative.prompt_lookup_min is not None:
+            raise RecipeError(
+                "TensorRT-LLM NGram has no minimum lookup window: prompt_lookup_min would be ignored; drop it"
+            )
+        knobs = self.knobs(config)
+        port = resolve_port(config)
+        options = LaunchFile(TRTLLM_OPTIONS_FILE, yaml.safe_dump(self.options(config), sort_keys=False))
+        argv = ["trtllm-serve", config.model, "--host", config.host, "--port", str(port)]
+        argv += ["--config", f"{DEFAULT_FILES_DIR}/{options.name}"]
+        argv += ["--tp_size", str(par.tp)]
+        if par.pp > 1:
+            argv += ["--pp_size", str(par.pp)]
+        if par.ep > 1:
+            argv += ["--ep_size", str(par.ep)]
+        if config.max_model_len is not None:
+            argv += ["--max_seq_len", str(config.max_model_len)]
+        argv += config.extra_args
+        env = dict(knobs.env) if knobs else {}
+        env.update(config.extra_env)
+        return Launch(
+            framework=self.framework,
+            dialect="trtllm",
+            model=config.model,
+            argv=tuple(argv),
+            port=port,
+            host=config.host,
+            env=env,
+            files=(options,),
+            health_path=self.health_path,
+            metrics_path=self.metrics_path,
+            readiness_timeout_s=config.readiness_timeout_s,
+            image=config.image or self.default_image,
+            warnings=knobs.warnings if knobs else (),
+            synthetic=knobs.to_dict() if knobs else None,
+        )
+
+    def sim_source(self, config: ServerConfig) -> SimSource:
+        """For the simulator in the TensorRT-LLM dialect: the same forced-count environment variable."""
+        knobs = self.knobs(config)
+        if knobs is None:
+            return SimSource()
+        return SimSource(env=dict(knobs.env), warnings=knobs.warnings, synthetic=knobs.to_dict())

@@ -1,0 +1,113 @@
+"""vLLM: ``vllm serve MODEL --speculative-config JSON ...`` (DOMAIN.md section 8).
+
+- Image ``vllm/vllm-openai`` (its entrypoint is ``vllm serve``; the runner replaces it with argv).
+- Speculation and synthetic acceptance both go into ``--speculative-config`` (compact JSON):
+  ``method`` (mtp, eagle3, draft_model, ngram), ``num_speculative_tokens`` K, ``model`` for a
+  drafter, ``prompt_lookup_min/max`` for n-gram, and the synthetic keys from the knob renderer.
+- Prefix caching off by default (``--no-enable-prefix-caching``); ``--tensor-parallel-size`` always,
+  ``--pipeline-parallel-size`` / ``--data-parallel-size`` when above 1; expert parallelism is the
+  switch ``--enable-expert-parallel`` (vLLM's EP size is TP x DP).
+- ``GET /health``; Prometheus text at ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from alflow.config import ServerConfig, SpecMethod
+from alflow.metrics.names import VLLM_METRICS_PATH
+from infra.errors import RecipeError
+from infra.launch import Launch
+from infra.recipes._common import render_synthetic, resolve_port
+from infra.recipes.types import SimSource
+
+VLLM_IMAGE = "vllm/vllm-openai:latest"
+VLLM_METHODS: dict[SpecMethod, str] = {
+    SpecMethod.MTP: "mtp",
+    SpecMethod.EAGLE3: "eagle3",
+    SpecMethod.DRAFT_MODEL: "draft_model",
+    SpecMethod.NGRAM: "ngram",
+}
+
+
+@dataclass(frozen=True)
+class VllmRecipe:
+    """The vLLM recipe."""
+
+    framework: str = "vllm"
+    default_image: str | None = VLLM_IMAGE
+    health_path: str = "/health"
+    metrics_path: str = VLLM_METRICS_PATH
+
+    def speculative_config(
+        self, config: ServerConfig
+    ) -> tuple[dict[str, object] | None, tuple[str, ...], dict[str, object] | None]:
+        """The ``--speculative-config`` dict (None without speculation), knob warnings, knob summary."""
+        spec = config.speculative
+        if spec is None:
+            return None, (), None
+        out: dict[str, object] = {"method": VLLM_METHODS[spec.method], "num_speculative_tokens": spec.k}
+        if spec.draft_model:
+            out["model"] = spec.draft_model
+        if spec.prompt_lookup_min is not None:
+            out["prompt_lookup_min"] = spec.prompt_lookup_min
+        if spec.prompt_lookup_max is not None:
+            out["prompt_lookup_max"] = spec.prompt_lookup_max
+        knobs = render_synthetic(config, self.framework)
+        if knobs is None:
+            return out, (), None
+        out.update(knobs.speculative_config)
+        return out, knobs.warnings, knobs.to_dict()
+
+    def build(self, config: ServerConfig) -> Launch:
+        """``vllm serve`` with the speculative config, parallelism and prefix caching off."""
+        par = config.parallelism
+        if par.ep > 1 and par.ep != par.tp * par.dp:
+            raise RecipeError(
+                f"vLLM's expert-parallel size is TP x DP = {par.tp * par.dp}; parallelism.ep={par.ep} cannot be "
+                f"honoured (set ep to {par.tp * par.dp} to switch expert parallelism on, or 1 for off)"
+            )
+        port = resolve_port(config)
+        spec, warnings, synthetic = self.speculative_config(config)
+        argv = ["vllm", "serve", config.model, "--host", config.host, "--port", str(port)]
+        if config.revision:
+            argv += ["--revision", config.revision]
+        if spec is not None:
+            argv += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
+        argv.append(
+            "--enable-prefix-caching" if config.enable_prefix_caching else "--no-enable-prefix-caching"
+        )
+        argv += ["--tensor-parallel-size", str(par.tp)]
+        if par.pp > 1:
+            argv += ["--pipeline-parallel-size", str(par.pp)]
+        if par.dp > 1:
+            argv += ["--data-parallel-size", str(par.dp)]
+        if par.ep > 1:
+            argv.append("--enable-expert-parallel")
+        if config.max_model_len is not None:
+            argv += ["--max-model-len", str(config.max_model_len)]
+        argv += config.extra_args
+        return Launch(
+            framework=self.framework,
+            dialect="vllm",
+            model=config.model,
+            argv=tuple(argv),
+            port=port,
+            host=config.host,
+            env=dict(config.extra_env),
+            health_path=self.health_path,
+            metrics_path=self.metrics_path,
+            readiness_timeout_s=config.readiness_timeout_s,
+            image=config.image or self.default_image,
+            warnings=warnings,
+            synthetic=synthetic,
+        )
+
+    def sim_source(self, config: ServerConfig) -> SimSource:
+        """For the simulator in the vLLM dialect: the same ``--speculative-config`` JSON."""
+        spec, warnings, synthetic = self.speculative_config(config)
+        args: tuple[str, ...] = ()
+        if spec is not None:
+            args = ("--speculative-config", json.dumps(spec, separators=(",", ":")))
+        return SimSource(args=args, env={}, warnings=warnings, synthetic=synthetic)

@@ -1,0 +1,46 @@
+"""Runners: where a server runs (local process, Docker container, external), keyed by name.
+
+:data:`RUNNERS` is the whole registry: runner name -> factory taking that runner's options (the
+``kind`` of :data:`alflow.config.RunnerOptions`). :func:`make_runner` picks one from a config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from alflow.config import RunnerOptions
+from infra.errors import RunnerError
+from infra.runners.base import Runner, ServerHandle, running_server, wait_for_health
+from infra.runners.docker import DockerRunner
+from infra.runners.external import ExternalRunner
+from infra.runners.process import ProcessRunner
+
+RUNNERS: dict[str, Callable[..., Runner]] = {
+    ProcessRunner.name: ProcessRunner,
+    DockerRunner.name: DockerRunner,
+    ExternalRunner.name: ExternalRunner,
+}
+"""Runner factories by name; each takes its options model first (plus keyword extras)."""
+
+
+def make_runner(options: RunnerOptions, **kwargs: Any) -> Runner:
+    """The runner chosen by ``options.kind``, built from those options."""
+    try:
+        factory = RUNNERS[options.kind]
+    except KeyError:
+        raise RunnerError(f"no runner {options.kind!r}; known: {', '.join(RUNNERS)}") from None
+    return factory(options, **kwargs)
+
+
+__all__ = [
+    "RUNNERS",
+    "DockerRunner",
+    "ExternalRunner",
+    "ProcessRunner",
+    "Runner",
+    "ServerHandle",
+    "make_runner",
+    "running_server",
+    "wait_for_health",
+]

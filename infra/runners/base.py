@@ -1,0 +1,142 @@
+"""The runner contract: start a Launch, wait for health, read logs, stop; and the ServerHandle.
+
+A :class:`ServerHandle` is plain data (URLs, dialect, an id the runner can stop, provenance): never
+a live SDK object, so it can travel in a Prefect result. :func:`wait_for_health` is the shared
+readiness loop: it polls the health URL and, between polls, asks the runner whether the server is
+still alive, so a server that dies at start fails within a poll interval with its log tail.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Protocol
+
+from infra.errors import ServerStartError
+from infra.launch import Launch
+
+log = logging.getLogger(__name__)
+
+LOG_TAIL_LINES = 100
+"""Log lines attached to a start failure."""
+
+
+@dataclass(frozen=True)
+class ServerHandle:
+    """A started (or attached) server: where it is, what it speaks, and how its runner finds it.
+
+    ``id`` is what the runner stops (a process id, a container id, the URL of an external server).
+    """
+
+    runner: str
+    id: str
+    base_url: str
+    metrics_url: str
+    health_url: str
+    dialect: str
+    model: str
+    readiness_timeout_s: float = 1800.0
+    name: str | None = None
+    log_path: str | None = None
+    image: str | None = None
+    image_digest: str | None = None
+    provenance: Mapping[str, object] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready form (for results and manifests)."""
+        out = asdict(self)
+        out["provenance"] = dict(self.provenance)
+        return out
+
+
+class Runner(Protocol):
+    """Starts servers somewhere (a local process, a container, nowhere for an external server)."""
+
+    @property
+    def name(self) -> str:
+        """The registry key of this runner."""
+        ...
+
+    def start(self, launch: Launch) -> ServerHandle:
+        """Start the server described by ``launch`` (without waiting for it) and return its handle."""
+        ...
+
+    def wait_ready(self, handle: ServerHandle, timeout_s: float | None = None) -> None:
+        """Wait until the health endpoint answers 200.
+
+        Raises :class:`ServerStartError` with the log tail when the server dies first or the timeout
+        (default: the Launch's) passes.
+        """
+        ...
+
+    def logs(self, handle: ServerHandle, tail: int = LOG_TAIL_LINES) -> str:
+        """The last ``tail`` lines of the server's log ('' when there is none)."""
+        ...
+
+    def stop(self, handle: ServerHandle) -> None:
+        """Stop the server and release what the runner created (idempotent)."""
+        ...
+
+
+def health_ok(url: str, timeout_s: float = 2.0) -> bool:
+    """True when ``GET url`` answers 200 within ``timeout_s``."""
+    request = urllib.request.Request(url, method="GET")  # noqa: S310 (http URLs built by alflow)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310
+            return int(response.status) == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def wait_for_health(
+    url: str,
+    timeout_s: float,
+    *,
+    dead_reason: Callable[[], str | None],
+    log_tail: Callable[[], str],
+    what: str = "server",
+    interval_s: float = 0.2,
+) -> None:
+    """Poll ``url`` until it answers 200, failing fast when ``dead_reason()`` reports a death.
+
+    ``dead_reason`` returns None while the server lives, else why it is dead (exit code, state).
+    Raises :class:`ServerStartError` carrying ``log_tail()`` on death or after ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        reason = dead_reason()
+        if reason is not None:
+            raise ServerStartError(f"{what} died before it was ready: {reason}", log_tail())
+        if health_ok(url, timeout_s=min(2.0, max(0.1, deadline - time.monotonic()))):
+            return
+        if time.monotonic() >= deadline:
+            reason = dead_reason()
+            detail = f" (and it died: {reason})" if reason else ""
+            raise ServerStartError(
+                f"{what} was not healthy at {url} within {timeout_s:g} s{detail}", log_tail()
+            )
+        time.sleep(interval_s)
+
+
+@contextmanager
+def running_server(runner: Runner, launch: Launch, timeout_s: float | None = None) -> Iterator[ServerHandle]:
+    """Start ``launch``, wait until it is ready, yield its handle, and always stop it afterwards."""
+    handle = runner.start(launch)
+    try:
+        runner.wait_ready(handle, timeout_s)
+        yield handle
+    finally:
+        runner.stop(handle)
+
+
+def tail_lines(text: str, tail: int) -> str:
+    """The last ``tail`` lines of ``text``."""
+    if tail <= 0:
+        return ""
+    lines = text.splitlines()
+    return "\n".join(lines[-tail:]) + ("\n" if lines else "")

@@ -1,0 +1,412 @@
+"""Runner 'docker': the server runs in a container created through the Docker engine API.
+
+What a container gets (DOMAIN.md section 8): the Launch's argument list (``argv[0]`` replaces the
+image's entrypoint), its environment plus the secrets named in the options (read from the secret
+source at start, never logged, never stored in the handle or provenance), GPUs as a device request
+(``all`` = ``DeviceRequest(count=-1, capabilities=[["gpu"]])``, or a list of ids), ``ipc_mode=host``
+or a ``shm_size``, the model cache volume, host networking or a mapped port, and labels that
+identify alflow and the run (``alflow=1``, ``alflow.run-id``, ``alflow.created`` in Unix seconds).
+Launch files are copied into the created container before it starts.
+
+Readiness polls the health URL while checking the container state: a container that exits fails
+at once with its last 100 log lines. :meth:`DockerRunner.stop` always stops and removes.
+:func:`cleanup_containers` removes containers a killed run left behind (by label and age).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import tarfile
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+from docker.types import DeviceRequest
+
+from alflow.config import DockerOptions
+from infra.errors import RunnerError
+from infra.launch import Launch, LaunchFile, redact_text
+from infra.runners.base import LOG_TAIL_LINES, ServerHandle, wait_for_health
+
+log = logging.getLogger(__name__)
+
+LABEL = "alflow"
+LABEL_RUN_ID = "alflow.run-id"
+LABEL_CREATED = "alflow.created"
+LABEL_FRAMEWORK = "alflow.framework"
+LABEL_MODEL = "alflow.model"
+
+SecretSource = Callable[[str], str | None]
+
+
+def docker_client(timeout_s: float = 60.0) -> docker.DockerClient:
+    """A client for the Docker engine named by the environment (DOCKER_HOST or the local socket).
+
+    Raises :class:`RunnerError` with a hint when no engine answers.
+    """
+    try:
+        client = docker.from_env(timeout=int(timeout_s))
+        client.ping()
+    except docker.errors.DockerException as exc:
+        raise RunnerError(
+            f"no Docker engine reachable ({exc}); start one (e.g. `bash scripts/ci-services.sh`) or set DOCKER_HOST"
+        ) from exc
+    return client
+
+
+def device_requests(gpus: str | tuple[str, ...]) -> list[DeviceRequest]:
+    """Docker device requests for ``gpus``: 'all', 'none', or a list of GPU ids/UUIDs."""
+    if gpus == "none":
+        return []
+    if gpus == "all":
+        return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    return [DeviceRequest(device_ids=list(gpus), capabilities=[["gpu"]])]
+
+
+def parse_volume(spec: str) -> tuple[str, dict[str, str]]:
+    """``'HOST:CONTAINER[:ro|rw]'`` as a docker SDK volume entry."""
+    parts = spec.split(":")
+    if len(parts) == 2:
+        parts.append("rw")
+    if len(parts) != 3 or not parts[0] or not parts[1] or parts[2] not in ("ro", "rw"):
+        raise RunnerError(f"volume {spec!r} is not 'HOST:CONTAINER[:ro|rw]'")
+    host = str(Path(parts[0]).expanduser()) if parts[0].startswith(("/", "~", ".")) else parts[0]
+    return host, {"bind": parts[1], "mode": parts[2]}
+
+
+def container_spec(
+    launch: Launch,
+    options: DockerOptions,
+    *,
+    image: str,
+    run_id: str,
+    secrets: Mapping[str, str],
+    created_s: int,
+    name: str,
+) -> dict[str, Any]:
+    """Keyword arguments for ``client.containers.create`` (pure: the tests pin it).
+
+    ``secrets`` values enter the container environment only; never log this dict unredacted.
+    """
+    volumes: dict[str, dict[str, str]] = {}
+    if options.model_cache:
+        host, entry = parse_volume(f"{options.model_cache}:{options.model_cache_target}:rw")
+        volumes[host] = entry
+    for volume in options.volumes:
+        host, entry = parse_volume(volume)
+        volumes[host] = entry
+    labels = {
+        **options.labels,
+        LABEL: "1",
+        LABEL_RUN_ID: run_id,
+        LABEL_CREATED: str(created_s),
+        LABEL_FRAMEWORK: launch.framework,
+        LABEL_MODEL: launch.model,
+    }
+    spec: dict[str, Any] = {
+        "image": image,
+        "entrypoint": [launch.argv[0]],
+        "command": list(launch.argv[1:]),
+        "environment": {**launch.env, **secrets},
+        "labels": labels,
+        "name": name,
+        "detach": True,
+        "volumes": volumes,
+        "device_requests": device_requests(options.gpus),
+    }
+    if options.ipc_mode is not None:
+        spec["ipc_mode"] = options.ipc_mode
+    if options.shm_size is not None:
+        spec["shm_size"] = options.shm_size
+    if options.network == "host":
+        spec["network_mode"] = "host"
+    else:
+        spec["ports"] = {f"{launch.port}/tcp": None}
+    return spec
+
+
+def files_archive(files: tuple[LaunchFile, ...], files_dir: str) -> bytes:
+    """A tar archive (to extract at ``/``) holding ``files`` under ``files_dir``."""
+    buffer = io.BytesIO()
+    parts = [part for part in files_dir.strip("/").split("/") if part]
+    now = int(time.time())
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for i in range(len(parts)):
+            info = tarfile.TarInfo("/".join(parts[: i + 1]))
+            info.type = tarfile.DIRTYPE
+            info.mode = 0o755
+            info.mtime = now
+            tar.addfile(info)
+        for item in files:
+            data = item.content.encode("utf-8")
+            info = tarfile.TarInfo("/".join([*parts, item.name]))
+            info.size = len(data)
+            info.mode = 0o644
+            info.mtime = now
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+class DockerRunner:
+    """Starts a Launch in a container (docker SDK) and always stops and removes it."""
+
+    name = "docker"
+
+    def __init__(
+        self,
+        options: DockerOptions | None = None,
+        *,
+        client: docker.DockerClient | None = None,
+        run_id: str | None = None,
+        secret_source: SecretSource | None = None,
+    ) -> None:
+        self.options = options or DockerOptions()
+        self.run_id = run_id or uuid.uuid4().hex
+        self._client = client
+        self._secret_source: SecretSource = secret_source or os.environ.get
+        self._secrets: dict[str, Mapping[str, str]] = {}
+
+    @property
+    def client(self) -> docker.DockerClient:
+        """The Docker client (connected on first use)."""
+        if self._client is None:
+            self._client = docker_client()
+        return self._client
+
+    def ensure_image(self, image: str) -> tuple[str, str]:
+        """Pull ``image`` as the options say; return (image id, digest or id for provenance)."""
+        policy = self.options.pull
+        found: Any = None
+        if policy != "always":
+            with contextlib.suppress(docker.errors.ImageNotFound):
+                found = self.client.images.get(image)
+        if found is None:
+            if policy == "never":
+                raise RunnerError(f"image {image!r} is not present locally and pull='never'")
+            log.info("pulling image %s", image)
+            try:
+                found = self.client.images.pull(image)
+            except docker.errors.APIError as exc:
+                raise RunnerError(f"cannot pull image {image!r}: {exc.explanation or exc}") from exc
+        digests = found.attrs.get("RepoDigests") or []
+        return str(found.id), str(digests[0]) if digests else str(found.id)
+
+    def _secret_values(self, launch: Launch) -> dict[str, str]:
+        names = dict.fromkeys((*self.options.secrets, *launch.secret_env))
+        values = {name: self._secret_source(name) for name in names}
+        return {name: value for name, value in values.items() if value}
+
+    def create(self, launch: Launch) -> ServerHandle:
+        """Create the container (not started) with its files copied in; the handle can be stopped."""
+        if not launch.image:
+            raise RunnerError(f"the docker runner needs an image; the {launch.framework} launch names none")
+        _, digest = self.ensure_image(launch.image)
+        secrets = self._secret_values(launch)
+        created_s = int(time.time())
+        name = f"alflow-{launch.framework}-{self.run_id[:12]}-{uuid.uuid4().hex[:6]}"
+        spec = container_spec(
+            launch,
+            self.options,
+            image=launch.image,
+            run_id=self.run_id,
+            secrets=secrets,
+            created_s=created_s,
+            name=name,
+        )
+        log.info(
+            "creating container %s from %s: %s (secrets passed: %s)",
+            name,
+            launch.image,
+            launch.command_line(),
+            ", ".join(sorted(secrets)) or "none",
+        )
+        try:
+            container = self.client.containers.create(**spec)
+        except docker.errors.APIError as exc:
+            raise RunnerError(
+                f"cannot create container from {launch.image!r}: {exc.explanation or exc}"
+            ) from exc
+        self._secrets[container.id] = secrets
+        if launch.files:
+            try:
+                container.put_archive("/", files_archive(launch.files, launch.files_dir))
+            except docker.errors.APIError as exc:
+                self._remove(container.id)
+                raise RunnerError(f"cannot copy launch files into {name}: {exc.explanation or exc}") from exc
+        base = launch.base_url()
+        return ServerHandle(
+            runner=self.name,
+            id=str(container.id),
+            base_url=base,
+            metrics_url=base + launch.metrics_path,
+            health_url=base + launch.health_path,
+            dialect=launch.dialect,
+            model=launch.model,
+            readiness_timeout_s=launch.readiness_timeout_s,
+            name=name,
+            image=launch.image,
+            image_digest=digest,
+            provenance={**launch.provenance(), "container": name, "run_id": self.run_id},
+        )
+
+    def start(self, launch: Launch) -> ServerHandle:
+        """Create and start the container; with bridge networking, read back the mapped port."""
+        handle = self.create(launch)
+        try:
+            container = self.client.containers.get(handle.id)
+            container.start()
+            if self.options.network == "bridge":
+                container.reload()
+                bound = (container.ports or {}).get(f"{launch.port}/tcp") or []
+                if not bound:
+                    raise RunnerError(f"container {handle.name} has no host port for {launch.port}/tcp")
+                base = launch.base_url(port=int(bound[0]["HostPort"]))
+                handle = ServerHandle(
+                    **{
+                        **asdict(handle),
+                        "base_url": base,
+                        "metrics_url": base + launch.metrics_path,
+                        "health_url": base + launch.health_path,
+                    }
+                )
+        except (docker.errors.APIError, RunnerError) as exc:
+            tail = self.logs(handle)
+            self.stop(handle)
+            detail = exc.explanation if isinstance(exc, docker.errors.APIError) else str(exc)
+            raise RunnerError(f"cannot start container {handle.name}: {detail}\n{tail}".rstrip()) from exc
+        log.info("started container %s (%s)", handle.name, handle.id[:12])
+        return handle
+
+    def _dead_reason(self, handle: ServerHandle) -> str | None:
+        try:
+            container = self.client.containers.get(handle.id)
+        except docker.errors.NotFound:
+            return "the container is gone"
+        state = container.attrs.get("State") or {}
+        status = state.get("Status", container.status)
+        if status in ("exited", "dead"):
+            oom = " (out of memory)" if state.get("OOMKilled") else ""
+            return f"container {handle.name} {status} with exit code {state.get('ExitCode')}{oom}"
+        return None
+
+    def wait_ready(self, handle: ServerHandle, timeout_s: float | None = None) -> None:
+        """Poll the health URL while checking the container state (fails fast with 100 log lines)."""
+        wait_for_health(
+            handle.health_url,
+            handle.readiness_timeout_s if timeout_s is None else timeout_s,
+            dead_reason=lambda: self._dead_reason(handle),
+            log_tail=lambda: self.logs(handle, LOG_TAIL_LINES),
+            what=f"{handle.dialect} server in container {handle.name}",
+        )
+
+    def logs(self, handle: ServerHandle, tail: int = LOG_TAIL_LINES) -> str:
+        """The container's last ``tail`` log lines (stdout and stderr), secret values redacted."""
+        try:
+            raw = self.client.containers.get(handle.id).logs(stdout=True, stderr=True, tail=tail)
+        except docker.errors.APIError:
+            return ""
+        text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
+        return redact_text(text, self._secrets.get(handle.id, {}))
+
+    def stop(self, handle: ServerHandle) -> None:
+        """Stop (SIGTERM, then SIGKILL after ``stop_timeout_s``) and remove the container; idempotent."""
+        self._secrets.pop(handle.id, None)
+        try:
+            container = self.client.containers.get(handle.id)
+        except docker.errors.NotFound:
+            return
+        if container.status in ("running", "restarting", "paused"):
+            with contextlib.suppress(docker.errors.APIError):
+                container.stop(timeout=max(1, round(self.options.stop_timeout_s)))
+        self._remove(handle.id)
+        log.info("removed container %s", handle.name or handle.id[:12])
+
+    def _remove(self, container_id: str) -> None:
+        try:
+            self.client.api.remove_container(container_id, force=True, v=True)
+        except docker.errors.NotFound:
+            return
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:  # 409: removal already in progress
+                raise RunnerError(
+                    f"cannot remove container {container_id[:12]}: {exc.explanation or exc}"
+                ) from exc
+
+
+@dataclass(frozen=True)
+class CleanupEntry:
+    """One alflow container found by :func:`cleanup_containers`."""
+
+    id: str
+    name: str
+    status: str
+    run_id: str
+    framework: str
+    age_s: float
+    selected: bool
+    removed: bool
+
+
+def container_created_s(attrs: Mapping[str, Any]) -> float | None:
+    """When a container was created: the ``alflow.created`` label, else None."""
+    labels = (attrs.get("Config") or {}).get("Labels") or {}
+    try:
+        return float(labels[LABEL_CREATED])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def cleanup_containers(
+    client: docker.DockerClient | None = None,
+    *,
+    older_than_s: float = 0.0,
+    run_id: str | None = None,
+    dry_run: bool = False,
+    now_s: float | None = None,
+) -> list[CleanupEntry]:
+    """Remove (force) containers labelled ``alflow=1`` created at least ``older_than_s`` ago.
+
+    ``run_id`` limits it to one run. A container without a readable ``alflow.created`` label counts
+    as old. ``dry_run`` lists without removing. Returns every container considered, oldest first.
+    """
+    client = client or docker_client()
+    now = time.time() if now_s is None else now_s
+    filters: dict[str, Any] = {"label": [f"{LABEL}=1"] + ([f"{LABEL_RUN_ID}={run_id}"] if run_id else [])}
+    entries: list[CleanupEntry] = []
+    for container in client.containers.list(all=True, filters=filters):
+        created = container_created_s(container.attrs)
+        age = float("inf") if created is None else now - created
+        labels = container.labels or {}
+        remove = age >= older_than_s
+        if remove and not dry_run:
+            try:
+                client.api.remove_container(container.id, force=True, v=True)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as exc:
+                log.warning("cannot remove container %s: %s", container.name, exc)
+                remove = False
+            else:
+                log.info("removed leftover container %s (age %.0f s)", container.name, age)
+        entries.append(
+            CleanupEntry(
+                id=str(container.id),
+                name=str(container.name),
+                status=str(container.status),
+                run_id=str(labels.get(LABEL_RUN_ID, "")),
+                framework=str(labels.get(LABEL_FRAMEWORK, "")),
+                age_s=age,
+                selected=age >= older_than_s,
+                removed=remove and not dry_run,
+            )
+        )
+    entries.sort(key=lambda e: -e.age_s)
+    return entries

@@ -1,0 +1,73 @@
+"""Runner 'external': attach to a server someone else started; never stop it.
+
+The handle comes from the configured base URL, metrics URL (or the dialect's metrics path) and
+dialect. A Launch given to :meth:`ExternalRunner.start` is only checked for the dialect and recorded
+as provenance of what the server is believed to run.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from alflow.config import ExternalServer
+from infra.errors import RunnerError
+from infra.launch import Launch
+from infra.recipes.dialects import DIALECTS
+from infra.runners.base import LOG_TAIL_LINES, ServerHandle, wait_for_health
+
+log = logging.getLogger(__name__)
+
+
+class ExternalRunner:
+    """Attaches to an existing server; ``stop`` leaves it running."""
+
+    name = "external"
+
+    def __init__(self, options: ExternalServer) -> None:
+        self.options = options
+
+    def attach(self, launch: Launch | None = None) -> ServerHandle:
+        """The handle of the configured server (no request is made)."""
+        opts = self.options
+        if launch is not None and launch.dialect != opts.dialect:
+            raise RunnerError(
+                f"external server at {opts.base_url} speaks {opts.dialect!r}, but the launch expects "
+                f"{launch.dialect!r}"
+            )
+        base = opts.base_url.rstrip("/")
+        metrics_url = opts.metrics_url or base + DIALECTS[opts.dialect].metrics_path
+        return ServerHandle(
+            runner=self.name,
+            id=base,
+            base_url=base,
+            metrics_url=metrics_url,
+            health_url=base + opts.health_path,
+            dialect=opts.dialect,
+            model=launch.model if launch is not None else "",
+            readiness_timeout_s=launch.readiness_timeout_s if launch is not None else 60.0,
+            name=f"external:{base}",
+            image=launch.image if launch is not None else None,
+            provenance={"external": True, **(launch.provenance() if launch is not None else {})},
+        )
+
+    def start(self, launch: Launch) -> ServerHandle:
+        """Attach (nothing is started)."""
+        return self.attach(launch)
+
+    def wait_ready(self, handle: ServerHandle, timeout_s: float | None = None) -> None:
+        """Poll the health URL until it answers 200."""
+        wait_for_health(
+            handle.health_url,
+            handle.readiness_timeout_s if timeout_s is None else timeout_s,
+            dead_reason=lambda: None,
+            log_tail=lambda: "",
+            what=f"external {handle.dialect} server",
+        )
+
+    def logs(self, handle: ServerHandle, tail: int = LOG_TAIL_LINES) -> str:  # noqa: ARG002
+        """An external server's logs are not ours to read: always ''."""
+        return ""
+
+    def stop(self, handle: ServerHandle) -> None:
+        """Never stops an external server (logs that it was left running)."""
+        log.info("leaving external server %s running", handle.base_url)

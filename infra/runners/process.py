@@ -1,0 +1,173 @@
+"""Runner 'process': the server is a local child process (used for the simulator).
+
+The child gets its own session (process group), so stopping it stops everything it started: SIGTERM
+to the group, then SIGKILL after ``stop_timeout_s``. Output goes to ``server.log`` in the run
+directory; launch files are written there too and the argument list is rewritten to point at them.
+Secrets are passed by name from the secret source (the environment by default) and never logged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from alflow.config import ProcessOptions
+from infra.errors import RunnerError
+from infra.launch import Launch, redact_text
+from infra.runners.base import LOG_TAIL_LINES, ServerHandle, tail_lines, wait_for_health
+
+log = logging.getLogger(__name__)
+
+SecretSource = Callable[[str], str | None]
+
+
+class ProcessRunner:
+    """Starts a Launch as a local process group and stops it with SIGTERM, then SIGKILL."""
+
+    name = "process"
+
+    def __init__(
+        self, options: ProcessOptions | None = None, *, secret_source: SecretSource | None = None
+    ) -> None:
+        self.options = options or ProcessOptions()
+        self._secret_source: SecretSource = secret_source or os.environ.get
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._secrets: dict[str, Mapping[str, str]] = {}
+
+    def _secret_values(self, launch: Launch) -> dict[str, str]:
+        names = dict.fromkeys((*self.options.secrets, *launch.secret_env))
+        values = {name: self._secret_source(name) for name in names}
+        return {name: value for name, value in values.items() if value}
+
+    def start(self, launch: Launch) -> ServerHandle:
+        """Start ``launch`` in a new process group, output to ``<run dir>/server.log``."""
+        tag = f"{launch.framework}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        if self.options.log_dir:
+            run_dir = Path(self.options.log_dir).expanduser() / tag
+            run_dir.mkdir(parents=True, exist_ok=False)
+        else:
+            run_dir = Path(tempfile.mkdtemp(prefix=f"alflow-{tag}-"))
+        if launch.files:
+            files_dir = run_dir / "files"
+            files_dir.mkdir()
+            for item in launch.files:
+                (files_dir / item.name).write_text(item.content, encoding="utf-8")
+            launch = launch.relocated(str(files_dir))
+        secrets = self._secret_values(launch)
+        env = {**os.environ, **launch.env, **secrets}
+        log_path = run_dir / "server.log"
+        log.info("starting %s server: %s (log %s)", launch.framework, launch.command_line(), log_path)
+        with log_path.open("ab") as log_file:
+            try:
+                proc = subprocess.Popen(
+                    list(launch.argv),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise RunnerError(f"cannot start {launch.argv[0]!r}: {exc}") from exc
+        pid = str(proc.pid)
+        self._procs[pid] = proc
+        self._secrets[pid] = secrets
+        base = launch.base_url()
+        return ServerHandle(
+            runner=self.name,
+            id=pid,
+            base_url=base,
+            metrics_url=base + launch.metrics_path,
+            health_url=base + launch.health_path,
+            dialect=launch.dialect,
+            model=launch.model,
+            readiness_timeout_s=launch.readiness_timeout_s,
+            name=tag,
+            log_path=str(log_path),
+            provenance=launch.provenance(),
+        )
+
+    def _exit_reason(self, handle: ServerHandle) -> str | None:
+        proc = self._procs.get(handle.id)
+        if proc is None:
+            return None if _pid_alive(int(handle.id)) else "process is gone"
+        code = proc.poll()
+        if code is None:
+            return None
+        return f"exited with code {code}" if code >= 0 else f"killed by signal {-code}"
+
+    def wait_ready(self, handle: ServerHandle, timeout_s: float | None = None) -> None:
+        """Poll the health URL while watching for an early exit (fails fast with the log tail)."""
+        wait_for_health(
+            handle.health_url,
+            handle.readiness_timeout_s if timeout_s is None else timeout_s,
+            dead_reason=lambda: self._exit_reason(handle),
+            log_tail=lambda: self.logs(handle),
+            what=f"{handle.dialect} server (pid {handle.id})",
+        )
+
+    def logs(self, handle: ServerHandle, tail: int = LOG_TAIL_LINES) -> str:
+        """The last ``tail`` lines of ``server.log`` (secret values redacted)."""
+        if handle.log_path is None:
+            return ""
+        try:
+            text = Path(handle.log_path).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return redact_text(tail_lines(text, tail), self._secrets.get(handle.id, {}))
+
+    def stop(self, handle: ServerHandle) -> None:
+        """SIGTERM to the process group, SIGKILL after ``stop_timeout_s``; idempotent."""
+        pid = int(handle.id)
+        proc = self._procs.pop(handle.id, None)
+        self._secrets.pop(handle.id, None)
+        if proc is None:
+            # A handle from another runner instance: stop the group only if the pid still leads it.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if os.getpgid(pid) == pid:
+                    _stop_group(pid, lambda: not _pid_alive(pid), self.options.stop_timeout_s)
+            return
+        if proc.poll() is None:
+            _stop_group(pid, lambda: proc.poll() is not None, self.options.stop_timeout_s)
+        else:
+            # The leader exited; children it left in the group still get the signal.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5.0)
+        log.info("stopped server pid %s (exit code %s)", pid, proc.returncode)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _stop_group(pgid: int, exited: Callable[[], bool], timeout_s: float) -> None:
+    """SIGTERM the group, wait up to ``timeout_s`` for ``exited()``, then SIGKILL the group."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if exited():
+            break
+        time.sleep(0.05)
+    else:
+        log.warning("process group %s ignored SIGTERM for %.1f s: SIGKILL", pgid, timeout_s)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
