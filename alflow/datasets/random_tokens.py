@@ -75,7 +75,10 @@ async def detokenize_sessions(
         async with sem, http.post(url, data=body, headers={"Content-Type": "application/json"}) as resp:
             if resp.status != 200:
                 text = (await resp.text())[:200]
-                raise AlflowError(f"POST {url} answered HTTP {resp.status}: {text}")
+                raise AlflowError(
+                    f"POST {url} answered HTTP {resp.status}: {text} (random prompts for the chat endpoint are "
+                    "detokenized by the server; use --endpoint completions to send token ids)"
+                )
             data = orjson.loads(await resp.read())
         prompt = data.get("prompt") if isinstance(data, dict) else None
         if not isinstance(prompt, str):

@@ -5,6 +5,10 @@ drive :func:`stream_request` with a scripted transport and a scripted clock. Per
 client takes one clock reading; per SSE ``data:`` line it does one ``orjson.loads``; nothing else
 is computed while streaming (metrics come afterwards from the records).
 
+Every SSE event that carries output gets its own entry in ``chunk_ns`` (the arrival time of the
+network read that brought it): events that arrive together share a timestamp, as in
+``vllm bench serve``, so ``len(chunk_ns)`` counts server chunks (engine steps), not TCP reads.
+
 A request fails (its record gets ``error``) on: an HTTP status other than 200, an error event in
 a 200 stream, a stream that ends without ``[DONE]``, a stream with no output (usage only), or a
 timeout. An unreachable server, a wrong endpoint (404/405) or a server that does not stream raise
@@ -151,7 +155,6 @@ async def stream_request(
                 now = clock()
                 data = buf + received if buf else received
                 start = 0
-                got_output = False
                 while True:
                     nl = data.find(b"\n", start)
                     if nl < 0:
@@ -172,7 +175,7 @@ async def stream_request(
                         return record
                     text, has_output = output(event)
                     if has_output:
-                        got_output = True
+                        chunk_ns.append(now)
                         if text and keep_text:
                             pieces.append(text)
                     usage = event.get("usage")
@@ -180,8 +183,6 @@ async def stream_request(
                         record.input_tokens = usage.get("prompt_tokens")
                         record.output_tokens = usage.get("completion_tokens")
                 buf = data[start:]
-                if got_output:
-                    chunk_ns.append(now)
             if not done:
                 record.error = "stream ended without [DONE]"
             elif not chunk_ns:

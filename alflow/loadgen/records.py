@@ -3,8 +3,9 @@
 Timestamps are integer ``time.perf_counter_ns()`` values taken on the client:
 
 - ``start_ns``: just before the request is sent;
-- ``chunk_ns``: arrival of every network read that carried output (content, ``reasoning`` or
-  ``reasoning_content``); ``first_token_ns`` is its first element and ``end_ns`` its last, so the
+- ``chunk_ns``: one entry per SSE event that carried output (content, ``reasoning`` or
+  ``reasoning_content``): the arrival time of the network read that brought it (events read
+  together share a timestamp); ``first_token_ns`` is its first element and ``end_ns`` its last, so the
   trailing usage chunk and ``[DONE]`` never extend latency;
 - ``done_ns``: when the stream ended (``[DONE]`` or an error).
 

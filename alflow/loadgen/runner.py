@@ -31,6 +31,7 @@ from alflow.loadgen.records import RequestRecord
 log = logging.getLogger(__name__)
 
 Arrival = Literal["poisson", "constant"]
+REJECTIONS_BEFORE_ABORT = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +137,19 @@ class _Run:
         self.progress = progress
         self.records: list[RequestRecord] = []
         self.fatal: FatalRequestError | None = None
+        self.successes = 0
+        self.rejections = 0
         self.slots = asyncio.Semaphore(spec.concurrency)
+
+    def _check_rejections(self, rec: RequestRecord) -> None:
+        """Abort when the first requests of a run are all rejected (HTTP 4xx): the input is wrong."""
+        if self.successes or rec.http_status is None or not 400 <= rec.http_status < 500:
+            return
+        self.rejections += 1
+        if self.rejections >= REJECTIONS_BEFORE_ABORT:
+            raise FatalRequestError(
+                f"the first {self.rejections} requests were all rejected; the last: {rec.error}"
+            )
 
     async def session(self, session: Session, *, warmup: bool) -> None:
         history: list[Mapping[str, str]] = list(session.prefix_messages)
@@ -163,7 +176,10 @@ class _Run:
                     timeout_s=self.spec.timeout_s,
                     keep_text=self.spec.keep_text or session.multiturn,
                 )
-                if not rec.ok:
+                if rec.ok:
+                    self.successes += 1
+                else:
+                    self._check_rejections(rec)
                     if i + 1 < len(session.turns):
                         log.warning("session %s: turn %d failed, later turns skipped", session.session_id, i)
                     break

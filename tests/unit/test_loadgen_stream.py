@@ -97,7 +97,7 @@ async def test_latency_minus_ttft_equals_sum_of_itls_and_usage_does_not_extend_l
     script = [
         (1_000_000 + 5 * MS, chat("", role="assistant")),  # role-only chunk: no output, not TTFT
         (1_000_000 + 20 * MS, chat("Hel")),
-        (1_000_000 + 31 * MS, chat("lo") + chat(" wor")),  # two events in one read: one chunk
+        (1_000_000 + 31 * MS, chat("lo") + chat(" wor")),  # two events in one read share a timestamp
         (1_000_000 + 47 * MS, chat("ld")),
         (1_000_000 + 90 * MS, usage(12, 5)),  # trailing usage chunk, much later
         (1_000_000 + 95 * MS, DONE),
@@ -105,7 +105,12 @@ async def test_latency_minus_ttft_equals_sum_of_itls_and_usage_does_not_extend_l
     rec = await run(script)
     assert rec.ok, rec.error
     assert rec.start_ns == 1_000_000
-    assert rec.chunk_ns == [1_000_000 + 20 * MS, 1_000_000 + 31 * MS, 1_000_000 + 47 * MS]
+    assert rec.chunk_ns == [
+        1_000_000 + 20 * MS,
+        1_000_000 + 31 * MS,
+        1_000_000 + 31 * MS,
+        1_000_000 + 47 * MS,
+    ]
     assert rec.first_token_ns == 1_000_000 + 20 * MS
     assert rec.end_ns == 1_000_000 + 47 * MS  # not the usage chunk
     assert rec.done_ns == 1_000_000 + 95 * MS
@@ -115,9 +120,9 @@ async def test_latency_minus_ttft_equals_sum_of_itls_and_usage_does_not_extend_l
     assert row["ttft_ms"] == pytest.approx(20.0)
     assert row["e2el_ms"] == pytest.approx(47.0)
     assert row["e2el_ms"] - row["ttft_ms"] == pytest.approx(sum(row["itl_ms"]))
-    assert row["itl_ms"] == pytest.approx([11.0, 16.0])
+    assert row["itl_ms"] == pytest.approx([11.0, 0.0, 16.0])
     assert row["tpot_ms"] == pytest.approx(27.0 / 4)
-    assert row["tokens_per_chunk"] == pytest.approx(5 / 3)
+    assert row["tokens_per_chunk"] == pytest.approx(5 / 4)
 
 
 @settings(max_examples=60, deadline=None)
@@ -224,7 +229,7 @@ async def test_completions_text_and_crlf_framing() -> None:
     script = [(2_000_000, comp("a")), (3_000_000, comp("") + comp("b")), (4_000_000, b"data: [DONE]\r\n\r\n")]
     rec = await run(script, endpoint=CompletionsEndpoint())
     assert rec.ok, rec.error
-    assert rec.chunk_ns == [2_000_000, 3_000_000]
+    assert rec.chunk_ns == [2_000_000, 3_000_000]  # the empty-text event is not output
     assert rec.text == "ab"
     assert rec.output_tokens is None  # no usage sent: metrics fall back to the chunk count
 

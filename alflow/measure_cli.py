@@ -1,0 +1,671 @@
+"""Measurement commands: ``alflow bench`` and ``alflow metrics snapshot``.
+
+``register(app)`` adds them to a Typer app (the root ``alflow`` command calls it). Errors in the
+user's input are one line on stderr (``error: ...``) with exit code 2; a run with failed requests
+still writes its outputs, then says how many failed and exits with code 1.
+
+``alflow bench`` streams a workload (SPEED-Bench, GSM8K or random tokens) at a server, scrapes its
+Prometheus metrics before (after warm-up) and after the measured phase and in the background, and
+reports client metrics (keys as ``vllm bench serve``) plus the server's spec-decode statistics.
+With ``--out DIR`` it writes ``records.parquet``, ``snapshots.json`` and ``summary.json``; records
+are written even when the run is aborted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import aiohttp
+import orjson
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from alflow.acceptance.stats import SpecStats
+from alflow.datasets.gsm8k import load_gsm8k
+from alflow.datasets.random_tokens import DEFAULT_VOCAB_SIZE, detokenize_sessions, random_sessions
+from alflow.datasets.speed_bench import load_speed_bench
+from alflow.datasets.types import Session
+from alflow.errors import AlflowError, InvalidInputError
+from alflow.loadgen.endpoints import Sampling
+from alflow.loadgen.records import RequestRecord, records_frame, write_records
+from alflow.loadgen.runner import LoadAbortedError, LoadResult, LoadSpec, Target, run_load
+from alflow.metrics.client import SLO, GpuLayout, summarize
+from alflow.metrics.dialects import Dialect, MissingMetricsError, candidate_metrics_urls, detect, get_dialect
+from alflow.metrics.prometheus import (
+    PeriodicScraper,
+    PromQLWindow,
+    ScrapeError,
+    Snapshot,
+    SnapshotWindow,
+    counter_resets,
+    scrape,
+)
+
+log = logging.getLogger(__name__)
+
+_out = Console(soft_wrap=True)
+_err = Console(stderr=True, soft_wrap=True)
+
+
+class DatasetName(StrEnum):
+    """Workloads ``alflow bench`` can send."""
+
+    speed_bench = "speed-bench"
+    gsm8k = "gsm8k"
+    random = "random"
+
+
+class EndpointName(StrEnum):
+    """OpenAI-compatible endpoints."""
+
+    chat = "chat"
+    completions = "completions"
+
+
+class ArrivalName(StrEnum):
+    """Arrival processes for ``--request-rate``."""
+
+    poisson = "poisson"
+    constant = "constant"
+
+
+class Thinking(StrEnum):
+    """Per-request thinking switch (``chat_template_kwargs``)."""
+
+    default = "default"
+    on = "on"
+    off = "off"
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    _err.print(f"error: {message}", markup=False, highlight=False)
+    return typer.Exit(code=code)
+
+
+def _json_default(obj: object) -> object:
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(type(obj).__name__)
+
+
+def _dumps(data: object) -> bytes:
+    return orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS, default=_json_default)
+
+
+class _RichProgress:
+    """The load generator's progress sink on the terminal (stderr)."""
+
+    def __init__(self, progress: Progress) -> None:
+        self._p = progress
+        self._task: Any = None
+
+    def start(self, total: int | None, description: str) -> None:
+        if self._task is not None:
+            self._p.remove_task(self._task)
+        self._task = self._p.add_task(description, total=total)
+
+    def advance(self) -> None:
+        if self._task is not None:
+            self._p.advance(self._task)
+
+
+@contextlib.contextmanager
+def _progress(enabled: bool) -> Iterator[_RichProgress | None]:
+    if not enabled:
+        yield None
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=_err, transient=True) as p:
+        yield _RichProgress(p)
+
+
+@dataclass
+class _BenchArgs:
+    base_url: str
+    endpoint: str
+    model: str | None
+    dataset: DatasetName
+    input_file: Path | None
+    categories: list[str]
+    isl: int
+    osl: int
+    range_ratio: float
+    vocab_size: int
+    num_shots: int
+    shots_file: Path | None
+    seed: int
+    spec: LoadSpec
+    sampling: Sampling
+    max_tokens: int | None
+    metrics_url: str | None
+    dialect: str
+    no_metrics: bool
+    scrape_interval_s: float
+    k: int | None
+    prometheus_url: str | None
+    prometheus_selector: str
+    gpus: GpuLayout
+    slo: SLO
+    percentiles: list[float]
+    out: Path | None
+    progress: bool
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _load_sessions(a: _BenchArgs, num_prompts: int) -> tuple[list[Session], list[Session] | None]:
+    """The workload and, for random prompts, separate warm-up prompts (a different seed)."""
+    if a.dataset is DatasetName.random:
+        work = random_sessions(
+            num_prompts, isl=a.isl, osl=a.osl, range_ratio=a.range_ratio, seed=a.seed, vocab_size=a.vocab_size
+        )
+        warm = (
+            random_sessions(
+                a.spec.warmup,
+                isl=a.isl,
+                osl=a.osl,
+                range_ratio=a.range_ratio,
+                seed=a.seed + 1_000_003,
+                vocab_size=a.vocab_size,
+            )
+            if a.spec.warmup
+            else None
+        )
+        return work, warm
+    if a.input_file is None:
+        raise InvalidInputError(f"--dataset {a.dataset.value} needs --input-file")
+    if a.dataset is DatasetName.speed_bench:
+        kwargs = {} if a.max_tokens is None else {"max_tokens": a.max_tokens}
+        return load_speed_bench(a.input_file, categories=a.categories or None, **kwargs), None
+    if a.categories:
+        raise InvalidInputError("--category applies to --dataset speed-bench only")
+    kwargs2 = {} if a.max_tokens is None else {"max_tokens": a.max_tokens}
+    return load_gsm8k(a.input_file, num_shots=a.num_shots, shots_path=a.shots_file, **kwargs2), None
+
+
+async def _served_model(http: aiohttp.ClientSession, base_url: str, model: str | None) -> str:
+    """Check the server answers; the model is ``model`` or the first of ``GET /v1/models``."""
+    url = base_url.rstrip("/").removesuffix("/v1") + "/v1/models"
+    try:
+        async with http.get(url, timeout=aiohttp.ClientTimeout(total=30)) as resp:
+            status = resp.status
+            raw = await resp.read()
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise AlflowError(f"cannot reach {base_url}: {exc or type(exc).__name__}") from exc
+    if model is not None:
+        return model
+    if status != 200:
+        raise AlflowError(f"GET {url} answered HTTP {status}: give --model")
+    try:
+        return str(orjson.loads(raw)["data"][0]["id"])
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+        raise AlflowError(f"GET {url} lists no model: give --model") from None
+
+
+async def _resolve_metrics(http: aiohttp.ClientSession, a: _BenchArgs) -> tuple[str, Dialect] | None:
+    """The metrics URL and dialect, or None (with a warning) when the server exposes none."""
+    if a.no_metrics:
+        return None
+    urls = [a.metrics_url] if a.metrics_url else candidate_metrics_urls(a.base_url, a.dialect)
+    problems: list[str] = []
+    for url in urls:
+        try:
+            snap = await scrape(url, session=http)
+            dialect = get_dialect(a.dialect) if a.dialect != "auto" else detect(snap)
+        except (ScrapeError, MissingMetricsError) as exc:
+            if a.metrics_url:
+                raise
+            problems.append(str(exc))
+            continue
+        return url, dialect
+    _err.print(
+        "warning: no spec-decode metrics found (" + "; ".join(problems) + "): server-side stats skipped",
+        markup=False,
+        highlight=False,
+    )
+    return None
+
+
+def _stats_or_error(fn: Any, *args: Any, **kwargs: Any) -> tuple[SpecStats | None, str | None]:
+    try:
+        return fn(*args, **kwargs), None
+    except AlflowError as exc:
+        return None, str(exc)
+
+
+async def _bench(a: _BenchArgs) -> tuple[dict[str, Any], bool]:
+    """Run one benchmark; returns (summary, all requests ok)."""
+    spec = a.spec
+    num_prompts = spec.num_prompts or (10 * spec.concurrency if a.dataset is DatasetName.random else 0)
+    sessions, warm = _load_sessions(a, num_prompts or 1)
+    if spec.num_prompts is None and a.dataset is DatasetName.random and spec.duration_s is None:
+        spec = _replace_spec(spec, num_prompts=num_prompts)
+    sink: list[RequestRecord] = []
+    snapshots: dict[str, Any] = {}
+    summary: dict[str, Any] = {}
+    result: LoadResult | None = None
+    aborted: str | None = None
+    async with aiohttp.ClientSession() as http:
+        model = await _served_model(http, a.base_url, a.model)
+        target = Target(a.base_url, model, endpoint=a.endpoint, sampling=a.sampling)
+        if a.endpoint == "chat" and any(not isinstance(t.prompt, str) for s in sessions for t in s.turns):
+            sessions = await detokenize_sessions(sessions, a.base_url, model)
+            if warm:
+                warm = await detokenize_sessions(warm, a.base_url, model)
+        metrics = await _resolve_metrics(http, a)
+        baseline: list[Snapshot] = []
+
+        async def on_measure_start() -> None:
+            if metrics is not None:
+                baseline.append(await scrape(metrics[0], session=http))
+
+        bg: PeriodicScraper | None = None
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                if metrics is not None and a.scrape_interval_s > 0:
+                    bg = await stack.enter_async_context(
+                        PeriodicScraper(metrics[0], a.scrape_interval_s, session=http)
+                    )
+                with _progress(a.progress) as prog:
+                    result = await run_load(
+                        sessions,
+                        target,
+                        spec,
+                        on_measure_start=on_measure_start,
+                        progress=prog,
+                        warmup_sessions=warm,
+                        sink=sink,
+                    )
+        except LoadAbortedError as exc:
+            aborted = str(exc)
+            result = exc.result
+        finally:
+            if (aborted is not None or result is None) and a.out is not None:
+                write_records(a.out / "records.parquet", sink)
+        assert result is not None
+        summary["model"] = model
+        spec_block: dict[str, Any] = {"dialect": None, "metrics_url": None}
+        if metrics is not None and baseline and aborted is None:
+            final = await scrape(metrics[0], session=http)
+            series = list(bg.snapshots) if bg is not None else []
+            window = SnapshotWindow(baseline[0], final, series=series)
+            stats, err = _stats_or_error(metrics[1].spec_stats, window, k=a.k)
+            spec_block = {
+                "dialect": metrics[1].name,
+                "metrics_url": metrics[0],
+                "stats": None if stats is None else stats.to_dict(),
+                "error": err,
+                "counter_resets": counter_resets(baseline[0], final),
+                "background_scrapes": len(series),
+                "scrape_errors": bg.errors[:5] if bg is not None else [],
+            }
+            snapshots = {
+                "baseline": baseline[0].to_dict(),
+                "final": final.to_dict(),
+                "series": [s.to_dict() for s in series],
+            }
+        if a.prometheus_url and aborted is None:
+            wall_end = time.time()
+            window_p = PromQLWindow(
+                a.prometheus_url, result.wall_start_s, wall_end, selector=a.prometheus_selector
+            )
+            dialect = (
+                metrics[1]
+                if metrics is not None
+                else get_dialect(a.dialect if a.dialect != "auto" else "vllm")
+            )
+            stats_p, err_p = await asyncio.to_thread(_stats_or_error, dialect.spec_stats, window_p, k=a.k)
+            spec_block["prometheus"] = {
+                "url": a.prometheus_url,
+                "stats": None if stats_p is None else stats_p.to_dict(),
+                "error": err_p,
+            }
+    frame = records_frame(result.records)
+    duration = result.duration_s
+    client = summarize(
+        frame,
+        duration_s=duration if duration > 0 else 1e-9,
+        percentiles=a.percentiles,
+        slo=a.slo,
+        gpus=a.gpus,
+    )
+    summary = {
+        **client,
+        "model": summary.get("model"),
+        "aborted": aborted,
+        "spec_decode": spec_block,
+        "config": {
+            "base_url": a.base_url,
+            "endpoint": a.endpoint,
+            "dataset": a.dataset.value,
+            "input_file": a.input_file,
+            "categories": a.categories,
+            "concurrency": spec.concurrency,
+            "request_rate": spec.request_rate,
+            "arrival": spec.arrival,
+            "num_prompts": spec.num_prompts,
+            "duration_s": spec.duration_s,
+            "warmup": spec.warmup,
+            "isl": a.isl if a.dataset is DatasetName.random else None,
+            "osl": a.osl if a.dataset is DatasetName.random else None,
+            "range_ratio": a.range_ratio if a.dataset is DatasetName.random else None,
+            "seed": a.seed,
+            "sampling": _sampling_dict(a.sampling),
+        },
+    }
+    if a.out is not None:
+        a.out.mkdir(parents=True, exist_ok=True)
+        write_records(a.out / "records.parquet", frame)
+        (a.out / "snapshots.json").write_bytes(_dumps(snapshots))
+        (a.out / "summary.json").write_bytes(_dumps(summary))
+    if aborted is not None:
+        raise AlflowError(aborted + (f" (partial records in {a.out / 'records.parquet'})" if a.out else ""))
+    return summary, bool(client["all_ok"])
+
+
+def _sampling_dict(s: Sampling) -> dict[str, Any]:
+    out = {
+        name: getattr(s, name)
+        for name in ("max_tokens", "temperature", "top_p", "top_k", "min_tokens", "ignore_eos", "seed")
+        if getattr(s, name) is not None
+    }
+    if s.chat_template_kwargs:
+        out["chat_template_kwargs"] = dict(s.chat_template_kwargs)
+    if s.extra_body:
+        out["extra_body"] = dict(s.extra_body)
+    return out
+
+
+def _replace_spec(spec: LoadSpec, **changes: Any) -> LoadSpec:
+    from dataclasses import replace
+
+    return replace(spec, **changes)
+
+
+def _print_summary(s: dict[str, Any]) -> None:
+    table = Table(title=f"alflow bench: {s.get('model')}", show_header=False)
+    rows = [
+        ("completed / failed", f"{s['completed']} / {s['failed']}"),
+        ("duration (s)", f"{s['duration']:.3f}"),
+        ("request throughput (req/s)", f"{s['request_throughput']:.3f}"),
+        ("output throughput (tok/s)", f"{s['output_throughput']:.2f}"),
+        ("total token throughput (tok/s)", f"{s['total_token_throughput']:.2f}"),
+    ]
+    for key, label in (
+        ("ttft", "TTFT (ms)"),
+        ("tpot", "TPOT (ms)"),
+        ("itl", "ITL (ms)"),
+        ("e2el", "E2E latency (ms)"),
+    ):
+        mean, med, p99 = s.get(f"mean_{key}_ms"), s.get(f"median_{key}_ms"), s.get(f"p99_{key}_ms")
+        if mean is not None:
+            rows.append((f"{label} mean / median / p99", f"{mean:.2f} / {med:.2f} / {p99:.2f}"))
+    if s.get("median_interactivity_tokens_per_s") is not None:
+        rows.append(("interactivity median (tok/s/user)", f"{s['median_interactivity_tokens_per_s']:.2f}"))
+    if s.get("tokens_per_chunk_after_first") is not None:
+        rows.append(("client tokens per chunk (after first)", f"{s['tokens_per_chunk_after_first']:.3f}"))
+    spec = s.get("spec_decode") or {}
+    stats = spec.get("stats")
+    if stats and stats.get("al") is not None:
+        rows.append((f"server AL ({spec['dialect']})", f"{stats['al']:.4f}  (drafts {stats['num_drafts']})"))
+    elif spec.get("error"):
+        rows.append(("server AL", f"unavailable: {spec['error']}"))
+    for label, value in rows:
+        table.add_row(label, value)
+    _out.print(table)
+
+
+def _parse_floats(text: str, option: str) -> list[float]:
+    try:
+        return [float(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise InvalidInputError(f"{option} {text!r}: expected numbers separated by commas") from None
+
+
+def bench(
+    base_url: Annotated[str, typer.Option(help="Server base URL, e.g. http://127.0.0.1:8000.")],
+    endpoint: Annotated[
+        EndpointName, typer.Option(help="OpenAI endpoint to stream from.")
+    ] = EndpointName.chat,
+    model: Annotated[
+        str | None, typer.Option(help="Served model name (default: the first of /v1/models).")
+    ] = None,
+    dataset: Annotated[DatasetName, typer.Option(help="Workload.")] = DatasetName.random,
+    input_file: Annotated[
+        Path | None, typer.Option(help="Dataset file (speed-bench or gsm8k JSONL).")
+    ] = None,
+    category: Annotated[
+        list[str] | None, typer.Option(help="SPEED-Bench category or entropy tier (repeatable).")
+    ] = None,
+    isl: Annotated[int, typer.Option(help="Random prompts: input length (tokens).")] = 1024,
+    osl: Annotated[int, typer.Option(help="Random prompts: output length (tokens).")] = 1024,
+    range_ratio: Annotated[
+        float, typer.Option(help="Random prompts: input length drawn in [ISL*r, ISL].")
+    ] = 0.8,
+    vocab_size: Annotated[
+        int, typer.Option(help="Random prompts: token ids drawn below this.")
+    ] = DEFAULT_VOCAB_SIZE,
+    num_shots: Annotated[int, typer.Option(help="GSM8K: few-shot examples from --shots-file.")] = 0,
+    shots_file: Annotated[Path | None, typer.Option(help="GSM8K: train file for few-shot examples.")] = None,
+    concurrency: Annotated[int, typer.Option(help="Most sessions in flight.")] = 1,
+    request_rate: Annotated[
+        float | None, typer.Option(help="Sessions per second (default: unlimited, capped by concurrency).")
+    ] = None,
+    arrival: Annotated[
+        ArrivalName, typer.Option(help="Arrival process with --request-rate.")
+    ] = ArrivalName.poisson,
+    num_prompts: Annotated[
+        int | None,
+        typer.Option(help="Measured sessions (default: the dataset's rows; random: 10 x concurrency)."),
+    ] = None,
+    duration: Annotated[float | None, typer.Option(help="Measure for this many seconds instead.")] = None,
+    warmup: Annotated[int, typer.Option(help="Warm-up sessions before the measured phase.")] = 0,
+    timeout: Annotated[float, typer.Option(help="Per-request timeout in seconds.")] = 600.0,
+    seed: Annotated[int, typer.Option(help="Seed of random prompts and arrivals.")] = 0,
+    max_tokens: Annotated[
+        int | None, typer.Option(help="Output cap (default: speed-bench 4096, gsm8k 512, random --osl).")
+    ] = None,
+    temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
+    top_p: Annotated[float | None, typer.Option(help="Sampling top_p.")] = None,
+    top_k: Annotated[int | None, typer.Option(help="Sampling top_k.")] = None,
+    min_tokens: Annotated[int | None, typer.Option(help="min_tokens sent with every request.")] = None,
+    ignore_eos: Annotated[bool | None, typer.Option(help="Send ignore_eos (fixed output lengths).")] = None,
+    thinking: Annotated[
+        Thinking, typer.Option(help="chat_template_kwargs enable_thinking.")
+    ] = Thinking.default,
+    extra_body: Annotated[
+        str | None, typer.Option(help="JSON object merged into every request body.")
+    ] = None,
+    metrics_url: Annotated[str | None, typer.Option(help="Prometheus metrics URL (default: found).")] = None,
+    dialect: Annotated[str, typer.Option(help="Metrics dialect: auto, vllm, sglang, trtllm.")] = "auto",
+    no_metrics: Annotated[bool, typer.Option(help="Do not scrape server metrics.")] = False,
+    scrape_interval: Annotated[float, typer.Option(help="Background scrape interval (s); 0 = off.")] = 1.0,
+    k: Annotated[int | None, typer.Option(help="Speculative tokens K (for intervals and TRT-LLM).")] = None,
+    prometheus_url: Annotated[
+        str | None, typer.Option(help="Prometheus server scraping every node (multi-node).")
+    ] = None,
+    prometheus_selector: Annotated[str, typer.Option(help='PromQL label selector, e.g. {job="vllm"}.')] = "",
+    tp: Annotated[int, typer.Option(help="Tensor-parallel size (per-GPU throughput).")] = 1,
+    pp: Annotated[int, typer.Option(help="Pipeline-parallel size.")] = 1,
+    cp: Annotated[int, typer.Option(help="Context-parallel size.")] = 1,
+    dp: Annotated[int, typer.Option(help="Data-parallel replicas.")] = 1,
+    slo_ttft_ms: Annotated[float | None, typer.Option(help="Goodput SLO on TTFT (ms).")] = None,
+    slo_tpot_ms: Annotated[float | None, typer.Option(help="Goodput SLO on TPOT (ms).")] = None,
+    slo_e2el_ms: Annotated[float | None, typer.Option(help="Goodput SLO on E2E latency (ms).")] = None,
+    percentiles: Annotated[str, typer.Option(help="Percentiles to report.")] = "50,90,95,99",
+    out: Annotated[
+        Path | None, typer.Option(help="Write records.parquet, snapshots.json, summary.json.")
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
+) -> None:
+    """Stream a workload at a server; report client metrics and server spec-decode stats."""
+    try:
+        extra: dict[str, Any] = {}
+        if extra_body:
+            try:
+                extra = orjson.loads(extra_body)
+            except orjson.JSONDecodeError as exc:
+                raise InvalidInputError(f"--extra-body is not valid JSON: {exc}") from None
+            if not isinstance(extra, dict):
+                raise InvalidInputError("--extra-body must be a JSON object")
+        if dialect != "auto":
+            get_dialect(dialect)
+        template = None if thinking is Thinking.default else {"enable_thinking": thinking is Thinking.on}
+        spec = LoadSpec(
+            concurrency=concurrency,
+            request_rate=request_rate,
+            arrival=arrival.value,
+            num_prompts=num_prompts,
+            duration_s=duration,
+            warmup=warmup,
+            timeout_s=timeout,
+            seed=seed,
+            keep_text=dataset is not DatasetName.random,
+        )
+        spec.check()
+        args = _BenchArgs(
+            base_url=base_url,
+            endpoint=endpoint.value,
+            model=model,
+            dataset=dataset,
+            input_file=input_file,
+            categories=category or [],
+            isl=isl,
+            osl=osl,
+            range_ratio=range_ratio,
+            vocab_size=vocab_size,
+            num_shots=num_shots,
+            shots_file=shots_file,
+            seed=seed,
+            spec=spec,
+            sampling=Sampling(
+                max_tokens=max_tokens or (osl if dataset is DatasetName.random else 256),
+                temperature=temperature,
+                top_p=top_p,
+                top_k=top_k,
+                min_tokens=min_tokens,
+                ignore_eos=ignore_eos,
+                chat_template_kwargs=template,
+                extra_body=extra,
+            ),
+            max_tokens=max_tokens,
+            metrics_url=metrics_url,
+            dialect=dialect,
+            no_metrics=no_metrics,
+            scrape_interval_s=scrape_interval,
+            k=k,
+            prometheus_url=prometheus_url,
+            prometheus_selector=prometheus_selector,
+            gpus=GpuLayout(tp=tp, pp=pp, cp=cp, dp=dp),
+            slo=SLO(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms, e2el_ms=slo_e2el_ms),
+            percentiles=_parse_floats(percentiles, "--percentiles"),
+            out=out,
+            progress=progress and not json_out and sys.stderr.isatty(),
+        )
+        summary, all_ok = asyncio.run(_bench(args))
+    except AlflowError as exc:
+        raise _fail(str(exc)) from None
+    if json_out:
+        sys.stdout.buffer.write(_dumps(summary) + b"\n")
+        sys.stdout.flush()
+    else:
+        _print_summary(summary)
+    if not all_ok:
+        raise _fail(
+            f"{summary['failed']} of {summary['failed'] + summary['completed']} requests failed "
+            f"(first: {next(iter(summary.get('errors') or {'?': 0}))}); these numbers are not a clean run",
+            code=1,
+        )
+
+
+async def _snapshot(url: str, dialect_name: str) -> tuple[Snapshot, Dialect | None, str]:
+    async with aiohttp.ClientSession() as http:
+        urls = [url] if urlparse_path(url) not in ("", "/") else candidate_metrics_urls(url, dialect_name)
+        problems: list[str] = []
+        for u in urls:
+            try:
+                snap = await scrape(u, session=http)
+            except ScrapeError as exc:
+                problems.append(str(exc))
+                continue
+            try:
+                d = get_dialect(dialect_name) if dialect_name != "auto" else detect(snap)
+            except MissingMetricsError:
+                d = None
+            return snap, d, u
+        raise AlflowError("; ".join(problems))
+
+
+def urlparse_path(url: str) -> str:
+    """The path part of ``url`` (``""`` for a bare base URL)."""
+    from urllib.parse import urlparse
+
+    return urlparse(url).path
+
+
+def snapshot(
+    url: Annotated[str, typer.Argument(help="Metrics URL, or a server base URL (metrics path found).")],
+    dialect: Annotated[str, typer.Option(help="Metrics dialect: auto, vllm, sglang, trtllm.")] = "auto",
+    k: Annotated[int | None, typer.Option(help="Speculative tokens K (for intervals and TRT-LLM).")] = None,
+    all_samples: Annotated[bool, typer.Option("--all", help="Include every sample in --json.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,
+) -> None:
+    """Scrape a server's metrics once: spec-decode stats since server start (lifetime counters)."""
+    try:
+        if dialect != "auto":
+            get_dialect(dialect)
+        snap, d, used = asyncio.run(_snapshot(url, dialect))
+        empty = Snapshot(used, snap.wall_time_s, snap.mono_ns, {}, {})
+        stats, err = (
+            (None, "no vllm:, sglang: or trtllm_ metrics")
+            if d is None
+            else _stats_or_error(d.spec_stats, SnapshotWindow(empty, snap), k=k)
+        )
+    except AlflowError as exc:
+        raise _fail(str(exc)) from None
+    data: dict[str, Any] = {
+        "url": used,
+        "wall_time_s": snap.wall_time_s,
+        "dialect": None if d is None else d.name,
+        "since_server_start": None if stats is None else stats.to_dict(),
+        "error": err,
+        "families": sorted(snap.families()),
+    }
+    if all_samples:
+        data["samples"] = snap.to_dict()["samples"]
+    if json_out:
+        sys.stdout.buffer.write(_dumps(data) + b"\n")
+        sys.stdout.flush()
+        return
+    table = Table(title=f"metrics at {used}", show_header=False)
+    table.add_row("dialect", data["dialect"] or "unknown")
+    if stats is not None and stats.al is not None:
+        table.add_row("AL since server start", f"{stats.al:.4f}")
+        table.add_row("drafts / accepted", f"{stats.num_drafts} / {stats.accepted_tokens}")
+        if stats.per_position_rates:
+            table.add_row("per-position rates", ", ".join(f"{p:.3f}" for p in stats.per_position_rates))
+    else:
+        table.add_row("spec decode", err or (stats.note if stats else ""))
+    table.add_row("families", str(len(data["families"])))
+    _out.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``bench`` and the ``metrics`` sub-app (``snapshot``) to ``app``."""
+    app.command("bench")(bench)
+    metrics_app = typer.Typer(
+        help="Server metrics: scrape and read spec-decode counters.", no_args_is_help=True
+    )
+    metrics_app.command("snapshot")(snapshot)
+    app.add_typer(metrics_app, name="metrics")

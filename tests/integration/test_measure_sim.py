@@ -1,0 +1,222 @@
+"""The load generator, scraper and dialects against the simulated engine over real HTTP.
+
+Each test starts ``python -m alflow.sim serve`` on an ephemeral port (``SimProcess``) with a step
+log, so the server's own record of every verify step is the ground truth.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aiohttp
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from alflow.datasets.random_tokens import random_sessions
+from alflow.datasets.speed_bench import load_speed_bench
+from alflow.loadgen import LoadSpec, Target, run_load
+from alflow.loadgen.records import records_frame
+from alflow.metrics.client import summarize
+from alflow.metrics.dialects import detect
+from alflow.metrics.prometheus import SnapshotWindow, scrape
+from alflow.sim.process import SimProcess
+
+VOCAB = 20_000  # below the sim tokenizer's vocabulary
+
+
+def sim_args(dialect: str, step_log: Path, al: float = 2.5, k: int = 3, scale: str = "0") -> list[str]:
+    return ["--dialect", dialect, "--k", str(k), "--synthetic-al", str(al), "--time-scale", scale,
+            "--step-log", str(step_log)]  # fmt: skip
+
+
+def steps_between(step_log: Path, start_ns: int, end_ns: int) -> tuple[int, int]:
+    """(request-step pairs, accepted drafts) from the sim's step log inside [start_ns, end_ns]."""
+    pairs = accepted = 0
+    for line in step_log.read_bytes().splitlines():
+        row = orjson.loads(line)
+        if start_ns <= row["time_ns"] <= end_ns:
+            pairs += len(row["requests"])
+            accepted += sum(row["accepted"])
+    return pairs, accepted
+
+
+@pytest.mark.parametrize("dialect", ["vllm", "sglang", "trtllm"])
+async def test_dialect_al_equals_step_log_and_client_tokens_per_chunk(dialect: str, tmp_path: Path) -> None:
+    log = tmp_path / "steps.jsonl"
+    with SimProcess(sim_args(dialect, log)) as sim:
+        work = random_sessions(24, isl=32, osl=150, seed=1, vocab_size=VOCAB)
+        warm = random_sessions(6, isl=32, osl=20, seed=2, vocab_size=VOCAB)
+        baseline = []
+
+        async def on_start() -> None:
+            baseline.append(await scrape(sim.metrics_url))
+
+        res = await run_load(
+            work,
+            Target(sim.base_url, "sim/llama-3.3-70b", endpoint="completions"),
+            LoadSpec(concurrency=8, warmup=6),
+            on_measure_start=on_start,
+            warmup_sessions=warm,
+        )
+        final = await scrape(sim.metrics_url)
+    assert all(r.ok for r in res.records), [r.error for r in res.records if not r.ok][:3]
+    d = detect(final)
+    assert d.name == dialect
+    stats = d.spec_stats(SnapshotWindow(baseline[0], final), k=3)
+    pairs, accepted = steps_between(log, baseline[0].mono_ns, final.mono_ns)
+    assert pairs > 0
+    assert stats.num_drafts == pairs
+    assert stats.accepted_tokens == accepted
+    assert stats.al == pytest.approx(1 + accepted / pairs, abs=1e-12)
+    assert stats.al == pytest.approx(2.5, abs=0.1)
+    # client side: output tokens after the first per later chunk ~ tokens per verify step
+    s = summarize(records_frame(res.records), duration_s=res.duration_s)
+    assert s["completed"] == 24
+    assert s["total_output_tokens"] == 24 * 150
+    client_al = s["tokens_per_chunk_after_first"]
+    assert client_al is not None
+    assert client_al <= stats.al + 1e-9  # the last step of a request is cut at max_tokens
+    assert client_al == pytest.approx(stats.al, abs=0.05)
+
+
+async def test_multi_turn_session_sends_history_with_the_live_reply(tmp_path: Path) -> None:
+    f = tmp_path / "qualitative.jsonl"
+    row = {
+        "question_id": "q" * 32,
+        "category": "coding",
+        "sub_category": "x",
+        "source": "s",
+        "src_id": "1",
+        "difficulty": "easy",
+        "multiturn": True,
+        "messages": [
+            {"role": "user", "content": "Write a function that adds two numbers."},
+            {"role": "user", "content": "Now add type hints."},
+        ],
+    }
+    f.write_bytes(orjson.dumps(row) + b"\n")
+    sessions = load_speed_bench(f, max_tokens=30)
+    with SimProcess(sim_args("vllm", tmp_path / "s.jsonl")) as sim:
+        res = await run_load(sessions, Target(sim.base_url, "sim/llama-3.3-70b"), LoadSpec(concurrency=1))
+        first, second = res.records
+        assert first.ok
+        assert second.ok
+        assert first.text
+        history = [
+            {"role": "user", "content": row["messages"][0]["content"]},
+            {"role": "assistant", "content": first.text},
+            {"role": "user", "content": row["messages"][1]["content"]},
+        ]
+        async with aiohttp.ClientSession() as http:
+            body = orjson.dumps({"model": "sim/llama-3.3-70b", "messages": history})
+            async with http.post(sim.base_url + "/tokenize", data=body) as resp:
+                expected = orjson.loads(await resp.read())["count"]
+    # the server saw turn 1, the model's live reply, then turn 2: exactly those tokens
+    assert second.input_tokens == expected
+    assert second.input_tokens > first.input_tokens + first.output_tokens  # type: ignore[operator]
+
+
+def _cli() -> tuple[CliRunner, object]:
+    import typer
+
+    from alflow.measure_cli import register
+
+    app = typer.Typer()
+
+    @app.callback()
+    def main() -> None:
+        """Test root."""
+
+    register(app)
+    return CliRunner(), app
+
+
+def test_bench_cli_json_and_out_dir_against_the_sim(tmp_path: Path) -> None:
+    runner, app = _cli()
+    log = tmp_path / "steps.jsonl"
+    out = tmp_path / "run"
+    with SimProcess(sim_args("sglang", log)) as sim:
+        result = runner.invoke(
+            app,  # type: ignore[arg-type]
+            ["bench", "--base-url", sim.base_url, "--dataset", "random", "--isl", "40", "--osl", "60",
+             "--vocab-size", str(VOCAB), "--concurrency", "4", "--num-prompts", "12", "--warmup", "4",
+             "--endpoint", "chat", "--scrape-interval", "0.05", "--json", "--out", str(out)],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        summary = orjson.loads(result.stdout)
+        snap = runner.invoke(app, ["metrics", "snapshot", sim.base_url, "--json"])  # type: ignore[arg-type]
+    assert summary["completed"] == 12
+    assert summary["failed"] == 0
+    assert summary["model"] == "sim/llama-3.3-70b"
+    spec = summary["spec_decode"]
+    assert spec["dialect"] == "sglang"
+    assert spec["stats"]["al"] == pytest.approx(2.5, abs=0.15)
+    assert "approximate" in spec["stats"]["note"]
+    assert spec["counter_resets"] == []
+    for name in ("records.parquet", "snapshots.json", "summary.json"):
+        assert (out / name).is_file()
+    snaps = orjson.loads((out / "snapshots.json").read_bytes())
+    base = snaps["baseline"]["mono_ns"]
+    end = snaps["final"]["mono_ns"]
+    pairs, accepted = steps_between(log, base, end)
+    assert spec["stats"]["num_drafts"] == pairs
+    assert spec["stats"]["accepted_tokens"] == accepted
+    import polars as pl
+
+    frame = pl.read_parquet(out / "records.parquet")
+    assert frame.height == 16
+    assert frame["warmup"].sum() == 4
+    # metrics snapshot: lifetime counters since server start (warm-up included)
+    assert snap.exit_code == 0, snap.output
+    data = orjson.loads(snap.stdout)
+    assert data["dialect"] == "sglang"
+    all_pairs, all_acc = steps_between(log, 0, 2**63)
+    assert data["since_server_start"]["num_drafts"] == all_pairs
+    assert data["since_server_start"]["accepted_tokens"] == all_acc
+
+
+def test_bench_cli_trtllm_metrics_path_is_found(tmp_path: Path) -> None:
+    runner, app = _cli()
+    with SimProcess(sim_args("trtllm", tmp_path / "s.jsonl")) as sim:
+        result = runner.invoke(
+            app,  # type: ignore[arg-type]
+            ["bench", "--base-url", sim.base_url, "--isl", "16", "--osl", "30", "--vocab-size", str(VOCAB),
+             "--concurrency", "2", "--num-prompts", "4", "--endpoint", "completions", "--json"],
+        )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    summary = orjson.loads(result.stdout)
+    assert summary["spec_decode"]["metrics_url"].endswith("/prometheus/metrics")
+    assert summary["spec_decode"]["stats"]["k"] == 3
+
+
+def test_bench_cli_reports_failed_requests_and_exits_1(tmp_path: Path) -> None:
+    runner, app = _cli()
+    args = [*sim_args("vllm", tmp_path / "s.jsonl"), "--stream-error-rate", "0.5", "--seed", "3"]
+    with SimProcess(args) as sim:
+        result = runner.invoke(
+            app,  # type: ignore[arg-type]
+            ["bench", "--base-url", sim.base_url, "--isl", "16", "--osl", "30", "--vocab-size", str(VOCAB),
+             "--concurrency", "4", "--num-prompts", "20", "--endpoint", "completions", "--json"],
+        )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    summary = orjson.loads(result.stdout)
+    assert summary["failed"] > 0
+    assert summary["all_ok"] is False
+    assert "requests failed" in result.stderr
+
+
+def test_bench_cli_unknown_category_and_dialect_are_one_line_errors(tmp_path: Path) -> None:
+    runner, app = _cli()
+    f = tmp_path / "q.jsonl"
+    f.write_text(
+        '{"question_id": "a", "category": "coding", "messages": [{"role": "user", "content": "hi"}]}\n'
+    )
+    r = runner.invoke(app, ["bench", "--base-url", "http://127.0.0.1:9", "--dataset", "speed-bench",  # type: ignore[arg-type]
+                            "--input-file", str(f), "--category", "cooking", "--model", "m"])  # fmt: skip
+    assert r.exit_code == 2
+    assert r.stderr.strip().count("\n") == 0
+    assert "unknown SPEED-Bench category 'cooking'" in r.stderr
+    r = runner.invoke(app, ["bench", "--base-url", "http://127.0.0.1:9", "--dialect", "tgi"])  # type: ignore[arg-type]
+    assert r.exit_code == 2
+    assert "unknown metrics dialect 'tgi'" in r.stderr
