@@ -1,0 +1,1 @@
+"""Results: the run store (parquet + manifest) and provenance."""

@@ -1,0 +1,378 @@
+"""The run store: one directory per run, with a manifest, parquet tables and a summary.
+
+Layout (``root`` is a local path or an fsspec URL such as ``s3://bucket/alflow``)::
+
+    <root>/<flow>/<YYYYmmddTHHMMSSZ>-<run id>/
+        manifest.json          config, provenance, status (running | complete | failed), files
+        requests.parquet       client records (one row per request)
+        server_metrics.parquet scrape time series
+        spec_stats.parquet     spec-decode statistics per measured point
+        summary.json           the run's headline numbers
+
+Every file carries the schema version (a ``schema_version`` key in JSON, parquet key-value
+metadata ``alflow.schema_version``). Local writes are atomic (temporary file in the same folder,
+then rename); object stores write each object in one PUT. The manifest is written first with
+status ``running`` and rewritten after every file, so a run killed mid-way leaves a readable
+store whose manifest still says ``running``: readers report it as incomplete and keep what it had.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, Literal, Protocol, Self
+from uuid import uuid4
+
+import fsspec
+import polars as pl
+
+from alflow.errors import AlflowError, InvalidInputError
+
+SCHEMA_VERSION: Final = 1
+PARQUET_VERSION_KEY: Final = "alflow.schema_version"
+MANIFEST: Final = "manifest.json"
+SUMMARY: Final = "summary.json"
+TABLES: Final = ("requests", "server_metrics", "spec_stats")
+Status = Literal["running", "complete", "failed"]
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class StoreError(AlflowError):
+    """A run directory that cannot be written or read (the message names the path)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Storage backends
+
+
+class Storage(Protocol):
+    """Where bytes go: a local folder (atomic rename) or an fsspec URL (one PUT per object)."""
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        """Write ``data`` to ``path`` so that readers see the old or the new content, never half."""
+        ...
+
+    def read_bytes(self, path: str) -> bytes:
+        """Read a whole object."""
+        ...
+
+    def exists(self, path: str) -> bool:
+        """True when ``path`` exists."""
+        ...
+
+    def list_dirs(self, path: str) -> list[str]:
+        """Immediate sub-directories of ``path`` (full paths), empty when it does not exist."""
+        ...
+
+    def join(self, *parts: str) -> str:
+        """Join path parts."""
+        ...
+
+
+class LocalStorage:
+    """A local folder; writes go to a temporary file in the same folder, then ``os.replace``."""
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            Path(tmp).replace(target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def read_bytes(self, path: str) -> bytes:
+        return Path(path).read_bytes()
+
+    def exists(self, path: str) -> bool:
+        return Path(path).exists()
+
+    def list_dirs(self, path: str) -> list[str]:
+        p = Path(path)
+        return sorted(str(c) for c in p.iterdir() if c.is_dir()) if p.is_dir() else []
+
+    def join(self, *parts: str) -> str:
+        return str(Path(*parts))
+
+
+class FsspecStorage:
+    """An fsspec URL (``s3://``, ``gs://``, ``memory://``); each object is written in one PUT."""
+
+    def __init__(self, url: str) -> None:
+        try:
+            self.fs, _ = fsspec.core.url_to_fs(url)
+        except (ImportError, ValueError) as exc:
+            raise StoreError(f"cannot open results root {url!r}: {exc}") from None
+        self.protocol = url.split("://", 1)[0]
+
+    def _url(self, path: str) -> str:
+        return path if "://" in path else f"{self.protocol}://{path}"
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        self.fs.pipe_file(self._url(path), data)
+
+    def read_bytes(self, path: str) -> bytes:
+        data = self.fs.cat_file(self._url(path))
+        return bytes(data)
+
+    def exists(self, path: str) -> bool:
+        return bool(self.fs.exists(self._url(path)))
+
+    def list_dirs(self, path: str) -> list[str]:
+        url = self._url(path)
+        if not self.fs.exists(url):
+            return []
+        entries = self.fs.ls(url, detail=True)
+        return sorted(self._url(str(e["name"])) for e in entries if e.get("type") == "directory")
+
+    def join(self, *parts: str) -> str:
+        return "/".join(p.rstrip("/") for p in parts)
+
+
+def storage_for(root: str | os.PathLike[str]) -> Storage:
+    """The storage backend for a root: a URL with a scheme goes through fsspec, else local."""
+    text = os.fspath(root)
+    return FsspecStorage(text) if "://" in text and not text.startswith("file://") else LocalStorage()
+
+
+def _root_text(root: str | os.PathLike[str]) -> str:
+    text = os.fspath(root)
+    return text.removeprefix("file://")
+
+
+# --------------------------------------------------------------------------------------------
+# Writing a run
+
+
+def _check_name(kind: str, value: str) -> str:
+    if not _NAME.match(value):
+        raise InvalidInputError(
+            f"{kind} {value!r} is not a valid name: use letters, digits, '.', '_' or '-' (not starting with them)"
+        )
+    return value
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _json_bytes(data: Mapping[str, Any]) -> bytes:
+    return (json.dumps(data, indent=2, sort_keys=False, default=str) + "\n").encode()
+
+
+class RunWriter:
+    """Writes one run's directory; use as a context manager so a failure marks the run failed."""
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        flow: str,
+        *,
+        run_id: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        provenance: Mapping[str, Any] | None = None,
+        simulated: bool = False,
+        started: datetime | None = None,
+    ) -> None:
+        self.storage = storage_for(root)
+        self.flow = _check_name("flow", flow)
+        self.run_id = _check_name("run id", run_id or uuid4().hex[:12])
+        self.started = started or _now()
+        stamp = self.started.strftime("%Y%m%dT%H%M%SZ")
+        self.dir = self.storage.join(_root_text(root), self.flow, f"{stamp}-{self.run_id}")
+        if self.storage.exists(self.storage.join(self.dir, MANIFEST)):
+            raise StoreError(f"run directory {self.dir} already holds a manifest; refusing to overwrite it")
+        self.manifest: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION,
+            "flow": self.flow,
+            "run_id": self.run_id,
+            "status": "running",
+            "simulated": simulated,
+            "started": self.started.isoformat(),
+            "finished": None,
+            "error": None,
+            "config": dict(config or {}),
+            "provenance": dict(provenance or {}),
+            "files": {},
+        }
+        self._write_manifest()
+
+    def _path(self, name: str) -> str:
+        return self.storage.join(self.dir, name)
+
+    def _write_manifest(self) -> None:
+        self.storage.write_bytes(self._path(MANIFEST), _json_bytes(self.manifest))
+
+    def update_provenance(self, **fields: Any) -> None:
+        """Add provenance fields (e.g. the image digest once the container is up)."""
+        self.manifest["provenance"].update(fields)
+        self._write_manifest()
+
+    def write_table(self, name: str, frame: pl.DataFrame) -> str:
+        """Write ``<name>.parquet`` (atomic) with the schema version in its metadata."""
+        _check_name("table", name)
+        buf = io.BytesIO()
+        frame.write_parquet(buf, metadata={PARQUET_VERSION_KEY: str(SCHEMA_VERSION)})
+        filename = f"{name}.parquet"
+        self.storage.write_bytes(self._path(filename), buf.getvalue())
+        self.manifest["files"][filename] = {"rows": frame.height, "written": _now().isoformat()}
+        self._write_manifest()
+        return self._path(filename)
+
+    def write_json(self, name: str, data: Mapping[str, Any]) -> str:
+        """Write ``<name>.json`` (atomic) with a ``schema_version`` key."""
+        _check_name("file", name)
+        filename = f"{name}.json"
+        self.storage.write_bytes(
+            self._path(filename), _json_bytes({"schema_version": SCHEMA_VERSION, **data})
+        )
+        self.manifest["files"][filename] = {"written": _now().isoformat()}
+        self._write_manifest()
+        return self._path(filename)
+
+    def write_summary(self, data: Mapping[str, Any]) -> str:
+        """Write ``summary.json``."""
+        return self.write_json("summary", data)
+
+    def finish(self, status: Status = "complete", error: str | None = None) -> None:
+        """Mark the run complete or failed (with the error text)."""
+        self.manifest.update(status=status, finished=_now().isoformat(), error=error)
+        self._write_manifest()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self.manifest["status"] != "running":
+            return
+        if exc is None:
+            self.finish("complete")
+        else:
+            self.finish("failed", f"{exc_type.__name__ if exc_type else 'Error'}: {exc}")
+
+
+# --------------------------------------------------------------------------------------------
+# Reading runs
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """A run directory as read back: its manifest and where its files are."""
+
+    dir: str
+    manifest: dict[str, Any]
+    storage: Storage
+
+    @property
+    def status(self) -> str:
+        """complete, failed, or incomplete (a manifest still saying running: the run was killed)."""
+        status = str(self.manifest.get("status"))
+        return "incomplete" if status == "running" else status
+
+    @property
+    def complete(self) -> bool:
+        """True when the run finished normally."""
+        return self.status == "complete"
+
+    def has(self, filename: str) -> bool:
+        """True when the run wrote ``filename``."""
+        return filename in self.manifest.get("files", {})
+
+    def table(self, name: str) -> pl.DataFrame:
+        """Read ``<name>.parquet``, checking its schema version."""
+        filename = f"{name}.parquet"
+        if not self.has(filename):
+            raise StoreError(f"run {self.dir} has no {filename} (status {self.status})")
+        data = self.storage.read_bytes(self.storage.join(self.dir, filename))
+        meta = pl.read_parquet_metadata(io.BytesIO(data))
+        version = meta.get(PARQUET_VERSION_KEY)
+        if version != str(SCHEMA_VERSION):
+            raise StoreError(
+                f"{self.storage.join(self.dir, filename)}: schema version {version!r}, this alflow reads {SCHEMA_VERSION}"
+            )
+        return pl.read_parquet(io.BytesIO(data))
+
+    def json(self, name: str) -> dict[str, Any]:
+        """Read ``<name>.json``."""
+        filename = f"{name}.json"
+        if not self.has(filename):
+            raise StoreError(f"run {self.dir} has no {filename} (status {self.status})")
+        return _read_json(self.storage, self.storage.join(self.dir, filename))
+
+
+def _read_json(storage: Storage, path: str) -> dict[str, Any]:
+    try:
+        data = json.loads(storage.read_bytes(path))
+    except FileNotFoundError:
+        raise StoreError(f"{path} does not exist") from None
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"{path}: not readable JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise StoreError(f"{path}: expected a JSON object")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise StoreError(f"{path}: schema version {version!r}, this alflow reads {SCHEMA_VERSION}")
+    return data
+
+
+def open_run(run_dir: str | os.PathLike[str]) -> StoredRun:
+    """Read a run directory's manifest."""
+    text = _root_text(run_dir)
+    storage = storage_for(run_dir)
+    return StoredRun(text, _read_json(storage, storage.join(text, MANIFEST)), storage)
+
+
+def iter_runs(root: str | os.PathLike[str], flow: str | None = None) -> Iterator[StoredRun]:
+    """Every run under ``root`` (optionally one flow), oldest first; unreadable folders are skipped."""
+    storage = storage_for(root)
+    base = _root_text(root)
+    flows = [storage.join(base, flow)] if flow else storage.list_dirs(base)
+    for flow_dir in flows:
+        for run_dir in storage.list_dirs(flow_dir):
+            manifest = storage.join(run_dir, MANIFEST)
+            if not storage.exists(manifest):
+                continue
+            try:
+                yield StoredRun(run_dir, _read_json(storage, manifest), storage)
+            except StoreError:
+                continue
+
+
+def load_runs(
+    root: str | os.PathLike[str],
+    table: str = "spec_stats",
+    *,
+    flow: str | None = None,
+    include_incomplete: bool = False,
+) -> pl.DataFrame:
+    """One frame of ``table`` across runs, with ``flow``, ``run_id``, ``run_status`` and ``run_started`` columns."""
+    frames = []
+    for run in iter_runs(root, flow):
+        if not run.has(f"{table}.parquet") or (not run.complete and not include_incomplete):
+            continue
+        frames.append(
+            run.table(table).with_columns(
+                pl.lit(run.manifest["flow"]).alias("flow"),
+                pl.lit(run.manifest["run_id"]).alias("run_id"),
+                pl.lit(run.status).alias("run_status"),
+                pl.lit(run.manifest["started"]).alias("run_started"),
+            )
+        )
+    if not frames:
+        return pl.DataFrame()
+    return pl.concat(frames, how="diagonal_relaxed")

@@ -1,0 +1,154 @@
+"""The run store: layout, atomic writes, incomplete runs, schema versions, URLs, load_runs."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+from datetime import UTC, datetime
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from alflow.errors import InvalidInputError
+from alflow.results import store
+from alflow.results.provenance import code_version, host_info
+
+
+def _spec(al: float) -> pl.DataFrame:
+    return pl.DataFrame({"k": [3], "al": [al], "num_drafts": [1000]})
+
+
+def test_layout_manifest_and_round_trip(tmp_path: Path) -> None:
+    started = datetime(2026, 11, 30, 5, 0, 0, tzinfo=UTC)
+    with store.RunWriter(
+        tmp_path,
+        "m2",
+        run_id="abc123",
+        config={"k": 3},
+        provenance={"image": "x"},
+        simulated=True,
+        started=started,
+    ) as run:
+        run.write_table("spec_stats", _spec(2.5))
+        run.write_summary({"al": 2.5})
+        run.update_provenance(image_digest="sha256:1")
+    assert run.dir == str(tmp_path / "m2" / "20261130T050000Z-abc123")
+    stored = store.open_run(run.dir)
+    assert stored.status == "complete"
+    assert stored.manifest["simulated"] is True
+    assert stored.manifest["provenance"] == {"image": "x", "image_digest": "sha256:1"}
+    assert stored.manifest["files"]["spec_stats.parquet"]["rows"] == 1
+    assert stored.table("spec_stats")["al"].to_list() == [2.5]
+    assert stored.json("summary") == {"schema_version": 1, "al": 2.5}
+    assert sorted(p.name for p in Path(run.dir).iterdir()) == [
+        "manifest.json",
+        "spec_stats.parquet",
+        "summary.json",
+    ]
+
+
+def test_failure_marks_the_run_failed_and_keeps_files(tmp_path: Path) -> None:
+    run = store.RunWriter(tmp_path, "m1")
+
+    def crash() -> None:
+        with run:
+            run.write_table("requests", pl.DataFrame({"request_id": [1, 2]}))
+            raise RuntimeError("server died")
+
+    with pytest.raises(RuntimeError, match="server died"):
+        crash()
+    stored = store.open_run(run.dir)
+    assert stored.status == "failed"
+    assert "RuntimeError: server died" in stored.manifest["error"]
+    assert stored.table("requests").height == 2
+
+
+def test_killed_run_leaves_a_readable_incomplete_store(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        import os, signal, polars as pl
+        from alflow.results.store import RunWriter
+        run = RunWriter({str(tmp_path)!r}, "m0", run_id="killed")
+        run.write_table("requests", pl.DataFrame({{"request_id": [1, 2, 3]}}))
+        print(run.dir, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == -signal.SIGKILL
+    run_dir = proc.stdout.strip()
+    stored = store.open_run(run_dir)
+    assert stored.status == "incomplete"
+    assert not stored.complete
+    assert stored.table("requests").height == 3
+    assert not [p for p in Path(run_dir).iterdir() if p.name.endswith(".tmp")]
+    assert store.load_runs(tmp_path, "requests").is_empty()
+    assert (
+        store.load_runs(tmp_path, "requests", include_incomplete=True)["run_status"].to_list()
+        == ["incomplete"] * 3
+    )
+
+
+def test_load_runs_across_runs(tmp_path: Path) -> None:
+    for i, al in enumerate((2.4, 2.6)):
+        with store.RunWriter(tmp_path, "m1", run_id=f"r{i}") as run:
+            run.write_table(
+                "spec_stats", _spec(al).with_columns(pl.lit("vllm" if i else "sglang").alias("framework"))
+            )
+    frame = store.load_runs(tmp_path)
+    assert frame.height == 2
+    assert sorted(frame["al"].to_list()) == [2.4, 2.6]
+    assert set(frame.columns) >= {"flow", "run_id", "run_status", "run_started", "framework"}
+    assert store.load_runs(tmp_path, flow="m2").is_empty()
+
+
+def test_schema_version_is_checked(tmp_path: Path) -> None:
+    with store.RunWriter(tmp_path, "m2") as run:
+        run.write_table("spec_stats", _spec(2.0))
+    manifest = Path(run.dir) / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["schema_version"] = 99
+    manifest.write_text(json.dumps(data))
+    with pytest.raises(store.StoreError, match="schema version 99"):
+        store.open_run(run.dir)
+    _spec(2.0).write_parquet(Path(run.dir) / "spec_stats.parquet")  # no version metadata
+    data["schema_version"] = 1
+    manifest.write_text(json.dumps(data))
+    with pytest.raises(store.StoreError, match="schema version None"):
+        store.open_run(run.dir).table("spec_stats")
+
+
+def test_refuses_to_overwrite_and_bad_names(tmp_path: Path) -> None:
+    started = datetime(2026, 1, 1, tzinfo=UTC)
+    store.RunWriter(tmp_path, "m0", run_id="same", started=started)
+    with pytest.raises(store.StoreError, match="already holds a manifest"):
+        store.RunWriter(tmp_path, "m0", run_id="same", started=started)
+    with pytest.raises(InvalidInputError, match=r"flow '\.\./etc' is not a valid name"):
+        store.RunWriter(tmp_path, "../etc")
+    with pytest.raises(store.StoreError, match=r"has no requests\.parquet"):
+        store.open_run(next(store.iter_runs(tmp_path)).dir).table("requests")
+
+
+def test_url_root_through_fsspec() -> None:
+    root = "memory://alflow-test-results"
+    with store.RunWriter(root, "m2", run_id="mem1") as run:
+        run.write_table("spec_stats", _spec(3.1))
+        run.write_summary({"ok": True})
+    assert run.dir.startswith("memory://")
+    runs = list(store.iter_runs(root))
+    assert [r.manifest["run_id"] for r in runs] == ["mem1"]
+    assert store.load_runs(root)["al"].to_list() == [3.1]
+    assert store.open_run(run.dir).json("summary")["ok"] is True
+
+
+def test_provenance_facts() -> None:
+    assert code_version().startswith("alflow ")
+    info = host_info()
+    assert info["python"]
+    assert info["cpus"] >= 1
