@@ -136,7 +136,7 @@ class _Run:
         self.clock = clock
         self.progress = progress
         self.records: list[RequestRecord] = []
-        self.fatal: FatalRequestError | None = None
+        self.fatal: AlflowError | None = None
         self.successes = 0
         self.rejections = 0
         self.slots = asyncio.Semaphore(spec.concurrency)
@@ -186,9 +186,15 @@ class _Run:
                 if i + 1 < len(session.turns):
                     history.append({"role": "user", "content": str(turn.prompt)})
                     history.append({"role": "assistant", "content": rec.text or ""})
-        except FatalRequestError as exc:
+        except AlflowError as exc:
             if self.fatal is None:
                 self.fatal = exc
+        except Exception as exc:  # a bug must stop the run, not vanish in a task
+            log.exception("session %s failed unexpectedly", session.session_id)
+            if self.fatal is None:
+                self.fatal = AlflowError(
+                    f"unexpected {type(exc).__name__} in session {session.session_id}: {exc}"
+                )
         finally:
             self.slots.release()
             if self.progress is not None:

@@ -170,8 +170,9 @@ def summarize(
     req = per_request(records)
     ok = req.filter(pl.col("ok"))
     failed = req.filter(~pl.col("ok"))
-    if ok.height and ok["output_tokens"].null_count() == 0 and records["output_tokens"].null_count():
-        log.warning("some streams carried no usage: their output tokens are counted as chunks")
+    no_usage = records.filter(pl.col("error").is_null() & pl.col("output_tokens").is_null()).height
+    if no_usage:
+        log.warning("%d streams carried no usage: their output tokens are counted as chunks", no_usage)
     total_in = int(ok["input_tokens"].fill_null(0).sum())
     total_out = int(ok["output_tokens"].sum())
     chunks = int(ok["n_chunks"].sum())

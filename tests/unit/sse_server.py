@@ -25,6 +25,7 @@ class ServerState:
     peak: int = 0
     starts: list[float] = field(default_factory=list)
     metrics_text: str = ""
+    reject: bool = False
 
 
 STATE: web.AppKey[ServerState] = web.AppKey("state", ServerState)
@@ -36,6 +37,10 @@ async def _stream(request: web.Request) -> web.StreamResponse:
     state.bodies.append(body)
     state.starts.append(asyncio.get_running_loop().time())
     model = body.get("model", "")
+    if state.reject:
+        return web.json_response(
+            {"error": {"message": "token id out of vocabulary", "code": 400}}, status=400
+        )
     if model == "json":
         return web.json_response({"choices": [{"message": {"content": "hi"}}]})
     chat = request.path.endswith("chat/completions")

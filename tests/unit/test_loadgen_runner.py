@@ -169,3 +169,21 @@ async def test_random_prompts_as_token_ids_to_completions_and_as_text_to_chat() 
         )
         assert srv.state.bodies[-1]["max_tokens"] == 5  # the turn's fixed OSL wins over the run default
     assert all(r.output_tokens == 5 for r in res.records)
+
+
+async def test_token_prompts_to_chat_abort_instead_of_vanishing() -> None:
+    work = random_sessions(2, isl=4, osl=2, seed=0)
+    async with SseServer() as srv:
+        with pytest.raises(LoadAbortedError, match="chat endpoint needs text prompts"):
+            await run_load(work, Target(srv.base_url, "m", endpoint="chat"), LoadSpec(num_prompts=2))
+        assert srv.state.bodies == []
+
+
+async def test_first_requests_all_rejected_abort_the_run() -> None:
+    from alflow.loadgen.runner import REJECTIONS_BEFORE_ABORT
+
+    async with SseServer() as srv:
+        srv.state.reject = True
+        with pytest.raises(LoadAbortedError, match="all rejected") as info:
+            await run_load(sessions(1), Target(srv.base_url, "m"), LoadSpec(concurrency=1, num_prompts=50))
+    assert len(info.value.result.records) == REJECTIONS_BEFORE_ABORT
