@@ -1,0 +1,74 @@
+"""AL gate and synthetic-acceptance audit verdicts."""
+
+from __future__ import annotations
+
+import pytest
+
+from alflow.acceptance import stats
+from alflow.acceptance import synthetic as syn
+from alflow.config import GateTolerances
+from alflow.gates import al_gate, audit_synthetic
+
+
+def _steps(scheme: str, al: float, k: int, n: int, seed: int = 1) -> stats.SpecStats:
+    sampler = syn.sampler(scheme, k, al=al, seed=seed)
+    return stats.from_steps([sampler.draw_step(1)[0] for _ in range(n)], k)
+
+
+def test_al_gate_passes_and_fails_naming_al_value_and_threshold() -> None:
+    tol = GateTolerances(abs_tol=0.05, rel_tol=0.03, use_ci="point")
+    good = al_gate(_steps("vllm", 2.5, 3, 4000), 2.5, tol, subject="vllm mtp K=3")
+    assert good.passed
+    bad = al_gate(_steps("vllm", 2.2, 3, 4000), 2.5, tol, subject="sglang mtp K=3")
+    assert not bad.passed
+    assert "AL gate FAILED for sglang mtp K=3: AL 2.2" in bad.message
+    assert "< threshold 2.4250" in bad.message
+    assert "reference 2.5000 - max(0.05, 0.03 x 2.5000)" in bad.message
+
+
+def test_al_gate_upper_bound_mode_gives_the_benefit_of_the_doubt() -> None:
+    few = _steps("constant-conditional", 2.42, 3, 200, seed=4)  # slightly low, noisy
+    assert few.al is not None
+    assert few.ci is not None
+    threshold = GateTolerances(use_ci="point").al_threshold(2.5)
+    assert few.ci.low < threshold < few.ci.high
+    assert al_gate(few, 2.5, GateTolerances(use_ci="upper"), subject="x").passed
+    point = al_gate(few, 2.5, GateTolerances(use_ci="point"), subject="x")
+    assert point.passed is (few.al >= threshold)
+    confidently_low = al_gate(_steps("vllm", 2.0, 3, 4000), 2.5, GateTolerances(use_ci="upper"), subject="x")
+    assert not confidently_low.passed
+    assert "upper CI bound of AL" in confidently_low.message
+
+
+def test_al_gate_without_steps() -> None:
+    verdict = al_gate(stats.from_counters(0, 0), 2.5, GateTolerances(), subject="x")
+    assert not verdict.passed
+    assert "no speculative steps observed" in verdict.message
+
+
+@pytest.mark.parametrize("scheme", ["vllm", "trtllm", "constant-conditional"])
+def test_audit_passes_on_target(scheme: str) -> None:
+    dist = syn.distribution(scheme, 3, al=2.49)
+    verdict = audit_synthetic(_steps(scheme, 2.49, 3, 5000), dist, subject="point")
+    assert verdict.passed, verdict.message
+    assert verdict.details["fit_p_value"] > 1e-9
+
+
+def test_audit_fails_off_target_and_on_wrong_shape() -> None:
+    dist = syn.distribution("vllm", 3, al=2.49)
+    off = audit_synthetic(_steps("vllm", 2.30, 3, 5000), dist, subject="c=64")
+    assert not off.passed
+    assert "achieved AL 2.29" in off.message
+    assert "expected 2.4900" in off.message
+    shape = audit_synthetic(_steps("constant-conditional", 2.49, 3, 5000), dist, subject="c=64")
+    assert not shape.passed
+    assert "does not fit scheme vllm" in shape.message
+
+
+def test_audit_flags_a_biased_scheme() -> None:
+    dist = syn.distribution("sglang-multinomial", 3, al=3.39)
+    sampler = syn.sampler("sglang-multinomial", 3, al=3.39, seed=2)
+    observed = stats.from_steps([sampler.draw_step(1)[0] for _ in range(5000)], 3)
+    verdict = audit_synthetic(observed, dist, subject="sglang")
+    assert not verdict.passed
+    assert "is biased" in verdict.message
