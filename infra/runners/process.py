@@ -147,13 +147,18 @@ class ProcessRunner:
 
 
 def _pid_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie (an exited child nobody reaped yet)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return True  # no procfs: trust kill(0)
+    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
 
 
 def _stop_group(pgid: int, exited: Callable[[], bool], timeout_s: float) -> None:

@@ -1,0 +1,472 @@
+"""Recipes: pinned command lines and environments per framework (DOMAIN.md sections 3 and 8)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from alflow.acceptance.knobs import (
+    SGLANG_LEN_ENV,
+    SGLANG_METHOD_ENV,
+    SGLANG_TOKEN_MODE_ENV,
+    TRTLLM_ENV,
+)
+from alflow.config import Parallelism, ServerConfig, SpeculativeConfig, SyntheticAcceptance
+from alflow.metrics.names import SGLANG_METRICS_PATH, TRTLLM_METRICS_PATH, VLLM_METRICS_PATH
+from infra.errors import RecipeError
+from infra.launch import DEFAULT_FILES_DIR, REDACTED, Launch, LaunchFile, free_port
+from infra.recipes import RECIPES, build_launch, get_recipe
+from infra.recipes._common import image_tag, image_version
+from infra.recipes.trtllm import TRTLLM_OPTIONS_FILE
+
+MTP3 = SpeculativeConfig(method="mtp", k=3)
+EAGLE3_5 = SpeculativeConfig(method="eagle3", k=5, draft_model="org/eagle3-drafter")
+
+
+def cfg(**kwargs: object) -> ServerConfig:
+    values: dict[str, object] = {"model": "org/model", "port": 8000}
+    values.update(kwargs)
+    return ServerConfig.model_validate(values)
+
+
+def spec_config(launch: Launch) -> dict[str, object]:
+    i = launch.argv.index("--speculative-config")
+    out: dict[str, object] = json.loads(launch.argv[i + 1])
+    return out
+
+
+def trtllm_options(launch: Launch) -> dict[str, object]:
+    (options,) = launch.files
+    assert options.name == TRTLLM_OPTIONS_FILE
+    out: dict[str, object] = yaml.safe_load(options.content)
+    return out
+
+
+# --- vLLM ---------------------------------------------------------------------------------------------
+
+
+def test_vllm_mtp_k3_real_command_line() -> None:
+    launch = build_launch(cfg(framework="vllm", speculative=MTP3, parallelism=Parallelism(tp=8)))
+    assert launch.argv == (
+        "vllm",
+        "serve",
+        "org/model",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8000",
+        "--speculative-config",
+        '{"method":"mtp","num_speculative_tokens":3}',
+        "--no-enable-prefix-caching",
+        "--tensor-parallel-size",
+        "8",
+    )
+    assert dict(launch.env) == {}
+    assert launch.synthetic is None
+    assert launch.dialect == "vllm"
+    assert launch.metrics_path == VLLM_METRICS_PATH
+    assert launch.health_path == "/health"
+    assert launch.image is not None and launch.image.startswith("vllm/vllm-openai:")
+
+
+def test_vllm_eagle3_k5_synthetic_324() -> None:
+    launch = build_launch(
+        cfg(framework="vllm", speculative=EAGLE3_5, synthetic=SyntheticAcceptance(target_al=3.24))
+    )
+    assert spec_config(launch) == {
+        "method": "eagle3",
+        "num_speculative_tokens": 5,
+        "model": "org/eagle3-drafter",
+        "rejection_sample_method": "synthetic",
+        "synthetic_acceptance_length": 3.24,
+    }
+    assert launch.env == {}
+    assert launch.synthetic is not None
+    expected = launch.synthetic["expected"]
+    assert isinstance(expected, dict)
+    assert expected["mean_al"] == pytest.approx(3.24)
+    # the exact command is recorded in the provenance
+    prov = launch.provenance()
+    assert prov["argv"] == list(launch.argv)
+    assert "synthetic_acceptance_length" in str(prov["command"])
+
+
+def test_vllm_rates_and_ngram_and_parallelism() -> None:
+    launch = build_launch(
+        cfg(
+            framework="vllm",
+            speculative=SpeculativeConfig(method="ngram", k=3, prompt_lookup_min=2, prompt_lookup_max=4),
+            synthetic=SyntheticAcceptance(rates=(0.9, 0.5, 0.2)),
+            parallelism=Parallelism(tp=2, pp=2, dp=2, ep=4),
+            max_model_len=8192,
+            enable_prefix_caching=True,
+            revision="abc123",
+            extra_args=("--gpu-memory-utilization", "0.9"),
+        )
+    )
+    sc = spec_config(launch)
+    assert sc["synthetic_acceptance_rates"] == [0.9, 0.5, 0.2]
+    assert "synthetic_acceptance_length" not in sc
+    assert (sc["prompt_lookup_min"], sc["prompt_lookup_max"]) == (2, 4)
+    argv = list(launch.argv)
+    assert "--enable-prefix-caching" in argv and "--no-enable-prefix-caching" not in argv
+    for flag, value in [
+        ("--pipeline-parallel-size", "2"),
+        ("--data-parallel-size", "2"),
+        ("--max-model-len", "8192"),
+        ("--revision", "abc123"),
+    ]:
+        assert argv[argv.index(flag) + 1] == value
+    assert "--enable-expert-parallel" in argv
+    assert argv[-2:] == ["--gpu-memory-utilization", "0.9"]
+
+
+def test_vllm_refuses_expert_parallel_size_it_cannot_honour() -> None:
+    with pytest.raises(RecipeError, match="TP x DP = 2"):
+        build_launch(cfg(framework="vllm", parallelism=Parallelism(tp=2, ep=8)))
+
+
+# --- SGLang -------------------------------------------------------------------------------------------
+
+
+def test_sglang_nextn_synthetic() -> None:
+    launch = build_launch(
+        cfg(
+            framework="sglang",
+            image="lmsysorg/sglang:v0.5.16-cu129",
+            speculative=MTP3,
+            synthetic=SyntheticAcceptance(target_al=2.5),
+            parallelism=Parallelism(tp=8),
+            port=30000,
+        )
+    )
+    assert launch.argv == (
+        "python3",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "org/model",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "30000",
+        "--tp-size",
+        "8",
+        "--speculative-algorithm",
+        "NEXTN",
+        "--speculative-num-steps",
+        "3",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "4",
+        "--enable-metrics",
+        "--disable-radix-cache",
+    )
+    assert launch.env == {
+        SGLANG_LEN_ENV: "2.5",
+        SGLANG_METHOD_ENV: "match-expected",
+        SGLANG_TOKEN_MODE_ENV: "real-draft-token",
+    }
+    assert launch.metrics_path == SGLANG_METRICS_PATH
+    assert launch.dialect == "sglang"
+    # the per-batch draw warning from the knob renderer travels with the launch
+    assert any("whole batch" in w for w in launch.warnings)
+
+
+def test_sglang_eagle3_real_with_drafter_and_ep() -> None:
+    launch = build_launch(
+        cfg(framework="sglang", speculative=EAGLE3_5, parallelism=Parallelism(tp=4, ep=4), max_model_len=4096)
+    )
+    argv = list(launch.argv)
+    assert argv[argv.index("--speculative-algorithm") + 1] == "EAGLE3"
+    assert argv[argv.index("--speculative-draft-model-path") + 1] == "org/eagle3-drafter"
+    assert argv[argv.index("--speculative-num-draft-tokens") + 1] == "6"
+    assert argv[argv.index("--ep-size") + 1] == "4"
+    assert argv[argv.index("--context-length") + 1] == "4096"
+    assert launch.env == {}
+
+
+@pytest.mark.parametrize("image", ["lmsysorg/sglang:v0.5.15", "lmsysorg/sglang:v0.4.9-cu126", "sglang:0.5.2"])
+def test_sglang_token_mode_on_old_image_is_refused(image: str) -> None:
+    with pytest.raises(RecipeError, match=r"older than v0\.5\.16.*silent no-op"):
+        build_launch(
+            cfg(
+                framework="sglang",
+                image=image,
+                speculative=MTP3,
+                synthetic=SyntheticAcceptance(target_al=2.0),
+            )
+        )
+
+
+@pytest.mark.parametrize(
+    "image", ["lmsysorg/sglang:latest", "lmsysorg/sglang", "lmsysorg/sglang:dev-nightly"]
+)
+def test_sglang_token_mode_on_unknown_version_warns(image: str) -> None:
+    launch = build_launch(
+        cfg(framework="sglang", image=image, speculative=MTP3, synthetic=SyntheticAcceptance(target_al=2.0))
+    )
+    assert any("has no version" in w and "v0.5.16" in w for w in launch.warnings)
+
+
+def test_sglang_old_image_is_fine_without_synthetic() -> None:
+    launch = build_launch(cfg(framework="sglang", image="lmsysorg/sglang:v0.4.0", speculative=MTP3))
+    assert launch.warnings == ()
+
+
+def test_sglang_ngram_synthetic_is_refused_and_ep_must_equal_tp() -> None:
+    ngram = SpeculativeConfig(method="ngram", k=3)
+    with pytest.raises(RecipeError, match="NGRAM"):
+        build_launch(
+            cfg(
+                framework="sglang",
+                image="x:v0.5.16",
+                speculative=ngram,
+                synthetic=SyntheticAcceptance(target_al=2),
+            )
+        )
+    argv = list(build_launch(cfg(framework="sglang", speculative=ngram)).argv)
+    assert argv[argv.index("--speculative-algorithm") + 1] == "NGRAM"
+    assert "--speculative-eagle-topk" not in argv
+    with pytest.raises(RecipeError, match="--ep-size equal to --tp-size"):
+        build_launch(cfg(framework="sglang", parallelism=Parallelism(tp=4, ep=2)))
+
+
+# --- TensorRT-LLM -------------------------------------------------------------------------------------
+
+
+def test_trtllm_mtp_synthetic_278_is_178() -> None:
+    launch = build_launch(
+        cfg(framework="trtllm", speculative=MTP3, synthetic=SyntheticAcceptance(target_al=2.78))
+    )
+    assert launch.env == {TRTLLM_ENV: "1.78"}
+    assert launch.argv == (
+        "trtllm-serve",
+        "org/model",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8000",
+        "--config",
+        f"{DEFAULT_FILES_DIR}/{TRTLLM_OPTIONS_FILE}",
+        "--tp_size",
+        "1",
+    )
+    assert trtllm_options(launch) == {
+        "speculative_config": {"decoding_type": "MTP", "max_draft_len": 3, "num_nextn_predict_layers": 3},
+        "enable_iter_perf_stats": True,
+        "return_perf_metrics": True,
+        "kv_cache_config": {"enable_block_reuse": False},
+    }
+    assert launch.metrics_path == TRTLLM_METRICS_PATH
+    assert launch.provenance()["files"] == {
+        f"{DEFAULT_FILES_DIR}/{TRTLLM_OPTIONS_FILE}": launch.files[0].content
+    }
+
+
+def test_trtllm_eagle3_one_model_and_flags() -> None:
+    launch = build_launch(
+        cfg(
+            framework="trtllm",
+            speculative=EAGLE3_5,
+            synthetic=SyntheticAcceptance(target_al=3.24),
+            parallelism=Parallelism(tp=4, pp=2, ep=4, dp=4),
+            max_model_len=9000,
+            enable_prefix_caching=True,
+        )
+    )
+    assert launch.env == {TRTLLM_ENV: "2.24"}
+    opts = trtllm_options(launch)
+    assert opts["speculative_config"] == {
+        "decoding_type": "Eagle3",
+        "max_draft_len": 5,
+        "speculative_model": "org/eagle3-drafter",
+        "eagle3_one_model": True,
+    }
+    assert opts["kv_cache_config"] == {"enable_block_reuse": True}
+    assert opts["enable_attention_dp"] is True
+    argv = list(launch.argv)
+    for flag, value in [
+        ("--pp_size", "2"),
+        ("--ep_size", "4"),
+        ("--max_seq_len", "9000"),
+        ("--tp_size", "4"),
+    ]:
+        assert argv[argv.index(flag) + 1] == value
+
+
+@pytest.mark.parametrize(
+    ("spec", "two_model"),
+    [
+        (SpeculativeConfig(method="draft_model", k=3, draft_model="org/small"), None),
+        (SpeculativeConfig(method="ngram", k=3), None),
+        (EAGLE3_5, True),
+    ],
+)
+def test_trtllm_fractional_value_on_two_model_path_is_refused(
+    spec: SpeculativeConfig, two_model: bool | None
+) -> None:
+    with pytest.raises(RecipeError, match="integer"):
+        build_launch(
+            cfg(
+                framework="trtllm",
+                speculative=spec,
+                two_model=two_model,
+                synthetic=SyntheticAcceptance(target_al=2.5),
+            )
+        )
+    # a whole AL is honoured on the same path
+    launch = build_launch(
+        cfg(
+            framework="trtllm",
+            speculative=spec,
+            two_model=two_model,
+            synthetic=SyntheticAcceptance(target_al=3),
+        )
+    )
+    assert launch.env == {TRTLLM_ENV: "2"}
+
+
+def test_trtllm_refusals() -> None:
+    with pytest.raises(RecipeError, match="MTP has no two-model mode"):
+        build_launch(cfg(framework="trtllm", speculative=MTP3, two_model=True))
+    with pytest.raises(RecipeError, match="dp must equal tp"):
+        build_launch(cfg(framework="trtllm", parallelism=Parallelism(tp=4, dp=2)))
+    with pytest.raises(RecipeError, match="prompt_lookup_min"):
+        build_launch(
+            cfg(framework="trtllm", speculative=SpeculativeConfig(method="ngram", k=3, prompt_lookup_min=2))
+        )
+
+
+def test_non_min_variance_rates_are_refused_where_a_framework_takes_one_al() -> None:
+    for framework in ("sglang", "trtllm"):
+        with pytest.raises(RecipeError, match="rates"):
+            build_launch(
+                cfg(
+                    framework=framework,
+                    image="x:v0.6.0",
+                    speculative=MTP3,
+                    synthetic=SyntheticAcceptance(rates=(0.9, 0.5, 0.2)),
+                )
+            )
+
+
+# --- sim ----------------------------------------------------------------------------------------------
+
+
+def test_sim_carries_each_frameworks_knob_path() -> None:
+    base = {
+        "framework": "sim",
+        "model": "llama",
+        "speculative": MTP3,
+        "synthetic": SyntheticAcceptance(target_al=2.78),
+    }
+    vllm = build_launch(cfg(**base, sim_dialect="vllm"))
+    assert vllm.argv[:4] == (sys.executable, "-m", "alflow.sim", "serve")
+    assert spec_config(vllm) == spec_config(build_launch(cfg(**{**base, "framework": "vllm"})))
+    assert vllm.metrics_path == VLLM_METRICS_PATH
+    assert vllm.model == "sim/llama"
+    trt = build_launch(cfg(**base, sim_dialect="trtllm"))
+    assert trt.env[TRTLLM_ENV] == "1.78"
+    assert "--speculative-config" not in trt.argv
+    assert trt.metrics_path == TRTLLM_METRICS_PATH
+    argv = list(trt.argv)
+    assert argv[argv.index("--dialect") + 1] == "trtllm"
+    assert argv[argv.index("--k") + 1] == "3"
+    assert argv[argv.index("--method") + 1] == "mtp"
+    sg = build_launch(cfg(**base, sim_dialect="sglang"))
+    assert sg.env[SGLANG_LEN_ENV] == "2.78"
+    assert sg.metrics_path == SGLANG_METRICS_PATH
+    # the two-model refusal applies to the simulator too (same knob path)
+    with pytest.raises(RecipeError, match="integer"):
+        build_launch(
+            cfg(**{**base, "speculative": SpeculativeConfig(method="ngram", k=3)}, sim_dialect="trtllm")
+        )
+
+
+# --- shared -------------------------------------------------------------------------------------------
+
+
+def test_registry_has_every_framework_and_unknown_is_an_error() -> None:
+    assert set(RECIPES) == {"vllm", "sglang", "trtllm", "sim"}
+    for name, recipe in RECIPES.items():
+        assert recipe.framework == name
+    with pytest.raises(RecipeError, match="known: vllm"):
+        get_recipe("llamacpp")
+
+
+def test_synthetic_needs_speculation_and_two_model_is_trtllm_only() -> None:
+    with pytest.raises(ValidationError, match="needs speculative decoding"):
+        cfg(framework="vllm", synthetic=SyntheticAcceptance(target_al=2.0))
+    with pytest.raises(ValidationError, match="TensorRT-LLM only"):
+        cfg(framework="vllm", speculative=MTP3, two_model=True)
+
+
+def test_al_out_of_range_is_refused() -> None:
+    with pytest.raises(RecipeError):
+        build_launch(cfg(framework="vllm", speculative=MTP3, synthetic=SyntheticAcceptance(target_al=4.5)))
+
+
+def test_port_zero_picks_a_free_port_and_env_secrets_are_redacted() -> None:
+    launch = build_launch(
+        cfg(
+            framework="vllm",
+            port=0,
+            host="127.0.0.1",
+            extra_env={"HF_TOKEN": "hf_abcdef", "NCCL_DEBUG": "INFO"},
+        )
+    )
+    assert 0 < launch.port < 65536
+    assert launch.argv[launch.argv.index("--port") + 1] == str(launch.port)
+    assert launch.base_url() == f"http://127.0.0.1:{launch.port}"
+    prov = launch.provenance()
+    assert prov["env"] == {"HF_TOKEN": REDACTED, "NCCL_DEBUG": "INFO"}
+    assert "hf_abcdef" not in json.dumps(prov)
+
+
+def test_launch_relocates_files_and_validates() -> None:
+    launch = build_launch(cfg(framework="trtllm", speculative=MTP3))
+    moved = launch.relocated("/tmp/run/files")
+    assert f"/tmp/run/files/{TRTLLM_OPTIONS_FILE}" in moved.argv
+    assert f"{DEFAULT_FILES_DIR}/{TRTLLM_OPTIONS_FILE}" not in moved.argv
+    with pytest.raises(ValueError, match="plain file name"):
+        LaunchFile("../x", "")
+    with pytest.raises(ValueError, match="secret"):
+        Launch(
+            framework="x",
+            dialect="vllm",
+            model="m",
+            argv=("a",),
+            port=1,
+            env={"HF_TOKEN": "v"},
+            secret_env=("HF_TOKEN",),
+        )
+    with pytest.raises(ValueError, match="concrete port"):
+        Launch(framework="x", dialect="vllm", model="m", argv=("a",), port=0)
+    assert 0 < free_port() < 65536
+
+
+@pytest.mark.parametrize(
+    ("image", "tag", "version"),
+    [
+        ("lmsysorg/sglang:v0.5.16-cu129", "v0.5.16-cu129", (0, 5, 16)),
+        ("lmsysorg/sglang:0.5.2", "0.5.2", (0, 5, 2)),
+        ("registry:5000/sglang:v0.6", "v0.6", (0, 6, 0)),
+        ("lmsysorg/sglang:latest", "latest", None),
+        ("lmsysorg/sglang", None, None),
+        ("registry:5000/sglang", None, None),
+        ("lmsysorg/sglang@sha256:abcd", None, None),
+        ("lmsysorg/sglang:v0.5.17@sha256:abcd", "v0.5.17", (0, 5, 17)),
+        (None, None, None),
+    ],
+)
+def test_image_tag_and_version(
+    image: str | None, tag: str | None, version: tuple[int, int, int] | None
+) -> None:
+    assert image_tag(image) == tag
+    assert image_version(image) == version

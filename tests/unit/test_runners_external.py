@@ -1,0 +1,71 @@
+"""External runner: attach to a server someone else started (a loopback server here); never stop it."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from alflow.config import ExternalServer, ServerConfig
+from alflow.metrics.names import SGLANG_METRICS_PATH, TRTLLM_METRICS_PATH
+from infra.errors import RunnerError, ServerStartError
+from infra.recipes import build_launch
+from infra.runners import ExternalRunner, make_runner, running_server
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200 if self.path == "/health" else 404)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_attach_wait_and_never_stop(server: str) -> None:
+    runner = make_runner(ExternalServer(base_url=server + "/", dialect="trtllm"))
+    assert isinstance(runner, ExternalRunner)
+    launch = build_launch(ServerConfig(framework="trtllm", model="m", port=1234))
+    with running_server(runner, launch, timeout_s=5) as handle:
+        assert handle.base_url == server
+        assert handle.metrics_url == server + TRTLLM_METRICS_PATH
+        assert handle.health_url == server + "/health"
+        assert handle.id == server
+        assert handle.provenance["external"] is True
+        assert runner.logs(handle) == ""
+    # still running after stop
+    with urllib.request.urlopen(server + "/health", timeout=2) as response:
+        assert response.status == 200
+
+
+def test_explicit_metrics_url_and_dialect_mismatch(server: str) -> None:
+    runner = ExternalRunner(
+        ExternalServer(base_url=server, dialect="sglang", metrics_url="http://prom:9090/x")
+    )
+    assert runner.attach().metrics_url == "http://prom:9090/x"
+    assert ExternalRunner(ExternalServer(base_url=server, dialect="sglang")).attach().metrics_url == (
+        server + SGLANG_METRICS_PATH
+    )
+    with pytest.raises(RunnerError, match="speaks 'sglang'"):
+        runner.start(build_launch(ServerConfig(framework="vllm", model="m", port=1234)))
+
+
+def test_unhealthy_external_server_times_out(server: str) -> None:
+    runner = ExternalRunner(ExternalServer(base_url=server, dialect="vllm", health_path="/nope"))
+    with pytest.raises(ServerStartError, match="not healthy"):
+        runner.wait_ready(runner.attach(), timeout_s=0.5)
