@@ -70,7 +70,8 @@ def test_vllm_mtp_k3_real_command_line() -> None:
     assert launch.dialect == "vllm"
     assert launch.metrics_path == VLLM_METRICS_PATH
     assert launch.health_path == "/health"
-    assert launch.image is not None and launch.image.startswith("vllm/vllm-openai:")
+    assert launch.image is not None
+    assert launch.image.startswith("vllm/vllm-openai:")
 
 
 def test_vllm_eagle3_k5_synthetic_324() -> None:
@@ -113,7 +114,8 @@ def test_vllm_rates_and_ngram_and_parallelism() -> None:
     assert "synthetic_acceptance_length" not in sc
     assert (sc["prompt_lookup_min"], sc["prompt_lookup_max"]) == (2, 4)
     argv = list(launch.argv)
-    assert "--enable-prefix-caching" in argv and "--no-enable-prefix-caching" not in argv
+    assert "--enable-prefix-caching" in argv
+    assert "--no-enable-prefix-caching" not in argv
     for flag, value in [
         ("--pipeline-parallel-size", "2"),
         ("--data-parallel-size", "2"),

@@ -69,7 +69,8 @@ def test_default_spec_gpus_all_ipc_host_host_network_labels() -> None:
     assert s["labels"][LABEL_CREATED] == "1700000000"
     assert s["environment"] == {"TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS": "1.78", "HF_TOKEN": "hf_x"}
     (cache_host,) = s["volumes"]
-    assert cache_host.endswith("/.cache/huggingface") and not cache_host.startswith("~")
+    assert cache_host.endswith("/.cache/huggingface")
+    assert not cache_host.startswith("~")
     assert s["volumes"][cache_host] == {"bind": "/root/.cache/huggingface", "mode": "rw"}
 
 
@@ -148,7 +149,8 @@ class FakeApi:
         self.removed: list[str] = []
 
     def remove_container(self, cid: str, force: bool, v: bool) -> None:
-        assert force and v
+        assert force
+        assert v
         self.removed.append(cid)
 
 
@@ -157,7 +159,7 @@ class FakeContainers:
         self.items = items
         self.filters: Any = None
 
-    def list(self, all: bool, filters: Any) -> list[FakeContainer]:  # noqa: A002 (docker SDK name)
+    def list(self, all: bool, filters: Any) -> list[FakeContainer]:
         assert all
         self.filters = filters
         return self.items

@@ -92,7 +92,8 @@ def test_start_wait_stop(tmp_path: Path) -> None:
             assert response.status == 200
         pid = int(handle.id)
         assert alive(pid)
-        assert handle.log_path is not None and Path(handle.log_path).is_relative_to(tmp_path)
+        assert handle.log_path is not None
+        assert Path(handle.log_path).is_relative_to(tmp_path)
         assert "server starting" in runner.logs(handle)
         assert handle.provenance["argv"] == list(launch.argv)
     assert not alive(pid)
@@ -113,9 +114,11 @@ def test_early_exit_fails_fast_with_log_tail() -> None:
 
 def test_timeout_when_never_healthy() -> None:
     runner = ProcessRunner()
-    with pytest.raises(ServerStartError, match="not healthy") as info:
-        with running_server(runner, server_launch({"MODE": "never"}), timeout_s=1.0):
-            pytest.fail("must not become ready")
+    with (
+        pytest.raises(ServerStartError, match="not healthy") as info,
+        running_server(runner, server_launch({"MODE": "never"}), timeout_s=1.0),
+    ):
+        pytest.fail("must not become ready")
     assert "server starting" in info.value.log_tail
 
 
