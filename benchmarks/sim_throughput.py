@@ -71,6 +71,13 @@ async def _run_load(base_url: str, concurrency: int, n_requests: int, max_tokens
     return results, t1 - t0
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as fh:  # noqa: PTH123
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def throughput(args: argparse.Namespace) -> dict[str, object]:
     sim_args = [
         "--dialect",
@@ -93,15 +100,24 @@ def throughput(args: argparse.Namespace) -> dict[str, object]:
             os.sched_setaffinity(0, {cpus[1]})
         # warm-up
         asyncio.run(_run_load(sim.base_url, args.concurrency, args.concurrency, 64, "warm up"))
+        cpu0, client0 = _cpu_s(sim.pid), _cpu_s(os.getpid())
         results, wall = asyncio.run(
             _run_load(sim.base_url, args.concurrency, args.requests, args.max_tokens, "benchmark prompt")
         )
+        server_cpu, client_cpu = _cpu_s(sim.pid) - cpu0, _cpu_s(os.getpid()) - client0
         os.sched_setaffinity(0, set(cpus))
     tokens = sum(r[0] for r in results)
-    return {"requests": len(results), "output_tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall}
+    return {
+        "requests": len(results),
+        "output_tokens": tokens,
+        "wall_s": wall,
+        "tokens_per_s": tokens / wall,
+        "server_cpu_share": server_cpu / wall,
+        "client_cpu_share": client_cpu / wall,
+    }
 
 
-def interactivity(args: argparse.Namespace) -> dict[str, object]:
+def interactivity() -> dict[str, object]:
     profile = get_profile("h200-llama70b")
     isl_prompt = "word " * 200
     out = 256
@@ -144,18 +160,25 @@ def main() -> None:
     args = parser.parse_args()
     args.requests = args.requests or 3 * args.concurrency
     tp = throughput(args)
-    print(f"{'metric':<42} {'value':>14}")
-    print(f"{'requests':<42} {tp['requests']:>14}")
-    print(f"{'output tokens':<42} {tp['output_tokens']:>14}")
-    print(f"{'wall s':<42} {tp['wall_s']:>14.2f}")
-    print(
-        f"{'output tokens/s (c=' + str(args.concurrency) + ', K=3, AL=3)':<42} {tp['tokens_per_s']:>14,.0f}"
-    )
+    label = f"output tokens/s (c={args.concurrency}, K=3, AL=3)"
+    rows = [
+        ("requests", f"{tp['requests']}"),
+        ("output tokens", f"{tp['output_tokens']}"),
+        ("wall s", f"{tp['wall_s']:.2f}"),
+        (label, f"{tp['tokens_per_s']:,.0f}"),
+        ("server CPU busy (share of one core)", f"{tp['server_cpu_share']:.2f}"),
+        ("client CPU busy (share of one core)", f"{tp['client_cpu_share']:.2f}"),
+    ]
     if not args.skip_interactivity:
-        it = interactivity(args)
-        print(f"{'interactivity measured (tok/s/user, c=1)':<42} {it['measured_interactivity']:>14.1f}")
-        print(f"{'interactivity predicted (h200-llama70b)':<42} {it['predicted_interactivity']:>14.1f}")
-        print(f"{'measured / predicted':<42} {1 / it['ratio']:>14.3f}")
+        it = interactivity()
+        rows += [
+            ("interactivity measured (tok/s/user, c=1)", f"{it['measured_interactivity']:.1f}"),
+            ("interactivity predicted (h200-llama70b)", f"{it['predicted_interactivity']:.1f}"),
+            ("measured / predicted", f"{1 / it['ratio']:.3f}"),
+        ]
+    print(f"{'metric':<44} {'value':>14}")
+    for name, value in rows:
+        print(f"{name:<44} {value:>14}")
 
 
 if __name__ == "__main__":

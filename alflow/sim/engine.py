@@ -200,6 +200,7 @@ class SimRequest:
     pos: int
     prefix: bytes = b""
     suffix: bytes = b""
+    frame_len: int = 0
     final_suffix: bytes = b""
     tail: Callable[[int], bytes] | None = None
     transport: asyncio.Transport | None = None
@@ -269,6 +270,7 @@ class Engine:
     def submit(self, req: SimRequest) -> None:
         """Queue a request; the step loop admits it when a slot is free."""
         req.done = asyncio.get_running_loop().create_future()
+        req.frame_len = len(req.prefix) + len(req.suffix)
         req.arrival_ns = time.perf_counter_ns()
         self.stats.requests_received += 1
         self.stats.prompt_tokens += req.prompt_tokens
@@ -286,13 +288,16 @@ class Engine:
             self.waiting.remove(req)
         self._finish(req, "abort")
         self.stats.num_waiting = len(self.waiting)
+        self.stats.num_running = len(self.running) + len(self.stalled)
+        self._wakeup.set()  # a slot may have been freed
 
     # ---------------------------------------------------------------- loop
 
     async def _run(self) -> None:
         try:
             while not self._closed:
-                if not self.running and not self.waiting:
+                free = self.config.max_num_seqs - len(self.running) - len(self.stalled)
+                if not self.running and not (self.waiting and free > 0):
                     self._wakeup.clear()
                     await self._wakeup.wait()
                     continue
@@ -441,21 +446,24 @@ class Engine:
             st.itl.observe((now_ns - req.last_ns) / 1e9)
         req.last_ns = now_ns
         if req.stream:
-            if last:
-                body = req.prefix + frag + req.final_suffix
-                if req.tail is not None:
-                    body += req.tail(req.emitted)
-                body += _DONE
-            else:
-                body = req.prefix + frag + req.suffix
             transport = req.transport
             if transport is None or transport.is_closing():
                 self._finish(req, "abort")
                 return
-            if req.chunked:
-                transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+            if not last and req.chunked:
+                # the hot path: one pre-framed HTTP chunk, one formatting operation
+                transport.write(
+                    b"%x\r\n%b%b%b\r\n" % (req.frame_len + len(frag), req.prefix, frag, req.suffix)
+                )
             else:
-                transport.write(body)
+                if last:
+                    body = req.prefix + frag + req.final_suffix
+                    if req.tail is not None:
+                        body += req.tail(req.emitted)
+                    body += _DONE
+                else:
+                    body = req.prefix + frag + req.suffix
+                transport.write(b"%x\r\n%b\r\n" % (len(body), body) if req.chunked else body)
         else:
             req.parts.append(frag)
         if last:

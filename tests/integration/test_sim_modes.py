@@ -182,3 +182,30 @@ async def test_crash_after_requests_in_thread_stops_server(session: aiohttp.Clie
             ) as r:
                 assert r.status == 200
         assert sim.crashed.wait(5)
+
+
+async def test_requests_beyond_max_num_seqs_queue(session: aiohttp.ClientSession) -> None:
+    cfg = SimConfig(port=0, time_scale=0, max_num_seqs=1, stall_after_tokens=3, synthetic_al=1.0)
+    with start_in_thread(cfg.validate()) as sim:
+        body = {"prompt": "x", "max_tokens": 50, "ignore_eos": True, "stream": True}
+
+        async def gauges() -> dict[str, float]:
+            async with session.get(sim.metrics_url) as resp:
+                text = await resp.text()
+            return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+
+        first = await session.post(sim.base_url + "/v1/completions", json=body)
+        await first.content.readuntil(b"\n\n")
+        second = asyncio.ensure_future(session.post(sim.base_url + "/v1/completions", json=body))
+        await asyncio.sleep(0.3)
+        g = await gauges()
+        assert g[names.VLLM_NUM_RUNNING] == 1
+        assert g[names.VLLM_NUM_WAITING] == 1
+        steps = g[names.VLLM_NUM_DRAFTS + "_total"]
+        await asyncio.sleep(0.2)
+        assert (await gauges())[names.VLLM_NUM_DRAFTS + "_total"] == steps  # no busy loop while stalled
+        first.close()  # the client goes away: its slot frees, the queued request runs
+        resp = await asyncio.wait_for(second, 5)
+        chunk = await asyncio.wait_for(resp.content.readuntil(b"\n\n"), 5)
+        assert chunk.startswith(b"data: {")
+        resp.close()
