@@ -368,3 +368,210 @@ class ExternalServer(StrictModel):
 
 RunnerOptions = Annotated[ProcessOptions | DockerOptions | ExternalServer, Field(discriminator="kind")]
 """Where a server runs: the ``kind`` field chooses the runner."""
+
+
+# --------------------------------------------------------------------------------------------
+# Workloads, load shapes and flow parameters (the Prefect UI's custom-run forms)
+
+
+class LoadConfig(StrictModel):
+    """How requests are offered at one point."""
+
+    concurrency: int = Field(1, ge=1, description="Requests (sessions) in flight at once.")
+    num_prompts: int | None = Field(None, ge=1, description="Measured requests (None: every prompt once).")
+    warmup: int = Field(0, ge=0, description="Warm-up requests sent before the measured window.")
+    request_rate: float | None = Field(None, gt=0.0, description="Requests per second (None: unlimited).")
+    timeout_s: float = Field(600.0, gt=0.0, description="Per-request timeout in seconds.")
+
+
+class SpeedBenchWorkload(StrictModel):
+    """SPEED-Bench prompts from a prepared JSONL split (real acceptance: M0 and M1)."""
+
+    kind: Literal["speed-bench"] = Field("speed-bench", description="Workload kind.")
+    path: str | None = Field(
+        None,
+        description=(
+            "Prepared SPEED-Bench JSONL (e.g. qualitative.jsonl). None: alflow's bundled demo prompts, "
+            "which are NOT SPEED-Bench and are labelled as such in every result."
+        ),
+    )
+    category: str = Field("coding", min_length=1, description="Category to run (coding for M0/M1).")
+    limit: int | None = Field(None, ge=1, description="Use only the first N prompts of the category.")
+    max_tokens: int = Field(4096, ge=1, description="Output cap per turn.")
+
+
+class RandomWorkload(StrictModel):
+    """Random-token prompts with fixed input and output lengths (M2, synthetic acceptance)."""
+
+    kind: Literal["random"] = Field("random", description="Workload kind.")
+    isl: int = Field(1024, ge=1, description="Input sequence length in tokens (upper end).")
+    osl: int = Field(1024, ge=1, description="Output sequence length in tokens (fixed with ignore_eos).")
+    range_ratio: float = Field(0.8, gt=0.0, le=1.0, description="Input lengths are drawn in [ISL x r, ISL].")
+    seed: int = Field(0, description="Seed of the prompts.")
+    vocab_size: int = Field(
+        20_000,
+        ge=200,
+        description=(
+            "Token ids are drawn in [100, vocab_size): keep it at or below the served model's vocabulary "
+            "(20,000 fits every common model and the simulator)."
+        ),
+    )
+    endpoint: Literal["chat", "completions"] = Field(
+        "chat", description="chat: decoded text in the chat template; completions: token ids."
+    )
+
+
+class Gsm8kSettings(StrictModel):
+    """The GSM8K accuracy gate of M1."""
+
+    enabled: bool = Field(True, description="Run the GSM8K accuracy gate after the AL gate.")
+    limit: int | None = Field(None, ge=1, description="Seeded subset of N questions (None: all 1,319).")
+    shots: int = Field(5, ge=0, description="Few-shot examples per question.")
+    seed: int = Field(1234, description="Seed of the subset and the few-shot draws.")
+    concurrency: int = Field(64, ge=1, description="Requests in flight.")
+    max_tokens: int = Field(512, ge=1, description="Output cap per reply.")
+    threshold: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="Accuracy both scores must reach (None: the thresholds file or 0.90).",
+    )
+    thresholds_file: str | None = Field(None, description="YAML of per-model thresholds.")
+
+
+class ServerPlacement(StrictModel):
+    """Where and how servers run for a flow."""
+
+    runner: RunnerOptions = Field(
+        default=ProcessOptions(), description="Runner: process, docker or external."
+    )
+    gpu_host: str | None = Field(
+        None,
+        description=(
+            "Name of the Prefect global concurrency limit for the GPU host; each server's lifetime holds one slot "
+            "so two runs never share GPUs (None: no limit)."
+        ),
+    )
+    strict_limit: bool = Field(
+        True, description="A missing concurrency limit is an error, not a silent pass."
+    )
+    results_root: str = Field("results", description="Run store root: a local path or an s3:// / gs:// URL.")
+
+
+def _ks() -> tuple[int, ...]:
+    return (1, 2, 3, 4, 5, 6, 7)
+
+
+class CalibrateParams(StrictModel):
+    """M0: reference AL for models x thinking modes x K on SPEED-Bench coding, synthetic off."""
+
+    models: tuple[ModelSpec, ...] = Field(min_length=1, description="Models to calibrate.")
+    method: SpecMethod = Field(SpecMethod.MTP, description="Speculative method.")
+    draft_model: str | None = Field(None, description="Drafter model id (eagle3, draft_model).")
+    ks: tuple[int, ...] = Field(
+        default_factory=_ks, description="Numbers of speculative tokens K to measure."
+    )
+    thinking: tuple[ThinkingMode, ...] = Field(
+        (ThinkingMode.ON, ThinkingMode.OFF),
+        description="Thinking modes (only 'off' for non-reasoning models).",
+    )
+    server: ServerConfig = Field(description="Server template (vLLM for M0); model and K are set per point.")
+    placement: ServerPlacement = Field(default=ServerPlacement(), description="Runner and GPU host.")
+    workload: SpeedBenchWorkload = Field(default=SpeedBenchWorkload(), description="Prompts.")
+    load: LoadConfig = Field(
+        default=LoadConfig(), description="Load per point (reference runs: concurrency 1)."
+    )
+    reference_path: str = Field(
+        "references/speed-bench-coding.yaml",
+        description="Reference table to write (merged with what it holds).",
+    )
+    cache_days: float = Field(
+        30.0, ge=0.0, description="Reuse a measured point for this many days (0: never)."
+    )
+    refresh_cache: bool = Field(False, description="Measure every point again even when cached.")
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        for k in self.ks:
+            if not K_MIN <= k <= K_MAX:
+                raise ValueError(f"K={k} in ks is outside [{K_MIN}, {K_MAX}]")
+        if self.server.synthetic is not None:
+            raise ValueError("M0 measures real acceptance: the server template must not set synthetic")
+        return self
+
+
+class GateParams(StrictModel):
+    """M1: AL of the framework under test against the reference, then GSM8K accuracy."""
+
+    model: ModelSpec = Field(description="Model under test.")
+    method: SpecMethod = Field(SpecMethod.MTP, description="Speculative method.")
+    draft_model: str | None = Field(None, description="Drafter model id (eagle3, draft_model).")
+    k: int = Field(3, ge=K_MIN, le=K_MAX, description="Number of speculative tokens K.")
+    thinking: ThinkingMode = Field(ThinkingMode.OFF, description="Thinking mode of the requests.")
+    server: ServerConfig = Field(description="The framework/image/config under test (synthetic must be off).")
+    placement: ServerPlacement = Field(default=ServerPlacement(), description="Runner and GPU host.")
+    reference_path: str = Field(description="Reference table (YAML) holding the reference AL.")
+    reference_model: str | None = Field(
+        None, description="Model name in the reference table (None: model.id)."
+    )
+    tolerances: GateTolerances = Field(default=GateTolerances(), description="AL gate tolerances.")
+    workload: SpeedBenchWorkload = Field(default=SpeedBenchWorkload(), description="Prompts.")
+    load: LoadConfig = Field(default=LoadConfig(), description="Load of the AL measurement.")
+    gsm8k: Gsm8kSettings = Field(default=Gsm8kSettings(), description="The accuracy gate.")
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.server.synthetic is not None:
+            raise ValueError("M1 measures real acceptance and accuracy: the server must not set synthetic")
+        return self
+
+
+class BenchmarkParams(StrictModel):
+    """M2: synthetic acceptance at the reference AL, random prompts, a concurrency sweep, the audit."""
+
+    model: ModelSpec = Field(description="Model under test.")
+    method: SpecMethod = Field(SpecMethod.MTP, description="Speculative method.")
+    draft_model: str | None = Field(None, description="Drafter model id (eagle3, draft_model).")
+    k: int = Field(3, ge=K_MIN, le=K_MAX, description="Number of speculative tokens K.")
+    thinking: ThinkingMode = Field(
+        ThinkingMode.OFF, description="Thinking mode whose reference AL is the target."
+    )
+    server: ServerConfig = Field(description="Server configuration; the synthetic knobs are set by the flow.")
+    placement: ServerPlacement = Field(default=ServerPlacement(), description="Runner and GPU host.")
+    reference_path: str | None = Field(None, description="Reference table for the target AL.")
+    reference_model: str | None = Field(
+        None, description="Model name in the reference table (None: model.id)."
+    )
+    target_al: float | None = Field(
+        None, ge=1.0, description="Explicit target AL (instead of the reference)."
+    )
+    scheme: str | None = Field(None, description="Synthetic scheme override (None: the framework's own).")
+    workload: RandomWorkload = Field(default=RandomWorkload(), description="Random-token prompts.")
+    concurrencies: tuple[int, ...] = Field(
+        (4, 8, 16, 32, 64, 128), min_length=1, description="Concurrency sweep."
+    )
+    prompts_per_concurrency: int = Field(10, ge=1, description="Measured prompts = this x concurrency.")
+    warmup_per_concurrency: int = Field(2, ge=0, description="Warm-up requests = this x concurrency.")
+    audit_abs_tol: float = Field(
+        0.02, ge=0.0, description="Smallest allowed |achieved - target| AL deviation."
+    )
+    fail_on_invalid: bool = Field(True, description="Fail the run when a point fails the synthetic audit.")
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if (self.reference_path is None) == (self.target_al is None):
+            raise ValueError("give exactly one of reference_path (target = reference AL) or target_al")
+        if any(c < 1 for c in self.concurrencies):
+            raise ValueError(f"concurrencies {self.concurrencies} must all be >= 1")
+        if self.scheme is not None:
+            get_scheme(self.scheme)
+        return self
+
+
+class SweepParams(StrictModel):
+    """For each K: M1 then M2 at that K's reference AL; a summary across K."""
+
+    ks: tuple[int, ...] = Field(default_factory=_ks, description="Numbers of speculative tokens K.")
+    gate: GateParams = Field(description="M1 template (k is set per K).")
+    benchmark: BenchmarkParams = Field(description="M2 template (k and target are set per K).")
+    stop_on_gate_failure: bool = Field(True, description="Skip M2 at a K whose M1 gate failed.")

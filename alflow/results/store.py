@@ -243,6 +243,14 @@ class RunWriter:
         self._write_manifest()
         return self._path(filename)
 
+    def write_text(self, filename: str, text: str) -> str:
+        """Write a text file (e.g. ``report.md``) atomically and list it in the manifest."""
+        _check_name("file", filename)
+        self.storage.write_bytes(self._path(filename), text.encode())
+        self.manifest["files"][filename] = {"written": _now().isoformat()}
+        self._write_manifest()
+        return self._path(filename)
+
     def write_summary(self, data: Mapping[str, Any]) -> str:
         """Write ``summary.json``."""
         return self.write_json("summary", data)

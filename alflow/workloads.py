@@ -1,0 +1,68 @@
+"""Workload configs -> sessions: SPEED-Bench files (or the bundled demo prompts) and random tokens."""
+
+from __future__ import annotations
+
+import hashlib
+from importlib import resources
+from pathlib import Path
+
+from alflow.config import RandomWorkload, SpeedBenchWorkload
+from alflow.datasets.random_tokens import random_sessions
+from alflow.datasets.speed_bench import load_speed_bench
+from alflow.datasets.types import Session
+
+DEMO_SOURCE = "alflow-demo"
+
+
+def demo_prompts_path() -> Path:
+    """The bundled demo prompts (SPEED-Bench schema, written for alflow; not SPEED-Bench data)."""
+    return Path(str(resources.files("alflow.datasets") / "data" / "demo_prompts.jsonl"))
+
+
+def speed_bench_file(workload: SpeedBenchWorkload) -> Path:
+    """The prompt file a SPEED-Bench workload reads."""
+    return Path(workload.path) if workload.path else demo_prompts_path()
+
+
+def file_sha256(path: Path) -> str:
+    """``sha256:<hex>`` of a file's bytes (the dataset hash recorded in provenance)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return "sha256:" + digest.hexdigest()
+
+
+def dataset_description(workload: SpeedBenchWorkload) -> dict[str, str]:
+    """Name, file, category and hash of the prompts, for provenance and cache keys."""
+    path = speed_bench_file(workload)
+    return {
+        "dataset": "nvidia/SPEED-Bench" if workload.path else DEMO_SOURCE,
+        "file": str(path),
+        "category": workload.category,
+        "dataset_hash": file_sha256(path),
+    }
+
+
+def speed_bench_sessions(workload: SpeedBenchWorkload) -> list[Session]:
+    """The category's sessions from the workload's file."""
+    return load_speed_bench(
+        speed_bench_file(workload),
+        categories=[workload.category],
+        limit=workload.limit,
+        max_tokens=workload.max_tokens,
+    )
+
+
+def random_workload_sessions(
+    workload: RandomWorkload, num_prompts: int, *, seed_offset: int = 0
+) -> list[Session]:
+    """``num_prompts`` random-token sessions (token ids; the chat endpoint detokenizes them first)."""
+    return random_sessions(
+        num_prompts,
+        isl=workload.isl,
+        osl=workload.osl,
+        range_ratio=workload.range_ratio,
+        seed=workload.seed + seed_offset,
+        vocab_size=workload.vocab_size,
+    )

@@ -1,0 +1,182 @@
+"""M2: synthetic benchmark. Synthetic acceptance at the reference AL, random prompts, a concurrency sweep.
+
+Per point: prompts = ``prompts_per_concurrency`` x concurrency, warm-up =
+``warmup_per_concurrency`` x concurrency (excluded from the window), client metrics and spec stats,
+and the audit: the achieved AL must match the target within the scheme's expected spread, else the
+point is invalid and the run fails (unless ``fail_on_invalid`` is off).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+from prefect import flow, get_run_logger, tags
+
+from alflow.acceptance.synthetic import distribution
+from alflow.config import BenchmarkParams, LoadConfig, SyntheticAcceptance, ThinkingMode
+from alflow.workloads import random_workload_sessions
+from flows.common import fail, open_run, point_server, reference_al
+from tasks.gates import audit_synthetic
+from tasks.measure import request_sampling, run_load
+from tasks.results import render_report, store_results
+from tasks.servers import server_lifetime
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+    return "" if value is None else f"{float(value):.{digits}f}"
+
+
+@flow(name="m2-benchmark", flow_run_name="m2-{params.model.id}-k{params.k}")
+def benchmark(params: BenchmarkParams) -> dict[str, Any]:
+    """M2: synthetic acceptance at the target AL over a concurrency sweep, audited per point."""
+    log = get_run_logger()
+    target = (
+        params.target_al
+        if params.target_al is not None
+        else reference_al(
+            str(params.reference_path),
+            params.model,
+            params.reference_model,
+            params.method,
+            params.thinking,
+            params.k,
+        )
+    )
+    synthetic = SyntheticAcceptance(target_al=target, scheme=params.scheme)
+    server = point_server(
+        params.server,
+        params.model.id,
+        params.method,
+        params.k,
+        draft_model=params.draft_model,
+        synthetic=synthetic,
+    )
+    writer = open_run(
+        "m2",
+        params.placement.results_root,
+        params.model_dump(mode="json"),
+        simulated=server.framework == "sim",
+    )
+    points: list[dict[str, Any]] = []
+    requests: list[pl.DataFrame] = []
+    metrics: list[pl.DataFrame] = []
+    failures: list[str] = []
+    with writer, tags(f"model:{params.model.id}", f"framework:{server.framework}", f"k:{params.k}", "m2"):
+        with server_lifetime(server, params.placement) as handle:
+            knobs = handle.provenance.get("synthetic")
+            scheme_value = knobs.get("scheme") if isinstance(knobs, dict) else None
+            if not scheme_value:
+                raise fail("m2-benchmark", f"the launch of {server.framework} records no synthetic knobs", {})
+            scheme = str(scheme_value)
+            dist = distribution(scheme, params.k, al=target)
+            writer.update_provenance(server=handle.to_dict(), target_al=target, scheme=scheme)
+            log.info("synthetic target AL %.4f with scheme %s (%s draw)", target, scheme, dist.granularity)
+            for i, conc in enumerate(params.concurrencies):
+                n = params.prompts_per_concurrency * conc
+                warm = params.warmup_per_concurrency * conc
+                sessions = random_workload_sessions(params.workload, n, seed_offset=1000 * i)
+                warm_sessions = random_workload_sessions(
+                    params.workload, max(1, warm), seed_offset=1000 * i + 500
+                )
+                load = LoadConfig(concurrency=conc, num_prompts=n, warmup=warm)
+                sampling = request_sampling(params.model, ThinkingMode.OFF, fixed_length=params.workload.osl)
+                m = run_load(
+                    handle,
+                    sessions,
+                    load,
+                    sampling,
+                    k=params.k,
+                    endpoint=params.workload.endpoint,
+                    warmup_sessions=warm_sessions if warm else None,
+                    progress_key=f"m2-progress-c{conc}",
+                )
+                subject = f"{server.framework} K={params.k} concurrency {conc}"
+                if m.spec_stats is None:
+                    failures.append(f"{subject}: no spec-decode counters at {handle.metrics_url}")
+                    valid = False
+                    verdict_msg = failures[-1]
+                else:
+                    verdict = audit_synthetic(m.spec_stats, dist, params.audit_abs_tol, subject)
+                    valid = verdict.passed
+                    verdict_msg = verdict.message
+                    if not valid:
+                        failures.append(verdict.message)
+                if not m.all_ok:
+                    failures.append(f"{subject}: {m.client.get('failed')} requests failed")
+                    valid = False
+                c = m.client
+                points.append(
+                    {
+                        "concurrency": conc,
+                        "k": params.k,
+                        "framework": server.framework,
+                        "target_al": target,
+                        "achieved_al": None if m.spec_stats is None else m.spec_stats.al,
+                        "valid": valid,
+                        "audit": verdict_msg,
+                        "completed": c.get("completed"),
+                        "failed": c.get("failed"),
+                        "output_throughput": c.get("output_throughput"),
+                        "output_throughput_per_gpu": c.get("output_throughput_per_gpu"),
+                        "total_token_throughput_per_gpu": c.get("total_token_throughput_per_gpu"),
+                        "median_interactivity_tokens_per_s": c.get("median_interactivity_tokens_per_s"),
+                        "median_tpot_ms": c.get("median_tpot_ms"),
+                        "median_ttft_ms": c.get("median_ttft_ms"),
+                        "p99_ttft_ms": c.get("p99_ttft_ms"),
+                        "median_itl_ms": c.get("median_itl_ms"),
+                        "tokens_per_chunk": c.get("tokens_per_chunk"),
+                        "duration_s": m.duration_s,
+                    }
+                )
+                requests.append(m.records.with_columns(pl.lit(conc).alias("concurrency")))
+                metrics.append(m.metrics_frame().with_columns(pl.lit(conc).alias("concurrency")))
+        spec_frame = pl.DataFrame(points)
+        tables = {
+            "requests": pl.concat(requests, how="diagonal_relaxed"),
+            "server_metrics": pl.concat(metrics, how="diagonal_relaxed"),
+            "spec_stats": spec_frame,
+        }
+        summary = {
+            "flow": "m2",
+            "target_al": target,
+            "scheme": scheme,
+            "points": points,
+            "failures": failures,
+        }
+        store_results(writer, tables, summary)
+        lines = [
+            f"Model `{params.model.id}`, framework `{server.framework}`, K={params.k}, synthetic target AL "
+            f"{target:.4f} (scheme {scheme}, {dist.granularity} draw).",
+            "",
+            "| concurrency | output tok/s/GPU | interactivity (tok/s/user, median) | TPOT ms | AL achieved | valid |",
+            "|---:|---:|---:|---:|---:|:---:|",
+        ]
+        lines += [
+            f"| {p['concurrency']} | {_fmt(p['output_throughput_per_gpu'], 1)} | "
+            f"{_fmt(p['median_interactivity_tokens_per_s'], 1)} | {_fmt(p['median_tpot_ms'])} | "
+            f"{_fmt(p['achieved_al'], 4)} | {'yes' if p['valid'] else 'NO'} |"
+            for p in points
+        ]
+        if server.framework == "sim":
+            lines.insert(
+                0, "> SIMULATED: numbers come from alflow's simulated engine, not a real GPU server.\n"
+            )
+        if failures:
+            lines += ["", "Failures:", *[f"- {f}" for f in failures]]
+        render_report(
+            writer,
+            "M2 synthetic benchmark",
+            "\n".join(lines),
+            points,
+            key=f"m2-{params.model.id}-k{params.k}",
+        )
+        if failures and params.fail_on_invalid:
+            raise fail("m2-benchmark", "; ".join(failures), {"target_al": target, "k": params.k})
+    return {
+        "run_dir": writer.dir,
+        "target_al": target,
+        "scheme": scheme,
+        "points": points,
+        "failures": failures,
+    }

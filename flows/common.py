@@ -1,0 +1,92 @@
+"""Pieces every flow shares: run ids, the run store, server configs per point, failure events."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from prefect import get_run_logger
+from prefect.events import emit_event
+from prefect.runtime import flow_run
+
+from alflow.acceptance.reference import load_reference
+from alflow.config import (
+    ModelSpec,
+    ServerConfig,
+    SpecMethod,
+    SpeculativeConfig,
+    SyntheticAcceptance,
+    ThinkingMode,
+)
+from alflow.errors import AlflowError
+from alflow.results.provenance import code_version, host_info
+from alflow.results.store import RunWriter
+
+
+class GateFailedError(AlflowError):
+    """A gate or audit failed: the flow run ends Failed with this message."""
+
+
+def run_id() -> str:
+    """The Prefect flow run id (a fresh id outside a flow run)."""
+    rid = flow_run.get_id()
+    return str(rid) if rid else uuid.uuid4().hex
+
+
+def open_run(flow: str, root: str, config: dict[str, Any], *, simulated: bool) -> RunWriter:
+    """A run directory for this flow run, with code and host provenance."""
+    rid = run_id()
+    return RunWriter(
+        root,
+        flow,
+        run_id=rid.replace("-", "")[:12],
+        config=config,
+        provenance={"code_version": code_version(), "host": host_info(), "flow_run_id": rid},
+        simulated=simulated,
+    )
+
+
+def point_server(
+    template: ServerConfig,
+    model: str,
+    method: SpecMethod,
+    k: int,
+    *,
+    draft_model: str | None = None,
+    synthetic: SyntheticAcceptance | None = None,
+) -> ServerConfig:
+    """The template with this point's model, speculative method and K, and synthetic knobs (validated)."""
+    data = template.model_dump()
+    data.update(
+        model=model,
+        speculative=SpeculativeConfig(method=method, k=k, draft_model=draft_model).model_dump(),
+        synthetic=None if synthetic is None else synthetic.model_dump(),
+    )
+    return ServerConfig.model_validate(data)
+
+
+def reference_al(
+    path: str, model: ModelSpec, name: str | None, method: SpecMethod, thinking: ThinkingMode, k: int
+) -> float:
+    """The reference AL of (model, method, thinking, K) from a reference table."""
+    entry = load_reference(path).lookup(name or model.id, method, thinking, k)
+    get_run_logger().info(
+        "reference AL for %s %s thinking=%s K=%d: %.4f (%s)",
+        entry.model,
+        method.value,
+        thinking.value,
+        k,
+        entry.al,
+        path,
+    )
+    return entry.al
+
+
+def fail(flow: str, message: str, payload: dict[str, Any]) -> GateFailedError:
+    """Emit an ``alflow.gate.failed`` event for automations and return the error to raise."""
+    emit_event(
+        event="alflow.gate.failed",
+        resource={"prefect.resource.id": f"alflow.flow-run.{run_id()}", "prefect.resource.name": flow},
+        payload={"message": message, **payload},
+    )
+    return GateFailedError(message)

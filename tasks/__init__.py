@@ -1,0 +1,1 @@
+"""Prefect tasks: thin wrappers over alflow and infra with retries, caching and timeouts."""

@@ -1,0 +1,143 @@
+"""Measurement tasks: one measured point (never retried, never cached) and a metrics scrape."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from prefect import get_run_logger, task
+from prefect.artifacts import create_progress_artifact, update_progress_artifact
+from prefect.cache_policies import NO_CACHE
+
+from alflow.config import LoadConfig, ModelSpec, SamplingParams, ThinkingMode
+from alflow.datasets.random_tokens import detokenize_sessions
+from alflow.datasets.types import Session
+from alflow.loadgen.endpoints import Sampling
+from alflow.loadgen.runner import LoadSpec, Target
+from alflow.measure import Measurement, measure
+from alflow.metrics.prometheus import Snapshot, scrape
+from infra.runners import ServerHandle
+
+
+def request_sampling(
+    model: ModelSpec,
+    thinking: ThinkingMode,
+    *,
+    max_tokens: int | None = None,
+    fixed_length: int | None = None,
+) -> Sampling:
+    """The loadgen sampling for a model's recommended settings in a thinking mode."""
+    params: SamplingParams = model.sampling(thinking)
+    extra = {
+        key: value
+        for key, value in (
+            ("min_p", params.min_p),
+            ("presence_penalty", params.presence_penalty),
+            ("repetition_penalty", params.repetition_penalty),
+        )
+        if value is not None
+    }
+    return Sampling(
+        max_tokens=fixed_length or max_tokens or params.max_tokens,
+        temperature=params.temperature,
+        top_p=params.top_p,
+        top_k=params.top_k,
+        seed=params.seed,
+        min_tokens=fixed_length,
+        ignore_eos=True if fixed_length else None,
+        chat_template_kwargs=model.chat_template_kwargs(thinking) or None,
+        extra_body=extra,
+    )
+
+
+class _ProgressArtifact:
+    """Load progress as a Prefect progress artifact, updated at most every 5%."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.total: int | None = None
+        self.done = 0
+        self.last = -1.0
+        self.artifact_id: object = None
+
+    def start(self, total: int | None, description: str) -> None:
+        self.total, self.done, self.last = total, 0, -1.0
+        if description == "measured" and self.artifact_id is None:
+            self.artifact_id = create_progress_artifact(0.0, key=self.key, description="measured requests")
+
+    def advance(self) -> None:
+        self.done += 1
+        if self.artifact_id is None or not self.total:
+            return
+        pct = 100.0 * self.done / self.total
+        if pct - self.last >= 5.0 or self.done == self.total:
+            self.last = pct
+            update_progress_artifact(self.artifact_id, pct)  # type: ignore[arg-type]
+
+
+@task(name="run_load", retries=0, cache_policy=NO_CACHE)
+def run_load(
+    handle: ServerHandle,
+    sessions: Sequence[Session],
+    load: LoadConfig,
+    sampling: Sampling,
+    *,
+    k: int | None,
+    endpoint: str = "chat",
+    warmup_sessions: Sequence[Session] | None = None,
+    scrape_interval_s: float = 1.0,
+    progress_key: str | None = None,
+) -> Measurement:
+    """Warm up, scrape, stream the workload, scrape again: one measured point."""
+    log = get_run_logger()
+
+    async def go() -> Measurement:
+        todo, warm = list(sessions), list(warmup_sessions) if warmup_sessions else None
+        if endpoint == "chat" and any(not isinstance(t.prompt, str) for s in todo for t in s.turns):
+            todo = await detokenize_sessions(todo, handle.base_url, handle.model)
+            if warm:
+                warm = await detokenize_sessions(warm, handle.base_url, handle.model)
+        spec = LoadSpec(
+            concurrency=load.concurrency,
+            request_rate=load.request_rate,
+            num_prompts=load.num_prompts,
+            warmup=load.warmup,
+            timeout_s=load.timeout_s,
+            keep_text=False,
+        )
+        return await measure(
+            todo,
+            Target(handle.base_url, handle.model, endpoint, sampling),
+            spec,
+            metrics_url=handle.metrics_url,
+            dialect=handle.dialect,
+            k=k,
+            warmup_sessions=warm,
+            scrape_interval_s=scrape_interval_s,
+            progress=_ProgressArtifact(progress_key) if progress_key else None,
+        )
+
+    log.info(
+        "streaming %d sessions at concurrency %d to %s (warm-up %d)",
+        load.num_prompts or len(sessions),
+        load.concurrency,
+        handle.base_url,
+        load.warmup,
+    )
+    result = asyncio.run(go())
+    c = result.client
+    log.info(
+        "done in %.1f s: %s completed, %s failed, output %.0f tok/s, AL %s",
+        result.duration_s,
+        c.get("completed"),
+        c.get("failed"),
+        float(c.get("output_throughput") or 0.0),
+        None if result.spec_stats is None or result.spec_stats.al is None else f"{result.spec_stats.al:.4f}",
+    )
+    return result
+
+
+@task(name="scrape_metrics", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
+def scrape_metrics(handle: ServerHandle) -> Snapshot:
+    """One scrape of the server's metrics endpoint."""
+    return asyncio.run(scrape(handle.metrics_url))

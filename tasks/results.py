@@ -1,0 +1,44 @@
+"""Result tasks: store a run's tables and summary; publish its report as Prefect artifacts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import polars as pl
+from prefect import get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+
+from alflow.results.store import RunWriter
+
+
+@task(name="store_results", cache_policy=NO_CACHE)
+def store_results(writer: RunWriter, tables: Mapping[str, pl.DataFrame], summary: Mapping[str, Any]) -> str:
+    """Write the run's parquet tables and summary.json (atomic, schema-versioned)."""
+    for name, frame in tables.items():
+        writer.write_table(name, frame)
+    writer.write_summary(summary)
+    get_run_logger().info("results stored in %s", writer.dir)
+    return writer.dir
+
+
+def _key(text: str) -> str:
+    """An artifact key: lowercase letters, digits and dashes."""
+    out = "".join(c if c.isalnum() else "-" for c in text.lower())
+    return "-".join(part for part in out.split("-") if part)[:100] or "alflow"
+
+
+@task(name="render_report", cache_policy=NO_CACHE)
+def render_report(
+    writer: RunWriter, title: str, markdown: str, rows: Sequence[Mapping[str, Any]], *, key: str
+) -> str:
+    """Save ``report.md`` in the run directory and publish it (and its table) as artifacts."""
+    text = f"# {title}\n\n{markdown}\n\nRun directory: `{writer.dir}`\n"
+    path = writer.write_text("report.md", text)
+    create_markdown_artifact(text, key=_key(key), description=title)
+    if rows:
+        create_table_artifact(
+            [dict(r) for r in rows], key=_key(key + "-table"), description=f"{title}: key numbers"
+        )
+    return path
