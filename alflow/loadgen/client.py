@@ -1,27 +1,36 @@
-"""The streaming HTTP client: one aiohttp session, incremental SSE parsing on bytes, orjson.
+"""The streaming HTTP client: incremental SSE parsing on bytes, orjson, two transports.
 
-The transport is a seam (:class:`Transport`): the real one is :class:`AiohttpTransport`; tests
-drive :func:`stream_request` with a scripted transport and a scripted clock. Per network read the
-client takes one clock reading; per SSE ``data:`` line it does one ``orjson.loads``; nothing else
-is computed while streaming (metrics come afterwards from the records).
+:class:`SseConsumer` parses the event stream of one request incrementally and fills its
+:class:`RequestRecord`; a transport hands it every network read with one clock reading.
+
+Transports (the :class:`Transport` seam; tests drive :func:`stream_request` with a scripted one):
+
+- :class:`FastTransport` (the default for load): HTTP/1.1 on plain ``asyncio`` protocols with a
+  keep-alive connection pool. Each network read is decoded (chunked transfer encoding) and parsed
+  inside the protocol's ``data_received`` callback, so a streamed chunk costs no task switch; the
+  waiting coroutine wakes once, when the response ends.
+- :class:`AiohttpTransport`: one shared ``aiohttp.ClientSession`` (``iter_any`` per read); slower
+  per chunk, kept for proxies and anything the fast transport does not speak.
 
 Every SSE event that carries output gets its own entry in ``chunk_ns`` (the arrival time of the
 network read that brought it): events that arrive together share a timestamp, as in
 ``vllm bench serve``, so ``len(chunk_ns)`` counts server chunks (engine steps), not TCP reads.
 
 A request fails (its record gets ``error``) on: an HTTP status other than 200, an error event in
-a 200 stream, a stream that ends without ``[DONE]``, a stream with no output (usage only), or a
-timeout. An unreachable server, a wrong endpoint (404/405) or a server that does not stream raise
-:class:`FatalRequestError`: the run cannot produce anything useful and is aborted.
+a 200 stream, a stream that ends without ``[DONE]``, a stream with no output (usage only), a lost
+connection or a timeout. An unreachable server, a wrong endpoint (404/405) or a server that does
+not stream raise :class:`FatalRequestError`: the run cannot produce anything useful and is aborted.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, Final, Protocol
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final, Protocol, cast
+from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
@@ -31,86 +40,120 @@ from alflow.loadgen.endpoints import Endpoint
 from alflow.loadgen.records import RequestRecord
 
 Clock = Callable[[], int]
+Sink = Callable[[bytes, int], bool]
 FATAL_STATUS: Final = frozenset({401, 403, 404, 405})
-_JSON_HEADERS: Final = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+SSE_TYPE: Final = "text/event-stream"
+_ERROR_BODY_LIMIT: Final = 2000
+_JSON_HEADERS: Final = {"Content-Type": "application/json", "Accept": SSE_TYPE}
 
 
 class FatalRequestError(AlflowError):
     """The server cannot serve this run at all (unreachable, wrong endpoint, not streaming)."""
 
 
-class StreamResponse(Protocol):
-    """What the client needs from an HTTP response."""
+@dataclass(frozen=True, slots=True)
+class ResponseInfo:
+    """Status and content type of a response; ``body`` holds the start of a non-stream body."""
 
     status: int
     content_type: str
-
-    def chunks(self) -> AsyncIterator[bytes]:
-        """The body as it arrives, one item per network read."""
-        ...
-
-    async def text(self) -> str:
-        """The whole body as text (for error messages)."""
-        ...
+    body: str = ""
 
 
 class Transport(Protocol):
-    """Sends one POST and yields its streaming response."""
+    """Sends one POST; feeds an event-stream body to ``sink`` as it arrives."""
 
-    def post(
-        self, url: str, body: bytes, timeout_s: float | None
-    ) -> AbstractAsyncContextManager[StreamResponse]:
-        """Open ``url`` with ``body``; the context manager closes the response."""
+    async def stream(
+        self, url: str, body: bytes, timeout_s: float | None, sink: Sink, clock: Clock
+    ) -> ResponseInfo:
+        """POST ``body`` and feed a 200 event-stream answer to ``sink`` read by read.
+
+        ``sink(data, clock())`` is called per network read until the body ends or ``sink`` returns
+        True; any other answer's body start goes to ``ResponseInfo.body``. Raises ``TimeoutError``,
+        ``OSError`` (connection lost) or :class:`FatalRequestError` (cannot connect).
+        """
         ...
 
 
-class _AiohttpResponse:
-    __slots__ = ("_resp", "content_type", "status")
-
-    def __init__(self, resp: aiohttp.ClientResponse) -> None:
-        self._resp = resp
-        self.status = resp.status
-        self.content_type = resp.content_type
-
-    def chunks(self) -> AsyncIterator[bytes]:
-        return self._resp.content.iter_any()
-
-    async def text(self) -> str:
-        return await self._resp.text(errors="replace")
+# --------------------------------------------------------------------------------------------
+# SSE parsing
 
 
-class AiohttpTransport:
-    """The real transport: one shared ``aiohttp.ClientSession`` with an unlimited connector."""
-
-    def __init__(self, session: aiohttp.ClientSession) -> None:
-        self._session = session
-
-    @staticmethod
-    def new_session(limit: int = 0) -> aiohttp.ClientSession:
-        """A client session suited to many long streams (no connection cap unless ``limit``)."""
-        connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, ttl_dns_cache=300)
-        return aiohttp.ClientSession(
-            connector=connector,
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
-            auto_decompress=False,
-            read_bufsize=2**18,
-        )
-
-    @asynccontextmanager
-    async def post(self, url: str, body: bytes, timeout_s: float | None) -> AsyncIterator[StreamResponse]:
-        """POST ``body`` to ``url`` with a total timeout of ``timeout_s`` seconds."""
-        timeout = aiohttp.ClientTimeout(total=timeout_s) if timeout_s else aiohttp.ClientTimeout(total=None)
-        async with self._session.post(url, data=body, headers=_JSON_HEADERS, timeout=timeout) as resp:
-            yield _AiohttpResponse(resp)
-
-
-def _error_text(event: dict[str, Any]) -> str:
-    err = event.get("error", event)
+def _error_text(event: Any) -> str:
+    err = event.get("error", event) if isinstance(event, dict) else event
     if isinstance(err, dict):
         msg = err.get("message") or err.get("msg") or orjson.dumps(err).decode()
         code = err.get("code") or err.get("type")
         return f"error event in stream: {msg}" + (f" (code {code})" if code else "")
     return f"error event in stream: {err}"
+
+
+class SseConsumer:
+    """Incremental parser of one response's event stream into a :class:`RequestRecord`."""
+
+    __slots__ = ("_buf", "_event", "_keep_text", "_output", "done", "pieces", "record")
+
+    def __init__(self, record: RequestRecord, endpoint: Endpoint, keep_text: bool) -> None:
+        self.record = record
+        self._output = endpoint.output
+        self._keep_text = keep_text
+        self._buf = b""
+        self._event = b""
+        self.pieces: list[str] = []
+        self.done = False
+
+    def feed(self, received: bytes, now: int) -> bool:
+        """Parse one network read that arrived at ``now``; True when the stream must stop (error)."""
+        data = self._buf + received if self._buf else received
+        start = 0
+        chunk_ns = self.record.chunk_ns
+        while True:
+            nl = data.find(b"\n", start)
+            if nl < 0:
+                break
+            line = data[start:nl]
+            start = nl + 1
+            if not line.startswith(b"data:"):
+                if line.startswith(b"event:"):
+                    self._event = line[6:].strip()
+                continue
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                self.done = True
+                continue
+            try:
+                event = orjson.loads(payload)
+            except orjson.JSONDecodeError as exc:
+                self.record.error = f"malformed stream event: {exc}"
+                return True
+            if self._event == b"error" or not isinstance(event, dict) or "error" in event:
+                self.record.error = _error_text(event)
+                return True
+            text, has_output = self._output(event)
+            if has_output:
+                chunk_ns.append(now)
+                if text and self._keep_text:
+                    self.pieces.append(text)
+            usage = event.get("usage")
+            if usage:
+                self.record.input_tokens = usage.get("prompt_tokens")
+                self.record.output_tokens = usage.get("completion_tokens")
+        self._buf = data[start:]
+        return False
+
+    def finish(self) -> None:
+        """Judge the ended stream (no ``[DONE]``, no output) and set the derived record fields."""
+        rec = self.record
+        if rec.error is None and rec.http_status == 200:
+            if not self.done:
+                rec.error = "stream ended without [DONE]"
+            elif not rec.chunk_ns:
+                rec.error = "stream carried no output tokens (usage only)"
+        if rec.chunk_ns:
+            rec.first_token_ns = rec.chunk_ns[0]
+            rec.end_ns = rec.chunk_ns[-1]
+        if self._keep_text:
+            rec.text = "".join(self.pieces)
 
 
 async def stream_request(
@@ -128,85 +171,349 @@ async def stream_request(
 
     Raises :class:`FatalRequestError` when the server cannot serve the run (see module doc).
     """
-    output = endpoint.output
-    loads = orjson.loads
-    chunk_ns = record.chunk_ns
-    pieces: list[str] = []
-    done = False
-    event_name = b""
+    consumer = SseConsumer(record, endpoint, keep_text)
     record.start_ns = clock()
     try:
-        async with transport.post(url, body, timeout_s) as resp:
-            record.http_status = resp.status
-            if resp.status != 200:
-                detail = (await resp.text())[:300].strip()
-                msg = f"POST {url} answered HTTP {resp.status}: {detail}"
-                if resp.status in FATAL_STATUS:
-                    raise FatalRequestError(msg + " (wrong --base-url, --endpoint or --model?)")
-                record.error = msg
-                return record
-            if resp.content_type != "text/event-stream":
-                raise FatalRequestError(
-                    f"POST {url} answered {resp.content_type or 'no content type'}, not a text/event-stream: "
-                    "the server does not stream"
-                )
-            buf = b""
-            async for received in resp.chunks():
-                now = clock()
-                data = buf + received if buf else received
-                start = 0
-                while True:
-                    nl = data.find(b"\n", start)
-                    if nl < 0:
-                        break
-                    line = data[start:nl]
-                    start = nl + 1
-                    if not line.startswith(b"data:"):
-                        if line.startswith(b"event:"):
-                            event_name = line[6:].strip()
-                        continue
-                    payload = line[5:].strip()
-                    if payload == b"[DONE]":
-                        done = True
-                        continue
-                    event = loads(payload)
-                    if event_name == b"error" or "error" in event:
-                        record.error = _error_text(event)
-                        return record
-                    text, has_output = output(event)
-                    if has_output:
-                        chunk_ns.append(now)
-                        if text and keep_text:
-                            pieces.append(text)
-                    usage = event.get("usage")
-                    if usage:
-                        record.input_tokens = usage.get("prompt_tokens")
-                        record.output_tokens = usage.get("completion_tokens")
-                buf = data[start:]
-            if not done:
-                record.error = "stream ended without [DONE]"
-            elif not chunk_ns:
-                record.error = "stream carried no output tokens (usage only)"
+        info = await transport.stream(url, body, timeout_s, consumer.feed, clock)
+        record.http_status = info.status
+        if info.status != 200:
+            msg = f"POST {url} answered HTTP {info.status}: {info.body[:300].strip()}"
+            if info.status in FATAL_STATUS:
+                raise FatalRequestError(msg + " (wrong --base-url, --endpoint or --model?)")
+            record.error = msg
+        elif info.content_type != SSE_TYPE:
+            raise FatalRequestError(
+                f"POST {url} answered {info.content_type or 'no content type'}, not a text/event-stream: "
+                "the server does not stream"
+            )
     except FatalRequestError as exc:
         record.error = str(exc)
         raise
-    except aiohttp.ClientConnectorError as exc:
-        record.error = f"cannot reach {url}: {exc.os_error or exc}"
-        raise FatalRequestError(record.error) from exc
     except TimeoutError:
         record.error = f"timed out after {timeout_s} s"
-    except aiohttp.ClientError as exc:
+    except (OSError, aiohttp.ClientError) as exc:
         record.error = f"{type(exc).__name__}: {exc}"
-    except orjson.JSONDecodeError as exc:
-        record.error = f"malformed stream event: {exc}"
     except asyncio.CancelledError:
         record.error = "cancelled"
         raise
     finally:
         record.done_ns = clock()
-        if chunk_ns:
-            record.first_token_ns = chunk_ns[0]
-            record.end_ns = chunk_ns[-1]
-        if keep_text:
-            record.text = "".join(pieces)
+        consumer.finish()
     return record
+
+
+# --------------------------------------------------------------------------------------------
+# aiohttp transport
+
+
+class AiohttpTransport:
+    """Streams through one shared ``aiohttp.ClientSession`` (one ``iter_any`` await per read)."""
+
+    def __init__(self, session: aiohttp.ClientSession) -> None:
+        self._session = session
+
+    @staticmethod
+    def new_session(limit: int = 0) -> aiohttp.ClientSession:
+        """A client session suited to many long streams (no connection cap unless ``limit``)."""
+        connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, ttl_dns_cache=300)
+        return aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+            auto_decompress=False,
+            read_bufsize=2**18,
+        )
+
+    async def stream(
+        self, url: str, body: bytes, timeout_s: float | None, sink: Sink, clock: Clock
+    ) -> ResponseInfo:
+        """POST with a total timeout of ``timeout_s`` seconds; feed the event stream to ``sink``."""
+        timeout = aiohttp.ClientTimeout(total=timeout_s or None)
+        try:
+            async with self._session.post(url, data=body, headers=_JSON_HEADERS, timeout=timeout) as resp:
+                info = ResponseInfo(resp.status, resp.content_type)
+                if resp.status != 200 or resp.content_type != SSE_TYPE:
+                    text = (await resp.content.read(_ERROR_BODY_LIMIT)).decode(errors="replace")
+                    return ResponseInfo(resp.status, resp.content_type, text)
+                async for received in resp.content.iter_any():
+                    if sink(received, clock()):
+                        break
+                return info
+        except aiohttp.ClientConnectorError as exc:
+            raise FatalRequestError(f"cannot reach {url}: {exc.os_error or exc}") from exc
+
+
+# --------------------------------------------------------------------------------------------
+# Fast transport: HTTP/1.1 over asyncio protocols
+
+
+class _Exchange:
+    """State of one request/response on a connection."""
+
+    __slots__ = (
+        "body_left",
+        "chunk_left",
+        "chunked",
+        "clock",
+        "close_after",
+        "content_type",
+        "error_body",
+        "future",
+        "got_bytes",
+        "head",
+        "in_trailer",
+        "need_crlf",
+        "pending",
+        "sink",
+        "status",
+        "streaming",
+    )
+
+    def __init__(self, sink: Sink, clock: Clock, future: asyncio.Future[ResponseInfo]) -> None:
+        self.sink = sink
+        self.clock = clock
+        self.future = future
+        self.head = b""
+        self.status = 0
+        self.content_type = ""
+        self.chunked = False
+        self.body_left: int | None = None
+        self.close_after = False
+        self.streaming = False
+        self.error_body = bytearray()
+        self.chunk_left = 0
+        self.need_crlf = False
+        self.in_trailer = False
+        self.pending = b""
+        self.got_bytes = False
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection; parses responses inside ``data_received``."""
+
+    def __init__(self, pool: FastTransport, key: tuple[str, int, bool]) -> None:
+        self.pool = pool
+        self.key = key
+        self.transport: asyncio.Transport | None = None
+        self.ex: _Exchange | None = None
+        self.closed = False
+        self.reused = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.pool.forget(self)
+        ex = self.ex
+        if ex is None or ex.future.done():
+            return
+        if ex.status and ex.body_left is None and not ex.chunked:
+            self._complete(keep=False)  # body delimited by the end of the connection
+            return
+        lost = ConnectionResetError(f"connection lost{f': {exc}' if exc else ''}")
+        lost.reused_idle = self.reused and not ex.got_bytes  # type: ignore[attr-defined]
+        ex.future.set_exception(lost)
+
+    def send(self, request: bytes, ex: _Exchange) -> None:
+        self.ex = ex
+        assert self.transport is not None
+        self.transport.write(request)
+
+    def _complete(self, *, keep: bool) -> None:
+        ex = self.ex
+        assert ex is not None
+        self.ex = None
+        if not ex.future.done():
+            ex.future.set_result(
+                ResponseInfo(ex.status, ex.content_type, bytes(ex.error_body).decode(errors="replace"))
+            )
+        if keep and not ex.close_after and not self.closed:
+            self.pool.release(self)
+        else:
+            self.abort()
+
+    def abort(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        ex = self.ex
+        if ex is None:  # unsolicited bytes on an idle connection: drop it
+            self.abort()
+            return
+        now = ex.clock()
+        ex.got_bytes = True
+        if not ex.status:
+            ex.head += data
+            end = ex.head.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            data = ex.head[end + 4 :]
+            self._parse_head(ex, ex.head[:end])
+            ex.head = b""
+            if ex.body_left == 0:
+                self._complete(keep=True)
+                return
+            if not data:
+                return
+        if ex.chunked:
+            payload, finished = self._dechunk(ex, data)
+        else:
+            payload = data
+            finished = False
+            if ex.body_left is not None:
+                payload = data[: ex.body_left]
+                ex.body_left -= len(payload)
+                finished = ex.body_left <= 0
+        if payload:
+            if ex.streaming:
+                if ex.sink(payload, now):
+                    ex.close_after = True
+                    self._complete(keep=False)
+                    return
+            elif len(ex.error_body) < _ERROR_BODY_LIMIT:
+                ex.error_body += payload[: _ERROR_BODY_LIMIT - len(ex.error_body)]
+        if finished:
+            self._complete(keep=True)
+
+    @staticmethod
+    def _parse_head(ex: _Exchange, head: bytes) -> None:
+        lines = head.split(b"\r\n")
+        parts = lines[0].split(b" ", 2)
+        try:
+            ex.status = int(parts[1])
+        except (IndexError, ValueError):
+            ex.status = 0
+        for raw in lines[1:]:
+            name, _, value = raw.partition(b":")
+            name = name.strip().lower()
+            if name == b"content-type":
+                ex.content_type = value.split(b";", 1)[0].strip().decode("latin-1").lower()
+            elif name == b"transfer-encoding":
+                ex.chunked = b"chunked" in value.lower()
+            elif name == b"content-length":
+                ex.body_left = int(value.strip())
+            elif name == b"connection":
+                ex.close_after = b"close" in value.lower()
+        if ex.chunked:
+            ex.body_left = None
+        ex.streaming = ex.status == 200 and ex.content_type == SSE_TYPE
+
+    @staticmethod
+    def _dechunk(ex: _Exchange, data: bytes) -> tuple[bytes, bool]:
+        buf = ex.pending + data if ex.pending else data
+        pos = 0
+        n = len(buf)
+        out: list[bytes] = []
+        finished = False
+        while pos < n:
+            if ex.chunk_left:
+                take = min(ex.chunk_left, n - pos)
+                out.append(buf[pos : pos + take])
+                pos += take
+                ex.chunk_left -= take
+                if not ex.chunk_left:
+                    ex.need_crlf = True
+                continue
+            if ex.need_crlf:
+                if n - pos < 2:
+                    break
+                pos += 2
+                ex.need_crlf = False
+                continue
+            nl = buf.find(b"\r\n", pos)
+            if nl < 0:
+                break
+            line = buf[pos:nl]
+            pos = nl + 2
+            if ex.in_trailer:
+                if not line:
+                    finished = True
+                    break
+                continue
+            size = int(line.split(b";", 1)[0], 16)
+            if size:
+                ex.chunk_left = size
+            else:
+                ex.in_trailer = True
+        ex.pending = buf[pos:] if not finished else b""
+        payload = out[0] if len(out) == 1 else b"".join(out)
+        return payload, finished
+
+
+class FastTransport:
+    """HTTP/1.1 client on asyncio protocols with a keep-alive pool (see module doc)."""
+
+    def __init__(self) -> None:
+        self._idle: dict[tuple[str, int, bool], list[_Connection]] = {}
+        self._all: set[_Connection] = set()
+        self._ssl: ssl.SSLContext | None = None
+
+    def forget(self, conn: _Connection) -> None:
+        """Drop a closed connection from the bookkeeping."""
+        self._all.discard(conn)
+
+    def release(self, conn: _Connection) -> None:
+        """Return a connection whose response ended cleanly to the idle pool."""
+        conn.reused = True
+        self._idle.setdefault(conn.key, []).append(conn)
+
+    async def _connect(self, key: tuple[str, int, bool], url: str) -> _Connection:
+        idle = self._idle.get(key)
+        while idle:
+            conn = idle.pop()
+            if not conn.closed:
+                return conn
+        loop = asyncio.get_running_loop()
+        host, port, tls = key
+        if tls and self._ssl is None:
+            self._ssl = ssl.create_default_context()
+        try:
+            _, proto = await loop.create_connection(
+                lambda: _Connection(self, key), host, port, ssl=self._ssl if tls else None
+            )
+        except OSError as exc:
+            raise FatalRequestError(f"cannot reach {url}: {exc}") from exc
+        self._all.add(proto)
+        return proto
+
+    async def stream(
+        self, url: str, body: bytes, timeout_s: float | None, sink: Sink, clock: Clock
+    ) -> ResponseInfo:
+        """POST ``body`` to ``url`` (http or https) and feed the event stream to ``sink``."""
+        parts = urlsplit(url)
+        tls = parts.scheme == "https"
+        port = parts.port or (443 if tls else 80)
+        host = parts.hostname or "127.0.0.1"
+        path = parts.path or "/"
+        if parts.query:
+            path += "?" + parts.query
+        request = (
+            b"POST %b HTTP/1.1\r\nHost: %b\r\nUser-Agent: alflow\r\nContent-Type: application/json\r\n"
+            b"Accept: text/event-stream\r\nContent-Length: %d\r\n\r\n%b"
+            % (path.encode(), parts.netloc.encode(), len(body), body)
+        )
+        key = (host, port, tls)
+        for attempt in (0, 1):
+            conn = await self._connect(key, url)
+            future: asyncio.Future[ResponseInfo] = asyncio.get_running_loop().create_future()
+            conn.send(request, _Exchange(sink, clock, future))
+            try:
+                return await asyncio.wait_for(future, timeout_s) if timeout_s else await future
+            except ConnectionResetError as exc:
+                if attempt == 0 and getattr(exc, "reused_idle", False):
+                    continue  # the server closed an idle keep-alive connection: retry on a new one
+                raise
+            except BaseException:
+                conn.abort()
+                raise
+        raise AssertionError("unreachable")
+
+    async def close(self) -> None:
+        """Close every connection."""
+        for conn in list(self._all):
+            conn.abort()
+        self._all.clear()
+        self._idle.clear()
+        await asyncio.sleep(0)

@@ -24,7 +24,14 @@ import orjson
 
 from alflow.datasets.types import Session
 from alflow.errors import AlflowError, InvalidInputError
-from alflow.loadgen.client import AiohttpTransport, Clock, FatalRequestError, Transport, stream_request
+from alflow.loadgen.client import (
+    AiohttpTransport,
+    Clock,
+    FastTransport,
+    FatalRequestError,
+    Transport,
+    stream_request,
+)
 from alflow.loadgen.endpoints import Endpoint, Sampling, get_endpoint
 from alflow.loadgen.records import RequestRecord
 
@@ -68,6 +75,7 @@ class LoadSpec:
     timeout_s: float | None = 600.0
     seed: int = 0
     keep_text: bool = True
+    transport: Literal["fast", "aiohttp"] = "fast"
 
     def check(self) -> None:
         """Raise :class:`InvalidInputError` naming the first invalid field."""
@@ -253,7 +261,8 @@ async def run_load(
 ) -> LoadResult:
     """Run warm-up, call ``on_measure_start`` (the baseline scrape), then the measured phase.
 
-    Without ``transport`` one aiohttp session is opened for the whole run. ``num_prompts``
+    Without ``transport`` one is made for the whole run (``spec.transport``: the fast HTTP/1.1
+    transport by default, or one aiohttp session). ``num_prompts``
     defaults to the number of sessions unless a duration is given; sessions are reused in order
     when more prompts than sessions are asked for. Warm-up sends ``spec.warmup`` sessions taken
     from ``warmup_sessions`` (default: the workload itself). Records are appended to ``sink`` as
@@ -264,18 +273,42 @@ async def run_load(
         raise InvalidInputError("the workload is empty: no sessions to send")
     get_endpoint(target.endpoint)
     if transport is None:
-        async with AiohttpTransport.new_session() as http:
-            return await run_load(
-                sessions,
-                target,
-                spec,
-                transport=AiohttpTransport(http),
-                clock=clock,
-                on_measure_start=on_measure_start,
-                progress=progress,
-                warmup_sessions=warmup_sessions,
-                sink=sink,
+        if spec.transport == "aiohttp":
+            async with AiohttpTransport.new_session() as http:
+                return await _run_with(
+                    AiohttpTransport(http),
+                    sessions,
+                    target,
+                    spec,
+                    clock,
+                    on_measure_start,
+                    progress,
+                    warmup_sessions,
+                    sink,
+                )
+        fast = FastTransport()
+        try:
+            return await _run_with(
+                fast, sessions, target, spec, clock, on_measure_start, progress, warmup_sessions, sink
             )
+        finally:
+            await fast.close()
+    return await _run_with(
+        transport, sessions, target, spec, clock, on_measure_start, progress, warmup_sessions, sink
+    )
+
+
+async def _run_with(
+    transport: Transport,
+    sessions: Sequence[Session],
+    target: Target,
+    spec: LoadSpec,
+    clock: Clock,
+    on_measure_start: Callable[[], Awaitable[None]] | None,
+    progress: Progress | None,
+    warmup_sessions: Sequence[Session] | None,
+    sink: list[RequestRecord] | None,
+) -> LoadResult:
     run = _Run(target, spec, transport, clock, progress)
     if sink is not None:
         run.records = sink

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Sequence
 
 import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from alflow.loadgen.client import FatalRequestError, stream_request
+from alflow.loadgen.client import FatalRequestError, ResponseInfo, stream_request
 from alflow.loadgen.endpoints import ChatEndpoint, CompletionsEndpoint
 from alflow.loadgen.records import RequestRecord, records_frame
 from alflow.metrics.client import per_request
@@ -22,22 +21,6 @@ class Clock:
 
     def __call__(self) -> int:
         return self.now
-
-
-class Resp:
-    def __init__(self, status: int, ctype: str, script: Sequence[tuple[int, bytes]], clock: Clock) -> None:
-        self.status = status
-        self.content_type = ctype
-        self._script = script
-        self._clock = clock
-
-    async def chunks(self) -> AsyncIterator[bytes]:
-        for at, data in self._script:
-            self._clock.now = at
-            yield data
-
-    async def text(self) -> str:
-        return b"".join(d for _, d in self._script).decode()
 
 
 class ScriptedTransport:
@@ -56,10 +39,17 @@ class ScriptedTransport:
         self.ctype = ctype
         self.bodies: list[bytes] = []
 
-    @asynccontextmanager
-    async def post(self, url: str, body: bytes, timeout_s: float | None) -> AsyncIterator[Resp]:
+    async def stream(
+        self, url: str, body: bytes, timeout_s: float | None, sink: Callable[[bytes, int], bool], clock: Clock
+    ) -> ResponseInfo:
         self.bodies.append(body)
-        yield Resp(self.status, self.ctype, self.script, self.clock)
+        if self.status != 200 or self.ctype != "text/event-stream":
+            return ResponseInfo(self.status, self.ctype, b"".join(d for _, d in self.script).decode())
+        for at, data in self.script:
+            self.clock.now = at
+            if sink(data, clock()):
+                break
+        return ResponseInfo(self.status, self.ctype)
 
 
 def ev(obj: object) -> bytes:
