@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
-from alflow.acceptance.knobs import SyntheticKnobs, render_knobs
+from alflow.acceptance.knobs import (
+    SGLANG_LEN_ENV,
+    SGLANG_METHOD_ENV,
+    SGLANG_TOKEN_MODE_ENV,
+    TRTLLM_ENV,
+    SyntheticKnobs,
+    render_knobs,
+)
 from alflow.acceptance.synthetic import SyntheticAcceptanceError
 from alflow.config import ServerConfig
 from infra.errors import RecipeError
@@ -66,3 +74,29 @@ def render_synthetic(config: ServerConfig, framework: str) -> SyntheticKnobs | N
         )
     except SyntheticAcceptanceError as exc:
         raise RecipeError(str(exc)) from exc
+
+
+KNOB_ENV_NAMES = frozenset({SGLANG_LEN_ENV, SGLANG_METHOD_ENV, SGLANG_TOKEN_MODE_ENV, TRTLLM_ENV})
+"""Environment variables that switch synthetic acceptance on: only ``synthetic`` may set them."""
+
+
+def check_extra_args(framework: str, extra_args: tuple[str, ...], managed: frozenset[str]) -> None:
+    """Refuse extra arguments that repeat a flag the recipe sets (the last one would silently win)."""
+    for arg in extra_args:
+        flag = arg.split("=", 1)[0]
+        if flag in managed:
+            raise RecipeError(
+                f"extra_args repeats {flag!r}, which the {framework} recipe sets from the config; the later "
+                "value would silently override it. Set it through the config's own field instead"
+            )
+
+
+def merge_env(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
+    """``base`` (the recipe's knobs) plus ``extra_env``; knob variables may come only from ``synthetic``."""
+    for name in extra:
+        if name in KNOB_ENV_NAMES:
+            raise RecipeError(
+                f"extra_env sets {name}, a synthetic-acceptance switch: a run would be forced while its "
+                "config says otherwise. Use the config's synthetic field (target_al or rates) instead"
+            )
+    return {**base, **extra}

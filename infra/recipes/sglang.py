@@ -21,7 +21,15 @@ from alflow.config import ServerConfig, SpecMethod
 from alflow.metrics.names import SGLANG_METRICS_PATH
 from infra.errors import RecipeError
 from infra.launch import Launch
-from infra.recipes._common import image_tag, image_version, render_synthetic, resolve_port, version_text
+from infra.recipes._common import (
+    check_extra_args,
+    image_tag,
+    image_version,
+    merge_env,
+    render_synthetic,
+    resolve_port,
+    version_text,
+)
 from infra.recipes.types import SimSource
 
 SGLANG_IMAGE = "lmsysorg/sglang:latest"
@@ -33,6 +41,33 @@ SGLANG_ALGORITHMS: dict[SpecMethod, str] = {
 }
 SYNTHETIC_ALGORITHMS = frozenset({"NEXTN", "EAGLE3", "STANDALONE"})
 """Algorithms on SGLang's EAGLE-family verify path, where ``SGLANG_SIMULATE_ACC_LEN`` is applied."""
+SGLANG_MANAGED_FLAGS = frozenset(
+    {
+        "--model-path",
+        "--model",
+        "--host",
+        "--port",
+        "--revision",
+        "--tp-size",
+        "--tp",
+        "--pp-size",
+        "--dp-size",
+        "--dp",
+        "--ep-size",
+        "--ep",
+        "--speculative-algorithm",
+        "--speculative-num-steps",
+        "--speculative-eagle-topk",
+        "--speculative-num-draft-tokens",
+        "--speculative-draft-model-path",
+        "--speculative-ngram-min-match-window-size",
+        "--speculative-ngram-max-match-window-size",
+        "--enable-metrics",
+        "--disable-radix-cache",
+        "--context-length",
+    }
+)
+"""Flags the SGLang recipe sets from the config (extra_args may not repeat them)."""
 
 
 @dataclass(frozen=True)
@@ -112,7 +147,9 @@ class SglangRecipe:
             raise RecipeError(
                 f"SGLang expert parallelism needs --ep-size equal to --tp-size; got ep={par.ep}, tp={par.tp}"
             )
+        check_extra_args(self.framework, config.extra_args, SGLANG_MANAGED_FLAGS)
         knobs = self.knobs(config)
+        env = merge_env(knobs.env if knobs else {}, config.extra_env)
         warnings = self.check_image(config, knobs) + (knobs.warnings if knobs else ())
         port = resolve_port(config)
         argv = ["python3", "-m", "sglang.launch_server", "--model-path", config.model]
@@ -133,8 +170,6 @@ class SglangRecipe:
         if config.max_model_len is not None:
             argv += ["--context-length", str(config.max_model_len)]
         argv += config.extra_args
-        env = dict(knobs.env) if knobs else {}
-        env.update(config.extra_env)
         return Launch(
             framework=self.framework,
             dialect="sglang",

@@ -15,10 +15,26 @@ from dataclasses import dataclass, field
 from alflow.config import ServerConfig
 from alflow.sim.config import SimConfig
 from infra.launch import Launch
-from infra.recipes._common import resolve_port
+from infra.recipes._common import check_extra_args, merge_env, resolve_port
 from infra.recipes.dialects import DIALECTS
 
 SIM_IMAGE = "alflow-sim-base:local"
+SIM_MANAGED_FLAGS = frozenset(
+    {
+        "--host",
+        "--port",
+        "--dialect",
+        "--model-name",
+        "--k",
+        "--method",
+        "--speculative-config",
+        "--synthetic-al",
+        "--synthetic-rates",
+        "--synthetic-scheme",
+        "--max-model-len",
+    }
+)
+"""Flags the simulator recipe sets from the config (fault and timing flags are free)."""
 
 
 @dataclass(frozen=True)
@@ -31,6 +47,7 @@ class SimRecipe:
 
     def build(self, config: ServerConfig) -> Launch:
         """``python -m alflow.sim serve`` in ``config.sim_dialect`` with that framework's knob path."""
+        check_extra_args(self.framework, config.extra_args, SIM_MANAGED_FLAGS)
         dialect = DIALECTS[config.sim_dialect]
         source = dialect.sim_source(config)
         port = resolve_port(config)
@@ -43,7 +60,7 @@ class SimRecipe:
         if config.max_model_len is not None:
             argv += ["--max-model-len", str(config.max_model_len)]
         argv += config.extra_args
-        env = {"PYTHONUNBUFFERED": "1", **source.env, **config.extra_env}
+        env = {"PYTHONUNBUFFERED": "1", **merge_env(source.env, config.extra_env)}
         return Launch(
             framework=self.framework,
             dialect=config.sim_dialect,

@@ -25,7 +25,7 @@ from alflow.config import ServerConfig, SpecMethod
 from alflow.metrics.names import TRTLLM_METRICS_PATH
 from infra.errors import RecipeError
 from infra.launch import DEFAULT_FILES_DIR, Launch, LaunchFile
-from infra.recipes._common import render_synthetic, resolve_port
+from infra.recipes._common import check_extra_args, merge_env, render_synthetic, resolve_port
 from infra.recipes.types import SimSource
 
 TRTLLM_IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:latest"
@@ -36,6 +36,19 @@ TRTLLM_DECODING_TYPES: dict[SpecMethod, str] = {
     SpecMethod.NGRAM: "NGram",
     SpecMethod.DRAFT_MODEL: "DraftTarget",
 }
+TRTLLM_MANAGED_FLAGS = frozenset(
+    {
+        "--host",
+        "--port",
+        "--config",
+        "--extra_llm_api_options",
+        "--tp_size",
+        "--pp_size",
+        "--ep_size",
+        "--max_seq_len",
+    }
+)
+"""Flags the TensorRT-LLM recipe sets from the config (extra_args may not repeat them)."""
 
 
 @dataclass(frozen=True)
@@ -93,7 +106,9 @@ class TrtllmRecipe:
             raise RecipeError(
                 "TensorRT-LLM NGram has no minimum lookup window: prompt_lookup_min would be ignored; drop it"
             )
+        check_extra_args(self.framework, config.extra_args, TRTLLM_MANAGED_FLAGS)
         knobs = self.knobs(config)
+        env = merge_env(knobs.env if knobs else {}, config.extra_env)
         port = resolve_port(config)
         options = LaunchFile(TRTLLM_OPTIONS_FILE, yaml.safe_dump(self.options(config), sort_keys=False))
         argv = ["trtllm-serve", config.model, "--host", config.host, "--port", str(port)]
@@ -106,8 +121,6 @@ class TrtllmRecipe:
         if config.max_model_len is not None:
             argv += ["--max_seq_len", str(config.max_model_len)]
         argv += config.extra_args
-        env = dict(knobs.env) if knobs else {}
-        env.update(config.extra_env)
         return Launch(
             framework=self.framework,
             dialect="trtllm",

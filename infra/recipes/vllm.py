@@ -19,7 +19,7 @@ from alflow.config import ServerConfig, SpecMethod
 from alflow.metrics.names import VLLM_METRICS_PATH
 from infra.errors import RecipeError
 from infra.launch import Launch
-from infra.recipes._common import render_synthetic, resolve_port
+from infra.recipes._common import check_extra_args, merge_env, render_synthetic, resolve_port
 from infra.recipes.types import SimSource
 
 VLLM_IMAGE = "vllm/vllm-openai:latest"
@@ -29,6 +29,26 @@ VLLM_METHODS: dict[SpecMethod, str] = {
     SpecMethod.DRAFT_MODEL: "draft_model",
     SpecMethod.NGRAM: "ngram",
 }
+VLLM_MANAGED_FLAGS = frozenset(
+    {
+        "--host",
+        "--port",
+        "--revision",
+        "--speculative-config",
+        "--speculative_config",
+        "--enable-prefix-caching",
+        "--no-enable-prefix-caching",
+        "--tensor-parallel-size",
+        "-tp",
+        "--pipeline-parallel-size",
+        "-pp",
+        "--data-parallel-size",
+        "-dp",
+        "--enable-expert-parallel",
+        "--max-model-len",
+    }
+)
+"""Flags the vLLM recipe sets from the config (extra_args may not repeat them)."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +88,8 @@ class VllmRecipe:
                 f"vLLM's expert-parallel size is TP x DP = {par.tp * par.dp}; parallelism.ep={par.ep} cannot be "
                 f"honoured (set ep to {par.tp * par.dp} to switch expert parallelism on, or 1 for off)"
             )
+        check_extra_args(self.framework, config.extra_args, VLLM_MANAGED_FLAGS)
+        env = merge_env({}, config.extra_env)
         port = resolve_port(config)
         spec, warnings, synthetic = self.speculative_config(config)
         argv = ["vllm", "serve", config.model, "--host", config.host, "--port", str(port)]
@@ -95,7 +117,7 @@ class VllmRecipe:
             argv=tuple(argv),
             port=port,
             host=config.host,
-            env=dict(config.extra_env),
+            env=env,
             health_path=self.health_path,
             metrics_path=self.metrics_path,
             readiness_timeout_s=config.readiness_timeout_s,

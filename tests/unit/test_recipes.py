@@ -472,3 +472,34 @@ def test_image_tag_and_version(
 ) -> None:
     assert image_tag(image) == tag
     assert image_version(image) == version
+
+
+@pytest.mark.parametrize(
+    ("framework", "arg"),
+    [
+        ("vllm", "--enable-prefix-caching"),
+        ("vllm", "--speculative-config={}"),
+        ("vllm", "--tensor-parallel-size"),
+        ("sglang", "--speculative-num-steps"),
+        ("trtllm", "--extra_llm_api_options"),
+        ("sim", "--synthetic-al=2.0"),
+    ],
+)
+def test_extra_args_may_not_override_managed_flags(framework: str, arg: str) -> None:
+    with pytest.raises(RecipeError, match="silently override"):
+        build_launch(cfg(framework=framework, speculative=MTP3, extra_args=(arg, "1")))
+
+
+@pytest.mark.parametrize("name", [TRTLLM_ENV, SGLANG_LEN_ENV, SGLANG_TOKEN_MODE_ENV])
+@pytest.mark.parametrize("framework", ["vllm", "sglang", "trtllm", "sim"])
+def test_knob_variables_only_come_from_synthetic(framework: str, name: str) -> None:
+    with pytest.raises(RecipeError, match="synthetic-acceptance switch"):
+        build_launch(cfg(framework=framework, speculative=MTP3, extra_env={name: "2"}))
+
+
+def test_free_extra_args_and_env_pass_through() -> None:
+    launch = build_launch(
+        cfg(framework="sim", speculative=MTP3, extra_args=("--time-scale", "0"), extra_env={"FOO": "bar"})
+    )
+    assert launch.argv[-2:] == ("--time-scale", "0")
+    assert launch.env["FOO"] == "bar"

@@ -200,3 +200,61 @@ def test_parse_duration_rejects_garbage() -> None:
 
     with pytest.raises(typer.BadParameter):
         parse_duration("soon")
+
+
+class FakeImage:
+    def __init__(self, image_id: str, digests: list[str]) -> None:
+        self.id = image_id
+        self.attrs = {"RepoDigests": digests}
+
+
+class FakeImages:
+    def __init__(self, present: bool) -> None:
+        self.present = present
+        self.pulled: list[str] = []
+
+    def get(self, ref: str) -> FakeImage:
+        import docker.errors
+
+        if not self.present:
+            raise docker.errors.ImageNotFound(ref)
+        return FakeImage("sha256:local", [])
+
+    def pull(self, ref: str) -> FakeImage:
+        self.pulled.append(ref)
+        self.present = True
+        return FakeImage("sha256:pulled", [f"{ref.split(':', maxsplit=1)[0]}@sha256:feed"])
+
+
+class ImageClient:
+    def __init__(self, present: bool) -> None:
+        self.images = FakeImages(present)
+
+
+@pytest.mark.parametrize(
+    ("policy", "present", "pulled", "digest"),
+    [
+        ("always", True, True, "vllm/vllm-openai@sha256:feed"),
+        ("missing", True, False, "sha256:local"),
+        ("missing", False, True, "vllm/vllm-openai@sha256:feed"),
+        ("never", True, False, "sha256:local"),
+    ],
+)
+def test_pull_policy_and_recorded_digest(policy: str, present: bool, pulled: bool, digest: str) -> None:
+    client = ImageClient(present)
+    runner = DockerRunner(DockerOptions(pull=policy), client=client)  # type: ignore[arg-type]
+    _, recorded = runner.ensure_image("vllm/vllm-openai:v0.11.0")
+    assert client.images.pulled == (["vllm/vllm-openai:v0.11.0"] if pulled else [])
+    assert recorded == digest
+
+
+def test_pull_never_without_the_image_is_an_error() -> None:
+    runner = DockerRunner(DockerOptions(pull="never"), client=ImageClient(False))  # type: ignore[arg-type]
+    with pytest.raises(RunnerError, match="pull='never'"):
+        runner.ensure_image("vllm/vllm-openai:v0.11.0")
+
+
+def test_docker_runner_needs_an_image() -> None:
+    launch = Launch(framework="x", dialect="vllm", model="m", argv=("a",), port=1)
+    with pytest.raises(RunnerError, match="needs an image"):
+        DockerRunner(client=ImageClient(True)).create(launch)  # type: ignore[arg-type]
