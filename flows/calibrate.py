@@ -1,0 +1,260 @@
+"""M0: calibration. Reference AL for models x thinking modes x K on SPEED-Bench coding, synthetic off.
+
+One server per (model, K); thinking is toggled per request through the chat template. Each (model,
+K) point is a cached task: its key covers everything that decides the measurement (server
+configuration and image, model and revision, K, thinking modes and their sampling, the prompt
+file's hash, the load), it expires after ``cache_days``, and ``refresh_cache`` measures again. The
+flow merges the points into the reference table (atomic write) and reports the diff against what
+the table held before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+from prefect import flow, get_run_logger, tags, task
+from prefect.cache_policies import NO_CACHE
+from prefect.context import TaskRunContext
+
+from alflow.acceptance.reference import (
+    Provenance,
+    ReferenceEntry,
+    ReferenceError,
+    ReferenceTable,
+    diff_tables,
+    load_reference,
+    save_reference,
+)
+from alflow.config import (
+    CalibrateParams,
+    LoadConfig,
+    ModelSpec,
+    ServerConfig,
+    ServerPlacement,
+    SpeedBenchWorkload,
+    ThinkingMode,
+)
+from alflow.results.provenance import code_version, host_info
+from alflow.workloads import dataset_description, speed_bench_sessions
+from flows.common import open_run, point_server, run_id
+from tasks.measure import request_sampling, run_load
+from tasks.results import render_report
+from tasks.servers import server_lifetime
+
+
+def _point_key(_context: TaskRunContext, parameters: dict[str, Any]) -> str:
+    """Cache key of a calibration point: a hash of everything that decides its measurement."""
+    server: ServerConfig = parameters["server"]
+    model: ModelSpec = parameters["model"]
+    basis = {
+        "server": server.model_dump(mode="json", exclude={"port", "host", "readiness_timeout_s"}),
+        "model": model.model_dump(mode="json"),
+        "thinking": [t.value for t in parameters["thinking"]],
+        "workload": parameters["workload"].model_dump(mode="json"),
+        "dataset_hash": parameters["dataset_hash"],
+        "load": parameters["load"].model_dump(mode="json"),
+    }
+    text = json.dumps(basis, sort_keys=True)
+    return "alflow-m0-" + hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+@task(name="calibrate_point", cache_key_fn=_point_key, persist_result=True)
+def calibrate_point(
+    server: ServerConfig,
+    placement: ServerPlacement,
+    model: ModelSpec,
+    thinking: tuple[ThinkingMode, ...],
+    workload: SpeedBenchWorkload,
+    dataset_hash: str,
+    load: LoadConfig,
+) -> dict[str, Any]:
+    """Measure one (model, K) on one server for each thinking mode; plain data, safe to cache.
+
+    ``dataset_hash`` is not read here: it is part of the cache key, so new prompts mean a new point.
+    """
+    del dataset_hash
+    sessions = speed_bench_sessions(workload)
+    spec = server.speculative
+    assert spec is not None
+    out: dict[str, Any] = {"measured_at": datetime.now(UTC).isoformat(), "modes": {}}
+    with server_lifetime(server, placement) as handle:
+        out["server"] = handle.to_dict()
+        for mode in thinking:
+            point_load = LoadConfig.model_validate(
+                {**load.model_dump(), "num_prompts": load.num_prompts or len(sessions)}
+            )
+            sampling = request_sampling(model, mode, max_tokens=workload.max_tokens)
+            m = run_load(
+                handle, sessions, point_load, sampling, k=spec.k, progress_key=f"m0-k{spec.k}-{mode.value}"
+            )
+            if m.spec_stats is None or not m.spec_stats.observed:
+                raise ReferenceError(
+                    f"no speculative steps measured for {model.id} K={spec.k} thinking={mode.value}"
+                )
+            out["modes"][mode.value] = {
+                "stats": m.spec_stats.to_dict(),
+                "prompts": len(sessions),
+                "failed": m.client.get("failed"),
+                "sampling": model.sampling(mode).model_dump(mode="json"),
+            }
+    return out
+
+
+def _entry(
+    params: CalibrateParams,
+    model: ModelSpec,
+    k: int,
+    mode: ThinkingMode,
+    point: dict[str, Any],
+    dataset: dict[str, str],
+) -> ReferenceEntry:
+    data = point["modes"][mode.value]
+    stats = data["stats"]
+    server = point["server"]
+    prov = server.get("provenance") or {}
+    ci = stats.get("ci") or {}
+    return ReferenceEntry(
+        model=model.id,
+        method=params.method,
+        thinking=mode,
+        k=k,
+        al=stats["al"],
+        per_position_rates=tuple(stats["per_position_rates"]) if stats.get("per_position_rates") else None,
+        num_drafts=stats["num_drafts"],
+        draft_tokens=stats.get("draft_tokens"),
+        accepted_tokens=stats["accepted_tokens"],
+        ci_low=ci.get("low"),
+        ci_high=ci.get("high"),
+        provenance=Provenance(
+            framework=str(prov.get("framework") or params.server.framework),
+            image=server.get("image"),
+            image_digest=server.get("image_digest"),
+            command=tuple(prov.get("argv") or ()) or None,
+            model_revision=model.revision,
+            dataset=dataset["dataset"],
+            dataset_hash=dataset["dataset_hash"],
+            sampling=model.sampling(mode),
+            prompt_count=data["prompts"],
+            date=datetime.fromisoformat(point["measured_at"]),
+            code_version=code_version(),
+            flow_run_id=run_id(),
+            host=str(host_info().get("host")),
+        ),
+    )
+
+
+@flow(name="m0-calibrate", flow_run_name="m0-{params.server.framework}")
+def calibrate(params: CalibrateParams) -> dict[str, Any]:
+    """M0: measure reference AL for every (model, thinking, K) and update the reference table."""
+    log = get_run_logger()
+    dataset = dataset_description(params.workload)
+    simulated = params.server.framework == "sim"
+    kind: Literal["simulated", "measured"] = "simulated" if simulated else "measured"
+    path = Path(params.reference_path)
+    previous = load_reference(path) if path.exists() else None
+    if previous is not None and previous.kind != kind:
+        raise ReferenceError(
+            f"{path} is a {previous.kind} table; refusing to add {kind} values to it (choose another reference_path)"
+        )
+    writer = open_run(
+        "m0", params.placement.results_root, params.model_dump(mode="json"), simulated=simulated
+    )
+    entries: list[ReferenceEntry] = []
+    cached_points: list[str] = []
+    point_task = (
+        calibrate_point.with_options(cache_policy=NO_CACHE)
+        if params.cache_days <= 0
+        else calibrate_point.with_options(
+            cache_expiration=timedelta(days=params.cache_days), refresh_cache=params.refresh_cache
+        )
+    )
+    with writer, tags(f"framework:{params.server.framework}", "m0"):
+        writer.update_provenance(dataset=dataset)
+        for model in params.models:
+            modes = tuple(m for m in params.thinking if model.reasoning or m is ThinkingMode.OFF)
+            if not modes:
+                log.warning("%s is not a reasoning model: measured with thinking off only", model.id)
+                modes = (ThinkingMode.OFF,)
+            for k in params.ks:
+                server = point_server(
+                    params.server, model.id, params.method, k, draft_model=params.draft_model
+                )
+                state = point_task(
+                    server,
+                    params.placement,
+                    model,
+                    modes,
+                    params.workload,
+                    dataset["dataset_hash"],
+                    params.load,
+                    return_state=True,
+                )
+                point = state.result()
+                label = f"{model.id} K={k}"
+                if state.name == "Cached":
+                    cached_points.append(label)
+                    log.info(
+                        "calibration point %s reused from cache (measured %s)", label, point["measured_at"]
+                    )
+                for mode in modes:
+                    entries.append(_entry(params, model, k, mode, point, dataset))
+        base = previous or ReferenceTable(
+            kind=kind,
+            dataset="speed-bench" if params.workload.path else "alflow-demo",
+            category=params.workload.category,
+            description=(
+                "Reference AL measured by alflow M0"
+                + (" on the SIMULATED engine (not a real reference)" if simulated else "")
+                + f" on {dataset['dataset']} / {params.workload.category}."
+            ),
+            entries=(),
+        )
+        table = base.with_entries(entries)
+        save_reference(table, path)
+        diff = diff_tables(previous, table) if previous is not None else None
+        summary = {
+            "flow": "m0",
+            "reference_path": str(path),
+            "entries": [e.model_dump(mode="json", exclude_none=True) for e in entries],
+            "cached_points": cached_points,
+            "diff": None if diff is None else diff.to_dict(),
+        }
+        writer.write_summary(summary)
+        rows = [
+            {
+                "model": e.model,
+                "thinking": e.thinking.value,
+                "k": e.k,
+                "al": round(e.al, 4),
+                "num_drafts": e.num_drafts,
+            }
+            for e in entries
+        ]
+        lines = [
+            f"Reference table `{path}` ({kind}), dataset {dataset['dataset']} / {params.workload.category}.",
+            "",
+        ]
+        lines += ["| model | thinking | K | AL | steps |", "|---|---|---:|---:|---:|"]
+        lines += [
+            f"| {r['model']} | {r['thinking']} | {r['k']} | {r['al']:.4f} | {r['num_drafts']} |" for r in rows
+        ]
+        if cached_points:
+            lines += ["", f"Reused from cache: {', '.join(cached_points)}."]
+        if diff is not None:
+            changed = [r for r in diff.rows if r.status != "unchanged"]
+            lines += ["", f"Diff against the previous table: {len(changed)} point(s) changed or added."]
+        if simulated:
+            lines.insert(
+                0, "> SIMULATED: values come from alflow's simulated engine, not a real GPU server.\n"
+            )
+        render_report(writer, "M0 calibration", "\n".join(lines), rows, key="m0-calibration")
+    return {
+        "run_dir": writer.dir,
+        "reference_path": str(path),
+        "entries": rows,
+        "cached_points": cached_points,
+    }

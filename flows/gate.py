@@ -1,0 +1,114 @@
+"""M1: evaluation gate. Real acceptance of the framework under test against the reference, then GSM8K.
+
+Synthetic acceptance is off. The AL gate passes when the achieved AL (with its confidence interval)
+is not below ``reference - max(abs_tol, rel_tol x reference)``; the accuracy gate when both GSM8K
+scores reach the model's threshold. The flow run ends Failed, naming the metric, its value and the
+threshold, when either gate fails, and emits an ``alflow.gate.failed`` event for automations.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+from prefect import flow, get_run_logger, tags
+
+from alflow.config import GateParams, LoadConfig
+from alflow.gates import Verdict
+from alflow.workloads import dataset_description, speed_bench_sessions
+from flows.common import fail, open_run, point_server, reference_al
+from tasks.gates import check_accuracy_gate, check_al_gate
+from tasks.measure import request_sampling, run_load
+from tasks.results import render_report, store_results
+from tasks.servers import server_lifetime
+
+
+@flow(name="m1-gate", flow_run_name="m1-{params.server.framework}-{params.model.id}-k{params.k}")
+def gate(params: GateParams) -> dict[str, Any]:
+    """M1: the AL gate on SPEED-Bench coding, then the GSM8K accuracy gate."""
+    log = get_run_logger()
+    reference = reference_al(
+        params.reference_path, params.model, params.reference_model, params.method, params.thinking, params.k
+    )
+    server = point_server(
+        params.server, params.model.id, params.method, params.k, draft_model=params.draft_model
+    )
+    subject = f"{server.framework} {params.model.id} {params.method.value} K={params.k} thinking={params.thinking.value}"
+    writer = open_run(
+        "m1",
+        params.placement.results_root,
+        params.model_dump(mode="json"),
+        simulated=server.framework == "sim",
+    )
+    verdicts: list[Verdict] = []
+    tables: dict[str, pl.DataFrame] = {}
+    with writer, tags(f"model:{params.model.id}", f"framework:{server.framework}", f"k:{params.k}", "m1"):
+        dataset = dataset_description(params.workload)
+        writer.update_provenance(
+            dataset=dataset, reference_path=params.reference_path, reference_al=reference
+        )
+        sessions = speed_bench_sessions(params.workload)
+        with server_lifetime(server, params.placement) as handle:
+            writer.update_provenance(server=handle.to_dict())
+            load = LoadConfig.model_validate(
+                {**params.load.model_dump(), "num_prompts": params.load.num_prompts or len(sessions)}
+            )
+            sampling = request_sampling(params.model, params.thinking, max_tokens=params.workload.max_tokens)
+            m = run_load(handle, sessions, load, sampling, k=params.k, progress_key="m1-progress")
+            if m.spec_stats is None:
+                raise fail("m1-gate", f"no spec-decode counters at {handle.metrics_url} for {subject}", {})
+            al_verdict = check_al_gate(m.spec_stats, reference, params.tolerances, subject)
+            verdicts.append(al_verdict)
+            tables["requests"] = m.records
+            tables["server_metrics"] = m.metrics_frame()
+            tables["spec_stats"] = pl.DataFrame(
+                [{**_flat(m.spec_stats.to_dict()), "reference_al": reference}]
+            )
+            gsm8k: dict[str, Any] | None = None
+            if params.gsm8k.enabled:
+                acc_verdict, result = check_accuracy_gate(
+                    handle,
+                    params.model,
+                    params.thinking,
+                    params.gsm8k,
+                    synthetic=server.synthetic is not None,
+                )
+                verdicts.append(acc_verdict)
+                gsm8k = result.to_dict()
+                per_q: Any = result.to_dict(per_question=True)["results"]
+                tables["gsm8k"] = pl.DataFrame(per_q)
+        passed = all(v.passed for v in verdicts)
+        summary = {
+            "flow": "m1",
+            "subject": subject,
+            "passed": passed,
+            "verdicts": [v.to_dict() for v in verdicts],
+            "client": m.client,
+            "gsm8k": gsm8k,
+        }
+        store_results(writer, tables, summary)
+        lines = [f"**{'PASSED' if passed else 'FAILED'}**: {subject}", ""]
+        lines += [f"- {'pass' if v.passed else 'FAIL'}: {v.message}" for v in verdicts]
+        lines += ["", f"Prompts: {dataset['dataset']} / {dataset['category']} ({len(sessions)} sessions)."]
+        if server.framework == "sim":
+            lines.insert(
+                0, "> SIMULATED: numbers come from alflow's simulated engine, not a real GPU server.\n"
+            )
+        rows = [{"gate": v.gate, "passed": v.passed, "message": v.message} for v in verdicts]
+        render_report(
+            writer, "M1 evaluation gate", "\n".join(lines), rows, key=f"m1-{server.framework}-k{params.k}"
+        )
+        if not passed:
+            message = "; ".join(v.message for v in verdicts if not v.passed)
+            raise fail("m1-gate", message, {"subject": subject, "reference_al": reference})
+    log.info("M1 passed for %s", subject)
+    return {"run_dir": writer.dir, "passed": True, "verdicts": [v.to_dict() for v in verdicts]}
+
+
+def _flat(stats: dict[str, Any]) -> dict[str, Any]:
+    """SpecStats as one table row (lists and maps as JSON-ready columns)."""
+    ci = stats.pop("ci", None) or {}
+    hist = stats.pop("histogram", None) or {}
+    out = {**stats, "ci_low": ci.get("low"), "ci_high": ci.get("high"), "ci_method": ci.get("method")}
+    out["histogram"] = [int(hist[k]) for k in sorted(hist, key=int)] if hist else None
+    return out
