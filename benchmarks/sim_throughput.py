@@ -71,6 +71,78 @@ async def _run_load(base_url: str, concurrency: int, n_requests: int, max_tokens
     return results, t1 - t0
 
 
+class _RawStream(asyncio.Protocol):
+    """A bare HTTP/1.1 keep-alive client for one connection: send, read to the last chunk, repeat."""
+
+    def __init__(
+        self, request: bytes, todo: list[int], results: list[int], done: asyncio.Future[None]
+    ) -> None:
+        self.request, self.todo, self.results, self.done = request, todo, results, done
+        self.tail = b""
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self._next()
+
+    def _next(self) -> None:
+        if not self.todo:
+            assert self.transport is not None
+            self.transport.close()
+            if not self.done.done():
+                self.done.set_result(None)
+            return
+        self.todo.pop()
+        self.tail = b""
+        assert self.transport is not None
+        self.transport.write(self.request)
+
+    def data_received(self, data: bytes) -> None:
+        tail = (self.tail + data)[-700:]
+        self.tail = tail
+        if tail.endswith(b"\r\n0\r\n\r\n") and b"data: [DONE]" in tail:
+            at = tail.rfind(b'"usage":')
+            usage = orjson.loads(tail[at + 8 : tail.index(b"}", at) + 1])
+            self.results.append(int(usage["completion_tokens"]))
+            self._next()
+
+    def connection_lost(self, exc: Exception | None) -> None:  # noqa: ARG002 - asyncio protocol signature
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+async def _run_raw(
+    host: str, port: int, concurrency: int, n_requests: int, max_tokens: int
+) -> tuple[list[int], float]:
+    """Throughput load with the bare client; returns (completion tokens per request, wall seconds)."""
+    body = orjson.dumps(
+        {
+            "model": "sim/bench",
+            "messages": [{"role": "user", "content": "benchmark prompt"}],
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    )
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    request = head.encode() + body
+    loop = asyncio.get_running_loop()
+    todo = list(range(n_requests))
+    results: list[int] = []
+    t0 = time.perf_counter()
+    waits = []
+    for _ in range(concurrency):
+        done: asyncio.Future[None] = loop.create_future()
+        await loop.create_connection(lambda d=done: _RawStream(request, todo, results, d), host, port)
+        waits.append(done)
+    await asyncio.gather(*waits)
+    return results, time.perf_counter() - t0
+
+
 def _cpu_s(pid: int) -> float:
     """User + system CPU seconds of a process (Linux /proc)."""
     with open(f"/proc/{pid}/stat") as fh:  # noqa: PTH123
@@ -101,14 +173,20 @@ def throughput(args: argparse.Namespace) -> dict[str, object]:
         # warm-up
         asyncio.run(_run_load(sim.base_url, args.concurrency, args.concurrency, 64, "warm up"))
         cpu0, client0 = _cpu_s(sim.pid), _cpu_s(os.getpid())
-        results, wall = asyncio.run(
-            _run_load(sim.base_url, args.concurrency, args.requests, args.max_tokens, "benchmark prompt")
-        )
+        if args.client == "raw":
+            counts, wall = asyncio.run(
+                _run_raw(sim.host, sim.port, args.concurrency, args.requests, args.max_tokens)
+            )
+        else:
+            results, wall = asyncio.run(
+                _run_load(sim.base_url, args.concurrency, args.requests, args.max_tokens, "benchmark prompt")
+            )
+            counts = [r[0] for r in results]
         server_cpu, client_cpu = _cpu_s(sim.pid) - cpu0, _cpu_s(os.getpid()) - client0
         os.sched_setaffinity(0, set(cpus))
-    tokens = sum(r[0] for r in results)
+    tokens = sum(counts)
     return {
-        "requests": len(results),
+        "requests": len(counts),
         "output_tokens": tokens,
         "wall_s": wall,
         "tokens_per_s": tokens / wall,
@@ -157,11 +235,15 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=1024)
     parser.add_argument("--requests", type=int, default=0, help="default: 3 x concurrency")
     parser.add_argument("--skip-interactivity", action="store_true")
+    parser.add_argument(
+        "--client", choices=("raw", "aiohttp"), default="raw", help="bare asyncio HTTP client or aiohttp"
+    )
     args = parser.parse_args()
     args.requests = args.requests or 3 * args.concurrency
     tp = throughput(args)
     label = f"output tokens/s (c={args.concurrency}, K=3, AL=3)"
     rows = [
+        ("client", args.client),
         ("requests", f"{tp['requests']}"),
         ("output tokens", f"{tp['output_tokens']}"),
         ("wall s", f"{tp['wall_s']:.2f}"),

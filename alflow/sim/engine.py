@@ -27,11 +27,12 @@ import collections
 import contextlib
 import logging
 import random
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import orjson
 
@@ -201,6 +202,7 @@ class SimRequest:
     prefix: bytes = b""
     suffix: bytes = b""
     frame_len: int = 0
+    nagle_sock: Any = None
     final_suffix: bytes = b""
     tail: Callable[[int], bytes] | None = None
     transport: asyncio.Transport | None = None
@@ -457,6 +459,10 @@ class Engine:
                 )
             else:
                 if last:
+                    if req.nagle_sock is not None:
+                        # flush now: no delayed-ACK wait at the end of a response
+                        with contextlib.suppress(OSError):
+                            req.nagle_sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                     body = req.prefix + frag + req.final_suffix
                     if req.tail is not None:
                         body += req.tail(req.emitted)
@@ -475,6 +481,9 @@ class Engine:
             b'"type":"InternalServerError","param":null,"code":500}}\n\n' + _DONE
         )
         req.error = "stream error"
+        if req.nagle_sock is not None:
+            with contextlib.suppress(OSError):
+                req.nagle_sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         transport = req.transport
         if req.stream and transport is not None and not transport.is_closing():
             transport.write(b"%x\r\n%b\r\n" % (len(body), body) if req.chunked else body)

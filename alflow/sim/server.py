@@ -18,6 +18,7 @@ import math
 import os
 import random
 import re
+import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -617,6 +618,14 @@ class SimServer:
                     role = b'"delta":{"role":"assistant","content":"'
                     await resp.write(req.prefix.replace(b'"delta":{"content":"', role) + req.suffix)
                 req.transport = request.transport
+                if cfg.time_scale == 0 and request.transport is not None:
+                    # as fast as possible: let the kernel coalesce small chunks (Nagle) instead of one
+                    # segment per SSE event; chunk timing carries no meaning at --time-scale 0
+                    sock = request.transport.get_extra_info("socket")
+                    if sock is not None:
+                        with contextlib.suppress(OSError):
+                            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 0)
+                            req.nagle_sock = sock  # the engine turns TCP_NODELAY back on for the last chunk
                 req.chunked = chunked
                 engine.submit(req)
                 assert req.done is not None
