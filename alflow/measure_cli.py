@@ -18,11 +18,11 @@ import contextlib
 import logging
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import aiohttp
 import orjson
@@ -53,6 +53,7 @@ from alflow.metrics.prometheus import (
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _out = Console(soft_wrap=True)
 _err = Console(stderr=True, soft_wrap=True)
@@ -80,12 +81,31 @@ class ArrivalName(StrEnum):
     constant = "constant"
 
 
+class TransportName(StrEnum):
+    """Streaming HTTP clients."""
+
+    fast = "fast"
+    aiohttp = "aiohttp"
+
+
 class Thinking(StrEnum):
     """Per-request thinking switch (``chat_template_kwargs``)."""
 
     default = "default"
     on = "on"
     off = "off"
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on uvloop's event loop when installed (about 1.5x less CPU per streamed chunk)."""
+    try:
+        import uvloop
+    except ImportError:
+        factory = None
+    else:
+        factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(coro)
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -471,6 +491,9 @@ def bench(
     duration: Annotated[float | None, typer.Option(help="Measure for this many seconds instead.")] = None,
     warmup: Annotated[int, typer.Option(help="Warm-up sessions before the measured phase.")] = 0,
     timeout: Annotated[float, typer.Option(help="Per-request timeout in seconds.")] = 600.0,
+    transport: Annotated[
+        TransportName, typer.Option(help="HTTP client: fast (asyncio protocols) or aiohttp.")
+    ] = TransportName.fast,
     seed: Annotated[int, typer.Option(help="Seed of random prompts and arrivals.")] = 0,
     max_tokens: Annotated[
         int | None, typer.Option(help="Output cap (default: speed-bench 4096, gsm8k 512, random --osl).")
@@ -532,6 +555,7 @@ def bench(
             timeout_s=timeout,
             seed=seed,
             keep_text=dataset is not DatasetName.random,
+            transport=transport.value,
         )
         spec.check()
         args = _BenchArgs(
@@ -573,7 +597,7 @@ def bench(
             out=out,
             progress=progress and not json_out and sys.stderr.isatty(),
         )
-        summary, all_ok = asyncio.run(_bench(args))
+        summary, all_ok = _run(_bench(args))
     except AlflowError as exc:
         raise _fail(str(exc)) from None
     if json_out:
@@ -625,7 +649,7 @@ def snapshot(
     try:
         if dialect != "auto":
             get_dialect(dialect)
-        snap, d, used = asyncio.run(_snapshot(url, dialect))
+        snap, d, used = _run(_snapshot(url, dialect))
         empty = Snapshot(used, snap.wall_time_s, snap.mono_ns, {}, {})
         stats, err = (
             (None, "no vllm:, sglang: or trtllm_ metrics")
