@@ -246,6 +246,7 @@ class Engine:
         self._log: IO[bytes] | None = None
         self._step = 0
         self._context_tokens = 0
+        self._prev_step_ns = 0
         if config.step_log is not None:
             self._log = Path(config.step_log).open("ab")  # noqa: SIM115 - closed in stop()
 
@@ -392,6 +393,7 @@ class Engine:
             st.iterations.append(
                 {
                     "iter": self._step,
+                    "iterLatencyMS": (now_ns - self._prev_step_ns) / 1e6 if self._prev_step_ns else 0.0,
                     "timestamp": time.time(),
                     "numActiveRequests": n,
                     "numQueuedRequests": len(self.waiting),
@@ -404,6 +406,7 @@ class Engine:
                     },
                 }
             )
+        self._prev_step_ns = now_ns
         if self._log is not None:
             self._log.write(
                 orjson.dumps(
