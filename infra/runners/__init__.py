@@ -21,16 +21,27 @@ RUNNERS: dict[str, Callable[..., Runner]] = {
     DockerRunner.name: DockerRunner,
     ExternalRunner.name: ExternalRunner,
 }
-"""Runner factories by name; each takes its options model first (plus keyword extras)."""
+"""Runner factories by name: options model first, then ``run_id`` and ``secret_source`` keywords
+(and runner-specific extras such as the docker ``client``)."""
 
 
-def make_runner(options: RunnerOptions, **kwargs: Any) -> Runner:
-    """The runner chosen by ``options.kind``, built from those options."""
+def make_runner(
+    options: RunnerOptions,
+    *,
+    run_id: str | None = None,
+    secret_source: Callable[[str], str | None] | None = None,
+    **extras: Any,
+) -> Runner:
+    """The runner chosen by ``options.kind``, built from those options.
+
+    ``run_id`` labels what the runner creates (containers, log directories); ``secret_source`` maps a
+    secret's name to its value (default: the environment; a Prefect task can pass a Secret block's).
+    """
     try:
         factory = RUNNERS[options.kind]
     except KeyError:
         raise RunnerError(f"no runner {options.kind!r}; known: {', '.join(RUNNERS)}") from None
-    return factory(options, **kwargs)
+    return factory(options, run_id=run_id, secret_source=secret_source, **extras)
 
 
 __all__ = [

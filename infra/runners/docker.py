@@ -21,6 +21,7 @@ import logging
 import os
 import tarfile
 import time
+import urllib.parse
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -33,7 +34,7 @@ from docker.types import DeviceRequest
 
 from alflow.config import DockerOptions
 from infra.errors import RunnerError
-from infra.launch import Launch, LaunchFile, redact_text
+from infra.launch import WILDCARD_HOSTS, Launch, LaunchFile, connect_host, redact_text
 from infra.runners.base import LOG_TAIL_LINES, ServerHandle, wait_for_health
 
 log = logging.getLogger(__name__)
@@ -199,6 +200,14 @@ class DockerRunner:
         digests = found.attrs.get("RepoDigests") or []
         return str(found.id), str(digests[0]) if digests else str(found.id)
 
+    def server_host(self, launch: Launch) -> str:
+        """Where clients reach the container: the engine's host for a remote engine (tcp), else local."""
+        base_url = str(getattr(self.client.api, "base_url", ""))
+        host = urllib.parse.urlsplit(base_url).hostname
+        if base_url.startswith(("http://", "https://")) and host and host not in ("localhost", "127.0.0.1"):
+            return host
+        return connect_host(launch.host)
+
     def _secret_values(self, launch: Launch) -> dict[str, str]:
         names = dict.fromkeys((*self.options.secrets, *launch.secret_env))
         values = {name: self._secret_source(name) for name in names}
@@ -208,6 +217,11 @@ class DockerRunner:
         """Create the container (not started) with its files copied in; the handle can be stopped."""
         if not launch.image:
             raise RunnerError(f"the docker runner needs an image; the {launch.framework} launch names none")
+        if self.options.network == "bridge" and launch.host not in WILDCARD_HOSTS:
+            raise RunnerError(
+                f"with bridge networking the server must bind a wildcard address (0.0.0.0), not {launch.host!r}: "
+                "a mapped port cannot reach it"
+            )
         _, digest = self.ensure_image(launch.image)
         secrets = self._secret_values(launch)
         created_s = int(time.time())
@@ -241,7 +255,7 @@ class DockerRunner:
             except docker.errors.APIError as exc:
                 self._remove(container.id)
                 raise RunnerError(f"cannot copy launch files into {name}: {exc.explanation or exc}") from exc
-        base = launch.base_url()
+        base = launch.base_url(host=self.server_host(launch))
         return ServerHandle(
             runner=self.name,
             id=str(container.id),
@@ -268,7 +282,7 @@ class DockerRunner:
                 bound = (container.ports or {}).get(f"{launch.port}/tcp") or []
                 if not bound:
                     raise RunnerError(f"container {handle.name} has no host port for {launch.port}/tcp")
-                base = launch.base_url(port=int(bound[0]["HostPort"]))
+                base = launch.base_url(host=self.server_host(launch), port=int(bound[0]["HostPort"]))
                 handle = ServerHandle(
                     **{
                         **asdict(handle),

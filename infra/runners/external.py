@@ -8,6 +8,7 @@ as provenance of what the server is believed to run.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from alflow.config import ExternalServer
 from infra.errors import RunnerError
@@ -23,8 +24,15 @@ class ExternalRunner:
 
     name = "external"
 
-    def __init__(self, options: ExternalServer) -> None:
+    def __init__(
+        self,
+        options: ExternalServer,
+        *,
+        run_id: str | None = None,
+        secret_source: Callable[[str], str | None] | None = None,  # noqa: ARG002 (uniform factory signature)
+    ) -> None:
         self.options = options
+        self.run_id = run_id
 
     def attach(self, launch: Launch | None = None) -> ServerHandle:
         """The handle of the configured server (no request is made)."""

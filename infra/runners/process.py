@@ -35,9 +35,14 @@ class ProcessRunner:
     name = "process"
 
     def __init__(
-        self, options: ProcessOptions | None = None, *, secret_source: SecretSource | None = None
+        self,
+        options: ProcessOptions | None = None,
+        *,
+        run_id: str | None = None,
+        secret_source: SecretSource | None = None,
     ) -> None:
         self.options = options or ProcessOptions()
+        self.run_id = run_id or uuid.uuid4().hex
         self._secret_source: SecretSource = secret_source or os.environ.get
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._secrets: dict[str, Mapping[str, str]] = {}
@@ -49,7 +54,7 @@ class ProcessRunner:
 
     def start(self, launch: Launch) -> ServerHandle:
         """Start ``launch`` in a new process group, output to ``<run dir>/server.log``."""
-        tag = f"{launch.framework}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        tag = f"{launch.framework}-{self.run_id[:12]}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:4]}"
         if self.options.log_dir:
             run_dir = Path(self.options.log_dir).expanduser() / tag
             run_dir.mkdir(parents=True, exist_ok=False)
@@ -92,7 +97,7 @@ class ProcessRunner:
             readiness_timeout_s=launch.readiness_timeout_s,
             name=tag,
             log_path=str(log_path),
-            provenance=launch.provenance(),
+            provenance={**launch.provenance(), "run_id": self.run_id},
         )
 
     def _exit_reason(self, handle: ServerHandle) -> str | None:

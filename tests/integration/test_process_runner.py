@@ -14,6 +14,7 @@ import pytest
 
 from alflow.config import ProcessOptions, ServerConfig, SpeculativeConfig, SyntheticAcceptance
 from infra.errors import ServerStartError
+from infra.lifecycle import serving, start_server, stop_server
 from infra.recipes import build_launch
 from infra.runners import ProcessRunner, running_server
 
@@ -117,3 +118,30 @@ def test_startup_delay_is_waited_for_and_stop_ends_the_process(tmp_path: Path) -
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
     assert "alflow-sim listening on" in Path(str(handle.log_path)).read_text()
+
+
+def test_lifecycle_start_and_stop_from_another_runner_instance(tmp_path: Path) -> None:
+    """start_server returns a ready handle; stop_server (a fresh runner, as in another task) stops it."""
+    options = ProcessOptions(log_dir=str(tmp_path))
+    handle = start_server(sim_config("sglang", 3, 2.0), options, run_id="run-42")
+    assert handle.provenance["run_id"] == "run-42"
+    assert "run-42" in str(handle.log_path)
+    pid = int(handle.id)
+    os.kill(pid, 0)
+    stop_server(handle, options)
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        os.waitpid(pid, os.WNOHANG)  # the test process is the parent: reap the child
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists()
+
+
+def test_lifecycle_stops_a_server_that_fails_to_start() -> None:
+    with pytest.raises(ServerStartError, match="died before it was ready"):
+        start_server(sim_config("vllm", 3, None, "--fail-startup"), ProcessOptions())
+    slow = sim_config("vllm", 3, None, "--startup-delay", "30")
+    with (
+        pytest.raises(ServerStartError, match="not healthy"),
+        serving(slow, ProcessOptions(stop_timeout_s=2), timeout_s=1.0),
+    ):
+        pytest.fail("must not become ready")
