@@ -27,6 +27,8 @@ from infra.runners.base import LOG_TAIL_LINES, ServerHandle, tail_lines, wait_fo
 log = logging.getLogger(__name__)
 
 SecretSource = Callable[[str], str | None]
+LOG_TAIL_BYTES = 256 * 1024
+"""How much of the end of a log file is read for a tail."""
 
 
 class ProcessRunner:
@@ -82,7 +84,7 @@ class ProcessRunner:
                 )
             except OSError as exc:
                 raise RunnerError(f"cannot start {launch.argv[0]!r}: {exc}") from exc
-        pid = str(proc.pid)
+        pid = process_id(proc.pid)
         self._procs[pid] = proc
         self._secrets[pid] = secrets
         base = launch.base_url()
@@ -103,7 +105,7 @@ class ProcessRunner:
     def _exit_reason(self, handle: ServerHandle) -> str | None:
         proc = self._procs.get(handle.id)
         if proc is None:
-            return None if _pid_alive(int(handle.id)) else "process is gone"
+            return None if _same_process_alive(handle.id) else "process is gone"
         code = proc.poll()
         if code is None:
             return None
@@ -116,7 +118,7 @@ class ProcessRunner:
             handle.readiness_timeout_s if timeout_s is None else timeout_s,
             dead_reason=lambda: self._exit_reason(handle),
             log_tail=lambda: self.logs(handle),
-            what=f"{handle.dialect} server (pid {handle.id})",
+            what=f"{handle.dialect} server (pid {pid_of(handle.id)})",
         )
 
     def logs(self, handle: ServerHandle, tail: int = LOG_TAIL_LINES) -> str:
@@ -124,20 +126,24 @@ class ProcessRunner:
         if handle.log_path is None:
             return ""
         try:
-            text = Path(handle.log_path).read_text(encoding="utf-8", errors="replace")
+            with Path(handle.log_path).open("rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                f.seek(max(0, size - LOG_TAIL_BYTES))
+                text = f.read().decode("utf-8", errors="replace")
         except OSError:
             return ""
         return redact_text(tail_lines(text, tail), self._secrets.get(handle.id, {}))
 
     def stop(self, handle: ServerHandle) -> None:
         """SIGTERM to the process group, SIGKILL after ``stop_timeout_s``; idempotent."""
-        pid = int(handle.id)
+        pid = pid_of(handle.id)
         proc = self._procs.pop(handle.id, None)
         self._secrets.pop(handle.id, None)
         if proc is None:
-            # A handle from another runner instance: stop the group only if the pid still leads it.
+            # A handle from another runner instance: stop the group only if it is still the same
+            # process (start time unchanged: the pid was not reused) and it still leads its group.
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                if os.getpgid(pid) == pid:
+                if _same_process_alive(handle.id) and os.getpgid(pid) == pid:
                     _stop_group(pid, lambda: not _pid_alive(pid), self.options.stop_timeout_s)
             return
         if proc.poll() is None:
@@ -149,6 +155,35 @@ class ProcessRunner:
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=5.0)
         log.info("stopped server pid %s (exit code %s)", pid, proc.returncode)
+
+
+def _start_ticks(pid: int) -> str | None:
+    """The process start time in clock ticks since boot (``/proc/PID/stat`` field 22), if known."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def process_id(pid: int) -> str:
+    """A handle id for ``pid``: ``PID@START`` where the start time is known, so a reused pid is told apart."""
+    ticks = _start_ticks(pid)
+    return f"{pid}@{ticks}" if ticks else str(pid)
+
+
+def pid_of(handle_id: str) -> int:
+    """The pid in a process handle id (``PID`` or ``PID@START``)."""
+    return int(handle_id.split("@", 1)[0])
+
+
+def _same_process_alive(handle_id: str) -> bool:
+    pid = pid_of(handle_id)
+    if not _pid_alive(pid):
+        return False
+    _, _, ticks = handle_id.partition("@")
+    return not ticks or _start_ticks(pid) in (None, ticks)
 
 
 def _pid_alive(pid: int) -> bool:

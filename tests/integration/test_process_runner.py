@@ -17,6 +17,7 @@ from infra.errors import ServerStartError
 from infra.lifecycle import serving, start_server, stop_server
 from infra.recipes import build_launch
 from infra.runners import ProcessRunner, running_server
+from infra.runners.process import pid_of
 
 ALFLOW = str(Path(sys.executable).with_name("alflow"))
 
@@ -114,7 +115,7 @@ def test_startup_delay_is_waited_for_and_stop_ends_the_process(tmp_path: Path) -
     t0 = time.monotonic()
     with running_server(runner, launch) as handle:
         assert time.monotonic() - t0 >= 1.0
-        pid = int(handle.id)
+        pid = pid_of(handle.id)
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
     assert "alflow-sim listening on" in Path(str(handle.log_path)).read_text()
@@ -126,7 +127,7 @@ def test_lifecycle_start_and_stop_from_another_runner_instance(tmp_path: Path) -
     handle = start_server(sim_config("sglang", 3, 2.0), options, run_id="run-42")
     assert handle.provenance["run_id"] == "run-42"
     assert "run-42" in str(handle.log_path)
-    pid = int(handle.id)
+    pid = pid_of(handle.id)
     os.kill(pid, 0)
     stop_server(handle, options)
     deadline = time.monotonic() + 5

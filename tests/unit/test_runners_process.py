@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 import urllib.request
@@ -13,7 +14,8 @@ import pytest
 from alflow.config import ProcessOptions
 from infra.errors import ServerStartError
 from infra.launch import Launch, LaunchFile, free_port
-from infra.runners import ProcessRunner, make_runner, running_server
+from infra.runners import ProcessRunner, ServerHandle, make_runner, running_server
+from infra.runners.process import pid_of, process_id
 
 # A tiny server: /health answers 200 once READY_AFTER seconds have passed; behaviour from the env.
 SERVER = r"""
@@ -90,7 +92,7 @@ def test_start_wait_stop(tmp_path: Path) -> None:
         assert handle.metrics_url == handle.base_url + "/metrics"
         with urllib.request.urlopen(handle.health_url, timeout=2) as response:
             assert response.status == 200
-        pid = int(handle.id)
+        pid = pid_of(handle.id)
         assert alive(pid)
         assert handle.log_path is not None
         assert Path(handle.log_path).is_relative_to(tmp_path)
@@ -132,7 +134,7 @@ def test_sigterm_then_sigkill_for_the_whole_group() -> None:
     child = int(
         next(line for line in runner.logs(handle).splitlines() if line.startswith("child")).split()[1]
     )
-    pid = int(handle.id)
+    pid = pid_of(handle.id)
     assert alive(child)
     t0 = time.monotonic()
     runner.stop(handle)
@@ -178,5 +180,30 @@ def test_stop_from_another_runner_instance() -> None:
     t0 = time.monotonic()
     ProcessRunner(ProcessOptions(stop_timeout_s=5.0)).stop(handle)
     assert time.monotonic() - t0 < 2.0  # SIGTERM was enough; the zombie counts as exited
-    assert not alive(int(handle.id))
+    assert not alive(pid_of(handle.id))
     first.stop(handle)  # reaps the child
+
+
+def test_stale_handle_never_kills_a_reused_pid() -> None:
+    """A handle whose start time does not match the live process (pid reused) stops nothing."""
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
+    try:
+        real = process_id(other.pid)
+        assert real.startswith(f"{other.pid}@")
+        stale = ServerHandle(
+            runner="process",
+            id=f"{other.pid}@1",
+            base_url="",
+            metrics_url="",
+            health_url="",
+            dialect="vllm",
+            model="m",
+        )
+        ProcessRunner(ProcessOptions(stop_timeout_s=0.2)).stop(stale)
+        assert other.poll() is None
+        same = ServerHandle(**{**stale.to_dict(), "id": real})
+        ProcessRunner(ProcessOptions(stop_timeout_s=2)).stop(same)
+        assert other.wait(timeout=5) == -15  # SIGTERM
+    finally:
+        other.kill()
+        other.wait()
