@@ -296,6 +296,10 @@ class DockerRunner:
             self.stop(handle)
             detail = exc.explanation if isinstance(exc, docker.errors.APIError) else str(exc)
             raise RunnerError(f"cannot start container {handle.name}: {detail}\n{tail}".rstrip()) from exc
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.stop(handle)
+            raise
         log.info("started container %s (%s)", handle.name, handle.id[:12])
         return handle
 

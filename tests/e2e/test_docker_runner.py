@@ -298,3 +298,17 @@ def test_missing_image_with_pull_never_is_a_clear_error(client: docker.DockerCli
     launch = build_launch(ServerConfig(framework="vllm", model="m", image="alflow-no-such-image:0"))
     with pytest.raises(RunnerError, match="not present locally and pull='never'"):
         runner.start(launch)
+
+
+def test_a_container_that_cannot_start_is_removed(client: docker.DockerClient, sim_image: str) -> None:
+    """Here dockerd has no GPU runtime: starting with a GPU request fails, and nothing is left."""
+    if "nvidia" in (client.info().get("Runtimes") or {}):
+        pytest.skip("this engine has an NVIDIA runtime: a GPU request would start")
+    runner = DockerRunner(
+        sim_docker_options(gpus="all"),
+        client=client,
+        run_id=run_id(),
+    )
+    with pytest.raises(RunnerError, match="cannot start container"):
+        runner.start(sim_launch(al=None))
+    assert not client.containers.list(all=True, filters={"label": f"{LABEL_RUN_ID}={runner.run_id}"})
