@@ -84,6 +84,9 @@ def serve_command(
         int | None, typer.Option(help="Fault: every request stops emitting after N tokens.")
     ] = None,
     sglang_window_steps: Annotated[int, typer.Option(help="SGLang gauges: verify steps per window.")] = 40,
+    sglang_token_mode: Annotated[
+        str, typer.Option(help="SGLang synthetic output: fixed (token id 100) or real-draft-token.")
+    ] = "fixed",  # noqa: S107 - not a secret
     log_level: Annotated[str, typer.Option(help="Logging level on stderr.")] = "INFO",
 ) -> None:
     """Run the simulated OpenAI-compatible serving engine (speculative decoding, metrics dialects)."""
@@ -125,6 +128,7 @@ def serve_command(
             stream_error_rate=stream_error_rate,
             stall_after_tokens=stall_after_tokens,
             sglang_window_steps=sglang_window_steps,
+            sglang_token_mode=sglang_token_mode,
         )
         config = resolve(
             base,

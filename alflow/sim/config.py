@@ -6,8 +6,9 @@ for the matching ``--dialect`` (DOMAIN.md sections 3 and 8):
 - vLLM: ``--speculative-config JSON`` with ``method``, ``num_speculative_tokens``,
   ``rejection_sample_method: "synthetic"`` and exactly one of ``synthetic_acceptance_length`` or
   ``synthetic_acceptance_rates``;
-- SGLang: ``SGLANG_SIMULATE_ACC_LEN`` (off when < 0) and ``SGLANG_SIMULATE_ACC_METHOD``
-  (``match-expected``, the default, or ``multinomial``);
+- SGLang: ``SGLANG_SIMULATE_ACC_LEN`` (off when < 0), ``SGLANG_SIMULATE_ACC_METHOD``
+  (``match-expected``, the default, or ``multinomial``) and ``SGLANG_SIMULATE_ACC_TOKEN_MODE``
+  (``fixed``, SGLang's default: every output token is id 100; or ``real-draft-token``: real text);
 - TensorRT-LLM: ``TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS`` = AL - 1 (accepted *drafts*).
 
 Rules: an explicit flag wins over the framework source (a warning is logged when they differ); a
@@ -48,8 +49,16 @@ VLLM_METHOD_ALIASES = {
 
 ENV_SGLANG_ACC_LEN = "SGLANG_SIMULATE_ACC_LEN"
 ENV_SGLANG_ACC_METHOD = "SGLANG_SIMULATE_ACC_METHOD"
+ENV_SGLANG_TOKEN_MODE = "SGLANG_SIMULATE_ACC_TOKEN_MODE"  # noqa: S105 - not a secret
 ENV_TRTLLM_FORCE = "TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS"
-FRAMEWORK_ENV = {ENV_SGLANG_ACC_LEN: "sglang", ENV_SGLANG_ACC_METHOD: "sglang", ENV_TRTLLM_FORCE: "trtllm"}
+FRAMEWORK_ENV = {
+    ENV_SGLANG_ACC_LEN: "sglang",
+    ENV_SGLANG_ACC_METHOD: "sglang",
+    ENV_SGLANG_TOKEN_MODE: "sglang",
+    ENV_TRTLLM_FORCE: "trtllm",
+}
+SGLANG_TOKEN_MODES = ("fixed", "real-draft-token")
+SGLANG_FIXED_TOKEN_ID = 100
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,7 @@ class SimConfig:
     stream_error_rate: float = 0.0
     stall_after_tokens: int | None = None
     sglang_window_steps: int = 40
+    sglang_token_mode: str = "fixed"  # noqa: S105 - not a secret
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -93,6 +103,11 @@ class SimConfig:
     def synthetic(self) -> bool:
         """True when acceptance is forced (synthetic mode), False for natural acceptance."""
         return self.synthetic_al is not None or self.synthetic_rates is not None
+
+    @property
+    def fixed_token_output(self) -> bool:
+        """SGLang synthetic acceptance in ``fixed`` token mode: every output token is id 100."""
+        return self.dialect == "sglang" and self.synthetic and self.sglang_token_mode == "fixed"  # noqa: S105
 
     @property
     def scheme(self) -> str:
@@ -132,6 +147,10 @@ class SimConfig:
             _check_range("--crash-after-requests", self.crash_after_requests, 0, 1 << 40)
         if self.stall_after_tokens is not None:
             _check_range("--stall-after-tokens", self.stall_after_tokens, 0, 1 << 40)
+        if self.sglang_token_mode not in SGLANG_TOKEN_MODES:
+            raise InvalidInputError(
+                f"--sglang-token-mode {self.sglang_token_mode!r} is not one of {', '.join(SGLANG_TOKEN_MODES)}"
+            )
         if self.answer_key is not None and not self.answer_key.is_file():
             raise InvalidInputError(f"--answer-key {str(self.answer_key)!r} is not a readable file")
         return self
@@ -168,6 +187,7 @@ class FrameworkSettings:
     al: float | None = None
     rates: tuple[float, ...] | None = None
     scheme: str | None = None
+    token_mode: str | None = None
 
 
 def read_vllm_speculative_config(text: str) -> FrameworkSettings:
@@ -247,7 +267,14 @@ def read_sglang_env(env: Mapping[str, str]) -> FrameworkSettings:
                 f"{ENV_SGLANG_ACC_METHOD}={name!r} is not one of {', '.join(SGLANG_METHODS)}"
             )
         scheme = SGLANG_METHODS[name]
-    return FrameworkSettings(src, al=al, scheme=scheme if al is not None else None)
+    token_mode: str | None = None
+    if ENV_SGLANG_TOKEN_MODE in env:
+        token_mode = env[ENV_SGLANG_TOKEN_MODE]
+        if token_mode not in SGLANG_TOKEN_MODES:
+            raise InvalidInputError(
+                f"{ENV_SGLANG_TOKEN_MODE}={token_mode!r} is not one of {', '.join(SGLANG_TOKEN_MODES)}"
+            )
+    return FrameworkSettings(src, al=al, scheme=scheme if al is not None else None, token_mode=token_mode)
 
 
 def read_trtllm_env(env: Mapping[str, str]) -> FrameworkSettings:
@@ -303,6 +330,7 @@ def resolve(
             ("synthetic_al", fs.al),
             ("synthetic_rates", fs.rates),
             ("synthetic_scheme", fs.scheme),
+            ("sglang_token_mode", fs.token_mode),
         ]
         for name, value in pairs:
             if value is None:

@@ -33,7 +33,7 @@ from prometheus_client import generate_latest
 
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.sim.acceptance import NaturalAcceptance, stable_seed
-from alflow.sim.config import SimConfig
+from alflow.sim.config import SGLANG_FIXED_TOKEN_ID, SimConfig
 from alflow.sim.dialects import DIALECTS, make_registry, sglang_server_info
 from alflow.sim.engine import Engine, SimRequest
 from alflow.sim.tokenizer import Tokenizer, get_tokenizer
@@ -253,6 +253,7 @@ class SimServer:
         self._completed = 0
         self._fault_rng = random.Random(stable_seed("faults", config.seed))
         self._corpus = TextSource.of(self.tokenizer, self.tokenizer.encode(_corpus_text()))
+        self._fixed = TextSource.of(self.tokenizer, [SGLANG_FIXED_TOKEN_ID] * 64)
         self._natural = NaturalAcceptance(config.method, config.k, config.acceptance_quality, config.seed)
         self._rates = lru_cache(maxsize=4096)(self._natural.conditional_rates)
         self.answer_key = load_answer_key(config.answer_key) if config.answer_key is not None else {}
@@ -534,7 +535,7 @@ class SimServer:
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{self._boot}{self._counter:06d}"
         req_seed = stable_seed("req", cfg.seed, p.seed, p.text, self._counter if p.seed is None else 0)
         rng = random.Random(req_seed)
-        source = self._corpus
+        source = self._fixed if cfg.fixed_token_output else self._corpus
         start = rng.randrange(source.size)
         eos_at: int | None = None
         if self.answer_key and not cfg.synthetic:

@@ -209,3 +209,15 @@ async def test_requests_beyond_max_num_seqs_queue(session: aiohttp.ClientSession
         chunk = await asyncio.wait_for(resp.content.readuntil(b"\n\n"), 5)
         assert chunk.startswith(b"data: {")
         resp.close()
+
+
+@pytest.mark.parametrize(("mode", "fixed"), [("fixed", True), ("real-draft-token", False)])
+async def test_sglang_token_mode_output(session: aiohttp.ClientSession, mode: str, fixed: bool) -> None:
+    cfg = SimConfig(port=0, dialect="sglang", time_scale=0, synthetic_al=2.0, sglang_token_mode=mode)
+    with start_in_thread(cfg.validate()) as sim:
+        body = {"prompt": "Tell me a story", "max_tokens": 12, "ignore_eos": True}
+        async with session.post(sim.base_url + "/v1/completions", json=body) as resp:
+            out = await resp.json()
+    text = out["choices"][0]["text"]
+    assert out["usage"]["completion_tokens"] == 12
+    assert (text == "d" * 12) is fixed  # token id 100 is "d" in the sim's vocabulary

@@ -120,3 +120,16 @@ def test_served_name_and_rates_parsing() -> None:
     assert parse_rates("[1, 0.5,0.25]") == (1.0, 0.5, 0.25)
     with pytest.raises(InvalidInputError):
         parse_rates("a,b")
+
+
+def test_sglang_token_mode() -> None:
+    cfg = resolve(SimConfig(dialect="sglang"), env={"SGLANG_SIMULATE_ACC_LEN": "2"})
+    assert cfg.fixed_token_output  # SGLang's default token mode emits token id 100
+    cfg = resolve(
+        SimConfig(dialect="sglang"),
+        env={"SGLANG_SIMULATE_ACC_LEN": "2", "SGLANG_SIMULATE_ACC_TOKEN_MODE": "real-draft-token"},
+    )
+    assert not cfg.fixed_token_output
+    assert not resolve(SimConfig(dialect="sglang")).fixed_token_output  # not synthetic
+    with pytest.raises(InvalidInputError, match="TOKEN_MODE"):
+        resolve(SimConfig(dialect="sglang"), env={"SGLANG_SIMULATE_ACC_TOKEN_MODE": "random"})
