@@ -1,0 +1,74 @@
+"""``alflow infra cleanup``: registration, table and JSON output, a missing engine (no daemon needed)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+import infra.cli
+from infra.errors import RunnerError
+from infra.runners.docker import CleanupEntry
+
+ENTRIES = [
+    CleanupEntry("c1", "alflow-vllm-a", "running", "run-1", "vllm", 7200.0, selected=True, removed=False),
+    CleanupEntry("c2", "alflow-sim-b", "exited", "run-2", "sim", 10.0, selected=False, removed=False),
+]
+
+
+@pytest.fixture
+def app() -> typer.Typer:
+    root = typer.Typer()
+
+    @root.callback()
+    def _root() -> None:
+        """Root."""
+
+    infra.cli.register(root)
+    return root
+
+
+def test_cleanup_dry_run_table_and_json(app: typer.Typer, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[dict[str, Any]] = []
+
+    def fake_cleanup(client: object, **kwargs: Any) -> list[CleanupEntry]:
+        calls.append(kwargs)
+        return ENTRIES
+
+    monkeypatch.setattr(infra.cli, "docker_client", object)
+    monkeypatch.setattr(infra.cli, "cleanup_containers", fake_cleanup)
+    runner = CliRunner()
+    result = runner.invoke(app, ["infra", "cleanup", "--older-than", "1h", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "would remove" in result.output
+    assert "alflow-vllm-a" in result.output
+    assert "kept" in result.output
+    assert calls[-1] == {"older_than_s": 3600.0, "run_id": None, "dry_run": True}
+
+    result = runner.invoke(app, ["infra", "cleanup", "--older-than", "30m", "--run-id", "run-1", "--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output)
+    assert payload["older_than_s"] == 1800.0
+    assert [c["name"] for c in payload["containers"]] == ["alflow-vllm-a", "alflow-sim-b"]
+    assert calls[-1]["run_id"] == "run-1"
+
+
+def test_cleanup_without_an_engine_is_a_one_line_error(
+    app: typer.Typer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_engine() -> object:
+        raise RunnerError("no Docker engine reachable (test)")
+
+    monkeypatch.setattr(infra.cli, "docker_client", no_engine)
+    result = CliRunner().invoke(app, ["infra", "cleanup"])
+    assert result.exit_code == 2
+    assert "error: no Docker engine reachable (test)" in result.output
+
+
+def test_bad_duration_is_a_usage_error(app: typer.Typer) -> None:
+    result = CliRunner().invoke(app, ["infra", "cleanup", "--older-than", "soon"])
+    assert result.exit_code == 2
+    assert "not a duration" in result.output
