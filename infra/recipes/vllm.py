@@ -78,7 +78,13 @@ class VllmRecipe:
         if knobs is None:
             return out, (), None
         out.update(knobs.speculative_config)
-        return out, knobs.warnings, knobs.to_dict()
+        warnings = knobs.warnings
+        if spec.method is SpecMethod.NGRAM:
+            warnings += (
+                "vLLM n-gram proposes fewer than K drafts when the prompt has no match: such steps cannot "
+                "accept the forced length, so the realised AL falls below the target (audit the achieved AL)",
+            )
+        return out, warnings, knobs.to_dict()
 
     def build(self, config: ServerConfig) -> Launch:
         """``vllm serve`` with the speculative config, parallelism and prefix caching off."""

@@ -86,6 +86,7 @@ def test_vllm_eagle3_k5_synthetic_324() -> None:
         "synthetic_acceptance_length": 3.24,
     }
     assert launch.env == {}
+    assert launch.warnings == ()
     assert launch.synthetic is not None
     expected = launch.synthetic["expected"]
     assert isinstance(expected, dict)
@@ -110,6 +111,7 @@ def test_vllm_rates_and_ngram_and_parallelism() -> None:
         )
     )
     sc = spec_config(launch)
+    assert any("fewer than K drafts" in w for w in launch.warnings)
     assert sc["synthetic_acceptance_rates"] == [0.9, 0.5, 0.2]
     assert "synthetic_acceptance_length" not in sc
     assert (sc["prompt_lookup_min"], sc["prompt_lookup_max"]) == (2, 4)
