@@ -281,6 +281,10 @@ class ServerConfig(StrictModel):
         description="Extra environment variables (not secrets: put those in the runner's secrets, by name).",
     )
 
+    def __hash__(self) -> int:
+        """Hash of the JSON form (``extra_env`` is a dict, which plain field hashing cannot take)."""
+        return hash(self.model_dump_json())
+
     @model_validator(mode="after")
     def _synthetic_needs_speculation(self) -> Self:
         if self.synthetic is not None and self.speculative is None:
@@ -342,6 +346,10 @@ class DockerOptions(StrictModel):
     stop_timeout_s: float = Field(
         30.0, gt=0.0, description="Seconds the container gets to stop before it is killed."
     )
+
+    def __hash__(self) -> int:
+        """Hash of the JSON form (``labels`` is a dict, which plain field hashing cannot take)."""
+        return hash(self.model_dump_json())
 
     @model_validator(mode="after")
     def _shared_memory(self) -> Self:
