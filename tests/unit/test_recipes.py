@@ -505,3 +505,11 @@ def test_free_extra_args_and_env_pass_through() -> None:
     )
     assert launch.argv[-2:] == ("--time-scale", "0")
     assert launch.env["FOO"] == "bar"
+
+
+def test_server_config_is_hashable_and_round_trips() -> None:
+    a = cfg(framework="vllm", extra_env={"A": "1"}, speculative=MTP3)
+    b = ServerConfig.model_validate_json(a.model_dump_json())
+    assert a == b
+    assert hash(a) == hash(b)
+    assert len({a, b, cfg(framework="vllm", extra_env={"A": "2"}, speculative=MTP3)}) == 2
