@@ -17,6 +17,14 @@ Counting (what the metrics dialects expose; see :class:`EngineStats`): ``num_dra
 request's last chunk is cut at ``max_tokens``), so ``verify_tokens / num_drafts`` is the AL exactly;
 ``generation_tokens`` counts tokens actually emitted (first tokens from prefill included), equal to
 the sum of the responses' ``usage.completion_tokens``.
+
+Step log (``--step-log``): one JSON line per verify step, ``{"step", "time_ns", "k", "requests",
+"accepted"}``; ``time_ns`` is ``time.perf_counter_ns()`` at the end of the step (CLOCK_MONOTONIC on
+Linux, so comparable with ``time.monotonic_ns()`` taken by another process on the same host).
+
+At ``--time-scale 0`` the server leaves Nagle's algorithm on for streams (the kernel may coalesce
+several SSE events into one TCP segment; timing carries no meaning there) and flushes with
+``TCP_NODELAY`` before a response's last chunk.
 """
 
 from __future__ import annotations
