@@ -533,7 +533,9 @@ class SimServer:
         cfg = self.config
         self._counter += 1
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{self._boot}{self._counter:06d}"
-        req_seed = stable_seed("req", cfg.seed, p.seed, p.text, self._counter if p.seed is None else 0)
+        # a request seed or greedy sampling makes a request reproducible from its text alone
+        reproducible = p.seed is not None or p.temperature == 0.0
+        req_seed = stable_seed("req", cfg.seed, p.seed, p.text, 0 if reproducible else self._counter)
         rng = random.Random(req_seed)
         source = self._fixed if cfg.fixed_token_output else self._corpus
         start = rng.randrange(source.size)

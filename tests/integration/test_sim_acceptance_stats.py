@@ -193,3 +193,18 @@ async def test_sglang_server_info_is_cumulative_al(tmp_path: Path) -> None:
         window = total(gauges, names.SGLANG_SPEC_ACCEPT_LENGTH)
         assert 2.0 <= window <= 3.0
     assert Counter(len(s["accepted"]) for s in steps)
+
+
+async def test_vllm_explicit_rates_per_position(tmp_path: Path) -> None:
+    rates = (0.9, 0.6, 0.3)
+    cfg = SimConfig(port=0, dialect="vllm", k=3, synthetic_rates=rates, time_scale=0, seed=5, max_num_seqs=4)
+    with start_in_thread(cfg.validate()) as sim:
+        before = scrape(await get_text(sim.metrics_url))
+        await run_load(sim.base_url, 6000, 4, 4)
+        after = scrape(await get_text(sim.metrics_url))
+    n = total(after, names.VLLM_NUM_DRAFTS + "_total") - total(before, names.VLLM_NUM_DRAFTS + "_total")
+    assert n >= 5000
+    for i, p in enumerate(rates):
+        name = names.VLLM_ACCEPTED_PER_POS + "_total"
+        hits = total(after, name, position=str(i)) - total(before, name, position=str(i))
+        assert abs(hits / n - p) <= Z99 * math.sqrt(p * (1 - p) / n)

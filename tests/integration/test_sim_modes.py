@@ -221,3 +221,20 @@ async def test_sglang_token_mode_output(session: aiohttp.ClientSession, mode: st
     text = out["choices"][0]["text"]
     assert out["usage"]["completion_tokens"] == 12
     assert (text == "d" * 12) is fixed  # token id 100 is "d" in the sim's vocabulary
+
+
+async def test_greedy_requests_are_reproducible(session: aiohttp.ClientSession, tmp_path: Path) -> None:
+    log = tmp_path / "steps.jsonl"
+    cfg = SimConfig(port=0, time_scale=0, step_log=log, max_num_seqs=1)
+    with start_in_thread(cfg.validate()) as sim:
+        texts = []
+        for temperature in (0.0, 0.0, 1.0):
+            body = {"prompt": "def add(a, b):", "max_tokens": 64, "temperature": temperature}
+            async with session.post(sim.base_url + "/v1/completions", json=body) as resp:
+                out = await resp.json()
+            texts.append((out["choices"][0]["text"], out["id"]))
+    rows = [orjson.loads(line) for line in log.read_bytes().splitlines()]
+    accepted = [[a for r in rows if r["requests"] == [rid] for a in r["accepted"]] for _, rid in texts]
+    assert texts[0][0] == texts[1][0]
+    assert accepted[0] == accepted[1]
+    assert (texts[2][0], accepted[2]) != (texts[0][0], accepted[0])
