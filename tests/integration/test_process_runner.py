@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,12 @@ from infra.runners import ProcessRunner, running_server
 from infra.runners.process import pid_of
 
 ALFLOW = str(Path(sys.executable).with_name("alflow"))
+
+
+@pytest.fixture(autouse=True)
+def _run_dirs_in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs without a log_dir use a temporary directory: keep those under pytest's tmp_path."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
 
 def sim_config(dialect: str, k: int, al: float | None, *extra: str, method: str = "mtp") -> ServerConfig:
