@@ -250,6 +250,7 @@ class Engine:
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closed = False
+        self.failed: Exception | None = None
         self._last_end = 0.0
         self._log: IO[bytes] | None = None
         self._step = 0
@@ -315,9 +316,15 @@ class Engine:
                 await self._one_step()
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as exc:
+            # like a real engine death: /health turns 503 and every request in flight fails
             log.exception("engine step loop failed")
-            raise
+            self.failed = exc
+            for req in [*self.running, *self.waiting, *self.stalled]:
+                if req.stream and req.done is not None and req.emitted > 0:
+                    self._stream_error(req, f"the engine has failed: {exc}")
+                req.error = f"engine failed: {exc}"
+                self._finish(req, "abort")
 
     async def _one_step(self) -> None:
         cfg = self.config
@@ -486,11 +493,11 @@ class Engine:
         if last:
             self._finish(req, req.finish_reason)
 
-    def _stream_error(self, req: SimRequest) -> None:
-        body = (
-            b'data: {"error":{"message":"simulated error inside the stream (--stream-error-rate)",'
-            b'"type":"InternalServerError","param":null,"code":500}}\n\n' + _DONE
-        )
+    def _stream_error(
+        self, req: SimRequest, message: str = "simulated error inside the stream (--stream-error-rate)"
+    ) -> None:
+        error = {"error": {"message": message, "type": "InternalServerError", "param": None, "code": 500}}
+        body = b"data: " + orjson.dumps(error) + b"\n\n" + _DONE
         req.error = "stream error"
         if req.nagle_sock is not None:
             with contextlib.suppress(OSError):

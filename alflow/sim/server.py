@@ -315,6 +315,8 @@ class SimServer:
     # -------------------------------------------------------------- small endpoints
 
     async def _health(self, _request: web.Request) -> web.Response:
+        if self.engine.failed is not None:
+            return web.Response(status=503, text=f"engine failed: {self.engine.failed}")
         return web.Response(status=200)
 
     async def _version(self, _request: web.Request) -> web.Response:
@@ -606,8 +608,10 @@ class SimServer:
         cfg = self.config
         if cfg.error_rate > 0 and self._fault_rng.random() < cfg.error_rate:
             raise ApiError(500, "simulated internal server error (--error-rate)")
-        req = self._build(parsed, chat=chat)
         engine = self.engine
+        if engine.failed is not None:
+            raise ApiError(500, f"the engine has failed: {engine.failed}")
+        req = self._build(parsed, chat=chat)
         try:
             if parsed.stream:
                 resp = web.StreamResponse(

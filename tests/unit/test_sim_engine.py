@@ -94,7 +94,10 @@ async def test_client_gone_aborts_request() -> None:
 
 async def test_natural_eos_and_non_streaming_parts() -> None:
     cfg = SimConfig(port=0, k=3, time_scale=0, mean_output_tokens=20)
-    server, _, built = await run(cfg, [parsed(4000, stream=False, ignore_eos=False) for _ in range(20)])
+    reqs = [
+        _Parsed(10, f"prompt {i}", f"prompt {i}", 4000, 0, False, 0.0, None, False, False) for i in range(20)
+    ]
+    server, _, built = await run(cfg, reqs)
     lengths = [r.emitted for r in built]  # type: ignore[attr-defined]
     assert all(r.finish_reason == "stop" for r in built)  # type: ignore[attr-defined]
     assert 10 < sum(lengths) / len(lengths) < 40
@@ -128,3 +131,27 @@ def test_histogram_and_stats_helpers() -> None:
     st = EngineStats(k=3)
     st.accept_hist[:] = [5, 4, 3, 2]
     assert st.accepted_per_position() == [9, 5, 2]
+
+
+class _Boom:
+    granularity = "per-request"
+
+    def draw_step(self, batch_size: int) -> list[int]:
+        raise RuntimeError("sampler exploded")
+
+
+async def test_engine_failure_fails_requests_and_health() -> None:
+    from aiohttp.test_utils import TestClient, TestServer
+
+    cfg = SimConfig(port=0, k=3, synthetic_al=2.0, time_scale=0)
+    server = SimServer(cfg.validate())
+    server.engine.sampler = _Boom()
+    async with TestClient(TestServer(server.make_app())) as client:
+        body = {"prompt": "x", "max_tokens": 20, "ignore_eos": True, "stream": True}
+        resp = await client.post("/v1/completions", json=body)
+        text = await resp.text()
+        assert '"the engine has failed: sampler exploded"' in text
+        assert (await client.get("/health")).status == 503
+        again = await client.post("/v1/completions", json=body)
+        assert again.status == 500
+        assert "engine has failed" in (await again.json())["error"]["message"]
