@@ -28,13 +28,13 @@ SIM_MANAGED_FLAGS = frozenset(
         "--k",
         "--method",
         "--speculative-config",
-        "--synthetic-al",
-        "--synthetic-rates",
-        "--synthetic-scheme",
         "--max-model-len",
     }
 )
 """Flags the simulator recipe sets from the config (fault and timing flags are free)."""
+SIM_OVERRIDE_FLAGS = frozenset({"--synthetic-al", "--synthetic-rates", "--synthetic-scheme"})
+"""Simulator flags that override the configured synthetic setting: allowed (a deliberate fault for
+tests of the synthetic audit), with a warning in the Launch."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,13 @@ class SimRecipe:
             argv += ["--max-model-len", str(config.max_model_len)]
         argv += config.extra_args
         env = {"PYTHONUNBUFFERED": "1", **merge_env(source.env, config.extra_env)}
+        overrides = sorted({a.split("=", 1)[0] for a in config.extra_args} & SIM_OVERRIDE_FLAGS)
+        warnings = source.warnings
+        if overrides:
+            warnings += (
+                f"extra_args {', '.join(overrides)} override the configured synthetic acceptance: the simulator "
+                "will not realise the configured target (a deliberate fault?)",
+            )
         return Launch(
             framework=self.framework,
             dialect=config.sim_dialect,
@@ -73,6 +80,6 @@ class SimRecipe:
             metrics_path=dialect.metrics_path,
             readiness_timeout_s=config.readiness_timeout_s,
             image=config.image or self.default_image,
-            warnings=source.warnings,
+            warnings=warnings,
             synthetic=source.synthetic,
         )

@@ -153,3 +153,12 @@ def test_lifecycle_stops_a_server_that_fails_to_start() -> None:
         serving(slow, ProcessOptions(stop_timeout_s=2), timeout_s=1.0),
     ):
         pytest.fail("must not become ready")
+
+
+def test_an_off_target_sim_is_possible_and_visible() -> None:
+    """A deliberate fault for audit tests: the config says AL 3.0, the sim is told 2.0 and realises 2.0."""
+    launch = build_launch(sim_config("trtllm", 3, 3.0, "--synthetic-al", "2.0"))
+    assert any("override" in w for w in launch.warnings)
+    with running_server(ProcessRunner(), launch) as handle:
+        stats = run_bench(handle.base_url, "trtllm", 3, prompts=8)["spec_decode"]["stats"]
+    assert stats["al"] == pytest.approx(2.0, abs=0.1)

@@ -484,7 +484,7 @@ def test_image_tag_and_version(
         ("vllm", "--tensor-parallel-size"),
         ("sglang", "--speculative-num-steps"),
         ("trtllm", "--extra_llm_api_options"),
-        ("sim", "--synthetic-al=2.0"),
+        ("sim", "--speculative-config={}"),
     ],
 )
 def test_extra_args_may_not_override_managed_flags(framework: str, arg: str) -> None:
@@ -513,3 +513,16 @@ def test_server_config_is_hashable_and_round_trips() -> None:
     assert a == b
     assert hash(a) == hash(b)
     assert len({a, b, cfg(framework="vllm", extra_env={"A": "2"}, speculative=MTP3)}) == 2
+
+
+def test_sim_may_override_its_synthetic_target_as_a_visible_fault() -> None:
+    launch = build_launch(
+        cfg(
+            framework="sim",
+            speculative=MTP3,
+            synthetic=SyntheticAcceptance(target_al=3.0),
+            extra_args=("--synthetic-al", "2.0"),
+        )
+    )
+    assert launch.argv[-2:] == ("--synthetic-al", "2.0")
+    assert any("--synthetic-al override" in w for w in launch.warnings)
