@@ -67,6 +67,16 @@ class TrtllmRecipe:
             raise RecipeError("TensorRT-LLM MTP has no two-model mode: drop two_model or use eagle3")
         return render_synthetic(config, self.framework)
 
+    def warnings(self, config: ServerConfig) -> tuple[str, ...]:
+        """Things a reviewer should know about this configuration (not errors)."""
+        spec = config.speculative
+        if config.two_model and spec is not None and spec.method is SpecMethod.EAGLE3:
+            return (
+                "TensorRT-LLM is removing the EAGLE3 two-model path: recent versions set eagle3_one_model back "
+                "to true with only a log warning, so check the server log for which path actually ran",
+            )
+        return ()
+
     def options(self, config: ServerConfig) -> dict[str, object]:
         """The LLM API options written to the YAML file given with ``--config``."""
         opts: dict[str, object] = {}
@@ -134,7 +144,7 @@ class TrtllmRecipe:
             metrics_path=self.metrics_path,
             readiness_timeout_s=config.readiness_timeout_s,
             image=config.image or self.default_image,
-            warnings=knobs.warnings if knobs else (),
+            warnings=self.warnings(config) + (knobs.warnings if knobs else ()),
             synthetic=knobs.to_dict() if knobs else None,
         )
 

@@ -334,6 +334,7 @@ def test_trtllm_fractional_value_on_two_model_path_is_refused(
         )
     )
     assert launch.env == {TRTLLM_ENV: "2"}
+    assert any("eagle3_one_model back" in w for w in launch.warnings) == bool(two_model)
 
 
 def test_trtllm_refusals() -> None:
