@@ -7,22 +7,28 @@ the user's input are printed as one line on stderr (``error: ...``) with exit co
 from __future__ import annotations
 
 import functools
+import importlib
 import json
+import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, ParamSpec, TypeVar
+from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
+import yaml
+from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from alflow import __version__
+from alflow import __version__, measure_cli
 from alflow.acceptance import knobs as knobs_mod
 from alflow.acceptance import reference as ref
 from alflow.acceptance import synthetic as syn
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.evals import cli as eval_cli
+from alflow.sim import cli as sim_cli
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -40,6 +46,8 @@ reference_app = typer.Typer(help="Reference AL tables: validate, show, diff.", n
 app.add_typer(synthetic_app, name="synthetic")
 app.add_typer(reference_app, name="reference")
 eval_cli.register(app)
+sim_cli.register(app)
+measure_cli.register(app)
 
 console = Console(width=None if sys.stdout.isatty() else 200)
 err_console = Console(stderr=True, soft_wrap=True)
@@ -281,6 +289,147 @@ def reference_diff(
         console.print(out)
     else:
         console.print("no changes", highlight=False)
+
+
+# --------------------------------------------------------------------------------------------
+# alflow run / alflow demo (Prefect is imported only when these run)
+
+FLOWS: dict[str, tuple[str, str, str]] = {
+    "m0": ("flows.calibrate", "calibrate", "CalibrateParams"),
+    "m1": ("flows.gate", "gate", "GateParams"),
+    "m2": ("flows.benchmark", "benchmark", "BenchmarkParams"),
+    "sweep": ("flows.sweep", "sweep", "SweepParams"),
+}
+"""Flow name -> (module, flow function, parameter model in alflow.config)."""
+
+
+def prefect_defaults() -> None:
+    """Settings every local run needs here (no analytics; time for the temporary server to start)."""
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+
+
+def load_params(flow: str, path: Path) -> BaseModel:
+    """Read a YAML config into the flow's parameter model; errors name the file and the field."""
+    if flow not in FLOWS:
+        raise InvalidInputError(f"unknown flow {flow!r}; known: {', '.join(FLOWS)}")
+    import alflow.config as config_module
+
+    model: type[BaseModel] = getattr(config_module, FLOWS[flow][2])
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InvalidInputError(f"{path}: cannot read the config: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise InvalidInputError(f"{path}: not valid YAML: {exc}") from None
+    try:
+        return model.model_validate(data or {})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "config"
+        more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+        raise InvalidInputError(f"{path}: {where}: {first['msg']}{more}") from None
+
+
+@app.command("run")
+def run(
+    flow: Annotated[str, typer.Argument(help="m0, m1, m2 or sweep.")],
+    config: Annotated[Path, typer.Option("--config", help="YAML file with the flow's parameters.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the flow's result as JSON.")] = False,
+) -> None:
+    """Run one flow locally (Prefect's temporary server unless PREFECT_API_URL is set); exit 1 if it fails."""
+    err = Console(stderr=True, soft_wrap=True)
+    try:
+        params = load_params(flow, config)
+    except AlflowError as exc:
+        err.print(f"error: {exc}", markup=False, highlight=False)
+        raise typer.Exit(2) from None
+    prefect_defaults()
+    module, name, _ = FLOWS[flow]
+    fn: Any = getattr(importlib.import_module(module), name)
+    state = fn(params, return_state=True)
+    if not state.is_completed():
+        err.print(f"error: flow {flow} failed: {state.message}", markup=False, highlight=False)
+        raise typer.Exit(1)
+    result = state.result()
+    if as_json:
+        sys.stdout.write(json.dumps(result, indent=2, default=str) + "\n")
+    else:
+        console.print(f"flow {flow} completed: {json.dumps(result, default=str)[:2000]}", markup=False)
+
+
+@app.command("demo")
+def demo(
+    results_root: Annotated[Path, typer.Option("--results-root", help="Where the demo writes.")] = Path(
+        "results/demo"
+    ),
+) -> None:
+    """M0 -> M1 (one pass, one deliberate fail) -> M2 on the built-in simulated engine."""
+    prefect_defaults()
+    console.print(
+        "[bold]alflow demo[/bold]: M0 -> M1 -> M2 on the built-in SIMULATED engine (no GPU); "
+        "the first run starts Prefect's temporary local server.",
+        highlight=False,
+    )
+    started = time.perf_counter()
+    from alflow.config import DemoParams
+    from flows.demo import demo as demo_flow
+
+    state: Any = demo_flow(DemoParams(results_root=str(results_root)), return_state=True)
+    if not state.is_completed():
+        Console(stderr=True, soft_wrap=True).print(f"error: the demo failed: {state.message}", markup=False)
+        raise typer.Exit(1)
+    out = state.result()
+    took = time.perf_counter() - started
+    _print_demo(console, out, took)
+
+
+def _print_demo(console: Console, out: dict[str, Any], took: float) -> None:
+    m0 = out["m0"]
+    t0 = Table(title=f"M0 reference AL (simulated) -> {m0['reference_path']}")
+    for col in ("model", "thinking", "K", "AL", "steps"):
+        t0.add_column(col)
+    for e in m0["entries"]:
+        t0.add_row(e["model"], e["thinking"], str(e["k"]), f"{e['al']:.4f}", str(e["num_drafts"]))
+    console.print(t0)
+    cached = m0.get("cached_points") or []
+    console.print(
+        f"M0 calibration points reused from the cache: {', '.join(cached)}"
+        if cached
+        else "M0 calibration points measured now (a second run reuses them from the cache)",
+        highlight=False,
+    )
+    for name, verdict in out["m1"].items():
+        status = "[green]passed[/green]" if verdict["passed"] else "[red]FAILED[/red]"
+        console.print(f"M1 {name}: {status} {verdict['message']}", highlight=False)
+    m2 = out["m2"]
+    t2 = Table(
+        title=f"M2 synthetic benchmark at target AL {m2['target_al']:.4f} (scheme {m2['scheme']}, simulated)"
+    )
+    for col in (
+        "concurrency",
+        "output tok/s/GPU",
+        "interactivity tok/s/user",
+        "TPOT ms",
+        "AL achieved",
+        "audit",
+    ):
+        t2.add_column(col, justify="right")
+    for p in m2["points"]:
+        t2.add_row(
+            str(p["concurrency"]),
+            f"{p['output_throughput_per_gpu']:.1f}",
+            f"{p['median_interactivity_tokens_per_s'] or 0:.1f}",
+            f"{p['median_tpot_ms'] or 0:.2f}",
+            f"{p['achieved_al']:.4f}",
+            "valid" if p["valid"] else "INVALID",
+        )
+    console.print(t2)
+    console.print(
+        f"Results: {out['results_root']} (M2 run: {m2['run_dir']}, report.md inside each run directory)"
+    )
+    console.print(f"Demo finished in {took:.0f} s.", highlight=False)
 
 
 def main() -> None:

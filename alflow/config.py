@@ -583,3 +583,13 @@ class SweepParams(StrictModel):
     gate: GateParams = Field(description="M1 template (k is set per K).")
     benchmark: BenchmarkParams = Field(description="M2 template (k and target are set per K).")
     stop_on_gate_failure: bool = Field(True, description="Skip M2 at a K whose M1 gate failed.")
+
+
+class DemoParams(StrictModel):
+    """Where the demo writes and how big it is."""
+
+    results_root: str = Field("results/demo", description="Run store root of the demo.")
+    ks: tuple[int, ...] = Field((1, 2, 3), description="K values calibrated in M0.")
+    benchmark_k: int = Field(3, description="K of the M2 benchmark.")
+    concurrencies: tuple[int, ...] = Field((4, 8, 16), description="M2 concurrency sweep.")
+    gsm8k_limit: int = Field(200, description="GSM8K questions per M1 gate (seeded subset).")
