@@ -346,6 +346,10 @@ class DockerOptions(StrictModel):
     stop_timeout_s: float = Field(
         30.0, gt=0.0, description="Seconds the container gets to stop before it is killed."
     )
+    log_dir: str | None = Field(
+        None,
+        description="Directory where the container's whole log is saved before it is removed (None: not saved).",
+    )
 
     def __hash__(self) -> int:
         """Hash of the JSON form (``labels`` is a dict, which plain field hashing cannot take)."""

@@ -266,6 +266,7 @@ class DockerRunner:
             model=launch.model,
             readiness_timeout_s=launch.readiness_timeout_s,
             name=name,
+            log_path=self._log_path(name),
             image=launch.image,
             image_digest=digest,
             provenance={**launch.provenance(), "container": name, "run_id": self.run_id},
@@ -334,16 +335,37 @@ class DockerRunner:
         text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
         return redact_text(text, self._secrets.get(handle.id, {}))
 
+    def _log_path(self, name: str) -> str | None:
+        if not self.options.log_dir:
+            return None
+        return str(Path(self.options.log_dir).expanduser() / f"{name}.log")
+
+    def save_logs(self, handle: ServerHandle) -> None:
+        """Write the container's whole log (secrets redacted) to ``handle.log_path``, if it has one."""
+        if handle.log_path is None:
+            return
+        try:
+            raw = self.client.containers.get(handle.id).logs(stdout=True, stderr=True)
+        except docker.errors.APIError as exc:
+            log.warning("cannot read the log of %s: %s", handle.name, exc)
+            return
+        text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
+        path = Path(handle.log_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(redact_text(text, self._secrets.get(handle.id, {})), encoding="utf-8")
+
     def stop(self, handle: ServerHandle) -> None:
-        """Stop (SIGTERM, then SIGKILL after ``stop_timeout_s``) and remove the container; idempotent."""
-        self._secrets.pop(handle.id, None)
+        """Stop (SIGTERM, then SIGKILL after ``stop_timeout_s``), save the log if asked, remove; idempotent."""
         try:
             container = self.client.containers.get(handle.id)
         except docker.errors.NotFound:
+            self._secrets.pop(handle.id, None)
             return
         if container.status in ("running", "restarting", "paused"):
             with contextlib.suppress(docker.errors.APIError):
                 container.stop(timeout=max(1, round(self.options.stop_timeout_s)))
+        self.save_logs(handle)
+        self._secrets.pop(handle.id, None)
         self._remove(handle.id)
         log.info("removed container %s", handle.name or handle.id[:12])
 

@@ -95,9 +95,9 @@ def gone(client: docker.DockerClient, container_id: str) -> bool:
 
 
 def test_sim_in_a_container_serves_a_bench_and_is_removed(
-    client: docker.DockerClient, sim_image: str
+    client: docker.DockerClient, sim_image: str, tmp_path: Path
 ) -> None:
-    runner = DockerRunner(sim_docker_options(), client=client, run_id=run_id())
+    runner = DockerRunner(sim_docker_options(log_dir=str(tmp_path)), client=client, run_id=run_id())
     launch = sim_launch()
     with running_server(runner, launch) as handle:
         assert handle.runner == "docker"
@@ -121,6 +121,9 @@ def test_sim_in_a_container_serves_a_bench_and_is_removed(
         assert stats["al"] == pytest.approx(3.24, abs=0.15)
         assert "alflow-sim listening on" in runner.logs(handle)
     assert gone(client, handle.id)
+    # the whole log was saved before the container was removed
+    assert handle.log_path == str(tmp_path / f"{handle.name}.log")
+    assert "alflow-sim listening on" in Path(handle.log_path).read_text()
 
 
 def test_crash_at_start_fails_within_seconds_with_log_tail_and_is_removed(
@@ -261,7 +264,9 @@ def test_gpu_device_requests_and_container_config(
     assert gone(client, handle.id)
 
 
-def test_secret_values_never_reach_logs_from_the_runner(client: docker.DockerClient, sim_image: str) -> None:
+def test_secret_values_never_reach_logs_from_the_runner(
+    client: docker.DockerClient, sim_image: str, tmp_path: Path
+) -> None:
     secret = "hf_anotherSecret987"
     port = free_port()
     script = "import os, time; print('token', os.environ['HF_TOKEN'], flush=True); time.sleep(60)"
@@ -275,7 +280,7 @@ def test_secret_values_never_reach_logs_from_the_runner(client: docker.DockerCli
         image=SIM_IMAGE,
     )
     # PID 1 in a container ignores SIGTERM unless it handles it: a short stop timeout, then SIGKILL
-    options = sim_docker_options(stop_timeout_s=1.0)
+    options = sim_docker_options(stop_timeout_s=1.0, log_dir=str(tmp_path))
     runner = DockerRunner(options, client=client, run_id=run_id(), secret_source={"HF_TOKEN": secret}.get)
     handle = runner.start(launch)
     try:
@@ -291,6 +296,9 @@ def test_secret_values_never_reach_logs_from_the_runner(client: docker.DockerCli
     finally:
         runner.stop(handle)
     assert gone(client, handle.id)
+    saved = Path(str(handle.log_path)).read_text()
+    assert "token ***" in saved
+    assert secret not in saved
 
 
 def test_missing_image_with_pull_never_is_a_clear_error(client: docker.DockerClient) -> None:
