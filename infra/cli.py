@@ -1,4 +1,7 @@
-"""``alflow infra ...``: server-lifecycle commands (``cleanup`` of containers a killed run left behind).
+"""``alflow infra ...``: server-lifecycle commands.
+
+``cleanup`` removes containers a killed run left behind; ``sim-image`` makes the local image the
+docker runner runs the simulator in.
 
 :func:`register` adds the ``infra`` group to a typer app (the top-level entry calls it: ``alflow``
 itself must not import ``infra``). ``python -m infra.cli cleanup ...`` runs the group on its own.
@@ -17,6 +20,8 @@ from rich.console import Console
 from rich.table import Table
 
 from infra.errors import RunnerError
+from infra.images import ensure_sim_image, runtime_mounts
+from infra.recipes.sim import SIM_IMAGE
 from infra.runners.docker import cleanup_containers, docker_client
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
@@ -74,11 +79,34 @@ def cleanup(
     console.print(table)
 
 
+def sim_image(
+    rebuild: Annotated[
+        bool, typer.Option("--rebuild", help="Import the image again even if it exists.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Make the local simulator image (alflow-sim-base:local) that the docker runner runs the sim in."""
+    try:
+        image_id = ensure_sim_image(docker_client(), rebuild=rebuild)
+    except RunnerError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    mounts = list(runtime_mounts())
+    if as_json:
+        typer.echo(json.dumps({"image": SIM_IMAGE, "id": image_id, "mounts": mounts}, indent=2))
+        return
+    console = Console()
+    console.print(f"{SIM_IMAGE} ({image_id[:19]}); run with host networking and read-only mounts:")
+    for mount in mounts:
+        console.print(f"  -v {mount}", highlight=False)
+
+
 def infra_app() -> typer.Typer:
     """The ``infra`` command group."""
     app = typer.Typer(help="Server lifecycle: containers started by alflow.", no_args_is_help=True)
     app.callback()(_group)
     app.command("cleanup")(cleanup)
+    app.command("sim-image")(sim_image)
     return app
 
 

@@ -72,3 +72,21 @@ def test_bad_duration_is_a_usage_error(app: typer.Typer) -> None:
     result = CliRunner().invoke(app, ["infra", "cleanup", "--older-than", "soon"])
     assert result.exit_code == 2
     assert "not a duration" in result.output
+
+
+def test_sim_image_command(app: typer.Typer, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[bool] = []
+
+    def fake_ensure(client: object, rebuild: bool = False) -> str:
+        seen.append(rebuild)
+        return "sha256:" + "ab" * 32
+
+    monkeypatch.setattr(infra.cli, "docker_client", object)
+    monkeypatch.setattr(infra.cli, "ensure_sim_image", fake_ensure)
+    result = CliRunner().invoke(app, ["infra", "sim-image", "--rebuild", "--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output)
+    assert payload["image"] == "alflow-sim-base:local"
+    assert payload["id"].startswith("sha256:abab")
+    assert any(m.startswith("/usr:/usr:ro") for m in payload["mounts"])
+    assert seen == [True]
