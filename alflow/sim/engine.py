@@ -211,6 +211,10 @@ class SimRequest:
     suffix: bytes = b""
     frame_len: int = 0
     nagle_sock: Any = None
+    reasoning_left: int = 0
+    reasoning_prefix: bytes = b""
+    reasoning_mid: bytes = b""
+    reasoning_parts: list[bytes] = field(default_factory=list)
     final_suffix: bytes = b""
     tail: Callable[[int], bytes] | None = None
     transport: asyncio.Transport | None = None
@@ -446,17 +450,10 @@ class Engine:
         if req.stream_error_at is not None and req.emitted + n >= req.stream_error_at:
             self._stream_error(req)
             return
-        pos = req.pos
-        off = req.offsets
-        size = len(off) - 1
-        end = pos + n
-        if end <= size:
-            frag = req.src[off[pos] : off[end]]
-            req.pos = end if end < size else 0
-        else:
-            wrap = end - size
-            frag = req.src[off[pos] :] + req.src[: off[wrap]]
-            req.pos = wrap
+        if req.reasoning_left > 0:
+            self._emit_reasoning(req, n, now_ns, first=first, last=last)
+            return
+        frag = _take(req, n)
         req.emitted += n
         st = self.stats
         st.generation_tokens += n
@@ -493,6 +490,47 @@ class Engine:
         if last:
             self._finish(req, req.finish_reason)
 
+    def _emit_reasoning(self, req: SimRequest, n: int, now_ns: int, *, first: bool, last: bool) -> None:
+        """The slow path while a request is still "thinking": reasoning (and maybe content) events."""
+        n_reason = min(n, req.reasoning_left)
+        req.reasoning_left -= n_reason
+        rfrag = _take(req, n_reason)
+        cfrag = _take(req, n - n_reason) if n > n_reason else b""
+        req.emitted += n
+        st = self.stats
+        st.generation_tokens += n
+        if first:
+            st.ttft.observe((now_ns - req.arrival_ns) / 1e9)
+        else:
+            st.itl.observe((now_ns - req.last_ns) / 1e9)
+        req.last_ns = now_ns
+        if not req.stream:
+            req.reasoning_parts.append(rfrag)
+            if cfrag:
+                req.parts.append(cfrag)
+        else:
+            transport = req.transport
+            if transport is None or transport.is_closing():
+                self._finish(req, "abort")
+                return
+            body = req.reasoning_prefix + rfrag
+            if req.reasoning_mid:
+                body += req.reasoning_mid + rfrag
+            body += req.suffix
+            if last:
+                if req.nagle_sock is not None:
+                    with contextlib.suppress(OSError):
+                        req.nagle_sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                body += req.prefix + cfrag + req.final_suffix
+                if req.tail is not None:
+                    body += req.tail(req.emitted)
+                body += _DONE
+            elif cfrag:
+                body += req.prefix + cfrag + req.suffix
+            transport.write(b"%x\r\n%b\r\n" % (len(body), body) if req.chunked else body)
+        if last:
+            self._finish(req, req.finish_reason)
+
     def _stream_error(
         self, req: SimRequest, message: str = "simulated error inside the stream (--stream-error-rate)"
     ) -> None:
@@ -519,3 +557,17 @@ class Engine:
             req.error = req.error or "aborted"
         if req.done is not None and not req.done.done():
             req.done.set_result(None)
+
+
+def _take(req: SimRequest, n: int) -> bytes:
+    """The next ``n`` tokens of the request's pre-escaped text (wrapping around the source)."""
+    pos = req.pos
+    off = req.offsets
+    size = len(off) - 1
+    end = pos + n
+    if end <= size:
+        req.pos = end if end < size else 0
+        return req.src[off[pos] : off[end]]
+    wrap = end - size
+    req.pos = wrap
+    return req.src[off[pos] :] + req.src[: off[wrap]]

@@ -149,6 +149,7 @@ class _Parsed:
     seed: int | None
     stream: bool
     include_usage: bool
+    thinking: bool = False
 
 
 # ------------------------------------------------------------------------------------ output text
@@ -257,7 +258,14 @@ class SimServer:
         self._natural = NaturalAcceptance(config.method, config.k, config.acceptance_quality, config.seed)
         self._rates = lru_cache(maxsize=4096)(self._natural.conditional_rates)
         self.answer_key = load_answer_key(config.answer_key) if config.answer_key is not None else {}
-        self._answer_sources: dict[tuple[str, bool], tuple[TextSource, int]] = {}
+        # where reasoning text streams: vLLM delta.reasoning, SGLang delta.reasoning_content,
+        # TensorRT-LLM both (DOMAIN.md section 8)
+        self._reasoning_keys: tuple[bytes, bytes] = {
+            "vllm": (b"reasoning", b""),
+            "sglang": (b"reasoning_content", b""),
+            "trtllm": (b"reasoning", b"reasoning_content"),
+        }[config.dialect]
+        self._answer_sources: dict[tuple[str, bool], tuple[TextSource, int, int]] = {}
 
     # -------------------------------------------------------------- app
 
@@ -475,10 +483,19 @@ class SimServer:
             if not isinstance(options, dict):
                 raise ApiError(400, "stream_options must be an object", "stream_options")
             include_usage = _get_bool(cast(dict[str, object], options), "include_usage", False)
-        for name in ("stop", "chat_template_kwargs", "logit_bias"):
+        for name in ("stop", "logit_bias"):
             value = body.get(name)
             if value is not None and not isinstance(value, str | list | dict):
                 raise ApiError(400, f"{name} has the wrong type: {type(value).__name__}", name)
+        kwargs = body.get("chat_template_kwargs")
+        if kwargs is not None and not isinstance(kwargs, dict):
+            raise ApiError(400, "chat_template_kwargs must be an object", "chat_template_kwargs")
+        # thinking: Qwen3-style {"enable_thinking": true} or DeepSeek-style {"thinking": true}; off by default
+        thinking = (
+            chat
+            and isinstance(kwargs, dict)
+            and any(kwargs.get(k) is True for k in ("enable_thinking", "thinking"))
+        )
         return _Parsed(
             prompt_ids_count=n_prompt,
             text=text,
@@ -490,6 +507,7 @@ class SimServer:
             seed=seed,
             stream=stream,
             include_usage=include_usage,
+            thinking=thinking,
         )
 
     def _find_question(self, text: str) -> str | None:
@@ -505,7 +523,7 @@ class SimServer:
                 return best
         return None
 
-    def _answer_source(self, question: str) -> tuple[TextSource, int]:
+    def _answer_source(self, question: str) -> tuple[TextSource, int, int]:
         """Reply text for a key question: brief reasoning and ``#### N`` (right with P, seeded)."""
         rng = random.Random(stable_seed("answer", self.config.seed, question))
         correct = rng.random() < self.config.answer_accuracy
@@ -524,12 +542,12 @@ class SimServer:
         steps = "\n".join(line for line in reasoning.splitlines()[-3:] if line.strip())
         if not correct:
             steps = _NUMBER.sub(lambda m: m.group() if rng.random() < 0.7 else str(rng.randint(1, 99)), steps)
-        reply = _ascii(f"Let's solve this step by step.\n{steps}\nThe answer is {number}.\n#### {number}")
-        ids = self.tokenizer.encode(reply)
+        thought = self.tokenizer.encode(_ascii(f"Let's solve this step by step.\n{steps}\n"))
+        ids = thought + self.tokenizer.encode(_ascii(f"The answer is {number}.\n#### {number}"))
         filler = self.tokenizer.encode(" " + _corpus_text(400))
         source = TextSource.of(self.tokenizer, ids + filler)
-        self._answer_sources[(question, correct)] = (source, len(ids))
-        return source, len(ids)
+        self._answer_sources[(question, correct)] = (source, len(ids), len(thought))
+        return source, len(ids), len(thought)
 
     def _build(self, p: _Parsed, *, chat: bool) -> SimRequest:
         cfg = self.config
@@ -542,11 +560,14 @@ class SimServer:
         source = self._fixed if cfg.fixed_token_output else self._corpus
         start = rng.randrange(source.size)
         eos_at: int | None = None
+        reasoning = 0
         if self.answer_key and not cfg.synthetic:
             question = self._find_question(p.last_user)
             if question is not None:
-                source, eos_at = self._answer_source(question)
+                source, eos_at, reasoning = self._answer_source(question)
                 start = 0
+        if p.thinking and not reasoning:
+            reasoning = max(1, round(rng.lognormvariate(math.log(cfg.mean_output_tokens) - 0.18, 0.6)))
         if eos_at is None:
             sigma = 0.6
             mu = math.log(cfg.mean_output_tokens) - sigma * sigma / 2
@@ -570,6 +591,8 @@ class SimServer:
         if not cfg.synthetic:
             req.rates = self._rates(p.text, p.temperature)
             req.rng = rng
+        if p.thinking:
+            req.reasoning_left = reasoning
         if cfg.stall_after_tokens is not None:
             req.stall_at = cfg.stall_after_tokens
         if p.stream and cfg.stream_error_rate > 0 and self._fault_rng.random() < cfg.stream_error_rate:
@@ -583,6 +606,10 @@ class SimServer:
         if p.stream:
             if chat:
                 req.prefix = b"data: " + head + b'{"index":0,"delta":{"content":"'
+                first_key, second_key = self._reasoning_keys
+                req.reasoning_prefix = b"data: " + head + b'{"index":0,"delta":{"%b":"' % first_key
+                if second_key:
+                    req.reasoning_mid = b'","%b":"' % second_key
                 req.suffix = b'"},"logprobs":null,"finish_reason":null}]}\n\n'
                 req.final_suffix = b'"},"logprobs":null,"finish_reason":"%b","stop_reason":null}]}\n\n' % (
                     reason.encode()
@@ -655,9 +682,14 @@ class SimServer:
                 self._model_json,
             )
             if chat:
-                choice = (
-                    b'"message":{"role":"assistant","content":"%b","reasoning_content":null,"tool_calls":[]},'
-                    % (content)
+                reasoning = b'"%b"' % b"".join(req.reasoning_parts) if parsed.thinking else b"null"
+                first_key, second_key = self._reasoning_keys
+                fields = b'"%b":%b' % (first_key, reasoning)
+                if second_key:
+                    fields += b',"%b":%b' % (second_key, reasoning)
+                choice = b'"message":{"role":"assistant","content":"%b",%b,"tool_calls":[]},' % (
+                    content,
+                    fields,
                 )
             else:
                 choice = b'"text":"%b",' % content

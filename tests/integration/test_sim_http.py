@@ -235,3 +235,43 @@ async def test_trtllm_json_iteration_stats_drain(tmp_path: Path, session: aiohtt
             text = await resp.text()
         assert "trtllm_spec_decode_drafted_tokens_total" in text
         assert 'token_position="2"' in text
+
+
+async def test_thinking_streams_reasoning_then_content(
+    sim: SimThread, session: aiohttp.ClientSession
+) -> None:
+    keys = {
+        "vllm": ["reasoning"],
+        "sglang": ["reasoning_content"],
+        "trtllm": ["reasoning", "reasoning_content"],
+    }
+    expected = keys[sim.config.dialect]
+    body = {
+        "messages": [{"role": "user", "content": "Think about GPUs."}],
+        "max_tokens": 3000,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "chat_template_kwargs": {"enable_thinking": True},
+    }
+    async with session.post(sim.base_url + "/v1/chat/completions", json=body) as resp:
+        events = await stream_events(resp)
+    deltas = [e["choices"][0]["delta"] for e in events if e["choices"]][1:]  # after the role chunk
+    kinds = ["reasoning" if expected[0] in d else "content" for d in deltas]
+    assert kinds[0] == "reasoning"
+    assert "content" in kinds
+    assert kinds == sorted(kinds, key=lambda k: k == "content")  # all reasoning first, then content
+    for d in deltas:
+        if expected[0] in d:
+            assert sorted(d) == sorted(expected)
+            assert len({d[k] for k in expected}) == 1
+    assert events[-1]["usage"]["completion_tokens"] == 3000
+    body.update(stream=False, stream_options=None, max_tokens=2000)
+    async with session.post(sim.base_url + "/v1/chat/completions", json=body) as resp:
+        message = (await resp.json())["choices"][0]["message"]
+    assert message[expected[0]]
+    assert message["content"]
+    body["chat_template_kwargs"] = {"enable_thinking": False}
+    async with session.post(sim.base_url + "/v1/chat/completions", json=body) as resp:
+        message = (await resp.json())["choices"][0]["message"]
+    assert message[expected[0]] is None

@@ -238,3 +238,24 @@ async def test_greedy_requests_are_reproducible(session: aiohttp.ClientSession, 
     assert texts[0][0] == texts[1][0]
     assert accepted[0] == accepted[1]
     assert (texts[2][0], accepted[2]) != (texts[0][0], accepted[0])
+
+
+async def test_answer_mode_with_thinking_puts_steps_in_reasoning(
+    tmp_path: Path, session: aiohttp.ClientSession
+) -> None:
+    cfg = SimConfig(port=0, time_scale=0, answer_key=_key(tmp_path), answer_accuracy=1.0)
+    with start_in_thread(cfg.validate()) as sim:
+        body = {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": "A book costs $12 and a pen costs $3. What do both cost together?",
+                }
+            ],
+            "max_tokens": 256,
+            "chat_template_kwargs": {"enable_thinking": True},
+        }
+        async with session.post(sim.base_url + "/v1/chat/completions", json=body) as resp:
+            message = (await resp.json())["choices"][0]["message"]
+    assert message["reasoning"].startswith("Let's solve this step by step.")
+    assert message["content"] == "The answer is 15.\n#### 15"
