@@ -14,6 +14,8 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from alflow.acceptance.knobs import SGLANG_LEN_ENV, SGLANG_METHOD_ENV, SGLANG_TOKEN_MODE_ENV, TRTLLM_ENV
+
 REDACTED = "***"
 SECRET_NAME_HINTS = (
     "TOKEN",
@@ -26,6 +28,9 @@ SECRET_NAME_HINTS = (
     "CREDENTIAL",
 )
 """An environment variable whose name contains one of these is treated as a secret and redacted."""
+KNOB_ENV_NAMES = frozenset({SGLANG_LEN_ENV, SGLANG_METHOD_ENV, SGLANG_TOKEN_MODE_ENV, TRTLLM_ENV})
+"""Environment variables that force acceptance: only a Launch's own env may set them (recipes put them
+there from the config's ``synthetic``; runners never pass them through from their own environment)."""
 DEFAULT_FILES_DIR = "/alflow"
 """Where launch files live by default (in a container; a process runner relocates them)."""
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})  # noqa: S104 (names of wildcard addresses)

@@ -5,18 +5,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from alflow.acceptance.knobs import (
-    SGLANG_LEN_ENV,
-    SGLANG_METHOD_ENV,
-    SGLANG_TOKEN_MODE_ENV,
-    TRTLLM_ENV,
-    SyntheticKnobs,
-    render_knobs,
-)
+from alflow.acceptance.knobs import SyntheticKnobs, render_knobs
 from alflow.acceptance.synthetic import SyntheticAcceptanceError
 from alflow.config import ServerConfig
 from infra.errors import RecipeError
-from infra.launch import free_port
+from infra.launch import KNOB_ENV_NAMES, free_port
 
 _VERSION_TAG = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+\-_].*)?$")
 
@@ -74,10 +67,6 @@ def render_synthetic(config: ServerConfig, framework: str) -> SyntheticKnobs | N
         )
     except SyntheticAcceptanceError as exc:
         raise RecipeError(str(exc)) from exc
-
-
-KNOB_ENV_NAMES = frozenset({SGLANG_LEN_ENV, SGLANG_METHOD_ENV, SGLANG_TOKEN_MODE_ENV, TRTLLM_ENV})
-"""Environment variables that switch synthetic acceptance on: only ``synthetic`` may set them."""
 
 
 def check_extra_args(framework: str, extra_args: tuple[str, ...], managed: frozenset[str]) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from alflow.config import ProcessOptions
 from infra.errors import RunnerError
-from infra.launch import Launch, redact_text
+from infra.launch import KNOB_ENV_NAMES, Launch, redact_text
 from infra.runners.base import LOG_TAIL_LINES, ServerHandle, tail_lines, wait_for_health
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,10 @@ class ProcessRunner:
                 (files_dir / item.name).write_text(item.content, encoding="utf-8")
             launch = launch.relocated(str(files_dir))
         secrets = self._secret_values(launch)
-        env = {**os.environ, **launch.env, **secrets}
+        # The runner's own environment is inherited, except variables that would force acceptance behind
+        # the config's back (a stray SGLANG_SIMULATE_ACC_LEN in a shell would make a "real" run synthetic).
+        inherited = {k: v for k, v in os.environ.items() if k not in KNOB_ENV_NAMES}
+        env = {**inherited, **launch.env, **secrets}
         log_path = run_dir / "server.log"
         log.info("starting %s server: %s (log %s)", launch.framework, launch.command_line(), log_path)
         with log_path.open("ab") as log_file:

@@ -214,3 +214,23 @@ def test_stale_handle_never_kills_a_reused_pid() -> None:
     finally:
         other.kill()
         other.wait()
+
+
+def test_stray_knob_variables_in_the_runners_environment_are_not_inherited(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS", "1.5")
+    monkeypatch.setenv("ALFLOW_TEST_PASSTHROUGH", "yes")
+    script = (
+        "import os; print('knob', os.environ.get('TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS'),"
+        " os.environ.get('ALFLOW_TEST_PASSTHROUGH'), flush=True)"
+    )
+    launch = Launch(
+        framework="test", dialect="vllm", model="m", argv=(sys.executable, "-c", script), port=free_port()
+    )
+    runner = ProcessRunner()
+    handle = runner.start(launch)
+    with pytest.raises(ServerStartError, match="exited with code 0"):
+        runner.wait_ready(handle, timeout_s=10)
+    assert "knob None yes" in runner.logs(handle)
+    runner.stop(handle)
