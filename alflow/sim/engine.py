@@ -343,7 +343,10 @@ class Engine:
         decode = [r for r in self.running if not r.finished]
         if cfg.time_scale > 0:
             prefill = sum(r.prompt_tokens for r in admitted)
-            dt = self.profile.step_s(len(decode), self.k, self._context_tokens, prefill) * cfg.time_scale
+            dt = (
+                self.profile.step_s(len(decode), self.k, self._context_tokens, prefill, cfg.method)
+                * cfg.time_scale
+            )
             now = time.monotonic()
             # a busy engine keeps a continuous timeline, so sleep overshoot does not accumulate
             start = self._last_end if now - self._last_end < 0.05 else now

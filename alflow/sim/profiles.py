@@ -8,7 +8,9 @@ the compute time, plus a fixed overhead and the drafter's cost:
   every weight once per step; a mixture-of-experts model reads its dense part and the experts that
   the step's ``B * (K + 1)`` tokens touch: ``expert_bytes * (1 - (1 - top_k / experts) ^ tokens)``;
 - compute: ``B * (K + 1) * 2 * active_params / flops``;
-- drafter: ``K * (draft_bytes / bw + overhead_per_draft_s)`` (zero drafts when K = 0);
+- drafter: ``K * (draft_bytes * m / bw + overhead_per_draft_s)`` where ``m`` is the method's size
+  factor (:data:`DRAFT_COST_FACTOR`: an MTP or EAGLE head 1, a separate draft model 4, n-gram lookup
+  0, which also has no per-draft overhead);
 - prefill: ``prompt_tokens * 2 * active_params / flops_prefill`` (compute bound).
 
 Bandwidth and FLOPs are the peak figures times an efficiency. The predicted time per output token at
@@ -59,7 +61,7 @@ class Profile:
         untouched = (1.0 - self.experts_per_token / self.num_experts) ** max(tokens, 1)
         return self.dense_weight_bytes + self.expert_weight_bytes * (1.0 - untouched)
 
-    def decode_step_s(self, batch: int, k: int, context_tokens: int) -> float:
+    def decode_step_s(self, batch: int, k: int, context_tokens: int, method: str = "mtp") -> float:
         """Seconds for one verify step of ``batch`` requests with ``context_tokens`` KV tokens in all."""
         if batch <= 0:
             return 0.0
@@ -67,7 +69,8 @@ class Profile:
         bw = self.effective_bw
         memory_s = (self.weights_read_bytes(tokens) + context_tokens * self.kv_bytes_per_token) / bw
         compute_s = tokens * 2.0 * self.active_params / self.effective_flops
-        draft_s = k * (self.draft_weight_bytes / bw + self.draft_overhead_s)
+        factor = DRAFT_COST_FACTOR.get(method, 1.0)
+        draft_s = k * (self.draft_weight_bytes * factor / bw + (self.draft_overhead_s if factor else 0.0))
         return max(memory_s, compute_s) + draft_s + self.step_overhead_s
 
     def prefill_s(self, prompt_tokens: int) -> float:
@@ -76,12 +79,16 @@ class Profile:
             return 0.0
         return prompt_tokens * 2.0 * self.active_params / self.effective_flops
 
-    def step_s(self, batch: int, k: int, context_tokens: int, prefill_tokens: int) -> float:
+    def step_s(
+        self, batch: int, k: int, context_tokens: int, prefill_tokens: int, method: str = "mtp"
+    ) -> float:
         """Seconds for one engine step: verify of ``batch`` requests plus prefill of new prompts."""
-        return self.decode_step_s(batch, k, context_tokens) + self.prefill_s(prefill_tokens)
+        return self.decode_step_s(batch, k, context_tokens, method) + self.prefill_s(prefill_tokens)
 
 
-def predicted_tpot_s(profile: Profile, k: int, al: float, prompt_tokens: int, output_tokens: int) -> float:
+def predicted_tpot_s(
+    profile: Profile, k: int, al: float, prompt_tokens: int, output_tokens: int, method: str = "mtp"
+) -> float:
     """Predicted time per output token at concurrency 1: ``mean verify-step time / AL``.
 
     The context grows from ``prompt_tokens`` to ``prompt_tokens + output_tokens``; step time is
@@ -90,10 +97,13 @@ def predicted_tpot_s(profile: Profile, k: int, al: float, prompt_tokens: int, ou
     if al < 1.0:
         raise InvalidInputError(f"AL={al} must be at least 1")
     mid = prompt_tokens + output_tokens // 2
-    return profile.decode_step_s(1, k, mid) / al
+    return profile.decode_step_s(1, k, mid, method) / al
 
 
 _GB = 1e9
+
+DRAFT_COST_FACTOR: dict[str, float] = {"mtp": 1.0, "eagle3": 1.0, "draft_model": 4.0, "ngram": 0.0}
+"""Drafter cost per draft token relative to the profile's draft head (n-gram lookup costs nothing)."""
 
 PROFILES: dict[str, Profile] = {
     p.name: p

@@ -89,3 +89,10 @@ def test_draw_natural_matches_expected_al() -> None:
     mean = 1 + sum(draw_natural(rates, rng) for _ in range(n)) / n
     expected = 1 + rates[0] + rates[0] * rates[1] + rates[0] * rates[1] * rates[2]
     assert mean == pytest.approx(expected, abs=0.02)
+
+
+def test_drafter_cost_depends_on_method() -> None:
+    p = get_profile("h200-llama70b")
+    ngram, mtp, draft = (p.decode_step_s(1, 3, 1000, m) for m in ("ngram", "mtp", "draft_model"))
+    assert ngram < mtp < draft
+    assert ngram == pytest.approx(p.decode_step_s(1, 0, 1000))
