@@ -83,11 +83,15 @@ class Runner(Protocol):
         ...
 
 
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+"""An opener that ignores *_proxy variables: health checks go straight to the server."""
+
+
 def health_ok(url: str, timeout_s: float = 2.0) -> bool:
-    """True when ``GET url`` answers 200 within ``timeout_s``."""
+    """True when ``GET url`` answers 200 within ``timeout_s`` (no proxy in between)."""
     request = urllib.request.Request(url, method="GET")  # noqa: S310 (http URLs built by alflow)
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310
+        with _DIRECT.open(request, timeout=timeout_s) as response:
             return int(response.status) == 200
     except (urllib.error.URLError, OSError, ValueError):
         return False

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import http.server
 import threading
-import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -14,6 +13,7 @@ from alflow.metrics.names import SGLANG_METRICS_PATH, TRTLLM_METRICS_PATH
 from infra.errors import RunnerError, ServerStartError
 from infra.recipes import build_launch
 from infra.runners import ExternalRunner, make_runner, running_server
+from infra.runners.base import health_ok
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -49,8 +49,7 @@ def test_attach_wait_and_never_stop(server: str) -> None:
         assert handle.provenance["external"] is True
         assert runner.logs(handle) == ""
     # still running after stop
-    with urllib.request.urlopen(server + "/health", timeout=2) as response:
-        assert response.status == 200
+    assert health_ok(server + "/health")
 
 
 def test_explicit_metrics_url_and_dialect_mismatch(server: str) -> None:

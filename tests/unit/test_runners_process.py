@@ -7,7 +7,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from alflow.config import ProcessOptions
 from infra.errors import ServerStartError
 from infra.launch import Launch, LaunchFile, free_port
 from infra.runners import ProcessRunner, ServerHandle, make_runner, running_server
+from infra.runners.base import health_ok
 from infra.runners.process import pid_of, process_id
 
 # A tiny server: /health answers 200 once READY_AFTER seconds have passed; behaviour from the env.
@@ -97,8 +97,7 @@ def test_start_wait_stop(tmp_path: Path) -> None:
         assert handle.runner == "process"
         assert handle.base_url == f"http://127.0.0.1:{launch.port}"
         assert handle.metrics_url == handle.base_url + "/metrics"
-        with urllib.request.urlopen(handle.health_url, timeout=2) as response:
-            assert response.status == 200
+        assert health_ok(handle.health_url)
         pid = pid_of(handle.id)
         assert alive(pid)
         assert handle.log_path is not None
