@@ -28,9 +28,10 @@ from alflow.config import DockerOptions, ServerConfig, SpeculativeConfig, Synthe
 from infra.errors import RunnerError, ServerStartError
 from infra.images import ensure_sim_image, sim_docker_options
 from infra.launch import Launch, free_port
+from infra.lifecycle import start_server, stop_server
 from infra.recipes import build_launch
 from infra.recipes.sim import SIM_IMAGE
-from infra.runners import DockerRunner, running_server
+from infra.runners import DockerRunner, ServerHandle, running_server
 from infra.runners.docker import LABEL, LABEL_CREATED, LABEL_RUN_ID, docker_client
 
 ALFLOW = str(Path(sys.executable).with_name("alflow"))
@@ -320,3 +321,24 @@ def test_a_container_that_cannot_start_is_removed(client: docker.DockerClient, s
     with pytest.raises(RunnerError, match="cannot start container"):
         runner.start(sim_launch(al=None))
     assert not client.containers.list(all=True, filters={"label": f"{LABEL_RUN_ID}={runner.run_id}"})
+
+
+def test_lifecycle_with_docker_options_stops_from_a_fresh_runner(
+    client: docker.DockerClient, sim_image: str
+) -> None:
+    """start_server/stop_server: the handle alone (plain data) is enough to stop the container later."""
+    options = sim_docker_options()
+    config = ServerConfig(
+        framework="sim", model="m", host="127.0.0.1", readiness_timeout_s=30, extra_args=("--time-scale", "0")
+    )
+    rid = run_id()
+    handle = start_server(config, options, run_id=rid)
+    # as if it came back from a task result: plain data, no live SDK object
+    copy = ServerHandle(**json.loads(json.dumps(handle.to_dict())))
+    try:
+        assert copy == handle
+        assert handle.provenance["run_id"] == rid
+        assert client.containers.get(handle.id).status == "running"
+    finally:
+        stop_server(copy, options)
+    assert gone(client, handle.id)
