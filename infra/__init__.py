@@ -2,4 +2,25 @@
 
 ``infra`` sits between the core library (``alflow``) and the Prefect tasks: it may import ``alflow``,
 never Prefect and never ``tasks``/``flows``.
+
+Typical use (the tasks layer does the same through :mod:`infra.lifecycle`)::
+
+    from alflow.config import DockerOptions, ServerConfig, SpeculativeConfig, SyntheticAcceptance
+    from infra.lifecycle import serving
+
+    config = ServerConfig(
+        framework="vllm",
+        model="deepseek-ai/DeepSeek-V3",
+        image="vllm/vllm-openai:v0.11.0",
+        parallelism={"tp": 8},
+        speculative=SpeculativeConfig(method="mtp", k=3),
+        synthetic=SyntheticAcceptance(target_al=2.49),
+    )
+    with serving(config, DockerOptions(gpus="all")) as handle:
+        ...  # handle.base_url, handle.metrics_url, handle.dialect, handle.image_digest
+
+- :mod:`infra.recipes`: one recipe per framework (vllm, sglang, trtllm, sim) -> :class:`infra.launch.Launch`.
+- :mod:`infra.runners`: ``process``, ``docker``, ``external`` (registry :data:`infra.runners.RUNNERS`).
+- :mod:`infra.images`: the local simulator image for Docker without a registry.
+- :mod:`infra.cli`: ``alflow infra cleanup`` and ``alflow infra sim-image``.
 """
