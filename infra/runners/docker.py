@@ -34,7 +34,9 @@ from docker.types import DeviceRequest
 
 from alflow.config import DockerOptions
 from infra.errors import RunnerError
+from infra.images import ensure_sim_image
 from infra.launch import WILDCARD_HOSTS, Launch, LaunchFile, connect_host, redact_text
+from infra.recipes.sim import SIM_IMAGE
 from infra.runners.base import LOG_TAIL_LINES, ServerHandle, wait_for_health
 
 log = logging.getLogger(__name__)
@@ -189,6 +191,9 @@ class DockerRunner:
         if policy != "always":
             with contextlib.suppress(docker.errors.ImageNotFound):
                 found = self.client.images.get(image)
+        if found is None and image == SIM_IMAGE:
+            ensure_sim_image(self.client, image)  # made locally, never pulled
+            found = self.client.images.get(image)
         if found is None:
             if policy == "never":
                 raise RunnerError(f"image {image!r} is not present locally and pull='never'")
