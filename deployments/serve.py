@@ -1,0 +1,73 @@
+"""Serve every deployment of ``prefect.yaml`` from this process (no work pool or worker needed).
+
+    PREFECT_API_URL=http://127.0.0.1:4200/api python -m deployments.serve [--only m2-benchmark ...]
+
+The deployments, their parameters and schedules are read from ``prefect.yaml`` (the one source),
+so serving and deploying never drift apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from pathlib import Path
+from typing import Any
+
+import yaml
+from prefect import Flow, serve
+from prefect.client.schemas.schedules import CronSchedule
+from prefect.deployments.runner import RunnerDeployment
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_deployments(path: Path = ROOT / "prefect.yaml") -> list[dict[str, Any]]:
+    """The ``deployments`` list of prefect.yaml."""
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    deployments: list[dict[str, Any]] = data.get("deployments") or []
+    return deployments
+
+
+def load_flow(entrypoint: str) -> Flow[..., Any]:
+    """The flow object named by an entrypoint ``path/to/file.py:function`` (relative to the repo)."""
+    file, _, name = entrypoint.partition(":")
+    module = file.removesuffix(".py").replace("/", ".")
+    flow = getattr(importlib.import_module(module), name)
+    if not isinstance(flow, Flow):
+        raise TypeError(f"{entrypoint} is not a Prefect flow")
+    return flow
+
+
+def schedules(spec: dict[str, Any]) -> list[CronSchedule]:
+    """The cron schedules of one deployment (active ones only)."""
+    return [
+        CronSchedule(cron=s["cron"], timezone=s.get("timezone", "UTC"))
+        for s in spec.get("schedules") or []
+        if s.get("active", True) and "cron" in s
+    ]
+
+
+def main() -> None:
+    """Serve the deployments named with --only (default: all)."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--only", nargs="*", help="deployment names to serve (default: all)")
+    args = parser.parse_args()
+    runnables: list[RunnerDeployment] = []
+    for spec in load_deployments():
+        if args.only and spec["name"] not in args.only:
+            continue
+        flow = load_flow(spec["entrypoint"])
+        deployment = flow.to_deployment(
+            name=spec["name"],
+            description=spec.get("description"),
+            parameters=spec.get("parameters") or {},
+            tags=spec.get("tags") or [],
+            schedules=schedules(spec),
+        )
+        assert isinstance(deployment, RunnerDeployment)  # sync context: not a coroutine
+        runnables.append(deployment)
+    serve(*runnables)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""The M0, M1 and M2 flows against the sim engine under one Prefect test harness."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from alflow.acceptance.reference import load_reference
+from alflow.acceptance.stats import from_steps
+from alflow.config import (
+    BenchmarkParams,
+    CalibrateParams,
+    GateParams,
+    Gsm8kSettings,
+    LoadConfig,
+    ModelSpec,
+    RandomWorkload,
+    SamplingParams,
+    ServerConfig,
+    ServerPlacement,
+    SpeedBenchWorkload,
+)
+from alflow.evals.run import bundled_gsm8k
+from alflow.results.store import open_run
+from flows.benchmark import benchmark
+from flows.calibrate import calibrate
+from flows.gate import gate
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+MODEL = ModelSpec(id="test-llama", sampling_thinking_off=SamplingParams(temperature=0.0, max_tokens=256))
+PROMPTS = SpeedBenchWorkload(category="coding", max_tokens=256)
+FAST = ("--time-scale", "0", "--seed", "5")
+
+
+def _placement(tmp_path: Path) -> ServerPlacement:
+    return ServerPlacement(results_root=str(tmp_path / "results"))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_m0_writes_the_reference_table_and_reuses_cached_points(tmp_path: Path) -> None:
+    step_log = tmp_path / "steps.jsonl"
+    params = CalibrateParams(
+        models=(MODEL,),
+        ks=(3,),
+        server=ServerConfig(framework="sim", model=MODEL.id, extra_args=(*FAST, "--step-log", str(step_log))),
+        placement=_placement(tmp_path),
+        workload=PROMPTS,
+        load=LoadConfig(concurrency=4),
+        reference_path=str(tmp_path / "ref.yaml"),
+    )
+    out = calibrate(params)
+    table = load_reference(tmp_path / "ref.yaml")
+    assert table.kind == "simulated"
+    entry = table.lookup(MODEL.id, "mtp", "off", 3)
+    assert entry.provenance is not None
+    assert entry.provenance.dataset == "alflow-demo"
+    assert entry.provenance.framework == "sim"
+    # the table's AL is the sim's own count of accepted drafts over its verify steps
+    steps = [json.loads(line) for line in step_log.read_text().splitlines()]
+    accepted = [a for s in steps for a in s["accepted"]]
+    truth = from_steps(accepted, 3)
+    assert truth.al is not None
+    assert entry.al == pytest.approx(truth.al, abs=1e-9)
+    assert entry.ci_low is not None
+    assert entry.ci_high is not None
+    assert entry.ci_low <= truth.al <= entry.ci_high
+    assert entry.al > 2.8  # coding prompts accept a lot with MTP
+    assert out["cached_points"] == []
+    assert open_run(out["run_dir"]).status == "complete"
+
+    again = calibrate(params)
+    assert again["cached_points"] == [f"{MODEL.id} K=3"]
+    assert load_reference(tmp_path / "ref.yaml").lookup(MODEL.id, "mtp", "off", 3).al == entry.al
+
+
+def _gate_params(tmp_path: Path, reference: Path, dialect: str, quality: str) -> GateParams:
+    sim = (*FAST, "--answer-key", str(bundled_gsm8k("test")), "--answer-accuracy", "0.95")
+    return GateParams(
+        model=MODEL,
+        k=3,
+        server=ServerConfig(
+            framework="sim",
+            model=MODEL.id,
+            sim_dialect=dialect,  # type: ignore[arg-type]
+            extra_args=(*sim, "--acceptance-quality", quality),
+        ),
+        placement=_placement(tmp_path),
+        reference_path=str(reference),
+        workload=PROMPTS,
+        load=LoadConfig(concurrency=4),
+        gsm8k=Gsm8kSettings(limit=60),
+    )
+
+
+def test_m1_passes_a_healthy_framework_and_fails_a_degraded_one(tmp_path: Path) -> None:
+    reference = tmp_path / "ref.yaml"
+    calibrate(
+        CalibrateParams(
+            models=(MODEL,),
+            ks=(3,),
+            server=ServerConfig(framework="sim", model=MODEL.id, extra_args=FAST),
+            placement=_placement(tmp_path),
+            workload=PROMPTS,
+            load=LoadConfig(concurrency=4),
+            reference_path=str(reference),
+            cache_days=0,
+        )
+    )
+    ok = gate(_gate_params(tmp_path, reference, "vllm", "1.0"))
+    assert ok["passed"]
+    assert [v["gate"] for v in ok["verdicts"]] == ["al", "gsm8k-accuracy"]
+
+    state = gate(_gate_params(tmp_path, reference, "sglang", "0.5"), return_state=True)
+    assert state.is_failed()
+    message = str(state.message)
+    assert "AL gate FAILED" in message
+    assert "< threshold" in message
+    assert "AL 1." in message
+    runs = sorted((tmp_path / "results" / "m1").iterdir())
+    failed_run = open_run(runs[-1])
+    assert failed_run.status == "failed"
+    assert not failed_run.json("summary")["passed"]
+
+
+def _bench_params(tmp_path: Path, *extra: str) -> BenchmarkParams:
+    return BenchmarkParams(
+        model=MODEL,
+        k=3,
+        server=ServerConfig(framework="sim", model=MODEL.id, extra_args=(*FAST, *extra)),
+        placement=_placement(tmp_path),
+        target_al=2.73,
+        workload=RandomWorkload(isl=128, osl=64),
+        concurrencies=(4, 16),
+    )
+
+
+def test_m2_audit_passes_on_target_and_fails_off_target(tmp_path: Path) -> None:
+    out = benchmark(_bench_params(tmp_path))
+    assert [p["valid"] for p in out["points"]] == [True, True]
+    assert all(abs(p["achieved_al"] - 2.73) < 0.05 for p in out["points"])
+    stored = open_run(out["run_dir"])
+    assert stored.complete
+    assert stored.table("spec_stats").height == 2
+    assert stored.table("requests").height == 10 * 4 + 10 * 16 + 2 * 4 + 2 * 16
+    assert "SIMULATED" in (Path(out["run_dir"]) / "report.md").read_text()
+
+    state = benchmark(_bench_params(tmp_path, "--synthetic-al", "2.2"), return_state=True)
+    assert state.is_failed()
+    assert "synthetic audit FAILED" in str(state.message)
+    assert "expected 2.7300" in str(state.message)
+
+
+def test_servers_are_stopped_after_a_failed_flow(tmp_path: Path) -> None:
+    params = _bench_params(tmp_path, "--synthetic-al", "2.2")
+    state = benchmark(params, return_state=True)
+    assert state.is_failed()
+    run_dir = sorted((tmp_path / "results" / "m2").iterdir())[-1]
+    server = open_run(run_dir).manifest["provenance"]["server"]
+    assert not _alive(int(str(server["id"]).split("@")[0]))  # the process runner id is pid@start-time
