@@ -1,0 +1,168 @@
+"""A real `prefect server`, deployments from prefect.yaml, a process worker, UI-style custom runs.
+
+Two runs of `m2-benchmark` aimed at one GPU host (one global concurrency limit of 1) are submitted
+together; the worker starts both, and the limit makes their servers live one after the other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+PREFECT = str(Path(sys.executable).parent / "prefect")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    home = tmp_path_factory.mktemp("prefect-home")
+    port = _free_port()
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(home),
+        "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{home}/prefect.db",
+        "ALFLOW_HOME": str(ROOT),
+        "DO_NOT_TRACK": "1",
+    }
+    log = (home / "server.log").open("wb")
+    server = subprocess.Popen(
+        [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            pytest.fail(f"prefect server exited: {(home / 'server.log').read_text()[-2000:]}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    else:
+        server.kill()
+        pytest.fail("prefect server did not become healthy within 180 s")
+    try:
+        yield env
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+
+
+def _cli(env: dict[str, str], *args: str, timeout: float = 180) -> str:
+    out = subprocess.run(
+        [PREFECT, "--no-prompt", *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert out.returncode == 0, (
+        f"prefect {' '.join(args)} failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}"
+    )
+    return out.stdout
+
+
+def _m2_parameters(tmp_path: Path, tag: str) -> dict[str, Any]:
+    spec = next(
+        d
+        for d in yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"]
+        if d["name"] == "m2-benchmark"
+    )
+    params: dict[str, Any] = spec["parameters"]["params"]
+    params["placement"] = {
+        "runner": {"kind": "process"},
+        "gpu_host": "gpu-e2e-node",
+        "strict_limit": True,
+        "results_root": str(tmp_path / f"results-{tag}"),
+    }
+    params["concurrencies"] = [4]
+    return {"params": params}
+
+
+async def _api(env: dict[str, str], method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    async with httpx.AsyncClient(base_url=env["PREFECT_API_URL"], timeout=30) as client:
+        resp = await client.request(method, path, json=body)
+        resp.raise_for_status()
+        return resp.json()
+
+
+def test_ui_style_runs_on_a_worker_share_one_gpu_host_in_turn(
+    prefect_server: dict[str, str], tmp_path: Path
+) -> None:
+    env = prefect_server
+    _cli(env, "work-pool", "create", "local", "--type", "process")
+    _cli(env, "gcl", "create", "gpu-e2e-node", "--limit", "1")
+    _cli(env, "deploy", "--name", "m2-benchmark")
+
+    deployment = asyncio.run(_api(env, "GET", "/deployments/name/m2-benchmark/m2-benchmark"))
+    runs = [
+        asyncio.run(
+            _api(
+                env,
+                "POST",
+                f"/deployments/{deployment['id']}/create_flow_run",
+                {"parameters": _m2_parameters(tmp_path, tag), "state": {"type": "SCHEDULED"}},
+            )
+        )
+        for tag in ("a", "b")
+    ]
+    worker = subprocess.run(
+        [PREFECT, "worker", "start", "--pool", "local", "--run-once", "--limit", "2"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=480,
+        check=False,
+    )
+    states = [asyncio.run(_api(env, "GET", f"/flow_runs/{r['id']}"))["state"] for r in runs]
+    assert all(s["type"] == "COMPLETED" for s in states), (
+        f"{states}\n{worker.stdout[-3000:]}\n{worker.stderr[-3000:]}"
+    )
+
+    windows = []
+    for run in runs:
+        task_runs = asyncio.run(
+            _api(env, "POST", "/task_runs/filter", {"flow_runs": {"id": {"any_": [run["id"]]}}, "limit": 200})
+        )
+        by_name = {t["name"].rsplit("-", 1)[0]: t for t in task_runs}
+        start = by_name["start_server"]["start_time"]
+        end = by_name["stop_server"]["end_time"]
+        windows.append((start, end))
+        artifacts = asyncio.run(
+            _api(env, "POST", "/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [run["id"]]}}})
+        )
+        kinds = {a["type"] for a in artifacts}
+        assert {"markdown", "table", "progress"} <= kinds, kinds
+    (_, a_end), (b_start, _) = sorted(windows)
+    assert a_end <= b_start, f"servers of the two runs overlapped: {windows}"
