@@ -140,7 +140,12 @@ class SimProcess:
     ) -> None:
         self.args = list(args)
         self.env = dict(os.environ if env is None else env)
-        self.timeout_s = timeout_s
+        delay = _flag_value(self.args, "--startup-delay")
+        try:
+            extra_s = float(delay) if delay is not None else 0.0
+        except ValueError:
+            extra_s = 0.0  # the server itself reports the bad value
+        self.timeout_s = timeout_s + max(0.0, extra_s)
         self.python = python
         self.host = host
         self.port = 0
