@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import ClassVar
 
 from alflow.config import ProcessOptions
 from infra.errors import RunnerError
@@ -35,6 +36,10 @@ class ProcessRunner:
     """Starts a Launch as a local process group and stops it with SIGTERM, then SIGKILL."""
 
     name = "process"
+    # Shared by every instance in this Python process, so a runner built later (another task, a
+    # stop_server call) finds the child, stops it and reaps it (no zombie, no ResourceWarning).
+    _procs: ClassVar[dict[str, subprocess.Popen[bytes]]] = {}
+    _secrets: ClassVar[dict[str, Mapping[str, str]]] = {}
 
     def __init__(
         self,
@@ -46,8 +51,6 @@ class ProcessRunner:
         self.options = options or ProcessOptions()
         self.run_id = run_id or uuid.uuid4().hex
         self._secret_source: SecretSource = secret_source or os.environ.get
-        self._procs: dict[str, subprocess.Popen[bytes]] = {}
-        self._secrets: dict[str, Mapping[str, str]] = {}
 
     def _secret_values(self, launch: Launch) -> dict[str, str]:
         names = dict.fromkeys((*self.options.secrets, *launch.secret_env))

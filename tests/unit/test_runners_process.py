@@ -185,9 +185,10 @@ def test_stop_from_another_runner_instance() -> None:
     first.wait_ready(handle)
     t0 = time.monotonic()
     ProcessRunner(ProcessOptions(stop_timeout_s=5.0)).stop(handle)
-    assert time.monotonic() - t0 < 2.0  # SIGTERM was enough; the zombie counts as exited
+    assert time.monotonic() - t0 < 2.0  # SIGTERM was enough
     assert not alive(pid_of(handle.id))
-    first.stop(handle)  # reaps the child
+    assert not Path(f"/proc/{pid_of(handle.id)}").exists()  # reaped too: no zombie left
+    first.stop(handle)  # idempotent
 
 
 def test_stale_handle_never_kills_a_reused_pid() -> None:
