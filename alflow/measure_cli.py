@@ -19,7 +19,7 @@ import logging
 import sys
 import time
 from collections.abc import Coroutine, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -41,7 +41,14 @@ from alflow.loadgen.endpoints import Sampling
 from alflow.loadgen.records import RequestRecord, records_frame, write_records
 from alflow.loadgen.runner import LoadAbortedError, LoadResult, LoadSpec, Target, run_load
 from alflow.metrics.client import SLO, GpuLayout, summarize
-from alflow.metrics.dialects import Dialect, MissingMetricsError, candidate_metrics_urls, detect, get_dialect
+from alflow.metrics.dialects import (
+    Dialect,
+    MissingMetricsError,
+    candidate_metrics_urls,
+    detect,
+    get_dialect,
+    sglang_server_info_al,
+)
 from alflow.metrics.prometheus import (
     PeriodicScraper,
     PromQLWindow,
@@ -269,7 +276,7 @@ async def _bench(a: _BenchArgs) -> tuple[dict[str, Any], bool]:
     num_prompts = spec.num_prompts or (10 * spec.concurrency if a.dataset is DatasetName.random else 0)
     sessions, warm = _load_sessions(a, num_prompts or 1)
     if spec.num_prompts is None and a.dataset is DatasetName.random and spec.duration_s is None:
-        spec = _replace_spec(spec, num_prompts=num_prompts)
+        spec = replace(spec, num_prompts=num_prompts)
     sink: list[RequestRecord] = []
     snapshots: dict[str, Any] = {}
     summary: dict[str, Any] = {}
@@ -329,6 +336,11 @@ async def _bench(a: _BenchArgs) -> tuple[dict[str, Any], bool]:
                 "background_scrapes": len(series),
                 "scrape_errors": bg.errors[:5] if bg is not None else [],
             }
+            if metrics[1].name == "sglang":
+                with contextlib.suppress(AlflowError):
+                    spec_block["sglang_server_info_avg_accept_length_lifetime"] = await sglang_server_info_al(
+                        a.base_url, session=http
+                    )
             snapshots = {
                 "baseline": baseline[0].to_dict(),
                 "final": final.to_dict(),
@@ -404,12 +416,6 @@ def _sampling_dict(s: Sampling) -> dict[str, Any]:
     if s.extra_body:
         out["extra_body"] = dict(s.extra_body)
     return out
-
-
-def _replace_spec(spec: LoadSpec, **changes: Any) -> LoadSpec:
-    from dataclasses import replace
-
-    return replace(spec, **changes)
 
 
 def _print_summary(s: dict[str, Any]) -> None:

@@ -16,7 +16,10 @@ no class of its own: :func:`detect` recognises whichever it exposes.
 
 from __future__ import annotations
 
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
+
+import aiohttp
+import orjson
 
 from alflow.acceptance.stats import SpecStats, from_counters
 from alflow.errors import AlflowError, InvalidInputError
@@ -202,3 +205,38 @@ def candidate_metrics_urls(base_url: str, dialect: str = "auto") -> list[str]:
         else [d.metrics_path for d in DIALECTS.values()]
     )
     return [base + p for p in dict.fromkeys(paths)]
+
+
+async def sglang_server_info_al(
+    base_url: str, *, session: aiohttp.ClientSession | None = None, timeout_s: float = 10.0
+) -> list[float]:
+    """SGLang's cumulative AL per data-parallel rank from ``GET /server_info`` (since server start).
+
+    Falls back to the deprecated ``/get_server_info``. Lifetime values (warm-up included): a
+    cross-check of the windowed counters, never a replacement for them.
+    """
+    if session is None:
+        async with aiohttp.ClientSession() as own:
+            return await sglang_server_info_al(base_url, session=own, timeout_s=timeout_s)
+    base = base_url.rstrip("/").removesuffix("/v1")
+    problems: list[str] = []
+    for path in (names.SGLANG_SERVER_INFO_PATH, names.SGLANG_SERVER_INFO_DEPRECATED_PATH):
+        try:
+            async with session.get(base + path, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+                if resp.status != 200:
+                    problems.append(f"{path}: HTTP {resp.status}")
+                    continue
+                data: Any = orjson.loads(await resp.read())
+        except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as exc:
+            problems.append(f"{path}: {exc or type(exc).__name__}")
+            continue
+        states = data.get("internal_states") if isinstance(data, dict) else None
+        values = [
+            float(st[names.SGLANG_AVG_ACCEPT_LENGTH_KEY])
+            for st in states or []
+            if isinstance(st, dict) and isinstance(st.get(names.SGLANG_AVG_ACCEPT_LENGTH_KEY), int | float)
+        ]
+        if values:
+            return values
+        problems.append(f"{path}: no internal_states[].{names.SGLANG_AVG_ACCEPT_LENGTH_KEY}")
+    raise MissingMetricsError(f"no SGLang server info at {base}: {'; '.join(problems)}")

@@ -172,6 +172,8 @@ def test_bench_cli_json_and_out_dir_against_the_sim(tmp_path: Path) -> None:
     data = orjson.loads(snap.stdout)
     assert data["dialect"] == "sglang"
     all_pairs, all_acc = steps_between(log, 0, 2**63)
+    # SGLang's /server_info: cumulative AL since server start (warm-up included), per DP rank
+    assert spec["sglang_server_info_avg_accept_length_lifetime"] == [pytest.approx(1 + all_acc / all_pairs)]
     assert data["since_server_start"]["num_drafts"] == all_pairs
     assert data["since_server_start"]["accepted_tokens"] == all_acc
 

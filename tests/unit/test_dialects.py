@@ -124,3 +124,12 @@ def test_vllm_from_promql_window(prometheus: str) -> None:  # noqa: F811
     assert st.accepted_tokens == 1650
     assert st.al == pytest.approx(2.5)
     assert "Prometheus" in st.note
+
+
+async def test_sglang_server_info_errors_name_both_paths() -> None:
+    from alflow.metrics.dialects import sglang_server_info_al
+    from tests.unit.sse_server import SseServer
+
+    async with SseServer() as srv:
+        with pytest.raises(MissingMetricsError, match=r"/server_info: HTTP 404.*/get_server_info: HTTP 404"):
+            await sglang_server_info_al(srv.base_url)

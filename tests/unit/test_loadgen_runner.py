@@ -19,9 +19,14 @@ def sessions(n: int, max_tokens: int = 4) -> list[Session]:
     return [Session(f"s{i}", (Turn(f"question {i}", max_tokens=max_tokens),), category="c") for i in range(n)]
 
 
-async def test_fixed_concurrency_caps_streams_and_counts_prompts() -> None:
+@pytest.mark.parametrize("transport", ["fast", "aiohttp"])
+async def test_fixed_concurrency_caps_streams_and_counts_prompts(transport: str) -> None:
     async with SseServer(delay_s=0.005) as srv:
-        res = await run_load(sessions(5), Target(srv.base_url, "m"), LoadSpec(concurrency=3, num_prompts=12))
+        res = await run_load(
+            sessions(5),
+            Target(srv.base_url, "m"),
+            LoadSpec(concurrency=3, num_prompts=12, transport=transport),  # type: ignore[arg-type]
+        )
         assert srv.state.peak == 3
     assert len(res.records) == 12
     assert all(r.ok for r in res.records), [r.error for r in res.records]
@@ -93,10 +98,15 @@ async def test_duration_mode_stops_issuing_after_the_duration() -> None:
     assert all(r.ok for r in res.records)
 
 
-async def test_multi_turn_session_sends_the_live_reply_as_history() -> None:
+@pytest.mark.parametrize("transport", ["fast", "aiohttp"])
+async def test_multi_turn_session_sends_the_live_reply_as_history(transport: str) -> None:
     sess = Session("mt", (Turn("first question", max_tokens=2), Turn("second question", max_tokens=2)))
     async with SseServer() as srv:
-        res = await run_load([sess], Target(srv.base_url, "m"), LoadSpec(concurrency=1, num_prompts=1))
+        res = await run_load(
+            [sess],
+            Target(srv.base_url, "m"),
+            LoadSpec(concurrency=1, num_prompts=1, transport=transport),  # type: ignore[arg-type]
+        )
         bodies = srv.state.bodies
     assert [r.turn for r in res.records] == [0, 1]
     assert len(bodies) == 2
