@@ -402,6 +402,15 @@ class _Connection(asyncio.Protocol):
 
     @staticmethod
     def _dechunk(ex: _Exchange, data: bytes) -> tuple[bytes, bool]:
+        if not (ex.pending or ex.chunk_left or ex.need_crlf or ex.in_trailer):
+            # fast path: the read is exactly one whole chunk (one server write), the usual case
+            nl = data.find(b"\r\n")
+            if nl > 0 and data[-2:] == b"\r\n":
+                head = data[:nl]
+                if b";" not in head:
+                    size = int(head, 16)
+                    if size and len(data) == nl + 4 + size:
+                        return data[nl + 2 : nl + 2 + size], False
         buf = ex.pending + data if ex.pending else data
         pos = 0
         n = len(buf)

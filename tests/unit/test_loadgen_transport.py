@@ -114,6 +114,22 @@ async def test_chunked_stream_split_at_any_byte(piece: int) -> None:
         assert len(r.chunk_ns) == 3
 
 
+async def test_one_chunk_per_read_fast_path() -> None:
+    events = [sse("a", done=False), sse("b", done=False), sse(usage=2, done=False), b"data: [DONE]\n\n"]
+    pieces = [HEAD_CHUNKED] + [b"%x\r\n%b\r\n" % (len(e), e) for e in events] + [b"0\r\n\r\n"]
+    fast = FastTransport()
+    async with RawServer(lambda n: pieces, delay_s=0.005) as url:
+        rec = await send(fast, url)
+        again = await send(fast, url)
+    await fast.close()
+    for r in (rec, again):
+        assert r.ok, r.error
+        assert r.text == "ab"
+        assert r.output_tokens == 2
+        assert len(r.chunk_ns) == 2
+        assert r.chunk_ns[1] - r.chunk_ns[0] >= 4_000_000  # separate reads, 5 ms apart
+
+
 async def test_keep_alive_reuses_one_connection() -> None:
     srv = RawServer(lambda n: [HEAD_CHUNKED, chunked(sse("x", usage=1))])
     fast = FastTransport()
