@@ -168,3 +168,34 @@ def test_servers_are_stopped_after_a_failed_flow(tmp_path: Path) -> None:
     run_dir = sorted((tmp_path / "results" / "m2").iterdir())[-1]
     server = open_run(run_dir).manifest["provenance"]["server"]
     assert not _alive(int(str(server["id"]).split("@")[0]))  # the process runner id is pid@start-time
+
+
+def test_sweep_runs_m1_then_m2_per_k_and_picks_the_best_k(tmp_path: Path) -> None:
+    from alflow.config import SweepParams
+    from flows.sweep import sweep
+
+    reference = tmp_path / "ref.yaml"
+    calibrate(
+        CalibrateParams(
+            models=(MODEL,),
+            ks=(1, 3),
+            server=ServerConfig(framework="sim", model=MODEL.id, extra_args=FAST),
+            placement=_placement(tmp_path),
+            workload=PROMPTS,
+            load=LoadConfig(concurrency=4),
+            reference_path=str(reference),
+            cache_days=0,
+        )
+    )
+    gate_params = _gate_params(tmp_path, reference, "vllm", "1.0").model_copy(
+        update={"gsm8k": Gsm8kSettings(enabled=False)}
+    )
+    bench = _bench_params(tmp_path).model_dump()
+    bench.update(target_al=None, reference_path=str(reference))
+    out = sweep(SweepParams(ks=(1, 3), gate=gate_params, benchmark=BenchmarkParams.model_validate(bench)))
+    assert out["per_k"] == {
+        1: {"gate": "passed", "benchmark": "passed"},
+        3: {"gate": "passed", "benchmark": "passed"},
+    }
+    assert set(out["best_k"]) == {4, 16}
+    assert all(b["best_k_throughput"] in (1, 3) for b in out["best_k"].values())
