@@ -314,6 +314,7 @@ class Engine:
             while not self._closed:
                 free = self.config.max_num_seqs - len(self.running) - len(self.stalled)
                 if not self.running and not (self.waiting and free > 0):
+                    self._last_end = 0.0  # idle: the next step starts from "now", not the old timeline
                     self._wakeup.clear()
                     await self._wakeup.wait()
                     continue
@@ -348,8 +349,9 @@ class Engine:
                 * cfg.time_scale
             )
             now = time.monotonic()
-            # a busy engine keeps a continuous timeline, so sleep overshoot does not accumulate
-            start = self._last_end if now - self._last_end < 0.05 else now
+            # a busy engine keeps a continuous timeline, so sleep overshoot and scheduling hiccups do
+            # not accumulate (it catches up); after idling, or when hopelessly behind, it restarts at now
+            start = self._last_end if self._last_end and now - self._last_end < 1.0 else now
             end = start + dt
             self._last_end = end
             await asyncio.sleep(max(0.0, end - now))
