@@ -60,7 +60,9 @@ def serve_command(
     seed: Annotated[int, typer.Option(help="Seed of every random draw.")] = 0,
     profile: Annotated[str, typer.Option(help="Timing profile (GPU + model).")] = DEFAULT_PROFILE,
     time_scale: Annotated[float, typer.Option(help="1 = real time; 0 = as fast as possible.")] = 1.0,
-    step_log: Annotated[Path | None, typer.Option(help="Write one JSON line per verify step here.")] = None,
+    step_log: Annotated[
+        Path | None, typer.Option(help="Append one JSON line per verify step to this file.")
+    ] = None,
     acceptance_quality: Annotated[
         float, typer.Option(help="Natural acceptance: factor on conditional rates (0.5 = degraded).")
     ] = 1.0,
