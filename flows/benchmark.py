@@ -20,7 +20,7 @@ from flows.common import fail, open_run, point_server, reference_al
 from tasks.gates import audit_synthetic
 from tasks.measure import request_sampling, run_load
 from tasks.results import render_report, store_results
-from tasks.servers import server_lifetime
+from tasks.servers import server_lifetime, wait_ready
 
 
 def _fmt(value: Any, digits: int = 2) -> str:
@@ -80,6 +80,7 @@ def benchmark(params: BenchmarkParams) -> dict[str, Any]:
                     params.workload, max(1, warm), seed_offset=1000 * i + 500
                 )
                 load = LoadConfig(concurrency=conc, num_prompts=n, warmup=warm)
+                wait_ready(handle, params.placement.runner)  # the server is still healthy before each point
                 sampling = request_sampling(params.model, ThinkingMode.OFF, fixed_length=params.workload.osl)
                 m = run_load(
                     handle,
