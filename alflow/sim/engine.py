@@ -33,6 +33,7 @@ import asyncio
 import bisect
 import collections
 import contextlib
+import functools
 import logging
 import random
 import socket
@@ -211,6 +212,7 @@ class SimRequest:
     suffix: bytes = b""
     frame_len: int = 0
     nagle_sock: Any = None
+    draw: Callable[[], int] | None = None
     reasoning_left: int = 0
     reasoning_prefix: bytes = b""
     reasoning_mid: bytes = b""
@@ -249,6 +251,10 @@ class Engine:
             self.sampler = synthetic_sampler(
                 config.scheme, config.k, config.synthetic_al, config.synthetic_rates, config.seed
             )
+        # per-request schemes (vLLM, TensorRT-LLM): each request draws from its own seeded stream, so a
+        # request's accept lengths do not depend on what else is in the batch; per-batch (SGLang): one
+        # engine-level draw per step
+        self.per_request = self.sampler is not None and self.sampler.granularity == "per-request"
         self.natural = NaturalAcceptance(config.method, config.k, config.acceptance_quality, config.seed)
         self.record_iterations = config.dialect == "trtllm"
         self._wakeup = asyncio.Event()
@@ -282,6 +288,22 @@ class Engine:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+    def request_draw(self, seed: int) -> Callable[[], int] | None:
+        """A request's own draw of accepted drafts for per-request synthetic schemes (None otherwise).
+
+        It is the acceptance package's sampler for the scheme, seeded for this request; its one-draw
+        function is called directly when the sampler exposes it (``draw_one`` and ``rng``), which
+        saves a list per draw on the hot path.
+        """
+        if not self.per_request:
+            return None
+        cfg = self.config
+        smp = synthetic_sampler(cfg.scheme, cfg.k, cfg.synthetic_al, cfg.synthetic_rates, seed)
+        draw_one, rng = getattr(smp, "draw_one", None), getattr(smp, "rng", None)
+        if callable(draw_one) and isinstance(rng, random.Random):
+            return functools.partial(draw_one, rng)
+        return lambda: smp.draw_step(1)[0]
 
     def submit(self, req: SimRequest) -> None:
         """Queue a request; the step loop admits it when a slot is free."""
@@ -379,7 +401,9 @@ class Engine:
     def _verify(self, decode: list[SimRequest], now_ns: int, survivors: list[SimRequest]) -> None:
         k = self.k
         n = len(decode)
-        if self.sampler is not None:
+        if self.per_request:
+            draws = [r.draw() if r.draw is not None else 0 for r in decode]
+        elif self.sampler is not None:
             draws = self.sampler.draw_step(n)
         else:
             draws = [draw_natural(r.rates, r.rng) if r.rng is not None else 0 for r in decode]

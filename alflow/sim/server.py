@@ -593,6 +593,7 @@ class SimServer:
             req.rng = rng
         if p.thinking:
             req.reasoning_left = reasoning
+        req.draw = self.engine.request_draw(stable_seed("accept", req_seed))
         if cfg.stall_after_tokens is not None:
             req.stall_at = cfg.stall_after_tokens
         if p.stream and cfg.stream_error_rate > 0 and self._fault_rng.random() < cfg.stream_error_rate:

@@ -259,3 +259,29 @@ async def test_answer_mode_with_thinking_puts_steps_in_reasoning(
             message = (await resp.json())["choices"][0]["message"]
     assert message["reasoning"].startswith("Let's solve this step by step.")
     assert message["content"] == "The answer is 15.\n#### 15"
+
+
+@pytest.mark.parametrize("dialect", ["vllm", "trtllm"])
+async def test_per_request_draws_do_not_depend_on_the_batch(
+    session: aiohttp.ClientSession, tmp_path: Path, dialect: str
+) -> None:
+    log = tmp_path / "steps.jsonl"
+    cfg = SimConfig(port=0, dialect=dialect, k=3, synthetic_al=2.49, time_scale=0, step_log=log)
+    seeded = {"prompt": "same request", "max_tokens": 200, "ignore_eos": True, "seed": 7}
+    other = {"prompt": "other", "max_tokens": 300, "ignore_eos": True}
+
+    async def post(body: dict) -> str:
+        async with session.post(sim.base_url + "/v1/completions", json=body) as resp:
+            return str((await resp.json())["id"])
+
+    with start_in_thread(cfg.validate()) as sim:
+        alone = await post(seeded)
+        crowd = await asyncio.gather(post(other), post(seeded), post(other), post(other))
+    rows = [orjson.loads(line) for line in log.read_bytes().splitlines()]
+
+    def accepted(rid: str) -> list[int]:
+        return [r["accepted"][r["requests"].index(rid)] for r in rows if rid in r["requests"]]
+
+    assert any(len(r["requests"]) > 1 for r in rows if crowd[1] in r["requests"])
+    assert accepted(alone) == accepted(crowd[1])
+    assert accepted(crowd[0]) != accepted(crowd[2])

@@ -143,9 +143,9 @@ class _Boom:
 async def test_engine_failure_fails_requests_and_health() -> None:
     from aiohttp.test_utils import TestClient, TestServer
 
-    cfg = SimConfig(port=0, k=3, synthetic_al=2.0, time_scale=0)
+    cfg = SimConfig(port=0, dialect="sglang", k=3, synthetic_al=2.0, time_scale=0)
     server = SimServer(cfg.validate())
-    server.engine.sampler = _Boom()
+    server.engine.sampler = _Boom()  # SGLang: one engine-level draw per step
     async with TestClient(TestServer(server.make_app())) as client:
         body = {"prompt": "x", "max_tokens": 20, "ignore_eos": True, "stream": True}
         resp = await client.post("/v1/completions", json=body)
