@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Start the services the e2e tests need: a Docker engine (Debian's docker.io).
-# Idempotent: installs docker.io only when dockerd is missing, starts dockerd only when no daemon
-# answers. The daemon runs with --iptables=false --bridge=none (containers use host networking), logs
+# Start the services the e2e tests need: a Docker engine (Debian's docker.io); also install
+# Debian's chromium for the HTML report test (tests/integration/test_report_browser.py).
+# Idempotent: installs chromium only when /usr/bin/chromium is missing, docker.io only when dockerd
+# is missing, starts dockerd only when no daemon answers. The daemon runs with --iptables=false --bridge=none (containers use host networking), logs
 # to $ALFLOW_DOCKERD_LOG (default /tmp/alflow-dockerd.log) and must answer `docker info` within
 # $ALFLOW_DOCKERD_TIMEOUT seconds (default 60).
 #   bash scripts/ci-services.sh
@@ -13,6 +14,13 @@ timeout_s="${ALFLOW_DOCKERD_TIMEOUT:-60}"
 sudo_=""
 if [ "$(id -u)" -ne 0 ]; then
   sudo_="sudo"
+fi
+
+# Headless Chromium for the HTML report test (tests/integration/test_report_browser.py).
+if [ ! -x /usr/bin/chromium ]; then
+  echo "ci-services: installing chromium (/usr/bin/chromium not found)"
+  $sudo_ env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  $sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
 
 if ! command -v dockerd >/dev/null 2>&1; then
