@@ -1,9 +1,10 @@
 """Server lifecycle tasks: start (with retries), wait_ready, stop; and the lifetime that wraps them.
 
-``start_server`` may retry (starting is idempotent: a failed attempt is torn down before the next);
-its teardown is registered as a transaction rollback hook and runs in ``finally`` as well, since a
-killed process runs no hook. Only the :class:`ServerHandle` (plain data) leaves a task; the runner
-objects stay in this process.
+Thin wrappers over :mod:`infra.lifecycle`. ``start_server`` may retry (a failed attempt is torn
+down by the lifecycle before the next); its teardown is registered as a transaction rollback hook
+and runs in ``finally`` as well, since a killed process runs no hook. Only the
+:class:`ServerHandle` (plain data) leaves a task. Containers and logs are labelled with the flow
+run id, so ``alflow infra cleanup --run-id`` can target one run.
 """
 
 from __future__ import annotations
@@ -15,41 +16,28 @@ from typing import Any
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.concurrency.sync import concurrency
+from prefect.runtime import flow_run
 from prefect.transactions import Transaction, get_transaction
 
 from alflow.config import RunnerOptions, ServerConfig, ServerPlacement
-from infra.launch import Launch
-from infra.recipes import build_launch
-from infra.runners import Runner, ServerHandle, make_runner
-
-_RUNNERS: dict[str, Runner] = {}
-"""Runner instance per started server id, so the stop uses the runner that started it."""
+from infra import lifecycle
+from infra.runners import ServerHandle, make_runner
 
 
-def _runner_for(handle: ServerHandle, options: RunnerOptions) -> Runner:
-    return _RUNNERS.get(handle.id) or make_runner(options)
+def _run_id() -> str | None:
+    rid = flow_run.get_id()
+    return str(rid) if rid else None
 
 
 @task(name="start_server", retries=2, retry_delay_seconds=[5, 20], cache_policy=NO_CACHE)
 def start_server(server: ServerConfig, runner: RunnerOptions) -> ServerHandle:
     """Build the Launch from the framework's recipe, start it and wait for health."""
     log = get_run_logger()
-    launch: Launch = build_launch(server)
-    for warning in launch.warnings:
-        log.warning("%s recipe: %s", server.framework, warning)
-    instance = make_runner(runner)
-    handle = instance.start(launch)
-    _RUNNERS[handle.id] = instance
+    handle = lifecycle.start_server(server, runner, run_id=_run_id())
     txn = get_transaction()
     if txn is not None:
         txn.set("server_handle", handle)
         txn.set("runner_options", runner)
-    try:
-        instance.wait_ready(handle)
-    except BaseException:
-        log.error("server %s did not become ready; stopping it", handle.id)
-        stop(handle, runner)
-        raise
     log.info(
         "server %s ready at %s (%s, dialect %s)", handle.id, handle.base_url, server.framework, handle.dialect
     )
@@ -61,26 +49,20 @@ def _teardown_on_rollback(txn: Transaction) -> None:
     handle: Any = txn.get("server_handle", None)
     options: Any = txn.get("runner_options", None)
     if isinstance(handle, ServerHandle) and options is not None:
-        stop(handle, options)
+        lifecycle.stop_server(handle, options)
 
 
 @task(name="wait_ready", cache_policy=NO_CACHE)
 def wait_ready(handle: ServerHandle, runner: RunnerOptions, timeout_s: float = 60.0) -> ServerHandle:
     """Check (and wait for) the server's health before a measurement."""
-    _runner_for(handle, runner).wait_ready(handle, timeout_s)
+    make_runner(runner).wait_ready(handle, timeout_s)
     return handle
-
-
-def stop(handle: ServerHandle, runner: RunnerOptions) -> None:
-    """Stop a server (idempotent; external servers are left running by their runner)."""
-    instance = _RUNNERS.pop(handle.id, None) or make_runner(runner)
-    instance.stop(handle)
 
 
 @task(name="stop_server", cache_policy=NO_CACHE)
 def stop_server(handle: ServerHandle, runner: RunnerOptions) -> None:
-    """Stop the server (always runs, also after failures)."""
-    stop(handle, runner)
+    """Stop the server (always runs, also after failures; safe to call twice)."""
+    lifecycle.stop_server(handle, runner)
     get_run_logger().info("server %s stopped", handle.id)
 
 
