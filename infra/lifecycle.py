@@ -84,3 +84,28 @@ def serving(
         yield handle
     finally:
         stop_server(handle, options, **extras)
+
+
+def _reclaim_docker(options: RunnerOptions) -> list[str]:
+    del options  # the engine comes from the environment (DOCKER_HOST), as for the runner itself
+    from infra.runners.docker import cleanup_containers
+
+    return [e.name for e in cleanup_containers(older_than_s=0.0) if e.removed]
+
+
+_RECLAIMERS: dict[str, Callable[[RunnerOptions], list[str]]] = {"docker": _reclaim_docker}
+"""Per runner kind: how to remove what a killed run left on this host (containers holding GPUs)."""
+
+
+def reclaim_host(options: RunnerOptions) -> list[str]:
+    """Remove every server a killed alflow run left behind on this host; returns what was removed.
+
+    Call it only while holding the host's GPU concurrency slot: no other alflow run owns a server
+    here then, so anything labelled by alflow is a leftover. Runners with nothing to reclaim
+    (process, external) return an empty list.
+    """
+    reclaimer = _RECLAIMERS.get(options.kind)
+    removed = reclaimer(options) if reclaimer is not None else []
+    for name in removed:
+        log.warning("removed leftover server %s from a killed run", name)
+    return removed

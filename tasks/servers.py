@@ -72,6 +72,8 @@ def server_lifetime(server: ServerConfig, placement: ServerPlacement) -> Iterato
     with contextlib.ExitStack() as stack:
         if placement.gpu_host:
             stack.enter_context(concurrency(placement.gpu_host, occupy=1, strict=placement.strict_limit))
+            # holding the host's slot, anything alflow left here belongs to a killed run
+            lifecycle.reclaim_host(placement.runner)
         handle = start_server(server, placement.runner)
         try:
             yield handle

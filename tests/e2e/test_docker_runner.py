@@ -342,3 +342,21 @@ def test_lifecycle_with_docker_options_stops_from_a_fresh_runner(
     finally:
         stop_server(copy, options)
     assert gone(client, handle.id)
+
+
+def test_a_run_holding_the_host_slot_reclaims_leftovers(client: docker.DockerClient, sim_image: str) -> None:
+    """What a killed run left holds GPUs: the next run on the host removes it before starting."""
+    from alflow.config import DockerOptions, ProcessOptions
+    from infra.lifecycle import reclaim_host
+
+    rid = run_id()
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_FLOW, rid], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert killed.returncode == -9, killed.stderr
+    container_id = killed.stdout.strip()
+    assert reclaim_host(ProcessOptions()) == []
+    assert not gone(client, container_id)
+    removed = reclaim_host(DockerOptions(gpus="none"))
+    assert len(removed) == 1
+    assert gone(client, container_id)
