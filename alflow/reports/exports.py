@@ -1,0 +1,278 @@
+"""Exports to the formats peers publish.
+
+- :func:`al_matrix`: the acceptance-length matrix of peers' speculative-decoding reports (AIPerf's
+  ``speed-bench-report``): CSV header ``Model,<category columns>,Overall``, one row per model
+  configuration. The ``Model`` cell is ``<model> [<framework> <method> K=<k> thinking=<mode>]`` so
+  that K and thinking mode never collide in one row. ``Overall`` pools the categories:
+  ``1 + sum(accepted) / sum(verify steps)`` where every cell has its counts, else the mean of the
+  category ALs. Sources: M0 runs (each calibration entry) and M1 runs (the measured AL).
+- :func:`inferencex_rows`: one row per M2 concurrency point in the field layout of the public
+  InferenceX results (``utils/process_result.py`` of SemiAnalysisAI/InferenceX, single node):
+  ``hw, conc, image, model, infmax_model_prefix, framework, precision, spec_decoding, disagg, isl,
+  osl, is_multinode, tp, ep, dp_attention, tput_per_gpu, output_tput_per_gpu, input_tput_per_gpu``,
+  then every ``*_ms`` latency statistic of ``vllm bench serve`` converted to seconds with the
+  ``_ms`` suffix dropped (``median_ttft``, ``p99_tpot``, ...) and, for each TPOT statistic, the
+  interactivity ``1000 / tpot_ms`` under the same name with ``tpot`` replaced by ``intvty``.
+  alflow adds the speculative facts after them (``num_speculative_tokens``, ``synthetic_scheme``,
+  ``target_al``, ``achieved_al``, ``audit_valid``, ``simulated``, ``alflow_run_id``).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+import polars as pl
+
+from alflow.metrics.client import GpuLayout, summarize
+from alflow.reports.content import framework, image, m2_points, model_id
+from alflow.results.store import StoredRun
+
+INFERENCEX_HEAD: Final = (
+    "hw",
+    "conc",
+    "image",
+    "model",
+    "infmax_model_prefix",
+    "framework",
+    "precision",
+    "spec_decoding",
+    "disagg",
+    "isl",
+    "osl",
+    "is_multinode",
+    "tp",
+    "ep",
+    "dp_attention",
+    "tput_per_gpu",
+    "output_tput_per_gpu",
+    "input_tput_per_gpu",
+)
+LATENCY_PERCENTILES: Final = (90.0, 95.0, 99.0)
+
+
+def _f(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    v = float(value)
+    return v if math.isfinite(v) else None
+
+
+def _get(data: object, *path: str) -> Any:
+    cur: Any = data
+    for key in path:
+        if not isinstance(cur, Mapping):
+            return None
+        cur = cur.get(key)
+    return cur
+
+
+# --------------------------------------------------------------------------------------------
+# Acceptance-length matrix
+
+
+def _cells(run: StoredRun) -> list[dict[str, Any]]:
+    """(label, category, al, steps, accepted) cells of one M0 or M1 run."""
+    config = run.manifest.get("config") or {}
+    category = str(_get(config, "workload", "category") or "all")
+    fw = framework(run) or "?"
+    out: list[dict[str, Any]] = []
+    flow = run.manifest.get("flow")
+    if flow == "m0" and run.has("summary.json"):
+        for e in run.json("summary").get("entries") or []:
+            if not isinstance(e, Mapping):
+                continue
+            efw = _get(e, "provenance", "framework") or fw
+            out.append(
+                {
+                    "label": f"{e.get('model')} [{efw} {e.get('method')} K={e.get('k')} thinking={e.get('thinking')}]",
+                    "category": str(e.get("category") or category),
+                    "al": _f(e.get("al")),
+                    "steps": e.get("num_drafts"),
+                    "accepted": e.get("accepted_tokens"),
+                }
+            )
+    elif flow == "m1" and run.has("spec_stats.parquet"):
+        frame = run.table("spec_stats")
+        if frame.height:
+            row = frame.row(0, named=True)
+            thinking = config.get("thinking")
+            out.append(
+                {
+                    "label": f"{model_id(run)} [{fw} {config.get('method')} K={config.get('k')} thinking={thinking}]",
+                    "category": category,
+                    "al": _f(row.get("al")),
+                    "steps": row.get("num_drafts"),
+                    "accepted": row.get("accepted_tokens"),
+                }
+            )
+    return out
+
+
+def al_matrix(runs: Sequence[StoredRun]) -> pl.DataFrame:
+    """The AL matrix ``Model, <categories (sorted)>, Overall`` from M0/M1 runs (later runs win a cell)."""
+    cells: dict[tuple[str, str], dict[str, Any]] = {}
+    for run in runs:
+        for cell in _cells(run):
+            cells[(cell["label"], cell["category"])] = cell
+    labels = list(dict.fromkeys(label for label, _ in cells))
+    categories = sorted({cat for _, cat in cells})
+    rows: list[dict[str, Any]] = []
+    for label in labels:
+        row: dict[str, Any] = {"Model": label}
+        mine = [cells[(label, c)] for c in categories if (label, c) in cells]
+        for c in categories:
+            found = cells.get((label, c))
+            row[c] = None if found is None else found["al"]
+        counted = all(
+            isinstance(x["steps"], int) and x["steps"] > 0 and isinstance(x["accepted"], int) for x in mine
+        )
+        if mine and counted:
+            row["Overall"] = 1.0 + sum(int(x["accepted"]) for x in mine) / sum(int(x["steps"]) for x in mine)
+        else:
+            vals = [x["al"] for x in mine if x["al"] is not None]
+            row["Overall"] = sum(vals) / len(vals) if vals else None
+        rows.append(row)
+    schema: dict[str, Any] = {
+        "Model": pl.String,
+        **dict.fromkeys(categories, pl.Float64),
+        "Overall": pl.Float64,
+    }
+    return pl.DataFrame(rows, schema=schema)
+
+
+def al_matrix_csv(frame: pl.DataFrame, digits: int = 2) -> str:
+    """The matrix as CSV text (values with ``digits`` decimals, empty for a category not run)."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(frame.columns)
+    for row in frame.iter_rows():
+        writer.writerow([row[0], *["" if v is None else f"{v:.{digits}f}" for v in row[1:]]])
+    return buf.getvalue()
+
+
+# --------------------------------------------------------------------------------------------
+# InferenceX benchmark rows
+
+
+def _latency_stats(run: StoredRun, conc: object, duration_s: float | None) -> dict[str, Any] | None:
+    if not run.has("requests.parquet") or duration_s is None or duration_s <= 0:
+        return None
+    records = run.table("requests")
+    if "concurrency" not in records.columns or records.height == 0:
+        return None
+    part = records.filter(pl.col("concurrency") == conc)
+    if part.height == 0:
+        return None
+    stats = summarize(part, duration_s=duration_s, percentiles=LATENCY_PERCENTILES, gpus=GpuLayout())
+    return {k: v for k, v in stats.items() if k.endswith("_ms")}
+
+
+def _inferencex_latency(stats: Mapping[str, Any]) -> dict[str, float | None]:
+    """InferenceX's conversion: ``x_ms`` -> ``x`` in seconds; ``*tpot*`` also -> ``*intvty*`` = 1000 / ms."""
+    out: dict[str, float | None] = {}
+    for key, value in stats.items():
+        v = _f(value)
+        if key.endswith("ms"):
+            out[key.replace("_ms", "")] = None if v is None else v / 1000.0
+        if "tpot" in key:
+            out[key.replace("_ms", "").replace("tpot", "intvty")] = (
+                None if v is None or v <= 0 else 1000.0 / v
+            )
+    return out
+
+
+def inferencex_rows(run: StoredRun) -> list[dict[str, Any]]:
+    """One InferenceX-layout row per concurrency point of an M2 run (empty for other flows)."""
+    if run.manifest.get("flow") != "m2":
+        return []
+    config = run.manifest.get("config") or {}
+    prov = run.manifest.get("provenance") or {}
+    summary = run.json("summary") if run.has("summary.json") else {}
+    par = _get(config, "server", "parallelism") or {}
+    gpus = [g for g in _get(prov, "host", "gpus") or [] if isinstance(g, Mapping)]
+    simulated = bool(run.manifest.get("simulated"))
+    hw = str(gpus[0].get("name")) if gpus else ("simulated" if simulated else None)
+    model = model_id(run)
+    img, _ = image(run)
+    tp, ep = par.get("tp"), par.get("ep")
+    rows = []
+    for p in sorted(m2_points(run), key=lambda x: x.get("concurrency") or 0):
+        total = _f(p.get("total_token_throughput_per_gpu"))
+        output = _f(p.get("output_throughput_per_gpu"))
+        row: dict[str, Any] = {
+            "hw": hw,
+            "conc": p.get("concurrency"),
+            "image": img,
+            "model": model,
+            "infmax_model_prefix": None if model is None else model.rsplit("/", 1)[-1].lower(),
+            "framework": p.get("framework") or framework(run),
+            "precision": config.get("precision"),
+            "spec_decoding": str(config.get("method") or "none"),
+            "disagg": False,
+            "isl": _get(config, "workload", "isl"),
+            "osl": _get(config, "workload", "osl"),
+            "is_multinode": False,
+            "tp": tp,
+            "ep": ep,
+            "dp_attention": "false",
+            "tput_per_gpu": total,
+            "output_tput_per_gpu": output,
+            "input_tput_per_gpu": None if total is None or output is None else total - output,
+        }
+        stats = _latency_stats(run, p.get("concurrency"), _f(p.get("duration_s")))
+        if stats is None:
+            stats = {
+                k: p.get(k) for k in ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "median_itl_ms")
+            }
+        row.update(_inferencex_latency(stats))
+        row.update(
+            {
+                "num_speculative_tokens": p.get("k"),
+                "synthetic_scheme": summary.get("scheme"),
+                "target_al": _f(p.get("target_al")),
+                "achieved_al": _f(p.get("achieved_al")),
+                "audit_valid": bool(p.get("valid")),
+                "simulated": simulated,
+                "alflow_run_id": run.manifest.get("run_id"),
+            }
+        )
+        rows.append(row)
+    return rows
+
+
+def rows_json(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Rows as a JSON list (non-finite numbers become null)."""
+    return (
+        json.dumps(
+            [
+                {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
+                for r in rows
+            ],
+            indent=2,
+        )
+        + "\n"
+    )
+
+
+def rows_csv(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Rows as CSV: columns in first-seen order, empty cells for missing values."""
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(columns)
+    for r in rows:
+        writer.writerow(["" if r.get(c) is None else _cell(r.get(c)) for c in columns])
+    return buf.getvalue()
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(round(value, 6)) if math.isfinite(value) else ""
+    return str(value)

@@ -1,0 +1,262 @@
+"""Plots as inline SVG, written by hand (no plotting library, no script, no external resource).
+
+Every chart is a ``<svg>`` element with a ``viewBox`` (it scales with the page), a title, axes
+with ticks, one polyline per series, markers, optional vertical error bars (a confidence interval
+or an allowed spread) and a legend. Every piece of text (titles, labels, series names) goes
+through :func:`markupsafe.escape`, so a model name such as ``<script>`` stays text. Non-finite
+values (``inf``, ``nan``, ``None``) are left out of a series rather than drawn.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from markupsafe import Markup, escape
+
+PALETTE: Final = (
+    "#1f77b4",
+    "#d62728",
+    "#2ca02c",
+    "#ff7f0e",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#17becf",
+    "#7f7f7f",
+    "#bcbd22",
+)
+
+
+@dataclass(frozen=True)
+class Series:
+    """One curve: ``points`` (x, y); optional per-point ``errors`` (low, high) and ``labels``."""
+
+    name: str
+    points: Sequence[tuple[float | None, float | None]]
+    errors: Sequence[tuple[float | None, float | None] | None] | None = None
+    labels: Sequence[str] | None = None
+    dashed: bool = False
+    line: bool = True
+    color: str | None = None
+
+
+@dataclass(frozen=True)
+class HLine:
+    """A horizontal reference line across the plot (e.g. a threshold), with a label."""
+
+    y: float
+    label: str
+    color: str = "#555555"
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A line chart: series over numeric x; ``log_x`` uses a base-2 axis (concurrency sweeps)."""
+
+    title: str
+    x_label: str
+    y_label: str
+    series: Sequence[Series]
+    hlines: Sequence[HLine] = ()
+    log_x: bool = False
+    x_ticks: Sequence[float] | None = None
+    y_zero: bool = False
+    width: int = 680
+    height: int = 380
+    notes: Sequence[str] = field(default_factory=tuple)
+
+
+def finite(value: object) -> float | None:
+    """``value`` as a float when it is a finite number, else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    f = float(value)
+    return f if math.isfinite(f) else None
+
+
+def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
+    """About ``count`` round tick values covering ``[low, high]`` (steps of 1, 2, 2.5 or 5 x 10^n)."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return []
+    if high < low:
+        low, high = high, low
+    if high == low:
+        pad = abs(low) * 0.1 or 1.0
+        low, high = low - pad, high + pad
+    raw = (high - low) / max(1, count)
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    start = math.floor(low / step) * step
+    ticks: list[float] = []
+    t = start
+    while t <= high + step * 1e-9:
+        ticks.append(round(t, 12))
+        t += step
+    if ticks[-1] < high:
+        ticks.append(round(t, 12))
+    return ticks
+
+
+def fmt_tick(value: float) -> str:
+    """Short tick text: integers without decimals, else up to 3 significant decimals."""
+    if abs(value - round(value)) < 1e-9:
+        return f"{round(value):,}".replace(",", "\u2009")
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    return f"{value:.3g}"
+
+
+def _clean(series: Series) -> list[tuple[int, float, float]]:
+    out = []
+    for i, (x, y) in enumerate(series.points):
+        fx, fy = finite(x), finite(y)
+        if fx is not None and fy is not None:
+            out.append((i, fx, fy))
+    return out
+
+
+def _err(series: Series, i: int) -> tuple[float, float] | None:
+    if series.errors is None or i >= len(series.errors):
+        return None
+    e = series.errors[i]
+    if e is None:
+        return None
+    lo, hi = finite(e[0]), finite(e[1])
+    return None if lo is None or hi is None else (lo, hi)
+
+
+def render(chart: Chart) -> Markup:
+    """The chart as an ``<svg>`` element (safe markup; all text escaped)."""
+    w, h = chart.width, chart.height
+    left, right, top = 74, 16, 34
+    legend_rows = max(1, math.ceil(len(chart.series) / 3)) if chart.series else 0
+    bottom = 52 + 18 * legend_rows
+    pw, ph = w - left - right, h - top - bottom
+    parts: list[str] = [
+        f'<svg class="chart" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
+        f'aria-label="{escape(chart.title)}" font-family="sans-serif" font-size="12">',
+        f"<title>{escape(chart.title)}</title>",
+        f'<rect x="0" y="0" width="{w}" height="{h}" fill="#ffffff"/>',
+        f'<text x="{w / 2:.1f}" y="20" text-anchor="middle" font-size="14" font-weight="bold">'
+        f"{escape(chart.title)}</text>",
+    ]
+    xs: list[float] = []
+    ys: list[float] = []
+    cleaned = [_clean(s) for s in chart.series]
+    for s, pts in zip(chart.series, cleaned, strict=True):
+        for i, x, y in pts:
+            if chart.log_x and x <= 0:
+                continue
+            xs.append(x)
+            ys.append(y)
+            e = _err(s, i)
+            if e is not None:
+                ys.extend(e)
+    ys.extend(hl.y for hl in chart.hlines if finite(hl.y) is not None)
+    if not xs:
+        parts.append(
+            f'<text x="{w / 2:.1f}" y="{h / 2:.1f}" text-anchor="middle" fill="#888888">no data to plot</text>'
+        )
+        parts.append("</svg>")
+        return Markup("".join(parts))  # noqa: S704 - every text above is escaped
+
+    def tx(v: float) -> float:
+        return math.log2(v) if chart.log_x else v
+
+    x_ticks = list(chart.x_ticks) if chart.x_ticks else (sorted(set(xs)) if chart.log_x else [])
+    x_lo, x_hi = min(tx(x) for x in xs), max(tx(x) for x in xs)
+    if not chart.log_x and not x_ticks:
+        x_ticks = nice_ticks(x_lo, x_hi)
+        x_lo, x_hi = min(x_lo, x_ticks[0]), max(x_hi, x_ticks[-1])
+    if x_hi == x_lo:
+        x_lo, x_hi = x_lo - 1, x_hi + 1
+    pad_x = (x_hi - x_lo) * (0.05 if chart.log_x or chart.x_ticks else 0.0)
+    x_lo, x_hi = x_lo - pad_x, x_hi + pad_x
+    y_lo, y_hi = min(ys), max(ys)
+    if chart.y_zero:
+        y_lo = min(0.0, y_lo)
+    y_ticks = nice_ticks(y_lo, y_hi)
+    y_lo, y_hi = min(y_lo, y_ticks[0]), max(y_hi, y_ticks[-1])
+
+    def px(v: float) -> float:
+        return left + (tx(v) - x_lo) / (x_hi - x_lo) * pw
+
+    def py(v: float) -> float:
+        return top + ph - (v - y_lo) / (y_hi - y_lo) * ph
+
+    parts.append(f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#cccccc"/>')
+    for t in y_ticks:
+        y = py(t)
+        parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + pw}" y2="{y:.1f}" stroke="#eeeeee"/>')
+        parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{escape(fmt_tick(t))}</text>')
+    for t in x_ticks:
+        if chart.log_x and t <= 0:
+            continue
+        x = px(t)
+        if not left - 0.5 <= x <= left + pw + 0.5:
+            continue
+        parts.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{top + ph}" stroke="#eeeeee"/>')
+        parts.append(
+            f'<text x="{x:.1f}" y="{top + ph + 16}" text-anchor="middle">{escape(fmt_tick(t))}</text>'
+        )
+    parts.append(
+        f'<text x="{left + pw / 2:.1f}" y="{top + ph + 34}" text-anchor="middle">{escape(chart.x_label)}</text>'
+    )
+    parts.append(
+        f'<text x="16" y="{top + ph / 2:.1f}" text-anchor="middle" '
+        f'transform="rotate(-90 16 {top + ph / 2:.1f})">{escape(chart.y_label)}</text>'
+    )
+    for hl in chart.hlines:
+        if finite(hl.y) is None:
+            continue
+        y = py(hl.y)
+        parts.append(
+            f'<line x1="{left}" y1="{y:.1f}" x2="{left + pw}" y2="{y:.1f}" stroke="{escape(hl.color)}" '
+            f'stroke-dasharray="6 4" stroke-width="1.5"/>'
+        )
+        parts.append(
+            f'<text x="{left + pw - 4}" y="{y - 4:.1f}" text-anchor="end" fill="{escape(hl.color)}">'
+            f"{escape(hl.label)}</text>"
+        )
+    for n, (s, all_pts) in enumerate(zip(chart.series, cleaned, strict=True)):
+        color = escape(s.color or PALETTE[n % len(PALETTE)])
+        pts = [p for p in all_pts if not (chart.log_x and p[1] <= 0)]
+        if s.line and len(pts) > 1:
+            coords = " ".join(f"{px(x):.1f},{py(y):.1f}" for _, x, y in pts)
+            dash = ' stroke-dasharray="5 4"' if s.dashed else ""
+            parts.append(
+                f'<polyline class="series" points="{coords}" fill="none" stroke="{color}" stroke-width="2"{dash}/>'
+            )
+        for i, x, y in pts:
+            e = _err(s, i)
+            if e is not None:
+                x0, y0, y1 = px(x), py(e[0]), py(e[1])
+                parts.append(
+                    f'<path d="M{x0:.1f},{y0:.1f}V{y1:.1f}M{x0 - 4:.1f},{y0:.1f}h8M{x0 - 4:.1f},{y1:.1f}h8" '
+                    f'stroke="{color}" stroke-width="1.5" fill="none"/>'
+                )
+            parts.append(f'<circle class="point" cx="{px(x):.1f}" cy="{py(y):.1f}" r="3.5" fill="{color}"/>')
+            if s.labels is not None and i < len(s.labels) and s.labels[i]:
+                parts.append(
+                    f'<text x="{px(x) + 6:.1f}" y="{py(y) - 6:.1f}" font-size="10" fill="{color}">'
+                    f"{escape(s.labels[i])}</text>"
+                )
+    for n, s in enumerate(chart.series):
+        color = escape(s.color or PALETTE[n % len(PALETTE)])
+        col, row = n % 3, n // 3
+        lx, ly = left + col * (pw / 3), top + ph + 50 + row * 18
+        dash = ' stroke-dasharray="5 4"' if s.dashed else ""
+        parts.append(
+            f'<line x1="{lx:.1f}" y1="{ly - 4:.1f}" x2="{lx + 18:.1f}" y2="{ly - 4:.1f}" stroke="{color}" '
+            f'stroke-width="2"{dash}/>'
+        )
+        parts.append(f'<text x="{lx + 24:.1f}" y="{ly:.1f}">{escape(_short(s.name, 38))}</text>')
+    parts.append("</svg>")
+    return Markup("".join(parts))  # noqa: S704 - every text above is escaped
+
+
+def _short(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
