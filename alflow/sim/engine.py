@@ -261,6 +261,7 @@ class Engine:
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self.failed: Exception | None = None
+        self._admitted: list[SimRequest] = []
         self._last_end = 0.0
         self._log: IO[bytes] | None = None
         self._step = 0
@@ -283,7 +284,7 @@ class Engine:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        for req in [*self.running, *self.waiting, *self.stalled]:
+        for req in [*self.running, *self._admitted, *self.waiting, *self.stalled]:
             self._finish(req, "abort")
         if self._log is not None:
             self._log.close()
@@ -347,7 +348,7 @@ class Engine:
             # like a real engine death: /health turns 503 and every request in flight fails
             log.exception("engine step loop failed")
             self.failed = exc
-            for req in [*self.running, *self.waiting, *self.stalled]:
+            for req in [*self.running, *self._admitted, *self.waiting, *self.stalled]:
                 if req.stream and req.done is not None and req.emitted > 0:
                     self._stream_error(req, f"the engine has failed: {exc}")
                 req.error = f"engine failed: {exc}"
@@ -363,6 +364,7 @@ class Engine:
                 continue
             admitted.append(req)
             free -= 1
+        self._admitted = admitted  # not yet running: the failure path must see them too
         decode = [r for r in self.running if not r.finished]
         if cfg.time_scale > 0:
             prefill = sum(r.prompt_tokens for r in admitted)
