@@ -28,6 +28,7 @@ from alflow.acceptance import reference as ref
 from alflow.acceptance import synthetic as syn
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.evals import cli as eval_cli
+from alflow.reports import cli as report_cli
 from alflow.sim import cli as sim_cli
 from infra import cli as infra_cli
 
@@ -50,6 +51,7 @@ eval_cli.register(app)
 sim_cli.register(app)
 measure_cli.register(app)
 infra_cli.register(app)
+report_cli.register(app)
 
 console = Console(width=None if sys.stdout.isatty() else 200)
 err_console = Console(stderr=True, soft_wrap=True)

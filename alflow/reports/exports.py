@@ -114,11 +114,22 @@ def _cells(run: StoredRun) -> list[dict[str, Any]]:
 
 
 def al_matrix(runs: Sequence[StoredRun]) -> pl.DataFrame:
-    """The AL matrix ``Model, <categories (sorted)>, Overall`` from M0/M1 runs (later runs win a cell)."""
+    """The AL matrix ``Model, <categories (sorted)>, Overall`` from M0/M1 runs.
+
+    Cells of one configuration from several runs (one category each) share a row; a configuration
+    that a later run measured again in the same category gets its own row, labelled ``run=<id>``.
+    """
     cells: dict[tuple[str, str], dict[str, Any]] = {}
+    owner: dict[tuple[str, str], str] = {}
     for run in runs:
+        rid = str(run.manifest.get("run_id", ""))
         for cell in _cells(run):
-            cells[(cell["label"], cell["category"])] = cell
+            key = (cell["label"], cell["category"])
+            if key in owner and owner[key] != rid:  # the same configuration from another run: its own row
+                cell["label"] = f"{cell['label']} run={rid[:8]}"
+                key = (cell["label"], cell["category"])
+            owner[key] = rid
+            cells[key] = cell
     labels = list(dict.fromkeys(label for label, _ in cells))
     categories = sorted({cat for _, cat in cells})
     rows: list[dict[str, Any]] = []

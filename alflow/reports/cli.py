@@ -1,0 +1,165 @@
+"""``alflow report``: render a stored run, compare runs, export peers' formats.
+
+- ``alflow report RUN_DIR [--format html|md|csv|json] [--output PATH]`` (same as ``alflow report
+  show RUN_DIR``): ``html`` writes ``RUN_DIR/report.html`` unless ``--output`` is given; ``md``
+  prints the Markdown summary; ``csv`` prints the run's export (M2: InferenceX rows; M0/M1: the
+  acceptance-length matrix ``Model,<categories>,Overall``); ``json`` prints the same rows as JSON.
+- ``alflow report compare RUN_DIR... [--format html|md|csv|json] [--output PATH]``: the runs side by
+  side (HTML or Markdown), or the exports of all of them in one file (CSV / JSON).
+
+``--output -`` writes to stdout. Errors (a directory that is not a run, an unreadable manifest) are
+one line on stderr with exit code 2.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable, Sequence
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, ParamSpec, TypeVar
+
+import typer
+from rich.console import Console
+from typer.core import TyperGroup
+
+from alflow.errors import AlflowError, InvalidInputError
+from alflow.reports.exports import al_matrix, al_matrix_csv, inferencex_rows, rows_csv, rows_json
+from alflow.reports.render import HTML_REPORT, render_comparison, render_run
+from alflow.results.store import StoredRun, open_run
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+err_console = Console(stderr=True, soft_wrap=True)
+
+
+class ReportFormat(StrEnum):
+    """Output formats of ``alflow report``."""
+
+    html = "html"
+    md = "md"
+    csv = "csv"
+    json = "json"
+
+
+class _DefaultShow(TyperGroup):
+    """A group where ``alflow report RUN_DIR`` means ``alflow report show RUN_DIR``."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = ["show", *args]
+        return super().parse_args(ctx, args)
+
+
+report_app = typer.Typer(
+    cls=_DefaultShow,
+    help="Reports of stored runs (HTML with inline plots, Markdown) and exports (CSV, JSON).",
+    no_args_is_help=True,
+)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``report`` group to the root command."""
+    app.add_typer(report_app, name="report")
+
+
+def _handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except AlflowError as exc:
+            err_console.print(f"error: {exc}", markup=False, highlight=False)
+            raise typer.Exit(code=2) from None
+
+    return wrapper
+
+
+FormatOpt = Annotated[ReportFormat, typer.Option("--format", "-f", help="html, md, csv or json.")]
+OutputOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--output",
+        "-o",
+        help="Write here ('-' for stdout). Default: RUN_DIR/report.html for html, else stdout.",
+    ),
+]
+DigitsOpt = Annotated[int, typer.Option("--digits", help="Decimals of the AL matrix CSV.", min=0, max=12)]
+
+
+def export_rows(runs: Sequence[StoredRun]) -> list[dict[str, Any]]:
+    """InferenceX rows of the M2 runs among ``runs``."""
+    return [row for run in runs for row in inferencex_rows(run)]
+
+
+def _export_text(runs: Sequence[StoredRun], fmt: ReportFormat, digits: int) -> str:
+    """CSV or JSON of the runs' exports: InferenceX rows for M2, else the AL matrix."""
+    flows = {str(r.manifest.get("flow")) for r in runs}
+    if "m2" in flows:
+        if flows - {"m2"}:
+            raise InvalidInputError(
+                f"cannot export M2 benchmark rows together with {', '.join(sorted(flows - {'m2'}))} runs in one file"
+            )
+        rows = export_rows(runs)
+        return rows_csv(rows) if fmt is ReportFormat.csv else rows_json(rows)
+    if flows <= {"m0", "m1"}:
+        frame = al_matrix(runs)
+        if fmt is ReportFormat.csv:
+            return al_matrix_csv(frame, digits)
+        return json.dumps(frame.to_dicts(), indent=2) + "\n"
+    raise InvalidInputError(
+        f"no export for flow(s) {', '.join(sorted(flows))}: exports cover m0, m1 and m2 runs"
+    )
+
+
+def _write(text: str, output: str | None) -> None:
+    if output is None or output == "-":
+        sys.stdout.write(text)
+        return
+    path = Path(output)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    err_console.print(f"wrote {path}", markup=False, highlight=False)
+
+
+@report_app.command("show")
+@_handle_errors
+def show(
+    run_dir: Annotated[str, typer.Argument(help="A run directory (local path or s3:// / gs:// URL).")],
+    fmt: FormatOpt = ReportFormat.html,
+    output: OutputOpt = None,
+    digits: DigitsOpt = 2,
+) -> None:
+    """Render one run: HTML (default, written into the run directory), Markdown, CSV or JSON export."""
+    run = open_run(run_dir)
+    if fmt is ReportFormat.html:
+        text = render_run(run, "html")
+        if output is None:
+            path = run.storage.join(run.dir, HTML_REPORT)
+            run.storage.write_bytes(path, text.encode())
+            err_console.print(f"wrote {path}", markup=False, highlight=False)
+            return
+        _write(text, output)
+    elif fmt is ReportFormat.md:
+        _write(render_run(run, "md"), output)
+    else:
+        _write(_export_text([run], fmt, digits), output)
+
+
+@report_app.command("compare")
+@_handle_errors
+def compare(
+    run_dirs: Annotated[list[str], typer.Argument(help="Two or more run directories.")],
+    fmt: FormatOpt = ReportFormat.html,
+    output: OutputOpt = None,
+    digits: DigitsOpt = 2,
+) -> None:
+    """Several runs side by side (e.g. two frameworks or two images), or their exports in one file."""
+    runs = [open_run(d) for d in run_dirs]
+    if fmt in (ReportFormat.html, ReportFormat.md):
+        _write(render_comparison(runs, "html" if fmt is ReportFormat.html else "md"), output)
+    else:
+        _write(_export_text(runs, fmt, digits), output)
