@@ -190,24 +190,13 @@ def throughput(args: argparse.Namespace) -> list[dict[str, float]]:
     return trials
 
 
-def interactivity() -> dict[str, object]:
-    profile = get_profile("h200-llama70b")
+def interactivity(profile_name: str) -> dict[str, object]:
+    """Concurrency 1 at --time-scale 1 (K=3, AL=3): measured and predicted interactivity."""
+    profile = get_profile(profile_name)
     isl_prompt = "word " * 200
     out = 256
-    sim_args = [
-        "--dialect",
-        "vllm",
-        "--k",
-        "3",
-        "--synthetic-al",
-        "3",
-        "--time-scale",
-        "1",
-        "--profile",
-        profile.name,
-        "--model-name",
-        "bench",
-    ]
+    sim_args = ["--dialect", "vllm", "--k", "3", "--synthetic-al", "3", "--time-scale", "1"]
+    sim_args += ["--profile", profile.name, "--model-name", "bench"]
     with SimProcess(sim_args) as sim:
         results, _ = asyncio.run(_run_load(sim.base_url, 1, 6, out, isl_prompt))
     tpots = [(end - first) / (n - 1) for n, _start, first, end in results[1:]]
@@ -261,12 +250,13 @@ def main() -> None:
         ),
     ]
     if not args.skip_interactivity:
-        it = interactivity()
-        rows += [
-            ("interactivity measured (tok/s/user, c=1)", f"{it['measured_interactivity']:.1f}"),
-            ("interactivity predicted (h200-llama70b)", f"{it['predicted_interactivity']:.1f}"),
-            ("measured / predicted", f"{1 / it['ratio']:.3f}"),
-        ]
+        for name in ("h200-llama70b", "h200-moe-large"):
+            it = interactivity(name)
+            rows += [
+                (f"{name}: interactivity measured (c=1)", f"{it['measured_interactivity']:.1f}"),
+                (f"{name}: interactivity predicted", f"{it['predicted_interactivity']:.1f}"),
+                (f"{name}: measured / predicted", f"{1 / it['ratio']:.3f}"),
+            ]
     print(f"{'metric':<44} {'value':>14}")
     for name, value in rows:
         print(f"{name:<44} {value:>14}")
