@@ -3,7 +3,7 @@
 1. Throughput: one sim process pinned to one core (``--time-scale 0``, K=3, synthetic AL=3) and this
    client pinned to another core, concurrency 256, streaming chat completions with ``ignore_eos``;
    output tokens per second from the responses' usage.
-2. Interactivity: ``--time-scale 1`` with the h200-llama70b profile at concurrency 1; measured
+2. Interactivity: ``--time-scale 1`` with the h200-llama70b and h200-moe-large profiles at concurrency 1; measured
    interactivity (1000 / TPOT_ms, median) next to the profile's prediction.
 
 Usage: .venv/bin/python benchmarks/sim_throughput.py [--concurrency 256] [--max-tokens 1024] [--trials 3]
