@@ -222,3 +222,34 @@ def test_bench_cli_unknown_category_and_dialect_are_one_line_errors(tmp_path: Pa
     r = runner.invoke(app, ["bench", "--base-url", "http://127.0.0.1:9", "--dialect", "tgi"])  # type: ignore[arg-type]
     assert r.exit_code == 2
     assert "unknown metrics dialect 'tgi'" in r.stderr
+
+
+def test_bench_cli_reads_a_prometheus_server_for_multi_node(tmp_path: Path) -> None:
+    """--prometheus-url: the same dialect over PromQL increase() (here a fake Prometheus HTTP API)."""
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    from tests.unit.test_prometheus import PromHandler
+
+    prom = ThreadingHTTPServer(("127.0.0.1", 0), PromHandler)
+    threading.Thread(target=prom.serve_forever, daemon=True).start()
+    PromHandler.queries = []
+    runner, app = _cli()
+    try:
+        with SimProcess(sim_args("vllm", tmp_path / "s.jsonl")) as sim:
+            result = runner.invoke(
+                app,  # type: ignore[arg-type]
+                ["bench", "--base-url", sim.base_url, "--isl", "16", "--osl", "20", "--vocab-size", str(VOCAB),
+                 "--concurrency", "2", "--num-prompts", "4", "--endpoint", "completions", "--json",
+                 "--prometheus-url", f"http://127.0.0.1:{prom.server_address[1]}",
+                 "--prometheus-selector", '{job="vllm"}'],
+            )  # fmt: skip
+    finally:
+        prom.shutdown()
+        prom.server_close()
+    assert result.exit_code == 0, result.output
+    block = orjson.loads(result.stdout)["spec_decode"]["prometheus"]
+    assert block["error"] is None
+    assert block["stats"]["num_drafts"] == 1100  # the fake server's increase() values, rounded
+    assert block["stats"]["al"] == pytest.approx(2.5)
+    assert any('{job="vllm"}' in q["query"][0] for q in PromHandler.queries)
