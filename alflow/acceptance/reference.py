@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,6 +26,7 @@ from pydantic import Field, ValidationError, model_validator
 from alflow.acceptance.synthetic import K_MAX, K_MIN
 from alflow.config import SamplingParams, SpecMethod, StrictModel, ThinkingMode
 from alflow.errors import AlflowError, InvalidInputError
+from alflow.fsutil import atomic_write_bytes
 
 SCHEMA_VERSION: Literal[1] = 1
 _AL_TOL = 1e-6
@@ -233,20 +233,7 @@ def dump_reference(table: ReferenceTable) -> str:
 
 def save_reference(table: ReferenceTable, path: str | os.PathLike[str]) -> Path:
     """Write a table atomically (temporary file in the same folder, then rename)."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    text = dump_reference(table)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        Path(tmp).replace(p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return p
+    return atomic_write_bytes(path, dump_reference(table).encode())
 
 
 def _describe(exc: ValidationError, data: dict[str, object]) -> str:

@@ -440,12 +440,16 @@ class VllmScheme:
 
 
 @dataclass(frozen=True)
-class SglangMatchExpectedScheme:
-    """SGLang ``match-expected``: floor(L) or ceil(L) weighted to mean L, one draw per step."""
+class _FloorPlusBernoulli:
+    """Schemes that accept ``floor(L-1)`` drafts plus one more with probability ``frac(L-1)``.
 
-    name: str = "sglang-match-expected"
-    granularity: Granularity = "per-batch"
-    summary: str = "floor(L) or ceil(L) weighted to give mean L; one draw per verify step for the batch"
+    Their exact distribution is the minimum-variance schedule's; they differ only in whether one
+    draw serves a request (TensorRT-LLM) or the whole batch of a verify step (SGLang).
+    """
+
+    name: str
+    granularity: Granularity
+    summary: str
     accepts_rates: bool = False
 
     def distribution(self, target: SyntheticTarget) -> AcceptanceDistribution:
@@ -456,7 +460,25 @@ class SglangMatchExpectedScheme:
 
     def sampler(self, target: SyntheticTarget, seed: int) -> AcceptanceSampler:
         al = _require_al(self.name, target)
-        return _PerBatchSampler(_floor_plus_bernoulli(al - 1.0, target.k), random.Random(seed))
+        draw = _floor_plus_bernoulli(al - 1.0, target.k)
+        if self.granularity == "per-batch":
+            return _PerBatchSampler(draw, random.Random(seed))
+        return _PerRequestSampler(draw, random.Random(seed))
+
+
+SGLANG_MATCH_EXPECTED = _FloorPlusBernoulli(
+    "sglang-match-expected",
+    "per-batch",
+    "floor(L) or ceil(L) weighted to give mean L; one draw per verify step for the batch",
+)
+"""SGLang ``match-expected``: floor(L) or ceil(L) weighted to mean L, one draw per step."""
+
+TRTLLM = _FloorPlusBernoulli(
+    "trtllm",
+    "per-request",
+    "v = L-1 drafts: floor(v) always accepted, one more with probability frac(v); per request",
+)
+"""TensorRT-LLM: value ``L - 1`` drafts; integer part always, fraction as a Bernoulli."""
 
 
 @dataclass(frozen=True)
@@ -491,26 +513,6 @@ class SglangMultinomialScheme:
 
 
 @dataclass(frozen=True)
-class TrtllmScheme:
-    """TensorRT-LLM: value ``L - 1`` drafts; integer part always, fraction as a Bernoulli."""
-
-    name: str = "trtllm"
-    granularity: Granularity = "per-request"
-    summary: str = "v = L-1 drafts: floor(v) always accepted, one more with probability frac(v); per request"
-    accepts_rates: bool = False
-
-    def distribution(self, target: SyntheticTarget) -> AcceptanceDistribution:
-        al = _require_al(self.name, target)
-        return AcceptanceDistribution(
-            self.name, target, pmf_from_rates(min_variance_rates(al, target.k)), self.granularity
-        )
-
-    def sampler(self, target: SyntheticTarget, seed: int) -> AcceptanceSampler:
-        al = _require_al(self.name, target)
-        return _PerRequestSampler(_floor_plus_bernoulli(al - 1.0, target.k), random.Random(seed))
-
-
-@dataclass(frozen=True)
 class ConstantConditionalScheme:
     """One conditional rate p at every position with ``p + ... + p^K = L - 1`` (llama.cpp port)."""
 
@@ -536,9 +538,9 @@ SCHEMES: dict[str, Scheme] = {
     scheme.name: scheme
     for scheme in (
         VllmScheme(),
-        SglangMatchExpectedScheme(),
+        SGLANG_MATCH_EXPECTED,
         SglangMultinomialScheme(),
-        TrtllmScheme(),
+        TRTLLM,
         ConstantConditionalScheme(),
     )
 }

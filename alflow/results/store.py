@@ -22,7 +22,6 @@ import io
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -35,6 +34,7 @@ import fsspec
 import polars as pl
 
 from alflow.errors import AlflowError, InvalidInputError
+from alflow.fsutil import atomic_write_bytes
 
 SCHEMA_VERSION: Final = 1
 PARQUET_VERSION_KEY: Final = "alflow.schema_version"
@@ -81,18 +81,7 @@ class LocalStorage:
     """A local folder; writes go to a temporary file in the same folder, then ``os.replace``."""
 
     def write_bytes(self, path: str, data: bytes) -> None:
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            Path(tmp).replace(target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write_bytes(path, data)
 
     def read_bytes(self, path: str) -> bytes:
         return Path(path).read_bytes()
