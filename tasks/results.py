@@ -7,10 +7,11 @@ from typing import Any
 
 import polars as pl
 from prefect import get_run_logger, task
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from alflow.results.store import RunWriter
+from alflow.reports import render_run
+from alflow.results.store import RunWriter, StoredRun
 
 
 @task(name="store_results", cache_policy=NO_CACHE)
@@ -33,12 +34,27 @@ def _key(text: str) -> str:
 def render_report(
     writer: RunWriter, title: str, markdown: str, rows: Sequence[Mapping[str, Any]], *, key: str
 ) -> str:
-    """Save ``report.md`` in the run directory and publish it (and its table) as artifacts."""
+    """Save ``report.md`` and ``report.html`` in the run directory and publish them as artifacts.
+
+    ``report.html`` is the self-contained page of :mod:`alflow.reports` (inline SVG plots), built
+    from what the run has stored so far; a link artifact points at it. A failure to render it is
+    logged and never fails the flow (the measurement and report.md are already stored).
+    """
     text = f"# {title}\n\n{markdown}\n\nRun directory: `{writer.dir}`\n"
     path = writer.write_text("report.md", text)
     create_markdown_artifact(text, key=_key(key), description=title)
     if rows:
         create_table_artifact(
             [dict(r) for r in rows], key=_key(key + "-table"), description=f"{title}: key numbers"
+        )
+    try:
+        html = render_run(StoredRun(writer.dir, dict(writer.manifest), writer.storage), "html", live=True)
+        html_path = writer.write_text("report.html", html)
+    except Exception as exc:  # a derived page must never fail a measured run; the error is logged
+        get_run_logger().warning("report.html not written for %s: %r", writer.dir, exc, exc_info=True)
+    else:
+        link = html_path if "://" in html_path else f"file://{html_path}"
+        create_link_artifact(
+            link, link_text="report.html", key=_key(key + "-html"), description=f"{title}: HTML report"
         )
     return path
