@@ -267,9 +267,13 @@ def build_m0(run: StoredRun) -> Report:
     if summary.get("reference_path"):
         report.facts.append(("Reference table", str(summary["reference_path"])))
     # AL by K, one curve per (model, method, thinking)
+    categories = sorted({_entry_category(run, e) for e in entries})
     curves: dict[str, list[Mapping[str, Any]]] = {}
     for e in entries:
-        curves.setdefault(f"{e.get('model')} {e.get('method')} thinking={e.get('thinking')}", []).append(e)
+        name = f"{e.get('model')} {e.get('method')} thinking={e.get('thinking')}"
+        if len(categories) > 1:  # one curve per category, never a curve across categories
+            name += f" {_entry_category(run, e)}"
+        curves.setdefault(name, []).append(e)
     series = []
     for name, unsorted in curves.items():
         rows = sorted(unsorted, key=lambda r: int(r.get("k") or 0))
@@ -358,7 +362,6 @@ def build_m0(run: StoredRun) -> Report:
         pos.paragraphs.append("No per-position counters were recorded.")
     report.sections.append(pos)
     # category matrix
-    categories = sorted({_entry_category(run, e) for e in entries})
     cat_sec = Section("Acceptance length by category")
     if len(categories) > 1:
         matrix: dict[str, dict[str, float | None]] = {}
@@ -564,10 +567,15 @@ def _al_gate_section(v: Mapping[str, Any], stats: pl.DataFrame | None) -> Sectio
                     )
                 )
             )
-        sec.notes.append(
-            f"{fmt(row.get('num_drafts'))} verify steps, {fmt(row.get('accepted_tokens'))} accepted of "
-            f"{fmt(row.get('draft_tokens'))} drafted tokens (draft acceptance rate {fmt(row.get('acceptance_rate'), 4)})."
-        )
+        counts = [
+            f"{fmt(row.get('num_drafts'))} verify steps",
+            f"{fmt(row.get('accepted_tokens'))} accepted draft tokens",
+        ]
+        if row.get("draft_tokens") is not None:
+            counts.append(f"{fmt(row.get('draft_tokens'))} drafted")
+        if _num(row.get("acceptance_rate")) is not None:
+            counts.append(f"draft acceptance rate {fmt(row.get('acceptance_rate'), 4)}")
+        sec.notes.append(", ".join(counts) + ".")
     return sec
 
 

@@ -80,12 +80,13 @@ def test_m0_report_has_al_by_k_per_thinking_mode_positions_matrix_and_diff(runs:
         "Diff against the previous reference table",
     ]
     html = render_run(runs["m0"])
-    assert "org/model-a mtp thinking=on" in html
-    assert "org/model-a mtp thinking=off" in html
-    # one polyline per thinking mode in the AL-by-K chart, and one per-position chart per mode
+    assert "org/model-a mtp thinking=on coding" in html
+    assert "org/model-a mtp thinking=off coding" in html
+    # one curve per (thinking mode, category) in the AL-by-K chart (math has one point: no line)
     al_chart = report.sections[0].figures[0].svg
     assert al_chart.count('class="series"') == 2
-    assert len(report.sections[1].figures) == 2
+    assert al_chart.count('class="point"') == 7
+    assert len(report.sections[1].figures) == 3
     matrix = report.sections[2].tables[0]
     assert list(matrix.columns) == ["model", "coding", "math"]
     assert ["org/model-a thinking=on K=3", "2.80", "2.00"] in [list(r) for r in matrix.rows]
