@@ -7,7 +7,7 @@
 - ``alflow report compare RUN_DIR... [--format html|md|csv|json] [--output PATH]``: the runs side by
   side (HTML or Markdown), or the exports of all of them in one file (CSV / JSON).
 
-``--output -`` writes to stdout. Errors (a directory that is not a run, an unreadable manifest) are
+``--json`` is ``--format json``; ``--output -`` writes to stdout. Errors (a directory that is not a run, an unreadable manifest) are
 one line on stderr with exit code 2.
 """
 
@@ -87,6 +87,7 @@ OutputOpt = Annotated[
         help="Write here ('-' for stdout). Default: RUN_DIR/report.html for html, else stdout.",
     ),
 ]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Same as --format json (the run's export rows).")]
 DigitsOpt = Annotated[int, typer.Option("--digits", help="Decimals of the AL matrix CSV.", min=0, max=12)]
 
 
@@ -132,9 +133,11 @@ def show(
     fmt: FormatOpt = ReportFormat.html,
     output: OutputOpt = None,
     digits: DigitsOpt = 2,
+    as_json: JsonOpt = False,
 ) -> None:
     """Render one run: HTML (default, written into the run directory), Markdown, CSV or JSON export."""
     run = open_run(run_dir)
+    fmt = ReportFormat.json if as_json else fmt
     if fmt is ReportFormat.html:
         text = render_run(run, "html")
         if output is None:
@@ -156,9 +159,11 @@ def compare(
     fmt: FormatOpt = ReportFormat.html,
     output: OutputOpt = None,
     digits: DigitsOpt = 2,
+    as_json: JsonOpt = False,
 ) -> None:
     """Several runs side by side (e.g. two frameworks or two images), or their exports in one file."""
     runs = [open_run(d) for d in run_dirs]
+    fmt = ReportFormat.json if as_json else fmt
     if fmt in (ReportFormat.html, ReportFormat.md):
         _write(render_comparison(runs, "html" if fmt is ReportFormat.html else "md"), output)
     else:

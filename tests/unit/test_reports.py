@@ -308,6 +308,8 @@ def test_cli_report_formats_and_compare(runs: dict[str, str], tmp_path: Path) ->
     assert csv_m2.output.splitlines()[0].startswith("hw,conc,image,model,infmax_model_prefix,framework")
     js = runner.invoke(app, ["report", runs["m2"], "-f", "json"])
     assert json.loads(js.output)[0]["conc"] == 4
+    js2 = runner.invoke(app, ["report", "compare", runs["m0"], runs["m1"], "--json"])
+    assert json.loads(js2.output)[-1]["Model"] == "org/model-b [sglang mtp K=3 thinking=off]"
     matrix = runner.invoke(app, ["report", "compare", runs["m0"], runs["m1"], "-f", "csv"])
     assert matrix.output == (FIXTURES / "al_matrix.csv").read_text()
     out = tmp_path / "cmp.html"
