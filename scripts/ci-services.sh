@@ -2,9 +2,10 @@
 # Start the services the e2e tests need: a Docker engine (Debian's docker.io); also install
 # Debian's chromium for the HTML report test (tests/integration/test_report_browser.py).
 # Idempotent: installs chromium only when /usr/bin/chromium is missing, docker.io only when dockerd
-# is missing, starts dockerd only when no daemon answers. The daemon runs with --iptables=false --bridge=none (containers use host networking), logs
-# to $ALFLOW_DOCKERD_LOG (default /tmp/alflow-dockerd.log) and must answer `docker info` within
-# $ALFLOW_DOCKERD_TIMEOUT seconds (default 60).
+# is missing, starts dockerd only when no daemon answers. The daemon runs with --iptables=false
+# --bridge=none (containers use host networking), logs to $ALFLOW_DOCKERD_LOG (default
+# /tmp/alflow-dockerd.log) and must answer `docker info` within $ALFLOW_DOCKERD_TIMEOUT seconds
+# (default 60).
 #   bash scripts/ci-services.sh
 set -euo pipefail
 
