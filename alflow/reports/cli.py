@@ -27,7 +27,7 @@ from typer.core import TyperGroup
 
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.reports.exports import al_matrix, al_matrix_csv, inferencex_rows, rows_csv, rows_json
-from alflow.reports.render import HTML_REPORT, render_comparison, render_run
+from alflow.reports.render import render_comparison, render_run, write_html_report
 from alflow.results.store import StoredRun, open_run
 
 P = ParamSpec("P")
@@ -139,13 +139,11 @@ def show(
     run = open_run(run_dir)
     fmt = ReportFormat.json if as_json else fmt
     if fmt is ReportFormat.html:
-        text = render_run(run, "html")
         if output is None:
-            path = run.storage.join(run.dir, HTML_REPORT)
-            run.storage.write_bytes(path, text.encode())
+            path = write_html_report(run)
             err_console.print(f"wrote {path}", markup=False, highlight=False)
             return
-        _write(text, output)
+        _write(render_run(run, "html"), output)
     elif fmt is ReportFormat.md:
         _write(render_run(run, "md"), output)
     else:
