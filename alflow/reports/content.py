@@ -162,9 +162,13 @@ def image(run: StoredRun) -> tuple[str | None, str | None]:
 
 
 def run_label(run: StoredRun) -> str:
-    """A short label for comparisons: flow, framework, image, K and run id."""
+    """A short label for comparisons: flow, framework (and metrics dialect where it differs), image, K, run id."""
     config = run.manifest.get("config") or {}
-    parts = [str(run.manifest.get("flow", "?")), framework(run) or "?"]
+    fw = framework(run) or "?"
+    dialect = _get(run.manifest.get("provenance"), "server", "dialect")
+    if dialect and dialect != fw:
+        fw = f"{fw}/{dialect}"
+    parts = [str(run.manifest.get("flow", "?")), fw]
     img, _ = image(run)
     if img:
         parts.append(img)
