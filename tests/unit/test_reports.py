@@ -21,6 +21,7 @@ from alflow.reports import (
     render_comparison,
     render_run,
     svg,
+    write_html_report,
 )
 from alflow.reports.content import SIMULATED_BANNER
 from alflow.results.store import RunWriter, open_run
@@ -339,3 +340,15 @@ def test_cli_report_errors_are_one_line_with_exit_code_2(runs: dict[str, str], t
     mixed = runner.invoke(app, ["report", "compare", runs["m0"], runs["m2"], "-f", "csv"])
     assert mixed.exit_code == 2
     assert "cannot export M2 benchmark rows together with m0" in mixed.output
+
+
+def test_report_of_a_run_in_an_object_store(tmp_path: Path) -> None:
+    import fsspec
+
+    root = f"memory://alflow-reports-{tmp_path.name}"
+    run_dir = write_m2(root)  # type: ignore[arg-type]
+    path = write_html_report(run_dir)
+    assert path == f"{run_dir}/report.html"
+    page = fsspec.filesystem("memory").cat_file(path).decode()
+    assert "Synthetic-acceptance audit" in page
+    assert inferencex_rows(open_run(run_dir))[0]["conc"] == 4
