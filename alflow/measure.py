@@ -1,8 +1,9 @@
 """One measured point: warm-up, baseline scrape, load, final scrape, client and server statistics.
 
-This is the sequence every flow runs per point (DESIGN.md section 1): the baseline scrape is taken
-after warm-up, so warm-up traffic never enters the spec-decode window; counters become deltas
-over the window (a reset is an error); the client metrics come from the records afterwards.
+This is the sequence every benchmark runs (DESIGN.md section 1), shared by ``alflow bench`` and the
+flows: the baseline scrape is taken after warm-up, so warm-up traffic never enters the spec-decode
+window; counters become deltas over the window (a reset is reported, not hidden); the client
+metrics come from the records afterwards. A run that aborts still returns what it recorded.
 """
 
 from __future__ import annotations
@@ -19,19 +20,23 @@ from alflow.acceptance.stats import SpecStats
 from alflow.datasets.types import Session
 from alflow.errors import AlflowError
 from alflow.loadgen.records import RequestRecord, records_frame
-from alflow.loadgen.runner import LoadAbortedError, LoadResult, LoadSpec, Progress, Target, run_load
-from alflow.metrics.client import GpuLayout, summarize
-from alflow.metrics.dialects import get_dialect
+from alflow.loadgen.runner import LoadAbortedError, LoadSpec, Progress, Target, run_load
+from alflow.metrics.client import DEFAULT_PERCENTILES, SLO, GpuLayout, summarize
+from alflow.metrics.dialects import Dialect, get_dialect
 from alflow.metrics.prometheus import PeriodicScraper, Snapshot, SnapshotWindow, counter_resets, scrape
 
 
 class MeasurementError(AlflowError):
-    """A point could not be measured (the load aborted, or the server's counters are unusable)."""
+    """A point could not be measured (the load aborted)."""
 
 
 @dataclass
 class Measurement:
-    """Everything measured at one point; plain data (no live objects)."""
+    """Everything measured at one point; plain data (no live objects).
+
+    ``aborted`` holds the reason when the load stopped early (the records are then partial and no
+    server-side window was taken); ``stats_error`` says why server-side stats are missing.
+    """
 
     records: pl.DataFrame
     client: dict[str, Any]
@@ -41,14 +46,41 @@ class Measurement:
     final: Snapshot | None = None
     series: list[Snapshot] = field(default_factory=list)
     counter_resets: list[str] = field(default_factory=list)
+    scrape_errors: list[str] = field(default_factory=list)
+    stats_error: str | None = None
+    aborted: str | None = None
     duration_s: float = 0.0
     wall_start_s: float = 0.0
     wall_end_s: float = 0.0
 
     @property
     def all_ok(self) -> bool:
-        """True when every measured request succeeded."""
-        return bool(self.client.get("all_ok"))
+        """True when the run was not aborted and every measured request succeeded."""
+        return self.aborted is None and bool(self.client.get("all_ok"))
+
+    def raise_if_aborted(self) -> None:
+        """Raise :class:`MeasurementError` when the load aborted."""
+        if self.aborted is not None:
+            raise MeasurementError(f"{self.aborted} ({self.records.height} requests recorded)")
+
+    def spec_block(self) -> dict[str, Any]:
+        """Server-side results as JSON-ready data (stats, error, resets, scrape counts)."""
+        return {
+            "dialect": self.dialect,
+            "stats": None if self.spec_stats is None else self.spec_stats.to_dict(),
+            "error": self.stats_error,
+            "counter_resets": list(self.counter_resets),
+            "background_scrapes": len(self.series),
+            "scrape_errors": self.scrape_errors[:5],
+        }
+
+    def snapshots(self) -> dict[str, Any]:
+        """Baseline, final and periodic scrapes as JSON-ready data."""
+        return {
+            "baseline": None if self.baseline is None else self.baseline.to_dict(),
+            "final": None if self.final is None else self.final.to_dict(),
+            "series": [s.to_dict() for s in self.series],
+        }
 
     def metrics_frame(self) -> pl.DataFrame:
         """Scrape time series (baseline, periodic, final) as long rows: time, sample, labels, value."""
@@ -82,60 +114,94 @@ async def measure(
     spec: LoadSpec,
     *,
     metrics_url: str | None,
-    dialect: str | None,
+    dialect: Dialect | str | None,
     k: int | None = None,
     warmup_sessions: Sequence[Session] | None = None,
     scrape_interval_s: float = 0.0,
     gpus: GpuLayout | None = None,
+    slo: SLO | None = None,
+    percentiles: Sequence[float] = DEFAULT_PERCENTILES,
     progress: Progress | None = None,
+    sink: list[RequestRecord] | None = None,
+    session: aiohttp.ClientSession | None = None,
 ) -> Measurement:
-    """Measure one point against a running server; raises :class:`MeasurementError` when it aborts."""
-    sink: list[RequestRecord] = []
+    """Measure one point against a running server (see the module docstring for the sequence)."""
+    if session is None:
+        async with aiohttp.ClientSession() as own:
+            return await measure(
+                sessions,
+                target,
+                spec,
+                metrics_url=metrics_url,
+                dialect=dialect,
+                k=k,
+                warmup_sessions=warmup_sessions,
+                scrape_interval_s=scrape_interval_s,
+                gpus=gpus,
+                slo=slo,
+                percentiles=percentiles,
+                progress=progress,
+                sink=sink,
+                session=own,
+            )
+    http = session
+    records = sink if sink is not None else []
     baseline: list[Snapshot] = []
-    async with aiohttp.ClientSession() as http:
+    the_dialect = get_dialect(dialect) if isinstance(dialect, str) else dialect
 
-        async def on_measure_start() -> None:
-            if metrics_url is not None:
-                baseline.append(await scrape(metrics_url, session=http))
+    async def on_measure_start() -> None:
+        if metrics_url is not None:
+            baseline.append(await scrape(metrics_url, session=http))
 
-        scraper: PeriodicScraper | None = None
-        try:
-            async with contextlib.AsyncExitStack() as stack:
-                if metrics_url is not None and scrape_interval_s > 0:
-                    scraper = await stack.enter_async_context(
-                        PeriodicScraper(metrics_url, scrape_interval_s, session=http)
-                    )
-                result: LoadResult = await run_load(
-                    sessions,
-                    target,
-                    spec,
-                    on_measure_start=on_measure_start,
-                    progress=progress,
-                    warmup_sessions=warmup_sessions,
-                    sink=sink,
+    scraper: PeriodicScraper | None = None
+    aborted: str | None = None
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            if metrics_url is not None and scrape_interval_s > 0:
+                scraper = await stack.enter_async_context(
+                    PeriodicScraper(metrics_url, scrape_interval_s, session=http)
                 )
-        except LoadAbortedError as exc:
-            raise MeasurementError(f"{exc} ({len(exc.result.records)} requests recorded)") from exc
-        final = await scrape(metrics_url, session=http) if metrics_url is not None else None
-    frame = records_frame(result.records)
-    duration = result.duration_s
-    client = summarize(frame, duration_s=duration if duration > 0 else 1e-9, gpus=gpus)
+            result = await run_load(
+                sessions,
+                target,
+                spec,
+                on_measure_start=on_measure_start,
+                progress=progress,
+                warmup_sessions=warmup_sessions,
+                sink=records,
+            )
+    except LoadAbortedError as exc:
+        aborted = str(exc)
+        result = exc.result
+    final: Snapshot | None = None
     stats: SpecStats | None = None
+    stats_error: str | None = None
     resets: list[str] = []
     series = list(scraper.snapshots) if scraper is not None else []
-    if final is not None and baseline and dialect is not None:
+    if metrics_url is not None and baseline and aborted is None and the_dialect is not None:
+        final = await scrape(metrics_url, session=http)
         resets = counter_resets(baseline[0], final)
-        window = SnapshotWindow(baseline[0], final, series=series)
-        stats = get_dialect(dialect).spec_stats(window, k=k)
+        try:
+            stats = the_dialect.spec_stats(SnapshotWindow(baseline[0], final, series=series), k=k)
+        except AlflowError as exc:
+            stats_error = str(exc)
+    frame = records_frame(result.records)
+    duration = result.duration_s
+    client = summarize(
+        frame, duration_s=duration if duration > 0 else 1e-9, percentiles=percentiles, slo=slo, gpus=gpus
+    )
     return Measurement(
         records=frame,
         client=client,
         spec_stats=stats,
-        dialect=dialect,
+        dialect=None if the_dialect is None else the_dialect.name,
         baseline=baseline[0] if baseline else None,
         final=final,
         series=series,
         counter_resets=resets,
+        scrape_errors=list(scraper.errors) if scraper is not None else [],
+        stats_error=stats_error,
+        aborted=aborted,
         duration_s=duration,
         wall_start_s=result.wall_start_s,
         wall_end_s=result.wall_end_s,

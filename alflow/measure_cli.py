@@ -38,9 +38,10 @@ from alflow.datasets.speed_bench import load_speed_bench
 from alflow.datasets.types import Session
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.loadgen.endpoints import Sampling
-from alflow.loadgen.records import RequestRecord, records_frame, write_records
-from alflow.loadgen.runner import LoadAbortedError, LoadResult, LoadSpec, Target, run_load
-from alflow.metrics.client import SLO, GpuLayout, summarize
+from alflow.loadgen.records import RequestRecord, write_records
+from alflow.loadgen.runner import LoadSpec, Target
+from alflow.measure import measure
+from alflow.metrics.client import SLO, GpuLayout
 from alflow.metrics.dialects import (
     Dialect,
     MissingMetricsError,
@@ -50,12 +51,10 @@ from alflow.metrics.dialects import (
     sglang_server_info_al,
 )
 from alflow.metrics.prometheus import (
-    PeriodicScraper,
     PromQLWindow,
     ScrapeError,
     Snapshot,
     SnapshotWindow,
-    counter_resets,
     scrape,
 )
 
@@ -278,10 +277,6 @@ async def _bench(a: _BenchArgs) -> tuple[dict[str, Any], bool]:
     if spec.num_prompts is None and a.dataset is DatasetName.random and spec.duration_s is None:
         spec = replace(spec, num_prompts=num_prompts)
     sink: list[RequestRecord] = []
-    snapshots: dict[str, Any] = {}
-    summary: dict[str, Any] = {}
-    result: LoadResult | None = None
-    aborted: str | None = None
     async with aiohttp.ClientSession() as http:
         model = await _served_model(http, a.base_url, a.model)
         target = Target(a.base_url, model, endpoint=a.endpoint, sampling=a.sampling)
@@ -290,66 +285,41 @@ async def _bench(a: _BenchArgs) -> tuple[dict[str, Any], bool]:
             if warm:
                 warm = await detokenize_sessions(warm, a.base_url, model)
         metrics = await _resolve_metrics(http, a)
-        baseline: list[Snapshot] = []
-
-        async def on_measure_start() -> None:
-            if metrics is not None:
-                baseline.append(await scrape(metrics[0], session=http))
-
-        bg: PeriodicScraper | None = None
         try:
-            async with contextlib.AsyncExitStack() as stack:
-                if metrics is not None and a.scrape_interval_s > 0:
-                    bg = await stack.enter_async_context(
-                        PeriodicScraper(metrics[0], a.scrape_interval_s, session=http)
-                    )
-                with _progress(a.progress) as prog:
-                    result = await run_load(
-                        sessions,
-                        target,
-                        spec,
-                        on_measure_start=on_measure_start,
-                        progress=prog,
-                        warmup_sessions=warm,
-                        sink=sink,
-                    )
-        except LoadAbortedError as exc:
-            aborted = str(exc)
-            result = exc.result
-        finally:
-            if (aborted is not None or result is None) and a.out is not None:
-                write_records(a.out / "records.parquet", sink)
-        assert result is not None
-        summary["model"] = model
+            with _progress(a.progress) as prog:
+                m = await measure(
+                    sessions,
+                    target,
+                    spec,
+                    metrics_url=None if metrics is None else metrics[0],
+                    dialect=None if metrics is None else metrics[1],
+                    k=a.k,
+                    warmup_sessions=warm,
+                    scrape_interval_s=a.scrape_interval_s,
+                    gpus=a.gpus,
+                    slo=a.slo,
+                    percentiles=a.percentiles,
+                    progress=prog,
+                    sink=sink,
+                    session=http,
+                )
+        except BaseException:
+            if a.out is not None:
+                write_records(a.out / "records.parquet", sink)  # interrupted: keep what was recorded
+            raise
+        aborted = m.aborted
         spec_block: dict[str, Any] = {"dialect": None, "metrics_url": None}
-        if metrics is not None and baseline and aborted is None:
-            final = await scrape(metrics[0], session=http)
-            series = list(bg.snapshots) if bg is not None else []
-            window = SnapshotWindow(baseline[0], final, series=series)
-            stats, err = _stats_or_error(metrics[1].spec_stats, window, k=a.k)
-            spec_block = {
-                "dialect": metrics[1].name,
-                "metrics_url": metrics[0],
-                "stats": None if stats is None else stats.to_dict(),
-                "error": err,
-                "counter_resets": counter_resets(baseline[0], final),
-                "background_scrapes": len(series),
-                "scrape_errors": bg.errors[:5] if bg is not None else [],
-            }
+        if metrics is not None and aborted is None:
+            spec_block = {"metrics_url": metrics[0], **m.spec_block()}
             if metrics[1].name == "sglang":
                 with contextlib.suppress(AlflowError):
                     spec_block["sglang_server_info_avg_accept_length_lifetime"] = await sglang_server_info_al(
                         a.base_url, session=http
                     )
-            snapshots = {
-                "baseline": baseline[0].to_dict(),
-                "final": final.to_dict(),
-                "series": [s.to_dict() for s in series],
-            }
+        snapshots = m.snapshots()
         if a.prometheus_url and aborted is None:
-            wall_end = time.time()
             window_p = PromQLWindow(
-                a.prometheus_url, result.wall_start_s, wall_end, selector=a.prometheus_selector
+                a.prometheus_url, m.wall_start_s, time.time(), selector=a.prometheus_selector
             )
             dialect = (
                 metrics[1]
@@ -362,18 +332,11 @@ async def _bench(a: _BenchArgs) -> tuple[dict[str, Any], bool]:
                 "stats": None if stats_p is None else stats_p.to_dict(),
                 "error": err_p,
             }
-    frame = records_frame(result.records)
-    duration = result.duration_s
-    client = summarize(
-        frame,
-        duration_s=duration if duration > 0 else 1e-9,
-        percentiles=a.percentiles,
-        slo=a.slo,
-        gpus=a.gpus,
-    )
+    frame = m.records
+    client = m.client
     summary = {
         **client,
-        "model": summary.get("model"),
+        "model": model,
         "aborted": aborted,
         "spec_decode": spec_block,
         "config": {

@@ -94,7 +94,8 @@ def benchmark(params: BenchmarkParams) -> dict[str, Any]:
                 )
                 subject = f"{server.framework} K={params.k} concurrency {conc}"
                 if m.spec_stats is None:
-                    failures.append(f"{subject}: no spec-decode counters at {handle.metrics_url}")
+                    why = m.stats_error or "no baseline or final scrape"
+                    failures.append(f"{subject}: no spec-decode stats at {handle.metrics_url}: {why}")
                     valid = False
                     verdict_msg = failures[-1]
                 else:

@@ -56,7 +56,10 @@ def gate(params: GateParams) -> dict[str, Any]:
             sampling = request_sampling(params.model, params.thinking, max_tokens=params.workload.max_tokens)
             m = run_load(handle, sessions, load, sampling, k=params.k, progress_key="m1-progress")
             if m.spec_stats is None:
-                raise fail("m1-gate", f"no spec-decode counters at {handle.metrics_url} for {subject}", {})
+                why = m.stats_error or "no baseline or final scrape"
+                raise fail(
+                    "m1-gate", f"no spec-decode stats at {handle.metrics_url} for {subject}: {why}", {}
+                )
             al_verdict = check_al_gate(m.spec_stats, reference, params.tolerances, subject)
             verdicts.append(al_verdict)
             tables["requests"] = m.records

@@ -125,6 +125,9 @@ def run_load(
         load.warmup,
     )
     result = asyncio.run(go())
+    result.raise_if_aborted()
+    if result.stats_error:
+        log.error("server-side stats unavailable: %s", result.stats_error)
     c = result.client
     log.info(
         "done in %.1f s: %s completed, %s failed, output %.0f tok/s, AL %s",
