@@ -28,7 +28,8 @@ def reference_answer(solution: str) -> str:
     return m.group(1).replace(",", "")
 
 
-def _rows(path: Path) -> list[tuple[int, str, str]]:
+def read_rows(path: Path) -> list[tuple[int, str, str]]:
+    """``(line number, question, answer)`` of every row; errors name the file, line and field."""
     if not path.is_file():
         raise InvalidInputError(f"GSM8K file {path} does not exist")
     rows: list[tuple[int, str, str]] = []
@@ -61,12 +62,12 @@ def load_gsm8k(
 ) -> list[Session]:
     """Load GSM8K questions as sessions; ``num_shots`` examples come from ``shots_path`` (train)."""
     file = Path(path)
-    rows = _rows(file)
+    rows = read_rows(file)
     prefix: list[dict[str, str]] = []
     if num_shots:
         if shots_path is None:
             raise InvalidInputError("num_shots > 0 needs shots_path (the GSM8K train file)")
-        shots = _rows(Path(shots_path))
+        shots = read_rows(Path(shots_path))
         if num_shots > len(shots):
             raise InvalidInputError(f"num_shots={num_shots} but {shots_path} holds only {len(shots)} rows")
         for _, q, a in shots[:num_shots]:

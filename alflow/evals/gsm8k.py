@@ -29,8 +29,7 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Final
 
-import orjson
-
+from alflow.datasets.gsm8k import read_rows
 from alflow.datasets.types import Session, Turn
 from alflow.errors import InvalidInputError
 
@@ -60,27 +59,11 @@ def read_problems(path: str | Path, *, split: str | None = None) -> list[Problem
     """Read GSM8K JSONL (``question``, ``answer``); errors name the file, line and field."""
     file = Path(path)
     name = split or file.stem
-    if not file.is_file():
-        raise InvalidInputError(f"GSM8K file {file} does not exist")
     out: list[Problem] = []
-    with file.open("rb") as fh:
-        for line_no, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            try:
-                row = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
-                raise InvalidInputError(f"{file}:{line_no}: not valid JSON ({exc})") from None
-            if not isinstance(row, dict):
-                raise InvalidInputError(f"{file}:{line_no}: a row must be a JSON object")
-            for key in ("question", "answer"):
-                if not isinstance(row.get(key), str) or not row[key].strip():
-                    raise InvalidInputError(f"{file}:{line_no}: field {key!r} is missing or empty")
-            if "####" not in row["answer"]:
-                raise InvalidInputError(f"{file}:{line_no}: field 'answer' has no '#### <number>'")
-            out.append(Problem(f"{name}-{line_no}", row["question"], row["answer"]))
-    if not out:
-        raise InvalidInputError(f"GSM8K file {file} holds no rows")
+    for line_no, question, answer in read_rows(file):
+        if "####" not in answer:
+            raise InvalidInputError(f"{file}:{line_no}: field 'answer' has no '#### <number>'")
+        out.append(Problem(f"{name}-{line_no}", question, answer))
     return out
 
 
