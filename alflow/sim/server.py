@@ -328,7 +328,15 @@ class SimServer:
         return web.Response(status=200)
 
     async def _version(self, _request: web.Request) -> web.Response:
-        return web.json_response({"version": "alflow-sim", "simulated": True})
+        cfg = self.config
+        synthetic = (
+            {"scheme": cfg.scheme, "al": cfg.synthetic_al, "rates": cfg.synthetic_rates}
+            if cfg.synthetic
+            else None
+        )
+        return web.json_response(
+            {"version": "alflow-sim", "simulated": True, "k": cfg.k, "synthetic_acceptance": synthetic}
+        )
 
     async def _models(self, _request: web.Request) -> web.Response:
         data = {

@@ -94,3 +94,12 @@ def test_unreachable_server_is_one_clear_error() -> None:
     assert out.stderr.startswith("error: ")
     assert "127.0.0.1:9" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+async def test_refuses_a_server_that_reports_synthetic_acceptance() -> None:
+    with SimProcess(["--time-scale", "0", "--synthetic-al", "2.5"]) as sim:
+        request = Gsm8kRequest(sim.base_url, MODEL, limit=5)
+        with pytest.raises(
+            SyntheticAcceptanceOnError, match=r"server reports synthetic acceptance on \(/version"
+        ):
+            await evaluate_gsm8k(request)
