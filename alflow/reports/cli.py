@@ -4,8 +4,9 @@
   show RUN_DIR``): ``html`` writes ``RUN_DIR/report.html`` unless ``--output`` is given; ``md``
   prints the Markdown summary; ``csv`` prints the run's export (M2: InferenceX rows; M0/M1: the
   acceptance-length matrix ``Model,<categories>,Overall``); ``json`` prints the same rows as JSON.
-- ``alflow report compare RUN_DIR... [--format html|md|csv|json] [--output PATH]``: the runs side by
-  side (HTML or Markdown), or the exports of all of them in one file (CSV / JSON).
+- ``alflow report compare RUN_DIR... [--root DIR [--flow m2]] [--format html|md|csv|json] [--output
+  PATH]``: the runs side by side (HTML or Markdown), or the exports of all of them in one file (CSV /
+  JSON); ``--root`` adds every complete run under a results root (oldest first).
 
 ``--json`` is ``--format json``; ``--output -`` writes to stdout. Errors (a directory that is not a run, an unreadable manifest) are
 one line on stderr with exit code 2.
@@ -28,7 +29,7 @@ from typer.core import TyperGroup
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.reports.exports import al_matrix, al_matrix_csv, inferencex_rows, rows_csv, rows_json
 from alflow.reports.render import render_comparison, render_run, write_html_report
-from alflow.results.store import StoredRun, open_run
+from alflow.results.store import StoredRun, iter_runs, open_run
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -153,14 +154,24 @@ def show(
 @report_app.command("compare")
 @_handle_errors
 def compare(
-    run_dirs: Annotated[list[str], typer.Argument(help="Two or more run directories.")],
+    run_dirs: Annotated[list[str] | None, typer.Argument(help="Run directories to compare.")] = None,
+    root: Annotated[
+        str | None, typer.Option("--root", help="Also compare every complete run under this results root.")
+    ] = None,
+    flow: Annotated[
+        str | None, typer.Option("--flow", help="With --root: only this flow (m0, m1, m2).")
+    ] = None,
     fmt: FormatOpt = ReportFormat.html,
     output: OutputOpt = None,
     digits: DigitsOpt = 2,
     as_json: JsonOpt = False,
 ) -> None:
     """Several runs side by side (e.g. two frameworks or two images), or their exports in one file."""
-    runs = [open_run(d) for d in run_dirs]
+    runs = [open_run(d) for d in run_dirs or []]
+    if root is not None:
+        runs += [r for r in iter_runs(root, flow) if r.complete]
+    if not runs:
+        raise InvalidInputError("nothing to compare: give run directories or a --root with complete runs")
     fmt = ReportFormat.json if as_json else fmt
     if fmt in (ReportFormat.html, ReportFormat.md):
         _write(render_comparison(runs, "html" if fmt is ReportFormat.html else "md"), output)

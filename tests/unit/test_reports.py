@@ -313,6 +313,10 @@ def test_cli_report_formats_and_compare(runs: dict[str, str], tmp_path: Path) ->
     assert json.loads(js2.output)[-1]["Model"] == "org/model-b [sglang mtp K=3 thinking=off]"
     matrix = runner.invoke(app, ["report", "compare", runs["m0"], runs["m1"], "-f", "csv"])
     assert matrix.output == (FIXTURES / "al_matrix.csv").read_text()
+    root = str(Path(runs["m2"]).parents[1])
+    by_root = runner.invoke(app, ["report", "compare", "--root", root, "--flow", "m2", "-f", "csv"])
+    assert by_root.exit_code == 0, by_root.output
+    assert [line.split(",")[1] for line in by_root.output.splitlines()[1:]] == ["4", "8"]
     out = tmp_path / "cmp.html"
     cmp = runner.invoke(
         app,
@@ -337,6 +341,9 @@ def test_cli_report_errors_are_one_line_with_exit_code_2(runs: dict[str, str], t
     missing = runner.invoke(app, ["report", str(tmp_path / "nope")])
     assert missing.exit_code == 2
     assert "manifest.json does not exist" in missing.output
+    nothing = runner.invoke(app, ["report", "compare", "--root", str(tmp_path / "empty")])
+    assert nothing.exit_code == 2
+    assert "nothing to compare" in nothing.output
     mixed = runner.invoke(app, ["report", "compare", runs["m0"], runs["m2"], "-f", "csv"])
     assert mixed.exit_code == 2
     assert "cannot export M2 benchmark rows together with m0" in mixed.output
