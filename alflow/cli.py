@@ -431,7 +431,7 @@ def _print_demo(console: Console, out: dict[str, Any], took: float) -> None:
         )
     console.print(t2)
     console.print(
-        f"Results: {out['results_root']} (M2 run: {m2['run_dir']}, report.md inside each run directory)"
+        f"Results: {out['results_root']} (M2 run: {m2['run_dir']}, report.html and report.md inside each run directory; `alflow report RUN_DIR` renders one again)"
     )
     console.print(f"Demo finished in {took:.0f} s.", highlight=False)
 

@@ -93,6 +93,7 @@ def benchmark(params: BenchmarkParams) -> dict[str, Any]:
                     progress_key=f"m2-progress-c{conc}",
                 )
                 subject = f"{server.framework} K={params.k} concurrency {conc}"
+                audit_details: dict[str, Any] = {}
                 if m.spec_stats is None:
                     why = m.stats_error or "no baseline or final scrape"
                     failures.append(f"{subject}: no spec-decode stats at {handle.metrics_url}: {why}")
@@ -100,6 +101,7 @@ def benchmark(params: BenchmarkParams) -> dict[str, Any]:
                     verdict_msg = failures[-1]
                 else:
                     verdict = audit_synthetic(m.spec_stats, dist, params.audit_abs_tol, subject)
+                    audit_details = verdict.details
                     valid = verdict.passed
                     verdict_msg = verdict.message
                     if not valid:
@@ -117,6 +119,9 @@ def benchmark(params: BenchmarkParams) -> dict[str, Any]:
                         "achieved_al": None if m.spec_stats is None else m.spec_stats.al,
                         "valid": valid,
                         "audit": verdict_msg,
+                        "num_drafts": None if m.spec_stats is None else m.spec_stats.num_drafts,
+                        "expected_al": audit_details.get("expected_al"),
+                        "allowed_deviation": audit_details.get("allowed"),
                         "completed": c.get("completed"),
                         "failed": c.get("failed"),
                         "output_throughput": c.get("output_throughput"),
