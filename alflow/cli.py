@@ -295,6 +295,104 @@ def reference_diff(
         console.print("no changes", highlight=False)
 
 
+@reference_app.command("audit")
+@handle_errors
+def reference_audit(
+    table: Annotated[Path, typer.Argument(help="The reference table to audit.")],
+    run_dirs: Annotated[list[Path], typer.Argument(help="Run directories of the M0 runs that wrote it.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Recompute every value of a table from the stored scrapes of its runs; exit 1 on a mismatch."""
+    from alflow.results.audit import audit_reference
+
+    report = audit_reference(table, [str(d) for d in run_dirs])
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        out = Table(title=f"Audit of {table}")
+        for col in ("entry", "status", "problems"):
+            out.add_column(col)
+        for row in report.rows:
+            out.add_row(row.entry, row.status, "; ".join(row.problems))
+        console.print(out)
+        console.print("audit passed" if report.ok else "audit FAILED", highlight=False)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@reference_app.command("m0-config")
+@handle_errors
+def reference_m0_config(
+    models: Annotated[str, typer.Option("--models", help="Comma-separated model ids from the catalogue.")],
+    out: Annotated[Path, typer.Option("--out", help="Where to write the M0 config (YAML).")],
+    catalogue: Annotated[Path, typer.Option("--catalogue", help="Model catalogue.")] = Path(
+        "references/models.yaml"
+    ),
+    ks: Annotated[str, typer.Option("--ks", help="Comma-separated K values.")] = "1,2,3,4,5,6,7",
+    thinking: Annotated[str, typer.Option("--thinking", help="Comma-separated thinking modes.")] = "on,off",
+    framework: Annotated[str, typer.Option("--framework", help="vllm (references) or sim (tests).")] = "vllm",
+    image: Annotated[str | None, typer.Option("--image", help="Framework image with tag.")] = None,
+    prompts: Annotated[
+        str | None,
+        typer.Option("--prompts", help="Prepared SPEED-Bench JSONL (default: bundled demo prompts)."),
+    ] = None,
+    reference: Annotated[
+        str, typer.Option("--reference", help="Reference table to write.")
+    ] = "references/speed-bench-coding.yaml",
+    results_root: Annotated[str, typer.Option("--results-root", help="Run store root.")] = "results",
+    runner: Annotated[str, typer.Option("--runner", help="process or docker.")] = "docker",
+    extra_arg: Annotated[
+        list[str] | None, typer.Option("--extra-arg", help="Extra server argument (repeat).")
+    ] = None,
+) -> None:
+    """Write the M0 config the reference-AL workflow runs (one per model: ``alflow run m0 --config``)."""
+    from alflow.config import CalibrateParams, CalibrationCatalogue
+
+    try:
+        data = yaml.safe_load(catalogue.read_text(encoding="utf-8"))
+        cat = CalibrationCatalogue.model_validate(data)
+    except OSError as exc:
+        raise InvalidInputError(
+            f"{catalogue}: cannot read the model catalogue: {exc.strerror or exc}"
+        ) from None
+    except (yaml.YAMLError, ValidationError) as exc:
+        raise InvalidInputError(f"{catalogue}: not a valid model catalogue: {exc}") from None
+    ids = [m.strip() for m in models.split(",") if m.strip()]
+    if len(ids) != 1:
+        raise InvalidInputError(
+            f"--models {models!r}: give exactly one model per config (the workflow loops)"
+        )
+    try:
+        item = cat.get(ids[0])
+        k_values = tuple(int(k) for k in ks.split(","))
+    except ValueError as exc:
+        raise InvalidInputError(f"{exc}") from None
+    params = CalibrateParams.model_validate(
+        {
+            "models": [item.model.model_dump(mode="json")],
+            "method": item.method.value,
+            "draft_model": item.draft_model,
+            "ks": k_values,
+            "thinking": [t.strip() for t in thinking.split(",") if t.strip()],
+            "server": {
+                "framework": framework,
+                "model": item.model.id,
+                "revision": item.model.revision,
+                "image": image,
+                "parallelism": item.parallelism.model_dump(),
+                "extra_args": list(extra_arg or ()),
+            },
+            "placement": {"runner": {"kind": runner}, "results_root": results_root},
+            "workload": {"kind": "speed-bench", "path": prompts, "category": "coding"},
+            "load": {"concurrency": 1},
+            "reference_path": reference,
+        }
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False), encoding="utf-8")
+    console.print(f"wrote {out}", highlight=False)
+
+
 # --------------------------------------------------------------------------------------------
 # alflow run / alflow demo (Prefect is imported only when these run)
 

@@ -597,3 +597,26 @@ class DemoParams(StrictModel):
     benchmark_k: int = Field(3, description="K of the M2 benchmark.")
     concurrencies: tuple[int, ...] = Field((4, 8, 16), description="M2 concurrency sweep.")
     gsm8k_limit: int = Field(200, description="GSM8K questions per M1 gate (seeded subset).")
+
+
+class CalibrationModel(StrictModel):
+    """One model of the reference-AL workflow's catalogue (``references/models.yaml``)."""
+
+    model: ModelSpec = Field(description="The model and its provider-recommended sampling.")
+    method: SpecMethod = Field(SpecMethod.MTP, description="Speculative method used for its reference.")
+    draft_model: str | None = Field(None, description="Drafter model id (eagle3, draft_model).")
+    parallelism: Parallelism = Field(default=Parallelism(), description="How it is served.")
+
+
+class CalibrationCatalogue(StrictModel):
+    """The models the reference-AL workflow can calibrate."""
+
+    models: tuple[CalibrationModel, ...] = Field(min_length=1, description="Models, by id.")
+
+    def get(self, model_id: str) -> CalibrationModel:
+        """The catalogue entry of ``model_id``, with an error listing the known ids."""
+        for item in self.models:
+            if item.model.id == model_id:
+                return item
+        known = ", ".join(m.model.id for m in self.models)
+        raise ValueError(f"model {model_id!r} is not in the catalogue; known: {known}")

@@ -38,12 +38,16 @@ from alflow.config import (
     SpeedBenchWorkload,
     ThinkingMode,
 )
+from alflow.results.audit import SCRAPES, scrape_key
 from alflow.results.provenance import code_version, host_info
 from alflow.workloads import dataset_description, speed_bench_sessions
 from flows.common import open_run, point_server, run_id
 from tasks.measure import request_sampling, run_load
 from tasks.results import render_report
 from tasks.servers import server_lifetime
+
+POINT_VERSION = 2
+"""Version of a cached point's content (2: raw baseline and final scrapes kept for the audit)."""
 
 
 def _point_key(_context: TaskRunContext, parameters: dict[str, Any]) -> str:
@@ -59,7 +63,7 @@ def _point_key(_context: TaskRunContext, parameters: dict[str, Any]) -> str:
         "load": parameters["load"].model_dump(mode="json"),
     }
     text = json.dumps(basis, sort_keys=True)
-    return "alflow-m0-" + hashlib.sha256(text.encode()).hexdigest()[:32]
+    return f"alflow-m0-v{POINT_VERSION}-" + hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 @task(name="calibrate_point", cache_key_fn=_point_key, persist_result=True)
@@ -95,8 +99,15 @@ def calibrate_point(
                 raise ReferenceError(
                     f"no speculative steps measured for {model.id} K={spec.k} thinking={mode.value}"
                 )
+            assert m.baseline is not None
+            assert m.final is not None
             out["modes"][mode.value] = {
                 "stats": m.spec_stats.to_dict(),
+                "scrapes": {
+                    "dialect": m.dialect,
+                    "baseline": m.baseline.to_dict(),
+                    "final": m.final.to_dict(),
+                },
                 "prompts": len(sessions),
                 "failed": m.client.get("failed"),
                 "sampling": model.sampling(mode).model_dump(mode="json"),
@@ -165,6 +176,7 @@ def calibrate(params: CalibrateParams) -> dict[str, Any]:
     )
     entries: list[ReferenceEntry] = []
     cached_points: list[str] = []
+    scrapes: dict[str, Any] = {}
     point_task = (
         calibrate_point.with_options(cache_policy=NO_CACHE)
         if params.cache_days <= 0
@@ -202,6 +214,8 @@ def calibrate(params: CalibrateParams) -> dict[str, Any]:
                     )
                 for mode in modes:
                     entries.append(_entry(params, model, k, mode, point, dataset))
+                    key = scrape_key(model.id, params.method.value, mode.value, k)
+                    scrapes[key] = {"k": k, **point["modes"][mode.value]["scrapes"]}
         base = previous or ReferenceTable(
             kind=kind,
             dataset="speed-bench" if params.workload.path else "alflow-demo",
@@ -223,6 +237,7 @@ def calibrate(params: CalibrateParams) -> dict[str, Any]:
             "cached_points": cached_points,
             "diff": None if diff is None else diff.to_dict(),
         }
+        writer.write_json(SCRAPES, {"points": scrapes})
         writer.write_summary(summary)
         rows = [
             {
