@@ -108,6 +108,21 @@ class Measurement:
         return pl.DataFrame(rows, schema=schema)
 
 
+def window_stats(
+    dialect: Dialect | str,
+    baseline: Snapshot,
+    final: Snapshot,
+    series: Sequence[Snapshot] = (),
+    k: int | None = None,
+) -> tuple[SpecStats | None, str | None]:
+    """Spec-decode statistics over the window between two scrapes, or None and the reason."""
+    the_dialect = get_dialect(dialect) if isinstance(dialect, str) else dialect
+    try:
+        return the_dialect.spec_stats(SnapshotWindow(baseline, final, series=list(series)), k=k), None
+    except AlflowError as exc:
+        return None, str(exc)
+
+
 async def measure(
     sessions: Sequence[Session],
     target: Target,
@@ -124,8 +139,13 @@ async def measure(
     progress: Progress | None = None,
     sink: list[RequestRecord] | None = None,
     session: aiohttp.ClientSession | None = None,
+    compute_stats: bool = True,
 ) -> Measurement:
-    """Measure one point against a running server (see the module docstring for the sequence)."""
+    """Measure one point against a running server (see the module docstring for the sequence).
+
+    ``compute_stats=False`` keeps the scrapes but leaves the spec-decode statistics to the caller
+    (:func:`window_stats`), as the flows' separate ``spec_stats`` task does.
+    """
     if session is None:
         async with aiohttp.ClientSession() as own:
             return await measure(
@@ -143,6 +163,7 @@ async def measure(
                 progress=progress,
                 sink=sink,
                 session=own,
+                compute_stats=compute_stats,
             )
     http = session
     records = sink if sink is not None else []
@@ -181,10 +202,8 @@ async def measure(
     if metrics_url is not None and baseline and aborted is None and the_dialect is not None:
         final = await scrape(metrics_url, session=http)
         resets = counter_resets(baseline[0], final)
-        try:
-            stats = the_dialect.spec_stats(SnapshotWindow(baseline[0], final, series=series), k=k)
-        except AlflowError as exc:
-            stats_error = str(exc)
+        if compute_stats:
+            stats, stats_error = window_stats(the_dialect, baseline[0], final, series, k)
     frame = records_frame(result.records)
     duration = result.duration_s
     client = summarize(

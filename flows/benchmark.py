@@ -18,7 +18,7 @@ from alflow.config import BenchmarkParams, LoadConfig, SyntheticAcceptance, Thin
 from alflow.workloads import random_workload_sessions
 from flows.common import fail, open_run, point_server, reference_al
 from tasks.gates import audit_synthetic
-from tasks.measure import request_sampling, run_load
+from tasks.measure import request_sampling, run_load, spec_stats
 from tasks.results import render_report, store_results
 from tasks.servers import server_lifetime, wait_ready
 
@@ -92,6 +92,7 @@ def benchmark(params: BenchmarkParams) -> dict[str, Any]:
                     warmup_sessions=warm_sessions if warm else None,
                     progress_key=f"m2-progress-c{conc}",
                 )
+                m = spec_stats(m, params.k)
                 subject = f"{server.framework} K={params.k} concurrency {conc}"
                 audit_details: dict[str, Any] = {}
                 if m.spec_stats is None:

@@ -42,7 +42,7 @@ from alflow.results.audit import SCRAPES, scrape_key
 from alflow.results.provenance import code_version, host_info
 from alflow.workloads import dataset_description, speed_bench_sessions
 from flows.common import open_run, point_server, run_id
-from tasks.measure import request_sampling, run_load
+from tasks.measure import request_sampling, run_load, spec_stats
 from tasks.results import render_report
 from tasks.servers import server_lifetime
 
@@ -95,6 +95,7 @@ def calibrate_point(
             m = run_load(
                 handle, sessions, point_load, sampling, k=spec.k, progress_key=f"m0-k{spec.k}-{mode.value}"
             )
+            m = spec_stats(m, spec.k)
             if m.spec_stats is None or not m.spec_stats.observed:
                 raise ReferenceError(
                     f"no speculative steps measured for {model.id} K={spec.k} thinking={mode.value}"

@@ -18,7 +18,7 @@ from alflow.gates import Verdict
 from alflow.workloads import dataset_description, speed_bench_sessions
 from flows.common import fail, open_run, point_server, reference_al
 from tasks.gates import check_accuracy_gate, check_al_gate
-from tasks.measure import request_sampling, run_load
+from tasks.measure import request_sampling, run_load, spec_stats
 from tasks.results import render_report, store_results
 from tasks.servers import server_lifetime
 
@@ -55,6 +55,7 @@ def gate(params: GateParams) -> dict[str, Any]:
             )
             sampling = request_sampling(params.model, params.thinking, max_tokens=params.workload.max_tokens)
             m = run_load(handle, sessions, load, sampling, k=params.k, progress_key="m1-progress")
+            m = spec_stats(m, params.k)
             if m.spec_stats is None:
                 why = m.stats_error or "no baseline or final scrape"
                 raise fail(

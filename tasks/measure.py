@@ -14,7 +14,7 @@ from alflow.datasets.random_tokens import detokenize_sessions
 from alflow.datasets.types import Session
 from alflow.loadgen.endpoints import Sampling
 from alflow.loadgen.runner import LoadSpec, Target
-from alflow.measure import Measurement, measure
+from alflow.measure import Measurement, measure, window_stats
 from alflow.metrics.prometheus import Snapshot, scrape
 from infra.runners import ServerHandle
 
@@ -115,6 +115,7 @@ def run_load(
             warmup_sessions=warm,
             scrape_interval_s=scrape_interval_s,
             progress=_ProgressArtifact(progress_key) if progress_key else None,
+            compute_stats=False,
         )
 
     log.info(
@@ -126,18 +127,41 @@ def run_load(
     )
     result = asyncio.run(go())
     result.raise_if_aborted()
-    if result.stats_error:
-        log.error("server-side stats unavailable: %s", result.stats_error)
     c = result.client
     log.info(
-        "done in %.1f s: %s completed, %s failed, output %.0f tok/s, AL %s",
+        "done in %.1f s: %s completed, %s failed, output %.0f tok/s",
         result.duration_s,
         c.get("completed"),
         c.get("failed"),
         float(c.get("output_throughput") or 0.0),
-        None if result.spec_stats is None or result.spec_stats.al is None else f"{result.spec_stats.al:.4f}",
     )
     return result
+
+
+@task(name="spec_stats", cache_policy=NO_CACHE)
+def spec_stats(measurement: Measurement, k: int | None) -> Measurement:
+    """Server-side spec-decode statistics of a measured point, from its baseline and final scrapes.
+
+    Fills ``measurement.spec_stats`` (or ``stats_error``) through the server's metrics dialect and
+    returns the measurement.
+    """
+    log = get_run_logger()
+    m = measurement
+    if m.dialect is None or m.baseline is None or m.final is None:
+        m.stats_error = m.stats_error or "no baseline and final scrape of the server's metrics"
+    else:
+        m.spec_stats, m.stats_error = window_stats(m.dialect, m.baseline, m.final, m.series, k)
+    if m.spec_stats is not None and m.spec_stats.al is not None:
+        ci = m.spec_stats.ci
+        log.info(
+            "AL %.4f over %d steps%s",
+            m.spec_stats.al,
+            m.spec_stats.num_drafts,
+            "" if ci is None else f" ({ci.level:.0%} CI [{ci.low:.4f}, {ci.high:.4f}])",
+        )
+    elif m.stats_error:
+        log.error("server-side stats unavailable: %s", m.stats_error)
+    return m
 
 
 @task(name="scrape_metrics", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
