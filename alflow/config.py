@@ -378,7 +378,74 @@ class ExternalServer(StrictModel):
     health_path: str = Field("/health", description="Health endpoint path.")
 
 
-RunnerOptions = Annotated[ProcessOptions | DockerOptions | ExternalServer, Field(discriminator="kind")]
+class SlurmOptions(StrictModel):
+    """Runner 'slurm': the server runs as a Slurm batch job (one or more nodes), submitted with sbatch.
+
+    Values that end up on ``#SBATCH`` lines must be plain tokens (no spaces or quotes): the runner
+    refuses anything that would need shell quoting there.
+    """
+
+    kind: Literal["slurm"] = Field("slurm", description="Runner kind.")
+    nodes: int = Field(
+        1, ge=1, description="Number of nodes for the job (--nodes); the first one is the head."
+    )
+    gpus_per_node: int | None = Field(
+        None,
+        ge=0,
+        description="GPUs per node (--gpus-per-node); None: no GPU request (CPU-only or site default).",
+    )
+    partition: str | None = Field(
+        None, description="Slurm partition (--partition); None: the cluster's default."
+    )
+    account: str | None = Field(
+        None, description="Slurm account to charge (--account); None: the user's default."
+    )
+    time_limit: str = Field(
+        "02:00:00", min_length=1, description="Job time limit (--time), e.g. '02:00:00' or '1-00:00:00'."
+    )
+    job_name: str | None = Field(None, description="Job name (--job-name); None: 'alflow-<framework>'.")
+    log_dir: str | None = Field(
+        None,
+        description=(
+            "Directory for the job script, launch files and job log; it must be visible from the compute nodes "
+            "(a shared file system). None: a temporary directory (single-host clusters only)."
+        ),
+    )
+    container_image: str | None = Field(
+        None,
+        description="Run the server in this container image through pyxis/enroot (--container-image); None: bare command.",
+    )
+    container_mounts: tuple[str, ...] = Field(
+        (),
+        description="Extra pyxis mounts 'SRC:DST[:FLAGS]' (the job directory is always mounted at the same path).",
+    )
+    modules: tuple[str, ...] = Field(
+        (), description="Environment modules loaded before the server starts ('module load NAME' each)."
+    )
+    extra_sbatch_args: tuple[str, ...] = Field(
+        (), description="Extra sbatch options written as '#SBATCH' lines verbatim, e.g. '--exclusive'."
+    )
+    secrets: tuple[str, ...] = Field(
+        ("HF_TOKEN",),
+        description="Names of secret environment variables passed to the job through sbatch's environment (never in the script).",
+    )
+    queue_timeout_s: float = Field(
+        3600.0, gt=0.0, description="How long start waits for the job to leave the queue and get its nodes."
+    )
+    poll_interval_s: float = Field(
+        1.0, gt=0.0, description="Seconds between job-state queries (scontrol) while waiting."
+    )
+    stop_timeout_s: float = Field(
+        30.0, gt=0.0, description="How long stop waits for the cancelled job to leave the running states."
+    )
+    command_timeout_s: float = Field(
+        30.0, gt=0.0, description="Timeout of each Slurm client command (sbatch, scontrol, scancel)."
+    )
+
+
+RunnerOptions = Annotated[
+    ProcessOptions | DockerOptions | ExternalServer | SlurmOptions, Field(discriminator="kind")
+]
 """Where a server runs: the ``kind`` field chooses the runner."""
 
 
@@ -455,7 +522,7 @@ class ServerPlacement(StrictModel):
     """Where and how servers run for a flow."""
 
     runner: RunnerOptions = Field(
-        default=ProcessOptions(), description="Runner: process, docker or external."
+        default=ProcessOptions(), description="Runner: process, docker, external or slurm."
     )
     gpu_host: str | None = Field(
         None,

@@ -1,4 +1,4 @@
-"""Runners: where a server runs (local process, Docker container, external), keyed by name.
+"""Runners: where a server runs (local process, Docker container, external, Slurm job), keyed by name.
 
 :data:`RUNNERS` is the whole registry: runner name -> factory taking that runner's options (the
 ``kind`` of :data:`alflow.config.RunnerOptions`). :func:`make_runner` picks one from a config.
@@ -15,11 +15,13 @@ from infra.runners.base import Runner, ServerHandle, running_server, wait_for_he
 from infra.runners.docker import DockerRunner
 from infra.runners.external import ExternalRunner
 from infra.runners.process import ProcessRunner
+from infra.runners.slurm import SlurmRunner
 
 RUNNERS: dict[str, Callable[..., Runner]] = {
     ProcessRunner.name: ProcessRunner,
     DockerRunner.name: DockerRunner,
     ExternalRunner.name: ExternalRunner,
+    SlurmRunner.name: SlurmRunner,
 }
 """Runner factories by name: options model first, then ``run_id`` and ``secret_source`` keywords
 (and runner-specific extras such as the docker ``client``)."""
@@ -51,6 +53,7 @@ __all__ = [
     "ProcessRunner",
     "Runner",
     "ServerHandle",
+    "SlurmRunner",
     "make_runner",
     "running_server",
     "wait_for_health",

@@ -126,7 +126,7 @@ def test_files_archive_holds_the_yaml_under_files_dir() -> None:
 
 
 def test_registry_and_make_runner() -> None:
-    assert set(RUNNERS) == {"process", "docker", "external"}
+    assert set(RUNNERS) == {"process", "docker", "external", "slurm"}
     runner = make_runner(DockerOptions(gpus="none"), run_id="r1")
     assert isinstance(runner, DockerRunner)
     assert runner.run_id == "r1"

@@ -1,0 +1,491 @@
+"""Runner 'slurm': the server runs as a Slurm batch job on one or more nodes.
+
+:func:`render_script` turns a :class:`~infra.launch.Launch` and :class:`~alflow.config.SlurmOptions`
+into an sbatch script (a jinja2 template; every value shell-quoted with :func:`shlex.quote`, and
+values on ``#SBATCH`` lines refused when they would need quoting, since sbatch does not parse shell
+quotes there). The script loads modules, exports the Launch's environment and the head node's name
+(``ALFLOW_HEAD_NODE``, ``ALFLOW_NNODES``), then ``exec srun`` runs the Launch's argument list, one
+task per node, bare or in a container through pyxis (``--container-image``, ``--container-mounts``).
+
+:class:`SlurmRunner` writes the script and the launch files into a job directory (which must be
+visible from the compute nodes), submits it with ``sbatch --parsable`` (secret values travel in
+sbatch's environment, never in the script), waits until the job runs and resolves the head node's
+address (first host of ``scontrol show hostnames``; its ``NodeAddr`` when Slurm knows one), then
+waits for health while watching the job state: a job that ends (FAILED, CANCELLED, TIMEOUT,
+COMPLETED, ...) fails the wait with its log tail. ``stop`` runs ``scancel``. The job id and the
+rendered script go into the handle's provenance.
+
+Every Slurm client call goes through the :class:`SlurmCommands` protocol: :class:`SubprocessSlurm`
+runs the real commands (argument lists, no shell), tests pass a scripted one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shlex
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Protocol
+
+import jinja2
+
+from alflow.config import SlurmOptions
+from infra.errors import RunnerError, ServerStartError
+from infra.launch import KNOB_ENV_NAMES, Launch, redact_text
+from infra.runners.base import LOG_TAIL_LINES, ServerHandle, tail_lines, wait_for_health
+
+log = logging.getLogger(__name__)
+
+SecretSource = Callable[[str], str | None]
+LOG_TAIL_BYTES = 256 * 1024
+"""How much of the end of a job log is read for a tail."""
+
+ENDED_STATES = frozenset(
+    {
+        "BOOT_FAIL",
+        "CANCELLED",
+        "COMPLETED",
+        "DEADLINE",
+        "FAILED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "REVOKED",
+        "SPECIAL_EXIT",
+        "TIMEOUT",
+    }
+)
+"""Job states in which the server is gone (or going: COMPLETING is treated the same way)."""
+STOPPING_STATES = frozenset({"COMPLETING", "STOPPED", "SUSPENDED"})
+"""States in which the job is alive in Slurm's books but its server does not serve."""
+RUNNING_STATE = "RUNNING"
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+SCRIPT_TEMPLATE = """\
+#!/bin/bash
+# Rendered by alflow (runner 'slurm'): {{ framework }} server, model {{ model }}.
+#SBATCH --job-name={{ job_name }}
+#SBATCH --nodes={{ nodes }}
+#SBATCH --ntasks-per-node=1
+{% if gpus_per_node is not none -%}
+#SBATCH --gpus-per-node={{ gpus_per_node }}
+{% endif -%}
+{% if partition -%}
+#SBATCH --partition={{ partition }}
+{% endif -%}
+{% if account -%}
+#SBATCH --account={{ account }}
+{% endif -%}
+#SBATCH --time={{ time_limit }}
+#SBATCH --output={{ log_path }}
+#SBATCH --open-mode=append
+{% for arg in extra_sbatch_args -%}
+#SBATCH {{ arg }}
+{% endfor -%}
+set -eo pipefail
+{% for module in modules -%}
+module load {{ module }}
+{% endfor -%}
+{% for name, value in env -%}
+export {{ name }}={{ value }}
+{% endfor -%}
+ALFLOW_HEAD_NODE="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
+export ALFLOW_HEAD_NODE
+export ALFLOW_NNODES="$SLURM_JOB_NUM_NODES"
+echo "alflow: job $SLURM_JOB_ID on $SLURM_JOB_NODELIST (head $ALFLOW_HEAD_NODE)"
+exec srun --nodes={{ nodes }} --ntasks={{ nodes }} --ntasks-per-node=1 --kill-on-bad-exit=1 \\
+{%- if container_image %}
+    --container-image={{ container_image }} \\
+{%- if container_mounts %}
+    --container-mounts={{ container_mounts }} \\
+{%- endif %}
+{%- endif %}
+    {{ command }}
+"""
+"""The sbatch script; values arrive already quoted (see :func:`render_script`)."""
+
+# A shell script, not HTML: autoescape is off and every value is shlex-quoted in render_script.
+_ENVIRONMENT = jinja2.Environment(
+    autoescape=False,  # noqa: S701
+    undefined=jinja2.StrictUndefined,
+    keep_trailing_newline=True,
+)
+_TEMPLATE = _ENVIRONMENT.from_string(SCRIPT_TEMPLATE)
+
+
+def _directive(value: str, what: str) -> str:
+    """``value`` for an ``#SBATCH`` line: refused when it would need shell quoting (sbatch takes it raw)."""
+    if not value or shlex.quote(value) != value:
+        raise RunnerError(
+            f"{what} {value!r} cannot go on an #SBATCH line (spaces, quotes or shell characters)"
+        )
+    return value
+
+
+def render_script(
+    launch: Launch, options: SlurmOptions, *, log_path: str, extra_mounts: Sequence[str] = ()
+) -> str:
+    """The sbatch script that runs ``launch`` as described by ``options``, its output going to ``log_path``.
+
+    ``extra_mounts`` are pyxis mounts added to ``options.container_mounts`` (the runner mounts the job
+    directory so launch files are found at the same path in the container).
+    """
+    for name in launch.env:
+        if not _ENV_NAME.fullmatch(name):
+            raise RunnerError(f"environment variable name {name!r} is not a valid shell name")
+    mounts = (*options.container_mounts, *extra_mounts)
+    return _TEMPLATE.render(
+        framework=launch.framework,
+        model=" ".join(launch.model.split()),
+        job_name=_directive(options.job_name or f"alflow-{launch.framework}", "job name"),
+        nodes=options.nodes,
+        gpus_per_node=options.gpus_per_node,
+        partition=_directive(options.partition, "partition") if options.partition else None,
+        account=_directive(options.account, "account") if options.account else None,
+        time_limit=_directive(options.time_limit, "time limit"),
+        log_path=_directive(log_path, "log path"),
+        extra_sbatch_args=[_directive(arg, "sbatch argument") for arg in options.extra_sbatch_args],
+        modules=[shlex.quote(module) for module in options.modules],
+        env=[(name, shlex.quote(value)) for name, value in launch.env.items()],
+        container_image=shlex.quote(options.container_image) if options.container_image else None,
+        container_mounts=shlex.quote(",".join(mounts)) if mounts else None,
+        command=shlex.join(launch.argv),
+    )
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """What Slurm says about a job: its state, the reason (pending or failure), nodes and exit code."""
+
+    job_id: str
+    state: str
+    reason: str = ""
+    nodelist: str = ""
+    exit_code: str = ""
+
+    @property
+    def ended(self) -> bool:
+        """True once the job no longer runs its server (an ended or completing state)."""
+        return self.state in ENDED_STATES or self.state in STOPPING_STATES
+
+    def describe(self) -> str:
+        """``STATE (reason, exit code)`` for messages."""
+        details = [
+            d
+            for d in (
+                self.reason if self.reason and self.reason != "None" else "",
+                f"exit code {self.exit_code}" if self.exit_code else "",
+            )
+            if d
+        ]
+        return f"{self.state} ({', '.join(details)})" if details else self.state
+
+
+class SlurmCommands(Protocol):
+    """The Slurm client calls the runner makes (real: :class:`SubprocessSlurm`; tests: a script)."""
+
+    def submit(self, script_path: str, env: Mapping[str, str]) -> str:
+        """``sbatch --parsable SCRIPT`` with ``env`` as its environment; returns the job id."""
+        ...
+
+    def job(self, job_id: str) -> JobInfo | None:
+        """The job's state (``scontrol show job``); None when Slurm no longer knows it."""
+        ...
+
+    def hostnames(self, nodelist: str) -> list[str]:
+        """Host names of a node list expression (``scontrol show hostnames``)."""
+        ...
+
+    def node_address(self, node: str) -> str | None:
+        """The node's ``NodeAddr`` (``scontrol show node``); None when unknown."""
+        ...
+
+    def cancel(self, job_id: str) -> None:
+        """``scancel JOB`` (no error for a job that already ended)."""
+        ...
+
+
+def parse_key_values(text: str) -> dict[str, str]:
+    """``Key=Value`` pairs of ``scontrol show ... -o`` output (values have no spaces, except after the last key)."""
+    out: dict[str, str] = {}
+    for token in text.split():
+        key, sep, value = token.partition("=")
+        if sep and key:
+            out.setdefault(key, value)
+    return out
+
+
+class SubprocessSlurm:
+    """:class:`SlurmCommands` through the real client programs (argument lists, no shell)."""
+
+    def __init__(self, timeout_s: float = 30.0) -> None:
+        self.timeout_s = timeout_s
+
+    def _run(self, argv: list[str], env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        try:
+            return subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=self.timeout_s,
+                env=None if env is None else dict(env),
+                stdin=subprocess.DEVNULL,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise RunnerError(f"{argv[0]} failed: {exc}") from exc
+
+    def submit(self, script_path: str, env: Mapping[str, str]) -> str:
+        """``sbatch --parsable SCRIPT``; the job id is the first field of its output (``ID[;CLUSTER]``)."""
+        result = self._run(["sbatch", "--parsable", script_path], env)
+        job_id = result.stdout.strip().split(";", 1)[0]
+        if result.returncode != 0 or not job_id.isdigit():
+            raise RunnerError(
+                f"sbatch failed (exit {result.returncode}): {result.stderr.strip() or result.stdout}"
+            )
+        return job_id
+
+    def job(self, job_id: str) -> JobInfo | None:
+        """``scontrol show job -o JOB`` parsed; None for an unknown (purged) job."""
+        result = self._run(["scontrol", "show", "job", "-o", job_id])
+        if result.returncode != 0:
+            if "Invalid job id" in result.stderr:
+                return None
+            raise RunnerError(f"scontrol show job {job_id} failed: {result.stderr.strip()}")
+        fields = parse_key_values(result.stdout)
+        return JobInfo(
+            job_id=job_id,
+            state=fields.get("JobState", "UNKNOWN"),
+            reason=fields.get("Reason", ""),
+            nodelist="" if fields.get("NodeList") in (None, "(null)") else fields["NodeList"],
+            exit_code=fields.get("ExitCode", ""),
+        )
+
+    def hostnames(self, nodelist: str) -> list[str]:
+        """``scontrol show hostnames NODELIST``, one host a line."""
+        result = self._run(["scontrol", "show", "hostnames", nodelist])
+        if result.returncode != 0:
+            raise RunnerError(f"scontrol show hostnames {nodelist} failed: {result.stderr.strip()}")
+        return [line.strip() for line in result.stdout.splitlines() if line.strip()]
+
+    def node_address(self, node: str) -> str | None:
+        """``NodeAddr`` from ``scontrol show node -o NODE``; None when the command fails."""
+        result = self._run(["scontrol", "show", "node", "-o", node])
+        if result.returncode != 0:
+            return None
+        return parse_key_values(result.stdout).get("NodeAddr") or None
+
+    def cancel(self, job_id: str) -> None:
+        """``scancel JOB``; a job that already ended is not an error."""
+        result = self._run(["scancel", job_id])
+        gone = ("already completing or completed", "Invalid job id")
+        if result.returncode != 0 and not any(text in result.stderr for text in gone):
+            raise RunnerError(f"scancel {job_id} failed: {result.stderr.strip()}")
+
+
+class SlurmRunner:
+    """Starts a Launch as a Slurm batch job, follows it, and cancels it on stop."""
+
+    name = "slurm"
+    _secrets: ClassVar[dict[str, Mapping[str, str]]] = {}
+
+    def __init__(
+        self,
+        options: SlurmOptions | None = None,
+        *,
+        run_id: str | None = None,
+        secret_source: SecretSource | None = None,
+        commands: SlurmCommands | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.options = options or SlurmOptions()
+        self.run_id = run_id or uuid.uuid4().hex
+        self._secret_source: SecretSource = secret_source or os.environ.get
+        self.commands: SlurmCommands = commands or SubprocessSlurm(self.options.command_timeout_s)
+        self._clock = clock
+        self._sleep = sleep
+        self._last_state: dict[str, tuple[float, JobInfo | None]] = {}
+
+    def _secret_values(self, launch: Launch) -> dict[str, str]:
+        names = dict.fromkeys((*self.options.secrets, *launch.secret_env))
+        values = {name: self._secret_source(name) for name in names}
+        return {name: value for name, value in values.items() if value}
+
+    def _job_dir(self, launch: Launch) -> Path:
+        tag = f"{launch.framework}-{self.run_id[:12]}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:4]}"
+        if self.options.log_dir:
+            job_dir = Path(self.options.log_dir).expanduser().resolve() / tag
+            job_dir.mkdir(parents=True, exist_ok=False)
+            return job_dir
+        return Path(tempfile.mkdtemp(prefix=f"alflow-slurm-{tag}-")).resolve()
+
+    def start(self, launch: Launch) -> ServerHandle:
+        """Render and submit the job, wait until it runs (``queue_timeout_s``), and return its handle.
+
+        The handle's URLs point at the head node, known only once the job has its nodes; a job that
+        ends or stays queued too long is cancelled and raises :class:`ServerStartError` with its log.
+        """
+        job_dir = self._job_dir(launch)
+        if launch.files:
+            files_dir = job_dir / "files"
+            files_dir.mkdir()
+            for item in launch.files:
+                (files_dir / item.name).write_text(item.content, encoding="utf-8")
+            launch = launch.relocated(str(files_dir))
+        log_path = job_dir / "server.log"
+        mounts = (f"{job_dir}:{job_dir}",) if self.options.container_image else ()
+        script = render_script(launch, self.options, log_path=str(log_path), extra_mounts=mounts)
+        script_path = job_dir / "job.sbatch"
+        script_path.write_text(script, encoding="utf-8")
+        secrets = self._secret_values(launch)
+        # sbatch passes its environment to the job: the runner's own, without acceptance knobs (only the
+        # Launch may set those, in the script), plus the secret values (never written to the script).
+        env = {**{k: v for k, v in os.environ.items() if k not in KNOB_ENV_NAMES}, **secrets}
+        log.info("submitting %s server as a Slurm job: %s (log %s)", launch.framework, script_path, log_path)
+        job_id = self.commands.submit(str(script_path), env)
+        self._secrets[job_id] = secrets
+        log.info("Slurm job %s submitted", job_id)
+        try:
+            info = self._wait_running(job_id, str(log_path))
+            hosts = self.commands.hostnames(info.nodelist)
+            if not hosts:
+                raise ServerStartError(f"Slurm job {job_id} runs on no host ({info.nodelist!r})")
+            head = hosts[0]
+            address = self.commands.node_address(head) or head
+        except BaseException:
+            self._cancel(job_id)
+            self._secrets.pop(job_id, None)
+            raise
+        base = launch.base_url(host=address if ":" not in address else f"[{address}]")
+        return ServerHandle(
+            runner=self.name,
+            id=job_id,
+            base_url=base,
+            metrics_url=base + launch.metrics_path,
+            health_url=base + launch.health_path,
+            dialect=launch.dialect,
+            model=launch.model,
+            readiness_timeout_s=launch.readiness_timeout_s,
+            name=job_dir.name,
+            log_path=str(log_path),
+            image=self.options.container_image or launch.image,
+            provenance={
+                **launch.provenance(),
+                "run_id": self.run_id,
+                "slurm": {
+                    "job_id": job_id,
+                    "script": script,
+                    "script_path": str(script_path),
+                    "nodes": self.options.nodes,
+                    "gpus_per_node": self.options.gpus_per_node,
+                    "nodelist": info.nodelist,
+                    "hosts": hosts,
+                    "head_node": head,
+                    "head_address": address,
+                },
+            },
+        )
+
+    def _wait_running(self, job_id: str, log_path: str) -> JobInfo:
+        """Poll the job until it is RUNNING with a node list; raise when it ends or the queue wait times out."""
+        deadline = self._clock() + self.options.queue_timeout_s
+        while True:
+            info = self.commands.job(job_id)
+            if info is None:
+                raise ServerStartError(
+                    f"Slurm job {job_id} vanished before it ran", self._log_tail(log_path, job_id)
+                )
+            if info.ended:
+                raise ServerStartError(
+                    f"Slurm job {job_id} ended before it ran: {info.describe()}",
+                    self._log_tail(log_path, job_id),
+                )
+            if info.state == RUNNING_STATE and info.nodelist:
+                return info
+            if self._clock() >= deadline:
+                raise ServerStartError(
+                    f"Slurm job {job_id} was not running within {self.options.queue_timeout_s:g} s: "
+                    f"{info.describe()}",
+                    self._log_tail(log_path, job_id),
+                )
+            self._sleep(self.options.poll_interval_s)
+
+    def _dead_reason(self, handle: ServerHandle) -> str | None:
+        """Why the job no longer serves (None while it runs); queries Slurm at most every poll interval."""
+        now = self._clock()
+        cached = self._last_state.get(handle.id)
+        if cached is not None and now - cached[0] < self.options.poll_interval_s:
+            info = cached[1]
+        else:
+            info = self.commands.job(handle.id)
+            self._last_state[handle.id] = (now, info)
+        if info is None:
+            return f"Slurm job {handle.id} is no longer known to Slurm"
+        if info.ended:
+            return f"Slurm job {handle.id} is {info.describe()}"
+        return None
+
+    def wait_ready(self, handle: ServerHandle, timeout_s: float | None = None) -> None:
+        """Poll the head node's health URL while watching the job state (an ended job fails at once)."""
+        try:
+            wait_for_health(
+                handle.health_url,
+                handle.readiness_timeout_s if timeout_s is None else timeout_s,
+                dead_reason=lambda: self._dead_reason(handle),
+                log_tail=lambda: self.logs(handle),
+                what=f"{handle.dialect} server (Slurm job {handle.id})",
+            )
+        finally:
+            self._last_state.pop(handle.id, None)
+
+    def _log_tail(self, log_path: str | None, job_id: str, tail: int = LOG_TAIL_LINES) -> str:
+        if log_path is None:
+            return ""
+        try:
+            with Path(log_path).open("rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                f.seek(max(0, size - LOG_TAIL_BYTES))
+                text = f.read().decode("utf-8", errors="replace")
+        except OSError:
+            return ""
+        return redact_text(tail_lines(text, tail), self._secrets.get(job_id, {}))
+
+    def logs(self, handle: ServerHandle, tail: int = LOG_TAIL_LINES) -> str:
+        """The last ``tail`` lines of the job log (secret values redacted)."""
+        return self._log_tail(handle.log_path, handle.id, tail)
+
+    def _cancel(self, job_id: str) -> None:
+        """scancel, then wait up to ``stop_timeout_s`` for the job to leave the running states."""
+        self.commands.cancel(job_id)
+        deadline = self._clock() + self.options.stop_timeout_s
+        while True:
+            info = self.commands.job(job_id)
+            if info is None or info.state in ENDED_STATES:
+                return
+            if self._clock() >= deadline:
+                log.warning(
+                    "Slurm job %s still %s %.0f s after scancel",
+                    job_id,
+                    info.state,
+                    self.options.stop_timeout_s,
+                )
+                return
+            self._sleep(min(self.options.poll_interval_s, 0.2))
+
+    def stop(self, handle: ServerHandle) -> None:
+        """Cancel the job (``scancel``) and wait until Slurm reports it ended; idempotent."""
+        try:
+            self._cancel(handle.id)
+        finally:
+            self._secrets.pop(handle.id, None)
+            self._last_state.pop(handle.id, None)
+        log.info("cancelled Slurm job %s", handle.id)

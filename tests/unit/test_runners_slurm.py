@@ -1,0 +1,600 @@
+"""Slurm runner: pinned sbatch scripts, quoting, job-state following, failure log tails, scancel.
+
+The Slurm client calls are faked at the runner's own seam (:class:`SlurmCommands`) with a scripted
+cluster; :class:`SubprocessSlurm` itself is checked against stand-in ``sbatch``/``scontrol``/``scancel``
+programs on ``PATH``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.server
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from alflow.config import ServerPlacement, SlurmOptions
+from infra.errors import RunnerError, ServerStartError
+from infra.launch import Launch, LaunchFile, free_port
+from infra.runners import RUNNERS, SlurmRunner, make_runner
+from infra.runners.slurm import JobInfo, SubprocessSlurm, parse_key_values, render_script
+
+LOG = "/shared/alflow/jobs/run1/server.log"
+
+SGLANG_ARGV = (
+    "python3",
+    "-m",
+    "sglang.launch_server",
+    "--model-path",
+    "deepseek-ai/DeepSeek-V3",
+    "--port",
+    "30000",
+)
+
+
+def sglang_launch(*extra: str, env: Mapping[str, str] | None = None) -> Launch:
+    return Launch(
+        framework="sglang",
+        dialect="sglang",
+        model="deepseek-ai/DeepSeek-V3",
+        argv=(*SGLANG_ARGV, *extra),
+        port=30000,
+        env=dict(env or {"SGLANG_ENABLE_TORCH_COMPILE": "0"}),
+    )
+
+
+# --- rendered scripts, pinned --------------------------------------------------------------------------
+
+SINGLE_NODE_8_GPUS = """\
+#!/bin/bash
+# Rendered by alflow (runner 'slurm'): sglang server, model deepseek-ai/DeepSeek-V3.
+#SBATCH --job-name=alflow-sglang
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node=8
+#SBATCH --partition=gpu
+#SBATCH --time=01:00:00
+#SBATCH --output=/shared/alflow/jobs/run1/server.log
+#SBATCH --open-mode=append
+set -eo pipefail
+module load cuda/12.4
+export SGLANG_ENABLE_TORCH_COMPILE=0
+ALFLOW_HEAD_NODE="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
+export ALFLOW_HEAD_NODE
+export ALFLOW_NNODES="$SLURM_JOB_NUM_NODES"
+echo "alflow: job $SLURM_JOB_ID on $SLURM_JOB_NODELIST (head $ALFLOW_HEAD_NODE)"
+exec srun --nodes=1 --ntasks=1 --ntasks-per-node=1 --kill-on-bad-exit=1 \\
+    python3 -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --port 30000 --tp-size 8
+"""
+
+TWO_NODES_8_GPUS = """\
+#!/bin/bash
+# Rendered by alflow (runner 'slurm'): sglang server, model deepseek-ai/DeepSeek-V3.
+#SBATCH --job-name=dsv3-tp16
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node=8
+#SBATCH --partition=gpu
+#SBATCH --account=spec-decode
+#SBATCH --time=04:00:00
+#SBATCH --output=/shared/alflow/jobs/run1/server.log
+#SBATCH --open-mode=append
+#SBATCH --exclusive
+#SBATCH --mem=0
+set -eo pipefail
+module load cuda/12.4
+module load nccl/2.21
+export SGLANG_ENABLE_TORCH_COMPILE=0
+export NCCL_DEBUG=WARN
+ALFLOW_HEAD_NODE="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
+export ALFLOW_HEAD_NODE
+export ALFLOW_NNODES="$SLURM_JOB_NUM_NODES"
+echo "alflow: job $SLURM_JOB_ID on $SLURM_JOB_NODELIST (head $ALFLOW_HEAD_NODE)"
+exec srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --kill-on-bad-exit=1 \\
+    python3 -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --port 30000 --tp-size 16 --ep-size 16
+"""
+
+CONTAINER_2_NODES = """\
+#!/bin/bash
+# Rendered by alflow (runner 'slurm'): sglang server, model deepseek-ai/DeepSeek-V3.
+#SBATCH --job-name=alflow-sglang
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node=8
+#SBATCH --time=02:00:00
+#SBATCH --output=/shared/alflow/jobs/run1/server.log
+#SBATCH --open-mode=append
+set -eo pipefail
+export SGLANG_ENABLE_TORCH_COMPILE=0
+ALFLOW_HEAD_NODE="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
+export ALFLOW_HEAD_NODE
+export ALFLOW_NNODES="$SLURM_JOB_NUM_NODES"
+echo "alflow: job $SLURM_JOB_ID on $SLURM_JOB_NODELIST (head $ALFLOW_HEAD_NODE)"
+exec srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --kill-on-bad-exit=1 \\
+    --container-image=lmsysorg/sglang:v0.5.4 \\
+    --container-mounts=/models:/root/.cache/huggingface:ro,/shared/alflow/jobs/run1:/shared/alflow/jobs/run1 \\
+    python3 -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --port 30000 --tp-size 16
+"""
+
+
+def test_single_node_8_gpus_script_is_pinned() -> None:
+    options = SlurmOptions(gpus_per_node=8, partition="gpu", time_limit="01:00:00", modules=("cuda/12.4",))
+    assert render_script(sglang_launch("--tp-size", "8"), options, log_path=LOG) == SINGLE_NODE_8_GPUS
+
+
+def test_two_nodes_8_gpus_tensor_expert_parallel_script_is_pinned() -> None:
+    options = SlurmOptions(
+        nodes=2,
+        gpus_per_node=8,
+        partition="gpu",
+        account="spec-decode",
+        time_limit="04:00:00",
+        job_name="dsv3-tp16",
+        modules=("cuda/12.4", "nccl/2.21"),
+        extra_sbatch_args=("--exclusive", "--mem=0"),
+    )
+    launch = sglang_launch(
+        "--tp-size",
+        "16",
+        "--ep-size",
+        "16",
+        env={"SGLANG_ENABLE_TORCH_COMPILE": "0", "NCCL_DEBUG": "WARN"},
+    )
+    assert render_script(launch, options, log_path=LOG) == TWO_NODES_8_GPUS
+
+
+def test_container_image_script_is_pinned() -> None:
+    options = SlurmOptions(
+        nodes=2,
+        gpus_per_node=8,
+        container_image="lmsysorg/sglang:v0.5.4",
+        container_mounts=("/models:/root/.cache/huggingface:ro",),
+    )
+    script = render_script(
+        sglang_launch("--tp-size", "16"),
+        options,
+        log_path=LOG,
+        extra_mounts=("/shared/alflow/jobs/run1:/shared/alflow/jobs/run1",),
+    )
+    assert script == CONTAINER_2_NODES
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
+def test_values_are_shell_quoted_and_the_script_parses(tmp_path: Path) -> None:
+    hostile = "it's $(touch pwned) `x` ; rm -rf /"
+    launch = sglang_launch("--served-model-name", hostile, env={"NOTE": hostile, "EMPTY": ""})
+    options = SlurmOptions(modules=("gcc/12 && touch pwned",), container_image="img with space")
+    script = render_script(launch, options, log_path=LOG)
+    assert "export NOTE='it'\"'\"'s $(touch pwned) `x` ; rm -rf /'" in script
+    assert "export EMPTY=''" in script
+    assert "module load 'gcc/12 && touch pwned'" in script
+    assert "--container-image='img with space'" in script
+    path = tmp_path / "job.sbatch"
+    path.write_text(script)
+    subprocess.run(["bash", "-n", str(path)], check=True)
+    # The export lines, run by a real shell, give back the exact values.
+    exports = "\n".join(line for line in script.splitlines() if line.startswith("export NOTE="))
+    out = subprocess.run(
+        ["bash", "-c", exports + '\nprintf %s "$NOTE"'],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert out.stdout == hostile
+    assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("partition", "gpu queue"), ("account", "a;b"), ("time_limit", "1:00 --x"), ("job_name", "x'y")],
+)
+def test_values_that_would_need_quoting_on_sbatch_lines_are_refused(field: str, value: str) -> None:
+    options = SlurmOptions.model_validate({field: value})
+    with pytest.raises(RunnerError, match="#SBATCH"):
+        render_script(sglang_launch(), options, log_path=LOG)
+
+
+def test_log_path_and_env_names_are_checked() -> None:
+    with pytest.raises(RunnerError, match="log path"):
+        render_script(sglang_launch(), SlurmOptions(), log_path="/tmp/my jobs/server.log")
+    with pytest.raises(RunnerError, match="not a valid shell name"):
+        render_script(sglang_launch(env={"BAD-NAME": "1"}), SlurmOptions(), log_path=LOG)
+
+
+def test_options_model_registry_and_placement() -> None:
+    placement = ServerPlacement.model_validate({"runner": {"kind": "slurm", "nodes": 2, "gpus_per_node": 8}})
+    assert isinstance(placement.runner, SlurmOptions)
+    assert placement.runner.nodes == 2
+    with pytest.raises(ValidationError):
+        SlurmOptions.model_validate({"nodes": 0})
+    with pytest.raises(ValidationError):
+        SlurmOptions.model_validate({"gpus": 8})
+    for name, field in SlurmOptions.model_fields.items():
+        assert field.description, name
+    assert RUNNERS["slurm"] is SlurmRunner
+    runner = make_runner(SlurmOptions(), run_id="r1")
+    assert isinstance(runner, SlurmRunner)
+    assert runner.run_id == "r1"
+
+
+# --- the runner against a scripted cluster -------------------------------------------------------------
+
+
+class ScriptedSlurm:
+    """A fake cluster: each job() call returns the next scripted state (the last one repeats)."""
+
+    def __init__(self, states: list[JobInfo | None], *, after_cancel: JobInfo | None = None) -> None:
+        self.states = list(states)
+        self.after_cancel = after_cancel
+        self.cancelled_ = False
+        self.submitted: list[tuple[str, dict[str, str]]] = []
+        self.cancelled: list[str] = []
+        self.job_calls = 0
+        self.on_submit: list[str] = []
+
+    def submit(self, script_path: str, env: Mapping[str, str]) -> str:
+        self.submitted.append((script_path, dict(env)))
+        log_path = Path(script_path).with_name("server.log")
+        if self.on_submit:
+            log_path.write_text("".join(line + "\n" for line in self.on_submit))
+        return "4242"
+
+    def job(self, job_id: str) -> JobInfo | None:
+        assert job_id == "4242"
+        self.job_calls += 1
+        if self.cancelled_:
+            return self.after_cancel
+        if len(self.states) > 1:
+            return self.states.pop(0)
+        return self.states[0]
+
+    def hostnames(self, nodelist: str) -> list[str]:
+        assert nodelist == "n[1-2]"
+        return ["n1", "n2"]
+
+    def node_address(self, node: str) -> str | None:
+        return {"n1": "127.0.0.1"}.get(node)
+
+    def cancel(self, job_id: str) -> None:
+        self.cancelled.append(job_id)
+        self.cancelled_ = True
+
+
+def job(state: str, nodelist: str = "", reason: str = "None", exit_code: str = "0:0") -> JobInfo:
+    return JobInfo(job_id="4242", state=state, reason=reason, nodelist=nodelist, exit_code=exit_code)
+
+
+RUNNING = job("RUNNING", "n[1-2]")
+CANCELLED = job("CANCELLED", "n[1-2]", exit_code="0:15")
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture(autouse=True)
+def _job_dirs_in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs without a log_dir use a temporary directory: keep those under pytest's tmp_path."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+
+def make(
+    fake: ScriptedSlurm,
+    clock: FakeClock | None = None,
+    secrets: Mapping[str, str] | None = None,
+    **options: object,
+) -> SlurmRunner:
+    clock = clock or FakeClock()
+    return SlurmRunner(
+        SlurmOptions.model_validate({"nodes": 2, "poll_interval_s": 0.05, **options}),
+        run_id="run-1",
+        secret_source=dict(secrets or {}).get,
+        commands=fake,
+        clock=clock,
+        sleep=clock.sleep,
+    )
+
+
+def test_start_waits_for_running_and_finds_the_head_address(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SGLANG_SIMULATE_ACC_LEN", "3.0")  # a stray knob must not reach the job
+    fake = ScriptedSlurm([job("PENDING", reason="Resources"), job("CONFIGURING", "n[1-2]"), RUNNING])
+    launch = sglang_launch(env={"NCCL_DEBUG": "INFO"})
+    launch = dataclasses.replace(launch, secret_env=("HF_TOKEN",))
+    runner = make(fake, secrets={"HF_TOKEN": "hf_supersecret"}, log_dir=str(tmp_path / "jobs"))
+    handle = runner.start(launch)
+
+    assert handle.runner == "slurm"
+    assert handle.id == "4242"
+    assert handle.base_url == "http://127.0.0.1:30000"
+    assert handle.health_url == "http://127.0.0.1:30000/health"
+    assert handle.metrics_url == "http://127.0.0.1:30000/metrics"
+    script_path, env = fake.submitted[0]
+    script = Path(script_path).read_text()
+    assert Path(script_path).parent.parent == tmp_path / "jobs"
+    slurm = handle.provenance["slurm"]
+    assert isinstance(slurm, dict)
+    assert slurm["job_id"] == "4242"
+    assert slurm["script"] == script
+    assert slurm["head_node"] == "n1"
+    assert slurm["head_address"] == "127.0.0.1"
+    assert slurm["hosts"] == ["n1", "n2"]
+    assert handle.provenance["run_id"] == "run-1"
+    # The secret travels in sbatch's environment, never in the script or the provenance.
+    assert env["HF_TOKEN"] == "hf_supersecret"
+    assert "SGLANG_SIMULATE_ACC_LEN" not in env
+    assert "hf_supersecret" not in script
+    assert "hf_supersecret" not in repr(handle.to_dict())
+    assert "export NCCL_DEBUG=INFO" in script
+    assert f"#SBATCH --output={handle.log_path}" in script
+    assert fake.cancelled == []
+
+
+def test_head_falls_back_to_the_host_name_without_a_node_address(tmp_path: Path) -> None:
+    fake = ScriptedSlurm([RUNNING])
+    fake.node_address = lambda node: None  # type: ignore[method-assign]
+    handle = make(fake).start(sglang_launch())
+    assert handle.base_url == "http://n1:30000"
+
+
+def test_launch_files_are_written_to_the_job_dir_and_mounted_in_the_container() -> None:
+    fake = ScriptedSlurm([RUNNING])
+    launch = Launch(
+        framework="trtllm",
+        dialect="trtllm",
+        model="m",
+        argv=("trtllm-serve", "m", "--config", "/alflow/extra.yaml"),
+        port=8000,
+        files=(LaunchFile("extra.yaml", "speculative_config: {}\n"),),
+    )
+    handle = make(fake, container_image="nvcr.io/nvidia/trtllm:1.0").start(launch)
+    script = Path(fake.submitted[0][0]).read_text()
+    job_dir = Path(fake.submitted[0][0]).parent
+    assert (job_dir / "files" / "extra.yaml").read_text() == "speculative_config: {}\n"
+    assert f"--config {job_dir}/files/extra.yaml" in script
+    assert f"--container-mounts={job_dir}:{job_dir}" in script
+    assert handle.image == "nvcr.io/nvidia/trtllm:1.0"
+
+
+def test_a_job_that_fails_before_running_raises_with_its_log_and_is_cancelled() -> None:
+    fake = ScriptedSlurm([job("PENDING"), job("FAILED", "n[1-2]", reason="NonZeroExitCode", exit_code="1:0")])
+    fake.on_submit = ["module: cuda/12.4 not found", "fatal: cannot start"]
+    with pytest.raises(ServerStartError) as err:
+        make(fake).start(sglang_launch())
+    assert "ended before it ran: FAILED (NonZeroExitCode, exit code 1:0)" in str(err.value)
+    assert "fatal: cannot start" in err.value.log_tail
+    assert fake.cancelled == ["4242"]
+
+
+def test_a_job_stuck_in_the_queue_times_out_and_is_cancelled() -> None:
+    clock = FakeClock()
+    fake = ScriptedSlurm([job("PENDING", reason="Resources")], after_cancel=None)
+    with pytest.raises(ServerStartError, match=r"not running within 5 s: PENDING \(Resources"):
+        make(fake, clock, queue_timeout_s=5.0).start(sglang_launch())
+    assert fake.cancelled == ["4242"]
+    assert 5.0 <= clock.now < 5.2
+
+
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200 if self.path == "/health" else 404)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def health_port() -> Iterator[int]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_wait_ready_returns_once_the_head_serves_health(health_port: int) -> None:
+    fake = ScriptedSlurm([RUNNING])
+    runner = SlurmRunner(SlurmOptions(poll_interval_s=0.05), commands=fake)
+    launch = Launch(framework="sim", dialect="vllm", model="sim", argv=("serve",), port=health_port)
+    handle = runner.start(launch)
+    runner.wait_ready(handle, timeout_s=10.0)
+    assert fake.cancelled == []
+
+
+def test_wait_ready_fails_fast_with_the_log_tail_when_the_job_fails() -> None:
+    # Nothing listens on the port: only the job state can end the wait before its 60 s timeout.
+    fake = ScriptedSlurm(
+        [RUNNING, RUNNING, job("FAILED", "n[1-2]", reason="NonZeroExitCode", exit_code="3:0")]
+    )
+    runner = SlurmRunner(
+        SlurmOptions(poll_interval_s=0.01), commands=fake, secret_source={"HF_TOKEN": "hf_supersecret"}.get
+    )
+    launch = Launch(framework="sim", dialect="vllm", model="sim", argv=("serve",), port=free_port())
+    handle = runner.start(launch)
+    assert handle.log_path is not None
+    Path(handle.log_path).write_text("loading weights\ntoken hf_supersecret\nCUDA error: out of memory\n")
+    started = time.monotonic()
+    with pytest.raises(ServerStartError) as err:
+        runner.wait_ready(handle, timeout_s=60.0)
+    assert time.monotonic() - started < 10.0
+    assert "Slurm job 4242 is FAILED (NonZeroExitCode, exit code 3:0)" in str(err.value)
+    assert "CUDA error: out of memory" in err.value.log_tail
+    assert "hf_supersecret" not in err.value.log_tail
+    assert "***" in runner.logs(handle)
+
+
+@pytest.mark.parametrize("state", ["CANCELLED", "TIMEOUT", "COMPLETED", "NODE_FAIL", "COMPLETING"])
+def test_every_ended_state_fails_the_wait(state: str) -> None:
+    fake = ScriptedSlurm([RUNNING, job(state, "n[1-2]")])
+    runner = SlurmRunner(SlurmOptions(poll_interval_s=0.01), commands=fake)
+    launch = Launch(framework="sim", dialect="vllm", model="sim", argv=("serve",), port=free_port())
+    handle = runner.start(launch)
+    with pytest.raises(ServerStartError, match=f"is {state}"):
+        runner.wait_ready(handle, timeout_s=30.0)
+
+
+def test_a_job_slurm_forgot_fails_the_wait() -> None:
+    fake = ScriptedSlurm([RUNNING, None])
+    runner = SlurmRunner(SlurmOptions(poll_interval_s=0.01), commands=fake)
+    launch = Launch(framework="sim", dialect="vllm", model="sim", argv=("serve",), port=free_port())
+    handle = runner.start(launch)
+    with pytest.raises(ServerStartError, match="no longer known to Slurm"):
+        runner.wait_ready(handle, timeout_s=30.0)
+
+
+def test_job_state_queries_are_rate_limited_while_waiting() -> None:
+    clock = FakeClock()
+    fake = ScriptedSlurm([RUNNING])
+    runner = make(fake, clock, poll_interval_s=1.0)
+    handle = runner.start(sglang_launch())
+    calls = fake.job_calls
+    for _ in range(10):
+        assert runner._dead_reason(handle) is None
+    assert fake.job_calls == calls + 1
+    clock.now += 1.0
+    assert runner._dead_reason(handle) is None
+    assert fake.job_calls == calls + 2
+
+
+def test_stop_cancels_and_waits_until_the_job_ended() -> None:
+    fake = ScriptedSlurm([RUNNING], after_cancel=CANCELLED)
+    runner = make(fake)
+    handle = runner.start(sglang_launch())
+    runner.stop(handle)
+    assert fake.cancelled == ["4242"]
+    runner.stop(handle)  # idempotent: scancel of an ended job is fine
+    assert fake.cancelled == ["4242", "4242"]
+
+
+def test_stop_gives_up_waiting_after_the_stop_timeout(caplog: pytest.LogCaptureFixture) -> None:
+    clock = FakeClock()
+    fake = ScriptedSlurm([RUNNING], after_cancel=job("COMPLETING", "n[1-2]"))
+    runner = make(fake, clock, stop_timeout_s=2.0)
+    handle = runner.start(sglang_launch())
+    runner.stop(handle)
+    assert fake.cancelled == ["4242"]
+    assert 2.0 <= clock.now < 2.5
+    assert "still COMPLETING" in caplog.text
+
+
+# --- the real client commands, against stand-in programs ----------------------------------------------
+
+FAKE_PROGRAMS = {
+    "sbatch": """\
+#!/bin/bash
+echo "$@" > "$FAKE_DIR/sbatch.args"
+env > "$FAKE_DIR/sbatch.env"
+echo "977;cluster1"
+""",
+    "scontrol": """\
+#!/bin/bash
+echo "$@" >> "$FAKE_DIR/scontrol.args"
+case "$1 $2" in
+  "show job")
+    if [ "$4" = 977 ]; then
+      echo "JobId=977 JobName=alflow-sim UserId=u(1000) JobState=RUNNING Reason=None Dependency=(null) \
+ExitCode=0:0 NodeList=n[1-2] BatchHost=n1 NumNodes=2 Command=/x/job.sbatch"
+    elif [ "$4" = 978 ]; then
+      echo "JobId=978 JobState=PENDING Reason=Priority NodeList=(null) ExitCode=0:0"
+    else
+      echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1
+    fi ;;
+  "show hostnames") printf 'n1\\nn2\\n' ;;
+  "show node")
+    if [ "$4" = n1 ]; then echo "NodeName=n1 Arch=x86_64 NodeAddr=127.0.0.1 NodeHostName=host State=ALLOCATED"
+    else echo "Node $4 not found" >&2; exit 1; fi ;;
+esac
+""",
+    "scancel": """\
+#!/bin/bash
+echo "$@" >> "$FAKE_DIR/scancel.args"
+if [ "$1" = 977 ]; then exit 0; fi
+if [ "$1" = 976 ]; then echo "scancel: error: Kill job error on job id 976: Job/step already completing or completed" >&2; exit 1; fi
+if [ "$1" = 975 ]; then echo "scancel: error: Invalid job id 975" >&2; exit 1; fi
+echo "scancel: error: Access/permission denied" >&2; exit 1
+""",
+}
+
+
+@pytest.fixture
+def fake_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in FAKE_PROGRAMS.items():
+        path = bin_dir / name
+        path.write_text(body)
+        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def test_subprocess_slurm_submits_with_parsable_and_the_given_env(fake_bin: Path) -> None:
+    env = {**os.environ, "HF_TOKEN": "hf_x"}
+    assert SubprocessSlurm().submit("/jobs/a/job.sbatch", env) == "977"
+    assert (fake_bin / "sbatch.args").read_text() == "--parsable /jobs/a/job.sbatch\n"
+    assert "HF_TOKEN=hf_x" in (fake_bin / "sbatch.env").read_text()
+
+
+def test_subprocess_slurm_reads_job_states_hosts_and_addresses(fake_bin: Path) -> None:
+    slurm = SubprocessSlurm()
+    info = slurm.job("977")
+    assert info == JobInfo(job_id="977", state="RUNNING", reason="None", nodelist="n[1-2]", exit_code="0:0")
+    pending = slurm.job("978")
+    assert pending is not None
+    assert (pending.state, pending.nodelist, pending.describe()) == (
+        "PENDING",
+        "",
+        "PENDING (Priority, exit code 0:0)",
+    )
+    assert slurm.job("1") is None
+    assert slurm.hostnames("n[1-2]") == ["n1", "n2"]
+    assert slurm.node_address("n1") == "127.0.0.1"
+    assert slurm.node_address("n9") is None
+    assert "show job -o 977" in (fake_bin / "scontrol.args").read_text()
+
+
+def test_subprocess_slurm_cancel_tolerates_ended_jobs_only(fake_bin: Path) -> None:
+    slurm = SubprocessSlurm()
+    slurm.cancel("977")
+    slurm.cancel("976")
+    slurm.cancel("975")
+    with pytest.raises(RunnerError, match="permission denied"):
+        slurm.cancel("1")
+    assert (fake_bin / "scancel.args").read_text().split() == ["977", "976", "975", "1"]
+
+
+def test_subprocess_slurm_without_the_programs_is_a_runner_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(RunnerError, match="sbatch failed"):
+        SubprocessSlurm().submit("/x.sbatch", {"PATH": str(tmp_path)})
+
+
+def test_parse_key_values_keeps_the_first_occurrence() -> None:
+    assert parse_key_values("A=1 B=x=y C= D A=2") == {"A": "1", "B": "x=y", "C": ""}
