@@ -87,6 +87,9 @@ SCRIPT_TEMPLATE = """\
 #SBATCH --time={{ time_limit }}
 #SBATCH --output={{ log_path }}
 #SBATCH --open-mode=append
+{% if comment -%}
+#SBATCH --comment={{ comment }}
+{% endif -%}
 {% for arg in extra_sbatch_args -%}
 #SBATCH {{ arg }}
 {% endfor -%}
@@ -131,13 +134,21 @@ def _directive(value: str, what: str) -> str:
 
 
 def render_script(
-    launch: Launch, options: SlurmOptions, *, log_path: str, extra_mounts: Sequence[str] = ()
+    launch: Launch,
+    options: SlurmOptions,
+    *,
+    log_path: str,
+    extra_mounts: Sequence[str] = (),
+    comment: str | None = None,
 ) -> str:
     """The sbatch script that runs ``launch`` as described by ``options``, its output going to ``log_path``.
 
     ``extra_mounts`` are pyxis mounts added to ``options.container_mounts`` (the runner mounts the job
-    directory so launch files are found at the same path in the container).
+    directory so launch files are found at the same path in the container); ``comment`` becomes the
+    job's ``--comment`` (the runner writes ``alflow-run:<run id>`` so leftovers of a run can be found).
     """
+    if "%" in log_path:
+        raise RunnerError(f"log path {log_path!r} contains '%' (sbatch would expand it as a pattern)")
     for name in launch.env:
         if not _ENV_NAME.fullmatch(name):
             raise RunnerError(f"environment variable name {name!r} is not a valid shell name")
@@ -157,6 +168,7 @@ def render_script(
         env=[(name, shlex.quote(value)) for name, value in launch.env.items()],
         container_image=shlex.quote(options.container_image) if options.container_image else None,
         container_mounts=shlex.quote(",".join(mounts)) if mounts else None,
+        comment=_directive(comment, "job comment") if comment else None,
         command=shlex.join(launch.argv),
     )
 
@@ -343,7 +355,13 @@ class SlurmRunner:
             launch = launch.relocated(str(files_dir))
         log_path = job_dir / "server.log"
         mounts = (f"{job_dir}:{job_dir}",) if self.options.container_image else ()
-        script = render_script(launch, self.options, log_path=str(log_path), extra_mounts=mounts)
+        script = render_script(
+            launch,
+            self.options,
+            log_path=str(log_path),
+            extra_mounts=mounts,
+            comment=f"alflow-run:{self.run_id}",
+        )
         script_path = job_dir / "job.sbatch"
         script_path.write_text(script, encoding="utf-8")
         secrets = self._secret_values(launch)

@@ -207,6 +207,10 @@ def test_values_that_would_need_quoting_on_sbatch_lines_are_refused(field: str, 
 def test_log_path_and_env_names_are_checked() -> None:
     with pytest.raises(RunnerError, match="log path"):
         render_script(sglang_launch(), SlurmOptions(), log_path="/tmp/my jobs/server.log")
+    with pytest.raises(RunnerError, match="'%'"):
+        render_script(sglang_launch(), SlurmOptions(), log_path="/shared/%j/server.log")
+    with pytest.raises(RunnerError, match="job comment"):
+        render_script(sglang_launch(), SlurmOptions(), log_path=LOG, comment="run 1")
     with pytest.raises(RunnerError, match="not a valid shell name"):
         render_script(sglang_launch(env={"BAD-NAME": "1"}), SlurmOptions(), log_path=LOG)
 
@@ -346,6 +350,7 @@ def test_start_waits_for_running_and_finds_the_head_address(
     assert "hf_supersecret" not in script
     assert "hf_supersecret" not in repr(handle.to_dict())
     assert "export NCCL_DEBUG=INFO" in script
+    assert "#SBATCH --comment=alflow-run:run-1\n" in script
     assert f"#SBATCH --output={handle.log_path}" in script
     assert fake.cancelled == []
 
