@@ -23,6 +23,7 @@ import pytest
 from pydantic import ValidationError
 
 from alflow.config import ServerPlacement, SlurmOptions
+from infra import lifecycle
 from infra.errors import RunnerError, ServerStartError
 from infra.launch import Launch, LaunchFile, free_port
 from infra.runners import RUNNERS, SlurmRunner, make_runner
@@ -521,7 +522,8 @@ echo "$@" >> "$FAKE_DIR/scontrol.args"
 case "$1 $2" in
   "show job")
     if [ "$4" = 977 ]; then
-      echo "JobId=977 JobName=alflow-sim UserId=u(1000) JobState=RUNNING Reason=None Dependency=(null) \
+      state=RUNNING; [ -f "$FAKE_DIR/cancelled" ] && state=CANCELLED
+      echo "JobId=977 JobName=alflow-sim UserId=u(1000) JobState=$state Reason=None Dependency=(null) \
 ExitCode=0:0 NodeList=n[1-2] BatchHost=n1 NumNodes=2 Command=/x/job.sbatch"
     elif [ "$4" = 978 ]; then
       echo "JobId=978 JobState=PENDING Reason=Priority NodeList=(null) ExitCode=0:0"
@@ -537,7 +539,7 @@ esac
     "scancel": """\
 #!/bin/bash
 echo "$@" >> "$FAKE_DIR/scancel.args"
-if [ "$1" = 977 ]; then exit 0; fi
+if [ "$1" = 977 ]; then touch "$FAKE_DIR/cancelled"; exit 0; fi
 if [ "$1" = 976 ]; then echo "scancel: error: Kill job error on job id 976: Job/step already completing or completed" >&2; exit 1; fi
 if [ "$1" = 975 ]; then echo "scancel: error: Invalid job id 975" >&2; exit 1; fi
 echo "scancel: error: Access/permission denied" >&2; exit 1
@@ -603,3 +605,17 @@ def test_subprocess_slurm_without_the_programs_is_a_runner_error(
 
 def test_parse_key_values_keeps_the_first_occurrence() -> None:
     assert parse_key_values("A=1 B=x=y C= D A=2") == {"A": "1", "B": "x=y", "C": ""}
+
+
+def test_lifecycle_through_the_client_programs(fake_bin: Path, health_port: int) -> None:
+    """make_runner -> sbatch -> scontrol -> health on the head's NodeAddr -> scancel, with no fakes in Python."""
+    launch = Launch(framework="sim", dialect="vllm", model="sim", argv=("serve",), port=health_port)
+    options = SlurmOptions(nodes=2, poll_interval_s=0.05, log_dir=str(fake_bin / "jobs"))
+    handle = lifecycle.start_launch(launch, options, run_id="run-9", timeout_s=10.0)
+    assert handle.id == "977"
+    assert handle.base_url == f"http://127.0.0.1:{health_port}"
+    assert (fake_bin / "sbatch.args").read_text().startswith("--parsable ")
+    started = time.monotonic()
+    lifecycle.stop_server(handle, options)
+    assert time.monotonic() - started < 5.0  # scontrol reported CANCELLED: no wait for stop_timeout_s
+    assert (fake_bin / "scancel.args").read_text().split() == ["977"]
