@@ -380,8 +380,12 @@ class SlurmRunner:
             head = hosts[0]
             address = self.commands.node_address(head) or head
         except BaseException:
-            self._cancel(job_id)
-            self._secrets.pop(job_id, None)
+            try:
+                self._cancel(job_id)
+            except RunnerError as exc:  # keep the start failure as the error; say the cancel failed
+                log.warning("could not cancel Slurm job %s after a failed start: %s", job_id, exc)
+            finally:
+                self._secrets.pop(job_id, None)
             raise
         base = launch.base_url(host=address if ":" not in address else f"[{address}]")
         return ServerHandle(
@@ -395,9 +399,10 @@ class SlurmRunner:
             readiness_timeout_s=launch.readiness_timeout_s,
             name=job_dir.name,
             log_path=str(log_path),
-            image=self.options.container_image or launch.image,
+            image=self.options.container_image,
             provenance={
                 **launch.provenance(),
+                "image": self.options.container_image,  # a bare command runs no (recipe) image
                 "run_id": self.run_id,
                 "slurm": {
                     "job_id": job_id,

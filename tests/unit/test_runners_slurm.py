@@ -359,8 +359,10 @@ def test_start_waits_for_running_and_finds_the_head_address(
 def test_head_falls_back_to_the_host_name_without_a_node_address(tmp_path: Path) -> None:
     fake = ScriptedSlurm([RUNNING])
     fake.node_address = lambda node: None  # type: ignore[method-assign]
-    handle = make(fake).start(sglang_launch())
+    handle = make(fake).start(dataclasses.replace(sglang_launch(), image="lmsysorg/sglang:v0.5.4"))
     assert handle.base_url == "http://n1:30000"
+    assert handle.image is None  # a bare command: the recipe's image is not what ran
+    assert handle.provenance["image"] is None
 
 
 def test_launch_files_are_written_to_the_job_dir_and_mounted_in_the_container() -> None:
@@ -380,6 +382,7 @@ def test_launch_files_are_written_to_the_job_dir_and_mounted_in_the_container() 
     assert f"--config {job_dir}/files/extra.yaml" in script
     assert f"--container-mounts={job_dir}:{job_dir}" in script
     assert handle.image == "nvcr.io/nvidia/trtllm:1.0"
+    assert handle.provenance["image"] == "nvcr.io/nvidia/trtllm:1.0"
 
 
 def test_a_job_that_fails_before_running_raises_with_its_log_and_is_cancelled() -> None:
@@ -390,6 +393,18 @@ def test_a_job_that_fails_before_running_raises_with_its_log_and_is_cancelled() 
     assert "ended before it ran: FAILED (NonZeroExitCode, exit code 1:0)" in str(err.value)
     assert "fatal: cannot start" in err.value.log_tail
     assert fake.cancelled == ["4242"]
+
+
+def test_a_failing_cancel_does_not_hide_the_start_failure(caplog: pytest.LogCaptureFixture) -> None:
+    fake = ScriptedSlurm([job("FAILED", "n[1-2]", reason="NonZeroExitCode", exit_code="1:0")])
+
+    def cancel(job_id: str) -> None:
+        raise RunnerError("scancel 4242 failed: Access/permission denied")
+
+    fake.cancel = cancel  # type: ignore[method-assign]
+    with pytest.raises(ServerStartError, match="ended before it ran"):
+        make(fake).start(sglang_launch())
+    assert "could not cancel Slurm job 4242" in caplog.text
 
 
 def test_a_job_stuck_in_the_queue_times_out_and_is_cancelled() -> None:
