@@ -1,0 +1,109 @@
+"""The Slurm runner against a real Slurm cluster: the sim as a batch job, a job failing at start, scancel.
+
+Needs a Slurm cluster that answers (``sbatch`` on PATH and ``sinfo`` reporting nodes). Without one these
+tests are skipped with the reason, also under CI: wiring a single-host cluster into ``.ci/run`` is
+still to do (issue 10). A module fixture asserts that no job of this session is left in ``squeue``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from alflow.config import ServerConfig, SlurmOptions
+from infra.errors import ServerStartError
+from infra.launch import Launch, free_port
+from infra.recipes import build_launch
+from infra.runners import SlurmRunner, running_server
+from infra.runners.base import health_ok
+
+RUN_ID = f"e2e-{uuid.uuid4().hex[:8]}"
+
+
+def _cluster_problem() -> str | None:
+    """Why there is no usable Slurm cluster here (None when there is one)."""
+    if shutil.which("sbatch") is None or shutil.which("sinfo") is None:
+        return "sbatch/sinfo are not on PATH: no Slurm cluster for the e2e Slurm tests"
+    try:
+        result = subprocess.run(
+            ["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=20, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"the Slurm cluster does not answer: {exc}"
+    states = result.stdout.split()
+    if result.returncode != 0 or not any(s.rstrip("*~#") in ("idle", "mixed") for s in states):
+        return f"the Slurm cluster does not answer or has no idle node: {(result.stderr or result.stdout).strip()}"
+    return None
+
+
+def _our_jobs() -> list[str]:
+    out = subprocess.run(
+        ["squeue", "-h", "-o", "%i %k"], capture_output=True, text=True, timeout=20, check=False
+    ).stdout
+    return [line.split()[0] for line in out.splitlines() if RUN_ID in line]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def slurm_cluster() -> Iterator[None]:
+    """Skip without a cluster; afterwards, no job of this session may be left in squeue."""
+    problem = _cluster_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    yield
+    left = _our_jobs()
+    for job_id in left:
+        subprocess.run(["scancel", job_id], capture_output=True, timeout=20, check=False)
+    assert not left, f"Slurm jobs left behind: {left}"
+
+
+def runner(tmp_path: Path) -> SlurmRunner:
+    options = SlurmOptions(
+        time_limit="00:10:00",
+        log_dir=str(tmp_path / "jobs"),
+        poll_interval_s=0.2,
+        queue_timeout_s=60.0,
+        stop_timeout_s=20.0,
+    )
+    return SlurmRunner(options, run_id=RUN_ID)
+
+
+def test_sim_server_as_a_slurm_job_serves_and_is_cancelled(tmp_path: Path) -> None:
+    launch = build_launch(ServerConfig(framework="sim", model="slurm-e2e", readiness_timeout_s=60.0))
+    slurm = runner(tmp_path)
+    with running_server(slurm, launch, timeout_s=60.0) as handle:
+        assert handle.runner == "slurm"
+        assert health_ok(handle.health_url)
+        assert health_ok(handle.metrics_url)
+        provenance = handle.provenance["slurm"]
+        assert isinstance(provenance, dict)
+        assert provenance["job_id"] == handle.id
+        assert f"alflow-run:{RUN_ID}" in str(provenance["script"])
+        assert handle.id in _our_jobs()
+    assert handle.id not in _our_jobs()
+    assert not health_ok(handle.health_url, timeout_s=1.0)
+
+
+def test_a_job_that_fails_at_start_fails_within_seconds_with_its_log(tmp_path: Path) -> None:
+    code = "import sys; print('fatal: model weights not found', flush=True); sys.exit(3)"
+    launch = Launch(
+        framework="sim",
+        dialect="vllm",
+        model="broken",
+        argv=(sys.executable, "-c", code),
+        port=free_port(),
+        readiness_timeout_s=60.0,
+    )
+    slurm = runner(tmp_path)
+    started = time.monotonic()
+    with pytest.raises(ServerStartError) as err, running_server(slurm, launch, timeout_s=60.0):
+        pass
+    assert time.monotonic() - started < 30.0
+    assert "Slurm job" in str(err.value)
+    assert "fatal: model weights not found" in err.value.log_tail
