@@ -285,6 +285,11 @@ class ServerConfig(StrictModel):
         """Hash of the JSON form (``extra_env`` is a dict, which plain field hashing cannot take)."""
         return hash(self.model_dump_json())
 
+    @property
+    def simulated(self) -> bool:
+        """True when the server is alflow's simulated engine: its numbers must be labelled simulated."""
+        return self.framework == "sim"
+
     @model_validator(mode="after")
     def _synthetic_needs_speculation(self) -> Self:
         if self.synthetic is not None and self.speculative is None:

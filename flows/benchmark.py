@@ -56,7 +56,7 @@ def benchmark(params: BenchmarkParams) -> dict[str, Any]:
         "m2",
         params.placement.results_root,
         params.model_dump(mode="json"),
-        simulated=server.framework == "sim",
+        simulated=server.simulated,
     )
     points: list[dict[str, Any]] = []
     requests: list[pl.DataFrame] = []
@@ -166,7 +166,7 @@ def benchmark(params: BenchmarkParams) -> dict[str, Any]:
             f"{_fmt(p['achieved_al'], 4)} | {'yes' if p['valid'] else 'NO'} |"
             for p in points
         ]
-        if server.framework == "sim":
+        if server.simulated:
             lines.insert(
                 0, "> SIMULATED: numbers come from alflow's simulated engine, not a real GPU server.\n"
             )

@@ -164,7 +164,7 @@ def calibrate(params: CalibrateParams) -> dict[str, Any]:
     """M0: measure reference AL for every (model, thinking, K) and update the reference table."""
     log = get_run_logger()
     dataset = dataset_description(params.workload)
-    simulated = params.server.framework == "sim"
+    simulated = params.server.simulated
     kind: Literal["simulated", "measured"] = "simulated" if simulated else "measured"
     path = Path(params.reference_path)
     previous = load_reference(path) if path.exists() else None

@@ -38,7 +38,7 @@ def gate(params: GateParams) -> dict[str, Any]:
         "m1",
         params.placement.results_root,
         params.model_dump(mode="json"),
-        simulated=server.framework == "sim",
+        simulated=server.simulated,
     )
     verdicts: list[Verdict] = []
     tables: dict[str, pl.DataFrame] = {}
@@ -94,7 +94,7 @@ def gate(params: GateParams) -> dict[str, Any]:
         lines = [f"**{'PASSED' if passed else 'FAILED'}**: {subject}", ""]
         lines += [f"- {'pass' if v.passed else 'FAIL'}: {v.message}" for v in verdicts]
         lines += ["", f"Prompts: {dataset['dataset']} / {dataset['category']} ({len(sessions)} sessions)."]
-        if server.framework == "sim":
+        if server.simulated:
             lines.insert(
                 0, "> SIMULATED: numbers come from alflow's simulated engine, not a real GPU server.\n"
             )

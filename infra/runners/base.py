@@ -12,7 +12,8 @@ import logging
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
@@ -24,6 +25,22 @@ log = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 100
 """Log lines attached to a start failure."""
+
+
+SecretSource = Callable[[str], str | None]
+"""Maps a secret's name to its value (default: the environment; a Prefect task may pass a Secret's)."""
+
+
+def secret_values(names: Iterable[str], launch: Launch, source: SecretSource) -> dict[str, str]:
+    """Values of the runner's and the launch's secrets that ``source`` knows (never logged or stored)."""
+    wanted = dict.fromkeys((*names, *launch.secret_env))
+    values = {name: source(name) for name in wanted}
+    return {name: value for name, value in values.items() if value}
+
+
+def run_tag(launch: Launch, run_id: str) -> str:
+    """A unique, readable name for one start: framework, run id, time, and a random suffix."""
+    return f"{launch.framework}-{run_id[:12]}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:4]}"
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import tarfile
 import time
 import urllib.parse
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,7 @@ from infra.errors import RunnerError
 from infra.images import ensure_sim_image
 from infra.launch import WILDCARD_HOSTS, Launch, LaunchFile, connect_host, redact_text
 from infra.recipes.sim import SIM_IMAGE
-from infra.runners.base import LOG_TAIL_LINES, ServerHandle, wait_for_health
+from infra.runners.base import LOG_TAIL_LINES, SecretSource, ServerHandle, secret_values, wait_for_health
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +46,6 @@ LABEL_RUN_ID = "alflow.run-id"
 LABEL_CREATED = "alflow.created"
 LABEL_FRAMEWORK = "alflow.framework"
 LABEL_MODEL = "alflow.model"
-
-SecretSource = Callable[[str], str | None]
 
 
 def docker_client(timeout_s: float = 60.0) -> docker.DockerClient:
@@ -213,11 +211,6 @@ class DockerRunner:
             return host
         return connect_host(launch.host)
 
-    def _secret_values(self, launch: Launch) -> dict[str, str]:
-        names = dict.fromkeys((*self.options.secrets, *launch.secret_env))
-        values = {name: self._secret_source(name) for name in names}
-        return {name: value for name, value in values.items() if value}
-
     def create(self, launch: Launch) -> ServerHandle:
         """Create the container (not started) with its files copied in; the handle can be stopped."""
         if not launch.image:
@@ -228,7 +221,7 @@ class DockerRunner:
                 "a mapped port cannot reach it"
             )
         _, digest = self.ensure_image(launch.image)
-        secrets = self._secret_values(launch)
+        secrets = secret_values(self.options.secrets, launch, self._secret_source)
         created_s = int(time.time())
         name = f"alflow-{launch.framework}-{self.run_id[:12]}-{uuid.uuid4().hex[:6]}"
         spec = container_spec(

@@ -23,11 +23,18 @@ from typing import ClassVar
 from alflow.config import ProcessOptions
 from infra.errors import RunnerError
 from infra.launch import KNOB_ENV_NAMES, Launch, redact_text
-from infra.runners.base import LOG_TAIL_LINES, ServerHandle, tail_lines, wait_for_health
+from infra.runners.base import (
+    LOG_TAIL_LINES,
+    SecretSource,
+    ServerHandle,
+    run_tag,
+    secret_values,
+    tail_lines,
+    wait_for_health,
+)
 
 log = logging.getLogger(__name__)
 
-SecretSource = Callable[[str], str | None]
 LOG_TAIL_BYTES = 256 * 1024
 """How much of the end of a log file is read for a tail."""
 
@@ -52,14 +59,9 @@ class ProcessRunner:
         self.run_id = run_id or uuid.uuid4().hex
         self._secret_source: SecretSource = secret_source or os.environ.get
 
-    def _secret_values(self, launch: Launch) -> dict[str, str]:
-        names = dict.fromkeys((*self.options.secrets, *launch.secret_env))
-        values = {name: self._secret_source(name) for name in names}
-        return {name: value for name, value in values.items() if value}
-
     def start(self, launch: Launch) -> ServerHandle:
         """Start ``launch`` in a new process group, output to ``<run dir>/server.log``."""
-        tag = f"{launch.framework}-{self.run_id[:12]}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:4]}"
+        tag = run_tag(launch, self.run_id)
         if self.options.log_dir:
             run_dir = Path(self.options.log_dir).expanduser() / tag
             run_dir.mkdir(parents=True, exist_ok=False)
@@ -71,7 +73,7 @@ class ProcessRunner:
             for item in launch.files:
                 (files_dir / item.name).write_text(item.content, encoding="utf-8")
             launch = launch.relocated(str(files_dir))
-        secrets = self._secret_values(launch)
+        secrets = secret_values(self.options.secrets, launch, self._secret_source)
         # The runner's own environment is inherited, except variables that would force acceptance behind
         # the config's back (a stray SGLANG_SIMULATE_ACC_LEN in a shell would make a "real" run synthetic).
         inherited = {k: v for k, v in os.environ.items() if k not in KNOB_ENV_NAMES}

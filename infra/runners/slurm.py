@@ -39,11 +39,18 @@ import jinja2
 from alflow.config import SlurmOptions
 from infra.errors import RunnerError, ServerStartError
 from infra.launch import KNOB_ENV_NAMES, Launch, redact_text
-from infra.runners.base import LOG_TAIL_LINES, ServerHandle, tail_lines, wait_for_health
+from infra.runners.base import (
+    LOG_TAIL_LINES,
+    SecretSource,
+    ServerHandle,
+    run_tag,
+    secret_values,
+    tail_lines,
+    wait_for_health,
+)
 
 log = logging.getLogger(__name__)
 
-SecretSource = Callable[[str], str | None]
 LOG_TAIL_BYTES = 256 * 1024
 """How much of the end of a job log is read for a tail."""
 
@@ -327,13 +334,8 @@ class SlurmRunner:
         self._sleep = sleep
         self._last_state: dict[str, tuple[float, JobInfo | None]] = {}
 
-    def _secret_values(self, launch: Launch) -> dict[str, str]:
-        names = dict.fromkeys((*self.options.secrets, *launch.secret_env))
-        values = {name: self._secret_source(name) for name in names}
-        return {name: value for name, value in values.items() if value}
-
     def _job_dir(self, launch: Launch) -> Path:
-        tag = f"{launch.framework}-{self.run_id[:12]}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:4]}"
+        tag = run_tag(launch, self.run_id)
         if self.options.log_dir:
             job_dir = Path(self.options.log_dir).expanduser().resolve() / tag
             job_dir.mkdir(parents=True, exist_ok=False)
@@ -364,7 +366,7 @@ class SlurmRunner:
         )
         script_path = job_dir / "job.sbatch"
         script_path.write_text(script, encoding="utf-8")
-        secrets = self._secret_values(launch)
+        secrets = secret_values(self.options.secrets, launch, self._secret_source)
         # sbatch passes its environment to the job: the runner's own, without acceptance knobs (only the
         # Launch may set those, in the script), plus the secret values (never written to the script).
         env = {**{k: v for k, v in os.environ.items() if k not in KNOB_ENV_NAMES}, **secrets}
