@@ -244,6 +244,14 @@ class ServerConfig(StrictModel):
     parallelism: Parallelism = Field(
         default=Parallelism(), description="Tensor/pipeline/data/expert parallel sizes."
     )
+    nodes: int = Field(
+        1,
+        ge=1,
+        description=(
+            "Nodes one server spans (tensor/expert/pipeline parallel across hosts); more than 1 needs a "
+            "multi-node runner (slurm)."
+        ),
+    )
     speculative: SpeculativeConfig | None = Field(
         None, description="Speculative decoding method and K; None: off."
     )

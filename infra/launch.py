@@ -35,6 +35,49 @@ DEFAULT_FILES_DIR = "/alflow"
 """Where launch files live by default (in a container; a process runner relocates them)."""
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})  # noqa: S104 (names of wildcard addresses)
 
+# Multi-node placeholders (issue 10). A recipe puts these strings in ``argv`` (alone or inside a longer
+# argument, e.g. ``"@ALFLOW_HEAD_ADDR@:29500"``); the runner replaces them on each node at start:
+# the Slurm runner in the job script (rank from SLURM_NODEID, head address from the first node's
+# NodeAddr), single-host runners with rank 0, this host and 1 node.
+NODE_RANK = "@ALFLOW_NODE_RANK@"
+"""Replaced by the node's rank within the server (0 on the head node)."""
+HEAD_ADDR = "@ALFLOW_HEAD_ADDR@"
+"""Replaced by the address of the head node (rank 0), reachable from every node."""
+NNODES = "@ALFLOW_NNODES@"
+"""Replaced by the number of nodes the server spans."""
+NODE_PLACEHOLDERS = (NODE_RANK, HEAD_ADDR, NNODES)
+
+
+def substitute_node(argv: tuple[str, ...], *, rank: int, head_addr: str, nnodes: int) -> tuple[str, ...]:
+    """``argv`` with the multi-node placeholders replaced for one node (single-host runners use this)."""
+    values = {NODE_RANK: str(rank), HEAD_ADDR: head_addr, NNODES: str(nnodes)}
+    out = []
+    for arg in argv:
+        filled = arg
+        for placeholder, value in values.items():
+            filled = filled.replace(placeholder, value)
+        out.append(filled)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class MetricsEndpoint:
+    """One Prometheus endpoint of a multi-endpoint server: on node ``node`` (0 = head), at ``port`` and ``path``.
+
+    A server that exposes spec-decode counters in several places (data-parallel replicas, decode
+    workers of a disaggregated setup) lists them all; the scraper reads every one and sums counters.
+    """
+
+    node: int
+    port: int
+    path: str = "/metrics"
+
+    def __post_init__(self) -> None:
+        if self.node < 0:
+            raise ValueError(f"metrics endpoint node index must be >= 0, got {self.node}")
+        if not 0 < self.port < 65536:
+            raise ValueError(f"metrics endpoint port must be in 1..65535, got {self.port}")
+
 
 def is_secret_name(name: str) -> bool:
     """True when an environment variable name looks like a secret (HF_TOKEN, AWS_SECRET_ACCESS_KEY...)."""
@@ -112,8 +155,19 @@ class Launch:
     secret_env: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     synthetic: Mapping[str, object] | None = None
+    nodes: int = 1
+    """Nodes the server spans (1: single host). Only a multi-node runner (Slurm) can start more than one."""
+    metrics_endpoints: tuple[MetricsEndpoint, ...] = ()
+    """Every metrics endpoint to scrape and sum; empty: only the head's ``port`` + ``metrics_path``."""
 
     def __post_init__(self) -> None:
+        if self.nodes < 1:
+            raise ValueError(f"a Launch spans at least 1 node, got nodes={self.nodes}")
+        for endpoint in self.metrics_endpoints:
+            if endpoint.node >= self.nodes:
+                raise ValueError(
+                    f"metrics endpoint on node {endpoint.node} but the Launch spans {self.nodes} node(s)"
+                )
         if not self.argv:
             raise ValueError("a Launch needs a program to run (argv is empty)")
         if not 0 < self.port < 65536:
@@ -161,4 +215,8 @@ class Launch:
             "metrics_path": self.metrics_path,
             "warnings": list(self.warnings),
             "synthetic": None if self.synthetic is None else dict(self.synthetic),
+            "nodes": self.nodes,
+            "metrics_endpoints": [
+                {"node": e.node, "port": e.port, "path": e.path} for e in self.metrics_endpoints
+            ],
         }

@@ -63,6 +63,15 @@ class ServerHandle:
     image: str | None = None
     image_digest: str | None = None
     provenance: Mapping[str, object] = field(default_factory=dict)
+    metrics_urls: tuple[str, ...] = ()
+    """Every metrics endpoint of a multi-endpoint server (counters are summed over them); empty: ``metrics_url`` alone."""
+    nodes: int = 1
+    """Nodes the server spans."""
+
+    @property
+    def all_metrics_urls(self) -> tuple[str, ...]:
+        """The endpoints to scrape: ``metrics_urls`` when set, else ``(metrics_url,)``."""
+        return self.metrics_urls or (self.metrics_url,)
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready form (for results and manifests)."""
