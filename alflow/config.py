@@ -387,8 +387,27 @@ class ExternalServer(StrictModel):
     metrics_url: str | None = Field(
         None, description="Full metrics URL (None: base URL + the dialect's metrics path)."
     )
+    metrics_urls: tuple[str, ...] = Field(
+        (),
+        description=(
+            "Every metrics URL of a multi-endpoint server (data-parallel replicas, disaggregated decode "
+            "workers): counters are summed over them. Empty: metrics_url alone."
+        ),
+    )
     dialect: ServerDialect = Field(description="Which framework's API and metrics the server speaks.")
     health_path: str = Field("/health", description="Health endpoint path.")
+
+    @model_validator(mode="after")
+    def _one_metrics_source(self) -> Self:
+        if self.metrics_url is not None and self.metrics_urls and self.metrics_url not in self.metrics_urls:
+            raise ValueError(
+                f"metrics_url {self.metrics_url!r} is not among metrics_urls {list(self.metrics_urls)}: "
+                "give metrics_urls alone (the first one is the primary)"
+            )
+        for url in self.metrics_urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"metrics_urls entry {url!r} is not an http(s) URL")
+        return self
 
 
 class SlurmOptions(StrictModel):
@@ -399,13 +418,21 @@ class SlurmOptions(StrictModel):
     """
 
     kind: Literal["slurm"] = Field("slurm", description="Runner kind.")
-    nodes: int = Field(
-        1, ge=1, description="Number of nodes for the job (--nodes); the first one is the head."
+    nodes: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Number of nodes for the job (--nodes); the first one is the head. None: the server config's "
+            "nodes, which is authoritative (a different value here is an error)."
+        ),
     )
     gpus_per_node: int | None = Field(
         None,
         ge=0,
-        description="GPUs per node (--gpus-per-node); None: no GPU request (CPU-only or site default).",
+        description=(
+            "GPUs per node (--gpus-per-node); None: what the server's parallelism uses per node (no GPU "
+            "request for the simulator)."
+        ),
     )
     partition: str | None = Field(
         None, description="Slurm partition (--partition); None: the cluster's default."

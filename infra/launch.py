@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from alflow.acceptance.knobs import SGLANG_LEN_ENV, SGLANG_METHOD_ENV, SGLANG_TOKEN_MODE_ENV, TRTLLM_ENV
+from infra.errors import RunnerError
 
 REDACTED = "***"
 SECRET_NAME_HINTS = (
@@ -46,11 +47,35 @@ HEAD_ADDR = "@ALFLOW_HEAD_ADDR@"
 NNODES = "@ALFLOW_NNODES@"
 """Replaced by the number of nodes the server spans."""
 NODE_PLACEHOLDERS = (NODE_RANK, HEAD_ADDR, NNODES)
+NODE_ADDR_PREFIX = "@ALFLOW_NODE_ADDR_"
 
 
-def substitute_node(argv: tuple[str, ...], *, rank: int, head_addr: str, nnodes: int) -> tuple[str, ...]:
-    """``argv`` with the multi-node placeholders replaced for one node (single-host runners use this)."""
+def node_addr(index: int) -> str:
+    """Placeholder replaced by the address of the job's node ``index`` (0: the first node of the server).
+
+    For a program that must name another group's node, e.g. a disaggregated frontend naming the head
+    of each prefill and decode group; ``HEAD_ADDR`` is the head of the program's own group.
+    """
+    if index < 0:
+        raise ValueError(f"node index must be >= 0, got {index}")
+    return f"{NODE_ADDR_PREFIX}{index}@"
+
+
+def substitute_node(
+    argv: tuple[str, ...],
+    *,
+    rank: int,
+    head_addr: str,
+    nnodes: int,
+    node_addrs: tuple[str, ...] = (),
+) -> tuple[str, ...]:
+    """``argv`` with the multi-node placeholders replaced for one node (single-host runners use this).
+
+    ``node_addrs`` fills :func:`node_addr` placeholders (default: ``head_addr`` for node 0 only).
+    """
     values = {NODE_RANK: str(rank), HEAD_ADDR: head_addr, NNODES: str(nnodes)}
+    for index, address in enumerate(node_addrs or (head_addr,)):
+        values[node_addr(index)] = address
     out = []
     for arg in argv:
         filled = arg
@@ -129,6 +154,49 @@ class LaunchFile:
             raise ValueError(f"launch file name {self.name!r} must be a plain file name")
 
 
+def _check_program(argv: tuple[str, ...], what: str) -> None:
+    if not argv:
+        raise ValueError(f"{what} needs a program to run (its argument list is empty)")
+
+
+@dataclass(frozen=True)
+class LaunchGroup:
+    """One program of a disaggregated server, run on its own consecutive nodes of the job.
+
+    ``first_node`` is the group's first node within the server (0: the job's first node); on the
+    group's nodes the placeholders mean: ``NODE_RANK`` the rank within the group, ``HEAD_ADDR`` the
+    address of the group's first node, ``NNODES`` the group's node count. ``worker_argv`` (None: the
+    same as ``argv``) runs on the group's nodes of rank > 0. ``port`` is where the group's head serves.
+    """
+
+    name: str
+    role: str
+    first_node: int
+    nodes: int
+    argv: tuple[str, ...]
+    port: int
+    worker_argv: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name or shlex.quote(self.name) != self.name:
+            raise ValueError(f"launch group name {self.name!r} must be a plain word")
+        if self.first_node < 0 or self.nodes < 1:
+            raise ValueError(
+                f"launch group {self.name!r} needs first_node >= 0 and nodes >= 1, "
+                f"got first_node={self.first_node}, nodes={self.nodes}"
+            )
+        _check_program(self.argv, f"launch group {self.name!r}")
+        if self.worker_argv is not None:
+            _check_program(self.worker_argv, f"the workers of launch group {self.name!r}")
+        if not 0 < self.port < 65536:
+            raise ValueError(f"launch group {self.name!r} needs a port in 1..65535, got {self.port}")
+
+    @property
+    def node_range(self) -> range:
+        """The server's node indexes this group runs on."""
+        return range(self.first_node, self.first_node + self.nodes)
+
+
 @dataclass(frozen=True)
 class Launch:
     """How to start one server: argument list, environment, files, port, endpoints and provenance.
@@ -159,10 +227,38 @@ class Launch:
     """Nodes the server spans (1: single host). Only a multi-node runner (Slurm) can start more than one."""
     metrics_endpoints: tuple[MetricsEndpoint, ...] = ()
     """Every metrics endpoint to scrape and sum; empty: only the head's ``port`` + ``metrics_path``."""
+    worker_argv: tuple[str, ...] | None = None
+    """The argument list on nodes of rank > 0 when it differs from the head's (vLLM's ``--headless``
+    workers); None: ``argv`` runs on every node."""
+    gpus_per_node: int | None = None
+    """GPUs the server uses on each node (from the parallelism); None: unknown or none (the simulator).
+    The Slurm runner requests them when its options name no ``gpus_per_node``."""
+    mpi: str | None = None
+    """An MPI launch (TensorRT-LLM's ``trtllm-llmapi-launch``): the ``srun --mpi`` plugin (``pmix``);
+    the Slurm runner starts ``tasks_per_node`` tasks on each node. None: one task per node."""
+    tasks_per_node: int = 1
+    """Tasks per node of an MPI launch (one per GPU); 1 otherwise."""
+    groups: tuple[LaunchGroup, ...] = ()
+    """A disaggregated server: each group (prefill, decode) runs on its own nodes, and ``argv`` is the
+    frontend (router) run on the first node beside them; ``port`` is the frontend's. Empty: ``argv``
+    is the whole server."""
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
             raise ValueError(f"a Launch spans at least 1 node, got nodes={self.nodes}")
+        if self.tasks_per_node < 1:
+            raise ValueError(f"tasks_per_node must be >= 1, got {self.tasks_per_node}")
+        if self.tasks_per_node > 1 and self.mpi is None:
+            raise ValueError(
+                f"tasks_per_node={self.tasks_per_node} needs an MPI launch (set mpi, e.g. 'pmix')"
+            )
+        if self.mpi is not None and shlex.quote(self.mpi) != self.mpi:
+            raise ValueError(f"mpi plugin {self.mpi!r} must be a plain word")
+        if self.gpus_per_node is not None and self.gpus_per_node < 0:
+            raise ValueError(f"gpus_per_node must be >= 0, got {self.gpus_per_node}")
+        if self.worker_argv is not None:
+            _check_program(self.worker_argv, "the workers of a Launch")
+        self._check_groups()
         for endpoint in self.metrics_endpoints:
             if endpoint.node >= self.nodes:
                 raise ValueError(
@@ -175,6 +271,29 @@ class Launch:
         for key in self.env:
             if key in self.secret_env:
                 raise ValueError(f"{key} is a secret: pass it by name in secret_env, not as a value in env")
+
+    def _check_groups(self) -> None:
+        if not self.groups:
+            return
+        if self.mpi is not None or self.worker_argv is not None:
+            raise ValueError("a disaggregated Launch sets mpi and worker_argv per group, not on the Launch")
+        used: dict[int, str] = {}
+        for group in self.groups:
+            for node in group.node_range:
+                if node >= self.nodes:
+                    raise ValueError(
+                        f"launch group {group.name!r} runs on node {node} but the Launch spans {self.nodes} node(s)"
+                    )
+                if node in used:
+                    raise ValueError(
+                        f"launch groups {used[node]!r} and {group.name!r} both run on node {node}"
+                    )
+                used[node] = group.name
+        if len(used) != self.nodes:
+            idle = sorted(set(range(self.nodes)) - set(used))
+            raise ValueError(f"no launch group runs on node(s) {idle} of the {self.nodes} the Launch spans")
+        if len({g.name for g in self.groups}) != len(self.groups):
+            raise ValueError("launch group names must be unique")
 
     def file_path(self, name: str) -> str:
         """Where the server finds launch file ``name``."""
@@ -195,6 +314,19 @@ class Launch:
             self,
             files_dir=files_dir,
             argv=tuple(mapping.get(arg, arg) for arg in self.argv),
+            worker_argv=None
+            if self.worker_argv is None
+            else tuple(mapping.get(arg, arg) for arg in self.worker_argv),
+            groups=tuple(
+                replace(
+                    g,
+                    argv=tuple(mapping.get(arg, arg) for arg in g.argv),
+                    worker_argv=None
+                    if g.worker_argv is None
+                    else tuple(mapping.get(arg, arg) for arg in g.worker_argv),
+                )
+                for g in self.groups
+            ),
             env={key: mapping.get(value, value) for key, value in self.env.items()},
         )
 
@@ -219,4 +351,51 @@ class Launch:
             "metrics_endpoints": [
                 {"node": e.node, "port": e.port, "path": e.path} for e in self.metrics_endpoints
             ],
+            "worker_argv": None if self.worker_argv is None else list(self.worker_argv),
+            "gpus_per_node": self.gpus_per_node,
+            "mpi": self.mpi,
+            "tasks_per_node": self.tasks_per_node,
+            "groups": [
+                {
+                    "name": g.name,
+                    "role": g.role,
+                    "first_node": g.first_node,
+                    "nodes": g.nodes,
+                    "port": g.port,
+                    "argv": list(g.argv),
+                    "command": shlex.join(g.argv),
+                    "worker_argv": None if g.worker_argv is None else list(g.worker_argv),
+                }
+                for g in self.groups
+            ],
         }
+
+
+def single_host(launch: Launch, *, runner: str, head_addr: str) -> Launch:
+    """``launch`` as a single-host runner starts it: node placeholders filled for rank 0 of 1 node.
+
+    ``head_addr`` is the address the server reaches itself at (``connect_host`` of its bind address).
+    A server spanning several nodes (or a disaggregated one) is refused: only the slurm runner starts
+    those. The provenance keeps the filled argument list (what actually ran).
+    """
+    if launch.nodes > 1 or launch.groups:
+        what = "a disaggregated server" if launch.groups else f"a server spanning {launch.nodes} nodes"
+        raise RunnerError(
+            f"the {runner} runner starts a server on one host, but the {launch.framework} launch is {what}: "
+            "use the slurm runner (runner kind 'slurm'), or set the server config's nodes to 1"
+        )
+    if launch.mpi is not None:
+        raise RunnerError(
+            f"the {launch.framework} launch is an MPI launch (srun --mpi={launch.mpi}): only the slurm runner starts it"
+        )
+    return replace(launch, argv=substitute_node(launch.argv, rank=0, head_addr=head_addr, nnodes=1))
+
+
+def single_host_metrics_urls(
+    launch: Launch, host: str, ports: Mapping[int, int] | None = None
+) -> tuple[str, ...]:
+    """The metrics URLs of ``launch.metrics_endpoints`` on one host (``ports`` maps container to host ports)."""
+    mapped = ports or {}
+    return tuple(
+        launch.base_url(host=host, port=mapped.get(e.port, e.port)) + e.path for e in launch.metrics_endpoints
+    )

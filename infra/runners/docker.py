@@ -35,7 +35,15 @@ from docker.types import DeviceRequest
 from alflow.config import DockerOptions
 from infra.errors import RunnerError
 from infra.images import ensure_sim_image
-from infra.launch import WILDCARD_HOSTS, Launch, LaunchFile, connect_host, redact_text
+from infra.launch import (
+    WILDCARD_HOSTS,
+    Launch,
+    LaunchFile,
+    connect_host,
+    redact_text,
+    single_host,
+    single_host_metrics_urls,
+)
 from infra.recipes.sim import SIM_IMAGE
 from infra.runners.base import LOG_TAIL_LINES, SecretSource, ServerHandle, secret_values, wait_for_health
 
@@ -130,7 +138,8 @@ def container_spec(
     if options.network == "host":
         spec["network_mode"] = "host"
     else:
-        spec["ports"] = {f"{launch.port}/tcp": None}
+        ports = dict.fromkeys((launch.port, *(e.port for e in launch.metrics_endpoints)))
+        spec["ports"] = {f"{port}/tcp": None for port in ports}
     return spec
 
 
@@ -212,7 +221,12 @@ class DockerRunner:
         return connect_host(launch.host)
 
     def create(self, launch: Launch) -> ServerHandle:
-        """Create the container (not started) with its files copied in; the handle can be stopped."""
+        """Create the container (not started) with its files copied in; the handle can be stopped.
+
+        Node placeholders are filled for one node (rank 0, head = the container's own bind address); a
+        multi-node launch is refused (only the slurm runner starts those).
+        """
+        launch = single_host(launch, runner=self.name, head_addr=connect_host(launch.host))
         if not launch.image:
             raise RunnerError(f"the docker runner needs an image; the {launch.framework} launch names none")
         if self.options.network == "bridge" and launch.host not in WILDCARD_HOSTS:
@@ -267,6 +281,8 @@ class DockerRunner:
             log_path=self._log_path(name),
             image=launch.image,
             image_digest=digest,
+            metrics_urls=single_host_metrics_urls(launch, self.server_host(launch)),
+            nodes=launch.nodes,
             provenance={**launch.provenance(), "container": name, "run_id": self.run_id},
         )
 
@@ -278,16 +294,21 @@ class DockerRunner:
             container.start()
             if self.options.network == "bridge":
                 container.reload()
-                bound = (container.ports or {}).get(f"{launch.port}/tcp") or []
-                if not bound:
-                    raise RunnerError(f"container {handle.name} has no host port for {launch.port}/tcp")
-                base = launch.base_url(host=self.server_host(launch), port=int(bound[0]["HostPort"]))
+                mapped: dict[int, int] = {}
+                for port in (launch.port, *(e.port for e in launch.metrics_endpoints)):
+                    bound = (container.ports or {}).get(f"{port}/tcp") or []
+                    if not bound:
+                        raise RunnerError(f"container {handle.name} has no host port for {port}/tcp")
+                    mapped[port] = int(bound[0]["HostPort"])
+                host = self.server_host(launch)
+                base = launch.base_url(host=host, port=mapped[launch.port])
                 handle = ServerHandle(
                     **{
                         **asdict(handle),
                         "base_url": base,
                         "metrics_url": base + launch.metrics_path,
                         "health_url": base + launch.health_path,
+                        "metrics_urls": single_host_metrics_urls(launch, host, mapped),
                     }
                 )
         except (docker.errors.APIError, RunnerError) as exc:

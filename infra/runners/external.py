@@ -1,7 +1,7 @@
 """Runner 'external': attach to a server someone else started; never stop it.
 
-The handle comes from the configured base URL, metrics URL (or the dialect's metrics path) and
-dialect. A Launch given to :meth:`ExternalRunner.start` is only checked for the dialect and recorded
+The handle comes from the configured base URL, metrics URL (or the dialect's metrics path), the
+metrics URLs of a multi-endpoint server (all scraped, counters summed) and dialect. A Launch given to :meth:`ExternalRunner.start` is only checked for the dialect and recorded
 as provenance of what the server is believed to run.
 """
 
@@ -43,7 +43,9 @@ class ExternalRunner:
                 f"{launch.dialect!r}"
             )
         base = opts.base_url.rstrip("/")
-        metrics_url = opts.metrics_url or base + DIALECTS[opts.dialect].metrics_path
+        metrics_url = opts.metrics_url or (
+            opts.metrics_urls[0] if opts.metrics_urls else base + DIALECTS[opts.dialect].metrics_path
+        )
         return ServerHandle(
             runner=self.name,
             id=base,
@@ -55,6 +57,8 @@ class ExternalRunner:
             readiness_timeout_s=launch.readiness_timeout_s if launch is not None else 60.0,
             name=f"external:{base}",
             image=launch.image if launch is not None else None,
+            metrics_urls=tuple(opts.metrics_urls),
+            nodes=launch.nodes if launch is not None else 1,
             provenance={"external": True, **(launch.provenance() if launch is not None else {})},
         )
 

@@ -22,7 +22,14 @@ from typing import ClassVar
 
 from alflow.config import ProcessOptions
 from infra.errors import RunnerError
-from infra.launch import KNOB_ENV_NAMES, Launch, redact_text
+from infra.launch import (
+    KNOB_ENV_NAMES,
+    Launch,
+    connect_host,
+    redact_text,
+    single_host,
+    single_host_metrics_urls,
+)
 from infra.runners.base import (
     LOG_TAIL_LINES,
     SecretSource,
@@ -60,7 +67,12 @@ class ProcessRunner:
         self._secret_source: SecretSource = secret_source or os.environ.get
 
     def start(self, launch: Launch) -> ServerHandle:
-        """Start ``launch`` in a new process group, output to ``<run dir>/server.log``."""
+        """Start ``launch`` in a new process group, output to ``<run dir>/server.log``.
+
+        Node placeholders are filled for one node (rank 0, head = this host); a multi-node launch is
+        refused (only the slurm runner starts those).
+        """
+        launch = single_host(launch, runner=self.name, head_addr=connect_host(launch.host))
         tag = run_tag(launch, self.run_id)
         if self.options.log_dir:
             run_dir = Path(self.options.log_dir).expanduser() / tag
@@ -107,6 +119,8 @@ class ProcessRunner:
             readiness_timeout_s=launch.readiness_timeout_s,
             name=tag,
             log_path=str(log_path),
+            metrics_urls=single_host_metrics_urls(launch, connect_host(launch.host)),
+            nodes=launch.nodes,
             provenance={**launch.provenance(), "run_id": self.run_id},
         )
 

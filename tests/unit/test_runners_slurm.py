@@ -25,9 +25,10 @@ from pydantic import ValidationError
 from alflow.config import ServerPlacement, SlurmOptions
 from infra import lifecycle
 from infra.errors import RunnerError, ServerStartError
-from infra.launch import Launch, LaunchFile, free_port
+from infra.launch import Launch, LaunchFile, MetricsEndpoint, free_port
 from infra.runners import RUNNERS, SlurmRunner, make_runner
 from infra.runners.slurm import JobInfo, SubprocessSlurm, parse_key_values, render_script
+from tests.unit.golden import assert_golden
 
 LOG = "/shared/alflow/jobs/run1/server.log"
 
@@ -42,7 +43,7 @@ SGLANG_ARGV = (
 )
 
 
-def sglang_launch(*extra: str, env: Mapping[str, str] | None = None) -> Launch:
+def sglang_launch(*extra: str, env: Mapping[str, str] | None = None, nodes: int = 1) -> Launch:
     return Launch(
         framework="sglang",
         dialect="sglang",
@@ -50,86 +51,19 @@ def sglang_launch(*extra: str, env: Mapping[str, str] | None = None) -> Launch:
         argv=(*SGLANG_ARGV, *extra),
         port=30000,
         env=dict(env or {"SGLANG_ENABLE_TORCH_COMPILE": "0"}),
+        nodes=nodes,
     )
 
 
-# --- rendered scripts, pinned --------------------------------------------------------------------------
-
-SINGLE_NODE_8_GPUS = """\
-#!/bin/bash
-# Rendered by alflow (runner 'slurm'): sglang server, model deepseek-ai/DeepSeek-V3.
-#SBATCH --job-name=alflow-sglang
-#SBATCH --nodes=1
-#SBATCH --ntasks-per-node=1
-#SBATCH --gpus-per-node=8
-#SBATCH --partition=gpu
-#SBATCH --time=01:00:00
-#SBATCH --output=/shared/alflow/jobs/run1/server.log
-#SBATCH --open-mode=append
-set -eo pipefail
-module load cuda/12.4
-export SGLANG_ENABLE_TORCH_COMPILE=0
-ALFLOW_HEAD_NODE="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
-export ALFLOW_HEAD_NODE
-export ALFLOW_NNODES="$SLURM_JOB_NUM_NODES"
-echo "alflow: job $SLURM_JOB_ID on $SLURM_JOB_NODELIST (head $ALFLOW_HEAD_NODE)"
-exec srun --nodes=1 --ntasks=1 --ntasks-per-node=1 --kill-on-bad-exit=1 \\
-    python3 -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --port 30000 --tp-size 8
-"""
-
-TWO_NODES_8_GPUS = """\
-#!/bin/bash
-# Rendered by alflow (runner 'slurm'): sglang server, model deepseek-ai/DeepSeek-V3.
-#SBATCH --job-name=dsv3-tp16
-#SBATCH --nodes=2
-#SBATCH --ntasks-per-node=1
-#SBATCH --gpus-per-node=8
-#SBATCH --partition=gpu
-#SBATCH --account=spec-decode
-#SBATCH --time=04:00:00
-#SBATCH --output=/shared/alflow/jobs/run1/server.log
-#SBATCH --open-mode=append
-#SBATCH --exclusive
-#SBATCH --mem=0
-set -eo pipefail
-module load cuda/12.4
-module load nccl/2.21
-export SGLANG_ENABLE_TORCH_COMPILE=0
-export NCCL_DEBUG=WARN
-ALFLOW_HEAD_NODE="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
-export ALFLOW_HEAD_NODE
-export ALFLOW_NNODES="$SLURM_JOB_NUM_NODES"
-echo "alflow: job $SLURM_JOB_ID on $SLURM_JOB_NODELIST (head $ALFLOW_HEAD_NODE)"
-exec srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --kill-on-bad-exit=1 \\
-    python3 -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --port 30000 --tp-size 16 --ep-size 16
-"""
-
-CONTAINER_2_NODES = """\
-#!/bin/bash
-# Rendered by alflow (runner 'slurm'): sglang server, model deepseek-ai/DeepSeek-V3.
-#SBATCH --job-name=alflow-sglang
-#SBATCH --nodes=2
-#SBATCH --ntasks-per-node=1
-#SBATCH --gpus-per-node=8
-#SBATCH --time=02:00:00
-#SBATCH --output=/shared/alflow/jobs/run1/server.log
-#SBATCH --open-mode=append
-set -eo pipefail
-export SGLANG_ENABLE_TORCH_COMPILE=0
-ALFLOW_HEAD_NODE="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
-export ALFLOW_HEAD_NODE
-export ALFLOW_NNODES="$SLURM_JOB_NUM_NODES"
-echo "alflow: job $SLURM_JOB_ID on $SLURM_JOB_NODELIST (head $ALFLOW_HEAD_NODE)"
-exec srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --kill-on-bad-exit=1 \\
-    --container-image=lmsysorg/sglang:v0.5.4 \\
-    --container-mounts=/models:/root/.cache/huggingface:ro,/shared/alflow/jobs/run1:/shared/alflow/jobs/run1 \\
-    python3 -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --port 30000 --tp-size 16
-"""
+# --- rendered scripts, pinned (golden files under tests/unit/golden/; see tests/unit/golden.py) --------
 
 
 def test_single_node_8_gpus_script_is_pinned() -> None:
     options = SlurmOptions(gpus_per_node=8, partition="gpu", time_limit="01:00:00", modules=("cuda/12.4",))
-    assert render_script(sglang_launch("--tp-size", "8"), options, log_path=LOG) == SINGLE_NODE_8_GPUS
+    assert_golden(
+        "slurm_launch_single_node.sbatch",
+        render_script(sglang_launch("--tp-size", "8"), options, log_path=LOG),
+    )
 
 
 def test_two_nodes_8_gpus_tensor_expert_parallel_script_is_pinned() -> None:
@@ -149,8 +83,9 @@ def test_two_nodes_8_gpus_tensor_expert_parallel_script_is_pinned() -> None:
         "--ep-size",
         "16",
         env={"SGLANG_ENABLE_TORCH_COMPILE": "0", "NCCL_DEBUG": "WARN"},
+        nodes=2,
     )
-    assert render_script(launch, options, log_path=LOG) == TWO_NODES_8_GPUS
+    assert_golden("slurm_launch_two_nodes.sbatch", render_script(launch, options, log_path=LOG))
 
 
 def test_container_image_script_is_pinned() -> None:
@@ -161,12 +96,12 @@ def test_container_image_script_is_pinned() -> None:
         container_mounts=("/models:/root/.cache/huggingface:ro",),
     )
     script = render_script(
-        sglang_launch("--tp-size", "16"),
+        sglang_launch("--tp-size", "16", nodes=2),
         options,
         log_path=LOG,
         extra_mounts=("/shared/alflow/jobs/run1:/shared/alflow/jobs/run1",),
     )
-    assert script == CONTAINER_2_NODES
+    assert_golden("slurm_launch_container_two_nodes.sbatch", script)
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
@@ -310,7 +245,7 @@ def make(
 ) -> SlurmRunner:
     clock = clock or FakeClock()
     return SlurmRunner(
-        SlurmOptions.model_validate({"nodes": 2, "poll_interval_s": 0.05, **options}),
+        SlurmOptions.model_validate({"poll_interval_s": 0.05, **options}),
         run_id="run-1",
         secret_source=dict(secrets or {}).get,
         commands=fake,
@@ -624,13 +559,80 @@ def test_parse_key_values_keeps_the_first_occurrence() -> None:
 
 def test_lifecycle_through_the_client_programs(fake_bin: Path, health_port: int) -> None:
     """make_runner -> sbatch -> scontrol -> health on the head's NodeAddr -> scancel, with no fakes in Python."""
-    launch = Launch(framework="sim", dialect="vllm", model="sim", argv=("serve",), port=health_port)
+    launch = Launch(
+        framework="sim",
+        dialect="vllm",
+        model="sim",
+        argv=("serve",),
+        port=health_port,
+        nodes=2,
+        metrics_endpoints=(MetricsEndpoint(node=0, port=health_port), MetricsEndpoint(node=1, port=9100)),
+    )
     options = SlurmOptions(nodes=2, poll_interval_s=0.05, log_dir=str(fake_bin / "jobs"))
     handle = lifecycle.start_launch(launch, options, run_id="run-9", timeout_s=10.0)
     assert handle.id == "977"
     assert handle.base_url == f"http://127.0.0.1:{health_port}"
+    assert handle.nodes == 2
+    # node 1 (n2) has no NodeAddr in this cluster: its host name stands in
+    assert handle.metrics_urls == (f"http://127.0.0.1:{health_port}/metrics", "http://n2:9100/metrics")
     assert (fake_bin / "sbatch.args").read_text().startswith("--parsable ")
     started = time.monotonic()
     lifecycle.stop_server(handle, options)
     assert time.monotonic() - started < 5.0  # scontrol reported CANCELLED: no wait for stop_timeout_s
     assert (fake_bin / "scancel.args").read_text().split() == ["977"]
+
+
+# --- the server config's node count is authoritative; GPUs and metrics endpoints per node ---------------
+
+
+def test_runner_nodes_must_agree_with_the_server() -> None:
+    with pytest.raises(RunnerError, match=r"nodes=2 but the sglang server spans 1 node\(s\)"):
+        render_script(sglang_launch(), SlurmOptions(nodes=2), log_path=LOG)
+    script = render_script(sglang_launch(nodes=2), SlurmOptions(), log_path=LOG)
+    assert "#SBATCH --nodes=2\n" in script
+    assert "exec srun --nodes=2 --ntasks=2 " in script
+
+
+def test_gpus_per_node_come_from_the_launch_unless_the_options_say() -> None:
+    launch = dataclasses.replace(sglang_launch(nodes=2), gpus_per_node=8)
+    assert "#SBATCH --gpus-per-node=8\n" in render_script(launch, SlurmOptions(), log_path=LOG)
+    assert "#SBATCH --gpus-per-node=16\n" in render_script(
+        launch, SlurmOptions(gpus_per_node=16), log_path=LOG
+    )
+    with pytest.raises(RunnerError, match="gpus_per_node=4 but the sglang server uses 8"):
+        render_script(launch, SlurmOptions(gpus_per_node=4), log_path=LOG)
+
+
+def test_the_handle_lists_every_metrics_endpoint_on_its_node(tmp_path: Path) -> None:
+    fake = ScriptedSlurm([RUNNING])
+    fake.node_address = {"n1": "10.0.0.1", "n2": "10.0.0.2"}.get  # type: ignore[method-assign,assignment]
+    launch = dataclasses.replace(
+        sglang_launch(nodes=2),
+        metrics_endpoints=(
+            MetricsEndpoint(node=1, port=31000),
+            MetricsEndpoint(node=1, port=31001, path="/m"),
+        ),
+    )
+    handle = make(fake).start(launch)
+    assert handle.nodes == 2
+    assert handle.base_url == "http://10.0.0.1:30000"
+    assert handle.metrics_url == "http://10.0.0.1:30000/metrics"
+    assert handle.metrics_urls == ("http://10.0.0.2:31000/metrics", "http://10.0.0.2:31001/m")
+    assert handle.all_metrics_urls == handle.metrics_urls
+    slurm = handle.provenance["slurm"]
+    assert isinstance(slurm, dict)
+    assert slurm["addresses"] == ["10.0.0.1", "10.0.0.2"]
+    assert slurm["nodes"] == 2
+
+
+def test_without_endpoints_the_head_metrics_url_stands_alone() -> None:
+    handle = make(ScriptedSlurm([RUNNING])).start(sglang_launch())
+    assert handle.metrics_urls == ()
+    assert handle.all_metrics_urls == ("http://127.0.0.1:30000/metrics",)
+
+
+def test_a_job_with_fewer_hosts_than_the_server_spans_fails_and_is_cancelled() -> None:
+    fake = ScriptedSlurm([RUNNING])
+    with pytest.raises(ServerStartError, match=r"got 2 node\(s\) \(n\[1-2\]\) but the server spans 3"):
+        make(fake).start(sglang_launch(nodes=3))
+    assert fake.cancelled == ["4242"]
