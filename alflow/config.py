@@ -224,6 +224,92 @@ class Parallelism(StrictModel):
     )
 
 
+def parallel_gpus(framework: str, parallelism: Parallelism, extra_args: tuple[str, ...] = ()) -> int:
+    """GPUs one server instance occupies for ``parallelism`` under ``framework``'s rules.
+
+    ``tp x pp x dp`` (vLLM: data-parallel ranks are extra GPUs; expert parallelism reuses them), except
+    where data parallelism is *attention* DP over the TP ranks, which adds none: TensorRT-LLM
+    (``enable_attention_dp``, dp = tp) and SGLang with ``--enable-dp-attention`` in ``extra_args``.
+    For the simulator, pass its dialect.
+    """
+    par = parallelism
+    attention_dp = framework == "trtllm" or (framework == "sglang" and "--enable-dp-attention" in extra_args)
+    return par.tp * par.pp * (1 if attention_dp else par.dp)
+
+
+class DisaggregatedRole(StrictModel):
+    """One role (prefill or decode) of a disaggregated server: how many instances, on how many nodes each."""
+
+    nodes: int = Field(1, ge=1, description="Nodes one instance of this role spans.")
+    replicas: int = Field(
+        1,
+        ge=1,
+        description="Instances of this role, each on its own nodes (instance i listens on the role's port + i).",
+    )
+    parallelism: Parallelism = Field(
+        default=Parallelism(), description="How one instance of this role is split over its GPUs."
+    )
+
+    @property
+    def total_nodes(self) -> int:
+        """Nodes of every instance of this role together."""
+        return self.nodes * self.replicas
+
+
+class Disaggregation(StrictModel):
+    """Prefill and decode on separate nodes behind a router (SGLang PD disaggregation, DOMAIN.md section 8).
+
+    Nodes are laid out prefill instances first, then decode instances; the router runs on the first
+    node and is the server's endpoint (``ServerConfig.port``). Spec-decode counters are read from every
+    decode instance's metrics endpoint.
+    """
+
+    prefill: DisaggregatedRole = Field(description="The prefill instances.")
+    decode: DisaggregatedRole = Field(
+        description="The decode instances (their metrics are scraped and summed)."
+    )
+    transfer_backend: Literal["mooncake", "nixl"] = Field(
+        "mooncake",
+        description="KV-cache transfer engine between prefill and decode (--disaggregation-transfer-backend).",
+    )
+    prefill_port: int = Field(
+        30000, ge=1, le=65535, description="HTTP port of prefill instance 0 (instance i: + i)."
+    )
+    decode_port: int = Field(
+        31000, ge=1, le=65535, description="HTTP port of decode instance 0 (instance i: + i)."
+    )
+    bootstrap_port: int = Field(
+        8998,
+        ge=1,
+        le=65535,
+        description="KV bootstrap port of prefill instance 0 (instance i: + i); the router is told each one.",
+    )
+    router_args: tuple[str, ...] = Field(
+        (), description="Extra arguments for the router (e.g. '--policy', 'round_robin'), appended verbatim."
+    )
+
+    @property
+    def total_nodes(self) -> int:
+        """Nodes of the whole disaggregated server."""
+        return self.prefill.total_nodes + self.decode.total_nodes
+
+    @model_validator(mode="after")
+    def _ports_apart(self) -> Self:
+        ranges = {
+            "prefill": range(self.prefill_port, self.prefill_port + self.prefill.replicas),
+            "decode": range(self.decode_port, self.decode_port + self.decode.replicas),
+            "bootstrap": range(self.bootstrap_port, self.bootstrap_port + self.prefill.replicas),
+        }
+        names = list(ranges)
+        for i, a in enumerate(names):
+            for b in names[i + 1 :]:
+                if set(ranges[a]) & set(ranges[b]):
+                    raise ValueError(
+                        f"{a} ports {list(ranges[a])} and {b} ports {list(ranges[b])} overlap: move one of them"
+                    )
+        return self
+
+
 class ServerConfig(StrictModel):
     """One serving-engine configuration: framework, model, image, parallelism, speculation, knobs."""
 
@@ -250,6 +336,22 @@ class ServerConfig(StrictModel):
         description=(
             "Nodes one server spans (tensor/expert/pipeline parallel across hosts); more than 1 needs a "
             "multi-node runner (slurm)."
+        ),
+    )
+    dist_init_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description=(
+            "Multi-node rendezvous port on the head node (SGLang --dist-init-addr HEAD:PORT, vLLM --master-port); "
+            "None: SGLang 5000, vLLM its own default (29501)."
+        ),
+    )
+    disaggregation: Disaggregation | None = Field(
+        None,
+        description=(
+            "Prefill and decode instances on separate nodes behind a router (SGLang only); nodes must then be "
+            "the total of both roles, and parallelism is set per role. None: one server."
         ),
     )
     speculative: SpeculativeConfig | None = Field(
@@ -307,6 +409,57 @@ class ServerConfig(StrictModel):
         if self.two_model is not None and self.framework not in ("trtllm", "sim"):
             raise ValueError(f"two_model applies to TensorRT-LLM only, not {self.framework!r}")
         return self
+
+    @model_validator(mode="after")
+    def _disaggregation_layout(self) -> Self:
+        dis = self.disaggregation
+        if dis is None:
+            return self
+        if self.framework != "sglang":
+            why = {
+                "vllm": (
+                    "vLLM's disaggregated prefill is experimental and needs a KV connector plus a proxy from its "
+                    "examples, not a packaged router"
+                ),
+                "trtllm": "TensorRT-LLM's disaggregated serving (trtllm-serve disaggregated) is not wired into alflow",
+                "sim": "the simulator has no disaggregated mode",
+            }[self.framework]
+            raise ValueError(
+                f"disaggregation is supported for framework 'sglang' only: {why}. Start such a server yourself and "
+                "attach with the external runner (metrics_urls: the decode instances)"
+            )
+        if self.parallelism != Parallelism():
+            raise ValueError(
+                "with disaggregation, parallelism is set per role (disaggregation.prefill.parallelism, "
+                "disaggregation.decode.parallelism); leave the top-level parallelism unset"
+            )
+        if self.nodes != dis.total_nodes:
+            raise ValueError(
+                f"nodes={self.nodes} but the disaggregated layout uses {dis.total_nodes} node(s) (prefill "
+                f"{dis.prefill.replicas} x {dis.prefill.nodes}, decode {dis.decode.replicas} x {dis.decode.nodes}): "
+                f"set nodes: {dis.total_nodes}"
+            )
+        return self
+
+    @property
+    def gpu_framework(self) -> str:
+        """Whose GPU-counting rules apply: the framework, or the dialect the simulator speaks."""
+        return self.sim_dialect if self.simulated else self.framework
+
+    def role_gpus(self, role: DisaggregatedRole) -> int:
+        """GPUs of one instance of a disaggregated role."""
+        return parallel_gpus(self.gpu_framework, role.parallelism, self.extra_args)
+
+    @property
+    def total_gpus(self) -> int:
+        """GPUs the whole server occupies (every instance of both roles when disaggregated)."""
+        dis = self.disaggregation
+        if dis is None:
+            return parallel_gpus(self.gpu_framework, self.parallelism, self.extra_args)
+        return (
+            self.role_gpus(dis.prefill) * dis.prefill.replicas
+            + self.role_gpus(dis.decode) * dis.decode.replicas
+        )
 
 
 class ProcessOptions(StrictModel):

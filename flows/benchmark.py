@@ -15,6 +15,7 @@ from prefect import flow, get_run_logger, tags
 
 from alflow.acceptance.synthetic import distribution
 from alflow.config import BenchmarkParams, LoadConfig, SyntheticAcceptance, ThinkingMode
+from alflow.topology import gpu_layout, topology
 from alflow.workloads import random_workload_sessions
 from flows.common import fail, open_run, point_server, reference_al
 from tasks.gates import audit_synthetic
@@ -70,7 +71,9 @@ def benchmark(params: BenchmarkParams) -> dict[str, Any]:
                 raise fail("m2-benchmark", f"the launch of {server.framework} records no synthetic knobs", {})
             scheme = str(scheme_value)
             dist = distribution(scheme, params.k, al=target)
-            writer.update_provenance(server=handle.to_dict(), target_al=target, scheme=scheme)
+            writer.update_provenance(
+                server=handle.to_dict(), target_al=target, scheme=scheme, topology=topology(server)
+            )
             log.info("synthetic target AL %.4f with scheme %s (%s draw)", target, scheme, dist.granularity)
             for i, conc in enumerate(params.concurrencies):
                 n = params.prompts_per_concurrency * conc
@@ -91,6 +94,7 @@ def benchmark(params: BenchmarkParams) -> dict[str, Any]:
                     endpoint=params.workload.endpoint,
                     warmup_sessions=warm_sessions if warm else None,
                     progress_key=f"m2-progress-c{conc}",
+                    gpus=gpu_layout(server),
                 )
                 m = spec_stats(m, params.k)
                 subject = f"{server.framework} K={params.k} concurrency {conc}"
@@ -126,6 +130,8 @@ def benchmark(params: BenchmarkParams) -> dict[str, Any]:
                         "completed": c.get("completed"),
                         "failed": c.get("failed"),
                         "output_throughput": c.get("output_throughput"),
+                        "nodes": server.nodes,
+                        "num_gpus": c.get("num_gpus"),
                         "output_throughput_per_gpu": c.get("output_throughput_per_gpu"),
                         "total_token_throughput_per_gpu": c.get("total_token_throughput_per_gpu"),
                         "median_interactivity_tokens_per_s": c.get("median_interactivity_tokens_per_s"),

@@ -15,6 +15,7 @@ from alflow.datasets.types import Session
 from alflow.loadgen.endpoints import Sampling
 from alflow.loadgen.runner import LoadSpec, Target
 from alflow.measure import Measurement, measure, window_stats
+from alflow.metrics.client import GpuLayout
 from alflow.metrics.prometheus import Snapshot, scrape
 from infra.runners import ServerHandle
 
@@ -87,8 +88,12 @@ def run_load(
     warmup_sessions: Sequence[Session] | None = None,
     scrape_interval_s: float = 1.0,
     progress_key: str | None = None,
+    gpus: GpuLayout | None = None,
 ) -> Measurement:
-    """Warm up, scrape, stream the workload, scrape again: one measured point."""
+    """Warm up, scrape, stream the workload, scrape again: one measured point.
+
+    ``gpus`` is the server's GPU layout for per-GPU throughput (:func:`alflow.topology.gpu_layout`).
+    """
     log = get_run_logger()
 
     async def go() -> Measurement:
@@ -116,6 +121,7 @@ def run_load(
             scrape_interval_s=scrape_interval_s,
             progress=_ProgressArtifact(progress_key) if progress_key else None,
             compute_stats=False,
+            gpus=gpus,
         )
 
     log.info(

@@ -1,4 +1,4 @@
-"""Helpers shared by the recipes: ports, synthetic knobs, image tags, parallelism checks."""
+"""Helpers shared by the recipes: ports, synthetic knobs, image tags, parallelism and node checks."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from alflow.acceptance.knobs import SyntheticKnobs, render_knobs
 from alflow.acceptance.synthetic import SyntheticAcceptanceError
-from alflow.config import ServerConfig
+from alflow.config import Parallelism, ServerConfig, parallel_gpus
 from infra.errors import RecipeError
 from infra.launch import KNOB_ENV_NAMES, free_port
 
@@ -89,3 +89,22 @@ def merge_env(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, st
                 "config says otherwise. Use the config's synthetic field (target_al or rates) instead"
             )
     return {**base, **extra}
+
+
+def gpus_per_node(
+    config: ServerConfig, parallelism: Parallelism, nodes: int, what: str = "the server"
+) -> int:
+    """GPUs on each of ``nodes`` when ``parallelism`` is spread over them; refuses an uneven split.
+
+    The GPU count is :func:`alflow.config.parallel_gpus` (``tp x pp x dp``, attention DP adding none); a
+    server spanning nodes needs the same number on each node, and at least one.
+    """
+    gpus = parallel_gpus(config.gpu_framework, parallelism, config.extra_args)
+    if gpus % nodes:
+        par = parallelism
+        raise RecipeError(
+            f"{what} uses {gpus} GPU(s) (tp={par.tp} x pp={par.pp} x dp={par.dp} under {config.gpu_framework}'s "
+            f"rules), which cannot be split evenly over {nodes} nodes: make the GPU count a multiple of the node "
+            "count (e.g. tp = GPUs per node x nodes)"
+        )
+    return gpus // nodes

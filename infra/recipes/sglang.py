@@ -7,6 +7,10 @@
 - ``--enable-metrics`` always (off by default in SGLang), ``--disable-radix-cache`` (prefix caching
   off), ``--tp-size`` always, ``--dp-size``/``--pp-size``/``--ep-size`` when above 1 (EP must equal TP),
   ``--context-length`` for the maximum length.
+- Multi-node (``nodes > 1``): ``--nnodes N --node-rank RANK --dist-init-addr HEAD:PORT`` with the
+  runner's node placeholders. Disaggregated (``disaggregation``): prefill and decode instances
+  (``--disaggregation-mode``, ``--disaggregation-transfer-backend``, ``--disaggregation-bootstrap-port``)
+  behind ``python3 -m sglang_router.launch_router --pd-disaggregation --prefill URL PORT --decode URL``.
 - Synthetic acceptance: the ``SGLANG_SIMULATE_ACC_*`` environment from the knob renderer. The token
   mode variable is read only from v0.5.16: an older image tag is refused (it would emit token id 100
   for every output token), an unknown or ``latest`` tag gives a warning.
@@ -17,12 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from alflow.acceptance.knobs import SGLANG_TOKEN_MODE_ENV, SGLANG_TOKEN_MODE_MIN_VERSION, SyntheticKnobs
-from alflow.config import ServerConfig, SpecMethod
+from alflow.config import Disaggregation, Parallelism, ServerConfig, SpecMethod
 from alflow.metrics.names import SGLANG_METRICS_PATH
 from infra.errors import RecipeError
-from infra.launch import Launch
+from infra.launch import HEAD_ADDR, NODE_RANK, Launch, LaunchGroup, MetricsEndpoint, node_addr
 from infra.recipes._common import (
     check_extra_args,
+    gpus_per_node,
     image_tag,
     image_version,
     merge_env,
@@ -33,6 +38,10 @@ from infra.recipes._common import (
 from infra.recipes.types import SimSource
 
 SGLANG_IMAGE = "lmsysorg/sglang:latest"
+SGLANG_DIST_INIT_PORT = 5000
+"""Rendezvous port on the head of a multi-node server when the config names none."""
+SGLANG_ROUTER = ("python3", "-m", "sglang_router.launch_router")
+"""The router (frontend) of a disaggregated server; it ships in the SGLang image."""
 SGLANG_ALGORITHMS: dict[SpecMethod, str] = {
     SpecMethod.MTP: "NEXTN",
     SpecMethod.EAGLE3: "EAGLE3",
@@ -65,6 +74,12 @@ SGLANG_MANAGED_FLAGS = frozenset(
         "--enable-metrics",
         "--disable-radix-cache",
         "--context-length",
+        "--nnodes",
+        "--node-rank",
+        "--dist-init-addr",
+        "--disaggregation-mode",
+        "--disaggregation-transfer-backend",
+        "--disaggregation-bootstrap-port",
     }
 )
 """Flags the SGLang recipe sets from the config (extra_args may not repeat them)."""
@@ -140,18 +155,16 @@ class SglangRecipe:
             )
         return ()
 
-    def build(self, config: ServerConfig) -> Launch:
-        """``sglang.launch_server`` with speculation, metrics on, radix cache off, knobs in the env."""
-        par = config.parallelism
+    def server_argv(self, config: ServerConfig, par: Parallelism, port: int, nodes: int) -> list[str]:
+        """``sglang.launch_server`` for one instance on ``nodes`` nodes (without ``extra_args``).
+
+        Several nodes add ``--nnodes N --node-rank RANK --dist-init-addr HEAD:PORT`` with the runner's
+        node placeholders (each node gets its rank; HEAD is the instance's first node).
+        """
         if par.ep > 1 and par.ep != par.tp:
             raise RecipeError(
                 f"SGLang expert parallelism needs --ep-size equal to --tp-size; got ep={par.ep}, tp={par.tp}"
             )
-        check_extra_args(self.framework, config.extra_args, SGLANG_MANAGED_FLAGS)
-        knobs = self.knobs(config)
-        env = merge_env(knobs.env if knobs else {}, config.extra_env)
-        warnings = self.check_image(config, knobs) + (knobs.warnings if knobs else ())
-        port = resolve_port(config)
         argv = ["python3", "-m", "sglang.launch_server", "--model-path", config.model]
         argv += ["--host", config.host, "--port", str(port)]
         if config.revision:
@@ -163,13 +176,41 @@ class SglangRecipe:
             argv += ["--dp-size", str(par.dp)]
         if par.ep > 1:
             argv += ["--ep-size", str(par.ep)]
+        if nodes > 1:
+            dist_port = config.dist_init_port or SGLANG_DIST_INIT_PORT
+            argv += [
+                "--nnodes",
+                str(nodes),
+                "--node-rank",
+                NODE_RANK,
+                "--dist-init-addr",
+                f"{HEAD_ADDR}:{dist_port}",
+            ]
         argv += self.speculative_args(config)
         argv.append("--enable-metrics")
         if not config.enable_prefix_caching:
             argv.append("--disable-radix-cache")
         if config.max_model_len is not None:
             argv += ["--context-length", str(config.max_model_len)]
-        argv += config.extra_args
+        return argv
+
+    def build(self, config: ServerConfig) -> Launch:
+        """``sglang.launch_server`` with speculation, metrics on, radix cache off, knobs in the env.
+
+        ``nodes > 1``: one server spanning the nodes (see :meth:`server_argv`); ``disaggregation``:
+        prefill and decode instances behind ``sglang_router`` (see :meth:`disaggregated`).
+        """
+        check_extra_args(self.framework, config.extra_args, SGLANG_MANAGED_FLAGS)
+        knobs = self.knobs(config)
+        env = merge_env(knobs.env if knobs else {}, config.extra_env)
+        warnings = self.check_image(config, knobs) + (knobs.warnings if knobs else ())
+        port = resolve_port(config)
+        if config.disaggregation is not None:
+            argv, groups, endpoints, per_node = self.disaggregated(config, config.disaggregation, port)
+        else:
+            per_node = gpus_per_node(config, config.parallelism, config.nodes)
+            argv = self.server_argv(config, config.parallelism, port, config.nodes) + list(config.extra_args)
+            groups, endpoints = (), ()
         return Launch(
             framework=self.framework,
             dialect="sglang",
@@ -184,7 +225,57 @@ class SglangRecipe:
             image=config.image or self.default_image,
             warnings=warnings,
             synthetic=knobs.to_dict() if knobs else None,
+            nodes=config.nodes,
+            gpus_per_node=per_node,
+            groups=groups,
+            metrics_endpoints=endpoints,
         )
+
+    def disaggregated(
+        self, config: ServerConfig, dis: Disaggregation, router_port: int
+    ) -> tuple[list[str], tuple[LaunchGroup, ...], tuple[MetricsEndpoint, ...], int]:
+        """Router argv, the prefill and decode groups, the decode metrics endpoints, GPUs per node.
+
+        Nodes are laid out prefill instances first, then decode instances. Each instance is a
+        ``launch_server`` with ``--disaggregation-mode prefill|decode`` and the transfer backend (prefill
+        also its ``--disaggregation-bootstrap-port``); the router is
+        ``sglang_router.launch_router --pd-disaggregation --prefill URL BOOTSTRAP_PORT ... --decode URL ...``
+        on the first node, naming each instance's first node through the runner's node-address
+        placeholders. Speculation and the synthetic knobs go to every instance; the spec-decode counters
+        are read from the decode instances.
+        """
+        groups: list[LaunchGroup] = []
+        endpoints: list[MetricsEndpoint] = []
+        router = [*SGLANG_ROUTER, "--pd-disaggregation"]
+        per_node: list[int] = []
+        node = 0
+        for mode, role, base_port in (
+            ("prefill", dis.prefill, dis.prefill_port),
+            ("decode", dis.decode, dis.decode_port),
+        ):
+            per_node.append(gpus_per_node(config, role.parallelism, role.nodes, f"each {mode} instance"))
+            for i in range(role.replicas):
+                port = base_port + i
+                argv = self.server_argv(config, role.parallelism, port, role.nodes)
+                argv += [
+                    "--disaggregation-mode",
+                    mode,
+                    "--disaggregation-transfer-backend",
+                    dis.transfer_backend,
+                ]
+                url = f"http://{node_addr(node)}:{port}"
+                if mode == "prefill":
+                    bootstrap = str(dis.bootstrap_port + i)
+                    argv += ["--disaggregation-bootstrap-port", bootstrap]
+                    router += ["--prefill", url, bootstrap]
+                else:
+                    router += ["--decode", url]
+                    endpoints.append(MetricsEndpoint(node=node, port=port, path=self.metrics_path))
+                argv += config.extra_args
+                groups.append(LaunchGroup(f"{mode}{i}", mode, node, role.nodes, tuple(argv), port))
+                node += role.nodes
+        router += ["--host", config.host, "--port", str(router_port), *dis.router_args]
+        return router, tuple(groups), tuple(endpoints), max(per_node)
 
     def sim_source(self, config: ServerConfig) -> SimSource:
         """For the simulator in the SGLang dialect: the same ``SGLANG_SIMULATE_ACC_*`` environment."""

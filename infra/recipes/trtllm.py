@@ -11,6 +11,9 @@
 - Synthetic acceptance: ``TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS = AL - 1`` from the knob
   renderer, which refuses a fractional value on the two-model path (draft_model, ngram, or EAGLE3
   with ``two_model: true``), where it would switch the feature off with only a log warning.
+- Multi-node (``nodes > 1``): an MPI launch, ``srun --mpi=pmix`` with one task per GPU running
+  ``trtllm-llmapi-launch trtllm-serve ...`` (``Launch.mpi``, ``Launch.tasks_per_node``); TP x PP GPUs
+  split evenly over the nodes.
 - Prometheus text at ``/prometheus/metrics`` (``/metrics`` is JSON and drains on each read).
 """
 
@@ -25,11 +28,15 @@ from alflow.config import ServerConfig, SpecMethod
 from alflow.metrics.names import TRTLLM_METRICS_PATH
 from infra.errors import RecipeError
 from infra.launch import DEFAULT_FILES_DIR, Launch, LaunchFile
-from infra.recipes._common import check_extra_args, merge_env, render_synthetic, resolve_port
+from infra.recipes._common import check_extra_args, gpus_per_node, merge_env, render_synthetic, resolve_port
 from infra.recipes.types import SimSource
 
 TRTLLM_IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:latest"
 TRTLLM_OPTIONS_FILE = "extra-llm-api-options.yaml"
+TRTLLM_LAUNCHER = "trtllm-llmapi-launch"
+"""Wraps ``trtllm-serve`` in a multi-node MPI launch (one task per GPU)."""
+TRTLLM_MPI = "pmix"
+"""The ``srun --mpi`` plugin of a multi-node TensorRT-LLM launch."""
 TRTLLM_DECODING_TYPES: dict[SpecMethod, str] = {
     SpecMethod.MTP: "MTP",
     SpecMethod.EAGLE3: "Eagle3",
@@ -131,6 +138,9 @@ class TrtllmRecipe:
         if config.max_model_len is not None:
             argv += ["--max_seq_len", str(config.max_model_len)]
         argv += config.extra_args
+        per_node = gpus_per_node(config, par, config.nodes)
+        if config.nodes > 1:
+            argv = [TRTLLM_LAUNCHER, *argv]
         return Launch(
             framework=self.framework,
             dialect="trtllm",
@@ -146,6 +156,10 @@ class TrtllmRecipe:
             image=config.image or self.default_image,
             warnings=self.warnings(config) + (knobs.warnings if knobs else ()),
             synthetic=knobs.to_dict() if knobs else None,
+            nodes=config.nodes,
+            gpus_per_node=per_node,
+            mpi=TRTLLM_MPI if config.nodes > 1 else None,
+            tasks_per_node=per_node if config.nodes > 1 else 1,
         )
 
     def sim_source(self, config: ServerConfig) -> SimSource:

@@ -7,6 +7,10 @@
 - Prefix caching off by default (``--no-enable-prefix-caching``); ``--tensor-parallel-size`` always,
   ``--pipeline-parallel-size`` / ``--data-parallel-size`` when above 1; expert parallelism is the
   switch ``--enable-expert-parallel`` (vLLM's EP size is TP x DP).
+- Multi-node without Ray (``nodes > 1``): every node gets ``--nnodes N --node-rank RANK --master-addr
+  HEAD`` (``--master-port`` when the config sets ``dist_init_port``), and the nodes of rank > 0 also
+  ``--headless`` (``Launch.worker_argv``): only the head serves HTTP. Multi-node data parallelism
+  (per-node ``--data-parallel-start-rank``) is refused.
 - ``GET /health``; Prometheus text at ``/metrics``.
 """
 
@@ -18,8 +22,8 @@ from dataclasses import dataclass
 from alflow.config import ServerConfig, SpecMethod
 from alflow.metrics.names import VLLM_METRICS_PATH
 from infra.errors import RecipeError
-from infra.launch import Launch
-from infra.recipes._common import check_extra_args, merge_env, render_synthetic, resolve_port
+from infra.launch import HEAD_ADDR, NODE_RANK, Launch
+from infra.recipes._common import check_extra_args, gpus_per_node, merge_env, render_synthetic, resolve_port
 from infra.recipes.types import SimSource
 
 VLLM_IMAGE = "vllm/vllm-openai:latest"
@@ -46,6 +50,15 @@ VLLM_MANAGED_FLAGS = frozenset(
         "-dp",
         "--enable-expert-parallel",
         "--max-model-len",
+        "--nnodes",
+        "--node-rank",
+        "--master-addr",
+        "--master-port",
+        "--headless",
+        "--data-parallel-size-local",
+        "--data-parallel-address",
+        "--data-parallel-rpc-port",
+        "--data-parallel-start-rank",
     }
 )
 """Flags the vLLM recipe sets from the config (extra_args may not repeat them)."""
@@ -115,6 +128,19 @@ class VllmRecipe:
             argv.append("--enable-expert-parallel")
         if config.max_model_len is not None:
             argv += ["--max-model-len", str(config.max_model_len)]
+        per_node = gpus_per_node(config, par, config.nodes)
+        worker_argv: list[str] | None = None
+        if config.nodes > 1:
+            if par.dp > 1:
+                raise RecipeError(
+                    f"vLLM data parallelism across nodes (dp={par.dp}, nodes={config.nodes}) needs a different "
+                    "--data-parallel-start-rank on each node, which alflow does not render: span the nodes with "
+                    "tensor/pipeline parallelism (tp x pp = GPUs), or use SGLang"
+                )
+            argv += ["--nnodes", str(config.nodes), "--node-rank", NODE_RANK, "--master-addr", HEAD_ADDR]
+            if config.dist_init_port is not None:
+                argv += ["--master-port", str(config.dist_init_port)]
+            worker_argv = [*argv, "--headless", *config.extra_args]
         argv += config.extra_args
         return Launch(
             framework=self.framework,
@@ -130,6 +156,9 @@ class VllmRecipe:
             image=config.image or self.default_image,
             warnings=warnings,
             synthetic=synthetic,
+            nodes=config.nodes,
+            gpus_per_node=per_node,
+            worker_argv=None if worker_argv is None else tuple(worker_argv),
         )
 
     def sim_source(self, config: ServerConfig) -> SimSource:

@@ -189,10 +189,11 @@ esac
 
 
 def run_script(
-    tmp_path: Path, launch: Launch, env: Mapping[str, str] | None = None
+    tmp_path: Path, launch: Launch, env: Mapping[str, str] | None = None, path_prefix: str | None = None
 ) -> subprocess.CompletedProcess[str]:
+    """Run the rendered script of ``launch`` with the stand-in srun/scontrol (then ``path_prefix``) on PATH."""
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(parents=True)
     for name, body in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
         path = bin_dir / name
         path.write_text(body)
@@ -202,7 +203,7 @@ def run_script(
     return subprocess.run(
         ["bash", str(script)],
         env={
-            "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+            "PATH": os.pathsep.join(p for p in (str(bin_dir), path_prefix, os.environ["PATH"]) if p),
             "FAKE_DIR": str(tmp_path),
             "FAKE_NODES": str(launch.nodes),
             "SLURM_JOB_ID": "77",
