@@ -541,7 +541,7 @@ class SlurmRunner:
                     f"{launch.nodes}",
                     self._log_tail(str(log_path), job_id),
                 )
-            addresses = self._node_addresses(hosts, launch)
+            addresses = self._node_addresses(hosts)
             head = hosts[0]
             address = addresses[0]
         except BaseException:
@@ -591,13 +591,9 @@ class SlurmRunner:
             },
         )
 
-    def _node_addresses(self, hosts: list[str], launch: Launch) -> tuple[str, ...]:
-        """Each host's ``NodeAddr`` (its name when Slurm has none); only the head and metrics nodes are asked."""
-        wanted = {0, *(e.node for e in launch.metrics_endpoints)}
-        return tuple(
-            (self.commands.node_address(host) or host) if index in wanted else host
-            for index, host in enumerate(hosts)
-        )
+    def _node_addresses(self, hosts: list[str]) -> tuple[str, ...]:
+        """Each host's ``NodeAddr`` (its name when Slurm has none), in job node order."""
+        return tuple(self.commands.node_address(host) or host for host in hosts)
 
     def _wait_running(self, job_id: str, log_path: str) -> JobInfo:
         """Poll the job until it is RUNNING with a node list; raise when it ends or the queue wait times out."""
