@@ -276,7 +276,9 @@ class Launch:
         if not self.groups:
             return
         if self.mpi is not None or self.worker_argv is not None:
-            raise ValueError("a disaggregated Launch sets mpi and worker_argv per group, not on the Launch")
+            raise ValueError(
+                "a disaggregated Launch takes no mpi or worker_argv of its own (each group has its worker_argv)"
+            )
         used: dict[int, str] = {}
         for group in self.groups:
             for node in group.node_range:

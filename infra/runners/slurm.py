@@ -24,8 +24,9 @@ set, must agree. GPUs per node: the options' ``gpus_per_node``, else the Launch'
 :class:`SlurmRunner` writes the script and the launch files into a job directory (which must be
 visible from the compute nodes), submits it with ``sbatch --parsable`` (secret values travel in
 sbatch's environment, never in the script), waits until the job runs and resolves the head node's
-address (first host of ``scontrol show hostnames``; its ``NodeAddr`` when Slurm knows one) and those of
-the nodes holding metrics endpoints (``Launch.metrics_endpoints`` -> ``ServerHandle.metrics_urls``),
+address (first host of ``scontrol show hostnames``; its ``NodeAddr`` when Slurm knows one) and that of
+every other node (``Launch.metrics_endpoints`` -> ``ServerHandle.metrics_urls``; for a disaggregated
+server the primary ``metrics_url`` is the first decode instance, since its head is the router),
 then waits for health while watching the job state: a job that ends (FAILED, CANCELLED, TIMEOUT,
 COMPLETED, ...) fails the wait with its log tail. ``stop`` runs ``scancel``. The job id and the
 rendered script go into the handle's provenance.
@@ -557,11 +558,14 @@ class SlurmRunner:
             launch.base_url(host=url_host(addresses[e.node]), port=e.port) + e.path
             for e in launch.metrics_endpoints
         )
+        # A disaggregated server's head is its router, which has no spec-decode counters: the primary
+        # metrics URL is then the first decode instance (all of them are in metrics_urls).
+        metrics_url = metrics_urls[0] if launch.groups and metrics_urls else base + launch.metrics_path
         return ServerHandle(
             runner=self.name,
             id=job_id,
             base_url=base,
-            metrics_url=base + launch.metrics_path,
+            metrics_url=metrics_url,
             health_url=base + launch.health_path,
             dialect=launch.dialect,
             model=launch.model,

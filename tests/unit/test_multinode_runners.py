@@ -270,7 +270,7 @@ def test_launch_group_and_mpi_fields_are_checked() -> None:
         launch(tasks_per_node=8)
     with pytest.raises(ValueError, match="must be >= 0"):
         node_addr(-1)
-    with pytest.raises(ValueError, match="mpi and worker_argv per group"):
+    with pytest.raises(ValueError, match="takes no mpi or worker_argv of its own"):
         Launch(
             framework="sglang",
             dialect="sglang",
