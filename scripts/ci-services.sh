@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Start the services the e2e tests need: a Docker engine (Debian's docker.io); also install
+# Start the services the e2e tests need: a Docker engine (Debian's docker.io) and a single-host Slurm
+# cluster (scripts/slurm-up.sh: slurmctld plus slurmd nodes n1 and n2 on 127.0.0.1); also install
 # Debian's chromium for the HTML report test (tests/integration/test_report_browser.py).
 # Idempotent: installs chromium only when /usr/bin/chromium is missing, docker.io only when dockerd
 # is missing, starts dockerd only when no daemon answers. The daemon runs with --iptables=false
@@ -34,6 +35,9 @@ if ! command -v docker >/dev/null 2>&1; then
   echo "ci-services: error: the docker client is missing after installing docker.io" >&2
   exit 1
 fi
+
+# Slurm for tests/e2e/test_slurm_*.py (idempotent; installs slurm-wlm when missing).
+bash "$(dirname "$0")/slurm-up.sh"
 
 if docker info >/dev/null 2>&1; then
   echo "ci-services: dockerd already running"

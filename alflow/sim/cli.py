@@ -27,7 +27,13 @@ from alflow.sim.server import listening_line, serve
 log = logging.getLogger("alflow.sim")
 
 # CLI parameter name -> SimConfig field, for "which values were given explicitly".
-_FIELD_OF = {"synthetic_rates_text": "synthetic_rates", "startup_delay": "startup_delay_s"}
+_FIELD_OF = {
+    "synthetic_rates_text": "synthetic_rates",
+    "startup_delay": "startup_delay_s",
+    "join_timeout": "join_timeout_s",
+    "heartbeat_interval": "heartbeat_s",
+    "peer_timeout": "peer_timeout_s",
+}
 
 
 def serve_command(
@@ -89,6 +95,30 @@ def serve_command(
     sglang_token_mode: Annotated[
         str, typer.Option(help="SGLang synthetic output: fixed (token id 100) or real-draft-token.")
     ] = "fixed",  # noqa: S107 - not a secret
+    nnodes: Annotated[
+        int, typer.Option(help="Nodes the server spans (node R listens on --port + R; the head is rank 0).")
+    ] = 1,
+    node_rank: Annotated[int, typer.Option(help="This node's rank: 0 is the head, 1..N-1 are workers.")] = 0,
+    head_addr: Annotated[
+        str | None, typer.Option(help="Multi-node: the head's address (workers connect to it).")
+    ] = None,
+    dist_port: Annotated[
+        int | None, typer.Option(help="Multi-node: the head's port for workers joining (join protocol).")
+    ] = None,
+    node_parallel: Annotated[
+        str,
+        typer.Option(
+            help="Multi-node: tp (one model across the nodes) or dp (one engine per node, own metrics)."
+        ),
+    ] = "tp",
+    join_timeout: Annotated[
+        float,
+        typer.Option(help="Multi-node: seconds for every worker to join (and a worker to reach the head)."),
+    ] = 300.0,
+    heartbeat_interval: Annotated[float, typer.Option(help="Multi-node: seconds between heartbeats.")] = 0.5,
+    peer_timeout: Annotated[
+        float, typer.Option(help="Multi-node: a peer silent this many seconds is gone.")
+    ] = 5.0,
     log_level: Annotated[str, typer.Option(help="Logging level on stderr.")] = "INFO",
 ) -> None:
     """Run the simulated OpenAI-compatible serving engine (speculative decoding, metrics dialects)."""
@@ -131,6 +161,14 @@ def serve_command(
             stall_after_tokens=stall_after_tokens,
             sglang_window_steps=sglang_window_steps,
             sglang_token_mode=sglang_token_mode,
+            nnodes=nnodes,
+            node_rank=node_rank,
+            head_addr=head_addr,
+            dist_port=dist_port,
+            node_parallel=node_parallel,
+            join_timeout_s=join_timeout,
+            heartbeat_s=heartbeat_interval,
+            peer_timeout_s=peer_timeout,
         )
         config = resolve(
             base,

@@ -58,6 +58,8 @@ FRAMEWORK_ENV = {
     ENV_TRTLLM_FORCE: "trtllm",
 }
 SGLANG_TOKEN_MODES = ("fixed", "real-draft-token")
+NODE_PARALLEL = ("tp", "dp")
+"""How a multi-node simulated server uses its nodes: one model across them, or one engine per node."""
 SGLANG_FIXED_TOKEN_ID = 100
 
 
@@ -92,7 +94,25 @@ class SimConfig:
     stall_after_tokens: int | None = None
     sglang_window_steps: int = 40
     sglang_token_mode: str = "fixed"  # noqa: S105 - not a secret
+    nnodes: int = 1
+    node_rank: int = 0
+    head_addr: str | None = None
+    dist_port: int | None = None
+    node_parallel: str = "tp"
+    join_timeout_s: float = 300.0
+    heartbeat_s: float = 0.5
+    peer_timeout_s: float = 5.0
     notes: tuple[str, ...] = field(default=())
+
+    @property
+    def multi_node(self) -> bool:
+        """True when the server spans more than one node (a head and workers, :mod:`alflow.sim.cluster`)."""
+        return self.nnodes > 1
+
+    @property
+    def node_port(self) -> int:
+        """The port this node listens on: ``--port + node_rank`` (nodes may share one address)."""
+        return self.port + self.node_rank if self.port else 0
 
     @property
     def served_model_name(self) -> str:
@@ -153,7 +173,43 @@ class SimConfig:
             )
         if self.answer_key is not None and not self.answer_key.is_file():
             raise InvalidInputError(f"--answer-key {str(self.answer_key)!r} is not a readable file")
+        self._validate_nodes()
         return self
+
+    def _validate_nodes(self) -> None:
+        _check_range("--nnodes", self.nnodes, 1, 1024)
+        _check_range("--node-rank", self.node_rank, 0, 1023)
+        if self.node_rank >= self.nnodes:
+            raise InvalidInputError(f"--node-rank {self.node_rank} must be below --nnodes {self.nnodes}")
+        if self.node_parallel not in NODE_PARALLEL:
+            raise InvalidInputError(
+                f"--node-parallel {self.node_parallel!r} is not one of {', '.join(NODE_PARALLEL)}"
+            )
+        _check_float("--join-timeout", self.join_timeout_s, 0.1, 86400.0)
+        _check_float("--heartbeat-interval", self.heartbeat_s, 0.01, 60.0)
+        _check_float("--peer-timeout", self.peer_timeout_s, 0.05, 3600.0)
+        if self.peer_timeout_s <= self.heartbeat_s:
+            raise InvalidInputError(
+                f"--peer-timeout {self.peer_timeout_s:g} must be longer than --heartbeat-interval {self.heartbeat_s:g}"
+            )
+        if not self.multi_node:
+            return
+        if self.port == 0:
+            raise InvalidInputError(
+                f"--nnodes {self.nnodes} needs an explicit --port (node R listens on --port + R), not 0"
+            )
+        _check_range("--port + node rank", self.port + self.nnodes - 1, 1, 65535)
+        if self.dist_port is None:
+            raise InvalidInputError(
+                f"--nnodes {self.nnodes} needs --dist-port (where the head takes workers)"
+            )
+        _check_range("--dist-port", self.dist_port, 1, 65535)
+        if self.port <= self.dist_port < self.port + self.nnodes:
+            raise InvalidInputError(
+                f"--dist-port {self.dist_port} collides with the nodes' ports {self.port}..{self.port + self.nnodes - 1}"
+            )
+        if self.node_rank > 0 and not self.head_addr:
+            raise InvalidInputError(f"--node-rank {self.node_rank} (a worker) needs --head-addr")
 
 
 def _check_range(name: str, value: int, low: int, high: int) -> None:

@@ -242,6 +242,9 @@ class Engine:
         self.config = config
         self.k = config.k
         self.profile: Profile = get_profile(config.profile)
+        if config.multi_node and config.node_parallel == "tp":
+            # one model across the nodes: the group's bandwidth and FLOPs, plus the inter-node cost
+            self.profile = self.profile.across_nodes(config.nnodes)
         self.stats = EngineStats(k=config.k)
         self.waiting: collections.deque[SimRequest] = collections.deque()
         self.running: list[SimRequest] = []

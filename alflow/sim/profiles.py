@@ -15,11 +15,24 @@ the compute time, plus a fixed overhead and the drafter's cost:
 
 Bandwidth and FLOPs are the peak figures times an efficiency. The predicted time per output token at
 concurrency 1 is ``mean step time / AL`` (:func:`predicted_tpot_s`).
+
+Multi-node (issue 10). A profile describes the GPUs of **one node**. A server spanning ``N`` nodes
+runs in one of two ways (``alflow sim serve --nnodes N --node-parallel tp|dp``):
+
+- ``tp``: one model split over the ``N`` nodes (tensor/expert parallel across hosts).
+  :meth:`Profile.across_nodes` gives the profile of the whole group: ``N`` times the bandwidth and
+  FLOPs (each node reads ``1/N`` of the weights and does ``1/N`` of the math per step), the same
+  drafter (replicated, not split) and step overhead, plus ``internode_step_s`` per verify step for
+  the all-reduces that cross the node boundary. So a verify step takes
+  ``max(memory_s / N, compute_s / N) + draft_s + overhead + internode_step_s``: faster than on one
+  node when the step is bandwidth or compute bound, never ``N`` times faster.
+- ``dp``: one engine per node (data-parallel ranks), each with the one-node profile; requests go to
+  the ranks in turn, so the group serves ``N`` times the requests at the same per-rank batch.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from alflow.errors import InvalidInputError
 
@@ -43,6 +56,36 @@ class Profile:
     draft_overhead_s: float
     bandwidth_efficiency: float = 0.8
     compute_efficiency: float = 0.6
+    internode_step_s: float = 0.0008
+    """Extra seconds per verify step when the model spans nodes (all-reduces over the inter-node network)."""
+    nodes: int = 1
+    """Nodes this profile's hardware spans (1: one node; see :meth:`across_nodes`)."""
+
+    def across_nodes(self, nodes: int) -> Profile:
+        """Spread this one-node profile over ``nodes`` nodes (tensor/expert parallel across hosts).
+
+        Bandwidth and FLOPs are multiplied by ``nodes``; the drafter and the step overhead stay; each
+        verify step pays ``internode_step_s`` once ``nodes > 1`` (see the module docstring).
+        """
+        if nodes < 1:
+            raise InvalidInputError(f"a profile spans at least 1 node, got nodes={nodes}")
+        if self.nodes != 1:
+            raise InvalidInputError(f"profile {self.name!r} already spans {self.nodes} nodes")
+        if nodes == 1:
+            return self
+        return replace(
+            self,
+            name=f"{self.name}x{nodes}nodes",
+            description=f"{nodes} nodes of: {self.description}",
+            hbm_bytes_per_s=self.hbm_bytes_per_s * nodes,
+            flops_per_s=self.flops_per_s * nodes,
+            nodes=nodes,
+        )
+
+    @property
+    def internode_s(self) -> float:
+        """Per verify step: ``internode_step_s`` when the profile spans more than one node, else 0."""
+        return self.internode_step_s if self.nodes > 1 else 0.0
 
     @property
     def effective_bw(self) -> float:
@@ -70,8 +113,11 @@ class Profile:
         memory_s = (self.weights_read_bytes(tokens) + context_tokens * self.kv_bytes_per_token) / bw
         compute_s = tokens * 2.0 * self.active_params / self.effective_flops
         factor = DRAFT_COST_FACTOR.get(method, 1.0)
-        draft_s = k * (self.draft_weight_bytes * factor / bw + (self.draft_overhead_s if factor else 0.0))
-        return max(memory_s, compute_s) + draft_s + self.step_overhead_s
+        node_bw = bw / self.nodes  # the drafter is replicated on every node, not split
+        draft_s = k * (
+            self.draft_weight_bytes * factor / node_bw + (self.draft_overhead_s if factor else 0.0)
+        )
+        return max(memory_s, compute_s) + draft_s + self.step_overhead_s + self.internode_s
 
     def prefill_s(self, prompt_tokens: int) -> float:
         """Seconds to prefill ``prompt_tokens`` tokens (compute bound)."""

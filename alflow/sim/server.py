@@ -22,7 +22,7 @@ import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import cast
@@ -33,9 +33,10 @@ from prometheus_client import generate_latest
 
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.sim.acceptance import NaturalAcceptance, stable_seed
+from alflow.sim.cluster import ClusterError, HeadCluster, WorkerLink
 from alflow.sim.config import SGLANG_FIXED_TOKEN_ID, SimConfig
 from alflow.sim.dialects import DIALECTS, make_registry, sglang_server_info
-from alflow.sim.engine import Engine, SimRequest
+from alflow.sim.engine import Engine, EngineStats, SimRequest
 from alflow.sim.tokenizer import Tokenizer, get_tokenizer
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,7 @@ class ApiError(Exception):
             400: "BadRequestError",
             404: "NotFoundError",
             405: "MethodNotAllowed",
+            503: "ServiceUnavailableError",
         }.get(status, "InternalServerError")
 
     def body(self) -> bytes:
@@ -239,9 +241,24 @@ def _ascii(text: str) -> str:
 class SimServer:
     """One simulated server: engine, tokenizer, dialect and the aiohttp application."""
 
-    def __init__(self, config: SimConfig, *, crash: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        config: SimConfig,
+        *,
+        crash: Callable[[], None] | None = None,
+        cluster: HeadCluster | None = None,
+    ) -> None:
         self.config = config
         self.engine = Engine(config)
+        # multi-node dp: one engine per node rank (rank 0's is self.engine); requests go round-robin
+        self.engines = [self.engine]
+        if config.multi_node and config.node_parallel == "dp":
+            self.engines += [
+                Engine(replace(config, seed=config.seed + rank, step_log=None))
+                for rank in range(1, config.nnodes)
+            ]
+        self._next_engine = 0
+        self.cluster = cluster
         self.tokenizer = get_tokenizer()
         self.dialect = DIALECTS[config.dialect]
         self.registry = make_registry(self.dialect, self.engine.stats, config)
@@ -293,10 +310,24 @@ class SimServer:
         return app
 
     async def _on_startup(self, _app: web.Application) -> None:
-        self.engine.start()
+        for engine in self.engines:
+            engine.start()
 
     async def _on_shutdown(self, _app: web.Application) -> None:
-        await self.engine.stop()
+        for engine in self.engines:
+            await engine.stop()
+
+    def rank_stats(self, rank: int) -> EngineStats:
+        """The stats of node rank ``rank``'s engine (``dp`` mode; what that node's metrics show)."""
+        return self.engines[rank].stats
+
+    def _pick_engine(self) -> Engine:
+        """The engine of the next request: the ranks in turn (one engine unless multi-node ``dp``)."""
+        if len(self.engines) == 1:
+            return self.engine
+        engine = self.engines[self._next_engine % len(self.engines)]
+        self._next_engine += 1
+        return engine
 
     @staticmethod
     async def _mark_simulated(_request: web.Request, response: web.StreamResponse) -> None:
@@ -323,8 +354,11 @@ class SimServer:
     # -------------------------------------------------------------- small endpoints
 
     async def _health(self, _request: web.Request) -> web.Response:
-        if self.engine.failed is not None:
-            return web.Response(status=503, text=f"engine failed: {self.engine.failed}")
+        for engine in self.engines:
+            if engine.failed is not None:
+                return web.Response(status=503, text=f"engine failed: {engine.failed}")
+        if self.cluster is not None and not self.cluster.complete:
+            return web.Response(status=503, text=self.cluster.status())
         return web.Response(status=200)
 
     async def _version(self, _request: web.Request) -> web.Response:
@@ -644,7 +678,9 @@ class SimServer:
         cfg = self.config
         if cfg.error_rate > 0 and self._fault_rng.random() < cfg.error_rate:
             raise ApiError(500, "simulated internal server error (--error-rate)")
-        engine = self.engine
+        if self.cluster is not None and not self.cluster.complete:
+            raise ApiError(503, f"not serving yet: {self.cluster.status()}")
+        engine = self._pick_engine()
         if engine.failed is not None:
             raise ApiError(500, f"the engine has failed: {engine.failed}")
         req = self._build(parsed, chat=chat)
@@ -766,36 +802,135 @@ async def serve(
             return
     if config.fail_startup:
         raise SimStartupError("simulated startup failure (--fail-startup)")
-    server = SimServer(config, crash=crash)
+    if config.multi_node and config.node_rank > 0:
+        await _serve_worker(config, stop=stop, on_ready=on_ready)
+        return
+    cluster: HeadCluster | None = None
+    if config.multi_node:
+        cluster = HeadCluster(config)
+        await cluster.start()
+    server = SimServer(config, crash=crash, cluster=cluster)
+    if cluster is not None and config.node_parallel == "dp":
+        cluster.stats_of = server.rank_stats
     runner = web.AppRunner(server.make_app(), handler_cancellation=True, access_log=None)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, config.host, config.port)
-        try:
-            await site.start()
-        except OSError as exc:
-            raise SimStartupError(f"cannot listen on {config.host}:{config.port}: {exc}") from None
-        port = config.port
-        for addr in runner.addresses:
-            if isinstance(addr, tuple) and len(addr) >= 2:
-                port = int(addr[1])
-                break
+        port = await _listen(runner, config)
         for note in config.notes:
             log.info("%s", note)
         log.info(
-            "serving %s (dialect %s, K=%d, %s) on %s:%d",
+            "serving %s (dialect %s, K=%d, %s) on %s:%d%s",
             config.served_model_name,
             config.dialect,
             config.k,
             f"synthetic {config.scheme}" if config.synthetic else f"natural {config.method}",
             config.host,
             port,
+            f" as the head of {config.nnodes} nodes ({config.node_parallel})" if config.multi_node else "",
         )
         if on_ready is not None:
             on_ready(config.host, port)
-        await stop.wait()
+        await _until_stopped(stop, None if cluster is None else cluster.broken)
+        if cluster is not None and cluster.failed is not None:
+            raise ClusterError(cluster.failed)
     finally:
         await runner.cleanup()
+        if cluster is not None:
+            await cluster.close()
+
+
+async def _listen(runner: web.AppRunner, config: SimConfig) -> int:
+    """Start listening on ``--host`` and this node's port; the bound port (``--port 0`` picks one)."""
+    site = web.TCPSite(runner, config.host, config.node_port)
+    try:
+        await site.start()
+    except OSError as exc:
+        raise SimStartupError(f"cannot listen on {config.host}:{config.node_port}: {exc}") from None
+    for addr in runner.addresses:
+        if isinstance(addr, tuple) and len(addr) >= 2:
+            return int(addr[1])
+    return config.node_port
+
+
+async def _until_stopped(stop: asyncio.Event, broken: asyncio.Event | None) -> None:
+    """Wait until ``stop`` is set or (multi-node) the group breaks."""
+    if broken is None:
+        await stop.wait()
+        return
+    waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(broken.wait())]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waits:
+            waiter.cancel()
+
+
+async def _serve_worker(
+    config: SimConfig, *, stop: asyncio.Event, on_ready: Callable[[str, int], None] | None
+) -> None:
+    """A worker node (rank > 0): join the head, serve ``/health`` (and, ``dp``, this rank's metrics).
+
+    Returns when ``stop`` is set; raises :class:`ClusterError` when the head refuses it or goes away.
+    """
+    link = WorkerLink(config)
+    joining = asyncio.ensure_future(link.join())
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait([joining, stopping], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if not joining.done():
+        joining.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await joining
+        return
+    joining.result()  # raises ClusterError when the join failed
+    dialect = DIALECTS[config.dialect]
+
+    async def health(_request: web.Request) -> web.Response:
+        if link.lost is not None:
+            return web.Response(status=503, text=link.lost)
+        return web.Response(status=200, text=f"worker rank {config.node_rank} of {config.nnodes}")
+
+    async def metrics(_request: web.Request) -> web.Response:
+        try:
+            stats = await link.fetch_stats()
+        except ClusterError as exc:
+            return web.Response(status=503, text=str(exc))
+        if stats is None:
+            return web.Response(status=404, text="the head keeps no per-rank stats")
+        registry = make_registry(dialect, stats, config)
+        return web.Response(body=generate_latest(registry), content_type="text/plain", charset="utf-8")
+
+    app = web.Application()
+    app.router.add_get("/health", health)
+    if config.node_parallel == "dp":
+        app.router.add_get(dialect.metrics_path, metrics)
+
+    async def mark(_request: web.Request, response: web.StreamResponse) -> None:
+        response.headers[SIM_HEADER] = "1"
+
+    app.on_response_prepare.append(mark)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        port = await _listen(runner, config)
+        log.info(
+            "worker rank %d of %d (%s) on %s:%d",
+            config.node_rank,
+            config.nnodes,
+            config.node_parallel,
+            config.host,
+            port,
+        )
+        if on_ready is not None:
+            on_ready(config.host, port)
+        await _until_stopped(stop, link.broken)
+        if link.lost is not None:
+            raise ClusterError(link.lost)
+    finally:
+        await runner.cleanup()
+        await link.close()
 
 
 def listening_line(host: str, port: int) -> str:

@@ -5,6 +5,14 @@ framework (vLLM's ``--speculative-config`` JSON, SGLang's and TensorRT-LLM's env
 rendered by that framework's recipe, so the knob path is exercised end to end; ``--k`` and
 ``--method`` are passed as well. The interpreter is the one running alflow (``sys.executable``); the
 local container image (:mod:`infra.images`) bind-mounts it at the same path.
+
+Multi-node (``config.nodes > 1``, issue 10): every node runs the same argument list with the
+multi-node placeholders (``--nnodes @ALFLOW_NNODES@ --node-rank @ALFLOW_NODE_RANK@ --head-addr
+@ALFLOW_HEAD_ADDR@``) that the runner fills in per node, and ``--dist-port`` = port + nodes (node R
+listens on port + R, so nodes sharing one host do not collide). ``parallelism.dp > 1`` makes it
+``--node-parallel dp`` (one engine per node, data-parallel ranks): every node exposes its own
+metrics, listed in ``Launch.metrics_endpoints`` for the scraper to sum; otherwise ``tp`` (one model
+across the nodes): only the head exposes metrics.
 """
 
 from __future__ import annotations
@@ -14,7 +22,8 @@ from dataclasses import dataclass, field
 
 from alflow.config import ServerConfig
 from alflow.sim.config import SimConfig
-from infra.launch import Launch
+from infra.errors import RecipeError
+from infra.launch import HEAD_ADDR, NNODES, NODE_RANK, Launch, MetricsEndpoint
 from infra.recipes._common import check_extra_args, merge_env, resolve_port
 from infra.recipes.dialects import DIALECTS
 
@@ -29,6 +38,11 @@ SIM_MANAGED_FLAGS = frozenset(
         "--method",
         "--speculative-config",
         "--max-model-len",
+        "--nnodes",
+        "--node-rank",
+        "--head-addr",
+        "--dist-port",
+        "--node-parallel",
     }
 )
 """Flags the simulator recipe sets from the config (fault and timing flags are free)."""
@@ -59,6 +73,20 @@ class SimRecipe:
         argv += source.args
         if config.max_model_len is not None:
             argv += ["--max-model-len", str(config.max_model_len)]
+        endpoints: tuple[MetricsEndpoint, ...] = ()
+        if config.nodes > 1:
+            mode = self.node_parallel(config)
+            argv += ["--nnodes", NNODES, "--node-rank", NODE_RANK, "--head-addr", HEAD_ADDR]
+            argv += ["--dist-port", str(port + config.nodes), "--node-parallel", mode]
+            if port + config.nodes > 65535:
+                raise RecipeError(
+                    f"port {port} leaves no room for {config.nodes} nodes and the join port (port + nodes <= 65535)"
+                )
+            if mode == "dp":
+                endpoints = tuple(
+                    MetricsEndpoint(node=rank, port=port + rank, path=dialect.metrics_path)
+                    for rank in range(config.nodes)
+                )
         argv += config.extra_args
         env = {"PYTHONUNBUFFERED": "1", **merge_env(source.env, config.extra_env)}
         overrides = sorted({a.split("=", 1)[0] for a in config.extra_args} & SIM_OVERRIDE_FLAGS)
@@ -82,4 +110,19 @@ class SimRecipe:
             image=config.image or self.default_image,
             warnings=warnings,
             synthetic=source.synthetic,
+            nodes=config.nodes,
+            metrics_endpoints=endpoints,
         )
+
+    @staticmethod
+    def node_parallel(config: ServerConfig) -> str:
+        """How a multi-node simulated server uses its nodes: ``dp`` when ``parallelism.dp > 1``, else ``tp``."""
+        dp = config.parallelism.dp
+        if dp == 1:
+            return "tp"
+        if dp % config.nodes:
+            raise RecipeError(
+                f"parallelism.dp={dp} cannot be spread evenly over nodes={config.nodes} "
+                "(the simulator runs one data-parallel engine per node)"
+            )
+        return "dp"
