@@ -23,7 +23,7 @@ from alflow.loadgen.records import RequestRecord, records_frame
 from alflow.loadgen.runner import LoadAbortedError, LoadSpec, Progress, Target, run_load
 from alflow.metrics.client import DEFAULT_PERCENTILES, SLO, GpuLayout, summarize
 from alflow.metrics.dialects import Dialect, get_dialect
-from alflow.metrics.prometheus import PeriodicScraper, Snapshot, SnapshotWindow, counter_resets, scrape
+from alflow.metrics.prometheus import PeriodicScraper, Snapshot, SnapshotWindow, counter_resets, scrape_all
 
 
 class MeasurementError(AlflowError):
@@ -128,7 +128,7 @@ async def measure(
     target: Target,
     spec: LoadSpec,
     *,
-    metrics_url: str | None,
+    metrics_url: str | Sequence[str] | None,
     dialect: Dialect | str | None,
     k: int | None = None,
     warmup_sessions: Sequence[Session] | None = None,
@@ -143,6 +143,9 @@ async def measure(
 ) -> Measurement:
     """Measure one point against a running server (see the module docstring for the sequence).
 
+    ``metrics_url`` may list several endpoints (a multi-node or data-parallel server's
+    ``ServerHandle.all_metrics_urls``): every scrape reads all of them and sums their counters
+    (:func:`~alflow.metrics.prometheus.scrape_all`); a reset on any one endpoint is still reported.
     ``compute_stats=False`` keeps the scrapes but leaves the spec-decode statistics to the caller
     (:func:`window_stats`), as the flows' separate ``spec_stats`` task does.
     """
@@ -166,21 +169,24 @@ async def measure(
                 compute_stats=compute_stats,
             )
     http = session
+    urls: tuple[str, ...] = (
+        () if metrics_url is None else (metrics_url,) if isinstance(metrics_url, str) else tuple(metrics_url)
+    )
     records = sink if sink is not None else []
     baseline: list[Snapshot] = []
     the_dialect = get_dialect(dialect) if isinstance(dialect, str) else dialect
 
     async def on_measure_start() -> None:
-        if metrics_url is not None:
-            baseline.append(await scrape(metrics_url, session=http))
+        if urls:
+            baseline.append(await scrape_all(urls, session=http))
 
     scraper: PeriodicScraper | None = None
     aborted: str | None = None
     try:
         async with contextlib.AsyncExitStack() as stack:
-            if metrics_url is not None and scrape_interval_s > 0:
+            if urls and scrape_interval_s > 0:
                 scraper = await stack.enter_async_context(
-                    PeriodicScraper(metrics_url, scrape_interval_s, session=http)
+                    PeriodicScraper(urls, scrape_interval_s, session=http)
                 )
             result = await run_load(
                 sessions,
@@ -199,8 +205,8 @@ async def measure(
     stats_error: str | None = None
     resets: list[str] = []
     series = list(scraper.snapshots) if scraper is not None else []
-    if metrics_url is not None and baseline and aborted is None and the_dialect is not None:
-        final = await scrape(metrics_url, session=http)
+    if urls and baseline and aborted is None and the_dialect is not None:
+        final = await scrape_all(urls, session=http)
         resets = counter_resets(baseline[0], final)
         if compute_stats:
             stats, stats_error = window_stats(the_dialect, baseline[0], final, series, k)

@@ -56,6 +56,7 @@ from alflow.metrics.prometheus import (
     Snapshot,
     SnapshotWindow,
     scrape,
+    scrape_all,
 )
 
 log = logging.getLogger(__name__)
@@ -174,7 +175,7 @@ class _BenchArgs:
     spec: LoadSpec
     sampling: Sampling
     max_tokens: int | None
-    metrics_url: str | None
+    metrics_urls: list[str]
     dialect: str
     no_metrics: bool
     scrape_interval_s: float
@@ -238,22 +239,29 @@ async def _served_model(http: aiohttp.ClientSession, base_url: str, model: str |
         raise AlflowError(f"GET {url} lists no model: give --model") from None
 
 
-async def _resolve_metrics(http: aiohttp.ClientSession, a: _BenchArgs) -> tuple[str, Dialect] | None:
-    """The metrics URL and dialect, or None (with a warning) when the server exposes none."""
+async def _resolve_metrics(
+    http: aiohttp.ClientSession, a: _BenchArgs
+) -> tuple[tuple[str, ...], Dialect] | None:
+    """The metrics URLs and dialect, or None (with a warning) when the server exposes none.
+
+    Several ``--metrics-url`` are one server's endpoints (nodes, data-parallel ranks): all must
+    answer, and their counters are summed. Without one, the dialect's usual paths are tried.
+    """
     if a.no_metrics:
         return None
-    urls = [a.metrics_url] if a.metrics_url else candidate_metrics_urls(a.base_url, a.dialect)
+    if a.metrics_urls:
+        given = tuple(a.metrics_urls)
+        snap = await scrape_all(given, session=http)
+        return given, get_dialect(a.dialect) if a.dialect != "auto" else detect(snap)
     problems: list[str] = []
-    for url in urls:
+    for url in candidate_metrics_urls(a.base_url, a.dialect):
         try:
             snap = await scrape(url, session=http)
             dialect = get_dialect(a.dialect) if a.dialect != "auto" else detect(snap)
         except (ScrapeError, MissingMetricsError) as exc:
-            if a.metrics_url:
-                raise
             problems.append(str(exc))
             continue
-        return url, dialect
+        return (url,), dialect
     _err.print(
         "warning: no spec-decode metrics found (" + "; ".join(problems) + "): server-side stats skipped",
         markup=False,
@@ -310,7 +318,9 @@ async def _bench(a: _BenchArgs) -> tuple[dict[str, Any], bool]:
         aborted = m.aborted
         spec_block: dict[str, Any] = {"dialect": None, "metrics_url": None}
         if metrics is not None and aborted is None:
-            spec_block = {"metrics_url": metrics[0], **m.spec_block()}
+            spec_block = {"metrics_url": " + ".join(metrics[0]), **m.spec_block()}
+            if len(metrics[0]) > 1:
+                spec_block["metrics_urls"] = list(metrics[0])
             if metrics[1].name == "sglang":
                 with contextlib.suppress(AlflowError):
                     spec_block["sglang_server_info_avg_accept_length_lifetime"] = await sglang_server_info_al(
@@ -478,7 +488,13 @@ def bench(
     extra_body: Annotated[
         str | None, typer.Option(help="JSON object merged into every request body.")
     ] = None,
-    metrics_url: Annotated[str | None, typer.Option(help="Prometheus metrics URL (default: found).")] = None,
+    metrics_url: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Prometheus metrics URL (default: found); repeat it for a server with several endpoints "
+            "(nodes, data-parallel ranks): their counters are summed."
+        ),
+    ] = None,
     dialect: Annotated[str, typer.Option(help="Metrics dialect: auto, vllm, sglang, trtllm.")] = "auto",
     no_metrics: Annotated[bool, typer.Option(help="Do not scrape server metrics.")] = False,
     scrape_interval: Annotated[float, typer.Option(help="Background scrape interval (s); 0 = off.")] = 1.0,
@@ -553,7 +569,7 @@ def bench(
                 extra_body=extra,
             ),
             max_tokens=max_tokens,
-            metrics_url=metrics_url,
+            metrics_urls=list(metrics_url or []),
             dialect=dialect,
             no_metrics=no_metrics,
             scrape_interval_s=scrape_interval,

@@ -20,11 +20,12 @@ def gpu_layout(config: ServerConfig) -> GpuLayout:
         return GpuLayout(
             prefill_gpus=config.role_gpus(dis.prefill) * dis.prefill.replicas,
             decode_gpus=config.role_gpus(dis.decode) * dis.decode.replicas,
+            nodes=config.nodes,
         )
     par = config.parallelism
     # Data parallelism that adds GPUs counts as dp; attention DP over the TP ranks counts as none.
     dp = config.total_gpus // (par.tp * par.pp)
-    return GpuLayout(tp=par.tp, pp=par.pp, dp=dp)
+    return GpuLayout(tp=par.tp, pp=par.pp, dp=dp, nodes=config.nodes)
 
 
 def topology(config: ServerConfig) -> dict[str, int | None]:

@@ -53,6 +53,7 @@ def benchmark(params: BenchmarkParams) -> dict[str, Any]:
         draft_model=params.draft_model,
         synthetic=synthetic,
     )
+    layout = gpu_layout(server)  # every node's GPUs: per-GPU throughput divides by all of them
     writer = open_run(
         "m2",
         params.placement.results_root,
@@ -94,14 +95,15 @@ def benchmark(params: BenchmarkParams) -> dict[str, Any]:
                     endpoint=params.workload.endpoint,
                     warmup_sessions=warm_sessions if warm else None,
                     progress_key=f"m2-progress-c{conc}",
-                    gpus=gpu_layout(server),
+                    gpus=layout,
                 )
                 m = spec_stats(m, params.k)
                 subject = f"{server.framework} K={params.k} concurrency {conc}"
                 audit_details: dict[str, Any] = {}
                 if m.spec_stats is None:
                     why = m.stats_error or "no baseline or final scrape"
-                    failures.append(f"{subject}: no spec-decode stats at {handle.metrics_url}: {why}")
+                    where = " + ".join(handle.all_metrics_urls)
+                    failures.append(f"{subject}: no spec-decode stats at {where}: {why}")
                     valid = False
                     verdict_msg = failures[-1]
                 else:
@@ -132,6 +134,7 @@ def benchmark(params: BenchmarkParams) -> dict[str, Any]:
                         "output_throughput": c.get("output_throughput"),
                         "nodes": server.nodes,
                         "num_gpus": c.get("num_gpus"),
+                        "total_token_throughput": c.get("total_token_throughput"),
                         "output_throughput_per_gpu": c.get("output_throughput_per_gpu"),
                         "total_token_throughput_per_gpu": c.get("total_token_throughput_per_gpu"),
                         "median_interactivity_tokens_per_s": c.get("median_interactivity_tokens_per_s"),
@@ -155,13 +158,16 @@ def benchmark(params: BenchmarkParams) -> dict[str, Any]:
             "flow": "m2",
             "target_al": target,
             "scheme": scheme,
+            "nodes": server.nodes,
+            "num_gpus": layout.gpus,
             "points": points,
             "failures": failures,
         }
         store_results(writer, tables, summary)
         lines = [
             f"Model `{params.model.id}`, framework `{server.framework}`, K={params.k}, synthetic target AL "
-            f"{target:.4f} (scheme {scheme}, {dist.granularity} draw).",
+            f"{target:.4f} (scheme {scheme}, {dist.granularity} draw); {layout.gpus} GPU(s) on {server.nodes} "
+            "node(s), per-GPU figures divide by all of them.",
             "",
             "| concurrency | output tok/s/GPU | interactivity (tok/s/user, median) | TPOT ms | AL achieved | valid |",
             "|---:|---:|---:|---:|---:|:---:|",
@@ -191,6 +197,8 @@ def benchmark(params: BenchmarkParams) -> dict[str, Any]:
         "run_dir": writer.dir,
         "target_al": target,
         "scheme": scheme,
+        "nodes": server.nodes,
+        "num_gpus": layout.gpus,
         "points": points,
         "failures": failures,
     }

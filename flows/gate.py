@@ -15,6 +15,7 @@ from prefect import flow, get_run_logger, tags
 
 from alflow.config import GateParams, LoadConfig
 from alflow.gates import Verdict
+from alflow.topology import gpu_layout
 from alflow.workloads import dataset_description, speed_bench_sessions
 from flows.common import fail, open_run, point_server, reference_al
 from tasks.gates import check_accuracy_gate, check_al_gate
@@ -33,6 +34,7 @@ def gate(params: GateParams) -> dict[str, Any]:
     server = point_server(
         params.server, params.model.id, params.method, params.k, draft_model=params.draft_model
     )
+    layout = gpu_layout(server)  # every node's GPUs (per-GPU figures in the client summary)
     subject = f"{server.framework} {params.model.id} {params.method.value} K={params.k} thinking={params.thinking.value}"
     writer = open_run(
         "m1",
@@ -54,13 +56,20 @@ def gate(params: GateParams) -> dict[str, Any]:
                 {**params.load.model_dump(), "num_prompts": params.load.num_prompts or len(sessions)}
             )
             sampling = request_sampling(params.model, params.thinking, max_tokens=params.workload.max_tokens)
-            m = run_load(handle, sessions, load, sampling, k=params.k, progress_key="m1-progress")
+            m = run_load(
+                handle,
+                sessions,
+                load,
+                sampling,
+                k=params.k,
+                progress_key="m1-progress",
+                gpus=layout,
+            )
             m = spec_stats(m, params.k)
             if m.spec_stats is None:
                 why = m.stats_error or "no baseline or final scrape"
-                raise fail(
-                    "m1-gate", f"no spec-decode stats at {handle.metrics_url} for {subject}: {why}", {}
-                )
+                where = " + ".join(handle.all_metrics_urls)
+                raise fail("m1-gate", f"no spec-decode stats at {where} for {subject}: {why}", {})
             al_verdict = check_al_gate(m.spec_stats, reference, params.tolerances, subject)
             verdicts.append(al_verdict)
             tables["requests"] = m.records

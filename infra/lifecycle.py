@@ -7,12 +7,15 @@ can stop what another started; :func:`serving` wraps both for a ``with`` block.
 
 from __future__ import annotations
 
+import getpass
 import logging
+import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from alflow.config import RunnerOptions, ServerConfig
+from alflow.config import RunnerOptions, ServerConfig, SlurmOptions
+from infra.errors import RunnerError
 from infra.launch import Launch
 from infra.recipes import build_launch
 from infra.runners import ServerHandle, make_runner
@@ -86,26 +89,76 @@ def serving(
         stop_server(handle, options, **extras)
 
 
-def _reclaim_docker(options: RunnerOptions) -> list[str]:
-    del options  # the engine comes from the environment (DOCKER_HOST), as for the runner itself
+LiveRun = Callable[[str], bool]
+"""Tells whether the alflow run with this id is still going (its leftovers must then stay)."""
+
+SLURM_RUN_COMMENT = "alflow-run:"
+"""Prefix of the ``--comment`` the Slurm runner gives every job: ``alflow-run:<run id>``."""
+
+
+def _reclaim_docker(options: RunnerOptions, is_live: LiveRun | None) -> list[str]:
+    del options, is_live  # the engine comes from the environment (DOCKER_HOST), as for the runner itself
     from infra.runners.docker import cleanup_containers
 
     return [e.name for e in cleanup_containers(older_than_s=0.0) if e.removed]
 
 
-_RECLAIMERS: dict[str, Callable[[RunnerOptions], list[str]]] = {"docker": _reclaim_docker}
-"""Per runner kind: how to remove what a killed run left on this host (containers holding GPUs)."""
+def alflow_slurm_jobs(timeout_s: float = 30.0) -> list[tuple[str, str]]:
+    """``(job id, run id)`` of this user's Slurm jobs that alflow submitted (comment ``alflow-run:<id>``).
+
+    Raises :class:`RunnerError` when ``squeue`` cannot be run or fails.
+    """
+    argv = ["squeue", "-h", "-u", getpass.getuser(), "-o", "%i|%k"]
+    try:
+        result = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout_s, check=False, stdin=subprocess.DEVNULL
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RunnerError(f"cannot list Slurm jobs ({' '.join(argv)}): {exc}") from exc
+    if result.returncode != 0:
+        raise RunnerError(f"{' '.join(argv)} failed (exit {result.returncode}): {result.stderr.strip()}")
+    jobs: list[tuple[str, str]] = []
+    for line in result.stdout.splitlines():
+        job_id, _, comment = line.strip().partition("|")
+        if job_id and comment.startswith(SLURM_RUN_COMMENT):
+            jobs.append((job_id, comment.removeprefix(SLURM_RUN_COMMENT)))
+    return jobs
 
 
-def reclaim_host(options: RunnerOptions) -> list[str]:
-    """Remove every server a killed alflow run left behind on this host; returns what was removed.
+def _reclaim_slurm(options: RunnerOptions, is_live: LiveRun | None) -> list[str]:
+    """Cancel this user's alflow Slurm jobs whose run is over (every one when ``is_live`` is None)."""
+    if not isinstance(options, SlurmOptions):
+        raise TypeError(f"the Slurm reclaimer needs SlurmOptions, got {type(options).__name__}")
+    from infra.runners.slurm import SubprocessSlurm
+
+    commands = SubprocessSlurm(options.command_timeout_s)
+    removed: list[str] = []
+    for job_id, run_id in alflow_slurm_jobs(options.command_timeout_s):
+        if is_live is not None and is_live(run_id):
+            continue
+        commands.cancel(job_id)
+        removed.append(f"Slurm job {job_id} ({SLURM_RUN_COMMENT}{run_id})")
+    return removed
+
+
+_RECLAIMERS: dict[str, Callable[[RunnerOptions, LiveRun | None], list[str]]] = {
+    "docker": _reclaim_docker,
+    "slurm": _reclaim_slurm,
+}
+"""Per runner kind: how to remove what a killed run left behind (containers, Slurm jobs holding GPUs)."""
+
+
+def reclaim_host(options: RunnerOptions, *, is_live: LiveRun | None = None) -> list[str]:
+    """Remove every server a killed alflow run left behind; returns what was removed.
 
     Call it only while holding the host's GPU concurrency slot: no other alflow run owns a server
-    here then, so anything labelled by alflow is a leftover. Runners with nothing to reclaim
-    (process, external) return an empty list.
+    there then, so anything labelled by alflow is a leftover. Slurm jobs carry their run's id, so
+    ``is_live(run_id)`` (e.g. "is that Prefect flow run still running?") can spare the jobs of runs
+    that are still going, for clusters shared by several alflow runs. Runners with nothing to
+    reclaim (process, external) return an empty list.
     """
     reclaimer = _RECLAIMERS.get(options.kind)
-    removed = reclaimer(options) if reclaimer is not None else []
+    removed = reclaimer(options, is_live) if reclaimer is not None else []
     for name in removed:
         log.warning("removed leftover server %s from a killed run", name)
     return removed

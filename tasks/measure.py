@@ -16,7 +16,7 @@ from alflow.loadgen.endpoints import Sampling
 from alflow.loadgen.runner import LoadSpec, Target
 from alflow.measure import Measurement, measure, window_stats
 from alflow.metrics.client import GpuLayout
-from alflow.metrics.prometheus import Snapshot, scrape
+from alflow.metrics.prometheus import Snapshot, scrape_all
 from infra.runners import ServerHandle
 
 
@@ -92,7 +92,9 @@ def run_load(
 ) -> Measurement:
     """Warm up, scrape, stream the workload, scrape again: one measured point.
 
-    ``gpus`` is the server's GPU layout for per-GPU throughput (:func:`alflow.topology.gpu_layout`).
+    Every scrape reads all of the server's metrics endpoints (``handle.all_metrics_urls``: several
+    for a multi-node or data-parallel server) and sums their counters. ``gpus`` is the server's GPU
+    layout for per-GPU throughput (:func:`alflow.topology.gpu_layout`: every node's GPUs).
     """
     log = get_run_logger()
 
@@ -114,7 +116,7 @@ def run_load(
             todo,
             Target(handle.base_url, handle.model, endpoint, sampling),
             spec,
-            metrics_url=handle.metrics_url,
+            metrics_url=handle.all_metrics_urls,
             dialect=handle.dialect,
             k=k,
             warmup_sessions=warm,
@@ -172,5 +174,5 @@ def spec_stats(measurement: Measurement, k: int | None) -> Measurement:
 
 @task(name="scrape_metrics", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
 def scrape_metrics(handle: ServerHandle) -> Snapshot:
-    """One scrape of the server's metrics endpoint."""
-    return asyncio.run(scrape(handle.metrics_url))
+    """One scrape of the server: every metrics endpoint it has, counters summed over them."""
+    return asyncio.run(scrape_all(handle.all_metrics_urls))

@@ -10,12 +10,15 @@ run id, so ``alflow infra cleanup --run-id`` can target one run.
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from prefect.client.orchestration import get_client
 from prefect.concurrency.sync import concurrency
+from prefect.exceptions import ObjectNotFound
 from prefect.runtime import flow_run
 from prefect.transactions import Transaction, get_transaction
 
@@ -27,6 +30,29 @@ from infra.runners import ServerHandle, make_runner
 def _run_id() -> str | None:
     rid = flow_run.get_id()
     return str(rid) if rid else None
+
+
+def flow_run_is_live(run_id: str) -> bool:
+    """True when ``run_id`` is a Prefect flow run that has not reached a final state (or is this one).
+
+    A run id that is not a flow run's, or one the API does not know, is over. When the API cannot
+    be asked, the run counts as live: nothing is cancelled on a guess.
+    """
+    if run_id == _run_id():
+        return True
+    try:
+        flow_run_id = uuid.UUID(run_id)
+    except ValueError:
+        return False
+    try:
+        with get_client(sync_client=True) as client:
+            state = client.read_flow_run(flow_run_id).state
+    except ObjectNotFound:
+        return False
+    except Exception as exc:  # an unreachable API must not cancel someone's job
+        get_run_logger().warning("cannot tell whether flow run %s is still going: %s", run_id, exc)
+        return True
+    return state is None or not state.is_final()
 
 
 @task(name="start_server", retries=2, retry_delay_seconds=[5, 20], cache_policy=NO_CACHE)
@@ -73,7 +99,7 @@ def server_lifetime(server: ServerConfig, placement: ServerPlacement) -> Iterato
         if placement.gpu_host:
             stack.enter_context(concurrency(placement.gpu_host, occupy=1, strict=placement.strict_limit))
             # holding the host's slot, anything alflow left here belongs to a killed run
-            lifecycle.reclaim_host(placement.runner)
+            lifecycle.reclaim_host(placement.runner, is_live=flow_run_is_live)
         handle = start_server(server, placement.runner)
         try:
             yield handle

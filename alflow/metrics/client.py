@@ -13,7 +13,7 @@ Per request (successful, non-warm-up rows only):
 Over the run: ``request_throughput = completed / duration``, ``output_throughput =
 total_output_tokens / duration``, ``total_token_throughput = (input + output) / duration``,
 ``request_goodput = requests meeting every SLO / duration``, per-GPU throughput divides by
-``tp * pp * cp * dp``. Output tokens come from the server's usage (the chunk count stands in, with
+``tp * pp * cp * dp`` (every node's GPUs: a multi-node server's parallel sizes are global). Output tokens come from the server's usage (the chunk count stands in, with
 a warning, when a server sent no usage). Summary keys match ``vllm bench serve`` where they overlap
 (``mean_ttft_ms``, ``median_tpot_ms``, ``p99_itl_ms``, ``output_throughput``, ``completed``, ...).
 """
@@ -51,7 +51,12 @@ class SLO:
 
 @dataclass(frozen=True, slots=True)
 class GpuLayout:
-    """GPUs behind the endpoint: ``tp * pp * cp * dp``; or prefill/decode GPUs when disaggregated."""
+    """GPUs behind the endpoint: ``tp * pp * cp * dp``; or prefill/decode GPUs when disaggregated.
+
+    ``nodes`` is how many hosts those GPUs sit on (reported with the results as ``num_nodes``; the
+    GPU count already covers every node: parallel sizes are global, e.g. TP 16 over 2 nodes of 8 GPUs).
+    A server configuration's layout comes from :func:`alflow.topology.gpu_layout`.
+    """
 
     tp: int = 1
     pp: int = 1
@@ -59,6 +64,13 @@ class GpuLayout:
     dp: int = 1
     prefill_gpus: int | None = None
     decode_gpus: int | None = None
+    nodes: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "cp", "dp", "nodes"):
+            value = getattr(self, name)
+            if value < 1:
+                raise InvalidInputError(f"GPU layout {name}={value} must be at least 1")
 
     @property
     def gpus(self) -> int:
@@ -205,6 +217,7 @@ def summarize(
     later_chunks = chunks - ok.height
     out["tokens_per_chunk_after_first"] = (total_out - ok.height) / later_chunks if later_chunks > 0 else None
     layout = gpus or GpuLayout()
+    out["num_nodes"] = layout.nodes
     out["num_gpus"] = layout.gpus
     out["output_throughput_per_gpu"] = total_out / duration_s / layout.gpus
     out["total_token_throughput_per_gpu"] = (total_in + total_out) / duration_s / layout.gpus

@@ -10,6 +10,10 @@ through the :class:`CounterWindow` protocol:
 
 - :class:`SnapshotWindow`: two snapshots of one server's ``/metrics`` (baseline after warm-up, final
   after the run); a counter that went backwards raises :class:`CounterResetError`;
+  a server with several metrics endpoints (data-parallel ranks, nodes, decode workers) is scraped as
+  one snapshot per endpoint, merged by :func:`merge_snapshots` (samples summed per sample name and
+  label set; ``_created`` timestamps keep the latest): the window takes each endpoint's deltas on its
+  own, so a reset on any one endpoint is detected even when the others' growth hides it in the sum;
 - :class:`PromQLWindow`: a Prometheus server that scrapes every node of a multi-node deployment,
   queried with ``increase(<counter>_total[<window>])`` through ``prometheus-api-client``.
 
@@ -63,6 +67,13 @@ class Snapshot:
     mono_ns: int
     samples: Mapping[str, Mapping[Labels, float]]
     types: Mapping[str, str] = field(default_factory=dict)
+    parts: tuple[Snapshot, ...] = ()
+    """The per-endpoint snapshots this one sums (empty: a single endpoint's scrape)."""
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """Every endpoint this snapshot covers."""
+        return tuple(p.url for p in self.parts) if self.parts else (self.url,)
 
     def has(self, name: str) -> bool:
         """True when a sample ``name``, ``name_total`` or a family ``name`` is present."""
@@ -99,7 +110,7 @@ class Snapshot:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (samples as lists of ``{labels, value}``)."""
-        return {
+        out: dict[str, Any] = {
             "url": self.url,
             "wall_time_s": self.wall_time_s,
             "mono_ns": self.mono_ns,
@@ -109,6 +120,9 @@ class Snapshot:
                 for name, series in self.samples.items()
             },
         }
+        if self.parts:
+            out["parts"] = [p.to_dict() for p in self.parts]
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Snapshot:
@@ -118,8 +132,50 @@ class Snapshot:
             for name, series in data["samples"].items()
         }
         return cls(
-            data["url"], float(data["wall_time_s"]), int(data["mono_ns"]), samples, dict(data["types"])
+            data["url"],
+            float(data["wall_time_s"]),
+            int(data["mono_ns"]),
+            samples,
+            dict(data["types"]),
+            tuple(cls.from_dict(p) for p in data.get("parts", ())),
         )
+
+
+def merge_snapshots(parts: Sequence[Snapshot]) -> Snapshot:
+    """One snapshot of a server from its endpoints' snapshots: samples summed per name and label set.
+
+    Counters, histogram buckets and gauges add up (``sum`` in PromQL terms); ``_created`` samples
+    (timestamps, not values) keep the latest. The parts are kept, so a window can take each
+    endpoint's deltas on its own (:class:`SnapshotWindow`). One part is returned as it is.
+    """
+    if not parts:
+        raise ScrapeError("no metrics endpoint to merge")
+    if len(parts) == 1:
+        return parts[0]
+    urls = [p.url for p in parts]
+    if len(set(urls)) != len(urls):
+        raise ScrapeError(f"the same metrics endpoint is listed twice: {urls}")
+    samples: dict[str, dict[Labels, float]] = {}
+    types: dict[str, str] = {}
+    for part in parts:
+        types.update(part.types)
+        for name, series in part.samples.items():
+            merged = samples.setdefault(name, {})
+            for lab, value in series.items():
+                if lab not in merged:
+                    merged[lab] = value
+                elif name.endswith("_created"):
+                    merged[lab] = max(merged[lab], value)
+                else:
+                    merged[lab] += value
+    return Snapshot(
+        " + ".join(urls),
+        max(p.wall_time_s for p in parts),
+        max(p.mono_ns for p in parts),
+        samples,
+        types,
+        tuple(parts),
+    )
 
 
 def parse_exposition(
@@ -173,8 +229,43 @@ async def scrape(
     return parse_exposition(body, url=url)
 
 
+async def scrape_all(
+    urls: str | Sequence[str], *, session: aiohttp.ClientSession | None = None, timeout_s: float = 10.0
+) -> Snapshot:
+    """Scrape every endpoint of ``urls`` (at once) and merge them (:func:`merge_snapshots`).
+
+    One URL gives that endpoint's snapshot; any endpoint failing raises its :class:`ScrapeError`.
+    """
+    targets = (urls,) if isinstance(urls, str) else tuple(urls)
+    if not targets:
+        raise ScrapeError("no metrics URL to scrape")
+    if session is None:
+        async with aiohttp.ClientSession() as own:
+            return await scrape_all(targets, session=own, timeout_s=timeout_s)
+    parts = await asyncio.gather(*(scrape(u, session=session, timeout_s=timeout_s) for u in targets))
+    return merge_snapshots(parts)
+
+
+def _paired_parts(before: Snapshot, after: Snapshot) -> list[tuple[Snapshot, Snapshot]] | None:
+    """Per-endpoint (before, after) pairs of two merged snapshots; None when they are single scrapes."""
+    if not before.parts and not after.parts:
+        return None
+    if before.urls != after.urls:
+        raise CounterResetError(
+            f"the baseline covers metrics endpoints {list(before.urls)} but the final scrape "
+            f"{list(after.urls)}: the windows cannot be compared"
+        )
+    return list(zip(before.parts, after.parts, strict=True))
+
+
 def counter_resets(before: Snapshot, after: Snapshot) -> list[str]:
-    """Sample names of counters (``*_total``) that went backwards or vanished between two snapshots."""
+    """Sample names of counters (``*_total``) that went backwards or vanished between two snapshots.
+
+    For merged snapshots every endpoint is checked on its own (``name at URL``).
+    """
+    pairs = _paired_parts(before, after)
+    if pairs is not None:
+        return [f"{name} at {b.url}" for b, a in pairs for name in counter_resets(b, a)]
     resets: list[str] = []
     for name, series in before.samples.items():
         if not name.endswith("_total"):
@@ -226,6 +317,21 @@ class SnapshotWindow:
         return self.after.has(name)
 
     def _deltas(self, name: str, match: Mapping[str, str] | None) -> dict[Labels, float] | None:
+        pairs = _paired_parts(self.before, self.after)
+        if pairs is not None:
+            # each endpoint on its own (a reset on one must not hide behind another's growth), then summed
+            total: dict[Labels, float] | None = None
+            for part_before, part_after in pairs:
+                try:
+                    deltas = SnapshotWindow(part_before, part_after)._deltas(name, match)
+                except CounterResetError as exc:
+                    raise CounterResetError(f"{exc} (metrics endpoint {part_after.url})") from exc
+                if deltas is None:
+                    continue
+                total = {} if total is None else total
+                for lab, d in deltas.items():
+                    total[lab] = total.get(lab, 0.0) + d
+            return total
         after = self.after.counter_samples(name, match)
         if not after and not self.after.has(name):
             return None
@@ -278,12 +384,13 @@ class SnapshotWindow:
 class PeriodicScraper:
     """Scrapes ``url`` every ``interval_s`` seconds in the background (an async context manager).
 
-    Failed scrapes are logged and counted in ``errors``; they never stop the run.
+    ``url`` may list several endpoints: each round scrapes all of them and merges them
+    (:func:`scrape_all`). Failed scrapes are logged and counted in ``errors``; they never stop the run.
     """
 
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         interval_s: float = 1.0,
         *,
         session: aiohttp.ClientSession | None = None,
@@ -291,7 +398,10 @@ class PeriodicScraper:
     ) -> None:
         if interval_s <= 0:
             raise AlflowError(f"scrape interval {interval_s} s must be positive")
-        self.url = url
+        self.urls = (url,) if isinstance(url, str) else tuple(url)
+        if not self.urls:
+            raise AlflowError("a periodic scraper needs at least one metrics URL")
+        self.url = " + ".join(self.urls)
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self.snapshots: list[Snapshot] = []
@@ -305,7 +415,9 @@ class PeriodicScraper:
         next_t = time.monotonic()
         while True:
             try:
-                self.snapshots.append(await scrape(self.url, session=self._session, timeout_s=self.timeout_s))
+                self.snapshots.append(
+                    await scrape_all(self.urls, session=self._session, timeout_s=self.timeout_s)
+                )
             except ScrapeError as exc:
                 self.errors.append(str(exc))
                 log.warning("background scrape failed: %s", exc)
