@@ -1,0 +1,198 @@
+"""The sim across nodes as real processes on this host: join, health, per-node metrics, failures.
+
+A head (rank 0) and workers run ``python -m alflow.sim serve --nnodes N --node-rank R ...`` and talk
+the join protocol over TCP (:mod:`alflow.sim.cluster`); node R listens on ``--port + R``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from alflow.metrics import names
+from alflow.metrics.prometheus import scrape_all
+from infra.launch import free_port
+
+
+def two_free_ports() -> int:
+    """A port P with P and P + 1 both free (node 0 and node 1 of one host)."""
+    for _ in range(50):
+        port = free_port()
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no two adjacent free ports")
+
+
+class Nodes:
+    """Starts sim nodes of one group and kills what is left at the end."""
+
+    def __init__(self, nnodes: int, *extra: str) -> None:
+        self.port = two_free_ports()
+        self.dist_port = free_port()
+        self.nnodes = nnodes
+        self.extra = extra
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def start(self, rank: int, *more: str, nnodes: int | None = None) -> subprocess.Popen[str]:
+        argv = [sys.executable, "-m", "alflow.sim", "serve", "--port", str(self.port)]
+        argv += ["--nnodes", str(nnodes or self.nnodes), "--node-rank", str(rank)]
+        argv += ["--head-addr", "127.0.0.1", "--dist-port", str(self.dist_port)]
+        argv += ["--time-scale", "0", "--heartbeat-interval", "0.1", "--peer-timeout", "2"]
+        argv += [*self.extra, *more]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.procs.append(proc)
+        return proc
+
+    def url(self, rank: int, path: str = "/health") -> str:
+        return f"http://127.0.0.1:{self.port + rank}{path}"
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate(timeout=10)
+
+
+@pytest.fixture
+def nodes() -> Iterator[list[Nodes]]:
+    made: list[Nodes] = []
+    yield made
+    for group in made:
+        group.close()
+
+
+def status(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 - loopback test server
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def wait_status(url: str, code: int, timeout_s: float = 30.0) -> str:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got, body = status(url)
+        if got == code:
+            return body
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{url} answered {got} ({body!r}), not {code}, within {timeout_s} s")
+        time.sleep(0.05)
+
+
+def exit_of(proc: subprocess.Popen[str], timeout_s: float) -> tuple[int, str]:
+    _, err = proc.communicate(timeout=timeout_s)
+    return proc.returncode, err
+
+
+def complete(url: str, max_tokens: int) -> int:
+    body = json.dumps({"prompt": "hello", "max_tokens": max_tokens, "ignore_eos": True}).encode()
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:  # noqa: S310 - loopback test server
+        return int(json.load(resp)["usage"]["completion_tokens"])
+
+
+def test_head_serves_once_the_worker_joined_and_dp_metrics_sum_over_both_nodes(nodes: list[Nodes]) -> None:
+    group = Nodes(2, "--node-parallel", "dp", "--synthetic-al", "2.5", "--k", "3")
+    nodes.append(group)
+    head = group.start(0)
+    body = wait_status(group.url(0), 503)
+    assert "waiting for workers: 0 of 1 joined (missing rank 1)" in body
+    code, _ = status(group.url(0, "/v1/models"))
+    assert code == 200  # the head is up; only health and generation wait for the group
+    worker = group.start(1)
+    wait_status(group.url(0), 200)
+    assert "worker rank 1 of 2" in wait_status(group.url(1), 200)
+    tokens = sum(complete(group.url(0, "/v1/completions"), 30) for _ in range(6))
+    assert tokens == 180
+    urls = [group.url(0, names.VLLM_METRICS_PATH), group.url(1, names.VLLM_METRICS_PATH)]
+    merged = asyncio.run(scrape_all(urls))
+    head_only, worker_only = merged.parts
+    # requests went to the ranks in turn: each node's endpoint has its own share, the sum is the whole
+    for part in (head_only, worker_only):
+        assert part.counter(names.VLLM_GENERATION_TOKENS) == 90
+        drafts = part.counter(names.VLLM_NUM_DRAFTS)
+        assert drafts is not None
+        assert drafts > 0
+    assert merged.counter(names.VLLM_GENERATION_TOKENS) == tokens
+    assert head.poll() is None
+    assert worker.poll() is None
+
+
+def test_head_fails_when_a_joined_worker_goes_away(nodes: list[Nodes]) -> None:
+    group = Nodes(2)
+    nodes.append(group)
+    head = group.start(0)
+    worker = group.start(1)
+    wait_status(group.url(0), 200)
+    started = time.monotonic()
+    worker.kill()
+    code, err = exit_of(head, 15)
+    assert time.monotonic() - started < 10
+    assert code == 1
+    assert "error: worker rank 1 left: connection closed" in err
+
+
+def test_workers_exit_when_the_head_goes_away(nodes: list[Nodes]) -> None:
+    group = Nodes(3)
+    nodes.append(group)
+    head = group.start(0)
+    workers = [group.start(1), group.start(2)]
+    wait_status(group.url(0), 200)
+    head.kill()
+    for worker in workers:
+        code, err = exit_of(worker, 15)
+        assert code == 1
+        assert f"the head at 127.0.0.1:{group.dist_port} went away" in err
+
+
+def test_head_refuses_a_second_rank_and_a_wrong_group_size_and_keeps_serving(nodes: list[Nodes]) -> None:
+    group = Nodes(2)
+    nodes.append(group)
+    head = group.start(0)
+    group.start(1)
+    wait_status(group.url(0), 200)
+    # same rank again (on its own port base, so it can listen at all): refused, the group unharmed
+    twin = group.start(1, "--port", str(two_free_ports()))
+    code, err = exit_of(twin, 15)
+    assert code == 1
+    assert "refused rank 1: worker rank 1 has already joined" in err
+    stranger = group.start(1, nnodes=3)
+    code, err = exit_of(stranger, 15)
+    assert code == 1
+    assert "worker says --nnodes 3, the head has --nnodes 2" in err
+    assert status(group.url(0))[0] == 200
+    assert head.poll() is None
+
+
+def test_head_gives_up_when_not_every_worker_joins_in_time(nodes: list[Nodes]) -> None:
+    group = Nodes(2, "--join-timeout", "1")
+    nodes.append(group)
+    head = group.start(0)
+    code, err = exit_of(head, 15)
+    assert code == 1
+    assert "not every worker joined within 1 s: waiting for workers: 0 of 1 joined" in err
+
+
+def test_a_worker_without_a_head_gives_up_after_its_join_timeout(nodes: list[Nodes]) -> None:
+    group = Nodes(2, "--join-timeout", "1")
+    nodes.append(group)
+    worker = group.start(1)
+    code, err = exit_of(worker, 15)
+    assert code == 1
+    assert f"worker rank 1 could not reach the head at 127.0.0.1:{group.dist_port} within 1 s" in err
