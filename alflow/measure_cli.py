@@ -507,6 +507,9 @@ def bench(
     pp: Annotated[int, typer.Option(help="Pipeline-parallel size.")] = 1,
     cp: Annotated[int, typer.Option(help="Context-parallel size.")] = 1,
     dp: Annotated[int, typer.Option(help="Data-parallel replicas.")] = 1,
+    nodes: Annotated[
+        int, typer.Option(help="Nodes the server's GPUs sit on (reported; the GPU count is tp*pp*cp*dp).")
+    ] = 1,
     slo_ttft_ms: Annotated[float | None, typer.Option(help="Goodput SLO on TTFT (ms).")] = None,
     slo_tpot_ms: Annotated[float | None, typer.Option(help="Goodput SLO on TPOT (ms).")] = None,
     slo_e2el_ms: Annotated[float | None, typer.Option(help="Goodput SLO on E2E latency (ms).")] = None,
@@ -576,7 +579,7 @@ def bench(
             k=k,
             prometheus_url=prometheus_url,
             prometheus_selector=prometheus_selector,
-            gpus=GpuLayout(tp=tp, pp=pp, cp=cp, dp=dp),
+            gpus=GpuLayout(tp=tp, pp=pp, cp=cp, dp=dp, nodes=nodes),
             slo=SLO(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms, e2el_ms=slo_e2el_ms),
             percentiles=_parse_floats(percentiles, "--percentiles"),
             out=out,

@@ -1,13 +1,13 @@
 """The Slurm runner against a real Slurm cluster: the sim as a batch job, a job failing at start, scancel.
 
-Needs a Slurm cluster that answers (``sbatch`` on PATH and ``sinfo`` reporting nodes). Without one these
-tests are skipped with the reason, also under CI: wiring a single-host cluster into ``.ci/run`` is
-still to do (issue 10). A module fixture asserts that no job of this session is left in ``squeue``.
+Needs a Slurm cluster that answers (``scripts/slurm-up.sh``, started by ``scripts/ci-services.sh``):
+without one these tests are skipped with the reason, or fail when ``CI`` is set (tests/e2e/conftest.py).
+A module fixture asserts that no job of this module is left in ``squeue``; the session fixture does
+the same for every alflow job.
 """
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import time
@@ -20,6 +20,7 @@ import pytest
 from alflow.config import ServerConfig, SlurmOptions
 from infra.errors import ServerStartError
 from infra.launch import Launch, free_port
+from infra.lifecycle import alflow_slurm_jobs
 from infra.recipes import build_launch
 from infra.runners import SlurmRunner, running_server
 from infra.runners.base import health_ok
@@ -27,35 +28,14 @@ from infra.runners.base import health_ok
 RUN_ID = f"e2e-{uuid.uuid4().hex[:8]}"
 
 
-def _cluster_problem() -> str | None:
-    """Why there is no usable Slurm cluster here (None when there is one)."""
-    if shutil.which("sbatch") is None or shutil.which("sinfo") is None:
-        return "sbatch/sinfo are not on PATH: no Slurm cluster for the e2e Slurm tests"
-    try:
-        result = subprocess.run(
-            ["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=20, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"the Slurm cluster does not answer: {exc}"
-    states = result.stdout.split()
-    if result.returncode != 0 or not any(s.rstrip("*~#") in ("idle", "mixed") for s in states):
-        return f"the Slurm cluster does not answer or has no idle node: {(result.stderr or result.stdout).strip()}"
-    return None
-
-
 def _our_jobs() -> list[str]:
-    out = subprocess.run(
-        ["squeue", "-h", "-o", "%i %k"], capture_output=True, text=True, timeout=20, check=False
-    ).stdout
-    return [line.split()[0] for line in out.splitlines() if RUN_ID in line]
+    return [job for job, run in alflow_slurm_jobs() if run == RUN_ID]
 
 
 @pytest.fixture(scope="module", autouse=True)
-def slurm_cluster() -> Iterator[None]:
-    """Skip without a cluster; afterwards, no job of this session may be left in squeue."""
-    problem = _cluster_problem()
-    if problem is not None:
-        pytest.skip(problem)
+def no_job_of_this_module_left(slurm_cluster: None) -> Iterator[None]:
+    """Needs the cluster (tests/e2e/conftest.py); afterwards, no job of this module may be left in squeue."""
+    del slurm_cluster
     yield
     left = _our_jobs()
     for job_id in left:

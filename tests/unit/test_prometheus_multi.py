@@ -104,9 +104,9 @@ def test_window_over_two_endpoints_gives_spec_stats_of_the_sum() -> None:
     after = merge_snapshots(
         [fixture("vllm_after.txt", "http://n1:8000/metrics", 3), node1(1400, (1100, 700, 400), 4)]
     )
-    single = SnapshotWindow(
-        fixture("vllm_before.txt", "a", 1), fixture("vllm_after.txt", "a", 3)
-    ).increase(names.VLLM_NUM_DRAFTS)
+    single = SnapshotWindow(fixture("vllm_before.txt", "a", 1), fixture("vllm_after.txt", "a", 3)).increase(
+        names.VLLM_NUM_DRAFTS
+    )
     assert single is not None
     window = SnapshotWindow(before, after)
     assert window.increase(names.VLLM_NUM_DRAFTS) == single + 1000

@@ -68,7 +68,9 @@ def test_profile_across_nodes_splits_weights_and_math_but_not_the_drafter() -> N
     memory_s = (one.weights_read_bytes(tokens) + ctx * one.kv_bytes_per_token) / one.effective_bw
     compute_s = tokens * 2.0 * one.active_params / one.effective_flops
     draft_s = k * (one.draft_weight_bytes / one.effective_bw + one.draft_overhead_s)
-    assert one.decode_step_s(batch, k, ctx) == pytest.approx(max(memory_s, compute_s) + draft_s + one.step_overhead_s)
+    assert one.decode_step_s(batch, k, ctx) == pytest.approx(
+        max(memory_s, compute_s) + draft_s + one.step_overhead_s
+    )
     expected_two = max(memory_s, compute_s) / 2 + draft_s + one.step_overhead_s + one.internode_step_s
     assert two.decode_step_s(batch, k, ctx) == pytest.approx(expected_two)
     # 70B at batch 1 is bandwidth bound: two nodes are faster, but not twice as fast (drafter, overhead,
