@@ -525,8 +525,17 @@ class SlurmRunner:
         script_path.write_text(script, encoding="utf-8")
         secrets = secret_values(self.options.secrets, launch, self._secret_source)
         # sbatch passes its environment to the job: the runner's own, without acceptance knobs (only the
-        # Launch may set those, in the script), plus the secret values (never written to the script).
-        env = {**{k: v for k, v in os.environ.items() if k not in KNOB_ENV_NAMES}, **secrets}
+        # Launch may set those, in the script) and without stale SLURM_* job variables (e.g. from an
+        # allocation alflow runs in; SLURM_CONF, the client's config, stays), plus the secret values
+        # (never written to the script).
+        env = {
+            **{
+                k: v
+                for k, v in os.environ.items()
+                if k not in KNOB_ENV_NAMES and (not k.startswith("SLURM_") or k == "SLURM_CONF")
+            },
+            **secrets,
+        }
         log.info("submitting %s server as a Slurm job: %s (log %s)", launch.framework, script_path, log_path)
         job_id = self.commands.submit(str(script_path), env)
         self._secrets[job_id] = secrets
