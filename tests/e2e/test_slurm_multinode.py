@@ -105,6 +105,8 @@ def test_two_node_sim_job_serves_alflow_bench_and_is_cancelled(tmp_path: Path) -
                 *(arg for url in urls for arg in ("--metrics-url", url)),
                 "--dataset",
                 "random",
+                "--vocab-size",
+                "20000",
                 "--num-prompts",
                 "24",
                 "--concurrency",
