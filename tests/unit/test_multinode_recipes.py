@@ -228,7 +228,7 @@ def test_parallel_gpus_follow_each_frameworks_rules(
 
 def test_gpu_layout_of_one_server_counts_every_nodes_gpus() -> None:
     two_nodes = config("sglang", nodes=2, parallelism={"tp": 16, "ep": 16})
-    assert gpu_layout(two_nodes) == GpuLayout(tp=16, pp=1, dp=1)
+    assert gpu_layout(two_nodes) == GpuLayout(tp=16, pp=1, dp=1, nodes=2)
     assert gpu_layout(two_nodes).gpus == 16
     assert topology(two_nodes) == {"nodes": 2, "gpus": 16, "prefill_gpus": None, "decode_gpus": None}
     assert gpu_layout(config("vllm", parallelism={"tp": 4, "dp": 2, "ep": 8})).gpus == 8

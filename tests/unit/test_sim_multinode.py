@@ -13,6 +13,7 @@ from alflow.sim.cluster import stats_from_dict, stats_to_dict
 from alflow.sim.config import SimConfig
 from alflow.sim.engine import Engine, EngineStats
 from alflow.sim.profiles import DEFAULT_PROFILE, get_profile
+from alflow.topology import gpu_layout
 from infra.errors import RecipeError
 from infra.launch import HEAD_ADDR, NNODES, NODE_RANK, MetricsEndpoint
 from infra.recipes import build_launch
@@ -158,12 +159,12 @@ def test_recipe_single_node_is_unchanged_and_refuses_uneven_dp() -> None:
 
 
 def test_gpu_layout_of_a_multi_node_server_counts_every_nodes_gpus() -> None:
-    layout = GpuLayout.of_server(sim_server(nodes=2, parallelism=Parallelism(tp=8, pp=2)))
-    assert (layout.gpus, layout.nodes, layout.gpus_per_node) == (16, 2, 8)
-    dp = GpuLayout.of_server(sim_server(nodes=2, parallelism=Parallelism(dp=2, ep=2)))
-    assert (dp.gpus, dp.gpus_per_node) == (2, 1)  # expert parallelism reuses the DP GPUs
-    assert GpuLayout.of_server(sim_server()).gpus == 1
-    with pytest.raises(InvalidInputError, match="3 GPUs cannot be spread evenly over 2 nodes"):
-        GpuLayout.of_server(sim_server(nodes=2, parallelism=Parallelism(tp=3)))
+    layout = gpu_layout(sim_server(nodes=2, parallelism=Parallelism(tp=8, pp=2)))
+    assert (layout.gpus, layout.nodes) == (16, 2)
+    dp = gpu_layout(sim_server(nodes=2, parallelism=Parallelism(dp=2)))
+    assert (dp.gpus, dp.nodes) == (2, 2)
+    assert gpu_layout(sim_server()).gpus == 1
     with pytest.raises(InvalidInputError, match="tp=0 must be at least 1"):
         GpuLayout(tp=0)
+    with pytest.raises(InvalidInputError, match="nodes=0 must be at least 1"):
+        GpuLayout(nodes=0)
