@@ -9,10 +9,10 @@
 #   (default /var/lib/alflow-slurm);
 # - declares $ALFLOW_SLURM_CPUS CPUs per node (default 8, SlurmdParameters=config_overrides), more
 #   than the machine has, so several 1-CPU test jobs run at once instead of queueing forever;
-# - idempotent: when the cluster already answers with this configuration (both nodes idle and a real
-#   2-node job step runs) it does nothing; otherwise it stops the daemons it started before (pid
-#   files), rewrites the configuration and starts them again. A stale configuration (e.g. one that
-#   points at a deleted directory) is simply replaced.
+# - idempotent: when the cluster already answers with this configuration (slurmctld up, n1 and n2
+#   idle or running jobs) it does nothing, so running jobs survive; otherwise it stops the daemons it
+#   started before (pid files), rewrites the configuration and starts them again with a clean state.
+#   A stale configuration (e.g. one that points at a deleted directory) is simply replaced.
 # - waits up to $ALFLOW_SLURM_TIMEOUT seconds (default 60) for `srun -N2 true`; on failure prints
 #   the daemons' log tails and exits 1.
 #   bash scripts/slurm-up.sh          (scripts/slurm-down.sh stops it)
@@ -79,16 +79,20 @@ PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
 CONF
 )"
 
+# Both nodes answer and take work (idle, or busy with jobs: a running cluster is never restarted).
+answering() {
+  local states
+  timeout 10 scontrol ping 2>/dev/null | grep -q "is UP" || return 1
+  states="$(timeout 10 sinfo -h -N -o '%N %T' 2>/dev/null | sort | tr '\n' ' ')" || return 1
+  [[ "$states" =~ ^n1\ (idle|mixed|allocated|completing)\ n2\ (idle|mixed|allocated|completing)\ $ ]]
+}
 # A real 2-node job step: both slurmd accept work (sinfo alone can report idle for a dead slurmd).
 usable() {
-  local states
-  states="$(sinfo -h -N -o '%N %T' 2>/dev/null | sort | tr '\n' ' ')" || return 1
-  [ "$states" = "n1 idle n2 idle " ] || return 1
-  timeout 15 srun -N2 -n2 -t 1 true >/dev/null 2>&1
+  answering && timeout 15 srun -N2 -n2 -t 1 true >/dev/null 2>&1
 }
 
-if [ -f "$conf" ] && [ "$(cat "$conf")" = "$wanted" ] && usable; then
-  say "cluster already up (nodes n1 n2 idle, config $conf)"
+if [ -f "$conf" ] && [ "$(cat "$conf")" = "$wanted" ] && answering; then
+  say "cluster already up (nodes n1 n2 answer, config $conf)"
   exit 0
 fi
 

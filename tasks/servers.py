@@ -10,6 +10,7 @@ run id, so ``alflow infra cleanup --run-id`` can target one run.
 from __future__ import annotations
 
 import contextlib
+import logging
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -25,6 +26,8 @@ from prefect.transactions import Transaction, get_transaction
 from alflow.config import RunnerOptions, ServerConfig, ServerPlacement
 from infra import lifecycle
 from infra.runners import ServerHandle, make_runner
+
+log = logging.getLogger(__name__)
 
 
 def _run_id() -> str | None:
@@ -50,7 +53,7 @@ def flow_run_is_live(run_id: str) -> bool:
     except ObjectNotFound:
         return False
     except Exception as exc:  # an unreachable API must not cancel someone's job
-        get_run_logger().warning("cannot tell whether flow run %s is still going: %s", run_id, exc)
+        log.warning("cannot tell whether flow run %s is still going: %s", run_id, exc)
         return True
     return state is None or not state.is_final()
 

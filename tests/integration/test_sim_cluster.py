@@ -140,6 +140,9 @@ def test_head_fails_when_a_joined_worker_goes_away(nodes: list[Nodes]) -> None:
     head = group.start(0)
     worker = group.start(1)
     wait_status(group.url(0), 200)
+    # tp (the default): one model across the nodes, so only the head exposes metrics
+    assert status(group.url(0, names.VLLM_METRICS_PATH))[0] == 200
+    assert status(group.url(1, names.VLLM_METRICS_PATH))[0] == 404
     started = time.monotonic()
     worker.kill()
     code, err = exit_of(head, 15)
