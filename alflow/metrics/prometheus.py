@@ -144,7 +144,8 @@ class Snapshot:
 def merge_snapshots(parts: Sequence[Snapshot]) -> Snapshot:
     """One snapshot of a server from its endpoints' snapshots: samples summed per name and label set.
 
-    Counters, histogram buckets and gauges add up (``sum`` in PromQL terms); ``_created`` samples
+    Counters, histogram buckets and gauges add up (``sum`` in PromQL terms; a window's
+    :meth:`SnapshotWindow.gauge_series` averages the endpoints instead); ``_created`` samples
     (timestamps, not values) keep the latest. The parts are kept, so a window can take each
     endpoint's deltas on its own (:class:`SnapshotWindow`). One part is returned as it is.
     """
@@ -368,14 +369,22 @@ class SnapshotWindow:
         return out
 
     def gauge_series(self, name: str) -> list[tuple[float, float]]:
-        """Gauge values from the baseline, the background scrapes and the final snapshot."""
+        """Gauge values from the baseline, the background scrapes and the final snapshot.
+
+        A merged snapshot contributes the mean over its endpoints (as :class:`PromQLWindow`'s
+        ``avg``): a windowed gauge such as an acceptance length is not a sum over nodes.
+        """
         points: list[tuple[float, float]] = []
         seen: set[int] = set()
         for snap in (self.before, *self.series, self.after):
             if snap.mono_ns in seen or not self.before.mono_ns <= snap.mono_ns <= self.after.mono_ns:
                 continue
             seen.add(snap.mono_ns)
-            v = snap.gauge(name)
+            if snap.parts:
+                values = [v for part in snap.parts if (v := part.gauge(name)) is not None]
+                v = math.fsum(values) / len(values) if values else None
+            else:
+                v = snap.gauge(name)
             if v is not None:
                 points.append((snap.wall_time_s, v))
         return points

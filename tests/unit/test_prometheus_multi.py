@@ -177,3 +177,19 @@ async def test_scrape_all_reads_every_endpoint_over_http() -> None:
         assert bg.snapshots
         assert all(s.urls == tuple(urls) for s in bg.snapshots)
         assert bg.errors == []
+
+
+def test_windowed_gauge_of_several_endpoints_is_their_mean_not_their_sum() -> None:
+    def sglang(al: float, url: str, mono: int) -> Snapshot:
+        text = (
+            "# HELP sglang:spec_accept_length The average acceptance length of speculative decoding.\n"
+            "# TYPE sglang:spec_accept_length gauge\n"
+            f'sglang:spec_accept_length{{model_name="m"}} {al}\n'
+        )
+        return parse_exposition(text, url=url, wall_time_s=float(mono), mono_ns=mono)
+
+    before = merge_snapshots([sglang(2.4, "http://n1/metrics", 1), sglang(2.6, "http://n2/metrics", 2)])
+    after = merge_snapshots([sglang(2.0, "http://n1/metrics", 3), sglang(3.0, "http://n2/metrics", 4)])
+    series = SnapshotWindow(before, after).gauge_series(names.SGLANG_SPEC_ACCEPT_LENGTH)
+    assert [v for _, v in series] == [pytest.approx(2.5), pytest.approx(2.5)]
+    assert after.gauge(names.SGLANG_SPEC_ACCEPT_LENGTH) == pytest.approx(5.0)  # a plain gauge read sums

@@ -168,3 +168,19 @@ def test_gpu_layout_of_a_multi_node_server_counts_every_nodes_gpus() -> None:
         GpuLayout(tp=0)
     with pytest.raises(InvalidInputError, match="nodes=0 must be at least 1"):
         GpuLayout(nodes=0)
+
+
+def test_dp_head_runs_one_engine_per_node_and_hands_requests_out_in_turn() -> None:
+    from alflow.sim.server import SimServer
+
+    dp = SimServer(multi(node_parallel="dp", nnodes=3, port=8100, dist_port=8200))
+    assert len(dp.engines) == 3
+    assert dp.engines[0] is dp.engine
+    assert [dp.rank_stats(r) for r in range(3)] == [e.stats for e in dp.engines]
+    picks = [dp._pick_engine() for _ in range(6)]
+    assert picks == [*dp.engines, *dp.engines]
+    # each rank draws its own acceptance (its own seed); only rank 0 writes the step log
+    assert [e.config.seed for e in dp.engines] == [0, 1, 2]
+    tp = SimServer(multi(node_parallel="tp"))
+    assert len(tp.engines) == 1
+    assert tp.engine.profile.nodes == 2
