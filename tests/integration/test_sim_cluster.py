@@ -1,4 +1,4 @@
-"""The sim across nodes as real processes on this host: join, health, per-node metrics, failures.
+"""The sim across nodes on this host: join, health, per-node metrics, failures, timing across nodes.
 
 A head (rank 0) and workers run ``python -m alflow.sim serve --nnodes N --node-rank R ...`` and talk
 the join protocol over TCP (:mod:`alflow.sim.cluster`); node R listens on ``--port + R``.
@@ -16,10 +16,15 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
+import aiohttp
 import pytest
 
 from alflow.metrics import names
 from alflow.metrics.prometheus import scrape_all
+from alflow.sim.config import SimConfig
+from alflow.sim.process import start_in_thread
+from alflow.sim.profiles import get_profile, predicted_tpot_s
+from alflow.sim.tokenizer import get_tokenizer
 from infra.launch import free_port
 
 
@@ -199,3 +204,33 @@ def test_a_worker_without_a_head_gives_up_after_its_join_timeout(nodes: list[Nod
     code, err = exit_of(worker, 15)
     assert code == 1
     assert f"worker rank 1 could not reach the head at 127.0.0.1:{group.dist_port} within 1 s" in err
+
+
+async def test_tp_across_two_nodes_is_faster_by_the_profiles_multi_node_formula() -> None:
+    """Real time: the head of a 2-node tp group streams at the TPOT of ``profile.across_nodes(2)``."""
+    one = get_profile("h200-llama70b")
+    two = one.across_nodes(2)
+    k, al, steps = 3, 3.0, 24
+    out_tokens = 1 + steps * int(al)
+    port, dist_port = two_free_ports(), free_port()
+    common = {"port": port, "dist_port": dist_port, "nnodes": 2, "k": k, "synthetic_al": al}
+    common |= {"time_scale": 1.0, "profile": one.name, "head_addr": "127.0.0.1"}
+    head_cfg = SimConfig(**common).validate()  # type: ignore[arg-type]
+    worker_cfg = SimConfig(**common, node_rank=1).validate()  # type: ignore[arg-type]
+    with start_in_thread(head_cfg) as head, start_in_thread(worker_cfg):
+        wait_status(head.base_url + "/health", 200)
+        prompt = "Explain speculative decoding. " * 20
+        body = {"prompt": prompt, "max_tokens": out_tokens, "ignore_eos": True, "stream": True}
+        async with aiohttp.ClientSession() as session:
+            first = end = 0.0
+            async with session.post(head.base_url + "/v1/completions", json=body) as resp:
+                async for _chunk in resp.content.iter_any():
+                    if not first:
+                        first = time.perf_counter()
+                end = time.perf_counter()
+    tpot = (end - first) / (out_tokens - 1)
+    prompt_tokens = len(get_tokenizer().encode(prompt))
+    predicted_two = predicted_tpot_s(two, k, al, prompt_tokens, out_tokens)
+    predicted_one = predicted_tpot_s(one, k, al, prompt_tokens, out_tokens)
+    assert predicted_one / predicted_two > 1.3  # the second node's GPUs are visible in the prediction
+    assert tpot == pytest.approx(predicted_two, rel=0.12)
