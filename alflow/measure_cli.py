@@ -601,8 +601,14 @@ def bench(
         )
 
 
-async def _snapshot(url: str, dialect_name: str) -> tuple[Snapshot, Dialect | None, str]:
+async def _snapshot(url: str | list[str], dialect_name: str) -> tuple[Snapshot, Dialect | None, str]:
     async with aiohttp.ClientSession() as http:
+        if not isinstance(url, str):  # several endpoints of one server: all must answer, counters summed
+            snap = await scrape_all(url, session=http)
+            try:
+                return snap, get_dialect(dialect_name) if dialect_name != "auto" else detect(snap), snap.url
+            except MissingMetricsError:
+                return snap, None, snap.url
         urls = [url] if urlparse_path(url) not in ("", "/") else candidate_metrics_urls(url, dialect_name)
         problems: list[str] = []
         for u in urls:
@@ -627,7 +633,13 @@ def urlparse_path(url: str) -> str:
 
 
 def snapshot(
-    url: Annotated[str, typer.Argument(help="Metrics URL, or a server base URL (metrics path found).")],
+    url: Annotated[
+        list[str],
+        typer.Argument(
+            help="Metrics URL, or a server base URL (metrics path found); several metrics URLs are one "
+            "server's endpoints (nodes, data-parallel ranks): their counters are summed."
+        ),
+    ],
     dialect: Annotated[str, typer.Option(help="Metrics dialect: auto, vllm, sglang, trtllm.")] = "auto",
     k: Annotated[int | None, typer.Option(help="Speculative tokens K (for intervals and TRT-LLM).")] = None,
     all_samples: Annotated[bool, typer.Option("--all", help="Include every sample in --json.")] = False,
@@ -637,8 +649,17 @@ def snapshot(
     try:
         if dialect != "auto":
             get_dialect(dialect)
-        snap, d, used = _run(_snapshot(url, dialect))
-        empty = Snapshot(used, snap.wall_time_s, snap.mono_ns, {}, {})
+        snap, d, used = _run(_snapshot(url[0] if len(url) == 1 else url, dialect))
+        empty = Snapshot(
+            used,
+            snap.wall_time_s,
+            snap.mono_ns,
+            {},
+            {},
+            tuple(Snapshot(u, snap.wall_time_s, snap.mono_ns, {}, {}) for u in snap.urls)
+            if snap.parts
+            else (),
+        )
         stats, err = (
             (None, "no vllm:, sglang: or trtllm_ metrics")
             if d is None
@@ -648,6 +669,7 @@ def snapshot(
         raise _fail(str(exc)) from None
     data: dict[str, Any] = {
         "url": used,
+        "urls": list(snap.urls),
         "wall_time_s": snap.wall_time_s,
         "dialect": None if d is None else d.name,
         "since_server_start": None if stats is None else stats.to_dict(),

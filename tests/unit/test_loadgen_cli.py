@@ -158,3 +158,20 @@ def test_metrics_snapshot_errors(json_server: str) -> None:
     assert "HTTP 404" in one_error_line(r)
     r = CliRunner().invoke(make_app(), ["metrics", "snapshot", json_server, "--dialect", "tgi"])
     assert "unknown metrics dialect" in one_error_line(r)
+
+
+def test_metrics_snapshot_sums_several_endpoints_of_one_server(json_server: str) -> None:
+    second = ThreadingHTTPServer(("127.0.0.1", 0), JsonOnly)
+    threading.Thread(target=second.serve_forever, daemon=True).start()
+    try:
+        urls = [json_server + "/metrics", f"http://127.0.0.1:{second.server_address[1]}/metrics"]
+        r = CliRunner().invoke(make_app(), ["metrics", "snapshot", *urls, "--json"])
+        assert r.exit_code == 0, r.output
+        data = orjson.loads(r.stdout)
+        assert data["urls"] == urls
+        assert data["since_server_start"]["num_drafts"] == 2 * (1_235_567 + 200)
+        r = CliRunner().invoke(make_app(), ["metrics", "snapshot", urls[0], json_server + "/nothing-here"])
+        assert "HTTP 404" in one_error_line(r)
+    finally:
+        second.shutdown()
+        second.server_close()
