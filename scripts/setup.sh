@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
 # Set up alflow in ./.venv: a Python 3.11+ virtual environment with the pinned stack.
 #   bash scripts/setup.sh          # runtime only
-#   bash scripts/setup.sh --dev    # plus the test and lint tools
+#   bash scripts/setup.sh --tiny   # plus the tiny engine (llama-cpp-python built from source, Gemma 3 270M)
+#   bash scripts/setup.sh --dev    # runtime, tiny engine, and the test and lint tools
 # Versions come from pyproject.toml, their dependencies from requirements.lock (pip constraints).
+# The tiny engine's llama.cpp is compiled here (6-15 minutes on 2 cores; pip caches the wheel, so later
+# installs are quick) with a portable CPU build: the default native build crashes on the first decode
+# on CPUs that report AMX. Set ALFLOW_TINY_CMAKE_ARGS to build differently.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 extras=""
-[ "${1:-}" = "--dev" ] && extras="[dev]"
+for arg in "$@"; do
+  case "$arg" in
+    --dev) extras="dev,tiny" ;;
+    --tiny) if [ -z "$extras" ]; then extras="tiny"; fi ;;
+    *) echo "error: unknown option $arg (use --dev or --tiny)" >&2; exit 2 ;;
+  esac
+done
 
 py=""
 for cand in "${PYTHON:-}" python3.13 python3.12 python3.11 python3; do
@@ -24,6 +34,9 @@ fi
 if [ ! -x .venv/bin/python ]; then
   "$py" -m venv .venv
 fi
+portable="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+portable="$portable -DGGML_AVX512=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_BF16=OFF"
+export CMAKE_ARGS="${ALFLOW_TINY_CMAKE_ARGS:-$portable}"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -c requirements.lock -e ".${extras}"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -c requirements.lock -e ".${extras:+[$extras]}"
 echo "alflow installed in .venv ($(.venv/bin/alflow --version))"
