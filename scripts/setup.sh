@@ -4,9 +4,13 @@
 #   bash scripts/setup.sh --tiny   # plus the tiny engine (llama-cpp-python built from source, Gemma 3 270M)
 #   bash scripts/setup.sh --dev    # runtime, tiny engine, and the test and lint tools
 # Versions come from pyproject.toml, their dependencies from requirements.lock (pip constraints).
-# The tiny engine's llama.cpp is compiled here (6-15 minutes on 2 cores; pip caches the wheel, so later
+# The tiny engine's llama.cpp is compiled here (6-20 minutes on 2 cores; pip caches the wheel, so later
 # installs are quick) with a portable CPU build: the default native build crashes on the first decode
-# on CPUs that report AMX. Set ALFLOW_TINY_CMAKE_ARGS to build differently.
+# on CPUs that report AMX. llamafile's batched matmul is left out (a token's logits must not depend on
+# how many tokens share its forward pass, or greedy decoding with drafting can differ from greedy
+# without), and so is the multimodal library the engine does not use. Set ALFLOW_TINY_CMAKE_ARGS to
+# build differently; the tiny tests check the build's features (pip's wheel cache ignores CMAKE_ARGS:
+# after building with other flags, remove the cached wheel with `pip cache remove llama_cpp_python`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,6 +40,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 portable="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
 portable="$portable -DGGML_AVX512=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_BF16=OFF"
+portable="$portable -DGGML_LLAMAFILE=OFF -DLLAVA_BUILD=OFF"
 export CMAKE_ARGS="${ALFLOW_TINY_CMAKE_ARGS:-$portable}"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -c requirements.lock -e ".${extras:+[$extras]}"

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import codecs
 import ctypes
+import logging
 import math
 import os
 from collections.abc import Iterator, Sequence
@@ -215,6 +216,58 @@ def default_model_path() -> Path:
     return target
 
 
+_LOG = logging.getLogger("alflow.tiny.llama_cpp")
+_GGML_LOG_ERROR = 4  # ggml_log_level: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5
+_BACKEND: list[Any] = []  # the log callback, kept alive for the process once the backend is set up
+
+
+def _init_backend(llama_cpp: Any) -> None:
+    """Initialise llama.cpp once per process; its log goes to the ``alflow.tiny.llama_cpp`` logger.
+
+    llama.cpp's warnings at load (for example about Gemma's ``</s>`` token) are logged at DEBUG, its
+    errors at ERROR, so they are out of the way unless asked for.
+    """
+    if _BACKEND:
+        return
+    llama_cpp.llama_backend_init()
+
+    def forward(level: int, text: bytes, _user_data: Any) -> None:
+        if _LOG.isEnabledFor(logging.DEBUG) or level == _GGML_LOG_ERROR:
+            message = text.decode("utf-8", errors="replace").rstrip()
+            if message:
+                _LOG.log(logging.ERROR if level == _GGML_LOG_ERROR else logging.DEBUG, "%s", message)
+
+    callback = llama_cpp.llama_log_callback(forward)
+    llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
+    _BACKEND.append(callback)
+
+
+def build_features() -> dict[str, str]:
+    """The CPU features of the installed llama.cpp build (``llama_print_system_info``), e.g. ``AVX2: 1``."""
+    llama_cpp = _require_llama_cpp()
+    info = llama_cpp.llama_print_system_info().decode("utf-8", errors="replace")
+    out: dict[str, str] = {}
+    for part in info.replace("\n", "|").split("|"):
+        if "=" in part:
+            key, _, value = part.rpartition("=")
+            out[key.split(":")[-1].strip()] = value.strip()
+    return out
+
+
+def build_problems(features: dict[str, str]) -> list[str]:
+    """What is wrong with a llama.cpp build for this engine (empty for the portable build)."""
+    problems = []
+    if features.get("LLAMAFILE") == "1":
+        problems.append(
+            "llama.cpp was built with LLAMAFILE=1: batched matmuls round differently from one-token "
+            "ones, so greedy output with drafting can differ from greedy output without it"
+        )
+    amx = sorted(k for k, v in features.items() if k.startswith("AMX") and v == "1")
+    if amx:
+        problems.append(f"llama.cpp was built with {', '.join(amx)}: the first decode may crash on AMX CPUs")
+    return problems
+
+
 def _cpu_count() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))
@@ -289,27 +342,30 @@ class _Output:
 class TinyEngine:
     """A small GGUF model on llama.cpp with an owned speculative decode loop (one sequence at a time)."""
 
-    def __init__(self, llama: Any, llama_cpp: Any, *, model_path: Path, n_threads: int, seed: int) -> None:
-        """Wrap a loaded ``llama_cpp.Llama``; use :meth:`load`."""
-        self._llama = llama
+    def __init__(
+        self, llama_cpp: Any, model: Any, ctx: Any, *, model_path: Path, n_threads: int, seed: int
+    ) -> None:
+        """Wrap a loaded llama.cpp model and context; use :meth:`load`."""
         self._lib = llama_cpp
+        self._model = model
+        self._ctx = ctx
         self.model_path = model_path
         self.model_name = model_path.name.removesuffix(".gguf")
         self.n_threads = n_threads
-        self.n_ctx = int(llama.n_ctx())
-        self._ctx = llama.ctx
-        self._vocab = llama_cpp.llama_model_get_vocab(llama.model)
+        self.n_ctx = int(llama_cpp.llama_n_ctx(ctx))
+        self._vocab = llama_cpp.llama_model_get_vocab(model)
         self.vocab_size = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
         self._eos = frozenset(
             t for t in range(self.vocab_size) if llama_cpp.llama_vocab_is_eog(self._vocab, t)
         )
-        self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self._memory = llama_cpp.llama_get_memory(ctx)
         self._batch_cap = max(_PREFILL_BATCH, K_MAX + 1)
-        self._batch = llama_cpp.llama_batch_init(self._batch_cap, 0, 1)
+        self._batch: Any = llama_cpp.llama_batch_init(self._batch_cap, 0, 1)
         self._pieces: dict[int, bytes] = {}
         self._kv_tokens: list[int] = []  # tokens whose KV entries sit at positions 0..len-1
         self._seeds = np.random.default_rng(seed)
         self._owner: object | None = None
+        self._closed = False
 
     @classmethod
     def load(
@@ -324,7 +380,10 @@ class TinyEngine:
 
         ``n_threads`` defaults to the CPUs this process may use. ``seed`` seeds the per-request seeds of
         requests that bring none. Gemma 3's sliding-window cache is kept full size (``swa_full``) so
-        rejected drafts can be rolled back.
+        rejected drafts can be rolled back. Weight repacking is off and flash attention is off so
+        that a token's logits do not depend on how many tokens share its forward pass (with the
+        portable build, which also leaves llamafile's batched matmul out): greedy decoding with
+        drafting then equals greedy decoding without it, token for token.
         """
         if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 16:
             raise InvalidInputError(f"n_ctx={n_ctx!r} must be an integer >= 16")
@@ -337,29 +396,58 @@ class TinyEngine:
         if not path.is_file():
             raise InvalidInputError(f"model_path={str(path)!r} is not a file (a GGUF model was expected)")
         threads = n_threads or _cpu_count()
-        try:
-            llama = llama_cpp.Llama(
-                model_path=str(path),
-                n_ctx=n_ctx,
-                n_batch=min(_PREFILL_BATCH, n_ctx),
-                n_ubatch=min(_PREFILL_BATCH, n_ctx),
-                n_threads=threads,
-                n_threads_batch=threads,
-                seed=seed,
-                swa_full=True,
-                logits_all=False,
-                verbose=False,
-            )
-        except ValueError as exc:
-            raise TinyEngineError(f"llama.cpp could not load {path}: {exc}") from exc
-        return cls(llama, llama_cpp, model_path=path, n_threads=threads, seed=seed)
+        _init_backend(llama_cpp)
+        for problem in build_problems(build_features()):
+            _LOG.warning("%s; rebuild it with: bash scripts/setup.sh --tiny (portable flags)", problem)
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = 0
+        mparams.use_extra_bufts = False  # no repacked weights: their batched kernel differs from 1-token
+        model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
+        if not model:
+            raise TinyEngineError(f"llama.cpp could not load {path} (not a GGUF model it supports?)")
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = cparams.n_ubatch = min(_PREFILL_BATCH, n_ctx)
+        cparams.n_seq_max = 1
+        cparams.n_threads = cparams.n_threads_batch = threads
+        cparams.swa_full = True
+        cparams.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        cparams.no_perf = True
+        ctx = llama_cpp.llama_init_from_model(model, cparams)
+        if not ctx:
+            llama_cpp.llama_model_free(model)
+            raise TinyEngineError(f"llama.cpp could not create a context of {n_ctx} tokens for {path}")
+        return cls(llama_cpp, model, ctx, model_path=path, n_threads=threads, seed=seed)
+
+    def close(self) -> None:
+        """Free the batch, the context and the model (the engine is unusable afterwards)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._owner = None
+        self._lib.llama_batch_free(self._batch)
+        self._lib.llama_free(self._ctx)
+        self._lib.llama_model_free(self._model)
+
+    def __enter__(self) -> TinyEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # ------------------------------------------------------------------------------------------
     # Tokens and text
 
     def tokenize(self, text: str, *, add_bos: bool = True, special: bool = True) -> list[int]:
         """Token ids of ``text``; ``special`` parses special-token text such as ``<start_of_turn>``."""
-        return [int(t) for t in self._llama.tokenize(text.encode("utf-8"), add_bos=add_bos, special=special)]
+        data = text.encode("utf-8")
+        size = len(data) + 2
+        while True:
+            buf = (self._lib.llama_token * size)()
+            n = int(self._lib.llama_tokenize(self._vocab, data, len(data), buf, size, add_bos, special))
+            if n >= 0:
+                return [int(t) for t in buf[:n]]
+            size = -n
 
     def token_piece(self, token: int) -> bytes:
         """The bytes one token renders to (special tokens such as EOS render to nothing)."""
@@ -408,6 +496,7 @@ class TinyEngine:
         Starting another generation on this engine supersedes an unfinished one: resuming the old
         iterator then raises :class:`GenerationSupersededError`.
         """
+        self._check_open()
         params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
         tokens = self._check_tokens(prompt, "prompt")
         if not tokens:
@@ -441,6 +530,7 @@ class TinyEngine:
         For checks of the sampler (the tests compare speculative samples with it). Supersedes any
         unfinished generation, as :meth:`generate` does.
         """
+        self._check_open()
         params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
         checked = self._check_tokens(tokens, "tokens")
         if not checked or len(checked) >= self.n_ctx:
@@ -589,6 +679,10 @@ class TinyEngine:
         self._lib.llama_memory_clear(self._memory, True)
         self._kv_tokens.clear()
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise TinyEngineError(f"the engine for {self.model_name} is closed")
+
     def _check_tokens(self, tokens: Sequence[int], name: str) -> list[int]:
         out: list[int] = []
         for i, t in enumerate(tokens):
@@ -597,19 +691,14 @@ class TinyEngine:
             out.append(int(t))
         return out
 
-    def close(self) -> None:
-        """Free the batch and the model (the engine is unusable afterwards)."""
-        if self._batch is not None:
-            self._lib.llama_batch_free(self._batch)
-            self._batch = None
-        self._llama.close()
-
 
 __all__ = [
     "K_MAX",
     "SpecSettings",
     "StepEvent",
     "TinyEngine",
+    "build_features",
+    "build_problems",
     "default_cache_dir",
     "default_model_path",
 ]
