@@ -359,7 +359,7 @@ class TinyEngine:
             t for t in range(self.vocab_size) if llama_cpp.llama_vocab_is_eog(self._vocab, t)
         )
         self._memory = llama_cpp.llama_get_memory(ctx)
-        self._batch_cap = max(_PREFILL_BATCH, K_MAX + 1)
+        self._batch_cap = int(llama_cpp.llama_n_batch(ctx))  # at least 16 > K_MAX + 1 (n_ctx >= 16)
         self._batch: Any = llama_cpp.llama_batch_init(self._batch_cap, 0, 1)
         self._pieces: dict[int, bytes] = {}
         self._kv_tokens: list[int] = []  # tokens whose KV entries sit at positions 0..len-1

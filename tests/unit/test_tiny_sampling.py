@@ -270,3 +270,12 @@ def test_sample_is_deterministic_for_a_seed() -> None:
     draws = Counter(sample(dist, np.random.default_rng(s)) for s in range(200))
     assert len(set(a)) == 1
     assert len(draws) > 3
+
+
+def test_build_problems_name_llamafile_and_amx() -> None:
+    portable = {"AVX2": "1", "LLAMAFILE": "0", "OPENMP": "1"}
+    assert engine_mod.build_problems(portable) == []
+    problems = engine_mod.build_problems({"AVX2": "1", "LLAMAFILE": "1", "AMX_INT8": "1"})
+    assert len(problems) == 2
+    assert "LLAMAFILE=1" in problems[0]
+    assert "AMX_INT8" in problems[1]
