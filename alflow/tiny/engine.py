@@ -1,9 +1,8 @@
 """The tiny engine's decode loop: n-gram drafting, one-pass verification, exact speculative sampling.
 
 One sequence at a time on llama.cpp's low-level API (``llama-cpp-python``); the engine is not
-thread-safe (a server must queue requests). State kept between requests: the tokens whose keys and
-values are in the KV cache, so a request that shares a prefix with the previous one (the same prompt
-again, a chat that grew by a turn) only evaluates the new tokens.
+thread-safe (a server must queue requests). Every request starts from an empty KV cache (no prefix
+caching, see :meth:`TinyEngine._prefill`), so its output depends only on its own inputs and seed.
 
 One **step** of :meth:`TinyEngine.generate`:
 
@@ -628,15 +627,15 @@ class TinyEngine:
     # llama.cpp
 
     def _prefill(self, prompt: list[int]) -> np.ndarray[Any, Any]:
-        """Evaluate the prompt (reusing the cached common prefix); logits after its last token."""
-        common = 0
-        for a, b in zip(self._kv_tokens, prompt, strict=False):
-            if a != b:
-                break
-            common += 1
-        common = min(common, len(prompt) - 1)  # the last prompt token is evaluated for its logits
-        self._rollback(common)
-        for start in range(common, len(prompt), self._batch_cap):
+        """Evaluate the prompt from an empty cache; logits after its last token.
+
+        No prefix caching: llama.cpp's CPU kernels give a token slightly different keys and values
+        depending on how the prompt was split into forward passes, so reusing a cached prefix would
+        make a request's output depend on the requests before it. Evaluated afresh, the output
+        depends only on the request (and the seed).
+        """
+        self._rollback(0)
+        for start in range(0, len(prompt), self._batch_cap):
             chunk = prompt[start : start + self._batch_cap]
             self._decode(chunk, start, all_logits=False)
             self._kv_tokens.extend(chunk)
