@@ -30,6 +30,7 @@ from alflow.errors import AlflowError, InvalidInputError
 from alflow.evals import cli as eval_cli
 from alflow.reports import cli as report_cli
 from alflow.sim import cli as sim_cli
+from alflow.tiny import cli as tiny_cli
 from infra import cli as infra_cli
 
 P = ParamSpec("P")
@@ -49,6 +50,7 @@ app.add_typer(synthetic_app, name="synthetic")
 app.add_typer(reference_app, name="reference")
 eval_cli.register(app)
 sim_cli.register(app)
+tiny_cli.register(app)
 measure_cli.register(app)
 infra_cli.register(app)
 report_cli.register(app)

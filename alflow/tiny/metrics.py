@@ -1,0 +1,92 @@
+"""The tiny engine's Prometheus metrics, in vLLM's dialect (names from :mod:`alflow.metrics.names`).
+
+Counted per decode step of the engine (one :class:`~alflow.tiny.server.StepLike` each), the way
+vLLM counts them (DOMAIN.md section 4):
+
+- ``vllm:spec_decode_num_drafts``: steps that carried drafts (``drafted > 0``); a step without a
+  draft (no n-gram match) is a plain decode step and is not counted;
+- ``vllm:spec_decode_num_draft_tokens``: drafted tokens (``drafted``, at most K per step);
+- ``vllm:spec_decode_num_accepted_tokens``: accepted drafts (``accepted``);
+- ``vllm:spec_decode_num_accepted_tokens_per_pos{position=i}``: steps that accepted the draft at
+  0-based position ``i`` (one series per position 0..K-1, present from the start);
+- ``vllm:prompt_tokens``, ``vllm:generation_tokens`` (tokens emitted), ``vllm:request_success``
+  by ``finished_reason`` (``stop``, ``length``, ``abort``), and the gauges
+  ``vllm:num_requests_running`` / ``vllm:num_requests_waiting``.
+
+So ``AL = 1 + Δaccepted / Δdrafts`` over a window is the engine's own mean tokens per drafted step.
+Every series carries the labels ``model_name`` and ``engine`` like vLLM's. The text ends in
+``_total`` for counters (``prometheus_client`` adds it, as vLLM's exposition does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+from alflow.metrics import names
+
+FINISH_REASONS = ("stop", "length", "abort")
+
+
+class TinyMetrics:
+    """The counters of one server (a registry of its own; thread-safe updates)."""
+
+    def __init__(self, model_name: str, k: int) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        labels = ("model_name", "engine")
+        self._labels = (model_name, "0")
+        reg = self.registry
+        self.num_drafts = Counter(
+            names.VLLM_NUM_DRAFTS, "Number of spec decoding drafts.", labels, registry=reg
+        ).labels(*self._labels)
+        self.draft_tokens = Counter(
+            names.VLLM_NUM_DRAFT_TOKENS, "Number of draft tokens.", labels, registry=reg
+        ).labels(*self._labels)
+        self.accepted_tokens = Counter(
+            names.VLLM_NUM_ACCEPTED_TOKENS, "Number of accepted tokens.", labels, registry=reg
+        ).labels(*self._labels)
+        per_pos = Counter(
+            names.VLLM_ACCEPTED_PER_POS,
+            "Accepted tokens per draft position.",
+            (*labels, names.VLLM_POSITION_LABEL),
+            registry=reg,
+        )
+        self.accepted_per_pos = [per_pos.labels(*self._labels, str(i)) for i in range(k)]
+        self.prompt_tokens = Counter(
+            names.VLLM_PROMPT_TOKENS, "Number of prefill tokens processed.", labels, registry=reg
+        ).labels(*self._labels)
+        self.generation_tokens = Counter(
+            names.VLLM_GENERATION_TOKENS, "Number of generation tokens processed.", labels, registry=reg
+        ).labels(*self._labels)
+        success = Counter(
+            names.VLLM_REQUEST_SUCCESS,
+            "Count of successfully processed requests.",
+            (*labels, "finished_reason"),
+            registry=reg,
+        )
+        self.request_success = {reason: success.labels(*self._labels, reason) for reason in FINISH_REASONS}
+        self.running = Gauge(
+            names.VLLM_NUM_RUNNING, "Number of requests in model execution batches.", labels, registry=reg
+        ).labels(*self._labels)
+        self.waiting = Gauge(
+            names.VLLM_NUM_WAITING, "Number of requests waiting to be processed.", labels, registry=reg
+        ).labels(*self._labels)
+
+    def count_step(
+        self, tokens: int, drafted: int, accepted: int, accepted_positions: Sequence[bool]
+    ) -> None:
+        """Count one engine step: its emitted tokens and, when it drafted, its spec-decode counts."""
+        self.generation_tokens.inc(tokens)
+        if drafted <= 0:
+            return
+        self.num_drafts.inc()
+        self.draft_tokens.inc(drafted)
+        self.accepted_tokens.inc(accepted)
+        for position, ok in enumerate(accepted_positions):
+            if ok and position < len(self.accepted_per_pos):
+                self.accepted_per_pos[position].inc()
+
+    def text(self) -> bytes:
+        """The Prometheus exposition text of every series."""
+        return generate_latest(self.registry)
