@@ -205,7 +205,15 @@ class GateTolerances(StrictModel):
 
 # --- Server lifecycle (issue 5): what to start, and where it runs -------------------------------------
 
-ServerFramework = Literal["vllm", "sglang", "trtllm", "sim"]
+ServerFramework = Literal["vllm", "sglang", "trtllm", "sim", "tiny"]
+ENGINE_NOTES: dict[str, str] = {
+    "sim": "SIMULATED: numbers come from alflow's simulated engine, not a real GPU server.",
+    "tiny": (
+        "TINY CPU ENGINE: real measurements of a small model (alflow tiny serve: n-gram drafting on CPU), "
+        "not of a GPU serving framework; compare them only with other tiny-engine runs."
+    ),
+}
+"""The label each built-in engine's numbers carry in reports (frameworks not listed: none)."""
 ServerDialect = Literal["vllm", "sglang", "trtllm"]
 
 
@@ -314,7 +322,10 @@ class ServerConfig(StrictModel):
     """One serving-engine configuration: framework, model, image, parallelism, speculation, knobs."""
 
     framework: ServerFramework = Field(
-        description="Serving framework: vllm, sglang, trtllm or sim (the simulator)."
+        description=(
+            "Serving framework: vllm, sglang, trtllm, sim (the simulator) or tiny (alflow's small real CPU "
+            "engine, n-gram drafting only)."
+        )
     )
     model: str = Field(
         min_length=1, description="Model id to serve (Hugging Face repo id or a path in the container)."
@@ -399,6 +410,11 @@ class ServerConfig(StrictModel):
     def simulated(self) -> bool:
         """True when the server is alflow's simulated engine: its numbers must be labelled simulated."""
         return self.framework == "sim"
+
+    @property
+    def engine_note(self) -> str | None:
+        """The label reports put on this server's numbers (simulated, tiny CPU engine), or None."""
+        return ENGINE_NOTES.get(self.framework)
 
     @model_validator(mode="after")
     def _synthetic_needs_speculation(self) -> Self:

@@ -12,11 +12,32 @@ from alflow.datasets.speed_bench import load_speed_bench
 from alflow.datasets.types import Session
 
 DEMO_SOURCE = "alflow-demo"
+TINY_SOURCE = "alflow-tiny"
+SPEED_BENCH = "nvidia/SPEED-Bench"
+BUNDLED_PROMPTS = {"demo_prompts.jsonl": DEMO_SOURCE, "tiny_prompts.jsonl": TINY_SOURCE}
+"""Prompt files shipped with alflow (SPEED-Bench schema, written for alflow; NOT SPEED-Bench data)."""
+
+
+def _bundled(name: str) -> Path:
+    return Path(str(resources.files("alflow.datasets") / "data" / name))
 
 
 def demo_prompts_path() -> Path:
     """The bundled demo prompts (SPEED-Bench schema, written for alflow; not SPEED-Bench data)."""
-    return Path(str(resources.files("alflow.datasets") / "data" / "demo_prompts.jsonl"))
+    return _bundled("demo_prompts.jsonl")
+
+
+def tiny_prompts_path() -> Path:
+    """The bundled prompts for the tiny CPU engine: short code-editing and writing tasks (not SPEED-Bench)."""
+    return _bundled("tiny_prompts.jsonl")
+
+
+def dataset_name(path: Path) -> str:
+    """The dataset a prompt file holds: a bundled file's own source name, else SPEED-Bench."""
+    for name, source in BUNDLED_PROMPTS.items():
+        if path.name == name and path.resolve() == _bundled(name).resolve():
+            return source
+    return SPEED_BENCH
 
 
 def speed_bench_file(workload: SpeedBenchWorkload) -> Path:
@@ -37,7 +58,7 @@ def dataset_description(workload: SpeedBenchWorkload) -> dict[str, str]:
     """Name, file, category and hash of the prompts, for provenance and cache keys."""
     path = speed_bench_file(workload)
     return {
-        "dataset": "nvidia/SPEED-Bench" if workload.path else DEMO_SOURCE,
+        "dataset": dataset_name(path),
         "file": str(path),
         "category": workload.category,
         "dataset_hash": file_sha256(path),

@@ -59,6 +59,7 @@ def benchmark(params: BenchmarkParams) -> dict[str, Any]:
         params.placement.results_root,
         params.model_dump(mode="json"),
         simulated=server.simulated,
+        engine_note=server.engine_note,
     )
     points: list[dict[str, Any]] = []
     requests: list[pl.DataFrame] = []
@@ -178,10 +179,8 @@ def benchmark(params: BenchmarkParams) -> dict[str, Any]:
             f"{_fmt(p['achieved_al'], 4)} | {'yes' if p['valid'] else 'NO'} |"
             for p in points
         ]
-        if server.simulated:
-            lines.insert(
-                0, "> SIMULATED: numbers come from alflow's simulated engine, not a real GPU server.\n"
-            )
+        if server.engine_note:
+            lines.insert(0, f"> {server.engine_note}\n")
         if failures:
             lines += ["", "Failures:", *[f"- {f}" for f in failures]]
         render_report(

@@ -40,7 +40,7 @@ from alflow.config import (
 )
 from alflow.results.audit import SCRAPES, scrape_key
 from alflow.results.provenance import code_version, host_info
-from alflow.workloads import dataset_description, speed_bench_sessions
+from alflow.workloads import SPEED_BENCH, dataset_description, speed_bench_sessions
 from flows.common import open_run, point_server, run_id
 from tasks.measure import request_sampling, run_load, spec_stats
 from tasks.results import render_report
@@ -173,7 +173,11 @@ def calibrate(params: CalibrateParams) -> dict[str, Any]:
             f"{path} is a {previous.kind} table; refusing to add {kind} values to it (choose another reference_path)"
         )
     writer = open_run(
-        "m0", params.placement.results_root, params.model_dump(mode="json"), simulated=simulated
+        "m0",
+        params.placement.results_root,
+        params.model_dump(mode="json"),
+        simulated=simulated,
+        engine_note=params.server.engine_note,
     )
     entries: list[ReferenceEntry] = []
     cached_points: list[str] = []
@@ -219,11 +223,12 @@ def calibrate(params: CalibrateParams) -> dict[str, Any]:
                     scrapes[key] = {"k": k, **point["modes"][mode.value]["scrapes"]}
         base = previous or ReferenceTable(
             kind=kind,
-            dataset="speed-bench" if params.workload.path else "alflow-demo",
+            dataset="speed-bench" if dataset["dataset"] == SPEED_BENCH else dataset["dataset"],
             category=params.workload.category,
             description=(
                 "Reference AL measured by alflow M0"
                 + (" on the SIMULATED engine (not a real reference)" if simulated else "")
+                + (f" ({params.server.engine_note})" if params.server.engine_note and not simulated else "")
                 + f" on {dataset['dataset']} / {params.workload.category}."
             ),
             entries=(),
@@ -263,10 +268,8 @@ def calibrate(params: CalibrateParams) -> dict[str, Any]:
         if diff is not None:
             changed = [r for r in diff.rows if r.status != "unchanged"]
             lines += ["", f"Diff against the previous table: {len(changed)} point(s) changed or added."]
-        if simulated:
-            lines.insert(
-                0, "> SIMULATED: values come from alflow's simulated engine, not a real GPU server.\n"
-            )
+        if params.server.engine_note:
+            lines.insert(0, f"> {params.server.engine_note}\n")
         render_report(writer, "M0 calibration", "\n".join(lines), rows, key="m0-calibration")
     return {
         "run_dir": writer.dir,

@@ -33,15 +33,20 @@ def run_id() -> str:
     return str(rid) if rid else uuid.uuid4().hex
 
 
-def open_run(flow: str, root: str, config: dict[str, Any], *, simulated: bool) -> RunWriter:
-    """A run directory for this flow run, with code and host provenance."""
+def open_run(
+    flow: str, root: str, config: dict[str, Any], *, simulated: bool, engine_note: str | None = None
+) -> RunWriter:
+    """A run directory for this flow run, with code and host provenance (and the engine's label)."""
     rid = run_id()
+    provenance: dict[str, Any] = {"code_version": code_version(), "host": host_info(), "flow_run_id": rid}
+    if engine_note is not None:
+        provenance["engine_note"] = engine_note
     return RunWriter(
         root,
         flow,
         run_id=rid.replace("-", "")[:12],
         config=config,
-        provenance={"code_version": code_version(), "host": host_info(), "flow_run_id": rid},
+        provenance=provenance,
         simulated=simulated,
     )
 

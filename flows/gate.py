@@ -41,6 +41,7 @@ def gate(params: GateParams) -> dict[str, Any]:
         params.placement.results_root,
         params.model_dump(mode="json"),
         simulated=server.simulated,
+        engine_note=server.engine_note,
     )
     verdicts: list[Verdict] = []
     tables: dict[str, pl.DataFrame] = {}
@@ -103,10 +104,8 @@ def gate(params: GateParams) -> dict[str, Any]:
         lines = [f"**{'PASSED' if passed else 'FAILED'}**: {subject}", ""]
         lines += [f"- {'pass' if v.passed else 'FAIL'}: {v.message}" for v in verdicts]
         lines += ["", f"Prompts: {dataset['dataset']} / {dataset['category']} ({len(sessions)} sessions)."]
-        if server.simulated:
-            lines.insert(
-                0, "> SIMULATED: numbers come from alflow's simulated engine, not a real GPU server.\n"
-            )
+        if server.engine_note:
+            lines.insert(0, f"> {server.engine_note}\n")
         rows = [{"gate": v.gate, "passed": v.passed, "message": v.message} for v in verdicts]
         render_report(
             writer, "M1 evaluation gate", "\n".join(lines), rows, key=f"m1-{server.framework}-k{params.k}"

@@ -227,6 +227,9 @@ def _status_text(run: StoredRun) -> str:
 def _base(run: StoredRun, title: str) -> Report:
     simulated = bool(run.manifest.get("simulated"))
     warnings = []
+    note = (run.manifest.get("provenance") or {}).get("engine_note")
+    if note and not simulated:  # e.g. the tiny CPU engine: real numbers, but not a GPU server's
+        warnings.append(str(note))
     if _LIVE.get():
         pass  # the run renders its own report before it closes: "running" is expected
     elif run.status == "incomplete":

@@ -2,7 +2,7 @@
 
 The registry :data:`RECIPES` is a plain dict keyed by framework name; :func:`build_launch` is the
 only entry generic code needs. A framework's flags, file formats, endpoints and silent no-ops live in
-its module (``vllm``, ``sglang``, ``trtllm``, ``sim``) and nowhere else.
+its module (``vllm``, ``sglang``, ``trtllm``, ``sim``, ``tiny``) and nowhere else.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from infra.errors import RecipeError
 from infra.launch import Launch
 from infra.recipes.sglang import SglangRecipe
 from infra.recipes.sim import SimRecipe
+from infra.recipes.tiny import TinyRecipe
 from infra.recipes.trtllm import TrtllmRecipe
 from infra.recipes.vllm import VllmRecipe
 
@@ -37,7 +38,8 @@ class Recipe(Protocol):
 
 
 RECIPES: dict[str, Recipe] = {
-    recipe.framework: recipe for recipe in (VllmRecipe(), SglangRecipe(), TrtllmRecipe(), SimRecipe())
+    recipe.framework: recipe
+    for recipe in (VllmRecipe(), SglangRecipe(), TrtllmRecipe(), SimRecipe(), TinyRecipe())
 }
 """Every recipe, keyed by framework name: the whole registry."""
 

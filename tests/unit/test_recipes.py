@@ -398,7 +398,7 @@ def test_sim_carries_each_frameworks_knob_path() -> None:
 
 
 def test_registry_has_every_framework_and_unknown_is_an_error() -> None:
-    assert set(RECIPES) == {"vllm", "sglang", "trtllm", "sim"}
+    assert set(RECIPES) == {"vllm", "sglang", "trtllm", "sim", "tiny"}
     for name, recipe in RECIPES.items():
         assert recipe.framework == name
     with pytest.raises(RecipeError, match="known: vllm"):
