@@ -13,6 +13,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, ParamSpec, TypeVar
 
@@ -463,30 +464,82 @@ def run(
         console.print(f"flow {flow} completed: {json.dumps(result, default=str)[:2000]}", markup=False)
 
 
+class DemoEngine(StrEnum):
+    """Engines the demo runs on."""
+
+    sim = "sim"
+    tiny = "tiny"
+
+
 @app.command("demo")
 def demo(
     results_root: Annotated[Path, typer.Option("--results-root", help="Where the demo writes.")] = Path(
         "results/demo"
     ),
+    engine: Annotated[
+        DemoEngine,
+        typer.Option(
+            "--engine",
+            help="sim: M0 -> M1 -> M2 on the simulated engine; tiny: M0 -> M1 on the real tiny CPU engine "
+            "(needs alflow[tiny]).",
+        ),
+    ] = DemoEngine.sim,
 ) -> None:
-    """M0 -> M1 (one pass, one deliberate fail) -> M2 on the built-in simulated engine."""
+    """M0 -> M1 (one pass, one deliberate fail) -> M2 on the simulated engine, or M0 -> M1 on the tiny engine."""
     prefect_defaults()
-    console.print(
-        "[bold]alflow demo[/bold]: M0 -> M1 -> M2 on the built-in SIMULATED engine (no GPU); "
-        "the first run starts Prefect's temporary local server.",
-        highlight=False,
-    )
+    if engine is DemoEngine.tiny:
+        console.print(
+            "[bold]alflow demo --engine tiny[/bold]: M0 -> M1 on the tiny CPU engine (Gemma 3 270M, real n-gram "
+            "drafting; a few minutes on 2 cores); the first run starts Prefect's temporary local server.",
+            highlight=False,
+        )
+    else:
+        console.print(
+            "[bold]alflow demo[/bold]: M0 -> M1 -> M2 on the built-in SIMULATED engine (no GPU); "
+            "the first run starts Prefect's temporary local server.",
+            highlight=False,
+        )
     started = time.perf_counter()
     from alflow.config import DemoParams
     from flows.demo import demo as demo_flow
 
-    state: Any = demo_flow(DemoParams(results_root=str(results_root)), return_state=True)
+    state: Any = demo_flow(DemoParams(results_root=str(results_root), engine=engine.value), return_state=True)
     if not state.is_completed():
         Console(stderr=True, soft_wrap=True).print(f"error: the demo failed: {state.message}", markup=False)
         raise typer.Exit(1)
     out = state.result()
     took = time.perf_counter() - started
+    if engine is DemoEngine.tiny:
+        _print_tiny_demo(console, out, took)
+        if not out["m1"]["tiny"]["passed"]:
+            raise typer.Exit(1)
+        return
     _print_demo(console, out, took)
+
+
+def _print_tiny_demo(console: Console, out: dict[str, Any], took: float) -> None:
+    m0 = out["m0"]
+    t0 = Table(title=f"M0 reference AL (tiny CPU engine, real n-gram acceptance) -> {m0['reference_path']}")
+    for col in ("model", "K", "AL", "steps"):
+        t0.add_column(col)
+    for e in m0["entries"]:
+        t0.add_row(e["model"], str(e["k"]), f"{e['al']:.4f}", str(e["num_drafts"]))
+    console.print(t0)
+    cached = m0.get("cached_points") or []
+    if cached:
+        console.print(f"M0 calibration points reused from the cache: {', '.join(cached)}", highlight=False)
+    verdict = out["m1"]["tiny"]
+    status = "[green]passed[/green]" if verdict["passed"] else "[red]FAILED[/red]"
+    console.print(f"M1 tiny: {status} {verdict['message']}", highlight=False)
+    for v in verdict.get("verdicts") or []:
+        console.print(
+            f"  - {'pass' if v['passed'] else 'FAIL'}: {v['message']}", highlight=False, markup=False
+        )
+    console.print(
+        f"Results: {out['results_root']} (report.html and report.md inside each run directory; numbers are "
+        "real measurements of the tiny CPU engine, not of a GPU server)"
+    )
+    console.print(f"Demo finished in {took:.0f} s.", highlight=False)
 
 
 def _print_demo(console: Console, out: dict[str, Any], took: float) -> None:

@@ -866,13 +866,38 @@ class SweepParams(StrictModel):
 
 
 class DemoParams(StrictModel):
-    """Where the demo writes and how big it is."""
+    """Where the demo writes, which engine it runs on and how big it is."""
 
+    engine: Literal["sim", "tiny"] = Field(
+        "sim",
+        description=(
+            "sim: M0 -> M1 -> M2 on the simulated engine; tiny: M0 -> M1 on alflow's small real CPU engine "
+            "(n-gram drafting on Gemma 3 270M; needs the alflow[tiny] extra)."
+        ),
+    )
     results_root: str = Field("results/demo", description="Run store root of the demo.")
     ks: tuple[int, ...] = Field((1, 2, 3), description="K values calibrated in M0.")
-    benchmark_k: int = Field(3, description="K of the M2 benchmark.")
-    concurrencies: tuple[int, ...] = Field((4, 8, 16), description="M2 concurrency sweep.")
-    gsm8k_limit: int = Field(200, description="GSM8K questions per M1 gate (seeded subset).")
+    benchmark_k: int = Field(3, description="K of the M1 gate and the M2 benchmark.")
+    concurrencies: tuple[int, ...] = Field((4, 8, 16), description="M2 concurrency sweep (sim only).")
+    gsm8k_limit: int = Field(200, ge=1, description="GSM8K questions per M1 gate on the sim (seeded subset).")
+    tiny_prompts: int = Field(
+        6, ge=1, le=8, description="tiny: coding prompts of the bundled tiny set used in M0 and M1 (1..8)."
+    )
+    tiny_max_tokens: int = Field(64, ge=8, le=512, description="tiny: output cap per prompt in M0 and M1.")
+    tiny_gsm8k_limit: int = Field(
+        20, ge=1, description="tiny: GSM8K questions of the M1 accuracy gate (seeded subset)."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        for k in (*self.ks, self.benchmark_k):
+            if not K_MIN <= k <= K_MAX:
+                raise ValueError(f"K={k} is outside [{K_MIN}, {K_MAX}]")
+        if self.engine == "tiny" and self.benchmark_k not in self.ks:
+            raise ValueError(
+                f"benchmark_k={self.benchmark_k} must be one of ks {self.ks}: the tiny demo gates against its own M0"
+            )
+        return self
 
 
 class CalibrationModel(StrictModel):

@@ -1,4 +1,6 @@
-"""The demo: M0 -> M1 -> M2 on the built-in simulated engine, in a few minutes on a laptop.
+"""The demo: M0 -> M1 -> M2 on the built-in simulated engine, or M0 -> M1 on the tiny CPU engine.
+
+With ``engine="sim"`` (the default):
 
 - M0 calibrates a simulated model for K = 1..3 on the bundled demo prompts (coding category);
 - M1 gates two simulated "frameworks" against that reference: one healthy (vLLM dialect) that
@@ -8,6 +10,19 @@
   in real time on the H200/70B timing profile, and audits the achieved AL.
 
 Everything it produces is labelled simulated.
+
+With ``engine="tiny"`` (needs the ``alflow[tiny]`` extra), on alflow's small real engine (Gemma 3
+270M on CPU, real n-gram drafting, vLLM-style counters), in a few minutes on 2 cores:
+
+- M0 calibrates the tiny model for K in ``ks`` on the first ``tiny_prompts`` coding prompts of the
+  bundled tiny prompt set (written for alflow, not SPEED-Bench), sampled at temperature 0.8, top-k 40
+  with a fixed seed, into ``reference-tiny.yaml`` (a *measured* table: real acceptance, tiny model);
+- M1 gates the same tiny configuration at ``benchmark_k`` against that reference: the AL gate must
+  pass (same seeds, same engine: the AL is reproduced), and GSM8K on a seeded subset must reach the
+  tiny model's threshold from the bundled thresholds file (:func:`alflow.evals.thresholds.tiny_thresholds_path`).
+
+No M2 on the tiny engine: its point is real acceptance, which synthetic acceptance replaces. Its
+runs are labelled "tiny CPU engine" (not simulated, not a GPU server).
 """
 
 from __future__ import annotations
@@ -30,9 +45,12 @@ from alflow.config import (
     ServerConfig,
     ServerDialect,
     ServerPlacement,
+    SpecMethod,
     SpeedBenchWorkload,
 )
 from alflow.evals.run import bundled_gsm8k
+from alflow.evals.thresholds import tiny_thresholds_path
+from alflow.workloads import tiny_prompts_path
 from flows.benchmark import benchmark
 from flows.calibrate import calibrate
 from flows.gate import gate
@@ -42,10 +60,80 @@ def _sim(*extra: str) -> tuple[str, ...]:
     return ("--answer-key", str(bundled_gsm8k("test")), "--answer-accuracy", "0.95", "--seed", "7", *extra)
 
 
+TINY_MODEL_ID = "gemma-3-270m"
+"""The tiny demo's model id (served name of the bundled Gemma 3 270M base model; thresholds key)."""
+TINY_SAMPLING = SamplingParams(temperature=0.8, top_k=40, seed=1234, max_tokens=64)
+"""The tiny demo's sampling: greedy decoding loops on a base model, so sampled with fixed seeds."""
+
+
 @flow(name="demo")
 def demo(params: DemoParams | None = None) -> dict[str, Any]:
-    """M0 -> M1 (one pass, one fail) -> M2 on the simulated engine; returns where everything is."""
+    """The demo on the chosen engine (sim: M0 -> M1 pass and fail -> M2; tiny: M0 -> M1)."""
     p = params or DemoParams()
+    if p.engine == "tiny":
+        return _tiny_demo(p)
+    return _sim_demo(p)
+
+
+def _tiny_demo(p: DemoParams) -> dict[str, Any]:
+    """M0 on the tiny engine for K in ``ks``, then M1 at ``benchmark_k`` against that reference."""
+    log = get_run_logger()
+    root = Path(p.results_root)
+    reference = str(root / "reference-tiny.yaml")
+    placement = ServerPlacement(results_root=str(root))
+    sampling = TINY_SAMPLING.model_copy(update={"max_tokens": p.tiny_max_tokens})
+    model = ModelSpec(id=TINY_MODEL_ID, sampling_thinking_off=sampling)
+    prompts = SpeedBenchWorkload(
+        path=str(tiny_prompts_path()), category="coding", limit=p.tiny_prompts, max_tokens=p.tiny_max_tokens
+    )
+    server = ServerConfig(framework="tiny", model=model.id, host="127.0.0.1", readiness_timeout_s=300.0)
+    m0 = calibrate(
+        CalibrateParams(
+            models=(model,),
+            method=SpecMethod.NGRAM,
+            ks=p.ks,
+            server=server,
+            placement=placement,
+            workload=prompts,
+            load=LoadConfig(concurrency=1),
+            reference_path=reference,
+        )
+    )
+    state = gate(
+        GateParams(
+            model=model,
+            method=SpecMethod.NGRAM,
+            k=p.benchmark_k,
+            server=server,
+            placement=placement,
+            reference_path=reference,
+            workload=prompts,
+            load=LoadConfig(concurrency=1),
+            gsm8k=Gsm8kSettings(
+                limit=p.tiny_gsm8k_limit,
+                max_tokens=256,
+                concurrency=2,
+                thresholds_file=str(tiny_thresholds_path()),
+            ),
+        ),
+        return_state=True,
+    )
+    passed = state.is_completed()
+    m1: dict[str, Any] = {"passed": passed, "message": str(state.message or "")}
+    if passed:
+        m1.update(state.result())
+    log.info("M1 tiny: %s", "passed" if passed else f"FAILED: {state.message}")
+    return {
+        "engine": "tiny",
+        "m0": m0,
+        "m1": {"tiny": m1},
+        "reference_path": reference,
+        "results_root": str(root),
+    }
+
+
+def _sim_demo(p: DemoParams) -> dict[str, Any]:
+    """M0 -> M1 (one pass, one fail) -> M2 on the simulated engine; returns where everything is."""
     log = get_run_logger()
     root = Path(p.results_root)
     reference = str(root / "reference-sim.yaml")
@@ -108,4 +196,11 @@ def demo(params: DemoParams | None = None) -> dict[str, Any]:
             concurrencies=p.concurrencies,
         )
     )
-    return {"m0": m0, "m1": gates, "m2": m2, "reference_path": reference, "results_root": str(root)}
+    return {
+        "engine": "sim",
+        "m0": m0,
+        "m1": gates,
+        "m2": m2,
+        "reference_path": reference,
+        "results_root": str(root),
+    }

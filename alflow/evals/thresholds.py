@@ -13,6 +13,7 @@ must reach the threshold for the accuracy gate to pass.
 from __future__ import annotations
 
 import os
+from importlib import resources
 from pathlib import Path
 from typing import Final
 
@@ -37,6 +38,11 @@ class AccuracyThresholds(StrictModel):
         """The threshold for ``model`` (its own, else the default)."""
         value = self.models.get(model)
         return self.default if value is None else value
+
+
+def tiny_thresholds_path() -> Path:
+    """The bundled thresholds of the tiny CPU engine's model (``alflow demo --engine tiny``), with their basis."""
+    return Path(str(resources.files("alflow.evals") / "data" / "thresholds-tiny.yaml"))
 
 
 def load_thresholds(path: str | os.PathLike[str] | None) -> AccuracyThresholds:

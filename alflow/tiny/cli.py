@@ -45,7 +45,7 @@ def load_server(
         settings = SpecSettings(
             k=spec.k, ngram_min=spec.ngram_min, ngram_max=spec.ngram_max, synthetic_rates=spec.synthetic_rates
         )
-    vocab = getattr(engine, "n_vocab", None)
+    vocab = getattr(engine, "vocab_size", None)
     return TinyServer(
         engine,
         TinyServerSettings(

@@ -43,7 +43,7 @@ import orjson
 from aiohttp import web
 
 from alflow import __version__
-from alflow.errors import AlflowError
+from alflow.errors import AlflowError, InvalidInputError
 from alflow.tiny.chat import ChatTemplateError, chat_stops, render_chat
 from alflow.tiny.metrics import TinyMetrics
 
@@ -540,7 +540,7 @@ class TinyServer:
         if top_p <= 0.0:
             raise ApiError(400, f"top_p must be in (0, 1], got {top_p}", "top_p")
         top_k = cast(int, _get_int(body, "top_k", low=-1, default=0))
-        seed = _get_int(body, "seed", low=-(1 << 63), default=None)
+        seed = _get_int(body, "seed", low=0, default=None)
         stream = _get_bool(body, "stream", False)
         include_usage = False
         options = body.get("stream_options")
@@ -651,32 +651,39 @@ class TinyServer:
         rid = self._rid(chat)
         job = await self.submit(params)
         try:
+            # the engine checks its arguments before the first step: refuse before any header is sent
+            first = await job.events.get()
+            if isinstance(first, InvalidInputError):
+                raise ApiError(400, f"the engine refused the request: {first}")
+            if isinstance(first, BaseException):
+                raise ApiError(500, f"the engine failed: {first}")
             if params.stream:
-                return await self._stream(request, job, rid, chat)
-            return await self._collect(job, rid, chat)
+                return await self._stream(request, job, first, rid, chat)
+            return await self._collect(job, first, rid, chat)
         finally:
             job.cancelled.set()
 
-    async def _steps(self, job: _Job) -> AsyncIterator[StepLike]:
-        """The job's steps as they come; raises the engine's error."""
+    async def _steps(self, job: _Job, first: object) -> AsyncIterator[StepLike]:
+        """The job's steps as they come (``first`` already taken); raises the engine's error."""
+        item = first
         while True:
-            item = await job.events.get()
             if item is _END:
                 return
             if isinstance(item, BaseException):
                 raise item
             yield cast(StepLike, item)
+            item = await job.events.get()
 
     def _head(self, rid: str, chat: bool, *, chunk: bool) -> dict[str, Any]:
         kind = ("chat.completion.chunk" if chunk else "chat.completion") if chat else "text_completion"
         return {"id": rid, "object": kind, "created": self.created, "model": self.model}
 
-    async def _collect(self, job: _Job, rid: str, chat: bool) -> web.Response:
+    async def _collect(self, job: _Job, first: object, rid: str, chat: bool) -> web.Response:
         texts: list[str] = []
         emitted = 0
         reason = "length"
         try:
-            async for step in self._steps(job):
+            async for step in self._steps(job, first):
                 texts.append(step.text)
                 emitted += len(step.tokens)
                 if step.finish_reason is not None:
@@ -699,7 +706,9 @@ class TinyServer:
         }
         return web.json_response(out, dumps=lambda o: orjson.dumps(o).decode())
 
-    async def _stream(self, request: web.Request, job: _Job, rid: str, chat: bool) -> web.StreamResponse:
+    async def _stream(
+        self, request: web.Request, job: _Job, first: object, rid: str, chat: bool
+    ) -> web.StreamResponse:
         resp = web.StreamResponse(
             status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
@@ -721,7 +730,7 @@ class TinyServer:
             await resp.write(event(choice("", None, role=True)))
         emitted = 0
         try:
-            async for step in self._steps(job):
+            async for step in self._steps(job, first):
                 emitted += len(step.tokens)
                 if step.text or step.finish_reason is not None:
                     await resp.write(event(choice(step.text, step.finish_reason)))

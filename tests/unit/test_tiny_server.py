@@ -16,6 +16,7 @@ import aiohttp
 import orjson
 import pytest
 
+from alflow.errors import InvalidInputError
 from alflow.metrics.dialects import get_dialect
 from alflow.metrics.prometheus import SnapshotWindow, parse_exposition
 from alflow.tiny.chat import render_chat
@@ -300,3 +301,48 @@ def test_tokenize_and_detokenize(served: TinyThread, double: DoubleEngine) -> No
     status, out = asyncio.run(_post(served.base_url + "/detokenize", {"tokens": "hi"}))
     assert status == 400
     assert out["error"]["param"] == "tokens"
+
+
+class _FailingEngine(DoubleEngine):
+    """Refuses prompts holding token 'Z' up front; breaks after two steps on prompts holding 'B'."""
+
+    def generate(self, prompt: Any, **kw: Any) -> Any:  # type: ignore[override]
+        text = self.detokenize(prompt)
+        if "Z" in text:
+            raise InvalidInputError("prompt holds a forbidden token")
+        steps = super().generate(prompt, **kw)
+        if "B" not in text:
+            return steps
+
+        def broken() -> Any:
+            for i, step in enumerate(steps):
+                if i == 2:
+                    raise RuntimeError("llama.cpp decode failed")
+                yield step
+
+        return broken()
+
+
+def test_engine_refusal_is_400_and_a_failure_mid_stream_is_an_error_event() -> None:
+    with TinyThread(_server(_FailingEngine())) as thread:
+        status, out = asyncio.run(
+            _post(thread.base_url + "/v1/completions", {"prompt": "xZ", "max_tokens": 4})
+        )
+        assert status == 400
+        assert "forbidden token" in out["error"]["message"]
+        events = asyncio.run(
+            _stream(
+                thread.base_url + "/v1/completions", {"prompt": "aBaBaB", "max_tokens": 30, "temperature": 0}
+            )
+        )
+        assert events[-1] == "[DONE]"
+        assert "llama.cpp decode failed" in events[-2]["error"]["message"]
+        status, out = asyncio.run(
+            _post(thread.base_url + "/v1/completions", {"prompt": "aBaB", "max_tokens": 30})
+        )
+        assert status == 500
+        # the queue goes on
+        status, _ = asyncio.run(
+            _post(thread.base_url + "/v1/completions", {"prompt": "fine", "max_tokens": 3})
+        )
+        assert status == 200
