@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -116,3 +117,44 @@ def test_recipe_is_registered_with_the_local_image_and_config_labels_the_engine(
 def test_settings_errors_name_the_input(kwargs: dict[str, object], words: str) -> None:
     with pytest.raises(InvalidInputError, match=words):
         resolve_spec(**kwargs)  # type: ignore[arg-type]
+
+
+def test_a_tiny_engine_run_is_labelled_in_its_reports(tmp_path: Path) -> None:
+    from alflow.reports.render import render_run
+    from alflow.results.store import RunWriter
+
+    note = _config().engine_note
+    assert note is not None
+    with RunWriter(tmp_path, "m1", run_id="tinyrun", provenance={"engine_note": note}) as writer:
+        writer.write_summary({"flow": "m1", "passed": True, "verdicts": []})
+    html, md = render_run(writer.dir), render_run(writer.dir, "md")
+    assert "TINY CPU ENGINE" in html
+    assert "TINY CPU ENGINE" in md
+    assert "SIMULATED" not in md
+
+
+def test_the_bundled_tiny_prompts_are_named_as_theirs_not_speed_bench(tmp_path: Path) -> None:
+    from alflow.config import SpeedBenchWorkload
+    from alflow.workloads import dataset_description, speed_bench_sessions, tiny_prompts_path
+
+    workload = SpeedBenchWorkload(path=str(tiny_prompts_path()), category="coding")
+    assert dataset_description(workload)["dataset"] == "alflow-tiny"
+    assert len(speed_bench_sessions(workload)) == 8
+    assert len(speed_bench_sessions(workload.model_copy(update={"category": "writing"}))) == 6
+    assert dataset_description(SpeedBenchWorkload())["dataset"] == "alflow-demo"
+    copy = tmp_path / "tiny_prompts.jsonl"  # same name elsewhere: a user's file, not the bundled one
+    copy.write_bytes(tiny_prompts_path().read_bytes())
+    assert dataset_description(SpeedBenchWorkload(path=str(copy)))["dataset"] == "nvidia/SPEED-Bench"
+
+
+def test_demo_params_for_the_tiny_engine() -> None:
+    from pydantic import ValidationError
+
+    from alflow.config import DemoParams
+
+    assert DemoParams().engine == "sim"
+    assert DemoParams(engine="tiny").tiny_prompts == 6
+    with pytest.raises(ValidationError, match="benchmark_k=4 must be one of ks"):
+        DemoParams(engine="tiny", ks=(1, 2), benchmark_k=4)
+    with pytest.raises(ValidationError, match="K=0"):
+        DemoParams(ks=(0, 1))

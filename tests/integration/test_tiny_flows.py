@@ -1,0 +1,60 @@
+"""M0 then M1 on the tiny CPU engine (real n-gram acceptance), through the Prefect test harness.
+
+This is what ``alflow demo --engine tiny`` runs: the demo flow calibrates the tiny model, then gates
+the same configuration against its own fresh reference; the AL gate and the GSM8K gate (the tiny
+model's documented threshold) must both pass. Needs the ``alflow[tiny]`` extra (skipped without it,
+except under ``CI=true`` where it fails).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from alflow.acceptance.reference import load_reference
+from alflow.config import DemoParams
+from alflow.results.store import open_run
+from flows.demo import TINY_MODEL_ID, demo
+
+pytestmark = [pytest.mark.tiny, pytest.mark.usefixtures("prefect_harness")]
+
+
+def _require_engine() -> None:
+    try:
+        import alflow.tiny.engine  # noqa: F401
+    except Exception as exc:  # ImportError or the engine's own "extra missing" error
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true: the tiny engine must be installed (alflow[tiny]): {exc}")
+        pytest.skip(f"the tiny engine is not installed (pip install 'alflow[tiny]'): {exc}")
+
+
+def test_m0_then_m1_on_the_tiny_engine_pass_against_its_own_reference(tmp_path: Path) -> None:
+    _require_engine()
+    out = demo(DemoParams(engine="tiny", results_root=str(tmp_path / "demo"), ks=(1, 3), benchmark_k=3))
+    table = load_reference(out["reference_path"])
+    assert table.kind == "measured"
+    assert table.dataset == "alflow-tiny"
+    entries = {e.k: e for e in table.entries}
+    assert set(entries) == {1, 3}
+    for k, entry in entries.items():
+        assert entry.model == TINY_MODEL_ID
+        assert entry.method.value == "ngram"
+        assert 1.0 < entry.al <= k + 1, entry
+        assert entry.provenance is not None
+        assert entry.provenance.framework == "tiny"
+        assert entry.provenance.dataset == "alflow-tiny"
+    assert entries[3].al > entries[1].al, "more drafts per step emit more tokens per step on code edits"
+    m1 = out["m1"]["tiny"]
+    assert m1["passed"], m1["message"]
+    gates = {v["gate"]: v for v in m1["verdicts"]}
+    assert set(gates) == {"al", "gsm8k-accuracy"}, gates
+    assert all(v["passed"] for v in gates.values())
+    run = open_run(m1["run_dir"])
+    assert run.status == "complete"
+    assert run.manifest["simulated"] is False
+    for name in ("report.md", "report.html"):
+        report = (Path(m1["run_dir"]) / name).read_text()
+        assert "TINY CPU ENGINE" in report, name
+        assert "SIMULATED" not in report, name
