@@ -885,7 +885,15 @@ class DemoParams(StrictModel):
     )
     tiny_max_tokens: int = Field(64, ge=8, le=512, description="tiny: output cap per prompt in M0 and M1.")
     tiny_gsm8k_limit: int = Field(
-        20, ge=1, description="tiny: GSM8K questions of the M1 accuracy gate (seeded subset)."
+        10, ge=1, description="tiny: GSM8K questions of the M1 accuracy gate (seeded subset)."
+    )
+    tiny_threads: int | None = Field(
+        1,
+        ge=1,
+        description=(
+            "tiny: CPU threads of the engine (None: every CPU). 1 is the robust choice on a shared machine: "
+            "llama.cpp's spinning worker threads slow down many times over when the CPUs are busy."
+        ),
     )
 
     @model_validator(mode="after")

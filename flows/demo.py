@@ -86,7 +86,10 @@ def _tiny_demo(p: DemoParams) -> dict[str, Any]:
     prompts = SpeedBenchWorkload(
         path=str(tiny_prompts_path()), category="coding", limit=p.tiny_prompts, max_tokens=p.tiny_max_tokens
     )
-    server = ServerConfig(framework="tiny", model=model.id, host="127.0.0.1", readiness_timeout_s=300.0)
+    threads = () if p.tiny_threads is None else ("--threads", str(p.tiny_threads))
+    server = ServerConfig(
+        framework="tiny", model=model.id, host="127.0.0.1", readiness_timeout_s=300.0, extra_args=threads
+    )
     m0 = calibrate(
         CalibrateParams(
             models=(model,),
@@ -111,7 +114,7 @@ def _tiny_demo(p: DemoParams) -> dict[str, Any]:
             load=LoadConfig(concurrency=1),
             gsm8k=Gsm8kSettings(
                 limit=p.tiny_gsm8k_limit,
-                max_tokens=256,
+                max_tokens=192,
                 concurrency=2,
                 thresholds_file=str(tiny_thresholds_path()),
             ),
