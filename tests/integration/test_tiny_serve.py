@@ -258,6 +258,17 @@ def test_alflow_bench_reads_the_al_of_tiny_serve_from_its_counters() -> None:
         ]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
         after = asyncio.run(_scrape(handle.base_url))
+        snap = subprocess.run(
+            [ALFLOW, "metrics", "snapshot", handle.base_url, "--k", str(K), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert snap.returncode == 0, snap.stderr[-3000:]
+    lifetime = json.loads(snap.stdout)
+    assert lifetime["dialect"] == "vllm"  # detected from the names, like a vLLM server's
+    assert lifetime["since_server_start"]["num_drafts"] == after.counter("vllm:spec_decode_num_drafts")
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout)
     assert summary["completed"] == 3
