@@ -284,3 +284,42 @@ def test_alflow_bench_reads_the_al_of_tiny_serve_from_its_counters() -> None:
     assert stats["al"] == pytest.approx(1 + accepted / drafts, abs=1e-12)
     gen = after.counter("vllm:generation_tokens") - before.counter("vllm:generation_tokens")  # type: ignore[operator]
     assert summary["total_output_tokens"] == gen
+
+
+def test_synthetic_acceptance_reaches_the_engine_through_vllms_knob_path() -> None:
+    """Target AL 2.0 at K=3: vLLM's min-variance rates (1, 0, 0) accept exactly one draft per drafted step."""
+    from alflow.config import SyntheticAcceptance
+    from alflow.evals.run import probe_synthetic
+
+    _engine_module()
+    config = ServerConfig(
+        framework="tiny",
+        model="gemma-3-270m",
+        host="127.0.0.1",
+        speculative=SpeculativeConfig(method="ngram", k=K),
+        synthetic=SyntheticAcceptance(target_al=2.0),
+        readiness_timeout_s=120,
+        extra_args=("--threads", "1"),
+    )
+    launch = build_launch(config)
+    assert '"synthetic_acceptance_length":2' in launch.command_line()
+    with running_server(ProcessRunner(), launch) as handle:
+        before = asyncio.run(_scrape(handle.base_url))
+        for seed in (1, 2):
+            body = {
+                "prompt": CODE_PROMPT,
+                "max_tokens": 24,
+                "temperature": 0.8,
+                "seed": seed,
+                "ignore_eos": True,
+            }
+            _, usage, _ = asyncio.run(_stream(handle.base_url, "/v1/completions", body))
+            assert usage["completion_tokens"] == 24
+        after = asyncio.run(_scrape(handle.base_url))
+        found = asyncio.run(probe_synthetic(handle.base_url))
+    stats = get_dialect("vllm").spec_stats(SnapshotWindow(before, after), k=K)
+    assert stats.num_drafts > 0
+    assert stats.al == 2.0
+    assert list(stats.accepted_per_position) == [stats.num_drafts, 0, 0]
+    assert found is not None, "the GSM8K evaluator must see the synthetic setting"
+    assert found.startswith("/version")
