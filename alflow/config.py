@@ -887,6 +887,9 @@ class DemoParams(StrictModel):
     tiny_gsm8k_limit: int = Field(
         10, ge=1, description="tiny: GSM8K questions of the M1 accuracy gate (seeded subset)."
     )
+    refresh_cache: bool = Field(
+        False, description="Measure the M0 points again even when cached (a changed engine or model)."
+    )
     tiny_threads: int | None = Field(
         1,
         ge=1,

@@ -100,6 +100,7 @@ def _tiny_demo(p: DemoParams) -> dict[str, Any]:
             workload=prompts,
             load=LoadConfig(concurrency=1),
             reference_path=reference,
+            refresh_cache=p.refresh_cache,
         )
     )
     state = gate(
@@ -156,6 +157,7 @@ def _sim_demo(p: DemoParams) -> dict[str, Any]:
             workload=prompts,
             load=LoadConfig(concurrency=8),
             reference_path=reference,
+            refresh_cache=p.refresh_cache,
         )
     )
     gates: dict[str, Any] = {}
