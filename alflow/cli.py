@@ -481,9 +481,12 @@ def demo(
         typer.Option(
             "--engine",
             help="sim: M0 -> M1 -> M2 on the simulated engine; tiny: M0 -> M1 on the real tiny CPU engine "
-            "(needs alflow[tiny]).",
+            "(needs the alflow\\[tiny] extra).",
         ),
     ] = DemoEngine.sim,
+    refresh_cache: Annotated[
+        bool, typer.Option("--refresh-cache", help="Measure the M0 points again even when cached.")
+    ] = False,
 ) -> None:
     """M0 -> M1 (one pass, one deliberate fail) -> M2 on the simulated engine, or M0 -> M1 on the tiny engine."""
     prefect_defaults()
@@ -503,7 +506,8 @@ def demo(
     from alflow.config import DemoParams
     from flows.demo import demo as demo_flow
 
-    state: Any = demo_flow(DemoParams(results_root=str(results_root), engine=engine.value), return_state=True)
+    params = DemoParams(results_root=str(results_root), engine=engine.value, refresh_cache=refresh_cache)
+    state: Any = demo_flow(params, return_state=True)
     if not state.is_completed():
         Console(stderr=True, soft_wrap=True).print(f"error: the demo failed: {state.message}", markup=False)
         raise typer.Exit(1)
