@@ -23,8 +23,9 @@ Without drafts (no :class:`SpecSettings`, or no n-gram match) a step is a plain 
 and is not counted as a draft step (``drafted == 0``), as in vLLM's counters. The first token of a
 request comes from the prompt's forward pass (prefill) and is such a step too.
 
-**Synthetic acceptance** (``SpecSettings.synthetic_rates``, vLLM's ``rejection_sample_method:
-synthetic``): draft ``i`` is accepted with its conditional rate ``c_i`` whatever the target says
+**Synthetic acceptance** (``SpecSettings.synthetic_rates``: vLLM's unconditional rates ``p_i`` with
+``rejection_sample_method: synthetic``): draft ``i`` is accepted with its conditional rate
+``c_i = p_i / p_{i-1}`` whatever the target says
 (forced acceptance of the real draft token), a Bernoulli draw from the request's own acceptance RNG;
 at the first rejection the target's sample at that position is emitted. Every synthetic step
 proposes exactly K drafts so the requested AL is realised: when the n-gram lookup finds fewer than K
@@ -80,9 +81,12 @@ _PREFILL_BATCH = 512
 class SpecSettings:
     """Speculative decoding of one request: n-gram drafting with K drafts, optionally synthetic.
 
-    ``synthetic_rates`` are the *conditional* per-position accept rates ``c_1..c_K`` (``c_i`` is the
-    probability that draft i is accepted given that drafts 1..i-1 were). vLLM's knobs are a target AL
-    or *unconditional* rates ``p_1..p_K``: build those with :meth:`synthetic`, which converts.
+    ``synthetic_rates`` has vLLM's semantics of ``synthetic_acceptance_rates``: the *unconditional*
+    per-position rates ``p_1..p_K`` (``p_i`` is the probability that drafts 1..i are all accepted;
+    non-increasing, in [0, 1]). The loop accepts draft i with the conditional rate
+    ``c_i = p_i / p_{i-1}`` (:attr:`conditional_rates`). For vLLM's other knob, a target AL, use
+    :meth:`synthetic` (minimum-variance schedule). For every minimum-variance schedule the
+    unconditional and the conditional rates are the same numbers.
     """
 
     k: int
@@ -97,16 +101,11 @@ class SpecSettings:
             )
         NgramProposer(self.ngram_min, self.ngram_max)  # validates the n-gram sizes
         if self.synthetic_rates is not None:
-            rates = tuple(self.synthetic_rates)
-            if len(rates) != self.k:
-                raise InvalidInputError(
-                    f"synthetic_rates has {len(rates)} value(s); k={self.k} needs exactly {self.k} "
-                    "(one conditional accept rate per draft position)"
-                )
-            for i, c in enumerate(rates, start=1):
-                if isinstance(c, bool) or not isinstance(c, int | float) or not 0.0 <= c <= 1.0:
-                    raise InvalidInputError(f"synthetic_rates c_{i}={c!r} must be a number in [0, 1]")
-            object.__setattr__(self, "synthetic_rates", tuple(float(c) for c in rates))
+            try:
+                rates = validate_rates(tuple(self.synthetic_rates), self.k)
+            except InvalidInputError as exc:
+                raise InvalidInputError(f"synthetic_rates: {exc}") from None
+            object.__setattr__(self, "synthetic_rates", rates)
 
     @classmethod
     def synthetic(
@@ -130,27 +129,19 @@ class SpecSettings:
         unconditional = min_variance_rates(validate_al(al, k), k) if al is not None else None
         if rates is not None:
             unconditional = validate_rates(rates, k)
-        assert unconditional is not None
-        conditional = tuple(0.0 if c is None else c for c in conditional_from_unconditional(unconditional))
-        return cls(k=k, ngram_min=ngram_min, ngram_max=ngram_max, synthetic_rates=conditional)
+        return cls(k=k, ngram_min=ngram_min, ngram_max=ngram_max, synthetic_rates=unconditional)
 
     @property
-    def unconditional_rates(self) -> tuple[float, ...] | None:
-        """``p_i = c_1 * ... * c_i`` (probability that the first i drafts are all accepted)."""
+    def conditional_rates(self) -> tuple[float, ...] | None:
+        """``c_i = p_i / p_{i-1}`` (0 where position i is never reached): what each draw uses."""
         if self.synthetic_rates is None:
             return None
-        out: list[float] = []
-        prod = 1.0
-        for c in self.synthetic_rates:
-            prod *= c
-            out.append(prod)
-        return tuple(out)
+        return tuple(0.0 if c is None else c for c in conditional_from_unconditional(self.synthetic_rates))
 
     @property
     def expected_al(self) -> float | None:
         """The AL synthetic mode realises when every step carries K drafts: ``1 + sum(p_i)``."""
-        rates = self.unconditional_rates
-        return None if rates is None else 1.0 + math.fsum(rates)
+        return None if self.synthetic_rates is None else 1.0 + math.fsum(self.synthetic_rates)
 
 
 @dataclass(frozen=True)
@@ -606,7 +597,7 @@ class TinyEngine:
         accept_rng: np.random.Generator,
     ) -> tuple[list[int], int]:
         """Emitted tokens and the number of accepted drafts, from the logits of the verify pass."""
-        synthetic = spec.synthetic_rates if spec is not None else None
+        synthetic = spec.conditional_rates if spec is not None else None
         emitted: list[int] = []
         for i, draft in enumerate(drafts):
             dist = target_distribution(self._logits(i), params)

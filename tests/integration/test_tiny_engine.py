@@ -245,7 +245,7 @@ def test_synthetic_acceptance_realises_the_target(
     assert target is not None
     assert stats.ci is not None
     assert stats.ci.low - 1e-9 <= target <= stats.ci.high + 1e-9, (label, stats.al, stats.ci)
-    rates = settings.unconditional_rates
+    rates = settings.synthetic_rates
     assert rates is not None
     histogram = Counter(a + 1 for a in accepted)
     assert goodness_of_fit(histogram, pmf_from_rates(rates)).p_value > 1e-3, (label, histogram)

@@ -183,23 +183,25 @@ def test_ngram_sizes_validated() -> None:
 def test_spec_settings_validation_and_vllm_knob_conversion() -> None:
     with pytest.raises(InvalidInputError, match="k=9"):
         SpecSettings(k=9)
-    with pytest.raises(InvalidInputError, match="synthetic_rates has 2"):
+    with pytest.raises(InvalidInputError, match="synthetic_rates: rates has 2"):
         SpecSettings(k=3, synthetic_rates=(1.0, 0.5))
-    with pytest.raises(InvalidInputError, match="c_2"):
+    with pytest.raises(InvalidInputError, match="p_2"):
         SpecSettings(k=2, synthetic_rates=(1.0, 1.5))
+    with pytest.raises(InvalidInputError, match="non-increasing"):
+        SpecSettings(k=2, synthetic_rates=(0.2, 0.5))
     s = SpecSettings.synthetic(3, al=2.0)
     assert s.synthetic_rates == (1.0, 0.0, 0.0)
+    assert s.conditional_rates == (1.0, 0.0, 0.0)
     assert s.expected_al == pytest.approx(2.0)
     s = SpecSettings.synthetic(3, al=2.5)
-    assert s.synthetic_rates == (1.0, 0.5, 0.0)
+    assert s.synthetic_rates == s.conditional_rates == (1.0, 0.5, 0.0)
     r = SpecSettings.synthetic(3, rates=[0.8, 0.4, 0.1])
-    assert r.synthetic_rates == pytest.approx((0.8, 0.5, 0.25))
-    assert r.unconditional_rates == pytest.approx((0.8, 0.4, 0.1))
+    assert r == SpecSettings(k=3, synthetic_rates=(0.8, 0.4, 0.1))  # vLLM's unconditional rates
+    assert r.conditional_rates == pytest.approx((0.8, 0.5, 0.25))
     assert r.expected_al == pytest.approx(2.3)
+    assert SpecSettings(k=3, synthetic_rates=(0.5, 0.0, 0.0)).conditional_rates == (0.5, 0.0, 0.0)
     with pytest.raises(InvalidInputError, match="exactly one"):
         SpecSettings.synthetic(3)
-    with pytest.raises(InvalidInputError, match="non-increasing"):
-        SpecSettings.synthetic(2, rates=[0.2, 0.5])
 
 
 class _Pieces:
