@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from prefect import flow, get_run_logger, tags, task
-from prefect.cache_policies import NO_CACHE
 from prefect.context import TaskRunContext
 
 from alflow.acceptance.reference import (
@@ -183,7 +182,9 @@ def calibrate(params: CalibrateParams) -> dict[str, Any]:
     cached_points: list[str] = []
     scrapes: dict[str, Any] = {}
     point_task = (
-        calibrate_point.with_options(cache_policy=NO_CACHE)
+        # refresh_cache, not cache_policy=NO_CACHE: the task's cache_key_fn wins over a cache policy, so
+        # NO_CACHE alone still handed back cached points (seen with the tiny demo)
+        calibrate_point.with_options(refresh_cache=True)
         if params.cache_days <= 0
         else calibrate_point.with_options(
             cache_expiration=timedelta(days=params.cache_days), refresh_cache=params.refresh_cache
