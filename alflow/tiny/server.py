@@ -163,7 +163,8 @@ class TinyServerSettings:
     synthetic: dict[str, Any] | None = None
     speculative_config: dict[str, Any] | None = None
     host: str = "127.0.0.1"
-    port: int = 8000
+    port: int = 0
+    """0 binds a free port (tests, notebooks); ``alflow tiny serve`` passes its --port."""
     engine_info: dict[str, Any] = field(default_factory=dict)
 
     @property

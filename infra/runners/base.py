@@ -68,6 +68,10 @@ class ServerHandle:
     nodes: int = 1
     """Nodes the server spans."""
 
+    def __post_init__(self) -> None:
+        # a handle rebuilt from its JSON form (a Prefect result, a manifest) gets lists back
+        object.__setattr__(self, "metrics_urls", tuple(self.metrics_urls))
+
     @property
     def all_metrics_urls(self) -> tuple[str, ...]:
         """The endpoints to scrape: ``metrics_urls`` when set, else ``(metrics_url,)``."""

@@ -48,7 +48,9 @@ WRITING_PROMPTS = (
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[TinyEngine]:
-    eng = TinyEngine.load(n_ctx=1024, seed=0)
+    # 1 thread: llama.cpp's worker threads spin-wait, and on a busy 2-core machine 2 threads ran
+    # several times slower than 1 (the 600-generation distribution test timed out that way)
+    eng = TinyEngine.load(n_ctx=1024, seed=0, n_threads=1)
     yield eng
     eng.close()
 
@@ -174,6 +176,7 @@ def _two_sample_chi2(a: Sequence[object], b: Sequence[object]) -> tuple[float, i
     return chi_square_sf(stat, len(cells) - 1), len(cells)
 
 
+@pytest.mark.timeout(1800)  # 600 generations, with the module fixture's 300
 def test_sampled_distribution_with_drafting_equals_without(engine: TinyEngine, spec_samples: Samples) -> None:
     samples, drafted = spec_samples
     plain, plain_drafted = _sample_prefixes(engine, None, N_SAMPLES)
@@ -189,6 +192,7 @@ def test_sampled_distribution_with_drafting_equals_without(engine: TinyEngine, s
         )
 
 
+@pytest.mark.timeout(1800)  # may be the first user of the 300-sample fixture
 def test_speculative_samples_fit_the_exact_target_distribution(
     engine: TinyEngine, spec_samples: Samples
 ) -> None:
