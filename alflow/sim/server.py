@@ -32,6 +32,10 @@ from aiohttp import web
 from prometheus_client import generate_latest
 
 from alflow.errors import AlflowError, InvalidInputError
+from alflow.openai_api import ApiError
+from alflow.openai_api import get_bool as _get_bool
+from alflow.openai_api import get_float as _get_float
+from alflow.openai_api import get_int as _get_int
 from alflow.sim.acceptance import NaturalAcceptance, stable_seed
 from alflow.sim.cluster import ClusterError, HeadCluster, WorkerLink
 from alflow.sim.config import SGLANG_FIXED_TOKEN_ID, SimConfig
@@ -52,73 +56,11 @@ class SimStartupError(AlflowError):
     """The simulated server refused to start (``--fail-startup``) or could not bind."""
 
 
-class ApiError(Exception):
-    """An error answered as an OpenAI-style JSON body with an HTTP status."""
-
-    def __init__(
-        self, status: int, message: str, param: str | None = None, err_type: str | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.param = param
-        self.err_type = err_type or {
-            400: "BadRequestError",
-            404: "NotFoundError",
-            405: "MethodNotAllowed",
-            503: "ServiceUnavailableError",
-        }.get(status, "InternalServerError")
-
-    def body(self) -> bytes:
-        """The JSON error body."""
-        return orjson.dumps(
-            {
-                "error": {
-                    "message": self.message,
-                    "type": self.err_type,
-                    "param": self.param,
-                    "code": self.status,
-                }
-            }
-        )
-
-
 def _error_response(err: ApiError) -> web.Response:
     return web.Response(status=err.status, body=err.body(), content_type=_JSON)
 
 
 # ------------------------------------------------------------------------------------ validation
-
-
-def _get_int(body: dict[str, object], name: str, *, low: int, default: int | None) -> int | None:
-    value = body.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ApiError(400, f"{name} must be an integer, got {value!r}", name)
-    if value < low:
-        raise ApiError(400, f"{name} must be at least {low}, got {value}", name)
-    return value
-
-
-def _get_bool(body: dict[str, object], name: str, default: bool) -> bool:
-    value = body.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise ApiError(400, f"{name} must be a boolean, got {value!r}", name)
-    return value
-
-
-def _get_float(body: dict[str, object], name: str, default: float, low: float, high: float) -> float:
-    value = body.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ApiError(400, f"{name} must be a number, got {value!r}", name)
-    if not low <= value <= high:
-        raise ApiError(400, f"{name} must be in [{low}, {high}], got {value}", name)
-    return float(value)
 
 
 def _message_text(content: object, index: int) -> str:

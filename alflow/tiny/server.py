@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import os
 import threading
 import time
@@ -44,6 +43,10 @@ from aiohttp import web
 
 from alflow import __version__
 from alflow.errors import AlflowError, InvalidInputError
+from alflow.openai_api import ApiError
+from alflow.openai_api import get_bool as _get_bool
+from alflow.openai_api import get_float as _get_float
+from alflow.openai_api import get_int as _get_int
 from alflow.tiny.chat import ChatTemplateError, chat_stops, render_chat
 from alflow.tiny.metrics import TinyMetrics
 
@@ -177,60 +180,7 @@ class TinyStartupError(AlflowError):
     """The tiny server could not start (bind failure, bad settings)."""
 
 
-class ApiError(Exception):
-    """An error answered as an OpenAI-style JSON body with an HTTP status."""
-
-    def __init__(self, status: int, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.param = param
-        self.err_type = {400: "BadRequestError", 404: "NotFoundError"}.get(status, "InternalServerError")
-
-    def payload(self) -> dict[str, Any]:
-        """The ``{"error": ...}`` object."""
-        return {
-            "error": {
-                "message": self.message,
-                "type": self.err_type,
-                "param": self.param,
-                "code": self.status,
-            }
-        }
-
-
 # ------------------------------------------------------------------------------------ validation
-
-
-def _get_int(body: dict[str, Any], name: str, *, low: int, default: int | None) -> int | None:
-    value = body.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ApiError(400, f"{name} must be an integer, got {value!r}", name)
-    if value < low:
-        raise ApiError(400, f"{name} must be at least {low}, got {value}", name)
-    return value
-
-
-def _get_bool(body: dict[str, Any], name: str, default: bool) -> bool:
-    value = body.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise ApiError(400, f"{name} must be a boolean, got {value!r}", name)
-    return value
-
-
-def _get_float(body: dict[str, Any], name: str, default: float, low: float, high: float) -> float:
-    value = body.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ApiError(400, f"{name} must be a number, got {value!r}", name)
-    if not low <= value <= high:
-        raise ApiError(400, f"{name} must be in [{low}, {high}], got {value}", name)
-    return float(value)
 
 
 def _get_stop(body: dict[str, Any]) -> tuple[str, ...]:
