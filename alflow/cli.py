@@ -21,6 +21,7 @@ import typer
 import yaml
 from pydantic import BaseModel, ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from alflow import __version__, measure_cli
@@ -471,6 +472,7 @@ class DemoEngine(StrEnum):
 
     sim = "sim"
     tiny = "tiny"
+    vllm = "vllm"
 
 
 @app.command("demo")
@@ -483,7 +485,8 @@ def demo(
         typer.Option(
             "--engine",
             help="sim: M0 -> M1 -> M2 on the simulated engine; tiny: M0 -> M1 on the real tiny CPU engine "
-            "(needs the alflow\\[tiny] extra).",
+            "(needs the alflow\\[tiny] extra); vllm: M0 -> M1 on a real vLLM (CPU build, SmolLM2-135M; needs "
+            "scripts/setup.sh --vllm), and M2's refusal on CPU.",
         ),
     ] = DemoEngine.sim,
     refresh_cache: Annotated[
@@ -496,7 +499,14 @@ def demo(
 ) -> None:
     """M0 -> M1 (one pass, one deliberate fail) -> M2 on the simulated engine, or M0 -> M1 on the tiny engine."""
     prefect_defaults()
-    if engine is DemoEngine.tiny:
+    if engine is DemoEngine.vllm:
+        console.print(
+            "[bold]alflow demo --engine vllm[/bold]: M0 -> M1 on a REAL vLLM (CPU build) serving SmolLM2-135M "
+            "with n-gram drafting (about 5 GiB of memory, several minutes on 2 cores); then M2, which vLLM's "
+            "CPU build refuses.",
+            highlight=False,
+        )
+    elif engine is DemoEngine.tiny:
         console.print(
             "[bold]alflow demo --engine tiny[/bold]: M0 -> M1 on the tiny CPU engine (Gemma 3 270M, real n-gram "
             "drafting; a few minutes on 2 cores); the first run starts Prefect's temporary local server.",
@@ -519,6 +529,11 @@ def demo(
         raise typer.Exit(1)
     out = state.result()
     took = time.perf_counter() - started
+    if engine is DemoEngine.vllm:
+        _print_vllm_demo(console, out, took)
+        if not out["m1"]["vllm-cpu"]["passed"]:
+            raise typer.Exit(1)
+        return
     if engine is DemoEngine.tiny:
         _print_tiny_demo(console, out, took)
         if not out["m1"]["tiny"]["passed"]:
@@ -548,6 +563,44 @@ def _print_tiny_demo(console: Console, out: dict[str, Any], took: float) -> None
     console.print(
         f"Results: {out['results_root']} (report.html and report.md inside each run directory; numbers are "
         "real measurements of the tiny CPU engine, not of a GPU server)"
+    )
+    console.print(f"Demo finished in {took:.0f} s.", highlight=False)
+
+
+def _print_vllm_demo(console: Console, out: dict[str, Any], took: float) -> None:
+    model = out["model"]
+    console.print(f"Model: {escape(str(model['path']))} ({escape(str(model['source']))})", highlight=False)
+    m0 = out["m0"]
+    t0 = Table(title=f"M0 reference AL (real vLLM, CPU build, n-gram) -> {escape(m0['reference_path'])}")
+    for col in ("model", "K", "AL", "steps"):
+        t0.add_column(col)
+    for e in m0["entries"]:
+        t0.add_row(escape(e["model"]), str(e["k"]), f"{e['al']:.4f}", str(e["num_drafts"]))
+    console.print(t0)
+    cached = m0.get("cached_points") or []
+    if cached:
+        console.print(f"M0 points reused from the cache: {escape(', '.join(cached))}", highlight=False)
+    verdict = out["m1"]["vllm-cpu"]
+    status = "[green]passed[/green]" if verdict["passed"] else "[red]FAILED[/red]"
+    console.print(f"M1 vLLM CPU: {status} {escape(verdict['message'])}", highlight=False)
+    for v in verdict.get("verdicts") or []:
+        console.print(
+            f"  - {'pass' if v['passed'] else 'FAIL'}: {v['message']}", highlight=False, markup=False
+        )
+    refusal = out.get("m2_refusal")
+    console.print(
+        "M2 (synthetic acceptance) refused on vLLM's CPU build, as expected: " + (refusal or "")
+        if refusal
+        else "M2: NOT refused (unexpected on vLLM's CPU build)",
+        highlight=False,
+        markup=False,
+    )
+    console.print(f"{out['label']}", highlight=False, markup=False)
+    console.print(
+        f"Results: {out['results_root']} (report.html and report.md inside each run directory; server logs in "
+        "server-logs/)",
+        highlight=False,
+        markup=False,
     )
     console.print(f"Demo finished in {took:.0f} s.", highlight=False)
 

@@ -401,6 +401,14 @@ class ServerConfig(StrictModel):
         default_factory=dict,
         description="Extra environment variables (not secrets: put those in the runner's secrets, by name).",
     )
+    label: str | None = Field(
+        None,
+        max_length=300,
+        description=(
+            "A label every report and table puts on this server's numbers (e.g. 'real vLLM, CPU build, a 135M "
+            "model on CPU'); the built-in engines (sim, tiny) carry their own."
+        ),
+    )
 
     def __hash__(self) -> int:
         """Hash of the JSON form (``extra_env`` is a dict, which plain field hashing cannot take)."""
@@ -413,8 +421,9 @@ class ServerConfig(StrictModel):
 
     @property
     def engine_note(self) -> str | None:
-        """The label reports put on this server's numbers (simulated, tiny CPU engine), or None."""
-        return ENGINE_NOTES.get(self.framework)
+        """The label reports put on this server's numbers (simulated, tiny CPU engine, the config's label)."""
+        notes = [n for n in (ENGINE_NOTES.get(self.framework), self.label) if n]
+        return " ".join(notes) or None
 
     @model_validator(mode="after")
     def _synthetic_needs_speculation(self) -> Self:
@@ -868,11 +877,12 @@ class SweepParams(StrictModel):
 class DemoParams(StrictModel):
     """Where the demo writes, which engine it runs on and how big it is."""
 
-    engine: Literal["sim", "tiny"] = Field(
+    engine: Literal["sim", "tiny", "vllm"] = Field(
         "sim",
         description=(
             "sim: M0 -> M1 -> M2 on the simulated engine; tiny: M0 -> M1 on alflow's small real CPU engine "
-            "(n-gram drafting on Gemma 3 270M; needs the alflow[tiny] extra)."
+            "(n-gram drafting on Gemma 3 270M; needs the alflow[tiny] extra); vllm: M0 -> M1 on a real vLLM "
+            "(CPU build, SmolLM2-135M, n-gram drafting; needs scripts/setup.sh --vllm)."
         ),
     )
     results_root: str = Field("results/demo", description="Run store root of the demo.")
@@ -900,14 +910,39 @@ class DemoParams(StrictModel):
         ),
     )
 
+    vllm_env: str | None = Field(
+        None,
+        description=(
+            "vllm: the virtual environment holding vLLM's CPU build (None: $ALFLOW_VLLM_ENV, else .venv-vllm "
+            "beside alflow's source, as scripts/setup.sh --vllm makes it)."
+        ),
+    )
+    vllm_prompts: int = Field(
+        6,
+        ge=1,
+        le=8,
+        description="vllm: coding prompts of the bundled CPU prompt set used in M0 and M1 (1..8).",
+    )
+    vllm_max_tokens: int = Field(96, ge=8, le=1024, description="vllm: output cap per prompt in M0 and M1.")
+    vllm_sampled: bool = Field(
+        True,
+        description=(
+            "vllm: also calibrate a sampled setting (temperature 0.7, top-p 0.9, fixed seed) beside greedy, "
+            "as a second model entry of the reference table."
+        ),
+    )
+    vllm_gsm8k_limit: int = Field(
+        20, ge=1, description="vllm: GSM8K questions of the M1 accuracy gate (seeded subset)."
+    )
+
     @model_validator(mode="after")
     def _check(self) -> Self:
         for k in (*self.ks, self.benchmark_k):
             if not K_MIN <= k <= K_MAX:
                 raise ValueError(f"K={k} is outside [{K_MIN}, {K_MAX}]")
-        if self.engine == "tiny" and self.benchmark_k not in self.ks:
+        if self.engine in ("tiny", "vllm") and self.benchmark_k not in self.ks:
             raise ValueError(
-                f"benchmark_k={self.benchmark_k} must be one of ks {self.ks}: the tiny demo gates against its own M0"
+                f"benchmark_k={self.benchmark_k} must be one of ks {self.ks}: the {self.engine} demo gates against its own M0"
             )
         return self
 

