@@ -331,6 +331,14 @@ class ServerConfig(StrictModel):
         min_length=1, description="Model id to serve (Hugging Face repo id or a path in the container)."
     )
     revision: str | None = Field(None, description="Model revision to load (None: the framework's default).")
+    model_path: str | None = Field(
+        None,
+        min_length=1,
+        description=(
+            "Where the weights are (a local folder or hub id); model is then only the name the server answers "
+            "to (vLLM --served-model-name). None: load model."
+        ),
+    )
     image: str | None = Field(
         None,
         description=(
@@ -431,6 +439,11 @@ class ServerConfig(StrictModel):
             raise ValueError(
                 "synthetic acceptance needs speculative decoding (set speculative: method and k)"
             )
+        if self.model_path is not None and self.framework != "vllm":
+            raise ValueError(
+                f"model_path (weights apart from the served name) is rendered for vLLM only, not {self.framework!r}: "
+                "set model to the weights' path or id"
+            )
         if self.two_model is not None and self.framework not in ("trtllm", "sim"):
             raise ValueError(f"two_model applies to TensorRT-LLM only, not {self.framework!r}")
         return self
@@ -498,6 +511,18 @@ class ProcessOptions(StrictModel):
     secrets: tuple[str, ...] = Field(
         ("HF_TOKEN",),
         description="Names of secret environment variables passed through (values never stored).",
+    )
+    framework_env: str | None = Field(
+        None,
+        description=(
+            "A virtual environment or install prefix holding the framework (e.g. .venv-vllm): its bin/ goes first "
+            "on PATH and VIRTUAL_ENV is set, so the recipe's argv (vllm serve ...) runs the framework installed "
+            "there, with the same argv and environment as in a container. None: alflow's own PATH."
+        ),
+    )
+    executable: str | None = Field(
+        None,
+        description="A path that replaces the recipe's program (argv[0]), e.g. a site module's vllm executable.",
     )
 
 

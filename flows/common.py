@@ -62,9 +62,16 @@ def point_server(
 ) -> ServerConfig:
     """The template with this point's model, speculative method and K, and synthetic knobs (validated)."""
     data = template.model_dump()
+    lookup: dict[str, int | None] = {}
+    if template.speculative is not None and template.speculative.method is method:
+        # the template's n-gram lookup windows hold for every K
+        lookup = {
+            "prompt_lookup_min": template.speculative.prompt_lookup_min,
+            "prompt_lookup_max": template.speculative.prompt_lookup_max,
+        }
     data.update(
         model=model,
-        speculative=SpeculativeConfig(method=method, k=k, draft_model=draft_model).model_dump(),
+        speculative=SpeculativeConfig(method=method, k=k, draft_model=draft_model, **lookup).model_dump(),
         synthetic=None if synthetic is None else synthetic.model_dump(),
     )
     return ServerConfig.model_validate(data)

@@ -20,3 +20,14 @@ class ServerStartError(RunnerError):
         self.log_tail = log_tail
         text = message if not log_tail else f"{message}\n--- last log lines ---\n{log_tail.rstrip()}"
         super().__init__(text)
+
+
+class ServerRefusedError(ServerStartError):
+    """The server exited before it was ready: a deterministic refusal (a bad flag, an unsupported feature).
+
+    Never retried: starting the same launch again gives the same refusal.
+    """
+
+
+class FrameworkInstallError(InvalidInputError):
+    """The framework environment or executable a runner was told to use is not there."""

@@ -12,13 +12,16 @@ import logging
 import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from alflow.config import RunnerOptions, ServerConfig, SlurmOptions
+from alflow.models import model_provenance
 from infra.errors import RunnerError
 from infra.launch import Launch
 from infra.recipes import build_launch
 from infra.runners import ServerHandle, make_runner
+from infra.runners.base import fetch_json
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +40,13 @@ def start_server(
     On any failure after the start, the server is stopped before the error propagates.
     """
     launch = build_launch(config)
-    return start_launch(
+    handle = start_launch(
         launch, options, run_id=run_id, secret_source=secret_source, timeout_s=timeout_s, **extras
     )
+    model = model_provenance(config.model_path) if config.model_path else None
+    if model:
+        handle = replace(handle, provenance={**handle.provenance, **model})
+    return handle
 
 
 def start_launch(
@@ -61,7 +68,22 @@ def start_launch(
     except BaseException:
         runner.stop(handle)
         raise
+    version = server_version(handle.base_url)
+    if version is not None:
+        handle = replace(handle, provenance={**handle.provenance, "framework_version": version})
     return handle
+
+
+VERSION_PATH = "/version"
+"""Where vLLM (and alflow's sim and tiny engines) say which version they are: ``{"version": "..."}``."""
+
+
+def server_version(base_url: str, timeout_s: float = 5.0) -> str | None:
+    """The live server's own version from ``GET /version`` (None when it does not say)."""
+    info = fetch_json(base_url.rstrip("/") + VERSION_PATH, timeout_s)
+    if isinstance(info, dict) and isinstance(info.get("version"), str | int | float):
+        return str(info["version"])
+    return None
 
 
 def stop_server(handle: ServerHandle, options: RunnerOptions, **extras: Any) -> None:

