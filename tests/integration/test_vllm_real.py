@@ -30,6 +30,7 @@ from alflow.config import (
     Gsm8kSettings,
     LoadConfig,
     ProcessOptions,
+    SamplingParams,
     ServerPlacement,
     SpecMethod,
     SpeedBenchWorkload,
@@ -95,14 +96,19 @@ def _scrape(base_url: str) -> Snapshot:
 
 def test_the_recipes_argv_is_what_the_real_vllm_runs_and_accepts(served: tuple[ServerHandle, Any]) -> None:
     handle, config = served
-    launch = build_launch(config)
-    assert launch.argv[:3] == ("vllm", "serve", config.model_path)
+    argv = tuple(handle.provenance["argv"])  # type: ignore[arg-type]
+    port = argv[argv.index("--port") + 1]
+    assert handle.base_url.endswith(f":{port}")
+    # what the recipe renders for the Docker path, but for the port the OS gave each call
+    rendered = build_launch(config.model_copy(update={"port": int(port)})).argv
+    assert argv == rendered
+    assert argv[:3] == ("vllm", "serve", config.model_path)
     pid = int(handle.id.split("@")[0])
     cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
     args = [a.decode() for a in cmdline]
     # the console script runs under the environment's interpreter: python .../bin/vllm serve ...
-    assert args[-(len(launch.argv) - 1) :] == list(launch.argv[1:]), args
-    assert Path(args[-len(launch.argv)]).resolve() == (ENV / "bin" / "vllm").resolve()
+    assert args[-(len(argv) - 1) :] == list(argv[1:]), args
+    assert Path(args[-len(argv)]).resolve() == (ENV / "bin" / "vllm").resolve()
     log = Path(str(handle.log_path)).read_text(errors="replace")
     assert "non-default args" in log  # vLLM's parser took every flag (an unknown one exits with usage)
     assert "'served_model_name': ['SmolLM2-135M-Instruct']" in log
@@ -194,7 +200,7 @@ def test_m0_on_real_vllm_writes_the_servers_counter_deltas(demo_run: dict[str, A
     assert VLLM_CPU_LABEL in table.description
     entries = {e.k: e for e in table.entries}
     assert set(entries) == {2, 3}
-    scrapes = json.loads((Path(demo_run["m0"]["run_dir"]) / SCRAPES).read_text())["points"]
+    scrapes = open_run(demo_run["m0"]["run_dir"]).json(SCRAPES)["points"]
     assert len(scrapes) == 2
     for point in scrapes.values():
         entry = entries[point["k"]]
@@ -245,12 +251,18 @@ def test_m1_passes_on_the_same_engine_and_m2_is_refused(demo_run: dict[str, Any]
 def test_m1_fails_the_al_gate_on_prompts_that_accept_less(
     demo_run: dict[str, Any], smol: PreparedModel, prefect_harness: None
 ) -> None:
-    """Writing prompts quote nothing to copy: n-gram drafts are rarer and wronger, so the AL falls."""
+    """Sampling at temperature 1.0 instead of greedy: the n-gram drafts are rejected far more often.
+
+    (Writing prompts do not do it on this model: SmolLM2-135M repeats itself there too, measured AL 2.58
+    against 2.30 on coding; AL counts only steps that carried drafts.)
+    """
     del prefect_harness
     root = Path(demo_run["results_root"])
     state = gate(
         GateParams(
-            model=demo_run["greedy_model"],
+            model=demo_run["greedy_model"].model_copy(
+                update={"sampling_thinking_off": SamplingParams(temperature=1.0, seed=7, max_tokens=96)}
+            ),
             method=SpecMethod.NGRAM,
             k=3,
             server=vllm_cpu_server(str(smol.path)),
@@ -271,4 +283,6 @@ def test_m1_fails_the_al_gate_on_prompts_that_accept_less(
     message = str(state.message)
     assert "AL" in message
     assert "threshold" in message
-    assert "CI" in message or "confidence" in message
+    assert "CI [" in message
+    summary = open_run(str(next((root / "m1").iterdir(), None))).manifest  # the failed run is stored too
+    assert summary is not None
