@@ -142,7 +142,9 @@ def _entry(
         ci_high=ci.get("high"),
         provenance=Provenance(
             framework=str(prov.get("framework") or params.server.framework),
-            framework_version=None if prov.get("framework_version") is None else str(prov["framework_version"]),
+            framework_version=None
+            if prov.get("framework_version") is None
+            else str(prov["framework_version"]),
             image=server.get("image"),
             image_digest=server.get("image_digest"),
             command=tuple(prov.get("argv") or ()) or None,
