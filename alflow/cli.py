@@ -542,14 +542,19 @@ def demo(
     _print_demo(console, out, took)
 
 
+def _m0_table(what: str, m0: dict[str, Any]) -> Table:
+    """The M0 reference table of a real-acceptance demo (model, K, AL, steps), user strings escaped."""
+    table = Table(title=f"M0 reference AL ({what}) -> {escape(str(m0['reference_path']))}")
+    for col in ("model", "K", "AL", "steps"):
+        table.add_column(col)
+    for e in m0["entries"]:
+        table.add_row(escape(str(e["model"])), str(e["k"]), f"{e['al']:.4f}", str(e["num_drafts"]))
+    return table
+
+
 def _print_tiny_demo(console: Console, out: dict[str, Any], took: float) -> None:
     m0 = out["m0"]
-    t0 = Table(title=f"M0 reference AL (tiny CPU engine, real n-gram acceptance) -> {m0['reference_path']}")
-    for col in ("model", "K", "AL", "steps"):
-        t0.add_column(col)
-    for e in m0["entries"]:
-        t0.add_row(e["model"], str(e["k"]), f"{e['al']:.4f}", str(e["num_drafts"]))
-    console.print(t0)
+    console.print(_m0_table("tiny CPU engine, real n-gram acceptance", m0))
     cached = m0.get("cached_points") or []
     if cached:
         console.print(f"M0 calibration points reused from the cache: {', '.join(cached)}", highlight=False)
@@ -571,12 +576,7 @@ def _print_vllm_demo(console: Console, out: dict[str, Any], took: float) -> None
     model = out["model"]
     console.print(f"Model: {escape(str(model['path']))} ({escape(str(model['source']))})", highlight=False)
     m0 = out["m0"]
-    t0 = Table(title=f"M0 reference AL (real vLLM, CPU build, n-gram) -> {escape(m0['reference_path'])}")
-    for col in ("model", "K", "AL", "steps"):
-        t0.add_column(col)
-    for e in m0["entries"]:
-        t0.add_row(escape(e["model"]), str(e["k"]), f"{e['al']:.4f}", str(e["num_drafts"]))
-    console.print(t0)
+    console.print(_m0_table("real vLLM, CPU build, n-gram", m0))
     cached = m0.get("cached_points") or []
     if cached:
         console.print(f"M0 points reused from the cache: {escape(', '.join(cached))}", highlight=False)

@@ -96,9 +96,19 @@ def demo(params: DemoParams | None = None) -> dict[str, Any]:
     return _sim_demo(p)
 
 
+def _real_acceptance_gate(params: GateParams, label: str) -> dict[str, Any]:
+    """M1 on a real-acceptance demo engine: passed, message, and (when it passed) the gate's result."""
+    state = gate(params, return_state=True)
+    passed = state.is_completed()
+    m1: dict[str, Any] = {"passed": passed, "message": str(state.message or "")}
+    if passed:
+        m1.update(state.result())
+    get_run_logger().info("M1 %s: %s", label, "passed" if passed else f"FAILED: {state.message}")
+    return m1
+
+
 def _tiny_demo(p: DemoParams) -> dict[str, Any]:
     """M0 on the tiny engine for K in ``ks``, then M1 at ``benchmark_k`` against that reference."""
-    log = get_run_logger()
     root = Path(p.results_root)
     reference = str(root / "reference-tiny.yaml")
     placement = ServerPlacement(results_root=str(root))
@@ -127,7 +137,7 @@ def _tiny_demo(p: DemoParams) -> dict[str, Any]:
             cache_days=0.0,
         )
     )
-    state = gate(
+    m1 = _real_acceptance_gate(
         GateParams(
             model=model,
             method=SpecMethod.NGRAM,
@@ -144,13 +154,8 @@ def _tiny_demo(p: DemoParams) -> dict[str, Any]:
                 thresholds_file=str(tiny_thresholds_path()),
             ),
         ),
-        return_state=True,
+        "tiny",
     )
-    passed = state.is_completed()
-    m1: dict[str, Any] = {"passed": passed, "message": str(state.message or "")}
-    if passed:
-        m1.update(state.result())
-    log.info("M1 tiny: %s", "passed" if passed else f"FAILED: {state.message}")
     return {
         "engine": "tiny",
         "m0": m0,
@@ -238,7 +243,7 @@ def _vllm_demo(p: DemoParams) -> dict[str, Any]:
             refresh_cache=p.refresh_cache,
         )
     )
-    state = gate(
+    m1 = _real_acceptance_gate(
         GateParams(
             model=greedy,
             method=SpecMethod.NGRAM,
@@ -255,13 +260,8 @@ def _vllm_demo(p: DemoParams) -> dict[str, Any]:
                 thresholds_file=str(vllm_cpu_thresholds_path()),
             ),
         ),
-        return_state=True,
+        "vLLM CPU",
     )
-    passed = state.is_completed()
-    m1: dict[str, Any] = {"passed": passed, "message": str(state.message or "")}
-    if passed:
-        m1.update(state.result())
-    log.info("M1 vLLM CPU: %s", "passed" if passed else f"FAILED: {state.message}")
     # M2 needs synthetic acceptance, which vLLM's CPU build refuses: ask, and show the refusal
     m2_state = benchmark(
         BenchmarkParams(

@@ -142,7 +142,7 @@ class ProcessRunner:
             if not self.options.executable and "/" not in argv[0] and not _is_executable(bin_dir / argv[0]):
                 raise FrameworkInstallError(
                     f"runner.framework_env={self.options.framework_env!r}: no executable {argv[0]!r} in {bin_dir}; "
-                    f"expected a {launch.framework} environment (vLLM's CPU build: bash scripts/setup.sh --vllm)"
+                    f"expected an environment with {launch.framework} installed"
                 )
         if self.options.executable:
             exe = Path(self.options.executable).expanduser()
