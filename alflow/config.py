@@ -397,7 +397,15 @@ class ServerConfig(StrictModel):
     enable_prefix_caching: bool = Field(
         False, description="Prefix caching; off by default so repeated prompts do not inflate the speed."
     )
-    host: str = Field("0.0.0.0", min_length=1, description="Address the server binds to.")  # noqa: S104
+    host: str | None = Field(
+        None,
+        min_length=1,
+        description=(
+            "Address the server binds to. None: the runner's choice: loopback (127.0.0.1) for a local process "
+            "or a container on the host network; all addresses (0.0.0.0) only where the server must be reached "
+            "from another host or namespace (Slurm nodes, a bridge-networked container)."
+        ),
+    )
     port: int = Field(0, ge=0, le=65535, description="Port the server listens on; 0 picks a free port.")
     readiness_timeout_s: float = Field(
         1800.0,

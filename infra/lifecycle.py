@@ -19,7 +19,7 @@ from alflow.config import RunnerOptions, ServerConfig, SlurmOptions
 from alflow.models import model_provenance
 from infra.errors import RunnerError
 from infra.launch import Launch
-from infra.recipes import build_launch
+from infra.recipes import ALL_ADDRESSES, LOOPBACK, build_launch
 from infra.runners import ServerHandle, make_runner
 from infra.runners.base import fetch_json
 
@@ -39,7 +39,7 @@ def start_server(
 
     On any failure after the start, the server is stopped before the error propagates.
     """
-    launch = build_launch(config)
+    launch = build_launch(config, default_host=bind_host(options))
     handle = start_launch(
         launch, options, run_id=run_id, secret_source=secret_source, timeout_s=timeout_s, **extras
     )
@@ -47,6 +47,17 @@ def start_server(
     if model:
         handle = replace(handle, provenance={**handle.provenance, **model})
     return handle
+
+
+def bind_host(options: RunnerOptions) -> str:
+    """Where a server binds when its config names no host: loopback, unless it must be reached from elsewhere.
+
+    Slurm: the server runs on a compute node and the client on the submitting host. Docker with
+    bridge networking: the port is mapped from the host into the container's namespace.
+    """
+    if isinstance(options, SlurmOptions) or getattr(options, "network", None) == "bridge":
+        return ALL_ADDRESSES
+    return LOOPBACK
 
 
 def start_launch(
@@ -125,6 +136,15 @@ def _reclaim_docker(options: RunnerOptions, is_live: LiveRun | None) -> list[str
     return [e.name for e in cleanup_containers(older_than_s=0.0) if e.removed]
 
 
+def _reclaim_process(options: RunnerOptions, is_live: LiveRun | None) -> list[str]:
+    """Stop registered process-runner servers whose owner process is gone (a killed run)."""
+    del is_live  # the owner's liveness decides: a live owner stops its own servers
+    from infra.runners.registry import reclaim_processes
+
+    grace = getattr(options, "stop_timeout_s", 10.0)
+    return [item.name for item in reclaim_processes(grace_s=grace) if item.removed]
+
+
 def alflow_slurm_jobs(timeout_s: float = 30.0) -> list[tuple[str, str]]:
     """``(job id, run id)`` of this user's Slurm jobs that alflow submitted (comment ``alflow-run:<id>``).
 
@@ -165,6 +185,7 @@ def _reclaim_slurm(options: RunnerOptions, is_live: LiveRun | None) -> list[str]
 
 _RECLAIMERS: dict[str, Callable[[RunnerOptions, LiveRun | None], list[str]]] = {
     "docker": _reclaim_docker,
+    "process": _reclaim_process,
     "slurm": _reclaim_slurm,
 }
 """Per runner kind: how to remove what a killed run left behind (containers, Slurm jobs holding GPUs)."""
@@ -176,8 +197,9 @@ def reclaim_host(options: RunnerOptions, *, is_live: LiveRun | None = None) -> l
     Call it only while holding the host's GPU concurrency slot: no other alflow run owns a server
     there then, so anything labelled by alflow is a leftover. Slurm jobs carry their run's id, so
     ``is_live(run_id)`` (e.g. "is that Prefect flow run still running?") can spare the jobs of runs
-    that are still going, for clusters shared by several alflow runs. Runners with nothing to
-    reclaim (process, external) return an empty list.
+    that are still going, for clusters shared by several alflow runs. Process-runner servers are
+    reclaimed when the alflow process that started them is gone; the external runner has nothing
+    to reclaim.
     """
     reclaimer = _RECLAIMERS.get(options.kind)
     removed = reclaimer(options, is_live) if reclaimer is not None else []

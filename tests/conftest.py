@@ -16,3 +16,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for name, mark in _MARKS.items():
             if name in parts:
                 item.add_marker(mark)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """alflow's state folder (the registry of started servers) in a folder of this test session.
+
+    Set before any test runs and inherited by every process the tests start, so tests never see or
+    touch the user's own registry, and the registry a test session leaves can be checked.
+    """
+    import os
+    import tempfile
+
+    if "ALFLOW_STATE_DIR" not in os.environ:
+        os.environ["ALFLOW_STATE_DIR"] = tempfile.mkdtemp(prefix="alflow-test-state-")

@@ -53,8 +53,18 @@ def get_recipe(framework: str) -> Recipe:
         raise RecipeError(f"no recipe for framework {framework!r}; known: {', '.join(RECIPES)}") from None
 
 
-def build_launch(config: ServerConfig) -> Launch:
-    """The Launch for ``config`` from its framework's recipe."""
+LOOPBACK = "127.0.0.1"
+ALL_ADDRESSES = "0.0.0.0"  # noqa: S104 - only where a server must be reached from another host
+
+
+def build_launch(config: ServerConfig, *, default_host: str = LOOPBACK) -> Launch:
+    """The Launch for ``config`` from its framework's recipe.
+
+    A config without a ``host`` binds ``default_host``: loopback unless the runner needs the server
+    reachable from elsewhere (see :func:`infra.lifecycle.bind_host`).
+    """
+    if config.host is None:
+        config = config.model_copy(update={"host": default_host})
     return get_recipe(config.framework).build(config)
 
 
@@ -71,4 +81,4 @@ def check_install(launch: Launch, prefix: Path) -> None:
         checker(launch, prefix)
 
 
-__all__ = ["RECIPES", "Recipe", "build_launch", "check_install", "get_recipe"]
+__all__ = ["ALL_ADDRESSES", "LOOPBACK", "RECIPES", "Recipe", "build_launch", "check_install", "get_recipe"]

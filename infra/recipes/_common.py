@@ -15,9 +15,16 @@ from infra.launch import KNOB_ENV_NAMES, free_port
 _VERSION_TAG = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+\-_].*)?$")
 
 
+def bind_host_of(config: ServerConfig) -> str:
+    """The address the server binds (``build_launch`` fills a missing one before a recipe runs)."""
+    if config.host is None:
+        raise RecipeError("internal: a recipe got a config without a bind host (build_launch fills it)")
+    return config.host
+
+
 def resolve_port(config: ServerConfig) -> int:
     """The configured port, or a free one on the bind host when the config says 0."""
-    return config.port or free_port(config.host)
+    return config.port or free_port(bind_host_of(config))
 
 
 def image_tag(image: str | None) -> str | None:

@@ -26,6 +26,7 @@ from alflow.metrics.names import SGLANG_METRICS_PATH
 from infra.errors import RecipeError
 from infra.launch import HEAD_ADDR, NODE_RANK, Launch, LaunchGroup, MetricsEndpoint, node_addr
 from infra.recipes._common import (
+    bind_host_of,
     check_extra_args,
     gpus_per_node,
     image_tag,
@@ -166,7 +167,7 @@ class SglangRecipe:
                 f"SGLang expert parallelism needs --ep-size equal to --tp-size; got ep={par.ep}, tp={par.tp}"
             )
         argv = ["python3", "-m", "sglang.launch_server", "--model-path", config.model]
-        argv += ["--host", config.host, "--port", str(port)]
+        argv += ["--host", bind_host_of(config), "--port", str(port)]
         if config.revision:
             argv += ["--revision", config.revision]
         argv += ["--tp-size", str(par.tp)]
@@ -217,7 +218,7 @@ class SglangRecipe:
             model=config.model,
             argv=tuple(argv),
             port=port,
-            host=config.host,
+            host=bind_host_of(config),
             env=env,
             health_path=self.health_path,
             metrics_path=self.metrics_path,
@@ -274,7 +275,7 @@ class SglangRecipe:
                 argv += config.extra_args
                 groups.append(LaunchGroup(f"{mode}{i}", mode, node, role.nodes, tuple(argv), port))
                 node += role.nodes
-        router += ["--host", config.host, "--port", str(router_port), *dis.router_args]
+        router += ["--host", bind_host_of(config), "--port", str(router_port), *dis.router_args]
         return router, tuple(groups), tuple(endpoints), max(per_node)
 
     def sim_source(self, config: ServerConfig) -> SimSource:

@@ -24,7 +24,7 @@ from alflow.config import ServerConfig
 from alflow.sim.config import SimConfig
 from infra.errors import RecipeError
 from infra.launch import HEAD_ADDR, NNODES, NODE_RANK, Launch, MetricsEndpoint
-from infra.recipes._common import check_extra_args, merge_env, resolve_port
+from infra.recipes._common import bind_host_of, check_extra_args, merge_env, resolve_port
 from infra.recipes.dialects import DIALECTS
 
 SIM_IMAGE = "alflow-sim-base:local"
@@ -65,7 +65,7 @@ class SimRecipe:
         dialect = DIALECTS[config.sim_dialect]
         source = dialect.sim_source(config)
         port = resolve_port(config)
-        argv = [self.python, "-m", "alflow.sim", "serve", "--host", config.host, "--port", str(port)]
+        argv = [self.python, "-m", "alflow.sim", "serve", "--host", bind_host_of(config), "--port", str(port)]
         argv += ["--dialect", config.sim_dialect, "--model-name", config.model]
         spec = config.speculative
         if spec is not None:
@@ -102,7 +102,7 @@ class SimRecipe:
             model=SimConfig(model_name=config.model).served_model_name,
             argv=tuple(argv),
             port=port,
-            host=config.host,
+            host=bind_host_of(config),
             env=env,
             health_path=dialect.health_path,
             metrics_path=dialect.metrics_path,

@@ -29,7 +29,7 @@ from alflow.config import ServerConfig, SpecMethod
 from alflow.metrics.names import VLLM_METRICS_PATH
 from infra.errors import RecipeError
 from infra.launch import Launch
-from infra.recipes._common import check_extra_args, merge_env, resolve_port
+from infra.recipes._common import bind_host_of, check_extra_args, merge_env, resolve_port
 from infra.recipes.sim import SIM_IMAGE
 from infra.recipes.vllm import VllmRecipe
 
@@ -82,7 +82,16 @@ class TinyRecipe:
         check_extra_args(self.framework, config.extra_args, TINY_MANAGED_FLAGS)
         spec_json, warnings, synthetic = VllmRecipe().speculative_config(config)
         port = resolve_port(config)
-        argv = [self.python, "-m", "alflow.tiny", "serve", "--host", config.host, "--port", str(port)]
+        argv = [
+            self.python,
+            "-m",
+            "alflow.tiny",
+            "serve",
+            "--host",
+            bind_host_of(config),
+            "--port",
+            str(port),
+        ]
         argv += ["--served-model-name", config.model]
         if config.model.endswith(".gguf"):
             argv += ["--model", config.model]
@@ -99,7 +108,7 @@ class TinyRecipe:
             model=config.model,
             argv=tuple(argv),
             port=port,
-            host=config.host,
+            host=bind_host_of(config),
             env={"PYTHONUNBUFFERED": "1", **merge_env({}, config.extra_env)},
             health_path="/health",
             metrics_path=VLLM_METRICS_PATH,

@@ -28,7 +28,14 @@ from alflow.config import ServerConfig, SpecMethod
 from alflow.metrics.names import TRTLLM_METRICS_PATH
 from infra.errors import RecipeError
 from infra.launch import DEFAULT_FILES_DIR, Launch, LaunchFile
-from infra.recipes._common import check_extra_args, gpus_per_node, merge_env, render_synthetic, resolve_port
+from infra.recipes._common import (
+    bind_host_of,
+    check_extra_args,
+    gpus_per_node,
+    merge_env,
+    render_synthetic,
+    resolve_port,
+)
 from infra.recipes.types import SimSource
 
 TRTLLM_IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:latest"
@@ -128,7 +135,7 @@ class TrtllmRecipe:
         env = merge_env(knobs.env if knobs else {}, config.extra_env)
         port = resolve_port(config)
         options = LaunchFile(TRTLLM_OPTIONS_FILE, yaml.safe_dump(self.options(config), sort_keys=False))
-        argv = ["trtllm-serve", config.model, "--host", config.host, "--port", str(port)]
+        argv = ["trtllm-serve", config.model, "--host", bind_host_of(config), "--port", str(port)]
         argv += ["--config", f"{DEFAULT_FILES_DIR}/{options.name}"]
         argv += ["--tp_size", str(par.tp)]
         if par.pp > 1:
@@ -147,7 +154,7 @@ class TrtllmRecipe:
             model=config.model,
             argv=tuple(argv),
             port=port,
-            host=config.host,
+            host=bind_host_of(config),
             env=env,
             files=(options,),
             health_path=self.health_path,

@@ -25,6 +25,7 @@ from alflow.metrics.names import VLLM_METRICS_PATH
 from infra.errors import RecipeError
 from infra.launch import HEAD_ADDR, NODE_RANK, Launch
 from infra.recipes._common import (
+    bind_host_of,
     check_extra_args,
     distribution_version,
     gpus_per_node,
@@ -125,7 +126,7 @@ class VllmRecipe:
         argv = ["vllm", "serve", config.model_path or config.model]
         if config.model_path:
             argv += ["--served-model-name", config.model]
-        argv += ["--host", config.host, "--port", str(port)]
+        argv += ["--host", bind_host_of(config), "--port", str(port)]
         if config.revision:
             argv += ["--revision", config.revision]
         if spec is not None:
@@ -162,7 +163,7 @@ class VllmRecipe:
             model=config.model,
             argv=tuple(argv),
             port=port,
-            host=config.host,
+            host=bind_host_of(config),
             env=env,
             health_path=self.health_path,
             metrics_path=self.metrics_path,

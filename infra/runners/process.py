@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from alflow.config import ProcessOptions
+from alflow.procguard import Guard, pid_alive, same_process_alive, start_ticks
 from infra.errors import FrameworkInstallError, RunnerError
 from infra.launch import (
     KNOB_ENV_NAMES,
@@ -31,6 +32,7 @@ from infra.launch import (
     single_host_metrics_urls,
 )
 from infra.recipes import check_install
+from infra.runners import registry
 from infra.runners.base import (
     LOG_TAIL_LINES,
     SecretSource,
@@ -55,6 +57,7 @@ class ProcessRunner:
     # stop_server call) finds the child, stops it and reaps it (no zombie, no ResourceWarning).
     _procs: ClassVar[dict[str, subprocess.Popen[bytes]]] = {}
     _secrets: ClassVar[dict[str, Mapping[str, str]]] = {}
+    _guards: ClassVar[dict[str, Guard]] = {}
 
     def __init__(
         self,
@@ -110,6 +113,21 @@ class ProcessRunner:
         self._procs[pid] = proc
         self._secrets[pid] = secrets
         base = launch.base_url()
+        # Nothing runs after its run: the guard stops the group when this process dies (even by
+        # SIGKILL), the registry records it for `alflow infra cleanup`.
+        try:
+            self._guards[pid] = Guard.start(proc.pid, group=True, grace_s=self.options.stop_timeout_s)
+            registry.register(
+                proc.pid,
+                run_id=self.run_id,
+                framework=launch.framework,
+                base_url=base,
+                log_path=str(log_path),
+            )
+        except BaseException:
+            _stop_group(proc.pid, lambda: proc.poll() is not None, self.options.stop_timeout_s)
+            self._release(pid)
+            raise
         return ServerHandle(
             runner=self.name,
             id=pid,
@@ -200,7 +218,8 @@ class ProcessRunner:
             # process (start time unchanged: the pid was not reused) and it still leads its group.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 if _same_process_alive(handle.id) and os.getpgid(pid) == pid:
-                    _stop_group(pid, lambda: not _pid_alive(pid), self.options.stop_timeout_s)
+                    _stop_group(pid, lambda: not pid_alive(pid), self.options.stop_timeout_s)
+            self._release(handle.id)
             return
         if proc.poll() is None:
             _stop_group(pid, lambda: proc.poll() is not None, self.options.stop_timeout_s)
@@ -210,26 +229,25 @@ class ProcessRunner:
                 os.killpg(pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=5.0)
+        self._release(handle.id)
         log.info("stopped server pid %s (exit code %s)", pid, proc.returncode)
+
+    def _release(self, handle_id: str) -> None:
+        """After a stop: end the server's guard and drop its registry entry."""
+        guard = self._guards.pop(handle_id, None)
+        if guard is not None:
+            guard.release()
+        pid, _, ticks = handle_id.partition("@")
+        registry.unregister(int(pid), ticks or None)
 
 
 def _is_executable(path: Path) -> bool:
     return path.is_file() and os.access(path, os.X_OK)
 
 
-def _start_ticks(pid: int) -> str | None:
-    """The process start time in clock ticks since boot (``/proc/PID/stat`` field 22), if known."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[-1].split()
-    return fields[19] if len(fields) > 19 else None
-
-
 def process_id(pid: int) -> str:
     """A handle id for ``pid``: ``PID@START`` where the start time is known, so a reused pid is told apart."""
-    ticks = _start_ticks(pid)
+    ticks = start_ticks(pid)
     return f"{pid}@{ticks}" if ticks else str(pid)
 
 
@@ -239,26 +257,8 @@ def pid_of(handle_id: str) -> int:
 
 
 def _same_process_alive(handle_id: str) -> bool:
-    pid = pid_of(handle_id)
-    if not _pid_alive(pid):
-        return False
-    _, _, ticks = handle_id.partition("@")
-    return not ticks or _start_ticks(pid) in (None, ticks)
-
-
-def _pid_alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie (an exited child nobody reaped yet)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return True  # no procfs: trust kill(0)
-    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
+    pid, _, ticks = handle_id.partition("@")
+    return same_process_alive(int(pid), ticks or None)
 
 
 def _stop_group(pgid: int, exited: Callable[[], bool], timeout_s: float) -> None:

@@ -14,7 +14,7 @@ from alflow.metrics.client import GpuLayout
 from alflow.topology import gpu_layout, topology
 from infra.errors import RecipeError
 from infra.launch import HEAD_ADDR, NODE_RANK, Launch, node_addr
-from infra.recipes import build_launch
+from infra.recipes import ALL_ADDRESSES, build_launch
 from infra.runners.slurm import JobInfo, SlurmRunner
 
 MTP3 = {"method": "mtp", "k": 3}
@@ -34,20 +34,27 @@ def flag(argv: tuple[str, ...], name: str) -> str:
 
 
 def test_sglang_spans_nodes_with_rank_and_head_placeholders() -> None:
-    launch = build_launch(config("sglang", nodes=2, parallelism={"tp": 16, "ep": 16}))
+    launch = build_launch(
+        config("sglang", nodes=2, parallelism={"tp": 16, "ep": 16}), default_host=ALL_ADDRESSES
+    )
     assert (launch.nodes, launch.gpus_per_node, launch.worker_argv, launch.mpi) == (2, 8, None, None)
     assert flag(launch.argv, "--nnodes") == "2"
     assert flag(launch.argv, "--node-rank") == NODE_RANK
     assert flag(launch.argv, "--dist-init-addr") == f"{HEAD_ADDR}:5000"
-    custom = build_launch(config("sglang", nodes=2, parallelism={"tp": 16}, dist_init_port=20000))
+    custom = build_launch(
+        config("sglang", nodes=2, parallelism={"tp": 16}, dist_init_port=20000), default_host=ALL_ADDRESSES
+    )
     assert flag(custom.argv, "--dist-init-addr") == f"{HEAD_ADDR}:20000"
-    single = build_launch(config("sglang", parallelism={"tp": 8}))
+    single = build_launch(config("sglang", parallelism={"tp": 8}), default_host=ALL_ADDRESSES)
     assert "--nnodes" not in single.argv
     assert single.gpus_per_node == 8
 
 
 def test_vllm_head_and_headless_workers() -> None:
-    launch = build_launch(config("vllm", nodes=2, parallelism={"tp": 8, "pp": 2}, dist_init_port=29600))
+    launch = build_launch(
+        config("vllm", nodes=2, parallelism={"tp": 8, "pp": 2}, dist_init_port=29600),
+        default_host=ALL_ADDRESSES,
+    )
     assert launch.worker_argv is not None
     assert launch.worker_argv == (*launch.argv, "--headless")
     assert flag(launch.argv, "--node-rank") == NODE_RANK
@@ -55,24 +62,29 @@ def test_vllm_head_and_headless_workers() -> None:
     assert flag(launch.argv, "--master-port") == "29600"
     assert launch.gpus_per_node == 8
     with_extra = build_launch(
-        config("vllm", nodes=2, parallelism={"tp": 16}, extra_args=("--enforce-eager",))
+        config("vllm", nodes=2, parallelism={"tp": 16}, extra_args=("--enforce-eager",)),
+        default_host=ALL_ADDRESSES,
     )
     assert with_extra.worker_argv is not None
     assert with_extra.worker_argv[-2:] == ("--headless", "--enforce-eager")
     assert with_extra.argv[-1] == "--enforce-eager"
-    assert build_launch(config("vllm", parallelism={"tp": 8})).worker_argv is None
+    assert build_launch(config("vllm", parallelism={"tp": 8}), default_host=ALL_ADDRESSES).worker_argv is None
 
 
 def test_vllm_data_parallel_across_nodes_is_refused() -> None:
     with pytest.raises(RecipeError, match=r"vLLM data parallelism across nodes \(dp=2, nodes=2\)"):
-        build_launch(config("vllm", nodes=2, parallelism={"tp": 8, "dp": 2, "ep": 16}))
+        build_launch(
+            config("vllm", nodes=2, parallelism={"tp": 8, "dp": 2, "ep": 16}), default_host=ALL_ADDRESSES
+        )
 
 
 def test_trtllm_spans_nodes_as_an_mpi_launch() -> None:
-    launch = build_launch(config("trtllm", nodes=2, parallelism={"tp": 16, "ep": 16}))
+    launch = build_launch(
+        config("trtllm", nodes=2, parallelism={"tp": 16, "ep": 16}), default_host=ALL_ADDRESSES
+    )
     assert launch.argv[:2] == ("trtllm-llmapi-launch", "trtllm-serve")
     assert (launch.mpi, launch.tasks_per_node, launch.gpus_per_node) == ("pmix", 8, 8)
-    single = build_launch(config("trtllm", parallelism={"tp": 8, "dp": 8}))
+    single = build_launch(config("trtllm", parallelism={"tp": 8, "dp": 8}), default_host=ALL_ADDRESSES)
     assert single.argv[0] == "trtllm-serve"
     assert (single.mpi, single.tasks_per_node, single.gpus_per_node) == (
         None,
@@ -84,7 +96,7 @@ def test_trtllm_spans_nodes_as_an_mpi_launch() -> None:
 @pytest.mark.parametrize("framework", ["sglang", "vllm", "trtllm"])
 def test_gpus_that_do_not_split_evenly_over_the_nodes_are_refused(framework: str) -> None:
     with pytest.raises(RecipeError, match=r"uses 12 GPU\(s\) .* cannot be split evenly over 8 nodes"):
-        build_launch(config(framework, nodes=8, parallelism={"tp": 12}))
+        build_launch(config(framework, nodes=8, parallelism={"tp": 12}), default_host=ALL_ADDRESSES)
 
 
 @pytest.mark.parametrize(
@@ -98,7 +110,7 @@ def test_gpus_that_do_not_split_evenly_over_the_nodes_are_refused(framework: str
 )
 def test_extra_args_may_not_set_the_node_flags(framework: str, flag_name: str) -> None:
     with pytest.raises(RecipeError, match=f"extra_args repeats '{flag_name}'"):
-        build_launch(config(framework, extra_args=(flag_name, "x")))
+        build_launch(config(framework, extra_args=(flag_name, "x")), default_host=ALL_ADDRESSES)
 
 
 # --- disaggregated prefill/decode -----------------------------------------------------------------------
@@ -119,7 +131,7 @@ def test_sglang_disaggregated_groups_router_and_decode_endpoints() -> None:
         synthetic={"target_al": 2.5},
         image="lmsysorg/sglang:v0.5.16",
     )
-    launch = build_launch(cfg)
+    launch = build_launch(cfg, default_host=ALL_ADDRESSES)
     assert [(g.name, g.role, g.first_node, g.nodes, g.port) for g in launch.groups] == [
         ("prefill0", "prefill", 0, 2, 30000),
         ("decode0", "decode", 2, 1, 31000),
@@ -204,7 +216,7 @@ def test_a_role_whose_gpus_do_not_split_over_its_nodes_is_refused() -> None:
         },
     )
     with pytest.raises(RecipeError, match=r"each prefill instance uses 3 GPU\(s\)"):
-        build_launch(cfg)
+        build_launch(cfg, default_host=ALL_ADDRESSES)
 
 
 # --- GPU counting and the layout flows use --------------------------------------------------------------
@@ -276,7 +288,7 @@ def test_the_slurm_handle_of_a_disaggregated_server(tmp_path: Path) -> None:
             "decode": {"replicas": 2, "parallelism": {"tp": 8}},
         },
     )
-    launch: Launch = build_launch(cfg)
+    launch: Launch = build_launch(cfg, default_host=ALL_ADDRESSES)
     runner = SlurmRunner(SlurmOptions(log_dir=str(tmp_path)), run_id="r", commands=ThreeNodes())
     handle = runner.start(launch)
     assert handle.base_url == "http://10.1.0.1:8000"  # the router on the first node

@@ -17,7 +17,7 @@ import pytest
 
 from alflow.config import ServerConfig, SlurmOptions
 from infra.launch import Launch
-from infra.recipes import build_launch
+from infra.recipes import ALL_ADDRESSES, build_launch
 from infra.runners.slurm import render_script
 from tests.unit.golden import assert_golden
 from tests.unit.test_multinode_wrapper import node_output, run_script
@@ -35,7 +35,7 @@ def config(**fields: object) -> ServerConfig:
 
 
 def render(cfg: ServerConfig, options: SlurmOptions) -> tuple[Launch, str]:
-    launch = build_launch(cfg)
+    launch = build_launch(cfg, default_host=ALL_ADDRESSES)
     if launch.files:  # as SlurmRunner.start does: files in the job directory, argv rewritten
         launch = launch.relocated(f"{JOB_DIR}/files")
     mounts = (f"{JOB_DIR}:{JOB_DIR}",) if options.container_image else ()
@@ -148,7 +148,7 @@ def fake_program(tmp_path: Path, name: str) -> None:
 
 
 def run_with_fakes(tmp_path: Path, cfg: ServerConfig, programs: tuple[str, ...]) -> None:
-    launch = build_launch(cfg)
+    launch = build_launch(cfg, default_host=ALL_ADDRESSES)
     if launch.files:
         launch = launch.relocated(str(tmp_path / "files"))
     bin_dir = tmp_path / "bin"

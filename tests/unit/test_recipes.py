@@ -56,7 +56,7 @@ def test_vllm_mtp_k3_real_command_line() -> None:
         "serve",
         "org/model",
         "--host",
-        "0.0.0.0",
+        "127.0.0.1",  # no host in the config: loopback
         "--port",
         "8000",
         "--speculative-config",
@@ -155,7 +155,7 @@ def test_sglang_nextn_synthetic() -> None:
         "--model-path",
         "org/model",
         "--host",
-        "0.0.0.0",
+        "127.0.0.1",  # no host in the config: loopback
         "--port",
         "30000",
         "--tp-size",
@@ -253,7 +253,7 @@ def test_trtllm_mtp_synthetic_278_is_178() -> None:
         "trtllm-serve",
         "org/model",
         "--host",
-        "0.0.0.0",
+        "127.0.0.1",  # no host in the config: loopback
         "--port",
         "8000",
         "--config",
