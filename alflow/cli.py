@@ -10,7 +10,9 @@ import functools
 import importlib
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from enum import StrEnum
@@ -31,6 +33,7 @@ from alflow.acceptance import synthetic as syn
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.evals import cli as eval_cli
 from alflow.models import cli as models_cli
+from alflow.procguard import Guard
 from alflow.reports import cli as report_cli
 from alflow.sim import cli as sim_cli
 from alflow.tiny import cli as tiny_cli
@@ -56,7 +59,17 @@ models_cli.register(app)
 sim_cli.register(app)
 tiny_cli.register(app)
 measure_cli.register(app)
-infra_cli.register(app)
+
+
+def _run_is_live(run_id: str) -> bool:
+    """Whether a Prefect flow run is still going (asked lazily: only cleanup of Slurm jobs needs it)."""
+    prefect_defaults()
+    from tasks.servers import flow_run_is_live
+
+    return flow_run_is_live(run_id)
+
+
+infra_cli.register(app, is_live=_run_is_live)
 report_cli.register(app)
 
 console = Console(width=None if sys.stdout.isatty() else 200)
@@ -418,6 +431,38 @@ def prefect_defaults() -> None:
     os.environ.setdefault("DO_NOT_TRACK", "1")
 
 
+_GUARDED: dict[int, Guard] = {}
+
+
+def _terminate_as_exit(signum: int, frame: object) -> None:
+    """SIGTERM ends a run like Ctrl-C does: ``finally`` blocks stop its servers, ``atexit`` the temporary server."""
+    del frame
+    raise SystemExit(128 + signum)
+
+
+def prepare_local_run() -> None:
+    """Before a flow runs in this process: Prefect's settings, SIGTERM handling, and a guarded temporary server.
+
+    Without ``PREFECT_API_URL``, Prefect starts a temporary API server as a child process on first use
+    and stops it at exit; a SIGKILL of this process would leave it running. It is started here instead,
+    with a guard (:mod:`alflow.procguard`) that stops it when this process dies, however it dies.
+    """
+    prefect_defaults()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate_as_exit)
+    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED
+
+    if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
+        return
+    from prefect.server.api.server import SubprocessASGIServer
+
+    server = SubprocessASGIServer()
+    server.start()
+    process = server.server_process
+    if process is not None and process.pid not in _GUARDED:
+        _GUARDED[process.pid] = Guard.start(process.pid, group=False, grace_s=5.0)
+
+
 def load_params(flow: str, path: Path) -> BaseModel:
     """Read a YAML config into the flow's parameter model; errors name the file and the field."""
     if flow not in FLOWS:
@@ -453,7 +498,7 @@ def run(
     except AlflowError as exc:
         err.print(f"error: {exc}", markup=False, highlight=False)
         raise typer.Exit(2) from None
-    prefect_defaults()
+    prepare_local_run()
     module, name, _ = FLOWS[flow]
     fn: Any = getattr(importlib.import_module(module), name)
     state = fn(params, return_state=True)
@@ -498,7 +543,7 @@ def demo(
     ] = False,
 ) -> None:
     """M0 -> M1 (one pass, one deliberate fail) -> M2 on the simulated engine, or M0 -> M1 on the tiny engine."""
-    prefect_defaults()
+    prepare_local_run()
     if engine is DemoEngine.vllm:
         console.print(
             "[bold]alflow demo --engine vllm[/bold]: M0 -> M1 on a REAL vLLM (CPU build) serving SmolLM2-135M "

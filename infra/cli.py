@@ -1,7 +1,8 @@
 """``alflow infra ...``: server-lifecycle commands.
 
-``cleanup`` removes containers a killed run left behind; ``sim-image`` makes the local image the
-docker runner runs the simulator in.
+``cleanup`` removes what killed or finished runs left behind (process-runner servers from the
+registry, containers, Slurm jobs); ``sim-image`` makes the local image the docker runner runs the
+simulator in.
 
 :func:`register` adds the ``infra`` group to a typer app (the top-level entry calls it: ``alflow``
 itself must not import ``infra``). ``python -m infra.cli cleanup ...`` runs the group on its own.
@@ -12,17 +13,25 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import asdict
+import shutil
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from infra.errors import RunnerError
 from infra.images import ensure_sim_image, runtime_mounts
+from infra.lifecycle import LiveRun, alflow_slurm_job_list
 from infra.recipes.sim import SIM_IMAGE
-from infra.runners.docker import cleanup_containers, docker_client
+from infra.runners.docker import CleanupEntry, cleanup_containers, docker_client
+from infra.runners.registry import reclaim_processes
+
+_IS_LIVE: dict[str, LiveRun] = {}
+"""How ``cleanup`` tells a finished run from one still going (set by :func:`register`; none: keep Slurm jobs)."""
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _UNIT_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
@@ -36,46 +45,136 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * _UNIT_S[match.group(2)]
 
 
+@dataclass(frozen=True)
+class Found:
+    """One thing ``cleanup`` looked at: a process-runner server, a container or a Slurm job."""
+
+    kind: str  # "process" | "container" | "slurm job"
+    name: str
+    state: str
+    run_id: str
+    age_s: float
+    selected: bool
+    removed: bool
+
+    def action(self, dry_run: bool) -> str:
+        if self.removed:
+            return "removed"
+        if self.selected:
+            return "would remove" if dry_run else "FAILED to remove"
+        return "kept"
+
+    def to_json(self) -> dict[str, object]:
+        out = asdict(self)
+        out["age_s"] = None if math.isinf(self.age_s) else round(self.age_s, 3)
+        return out
+
+
+def _processes(older_than_s: float, run_id: str | None, dry_run: bool) -> list[Found]:
+    return [
+        Found(
+            "process",
+            f"pid {item.entry.pid} ({item.entry.framework} at {item.entry.base_url})",
+            item.state,
+            item.entry.run_id,
+            item.entry.age_s(),
+            item.selected,
+            item.removed,
+        )
+        for item in reclaim_processes(older_than_s=older_than_s, run_id=run_id, dry_run=dry_run)
+    ]
+
+
+def _slurm_jobs(
+    older_than_s: float, run_id: str | None, dry_run: bool, is_live: LiveRun | None
+) -> list[Found]:
+    """Alflow's Slurm jobs; those of runs that are over (``is_live``) are cancelled. Without it, none is."""
+    from infra.runners.slurm import SubprocessSlurm
+
+    found: list[Found] = []
+    for job in alflow_slurm_job_list():
+        if run_id is not None and job.run_id != run_id:
+            continue
+        live = True if is_live is None else is_live(job.run_id)
+        state = "run still going" if live and is_live is not None else "run over"
+        if is_live is None:
+            state = "run state unknown (use `alflow infra cleanup`)"
+        selected = not live and job.age_s() >= older_than_s
+        removed = False
+        if selected and not dry_run:
+            SubprocessSlurm(30.0).cancel(job.job_id)
+            removed = True
+        found.append(Found("slurm job", job.job_id, state, job.run_id, job.age_s(), selected, removed))
+    return found
+
+
 def cleanup(
     older_than: Annotated[
         str,
-        typer.Option(
-            "--older-than", help="Only containers created at least this long ago (30s, 10m, 2h, 1d)."
-        ),
+        typer.Option("--older-than", help="Only what was started at least this long ago (30s, 10m, 2h, 1d)."),
     ] = "1h",
-    run_id: Annotated[str | None, typer.Option("--run-id", help="Only containers of this run id.")] = None,
+    run_id: Annotated[str | None, typer.Option("--run-id", help="Only what belongs to this run id.")] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="List what would be removed; remove nothing.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
-    """Remove containers labelled by alflow (alflow=1) that a killed run left behind."""
+    """Remove what killed or finished runs left behind: process-runner servers, containers, Slurm jobs.
+
+    Process-runner servers (from the registry in alflow's state folder) whose owner process is gone;
+    containers labelled by alflow (alflow=1) old enough; Slurm jobs (comment alflow-run:<id>) whose
+    Prefect flow run is over. Where a Docker engine or Slurm is not reachable, that part is skipped
+    and said so.
+    """
     older_than_s = parse_duration(older_than)
+    skipped: dict[str, str] = {}
+    processes = _processes(older_than_s, run_id, dry_run)
+    containers: list[CleanupEntry] = []
     try:
-        entries = cleanup_containers(
+        containers = cleanup_containers(
             docker_client(), older_than_s=older_than_s, run_id=run_id, dry_run=dry_run
         )
     except RunnerError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        skipped["docker"] = str(exc)
+    slurm: list[Found] = []
+    if shutil.which("squeue") is None:
+        skipped["slurm"] = "squeue not found"
+    else:
+        try:
+            slurm = _slurm_jobs(older_than_s, run_id, dry_run, _IS_LIVE.get("fn"))
+        except RunnerError as exc:
+            skipped["slurm"] = str(exc)
+    found = [
+        *processes,
+        *(Found("container", e.name, e.status, e.run_id, e.age_s, e.selected, e.removed) for e in containers),
+        *slurm,
+    ]
     if as_json:
-        rows = [{**asdict(e), "age_s": None if math.isinf(e.age_s) else round(e.age_s, 3)} for e in entries]
-        payload = {"older_than_s": older_than_s, "dry_run": dry_run, "containers": rows}
+        payload = {
+            "older_than_s": older_than_s,
+            "dry_run": dry_run,
+            "processes": [f.to_json() for f in processes],
+            "containers": [
+                {**asdict(e), "age_s": None if math.isinf(e.age_s) else round(e.age_s, 3)} for e in containers
+            ],
+            "slurm_jobs": [f.to_json() for f in slurm],
+            "skipped": skipped,
+        }
         typer.echo(json.dumps(payload, indent=2))
         return
     console = Console()
-    if not entries:
-        console.print("no alflow containers found")
+    for part, reason in skipped.items():
+        console.print(Text(f"{part}: skipped ({reason})"))
+    if not found:
+        console.print("nothing left behind by alflow runs")
         return
-    table = Table(title="alflow containers" + (" (dry run)" if dry_run else ""))
-    for column in ("name", "status", "run id", "age", "action"):
+    table = Table(title="left behind by alflow runs" + (" (dry run)" if dry_run else ""))
+    for column in ("kind", "name", "state", "run id", "age", "action"):
         table.add_column(column)
-    for e in entries:
-        action = "removed" if e.removed else ("would remove" if e.selected and dry_run else "kept")
-        if e.selected and not dry_run and not e.removed:
-            action = "FAILED to remove"
-        age = "unknown" if math.isinf(e.age_s) else f"{e.age_s:.0f} s"
-        table.add_row(e.name, e.status, e.run_id, age, action)
+    for f in found:
+        age = "unknown" if math.isinf(f.age_s) else f"{f.age_s:.0f} s"
+        cells = (f.kind, f.name, f.state, f.run_id, age, f.action(dry_run))
+        table.add_row(*(Text(c) for c in cells))
     console.print(table)
 
 
@@ -114,8 +213,14 @@ def _group() -> None:
     """Server lifecycle: containers started by alflow."""
 
 
-def register(app: typer.Typer) -> None:
-    """Add the ``infra`` group to ``app`` (``alflow infra cleanup ...``)."""
+def register(app: typer.Typer, is_live: Callable[[str], bool] | None = None) -> None:
+    """Add the ``infra`` group to ``app`` (``alflow infra cleanup ...``).
+
+    ``is_live(run_id)`` says whether a run is still going (the top-level CLI asks Prefect's API);
+    without it, ``cleanup`` cancels no Slurm job (it cannot tell a finished run from a live one).
+    """
+    if is_live is not None:
+        _IS_LIVE["fn"] = is_live
     app.add_typer(infra_app(), name="infra")
 
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 import getpass
 import logging
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from alflow.config import RunnerOptions, ServerConfig, SlurmOptions
@@ -145,12 +147,27 @@ def _reclaim_process(options: RunnerOptions, is_live: LiveRun | None) -> list[st
     return [item.name for item in reclaim_processes(grace_s=grace) if item.removed]
 
 
-def alflow_slurm_jobs(timeout_s: float = 30.0) -> list[tuple[str, str]]:
-    """``(job id, run id)`` of this user's Slurm jobs that alflow submitted (comment ``alflow-run:<id>``).
+@dataclass(frozen=True)
+class SlurmJob:
+    """One of this user's Slurm jobs that alflow submitted."""
+
+    job_id: str
+    run_id: str
+    submitted_s: float | None  # epoch seconds (squeue's submit time), None when unknown
+
+    def age_s(self, now: float | None = None) -> float:
+        """Seconds since submission (infinite when unknown: an unknown age counts as old)."""
+        if self.submitted_s is None:
+            return float("inf")
+        return max(0.0, (time.time() if now is None else now) - self.submitted_s)
+
+
+def alflow_slurm_job_list(timeout_s: float = 30.0) -> list[SlurmJob]:
+    """The Slurm jobs of this user that alflow submitted (comment ``alflow-run:<id>``), with their submit time.
 
     Raises :class:`RunnerError` when ``squeue`` cannot be run or fails.
     """
-    argv = ["squeue", "-h", "-u", getpass.getuser(), "-o", "%i|%k"]
+    argv = ["squeue", "-h", "-u", getpass.getuser(), "-o", "%i|%V|%k"]
     try:
         result = subprocess.run(
             argv, capture_output=True, text=True, timeout=timeout_s, check=False, stdin=subprocess.DEVNULL
@@ -159,12 +176,26 @@ def alflow_slurm_jobs(timeout_s: float = 30.0) -> list[tuple[str, str]]:
         raise RunnerError(f"cannot list Slurm jobs ({' '.join(argv)}): {exc}") from exc
     if result.returncode != 0:
         raise RunnerError(f"{' '.join(argv)} failed (exit {result.returncode}): {result.stderr.strip()}")
-    jobs: list[tuple[str, str]] = []
+    jobs: list[SlurmJob] = []
     for line in result.stdout.splitlines():
-        job_id, _, comment = line.strip().partition("|")
+        job_id, _, rest = line.strip().partition("|")
+        submitted, _, comment = rest.partition("|")
         if job_id and comment.startswith(SLURM_RUN_COMMENT):
-            jobs.append((job_id, comment.removeprefix(SLURM_RUN_COMMENT)))
+            jobs.append(SlurmJob(job_id, comment.removeprefix(SLURM_RUN_COMMENT), _slurm_time(submitted)))
     return jobs
+
+
+def _slurm_time(text: str) -> float | None:
+    """Squeue's ``%V`` (``2026-12-01T18:30:47``, local time) in epoch seconds; None when not a time."""
+    try:
+        return datetime.fromisoformat(text.strip()).timestamp()
+    except ValueError:
+        return None
+
+
+def alflow_slurm_jobs(timeout_s: float = 30.0) -> list[tuple[str, str]]:
+    """``(job id, run id)`` of this user's Slurm jobs that alflow submitted (comment ``alflow-run:<id>``)."""
+    return [(job.job_id, job.run_id) for job in alflow_slurm_job_list(timeout_s)]
 
 
 def _reclaim_slurm(options: RunnerOptions, is_live: LiveRun | None) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,7 +12,9 @@ from typer.testing import CliRunner
 
 import infra.cli
 from infra.errors import RunnerError
+from infra.lifecycle import SlurmJob
 from infra.runners.docker import CleanupEntry
+from infra.runners.slurm import SubprocessSlurm
 
 ENTRIES = [
     CleanupEntry("c1", "alflow-vllm-a", "running", "run-1", "vllm", 7200.0, selected=True, removed=False),
@@ -20,7 +23,9 @@ ENTRIES = [
 
 
 @pytest.fixture
-def app() -> typer.Typer:
+def app(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> typer.Typer:
+    monkeypatch.setenv("ALFLOW_STATE_DIR", str(tmp_path / "state"))  # an empty registry
+    monkeypatch.setattr(infra.cli, "alflow_slurm_job_list", list)  # no Slurm jobs
     root = typer.Typer()
 
     @root.callback()
@@ -56,7 +61,7 @@ def test_cleanup_dry_run_table_and_json(app: typer.Typer, monkeypatch: pytest.Mo
     assert calls[-1]["run_id"] == "run-1"
 
 
-def test_cleanup_without_an_engine_is_a_one_line_error(
+def test_cleanup_without_an_engine_skips_containers_and_says_so(
     app: typer.Typer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def no_engine() -> object:
@@ -64,8 +69,38 @@ def test_cleanup_without_an_engine_is_a_one_line_error(
 
     monkeypatch.setattr(infra.cli, "docker_client", no_engine)
     result = CliRunner().invoke(app, ["infra", "cleanup"])
-    assert result.exit_code == 2
-    assert "error: no Docker engine reachable (test)" in result.output
+    assert result.exit_code == 0, result.output
+    assert "docker: skipped (no Docker engine reachable (test))" in result.output
+    result = CliRunner().invoke(app, ["infra", "cleanup", "--json"])
+    assert json.loads(result.output)["skipped"]["docker"] == "no Docker engine reachable (test)"
+
+
+def test_slurm_jobs_of_runs_that_are_over_are_cancelled_and_live_ones_kept(
+    app: typer.Typer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobs = [SlurmJob("11", "run-over", 0.0), SlurmJob("12", "run-live", 0.0), SlurmJob("13", "young", None)]
+    cancelled: list[str] = []
+    monkeypatch.setattr(infra.cli, "alflow_slurm_job_list", lambda: jobs)
+    monkeypatch.setattr(infra.cli.shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(SubprocessSlurm, "cancel", lambda self, job_id: cancelled.append(job_id))
+    monkeypatch.setattr(infra.cli, "docker_client", object)
+    monkeypatch.setattr(infra.cli, "cleanup_containers", lambda client, **kw: [])
+    monkeypatch.setitem(infra.cli._IS_LIVE, "fn", lambda run_id: run_id == "run-live")
+    dry = json.loads(
+        CliRunner().invoke(app, ["infra", "cleanup", "--older-than", "0", "--dry-run", "--json"]).output
+    )
+    assert [(j["name"], j["selected"], j["removed"]) for j in dry["slurm_jobs"]] == [
+        ("11", True, False),
+        ("12", False, False),
+        ("13", True, False),
+    ]
+    assert cancelled == []
+    done = json.loads(CliRunner().invoke(app, ["infra", "cleanup", "--older-than", "0", "--json"]).output)
+    assert [j["name"] for j in done["slurm_jobs"] if j["removed"]] == ["11", "13"]
+    assert cancelled == ["11", "13"]
+    monkeypatch.delitem(infra.cli._IS_LIVE, "fn")
+    unknown = json.loads(CliRunner().invoke(app, ["infra", "cleanup", "--older-than", "0", "--json"]).output)
+    assert not any(j["selected"] for j in unknown["slurm_jobs"])  # no way to tell: nothing cancelled
 
 
 def test_bad_duration_is_a_usage_error(app: typer.Typer) -> None:

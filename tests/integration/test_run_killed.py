@@ -1,0 +1,166 @@
+"""Nothing runs after its run: ``alflow run m2`` killed mid-point (SIGKILL or SIGTERM) leaves no process.
+
+The run (a subprocess: the real CLI, Prefect's temporary server, the sim engine through the process
+runner) is killed while it streams requests. Afterwards its sim server, the guards and Prefect's
+temporary server are gone within seconds (SIGKILL: the guards of ``alflow.procguard`` stop them;
+SIGTERM: the run unwinds and stops them itself), and the registry of started servers is empty.
+The registry entry also shows the server bound loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from alflow.procguard import same_process_alive, start_ticks
+
+ALFLOW = str(Path(sys.executable).with_name("alflow"))
+
+
+def _config(tmp_path: Path) -> Path:
+    config: dict[str, Any] = {
+        "model": {"id": "sim/llama-3.3-70b"},
+        "k": 3,
+        "target_al": 2.5,
+        "server": {"framework": "sim", "model": "sim/llama-3.3-70b", "readiness_timeout_s": 60},
+        "placement": {"results_root": str(tmp_path / "results")},
+        "workload": {"isl": 64, "osl": 512},
+        "concurrencies": [2],
+        "prompts_per_concurrency": 500,  # minutes of streaming: the kill lands mid-point
+        "warmup_per_concurrency": 0,
+    }
+    path = tmp_path / "m2.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return path
+
+
+def _children(pid: int) -> list[tuple[int, str | None, str]]:
+    """(pid, start ticks, command) of the direct children of ``pid``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            status = (proc / "status").read_text()
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        ppid = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("PPid:")), -1)
+        if ppid == pid:
+            found.append((int(proc.name), start_ticks(int(proc.name)), cmd))
+    return found
+
+
+def _wait_for_entry(state: Path, run: subprocess.Popen[bytes], timeout_s: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        entries = list((state / "servers").glob("process-*.json"))
+        if entries:
+            return dict(json.loads(entries[0].read_text()))
+        assert run.poll() is None, "the run ended before its server started"
+        time.sleep(0.2)
+    raise AssertionError(f"no server registered within {timeout_s} s")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_a_killed_run_leaves_no_server_no_guard_and_no_prefect_server(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    state = tmp_path / "state"
+    env = {
+        **os.environ,
+        "ALFLOW_STATE_DIR": str(state),
+        "PREFECT_HOME": str(tmp_path / "prefect"),
+        "PREFECT_LOGGING_LEVEL": "WARNING",
+    }
+    env.pop("PREFECT_API_URL", None)
+    run = subprocess.Popen(
+        [ALFLOW, "run", "m2", "--config", str(_config(tmp_path))],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        entry = _wait_for_entry(state, run, timeout_s=240)
+        assert entry["base_url"].startswith("http://127.0.0.1:")  # no host in the config: loopback
+        server = (entry["pid"], entry["ticks"])
+        time.sleep(3.0)  # streaming now
+        children = _children(run.pid)
+        prefect = [(p, t) for p, t, cmd in children if "prefect.server.api.server" in cmd]
+        guards = [(p, t) for p, t, cmd in children if "alflow.procguard" in cmd]
+        assert prefect, f"no temporary Prefect server among the run's children: {children}"
+        assert len(guards) >= 2, f"expected guards of the sim server and the Prefect server: {children}"
+        assert same_process_alive(*server)
+        os.kill(run.pid, sig)
+        code = run.wait(timeout=60)
+        assert code == (-9 if sig is signal.SIGKILL else 128 + signal.SIGTERM), code
+        deadline = time.monotonic() + 30
+        left = [server, *prefect, *guards]
+        while time.monotonic() < deadline and any(same_process_alive(p, t) for p, t in left):
+            time.sleep(0.2)
+        alive = [(p, t) for p, t in left if same_process_alive(p, t)]
+        assert not alive, f"left behind after {sig.name}: {alive}"
+        if sig is signal.SIGTERM:
+            # the run unwound: it stopped its own server and dropped the registry entry
+            assert not list((state / "servers").glob("process-*.json"))
+            assert b"Traceback" not in (run.stderr.read() if run.stderr else b"")
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+
+
+ORPHAN = """
+import os, signal, sys
+from alflow.config import ServerConfig
+from infra.recipes import build_launch
+from infra.runners.process import ProcessRunner
+runner = ProcessRunner(run_id="orphan-run")
+handle = runner.start(build_launch(ServerConfig(framework="sim", model="m", extra_args=("--time-scale", "0"))))
+guard = ProcessRunner._guards[handle.id]
+os.kill(guard.process.pid, signal.SIGKILL)  # the guard is gone too: only the registry remembers
+guard.process.wait()
+print(handle.id, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _cleanup(env: dict[str, str], *args: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [ALFLOW, "infra", "cleanup", "--json", *args], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout))
+
+
+def test_cleanup_stops_a_registered_server_whose_run_was_killed(tmp_path: Path) -> None:
+    env = {**os.environ, "ALFLOW_STATE_DIR": str(tmp_path / "state"), "PREFECT_API_URL": "http://127.0.0.1:9/api"}
+    killed = subprocess.run([sys.executable, "-c", ORPHAN], env=env, capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -9, killed.stderr
+    pid, _, ticks = killed.stdout.strip().partition("@")
+    server = (int(pid), ticks or None)
+    try:
+        assert same_process_alive(*server)
+        young = _cleanup(env, "--older-than", "1h")
+        assert [(p["run_id"], p["state"], p["selected"]) for p in young["processes"]] == [
+            ("orphan-run", "running, owner gone", False)
+        ]
+        dry = _cleanup(env, "--older-than", "0", "--dry-run")
+        assert [(p["selected"], p["removed"]) for p in dry["processes"]] == [(True, False)]
+        assert same_process_alive(*server)
+        done = _cleanup(env, "--older-than", "0")
+        assert [(p["selected"], p["removed"]) for p in done["processes"]] == [(True, True)]
+        assert not same_process_alive(*server)
+        assert _cleanup(env)["processes"] == []  # the registry entry is gone with it
+    finally:
+        if same_process_alive(*server):
+            os.killpg(server[0], signal.SIGKILL)
