@@ -136,15 +136,26 @@ os.kill(os.getpid(), signal.SIGKILL)
 
 def _cleanup(env: dict[str, str], *args: str) -> dict[str, Any]:
     done = subprocess.run(
-        [ALFLOW, "infra", "cleanup", "--json", *args], env=env, capture_output=True, text=True, timeout=120
+        [ALFLOW, "infra", "cleanup", "--json", *args],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     return dict(json.loads(done.stdout))
 
 
 def test_cleanup_stops_a_registered_server_whose_run_was_killed(tmp_path: Path) -> None:
-    env = {**os.environ, "ALFLOW_STATE_DIR": str(tmp_path / "state"), "PREFECT_API_URL": "http://127.0.0.1:9/api"}
-    killed = subprocess.run([sys.executable, "-c", ORPHAN], env=env, capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        "ALFLOW_STATE_DIR": str(tmp_path / "state"),
+        "PREFECT_API_URL": "http://127.0.0.1:9/api",
+    }
+    killed = subprocess.run(
+        [sys.executable, "-c", ORPHAN], check=False, env=env, capture_output=True, text=True, timeout=120
+    )
     assert killed.returncode == -9, killed.stderr
     pid, _, ticks = killed.stdout.strip().partition("@")
     server = (int(pid), ticks or None)
