@@ -14,6 +14,7 @@ from typing import Annotated, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from alflow.acceptance.synthetic import K_MAX, K_MIN, SCHEMES, SyntheticTarget, get_scheme
+from alflow.loadgen.runner import DEFAULT_STALL_TIMEOUT_S
 
 
 class StrictModel(BaseModel):
@@ -711,7 +712,18 @@ class LoadConfig(StrictModel):
     num_prompts: int | None = Field(None, ge=1, description="Measured requests (None: every prompt once).")
     warmup: int = Field(0, ge=0, description="Warm-up requests sent before the measured window.")
     request_rate: float | None = Field(None, gt=0.0, description="Requests per second (None: unlimited).")
-    timeout_s: float = Field(600.0, gt=0.0, description="Per-request timeout in seconds.")
+    timeout_s: float = Field(
+        600.0, gt=0.0, allow_inf_nan=False, description="Per-request timeout in seconds."
+    )
+    stall_timeout_s: float | None = Field(
+        DEFAULT_STALL_TIMEOUT_S,
+        gt=0.0,
+        allow_inf_nan=False,
+        description=(
+            "Abort the point when the server sends nothing on any open stream for this many seconds (a hung "
+            "server fails within it); None: off."
+        ),
+    )
 
 
 class SpeedBenchWorkload(StrictModel):
@@ -882,6 +894,15 @@ class BenchmarkParams(StrictModel):
     )
     prompts_per_concurrency: int = Field(10, ge=1, description="Measured prompts = this x concurrency.")
     warmup_per_concurrency: int = Field(2, ge=0, description="Warm-up requests = this x concurrency.")
+    request_timeout_s: float = Field(
+        600.0, gt=0.0, allow_inf_nan=False, description="Per-request timeout in seconds."
+    )
+    stall_timeout_s: float | None = Field(
+        DEFAULT_STALL_TIMEOUT_S,
+        gt=0.0,
+        allow_inf_nan=False,
+        description="Fail a point when the server sends nothing on any open stream for this long; None: off.",
+    )
     audit_abs_tol: float = Field(
         0.02, ge=0.0, description="Smallest allowed |achieved - target| AL deviation."
     )

@@ -39,7 +39,7 @@ from alflow.datasets.types import Session
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.loadgen.endpoints import Sampling
 from alflow.loadgen.records import RequestRecord, write_records
-from alflow.loadgen.runner import LoadSpec, Target
+from alflow.loadgen.runner import DEFAULT_STALL_TIMEOUT_S, LoadSpec, Target
 from alflow.measure import measure
 from alflow.metrics.client import SLO, GpuLayout
 from alflow.metrics.dialects import (
@@ -470,6 +470,12 @@ def bench(
     duration: Annotated[float | None, typer.Option(help="Measure for this many seconds instead.")] = None,
     warmup: Annotated[int, typer.Option(help="Warm-up sessions before the measured phase.")] = 0,
     timeout: Annotated[float, typer.Option(help="Per-request timeout in seconds.")] = 600.0,
+    stall_timeout: Annotated[
+        float,
+        typer.Option(
+            help="Abort when the server sends nothing on any open stream for this long (s); 0 = off."
+        ),
+    ] = DEFAULT_STALL_TIMEOUT_S,
     transport: Annotated[
         TransportName, typer.Option(help="HTTP client: fast (asyncio protocols) or aiohttp.")
     ] = TransportName.fast,
@@ -541,6 +547,7 @@ def bench(
             duration_s=duration,
             warmup=warmup,
             timeout_s=timeout,
+            stall_timeout_s=stall_timeout or None,
             seed=seed,
             keep_text=dataset is not DatasetName.random,
             transport=transport.value,

@@ -65,90 +65,123 @@ def benchmark(params: BenchmarkParams) -> dict[str, Any]:
     requests: list[pl.DataFrame] = []
     metrics: list[pl.DataFrame] = []
     failures: list[str] = []
+    scheme: str | None = None
+    crashed: Exception | None = None
     with writer, tags(f"model:{params.model.id}", f"framework:{server.framework}", f"k:{params.k}", "m2"):
-        with server_lifetime(server, params.placement) as handle:
-            knobs = handle.provenance.get("synthetic")
-            scheme_value = knobs.get("scheme") if isinstance(knobs, dict) else None
-            if not scheme_value:
-                raise fail("m2-benchmark", f"the launch of {server.framework} records no synthetic knobs", {})
-            scheme = str(scheme_value)
-            dist = distribution(scheme, params.k, al=target)
-            writer.update_provenance(
-                server=handle.to_dict(), target_al=target, scheme=scheme, topology=topology(server)
-            )
-            log.info("synthetic target AL %.4f with scheme %s (%s draw)", target, scheme, dist.granularity)
-            for i, conc in enumerate(params.concurrencies):
-                n = params.prompts_per_concurrency * conc
-                warm = params.warmup_per_concurrency * conc
-                sessions = random_workload_sessions(params.workload, n, seed_offset=1000 * i)
-                warm_sessions = random_workload_sessions(
-                    params.workload, max(1, warm), seed_offset=1000 * i + 500
+        try:
+            with server_lifetime(server, params.placement) as handle:
+                knobs = handle.provenance.get("synthetic")
+                scheme_value = knobs.get("scheme") if isinstance(knobs, dict) else None
+                if not scheme_value:
+                    raise fail(
+                        "m2-benchmark", f"the launch of {server.framework} records no synthetic knobs", {}
+                    )
+                scheme = str(scheme_value)
+                dist = distribution(scheme, params.k, al=target)
+                writer.update_provenance(
+                    server=handle.to_dict(), target_al=target, scheme=scheme, topology=topology(server)
                 )
-                load = LoadConfig(concurrency=conc, num_prompts=n, warmup=warm)
-                wait_ready(handle, params.placement.runner)  # the server is still healthy before each point
-                sampling = request_sampling(params.model, ThinkingMode.OFF, fixed_length=params.workload.osl)
-                m = run_load(
-                    handle,
-                    sessions,
-                    load,
-                    sampling,
-                    k=params.k,
-                    endpoint=params.workload.endpoint,
-                    warmup_sessions=warm_sessions if warm else None,
-                    progress_key=f"m2-progress-c{conc}",
-                    gpus=layout,
+                log.info(
+                    "synthetic target AL %.4f with scheme %s (%s draw)", target, scheme, dist.granularity
                 )
-                m = spec_stats(m, params.k)
-                subject = f"{server.framework} K={params.k} concurrency {conc}"
-                audit_details: dict[str, Any] = {}
-                if m.spec_stats is None:
-                    why = m.stats_error or "no baseline or final scrape"
-                    where = " + ".join(handle.all_metrics_urls)
-                    failures.append(f"{subject}: no spec-decode stats at {where}: {why}")
-                    valid = False
-                    verdict_msg = failures[-1]
-                else:
-                    verdict = audit_synthetic(m.spec_stats, dist, params.audit_abs_tol, subject)
-                    audit_details = verdict.details
-                    valid = verdict.passed
-                    verdict_msg = verdict.message
-                    if not valid:
-                        failures.append(verdict.message)
-                if not m.all_ok:
-                    failures.append(f"{subject}: {m.client.get('failed')} requests failed")
-                    valid = False
-                c = m.client
-                points.append(
-                    {
-                        "concurrency": conc,
-                        "k": params.k,
-                        "framework": server.framework,
-                        "target_al": target,
-                        "achieved_al": None if m.spec_stats is None else m.spec_stats.al,
-                        "valid": valid,
-                        "audit": verdict_msg,
-                        "num_drafts": None if m.spec_stats is None else m.spec_stats.num_drafts,
-                        "expected_al": audit_details.get("expected_al"),
-                        "allowed_deviation": audit_details.get("allowed"),
-                        "completed": c.get("completed"),
-                        "failed": c.get("failed"),
-                        "output_throughput": c.get("output_throughput"),
-                        "nodes": server.nodes,
-                        "num_gpus": c.get("num_gpus"),
-                        "total_token_throughput": c.get("total_token_throughput"),
-                        "output_throughput_per_gpu": c.get("output_throughput_per_gpu"),
-                        "total_token_throughput_per_gpu": c.get("total_token_throughput_per_gpu"),
-                        "median_interactivity_tokens_per_s": c.get("median_interactivity_tokens_per_s"),
-                        "median_tpot_ms": c.get("median_tpot_ms"),
-                        "median_ttft_ms": c.get("median_ttft_ms"),
-                        "p99_ttft_ms": c.get("p99_ttft_ms"),
-                        "median_itl_ms": c.get("median_itl_ms"),
-                        "tokens_per_chunk": c.get("tokens_per_chunk"),
-                        "duration_s": m.duration_s,
-                    }
-                )
-                requests.append(m.records.with_columns(pl.lit(conc).alias("concurrency")))
-                metrics.append(m.metrics_frame().with_columns(pl.lit(conc).alias("concurrency")))
+                for i, conc in enumerate(params.concurrencies):
+                    n = params.prompts_per_concurrency * conc
+                    warm = params.warmup_per_concurrency * conc
+                    sessions = random_workload_sessions(params.workload, n, seed_offset=1000 * i)
+                    warm_sessions = random_workload_sessions(
+                        params.workload, max(1, warm), seed_offset=1000 * i + 500
+                    )
+                    load = LoadConfig(
+                        concurrency=conc,
+                        num_prompts=n,
+                        warmup=warm,
+                        timeout_s=params.request_timeout_s,
+                        stall_timeout_s=params.stall_timeout_s,
+                    )
+                    wait_ready(
+                        handle, params.placement.runner
+                    )  # the server is still healthy before each point
+                    sampling = request_sampling(
+                        params.model, ThinkingMode.OFF, fixed_length=params.workload.osl
+                    )
+                    m = run_load(
+                        handle,
+                        sessions,
+                        load,
+                        sampling,
+                        k=params.k,
+                        endpoint=params.workload.endpoint,
+                        warmup_sessions=warm_sessions if warm else None,
+                        progress_key=f"m2-progress-c{conc}",
+                        gpus=layout,
+                        keep_partial=True,
+                    )
+                    m = spec_stats(m, params.k)
+                    subject = f"{server.framework} K={params.k} concurrency {conc}"
+                    audit_details: dict[str, Any] = {}
+                    if m.aborted is not None:
+                        failures.append(
+                            f"{subject}: aborted mid-point ({m.aborted}); its {m.records.height} requests are "
+                            "kept and the point is marked partial"
+                        )
+                        valid = False
+                        verdict_msg = failures[-1]
+                    elif m.spec_stats is None:
+                        why = m.stats_error or "no baseline or final scrape"
+                        where = " + ".join(handle.all_metrics_urls)
+                        failures.append(f"{subject}: no spec-decode stats at {where}: {why}")
+                        valid = False
+                        verdict_msg = failures[-1]
+                    else:
+                        verdict = audit_synthetic(m.spec_stats, dist, params.audit_abs_tol, subject)
+                        audit_details = verdict.details
+                        valid = verdict.passed
+                        verdict_msg = verdict.message
+                        if not valid:
+                            failures.append(verdict.message)
+                    if not m.all_ok and m.aborted is None:
+                        failures.append(f"{subject}: {m.client.get('failed')} requests failed")
+                        valid = False
+                    c = m.client
+                    points.append(
+                        {
+                            "concurrency": conc,
+                            "k": params.k,
+                            "framework": server.framework,
+                            "target_al": target,
+                            "achieved_al": None if m.spec_stats is None else m.spec_stats.al,
+                            "valid": valid,
+                            "partial": m.aborted is not None,
+                            "audit": verdict_msg,
+                            "num_drafts": None if m.spec_stats is None else m.spec_stats.num_drafts,
+                            "expected_al": audit_details.get("expected_al"),
+                            "allowed_deviation": audit_details.get("allowed"),
+                            "completed": c.get("completed"),
+                            "failed": c.get("failed"),
+                            "output_throughput": c.get("output_throughput"),
+                            "nodes": server.nodes,
+                            "num_gpus": c.get("num_gpus"),
+                            "total_token_throughput": c.get("total_token_throughput"),
+                            "output_throughput_per_gpu": c.get("output_throughput_per_gpu"),
+                            "total_token_throughput_per_gpu": c.get("total_token_throughput_per_gpu"),
+                            "median_interactivity_tokens_per_s": c.get("median_interactivity_tokens_per_s"),
+                            "median_tpot_ms": c.get("median_tpot_ms"),
+                            "median_ttft_ms": c.get("median_ttft_ms"),
+                            "p99_ttft_ms": c.get("p99_ttft_ms"),
+                            "median_itl_ms": c.get("median_itl_ms"),
+                            "tokens_per_chunk": c.get("tokens_per_chunk"),
+                            "duration_s": m.duration_s,
+                        }
+                    )
+                    requests.append(m.records.with_columns(pl.lit(conc).alias("concurrency")))
+                    metrics.append(m.metrics_frame().with_columns(pl.lit(conc).alias("concurrency")))
+                    if m.aborted is not None:
+                        break  # the server died or stalled: later points would measure nothing
+        except Exception as exc:  # what was measured before the failure is stored below, then it is raised
+            crashed = exc
+            failures.append(f"{server.framework} K={params.k}: the run failed: {exc}")
+            if not points:
+                raise
         spec_frame = pl.DataFrame(points)
         tables = {
             "requests": pl.concat(requests, how="diagonal_relaxed"),
@@ -163,6 +196,7 @@ def benchmark(params: BenchmarkParams) -> dict[str, Any]:
             "num_gpus": layout.gpus,
             "points": points,
             "failures": failures,
+            "partial": crashed is not None or any(p["partial"] for p in points),
         }
         store_results(writer, tables, summary)
         lines = [
@@ -176,7 +210,7 @@ def benchmark(params: BenchmarkParams) -> dict[str, Any]:
         lines += [
             f"| {p['concurrency']} | {_fmt(p['output_throughput_per_gpu'], 1)} | "
             f"{_fmt(p['median_interactivity_tokens_per_s'], 1)} | {_fmt(p['median_tpot_ms'])} | "
-            f"{_fmt(p['achieved_al'], 4)} | {'yes' if p['valid'] else 'NO'} |"
+            f"{_fmt(p['achieved_al'], 4)} | {'yes' if p['valid'] else 'NO, partial' if p['partial'] else 'NO'} |"
             for p in points
         ]
         if server.engine_note:
@@ -190,6 +224,8 @@ def benchmark(params: BenchmarkParams) -> dict[str, Any]:
             points,
             key=f"m2-{params.model.id}-k{params.k}",
         )
+        if crashed is not None:
+            raise crashed
         if failures and params.fail_on_invalid:
             raise fail("m2-benchmark", "; ".join(failures), {"target_al": target, "k": params.k})
     return {

@@ -89,8 +89,13 @@ def run_load(
     scrape_interval_s: float = 1.0,
     progress_key: str | None = None,
     gpus: GpuLayout | None = None,
+    keep_partial: bool = False,
 ) -> Measurement:
     """Warm up, scrape, stream the workload, scrape again: one measured point.
+
+    A load that aborts (the server died, stalled, or refused everything) raises
+    :class:`MeasurementError`, unless ``keep_partial``: then the measurement comes back with
+    ``aborted`` set and the requests recorded so far, for the flow to store as a partial point.
 
     Every scrape reads all of the server's metrics endpoints (``handle.all_metrics_urls``: several
     for a multi-node or data-parallel server) and sums their counters. ``gpus`` is the server's GPU
@@ -110,6 +115,7 @@ def run_load(
             num_prompts=load.num_prompts,
             warmup=load.warmup,
             timeout_s=load.timeout_s,
+            stall_timeout_s=load.stall_timeout_s,
             keep_text=False,
         )
         return await measure(
@@ -134,7 +140,10 @@ def run_load(
         load.warmup,
     )
     result = asyncio.run(go())
-    result.raise_if_aborted()
+    if result.aborted is not None:
+        log.error("the point aborted: %s (%d requests recorded)", result.aborted, result.records.height)
+        if not keep_partial:
+            result.raise_if_aborted()
     c = result.client
     log.info(
         "done in %.1f s: %s completed, %s failed, output %.0f tok/s",

@@ -194,7 +194,7 @@ async def stream_request(
     except (OSError, aiohttp.ClientError) as exc:
         record.error = f"{type(exc).__name__}: {exc}"
     except asyncio.CancelledError:
-        record.error = "cancelled"
+        record.error = record.error or "cancelled"  # a stall watcher names why it cancelled
         raise
     finally:
         record.done_ns = clock()

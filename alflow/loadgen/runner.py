@@ -12,6 +12,7 @@ aborted by a fatal error, :class:`LoadAbortedError` carries the partial result.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import random
@@ -56,6 +57,10 @@ class Target:
         return self.base_url.rstrip("/") + get_endpoint(self.endpoint).path
 
 
+DEFAULT_STALL_TIMEOUT_S = 120.0
+"""Seconds without a byte on any open stream after which a run counts as stalled (flows and ``alflow bench``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class LoadSpec:
     """How the load is offered.
@@ -63,7 +68,9 @@ class LoadSpec:
     ``concurrency`` caps sessions in flight; ``request_rate`` (sessions/s, None = as fast as the
     cap allows) spaces starts by ``arrival``; the measured phase stops after ``num_prompts``
     sessions or once ``duration_s`` has passed (in-flight sessions finish); ``warmup`` sessions
-    run first and are flagged ``warmup``.
+    run first and are flagged ``warmup``. ``timeout_s`` bounds each request; ``stall_timeout_s``
+    (None: off) aborts the run when the server sends nothing on any open stream for that long
+    (a hung server fails its point within the stall timeout, not after every request's timeout).
     """
 
     concurrency: int = 1
@@ -73,6 +80,7 @@ class LoadSpec:
     duration_s: float | None = None
     warmup: int = 0
     timeout_s: float | None = 600.0
+    stall_timeout_s: float | None = None
     seed: int = 0
     keep_text: bool = True
     transport: Literal["fast", "aiohttp"] = "fast"
@@ -89,6 +97,12 @@ class LoadSpec:
             raise InvalidInputError(f"duration_s={self.duration_s} must be positive")
         if self.warmup < 0:
             raise InvalidInputError(f"warmup={self.warmup} must not be negative")
+        for name in ("timeout_s", "stall_timeout_s"):
+            value = getattr(self, name)
+            if value is not None and not (value > 0 and math.isfinite(value)):
+                raise InvalidInputError(
+                    f"{name}={value} must be a positive number of seconds (None = no limit)"
+                )
 
 
 class Progress(Protocol):
@@ -127,6 +141,10 @@ class LoadAbortedError(AlflowError):
         self.result = result
 
 
+class StalledServerError(AlflowError):
+    """The server sent nothing on any open stream for the stall timeout."""
+
+
 class _Run:
     def __init__(
         self,
@@ -148,6 +166,29 @@ class _Run:
         self.successes = 0
         self.rejections = 0
         self.slots = asyncio.Semaphore(spec.concurrency)
+        self.in_flight: dict[int, RequestRecord] = {}  # by id(): records compare by value
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def watch_stalls(self, stall_s: float) -> None:
+        """Abort the run when no open stream received anything (or started) for ``stall_s`` seconds."""
+        stall_ns = int(stall_s * 1e9)
+        while self.fatal is None:
+            await asyncio.sleep(min(stall_s / 4, 5.0))
+            if not self.in_flight:
+                continue
+            latest = max(r.chunk_ns[-1] if r.chunk_ns else (r.start_ns or 0) for r in self.in_flight.values())
+            if self.clock() - latest < stall_ns:
+                continue
+            message = (
+                f"stalled: the server sent nothing for {stall_s:g} s on any of {len(self.in_flight)} open "
+                "streams (stall timeout)"
+            )
+            self.fatal = StalledServerError(message)
+            for rec in self.in_flight.values():
+                rec.error = message
+            for task in list(self.tasks):
+                task.cancel()
+            return
 
     def _check_rejections(self, rec: RequestRecord) -> None:
         """Abort when the first requests of a run are all rejected (HTTP 4xx): the input is wrong."""
@@ -174,16 +215,20 @@ class _Run:
                     warmup=warmup,
                 )
                 self.records.append(rec)
-                await stream_request(
-                    self.transport,
-                    self.url,
-                    body,
-                    self.endpoint,
-                    rec,
-                    clock=self.clock,
-                    timeout_s=self.spec.timeout_s,
-                    keep_text=self.spec.keep_text or session.multiturn,
-                )
+                self.in_flight[id(rec)] = rec
+                try:
+                    await stream_request(
+                        self.transport,
+                        self.url,
+                        body,
+                        self.endpoint,
+                        rec,
+                        clock=self.clock,
+                        timeout_s=self.spec.timeout_s,
+                        keep_text=self.spec.keep_text or session.multiturn,
+                    )
+                finally:
+                    self.in_flight.pop(id(rec), None)
                 if rec.ok:
                     self.successes += 1
                 else:
@@ -211,7 +256,7 @@ class _Run:
     async def phase(self, sessions: Sequence[Session], count: int | None, *, warmup: bool) -> None:
         spec = self.spec
         rng = random.Random(spec.seed)
-        tasks: set[asyncio.Task[None]] = set()
+        tasks = self.tasks
         start_ns = self.clock()
         deadline_ns = None if warmup or spec.duration_s is None else start_ns + int(spec.duration_s * 1e9)
         next_ns = start_ns
@@ -320,6 +365,7 @@ async def _run_with(
         measured = [r.done_ns for r in run.records if not r.warmup and r.done_ns is not None]
         return LoadResult(run.records, start_ns, max(measured, default=end_ns), wall_start, time.time())
 
+    watcher = asyncio.create_task(run.watch_stalls(spec.stall_timeout_s)) if spec.stall_timeout_s else None
     try:
         if spec.warmup:
             if progress is not None:
@@ -336,6 +382,11 @@ async def _run_with(
             end_ns = clock()
     except Exception as exc:
         raise LoadAbortedError(f"load run aborted: {exc!r}", result()) from exc
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
     if run.fatal is not None:
         raise LoadAbortedError(str(run.fatal), result()) from run.fatal
     return result()

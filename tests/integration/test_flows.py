@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -133,8 +135,9 @@ def test_m1_passes_a_healthy_framework_and_fails_a_degraded_one(tmp_path: Path) 
     assert not failed_run.json("summary")["passed"]
 
 
-def _bench_params(tmp_path: Path, *extra: str) -> BenchmarkParams:
+def _bench_params(tmp_path: Path, *extra: str, **fields: Any) -> BenchmarkParams:
     return BenchmarkParams(
+        **fields,
         model=MODEL,
         k=3,
         server=ServerConfig(framework="sim", model=MODEL.id, extra_args=(*FAST, *extra)),
@@ -168,6 +171,44 @@ def test_servers_are_stopped_after_a_failed_flow(tmp_path: Path) -> None:
     run_dir = sorted((tmp_path / "results" / "m2").iterdir())[-1]
     server = open_run(run_dir).manifest["provenance"]["server"]
     assert not _alive(int(str(server["id"]).split("@")[0]))  # the process runner id is pid@start-time
+
+
+def _last_run(tmp_path: Path) -> Path:
+    return sorted((tmp_path / "results" / "m2").iterdir())[-1]
+
+
+def test_a_server_that_crashes_mid_point_keeps_the_requests_measured_so_far(tmp_path: Path) -> None:
+    state = benchmark(_bench_params(tmp_path, "--crash-after-requests", "30"), return_state=True)
+    assert state.is_failed()
+    assert "aborted mid-point" in str(state.message)
+    stored = open_run(_last_run(tmp_path))
+    assert stored.status == "failed"
+    assert "aborted mid-point" in str(stored.manifest["error"])
+    requests = stored.table("requests")
+    ok = requests.filter(requests["error"].is_null())
+    assert ok.height >= 30 - 1  # what the server answered before it died (warm-up included) is kept
+    assert requests.filter(requests["error"].is_not_null()).height >= 1
+    points = stored.table("spec_stats")
+    assert points["partial"].to_list() == [True]  # the first point, marked partial; no second point
+    assert points["valid"].to_list() == [False]
+    summary = stored.json("summary")
+    assert summary["partial"] is True
+    assert "NO, partial" in (Path(stored.dir) / "report.md").read_text()
+
+
+def test_a_stalled_server_fails_its_point_within_the_stall_timeout(tmp_path: Path) -> None:
+    params = _bench_params(tmp_path, "--stall-after-tokens", "8", stall_timeout_s=2.0)
+    started = time.monotonic()
+    state = benchmark(params, return_state=True)
+    took = time.monotonic() - started
+    assert state.is_failed()
+    assert "stalled: the server sent nothing for 2 s" in str(state.message)
+    assert took < 60, took  # not 600 s per request
+    stored = open_run(_last_run(tmp_path))
+    requests = stored.table("requests")
+    assert requests.height >= 4  # the stalled streams are recorded, each with the stall as its error
+    assert requests["error"].str.contains("stalled").any()
+    assert stored.table("spec_stats")["partial"].to_list() == [True]
 
 
 def test_sweep_runs_m1_then_m2_per_k_and_picks_the_best_k(tmp_path: Path) -> None:
