@@ -827,8 +827,13 @@ class CalibrateParams(StrictModel):
                 raise ValueError(f"K={k} in ks is outside [{K_MIN}, {K_MAX}]")
         if self.server.synthetic is not None:
             raise ValueError("M0 measures real acceptance: the server template must not set synthetic")
-        require_local_path(self.reference_path, what="reference_path", why=REMOTE_REFERENCES)
         return self
+
+    @field_validator("reference_path")
+    @classmethod
+    def _local_reference(cls, value: str) -> str:
+        require_local_path(value, what="", why=REMOTE_REFERENCES)
+        return value
 
 
 class GateParams(StrictModel):

@@ -77,11 +77,14 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def require_local_path(path: str | os.PathLike[str], *, what: str, why: str) -> Path:
-    """``path`` as a local path (``file://`` allowed); a URL such as ``s3://...`` is refused with ``why``."""
+    """``path`` as a local path (``file://`` allowed); a URL such as ``s3://...`` is refused with ``why``.
+
+    ``what`` names the input in the message (empty where the caller's error already names it).
+    """
     text = os.fspath(path)
     if "://" in text and not text.startswith("file://"):
         scheme = text.split("://", 1)[0]
-        raise InvalidInputError(f"{what} {text!r} is a {scheme}:// URL: {why}")
+        raise InvalidInputError(f"{what + ' ' if what else ''}{text!r} is a {scheme}:// URL: {why}")
     return Path(text.removeprefix("file://"))
 
 
