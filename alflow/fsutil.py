@@ -107,7 +107,8 @@ def file_lock(
     """
     lock = lock_path_for(path)
     lock.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, DEFAULT_FILE_MODE)
+    # read-only is enough for flock, and opens a teammate's 0644 lock file too
+    fd = os.open(lock, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, DEFAULT_FILE_MODE)
     try:
         deadline = time.monotonic() + timeout_s
         while True:
