@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from alflow import __version__, measure_cli
+from alflow import __version__, jsonutil, measure_cli
 from alflow.acceptance import knobs as knobs_mod
 from alflow.acceptance import reference as ref
 from alflow.acceptance import synthetic as syn
@@ -93,8 +93,8 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
 
 
 def emit_json(data: object) -> None:
-    """Write ``data`` as indented JSON on stdout."""
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    """Write ``data`` as indented strict JSON on stdout (non-finite numbers: see alflow.jsonutil)."""
+    sys.stdout.write(jsonutil.dumps(data) + "\n")
 
 
 def parse_rates(text: str | None) -> tuple[float, ...] | None:
@@ -507,9 +507,9 @@ def run(
         raise typer.Exit(1)
     result = state.result()
     if as_json:
-        sys.stdout.write(json.dumps(result, indent=2, default=str) + "\n")
+        emit_json(result)
     else:
-        console.print(f"flow {flow} completed: {json.dumps(result, default=str)[:2000]}", markup=False)
+        console.print(f"flow {flow} completed: {jsonutil.dumps(result, indent=None)[:2000]}", markup=False)
 
 
 class DemoEngine(StrEnum):

@@ -14,6 +14,7 @@ from typing import Annotated, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from alflow.acceptance.synthetic import K_MAX, K_MIN, SCHEMES, SyntheticTarget, get_scheme
+from alflow.fsutil import require_local_path
 from alflow.loadgen.runner import DEFAULT_STALL_TIMEOUT_S
 
 
@@ -800,6 +801,13 @@ class ServerPlacement(StrictModel):
     results_root: str = Field("results", description="Run store root: a local path or an s3:// / gs:// URL.")
 
 
+REMOTE_REFERENCES = (
+    "reference tables are local files (M0 merges its entries under a lock file so concurrent runs "
+    "lose none; an object store has no such lock): give a local path and commit the table"
+)
+"""Why a reference table may not be a URL (the single-writer rule, README "Reference tables")."""
+
+
 def _ks() -> tuple[int, ...]:
     return (1, 2, 3, 4, 5, 6, 7)
 
@@ -840,6 +848,12 @@ class CalibrateParams(StrictModel):
         if self.server.synthetic is not None:
             raise ValueError("M0 measures real acceptance: the server template must not set synthetic")
         return self
+
+    @field_validator("reference_path")
+    @classmethod
+    def _local_reference(cls, value: str) -> str:
+        require_local_path(value, what="", why=REMOTE_REFERENCES)
+        return value
 
 
 class GateParams(StrictModel):

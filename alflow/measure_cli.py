@@ -31,6 +31,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from alflow import jsonutil
 from alflow.acceptance.stats import SpecStats
 from alflow.datasets.gsm8k import load_gsm8k
 from alflow.datasets.random_tokens import DEFAULT_VOCAB_SIZE, detokenize_sessions, random_sessions
@@ -120,14 +121,8 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code=code)
 
 
-def _json_default(obj: object) -> object:
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(type(obj).__name__)
-
-
 def _dumps(data: object) -> bytes:
-    return orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS, default=_json_default)
+    return jsonutil.dumps(data).encode()
 
 
 class _RichProgress:

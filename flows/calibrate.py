@@ -4,8 +4,9 @@ One server per (model, K); thinking is toggled per request through the chat temp
 K) point is a cached task: its key covers everything that decides the measurement (server
 configuration and image, model and revision, K, thinking modes and their sampling, the prompt
 file's hash, the load), it expires after ``cache_days``, and ``refresh_cache`` measures again. The
-flow merges the points into the reference table (atomic write) and reports the diff against what
-the table held before.
+flow merges the points into the reference table (under its lock file: re-read, merge, atomic
+replace, so concurrent M0 runs keep each other's entries) and reports the diff against what the
+table held just before.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from alflow.acceptance.reference import (
     ReferenceTable,
     diff_tables,
     load_reference,
-    save_reference,
+    update_reference,
 )
 from alflow.config import (
     CalibrateParams,
@@ -169,10 +170,12 @@ def calibrate(params: CalibrateParams) -> dict[str, Any]:
     simulated = params.server.simulated
     kind: Literal["simulated", "measured"] = "simulated" if simulated else "measured"
     path = Path(params.reference_path)
-    previous = load_reference(path) if path.exists() else None
-    if previous is not None and previous.kind != kind:
+    # fail before measuring when the table on disk cannot take these values; the merge below reads
+    # it again under the table's lock (another run may have written it in the meantime)
+    existing = load_reference(path) if path.exists() else None
+    if existing is not None and existing.kind != kind:
         raise ReferenceError(
-            f"{path} is a {previous.kind} table; refusing to add {kind} values to it (choose another reference_path)"
+            f"{path} is a {existing.kind} table; refusing to add {kind} values to it (choose another reference_path)"
         )
     writer = open_run(
         "m0",
@@ -225,7 +228,7 @@ def calibrate(params: CalibrateParams) -> dict[str, Any]:
                     entries.append(_entry(params, model, k, mode, point, dataset))
                     key = scrape_key(model.id, params.method.value, mode.value, k)
                     scrapes[key] = {"k": k, **point["modes"][mode.value]["scrapes"]}
-        base = previous or ReferenceTable(
+        empty = ReferenceTable(
             kind=kind,
             dataset="speed-bench" if dataset["dataset"] == SPEED_BENCH else dataset["dataset"],
             category=params.workload.category,
@@ -237,8 +240,7 @@ def calibrate(params: CalibrateParams) -> dict[str, Any]:
             ),
             entries=(),
         )
-        table = base.with_entries(entries)
-        save_reference(table, path)
+        previous, table = update_reference(path, entries, new=empty)
         diff = diff_tables(previous, table) if previous is not None else None
         summary = {
             "flow": "m0",

@@ -3,7 +3,8 @@
 One YAML file per dataset under ``references/``, one entry per (model, method, thinking mode, K)
 with AL, per-position rates, the counts behind them and provenance. Loading validates the whole
 file and names the file, the entry and the field of any error. Saving is atomic (write, then
-rename), so a crash never leaves half a table.
+rename), so a crash never leaves half a table; M0 adds its entries with :func:`update_reference`
+(lock file, re-read, merge, atomic replace), so concurrent runs never lose each other's entries.
 
 A table's ``kind`` says where its numbers come from: ``measured`` (a real M0 run: every entry
 carries counts and full provenance), ``simulated`` (the built-in simulated engine: never to be
@@ -24,13 +25,15 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from alflow.acceptance.synthetic import K_MAX, K_MIN
-from alflow.config import SamplingParams, SpecMethod, StrictModel, ThinkingMode
+from alflow.config import REMOTE_REFERENCES, SamplingParams, SpecMethod, StrictModel, ThinkingMode
 from alflow.errors import AlflowError, InvalidInputError
-from alflow.fsutil import atomic_write_bytes
+from alflow.fsutil import atomic_write_bytes, file_lock, require_local_path
 
 SCHEMA_VERSION: Literal[1] = 1
 _AL_TOL = 1e-6
 _RATES_TOL = 1e-4
+LOCK_TIMEOUT_S = 120.0
+"""How long a writer waits for another one's lock on a table (a merge takes milliseconds)."""
 
 Key = tuple[str, SpecMethod, ThinkingMode, int]
 
@@ -232,8 +235,41 @@ def dump_reference(table: ReferenceTable) -> str:
 
 
 def save_reference(table: ReferenceTable, path: str | os.PathLike[str]) -> Path:
-    """Write a table atomically (temporary file in the same folder, then rename)."""
+    """Write a table atomically (temporary file in the same folder, then rename).
+
+    This replaces whatever the file holds: writers that add entries use :func:`update_reference`.
+    """
     return atomic_write_bytes(path, dump_reference(table).encode())
+
+
+def update_reference(
+    path: str | os.PathLike[str],
+    entries: Iterable[ReferenceEntry],
+    *,
+    new: ReferenceTable,
+    timeout_s: float = LOCK_TIMEOUT_S,
+) -> tuple[ReferenceTable | None, ReferenceTable]:
+    """Merge ``entries`` into the table at ``path`` without losing another writer's entries.
+
+    Under an exclusive lock on ``<path>.lock`` (waiting at most ``timeout_s``, then an error naming
+    the lock): read the table on disk, merge (``entries`` replace those with the same key, every
+    other entry is kept), write it atomically. ``new`` is the (empty) table to start from when there
+    is no file yet. A damaged table on disk is an error naming the file and is left as it is; so is a
+    table of another ``kind`` than ``new``. Returns the table on disk before the merge (None when
+    there was none) and the table written.
+    """
+    target = require_local_path(path, what="reference table", why=REMOTE_REFERENCES)
+    entries = tuple(entries)
+    with file_lock(target, timeout_s=timeout_s, what="the reference table"):
+        previous = load_reference(target) if target.exists() else None
+        if previous is not None and previous.kind != new.kind:
+            raise ReferenceError(
+                f"{target} is a {previous.kind} table; refusing to add {new.kind} values to it "
+                "(choose another reference_path)"
+            )
+        table = (previous or new).with_entries(entries)
+        save_reference(table, target)
+    return previous, table
 
 
 def _describe(exc: ValidationError, data: dict[str, object]) -> str:

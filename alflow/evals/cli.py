@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -13,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from alflow import jsonutil
 from alflow.errors import AlflowError
 from alflow.evals.gsm8k import DEFAULT_MAX_TOKENS, DEFAULT_SHOTS, PromptConfig
 from alflow.evals.lm_eval_backend import run_lm_eval
@@ -75,7 +75,7 @@ def gsm8k(
                 data = scores.to_dict()
             passed = min(scores.strict_match, scores.flexible_extract) >= limit_value
             data.update(threshold=limit_value, passed=passed)
-            sys.stdout.write(json.dumps(data, indent=2) + "\n")
+            sys.stdout.write(jsonutil.dumps(data) + "\n")
             raise typer.Exit(0 if passed else 1)
         if backend != "alflow":
             raise typer.BadParameter(
@@ -99,9 +99,9 @@ def gsm8k(
     verdict = accuracy_gate(result, limit_value)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result.to_dict(per_question=True), indent=1), encoding="utf-8")
+        out.write_text(jsonutil.dumps(result.to_dict(per_question=True), indent=1), encoding="utf-8")
     if as_json:
-        sys.stdout.write(json.dumps({**result.to_dict(), "verdict": verdict.to_dict()}, indent=2) + "\n")
+        sys.stdout.write(jsonutil.dumps({**result.to_dict(), "verdict": verdict.to_dict()}) + "\n")
     else:
         table = Table(title=f"GSM8K {model} ({len(result.results)} of {result.population} questions)")
         for col in ("score", "accuracy", "95% CI", "threshold"):

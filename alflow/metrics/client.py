@@ -28,6 +28,7 @@ from typing import Final
 import polars as pl
 
 from alflow.errors import InvalidInputError
+from alflow.jsonutil import note_nonfinite
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +212,11 @@ def summarize(
     out.update(_stats(ok["tpot_ms"], "tpot", "_ms", percentiles))
     out.update(_stats(ok["itl_ms"].explode(), "itl", "_ms", percentiles))
     out.update(_stats(ok["e2el_ms"], "e2el", "_ms", percentiles))
-    out.update(_stats(ok["interactivity"], "interactivity", "_tokens_per_s", percentiles))
+    inter = _stats(ok["interactivity"], "interactivity", "_tokens_per_s", percentiles)
+    out.update(inter)
+    note_nonfinite(
+        out, "tpot_ms = 0 for a request (its output after the first chunk came all at once)", inter
+    )
     out["total_chunks"] = chunks
     out["tokens_per_chunk"] = total_out / chunks if chunks else None
     later_chunks = chunks - ok.height

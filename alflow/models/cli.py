@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -11,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from alflow import jsonutil
 from alflow.errors import AlflowError
 from alflow.models.prepare import MODELS, default_cache_dir, prepare_model
 
@@ -43,7 +43,7 @@ def prepare(
         err.print(f"error: {exc}", markup=False, highlight=False)
         raise typer.Exit(2) from None
     if as_json:
-        sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
+        sys.stdout.write(jsonutil.dumps(result.to_dict()) + "\n")
         return
     out = Console(soft_wrap=True)
     what = "already prepared (verified)" if result.reused else "prepared"

@@ -15,7 +15,6 @@ one line on stderr with exit code 2.
 from __future__ import annotations
 
 import functools
-import json
 import sys
 from collections.abc import Callable, Sequence
 from enum import StrEnum
@@ -26,6 +25,7 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
+from alflow import jsonutil
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.reports.exports import al_matrix, al_matrix_csv, inferencex_rows, rows_csv, rows_json
 from alflow.reports.render import render_comparison, render_run, write_html_report
@@ -111,7 +111,7 @@ def _export_text(runs: Sequence[StoredRun], fmt: ReportFormat, digits: int) -> s
         frame = al_matrix(runs)
         if fmt is ReportFormat.csv:
             return al_matrix_csv(frame, digits)
-        return json.dumps(frame.to_dicts(), indent=2) + "\n"
+        return jsonutil.dumps(frame.to_dicts()) + "\n"
     raise InvalidInputError(
         f"no export for flow(s) {', '.join(sorted(flows))}: exports cover m0, m1 and m2 runs"
     )

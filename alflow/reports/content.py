@@ -8,7 +8,6 @@ a :class:`Report` into HTML or Markdown; they never compute anything.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -19,6 +18,7 @@ from typing import Any, Final
 import polars as pl
 from markupsafe import Markup
 
+from alflow import jsonutil
 from alflow.acceptance.synthetic import distribution
 from alflow.errors import AlflowError
 from alflow.metrics.client import per_request
@@ -244,7 +244,7 @@ def _base(run: StoredRun, title: str) -> Report:
         simulated=simulated,
         facts=_facts(run),
         sections=[],
-        config_json=json.dumps(run.manifest.get("config") or {}, indent=2, default=str),
+        config_json=jsonutil.dumps(run.manifest.get("config") or {}),
         warnings=warnings,
     )
 
@@ -1008,7 +1008,7 @@ def build_generic(run: StoredRun) -> Report:
     report = _base(run, f"{run.manifest.get('flow')} run")
     summary = _json_or_none(run, "summary")
     if summary is not None:
-        report.sections.append(Section("Summary", paragraphs=[json.dumps(summary, indent=2, default=str)]))
+        report.sections.append(Section("Summary", paragraphs=[jsonutil.dumps(summary)]))
     return report
 
 

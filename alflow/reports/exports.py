@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import polars as pl
 
+from alflow import jsonutil
 from alflow.metrics.client import GpuLayout, summarize
 from alflow.reports.content import framework, image, m2_points, model_id
 from alflow.results.store import StoredRun
@@ -257,17 +257,8 @@ def inferencex_rows(run: StoredRun) -> list[dict[str, Any]]:
 
 
 def rows_json(rows: Sequence[Mapping[str, Any]]) -> str:
-    """Rows as a JSON list (non-finite numbers become null)."""
-    return (
-        json.dumps(
-            [
-                {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
-                for r in rows
-            ],
-            indent=2,
-        )
-        + "\n"
-    )
+    """Rows as a JSON list (non-finite numbers become null with a ``<field>_note``: alflow.jsonutil)."""
+    return jsonutil.dumps(list(rows)) + "\n"
 
 
 def rows_csv(rows: Sequence[Mapping[str, Any]]) -> str:

@@ -35,6 +35,7 @@ import polars as pl
 
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.fsutil import atomic_write_bytes
+from alflow.jsonutil import dumps_bytes
 
 SCHEMA_VERSION: Final = 1
 PARQUET_VERSION_KEY: Final = "alflow.schema_version"
@@ -159,7 +160,8 @@ def _now() -> datetime:
 
 
 def _json_bytes(data: Mapping[str, Any]) -> bytes:
-    return (json.dumps(data, indent=2, sort_keys=False, default=str) + "\n").encode()
+    """Strict JSON (non-finite numbers -> null with a ``<field>_note``; see :mod:`alflow.jsonutil`)."""
+    return dumps_bytes(data)
 
 
 class RunWriter:

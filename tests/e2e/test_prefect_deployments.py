@@ -109,11 +109,64 @@ def _m2_parameters(tmp_path: Path, tag: str) -> dict[str, Any]:
     return {"params": params}
 
 
-async def _api(env: dict[str, str], method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+_RETRY_STATUS = frozenset({429, 502, 503})
+"""Answers Prefect's own client retries: a busy server (SQLite locked, workers saturated) says 503."""
+_RETRY_ERRORS = (httpx.ConnectError, httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
+"""Connection refused or reset before a response: the request did not complete, so try again."""
+
+
+async def _api(
+    env: dict[str, str], method: str, path: str, body: dict[str, Any] | None = None, *, attempts: int = 6
+) -> Any:
+    """One Prefect REST call, retried on 429/502/503 and connection resets (0.5, 1, 2, 4, 8 s backoff)."""
     async with httpx.AsyncClient(base_url=env["PREFECT_API_URL"], timeout=30) as client:
-        resp = await client.request(method, path, json=body)
-        resp.raise_for_status()
-        return resp.json()
+        for attempt in range(attempts):
+            final = attempt == attempts - 1
+            try:
+                resp = await client.request(method, path, json=body)
+            except _RETRY_ERRORS:
+                if final:
+                    raise
+            else:
+                if final or resp.status_code not in _RETRY_STATUS:
+                    resp.raise_for_status()
+                    return resp.json()
+            await asyncio.sleep(0.5 * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+async def test_api_calls_retry_a_busy_server_and_a_reset_connection() -> None:
+    """A loopback server answers 503, then drops the connection, then 200: one call gets the 200."""
+    from aiohttp import web
+
+    seen: list[str] = []
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        seen.append(request.path)
+        if len(seen) == 1:
+            return web.json_response({"detail": "Service Unavailable"}, status=503)
+        if len(seen) == 2:
+            assert request.transport is not None
+            request.transport.abort()  # connection reset before any response
+            return web.Response()
+        return web.json_response({"id": "run-1"})
+
+    app = web.Application()
+    app.router.add_route("*", "/api/{tail:.*}", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        env = {"PREFECT_API_URL": f"http://127.0.0.1:{port}/api"}
+        assert await _api(env, "POST", "/deployments/x/create_flow_run", {}) == {"id": "run-1"}
+        assert len(seen) == 3
+        seen.clear()
+        with pytest.raises(httpx.HTTPStatusError, match="503"):
+            await _api(env, "GET", "/flow_runs/x", attempts=1)
+    finally:
+        await runner.cleanup()
 
 
 def test_ui_style_runs_on_a_worker_share_one_gpu_host_in_turn(

@@ -2,7 +2,8 @@
 
 Same inputs as the dispatch defaults (first catalogue model, thinking on and off), with the sim in
 place of vLLM; the new table must agree with the audit of its stored scrapes, and a tampered value
-must make the audit fail, naming the entry.
+must make the audit fail, naming the entry. Two M0 runs started together on one table must both
+land in it (the table is merged under its lock file, not overwritten by the last writer).
 """
 
 from __future__ import annotations
@@ -26,22 +27,32 @@ def _alflow(*args: str, env: dict[str, str], timeout: float = 600) -> subprocess
     )
 
 
-def test_m0_command_line_table_and_audit_agree(tmp_path: Path) -> None:
-    env = {
-        **os.environ,
-        "PREFECT_HOME": str(tmp_path / "prefect"),
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-    }
+def _env(prefect_home: Path) -> dict[str, str]:
+    """A local run: Prefect's own temporary server with its database under ``prefect_home``."""
+    env = {**os.environ, "PREFECT_HOME": str(prefect_home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     env.pop("PREFECT_API_URL", None)
-    reference = tmp_path / "speed-bench-coding.yaml"
-    config = tmp_path / "m0-config.yaml"
+    return env
+
+
+def _m0_config(
+    tmp_path: Path, reference: Path, *, ks: str, thinking: str, tag: str, env: dict[str, str]
+) -> Path:
+    config = tmp_path / f"m0-config{tag}.yaml"
     made = _alflow(
-        "reference", "m0-config", "--models", DEFAULT_MODEL, "--ks", "1,2", "--thinking", "on,off",
+        "reference", "m0-config", "--models", DEFAULT_MODEL, "--ks", ks, "--thinking", thinking,
         "--framework", "sim", "--runner", "process", "--reference", str(reference),
-        "--results-root", str(tmp_path / "results"), "--extra-arg=--time-scale", "--extra-arg=0", "--out", str(config),
+        "--results-root", str(tmp_path / f"results{tag}"), "--extra-arg=--time-scale", "--extra-arg=0",
+        "--out", str(config),
         env=env,
     )  # fmt: skip
     assert made.returncode == 0, made.stderr
+    return config
+
+
+def test_m0_command_line_table_and_audit_agree(tmp_path: Path) -> None:
+    env = _env(tmp_path / "prefect")
+    reference = tmp_path / "speed-bench-coding.yaml"
+    config = _m0_config(tmp_path, reference, ks="1,2", thinking="on,off", tag="", env=env)
     ran = _alflow("run", "m0", "--config", str(config), env=env)
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
     table = yaml.safe_load(reference.read_text())
@@ -91,3 +102,38 @@ def test_m0_command_line_table_and_audit_agree(tmp_path: Path) -> None:
     problems = " ".join(failed[0]["problems"])
     assert "accepted_tokens" in problems
     assert "al " in problems
+
+
+def test_two_m0_runs_started_together_keep_both_entry_sets(tmp_path: Path) -> None:
+    """Two `alflow run m0` processes (K=1 and K=2) writing one table at the same time: both land."""
+    reference = tmp_path / "speed-bench-coding.yaml"
+    runs = []
+    for k in (1, 2):
+        env = _env(tmp_path / f"prefect-{k}")  # one temporary Prefect server (and database) each
+        config = _m0_config(tmp_path, reference, ks=str(k), thinking="off", tag=f"-{k}", env=env)
+        runs.append((config, env))
+    procs = [
+        subprocess.Popen(
+            [ALFLOW, "run", "m0", "--config", str(config), "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
+        for config, env in runs
+    ]
+    outputs = [p.communicate(timeout=600) for p in procs]
+    for p, (out, err) in zip(procs, outputs, strict=True):
+        assert p.returncode == 0, out[-3000:] + err[-3000:]
+    table = yaml.safe_load(reference.read_text())
+    assert {(e["thinking"], e["k"]) for e in table["entries"]} == {("off", 1), ("off", 2)}
+    # each run reported exactly its own entries; the table holds both, as measured
+    by_k = {e["k"]: e["al"] for e in table["entries"]}
+    for k, (out, _) in zip((1, 2), outputs, strict=True):
+        rows = json.loads(out)["entries"]
+        assert [(r["k"], r["al"]) for r in rows] == [(k, round(by_k[k], 4))]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("speed-bench")) == [
+        "speed-bench-coding.yaml",
+        "speed-bench-coding.yaml.lock",
+    ]

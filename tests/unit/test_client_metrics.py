@@ -115,3 +115,18 @@ def test_records_round_trip_through_parquet(tmp_path) -> None:  # type: ignore[n
     assert back["chunk_ns"].to_list()[0] == [100 * MS, 110 * MS, 130 * MS, 160 * MS]
     assert back["error"].to_list()[3] == "HTTP 500: boom"
     assert summarize(back, duration_s=2.0)["completed"] == 3
+
+
+def test_one_chunk_output_gives_a_noted_null_interactivity_in_strict_json() -> None:
+    import json
+
+    from alflow.jsonutil import dumps
+
+    # three tokens in one chunk: tpot_ms = 0, so 1000 / tpot_ms is infinite
+    s = summarize(records_frame([rec(0, 0, [50], out=3), *RECORDS[:2]]), duration_s=1.0)
+    assert s["p99_interactivity_tokens_per_s"] == float("inf")
+    data = json.loads(dumps(s), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    assert data["p99_interactivity_tokens_per_s"] is None
+    assert data["p99_interactivity_tokens_per_s_note"].startswith("not finite: tpot_ms = 0")
+    assert data["median_ttft_ms"] == pytest.approx(50.0)  # finite values untouched
+    assert "median_ttft_ms_note" not in data

@@ -146,3 +146,117 @@ def test_diff_reports_changes_and_provenance() -> None:
     within = ref.diff_tables(old, _measured(2.6), tolerance=0.2)
     assert [r.status for r in within.rows] == ["unchanged"]
     assert [r.status for r in ref.diff_tables(old, _measured(2.6)).rows] == ["changed"]
+
+
+# --------------------------------------------------------------------------------------------
+# update_reference: lock file, re-read, merge, atomic replace
+
+
+def _entry(k: int, al: float, model: str = "m") -> ref.ReferenceEntry:
+    return ref.ReferenceEntry(
+        model=model,
+        method="mtp",
+        thinking="off",
+        k=k,
+        al=al,
+        per_position_rates=(al - 1,) + (0.0,) * (k - 1),
+        num_drafts=1000,
+        accepted_tokens=round((al - 1) * 1000),
+        provenance=_provenance(),
+    )
+
+
+def _empty(kind: str = "measured") -> ref.ReferenceTable:
+    return ref.ReferenceTable(kind=kind, dataset="speed-bench", category="coding", entries=())  # type: ignore[arg-type]
+
+
+def test_update_merges_into_what_is_on_disk(tmp_path: Path) -> None:
+    path = tmp_path / "refs" / "coding.yaml"
+    before, first = ref.update_reference(path, [_entry(1, 1.5), _entry(2, 1.7)], new=_empty())
+    assert before is None
+    assert [e.k for e in first.entries] == [1, 2]
+    # another writer's entries (K=1, K=2) are kept; the same key (K=2) takes the new value
+    before, second = ref.update_reference(path, [_entry(2, 1.8), _entry(3, 1.9)], new=_empty())
+    assert before == first
+    assert [(e.k, e.al) for e in second.entries] == [(1, 1.5), (2, 1.8), (3, 1.9)]
+    assert ref.load_reference(path) == second
+    assert sorted(p.name for p in path.parent.iterdir()) == ["coding.yaml", "coding.yaml.lock"]
+
+
+def test_update_refuses_a_damaged_table_and_leaves_it(tmp_path: Path) -> None:
+    path = tmp_path / "coding.yaml"
+    ref.update_reference(path, [_entry(1, 1.5)], new=_empty())
+    damaged = path.read_text().replace("al: 1.5", "al: 9.5")
+    path.write_text(damaged)
+    with pytest.raises(ref.ReferenceError, match=rf"^{path}: entries\[0\]"):
+        ref.update_reference(path, [_entry(2, 1.7)], new=_empty())
+    assert path.read_text() == damaged
+    path.write_text("entries: [\n")
+    with pytest.raises(ref.ReferenceError, match=rf"^{path}: not valid YAML"):
+        ref.update_reference(path, [_entry(2, 1.7)], new=_empty())
+    assert path.read_text() == "entries: [\n"
+
+
+def test_update_refuses_another_kind(tmp_path: Path) -> None:
+    path = tmp_path / "coding.yaml"
+    ref.update_reference(path, [_entry(1, 1.5)], new=_empty("simulated"))
+    before = path.read_bytes()
+    with pytest.raises(ref.ReferenceError, match="is a simulated table; refusing to add measured"):
+        ref.update_reference(path, [_entry(2, 1.7)], new=_empty())
+    assert path.read_bytes() == before
+
+
+def test_update_waits_for_the_lock_then_names_it(tmp_path: Path) -> None:
+    from alflow.fsutil import LockTimeoutError, file_lock
+
+    path = tmp_path / "coding.yaml"
+    with file_lock(path, timeout_s=1, what="the reference table"), pytest.raises(LockTimeoutError) as info:
+        ref.update_reference(path, [_entry(1, 1.5)], new=_empty(), timeout_s=0.3)
+    assert str(info.value).startswith(f"{path}.lock: timed out after 0.3 s waiting for the lock")
+    assert not path.exists()
+    ref.update_reference(path, [_entry(1, 1.5)], new=_empty(), timeout_s=0.3)  # released: goes through
+    assert [e.k for e in ref.load_reference(path).entries] == [1]
+
+
+def _write_one(path: str, k: int, model: str) -> None:
+    ref.update_reference(path, [_entry(k, 1.0 + k / 10, model)], new=_empty())
+
+
+def test_concurrent_writer_processes_lose_no_entry(tmp_path: Path) -> None:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    path = str(tmp_path / "coding.yaml")
+    jobs = [(k, model) for model in ("a", "b") for k in range(1, 7)]
+    with ProcessPoolExecutor(4, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for future in [pool.submit(_write_one, path, k, model) for k, model in jobs]:
+            future.result()
+    table = ref.load_reference(path)
+    assert sorted((e.model, e.k) for e in table.entries) == sorted((m, k) for k, m in jobs)
+
+
+def test_remote_reference_paths_are_refused(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from alflow.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match=r"reference table 's3://b/coding\.yaml' is a s3:// URL"):
+        ref.update_reference("s3://b/coding.yaml", [_entry(1, 1.5)], new=_empty())
+    # the command line refuses it before any work: exit 2, one line naming the file and the field
+    config = tmp_path / "m0.yaml"
+    config.write_text(
+        "models: [{id: m}]\nserver: {framework: sim, model: m}\nreference_path: gs://b/c.yaml\n"
+    )
+    alflow = str(Path(sys.executable).parent / "alflow")
+    out = subprocess.run(
+        [alflow, "run", "m0", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith(f"error: {config}: reference_path: ")
+    assert "'gs://b/c.yaml' is a gs:// URL: reference tables are local files" in out.stderr
+    assert out.stderr.count("\n") == 1

@@ -152,3 +152,37 @@ def test_provenance_facts() -> None:
     info = host_info()
     assert info["python"]
     assert info["cpus"] >= 1
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_stored_files_honour_the_umask(tmp_path: Path, umask: int, mode: int) -> None:
+    import os
+    import stat
+
+    old = os.umask(umask)
+    try:
+        with store.RunWriter(tmp_path, "m2", run_id="perm") as run:
+            run.write_table("spec_stats", _spec(2.5))
+            run.write_summary({"al": 2.5})
+            run.write_text("report.md", "# report\n")
+    finally:
+        os.umask(old)
+    files = sorted(Path(run.dir).iterdir())
+    assert [p.name for p in files] == ["manifest.json", "report.md", "spec_stats.parquet", "summary.json"]
+    assert {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in files} == {p.name: oct(mode) for p in files}
+
+
+def test_stored_json_is_strict_with_notes(tmp_path: Path) -> None:
+    with store.RunWriter(tmp_path, "m2", config={"target_al": float("nan")}) as run:
+        run.write_summary({"speedup": float("inf"), "per_k": [1.5, float("-inf")]})
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} in a stored JSON file")
+
+    summary = json.loads((Path(run.dir) / "summary.json").read_text(), parse_constant=refuse)
+    assert summary["speedup"] is None
+    assert summary["speedup_note"] == "not finite: inf"
+    assert summary["per_k"] == [1.5, None]
+    assert summary["per_k_note"] == "not finite at [1]: -inf"
+    manifest = json.loads((Path(run.dir) / "manifest.json").read_text(), parse_constant=refuse)
+    assert manifest["config"] == {"target_al": None, "target_al_note": "not finite: nan"}

@@ -1,0 +1,97 @@
+"""Strict JSON for everything alflow writes or prints (run manifests, summaries, ``--json`` output).
+
+Python's ``json`` writes ``NaN`` and ``Infinity``, which are not JSON (``jq``, browsers and most
+parsers reject them). One scheme, used by every writer through :func:`dumps`:
+
+- a non-finite float (``nan``, ``inf``, ``-inf``) becomes ``null``;
+- in a mapping, the reason goes beside it under ``"<field>_note"``: ``"not finite: inf"`` by
+  default, or the domain reason a producer set there first with :func:`note_nonfinite` (for
+  example ``"not finite: tpot_ms = 0 ..."``); an existing ``<field>_note`` is never overwritten;
+- inside a list, the element becomes ``null`` and the mapping field that holds the list gets the
+  note with the positions (``"not finite at [2]: nan"``);
+- a bare list or number at the top level has nowhere to put a note: only the ``null`` remains.
+
+Tuples are written as lists; other values JSON does not know (paths, datetimes) as ``str(value)``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, MutableMapping
+from typing import Any
+
+NOTE_SUFFIX = "_note"
+
+
+def _word(x: float) -> str:
+    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+
+
+def _is_bad(value: object) -> bool:
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def _clean_seq(values: Iterable[Any], where: str, bad: list[str]) -> list[Any]:
+    out: list[Any] = []
+    for i, value in enumerate(values):
+        pos = f"{where}[{i}]"
+        if _is_bad(value):
+            bad.append(f"{pos}: {_word(value)}")
+            out.append(None)
+        elif isinstance(value, Mapping):
+            out.append(_clean_map(value))
+        elif isinstance(value, list | tuple):
+            out.append(_clean_seq(value, pos, bad))
+        else:
+            out.append(value)
+    return out
+
+
+def _clean_map(data: Mapping[Any, Any]) -> dict[Any, Any]:
+    out: dict[Any, Any] = {}
+    notes: dict[str, str] = {}
+    for key, value in data.items():
+        if _is_bad(value):
+            out[key] = None
+            notes[f"{key}{NOTE_SUFFIX}"] = f"not finite: {_word(value)}"
+        elif isinstance(value, Mapping):
+            out[key] = _clean_map(value)
+        elif isinstance(value, list | tuple):
+            bad: list[str] = []
+            out[key] = _clean_seq(value, "", bad)
+            if bad:
+                notes[f"{key}{NOTE_SUFFIX}"] = "not finite at " + ", ".join(bad)
+        else:
+            out[key] = value
+    for note_key, note in notes.items():
+        out.setdefault(note_key, note)
+    return out
+
+
+def finite(data: Any) -> Any:
+    """A copy of ``data`` in which every non-finite float is ``None``, with notes as the module says."""
+    if _is_bad(data):
+        return None
+    if isinstance(data, Mapping):
+        return _clean_map(data)
+    if isinstance(data, list | tuple):
+        return _clean_seq(data, "", [])
+    return data
+
+
+def note_nonfinite(data: MutableMapping[str, Any], reason: str, keys: Iterable[str] | None = None) -> None:
+    """Set ``"<key>_note": "not finite: <reason>"`` beside each non-finite value (of ``keys``, or all)."""
+    for key in list(data if keys is None else keys):
+        if _is_bad(data.get(key)):
+            data.setdefault(f"{key}{NOTE_SUFFIX}", f"not finite: {reason}")
+
+
+def dumps(data: Any, *, indent: int | None = 2) -> str:
+    """Strict JSON text of ``data`` (see the module docstring); never ``NaN`` or ``Infinity``."""
+    return json.dumps(finite(data), indent=indent, default=str, allow_nan=False)
+
+
+def dumps_bytes(data: Any, *, indent: int | None = 2) -> bytes:
+    """:func:`dumps` as UTF-8 bytes with a final newline (the form of every JSON file alflow writes)."""
+    return (dumps(data, indent=indent) + "\n").encode()
