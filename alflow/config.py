@@ -14,6 +14,7 @@ from typing import Annotated, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from alflow.acceptance.synthetic import K_MAX, K_MIN, SCHEMES, SyntheticTarget, get_scheme
+from alflow.redact import is_secret_name
 
 
 class StrictModel(BaseModel):
@@ -407,7 +408,11 @@ class ServerConfig(StrictModel):
     extra_args: tuple[str, ...] = Field((), description="Extra command-line arguments appended verbatim.")
     extra_env: dict[str, str] = Field(
         default_factory=dict,
-        description="Extra environment variables (not secrets: put those in the runner's secrets, by name).",
+        description=(
+            "Extra environment variables of the server (values are stored in manifests and reports). Secrets "
+            "(HF_TOKEN, *_KEY, *_TOKEN, *SECRET*, *PASSWORD*) are refused here: list their names in the runner's "
+            "secrets and the value is read from the environment (or a Prefect Secret block) at start."
+        ),
     )
     label: str | None = Field(
         None,
@@ -421,6 +426,21 @@ class ServerConfig(StrictModel):
     def __hash__(self) -> int:
         """Hash of the JSON form (``extra_env`` is a dict, which plain field hashing cannot take)."""
         return hash(self.model_dump_json())
+
+    @field_validator("extra_env")
+    @classmethod
+    def _no_secret_values(cls, value: dict[str, str]) -> dict[str, str]:
+        secret = sorted(name for name in value if is_secret_name(name))
+        if secret:
+            names = ", ".join(secret)
+            raise ValueError(
+                f"extra_env sets {names}, which looks like a secret: a literal value here would be stored in clear "
+                "in manifest.json, the reports and Prefect's database. Pass it by name instead: add "
+                f"{names} to the runner's secrets (placement.runner.secrets; the value is read from the "
+                "environment of the process that starts the server, or from a Prefect Secret block of that "
+                "name in lowercase with dashes) and remove it from extra_env"
+            )
+        return value
 
     @property
     def simulated(self) -> bool:

@@ -15,6 +15,7 @@ from prefect import flow, get_run_logger, tags
 
 from alflow.acceptance.synthetic import distribution
 from alflow.config import BenchmarkParams, LoadConfig, SyntheticAcceptance, ThinkingMode
+from alflow.redact import redact_url
 from alflow.topology import gpu_layout, topology
 from alflow.workloads import random_workload_sessions
 from flows.common import fail, open_run, point_server, reference_al
@@ -103,7 +104,7 @@ def benchmark(params: BenchmarkParams) -> dict[str, Any]:
                 audit_details: dict[str, Any] = {}
                 if m.spec_stats is None:
                     why = m.stats_error or "no baseline or final scrape"
-                    where = " + ".join(handle.all_metrics_urls)
+                    where = " + ".join(redact_url(u) for u in handle.all_metrics_urls)
                     failures.append(f"{subject}: no spec-decode stats at {where}: {why}")
                     valid = False
                     verdict_msg = failures[-1]

@@ -15,6 +15,7 @@ from prefect import flow, get_run_logger, tags
 
 from alflow.config import GateParams, LoadConfig
 from alflow.gates import Verdict
+from alflow.redact import redact_url
 from alflow.topology import gpu_layout
 from alflow.workloads import dataset_description, speed_bench_sessions
 from flows.common import fail, open_run, point_server, reference_al
@@ -69,7 +70,7 @@ def gate(params: GateParams) -> dict[str, Any]:
             m = spec_stats(m, params.k)
             if m.spec_stats is None:
                 why = m.stats_error or "no baseline or final scrape"
-                where = " + ".join(handle.all_metrics_urls)
+                where = " + ".join(redact_url(u) for u in handle.all_metrics_urls)
                 raise fail("m1-gate", f"no spec-decode stats at {where} for {subject}: {why}", {})
             al_verdict = check_al_gate(m.spec_stats, reference, params.tolerances, subject)
             verdicts.append(al_verdict)

@@ -26,6 +26,7 @@ from prefect.transactions import Transaction, get_transaction
 
 from alflow.config import RunnerOptions, ServerConfig, ServerPlacement
 from alflow.errors import InvalidInputError
+from alflow.redact import redact_url
 from infra import lifecycle
 from infra.errors import ServerRefusedError
 from infra.runners import ServerHandle, make_runner
@@ -85,7 +86,11 @@ def start_server(server: ServerConfig, runner: RunnerOptions) -> ServerHandle:
         txn.set("server_handle", handle)
         txn.set("runner_options", runner)
     log.info(
-        "server %s ready at %s (%s, dialect %s)", handle.id, handle.base_url, server.framework, handle.dialect
+        "server %s ready at %s (%s, dialect %s)",
+        redact_url(handle.id),
+        redact_url(handle.base_url),
+        server.framework,
+        handle.dialect,
     )
     return handle
 
@@ -109,7 +114,7 @@ def wait_ready(handle: ServerHandle, runner: RunnerOptions, timeout_s: float = 6
 def stop_server(handle: ServerHandle, runner: RunnerOptions) -> None:
     """Stop the server (always runs, also after failures; safe to call twice)."""
     lifecycle.stop_server(handle, runner)
-    get_run_logger().info("server %s stopped", handle.id)
+    get_run_logger().info("server %s stopped", redact_url(handle.id))
 
 
 @contextlib.contextmanager
