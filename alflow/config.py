@@ -18,9 +18,13 @@ from alflow.redact import is_secret_name
 
 
 class StrictModel(BaseModel):
-    """Base of every config model: frozen, unknown fields rejected, defaults validated."""
+    """Base of every config model: frozen, unknown fields rejected, defaults validated.
 
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+    Validation errors never echo the input (``hide_input_in_errors``): a refused value may be a secret,
+    and Prefect stores the text of a failed parameter validation.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True, hide_input_in_errors=True)
 
 
 class SpecMethod(StrEnum):
@@ -426,6 +430,20 @@ class ServerConfig(StrictModel):
     def __hash__(self) -> int:
         """Hash of the JSON form (``extra_env`` is a dict, which plain field hashing cannot take)."""
         return hash(self.model_dump_json())
+
+    @field_validator("extra_args")
+    @classmethod
+    def _no_secret_args(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for arg in value:
+            flag = arg.split("=", 1)[0]
+            if flag.startswith("--") and is_secret_name(flag[2:].replace("-", "_")):
+                raise ValueError(
+                    f"extra_args passes {flag}, which takes a secret: its value would be stored in clear in "
+                    "manifest.json, the reports and Prefect's database. Give the server the secret through its "
+                    f"environment instead (e.g. vLLM reads VLLM_API_KEY for --api-key and HF_TOKEN for --hf-token): "
+                    "list the variable's name in the runner's secrets and drop the flag"
+                )
+        return value
 
     @field_validator("extra_env")
     @classmethod

@@ -3,11 +3,13 @@
 It answers ``/v1/chat/completions`` and ``/v1/completions`` with ``max_tokens`` chunks of one token,
 ``delay_s`` apart, a usage chunk and ``[DONE]``; it remembers request bodies and the peak number of
 concurrent streams. Behaviour switches by model name: ``error-event``, ``no-done``, ``json``.
+Every request's path, ``Authorization`` and ``Host`` headers are kept in ``state.seen``.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +28,8 @@ class ServerState:
     starts: list[float] = field(default_factory=list)
     metrics_text: str = ""
     reject: bool = False
+    seen: list[tuple[str, str | None, str | None]] = field(default_factory=list)
+    """(path, Authorization header, Host header) of every request."""
 
 
 STATE: web.AppKey[ServerState] = web.AppKey("state", ServerState)
@@ -80,6 +84,20 @@ async def _json_metrics(request: web.Request) -> web.Response:
     return web.json_response([{"iter": 1}])
 
 
+async def _models(_request: web.Request) -> web.Response:
+    return web.json_response({"object": "list", "data": [{"id": "served-model", "object": "model"}]})
+
+
+@web.middleware
+async def _record(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    request.app[STATE].seen.append(
+        (request.path, request.headers.get("Authorization"), request.headers.get("Host"))
+    )
+    return await handler(request)
+
+
 async def _detokenize(request: web.Request) -> web.Response:
     body = orjson.loads(await request.read())
     return web.json_response({"prompt": " ".join(f"w{t}" for t in body["tokens"])})
@@ -98,8 +116,9 @@ class SseServer:
         return f"http://127.0.0.1:{self.port}"
 
     async def __aenter__(self) -> SseServer:
-        app = web.Application()
+        app = web.Application(middlewares=[_record])
         app[STATE] = self.state
+        app.router.add_get("/v1/models", _models)
         app.router.add_post("/v1/chat/completions", _stream)
         app.router.add_post("/v1/completions", _stream)
         app.router.add_get("/metrics", _metrics)
