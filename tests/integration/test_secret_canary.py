@@ -166,3 +166,19 @@ def test_the_process_runner_passes_a_secret_by_name_and_the_run_stores_only_the_
         if path.is_file():
             assert canaries_in(path.read_bytes()) == [], path  # ... and never the value
     assert canaries_in(repr(handle)) == []
+
+
+def test_a_runner_secret_comes_from_the_environment_else_a_prefect_secret_block(
+    prefect_harness: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from prefect.blocks.system import Secret
+
+    from tasks.servers import secret_block_name, secret_value
+
+    assert secret_block_name("ALFLOW_CANARY_API_KEY") == "alflow-canary-api-key"
+    monkeypatch.delenv("ALFLOW_CANARY_API_KEY", raising=False)
+    assert secret_value("ALFLOW_CANARY_API_KEY") is None  # neither: nothing is passed
+    Secret(value=API_KEY).save("alflow-canary-api-key", overwrite=True)
+    assert secret_value("ALFLOW_CANARY_API_KEY") == API_KEY
+    monkeypatch.setenv("ALFLOW_CANARY_API_KEY", "sk-FromTheEnvironment-1")
+    assert secret_value("ALFLOW_CANARY_API_KEY") == "sk-FromTheEnvironment-1"  # the environment wins
