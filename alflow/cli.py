@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from alflow import __version__, measure_cli
 from alflow.acceptance import knobs as knobs_mod
@@ -143,14 +144,14 @@ def synthetic_knobs(
     if as_json:
         emit_json(result.to_dict())
         return
-    table = Table(title=f"{framework} synthetic acceptance, K={k}", show_header=False)
+    table = Table(title=f"{escape(framework)} synthetic acceptance, K={k}", show_header=False)
     for name, value in result.env.items():
-        table.add_row("env", f"{name}={value}")
+        table.add_row("env", Text(f"{name}={value}"))
     if result.speculative_config:
-        table.add_row("--speculative-config", json.dumps(result.speculative_config))
+        table.add_row("--speculative-config", Text(json.dumps(result.speculative_config)))
     if result.distribution is not None:
         d = result.distribution
-        table.add_row("scheme", f"{result.scheme} ({d.granularity})")
+        table.add_row("scheme", Text(f"{result.scheme} ({d.granularity})"))
         table.add_row("expected AL", f"{d.mean:.6g} (bias {d.bias:+.4g}, variance {d.variance:.4g})")
         table.add_row("per-position rates", ", ".join(f"{p:.6g}" for p in d.per_position_rates))
     console.print(table)
@@ -166,7 +167,7 @@ def synthetic_compare(k: KOpt, al: AlOpt = None, rates: RatesOpt = None, as_json
     if as_json:
         emit_json(comparison.to_dict())
         return
-    table = Table(title=f"Synthetic acceptance schemes for {comparison.target.describe()}, K={k}")
+    table = Table(title=f"Synthetic acceptance schemes for {escape(comparison.target.describe())}, K={k}")
     for col in ("scheme", "draw", "mean AL", "bias", "variance"):
         table.add_column(col, justify="left" if col in ("scheme", "draw") else "right")
     for j in range(1, k + 2):
@@ -176,8 +177,8 @@ def synthetic_compare(k: KOpt, al: AlOpt = None, rates: RatesOpt = None, as_json
         bias = f"{d.bias if biased else 0.0:+.4f}"
         style = "bold red" if biased else None
         table.add_row(
-            d.scheme,
-            d.granularity,
+            Text(d.scheme),
+            Text(d.granularity),
             f"{d.mean:.4f}",
             bias,
             f"{d.variance:.4f}",
@@ -210,7 +211,9 @@ def reference_validate(path: PathArg, as_json: JsonOpt = False) -> None:
     if as_json:
         emit_json(summary)
     else:
-        console.print(f"{path}: valid {table.kind} table, {len(table.entries)} entries", highlight=False)
+        console.print(
+            f"{path}: valid {table.kind} table, {len(table.entries)} entries", highlight=False, markup=False
+        )
 
 
 @reference_app.command("show")
@@ -236,7 +239,7 @@ def reference_show(
         )
         return
     ks = sorted({e.k for e in entries})
-    out = Table(title=f"Reference AL: {table.dataset}/{table.category} ({table.kind})")
+    out = Table(title=escape(f"Reference AL: {table.dataset}/{table.category} ({table.kind})"))
     for col in ("model", "method", "thinking"):
         out.add_column(col)
     for k in ks:
@@ -245,10 +248,12 @@ def reference_show(
     for e in entries:
         groups.setdefault((e.model, e.method.value, e.thinking.value), {})[e.k] = e.al
     for (m, meth, th), by_k in groups.items():
-        out.add_row(m, meth, th, *(f"{by_k[k]:.3f}" if k in by_k else "" for k in ks))
+        out.add_row(Text(m), Text(meth), Text(th), *(f"{by_k[k]:.3f}" if k in by_k else "" for k in ks))
     console.print(out)
     if table.kind != "measured":
-        console.print(f"note: this is a {table.kind} table, not a measured reference", highlight=False)
+        console.print(
+            f"note: this is a {table.kind} table, not a measured reference", highlight=False, markup=False
+        )
 
 
 @reference_app.command("diff")
@@ -265,8 +270,8 @@ def reference_diff(
         emit_json(diff.to_dict())
         return
     for line in diff.table_changes:
-        console.print(f"table {line}", highlight=False)
-    out = Table(title=f"{old} -> {new}")
+        console.print(f"table {line}", highlight=False, markup=False)
+    out = Table(title=escape(f"{old} -> {new}"))
     for col in (
         "model",
         "method",
@@ -284,16 +289,16 @@ def reference_diff(
         if r.status == "unchanged" and not r.provenance_changes:
             continue
         out.add_row(
-            r.model,
-            r.method,
-            r.thinking,
+            Text(r.model),
+            Text(r.method),
+            Text(r.thinking),
             str(r.k),
-            r.status,
+            Text(r.status),
             "" if r.old_al is None else f"{r.old_al:.4f}",
             "" if r.new_al is None else f"{r.new_al:.4f}",
             "" if r.delta is None else f"{r.delta:+.4f}",
             "" if r.rel_delta is None else f"{r.rel_delta:+.2%}",
-            "; ".join(r.provenance_changes),
+            Text("; ".join(r.provenance_changes)),
         )
     if out.row_count:
         console.print(out)
@@ -315,11 +320,11 @@ def reference_audit(
     if as_json:
         emit_json(report.to_dict())
     else:
-        out = Table(title=f"Audit of {table}")
+        out = Table(title=escape(f"Audit of {table}"))
         for col in ("entry", "status", "problems"):
             out.add_column(col)
         for row in report.rows:
-            out.add_row(row.entry, row.status, "; ".join(row.problems))
+            out.add_row(Text(row.entry), Text(row.status), Text("; ".join(row.problems)))
         console.print(out)
         console.print("audit passed" if report.ok else "audit FAILED", highlight=False)
     if not report.ok:
@@ -396,7 +401,7 @@ def reference_m0_config(
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False), encoding="utf-8")
-    console.print(f"wrote {out}", highlight=False)
+    console.print(f"wrote {out}", highlight=False, markup=False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -548,7 +553,7 @@ def _m0_table(what: str, m0: dict[str, Any]) -> Table:
     for col in ("model", "K", "AL", "steps"):
         table.add_column(col)
     for e in m0["entries"]:
-        table.add_row(escape(str(e["model"])), str(e["k"]), f"{e['al']:.4f}", str(e["num_drafts"]))
+        table.add_row(Text(str(e["model"])), str(e["k"]), f"{e['al']:.4f}", str(e["num_drafts"]))
     return table
 
 
@@ -557,17 +562,20 @@ def _print_tiny_demo(console: Console, out: dict[str, Any], took: float) -> None
     console.print(_m0_table("tiny CPU engine, real n-gram acceptance", m0))
     cached = m0.get("cached_points") or []
     if cached:
-        console.print(f"M0 calibration points reused from the cache: {', '.join(cached)}", highlight=False)
+        console.print(
+            f"M0 calibration points reused from the cache: {', '.join(cached)}", highlight=False, markup=False
+        )
     verdict = out["m1"]["tiny"]
     status = "[green]passed[/green]" if verdict["passed"] else "[red]FAILED[/red]"
-    console.print(f"M1 tiny: {status} {verdict['message']}", highlight=False)
+    console.print(f"M1 tiny: {status} {escape(verdict['message'])}", highlight=False)
     for v in verdict.get("verdicts") or []:
         console.print(
             f"  - {'pass' if v['passed'] else 'FAIL'}: {v['message']}", highlight=False, markup=False
         )
     console.print(
         f"Results: {out['results_root']} (report.html and report.md inside each run directory; numbers are "
-        "real measurements of the tiny CPU engine, not of a GPU server)"
+        "real measurements of the tiny CPU engine, not of a GPU server)",
+        markup=False,
     )
     console.print(f"Demo finished in {took:.0f} s.", highlight=False)
 
@@ -607,11 +615,17 @@ def _print_vllm_demo(console: Console, out: dict[str, Any], took: float) -> None
 
 def _print_demo(console: Console, out: dict[str, Any], took: float) -> None:
     m0 = out["m0"]
-    t0 = Table(title=f"M0 reference AL (simulated) -> {m0['reference_path']}")
+    t0 = Table(title=f"M0 reference AL (simulated) -> {escape(str(m0['reference_path']))}")
     for col in ("model", "thinking", "K", "AL", "steps"):
         t0.add_column(col)
     for e in m0["entries"]:
-        t0.add_row(e["model"], e["thinking"], str(e["k"]), f"{e['al']:.4f}", str(e["num_drafts"]))
+        t0.add_row(
+            Text(str(e["model"])),
+            Text(str(e["thinking"])),
+            str(e["k"]),
+            f"{e['al']:.4f}",
+            str(e["num_drafts"]),
+        )
     console.print(t0)
     cached = m0.get("cached_points") or []
     console.print(
@@ -619,13 +633,14 @@ def _print_demo(console: Console, out: dict[str, Any], took: float) -> None:
         if cached
         else "M0 calibration points measured now (a second run reuses them from the cache)",
         highlight=False,
+        markup=False,
     )
     for name, verdict in out["m1"].items():
         status = "[green]passed[/green]" if verdict["passed"] else "[red]FAILED[/red]"
-        console.print(f"M1 {name}: {status} {verdict['message']}", highlight=False)
+        console.print(f"M1 {escape(name)}: {status} {escape(verdict['message'])}", highlight=False)
     m2 = out["m2"]
     t2 = Table(
-        title=f"M2 synthetic benchmark at target AL {m2['target_al']:.4f} (scheme {m2['scheme']}, simulated)"
+        title=f"M2 synthetic benchmark at target AL {m2['target_al']:.4f} (scheme {escape(m2['scheme'])}, simulated)"
     )
     for col in (
         "concurrency",
@@ -647,7 +662,8 @@ def _print_demo(console: Console, out: dict[str, Any], took: float) -> None:
         )
     console.print(t2)
     console.print(
-        f"Results: {out['results_root']} (M2 run: {m2['run_dir']}, report.html and report.md inside each run directory; `alflow report RUN_DIR` renders one again)"
+        f"Results: {out['results_root']} (M2 run: {m2['run_dir']}, report.html and report.md inside each run directory; `alflow report RUN_DIR` renders one again)",
+        markup=False,
     )
     console.print(f"Demo finished in {took:.0f} s.", highlight=False)
 

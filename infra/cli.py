@@ -18,6 +18,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from infra.errors import RunnerError
 from infra.images import ensure_sim_image, runtime_mounts
@@ -75,7 +76,7 @@ def cleanup(
         if e.selected and not dry_run and not e.removed:
             action = "FAILED to remove"
         age = "unknown" if math.isinf(e.age_s) else f"{e.age_s:.0f} s"
-        table.add_row(e.name, e.status, e.run_id, age, action)
+        table.add_row(Text(e.name), Text(e.status), Text(e.run_id), age, action)
     console.print(table)
 
 
@@ -98,7 +99,7 @@ def sim_image(
     console = Console()
     console.print(f"{SIM_IMAGE} ({image_id[:19]}); run with host networking and read-only mounts:")
     for mount in mounts:
-        console.print(f"  -v {mount}", highlight=False)
+        console.print(f"  -v {mount}", highlight=False, markup=False)
 
 
 def infra_app() -> typer.Typer:

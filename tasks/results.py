@@ -11,6 +11,7 @@ from prefect.artifacts import create_link_artifact, create_markdown_artifact, cr
 from prefect.cache_policies import NO_CACHE
 
 from alflow.reports import render_run
+from alflow.reports.markdown import FlowSummary
 from alflow.results.store import RunWriter, StoredRun
 
 
@@ -32,15 +33,17 @@ def _key(text: str) -> str:
 
 @task(name="render_report", cache_policy=NO_CACHE)
 def render_report(
-    writer: RunWriter, title: str, markdown: str, rows: Sequence[Mapping[str, Any]], *, key: str
+    writer: RunWriter, summary: FlowSummary, rows: Sequence[Mapping[str, Any]], *, key: str
 ) -> str:
     """Save ``report.md`` and ``report.html`` in the run directory and publish them as artifacts.
 
-    ``report.html`` is the self-contained page of :mod:`alflow.reports` (inline SVG plots), built
+    The Markdown (``report.md`` and the markdown artifact) is ``summary`` rendered by
+    :mod:`alflow.reports.markdown`, every user value escaped. ``report.html`` is the self-contained page of :mod:`alflow.reports` (inline SVG plots), built
     from what the run has stored so far; a link artifact points at it. A failure to render it is
     logged and never fails the flow (the measurement and report.md are already stored).
     """
-    text = f"# {title}\n\n{markdown}\n\nRun directory: `{writer.dir}`\n"
+    title = summary.title
+    text = summary.markdown()
     path = writer.write_text("report.md", text)
     create_markdown_artifact(text, key=_key(key), description=title)
     if rows:

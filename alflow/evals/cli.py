@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from alflow.errors import AlflowError
@@ -103,7 +104,7 @@ def gsm8k(
     if as_json:
         sys.stdout.write(json.dumps({**result.to_dict(), "verdict": verdict.to_dict()}, indent=2) + "\n")
     else:
-        table = Table(title=f"GSM8K {model} ({len(result.results)} of {result.population} questions)")
+        table = Table(title=escape(f"GSM8K {model} ({len(result.results)} of {result.population} questions)"))
         for col in ("score", "accuracy", "95% CI", "threshold"):
             table.add_column(col)
         for s in (result.strict, result.flexible):
