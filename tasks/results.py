@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import polars as pl
 from prefect import get_run_logger, task
@@ -56,7 +58,8 @@ def render_report(
     except Exception as exc:  # a derived page must never fail a measured run; the error is logged
         get_run_logger().warning("report.html not written for %s: %r", writer.dir, exc, exc_info=True)
     else:
-        link = html_path if "://" in html_path else f"file://{html_path}"
+        # a URL, percent-encoded: no character of the results root can end the artifact's Markdown link
+        link = quote(html_path, safe=":/") if "://" in html_path else Path(html_path).resolve().as_uri()
         create_link_artifact(
             link, link_text="report.html", key=_key(key + "-html"), description=f"{title}: HTML report"
         )
