@@ -14,7 +14,7 @@ from typing import Annotated, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from alflow.acceptance.synthetic import K_MAX, K_MIN, SCHEMES, SyntheticTarget, get_scheme
-from alflow.redact import is_secret_name
+from alflow.redact import is_secret_flag, is_secret_name
 
 
 class StrictModel(BaseModel):
@@ -436,7 +436,7 @@ class ServerConfig(StrictModel):
     def _no_secret_args(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for arg in value:
             flag = arg.split("=", 1)[0]
-            if flag.startswith("--") and is_secret_name(flag[2:].replace("-", "_")):
+            if is_secret_flag(flag):
                 raise ValueError(
                     f"extra_args passes {flag}, which takes a secret: its value would be stored in clear in "
                     "manifest.json, the reports and Prefect's database. Give the server the secret through its "

@@ -74,6 +74,21 @@ def is_secret_name(name: str) -> bool:
     return any(hint in upper for hint in _SECRET_NAME_INSIDE)
 
 
+def is_secret_flag(arg: str) -> bool:
+    """True when a command-line argument is a flag that takes a secret (``--api-key``, ``--hf-token=...``).
+
+    Stricter than :func:`is_secret_name`: a flag merely ending in ``-key`` (the sim's ``--answer-key``,
+    a file) is not one; ``token``, ``api-key``, ``secret`` and ``password`` flags are.
+    """
+    if not arg.startswith("--"):
+        return False
+    name = arg[2:].split("=", 1)[0].replace("-", "_").upper()
+    words = [w for w in _NAME_PARTS.split(name) if w]
+    if words and words[-1] == "TOKEN":
+        return True
+    return any(hint in name for hint in _SECRET_NAME_INSIDE)
+
+
 def is_secret_param(name: str) -> bool:
     """True when a URL query or fragment parameter name reads like a credential (``token``, ``api_key``)."""
     words = re.split(r"[^a-z0-9]+", unquote(name).lower())

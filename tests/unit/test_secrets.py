@@ -124,7 +124,9 @@ def test_extra_env_refuses_secret_names_and_points_to_the_runner_secrets() -> No
     assert ok.extra_env["NCCL_DEBUG"] == "WARN"
 
 
-@pytest.mark.parametrize("args", [("--api-key", "sk-Literal-5"), ("--hf-token=hf_Literal-5",)])
+@pytest.mark.parametrize(
+    "args", [("--api-key", "sk-Literal-5"), ("--hf-token=hf_Literal-5",), ("--db-password", "Literal-5")]
+)
 def test_extra_args_refuse_secret_flags(args: tuple[str, ...]) -> None:
     with pytest.raises(ValidationError, match="runner's secrets") as info:
         ServerConfig(framework="vllm", model="m", extra_args=args)
