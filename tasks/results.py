@@ -12,6 +12,7 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
+from alflow.redact import redact_url
 from alflow.reports import render_run
 from alflow.reports.markdown import FlowSummary
 from alflow.results.store import RunWriter, StoredRun
@@ -23,7 +24,7 @@ def store_results(writer: RunWriter, tables: Mapping[str, pl.DataFrame], summary
     for name, frame in tables.items():
         writer.write_table(name, frame)
     writer.write_summary(summary)
-    get_run_logger().info("results stored in %s", writer.dir)
+    get_run_logger().info("results stored in %s", redact_url(writer.dir))
     return writer.dir
 
 
@@ -59,7 +60,11 @@ def render_report(
         get_run_logger().warning("report.html not written for %s: %r", writer.dir, exc, exc_info=True)
     else:
         # a URL, percent-encoded: no character of the results root can end the artifact's Markdown link
-        link = quote(html_path, safe=":/") if "://" in html_path else Path(html_path).resolve().as_uri()
+        link = (
+            quote(redact_url(html_path), safe=":/")
+            if "://" in html_path
+            else Path(html_path).resolve().as_uri()
+        )
         create_link_artifact(
             link, link_text="report.html", key=_key(key + "-html"), description=f"{title}: HTML report"
         )

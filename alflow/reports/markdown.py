@@ -25,6 +25,8 @@ from typing import Any, ClassVar, Final
 import jinja2
 from markupsafe import Markup
 
+from alflow.redact import redact_url
+
 MD_SPECIAL: Final = frozenset("\\`*_{}[]<>()#+-.!|~")
 """Characters backslash-escaped in user text (``<`` and ``>`` become entities instead)."""
 _ENTITIES: Final = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
@@ -106,8 +108,8 @@ class FlowSummary:
     engine_note: str | None
 
     def markdown(self) -> str:
-        """The whole artifact text (also saved as ``report.md``)."""
-        return render_markdown(self.template, s=self, title=self.title)
+        """The whole artifact text (also saved as ``report.md``); the run directory without credentials."""
+        return render_markdown(self.template, s=self, title=self.title, run_dir=redact_url(self.run_dir))
 
 
 @dataclass(frozen=True)

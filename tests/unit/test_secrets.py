@@ -274,3 +274,21 @@ def test_bench_refuses_userinfo_together_with_an_api_key() -> None:
     assert "one Authorization header" in result.output
     assert "Pw-Canary-4" not in result.output
     assert KEY not in result.output
+
+
+def test_flow_summaries_show_the_run_directory_without_credentials() -> None:
+    from alflow.reports.markdown import M1Summary
+
+    text = M1Summary(
+        run_dir="s3://AKIAKEY:Secret-Canary-9@bucket/m1/run",
+        engine_note=None,
+        subject="s",
+        passed=True,
+        verdicts=(),
+        dataset="d",
+        category="c",
+        sessions=1,
+    ).markdown()
+    assert "Secret-Canary-9" not in text
+    assert "AKIAKEY" not in text
+    assert "s3://\\*\\*\\*@bucket/m1/run" in text
