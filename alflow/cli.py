@@ -32,6 +32,7 @@ from alflow.acceptance import synthetic as syn
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.evals import cli as eval_cli
 from alflow.models import cli as models_cli
+from alflow.redact import redact_data, redact_urls_in_text
 from alflow.reports import cli as report_cli
 from alflow.sim import cli as sim_cli
 from alflow.tiny import cli as tiny_cli
@@ -74,7 +75,7 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
         try:
             return fn(*args, **kwargs)
         except AlflowError as exc:
-            err_console.print(f"error: {exc}", markup=False, highlight=False)
+            err_console.print(f"error: {redact_urls_in_text(str(exc))}", markup=False, highlight=False)
             raise typer.Exit(code=2) from None
 
     return wrapper
@@ -456,20 +457,26 @@ def run(
     try:
         params = load_params(flow, config)
     except AlflowError as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False)
+        err.print(f"error: {redact_urls_in_text(str(exc))}", markup=False, highlight=False)
         raise typer.Exit(2) from None
     prefect_defaults()
     module, name, _ = FLOWS[flow]
     fn: Any = getattr(importlib.import_module(module), name)
     state = fn(params, return_state=True)
     if not state.is_completed():
-        err.print(f"error: flow {flow} failed: {state.message}", markup=False, highlight=False)
+        err.print(
+            f"error: flow {flow} failed: {redact_urls_in_text(str(state.message))}",
+            markup=False,
+            highlight=False,
+        )
         raise typer.Exit(1)
-    result = state.result()
+    result = redact_data(
+        json.loads(json.dumps(state.result(), default=str))
+    )  # URLs printed without credentials
     if as_json:
-        sys.stdout.write(json.dumps(result, indent=2, default=str) + "\n")
+        sys.stdout.write(json.dumps(result, indent=2) + "\n")
     else:
-        console.print(f"flow {flow} completed: {json.dumps(result, default=str)[:2000]}", markup=False)
+        console.print(f"flow {flow} completed: {json.dumps(result)[:2000]}", markup=False)
 
 
 class DemoEngine(StrEnum):
@@ -530,7 +537,9 @@ def demo(
     params = DemoParams(results_root=str(results_root), engine=engine.value, refresh_cache=refresh_cache)
     state: Any = demo_flow(params, return_state=True)
     if not state.is_completed():
-        Console(stderr=True, soft_wrap=True).print(f"error: the demo failed: {state.message}", markup=False)
+        Console(stderr=True, soft_wrap=True).print(
+            f"error: the demo failed: {redact_urls_in_text(str(state.message))}", markup=False
+        )
         raise typer.Exit(1)
     out = state.result()
     took = time.perf_counter() - started

@@ -20,6 +20,7 @@ from alflow.evals.lm_eval_backend import run_lm_eval
 from alflow.evals.run import Gsm8kRequest, evaluate_gsm8k
 from alflow.evals.thresholds import load_thresholds
 from alflow.gates import accuracy_gate
+from alflow.redact import redact_urls_in_text
 
 eval_app = typer.Typer(help="Accuracy evaluations (the M1 accuracy gate).", no_args_is_help=True)
 
@@ -95,7 +96,9 @@ def gsm8k(
         )
         result = asyncio.run(evaluate_gsm8k(request))
     except AlflowError as exc:
-        Console(stderr=True, soft_wrap=True).print(f"error: {exc}", markup=False, highlight=False)
+        Console(stderr=True, soft_wrap=True).print(
+            f"error: {redact_urls_in_text(str(exc))}", markup=False, highlight=False
+        )
         raise typer.Exit(2) from None
     verdict = accuracy_gate(result, limit_value)
     if out is not None:
