@@ -9,7 +9,9 @@ Every request's path, ``Authorization`` and ``Host`` headers are kept in ``state
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+import threading
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,3 +136,28 @@ class SseServer:
     async def __aexit__(self, *exc: object) -> None:
         assert self._runner is not None
         await self._runner.cleanup()
+
+
+@contextlib.contextmanager
+def threaded_sse_server() -> Iterator[SseServer]:
+    """An :class:`SseServer` on its own event loop in a thread (for a CLI that runs its own loop)."""
+    loop = asyncio.new_event_loop()
+    server = SseServer()
+    started = threading.Event()
+
+    def serve() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(server.__aenter__())
+        started.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert started.wait(10)
+    try:
+        yield server
+    finally:
+        asyncio.run_coroutine_threadsafe(server.__aexit__(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()

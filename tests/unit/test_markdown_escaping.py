@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +14,7 @@ from alflow.reports import render_comparison, render_run
 from alflow.reports.markdown import M0Row, M0Summary, M1Summary, M1Verdict, M2Summary, escape_md, md_cell
 from tests.markdown_check import HOSTILE, assert_inert, md_html, md_text
 from tests.unit.report_runs import write_m0, write_m1, write_m2
-from tests.unit.sse_server import SseServer
+from tests.unit.sse_server import threaded_sse_server
 
 ALL = " ".join(HOSTILE)
 
@@ -151,25 +149,8 @@ def test_reference_cli_tables_print_hostile_names_as_typed(tmp_path: Path) -> No
 
 @pytest.fixture
 def sse_server() -> Iterator[str]:
-    """The streaming test server on its own event loop in a thread (the CLI runs its own loop)."""
-    loop = asyncio.new_event_loop()
-    server = SseServer()
-    started = threading.Event()
-
-    def serve() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(server.__aenter__())
-        started.set()
-        loop.run_forever()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    assert started.wait(10)
-    yield server.base_url
-    asyncio.run_coroutine_threadsafe(server.__aexit__(), loop).result(10)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(10)
-    loop.close()
+    with threaded_sse_server() as server:
+        yield server.base_url
 
 
 @pytest.mark.parametrize("name", [*HOSTILE, ALL])

@@ -21,7 +21,7 @@ from alflow.measure_cli import _served_model
 from alflow.openai_api import ApiError, check_api_key
 from alflow.redact import is_secret_name, redact_data, redact_url, redact_urls_in_text
 from alflow.results.store import RunWriter, open_run
-from tests.unit.sse_server import SseServer
+from tests.unit.sse_server import SseServer, threaded_sse_server
 
 KEY = "sk-CanaryKey-7f3a9"
 
@@ -292,3 +292,25 @@ def test_flow_summaries_show_the_run_directory_without_credentials() -> None:
     assert "Secret-Canary-9" not in text
     assert "AKIAKEY" not in text
     assert "s3://\\*\\*\\*@bucket/m1/run" in text
+
+
+def test_metrics_snapshot_prints_and_fails_without_url_credentials() -> None:
+    runner = CliRunner()
+    with threaded_sse_server() as server:
+        server.state.metrics_text = "vllm:num_requests_running 0\n"
+        url = (
+            server.base_url.replace("http://", "http://scraper:Pw-Canary-6@") + "/metrics?token=Tok-Canary-6"
+        )
+        table = runner.invoke(app, ["metrics", "snapshot", url], env={"COLUMNS": "300"})
+        as_json = runner.invoke(app, ["metrics", "snapshot", url, "--json"])
+        dead = runner.invoke(app, ["metrics", "snapshot", url.replace(str(server.port), "1")])
+    assert table.exit_code == 0, table.output
+    assert as_json.exit_code == 0, as_json.output
+    assert json.loads(as_json.stdout)["url"].endswith("/metrics?token=***")
+    assert dead.exit_code == 2
+    assert "cannot scrape metrics at http://***@127.0.0.1:1/metrics?token=***" in dead.output
+    for result in (table, as_json, dead):
+        assert "Canary-6" not in result.output
+    assert ("Basic " + base64.b64encode(b"scraper:Pw-Canary-6").decode()) in [
+        a for _, a, _ in server.state.seen
+    ]
