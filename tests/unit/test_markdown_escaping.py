@@ -160,3 +160,34 @@ def test_bench_table_prints_a_hostile_model_name_as_typed(sse_server: str, name:
     result = CliRunner().invoke(app, args, env={"COLUMNS": "400", "OPENAI_API_KEY": ""})
     assert result.exit_code == 0, result.output
     assert f"alflow bench: {name}" in result.output
+
+
+def test_demo_summaries_print_hostile_names_as_typed() -> None:
+    from rich.console import Console
+
+    from alflow.cli import _print_demo, _print_tiny_demo, _print_vllm_demo
+
+    name = " ".join(v for v in HOSTILE if "\n" not in v)
+    entry = {"model": name, "thinking": "off", "k": 3, "al": 2.5, "num_drafts": 10}
+    m0 = {"reference_path": f"refs/{name}.yaml", "entries": [entry], "cached_points": [name]}
+    verdict = {
+        "passed": False,
+        "message": f"AL gate FAILED for {name}",
+        "verdicts": [{"passed": False, "message": name}],
+    }
+    point = {"concurrency": 4, "output_throughput_per_gpu": 9.0, "median_interactivity_tokens_per_s": 3.0,
+             "median_tpot_ms": 1.0, "achieved_al": 2.5, "valid": True}  # fmt: skip
+    m2 = {"target_al": 2.5, "scheme": name, "points": [point], "run_dir": f"/r/{name}"}
+    vllm = {"m0": m0, "m1": {"vllm-cpu": verdict}, "results_root": f"/r/{name}", "label": name}
+    vllm |= {"model": {"path": name, "source": name}, "m2_refusal": name}
+    outs = {
+        "sim": {"m0": m0, "m1": {name: verdict}, "m2": m2, "results_root": f"/r/{name}"},
+        "tiny": {"m0": m0, "m1": {"tiny": verdict}, "results_root": f"/r/{name}"},
+        "vllm": vllm,
+    }
+    for kind, printer in (("sim", _print_demo), ("tiny", _print_tiny_demo), ("vllm", _print_vllm_demo)):
+        console = Console(record=True, width=600)
+        printer(console, outs[kind], 1.0)
+        text = console.export_text()
+        assert name in text, kind
+        assert f"AL gate FAILED for {name}" in text, kind
