@@ -25,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from alflow import __version__, jsonutil, measure_cli
 from alflow.acceptance import knobs as knobs_mod
@@ -34,6 +35,7 @@ from alflow.errors import AlflowError, InvalidInputError
 from alflow.evals import cli as eval_cli
 from alflow.models import cli as models_cli
 from alflow.procguard import Guard
+from alflow.redact import redact_data, redact_urls_in_text
 from alflow.reports import cli as report_cli
 from alflow.sim import cli as sim_cli
 from alflow.tiny import cli as tiny_cli
@@ -86,7 +88,7 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
         try:
             return fn(*args, **kwargs)
         except AlflowError as exc:
-            err_console.print(f"error: {exc}", markup=False, highlight=False)
+            err_console.print(f"error: {redact_urls_in_text(str(exc))}", markup=False, highlight=False)
             raise typer.Exit(code=2) from None
 
     return wrapper
@@ -156,14 +158,14 @@ def synthetic_knobs(
     if as_json:
         emit_json(result.to_dict())
         return
-    table = Table(title=f"{framework} synthetic acceptance, K={k}", show_header=False)
+    table = Table(title=f"{escape(framework)} synthetic acceptance, K={k}", show_header=False)
     for name, value in result.env.items():
-        table.add_row("env", f"{name}={value}")
+        table.add_row("env", Text(f"{name}={value}"))
     if result.speculative_config:
-        table.add_row("--speculative-config", json.dumps(result.speculative_config))
+        table.add_row("--speculative-config", Text(json.dumps(result.speculative_config)))
     if result.distribution is not None:
         d = result.distribution
-        table.add_row("scheme", f"{result.scheme} ({d.granularity})")
+        table.add_row("scheme", Text(f"{result.scheme} ({d.granularity})"))
         table.add_row("expected AL", f"{d.mean:.6g} (bias {d.bias:+.4g}, variance {d.variance:.4g})")
         table.add_row("per-position rates", ", ".join(f"{p:.6g}" for p in d.per_position_rates))
     console.print(table)
@@ -179,7 +181,7 @@ def synthetic_compare(k: KOpt, al: AlOpt = None, rates: RatesOpt = None, as_json
     if as_json:
         emit_json(comparison.to_dict())
         return
-    table = Table(title=f"Synthetic acceptance schemes for {comparison.target.describe()}, K={k}")
+    table = Table(title=f"Synthetic acceptance schemes for {escape(comparison.target.describe())}, K={k}")
     for col in ("scheme", "draw", "mean AL", "bias", "variance"):
         table.add_column(col, justify="left" if col in ("scheme", "draw") else "right")
     for j in range(1, k + 2):
@@ -189,8 +191,8 @@ def synthetic_compare(k: KOpt, al: AlOpt = None, rates: RatesOpt = None, as_json
         bias = f"{d.bias if biased else 0.0:+.4f}"
         style = "bold red" if biased else None
         table.add_row(
-            d.scheme,
-            d.granularity,
+            Text(d.scheme),
+            Text(d.granularity),
             f"{d.mean:.4f}",
             bias,
             f"{d.variance:.4f}",
@@ -223,7 +225,9 @@ def reference_validate(path: PathArg, as_json: JsonOpt = False) -> None:
     if as_json:
         emit_json(summary)
     else:
-        console.print(f"{path}: valid {table.kind} table, {len(table.entries)} entries", highlight=False)
+        console.print(
+            f"{path}: valid {table.kind} table, {len(table.entries)} entries", highlight=False, markup=False
+        )
 
 
 @reference_app.command("show")
@@ -249,7 +253,7 @@ def reference_show(
         )
         return
     ks = sorted({e.k for e in entries})
-    out = Table(title=f"Reference AL: {table.dataset}/{table.category} ({table.kind})")
+    out = Table(title=escape(f"Reference AL: {table.dataset}/{table.category} ({table.kind})"))
     for col in ("model", "method", "thinking"):
         out.add_column(col)
     for k in ks:
@@ -258,10 +262,12 @@ def reference_show(
     for e in entries:
         groups.setdefault((e.model, e.method.value, e.thinking.value), {})[e.k] = e.al
     for (m, meth, th), by_k in groups.items():
-        out.add_row(m, meth, th, *(f"{by_k[k]:.3f}" if k in by_k else "" for k in ks))
+        out.add_row(Text(m), Text(meth), Text(th), *(f"{by_k[k]:.3f}" if k in by_k else "" for k in ks))
     console.print(out)
     if table.kind != "measured":
-        console.print(f"note: this is a {table.kind} table, not a measured reference", highlight=False)
+        console.print(
+            f"note: this is a {table.kind} table, not a measured reference", highlight=False, markup=False
+        )
 
 
 @reference_app.command("diff")
@@ -278,8 +284,8 @@ def reference_diff(
         emit_json(diff.to_dict())
         return
     for line in diff.table_changes:
-        console.print(f"table {line}", highlight=False)
-    out = Table(title=f"{old} -> {new}")
+        console.print(f"table {line}", highlight=False, markup=False)
+    out = Table(title=escape(f"{old} -> {new}"))
     for col in (
         "model",
         "method",
@@ -297,16 +303,16 @@ def reference_diff(
         if r.status == "unchanged" and not r.provenance_changes:
             continue
         out.add_row(
-            r.model,
-            r.method,
-            r.thinking,
+            Text(r.model),
+            Text(r.method),
+            Text(r.thinking),
             str(r.k),
-            r.status,
+            Text(r.status),
             "" if r.old_al is None else f"{r.old_al:.4f}",
             "" if r.new_al is None else f"{r.new_al:.4f}",
             "" if r.delta is None else f"{r.delta:+.4f}",
             "" if r.rel_delta is None else f"{r.rel_delta:+.2%}",
-            "; ".join(r.provenance_changes),
+            Text("; ".join(r.provenance_changes)),
         )
     if out.row_count:
         console.print(out)
@@ -328,11 +334,11 @@ def reference_audit(
     if as_json:
         emit_json(report.to_dict())
     else:
-        out = Table(title=f"Audit of {table}")
+        out = Table(title=escape(f"Audit of {table}"))
         for col in ("entry", "status", "problems"):
             out.add_column(col)
         for row in report.rows:
-            out.add_row(row.entry, row.status, "; ".join(row.problems))
+            out.add_row(Text(row.entry), Text(row.status), Text("; ".join(row.problems)))
         console.print(out)
         console.print("audit passed" if report.ok else "audit FAILED", highlight=False)
     if not report.ok:
@@ -409,7 +415,7 @@ def reference_m0_config(
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False), encoding="utf-8")
-    console.print(f"wrote {out}", highlight=False)
+    console.print(f"wrote {out}", highlight=False, markup=False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -496,16 +502,22 @@ def run(
     try:
         params = load_params(flow, config)
     except AlflowError as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False)
+        err.print(f"error: {redact_urls_in_text(str(exc))}", markup=False, highlight=False)
         raise typer.Exit(2) from None
     prepare_local_run()
     module, name, _ = FLOWS[flow]
     fn: Any = getattr(importlib.import_module(module), name)
     state = fn(params, return_state=True)
     if not state.is_completed():
-        err.print(f"error: flow {flow} failed: {state.message}", markup=False, highlight=False)
+        err.print(
+            f"error: flow {flow} failed: {redact_urls_in_text(str(state.message))}",
+            markup=False,
+            highlight=False,
+        )
         raise typer.Exit(1)
-    result = state.result()
+    result = redact_data(
+        json.loads(json.dumps(state.result(), default=str))
+    )  # URLs printed without credentials
     if as_json:
         emit_json(result)
     else:
@@ -570,7 +582,9 @@ def demo(
     params = DemoParams(results_root=str(results_root), engine=engine.value, refresh_cache=refresh_cache)
     state: Any = demo_flow(params, return_state=True)
     if not state.is_completed():
-        Console(stderr=True, soft_wrap=True).print(f"error: the demo failed: {state.message}", markup=False)
+        Console(stderr=True, soft_wrap=True).print(
+            f"error: the demo failed: {redact_urls_in_text(str(state.message))}", markup=False
+        )
         raise typer.Exit(1)
     out = state.result()
     took = time.perf_counter() - started
@@ -593,7 +607,7 @@ def _m0_table(what: str, m0: dict[str, Any]) -> Table:
     for col in ("model", "K", "AL", "steps"):
         table.add_column(col)
     for e in m0["entries"]:
-        table.add_row(escape(str(e["model"])), str(e["k"]), f"{e['al']:.4f}", str(e["num_drafts"]))
+        table.add_row(Text(str(e["model"])), str(e["k"]), f"{e['al']:.4f}", str(e["num_drafts"]))
     return table
 
 
@@ -602,17 +616,20 @@ def _print_tiny_demo(console: Console, out: dict[str, Any], took: float) -> None
     console.print(_m0_table("tiny CPU engine, real n-gram acceptance", m0))
     cached = m0.get("cached_points") or []
     if cached:
-        console.print(f"M0 calibration points reused from the cache: {', '.join(cached)}", highlight=False)
+        console.print(
+            f"M0 calibration points reused from the cache: {', '.join(cached)}", highlight=False, markup=False
+        )
     verdict = out["m1"]["tiny"]
     status = "[green]passed[/green]" if verdict["passed"] else "[red]FAILED[/red]"
-    console.print(f"M1 tiny: {status} {verdict['message']}", highlight=False)
+    console.print(f"M1 tiny: {status} {escape(verdict['message'])}", highlight=False)
     for v in verdict.get("verdicts") or []:
         console.print(
             f"  - {'pass' if v['passed'] else 'FAIL'}: {v['message']}", highlight=False, markup=False
         )
     console.print(
         f"Results: {out['results_root']} (report.html and report.md inside each run directory; numbers are "
-        "real measurements of the tiny CPU engine, not of a GPU server)"
+        "real measurements of the tiny CPU engine, not of a GPU server)",
+        markup=False,
     )
     console.print(f"Demo finished in {took:.0f} s.", highlight=False)
 
@@ -652,11 +669,17 @@ def _print_vllm_demo(console: Console, out: dict[str, Any], took: float) -> None
 
 def _print_demo(console: Console, out: dict[str, Any], took: float) -> None:
     m0 = out["m0"]
-    t0 = Table(title=f"M0 reference AL (simulated) -> {m0['reference_path']}")
+    t0 = Table(title=f"M0 reference AL (simulated) -> {escape(str(m0['reference_path']))}")
     for col in ("model", "thinking", "K", "AL", "steps"):
         t0.add_column(col)
     for e in m0["entries"]:
-        t0.add_row(e["model"], e["thinking"], str(e["k"]), f"{e['al']:.4f}", str(e["num_drafts"]))
+        t0.add_row(
+            Text(str(e["model"])),
+            Text(str(e["thinking"])),
+            str(e["k"]),
+            f"{e['al']:.4f}",
+            str(e["num_drafts"]),
+        )
     console.print(t0)
     cached = m0.get("cached_points") or []
     console.print(
@@ -664,13 +687,14 @@ def _print_demo(console: Console, out: dict[str, Any], took: float) -> None:
         if cached
         else "M0 calibration points measured now (a second run reuses them from the cache)",
         highlight=False,
+        markup=False,
     )
     for name, verdict in out["m1"].items():
         status = "[green]passed[/green]" if verdict["passed"] else "[red]FAILED[/red]"
-        console.print(f"M1 {name}: {status} {verdict['message']}", highlight=False)
+        console.print(f"M1 {escape(name)}: {status} {escape(verdict['message'])}", highlight=False)
     m2 = out["m2"]
     t2 = Table(
-        title=f"M2 synthetic benchmark at target AL {m2['target_al']:.4f} (scheme {m2['scheme']}, simulated)"
+        title=f"M2 synthetic benchmark at target AL {m2['target_al']:.4f} (scheme {escape(m2['scheme'])}, simulated)"
     )
     for col in (
         "concurrency",
@@ -692,7 +716,8 @@ def _print_demo(console: Console, out: dict[str, Any], took: float) -> None:
         )
     console.print(t2)
     console.print(
-        f"Results: {out['results_root']} (M2 run: {m2['run_dir']}, report.html and report.md inside each run directory; `alflow report RUN_DIR` renders one again)"
+        f"Results: {out['results_root']} (M2 run: {m2['run_dir']}, report.html and report.md inside each run directory; `alflow report RUN_DIR` renders one again)",
+        markup=False,
     )
     console.print(f"Demo finished in {took:.0f} s.", highlight=False)
 

@@ -16,12 +16,17 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from alflow.acceptance.synthetic import K_MAX, K_MIN, SCHEMES, SyntheticTarget, get_scheme
 from alflow.fsutil import require_local_path
 from alflow.loadgen.runner import DEFAULT_STALL_TIMEOUT_S
+from alflow.redact import is_secret_flag, is_secret_name
 
 
 class StrictModel(BaseModel):
-    """Base of every config model: frozen, unknown fields rejected, defaults validated."""
+    """Base of every config model: frozen, unknown fields rejected, defaults validated.
 
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+    Validation errors never echo the input (``hide_input_in_errors``): a refused value may be a secret,
+    and Prefect stores the text of a failed parameter validation.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True, hide_input_in_errors=True)
 
 
 class SpecMethod(StrEnum):
@@ -417,7 +422,11 @@ class ServerConfig(StrictModel):
     extra_args: tuple[str, ...] = Field((), description="Extra command-line arguments appended verbatim.")
     extra_env: dict[str, str] = Field(
         default_factory=dict,
-        description="Extra environment variables (not secrets: put those in the runner's secrets, by name).",
+        description=(
+            "Extra environment variables of the server (values are stored in manifests and reports). Secrets "
+            "(HF_TOKEN, *_KEY, *_TOKEN, *SECRET*, *PASSWORD*) are refused here: list their names in the runner's "
+            "secrets and the value is read from the environment (or a Prefect Secret block) at start."
+        ),
     )
     label: str | None = Field(
         None,
@@ -431,6 +440,35 @@ class ServerConfig(StrictModel):
     def __hash__(self) -> int:
         """Hash of the JSON form (``extra_env`` is a dict, which plain field hashing cannot take)."""
         return hash(self.model_dump_json())
+
+    @field_validator("extra_args")
+    @classmethod
+    def _no_secret_args(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for arg in value:
+            flag = arg.split("=", 1)[0]
+            if is_secret_flag(flag):
+                raise ValueError(
+                    f"extra_args passes {flag}, which takes a secret: its value would be stored in clear in "
+                    "manifest.json, the reports and Prefect's database. Give the server the secret through its "
+                    f"environment instead (e.g. vLLM reads VLLM_API_KEY for --api-key and HF_TOKEN for --hf-token): "
+                    "list the variable's name in the runner's secrets and drop the flag"
+                )
+        return value
+
+    @field_validator("extra_env")
+    @classmethod
+    def _no_secret_values(cls, value: dict[str, str]) -> dict[str, str]:
+        secret = sorted(name for name in value if is_secret_name(name))
+        if secret:
+            names = ", ".join(secret)
+            raise ValueError(
+                f"extra_env sets {names}, which looks like a secret: a literal value here would be stored in clear "
+                "in manifest.json, the reports and Prefect's database. Pass it by name instead: add "
+                f"{names} to the runner's secrets (placement.runner.secrets; the value is read from the "
+                "environment of the process that starts the server, or from a Prefect Secret block of that "
+                "name in lowercase with dashes) and remove it from extra_env"
+            )
+        return value
 
     @property
     def simulated(self) -> bool:

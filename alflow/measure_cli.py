@@ -9,6 +9,11 @@ Prometheus metrics before (after warm-up) and after the measured phase and in th
 reports client metrics (keys as ``vllm bench serve``) plus the server's spec-decode statistics.
 With ``--out DIR`` it writes ``records.parquet``, ``snapshots.json`` and ``summary.json``; records
 are written even when the run is aborted.
+
+``--api-key`` (default: ``$OPENAI_API_KEY``) goes to the server as ``Authorization: Bearer <key>``
+with every request (streams, ``/v1/models``, ``/detokenize``, SGLang's server info) and nowhere else:
+it is never written or printed. URLs are stored and printed without credentials
+(:func:`alflow.redact.redact_url`), error messages included.
 """
 
 from __future__ import annotations
@@ -22,14 +27,17 @@ from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, cast
+from urllib.parse import urlparse
 
 import aiohttp
 import orjson
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from alflow import jsonutil
 from alflow.acceptance.stats import SpecStats
@@ -38,6 +46,7 @@ from alflow.datasets.random_tokens import DEFAULT_VOCAB_SIZE, detokenize_session
 from alflow.datasets.speed_bench import load_speed_bench
 from alflow.datasets.types import Session
 from alflow.errors import AlflowError, InvalidInputError
+from alflow.loadgen.client import auth_headers
 from alflow.loadgen.endpoints import Sampling
 from alflow.loadgen.records import RequestRecord, write_records
 from alflow.loadgen.runner import DEFAULT_STALL_TIMEOUT_S, LoadSpec, Target
@@ -59,6 +68,7 @@ from alflow.metrics.prometheus import (
     scrape,
     scrape_all,
 )
+from alflow.redact import redact_data, redact_url, redact_urls_in_text
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -116,8 +126,10 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
         return runner.run(coro)
 
 
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    _err.print(f"error: {message}", markup=False, highlight=False)
+def _fail(message: str, code: int = 2, secrets: tuple[str | None, ...] = ()) -> typer.Exit:
+    """Print ``error: message`` (URLs without credentials, ``secrets`` values masked) and exit with ``code``."""
+    text = redact_urls_in_text(message, [s for s in secrets if s])
+    _err.print(f"error: {text}", markup=False, highlight=False)
     return typer.Exit(code=code)
 
 
@@ -183,6 +195,12 @@ class _BenchArgs:
     out: Path | None
     progress: bool
     extra: dict[str, Any] = field(default_factory=dict)
+    api_key: str | None = field(default=None, repr=False)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The API key's ``Authorization`` header (empty without a key)."""
+        return auth_headers(self.api_key)
 
 
 def _load_sessions(a: _BenchArgs, num_prompts: int) -> tuple[list[Session], list[Session] | None]:
@@ -215,23 +233,32 @@ def _load_sessions(a: _BenchArgs, num_prompts: int) -> tuple[list[Session], list
     return load_gsm8k(a.input_file, num_shots=a.num_shots, shots_path=a.shots_file, **kwargs2), None
 
 
-async def _served_model(http: aiohttp.ClientSession, base_url: str, model: str | None) -> str:
+async def _served_model(
+    http: aiohttp.ClientSession, base_url: str, model: str | None, headers: dict[str, str]
+) -> str:
     """Check the server answers; the model is ``model`` or the first of ``GET /v1/models``."""
     url = base_url.rstrip("/").removesuffix("/v1") + "/v1/models"
+    shown = redact_url(url)
     try:
-        async with http.get(url, timeout=aiohttp.ClientTimeout(total=30)) as resp:
+        async with http.get(url, timeout=aiohttp.ClientTimeout(total=30), headers=headers) as resp:
             status = resp.status
             raw = await resp.read()
     except (aiohttp.ClientError, TimeoutError) as exc:
-        raise AlflowError(f"cannot reach {base_url}: {exc or type(exc).__name__}") from exc
+        why = redact_urls_in_text(str(exc or type(exc).__name__))
+        raise AlflowError(f"cannot reach {redact_url(base_url)}: {why}") from None
+    if status in (401, 403):
+        raise AlflowError(
+            f"GET {shown} answered HTTP {status}: the server wants an API key "
+            f"({'the one given was refused' if headers else 'give --api-key or set OPENAI_API_KEY'})"
+        )
     if model is not None:
         return model
     if status != 200:
-        raise AlflowError(f"GET {url} answered HTTP {status}: give --model")
+        raise AlflowError(f"GET {shown} answered HTTP {status}: give --model")
     try:
         return str(orjson.loads(raw)["data"][0]["id"])
     except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
-        raise AlflowError(f"GET {url} lists no model: give --model") from None
+        raise AlflowError(f"GET {shown} lists no model: give --model") from None
 
 
 async def _resolve_metrics(
@@ -281,12 +308,12 @@ async def _bench(a: _BenchArgs) -> tuple[dict[str, Any], bool]:
         spec = replace(spec, num_prompts=num_prompts)
     sink: list[RequestRecord] = []
     async with aiohttp.ClientSession() as http:
-        model = await _served_model(http, a.base_url, a.model)
-        target = Target(a.base_url, model, endpoint=a.endpoint, sampling=a.sampling)
+        model = await _served_model(http, a.base_url, a.model, a.headers)
+        target = Target(a.base_url, model, endpoint=a.endpoint, sampling=a.sampling, api_key=a.api_key)
         if a.endpoint == "chat" and any(not isinstance(t.prompt, str) for s in sessions for t in s.turns):
-            sessions = await detokenize_sessions(sessions, a.base_url, model)
+            sessions = await detokenize_sessions(sessions, a.base_url, model, headers=a.headers)
             if warm:
-                warm = await detokenize_sessions(warm, a.base_url, model)
+                warm = await detokenize_sessions(warm, a.base_url, model, headers=a.headers)
         metrics = await _resolve_metrics(http, a)
         try:
             with _progress(a.progress) as prog:
@@ -319,7 +346,7 @@ async def _bench(a: _BenchArgs) -> tuple[dict[str, Any], bool]:
             if metrics[1].name == "sglang":
                 with contextlib.suppress(AlflowError):
                     spec_block["sglang_server_info_avg_accept_length_lifetime"] = await sglang_server_info_al(
-                        a.base_url, session=http
+                        a.base_url, session=http, headers=a.headers
                     )
         snapshots = m.snapshots()
         if a.prometheus_url and aborted is None:
@@ -363,6 +390,8 @@ async def _bench(a: _BenchArgs) -> tuple[dict[str, Any], bool]:
             "sampling": _sampling_dict(a.sampling),
         },
     }
+    # nothing stored or printed carries a credential: URLs lose theirs, the API key is masked anywhere
+    summary = cast(dict[str, Any], redact_data(orjson.loads(_dumps(summary)), [a.api_key or ""]))
     if a.out is not None:
         a.out.mkdir(parents=True, exist_ok=True)
         write_records(a.out / "records.parquet", frame)
@@ -387,7 +416,7 @@ def _sampling_dict(s: Sampling) -> dict[str, Any]:
 
 
 def _print_summary(s: dict[str, Any]) -> None:
-    table = Table(title=f"alflow bench: {s.get('model')}", show_header=False)
+    table = Table(title=f"alflow bench: {escape(str(s.get('model')))}", show_header=False)
     rows = [
         ("completed / failed", f"{s['completed']} / {s['failed']}"),
         ("duration (s)", f"{s['duration']:.3f}"),
@@ -415,7 +444,7 @@ def _print_summary(s: dict[str, Any]) -> None:
     elif spec.get("error"):
         rows.append(("server AL", f"unavailable: {spec['error']}"))
     for label, value in rows:
-        table.add_row(label, value)
+        table.add_row(label, Text(value))
     _out.print(table)
 
 
@@ -520,9 +549,24 @@ def bench(
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="OPENAI_API_KEY",
+            show_default=False,
+            help="API key of a server started with --api-key, sent as 'Authorization: Bearer KEY' with every "
+            "request; never stored or printed. Default: $OPENAI_API_KEY.",
+        ),
+    ] = None,
 ) -> None:
     """Stream a workload at a server; report client metrics and server spec-decode stats."""
     try:
+        auth_headers(api_key)
+        if api_key and urlparse(base_url).username is not None:
+            raise InvalidInputError(
+                "--base-url carries user:password@ and --api-key (or $OPENAI_API_KEY) is set: a request has one "
+                "Authorization header; give one of them"
+            )
         extra: dict[str, Any] = {}
         if extra_body:
             try:
@@ -586,10 +630,11 @@ def bench(
             percentiles=_parse_floats(percentiles, "--percentiles"),
             out=out,
             progress=progress and not json_out and sys.stderr.isatty(),
+            api_key=api_key or None,
         )
         summary, all_ok = _run(_bench(args))
     except AlflowError as exc:
-        raise _fail(str(exc)) from None
+        raise _fail(str(exc), secrets=(api_key,)) from None
     if json_out:
         sys.stdout.buffer.write(_dumps(summary) + b"\n")
         sys.stdout.flush()
@@ -600,6 +645,7 @@ def bench(
             f"{summary['failed']} of {summary['failed'] + summary['completed']} requests failed "
             f"(first: {next(iter(summary.get('errors') or {'?': 0}))}); these numbers are not a clean run",
             code=1,
+            secrets=(api_key,),
         )
 
 
@@ -629,8 +675,6 @@ async def _snapshot(url: str | list[str], dialect_name: str) -> tuple[Snapshot, 
 
 def urlparse_path(url: str) -> str:
     """The path part of ``url`` (``""`` for a bare base URL)."""
-    from urllib.parse import urlparse
-
     return urlparse(url).path
 
 
@@ -670,8 +714,8 @@ def snapshot(
     except AlflowError as exc:
         raise _fail(str(exc)) from None
     data: dict[str, Any] = {
-        "url": used,
-        "urls": list(snap.urls),
+        "url": redact_url(used),
+        "urls": [redact_url(u) for u in snap.urls],
         "wall_time_s": snap.wall_time_s,
         "dialect": None if d is None else d.name,
         "since_server_start": None if stats is None else stats.to_dict(),
@@ -684,7 +728,7 @@ def snapshot(
         sys.stdout.buffer.write(_dumps(data) + b"\n")
         sys.stdout.flush()
         return
-    table = Table(title=f"metrics at {used}", show_header=False)
+    table = Table(title=f"metrics at {escape(data['url'])}", show_header=False)
     table.add_row("dialect", data["dialect"] or "unknown")
     if stats is not None and stats.al is not None:
         table.add_row("AL since server start", f"{stats.al:.4f}")
@@ -692,7 +736,7 @@ def snapshot(
         if stats.per_position_rates:
             table.add_row("per-position rates", ", ".join(f"{p:.3f}" for p in stats.per_position_rates))
     else:
-        table.add_row("spec decode", err or (stats.note if stats else ""))
+        table.add_row("spec decode", Text(err or (stats.note if stats else "")))
     table.add_row("families", str(len(data["families"])))
     _out.print(table)
 

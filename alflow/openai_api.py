@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import hmac
 import math
 from collections.abc import Mapping
 
@@ -13,6 +14,7 @@ import orjson
 
 ERROR_TYPES = {
     400: "BadRequestError",
+    401: "AuthenticationError",
     404: "NotFoundError",
     405: "MethodNotAllowed",
     503: "ServiceUnavailableError",
@@ -46,6 +48,23 @@ class ApiError(Exception):
     def body(self) -> bytes:
         """The JSON error body."""
         return orjson.dumps(self.payload())
+
+
+API_KEY_GUARDED_PREFIX = "/v1"
+"""Paths a server started with an API key guards, as vLLM's ``--api-key`` does (health, metrics, version,
+tokenize and detokenize stay open)."""
+
+
+def check_api_key(path: str, authorization: str | None, api_key: str | None) -> None:
+    """Raise a 401 :class:`ApiError` when ``path`` is guarded and ``authorization`` is not ``Bearer <api_key>``.
+
+    No key configured: every request passes. The comparison takes constant time.
+    """
+    if not api_key or not path.startswith(API_KEY_GUARDED_PREFIX):
+        return
+    expected = f"Bearer {api_key}".encode()
+    if not hmac.compare_digest((authorization or "").encode(), expected):
+        raise ApiError(401, "Unauthorized")
 
 
 def get_int(body: Mapping[str, object], name: str, *, low: int, default: int | None) -> int | None:

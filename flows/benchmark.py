@@ -15,6 +15,8 @@ from prefect import flow, get_run_logger, tags
 
 from alflow.acceptance.synthetic import distribution
 from alflow.config import BenchmarkParams, LoadConfig, SyntheticAcceptance, ThinkingMode
+from alflow.redact import redact_url
+from alflow.reports.markdown import M2Summary
 from alflow.topology import gpu_layout, topology
 from alflow.workloads import random_workload_sessions
 from flows.common import fail, open_run, point_server, reference_al
@@ -22,10 +24,6 @@ from tasks.gates import audit_synthetic
 from tasks.measure import request_sampling, run_load, spec_stats
 from tasks.results import render_report, store_results
 from tasks.servers import server_lifetime, wait_ready
-
-
-def _fmt(value: Any, digits: int = 2) -> str:
-    return "" if value is None else f"{float(value):.{digits}f}"
 
 
 @flow(name="m2-benchmark", flow_run_name="m2-{params.model.id}-k{params.k}")
@@ -128,7 +126,7 @@ def benchmark(params: BenchmarkParams) -> dict[str, Any]:
                         verdict_msg = failures[-1]
                     elif m.spec_stats is None:
                         why = m.stats_error or "no baseline or final scrape"
-                        where = " + ".join(handle.all_metrics_urls)
+                        where = " + ".join(redact_url(u) for u in handle.all_metrics_urls)
                         failures.append(f"{subject}: no spec-decode stats at {where}: {why}")
                         valid = False
                         verdict_msg = failures[-1]
@@ -199,31 +197,21 @@ def benchmark(params: BenchmarkParams) -> dict[str, Any]:
             "partial": crashed is not None or any(p["partial"] for p in points),
         }
         store_results(writer, tables, summary)
-        lines = [
-            f"Model `{params.model.id}`, framework `{server.framework}`, K={params.k}, synthetic target AL "
-            f"{target:.4f} (scheme {scheme}, {dist.granularity} draw); {layout.gpus} GPU(s) on {server.nodes} "
-            "node(s), per-GPU figures divide by all of them.",
-            "",
-            "| concurrency | output tok/s/GPU | interactivity (tok/s/user, median) | TPOT ms | AL achieved | valid |",
-            "|---:|---:|---:|---:|---:|:---:|",
-        ]
-        lines += [
-            f"| {p['concurrency']} | {_fmt(p['output_throughput_per_gpu'], 1)} | "
-            f"{_fmt(p['median_interactivity_tokens_per_s'], 1)} | {_fmt(p['median_tpot_ms'])} | "
-            f"{_fmt(p['achieved_al'], 4)} | {'yes' if p['valid'] else 'NO, partial' if p['partial'] else 'NO'} |"
-            for p in points
-        ]
-        if server.engine_note:
-            lines.insert(0, f"> {server.engine_note}\n")
-        if failures:
-            lines += ["", "Failures:", *[f"- {f}" for f in failures]]
-        render_report(
-            writer,
-            "M2 synthetic benchmark",
-            "\n".join(lines),
-            points,
-            key=f"m2-{params.model.id}-k{params.k}",
+        report = M2Summary(
+            run_dir=writer.dir,
+            engine_note=server.engine_note,
+            model=params.model.id,
+            framework=server.framework,
+            k=params.k,
+            target_al=target,
+            scheme=scheme,
+            granularity=dist.granularity,
+            gpus=layout.gpus,
+            nodes=server.nodes,
+            points=points,
+            failures=tuple(failures),
         )
+        render_report(writer, report, points, key=f"m2-{params.model.id}-k{params.k}")
         if crashed is not None:
             raise crashed
         if failures and params.fail_on_invalid:

@@ -38,6 +38,7 @@ from alflow.config import (
     SpeedBenchWorkload,
     ThinkingMode,
 )
+from alflow.reports.markdown import M0Row, M0Summary
 from alflow.results.audit import SCRAPES, scrape_key
 from alflow.results.provenance import code_version, host_info
 from alflow.workloads import SPEED_BENCH, dataset_description, speed_bench_sessions
@@ -261,22 +262,18 @@ def calibrate(params: CalibrateParams) -> dict[str, Any]:
             }
             for e in entries
         ]
-        lines = [
-            f"Reference table `{path}` ({kind}), dataset {dataset['dataset']} / {params.workload.category}.",
-            "",
-        ]
-        lines += ["| model | thinking | K | AL | steps |", "|---|---|---:|---:|---:|"]
-        lines += [
-            f"| {r['model']} | {r['thinking']} | {r['k']} | {r['al']:.4f} | {r['num_drafts']} |" for r in rows
-        ]
-        if cached_points:
-            lines += ["", f"Reused from cache: {', '.join(cached_points)}."]
-        if diff is not None:
-            changed = [r for r in diff.rows if r.status != "unchanged"]
-            lines += ["", f"Diff against the previous table: {len(changed)} point(s) changed or added."]
-        if params.server.engine_note:
-            lines.insert(0, f"> {params.server.engine_note}\n")
-        render_report(writer, "M0 calibration", "\n".join(lines), rows, key="m0-calibration")
+        report = M0Summary(
+            run_dir=writer.dir,
+            engine_note=params.server.engine_note,
+            reference_path=str(path),
+            kind=kind,
+            dataset=str(dataset["dataset"]),
+            category=params.workload.category,
+            rows=tuple(M0Row(e.model, e.thinking.value, e.k, e.al, e.num_drafts) for e in entries),
+            cached_points=tuple(cached_points),
+            changed=None if diff is None else sum(r.status != "unchanged" for r in diff.rows),
+        )
+        render_report(writer, report, rows, key="m0-calibration")
     return {
         "run_dir": writer.dir,
         "reference_path": str(path),

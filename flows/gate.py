@@ -15,6 +15,8 @@ from prefect import flow, get_run_logger, tags
 
 from alflow.config import GateParams, LoadConfig
 from alflow.gates import Verdict
+from alflow.redact import redact_url
+from alflow.reports.markdown import M1Summary, M1Verdict
 from alflow.topology import gpu_layout
 from alflow.workloads import dataset_description, speed_bench_sessions
 from flows.common import fail, open_run, point_server, reference_al
@@ -69,7 +71,7 @@ def gate(params: GateParams) -> dict[str, Any]:
             m = spec_stats(m, params.k)
             if m.spec_stats is None:
                 why = m.stats_error or "no baseline or final scrape"
-                where = " + ".join(handle.all_metrics_urls)
+                where = " + ".join(redact_url(u) for u in handle.all_metrics_urls)
                 raise fail("m1-gate", f"no spec-decode stats at {where} for {subject}: {why}", {})
             al_verdict = check_al_gate(m.spec_stats, reference, params.tolerances, subject)
             verdicts.append(al_verdict)
@@ -101,15 +103,18 @@ def gate(params: GateParams) -> dict[str, Any]:
             "gsm8k": gsm8k,
         }
         store_results(writer, tables, summary)
-        lines = [f"**{'PASSED' if passed else 'FAILED'}**: {subject}", ""]
-        lines += [f"- {'pass' if v.passed else 'FAIL'}: {v.message}" for v in verdicts]
-        lines += ["", f"Prompts: {dataset['dataset']} / {dataset['category']} ({len(sessions)} sessions)."]
-        if server.engine_note:
-            lines.insert(0, f"> {server.engine_note}\n")
-        rows = [{"gate": v.gate, "passed": v.passed, "message": v.message} for v in verdicts]
-        render_report(
-            writer, "M1 evaluation gate", "\n".join(lines), rows, key=f"m1-{server.framework}-k{params.k}"
+        report = M1Summary(
+            run_dir=writer.dir,
+            engine_note=server.engine_note,
+            subject=subject,
+            passed=passed,
+            verdicts=tuple(M1Verdict(v.gate, v.passed, v.message) for v in verdicts),
+            dataset=str(dataset["dataset"]),
+            category=str(dataset["category"]),
+            sessions=len(sessions),
         )
+        rows = [{"gate": v.gate, "passed": v.passed, "message": v.message} for v in verdicts]
+        render_report(writer, report, rows, key=f"m1-{server.framework}-k{params.k}")
         if not passed:
             message = "; ".join(v.message for v in verdicts if not v.passed)
             raise fail("m1-gate", message, {"subject": subject, "reference_al": reference})

@@ -197,7 +197,7 @@ def sim_image(
     console = Console()
     console.print(f"{SIM_IMAGE} ({image_id[:19]}); run with host networking and read-only mounts:")
     for mount in mounts:
-        console.print(f"  -v {mount}", highlight=False)
+        console.print(f"  -v {mount}", highlight=False, markup=False)
 
 
 def infra_app() -> typer.Typer:

@@ -15,20 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from alflow.acceptance.knobs import SGLANG_LEN_ENV, SGLANG_METHOD_ENV, SGLANG_TOKEN_MODE_ENV, TRTLLM_ENV
+from alflow.redact import REDACTED, is_secret_name, redact_values
 from infra.errors import RunnerError
 
-REDACTED = "***"
-SECRET_NAME_HINTS = (
-    "TOKEN",
-    "SECRET",
-    "PASSWORD",
-    "PASSWD",
-    "API_KEY",
-    "ACCESS_KEY",
-    "PRIVATE_KEY",
-    "CREDENTIAL",
-)
-"""An environment variable whose name contains one of these is treated as a secret and redacted."""
 KNOB_ENV_NAMES = frozenset({SGLANG_LEN_ENV, SGLANG_METHOD_ENV, SGLANG_TOKEN_MODE_ENV, TRTLLM_ENV})
 """Environment variables that force acceptance: only a Launch's own env may set them (recipes put them
 there from the config's ``synthetic``; runners never pass them through from their own environment)."""
@@ -104,12 +93,6 @@ class MetricsEndpoint:
             raise ValueError(f"metrics endpoint port must be in 1..65535, got {self.port}")
 
 
-def is_secret_name(name: str) -> bool:
-    """True when an environment variable name looks like a secret (HF_TOKEN, AWS_SECRET_ACCESS_KEY...)."""
-    upper = name.upper()
-    return any(hint in upper for hint in SECRET_NAME_HINTS)
-
-
 def redact_env(env: Mapping[str, str], secret_names: tuple[str, ...] = ()) -> dict[str, str]:
     """A copy of ``env`` with the values of secret-looking and explicitly named variables replaced."""
     return {
@@ -119,10 +102,7 @@ def redact_env(env: Mapping[str, str], secret_names: tuple[str, ...] = ()) -> di
 
 def redact_text(text: str, secrets: Mapping[str, str]) -> str:
     """``text`` with every occurrence of a secret *value* replaced (for log lines and error messages)."""
-    for value in secrets.values():
-        if value and len(value) >= 4:
-            text = text.replace(value, REDACTED)
-    return text
+    return redact_values(text, secrets.values())
 
 
 def free_port(host: str = "127.0.0.1") -> int:

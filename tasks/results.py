@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import polars as pl
 from prefect import get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
+from alflow.redact import redact_url
 from alflow.reports import render_run
+from alflow.reports.markdown import FlowSummary
 from alflow.results.store import RunWriter, StoredRun
 
 
@@ -20,7 +24,7 @@ def store_results(writer: RunWriter, tables: Mapping[str, pl.DataFrame], summary
     for name, frame in tables.items():
         writer.write_table(name, frame)
     writer.write_summary(summary)
-    get_run_logger().info("results stored in %s", writer.dir)
+    get_run_logger().info("results stored in %s", redact_url(writer.dir))
     return writer.dir
 
 
@@ -32,15 +36,17 @@ def _key(text: str) -> str:
 
 @task(name="render_report", cache_policy=NO_CACHE)
 def render_report(
-    writer: RunWriter, title: str, markdown: str, rows: Sequence[Mapping[str, Any]], *, key: str
+    writer: RunWriter, summary: FlowSummary, rows: Sequence[Mapping[str, Any]], *, key: str
 ) -> str:
     """Save ``report.md`` and ``report.html`` in the run directory and publish them as artifacts.
 
-    ``report.html`` is the self-contained page of :mod:`alflow.reports` (inline SVG plots), built
+    The Markdown (``report.md`` and the markdown artifact) is ``summary`` rendered by
+    :mod:`alflow.reports.markdown`, every user value escaped. ``report.html`` is the self-contained page of :mod:`alflow.reports` (inline SVG plots), built
     from what the run has stored so far; a link artifact points at it. A failure to render it is
     logged and never fails the flow (the measurement and report.md are already stored).
     """
-    text = f"# {title}\n\n{markdown}\n\nRun directory: `{writer.dir}`\n"
+    title = summary.title
+    text = summary.markdown()
     path = writer.write_text("report.md", text)
     create_markdown_artifact(text, key=_key(key), description=title)
     if rows:
@@ -53,7 +59,12 @@ def render_report(
     except Exception as exc:  # a derived page must never fail a measured run; the error is logged
         get_run_logger().warning("report.html not written for %s: %r", writer.dir, exc, exc_info=True)
     else:
-        link = html_path if "://" in html_path else f"file://{html_path}"
+        # a URL, percent-encoded: no character of the results root can end the artifact's Markdown link
+        link = (
+            quote(redact_url(html_path), safe=":/")
+            if "://" in html_path
+            else Path(html_path).resolve().as_uri()
+        )
         create_link_artifact(
             link, link_text="report.html", key=_key(key + "-html"), description=f"{title}: HTML report"
         )

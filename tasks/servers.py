@@ -4,16 +4,20 @@ Thin wrappers over :mod:`infra.lifecycle`. ``start_server`` may retry (a failed 
 down by the lifecycle before the next); its teardown is registered as a transaction rollback hook
 and runs in ``finally`` as well, since a killed process runs no hook. Only the
 :class:`ServerHandle` (plain data) leaves a task. Containers and logs are labelled with the flow
-run id, so ``alflow infra cleanup --run-id`` can target one run.
+run id, so ``alflow infra cleanup --run-id`` can target one run. The runner's secrets (names only
+in the config) take their values from the environment of this process, else from a Prefect Secret
+block of the same name in lowercase with dashes (:func:`secret_value`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import os
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
@@ -26,6 +30,7 @@ from prefect.transactions import Transaction, get_transaction
 
 from alflow.config import RunnerOptions, ServerConfig, ServerPlacement
 from alflow.errors import InvalidInputError
+from alflow.redact import redact_url
 from infra import lifecycle
 from infra.errors import ServerRefusedError
 from infra.runners import ServerHandle, make_runner
@@ -61,6 +66,36 @@ def flow_run_is_live(run_id: str) -> bool:
     return state is None or not state.is_final()
 
 
+def secret_block_name(name: str) -> str:
+    """The Prefect Secret block a secret variable is read from: ``HF_TOKEN`` -> ``hf-token``."""
+    return "-".join(
+        part for part in "".join(c if c.isalnum() else "-" for c in name.lower()).split("-") if part
+    )
+
+
+def secret_value(name: str) -> str | None:
+    """The value of secret ``name`` for a server: the environment variable, else the Prefect Secret block.
+
+    The block is :func:`secret_block_name` of ``name``; None when neither has it (the runner then
+    passes nothing). The value never enters a log line or a result.
+    """
+    value = os.environ.get(name)
+    if value:
+        return value
+    from prefect.blocks.system import Secret
+
+    block_name = secret_block_name(name)
+    try:
+        block = cast("Secret[Any]", Secret.load(block_name))  # sync here: the load is done
+    except ValueError:  # no such block
+        return None
+    except Exception as exc:  # an API that cannot be asked must not stop a server that may not need it
+        log.warning("cannot read Prefect Secret block %r for %s: %s", block_name, name, type(exc).__name__)
+        return None
+    raw: object = block.value.get_secret_value()
+    return raw if isinstance(raw, str) else json.dumps(raw)
+
+
 def _worth_retrying(task: Any, task_run: Any, state: State[Any]) -> bool:
     """Retry a start that timed out or was killed; never a refusal (the same launch gives the same answer)."""
     del task, task_run
@@ -79,13 +114,17 @@ def _worth_retrying(task: Any, task_run: Any, state: State[Any]) -> bool:
 def start_server(server: ServerConfig, runner: RunnerOptions) -> ServerHandle:
     """Build the Launch from the framework's recipe, start it and wait for health."""
     log = get_run_logger()
-    handle = lifecycle.start_server(server, runner, run_id=_run_id())
+    handle = lifecycle.start_server(server, runner, run_id=_run_id(), secret_source=secret_value)
     txn = get_transaction()
     if txn is not None:
         txn.set("server_handle", handle)
         txn.set("runner_options", runner)
     log.info(
-        "server %s ready at %s (%s, dialect %s)", handle.id, handle.base_url, server.framework, handle.dialect
+        "server %s ready at %s (%s, dialect %s)",
+        redact_url(handle.id),
+        redact_url(handle.base_url),
+        server.framework,
+        handle.dialect,
     )
     return handle
 
@@ -109,7 +148,7 @@ def wait_ready(handle: ServerHandle, runner: RunnerOptions, timeout_s: float = 6
 def stop_server(handle: ServerHandle, runner: RunnerOptions) -> None:
     """Stop the server (always runs, also after failures; safe to call twice)."""
     lifecycle.stop_server(handle, runner)
-    get_run_logger().info("server %s stopped", handle.id)
+    get_run_logger().info("server %s stopped", redact_url(handle.id))
 
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import aiohttp
@@ -21,6 +21,7 @@ import orjson
 
 from alflow.datasets.types import Session, Turn
 from alflow.errors import AlflowError, InvalidInputError
+from alflow.redact import redact_url, redact_urls_in_text
 
 DEFAULT_VOCAB_SIZE = 32_000
 DEFAULT_TOKEN_LOW = 100
@@ -63,26 +64,33 @@ async def detokenize_sessions(
     *,
     timeout_s: float = 60.0,
     parallel: int = 16,
+    headers: Mapping[str, str] | None = None,
 ) -> list[Session]:
-    """Replace token-id prompts by their text via the server's ``POST /detokenize``."""
+    """Replace token-id prompts by their text via the server's ``POST /detokenize``.
+
+    ``headers`` go with every request (the API key's ``Authorization``); error texts carry the URL
+    without credentials.
+    """
     url = base_url.rstrip("/") + "/detokenize"
+    shown = redact_url(url)
     sem = asyncio.Semaphore(parallel)
+    send = {"Content-Type": "application/json", **(headers or {})}
 
     async def one(http: aiohttp.ClientSession, turn: Turn) -> Turn:
         if isinstance(turn.prompt, str):
             return turn
         body = orjson.dumps({"model": model, "tokens": list(turn.prompt)})
-        async with sem, http.post(url, data=body, headers={"Content-Type": "application/json"}) as resp:
+        async with sem, http.post(url, data=body, headers=send) as resp:
             if resp.status != 200:
                 text = (await resp.text())[:200]
                 raise AlflowError(
-                    f"POST {url} answered HTTP {resp.status}: {text} (random prompts for the chat endpoint are "
+                    f"POST {shown} answered HTTP {resp.status}: {text} (random prompts for the chat endpoint are "
                     "detokenized by the server; use --endpoint completions to send token ids)"
                 )
             data = orjson.loads(await resp.read())
         prompt = data.get("prompt") if isinstance(data, dict) else None
         if not isinstance(prompt, str):
-            raise AlflowError(f"POST {url} returned no 'prompt' string")
+            raise AlflowError(f"POST {shown} returned no 'prompt' string")
         return replace(turn, prompt=prompt)
 
     timeout = aiohttp.ClientTimeout(total=timeout_s)
@@ -93,4 +101,5 @@ async def detokenize_sessions(
             )
             return [replace(s, turns=tuple(t)) for s, t in zip(sessions, turns, strict=True)]
     except aiohttp.ClientError as exc:
-        raise AlflowError(f"could not detokenize random prompts at {url}: {exc}") from exc
+        why = redact_urls_in_text(str(exc))
+        raise AlflowError(f"could not detokenize random prompts at {shown}: {why}") from None

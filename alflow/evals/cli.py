@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from alflow import jsonutil
@@ -19,6 +20,7 @@ from alflow.evals.lm_eval_backend import run_lm_eval
 from alflow.evals.run import Gsm8kRequest, evaluate_gsm8k
 from alflow.evals.thresholds import load_thresholds
 from alflow.gates import accuracy_gate
+from alflow.redact import redact_urls_in_text
 
 eval_app = typer.Typer(help="Accuracy evaluations (the M1 accuracy gate).", no_args_is_help=True)
 
@@ -94,7 +96,9 @@ def gsm8k(
         )
         result = asyncio.run(evaluate_gsm8k(request))
     except AlflowError as exc:
-        Console(stderr=True, soft_wrap=True).print(f"error: {exc}", markup=False, highlight=False)
+        Console(stderr=True, soft_wrap=True).print(
+            f"error: {redact_urls_in_text(str(exc))}", markup=False, highlight=False
+        )
         raise typer.Exit(2) from None
     verdict = accuracy_gate(result, limit_value)
     if out is not None:
@@ -103,7 +107,7 @@ def gsm8k(
     if as_json:
         sys.stdout.write(jsonutil.dumps({**result.to_dict(), "verdict": verdict.to_dict()}) + "\n")
     else:
-        table = Table(title=f"GSM8K {model} ({len(result.results)} of {result.population} questions)")
+        table = Table(title=escape(f"GSM8K {model} ({len(result.results)} of {result.population} questions)"))
         for col in ("score", "accuracy", "95% CI", "threshold"):
             table.add_column(col)
         for s in (result.strict, result.flexible):

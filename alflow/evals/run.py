@@ -30,6 +30,7 @@ from alflow.evals.gsm8k import (
 )
 from alflow.loadgen.endpoints import Sampling
 from alflow.loadgen.runner import LoadSpec, Target, run_load
+from alflow.redact import redact_url
 
 PROBE_PATHS = ("/version", "/server_info")
 
@@ -128,14 +129,14 @@ async def evaluate_gsm8k(request: Gsm8kRequest) -> EvalResult:
     """Ask every (or a seeded subset of) GSM8K question and score the replies."""
     if request.synthetic:
         raise SyntheticAcceptanceOnError(
-            f"refusing to evaluate accuracy on {request.base_url}: its launch has synthetic acceptance on, "
+            f"refusing to evaluate accuracy on {redact_url(request.base_url)}: its launch has synthetic acceptance on, "
             "so replies are forced drafts, not the model's output; start it with synthetic acceptance off"
         )
     if request.check_server:
         found = await probe_synthetic(request.base_url)
         if found:
             raise SyntheticAcceptanceOnError(
-                f"refusing to evaluate accuracy on {request.base_url}: the server reports synthetic "
+                f"refusing to evaluate accuracy on {redact_url(request.base_url)}: the server reports synthetic "
                 f"acceptance on ({found}); start it with synthetic acceptance off"
             )
     test_path = request.test_path or bundled_gsm8k("test")

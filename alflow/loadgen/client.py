@@ -20,24 +20,30 @@ A request fails (its record gets ``error``) on: an HTTP status other than 200, a
 a 200 stream, a stream that ends without ``[DONE]``, a stream with no output (usage only), a lost
 connection or a timeout. An unreachable server, a wrong endpoint (404/405) or a server that does
 not stream raise :class:`FatalRequestError`: the run cannot produce anything useful and is aborted.
+
+Both transports send the same extra headers on every request (``Authorization: Bearer <key>`` for a
+server started with ``--api-key``, see :func:`auth_headers`); URLs in error texts carry no
+credentials (:func:`alflow.redact.redact_url`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, cast
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import aiohttp
 import orjson
 
-from alflow.errors import AlflowError
+from alflow.errors import AlflowError, InvalidInputError
 from alflow.loadgen.endpoints import Endpoint
 from alflow.loadgen.records import RequestRecord
+from alflow.redact import redact_url, redact_urls_in_text
 
 Clock = Callable[[], int]
 Sink = Callable[[bytes, int], bool]
@@ -49,6 +55,27 @@ _JSON_HEADERS: Final = {"Content-Type": "application/json", "Accept": SSE_TYPE}
 
 class FatalRequestError(AlflowError):
     """The server cannot serve this run at all (unreachable, wrong endpoint, not streaming)."""
+
+
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """``{"Authorization": "Bearer <api_key>"}`` (empty without a key), as vLLM's and SGLang's ``--api-key`` expect.
+
+    Raises :class:`InvalidInputError` (without echoing the key) for a key that could not be one header line.
+    """
+    if not api_key:
+        return {}
+    if not (api_key.isascii() and api_key.isprintable()) or api_key != api_key.strip():
+        raise InvalidInputError(
+            "--api-key must be printable ASCII without surrounding spaces (it is sent as an HTTP header); "
+            "the given key is not"
+        )
+    return {"Authorization": f"Bearer {api_key}"}
+
+
+def _status_hint(status: int) -> str:
+    if status in (401, 403):
+        return " (the server wants an API key: give --api-key or set OPENAI_API_KEY, and check it)"
+    return " (wrong --base-url, --endpoint or --model?)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,13 +204,13 @@ async def stream_request(
         info = await transport.stream(url, body, timeout_s, consumer.feed, clock)
         record.http_status = info.status
         if info.status != 200:
-            msg = f"POST {url} answered HTTP {info.status}: {info.body[:300].strip()}"
+            msg = f"POST {redact_url(url)} answered HTTP {info.status}: {info.body[:300].strip()}"
             if info.status in FATAL_STATUS:
-                raise FatalRequestError(msg + " (wrong --base-url, --endpoint or --model?)")
+                raise FatalRequestError(msg + _status_hint(info.status))
             record.error = msg
         elif info.content_type != SSE_TYPE:
             raise FatalRequestError(
-                f"POST {url} answered {info.content_type or 'no content type'}, not a text/event-stream: "
+                f"POST {redact_url(url)} answered {info.content_type or 'no content type'}, not a text/event-stream: "
                 "the server does not stream"
             )
     except FatalRequestError as exc:
@@ -192,7 +219,7 @@ async def stream_request(
     except TimeoutError:
         record.error = f"timed out after {timeout_s} s"
     except (OSError, aiohttp.ClientError) as exc:
-        record.error = f"{type(exc).__name__}: {exc}"
+        record.error = f"{type(exc).__name__}: {redact_urls_in_text(str(exc))}"
     except asyncio.CancelledError:
         record.error = record.error or "cancelled"  # a stall watcher names why it cancelled
         raise
@@ -207,10 +234,14 @@ async def stream_request(
 
 
 class AiohttpTransport:
-    """Streams through one shared ``aiohttp.ClientSession`` (one ``iter_any`` await per read)."""
+    """Streams through one shared ``aiohttp.ClientSession`` (one ``iter_any`` await per read).
 
-    def __init__(self, session: aiohttp.ClientSession) -> None:
+    ``headers`` (e.g. :func:`auth_headers`) go with every request.
+    """
+
+    def __init__(self, session: aiohttp.ClientSession, headers: Mapping[str, str] | None = None) -> None:
         self._session = session
+        self._headers = {**_JSON_HEADERS, **(headers or {})}
 
     @staticmethod
     def new_session(limit: int = 0) -> aiohttp.ClientSession:
@@ -229,7 +260,7 @@ class AiohttpTransport:
         """POST with a total timeout of ``timeout_s`` seconds; feed the event stream to ``sink``."""
         timeout = aiohttp.ClientTimeout(total=timeout_s or None)
         try:
-            async with self._session.post(url, data=body, headers=_JSON_HEADERS, timeout=timeout) as resp:
+            async with self._session.post(url, data=body, headers=self._headers, timeout=timeout) as resp:
                 info = ResponseInfo(resp.status, resp.content_type)
                 if resp.status != 200 or resp.content_type != SSE_TYPE:
                     text = (await resp.content.read(_ERROR_BODY_LIMIT)).decode(errors="replace")
@@ -239,7 +270,8 @@ class AiohttpTransport:
                         break
                 return info
         except aiohttp.ClientConnectorError as exc:
-            raise FatalRequestError(f"cannot reach {url}: {exc.os_error or exc}") from exc
+            why = redact_urls_in_text(str(exc.os_error or exc))
+            raise FatalRequestError(f"cannot reach {redact_url(url)}: {why}") from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -451,13 +483,24 @@ class _Connection(asyncio.Protocol):
         return payload, finished
 
 
-class FastTransport:
-    """HTTP/1.1 client on asyncio protocols with a keep-alive pool (see module doc)."""
+def _header_lines(headers: Mapping[str, str]) -> bytes:
+    return b"".join(f"{name}: {value}\r\n".encode("latin-1") for name, value in headers.items())
 
-    def __init__(self) -> None:
+
+class FastTransport:
+    """HTTP/1.1 client on asyncio protocols with a keep-alive pool (see module doc).
+
+    ``headers`` (e.g. :func:`auth_headers`) go with every request; a URL with ``user:password@``
+    sends them as HTTP basic authentication unless ``headers`` has an ``Authorization`` of its own.
+    """
+
+    def __init__(self, headers: Mapping[str, str] | None = None) -> None:
         self._idle: dict[tuple[str, int, bool], list[_Connection]] = {}
         self._all: set[_Connection] = set()
         self._ssl: ssl.SSLContext | None = None
+        self._headers = dict(headers or {})
+        self._has_auth = any(name.lower() == "authorization" for name in self._headers)
+        self._extra = _header_lines(self._headers)
 
     def forget(self, conn: _Connection) -> None:
         """Drop a closed connection from the bookkeeping."""
@@ -483,7 +526,7 @@ class FastTransport:
                 lambda: _Connection(self, key), host, port, ssl=self._ssl if tls else None
             )
         except OSError as exc:
-            raise FatalRequestError(f"cannot reach {url}: {exc}") from exc
+            raise FatalRequestError(f"cannot reach {redact_url(url)}: {exc}") from None
         self._all.add(proto)
         return proto
 
@@ -498,10 +541,14 @@ class FastTransport:
         path = parts.path or "/"
         if parts.query:
             path += "?" + parts.query
+        extra = self._extra
+        if parts.username is not None and not self._has_auth:
+            user_pass = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+            extra += b"Authorization: Basic %b\r\n" % base64.b64encode(user_pass)
         request = (
             b"POST %b HTTP/1.1\r\nHost: %b\r\nUser-Agent: alflow\r\nContent-Type: application/json\r\n"
-            b"Accept: text/event-stream\r\nContent-Length: %d\r\n\r\n%b"
-            % (path.encode(), parts.netloc.encode(), len(body), body)
+            b"Accept: text/event-stream\r\n%bContent-Length: %d\r\n\r\n%b"
+            % (path.encode(), parts.netloc.rpartition("@")[2].encode(), extra, len(body), body)
         )
         key = (host, port, tls)
         for attempt in (0, 1):

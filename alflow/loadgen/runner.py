@@ -31,6 +31,7 @@ from alflow.loadgen.client import (
     FastTransport,
     FatalRequestError,
     Transport,
+    auth_headers,
     stream_request,
 )
 from alflow.loadgen.endpoints import Endpoint, Sampling, get_endpoint
@@ -44,12 +45,21 @@ REJECTIONS_BEFORE_ABORT = 5
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """Where requests go: server base URL, endpoint name, served model name, sampling options."""
+    """Where requests go: server base URL, endpoint name, served model name, sampling options.
+
+    ``api_key`` (never shown in a repr, never stored) is sent as ``Authorization: Bearer <key>``.
+    """
 
     base_url: str
     model: str
     endpoint: str = "chat"
     sampling: Sampling = field(default_factory=Sampling)
+    api_key: str | None = field(default=None, repr=False)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Headers every request to this server carries (the API key's ``Authorization``)."""
+        return auth_headers(self.api_key)
 
     @property
     def url(self) -> str:
@@ -307,7 +317,7 @@ async def run_load(
     """Run warm-up, call ``on_measure_start`` (the baseline scrape), then the measured phase.
 
     Without ``transport`` one is made for the whole run (``spec.transport``: the fast HTTP/1.1
-    transport by default, or one aiohttp session). ``num_prompts``
+    transport by default, or one aiohttp session), sending ``target.headers``. ``num_prompts``
     defaults to the number of sessions unless a duration is given; sessions are reused in order
     when more prompts than sessions are asked for. Warm-up sends ``spec.warmup`` sessions taken
     from ``warmup_sessions`` (default: the workload itself). Records are appended to ``sink`` as
@@ -318,10 +328,11 @@ async def run_load(
         raise InvalidInputError("the workload is empty: no sessions to send")
     get_endpoint(target.endpoint)
     if transport is None:
+        headers = target.headers
         if spec.transport == "aiohttp":
             async with AiohttpTransport.new_session() as http:
                 return await _run_with(
-                    AiohttpTransport(http),
+                    AiohttpTransport(http, headers),
                     sessions,
                     target,
                     spec,
@@ -331,7 +342,7 @@ async def run_load(
                     warmup_sessions,
                     sink,
                 )
-        fast = FastTransport()
+        fast = FastTransport(headers)
         try:
             return await _run_with(
                 fast, sessions, target, spec, clock, on_measure_start, progress, warmup_sessions, sink

@@ -16,6 +16,7 @@ no class of its own: :func:`detect` recognises whichever it exposes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
 import aiohttp
@@ -25,6 +26,7 @@ from alflow.acceptance.stats import SpecStats, from_counters
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.metrics import names
 from alflow.metrics.prometheus import CounterWindow, Snapshot
+from alflow.redact import redact_url, redact_urls_in_text
 
 
 class MissingMetricsError(AlflowError):
@@ -208,27 +210,34 @@ def candidate_metrics_urls(base_url: str, dialect: str = "auto") -> list[str]:
 
 
 async def sglang_server_info_al(
-    base_url: str, *, session: aiohttp.ClientSession | None = None, timeout_s: float = 10.0
+    base_url: str,
+    *,
+    session: aiohttp.ClientSession | None = None,
+    timeout_s: float = 10.0,
+    headers: Mapping[str, str] | None = None,
 ) -> list[float]:
     """SGLang's cumulative AL per data-parallel rank from ``GET /server_info`` (since server start).
 
     Falls back to the deprecated ``/get_server_info``. Lifetime values (warm-up included): a
-    cross-check of the windowed counters, never a replacement for them.
+    cross-check of the windowed counters, never a replacement for them. ``headers`` carry the API
+    key (SGLang's ``--api-key`` guards this endpoint too).
     """
     if session is None:
         async with aiohttp.ClientSession() as own:
-            return await sglang_server_info_al(base_url, session=own, timeout_s=timeout_s)
+            return await sglang_server_info_al(base_url, session=own, timeout_s=timeout_s, headers=headers)
     base = base_url.rstrip("/").removesuffix("/v1")
     problems: list[str] = []
     for path in (names.SGLANG_SERVER_INFO_PATH, names.SGLANG_SERVER_INFO_DEPRECATED_PATH):
         try:
-            async with session.get(base + path, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            async with session.get(
+                base + path, timeout=aiohttp.ClientTimeout(total=timeout_s), headers=headers
+            ) as resp:
                 if resp.status != 200:
                     problems.append(f"{path}: HTTP {resp.status}")
                     continue
                 data: Any = orjson.loads(await resp.read())
         except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as exc:
-            problems.append(f"{path}: {exc or type(exc).__name__}")
+            problems.append(f"{path}: {redact_urls_in_text(str(exc or type(exc).__name__))}")
             continue
         states = data.get("internal_states") if isinstance(data, dict) else None
         values = [
@@ -239,4 +248,4 @@ async def sglang_server_info_al(
         if values:
             return values
         problems.append(f"{path}: no internal_states[].{names.SGLANG_AVG_ACCEPT_LENGTH_KEY}")
-    raise MissingMetricsError(f"no SGLang server info at {base}: {'; '.join(problems)}")
+    raise MissingMetricsError(f"no SGLang server info at {redact_url(base)}: {'; '.join(problems)}")

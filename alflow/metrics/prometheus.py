@@ -37,6 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from alflow.acceptance.stats import CounterResetError
 from alflow.errors import AlflowError
+from alflow.redact import redact_url, redact_urls_in_text
 
 log = logging.getLogger(__name__)
 
@@ -209,25 +210,30 @@ def parse_exposition(
 async def scrape(
     url: str, *, session: aiohttp.ClientSession | None = None, timeout_s: float = 10.0
 ) -> Snapshot:
-    """GET ``url`` and parse it; raises :class:`ScrapeError` with the URL and the reason."""
+    """GET ``url`` and parse it; raises :class:`ScrapeError` with the URL and the reason.
+
+    The snapshot and every message carry the URL without credentials (:func:`alflow.redact.redact_url`).
+    """
     if session is None:
         async with aiohttp.ClientSession() as own:
             return await scrape(url, session=own, timeout_s=timeout_s)
+    shown = redact_url(url)
     try:
         async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
             body = await resp.text(errors="replace")
             ctype = resp.content_type
             status = resp.status
     except (aiohttp.ClientError, TimeoutError) as exc:
-        raise ScrapeError(f"cannot scrape metrics at {url}: {exc or type(exc).__name__}") from exc
+        why = redact_urls_in_text(str(exc or type(exc).__name__))
+        raise ScrapeError(f"cannot scrape metrics at {shown}: {why}") from None
     if status != 200:
-        raise ScrapeError(f"metrics at {url} answered HTTP {status}: {body[:200].strip()}")
+        raise ScrapeError(f"metrics at {shown} answered HTTP {status}: {body[:200].strip()}")
     if ctype == "application/json" or body.lstrip().startswith(("{", "[")):
         raise ScrapeError(
-            f"metrics at {url} are JSON, not Prometheus text (TensorRT-LLM serves Prometheus text at "
+            f"metrics at {shown} are JSON, not Prometheus text (TensorRT-LLM serves Prometheus text at "
             "/prometheus/metrics; its /metrics is JSON iteration stats)"
         )
-    return parse_exposition(body, url=url)
+    return parse_exposition(body, url=shown)
 
 
 async def scrape_all(
@@ -477,14 +483,14 @@ class PromQLWindow:
             from prometheus_api_client import PrometheusConnect
 
             client = PrometheusConnect(url=url, disable_ssl=True, timeout=timeout_s)
-        self.url = url
+        self.url = redact_url(url)
         self.start_s = start_s
         self.end_s = end_s
         self.selector = selector
         self._client = client
         self._window = f"{max(1, math.ceil(end_s - start_s))}s"
         self.notes: list[str] = [
-            f"from Prometheus at {url}: increase() over [{self._window}] ending {end_s:.3f}, "
+            f"from Prometheus at {self.url}: increase() over [{self._window}] ending {end_s:.3f}, "
             "extrapolated by Prometheus and rounded to whole counts"
         ]
         self._known: dict[str, bool] = {}
@@ -493,7 +499,8 @@ class PromQLWindow:
         try:
             result = self._client.custom_query(promql, params={"time": self.end_s})
         except Exception as exc:
-            raise ScrapeError(f"PromQL query {promql!r} at {self.url} failed: {exc}") from exc
+            why = redact_urls_in_text(str(exc))
+            raise ScrapeError(f"PromQL query {promql!r} at {self.url} failed: {why}") from None
         if not isinstance(result, list):
             raise ScrapeError(f"PromQL query {promql!r} at {self.url} returned {type(result).__name__}")
         return result
@@ -529,7 +536,8 @@ class PromQLWindow:
                 f"avg({name})", start_time=_dt(self.start_s), end_time=_dt(self.end_s), step=f"{step:g}s"
             )
         except Exception as exc:
-            raise ScrapeError(f"PromQL range query for {name} at {self.url} failed: {exc}") from exc
+            why = redact_urls_in_text(str(exc))
+            raise ScrapeError(f"PromQL range query for {name} at {self.url} failed: {why}") from None
         return [(float(t), float(v)) for series in data for t, v in series.get("values", [])]
 
 

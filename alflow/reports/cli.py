@@ -27,6 +27,7 @@ from typer.core import TyperGroup
 
 from alflow import jsonutil
 from alflow.errors import AlflowError, InvalidInputError
+from alflow.redact import redact_urls_in_text
 from alflow.reports.exports import al_matrix, al_matrix_csv, inferencex_rows, rows_csv, rows_json
 from alflow.reports.render import render_comparison, render_run, write_html_report
 from alflow.results.store import StoredRun, iter_runs, open_run
@@ -73,7 +74,7 @@ def _handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
         try:
             return fn(*args, **kwargs)
         except AlflowError as exc:
-            err_console.print(f"error: {exc}", markup=False, highlight=False)
+            err_console.print(f"error: {redact_urls_in_text(str(exc))}", markup=False, highlight=False)
             raise typer.Exit(code=2) from None
 
     return wrapper

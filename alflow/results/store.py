@@ -10,7 +10,9 @@ Layout (``root`` is a local path or an fsspec URL such as ``s3://bucket/alflow``
         summary.json           the run's headline numbers
 
 Every file carries the schema version (a ``schema_version`` key in JSON, parquet key-value
-metadata ``alflow.schema_version``). Local writes are atomic (temporary file in the same folder,
+metadata ``alflow.schema_version``). Nothing stored carries credentials: every URL in the JSON
+files, in text files and in the string columns of tables goes through :func:`alflow.redact.redact_url`
+(userinfo and token-like query parameters become ``***``) on its way to storage. Local writes are atomic (temporary file in the same folder,
 then rename); object stores write each object in one PUT. The manifest is written first with
 status ``running`` and rewritten after every file, so a run killed mid-way leaves a readable
 store whose manifest still says ``running``: readers report it as incomplete and keep what it had.
@@ -36,6 +38,7 @@ import polars as pl
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.fsutil import atomic_write_bytes
 from alflow.jsonutil import dumps_bytes
+from alflow.redact import redact_data, redact_urls_in_text
 
 SCHEMA_VERSION: Final = 1
 PARQUET_VERSION_KEY: Final = "alflow.schema_version"
@@ -160,8 +163,21 @@ def _now() -> datetime:
 
 
 def _json_bytes(data: Mapping[str, Any]) -> bytes:
-    """Strict JSON (non-finite numbers -> null with a ``<field>_note``; see :mod:`alflow.jsonutil`)."""
-    return dumps_bytes(data)
+    """Strict JSON of ``data`` with every URL's credentials stripped (:func:`alflow.redact.redact_data`).
+
+    Non-finite numbers become null with a ``<field>_note`` (see :mod:`alflow.jsonutil`).
+    """
+    return dumps_bytes(redact_data(json.loads(json.dumps(data, default=str))))
+
+
+def _redact_frame(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with credentials stripped from URLs in its string columns (untouched when it has none)."""
+    fixes = [
+        pl.col(name).map_elements(redact_urls_in_text, return_dtype=pl.String)
+        for name, dtype in frame.schema.items()
+        if dtype == pl.String and bool(frame[name].str.contains("://", literal=True).any())
+    ]
+    return frame.with_columns(fixes) if fixes else frame
 
 
 class RunWriter:
@@ -216,6 +232,7 @@ class RunWriter:
         """Write ``<name>.parquet`` (atomic) with the schema version in its metadata."""
         _check_name("table", name)
         buf = io.BytesIO()
+        frame = _redact_frame(frame)
         frame.write_parquet(buf, metadata={PARQUET_VERSION_KEY: str(SCHEMA_VERSION)})
         filename = f"{name}.parquet"
         self.storage.write_bytes(self._path(filename), buf.getvalue())
@@ -237,7 +254,7 @@ class RunWriter:
     def write_text(self, filename: str, text: str) -> str:
         """Write a text file (e.g. ``report.md``) atomically and list it in the manifest."""
         _check_name("file", filename)
-        self.storage.write_bytes(self._path(filename), text.encode())
+        self.storage.write_bytes(self._path(filename), redact_urls_in_text(text).encode())
         self.manifest["files"][filename] = {"written": _now().isoformat()}
         self._write_manifest()
         return self._path(filename)

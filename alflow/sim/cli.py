@@ -120,6 +120,15 @@ def serve_command(
         float, typer.Option(help="Multi-node: a peer silent this many seconds is gone.")
     ] = 5.0,
     log_level: Annotated[str, typer.Option(help="Logging level on stderr.")] = "INFO",
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="VLLM_API_KEY",
+            show_default=False,
+            help="Require 'Authorization: Bearer KEY' on /v1/* (401 without it), as vLLM's --api-key; "
+            "default: $VLLM_API_KEY (pass it by name, e.g. a runner secret, to keep it off the command line).",
+        ),
+    ] = None,
 ) -> None:
     """Run the simulated OpenAI-compatible serving engine (speculative decoding, metrics dialects)."""
     logging.basicConfig(
@@ -169,6 +178,7 @@ def serve_command(
             join_timeout_s=join_timeout,
             heartbeat_s=heartbeat_interval,
             peer_timeout_s=peer_timeout,
+            api_key=api_key or None,
         )
         config = resolve(
             base,

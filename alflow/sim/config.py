@@ -103,6 +103,8 @@ class SimConfig:
     heartbeat_s: float = 0.5
     peer_timeout_s: float = 5.0
     notes: tuple[str, ...] = field(default=())
+    api_key: str | None = field(default=None, repr=False)
+    """Requests to /v1/* need ``Authorization: Bearer <api_key>`` (vLLM's ``--api-key``); None: open."""
 
     @property
     def multi_node(self) -> bool:

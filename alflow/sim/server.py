@@ -32,7 +32,7 @@ from aiohttp import web
 from prometheus_client import generate_latest
 
 from alflow.errors import AlflowError, InvalidInputError
-from alflow.openai_api import ApiError
+from alflow.openai_api import ApiError, check_api_key
 from alflow.openai_api import get_bool as _get_bool
 from alflow.openai_api import get_float as _get_float
 from alflow.openai_api import get_int as _get_int
@@ -230,7 +230,7 @@ class SimServer:
 
     def make_app(self) -> web.Application:
         """The aiohttp application with every route of the configured dialect."""
-        app = web.Application(middlewares=[self._errors], client_max_size=64 * 1024 * 1024)
+        app = web.Application(middlewares=[self._errors, self._auth], client_max_size=64 * 1024 * 1024)
         app.on_response_prepare.append(self._mark_simulated)
         app.on_startup.append(self._on_startup)
         app.on_shutdown.append(self._on_shutdown)
@@ -292,6 +292,14 @@ class SimServer:
         except Exception as exc:
             log.exception("unexpected error in %s %s", request.method, request.path)
             return _error_response(ApiError(500, f"internal error: {exc}"))
+
+    @web.middleware
+    async def _auth(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        """VLLM's ``--api-key``: /v1/* answers 401 without ``Authorization: Bearer <key>``."""
+        check_api_key(request.path, request.headers.get("Authorization"), self.config.api_key)
+        return await handler(request)
 
     # -------------------------------------------------------------- small endpoints
 

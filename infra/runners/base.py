@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
+from alflow.redact import redact_url
 from infra.errors import ServerRefusedError, ServerStartError
 from infra.launch import Launch
 
@@ -186,7 +187,7 @@ def wait_for_health(
             reason = dead_reason()
             detail = f" (and it died: {reason})" if reason else ""
             raise ServerStartError(
-                f"{what} was not healthy at {url} within {timeout_s:g} s{detail}", log_tail()
+                f"{what} was not healthy at {redact_url(url)} within {timeout_s:g} s{detail}", log_tail()
             )
         time.sleep(interval_s)
 

@@ -283,7 +283,12 @@ class DockerRunner:
             image_digest=digest,
             metrics_urls=single_host_metrics_urls(launch, self.server_host(launch)),
             nodes=launch.nodes,
-            provenance={**launch.provenance(), "container": name, "run_id": self.run_id},
+            provenance={
+                **launch.provenance(),
+                "container": name,
+                "run_id": self.run_id,
+                "secrets_passed": sorted(secrets),
+            },
         )
 
     def start(self, launch: Launch) -> ServerHandle:

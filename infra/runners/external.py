@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 
 from alflow.config import ExternalServer
+from alflow.redact import redact_url
 from infra.errors import RunnerError
 from infra.launch import Launch
 from infra.recipes.dialects import DIALECTS
@@ -39,7 +40,7 @@ class ExternalRunner:
         opts = self.options
         if launch is not None and launch.dialect != opts.dialect:
             raise RunnerError(
-                f"external server at {opts.base_url} speaks {opts.dialect!r}, but the launch expects "
+                f"external server at {redact_url(opts.base_url)} speaks {opts.dialect!r}, but the launch expects "
                 f"{launch.dialect!r}"
             )
         base = opts.base_url.rstrip("/")
@@ -55,7 +56,7 @@ class ExternalRunner:
             dialect=opts.dialect,
             model=launch.model if launch is not None else "",
             readiness_timeout_s=launch.readiness_timeout_s if launch is not None else 60.0,
-            name=f"external:{base}",
+            name=f"external:{redact_url(base)}",
             image=launch.image if launch is not None else None,
             metrics_urls=tuple(opts.metrics_urls),
             nodes=launch.nodes if launch is not None else 1,
@@ -82,4 +83,4 @@ class ExternalRunner:
 
     def stop(self, handle: ServerHandle) -> None:
         """Never stops an external server (logs that it was left running)."""
-        log.info("leaving external server %s running", handle.base_url)
+        log.info("leaving external server %s running", redact_url(handle.base_url))

@@ -141,7 +141,7 @@ class ProcessRunner:
             log_path=str(log_path),
             metrics_urls=single_host_metrics_urls(launch, connect_host(launch.host)),
             nodes=launch.nodes,
-            provenance={**launch.provenance(), "run_id": self.run_id},
+            provenance={**launch.provenance(), "run_id": self.run_id, "secrets_passed": sorted(secrets)},
         )
 
     def _program(self, launch: Launch) -> tuple[list[str], dict[str, str]]:

@@ -588,6 +588,7 @@ class SlurmRunner:
                 **launch.provenance(),
                 "image": self.options.container_image,  # a bare command runs no (recipe) image
                 "run_id": self.run_id,
+                "secrets_passed": sorted(secrets),
                 "slurm": {
                     "job_id": job_id,
                     "script": script,

@@ -3,11 +3,15 @@
 It answers ``/v1/chat/completions`` and ``/v1/completions`` with ``max_tokens`` chunks of one token,
 ``delay_s`` apart, a usage chunk and ``[DONE]``; it remembers request bodies and the peak number of
 concurrent streams. Behaviour switches by model name: ``error-event``, ``no-done``, ``json``.
+Every request's path, ``Authorization`` and ``Host`` headers are kept in ``state.seen``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +30,8 @@ class ServerState:
     starts: list[float] = field(default_factory=list)
     metrics_text: str = ""
     reject: bool = False
+    seen: list[tuple[str, str | None, str | None]] = field(default_factory=list)
+    """(path, Authorization header, Host header) of every request."""
 
 
 STATE: web.AppKey[ServerState] = web.AppKey("state", ServerState)
@@ -80,6 +86,20 @@ async def _json_metrics(request: web.Request) -> web.Response:
     return web.json_response([{"iter": 1}])
 
 
+async def _models(_request: web.Request) -> web.Response:
+    return web.json_response({"object": "list", "data": [{"id": "served-model", "object": "model"}]})
+
+
+@web.middleware
+async def _record(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    request.app[STATE].seen.append(
+        (request.path, request.headers.get("Authorization"), request.headers.get("Host"))
+    )
+    return await handler(request)
+
+
 async def _detokenize(request: web.Request) -> web.Response:
     body = orjson.loads(await request.read())
     return web.json_response({"prompt": " ".join(f"w{t}" for t in body["tokens"])})
@@ -98,8 +118,9 @@ class SseServer:
         return f"http://127.0.0.1:{self.port}"
 
     async def __aenter__(self) -> SseServer:
-        app = web.Application()
+        app = web.Application(middlewares=[_record])
         app[STATE] = self.state
+        app.router.add_get("/v1/models", _models)
         app.router.add_post("/v1/chat/completions", _stream)
         app.router.add_post("/v1/completions", _stream)
         app.router.add_get("/metrics", _metrics)
@@ -115,3 +136,28 @@ class SseServer:
     async def __aexit__(self, *exc: object) -> None:
         assert self._runner is not None
         await self._runner.cleanup()
+
+
+@contextlib.contextmanager
+def threaded_sse_server() -> Iterator[SseServer]:
+    """An :class:`SseServer` on its own event loop in a thread (for a CLI that runs its own loop)."""
+    loop = asyncio.new_event_loop()
+    server = SseServer()
+    started = threading.Event()
+
+    def serve() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(server.__aenter__())
+        started.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert started.wait(10)
+    try:
+        yield server
+    finally:
+        asyncio.run_coroutine_threadsafe(server.__aexit__(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()

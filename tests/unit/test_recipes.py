@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -419,19 +420,16 @@ def test_al_out_of_range_is_refused() -> None:
 
 def test_port_zero_picks_a_free_port_and_env_secrets_are_redacted() -> None:
     launch = build_launch(
-        cfg(
-            framework="vllm",
-            port=0,
-            host="127.0.0.1",
-            extra_env={"HF_TOKEN": "hf_abcdef", "NCCL_DEBUG": "INFO"},
-        )
+        cfg(framework="vllm", port=0, host="127.0.0.1", extra_env={"NCCL_DEBUG": "INFO"}),
     )
     assert 0 < launch.port < 65536
     assert launch.argv[launch.argv.index("--port") + 1] == str(launch.port)
     assert launch.base_url() == f"http://127.0.0.1:{launch.port}"
+    # a secret-looking variable a recipe (not the user) puts in a Launch's env is still masked
+    launch = replace(launch, env={**launch.env, "WANDB_API_KEY": "wk_abcdef"})
     prov = launch.provenance()
-    assert prov["env"] == {"HF_TOKEN": REDACTED, "NCCL_DEBUG": "INFO"}
-    assert "hf_abcdef" not in json.dumps(prov)
+    assert prov["env"] == {"NCCL_DEBUG": "INFO", "WANDB_API_KEY": REDACTED}
+    assert "wk_abcdef" not in json.dumps(prov)
 
 
 def test_launch_relocates_files_and_validates() -> None:

@@ -25,6 +25,7 @@ from alflow.reports import (
 )
 from alflow.reports.content import SIMULATED_BANNER
 from alflow.results.store import RunWriter, open_run
+from tests.markdown_check import md_html, md_text
 from tests.unit.report_runs import EVIL, write_m0, write_m1, write_m2
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "reports"
@@ -122,9 +123,9 @@ def test_m1_report_shows_verdict_al_ci_threshold_and_gsm8k(tmp_path: Path) -> No
     assert "0.9400" in passed
     assert "0.9000" in passed
     failed = render_run(write_m1(tmp_path, passed=False, al=2.5, run_id="fail00000001"), "md")
-    assert "**FAILED: sglang org/model-a mtp K=3**" in failed
-    assert "## AL gate (SPEED-Bench, synthetic acceptance off) (FAIL)" in failed
-    assert "| 2.5000 | 2.4600 | 2.5400 | 95% |" in failed
+    assert "<strong>FAILED: sglang org/model-a mtp K=3</strong>" in md_html(failed)
+    assert "<h2>AL gate (SPEED-Bench, synthetic acceptance off) (FAIL)</h2>" in md_html(failed)
+    assert "| 2.5000 | 2.4600 | 2.5400 | 95% |" in failed  # numbers stay as they are in a cell
 
 
 def test_m2_report_has_frontier_latency_and_audit_with_the_schemes_spread(runs: dict[str, str]) -> None:
@@ -198,7 +199,7 @@ def test_simulated_banner_on_every_report_from_simulated_data(tmp_path: Path, si
         html, md = render_run(d), render_run(d, "md")
         assert ('class="banner simulated"' in html) is simulated
         assert (SIMULATED_BANNER.replace("'", "&#39;") in html) is simulated
-        assert (SIMULATED_BANNER in md) is simulated
+        assert (SIMULATED_BANNER in md_text(md)) is simulated
     assert ("SIMULATED DATA" in render_comparison(dirs)) is simulated
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import tarfile
 from typing import Any
 
@@ -258,3 +259,37 @@ def test_docker_runner_needs_an_image() -> None:
     launch = Launch(framework="x", dialect="vllm", model="m", argv=("a",), port=1)
     with pytest.raises(RunnerError, match="needs an image"):
         DockerRunner(client=ImageClient(True)).create(launch)  # type: ignore[arg-type]
+
+
+class RecordingContainers:
+    def __init__(self) -> None:
+        self.created: list[dict[str, Any]] = []
+
+    def create(self, **spec: Any) -> FakeContainer:
+        self.created.append(spec)
+        return FakeContainer("c0ffee", "1")
+
+
+class CreatingClient(ImageClient):
+    def __init__(self) -> None:
+        super().__init__(present=True)
+        self.containers = RecordingContainers()
+        self.api = FakeApi()  # a local engine (no tcp base_url)
+
+
+def test_secrets_reach_the_container_environment_and_only_their_names_the_provenance() -> None:
+    secret = "hf_UnitDockerSecret77"
+    client = CreatingClient()
+    options = DockerOptions(
+        pull="never", gpus="none", model_cache=None, secrets=("HF_TOKEN", "WANDB_API_KEY")
+    )
+    runner = DockerRunner(options, client=client, secret_source={"HF_TOKEN": secret}.get)  # type: ignore[arg-type]
+    launch = build_launch(
+        ServerConfig(framework="vllm", model="org/m", image="vllm/vllm-openai:v0.11.0", port=8000)
+    )
+    handle = runner.create(launch)
+    (created,) = client.containers.created
+    assert created["environment"]["HF_TOKEN"] == secret  # the server gets the value ...
+    assert "WANDB_API_KEY" not in created["environment"]  # (a secret the source does not know is not passed)
+    assert handle.provenance["secrets_passed"] == ["HF_TOKEN"]  # ... the provenance its name only
+    assert secret not in json.dumps(handle.to_dict())

@@ -1,0 +1,161 @@
+"""Secrets by name, never by value: which names are secrets, and credentials stripped from URLs.
+
+One home for the rules every layer applies before anything is stored (manifests, summaries,
+snapshots, reports) or printed (errors, logs):
+
+- :func:`is_secret_name`: an environment variable (``HF_TOKEN``, ``OPENAI_API_KEY``,
+  ``AWS_SECRET_ACCESS_KEY``, ``DB_PASSWORD``...) whose value must never be configured literally
+  (``ServerConfig.extra_env`` refuses it) and is masked wherever an environment is recorded.
+- :func:`redact_url`: a URL without its credentials: the userinfo (``user:pass@``) and the values of
+  query or fragment parameters named like a credential (``token``, ``key``, ``api_key``,
+  ``password``, ``secret``, ``signature``, ``X-Amz-Security-Token``...) become ``***``.
+- :func:`redact_urls_in_text` and :func:`redact_data`: the same for every URL inside free text (an
+  error message) or inside JSON-ready data (a manifest), plus known secret *values* given by the caller.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Final
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+REDACTED: Final = "***"
+"""What a secret value is replaced with."""
+
+_NAME_PARTS: Final = re.compile(r"[^A-Z0-9]+")
+_SECRET_NAME_LAST: Final = frozenset({"TOKEN", "KEY", "APIKEY", "PWD", "PASS", "PAT"})
+"""A name whose last word is one of these is a secret (``HF_TOKEN``, ``OPENAI_API_KEY``, ``DB_PWD``)."""
+_SECRET_NAME_INSIDE: Final = (
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "API_KEY",
+    "APIKEY",
+    "ACCESS_KEY",
+    "PRIVATE_KEY",
+    "AUTH_TOKEN",
+    "ACCESS_TOKEN",
+)
+"""A name holding one of these anywhere is a secret (``AWS_SECRET_ACCESS_KEY``, ``PGPASSWORD``)."""
+_SECRET_PARAM_WORDS: Final = frozenset(
+    {
+        "token",
+        "key",
+        "apikey",
+        "password",
+        "passwd",
+        "pwd",
+        "pass",
+        "secret",
+        "signature",
+        "sig",
+        "auth",
+        "authorization",
+        "credential",
+        "credentials",
+    }
+)
+"""A URL parameter with one of these words in its name (``api_key``, ``X-Amz-Signature``) is a credential."""
+_URL_IN_TEXT: Final = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
+
+
+def is_secret_name(name: str) -> bool:
+    """True when an environment variable name looks like a secret.
+
+    Its last word is TOKEN, KEY, APIKEY, PWD, PASS or PAT (``HF_TOKEN``, ``VLLM_API_KEY``), or it holds
+    SECRET, PASSWORD, PASSWD, API_KEY, ACCESS_KEY, PRIVATE_KEY, AUTH_TOKEN or ACCESS_TOKEN anywhere.
+    ``TOKENIZERS_PARALLELISM`` or ``HF_TOKEN_PATH`` are not secrets.
+    """
+    upper = name.upper()
+    words = [w for w in _NAME_PARTS.split(upper) if w]
+    if words and words[-1] in _SECRET_NAME_LAST:
+        return True
+    return any(hint in upper for hint in _SECRET_NAME_INSIDE)
+
+
+def is_secret_flag(arg: str) -> bool:
+    """True when a command-line argument is a flag that takes a secret (``--api-key``, ``--hf-token=...``).
+
+    Stricter than :func:`is_secret_name`: a flag merely ending in ``-key`` (the sim's ``--answer-key``,
+    a file) is not one; ``token``, ``api-key``, ``secret`` and ``password`` flags are.
+    """
+    if not arg.startswith("--"):
+        return False
+    name = arg[2:].split("=", 1)[0].replace("-", "_").upper()
+    words = [w for w in _NAME_PARTS.split(name) if w]
+    if words and words[-1] == "TOKEN":
+        return True
+    return any(hint in name for hint in _SECRET_NAME_INSIDE)
+
+
+def is_secret_param(name: str) -> bool:
+    """True when a URL query or fragment parameter name reads like a credential (``token``, ``api_key``)."""
+    words = re.split(r"[^a-z0-9]+", unquote(name).lower())
+    return any(w in _SECRET_PARAM_WORDS for w in words) or "token" in words[-1] or "apikey" in words[-1]
+
+
+def _redact_params(text: str) -> str:
+    parts = []
+    for part in re.split(r"([&;])", text):
+        name, eq, _value = part.partition("=")
+        parts.append(f"{name}={REDACTED}" if eq and is_secret_param(name) else part)
+    return "".join(parts)
+
+
+def redact_url(url: str) -> str:
+    """``url`` without credentials: userinfo and credential-named parameters become ``***``.
+
+    ``http://user:pass@host:8000/metrics?token=abc&job=x`` -> ``http://***@host:8000/metrics?token=***&job=x``.
+    Text that is not a URL with a scheme and a host comes back unchanged.
+    """
+    if "://" not in url:
+        return url
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return _redact_params(re.sub(r"(://)[^/?#]*@", rf"\g<1>{REDACTED}@", url))
+    if not parts.netloc:
+        return url
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = f"{REDACTED}@{netloc.rpartition('@')[2]}"
+    query = _redact_params(parts.query) if parts.query else parts.query
+    fragment = _redact_params(parts.fragment) if "=" in parts.fragment else parts.fragment
+    if (netloc, query, fragment) == (parts.netloc, parts.query, parts.fragment):
+        return url
+    return urlunsplit((parts.scheme, netloc, parts.path, query, fragment))
+
+
+def redact_values(text: str, values: Iterable[str]) -> str:
+    """``text`` with every occurrence of a known secret *value* (4 characters or more) replaced."""
+    for value in values:
+        if value and len(value) >= 4:
+            text = text.replace(value, REDACTED)
+    return text
+
+
+def redact_urls_in_text(text: str, values: Iterable[str] = ()) -> str:
+    """``text`` (an error message, a log line) with every URL in it redacted, and the given secret values."""
+    if "://" in text:
+        text = _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
+    return redact_values(text, values)
+
+
+def redact_data(data: object, values: Iterable[str] = ()) -> object:
+    """A copy of JSON-ready ``data`` (dicts, lists, strings) with every string passed through :func:`redact_urls_in_text`.
+
+    Keys are kept; other objects are returned as they are.
+    """
+    secrets = tuple(v for v in values if v and len(v) >= 4)
+    return _redact(data, secrets)
+
+
+def _redact(data: object, values: tuple[str, ...]) -> object:
+    if isinstance(data, str):
+        return redact_urls_in_text(data, values)
+    if isinstance(data, Mapping):
+        return {key: _redact(value, values) for key, value in data.items()}
+    if isinstance(data, list | tuple):
+        return [_redact(item, values) for item in data]
+    return data

@@ -1,0 +1,194 @@
+r"""Markdown that no user value can shape: the escaping filters, the environment, the flows' summaries.
+
+Every Markdown text alflow writes (``report.md`` and the Prefect markdown artifacts of the M0, M1 and
+M2 flows) is rendered here from a jinja2 template. User-supplied values (model names, labels,
+categories, error messages, URLs, paths) go through :func:`escape_md`:
+
+- Markdown's special characters (``\ ` * _ { } [ ] < > ( ) # + - . ! | ~``) are backslash-escaped,
+  so no value opens a link, an image, emphasis, a heading, a list or a table cell;
+- HTML is inert: ``&``, ``<`` and ``>`` become entities (``<script>`` is text);
+- newlines and runs of white space become one space (a value stays on its line, in its cell).
+
+The environment escapes by default as well: any ``{{ value }}`` that is not already escaped
+(:class:`markupsafe.Markup`) or a number is passed through :func:`escape_md`, so a template that
+forgets the filter is still safe. User values are never put in code spans (backslash escapes do not
+work there) and never become a link or image target.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final
+
+import jinja2
+from markupsafe import Markup
+
+from alflow.redact import redact_url
+
+MD_SPECIAL: Final = frozenset("\\`*_{}[]<>()#+-.!|~")
+"""Characters backslash-escaped in user text (``<`` and ``>`` become entities instead)."""
+_ENTITIES: Final = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+_PLAIN_NUMBER: Final = re.compile(r"[0-9 .,:%/+\-]*")
+"""A cell made only of digits and number punctuation (``2.5000``, ``-``, ``12 / 3``): literal in a cell."""
+
+
+def escape_md(value: object) -> Markup:
+    """``value`` as inert Markdown text: specials escaped, HTML entities, one line (see the module doc)."""
+    text = " ".join(str(value).split())
+    out = [_ENTITIES.get(c) or (f"\\{c}" if c in MD_SPECIAL else c) for c in text]
+    return Markup("".join(out))  # noqa: S704 (escaped above)
+
+
+def md_cell(value: object) -> Markup:
+    """A table cell: :func:`escape_md` (pipes included), a formatted number as it is, never empty."""
+    text = " ".join(str(value).split())
+    if not text:
+        return Markup(" ")
+    if _PLAIN_NUMBER.fullmatch(text):
+        return Markup(text)  # noqa: S704 (digits and number punctuation only)
+    return escape_md(text)
+
+
+def _finalize(value: object) -> object:
+    """Escape every expression's value unless it is escaped already (Markup) or a number."""
+    if isinstance(value, Markup):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value
+    return escape_md("" if value is None else value)
+
+
+def markdown_environment() -> jinja2.Environment:
+    """The jinja2 environment of Markdown templates: escapes by default, strict undefined, ``md`` and ``cell``."""
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("alflow.reports", "templates"),
+        autoescape=False,  # noqa: S701 (Markdown: _finalize and the filters escape; HTML escaping would not)
+        finalize=_finalize,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters["md"] = escape_md
+    env.filters["cell"] = md_cell
+    return env
+
+
+MARKDOWN_ENV: Final = markdown_environment()
+
+
+def render_markdown(template: str, **context: object) -> str:
+    """Render Markdown template ``template`` with ``context``."""
+    return MARKDOWN_ENV.get_template(template).render(**context)
+
+
+def num(value: object, digits: int = 2) -> str:
+    """A number with ``digits`` decimals, '' when missing (the flows' tables)."""
+    if value is None or isinstance(value, bool):
+        return ""
+    try:
+        return f"{float(str(value)):.{digits}f}"
+    except ValueError:
+        return ""
+
+
+# --------------------------------------------------------------------------------------------
+# What the flows publish: typed summaries, rendered by one template each
+
+
+@dataclass(frozen=True)
+class FlowSummary:
+    """Base of a flow's Markdown summary: title, the engine's label, where the run is stored."""
+
+    template: ClassVar[str] = ""
+    title: ClassVar[str] = ""
+    run_dir: str
+    engine_note: str | None
+
+    def markdown(self) -> str:
+        """The whole artifact text (also saved as ``report.md``); the run directory without credentials."""
+        return render_markdown(self.template, s=self, title=self.title, run_dir=redact_url(self.run_dir))
+
+
+@dataclass(frozen=True)
+class M0Row:
+    """One calibrated point of the M0 table."""
+
+    model: str
+    thinking: str
+    k: int
+    al: float
+    num_drafts: int | None
+
+
+@dataclass(frozen=True)
+class M0Summary(FlowSummary):
+    """M0 calibration: the reference table written and what changed."""
+
+    template: ClassVar[str] = "flow_m0.md.j2"
+    title: ClassVar[str] = "M0 calibration"
+    reference_path: str
+    kind: str
+    dataset: str
+    category: str
+    rows: Sequence[M0Row]
+    cached_points: Sequence[str] = ()
+    changed: int | None = None
+    """Points changed or added against the previous table (None: there was none)."""
+
+
+@dataclass(frozen=True)
+class M1Verdict:
+    """One gate of M1 and its message."""
+
+    gate: str
+    passed: bool
+    message: str
+
+
+@dataclass(frozen=True)
+class M1Summary(FlowSummary):
+    """M1 evaluation gate: the verdicts and the prompts used."""
+
+    template: ClassVar[str] = "flow_m1.md.j2"
+    title: ClassVar[str] = "M1 evaluation gate"
+    subject: str
+    passed: bool
+    verdicts: Sequence[M1Verdict]
+    dataset: str
+    category: str
+    sessions: int
+
+
+@dataclass(frozen=True)
+class M2Summary(FlowSummary):
+    """M2 synthetic benchmark: one row per concurrency, and the failures."""
+
+    template: ClassVar[str] = "flow_m2.md.j2"
+    title: ClassVar[str] = "M2 synthetic benchmark"
+    model: str
+    framework: str
+    k: int
+    target_al: float
+    scheme: str | None
+    granularity: str
+    gpus: int
+    nodes: int
+    points: Sequence[Mapping[str, Any]]
+    failures: Sequence[str] = field(default_factory=tuple)
+
+    def table(self) -> list[tuple[str, str, str, str, str, str]]:
+        """Formatted cells: concurrency, tok/s/GPU, interactivity, TPOT, achieved AL, valid."""
+        return [
+            (
+                str(p.get("concurrency")),
+                num(p.get("output_throughput_per_gpu"), 1),
+                num(p.get("median_interactivity_tokens_per_s"), 1),
+                num(p.get("median_tpot_ms")),
+                num(p.get("achieved_al"), 4),
+                "yes" if p.get("valid") else "NO, partial" if p.get("partial") else "NO",
+            )
+            for p in self.points
+        ]

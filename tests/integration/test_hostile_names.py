@@ -1,0 +1,100 @@
+"""A hostile model name and server label through real sim flow runs: report.md and the Prefect artifacts.
+
+The name holds HTML, a javascript link, an image, a newline, rich markup and a table pipe; rendered by
+a Markdown renderer it must read as typed and produce no script, link or image.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from uuid import UUID
+
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterType
+
+from alflow.config import (
+    BenchmarkParams,
+    CalibrateParams,
+    LoadConfig,
+    ModelSpec,
+    RandomWorkload,
+    SamplingParams,
+    ServerConfig,
+    ServerPlacement,
+    SpeedBenchWorkload,
+)
+from flows.benchmark import benchmark
+from flows.calibrate import calibrate
+from tests.markdown_check import HOSTILE, assert_inert, md_text
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+NAME = " ".join(HOSTILE)
+SHOWN = " ".join(NAME.split())  # as a reader sees it: the newline is a space
+MODEL = ModelSpec(id=NAME, sampling_thinking_off=SamplingParams(temperature=0.0, max_tokens=64))
+SERVER = ServerConfig(framework="sim", model=NAME, label=f"label {NAME}", extra_args=("--time-scale", "0"))
+
+
+def markdown_artifacts(state: object) -> list[str]:
+    flow_run_id = UUID(str(state.state_details.flow_run_id))  # type: ignore[attr-defined]
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]),
+                type=ArtifactFilterType(any_=["markdown"]),
+            )
+        )
+    links = [str(a.data) for a in found if str(a.key).endswith("-html")]  # the link to report.html
+    for (
+        link
+    ) in links:  # one Markdown link whose target is a percent-encoded file URI, whatever the path holds
+        assert re.fullmatch(r"\[report\.html\]\(file:///[^()\[\]<>\s]+/report\.html\)", link), link
+    return [str(a.data) for a in found if not str(a.key).endswith("-html")]
+
+
+def check(markdown: str) -> None:
+    assert_inert(markdown)
+    text = md_text(markdown)
+    assert SHOWN in text
+    assert f"label {SHOWN}" in text
+
+
+def test_m2_report_and_artifact_show_a_hostile_name_as_typed(tmp_path: Path) -> None:
+    params = BenchmarkParams(
+        model=MODEL,
+        k=3,
+        server=SERVER,
+        placement=ServerPlacement(results_root=str(tmp_path / "results [x](javascript:alert(1))")),
+        target_al=2.73,
+        workload=RandomWorkload(isl=32, osl=16),
+        concurrencies=(2,),
+        prompts_per_concurrency=2,
+        warmup_per_concurrency=0,
+    )
+    state = benchmark(params, return_state=True)
+    assert state.is_completed(), state.message
+    out = state.result()
+    (artifact,) = markdown_artifacts(state)
+    report = (Path(out["run_dir"]) / "report.md").read_text()
+    assert artifact == report
+    check(report)
+    assert md_text(report).startswith("M2 synthetic benchmark")
+
+
+def test_m0_report_and_artifact_show_a_hostile_name_as_typed(tmp_path: Path) -> None:
+    params = CalibrateParams(
+        models=(MODEL,),
+        ks=(1,),
+        server=SERVER,
+        placement=ServerPlacement(results_root=str(tmp_path / "results")),
+        workload=SpeedBenchWorkload(category="coding", max_tokens=32, limit=2),
+        load=LoadConfig(concurrency=2),
+        reference_path=str(tmp_path / "ref.yaml"),
+    )
+    state = calibrate(params, return_state=True)
+    assert state.is_completed(), state.message
+    (artifact,) = markdown_artifacts(state)
+    check(artifact)
+    assert md_text(artifact).startswith("M0 calibration")

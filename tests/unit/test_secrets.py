@@ -1,0 +1,316 @@
+"""Secrets by name, never by value: secret names, URL credentials, the API key on the wire, the run store."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from pydantic import ValidationError
+from typer.testing import CliRunner
+
+from alflow.cli import app
+from alflow.config import ServerConfig
+from alflow.datasets.random_tokens import detokenize_sessions, random_sessions
+from alflow.errors import InvalidInputError
+from alflow.loadgen import LoadSpec, Target, run_load
+from alflow.loadgen.client import auth_headers
+from alflow.measure_cli import _served_model
+from alflow.openai_api import ApiError, check_api_key
+from alflow.redact import is_secret_name, redact_data, redact_url, redact_urls_in_text
+from alflow.results.store import RunWriter, open_run
+from tests.unit.sse_server import SseServer, threaded_sse_server
+
+KEY = "sk-CanaryKey-7f3a9"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "HF_TOKEN",
+        "HUGGING_FACE_HUB_TOKEN",
+        "API_KEY",
+        "OPENAI_API_KEY",
+        "VLLM_API_KEY",
+        "WANDB_API_KEY",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "MY_SECRET",
+        "SECRETS_FILE_CONTENT",
+        "DB_PASSWORD",
+        "PGPASSWORD",
+        "GITHUB_TOKEN",
+        "hf_token",
+        "S3_ACCESS_KEY_ID",
+    ],
+)
+def test_secret_names(name: str) -> None:
+    assert is_secret_name(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "NCCL_DEBUG",
+        "TOKENIZERS_PARALLELISM",
+        "HF_TOKEN_PATH",
+        "VLLM_CPU_KVCACHE_SPACE",
+        "MAX_TOKENS",
+        "HF_HOME",
+    ],
+)
+def test_not_secret_names(name: str) -> None:
+    assert not is_secret_name(name)
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
+        ("http://user:pa55word@host:8000/v1", "http://***@host:8000/v1"),
+        ("http://tokenonly@host/metrics", "http://***@host/metrics"),
+        ("https://h/metrics?token=abc123&job=vllm", "https://h/metrics?token=***&job=vllm"),
+        (
+            "https://h/m?api_key=a&apikey=b&key=c&password=d&secret=e",
+            "https://h/m?api_key=***&apikey=***&key=***&password=***&secret=***",
+        ),
+        (
+            "https://b.s3.amazonaws.com/x?X-Amz-Signature=f00&X-Amz-Security-Token=ba7&X-Amz-Date=1",
+            "https://b.s3.amazonaws.com/x?X-Amz-Signature=***&X-Amz-Security-Token=***&X-Amz-Date=1",
+        ),
+        (
+            "https://acct.blob.core.windows.net/c?sv=2020&sig=abc%2Fdef",
+            "https://acct.blob.core.windows.net/c?sv=2020&sig=***",
+        ),
+        ("https://h/cb#access_token=xyz&state=1", "https://h/cb#access_token=***&state=1"),
+        ("https://h/p?access_token=xyz", "https://h/p?access_token=***"),
+        ("not a url", "not a url"),
+        ("/local/path?token=x", "/local/path?token=x"),
+    ],
+)
+def test_redact_url(url: str, expected: str) -> None:
+    assert redact_url(url) == expected
+
+
+def test_redact_urls_in_text_and_data() -> None:
+    text = "cannot reach URL('http://u:hunter22@h:1/metrics?token=tok987') after 3 tries; key sk-123456 used"
+    out = redact_urls_in_text(text, ["sk-123456"])
+    assert "hunter22" not in out
+    assert "tok987" not in out
+    assert "sk-123456" not in out
+    assert "http://***@h:1/metrics?token=***" in out
+    data = {"a": ["http://x:pw1234@h/", {"b": ("ok", 3, None)}], "c": 1.5}
+    assert redact_data(data) == {"a": ["http://***@h/", {"b": ["ok", 3, None]}], "c": 1.5}
+
+
+def test_extra_env_refuses_secret_names_and_points_to_the_runner_secrets() -> None:
+    with pytest.raises(ValidationError) as info:
+        ServerConfig(
+            framework="sim", model="m", extra_env={"HF_TOKEN": "hf_literalValue99", "NCCL_DEBUG": "INFO"}
+        )
+    message = str(info.value)
+    assert "HF_TOKEN" in message
+    assert "secrets" in message
+    assert "Prefect Secret block" in message
+    assert "hf_literalValue99" not in message  # pydantic's error does not echo the input
+    for name in ("OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD", "MY_SECRET_THING"):
+        with pytest.raises(ValidationError, match=name):
+            ServerConfig(framework="vllm", model="m", extra_env={name: "x"})
+    ok = ServerConfig(
+        framework="vllm", model="m", extra_env={"TOKENIZERS_PARALLELISM": "false", "NCCL_DEBUG": "WARN"}
+    )
+    assert ok.extra_env["NCCL_DEBUG"] == "WARN"
+
+
+@pytest.mark.parametrize(
+    "args", [("--api-key", "sk-Literal-5"), ("--hf-token=hf_Literal-5",), ("--db-password", "Literal-5")]
+)
+def test_extra_args_refuse_secret_flags(args: tuple[str, ...]) -> None:
+    with pytest.raises(ValidationError, match="runner's secrets") as info:
+        ServerConfig(framework="vllm", model="m", extra_args=args)
+    assert "Literal-5" not in str(info.value)
+    ServerConfig(
+        framework="vllm", model="m", extra_args=("--max-num-batched-tokens", "8192", "--tokenizer", "t")
+    )
+
+
+def test_run_store_strips_url_credentials_from_everything_it_writes(tmp_path: Path) -> None:
+    secret_url = "http://scraper:Pw-Canary-1@10.0.0.5:8000/metrics?token=Tok-Canary-2&job=a"
+    with RunWriter(
+        tmp_path,
+        "m2",
+        run_id="r1",
+        config={"placement": {"runner": {"kind": "external", "base_url": secret_url}}},
+        provenance={"server": {"metrics_urls": [secret_url]}},
+    ) as writer:
+        writer.write_summary({"error": f"cannot scrape metrics at {secret_url}: refused"})
+        writer.write_table(
+            "requests", pl.DataFrame({"error": [f"POST {secret_url} failed", None], "n": [1, 2]})
+        )
+        writer.write_text("report.md", f"see <{secret_url}>\n")
+        run_dir = writer.dir
+    files = list(Path(run_dir).iterdir())
+    assert {f.name for f in files} == {"manifest.json", "summary.json", "requests.parquet", "report.md"}
+    for path in files:
+        raw = path.read_bytes()
+        assert b"Pw-Canary-1" not in raw, path.name
+        assert b"Tok-Canary-2" not in raw, path.name
+    run = open_run(run_dir)
+    assert run.manifest["config"]["placement"]["runner"]["base_url"] == (
+        "http://***@10.0.0.5:8000/metrics?token=***&job=a"
+    )
+    assert run.table("requests")["error"].to_list()[0] == (
+        "POST http://***@10.0.0.5:8000/metrics?token=***&job=a failed"
+    )
+    assert json.loads((Path(run_dir) / "summary.json").read_text())["error"].startswith(
+        "cannot scrape metrics at http://***@"
+    )
+
+
+def test_auth_headers_and_the_servers_check() -> None:
+    assert auth_headers(None) == {}
+    assert auth_headers("") == {}
+    assert auth_headers(KEY) == {"Authorization": f"Bearer {KEY}"}
+    for bad in ("a\r\nX-Injected: 1", "key\n", " padded ", "k\u00e9y"):
+        with pytest.raises(InvalidInputError) as info:
+            auth_headers(bad)
+        assert bad not in str(info.value)
+    check_api_key("/v1/models", None, None)  # no key configured: open
+    check_api_key("/health", None, KEY)  # only /v1 is guarded (vLLM)
+    check_api_key("/metrics", None, KEY)
+    check_api_key("/v1/chat/completions", f"Bearer {KEY}", KEY)
+    for wrong in (None, KEY, f"Bearer {KEY}x", "Bearer "):
+        with pytest.raises(ApiError) as err:
+            check_api_key("/v1/completions", wrong, KEY)
+        assert err.value.status == 401
+        assert KEY not in err.value.body().decode()
+
+
+def test_target_repr_hides_the_key() -> None:
+    target = Target("http://h", "m", api_key=KEY)
+    assert KEY not in repr(target)
+    assert target.headers == {"Authorization": f"Bearer {KEY}"}
+
+
+@pytest.mark.parametrize("transport", ["fast", "aiohttp"])
+async def test_the_api_key_goes_with_every_request_of_both_transports(transport: str) -> None:
+    async with SseServer() as srv:
+        work = random_sessions(3, isl=8, osl=4, seed=1, vocab_size=500)
+        res = await run_load(
+            work,
+            Target(srv.base_url, "m", endpoint="completions", api_key=KEY),
+            LoadSpec(concurrency=2, warmup=1, transport=transport),  # type: ignore[arg-type]
+        )
+        assert all(r.ok for r in res.records)
+        texts = await detokenize_sessions(work, srv.base_url, "m", headers=auth_headers(KEY))
+        assert all(isinstance(t.prompt, str) for s in texts for t in s.turns)
+        import aiohttp
+
+        async with aiohttp.ClientSession() as http:
+            assert await _served_model(http, srv.base_url, None, auth_headers(KEY)) == "served-model"
+    paths = {path for path, _, _ in srv.state.seen}
+    assert {"/v1/completions", "/detokenize", "/v1/models"} <= paths
+    assert len(srv.state.seen) == 4 + len(work) + 1  # 4 streams (1 warm-up), one detokenize per turn, models
+    assert all(auth == f"Bearer {KEY}" for _, auth, _ in srv.state.seen)
+
+
+@pytest.mark.parametrize("transport", ["fast", "aiohttp"])
+async def test_url_userinfo_is_basic_auth_and_never_in_the_host_header(transport: str) -> None:
+    async with SseServer() as srv:
+        url = srv.base_url.replace("http://", "http://alice:s3cr%40t@")
+        res = await run_load(
+            random_sessions(2, isl=8, osl=3, seed=2, vocab_size=500),
+            Target(url, "m", endpoint="completions"),
+            LoadSpec(concurrency=1, transport=transport),  # type: ignore[arg-type]
+        )
+    assert all(r.ok for r in res.records)
+    expected = "Basic " + base64.b64encode(b"alice:s3cr@t").decode()
+    assert [(a, h) for _, a, h in srv.state.seen] == [(expected, f"127.0.0.1:{srv.port}")] * 2
+
+
+async def test_a_refused_key_fails_fast_with_a_hint_and_no_credentials(tmp_path: Path) -> None:
+    from aiohttp import web
+
+    async def refuse(_request: web.Request) -> web.Response:
+        return web.json_response({"error": "Unauthorized"}, status=401)
+
+    application = web.Application()
+    application.router.add_post("/v1/completions", refuse)
+    runner = web.AppRunner(application, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        with pytest.raises(Exception, match="wants an API key") as info:
+            await run_load(
+                random_sessions(1, isl=4, osl=2, seed=3, vocab_size=500),
+                Target(f"http://u:Pw-Canary-3@127.0.0.1:{port}", "m", endpoint="completions", api_key=KEY),
+                LoadSpec(),
+            )
+    finally:
+        await runner.cleanup()
+    assert "Pw-Canary-3" not in str(info.value)
+    assert KEY not in str(info.value)
+    assert "http://***@127.0.0.1" in str(info.value)
+
+
+def test_bench_help_never_shows_the_key_from_the_environment() -> None:
+    result = CliRunner().invoke(app, ["bench", "--help"], env={"OPENAI_API_KEY": KEY, "COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "--api-key" in result.output
+    assert KEY not in result.output
+
+
+def test_bench_refuses_userinfo_together_with_an_api_key() -> None:
+    result = CliRunner().invoke(
+        app,
+        ["bench", "--base-url", "http://u:Pw-Canary-4@127.0.0.1:9", "--no-progress"],
+        env={"OPENAI_API_KEY": KEY},
+    )
+    assert result.exit_code == 2, result.output
+    assert "one Authorization header" in result.output
+    assert "Pw-Canary-4" not in result.output
+    assert KEY not in result.output
+
+
+def test_flow_summaries_show_the_run_directory_without_credentials() -> None:
+    from alflow.reports.markdown import M1Summary
+
+    text = M1Summary(
+        run_dir="s3://AKIAKEY:Secret-Canary-9@bucket/m1/run",
+        engine_note=None,
+        subject="s",
+        passed=True,
+        verdicts=(),
+        dataset="d",
+        category="c",
+        sessions=1,
+    ).markdown()
+    assert "Secret-Canary-9" not in text
+    assert "AKIAKEY" not in text
+    assert "s3://\\*\\*\\*@bucket/m1/run" in text
+
+
+def test_metrics_snapshot_prints_and_fails_without_url_credentials() -> None:
+    runner = CliRunner()
+    with threaded_sse_server() as server:
+        server.state.metrics_text = "vllm:num_requests_running 0\n"
+        url = (
+            server.base_url.replace("http://", "http://scraper:Pw-Canary-6@") + "/metrics?token=Tok-Canary-6"
+        )
+        table = runner.invoke(app, ["metrics", "snapshot", url], env={"COLUMNS": "300"})
+        as_json = runner.invoke(app, ["metrics", "snapshot", url, "--json"])
+        dead = runner.invoke(app, ["metrics", "snapshot", url.replace(str(server.port), "1")])
+    assert table.exit_code == 0, table.output
+    assert as_json.exit_code == 0, as_json.output
+    assert json.loads(as_json.stdout)["url"].endswith("/metrics?token=***")
+    assert dead.exit_code == 2
+    assert "cannot scrape metrics at http://***@127.0.0.1:1/metrics?token=***" in dead.output
+    for result in (table, as_json, dead):
+        assert "Canary-6" not in result.output
+    assert ("Basic " + base64.b64encode(b"scraper:Pw-Canary-6").decode()) in [
+        a for _, a, _ in server.state.seen
+    ]
