@@ -22,7 +22,10 @@ import orjson
 from alflow.datasets.types import Session, Turn
 from alflow.errors import AlflowError, InvalidInputError
 
-DEFAULT_VOCAB_SIZE = 32_000
+DEFAULT_VOCAB_SIZE = 20_000
+"""Token ids are drawn below this by default: it fits every common model's vocabulary and the simulator's
+(about 20,600 ids), so ``alflow bench --dataset random`` works against ``alflow sim serve`` as it is and
+sends the same kind of prompts as M2's :class:`alflow.config.RandomWorkload`."""
 DEFAULT_TOKEN_LOW = 100
 
 
