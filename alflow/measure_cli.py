@@ -465,6 +465,7 @@ class _Bound:
 _AT_LEAST_1 = _Bound(1)
 _NOT_NEGATIVE = _Bound(0)
 _POSITIVE = _Bound(0, open_low=True)
+_K_RANGE = _Bound(K_MIN, high=K_MAX)
 
 
 def check_options(values: dict[str, tuple[float | None, _Bound]]) -> None:
@@ -604,7 +605,7 @@ def bench(
                 "--top-k": (top_k, _Bound(-1)),
                 "--min-tokens": (min_tokens, _NOT_NEGATIVE),
                 "--scrape-interval": (scrape_interval, _NOT_NEGATIVE),
-                "--k": (k, _Bound(K_MIN, high=K_MAX)),
+                "--k": (k, _K_RANGE),
                 "--tp": (tp, _AT_LEAST_1),
                 "--pp": (pp, _AT_LEAST_1),
                 "--cp": (cp, _AT_LEAST_1),
@@ -749,6 +750,7 @@ def snapshot(
 ) -> None:
     """Scrape a server's metrics once: spec-decode stats since server start (lifetime counters)."""
     try:
+        check_options({"--k": (k, _K_RANGE)})
         urls = [*(url or []), *(url_option or [])]
         if not urls:
             raise InvalidInputError("give the metrics URL (or the server's base URL): URL or --url URL")

@@ -29,6 +29,10 @@ from alflow.errors import AlflowError, InvalidInputError
 M = TypeVar("M", bound=BaseModel)
 
 
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A key given twice in one mapping (valid YAML to PyYAML, which keeps the last; a mistake to us)."""
+
+
 class UniqueKeyLoader(yaml.SafeLoader):
     """PyYAML's safe loader, except that a key given twice in one mapping is an error."""
 
@@ -45,10 +49,10 @@ class UniqueKeyLoader(yaml.SafeLoader):
             key = self.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
             if isinstance(key, Hashable) and key in seen:
-                raise yaml.constructor.ConstructorError(
+                raise DuplicateKeyError(
                     None,
                     None,
-                    f"duplicate key {key!r} (first at line {seen[key]}, again at line {line})",
+                    f"duplicate key {key!r} (first at line {seen[key]}, again at line {line}): keep one",
                     key_node.start_mark,
                 )
             if isinstance(key, Hashable):
@@ -93,6 +97,8 @@ def load_yaml(path: str | os.PathLike[str], *, what: str = "file") -> Any:
     text = _text(p, raw)
     try:
         return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except DuplicateKeyError as exc:
+        raise InvalidInputError(f"{p}: {_one_line(exc)}") from None
     except yaml.YAMLError as exc:
         raise InvalidInputError(f"{p}: not valid YAML: {_one_line(exc)}") from None
 
@@ -105,10 +111,10 @@ def _json_default(obj: object) -> object:
     raise TypeError(f"a YAML value of type {type(obj).__name__} is not allowed here")
 
 
-def _non_finite(data: Any, where: str = "") -> str | None:
-    """The dotted place of the first NaN or infinity in ``data`` (None when there is none)."""
+def _non_finite(data: Any, where: str = "") -> tuple[str, float] | None:
+    """The dotted place and value of the first NaN or infinity in ``data`` (None when there is none)."""
     if isinstance(data, float) and not math.isfinite(data):
-        return where or "value"
+        return where or "value", data
     if isinstance(data, dict):
         for key, value in data.items():
             found = _non_finite(value, f"{where}.{key}" if where else str(key))
@@ -123,7 +129,10 @@ def _non_finite(data: Any, where: str = "") -> str | None:
 
 
 def describe_validation(exc: ValidationError) -> str:
-    """The first error of a validation as ``field.path: message (input ...)`` plus how many more."""
+    """The first error of a validation as ``field.path: message (got value)`` plus how many more.
+
+    A whole-model check (no field path) is its message alone, which names the fields itself.
+    """
     errors = exc.errors()
     first = errors[0]
     where = ".".join(f"[{x}]" if isinstance(x, int) else str(x) for x in first["loc"]).replace(".[", "[")
@@ -136,7 +145,7 @@ def describe_validation(exc: ValidationError) -> str:
         else ""
     )
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"{where or 'document'}: {msg}{given}{more}"
+    return f"{where}: {msg}{given}{more}" if where else f"{msg}{more}"
 
 
 def validate_strict(
@@ -157,7 +166,7 @@ def validate_strict(
         raise error(f"{source}: expected a YAML mapping of fields, got {_kind(data)}")
     bad = _non_finite(data)
     if bad is not None:
-        raise error(f"{source}: {bad}: NaN and infinity are not allowed (give a finite number)")
+        raise error(f"{source}: {bad[0]}: {bad[1]!r} is not allowed: give a finite number (no NaN or infinity)")
     try:
         text = json.dumps(data, default=_json_default, allow_nan=False)
     except (TypeError, ValueError) as exc:
