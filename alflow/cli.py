@@ -119,6 +119,20 @@ RatesOpt = Annotated[
 ]
 
 
+def check_target_options(k: int, al: float | None, rates: tuple[float, ...] | None) -> None:
+    """``--k``, ``--al`` and ``--rates`` each valid on its own; the error names the option."""
+    checks: list[tuple[str, object, Callable[[], object]]] = [("--k", k, lambda: syn.validate_k(k))]
+    if al is not None:
+        checks.append(("--al", al, lambda: syn.validate_al(al, k)))
+    if rates is not None:
+        checks.append(("--rates", ",".join(f"{r:g}" for r in rates), lambda: syn.validate_rates(rates, k)))
+    for option, value, check in checks:
+        try:
+            check()
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"{option} {value}: {exc}") from None
+
+
 @synthetic_app.command("knobs")
 @handle_errors
 def synthetic_knobs(
@@ -139,6 +153,7 @@ def synthetic_knobs(
     as_json: JsonOpt = False,
 ) -> None:
     """Print the framework's synthetic-acceptance setting for K and a target AL (or rates)."""
+    check_target_options(k, al, parse_rates(rates))
     result = knobs_mod.render_knobs(
         framework, k, al=al, rates=parse_rates(rates), scheme=scheme, method=method, two_model=two_model
     )
@@ -164,6 +179,7 @@ def synthetic_knobs(
 @handle_errors
 def synthetic_compare(k: KOpt, al: AlOpt = None, rates: RatesOpt = None, as_json: JsonOpt = False) -> None:
     """Compare every scheme's accept-length distribution for K and a target AL (or rates)."""
+    check_target_options(k, al, parse_rates(rates))
     comparison = syn.compare_schemes(k, al=al, rates=parse_rates(rates))
     if as_json:
         emit_json(comparison.to_dict())
@@ -263,7 +279,7 @@ def reference_diff(
 ) -> None:
     """Show what changed between two reference tables, and by how much."""
     if not math.isfinite(tolerance) or tolerance < 0:
-        raise InvalidInputError(f"--tolerance {tolerance!r}: must be a finite number >= 0")
+        raise InvalidInputError(f"--tolerance {tolerance:g}: must be a finite number >= 0")
     diff = ref.diff_tables(ref.load_reference(old), ref.load_reference(new), tolerance=tolerance)
     if as_json:
         emit_json(diff.to_dict())

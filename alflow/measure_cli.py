@@ -454,12 +454,13 @@ class _Bound:
             return False
         return self.high is None or value <= self.high
 
-    def describe(self) -> str:
+    def describe(self, integer: bool) -> str:
+        what = "an integer" if integer else "a finite number"
         if self.low is not None and self.high is not None:
-            return f"a finite number in {'(' if self.open_low else '['}{self.low:g}, {self.high:g}]"
+            return f"{what} in {'(' if self.open_low else '['}{self.low:g}, {self.high:g}]"
         if self.low is not None:
-            return f"a finite number {'>' if self.open_low else '>='} {self.low:g}"
-        return "a finite number"
+            return f"{what} {'>' if self.open_low else '>='} {self.low:g}"
+        return what
 
 
 _AT_LEAST_1 = _Bound(1)
@@ -472,7 +473,7 @@ def check_options(values: dict[str, tuple[float | None, _Bound]]) -> None:
     """Raise naming the first option whose value (None: not given) is outside what it allows."""
     for option, (value, bound) in values.items():
         if value is not None and not bound.allows(value):
-            raise InvalidInputError(f"{option} {value!r}: must be {bound.describe()}")
+            raise InvalidInputError(f"{option} {value:g}: must be {bound.describe(isinstance(value, int))}")
 
 
 def check_out_dir(out: Path) -> None:
@@ -490,6 +491,15 @@ def check_out_dir(out: Path) -> None:
         raise InvalidInputError(f"--out {out}: {existing} is a file, so no directory can be made there")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise InvalidInputError(f"--out {out}: {existing} is not writable")
+
+
+def _check_dialect(dialect: str) -> None:
+    """``--dialect`` is ``auto`` or a known dialect (named in the error)."""
+    if dialect != "auto":
+        try:
+            get_dialect(dialect)
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"--dialect {dialect!r}: {exc}") from None
 
 
 _OUT_FILES = ("records.parquet", "snapshots.json", "summary.json")
@@ -627,8 +637,7 @@ def bench(
                 raise InvalidInputError(f"--extra-body is not valid JSON: {exc}") from None
             if not isinstance(extra, dict):
                 raise InvalidInputError("--extra-body must be a JSON object")
-        if dialect != "auto":
-            get_dialect(dialect)
+        _check_dialect(dialect)
         template = None if thinking is Thinking.default else {"enable_thinking": thinking is Thinking.on}
         spec = LoadSpec(
             concurrency=concurrency,
@@ -754,8 +763,7 @@ def snapshot(
         urls = [*(url or []), *(url_option or [])]
         if not urls:
             raise InvalidInputError("give the metrics URL (or the server's base URL): URL or --url URL")
-        if dialect != "auto":
-            get_dialect(dialect)
+        _check_dialect(dialect)
         snap, d, used = _run(_snapshot(urls[0] if len(urls) == 1 else urls, dialect))
         empty = Snapshot(
             used,

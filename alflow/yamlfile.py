@@ -166,7 +166,9 @@ def validate_strict(
         raise error(f"{source}: expected a YAML mapping of fields, got {_kind(data)}")
     bad = _non_finite(data)
     if bad is not None:
-        raise error(f"{source}: {bad[0]}: {bad[1]!r} is not allowed: give a finite number (no NaN or infinity)")
+        raise error(
+            f"{source}: {bad[0]}: {bad[1]!r} is not allowed: give a finite number (no NaN or infinity)"
+        )
     try:
         text = json.dumps(data, default=_json_default, allow_nan=False)
     except (TypeError, ValueError) as exc:

@@ -151,7 +151,7 @@ def check_percentiles(values: Sequence[float], source: str = "percentiles") -> t
         raise InvalidInputError(f"{source}: give at least one percentile in (0, 100]")
     for p in values:
         if isinstance(p, bool) or not math.isfinite(p) or not 0.0 < p <= 100.0:
-            raise InvalidInputError(f"{source} {p!r}: each percentile must be a number in (0, 100]")
+            raise InvalidInputError(f"{source} {p:g}: each percentile must be a number in (0, 100]")
     return tuple(float(p) for p in values)
 
 

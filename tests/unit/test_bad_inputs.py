@@ -6,7 +6,6 @@ retry rule of the tasks, malformed Prometheus counters, the ``--out`` check of `
 
 from __future__ import annotations
 
-import asyncio
 import math
 from pathlib import Path
 
@@ -57,7 +56,9 @@ def test_bad_config_is_refused_at_load_in_one_line(case: ConfigCase, tmp_path: P
 def test_duplicate_key_names_key_and_both_lines(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text("a: 1\nb:\n  c: 2\n  c: 3\n", encoding="utf-8")
-    with pytest.raises(InvalidInputError, match=r"line 4, column 3: duplicate key 'c' \(first at line 3, again at line 4\)"):
+    with pytest.raises(
+        InvalidInputError, match=r"line 4, column 3: duplicate key 'c' \(first at line 3, again at line 4\)"
+    ):
         load_yaml(path)
 
 
@@ -99,7 +100,9 @@ def test_every_committed_yaml_file_still_loads() -> None:
 
 
 def test_reference_errors_keep_their_entry_names(tmp_path: Path) -> None:
-    text = (ROOT / "references" / "examples.yaml").read_text(encoding="utf-8").replace("k: 1\n", "k: true\n", 1)
+    text = (
+        (ROOT / "references" / "examples.yaml").read_text(encoding="utf-8").replace("k: 1\n", "k: true\n", 1)
+    )
     path = tmp_path / "ref.yaml"
     path.write_text(text, encoding="utf-8")
     with pytest.raises(ref.ReferenceError, match=r"entries\[0\]\.k \(.* K=True\): .*valid integer"):
@@ -180,7 +183,7 @@ def _caused(outer: Exception, cause: BaseException) -> Exception:
         ScrapeError("metrics answered HTTP 503", status=503),
         ScrapeError("rate limited", status=429),
         _caused(ScrapeError("cannot scrape"), aiohttp.ClientConnectionError("down")),
-        _caused(ScrapeError("cannot scrape"), asyncio.TimeoutError()),
+        _caused(ScrapeError("cannot scrape"), TimeoutError()),
         ServerStartError("not healthy after 60 s"),
     ],
     ids=repr,
