@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import math
 import os
 import signal
 import sys
@@ -21,7 +22,7 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -39,6 +40,7 @@ from alflow.redact import redact_data, redact_urls_in_text
 from alflow.reports import cli as report_cli
 from alflow.sim import cli as sim_cli
 from alflow.tiny import cli as tiny_cli
+from alflow.yamlfile import load_yaml_model
 from infra import cli as infra_cli
 
 P = ParamSpec("P")
@@ -132,6 +134,20 @@ RatesOpt = Annotated[
 ]
 
 
+def check_target_options(k: int, al: float | None, rates: tuple[float, ...] | None) -> None:
+    """``--k``, ``--al`` and ``--rates`` each valid on its own; the error names the option."""
+    checks: list[tuple[str, object, Callable[[], object]]] = [("--k", k, lambda: syn.validate_k(k))]
+    if al is not None:
+        checks.append(("--al", al, lambda: syn.validate_al(al, k)))
+    if rates is not None:
+        checks.append(("--rates", ",".join(f"{r:g}" for r in rates), lambda: syn.validate_rates(rates, k)))
+    for option, value, check in checks:
+        try:
+            check()
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"{option} {value}: {exc}") from None
+
+
 @synthetic_app.command("knobs")
 @handle_errors
 def synthetic_knobs(
@@ -152,6 +168,7 @@ def synthetic_knobs(
     as_json: JsonOpt = False,
 ) -> None:
     """Print the framework's synthetic-acceptance setting for K and a target AL (or rates)."""
+    check_target_options(k, al, parse_rates(rates))
     result = knobs_mod.render_knobs(
         framework, k, al=al, rates=parse_rates(rates), scheme=scheme, method=method, two_model=two_model
     )
@@ -177,6 +194,7 @@ def synthetic_knobs(
 @handle_errors
 def synthetic_compare(k: KOpt, al: AlOpt = None, rates: RatesOpt = None, as_json: JsonOpt = False) -> None:
     """Compare every scheme's accept-length distribution for K and a target AL (or rates)."""
+    check_target_options(k, al, parse_rates(rates))
     comparison = syn.compare_schemes(k, al=al, rates=parse_rates(rates))
     if as_json:
         emit_json(comparison.to_dict())
@@ -279,6 +297,8 @@ def reference_diff(
     as_json: JsonOpt = False,
 ) -> None:
     """Show what changed between two reference tables, and by how much."""
+    if not math.isfinite(tolerance) or tolerance < 0:
+        raise InvalidInputError(f"--tolerance {tolerance:g}: must be a finite number >= 0")
     diff = ref.diff_tables(ref.load_reference(old), ref.load_reference(new), tolerance=tolerance)
     if as_json:
         emit_json(diff.to_dict())
@@ -373,15 +393,7 @@ def reference_m0_config(
     """Write the M0 config the reference-AL workflow runs (one per model: ``alflow run m0 --config``)."""
     from alflow.config import CalibrateParams, CalibrationCatalogue
 
-    try:
-        data = yaml.safe_load(catalogue.read_text(encoding="utf-8"))
-        cat = CalibrationCatalogue.model_validate(data)
-    except OSError as exc:
-        raise InvalidInputError(
-            f"{catalogue}: cannot read the model catalogue: {exc.strerror or exc}"
-        ) from None
-    except (yaml.YAMLError, ValidationError) as exc:
-        raise InvalidInputError(f"{catalogue}: not a valid model catalogue: {exc}") from None
+    cat = load_yaml_model(catalogue, CalibrationCatalogue, what="model catalogue")
     ids = [m.strip() for m in models.split(",") if m.strip()]
     if len(ids) != 1:
         raise InvalidInputError(
@@ -469,6 +481,34 @@ def prepare_local_run() -> None:
         _GUARDED[process.pid] = Guard.start(process.pid, group=False, grace_s=5.0)
 
 
+def check_prefect_api(timeout_s: float = 5.0) -> None:
+    """With ``PREFECT_API_URL`` set (environment or Prefect profile), check the server answers.
+
+    An unreachable server is one line and exit 2 before the flow starts (Prefect itself would print a
+    long traceback after its own retries). Any HTTP answer counts as reachable.
+    """
+    import urllib.error
+    import urllib.request
+
+    from prefect.settings import get_current_settings
+
+    url = get_current_settings().api.url
+    if not url:
+        return
+    probe = url.rstrip("/") + "/health"
+    try:
+        with urllib.request.urlopen(probe, timeout=timeout_s):  # noqa: S310 - the user's own setting
+            return
+    except urllib.error.HTTPError:
+        return
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise InvalidInputError(
+            f"PREFECT_API_URL={url} is unreachable ({reason}): start that Prefect server "
+            "(prefect server start) or unset PREFECT_API_URL to run on Prefect's temporary local server"
+        ) from None
+
+
 def load_params(flow: str, path: Path) -> BaseModel:
     """Read a YAML config into the flow's parameter model; errors name the file and the field."""
     if flow not in FLOWS:
@@ -476,19 +516,7 @@ def load_params(flow: str, path: Path) -> BaseModel:
     import alflow.config as config_module
 
     model: type[BaseModel] = getattr(config_module, FLOWS[flow][2])
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InvalidInputError(f"{path}: cannot read the config: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise InvalidInputError(f"{path}: not valid YAML: {exc}") from None
-    try:
-        return model.model_validate(data or {})
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(x) for x in first["loc"]) or "config"
-        more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-        raise InvalidInputError(f"{path}: {where}: {first['msg']}{more}") from None
+    return load_yaml_model(path, model, what="config")
 
 
 @app.command("run")
@@ -501,6 +529,8 @@ def run(
     err = Console(stderr=True, soft_wrap=True)
     try:
         params = load_params(flow, config)
+        prefect_defaults()
+        check_prefect_api()
     except AlflowError as exc:
         err.print(f"error: {redact_urls_in_text(str(exc))}", markup=False, highlight=False)
         raise typer.Exit(2) from None
@@ -555,6 +585,12 @@ def demo(
     ] = False,
 ) -> None:
     """M0 -> M1 (one pass, one deliberate fail) -> M2 on the simulated engine, or M0 -> M1 on the tiny engine."""
+    prefect_defaults()
+    try:
+        check_prefect_api()
+    except AlflowError as exc:
+        err_console.print(f"error: {exc}", markup=False, highlight=False)
+        raise typer.Exit(2) from None
     prepare_local_run()
     if engine is DemoEngine.vllm:
         console.print(
@@ -722,9 +758,34 @@ def _print_demo(console: Console, out: dict[str, Any], took: float) -> None:
     console.print(f"Demo finished in {took:.0f} s.", highlight=False)
 
 
-def main() -> None:
-    """Entry point of the ``alflow`` console script."""
-    app()
+def usage_error_line(exc: typer.TyperException) -> str:
+    """A usage error of the command line parser (bad option value, unknown option) as one line."""
+    ctx = getattr(exc, "ctx", None)
+    where = f"{ctx.command_path}: " if ctx is not None else ""
+    hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+    return " ".join(f"{where}{exc.format_message()}{hint}".split())
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``alflow`` console script.
+
+    Every input error ends the same way: one line on stderr (``error: ...``) and exit code 2, also
+    the parser's own usage errors (a bad option value, an unknown option), which Typer would print as
+    a usage box, and an alflow input error of a command that does not catch its own.
+    """
+    try:
+        code = app(args=argv, prog_name="alflow", standalone_mode=False)
+    except typer.TyperException as exc:  # click's ClickException family, vendored by Typer
+        if type(exc).__name__ != "NoArgsIsHelpError":  # that one has printed the help already
+            err_console.print(f"error: {usage_error_line(exc)}", markup=False, highlight=False)
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        err_console.print("aborted", markup=False, highlight=False)
+        sys.exit(130)
+    except AlflowError as exc:
+        err_console.print(f"error: {' '.join(str(exc).split())}", markup=False, highlight=False)
+        sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

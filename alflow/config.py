@@ -14,6 +14,7 @@ from typing import Annotated, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from alflow.acceptance.synthetic import K_MAX, K_MIN, SCHEMES, SyntheticTarget, get_scheme
+from alflow.datasets.random_tokens import DEFAULT_VOCAB_SIZE
 from alflow.fsutil import require_local_path
 from alflow.loadgen.runner import DEFAULT_STALL_TIMEOUT_S
 from alflow.redact import is_secret_flag, is_secret_name
@@ -23,10 +24,13 @@ class StrictModel(BaseModel):
     """Base of every config model: frozen, unknown fields rejected, defaults validated.
 
     Validation errors never echo the input (``hide_input_in_errors``): a refused value may be a secret,
-    and Prefect stores the text of a failed parameter validation.
+    and Prefect stores the text of a failed parameter validation. No NaN or infinity anywhere; config
+    files are validated in strict mode as well (:func:`alflow.yamlfile.load_yaml_model`).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True, hide_input_in_errors=True)
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", validate_default=True, hide_input_in_errors=True, allow_inf_nan=False
+    )
 
 
 class SpecMethod(StrEnum):
@@ -487,6 +491,8 @@ class ServerConfig(StrictModel):
             raise ValueError(
                 "synthetic acceptance needs speculative decoding (set speculative: method and k)"
             )
+        if self.synthetic is not None and self.speculative is not None:
+            self.synthetic.target(self.speculative.k)  # target AL in [1, K+1], rates of length K
         if self.model_path is not None and self.framework != "vllm":
             raise ValueError(
                 f"model_path (weights apart from the served name) is rendered for vLLM only, not {self.framework!r}: "
@@ -790,7 +796,7 @@ class RandomWorkload(StrictModel):
     range_ratio: float = Field(0.8, gt=0.0, le=1.0, description="Input lengths are drawn in [ISL x r, ISL].")
     seed: int = Field(0, description="Seed of the prompts.")
     vocab_size: int = Field(
-        20_000,
+        DEFAULT_VOCAB_SIZE,
         ge=200,
         description=(
             "Token ids are drawn in [100, vocab_size): keep it at or below the served model's vocabulary "
@@ -968,6 +974,8 @@ class BenchmarkParams(StrictModel):
             raise ValueError(f"concurrencies {self.concurrencies} must all be >= 1")
         if self.scheme is not None:
             get_scheme(self.scheme)
+        if self.target_al is not None:
+            SyntheticTarget.of(self.k, al=self.target_al)  # 1 <= target_al <= K+1
         return self
 
 
@@ -978,6 +986,17 @@ class SweepParams(StrictModel):
     gate: GateParams = Field(description="M1 template (k is set per K).")
     benchmark: BenchmarkParams = Field(description="M2 template (k and target are set per K).")
     stop_on_gate_failure: bool = Field(True, description="Skip M2 at a K whose M1 gate failed.")
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if not self.ks:
+            raise ValueError("ks is empty: give at least one K")
+        for k in self.ks:
+            if not K_MIN <= k <= K_MAX:
+                raise ValueError(f"K={k} in ks is outside [{K_MIN}, {K_MAX}]")
+            if self.benchmark.target_al is not None:
+                SyntheticTarget.of(k, al=self.benchmark.target_al)  # the explicit target must fit every K
+        return self
 
 
 class DemoParams(StrictModel):

@@ -21,7 +21,7 @@ from alflow.datasets.types import Session
 from alflow.errors import AlflowError
 from alflow.loadgen.records import RequestRecord, records_frame
 from alflow.loadgen.runner import LoadAbortedError, LoadSpec, Progress, Target, run_load
-from alflow.metrics.client import DEFAULT_PERCENTILES, SLO, GpuLayout, summarize
+from alflow.metrics.client import DEFAULT_PERCENTILES, SLO, GpuLayout, check_percentiles, summarize
 from alflow.metrics.dialects import Dialect, get_dialect
 from alflow.metrics.prometheus import PeriodicScraper, Snapshot, SnapshotWindow, counter_resets, scrape_all
 
@@ -149,6 +149,7 @@ async def measure(
     ``compute_stats=False`` keeps the scrapes but leaves the spec-decode statistics to the caller
     (:func:`window_stats`), as the flows' separate ``spec_stats`` task does.
     """
+    check_percentiles(percentiles)  # before any request: a bad percentile must not waste a run
     if session is None:
         async with aiohttp.ClientSession() as own:
             return await measure(

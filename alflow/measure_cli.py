@@ -21,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import os
 import sys
 import time
 from collections.abc import Coroutine, Iterator
@@ -41,8 +43,14 @@ from rich.text import Text
 
 from alflow import jsonutil
 from alflow.acceptance.stats import SpecStats
+from alflow.acceptance.synthetic import K_MAX, K_MIN
 from alflow.datasets.gsm8k import load_gsm8k
-from alflow.datasets.random_tokens import DEFAULT_VOCAB_SIZE, detokenize_sessions, random_sessions
+from alflow.datasets.random_tokens import (
+    DEFAULT_TOKEN_LOW,
+    DEFAULT_VOCAB_SIZE,
+    detokenize_sessions,
+    random_sessions,
+)
 from alflow.datasets.speed_bench import load_speed_bench
 from alflow.datasets.types import Session
 from alflow.errors import AlflowError, InvalidInputError
@@ -51,7 +59,7 @@ from alflow.loadgen.endpoints import Sampling
 from alflow.loadgen.records import RequestRecord, write_records
 from alflow.loadgen.runner import DEFAULT_STALL_TIMEOUT_S, LoadSpec, Target
 from alflow.measure import measure
-from alflow.metrics.client import SLO, GpuLayout
+from alflow.metrics.client import SLO, GpuLayout, check_percentiles
 from alflow.metrics.dialects import (
     Dialect,
     MissingMetricsError,
@@ -455,6 +463,72 @@ def _parse_floats(text: str, option: str) -> list[float]:
         raise InvalidInputError(f"{option} {text!r}: expected numbers separated by commas") from None
 
 
+@dataclass(frozen=True)
+class _Bound:
+    """What an option allows: ``low`` (exclusive when ``open_low``) up to ``high`` (inclusive)."""
+
+    low: float | None = None
+    open_low: bool = False
+    high: float | None = None
+
+    def allows(self, value: float) -> bool:
+        if not math.isfinite(value):
+            return False
+        if self.low is not None and (value <= self.low if self.open_low else value < self.low):
+            return False
+        return self.high is None or value <= self.high
+
+    def describe(self, integer: bool) -> str:
+        what = "an integer" if integer else "a finite number"
+        if self.low is not None and self.high is not None:
+            return f"{what} in {'(' if self.open_low else '['}{self.low:g}, {self.high:g}]"
+        if self.low is not None:
+            return f"{what} {'>' if self.open_low else '>='} {self.low:g}"
+        return what
+
+
+_AT_LEAST_1 = _Bound(1)
+_NOT_NEGATIVE = _Bound(0)
+_POSITIVE = _Bound(0, open_low=True)
+_K_RANGE = _Bound(K_MIN, high=K_MAX)
+
+
+def check_options(values: dict[str, tuple[float | None, _Bound]]) -> None:
+    """Raise naming the first option whose value (None: not given) is outside what it allows."""
+    for option, (value, bound) in values.items():
+        if value is not None and not bound.allows(value):
+            raise InvalidInputError(f"{option} {value:g}: must be {bound.describe(isinstance(value, int))}")
+
+
+def check_out_dir(out: Path) -> None:
+    """``--out`` must be a directory alflow can write that holds no earlier run (checked before any request)."""
+    if out.exists() and not out.is_dir():
+        raise InvalidInputError(f"--out {out}: is a file, not a directory")
+    if out.is_dir():
+        earlier = [name for name in _OUT_FILES if (out / name).exists()]
+        if earlier:
+            raise InvalidInputError(
+                f"--out {out}: already holds a run ({', '.join(earlier)}); give a new directory or remove it"
+            )
+    existing = next(p for p in (out, *out.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        raise InvalidInputError(f"--out {out}: {existing} is a file, so no directory can be made there")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise InvalidInputError(f"--out {out}: {existing} is not writable")
+
+
+def _check_dialect(dialect: str) -> None:
+    """``--dialect`` is ``auto`` or a known dialect (named in the error)."""
+    if dialect != "auto":
+        try:
+            get_dialect(dialect)
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"--dialect {dialect!r}: {exc}") from None
+
+
+_OUT_FILES = ("records.parquet", "snapshots.json", "summary.json")
+
+
 def bench(
     base_url: Annotated[str, typer.Option(help="Server base URL, e.g. http://127.0.0.1:8000.")],
     endpoint: Annotated[
@@ -567,6 +641,39 @@ def bench(
                 "--base-url carries user:password@ and --api-key (or $OPENAI_API_KEY) is set: a request has one "
                 "Authorization header; give one of them"
             )
+        check_options(
+            {
+                "--isl": (isl, _AT_LEAST_1),
+                "--osl": (osl, _AT_LEAST_1),
+                "--range-ratio": (range_ratio, _Bound(0, open_low=True, high=1)),
+                "--vocab-size": (vocab_size, _Bound(DEFAULT_TOKEN_LOW + 1)),
+                "--num-shots": (num_shots, _NOT_NEGATIVE),
+                "--concurrency": (concurrency, _AT_LEAST_1),
+                "--request-rate": (request_rate, _POSITIVE),
+                "--num-prompts": (num_prompts, _AT_LEAST_1),
+                "--duration": (duration, _POSITIVE),
+                "--warmup": (warmup, _NOT_NEGATIVE),
+                "--timeout": (timeout, _POSITIVE),
+                "--max-tokens": (max_tokens, _AT_LEAST_1),
+                "--temperature": (temperature, _NOT_NEGATIVE),
+                "--top-p": (top_p, _Bound(0, open_low=True, high=1)),
+                "--top-k": (top_k, _Bound(-1)),
+                "--min-tokens": (min_tokens, _NOT_NEGATIVE),
+                "--scrape-interval": (scrape_interval, _NOT_NEGATIVE),
+                "--k": (k, _K_RANGE),
+                "--tp": (tp, _AT_LEAST_1),
+                "--pp": (pp, _AT_LEAST_1),
+                "--cp": (cp, _AT_LEAST_1),
+                "--dp": (dp, _AT_LEAST_1),
+                "--nodes": (nodes, _AT_LEAST_1),
+                "--slo-ttft-ms": (slo_ttft_ms, _POSITIVE),
+                "--slo-tpot-ms": (slo_tpot_ms, _POSITIVE),
+                "--slo-e2el-ms": (slo_e2el_ms, _POSITIVE),
+            }
+        )
+        pcts = check_percentiles(_parse_floats(percentiles, "--percentiles"), "--percentiles")
+        if out is not None:
+            check_out_dir(out)
         extra: dict[str, Any] = {}
         if extra_body:
             try:
@@ -575,8 +682,7 @@ def bench(
                 raise InvalidInputError(f"--extra-body is not valid JSON: {exc}") from None
             if not isinstance(extra, dict):
                 raise InvalidInputError("--extra-body must be a JSON object")
-        if dialect != "auto":
-            get_dialect(dialect)
+        _check_dialect(dialect)
         template = None if thinking is Thinking.default else {"enable_thinking": thinking is Thinking.on}
         spec = LoadSpec(
             concurrency=concurrency,
@@ -627,7 +733,7 @@ def bench(
             prometheus_selector=prometheus_selector,
             gpus=GpuLayout(tp=tp, pp=pp, cp=cp, dp=dp, nodes=nodes),
             slo=SLO(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms, e2el_ms=slo_e2el_ms),
-            percentiles=_parse_floats(percentiles, "--percentiles"),
+            percentiles=list(pcts),
             out=out,
             progress=progress and not json_out and sys.stderr.isatty(),
             api_key=api_key or None,
@@ -680,12 +786,18 @@ def urlparse_path(url: str) -> str:
 
 def snapshot(
     url: Annotated[
-        list[str],
+        list[str] | None,
         typer.Argument(
             help="Metrics URL, or a server base URL (metrics path found); several metrics URLs are one "
             "server's endpoints (nodes, data-parallel ranks): their counters are summed."
         ),
-    ],
+    ] = None,
+    url_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--url", help="The same as the URL argument, as an option (repeatable; both may be given)."
+        ),
+    ] = None,
     dialect: Annotated[str, typer.Option(help="Metrics dialect: auto, vllm, sglang, trtllm.")] = "auto",
     k: Annotated[int | None, typer.Option(help="Speculative tokens K (for intervals and TRT-LLM).")] = None,
     all_samples: Annotated[bool, typer.Option("--all", help="Include every sample in --json.")] = False,
@@ -693,9 +805,12 @@ def snapshot(
 ) -> None:
     """Scrape a server's metrics once: spec-decode stats since server start (lifetime counters)."""
     try:
-        if dialect != "auto":
-            get_dialect(dialect)
-        snap, d, used = _run(_snapshot(url[0] if len(url) == 1 else url, dialect))
+        check_options({"--k": (k, _K_RANGE)})
+        urls = [*(url or []), *(url_option or [])]
+        if not urls:
+            raise InvalidInputError("give the metrics URL (or the server's base URL): URL or --url URL")
+        _check_dialect(dialect)
+        snap, d, used = _run(_snapshot(urls[0] if len(urls) == 1 else urls, dialect))
         empty = Snapshot(
             used,
             snap.wall_time_s,

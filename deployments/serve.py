@@ -13,17 +13,18 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-import yaml
 from prefect import Flow, serve
 from prefect.client.schemas.schedules import CronSchedule
 from prefect.deployments.runner import RunnerDeployment
+
+from alflow.yamlfile import load_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def load_deployments(path: Path = ROOT / "prefect.yaml") -> list[dict[str, Any]]:
     """The ``deployments`` list of prefect.yaml."""
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data = load_yaml(path, what="Prefect project file")
     deployments: list[dict[str, Any]] = data.get("deployments") or []
     return deployments
 

@@ -18,6 +18,7 @@ from alflow.measure import Measurement, measure, window_stats
 from alflow.metrics.client import GpuLayout
 from alflow.metrics.prometheus import Snapshot, scrape_all
 from infra.runners import ServerHandle
+from tasks.retry import retry_transient
 
 
 def request_sampling(
@@ -181,7 +182,13 @@ def spec_stats(measurement: Measurement, k: int | None) -> Measurement:
     return m
 
 
-@task(name="scrape_metrics", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
+@task(
+    name="scrape_metrics",
+    retries=2,
+    retry_delay_seconds=2,
+    retry_condition_fn=retry_transient,
+    cache_policy=NO_CACHE,
+)
 def scrape_metrics(handle: ServerHandle) -> Snapshot:
     """One scrape of the server: every metrics endpoint it has, counters summed over them."""
     return asyncio.run(scrape_all(handle.all_metrics_urls))

@@ -22,18 +22,16 @@ from typing import Any, cast
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.objects import State
 from prefect.concurrency.sync import concurrency
 from prefect.exceptions import ObjectNotFound
 from prefect.runtime import flow_run
 from prefect.transactions import Transaction, get_transaction
 
 from alflow.config import RunnerOptions, ServerConfig, ServerPlacement
-from alflow.errors import InvalidInputError
 from alflow.redact import redact_url
 from infra import lifecycle
-from infra.errors import ServerRefusedError
 from infra.runners import ServerHandle, make_runner
+from tasks.retry import retry_transient
 
 log = logging.getLogger(__name__)
 
@@ -96,19 +94,11 @@ def secret_value(name: str) -> str | None:
     return raw if isinstance(raw, str) else json.dumps(raw)
 
 
-def _worth_retrying(task: Any, task_run: Any, state: State[Any]) -> bool:
-    """Retry a start that timed out or was killed; never a refusal (the same launch gives the same answer)."""
-    del task, task_run
-    data: Any = state.data
-    exc: object = data if isinstance(data, BaseException) else state.result(raise_on_failure=False)
-    return not isinstance(exc, ServerRefusedError | InvalidInputError)
-
-
 @task(
     name="start_server",
     retries=2,
     retry_delay_seconds=[5, 20],
-    retry_condition_fn=_worth_retrying,
+    retry_condition_fn=retry_transient,
     cache_policy=NO_CACHE,
 )
 def start_server(server: ServerConfig, runner: RunnerOptions) -> ServerHandle:

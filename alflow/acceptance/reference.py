@@ -28,6 +28,7 @@ from alflow.acceptance.synthetic import K_MAX, K_MIN
 from alflow.config import REMOTE_REFERENCES, SamplingParams, SpecMethod, StrictModel, ThinkingMode
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.fsutil import atomic_write_bytes, file_lock, require_local_path
+from alflow.yamlfile import load_yaml, validate_strict
 
 SCHEMA_VERSION: Literal[1] = 1
 _AL_TOL = 1e-6
@@ -213,19 +214,14 @@ def load_reference(path: str | os.PathLike[str]) -> ReferenceTable:
     """Read and validate a reference table; errors name the file, the entry and the field."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ReferenceError(f"{p}: cannot read the reference table: {exc.strerror or exc}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ReferenceError(f"{p}: not valid YAML: {exc}") from None
+        data = load_yaml(p, what="reference table")
+    except InvalidInputError as exc:
+        raise ReferenceError(str(exc)) from None
     if not isinstance(data, dict):
         raise ReferenceError(f"{p}: a reference table is a YAML mapping, got {type(data).__name__}")
-    try:
-        return ReferenceTable.model_validate(data)
-    except ValidationError as exc:
-        raise ReferenceError(f"{p}: {_describe(exc, data)}") from None
+    return validate_strict(
+        data, ReferenceTable, source=str(p), error=ReferenceError, describe=lambda exc: _describe(exc, data)
+    )
 
 
 def dump_reference(table: ReferenceTable) -> str:
@@ -368,8 +364,8 @@ _PROVENANCE_FIELDS = (
 
 def diff_tables(old: ReferenceTable, new: ReferenceTable, *, tolerance: float = 0.0) -> ReferenceDiff:
     """Compare two tables point by point; an AL change within ``tolerance`` counts as unchanged."""
-    if tolerance < 0:
-        raise InvalidInputError(f"tolerance={tolerance} must be >= 0")
+    if not math.isfinite(tolerance) or tolerance < 0:
+        raise InvalidInputError(f"tolerance {tolerance!r}: must be a finite number >= 0")
     table_changes = tuple(
         f"{name}: {getattr(old, name)!r} -> {getattr(new, name)!r}"
         for name in ("kind", "dataset", "category")

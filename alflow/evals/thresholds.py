@@ -17,11 +17,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Final
 
-import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from alflow.config import StrictModel
 from alflow.errors import InvalidInputError
+from alflow.yamlfile import load_yaml_model
 
 DEFAULT_THRESHOLD: Final = 0.90
 
@@ -55,18 +55,7 @@ def load_thresholds(path: str | os.PathLike[str] | None) -> AccuracyThresholds:
     if path is None:
         return AccuracyThresholds()
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InvalidInputError(f"{p}: cannot read the thresholds file: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise InvalidInputError(f"{p}: not valid YAML: {exc}") from None
-    try:
-        thresholds = AccuracyThresholds.model_validate(data or {})
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(x) for x in first["loc"]) or "file"
-        raise InvalidInputError(f"{p}: {where}: {first['msg']}") from None
+    thresholds = load_yaml_model(p, AccuracyThresholds, what="thresholds file")
     for model, value in thresholds.models.items():
         if not 0.0 <= value <= 1.0:
             raise InvalidInputError(f"{p}: models.{model}: threshold {value} is outside [0, 1]")

@@ -21,6 +21,7 @@ a warning, when a server sent no usage). Summary keys match ``vllm bench serve``
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -145,6 +146,16 @@ def per_request(records: pl.DataFrame, *, include_warmup: bool = False) -> pl.Da
     )
 
 
+def check_percentiles(values: Sequence[float], source: str = "percentiles") -> tuple[float, ...]:
+    """``values`` if every one is a finite number in (0, 100] and there is at least one, else raise naming ``source``."""
+    if not values:
+        raise InvalidInputError(f"{source}: give at least one percentile in (0, 100]")
+    for p in values:
+        if isinstance(p, bool) or not math.isfinite(p) or not 0.0 < p <= 100.0:
+            raise InvalidInputError(f"{source} {p:g}: each percentile must be a number in (0, 100]")
+    return tuple(float(p) for p in values)
+
+
 def _pkey(p: float) -> str:
     return str(int(p)) if float(p).is_integer() else str(p)
 
@@ -180,6 +191,7 @@ def summarize(
     """
     if duration_s <= 0:
         raise InvalidInputError(f"duration_s={duration_s} must be positive")
+    check_percentiles(percentiles)
     req = per_request(records)
     ok = req.filter(pl.col("ok"))
     failed = req.filter(~pl.col("ok"))

@@ -45,7 +45,37 @@ Labels = tuple[tuple[str, str], ...]
 
 
 class ScrapeError(AlflowError):
-    """A metrics endpoint could not be read or did not answer Prometheus text."""
+    """A metrics endpoint could not be read or did not answer Prometheus text.
+
+    ``status`` is the HTTP status when the endpoint answered one other than 200 (a 5xx may pass on a
+    second try; a network failure carries its cause).
+    """
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class MalformedMetricsError(ScrapeError):
+    """Exposition text with an impossible value: a counter (or histogram count) that is NaN, infinite or negative.
+
+    Named as malformed, not as a counter reset or a server restart: the server's metrics are broken.
+    """
+
+
+def _check_count(family_type: str, sample_name: str, labels: Labels, value: float, url: str) -> None:
+    """Raise :class:`MalformedMetricsError` when a counter-like sample is not a finite number >= 0."""
+    counter_like = (
+        (family_type == "counter" and not sample_name.endswith("_created"))
+        or (family_type == "unknown" and sample_name.endswith("_total"))
+        or (family_type == "histogram" and sample_name.endswith(("_bucket", "_count")))
+    )
+    if counter_like and not (math.isfinite(value) and value >= 0):
+        shown = sample_name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}" if labels else "")
+        raise MalformedMetricsError(
+            f"metrics at {url or '<text>'} are malformed: {shown} = {value!r}, but a counter is a finite "
+            "number >= 0 (a broken exporter, not a server restart)"
+        )
 
 
 def _labels(raw: Mapping[str, str]) -> Labels:
@@ -193,7 +223,9 @@ def parse_exposition(
             if family.type == "summary":
                 continue
             for s in family.samples:
-                samples.setdefault(s.name, {})[_labels(s.labels)] = float(s.value)
+                labels, value = _labels(s.labels), float(s.value)
+                _check_count(family.type, s.name, labels, value, url)
+                samples.setdefault(s.name, {})[labels] = value
     except ValueError as exc:
         raise ScrapeError(
             f"metrics at {url or '<text>'} are not valid Prometheus exposition text: {exc}"
@@ -227,7 +259,7 @@ async def scrape(
         why = redact_urls_in_text(str(exc or type(exc).__name__))
         raise ScrapeError(f"cannot scrape metrics at {shown}: {why}") from None
     if status != 200:
-        raise ScrapeError(f"metrics at {shown} answered HTTP {status}: {body[:200].strip()}")
+        raise ScrapeError(f"metrics at {shown} answered HTTP {status}: {body[:200].strip()}", status=status)
     if ctype == "application/json" or body.lstrip().startswith(("{", "[")):
         raise ScrapeError(
             f"metrics at {shown} are JSON, not Prometheus text (TensorRT-LLM serves Prometheus text at "

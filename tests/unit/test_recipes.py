@@ -413,9 +413,10 @@ def test_synthetic_needs_speculation_and_two_model_is_trtllm_only() -> None:
         cfg(framework="vllm", speculative=MTP3, two_model=True)
 
 
-def test_al_out_of_range_is_refused() -> None:
-    with pytest.raises(RecipeError):
-        build_launch(cfg(framework="vllm", speculative=MTP3, synthetic=SyntheticAcceptance(target_al=4.5)))
+def test_al_out_of_range_is_refused_at_load() -> None:
+    # refused when the config is read, before any recipe or server runs
+    with pytest.raises(ValidationError, match=r"target AL 4.5 is outside the allowed range \[1, 4\] for K=3"):
+        cfg(framework="vllm", speculative=MTP3, synthetic=SyntheticAcceptance(target_al=4.5))
 
 
 def test_port_zero_picks_a_free_port_and_env_secrets_are_redacted() -> None:

@@ -1,0 +1,705 @@
+"""The table of bad inputs: config files and command lines that must be refused before work starts.
+
+Each row is refused with exit code 2 and exactly one line on stderr (``error: ...``) that names the
+input (the config file, or the option) and contains ``fragment``; never a traceback. The tests in
+``tests/unit/test_bad_inputs.py`` (config loading) and ``tests/integration/test_bad_inputs_cli.py``
+(the ``alflow`` command in a subprocess) run every row; ``benchmarks/fault_suite.py`` imports the
+same lists.
+
+- :data:`CONFIG_CASES`: a flow config file (``alflow run FLOW --config FILE``);
+- :data:`CLI_CASES`: an ``alflow`` argv, with the files it needs and extra environment.
+
+In argv and file names, ``{tmp}`` stands for a fresh directory (:func:`materialize` fills it in);
+``DEAD_URL`` is a loopback address nothing listens on: every row fails before any request is sent.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DEAD_URL = "http://127.0.0.1:9"
+"""Nothing listens on the discard port: a row that sent a request would fail differently."""
+
+
+@dataclass(frozen=True)
+class ConfigCase:
+    """A flow config file that loading must refuse."""
+
+    name: str
+    flow: str
+    content: bytes
+    fragment: str
+
+
+@dataclass(frozen=True)
+class CliCase:
+    """An ``alflow`` command line that must be refused with one line naming ``names``."""
+
+    name: str
+    argv: tuple[str, ...]
+    fragment: str
+    names: str
+    files: tuple[tuple[str, bytes], ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+
+
+# --------------------------------------------------------------------------------------------
+# Valid base configs (each loads; every row changes one thing)
+
+_MODEL: dict[str, Any] = {
+    "id": "demo-llama-70b",
+    "sampling_thinking_off": {"temperature": 0.0, "max_tokens": 512},
+}
+_SERVER: dict[str, Any] = {"framework": "sim", "model": "demo-llama-70b", "extra_args": ["--time-scale", "0"]}
+_PLACEMENT: dict[str, Any] = {"runner": {"kind": "process"}, "results_root": "results"}
+
+BASES: dict[str, dict[str, Any]] = {
+    "m2": {
+        "model": _MODEL,
+        "k": 3,
+        "server": _SERVER,
+        "placement": _PLACEMENT,
+        "target_al": 2.73,
+        "workload": {"kind": "random", "isl": 256, "osl": 64},
+        "concurrencies": [4, 16],
+    },
+    "m1": {
+        "model": _MODEL,
+        "k": 3,
+        "server": _SERVER,
+        "placement": _PLACEMENT,
+        "reference_path": "references/examples.yaml",
+        "reference_model": "Qwen3.5",
+        "workload": {"kind": "speed-bench", "category": "coding", "max_tokens": 512},
+        "load": {"concurrency": 8},
+        "gsm8k": {"enabled": False},
+    },
+    "m0": {
+        "models": [_MODEL],
+        "ks": [1, 2, 3],
+        "thinking": ["off"],
+        "server": _SERVER,
+        "placement": _PLACEMENT,
+        "workload": {"kind": "speed-bench", "category": "coding", "limit": 4},
+        "reference_path": "results/reference-sim.yaml",
+    },
+}
+BASES["sweep"] = {
+    "ks": [1, 2, 3],
+    "gate": BASES["m1"],
+    "benchmark": {**BASES["m2"], "target_al": None, "reference_path": "references/examples.yaml"},
+}
+"""One valid config per flow (``tests/unit/test_bad_inputs.py`` checks that each loads)."""
+
+_DELETE = object()
+
+
+def _with(flow: str, changes: dict[str, Any]) -> bytes:
+    """The base config of ``flow`` with dotted ``changes`` applied (``_DELETE`` removes a key)."""
+    data = copy.deepcopy(BASES[flow])
+    for dotted, value in changes.items():
+        *parents, last = dotted.split(".")
+        node = data
+        for key in parents:
+            node = node.setdefault(key, {})
+        if value is _DELETE:
+            node.pop(last, None)
+        else:
+            node[last] = value
+    return yaml.safe_dump(data, sort_keys=False).encode()
+
+
+def _case(name: str, flow: str, changes: dict[str, Any], fragment: str) -> ConfigCase:
+    return ConfigCase(name, flow, _with(flow, changes), fragment)
+
+
+_NAN = float("nan")
+_INF = float("inf")
+_SPEC3 = {"method": "mtp", "k": 3}
+
+CONFIG_CASES: list[ConfigCase] = [
+    # --- M2: target AL, K, the sweep of concurrencies
+    _case("m2 target_al above K+1", "m2", {"target_al": 10.0}, "outside the allowed range [1, 4] for K=3"),
+    _case("m2 target_al just above K+1", "m2", {"target_al": 4.01}, "outside the allowed range"),
+    _case("m2 target_al infinite", "m2", {"target_al": _INF}, "give a finite number"),
+    _case("m2 target_al NaN", "m2", {"target_al": _NAN}, "give a finite number"),
+    _case("m2 target_al below 1", "m2", {"target_al": 0.5}, "greater than or equal to 1"),
+    _case("m2 target_al a string", "m2", {"target_al": "2.5"}, "valid number"),
+    _case("m2 k boolean", "m2", {"k": True}, "valid integer"),
+    _case("m2 k fractional", "m2", {"k": 2.5}, "valid integer"),
+    _case("m2 k float", "m2", {"k": 3.0}, "valid integer"),
+    _case("m2 k string", "m2", {"k": "3"}, "valid integer"),
+    _case("m2 k zero", "m2", {"k": 0}, "greater than or equal to 1"),
+    _case("m2 k above 16", "m2", {"k": 17}, "less than or equal to 16"),
+    _case("m2 concurrency zero", "m2", {"concurrencies": [0]}, "must all be >= 1"),
+    _case("m2 concurrencies empty", "m2", {"concurrencies": []}, "at least 1 item"),
+    _case("m2 concurrency boolean", "m2", {"concurrencies": [True]}, "valid integer"),
+    _case("m2 concurrency fractional", "m2", {"concurrencies": [4.5]}, "valid integer"),
+    _case(
+        "m2 prompts per concurrency zero", "m2", {"prompts_per_concurrency": 0}, "greater than or equal to 1"
+    ),
+    _case("m2 warmup negative", "m2", {"warmup_per_concurrency": -1}, "greater than or equal to 0"),
+    _case("m2 audit tolerance negative", "m2", {"audit_abs_tol": -0.1}, "greater than or equal to 0"),
+    _case("m2 audit tolerance NaN", "m2", {"audit_abs_tol": _NAN}, "give a finite number"),
+    _case("m2 fail_on_invalid 'yes'", "m2", {"fail_on_invalid": "yes"}, "valid boolean"),
+    _case("m2 fail_on_invalid 1", "m2", {"fail_on_invalid": 1}, "valid boolean"),
+    _case("m2 unknown field", "m2", {"colour": "red"}, "Extra inputs are not permitted"),
+    _case(
+        "m2 both reference and target",
+        "m2",
+        {"reference_path": "references/examples.yaml"},
+        "exactly one of reference_path",
+    ),
+    _case("m2 unknown scheme", "m2", {"scheme": "magic"}, "magic"),
+    _case("m2 model missing", "m2", {"model": _DELETE}, "Field required"),
+    # --- workload
+    _case("m2 isl zero", "m2", {"workload.isl": 0}, "greater than or equal to 1"),
+    _case("m2 osl negative", "m2", {"workload.osl": -5}, "greater than or equal to 1"),
+    _case("m2 range_ratio zero", "m2", {"workload.range_ratio": 0.0}, "greater than 0"),
+    _case("m2 range_ratio above 1", "m2", {"workload.range_ratio": 1.5}, "less than or equal to 1"),
+    _case("m2 range_ratio NaN", "m2", {"workload.range_ratio": _NAN}, "give a finite number"),
+    _case("m2 vocab_size too small", "m2", {"workload.vocab_size": 100}, "greater than or equal to 200"),
+    _case("m2 workload kind unknown", "m2", {"workload.kind": "nope"}, "nope"),
+    _case("m2 workload seed fractional", "m2", {"workload.seed": 1.5}, "valid integer"),
+    # --- server
+    _case("server framework unknown", "m2", {"server.framework": "tgi"}, "tgi"),
+    _case("server port too large", "m2", {"server.port": 70000}, "less than or equal to 65535"),
+    _case("server port string", "m2", {"server.port": "8000"}, "valid integer"),
+    _case("server readiness timeout zero", "m2", {"server.readiness_timeout_s": 0}, "greater than 0"),
+    _case(
+        "server readiness timeout infinite",
+        "m2",
+        {"server.readiness_timeout_s": _INF},
+        "give a finite number",
+    ),
+    _case("server extra_args a string", "m2", {"server.extra_args": "--foo"}, "valid array"),
+    _case(
+        "server extra_env value a number", "m2", {"server.extra_env": {"OMP_NUM_THREADS": 4}}, "valid string"
+    ),
+    _case(
+        "server synthetic target above K+1",
+        "m2",
+        {"server.speculative": _SPEC3, "server.synthetic": {"target_al": 9.0}},
+        "outside the allowed range [1, 4] for K=3",
+    ),
+    _case(
+        "server synthetic rates of the wrong length",
+        "m2",
+        {"server.speculative": _SPEC3, "server.synthetic": {"rates": [1.0, 0.5]}},
+        "K=3",
+    ),
+    _case(
+        "server synthetic without speculation",
+        "m2",
+        {"server.synthetic": {"target_al": 2.0}},
+        "needs speculative decoding",
+    ),
+    _case(
+        "server speculative k boolean",
+        "m2",
+        {"server.speculative": {"method": "mtp", "k": True}},
+        "valid integer",
+    ),
+    _case(
+        "server speculative method unknown",
+        "m2",
+        {"server.speculative": {"method": "magic", "k": 3}},
+        "magic",
+    ),
+    _case("server model empty", "m2", {"server.model": ""}, "at least 1 character"),
+    _case("server nodes zero", "m2", {"server.nodes": 0}, "greater than or equal to 1"),
+    _case("server tp fractional", "m2", {"server.parallelism": {"tp": 1.5}}, "valid integer"),
+    _case("server prefix caching 'on'", "m2", {"server.enable_prefix_caching": "on"}, "valid boolean"),
+    # --- placement
+    _case("runner kind unknown", "m2", {"placement.runner": {"kind": "kubernetes"}}, "kubernetes"),
+    _case(
+        "runner stop timeout negative",
+        "m2",
+        {"placement.runner": {"kind": "process", "stop_timeout_s": -1}},
+        "greater than 0",
+    ),
+    _case("docker gpus empty list", "m2", {"placement.runner": {"kind": "docker", "gpus": []}}, "empty list"),
+    _case("strict_limit a number", "m2", {"placement.strict_limit": 0}, "valid boolean"),
+    # --- model sampling
+    _case(
+        "temperature NaN",
+        "m2",
+        {"model.sampling_thinking_off": {"temperature": _NAN}},
+        "give a finite number",
+    ),
+    _case(
+        "temperature negative",
+        "m2",
+        {"model.sampling_thinking_off": {"temperature": -1.0}},
+        "greater than or equal to 0",
+    ),
+    _case(
+        "max_tokens zero",
+        "m2",
+        {"model.sampling_thinking_off": {"max_tokens": 0}},
+        "greater than or equal to 1",
+    ),
+    _case("top_p zero", "m2", {"model.sampling_thinking_off": {"top_p": 0.0}}, "greater than 0"),
+    _case("seed boolean", "m2", {"model.sampling_thinking_off": {"seed": True}}, "valid integer"),
+    _case("model id empty", "m2", {"model.id": ""}, "at least 1 character"),
+    _case("model reasoning 'no'", "m2", {"model.reasoning": "no"}, "valid boolean"),
+    _case("model revision a number", "m2", {"model.revision": 1234}, "valid string"),
+    # --- M1
+    _case("m1 k boolean", "m1", {"k": True}, "valid integer"),
+    _case("m1 abs_tol negative", "m1", {"tolerances": {"abs_tol": -1.0}}, "greater than or equal to 0"),
+    _case("m1 rel_tol 1.5", "m1", {"tolerances": {"rel_tol": 1.5}}, "less than 1"),
+    _case("m1 confidence 1", "m1", {"tolerances": {"confidence": 1.0}}, "less than 1"),
+    _case("m1 use_ci unknown", "m1", {"tolerances": {"use_ci": "maybe"}}, "maybe"),
+    _case("m1 gsm8k limit zero", "m1", {"gsm8k": {"limit": 0}}, "greater than or equal to 1"),
+    _case("m1 gsm8k threshold above 1", "m1", {"gsm8k": {"threshold": 1.5}}, "less than or equal to 1"),
+    _case("m1 gsm8k enabled 'false'", "m1", {"gsm8k": {"enabled": "false"}}, "valid boolean"),
+    _case("m1 load concurrency zero", "m1", {"load.concurrency": 0}, "greater than or equal to 1"),
+    _case("m1 load timeout infinite", "m1", {"load.timeout_s": _INF}, "give a finite number"),
+    _case("m1 load request rate zero", "m1", {"load.request_rate": 0.0}, "greater than 0"),
+    _case(
+        "m1 synthetic server",
+        "m1",
+        {"server.speculative": _SPEC3, "server.synthetic": {"target_al": 2.0}},
+        "must not set synthetic",
+    ),
+    _case("m1 reference_path missing", "m1", {"reference_path": _DELETE}, "Field required"),
+    # --- M0
+    _case("m0 K zero in ks", "m0", {"ks": [0]}, "outside [1, 16]"),
+    _case("m0 K above 16 in ks", "m0", {"ks": [17]}, "outside [1, 16]"),
+    _case("m0 K boolean in ks", "m0", {"ks": [True]}, "valid integer"),
+    _case("m0 cache_days negative", "m0", {"cache_days": -1}, "greater than or equal to 0"),
+    _case("m0 refresh_cache 'no'", "m0", {"refresh_cache": "no"}, "valid boolean"),
+    _case("m0 thinking unknown", "m0", {"thinking": ["maybe"]}, "maybe"),
+    _case("m0 models empty", "m0", {"models": []}, "at least 1 item"),
+    _case(
+        "m0 synthetic server",
+        "m0",
+        {"server.speculative": _SPEC3, "server.synthetic": {"target_al": 2.0}},
+        "must not set synthetic",
+    ),
+    _case("m0 workload limit zero", "m0", {"workload.limit": 0}, "greater than or equal to 1"),
+    # --- sweep
+    _case("sweep K zero", "sweep", {"ks": [0]}, "outside [1, 16]"),
+    _case("sweep ks empty", "sweep", {"ks": []}, "ks is empty"),
+    _case("sweep K fractional", "sweep", {"ks": [1, 2.5]}, "valid integer"),
+    _case(
+        "sweep explicit target above K+1 for the smallest K",
+        "sweep",
+        {"benchmark.target_al": 3.5, "benchmark.reference_path": None},
+        "outside the allowed range [1, 2] for K=1",
+    ),
+    _case("sweep stop_on_gate_failure 0", "sweep", {"stop_on_gate_failure": 0}, "valid boolean"),
+    _case("sweep gate k boolean", "sweep", {"gate.k": True}, "valid integer"),
+    # --- the file itself
+    ConfigCase("duplicate top-level key", "m2", _with("m2", {}) + b"k: 4\n", "duplicate key 'k'"),
+    ConfigCase(
+        "duplicate nested key",
+        "m2",
+        _with("m2", {}).replace(b"  framework: sim\n", b"  framework: sim\n  framework: vllm\n"),
+        "duplicate key 'framework'",
+    ),
+    ConfigCase("binary file", "m2", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "binary file"),
+    ConfigCase("UTF-16 file", "m2", _with("m2", {}).decode().encode("utf-16"), "not UTF-8 text (UTF-16"),
+    ConfigCase("Latin-1 file", "m2", "model:\n  id: caf\xe9\n".encode("latin-1"), "not UTF-8 text"),
+    ConfigCase("YAML syntax error", "m2", b"model: {id: x\nk: 3\n", "not valid YAML"),
+    ConfigCase("tab indentation", "m2", b"model:\n\tid: x\n", "not valid YAML"),
+    ConfigCase("a list, not a mapping", "m2", b"- k: 3\n", "expected a YAML mapping"),
+    ConfigCase("a scalar, not a mapping", "m2", b"just text\n", "expected a YAML mapping"),
+    ConfigCase("empty file", "m2", b"", "Field required"),
+    ConfigCase("python tag", "m2", b"k: !!python/object:os.system ls\n", "not valid YAML"),
+    ConfigCase(
+        "YAML .nan literal",
+        "m2",
+        _with("m2", {}).replace(b"target_al: 2.73", b"target_al: .nan"),
+        "target_al: nan is not allowed",
+    ),
+    ConfigCase(
+        "YAML .inf literal",
+        "m2",
+        _with("m2", {}).replace(b"target_al: 2.73", b"target_al: .inf"),
+        "target_al: inf is not allowed",
+    ),
+]
+"""Config files that ``alflow run FLOW --config FILE`` must refuse before any work."""
+
+
+# --------------------------------------------------------------------------------------------
+# Command lines
+
+_REF_OK = Path(__file__).resolve().parents[1] / "references" / "examples.yaml"
+
+
+def _bench(*args: str, fragment: str, names: str | None = None, name: str | None = None) -> CliCase:
+    option = names or args[0]
+    return CliCase(
+        name or f"bench {' '.join(args)}",
+        ("bench", "--base-url", DEAD_URL, "--no-progress", *args),
+        fragment,
+        option,
+    )
+
+
+def _file(name: str, content: bytes, argv: tuple[str, ...], fragment: str, case: str) -> CliCase:
+    return CliCase(case, argv, fragment, "{tmp}/" + name, files=((name, content),))
+
+
+_BENCH_RANGES: list[tuple[str, str, str]] = [
+    ("--percentiles", "150", "(0, 100]"),
+    ("--percentiles", "0", "(0, 100]"),
+    ("--percentiles", "-5", "(0, 100]"),
+    ("--percentiles", "nan", "(0, 100]"),
+    ("--percentiles", "inf", "(0, 100]"),
+    ("--percentiles", "50,abc", "expected numbers"),
+    ("--percentiles", ",", "at least one percentile"),
+    ("--isl", "0", ">= 1"),
+    ("--isl", "-5", ">= 1"),
+    ("--osl", "0", ">= 1"),
+    ("--range-ratio", "0", "(0, 1]"),
+    ("--range-ratio", "1.5", "(0, 1]"),
+    ("--range-ratio", "nan", "(0, 1]"),
+    ("--vocab-size", "50", ">= 101"),
+    ("--concurrency", "0", ">= 1"),
+    ("--concurrency", "-1", ">= 1"),
+    ("--request-rate", "0", "> 0"),
+    ("--request-rate", "-1", "> 0"),
+    ("--request-rate", "inf", "> 0"),
+    ("--request-rate", "nan", "> 0"),
+    ("--num-prompts", "0", ">= 1"),
+    ("--duration", "0", "> 0"),
+    ("--duration", "inf", "> 0"),
+    ("--warmup", "-1", ">= 0"),
+    ("--timeout", "0", "> 0"),
+    ("--timeout", "-1", "> 0"),
+    ("--timeout", "nan", "> 0"),
+    ("--timeout", "inf", "> 0"),
+    ("--max-tokens", "0", ">= 1"),
+    ("--temperature", "-1", ">= 0"),
+    ("--temperature", "nan", ">= 0"),
+    ("--top-p", "0", "(0, 1]"),
+    ("--top-p", "1.5", "(0, 1]"),
+    ("--top-k", "-2", ">= -1"),
+    ("--min-tokens", "-1", ">= 0"),
+    ("--num-shots", "-1", ">= 0"),
+    ("--scrape-interval", "-1", ">= 0"),
+    ("--scrape-interval", "nan", ">= 0"),
+    ("--k", "0", "[1, 16]"),
+    ("--k", "17", "[1, 16]"),
+    ("--tp", "0", ">= 1"),
+    ("--dp", "0", ">= 1"),
+    ("--nodes", "0", ">= 1"),
+    ("--slo-ttft-ms", "0", "> 0"),
+    ("--slo-tpot-ms", "nan", "> 0"),
+    ("--slo-e2el-ms", "-1", "> 0"),
+    ("--concurrency", "abc", "valid integer"),
+    ("--isl", "1.5", "valid integer"),
+    ("--dataset", "nope", "'nope' is not one of"),
+    ("--endpoint", "embeddings", "is not one of"),
+]
+
+_REF_NAN = _REF_OK.read_bytes().replace(b"al: 2.27", b"al: .nan", 1) if _REF_OK.exists() else b""
+
+CLI_CASES: list[CliCase] = [
+    *(_bench(opt, value, fragment=frag) for opt, value, frag in _BENCH_RANGES),
+    _bench("--dialect", "tgi", fragment="unknown metrics dialect 'tgi'"),
+    _bench("--extra-body", "{nope", fragment="not valid JSON"),
+    _bench("--extra-body", "[1]", fragment="must be a JSON object"),
+    _bench("--dataset", "speed-bench", fragment="needs --input-file", names="--input-file"),
+    _bench(
+        "--dataset",
+        "gsm8k",
+        "--input-file",
+        "{tmp}/missing.jsonl",
+        fragment="does not exist",
+        names="{tmp}/missing.jsonl",
+    ),
+    _bench(
+        "--dataset",
+        "gsm8k",
+        "--input-file",
+        "x.jsonl",
+        "--category",
+        "coding",
+        fragment="speed-bench only",
+        names="--category",
+    ),
+    CliCase(
+        "bench --out is a file",
+        ("bench", "--base-url", DEAD_URL, "--out", "{tmp}/file.txt"),
+        "is a file",
+        "--out {tmp}/file.txt",
+        files=(("file.txt", b"not a directory\n"),),
+    ),
+    CliCase(
+        "bench --out under a file",
+        ("bench", "--base-url", DEAD_URL, "--out", "{tmp}/file.txt/run"),
+        "is a file",
+        "--out {tmp}/file.txt/run",
+        files=(("file.txt", b"not a directory\n"),),
+    ),
+    CliCase(
+        "bench --out holds an earlier run",
+        ("bench", "--base-url", DEAD_URL, "--out", "{tmp}/run"),
+        "already holds a run (summary.json)",
+        "--out {tmp}/run",
+        files=(("run/summary.json", b"{}\n"),),
+    ),
+    CliCase("bench without --base-url", ("bench",), "Missing option '--base-url'", "--base-url"),
+    CliCase(
+        "bench unknown option",
+        ("bench", "--base-url", DEAD_URL, "--colour", "red"),
+        "No such option",
+        "--colour",
+    ),
+    # --- reference
+    CliCase(
+        "reference diff --tolerance nan",
+        ("reference", "diff", str(_REF_OK), str(_REF_OK), "--tolerance", "nan"),
+        "finite number >= 0",
+        "--tolerance",
+    ),
+    CliCase(
+        "reference diff --tolerance inf",
+        ("reference", "diff", str(_REF_OK), str(_REF_OK), "--tolerance", "inf"),
+        "finite number >= 0",
+        "--tolerance",
+    ),
+    CliCase(
+        "reference diff --tolerance -1",
+        ("reference", "diff", str(_REF_OK), str(_REF_OK), "--tolerance", "-1"),
+        "finite number >= 0",
+        "--tolerance",
+    ),
+    CliCase(
+        "reference validate missing file",
+        ("reference", "validate", "{tmp}/nope.yaml"),
+        "cannot read",
+        "{tmp}/nope.yaml",
+    ),
+    CliCase("reference validate a directory", ("reference", "validate", "{tmp}"), "is a directory", "{tmp}"),
+    _file(
+        "ref.yaml",
+        b"\x00\x01\x02binary",
+        ("reference", "validate", "{tmp}/ref.yaml"),
+        "binary file",
+        "reference validate binary",
+    ),
+    _file(
+        "ref.yaml",
+        "kind: example\n".encode("utf-16"),
+        ("reference", "validate", "{tmp}/ref.yaml"),
+        "not UTF-8 text",
+        "reference validate UTF-16",
+    ),
+    _file(
+        "ref.yaml",
+        b"kind: example\nkind: measured\n",
+        ("reference", "validate", "{tmp}/ref.yaml"),
+        "duplicate key 'kind'",
+        "reference validate duplicate key",
+    ),
+    _file(
+        "ref.yaml",
+        b"- 1\n- 2\n",
+        ("reference", "validate", "{tmp}/ref.yaml"),
+        "YAML mapping",
+        "reference validate a list",
+    ),
+    _file(
+        "ref.yaml",
+        _REF_NAN,
+        ("reference", "validate", "{tmp}/ref.yaml"),
+        "give a finite number",
+        "reference validate NaN AL",
+    ),
+    _file(
+        "ref.yaml",
+        b"kind: example\ndataset: d\ncategory: c\nentries: []\nschema_version: 2\n",
+        ("reference", "validate", "{tmp}/ref.yaml"),
+        "schema_version",
+        "reference validate unknown schema version",
+    ),
+    CliCase(
+        "reference show unknown model",
+        ("reference", "show", str(_REF_OK), "--model", "nope"),
+        "model 'nope' is not in",
+        "'nope'",
+    ),
+    # --- synthetic
+    CliCase(
+        "synthetic knobs K zero",
+        ("synthetic", "knobs", "--framework", "vllm", "--k", "0", "--al", "1.5"),
+        "K=0",
+        "--k 0",
+    ),
+    CliCase(
+        "synthetic knobs K 17",
+        ("synthetic", "knobs", "--framework", "vllm", "--k", "17", "--al", "1.5"),
+        "K=17",
+        "--k 17",
+    ),
+    CliCase(
+        "synthetic knobs AL above K+1",
+        ("synthetic", "knobs", "--framework", "vllm", "--k", "3", "--al", "10"),
+        "outside the allowed range [1, 4]",
+        "--al 10",
+    ),
+    CliCase(
+        "synthetic knobs AL NaN",
+        ("synthetic", "knobs", "--framework", "vllm", "--k", "3", "--al", "nan"),
+        "not a finite number",
+        "--al nan",
+    ),
+    CliCase(
+        "synthetic knobs framework unknown",
+        ("synthetic", "knobs", "--framework", "tgi", "--k", "3", "--al", "2"),
+        "tgi",
+        "tgi",
+    ),
+    CliCase(
+        "synthetic knobs K not a number",
+        ("synthetic", "knobs", "--framework", "vllm", "--k", "three", "--al", "2"),
+        "Invalid value for '--k'",
+        "--k",
+    ),
+    CliCase(
+        "synthetic compare AL infinite",
+        ("synthetic", "compare", "--k", "3", "--al", "inf"),
+        "not a finite number",
+        "--al inf",
+    ),
+    CliCase(
+        "synthetic compare rates not numbers",
+        ("synthetic", "compare", "--k", "3", "--rates", "1,x,0"),
+        "--rates value 2 'x'",
+        "--rates",
+    ),
+    CliCase(
+        "synthetic compare rates above 1",
+        ("synthetic", "compare", "--k", "3", "--rates", "1,2,3"),
+        "outside the allowed range [0, 1]",
+        "--rates 1,2,3",
+    ),
+    # --- metrics snapshot
+    CliCase("metrics snapshot without a URL", ("metrics", "snapshot"), "give the metrics URL", "--url"),
+    CliCase(
+        "metrics snapshot dialect unknown",
+        ("metrics", "snapshot", "--url", DEAD_URL, "--dialect", "tgi"),
+        "unknown metrics dialect",
+        "--dialect 'tgi'",
+    ),
+    CliCase(
+        "metrics snapshot K zero", ("metrics", "snapshot", "--url", DEAD_URL, "--k", "0"), "[1, 16]", "--k"
+    ),
+    # --- run and demo
+    CliCase("run unknown flow", ("run", "m9", "--config", "{tmp}/x.yaml"), "unknown flow 'm9'", "'m9'"),
+    CliCase(
+        "run config missing",
+        ("run", "m2", "--config", "{tmp}/missing.yaml"),
+        "cannot read the config",
+        "{tmp}/missing.yaml",
+    ),
+    CliCase("run without --config", ("run", "m2"), "Missing option '--config'", "--config"),
+    _file(
+        "m2.yaml",
+        b"\x00binary",
+        ("run", "m2", "--config", "{tmp}/m2.yaml"),
+        "binary file",
+        "run binary config",
+    ),
+    _file(
+        "m2.yaml",
+        _with("m2", {"target_al": 9.0}),
+        ("run", "m2", "--config", "{tmp}/m2.yaml"),
+        "outside the allowed range",
+        "run m2 target above K+1",
+    ),
+    _file(
+        "m2.yaml",
+        _with("m2", {"k": True}),
+        ("run", "m2", "--config", "{tmp}/m2.yaml"),
+        "valid integer",
+        "run m2 k: true",
+    ),
+    CliCase(
+        "run with an unreachable PREFECT_API_URL",
+        ("run", "m2", "--config", "{tmp}/m2.yaml"),
+        "unreachable",
+        "PREFECT_API_URL=http://127.0.0.1:9/api",
+        files=(("m2.yaml", _with("m2", {})),),
+        env=(("PREFECT_API_URL", DEAD_URL + "/api"),),
+    ),
+    CliCase(
+        "demo with an unreachable PREFECT_API_URL",
+        ("demo", "--results-root", "{tmp}/demo"),
+        "unset PREFECT_API_URL",
+        "PREFECT_API_URL=http://127.0.0.1:9/api",
+        env=(("PREFECT_API_URL", DEAD_URL + "/api"),),
+    ),
+    CliCase("demo engine unknown", ("demo", "--engine", "gpu"), "'gpu' is not one of", "--engine"),
+    # --- other commands
+    CliCase("report of a missing run", ("report", "{tmp}/no-run"), "does not exist", "{tmp}/no-run"),
+    CliCase(
+        "eval gsm8k limit zero",
+        ("eval", "gsm8k", "--base-url", DEAD_URL, "--model", "m", "--limit", "0"),
+        "limit=0",
+        "limit=0",
+    ),
+    CliCase(
+        "reference m0-config unknown model",
+        ("reference", "m0-config", "--models", "nope", "--out", "{tmp}/m0.yaml"),
+        "not in the catalogue",
+        "'nope'",
+    ),
+    _file(
+        "models.yaml",
+        b"models:\n  - model: {id: a}\n  - model: {id: a}\n    method: mtp\n    method: eagle3\n",
+        (
+            "reference",
+            "m0-config",
+            "--models",
+            "a",
+            "--out",
+            "{tmp}/m0.yaml",
+            "--catalogue",
+            "{tmp}/models.yaml",
+        ),
+        "duplicate key 'method'",
+        "reference m0-config catalogue with a duplicate key",
+    ),
+    CliCase("sim serve K zero", ("sim", "serve", "--k", "0"), "K=0", "K=0"),
+    CliCase("sim serve port too large", ("sim", "serve", "--port", "70000"), "--port=70000", "--port"),
+    CliCase(
+        "sim serve time scale NaN",
+        ("sim", "serve", "--time-scale", "nan"),
+        "not a finite number",
+        "--time-scale",
+    ),
+    CliCase(
+        "sim serve synthetic AL above K+1",
+        ("sim", "serve", "--k", "3", "--synthetic-al", "9"),
+        "outside the allowed range",
+        "9",
+    ),
+]
+"""``alflow`` command lines that must be refused before any work (exit 2, one line naming the input)."""
+
+
+def materialize(case: CliCase, tmp: Path) -> tuple[list[str], dict[str, str]]:
+    """Write the case's files under ``tmp``; return its argv and extra environment with ``{tmp}`` filled in."""
+    for name, content in case.files:
+        path = tmp / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+    argv = [a.replace("{tmp}", str(tmp)) for a in case.argv]
+    env = {k: v.replace("{tmp}", str(tmp)) for k, v in case.env}
+    return argv, env
+
+
+def expected_name(case: CliCase, tmp: Path) -> str:
+    """The text the error line must contain to name the input (``{tmp}`` filled in)."""
+    return case.names.replace("{tmp}", str(tmp))
