@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
+import polars as pl
 from prefect import flow, get_run_logger, tags, task
 from prefect.context import TaskRunContext
 
 from alflow.acceptance.reference import (
     Provenance,
+    ReferenceDiff,
     ReferenceEntry,
     ReferenceError,
     ReferenceTable,
@@ -41,11 +44,30 @@ from alflow.config import (
 from alflow.reports.markdown import M0Row, M0Summary
 from alflow.results.audit import SCRAPES, scrape_key
 from alflow.results.provenance import code_version, host_info
+from alflow.results.store import RunWriter
 from alflow.workloads import SPEED_BENCH, dataset_description, speed_bench_sessions
 from flows.common import open_run, point_server, run_id
 from tasks.measure import request_sampling, run_load, spec_stats
-from tasks.results import render_report
+from tasks.results import render_report, store_results
 from tasks.servers import server_lifetime
+
+
+class PartialPointError(ReferenceError):
+    """A calibration point aborted mid-way (the server died or stalled): what it measured comes along.
+
+    ``records`` are the requests measured before the abort, ``scrapes`` the raw scrapes per thinking
+    mode (the aborted mode's final scrape when one was taken); the flow stores both in its run and
+    marks the point partial. Picklable, so Prefect can keep it as the task's failed result.
+    """
+
+    def __init__(self, message: str, records: pl.DataFrame, scrapes: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.records = records
+        self.scrapes = scrapes
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.records, self.scrapes))
+
 
 POINT_VERSION = 2
 """Version of a cached point's content (2: raw baseline and final scrapes kept for the audit)."""
@@ -94,9 +116,24 @@ def calibrate_point(
             )
             sampling = request_sampling(model, mode, max_tokens=workload.max_tokens)
             m = run_load(
-                handle, sessions, point_load, sampling, k=spec.k, progress_key=f"m0-k{spec.k}-{mode.value}"
+                handle,
+                sessions,
+                point_load,
+                sampling,
+                k=spec.k,
+                progress_key=f"m0-k{spec.k}-{mode.value}",
+                keep_partial=True,
             )
             m = spec_stats(m, spec.k)
+            if m.aborted is not None:
+                scrapes = {mode_name: data["scrapes"] for mode_name, data in out["modes"].items()}
+                scrapes[mode.value] = {"dialect": m.dialect, **m.snapshots(), "partial": True}
+                raise PartialPointError(
+                    f"{model.id} K={spec.k} thinking={mode.value}: the point aborted mid-way ({m.aborted}); "
+                    f"its {m.records.height} requests are kept and the point is marked partial",
+                    m.records.with_columns(pl.lit(spec.k).alias("k"), pl.lit(mode.value).alias("thinking")),
+                    scrapes,
+                )
             if m.spec_stats is None or not m.spec_stats.observed:
                 raise ReferenceError(
                     f"no speculative steps measured for {model.id} K={spec.k} thinking={mode.value}"
@@ -197,38 +234,72 @@ def calibrate(params: CalibrateParams) -> dict[str, Any]:
             cache_expiration=timedelta(days=params.cache_days), refresh_cache=params.refresh_cache
         )
     )
+    failures: list[str] = []
+    partial_records: list[pl.DataFrame] = []
+    crashed: Exception | None = None
     with writer, tags(f"framework:{params.server.framework}", "m0"):
         writer.update_provenance(dataset=dataset)
-        for model in params.models:
-            modes = tuple(m for m in params.thinking if model.reasoning or m is ThinkingMode.OFF)
-            if not modes:
-                log.warning("%s is not a reasoning model: measured with thinking off only", model.id)
-                modes = (ThinkingMode.OFF,)
-            for k in params.ks:
-                server = point_server(
-                    params.server, model.id, params.method, k, draft_model=params.draft_model
-                )
-                state = point_task(
-                    server,
-                    params.placement,
-                    model,
-                    modes,
-                    params.workload,
-                    dataset["dataset_hash"],
-                    params.load,
-                    return_state=True,
-                )
-                point = state.result()
-                label = f"{model.id} K={k}"
-                if state.name == "Cached":
-                    cached_points.append(label)
-                    log.info(
-                        "calibration point %s reused from cache (measured %s)", label, point["measured_at"]
+        try:
+            for model in params.models:
+                modes = tuple(m for m in params.thinking if model.reasoning or m is ThinkingMode.OFF)
+                if not modes:
+                    log.warning("%s is not a reasoning model: measured with thinking off only", model.id)
+                    modes = (ThinkingMode.OFF,)
+                for k in params.ks:
+                    server = point_server(
+                        params.server, model.id, params.method, k, draft_model=params.draft_model
                     )
-                for mode in modes:
-                    entries.append(_entry(params, model, k, mode, point, dataset))
-                    key = scrape_key(model.id, params.method.value, mode.value, k)
-                    scrapes[key] = {"k": k, **point["modes"][mode.value]["scrapes"]}
+                    state = point_task(
+                        server,
+                        params.placement,
+                        model,
+                        modes,
+                        params.workload,
+                        dataset["dataset_hash"],
+                        params.load,
+                        return_state=True,
+                    )
+                    if state.is_failed():
+                        error = state.result(raise_on_failure=False)
+                        if isinstance(error, PartialPointError):
+                            partial_records.append(error.records)
+                            for mode_name, raw in error.scrapes.items():
+                                scrapes[scrape_key(model.id, params.method.value, mode_name, k)] = {
+                                    "k": k,
+                                    **raw,
+                                }
+                        raise error if isinstance(error, BaseException) else ReferenceError(str(error))
+                    point = state.result()
+                    label = f"{model.id} K={k}"
+                    if state.name == "Cached":
+                        cached_points.append(label)
+                        log.info(
+                            "calibration point %s reused from cache (measured %s)",
+                            label,
+                            point["measured_at"],
+                        )
+                    for mode in modes:
+                        entries.append(_entry(params, model, k, mode, point, dataset))
+                        key = scrape_key(model.id, params.method.value, mode.value, k)
+                        scrapes[key] = {"k": k, **point["modes"][mode.value]["scrapes"]}
+        except (
+            Exception
+        ) as exc:  # what was measured is stored below (not in the reference table), then raised
+            crashed = exc
+            if not entries and not partial_records:
+                raise
+            failures.append(str(exc))
+        if crashed is not None:
+            # a failed calibration never changes the reference table: its points are stored in the run only
+            summary = _summary(path, entries, cached_points, None, failures=failures)
+            tables = (
+                {"requests": pl.concat(partial_records, how="diagonal_relaxed")} if partial_records else {}
+            )
+            writer.write_json(SCRAPES, {"points": scrapes})
+            store_results(writer, tables, summary)
+            report = _report(writer, params, path, kind, dataset, entries, cached_points, None, failures)
+            render_report(writer, report, _rows(entries), key="m0-calibration")
+            raise crashed
         empty = ReferenceTable(
             kind=kind,
             dataset="speed-bench" if dataset["dataset"] == SPEED_BENCH else dataset["dataset"],
@@ -243,40 +314,75 @@ def calibrate(params: CalibrateParams) -> dict[str, Any]:
         )
         previous, table = update_reference(path, entries, new=empty)
         diff = diff_tables(previous, table) if previous is not None else None
-        summary = {
-            "flow": "m0",
-            "reference_path": str(path),
-            "entries": [e.model_dump(mode="json", exclude_none=True) for e in entries],
-            "cached_points": cached_points,
-            "diff": None if diff is None else diff.to_dict(),
-        }
         writer.write_json(SCRAPES, {"points": scrapes})
-        writer.write_summary(summary)
-        rows = [
-            {
-                "model": e.model,
-                "thinking": e.thinking.value,
-                "k": e.k,
-                "al": round(e.al, 4),
-                "num_drafts": e.num_drafts,
-            }
-            for e in entries
-        ]
-        report = M0Summary(
-            run_dir=writer.dir,
-            engine_note=params.server.engine_note,
-            reference_path=str(path),
-            kind=kind,
-            dataset=str(dataset["dataset"]),
-            category=params.workload.category,
-            rows=tuple(M0Row(e.model, e.thinking.value, e.k, e.al, e.num_drafts) for e in entries),
-            cached_points=tuple(cached_points),
-            changed=None if diff is None else sum(r.status != "unchanged" for r in diff.rows),
-        )
-        render_report(writer, report, rows, key="m0-calibration")
+        writer.write_summary(_summary(path, entries, cached_points, diff))
+        changed = None if diff is None else sum(r.status != "unchanged" for r in diff.rows)
+        report = _report(writer, params, path, kind, dataset, entries, cached_points, changed, [])
+        render_report(writer, report, _rows(entries), key="m0-calibration")
+    rows = _rows(entries)
     return {
         "run_dir": writer.dir,
         "reference_path": str(path),
         "entries": rows,
         "cached_points": cached_points,
     }
+
+
+def _summary(
+    path: Path,
+    entries: Sequence[ReferenceEntry],
+    cached_points: Sequence[str],
+    diff: ReferenceDiff | None,
+    *,
+    failures: Sequence[str] = (),
+) -> dict[str, Any]:
+    """summary.json of an M0 run; a failed run (``failures``) says its entries are not in the table."""
+    return {
+        "flow": "m0",
+        "reference_path": str(path),
+        "entries": [e.model_dump(mode="json", exclude_none=True) for e in entries],
+        "cached_points": list(cached_points),
+        "diff": None if diff is None else diff.to_dict(),
+        "partial": bool(failures),
+        "failures": list(failures),
+        "reference_updated": not failures,
+    }
+
+
+def _rows(entries: Sequence[ReferenceEntry]) -> list[dict[str, Any]]:
+    """The key numbers of each entry (the table artifact and the flow's return value)."""
+    return [
+        {
+            "model": e.model,
+            "thinking": e.thinking.value,
+            "k": e.k,
+            "al": round(e.al, 4),
+            "num_drafts": e.num_drafts,
+        }
+        for e in entries
+    ]
+
+
+def _report(
+    writer: RunWriter,
+    params: CalibrateParams,
+    path: Path,
+    kind: str,
+    dataset: dict[str, str],
+    entries: Sequence[ReferenceEntry],
+    cached_points: Sequence[str],
+    changed: int | None,
+    failures: Sequence[str],
+) -> M0Summary:
+    return M0Summary(
+        run_dir=writer.dir,
+        engine_note=params.server.engine_note,
+        reference_path=str(path),
+        kind=kind,
+        dataset=str(dataset["dataset"]),
+        category=params.workload.category,
+        rows=tuple(M0Row(e.model, e.thinking.value, e.k, e.al, e.num_drafts) for e in entries),
+        cached_points=tuple(cached_points),
+        changed=changed,
+        failures=tuple(failures),
+    )

@@ -19,7 +19,7 @@ from alflow.redact import redact_url
 from alflow.reports.markdown import M1Summary, M1Verdict
 from alflow.topology import gpu_layout
 from alflow.workloads import dataset_description, speed_bench_sessions
-from flows.common import fail, open_run, point_server, reference_al
+from flows.common import GateFailedError, fail, open_run, point_server, reference_al
 from tasks.gates import check_accuracy_gate, check_al_gate
 from tasks.measure import request_sampling, run_load, spec_stats
 from tasks.results import render_report, store_results
@@ -47,59 +47,91 @@ def gate(params: GateParams) -> dict[str, Any]:
     )
     verdicts: list[Verdict] = []
     tables: dict[str, pl.DataFrame] = {}
+    client: dict[str, Any] | None = None
+    gsm8k: dict[str, Any] | None = None
+    partial: str | None = None
+    crashed: Exception | None = None
     with writer, tags(f"model:{params.model.id}", f"framework:{server.framework}", f"k:{params.k}", "m1"):
         dataset = dataset_description(params.workload)
         writer.update_provenance(
             dataset=dataset, reference_path=params.reference_path, reference_al=reference
         )
         sessions = speed_bench_sessions(params.workload)
-        with server_lifetime(server, params.placement) as handle:
-            writer.update_provenance(server=handle.to_dict())
-            load = LoadConfig.model_validate(
-                {**params.load.model_dump(), "num_prompts": params.load.num_prompts or len(sessions)}
-            )
-            sampling = request_sampling(params.model, params.thinking, max_tokens=params.workload.max_tokens)
-            m = run_load(
-                handle,
-                sessions,
-                load,
-                sampling,
-                k=params.k,
-                progress_key="m1-progress",
-                gpus=layout,
-            )
-            m = spec_stats(m, params.k)
-            if m.spec_stats is None:
-                why = m.stats_error or "no baseline or final scrape"
-                where = " + ".join(redact_url(u) for u in handle.all_metrics_urls)
-                raise fail("m1-gate", f"no spec-decode stats at {where} for {subject}: {why}", {})
-            al_verdict = check_al_gate(m.spec_stats, reference, params.tolerances, subject)
-            verdicts.append(al_verdict)
-            tables["requests"] = m.records
-            tables["server_metrics"] = m.metrics_frame()
-            tables["spec_stats"] = pl.DataFrame(
-                [{**_flat(m.spec_stats.to_dict()), "reference_al": reference}]
-            )
-            gsm8k: dict[str, Any] | None = None
-            if params.gsm8k.enabled:
-                acc_verdict, result = check_accuracy_gate(
-                    handle,
-                    params.model,
-                    params.thinking,
-                    params.gsm8k,
-                    synthetic=server.synthetic is not None,
+        try:
+            with server_lifetime(server, params.placement) as handle:
+                writer.update_provenance(server=handle.to_dict())
+                load = LoadConfig.model_validate(
+                    {**params.load.model_dump(), "num_prompts": params.load.num_prompts or len(sessions)}
                 )
-                verdicts.append(acc_verdict)
-                gsm8k = result.to_dict()
-                per_q: Any = result.to_dict(per_question=True)["results"]
-                tables["gsm8k"] = pl.DataFrame(per_q)
-        passed = all(v.passed for v in verdicts)
+                sampling = request_sampling(
+                    params.model, params.thinking, max_tokens=params.workload.max_tokens
+                )
+                m = run_load(
+                    handle,
+                    sessions,
+                    load,
+                    sampling,
+                    k=params.k,
+                    progress_key="m1-progress",
+                    gpus=layout,
+                    keep_partial=True,
+                )
+                m = spec_stats(m, params.k)
+                client = m.client
+                tables["requests"] = m.records
+                tables["server_metrics"] = m.metrics_frame()
+                if m.spec_stats is not None:
+                    tables["spec_stats"] = pl.DataFrame(
+                        [
+                            {
+                                **_flat(m.spec_stats.to_dict()),
+                                "reference_al": reference,
+                                "partial": m.aborted is not None,
+                            }
+                        ]
+                    )
+                if m.aborted is not None:
+                    partial = (
+                        f"the AL point aborted mid-way ({m.aborted}); its {m.records.height} requests "
+                        "are kept and the point is marked partial"
+                    )
+                    verdicts.append(Verdict("al", False, f"{subject}: no AL verdict: {partial}"))
+                else:
+                    if m.spec_stats is None:
+                        why = m.stats_error or "no baseline or final scrape"
+                        where = " + ".join(redact_url(u) for u in handle.all_metrics_urls)
+                        raise fail("m1-gate", f"no spec-decode stats at {where} for {subject}: {why}", {})
+                    verdicts.append(check_al_gate(m.spec_stats, reference, params.tolerances, subject))
+                    if params.gsm8k.enabled:
+                        acc_verdict, result = check_accuracy_gate(
+                            handle,
+                            params.model,
+                            params.thinking,
+                            params.gsm8k,
+                            synthetic=server.synthetic is not None,
+                        )
+                        verdicts.append(acc_verdict)
+                        gsm8k = result.to_dict()
+                        per_q: Any = result.to_dict(per_question=True)["results"]
+                        tables["gsm8k"] = pl.DataFrame(per_q)
+        except Exception as exc:  # what was measured before the failure is stored below, then it is raised
+            crashed = exc
+            if not tables:
+                raise
+        failures = [] if partial is None else [partial]
+        if crashed is not None:
+            failures.append(f"the run failed: {crashed}")
+            if not isinstance(crashed, GateFailedError):  # the server or the client failed mid-way
+                partial = partial or f"the run failed after the AL point was measured: {crashed}"
+        passed = crashed is None and partial is None and all(v.passed for v in verdicts)
         summary = {
             "flow": "m1",
             "subject": subject,
             "passed": passed,
+            "partial": partial is not None,
+            "failures": failures,
             "verdicts": [v.to_dict() for v in verdicts],
-            "client": m.client,
+            "client": client,
             "gsm8k": gsm8k,
         }
         store_results(writer, tables, summary)
@@ -112,9 +144,12 @@ def gate(params: GateParams) -> dict[str, Any]:
             dataset=str(dataset["dataset"]),
             category=str(dataset["category"]),
             sessions=len(sessions),
+            partial=partial,
         )
         rows = [{"gate": v.gate, "passed": v.passed, "message": v.message} for v in verdicts]
         render_report(writer, report, rows, key=f"m1-{server.framework}-k{params.k}")
+        if crashed is not None:
+            raise crashed
         if not passed:
             message = "; ".join(v.message for v in verdicts if not v.passed)
             raise fail("m1-gate", message, {"subject": subject, "reference_al": reference})

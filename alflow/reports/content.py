@@ -239,6 +239,10 @@ def _base(run: StoredRun, title: str) -> Report:
         )
     elif run.status == "failed":
         warnings.append(f"This run FAILED: {run.manifest.get('error') or 'no error text recorded'}")
+    summary = _json_or_none(run, "summary") or {}
+    if summary.get("partial"):
+        why = "; ".join(str(f) for f in summary.get("failures") or []) or "a point stopped mid-way"
+        warnings.append(f"PARTIAL results (what was measured before the failure is kept): {why}")
     return Report(
         title=title,
         simulated=simulated,

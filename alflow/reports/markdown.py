@@ -137,6 +137,8 @@ class M0Summary(FlowSummary):
     cached_points: Sequence[str] = ()
     changed: int | None = None
     """Points changed or added against the previous table (None: there was none)."""
+    failures: Sequence[str] = ()
+    """Why the run failed (a point aborted mid-way is PARTIAL); the reference table was then not updated."""
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,8 @@ class M1Summary(FlowSummary):
     dataset: str
     category: str
     sessions: int
+    partial: str | None = None
+    """Why the run's measurement is partial (a point aborted, the run failed mid-way), None when whole."""
 
 
 @dataclass(frozen=True)

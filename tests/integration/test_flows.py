@@ -211,6 +211,77 @@ def test_a_stalled_server_fails_its_point_within_the_stall_timeout(tmp_path: Pat
     assert stored.table("spec_stats")["partial"].to_list() == [True]
 
 
+def test_m0_keeps_a_point_that_aborts_mid_way_and_leaves_the_reference_table_alone(tmp_path: Path) -> None:
+    reference = tmp_path / "ref.yaml"
+    params = CalibrateParams(
+        models=(MODEL,),
+        ks=(3,),
+        server=ServerConfig(
+            framework="sim", model=MODEL.id, extra_args=(*FAST, "--crash-after-requests", "6")
+        ),
+        placement=_placement(tmp_path),
+        workload=PROMPTS,
+        load=LoadConfig(concurrency=2),
+        reference_path=str(reference),
+        cache_days=0,
+    )
+    state = calibrate(params, return_state=True)
+    assert state.is_failed()
+    assert "aborted mid-way" in str(state.message)
+    assert not reference.exists()  # a failed calibration never writes the reference table
+    stored = open_run(sorted((tmp_path / "results" / "m0").iterdir())[-1])
+    assert stored.status == "failed"
+    requests = stored.table("requests")
+    assert requests.filter(requests["error"].is_null()).height >= 6 - 1  # answered before the crash
+    assert requests["k"].unique().to_list() == [3]
+    summary = stored.json("summary")
+    assert summary["partial"] is True
+    assert summary["reference_updated"] is False
+    assert "aborted mid-way" in summary["failures"][0]
+    point = next(iter(stored.json("scrapes")["points"].values()))
+    assert point["partial"] is True
+    assert point["baseline"] is not None  # the scrape taken before the load is kept
+    report = (Path(stored.dir) / "report.md").read_text()
+    assert "FAILED, PARTIAL" in report
+    assert "PARTIAL results" in (Path(stored.dir) / "report.html").read_text()
+
+
+def test_m1_keeps_the_al_point_that_aborts_mid_way(tmp_path: Path) -> None:
+    reference = tmp_path / "ref.yaml"
+    calibrate(
+        CalibrateParams(
+            models=(MODEL,),
+            ks=(3,),
+            server=ServerConfig(framework="sim", model=MODEL.id, extra_args=FAST),
+            placement=_placement(tmp_path),
+            workload=PROMPTS,
+            load=LoadConfig(concurrency=4),
+            reference_path=str(reference),
+            cache_days=0,
+        )
+    )
+    params = _gate_params(tmp_path, reference, "vllm", "1.0")
+    crashing = params.model_copy(
+        update={
+            "server": params.server.model_copy(
+                update={"extra_args": (*params.server.extra_args, "--crash-after-requests", "6")}
+            )
+        }
+    )
+    state = gate(crashing, return_state=True)
+    assert state.is_failed()
+    assert "aborted mid-way" in str(state.message)
+    stored = open_run(sorted((tmp_path / "results" / "m1").iterdir())[-1])
+    assert stored.status == "failed"
+    requests = stored.table("requests")
+    assert requests.filter(requests["error"].is_null()).height >= 6 - 1
+    summary = stored.json("summary")
+    assert summary["partial"] is True
+    assert summary["passed"] is False
+    assert [v["gate"] for v in summary["verdicts"]] == ["al"]  # no GSM8K on a dead server
+    assert "PARTIAL" in (Path(stored.dir) / "report.md").read_text()
+
+
 def test_sweep_runs_m1_then_m2_per_k_and_picks_the_best_k(tmp_path: Path) -> None:
     from alflow.config import SweepParams
     from flows.sweep import sweep
