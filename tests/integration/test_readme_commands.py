@@ -79,6 +79,7 @@ DEMO = Coverage(
     "them up on the sim, in the named tests",
     tests=FLOWS_TESTS,
 )
+TEAM = ("tests/e2e/test_prefect_deployments.py::test_the_readme_team_setup_lines_run_as_written",)
 CI_SETUP = "the same steps as `bash scripts/setup.sh --dev` (runtime install, then setup-vllm.sh), which .ci/run runs"
 
 COVERAGE: dict[str, Coverage] = {
@@ -131,20 +132,16 @@ COVERAGE: dict[str, Coverage] = {
     ),
     # --- Prefect deployments
     "prefect work-pool create local --type process": Coverage(
-        How.ELSEWHERE,
-        "a real `prefect server` (e2e): the named test creates this pool, deploys from prefect.yaml and runs a worker",
-        tests=("tests/e2e/test_prefect_deployments.py::test_ui_style_runs_on_a_worker_share_one_gpu_host_in_turn",),
+        How.ELSEWHERE, "a real `prefect server` (e2e): the three lines run as written, through bash", tests=TEAM
     ),
     "ALFLOW_HOME=$PWD prefect --no-prompt deploy --all": Coverage(
-        How.ELSEWHERE,
-        "a real `prefect server` (e2e): the named test deploys m2-benchmark from prefect.yaml with ALFLOW_HOME set "
-        "(`deploy --name m2-benchmark`, not `--all`)",
-        tests=("tests/e2e/test_prefect_deployments.py::test_ui_style_runs_on_a_worker_share_one_gpu_host_in_turn",),
+        How.ELSEWHERE, "a real `prefect server` (e2e): every deployment of prefect.yaml is created", tests=TEAM
     ),
     "ALFLOW_HOME=$PWD prefect worker start --pool local": Coverage(
         How.ELSEWHERE,
-        "a real `prefect server` (e2e): the named test runs `prefect worker start --pool local` (with --run-once)",
-        tests=("tests/e2e/test_prefect_deployments.py::test_ui_style_runs_on_a_worker_share_one_gpu_host_in_turn",),
+        "a real `prefect server` (e2e): the worker starts and stops on Ctrl-C; the other named test runs flows "
+        "on a worker of this pool",
+        tests=(*TEAM, "tests/e2e/test_prefect_deployments.py::test_ui_style_runs_on_a_worker_share_one_gpu_host_in_turn"),
     ),
     # --- the command-line synopsis
     "alflow demo": DEMO,
