@@ -31,12 +31,12 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import click
 import pytest
 import typer
 import yaml
@@ -149,7 +149,8 @@ COVERAGE: dict[str, Coverage] = {
         How.RUN,
         "m2 runs here (sim, time scale 0, one concurrency); m0 runs from the command line in the e2e reference "
         "workflow test; m1 and sweep run as flows in test_flows, and through this command with bad configs",
-        runs=("alflow run m2 --config {m2_config} --json",),
+        runs=("alflow run m2 --config {tmp}/m2.yaml",),
+        extra=("--json",),
         tests=(
             "tests/e2e/test_reference_workflow.py::test_m0_command_line_table_and_audit_agree",
             "tests/integration/test_flows.py::test_m1_passes_a_healthy_framework_and_fails_a_degraded_one",
@@ -211,12 +212,12 @@ COVERAGE: dict[str, Coverage] = {
         "on the M2 run made here (from the folder holding its results/)",
         runs=("alflow report compare {run_dir} {run_dir}", "alflow report compare --root results --flow m2"),
     ),
-    "alflow synthetic knobs --framework vllm|sglang|trtllm --k K --al L [--rates p1,..,pK] [--json]": Coverage(
+    "alflow synthetic knobs --framework vllm|sglang|trtllm --k K (--al L | --rates p1,..,pK) [--json]": Coverage(
         How.RUN,
         "each framework; explicit rates",
         runs=(
             "alflow synthetic knobs --framework sglang --k 3 --al 2.5 --json",
-            "alflow synthetic knobs --framework vllm --k 3 --al 2.49 --rates 1,0.49,0 --json",
+            "alflow synthetic knobs --framework vllm --k 3 --rates 1,0.49,0 --json",
             "alflow synthetic knobs --framework trtllm --k 3 --al 2.78",
         ),
     ),
@@ -332,55 +333,63 @@ def _token_regex(token: str) -> str:
 
 
 def _split_brackets(tokens: list[str]) -> list[str]:
+    """``[--json]`` as ``[``, ``--json``, ``]`` (the same for ``(...)``)."""
     out: list[str] = []
     for token in tokens:
-        opens = len(token) - len(token.lstrip("["))
-        closes = len(token) - len(token.rstrip("]"))
-        core = token[opens : len(token) - closes] if closes else token[opens:]
-        out.extend(["["] * opens + ([core] if core else []) + ["]"] * closes)
+        core = token.lstrip("[(")
+        opens = list(token[: len(token) - len(core)])
+        stripped = core.rstrip("])")
+        closes = list(core[len(stripped) :])
+        out.extend([*opens, *([stripped] if stripped else []), *closes])
     return out
 
 
-def _seq_regex(tokens: list[str], i: int = 0) -> tuple[str, int]:
-    parts: list[str] = []
-    while i < len(tokens):
-        token = tokens[i]
-        if token == "[":
-            inner, i = _seq_regex(tokens, i + 1)
-            parts.append(f"(?:{inner})?")
-        elif token == "]":
-            return "".join(parts), i + 1
-        elif token.endswith("..."):
-            parts.append(f"(?:{_token_regex(token[:-3])}{_SEP})+")
+def _alt_regex(tokens: list[str], i: int, closer: str | None) -> tuple[str, int]:
+    """Alternatives ``a b | c d`` up to ``closer`` (``]``, ``)``, or the end)."""
+    sequences: list[str] = []
+    while True:
+        parts: list[str] = []
+        while i < len(tokens) and tokens[i] not in ("|", "]", ")"):
+            token = tokens[i]
+            if token in ("[", "("):
+                inner, i = _alt_regex(tokens, i + 1, "]" if token == "[" else ")")
+                parts.append(f"(?:{inner})" + ("?" if token == "[" else ""))
+                continue
+            if token.endswith("..."):
+                parts.append(f"(?:{_token_regex(token[:-3])}{_SEP})+")
+            else:
+                parts.append(_token_regex(token) + _SEP)
             i += 1
-        else:
-            parts.append(_token_regex(token) + _SEP)
+        sequences.append("".join(parts))
+        if i < len(tokens) and tokens[i] == "|":
             i += 1
-    return "".join(parts), i
+            continue
+        break
+    if closer is not None:
+        if i >= len(tokens) or tokens[i] != closer:
+            raise ValueError(f"unbalanced synopsis: {' '.join(tokens)}")
+        i += 1
+    elif i != len(tokens):
+        raise ValueError(f"unbalanced synopsis: {' '.join(tokens)}")
+    return "|".join(sequences), i
 
 
 def synopsis_regex(line: str) -> re.Pattern[str]:
     """The README line as a regex over ``"\\x00".join(argv) + "\\x00"``.
 
-    ``[...]`` is optional, ``a|b`` inside a word is one of them, a word in capitals (``URL``,
-    ``FILE.yaml``, ``RUN_DIR...``) is any value (``...``: one or more), and a lone `` | `` separates
-    alternative argument lists after the command words (``alflow report compare A... | --root R``).
+    ``[...]`` is optional, ``(a | b)`` is one of them, ``a|b`` inside a word is one of them, a word in
+    capitals (``URL``, ``FILE.yaml``, ``RUN_DIR...``) is any value that is not an option (``...``: one
+    or more), and a lone `` | `` outside brackets separates alternative argument lists after the
+    command words (``alflow report compare A... | --root R``).
     """
     tokens = _split_brackets(shlex.split(line))
-    groups: list[list[str]] = [[]]
-    for token in tokens:
-        if token == "|":
-            groups.append([])
-        else:
-            groups[-1].append(token)
     head: list[str] = []
-    for token in groups[0]:
-        if token.startswith("-") or token == "[" or _UPPER.search(token) or "|" in token:
+    for token in tokens:
+        if token.startswith("-") or token in ("[", "(") or _UPPER.search(token) or "|" in token:
             break
         head.append(token)
-    alternatives = [groups[0][len(head) :], *groups[1:]]
-    body = "|".join(_seq_regex(a)[0] for a in alternatives)
-    return re.compile(_seq_regex(head)[0] + f"(?:{body})")
+    body, _ = _alt_regex(tokens, len(head), None)
+    return re.compile("".join(_token_regex(t) + _SEP for t in head) + f"(?:{body})")
 
 
 def instance_of(line: str, concrete: str) -> bool:
@@ -404,6 +413,11 @@ def test_synopsis_matching_accepts_instances_and_refuses_others() -> None:
     assert instance_of(compare, "alflow report compare a b c")
     assert instance_of(compare, "alflow report compare --root results --flow m2")
     assert not instance_of(compare, "alflow report compare --root other --flow m2")
+    knobs = "alflow synthetic knobs --k K (--al L | --rates p1,..,pK) [--json]"
+    assert instance_of(knobs, "alflow synthetic knobs --k 3 --al 2.5 --json")
+    assert instance_of(knobs, "alflow synthetic knobs --k 3 --rates 1,0.5,0")
+    assert not instance_of(knobs, "alflow synthetic knobs --k 3 --al 2.5 --rates 1,0.5,0")
+    assert not instance_of(knobs, "alflow synthetic knobs --k 3 --json")
     run = "alflow run m0|m1|m2|sweep --config FILE.yaml"
     assert instance_of(run, "alflow run m2 --config /tmp/x/m2.yaml")
     assert not instance_of(run, "alflow run m3 --config m2.yaml")
@@ -474,17 +488,19 @@ def _alflow_argv(line: str) -> list[str] | None:
     return None
 
 
-def _resolve(argv: list[str]) -> tuple[click.Command, list[str]]:
-    """The click command an alflow argv reaches, and the words that led there."""
+def _resolve(argv: list[str]) -> tuple[Any, list[str]]:
+    """The (Typer-vendored click) command an alflow argv reaches, and the words that led there."""
     from alflow.cli import app
 
-    command: click.Command = typer.main.get_command(app)
+    command: Any = typer.main.get_command(app)
     path: list[str] = []
     for word in argv:
-        if not isinstance(command, click.Group):
+        if not hasattr(command, "get_command"):
             break
-        sub = command.get_command(click.Context(command), word)
+        sub = command.get_command(typer.Context(command), word)
         if sub is None:
+            if type(command).__name__ == "_DefaultShow":  # `alflow report RUN_DIR` is `alflow report show RUN_DIR`
+                command = command.get_command(typer.Context(command), "show")
             break
         command, path = sub, [*path, word]
     return command, path
@@ -540,8 +556,7 @@ def _argv(line: str, template: str, values: dict[str, str]) -> list[str]:
     _RAN.add(template)
     argv = shlex.split(concrete)
     assert argv[0] == "alflow"
-    extra = list(cov.extra) if argv[:2] == ["alflow", "bench"] else []
-    return [sys.executable, "-m", "alflow.cli", *argv[1:], *extra]
+    return [sys.executable, "-m", "alflow.cli", *argv[1:], *cov.extra]
 
 
 def run_readme(
@@ -557,6 +572,17 @@ def run_readme(
     assert done.returncode == 0, shown
     assert "Traceback" not in done.stderr, shown
     return done
+
+
+Job = tuple[str, str, dict[str, str]]
+"""(README line, one of its runs, values of its placeholders)."""
+
+
+def run_many(jobs: list[Job], *, cwd: Path = ROOT) -> list[subprocess.CompletedProcess[str]]:
+    """Several independent command lines, three at a time (each is an interpreter start); results in order."""
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        futures = [pool.submit(run_readme, line, template, cwd=cwd, **values) for line, template, values in jobs]
+        return [f.result() for f in futures]
 
 
 def _children() -> set[int]:
@@ -713,77 +739,88 @@ def test_eval_gsm8k_at_a_sim_that_answers() -> None:
 
 
 def test_synthetic_commands_print_what_the_readme_says() -> None:
-    trtllm = json.loads(
-        run_readme(
-            "alflow synthetic knobs --framework trtllm --k 3 --al 2.78 --json",
-            "alflow synthetic knobs --framework trtllm --k 3 --al 2.78 --json",
-        ).stdout
+    knobs = "alflow synthetic knobs --framework vllm|sglang|trtllm --k K (--al L | --rates p1,..,pK) [--json]"
+    compare = "alflow synthetic compare --k K --al L [--json]"
+    examples = [
+        "alflow synthetic knobs --framework trtllm --k 3 --al 2.78 --json",
+        "alflow synthetic knobs --framework vllm --k 3 --al 2.49 --json",
+        "alflow synthetic compare --k 3 --al 3.39",
+    ]
+    trtllm, vllm, shown, sglang, rates, table, schemes = (
+        done.stdout
+        for done in run_many(
+            [
+                *((example, example, {}) for example in examples),
+                (knobs, "alflow synthetic knobs --framework sglang --k 3 --al 2.5 --json", {}),
+                (knobs, "alflow synthetic knobs --framework vllm --k 3 --rates 1,0.49,0 --json", {}),
+                (knobs, "alflow synthetic knobs --framework trtllm --k 3 --al 2.78", {}),
+                (compare, "alflow synthetic compare --k 3 --al 3.39 --json", {}),
+            ]
+        )
     )
-    assert trtllm["framework"] == "trtllm"
-    assert [float(v) for v in trtllm["env"].values()] == [pytest.approx(1.78)]  # AL - 1
-    vllm = json.loads(
-        run_readme(
-            "alflow synthetic knobs --framework vllm --k 3 --al 2.49 --json",
-            "alflow synthetic knobs --framework vllm --k 3 --al 2.49 --json",
-        ).stdout
-    )
-    assert vllm["rates"] == pytest.approx([1.0, 0.49, 0.0])
-    assert vllm["expected"]["mean_al"] == pytest.approx(2.49)
-    compare = run_readme("alflow synthetic compare --k 3 --al 3.39", "alflow synthetic compare --k 3 --al 3.39")
-    multinomial = [row for row in compare.stdout.splitlines() if "sglang-multinomial" in row]
+    assert [float(v) for v in json.loads(trtllm)["env"].values()] == [pytest.approx(1.78)]  # env value AL - 1
+    assert json.loads(vllm)["rates"] == pytest.approx([1.0, 0.49, 0.0])
+    assert json.loads(vllm)["expected"]["mean_al"] == pytest.approx(2.49)
+    multinomial = [row for row in shown.splitlines() if "sglang-multinomial" in row]
     assert len(multinomial) == 1
     assert "3.24" in multinomial[0]  # SGLang multinomial: mean 3.24 (biased near the bound)
 
-    knobs = "alflow synthetic knobs --framework vllm|sglang|trtllm --k K --al L [--rates p1,..,pK] [--json]"
-    sglang = json.loads(run_readme(knobs, "alflow synthetic knobs --framework sglang --k 3 --al 2.5 --json").stdout)
-    assert sglang["framework"] == "sglang"
-    assert sglang["env"]
-    assert sglang["expected"]["mean_al"] == pytest.approx(2.5, abs=0.2)
-    rates = json.loads(
-        run_readme(knobs, "alflow synthetic knobs --framework vllm --k 3 --al 2.49 --rates 1,0.49,0 --json").stdout
-    )
-    assert rates["rates"] == pytest.approx([1.0, 0.49, 0.0])
-    table = run_readme(knobs, "alflow synthetic knobs --framework trtllm --k 3 --al 2.78").stdout
+    assert json.loads(sglang)["framework"] == "sglang"
+    assert json.loads(sglang)["env"]
+    assert json.loads(sglang)["expected"]["mean_al"] == pytest.approx(2.5, abs=0.2)
+    assert json.loads(rates)["rates"] == pytest.approx([1.0, 0.49, 0.0])
+    assert json.loads(rates)["expected"]["mean_al"] == pytest.approx(2.49)
     assert "1.78" in table
-    schemes = json.loads(
-        run_readme("alflow synthetic compare --k K --al L [--json]", "alflow synthetic compare --k 3 --al 3.39 --json").stdout
-    )
-    means = {row["scheme"]: row["mean_al"] for row in schemes["rows"]}
+    means = {row["scheme"]: row["mean_al"] for row in json.loads(schemes)["schemes"]}
     assert means["sglang-multinomial"] == pytest.approx(3.24, abs=0.005)
     assert means["vllm"] == pytest.approx(3.39)
 
 
 def test_reference_commands_on_the_examples_table(tmp_path: Path) -> None:
-    examples = ROOT / "references" / "examples.yaml"
-    validate = "alflow reference validate PATH [--json]"
-    valid = json.loads(run_readme(validate, "alflow reference validate references/examples.yaml --json").stdout)
-    assert valid["valid"] is True
-    assert valid["kind"] == "example"
-    assert valid["entries"] > 0
-    assert "valid example table" in run_readme(validate, "alflow reference validate references/examples.yaml").stdout
-
-    show = "alflow reference show PATH [--model M] [--json]"
-    shown = json.loads(run_readme(show, "alflow reference show references/examples.yaml --model Qwen3.5 --json").stdout)
-    assert shown["entries"]
-    assert {e["model"] for e in shown["entries"]} == {"Qwen3.5"}
-    assert "Qwen3.5" in run_readme(show, "alflow reference show references/examples.yaml").stdout
-
-    table = yaml.safe_load(examples.read_text(encoding="utf-8"))
+    table = yaml.safe_load((ROOT / "references" / "examples.yaml").read_text(encoding="utf-8"))
     changed = table["entries"][0]
     changed["al"] = round(changed["al"] + 0.05, 4)
     new = tmp_path / "new.yaml"
     new.write_text(yaml.safe_dump(table, sort_keys=False), encoding="utf-8")
+    validate = "alflow reference validate PATH [--json]"
+    show = "alflow reference show PATH [--model M] [--json]"
     diff_line = "alflow reference diff OLD NEW [--tolerance T] [--json]"
-    diff = json.loads(
-        run_readme(diff_line, "alflow reference diff references/examples.yaml {new_table} --tolerance 0.001 --json", new_table=str(new)).stdout
+    valid, valid_text, shown, shown_text, diff = (
+        done.stdout
+        for done in run_many(
+            [
+                (validate, "alflow reference validate references/examples.yaml --json", {}),
+                (validate, "alflow reference validate references/examples.yaml", {}),
+                (show, "alflow reference show references/examples.yaml --model Qwen3.5 --json", {}),
+                (show, "alflow reference show references/examples.yaml", {}),
+                (
+                    diff_line,
+                    "alflow reference diff references/examples.yaml {new_table} --tolerance 0.001 --json",
+                    {"new_table": str(new)},
+                ),
+            ]
+        )
     )
-    rows = [r for r in diff["rows"] if r["status"] != "unchanged"]
+    assert json.loads(valid) == {
+        "path": "references/examples.yaml",
+        "valid": True,
+        "kind": "example",
+        "entries": len(table["entries"]),
+    }
+    assert "valid example table" in valid_text
+    entries = json.loads(shown)["entries"]
+    assert entries
+    assert {e["model"] for e in entries} == {"Qwen3.5"}
+    assert "Qwen3.5" in shown_text
+    assert "DeepSeek-V4" in shown_text
+    rows = [r for r in json.loads(diff)["rows"] if r["status"] != "unchanged"]
     assert [(r["model"], r["k"], r["status"]) for r in rows] == [(changed["model"], changed["k"], "changed")]
 
     (tmp_path / "references").symlink_to(ROOT / "references")  # the catalogue's default path
     model_id = "Qwen/Qwen3-Next-80B-A3B-Thinking"
     m0 = "alflow reference m0-config --models ID --ks 1,2,3 --out m0.yaml"
-    run_readme(m0, "alflow reference m0-config --models {model_id} --ks 1,2,3 --out m0.yaml", cwd=tmp_path, model_id=model_id)
+    template = "alflow reference m0-config --models {model_id} --ks 1,2,3 --out m0.yaml"
+    run_readme(m0, template, cwd=tmp_path, model_id=model_id)
     from alflow.config import CalibrateParams
     from alflow.yamlfile import load_yaml_model
 
@@ -812,7 +849,7 @@ def m2_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     config = here / "m2.yaml"
     config.write_text(yaml.safe_dump(M2_CONFIG, sort_keys=False), encoding="utf-8")
     line = "alflow run m0|m1|m2|sweep --config FILE.yaml"
-    done = run_readme(line, "alflow run m2 --config {m2_config} --json", cwd=here, timeout=300, m2_config=str(config))
+    done = run_readme(line, "alflow run m2 --config {tmp}/m2.yaml", cwd=here, timeout=300, tmp=str(here))
     result = json.loads(done.stdout)
     run_dir = Path(result["run_dir"])
     assert run_dir.is_dir()
