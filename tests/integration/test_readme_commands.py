@@ -21,6 +21,8 @@ console script runs); every server started here is stopped, and no child process
 from __future__ import annotations
 
 import ast
+import contextlib
+import io
 import json
 import os
 import re
@@ -31,7 +33,6 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -560,18 +561,45 @@ def _argv(line: str, template: str, values: dict[str, str]) -> list[str]:
 
 
 def run_readme(
-    line: str, template: str, *, cwd: Path = ROOT, timeout: float = TIMEOUT_S, **values: str
+    line: str,
+    template: str,
+    *,
+    cwd: Path = ROOT,
+    timeout: float = TIMEOUT_S,
+    in_process: bool = False,
+    **values: str,
 ) -> subprocess.CompletedProcess[str]:
-    """Run one of the table's command lines; assert exit 0, no traceback."""
+    """Run one of the table's command lines; assert exit 0 and no traceback.
+
+    ``in_process``: call the console script's entry point (``alflow.cli.main``) in this interpreter,
+    with stdout and stderr captured and ``cwd`` as the working directory, instead of starting one
+    (for commands that start no server: an interpreter start costs seconds on 2 cores).
+    """
     argv = _argv(line, template, values)
-    done = subprocess.run(
-        argv, capture_output=True, text=True, env=_env(), cwd=cwd, timeout=timeout, check=False,
-        stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    if in_process:
+        done = _in_process(argv[3:], cwd)
+    else:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, env=_env(), cwd=cwd, timeout=timeout, check=False,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
     shown = f"{template}\nexit {done.returncode}\nstdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
     assert done.returncode == 0, shown
     assert "Traceback" not in done.stderr, shown
     return done
+
+
+def _in_process(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    from alflow.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code: int | str | None = 0
+    with contextlib.chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(args)
+        except SystemExit as exc:
+            code = exc.code
+    return subprocess.CompletedProcess(["alflow", *args], code if isinstance(code, int) else 1, out.getvalue(), err.getvalue())
 
 
 Job = tuple[str, str, dict[str, str]]
@@ -579,10 +607,8 @@ Job = tuple[str, str, dict[str, str]]
 
 
 def run_many(jobs: list[Job], *, cwd: Path = ROOT) -> list[subprocess.CompletedProcess[str]]:
-    """Several independent command lines, three at a time (each is an interpreter start); results in order."""
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        futures = [pool.submit(run_readme, line, template, cwd=cwd, **values) for line, template, values in jobs]
-        return [f.result() for f in futures]
+    """Several command lines that start no server, one after the other in this interpreter."""
+    return [run_readme(line, template, cwd=cwd, in_process=True, **values) for line, template, values in jobs]
 
 
 def _children() -> set[int]:
@@ -687,7 +713,7 @@ def test_sim_serve_then_bench_random_with_its_defaults_then_metrics_snapshot(rea
     stats = summary["spec_decode"]["stats"]
     assert stats["num_drafts"] > 0
     assert stats["al"] == pytest.approx(2.5, abs=0.05)
-    table = run_readme(bench, "alflow bench --base-url {url} --dataset random --isl 1024 --osl 1024 --concurrency 64", url=url)
+    table = run_readme(bench, "alflow bench --base-url {url} --dataset random --isl 1024 --osl 1024 --concurrency 64", in_process=True, url=url)
     assert "server AL (vllm)" in table.stdout
 
     snapshot = "alflow metrics snapshot --url URL/metrics [--json]"
@@ -697,18 +723,18 @@ def test_sim_serve_then_bench_random_with_its_defaults_then_metrics_snapshot(rea
     lifetime = snap["since_server_start"]
     assert lifetime["num_drafts"] >= 2 * stats["num_drafts"] * 0.9  # both bench runs were counted
     assert lifetime["al"] == pytest.approx(2.5, abs=0.05)
-    shown = run_readme(snapshot, "alflow metrics snapshot --url {url}/metrics", url=url).stdout
+    shown = run_readme(snapshot, "alflow metrics snapshot --url {url}/metrics", in_process=True, url=url).stdout
     assert "AL since server start" in shown
 
 
 def test_infra_cleanup_lists_and_removes_nothing_of_a_live_server(readme_sim: Server, tmp_path: Path) -> None:
     line = "alflow infra cleanup [--older-than 1h] [--run-id ID] [--dry-run] [--json]"
-    dry = json.loads(run_readme(line, "alflow infra cleanup --dry-run --json").stdout)
+    dry = json.loads(run_readme(line, "alflow infra cleanup --dry-run --json", in_process=True).stdout)
     assert dry["dry_run"] is True
     assert dry["older_than_s"] == 3600
     assert {"processes", "containers", "slurm_jobs", "skipped"} <= set(dry)
     template = "alflow infra cleanup --older-than 1h --run-id {run_id} --json"
-    scoped = json.loads(run_readme(line, template, run_id="readme-no-such-run").stdout)
+    scoped = json.loads(run_readme(line, template, in_process=True, run_id="readme-no-such-run").stdout)
     assert scoped["dry_run"] is False
     assert not any(p.get("removed") for p in scoped["processes"])
     assert readme_sim.proc.poll() is None  # the README's sim is not a registered run's server: untouched
@@ -731,7 +757,11 @@ def test_eval_gsm8k_at_a_sim_that_answers() -> None:
         assert result["verdict"]["passed"] is True
         assert len(result["results"]) == 20 if "results" in result else result["population"] >= 20
         shown = run_readme(
-            line, "alflow eval gsm8k --base-url {answer_url} --model {model} --limit 8", answer_url=server.url, model=model
+            line,
+            "alflow eval gsm8k --base-url {answer_url} --model {model} --limit 8",
+            in_process=True,
+            answer_url=server.url,
+            model=model,
         )
         assert "8 of" in shown.stdout
     finally:
@@ -820,7 +850,7 @@ def test_reference_commands_on_the_examples_table(tmp_path: Path) -> None:
     model_id = "Qwen/Qwen3-Next-80B-A3B-Thinking"
     m0 = "alflow reference m0-config --models ID --ks 1,2,3 --out m0.yaml"
     template = "alflow reference m0-config --models {model_id} --ks 1,2,3 --out m0.yaml"
-    run_readme(m0, template, cwd=tmp_path, model_id=model_id)
+    run_readme(m0, template, cwd=tmp_path, in_process=True, model_id=model_id)
     from alflow.config import CalibrateParams
     from alflow.yamlfile import load_yaml_model
 
@@ -842,18 +872,49 @@ M2_CONFIG: dict[str, Any] = {
 }
 
 
-@pytest.fixture(scope="module")
-def m2_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """`alflow run m2 --config FILE.yaml` on a tiny config (sim, time scale 0): (its folder, the run dir)."""
+RUN_LINE = "alflow run m0|m1|m2|sweep --config FILE.yaml"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def m2_started(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
+    """`alflow run m2 --config FILE.yaml` on a tiny config (sim, time scale 0), started with the module.
+
+    It runs (Prefect's temporary server, the sim, the flow) while the other tests of the module do;
+    :func:`m2_run` waits for it. Stopped at the end if a failure left it running.
+    """
     here = tmp_path_factory.mktemp("readme-m2")
-    config = here / "m2.yaml"
-    config.write_text(yaml.safe_dump(M2_CONFIG, sort_keys=False), encoding="utf-8")
-    line = "alflow run m0|m1|m2|sweep --config FILE.yaml"
-    done = run_readme(line, "alflow run m2 --config {tmp}/m2.yaml", cwd=here, timeout=300, tmp=str(here))
-    result = json.loads(done.stdout)
-    run_dir = Path(result["run_dir"])
-    assert run_dir.is_dir()
-    assert run_dir.is_relative_to(here / "results" / "m2")
+    (here / "m2.yaml").write_text(yaml.safe_dump(M2_CONFIG, sort_keys=False), encoding="utf-8")
+    argv = _argv(RUN_LINE, "alflow run m2 --config {tmp}/m2.yaml", {"tmp": str(here)})
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=here,
+        start_new_session=True, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        yield here, proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)  # a run ends on SIGTERM like Ctrl-C: servers stopped
+            try:
+                proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def m2_run(m2_started: tuple[Path, subprocess.Popen[str]]) -> tuple[Path, Path]:
+    """The M2 run's folder (holding results/) and its run directory, once `alflow run m2` exited 0."""
+    here, proc = m2_started
+    out, err = proc.communicate(timeout=300)
+    shown = f"exit {proc.returncode}\nstdout:\n{out[-3000:]}\nstderr:\n{err[-3000:]}"
+    assert proc.returncode == 0, shown
+    assert "Traceback" not in err, shown
+    result = json.loads(out)
+    run_dir = here / result["run_dir"]  # relative to where it ran: results_root is "results"
+    assert run_dir.is_dir(), shown
+    assert run_dir.parent == here / "results" / "m2"
+    assert [p["concurrency"] for p in result["points"]] == [4]
+    assert all(p["valid"] for p in result["points"]), result
     return here, run_dir
 
 
@@ -866,22 +927,22 @@ def test_run_m2_then_report_and_compare(m2_run: tuple[Path, Path], tmp_path: Pat
 
     line = "alflow report RUN_DIR [-f html|md|csv|json] [-o PATH]"
     (run_dir / "report.html").unlink()
-    run_readme(line, "alflow report {run_dir}", run_dir=str(run_dir))
+    run_readme(line, "alflow report {run_dir}", in_process=True, run_dir=str(run_dir))
     assert "<svg" in (run_dir / "report.html").read_text(encoding="utf-8")
-    run_readme(line, "alflow report {run_dir} -f html -o {tmp}/r.html", run_dir=str(run_dir), tmp=str(tmp_path))
+    run_readme(line, "alflow report {run_dir} -f html -o {tmp}/r.html", in_process=True, run_dir=str(run_dir), tmp=str(tmp_path))
     assert (tmp_path / "r.html").read_text(encoding="utf-8").lstrip().lower().startswith("<!doctype html")
-    md = run_readme(line, "alflow report {run_dir} -f md", run_dir=str(run_dir)).stdout
+    md = run_readme(line, "alflow report {run_dir} -f md", in_process=True, run_dir=str(run_dir)).stdout
     assert "SIMULATED" in md
-    csv = run_readme(line, "alflow report {run_dir} -f csv", run_dir=str(run_dir)).stdout.splitlines()
+    csv = run_readme(line, "alflow report {run_dir} -f csv", in_process=True, run_dir=str(run_dir)).stdout.splitlines()
     assert len(csv) == 2  # header + the one concurrency
-    run_readme(line, "alflow report {run_dir} -f json -o {tmp}/r.json", run_dir=str(run_dir), tmp=str(tmp_path))
+    run_readme(line, "alflow report {run_dir} -f json -o {tmp}/r.json", in_process=True, run_dir=str(run_dir), tmp=str(tmp_path))
     rows = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
     assert len(rows) == 1
 
     compare = "alflow report compare RUN_DIR... | --root results --flow m2"
-    both = run_readme(compare, "alflow report compare {run_dir} {run_dir}", run_dir=str(run_dir))
+    both = run_readme(compare, "alflow report compare {run_dir} {run_dir}", in_process=True, run_dir=str(run_dir))
     assert both.returncode == 0
-    root = run_readme(compare, "alflow report compare --root results --flow m2", cwd=here)
+    root = run_readme(compare, "alflow report compare --root results --flow m2", cwd=here, in_process=True)
     assert root.returncode == 0
 
 
