@@ -258,11 +258,23 @@ def test_the_readme_team_setup_lines_run_as_written(prefect_server: dict[str, st
     _delete_pool(env)
     try:
         made = subprocess.run(
-            ["bash", "-c", create], env=env, cwd=ROOT, capture_output=True, text=True, timeout=180, check=False
+            ["bash", "-c", create],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
         )
         assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-2000:]
         deployed = subprocess.run(
-            ["bash", "-c", deploy], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
+            ["bash", "-c", deploy],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
         )
         assert deployed.returncode == 0, deployed.stdout[-3000:] + deployed.stderr[-3000:]
         names = {d["name"] for d in yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"]}
@@ -278,7 +290,8 @@ def test_the_readme_team_setup_lines_run_as_written(prefect_server: dict[str, st
             start_new_session=True,
         )
         seen: list[str] = []
-        stuck = threading.Timer(180, os.killpg, (worker.pid, signal.SIGKILL))  # never wait forever for the line
+        # never wait forever for the "started" line
+        stuck = threading.Timer(180, os.killpg, (worker.pid, signal.SIGKILL))
         stuck.start()
         try:
             assert worker.stdout is not None

