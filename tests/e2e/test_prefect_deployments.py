@@ -225,6 +225,7 @@ def test_ui_style_runs_on_a_worker_share_one_gpu_host_in_turn(
 
 README_DEPLOY_LINES = (
     "prefect work-pool create local --type process",
+    "prefect work-pool create gpu-h200 --type process",
     "ALFLOW_HOME=$PWD prefect --no-prompt deploy --all",
     "ALFLOW_HOME=$PWD prefect worker start --pool local",
 )
@@ -238,45 +239,37 @@ def _readme_env(env: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def _delete_pool(env: dict[str, str]) -> None:
-    subprocess.run(
-        [PREFECT, "--no-prompt", "work-pool", "delete", "local"], env=env, cwd=ROOT,
-        capture_output=True, timeout=120, check=False,
-    )  # fmt: skip
+def _delete_pools(env: dict[str, str]) -> None:
+    for pool in ("local", "gpu-h200"):
+        subprocess.run(
+            [PREFECT, "--no-prompt", "work-pool", "delete", pool], env=env, cwd=ROOT,
+            capture_output=True, timeout=120, check=False,
+        )  # fmt: skip
 
 
 def test_the_readme_team_setup_lines_run_as_written(prefect_server: dict[str, str]) -> None:
-    """The README's three lines, through bash from the project root: pool, every deployment, a worker.
+    """The README's team setup lines, through bash from the project root: pools, every deployment, a worker.
 
-    The other test of this module makes the same pool: it is removed before and after, so the README's
-    ``work-pool create`` runs on a server without it, in either order.
+    The other test of this module makes the ``local`` pool: the pools are removed before and after, so
+    the README's ``work-pool create`` runs on a server without them, in either order.
     """
     env = _readme_env(prefect_server)
-    create, deploy, worker_line = README_DEPLOY_LINES
+    *setup, worker_line = README_DEPLOY_LINES
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert all(line in readme for line in README_DEPLOY_LINES)
-    _delete_pool(env)
+    _delete_pools(env)
     try:
-        made = subprocess.run(
-            ["bash", "-c", create],
-            env=env,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=180,
-            check=False,
-        )
-        assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-2000:]
-        deployed = subprocess.run(
-            ["bash", "-c", deploy],
-            env=env,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        assert deployed.returncode == 0, deployed.stdout[-3000:] + deployed.stderr[-3000:]
+        for line in setup:  # the pools, then every deployment
+            done = subprocess.run(
+                ["bash", "-c", line],
+                env=env,
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
+            )
+            assert done.returncode == 0, f"{line}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
         names = {d["name"] for d in yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"]}
         found = asyncio.run(_api(env, "POST", "/deployments/filter", {"limit": 200}))
         assert names <= {d["name"] for d in found}, found
@@ -312,4 +305,4 @@ def test_the_readme_team_setup_lines_run_as_written(prefect_server: dict[str, st
                 worker.stdout.close()
         assert any("started" in line.lower() for line in seen), "".join(seen)[-3000:]
     finally:
-        _delete_pool(env)
+        _delete_pools(env)

@@ -144,7 +144,12 @@ COVERAGE: dict[str, Coverage] = {
     # --- Prefect deployments
     "prefect work-pool create local --type process": Coverage(
         How.ELSEWHERE,
-        "a real `prefect server` (e2e): the three lines run as written, through bash",
+        "a real `prefect server` (e2e): the team setup lines run as written, through bash",
+        tests=TEAM,
+    ),
+    "prefect work-pool create gpu-h200 --type process": Coverage(
+        How.ELSEWHERE,
+        "a real `prefect server` (e2e): without this pool `deploy --all` exits 1 at the gpu-* deployments",
         tests=TEAM,
     ),
     "ALFLOW_HOME=$PWD prefect --no-prompt deploy --all": Coverage(
