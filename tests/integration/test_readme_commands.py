@@ -42,7 +42,14 @@ import pytest
 import typer
 import yaml
 
-from tests.readme_commands import Command, readme_commands
+from tests.readme_commands import (
+    COMMAND_LANGUAGES,
+    PROSE_LANGUAGES,
+    README,
+    Command,
+    fenced_blocks,
+    readme_commands,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 120.0
@@ -325,6 +332,22 @@ def test_the_readme_has_commands_and_every_one_is_in_the_table() -> None:
     assert not missing, "README commands with no row in COVERAGE (add how each is tested):\n" + "\n".join(
         missing
     )
+
+
+def test_every_fenced_block_is_commands_or_known_prose() -> None:
+    """A block in another language (``sh-session``, ``zsh``) would be skipped silently: name it here first."""
+    for block in fenced_blocks(README.read_text(encoding="utf-8")):
+        assert block.language in COMMAND_LANGUAGES | PROSE_LANGUAGES, (
+            f"README line {block.line}: {block.language!r}"
+        )
+
+
+def test_the_alflow_of_the_readme_is_the_entry_point_these_tests_run() -> None:
+    """``alflow`` and ``.venv/bin/alflow`` are the console script ``alflow.cli:main`` (run here as ``-m alflow.cli``)."""
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    assert scripts == {"alflow": "alflow.cli:main"}
 
 
 def test_every_table_row_is_still_a_readme_command() -> None:
