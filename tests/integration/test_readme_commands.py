@@ -14,8 +14,12 @@ table row whose command left the README, fails here.
   the README line names is an option of the command (that check runs for every ``alflow`` line);
 - ``CI``: ``.ci/run`` runs this exact line (checked against the file).
 
-Commands run as ``python -m alflow.cli ...`` with this checkout first on ``PYTHONPATH`` (what the
-console script runs); every server started here is stopped, and no child process is left.
+Commands that start or reach a server (``sim serve``, ``bench``, ``metrics snapshot``, ``eval``,
+``infra cleanup``, ``run``) run as ``python -m alflow.cli ...`` in a subprocess with this checkout first
+on ``PYTHONPATH`` (what the console script ``alflow`` runs); the others, and the second (table) form of
+a few, call the same entry point, ``alflow.cli.main``, in this interpreter (an interpreter start costs
+seconds on 2 cores). ``alflow run m2`` starts with the module and runs while the other tests do. Every
+server started here is stopped, and no child process is left (checked at the end of the module).
 """
 
 from __future__ import annotations
@@ -820,12 +824,12 @@ def test_sim_serve_then_bench_random_with_its_defaults_then_metrics_snapshot(rea
 
 def test_infra_cleanup_lists_and_removes_nothing_of_a_live_server(readme_sim: Server, tmp_path: Path) -> None:
     line = "alflow infra cleanup [--older-than 1h] [--run-id ID] [--dry-run] [--json]"
-    dry = json.loads(run_readme(line, "alflow infra cleanup --dry-run --json", in_process=True).stdout)
+    dry = json.loads(run_readme(line, "alflow infra cleanup --dry-run --json").stdout)
     assert dry["dry_run"] is True
     assert dry["older_than_s"] == 3600
     assert {"processes", "containers", "slurm_jobs", "skipped"} <= set(dry)
     template = "alflow infra cleanup --older-than 1h --run-id {run_id} --json"
-    scoped = json.loads(run_readme(line, template, in_process=True, run_id="readme-no-such-run").stdout)
+    scoped = json.loads(run_readme(line, template, run_id="readme-no-such-run").stdout)
     assert scoped["dry_run"] is False
     assert not any(p.get("removed") for p in scoped["processes"])
     assert readme_sim.proc.poll() is None  # the README's sim is not a registered run's server: untouched
