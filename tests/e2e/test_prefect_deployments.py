@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -219,3 +221,88 @@ def test_ui_style_runs_on_a_worker_share_one_gpu_host_in_turn(
         assert {"markdown", "table", "progress"} <= kinds, kinds
     (_, a_end), (b_start, _) = sorted(windows)
     assert a_end <= b_start, f"servers of the two runs overlapped: {windows}"
+
+
+README_DEPLOY_LINES = (
+    "prefect work-pool create local --type process",
+    "prefect work-pool create gpu-h200 --type process",
+    "ALFLOW_HOME=$PWD prefect --no-prompt deploy --all",
+    "ALFLOW_HOME=$PWD prefect worker start --pool local",
+)
+"""The README's team setup, as written (tests/integration/test_readme_commands.py points here)."""
+
+
+def _readme_env(env: dict[str, str]) -> dict[str, str]:
+    """The server's environment with this interpreter's bin first on PATH (``prefect`` as the README types it)."""
+    out = {k: v for k, v in env.items() if k != "ALFLOW_HOME"}  # the README line sets it itself
+    out["PATH"] = os.pathsep.join([str(Path(PREFECT).parent), env.get("PATH", "")])
+    return out
+
+
+def _delete_pools(env: dict[str, str]) -> None:
+    for pool in ("local", "gpu-h200"):
+        subprocess.run(
+            [PREFECT, "--no-prompt", "work-pool", "delete", pool], env=env, cwd=ROOT,
+            capture_output=True, timeout=120, check=False,
+        )  # fmt: skip
+
+
+def test_the_readme_team_setup_lines_run_as_written(prefect_server: dict[str, str]) -> None:
+    """The README's team setup lines, through bash from the project root: pools, every deployment, a worker.
+
+    The other test of this module makes the ``local`` pool: the pools are removed before and after, so
+    the README's ``work-pool create`` runs on a server without them, in either order.
+    """
+    env = _readme_env(prefect_server)
+    *setup, worker_line = README_DEPLOY_LINES
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert all(line in readme for line in README_DEPLOY_LINES)
+    _delete_pools(env)
+    try:
+        for line in setup:  # the pools, then every deployment
+            done = subprocess.run(
+                ["bash", "-c", line],
+                env=env,
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
+            )
+            assert done.returncode == 0, f"{line}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        names = {d["name"] for d in yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"]}
+        found = asyncio.run(_api(env, "POST", "/deployments/filter", {"limit": 200}))
+        assert names <= {d["name"] for d in found}, found
+        worker = subprocess.Popen(
+            ["bash", "-c", worker_line],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        seen: list[str] = []
+        # never wait forever for the "started" line
+        stuck = threading.Timer(180, os.killpg, (worker.pid, signal.SIGKILL))
+        stuck.start()
+        try:
+            assert worker.stdout is not None
+            for line in worker.stdout:
+                seen.append(line)
+                if "started" in line.lower():
+                    break
+            assert worker.poll() is None, "".join(seen)[-3000:]
+        finally:
+            os.killpg(worker.pid, signal.SIGINT)  # Ctrl-C, as a person stops it
+            try:
+                worker.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(worker.pid, signal.SIGKILL)
+                worker.wait(timeout=10)
+            stuck.cancel()
+            if worker.stdout is not None:
+                worker.stdout.close()
+        assert any("started" in line.lower() for line in seen), "".join(seen)[-3000:]
+    finally:
+        _delete_pools(env)
