@@ -1,0 +1,398 @@
+"""alflow's client against its peer, ``vllm bench serve``, on one real vLLM server (CPU build, SmolLM2-135M).
+
+Run from the repository root after ``bash scripts/setup.sh --vllm`` (prints a table; not a test):
+
+    .venv/bin/python benchmarks/peer_vllm_bench.py [--isl 128] [--osl 64] [--concurrency 1,4]
+        [--prompts-per-concurrency 8] [--repeats 1] [--json]
+
+One vLLM server (the demo's: ``flows.demo.vllm_cpu_server``, n-gram drafting K = 3, bf16, eager, the
+process runner from ``.venv-vllm``) serves both clients with the same workload: random token prompts
+of exactly ``--isl`` tokens, exactly ``--osl`` output tokens (``ignore_eos``), ``/v1/completions``,
+greedy, ``N = prompts-per-concurrency x concurrency`` prompts per run at each concurrency, one
+warm-up request each. Within a repeat the clients alternate (alflow first on even repeats, vLLM's
+first on odd ones) so a drift of the shared CPU does not favour one of them.
+
+Per client and concurrency:
+
+- output throughput (tok/s) and the median TTFT, TPOT and ITL (ms), each as the client itself reports
+  them (alflow's ``--json`` summary; ``vllm bench serve --save-result``'s JSON);
+- AL from the server's own counters (``vllm:spec_decode_*``) scraped just before and after the
+  client's run: ``1 + accepted / drafts`` over exactly that client's window, through alflow's vLLM
+  dialect (the same arithmetic for both clients);
+- client CPU seconds per output token: user + system CPU of the client's process tree (``wait4``),
+  minus the CPU of the same client doing a one-request run (interpreter start, imports, tokenizer
+  loading: vLLM's client imports torch), divided by the output tokens of the measured run.
+
+Targets (issue #15): alflow's throughput and median TPOT within 3% of ``vllm bench serve``'s, the
+same AL (within the run-to-run spread of the n-gram drafter), and no more client CPU per token.
+The server and both clients share two CPU cores here: the client's CPU use is also the server's loss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from alflow.config import ProcessOptions  # noqa: E402
+from alflow.metrics.dialects import get_dialect  # noqa: E402
+from alflow.metrics.prometheus import Snapshot, SnapshotWindow, parse_exposition  # noqa: E402
+from alflow.models import default_vllm_env, prepare_model  # noqa: E402
+from flows.demo import VLLM_MODEL_ID, vllm_cpu_server  # noqa: E402
+from infra import lifecycle  # noqa: E402
+
+K = 3
+
+
+@dataclass(frozen=True)
+class ClientRun:
+    """One client's measured run at one concurrency."""
+
+    client: str
+    concurrency: int
+    repeat: int
+    prompts: int
+    completed: int
+    output_tokens: int
+    output_throughput: float
+    median_ttft_ms: float
+    median_tpot_ms: float
+    median_itl_ms: float
+    al: float | None
+    drafts: int
+    cpu_s: float
+    wall_s: float
+
+
+def _scrape(base_url: str) -> Snapshot:
+    async def get() -> str:
+        async with aiohttp.ClientSession() as http, http.get(base_url + "/metrics") as r:
+            r.raise_for_status()
+            return await r.text()
+
+    return parse_exposition(asyncio.run(get()))
+
+
+def _al(before: Snapshot, after: Snapshot) -> tuple[float | None, int]:
+    """AL and speculative steps of the window between two scrapes (alflow's vLLM dialect)."""
+    stats = get_dialect("vllm").spec_stats(SnapshotWindow(before, after), k=K)
+    return stats.al, int(stats.num_drafts)
+
+
+def _children_cpu() -> float:
+    usage = os.times()
+    return usage.children_user + usage.children_system
+
+
+def _timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
+    """Run ``argv``: CPU seconds (user + system) of its reaped process tree, wall seconds, stdout.
+
+    Fails loudly with the client's stderr. The server is not a child of this process (the process
+    runner's guard is), so only the client's tree is counted.
+    """
+    before = _children_cpu()
+    started = time.monotonic()
+    proc = subprocess.run(argv, capture_output=True, env=env, cwd=ROOT, check=False)
+    wall = time.monotonic() - started
+    if proc.returncode != 0:
+        tail = proc.stderr.decode(errors="replace")[-3000:]
+        raise SystemExit(f"error: {Path(argv[0]).name} exited {proc.returncode}:\n{tail}")
+    return _children_cpu() - before, wall, proc.stdout.decode()
+
+
+def _alflow_argv(base_url: str, isl: int, osl: int, conc: int, n: int, seed: int, vocab: int) -> list[str]:
+    return [
+        str(Path(sys.executable).with_name("alflow")),
+        "bench",
+        "--base-url",
+        base_url,
+        "--model",
+        VLLM_MODEL_ID,
+        "--endpoint",
+        "completions",
+        "--dataset",
+        "random",
+        "--isl",
+        str(isl),
+        "--osl",
+        str(osl),
+        "--range-ratio",
+        "1.0",
+        "--vocab-size",
+        str(vocab),
+        "--concurrency",
+        str(conc),
+        "--num-prompts",
+        str(n),
+        "--warmup",
+        "1",
+        "--seed",
+        str(seed),
+        "--temperature",
+        "0",
+        "--ignore-eos",
+        "--k",
+        str(K),
+        "--no-progress",
+        "--json",
+    ]
+
+
+def _vllm_argv(
+    env: Path, base_url: str, model_dir: str, isl: int, osl: int, conc: int, n: int, seed: int, out: Path
+) -> list[str]:
+    return [
+        str(env / "bin" / "vllm"),
+        "bench",
+        "serve",
+        "--backend",
+        "vllm",
+        "--base-url",
+        base_url,
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        VLLM_MODEL_ID,
+        "--tokenizer",
+        model_dir,
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(isl),
+        "--random-output-len",
+        str(osl),
+        "--random-range-ratio",
+        "0",
+        "--num-prompts",
+        str(n),
+        "--max-concurrency",
+        str(conc),
+        "--ignore-eos",
+        "--num-warmups",
+        "1",
+        "--temperature",
+        "0",
+        "--seed",
+        str(seed),
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--metric-percentiles",
+        "50",
+        "--disable-tqdm",
+        "--save-result",
+        "--result-dir",
+        str(out.parent),
+        "--result-filename",
+        out.name,
+    ]
+
+
+def _alflow_run(
+    base_url: str, conc: int, n: int, repeat: int, args: argparse.Namespace, baseline_cpu: float
+) -> ClientRun:
+    before = _scrape(base_url)
+    cpu, wall, out = _timed(
+        _alflow_argv(base_url, args.isl, args.osl, conc, n, args.seed + repeat, args.vocab)
+    )
+    after = _scrape(base_url)
+    s = json.loads(out)
+    c = s.get("client", s)
+    al, drafts = _al(before, after)
+    tokens = int(c["total_output_tokens"])
+    return ClientRun(
+        "alflow bench",
+        conc,
+        repeat,
+        n,
+        int(c["completed"]),
+        tokens,
+        float(c["output_throughput"]),
+        float(c["median_ttft_ms"]),
+        float(c["median_tpot_ms"]),
+        float(c["median_itl_ms"]),
+        al,
+        drafts,
+        max(0.0, cpu - baseline_cpu),
+        wall,
+    )
+
+
+def _vllm_run(
+    env: Path,
+    base_url: str,
+    model_dir: str,
+    conc: int,
+    n: int,
+    repeat: int,
+    args: argparse.Namespace,
+    baseline_cpu: float,
+    tmp: Path,
+) -> ClientRun:
+    out = tmp / f"vllm-c{conc}-r{repeat}.json"
+    before = _scrape(base_url)
+    cpu, wall, _ = _timed(
+        _vllm_argv(env, base_url, model_dir, args.isl, args.osl, conc, n, args.seed + repeat, out),
+        _vllm_env(env),
+    )
+    after = _scrape(base_url)
+    r = json.loads(out.read_text())
+    al, drafts = _al(before, after)
+    tokens = int(r["total_output_tokens"])
+    return ClientRun(
+        "vllm bench serve",
+        conc,
+        repeat,
+        n,
+        int(r["completed"]),
+        tokens,
+        float(r["output_throughput"]),
+        float(r["median_ttft_ms"]),
+        float(r["median_tpot_ms"]),
+        float(r["median_itl_ms"]),
+        al,
+        drafts,
+        max(0.0, cpu - baseline_cpu),
+        wall,
+    )
+
+
+def _vllm_env(env: Path) -> dict[str, str]:
+    out = dict(os.environ)
+    out["PATH"] = f"{env / 'bin'}:{out.get('PATH', '')}"
+    out["VIRTUAL_ENV"] = str(env)
+    out.setdefault("HF_HUB_OFFLINE", "1")
+    return out
+
+
+def _median(values: list[float]) -> float:
+    vals = sorted(values)
+    mid = len(vals) // 2
+    return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.3f}" if b else "-"
+
+
+def _table(runs: list[ClientRun], concurrencies: list[int]) -> str:
+    lines = [
+        "| conc | client | tok/s | TTFT ms | TPOT ms | ITL ms | AL | steps | CPU ms/tok | runs |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    summary: list[str] = []
+    for conc in concurrencies:
+        agg: dict[str, dict[str, float]] = {}
+        for client in ("alflow bench", "vllm bench serve"):
+            rs = [r for r in runs if r.client == client and r.concurrency == conc]
+            al_values = [r.al for r in rs if r.al is not None]
+            tokens = sum(r.output_tokens for r in rs)
+            a = {
+                "tps": _median([r.output_throughput for r in rs]),
+                "ttft": _median([r.median_ttft_ms for r in rs]),
+                "tpot": _median([r.median_tpot_ms for r in rs]),
+                "itl": _median([r.median_itl_ms for r in rs]),
+                "al": _median(al_values) if al_values else float("nan"),
+                "steps": sum(r.drafts for r in rs),
+                "cpu": 1000.0 * sum(r.cpu_s for r in rs) / tokens if tokens else float("nan"),
+            }
+            agg[client] = a
+            lines.append(
+                f"| {conc} | {client} | {a['tps']:.2f} | {a['ttft']:.1f} | {a['tpot']:.2f} | {a['itl']:.2f} "
+                f"| {a['al']:.3f} | {a['steps']:.0f} | {a['cpu']:.2f} | {len(rs)} |"
+            )
+        x, y = agg["alflow bench"], agg["vllm bench serve"]
+        lines.append(
+            f"| {conc} | ratio alflow/vllm | {_ratio(x['tps'], y['tps'])} | {_ratio(x['ttft'], y['ttft'])} "
+            f"| {_ratio(x['tpot'], y['tpot'])} | {_ratio(x['itl'], y['itl'])} | {_ratio(x['al'], y['al'])} | "
+            f"| {_ratio(x['cpu'], y['cpu'])} | |"
+        )
+        tps_ok = abs(x["tps"] / y["tps"] - 1) <= 0.03
+        tpot_ok = abs(x["tpot"] / y["tpot"] - 1) <= 0.03
+        cpu_ok = x["cpu"] <= y["cpu"]
+        summary.append(
+            f"concurrency {conc}: throughput within 3%: {'yes' if tps_ok else 'NO'}; median TPOT within 3%: "
+            f"{'yes' if tpot_ok else 'NO'}; AL {x['al']:.3f} vs {y['al']:.3f}; "
+            f"client CPU per token not above vLLM's: {'yes' if cpu_ok else 'NO'}"
+        )
+    return "\n".join([*lines, "", *summary])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--isl", type=int, default=128)
+    parser.add_argument("--osl", type=int, default=64)
+    parser.add_argument("--concurrency", default="1,4", help="comma-separated concurrencies")
+    parser.add_argument("--prompts-per-concurrency", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--vocab", type=int, default=20000, help="alflow's random token ids are drawn below this"
+    )
+    parser.add_argument(
+        "--vllm-env", type=Path, default=None, help="the vLLM environment (default .venv-vllm)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the runs as JSON instead of the table")
+    args = parser.parse_args()
+    concurrencies = [int(c) for c in args.concurrency.split(",") if c.strip()]
+    if not concurrencies or min(concurrencies) < 1:
+        parser.error(f"--concurrency {args.concurrency!r}: give positive integers, e.g. 1,4")
+    env = (args.vllm_env or default_vllm_env()).absolute()
+    if not (env / "bin" / "vllm").is_file():
+        parser.error(f"--vllm-env {env}: no bin/vllm there (run: bash scripts/setup.sh --vllm)")
+    model = prepare_model("smollm2", python=env / "bin" / "python")
+    config = vllm_cpu_server(str(model.path), k=K)
+    runs: list[ClientRun] = []
+    with tempfile.TemporaryDirectory(prefix="alflow-peer-") as tmp_name:
+        tmp = Path(tmp_name)
+        options = ProcessOptions(framework_env=str(env), log_dir=str(tmp / "logs"))
+        started = time.monotonic()
+        with lifecycle.serving(config, options) as handle:
+            base = handle.base_url
+            print(f"vLLM ready at {base} in {time.monotonic() - started:.0f} s", file=sys.stderr)
+            # the fixed cost of each client (start, imports, tokenizer), from a one-request run
+            a_base, _, _ = _timed(_alflow_argv(base, args.isl, 4, 1, 1, 99, args.vocab))
+            v_base, _, _ = _timed(
+                _vllm_argv(env, base, str(model.path), args.isl, 4, 1, 1, 99, tmp / "base.json"),
+                _vllm_env(env),
+            )
+            print(f"client start-up CPU: alflow {a_base:.2f} s, vllm {v_base:.2f} s", file=sys.stderr)
+            for repeat in range(args.repeats):
+                for conc in concurrencies:
+                    n = args.prompts_per_concurrency * conc
+                    order = ("alflow", "vllm") if repeat % 2 == 0 else ("vllm", "alflow")
+                    for client in order:
+                        if client == "alflow":
+                            run = _alflow_run(base, conc, n, repeat, args, a_base)
+                        else:
+                            run = _vllm_run(env, base, str(model.path), conc, n, repeat, args, v_base, tmp)
+                        runs.append(run)
+                        print(
+                            f"{run.client} c={conc} r={repeat}: {run.output_throughput:.2f} tok/s, "
+                            f"TPOT {run.median_tpot_ms:.1f} ms, AL {run.al}, {run.wall_s:.0f} s",
+                            file=sys.stderr,
+                        )
+    if args.json:
+        print(json.dumps([asdict(r) for r in runs], indent=2))
+    else:
+        print(
+            f"\nSmolLM2-135M on vLLM {config.framework} CPU build, ngram K={K}, ISL {args.isl}, OSL {args.osl}, "
+            f"{args.prompts_per_concurrency} x concurrency prompts, {args.repeats} repeat(s), 2 shared cores\n"
+        )
+        print(_table(runs, concurrencies))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
