@@ -118,6 +118,11 @@ COVERAGE: dict[str, Coverage] = {
             "tests/integration/test_vllm_real.py::test_m1_passes_on_the_same_engine_and_m2_is_refused",
         ),
     ),
+    ".venv/bin/python benchmarks/peer_vllm_bench.py --concurrency 1,4": Coverage(
+        How.HELP,
+        "a benchmark on a real vLLM (.venv-vllm), about 10 minutes; prints a table, not a test. Its --help "
+        "runs here and names every option of the line",
+    ),
     # --- the tiny CPU engine
     ".venv/bin/alflow tiny serve --port 8000 --k 3": Coverage(
         How.HELP,
@@ -367,7 +372,8 @@ def test_every_row_says_how_and_runs_what_its_kind_needs() -> None:
             assert cov.runs, f"{line}: a RUN row names the command lines it runs"
         else:
             assert not cov.runs, f"{line}: only RUN rows run here"
-        if cov.how in (How.ELSEWHERE, How.HELP) and not line.startswith(("alflow ", ".venv/bin/alflow ")):
+        helped_here = line.startswith(("alflow ", ".venv/bin/alflow ", ".venv/bin/python benchmarks/"))
+        if cov.how in (How.ELSEWHERE, How.HELP) and not helped_here:
             assert cov.tests, f"{line}: name the tests that run it"
         if cov.how is How.ELSEWHERE:
             assert cov.tests, f"{line}: name the tests that run it"
@@ -599,6 +605,27 @@ def test_alflow_help_runs_and_names_every_option_of_the_readme_line(line: str) -
     helped = CliRunner().invoke(app, [*path, "--help"], prog_name="alflow", env={"COLUMNS": "200"})
     assert helped.exit_code == 0, helped.output
     assert f"Usage: alflow {' '.join(path)}" in helped.output
+
+
+@pytest.mark.parametrize(
+    "line",
+    [line for line in COVERAGE if re.match(r"\.venv/bin/python benchmarks/\S+\.py", line)],
+    ids=lambda s: s[:60],
+)
+def test_benchmark_help_runs_and_names_every_option_of_the_readme_line(line: str) -> None:
+    script = shlex.split(line)[1]
+    helped = subprocess.run(
+        [sys.executable, script, "--help"],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    assert helped.returncode == 0, helped.stderr[-2000:]
+    unknown = {opt for opt in _options_named(line) if opt not in helped.stdout}
+    assert not unknown, f"{line}: {script} --help names no option {sorted(unknown)}"
 
 
 # --------------------------------------------------------------------------------------------
