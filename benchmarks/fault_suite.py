@@ -39,7 +39,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -386,7 +386,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_sim(box: Box, args: list[str], *, port: int, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def start_sim(
+    box: Box, args: list[str], *, port: int, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     """``python -m alflow.sim serve`` on ``port`` (the box's marker in its environment), healthy."""
     n = len(box.started)
     proc = subprocess.Popen(
@@ -401,11 +403,15 @@ def start_sim(box: Box, args: list[str], *, port: int, env: dict[str, str] | Non
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"sim exited {proc.returncode}: {(box.dir / f'sim{n}.log').read_text()[-500:]}")
-        with contextlib.suppress(OSError):
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:  # noqa: S310
-                if r.status == 200:
-                    return proc
+            raise RuntimeError(
+                f"sim exited {proc.returncode}: {(box.dir / f'sim{n}.log').read_text()[-500:]}"
+            )
+        with (
+            contextlib.suppress(OSError),
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r,
+        ):
+            if r.status == 200:
+                return proc
         time.sleep(0.2)
     raise RuntimeError("sim not healthy within 60 s")
 
@@ -423,13 +429,13 @@ def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
 def post_json(url: str, body: dict[str, Any], key: str | None = None) -> dict[str, Any]:
     headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
     request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers)
-    with urllib.request.urlopen(request, timeout=30) as r:  # noqa: S310 - loopback sim
+    with urllib.request.urlopen(request, timeout=30) as r:  # loopback sim
         return dict(json.loads(r.read()))
 
 
 def metric(url: str, name: str) -> float:
     """Sum of the samples of ``name`` (any labels) in the Prometheus text at ``url``."""
-    with urllib.request.urlopen(url, timeout=10) as r:  # noqa: S310 - loopback sim
+    with urllib.request.urlopen(url, timeout=10) as r:  # loopback sim
         text = r.read().decode()
     total = 0.0
     for line in text.splitlines():
@@ -481,7 +487,12 @@ def start_failure(box: Box) -> Verdict:
     runs = run_dirs(box)
     status = manifest(runs[-1])["status"] if runs else "no run dir"
     error = ran.first_error()
-    ok = ran.code == 1 and len(ran.error_lines()) == 1 and "m2 failed" in error and status in ("failed", "no run dir")
+    ok = (
+        ran.code == 1
+        and len(ran.error_lines()) == 1
+        and "m2 failed" in error
+        and status in ("failed", "no run dir")
+    )
     return Verdict(
         f"{code_text(ran.code)}, run {status}: {cut(error)}",
         "exit 1, one error line naming the start failure, run not complete",
@@ -552,7 +563,9 @@ def error_events(box: Box) -> Verdict:
     try:
         summary = json.loads(ran.stdout)
     except ValueError:
-        return Verdict(f"{code_text(ran.code)}, no JSON: {cut(ran.first_error())}", "exit 1 with a summary", False)
+        return Verdict(
+            f"{code_text(ran.code)}, no JSON: {cut(ran.first_error())}", "exit 1 with a summary", False
+        )
     records = table(out, "records")
     rows = 0 if records is None else records.height
     errors = 0 if records is None else records.filter(pl.col("error").is_not_null()).height
@@ -620,7 +633,8 @@ def counter_reset(box: Box) -> Verdict:
 
 def _killed_m2(box: Box, sig: signal.Signals) -> Verdict:
     config = m2_config(box, concurrencies=[2], prompts_per_concurrency=500, warmup_per_concurrency=0)
-    config["server"]["extra_args"] = ["--seed", "5"]  # real time: minutes of streaming, the kill lands mid-point
+    # real time: minutes of streaming, the kill lands mid-point
+    config["server"]["extra_args"] = ["--seed", "5"]
     config["workload"] = {"kind": "random", "isl": 64, "osl": 512}
     run = box.popen("run", "m2", "--config", str(box.config("m2.yaml", config)))
     deadline = time.monotonic() + 240
@@ -631,7 +645,9 @@ def _killed_m2(box: Box, sig: signal.Signals) -> Verdict:
         time.sleep(0.2)
     if entry is None:
         ran = box.collect(run, timeout_s=30)
-        return Verdict(f"{code_text(ran.code)} before a server started: {cut(ran.first_error())}", "a kill", False)
+        return Verdict(
+            f"{code_text(ran.code)} before a server started: {cut(ran.first_error())}", "a kill", False
+        )
     metrics_url = str(entry["base_url"]) + "/metrics"
     answered = 0.0
     deadline = time.monotonic() + 60
@@ -892,7 +908,11 @@ def print_table(results: list[Result], wall_s: float) -> None:
     def records(r: Result) -> str:
         if r.records_kept is None:
             return "-"
-        return f"{r.records_kept}/{r.records_expected}" if r.records_expected is not None else str(r.records_kept)
+        return (
+            f"{r.records_kept}/{r.records_expected}"
+            if r.records_expected is not None
+            else str(r.records_kept)
+        )
 
     header = ("scenario", "outcome", "records", "procs left", "canaries", "tracebacks", "ok")
     rows = [
@@ -907,12 +927,14 @@ def print_table(results: list[Result], wall_s: float) -> None:
          "yes" if all(v == 0 for v in t.values()) else "NO")
     )  # fmt: skip
     widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
-    line = "  ".join("{:<%d}" % w for w in widths)
+    line = "  ".join(f"{{:<{w}}}" for w in widths)
     print(line.format(*header))
     print("  ".join("-" * w for w in widths))
     for row in rows:
         print(line.format(*row))
-    print(f"\nrecords: kept/expected; procs left: after the run -> after `alflow infra cleanup`; wall {wall_s:.0f} s")
+    print(
+        f"\nrecords: kept/expected; procs left: after the run -> after `alflow infra cleanup`; wall {wall_s:.0f} s"
+    )
     for r in results:
         if not r.ok or r.details:
             print(f"\n{r.scenario} ({r.wall_s:.0f} s): expected: {r.expected}")
@@ -921,7 +943,9 @@ def print_table(results: list[Result], wall_s: float) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--only", help=f"comma-separated scenarios of: {', '.join(SCENARIOS)}")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--keep", action="store_true", help="keep the scenarios' folders (printed)")
