@@ -156,13 +156,22 @@ class Box:
     started: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        for sub in ("input", "state", "prefect", "tmp", "work"):
+        for sub in ("input", "printed", "state", "prefect", "tmp", "work"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
 
     @property
     def input(self) -> Path:
         """Files the suite itself wrote (configs holding canaries on purpose): never searched."""
         return self.dir / "input"
+
+    def record(self, ran: Ran) -> None:
+        """Keep what a command printed (searched as printed output, shown with --keep)."""
+        self.printed.append(ran.text)
+        n = len(self.printed)
+        (self.dir / "printed" / f"{n:03d}.txt").write_text(
+            f"$ {' '.join(ran.argv[2:])}\n{code_text(ran.code)}\n--- stdout\n{ran.stdout}\n--- stderr\n{ran.stderr}",
+            encoding="utf-8",
+        )
 
     @property
     def work(self) -> Path:
@@ -204,7 +213,7 @@ class Box:
             out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
             err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
             ran = Ran(argv, None, out, err + f"\n(timed out after {timeout_s} s)", time.monotonic() - started)
-        self.printed.append(ran.text)
+        self.record(ran)
         return ran
 
     def popen(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
@@ -212,8 +221,8 @@ class Box:
         n = len(self.started)
         proc = subprocess.Popen(
             [sys.executable, "-m", "alflow.cli", *args],
-            stdout=(self.dir / f"bg{n}.out").open("wb"),
-            stderr=(self.dir / f"bg{n}.err").open("wb"),
+            stdout=(self.dir / "printed" / f"bg{n}.out").open("wb"),
+            stderr=(self.dir / "printed" / f"bg{n}.err").open("wb"),
             env=self.env(env),
             cwd=self.work,
             stdin=subprocess.DEVNULL,
@@ -230,10 +239,11 @@ class Box:
             proc.kill()
             proc.wait()
             code = None
-        out = (self.dir / f"bg{n}.out").read_text(errors="replace")
-        err = (self.dir / f"bg{n}.err").read_text(errors="replace")
-        self.printed.append(out + err)
-        return Ran(tuple(str(a) for a in proc.args), code, out, err, time.monotonic() - started)  # type: ignore[union-attr]
+        out = (self.dir / "printed" / f"bg{n}.out").read_text(errors="replace")
+        err = (self.dir / "printed" / f"bg{n}.err").read_text(errors="replace")
+        ran = Ran(tuple(str(a) for a in proc.args), code, out, err, time.monotonic() - started)  # type: ignore[union-attr]
+        self.record(ran)
+        return ran
 
     def config(self, name: str, data: dict[str, Any]) -> Path:
         path = self.input / name
@@ -307,7 +317,8 @@ def canary_hits(box: Box) -> list[str]:
     hits = []
     values = {name: value.encode() for name, value in CANARIES.items()}
     for path in sorted(box.dir.rglob("*")):
-        if path.is_symlink() or not path.is_file() or box.input in path.parents:
+        skip = (box.input, box.dir / "printed")  # the suite's inputs; printed output is counted below
+        if path.is_symlink() or not path.is_file() or any(d in path.parents for d in skip):
             continue
         try:
             data = path.read_bytes()
@@ -491,6 +502,7 @@ def start_failure(box: Box) -> Verdict:
         ran.code == 1
         and len(ran.error_lines()) == 1
         and "m2 failed" in error
+        and "before it was ready" in error
         and status in ("failed", "no run dir")
     )
     return Verdict(
