@@ -35,6 +35,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -57,8 +58,6 @@ from tests.bad_inputs import (  # noqa: E402
     BASES,
     CLI_CASES,
     CONFIG_CASES,
-    CliCase,
-    ConfigCase,
     expected_name,
     materialize,
 )
@@ -154,6 +153,7 @@ class Box:
     marker: str = field(default_factory=lambda: f"{_SUITE}-{uuid.uuid4().hex[:8]}")
     printed: list[str] = field(default_factory=list)
     started: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         for sub in ("input", "printed", "state", "prefect", "tmp", "work"):
@@ -166,8 +166,9 @@ class Box:
 
     def record(self, ran: Ran) -> None:
         """Keep what a command printed (searched as printed output, shown with --keep)."""
-        self.printed.append(ran.text)
-        n = len(self.printed)
+        with self.lock:
+            self.printed.append(ran.text)
+            n = len(self.printed)
         (self.dir / "printed" / f"{n:03d}.txt").write_text(
             f"$ {' '.join(ran.argv[2:])}\n{code_text(ran.code)}\n--- stdout\n{ran.stdout}\n--- stderr\n{ran.stderr}",
             encoding="utf-8",
@@ -194,7 +195,9 @@ class Box:
         env.update(extra or {})
         return env
 
-    def alflow(self, *args: str, env: dict[str, str] | None = None, timeout_s: float = 600) -> Ran:
+    def alflow(
+        self, *args: str, env: dict[str, str] | None = None, timeout_s: float = 600, cwd: Path | None = None
+    ) -> Ran:
         argv = (sys.executable, "-m", "alflow.cli", *args)
         started = time.monotonic()
         try:
@@ -203,7 +206,7 @@ class Box:
                 capture_output=True,
                 text=True,
                 env=self.env(env),
-                cwd=self.work,
+                cwd=cwd or self.work,
                 timeout=timeout_s,
                 check=False,
                 stdin=subprocess.DEVNULL,
@@ -757,26 +760,91 @@ def _check_row(ran: Ran, names: str, fragment: str) -> tuple[bool, str]:
     return not problems, ", ".join(problems)
 
 
+_BATCH = """
+import contextlib, io, json, os, sys, traceback
+from alflow.cli import main
+rows = json.load(sys.stdin)
+out = []
+for argv in rows:
+    o, e = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e):
+        try:
+            main(argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+    out.append([code, o.getvalue(), e.getvalue()])
+json.dump(out, sys.stdout)
+"""
+"""Runs rows through ``alflow.cli.main(argv)``, the console script's entry point, in one interpreter."""
+
+
+def _run_batch(box: Box, rows: list[list[str]]) -> list[Ran]:
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", _BATCH],
+        input=json.dumps(rows),
+        capture_output=True,
+        text=True,
+        env=box.env(),
+        cwd=ROOT,  # as the table's own tests run it (a default like references/models.yaml is relative)
+        timeout=600,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the batch interpreter failed: exit {done.returncode}: {done.stderr[-2000:]}")
+    took = (time.monotonic() - started) / max(1, len(rows))
+    rans = [
+        Ran(("alflow", *argv), code, out, err, took)
+        for argv, (code, out, err) in zip(rows, json.loads(done.stdout), strict=True)
+    ]
+    for ran in rans:
+        box.record(ran)
+    return rans
+
+
 def bad_inputs(box: Box) -> Verdict:
-    def cli_row(i: int, case: CliCase) -> RowOutcome:
+    """Every row of tests/bad_inputs.py through the CLI's entry point.
+
+    Rows that set environment variables run as their own ``python -m alflow.cli`` process; the others
+    run through ``alflow.cli.main(argv)`` in two long-lived interpreters (an interpreter start per row
+    would cost ~3 s each on two busy cores; tests/integration/test_bad_inputs_cli.py runs every command
+    line row in its own process).
+    """
+    jobs: list[tuple[str, list[str], dict[str, str], str, str]] = []  # name, argv, env, names, fragment
+    for i, case in enumerate(CLI_CASES):
         tmp = box.work / f"cli{i}"
         tmp.mkdir()
         argv, env = materialize(case, tmp)
-        ran = box.alflow(*argv, env=env, timeout_s=90)
-        ok, why = _check_row(ran, expected_name(case, tmp), case.fragment)
-        return RowOutcome("cli: " + case.name, ok, why)
-
-    def config_row(i: int, case: ConfigCase) -> RowOutcome:
+        jobs.append(("cli: " + case.name, argv, env, expected_name(case, tmp), case.fragment))
+    for i, config in enumerate(CONFIG_CASES):
         path = box.input / f"config{i}.yaml"
-        path.write_bytes(case.content)
-        ran = box.alflow("run", case.flow, "--config", str(path), timeout_s=90)
-        ok, why = _check_row(ran, str(path), case.fragment)
-        return RowOutcome("config: " + case.name, ok, why)
-
-    with ThreadPoolExecutor(max_workers=2) as pool:  # two cores: two interpreter starts at a time
-        jobs = [pool.submit(cli_row, i, c) for i, c in enumerate(CLI_CASES)]
-        jobs += [pool.submit(config_row, i, c) for i, c in enumerate(CONFIG_CASES)]
-        rows = [j.result() for j in jobs]
+        path.write_bytes(config.content)
+        jobs.append(
+            (
+                "config: " + config.name,
+                ["run", config.flow, "--config", str(path)],
+                {},
+                str(path),
+                config.fragment,
+            )
+        )
+    alone = [j for j in jobs if j[2]]
+    batched = [j for j in jobs if not j[2]]
+    halves = [batched[0::2], batched[1::2]]
+    with ThreadPoolExecutor(max_workers=2) as pool:  # two cores: two interpreters at a time
+        batches = [pool.submit(_run_batch, box, [j[1] for j in half]) for half in halves]
+        singles = [pool.submit(box.alflow, *j[1], env=j[2], timeout_s=90, cwd=ROOT) for j in alone]
+        ran = {
+            j[0]: r
+            for half, b in zip(halves, batches, strict=True)
+            for j, r in zip(half, b.result(), strict=True)
+        }
+        ran.update({j[0]: s.result() for j, s in zip(alone, singles, strict=True)})
+    rows = [RowOutcome(name, *_check_row(ran[name], names, fragment)) for name, _, _, names, fragment in jobs]
     refused = sum(r.refused for r in rows)
     bad = [f"{r.name}: {r.why}" for r in rows if not r.refused]
     return Verdict(
