@@ -599,12 +599,12 @@ def counter_reset(box: Box) -> Verdict:
     load_port, metrics_port = free_port(), free_port()
     load = start_sim(box, ["--seed", "5"], port=load_port)  # real time: the load lasts seconds
     metrics_sim = start_sim(box, FAST_SIM, port=metrics_port)
-    for _ in range(12):  # counters of the metrics server well above zero before the window
+    for _ in range(6):  # counters of the metrics server well above zero before the window
         post_json(
             f"http://127.0.0.1:{metrics_port}/v1/completions",
             {"model": "sim/llama-3.3-70b", "prompt": "x " * 40, "max_tokens": 64, "ignore_eos": True},
         )
-    n = 24
+    n = 16
     out = box.work / "bench"
     bench = box.popen(
         "bench", "--base-url", f"http://127.0.0.1:{load_port}", "--metrics-url",
