@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import logging
 import math
 import os
 import signal
@@ -458,6 +459,42 @@ def _terminate_as_exit(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+class _AlflowErrorsWithoutTraceback(logging.Filter):
+    """Drop the traceback Prefect's engine logs with a failed task or flow run when the error is alflow's own.
+
+    An :class:`~alflow.errors.AlflowError` (a server that did not start, a point that aborted, a failed
+    gate) is an expected outcome with a message that says what happened; its traceback is noise on a
+    terminal (the record itself, with the message, is kept). Any other exception keeps its traceback:
+    that is a bug. Only ``alflow run`` and ``alflow demo`` install this; deployments keep Prefect's logging.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, AlflowError):
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+def quiet_expected_tracebacks() -> None:
+    """Install :class:`_AlflowErrorsWithoutTraceback` on Prefect's flow and task run loggers (once)."""
+    for name in ("prefect.flow_runs", "prefect.task_runs"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _AlflowErrorsWithoutTraceback) for f in logger.filters):
+            logger.addFilter(_AlflowErrorsWithoutTraceback())
+
+
+def print_flow_failure(what: str, message: str) -> None:
+    """``error: WHAT failed: HEADLINE`` on stderr, further lines (a server's log tail) indented below it.
+
+    So exactly one line starts with ``error:``, also when the message quotes a server log whose own
+    lines start with ``error:``.
+    """
+    headline, *rest = redact_urls_in_text(message).splitlines() or [""]
+    lines = [f"error: {what} failed: {headline}", *(f"  | {line}" for line in rest)]
+    Console(stderr=True, soft_wrap=True).print("\n".join(lines), markup=False, highlight=False)
+
+
 def prepare_local_run() -> None:
     """Before a flow runs in this process: Prefect's settings, SIGTERM handling, and a guarded temporary server.
 
@@ -466,6 +503,7 @@ def prepare_local_run() -> None:
     with a guard (:mod:`alflow.procguard`) that stops it when this process dies, however it dies.
     """
     prefect_defaults()
+    quiet_expected_tracebacks()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate_as_exit)
     from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED
@@ -539,11 +577,7 @@ def run(
     fn: Any = getattr(importlib.import_module(module), name)
     state = fn(params, return_state=True)
     if not state.is_completed():
-        err.print(
-            f"error: flow {flow} failed: {redact_urls_in_text(str(state.message))}",
-            markup=False,
-            highlight=False,
-        )
+        print_flow_failure(f"flow {flow}", str(state.message))
         raise typer.Exit(1)
     result = redact_data(
         json.loads(json.dumps(state.result(), default=str))
@@ -618,9 +652,7 @@ def demo(
     params = DemoParams(results_root=str(results_root), engine=engine.value, refresh_cache=refresh_cache)
     state: Any = demo_flow(params, return_state=True)
     if not state.is_completed():
-        Console(stderr=True, soft_wrap=True).print(
-            f"error: the demo failed: {redact_urls_in_text(str(state.message))}", markup=False
-        )
+        print_flow_failure("the demo", str(state.message))
         raise typer.Exit(1)
     out = state.result()
     took = time.perf_counter() - started

@@ -30,6 +30,21 @@ class MeasurementError(AlflowError):
     """A point could not be measured (the load aborted)."""
 
 
+PARTIAL_ATTR = "alflow_partial_measurement"
+"""Attribute set on a SIGTERM / Ctrl-C exception that stopped a load: the :class:`Measurement` so far."""
+
+
+def interrupted_measurement(
+    records: Sequence[RequestRecord], reason: str, *, duration_s: float, gpus: GpuLayout | None = None
+) -> Measurement:
+    """The requests a load recorded before the run was stopped (SIGTERM, Ctrl-C), as an aborted point."""
+    frame = records_frame(records)
+    client = summarize(frame, duration_s=max(duration_s, 1e-9), gpus=gpus)
+    return Measurement(
+        records=frame, client=client, spec_stats=None, dialect=None, aborted=reason, duration_s=duration_s
+    )
+
+
 @dataclass
 class Measurement:
     """Everything measured at one point; plain data (no live objects).

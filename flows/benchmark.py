@@ -15,6 +15,7 @@ from prefect import flow, get_run_logger, tags
 
 from alflow.acceptance.synthetic import distribution
 from alflow.config import BenchmarkParams, LoadConfig, SyntheticAcceptance, ThinkingMode
+from alflow.measure import PARTIAL_ATTR, Measurement
 from alflow.redact import redact_url
 from alflow.reports.markdown import M2Summary
 from alflow.topology import gpu_layout, topology
@@ -64,7 +65,7 @@ def benchmark(params: BenchmarkParams) -> dict[str, Any]:
     metrics: list[pl.DataFrame] = []
     failures: list[str] = []
     scheme: str | None = None
-    crashed: Exception | None = None
+    crashed: BaseException | None = None
     with writer, tags(f"model:{params.model.id}", f"framework:{server.framework}", f"k:{params.k}", "m2"):
         try:
             with server_lifetime(server, params.placement) as handle:
@@ -102,19 +103,28 @@ def benchmark(params: BenchmarkParams) -> dict[str, Any]:
                     sampling = request_sampling(
                         params.model, ThinkingMode.OFF, fixed_length=params.workload.osl
                     )
-                    m = run_load(
-                        handle,
-                        sessions,
-                        load,
-                        sampling,
-                        k=params.k,
-                        endpoint=params.workload.endpoint,
-                        warmup_sessions=warm_sessions if warm else None,
-                        progress_key=f"m2-progress-c{conc}",
-                        gpus=layout,
-                        keep_partial=True,
-                    )
-                    m = spec_stats(m, params.k)
+                    try:
+                        m = run_load(
+                            handle,
+                            sessions,
+                            load,
+                            sampling,
+                            k=params.k,
+                            endpoint=params.workload.endpoint,
+                            warmup_sessions=warm_sessions if warm else None,
+                            progress_key=f"m2-progress-c{conc}",
+                            gpus=layout,
+                            keep_partial=True,
+                        )
+                    except BaseException as stop:
+                        # SIGTERM / Ctrl-C mid-point: keep the answered requests as a partial point, store
+                        # them below, then stop as asked (re-raised at the end)
+                        partial = getattr(stop, PARTIAL_ATTR, None)
+                        if isinstance(stop, Exception) or not isinstance(partial, Measurement):
+                            raise
+                        crashed, m = stop, partial
+                    else:
+                        m = spec_stats(m, params.k)
                     subject = f"{server.framework} K={params.k} concurrency {conc}"
                     audit_details: dict[str, Any] = {}
                     if m.aborted is not None:

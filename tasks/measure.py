@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 
 from prefect import get_run_logger, task
@@ -13,8 +14,9 @@ from alflow.config import LoadConfig, ModelSpec, SamplingParams, ThinkingMode
 from alflow.datasets.random_tokens import detokenize_sessions
 from alflow.datasets.types import Session
 from alflow.loadgen.endpoints import Sampling
+from alflow.loadgen.records import RequestRecord
 from alflow.loadgen.runner import LoadSpec, Target
-from alflow.measure import Measurement, measure, window_stats
+from alflow.measure import PARTIAL_ATTR, Measurement, interrupted_measurement, measure, window_stats
 from alflow.metrics.client import GpuLayout
 from alflow.metrics.prometheus import Snapshot, scrape_all
 from infra.runners import ServerHandle
@@ -103,6 +105,7 @@ def run_load(
     layout for per-GPU throughput (:func:`alflow.topology.gpu_layout`: every node's GPUs).
     """
     log = get_run_logger()
+    recorded: list[RequestRecord] = []
 
     async def go() -> Measurement:
         todo, warm = list(sessions), list(warmup_sessions) if warmup_sessions else None
@@ -131,6 +134,7 @@ def run_load(
             progress=_ProgressArtifact(progress_key) if progress_key else None,
             compute_stats=False,
             gpus=gpus,
+            sink=recorded,
         )
 
     log.info(
@@ -140,7 +144,20 @@ def run_load(
         handle.base_url,
         load.warmup,
     )
-    result = asyncio.run(go())
+    started = time.monotonic()
+    try:
+        result = asyncio.run(go())
+    except Exception:
+        raise
+    except BaseException as stop:  # SIGTERM or Ctrl-C: the flow stores what was answered, then stops
+        if keep_partial:
+            reason = f"interrupted ({type(stop).__name__})"
+            partial = interrupted_measurement(
+                recorded, reason, duration_s=time.monotonic() - started, gpus=gpus
+            )
+            setattr(stop, PARTIAL_ATTR, partial)
+            log.error("the point was interrupted: %d requests recorded", partial.records.height)
+        raise
     if result.aborted is not None:
         log.error("the point aborted: %s (%d requests recorded)", result.aborted, result.records.height)
         if not keep_partial:

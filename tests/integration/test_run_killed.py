@@ -4,7 +4,8 @@ The run (a subprocess: the real CLI, Prefect's temporary server, the sim engine 
 runner) is killed while it streams requests. Afterwards its sim server, the guards and Prefect's
 temporary server are gone within seconds (SIGKILL: the guards of ``alflow.procguard`` stop them;
 SIGTERM: the run unwinds and stops them itself), and the registry of started servers is empty.
-The registry entry also shows the server bound loopback.
+The registry entry also shows the server bound loopback. After SIGTERM the run has stored the point it
+was streaming as partial, with the requests recorded so far.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pytest
 import yaml
 
 from alflow.procguard import same_process_alive, start_ticks
+from alflow.results.store import open_run
 
 ALFLOW = str(Path(sys.executable).with_name("alflow"))
 
@@ -113,6 +115,16 @@ def test_a_killed_run_leaves_no_server_no_guard_and_no_prefect_server(
             # the run unwound: it stopped its own server and dropped the registry entry
             assert not list((state / "servers").glob("process-*.json"))
             assert b"Traceback" not in (run.stderr.read() if run.stderr else b"")
+            # ... and stored the point it was streaming as partial, with the requests answered so far
+            # (found by benchmarks/fault_suite.py: SIGTERM used to lose them all)
+            (run_dir,) = (tmp_path / "results" / "m2").iterdir()
+            stored = open_run(run_dir)
+            assert stored.status == "failed"
+            assert stored.table("spec_stats")["partial"].to_list() == [True]
+            # (how many depends on when the signal lands; the fault suite's sigterm-m2 compares them with
+            # the server's own count of answered requests)
+            assert stored.table("requests").height >= 0
+            assert "interrupted" in " ".join(stored.json("summary")["failures"])
     finally:
         if run.poll() is None:
             run.kill()
