@@ -123,7 +123,6 @@ def test_a_killed_run_leaves_no_server_no_guard_and_no_prefect_server(
             assert stored.table("spec_stats")["partial"].to_list() == [True]
             # (how many depends on when the signal lands; the fault suite's sigterm-m2 compares them with
             # the server's own count of answered requests)
-            assert stored.table("requests").height >= 0
             assert "interrupted" in " ".join(stored.json("summary")["failures"])
     finally:
         if run.poll() is None:
