@@ -19,6 +19,9 @@ Per client and concurrency:
 - AL from the server's own counters (``vllm:spec_decode_*``) scraped just before and after the
   client's run: ``1 + accepted / drafts`` over exactly that client's window, through alflow's vLLM
   dialect (the same arithmetic for both clients);
+- the server is scraped by alflow only before and after the measured phase (``--scrape-interval 0``,
+  the default here; alflow bench's own default scrapes ``/metrics`` every second, which costs a
+  CPU-bound server some throughput: ``--scrape-interval 1`` measures that);
 - client CPU seconds per output token: user + system CPU of the client's process tree (``wait4``),
   minus the CPU of the same client doing a one-request run (interpreter start, imports, tokenizer
   loading: vLLM's client imports torch), divided by the output tokens of the measured run.
@@ -112,7 +115,9 @@ def _timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, f
     return _children_cpu() - before, wall, proc.stdout.decode()
 
 
-def _alflow_argv(base_url: str, isl: int, osl: int, conc: int, n: int, seed: int, vocab: int) -> list[str]:
+def _alflow_argv(
+    base_url: str, isl: int, osl: int, conc: int, n: int, seed: int, vocab: int, scrape_interval: float = 0.0
+) -> list[str]:
     return [
         str(Path(sys.executable).with_name("alflow")),
         "bench",
@@ -145,6 +150,8 @@ def _alflow_argv(base_url: str, isl: int, osl: int, conc: int, n: int, seed: int
         "--ignore-eos",
         "--k",
         str(K),
+        "--scrape-interval",
+        str(scrape_interval),
         "--no-progress",
         "--json",
     ]
@@ -203,9 +210,10 @@ def _alflow_run(
     base_url: str, conc: int, n: int, repeat: int, args: argparse.Namespace, baseline_cpu: float
 ) -> ClientRun:
     before = _scrape(base_url)
-    cpu, wall, out = _timed(
-        _alflow_argv(base_url, args.isl, args.osl, conc, n, args.seed + repeat, args.vocab)
+    argv = _alflow_argv(
+        base_url, args.isl, args.osl, conc, n, args.seed + repeat, args.vocab, args.scrape_interval
     )
+    cpu, wall, out = _timed(argv)
     after = _scrape(base_url)
     s = json.loads(out)
     c = s.get("client", s)
@@ -388,7 +396,8 @@ def main() -> int:
     else:
         print(
             f"\nSmolLM2-135M on vLLM {config.framework} CPU build, ngram K={K}, ISL {args.isl}, OSL {args.osl}, "
-            f"{args.prompts_per_concurrency} x concurrency prompts, {args.repeats} repeat(s), 2 shared cores\n"
+            f"{args.prompts_per_concurrency} x concurrency prompts, {args.repeats} repeat(s), alflow's background "
+            f"scrape every {args.scrape_interval:g} s (0: off), 2 shared cores\n"
         )
         print(_table(runs, concurrencies))
     return 0
