@@ -351,6 +351,14 @@ def main() -> int:
     parser.add_argument(
         "--vllm-env", type=Path, default=None, help="the vLLM environment (default .venv-vllm)"
     )
+    parser.add_argument(
+        "--scrape-interval",
+        type=float,
+        default=0.0,
+        help="alflow bench's background /metrics scrape interval (s); 0 (the default here) scrapes only before "
+        "and after, as vllm bench serve does not scrape at all; alflow bench's own default is 1 s",
+    )
+    parser.add_argument("--save", type=Path, default=None, help="write the runs as JSON here after each run")
     parser.add_argument("--json", action="store_true", help="print the runs as JSON instead of the table")
     args = parser.parse_args()
     concurrencies = [int(c) for c in args.concurrency.split(",") if c.strip()]
@@ -386,6 +394,8 @@ def main() -> int:
                         else:
                             run = _vllm_run(env, base, str(model.path), conc, n, repeat, args, v_base, tmp)
                         runs.append(run)
+                        if args.save:
+                            args.save.write_text(json.dumps([asdict(r) for r in runs], indent=2) + "\n")
                         print(
                             f"{run.client} c={conc} r={repeat}: {run.output_throughput:.2f} tok/s, "
                             f"TPOT {run.median_tpot_ms:.1f} ms, AL {run.al}, {run.wall_s:.0f} s",
