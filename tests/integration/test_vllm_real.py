@@ -151,7 +151,9 @@ def test_the_vllm_dialect_on_real_counters(served: tuple[ServerHandle, Any]) -> 
     accepted = delta("vllm:spec_decode_num_accepted_tokens")
     draft_tokens = delta("vllm:spec_decode_num_draft_tokens")
     assert drafts > 0
-    assert 0 < accepted <= draft_tokens == K * drafts
+    # vLLM's n-gram proposer drafts up to K tokens per step, fewer when the matched n-gram's continuation
+    # is shorter (seen in CI: 99 draft tokens over 35 drafts at K = 3); AL is per draft, not per draft token
+    assert 0 < accepted <= draft_tokens <= K * drafts
     assert stats["num_drafts"] == drafts
     assert stats["accepted_tokens"] == accepted
     assert stats["al"] == pytest.approx(1 + accepted / drafts, abs=1e-12)
