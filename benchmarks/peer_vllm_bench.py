@@ -43,6 +43,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -206,6 +207,36 @@ def _vllm_argv(
     ]
 
 
+def _client_run(
+    client: str,
+    conc: int,
+    n: int,
+    repeat: int,
+    summary: dict[str, Any],
+    window: tuple[Snapshot, Snapshot],
+    cpu_s: float,
+    wall_s: float,
+) -> ClientRun:
+    """One run from a client's summary (alflow's --json and vLLM's saved result share these key names)."""
+    al, drafts = _al(*window)
+    return ClientRun(
+        client,
+        conc,
+        repeat,
+        n,
+        int(summary["completed"]),
+        int(summary["total_output_tokens"]),
+        float(summary["output_throughput"]),
+        float(summary["median_ttft_ms"]),
+        float(summary["median_tpot_ms"]),
+        float(summary["median_itl_ms"]),
+        al,
+        drafts,
+        cpu_s,
+        wall_s,
+    )
+
+
 def _alflow_run(
     base_url: str, conc: int, n: int, repeat: int, args: argparse.Namespace, baseline_cpu: float
 ) -> ClientRun:
@@ -215,25 +246,9 @@ def _alflow_run(
     )
     cpu, wall, out = _timed(argv)
     after = _scrape(base_url)
-    s = json.loads(out)
-    c = s.get("client", s)
-    al, drafts = _al(before, after)
-    tokens = int(c["total_output_tokens"])
-    return ClientRun(
-        "alflow bench",
-        conc,
-        repeat,
-        n,
-        int(c["completed"]),
-        tokens,
-        float(c["output_throughput"]),
-        float(c["median_ttft_ms"]),
-        float(c["median_tpot_ms"]),
-        float(c["median_itl_ms"]),
-        al,
-        drafts,
-        max(0.0, cpu - baseline_cpu),
-        wall,
+    summary = json.loads(out)
+    return _client_run(
+        "alflow bench", conc, n, repeat, summary, (before, after), max(0.0, cpu - baseline_cpu), wall
     )
 
 
@@ -255,24 +270,9 @@ def _vllm_run(
         _vllm_env(env),
     )
     after = _scrape(base_url)
-    r = json.loads(out.read_text())
-    al, drafts = _al(before, after)
-    tokens = int(r["total_output_tokens"])
-    return ClientRun(
-        "vllm bench serve",
-        conc,
-        repeat,
-        n,
-        int(r["completed"]),
-        tokens,
-        float(r["output_throughput"]),
-        float(r["median_ttft_ms"]),
-        float(r["median_tpot_ms"]),
-        float(r["median_itl_ms"]),
-        al,
-        drafts,
-        max(0.0, cpu - baseline_cpu),
-        wall,
+    summary = json.loads(out.read_text())
+    return _client_run(
+        "vllm bench serve", conc, n, repeat, summary, (before, after), max(0.0, cpu - baseline_cpu), wall
     )
 
 

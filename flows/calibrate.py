@@ -282,9 +282,8 @@ def calibrate(params: CalibrateParams) -> dict[str, Any]:
                         entries.append(_entry(params, model, k, mode, point, dataset))
                         key = scrape_key(model.id, params.method.value, mode.value, k)
                         scrapes[key] = {"k": k, **point["modes"][mode.value]["scrapes"]}
-        except (
-            Exception
-        ) as exc:  # what was measured is stored below (not in the reference table), then raised
+        # what was measured is stored below (not in the reference table), then raised
+        except Exception as exc:
             crashed = exc
             if not entries and not partial_records:
                 raise

@@ -105,7 +105,8 @@ def _gate_params(tmp_path: Path, reference: Path, dialect: str, quality: str) ->
     )
 
 
-def test_m1_passes_a_healthy_framework_and_fails_a_degraded_one(tmp_path: Path) -> None:
+def _calibrated_reference(tmp_path: Path) -> Path:
+    """A reference table of MODEL at K = 3, measured by M0 on a healthy sim."""
     reference = tmp_path / "ref.yaml"
     calibrate(
         CalibrateParams(
@@ -119,6 +120,11 @@ def test_m1_passes_a_healthy_framework_and_fails_a_degraded_one(tmp_path: Path) 
             cache_days=0,
         )
     )
+    return reference
+
+
+def test_m1_passes_a_healthy_framework_and_fails_a_degraded_one(tmp_path: Path) -> None:
+    reference = _calibrated_reference(tmp_path)
     ok = gate(_gate_params(tmp_path, reference, "vllm", "1.0"))
     assert ok["passed"]
     assert [v["gate"] for v in ok["verdicts"]] == ["al", "gsm8k-accuracy"]
@@ -247,19 +253,7 @@ def test_m0_keeps_a_point_that_aborts_mid_way_and_leaves_the_reference_table_alo
 
 
 def test_m1_keeps_the_al_point_that_aborts_mid_way(tmp_path: Path) -> None:
-    reference = tmp_path / "ref.yaml"
-    calibrate(
-        CalibrateParams(
-            models=(MODEL,),
-            ks=(3,),
-            server=ServerConfig(framework="sim", model=MODEL.id, extra_args=FAST),
-            placement=_placement(tmp_path),
-            workload=PROMPTS,
-            load=LoadConfig(concurrency=4),
-            reference_path=str(reference),
-            cache_days=0,
-        )
-    )
+    reference = _calibrated_reference(tmp_path)
     params = _gate_params(tmp_path, reference, "vllm", "1.0")
     crashing = params.model_copy(
         update={
