@@ -44,6 +44,7 @@ from rich.text import Text
 from alflow import jsonutil
 from alflow.acceptance.stats import SpecStats
 from alflow.acceptance.synthetic import K_MAX, K_MIN
+from alflow.datasets.custom import DEFAULT_MAX_TOKENS, load_custom
 from alflow.datasets.gsm8k import load_gsm8k
 from alflow.datasets.random_tokens import (
     DEFAULT_TOKEN_LOW,
@@ -77,6 +78,7 @@ from alflow.metrics.prometheus import (
     scrape_all,
 )
 from alflow.redact import redact_data, redact_url, redact_urls_in_text
+from alflow.workloads import file_sha256
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -91,6 +93,7 @@ class DatasetName(StrEnum):
     speed_bench = "speed-bench"
     gsm8k = "gsm8k"
     random = "random"
+    custom = "custom"
 
 
 class EndpointName(StrEnum):
@@ -237,6 +240,8 @@ def _load_sessions(a: _BenchArgs, num_prompts: int) -> tuple[list[Session], list
         return load_speed_bench(a.input_file, categories=a.categories or None, **kwargs), None
     if a.categories:
         raise InvalidInputError("--category applies to --dataset speed-bench only")
+    if a.dataset is DatasetName.custom:
+        return load_custom(a.input_file, max_tokens=a.max_tokens), None
     kwargs2 = {} if a.max_tokens is None else {"max_tokens": a.max_tokens}
     return load_gsm8k(a.input_file, num_shots=a.num_shots, shots_path=a.shots_file, **kwargs2), None
 
@@ -384,6 +389,7 @@ async def _bench(a: _BenchArgs) -> tuple[dict[str, Any], bool]:
             "endpoint": a.endpoint,
             "dataset": a.dataset.value,
             "input_file": a.input_file,
+            "input_sha256": file_sha256(a.input_file) if a.input_file is not None else None,
             "categories": a.categories,
             "concurrency": spec.concurrency,
             "request_rate": spec.request_rate,
@@ -539,7 +545,11 @@ def bench(
     ] = None,
     dataset: Annotated[DatasetName, typer.Option(help="Workload.")] = DatasetName.random,
     input_file: Annotated[
-        Path | None, typer.Option(help="Dataset file (speed-bench or gsm8k JSONL).")
+        Path | None,
+        typer.Option(
+            help="Dataset file: speed-bench or gsm8k JSONL, or custom JSONL (vllm bench serve's: 'prompt', "
+            "optional 'output_tokens')."
+        ),
     ] = None,
     category: Annotated[
         list[str] | None, typer.Option(help="SPEED-Bench category or entropy tier (repeatable).")
@@ -579,7 +589,11 @@ def bench(
     ] = TransportName.fast,
     seed: Annotated[int, typer.Option(help="Seed of random prompts and arrivals.")] = 0,
     max_tokens: Annotated[
-        int | None, typer.Option(help="Output cap (default: speed-bench 4096, gsm8k 512, random --osl).")
+        int | None,
+        typer.Option(
+            help="Output cap (default: speed-bench 4096, gsm8k 512, random --osl, custom: a row's output_tokens, "
+            "else 256); with custom it overrides the rows' output_tokens."
+        ),
     ] = None,
     temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
     top_p: Annotated[float | None, typer.Option(help="Sampling top_p.")] = None,
@@ -714,7 +728,7 @@ def bench(
             seed=seed,
             spec=spec,
             sampling=Sampling(
-                max_tokens=max_tokens or (osl if dataset is DatasetName.random else 256),
+                max_tokens=max_tokens or (osl if dataset is DatasetName.random else DEFAULT_MAX_TOKENS),
                 temperature=temperature,
                 top_p=top_p,
                 top_k=top_k,

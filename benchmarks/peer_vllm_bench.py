@@ -6,29 +6,37 @@ Run from the repository root after ``bash scripts/setup.sh --vllm`` (prints a ta
         [--prompts-per-concurrency 8] [--repeats 1] [--json]
 
 One vLLM server (the demo's: ``flows.demo.vllm_cpu_server``, n-gram drafting K = 3, bf16, eager, the
-process runner from ``.venv-vllm``) serves both clients with the same workload: random token prompts
-of exactly ``--isl`` tokens, exactly ``--osl`` output tokens (``ignore_eos``), ``/v1/completions``,
-greedy, ``N = prompts-per-concurrency x concurrency`` prompts per run at each concurrency, one
-warm-up request each. Within a repeat the clients alternate (alflow first on even repeats, vLLM's
-first on odd ones) so a drift of the shared CPU does not favour one of them.
+process runner from ``.venv-vllm``; prefix caching off, so the client that goes second does not find
+the first one's prompts cached) serves both clients with **the same prompts**: for each repeat and
+concurrency the benchmark draws ``N = prompts-per-concurrency x concurrency`` random-token prompts of
+``--isl`` tokens (alflow's ``random_sessions``), turns them into text through the server's
+``/detokenize`` and writes them to one JSONL file in ``vllm bench serve``'s custom format. Both clients
+read that file (``alflow bench --dataset custom``; ``vllm bench serve --dataset-name custom
+--skip-chat-template --disable-shuffle``), send the texts in the file's order to ``/v1/completions``,
+greedy, exactly ``--osl`` output tokens (``ignore_eos``), after a warm-up with the file's first
+prompt. The server tokenizes the same text the same way for both, so the prompt tokens are equal (a
+decoded random text re-tokenizes to about ``--isl`` tokens, not exactly; the table shows the mean).
+Within a repeat the clients alternate (alflow first on even repeats, vLLM's first on odd ones) so a
+drift of the shared CPU does not favour one of them.
 
 Per client and concurrency:
 
 - output throughput (tok/s) and the median TTFT, TPOT and ITL (ms), each as the client itself reports
-  them (alflow's ``--json`` summary; ``vllm bench serve --save-result``'s JSON);
+  them (alflow's ``--json`` summary; ``vllm bench serve --save-result``'s JSON); both define TPOT per
+  request as ``(e2el - ttft) / (output tokens - 1)`` and ITL as the gaps between streamed chunks;
 - AL from the server's own counters (``vllm:spec_decode_*``) scraped just before and after the
   client's run: ``1 + accepted / drafts`` over exactly that client's window, through alflow's vLLM
   dialect (the same arithmetic for both clients);
 - the server is scraped by alflow only before and after the measured phase (``--scrape-interval 0``,
   the default here; alflow bench's own default scrapes ``/metrics`` every second, which costs a
   CPU-bound server some throughput: ``--scrape-interval 1`` measures that);
-- client CPU seconds per output token: user + system CPU of the client's process tree (``wait4``),
-  minus the CPU of the same client doing a one-request run (interpreter start, imports, tokenizer
-  loading: vLLM's client imports torch), divided by the output tokens of the measured run.
+- client CPU: user + system CPU of the client's process tree (``wait4``), in total and per output
+  token net of the same client's one-request run (interpreter start, imports, tokenizer loading:
+  vLLM's client imports torch).
 
 Targets (issue #15): alflow's throughput and median TPOT within 3% of ``vllm bench serve``'s, the
-same AL (within the run-to-run spread of the n-gram drafter), and no more client CPU per token.
-The server and both clients share two CPU cores here: the client's CPU use is also the server's loss.
+same AL, and no more client CPU per token. The server and both clients share two CPU cores here: the
+client's CPU use is also the server's loss.
 """
 
 from __future__ import annotations
@@ -51,6 +59,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from alflow.config import ProcessOptions  # noqa: E402
+from alflow.datasets.random_tokens import detokenize_sessions, random_sessions  # noqa: E402
 from alflow.metrics.dialects import get_dialect  # noqa: E402
 from alflow.metrics.prometheus import Snapshot, SnapshotWindow, parse_exposition  # noqa: E402
 from alflow.models import default_vllm_env, prepare_model  # noqa: E402
@@ -69,15 +78,25 @@ class ClientRun:
     repeat: int
     prompts: int
     completed: int
+    input_tokens: int
     output_tokens: int
     output_throughput: float
     median_ttft_ms: float
     median_tpot_ms: float
+    mean_tpot_ms: float
     median_itl_ms: float
     al: float | None
     drafts: int
     cpu_s: float
+    """User + system CPU seconds of the client's whole run (start-up included)."""
+    startup_cpu_s: float
+    """The same client's CPU seconds for a one-request run (start, imports, tokenizer)."""
     wall_s: float
+
+    @property
+    def net_cpu_s(self) -> float:
+        """CPU seconds of the measured work: the run's less the start-up's (not below 0)."""
+        return max(0.0, self.cpu_s - self.startup_cpu_s)
 
 
 def _scrape(base_url: str) -> Snapshot:
@@ -87,6 +106,16 @@ def _scrape(base_url: str) -> Snapshot:
             return await r.text()
 
     return parse_exposition(asyncio.run(get()))
+
+
+def _get_json(url: str) -> dict[str, Any]:
+    async def get() -> dict[str, Any]:
+        async with aiohttp.ClientSession() as http, http.get(url) as r:
+            r.raise_for_status()
+            data = await r.json()
+            return data if isinstance(data, dict) else {}
+
+    return asyncio.run(get())
 
 
 def _al(before: Snapshot, after: Snapshot) -> tuple[float | None, int]:
@@ -116,8 +145,21 @@ def _timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, f
     return _children_cpu() - before, wall, proc.stdout.decode()
 
 
+def _write_prompts(base_url: str, path: Path, n: int, isl: int, seed: int, vocab: int) -> None:
+    """``n`` random-token prompts of ``isl`` tokens as text (the server's /detokenize), custom JSONL."""
+    token_ids = random_sessions(n, isl=isl, osl=1, range_ratio=1.0, seed=seed, vocab_size=vocab)
+    texts = asyncio.run(detokenize_sessions(token_ids, base_url, VLLM_MODEL_ID))
+    path.write_bytes(b"".join(json.dumps({"prompt": s.turns[0].prompt}).encode() + b"\n" for s in texts))
+
+
 def _alflow_argv(
-    base_url: str, isl: int, osl: int, conc: int, n: int, seed: int, vocab: int, scrape_interval: float = 0.0
+    base_url: str,
+    prompts: Path,
+    osl: int,
+    conc: int,
+    n: int,
+    scrape_interval: float = 0.0,
+    out: Path | None = None,
 ) -> list[str]:
     return [
         str(Path(sys.executable).with_name("alflow")),
@@ -129,23 +171,17 @@ def _alflow_argv(
         "--endpoint",
         "completions",
         "--dataset",
-        "random",
-        "--isl",
-        str(isl),
-        "--osl",
+        "custom",
+        "--input-file",
+        str(prompts),
+        "--max-tokens",
         str(osl),
-        "--range-ratio",
-        "1.0",
-        "--vocab-size",
-        str(vocab),
         "--concurrency",
         str(conc),
         "--num-prompts",
         str(n),
         "--warmup",
         "1",
-        "--seed",
-        str(seed),
         "--temperature",
         "0",
         "--ignore-eos",
@@ -155,11 +191,12 @@ def _alflow_argv(
         str(scrape_interval),
         "--no-progress",
         "--json",
+        *(["--out", str(out)] if out is not None else []),
     ]
 
 
 def _vllm_argv(
-    env: Path, base_url: str, model_dir: str, isl: int, osl: int, conc: int, n: int, seed: int, out: Path
+    env: Path, base_url: str, model_dir: str, prompts: Path, osl: int, conc: int, n: int, out: Path
 ) -> list[str]:
     return [
         str(env / "bin" / "vllm"),
@@ -176,13 +213,13 @@ def _vllm_argv(
         "--tokenizer",
         model_dir,
         "--dataset-name",
-        "random",
-        "--random-input-len",
-        str(isl),
-        "--random-output-len",
+        "custom",
+        "--dataset-path",
+        str(prompts),
+        "--skip-chat-template",
+        "--disable-shuffle",
+        "--custom-output-len",
         str(osl),
-        "--random-range-ratio",
-        "0",
         "--num-prompts",
         str(n),
         "--max-concurrency",
@@ -192,14 +229,13 @@ def _vllm_argv(
         "1",
         "--temperature",
         "0",
-        "--seed",
-        str(seed),
         "--percentile-metrics",
         "ttft,tpot,itl,e2el",
         "--metric-percentiles",
         "50",
         "--disable-tqdm",
         "--save-result",
+        "--save-detailed",
         "--result-dir",
         str(out.parent),
         "--result-filename",
@@ -215,6 +251,7 @@ def _client_run(
     summary: dict[str, Any],
     window: tuple[Snapshot, Snapshot],
     cpu_s: float,
+    startup_cpu_s: float,
     wall_s: float,
 ) -> ClientRun:
     """One run from a client's summary (alflow's --json and vLLM's saved result share these key names)."""
@@ -225,55 +262,44 @@ def _client_run(
         repeat,
         n,
         int(summary["completed"]),
+        int(summary["total_input_tokens"]),
         int(summary["total_output_tokens"]),
         float(summary["output_throughput"]),
         float(summary["median_ttft_ms"]),
         float(summary["median_tpot_ms"]),
+        float(summary["mean_tpot_ms"]),
         float(summary["median_itl_ms"]),
         al,
         drafts,
         cpu_s,
+        startup_cpu_s,
         wall_s,
     )
 
 
 def _alflow_run(
-    base_url: str, conc: int, n: int, repeat: int, args: argparse.Namespace, baseline_cpu: float
-) -> ClientRun:
+    base_url: str, prompts: Path, conc: int, n: int, repeat: int, args: argparse.Namespace, baseline_cpu: float,
+    tmp: Path,
+) -> ClientRun:  # fmt: skip
     before = _scrape(base_url)
-    argv = _alflow_argv(
-        base_url, args.isl, args.osl, conc, n, args.seed + repeat, args.vocab, args.scrape_interval
-    )
-    cpu, wall, out = _timed(argv)
+    out = tmp / f"alflow-c{conc}-r{repeat}"
+    cpu, wall, stdout = _timed(_alflow_argv(base_url, prompts, args.osl, conc, n, args.scrape_interval, out))
     after = _scrape(base_url)
-    summary = json.loads(out)
-    return _client_run(
-        "alflow bench", conc, n, repeat, summary, (before, after), max(0.0, cpu - baseline_cpu), wall
-    )
+    summary = json.loads(stdout)
+    return _client_run("alflow bench", conc, n, repeat, summary, (before, after), cpu, baseline_cpu, wall)
 
 
 def _vllm_run(
-    env: Path,
-    base_url: str,
-    model_dir: str,
-    conc: int,
-    n: int,
-    repeat: int,
-    args: argparse.Namespace,
-    baseline_cpu: float,
-    tmp: Path,
-) -> ClientRun:
+    env: Path, base_url: str, model_dir: str, prompts: Path, conc: int, n: int, repeat: int,
+    args: argparse.Namespace, baseline_cpu: float, tmp: Path,
+) -> ClientRun:  # fmt: skip
     out = tmp / f"vllm-c{conc}-r{repeat}.json"
     before = _scrape(base_url)
-    cpu, wall, _ = _timed(
-        _vllm_argv(env, base_url, model_dir, args.isl, args.osl, conc, n, args.seed + repeat, out),
-        _vllm_env(env),
-    )
+    argv = _vllm_argv(env, base_url, model_dir, prompts, args.osl, conc, n, out)
+    cpu, wall, _ = _timed(argv, _vllm_env(env))
     after = _scrape(base_url)
     summary = json.loads(out.read_text())
-    return _client_run(
-        "vllm bench serve", conc, n, repeat, summary, (before, after), max(0.0, cpu - baseline_cpu), wall
-    )
+    return _client_run("vllm bench serve", conc, n, repeat, summary, (before, after), cpu, baseline_cpu, wall)
 
 
 def _vllm_env(env: Path) -> dict[str, str]:
@@ -296,8 +322,9 @@ def _ratio(a: float, b: float) -> str:
 
 def _table(runs: list[ClientRun], concurrencies: list[int]) -> str:
     lines = [
-        "| conc | client | tok/s | TTFT ms | TPOT ms | ITL ms | AL | steps | CPU ms/tok | runs |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| conc | client | in tok/req | tok/s | TTFT ms | TPOT ms | mean TPOT ms | ITL ms | AL | steps "
+        "| CPU s | net CPU ms/tok | runs |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     summary: list[str] = []
     for conc in concurrencies:
@@ -307,23 +334,29 @@ def _table(runs: list[ClientRun], concurrencies: list[int]) -> str:
             al_values = [r.al for r in rs if r.al is not None]
             tokens = sum(r.output_tokens for r in rs)
             a = {
+                "isl": sum(r.input_tokens for r in rs) / max(1, sum(r.completed for r in rs)),
                 "tps": _median([r.output_throughput for r in rs]),
                 "ttft": _median([r.median_ttft_ms for r in rs]),
                 "tpot": _median([r.median_tpot_ms for r in rs]),
+                "mtpot": _median([r.mean_tpot_ms for r in rs]),
                 "itl": _median([r.median_itl_ms for r in rs]),
                 "al": _median(al_values) if al_values else float("nan"),
                 "steps": sum(r.drafts for r in rs),
-                "cpu": 1000.0 * sum(r.cpu_s for r in rs) / tokens if tokens else float("nan"),
+                "cpu_total": sum(r.cpu_s for r in rs),
+                "cpu": 1000.0 * sum(r.net_cpu_s for r in rs) / tokens if tokens else float("nan"),
             }
             agg[client] = a
             lines.append(
-                f"| {conc} | {client} | {a['tps']:.2f} | {a['ttft']:.1f} | {a['tpot']:.2f} | {a['itl']:.2f} "
-                f"| {a['al']:.3f} | {a['steps']:.0f} | {a['cpu']:.2f} | {len(rs)} |"
+                f"| {conc} | {client} | {a['isl']:.1f} | {a['tps']:.2f} | {a['ttft']:.1f} | {a['tpot']:.2f} "
+                f"| {a['mtpot']:.2f} | {a['itl']:.2f} | {a['al']:.3f} | {a['steps']:.0f} | {a['cpu_total']:.2f} "
+                f"| {a['cpu']:.2f} | {len(rs)} |"
             )
         x, y = agg["alflow bench"], agg["vllm bench serve"]
+        ratios = " | ".join(
+            _ratio(x[key], y[key]) for key in ("isl", "tps", "ttft", "tpot", "mtpot", "itl", "al")
+        )
         lines.append(
-            f"| {conc} | ratio alflow/vllm | {_ratio(x['tps'], y['tps'])} | {_ratio(x['ttft'], y['ttft'])} "
-            f"| {_ratio(x['tpot'], y['tpot'])} | {_ratio(x['itl'], y['itl'])} | {_ratio(x['al'], y['al'])} | "
+            f"| {conc} | ratio alflow/vllm | {ratios} | | {_ratio(x['cpu_total'], y['cpu_total'])} "
             f"| {_ratio(x['cpu'], y['cpu'])} | |"
         )
         tps_ok = abs(x["tps"] / y["tps"] - 1) <= 0.03
@@ -337,16 +370,69 @@ def _table(runs: list[ClientRun], concurrencies: list[int]) -> str:
     return "\n".join([*lines, "", *summary])
 
 
+def _as_json(runs: list[ClientRun]) -> str:
+    return json.dumps([asdict(r) | {"net_cpu_s": r.net_cpu_s} for r in runs], indent=2) + "\n"
+
+
+def _measure(
+    args: argparse.Namespace, env: Path, concurrencies: list[int], work: Path
+) -> tuple[list[ClientRun], str]:
+    """Start the server, run both clients per repeat and concurrency; the runs and the vLLM version."""
+    model = prepare_model("smollm2", python=env / "bin" / "python")
+    config = vllm_cpu_server(str(model.path), k=K)
+    # prefix caching off: the client that goes second would find the first one's prompts cached
+    config = config.model_copy(update={"extra_args": (*config.extra_args, "--no-enable-prefix-caching")})
+    options = ProcessOptions(framework_env=str(env), log_dir=str(work / "logs"))
+    runs: list[ClientRun] = []
+    started = time.monotonic()
+    with lifecycle.serving(config, options) as handle:
+        base = handle.base_url
+        version = _get_json(base + "/version").get("version", "?")
+        print(f"vLLM {version} ready at {base} in {time.monotonic() - started:.0f} s", file=sys.stderr)
+        # the fixed cost of each client (start, imports, tokenizer), from a one-request run
+        one = work / "prompts-startup.jsonl"
+        _write_prompts(base, one, 1, args.isl, 99, args.vocab)
+        a_base, _, _ = _timed(_alflow_argv(base, one, 4, 1, 1))
+        v_base, _, _ = _timed(
+            _vllm_argv(env, base, str(model.path), one, 4, 1, 1, work / "base.json"), _vllm_env(env)
+        )
+        print(f"client start-up CPU: alflow {a_base:.2f} s, vllm {v_base:.2f} s", file=sys.stderr)
+        for repeat in range(args.repeats):
+            for conc in concurrencies:
+                n = args.prompts_per_concurrency * conc
+                prompts = work / f"prompts-c{conc}-r{repeat}.jsonl"
+                _write_prompts(base, prompts, n, args.isl, args.seed + 1000 * repeat + conc, args.vocab)
+                order = ("alflow", "vllm") if repeat % 2 == 0 else ("vllm", "alflow")
+                for client in order:
+                    if client == "alflow":
+                        run = _alflow_run(base, prompts, conc, n, repeat, args, a_base, work)
+                    else:
+                        run = _vllm_run(
+                            env, base, str(model.path), prompts, conc, n, repeat, args, v_base, work
+                        )
+                    runs.append(run)
+                    if args.save:
+                        args.save.write_text(_as_json(runs))
+                    print(
+                        f"{run.client} c={conc} r={repeat}: {run.output_throughput:.2f} tok/s, "
+                        f"TPOT {run.median_tpot_ms:.1f} ms, AL {run.al}, {run.wall_s:.0f} s",
+                        file=sys.stderr,
+                    )
+    return runs, version
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--isl", type=int, default=128)
-    parser.add_argument("--osl", type=int, default=64)
+    parser.add_argument(
+        "--isl", type=int, default=128, help="prompt tokens drawn per prompt (before detokenizing)"
+    )
+    parser.add_argument("--osl", type=int, default=64, help="output tokens per request (ignore_eos)")
     parser.add_argument("--concurrency", default="1,4", help="comma-separated concurrencies")
     parser.add_argument("--prompts-per-concurrency", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the shared prompts (+1000 per repeat)")
     parser.add_argument(
-        "--vocab", type=int, default=20000, help="alflow's random token ids are drawn below this"
+        "--vocab", type=int, default=20000, help="the random prompts' token ids are drawn below this"
     )
     parser.add_argument(
         "--vllm-env", type=Path, default=None, help="the vLLM environment (default .venv-vllm)"
@@ -359,55 +445,40 @@ def main() -> int:
         "and after, as vllm bench serve does not scrape at all; alflow bench's own default is 1 s",
     )
     parser.add_argument("--save", type=Path, default=None, help="write the runs as JSON here after each run")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        help="keep the prompt files, each client's per-request output (alflow's records.parquet, vLLM's "
+        "--save-detailed JSON) and the server log in this directory (default: a temporary one, removed)",
+    )
     parser.add_argument("--json", action="store_true", help="print the runs as JSON instead of the table")
     args = parser.parse_args()
     concurrencies = [int(c) for c in args.concurrency.split(",") if c.strip()]
     if not concurrencies or min(concurrencies) < 1:
         parser.error(f"--concurrency {args.concurrency!r}: give positive integers, e.g. 1,4")
+    for name in ("isl", "osl", "prompts_per_concurrency", "repeats"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} {getattr(args, name)}: give a positive integer")
     env = (args.vllm_env or default_vllm_env()).absolute()
     if not (env / "bin" / "vllm").is_file():
         parser.error(f"--vllm-env {env}: no bin/vllm there (run: bash scripts/setup.sh --vllm)")
-    model = prepare_model("smollm2", python=env / "bin" / "python")
-    config = vllm_cpu_server(str(model.path), k=K)
-    runs: list[ClientRun] = []
-    with tempfile.TemporaryDirectory(prefix="alflow-peer-") as tmp_name:
-        tmp = Path(tmp_name)
-        options = ProcessOptions(framework_env=str(env), log_dir=str(tmp / "logs"))
-        started = time.monotonic()
-        with lifecycle.serving(config, options) as handle:
-            base = handle.base_url
-            print(f"vLLM ready at {base} in {time.monotonic() - started:.0f} s", file=sys.stderr)
-            # the fixed cost of each client (start, imports, tokenizer), from a one-request run
-            a_base, _, _ = _timed(_alflow_argv(base, args.isl, 4, 1, 1, 99, args.vocab))
-            v_base, _, _ = _timed(
-                _vllm_argv(env, base, str(model.path), args.isl, 4, 1, 1, 99, tmp / "base.json"),
-                _vllm_env(env),
-            )
-            print(f"client start-up CPU: alflow {a_base:.2f} s, vllm {v_base:.2f} s", file=sys.stderr)
-            for repeat in range(args.repeats):
-                for conc in concurrencies:
-                    n = args.prompts_per_concurrency * conc
-                    order = ("alflow", "vllm") if repeat % 2 == 0 else ("vllm", "alflow")
-                    for client in order:
-                        if client == "alflow":
-                            run = _alflow_run(base, conc, n, repeat, args, a_base)
-                        else:
-                            run = _vllm_run(env, base, str(model.path), conc, n, repeat, args, v_base, tmp)
-                        runs.append(run)
-                        if args.save:
-                            args.save.write_text(json.dumps([asdict(r) for r in runs], indent=2) + "\n")
-                        print(
-                            f"{run.client} c={conc} r={repeat}: {run.output_throughput:.2f} tok/s, "
-                            f"TPOT {run.median_tpot_ms:.1f} ms, AL {run.al}, {run.wall_s:.0f} s",
-                            file=sys.stderr,
-                        )
+    if args.keep is not None:
+        if args.keep.exists() and any(args.keep.iterdir()):
+            parser.error(f"--keep {args.keep}: the directory is not empty (give a new one)")
+        args.keep.mkdir(parents=True, exist_ok=True)
+        runs, version = _measure(args, env, concurrencies, args.keep.absolute())
+    else:
+        with tempfile.TemporaryDirectory(prefix="alflow-peer-") as tmp:
+            runs, version = _measure(args, env, concurrencies, Path(tmp))
     if args.json:
-        print(json.dumps([asdict(r) for r in runs], indent=2))
+        print(_as_json(runs), end="")
     else:
         print(
-            f"\nSmolLM2-135M on vLLM {config.framework} CPU build, ngram K={K}, ISL {args.isl}, OSL {args.osl}, "
-            f"{args.prompts_per_concurrency} x concurrency prompts, {args.repeats} repeat(s), alflow's background "
-            f"scrape every {args.scrape_interval:g} s (0: off), 2 shared cores\n"
+            f"\nSmolLM2-135M on vLLM {version} (CPU build), ngram K={K}, the same prompts for both clients "
+            f"({args.isl} random tokens as text), OSL {args.osl}, {args.prompts_per_concurrency} x concurrency "
+            f"prompts, {args.repeats} repeat(s), prefix caching off, alflow's background scrape every "
+            f"{args.scrape_interval:g} s (0: off), 2 shared cores\n"
         )
         print(_table(runs, concurrencies))
     return 0

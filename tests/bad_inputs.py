@@ -587,6 +587,28 @@ CLI_CASES: list[CliCase] = [
         fragment="speed-bench only",
         names="--category",
     ),
+    _bench(
+        "--dataset",
+        "custom",
+        "--input-file",
+        "{tmp}/missing.jsonl",
+        fragment="does not exist",
+        names="{tmp}/missing.jsonl",
+    ),
+    _file(
+        "prompts.jsonl",
+        b'{"prompt": "fine"}\n{"text": "no prompt field"}\n',
+        ("bench", "--base-url", DEAD_URL, "--dataset", "custom", "--input-file", "{tmp}/prompts.jsonl"),
+        "prompts.jsonl:2: field 'prompt' is missing",
+        "bench custom row without a prompt",
+    ),
+    _file(
+        "prompts.jsonl",
+        b'{"prompt": "fine", "output_tokens": 0}\n',
+        ("bench", "--base-url", DEAD_URL, "--dataset", "custom", "--input-file", "{tmp}/prompts.jsonl"),
+        "field 'output_tokens' is 0; give a positive integer",
+        "bench custom output_tokens zero",
+    ),
     CliCase(
         "bench --out is a file",
         ("bench", "--base-url", DEAD_URL, "--out", "{tmp}/file.txt"),

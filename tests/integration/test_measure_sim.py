@@ -6,6 +6,7 @@ log, so the server's own record of every verify step is the ground truth.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import aiohttp
@@ -176,6 +177,50 @@ def test_bench_cli_json_and_out_dir_against_the_sim(tmp_path: Path) -> None:
     assert spec["sglang_server_info_avg_accept_length_lifetime"] == [pytest.approx(1 + all_acc / all_pairs)]
     assert data["since_server_start"]["num_drafts"] == all_pairs
     assert data["since_server_start"]["accepted_tokens"] == all_acc
+
+
+def test_bench_cli_custom_prompt_file_sends_its_texts_in_order_with_each_rows_cap(tmp_path: Path) -> None:
+    """vllm bench serve's custom JSONL: the texts go as they are, each row's output_tokens is its cap."""
+    runner, app = _cli()
+    prompts = tmp_path / "prompts.jsonl"
+    texts = ["def reverse(xs): return xs[::-1]", "Write a haiku about caches.", "SELECT 1;"]
+    caps = [12, None, 20]
+    prompts.write_bytes(
+        b"".join(
+            orjson.dumps({"prompt": t} | ({"output_tokens": c} if c else {})) + b"\n"
+            for t, c in zip(texts, caps, strict=True)
+        )
+    )
+    out = tmp_path / "run"
+    with SimProcess(sim_args("vllm", tmp_path / "s.jsonl")) as sim:
+        result = runner.invoke(
+            app,  # type: ignore[arg-type]
+            ["bench", "--base-url", sim.base_url, "--dataset", "custom", "--input-file", str(prompts),
+             "--endpoint", "completions", "--max-tokens", "30", "--ignore-eos", "--json", "--out", str(out)],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        override = runner.invoke(
+            app,  # type: ignore[arg-type]
+            ["bench", "--base-url", sim.base_url, "--dataset", "custom", "--input-file", str(prompts),
+             "--endpoint", "completions", "--ignore-eos", "--json", "--out", str(tmp_path / "rows")],
+        )  # fmt: skip
+        assert override.exit_code == 0, override.output
+    import polars as pl
+
+    summary = orjson.loads(result.stdout)
+    assert summary["completed"] == 3
+    assert summary["config"]["dataset"] == "custom"
+    assert summary["config"]["input_sha256"] == "sha256:" + hashlib.sha256(prompts.read_bytes()).hexdigest()
+    frame = pl.read_parquet(out / "records.parquet").sort("request_id")
+    assert frame["session_id"].to_list() == ["custom-1", "custom-2", "custom-3"]
+    assert frame["output_tokens"].to_list() == [30, 30, 30]  # --max-tokens overrides the rows
+    rows = pl.read_parquet(tmp_path / "rows" / "records.parquet").sort("request_id")
+    assert rows["output_tokens"].to_list() == [12, 256, 20]  # each row's cap, else 256
+    # the text went as it is (the sim adds BOS), not wrapped in a chat template (dozens of tokens more)
+    from alflow.sim.tokenizer import Tokenizer
+
+    tok = Tokenizer()
+    assert rows["input_tokens"].to_list() == [1 + len(tok.encode(t)) for t in texts]
 
 
 def test_bench_cli_trtllm_metrics_path_is_found(tmp_path: Path) -> None:

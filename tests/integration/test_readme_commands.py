@@ -215,6 +215,14 @@ COVERAGE: dict[str, Coverage] = {
             "tests/integration/test_secret_canary.py::test_bench_with_a_key_and_a_secret_metrics_url_leaves_no_canary",
         ),
     ),
+    "alflow bench --base-url URL --dataset custom --input-file PROMPTS.jsonl --endpoint completions --max-tokens 64 --ignore-eos": Coverage(
+        How.ELSEWHERE,
+        "the same options at a sim with a prompt file the test writes (texts in order, --max-tokens over the "
+        "rows' output_tokens)",
+        tests=(
+            "tests/integration/test_measure_sim.py::test_bench_cli_custom_prompt_file_sends_its_texts_in_order_with_each_rows_cap",
+        ),
+    ),
     "alflow metrics snapshot --url URL/metrics [--json]": Coverage(
         How.RUN,
         "at the README's sim after the bench",

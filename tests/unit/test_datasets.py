@@ -8,6 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from alflow.datasets.custom import load_custom
 from alflow.datasets.gsm8k import load_gsm8k, reference_answer
 from alflow.datasets.random_tokens import random_sessions
 from alflow.datasets.speed_bench import PLACEHOLDER, download_speed_bench, load_speed_bench
@@ -163,6 +164,42 @@ def test_gsm8k_answer_extraction_and_errors(tmp_path: Path) -> None:
     f.write_text('{"question": "q"}\n')
     with pytest.raises(InvalidInputError, match=r"g.jsonl:1: field 'answer'"):
         load_gsm8k(f)
+
+
+def test_custom_prompts_keep_file_order_and_per_row_caps_and_max_tokens_overrides_them(tmp_path: Path) -> None:
+    f = tmp_path / "p.jsonl"
+    f.write_text(
+        '{"prompt": "first", "output_tokens": 12}\n\n{"prompt": "second", "id": 7}\n'
+        '{"prompt": "third", "output_tokens": 20}\n'
+    )
+    sessions = load_custom(f)
+    assert [s.turns[0].prompt for s in sessions] == ["first", "second", "third"]
+    assert [s.turns[0].max_tokens for s in sessions] == [12, 256, 20]
+    assert [s.meta["line"] for s in sessions] == ["1", "3", "4"]
+    assert {s.category for s in sessions} == {"custom"}
+    assert [s.turns[0].max_tokens for s in load_custom(f, max_tokens=5)] == [5, 5, 5]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("", "holds no rows"),
+        ("{nope\n", r"p.jsonl:1: not valid JSON"),
+        ('["a list"]\n', r"p.jsonl:1: a row must be a JSON object"),
+        ('{"prompt": "ok"}\n{"prompt": "  "}\n', r"p.jsonl:2: field 'prompt' is missing or not a non-empty"),
+        ('{"prompt": 3}\n', r"p.jsonl:1: field 'prompt'"),
+        ('{"prompt": "a", "output_tokens": 0}\n', r"'output_tokens' is 0; give a positive integer"),
+        ('{"prompt": "a", "output_tokens": true}\n', r"'output_tokens' is True"),
+        ('{"prompt": "a", "output_tokens": "12"}\n', r"'output_tokens' is '12'"),
+    ],
+)
+def test_custom_prompt_file_errors_name_the_line_and_field(tmp_path: Path, content: str, message: str) -> None:
+    f = tmp_path / "p.jsonl"
+    f.write_text(content)
+    with pytest.raises(InvalidInputError, match=message):
+        load_custom(f)
+    with pytest.raises(InvalidInputError, match="does not exist"):
+        load_custom(tmp_path / "missing.jsonl")
 
 
 def test_random_tokens_are_reproducible_and_within_the_length_range() -> None:

@@ -1,0 +1,71 @@
+"""Custom prompts: the JSONL format ``vllm bench serve --dataset-name custom`` reads.
+
+One JSON object per line with a non-empty ``prompt`` string and, optionally, ``output_tokens`` (a
+positive integer: that row's output cap); other fields are ignored, as vLLM does. The same file drives both clients, so a comparison with
+``vllm bench serve`` sends the very same texts::
+
+    {"prompt": "Write a Python function that reverses a list.", "output_tokens": 128}
+    {"prompt": "What is the capital of Iran?"}
+
+Rows keep the file's order (``vllm bench serve`` shuffles them by its seed unless given
+``--disable-shuffle``). The text goes as it is: on the completions endpoint as the raw prompt (vLLM's
+``--skip-chat-template``), on the chat endpoint as the user message, which the server wraps in the
+model's chat template.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+
+from alflow.datasets.types import Session, Turn
+from alflow.errors import InvalidInputError
+
+DEFAULT_MAX_TOKENS = 256
+"""The output cap of a row without ``output_tokens`` (``vllm bench serve``'s ``--custom-output-len`` default)."""
+
+
+def load_custom(
+    path: str | Path, *, max_tokens: int | None = None, default_max_tokens: int = DEFAULT_MAX_TOKENS
+) -> list[Session]:
+    """Sessions of a custom prompt file.
+
+    The output cap is ``max_tokens`` when given (it overrides the rows, as ``--custom-output-len``
+    does in vLLM), else the row's ``output_tokens``, else ``default_max_tokens``. Errors name the
+    file, the line and the field.
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise InvalidInputError(f"custom prompt file {file} does not exist")
+    sessions: list[Session] = []
+    with file.open("rb") as fh:
+        for line_no, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            where = f"{file}:{line_no}"
+            try:
+                row = orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
+                raise InvalidInputError(f"{where}: not valid JSON ({exc})") from None
+            if not isinstance(row, dict):
+                raise InvalidInputError(f"{where}: a row must be a JSON object with a 'prompt' string")
+            prompt = row.get("prompt")
+            if not isinstance(prompt, str) or not prompt.strip():
+                raise InvalidInputError(f"{where}: field 'prompt' is missing or not a non-empty string")
+            given = row.get("output_tokens", default_max_tokens)
+            if isinstance(given, bool) or not isinstance(given, int) or given < 1:
+                raise InvalidInputError(
+                    f"{where}: field 'output_tokens' is {row['output_tokens']!r}; give a positive integer"
+                )
+            sessions.append(
+                Session(
+                    session_id=f"custom-{line_no}",
+                    turns=(Turn(prompt=prompt, max_tokens=given if max_tokens is None else max_tokens),),
+                    category="custom",
+                    meta={"line": str(line_no)},
+                )
+            )
+    if not sessions:
+        raise InvalidInputError(f"custom prompt file {file} holds no rows")
+    return sessions
