@@ -6,8 +6,8 @@ Run from the repository root after ``bash scripts/setup.sh --vllm`` (prints a ta
         [--prompts-per-concurrency 8] [--repeats 1] [--json]
 
 One vLLM server (the demo's: ``flows.demo.vllm_cpu_server``, n-gram drafting K = 3, bf16, eager, the
-process runner from ``.venv-vllm``; prefix caching off, so the client that goes second does not find
-the first one's prompts cached) serves both clients with **the same prompts**: for each repeat and
+process runner from ``.venv-vllm``; prefix caching off, the recipe's default, so the client that goes
+second does not find the first one's prompts cached) serves both clients with **the same prompts**: for each repeat and
 concurrency the benchmark draws ``N = prompts-per-concurrency x concurrency`` random-token prompts of
 ``--isl`` tokens (alflow's ``random_sessions``), turns them into text through the server's
 ``/detokenize`` and writes them to one JSONL file in ``vllm bench serve``'s custom format. Both clients
@@ -26,13 +26,16 @@ Per client and concurrency:
   request as ``(e2el - ttft) / (output tokens - 1)`` and ITL as the gaps between streamed chunks;
 - AL from the server's own counters (``vllm:spec_decode_*``) scraped just before and after the
   client's run: ``1 + accepted / drafts`` over exactly that client's window, through alflow's vLLM
-  dialect (the same arithmetic for both clients);
-- the server is scraped by alflow only before and after the measured phase (``--scrape-interval 0``,
-  the default here; alflow bench's own default scrapes ``/metrics`` every second, which costs a
-  CPU-bound server some throughput: ``--scrape-interval 1`` measures that);
-- client CPU: user + system CPU of the client's process tree (``wait4``), in total and per output
-  token net of the same client's one-request run (interpreter start, imports, tokenizer loading:
-  vLLM's client imports torch).
+  dialect (the same arithmetic for both clients); beside it the AL each client reports itself
+  (``vllm bench serve`` reads the same counters before and after its run);
+- alflow bench scrapes the server only before and after its measured phase here (``--scrape-interval
+  0``, the default of this benchmark; alflow bench's own default scrapes ``/metrics`` every second,
+  which costs a CPU-bound server some throughput: ``--scrape-interval 1`` measures that);
+- client CPU: user + system CPU of the client's process tree, read from ``/proc`` every 0.25 s: in
+  total, before the measured phase (interpreter start, imports, tokenizer loading, warm-up: vLLM's
+  client imports torch), and per output token during the measured phase, from its first request's
+  start to its last request's end (both clients time requests on ``time.perf_counter``, the
+  CLOCK_MONOTONIC every process here shares).
 
 Targets (issue #15): alflow's throughput and median TPOT within 3% of ``vllm bench serve``'s, the
 same AL, and no more client CPU per token. The server and both clients share two CPU cores here: the
@@ -43,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import json
 import os
 import subprocess
@@ -54,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import polars as pl
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -86,17 +91,17 @@ class ClientRun:
     mean_tpot_ms: float
     median_itl_ms: float
     al: float | None
+    """AL over the client's window from the benchmark's own scrapes, through alflow's vLLM dialect."""
+    client_al: float | None
+    """AL as the client itself reports it (alflow's spec_decode stats; vLLM's spec_decode_acceptance_length)."""
     drafts: int
     cpu_s: float
-    """User + system CPU seconds of the client's whole run (start-up included)."""
+    """User + system CPU seconds of the client's whole run (start-up and warm-up included)."""
+    phase_cpu_s: float
+    """CPU seconds of the measured phase: from its first request's start to its last request's end."""
     startup_cpu_s: float
-    """The same client's CPU seconds for a one-request run (start, imports, tokenizer)."""
+    """CPU seconds before the measured phase (interpreter, imports, tokenizer, warm-up)."""
     wall_s: float
-
-    @property
-    def net_cpu_s(self) -> float:
-        """CPU seconds of the measured work: the run's less the start-up's (not below 0)."""
-        return max(0.0, self.cpu_s - self.startup_cpu_s)
 
 
 def _scrape(base_url: str) -> Snapshot:
@@ -124,25 +129,82 @@ def _al(before: Snapshot, after: Snapshot) -> tuple[float | None, int]:
     return stats.al, int(stats.num_drafts)
 
 
-def _children_cpu() -> float:
-    usage = os.times()
-    return usage.children_user + usage.children_system
+_TICK = os.sysconf("SC_CLK_TCK")
+POLL_S = 0.25
 
 
-def _timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
-    """Run ``argv``: CPU seconds (user + system) of its reaped process tree, wall seconds, stdout.
+def _tree_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of ``pid``, its reaped children and its live descendants, from /proc."""
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            children = [
+                int(c)
+                for task in Path(f"/proc/{p}/task").iterdir()
+                for c in (task / "children").read_text().split()
+            ]
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        # fields[11..14]: utime, stime, cutime, cstime (after the state field at index 0)
+        total += sum(int(x) for x in fields[11:15]) / _TICK
+        todo += children
+    return total
+
+
+@dataclass(frozen=True)
+class CpuTrace:
+    """The client tree's CPU seconds sampled every ``POLL_S`` on ``time.perf_counter`` (CLOCK_MONOTONIC)."""
+
+    times: tuple[float, ...]
+    cpu: tuple[float, ...]
+
+    def at(self, t: float) -> float:
+        """CPU seconds used by ``t`` (linear between samples)."""
+        k = bisect.bisect_left(self.times, t)
+        if k == 0:
+            return self.cpu[0]
+        if k >= len(self.times):
+            return self.cpu[-1]
+        t0, t1, c0, c1 = self.times[k - 1], self.times[k], self.cpu[k - 1], self.cpu[k]
+        return c0 + (c1 - c0) * (t - t0) / (t1 - t0) if t1 > t0 else c1
+
+    def between(self, start: float, end: float) -> float:
+        """CPU seconds used in ``[start, end]``."""
+        return self.at(end) - self.at(start)
+
+
+def _timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str, CpuTrace]:
+    """Run ``argv``: CPU seconds of its reaped process tree, wall seconds, stdout, and its CPU over time.
 
     Fails loudly with the client's stderr. The server is not a child of this process (the process
-    runner's guard is), so only the client's tree is counted.
+    runner's guard is), so only the client's tree is counted. Both clients time their requests with
+    ``time.perf_counter`` (CLOCK_MONOTONIC, shared by every process here), so the trace gives the CPU
+    of exactly their measured phase.
     """
-    before = _children_cpu()
-    started = time.monotonic()
-    proc = subprocess.run(argv, capture_output=True, env=env, cwd=ROOT, check=False)
-    wall = time.monotonic() - started
+    usage = os.times()
+    before = usage.children_user + usage.children_system
+    times: list[float] = []
+    cpu: list[float] = []
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        started = time.monotonic()
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env, cwd=ROOT)
+        while proc.poll() is None:
+            times.append(time.perf_counter())
+            cpu.append(_tree_cpu(proc.pid))
+            time.sleep(POLL_S)
+        wall = time.monotonic() - started
+        usage = os.times()
+        total = usage.children_user + usage.children_system - before
+        times.append(time.perf_counter())
+        cpu.append(total)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(), err.read().decode(errors="replace")
     if proc.returncode != 0:
-        tail = proc.stderr.decode(errors="replace")[-3000:]
-        raise SystemExit(f"error: {Path(argv[0]).name} exited {proc.returncode}:\n{tail}")
-    return _children_cpu() - before, wall, proc.stdout.decode()
+        raise SystemExit(f"error: {Path(argv[0]).name} exited {proc.returncode}:\n{stderr[-3000:]}")
+    return total, wall, stdout, CpuTrace(tuple(times), tuple(cpu))
 
 
 def _write_prompts(base_url: str, path: Path, n: int, isl: int, seed: int, vocab: int) -> None:
@@ -249,13 +311,16 @@ def _client_run(
     n: int,
     repeat: int,
     summary: dict[str, Any],
-    window: tuple[Snapshot, Snapshot],
-    cpu_s: float,
-    startup_cpu_s: float,
-    wall_s: float,
+    scrapes: tuple[Snapshot, Snapshot],
+    measured: tuple[float, float],
+    timing: tuple[float, float, CpuTrace],
 ) -> ClientRun:
-    """One run from a client's summary (alflow's --json and vLLM's saved result share these key names)."""
-    al, drafts = _al(*window)
+    """One run from a client's summary (alflow's --json and vLLM's saved result share these key names).
+
+    ``measured`` is the measured phase on ``time.perf_counter``; ``timing`` is (CPU, wall, CPU trace).
+    """
+    al, drafts = _al(*scrapes)
+    cpu, wall, trace = timing
     return ClientRun(
         client,
         conc,
@@ -270,36 +335,59 @@ def _client_run(
         float(summary["mean_tpot_ms"]),
         float(summary["median_itl_ms"]),
         al,
+        _client_al(summary),
         drafts,
-        cpu_s,
-        startup_cpu_s,
-        wall_s,
+        cpu,
+        trace.between(*measured),
+        trace.at(measured[0]),
+        wall,
     )
 
 
+def _client_al(summary: dict[str, Any]) -> float | None:
+    """The AL the client reports: alflow's ``spec_decode.stats.al``, vLLM's ``spec_decode_acceptance_length``."""
+    if "spec_decode" in summary:
+        stats = (summary["spec_decode"] or {}).get("stats") or {}
+        value = stats.get("al")
+    else:
+        value = summary.get("spec_decode_acceptance_length")
+    return None if value is None else float(value)
+
+
 def _alflow_run(
-    base_url: str, prompts: Path, conc: int, n: int, repeat: int, args: argparse.Namespace, baseline_cpu: float,
-    tmp: Path,
-) -> ClientRun:  # fmt: skip
+    base_url: str, prompts: Path, conc: int, n: int, repeat: int, args: argparse.Namespace, tmp: Path
+) -> ClientRun:
     before = _scrape(base_url)
     out = tmp / f"alflow-c{conc}-r{repeat}"
-    cpu, wall, stdout = _timed(_alflow_argv(base_url, prompts, args.osl, conc, n, args.scrape_interval, out))
+    cpu, wall, stdout, trace = _timed(
+        _alflow_argv(base_url, prompts, args.osl, conc, n, args.scrape_interval, out)
+    )
     after = _scrape(base_url)
     summary = json.loads(stdout)
-    return _client_run("alflow bench", conc, n, repeat, summary, (before, after), cpu, baseline_cpu, wall)
+    frame = pl.read_parquet(out / "records.parquet").filter(~pl.col("warmup"))
+    first, last = frame["start_ns"].to_list(), frame["done_ns"].drop_nulls().to_list()
+    measured = (min(first) / 1e9, max(last) / 1e9)
+    return _client_run(
+        "alflow bench", conc, n, repeat, summary, (before, after), measured, (cpu, wall, trace)
+    )
 
 
 def _vllm_run(
     env: Path, base_url: str, model_dir: str, prompts: Path, conc: int, n: int, repeat: int,
-    args: argparse.Namespace, baseline_cpu: float, tmp: Path,
+    args: argparse.Namespace, tmp: Path,
 ) -> ClientRun:  # fmt: skip
     out = tmp / f"vllm-c{conc}-r{repeat}.json"
     before = _scrape(base_url)
-    argv = _vllm_argv(env, base_url, model_dir, prompts, args.osl, conc, n, out)
-    cpu, wall, _ = _timed(argv, _vllm_env(env))
+    cpu, wall, _, trace = _timed(
+        _vllm_argv(env, base_url, model_dir, prompts, args.osl, conc, n, out), _vllm_env(env)
+    )
     after = _scrape(base_url)
     summary = json.loads(out.read_text())
-    return _client_run("vllm bench serve", conc, n, repeat, summary, (before, after), cpu, baseline_cpu, wall)
+    starts, latencies = summary["start_times"], summary["latencies"]
+    measured = (min(starts), max(s + lat for s, lat in zip(starts, latencies, strict=True)))
+    return _client_run(
+        "vllm bench serve", conc, n, repeat, summary, (before, after), measured, (cpu, wall, trace)
+    )
 
 
 def _vllm_env(env: Path) -> dict[str, str]:
@@ -322,9 +410,9 @@ def _ratio(a: float, b: float) -> str:
 
 def _table(runs: list[ClientRun], concurrencies: list[int]) -> str:
     lines = [
-        "| conc | client | in tok/req | tok/s | TTFT ms | TPOT ms | mean TPOT ms | ITL ms | AL | steps "
-        "| CPU s | net CPU ms/tok | runs |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| conc | client | in tok/req | tok/s | TTFT ms | TPOT ms | mean TPOT ms | ITL ms | AL | client's AL | steps "
+        "| CPU s | start-up CPU s | CPU ms/tok | runs |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     summary: list[str] = []
     for conc in concurrencies:
@@ -341,23 +429,27 @@ def _table(runs: list[ClientRun], concurrencies: list[int]) -> str:
                 "mtpot": _median([r.mean_tpot_ms for r in rs]),
                 "itl": _median([r.median_itl_ms for r in rs]),
                 "al": _median(al_values) if al_values else float("nan"),
+                "cal": _median(cal)
+                if (cal := [r.client_al for r in rs if r.client_al is not None])
+                else float("nan"),
                 "steps": sum(r.drafts for r in rs),
                 "cpu_total": sum(r.cpu_s for r in rs),
-                "cpu": 1000.0 * sum(r.net_cpu_s for r in rs) / tokens if tokens else float("nan"),
+                "startup": _median([r.startup_cpu_s for r in rs]),
+                "cpu": 1000.0 * sum(r.phase_cpu_s for r in rs) / tokens if tokens else float("nan"),
             }
             agg[client] = a
             lines.append(
                 f"| {conc} | {client} | {a['isl']:.1f} | {a['tps']:.2f} | {a['ttft']:.1f} | {a['tpot']:.2f} "
-                f"| {a['mtpot']:.2f} | {a['itl']:.2f} | {a['al']:.3f} | {a['steps']:.0f} | {a['cpu_total']:.2f} "
-                f"| {a['cpu']:.2f} | {len(rs)} |"
+                f"| {a['mtpot']:.2f} | {a['itl']:.2f} | {a['al']:.3f} | {a['cal']:.3f} | {a['steps']:.0f} | {a['cpu_total']:.2f} "
+                f"| {a['startup']:.2f} | {a['cpu']:.2f} | {len(rs)} |"
             )
         x, y = agg["alflow bench"], agg["vllm bench serve"]
         ratios = " | ".join(
-            _ratio(x[key], y[key]) for key in ("isl", "tps", "ttft", "tpot", "mtpot", "itl", "al")
+            _ratio(x[key], y[key]) for key in ("isl", "tps", "ttft", "tpot", "mtpot", "itl", "al", "cal")
         )
         lines.append(
             f"| {conc} | ratio alflow/vllm | {ratios} | | {_ratio(x['cpu_total'], y['cpu_total'])} "
-            f"| {_ratio(x['cpu'], y['cpu'])} | |"
+            f"| {_ratio(x['startup'], y['startup'])} | {_ratio(x['cpu'], y['cpu'])} | |"
         )
         tps_ok = abs(x["tps"] / y["tps"] - 1) <= 0.03
         tpot_ok = abs(x["tpot"] / y["tpot"] - 1) <= 0.03
@@ -365,13 +457,13 @@ def _table(runs: list[ClientRun], concurrencies: list[int]) -> str:
         summary.append(
             f"concurrency {conc}: throughput within 3%: {'yes' if tps_ok else 'NO'}; median TPOT within 3%: "
             f"{'yes' if tpot_ok else 'NO'}; AL {x['al']:.3f} vs {y['al']:.3f}; "
-            f"client CPU per token not above vLLM's: {'yes' if cpu_ok else 'NO'}"
+            f"client CPU per token in the measured phase not above vLLM's: {'yes' if cpu_ok else 'NO'}"
         )
     return "\n".join([*lines, "", *summary])
 
 
 def _as_json(runs: list[ClientRun]) -> str:
-    return json.dumps([asdict(r) | {"net_cpu_s": r.net_cpu_s} for r in runs], indent=2) + "\n"
+    return json.dumps([asdict(r) for r in runs], indent=2) + "\n"
 
 
 def _measure(
@@ -380,8 +472,8 @@ def _measure(
     """Start the server, run both clients per repeat and concurrency; the runs and the vLLM version."""
     model = prepare_model("smollm2", python=env / "bin" / "python")
     config = vllm_cpu_server(str(model.path), k=K)
-    # prefix caching off: the client that goes second would find the first one's prompts cached
-    config = config.model_copy(update={"extra_args": (*config.extra_args, "--no-enable-prefix-caching")})
+    # prefix caching stays off (the recipe's default): the second client would find the first one's prompts cached
+    assert not config.enable_prefix_caching
     options = ProcessOptions(framework_env=str(env), log_dir=str(work / "logs"))
     runs: list[ClientRun] = []
     started = time.monotonic()
@@ -389,14 +481,6 @@ def _measure(
         base = handle.base_url
         version = _get_json(base + "/version").get("version", "?")
         print(f"vLLM {version} ready at {base} in {time.monotonic() - started:.0f} s", file=sys.stderr)
-        # the fixed cost of each client (start, imports, tokenizer), from a one-request run
-        one = work / "prompts-startup.jsonl"
-        _write_prompts(base, one, 1, args.isl, 99, args.vocab)
-        a_base, _, _ = _timed(_alflow_argv(base, one, 4, 1, 1))
-        v_base, _, _ = _timed(
-            _vllm_argv(env, base, str(model.path), one, 4, 1, 1, work / "base.json"), _vllm_env(env)
-        )
-        print(f"client start-up CPU: alflow {a_base:.2f} s, vllm {v_base:.2f} s", file=sys.stderr)
         for repeat in range(args.repeats):
             for conc in concurrencies:
                 n = args.prompts_per_concurrency * conc
@@ -405,11 +489,9 @@ def _measure(
                 order = ("alflow", "vllm") if repeat % 2 == 0 else ("vllm", "alflow")
                 for client in order:
                     if client == "alflow":
-                        run = _alflow_run(base, prompts, conc, n, repeat, args, a_base, work)
+                        run = _alflow_run(base, prompts, conc, n, repeat, args, work)
                     else:
-                        run = _vllm_run(
-                            env, base, str(model.path), prompts, conc, n, repeat, args, v_base, work
-                        )
+                        run = _vllm_run(env, base, str(model.path), prompts, conc, n, repeat, args, work)
                     runs.append(run)
                     if args.save:
                         args.save.write_text(_as_json(runs))
@@ -442,7 +524,7 @@ def main() -> int:
         type=float,
         default=0.0,
         help="alflow bench's background /metrics scrape interval (s); 0 (the default here) scrapes only before "
-        "and after, as vllm bench serve does not scrape at all; alflow bench's own default is 1 s",
+        "and after, as vllm bench serve does; alflow bench's own default is 1 s",
     )
     parser.add_argument("--save", type=Path, default=None, help="write the runs as JSON here after each run")
     parser.add_argument(

