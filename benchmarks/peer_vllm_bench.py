@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import bisect
+import contextlib
 import json
 import os
 import subprocess
@@ -140,16 +141,13 @@ def _tree_cpu(pid: int) -> float:
         p = todo.pop()
         try:
             fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            children = [
-                int(c)
-                for task in Path(f"/proc/{p}/task").iterdir()
-                for c in (task / "children").read_text().split()
-            ]
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
-        # fields[11..14]: utime, stime, cutime, cstime (after the state field at index 0)
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # exited meanwhile: its CPU is in its parent's cutime once reaped
+        # after the command name: state, ppid, ... utime (index 11), stime, cutime, cstime (14)
         total += sum(int(x) for x in fields[11:15]) / _TICK
-        todo += children
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
     return total
 
 
