@@ -22,16 +22,6 @@ import polars as pl
 from prefect import flow, get_run_logger, tags, task
 from prefect.context import TaskRunContext
 
-from alflow.acceptance.reference import (
-    Provenance,
-    ReferenceDiff,
-    ReferenceEntry,
-    ReferenceError,
-    ReferenceTable,
-    diff_tables,
-    load_reference,
-    update_reference,
-)
 from alflow.config import (
     CalibrateParams,
     LoadConfig,
@@ -40,6 +30,16 @@ from alflow.config import (
     ServerPlacement,
     SpeedBenchWorkload,
     ThinkingMode,
+)
+from alflow.reference import (
+    Provenance,
+    ReferenceDiff,
+    ReferenceEntry,
+    ReferenceTable,
+    ReferenceTableError,
+    diff_tables,
+    load_reference,
+    update_reference,
 )
 from alflow.reports.markdown import M0Row, M0Summary
 from alflow.results.audit import SCRAPES, scrape_key
@@ -52,7 +52,7 @@ from tasks.results import render_report, store_results
 from tasks.servers import server_lifetime
 
 
-class PartialPointError(ReferenceError):
+class PartialPointError(ReferenceTableError):
     """A calibration point aborted mid-way (the server died or stalled): what it measured comes along.
 
     ``records`` are the requests measured before the abort, ``scrapes`` the raw scrapes per thinking
@@ -135,7 +135,7 @@ def calibrate_point(
                     scrapes,
                 )
             if m.spec_stats is None or not m.spec_stats.observed:
-                raise ReferenceError(
+                raise ReferenceTableError(
                     f"no speculative steps measured for {model.id} K={spec.k} thinking={mode.value}"
                 )
             assert m.baseline is not None
@@ -212,7 +212,7 @@ def calibrate(params: CalibrateParams) -> dict[str, Any]:
     # it again under the table's lock (another run may have written it in the meantime)
     existing = load_reference(path) if path.exists() else None
     if existing is not None and existing.kind != kind:
-        raise ReferenceError(
+        raise ReferenceTableError(
             f"{path} is a {existing.kind} table; refusing to add {kind} values to it (choose another reference_path)"
         )
     writer = open_run(
@@ -268,7 +268,7 @@ def calibrate(params: CalibrateParams) -> dict[str, Any]:
                                     "k": k,
                                     **raw,
                                 }
-                        raise error if isinstance(error, BaseException) else ReferenceError(str(error))
+                        raise error if isinstance(error, BaseException) else ReferenceTableError(str(error))
                     point = state.result()
                     label = f"{model.id} K={k}"
                     if state.name == "Cached":

@@ -9,7 +9,6 @@ from prefect import get_run_logger
 from prefect.events import emit_event
 from prefect.runtime import flow_run
 
-from alflow.acceptance.reference import load_reference
 from alflow.config import (
     ModelSpec,
     ServerConfig,
@@ -19,6 +18,7 @@ from alflow.config import (
     ThinkingMode,
 )
 from alflow.errors import AlflowError
+from alflow.reference import load_reference
 from alflow.results.provenance import code_version, host_info
 from alflow.results.store import RunWriter
 

@@ -17,9 +17,9 @@ import requests
 from prefect.client.schemas.objects import State
 from pydantic import ValidationError
 
-from alflow.acceptance.reference import ReferenceError, ReferenceNotFoundError
 from alflow.errors import InvalidInputError
 from alflow.metrics.prometheus import MalformedMetricsError
+from alflow.reference import ReferenceNotFoundError, ReferenceTableError
 from infra.errors import ServerRefusedError, ServerStartError
 
 PERMANENT: tuple[type[BaseException], ...] = (
@@ -27,7 +27,7 @@ PERMANENT: tuple[type[BaseException], ...] = (
     ValidationError,
     ServerRefusedError,
     MalformedMetricsError,
-    ReferenceError,
+    ReferenceTableError,
     ReferenceNotFoundError,
 )
 """Failures that a second try cannot change."""

@@ -1,1 +1,1 @@
-"""Acceptance length: statistics, synthetic-acceptance schemes and knobs, the reference table."""
+"""Acceptance length: statistics, synthetic-acceptance schemes and knobs (pure math: imports nothing of alflow but its errors)."""

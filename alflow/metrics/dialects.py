@@ -47,6 +47,16 @@ class Dialect(Protocol):
         """Spec-decode statistics over ``window``."""
         ...
 
+    async def server_info(
+        self, base_url: str, *, session: aiohttp.ClientSession, headers: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        """What the server says about its speculation beyond the counters, for the run's summary.
+
+        Keys are prefixed with the framework's name; a server that answers nothing useful gives ``{}``
+        (a cross-check never fails a run).
+        """
+        ...
+
 
 def _need(window: CounterWindow, name: str, hint: str) -> float:
     value = window.increase(name)
@@ -67,7 +77,17 @@ def _join(*notes: str) -> str:
     return "; ".join(n for n in notes if n)
 
 
-class VllmDialect:
+class _CountersOnly:
+    """A dialect whose server says nothing about speculation beyond its counters."""
+
+    async def server_info(
+        self, base_url: str, *, session: aiohttp.ClientSession, headers: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        del base_url, session, headers
+        return {}
+
+
+class VllmDialect(_CountersOnly):
     """vLLM's ``vllm:spec_decode_*`` counters (labels ``model_name``, ``engine``; summed over engines)."""
 
     name = "vllm"
@@ -118,8 +138,18 @@ class SglangDialect:
             )
         return from_counters(steps, tokens - steps, k=k, note=_join(note, *window.notes))
 
+    async def server_info(
+        self, base_url: str, *, session: aiohttp.ClientSession, headers: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        """SGLang's lifetime AL per data-parallel rank from ``/server_info`` (a cross-check; {} when absent)."""
+        try:
+            values = await sglang_server_info_al(base_url, session=session, headers=headers)
+        except AlflowError:
+            return {}
+        return {"sglang_server_info_avg_accept_length_lifetime": values}
 
-class TrtllmDialect:
+
+class TrtllmDialect(_CountersOnly):
     """TensorRT-LLM's ``trtllm_spec_decode_*`` counters at ``/prometheus/metrics``."""
 
     name = "trtllm"

@@ -9,7 +9,7 @@ Usage::
     html = render_comparison([run_a, run_b])                              # side by side
 
 Exports to peers' layouts live in :mod:`alflow.reports.exports` (AL matrix CSV, InferenceX rows);
-``alflow report`` (:mod:`alflow.reports.cli`) is the command line.
+``alflow report`` (:mod:`alflow.cli.report`) is the command line.
 """
 
 from __future__ import annotations

@@ -23,7 +23,9 @@ from alflow.acceptance.synthetic import distribution
 from alflow.errors import AlflowError
 from alflow.metrics.client import per_request
 from alflow.reports import svg
+from alflow.reports.exports import al_matrix
 from alflow.results.store import StoredRun
+from alflow.results.view import framework, get_path, image, json_or_none, m2_points, model_id, table_or_none
 
 SIMULATED_BANNER: Final = (
     "SIMULATED DATA: every number in this report comes from alflow's simulated serving engine, "
@@ -102,70 +104,11 @@ def _num(value: object) -> float | None:
     return svg.finite(value)
 
 
-def _get(data: Mapping[str, Any] | None, *path: str) -> Any:
-    cur: Any = data
-    for key in path:
-        if not isinstance(cur, Mapping):
-            return None
-        cur = cur.get(key)
-    return cur
-
-
-def _table_or_none(run: StoredRun, name: str) -> pl.DataFrame | None:
-    if not run.has(f"{name}.parquet"):
-        return None
-    try:
-        return run.table(name)
-    except AlflowError:
-        return None
-
-
-def _json_or_none(run: StoredRun, name: str) -> dict[str, Any] | None:
-    if not run.has(f"{name}.json"):
-        return None
-    try:
-        return run.json(name)
-    except AlflowError:
-        return None
-
-
-def model_id(run: StoredRun) -> str | None:
-    """The model the run served (from its configuration)."""
-    config = run.manifest.get("config") or {}
-    mid = _get(config, "model", "id") or _get(config, "server", "model")
-    if mid is None and isinstance(config.get("models"), list):
-        mids = [str(m.get("id")) for m in config["models"] if isinstance(m, Mapping)]
-        mid = ", ".join(mids) or None
-    return None if mid is None else str(mid)
-
-
-def framework(run: StoredRun) -> str | None:
-    """The serving framework of the run (provenance first, then configuration)."""
-    prov = run.manifest.get("provenance") or {}
-    fw = _get(prov, "server", "provenance", "framework") or _get(
-        run.manifest.get("config"), "server", "framework"
-    )
-    return None if fw is None else str(fw)
-
-
-def image(run: StoredRun) -> tuple[str | None, str | None]:
-    """The container image and its digest, where the run had one."""
-    prov = run.manifest.get("provenance") or {}
-    server = _get(prov, "server") or {}
-    img = (
-        _get(server, "image")
-        or _get(server, "provenance", "image")
-        or _get(run.manifest.get("config"), "server", "image")
-    )
-    digest = _get(server, "image_digest")
-    return (None if img is None else str(img), None if digest is None else str(digest))
-
-
 def run_label(run: StoredRun) -> str:
     """A short label for comparisons: flow, framework (and metrics dialect where it differs), image, K, run id."""
     config = run.manifest.get("config") or {}
     fw = framework(run) or "?"
-    dialect = _get(run.manifest.get("provenance"), "server", "dialect")
+    dialect = get_path(run.manifest.get("provenance"), "server", "dialect")
     if dialect and dialect != fw:
         fw = f"{fw}/{dialect}"
     parts = [str(run.manifest.get("flow", "?")), fw]
@@ -182,7 +125,7 @@ def _facts(run: StoredRun) -> list[tuple[str, str]]:
     m = run.manifest
     prov = m.get("provenance") or {}
     img, digest = image(run)
-    command = _get(prov, "server", "provenance", "command")
+    command = get_path(prov, "server", "provenance", "command")
     facts = [
         ("Flow", str(m.get("flow"))),
         ("Run id", str(m.get("run_id"))),
@@ -194,11 +137,11 @@ def _facts(run: StoredRun) -> list[tuple[str, str]]:
         ("Image", img or "-"),
         ("Image digest", digest or "-"),
         ("Code version", str(prov.get("code_version") or "-")),
-        ("Host", str(_get(prov, "host", "host") or "-")),
+        ("Host", str(get_path(prov, "host", "host") or "-")),
         (
             "GPUs",
             ", ".join(
-                str(g.get("name")) for g in (_get(prov, "host", "gpus") or []) if isinstance(g, Mapping)
+                str(g.get("name")) for g in (get_path(prov, "host", "gpus") or []) if isinstance(g, Mapping)
             )
             or "-",
         ),
@@ -239,7 +182,7 @@ def _base(run: StoredRun, title: str) -> Report:
         )
     elif run.status == "failed":
         warnings.append(f"This run FAILED: {run.manifest.get('error') or 'no error text recorded'}")
-    summary = _json_or_none(run, "summary") or {}
+    summary = json_or_none(run, "summary") or {}
     if summary.get("partial"):
         why = "; ".join(str(f) for f in summary.get("failures") or []) or "a point stopped mid-way"
         warnings.append(f"PARTIAL results (what was measured before the failure is kept): {why}")
@@ -263,14 +206,14 @@ def _entry_label(e: Mapping[str, Any], *, with_k: bool = True) -> str:
 
 
 def _entry_category(run: StoredRun, e: Mapping[str, Any]) -> str:
-    cat = e.get("category") or _get(run.manifest.get("config"), "workload", "category")
+    cat = e.get("category") or get_path(run.manifest.get("config"), "workload", "category")
     return str(cat or "all")
 
 
 def build_m0(run: StoredRun) -> Report:
     """M0: AL by K per thinking mode, per-position curves, category matrix, diff to the previous table."""
     report = _base(run, "M0 calibration: reference acceptance length")
-    summary = _json_or_none(run, "summary") or {}
+    summary = json_or_none(run, "summary") or {}
     entries = [e for e in summary.get("entries") or [] if isinstance(e, Mapping)]
     if not entries:
         report.sections.append(Section("Results", paragraphs=["The run stored no calibration entries."]))
@@ -459,7 +402,7 @@ def svg_figure(chart: svg.Chart, caption: str = "") -> Figure:
 def build_m1(run: StoredRun) -> Report:
     """M1: the verdict, AL with its CI against the threshold, GSM8K scores against theirs."""
     report = _base(run, "M1 evaluation gate")
-    summary = _json_or_none(run, "summary") or {}
+    summary = json_or_none(run, "summary") or {}
     verdicts = [v for v in summary.get("verdicts") or [] if isinstance(v, Mapping)]
     if "passed" in summary:
         passed = bool(summary["passed"])
@@ -472,7 +415,7 @@ def build_m1(run: StoredRun) -> Report:
         report.verdict_passed = False
     for v in verdicts:
         if v.get("gate") == "al":
-            report.sections.append(_al_gate_section(v, _table_or_none(run, "spec_stats")))
+            report.sections.append(_al_gate_section(v, table_or_none(run, "spec_stats")))
         elif v.get("gate") == "gsm8k-accuracy":
             report.sections.append(_gsm8k_section(v, summary.get("gsm8k")))
         else:
@@ -596,7 +539,7 @@ def _gsm8k_section(v: Mapping[str, Any], gsm8k: object) -> Section:
         "GSM8K accuracy gate", paragraphs=[str(v.get("message"))], status="pass" if passed else "fail"
     )
     threshold = _num(v.get("threshold"))
-    scores = _get(gsm8k if isinstance(gsm8k, Mapping) else None, "scores")
+    scores = get_path(gsm8k if isinstance(gsm8k, Mapping) else None, "scores")
     rows = []
     if isinstance(scores, Mapping):
         for name, s in scores.items():
@@ -682,18 +625,9 @@ def _steps(point: Mapping[str, Any]) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def m2_points(run: StoredRun) -> list[dict[str, Any]]:
-    """The M2 points (one per concurrency): ``spec_stats.parquet``, else the summary's points."""
-    frame = _table_or_none(run, "spec_stats")
-    if frame is not None and frame.height:
-        return [dict(r) for r in frame.iter_rows(named=True)]
-    summary = _json_or_none(run, "summary") or {}
-    return [dict(p) for p in summary.get("points") or [] if isinstance(p, Mapping)]
-
-
 def latency_percentiles(run: StoredRun, percentiles: Sequence[float] = (50, 90, 99)) -> pl.DataFrame | None:
     """Per concurrency: TTFT, TPOT, ITL and E2E latency percentiles from ``requests.parquet``."""
-    records = _table_or_none(run, "requests")
+    records = table_or_none(run, "requests")
     if records is None or records.height == 0 or "concurrency" not in records.columns:
         return None
     req = per_request(records).filter(pl.col("ok"))
@@ -722,9 +656,11 @@ def audit_spread(run: StoredRun, point: Mapping[str, Any]) -> dict[str, float | 
     ``allowed = max(abs_tol, z * std / sqrt(n))`` (``z`` = 3.29 as in the audit, ``std`` the
     scheme's per-step standard deviation, ``n`` the verify steps); None where unknown.
     """
-    summary = _json_or_none(run, "summary") or {}
+    summary = json_or_none(run, "summary") or {}
     config = run.manifest.get("config") or {}
-    scheme = point.get("scheme") or summary.get("scheme") or _get(run.manifest.get("provenance"), "scheme")
+    scheme = (
+        point.get("scheme") or summary.get("scheme") or get_path(run.manifest.get("provenance"), "scheme")
+    )
     target, k = _num(point.get("target_al")), point.get("k")
     out: dict[str, float | None] = {"expected": None, "std": None, "allowed": None}
     if scheme is None or target is None or not isinstance(k, int):
@@ -749,7 +685,7 @@ def _curve_key(p: Mapping[str, Any]) -> str:
 def build_m2(run: StoredRun) -> Report:
     """M2: throughput per GPU vs interactivity, latency percentiles vs concurrency, the synthetic audit."""
     report = _base(run, "M2 synthetic benchmark")
-    summary = _json_or_none(run, "summary") or {}
+    summary = json_or_none(run, "summary") or {}
     points = m2_points(run)
     config = run.manifest.get("config") or {}
     if summary.get("scheme"):
@@ -1010,7 +946,7 @@ BUILDERS: Final[dict[str, Callable[[StoredRun], Report]]] = {"m0": build_m0, "m1
 def build_generic(run: StoredRun) -> Report:
     """Any other flow: run facts and the summary as JSON."""
     report = _base(run, f"{run.manifest.get('flow')} run")
-    summary = _json_or_none(run, "summary")
+    summary = json_or_none(run, "summary")
     if summary is not None:
         report.sections.append(Section("Summary", paragraphs=[jsonutil.dumps(summary)]))
     return report
@@ -1055,7 +991,7 @@ def build_comparison(runs: Sequence[StoredRun]) -> Report:
                             model_id(r) or "-",
                             framework(r) or "-",
                             image(r)[0] or "-",
-                            fmt(_get(r.manifest.get("config"), "k")),
+                            fmt(get_path(r.manifest.get("config"), "k")),
                             r.dir,
                         ]
                         for r in runs
@@ -1073,8 +1009,6 @@ def build_comparison(runs: Sequence[StoredRun]) -> Report:
     m1 = [r for r in runs if r.manifest.get("flow") == "m1"]
     if m1:
         report.sections.append(_compare_m1(m1))
-    from alflow.reports.exports import al_matrix
-
     al_runs = [r for r in runs if r.manifest.get("flow") in ("m0", "m1")]
     if al_runs:
         frame = al_matrix(al_runs)
@@ -1164,7 +1098,7 @@ def _compare_m2(runs: Sequence[StoredRun]) -> Section:
 def _compare_m1(runs: Iterable[StoredRun]) -> Section:
     rows = []
     for r in runs:
-        summary = _json_or_none(r, "summary") or {}
+        summary = json_or_none(r, "summary") or {}
         by_gate = {str(v.get("gate")): v for v in summary.get("verdicts") or [] if isinstance(v, Mapping)}
         al = by_gate.get("al") or {}
         acc = by_gate.get("gsm8k-accuracy") or {}
@@ -1175,10 +1109,10 @@ def _compare_m1(runs: Iterable[StoredRun]) -> Section:
                 run_label(r),
                 "-" if "passed" not in summary else ("PASSED" if summary["passed"] else "FAILED"),
                 fmt(al.get("al"), 4),
-                f"[{fmt(_get(ci, 'low'), 4)}, {fmt(_get(ci, 'high'), 4)}]",
+                f"[{fmt(get_path(ci, 'low'), 4)}, {fmt(get_path(ci, 'high'), 4)}]",
                 fmt(al.get("threshold"), 4),
-                fmt(_get(scores, "strict-match"), 4),
-                fmt(_get(scores, "flexible-extract"), 4),
+                fmt(get_path(scores, "strict-match"), 4),
+                fmt(get_path(scores, "flexible-extract"), 4),
                 fmt(acc.get("threshold"), 4),
             ]
         )

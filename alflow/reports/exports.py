@@ -29,8 +29,8 @@ import polars as pl
 
 from alflow import jsonutil
 from alflow.metrics.client import GpuLayout, summarize
-from alflow.reports.content import framework, image, m2_points, model_id
 from alflow.results.store import StoredRun
+from alflow.results.view import framework, get_path, image, m2_points, model_id
 
 INFERENCEX_HEAD: Final = (
     "hw",
@@ -62,15 +62,6 @@ def _f(value: object) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def _get(data: object, *path: str) -> Any:
-    cur: Any = data
-    for key in path:
-        if not isinstance(cur, Mapping):
-            return None
-        cur = cur.get(key)
-    return cur
-
-
 # --------------------------------------------------------------------------------------------
 # Acceptance-length matrix
 
@@ -78,7 +69,7 @@ def _get(data: object, *path: str) -> Any:
 def _cells(run: StoredRun) -> list[dict[str, Any]]:
     """(label, category, al, steps, accepted) cells of one M0 or M1 run."""
     config = run.manifest.get("config") or {}
-    category = str(_get(config, "workload", "category") or "all")
+    category = str(get_path(config, "workload", "category") or "all")
     fw = framework(run) or "?"
     out: list[dict[str, Any]] = []
     flow = run.manifest.get("flow")
@@ -86,7 +77,7 @@ def _cells(run: StoredRun) -> list[dict[str, Any]]:
         for e in run.json("summary").get("entries") or []:
             if not isinstance(e, Mapping):
                 continue
-            efw = _get(e, "provenance", "framework") or fw
+            efw = get_path(e, "provenance", "framework") or fw
             out.append(
                 {
                     "label": f"{e.get('model')} [{efw} {e.get('method')} K={e.get('k')} thinking={e.get('thinking')}]",
@@ -204,8 +195,8 @@ def inferencex_rows(run: StoredRun) -> list[dict[str, Any]]:
     config = run.manifest.get("config") or {}
     prov = run.manifest.get("provenance") or {}
     summary = run.json("summary") if run.has("summary.json") else {}
-    par = _get(config, "server", "parallelism") or {}
-    gpus = [g for g in _get(prov, "host", "gpus") or [] if isinstance(g, Mapping)]
+    par = get_path(config, "server", "parallelism") or {}
+    gpus = [g for g in get_path(prov, "host", "gpus") or [] if isinstance(g, Mapping)]
     simulated = bool(run.manifest.get("simulated"))
     hw = str(gpus[0].get("name")) if gpus else ("simulated" if simulated else None)
     model = model_id(run)
@@ -225,8 +216,8 @@ def inferencex_rows(run: StoredRun) -> list[dict[str, Any]]:
             "precision": config.get("precision"),
             "spec_decoding": str(config.get("method") or "none"),
             "disagg": False,
-            "isl": _get(config, "workload", "isl"),
-            "osl": _get(config, "workload", "osl"),
+            "isl": get_path(config, "workload", "isl"),
+            "osl": get_path(config, "workload", "osl"),
             "is_multinode": False,
             "tp": tp,
             "ep": ep,

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from alflow.acceptance.reference import ReferenceEntry, load_reference
 from alflow.errors import AlflowError
 from alflow.metrics.dialects import get_dialect
 from alflow.metrics.prometheus import Snapshot, SnapshotWindow
+from alflow.reference import ReferenceEntry, load_reference
 from alflow.results.store import StoredRun, StoreError, open_run
 
 SCRAPES = "scrapes"

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from alflow.acceptance.reference import load_reference
 from alflow.acceptance.stats import from_steps
 from alflow.config import (
     BenchmarkParams,
@@ -26,6 +25,7 @@ from alflow.config import (
     SpeedBenchWorkload,
 )
 from alflow.evals.run import bundled_gsm8k
+from alflow.reference import load_reference
 from alflow.results.store import open_run
 from flows.benchmark import benchmark
 from flows.calibrate import calibrate

@@ -121,7 +121,7 @@ async def test_multi_turn_session_sends_history_with_the_live_reply(tmp_path: Pa
 def _cli() -> tuple[CliRunner, object]:
     import typer
 
-    from alflow.measure_cli import register
+    from alflow.cli.bench import register
 
     app = typer.Typer()
 

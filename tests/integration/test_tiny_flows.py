@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from alflow.acceptance.reference import load_reference
 from alflow.config import DemoParams
+from alflow.reference import load_reference
 from alflow.results.store import open_run
 from flows.demo import TINY_MODEL_ID, demo
 

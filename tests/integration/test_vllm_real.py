@@ -23,7 +23,6 @@ from typing import Any
 import aiohttp
 import pytest
 
-from alflow.acceptance.reference import load_reference
 from alflow.config import (
     DemoParams,
     GateParams,
@@ -39,6 +38,7 @@ from alflow.config import (
 from alflow.metrics.dialects import get_dialect
 from alflow.metrics.prometheus import Snapshot, SnapshotWindow, parse_exposition
 from alflow.models import PreparedModel, prepare_model
+from alflow.reference import load_reference
 from alflow.results.audit import SCRAPES
 from alflow.results.store import open_run
 from alflow.workloads import tiny_prompts_path

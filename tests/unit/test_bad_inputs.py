@@ -13,11 +13,11 @@ import aiohttp
 import pytest
 import yaml
 
-from alflow.acceptance import reference as ref
-from alflow.cli import load_params
+from alflow import reference as ref
+from alflow.bench import check_out_dir
+from alflow.cli.run import load_params
 from alflow.config import BenchmarkParams, CalibrationCatalogue
 from alflow.errors import InvalidInputError
-from alflow.measure_cli import check_out_dir
 from alflow.metrics.client import check_percentiles
 from alflow.metrics.prometheus import MalformedMetricsError, ScrapeError, parse_exposition
 from alflow.yamlfile import load_yaml, load_yaml_model
@@ -105,7 +105,7 @@ def test_reference_errors_keep_their_entry_names(tmp_path: Path) -> None:
     )
     path = tmp_path / "ref.yaml"
     path.write_text(text, encoding="utf-8")
-    with pytest.raises(ref.ReferenceError, match=r"entries\[0\]\.k \(.* K=True\): .*valid integer"):
+    with pytest.raises(ref.ReferenceTableError, match=r"entries\[0\]\.k \(.* K=True\): .*valid integer"):
         ref.load_reference(path)
 
 
@@ -200,7 +200,7 @@ def test_transient_failures_retry(exc: BaseException) -> None:
         ServerRefusedError("bad flag"),
         MalformedMetricsError("NaN counter"),
         ScrapeError("metrics answered HTTP 404", status=404),
-        ref.ReferenceError("bad table"),
+        ref.ReferenceTableError("bad table"),
         _caused(InvalidInputError("bad"), TimeoutError()),
         ValueError("a bug"),
         KeyError("a bug"),

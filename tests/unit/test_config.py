@@ -7,8 +7,7 @@ import inspect
 import pydantic
 import pytest
 
-from alflow import config
-from alflow.acceptance import reference
+from alflow import config, reference
 from alflow.acceptance.synthetic import SyntheticAcceptanceError
 from alflow.config import (
     GateTolerances,

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from alflow.cli import _AlflowErrorsWithoutTraceback, print_flow_failure, quiet_expected_tracebacks
+from alflow.cli.run import _AlflowErrorsWithoutTraceback, print_flow_failure, quiet_expected_tracebacks
 from infra.errors import ServerStartError
 
 

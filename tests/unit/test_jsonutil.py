@@ -97,7 +97,7 @@ def test_any_data_gives_strict_json_and_keeps_finite_numbers(data: Any) -> None:
 
 @pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
 def test_the_cli_json_output_is_strict(value: float, capsys: pytest.CaptureFixture[str]) -> None:
-    from alflow.cli import emit_json
+    from alflow.cli.common import emit_json
 
     emit_json({"x": value})
     assert _strict_loads(capsys.readouterr().out) == {"x": None, "x_note": f"not finite: {_word(value)}"}

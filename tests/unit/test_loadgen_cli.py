@@ -14,7 +14,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from alflow.measure_cli import register
+from alflow.cli.bench import register
 
 FIX = Path(__file__).parent.parent / "fixtures" / "prometheus"
 

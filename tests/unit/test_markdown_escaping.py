@@ -165,7 +165,7 @@ def test_bench_table_prints_a_hostile_model_name_as_typed(sse_server: str, name:
 def test_demo_summaries_print_hostile_names_as_typed() -> None:
     from rich.console import Console
 
-    from alflow.cli import _print_demo, _print_tiny_demo, _print_vllm_demo
+    from alflow.cli.demo import _print_demo, _print_tiny_demo, _print_vllm_demo
 
     name = " ".join(v for v in HOSTILE if "\n" not in v)
     entry = {"model": name, "thinking": "off", "k": 3, "al": 2.5, "num_drafts": 10}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from alflow.acceptance import reference as ref
+from alflow import reference as ref
 from alflow.config import SamplingParams, ThinkingMode
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,21 +105,21 @@ def test_invalid_tables_name_file_entry_and_field(tmp_path: Path, mutate, fragme
     mutate(data)
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(data))
-    with pytest.raises(ref.ReferenceError) as info:
+    with pytest.raises(ref.ReferenceTableError) as info:
         ref.load_reference(path)
     assert str(path) in str(info.value)
     assert fragment in str(info.value)
 
 
 def test_unreadable_and_malformed_files(tmp_path: Path) -> None:
-    with pytest.raises(ref.ReferenceError, match="cannot read"):
+    with pytest.raises(ref.ReferenceTableError, match="cannot read"):
         ref.load_reference(tmp_path / "missing.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("entries: [\n")
-    with pytest.raises(ref.ReferenceError, match="not valid YAML"):
+    with pytest.raises(ref.ReferenceTableError, match="not valid YAML"):
         ref.load_reference(bad)
     bad.write_text("- 1\n- 2\n")
-    with pytest.raises(ref.ReferenceError, match="a YAML mapping, got list"):
+    with pytest.raises(ref.ReferenceTableError, match="a YAML mapping, got list"):
         ref.load_reference(bad)
 
 
@@ -188,11 +188,11 @@ def test_update_refuses_a_damaged_table_and_leaves_it(tmp_path: Path) -> None:
     ref.update_reference(path, [_entry(1, 1.5)], new=_empty())
     damaged = path.read_text().replace("al: 1.5", "al: 9.5")
     path.write_text(damaged)
-    with pytest.raises(ref.ReferenceError, match=rf"^{path}: entries\[0\]"):
+    with pytest.raises(ref.ReferenceTableError, match=rf"^{path}: entries\[0\]"):
         ref.update_reference(path, [_entry(2, 1.7)], new=_empty())
     assert path.read_text() == damaged
     path.write_text("entries: [\n")
-    with pytest.raises(ref.ReferenceError, match=rf"^{path}: not valid YAML"):
+    with pytest.raises(ref.ReferenceTableError, match=rf"^{path}: not valid YAML"):
         ref.update_reference(path, [_entry(2, 1.7)], new=_empty())
     assert path.read_text() == "entries: [\n"
 
@@ -201,7 +201,7 @@ def test_update_refuses_another_kind(tmp_path: Path) -> None:
     path = tmp_path / "coding.yaml"
     ref.update_reference(path, [_entry(1, 1.5)], new=_empty("simulated"))
     before = path.read_bytes()
-    with pytest.raises(ref.ReferenceError, match="is a simulated table; refusing to add measured"):
+    with pytest.raises(ref.ReferenceTableError, match="is a simulated table; refusing to add measured"):
         ref.update_reference(path, [_entry(2, 1.7)], new=_empty())
     assert path.read_bytes() == before
 

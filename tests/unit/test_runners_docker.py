@@ -160,7 +160,7 @@ class FakeContainers:
         self.items = items
         self.filters: Any = None
 
-    def list(self, all: bool, filters: Any) -> list[FakeContainer]:
+    def list(self, all: bool, filters: Any) -> list[FakeContainer]:  # noqa: A002 - docker SDK keyword
         assert all
         self.filters = filters
         return self.items

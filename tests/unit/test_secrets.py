@@ -11,13 +11,13 @@ import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
+from alflow.bench import served_model as _served_model
 from alflow.cli import app
 from alflow.config import ServerConfig
 from alflow.datasets.random_tokens import detokenize_sessions, random_sessions
 from alflow.errors import InvalidInputError
 from alflow.loadgen import LoadSpec, Target, run_load
 from alflow.loadgen.client import auth_headers
-from alflow.measure_cli import _served_model
 from alflow.openai_api import ApiError, check_api_key
 from alflow.redact import is_secret_name, redact_data, redact_url, redact_urls_in_text
 from alflow.results.store import RunWriter, open_run

@@ -3,30 +3,28 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 import tempfile
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from alflow import jsonutil
+from alflow.cli.common import JsonOpt, console, emit_json, fail
 from alflow.errors import AlflowError
 from alflow.evals.gsm8k import DEFAULT_MAX_TOKENS, DEFAULT_SHOTS, PromptConfig
 from alflow.evals.lm_eval_backend import run_lm_eval
 from alflow.evals.run import Gsm8kRequest, evaluate_gsm8k
 from alflow.evals.thresholds import load_thresholds
 from alflow.gates import accuracy_gate
-from alflow.redact import redact_urls_in_text
 
 eval_app = typer.Typer(help="Accuracy evaluations (the M1 accuracy gate).", no_args_is_help=True)
 
 
 def register(app: typer.Typer) -> None:
-    """Add the ``eval`` sub-app to the root command."""
+    """Add ``alflow eval`` to ``app``."""
     app.add_typer(eval_app, name="eval")
 
 
@@ -65,10 +63,9 @@ def gsm8k(
     out: Annotated[
         Path | None, typer.Option("--out", help="Write per-question results as JSON here.")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Score GSM8K (strict-match and flexible-extract) and apply the accuracy gate; exit 1 if it fails."""
-    console = Console(width=None if sys.stdout.isatty() else 200)
     try:
         limit_value = threshold if threshold is not None else load_thresholds(thresholds).for_model(model)
         if backend == "lm-eval":
@@ -77,7 +74,7 @@ def gsm8k(
                 data = scores.to_dict()
             passed = min(scores.strict_match, scores.flexible_extract) >= limit_value
             data.update(threshold=limit_value, passed=passed)
-            sys.stdout.write(jsonutil.dumps(data) + "\n")
+            emit_json(data)
             raise typer.Exit(0 if passed else 1)
         if backend != "alflow":
             raise typer.BadParameter(
@@ -96,16 +93,13 @@ def gsm8k(
         )
         result = asyncio.run(evaluate_gsm8k(request))
     except AlflowError as exc:
-        Console(stderr=True, soft_wrap=True).print(
-            f"error: {redact_urls_in_text(str(exc))}", markup=False, highlight=False
-        )
-        raise typer.Exit(2) from None
+        raise fail(str(exc)) from None
     verdict = accuracy_gate(result, limit_value)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(jsonutil.dumps(result.to_dict(per_question=True), indent=1), encoding="utf-8")
     if as_json:
-        sys.stdout.write(jsonutil.dumps({**result.to_dict(), "verdict": verdict.to_dict()}) + "\n")
+        emit_json({**result.to_dict(), "verdict": verdict.to_dict()})
     else:
         table = Table(title=escape(f"GSM8K {model} ({len(result.results)} of {result.population} questions)"))
         for col in ("score", "accuracy", "95% CI", "threshold"):

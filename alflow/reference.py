@@ -39,7 +39,7 @@ LOCK_TIMEOUT_S = 120.0
 Key = tuple[str, SpecMethod, ThinkingMode, int]
 
 
-class ReferenceError(AlflowError):
+class ReferenceTableError(AlflowError):
     """A reference table that cannot be read or is invalid (the message names file and field)."""
 
 
@@ -216,11 +216,15 @@ def load_reference(path: str | os.PathLike[str]) -> ReferenceTable:
     try:
         data = load_yaml(p, what="reference table")
     except InvalidInputError as exc:
-        raise ReferenceError(str(exc)) from None
+        raise ReferenceTableError(str(exc)) from None
     if not isinstance(data, dict):
-        raise ReferenceError(f"{p}: a reference table is a YAML mapping, got {type(data).__name__}")
+        raise ReferenceTableError(f"{p}: a reference table is a YAML mapping, got {type(data).__name__}")
     return validate_strict(
-        data, ReferenceTable, source=str(p), error=ReferenceError, describe=lambda exc: _describe(exc, data)
+        data,
+        ReferenceTable,
+        source=str(p),
+        error=ReferenceTableError,
+        describe=lambda exc: _describe(exc, data),
     )
 
 
@@ -259,7 +263,7 @@ def update_reference(
     with file_lock(target, timeout_s=timeout_s, what="the reference table"):
         previous = load_reference(target) if target.exists() else None
         if previous is not None and previous.kind != new.kind:
-            raise ReferenceError(
+            raise ReferenceTableError(
                 f"{target} is a {previous.kind} table; refusing to add {new.kind} values to it "
                 "(choose another reference_path)"
             )

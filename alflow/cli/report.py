@@ -14,28 +14,21 @@ one line on stderr with exit code 2.
 
 from __future__ import annotations
 
-import functools
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from typer.core import TyperGroup
 
 from alflow import jsonutil
-from alflow.errors import AlflowError, InvalidInputError
-from alflow.redact import redact_urls_in_text
+from alflow.cli.common import err_console, handle_errors
+from alflow.errors import InvalidInputError
 from alflow.reports.exports import al_matrix, al_matrix_csv, inferencex_rows, rows_csv, rows_json
 from alflow.reports.render import render_comparison, render_run, write_html_report
 from alflow.results.store import StoredRun, iter_runs, open_run
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-err_console = Console(stderr=True, soft_wrap=True)
 
 
 class ReportFormat(StrEnum):
@@ -66,18 +59,6 @@ report_app = typer.Typer(
 def register(app: typer.Typer) -> None:
     """Add the ``report`` group to the root command."""
     app.add_typer(report_app, name="report")
-
-
-def _handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
-    @functools.wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return fn(*args, **kwargs)
-        except AlflowError as exc:
-            err_console.print(f"error: {redact_urls_in_text(str(exc))}", markup=False, highlight=False)
-            raise typer.Exit(code=2) from None
-
-    return wrapper
 
 
 FormatOpt = Annotated[ReportFormat, typer.Option("--format", "-f", help="html, md, csv or json.")]
@@ -129,7 +110,7 @@ def _write(text: str, output: str | None) -> None:
 
 
 @report_app.command("show")
-@_handle_errors
+@handle_errors
 def show(
     run_dir: Annotated[str, typer.Argument(help="A run directory (local path or s3:// / gs:// URL).")],
     fmt: FormatOpt = ReportFormat.html,
@@ -153,7 +134,7 @@ def show(
 
 
 @report_app.command("compare")
-@_handle_errors
+@handle_errors
 def compare(
     run_dirs: Annotated[list[str] | None, typer.Argument(help="Run directories to compare.")] = None,
     root: Annotated[

@@ -1,0 +1,443 @@
+"""``alflow bench`` and ``alflow metrics snapshot``: options in, a table or JSON out.
+
+The run itself is :func:`alflow.bench.bench` (the command builds its :class:`~alflow.bench.BenchRequest`).
+Errors in the user's input are one line on stderr (``error: ...``) with exit code 2, before any request;
+a run with failed requests still writes its outputs, then says how many failed and exits with code 1.
+
+``--api-key`` (default: ``$OPENAI_API_KEY``) goes to the server as ``Authorization: Bearer <key>``
+and is never written or printed; URLs are printed without credentials.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import urlparse
+
+import orjson
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from alflow.acceptance.synthetic import K_MAX, K_MIN
+from alflow.bench import (
+    BenchRequest,
+    DatasetName,
+    RandomPrompts,
+    bench,
+    check_dialect,
+    check_out_dir,
+    snapshot_metrics,
+)
+from alflow.cli.common import (
+    AT_LEAST_1,
+    NOT_NEGATIVE,
+    POSITIVE,
+    Bound,
+    check_options,
+    console,
+    emit_json,
+    err_console,
+    fail,
+    parse_floats,
+    warn,
+)
+from alflow.datasets.custom import DEFAULT_MAX_TOKENS
+from alflow.datasets.random_tokens import DEFAULT_TOKEN_LOW, DEFAULT_VOCAB_SIZE
+from alflow.errors import AlflowError, InvalidInputError
+from alflow.loadgen.client import auth_headers
+from alflow.loadgen.endpoints import Sampling
+from alflow.loadgen.runner import DEFAULT_STALL_TIMEOUT_S, LoadSpec
+from alflow.metrics.client import SLO, GpuLayout, check_percentiles
+from alflow.redact import redact_url
+
+K_RANGE = Bound(K_MIN, high=K_MAX)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``bench`` and the ``metrics`` sub-app (``snapshot``) to ``app``."""
+    app.command("bench")(bench_command)
+    metrics_app = typer.Typer(
+        help="Server metrics: scrape and read spec-decode counters.", no_args_is_help=True
+    )
+    metrics_app.command("snapshot")(snapshot_command)
+    app.add_typer(metrics_app, name="metrics")
+
+
+class EndpointName(StrEnum):
+    """OpenAI-compatible endpoints."""
+
+    chat = "chat"
+    completions = "completions"
+
+
+class ArrivalName(StrEnum):
+    """Arrival processes for ``--request-rate``."""
+
+    poisson = "poisson"
+    constant = "constant"
+
+
+class TransportName(StrEnum):
+    """Streaming HTTP clients."""
+
+    fast = "fast"
+    aiohttp = "aiohttp"
+
+
+class Thinking(StrEnum):
+    """Per-request thinking switch (``chat_template_kwargs``)."""
+
+    default = "default"
+    on = "on"
+    off = "off"
+
+
+class _RichProgress:
+    """The load generator's progress sink on the terminal (stderr)."""
+
+    def __init__(self, progress: Progress) -> None:
+        self._p = progress
+        self._task: Any = None
+
+    def start(self, total: int | None, description: str) -> None:
+        if self._task is not None:
+            self._p.remove_task(self._task)
+        self._task = self._p.add_task(description, total=total)
+
+    def advance(self) -> None:
+        if self._task is not None:
+            self._p.advance(self._task)
+
+
+@contextlib.contextmanager
+def _progress(enabled: bool) -> Iterator[_RichProgress | None]:
+    if not enabled:
+        yield None
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err_console, transient=True) as p:
+        yield _RichProgress(p)
+
+
+def _print_summary(s: dict[str, Any]) -> None:
+    table = Table(title=f"alflow bench: {escape(str(s.get('model')))}", show_header=False)
+    rows = [
+        ("completed / failed", f"{s['completed']} / {s['failed']}"),
+        ("duration (s)", f"{s['duration']:.3f}"),
+        ("request throughput (req/s)", f"{s['request_throughput']:.3f}"),
+        ("output throughput (tok/s)", f"{s['output_throughput']:.2f}"),
+        ("total token throughput (tok/s)", f"{s['total_token_throughput']:.2f}"),
+    ]
+    for key, label in (
+        ("ttft", "TTFT (ms)"),
+        ("tpot", "TPOT (ms)"),
+        ("itl", "ITL (ms)"),
+        ("e2el", "E2E latency (ms)"),
+    ):
+        mean, med, p99 = s.get(f"mean_{key}_ms"), s.get(f"median_{key}_ms"), s.get(f"p99_{key}_ms")
+        if mean is not None:
+            rows.append((f"{label} mean / median / p99", f"{mean:.2f} / {med:.2f} / {p99:.2f}"))
+    if s.get("median_interactivity_tokens_per_s") is not None:
+        rows.append(("interactivity median (tok/s/user)", f"{s['median_interactivity_tokens_per_s']:.2f}"))
+    if s.get("tokens_per_chunk_after_first") is not None:
+        rows.append(("client tokens per chunk (after first)", f"{s['tokens_per_chunk_after_first']:.3f}"))
+    spec = s.get("spec_decode") or {}
+    stats = spec.get("stats")
+    if stats and stats.get("al") is not None:
+        rows.append((f"server AL ({spec['dialect']})", f"{stats['al']:.4f}  (drafts {stats['num_drafts']})"))
+    elif spec.get("error"):
+        rows.append(("server AL", f"unavailable: {spec['error']}"))
+    for label, value in rows:
+        table.add_row(label, Text(value))
+    console.print(table, soft_wrap=True)
+
+
+def bench_command(
+    base_url: Annotated[str, typer.Option(help="Server base URL, e.g. http://127.0.0.1:8000.")],
+    endpoint: Annotated[
+        EndpointName, typer.Option(help="OpenAI endpoint to stream from.")
+    ] = EndpointName.chat,
+    model: Annotated[
+        str | None, typer.Option(help="Served model name (default: the first of /v1/models).")
+    ] = None,
+    dataset: Annotated[DatasetName, typer.Option(help="Workload.")] = DatasetName.random,
+    input_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="Dataset file: speed-bench or gsm8k JSONL, or custom JSONL (vllm bench serve's: 'prompt', "
+            "optional 'output_tokens')."
+        ),
+    ] = None,
+    category: Annotated[
+        list[str] | None, typer.Option(help="SPEED-Bench category or entropy tier (repeatable).")
+    ] = None,
+    isl: Annotated[int, typer.Option(help="Random prompts: input length (tokens).")] = 1024,
+    osl: Annotated[int, typer.Option(help="Random prompts: output length (tokens).")] = 1024,
+    range_ratio: Annotated[
+        float, typer.Option(help="Random prompts: input length drawn in [ISL*r, ISL].")
+    ] = 0.8,
+    vocab_size: Annotated[
+        int, typer.Option(help="Random prompts: token ids drawn below this.")
+    ] = DEFAULT_VOCAB_SIZE,
+    num_shots: Annotated[int, typer.Option(help="GSM8K: few-shot examples from --shots-file.")] = 0,
+    shots_file: Annotated[Path | None, typer.Option(help="GSM8K: train file for few-shot examples.")] = None,
+    concurrency: Annotated[int, typer.Option(help="Most sessions in flight.")] = 1,
+    request_rate: Annotated[
+        float | None, typer.Option(help="Sessions per second (default: unlimited, capped by concurrency).")
+    ] = None,
+    arrival: Annotated[
+        ArrivalName, typer.Option(help="Arrival process with --request-rate.")
+    ] = ArrivalName.poisson,
+    num_prompts: Annotated[
+        int | None,
+        typer.Option(help="Measured sessions (default: the dataset's rows; random: 10 x concurrency)."),
+    ] = None,
+    duration: Annotated[float | None, typer.Option(help="Measure for this many seconds instead.")] = None,
+    warmup: Annotated[int, typer.Option(help="Warm-up sessions before the measured phase.")] = 0,
+    timeout: Annotated[float, typer.Option(help="Per-request timeout in seconds.")] = 600.0,
+    stall_timeout: Annotated[
+        float,
+        typer.Option(
+            help="Abort when the server sends nothing on any open stream for this long (s); 0 = off."
+        ),
+    ] = DEFAULT_STALL_TIMEOUT_S,
+    transport: Annotated[
+        TransportName, typer.Option(help="HTTP client: fast (asyncio protocols) or aiohttp.")
+    ] = TransportName.fast,
+    seed: Annotated[int, typer.Option(help="Seed of random prompts and arrivals.")] = 0,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option(
+            help="Output cap (default: speed-bench 4096, gsm8k 512, random --osl, custom: a row's output_tokens, "
+            "else 256); with custom it overrides the rows' output_tokens."
+        ),
+    ] = None,
+    temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
+    top_p: Annotated[float | None, typer.Option(help="Sampling top_p.")] = None,
+    top_k: Annotated[int | None, typer.Option(help="Sampling top_k.")] = None,
+    min_tokens: Annotated[int | None, typer.Option(help="min_tokens sent with every request.")] = None,
+    ignore_eos: Annotated[bool | None, typer.Option(help="Send ignore_eos (fixed output lengths).")] = None,
+    thinking: Annotated[
+        Thinking, typer.Option(help="chat_template_kwargs enable_thinking.")
+    ] = Thinking.default,
+    extra_body: Annotated[
+        str | None, typer.Option(help="JSON object merged into every request body.")
+    ] = None,
+    metrics_url: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Prometheus metrics URL (default: found); repeat it for a server with several endpoints "
+            "(nodes, data-parallel ranks): their counters are summed."
+        ),
+    ] = None,
+    dialect: Annotated[str, typer.Option(help="Metrics dialect: auto, vllm, sglang, trtllm.")] = "auto",
+    no_metrics: Annotated[bool, typer.Option(help="Do not scrape server metrics.")] = False,
+    scrape_interval: Annotated[float, typer.Option(help="Background scrape interval (s); 0 = off.")] = 1.0,
+    k: Annotated[int | None, typer.Option(help="Speculative tokens K (for intervals and TRT-LLM).")] = None,
+    prometheus_url: Annotated[
+        str | None, typer.Option(help="Prometheus server scraping every node (multi-node).")
+    ] = None,
+    prometheus_selector: Annotated[str, typer.Option(help='PromQL label selector, e.g. {job="vllm"}.')] = "",
+    tp: Annotated[int, typer.Option(help="Tensor-parallel size (per-GPU throughput).")] = 1,
+    pp: Annotated[int, typer.Option(help="Pipeline-parallel size.")] = 1,
+    cp: Annotated[int, typer.Option(help="Context-parallel size.")] = 1,
+    dp: Annotated[int, typer.Option(help="Data-parallel replicas.")] = 1,
+    nodes: Annotated[
+        int, typer.Option(help="Nodes the server's GPUs sit on (reported; the GPU count is tp*pp*cp*dp).")
+    ] = 1,
+    slo_ttft_ms: Annotated[float | None, typer.Option(help="Goodput SLO on TTFT (ms).")] = None,
+    slo_tpot_ms: Annotated[float | None, typer.Option(help="Goodput SLO on TPOT (ms).")] = None,
+    slo_e2el_ms: Annotated[float | None, typer.Option(help="Goodput SLO on E2E latency (ms).")] = None,
+    percentiles: Annotated[str, typer.Option(help="Percentiles to report.")] = "50,90,95,99",
+    out: Annotated[
+        Path | None, typer.Option(help="Write records.parquet, snapshots.json, summary.json.")
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="OPENAI_API_KEY",
+            show_default=False,
+            help="API key of a server started with --api-key, sent as 'Authorization: Bearer KEY' with every "
+            "request; never stored or printed. Default: $OPENAI_API_KEY.",
+        ),
+    ] = None,
+) -> None:
+    """Stream a workload at a server; report client metrics and server spec-decode stats."""
+    try:
+        auth_headers(api_key)
+        if api_key and urlparse(base_url).username is not None:
+            raise InvalidInputError(
+                "--base-url carries user:password@ and --api-key (or $OPENAI_API_KEY) is set: a request has one "
+                "Authorization header; give one of them"
+            )
+        check_options(
+            {
+                "--isl": (isl, AT_LEAST_1),
+                "--osl": (osl, AT_LEAST_1),
+                "--range-ratio": (range_ratio, Bound(0, open_low=True, high=1)),
+                "--vocab-size": (vocab_size, Bound(DEFAULT_TOKEN_LOW + 1)),
+                "--num-shots": (num_shots, NOT_NEGATIVE),
+                "--concurrency": (concurrency, AT_LEAST_1),
+                "--request-rate": (request_rate, POSITIVE),
+                "--num-prompts": (num_prompts, AT_LEAST_1),
+                "--duration": (duration, POSITIVE),
+                "--warmup": (warmup, NOT_NEGATIVE),
+                "--timeout": (timeout, POSITIVE),
+                "--max-tokens": (max_tokens, AT_LEAST_1),
+                "--temperature": (temperature, NOT_NEGATIVE),
+                "--top-p": (top_p, Bound(0, open_low=True, high=1)),
+                "--top-k": (top_k, Bound(-1)),
+                "--min-tokens": (min_tokens, NOT_NEGATIVE),
+                "--scrape-interval": (scrape_interval, NOT_NEGATIVE),
+                "--k": (k, K_RANGE),
+                "--tp": (tp, AT_LEAST_1),
+                "--pp": (pp, AT_LEAST_1),
+                "--cp": (cp, AT_LEAST_1),
+                "--dp": (dp, AT_LEAST_1),
+                "--nodes": (nodes, AT_LEAST_1),
+                "--slo-ttft-ms": (slo_ttft_ms, POSITIVE),
+                "--slo-tpot-ms": (slo_tpot_ms, POSITIVE),
+                "--slo-e2el-ms": (slo_e2el_ms, POSITIVE),
+            }
+        )
+        pcts = check_percentiles(parse_floats(percentiles, "--percentiles"), "--percentiles")
+        if out is not None:
+            check_out_dir(out)
+        extra: dict[str, Any] = {}
+        if extra_body:
+            try:
+                extra = orjson.loads(extra_body)
+            except orjson.JSONDecodeError as exc:
+                raise InvalidInputError(f"--extra-body is not valid JSON: {exc}") from None
+            if not isinstance(extra, dict):
+                raise InvalidInputError("--extra-body must be a JSON object")
+        check_dialect(dialect)
+        template = None if thinking is Thinking.default else {"enable_thinking": thinking is Thinking.on}
+        spec = LoadSpec(
+            concurrency=concurrency,
+            request_rate=request_rate,
+            arrival=arrival.value,
+            num_prompts=num_prompts,
+            duration_s=duration,
+            warmup=warmup,
+            timeout_s=timeout,
+            stall_timeout_s=stall_timeout or None,
+            seed=seed,
+            keep_text=dataset is not DatasetName.random,
+            transport=transport.value,
+        )
+        spec.check()
+        request = BenchRequest(
+            base_url=base_url,
+            endpoint=endpoint.value,
+            model=model,
+            dataset=dataset,
+            input_file=input_file,
+            categories=tuple(category or ()),
+            random=RandomPrompts(isl=isl, osl=osl, range_ratio=range_ratio, vocab_size=vocab_size),
+            num_shots=num_shots,
+            shots_file=shots_file,
+            seed=seed,
+            spec=spec,
+            sampling=Sampling(
+                max_tokens=max_tokens or (osl if dataset is DatasetName.random else DEFAULT_MAX_TOKENS),
+                temperature=temperature,
+                top_p=top_p,
+                top_k=top_k,
+                min_tokens=min_tokens,
+                ignore_eos=ignore_eos,
+                chat_template_kwargs=template,
+                extra_body=extra,
+            ),
+            max_tokens=max_tokens,
+            metrics_urls=tuple(metrics_url or ()),
+            dialect=dialect,
+            no_metrics=no_metrics,
+            scrape_interval_s=scrape_interval,
+            k=k,
+            prometheus_url=prometheus_url,
+            prometheus_selector=prometheus_selector,
+            gpus=GpuLayout(tp=tp, pp=pp, cp=cp, dp=dp, nodes=nodes),
+            slo=SLO(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms, e2el_ms=slo_e2el_ms),
+            percentiles=tuple(pcts),
+            out=out,
+            api_key=api_key or None,
+        )
+        with _progress(progress and not json_out and sys.stderr.isatty()) as prog:
+            result = bench(request, progress=prog, warn=warn)
+    except AlflowError as exc:
+        raise fail(str(exc), secrets=(api_key,)) from None
+    summary = result.summary
+    if json_out:
+        emit_json(summary)
+    else:
+        _print_summary(summary)
+    if not result.all_ok:
+        raise fail(
+            f"{summary['failed']} of {summary['failed'] + summary['completed']} requests failed "
+            f"(first: {next(iter(summary.get('errors') or {'?': 0}))}); these numbers are not a clean run",
+            code=1,
+            secrets=(api_key,),
+        )
+
+
+def snapshot_command(
+    url: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Metrics URL, or a server base URL (metrics path found); several metrics URLs are one "
+            "server's endpoints (nodes, data-parallel ranks): their counters are summed."
+        ),
+    ] = None,
+    url_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--url", help="The same as the URL argument, as an option (repeatable; both may be given)."
+        ),
+    ] = None,
+    dialect: Annotated[str, typer.Option(help="Metrics dialect: auto, vllm, sglang, trtllm.")] = "auto",
+    k: Annotated[int | None, typer.Option(help="Speculative tokens K (for intervals and TRT-LLM).")] = None,
+    all_samples: Annotated[bool, typer.Option("--all", help="Include every sample in --json.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,
+) -> None:
+    """Scrape a server's metrics once: spec-decode stats since server start (lifetime counters)."""
+    try:
+        check_options({"--k": (k, K_RANGE)})
+        shot = snapshot_metrics([*(url or []), *(url_option or [])], dialect, k=k)
+    except AlflowError as exc:
+        raise fail(str(exc)) from None
+    snap, stats, err = shot.snapshot, shot.stats, shot.error
+    data: dict[str, Any] = {
+        "url": redact_url(shot.url),
+        "urls": [redact_url(u) for u in snap.urls],
+        "wall_time_s": snap.wall_time_s,
+        "dialect": None if shot.dialect is None else shot.dialect.name,
+        "since_server_start": None if stats is None else stats.to_dict(),
+        "error": err,
+        "families": sorted(snap.families()),
+    }
+    if all_samples:
+        data["samples"] = snap.to_dict()["samples"]
+    if json_out:
+        emit_json(data)
+        return
+    table = Table(title=f"metrics at {escape(data['url'])}", show_header=False)
+    table.add_row("dialect", data["dialect"] or "unknown")
+    if stats is not None and stats.al is not None:
+        table.add_row("AL since server start", f"{stats.al:.4f}")
+        table.add_row("drafts / accepted", f"{stats.num_drafts} / {stats.accepted_tokens}")
+        if stats.per_position_rates:
+            table.add_row("per-position rates", ", ".join(f"{p:.3f}" for p in stats.per_position_rates))
+    else:
+        table.add_row("spec decode", Text(err or (stats.note if stats else "")))
+    table.add_row("families", str(len(data["families"])))
+    console.print(table, soft_wrap=True)

@@ -1,0 +1,121 @@
+"""What every command group shares: the consoles, the one error exit, JSON output, option checks.
+
+One error style for the whole command line: an alflow input error is one line on stderr
+(``error: ...``, URLs without credentials, given secrets masked) and exit code 2; a command that
+measured something bad (a failed gate, failed requests) exits 1 with its own message.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, ParamSpec, TypeVar
+
+import typer
+from rich.console import Console
+
+from alflow import jsonutil
+from alflow.errors import AlflowError, InvalidInputError
+from alflow.redact import redact_urls_in_text
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+console = Console(width=None if sys.stdout.isatty() else 200)
+"""Human-readable output on stdout (a fixed width when piped, so lines do not wrap at 80 columns)."""
+err_console = Console(stderr=True, soft_wrap=True)
+"""Errors, warnings and progress on stderr."""
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+
+
+def error_line(message: str, secrets: tuple[str | None, ...] = ()) -> str:
+    """``error: MESSAGE``: URLs lose their credentials, ``secrets`` values are masked."""
+    return "error: " + redact_urls_in_text(message, [s for s in secrets if s])
+
+
+def fail(message: str, code: int = 2, secrets: tuple[str | None, ...] = ()) -> typer.Exit:
+    """Print :func:`error_line` on stderr and return the ``typer.Exit`` to raise (``code`` 2: bad input)."""
+    err_console.print(error_line(message, secrets), markup=False, highlight=False)
+    return typer.Exit(code=code)
+
+
+def warn(message: str) -> None:
+    """``warning: MESSAGE`` on stderr."""
+    err_console.print(f"warning: {redact_urls_in_text(message)}", markup=False, highlight=False)
+
+
+def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """Turn alflow's errors raised by a command into :func:`fail` (one line on stderr, exit code 2)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except AlflowError as exc:
+            raise fail(str(exc)) from None
+
+    return wrapper
+
+
+def emit_json(data: object, *, indent: int | None = 2) -> None:
+    """Write ``data`` as strict JSON on stdout (non-finite numbers: see alflow.jsonutil)."""
+    sys.stdout.write(jsonutil.dumps(data, indent=indent) + "\n")
+    sys.stdout.flush()
+
+
+def parse_floats(text: str, option: str) -> list[float]:
+    """``1,2.5,3`` -> floats; the error names ``option`` and the text."""
+    try:
+        return [float(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise InvalidInputError(f"{option} {text!r}: expected numbers separated by commas") from None
+
+
+@dataclass(frozen=True)
+class Bound:
+    """What an option allows: ``low`` (exclusive when ``open_low``) up to ``high`` (inclusive)."""
+
+    low: float | None = None
+    open_low: bool = False
+    high: float | None = None
+
+    def allows(self, value: float) -> bool:
+        """Whether ``value`` is finite and inside the bound."""
+        if not math.isfinite(value):
+            return False
+        if self.low is not None and (value <= self.low if self.open_low else value < self.low):
+            return False
+        return self.high is None or value <= self.high
+
+    def describe(self, integer: bool) -> str:
+        """What the bound allows, in words (``an integer >= 1``)."""
+        what = "an integer" if integer else "a finite number"
+        if self.low is not None and self.high is not None:
+            return f"{what} in {'(' if self.open_low else '['}{self.low:g}, {self.high:g}]"
+        if self.low is not None:
+            return f"{what} {'>' if self.open_low else '>='} {self.low:g}"
+        return what
+
+
+AT_LEAST_1 = Bound(1)
+NOT_NEGATIVE = Bound(0)
+POSITIVE = Bound(0, open_low=True)
+
+
+def check_options(values: dict[str, tuple[float | None, Bound]]) -> None:
+    """Raise naming the first option whose value (None: not given) is outside what it allows."""
+    for option, (value, bound) in values.items():
+        if value is not None and not bound.allows(value):
+            raise InvalidInputError(f"{option} {value:g}: must be {bound.describe(isinstance(value, int))}")
+
+
+def usage_error_line(exc: typer.TyperException) -> str:
+    """A usage error of the command line parser (bad option value, unknown option) as one line."""
+    ctx = getattr(exc, "ctx", None)
+    where = f"{ctx.command_path}: " if ctx is not None else ""
+    hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+    return " ".join(f"{where}{exc.format_message()}{hint}".split())

@@ -1,0 +1,224 @@
+"""``alflow reference``: validate, show, diff and audit reference AL tables; write the M0 workflow's config."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import yaml
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from alflow import reference as ref
+from alflow.cli.common import JsonOpt, console, emit_json, handle_errors
+from alflow.errors import InvalidInputError
+from alflow.yamlfile import load_yaml_model
+
+reference_app = typer.Typer(help="Reference AL tables: validate, show, diff.", no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``alflow reference`` to ``app``."""
+    app.add_typer(reference_app, name="reference")
+
+
+PathArg = Annotated[Path, typer.Argument(help="Path of a reference table (YAML).")]
+
+
+@reference_app.command("validate")
+@handle_errors
+def reference_validate(path: PathArg, as_json: JsonOpt = False) -> None:
+    """Validate a reference table; exit 2 with the file, entry and field of the first problems."""
+    table = ref.load_reference(path)
+    summary = {"path": str(path), "valid": True, "kind": table.kind, "entries": len(table.entries)}
+    if as_json:
+        emit_json(summary)
+    else:
+        console.print(
+            f"{path}: valid {table.kind} table, {len(table.entries)} entries", highlight=False, markup=False
+        )
+
+
+@reference_app.command("show")
+@handle_errors
+def reference_show(
+    path: PathArg,
+    model: Annotated[str | None, typer.Option("--model", help="Only this model.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show a reference table: AL by K for each model, method and thinking mode."""
+    table = ref.load_reference(path)
+    entries = [e for e in table.entries if model is None or e.model == model]
+    if model is not None and not entries:
+        raise InvalidInputError(f"model {model!r} is not in {path}")
+    if as_json:
+        emit_json(
+            {
+                "kind": table.kind,
+                "dataset": table.dataset,
+                "category": table.category,
+                "entries": [e.model_dump(mode="json", exclude_none=True) for e in entries],
+            }
+        )
+        return
+    ks = sorted({e.k for e in entries})
+    out = Table(title=escape(f"Reference AL: {table.dataset}/{table.category} ({table.kind})"))
+    for col in ("model", "method", "thinking"):
+        out.add_column(col)
+    for k in ks:
+        out.add_column(f"K={k}", justify="right")
+    groups: dict[tuple[str, str, str], dict[int, float]] = {}
+    for e in entries:
+        groups.setdefault((e.model, e.method.value, e.thinking.value), {})[e.k] = e.al
+    for (m, meth, th), by_k in groups.items():
+        out.add_row(Text(m), Text(meth), Text(th), *(f"{by_k[k]:.3f}" if k in by_k else "" for k in ks))
+    console.print(out)
+    if table.kind != "measured":
+        console.print(
+            f"note: this is a {table.kind} table, not a measured reference", highlight=False, markup=False
+        )
+
+
+@reference_app.command("diff")
+@handle_errors
+def reference_diff(
+    old: Annotated[Path, typer.Argument(help="The previous table.")],
+    new: Annotated[Path, typer.Argument(help="The new table.")],
+    tolerance: Annotated[float, typer.Option(help="AL changes within this are reported as unchanged.")] = 0.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show what changed between two reference tables, and by how much."""
+    if not math.isfinite(tolerance) or tolerance < 0:
+        raise InvalidInputError(f"--tolerance {tolerance:g}: must be a finite number >= 0")
+    diff = ref.diff_tables(ref.load_reference(old), ref.load_reference(new), tolerance=tolerance)
+    if as_json:
+        emit_json(diff.to_dict())
+        return
+    for line in diff.table_changes:
+        console.print(f"table {line}", highlight=False, markup=False)
+    out = Table(title=escape(f"{old} -> {new}"))
+    for col in (
+        "model",
+        "method",
+        "thinking",
+        "K",
+        "status",
+        "old AL",
+        "new AL",
+        "delta",
+        "rel",
+        "provenance",
+    ):
+        out.add_column(col)
+    for r in diff.rows:
+        if r.status == "unchanged" and not r.provenance_changes:
+            continue
+        out.add_row(
+            Text(r.model),
+            Text(r.method),
+            Text(r.thinking),
+            str(r.k),
+            Text(r.status),
+            "" if r.old_al is None else f"{r.old_al:.4f}",
+            "" if r.new_al is None else f"{r.new_al:.4f}",
+            "" if r.delta is None else f"{r.delta:+.4f}",
+            "" if r.rel_delta is None else f"{r.rel_delta:+.2%}",
+            Text("; ".join(r.provenance_changes)),
+        )
+    if out.row_count:
+        console.print(out)
+    else:
+        console.print("no changes", highlight=False)
+
+
+@reference_app.command("audit")
+@handle_errors
+def reference_audit(
+    table: Annotated[Path, typer.Argument(help="The reference table to audit.")],
+    run_dirs: Annotated[list[Path], typer.Argument(help="Run directories of the M0 runs that wrote it.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Recompute every value of a table from the stored scrapes of its runs; exit 1 on a mismatch."""
+    from alflow.results.audit import audit_reference
+
+    report = audit_reference(table, [str(d) for d in run_dirs])
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        out = Table(title=escape(f"Audit of {table}"))
+        for col in ("entry", "status", "problems"):
+            out.add_column(col)
+        for row in report.rows:
+            out.add_row(Text(row.entry), Text(row.status), Text("; ".join(row.problems)))
+        console.print(out)
+        console.print("audit passed" if report.ok else "audit FAILED", highlight=False)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@reference_app.command("m0-config")
+@handle_errors
+def reference_m0_config(
+    models: Annotated[str, typer.Option("--models", help="Comma-separated model ids from the catalogue.")],
+    out: Annotated[Path, typer.Option("--out", help="Where to write the M0 config (YAML).")],
+    catalogue: Annotated[Path, typer.Option("--catalogue", help="Model catalogue.")] = Path(
+        "references/models.yaml"
+    ),
+    ks: Annotated[str, typer.Option("--ks", help="Comma-separated K values.")] = "1,2,3,4,5,6,7",
+    thinking: Annotated[str, typer.Option("--thinking", help="Comma-separated thinking modes.")] = "on,off",
+    framework: Annotated[str, typer.Option("--framework", help="vllm (references) or sim (tests).")] = "vllm",
+    image: Annotated[str | None, typer.Option("--image", help="Framework image with tag.")] = None,
+    prompts: Annotated[
+        str | None,
+        typer.Option("--prompts", help="Prepared SPEED-Bench JSONL (default: bundled demo prompts)."),
+    ] = None,
+    reference: Annotated[
+        str, typer.Option("--reference", help="Reference table to write.")
+    ] = "references/speed-bench-coding.yaml",
+    results_root: Annotated[str, typer.Option("--results-root", help="Run store root.")] = "results",
+    runner: Annotated[str, typer.Option("--runner", help="process or docker.")] = "docker",
+    extra_arg: Annotated[
+        list[str] | None, typer.Option("--extra-arg", help="Extra server argument (repeat).")
+    ] = None,
+) -> None:
+    """Write the M0 config the reference-AL workflow runs (one per model: ``alflow run m0 --config``)."""
+    from alflow.config import CalibrateParams, CalibrationCatalogue
+
+    cat = load_yaml_model(catalogue, CalibrationCatalogue, what="model catalogue")
+    ids = [m.strip() for m in models.split(",") if m.strip()]
+    if len(ids) != 1:
+        raise InvalidInputError(
+            f"--models {models!r}: give exactly one model per config (the workflow loops)"
+        )
+    try:
+        item = cat.get(ids[0])
+        k_values = tuple(int(k) for k in ks.split(","))
+    except ValueError as exc:
+        raise InvalidInputError(f"{exc}") from None
+    params = CalibrateParams.model_validate(
+        {
+            "models": [item.model.model_dump(mode="json")],
+            "method": item.method.value,
+            "draft_model": item.draft_model,
+            "ks": k_values,
+            "thinking": [t.strip() for t in thinking.split(",") if t.strip()],
+            "server": {
+                "framework": framework,
+                "model": item.model.id,
+                "revision": item.model.revision,
+                "image": image,
+                "parallelism": item.parallelism.model_dump(),
+                "extra_args": list(extra_arg or ()),
+            },
+            "placement": {"runner": {"kind": runner}, "results_root": results_root},
+            "workload": {"kind": "speed-bench", "path": prompts, "category": "coding"},
+            "load": {"concurrency": 1},
+            "reference_path": reference,
+        }
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False), encoding="utf-8")
+    console.print(f"wrote {out}", highlight=False, markup=False)

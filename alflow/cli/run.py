@@ -1,0 +1,184 @@
+"""``alflow run``: one flow in this process, and what every local flow run needs first.
+
+Prefect is imported only when a flow runs (``alflow bench`` and the other commands start without it).
+Without ``PREFECT_API_URL`` a flow runs on Prefect's temporary local server, started here with a guard
+that stops it however this process ends.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import BaseModel
+from rich.console import Console
+
+from alflow import jsonutil
+from alflow.cli.common import console, emit_json, fail
+from alflow.errors import AlflowError, InvalidInputError
+from alflow.procguard import Guard
+from alflow.redact import redact_data, redact_urls_in_text
+from alflow.yamlfile import load_yaml_model
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``alflow run`` to ``app``."""
+    app.command("run")(run)
+
+
+FLOWS: dict[str, tuple[str, str, str]] = {
+    "m0": ("flows.calibrate", "calibrate", "CalibrateParams"),
+    "m1": ("flows.gate", "gate", "GateParams"),
+    "m2": ("flows.benchmark", "benchmark", "BenchmarkParams"),
+    "sweep": ("flows.sweep", "sweep", "SweepParams"),
+}
+"""Flow name -> (module, flow function, parameter model in alflow.config)."""
+
+
+def prefect_defaults() -> None:
+    """Settings every local run needs here (no analytics; time for the temporary server to start)."""
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+
+
+_GUARDED: dict[int, Guard] = {}
+
+
+def _terminate_as_exit(signum: int, frame: object) -> None:
+    """SIGTERM ends a run like Ctrl-C does: ``finally`` blocks stop its servers, ``atexit`` the temporary server."""
+    del frame
+    raise SystemExit(128 + signum)
+
+
+class _AlflowErrorsWithoutTraceback(logging.Filter):
+    """Drop the traceback Prefect's engine logs with a failed task or flow run when the error is alflow's own.
+
+    An :class:`~alflow.errors.AlflowError` (a server that did not start, a point that aborted, a failed
+    gate) is an expected outcome with a message that says what happened; its traceback is noise on a
+    terminal (the record itself, with the message, is kept). Any other exception keeps its traceback:
+    that is a bug. Only ``alflow run`` and ``alflow demo`` install this; deployments keep Prefect's logging.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, AlflowError):
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+def quiet_expected_tracebacks() -> None:
+    """Install :class:`_AlflowErrorsWithoutTraceback` on Prefect's flow and task run loggers (once)."""
+    for name in ("prefect.flow_runs", "prefect.task_runs"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _AlflowErrorsWithoutTraceback) for f in logger.filters):
+            logger.addFilter(_AlflowErrorsWithoutTraceback())
+
+
+def print_flow_failure(what: str, message: str) -> None:
+    """``error: WHAT failed: HEADLINE`` on stderr, further lines (a server's log tail) indented below it.
+
+    So exactly one line starts with ``error:``, also when the message quotes a server log whose own
+    lines start with ``error:``.
+    """
+    headline, *rest = redact_urls_in_text(message).splitlines() or [""]
+    lines = [f"error: {what} failed: {headline}", *(f"  | {line}" for line in rest)]
+    Console(stderr=True, soft_wrap=True).print("\n".join(lines), markup=False, highlight=False)
+
+
+def prepare_local_run() -> None:
+    """Before a flow runs in this process: Prefect's settings, SIGTERM handling, and a guarded temporary server.
+
+    Without ``PREFECT_API_URL``, Prefect starts a temporary API server as a child process on first use
+    and stops it at exit; a SIGKILL of this process would leave it running. It is started here instead,
+    with a guard (:mod:`alflow.procguard`) that stops it when this process dies, however it dies.
+    """
+    prefect_defaults()
+    quiet_expected_tracebacks()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate_as_exit)
+    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED
+
+    if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
+        return
+    from prefect.server.api.server import SubprocessASGIServer
+
+    server = SubprocessASGIServer()
+    server.start()
+    process = server.server_process
+    if process is not None and process.pid not in _GUARDED:
+        _GUARDED[process.pid] = Guard.start(process.pid, group=False, grace_s=5.0)
+
+
+def check_prefect_api(timeout_s: float = 5.0) -> None:
+    """With ``PREFECT_API_URL`` set (environment or Prefect profile), check the server answers.
+
+    An unreachable server is one line and exit 2 before the flow starts (Prefect itself would print a
+    long traceback after its own retries). Any HTTP answer counts as reachable.
+    """
+    import urllib.error
+    import urllib.request
+
+    from prefect.settings import get_current_settings
+
+    url = get_current_settings().api.url
+    if not url:
+        return
+    probe = url.rstrip("/") + "/health"
+    try:
+        with urllib.request.urlopen(probe, timeout=timeout_s):  # noqa: S310 - the user's own setting
+            return
+    except urllib.error.HTTPError:
+        return
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise InvalidInputError(
+            f"PREFECT_API_URL={url} is unreachable ({reason}): start that Prefect server "
+            "(prefect server start) or unset PREFECT_API_URL to run on Prefect's temporary local server"
+        ) from None
+
+
+def load_params(flow: str, path: Path) -> BaseModel:
+    """Read a YAML config into the flow's parameter model; errors name the file and the field."""
+    if flow not in FLOWS:
+        raise InvalidInputError(f"unknown flow {flow!r}; known: {', '.join(FLOWS)}")
+    import alflow.config as config_module
+
+    model: type[BaseModel] = getattr(config_module, FLOWS[flow][2])
+    return load_yaml_model(path, model, what="config")
+
+
+def run(
+    flow: Annotated[str, typer.Argument(help="m0, m1, m2 or sweep.")],
+    config: Annotated[Path, typer.Option("--config", help="YAML file with the flow's parameters.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the flow's result as JSON.")] = False,
+) -> None:
+    """Run one flow locally (Prefect's temporary server unless PREFECT_API_URL is set); exit 1 if it fails."""
+    try:
+        params = load_params(flow, config)
+        prefect_defaults()
+        check_prefect_api()
+    except AlflowError as exc:
+        raise fail(str(exc)) from None
+    prepare_local_run()
+    module, name, _ = FLOWS[flow]
+    fn: Any = getattr(importlib.import_module(module), name)
+    state = fn(params, return_state=True)
+    if not state.is_completed():
+        print_flow_failure(f"flow {flow}", str(state.message))
+        raise typer.Exit(1)
+    result = redact_data(
+        json.loads(json.dumps(state.result(), default=str))
+    )  # URLs printed without credentials
+    if as_json:
+        emit_json(result)
+    else:
+        console.print(f"flow {flow} completed: {jsonutil.dumps(result, indent=None)[:2000]}", markup=False)
