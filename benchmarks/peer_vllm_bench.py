@@ -17,7 +17,10 @@ greedy, exactly ``--osl`` output tokens (``ignore_eos``), after a warm-up with t
 prompt. The server tokenizes the same text the same way for both, so the prompt tokens are equal (a
 decoded random text re-tokenizes to about ``--isl`` tokens, not exactly; the table shows the mean).
 Within a repeat the clients alternate (alflow first on even repeats, vLLM's first on odd ones) so a
-drift of the shared CPU does not favour one of them.
+drift of the shared CPU does not favour one of them. Before the pair, an unmeasured pass sends the
+same file at the same concurrency (``--warmup-pass``, on by default): without it the client that went
+first in a pair was the slower one in 8 of 10 pairs (the server meets each new prompt and batch shape
+first in that client's run); ``--no-warmup-pass`` measures that effect.
 
 Per client and concurrency:
 
@@ -51,6 +54,7 @@ import contextlib
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -190,10 +194,15 @@ def _timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, f
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         started = time.monotonic()
         proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env, cwd=ROOT)
-        while proc.poll() is None:
-            times.append(time.perf_counter())
-            cpu.append(_tree_cpu(proc.pid))
-            time.sleep(POLL_S)
+        try:
+            while proc.poll() is None:
+                times.append(time.perf_counter())
+                cpu.append(_tree_cpu(proc.pid))
+                time.sleep(POLL_S)
+        except BaseException:  # interrupted (SIGTERM, Ctrl-C): no client is left behind
+            proc.kill()
+            proc.wait()
+            raise
         wall = time.monotonic() - started
         usage = os.times()
         total = usage.children_user + usage.children_system - before
@@ -505,6 +514,9 @@ def _measure(
                 n = args.prompts_per_concurrency * conc
                 prompts = work / f"prompts-c{conc}-r{repeat}.jsonl"
                 _write_prompts(base, prompts, n, args.isl, args.seed + 1000 * repeat + conc, args.vocab)
+                if args.warmup_pass:  # the server meets these prompts and batch shapes before the pair
+                    warm = work / f"warmup-c{conc}-r{repeat}"
+                    _timed(_alflow_argv(base, prompts, args.osl, conc, n, 0.0, warm))
                 order = ("alflow", "vllm") if repeat % 2 == 0 else ("vllm", "alflow")
                 for client in order:
                     if client == "alflow":
@@ -522,7 +534,13 @@ def _measure(
     return runs, version
 
 
+def _exit_on_sigterm(signum: int, _frame: object) -> None:
+    """SIGTERM ends the benchmark like Ctrl-C: the running client is killed and the server stopped."""
+    raise SystemExit(128 + signum)
+
+
 def main() -> int:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--isl", type=int, default=128, help="prompt tokens drawn per prompt (before detokenizing)"
@@ -553,6 +571,12 @@ def main() -> int:
         help="keep the prompt files, each client's per-request output (alflow's records.parquet, vLLM's "
         "--save-detailed JSON) and the server log in this directory (default: a temporary one, removed)",
     )
+    parser.add_argument(
+        "--warmup-pass",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="before each pair, send the same prompt file once, unmeasured (default: on)",
+    )
     parser.add_argument("--json", action="store_true", help="print the runs as JSON instead of the table")
     args = parser.parse_args()
     concurrencies = [int(c) for c in args.concurrency.split(",") if c.strip()]
@@ -579,7 +603,8 @@ def main() -> int:
             f"\nSmolLM2-135M on vLLM {version} (CPU build), ngram K={K}, the same prompts for both clients "
             f"({args.isl} random tokens as text), OSL {args.osl}, {args.prompts_per_concurrency} x concurrency "
             f"prompts, {args.repeats} repeat(s), prefix caching off, alflow's background scrape every "
-            f"{args.scrape_interval:g} s (0: off), 2 shared cores\n"
+            f"{args.scrape_interval:g} s (0: off), {'an unmeasured pass before each pair' if args.warmup_pass else 'no warm-up pass'}, "
+            "2 shared cores\n"
         )
         print(_table(runs, concurrencies))
     return 0

@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 import sys
+from collections.abc import Awaitable
 from dataclasses import fields
 from pathlib import Path
 from typing import Annotated
@@ -19,10 +19,10 @@ from typing import Annotated
 import typer
 
 from alflow.errors import AlflowError
+from alflow.serving.app import OnReady, run_until_signalled
 from alflow.sim.config import SimConfig, parse_rates, resolve
-from alflow.sim.process import new_event_loop
 from alflow.sim.profiles import DEFAULT_PROFILE
-from alflow.sim.server import listening_line, serve
+from alflow.sim.server import LISTENING_PREFIX, serve
 
 log = logging.getLogger("alflow.sim")
 
@@ -198,20 +198,11 @@ def serve_command(
 
 def run_server(config: SimConfig) -> None:
     """Serve until SIGTERM or SIGINT; print the listening line on stdout once bound."""
-    loop = new_event_loop()
-    asyncio.set_event_loop(loop)
-    stop = asyncio.Event()
 
-    def ready(host: str, port: int) -> None:
-        sys.stdout.write(listening_line(host, port) + "\n")
-        sys.stdout.flush()
+    def run(stop: asyncio.Event, on_ready: OnReady) -> Awaitable[None]:
+        return serve(config, stop=stop, on_ready=on_ready)
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        loop.run_until_complete(serve(config, stop=stop, on_ready=ready))
-    finally:
-        loop.close()
+    run_until_signalled(run, LISTENING_PREFIX)
 
 
 def register(app: typer.Typer) -> None:

@@ -20,12 +20,13 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO
 
 from alflow.errors import AlflowError
+from alflow.serving.app import OnReady, ServerThread
 from alflow.sim.config import SimConfig
 from alflow.sim.dialects import DIALECTS
 from alflow.sim.server import LISTENING_PREFIX, serve
@@ -37,82 +38,31 @@ class SimStartError(AlflowError):
     """The simulated server did not come up (the message carries the end of its log)."""
 
 
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """An event loop: uvloop's when it is installed, else asyncio's default."""
-    try:
-        import uvloop  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        return asyncio.new_event_loop()
-    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-    return loop
-
-
-class SimThread:
-    """A simulated server running on its own event loop in a daemon thread."""
+class SimThread(ServerThread):
+    """A simulated server running on its own event loop in a daemon thread (``crashed`` set by a simulated crash)."""
 
     def __init__(self, config: SimConfig) -> None:
         self.config = config
-        self.host = config.host
-        self.port = 0
         self.crashed = threading.Event()
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._thread = threading.Thread(target=self._main, name="alflow-sim", daemon=True)
 
-    @property
-    def base_url(self) -> str:
-        """``http://HOST:PORT``."""
-        return f"http://{self.host}:{self.port}"
+        def run(stop: asyncio.Event, on_ready: OnReady) -> Awaitable[None]:
+            def crash() -> None:
+                self.crashed.set()
+                stop.set()
+
+            return serve(config, stop=stop, on_ready=on_ready, crash=crash)
+
+        super().__init__(run, config.host, name="alflow-sim", error=SimStartError)
 
     @property
     def metrics_url(self) -> str:
         """URL of the dialect's Prometheus text."""
         return self.base_url + DIALECTS[self.config.dialect].metrics_path
 
-    def _main(self) -> None:
-        loop = new_event_loop()
-        self._loop = loop
-        asyncio.set_event_loop(loop)
-        try:
-            loop.run_until_complete(self._serve())
-        except BaseException as exc:  # reported to the starting thread
-            self._error = exc
-        finally:
-            self._ready.set()
-            loop.close()
-
-    async def _serve(self) -> None:
-        self._stop = asyncio.Event()
-
-        def ready(_host: str, port: int) -> None:
-            self.port = port
-            self._ready.set()
-
-        def crash() -> None:
-            self.crashed.set()
-            assert self._stop is not None
-            self._stop.set()
-
-        await serve(self.config, stop=self._stop, on_ready=ready, crash=crash)
-
     def start(self, timeout_s: float = 30.0) -> SimThread:
-        """Start the thread and wait until the server listens."""
-        self._thread.start()
-        if not self._ready.wait(timeout_s + self.config.startup_delay_s):
-            raise SimStartError(f"simulated server did not start within {timeout_s} s")
-        if self._error is not None:
-            raise SimStartError(f"simulated server failed to start: {self._error}") from self._error
+        """Start the thread and wait until the server listens (its start-up delay comes on top)."""
+        super().start(timeout_s + self.config.startup_delay_s)
         return self
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        """Stop the server and join the thread."""
-        loop, stop = self._loop, self._stop
-        if loop is not None and stop is not None and not loop.is_closed():
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(stop.set)
-        self._thread.join(timeout_s)
 
     def __enter__(self) -> SimThread:
         return self

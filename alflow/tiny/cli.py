@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import sys
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from alflow.errors import AlflowError
+from alflow.serving.app import OnReady, run_until_signalled
 from alflow.sim.config import parse_rates
-from alflow.sim.process import new_event_loop
-from alflow.tiny.server import TinyServer, TinyServerSettings, listening_line, serve
+from alflow.tiny.server import LISTENING_PREFIX, TinyServer, TinyServerSettings, serve
 from alflow.tiny.settings import TinySpec, resolve_spec
 
 log = logging.getLogger("alflow.tiny")
@@ -146,20 +146,11 @@ def serve_command(
 
 def run_server(server: TinyServer) -> None:
     """Serve until SIGTERM or SIGINT; print the listening line on stdout once bound."""
-    loop = new_event_loop()
-    asyncio.set_event_loop(loop)
-    stop = asyncio.Event()
 
-    def ready(host: str, port: int) -> None:
-        sys.stdout.write(listening_line(host, port) + "\n")
-        sys.stdout.flush()
+    def run(stop: asyncio.Event, on_ready: OnReady) -> Awaitable[None]:
+        return serve(server, stop=stop, on_ready=on_ready)
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        loop.run_until_complete(serve(server, stop=stop, on_ready=ready))
-    finally:
-        loop.close()
+    run_until_signalled(run, LISTENING_PREFIX)
 
 
 def register(app: typer.Typer) -> None:

@@ -10,7 +10,7 @@ asyncio queue in arrival order, and one worker runs each request's decode loop t
 worker thread (the event loop keeps serving health, metrics and the streams meanwhile).
 ``/v1/models`` says so (``max_concurrency: 1``) and ``vllm:num_requests_waiting`` counts the queue.
 
-Request fields: ``max_tokens`` (chat also ``max_completion_tokens``; default: the rest of the
+Validation (a bad field: a 400 naming it) is the serving kit's (:mod:`alflow.serving`). Request fields: ``max_tokens`` (chat also ``max_completion_tokens``; default: the rest of the
 context for chat, 16 for completions), ``temperature`` (default 1.0; 0 is greedy), ``top_k`` (0 or
 -1: off), ``top_p``, ``seed``, ``stop`` (a string or a list of strings), ``ignore_eos``,
 ``min_tokens`` (only 0 or equal to ``max_tokens``: the engine cannot suppress EOS for part of a
@@ -32,8 +32,7 @@ import contextlib
 import logging
 import os
 import threading
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
@@ -43,10 +42,10 @@ from aiohttp import web
 
 from alflow import __version__
 from alflow.errors import AlflowError, InvalidInputError
-from alflow.openai_api import ApiError
-from alflow.openai_api import get_bool as _get_bool
-from alflow.openai_api import get_float as _get_float
-from alflow.openai_api import get_int as _get_int
+from alflow.serving.api import ApiError, usage
+from alflow.serving.app import Handler, OnReady, OpenAIServer, run_app
+from alflow.serving.app import listening_line as _listening_line
+from alflow.serving.requests import ChatRequest, CompletionRequest, TokenizeRequest
 from alflow.tiny.chat import ChatTemplateError, chat_stops, render_chat
 from alflow.tiny.metrics import TinyMetrics
 
@@ -56,7 +55,6 @@ LISTENING_PREFIX = "alflow-tiny listening on "
 ENGINE_HEADER = "x-alflow-engine"
 DEFAULT_COMPLETION_MAX_TOKENS = 16
 MAX_STOP_STRINGS = 16
-_JSON = "application/json"
 
 
 # ------------------------------------------------------------------------------------ the engine seam
@@ -183,37 +181,13 @@ class TinyStartupError(AlflowError):
 # ------------------------------------------------------------------------------------ validation
 
 
-def _get_stop(body: dict[str, Any]) -> tuple[str, ...]:
-    value = body.get("stop")
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
-        raise ApiError(400, f"stop must be a string or a list of strings, got {value!r}", "stop")
-    if len(value) > MAX_STOP_STRINGS:
-        raise ApiError(400, f"stop holds {len(value)} strings; at most {MAX_STOP_STRINGS}", "stop")
-    if any(not s for s in value):
+def _stops(body: CompletionRequest | ChatRequest) -> tuple[str, ...]:
+    stops = body.stops()
+    if len(stops) > MAX_STOP_STRINGS:
+        raise ApiError(400, f"stop holds {len(stops)} strings; at most {MAX_STOP_STRINGS}", "stop")
+    if any(not s for s in stops):
         raise ApiError(400, "stop strings must not be empty", "stop")
-    return tuple(value)
-
-
-def _message_text(content: object, index: int) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts: list[str] = []
-        for part in content:
-            if not isinstance(part, dict) or part.get("type", "text") != "text":
-                raise ApiError(400, f"messages[{index}].content parts must be text parts", "messages")
-            text = part.get("text")
-            if not isinstance(text, str):
-                raise ApiError(400, f"messages[{index}].content part has no text string", "messages")
-            parts.append(text)
-        return "".join(parts)
-    raise ApiError(400, f"messages[{index}].content must be a string or a list of parts", "messages")
+    return stops
 
 
 @dataclass(frozen=True)
@@ -256,14 +230,24 @@ class _Job:
 
 
 class TinyServer:
-    """One engine behind the OpenAI-compatible API; requests run one at a time, in arrival order."""
+    """One engine behind the OpenAI-compatible API; requests run one at a time, in arrival order.
+
+    The engine side of the serving kit (:class:`alflow.serving.app.Engine`).
+    """
+
+    header = (ENGINE_HEADER, "tiny")
 
     def __init__(self, engine: EngineLike, settings: TinyServerSettings) -> None:
         self.engine = engine
         self.settings = settings
         self.model = settings.served_model_name
-        self.metrics = TinyMetrics(self.model, settings.k)
-        self.created = int(time.time())
+        self.counters = TinyMetrics(self.model, settings.k)
+        self.api = OpenAIServer(self)
+        self.created = self.api.created
+        self.served_names = (self.model, engine.model_name)
+        self.metrics_path = "/metrics"
+        self.max_model_len = settings.n_ctx
+        self.api_key: str | None = None
         self._boot = os.urandom(4).hex()
         self._counter = 0
         self._queue: asyncio.Queue[_Job] | None = None
@@ -271,30 +255,23 @@ class TinyServer:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="alflow-tiny-engine")
         self.failed: str | None = None
 
-    # -------------------------------------------------------------- app
+    # -------------------------------------------------------------- the kit's engine interface
 
     def make_app(self) -> web.Application:
-        """The aiohttp application with every route."""
-        app = web.Application(middlewares=[self._errors], client_max_size=16 * 1024 * 1024)
-        app.on_response_prepare.append(self._mark)
-        app.on_startup.append(self._on_startup)
-        app.on_shutdown.append(self._on_shutdown)
-        r = app.router
-        r.add_get("/health", self._health)
-        r.add_get("/version", self._version)
-        r.add_get("/v1/models", self._models)
-        r.add_post("/v1/completions", self._completions)
-        r.add_post("/v1/chat/completions", self._chat)
-        r.add_post("/tokenize", self._tokenize)
-        r.add_post("/detokenize", self._detokenize)
-        r.add_get("/metrics", self._metrics)
-        return app
+        """The aiohttp application (the kit's routes)."""
+        return self.api.make_app()
 
-    async def _on_startup(self, _app: web.Application) -> None:
+    def routes(self) -> Sequence[tuple[str, str, Handler]]:
+        """No routes of its own: the kit's are vLLM's."""
+        return ()
+
+    async def startup(self) -> None:
+        """Start the worker that runs queued requests one at a time."""
         self._queue = asyncio.Queue()
         self._worker = asyncio.create_task(self._work(), name="alflow-tiny-worker")
 
-    async def _on_shutdown(self, _app: web.Application) -> None:
+    async def shutdown(self) -> None:
+        """Cancel what waits, stop the worker and the engine thread."""
         if self._queue is not None:
             while not self._queue.empty():
                 self._queue.get_nowait().cancelled.set()
@@ -304,156 +281,85 @@ class TinyServer:
                 await self._worker
         self._executor.shutdown(wait=True, cancel_futures=True)
 
-    @staticmethod
-    async def _mark(_request: web.Request, response: web.StreamResponse) -> None:
-        response.headers[ENGINE_HEADER] = "tiny"
+    def unhealthy(self) -> str | None:
+        """The engine's failure, if it failed."""
+        return None if self.failed is None else f"engine failed: {self.failed}"
 
-    @web.middleware
-    async def _errors(
-        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-    ) -> web.StreamResponse:
-        try:
-            return await handler(request)
-        except ApiError as err:
-            return web.json_response(err.payload(), status=err.status)
-        except web.HTTPException as exc:
-            if exc.status < 400:
-                raise
-            return web.json_response(ApiError(exc.status, exc.reason or "error").payload(), status=exc.status)
-        except (asyncio.CancelledError, ConnectionResetError):
-            raise
-        except Exception as exc:
-            log.exception("unexpected error in %s %s", request.method, request.path)
-            return web.json_response(ApiError(500, f"internal error: {exc}").payload(), status=500)
-
-    # -------------------------------------------------------------- small endpoints
-
-    async def _health(self, _request: web.Request) -> web.Response:
-        if self.failed is not None:
-            return web.Response(status=503, text=f"engine failed: {self.failed}")
-        return web.Response(status=200)
-
-    async def _version(self, _request: web.Request) -> web.Response:
+    def version(self) -> dict[str, Any]:
+        """``GET /version``: the engine, K, the n-gram window and the synthetic setting."""
         s = self.settings
-        return web.json_response(
-            {
-                "version": f"alflow-tiny {__version__}",
-                "engine": "tiny",
-                "simulated": False,
-                "model": self.model,
-                "k": s.k,
-                "ngram": None if s.spec is None else [s.spec.ngram_min, s.spec.ngram_max],
-                "speculative_config": s.speculative_config,
-                "synthetic_acceptance": s.synthetic,
-                **s.engine_info,
-            }
-        )
-
-    async def _models(self, _request: web.Request) -> web.Response:
-        data = {
-            "object": "list",
-            "data": [
-                {
-                    "id": self.model,
-                    "object": "model",
-                    "created": self.created,
-                    "owned_by": "alflow-tiny",
-                    "root": self.engine.model_name,
-                    "parent": None,
-                    "max_model_len": self.settings.n_ctx,
-                    "max_concurrency": 1,
-                    "scheduling": "one sequence at a time; further requests wait in a FIFO queue",
-                }
-            ],
+        return {
+            "version": f"alflow-tiny {__version__}",
+            "engine": "tiny",
+            "simulated": False,
+            "model": self.model,
+            "k": s.k,
+            "ngram": None if s.spec is None else [s.spec.ngram_min, s.spec.ngram_max],
+            "speculative_config": s.speculative_config,
+            "synthetic_acceptance": s.synthetic,
+            **s.engine_info,
         }
-        return web.json_response(data)
 
-    async def _metrics(self, _request: web.Request) -> web.Response:
-        return web.Response(body=self.metrics.text(), content_type="text/plain", charset="utf-8")
+    def model_card(self) -> dict[str, Any]:
+        """The tiny engine's fields of its ``/v1/models`` entry: one sequence at a time."""
+        return {
+            "owned_by": "alflow-tiny",
+            "root": self.engine.model_name,
+            "max_concurrency": 1,
+            "scheduling": "one sequence at a time; further requests wait in a FIFO queue",
+        }
 
-    async def _read_json(self, request: web.Request) -> dict[str, Any]:
-        raw = await request.read()
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise ApiError(400, f"request body is not valid JSON: {exc}") from None
-        if not isinstance(body, dict):
-            raise ApiError(400, f"request body must be a JSON object, got {type(body).__name__}")
-        return cast(dict[str, Any], body)
+    def metrics(self) -> bytes:
+        """vLLM-dialect Prometheus text."""
+        return self.counters.text()
 
-    def _check_ids(self, value: object, param: str) -> list[int]:
-        if not isinstance(value, list) or not value:
-            raise ApiError(400, f"{param} must be a non-empty list of token ids", param)
+    def _check_ids(self, ids: list[int], param: str) -> list[int]:
         limit = self.settings.vocab_size
-        for i, tok in enumerate(value):
-            if isinstance(tok, bool) or not isinstance(tok, int) or tok < 0:
-                raise ApiError(
-                    400, f"{param}[{i}] must be a non-negative integer token id, got {tok!r}", param
-                )
+        for i, tok in enumerate(ids):
             if limit is not None and tok >= limit:
                 raise ApiError(400, f"{param}[{i}] = {tok} is outside the vocabulary (size {limit})", param)
-        return cast(list[int], value)
+        return ids
 
-    async def _tokenize(self, request: web.Request) -> web.Response:
-        body = await self._read_json(request)
-        if "messages" in body:
-            text = self._render(body)
-            ids = self.engine.tokenize(text, add_bos=True)
-        elif isinstance(body.get("prompt"), str):
-            ids = self.engine.tokenize(body["prompt"], add_bos=_get_bool(body, "add_special_tokens", True))
-        else:
-            raise ApiError(400, "give a string prompt or messages", "prompt")
-        return web.json_response({"count": len(ids), "max_model_len": self.settings.n_ctx, "tokens": ids})
+    def tokenize(self, body: TokenizeRequest) -> list[int]:
+        """The chat template applied to messages (with BOS), or the prompt (BOS unless ``add_special_tokens`` false)."""
+        if body.messages is not None:
+            text = self._render(body.pairs(), body.add_generation_prompt is not False)
+            return self.engine.tokenize(text, add_bos=True)
+        return self.engine.tokenize(body.prompt or "", add_bos=body.add_special_tokens is not False)
 
-    async def _detokenize(self, request: web.Request) -> web.Response:
-        body = await self._read_json(request)
-        ids = self._check_ids(body.get("tokens"), "tokens")
-        return web.json_response({"prompt": self.engine.detokenize(ids)})
+    def detokenize(self, ids: list[int]) -> str:
+        """Text of token ids (an id outside the vocabulary: a 400 naming it)."""
+        return self.engine.detokenize(self._check_ids(ids, "tokens"))
 
     # -------------------------------------------------------------- parsing
 
-    def _render(self, body: dict[str, Any]) -> str:
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise ApiError(400, "messages must be a non-empty list", "messages")
-        pairs: list[tuple[str, str]] = []
-        for i, msg in enumerate(messages):
-            if not isinstance(msg, dict) or not isinstance(msg.get("role"), str):
-                raise ApiError(400, f"messages[{i}] must be an object with a string role", "messages")
-            pairs.append((msg["role"], _message_text(msg.get("content"), i)))
+    @staticmethod
+    def _render(pairs: list[tuple[str, str]], add_generation_prompt: bool) -> str:
         try:
-            return render_chat(pairs, add_generation_prompt=_get_bool(body, "add_generation_prompt", True))
+            return render_chat(pairs, add_generation_prompt=add_generation_prompt)
         except ChatTemplateError as exc:
             raise ApiError(400, str(exc), "messages") from None
 
-    def parse(self, body: dict[str, Any], *, chat: bool) -> Params:
-        """Validate a completions or chat body; :class:`ApiError` (400) names the bad field."""
-        model = body.get("model")
-        if model is not None:
-            if not isinstance(model, str):
-                raise ApiError(400, f"model must be a string, got {model!r}", "model")
-            if model not in (self.model, self.engine.model_name):
-                raise ApiError(
-                    404, f"The model `{model}` does not exist; this server serves {self.model!r}.", "model"
-                )
-        if chat:
-            prompt = self.engine.tokenize(self._render(body), add_bos=True)
+    def parse(self, body: CompletionRequest | ChatRequest) -> Params:
+        """The tiny engine's limits on a validated request; :class:`ApiError` (400) names the bad field."""
+        chat = isinstance(body, ChatRequest)
+        if isinstance(body, ChatRequest):
+            prompt = self.engine.tokenize(
+                self._render(body.pairs(), body.add_generation_prompt is not False), add_bos=True
+            )
             where = "messages"
+            max_tokens = body.output_cap
         else:
-            raw = body.get("prompt")
-            if isinstance(raw, list) and len(raw) == 1 and isinstance(raw[0], str | list):
-                raw = raw[0]  # a batch of one
-            if isinstance(raw, str):
-                if not raw:
-                    raise ApiError(400, "prompt must not be empty", "prompt")
-                prompt = self.engine.tokenize(raw, add_bos=True)
-            elif isinstance(raw, list):
-                prompt = self._check_ids(raw, "prompt")
-            else:
-                raise ApiError(400, "prompt must be a string or a non-empty list of token ids", "prompt")
+            raw = body.single_prompt()
+            prompt = (
+                self.engine.tokenize(raw, add_bos=True)
+                if isinstance(raw, str)
+                else self._check_ids(raw, "prompt")
+            )
             where = "prompt"
-        if _get_int(body, "n", low=1, default=1) != 1:
-            raise ApiError(400, "the tiny engine serves n=1 only", "n")
+            max_tokens = body.max_tokens
+        if (body.n or 1) != 1:
+            raise ApiError(400, "n: the tiny engine serves n=1 only", "n")
         n_ctx, k = self.settings.n_ctx, self.settings.k
         if len(prompt) + k >= n_ctx:
             raise ApiError(
@@ -462,9 +368,6 @@ class TinyServer:
                 f"{len(prompt)} tokens (plus K={k} draft positions). Please reduce the length of the input.",
                 where,
             )
-        max_tokens = _get_int(body, "max_tokens", low=1, default=None)
-        if chat and max_tokens is None:
-            max_tokens = _get_int(body, "max_completion_tokens", low=1, default=None)
         if max_tokens is None:
             max_tokens = n_ctx - len(prompt) - k if chat else DEFAULT_COMPLETION_MAX_TOKENS
         if len(prompt) + max_tokens + k > n_ctx:
@@ -475,8 +378,8 @@ class TinyServer:
                 f"completion) and K={k} draft positions. Please reduce the length of the input or completion.",
                 "max_tokens",
             )
-        ignore_eos = _get_bool(body, "ignore_eos", False)
-        min_tokens = cast(int, _get_int(body, "min_tokens", low=0, default=0))
+        ignore_eos = bool(body.ignore_eos)
+        min_tokens = body.min_tokens or 0
         if min_tokens:
             if min_tokens != max_tokens:
                 raise ApiError(
@@ -486,38 +389,20 @@ class TinyServer:
                     "min_tokens",
                 )
             ignore_eos = True
-        temperature = _get_float(body, "temperature", 1.0, 0.0, 100.0)
-        top_p = _get_float(body, "top_p", 1.0, 0.0, 1.0)
-        if top_p <= 0.0:
-            raise ApiError(400, f"top_p must be in (0, 1], got {top_p}", "top_p")
-        top_k = cast(int, _get_int(body, "top_k", low=-1, default=0))
-        seed = _get_int(body, "seed", low=0, default=None)
-        stream = _get_bool(body, "stream", False)
-        include_usage = False
-        options = body.get("stream_options")
-        if options is not None:
-            if not stream:
-                raise ApiError(400, "stream_options can only be set when stream is true", "stream_options")
-            if not isinstance(options, dict):
-                raise ApiError(400, "stream_options must be an object", "stream_options")
-            include_usage = _get_bool(options, "include_usage", False)
-        kwargs = body.get("chat_template_kwargs")
-        if kwargs is not None and not isinstance(kwargs, dict):
-            raise ApiError(400, "chat_template_kwargs must be an object", "chat_template_kwargs")
-        stop = _get_stop(body)
-        if chat:
-            stop = chat_stops(stop)
+        if body.seed is not None and body.seed < 0:
+            raise ApiError(400, f"seed: must be >= 0 for the tiny engine, got {body.seed}", "seed")
+        stop = _stops(body)
         return Params(
             prompt=tuple(prompt),
             max_tokens=max_tokens,
-            temperature=temperature,
-            top_k=max(0, top_k),
-            top_p=top_p,
-            seed=seed,
-            stop=stop,
+            temperature=1.0 if body.temperature is None else body.temperature,
+            top_k=max(0, body.top_k or 0),
+            top_p=1.0 if body.top_p is None else body.top_p,
+            seed=body.seed,
+            stop=chat_stops(stop) if chat else stop,
             ignore_eos=ignore_eos,
-            stream=stream,
-            include_usage=include_usage,
+            stream=bool(body.stream),
+            include_usage=body.include_usage,
         )
 
     # -------------------------------------------------------------- the worker
@@ -528,22 +413,22 @@ class TinyServer:
         loop = asyncio.get_running_loop()
         while True:
             job = await self._queue.get()
-            self.metrics.waiting.set(self._queue.qsize())
+            self.counters.waiting.set(self._queue.qsize())
             if job.cancelled.is_set():
                 job.put(_END)
                 continue
-            self.metrics.running.set(1)
+            self.counters.running.set(1)
             try:
                 await loop.run_in_executor(self._executor, self._run, job)
             finally:
-                self.metrics.running.set(0)
+                self.counters.running.set(0)
 
     def _run(self, job: _Job) -> None:
         """In the engine thread: decode one request, counting and handing over every step."""
         p = job.params
         reason = "abort"
         try:
-            self.metrics.prompt_tokens.inc(len(p.prompt))
+            self.counters.prompt_tokens.inc(len(p.prompt))
             steps = self.engine.generate(
                 p.prompt,
                 max_tokens=p.max_tokens,
@@ -557,7 +442,7 @@ class TinyServer:
             )
             try:
                 for step in steps:
-                    self.metrics.count_step(
+                    self.counters.count_step(
                         len(step.tokens), step.drafted, step.accepted, step.accepted_positions
                     )
                     job.put(step)
@@ -574,7 +459,7 @@ class TinyServer:
             log.exception("the engine failed on a request")
             job.put(exc)
         finally:
-            self.metrics.request_success[reason if reason in ("stop", "length") else "abort"].inc()
+            self.counters.request_success[reason if reason in ("stop", "length") else "abort"].inc()
             job.put(_END)
 
     async def submit(self, params: Params) -> _Job:
@@ -583,7 +468,7 @@ class TinyServer:
             raise ApiError(503, "the server is not running")
         job = _Job(params=params, loop=asyncio.get_running_loop())
         self._queue.put_nowait(job)
-        self.metrics.waiting.set(self._queue.qsize())
+        self.counters.waiting.set(self._queue.qsize())
         return job
 
     # -------------------------------------------------------------- generation
@@ -592,13 +477,12 @@ class TinyServer:
         self._counter += 1
         return f"{'chatcmpl' if chat else 'cmpl'}-{self._boot}{self._counter:06d}"
 
-    @staticmethod
-    def _usage(prompt: int, completion: int) -> dict[str, int]:
-        return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}
-
-    async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
-        body = await self._read_json(request)
-        params = self.parse(body, chat=chat)
+    async def generate(
+        self, request: web.Request, body: CompletionRequest | ChatRequest
+    ) -> web.StreamResponse:
+        """Queue the request; stream its steps as they come (or answer once it ends)."""
+        chat = isinstance(body, ChatRequest)
+        params = self.parse(body)
         rid = self._rid(chat)
         job = await self.submit(params)
         try:
@@ -653,7 +537,7 @@ class TinyServer:
         out = {
             **self._head(rid, chat, chunk=False),
             "choices": [choice],
-            "usage": self._usage(len(job.params.prompt), emitted),
+            "usage": usage(len(job.params.prompt), emitted),
         }
         return web.json_response(out, dumps=lambda o: orjson.dumps(o).decode())
 
@@ -692,17 +576,11 @@ class TinyServer:
             await resp.write(b"data: " + orjson.dumps(err.payload()) + b"\n\n" + b"data: [DONE]\n\n")
             return resp
         if job.params.include_usage:
-            usage = {**head, "choices": [], "usage": self._usage(len(job.params.prompt), emitted)}
-            await resp.write(b"data: " + orjson.dumps(usage) + b"\n\n")
+            tail = {**head, "choices": [], "usage": usage(len(job.params.prompt), emitted)}
+            await resp.write(b"data: " + orjson.dumps(tail) + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
-
-    async def _chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._generate(request, chat=True)
-
-    async def _completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._generate(request, chat=False)
 
 
 # ------------------------------------------------------------------------------------ running
@@ -712,40 +590,30 @@ async def serve(
     server: TinyServer,
     *,
     stop: asyncio.Event,
-    on_ready: Callable[[str, int], None] | None = None,
+    on_ready: OnReady | None = None,
 ) -> None:
     """Run ``server`` until ``stop`` is set; call ``on_ready(host, port)`` once bound."""
-    host, port = server.settings.host, server.settings.port
-    runner = web.AppRunner(server.make_app(), handler_cancellation=True, access_log=None)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, host, port)
-        try:
-            await site.start()
-        except OSError as exc:
-            raise TinyStartupError(f"cannot listen on {host}:{port}: {exc}") from None
-        for addr in runner.addresses:
-            if isinstance(addr, tuple) and len(addr) >= 2:
-                port = int(addr[1])
-                break
-        s = server.settings
-        log.info(
-            "serving %s (tiny CPU engine, %s) on %s:%d, one sequence at a time",
-            server.model,
+    s = server.settings
+
+    def describe(port: int) -> str:
+        what = (
             "no speculation"
             if s.spec is None
-            else f"n-gram K={s.k}" + (", SYNTHETIC acceptance" if s.synthetic else ""),
-            host,
-            port,
+            else f"n-gram K={s.k}" + (", SYNTHETIC acceptance" if s.synthetic else "")
         )
-        if on_ready is not None:
-            on_ready(host, port)
-        await stop.wait()
-    finally:
-        await runner.cleanup()
+        return f"serving {server.model} (tiny CPU engine, {what}) on {s.host}:{port}, one sequence at a time"
+
+    await run_app(
+        server.make_app(),
+        s.host,
+        s.port,
+        stop=stop,
+        on_ready=on_ready,
+        error=TinyStartupError,
+        describe=describe,
+    )
 
 
 def listening_line(host: str, port: int) -> str:
     """The one line the server prints on stdout once bound (``alflow-tiny listening on URL``)."""
-    shown = f"[{host}]" if ":" in host else host
-    return f"{LISTENING_PREFIX}http://{shown}:{port}"
+    return _listening_line(LISTENING_PREFIX, host, port)

