@@ -341,11 +341,13 @@ async def bench_async(
                 r.prometheus_url, m.wall_start_s, time.time(), selector=r.prometheus_selector
             )
             dialect = (
-                metrics[1]
-                if metrics is not None
-                else get_dialect(r.dialect if r.dialect != "auto" else "vllm")
+                metrics[1] if metrics is not None else None if r.dialect == "auto" else get_dialect(r.dialect)
             )
-            stats_p, err_p = await asyncio.to_thread(stats_or_error, dialect.spec_stats, window, k=r.k)
+            stats_p, err_p = (
+                (None, "no metrics endpoint to detect the framework from: give --dialect")
+                if dialect is None
+                else await asyncio.to_thread(stats_or_error, dialect.spec_stats, window, k=r.k)
+            )
             spec_block["prometheus"] = {
                 "url": r.prometheus_url,
                 "stats": None if stats_p is None else stats_p.to_dict(),

@@ -17,7 +17,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -113,6 +113,27 @@ class LoadSpec:
                 raise InvalidInputError(
                     f"{name}={value} must be a positive number of seconds (None = no limit)"
                 )
+
+
+def arrival_offsets_ns(spec: LoadSpec) -> Iterator[int]:
+    """When each measured session may start, in ns after the phase starts (``spec.request_rate`` set).
+
+    The first starts at once; then gaps of ``1 / rate`` (constant) or exponential gaps of mean ``1 / rate``
+    drawn from ``random.Random(spec.seed)`` (poisson; the first draw is skipped), so a seed fixes the
+    whole schedule. A session also waits for a free concurrency slot, so it may start later, never earlier.
+    """
+    if spec.request_rate is None:
+        raise InvalidInputError("arrival offsets need a request rate")
+    rate = spec.request_rate
+    rng = random.Random(spec.seed)
+    at = 0
+    i = 0
+    while True:
+        gap = rng.expovariate(rate) if spec.arrival == "poisson" else 1.0 / rate
+        if i:
+            at += int(gap * 1e9)
+        yield at
+        i += 1
 
 
 class Progress(Protocol):
@@ -265,24 +286,16 @@ class _Run:
 
     async def phase(self, sessions: Sequence[Session], count: int | None, *, warmup: bool) -> None:
         spec = self.spec
-        rng = random.Random(spec.seed)
         tasks = self.tasks
         start_ns = self.clock()
         deadline_ns = None if warmup or spec.duration_s is None else start_ns + int(spec.duration_s * 1e9)
-        next_ns = start_ns
+        schedule = None if warmup or spec.request_rate is None else arrival_offsets_ns(spec)
         i = 0
         while count is None or i < count:
             if self.fatal is not None:
                 break
-            if not warmup and spec.request_rate is not None:
-                gap = (
-                    rng.expovariate(spec.request_rate)
-                    if spec.arrival == "poisson"
-                    else 1.0 / spec.request_rate
-                )
-                if i:
-                    next_ns += int(gap * 1e9)
-                delay = (next_ns - self.clock()) / 1e9
+            if schedule is not None:
+                delay = (start_ns + next(schedule) - self.clock()) / 1e9
                 if delay > 0:
                     await asyncio.sleep(delay)
             if deadline_ns is not None and self.clock() >= deadline_ns:

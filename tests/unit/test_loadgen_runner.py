@@ -12,6 +12,7 @@ from alflow.datasets.random_tokens import detokenize_sessions, random_sessions
 from alflow.datasets.types import Session, Turn
 from alflow.errors import InvalidInputError
 from alflow.loadgen import LoadAbortedError, LoadSpec, Sampling, Target, run_load
+from alflow.loadgen.runner import arrival_offsets_ns
 from tests.unit.sse_server import SseServer
 
 
@@ -72,20 +73,36 @@ async def test_constant_request_rate_spaces_starts() -> None:
     assert starts[-1] - starts[0] == pytest.approx(0.1, abs=0.05)
 
 
-async def test_poisson_rate_is_reproducible_from_the_seed() -> None:
+def test_poisson_schedule_is_fixed_by_the_seed() -> None:
     import random
+    from itertools import islice
 
     rng = random.Random(7)
-    expected = [rng.expovariate(100.0) for _ in range(5)]
-    assert len(set(expected)) == 5  # the schedule draws from Random(seed)
+    gaps = [rng.expovariate(100.0) for _ in range(6)][
+        1:
+    ]  # the first draw is skipped: the first starts at once
+    expected = [0]
+    for gap in gaps:
+        expected.append(expected[-1] + int(gap * 1e9))
+    spec = LoadSpec(concurrency=10, request_rate=100.0, num_prompts=6, seed=7)
+    assert list(islice(arrival_offsets_ns(spec), 6)) == expected
+    assert list(islice(arrival_offsets_ns(spec), 6)) == expected  # the same seed, the same schedule
+    other = LoadSpec(concurrency=10, request_rate=100.0, num_prompts=6, seed=8)
+    assert list(islice(arrival_offsets_ns(other), 6)) != expected
+    constant = LoadSpec(concurrency=10, request_rate=50.0, arrival="constant", num_prompts=6, seed=7)
+    assert list(islice(arrival_offsets_ns(constant), 4)) == [0, 20_000_000, 40_000_000, 60_000_000]
+
+
+async def test_sessions_never_start_before_their_scheduled_offset() -> None:
+    from itertools import islice
+
+    spec = LoadSpec(concurrency=10, request_rate=100.0, num_prompts=6, seed=7)
     async with SseServer() as srv:
-        t0 = time.perf_counter()
-        await run_load(
-            sessions(6),
-            Target(srv.base_url, "m"),
-            LoadSpec(concurrency=10, request_rate=100.0, num_prompts=6, seed=7),
-        )
-        assert time.perf_counter() - t0 >= sum(expected) * 0.9
+        result = await run_load(sessions(6), Target(srv.base_url, "m"), spec)
+    starts = sorted(r.start_ns - result.measure_start_ns for r in result.records)
+    offsets = list(islice(arrival_offsets_ns(spec), 6))
+    # on the client's clock; waiting for a slot or the event loop may delay a start, nothing may advance it
+    assert all(start >= offset for start, offset in zip(starts, offsets, strict=True))
 
 
 async def test_duration_mode_stops_issuing_after_the_duration() -> None:

@@ -49,9 +49,30 @@ def test_invalid_cron_is_rejected() -> None:
         schedules({"schedules": [{"cron": "61 * * * *"}]})
 
 
+def _undescribed(schema: dict[str, object]) -> list[str]:
+    """``Model.field`` of every field of every model in a Prefect parameter schema that has no description."""
+    missing = []
+    definitions = schema.get("definitions") or {}
+    assert isinstance(definitions, dict)
+    for name, model in definitions.items():
+        if not isinstance(model, dict) or model.get("type") != "object":
+            continue  # an enum or a literal: its values are the form's choices
+        for field, prop in (model.get("properties") or {}).items():
+            if not (isinstance(prop, dict) and str(prop.get("description") or "").strip()):
+                missing.append(f"{name}.{field}")
+    return missing
+
+
 def test_flow_parameters_give_a_ui_form() -> None:
-    """Every deployed flow takes pydantic models whose fields all carry descriptions."""
+    """Every deployed flow takes pydantic models whose fields all carry descriptions (the UI form's help)."""
     for spec in DEPLOYMENTS:
         flow = load_flow(str(spec["entrypoint"]))
         schema = flow.parameters.model_dump()
         assert schema["properties"], spec["name"]
+        assert schema.get("definitions"), f"{spec['name']}: no pydantic model behind the parameters"
+        assert _undescribed(schema) == [], spec["name"]
+
+
+def test_the_description_check_finds_a_field_without_one() -> None:
+    schema = {"definitions": {"M": {"type": "object", "properties": {"a": {"description": "A."}, "b": {}}}}}
+    assert _undescribed(schema) == ["M.b"]

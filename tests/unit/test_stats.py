@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from alflow.acceptance import stats
 from alflow.acceptance import synthetic as syn
@@ -143,3 +146,58 @@ def test_goodness_of_fit_flags_impossible_lengths() -> None:
     assert fit.p_value == 1.0
     with pytest.raises(InvalidInputError, match="no steps observed"):
         stats.goodness_of_fit({}, (1.0,))
+
+
+# --- properties: counters built from random per-step accept counts ------------------------------------------
+
+
+@st.composite
+def _steps(draw: st.DrawFn) -> tuple[int, list[int]]:
+    """K and a list of accepted-draft counts (0..K), one per step that carried drafts."""
+    k = draw(st.integers(min_value=1, max_value=8))
+    return k, draw(st.lists(st.integers(min_value=0, max_value=k), min_size=1, max_size=200))
+
+
+def _counters(k: int, steps: list[int]) -> tuple[int, int, list[int]]:
+    """What a vLLM-style server counts: steps, accepted tokens, and per position how often it was accepted."""
+    per_position = [sum(1 for a in steps if a > i) for i in range(k)]
+    return len(steps), sum(steps), per_position
+
+
+@given(_steps())
+@settings(max_examples=300, deadline=None)
+def test_al_is_one_plus_the_mean_accepted_drafts_and_positions_sum_to_accepted(
+    case: tuple[int, list[int]],
+) -> None:
+    k, steps = case
+    n, accepted, per_position = _counters(k, steps)
+    got = stats.from_counters(n, accepted, draft_tokens=n * k, accepted_per_position=per_position, k=k)
+    assert got.al == pytest.approx(1 + sum(steps) / len(steps), abs=1e-12)
+    assert sum(got.accepted_per_position or ()) == got.accepted_tokens == accepted
+    assert got.acceptance_rate == pytest.approx(accepted / (n * k), abs=1e-12)
+    assert got.note == ""  # consistent counters: nothing to warn about
+
+
+@given(_steps())
+@settings(max_examples=300, deadline=None)
+def test_histogram_from_positions_recovers_the_accept_lengths(case: tuple[int, list[int]]) -> None:
+    k, steps = case
+    n, accepted, per_position = _counters(k, steps)
+    got = stats.from_counters(n, accepted, accepted_per_position=per_position, k=k)
+    expected = {a + 1: steps.count(a) for a in range(k + 1) if steps.count(a)}
+    assert {j: c for j, c in (got.histogram or {}).items() if c} == expected
+    rates = got.per_position_rates or ()
+    assert all(a >= b for a, b in itertools.pairwise(rates))  # unconditional rates never rise
+    assert got.ci is not None
+    assert got.ci.low <= (got.al or 0) <= got.ci.high
+
+
+@given(_steps(), st.integers(min_value=1, max_value=5))
+@settings(max_examples=200, deadline=None)
+def test_al_over_merged_windows_is_the_step_weighted_mean(case: tuple[int, list[int]], cut: int) -> None:
+    k, steps = case
+    at = min(len(steps) - 1, cut) if len(steps) > 1 else 1
+    whole = stats.from_counters(*_counters(k, steps)[:2], k=k)
+    parts = [steps[:at], steps[at:]] if len(steps) > 1 else [steps]
+    weighted = sum(len(p) * (1 + sum(p) / len(p)) for p in parts if p) / len(steps)
+    assert whole.al == pytest.approx(weighted, abs=1e-12)
