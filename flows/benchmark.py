@@ -16,6 +16,7 @@ from prefect import flow, get_run_logger, tags
 from alflow.acceptance.synthetic import distribution
 from alflow.config import BenchmarkParams, LoadConfig, SyntheticAcceptance, ThinkingMode
 from alflow.measure import PARTIAL_ATTR, Measurement
+from alflow.points import m2_point
 from alflow.redact import redact_url
 from alflow.reports.markdown import M2Summary
 from alflow.topology import gpu_layout, topology
@@ -126,61 +127,23 @@ def benchmark(params: BenchmarkParams) -> dict[str, Any]:
                     else:
                         m = spec_stats(m, params.k)
                     subject = f"{server.framework} K={params.k} concurrency {conc}"
-                    audit_details: dict[str, Any] = {}
-                    if m.aborted is not None:
-                        failures.append(
-                            f"{subject}: aborted mid-point ({m.aborted}); its {m.records.height} requests are "
-                            "kept and the point is marked partial"
-                        )
-                        valid = False
-                        verdict_msg = failures[-1]
-                    elif m.spec_stats is None:
-                        why = m.stats_error or "no baseline or final scrape"
-                        where = " + ".join(redact_url(u) for u in handle.all_metrics_urls)
-                        failures.append(f"{subject}: no spec-decode stats at {where}: {why}")
-                        valid = False
-                        verdict_msg = failures[-1]
-                    else:
-                        verdict = audit_synthetic(m.spec_stats, dist, params.audit_abs_tol, subject)
-                        audit_details = verdict.details
-                        valid = verdict.passed
-                        verdict_msg = verdict.message
-                        if not valid:
-                            failures.append(verdict.message)
-                    if not m.all_ok and m.aborted is None:
-                        failures.append(f"{subject}: {m.client.get('failed')} requests failed")
-                        valid = False
-                    c = m.client
-                    points.append(
-                        {
-                            "concurrency": conc,
-                            "k": params.k,
-                            "framework": server.framework,
-                            "target_al": target,
-                            "achieved_al": None if m.spec_stats is None else m.spec_stats.al,
-                            "valid": valid,
-                            "partial": m.aborted is not None,
-                            "audit": verdict_msg,
-                            "num_drafts": None if m.spec_stats is None else m.spec_stats.num_drafts,
-                            "expected_al": audit_details.get("expected_al"),
-                            "allowed_deviation": audit_details.get("allowed"),
-                            "completed": c.get("completed"),
-                            "failed": c.get("failed"),
-                            "output_throughput": c.get("output_throughput"),
-                            "nodes": server.nodes,
-                            "num_gpus": c.get("num_gpus"),
-                            "total_token_throughput": c.get("total_token_throughput"),
-                            "output_throughput_per_gpu": c.get("output_throughput_per_gpu"),
-                            "total_token_throughput_per_gpu": c.get("total_token_throughput_per_gpu"),
-                            "median_interactivity_tokens_per_s": c.get("median_interactivity_tokens_per_s"),
-                            "median_tpot_ms": c.get("median_tpot_ms"),
-                            "median_ttft_ms": c.get("median_ttft_ms"),
-                            "p99_ttft_ms": c.get("p99_ttft_ms"),
-                            "median_itl_ms": c.get("median_itl_ms"),
-                            "tokens_per_chunk": c.get("tokens_per_chunk"),
-                            "duration_s": m.duration_s,
-                        }
+                    verdict = (
+                        audit_synthetic(m.spec_stats, dist, params.audit_abs_tol, subject)
+                        if m.aborted is None and m.spec_stats is not None
+                        else None
                     )
+                    point, point_failures = m2_point(
+                        m,
+                        concurrency=conc,
+                        k=params.k,
+                        framework=server.framework,
+                        target_al=target,
+                        nodes=server.nodes,
+                        audit=verdict,
+                        metrics_where=" + ".join(redact_url(u) for u in handle.all_metrics_urls),
+                    )
+                    failures += point_failures
+                    points.append(point.to_dict())
                     requests.append(m.records.with_columns(pl.lit(conc).alias("concurrency")))
                     metrics.append(m.metrics_frame().with_columns(pl.lit(conc).alias("concurrency")))
                     if m.aborted is not None:

@@ -75,3 +75,24 @@ def test_cpu_trace_interpolates_between_samples_and_clamps_outside(bench: Module
 def test_a_client_that_fails_stops_the_benchmark_with_its_stderr(bench: ModuleType) -> None:
     with pytest.raises(SystemExit, match=r"exited 3:\n.*no such prompts"):
         bench._timed([sys.executable, "-c", "import sys; sys.stderr.write('no such prompts'); sys.exit(3)"])
+
+
+def _run(bench: ModuleType, client: str, repeat: int, tpots: tuple[float, ...]) -> object:
+    return bench.ClientRun(
+        client, 4, repeat, len(tpots), len(tpots), 100, 64 * len(tpots), 9.0, 4000.0,
+        sorted(tpots)[len(tpots) // 2], sum(tpots) / len(tpots), 400.0, 3.5, 3.5, 100, 1.0, 0.1, 0.5, 60.0,
+        tpots,
+    )  # fmt: skip
+
+
+def test_the_pooled_median_ratio_pools_every_repeat_and_brackets_itself(bench: ModuleType) -> None:
+    runs = [
+        _run(bench, "alflow bench", 0, (100.0, 200.0, 300.0)),
+        _run(bench, "alflow bench", 1, (400.0, 500.0)),
+        _run(bench, "vllm bench serve", 0, (100.0, 200.0, 300.0, 400.0, 500.0, 600.0)),
+    ]
+    ratio, low, high = bench._pooled_median_ratio(runs, 4, resamples=500)
+    assert ratio == 300.0 / 350.0  # alflow's five requests vs vLLM's six, each pooled over its repeats
+    assert low <= ratio <= high
+    assert low < 1.0 < high  # six requests cannot tell these two apart
+    assert bench._pooled_median_ratio(runs, 1) != bench._pooled_median_ratio(runs, 1)  # nan: no runs at c=1

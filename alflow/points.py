@@ -1,0 +1,129 @@
+"""One M2 point from what was measured and audited: its row of ``spec_stats.parquet``, its failures.
+
+The M2 flow measures a point and audits it (Prefect tasks); :func:`m2_point` turns the measurement and
+the audit's verdict into a :class:`M2Point` and the failures it adds to the run, without Prefect, so
+the rules (an aborted point is partial and invalid, a point without spec-decode stats is invalid, a
+point with failed requests is invalid) are tested on their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from alflow.gates import Verdict
+from alflow.measure import Measurement
+
+
+@dataclass(frozen=True)
+class M2Point:
+    """One concurrency of an M2 run: the audit and the client's headline numbers (a row of spec_stats)."""
+
+    concurrency: int
+    k: int
+    framework: str
+    target_al: float
+    achieved_al: float | None
+    valid: bool
+    partial: bool
+    audit: str
+    num_drafts: int | None
+    expected_al: float | None
+    allowed_deviation: float | None
+    completed: int | None
+    failed: int | None
+    output_throughput: float | None
+    nodes: int
+    num_gpus: int | None
+    total_token_throughput: float | None
+    output_throughput_per_gpu: float | None
+    total_token_throughput_per_gpu: float | None
+    median_interactivity_tokens_per_s: float | None
+    median_tpot_ms: float | None
+    median_ttft_ms: float | None
+    p99_ttft_ms: float | None
+    median_itl_ms: float | None
+    tokens_per_chunk: float | None
+    duration_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row as stored (``spec_stats.parquet``, ``summary.json``'s points)."""
+        return asdict(self)
+
+
+def _float(value: object) -> float | None:
+    return None if value is None else float(value)  # type: ignore[arg-type]
+
+
+def _int(value: object) -> int | None:
+    return None if value is None else int(value)  # type: ignore[call-overload]
+
+
+def m2_point(
+    m: Measurement,
+    *,
+    concurrency: int,
+    k: int,
+    framework: str,
+    target_al: float,
+    nodes: int,
+    audit: Verdict | None,
+    metrics_where: str,
+) -> tuple[M2Point, list[str]]:
+    """The point and the failures it adds to the run (empty when it is valid).
+
+    ``audit`` is the synthetic audit's verdict, None when there was nothing to audit (an aborted point,
+    no spec-decode stats); ``metrics_where`` names the metrics endpoints for the missing-stats message.
+    """
+    subject = f"{framework} K={k} concurrency {concurrency}"
+    failures: list[str] = []
+    details: dict[str, object] = {}
+    if m.aborted is not None:
+        failures.append(
+            f"{subject}: aborted mid-point ({m.aborted}); its {m.records.height} requests are kept and the "
+            "point is marked partial"
+        )
+        valid, message = False, failures[-1]
+    elif m.spec_stats is None or audit is None:
+        why = m.stats_error or "no baseline or final scrape"
+        failures.append(f"{subject}: no spec-decode stats at {metrics_where}: {why}")
+        valid, message = False, failures[-1]
+    else:
+        details = dict(audit.details)
+        valid, message = audit.passed, audit.message
+        if not valid:
+            failures.append(audit.message)
+    if not m.all_ok and m.aborted is None:
+        failures.append(f"{subject}: {m.client.get('failed')} requests failed")
+        valid = False
+    c = m.client
+    stats = m.spec_stats
+    point = M2Point(
+        concurrency=concurrency,
+        k=k,
+        framework=framework,
+        target_al=target_al,
+        achieved_al=None if stats is None else stats.al,
+        valid=valid,
+        partial=m.aborted is not None,
+        audit=message,
+        num_drafts=None if stats is None else stats.num_drafts,
+        expected_al=_float(details.get("expected_al")),
+        allowed_deviation=_float(details.get("allowed")),
+        completed=_int(c.get("completed")),
+        failed=_int(c.get("failed")),
+        output_throughput=_float(c.get("output_throughput")),
+        nodes=nodes,
+        num_gpus=_int(c.get("num_gpus")),
+        total_token_throughput=_float(c.get("total_token_throughput")),
+        output_throughput_per_gpu=_float(c.get("output_throughput_per_gpu")),
+        total_token_throughput_per_gpu=_float(c.get("total_token_throughput_per_gpu")),
+        median_interactivity_tokens_per_s=_float(c.get("median_interactivity_tokens_per_s")),
+        median_tpot_ms=_float(c.get("median_tpot_ms")),
+        median_ttft_ms=_float(c.get("median_ttft_ms")),
+        p99_ttft_ms=_float(c.get("p99_ttft_ms")),
+        median_itl_ms=_float(c.get("median_itl_ms")),
+        tokens_per_chunk=_float(c.get("tokens_per_chunk")),
+        duration_s=m.duration_s,
+    )
+    return point, failures

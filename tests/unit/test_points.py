@@ -1,0 +1,100 @@
+"""One M2 point from a measurement and its audit (alflow.points), without Prefect."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from alflow.acceptance.stats import from_counters
+from alflow.acceptance.synthetic import distribution
+from alflow.gates import Verdict, audit_synthetic
+from alflow.measure import Measurement
+from alflow.points import m2_point
+
+CLIENT = {
+    "all_ok": True,
+    "completed": 8,
+    "failed": 0,
+    "output_throughput": 512.0,
+    "num_gpus": 2,
+    "output_throughput_per_gpu": 256.0,
+    "median_tpot_ms": 12.5,
+    "tokens_per_chunk": 3.9,
+}
+
+
+def _measurement(**kw: object) -> Measurement:
+    base: dict[str, object] = {
+        "records": pl.DataFrame({"ok": [True] * 8}),
+        "client": dict(CLIENT),
+        "spec_stats": from_counters(1000, 3000, draft_tokens=4000, k=4),
+        "dialect": "vllm",
+        "duration_s": 2.0,
+    }
+    base.update(kw)
+    return Measurement(**base)  # type: ignore[arg-type]
+
+
+def _point(m: Measurement, audit: Verdict | None) -> tuple[dict[str, object], list[str]]:
+    point, failures = m2_point(
+        m,
+        concurrency=4,
+        k=4,
+        framework="sim",
+        target_al=4.0,
+        nodes=1,
+        audit=audit,
+        metrics_where="http://x/metrics",
+    )
+    return point.to_dict(), failures
+
+
+def test_an_audited_point_carries_the_audit_and_the_client_numbers() -> None:
+    m = _measurement()
+    assert m.spec_stats is not None
+    verdict = audit_synthetic(m.spec_stats, distribution("vllm", 4, al=4.0), subject="sim K=4 concurrency 4")
+    point, failures = _point(m, verdict)
+    assert verdict.passed
+    assert failures == []
+    assert point["valid"] is True
+    assert point["partial"] is False
+    assert point["achieved_al"] == 4.0
+    assert point["expected_al"] == verdict.details["expected_al"]
+    assert point["allowed_deviation"] == verdict.details["allowed"]
+    assert point["num_drafts"] == 1000
+    assert point["output_throughput_per_gpu"] == 256.0
+    assert point["total_token_throughput"] is None  # not reported: stored as missing, never as 0
+    assert point["duration_s"] == 2.0
+
+
+def test_a_failed_audit_makes_the_point_invalid_and_names_it() -> None:
+    m = _measurement(spec_stats=from_counters(1000, 1000, draft_tokens=4000, k=4))  # AL 2, target 4
+    assert m.spec_stats is not None
+    verdict = audit_synthetic(m.spec_stats, distribution("vllm", 4, al=4.0), subject="sim K=4 concurrency 4")
+    point, failures = _point(m, verdict)
+    assert not point["valid"]
+    assert failures == [verdict.message]
+    assert "FAILED" in str(point["audit"])
+
+
+def test_an_aborted_point_is_partial_and_invalid_and_keeps_its_requests_count() -> None:
+    point, failures = _point(_measurement(aborted="the server stopped answering", spec_stats=None), None)
+    assert point["partial"] is True
+    assert point["valid"] is False
+    assert len(failures) == 1
+    assert "aborted mid-point (the server stopped answering); its 8 requests are kept" in failures[0]
+
+
+def test_a_point_without_spec_stats_is_invalid_and_says_where_it_looked() -> None:
+    point, failures = _point(_measurement(spec_stats=None, stats_error="counter reset"), None)
+    assert point["valid"] is False
+    assert failures == ["sim K=4 concurrency 4: no spec-decode stats at http://x/metrics: counter reset"]
+
+
+def test_failed_requests_invalidate_an_audited_point() -> None:
+    m = _measurement(client={**CLIENT, "all_ok": False, "failed": 2})
+    assert m.spec_stats is not None
+    verdict = audit_synthetic(m.spec_stats, distribution("vllm", 4, al=4.0), subject="s")
+    point, failures = _point(m, verdict)
+    assert verdict.passed
+    assert point["valid"] is False
+    assert failures == ["sim K=4 concurrency 4: 2 requests failed"]
