@@ -30,7 +30,7 @@ from urllib.parse import urlparse
 import aiohttp
 import orjson
 
-from alflow import jsonutil
+from alflow import eventloop, jsonutil
 from alflow.acceptance.stats import SpecStats
 from alflow.datasets.custom import load_custom
 from alflow.datasets.gsm8k import load_gsm8k
@@ -129,15 +129,8 @@ class BenchResult:
 
 
 def run_coroutine(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` on uvloop's event loop when installed (about 1.5x less CPU per streamed chunk)."""
-    try:
-        import uvloop
-    except ImportError:
-        factory = None
-    else:
-        factory = uvloop.new_event_loop
-    with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(coro)
+    """Run ``coro`` on alflow's event loop (uvloop's when installed: about 1.5x less CPU per streamed chunk)."""
+    return eventloop.run(coro)
 
 
 def check_out_dir(out: Path) -> None:

@@ -42,10 +42,18 @@ Per client and concurrency:
 
 Targets (issue #15): alflow's throughput and median TPOT within 3% of ``vllm bench serve``'s, the
 same AL, and no more client CPU per token. Throughput is judged on the geometric mean of the per-repeat
-paired ratios; median TPOT on the median over every measured request of all repeats, with a bootstrap
-95% interval (at concurrency 4 a request's TPOT depends on which requests shared its steps, and the
-median of 16 requests moves by 10% between runs of the same prompts). The server and both clients share
-two CPU cores here: the client's CPU use is also the server's loss.
+paired ratios; median TPOT on the median over every measured request of all repeats, with a paired
+bootstrap 95% interval: both clients send the same prompts in the same order with the same output
+length, so request ``i`` of one and request ``i`` of the other met the same batches, and the bootstrap
+resamples prompts (both clients' requests of a prompt together). At concurrency 4 a request's TPOT
+depends on which requests shared its steps (100-800 ms on the CPU server), so resampling each client's
+requests on its own says how spread the requests are, not how far apart the clients are. The server
+and both clients share two CPU cores here: the client's CPU use is also the server's loss
+(``--client-cpus`` pins the clients).
+
+``--server sim`` runs the same comparison on alflow's simulated engine (vLLM's dialect and counters,
+n-gram K = 3, a GPU timing profile in real time): its step times are a function of the batch alone, so
+what differs between the two clients' figures there is what the clients do, not the server's noise.
 """
 
 from __future__ import annotations
@@ -75,7 +83,7 @@ import polars as pl
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from alflow.config import ProcessOptions  # noqa: E402
+from alflow.config import ProcessOptions, ServerConfig, SpecMethod, SpeculativeConfig  # noqa: E402
 from alflow.datasets.random_tokens import detokenize_sessions, random_sessions  # noqa: E402
 from alflow.metrics.client import per_request  # noqa: E402
 from alflow.metrics.dialects import get_dialect  # noqa: E402
@@ -116,7 +124,16 @@ class ClientRun:
     """CPU seconds before the measured phase (interpreter, imports, tokenizer, warm-up)."""
     wall_s: float
     tpots_ms: tuple[float, ...] = ()
-    """TPOT of every measured request, as the client defines it: ``(e2el - ttft) / (output tokens - 1)``."""
+    """TPOT of every measured request in the prompt file's order (NaN where undefined or failed), as the
+    client defines it: ``(e2el - ttft) / (output tokens - 1)``. Entry ``i`` of both clients is the same prompt."""
+    server_mean_tpot_ms: float | None = None
+    """The server's own mean TPOT over the client's window: vLLM's ``vllm:request_time_per_output_token_seconds``
+    (per finished request ``(last token - first token) / (generation tokens - 1)`` on the engine's clock),
+    ``sum / count`` between the scrapes; None where the server does not export it."""
+    server_mean_ttft_ms: float | None = None
+    """The server's own mean TTFT over the window (``vllm:time_to_first_token_seconds``), likewise."""
+    server_requests: int = 0
+    """Requests the server finished in the window (the TPOT histogram's count)."""
 
 
 def _scrape(base_url: str) -> Snapshot:
@@ -136,6 +153,15 @@ def _get_json(url: str) -> dict[str, Any]:
             return data if isinstance(data, dict) else {}
 
     return asyncio.run(get())
+
+
+def _server_mean_ms(before: Snapshot, after: Snapshot, family: str) -> tuple[float | None, int]:
+    """Mean of histogram ``family`` (seconds) over the window between two scrapes, in ms, and its count."""
+    window = SnapshotWindow(before, after)
+    total, count = window.increase(family + "_sum"), window.increase(family + "_count")
+    if total is None or not count:
+        return None, 0
+    return 1000.0 * total / count, int(count)
 
 
 def _al(before: Snapshot, after: Snapshot) -> tuple[float | None, int]:
@@ -187,7 +213,9 @@ class CpuTrace:
         return self.at(end) - self.at(start)
 
 
-def _timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str, CpuTrace]:
+def _timed(
+    argv: list[str], env: dict[str, str] | None = None, cpus: frozenset[int] | None = None
+) -> tuple[float, float, str, CpuTrace]:
     """Run ``argv``: CPU seconds of its reaped process tree, wall seconds, stdout, and its CPU over time.
 
     Fails loudly with the client's stderr. The server is not a child of this process (the process
@@ -201,7 +229,8 @@ def _timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, f
     cpu: list[float] = []
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         started = time.monotonic()
-        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env, cwd=ROOT)
+        pin = None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env, cwd=ROOT, preexec_fn=pin)  # noqa: PLW1509
         try:
             while proc.poll() is None:
                 times.append(time.perf_counter())
@@ -224,21 +253,23 @@ def _timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, f
     return total, wall, stdout, CpuTrace(tuple(times), tuple(cpu))
 
 
-def _write_prompts(base_url: str, path: Path, n: int, isl: int, seed: int, vocab: int) -> None:
+def _write_prompts(base_url: str, model: str, path: Path, n: int, isl: int, seed: int, vocab: int) -> None:
     """``n`` random-token prompts of ``isl`` tokens as text (the server's /detokenize), custom JSONL."""
     token_ids = random_sessions(n, isl=isl, osl=1, range_ratio=1.0, seed=seed, vocab_size=vocab)
-    texts = asyncio.run(detokenize_sessions(token_ids, base_url, VLLM_MODEL_ID))
+    texts = asyncio.run(detokenize_sessions(token_ids, base_url, model))
     path.write_bytes(b"".join(json.dumps({"prompt": s.turns[0].prompt}).encode() + b"\n" for s in texts))
 
 
 def _alflow_argv(
     base_url: str,
+    model: str,
     prompts: Path,
     osl: int,
     conc: int,
     n: int,
     scrape_interval: float = 0.0,
     out: Path | None = None,
+    extra_body: str | None = None,
 ) -> list[str]:
     return [
         str(Path(sys.executable).with_name("alflow")),
@@ -246,7 +277,7 @@ def _alflow_argv(
         "--base-url",
         base_url,
         "--model",
-        VLLM_MODEL_ID,
+        model,
         "--endpoint",
         "completions",
         "--dataset",
@@ -271,11 +302,20 @@ def _alflow_argv(
         "--no-progress",
         "--json",
         *(["--out", str(out)] if out is not None else []),
+        *(["--extra-body", extra_body] if extra_body else []),
     ]
 
 
 def _vllm_argv(
-    env: Path, base_url: str, model_dir: str, prompts: Path, osl: int, conc: int, n: int, out: Path
+    env: Path,
+    base_url: str,
+    model: str,
+    model_dir: str,
+    prompts: Path,
+    osl: int,
+    conc: int,
+    n: int,
+    out: Path,
 ) -> list[str]:
     return [
         str(env / "bin" / "vllm"),
@@ -288,7 +328,7 @@ def _vllm_argv(
         "--endpoint",
         "/v1/completions",
         "--model",
-        VLLM_MODEL_ID,
+        model,
         "--tokenizer",
         model_dir,
         "--dataset-name",
@@ -338,6 +378,8 @@ def _client_run(
     ``measured`` is the measured phase on ``time.perf_counter``; ``timing`` is (CPU, wall, CPU trace).
     """
     al, drafts = _al(*scrapes)
+    server_tpot, server_requests = _server_mean_ms(*scrapes, "vllm:request_time_per_output_token_seconds")
+    server_ttft, _ = _server_mean_ms(*scrapes, "vllm:time_to_first_token_seconds")
     cpu, wall, trace = timing
     return ClientRun(
         client,
@@ -360,6 +402,9 @@ def _client_run(
         trace.at(measured[0]),
         wall,
         tpots_ms,
+        server_tpot,
+        server_ttft,
+        server_requests,
     )
 
 
@@ -379,14 +424,25 @@ def _alflow_run(
     before = _scrape(base_url)
     out = tmp / f"alflow-c{conc}-r{repeat}"
     cpu, wall, stdout, trace = _timed(
-        _alflow_argv(base_url, prompts, args.osl, conc, n, args.scrape_interval, out)
+        _alflow_argv(
+            base_url,
+            args.served,
+            prompts,
+            args.osl,
+            conc,
+            n,
+            args.scrape_interval,
+            out,
+            args.alflow_extra_body,
+        ),
+        cpus=args.client_cpus,
     )
     after = _scrape(base_url)
     summary = json.loads(stdout)
     frame = pl.read_parquet(out / "records.parquet").filter(~pl.col("warmup"))
     first, last = frame["start_ns"].to_list(), frame["done_ns"].drop_nulls().to_list()
     measured = (min(first) / 1e9, max(last) / 1e9)
-    tpots = tuple(float(t) for t in per_request(frame)["tpot_ms"].drop_nulls().to_list())
+    tpots = _alflow_tpots(per_request(frame), n)
     return _client_run(
         "alflow bench", conc, n, repeat, summary, (before, after), measured, (cpu, wall, trace), tpots
     )
@@ -399,19 +455,38 @@ def _vllm_run(
     out = tmp / f"vllm-c{conc}-r{repeat}.json"
     before = _scrape(base_url)
     cpu, wall, _, trace = _timed(
-        _vllm_argv(env, base_url, model_dir, prompts, args.osl, conc, n, out), _vllm_env(env)
+        _vllm_argv(env, base_url, args.served, model_dir, prompts, args.osl, conc, n, out),
+        _vllm_env(env),
+        cpus=args.client_cpus,
     )
     after = _scrape(base_url)
     summary = json.loads(out.read_text())
     starts, latencies = summary["start_times"], summary["latencies"]
     measured = (min(starts), max(s + lat for s, lat in zip(starts, latencies, strict=True)))
-    tpots = tuple(
-        1000.0 * (lat - ttft) / (out_len - 1)
-        for lat, ttft, out_len in zip(latencies, summary["ttfts"], summary["output_lens"], strict=True)
-        if out_len > 1
-    )
+    tpots = _vllm_tpots(summary)
     return _client_run(
         "vllm bench serve", conc, n, repeat, summary, (before, after), measured, (cpu, wall, trace), tpots
+    )
+
+
+def _alflow_tpots(requests: pl.DataFrame, n: int) -> tuple[float, ...]:
+    """alflow's per-request TPOT (ms) by prompt: session ``custom-L`` is line ``L`` of the prompt file."""
+    out = [math.nan] * n
+    for session, ok, tpot in requests.select("session_id", "ok", "tpot_ms").iter_rows():
+        line = int(str(session).removeprefix("custom-"))
+        if ok and tpot is not None and 1 <= line <= n:
+            out[line - 1] = float(tpot)
+    return tuple(out)
+
+
+def _vllm_tpots(result: dict[str, Any]) -> tuple[float, ...]:
+    """``vllm bench serve``'s per-request TPOT (ms) by prompt (its lists keep the file's order with
+    ``--disable-shuffle``): ``(latency - ttft) / (output_len - 1)``, NaN for a failed or one-token request."""
+    errors = result.get("errors") or [""] * len(result["latencies"])
+    rows = zip(result["latencies"], result["ttfts"], result["output_lens"], errors, strict=True)
+    return tuple(
+        1000.0 * (lat - ttft) / (out_len - 1) if out_len > 1 and not err else math.nan
+        for lat, ttft, out_len, err in rows
     )
 
 
@@ -443,26 +518,42 @@ def _paired_ratio(runs: list[ClientRun], conc: int, value: Callable[[ClientRun],
     return math.exp(sum(logs) / len(logs)) if logs else float("nan")
 
 
+def _paired_tpots(runs: list[ClientRun], conc: int) -> list[tuple[float, float]]:
+    """(alflow's TPOT, vLLM's TPOT) of the same prompt in the same repeat, for every prompt both measured."""
+    by_key = {(r.client, r.repeat): r.tpots_ms for r in runs if r.concurrency == conc}
+    pairs = []
+    for (client, repeat), a in sorted(by_key.items()):
+        v = by_key.get(("vllm bench serve", repeat))
+        if client != "alflow bench" or v is None:
+            continue
+        pairs += [(x, y) for x, y in zip(a, v, strict=False) if math.isfinite(x) and math.isfinite(y)]
+    return pairs
+
+
 def _pooled_median_ratio(
     runs: list[ClientRun], conc: int, resamples: int = 2000
 ) -> tuple[float, float, float]:
-    """alflow's median TPOT over every measured request of every repeat / vLLM's, and its bootstrap 95% interval.
+    """alflow's median TPOT over every measured request of every repeat / vLLM's, with a paired bootstrap 95% interval.
 
-    At concurrency > 1 a request's TPOT depends on which other requests it shared steps with, so the
-    median of a few requests moves by 10% from run to run; pooling the repeats' requests is the steadier
-    statistic, and the interval says how far this run can resolve it.
+    At concurrency > 1 a request's TPOT depends on which other requests it shared steps with (from 100 to
+    800 ms on the CPU server), so the median of a few requests moves by 10% between runs. But both
+    clients send the same prompts in the same order with the same output length, so request ``i`` of
+    one client and request ``i`` of the other met the same batches when the clients behave alike: the
+    bootstrap resamples *prompts* (both clients' requests for a prompt together), which keeps that
+    pairing; resampling the two sides independently (as this benchmark did before) reports the spread of
+    the requests, not of the comparison.
     """
-    a = [t for r in runs if r.client == "alflow bench" and r.concurrency == conc for t in r.tpots_ms]
-    v = [t for r in runs if r.client == "vllm bench serve" and r.concurrency == conc for t in r.tpots_ms]
-    if not a or not v:
+    pairs = _paired_tpots(runs, conc)
+    if not pairs:
         return float("nan"), float("nan"), float("nan")
     rng = random.Random(0)
-    ratios = sorted(
-        statistics.median(rng.choices(a, k=len(a))) / statistics.median(rng.choices(v, k=len(v)))
-        for _ in range(resamples)
-    )
+    ratios = []
+    for _ in range(resamples):
+        sample = rng.choices(pairs, k=len(pairs))
+        ratios.append(statistics.median(a for a, _ in sample) / statistics.median(v for _, v in sample))
+    ratios.sort()
     return (
-        statistics.median(a) / statistics.median(v),
+        statistics.median(a for a, _ in pairs) / statistics.median(v for _, v in pairs),
         ratios[int(0.025 * resamples)],
         ratios[int(0.975 * resamples) - 1],
     )
@@ -470,9 +561,9 @@ def _pooled_median_ratio(
 
 def _table(runs: list[ClientRun], concurrencies: list[int]) -> str:
     lines = [
-        "| conc | client | in tok/req | tok/s | TTFT ms | TPOT ms | mean TPOT ms | ITL ms | AL | client's AL | steps "
-        "| CPU s | start-up CPU s | CPU ms/tok | runs |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| conc | client | in tok/req | tok/s | TTFT ms | TPOT ms | mean TPOT ms | server's mean TPOT ms "
+        "| mean TPOT / server's | ITL ms | AL | client's AL | steps | CPU s | start-up CPU s | CPU ms/tok | runs |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     summary: list[str] = []
     for conc in concurrencies:
@@ -487,6 +578,10 @@ def _table(runs: list[ClientRun], concurrencies: list[int]) -> str:
                 "ttft": _median([r.median_ttft_ms for r in rs]),
                 "tpot": _median([r.median_tpot_ms for r in rs]),
                 "mtpot": _median([r.mean_tpot_ms for r in rs]),
+                "stpot": _median(st)
+                if (st := [r.server_mean_tpot_ms for r in rs if r.server_mean_tpot_ms])
+                else math.nan,
+                "fid": _median(fid) if (fid := _fidelity(rs)) else math.nan,
                 "itl": _median([r.median_itl_ms for r in rs]),
                 "al": _median(al_values) if al_values else float("nan"),
                 "cal": _median(cal)
@@ -500,12 +595,13 @@ def _table(runs: list[ClientRun], concurrencies: list[int]) -> str:
             agg[client] = a
             lines.append(
                 f"| {conc} | {client} | {a['isl']:.1f} | {a['tps']:.2f} | {a['ttft']:.1f} | {a['tpot']:.2f} "
-                f"| {a['mtpot']:.2f} | {a['itl']:.2f} | {a['al']:.3f} | {a['cal']:.3f} | {a['steps']:.0f} | {a['cpu_total']:.2f} "
+                f"| {a['mtpot']:.2f} | {a['stpot']:.2f} | {a['fid']:.3f} | {a['itl']:.2f} | {a['al']:.3f} | {a['cal']:.3f} | {a['steps']:.0f} | {a['cpu_total']:.2f} "
                 f"| {a['startup']:.2f} | {a['cpu']:.2f} | {len(rs)} |"
             )
         x, y = agg["alflow bench"], agg["vllm bench serve"]
         ratios = " | ".join(
-            _ratio(x[key], y[key]) for key in ("isl", "tps", "ttft", "tpot", "mtpot", "itl", "al", "cal")
+            _ratio(x[key], y[key])
+            for key in ("isl", "tps", "ttft", "tpot", "mtpot", "stpot", "fid", "itl", "al", "cal")
         )
         lines.append(
             f"| {conc} | ratio alflow/vllm | {ratios} | | {_ratio(x['cpu_total'], y['cpu_total'])} "
@@ -517,12 +613,12 @@ def _table(runs: list[ClientRun], concurrencies: list[int]) -> str:
         tpot_ratio = _paired_ratio(runs, conc, lambda r: r.median_tpot_ms)
         lines.append(
             f"| {conc} | paired ratio (geometric mean over repeats) | | {tps_ratio:.3f} | | {tpot_ratio:.3f} "
-            "| | | | | | | | | |"
+            "| | | | | | | | | | | |"
         )
         pooled, low, high = _pooled_median_ratio(runs, conc)
         lines.append(
             f"| {conc} | median over all requests of all repeats | | | | {pooled:.3f} [{low:.3f}, {high:.3f}] "
-            "| | | | | | | | | |"
+            "| | | | | | | | | | | |"
         )
         tps_ok = abs(tps_ratio - 1) <= 0.03
         tpot_ok = abs(pooled - 1) <= 0.03
@@ -531,38 +627,79 @@ def _table(runs: list[ClientRun], concurrencies: list[int]) -> str:
             f"concurrency {conc}: throughput within 3% (paired): {'yes' if tps_ok else 'NO'}; median TPOT within 3% "
             f"(all requests pooled): {'yes' if tpot_ok else 'NO'} ({pooled:.3f}, bootstrap 95% interval "
             f"{low:.3f}-{high:.3f}); AL {x['al']:.3f} vs {y['al']:.3f}; "
-            f"client CPU per token in the measured phase not above vLLM's: {'yes' if cpu_ok else 'NO'}"
+            f"client CPU per token in the measured phase not above vLLM's: {'yes' if cpu_ok else 'NO'}; "
+            f"each client's mean TPOT / the server's own in its window: {x['fid']:.3f} vs {y['fid']:.3f}"
         )
     return "\n".join([*lines, "", *summary])
+
+
+def _fidelity(runs: list[ClientRun]) -> list[float]:
+    """Per run: the client's mean TPOT / the server's own mean TPOT over the same window.
+
+    The server's figure is the engine's ``(last token - first token) / (tokens - 1)`` per finished request,
+    the client's definition on the other end of the stream; its window also holds the client's one warm-up
+    request (both clients send one). Equal ratios for both clients mean they measure the server alike, so a
+    gap between their TPOTs is the server running differently in their windows, not the clients' clocks.
+    """
+    return [r.mean_tpot_ms / r.server_mean_tpot_ms for r in runs if r.server_mean_tpot_ms]
 
 
 def _as_json(runs: list[ClientRun]) -> str:
     return json.dumps([asdict(r) for r in runs], indent=2) + "\n"
 
 
+def _server(args: argparse.Namespace, model_dir: str) -> tuple[ServerConfig, str]:
+    """The server both clients measure, and the model name it serves.
+
+    ``vllm``: the demo's real vLLM CPU server. ``sim``: alflow's simulated engine in vLLM's dialect (n-gram
+    K = 3, natural acceptance, the ``--sim-profile`` timing in real time): its step times are a
+    deterministic function of the batch, so the clients' figures differ only by what the clients do.
+    """
+    if args.server == "sim":
+        config = ServerConfig(
+            framework="sim",
+            model="smollm2-135m",
+            sim_dialect="vllm",
+            speculative=SpeculativeConfig(method=SpecMethod.NGRAM, k=K),
+            extra_args=("--profile", args.sim_profile, "--time-scale", f"{args.sim_time_scale:g}"),
+        )
+        return config, "sim/smollm2-135m"
+    config = vllm_cpu_server(model_dir, k=K)
+    # prefix caching stays off (the recipe's default): the second client would find the first one's prompts cached
+    assert not config.enable_prefix_caching
+    return config, VLLM_MODEL_ID
+
+
 def _measure(
     args: argparse.Namespace, env: Path, concurrencies: list[int], work: Path
 ) -> tuple[list[ClientRun], str]:
-    """Start the server, run both clients per repeat and concurrency; the runs and the vLLM version."""
-    model = prepare_model("smollm2", python=env / "bin" / "python")
-    config = vllm_cpu_server(str(model.path), k=K)
-    # prefix caching stays off (the recipe's default): the second client would find the first one's prompts cached
-    assert not config.enable_prefix_caching
-    options = ProcessOptions(framework_env=str(env), log_dir=str(work / "logs"))
+    """Start the server, run both clients per repeat and concurrency; the runs and the server's version."""
+    model = prepare_model("smollm2", python=env / "bin" / "python")  # vllm bench serve's tokenizer
+    config, args.served = _server(args, str(model.path))
+    options = ProcessOptions(
+        framework_env=str(env) if config.framework == "vllm" else None, log_dir=str(work / "logs")
+    )
     runs: list[ClientRun] = []
     started = time.monotonic()
     with lifecycle.serving(config, options) as handle:
         base = handle.base_url
         version = _get_json(base + "/version").get("version", "?")
-        print(f"vLLM {version} ready at {base} in {time.monotonic() - started:.0f} s", file=sys.stderr)
+        print(
+            f"{config.framework} {version} ready at {base} in {time.monotonic() - started:.0f} s",
+            file=sys.stderr,
+        )
         for repeat in range(args.repeats):
             for conc in concurrencies:
                 n = args.prompts_per_concurrency * conc
                 prompts = work / f"prompts-c{conc}-r{repeat}.jsonl"
-                _write_prompts(base, prompts, n, args.isl, args.seed + 1000 * repeat + conc, args.vocab)
+                seed = args.seed + 1000 * repeat + conc
+                _write_prompts(base, args.served, prompts, n, args.isl, seed, args.vocab)
                 if args.warmup_pass:  # the server meets these prompts and batch shapes before the pair
                     warm = work / f"warmup-c{conc}-r{repeat}"
-                    _timed(_alflow_argv(base, prompts, args.osl, conc, n, 0.0, warm))
+                    _timed(
+                        _alflow_argv(base, args.served, prompts, args.osl, conc, n, 0.0, warm),
+                        cpus=args.client_cpus,
+                    )
                 order = ("alflow", "vllm") if repeat % 2 == 0 else ("vllm", "alflow")
                 for client in order:
                     if client == "alflow":
@@ -577,7 +714,7 @@ def _measure(
                         f"TPOT {run.median_tpot_ms:.1f} ms, AL {run.al}, {run.wall_s:.0f} s",
                         file=sys.stderr,
                     )
-    return runs, version
+    return runs, f"{config.framework} {version}"
 
 
 def _exit_on_sigterm(signum: int, _frame: object) -> None:
@@ -623,8 +760,49 @@ def main() -> int:
         default=True,
         help="before each pair, send the same prompt file once, unmeasured (default: on)",
     )
+    parser.add_argument(
+        "--server",
+        choices=("vllm", "sim"),
+        default="vllm",
+        help="vllm: the real vLLM CPU server (default); sim: alflow's simulated engine in vLLM's dialect, whose step "
+        "times depend only on the batch, so the two clients' figures differ only by what the clients do",
+    )
+    parser.add_argument(
+        "--sim-profile",
+        default="h200-llama70b",
+        help="--server sim: the timing profile (alflow sim serve --profile)",
+    )
+    parser.add_argument(
+        "--sim-time-scale",
+        type=float,
+        default=1.0,
+        help="--server sim: 1 = the profile's real time, 2 = twice as slow",
+    )
+    parser.add_argument(
+        "--client-cpus",
+        default=None,
+        help="pin both clients (and their children) to these CPUs, e.g. 1 or 0,1 (default: not pinned)",
+    )
+    parser.add_argument(
+        "--alflow-extra-body",
+        default=None,
+        help="a JSON object alflow bench merges into every request (--extra-body), e.g. the fields vllm bench serve "
+        'sends that alflow leaves to the server\'s defaults: \'{"repetition_penalty": 1.0, "logprobs": null}\'',
+    )
     parser.add_argument("--json", action="store_true", help="print the runs as JSON instead of the table")
     args = parser.parse_args()
+    if args.client_cpus is not None:
+        try:
+            args.client_cpus = frozenset(int(c) for c in args.client_cpus.split(",") if c.strip())
+        except ValueError:
+            parser.error(f"--client-cpus {args.client_cpus!r}: give CPU numbers, e.g. 1 or 0,1")
+        allowed = os.sched_getaffinity(0)
+        if not args.client_cpus or not args.client_cpus <= allowed:
+            parser.error(
+                f"--client-cpus {sorted(args.client_cpus)}: give CPUs this process may use: {sorted(allowed)}"
+            )
+    if args.sim_time_scale <= 0 or not math.isfinite(args.sim_time_scale):
+        parser.error(f"--sim-time-scale {args.sim_time_scale}: give a positive number")
     concurrencies = [int(c) for c in args.concurrency.split(",") if c.strip()]
     if not concurrencies or min(concurrencies) < 1:
         parser.error(f"--concurrency {args.concurrency!r}: give positive integers, e.g. 1,4")
@@ -645,8 +823,14 @@ def main() -> int:
     if args.json:
         print(_as_json(runs), end="")
     else:
+        served = (
+            f"the simulated engine (alflow {version}, profile {args.sim_profile}, time scale {args.sim_time_scale:g})"
+            if args.server == "sim"
+            else f"SmolLM2-135M on {version} (CPU build)"
+        )
+        pinned = "" if args.client_cpus is None else f", clients pinned to CPUs {sorted(args.client_cpus)}"
         print(
-            f"\nSmolLM2-135M on vLLM {version} (CPU build), ngram K={K}, the same prompts for both clients "
+            f"\n{served}{pinned}, ngram K={K}, the same prompts for both clients "
             f"({args.isl} random tokens as text), OSL {args.osl}, {args.prompts_per_concurrency} x concurrency "
             f"prompts, {args.repeats} repeat(s), prefix caching off, alflow's background scrape every "
             f"{args.scrape_interval:g} s (0: off), {'an unmeasured pass before each pair' if args.warmup_pass else 'no warm-up pass'}, "

@@ -32,6 +32,7 @@ import orjson
 from aiohttp import web
 
 from alflow.errors import AlflowError, InvalidInputError
+from alflow.eventloop import new_event_loop
 from alflow.serving.api import ApiError, check_api_key
 from alflow.serving.requests import (
     MAX_BODY_BYTES,
@@ -225,16 +226,6 @@ class OpenAIServer:
 
 
 # ------------------------------------------------------------------------------------ running
-
-
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """An event loop: uvloop's when it is installed, else asyncio's default."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-    return loop
 
 
 async def listen(runner: web.AppRunner, host: str, port: int, error: type[AlflowError] = AlflowError) -> int:

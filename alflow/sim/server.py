@@ -498,13 +498,14 @@ async def serve(
     if config.multi_node and config.node_rank > 0:
         await _serve_worker(config, stop=stop, on_ready=on_ready)
         return
-    cluster: HeadCluster | None = None
-    if config.multi_node:
-        cluster = HeadCluster(config)
-        await cluster.start()
+    cluster = HeadCluster(config) if config.multi_node else None
+    # The server (tokenizer, corpus) is built before the head listens: built after, it held the event loop
+    # while workers were already joining, and under load their heartbeats could miss a short --peer-timeout.
     server = SimServer(config, crash=crash, cluster=cluster)
-    if cluster is not None and config.node_parallel == "dp":
-        cluster.stats_of = server.rank_stats
+    if cluster is not None:
+        if config.node_parallel == "dp":
+            cluster.stats_of = server.rank_stats
+        await cluster.start()
     for note in config.notes:
         log.info("%s", note)
 
