@@ -518,9 +518,19 @@ def _paired_ratio(runs: list[ClientRun], conc: int, value: Callable[[ClientRun],
     return math.exp(sum(logs) / len(logs)) if logs else float("nan")
 
 
-def _paired_tpots(runs: list[ClientRun], conc: int) -> list[tuple[float, float]]:
-    """(alflow's TPOT, vLLM's TPOT) of the same prompt in the same repeat, for every prompt both measured."""
-    by_key = {(r.client, r.repeat): r.tpots_ms for r in runs if r.concurrency == conc}
+def _paired_tpots(runs: list[ClientRun], conc: int, per_server: bool = False) -> list[tuple[float, float]]:
+    """(alflow's TPOT, vLLM's TPOT) of the same prompt in the same repeat, for every prompt both measured.
+
+    ``per_server``: each TPOT divided by the server's own mean TPOT in that client's window (runs without
+    it are left out), so what the server's speed did between the two windows cancels.
+    """
+
+    def tpots(r: ClientRun) -> tuple[float, ...]:
+        if not per_server:
+            return r.tpots_ms
+        return tuple(t / r.server_mean_tpot_ms for t in r.tpots_ms) if r.server_mean_tpot_ms else ()
+
+    by_key = {(r.client, r.repeat): tpots(r) for r in runs if r.concurrency == conc}
     pairs = []
     for (client, repeat), a in sorted(by_key.items()):
         v = by_key.get(("vllm bench serve", repeat))
@@ -531,7 +541,7 @@ def _paired_tpots(runs: list[ClientRun], conc: int) -> list[tuple[float, float]]
 
 
 def _pooled_median_ratio(
-    runs: list[ClientRun], conc: int, resamples: int = 2000
+    runs: list[ClientRun], conc: int, resamples: int = 2000, per_server: bool = False
 ) -> tuple[float, float, float]:
     """alflow's median TPOT over every measured request of every repeat / vLLM's, with a paired bootstrap 95% interval.
 
@@ -541,9 +551,10 @@ def _pooled_median_ratio(
     one client and request ``i`` of the other met the same batches when the clients behave alike: the
     bootstrap resamples *prompts* (both clients' requests for a prompt together), which keeps that
     pairing; resampling the two sides independently (as this benchmark did before) reports the spread of
-    the requests, not of the comparison.
+    the requests, not of the comparison. ``per_server``: on TPOTs relative to the server's own (see
+    :func:`_paired_tpots`).
     """
-    pairs = _paired_tpots(runs, conc)
+    pairs = _paired_tpots(runs, conc, per_server)
     if not pairs:
         return float("nan"), float("nan"), float("nan")
     rng = random.Random(0)
@@ -620,17 +631,42 @@ def _table(runs: list[ClientRun], concurrencies: list[int]) -> str:
             f"| {conc} | median over all requests of all repeats | | | | {pooled:.3f} [{low:.3f}, {high:.3f}] "
             "| | | | | | | | | | | |"
         )
-        tps_ok = abs(tps_ratio - 1) <= 0.03
-        tpot_ok = abs(pooled - 1) <= 0.03
+        # the same against the server's own clock: throughput x the server's mean TPOT in the window (tokens per
+        # server TPOT), each request's TPOT / the server's mean TPOT in its window
+        tps_server = _paired_ratio(
+            runs,
+            conc,
+            lambda r: r.output_throughput * r.server_mean_tpot_ms if r.server_mean_tpot_ms else 0.0,
+        )
+        norm, norm_low, norm_high = _pooled_median_ratio(runs, conc, per_server=True)
+        if math.isfinite(norm):
+            lines.append(
+                f"| {conc} | against the server's own TPOT in each window | | {tps_server:.3f} | | "
+                f"{norm:.3f} [{norm_low:.3f}, {norm_high:.3f}] | | | {_ratio(x['fid'], y['fid'])} "
+                "| | | | | | | | |"
+            )
         cpu_ok = x["cpu"] <= y["cpu"]
         summary.append(
-            f"concurrency {conc}: throughput within 3% (paired): {'yes' if tps_ok else 'NO'}; median TPOT within 3% "
-            f"(all requests pooled): {'yes' if tpot_ok else 'NO'} ({pooled:.3f}, bootstrap 95% interval "
-            f"{low:.3f}-{high:.3f}); AL {x['al']:.3f} vs {y['al']:.3f}; "
-            f"client CPU per token in the measured phase not above vLLM's: {'yes' if cpu_ok else 'NO'}; "
-            f"each client's mean TPOT / the server's own in its window: {x['fid']:.3f} vs {y['fid']:.3f}"
+            f"concurrency {conc}: throughput (paired) {tps_ratio:.3f}: within 3%: {_yes(tps_ratio)}; median TPOT "
+            f"(all requests pooled) {pooled:.3f}, paired bootstrap 95% interval {low:.3f}-{high:.3f}: within 3%: "
+            f"{_yes(pooled)}; AL {x['al']:.3f} vs {y['al']:.3f}; client CPU per token in the measured phase not above "
+            f"vLLM's: {'yes' if cpu_ok else 'NO'}"
         )
+        if math.isfinite(norm):
+            summary.append(
+                f"concurrency {conc}, against the server's own TPOT in each client's window (the server's speed "
+                f"between the windows cancels): throughput {tps_server:.3f}: within 3%: {_yes(tps_server)}; median "
+                f"TPOT {norm:.3f} ({norm_low:.3f}-{norm_high:.3f}): within 3%: {_yes(norm)}; mean TPOT / the "
+                f"server's {x['fid']:.3f} vs {y['fid']:.3f}"
+            )
     return "\n".join([*lines, "", *summary])
+
+
+def _yes(ratio: float) -> str:
+    """``yes`` when ``ratio`` is within 3% of 1, ``NO`` when not, ``-`` when there is none."""
+    if not math.isfinite(ratio):
+        return "-"
+    return "yes" if abs(ratio - 1) <= 0.03 else "NO"
 
 
 def _fidelity(runs: list[ClientRun]) -> list[float]:
@@ -642,6 +678,18 @@ def _fidelity(runs: list[ClientRun]) -> list[float]:
     gap between their TPOTs is the server running differently in their windows, not the clients' clocks.
     """
     return [r.mean_tpot_ms / r.server_mean_tpot_ms for r in runs if r.server_mean_tpot_ms]
+
+
+def _load_runs(path: Path) -> list[ClientRun]:
+    """The runs a ``--save`` file holds; a ValueError naming the file when it is not such a file."""
+    try:
+        rows = json.loads(path.read_text())
+        runs = [ClientRun(**{**row, "tpots_ms": tuple(row.get("tpots_ms") or ())}) for row in rows]
+    except (OSError, ValueError, TypeError, AttributeError) as exc:
+        raise ValueError(f"--report {path}: not a file of saved runs ({exc})") from None
+    if not runs:
+        raise ValueError(f"--report {path}: holds no runs")
+    return runs
 
 
 def _as_json(runs: list[ClientRun]) -> str:
@@ -790,7 +838,20 @@ def main() -> int:
         'sends that alflow leaves to the server\'s defaults: \'{"repetition_penalty": 1.0, "logprobs": null}\'',
     )
     parser.add_argument("--json", action="store_true", help="print the runs as JSON instead of the table")
+    parser.add_argument(
+        "--report",
+        type=Path,
+        default=None,
+        help="measure nothing: print the table of the runs a --save file holds",
+    )
     args = parser.parse_args()
+    if args.report is not None:
+        try:
+            runs = _load_runs(args.report)
+        except ValueError as exc:
+            parser.error(str(exc))
+        print(_table(runs, sorted({r.concurrency for r in runs})))
+        return 0
     if args.client_cpus is not None:
         try:
             args.client_cpus = frozenset(int(c) for c in args.client_cpus.split(",") if c.strip())

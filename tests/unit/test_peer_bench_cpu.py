@@ -187,3 +187,41 @@ def test_the_servers_own_mean_tpot_is_the_histograms_increase_over_the_window(be
     assert bench._fidelity(runs) == []  # no server figure: no ratio
     with_server = [dataclasses.replace(runs[0], server_mean_tpot_ms=40.0)]
     assert bench._fidelity(with_server) == [pytest.approx(42.0 / 40.0)]
+
+
+def test_tpots_against_the_servers_own_cancel_the_servers_speed_between_windows(bench: ModuleType) -> None:
+    # the server ran 10% slower in vLLM's window; both clients measured it alike
+    fast = dataclasses.replace(
+        _run(bench, "alflow bench", 0, (100.0, 200.0, 300.0)), server_mean_tpot_ms=200.0
+    )
+    slow = dataclasses.replace(
+        _run(bench, "vllm bench serve", 0, (110.0, 220.0, 330.0)), server_mean_tpot_ms=220.0
+    )
+    raw, _, _ = bench._pooled_median_ratio([fast, slow], 4, resamples=200)
+    assert raw == pytest.approx(200.0 / 220.0)
+    adjusted = bench._pooled_median_ratio([fast, slow], 4, resamples=200, per_server=True)
+    assert adjusted == pytest.approx((1.0, 1.0, 1.0))
+    bare = _run(bench, "vllm bench serve", 0, (110.0, 220.0, 330.0))  # a server without the histogram
+    assert all(math.isnan(x) for x in bench._pooled_median_ratio([fast, bare], 4, per_server=True))
+
+
+def test_saved_runs_print_again_and_a_file_of_something_else_is_named(
+    bench: ModuleType, tmp_path: Path
+) -> None:
+    runs = [
+        _run(bench, "alflow bench", 0, (100.0, math.nan)),
+        _run(bench, "vllm bench serve", 0, (110.0, 5.0)),
+    ]
+    saved = tmp_path / "runs.json"
+    saved.write_text(bench._as_json(runs))
+    loaded = bench._load_runs(saved)
+    assert loaded[1] == runs[1]
+    assert math.isnan(loaded[0].tpots_ms[1])
+    assert "| 4 | alflow bench |" in bench._table(loaded, [4])
+    other = tmp_path / "other.json"
+    other.write_text('{"not": "runs"}')
+    with pytest.raises(ValueError, match=r"--report .*other.json: not a file of saved runs"):
+        bench._load_runs(other)
+    other.write_text("[]")
+    with pytest.raises(ValueError, match="holds no runs"):
+        bench._load_runs(other)
