@@ -8,6 +8,7 @@ point with failed requests is invalid) are tested on their own.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -49,6 +50,11 @@ class M2Point:
     def to_dict(self) -> dict[str, Any]:
         """The row as stored (``spec_stats.parquet``, ``summary.json``'s points)."""
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, row: dict[str, Any]) -> M2Point:
+        """The point a :meth:`to_dict` row holds (an M2 flow's returned points)."""
+        return cls(**row)
 
 
 def _float(value: object) -> float | None:
@@ -127,3 +133,45 @@ def m2_point(
         duration_s=m.duration_s,
     )
     return point, failures
+
+
+@dataclass(frozen=True)
+class BestK:
+    """At one concurrency, the K with the highest output throughput per GPU and the K with the best interactivity."""
+
+    concurrency: int
+    best_k_throughput: int
+    output_throughput_per_gpu: float | None
+    best_k_interactivity: int
+    median_interactivity_tokens_per_s: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The entry as the sweep returns it."""
+        return asdict(self)
+
+
+def best_k(points: Sequence[M2Point]) -> list[BestK]:
+    """For each concurrency with a valid point, the best K by throughput per GPU and by median interactivity.
+
+    Invalid points (failed audit, failed requests, partial) take no part; a figure the point lacks counts
+    as 0, so a point with it wins over one without; among equals the lowest K wins (the cheaper drafter).
+    """
+    by_conc: dict[int, list[M2Point]] = {}
+    for p in points:
+        if p.valid:
+            by_conc.setdefault(p.concurrency, []).append(p)
+    out: list[BestK] = []
+    for conc, unordered in sorted(by_conc.items()):
+        rows = sorted(unordered, key=lambda r: r.k)
+        thr = max(rows, key=lambda r: r.output_throughput_per_gpu or 0.0)
+        inter = max(rows, key=lambda r: r.median_interactivity_tokens_per_s or 0.0)
+        out.append(
+            BestK(
+                concurrency=conc,
+                best_k_throughput=thr.k,
+                output_throughput_per_gpu=thr.output_throughput_per_gpu,
+                best_k_interactivity=inter.k,
+                median_interactivity_tokens_per_s=inter.median_interactivity_tokens_per_s,
+            )
+        )
+    return out

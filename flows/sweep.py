@@ -2,7 +2,8 @@
 
 Each K runs as subflows in this process; on a cluster, run the `m1-gate` and `m2-benchmark`
 deployments per K on GPU work pools instead, so several nodes work in parallel. The summary picks,
-for each concurrency, the best K by output throughput per GPU and by median interactivity.
+for each concurrency, the best K by output throughput per GPU and by median interactivity
+(:func:`alflow.points.best_k`, tested without Prefect).
 """
 
 from __future__ import annotations
@@ -12,28 +13,10 @@ from typing import Any
 from prefect import flow, get_run_logger
 
 from alflow.config import BenchmarkParams, GateParams, SweepParams
+from alflow.points import M2Point, best_k
 from flows.benchmark import benchmark
 from flows.common import fail
 from flows.gate import gate
-
-
-def best_k(points: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
-    """For each concurrency, the K with the highest throughput per GPU and the one with the best interactivity."""
-    by_conc: dict[int, list[dict[str, Any]]] = {}
-    for p in points:
-        if p.get("valid"):
-            by_conc.setdefault(int(p["concurrency"]), []).append(p)
-    out: dict[int, dict[str, Any]] = {}
-    for conc, rows in sorted(by_conc.items()):
-        thr = max(rows, key=lambda r: float(r.get("output_throughput_per_gpu") or 0.0))
-        inter = max(rows, key=lambda r: float(r.get("median_interactivity_tokens_per_s") or 0.0))
-        out[conc] = {
-            "best_k_throughput": thr["k"],
-            "output_throughput_per_gpu": thr.get("output_throughput_per_gpu"),
-            "best_k_interactivity": inter["k"],
-            "median_interactivity_tokens_per_s": inter.get("median_interactivity_tokens_per_s"),
-        }
-    return out
 
 
 @flow(name="sweep", flow_run_name="sweep-{params.gate.server.framework}")
@@ -62,15 +45,15 @@ def sweep(params: SweepParams) -> dict[str, Any]:
             entry["benchmark"] = "failed"
             entry["benchmark_message"] = str(bstate.message)
         results[k] = entry
-    summary = best_k(points)
-    for conc, best in summary.items():
+    summary = best_k([M2Point.from_dict(p) for p in points])
+    for best in summary:
         log.info(
             "concurrency %d: best K by throughput/GPU = %s, by interactivity = %s",
-            conc,
-            best["best_k_throughput"],
-            best["best_k_interactivity"],
+            best.concurrency,
+            best.best_k_throughput,
+            best.best_k_interactivity,
         )
     failed = [k for k, r in results.items() if r.get("gate") == "failed" or r.get("benchmark") == "failed"]
     if failed:
         raise fail("sweep", f"sweep finished with failures at K={failed}", {"results": results})
-    return {"per_k": results, "best_k": summary}
+    return {"per_k": results, "best_k": {b.concurrency: b.to_dict() for b in summary}}

@@ -1,8 +1,10 @@
 """Server lifecycle tasks: start (with retries), wait_ready, stop; and the lifetime that wraps them.
 
 Thin wrappers over :mod:`infra.lifecycle`. ``start_server`` may retry (a failed attempt is torn
-down by the lifecycle before the next); its teardown is registered as a transaction rollback hook
-and runs in ``finally`` as well, since a killed process runs no hook. Only the
+down by the lifecycle before the next); the flows stop the server in ``finally`` (through
+:func:`server_lifetime`), which also covers a failed flow. There is no transaction rollback hook: no
+flow opens a transaction around a server, so such a hook could never fire, and a killed process runs
+none either (``alflow infra cleanup`` reclaims what a killed run leaves). Only the
 :class:`ServerHandle` (plain data) leaves a task. Containers and logs are labelled with the flow
 run id, so ``alflow infra cleanup --run-id`` can target one run. The runner's secrets (names only
 in the config) take their values from the environment of this process, else from a Prefect Secret
@@ -25,7 +27,6 @@ from prefect.client.orchestration import get_client
 from prefect.concurrency.sync import concurrency
 from prefect.exceptions import ObjectNotFound
 from prefect.runtime import flow_run
-from prefect.transactions import Transaction, get_transaction
 
 from alflow.config import RunnerOptions, ServerConfig, ServerPlacement
 from alflow.redact import redact_url
@@ -105,10 +106,6 @@ def start_server(server: ServerConfig, runner: RunnerOptions) -> ServerHandle:
     """Build the Launch from the framework's recipe, start it and wait for health."""
     log = get_run_logger()
     handle = lifecycle.start_server(server, runner, run_id=_run_id(), secret_source=secret_value)
-    txn = get_transaction()
-    if txn is not None:
-        txn.set("server_handle", handle)
-        txn.set("runner_options", runner)
     log.info(
         "server %s ready at %s (%s, dialect %s)",
         redact_url(handle.id),
@@ -117,14 +114,6 @@ def start_server(server: ServerConfig, runner: RunnerOptions) -> ServerHandle:
         handle.dialect,
     )
     return handle
-
-
-@start_server.on_rollback
-def _teardown_on_rollback(txn: Transaction) -> None:
-    handle: Any = txn.get("server_handle", None)
-    options: Any = txn.get("runner_options", None)
-    if isinstance(handle, ServerHandle) and options is not None:
-        lifecycle.stop_server(handle, options)
 
 
 @task(name="wait_ready", cache_policy=NO_CACHE)

@@ -8,7 +8,7 @@ from alflow.acceptance.stats import from_counters
 from alflow.acceptance.synthetic import distribution
 from alflow.gates import Verdict, audit_synthetic
 from alflow.measure import Measurement
-from alflow.points import m2_point
+from alflow.points import M2Point, best_k, m2_point
 
 CLIENT = {
     "all_ok": True,
@@ -98,3 +98,30 @@ def test_failed_requests_invalidate_an_audited_point() -> None:
     assert verdict.passed
     assert point["valid"] is False
     assert failures == ["sim K=4 concurrency 4: 2 requests failed"]
+
+
+def _m2(k: int, conc: int, thr: float | None, inter: float | None, valid: bool = True) -> M2Point:
+    return M2Point(
+        concurrency=conc, k=k, framework="vllm", target_al=2.0, achieved_al=2.0, valid=valid, partial=False,
+        audit="ok", num_drafts=100, expected_al=2.0, allowed_deviation=0.1, completed=8, failed=0,
+        output_throughput=thr, nodes=1, num_gpus=1, total_token_throughput=thr, output_throughput_per_gpu=thr,
+        total_token_throughput_per_gpu=thr, median_interactivity_tokens_per_s=inter, median_tpot_ms=10.0,
+        median_ttft_ms=5.0, p99_ttft_ms=9.0, median_itl_ms=20.0, tokens_per_chunk=2.0, duration_s=1.0,
+    )  # fmt: skip
+
+
+def test_best_k_per_concurrency_by_throughput_per_gpu_and_by_interactivity() -> None:
+    points = [
+        _m2(1, 4, 100.0, 90.0),
+        _m2(3, 4, 150.0, 80.0),
+        _m2(5, 4, 999.0, 999.0, valid=False),  # an invalid point takes no part
+        _m2(1, 16, 300.0, None),
+        _m2(3, 16, 300.0, 40.0),  # equal throughput: the lower K wins; a missing figure counts as 0
+    ]
+    best = best_k(points)
+    assert [b.concurrency for b in best] == [4, 16]
+    assert (best[0].best_k_throughput, best[0].output_throughput_per_gpu) == (3, 150.0)
+    assert (best[0].best_k_interactivity, best[0].median_interactivity_tokens_per_s) == (1, 90.0)
+    assert (best[1].best_k_throughput, best[1].best_k_interactivity) == (1, 3)
+    assert best_k([_m2(1, 4, 1.0, 1.0, valid=False)]) == []
+    assert M2Point.from_dict(points[0].to_dict()) == points[0]
