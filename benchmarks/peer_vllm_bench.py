@@ -85,6 +85,7 @@ sys.path.insert(0, str(ROOT))
 
 from alflow.config import ProcessOptions, ServerConfig, SpecMethod, SpeculativeConfig  # noqa: E402
 from alflow.datasets.random_tokens import detokenize_sessions, random_sessions  # noqa: E402
+from alflow.metrics import names  # noqa: E402
 from alflow.metrics.client import per_request  # noqa: E402
 from alflow.metrics.dialects import get_dialect  # noqa: E402
 from alflow.metrics.prometheus import Snapshot, SnapshotWindow, parse_exposition  # noqa: E402
@@ -378,8 +379,8 @@ def _client_run(
     ``measured`` is the measured phase on ``time.perf_counter``; ``timing`` is (CPU, wall, CPU trace).
     """
     al, drafts = _al(*scrapes)
-    server_tpot, server_requests = _server_mean_ms(*scrapes, "vllm:request_time_per_output_token_seconds")
-    server_ttft, _ = _server_mean_ms(*scrapes, "vllm:time_to_first_token_seconds")
+    server_tpot, server_requests = _server_mean_ms(*scrapes, names.VLLM_REQUEST_TPOT_SECONDS)
+    server_ttft, _ = _server_mean_ms(*scrapes, names.VLLM_TTFT_SECONDS)
     cpu, wall, trace = timing
     return ClientRun(
         client,

@@ -25,6 +25,8 @@ VLLM_NUM_WAITING: Final = "vllm:num_requests_waiting"
 VLLM_TTFT_SECONDS: Final = "vllm:time_to_first_token_seconds"
 VLLM_ITL_SECONDS: Final = "vllm:inter_token_latency_seconds"
 VLLM_E2E_SECONDS: Final = "vllm:e2e_request_latency_seconds"
+VLLM_REQUEST_TPOT_SECONDS: Final = "vllm:request_time_per_output_token_seconds"
+"""Histogram: per finished request ``(last token - first token) / (generation tokens - 1)``, the engine's clock."""
 
 # SGLang (--enable-metrics): /metrics; windowed gauges plus counters; cumulative AL at /server_info.
 SGLANG_METRICS_PATH: Final = "/metrics"
