@@ -346,9 +346,8 @@ async def bench_async(
                 "stats": None if stats_p is None else stats_p.to_dict(),
                 "error": err_p,
             }
-    client = m.client
     summary = {
-        **client,
+        **m.client.to_dict(),
         "model": model,
         "aborted": aborted,
         "spec_decode": spec_block,
@@ -365,7 +364,7 @@ async def bench_async(
         (r.out / "summary.json").write_bytes(jsonutil.dumps_bytes(summary))
     if aborted is not None:
         raise AlflowError(aborted + (f" (partial records in {r.out / 'records.parquet'})" if r.out else ""))
-    return BenchResult(summary, bool(client["all_ok"]))
+    return BenchResult(summary, m.client.all_ok)
 
 
 def bench(

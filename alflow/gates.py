@@ -7,26 +7,99 @@ threshold, in one sentence a person can act on.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
+from typing import Final
 
-from alflow.acceptance.stats import SpecStats, goodness_of_fit
+from alflow.acceptance.stats import ConfidenceInterval, SpecStats, goodness_of_fit
 from alflow.acceptance.synthetic import AcceptanceDistribution
 from alflow.config import GateTolerances
 from alflow.evals.gsm8k import EvalResult
 
 
 @dataclass(frozen=True)
+class AccuracyDetails:
+    """What the GSM8K accuracy gate compared: each score against the threshold."""
+
+    threshold: float
+    failing: tuple[str, ...]
+    subset: bool
+    scores: tuple[tuple[str, float], ...]
+    """(score name, accuracy rounded to 6 digits): strict-match, flexible-extract."""
+
+    def to_dict(self) -> dict[str, object]:
+        """The stored form (``summary.json``'s verdicts)."""
+        return {
+            "threshold": self.threshold,
+            "failing": list(self.failing),
+            "subset": self.subset,
+            "scores": dict(self.scores),
+        }
+
+
+@dataclass(frozen=True)
+class AlGateDetails:
+    """What the AL gate compared: the AL (or its CI's upper bound) against the threshold from the reference."""
+
+    threshold: float
+    reference_al: float
+    rule: str
+    al: float | None
+    ci: ConfidenceInterval | None = None
+    compared: float | None = None
+    """The number held against the threshold: the AL, or the upper CI bound with ``use_ci="upper"``."""
+
+    def to_dict(self) -> dict[str, object]:
+        """The stored form (``summary.json``'s verdicts)."""
+        out: dict[str, object] = {
+            "threshold": self.threshold,
+            "reference_al": self.reference_al,
+            "rule": self.rule,
+        }
+        out["al"] = self.al
+        if self.al is not None:
+            out["ci"] = None if self.ci is None else self.ci.to_dict()
+            out["compared"] = self.compared
+        return out
+
+
+@dataclass(frozen=True)
+class AuditDetails:
+    """What the synthetic audit compared: the achieved AL against the scheme's expected AL, within ``allowed``."""
+
+    target_al: float
+    achieved_al: float | None
+    expected_al: float | None = None
+    scheme: str | None = None
+    granularity: str | None = None
+    deviation: float | None = None
+    allowed: float | None = None
+    """``max(abs_tol, z * std / sqrt(n))``: the largest deviation that passes."""
+    expected_std_of_mean: float | None = None
+    num_drafts: int | None = None
+    fit_p_value: float | None = None
+    """Chi-square p of the accept-length histogram against the scheme's pmf, where one was tested."""
+
+    def to_dict(self) -> dict[str, object]:
+        """The stored form (``summary.json``'s verdicts); figures not computed are left out."""
+        return {k: v for k, v in asdict(self).items() if v is not None or k == "achieved_al"}
+
+
+GateDetails = AccuracyDetails | AlGateDetails | AuditDetails
+
+
+@dataclass(frozen=True)
 class Verdict:
-    """The outcome of one gate."""
+    """The outcome of one gate, with what it compared (None for a verdict that compared nothing)."""
 
     gate: str
     passed: bool
     message: str
-    details: dict[str, object] = field(default_factory=dict)
+    details: GateDetails | None = None
 
     def to_dict(self) -> dict[str, object]:
-        """JSON-ready form."""
-        return {"gate": self.gate, "passed": self.passed, "message": self.message, **self.details}
+        """JSON-ready form: gate, passed, message and the details' fields."""
+        extra = {} if self.details is None else self.details.to_dict()
+        return {"gate": self.gate, "passed": self.passed, "message": self.message, **extra}
 
 
 def accuracy_gate(result: EvalResult, threshold: float) -> Verdict:
@@ -50,12 +123,12 @@ def accuracy_gate(result: EvalResult, threshold: float) -> Verdict:
         "gsm8k-accuracy",
         not problems,
         message,
-        {
-            "threshold": threshold,
-            "failing": [s.name for s in failing],
-            "subset": result.subset,
-            "scores": {s.name: round(s.accuracy, 6) for s in scores},
-        },
+        AccuracyDetails(
+            threshold=threshold,
+            failing=tuple(s.name for s in failing),
+            subset=result.subset,
+            scores=tuple((s.name, round(s.accuracy, 6)) for s in scores),
+        ),
     )
 
 
@@ -68,13 +141,12 @@ def al_gate(stats: SpecStats, reference_al: float, tolerances: GateTolerances, *
     """
     threshold = tolerances.al_threshold(reference_al)
     rule = f"reference {reference_al:.4f} - max({tolerances.abs_tol:g}, {tolerances.rel_tol:g} x {reference_al:.4f})"
-    details: dict[str, object] = {"threshold": threshold, "reference_al": reference_al, "rule": rule}
     if not stats.observed or stats.al is None:
         return Verdict(
             "al",
             False,
             f"AL gate FAILED for {subject}: {stats.note or 'no speculative steps observed'}",
-            {**details, "al": None},
+            AlGateDetails(threshold, reference_al, rule, al=None),
         )
     al = stats.al
     ci = stats.ci
@@ -82,7 +154,7 @@ def al_gate(stats: SpecStats, reference_al: float, tolerances: GateTolerances, *
     use_upper = tolerances.use_ci == "upper" and ci is not None
     compared = ci.high if (use_upper and ci is not None) else al
     passed = compared >= threshold
-    details.update(al=al, ci=None if ci is None else ci.to_dict(), compared=compared)
+    details = AlGateDetails(threshold, reference_al, rule, al=al, ci=ci, compared=compared)
     if passed:
         message = f"AL gate passed for {subject}: AL {al:.4f}{ci_text} >= threshold {threshold:.4f} ({rule})"
     else:
@@ -94,12 +166,18 @@ def al_gate(stats: SpecStats, reference_al: float, tolerances: GateTolerances, *
     return Verdict("al", passed, message, details)
 
 
+AUDIT_ABS_TOL: Final = 0.02
+"""The synthetic audit's smallest allowed deviation of the achieved AL from the scheme's expected AL."""
+AUDIT_Z: Final = 3.29
+"""The synthetic audit's z (two-sided 0.1%) applied to the standard deviation of the mean AL."""
+
+
 def audit_synthetic(
     stats: SpecStats,
     distribution: AcceptanceDistribution,
     *,
-    abs_tol: float = 0.02,
-    z: float = 3.29,
+    abs_tol: float = AUDIT_ABS_TOL,
+    z: float = AUDIT_Z,
     min_fit_p: float = 1e-9,
     subject: str,
 ) -> Verdict:
@@ -118,23 +196,13 @@ def audit_synthetic(
             "synthetic-audit",
             False,
             f"synthetic audit FAILED for {subject}: {stats.note or 'no speculative steps observed'}",
-            {"target_al": target, "achieved_al": None},
+            AuditDetails(target_al=target, achieved_al=None),
         )
     n = stats.num_drafts
     spread = distribution.std / math.sqrt(n)
     allowed = max(abs_tol, z * spread)
     deviation = stats.al - expected
-    details: dict[str, object] = {
-        "target_al": target,
-        "expected_al": expected,
-        "scheme": distribution.scheme,
-        "granularity": distribution.granularity,
-        "achieved_al": stats.al,
-        "deviation": deviation,
-        "allowed": allowed,
-        "expected_std_of_mean": spread,
-        "num_drafts": n,
-    }
+    fit_p: float | None = None
     problems = []
     if abs(deviation) > allowed:
         problems.append(
@@ -147,11 +215,23 @@ def audit_synthetic(
         )
     if stats.histogram is not None and distribution.granularity == "per-request":
         fit = goodness_of_fit(stats.histogram, distribution.pmf)
-        details["fit_p_value"] = fit.p_value
+        fit_p = fit.p_value
         if fit.p_value < min_fit_p:
             problems.append(
                 f"accept-length histogram does not fit scheme {distribution.scheme} (chi-square p={fit.p_value:.2e})"
             )
+    details = AuditDetails(
+        target_al=target,
+        achieved_al=stats.al,
+        expected_al=expected,
+        scheme=distribution.scheme,
+        granularity=distribution.granularity,
+        deviation=deviation,
+        allowed=allowed,
+        expected_std_of_mean=spread,
+        num_drafts=n,
+        fit_p_value=fit_p,
+    )
     if problems:
         return Verdict(
             "synthetic-audit", False, f"synthetic audit FAILED for {subject}: " + "; ".join(problems), details

@@ -21,7 +21,14 @@ from alflow.datasets.types import Session
 from alflow.errors import AlflowError
 from alflow.loadgen.records import RequestRecord, records_frame
 from alflow.loadgen.runner import LoadAbortedError, LoadSpec, Progress, Target, run_load
-from alflow.metrics.client import DEFAULT_PERCENTILES, SLO, GpuLayout, check_percentiles, summarize
+from alflow.metrics.client import (
+    DEFAULT_PERCENTILES,
+    SLO,
+    ClientSummary,
+    GpuLayout,
+    check_percentiles,
+    summarize,
+)
 from alflow.metrics.dialects import Dialect, get_dialect
 from alflow.metrics.prometheus import PeriodicScraper, Snapshot, SnapshotWindow, counter_resets, scrape_all
 
@@ -54,7 +61,7 @@ class Measurement:
     """
 
     records: pl.DataFrame
-    client: dict[str, Any]
+    client: ClientSummary
     spec_stats: SpecStats | None
     dialect: str | None
     baseline: Snapshot | None = None
@@ -71,7 +78,7 @@ class Measurement:
     @property
     def all_ok(self) -> bool:
         """True when the run was not aborted and every measured request succeeded."""
-        return self.aborted is None and bool(self.client.get("all_ok"))
+        return self.aborted is None and self.client.all_ok
 
     def raise_if_aborted(self) -> None:
         """Raise :class:`MeasurementError` when the load aborted."""

@@ -12,57 +12,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from alflow.gates import Verdict
+from alflow.gates import AuditDetails, Verdict
 from alflow.measure import Measurement
+from alflow.results.rows import M2Point
 
-
-@dataclass(frozen=True)
-class M2Point:
-    """One concurrency of an M2 run: the audit and the client's headline numbers (a row of spec_stats)."""
-
-    concurrency: int
-    k: int
-    framework: str
-    target_al: float
-    achieved_al: float | None
-    valid: bool
-    partial: bool
-    audit: str
-    num_drafts: int | None
-    expected_al: float | None
-    allowed_deviation: float | None
-    completed: int | None
-    failed: int | None
-    output_throughput: float | None
-    nodes: int
-    num_gpus: int | None
-    total_token_throughput: float | None
-    output_throughput_per_gpu: float | None
-    total_token_throughput_per_gpu: float | None
-    median_interactivity_tokens_per_s: float | None
-    median_tpot_ms: float | None
-    median_ttft_ms: float | None
-    p99_ttft_ms: float | None
-    median_itl_ms: float | None
-    tokens_per_chunk: float | None
-    duration_s: float
-
-    def to_dict(self) -> dict[str, Any]:
-        """The row as stored (``spec_stats.parquet``, ``summary.json``'s points)."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, row: dict[str, Any]) -> M2Point:
-        """The point a :meth:`to_dict` row holds (an M2 flow's returned points)."""
-        return cls(**row)
-
-
-def _float(value: object) -> float | None:
-    return None if value is None else float(value)  # type: ignore[arg-type]
-
-
-def _int(value: object) -> int | None:
-    return None if value is None else int(value)  # type: ignore[call-overload]
+__all__ = ["BestK", "M2Point", "best_k", "m2_point"]
 
 
 def m2_point(
@@ -83,7 +37,7 @@ def m2_point(
     """
     subject = f"{framework} K={k} concurrency {concurrency}"
     failures: list[str] = []
-    details: dict[str, object] = {}
+    details = AuditDetails(target_al=target_al, achieved_al=None)
     if m.aborted is not None:
         failures.append(
             f"{subject}: aborted mid-point ({m.aborted}); its {m.records.height} requests are kept and the "
@@ -95,12 +49,13 @@ def m2_point(
         failures.append(f"{subject}: no spec-decode stats at {metrics_where}: {why}")
         valid, message = False, failures[-1]
     else:
-        details = dict(audit.details)
+        if isinstance(audit.details, AuditDetails):
+            details = audit.details
         valid, message = audit.passed, audit.message
         if not valid:
             failures.append(audit.message)
     if not m.all_ok and m.aborted is None:
-        failures.append(f"{subject}: {m.client.get('failed')} requests failed")
+        failures.append(f"{subject}: {m.client.failed} requests failed")
         valid = False
     c = m.client
     stats = m.spec_stats
@@ -114,22 +69,22 @@ def m2_point(
         partial=m.aborted is not None,
         audit=message,
         num_drafts=None if stats is None else stats.num_drafts,
-        expected_al=_float(details.get("expected_al")),
-        allowed_deviation=_float(details.get("allowed")),
-        completed=_int(c.get("completed")),
-        failed=_int(c.get("failed")),
-        output_throughput=_float(c.get("output_throughput")),
+        expected_al=details.expected_al,
+        allowed_deviation=details.allowed,
+        completed=c.completed,
+        failed=c.failed,
+        output_throughput=c.output_throughput,
         nodes=nodes,
-        num_gpus=_int(c.get("num_gpus")),
-        total_token_throughput=_float(c.get("total_token_throughput")),
-        output_throughput_per_gpu=_float(c.get("output_throughput_per_gpu")),
-        total_token_throughput_per_gpu=_float(c.get("total_token_throughput_per_gpu")),
-        median_interactivity_tokens_per_s=_float(c.get("median_interactivity_tokens_per_s")),
-        median_tpot_ms=_float(c.get("median_tpot_ms")),
-        median_ttft_ms=_float(c.get("median_ttft_ms")),
-        p99_ttft_ms=_float(c.get("p99_ttft_ms")),
-        median_itl_ms=_float(c.get("median_itl_ms")),
-        tokens_per_chunk=_float(c.get("tokens_per_chunk")),
+        num_gpus=c.num_gpus,
+        total_token_throughput=c.total_token_throughput,
+        output_throughput_per_gpu=c.output_throughput_per_gpu,
+        total_token_throughput_per_gpu=c.total_token_throughput_per_gpu,
+        median_interactivity_tokens_per_s=c.interactivity.median,
+        median_tpot_ms=c.tpot.median,
+        median_ttft_ms=c.ttft.median,
+        p99_ttft_ms=c.ttft.percentile(99),
+        median_itl_ms=c.itl.median,
+        tokens_per_chunk=c.tokens_per_chunk,
         duration_s=m.duration_s,
     )
     return point, failures

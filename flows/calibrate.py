@@ -22,6 +22,7 @@ import polars as pl
 from prefect import flow, get_run_logger, tags, task
 from prefect.context import TaskRunContext
 
+from alflow.calibration import CalibrationPoint, EntryContext, ModePoint, mode_point, reference_entry
 from alflow.config import (
     CalibrateParams,
     LoadConfig,
@@ -32,7 +33,6 @@ from alflow.config import (
     ThinkingMode,
 )
 from alflow.reference import (
-    Provenance,
     ReferenceDiff,
     ReferenceEntry,
     ReferenceTable,
@@ -43,6 +43,7 @@ from alflow.reference import (
 )
 from alflow.reports.markdown import M0Row, M0Summary
 from alflow.results.audit import SCRAPES, scrape_key
+from alflow.results.manifest import ServerRecord
 from alflow.results.provenance import code_version, host_info
 from alflow.results.store import RunWriter
 from alflow.workloads import SPEED_BENCH, dataset_description, speed_bench_sessions
@@ -69,8 +70,9 @@ class PartialPointError(ReferenceTableError):
         return (type(self), (str(self), self.records, self.scrapes))
 
 
-POINT_VERSION = 2
-"""Version of a cached point's content (2: raw baseline and final scrapes kept for the audit)."""
+POINT_VERSION = 3
+"""Version of a cached point's content (2: raw baseline and final scrapes kept for the audit;
+3: a typed :class:`~alflow.calibration.CalibrationPoint` instead of a dict)."""
 
 
 def _point_key(_context: TaskRunContext, parameters: dict[str, Any]) -> str:
@@ -98,7 +100,7 @@ def calibrate_point(
     workload: SpeedBenchWorkload,
     dataset_hash: str,
     load: LoadConfig,
-) -> dict[str, Any]:
+) -> CalibrationPoint:
     """Measure one (model, K) on one server for each thinking mode; plain data, safe to cache.
 
     ``dataset_hash`` is not read here: it is part of the cache key, so new prompts mean a new point.
@@ -107,9 +109,9 @@ def calibrate_point(
     sessions = speed_bench_sessions(workload)
     spec = server.speculative
     assert spec is not None
-    out: dict[str, Any] = {"measured_at": datetime.now(UTC).isoformat(), "modes": {}}
+    modes: dict[str, ModePoint] = {}
     with server_lifetime(server, placement) as handle:
-        out["server"] = handle.to_dict()
+        record = ServerRecord.model_validate(handle.to_dict())
         for mode in thinking:
             point_load = LoadConfig.model_validate(
                 {**load.model_dump(), "num_prompts": load.num_prompts or len(sessions)}
@@ -126,7 +128,7 @@ def calibrate_point(
             )
             m = spec_stats(m, spec.k)
             if m.aborted is not None:
-                scrapes = {mode_name: data["scrapes"] for mode_name, data in out["modes"].items()}
+                scrapes: dict[str, Any] = {name: done.scrapes() for name, done in modes.items()}
                 scrapes[mode.value] = {"dialect": m.dialect, **m.snapshots(), "partial": True}
                 raise PartialPointError(
                     f"{model.id} K={spec.k} thinking={mode.value}: the point aborted mid-way ({m.aborted}); "
@@ -134,70 +136,10 @@ def calibrate_point(
                     m.records.with_columns(pl.lit(spec.k).alias("k"), pl.lit(mode.value).alias("thinking")),
                     scrapes,
                 )
-            if m.spec_stats is None or not m.spec_stats.observed:
-                raise ReferenceTableError(
-                    f"no speculative steps measured for {model.id} K={spec.k} thinking={mode.value}"
-                )
-            assert m.baseline is not None
-            assert m.final is not None
-            out["modes"][mode.value] = {
-                "stats": m.spec_stats.to_dict(),
-                "scrapes": {
-                    "dialect": m.dialect,
-                    "baseline": m.baseline.to_dict(),
-                    "final": m.final.to_dict(),
-                },
-                "prompts": len(sessions),
-                "failed": m.client.get("failed"),
-                "sampling": model.sampling(mode).model_dump(mode="json"),
-            }
-    return out
-
-
-def _entry(
-    params: CalibrateParams,
-    model: ModelSpec,
-    k: int,
-    mode: ThinkingMode,
-    point: dict[str, Any],
-    dataset: dict[str, str],
-) -> ReferenceEntry:
-    data = point["modes"][mode.value]
-    stats = data["stats"]
-    server = point["server"]
-    prov = server.get("provenance") or {}
-    ci = stats.get("ci") or {}
-    return ReferenceEntry(
-        model=model.id,
-        method=params.method,
-        thinking=mode,
-        k=k,
-        al=stats["al"],
-        per_position_rates=tuple(stats["per_position_rates"]) if stats.get("per_position_rates") else None,
-        num_drafts=stats["num_drafts"],
-        draft_tokens=stats.get("draft_tokens"),
-        accepted_tokens=stats["accepted_tokens"],
-        ci_low=ci.get("low"),
-        ci_high=ci.get("high"),
-        provenance=Provenance(
-            framework=str(prov.get("framework") or params.server.framework),
-            framework_version=None
-            if prov.get("framework_version") is None
-            else str(prov["framework_version"]),
-            image=server.get("image"),
-            image_digest=server.get("image_digest"),
-            command=tuple(prov.get("argv") or ()) or None,
-            model_revision=model.revision,
-            dataset=dataset["dataset"],
-            dataset_hash=dataset["dataset_hash"],
-            sampling=model.sampling(mode),
-            prompt_count=data["prompts"],
-            date=datetime.fromisoformat(point["measured_at"]),
-            code_version=code_version(),
-            flow_run_id=run_id(),
-            host=str(host_info().get("host")),
-        ),
-    )
+            modes[mode.value] = mode_point(
+                m, prompts=len(sessions), subject=f"{model.id} K={spec.k} thinking={mode.value}"
+            )
+    return CalibrationPoint(measured_at=datetime.now(UTC), server=record, modes=modes)
 
 
 @flow(name="m0-calibrate", flow_run_name="m0-{params.server.framework}")
@@ -237,6 +179,15 @@ def calibrate(params: CalibrateParams) -> dict[str, Any]:
     failures: list[str] = []
     partial_records: list[pl.DataFrame] = []
     crashed: Exception | None = None
+    context = EntryContext(
+        method=params.method,
+        framework=params.server.framework,
+        dataset=dataset["dataset"],
+        dataset_hash=dataset["dataset_hash"],
+        code_version=code_version(),
+        flow_run_id=run_id(),
+        host=None if (host := host_info().get("host")) is None else str(host),
+    )
     with writer, tags(f"framework:{params.server.framework}", "m0"):
         writer.update_provenance(dataset=dataset)
         try:
@@ -276,12 +227,12 @@ def calibrate(params: CalibrateParams) -> dict[str, Any]:
                         log.info(
                             "calibration point %s reused from cache (measured %s)",
                             label,
-                            point["measured_at"],
+                            point.measured_at.isoformat(),
                         )
                     for mode in modes:
-                        entries.append(_entry(params, model, k, mode, point, dataset))
+                        entries.append(reference_entry(point, model, k, mode, context))
                         key = scrape_key(model.id, params.method.value, mode.value, k)
-                        scrapes[key] = {"k": k, **point["modes"][mode.value]["scrapes"]}
+                        scrapes[key] = {"k": k, **point.mode(mode).scrapes()}
         # what was measured is stored below (not in the reference table), then raised
         except Exception as exc:
             crashed = exc

@@ -15,6 +15,7 @@ from prefect import flow, get_run_logger, tags
 
 from alflow.config import GateParams, LoadConfig
 from alflow.gates import Verdict
+from alflow.metrics.client import ClientSummary
 from alflow.redact import redact_url
 from alflow.reports.markdown import M1Summary, M1Verdict
 from alflow.topology import gpu_layout
@@ -47,7 +48,7 @@ def gate(params: GateParams) -> dict[str, Any]:
     )
     verdicts: list[Verdict] = []
     tables: dict[str, pl.DataFrame] = {}
-    client: dict[str, Any] | None = None
+    client: ClientSummary | None = None
     gsm8k: dict[str, Any] | None = None
     partial: str | None = None
     crashed: Exception | None = None
@@ -131,7 +132,7 @@ def gate(params: GateParams) -> dict[str, Any]:
             "partial": partial is not None,
             "failures": failures,
             "verdicts": [v.to_dict() for v in verdicts],
-            "client": client,
+            "client": None if client is None else client.to_dict(),
             "gsm8k": gsm8k,
         }
         store_results(writer, tables, summary)

@@ -166,9 +166,9 @@ def run_load(
     log.info(
         "done in %.1f s: %s completed, %s failed, output %.0f tok/s",
         result.duration_s,
-        c.get("completed"),
-        c.get("failed"),
-        float(c.get("output_throughput") or 0.0),
+        c.completed,
+        c.failed,
+        c.output_throughput,
     )
     return result
 

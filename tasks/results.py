@@ -54,7 +54,9 @@ def render_report(
             [dict(r) for r in rows], key=_key(key + "-table"), description=f"{title}: key numbers"
         )
     try:
-        html = render_run(StoredRun(writer.dir, dict(writer.manifest), writer.storage), "html", live=True)
+        html = render_run(
+            StoredRun(writer.dir, writer.manifest.model_copy(deep=True), writer.storage), "html", live=True
+        )
         html_path = writer.write_text("report.html", html)
     except Exception as exc:  # a derived page must never fail a measured run; the error is logged
         get_run_logger().warning("report.html not written for %s: %r", writer.dir, exc, exc_info=True)

@@ -81,7 +81,7 @@ def export_rows(runs: Sequence[StoredRun]) -> list[dict[str, Any]]:
 
 def _export_text(runs: Sequence[StoredRun], fmt: ReportFormat, digits: int) -> str:
     """CSV or JSON of the runs' exports: InferenceX rows for M2, else the AL matrix."""
-    flows = {str(r.manifest.get("flow")) for r in runs}
+    flows = {r.manifest.flow for r in runs}
     if "m2" in flows:
         if flows - {"m2"}:
             raise InvalidInputError(

@@ -160,19 +160,136 @@ def _pkey(p: float) -> str:
     return str(int(p)) if float(p).is_integer() else str(p)
 
 
-def _stats(values: pl.Series, name: str, unit: str, percentiles: Sequence[float]) -> dict[str, float | None]:
-    """mean, median, std (population, as vLLM) and linear-interpolated percentiles of ``values``."""
-    vals = values.drop_nulls().cast(pl.Float64)
-    empty = vals.len() == 0
-    out: dict[str, float | None] = {
-        f"mean_{name}{unit}": None if empty else float(vals.mean()),  # type: ignore[arg-type]
-        f"median_{name}{unit}": None if empty else float(vals.median()),  # type: ignore[arg-type]
-        f"std_{name}{unit}": None if empty else float(vals.std(ddof=0)),  # type: ignore[arg-type]
-    }
-    for p in percentiles:
-        q = None if empty else vals.quantile(p / 100.0, interpolation="linear")
-        out[f"p{_pkey(p)}_{name}{unit}"] = None if q is None else float(q)
-    return out
+@dataclass(frozen=True, slots=True)
+class LatencyStats:
+    """One per-request metric over the successful requests.
+
+    Mean, median, std (population, as vLLM) and linear-interpolated percentiles; every figure is None
+    when no request had a value.
+    """
+
+    mean: float | None
+    median: float | None
+    std: float | None
+    percentiles: tuple[tuple[float, float | None], ...] = ()
+
+    @classmethod
+    def of(cls, values: pl.Series, percentiles: Sequence[float]) -> LatencyStats:
+        """The statistics of ``values`` (nulls dropped)."""
+        vals = values.drop_nulls().cast(pl.Float64)
+        if vals.len() == 0:
+            return cls(None, None, None, tuple((float(p), None) for p in percentiles))
+        qs = []
+        for p in percentiles:
+            q = vals.quantile(p / 100.0, interpolation="linear")
+            qs.append((float(p), None if q is None else float(q)))
+        return cls(
+            float(vals.mean()),  # type: ignore[arg-type]
+            float(vals.median()),  # type: ignore[arg-type]
+            float(vals.std(ddof=0)),  # type: ignore[arg-type]
+            tuple(qs),
+        )
+
+    def percentile(self, p: float) -> float | None:
+        """The ``p``-th percentile, None when not computed or undefined."""
+        return next((v for q, v in self.percentiles if q == float(p)), None)
+
+    def items(self, name: str, unit: str) -> dict[str, float | None]:
+        """The flat keys of ``vllm bench serve``: ``mean_<name><unit>``, ``median_...``, ``std_...``, ``p99_...``."""
+        out = {
+            f"mean_{name}{unit}": self.mean,
+            f"median_{name}{unit}": self.median,
+            f"std_{name}{unit}": self.std,
+        }
+        for p, v in self.percentiles:
+            out[f"p{_pkey(p)}_{name}{unit}"] = v
+        return out
+
+
+_LATENCY_UNITS: Final = (
+    ("ttft", "_ms"),
+    ("tpot", "_ms"),
+    ("itl", "_ms"),
+    ("e2el", "_ms"),
+    ("interactivity", "_tokens_per_s"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSummary:
+    """Run-level client metrics of one measured phase (see the module docstring for each formula).
+
+    :meth:`to_dict` gives the flat form stored in ``summary.json`` and printed by ``alflow bench``,
+    with ``vllm bench serve``'s key names where they overlap.
+    """
+
+    duration: float
+    completed: int
+    failed: int
+    total_input_tokens: int
+    total_output_tokens: int
+    request_throughput: float
+    output_throughput: float
+    total_token_throughput: float
+    ttft: LatencyStats
+    tpot: LatencyStats
+    itl: LatencyStats
+    e2el: LatencyStats
+    interactivity: LatencyStats
+    total_chunks: int
+    tokens_per_chunk: float | None
+    tokens_per_chunk_after_first: float | None
+    num_nodes: int
+    num_gpus: int
+    output_throughput_per_gpu: float
+    total_token_throughput_per_gpu: float
+    good_requests: int | None = None
+    request_goodput: float | None = None
+    output_throughput_per_decode_gpu: float | None = None
+    input_throughput_per_prefill_gpu: float | None = None
+    errors: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def all_ok(self) -> bool:
+        """True when no measured request failed."""
+        return self.failed == 0
+
+    def to_dict(self) -> dict[str, object]:
+        """The flat, JSON-ready summary (non-finite values carry a ``<key>_note`` saying why)."""
+        out: dict[str, object] = {
+            "duration": self.duration,
+            "completed": self.completed,
+            "failed": self.failed,
+            "all_ok": self.all_ok,
+            "total_input_tokens": self.total_input_tokens,
+            "total_output_tokens": self.total_output_tokens,
+            "request_throughput": self.request_throughput,
+            "output_throughput": self.output_throughput,
+            "total_token_throughput": self.total_token_throughput,
+        }
+        if self.good_requests is not None:
+            out["good_requests"] = self.good_requests
+            out["request_goodput"] = self.request_goodput
+        for name, unit in _LATENCY_UNITS:
+            out.update(getattr(self, name).items(name, unit))
+        note_nonfinite(
+            out,
+            "tpot_ms = 0 for a request (its output after the first chunk came all at once)",
+            self.interactivity.items("interactivity", "_tokens_per_s"),
+        )
+        out["total_chunks"] = self.total_chunks
+        out["tokens_per_chunk"] = self.tokens_per_chunk
+        out["tokens_per_chunk_after_first"] = self.tokens_per_chunk_after_first
+        out["num_nodes"] = self.num_nodes
+        out["num_gpus"] = self.num_gpus
+        out["output_throughput_per_gpu"] = self.output_throughput_per_gpu
+        out["total_token_throughput_per_gpu"] = self.total_token_throughput_per_gpu
+        if self.output_throughput_per_decode_gpu is not None:
+            out["output_throughput_per_decode_gpu"] = self.output_throughput_per_decode_gpu
+            out["input_throughput_per_prefill_gpu"] = self.input_throughput_per_prefill_gpu
+        if self.errors:
+            out["errors"] = dict(self.errors)
+        return out
 
 
 def summarize(
@@ -182,12 +299,12 @@ def summarize(
     percentiles: Sequence[float] = DEFAULT_PERCENTILES,
     slo: SLO | None = None,
     gpus: GpuLayout | None = None,
-) -> dict[str, object]:
+) -> ClientSummary:
     """Run-level client metrics from records of the measured phase (warm-up rows are dropped).
 
     Latency statistics use successful requests only; ``failed`` counts the others and
-    ``errors`` lists their distinct messages with counts (a run with failures is flagged by
-    ``all_ok = False``, its numbers are not to be published as a success).
+    ``errors`` holds their distinct messages with counts, most frequent first, at most 10 (a run
+    with failures has ``all_ok = False``: its numbers are not to be published as a success).
     """
     if duration_s <= 0:
         raise InvalidInputError(f"duration_s={duration_s} must be positive")
@@ -201,47 +318,47 @@ def summarize(
     total_in = int(ok["input_tokens"].fill_null(0).sum())
     total_out = int(ok["output_tokens"].sum())
     chunks = int(ok["n_chunks"].sum())
-    out: dict[str, object] = {
-        "duration": duration_s,
-        "completed": ok.height,
-        "failed": failed.height,
-        "all_ok": failed.height == 0,
-        "total_input_tokens": total_in,
-        "total_output_tokens": total_out,
-        "request_throughput": ok.height / duration_s,
-        "output_throughput": total_out / duration_s,
-        "total_token_throughput": (total_in + total_out) / duration_s,
-    }
+    good: int | None = None
     if slo is not None and not slo.empty:
-        good = pl.lit(value=True)
+        meets = pl.lit(value=True)
         for col, limit in (("ttft_ms", slo.ttft_ms), ("tpot_ms", slo.tpot_ms), ("e2el_ms", slo.e2el_ms)):
             if limit is not None:
-                good = good & (pl.col(col).is_null() | (pl.col(col) <= limit))
-        n_good = ok.filter(good).height
-        out["good_requests"] = n_good
-        out["request_goodput"] = n_good / duration_s
-    out.update(_stats(ok["ttft_ms"], "ttft", "_ms", percentiles))
-    out.update(_stats(ok["tpot_ms"], "tpot", "_ms", percentiles))
-    out.update(_stats(ok["itl_ms"].explode(), "itl", "_ms", percentiles))
-    out.update(_stats(ok["e2el_ms"], "e2el", "_ms", percentiles))
-    inter = _stats(ok["interactivity"], "interactivity", "_tokens_per_s", percentiles)
-    out.update(inter)
-    note_nonfinite(
-        out, "tpot_ms = 0 for a request (its output after the first chunk came all at once)", inter
-    )
-    out["total_chunks"] = chunks
-    out["tokens_per_chunk"] = total_out / chunks if chunks else None
-    later_chunks = chunks - ok.height
-    out["tokens_per_chunk_after_first"] = (total_out - ok.height) / later_chunks if later_chunks > 0 else None
+                meets = meets & (pl.col(col).is_null() | (pl.col(col) <= limit))
+        good = ok.filter(meets).height
     layout = gpus or GpuLayout()
-    out["num_nodes"] = layout.nodes
-    out["num_gpus"] = layout.gpus
-    out["output_throughput_per_gpu"] = total_out / duration_s / layout.gpus
-    out["total_token_throughput_per_gpu"] = (total_in + total_out) / duration_s / layout.gpus
+    per_decode = per_prefill = None
     if layout.prefill_gpus is not None and layout.decode_gpus is not None:
-        out["output_throughput_per_decode_gpu"] = total_out / duration_s / layout.decode_gpus
-        out["input_throughput_per_prefill_gpu"] = total_in / duration_s / layout.prefill_gpus
+        per_decode = total_out / duration_s / layout.decode_gpus
+        per_prefill = total_in / duration_s / layout.prefill_gpus
+    errors: tuple[tuple[str, int], ...] = ()
     if failed.height:
-        counts = failed.group_by("error").len().sort("len", descending=True).head(10)
-        out["errors"] = {str(e): int(n) for e, n in counts.iter_rows()}
-    return out
+        counts = failed.group_by("error").len().sort(["len", "error"], descending=[True, False]).head(10)
+        errors = tuple((str(e), int(n)) for e, n in counts.iter_rows())
+    later_chunks = chunks - ok.height
+    return ClientSummary(
+        duration=duration_s,
+        completed=ok.height,
+        failed=failed.height,
+        total_input_tokens=total_in,
+        total_output_tokens=total_out,
+        request_throughput=ok.height / duration_s,
+        output_throughput=total_out / duration_s,
+        total_token_throughput=(total_in + total_out) / duration_s,
+        ttft=LatencyStats.of(ok["ttft_ms"], percentiles),
+        tpot=LatencyStats.of(ok["tpot_ms"], percentiles),
+        itl=LatencyStats.of(ok["itl_ms"].explode(), percentiles),
+        e2el=LatencyStats.of(ok["e2el_ms"], percentiles),
+        interactivity=LatencyStats.of(ok["interactivity"], percentiles),
+        total_chunks=chunks,
+        tokens_per_chunk=total_out / chunks if chunks else None,
+        tokens_per_chunk_after_first=(total_out - ok.height) / later_chunks if later_chunks > 0 else None,
+        num_nodes=layout.nodes,
+        num_gpus=layout.gpus,
+        output_throughput_per_gpu=total_out / duration_s / layout.gpus,
+        total_token_throughput_per_gpu=(total_in + total_out) / duration_s / layout.gpus,
+        good_requests=good,
+        request_goodput=None if good is None else good / duration_s,
+        output_throughput_per_decode_gpu=per_decode,
+        input_throughput_per_prefill_gpu=per_prefill,
+        errors=errors,
+    )

@@ -30,7 +30,7 @@ import polars as pl
 from alflow import jsonutil
 from alflow.metrics.client import GpuLayout, summarize
 from alflow.results.store import StoredRun
-from alflow.results.view import framework, get_path, image, m2_points, model_id
+from alflow.results.view import framework, get_path, image, m2_points, model_id, scheme
 
 INFERENCEX_HEAD: Final = (
     "hw",
@@ -68,11 +68,11 @@ def _f(value: object) -> float | None:
 
 def _cells(run: StoredRun) -> list[dict[str, Any]]:
     """(label, category, al, steps, accepted) cells of one M0 or M1 run."""
-    config = run.manifest.get("config") or {}
+    config = run.manifest.config
     category = str(get_path(config, "workload", "category") or "all")
     fw = framework(run) or "?"
     out: list[dict[str, Any]] = []
-    flow = run.manifest.get("flow")
+    flow = run.manifest.flow
     if flow == "m0" and run.has("summary.json"):
         for e in run.json("summary").get("entries") or []:
             if not isinstance(e, Mapping):
@@ -113,7 +113,7 @@ def al_matrix(runs: Sequence[StoredRun]) -> pl.DataFrame:
     cells: dict[tuple[str, str], dict[str, Any]] = {}
     owner: dict[tuple[str, str], str] = {}
     for run in runs:
-        rid = str(run.manifest.get("run_id", ""))
+        rid = run.manifest.run_id
         for cell in _cells(run):
             key = (cell["label"], cell["category"])
             if key in owner and owner[key] != rid:  # the same configuration from another run: its own row
@@ -171,7 +171,7 @@ def _latency_stats(run: StoredRun, conc: object, duration_s: float | None) -> di
     if part.height == 0:
         return None
     stats = summarize(part, duration_s=duration_s, percentiles=LATENCY_PERCENTILES, gpus=GpuLayout())
-    return {k: v for k, v in stats.items() if k.endswith("_ms")}
+    return {k: v for k, v in stats.to_dict().items() if k.endswith("_ms")}
 
 
 def _inferencex_latency(stats: Mapping[str, Any]) -> dict[str, float | None]:
@@ -190,29 +190,29 @@ def _inferencex_latency(stats: Mapping[str, Any]) -> dict[str, float | None]:
 
 def inferencex_rows(run: StoredRun) -> list[dict[str, Any]]:
     """One InferenceX-layout row per concurrency point of an M2 run (empty for other flows)."""
-    if run.manifest.get("flow") != "m2":
+    if run.manifest.flow != "m2":
         return []
-    config = run.manifest.get("config") or {}
-    prov = run.manifest.get("provenance") or {}
-    summary = run.json("summary") if run.has("summary.json") else {}
+    config = run.manifest.config
+    host = run.manifest.provenance.host
     par = get_path(config, "server", "parallelism") or {}
-    gpus = [g for g in get_path(prov, "host", "gpus") or [] if isinstance(g, Mapping)]
-    simulated = bool(run.manifest.get("simulated"))
+    gpus = (host.gpus if host is not None else None) or []
+    simulated = run.manifest.simulated
     hw = str(gpus[0].get("name")) if gpus else ("simulated" if simulated else None)
     model = model_id(run)
     img, _ = image(run)
     tp, ep = par.get("tp"), par.get("ep")
     rows = []
-    for p in sorted(m2_points(run), key=lambda x: x.get("concurrency") or 0):
-        total = _f(p.get("total_token_throughput_per_gpu"))
-        output = _f(p.get("output_throughput_per_gpu"))
+    synthetic_scheme = scheme(run)
+    for p in sorted(m2_points(run), key=lambda x: x.concurrency):
+        total = _f(p.total_token_throughput_per_gpu)
+        output = _f(p.output_throughput_per_gpu)
         row: dict[str, Any] = {
             "hw": hw,
-            "conc": p.get("concurrency"),
+            "conc": p.concurrency,
             "image": img,
             "model": model,
             "infmax_model_prefix": None if model is None else model.rsplit("/", 1)[-1].lower(),
-            "framework": p.get("framework") or framework(run),
+            "framework": p.framework if p.framework != "?" else framework(run),
             "precision": config.get("precision"),
             "spec_decoding": str(config.get("method") or "none"),
             "disagg": False,
@@ -226,21 +226,24 @@ def inferencex_rows(run: StoredRun) -> list[dict[str, Any]]:
             "output_tput_per_gpu": output,
             "input_tput_per_gpu": None if total is None or output is None else total - output,
         }
-        stats = _latency_stats(run, p.get("concurrency"), _f(p.get("duration_s")))
+        stats = _latency_stats(run, p.concurrency, _f(p.duration_s))
         if stats is None:
             stats = {
-                k: p.get(k) for k in ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "median_itl_ms")
+                "median_ttft_ms": p.median_ttft_ms,
+                "p99_ttft_ms": p.p99_ttft_ms,
+                "median_tpot_ms": p.median_tpot_ms,
+                "median_itl_ms": p.median_itl_ms,
             }
         row.update(_inferencex_latency(stats))
         row.update(
             {
-                "num_speculative_tokens": p.get("k"),
-                "synthetic_scheme": summary.get("scheme"),
-                "target_al": _f(p.get("target_al")),
-                "achieved_al": _f(p.get("achieved_al")),
-                "audit_valid": bool(p.get("valid")),
+                "num_speculative_tokens": p.k,
+                "synthetic_scheme": synthetic_scheme,
+                "target_al": _f(p.target_al),
+                "achieved_al": _f(p.achieved_al),
+                "audit_valid": p.valid,
                 "simulated": simulated,
-                "alflow_run_id": run.manifest.get("run_id"),
+                "alflow_run_id": run.manifest.run_id,
             }
         )
         rows.append(row)

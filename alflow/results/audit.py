@@ -82,7 +82,7 @@ def _runs_by_flow_run(run_dirs: Sequence[str | os.PathLike[str]]) -> dict[str, S
     runs: dict[str, StoredRun] = {}
     for d in run_dirs:
         run = open_run(d)
-        rid = (run.manifest.get("provenance") or {}).get("flow_run_id")
+        rid = run.manifest.provenance.flow_run_id
         if rid:
             runs[str(rid)] = run
     return runs

@@ -29,23 +29,23 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Literal, Protocol, Self
+from typing import Any, Final, Protocol, Self
 from uuid import uuid4
 
 import fsspec
 import polars as pl
+from pydantic import ValidationError
 
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.fsutil import atomic_write_bytes
 from alflow.jsonutil import dumps_bytes
 from alflow.redact import redact_data, redact_urls_in_text
+from alflow.results.manifest import SCHEMA_VERSION, FileEntry, RunManifest, RunProvenance, Status
 
-SCHEMA_VERSION: Final = 1
 PARQUET_VERSION_KEY: Final = "alflow.schema_version"
 MANIFEST: Final = "manifest.json"
 SUMMARY: Final = "summary.json"
 TABLES: Final = ("requests", "server_metrics", "spec_stats")
-Status = Literal["running", "complete", "failed"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -170,6 +170,20 @@ def _json_bytes(data: Mapping[str, Any]) -> bytes:
     return dumps_bytes(redact_data(json.loads(json.dumps(data, default=str))))
 
 
+def _plain(data: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` as plain JSON values (paths, dates and enums become strings)."""
+    return dict(json.loads(json.dumps(data, default=str)))
+
+
+def _provenance(data: Mapping[str, Any]) -> RunProvenance:
+    try:
+        return RunProvenance.model_validate(_plain(data))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise StoreError(f"run provenance field {where}: {err['msg']} (got {err.get('input')!r})") from None
+
+
 def _redact_frame(frame: pl.DataFrame) -> pl.DataFrame:
     """``frame`` with credentials stripped from URLs in its string columns (untouched when it has none)."""
     fixes = [
@@ -202,30 +216,25 @@ class RunWriter:
         self.dir = self.storage.join(_root_text(root), self.flow, f"{stamp}-{self.run_id}")
         if self.storage.exists(self.storage.join(self.dir, MANIFEST)):
             raise StoreError(f"run directory {self.dir} already holds a manifest; refusing to overwrite it")
-        self.manifest: dict[str, Any] = {
-            "schema_version": SCHEMA_VERSION,
-            "flow": self.flow,
-            "run_id": self.run_id,
-            "status": "running",
-            "simulated": simulated,
-            "started": self.started.isoformat(),
-            "finished": None,
-            "error": None,
-            "config": dict(config or {}),
-            "provenance": dict(provenance or {}),
-            "files": {},
-        }
+        self.manifest = RunManifest(
+            flow=self.flow,
+            run_id=self.run_id,
+            simulated=simulated,
+            started=self.started.isoformat(),
+            config=_plain(config or {}),
+            provenance=_provenance(provenance or {}),
+        )
         self._write_manifest()
 
     def _path(self, name: str) -> str:
         return self.storage.join(self.dir, name)
 
     def _write_manifest(self) -> None:
-        self.storage.write_bytes(self._path(MANIFEST), _json_bytes(self.manifest))
+        self.storage.write_bytes(self._path(MANIFEST), _json_bytes(self.manifest.model_dump()))
 
     def update_provenance(self, **fields: Any) -> None:
-        """Add provenance fields (e.g. the image digest once the container is up)."""
-        self.manifest["provenance"].update(fields)
+        """Add provenance fields (e.g. the server's handle once it is up); known fields are validated."""
+        self.manifest.provenance = _provenance({**self.manifest.provenance.model_dump(), **fields})
         self._write_manifest()
 
     def write_table(self, name: str, frame: pl.DataFrame) -> str:
@@ -236,7 +245,7 @@ class RunWriter:
         frame.write_parquet(buf, metadata={PARQUET_VERSION_KEY: str(SCHEMA_VERSION)})
         filename = f"{name}.parquet"
         self.storage.write_bytes(self._path(filename), buf.getvalue())
-        self.manifest["files"][filename] = {"rows": frame.height, "written": _now().isoformat()}
+        self.manifest.files[filename] = FileEntry(rows=frame.height, written=_now().isoformat())
         self._write_manifest()
         return self._path(filename)
 
@@ -247,7 +256,7 @@ class RunWriter:
         self.storage.write_bytes(
             self._path(filename), _json_bytes({"schema_version": SCHEMA_VERSION, **data})
         )
-        self.manifest["files"][filename] = {"written": _now().isoformat()}
+        self.manifest.files[filename] = FileEntry(written=_now().isoformat())
         self._write_manifest()
         return self._path(filename)
 
@@ -255,7 +264,7 @@ class RunWriter:
         """Write a text file (e.g. ``report.md``) atomically and list it in the manifest."""
         _check_name("file", filename)
         self.storage.write_bytes(self._path(filename), redact_urls_in_text(text).encode())
-        self.manifest["files"][filename] = {"written": _now().isoformat()}
+        self.manifest.files[filename] = FileEntry(written=_now().isoformat())
         self._write_manifest()
         return self._path(filename)
 
@@ -265,7 +274,9 @@ class RunWriter:
 
     def finish(self, status: Status = "complete", error: str | None = None) -> None:
         """Mark the run complete or failed (with the error text)."""
-        self.manifest.update(status=status, finished=_now().isoformat(), error=error)
+        self.manifest.status = status
+        self.manifest.finished = _now().isoformat()
+        self.manifest.error = error
         self._write_manifest()
 
     def __enter__(self) -> Self:
@@ -274,7 +285,7 @@ class RunWriter:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if self.manifest["status"] != "running":
+        if self.manifest.status != "running":
             return
         if exc is None:
             self.finish("complete")
@@ -291,13 +302,13 @@ class StoredRun:
     """A run directory as read back: its manifest and where its files are."""
 
     dir: str
-    manifest: dict[str, Any]
+    manifest: RunManifest
     storage: Storage
 
     @property
     def status(self) -> str:
         """complete, failed, or incomplete (a manifest still saying running: the run was killed)."""
-        status = str(self.manifest.get("status"))
+        status = self.manifest.status
         return "incomplete" if status == "running" else status
 
     @property
@@ -307,7 +318,7 @@ class StoredRun:
 
     def has(self, filename: str) -> bool:
         """True when the run wrote ``filename``."""
-        return filename in self.manifest.get("files", {})
+        return filename in self.manifest.files
 
     def table(self, name: str) -> pl.DataFrame:
         """Read ``<name>.parquet``, checking its schema version."""
@@ -346,11 +357,21 @@ def _read_json(storage: Storage, path: str) -> dict[str, Any]:
     return data
 
 
+def _read_manifest(storage: Storage, path: str) -> RunManifest:
+    data = _read_json(storage, path)
+    try:
+        return RunManifest.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        raise StoreError(f"{path}: not a valid run manifest: {where}: {err['msg']}") from None
+
+
 def open_run(run_dir: str | os.PathLike[str]) -> StoredRun:
-    """Read a run directory's manifest."""
+    """Read a run directory's manifest (:class:`~alflow.results.manifest.RunManifest`)."""
     text = _root_text(run_dir)
     storage = storage_for(run_dir)
-    return StoredRun(text, _read_json(storage, storage.join(text, MANIFEST)), storage)
+    return StoredRun(text, _read_manifest(storage, storage.join(text, MANIFEST)), storage)
 
 
 def iter_runs(root: str | os.PathLike[str], flow: str | None = None) -> Iterator[StoredRun]:
@@ -364,7 +385,7 @@ def iter_runs(root: str | os.PathLike[str], flow: str | None = None) -> Iterator
             if not storage.exists(manifest):
                 continue
             try:
-                yield StoredRun(run_dir, _read_json(storage, manifest), storage)
+                yield StoredRun(run_dir, _read_manifest(storage, manifest), storage)
             except StoreError:
                 continue
 
@@ -383,10 +404,10 @@ def load_runs(
             continue
         frames.append(
             run.table(table).with_columns(
-                pl.lit(run.manifest["flow"]).alias("flow"),
-                pl.lit(run.manifest["run_id"]).alias("run_id"),
+                pl.lit(run.manifest.flow).alias("flow"),
+                pl.lit(run.manifest.run_id).alias("run_id"),
                 pl.lit(run.status).alias("run_status"),
-                pl.lit(run.manifest["started"]).alias("run_started"),
+                pl.lit(run.manifest.started).alias("run_started"),
             )
         )
     if not frames:

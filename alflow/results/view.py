@@ -1,18 +1,25 @@
-"""Reading a stored run's facts: which model, framework and image it ran, its M2 points.
+"""The one reader of stored runs: which model, framework and image a run served, its points, its tables.
 
-The reports (:mod:`alflow.reports.content`) and the exports (:mod:`alflow.reports.exports`) both read
-runs through these functions, so one question (which framework ran?) has one answer everywhere.
-Runs written by older versions lack some keys: every accessor tolerates that and answers ``None``.
+Reports (:mod:`alflow.reports.content`), exports (:mod:`alflow.reports.exports`) and the command line
+read runs through these functions, so one question (which framework ran? how far may this point's AL
+be from its target?) has one answer everywhere. The manifest is typed
+(:class:`~alflow.results.manifest.RunManifest`); the flow's configuration is the one part kept as JSON,
+and the facts read from it are read here. Runs written by older versions lack some keys: every
+accessor tolerates that and answers ``None``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
+from alflow.acceptance.synthetic import distribution
 from alflow.errors import AlflowError
+from alflow.metrics.client import per_request
+from alflow.results.rows import M2Point
 from alflow.results.store import StoredRun
 
 
@@ -46,9 +53,19 @@ def json_or_none(run: StoredRun, name: str) -> dict[str, Any] | None:
         return None
 
 
+def summary(run: StoredRun) -> dict[str, Any]:
+    """The run's ``summary.json`` (empty when it wrote none)."""
+    return json_or_none(run, "summary") or {}
+
+
+def config_value(run: StoredRun, *path: str) -> Any:
+    """A value of the flow's parameters (``config.workload.isl``), None where absent."""
+    return get_path(run.manifest.config, *path)
+
+
 def model_id(run: StoredRun) -> str | None:
     """The model the run served (from its configuration)."""
-    config = run.manifest.get("config") or {}
+    config = run.manifest.config
     mid = get_path(config, "model", "id") or get_path(config, "server", "model")
     if mid is None and isinstance(config.get("models"), list):
         mids = [str(m.get("id")) for m in config["models"] if isinstance(m, Mapping)]
@@ -58,30 +75,102 @@ def model_id(run: StoredRun) -> str | None:
 
 def framework(run: StoredRun) -> str | None:
     """The serving framework of the run (provenance first, then configuration)."""
-    prov = run.manifest.get("provenance") or {}
-    fw = get_path(prov, "server", "provenance", "framework") or get_path(
-        run.manifest.get("config"), "server", "framework"
-    )
+    server = run.manifest.provenance.server
+    fw = (server.framework if server is not None else None) or config_value(run, "server", "framework")
     return None if fw is None else str(fw)
+
+
+def dialect(run: StoredRun) -> str | None:
+    """The metrics dialect the server spoke (the sim can speak another framework's)."""
+    server = run.manifest.provenance.server
+    return None if server is None else server.dialect
 
 
 def image(run: StoredRun) -> tuple[str | None, str | None]:
     """The container image and its digest, where the run had one."""
-    prov = run.manifest.get("provenance") or {}
-    server = get_path(prov, "server") or {}
-    img = (
-        get_path(server, "image")
-        or get_path(server, "provenance", "image")
-        or get_path(run.manifest.get("config"), "server", "image")
-    )
-    digest = get_path(server, "image_digest")
-    return (None if img is None else str(img), None if digest is None else str(digest))
+    server = run.manifest.provenance.server
+    img = (server.launch_image if server is not None else None) or config_value(run, "server", "image")
+    digest = None if server is None else server.image_digest
+    return (None if img is None else str(img), digest)
 
 
-def m2_points(run: StoredRun) -> list[dict[str, Any]]:
-    """The M2 points (one per concurrency): ``spec_stats.parquet``, else the summary's points."""
+def server_command(run: StoredRun) -> str | None:
+    """The server's command line, where the recipe recorded it."""
+    server = run.manifest.provenance.server
+    return None if server is None else server.command
+
+
+def scheme(run: StoredRun) -> str | None:
+    """M2: the synthetic-acceptance scheme (the summary's, else the provenance's)."""
+    value = summary(run).get("scheme") or run.manifest.provenance.scheme
+    return None if value is None else str(value)
+
+
+def m2_points(run: StoredRun) -> list[M2Point]:
+    """The M2 points (one per concurrency): ``spec_stats.parquet``, else the summary's points.
+
+    A row that is not a point (it lacks its concurrency, K or target) is left out.
+    """
     frame = table_or_none(run, "spec_stats")
+    rows: list[Mapping[str, Any]]
     if frame is not None and frame.height:
-        return [dict(r) for r in frame.iter_rows(named=True)]
-    summary = json_or_none(run, "summary") or {}
-    return [dict(p) for p in summary.get("points") or [] if isinstance(p, Mapping)]
+        rows = list(frame.iter_rows(named=True))
+    else:
+        rows = [p for p in summary(run).get("points") or [] if isinstance(p, Mapping)]
+    points = []
+    for row in rows:
+        try:
+            points.append(M2Point.from_dict(row))
+        except AlflowError:
+            continue
+    return points
+
+
+@dataclass(frozen=True)
+class AuditSpread:
+    """How far an M2 point's AL may be from its target: the audit's expected mean, per-step std, allowance."""
+
+    expected: float | None
+    std: float | None
+    allowed: float | None
+
+
+def audit_spread(run: StoredRun, point: M2Point) -> AuditSpread:
+    """The audit's expected mean and allowed deviation as the flow stored them, and the scheme's per-step std.
+
+    The allowance is the audit's own (``max(abs_tol, z * std / sqrt(n))``, stored with the point);
+    the std is the scheme's distribution at the point's K and target (None where the scheme is unknown).
+    """
+    std: float | None = None
+    name = scheme(run)
+    if name is not None:
+        try:
+            std = distribution(name, point.k, al=point.target_al).std
+        except AlflowError:
+            std = None
+    return AuditSpread(expected=point.expected_al, std=std, allowed=point.allowed_deviation)
+
+
+def latency_percentiles(run: StoredRun, percentiles: Sequence[float] = (50, 90, 99)) -> pl.DataFrame | None:
+    """Per concurrency: TTFT, TPOT, ITL and E2E latency percentiles from ``requests.parquet``."""
+    records = table_or_none(run, "requests")
+    if records is None or records.height == 0 or "concurrency" not in records.columns:
+        return None
+    req = per_request(records).filter(pl.col("ok"))
+    if req.height == 0:
+        return None
+    itl = req.select("concurrency", pl.col("itl_ms").alias("itl")).explode("itl")
+    aggs = []
+    for p in percentiles:
+        q = p / 100.0
+        aggs += [
+            pl.col("ttft_ms").quantile(q, interpolation="linear").alias(f"p{p:g}_ttft_ms"),
+            pl.col("tpot_ms").quantile(q, interpolation="linear").alias(f"p{p:g}_tpot_ms"),
+            pl.col("e2el_ms").quantile(q, interpolation="linear").alias(f"p{p:g}_e2el_ms"),
+        ]
+    main = req.group_by("concurrency").agg(aggs)
+    itl_aggs = [
+        pl.col("itl").quantile(p / 100.0, interpolation="linear").alias(f"p{p:g}_itl_ms") for p in percentiles
+    ]
+    itl_frame = itl.group_by("concurrency").agg(itl_aggs)
+    return main.join(itl_frame, on="concurrency", how="left").sort("concurrency")

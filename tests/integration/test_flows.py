@@ -175,7 +175,7 @@ def test_servers_are_stopped_after_a_failed_flow(tmp_path: Path) -> None:
     state = benchmark(params, return_state=True)
     assert state.is_failed()
     run_dir = sorted((tmp_path / "results" / "m2").iterdir())[-1]
-    server = open_run(run_dir).manifest["provenance"]["server"]
+    server = open_run(run_dir).manifest.model_dump(mode="json")["provenance"]["server"]
     assert not _alive(int(str(server["id"]).split("@")[0]))  # the process runner id is pid@start-time
 
 
@@ -189,7 +189,7 @@ def test_a_server_that_crashes_mid_point_keeps_the_requests_measured_so_far(tmp_
     assert "aborted mid-point" in str(state.message)
     stored = open_run(_last_run(tmp_path))
     assert stored.status == "failed"
-    assert "aborted mid-point" in str(stored.manifest["error"])
+    assert "aborted mid-point" in str(stored.manifest.error)
     requests = stored.table("requests")
     ok = requests.filter(requests["error"].is_null())
     assert ok.height >= 30 - 1  # what the server answered before it died (warm-up included) is kept

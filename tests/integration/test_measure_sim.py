@@ -73,9 +73,9 @@ async def test_dialect_al_equals_step_log_and_client_tokens_per_chunk(dialect: s
     assert stats.al == pytest.approx(2.5, abs=0.1)
     # client side: output tokens after the first per later chunk ~ tokens per verify step
     s = summarize(records_frame(res.records), duration_s=res.duration_s)
-    assert s["completed"] == 24
-    assert s["total_output_tokens"] == 24 * 150
-    client_al = s["tokens_per_chunk_after_first"]
+    assert s.completed == 24
+    assert s.total_output_tokens == 24 * 150
+    client_al = s.tokens_per_chunk_after_first
     assert client_al is not None
     assert client_al <= stats.al + 1e-9  # the last step of a request is cut at max_tokens
     assert client_al == pytest.approx(stats.al, abs=0.05)

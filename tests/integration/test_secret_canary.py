@@ -159,9 +159,9 @@ def test_the_process_runner_passes_a_secret_by_name_and_the_run_stores_only_the_
         ) as writer:
             writer.update_provenance(server=handle.to_dict())
     stored = open_run(writer.dir)
-    provenance = stored.manifest["provenance"]["server"]["provenance"]
+    provenance = stored.manifest.model_dump(mode="json")["provenance"]["server"]["provenance"]
     assert provenance["secrets_passed"] == ["VLLM_API_KEY"]  # ... the run keeps its name ...
-    assert stored.manifest["config"]["placement"]["runner"]["secrets"] == ["VLLM_API_KEY"]
+    assert stored.manifest.config["placement"]["runner"]["secrets"] == ["VLLM_API_KEY"]
     for path in (tmp_path / "results").rglob("*"):
         if path.is_file():
             assert canaries_in(path.read_bytes()) == [], path  # ... and never the value

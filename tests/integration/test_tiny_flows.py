@@ -65,7 +65,7 @@ def test_m0_then_m1_on_the_tiny_engine_pass_against_its_own_reference(tmp_path: 
     assert gates["al"]["al"] == pytest.approx(entries[3].al, rel=1e-9)  # the table keeps 12 digits
     run = open_run(m1["run_dir"])
     assert run.status == "complete"
-    assert run.manifest["simulated"] is False
+    assert run.manifest.simulated is False
     for name in ("report.md", "report.html"):
         report = (Path(m1["run_dir"]) / name).read_text()
         assert "TINY CPU ENGINE" in report, name

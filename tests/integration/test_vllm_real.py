@@ -236,8 +236,8 @@ def test_m1_passes_on_the_same_engine_and_m2_is_refused(demo_run: dict[str, Any]
     assert gates["al"]["al"] == pytest.approx(k3.al, rel=1e-9)  # greedy, same prompts: reproduced
     run = open_run(m1["run_dir"])
     assert run.status == "complete"
-    assert run.manifest["simulated"] is False
-    server = run.manifest["provenance"]["server"]
+    assert run.manifest.simulated is False
+    server = run.manifest.model_dump(mode="json")["provenance"]["server"]
     assert server["provenance"]["framework_version"] == "0.32.0"
     assert Path(server["log_path"]).is_file()
     assert Path(server["log_path"]).is_relative_to(Path(demo_run["results_root"]))

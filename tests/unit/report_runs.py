@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from alflow.acceptance.synthetic import distribution
+from alflow.gates import AUDIT_ABS_TOL, AUDIT_Z
 from alflow.results.store import RunWriter
 
 EVIL = '<script>alert("x")</script>'
@@ -238,7 +241,12 @@ def write_m2(
     run_id: str = "m2run0000001",
     valid: bool = True,
 ) -> str:
-    """An M2 run at concurrency 4 (golden numbers) and 8, with request records and audit messages."""
+    """An M2 run at concurrency 4 (golden numbers) and 8, with request records and the audit's figures."""
+    dist = distribution("vllm", 3, al=2.5)
+
+    def allowed(steps: int) -> float:  # as alflow.gates.audit_synthetic stores it
+        return max(AUDIT_ABS_TOL, AUDIT_Z * dist.std / math.sqrt(steps))
+
     points = [
         {
             "concurrency": 4,
@@ -248,6 +256,11 @@ def write_m2(
             "achieved_al": 2.51,
             "valid": True,
             "audit": "synthetic audit passed for x: achieved AL 2.5100, target 2.5000 (+/-0.0329, 2500 steps)",
+            "num_drafts": 2500,
+            "expected_al": dist.mean,
+            "allowed_deviation": allowed(2500),
+            "nodes": 1,
+            "partial": False,
             "completed": 2,
             "failed": 1,
             "output_throughput": 100.0,
@@ -269,6 +282,11 @@ def write_m2(
             "achieved_al": 2.4 if not valid else 2.49,
             "valid": valid,
             "audit": f"synthetic audit {'passed' if valid else 'FAILED'} for x (+/-0.0200, 9000 steps)",
+            "num_drafts": 9000,
+            "expected_al": dist.mean,
+            "allowed_deviation": allowed(9000),
+            "nodes": 1,
+            "partial": False,
             "completed": 2,
             "failed": 0,
             "output_throughput": 180.0,

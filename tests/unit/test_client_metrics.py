@@ -35,7 +35,7 @@ RECORDS = [
 
 
 def test_summary_matches_hand_arithmetic_and_vllm_key_names() -> None:
-    s = summarize(records_frame(RECORDS), duration_s=2.0)
+    s = summarize(records_frame(RECORDS), duration_s=2.0).to_dict()
     assert s["completed"] == 3
     assert s["failed"] == 1
     assert s["all_ok"] is False
@@ -71,31 +71,33 @@ def test_summary_matches_hand_arithmetic_and_vllm_key_names() -> None:
 
 
 def test_goodput_counts_requests_meeting_every_slo() -> None:
-    s = summarize(records_frame(RECORDS), duration_s=2.0, slo=SLO(ttft_ms=150, tpot_ms=10))
+    s = summarize(records_frame(RECORDS), duration_s=2.0, slo=SLO(ttft_ms=150, tpot_ms=10)).to_dict()
     assert (
         s["good_requests"] == 2
     )  # request 2's TTFT of 200 ms misses; its null TPOT does not count against it
     assert s["request_goodput"] == pytest.approx(1.0)
-    s = summarize(records_frame(RECORDS), duration_s=2.0, slo=SLO(e2el_ms=100))
+    s = summarize(records_frame(RECORDS), duration_s=2.0, slo=SLO(e2el_ms=100)).to_dict()
     assert s["good_requests"] == 1
-    assert "request_goodput" not in summarize(records_frame(RECORDS), duration_s=2.0)
+    assert "request_goodput" not in summarize(records_frame(RECORDS), duration_s=2.0).to_dict()
 
 
 def test_per_gpu_throughput_and_disaggregated_split() -> None:
-    s = summarize(records_frame(RECORDS), duration_s=2.0, gpus=GpuLayout(tp=4, pp=2))
+    s = summarize(records_frame(RECORDS), duration_s=2.0, gpus=GpuLayout(tp=4, pp=2)).to_dict()
     assert s["num_gpus"] == 8
     assert s["output_throughput_per_gpu"] == pytest.approx(5.5 / 8)
     assert s["total_token_throughput_per_gpu"] == pytest.approx(20.5 / 8)
-    d = summarize(records_frame(RECORDS), duration_s=2.0, gpus=GpuLayout(prefill_gpus=2, decode_gpus=6))
+    d = summarize(
+        records_frame(RECORDS), duration_s=2.0, gpus=GpuLayout(prefill_gpus=2, decode_gpus=6)
+    ).to_dict()
     assert d["output_throughput_per_decode_gpu"] == pytest.approx(5.5 / 6)
     assert d["input_throughput_per_prefill_gpu"] == pytest.approx(15.0 / 2)
 
 
 def test_custom_percentiles_and_empty_run() -> None:
-    s = summarize(records_frame(RECORDS), duration_s=1.0, percentiles=[99.9, 25])
+    s = summarize(records_frame(RECORDS), duration_s=1.0, percentiles=[99.9, 25]).to_dict()
     assert "p99.9_ttft_ms" in s
     assert "p25_e2el_ms" in s
-    empty = summarize(records_frame([RECORDS[3]]), duration_s=1.0)
+    empty = summarize(records_frame([RECORDS[3]]), duration_s=1.0).to_dict()
     assert empty["completed"] == 0
     assert empty["mean_ttft_ms"] is None
     assert empty["tokens_per_chunk"] is None
@@ -114,7 +116,7 @@ def test_records_round_trip_through_parquet(tmp_path) -> None:  # type: ignore[n
     assert back.height == 5
     assert back["chunk_ns"].to_list()[0] == [100 * MS, 110 * MS, 130 * MS, 160 * MS]
     assert back["error"].to_list()[3] == "HTTP 500: boom"
-    assert summarize(back, duration_s=2.0)["completed"] == 3
+    assert summarize(back, duration_s=2.0).completed == 3
 
 
 def test_one_chunk_output_gives_a_noted_null_interactivity_in_strict_json() -> None:
@@ -123,10 +125,25 @@ def test_one_chunk_output_gives_a_noted_null_interactivity_in_strict_json() -> N
     from alflow.jsonutil import dumps
 
     # three tokens in one chunk: tpot_ms = 0, so 1000 / tpot_ms is infinite
-    s = summarize(records_frame([rec(0, 0, [50], out=3), *RECORDS[:2]]), duration_s=1.0)
+    s = summarize(records_frame([rec(0, 0, [50], out=3), *RECORDS[:2]]), duration_s=1.0).to_dict()
     assert s["p99_interactivity_tokens_per_s"] == float("inf")
     data = json.loads(dumps(s), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
     assert data["p99_interactivity_tokens_per_s"] is None
     assert data["p99_interactivity_tokens_per_s_note"].startswith("not finite: tpot_ms = 0")
     assert data["median_ttft_ms"] == pytest.approx(50.0)  # finite values untouched
     assert "median_ttft_ms_note" not in data
+
+
+def test_typed_summary_fields_agree_with_the_flat_keys() -> None:
+    s = summarize(records_frame(RECORDS), duration_s=2.0, percentiles=[50, 99], gpus=GpuLayout(tp=2))
+    flat = s.to_dict()
+    assert (s.completed, s.failed, s.all_ok, s.num_gpus) == (3, 1, False, 2)
+    assert s.errors == (("HTTP 500: boom", 1),)
+    assert s.ttft.median == flat["median_ttft_ms"] == pytest.approx(100.0)
+    assert s.ttft.percentile(99) == flat["p99_ttft_ms"]
+    assert s.ttft.percentile(90) is None  # not asked for
+    assert s.itl.mean == flat["mean_itl_ms"]
+    assert s.interactivity.median == flat["median_interactivity_tokens_per_s"]
+    assert s.output_throughput_per_gpu == flat["output_throughput_per_gpu"] == pytest.approx(5.5 / 2)
+    assert "good_requests" not in flat
+    assert s.good_requests is None

@@ -7,7 +7,7 @@ import pytest
 from alflow.acceptance import stats
 from alflow.acceptance import synthetic as syn
 from alflow.config import GateTolerances
-from alflow.gates import al_gate, audit_synthetic
+from alflow.gates import AuditDetails, al_gate, audit_synthetic
 
 
 def _steps(scheme: str, al: float, k: int, n: int, seed: int = 1) -> stats.SpecStats:
@@ -51,7 +51,9 @@ def test_audit_passes_on_target(scheme: str) -> None:
     dist = syn.distribution(scheme, 3, al=2.49)
     verdict = audit_synthetic(_steps(scheme, 2.49, 3, 5000), dist, subject="point")
     assert verdict.passed, verdict.message
-    assert verdict.details["fit_p_value"] > 1e-9
+    assert isinstance(verdict.details, AuditDetails)
+    assert verdict.details.fit_p_value is not None
+    assert verdict.details.fit_p_value > 1e-9
 
 
 def test_audit_fails_off_target_and_on_wrong_shape() -> None:

@@ -12,7 +12,7 @@ from alflow.evals import gsm8k as g
 from alflow.evals.lm_eval_backend import LmEvalError, lm_eval_command, parse_results
 from alflow.evals.run import synthetic_evidence
 from alflow.evals.thresholds import load_thresholds
-from alflow.gates import accuracy_gate
+from alflow.gates import AccuracyDetails, accuracy_gate
 
 SOLUTION_72 = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n#### 72"
 
@@ -136,7 +136,9 @@ def test_accuracy_gate_names_the_failing_score() -> None:
     assert not failed.passed
     assert "flexible-extract 0.8500 < threshold 0.9000" in failed.message
     assert "strict-match" not in failed.message.split("FAILED")[1].split("(")[0]
-    assert failed.details["failing"] == ["flexible-extract"]
+    assert isinstance(failed.details, AccuracyDetails)
+    assert failed.details.failing == ("flexible-extract",)
+    assert failed.to_dict()["failing"] == ["flexible-extract"]
     errored = accuracy_gate(_result(95, 95, errors=2), 0.90)
     assert not errored.passed
     assert "2 of 100 requests failed" in errored.message

@@ -3,29 +3,37 @@
 from __future__ import annotations
 
 import polars as pl
+import pytest
 
 from alflow.acceptance.stats import from_counters
 from alflow.acceptance.synthetic import distribution
-from alflow.gates import Verdict, audit_synthetic
+from alflow.errors import AlflowError
+from alflow.gates import AuditDetails, Verdict, audit_synthetic
 from alflow.measure import Measurement
+from alflow.metrics.client import ClientSummary, LatencyStats
 from alflow.points import M2Point, best_k, m2_point
 
-CLIENT = {
-    "all_ok": True,
-    "completed": 8,
-    "failed": 0,
-    "output_throughput": 512.0,
-    "num_gpus": 2,
-    "output_throughput_per_gpu": 256.0,
-    "median_tpot_ms": 12.5,
-    "tokens_per_chunk": 3.9,
-}
+
+def _client(**over: object) -> ClientSummary:
+    """A measured phase's summary: 8 requests, 512 tok/s on 2 GPUs, median TPOT 12.5 ms."""
+    none = LatencyStats(None, None, None, ((99.0, None),))
+    fields: dict[str, object] = {
+        "duration": 2.0, "completed": 8, "failed": 0, "total_input_tokens": 800,
+        "total_output_tokens": 1024, "request_throughput": 4.0, "output_throughput": 512.0,
+        "total_token_throughput": 912.0, "ttft": LatencyStats(30.0, 25.0, 5.0, ((99.0, 41.0),)),
+        "tpot": LatencyStats(13.0, 12.5, 1.0, ((99.0, 15.0),)), "itl": none, "e2el": none,
+        "interactivity": LatencyStats(77.0, 80.0, 3.0, ((99.0, 90.0),)), "total_chunks": 263,
+        "tokens_per_chunk": 3.9, "tokens_per_chunk_after_first": 4.0, "num_nodes": 1, "num_gpus": 2,
+        "output_throughput_per_gpu": 256.0, "total_token_throughput_per_gpu": 456.0,
+    }  # fmt: skip
+    fields.update(over)
+    return ClientSummary(**fields)  # type: ignore[arg-type]
 
 
 def _measurement(**kw: object) -> Measurement:
     base: dict[str, object] = {
         "records": pl.DataFrame({"ok": [True] * 8}),
-        "client": dict(CLIENT),
+        "client": _client(),
         "spec_stats": from_counters(1000, 3000, draft_tokens=4000, k=4),
         "dialect": "vllm",
         "duration_s": 2.0,
@@ -58,11 +66,15 @@ def test_an_audited_point_carries_the_audit_and_the_client_numbers() -> None:
     assert point["valid"] is True
     assert point["partial"] is False
     assert point["achieved_al"] == 4.0
-    assert point["expected_al"] == verdict.details["expected_al"]
-    assert point["allowed_deviation"] == verdict.details["allowed"]
+    assert isinstance(verdict.details, AuditDetails)
+    assert point["expected_al"] == verdict.details.expected_al
+    assert point["allowed_deviation"] == verdict.details.allowed
     assert point["num_drafts"] == 1000
     assert point["output_throughput_per_gpu"] == 256.0
-    assert point["total_token_throughput"] is None  # not reported: stored as missing, never as 0
+    assert point["total_token_throughput"] == 912.0
+    assert (point["median_tpot_ms"], point["median_ttft_ms"], point["p99_ttft_ms"]) == (12.5, 25.0, 41.0)
+    assert point["median_itl_ms"] is None  # no inter-chunk gaps measured: stored as missing, never as 0
+    assert point["median_interactivity_tokens_per_s"] == 80.0
     assert point["duration_s"] == 2.0
 
 
@@ -91,7 +103,7 @@ def test_a_point_without_spec_stats_is_invalid_and_says_where_it_looked() -> Non
 
 
 def test_failed_requests_invalidate_an_audited_point() -> None:
-    m = _measurement(client={**CLIENT, "all_ok": False, "failed": 2})
+    m = _measurement(client=_client(failed=2))
     assert m.spec_stats is not None
     verdict = audit_synthetic(m.spec_stats, distribution("vllm", 4, al=4.0), subject="s")
     point, failures = _point(m, verdict)
@@ -125,3 +137,19 @@ def test_best_k_per_concurrency_by_throughput_per_gpu_and_by_interactivity() -> 
     assert (best[1].best_k_throughput, best[1].best_k_interactivity) == (1, 3)
     assert best_k([_m2(1, 4, 1.0, 1.0, valid=False)]) == []
     assert M2Point.from_dict(points[0].to_dict()) == points[0]
+
+
+def test_a_stored_row_from_an_older_version_reads_with_its_missing_figures_as_none() -> None:
+    old = {
+        "concurrency": 4,
+        "k": 3,
+        "framework": "vllm",
+        "target_al": 2.5,
+        "achieved_al": 2.49,
+        "valid": True,
+    }
+    point = M2Point.from_dict({**old, "a_future_column": 1})
+    assert (point.concurrency, point.k, point.achieved_al, point.valid) == (4, 3, 2.49, True)
+    assert (point.partial, point.nodes, point.num_drafts, point.allowed_deviation) == (False, 1, None, None)
+    with pytest.raises(AlflowError, match="an M2 point row lacks concurrency, target_al"):
+        M2Point.from_dict({"k": 3})

@@ -158,7 +158,7 @@ def test_run_store_strips_url_credentials_from_everything_it_writes(tmp_path: Pa
         assert b"Pw-Canary-1" not in raw, path.name
         assert b"Tok-Canary-2" not in raw, path.name
     run = open_run(run_dir)
-    assert run.manifest["config"]["placement"]["runner"]["base_url"] == (
+    assert run.manifest.config["placement"]["runner"]["base_url"] == (
         "http://***@10.0.0.5:8000/metrics?token=***&job=a"
     )
     assert run.table("requests")["error"].to_list()[0] == (

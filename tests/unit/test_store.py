@@ -39,9 +39,12 @@ def test_layout_manifest_and_round_trip(tmp_path: Path) -> None:
     assert run.dir == str(tmp_path / "m2" / "20261130T050000Z-abc123")
     stored = store.open_run(run.dir)
     assert stored.status == "complete"
-    assert stored.manifest["simulated"] is True
-    assert stored.manifest["provenance"] == {"image": "x", "image_digest": "sha256:1"}
-    assert stored.manifest["files"]["spec_stats.parquet"]["rows"] == 1
+    assert stored.manifest.simulated is True
+    assert stored.manifest.provenance.model_dump(exclude_none=True) == {
+        "image": "x",
+        "image_digest": "sha256:1",
+    }
+    assert stored.manifest.files["spec_stats.parquet"].rows == 1
     assert stored.table("spec_stats")["al"].to_list() == [2.5]
     assert stored.json("summary") == {"schema_version": 1, "al": 2.5}
     assert sorted(p.name for p in Path(run.dir).iterdir()) == [
@@ -63,7 +66,7 @@ def test_failure_marks_the_run_failed_and_keeps_files(tmp_path: Path) -> None:
         crash()
     stored = store.open_run(run.dir)
     assert stored.status == "failed"
-    assert "RuntimeError: server died" in stored.manifest["error"]
+    assert "RuntimeError: server died" in str(stored.manifest.error)
     assert stored.table("requests").height == 2
 
 
@@ -142,7 +145,7 @@ def test_url_root_through_fsspec() -> None:
         run.write_summary({"ok": True})
     assert run.dir.startswith("memory://")
     runs = list(store.iter_runs(root))
-    assert [r.manifest["run_id"] for r in runs] == ["mem1"]
+    assert [r.manifest.run_id for r in runs] == ["mem1"]
     assert store.load_runs(root)["al"].to_list() == [3.1]
     assert store.open_run(run.dir).json("summary")["ok"] is True
 
@@ -186,3 +189,30 @@ def test_stored_json_is_strict_with_notes(tmp_path: Path) -> None:
     assert summary["per_k_note"] == "not finite at [1]: -inf"
     manifest = json.loads((Path(run.dir) / "manifest.json").read_text(), parse_constant=refuse)
     assert manifest["config"] == {"target_al": None, "target_al_note": "not finite: nan"}
+
+
+def test_the_manifest_is_typed_and_a_bad_one_is_refused_naming_the_file_and_field(tmp_path: Path) -> None:
+    with store.RunWriter(tmp_path, "m2", run_id="typed1", config={"k": 2}) as run:
+        run.update_provenance(
+            server={"runner": "process", "dialect": "vllm", "provenance": {"framework": "sim"}}
+        )
+        run.update_provenance(target_al=2.5, scheme="vllm", topology={"nodes": 1})  # an unknown field is kept
+    stored = store.open_run(run.dir)
+    prov = stored.manifest.provenance
+    assert prov.server is not None
+    assert (prov.server.framework, prov.server.dialect, prov.target_al) == ("sim", "vllm", 2.5)
+    assert prov.model_dump()["topology"] == {"nodes": 1}
+    assert stored.manifest.files == {}
+    with pytest.raises(store.StoreError, match=r"run provenance field target_al: .*'high'"):
+        run.update_provenance(target_al="high")
+    path = Path(run.dir) / "manifest.json"
+    data = json.loads(path.read_text())
+    data["status"] = "paused"
+    path.write_text(json.dumps(data))
+    with pytest.raises(store.StoreError, match=r"manifest.json: not a valid run manifest: status: "):
+        store.open_run(run.dir)
+    data["status"] = "complete"
+    data["files"] = {"summary.json": {"rows": -1, "written": "2026-12-01"}}
+    path.write_text(json.dumps(data))
+    with pytest.raises(store.StoreError, match=r"files.summary.json.rows: "):
+        store.open_run(run.dir)

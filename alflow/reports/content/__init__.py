@@ -1,0 +1,244 @@
+"""What a report says: the content of one run (or several) as sections of text, tables and charts.
+
+The builders read a stored run only, through :mod:`alflow.results.view`, so a report renders from the
+run directory alone. One builder per flow is registered in :data:`BUILDERS` (``m0``, ``m1``, ``m2``);
+any other flow gets the generic part (run facts, summary, configuration). Templates turn a
+:class:`Report` into HTML or Markdown; they never compute anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Final
+
+from alflow import jsonutil
+from alflow.errors import AlflowError
+from alflow.reports import svg
+from alflow.reports.content.base import (
+    LIVE,
+    SIMULATED_BANNER,
+    Figure,
+    Report,
+    Section,
+    Table,
+    base_report,
+    fmt,
+    run_label,
+    svg_figure,
+)
+from alflow.reports.content.m0 import build_m0
+from alflow.reports.content.m1 import build_m1
+from alflow.reports.content.m2 import build_m2
+from alflow.reports.exports import al_matrix
+from alflow.results.store import StoredRun
+from alflow.results.view import config_value, framework, get_path, image, json_or_none, m2_points, model_id
+
+__all__ = [
+    "BUILDERS",
+    "SIMULATED_BANNER",
+    "Figure",
+    "Report",
+    "Section",
+    "Table",
+    "build_comparison",
+    "build_m0",
+    "build_m1",
+    "build_m2",
+    "build_report",
+    "fmt",
+    "run_label",
+]
+
+
+BUILDERS: Final[dict[str, Callable[[StoredRun], Report]]] = {"m0": build_m0, "m1": build_m1, "m2": build_m2}
+
+
+def build_generic(run: StoredRun) -> Report:
+    """Any other flow: run facts and the summary as JSON."""
+    report = base_report(run, f"{run.manifest.flow} run")
+    summary = json_or_none(run, "summary")
+    if summary is not None:
+        report.sections.append(Section("Summary", paragraphs=[jsonutil.dumps(summary)]))
+    return report
+
+
+def build_report(run: StoredRun, *, live: bool = False) -> Report:
+    """The report of one stored run (the builder registered for its flow).
+
+    ``live``: the run is rendering its own report before it closes, so a manifest that still says
+    ``running`` is expected and not reported as an interrupted run.
+    """
+    token = LIVE.set(live)
+    try:
+        return BUILDERS.get(run.manifest.flow, build_generic)(run)
+    finally:
+        LIVE.reset(token)
+
+
+def build_comparison(runs: Sequence[StoredRun]) -> Report:
+    """Several runs side by side: who ran what, then the flow-specific comparison."""
+    if not runs:
+        raise AlflowError("give at least one run directory to compare")
+    simulated = any(r.manifest.simulated for r in runs)
+    report = Report(
+        title=f"Comparison of {len(runs)} runs",
+        simulated=simulated,
+        facts=[("Runs", str(len(runs)))],
+        sections=[],
+    )
+    report.sections.append(
+        Section(
+            "Runs",
+            tables=[
+                Table(
+                    ["run", "flow", "status", "simulated", "model", "framework", "image", "K", "directory"],
+                    [
+                        [
+                            run_label(r),
+                            r.manifest.flow,
+                            r.status,
+                            "yes" if r.manifest.simulated else "no",
+                            model_id(r) or "-",
+                            framework(r) or "-",
+                            image(r)[0] or "-",
+                            fmt(config_value(r, "k")),
+                            r.dir,
+                        ]
+                        for r in runs
+                    ],
+                )
+            ],
+        )
+    )
+    for r in runs:
+        if r.status != "complete":
+            report.warnings.append(f"{run_label(r)} is {r.status}: its numbers are partial or failed.")
+    m2 = [r for r in runs if r.manifest.flow == "m2"]
+    if m2:
+        report.sections.append(_compare_m2(m2))
+    m1 = [r for r in runs if r.manifest.flow == "m1"]
+    if m1:
+        report.sections.append(_compare_m1(m1))
+    al_runs = [r for r in runs if r.manifest.flow in ("m0", "m1")]
+    if al_runs:
+        frame = al_matrix(al_runs)
+        if frame.height:
+            report.sections.append(
+                Section(
+                    "Acceptance-length matrix",
+                    paragraphs=[
+                        "Rows: model, framework, method, K and thinking mode; columns: dataset categories."
+                    ],
+                    tables=[
+                        Table(
+                            frame.columns,
+                            [
+                                [str(v) if isinstance(v, str) else fmt(v, 4) for v in row]
+                                for row in frame.iter_rows()
+                            ],
+                            numeric=[False, *[True] * (frame.width - 1)],
+                        )
+                    ],
+                )
+            )
+    return report
+
+
+def _compare_m2(runs: Sequence[StoredRun]) -> Section:
+    series = []
+    rows: list[list[str]] = []
+    for r in runs:
+        pts = sorted(m2_points(r), key=lambda p: p.concurrency)
+        label = run_label(r)
+        series.append(
+            svg.Series(
+                label,
+                [(p.median_interactivity_tokens_per_s, p.output_throughput_per_gpu) for p in pts],
+                labels=[f"c={p.concurrency}" for p in pts],
+            )
+        )
+        rows.extend(
+            [
+                label,
+                fmt(p.concurrency),
+                fmt(p.output_throughput_per_gpu, 1),
+                fmt(p.median_interactivity_tokens_per_s, 1),
+                fmt(p.median_tpot_ms, 2),
+                fmt(p.median_ttft_ms, 1),
+                fmt(p.achieved_al, 4),
+                "yes" if p.valid else "NO",
+            ]
+            for p in pts
+        )
+    return Section(
+        "M2: throughput per GPU against interactivity",
+        figures=[
+            svg_figure(
+                svg.Chart(
+                    "Output throughput per GPU vs interactivity",
+                    "interactivity (tok/s/user, median)",
+                    "output throughput (tok/s/GPU)",
+                    series,
+                    y_zero=True,
+                )
+            )
+        ],
+        tables=[
+            Table(
+                [
+                    "run",
+                    "concurrency",
+                    "output tok/s/GPU",
+                    "interactivity",
+                    "median TPOT ms",
+                    "median TTFT ms",
+                    "achieved AL",
+                    "valid",
+                ],
+                rows,
+                numeric=[False, True, True, True, True, True, True, False],
+            )
+        ],
+    )
+
+
+def _compare_m1(runs: Iterable[StoredRun]) -> Section:
+    rows = []
+    for r in runs:
+        summary = json_or_none(r, "summary") or {}
+        by_gate = {str(v.get("gate")): v for v in summary.get("verdicts") or [] if isinstance(v, Mapping)}
+        al = by_gate.get("al") or {}
+        acc = by_gate.get("gsm8k-accuracy") or {}
+        ci = al.get("ci") if isinstance(al.get("ci"), Mapping) else {}
+        scores = acc.get("scores") if isinstance(acc.get("scores"), Mapping) else {}
+        rows.append(
+            [
+                run_label(r),
+                "-" if "passed" not in summary else ("PASSED" if summary["passed"] else "FAILED"),
+                fmt(al.get("al"), 4),
+                f"[{fmt(get_path(ci, 'low'), 4)}, {fmt(get_path(ci, 'high'), 4)}]",
+                fmt(al.get("threshold"), 4),
+                fmt(get_path(scores, "strict-match"), 4),
+                fmt(get_path(scores, "flexible-extract"), 4),
+                fmt(acc.get("threshold"), 4),
+            ]
+        )
+    return Section(
+        "M1: gate verdicts",
+        tables=[
+            Table(
+                [
+                    "run",
+                    "verdict",
+                    "AL",
+                    "CI",
+                    "AL threshold",
+                    "GSM8K strict",
+                    "GSM8K flexible",
+                    "GSM8K threshold",
+                ],
+                rows,
+                numeric=[False, False, True, False, True, True, True, True],
+            )
+        ],
+    )

@@ -1,0 +1,190 @@
+"""The parts every report shares: the report's data types, number formatting, the run's facts and warnings.
+
+A :class:`Report` is what a report says (sections of text, tables and charts); the templates turn it
+into HTML or Markdown and never compute anything.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Final
+
+from markupsafe import Markup
+
+from alflow import jsonutil
+from alflow.reports import svg
+from alflow.results.store import StoredRun
+from alflow.results.view import config_value, dialect, framework, image, model_id, server_command, summary
+
+SIMULATED_BANNER: Final = (
+    "SIMULATED DATA: every number in this report comes from alflow's simulated serving engine, "
+    "not from a real GPU server. Do not publish or compare it as a measurement."
+)
+LIVE: ContextVar[bool] = ContextVar("alflow_report_live", default=False)
+"""True while a run renders its own report before it closes (its manifest still says running)."""
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table of already formatted cells; ``numeric`` marks right-aligned columns."""
+
+    columns: Sequence[str]
+    rows: Sequence[Sequence[str]]
+    title: str = ""
+    numeric: Sequence[bool] = ()
+
+    def is_numeric(self, i: int) -> bool:
+        """True when column ``i`` holds numbers (right-aligned)."""
+        return i < len(self.numeric) and self.numeric[i]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A rendered chart with its caption."""
+
+    svg: Markup
+    caption: str = ""
+
+
+@dataclass
+class Section:
+    """One part of a report: paragraphs, figures, tables and bullet notes."""
+
+    title: str
+    paragraphs: list[str] = field(default_factory=list)
+    figures: list[Figure] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    status: str | None = None  # "pass" or "fail" colours the section heading
+
+
+@dataclass
+class Report:
+    """A whole report: header facts, a verdict line where there is one, sections, configuration."""
+
+    title: str
+    simulated: bool
+    facts: list[tuple[str, str]]
+    sections: list[Section]
+    verdict: str | None = None
+    verdict_passed: bool | None = None
+    config_json: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------------
+# Formatting helpers
+
+
+def fmt(value: object, digits: int = 2) -> str:
+    """A number with ``digits`` decimals; ``-`` for missing or non-finite values; text as is."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.{digits}f}" if math.isfinite(value) else "-"
+    return str(value)
+
+
+def num(value: object) -> float | None:
+    """``value`` as a float when it is a finite number, else None."""
+    return svg.finite(value)
+
+
+def run_label(run: StoredRun) -> str:
+    """A short label for comparisons: flow, framework (and metrics dialect where it differs), image, K, run id."""
+    fw = framework(run) or "?"
+    spoken = dialect(run)
+    if spoken and spoken != fw:
+        fw = f"{fw}/{spoken}"
+    parts = [run.manifest.flow, fw]
+    img, _ = image(run)
+    if img:
+        parts.append(img)
+    k = config_value(run, "k")
+    if k is not None:
+        parts.append(f"K={k}")
+    parts.append(run.manifest.run_id[:8])
+    return " ".join(parts)
+
+
+def _facts(run: StoredRun) -> list[tuple[str, str]]:
+    m = run.manifest
+    prov = m.provenance
+    img, digest = image(run)
+    command = server_command(run)
+    gpus = (prov.host.gpus if prov.host is not None else None) or []
+    facts = [
+        ("Flow", m.flow),
+        ("Run id", m.run_id),
+        ("Status", _status_text(run)),
+        ("Started", m.started),
+        ("Finished", m.finished or "-"),
+        ("Model", model_id(run) or "-"),
+        ("Framework", framework(run) or "-"),
+        ("Image", img or "-"),
+        ("Image digest", digest or "-"),
+        ("Code version", prov.code_version or "-"),
+        ("Host", (prov.host.host if prov.host is not None else None) or "-"),
+        ("GPUs", ", ".join(str(g.get("name")) for g in gpus) or "-"),
+        ("Prefect flow run", prov.flow_run_id or "-"),
+        ("Run directory", run.dir),
+    ]
+    dataset = prov.dataset
+    if isinstance(dataset, Mapping):
+        facts.append(
+            ("Dataset", " / ".join(str(dataset[k]) for k in ("dataset", "category") if dataset.get(k)))
+        )
+        if dataset.get("dataset_hash"):
+            facts.append(("Dataset hash", str(dataset["dataset_hash"])))
+    if command:
+        facts.append(("Server command", command))
+    return facts
+
+
+def _status_text(run: StoredRun) -> str:
+    if LIVE.get() and run.status == "incomplete":
+        return "running (this report was written by the run before it closed)"
+    error = run.manifest.error
+    return run.status + (f" ({error})" if error else "")
+
+
+def base_report(run: StoredRun, title: str) -> Report:
+    """A report with the run's facts and warnings (simulated, incomplete, failed, partial) and no sections."""
+    simulated = run.manifest.simulated
+    warnings = []
+    note = run.manifest.provenance.engine_note
+    if note and not simulated:  # e.g. the tiny CPU engine: real numbers, but not a GPU server's
+        warnings.append(note)
+    if LIVE.get():
+        pass  # the run renders its own report before it closes: "running" is expected
+    elif run.status == "incomplete":
+        warnings.append(
+            "This run is INCOMPLETE: its manifest still says running (the process was killed). "
+            "The report shows what it had written."
+        )
+    elif run.status == "failed":
+        warnings.append(f"This run FAILED: {run.manifest.error or 'no error text recorded'}")
+    stored = summary(run)
+    if stored.get("partial"):
+        why = "; ".join(str(f) for f in stored.get("failures") or []) or "a point stopped mid-way"
+        warnings.append(f"PARTIAL results (what was measured before the failure is kept): {why}")
+    return Report(
+        title=title,
+        simulated=simulated,
+        facts=_facts(run),
+        sections=[],
+        config_json=jsonutil.dumps(run.manifest.config),
+        warnings=warnings,
+    )
+
+
+def svg_figure(chart: svg.Chart, caption: str = "") -> Figure:
+    """Render a chart into a figure."""
+    return Figure(svg.render(chart), caption)

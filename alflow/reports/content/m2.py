@@ -1,0 +1,259 @@
+"""The M2 report: throughput per GPU against interactivity, latency percentiles, the synthetic audit."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from alflow.gates import AUDIT_Z
+from alflow.reports import svg
+from alflow.reports.content.base import Report, Section, Table, base_report, fmt, svg_figure
+from alflow.results.rows import M2Point
+from alflow.results.store import StoredRun
+from alflow.results.view import audit_spread, config_value, latency_percentiles, m2_points, scheme, summary
+
+
+def _curve_key(p: M2Point) -> str:
+    return f"{p.framework} K={p.k}"
+
+
+def build_m2(run: StoredRun) -> Report:
+    """M2: throughput per GPU vs interactivity, latency percentiles vs concurrency, the synthetic audit."""
+    report = base_report(run, "M2 synthetic benchmark")
+    stored = summary(run)
+    points = m2_points(run)
+    name = scheme(run)
+    if name:
+        report.facts.append(("Synthetic scheme", name))
+    target = stored.get("target_al", run.manifest.provenance.target_al)
+    if target is not None:
+        report.facts.append(("Target AL", fmt(target, 4)))
+    isl = config_value(run, "workload", "isl")
+    if isl is not None:
+        report.facts.append(("ISL / OSL", f"{isl} / {config_value(run, 'workload', 'osl')}"))
+    if not points:
+        report.sections.append(Section("Results", paragraphs=["The run stored no benchmark points."]))
+        return report
+    failures = [str(f) for f in stored.get("failures") or []]
+    invalid = [p for p in points if not p.valid]
+    if stored or run.complete:
+        ok = not failures and not invalid
+        report.verdict_passed = ok
+        report.verdict = (
+            f"All {len(points)} point(s) valid: achieved AL matches the synthetic target"
+            if ok
+            else f"{len(invalid)} of {len(points)} point(s) INVALID: do not publish them"
+        )
+    # throughput vs interactivity
+    curves: dict[str, list[M2Point]] = {}
+    for p in points:
+        curves.setdefault(_curve_key(p), []).append(p)
+    tput = [
+        svg.Series(
+            name,
+            [
+                (p.median_interactivity_tokens_per_s, p.output_throughput_per_gpu)
+                for p in sorted(rows, key=lambda r: r.concurrency)
+            ],
+            labels=[f"c={p.concurrency}" for p in sorted(rows, key=lambda r: r.concurrency)],
+        )
+        for name, rows in curves.items()
+    ]
+    sec = Section(
+        "Throughput per GPU against interactivity",
+        paragraphs=[
+            "Each point is one concurrency (c=N). Interactivity = 1000 / median TPOT (tokens/s seen by "
+            "one user); throughput = output tokens / benchmark duration / GPUs."
+        ],
+        figures=[
+            svg_figure(
+                svg.Chart(
+                    "Output throughput per GPU vs interactivity",
+                    "interactivity (tok/s/user, median)",
+                    "output throughput (tok/s/GPU)",
+                    tput,
+                    y_zero=True,
+                )
+            )
+        ],
+    )
+    sec.tables.append(
+        Table(
+            [
+                "concurrency",
+                "framework",
+                "K",
+                "output tok/s/GPU",
+                "total tok/s/GPU",
+                "interactivity",
+                "median TPOT ms",
+                "median TTFT ms",
+                "p99 TTFT ms",
+                "completed",
+                "failed",
+            ],
+            [
+                [
+                    fmt(p.concurrency),
+                    p.framework,
+                    fmt(p.k),
+                    fmt(p.output_throughput_per_gpu, 1),
+                    fmt(p.total_token_throughput_per_gpu, 1),
+                    fmt(p.median_interactivity_tokens_per_s, 1),
+                    fmt(p.median_tpot_ms, 2),
+                    fmt(p.median_ttft_ms, 1),
+                    fmt(p.p99_ttft_ms, 1),
+                    fmt(p.completed),
+                    fmt(p.failed),
+                ]
+                for p in points
+            ],
+            numeric=[True, False, True, True, True, True, True, True, True, True, True],
+        )
+    )
+    report.sections.append(sec)
+    report.sections.append(_latency_section(run, points))
+    report.sections.append(_audit_section(run, points))
+    if failures:
+        report.sections.append(Section("Failures", notes=failures, status="fail"))
+    return report
+
+
+def _latency_section(run: StoredRun, points: Sequence[M2Point]) -> Section:
+    sec = Section("Latency percentiles against concurrency")
+    lat = latency_percentiles(run)
+    concs = sorted({p.concurrency for p in points})
+    if lat is None:
+        sec.paragraphs.append("No request records: median and p99 TTFT from the stored points.")
+        ttft = [
+            svg.Series("median TTFT", [(p.concurrency, p.median_ttft_ms) for p in points]),
+            svg.Series("p99 TTFT", [(p.concurrency, p.p99_ttft_ms) for p in points], dashed=True),
+        ]
+        sec.figures.append(
+            svg_figure(
+                svg.Chart(
+                    "TTFT vs concurrency",
+                    "concurrency",
+                    "TTFT (ms)",
+                    ttft,
+                    log_x=True,
+                    x_ticks=concs,
+                    y_zero=True,
+                )
+            )
+        )
+        return sec
+    sec.paragraphs.append(
+        "From the request records (measured phase, successful requests): p50, p90 and p99 per concurrency."
+    )
+    rows = lat.to_dicts()
+    for metric, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2E latency")):
+        series = [
+            svg.Series(
+                f"p{p} {label}",
+                [(r["concurrency"], r.get(f"p{p}_{metric}_ms")) for r in rows],
+                dashed=p == 99,
+            )
+            for p in (50, 90, 99)
+        ]
+        sec.figures.append(
+            svg_figure(
+                svg.Chart(
+                    f"{label} percentiles vs concurrency",
+                    "concurrency",
+                    f"{label} (ms)",
+                    series,
+                    log_x=True,
+                    x_ticks=concs,
+                    y_zero=True,
+                    width=520,
+                    height=340,
+                )
+            )
+        )
+    cols = [c for c in lat.columns if c != "concurrency"]
+    sec.tables.append(
+        Table(
+            ["concurrency", *[c.replace("_ms", " ms").replace("_", " ") for c in cols]],
+            [[fmt(r["concurrency"]), *[fmt(r.get(c), 2) for c in cols]] for r in rows],
+            numeric=[True] * (len(cols) + 1),
+        )
+    )
+    return sec
+
+
+def _audit_section(run: StoredRun, points: Sequence[M2Point]) -> Section:
+    sec = Section("Synthetic-acceptance audit", status="pass" if all(p.valid for p in points) else "fail")
+    name = scheme(run)
+    sec.paragraphs.append(
+        "The achieved AL (from the server's counters) must match what the scheme realises for the target, "
+        f"within max(abs_tol, {AUDIT_Z} x per-step std / sqrt(verify steps)). Error bars: that allowed spread "
+        f"around the scheme's expected AL{f' (scheme {name})' if name else ''}."
+    )
+    spreads = [audit_spread(run, p) for p in points]
+    achieved, expected = [], []
+    for p, s in zip(points, spreads, strict=True):
+        achieved.append((p.concurrency, p.achieved_al))
+        expected.append((p.concurrency, s.expected))
+    errs = [
+        (s.expected - s.allowed, s.expected + s.allowed)
+        if s.expected is not None and s.allowed is not None
+        else None
+        for s in spreads
+    ]
+    hlines = [svg.HLine(t, f"target AL {t:.4f}", "#555555") for t in sorted({p.target_al for p in points})]
+    concs = sorted({p.concurrency for p in points})
+    sec.figures.append(
+        svg_figure(
+            svg.Chart(
+                "Target vs achieved AL per point",
+                "concurrency",
+                "acceptance length",
+                [
+                    svg.Series(
+                        "expected AL +/- allowed spread", expected, errors=errs, line=False, color="#7f7f7f"
+                    ),
+                    svg.Series("achieved AL", achieved, color="#1f77b4"),
+                ],
+                hlines=hlines,
+                log_x=True,
+                x_ticks=concs,
+            )
+        )
+    )
+    sec.tables.append(
+        Table(
+            [
+                "concurrency",
+                "K",
+                "target AL",
+                "expected AL",
+                "per-step std",
+                "steps",
+                "achieved AL",
+                "deviation",
+                "allowed",
+                "valid",
+                "audit",
+            ],
+            [
+                [
+                    fmt(p.concurrency),
+                    fmt(p.k),
+                    fmt(p.target_al, 4),
+                    fmt(s.expected, 4),
+                    fmt(s.std, 4),
+                    fmt(p.num_drafts),
+                    fmt(p.achieved_al, 4),
+                    "-"
+                    if p.achieved_al is None or s.expected is None
+                    else f"{p.achieved_al - s.expected:+.4f}",
+                    fmt(s.allowed, 4),
+                    "yes" if p.valid else "NO",
+                    p.audit,
+                ]
+                for p, s in zip(points, spreads, strict=True)
+            ],
+            numeric=[True, True, True, True, True, True, True, True, True, False, False],
+        )
+    )
+    return sec

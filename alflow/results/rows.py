@@ -1,0 +1,73 @@
+"""Typed rows of stored runs: what one line of a run's tables holds.
+
+The flows write these (``to_dict``) and :mod:`alflow.results.view` reads them back (``from_dict``),
+so a report never guesses a key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Final
+
+from alflow.results.store import StoreError
+
+
+@dataclass(frozen=True)
+class M2Point:
+    """One concurrency of an M2 run: the audit and the client's headline numbers (a row of spec_stats)."""
+
+    concurrency: int
+    k: int
+    framework: str
+    target_al: float
+    achieved_al: float | None
+    valid: bool
+    partial: bool
+    audit: str
+    num_drafts: int | None
+    expected_al: float | None
+    allowed_deviation: float | None
+    completed: int | None
+    failed: int | None
+    output_throughput: float | None
+    nodes: int
+    num_gpus: int | None
+    total_token_throughput: float | None
+    output_throughput_per_gpu: float | None
+    total_token_throughput_per_gpu: float | None
+    median_interactivity_tokens_per_s: float | None
+    median_tpot_ms: float | None
+    median_ttft_ms: float | None
+    p99_ttft_ms: float | None
+    median_itl_ms: float | None
+    tokens_per_chunk: float | None
+    duration_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row as stored (``spec_stats.parquet``, ``summary.json``'s points)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, row: Mapping[str, Any]) -> M2Point:
+        """The point a stored row holds (``spec_stats.parquet``, ``summary.json``, a flow's result).
+
+        Rows written before a field existed read it as None (``partial`` as False, ``nodes`` as 1);
+        keys this version does not know are ignored. A row without the identity of a point
+        (concurrency, K, target AL) is refused, naming what it lacks.
+        """
+        missing = [name for name in _REQUIRED if row.get(name) is None]
+        if missing:
+            raise StoreError(f"an M2 point row lacks {', '.join(missing)}: {dict(row)!r:.200}")
+        values: dict[str, Any] = {name: row.get(name) for name in _FIELDS}
+        values["framework"] = str(row.get("framework") or "?")
+        values["valid"] = bool(row.get("valid"))
+        values["partial"] = bool(row.get("partial"))
+        values["audit"] = str(row.get("audit") or "")
+        values["nodes"] = int(row.get("nodes") or 1)
+        values["duration_s"] = float(row.get("duration_s") or 0.0)
+        return cls(**values)
+
+
+_FIELDS: Final = tuple(f.name for f in fields(M2Point))
+_REQUIRED: Final = ("concurrency", "k", "target_al")
