@@ -6,9 +6,11 @@
 Transports (the :class:`Transport` seam; tests drive :func:`stream_request` with a scripted one):
 
 - :class:`FastTransport` (the default for load): HTTP/1.1 on plain ``asyncio`` protocols with a
-  keep-alive connection pool. Each network read is decoded (chunked transfer encoding) and parsed
-  inside the protocol's ``data_received`` callback, so a streamed chunk costs no task switch; the
-  waiting coroutine wakes once, when the response ends.
+  keep-alive connection pool. Each network read is parsed by ``httptools`` (llhttp, the parser of
+  Node.js and uvicorn: status line, headers, Content-Length and chunked framing) inside the
+  protocol's ``data_received`` callback, so a streamed chunk costs no task switch; the waiting
+  coroutine wakes once, when the response ends. A response llhttp rejects fails the request with
+  :class:`MalformedResponseError`.
 - :class:`AiohttpTransport`: one shared ``aiohttp.ClientSession`` (``iter_any`` per read); slower
   per chunk, kept for proxies and anything the fast transport does not speak.
 
@@ -38,6 +40,7 @@ from typing import Any, Final, Protocol, cast
 from urllib.parse import unquote, urlsplit
 
 import aiohttp
+import httptools
 import orjson
 
 from alflow.errors import AlflowError, InvalidInputError
@@ -278,49 +281,41 @@ class AiohttpTransport:
 # Fast transport: HTTP/1.1 over asyncio protocols
 
 
+class MalformedResponseError(ConnectionError):
+    """The server's bytes are not a valid HTTP/1.1 response (the parser's reason is in the message)."""
+
+
 class _Exchange:
     """State of one request/response on a connection."""
 
-    __slots__ = (
-        "body_left",
-        "chunk_left",
-        "chunked",
-        "clock",
-        "close_after",
-        "content_type",
-        "error_body",
-        "future",
-        "got_bytes",
-        "head",
-        "in_trailer",
-        "need_crlf",
-        "pending",
-        "sink",
-        "status",
-        "streaming",
-    )
+    __slots__ = ("body", "clock", "close_after", "content_type", "done", "error_body", "future", "got_bytes",
+                 "has_length", "sink", "status", "streaming")  # fmt: skip
 
     def __init__(self, sink: Sink, clock: Clock, future: asyncio.Future[ResponseInfo]) -> None:
         self.sink = sink
         self.clock = clock
         self.future = future
-        self.head = b""
         self.status = 0
         self.content_type = ""
-        self.chunked = False
-        self.body_left: int | None = None
+        self.has_length = False
+        """The body is delimited (Content-Length or chunked); else it ends with the connection."""
         self.close_after = False
         self.streaming = False
         self.error_body = bytearray()
-        self.chunk_left = 0
-        self.need_crlf = False
-        self.in_trailer = False
-        self.pending = b""
+        self.body: list[bytes] = []
+        """Body bytes of the current network read (de-chunked), handed to the sink once per read."""
+        self.done = False
         self.got_bytes = False
 
 
 class _Connection(asyncio.Protocol):
-    """One keep-alive HTTP/1.1 connection; parses responses inside ``data_received``."""
+    """One keep-alive HTTP/1.1 connection; ``httptools`` (llhttp) parses each read in ``data_received``.
+
+    The parser's callbacks only collect: the status and headers, and the body pieces of one network
+    read (de-chunked), which reach the sink together with the read's one clock reading, so events that
+    arrive together share a timestamp. A response the parser rejects (a bad status line, Content-Length
+    or chunk size) fails the request with :class:`MalformedResponseError` and closes the connection.
+    """
 
     def __init__(self, pool: FastTransport, key: tuple[str, int, bool]) -> None:
         self.pool = pool
@@ -329,6 +324,37 @@ class _Connection(asyncio.Protocol):
         self.ex: _Exchange | None = None
         self.closed = False
         self.reused = False
+        self.parser = httptools.HttpResponseParser(self)
+
+    # -- parser callbacks -------------------------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        ex = self.ex
+        if ex is None:
+            return
+        name = name.lower()
+        if name == b"content-type":
+            ex.content_type = value.split(b";", 1)[0].strip().decode("latin-1").lower()
+        elif name in (b"transfer-encoding", b"content-length"):
+            ex.has_length = True
+
+    def on_headers_complete(self) -> None:
+        ex = self.ex
+        if ex is None:
+            return
+        ex.status = self.parser.get_status_code()
+        ex.close_after = not self.parser.should_keep_alive()
+        ex.streaming = ex.status == 200 and ex.content_type == SSE_TYPE
+
+    def on_body(self, body: bytes) -> None:
+        if self.ex is not None:
+            self.ex.body.append(body)
+
+    def on_message_complete(self) -> None:
+        if self.ex is not None:
+            self.ex.done = True
+
+    # -- asyncio protocol -------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
@@ -339,7 +365,7 @@ class _Connection(asyncio.Protocol):
         ex = self.ex
         if ex is None or ex.future.done():
             return
-        if ex.status and ex.body_left is None and not ex.chunked:
+        if ex.status and not ex.has_length:
             self._complete(keep=False)  # body delimited by the end of the connection
             return
         lost = ConnectionResetError(f"connection lost{f': {exc}' if exc else ''}")
@@ -376,29 +402,17 @@ class _Connection(asyncio.Protocol):
             return
         now = ex.clock()
         ex.got_bytes = True
-        if not ex.status:
-            ex.head += data
-            end = ex.head.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            data = ex.head[end + 4 :]
-            self._parse_head(ex, ex.head[:end])
-            ex.head = b""
-            if ex.body_left == 0:
-                self._complete(keep=True)
-                return
-            if not data:
-                return
-        if ex.chunked:
-            payload, finished = self._dechunk(ex, data)
-        else:
-            payload = data
-            finished = False
-            if ex.body_left is not None:
-                payload = data[: ex.body_left]
-                ex.body_left -= len(payload)
-                finished = ex.body_left <= 0
-        if payload:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self.ex = None
+            self.abort()
+            if not ex.future.done():
+                ex.future.set_exception(MalformedResponseError(f"malformed HTTP response: {exc}"))
+            return
+        if ex.body:
+            payload = ex.body[0] if len(ex.body) == 1 else b"".join(ex.body)
+            ex.body.clear()
             if ex.streaming:
                 if ex.sink(payload, now):
                     ex.close_after = True
@@ -406,81 +420,8 @@ class _Connection(asyncio.Protocol):
                     return
             elif len(ex.error_body) < _ERROR_BODY_LIMIT:
                 ex.error_body += payload[: _ERROR_BODY_LIMIT - len(ex.error_body)]
-        if finished:
+        if ex.done:
             self._complete(keep=True)
-
-    @staticmethod
-    def _parse_head(ex: _Exchange, head: bytes) -> None:
-        lines = head.split(b"\r\n")
-        parts = lines[0].split(b" ", 2)
-        try:
-            ex.status = int(parts[1])
-        except (IndexError, ValueError):
-            ex.status = 0
-        for raw in lines[1:]:
-            name, _, value = raw.partition(b":")
-            name = name.strip().lower()
-            if name == b"content-type":
-                ex.content_type = value.split(b";", 1)[0].strip().decode("latin-1").lower()
-            elif name == b"transfer-encoding":
-                ex.chunked = b"chunked" in value.lower()
-            elif name == b"content-length":
-                ex.body_left = int(value.strip())
-            elif name == b"connection":
-                ex.close_after = b"close" in value.lower()
-        if ex.chunked:
-            ex.body_left = None
-        ex.streaming = ex.status == 200 and ex.content_type == SSE_TYPE
-
-    @staticmethod
-    def _dechunk(ex: _Exchange, data: bytes) -> tuple[bytes, bool]:
-        if not (ex.pending or ex.chunk_left or ex.need_crlf or ex.in_trailer):
-            # fast path: the read is exactly one whole chunk (one server write), the usual case
-            nl = data.find(b"\r\n")
-            if nl > 0 and data[-2:] == b"\r\n":
-                head = data[:nl]
-                if b";" not in head:
-                    size = int(head, 16)
-                    if size and len(data) == nl + 4 + size:
-                        return data[nl + 2 : nl + 2 + size], False
-        buf = ex.pending + data if ex.pending else data
-        pos = 0
-        n = len(buf)
-        out: list[bytes] = []
-        finished = False
-        while pos < n:
-            if ex.chunk_left:
-                take = min(ex.chunk_left, n - pos)
-                out.append(buf[pos : pos + take])
-                pos += take
-                ex.chunk_left -= take
-                if not ex.chunk_left:
-                    ex.need_crlf = True
-                continue
-            if ex.need_crlf:
-                if n - pos < 2:
-                    break
-                pos += 2
-                ex.need_crlf = False
-                continue
-            nl = buf.find(b"\r\n", pos)
-            if nl < 0:
-                break
-            line = buf[pos:nl]
-            pos = nl + 2
-            if ex.in_trailer:
-                if not line:
-                    finished = True
-                    break
-                continue
-            size = int(line.split(b";", 1)[0], 16)
-            if size:
-                ex.chunk_left = size
-            else:
-                ex.in_trailer = True
-        ex.pending = buf[pos:] if not finished else b""
-        payload = out[0] if len(out) == 1 else b"".join(out)
-        return payload, finished
 
 
 def _header_lines(headers: Mapping[str, str]) -> bytes:

@@ -243,3 +243,53 @@ async def test_aiohttp_transport_reads_the_same_wire() -> None:
     assert rec.ok, rec.error
     assert rec.text == "ab"
     assert len(rec.chunk_ns) == 2
+
+
+@pytest.mark.parametrize(
+    ("wire", "why"),
+    [
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 12x\r\n\r\n",
+            "invalid character in content-length",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 5\r\nContent-Length: 9\r\n\r\n",
+            "duplicate content-length",
+        ),
+        (HEAD_CHUNKED + b"zz\r\n" + sse("a") + b"\r\n0\r\n\r\n", "invalid character in chunk size"),
+        (HEAD_CHUNKED + b"3\r\nabcdef\r\n0\r\n\r\n", "expected lf after chunk data"),
+        (b"HTP/1.1 200 OK\r\n\r\n", "expected http/"),
+        (b"HTTP/1.1 2x0 OK\r\n\r\n", "invalid status code"),
+    ],
+    ids=["bad-length", "two-lengths", "bad-chunk-size", "chunk-overrun", "bad-protocol", "bad-status"],
+)
+async def test_a_malformed_response_fails_the_request_naming_it_and_drops_the_connection(
+    wire: bytes, why: str
+) -> None:
+    fast = FastTransport()
+    srv = RawServer(lambda n: [wire] if n == 0 else [HEAD_CHUNKED, chunked(sse("ok", usage=1))])
+    async with srv as url:
+        bad = await send(fast, url)
+        good = await send(fast, url)  # the broken connection is not reused
+    await fast.close()
+    assert bad.error is not None
+    assert bad.error.startswith("MalformedResponseError: malformed HTTP response"), bad.error
+    assert why in bad.error.lower(), bad.error
+    assert good.ok, good.error
+    assert good.text == "ok"
+    assert srv.connections == 2
+
+
+async def test_an_early_close_before_the_head_ends_or_inside_a_length_delimited_body_fails() -> None:
+    fast = FastTransport()
+    async with RawServer(lambda n: [b"HTTP/1.1 200 OK\r\nContent-Type: text/ev"], close_after=True) as url:
+        cut_head = await send(fast, url)
+    body = sse("a", "b", usage=2)
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(body)
+    async with RawServer(lambda n: [head + body[:20]], close_after=True) as url:
+        cut_body = await send(fast, url)
+    await fast.close()
+    for rec in (cut_head, cut_body):
+        assert rec.error is not None
+        assert "connection lost" in rec.error
+    assert not cut_head.chunk_ns
