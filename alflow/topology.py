@@ -1,7 +1,7 @@
 """Where a server's GPUs are: the :class:`~alflow.metrics.client.GpuLayout` and node counts of a config.
 
 Per-GPU throughput (DOMAIN.md section 5) divides by the GPUs behind the endpoint: ``tp x pp x dp`` of
-one server (attention data parallelism adding none, see :func:`alflow.config.parallel_gpus`), or, for
+one server (attention data parallelism adding none, see :meth:`alflow.config.ServerBase.instance_gpus`), or, for
 a disaggregated server, output per decode GPU and input per prefill GPU over every instance of each
 role. Flows build the layout here, never from the parallelism by hand, so multi-node and
 disaggregated configurations count every node's GPUs.
@@ -15,7 +15,7 @@ from alflow.metrics.client import GpuLayout
 
 def gpu_layout(config: ServerConfig) -> GpuLayout:
     """The GPUs serving ``config``: prefill/decode GPUs when disaggregated, else its parallelism."""
-    dis = config.disaggregation
+    dis = config.disaggregated()
     if dis is not None:
         return GpuLayout(
             prefill_gpus=config.role_gpus(dis.prefill) * dis.prefill.replicas,

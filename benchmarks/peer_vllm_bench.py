@@ -83,7 +83,7 @@ import polars as pl
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from alflow.config import ProcessOptions, ServerConfig, SpecMethod, SpeculativeConfig  # noqa: E402
+from alflow.config import ProcessOptions, ServerConfig, SpecMethod, SpeculativeConfig, server_config  # noqa: E402
 from alflow.datasets.random_tokens import detokenize_sessions, random_sessions  # noqa: E402
 from alflow.metrics import names  # noqa: E402
 from alflow.metrics.client import per_request  # noqa: E402
@@ -705,7 +705,7 @@ def _server(args: argparse.Namespace, model_dir: str) -> tuple[ServerConfig, str
     deterministic function of the batch, so the clients' figures differ only by what the clients do.
     """
     if args.server == "sim":
-        config = ServerConfig(
+        config = server_config(
             framework="sim",
             model="smollm2-135m",
             sim_dialect="vllm",

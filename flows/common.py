@@ -16,6 +16,7 @@ from alflow.config import (
     SpeculativeConfig,
     SyntheticAcceptance,
     ThinkingMode,
+    server_config,
 )
 from alflow.errors import AlflowError
 from alflow.reference import load_reference
@@ -74,7 +75,7 @@ def point_server(
         speculative=SpeculativeConfig(method=method, k=k, draft_model=draft_model, **lookup).model_dump(),
         synthetic=None if synthetic is None else synthetic.model_dump(),
     )
-    return ServerConfig.model_validate(data)
+    return server_config(data)
 
 
 def reference_al(

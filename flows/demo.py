@@ -64,6 +64,7 @@ from alflow.config import (
     SpecMethod,
     SpeculativeConfig,
     SpeedBenchWorkload,
+    server_config,
 )
 from alflow.evals.run import bundled_gsm8k
 from alflow.evals.thresholds import tiny_thresholds_path, vllm_cpu_thresholds_path
@@ -118,7 +119,7 @@ def _tiny_demo(p: DemoParams) -> dict[str, Any]:
         path=str(tiny_prompts_path()), category="coding", limit=p.tiny_prompts, max_tokens=p.tiny_max_tokens
     )
     threads = () if p.tiny_threads is None else ("--threads", str(p.tiny_threads))
-    server = ServerConfig(
+    server = server_config(
         framework="tiny", model=model.id, host="127.0.0.1", readiness_timeout_s=300.0, extra_args=threads
     )
     m0 = calibrate(
@@ -185,7 +186,7 @@ def vllm_cpu_server(model_dir: str, served_name: str = VLLM_MODEL_ID, k: int = 3
     ``--enforce-eager`` skips torch.compile: ready in about 20-40 s instead of 60-90 s here, at a lower
     decode speed (measured 26 vs 64 tok/s), which changes no acceptance count.
     """
-    return ServerConfig(
+    return server_config(
         framework="vllm",
         model=served_name,
         model_path=model_dir,
@@ -310,7 +311,7 @@ def _sim_demo(p: DemoParams) -> dict[str, Any]:
         CalibrateParams(
             models=(model,),
             ks=p.ks,
-            server=ServerConfig(framework="sim", model=model.id, extra_args=fast),
+            server=server_config(framework="sim", model=model.id, extra_args=fast),
             placement=placement,
             workload=prompts,
             load=LoadConfig(concurrency=8),
@@ -328,7 +329,7 @@ def _sim_demo(p: DemoParams) -> dict[str, Any]:
             GateParams(
                 model=model,
                 k=p.benchmark_k,
-                server=ServerConfig(
+                server=server_config(
                     framework="sim",
                     model=model.id,
                     sim_dialect=dialect,
@@ -350,7 +351,7 @@ def _sim_demo(p: DemoParams) -> dict[str, Any]:
         BenchmarkParams(
             model=model,
             k=p.benchmark_k,
-            server=ServerConfig(
+            server=server_config(
                 framework="sim", model=model.id, extra_args=_sim("--profile", "h200-llama70b")
             ),
             placement=placement,

@@ -5,10 +5,10 @@ never Prefect and never ``tasks``/``flows``.
 
 Typical use (the tasks layer does the same through :mod:`infra.lifecycle`)::
 
-    from alflow.config import DockerOptions, ServerConfig, SpeculativeConfig, SyntheticAcceptance
+    from alflow.config import DockerOptions, SpeculativeConfig, SyntheticAcceptance, server_config
     from infra.lifecycle import serving
 
-    config = ServerConfig(
+    config = server_config(
         framework="vllm",
         model="deepseek-ai/DeepSeek-V3",
         image="vllm/vllm-openai:v0.11.0",

@@ -45,7 +45,8 @@ def start_server(
     handle = start_launch(
         launch, options, run_id=run_id, secret_source=secret_source, timeout_s=timeout_s, **extras
     )
-    model = model_provenance(config.model_path) if config.model_path else None
+    weights = config.weights_path()
+    model = model_provenance(weights) if weights else None
     if model:
         handle = replace(handle, provenance={**handle.provenance, **model})
     return handle

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal, Self
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 from alflow.config.base import StrictModel
 from alflow.config.speculative import (
@@ -40,17 +40,21 @@ class Parallelism(StrictModel):
     )
 
 
-def parallel_gpus(framework: str, parallelism: Parallelism, extra_args: tuple[str, ...] = ()) -> int:
-    """GPUs one server instance occupies for ``parallelism`` under ``framework``'s rules.
+def _dp_gpus(parallelism: Parallelism) -> int:
+    """``tp x pp x dp``: data-parallel ranks are GPUs of their own (expert parallelism reuses them)."""
+    return parallelism.tp * parallelism.pp * parallelism.dp
 
-    ``tp x pp x dp`` (vLLM: data-parallel ranks are extra GPUs; expert parallelism reuses them), except
-    where data parallelism is *attention* DP over the TP ranks, which adds none: TensorRT-LLM
-    (``enable_attention_dp``, dp = tp) and SGLang with ``--enable-dp-attention`` in ``extra_args``.
-    For the simulator, pass its dialect.
-    """
-    par = parallelism
-    attention_dp = framework == "trtllm" or (framework == "sglang" and "--enable-dp-attention" in extra_args)
-    return par.tp * par.pp * (1 if attention_dp else par.dp)
+
+def _attention_dp_gpus(parallelism: Parallelism) -> int:
+    """``tp x pp``: data parallelism is attention DP over the TP ranks and adds no GPU."""
+    return parallelism.tp * parallelism.pp
+
+
+def _sglang_gpus(parallelism: Parallelism, extra_args: tuple[str, ...]) -> int:
+    """SGLang: attention DP (``--enable-dp-attention``) runs over the TP ranks; plain DP adds GPUs."""
+    if "--enable-dp-attention" in extra_args:
+        return _attention_dp_gpus(parallelism)
+    return _dp_gpus(parallelism)
 
 
 class DisaggregatedRole(StrictModel):
@@ -126,8 +130,19 @@ class Disaggregation(StrictModel):
         return self
 
 
-class ServerConfig(StrictModel):
-    """One serving-engine configuration: framework, model, image, parallelism, speculation, knobs."""
+class ServerBase(StrictModel):
+    """What every serving-engine configuration has: framework, model, image, parallelism, speculation, knobs.
+
+    The framework's own fields live on its variant (:data:`ServerConfig` is the union, told apart by
+    ``framework``): vLLM's ``model_path``, SGLang's ``disaggregation``, TensorRT-LLM's ``two_model``,
+    the simulator's ``sim_dialect`` (and ``two_model``, for its TensorRT-LLM dialect). Generic code reads
+    them through :meth:`weights_path`, :meth:`disaggregated` and :meth:`two_model_choice`, and counts
+    GPUs with :meth:`instance_gpus`, whose rules are the framework's.
+    """
+
+    model_config = ConfigDict(
+        **{**StrictModel.model_config, "extra": "allow"}, json_schema_extra={"additionalProperties": False}
+    )
 
     framework: ServerFramework = Field(
         description=(
@@ -139,14 +154,6 @@ class ServerConfig(StrictModel):
         min_length=1, description="Model id to serve (Hugging Face repo id or a path in the container)."
     )
     revision: str | None = Field(None, description="Model revision to load (None: the framework's default).")
-    model_path: str | None = Field(
-        None,
-        min_length=1,
-        description=(
-            "Where the weights are (a local folder or hub id); model is then only the name the server answers "
-            "to (vLLM --served-model-name). None: load model."
-        ),
-    )
     image: str | None = Field(
         None,
         description=(
@@ -174,30 +181,12 @@ class ServerConfig(StrictModel):
             "None: SGLang 5000, vLLM its own default (29501)."
         ),
     )
-    disaggregation: Disaggregation | None = Field(
-        None,
-        description=(
-            "Prefill and decode instances on separate nodes behind a router (SGLang only); nodes must then be "
-            "the total of both roles, and parallelism is set per role. None: one server."
-        ),
-    )
     speculative: SpeculativeConfig | None = Field(
         None, description="Speculative decoding method and K; None: off."
     )
     synthetic: SyntheticAcceptance | None = Field(
         None,
         description="Synthetic acceptance (forced accept lengths); None: real acceptance. Needs speculative.",
-    )
-    two_model: bool | None = Field(
-        None,
-        description=(
-            "TensorRT-LLM only: run EAGLE3 as two models (separate drafter engine); None: the method's default "
-            "(one model for mtp and eagle3, two for draft_model and ngram)."
-        ),
-    )
-    sim_dialect: ServerDialect = Field(
-        "vllm",
-        description="framework=sim only: which framework's API, knobs and metrics the simulator speaks.",
     )
     max_model_len: int | None = Field(
         None, ge=16, description="Maximum sequence length (None: the model's own)."
@@ -290,33 +279,126 @@ class ServerConfig(StrictModel):
             )
         if self.synthetic is not None and self.speculative is not None:
             self.synthetic.target(self.speculative.k)  # target AL in [1, K+1], rates of length K
-        if self.model_path is not None and self.framework != "vllm":
-            raise ValueError(
-                f"model_path (weights apart from the served name) is rendered for vLLM only, not {self.framework!r}: "
-                "set model to the weights' path or id"
-            )
-        if self.two_model is not None and self.framework not in ("trtllm", "sim"):
-            raise ValueError(f"two_model applies to TensorRT-LLM only, not {self.framework!r}")
         return self
+
+    @model_validator(mode="after")
+    def _only_known_fields(self) -> Self:
+        """An unknown field is refused; a framework-only field on another framework says whose it is.
+
+        (Unknown fields are collected with ``extra="allow"`` and refused here, not with ``extra="forbid"``,
+        to word these messages; a ``mode="before"`` check would validate JSON in Python mode, where strict
+        tuples refuse lists.)
+        """
+        for name in self.model_extra or {}:
+            owners, why = _FRAMEWORK_ONLY.get(name, ((), ""))
+            if why and self.framework not in owners:
+                raise ValueError(why.format(framework=self.framework))
+            raise ValueError(
+                f"Extra inputs are not permitted: {name!r} is not a field of a {self.framework} server configuration"
+            )
+        return self
+
+    @property
+    def gpu_framework(self) -> str:
+        """Whose GPU-counting rules apply: the framework, or the dialect the simulator speaks."""
+        return self.framework
+
+    def instance_gpus(self, parallelism: Parallelism) -> int:
+        """GPUs one server instance with ``parallelism`` occupies, by this framework's rules (``tp x pp x dp``)."""
+        return _dp_gpus(parallelism)
+
+    def weights_path(self) -> str | None:
+        """Where the weights are, apart from the served name (vLLM's ``model_path``); None elsewhere."""
+        return None
+
+    def disaggregated(self) -> Disaggregation | None:
+        """The prefill/decode layout (SGLang's ``disaggregation``); None for one server."""
+        return None
+
+    def two_model_choice(self) -> bool | None:
+        """TensorRT-LLM's one-model/two-model switch (the sim's too, in that dialect); None: the method's default."""
+        return None
+
+    def role_gpus(self, role: DisaggregatedRole) -> int:
+        """GPUs of one instance of a disaggregated role."""
+        return self.instance_gpus(role.parallelism)
+
+    @property
+    def total_gpus(self) -> int:
+        """GPUs the whole server occupies (every instance of both roles when disaggregated)."""
+        dis = self.disaggregated()
+        if dis is None:
+            return self.instance_gpus(self.parallelism)
+        return (
+            self.role_gpus(dis.prefill) * dis.prefill.replicas
+            + self.role_gpus(dis.decode) * dis.decode.replicas
+        )
+
+
+_FRAMEWORKS: tuple[str, ...] = ("vllm", "sglang", "trtllm", "sim", "tiny")
+_FRAMEWORK_ONLY: dict[str, tuple[tuple[str, ...], str]] = {
+    "model_path": (
+        ("vllm",),
+        "model_path (weights apart from the served name) is rendered for vLLM only, not {framework!r}: "
+        "set model to the weights' path or id",
+    ),
+    "two_model": (("trtllm", "sim"), "two_model applies to TensorRT-LLM only, not {framework!r}"),
+    "sim_dialect": (("sim",), "sim_dialect applies to framework 'sim' only, not {framework!r}"),
+    "disaggregation": (
+        ("sglang",),
+        "disaggregation is supported for framework 'sglang' only, not {framework!r}: vLLM's disaggregated "
+        "prefill is experimental and needs a KV connector plus a proxy from its examples, TensorRT-LLM's "
+        "disaggregated serving (trtllm-serve disaggregated) is not wired into alflow, and the simulator has "
+        "no disaggregated mode. Start such a server yourself and attach with the external runner "
+        "(metrics_urls: the decode instances)",
+    ),
+}
+"""Fields that belong to some frameworks' variants, and what to tell a config that sets them elsewhere."""
+
+
+class VllmServer(ServerBase):
+    """vLLM (``vllm serve``)."""
+
+    framework: Literal["vllm"] = Field("vllm", description="Serving framework: vllm.")
+    model_path: str | None = Field(
+        None,
+        min_length=1,
+        description=(
+            "Where the weights are (a local folder or hub id); model is then only the name the server answers "
+            "to (vLLM --served-model-name). None: load model."
+        ),
+    )
+
+    def weights_path(self) -> str | None:
+        """``model_path``: the weights, served under ``model``."""
+        return self.model_path
+
+
+class SglangServer(ServerBase):
+    """SGLang (``python -m sglang.launch_server``), one server or prefill/decode disaggregated."""
+
+    framework: Literal["sglang"] = Field("sglang", description="Serving framework: sglang.")
+    disaggregation: Disaggregation | None = Field(
+        None,
+        description=(
+            "Prefill and decode instances on separate nodes behind a router (SGLang only); nodes must then be "
+            "the total of both roles, and parallelism is set per role. None: one server."
+        ),
+    )
+
+    def instance_gpus(self, parallelism: Parallelism) -> int:
+        """``tp x pp x dp``, or ``tp x pp`` with ``--enable-dp-attention`` (attention DP over the TP ranks)."""
+        return _sglang_gpus(parallelism, self.extra_args)
+
+    def disaggregated(self) -> Disaggregation | None:
+        """``disaggregation``."""
+        return self.disaggregation
 
     @model_validator(mode="after")
     def _disaggregation_layout(self) -> Self:
         dis = self.disaggregation
         if dis is None:
             return self
-        if self.framework != "sglang":
-            why = {
-                "vllm": (
-                    "vLLM's disaggregated prefill is experimental and needs a KV connector plus a proxy from its "
-                    "examples, not a packaged router"
-                ),
-                "trtllm": "TensorRT-LLM's disaggregated serving (trtllm-serve disaggregated) is not wired into alflow",
-                "sim": "the simulator has no disaggregated mode",
-            }[self.framework]
-            raise ValueError(
-                f"disaggregation is supported for framework 'sglang' only: {why}. Start such a server yourself and "
-                "attach with the external runner (metrics_urls: the decode instances)"
-            )
         if self.parallelism != Parallelism():
             raise ValueError(
                 "with disaggregation, parallelism is set per role (disaggregation.prefill.parallelism, "
@@ -330,22 +412,80 @@ class ServerConfig(StrictModel):
             )
         return self
 
+
+class TrtllmServer(ServerBase):
+    """TensorRT-LLM (``trtllm-serve``)."""
+
+    framework: Literal["trtllm"] = Field("trtllm", description="Serving framework: trtllm.")
+    two_model: bool | None = Field(
+        None,
+        description=(
+            "TensorRT-LLM only: run EAGLE3 as two models (separate drafter engine); None: the method's default "
+            "(one model for mtp and eagle3, two for draft_model and ngram)."
+        ),
+    )
+
+    def instance_gpus(self, parallelism: Parallelism) -> int:
+        """``tp x pp``: TensorRT-LLM's dp is attention DP (``enable_attention_dp``, dp = tp)."""
+        return _attention_dp_gpus(parallelism)
+
+    def two_model_choice(self) -> bool | None:
+        """``two_model``."""
+        return self.two_model
+
+
+class SimServer(ServerBase):
+    """alflow's simulated engine (``python -m alflow.sim serve``), speaking one framework's dialect."""
+
+    framework: Literal["sim"] = Field("sim", description="Serving framework: sim (the simulator).")
+    sim_dialect: ServerDialect = Field(
+        "vllm",
+        description="framework=sim only: which framework's API, knobs and metrics the simulator speaks.",
+    )
+    two_model: bool | None = Field(
+        None,
+        description=(
+            "The TensorRT-LLM dialect: run EAGLE3 as two models (separate drafter engine); None: the method's default "
+            "(one model for mtp and eagle3, two for draft_model and ngram)."
+        ),
+    )
+
     @property
     def gpu_framework(self) -> str:
-        """Whose GPU-counting rules apply: the framework, or the dialect the simulator speaks."""
-        return self.sim_dialect if self.simulated else self.framework
+        """The dialect the simulator speaks: its GPU-counting rules apply."""
+        return self.sim_dialect
 
-    def role_gpus(self, role: DisaggregatedRole) -> int:
-        """GPUs of one instance of a disaggregated role."""
-        return parallel_gpus(self.gpu_framework, role.parallelism, self.extra_args)
+    def instance_gpus(self, parallelism: Parallelism) -> int:
+        """The GPUs its dialect's framework would use."""
+        if self.sim_dialect == "trtllm":
+            return _attention_dp_gpus(parallelism)
+        if self.sim_dialect == "sglang":
+            return _sglang_gpus(parallelism, self.extra_args)
+        return _dp_gpus(parallelism)
 
-    @property
-    def total_gpus(self) -> int:
-        """GPUs the whole server occupies (every instance of both roles when disaggregated)."""
-        dis = self.disaggregation
-        if dis is None:
-            return parallel_gpus(self.gpu_framework, self.parallelism, self.extra_args)
-        return (
-            self.role_gpus(dis.prefill) * dis.prefill.replicas
-            + self.role_gpus(dis.decode) * dis.decode.replicas
-        )
+    def two_model_choice(self) -> bool | None:
+        """``two_model`` (the TensorRT-LLM dialect's switch)."""
+        return self.two_model
+
+
+class TinyServer(ServerBase):
+    """alflow's small real CPU engine (``alflow tiny serve``, n-gram drafting only)."""
+
+    framework: Literal["tiny"] = Field("tiny", description="Serving framework: tiny.")
+
+
+ServerConfig = Annotated[
+    VllmServer | SglangServer | TrtllmServer | SimServer | TinyServer, Field(discriminator="framework")
+]
+"""One serving-engine configuration: the variant of its ``framework`` (see :class:`ServerBase`)."""
+
+_SERVER: TypeAdapter[ServerConfig] = TypeAdapter(ServerConfig, config=ConfigDict(hide_input_in_errors=True))
+
+
+def server_config(data: Any = None, /, **fields: Any) -> ServerConfig:
+    """A server configuration from a mapping or keyword fields, as the variant its ``framework`` names.
+
+    ``server_config(framework="sim", model="m")`` is a :class:`SimServer`; a mapping may be a
+    ``model_dump()`` of any variant.
+    """
+    return _SERVER.validate_python({**(data or {}), **fields})

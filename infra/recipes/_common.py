@@ -8,7 +8,7 @@ from pathlib import Path
 
 from alflow.acceptance.knobs import SyntheticKnobs, render_knobs
 from alflow.acceptance.synthetic import SyntheticAcceptanceError
-from alflow.config import Parallelism, ServerConfig, parallel_gpus
+from alflow.config import Parallelism, ServerConfig
 from infra.errors import RecipeError
 from infra.launch import KNOB_ENV_NAMES, free_port
 
@@ -71,7 +71,7 @@ def render_synthetic(config: ServerConfig, framework: str) -> SyntheticKnobs | N
             config.synthetic.rates,
             scheme=config.synthetic.scheme,
             method=spec.method.value,
-            two_model=config.two_model,
+            two_model=config.two_model_choice(),
         )
     except SyntheticAcceptanceError as exc:
         raise RecipeError(str(exc)) from exc
@@ -104,10 +104,11 @@ def gpus_per_node(
 ) -> int:
     """GPUs on each of ``nodes`` when ``parallelism`` is spread over them; refuses an uneven split.
 
-    The GPU count is :func:`alflow.config.parallel_gpus` (``tp x pp x dp``, attention DP adding none); a
+    The GPU count is the framework's (:meth:`alflow.config.ServerBase.instance_gpus`: ``tp x pp x dp``,
+    attention DP adding none); a
     server spanning nodes needs the same number on each node, and at least one.
     """
-    gpus = parallel_gpus(config.gpu_framework, parallelism, config.extra_args)
+    gpus = config.instance_gpus(parallelism)
     if gpus % nodes:
         par = parallelism
         raise RecipeError(

@@ -206,8 +206,9 @@ class SglangRecipe:
         env = merge_env(knobs.env if knobs else {}, config.extra_env)
         warnings = self.check_image(config, knobs) + (knobs.warnings if knobs else ())
         port = resolve_port(config)
-        if config.disaggregation is not None:
-            argv, groups, endpoints, per_node = self.disaggregated(config, config.disaggregation, port)
+        dis = config.disaggregated()
+        if dis is not None:
+            argv, groups, endpoints, per_node = self.disaggregated(config, dis, port)
         else:
             per_node = gpus_per_node(config, config.parallelism, config.nodes)
             argv = self.server_argv(config, config.parallelism, port, config.nodes) + list(config.extra_args)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 
-from alflow.config import ServerConfig
+from alflow.config import ServerConfig, SimServer
 from alflow.sim.config import SimConfig
 from infra.errors import RecipeError
 from infra.launch import HEAD_ADDR, NNODES, NODE_RANK, Launch, MetricsEndpoint
@@ -61,6 +61,10 @@ class SimRecipe:
 
     def build(self, config: ServerConfig) -> Launch:
         """``python -m alflow.sim serve`` in ``config.sim_dialect`` with that framework's knob path."""
+        if not isinstance(config, SimServer):
+            raise RecipeError(
+                f"the sim recipe builds framework 'sim' configurations, not {config.framework!r}"
+            )
         check_extra_args(self.framework, config.extra_args, SIM_MANAGED_FLAGS)
         dialect = DIALECTS[config.sim_dialect]
         source = dialect.sim_source(config)

@@ -77,14 +77,14 @@ class TrtllmRecipe:
     def knobs(self, config: ServerConfig) -> SyntheticKnobs | None:
         """``TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS``; refuses two-model mode for a one-model method."""
         spec = config.speculative
-        if config.two_model and spec is not None and spec.method is SpecMethod.MTP:
+        if config.two_model_choice() and spec is not None and spec.method is SpecMethod.MTP:
             raise RecipeError("TensorRT-LLM MTP has no two-model mode: drop two_model or use eagle3")
         return render_synthetic(config, self.framework)
 
     def warnings(self, config: ServerConfig) -> tuple[str, ...]:
         """Things a reviewer should know about this configuration (not errors)."""
         spec = config.speculative
-        if config.two_model and spec is not None and spec.method is SpecMethod.EAGLE3:
+        if config.two_model_choice() and spec is not None and spec.method is SpecMethod.EAGLE3:
             return (
                 "TensorRT-LLM is removing the EAGLE3 two-model path: recent versions set eagle3_one_model back "
                 "to true with only a log warning, so check the server log for which path actually ran",
@@ -105,7 +105,7 @@ class TrtllmRecipe:
             if spec.draft_model:
                 sc["speculative_model"] = spec.draft_model
             if spec.method is SpecMethod.EAGLE3:
-                sc["eagle3_one_model"] = not config.two_model
+                sc["eagle3_one_model"] = not config.two_model_choice()
             if spec.method is SpecMethod.NGRAM and spec.prompt_lookup_max is not None:
                 sc["max_matching_ngram_size"] = spec.prompt_lookup_max
             opts["speculative_config"] = sc

@@ -123,8 +123,9 @@ class VllmRecipe:
         env = merge_env({}, config.extra_env)
         port = resolve_port(config)
         spec, warnings, synthetic = self.speculative_config(config)
-        argv = ["vllm", "serve", config.model_path or config.model]
-        if config.model_path:
+        weights = config.weights_path()
+        argv = ["vllm", "serve", weights or config.model]
+        if weights:
             argv += ["--served-model-name", config.model]
         argv += ["--host", bind_host_of(config), "--port", str(port)]
         if config.revision:

@@ -24,7 +24,7 @@ import docker.errors
 import pytest
 import yaml
 
-from alflow.config import DockerOptions, ServerConfig, SpeculativeConfig, SyntheticAcceptance
+from alflow.config import DockerOptions, SpeculativeConfig, SyntheticAcceptance, server_config
 from infra.errors import RunnerError, ServerStartError
 from infra.images import ensure_sim_image, sim_docker_options
 from infra.launch import Launch, free_port
@@ -74,7 +74,7 @@ def run_id() -> str:
 
 def sim_launch(*extra: str, al: float | None = 3.24) -> Launch:
     return build_launch(
-        ServerConfig(
+        server_config(
             framework="sim",
             model="llama-3.3-70b",
             host="127.0.0.1",
@@ -152,7 +152,7 @@ from infra.images import sim_docker_options
 from infra.recipes import build_launch
 from infra.runners import DockerRunner
 from alflow.config import ServerConfig
-launch = build_launch(ServerConfig(framework="sim", model="m", host="127.0.0.1", extra_args=("--time-scale", "0")))
+launch = build_launch(server_config(framework="sim", model="m", host="127.0.0.1", extra_args=("--time-scale", "0")))
 handle = DockerRunner(sim_docker_options(), run_id=sys.argv[1]).start(launch)
 print(handle.id, flush=True)
 os.kill(os.getpid(), signal.SIGKILL)  # killed before its finally: the container stays
@@ -212,7 +212,7 @@ def test_gpu_device_requests_and_container_config(
 ) -> None:
     secret = "hf_e2eSecretValue42"
     launch = build_launch(
-        ServerConfig(
+        server_config(
             framework="trtllm",
             model="org/model",
             image=SIM_IMAGE,
@@ -305,7 +305,7 @@ def test_secret_values_never_reach_logs_from_the_runner(
 
 def test_missing_image_with_pull_never_is_a_clear_error(client: docker.DockerClient) -> None:
     runner = DockerRunner(DockerOptions(pull="never", gpus="none"), client=client, run_id=run_id())
-    launch = build_launch(ServerConfig(framework="vllm", model="m", image="alflow-no-such-image:0"))
+    launch = build_launch(server_config(framework="vllm", model="m", image="alflow-no-such-image:0"))
     with pytest.raises(RunnerError, match="not present locally and pull='never'"):
         runner.start(launch)
 
@@ -329,7 +329,7 @@ def test_lifecycle_with_docker_options_stops_from_a_fresh_runner(
 ) -> None:
     """start_server/stop_server: the handle alone (plain data) is enough to stop the container later."""
     options = sim_docker_options()
-    config = ServerConfig(
+    config = server_config(
         framework="sim", model="m", host="127.0.0.1", readiness_timeout_s=30, extra_args=("--time-scale", "0")
     )
     rid = run_id()

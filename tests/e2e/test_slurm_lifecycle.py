@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from alflow.config import ServerConfig, SlurmOptions, SpeculativeConfig, SyntheticAcceptance
+from alflow.config import SlurmOptions, SpeculativeConfig, SyntheticAcceptance, server_config
 from infra.lifecycle import alflow_slurm_jobs, reclaim_host
 from infra.recipes import build_launch
 from infra.runners import SlurmRunner, running_server
@@ -88,7 +88,7 @@ def test_runner_drops_stale_slurm_variables_of_its_own_environment(
     monkeypatch.setenv("SLURM_EXPORT_ENV", "NONE")
     monkeypatch.setenv("SLURM_JOB_ID", "999999")
     # SGLang's knobs travel as environment variables: they must reach the server through srun
-    config = ServerConfig(
+    config = server_config(
         framework="sim",
         model="slurm-env",
         sim_dialect="sglang",

@@ -25,7 +25,14 @@ from typing import Any
 import pytest
 import yaml
 
-from alflow.config import Parallelism, ServerConfig, SlurmOptions, SpeculativeConfig, SyntheticAcceptance
+from alflow.config import (
+    Parallelism,
+    ServerConfig,
+    SlurmOptions,
+    SpeculativeConfig,
+    SyntheticAcceptance,
+    server_config,
+)
 from alflow.metrics import names
 from alflow.metrics.prometheus import scrape_all
 from infra.errors import ServerStartError
@@ -54,7 +61,7 @@ def two_nodes(slurm_cluster: None) -> Iterator[None]:
 
 def two_node_server(model: str, *extra: str) -> ServerConfig:
     """The 2-node sim configuration: DP 2 (one engine and one metrics endpoint per node), synthetic AL."""
-    return ServerConfig(
+    return server_config(
         framework="sim",
         model=model,
         nodes=2,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from alflow.config import ServerConfig, SlurmOptions
+from alflow.config import SlurmOptions, server_config
 from infra.errors import ServerStartError
 from infra.launch import Launch, free_port
 from infra.lifecycle import alflow_slurm_jobs
@@ -55,7 +55,7 @@ def runner(tmp_path: Path) -> SlurmRunner:
 
 
 def test_sim_server_as_a_slurm_job_serves_and_is_cancelled(tmp_path: Path) -> None:
-    launch = build_launch(ServerConfig(framework="sim", model="slurm-e2e", readiness_timeout_s=60.0))
+    launch = build_launch(server_config(framework="sim", model="slurm-e2e", readiness_timeout_s=60.0))
     slurm = runner(tmp_path)
     with running_server(slurm, launch, timeout_s=60.0) as handle:
         assert handle.runner == "slurm"

@@ -20,9 +20,9 @@ from alflow.config import (
     ModelSpec,
     RandomWorkload,
     SamplingParams,
-    ServerConfig,
     ServerPlacement,
     SpeedBenchWorkload,
+    server_config,
 )
 from alflow.evals.run import bundled_gsm8k
 from alflow.reference import load_reference
@@ -55,7 +55,9 @@ def test_m0_writes_the_reference_table_and_reuses_cached_points(tmp_path: Path) 
     params = CalibrateParams(
         models=(MODEL,),
         ks=(3,),
-        server=ServerConfig(framework="sim", model=MODEL.id, extra_args=(*FAST, "--step-log", str(step_log))),
+        server=server_config(
+            framework="sim", model=MODEL.id, extra_args=(*FAST, "--step-log", str(step_log))
+        ),
         placement=_placement(tmp_path),
         workload=PROMPTS,
         load=LoadConfig(concurrency=4),
@@ -91,7 +93,7 @@ def _gate_params(tmp_path: Path, reference: Path, dialect: str, quality: str) ->
     return GateParams(
         model=MODEL,
         k=3,
-        server=ServerConfig(
+        server=server_config(
             framework="sim",
             model=MODEL.id,
             sim_dialect=dialect,  # type: ignore[arg-type]
@@ -112,7 +114,7 @@ def _calibrated_reference(tmp_path: Path) -> Path:
         CalibrateParams(
             models=(MODEL,),
             ks=(3,),
-            server=ServerConfig(framework="sim", model=MODEL.id, extra_args=FAST),
+            server=server_config(framework="sim", model=MODEL.id, extra_args=FAST),
             placement=_placement(tmp_path),
             workload=PROMPTS,
             load=LoadConfig(concurrency=4),
@@ -146,7 +148,7 @@ def _bench_params(tmp_path: Path, *extra: str, **fields: Any) -> BenchmarkParams
         **fields,
         model=MODEL,
         k=3,
-        server=ServerConfig(framework="sim", model=MODEL.id, extra_args=(*FAST, *extra)),
+        server=server_config(framework="sim", model=MODEL.id, extra_args=(*FAST, *extra)),
         placement=_placement(tmp_path),
         target_al=2.73,
         workload=RandomWorkload(isl=128, osl=64),
@@ -222,7 +224,7 @@ def test_m0_keeps_a_point_that_aborts_mid_way_and_leaves_the_reference_table_alo
     params = CalibrateParams(
         models=(MODEL,),
         ks=(3,),
-        server=ServerConfig(
+        server=server_config(
             framework="sim", model=MODEL.id, extra_args=(*FAST, "--crash-after-requests", "6")
         ),
         placement=_placement(tmp_path),
@@ -285,7 +287,7 @@ def test_sweep_runs_m1_then_m2_per_k_and_picks_the_best_k(tmp_path: Path) -> Non
         CalibrateParams(
             models=(MODEL,),
             ks=(1, 3),
-            server=ServerConfig(framework="sim", model=MODEL.id, extra_args=FAST),
+            server=server_config(framework="sim", model=MODEL.id, extra_args=FAST),
             placement=_placement(tmp_path),
             workload=PROMPTS,
             load=LoadConfig(concurrency=4),

@@ -21,9 +21,9 @@ from alflow.config import (
     ModelSpec,
     RandomWorkload,
     SamplingParams,
-    ServerConfig,
     ServerPlacement,
     SpeedBenchWorkload,
+    server_config,
 )
 from flows.benchmark import benchmark
 from flows.calibrate import calibrate
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.usefixtures("prefect_harness")
 NAME = " ".join(HOSTILE)
 SHOWN = " ".join(NAME.split())  # as a reader sees it: the newline is a space
 MODEL = ModelSpec(id=NAME, sampling_thinking_off=SamplingParams(temperature=0.0, max_tokens=64))
-SERVER = ServerConfig(framework="sim", model=NAME, label=f"label {NAME}", extra_args=("--time-scale", "0"))
+SERVER = server_config(framework="sim", model=NAME, label=f"label {NAME}", extra_args=("--time-scale", "0"))
 
 
 def markdown_artifacts(state: object) -> list[str]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from alflow.config import ProcessOptions, ServerConfig, SpeculativeConfig, SyntheticAcceptance
+from alflow.config import ProcessOptions, ServerConfig, SpeculativeConfig, SyntheticAcceptance, server_config
 from infra.errors import ServerStartError
 from infra.lifecycle import serving, start_server, stop_server
 from infra.recipes import build_launch
@@ -31,7 +31,7 @@ def _run_dirs_in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
 
 def sim_config(dialect: str, k: int, al: float | None, *extra: str, method: str = "mtp") -> ServerConfig:
     drafter = {"draft_model": "org/drafter"} if method in ("eagle3", "draft_model") else {}
-    return ServerConfig(
+    return server_config(
         framework="sim",
         model="llama-3.3-70b",
         host="127.0.0.1",

@@ -23,8 +23,8 @@ from alflow.config import (
     ModelSpec,
     RandomWorkload,
     SamplingParams,
-    ServerConfig,
     ServerPlacement,
+    server_config,
 )
 from alflow.results.store import open_run
 from flows.benchmark import benchmark
@@ -155,7 +155,9 @@ def test_m2_html_report_renders_its_plots_in_chromium_without_console_errors(tmp
     params = BenchmarkParams(
         model=model,
         k=3,
-        server=ServerConfig(framework="sim", model=model.id, extra_args=("--time-scale", "0", "--seed", "7")),
+        server=server_config(
+            framework="sim", model=model.id, extra_args=("--time-scale", "0", "--seed", "7")
+        ),
         placement=ServerPlacement(results_root=str(tmp_path / "results")),
         target_al=3.3,
         workload=RandomWorkload(isl=256, osl=64),

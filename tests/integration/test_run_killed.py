@@ -132,11 +132,11 @@ def test_a_killed_run_leaves_no_server_no_guard_and_no_prefect_server(
 
 ORPHAN = """
 import os, signal, sys
-from alflow.config import ServerConfig
+from alflow.config import ServerConfig, server_config
 from infra.recipes import build_launch
 from infra.runners.process import ProcessRunner
 runner = ProcessRunner(run_id="orphan-run")
-handle = runner.start(build_launch(ServerConfig(framework="sim", model="m", extra_args=("--time-scale", "0"))))
+handle = runner.start(build_launch(server_config(framework="sim", model="m", extra_args=("--time-scale", "0"))))
 guard = ProcessRunner._guards[handle.id]
 os.kill(guard.process.pid, signal.SIGKILL)  # the guard is gone too: only the registry remembers
 guard.process.wait()

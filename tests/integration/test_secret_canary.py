@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from alflow.config import ProcessOptions, ServerConfig, ServerPlacement
+from alflow.config import ProcessOptions, ServerPlacement, server_config
 from alflow.results.store import RunWriter, open_run
 from alflow.sim.process import SimProcess
 from infra.lifecycle import serving
@@ -141,7 +141,7 @@ def test_bench_errors_name_no_secret(keyed_sim: SimProcess, tmp_path: Path) -> N
 
 
 def test_the_process_runner_passes_a_secret_by_name_and_the_run_stores_only_the_name(tmp_path: Path) -> None:
-    server = ServerConfig(
+    server = server_config(
         framework="sim", model="m", host="127.0.0.1", readiness_timeout_s=30, extra_args=("--time-scale", "0")
     )
     placement = ServerPlacement(

@@ -22,7 +22,7 @@ import aiohttp
 import orjson
 import pytest
 
-from alflow.config import ServerConfig, SpeculativeConfig
+from alflow.config import SpeculativeConfig, server_config
 from alflow.metrics.dialects import get_dialect
 from alflow.metrics.prometheus import Snapshot, SnapshotWindow, parse_exposition
 from alflow.tiny.server import TinyServer, TinyServerSettings
@@ -220,7 +220,7 @@ def test_three_concurrent_clients_queue_and_all_complete(served: tuple[TinyThrea
 def test_alflow_bench_reads_the_al_of_tiny_serve_from_its_counters() -> None:
     """The recipe starts ``python -m alflow.tiny serve`` through the process runner; bench measures it."""
     _engine_module()
-    config = ServerConfig(
+    config = server_config(
         framework="tiny",
         model="gemma-3-270m",
         host="127.0.0.1",
@@ -293,7 +293,7 @@ def test_synthetic_acceptance_reaches_the_engine_through_vllms_knob_path() -> No
     from alflow.evals.run import probe_synthetic
 
     _engine_module()
-    config = ServerConfig(
+    config = server_config(
         framework="tiny",
         model="gemma-3-270m",
         host="127.0.0.1",

@@ -30,7 +30,13 @@ MODELS = [
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
 def test_every_field_has_a_description_and_models_are_strict(model: type[config.StrictModel]) -> None:
     assert model.model_config.get("frozen") is True
-    assert model.model_config.get("extra") == "forbid"
+    if issubclass(
+        model, config.ServerBase
+    ):  # extra fields are collected to be refused with a clearer message
+        assert model.model_config.get("extra") == "allow"
+        assert model.model_json_schema().get("additionalProperties") is False
+    else:
+        assert model.model_config.get("extra") == "forbid"
     for name, info in model.model_fields.items():
         assert info.description, f"{model.__name__}.{name} has no description"
 
@@ -41,6 +47,26 @@ def test_frozen_and_extra_forbidden() -> None:
         s.temperature = 1.0  # type: ignore[misc]
     with pytest.raises(pydantic.ValidationError, match="Extra inputs are not permitted"):
         SamplingParams(temprature=0.6)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("framework", ["vllm", "sglang", "trtllm", "sim", "tiny"])
+def test_every_server_variant_refuses_unknown_and_other_frameworks_fields(framework: str) -> None:
+    with pytest.raises(
+        pydantic.ValidationError, match="Extra inputs are not permitted: 'colour' is not a field"
+    ):
+        config.server_config(framework=framework, model="m", colour="red")
+    foreign = {
+        "vllm": ("two_model", True, "TensorRT-LLM only"),
+        "sglang": ("model_path", "/w", "vLLM only"),
+        "trtllm": ("sim_dialect", "vllm", "framework 'sim' only"),
+        "sim": ("disaggregation", {}, "framework 'sglang' only"),
+        "tiny": ("two_model", False, "TensorRT-LLM only"),
+    }[framework]
+    with pytest.raises(pydantic.ValidationError, match=foreign[2]):
+        config.server_config(framework=framework, model="m", **{foreign[0]: foreign[1]})
+    made = config.server_config(framework=framework, model="m")
+    assert type(made).__name__.lower().startswith(framework)
+    assert config.server_config(made.model_dump()) == made
 
 
 def test_model_spec_thinking_toggle() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from alflow.config import Parallelism, ServerConfig, SlurmOptions, parallel_gpus
+from alflow.config import Parallelism, ServerConfig, SlurmOptions, server_config
 from alflow.metrics.client import GpuLayout
 from alflow.topology import gpu_layout, topology
 from infra.errors import RecipeError
@@ -21,7 +21,7 @@ MTP3 = {"method": "mtp", "k": 3}
 
 
 def config(framework: str, **fields: object) -> ServerConfig:
-    return ServerConfig.model_validate(
+    return server_config(
         {"framework": framework, "model": "org/moe", "port": 30000, "speculative": MTP3, **fields}
     )
 
@@ -184,14 +184,12 @@ def test_sglang_disaggregated_groups_router_and_decode_endpoints() -> None:
 )
 def test_disaggregation_config_is_checked(fields: Mapping[str, object], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
-        ServerConfig.model_validate(
-            {"framework": "sglang", "model": "m", "nodes": 4, "disaggregation": PD, **fields}
-        )
+        server_config({"framework": "sglang", "model": "m", "nodes": 4, "disaggregation": PD, **fields})
 
 
 def test_disaggregated_ports_must_not_collide() -> None:
     with pytest.raises(ValidationError, match=r"prefill ports .* and decode ports .* overlap"):
-        ServerConfig.model_validate(
+        server_config(
             {
                 "framework": "sglang",
                 "model": "m",
@@ -230,12 +228,19 @@ def test_a_role_whose_gpus_do_not_split_over_its_nodes_is_refused() -> None:
         ("sglang", {"tp": 8, "dp": 4}, (), 32),
         ("sglang", {"tp": 16, "dp": 8, "ep": 16}, ("--enable-dp-attention",), 16),
         ("trtllm", {"tp": 8, "dp": 8}, (), 8),
+        ("tiny", {"tp": 1, "dp": 2}, (), 2),
     ],
 )
-def test_parallel_gpus_follow_each_frameworks_rules(
+def test_each_frameworks_variant_counts_gpus_by_its_rules_and_the_sim_by_its_dialects(
     framework: str, par: dict[str, int], extra: tuple[str, ...], gpus: int
 ) -> None:
-    assert parallel_gpus(framework, Parallelism.model_validate(par), extra) == gpus
+    parallelism = Parallelism.model_validate(par)
+    config = server_config(framework=framework, model="m", extra_args=extra)
+    assert config.instance_gpus(parallelism) == gpus
+    if framework != "tiny":
+        sim = server_config(framework="sim", model="m", sim_dialect=framework, extra_args=extra)
+        assert sim.instance_gpus(parallelism) == gpus
+        assert sim.gpu_framework == framework
 
 
 def test_gpu_layout_of_one_server_counts_every_nodes_gpus() -> None:
@@ -245,7 +250,7 @@ def test_gpu_layout_of_one_server_counts_every_nodes_gpus() -> None:
     assert topology(two_nodes) == {"nodes": 2, "gpus": 16, "prefill_gpus": None, "decode_gpus": None}
     assert gpu_layout(config("vllm", parallelism={"tp": 4, "dp": 2, "ep": 8})).gpus == 8
     assert gpu_layout(config("trtllm", parallelism={"tp": 8, "dp": 8})).gpus == 8
-    sim = ServerConfig(framework="sim", model="m", sim_dialect="trtllm", parallelism=Parallelism(tp=4, dp=4))
+    sim = server_config(framework="sim", model="m", sim_dialect="trtllm", parallelism=Parallelism(tp=4, dp=4))
     assert gpu_layout(sim).gpus == 4  # the simulator counts like the dialect it speaks
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from alflow.config import ServerConfig, SlurmOptions
+from alflow.config import ServerConfig, SlurmOptions, server_config
 from infra.launch import Launch
 from infra.recipes import ALL_ADDRESSES, build_launch
 from infra.runners.slurm import render_script
@@ -29,9 +29,7 @@ MTP3 = {"method": "mtp", "k": 3}
 
 
 def config(**fields: object) -> ServerConfig:
-    return ServerConfig.model_validate(
-        {"model": "deepseek-ai/DeepSeek-V3", "port": 30000, "speculative": MTP3, **fields}
-    )
+    return server_config({"model": "deepseek-ai/DeepSeek-V3", "port": 30000, "speculative": MTP3, **fields})
 
 
 def render(cfg: ServerConfig, options: SlurmOptions) -> tuple[Launch, str]:

@@ -16,7 +16,7 @@ from alflow.acceptance.knobs import (
     SGLANG_TOKEN_MODE_ENV,
     TRTLLM_ENV,
 )
-from alflow.config import Parallelism, ServerConfig, SpeculativeConfig, SyntheticAcceptance
+from alflow.config import Parallelism, ServerConfig, SpeculativeConfig, SyntheticAcceptance, server_config
 from alflow.metrics.names import SGLANG_METRICS_PATH, TRTLLM_METRICS_PATH, VLLM_METRICS_PATH
 from infra.errors import RecipeError
 from infra.launch import DEFAULT_FILES_DIR, REDACTED, Launch, LaunchFile, free_port
@@ -31,7 +31,7 @@ EAGLE3_5 = SpeculativeConfig(method="eagle3", k=5, draft_model="org/eagle3-draft
 def cfg(**kwargs: object) -> ServerConfig:
     values: dict[str, object] = {"model": "org/model", "port": 8000}
     values.update(kwargs)
-    return ServerConfig.model_validate(values)
+    return server_config(values)
 
 
 def spec_config(launch: Launch) -> dict[str, object]:
@@ -509,7 +509,7 @@ def test_free_extra_args_and_env_pass_through() -> None:
 
 def test_server_config_is_hashable_and_round_trips() -> None:
     a = cfg(framework="vllm", extra_env={"A": "1"}, speculative=MTP3)
-    b = ServerConfig.model_validate_json(a.model_dump_json())
+    b = server_config(json.loads(a.model_dump_json()))
     assert a == b
     assert hash(a) == hash(b)
     assert len({a, b, cfg(framework="vllm", extra_env={"A": "2"}, speculative=MTP3)}) == 2

@@ -11,7 +11,7 @@ import pytest
 from docker.types import DeviceRequest
 from pydantic import ValidationError
 
-from alflow.config import DockerOptions, ServerConfig, SpeculativeConfig, SyntheticAcceptance
+from alflow.config import DockerOptions, SpeculativeConfig, SyntheticAcceptance, server_config
 from infra.cli import parse_duration
 from infra.errors import RunnerError
 from infra.launch import Launch
@@ -31,7 +31,7 @@ from infra.runners.docker import (
 
 def trtllm_launch() -> Launch:
     return build_launch(
-        ServerConfig(
+        server_config(
             framework="trtllm",
             model="org/model",
             port=8000,
@@ -285,7 +285,7 @@ def test_secrets_reach_the_container_environment_and_only_their_names_the_proven
     )
     runner = DockerRunner(options, client=client, secret_source={"HF_TOKEN": secret}.get)  # type: ignore[arg-type]
     launch = build_launch(
-        ServerConfig(framework="vllm", model="org/m", image="vllm/vllm-openai:v0.11.0", port=8000)
+        server_config(framework="vllm", model="org/m", image="vllm/vllm-openai:v0.11.0", port=8000)
     )
     handle = runner.create(launch)
     (created,) = client.containers.created

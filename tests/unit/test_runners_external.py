@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from alflow.config import ExternalServer, ServerConfig
+from alflow.config import ExternalServer, server_config
 from alflow.metrics.names import SGLANG_METRICS_PATH, TRTLLM_METRICS_PATH
 from infra.errors import RunnerError, ServerStartError
 from infra.recipes import build_launch
@@ -40,7 +40,7 @@ def server() -> Iterator[str]:
 def test_attach_wait_and_never_stop(server: str) -> None:
     runner = make_runner(ExternalServer(base_url=server + "/", dialect="trtllm"))
     assert isinstance(runner, ExternalRunner)
-    launch = build_launch(ServerConfig(framework="trtllm", model="m", port=1234))
+    launch = build_launch(server_config(framework="trtllm", model="m", port=1234))
     with running_server(runner, launch, timeout_s=5) as handle:
         assert handle.base_url == server
         assert handle.metrics_url == server + TRTLLM_METRICS_PATH
@@ -61,7 +61,7 @@ def test_explicit_metrics_url_and_dialect_mismatch(server: str) -> None:
         server + SGLANG_METRICS_PATH
     )
     with pytest.raises(RunnerError, match="speaks 'sglang'"):
-        runner.start(build_launch(ServerConfig(framework="vllm", model="m", port=1234)))
+        runner.start(build_launch(server_config(framework="vllm", model="m", port=1234)))
 
 
 def test_unhealthy_external_server_times_out(server: str) -> None:

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from alflow.bench import served_model as _served_model
 from alflow.cli import app
-from alflow.config import ServerConfig
+from alflow.config import server_config
 from alflow.datasets.random_tokens import detokenize_sessions, random_sessions
 from alflow.errors import InvalidInputError
 from alflow.loadgen import LoadSpec, Target, run_load
@@ -107,7 +107,7 @@ def test_redact_urls_in_text_and_data() -> None:
 
 def test_extra_env_refuses_secret_names_and_points_to_the_runner_secrets() -> None:
     with pytest.raises(ValidationError) as info:
-        ServerConfig(
+        server_config(
             framework="sim", model="m", extra_env={"HF_TOKEN": "hf_literalValue99", "NCCL_DEBUG": "INFO"}
         )
     message = str(info.value)
@@ -117,8 +117,8 @@ def test_extra_env_refuses_secret_names_and_points_to_the_runner_secrets() -> No
     assert "hf_literalValue99" not in message  # pydantic's error does not echo the input
     for name in ("OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD", "MY_SECRET_THING"):
         with pytest.raises(ValidationError, match=name):
-            ServerConfig(framework="vllm", model="m", extra_env={name: "x"})
-    ok = ServerConfig(
+            server_config(framework="vllm", model="m", extra_env={name: "x"})
+    ok = server_config(
         framework="vllm", model="m", extra_env={"TOKENIZERS_PARALLELISM": "false", "NCCL_DEBUG": "WARN"}
     )
     assert ok.extra_env["NCCL_DEBUG"] == "WARN"
@@ -129,9 +129,9 @@ def test_extra_env_refuses_secret_names_and_points_to_the_runner_secrets() -> No
 )
 def test_extra_args_refuse_secret_flags(args: tuple[str, ...]) -> None:
     with pytest.raises(ValidationError, match="runner's secrets") as info:
-        ServerConfig(framework="vllm", model="m", extra_args=args)
+        server_config(framework="vllm", model="m", extra_args=args)
     assert "Literal-5" not in str(info.value)
-    ServerConfig(
+    server_config(
         framework="vllm", model="m", extra_args=("--max-num-batched-tokens", "8192", "--tokenizer", "t")
     )
 

@@ -6,7 +6,7 @@ import collections
 
 import pytest
 
-from alflow.config import Parallelism, ServerConfig
+from alflow.config import Parallelism, ServerConfig, server_config
 from alflow.errors import InvalidInputError
 from alflow.metrics.client import GpuLayout
 from alflow.sim.cluster import stats_from_dict, stats_to_dict
@@ -117,7 +117,7 @@ def test_engine_stats_travel_between_head_and_worker() -> None:
 def sim_server(**kw: object) -> ServerConfig:
     data: dict[str, object] = {"framework": "sim", "model": "llama", "port": 9100}
     data.update(kw)
-    return ServerConfig.model_validate(data)
+    return server_config(data)
 
 
 def test_recipe_puts_node_placeholders_and_per_node_metrics_endpoints_for_dp() -> None:

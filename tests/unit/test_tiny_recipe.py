@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from alflow.config import ServerConfig
+from alflow.config import ServerConfig, server_config
 from alflow.errors import InvalidInputError
 from alflow.tiny.settings import resolve_spec
 from infra.errors import RecipeError
@@ -24,7 +24,7 @@ def _config(**kw: object) -> ServerConfig:
         "port": 8123,
     }
     data.update(kw)
-    return ServerConfig.model_validate(data)
+    return server_config(data)
 
 
 def _flag(argv: tuple[str, ...], name: str) -> str:
@@ -98,7 +98,7 @@ def test_recipe_is_registered_with_the_local_image_and_config_labels_the_engine(
     assert config.simulated is False
     assert config.engine_note is not None
     assert "TINY CPU ENGINE" in config.engine_note
-    assert ServerConfig(framework="vllm", model="m").engine_note is None
+    assert server_config(framework="vllm", model="m").engine_note is None
 
 
 @pytest.mark.parametrize(
