@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import polars as pl
 
-from alflow.acceptance.stats import SpecStats
+from alflow.acceptance.stats import CI_LEVEL, SpecStats
 from alflow.datasets.types import Session
 from alflow.errors import AlflowError
 from alflow.loadgen.records import RequestRecord, records_frame
@@ -136,11 +136,14 @@ def window_stats(
     final: Snapshot,
     series: Sequence[Snapshot] = (),
     k: int | None = None,
+    *,
+    level: float = CI_LEVEL,
 ) -> tuple[SpecStats | None, str | None]:
-    """Spec-decode statistics over the window between two scrapes, or None and the reason."""
+    """Spec-decode statistics over the window between two scrapes (a ``level`` CI of AL), or None and the reason."""
     the_dialect = get_dialect(dialect) if isinstance(dialect, str) else dialect
     try:
-        return the_dialect.spec_stats(SnapshotWindow(baseline, final, series=list(series)), k=k), None
+        window = SnapshotWindow(baseline, final, series=list(series))
+        return the_dialect.spec_stats(window, k=k, level=level), None
     except AlflowError as exc:
         return None, str(exc)
 

@@ -8,15 +8,14 @@ point is invalid and the run fails (unless ``fail_on_invalid`` is off).
 
 from __future__ import annotations
 
-from typing import Any
-
 import polars as pl
 from prefect import flow, get_run_logger, tags
 
 from alflow.acceptance.synthetic import distribution
 from alflow.config import BenchmarkParams, LoadConfig, SyntheticAcceptance, ThinkingMode
 from alflow.measure import PARTIAL_ATTR, Measurement
-from alflow.points import m2_point
+from alflow.outcomes import M2Outcome
+from alflow.points import M2Point, m2_point
 from alflow.redact import redact_url
 from alflow.reports.markdown import M2Summary
 from alflow.topology import gpu_layout, topology
@@ -29,7 +28,7 @@ from tasks.servers import server_lifetime, wait_ready
 
 
 @flow(name="m2-benchmark", flow_run_name="m2-{params.model.id}-k{params.k}")
-def benchmark(params: BenchmarkParams) -> dict[str, Any]:
+def benchmark(params: BenchmarkParams) -> M2Outcome:
     """M2: synthetic acceptance at the target AL over a concurrency sweep, audited per point."""
     log = get_run_logger()
     target = (
@@ -61,7 +60,7 @@ def benchmark(params: BenchmarkParams) -> dict[str, Any]:
         simulated=server.simulated,
         engine_note=server.engine_note,
     )
-    points: list[dict[str, Any]] = []
+    points: list[M2Point] = []
     requests: list[pl.DataFrame] = []
     metrics: list[pl.DataFrame] = []
     failures: list[str] = []
@@ -143,7 +142,7 @@ def benchmark(params: BenchmarkParams) -> dict[str, Any]:
                         metrics_where=" + ".join(redact_url(u) for u in handle.all_metrics_urls),
                     )
                     failures += point_failures
-                    points.append(point.to_dict())
+                    points.append(point)
                     requests.append(m.records.with_columns(pl.lit(conc).alias("concurrency")))
                     metrics.append(m.metrics_frame().with_columns(pl.lit(conc).alias("concurrency")))
                     if m.aborted is not None:
@@ -153,7 +152,8 @@ def benchmark(params: BenchmarkParams) -> dict[str, Any]:
             failures.append(f"{server.framework} K={params.k}: the run failed: {exc}")
             if not points:
                 raise
-        spec_frame = pl.DataFrame(points)
+        rows = [p.to_dict() for p in points]
+        spec_frame = pl.DataFrame(rows)
         tables = {
             "requests": pl.concat(requests, how="diagonal_relaxed"),
             "server_metrics": pl.concat(metrics, how="diagonal_relaxed"),
@@ -165,9 +165,9 @@ def benchmark(params: BenchmarkParams) -> dict[str, Any]:
             "scheme": scheme,
             "nodes": server.nodes,
             "num_gpus": layout.gpus,
-            "points": points,
+            "points": rows,
             "failures": failures,
-            "partial": crashed is not None or any(p["partial"] for p in points),
+            "partial": crashed is not None or any(p.partial for p in points),
         }
         store_results(writer, tables, summary)
         report = M2Summary(
@@ -181,20 +181,21 @@ def benchmark(params: BenchmarkParams) -> dict[str, Any]:
             granularity=dist.granularity,
             gpus=layout.gpus,
             nodes=server.nodes,
-            points=points,
+            points=rows,
             failures=tuple(failures),
         )
-        render_report(writer, report, points, key=f"m2-{params.model.id}-k{params.k}")
+        render_report(writer, report, rows, key=f"m2-{params.model.id}-k{params.k}")
         if crashed is not None:
             raise crashed
         if failures and params.fail_on_invalid:
             raise fail("m2-benchmark", "; ".join(failures), {"target_al": target, "k": params.k})
-    return {
-        "run_dir": writer.dir,
-        "target_al": target,
-        "scheme": scheme,
-        "nodes": server.nodes,
-        "num_gpus": layout.gpus,
-        "points": points,
-        "failures": failures,
-    }
+    assert scheme is not None  # set before the first point; no point means the flow raised above
+    return M2Outcome(
+        run_dir=writer.dir,
+        target_al=target,
+        scheme=scheme,
+        nodes=server.nodes,
+        num_gpus=layout.gpus,
+        points=tuple(points),
+        failures=tuple(failures),
+    )

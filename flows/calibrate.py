@@ -32,6 +32,7 @@ from alflow.config import (
     SpeedBenchWorkload,
     ThinkingMode,
 )
+from alflow.outcomes import M0Outcome
 from alflow.reference import (
     ReferenceDiff,
     ReferenceEntry,
@@ -143,7 +144,7 @@ def calibrate_point(
 
 
 @flow(name="m0-calibrate", flow_run_name="m0-{params.server.framework}")
-def calibrate(params: CalibrateParams) -> dict[str, Any]:
+def calibrate(params: CalibrateParams) -> M0Outcome:
     """M0: measure reference AL for every (model, thinking, K) and update the reference table."""
     log = get_run_logger()
     dataset = dataset_description(params.workload)
@@ -269,13 +270,12 @@ def calibrate(params: CalibrateParams) -> dict[str, Any]:
         changed = None if diff is None else sum(r.status != "unchanged" for r in diff.rows)
         report = _report(writer, params, path, kind, dataset, entries, cached_points, changed, [])
         render_report(writer, report, _rows(entries), key="m0-calibration")
-    rows = _rows(entries)
-    return {
-        "run_dir": writer.dir,
-        "reference_path": str(path),
-        "entries": rows,
-        "cached_points": cached_points,
-    }
+    return M0Outcome(
+        run_dir=writer.dir,
+        reference_path=str(path),
+        entries=tuple(entries),
+        cached_points=tuple(cached_points),
+    )
 
 
 def _summary(
@@ -299,18 +299,9 @@ def _summary(
     }
 
 
-def _rows(entries: Sequence[ReferenceEntry]) -> list[dict[str, Any]]:
-    """The key numbers of each entry (the table artifact and the flow's return value)."""
-    return [
-        {
-            "model": e.model,
-            "thinking": e.thinking.value,
-            "k": e.k,
-            "al": round(e.al, 4),
-            "num_drafts": e.num_drafts,
-        }
-        for e in entries
-    ]
+def _rows(entries: Sequence[ReferenceEntry]) -> list[dict[str, object]]:
+    """The key numbers of each entry (the table artifact)."""
+    return M0Outcome("", "", tuple(entries)).rows()
 
 
 def _report(

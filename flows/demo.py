@@ -103,7 +103,7 @@ def _real_acceptance_gate(params: GateParams, label: str) -> dict[str, Any]:
     passed = state.is_completed()
     m1: dict[str, Any] = {"passed": passed, "message": str(state.message or "")}
     if passed:
-        m1.update(state.result())
+        m1.update(state.result().to_dict())
     get_run_logger().info("M1 %s: %s", label, "passed" if passed else f"FAILED: {state.message}")
     return m1
 
@@ -137,7 +137,7 @@ def _tiny_demo(p: DemoParams) -> dict[str, Any]:
             # cached from an earlier build gave AL 1.55 where the current build measures 1.41)
             cache_days=0.0,
         )
-    )
+    ).to_dict()
     m1 = _real_acceptance_gate(
         GateParams(
             model=model,
@@ -243,7 +243,7 @@ def _vllm_demo(p: DemoParams) -> dict[str, Any]:
             reference_path=reference,
             refresh_cache=p.refresh_cache,
         )
-    )
+    ).to_dict()
     m1 = _real_acceptance_gate(
         GateParams(
             model=greedy,
@@ -318,7 +318,7 @@ def _sim_demo(p: DemoParams) -> dict[str, Any]:
             reference_path=reference,
             refresh_cache=p.refresh_cache,
         )
-    )
+    ).to_dict()
     gates: dict[str, Any] = {}
     frameworks: tuple[tuple[str, ServerDialect, str], ...] = (
         ("healthy-vllm", "vllm", "1.0"),
@@ -359,7 +359,7 @@ def _sim_demo(p: DemoParams) -> dict[str, Any]:
             workload=RandomWorkload(isl=512, osl=128),
             concurrencies=p.concurrencies,
         )
-    )
+    ).to_dict()
     return {
         "engine": "sim",
         "m0": m0,

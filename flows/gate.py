@@ -16,6 +16,7 @@ from prefect import flow, get_run_logger, tags
 from alflow.config import GateParams, LoadConfig
 from alflow.gates import Verdict
 from alflow.metrics.client import ClientSummary
+from alflow.outcomes import M1Outcome
 from alflow.redact import redact_url
 from alflow.reports.markdown import M1Summary, M1Verdict
 from alflow.topology import gpu_layout
@@ -28,7 +29,7 @@ from tasks.servers import server_lifetime
 
 
 @flow(name="m1-gate", flow_run_name="m1-{params.server.framework}-{params.model.id}-k{params.k}")
-def gate(params: GateParams) -> dict[str, Any]:
+def gate(params: GateParams) -> M1Outcome:
     """M1: the AL gate on SPEED-Bench coding, then the GSM8K accuracy gate."""
     log = get_run_logger()
     reference = reference_al(
@@ -77,7 +78,7 @@ def gate(params: GateParams) -> dict[str, Any]:
                     gpus=layout,
                     keep_partial=True,
                 )
-                m = spec_stats(m, params.k)
+                m = spec_stats(m, params.k, params.tolerances.confidence)
                 client = m.client
                 tables["requests"] = m.records
                 tables["server_metrics"] = m.metrics_frame()
@@ -155,7 +156,7 @@ def gate(params: GateParams) -> dict[str, Any]:
             message = "; ".join(v.message for v in verdicts if not v.passed)
             raise fail("m1-gate", message, {"subject": subject, "reference_al": reference})
     log.info("M1 passed for %s", subject)
-    return {"run_dir": writer.dir, "passed": True, "verdicts": [v.to_dict() for v in verdicts]}
+    return M1Outcome(run_dir=writer.dir, passed=True, verdicts=tuple(verdicts))
 
 
 def _flat(stats: dict[str, Any]) -> dict[str, Any]:

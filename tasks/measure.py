@@ -10,6 +10,7 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
 
+from alflow.acceptance.stats import CI_LEVEL
 from alflow.config import LoadConfig, ModelSpec, SamplingParams, ThinkingMode
 from alflow.datasets.random_tokens import detokenize_sessions
 from alflow.datasets.types import Session
@@ -174,18 +175,18 @@ def run_load(
 
 
 @task(name="spec_stats", cache_policy=NO_CACHE)
-def spec_stats(measurement: Measurement, k: int | None) -> Measurement:
+def spec_stats(measurement: Measurement, k: int | None, level: float = CI_LEVEL) -> Measurement:
     """Server-side spec-decode statistics of a measured point, from its baseline and final scrapes.
 
-    Fills ``measurement.spec_stats`` (or ``stats_error``) through the server's metrics dialect and
-    returns the measurement.
+    Fills ``measurement.spec_stats`` (or ``stats_error``) through the server's metrics dialect, with a
+    ``level`` confidence interval of AL, and returns the measurement.
     """
     log = get_run_logger()
     m = measurement
     if m.dialect is None or m.baseline is None or m.final is None:
         m.stats_error = m.stats_error or "no baseline and final scrape of the server's metrics"
     else:
-        m.spec_stats, m.stats_error = window_stats(m.dialect, m.baseline, m.final, m.series, k)
+        m.spec_stats, m.stats_error = window_stats(m.dialect, m.baseline, m.final, m.series, k, level=level)
     if m.spec_stats is not None and m.spec_stats.al is not None:
         ci = m.spec_stats.ci
         log.info(

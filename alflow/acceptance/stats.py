@@ -36,6 +36,8 @@ from alflow.errors import AlflowError, InvalidInputError
 CIMethod = Literal["per-step-clustered", "per-step-iid", "histogram-iid", "variance-bound"]
 
 NO_STEPS_NOTE = "no speculative steps observed in the window (zero drafts): AL is undefined"
+CI_LEVEL = 0.95
+"""The default confidence level of the AL interval (M1 takes ``GateTolerances.confidence``)."""
 
 
 class CounterResetError(AlflowError):
@@ -145,7 +147,7 @@ def from_counters(
     draft_tokens: float | None = None,
     accepted_per_position: Sequence[float] | None = None,
     k: int | None = None,
-    level: float = 0.95,
+    level: float = CI_LEVEL,
     note: str = "",
 ) -> SpecStats:
     """Spec-decode statistics from counter deltas over the measured window.
@@ -233,7 +235,7 @@ def from_steps(
     k: int,
     *,
     request_ids: Sequence[object] | None = None,
-    level: float = 0.95,
+    level: float = CI_LEVEL,
 ) -> SpecStats:
     """Statistics from per-step accepted-draft counts (0..K), optionally grouped by request.
 

@@ -175,9 +175,9 @@ def run(
     if not state.is_completed():
         print_flow_failure(f"flow {flow}", str(state.message))
         raise typer.Exit(1)
-    result = redact_data(
-        json.loads(json.dumps(state.result(), default=str))
-    )  # URLs printed without credentials
+    outcome = state.result()
+    data = outcome.to_dict() if hasattr(outcome, "to_dict") else outcome  # the flows' typed outcomes
+    result = redact_data(json.loads(json.dumps(data, default=str)))  # URLs printed without credentials
     if as_json:
         emit_json(result)
     else:

@@ -183,9 +183,8 @@ class GateTolerances(StrictModel):
             "confidence interval ('upper': fail only when the AL is confidently below the threshold)."
         ),
     )
-    confidence: float = Field(0.95, gt=0.5, lt=1.0, description="Confidence level of the AL interval.")
-    accuracy_threshold: float = Field(
-        0.90, ge=0.0, le=1.0, description="Default GSM8K accuracy both scores must reach."
+    confidence: float = Field(
+        0.95, gt=0.5, lt=1.0, description="Confidence level of the AL interval the gate compares (use_ci)."
     )
 
     def al_threshold(self, reference_al: float) -> float:

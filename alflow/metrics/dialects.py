@@ -22,7 +22,7 @@ from typing import Any, Final, Protocol
 import aiohttp
 import orjson
 
-from alflow.acceptance.stats import SpecStats, from_counters
+from alflow.acceptance.stats import CI_LEVEL, SpecStats, from_counters
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.metrics import names
 from alflow.metrics.prometheus import CounterWindow, Snapshot
@@ -43,8 +43,10 @@ class Dialect(Protocol):
         """True when ``snapshot`` looks like this framework's metrics."""
         ...
 
-    def spec_stats(self, window: CounterWindow, *, k: int | None = None) -> SpecStats:
-        """Spec-decode statistics over ``window``."""
+    def spec_stats(
+        self, window: CounterWindow, *, k: int | None = None, level: float = CI_LEVEL
+    ) -> SpecStats:
+        """Spec-decode statistics over ``window``, with a ``level`` confidence interval of AL."""
         ...
 
     async def server_info(
@@ -96,7 +98,9 @@ class VllmDialect(_CountersOnly):
     def matches(self, snapshot: Snapshot) -> bool:
         return any(f.startswith("vllm:") for f in snapshot.families())
 
-    def spec_stats(self, window: CounterWindow, *, k: int | None = None) -> SpecStats:
+    def spec_stats(
+        self, window: CounterWindow, *, k: int | None = None, level: float = CI_LEVEL
+    ) -> SpecStats:
         hint = "start vLLM with --speculative-config"
         drafts = _need(window, names.VLLM_NUM_DRAFTS, hint)
         accepted = _need(window, names.VLLM_NUM_ACCEPTED_TOKENS, hint)
@@ -108,6 +112,7 @@ class VllmDialect(_CountersOnly):
             draft_tokens=draft_tokens,
             accepted_per_position=_positions(per_pos) if per_pos else None,
             k=k,
+            level=level,
             note=_join(*window.notes),
         )
 
@@ -121,7 +126,9 @@ class SglangDialect:
     def matches(self, snapshot: Snapshot) -> bool:
         return any(f.startswith("sglang:") for f in snapshot.families())
 
-    def spec_stats(self, window: CounterWindow, *, k: int | None = None) -> SpecStats:
+    def spec_stats(
+        self, window: CounterWindow, *, k: int | None = None, level: float = CI_LEVEL
+    ) -> SpecStats:
         hint = "start SGLang with --enable-metrics and a --speculative-algorithm"
         steps = _need(window, names.SGLANG_SPEC_VERIFY_CALLS, hint)
         tokens = _need(window, names.SGLANG_GENERATION_TOKENS, hint)
@@ -136,7 +143,7 @@ class SglangDialect:
                 f"; windowed gauge {names.SGLANG_SPEC_ACCEPT_LENGTH}: {len(values)} points, "
                 f"min {min(values):.3f}, max {max(values):.3f}"
             )
-        return from_counters(steps, tokens - steps, k=k, note=_join(note, *window.notes))
+        return from_counters(steps, tokens - steps, k=k, level=level, note=_join(note, *window.notes))
 
     async def server_info(
         self, base_url: str, *, session: aiohttp.ClientSession, headers: Mapping[str, str] | None = None
@@ -158,7 +165,9 @@ class TrtllmDialect(_CountersOnly):
     def matches(self, snapshot: Snapshot) -> bool:
         return any(f.startswith("trtllm_") for f in snapshot.families())
 
-    def spec_stats(self, window: CounterWindow, *, k: int | None = None) -> SpecStats:
+    def spec_stats(
+        self, window: CounterWindow, *, k: int | None = None, level: float = CI_LEVEL
+    ) -> SpecStats:
         hint = "set enable_iter_perf_stats: true (and return_perf_metrics: true) in the trtllm-serve config"
         draft_tokens = _need(window, names.TRTLLM_NUM_DRAFT_TOKENS, hint)
         accepted = _need(window, names.TRTLLM_NUM_ACCEPTED_TOKENS, hint)
@@ -176,6 +185,7 @@ class TrtllmDialect(_CountersOnly):
                 draft_tokens=draft_tokens,
                 accepted_per_position=per_pos,
                 k=k if k is not None else len(drafted),
+                level=level,
                 note=_join("steps = drafted tokens at the first position", *window.notes),
             )
         if k is None:
@@ -188,6 +198,7 @@ class TrtllmDialect(_CountersOnly):
             accepted,
             draft_tokens=draft_tokens,
             k=k,
+            level=level,
             note=_join(f"steps = draft tokens / K (K={k}): no per-position counters", *window.notes),
         )
 

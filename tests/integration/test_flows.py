@@ -80,11 +80,12 @@ def test_m0_writes_the_reference_table_and_reuses_cached_points(tmp_path: Path) 
     assert entry.ci_high is not None
     assert entry.ci_low <= truth.al <= entry.ci_high
     assert entry.al > 2.8  # coding prompts accept a lot with MTP
-    assert out["cached_points"] == []
-    assert open_run(out["run_dir"]).status == "complete"
+    assert out.cached_points == ()
+    assert open_run(out.run_dir).status == "complete"
+    assert [(e.k, e.al) for e in out.entries] == [(3, entry.al)]
 
     again = calibrate(params)
-    assert again["cached_points"] == [f"{MODEL.id} K=3"]
+    assert again.cached_points == (f"{MODEL.id} K=3",)
     assert load_reference(tmp_path / "ref.yaml").lookup(MODEL.id, "mtp", "off", 3).al == entry.al
 
 
@@ -128,8 +129,8 @@ def _calibrated_reference(tmp_path: Path) -> Path:
 def test_m1_passes_a_healthy_framework_and_fails_a_degraded_one(tmp_path: Path) -> None:
     reference = _calibrated_reference(tmp_path)
     ok = gate(_gate_params(tmp_path, reference, "vllm", "1.0"))
-    assert ok["passed"]
-    assert [v["gate"] for v in ok["verdicts"]] == ["al", "gsm8k-accuracy"]
+    assert ok.passed
+    assert [v.gate for v in ok.verdicts] == ["al", "gsm8k-accuracy"]
 
     state = gate(_gate_params(tmp_path, reference, "sglang", "0.5"), return_state=True)
     assert state.is_failed()
@@ -158,13 +159,13 @@ def _bench_params(tmp_path: Path, *extra: str, **fields: Any) -> BenchmarkParams
 
 def test_m2_audit_passes_on_target_and_fails_off_target(tmp_path: Path) -> None:
     out = benchmark(_bench_params(tmp_path))
-    assert [p["valid"] for p in out["points"]] == [True, True]
-    assert all(abs(p["achieved_al"] - 2.73) < 0.05 for p in out["points"])
-    stored = open_run(out["run_dir"])
+    assert [p.valid for p in out.points] == [True, True]
+    assert all(p.achieved_al is not None and abs(p.achieved_al - 2.73) < 0.05 for p in out.points)
+    stored = open_run(out.run_dir)
     assert stored.complete
     assert stored.table("spec_stats").height == 2
     assert stored.table("requests").height == 10 * 4 + 10 * 16 + 2 * 4 + 2 * 16
-    assert "SIMULATED" in (Path(out["run_dir"]) / "report.md").read_text()
+    assert "SIMULATED" in (Path(out.run_dir) / "report.md").read_text()
 
     state = benchmark(_bench_params(tmp_path, "--synthetic-al", "2.2"), return_state=True)
     assert state.is_failed()
@@ -301,9 +302,10 @@ def test_sweep_runs_m1_then_m2_per_k_and_picks_the_best_k(tmp_path: Path) -> Non
     bench = _bench_params(tmp_path).model_dump()
     bench.update(target_al=None, reference_path=str(reference))
     out = sweep(SweepParams(ks=(1, 3), gate=gate_params, benchmark=BenchmarkParams.model_validate(bench)))
-    assert out["per_k"] == {
+    assert out.to_dict()["per_k"] == {
         1: {"gate": "passed", "benchmark": "passed"},
         3: {"gate": "passed", "benchmark": "passed"},
     }
-    assert set(out["best_k"]) == {4, 16}
-    assert all(b["best_k_throughput"] in (1, 3) for b in out["best_k"].values())
+    assert [b.concurrency for b in out.best_k] == [4, 16]
+    assert all(b.best_k_throughput in (1, 3) for b in out.best_k)
+    assert sorted({p.k for p in out.points}) == [1, 3]

@@ -77,7 +77,7 @@ def test_m2_report_and_artifact_show_a_hostile_name_as_typed(tmp_path: Path) -> 
     assert state.is_completed(), state.message
     out = state.result()
     (artifact,) = markdown_artifacts(state)
-    report = (Path(out["run_dir"]) / "report.md").read_text()
+    report = (Path(out.run_dir) / "report.md").read_text()
     assert artifact == report
     check(report)
     assert md_text(report).startswith("M2 synthetic benchmark")

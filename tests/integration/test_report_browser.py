@@ -164,10 +164,10 @@ def test_m2_html_report_renders_its_plots_in_chromium_without_console_errors(tmp
         concurrencies=(4, 8, 16),
     )
     out = benchmark(params)
-    run = open_run(out["run_dir"])
+    run = open_run(out.run_dir)
     assert run.complete
     assert run.has("report.html"), "the M2 flow did not write report.html"
-    html = Path(out["run_dir"]) / "report.html"
+    html = Path(out.run_dir) / "report.html"
     page = html.read_text()
     assert page.count("<svg") >= 6  # frontier, 4 latency charts, audit
     assert "SIMULATED DATA" in page

@@ -133,3 +133,20 @@ async def test_sglang_server_info_errors_name_both_paths() -> None:
     async with SseServer() as srv:
         with pytest.raises(MissingMetricsError, match=r"/server_info: HTTP 404.*/get_server_info: HTTP 404"):
             await sglang_server_info_al(srv.base_url)
+
+
+@pytest.mark.parametrize("fw", ["vllm", "sglang", "trtllm"])
+def test_every_dialect_takes_the_confidence_level_the_gate_is_configured_with(fw: str) -> None:
+    from alflow.measure import window_stats
+
+    w = window(fw)
+    default = get_dialect(fw).spec_stats(w, k=3)
+    stats, error = window_stats(fw, w.before, w.after, k=3, level=0.99)
+    assert error is None
+    assert stats is not None
+    assert default.ci is not None
+    assert stats.ci is not None
+    assert (default.ci.level, stats.ci.level) == (0.95, 0.99)
+    assert stats.ci.low < default.ci.low
+    assert stats.ci.high > default.ci.high
+    assert stats.al == default.al

@@ -1,0 +1,137 @@
+"""What each flow returns: typed outcomes of M0, M1, M2 and the K sweep.
+
+A flow returns one of these (Prefect keeps it as the flow run's result); the command line prints its
+:meth:`to_dict` as JSON, and composite flows (the sweep, the demo) read their fields, never keys of a
+dict. The run directory named in each outcome holds everything measured; the outcome is its summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from alflow.gates import Verdict
+from alflow.points import BestK
+from alflow.reference import ReferenceEntry
+from alflow.results.rows import M2Point
+
+
+@dataclass(frozen=True)
+class M0Outcome:
+    """M0: the entries the run measured and merged into the reference table."""
+
+    run_dir: str
+    reference_path: str
+    entries: tuple[ReferenceEntry, ...]
+    cached_points: tuple[str, ...] = ()
+    """``model K=k`` of the points reused from Prefect's cache (not measured again)."""
+
+    def rows(self) -> list[dict[str, object]]:
+        """The key numbers of each entry (the table artifact): model, thinking, K, AL (4 digits), steps."""
+        return [
+            {
+                "model": e.model,
+                "thinking": e.thinking.value,
+                "k": e.k,
+                "al": round(e.al, 4),
+                "num_drafts": e.num_drafts,
+            }
+            for e in self.entries
+        ]
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready form."""
+        return {
+            "run_dir": self.run_dir,
+            "reference_path": self.reference_path,
+            "entries": self.rows(),
+            "cached_points": list(self.cached_points),
+        }
+
+
+@dataclass(frozen=True)
+class M1Outcome:
+    """M1: the gates' verdicts (the flow fails instead of returning a failed outcome)."""
+
+    run_dir: str
+    passed: bool
+    verdicts: tuple[Verdict, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready form."""
+        return {
+            "run_dir": self.run_dir,
+            "passed": self.passed,
+            "verdicts": [v.to_dict() for v in self.verdicts],
+        }
+
+
+@dataclass(frozen=True)
+class M2Outcome:
+    """M2: one audited point per concurrency at the synthetic target, and what failed."""
+
+    run_dir: str
+    target_al: float
+    scheme: str
+    nodes: int
+    num_gpus: int
+    points: tuple[M2Point, ...]
+    failures: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready form."""
+        return {
+            "run_dir": self.run_dir,
+            "target_al": self.target_al,
+            "scheme": self.scheme,
+            "nodes": self.nodes,
+            "num_gpus": self.num_gpus,
+            "points": [p.to_dict() for p in self.points],
+            "failures": list(self.failures),
+        }
+
+
+Step = Literal["passed", "failed"]
+
+
+@dataclass(frozen=True)
+class KOutcome:
+    """One K of a sweep: whether M1 passed, whether M2 ran through (None: not run), and why not."""
+
+    gate: Step
+    gate_message: str | None = None
+    benchmark: Step | None = None
+    benchmark_message: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        """True when the gate or the benchmark failed."""
+        return self.gate == "failed" or self.benchmark == "failed"
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready form (messages only where there is one)."""
+        out: dict[str, object] = {"gate": self.gate}
+        if self.gate_message is not None:
+            out["gate_message"] = self.gate_message
+        if self.benchmark is not None:
+            out["benchmark"] = self.benchmark
+        if self.benchmark_message is not None:
+            out["benchmark_message"] = self.benchmark_message
+        return out
+
+
+@dataclass(frozen=True)
+class SweepOutcome:
+    """The sweep: each K's outcome and, per concurrency, the best K (:func:`alflow.points.best_k`)."""
+
+    per_k: Mapping[int, KOutcome]
+    best_k: tuple[BestK, ...]
+    points: tuple[M2Point, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready form."""
+        return {
+            "per_k": {k: o.to_dict() for k, o in self.per_k.items()},
+            "best_k": {b.concurrency: b.to_dict() for b in self.best_k},
+        }

@@ -1,0 +1,58 @@
+"""The flows' typed outcomes (alflow.outcomes) and the JSON the command line prints from them."""
+
+from __future__ import annotations
+
+import json
+
+from alflow.gates import AlGateDetails, Verdict
+from alflow.outcomes import KOutcome, M1Outcome, M2Outcome, SweepOutcome
+from alflow.points import BestK
+from tests.unit.test_points import _m2
+
+
+def test_m2_outcome_prints_its_points_as_stored_rows() -> None:
+    points = (_m2(3, 4, 100.0, 90.0), _m2(3, 16, 300.0, 40.0, valid=False))
+    out = M2Outcome("results/m2/x", 2.0, "vllm", 1, 1, points, ("sim K=3 concurrency 16: audit FAILED",))
+    data = json.loads(json.dumps(out.to_dict()))
+    assert [p["concurrency"] for p in data["points"]] == [4, 16]
+    assert data["points"][1]["valid"] is False
+    assert data["points"] == [p.to_dict() for p in points]
+    assert (data["target_al"], data["scheme"], data["failures"]) == (2.0, "vllm", list(out.failures))
+
+
+def test_m1_outcome_flattens_each_verdicts_details() -> None:
+    verdict = Verdict("al", True, "AL gate passed", AlGateDetails(2.4, 2.5, "rule", al=2.6, compared=2.6))
+    data = M1Outcome("results/m1/x", True, (verdict,)).to_dict()
+    assert data["verdicts"] == [
+        {
+            "gate": "al",
+            "passed": True,
+            "message": "AL gate passed",
+            "threshold": 2.4,
+            "reference_al": 2.5,
+            "rule": "rule",
+            "al": 2.6,
+            "ci": None,
+            "compared": 2.6,
+        }
+    ]
+
+
+def test_sweep_outcome_names_failed_ks_and_keeps_messages_only_where_there_are_some() -> None:
+    best = BestK(4, 3, 150.0, 1, 90.0)
+    out = SweepOutcome(
+        per_k={
+            1: KOutcome("passed", benchmark="passed"),
+            3: KOutcome("failed", "AL gate FAILED", "passed"),
+            5: KOutcome("failed", "AL gate FAILED"),
+        },
+        best_k=(best,),
+    )
+    assert [k for k, o in out.per_k.items() if o.failed] == [3, 5]
+    data = out.to_dict()
+    assert data["per_k"] == {
+        1: {"gate": "passed", "benchmark": "passed"},
+        3: {"gate": "failed", "gate_message": "AL gate FAILED", "benchmark": "passed"},
+        5: {"gate": "failed", "gate_message": "AL gate FAILED"},
+    }
+    assert data["best_k"] == {4: best.to_dict()}
