@@ -30,7 +30,7 @@ import polars as pl
 from alflow import jsonutil
 from alflow.metrics.client import GpuLayout, summarize
 from alflow.results.store import StoredRun
-from alflow.results.view import framework, get_path, image, m2_points, model_id, scheme
+from alflow.results.view import framework, get_path, image, m0_entries, m2_points, model_id, scheme
 
 INFERENCEX_HEAD: Final = (
     "hw",
@@ -73,18 +73,17 @@ def _cells(run: StoredRun) -> list[dict[str, Any]]:
     fw = framework(run) or "?"
     out: list[dict[str, Any]] = []
     flow = run.manifest.flow
-    if flow == "m0" and run.has("summary.json"):
-        for e in run.json("summary").get("entries") or []:
-            if not isinstance(e, Mapping):
-                continue
-            efw = get_path(e, "provenance", "framework") or fw
+    if flow == "m0":
+        entries, _unreadable = m0_entries(run)  # the run's report names the unreadable ones
+        for e in entries:
+            efw = e.provenance.framework if e.provenance is not None else fw
             out.append(
                 {
-                    "label": f"{e.get('model')} [{efw} {e.get('method')} K={e.get('k')} thinking={e.get('thinking')}]",
-                    "category": str(e.get("category") or category),
-                    "al": _f(e.get("al")),
-                    "steps": e.get("num_drafts"),
-                    "accepted": e.get("accepted_tokens"),
+                    "label": f"{e.model} [{efw} {e.method.value} K={e.k} thinking={e.thinking.value}]",
+                    "category": category,
+                    "al": _f(e.al),
+                    "steps": e.num_drafts,
+                    "accepted": e.accepted_tokens,
                 }
             )
     elif flow == "m1" and run.has("spec_stats.parquet"):

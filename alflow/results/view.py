@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
+from pydantic import ValidationError
 
 from alflow.acceptance.synthetic import distribution
 from alflow.errors import AlflowError
 from alflow.metrics.client import per_request
+from alflow.reference import ReferenceEntry
 from alflow.results.rows import M2Point
 from alflow.results.store import StoredRun
 
@@ -124,6 +126,26 @@ def m2_points(run: StoredRun) -> list[M2Point]:
         except AlflowError:
             continue
     return points
+
+
+def m0_entries(run: StoredRun) -> tuple[list[ReferenceEntry], list[str]]:
+    """The reference entries an M0 run measured (``summary.json``), and why any stored entry is not one.
+
+    Keys this version does not know are ignored; an entry that still does not validate is reported as
+    ``entry N: field: message``, never dropped silently.
+    """
+    entries: list[ReferenceEntry] = []
+    problems: list[str] = []
+    known = set(ReferenceEntry.model_fields)
+    for i, raw in enumerate(summary(run).get("entries") or []):
+        data = {k: v for k, v in raw.items() if k in known} if isinstance(raw, Mapping) else raw
+        try:
+            entries.append(ReferenceEntry.model_validate(data))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"]) or "(entry)"
+            problems.append(f"entry {i + 1}: {where}: {err['msg']}")
+    return entries, problems
 
 
 @dataclass(frozen=True)

@@ -82,16 +82,19 @@ def test_m0_report_has_al_by_k_per_thinking_mode_positions_matrix_and_diff(runs:
         "Diff against the previous reference table",
     ]
     html = render_run(runs["m0"])
-    assert "org/model-a mtp thinking=on coding" in html
-    assert "org/model-a mtp thinking=off coding" in html
-    # one curve per (thinking mode, category) in the AL-by-K chart (math has one point: no line)
+    assert "org/model-a mtp thinking=on" in html
+    assert "org/model-a mtp thinking=off" in html
+    # one curve per thinking mode in the AL-by-K chart
     al_chart = report.sections[0].figures[0].svg
     assert al_chart.count('class="series"') == 2
-    assert al_chart.count('class="point"') == 7
-    assert len(report.sections[1].figures) == 3
-    matrix = report.sections[2].tables[0]
-    assert list(matrix.columns) == ["model", "coding", "math"]
-    assert ["org/model-a thinking=on K=3", "2.80", "2.00"] in [list(r) for r in matrix.rows]
+    assert al_chart.count('class="point"') == 6
+    assert len(report.sections[1].figures) == 2
+    # an entry the run stored that is not a valid reference entry is named, not dropped silently
+    notes = report.sections[0].notes
+    assert len(notes) == 1
+    assert "1 stored entry is not a valid reference entry and is not shown" in notes[0]
+    assert "provenance.model_revision" in notes[0]
+    assert "One run measures one category (coding)" in report.sections[2].paragraphs[0]
     diff = report.sections[3]
     assert "2 of 2 point(s)" in diff.paragraphs[0]
     assert "+2.86%" in html  # 0.05 / 1.75
@@ -107,7 +110,7 @@ def test_m0_single_category_says_so(tmp_path: Path) -> None:
     report = build_report(open_run(w.dir))
     cat = next(s for s in report.sections if s.title == "Acceptance length by category")
     assert not cat.tables
-    assert "One category ran (coding)" in cat.paragraphs[0]
+    assert "One run measures one category (coding)" in cat.paragraphs[0]
     diff = next(s for s in report.sections if s.title.startswith("Diff"))
     assert "no previous reference table" in diff.paragraphs[0]
 
@@ -217,8 +220,15 @@ def test_incomplete_run_is_reported_as_such(tmp_path: Path) -> None:
 # exports against golden files
 
 
+def _math_m1(runs: dict[str, str]) -> str:
+    """An M1 run of org/model-b on the math category: its cell joins the coding one in the same row."""
+    return write_m1(
+        Path(runs["m1"]).parents[1], model="org/model-b", al=2.9, category="math", run_id="m1math000001"
+    )
+
+
 def test_al_matrix_csv_matches_the_golden_file(runs: dict[str, str]) -> None:
-    frame = al_matrix([open_run(runs["m0"]), open_run(runs["m1"])])
+    frame = al_matrix([open_run(runs["m0"]), open_run(runs["m1"]), open_run(_math_m1(runs))])
     assert frame.columns[0] == "Model"
     assert frame.columns[-1] == "Overall"
     assert al_matrix_csv(frame) == (FIXTURES / "al_matrix.csv").read_text()
@@ -312,7 +322,7 @@ def test_cli_report_formats_and_compare(runs: dict[str, str], tmp_path: Path) ->
     assert json.loads(js.output)[0]["conc"] == 4
     js2 = runner.invoke(app, ["report", "compare", runs["m0"], runs["m1"], "--json"])
     assert json.loads(js2.output)[-1]["Model"] == "org/model-b [sglang mtp K=3 thinking=off]"
-    matrix = runner.invoke(app, ["report", "compare", runs["m0"], runs["m1"], "-f", "csv"])
+    matrix = runner.invoke(app, ["report", "compare", runs["m0"], runs["m1"], _math_m1(runs), "-f", "csv"])
     assert matrix.output == (FIXTURES / "al_matrix.csv").read_text()
     root = str(Path(runs["m2"]).parents[1])
     by_root = runner.invoke(app, ["report", "compare", "--root", root, "--flow", "m2", "-f", "csv"])

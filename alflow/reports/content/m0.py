@@ -3,56 +3,51 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
+from alflow.reference import ReferenceEntry
 from alflow.reports import svg
 from alflow.reports.content.base import Report, Section, Table, base_report, fmt, num, svg_figure
 from alflow.results.store import StoredRun
-from alflow.results.view import config_value, summary
-
-
-def _entry_label(e: Mapping[str, Any], *, with_k: bool = True) -> str:
-    text = f"{e.get('model')} thinking={e.get('thinking')}"
-    return text + (f" K={e.get('k')}" if with_k else "")
-
-
-def _entry_category(run: StoredRun, e: Mapping[str, Any]) -> str:
-    cat = e.get("category") or config_value(run, "workload", "category")
-    return str(cat or "all")
+from alflow.results.view import config_value, m0_entries, summary
 
 
 def build_m0(run: StoredRun) -> Report:
     """M0: AL by K per thinking mode, per-position curves, category matrix, diff to the previous table."""
     report = base_report(run, "M0 calibration: reference acceptance length")
     stored = summary(run)
-    entries = [e for e in stored.get("entries") or [] if isinstance(e, Mapping)]
+    entries, unreadable = m0_entries(run)
+    category = str(config_value(run, "workload", "category") or "all")
+    skipped = (
+        [
+            f"{len(unreadable)} stored entr{'y is' if len(unreadable) == 1 else 'ies are'} not a valid reference "
+            f"entry and {'is' if len(unreadable) == 1 else 'are'} not shown: " + "; ".join(unreadable)
+        ]
+        if unreadable
+        else []
+    )
     if not entries:
-        report.sections.append(Section("Results", paragraphs=["The run stored no calibration entries."]))
+        report.sections.append(
+            Section("Results", paragraphs=["The run stored no calibration entries."], notes=skipped)
+        )
         return report
     if stored.get("reference_path"):
         report.facts.append(("Reference table", str(stored["reference_path"])))
     # AL by K, one curve per (model, method, thinking)
-    categories = sorted({_entry_category(run, e) for e in entries})
-    curves: dict[str, list[Mapping[str, Any]]] = {}
-    for e in entries:
-        name = f"{e.get('model')} {e.get('method')} thinking={e.get('thinking')}"
-        if len(categories) > 1:  # one curve per category, never a curve across categories
-            name += f" {_entry_category(run, e)}"
-        curves.setdefault(name, []).append(e)
+    curves: dict[str, list[ReferenceEntry]] = {}
+    for e in entries:  # one run measures one category: one curve per (model, method, thinking)
+        curves.setdefault(f"{e.model} {e.method.value} thinking={e.thinking.value}", []).append(e)
     series = []
     for name, unsorted in curves.items():
-        rows = sorted(unsorted, key=lambda r: int(r.get("k") or 0))
+        rows = sorted(unsorted, key=lambda r: r.k)
         series.append(
             svg.Series(
                 name,
-                [(r.get("k"), r.get("al")) for r in rows],
-                errors=[
-                    (r.get("ci_low"), r.get("ci_high")) if r.get("ci_low") is not None else None for r in rows
-                ],
+                [(r.k, r.al) for r in rows],
+                errors=[(r.ci_low, r.ci_high) if r.ci_low is not None else None for r in rows],
                 dashed="thinking=off" in name,
             )
         )
-    ks = sorted({int(e["k"]) for e in entries if e.get("k") is not None})
+    ks = sorted({e.k for e in entries})
     chart = svg.Chart(
         "Acceptance length by K (thinking on / off)",
         "K (speculative tokens)",
@@ -67,26 +62,25 @@ def build_m0(run: StoredRun) -> Report:
             "confidence interval where the counters allow one. Solid: thinking on; dashed: thinking off."
         ],
         figures=[svg_figure(chart)],
+        notes=skipped,
     )
     sec.tables.append(
         Table(
             ["model", "method", "thinking", "K", "AL", "CI low", "CI high", "steps", "accepted", "p_1..p_K"],
             [
                 [
-                    str(e.get("model")),
-                    str(e.get("method")),
-                    str(e.get("thinking")),
-                    fmt(e.get("k")),
-                    fmt(e.get("al"), 4),
-                    fmt(e.get("ci_low"), 4),
-                    fmt(e.get("ci_high"), 4),
-                    fmt(e.get("num_drafts")),
-                    fmt(e.get("accepted_tokens")),
-                    ", ".join(fmt(p, 3) for p in e.get("per_position_rates") or []) or "-",
+                    e.model,
+                    e.method.value,
+                    e.thinking.value,
+                    fmt(e.k),
+                    fmt(e.al, 4),
+                    fmt(e.ci_low, 4),
+                    fmt(e.ci_high, 4),
+                    fmt(e.num_drafts),
+                    fmt(e.accepted_tokens),
+                    ", ".join(fmt(p, 3) for p in e.per_position_rates or ()) or "-",
                 ]
-                for e in sorted(
-                    entries, key=lambda r: (str(r.get("model")), str(r.get("thinking")), r.get("k") or 0)
-                )
+                for e in sorted(entries, key=lambda r: (r.model, r.thinking.value, r.k))
             ],
             numeric=[False, False, False, True, True, True, True, True, True, False],
         )
@@ -103,11 +97,11 @@ def build_m0(run: StoredRun) -> Report:
     for name, rows in curves.items():
         pos_series = [
             svg.Series(
-                f"K={r.get('k')}",
-                [(i, p) for i, p in enumerate(r.get("per_position_rates") or [], start=1)],
+                f"K={r.k}",
+                [(i, p) for i, p in enumerate(r.per_position_rates or (), start=1)],
             )
-            for r in sorted(rows, key=lambda r: int(r.get("k") or 0))
-            if r.get("per_position_rates")
+            for r in sorted(rows, key=lambda r: r.k)
+            if r.per_position_rates
         ]
         if pos_series:
             max_k = max(len(s.points) for s in pos_series)
@@ -128,22 +122,10 @@ def build_m0(run: StoredRun) -> Report:
     report.sections.append(pos)
     # category matrix
     cat_sec = Section("Acceptance length by category")
-    if len(categories) > 1:
-        matrix: dict[str, dict[str, float | None]] = {}
-        for e in entries:
-            matrix.setdefault(_entry_label(e), {})[_entry_category(run, e)] = num(e.get("al"))
-        cat_sec.tables.append(
-            Table(
-                ["model", *categories],
-                [[label, *[fmt(vals.get(c), 2) for c in categories]] for label, vals in matrix.items()],
-                numeric=[False, *[True] * len(categories)],
-            )
-        )
-    else:
-        cat_sec.paragraphs.append(
-            f"One category ran ({categories[0]}); the category matrix needs several (see "
-            "`alflow report compare --format csv` across runs)."
-        )
+    cat_sec.paragraphs.append(
+        f"One run measures one category ({category}); the category matrix needs several runs (see "
+        "`alflow report compare --format csv` across runs)."
+    )
     report.sections.append(cat_sec)
     # diff against the previous reference
     diff = stored.get("diff")
