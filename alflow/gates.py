@@ -7,10 +7,11 @@ threshold, in one sentence a person can act on.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Final
+from typing import Final, cast, get_args
 
-from alflow.acceptance.stats import ConfidenceInterval, SpecStats, goodness_of_fit
+from alflow.acceptance.stats import CIMethod, ConfidenceInterval, SpecStats, goodness_of_fit
 from alflow.acceptance.synthetic import AcceptanceDistribution
 from alflow.config import GateTolerances
 from alflow.evals.gsm8k import EvalResult
@@ -87,6 +88,75 @@ class AuditDetails:
 GateDetails = AccuracyDetails | AlGateDetails | AuditDetails
 
 
+def _f(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _ci(value: object) -> ConfidenceInterval | None:
+    if not isinstance(value, Mapping):
+        return None
+    low, high, level, method = (
+        _f(value.get("low")),
+        _f(value.get("high")),
+        _f(value.get("level")),
+        value.get("method"),
+    )
+    if low is None or high is None or level is None or method not in get_args(CIMethod):
+        return None
+    return ConfidenceInterval(low, high, level, cast(CIMethod, method), str(value.get("note") or ""))
+
+
+def _al_details(d: Mapping[str, object]) -> AlGateDetails | None:
+    threshold, reference = _f(d.get("threshold")), _f(d.get("reference_al"))
+    if threshold is None or reference is None:
+        return None
+    return AlGateDetails(
+        threshold,
+        reference,
+        str(d.get("rule") or ""),
+        _f(d.get("al")),
+        _ci(d.get("ci")),
+        _f(d.get("compared")),
+    )
+
+
+def _accuracy_details(d: Mapping[str, object]) -> AccuracyDetails | None:
+    threshold, scores, failing = _f(d.get("threshold")), d.get("scores"), d.get("failing")
+    if threshold is None or not isinstance(scores, Mapping):
+        return None
+    pairs = tuple((str(k), v) for k, v in ((k, _f(v)) for k, v in scores.items()) if v is not None)
+    names = tuple(str(n) for n in failing) if isinstance(failing, list | tuple) else ()
+    return AccuracyDetails(threshold, names, bool(d.get("subset")), pairs)
+
+
+def _audit_details(d: Mapping[str, object]) -> AuditDetails | None:
+    target = _f(d.get("target_al"))
+    if target is None:
+        return None
+    n = d.get("num_drafts")
+    return AuditDetails(
+        target_al=target,
+        achieved_al=_f(d.get("achieved_al")),
+        expected_al=_f(d.get("expected_al")),
+        scheme=None if d.get("scheme") is None else str(d.get("scheme")),
+        granularity=None if d.get("granularity") is None else str(d.get("granularity")),
+        deviation=_f(d.get("deviation")),
+        allowed=_f(d.get("allowed")),
+        expected_std_of_mean=_f(d.get("expected_std_of_mean")),
+        num_drafts=n if isinstance(n, int) and not isinstance(n, bool) else None,
+        fit_p_value=_f(d.get("fit_p_value")),
+    )
+
+
+_DETAILS_READERS: dict[str, Callable[[Mapping[str, object]], GateDetails | None]] = {
+    "al": _al_details,
+    "gsm8k-accuracy": _accuracy_details,
+    "synthetic-audit": _audit_details,
+}
+
+
 @dataclass(frozen=True)
 class Verdict:
     """The outcome of one gate, with what it compared (None for a verdict that compared nothing)."""
@@ -100,6 +170,15 @@ class Verdict:
         """JSON-ready form: gate, passed, message and the details' fields."""
         extra = {} if self.details is None else self.details.to_dict()
         return {"gate": self.gate, "passed": self.passed, "message": self.message, **extra}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> Verdict:
+        """The verdict a :meth:`to_dict` form holds (``summary.json``); details it cannot read become None."""
+        gate = str(data.get("gate") or "?")
+        reader = _DETAILS_READERS.get(gate)
+        return cls(
+            gate, bool(data.get("passed")), str(data.get("message") or ""), reader(data) if reader else None
+        )
 
 
 def accuracy_gate(result: EvalResult, threshold: float) -> Verdict:

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from alflow.acceptance.synthetic import distribution
 from alflow.errors import AlflowError
+from alflow.gates import Verdict
 from alflow.metrics.client import per_request
 from alflow.reference import ReferenceEntry
 from alflow.results.rows import M2Point
@@ -146,6 +147,11 @@ def m0_entries(run: StoredRun) -> tuple[list[ReferenceEntry], list[str]]:
             where = ".".join(str(p) for p in err["loc"]) or "(entry)"
             problems.append(f"entry {i + 1}: {where}: {err['msg']}")
     return entries, problems
+
+
+def m1_verdicts(run: StoredRun) -> list[Verdict]:
+    """The gates' verdicts an M1 run stored (``summary.json``), with their typed details."""
+    return [Verdict.from_dict(v) for v in summary(run).get("verdicts") or [] if isinstance(v, Mapping)]
 
 
 @dataclass(frozen=True)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from alflow.acceptance import stats
 from alflow.acceptance import synthetic as syn
 from alflow.config import GateTolerances
-from alflow.gates import AuditDetails, al_gate, audit_synthetic
+from alflow.gates import AlGateDetails, AuditDetails, Verdict, al_gate, audit_synthetic
 
 
 def _steps(scheme: str, al: float, k: int, n: int, seed: int = 1) -> stats.SpecStats:
@@ -74,3 +76,21 @@ def test_audit_flags_a_biased_scheme() -> None:
     verdict = audit_synthetic(observed, dist, subject="sglang")
     assert not verdict.passed
     assert "is biased" in verdict.message
+
+
+def test_every_gates_verdict_reads_back_from_its_stored_form() -> None:
+    tol = GateTolerances()
+    al = al_gate(_steps("vllm", 2.5, 3, 4000), 2.5, tol, subject="vllm mtp K=3")
+    audit = audit_synthetic(_steps("vllm", 2.5, 3, 4000), syn.distribution("vllm", 3, al=2.5), subject="s")
+    for verdict in (al, audit):
+        stored = json.loads(json.dumps(verdict.to_dict()))
+        back = Verdict.from_dict(stored)
+        assert type(back.details) is type(verdict.details)
+        assert back.to_dict() == stored  # the stored form is a fixed point (the CI is stored to 12 digits)
+    assert isinstance(al.details, AlGateDetails)
+    assert al.details.ci is not None
+    # an older or damaged entry: what cannot be read becomes None, the verdict itself stays
+    old = Verdict.from_dict({"gate": "al", "passed": False, "message": "AL gate FAILED", "al": 2.1})
+    assert (old.gate, old.passed, old.details) == ("al", False, None)
+    other = Verdict.from_dict({"gate": "custom", "passed": True, "message": "ok", "x": 1})
+    assert other == Verdict("custom", True, "ok")

@@ -8,11 +8,12 @@ any other flow gets the generic part (run facts, summary, configuration). Templa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
 from alflow import jsonutil
 from alflow.errors import AlflowError
+from alflow.gates import AccuracyDetails, AlGateDetails
 from alflow.reports import svg
 from alflow.reports.content.base import (
     LIVE,
@@ -31,7 +32,7 @@ from alflow.reports.content.m1 import build_m1
 from alflow.reports.content.m2 import build_m2
 from alflow.reports.exports import al_matrix
 from alflow.results.store import StoredRun
-from alflow.results.view import config_value, framework, get_path, image, json_or_none, m2_points, model_id
+from alflow.results.view import config_value, framework, image, json_or_none, m1_verdicts, m2_points, model_id
 
 __all__ = [
     "BUILDERS",
@@ -205,22 +206,23 @@ def _compare_m2(runs: Sequence[StoredRun]) -> Section:
 def _compare_m1(runs: Iterable[StoredRun]) -> Section:
     rows = []
     for r in runs:
-        summary = json_or_none(r, "summary") or {}
-        by_gate = {str(v.get("gate")): v for v in summary.get("verdicts") or [] if isinstance(v, Mapping)}
-        al = by_gate.get("al") or {}
-        acc = by_gate.get("gsm8k-accuracy") or {}
-        ci = al.get("ci") if isinstance(al.get("ci"), Mapping) else {}
-        scores = acc.get("scores") if isinstance(acc.get("scores"), Mapping) else {}
+        stored = json_or_none(r, "summary") or {}
+        details = {v.gate: v.details for v in m1_verdicts(r)}
+        al = details.get("al")
+        acc = details.get("gsm8k-accuracy")
+        al = al if isinstance(al, AlGateDetails) else None
+        scores = dict(acc.scores) if isinstance(acc, AccuracyDetails) else {}
+        ci = None if al is None else al.ci
         rows.append(
             [
                 run_label(r),
-                "-" if "passed" not in summary else ("PASSED" if summary["passed"] else "FAILED"),
-                fmt(al.get("al"), 4),
-                f"[{fmt(get_path(ci, 'low'), 4)}, {fmt(get_path(ci, 'high'), 4)}]",
-                fmt(al.get("threshold"), 4),
-                fmt(get_path(scores, "strict-match"), 4),
-                fmt(get_path(scores, "flexible-extract"), 4),
-                fmt(acc.get("threshold"), 4),
+                "-" if "passed" not in stored else ("PASSED" if stored["passed"] else "FAILED"),
+                fmt(None if al is None else al.al, 4),
+                f"[{fmt(None if ci is None else ci.low, 4)}, {fmt(None if ci is None else ci.high, 4)}]",
+                fmt(None if al is None else al.threshold, 4),
+                fmt(scores.get("strict-match"), 4),
+                fmt(scores.get("flexible-extract"), 4),
+                fmt(acc.threshold if isinstance(acc, AccuracyDetails) else None, 4),
             ]
         )
     return Section(

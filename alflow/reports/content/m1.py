@@ -7,17 +7,18 @@ from typing import Any
 
 import polars as pl
 
+from alflow.gates import AccuracyDetails, AlGateDetails, Verdict
 from alflow.reports import svg
 from alflow.reports.content.base import Report, Section, Table, base_report, fmt, num, svg_figure
 from alflow.results.store import StoredRun
-from alflow.results.view import get_path, model_id, summary, table_or_none
+from alflow.results.view import get_path, m1_verdicts, model_id, summary, table_or_none
 
 
 def build_m1(run: StoredRun) -> Report:
     """M1: the verdict, AL with its CI against the threshold, GSM8K scores against theirs."""
     report = base_report(run, "M1 evaluation gate")
     stored = summary(run)
-    verdicts = [v for v in stored.get("verdicts") or [] if isinstance(v, Mapping)]
+    verdicts = m1_verdicts(run)
     if "passed" in stored:
         passed = bool(stored["passed"])
         report.verdict_passed = passed
@@ -26,17 +27,13 @@ def build_m1(run: StoredRun) -> Report:
         report.verdict = "NO VERDICT: the run stopped before both gates were judged"
         report.verdict_passed = False
     for v in verdicts:
-        if v.get("gate") == "al":
-            report.sections.append(_al_gate_section(v, table_or_none(run, "spec_stats")))
-        elif v.get("gate") == "gsm8k-accuracy":
-            report.sections.append(_gsm8k_section(v, stored.get("gsm8k")))
+        if isinstance(v.details, AlGateDetails):
+            report.sections.append(_al_gate_section(v, v.details, table_or_none(run, "spec_stats")))
+        elif isinstance(v.details, AccuracyDetails):
+            report.sections.append(_gsm8k_section(v, v.details, stored.get("gsm8k")))
         else:
             report.sections.append(
-                Section(
-                    str(v.get("gate")),
-                    paragraphs=[str(v.get("message"))],
-                    status="pass" if v.get("passed") else "fail",
-                )
+                Section(v.gate, paragraphs=[v.message], status="pass" if v.passed else "fail")
             )
     if not verdicts:
         report.sections.append(Section("Gates", paragraphs=["The run stored no verdicts."]))
@@ -46,16 +43,15 @@ def build_m1(run: StoredRun) -> Report:
     return report
 
 
-def _al_gate_section(v: Mapping[str, Any], stats: pl.DataFrame | None) -> Section:
-    passed = bool(v.get("passed"))
-    ci = v.get("ci") if isinstance(v.get("ci"), Mapping) else {}
-    assert isinstance(ci, Mapping)
+def _al_gate_section(v: Verdict, d: AlGateDetails, stats: pl.DataFrame | None) -> Section:
+    passed = v.passed
+    ci = d.ci
     sec = Section(
         "AL gate (SPEED-Bench, synthetic acceptance off)",
-        paragraphs=[str(v.get("message"))],
+        paragraphs=[v.message],
         status="pass" if passed else "fail",
     )
-    level = num(ci.get("level"))
+    lo, hi = (None, None) if ci is None else (ci.low, ci.high)
     sec.tables.append(
         Table(
             [
@@ -72,29 +68,25 @@ def _al_gate_section(v: Mapping[str, Any], stats: pl.DataFrame | None) -> Sectio
             ],
             [
                 [
-                    fmt(v.get("al"), 4),
-                    fmt(ci.get("low"), 4),
-                    fmt(ci.get("high"), 4),
-                    "-" if level is None else f"{level:.0%}",
-                    str(ci.get("method") or "-"),
-                    fmt(v.get("compared"), 4),
-                    fmt(v.get("threshold"), 4),
-                    fmt(v.get("reference_al"), 4),
-                    str(v.get("rule") or "-"),
+                    fmt(d.al, 4),
+                    fmt(lo, 4),
+                    fmt(hi, 4),
+                    "-" if ci is None else f"{ci.level:.0%}",
+                    "-" if ci is None else ci.method,
+                    fmt(d.compared, 4),
+                    fmt(d.threshold, 4),
+                    fmt(d.reference_al, 4),
+                    d.rule or "-",
                     "pass" if passed else "FAIL",
                 ]
             ],
             numeric=[True, True, True, True, False, True, True, True, False, False],
         )
     )
-    al, lo, hi = num(v.get("al")), num(ci.get("low")), num(ci.get("high"))
+    al = num(d.al)
     hlines = [
-        svg.HLine(float(v["threshold"]), "threshold", "#d62728")
-        if num(v.get("threshold")) is not None
-        else None,
-        svg.HLine(float(v["reference_al"]), "reference", "#555555")
-        if num(v.get("reference_al")) is not None
-        else None,
+        svg.HLine(d.threshold, "threshold", "#d62728"),
+        svg.HLine(d.reference_al, "reference", "#555555"),
     ]
     if al is not None:
         sec.figures.append(
@@ -108,7 +100,7 @@ def _al_gate_section(v: Mapping[str, Any], stats: pl.DataFrame | None) -> Sectio
                             "achieved AL (CI)", [(1, al)], errors=[(lo, hi) if lo is not None else None]
                         )
                     ],
-                    hlines=[h for h in hlines if h is not None],
+                    hlines=hlines,
                     x_ticks=[1],
                     width=420,
                     height=300,
@@ -145,12 +137,9 @@ def _al_gate_section(v: Mapping[str, Any], stats: pl.DataFrame | None) -> Sectio
     return sec
 
 
-def _gsm8k_section(v: Mapping[str, Any], gsm8k: object) -> Section:
-    passed = bool(v.get("passed"))
-    sec = Section(
-        "GSM8K accuracy gate", paragraphs=[str(v.get("message"))], status="pass" if passed else "fail"
-    )
-    threshold = num(v.get("threshold"))
+def _gsm8k_section(v: Verdict, d: AccuracyDetails, gsm8k: object) -> Section:
+    sec = Section("GSM8K accuracy gate", paragraphs=[v.message], status="pass" if v.passed else "fail")
+    threshold = d.threshold
     scores = get_path(gsm8k if isinstance(gsm8k, Mapping) else None, "scores")
     rows = []
     if isinstance(scores, Mapping):
@@ -166,22 +155,13 @@ def _gsm8k_section(v: Mapping[str, Any], gsm8k: object) -> Section:
                     fmt(s.get("ci_low"), 4),
                     fmt(s.get("ci_high"), 4),
                     fmt(threshold, 4),
-                    "-" if acc is None or threshold is None else ("pass" if acc >= threshold else "FAIL"),
+                    "-" if acc is None else ("pass" if acc >= threshold else "FAIL"),
                 ]
             )
-    elif isinstance(v.get("scores"), Mapping):
-        for name, acc in v["scores"].items():
-            a = num(acc)
+    else:
+        for name, a in d.scores:
             rows.append(
-                [
-                    str(name),
-                    fmt(a, 4),
-                    "-",
-                    "-",
-                    "-",
-                    fmt(threshold, 4),
-                    "-" if a is None or threshold is None else ("pass" if a >= threshold else "FAIL"),
-                ]
+                [name, fmt(a, 4), "-", "-", "-", fmt(threshold, 4), "pass" if a >= threshold else "FAIL"]
             )
     sec.tables.append(
         Table(
