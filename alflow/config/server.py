@@ -413,41 +413,39 @@ class SglangServer(ServerBase):
         return self
 
 
-class TrtllmServer(ServerBase):
-    """TensorRT-LLM (``trtllm-serve``)."""
+class _TwoModelSwitch(ServerBase):
+    """A framework with TensorRT-LLM's one-model/two-model switch (TensorRT-LLM, and the sim in its dialect)."""
 
-    framework: Literal["trtllm"] = Field("trtllm", description="Serving framework: trtllm.")
     two_model: bool | None = Field(
         None,
         description=(
-            "TensorRT-LLM only: run EAGLE3 as two models (separate drafter engine); None: the method's default "
-            "(one model for mtp and eagle3, two for draft_model and ngram)."
+            "TensorRT-LLM (and the simulator's trtllm dialect) only: run EAGLE3 as two models (separate drafter "
+            "engine); None: the method's default (one model for mtp and eagle3, two for draft_model and ngram)."
         ),
     )
-
-    def instance_gpus(self, parallelism: Parallelism) -> int:
-        """``tp x pp``: TensorRT-LLM's dp is attention DP (``enable_attention_dp``, dp = tp)."""
-        return _attention_dp_gpus(parallelism)
 
     def two_model_choice(self) -> bool | None:
         """``two_model``."""
         return self.two_model
 
 
-class SimServer(ServerBase):
+class TrtllmServer(_TwoModelSwitch):
+    """TensorRT-LLM (``trtllm-serve``)."""
+
+    framework: Literal["trtllm"] = Field("trtllm", description="Serving framework: trtllm.")
+
+    def instance_gpus(self, parallelism: Parallelism) -> int:
+        """``tp x pp``: TensorRT-LLM's dp is attention DP (``enable_attention_dp``, dp = tp)."""
+        return _attention_dp_gpus(parallelism)
+
+
+class SimServer(_TwoModelSwitch):
     """alflow's simulated engine (``python -m alflow.sim serve``), speaking one framework's dialect."""
 
     framework: Literal["sim"] = Field("sim", description="Serving framework: sim (the simulator).")
     sim_dialect: ServerDialect = Field(
         "vllm",
         description="framework=sim only: which framework's API, knobs and metrics the simulator speaks.",
-    )
-    two_model: bool | None = Field(
-        None,
-        description=(
-            "The TensorRT-LLM dialect: run EAGLE3 as two models (separate drafter engine); None: the method's default "
-            "(one model for mtp and eagle3, two for draft_model and ngram)."
-        ),
     )
 
     @property
@@ -462,10 +460,6 @@ class SimServer(ServerBase):
         if self.sim_dialect == "sglang":
             return _sglang_gpus(parallelism, self.extra_args)
         return _dp_gpus(parallelism)
-
-    def two_model_choice(self) -> bool | None:
-        """``two_model`` (the TensorRT-LLM dialect's switch)."""
-        return self.two_model
 
 
 class TinyServer(ServerBase):
