@@ -151,7 +151,7 @@ import os, signal, sys
 from infra.images import sim_docker_options
 from infra.recipes import build_launch
 from infra.runners import DockerRunner
-from alflow.config import ServerConfig
+from alflow.config import server_config
 launch = build_launch(server_config(framework="sim", model="m", host="127.0.0.1", extra_args=("--time-scale", "0")))
 handle = DockerRunner(sim_docker_options(), run_id=sys.argv[1]).start(launch)
 print(handle.id, flush=True)
