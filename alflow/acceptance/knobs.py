@@ -215,6 +215,13 @@ class TrtllmKnobs:
             target = SyntheticTarget.of(target.k, al=al)
         assert target.al is not None
         value = round(target.al - 1.0, 12) + 0.0
+        if value == 0.0:
+            raise SyntheticAcceptanceError(
+                f"TensorRT-LLM cannot force AL 1: {TRTLLM_ENV} counts accepted draft tokens (AL - 1 = 0 here), "
+                "and TensorRT-LLM reads 0 as 'off' (`if force_num_accepted_tokens != 0`), so the run would measure "
+                "real acceptance and call it synthetic. Use a target AL above 1 (e.g. 1.01 on the one-model "
+                "path), or benchmark the server with speculative decoding off for the no-acceptance baseline"
+            )
         two_model = (
             request.two_model if request.two_model is not None else request.method in TWO_MODEL_METHODS
         )

@@ -24,6 +24,20 @@ def test_trtllm_two_model_path_refuses_fractional_values() -> None:
     assert render_knobs("trtllm", 3, al=2.5, method="mtp").env
 
 
+@pytest.mark.parametrize("method", ["mtp", "draft_model"])
+def test_trtllm_refuses_target_al_1_because_value_0_means_off(method: str) -> None:
+    with pytest.raises(SyntheticAcceptanceError, match=r"cannot force AL 1: .* reads 0 as 'off'"):
+        render_knobs("trtllm", 3, al=1.0, method=method)
+    with pytest.raises(SyntheticAcceptanceError, match="cannot force AL 1"):
+        render_knobs("trtllm", 3, rates=[0.0, 0.0, 0.0])
+    # the other frameworks force AL 1 with a real mechanism (vLLM rates of 0, SGLang's length 1)
+    assert render_knobs("vllm", 3, al=1.0).speculative_config is not None
+    assert render_knobs("sglang", 3, al=1.0).env
+    assert render_knobs("trtllm", 3, al=1.01, method="mtp").env == {
+        "TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS": "0.01"
+    }
+
+
 def test_vllm_fragment_and_rates() -> None:
     knobs = render_knobs("vllm", 3, al=2.49)
     assert knobs.speculative_config == {
