@@ -79,6 +79,9 @@ class AuditDetails:
     num_drafts: int | None = None
     fit_p_value: float | None = None
     """Chi-square p of the accept-length histogram against the scheme's pmf, where one was tested."""
+    truncation: float | None = None
+    """How far below the scheme's mean the counters are expected to read, where they cut each request's
+    last verify step at its limit (SGLang): ``truncated_requests x mean_overshoot / num_drafts``."""
 
     def to_dict(self) -> dict[str, object]:
         """The stored form (``summary.json``'s verdicts); figures not computed are left out."""
@@ -145,6 +148,7 @@ def _audit_details(d: Mapping[str, object]) -> AuditDetails | None:
         deviation=_f(d.get("deviation")),
         allowed=_f(d.get("allowed")),
         expected_std_of_mean=_f(d.get("expected_std_of_mean")),
+        truncation=_f(d.get("truncation")),
         num_drafts=n if isinstance(n, int) and not isinstance(n, bool) else None,
         fit_p_value=_f(d.get("fit_p_value")),
     )
@@ -267,6 +271,8 @@ def audit_synthetic(
     per-batch scheme the counters still count one draw per request, so the spread is a lower
     bound there). Where per-position counters give the histogram and the scheme draws per request,
     the histogram must also fit the scheme's exact distribution (chi-square p >= ``min_fit_p``).
+    Counters that cut each request's last verify step at its limit (``stats.truncated_requests``,
+    SGLang) are expected to read ``truncated_requests x mean_overshoot / n`` below the scheme's mean.
     """
     target = distribution.target.mean_al
     expected = distribution.mean
@@ -280,6 +286,10 @@ def audit_synthetic(
     n = stats.num_drafts
     spread = distribution.std / math.sqrt(n)
     allowed = max(abs_tol, z * spread)
+    truncation: float | None = None
+    if stats.truncated_requests:
+        truncation = stats.truncated_requests * distribution.mean_overshoot / n
+        expected -= truncation
     deviation = stats.al - expected
     fit_p: float | None = None
     problems = []
@@ -310,6 +320,7 @@ def audit_synthetic(
         expected_std_of_mean=spread,
         num_drafts=n,
         fit_p_value=fit_p,
+        truncation=truncation,
     )
     if problems:
         return Verdict(

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from alflow.acceptance.knobs import SGLANG_LEN_ENV, SGLANG_METHOD_ENV, SGLANG_TOKEN_MODE_ENV, TRTLLM_ENV
 from alflow.redact import REDACTED, is_secret_name, redact_values
 from infra.errors import RunnerError
+from infra.versions import Capability
 
 KNOB_ENV_NAMES = frozenset({SGLANG_LEN_ENV, SGLANG_METHOD_ENV, SGLANG_TOKEN_MODE_ENV, TRTLLM_ENV})
 """Environment variables that force acceptance: only a Launch's own env may set them (recipes put them
@@ -222,6 +223,11 @@ class Launch:
     """A disaggregated server: each group (prefill, decode) runs on its own nodes, and ``argv`` is the
     frontend (router) run on the first node beside them; ``port`` is the frontend's. Empty: ``argv``
     is the whole server."""
+    requirements: tuple[Capability, ...] = ()
+    """What this configuration needs of the framework's release (:mod:`infra.versions`): checked against
+    the image tag by the recipe, and against the live server's own version once it is ready."""
+    version_paths: tuple[str, ...] = ("/version",)
+    """Where the live server says its version (a JSON object with ``version``), tried in order."""
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -337,6 +343,10 @@ class Launch:
             "gpus_per_node": self.gpus_per_node,
             "mpi": self.mpi,
             "tasks_per_node": self.tasks_per_node,
+            "requirements": [
+                {"feature": r.feature, "minimum": str(r.minimum), "source": r.source}
+                for r in self.requirements
+            ],
             "groups": [
                 {
                     "name": g.name,

@@ -24,6 +24,7 @@ from infra.launch import Launch
 from infra.recipes import ALL_ADDRESSES, LOOPBACK, build_launch
 from infra.runners import ServerHandle, make_runner
 from infra.runners.base import fetch_json
+from infra.versions import FrameworkVersion, check_capabilities
 
 log = logging.getLogger(__name__)
 
@@ -79,25 +80,72 @@ def start_launch(
     handle = runner.start(launch)
     try:
         runner.wait_ready(handle, timeout_s)
+        live = live_version(handle.base_url, launch.version_paths)
+        notes = check_live_version(launch, live)
     except BaseException:
         runner.stop(handle)
         raise
-    version = server_version(handle.base_url)
-    if version is not None:
-        handle = replace(handle, provenance={**handle.provenance, "framework_version": version})
-    return handle
+    for note in notes:
+        log.warning("%s: %s", launch.framework, note)
+    provenance = dict(handle.provenance)
+    if live.version is not None:
+        provenance["framework_version"] = live.version
+    if notes:
+        provenance["warnings"] = [*_as_list(provenance.get("warnings")), *notes]
+    return replace(handle, provenance=provenance)
 
 
 VERSION_PATH = "/version"
-"""Where vLLM (and alflow's sim and tiny engines) say which version they are: ``{"version": "..."}``."""
+"""Where vLLM and TensorRT-LLM (and alflow's sim and tiny engines) say their version: ``{"version": "..."}``."""
+
+
+@dataclass(frozen=True)
+class LiveVersion:
+    """What a live server says of its version: the text, the path it came from, and whether it is simulated."""
+
+    version: str | None
+    path: str | None = None
+    simulated: bool = False
+
+
+def live_version(
+    base_url: str, paths: tuple[str, ...] = (VERSION_PATH,), timeout_s: float = 5.0
+) -> LiveVersion:
+    """The live server's own version from the first of ``paths`` that answers ``{"version": ...}``."""
+    base = base_url.rstrip("/").removesuffix("/v1")
+    for path in paths:
+        info = fetch_json(base + path, timeout_s)
+        if isinstance(info, dict) and isinstance(info.get("version"), str | int | float):
+            return LiveVersion(str(info["version"]), path, info.get("simulated") is True)
+    return LiveVersion(None)
 
 
 def server_version(base_url: str, timeout_s: float = 5.0) -> str | None:
     """The live server's own version from ``GET /version`` (None when it does not say)."""
-    info = fetch_json(base_url.rstrip("/") + VERSION_PATH, timeout_s)
-    if isinstance(info, dict) and isinstance(info.get("version"), str | int | float):
-        return str(info["version"])
-    return None
+    return live_version(base_url, (VERSION_PATH,), timeout_s).version
+
+
+def check_live_version(launch: Launch, live: LiveVersion) -> tuple[str, ...]:
+    """The release gates of ``launch`` against what the live server reports (a tag can lie).
+
+    Too old: :class:`~infra.versions.CapabilityError` (the caller stops the server). Unknown: warnings.
+    alflow's simulated engine implements every knob; it is gated only when told to report a
+    framework's version (``alflow sim serve --framework-version``).
+    """
+    if not launch.requirements:
+        return ()
+    if live.simulated and FrameworkVersion.parse(live.version) is None:
+        return ()
+    where = (
+        f"live server (GET {live.path})"
+        if live.path
+        else f"live server (no version at {', '.join(launch.version_paths)})"
+    )
+    return check_capabilities(launch.requirements, live.version, where)
+
+
+def _as_list(value: object) -> list[object]:
+    return list(value) if isinstance(value, list | tuple) else []
 
 
 def stop_server(handle: ServerHandle, options: RunnerOptions, **extras: Any) -> None:

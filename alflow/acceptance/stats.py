@@ -85,6 +85,10 @@ class SpecStats:
     histogram: dict[int, int] | None
     ci: ConfidenceInterval | None
     note: str = ""
+    truncated_requests: int | None = None
+    """Requests whose last verify step the counters count only up to the request's limit (SGLang counts
+    ``len(output_ids)``, cut at ``max_tokens`` or EOS): the AL is low by their cut tokens / ``num_drafts``.
+    None: the counters count every accepted draft (vLLM, TensorRT-LLM)."""
 
     @property
     def observed(self) -> bool:
@@ -113,6 +117,7 @@ class SpecStats:
             "histogram": None if self.histogram is None else {str(j): n for j, n in self.histogram.items()},
             "ci": None if self.ci is None else self.ci.to_dict(),
             "note": self.note,
+            "truncated_requests": self.truncated_requests,
         }
 
 

@@ -183,6 +183,18 @@ class AcceptanceDistribution:
         return math.sqrt(self.variance)
 
     @property
+    def mean_overshoot(self) -> float:
+        """Expected tokens a request's last step accepts past a fixed length: ``(E[L^2] - E[L]) / (2 E[L])``.
+
+        The stationary overshoot of a renewal process with integer steps ``L`` (``P(cut = j) =
+        P(L > j) / E[L]``, j = 0..K): what a server that cuts the last step at the limit (SGLang's
+        ``output_ids``) drops per request, on average, once the output is long against K.
+        """
+        mean = self.mean
+        second = math.fsum(j * j * p for j, p in enumerate(self.pmf, start=1))
+        return (second - mean) / (2.0 * mean)
+
+    @property
     def bias(self) -> float:
         """Realised mean minus the requested AL (zero for an unbiased scheme)."""
         return self.mean - self.target.mean_al

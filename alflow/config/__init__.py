@@ -44,6 +44,7 @@ from alflow.config.server import (
     server_config,
 )
 from alflow.config.speculative import (
+    BLOCK_DRAFTERS,
     GateTolerances,
     ModelSpec,
     NumSpecTokens,
@@ -57,6 +58,7 @@ from alflow.config.speculative import (
 from alflow.config.workloads import Gsm8kSettings, LoadConfig, RandomWorkload, SpeedBenchWorkload
 
 __all__ = [
+    "BLOCK_DRAFTERS",
     "ENGINE_NOTES",
     "REMOTE_REFERENCES",
     "BenchmarkParams",

@@ -19,6 +19,12 @@ class SpecMethod(StrEnum):
     EAGLE3 = "eagle3"
     DRAFT_MODEL = "draft_model"
     NGRAM = "ngram"
+    DSPARK = "dspark"
+    DFLASH = "dflash"
+
+
+BLOCK_DRAFTERS = frozenset({SpecMethod.DSPARK, SpecMethod.DFLASH})
+"""Drafters that propose a whole block of K tokens in one forward pass (not one head call per token)."""
 
 
 class ThinkingMode(StrEnum):
@@ -112,17 +118,44 @@ class ModelSpec(StrictModel):
 class SpeculativeConfig(StrictModel):
     """The speculative decoding method and its number of draft tokens."""
 
-    method: SpecMethod = Field(description="Speculative method: mtp, eagle3, draft_model or ngram.")
+    method: SpecMethod = Field(
+        description=(
+            "Speculative method: mtp, eagle3, draft_model, ngram, or the block drafters dspark and dflash "
+            "(K tokens drafted in one pass)."
+        )
+    )
     k: NumSpecTokens
     draft_model: str | None = Field(
-        None, description="Drafter model id (required for draft_model and eagle3; unused for mtp and ngram)."
+        None,
+        description=(
+            "Drafter model id (required for draft_model, eagle3 and dflash; optional for dspark, whose "
+            "drafter ships inside some checkpoints such as DeepSeek-V4; unused for mtp and ngram)."
+        ),
     )
     prompt_lookup_min: int | None = Field(None, ge=1, description="n-gram: minimum lookup window.")
     prompt_lookup_max: int | None = Field(None, ge=1, description="n-gram: maximum lookup window.")
+    rejection_sample_method: Literal["standard", "block"] | None = Field(
+        None,
+        description=(
+            "vLLM only: how the target verifies drafts: 'standard' (token by token, vLLM's default) or "
+            "'block' (block verification, vLLM v0.25.0 and newer). Synthetic acceptance sets 'synthetic' "
+            "itself; None: the framework's default."
+        ),
+    )
+    draft_sample_method: Literal["greedy", "probabilistic"] | None = Field(
+        None,
+        description=(
+            "vLLM only: how the drafter picks its tokens: 'greedy' (vLLM's default) or 'probabilistic' "
+            "(sampled, with the draft probabilities passed to the rejection sampler); None: the default."
+        ),
+    )
 
     @model_validator(mode="after")
     def _check_method_fields(self) -> Self:
-        if self.method in (SpecMethod.DRAFT_MODEL, SpecMethod.EAGLE3) and not self.draft_model:
+        if (
+            self.method in (SpecMethod.DRAFT_MODEL, SpecMethod.EAGLE3, SpecMethod.DFLASH)
+            and not self.draft_model
+        ):
             raise ValueError(f"method {self.method.value!r} needs draft_model (the drafter's model id)")
         if self.method is not SpecMethod.NGRAM and (self.prompt_lookup_min or self.prompt_lookup_max):
             raise ValueError("prompt_lookup_min/prompt_lookup_max apply only to method 'ngram'")

@@ -6,23 +6,35 @@ of reading spec-decode counters lives in its class here; metric names come from
 no class of its own: :func:`detect` recognises whichever it exposes.
 
 - vLLM: ``AL = 1 + Δaccepted_tokens / Δnum_drafts``; per-position counters by ``position``.
-- SGLang: only verify calls and generated tokens are counters, so steps = ``Δverify_calls`` and
-  accepted drafts = ``Δgeneration_tokens - Δverify_calls`` (approximate: every generated token is
-  attributed to a verify step); the windowed ``spec_accept_length`` gauge is a time series only.
-- TensorRT-LLM: no draft-count counter; steps = ``Δdrafted_tokens{token_position=<first>}`` (every
-  step drafts at position 0), per-position accepted counts by ``token_position``; without the
-  per-position counters (``return_perf_metrics``) steps = ``Δdraft_tokens / K`` when K is known.
+- SGLang: request-level counters, moved when a request finishes: ``Δverify_calls`` (the finished
+  requests' verify steps), ``Δgeneration_tokens`` (their ``len(output_ids)``, the first token from
+  prefill included) and ``Δnum_requests``. Steps = ``Δverify_calls``, accepted drafts =
+  ``Δgeneration_tokens - Δnum_requests - Δverify_calls`` (the prefill token of each request taken
+  out). What stays (written into the stats' note): requests running at the baseline scrape count in
+  full, and the tokens a request's last verify step accepted past its limit are not in
+  ``output_ids``: AL is low by at most K x Δrequests / Δverify_calls (``truncated_requests`` lets
+  the synthetic audit expect it). Cross-checked with ``/server_info``; where the responses carry
+  per-request ``meta_info`` counts, the client's sum of them is the primary, exact source
+  (:func:`alflow.measure.window_stats`).
+- TensorRT-LLM: per-position counters only, both moved once per finished request:
+  ``AL = 1 + Σ_i Δaccepted_tokens{token_position=i} / Δdrafted_tokens{token_position=0}`` (every
+  step drafts at position 0). The iteration counters ``num_draft_tokens`` / ``num_accepted_tokens``
+  come from iteration stats drained by a background loop, at other times than the per-position
+  ones: mixing the families (as earlier versions did) is wrong whenever a request spans a scrape.
+  They are kept as a cross-check in the note only. Without per-position counters
+  (``return_perf_metrics: false``) the dialect refuses, saying how to enable them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, Final, Protocol
 
 import aiohttp
 import orjson
 
-from alflow.acceptance.stats import CI_LEVEL, SpecStats, from_counters
+from alflow.acceptance.stats import CI_LEVEL, SpecStats, as_count, from_counters
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.metrics import names
 from alflow.metrics.prometheus import CounterWindow, Snapshot
@@ -118,7 +130,7 @@ class VllmDialect(_CountersOnly):
 
 
 class SglangDialect:
-    """SGLang's counters (``--enable-metrics``): verify calls and generation tokens."""
+    """SGLang's counters (``--enable-metrics``): verify calls, generation tokens and requests, at finish."""
 
     name = "sglang"
     metrics_path = names.SGLANG_METRICS_PATH
@@ -132,18 +144,34 @@ class SglangDialect:
         hint = "start SGLang with --enable-metrics and a --speculative-algorithm"
         steps = _need(window, names.SGLANG_SPEC_VERIFY_CALLS, hint)
         tokens = _need(window, names.SGLANG_GENERATION_TOKENS, hint)
-        note = (
-            "approximate: SGLang exposes no accepted-draft counter; accepted = Δgeneration_tokens - "
-            "Δverify_calls, steps = Δverify_calls"
+        requests = _need(
+            window,
+            names.SGLANG_NUM_REQUESTS,
+            "SGLang's generation_tokens include each request's first (prefill) token; without "
+            f"{names.SGLANG_NUM_REQUESTS}_total it cannot be taken out",
         )
+        accepted = tokens - requests - steps
+        notes = [
+            "steps = Δverify_calls, accepted = Δgeneration_tokens - Δnum_requests - Δverify_calls "
+            "(SGLang's counters move when a request finishes and count its first, prefill token)"
+        ]
+        if steps > 0:
+            bound = (k or 0) * requests / steps
+            notes.append(
+                "residual: requests running at the baseline scrape count in full; tokens accepted past a "
+                "request's limit in its last verify step are not counted, so AL is low by at most "
+                + (f"K x requests / steps = {bound:.4f}" if k else "K x requests / steps")
+                + f" ({requests:g} requests, {steps:g} steps)"
+            )
         series = window.gauge_series(names.SGLANG_SPEC_ACCEPT_LENGTH)
         if series:
             values = [v for _, v in series]
-            note += (
-                f"; windowed gauge {names.SGLANG_SPEC_ACCEPT_LENGTH}: {len(values)} points, "
+            notes.append(
+                f"windowed gauge {names.SGLANG_SPEC_ACCEPT_LENGTH}: {len(values)} points, "
                 f"min {min(values):.3f}, max {max(values):.3f}"
             )
-        return from_counters(steps, tokens - steps, k=k, level=level, note=_join(note, *window.notes))
+        stats = from_counters(steps, accepted, k=k, level=level, note=_join(*notes, *window.notes))
+        return replace(stats, truncated_requests=as_count(names.SGLANG_NUM_REQUESTS, requests))
 
     async def server_info(
         self, base_url: str, *, session: aiohttp.ClientSession, headers: Mapping[str, str] | None = None
@@ -157,7 +185,7 @@ class SglangDialect:
 
 
 class TrtllmDialect(_CountersOnly):
-    """TensorRT-LLM's ``trtllm_spec_decode_*`` counters at ``/prometheus/metrics``."""
+    """TensorRT-LLM's ``trtllm_spec_decode_*`` counters at ``/prometheus/metrics`` (per-position family)."""
 
     name = "trtllm"
     metrics_path = names.TRTLLM_METRICS_PATH
@@ -168,38 +196,35 @@ class TrtllmDialect(_CountersOnly):
     def spec_stats(
         self, window: CounterWindow, *, k: int | None = None, level: float = CI_LEVEL
     ) -> SpecStats:
-        hint = "set enable_iter_perf_stats: true (and return_perf_metrics: true) in the trtllm-serve config"
-        draft_tokens = _need(window, names.TRTLLM_NUM_DRAFT_TOKENS, hint)
-        accepted = _need(window, names.TRTLLM_NUM_ACCEPTED_TOKENS, hint)
         drafted_by_pos = window.increase_by(names.TRTLLM_DRAFTED_PER_POS, names.TRTLLM_POSITION_LABEL)
         accepted_by_pos = window.increase_by(names.TRTLLM_ACCEPTED_PER_POS, names.TRTLLM_POSITION_LABEL)
-        if drafted_by_pos:
-            drafted = _positions(drafted_by_pos)
-            steps = drafted[0]
-            per_pos = _positions(accepted_by_pos) if accepted_by_pos else None
-            if per_pos is not None and len(per_pos) < len(drafted):
-                per_pos = per_pos + [0.0] * (len(drafted) - len(per_pos))
-            return from_counters(
-                steps,
-                accepted,
-                draft_tokens=draft_tokens,
-                accepted_per_position=per_pos,
-                k=k if k is not None else len(drafted),
-                level=level,
-                note=_join("steps = drafted tokens at the first position", *window.notes),
-            )
-        if k is None:
+        if not drafted_by_pos:
             raise MissingMetricsError(
-                f"{names.TRTLLM_DRAFTED_PER_POS} is not exposed and K is unknown: set return_perf_metrics: "
-                "true in the trtllm-serve config, or give K"
+                f"metric {names.TRTLLM_DRAFTED_PER_POS} is not exposed: TensorRT-LLM's exact AL needs its "
+                "per-position counters (set return_perf_metrics: true and enable_iter_perf_stats: true in the "
+                "trtllm-serve config); the iteration counters alone move at other times and are not used"
+            )
+        drafted = _positions(drafted_by_pos)
+        steps = drafted[0]
+        per_pos = _positions(accepted_by_pos) if accepted_by_pos else [0.0] * len(drafted)
+        if len(per_pos) < len(drafted):
+            per_pos = per_pos + [0.0] * (len(drafted) - len(per_pos))
+        notes = ["AL = 1 + Σ accepted{token_position} / drafted{token_position=0} (per finished request)"]
+        iter_drafts = window.increase(names.TRTLLM_NUM_DRAFT_TOKENS)
+        iter_accepted = window.increase(names.TRTLLM_NUM_ACCEPTED_TOKENS)
+        if iter_drafts and iter_accepted is not None and k:
+            notes.append(
+                f"cross-check, iteration counters (other timing, not used): AL ~ "
+                f"{1 + iter_accepted * k / iter_drafts:.4f}"
             )
         return from_counters(
-            draft_tokens / k,
-            accepted,
-            draft_tokens=draft_tokens,
-            k=k,
+            steps,
+            sum(per_pos),
+            draft_tokens=sum(drafted),
+            accepted_per_position=per_pos,
+            k=k if k is not None else len(drafted),
             level=level,
-            note=_join(f"steps = draft tokens / K (K={k}): no per-position counters", *window.notes),
+            note=_join(*notes, *window.notes),
         )
 
 

@@ -12,7 +12,7 @@ import logging
 import os
 import sys
 from collections.abc import Awaitable
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Annotated
 
@@ -119,6 +119,20 @@ def serve_command(
     peer_timeout: Annotated[
         float, typer.Option(help="Multi-node: a peer silent this many seconds is gone.")
     ] = 5.0,
+    framework_version: Annotated[
+        str | None,
+        typer.Option(
+            help="The framework version this server reports in its dialect's way (vLLM and TensorRT-LLM "
+            "GET /version, SGLang /server_info), for tests of alflow's release gates; default: 'alflow-sim'."
+        ),
+    ] = None,
+    ignore_synthetic: Annotated[
+        bool,
+        typer.Option(
+            help="Fault: read the synthetic-acceptance knobs and then ignore them (real acceptance), as an "
+            "image that does not honour them would."
+        ),
+    ] = False,
     log_level: Annotated[str, typer.Option(help="Logging level on stderr.")] = "INFO",
     api_key: Annotated[
         str | None,
@@ -179,6 +193,7 @@ def serve_command(
             heartbeat_s=heartbeat_interval,
             peer_timeout_s=peer_timeout,
             api_key=api_key or None,
+            framework_version=framework_version,
         )
         config = resolve(
             base,
@@ -186,6 +201,11 @@ def serve_command(
             speculative_config=speculative_config,
             env=os.environ,
         )
+        if ignore_synthetic and config.synthetic:
+            logging.getLogger(__name__).warning(
+                "fault --ignore-synthetic: the synthetic-acceptance setting is read and ignored (real acceptance)"
+            )
+            config = replace(config, synthetic_al=None, synthetic_rates=None, synthetic_scheme=None)
     except AlflowError as exc:
         sys.stderr.write(f"error: {exc}\n")
         raise typer.Exit(2) from None

@@ -45,6 +45,8 @@ VLLM_METHOD_ALIASES = {
     "eagle3": "eagle3",
     "draft_model": "draft_model",
     "ngram": "ngram",
+    "dspark": "dspark",
+    "dflash": "dflash",
 }
 
 ENV_SGLANG_ACC_LEN = "SGLANG_SIMULATE_ACC_LEN"
@@ -103,6 +105,8 @@ class SimConfig:
     heartbeat_s: float = 0.5
     peer_timeout_s: float = 5.0
     notes: tuple[str, ...] = field(default=())
+    framework_version: str | None = None
+    """The framework version the server reports (tests of alflow's release gates); None: ``alflow-sim``."""
     api_key: str | None = field(default=None, repr=False)
     """Requests to /v1/* need ``Authorization: Bearer <api_key>`` (vLLM's ``--api-key``); None: open."""
 

@@ -9,17 +9,22 @@ What each dialect counts (DOMAIN.md section 4):
 - **vLLM**: ``num_drafts`` = (request, verify step) pairs, ``num_draft_tokens`` = K per pair,
   ``num_accepted_tokens`` = accepted drafts, ``..._per_pos{position=i}`` = pairs that accepted the
   draft at 0-based position i. AL = 1 + Δaccepted / Δdrafts exactly.
-- **SGLang**: ``spec_verify_calls`` = (request, verify step) pairs and ``generation_tokens`` = tokens
-  produced by verify steps (``a + 1`` per pair, bonus included, as drawn). The first token of each
-  request comes from prefill and is *not* counted in ``sglang:generation_tokens`` (it is in
-  ``sglang:prompt_tokens``' request and in the responses' usage), so Δgeneration_tokens /
-  Δverify_calls is the AL exactly. Gauges ``spec_accept_length`` / ``spec_accept_rate`` hold the
-  latest window of ``--sglang-window-steps`` verify steps. ``/server_info`` (and the deprecated
-  ``/get_server_info``) report the cumulative ``avg_spec_accept_length``.
-- **TensorRT-LLM**: ``num_draft_tokens`` = K per pair, ``num_accepted_tokens``; per-position
-  ``drafted_tokens{token_position}`` (every pair drafts at every position) and
-  ``accepted_tokens{token_position}``; gauge ``acceptance_length`` of the last iteration; JSON
-  iteration stats at ``/metrics`` (drained on each read, like ``trtllm-serve``).
+- **SGLang**: request-level counters, moved when a request **finishes** (as SGLang's tokenizer
+  manager does): ``spec_verify_calls`` += the request's verify steps (``spec_verify_ct``),
+  ``generation_tokens`` += its output length as served (``len(output_ids)``: the first token, which
+  came from prefill, included; tokens past ``max_tokens`` in the last verify step cut off), and
+  ``num_requests`` += 1. So Δgeneration_tokens / Δverify_calls overestimates AL by about
+  Δrequests / Δverify_calls; the scraper subtracts the requests. Gauges ``spec_accept_length`` /
+  ``spec_accept_rate`` hold the latest window of ``--sglang-window-steps`` verify steps (per step).
+  ``/server_info`` (and the deprecated ``/get_server_info``) report the cumulative
+  ``avg_spec_accept_length`` of every verify step since start (the scheduler's per-step view).
+- **TensorRT-LLM**: iteration counters ``num_draft_tokens`` (K per request-step) and
+  ``num_accepted_tokens``, moved every iteration; per-position ``drafted_tokens{token_position}`` and
+  ``accepted_tokens{token_position}``, moved once per **finished request** (from its perf metrics);
+  gauge ``acceptance_length`` of the last iteration; ``trtllm_speculative_config_info`` (value 1,
+  labels: the speculative path); JSON iteration stats at ``/metrics`` (drained on each read, like
+  ``trtllm-serve``). A window whose baseline is taken mid-flight sees the two families disagree:
+  the exact AL takes numerator and denominator from the per-position family alone.
 """
 
 from __future__ import annotations
@@ -154,14 +159,21 @@ class SglangDialect:
             stats.window_rate,
         )
         yield _counter(
-            names.SGLANG_SPEC_VERIFY_CALLS, "Number of speculative verify calls.", lab, stats.num_drafts, c
+            names.SGLANG_SPEC_VERIFY_CALLS,
+            "The number of speculative verify calls (finished requests).",
+            lab,
+            stats.finished_verify_steps,
+            c,
         )
         yield _counter(
             names.SGLANG_GENERATION_TOKENS,
-            "Number of generation tokens (verify steps).",
+            "Number of generation tokens processed (finished requests, first token included).",
             lab,
-            stats.verify_tokens,
+            stats.finished_output_tokens,
             c,
+        )
+        yield _counter(
+            names.SGLANG_NUM_REQUESTS, "Number of requests processed.", lab, stats.finished_requests, c
         )
         yield _counter(
             names.SGLANG_PROMPT_TOKENS, "Number of prefill tokens processed.", lab, stats.prompt_tokens, c
@@ -210,11 +222,13 @@ class TrtllmDialect:
         accepted = CounterMetricFamily(
             names.TRTLLM_ACCEPTED_PER_POS, "Accepted tokens per position.", labels=pos_labels
         )
-        for i, n in enumerate(stats.accepted_per_position()):
-            drafted.add_metric([*lab.values(), str(i)], stats.num_drafts, created=c)
+        steps = stats.finished_verify_steps  # every verify step drafts at every position
+        for i, n in enumerate(stats.finished_accepted_per_position()):
+            drafted.add_metric([*lab.values(), str(i)], steps, created=c)
             accepted.add_metric([*lab.values(), str(i)], n, created=c)
         yield drafted
         yield accepted
+        yield _speculative_config_info(config, lab)
         yield _counter(names.TRTLLM_PROMPT_TOKENS, "Number of prompt tokens.", lab, stats.prompt_tokens, c)
         yield _counter(
             names.TRTLLM_GENERATION_TOKENS, "Number of generation tokens.", lab, stats.generation_tokens, c
@@ -255,6 +269,24 @@ def make_registry(dialect: MetricsDialect, stats: EngineStats, config: SimConfig
     return registry
 
 
+TRTLLM_DECODING_TYPES = {
+    "mtp": "MTP",
+    "eagle3": "Eagle3",
+    "draft_model": "DraftTarget",
+    "ngram": "NGram",
+    "dspark": "DSpark",
+    "dflash": "DFlash",
+}
+"""TensorRT-LLM's ``decoding_type`` of each method, as ``trtllm_speculative_config_info`` labels it."""
+
+
+def _speculative_config_info(config: SimConfig, lab: dict[str, str]) -> GaugeMetricFamily:
+    """``trtllm_speculative_config_info`` (value 1): ``spec_enabled``, ``spec_method``, ``spec_num_tokens``."""
+    info = {**lab, "spec_enabled": "true", "spec_method": TRTLLM_DECODING_TYPES[config.method]}
+    info["spec_num_tokens"] = str(config.k)
+    return _gauge(names.TRTLLM_SPECULATIVE_CONFIG_INFO, "Speculative decoding configuration.", info, 1.0)
+
+
 def sglang_server_info(stats: EngineStats, config: SimConfig) -> dict[str, object]:
     """SGLang ``/server_info``: cumulative ``avg_spec_accept_length`` per data-parallel rank (one)."""
     avg = stats.verify_tokens / stats.num_drafts if stats.num_drafts else None
@@ -266,13 +298,15 @@ def sglang_server_info(stats: EngineStats, config: SimConfig) -> dict[str, objec
             "eagle3": "EAGLE3",
             "draft_model": "STANDALONE",
             "ngram": "NGRAM",
+            "dspark": "DSPARK",
+            "dflash": "DFLASH",
         }[config.method],
         "speculative_num_steps": config.k,
         "speculative_eagle_topk": 1,
         "speculative_num_draft_tokens": config.k + 1,
         "max_running_requests": config.max_num_seqs,
         "context_length": config.max_model_len,
-        "version": "alflow-sim",
+        "version": config.framework_version or "alflow-sim",
         "simulated": True,
         "internal_states": [
             {

@@ -181,19 +181,41 @@ class EngineStats:
     iterations: collections.deque[dict[str, object]] = field(
         default_factory=lambda: collections.deque(maxlen=1000)
     )
+    finished_requests: int = 0
+    """Requests that finished (any reason): what request-level counters count (SGLang, TensorRT-LLM)."""
+    finished_output_tokens: int = 0
+    """Output tokens of finished requests as served (first token from prefill included, cut at the limit)."""
+    finished_hist: list[int] = field(default_factory=list)
+    """The accept-length histogram of finished requests' verify steps (moves when a request finishes)."""
 
     def __post_init__(self) -> None:
         if not self.accept_hist:
             self.accept_hist = [0] * (self.k + 1)
+        if not self.finished_hist:
+            self.finished_hist = [0] * (self.k + 1)
 
     def accepted_per_position(self) -> list[int]:
         """Requests-steps that accepted the draft at position i (0-based): ``sum_{a > i} hist[a]``."""
-        out: list[int] = []
-        tail = 0
-        for a in range(self.k, 0, -1):
-            tail += self.accept_hist[a]
-            out.append(tail)
-        return out[::-1]
+        return _tail_sums(self.accept_hist, self.k)
+
+    def finished_accepted_per_position(self) -> list[int]:
+        """As :meth:`accepted_per_position`, over the verify steps of finished requests only."""
+        return _tail_sums(self.finished_hist, self.k)
+
+    @property
+    def finished_verify_steps(self) -> int:
+        """Verify steps of finished requests (SGLang's ``spec_verify_ct`` summed at finish)."""
+        return sum(self.finished_hist)
+
+
+def _tail_sums(hist: list[int], k: int) -> list[int]:
+    """``[sum_{a > i} hist[a] for i in 0..K-1]``: steps that accepted the draft at position i."""
+    out: list[int] = []
+    tail = 0
+    for a in range(k, 0, -1):
+        tail += hist[a]
+        out.append(tail)
+    return out[::-1]
 
 
 @dataclass(eq=False)
@@ -233,6 +255,8 @@ class SimRequest:
     done: asyncio.Future[None] | None = None
     error: str | None = None
     finished: bool = False
+    hist: list[int] = field(default_factory=list)
+    """This request's verify steps by accepted drafts (``hist[a]``); summed into the stats when it finishes."""
 
 
 class Engine:
@@ -312,6 +336,7 @@ class Engine:
     def submit(self, req: SimRequest) -> None:
         """Queue a request; the step loop admits it when a slot is free."""
         req.done = asyncio.get_running_loop().create_future()
+        req.hist = [0] * (self.k + 1)
         req.frame_len = len(req.prefix) + len(req.suffix)
         req.arrival_ns = time.perf_counter_ns()
         self.stats.requests_received += 1
@@ -419,6 +444,7 @@ class Engine:
         stalled = self.stalled
         for req, a in zip(decode, draws, strict=True):
             hist[a] += 1
+            req.hist[a] += 1
             accepted += a
             if req.finished:
                 continue
@@ -585,6 +611,11 @@ class Engine:
         req.finished = True
         st = self.stats
         st.requests_finished[reason] = st.requests_finished.get(reason, 0) + 1
+        # request-level counters move now, as SGLang's and TensorRT-LLM's do at a request's end
+        st.finished_requests += 1
+        st.finished_output_tokens += req.emitted
+        for a, n in enumerate(req.hist):
+            st.finished_hist[a] += n
         if reason != "abort":
             st.e2e.observe((time.perf_counter_ns() - req.arrival_ns) / 1e9)
         else:

@@ -10,7 +10,11 @@ the compute time, plus a fixed overhead and the drafter's cost:
 - compute: ``B * (K + 1) * 2 * active_params / flops``;
 - drafter: ``K * (draft_bytes * m / bw + overhead_per_draft_s)`` where ``m`` is the method's size
   factor (:data:`DRAFT_COST_FACTOR`: an MTP or EAGLE head 1, a separate draft model 4, n-gram lookup
-  0, which also has no per-draft overhead);
+  0, which also has no per-draft overhead): an autoregressive drafter runs once per draft token. A
+  block drafter (:data:`BLOCK_DRAFTERS`: DSpark, DFlash) proposes all K tokens in **one** pass: its
+  cost is ``draft_bytes * m / bw + overhead_per_draft_s + B * K * 2 * draft_bytes * m / flops``
+  (FP8: a byte per parameter), one weight read whatever K is plus the compute of the B x K drafted
+  tokens, so its cost grows far slower with K than MTP's;
 - prefill: ``prompt_tokens * 2 * active_params / flops_prefill`` (compute bound).
 
 Bandwidth and FLOPs are the peak figures times an efficiency. The predicted time per output token at
@@ -114,9 +118,14 @@ class Profile:
         compute_s = tokens * 2.0 * self.active_params / self.effective_flops
         factor = DRAFT_COST_FACTOR.get(method, 1.0)
         node_bw = bw / self.nodes  # the drafter is replicated on every node, not split
-        draft_s = k * (
-            self.draft_weight_bytes * factor / node_bw + (self.draft_overhead_s if factor else 0.0)
-        )
+        one_pass = self.draft_weight_bytes * factor / node_bw + (self.draft_overhead_s if factor else 0.0)
+        if method in BLOCK_DRAFTERS:
+            # one forward pass over K positions per request: one weight read, and 2 FLOP per parameter per
+            # token (FP8 profiles: one byte per parameter)
+            node_flops = self.effective_flops / self.nodes
+            draft_s = one_pass + 2.0 * batch * k * self.draft_weight_bytes * factor / node_flops
+        else:
+            draft_s = k * one_pass
         return max(memory_s, compute_s) + draft_s + self.step_overhead_s + self.internode_s
 
     def prefill_s(self, prompt_tokens: int) -> float:
@@ -148,8 +157,17 @@ def predicted_tpot_s(
 
 _GB = 1e9
 
-DRAFT_COST_FACTOR: dict[str, float] = {"mtp": 1.0, "eagle3": 1.0, "draft_model": 4.0, "ngram": 0.0}
-"""Drafter cost per draft token relative to the profile's draft head (n-gram lookup costs nothing)."""
+DRAFT_COST_FACTOR: dict[str, float] = {
+    "mtp": 1.0,
+    "eagle3": 1.0,
+    "draft_model": 4.0,
+    "ngram": 0.0,
+    "dspark": 1.0,
+    "dflash": 2.0,
+}
+"""Drafter size relative to the profile's draft head (n-gram lookup costs nothing); per pass."""
+BLOCK_DRAFTERS = frozenset({"dspark", "dflash"})
+"""Methods whose drafter proposes all K tokens in one forward pass."""
 
 PROFILES: dict[str, Profile] = {
     p.name: p

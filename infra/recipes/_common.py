@@ -11,6 +11,7 @@ from alflow.acceptance.synthetic import SyntheticAcceptanceError
 from alflow.config import Parallelism, ServerConfig
 from infra.errors import RecipeError
 from infra.launch import KNOB_ENV_NAMES, free_port
+from infra.versions import Capability, check_capabilities
 
 _VERSION_TAG = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+\-_].*)?$")
 
@@ -47,6 +48,17 @@ def image_version(image: str | None) -> tuple[int, int, int] | None:
     return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
 
 
+def image_gate(image: str | None, requirements: tuple[Capability, ...]) -> tuple[str, ...]:
+    """Check ``requirements`` against the version in ``image``'s tag before launch.
+
+    A tag with a version below a requirement's minimum is refused (:class:`~infra.versions.CapabilityError`,
+    naming the minimum and the source); a tag without a version (``latest``, a digest, a local name)
+    gives one warning per requirement, which the run log and the report show.
+    """
+    tag = image_tag(image)
+    return check_capabilities(requirements, tag, f"image {image!r}" + ("" if tag else " (no tag)"))
+
+
 def version_text(version: tuple[int, ...]) -> str:
     """``(0, 5, 16)`` as ``v0.5.16``."""
     return "v" + ".".join(str(part) for part in version)
@@ -75,6 +87,20 @@ def render_synthetic(config: ServerConfig, framework: str) -> SyntheticKnobs | N
         )
     except SyntheticAcceptanceError as exc:
         raise RecipeError(str(exc)) from exc
+
+
+def refuse_vllm_only_fields(config: ServerConfig, framework: str) -> None:
+    """Refuse vLLM's sampler switches on another framework, where they would be silently ignored."""
+    spec = config.speculative
+    if spec is None:
+        return
+    for name in ("rejection_sample_method", "draft_sample_method"):
+        value = getattr(spec, name)
+        if value is not None:
+            raise RecipeError(
+                f"speculative.{name}={value!r} is a vLLM setting; the {framework} recipe has no such switch and "
+                "would ignore it silently. Drop it, or run vLLM"
+            )
 
 
 def check_extra_args(framework: str, extra_args: tuple[str, ...], managed: frozenset[str]) -> None:

@@ -12,15 +12,22 @@
   (``--disaggregation-mode``, ``--disaggregation-transfer-backend``, ``--disaggregation-bootstrap-port``)
   behind ``python3 -m sglang_router.launch_router --pd-disaggregation --prefill URL PORT --decode URL``.
 - Synthetic acceptance: the ``SGLANG_SIMULATE_ACC_*`` environment from the knob renderer. The token
-  mode variable is read only from v0.5.16: an older image tag is refused (it would emit token id 100
-  for every output token), an unknown or ``latest`` tag gives a warning.
+  mode variable is read only from v0.5.16: an older image tag (or live server) is refused (it would
+  emit token id 100 for every output token), an unknown or ``latest`` tag gives a warning.
+- Block drafters: ``DSPARK`` (``--speculative-dspark-block-size K``) and ``DFLASH``
+  (``--speculative-num-draft-tokens K+1``), with ``--speculative-draft-model-path`` when the config
+  names a drafter. DSpark refuses ``SGLANG_SIMULATE_ACC_LEN > 1`` unless every verify step checks the
+  whole block, so synthetic DSpark also sets ``SGLANG_RAGGED_VERIFY_MODE=static``. Fractional
+  ``SGLANG_SIMULATE_ACC_LEN`` with DSpark was rounded by releases before PR #33463 (merged 2026-08):
+  its first tag is not pinned, so that case is a warning here and the pre-flight measures it.
+- ``GET /server_info`` (deprecated ``/get_server_info``) carries ``"version": __version__``: the live gate.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from alflow.acceptance.knobs import SGLANG_TOKEN_MODE_ENV, SGLANG_TOKEN_MODE_MIN_VERSION, SyntheticKnobs
+from alflow.acceptance.knobs import SGLANG_LEN_ENV, SGLANG_TOKEN_MODE_ENV, SyntheticKnobs
 from alflow.config import Disaggregation, Parallelism, ServerConfig, SpecMethod
 from alflow.metrics.names import SGLANG_METRICS_PATH
 from infra.errors import RecipeError
@@ -29,14 +36,14 @@ from infra.recipes._common import (
     bind_host_of,
     check_extra_args,
     gpus_per_node,
-    image_tag,
-    image_version,
+    image_gate,
     merge_env,
+    refuse_vllm_only_fields,
     render_synthetic,
     resolve_port,
-    version_text,
 )
 from infra.recipes.types import SimSource
+from infra.versions import Capability, version
 
 SGLANG_IMAGE = "lmsysorg/sglang:latest"
 SGLANG_DIST_INIT_PORT = 5000
@@ -48,9 +55,27 @@ SGLANG_ALGORITHMS: dict[SpecMethod, str] = {
     SpecMethod.EAGLE3: "EAGLE3",
     SpecMethod.DRAFT_MODEL: "STANDALONE",
     SpecMethod.NGRAM: "NGRAM",
+    SpecMethod.DSPARK: "DSPARK",
+    SpecMethod.DFLASH: "DFLASH",
 }
-SYNTHETIC_ALGORITHMS = frozenset({"NEXTN", "EAGLE3", "STANDALONE"})
-"""Algorithms on SGLang's EAGLE-family verify path, where ``SGLANG_SIMULATE_ACC_LEN`` is applied."""
+SYNTHETIC_ALGORITHMS = frozenset({"NEXTN", "EAGLE3", "STANDALONE", "DSPARK"})
+"""Algorithms where ``SGLANG_SIMULATE_ACC_LEN`` is known to apply: the EAGLE-family verify path and DSpark."""
+SGLANG_RAGGED_VERIFY_ENV = "SGLANG_RAGGED_VERIFY_MODE"
+SGLANG_VERIFY_ALL = "static"
+"""``SGLANG_RAGGED_VERIFY_MODE`` value that verifies the whole block every step (values: static, compact,
+cap-accept): DSpark needs it for ``SGLANG_SIMULATE_ACC_LEN > 1``."""
+SGLANG_VERSION_PATHS = ("/server_info", "/get_server_info")
+"""Where SGLang says ``"version": __version__`` (python/sglang/srt/entrypoints/http_server.py)."""
+SGLANG_TOKEN_MODE_CAP = Capability(
+    framework="SGLang",
+    feature=f"{SGLANG_TOKEN_MODE_ENV}=real-draft-token",
+    minimum=version("0.5.16"),
+    source=(
+        "sgl-project/sglang PR #29645, merged 2026-07-01; v0.5.16 (2026-07-25) is the first release checked "
+        "to read it (v0.5.15 of 2026-07-10 may, unverified)"
+    ),
+    consequence="an older image ignores it (silent no-op) and emits token id 100 for every output token",
+)
 SGLANG_MANAGED_FLAGS = frozenset(
     {
         "--model-path",
@@ -125,6 +150,10 @@ class SglangRecipe:
             return args
         if spec.draft_model:
             args += ["--speculative-draft-model-path", spec.draft_model]
+        if spec.method is SpecMethod.DSPARK:
+            return [*args, "--speculative-dspark-block-size", str(spec.k)]
+        if spec.method is SpecMethod.DFLASH:
+            return [*args, "--speculative-num-draft-tokens", str(spec.k + 1)]
         args += [
             "--speculative-num-steps",
             str(spec.k),
@@ -135,26 +164,36 @@ class SglangRecipe:
         ]
         return args
 
-    def check_image(self, config: ServerConfig, knobs: SyntheticKnobs | None) -> tuple[str, ...]:
-        """Refuse an image too old for the token-mode knob; warn when its version is unknown."""
-        if knobs is None or SGLANG_TOKEN_MODE_ENV not in knobs.env:
-            return ()
-        image = config.image or self.default_image
-        version = image_version(image)
-        needed = version_text(SGLANG_TOKEN_MODE_MIN_VERSION)
-        if version is None:
-            return (
-                f"SGLang image {image!r} (tag {image_tag(image)!r}) has no version: {SGLANG_TOKEN_MODE_ENV} is "
-                f"read only from {needed}; an older image ignores it and emits token id 100 for every output "
-                "token. Pin a versioned tag to have this checked",
+    def requirements(self, config: ServerConfig) -> tuple[Capability, ...]:
+        """The releases this configuration needs: the token-mode knob when synthetic acceptance is on."""
+        return (SGLANG_TOKEN_MODE_CAP,) if config.synthetic is not None else ()
+
+    def block_drafter_env(
+        self, config: ServerConfig, knobs: SyntheticKnobs | None
+    ) -> tuple[dict[str, str], tuple[str, ...]]:
+        """DSpark under synthetic acceptance: the verify-all schedule, and a warning for a fractional length."""
+        spec = config.speculative
+        if knobs is None or spec is None or spec.method is not SpecMethod.DSPARK:
+            return {}, ()
+        length = float(knobs.env[SGLANG_LEN_ENV])
+        env: dict[str, str] = {}
+        if length > 1:
+            chosen = config.extra_env.get(SGLANG_RAGGED_VERIFY_ENV)
+            if chosen is not None and chosen != SGLANG_VERIFY_ALL:
+                raise RecipeError(
+                    f"extra_env sets {SGLANG_RAGGED_VERIFY_ENV}={chosen!r}: SGLang's DSpark refuses "
+                    f"{SGLANG_LEN_ENV} > 1 unless every verify step checks the whole block "
+                    f"({SGLANG_RAGGED_VERIFY_ENV}={SGLANG_VERIFY_ALL}); drop the setting"
+                )
+            env[SGLANG_RAGGED_VERIFY_ENV] = SGLANG_VERIFY_ALL
+        warnings: tuple[str, ...] = ()
+        if not length.is_integer():
+            warnings = (
+                f"SGLang DSpark rounded a fractional {SGLANG_LEN_ENV} ({knobs.env[SGLANG_LEN_ENV]}) before "
+                "sgl-project/sglang PR #33463 (merged 2026-08; its first release is not pinned here): the "
+                "pre-flight measures whether this image realises the fraction",
             )
-        if version < SGLANG_TOKEN_MODE_MIN_VERSION:
-            raise RecipeError(
-                f"SGLang image {image!r} is {version_text(version)}, older than {needed}: it ignores "
-                f"{SGLANG_TOKEN_MODE_ENV}={knobs.env[SGLANG_TOKEN_MODE_ENV]} (silent no-op) and emits token id "
-                f"100 for every output token in synthetic mode. Use an image tagged {needed} or newer"
-            )
-        return ()
+        return env, warnings
 
     def server_argv(self, config: ServerConfig, par: Parallelism, port: int, nodes: int) -> list[str]:
         """``sglang.launch_server`` for one instance on ``nodes`` nodes (without ``extra_args``).
@@ -202,9 +241,13 @@ class SglangRecipe:
         prefill and decode instances behind ``sglang_router`` (see :meth:`disaggregated`).
         """
         check_extra_args(self.framework, config.extra_args, SGLANG_MANAGED_FLAGS)
+        refuse_vllm_only_fields(config, self.framework)
         knobs = self.knobs(config)
-        env = merge_env(knobs.env if knobs else {}, config.extra_env)
-        warnings = self.check_image(config, knobs) + (knobs.warnings if knobs else ())
+        block_env, block_warnings = self.block_drafter_env(config, knobs)
+        env = merge_env({**(knobs.env if knobs else {}), **block_env}, config.extra_env)
+        requirements = self.requirements(config)
+        image = config.image or self.default_image
+        warnings = image_gate(image, requirements) + (knobs.warnings if knobs else ()) + block_warnings
         port = resolve_port(config)
         dis = config.disaggregated()
         if dis is not None:
@@ -224,13 +267,15 @@ class SglangRecipe:
             health_path=self.health_path,
             metrics_path=self.metrics_path,
             readiness_timeout_s=config.readiness_timeout_s,
-            image=config.image or self.default_image,
+            image=image,
             warnings=warnings,
             synthetic=knobs.to_dict() if knobs else None,
             nodes=config.nodes,
             gpus_per_node=per_node,
             groups=groups,
             metrics_endpoints=endpoints,
+            requirements=requirements,
+            version_paths=SGLANG_VERSION_PATHS,
         )
 
     def disaggregated(
@@ -283,5 +328,12 @@ class SglangRecipe:
         """For the simulator in the SGLang dialect: the same ``SGLANG_SIMULATE_ACC_*`` environment."""
         knobs = self.knobs(config)
         if knobs is None:
-            return SimSource()
-        return SimSource(env=dict(knobs.env), warnings=knobs.warnings, synthetic=knobs.to_dict())
+            return SimSource(version_paths=SGLANG_VERSION_PATHS)
+        block_env, block_warnings = self.block_drafter_env(config, knobs)
+        return SimSource(
+            env={**knobs.env, **block_env},
+            warnings=knobs.warnings + block_warnings,
+            synthetic=knobs.to_dict(),
+            requirements=self.requirements(config),
+            version_paths=SGLANG_VERSION_PATHS,
+        )

@@ -116,6 +116,8 @@ class SimRecipe:
             synthetic=source.synthetic,
             nodes=config.nodes,
             metrics_endpoints=endpoints,
+            requirements=source.requirements,
+            version_paths=source.version_paths,
         )
 
     @staticmethod

@@ -14,7 +14,15 @@
 - Multi-node (``nodes > 1``): an MPI launch, ``srun --mpi=pmix`` with one task per GPU running
   ``trtllm-llmapi-launch trtllm-serve ...`` (``Launch.mpi``, ``Launch.tasks_per_node``); TP x PP GPUs
   split evenly over the nodes.
-- Prometheus text at ``/prometheus/metrics`` (``/metrics`` is JSON and drains on each read).
+- Prometheus text at ``/prometheus/metrics`` (``/metrics`` is JSON and drains on each read);
+  ``trtllm_speculative_config_info`` there says which speculative method ran (``spec_method``,
+  ``spec_num_tokens``); ``GET /version`` -> ``{"version": ...}`` (tensorrt_llm/serve/openai_server.py).
+- Release gates (:mod:`infra.versions`): a fractional forced value needs the float parser of
+  PR #13569 (one-model path; older images parse it as an integer on every path, log a warning and
+  switch the feature off); DFlash needs v1.3.0rc14. DSpark is not gated (its first tag is not pinned;
+  an older image refuses the decoding type at start).
+- Block drafters: ``decoding_type`` ``DSpark`` / ``DFlash`` with ``speculative_model`` and
+  ``max_draft_len`` K (DSpark's K must equal the checkpoint's ``dspark_block_size``).
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from alflow.acceptance.knobs import SyntheticKnobs
+from alflow.acceptance.knobs import TRTLLM_ENV, SyntheticKnobs
 from alflow.config import ServerConfig, SpecMethod
 from alflow.metrics.names import TRTLLM_METRICS_PATH
 from infra.errors import RecipeError
@@ -32,11 +40,14 @@ from infra.recipes._common import (
     bind_host_of,
     check_extra_args,
     gpus_per_node,
+    image_gate,
     merge_env,
+    refuse_vllm_only_fields,
     render_synthetic,
     resolve_port,
 )
 from infra.recipes.types import SimSource
+from infra.versions import Capability, version
 
 TRTLLM_IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:latest"
 TRTLLM_OPTIONS_FILE = "extra-llm-api-options.yaml"
@@ -49,7 +60,31 @@ TRTLLM_DECODING_TYPES: dict[SpecMethod, str] = {
     SpecMethod.EAGLE3: "Eagle3",
     SpecMethod.NGRAM: "NGram",
     SpecMethod.DRAFT_MODEL: "DraftTarget",
+    SpecMethod.DSPARK: "DSpark",
+    SpecMethod.DFLASH: "DFlash",
 }
+TRTLLM_VERSION_PATHS = ("/version",)
+"""``GET /version`` -> ``{"version": VERSION}`` (tensorrt_llm/serve/openai_server.py, ``register_routes``)."""
+TRTLLM_FRACTIONAL = Capability(
+    framework="TensorRT-LLM",
+    feature=f"a fractional {TRTLLM_ENV} (get_force_num_accepted_tokens_float, one-model path)",
+    minimum=version("1.3.0rc15"),
+    source=(
+        "NVIDIA/TensorRT-LLM PR #13569, merged as a13c19b about 2026-05-06; v1.3.0rc14 was tagged 2026-05-07 "
+        "and is not verified to contain it, so the first release counted is v1.3.0rc15"
+    ),
+    consequence=(
+        "an older image parses the value as an integer on every path: a warning in the server log and "
+        "synthetic acceptance OFF, so the run would measure real acceptance and call it synthetic"
+    ),
+)
+TRTLLM_DFLASH = Capability(
+    framework="TensorRT-LLM",
+    feature="the DFlash drafter (decoding_type DFlash)",
+    minimum=version("1.3.0rc14"),
+    source="NVIDIA/TensorRT-LLM PR #12794, in the v1.3.0rc14 release notes",
+    consequence="an older image refuses the decoding type at start",
+)
 TRTLLM_MANAGED_FLAGS = frozenset(
     {
         "--host",
@@ -80,6 +115,15 @@ class TrtllmRecipe:
         if config.two_model_choice() and spec is not None and spec.method is SpecMethod.MTP:
             raise RecipeError("TensorRT-LLM MTP has no two-model mode: drop two_model or use eagle3")
         return render_synthetic(config, self.framework)
+
+    def requirements(self, config: ServerConfig, knobs: SyntheticKnobs | None) -> tuple[Capability, ...]:
+        """The releases this configuration needs: the float parser for a fractional value, DFlash."""
+        needs: list[Capability] = []
+        if knobs is not None and not float(knobs.env[TRTLLM_ENV]).is_integer():
+            needs.append(TRTLLM_FRACTIONAL)
+        if config.speculative is not None and config.speculative.method is SpecMethod.DFLASH:
+            needs.append(TRTLLM_DFLASH)
+        return tuple(needs)
 
     def warnings(self, config: ServerConfig) -> tuple[str, ...]:
         """Things a reviewer should know about this configuration (not errors)."""
@@ -131,7 +175,11 @@ class TrtllmRecipe:
                 "TensorRT-LLM NGram has no minimum lookup window: prompt_lookup_min would be ignored; drop it"
             )
         check_extra_args(self.framework, config.extra_args, TRTLLM_MANAGED_FLAGS)
+        refuse_vllm_only_fields(config, self.framework)
         knobs = self.knobs(config)
+        requirements = self.requirements(config, knobs)
+        image = config.image or self.default_image
+        gate_warnings = image_gate(image, requirements)
         env = merge_env(knobs.env if knobs else {}, config.extra_env)
         port = resolve_port(config)
         options = LaunchFile(TRTLLM_OPTIONS_FILE, yaml.safe_dump(self.options(config), sort_keys=False))
@@ -160,18 +208,24 @@ class TrtllmRecipe:
             health_path=self.health_path,
             metrics_path=self.metrics_path,
             readiness_timeout_s=config.readiness_timeout_s,
-            image=config.image or self.default_image,
-            warnings=self.warnings(config) + (knobs.warnings if knobs else ()),
+            image=image,
+            warnings=gate_warnings + self.warnings(config) + (knobs.warnings if knobs else ()),
             synthetic=knobs.to_dict() if knobs else None,
             nodes=config.nodes,
             gpus_per_node=per_node,
             mpi=TRTLLM_MPI if config.nodes > 1 else None,
             tasks_per_node=per_node if config.nodes > 1 else 1,
+            requirements=requirements,
+            version_paths=TRTLLM_VERSION_PATHS,
         )
 
     def sim_source(self, config: ServerConfig) -> SimSource:
         """For the simulator in the TensorRT-LLM dialect: the same forced-count environment variable."""
         knobs = self.knobs(config)
-        if knobs is None:
-            return SimSource()
-        return SimSource(env=dict(knobs.env), warnings=knobs.warnings, synthetic=knobs.to_dict())
+        return SimSource(
+            env=dict(knobs.env) if knobs else {},
+            warnings=knobs.warnings if knobs else (),
+            synthetic=knobs.to_dict() if knobs else None,
+            requirements=self.requirements(config, knobs),
+            version_paths=TRTLLM_VERSION_PATHS,
+        )

@@ -11,7 +11,11 @@
   HEAD`` (``--master-port`` when the config sets ``dist_init_port``), and the nodes of rank > 0 also
   ``--headless`` (``Launch.worker_argv``): only the head serves HTTP. Multi-node data parallelism
   (per-node ``--data-parallel-start-rank``) is refused.
-- ``GET /health``; Prometheus text at ``/metrics``.
+- ``GET /health``; Prometheus text at ``/metrics``; ``GET /version`` -> ``{"version": "0.20.0"}``.
+- Release gates (:mod:`infra.versions`, checked on the image tag before launch and on the live
+  server's ``/version`` after start): synthetic acceptance from v0.20.0, block verification and the
+  DSpark drafter from v0.25.0. ``draft_sample_method`` and DFlash are not gated: an image without
+  them refuses the unknown key or method at start (loud), and their first tags are not pinned here.
 """
 
 from __future__ import annotations
@@ -29,11 +33,13 @@ from infra.recipes._common import (
     check_extra_args,
     distribution_version,
     gpus_per_node,
+    image_gate,
     merge_env,
     render_synthetic,
     resolve_port,
 )
 from infra.recipes.types import SimSource
+from infra.versions import Capability, version
 
 VLLM_IMAGE = "vllm/vllm-openai:latest"
 VLLM_CPU_SYNTHETIC_REFUSAL = "Synthetic acceptance not supported with CPU sampling"
@@ -43,7 +49,35 @@ VLLM_METHODS: dict[SpecMethod, str] = {
     SpecMethod.EAGLE3: "eagle3",
     SpecMethod.DRAFT_MODEL: "draft_model",
     SpecMethod.NGRAM: "ngram",
+    SpecMethod.DSPARK: "dspark",
+    SpecMethod.DFLASH: "dflash",
 }
+VLLM_VERSION_PATHS = ("/version",)
+"""``GET /version`` -> ``{"version": VLLM_VERSION}`` (vllm/entrypoints/serve/instrumentator/basic.py)."""
+VLLM_SYNTHETIC = Capability(
+    framework="vLLM",
+    feature="synthetic acceptance (rejection_sample_method 'synthetic', synthetic_acceptance_length/_rates)",
+    minimum=version("0.20.0"),
+    source="vllm-project/vllm PR #40662, merged 2026-04-24, first released in v0.20.0 on 2026-04-27",
+    consequence=(
+        "an older image fails at start on the unknown speculative-config keys (v0.11.0 has no synthetic "
+        "mode; PR #38045's single synthetic_acceptance_rate of March 2026 is another API)"
+    ),
+)
+VLLM_BLOCK_VERIFY = Capability(
+    framework="vLLM",
+    feature="block verification (rejection_sample_method 'block')",
+    minimum=version("0.25.0"),
+    source="vllm-project/vllm PR #46781, in the v0.25.0 release notes",
+    consequence="an older image refuses the value at start",
+)
+VLLM_DSPARK = Capability(
+    framework="vLLM",
+    feature="the DSpark block drafter (method 'dspark')",
+    minimum=version("0.25.0"),
+    source="vllm-project/vllm PR #46995, in the v0.25.0 release notes",
+    consequence="an older image refuses the method at start",
+)
 VLLM_MANAGED_FLAGS = frozenset(
     {
         "--host",
@@ -99,9 +133,18 @@ class VllmRecipe:
             out["prompt_lookup_min"] = spec.prompt_lookup_min
         if spec.prompt_lookup_max is not None:
             out["prompt_lookup_max"] = spec.prompt_lookup_max
+        if spec.draft_sample_method is not None:
+            out["draft_sample_method"] = spec.draft_sample_method
         knobs = render_synthetic(config, self.framework)
         if knobs is None:
+            if spec.rejection_sample_method is not None:
+                out["rejection_sample_method"] = spec.rejection_sample_method
             return out, (), None
+        if spec.rejection_sample_method not in (None, "standard"):
+            raise RecipeError(
+                f"rejection_sample_method={spec.rejection_sample_method!r} cannot apply with synthetic acceptance: "
+                "vLLM's synthetic mode is itself a rejection sample method ('synthetic'); drop one of them"
+            )
         out.update(knobs.speculative_config)
         warnings = knobs.warnings
         if spec.method is SpecMethod.NGRAM:
@@ -110,6 +153,18 @@ class VllmRecipe:
                 "accept the forced length, so the realised AL falls below the target (audit the achieved AL)",
             )
         return out, warnings, knobs.to_dict()
+
+    def requirements(self, config: ServerConfig) -> tuple[Capability, ...]:
+        """The releases this configuration needs (synthetic keys, block verification, DSpark)."""
+        spec = config.speculative
+        needs: list[Capability] = []
+        if config.synthetic is not None:
+            needs.append(VLLM_SYNTHETIC)
+        if spec is not None and spec.rejection_sample_method == "block":
+            needs.append(VLLM_BLOCK_VERIFY)
+        if spec is not None and spec.method is SpecMethod.DSPARK:
+            needs.append(VLLM_DSPARK)
+        return tuple(needs)
 
     def build(self, config: ServerConfig) -> Launch:
         """``vllm serve`` with the speculative config, parallelism and prefix caching off."""
@@ -123,6 +178,9 @@ class VllmRecipe:
         env = merge_env({}, config.extra_env)
         port = resolve_port(config)
         spec, warnings, synthetic = self.speculative_config(config)
+        requirements = self.requirements(config)
+        image = config.image or self.default_image
+        warnings = image_gate(image, requirements) + warnings
         weights = config.weights_path()
         argv = ["vllm", "serve", weights or config.model]
         if weights:
@@ -169,12 +227,14 @@ class VllmRecipe:
             health_path=self.health_path,
             metrics_path=self.metrics_path,
             readiness_timeout_s=config.readiness_timeout_s,
-            image=config.image or self.default_image,
+            image=image,
             warnings=warnings,
             synthetic=synthetic,
             nodes=config.nodes,
             gpus_per_node=per_node,
             worker_argv=None if worker_argv is None else tuple(worker_argv),
+            requirements=requirements,
+            version_paths=VLLM_VERSION_PATHS,
         )
 
     def check_install(self, launch: Launch, prefix: Path) -> None:
@@ -199,4 +259,11 @@ class VllmRecipe:
         args: tuple[str, ...] = ()
         if spec is not None:
             args = ("--speculative-config", json.dumps(spec, separators=(",", ":")))
-        return SimSource(args=args, env={}, warnings=warnings, synthetic=synthetic)
+        return SimSource(
+            args=args,
+            env={},
+            warnings=warnings,
+            synthetic=synthetic,
+            requirements=self.requirements(config),
+            version_paths=VLLM_VERSION_PATHS,
+        )

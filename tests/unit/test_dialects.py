@@ -41,13 +41,32 @@ def test_vllm_al_per_position_and_ci() -> None:
     assert st.ci.method == "histogram-iid"
 
 
-def test_sglang_approximation_is_labelled() -> None:
-    st = get_dialect("sglang").spec_stats(window("sglang"), k=3)
+def test_sglang_takes_the_prefill_token_of_each_finished_request_out() -> None:
+    w = window("sglang")
+    # the old ratio Δgeneration_tokens / Δverify_calls counts each request's first (prefill) token
+    assert w.increase(names.SGLANG_GENERATION_TOKENS) / w.increase(
+        names.SGLANG_SPEC_VERIFY_CALLS
+    ) == pytest.approx(2.52)
+    st = get_dialect("sglang").spec_stats(w, k=3)
     assert st.num_drafts == 1000
-    assert st.accepted_tokens == 1500
+    assert st.accepted_tokens == 1500  # 2520 tokens - 20 requests - 1000 steps
     assert st.al == pytest.approx(2.5)
-    assert "approximate" in st.note
+    assert st.truncated_requests == 20
+    assert "Δnum_requests" in st.note
+    assert "low by at most K x requests / steps = 0.0600" in st.note  # the residual, written down
     assert "spec_accept_length: 2 points" in st.note
+
+
+def test_sglang_without_the_request_counter_refuses() -> None:
+    strip = lambda name: "\n".join(  # noqa: E731
+        line for line in (FIX / name).read_text().splitlines() if "num_requests" not in line
+    )
+    w = SnapshotWindow(
+        parse_exposition(strip("sglang_before.txt"), mono_ns=1),
+        parse_exposition(strip("sglang_after.txt"), mono_ns=2),
+    )
+    with pytest.raises(MissingMetricsError, match="prefill"):
+        get_dialect("sglang").spec_stats(w, k=3)
 
 
 def test_trtllm_steps_from_first_position() -> None:
@@ -58,7 +77,7 @@ def test_trtllm_steps_from_first_position() -> None:
     assert st.k == 3
 
 
-def test_trtllm_without_per_position_counters_needs_k() -> None:
+def test_trtllm_without_per_position_counters_refuses() -> None:
     strip = "\n".join(
         line
         for line in (FIX / "trtllm_before.txt").read_text().splitlines()
@@ -70,12 +89,24 @@ def test_trtllm_without_per_position_counters_needs_k() -> None:
         if "tokens_total{" not in line or "num_" in line
     )
     w = SnapshotWindow(parse_exposition(strip, mono_ns=1), parse_exposition(strip_after, mono_ns=2))
-    with pytest.raises(MissingMetricsError, match="return_perf_metrics"):
-        get_dialect("trtllm").spec_stats(w)
+    for k in (None, 3):  # the iteration counters alone are never used, K or not
+        with pytest.raises(MissingMetricsError, match="return_perf_metrics"):
+            get_dialect("trtllm").spec_stats(w, k=k)
+
+
+def test_trtllm_al_comes_from_the_per_position_family_alone() -> None:
+    """A scrape taken while requests run: iteration counters moved for 1,200 steps, per-position ones for 1,000."""
+    w = window("trtllm", "after_midflight")
+    mixed = (
+        1 + w.increase(names.TRTLLM_NUM_ACCEPTED_TOKENS) / 1000
+    )  # the old formula: accepted (iteration) / steps (per position)
+    assert mixed == pytest.approx(2.9)
     st = get_dialect("trtllm").spec_stats(w, k=3)
     assert st.num_drafts == 1000
+    assert st.accepted_tokens == 1500
     assert st.al == pytest.approx(2.5)
-    assert "draft tokens / K" in st.note
+    assert st.draft_tokens == 3000
+    assert "iteration counters (other timing, not used): AL ~ 2.5833" in st.note
 
 
 @pytest.mark.parametrize("fw", ["vllm", "sglang", "trtllm"])
