@@ -1,4 +1,4 @@
-"""Framework versions and capability gates: is this image (or live server) new enough for the knobs asked?
+"""Framework versions and capability gates: is this image (or live server) new enough for its knobs.
 
 A :class:`Capability` is one feature a configuration relies on, the first release of its framework
 that has it, and where that fact comes from. Each recipe lists what a configuration needs
