@@ -176,6 +176,6 @@ def test_one_gpu_m2_deployment_per_framework_with_images_new_enough() -> None:
     params = copy.deepcopy(old["parameters"])
     params["params"]["server"]["image"] = "vllm/vllm-openai:v0.11.0"
     validated = load_flow(str(old["entrypoint"])).validate_parameters(params)
+    [(_, server)] = _launches(validated["params"])
     with pytest.raises(CapabilityError, match=r"older than v0\.20\.0"):
-        for _, server in _launches(validated["params"]):
-            build_launch(server)
+        build_launch(server)
