@@ -4,19 +4,24 @@ This is the sequence every benchmark runs (DESIGN.md section 1), shared by ``alf
 flows: the baseline scrape is taken after warm-up, so warm-up traffic never enters the spec-decode
 window; counters become deltas over the window (a reset is reported, not hidden); the client
 metrics come from the records afterwards. A run that aborts still returns what it recorded.
+
+SGLang's responses carry per-request speculative counts (``meta_info``, in the records as
+``spec_verify_ct`` and ``spec_accepted_drafts``): when every successful measured request has them,
+they are the AL source (:func:`window_stats`), exact over exactly the measured requests, and the
+counters' AL becomes a cross-check in the note.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiohttp
 import polars as pl
 
-from alflow.acceptance.stats import CI_LEVEL, SpecStats
+from alflow.acceptance.stats import CI_LEVEL, SpecStats, from_counters
 from alflow.datasets.types import Session
 from alflow.errors import AlflowError
 from alflow.loadgen.records import RequestRecord, records_frame
@@ -130,6 +135,44 @@ class Measurement:
         return pl.DataFrame(rows, schema=schema)
 
 
+@dataclass(frozen=True, slots=True)
+class MetaInfoTotals:
+    """SGLang's per-request ``meta_info`` counts summed over the successful measured requests."""
+
+    requests: int
+    """Successful measured (not warm-up) requests."""
+    reported: int
+    """Those of them whose record has both ``spec_verify_ct`` and ``spec_accepted_drafts``."""
+    verify_ct: int
+    """Verify steps summed over the reporting requests."""
+    accepted_drafts: int
+    """Accepted draft tokens summed over the reporting requests."""
+
+    @property
+    def complete(self) -> bool:
+        """True when there is at least one request and every one reported both counts."""
+        return self.requests > 0 and self.reported == self.requests
+
+
+def meta_info_totals(records: pl.DataFrame) -> MetaInfoTotals:
+    """Sum the records' ``meta_info`` counts over the successful measured requests.
+
+    Frames stored before the columns existed (no ``spec_verify_ct`` column) count as reporting nothing.
+    """
+    measured = records.filter(~pl.col("warmup") & pl.col("error").is_null())
+    if "spec_verify_ct" not in measured.columns or "spec_accepted_drafts" not in measured.columns:
+        return MetaInfoTotals(measured.height, 0, 0, 0)
+    both = measured.filter(
+        pl.col("spec_verify_ct").is_not_null() & pl.col("spec_accepted_drafts").is_not_null()
+    )
+    return MetaInfoTotals(
+        measured.height,
+        both.height,
+        int(both["spec_verify_ct"].sum()),
+        int(both["spec_accepted_drafts"].sum()),
+    )
+
+
 def window_stats(
     dialect: Dialect | str,
     baseline: Snapshot,
@@ -138,14 +181,60 @@ def window_stats(
     k: int | None = None,
     *,
     level: float = CI_LEVEL,
+    records: pl.DataFrame | None = None,
 ) -> tuple[SpecStats | None, str | None]:
-    """Spec-decode statistics over the window between two scrapes (a ``level`` CI of AL), or None and the reason."""
+    """Spec-decode statistics over the window between two scrapes (a ``level`` CI of AL), or None and the reason.
+
+    With SGLang and the point's ``records``: when every successful measured request carries its
+    ``meta_info`` counts, the statistics come from their sums (exact, over exactly the measured
+    requests) and the note gives the counters' AL as a cross-check; when only some do, the counters
+    stay the source and the note says how many requests lacked ``meta_info``.
+    """
     the_dialect = get_dialect(dialect) if isinstance(dialect, str) else dialect
+    counters: SpecStats | None = None
+    error: str | None = None
     try:
         window = SnapshotWindow(baseline, final, series=list(series))
-        return the_dialect.spec_stats(window, k=k, level=level), None
+        counters = the_dialect.spec_stats(window, k=k, level=level)
     except AlflowError as exc:
-        return None, str(exc)
+        error = str(exc)
+    if records is None or the_dialect.name != "sglang":
+        return counters, error
+    totals = meta_info_totals(records)
+    if totals.reported == 0:
+        return counters, error  # a server without meta_info (older SGLang): the counters, as before
+    if not totals.complete:
+        missing = totals.requests - totals.reported
+        return _with_note(
+            counters,
+            error,
+            f"{missing} of {totals.requests} measured requests lacked meta_info: AL from the counters",
+        )
+    if counters is None:
+        cross = f"counters: unavailable ({error})"
+    elif counters.al is None:
+        cross = "counters: no steps"
+    else:
+        cross = f"counters: AL {counters.al:.4f}"
+    note = f"exact, from the meta_info of {totals.requests} requests; {cross}"
+    try:
+        stats = from_counters(
+            totals.verify_ct,
+            totals.accepted_drafts,
+            k=k if k is not None else None if counters is None else counters.k,
+            level=level,
+            note=note,
+        )
+    except AlflowError as exc:
+        return _with_note(counters, error, f"meta_info counts rejected ({exc}): AL from the counters")
+    return stats, None
+
+
+def _with_note(stats: SpecStats | None, error: str | None, note: str) -> tuple[SpecStats | None, str | None]:
+    """``(stats, error)`` with ``note`` added to the stats' note, or to the error when there are no stats."""
+    if stats is None:
+        return None, note if not error else f"{error}; {note}"
+    return replace(stats, note=f"{stats.note}; {note}" if stats.note else note), error
 
 
 async def measure(
@@ -234,9 +323,9 @@ async def measure(
     if urls and baseline and aborted is None and the_dialect is not None:
         final = await scrape_all(urls, session=http)
         resets = counter_resets(baseline[0], final)
-        if compute_stats:
-            stats, stats_error = window_stats(the_dialect, baseline[0], final, series, k)
     frame = records_frame(result.records)
+    if final is not None and the_dialect is not None and compute_stats:
+        stats, stats_error = window_stats(the_dialect, baseline[0], final, series, k, records=frame)
     duration = result.duration_s
     client = summarize(
         frame, duration_s=duration if duration > 0 else 1e-9, percentiles=percentiles, slo=slo, gpus=gpus

@@ -23,6 +23,7 @@ from alflow.workloads import random_workload_sessions
 from flows.common import fail, open_run, point_server, reference_al
 from tasks.gates import audit_synthetic
 from tasks.measure import request_sampling, run_load, spec_stats
+from tasks.preflight import preflight
 from tasks.results import render_report, store_results
 from tasks.servers import server_lifetime, wait_ready
 
@@ -83,6 +84,18 @@ def benchmark(params: BenchmarkParams) -> M2Outcome:
                 log.info(
                     "synthetic target AL %.4f with scheme %s (%s draw)", target, scheme, dist.granularity
                 )
+                if params.preflight:
+                    check = preflight(
+                        handle,
+                        server,
+                        params.k,
+                        dist,
+                        subject=f"{server.framework} K={params.k} target {target:.4f}",
+                        timeout_s=min(60.0, params.request_timeout_s, params.stall_timeout_s or 60.0),
+                    )
+                    writer.update_provenance(preflight=check.to_dict())
+                    if not check.passed:
+                        raise fail("m2-benchmark", check.message, {"target_al": target, "k": params.k})
                 for i, conc in enumerate(params.concurrencies):
                     n = params.prompts_per_concurrency * conc
                     warm = params.warmup_per_concurrency * conc

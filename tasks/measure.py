@@ -186,7 +186,9 @@ def spec_stats(measurement: Measurement, k: int | None, level: float = CI_LEVEL)
     if m.dialect is None or m.baseline is None or m.final is None:
         m.stats_error = m.stats_error or "no baseline and final scrape of the server's metrics"
     else:
-        m.spec_stats, m.stats_error = window_stats(m.dialect, m.baseline, m.final, m.series, k, level=level)
+        m.spec_stats, m.stats_error = window_stats(
+            m.dialect, m.baseline, m.final, m.series, k, level=level, records=m.records
+        )
     if m.spec_stats is not None and m.spec_stats.al is not None:
         ci = m.spec_stats.ci
         log.info(

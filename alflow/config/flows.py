@@ -163,6 +163,13 @@ class BenchmarkParams(StrictModel):
         0.02, ge=0.0, description="Smallest allowed |achieved - target| AL deviation."
     )
     fail_on_invalid: bool = Field(True, description="Fail the run when a point fails the synthetic audit.")
+    preflight: bool = Field(
+        True,
+        description=(
+            "Before the sweep, send a short burst and check that the synthetic knob took effect (AL within the "
+            "scheme's spread, K and the speculative path as asked); a knob that did not fails the run at once."
+        ),
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Self:

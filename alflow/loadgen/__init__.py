@@ -1,6 +1,13 @@
 """The streaming load generator: aiohttp client, SSE parsing, schedulers and request records."""
 
-from alflow.loadgen.client import AiohttpTransport, FatalRequestError, Transport, stream_request
+from alflow.loadgen.client import (
+    AiohttpTransport,
+    FatalRequestError,
+    SpecCounts,
+    Transport,
+    meta_info_counts,
+    stream_request,
+)
 from alflow.loadgen.endpoints import ENDPOINTS, Endpoint, Sampling, get_endpoint
 from alflow.loadgen.records import RequestRecord, read_records, records_frame, write_records
 from alflow.loadgen.runner import LoadAbortedError, LoadResult, LoadSpec, Progress, Target, run_load
@@ -16,9 +23,11 @@ __all__ = [
     "Progress",
     "RequestRecord",
     "Sampling",
+    "SpecCounts",
     "Target",
     "Transport",
     "get_endpoint",
+    "meta_info_counts",
     "read_records",
     "records_frame",
     "run_load",

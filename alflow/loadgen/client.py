@@ -14,6 +14,9 @@ Transports (the :class:`Transport` seam; tests drive :func:`stream_request` with
 - :class:`AiohttpTransport`: one shared ``aiohttp.ClientSession`` (``iter_any`` per read); slower
   per chunk, kept for proxies and anything the fast transport does not speak.
 
+SGLang's per-request speculative counts (``meta_info``: ``spec_verify_ct`` and accepted drafts) are
+read from the event that carries ``usage`` (:func:`meta_info_counts`), never from content chunks.
+
 Every SSE event that carries output gets its own entry in ``chunk_ns`` (the arrival time of the
 network read that brought it): events that arrive together share a timestamp, as in
 ``vllm bench serve``, so ``len(chunk_ns)`` counts server chunks (engine steps), not TCP reads.
@@ -36,7 +39,7 @@ import ssl
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Protocol, cast
+from typing import Any, Final, NamedTuple, Protocol, cast
 from urllib.parse import unquote, urlsplit
 
 import aiohttp
@@ -118,6 +121,46 @@ def _error_text(event: Any) -> str:
     return f"error event in stream: {err}"
 
 
+VERIFY_CT_KEYS: Final = ("spec_verify_ct",)
+"""``meta_info`` keys of a request's verify steps, in the order they are tried."""
+ACCEPTED_DRAFTS_KEYS: Final = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
+"""``meta_info`` keys of a request's accepted draft tokens: SGLang's name, then older aliases."""
+
+
+class SpecCounts(NamedTuple):
+    """One request's speculative counts from SGLang's ``meta_info`` (None: not reported)."""
+
+    verify_ct: int | None
+    accepted_drafts: int | None
+
+
+NO_SPEC_COUNTS: Final = SpecCounts(None, None)
+
+
+def _count(meta: Mapping[str, object], keys: tuple[str, ...]) -> int | None:
+    for key in keys:
+        value = meta.get(key)
+        if value is None:
+            continue
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        return None  # present but not a count: do not fall back to an older alias
+    return None
+
+
+def meta_info_counts(body: Mapping[str, object]) -> SpecCounts:
+    """SGLang's per-request speculative counts from a response body or stream event with ``meta_info``.
+
+    ``verify_ct`` is ``meta_info.spec_verify_ct``; ``accepted_drafts`` the first of
+    :data:`ACCEPTED_DRAFTS_KEYS` present. A missing ``meta_info``, a missing key or a value that is not
+    a non-negative integer gives None for that count.
+    """
+    meta = body.get("meta_info")
+    if not isinstance(meta, dict):
+        return NO_SPEC_COUNTS
+    return SpecCounts(_count(meta, VERIFY_CT_KEYS), _count(meta, ACCEPTED_DRAFTS_KEYS))
+
+
 class SseConsumer:
     """Incremental parser of one response's event stream into a :class:`RequestRecord`."""
 
@@ -166,8 +209,11 @@ class SseConsumer:
                     self.pieces.append(text)
             usage = event.get("usage")
             if usage:
-                self.record.input_tokens = usage.get("prompt_tokens")
-                self.record.output_tokens = usage.get("completion_tokens")
+                rec = self.record
+                rec.input_tokens = usage.get("prompt_tokens")
+                rec.output_tokens = usage.get("completion_tokens")
+                if "meta_info" in event:
+                    rec.spec_verify_ct, rec.spec_accepted_drafts = meta_info_counts(event)
         self._buf = data[start:]
         return False
 

@@ -10,6 +10,12 @@ Timestamps are integer ``time.perf_counter_ns()`` values taken on the client:
 - ``done_ns``: when the stream ended (``[DONE]`` or an error).
 
 Token counts come from the server's ``usage``; ``error`` is None for a successful request.
+
+``spec_verify_ct`` and ``spec_accepted_drafts`` are SGLang's per-request speculative counts (its
+``meta_info``: verify steps and accepted draft tokens of this request), read from the chunk that
+carries ``usage``; null when the server sends none (vLLM, TensorRT-LLM, older SGLang). A request's
+exact AL is ``1 + spec_accepted_drafts / spec_verify_ct``. Frames stored before these columns existed
+lack them: :func:`read_records` adds them as nulls (:func:`with_record_columns` for other readers).
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ RECORD_SCHEMA: Final[dict[str, pl.DataType]] = {
     "http_status": pl.Int32(),
     "error": pl.String(),
     "text": pl.String(),
+    "spec_verify_ct": pl.Int64(),
+    "spec_accepted_drafts": pl.Int64(),
 }
 
 
@@ -59,6 +67,10 @@ class RequestRecord:
     http_status: int | None = None
     error: str | None = None
     text: str | None = None
+    spec_verify_ct: int | None = None
+    """SGLang ``meta_info.spec_verify_ct``: this request's verify steps (None: not reported)."""
+    spec_accepted_drafts: int | None = None
+    """SGLang ``meta_info.spec_num_correct_drafts`` (or an older alias): accepted draft tokens."""
 
     @property
     def ok(self) -> bool:
@@ -87,6 +99,14 @@ def write_records(path: str | Path, records: Sequence[RequestRecord] | pl.DataFr
     return target
 
 
+def with_record_columns(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with every :data:`RECORD_SCHEMA` column it lacks added as nulls (frames stored by older alflow)."""
+    missing = [name for name in RECORD_SCHEMA if name not in frame.columns]
+    if not missing:
+        return frame
+    return frame.with_columns(pl.lit(None, dtype=RECORD_SCHEMA[name]).alias(name) for name in missing)
+
+
 def read_records(path: str | Path) -> pl.DataFrame:
-    """Read a records parquet file written by :func:`write_records`."""
-    return pl.read_parquet(path)
+    """Read a records parquet file written by :func:`write_records` (older files get the newer columns as nulls)."""
+    return with_record_columns(pl.read_parquet(path))

@@ -129,6 +129,8 @@ class SimServer:
             "sglang": (b"reasoning_content", b""),
             "trtllm": (b"reasoning", b"reasoning_content"),
         }[config.dialect]
+        # SGLang's per-request speculative counts (``meta_info``) in the body and the usage chunk
+        self._meta_info = config.dialect == "sglang"
 
     def make_app(self) -> web.Application:
         """The aiohttp application: the kit's routes plus the dialect's."""
@@ -187,7 +189,12 @@ class SimServer:
             if cfg.synthetic
             else None
         )
-        return {"version": "alflow-sim", "simulated": True, "k": cfg.k, "synthetic_acceptance": synthetic}
+        return {
+            "version": cfg.framework_version or "alflow-sim",
+            "simulated": True,
+            "k": cfg.k,
+            "synthetic_acceptance": synthetic,
+        }
 
     def model_card(self) -> dict[str, Any]:
         """The simulator's fields of its ``/v1/models`` entry."""
@@ -361,9 +368,21 @@ class SimServer:
                 )
             if p.include_usage:
                 n_prompt = p.prompt_ids_count
+                if self._meta_info:
+                    k = cfg.k
 
-                def tail(completion: int) -> bytes:
-                    return b'data: %b],"usage":%b}\n\n' % (head, _usage(n_prompt, completion))
+                    def tail(completion: int) -> bytes:
+                        # called at the last emit: the request's verify steps (req.hist) are final
+                        return b'data: %b],"usage":%b,"meta_info":%b}\n\n' % (
+                            head,
+                            _usage(n_prompt, completion),
+                            _meta_info(req.hist, k),
+                        )
+
+                else:
+
+                    def tail(completion: int) -> bytes:
+                        return b'data: %b],"usage":%b}\n\n' % (head, _usage(n_prompt, completion))
 
                 req.tail = tail
         return req
@@ -437,6 +456,8 @@ class SimServer:
                 )
             else:
                 choice = b'"text":"%b",' % content
+            if self._meta_info:
+                usage += b',"meta_info":' + _meta_info(req.hist, cfg.k)
             out = (
                 head
                 + choice
@@ -468,6 +489,21 @@ def _usage(prompt: int, completion: int) -> bytes:
         prompt,
         prompt + completion,
         completion,
+    )
+
+
+def _meta_info(hist: Sequence[int], k: int) -> bytes:
+    """SGLang's per-request ``meta_info`` speculative counts from a request's accept histogram.
+
+    ``hist[a]`` counts the request's verify steps that accepted ``a`` drafts: ``spec_verify_ct`` is
+    their number, ``spec_num_correct_drafts`` the accepted drafts, ``spec_num_proposed_drafts`` K per step.
+    """
+    verify = sum(hist)
+    accepted = sum(a * n for a, n in enumerate(hist))
+    return b'{"spec_verify_ct":%d,"spec_num_correct_drafts":%d,"spec_num_proposed_drafts":%d}' % (
+        verify,
+        accepted,
+        verify * k,
     )
 
 

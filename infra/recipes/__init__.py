@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-from alflow.config import ServerConfig
+from alflow.config import ServerConfig, SimServer
 from infra.errors import RecipeError
 from infra.launch import Launch
 from infra.recipes.sglang import SglangRecipe
@@ -74,6 +74,26 @@ class InstallCheck(Protocol):
     def __call__(self, launch: Launch, prefix: Path) -> None: ...
 
 
+class HintSource(Protocol):
+    """A recipe's likely causes of a synthetic knob that did not take effect (``knob_hints(config)``)."""
+
+    def __call__(self, config: ServerConfig) -> tuple[str, ...]: ...
+
+
+def preflight_hints(config: ServerConfig) -> tuple[str, ...]:
+    """Why a pre-flight may fail for ``config``: its framework recipe's ``knob_hints`` (none when it has none).
+
+    The simulator takes its dialect's framework hints, plus its own fault switches.
+    """
+    framework = config.framework
+    own: tuple[str, ...] = ()
+    if isinstance(config, SimServer):
+        framework = config.sim_dialect
+        own = ("the simulator was started with --ignore-synthetic or a --synthetic-* override in extra_args",)
+    source: HintSource | None = getattr(get_recipe(framework), "knob_hints", None)
+    return (source(config) if source is not None else ()) + own
+
+
 def check_install(launch: Launch, prefix: Path) -> None:
     """Refuse, before launch, what the framework installed at ``prefix`` cannot run (recipes without limits: none)."""
     checker: InstallCheck | None = getattr(get_recipe(launch.framework), "check_install", None)
@@ -81,4 +101,13 @@ def check_install(launch: Launch, prefix: Path) -> None:
         checker(launch, prefix)
 
 
-__all__ = ["ALL_ADDRESSES", "LOOPBACK", "RECIPES", "Recipe", "build_launch", "check_install", "get_recipe"]
+__all__ = [
+    "ALL_ADDRESSES",
+    "LOOPBACK",
+    "RECIPES",
+    "Recipe",
+    "build_launch",
+    "check_install",
+    "get_recipe",
+    "preflight_hints",
+]

@@ -134,6 +134,20 @@ class SglangRecipe:
                 )
         return knobs
 
+    def knob_hints(self, config: ServerConfig) -> tuple[str, ...]:
+        """Likely causes of a pre-flight failure on SGLang."""
+        hints = [
+            f"an image before {SGLANG_TOKEN_MODE_CAP.minimum} or one that does not read SGLANG_SIMULATE_ACC_* "
+            "(check the environment reached the container)",
+            "the speculative algorithm is not on the verify path where SGLANG_SIMULATE_ACC_LEN applies",
+        ]
+        if config.speculative is not None and config.speculative.method is SpecMethod.DSPARK:
+            hints.append(
+                f"DSpark without {SGLANG_RAGGED_VERIFY_ENV}={SGLANG_VERIFY_ALL}, or an image before PR #33463 "
+                "that rounds a fractional SGLANG_SIMULATE_ACC_LEN"
+            )
+        return tuple(hints)
+
     def speculative_args(self, config: ServerConfig) -> list[str]:
         """The ``--speculative-*`` arguments for the configured method and K."""
         spec = config.speculative

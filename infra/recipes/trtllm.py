@@ -116,6 +116,17 @@ class TrtllmRecipe:
             raise RecipeError("TensorRT-LLM MTP has no two-model mode: drop two_model or use eagle3")
         return render_synthetic(config, self.framework)
 
+    def knob_hints(self, config: ServerConfig) -> tuple[str, ...]:
+        """Likely causes of a pre-flight failure on TensorRT-LLM."""
+        del config
+        return (
+            f"an image before {TRTLLM_FRACTIONAL.minimum} parses a fractional {TRTLLM_ENV} as an integer: a "
+            "warning in the server log and the feature off (PR #13569)",
+            "the two-model path ran (EAGLE3 two-model, draft_model, ngram): it parses the value as an integer "
+            "(see trtllm_speculative_config_info and the server log)",
+            f"{TRTLLM_ENV}=0 (target AL 1) means off",
+        )
+
     def requirements(self, config: ServerConfig, knobs: SyntheticKnobs | None) -> tuple[Capability, ...]:
         """The releases this configuration needs: the float parser for a fractional value, DFlash."""
         needs: list[Capability] = []

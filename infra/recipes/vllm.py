@@ -166,6 +166,16 @@ class VllmRecipe:
             needs.append(VLLM_DSPARK)
         return tuple(needs)
 
+    def knob_hints(self, config: ServerConfig) -> tuple[str, ...]:
+        """Likely causes of a pre-flight failure on vLLM."""
+        hints = [
+            f"an image before {VLLM_SYNTHETIC.minimum} ignores or lacks the synthetic keys ({VLLM_SYNTHETIC.source})",
+            "the speculative config did not reach the server (check --speculative-config in the server log)",
+        ]
+        if config.speculative is not None and config.speculative.method is SpecMethod.NGRAM:
+            hints.append("n-gram proposes fewer than K drafts when the prompt has no match")
+        return tuple(hints)
+
     def build(self, config: ServerConfig) -> Launch:
         """``vllm serve`` with the speculative config, parallelism and prefix caching off."""
         par = config.parallelism

@@ -167,10 +167,36 @@ def test_m2_audit_passes_on_target_and_fails_off_target(tmp_path: Path) -> None:
     assert stored.table("requests").height == 10 * 4 + 10 * 16 + 2 * 4 + 2 * 16
     assert "SIMULATED" in (Path(out.run_dir) / "report.md").read_text()
 
-    state = benchmark(_bench_params(tmp_path, "--synthetic-al", "2.2"), return_state=True)
+    # the pre-flight off: the audit after each point finds the off-target server
+    state = benchmark(_bench_params(tmp_path, "--synthetic-al", "2.2", preflight=False), return_state=True)
     assert state.is_failed()
     assert "synthetic audit FAILED" in str(state.message)
     assert "expected 2.7300" in str(state.message)
+
+
+def test_m2_preflight_catches_a_knob_that_did_not_take_effect_before_the_sweep(tmp_path: Path) -> None:
+    """A server that reads the knob and ignores it (real acceptance) fails within the pre-flight, naming causes."""
+    started = time.monotonic()
+    state = benchmark(_bench_params(tmp_path, "--ignore-synthetic"), return_state=True)
+    took = time.monotonic() - started
+    assert state.is_failed()
+    message = str(state.message)
+    assert "pre-flight FAILED for sim K=3 target 2.7300" in message
+    assert "--ignore-synthetic" in message  # the likely causes
+    assert "v0.20.0" in message  # the sim speaks vLLM's dialect: vLLM's release gate is a likely cause
+    assert took < 60, took
+    stored = open_run(_last_run(tmp_path))
+    assert stored.status == "failed"
+    assert not (Path(stored.dir) / "spec_stats.parquet").exists()  # no point was measured
+    check = stored.manifest.model_dump(mode="json")["provenance"]["preflight"]
+    assert check["passed"] is False
+    assert check["steps"] > 0
+
+    one = _bench_params(tmp_path).model_copy(update={"concurrencies": (4,)})
+    out = benchmark(one)  # the knob in effect: the pre-flight passes
+    check = open_run(out.run_dir).manifest.model_dump(mode="json")["provenance"]["preflight"]
+    assert check["passed"] is True
+    assert abs(check["al"] - 2.73) <= check["allowed"] + 0.05
 
 
 def test_servers_are_stopped_after_a_failed_flow(tmp_path: Path) -> None:
@@ -187,7 +213,9 @@ def _last_run(tmp_path: Path) -> Path:
 
 
 def test_a_server_that_crashes_mid_point_keeps_the_requests_measured_so_far(tmp_path: Path) -> None:
-    state = benchmark(_bench_params(tmp_path, "--crash-after-requests", "30"), return_state=True)
+    state = benchmark(
+        _bench_params(tmp_path, "--crash-after-requests", "30", preflight=False), return_state=True
+    )
     assert state.is_failed()
     assert "aborted mid-point" in str(state.message)
     stored = open_run(_last_run(tmp_path))
@@ -206,7 +234,7 @@ def test_a_server_that_crashes_mid_point_keeps_the_requests_measured_so_far(tmp_
 
 
 def test_a_stalled_server_fails_its_point_within_the_stall_timeout(tmp_path: Path) -> None:
-    params = _bench_params(tmp_path, "--stall-after-tokens", "8", stall_timeout_s=2.0)
+    params = _bench_params(tmp_path, "--stall-after-tokens", "8", stall_timeout_s=2.0, preflight=False)
     started = time.monotonic()
     state = benchmark(params, return_state=True)
     took = time.monotonic() - started

@@ -1,0 +1,301 @@
+"""SGLang's per-request speculative counts (``meta_info``): parsing, records, and AL from them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import polars as pl
+import pytest
+
+from alflow.acceptance.stats import SpecStats, from_counters
+from alflow.errors import AlflowError
+from alflow.loadgen.client import SpecCounts, meta_info_counts
+from alflow.loadgen.endpoints import CompletionsEndpoint
+from alflow.loadgen.records import RECORD_SCHEMA, RequestRecord, read_records, records_frame, write_records
+from alflow.measure import meta_info_totals, window_stats
+from alflow.metrics.dialects import get_dialect
+from alflow.metrics.prometheus import Snapshot
+from tests.unit.test_loadgen_stream import DONE, chat, ev, run, usage
+
+
+def meta_usage(meta: object, prompt: int = 5, completion: int = 3) -> bytes:
+    return ev(
+        {
+            "id": "x",
+            "choices": [],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion},
+            "meta_info": meta,
+        }
+    )
+
+
+# ------------------------------------------------------------------------------------ parsing
+
+
+@pytest.mark.parametrize(
+    ("meta", "expected"),
+    [
+        (
+            {"spec_verify_ct": 7, "spec_num_correct_drafts": 9, "spec_num_proposed_drafts": 21},
+            SpecCounts(7, 9),
+        ),
+        ({"spec_verify_ct": 7, "spec_accepted_drafts": 8}, SpecCounts(7, 8)),
+        ({"spec_verify_ct": 7, "spec_accept_token_num": 6}, SpecCounts(7, 6)),
+        # SGLang's current name wins over the older aliases
+        (
+            {
+                "spec_verify_ct": 7,
+                "spec_accept_token_num": 1,
+                "spec_accepted_drafts": 2,
+                "spec_num_correct_drafts": 3,
+            },
+            SpecCounts(7, 3),
+        ),
+        ({"spec_verify_ct": 7, "spec_accepted_drafts": 2, "spec_accept_token_num": 1}, SpecCounts(7, 2)),
+        # a null value is absent: the next alias is tried
+        ({"spec_verify_ct": 7, "spec_num_correct_drafts": None, "spec_accepted_drafts": 4}, SpecCounts(7, 4)),
+        ({"spec_verify_ct": 0, "spec_num_correct_drafts": 0}, SpecCounts(0, 0)),
+        ({"spec_verify_ct": 7}, SpecCounts(7, None)),
+        ({"spec_num_correct_drafts": 3}, SpecCounts(None, 3)),
+        ({"prompt_tokens": 5, "completion_tokens": 3}, SpecCounts(None, None)),
+        ({}, SpecCounts(None, None)),
+        # not a count: None, and no fall-back to an older alias
+        (
+            {"spec_verify_ct": -1, "spec_num_correct_drafts": 2.5, "spec_accepted_drafts": 2},
+            SpecCounts(None, None),
+        ),
+        ({"spec_verify_ct": True, "spec_num_correct_drafts": "3"}, SpecCounts(None, None)),
+    ],
+)
+def test_meta_info_counts_reads_the_keys_and_their_aliases_in_order(meta: dict, expected: SpecCounts) -> None:
+    assert meta_info_counts({"usage": {}, "meta_info": meta}) == expected
+
+
+@pytest.mark.parametrize(
+    "body", [{}, {"usage": {"prompt_tokens": 1}}, {"meta_info": None}, {"meta_info": [1, 2]}]
+)
+def test_no_meta_info_object_gives_nulls(body: dict) -> None:
+    assert meta_info_counts(body) == SpecCounts(None, None)
+
+
+def test_non_streamed_sglang_body() -> None:
+    body = orjson.loads(
+        b'{"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,'
+        b'"text":"hi","logprobs":null,"finish_reason":"length","stop_reason":null}],'
+        b'"usage":{"prompt_tokens":4,"total_tokens":24,"completion_tokens":20},'
+        b'"meta_info":{"spec_verify_ct":8,"spec_num_correct_drafts":11,"spec_num_proposed_drafts":24}}'
+    )
+    assert meta_info_counts(body) == SpecCounts(8, 11)
+
+
+async def test_streamed_usage_chunk_with_meta_info_fills_the_record() -> None:
+    meta = {"spec_verify_ct": 2, "spec_num_correct_drafts": 3, "spec_num_proposed_drafts": 6}
+    rec = await run([(10, chat("a")), (20, chat("bcde")), (30, meta_usage(meta, completion=6) + DONE)])
+    assert rec.ok, rec.error
+    assert (rec.output_tokens, rec.spec_verify_ct, rec.spec_accepted_drafts) == (6, 2, 3)
+
+
+async def test_streamed_old_alias_and_completions_endpoint() -> None:
+    text = ev({"id": "x", "choices": [{"index": 0, "text": "abc"}]})
+    rec = await run(
+        [(10, text), (20, meta_usage({"spec_verify_ct": 4, "spec_accept_token_num": 5}) + DONE)],
+        endpoint=CompletionsEndpoint(),
+    )
+    assert rec.ok, rec.error
+    assert (rec.spec_verify_ct, rec.spec_accepted_drafts) == (4, 5)
+
+
+async def test_streamed_without_meta_info_leaves_nulls() -> None:
+    rec = await run([(10, chat("a")), (20, chat("b")), (30, usage(5, 2) + DONE)])
+    assert rec.ok, rec.error
+    assert (rec.spec_verify_ct, rec.spec_accepted_drafts) == (None, None)
+
+
+async def test_meta_info_on_a_content_chunk_is_not_read() -> None:
+    # only the usage chunk is parsed for meta_info: content chunks cost nothing extra
+    content = ev(
+        {"id": "x", "choices": [{"index": 0, "delta": {"content": "a"}}], "meta_info": {"spec_verify_ct": 1}}
+    )
+    rec = await run([(10, content), (30, usage(5, 1) + DONE)])
+    assert rec.ok, rec.error
+    assert rec.spec_verify_ct is None
+
+
+# ------------------------------------------------------------------------------------ records
+
+
+def test_records_frame_has_the_nullable_count_columns(tmp_path: Path) -> None:
+    recs = [
+        RequestRecord(request_id=0, session_id="a", spec_verify_ct=3, spec_accepted_drafts=4),
+        RequestRecord(request_id=1, session_id="b"),
+    ]
+    frame = records_frame(recs)
+    assert frame.schema["spec_verify_ct"] == pl.Int64
+    assert frame.schema["spec_accepted_drafts"] == pl.Int64
+    assert frame["spec_verify_ct"].to_list() == [3, None]
+    assert frame["spec_accepted_drafts"].to_list() == [4, None]
+    back = read_records(write_records(tmp_path / "r.parquet", recs))
+    assert back.equals(frame)
+
+
+def test_records_stored_before_the_columns_still_load(tmp_path: Path) -> None:
+    frame = records_frame([RequestRecord(request_id=0, session_id="a")])
+    old = frame.drop("spec_verify_ct", "spec_accepted_drafts")
+    path = tmp_path / "old.parquet"
+    old.write_parquet(path)
+    back = read_records(path)
+    assert list(back.columns) == list(RECORD_SCHEMA)
+    assert back["spec_verify_ct"].to_list() == [None]
+    assert back.schema["spec_accepted_drafts"] == pl.Int64
+
+
+# ------------------------------------------------------------------------------------ window_stats
+
+
+def _snap(mono_ns: int) -> Snapshot:
+    return Snapshot(url="http://sim/metrics", wall_time_s=float(mono_ns), mono_ns=mono_ns, samples={})
+
+
+@dataclass
+class FakeDialect:
+    """A dialect whose counters say what the test wants (the window is not read)."""
+
+    name: str
+    stats: SpecStats | None
+    error: str = "metric sglang:spec_verify_calls is not exposed"
+    metrics_path: str = "/metrics"
+
+    def matches(self, snapshot: Snapshot) -> bool:
+        return True
+
+    def spec_stats(self, window: object, *, k: int | None = None, level: float = 0.95) -> SpecStats:
+        if self.stats is None:
+            raise AlflowError(self.error)
+        return self.stats
+
+    async def server_info(self, base_url: str, **_kw: object) -> dict:
+        return {}
+
+
+COUNTERS = from_counters(100, 160, k=3, note="approximate")  # AL 2.6
+
+
+def frame(counts: list[tuple[int | None, int | None]], *, warmup: int = 0, failed: int = 0) -> pl.DataFrame:
+    recs = [
+        RequestRecord(request_id=i, session_id=str(i), spec_verify_ct=v, spec_accepted_drafts=a)
+        for i, (v, a) in enumerate(counts)
+    ]
+    n = len(recs)
+    # warm-up and failed requests never count, whatever they carry
+    recs += [
+        RequestRecord(
+            request_id=n + i, session_id="w", warmup=True, spec_verify_ct=1000, spec_accepted_drafts=3000
+        )
+        for i in range(warmup)
+    ]
+    recs += [
+        RequestRecord(request_id=n + warmup + i, session_id="f", error="boom", spec_verify_ct=None)
+        for i in range(failed)
+    ]
+    return records_frame(recs)
+
+
+def test_sglang_with_meta_info_on_every_request_is_exact_and_primary() -> None:
+    records = frame([(10, 15), (20, 30), (0, 0)], warmup=2, failed=1)
+    stats, error = window_stats(FakeDialect("sglang", COUNTERS), _snap(1), _snap(2), k=3, records=records)
+    assert error is None
+    assert stats is not None
+    assert (stats.num_drafts, stats.accepted_tokens, stats.k) == (30, 45, 3)
+    assert stats.al == pytest.approx(1 + 45 / 30)
+    assert stats.ci is not None
+    assert "meta_info of 3 requests" in stats.note
+    assert "counters: AL 2.6000" in stats.note
+    assert "approximate" not in stats.note
+
+
+def test_meta_info_takes_k_from_the_counters_when_not_given() -> None:
+    stats, _ = window_stats(FakeDialect("sglang", COUNTERS), _snap(1), _snap(2), records=frame([(10, 15)]))
+    assert stats is not None
+    assert stats.k == 3
+    assert stats.ci is not None
+
+
+def test_meta_info_still_gives_al_when_the_counters_fail() -> None:
+    stats, error = window_stats(FakeDialect("sglang", None), _snap(1), _snap(2), k=3, records=frame([(4, 6)]))
+    assert error is None
+    assert stats is not None
+    assert stats.al == pytest.approx(2.5)
+    assert "counters: unavailable (metric sglang:spec_verify_calls is not exposed)" in stats.note
+
+
+def test_partial_meta_info_keeps_the_counters_and_says_how_many_lacked_it() -> None:
+    records = frame([(10, 15), (None, None), (5, None), (20, 30)], warmup=1)
+    stats, error = window_stats(FakeDialect("sglang", COUNTERS), _snap(1), _snap(2), k=3, records=records)
+    assert error is None
+    assert stats is not None
+    assert (stats.num_drafts, stats.accepted_tokens) == (100, 160)
+    assert "approximate" in stats.note
+    assert "2 of 4 measured requests lacked meta_info" in stats.note
+
+
+def test_partial_meta_info_with_failing_counters_is_an_error_naming_both() -> None:
+    stats, error = window_stats(
+        FakeDialect("sglang", None), _snap(1), _snap(2), k=3, records=frame([(10, 15), (None, None)])
+    )
+    assert stats is None
+    assert error is not None
+    assert "not exposed" in error
+    assert "1 of 2 measured requests lacked meta_info" in error
+
+
+@pytest.mark.parametrize("records", [None, "none-reported", "old-frame"])
+def test_without_meta_info_the_counters_are_unchanged(records: str | None) -> None:
+    frames = {
+        None: None,
+        "none-reported": frame([(None, None), (None, None)]),
+        "old-frame": frame([(None, None)]).drop("spec_verify_ct", "spec_accepted_drafts"),
+    }
+    stats, error = window_stats(
+        FakeDialect("sglang", COUNTERS), _snap(1), _snap(2), k=3, records=frames[records]
+    )
+    assert (stats, error) == (COUNTERS, None)
+
+
+def test_other_dialects_ignore_meta_info() -> None:
+    stats, error = window_stats(
+        FakeDialect("vllm", COUNTERS), _snap(1), _snap(2), k=3, records=frame([(4, 6)])
+    )
+    assert (stats, error) == (COUNTERS, None)
+
+
+def test_inconsistent_meta_info_falls_back_to_the_counters() -> None:
+    # more accepted drafts than verify steps x K: not a count SGLang could send
+    stats, error = window_stats(
+        FakeDialect("sglang", COUNTERS), _snap(1), _snap(2), k=3, records=frame([(2, 7)])
+    )
+    assert error is None
+    assert stats is not None
+    assert stats.al == COUNTERS.al
+    assert "meta_info counts rejected" in stats.note
+
+
+def test_the_real_sglang_dialect_is_the_cross_check() -> None:
+    from tests.unit.test_dialects import window
+
+    w = window("sglang")
+    counters = get_dialect("sglang").spec_stats(w, k=3)
+    assert counters.al is not None
+    stats, error = window_stats("sglang", w.before, w.after, k=3, records=frame([(40, 50)]))
+    assert error is None
+    assert stats is not None
+    assert stats.al == pytest.approx(2.25)
+    assert f"counters: AL {counters.al:.4f}" in stats.note
+
+
+def test_meta_info_totals_counts_only_successful_measured_requests() -> None:
+    totals = meta_info_totals(frame([(10, 15), (None, 2)], warmup=3, failed=2))
+    assert (totals.requests, totals.reported, totals.verify_ct, totals.accepted_drafts) == (2, 1, 10, 15)
+    assert not totals.complete
+    assert not meta_info_totals(frame([])).complete
