@@ -63,16 +63,23 @@ def point_server(
 ) -> ServerConfig:
     """The template with this point's model, speculative method and K, and synthetic knobs (validated)."""
     data = template.model_dump()
-    lookup: dict[str, int | None] = {}
-    if template.speculative is not None and template.speculative.method is method:
-        # the template's n-gram lookup windows hold for every K
-        lookup = {
-            "prompt_lookup_min": template.speculative.prompt_lookup_min,
-            "prompt_lookup_max": template.speculative.prompt_lookup_max,
+    carry: dict[str, object] = {}
+    spec = template.speculative
+    if spec is not None:
+        # vLLM's sampler switches hold for every K and method
+        carry = {
+            "rejection_sample_method": spec.rejection_sample_method,
+            "draft_sample_method": spec.draft_sample_method,
         }
+        if spec.method is method:
+            # the template's n-gram lookup windows hold for every K
+            carry.update(prompt_lookup_min=spec.prompt_lookup_min, prompt_lookup_max=spec.prompt_lookup_max)
+    point_spec = SpeculativeConfig.model_validate(
+        {"method": method, "k": k, "draft_model": draft_model, **carry}
+    )
     data.update(
         model=model,
-        speculative=SpeculativeConfig(method=method, k=k, draft_model=draft_model, **lookup).model_dump(),
+        speculative=point_spec.model_dump(),
         synthetic=None if synthetic is None else synthetic.model_dump(),
     )
     return server_config(data)

@@ -50,11 +50,31 @@ def prefect_defaults() -> None:
 
 
 _GUARDED: dict[int, Guard] = {}
+_SIGNALLED: list[int] = []
+"""The termination signals this process received (a run that got one exits 128 + signal, however Prefect reports it)."""
+
+
+def _termination_signal(state: Any) -> int | None:
+    """The signal behind a failed flow state: Prefect's ``TerminationSignal`` anywhere in its error's chain."""
+    from prefect.exceptions import TerminationSignal
+
+    try:
+        exc: object = state.result(raise_on_failure=False)
+    except Exception:  # a state without a readable result: no signal known
+        return None
+    seen: set[int] = set()
+    while isinstance(exc, BaseException) and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, TerminationSignal):
+            return int(exc.signal)
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def _terminate_as_exit(signum: int, frame: object) -> None:
     """SIGTERM ends a run like Ctrl-C does: ``finally`` blocks stop its servers, ``atexit`` the temporary server."""
     del frame
+    _SIGNALLED.append(signum)
     raise SystemExit(128 + signum)
 
 
@@ -174,7 +194,10 @@ def run(
     state = fn(params, return_state=True)
     if not state.is_completed():
         print_flow_failure(f"flow {flow}", str(state.message))
-        raise typer.Exit(1)
+        # a signal that lands while Prefect sets up a task run can come back as another error (Prefect 3.9:
+        # "Task run is not set"): the run was still stopped by the signal, and says so in its exit code
+        signum = _SIGNALLED[0] if _SIGNALLED else _termination_signal(state)
+        raise typer.Exit(1 if signum is None else 128 + signum)
     outcome = state.result()
     data = outcome.to_dict() if hasattr(outcome, "to_dict") else outcome  # the flows' typed outcomes
     result = redact_data(json.loads(json.dumps(data, default=str)))  # URLs printed without credentials

@@ -10,18 +10,21 @@ was streaming as partial, with the requests recorded so far.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from alflow.preflight import PREFLIGHT_REQUESTS
 from alflow.procguard import same_process_alive, start_ticks
 from alflow.results.store import open_run
 
@@ -73,6 +76,24 @@ def _wait_for_entry(state: Path, run: subprocess.Popen[bytes], timeout_s: float)
     raise AssertionError(f"no server registered within {timeout_s} s")
 
 
+def _wait_for_the_point(base_url: str, run: subprocess.Popen[bytes], timeout_s: float = 120.0) -> None:
+    """Wait until the sweep's point streams: the pre-flight's burst answered and the point's first requests too."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert run.poll() is None, "the run ended before its point started"
+        with contextlib.suppress(OSError):
+            text = urllib.request.urlopen(base_url + "/metrics", timeout=5).read().decode()
+            done = sum(
+                float(line.rsplit(" ", 1)[1])
+                for line in text.splitlines()
+                if line.startswith("vllm:request_success_total{")
+            )
+            if done >= PREFLIGHT_REQUESTS + 2:
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"the point did not start streaming within {timeout_s} s")
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_a_killed_run_leaves_no_server_no_guard_and_no_prefect_server(
     tmp_path: Path, sig: signal.Signals
@@ -95,7 +116,7 @@ def test_a_killed_run_leaves_no_server_no_guard_and_no_prefect_server(
         entry = _wait_for_entry(state, run, timeout_s=240)
         assert entry["base_url"].startswith("http://127.0.0.1:")  # no host in the config: loopback
         server = (entry["pid"], entry["ticks"])
-        time.sleep(3.0)  # streaming now
+        _wait_for_the_point(entry["base_url"], run)  # streaming now, past the pre-flight
         children = _children(run.pid)
         prefect = [(p, t) for p, t, cmd in children if "prefect.server.api.server" in cmd]
         guards = [(p, t) for p, t, cmd in children if "alflow.procguard" in cmd]

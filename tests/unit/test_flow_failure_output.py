@@ -58,3 +58,28 @@ def test_a_failure_message_with_a_log_tail_has_one_error_line(capsys: pytest.Cap
         "  | --- last log lines ---",
         "  | error: simulated startup failure",
     ]
+
+
+def test_a_termination_signal_behind_another_error_still_sets_the_exit_code() -> None:
+    """Prefect 3.9 can report a SIGTERM that lands while it sets up a task run as "Task run is not set"."""
+    from prefect.exceptions import TerminationSignal
+
+    from alflow.cli.run import _termination_signal
+
+    class State:
+        def __init__(self, exc: BaseException) -> None:
+            self.exc = exc
+
+        def result(self, raise_on_failure: bool = True) -> BaseException:
+            assert raise_on_failure is False
+            return self.exc
+
+    try:
+        try:
+            raise TerminationSignal(signal=15)
+        except TerminationSignal:
+            raise ValueError("Task run is not set")  # noqa: B904 - as Prefect raises it
+    except ValueError as exc:
+        wrapped = exc
+    assert _termination_signal(State(wrapped)) == 15
+    assert _termination_signal(State(ValueError("a plain failure"))) is None

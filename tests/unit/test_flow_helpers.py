@@ -33,3 +33,21 @@ def test_alflow_run_names_the_bad_field(tmp_path: Path) -> None:
     )
     assert missing.returncode == 2
     assert "unknown flow 'm9'; known: m0, m1, m2, sweep" in missing.stderr
+
+
+def test_point_server_keeps_vllms_sampler_switches_for_every_k() -> None:
+    from alflow.config import SpecMethod, SpeculativeConfig, server_config
+    from flows.common import point_server
+
+    template = server_config(
+        framework="vllm",
+        model="org/m",
+        speculative=SpeculativeConfig(
+            method="mtp", k=1, rejection_sample_method="block", draft_sample_method="greedy"
+        ),
+    )
+    point = point_server(template, "org/m", SpecMethod.MTP, 5)
+    assert point.speculative is not None
+    assert point.speculative.k == 5
+    assert point.speculative.rejection_sample_method == "block"
+    assert point.speculative.draft_sample_method == "greedy"

@@ -370,3 +370,19 @@ def test_report_of_a_run_in_an_object_store(tmp_path: Path) -> None:
     page = fsspec.filesystem("memory").cat_file(path).decode()
     assert "Synthetic-acceptance audit" in page
     assert inferencex_rows(open_run(run_dir))[0]["conc"] == 4
+
+
+def test_a_release_gate_warning_reaches_the_report(tmp_path: Path) -> None:
+    """An image whose version is unknown: the gate's warning is stored with the server and shown in the report."""
+    run_dir = write_m2(tmp_path)
+    run = open_run(run_dir)
+    assert not [w for w in build_report(run).warnings if w.startswith("Release gate")]
+    manifest_path = Path(run_dir) / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    warning = (
+        "vLLM version unknown (image 'vllm/vllm-openai:latest'): synthetic acceptance needs v0.20.0 or newer"
+    )
+    manifest["provenance"]["server"]["provenance"]["warnings"] = [warning, "some other launch note"]
+    manifest_path.write_text(json.dumps(manifest))
+    shown = [w for w in build_report(open_run(run_dir)).warnings if w.startswith("Release gate")]
+    assert shown == [f"Release gate: {warning}"]

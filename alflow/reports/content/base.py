@@ -171,6 +171,12 @@ def base_report(run: StoredRun, title: str) -> Report:
         )
     elif run.status == "failed":
         warnings.append(f"This run FAILED: {run.manifest.error or 'no error text recorded'}")
+    server = run.manifest.provenance.server
+    if server is not None:  # the release gates' warnings: an image or server whose version is unknown
+        gate_warnings = server.provenance.get("warnings")
+        for warning in gate_warnings if isinstance(gate_warnings, list) else []:
+            if " version unknown (" in str(warning):
+                warnings.append(f"Release gate: {warning}")
     stored = summary(run)
     if stored.get("partial"):
         why = "; ".join(str(f) for f in stored.get("failures") or []) or "a point stopped mid-way"
