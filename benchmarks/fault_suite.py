@@ -519,7 +519,8 @@ def start_failure(box: Box) -> Verdict:
 def crash_mid_point(box: Box) -> Verdict:
     answered = 30
     config = box.config(
-        "m2.yaml", m2_config(box, "--crash-after-requests", str(answered), concurrencies=[4, 16], preflight=False)
+        "m2.yaml",
+        m2_config(box, "--crash-after-requests", str(answered), concurrencies=[4, 16], preflight=False),
     )
     ran = box.alflow("run", "m2", "--config", str(config))
     runs = run_dirs(box)
@@ -543,7 +544,8 @@ def crash_mid_point(box: Box) -> Verdict:
 
 def stalled_stream(box: Box) -> Verdict:
     config = box.config(
-        "m2.yaml", m2_config(box, "--stall-after-tokens", "8", stall_timeout_s=2.0, concurrencies=[4], preflight=False)
+        "m2.yaml",
+        m2_config(box, "--stall-after-tokens", "8", stall_timeout_s=2.0, concurrencies=[4], preflight=False),
     )
     ran = box.alflow("run", "m2", "--config", str(config))
     runs = run_dirs(box)
