@@ -50,6 +50,7 @@ from alflow.results.store import RunWriter
 from alflow.workloads import SPEED_BENCH, dataset_description, speed_bench_sessions
 from flows.common import open_run, point_server, run_id
 from tasks.measure import request_sampling, run_load, spec_stats
+from tasks.preflight import preflight, require_preflight
 from tasks.results import render_report, store_results
 from tasks.servers import server_lifetime
 
@@ -101,10 +102,12 @@ def calibrate_point(
     workload: SpeedBenchWorkload,
     dataset_hash: str,
     load: LoadConfig,
+    check_first: bool = True,
 ) -> CalibrationPoint:
     """Measure one (model, K) on one server for each thinking mode; plain data, safe to cache.
 
     ``dataset_hash`` is not read here: it is part of the cache key, so new prompts mean a new point.
+    ``check_first``: a pre-flight burst proves speculation runs with this K before the measurement.
     """
     del dataset_hash
     sessions = speed_bench_sessions(workload)
@@ -113,6 +116,8 @@ def calibrate_point(
     modes: dict[str, ModePoint] = {}
     with server_lifetime(server, placement) as handle:
         record = ServerRecord.model_validate(handle.to_dict())
+        if check_first:
+            require_preflight(preflight(handle, server, spec.k, None, subject=f"{model.id} K={spec.k}"))
         for mode in thinking:
             point_load = LoadConfig.model_validate(
                 {**load.model_dump(), "num_prompts": load.num_prompts or len(sessions)}
@@ -209,6 +214,7 @@ def calibrate(params: CalibrateParams) -> M0Outcome:
                         params.workload,
                         dataset["dataset_hash"],
                         params.load,
+                        params.preflight,
                         return_state=True,
                     )
                     if state.is_failed():

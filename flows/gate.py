@@ -24,6 +24,7 @@ from alflow.workloads import dataset_description, speed_bench_sessions
 from flows.common import GateFailedError, fail, open_run, point_server, reference_al
 from tasks.gates import check_accuracy_gate, check_al_gate
 from tasks.measure import request_sampling, run_load, spec_stats
+from tasks.preflight import preflight, require_preflight
 from tasks.results import render_report, store_results
 from tasks.servers import server_lifetime
 
@@ -62,6 +63,10 @@ def gate(params: GateParams) -> M1Outcome:
         try:
             with server_lifetime(server, params.placement) as handle:
                 writer.update_provenance(server=handle.to_dict())
+                if params.preflight:
+                    check = preflight(handle, server, params.k, None, subject=subject)
+                    writer.update_provenance(preflight=check.to_dict())
+                    require_preflight(check)
                 load = LoadConfig.model_validate(
                     {**params.load.model_dump(), "num_prompts": params.load.num_prompts or len(sessions)}
                 )

@@ -81,6 +81,9 @@ def start_launch(
     try:
         runner.wait_ready(handle, timeout_s)
         live = live_version(handle.base_url, launch.version_paths)
+        label = handle.provenance.get("image_version_label")
+        if live.version is None and isinstance(label, str):
+            live = LiveVersion(label, f"image label {label!r}")
         notes = check_live_version(launch, live)
     except BaseException:
         runner.stop(handle)
@@ -136,11 +139,12 @@ def check_live_version(launch: Launch, live: LiveVersion) -> tuple[str, ...]:
         return ()
     if live.simulated and FrameworkVersion.parse(live.version) is None:
         return ()
-    where = (
-        f"live server (GET {live.path})"
-        if live.path
-        else f"live server (no version at {', '.join(launch.version_paths)})"
-    )
+    if live.path is None:
+        where = f"live server (no version at {', '.join(launch.version_paths)})"
+    elif live.path.startswith("image label"):
+        where = f"live server's {live.path} (it reports none itself)"
+    else:
+        where = f"live server (GET {live.path})"
     return check_capabilities(launch.requirements, live.version, where)
 
 

@@ -8,9 +8,20 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from alflow.acceptance.synthetic import AcceptanceDistribution
-from alflow.config import ServerConfig
+from alflow.config import ServerConfig, SpecMethod
 from alflow.loadgen.runner import Target
-from alflow.preflight import Expectation, PreflightResult, preflight_sampling, run_preflight
+from alflow.preflight import (
+    PREFLIGHT_CONCURRENCY,
+    PREFLIGHT_OUTPUT_TOKENS,
+    PREFLIGHT_REQUESTS,
+    REAL_PREFLIGHT_OUTPUT_TOKENS,
+    REAL_PREFLIGHT_REQUESTS,
+    Expectation,
+    PreflightError,
+    PreflightResult,
+    preflight_sampling,
+    run_preflight,
+)
 from infra.recipes import preflight_hints
 from infra.runners import ServerHandle
 
@@ -25,14 +36,41 @@ def preflight(
     subject: str,
     timeout_s: float = 60.0,
 ) -> PreflightResult:
-    """Send the burst and judge it (:mod:`alflow.preflight`); the likely causes come from the recipe."""
+    """Send the burst and judge it (:mod:`alflow.preflight`); the likely causes come from the recipe.
+
+    Synthetic acceptance (``distribution``): 16 requests of 96 tokens, the AL checked against the
+    scheme. Real acceptance (M0, M1): 4 requests of 32 tokens, checking only that speculation runs with K.
+    """
     log = get_run_logger()
-    expect = Expectation(k=k, distribution=distribution, hints=preflight_hints(server))
-    target = Target(handle.base_url, handle.model, "completions", preflight_sampling(k))
+    spec = server.speculative
+    ngram = spec is not None and spec.method is SpecMethod.NGRAM
+    expect = Expectation(
+        k=k,
+        distribution=distribution,
+        hints=preflight_hints(server),
+        drafts_optional=ngram and distribution is None,
+    )
+    synthetic = distribution is not None
+    tokens = PREFLIGHT_OUTPUT_TOKENS if synthetic else REAL_PREFLIGHT_OUTPUT_TOKENS
+    target = Target(handle.base_url, handle.model, "completions", preflight_sampling(tokens))
     result = asyncio.run(
         run_preflight(
-            target, handle.all_metrics_urls, handle.dialect, expect, subject=subject, timeout_s=timeout_s
+            target,
+            handle.all_metrics_urls,
+            handle.dialect,
+            expect,
+            subject=subject,
+            requests=PREFLIGHT_REQUESTS if synthetic else REAL_PREFLIGHT_REQUESTS,
+            concurrency=PREFLIGHT_CONCURRENCY if synthetic else REAL_PREFLIGHT_REQUESTS,
+            output_tokens=tokens,
+            timeout_s=timeout_s,
         )
     )
     (log.info if result.passed else log.error)("%s (%.1f s)", result.message, result.duration_s)
     return result
+
+
+def require_preflight(result: PreflightResult) -> None:
+    """Raise :class:`PreflightError` with the result's message when the pre-flight failed."""
+    if not result.passed:
+        raise PreflightError(result.message)

@@ -81,6 +81,13 @@ class CalibrateParams(StrictModel):
         30.0, ge=0.0, description="Reuse a measured point for this many days (0: never)."
     )
     refresh_cache: bool = Field(False, description="Measure every point again even when cached.")
+    preflight: bool = Field(
+        True,
+        description=(
+            "Before measuring, send a short burst and check that speculation runs with this K (drafts "
+            "observed, K as the server counts it); a server that does not fails at once."
+        ),
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -115,6 +122,13 @@ class GateParams(StrictModel):
     tolerances: GateTolerances = Field(default=GateTolerances(), description="AL gate tolerances.")
     workload: SpeedBenchWorkload = Field(default=SpeedBenchWorkload(), description="Prompts.")
     load: LoadConfig = Field(default=LoadConfig(), description="Load of the AL measurement.")
+    preflight: bool = Field(
+        True,
+        description=(
+            "Before measuring, send a short burst and check that speculation runs with this K (drafts "
+            "observed, K as the server counts it); a server that does not fails at once."
+        ),
+    )
     gsm8k: Gsm8kSettings = Field(default=Gsm8kSettings(), description="The accuracy gate.")
 
     @model_validator(mode="after")

@@ -48,6 +48,8 @@ from infra.recipes.sim import SIM_IMAGE
 from infra.runners.base import LOG_TAIL_LINES, SecretSource, ServerHandle, secret_values, wait_for_health
 
 log = logging.getLogger(__name__)
+IMAGE_VERSION_LABEL = "org.opencontainers.image.version"
+"""The OCI label an image may state its version in: the live gate's fallback when the server says none."""
 
 LABEL = "alflow"
 LABEL_RUN_ID = "alflow.run-id"
@@ -183,6 +185,7 @@ class DockerRunner:
         self._client = client
         self._secret_source: SecretSource = secret_source or os.environ.get
         self._secrets: dict[str, Mapping[str, str]] = {}
+        self._image_versions: dict[str, str | None] = {}
 
     @property
     def client(self) -> docker.DockerClient:
@@ -210,6 +213,9 @@ class DockerRunner:
             except docker.errors.APIError as exc:
                 raise RunnerError(f"cannot pull image {image!r}: {exc.explanation or exc}") from exc
         digests = found.attrs.get("RepoDigests") or []
+        labels = (found.attrs.get("Config") or {}).get("Labels") or {}
+        version = labels.get(IMAGE_VERSION_LABEL) if isinstance(labels, dict) else None
+        self._image_versions[image] = str(version) if version else None
         return str(found.id), str(digests[0]) if digests else str(found.id)
 
     def server_host(self, launch: Launch) -> str:
@@ -288,6 +294,11 @@ class DockerRunner:
                 "container": name,
                 "run_id": self.run_id,
                 "secrets_passed": sorted(secrets),
+                **(
+                    {"image_version_label": self._image_versions[launch.image]}
+                    if self._image_versions.get(launch.image)
+                    else {}
+                ),
             },
         )
 

@@ -62,6 +62,7 @@ def test_m0_writes_the_reference_table_and_reuses_cached_points(tmp_path: Path) 
         workload=PROMPTS,
         load=LoadConfig(concurrency=4),
         reference_path=str(tmp_path / "ref.yaml"),
+        preflight=False,  # the step log below is the point's alone
     )
     out = calibrate(params)
     table = load_reference(tmp_path / "ref.yaml")
@@ -131,6 +132,11 @@ def test_m1_passes_a_healthy_framework_and_fails_a_degraded_one(tmp_path: Path) 
     ok = gate(_gate_params(tmp_path, reference, "vllm", "1.0"))
     assert ok.passed
     assert [v.gate for v in ok.verdicts] == ["al", "gsm8k-accuracy"]
+    # the pre-flight burst before the measurement saw speculation run with K = 3
+    check = open_run(ok.run_dir).manifest.model_dump(mode="json")["provenance"]["preflight"]
+    assert check["passed"] is True
+    assert check["steps"] > 0
+    assert check["requests"] == 4
 
     state = gate(_gate_params(tmp_path, reference, "sglang", "0.5"), return_state=True)
     assert state.is_failed()
@@ -261,6 +267,7 @@ def test_m0_keeps_a_point_that_aborts_mid_way_and_leaves_the_reference_table_alo
         load=LoadConfig(concurrency=2),
         reference_path=str(reference),
         cache_days=0,
+        preflight=False,  # the crash is to land mid-point
     )
     state = calibrate(params, return_state=True)
     assert state.is_failed()

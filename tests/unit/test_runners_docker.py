@@ -293,3 +293,14 @@ def test_secrets_reach_the_container_environment_and_only_their_names_the_proven
     assert "WANDB_API_KEY" not in created["environment"]  # (a secret the source does not know is not passed)
     assert handle.provenance["secrets_passed"] == ["HF_TOKEN"]  # ... the provenance its name only
     assert secret not in json.dumps(handle.to_dict())
+
+
+def test_the_images_version_label_is_kept_for_the_live_gate() -> None:
+    """A server that reports no version is gated on its image's OCI version label (infra.lifecycle)."""
+    client = ImageClient(True)
+    runner = DockerRunner(DockerOptions(pull="missing"), client=client)  # type: ignore[arg-type]
+    image = client.images.get("any")
+    image.attrs["Config"] = {"Labels": {"org.opencontainers.image.version": "1.3.0rc12"}}
+    client.images.get = lambda ref: image  # type: ignore[method-assign]
+    runner.ensure_image("nvcr.io/nvidia/tensorrt-llm/release:latest")
+    assert runner._image_versions["nvcr.io/nvidia/tensorrt-llm/release:latest"] == "1.3.0rc12"

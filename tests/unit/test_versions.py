@@ -267,3 +267,19 @@ def test_the_simulated_engine_is_gated_only_when_it_reports_a_framework_version(
     assert check_live_version(launch, LiveVersion("alflow-sim", "/version", simulated=True)) == ()
     with pytest.raises(CapabilityError):
         check_live_version(launch, LiveVersion("0.11.0", "/version", simulated=True))
+
+
+def test_the_image_label_stands_in_for_a_server_that_reports_no_version() -> None:
+    frac = SyntheticAcceptance(target_al=2.78)
+    launch = build_launch(
+        cfg(
+            framework="trtllm",
+            image="nvcr.io/nvidia/tensorrt-llm/release:latest",
+            speculative=MTP3,
+            synthetic=frac,
+        )
+    )
+    with pytest.raises(
+        CapabilityError, match=r"image label '1\.3\.0rc12' \(it reports none itself\) is v1\.3\.0rc12"
+    ):
+        check_live_version(launch, LiveVersion("1.3.0rc12", "image label '1.3.0rc12'"))
