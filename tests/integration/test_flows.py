@@ -297,7 +297,8 @@ def test_m1_keeps_the_al_point_that_aborts_mid_way(tmp_path: Path) -> None:
         update={
             "server": params.server.model_copy(
                 update={"extra_args": (*params.server.extra_args, "--crash-after-requests", "6")}
-            )
+            ),
+            "preflight": False,  # the crash is to land mid-point
         }
     )
     state = gate(crashing, return_state=True)

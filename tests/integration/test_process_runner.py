@@ -30,7 +30,7 @@ def _run_dirs_in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def sim_config(dialect: str, k: int, al: float | None, *extra: str, method: str = "mtp") -> ServerConfig:
-    drafter = {"draft_model": "org/drafter"} if method in ("eagle3", "draft_model") else {}
+    drafter = {"draft_model": "org/drafter"} if method in ("eagle3", "draft_model", "dflash") else {}
     return server_config(
         framework="sim",
         model="llama-3.3-70b",
@@ -56,7 +56,13 @@ def run_bench(base_url: str, dialect: str, k: int, prompts: int = 16) -> dict[st
 
 @pytest.mark.parametrize(
     ("dialect", "method", "k", "al"),
-    [("vllm", "eagle3", 5, 3.24), ("sglang", "mtp", 3, 2.5), ("trtllm", "mtp", 3, 2.78)],
+    [
+        ("vllm", "eagle3", 5, 3.24),
+        ("sglang", "mtp", 3, 2.5),
+        ("trtllm", "mtp", 3, 2.78),
+        ("sglang", "dspark", 4, 3.0),  # DSpark: SGLANG_RAGGED_VERIFY_MODE=static rides along
+        ("trtllm", "dflash", 4, 3.3),
+    ],
 )
 def test_synthetic_knobs_reach_the_sim_through_each_frameworks_path(
     dialect: str, method: str, k: int, al: float

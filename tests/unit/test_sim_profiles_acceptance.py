@@ -96,3 +96,20 @@ def test_drafter_cost_depends_on_method() -> None:
     ngram, mtp, draft = (p.decode_step_s(1, 3, 1000, m) for m in ("ngram", "mtp", "draft_model"))
     assert ngram < mtp < draft
     assert ngram == pytest.approx(p.decode_step_s(1, 0, 1000))
+
+
+def test_a_block_drafter_costs_one_pass_whatever_k() -> None:
+    """MTP drafts K tokens one head call each; DSpark/DFlash draft the block in one pass: cost grows far slower with K."""
+    from alflow.sim.profiles import DEFAULT_PROFILE, get_profile
+
+    p = get_profile(DEFAULT_PROFILE)
+
+    def drafter_s(method: str, k: int) -> float:  # the step time beyond the same step without drafting cost
+        return p.decode_step_s(8, k, 8 * 2048, method) - p.decode_step_s(8, k, 8 * 2048, "ngram")
+
+    mtp_growth = drafter_s("mtp", 7) / drafter_s("mtp", 1)
+    assert mtp_growth == pytest.approx(7.0)
+    for block in ("dspark", "dflash"):
+        growth = drafter_s(block, 7) / drafter_s(block, 1)
+        assert 1.0 < growth < 1.5, (block, growth)
+        assert drafter_s(block, 7) < drafter_s("mtp", 7)
