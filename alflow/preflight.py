@@ -54,6 +54,8 @@ class Expectation:
     """Likely causes, from the framework's recipe, when the knob did not take effect."""
     drafts_optional: bool = False
     """Real acceptance with a drafter that may propose nothing on random prompts (n-gram): no steps is no failure."""
+    spec_method: str | None = None
+    """The speculative method as the server names it where it reports one (TensorRT-LLM's ``decoding_type``)."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,15 @@ def judge(
         if info.get("spec_enabled", "true").lower() != "true":
             problems.append(
                 f"the server reports speculation off ({names.TRTLLM_SPECULATIVE_CONFIG_INFO}: {info})"
+            )
+        method = info.get("spec_method")
+        if (
+            method is not None
+            and expect.spec_method is not None
+            and method.lower() != expect.spec_method.lower()
+        ):
+            problems.append(
+                f"the server runs speculative method {method!r}, not {expect.spec_method!r} ({info})"
             )
         tokens = info.get("spec_num_tokens")
         if tokens is not None and tokens != str(expect.k):

@@ -22,7 +22,7 @@ from alflow.preflight import (
     preflight_sampling,
     run_preflight,
 )
-from infra.recipes import preflight_hints
+from infra.recipes import preflight_hints, speculative_label
 from infra.runners import ServerHandle
 
 
@@ -49,6 +49,7 @@ def preflight(
         distribution=distribution,
         hints=preflight_hints(server),
         drafts_optional=ngram and distribution is None,
+        spec_method=speculative_label(server),
     )
     synthetic = distribution is not None
     tokens = PREFLIGHT_OUTPUT_TOKENS if synthetic else REAL_PREFLIGHT_OUTPUT_TOKENS

@@ -94,6 +94,16 @@ def preflight_hints(config: ServerConfig) -> tuple[str, ...]:
     return (source(config) if source is not None else ()) + own
 
 
+def speculative_label(config: ServerConfig) -> str | None:
+    """The speculative method as ``config``'s framework names it on a live server, or None where it names none.
+
+    TensorRT-LLM: ``trtllm_speculative_config_info{spec_method}`` (its ``decoding_type``).
+    """
+    framework = config.sim_dialect if isinstance(config, SimServer) else config.framework
+    label: object = getattr(get_recipe(framework), "speculative_label", None)
+    return label(config) if callable(label) else None
+
+
 def check_install(launch: Launch, prefix: Path) -> None:
     """Refuse, before launch, what the framework installed at ``prefix`` cannot run (recipes without limits: none)."""
     checker: InstallCheck | None = getattr(get_recipe(launch.framework), "check_install", None)
@@ -110,4 +120,5 @@ __all__ = [
     "check_install",
     "get_recipe",
     "preflight_hints",
+    "speculative_label",
 ]

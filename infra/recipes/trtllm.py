@@ -116,6 +116,10 @@ class TrtllmRecipe:
             raise RecipeError("TensorRT-LLM MTP has no two-model mode: drop two_model or use eagle3")
         return render_synthetic(config, self.framework)
 
+    def speculative_label(self, config: ServerConfig) -> str | None:
+        """The ``decoding_type`` the server reports in ``trtllm_speculative_config_info{spec_method}``."""
+        return None if config.speculative is None else TRTLLM_DECODING_TYPES[config.speculative.method]
+
     def knob_hints(self, config: ServerConfig) -> tuple[str, ...]:
         """Likely causes of a pre-flight failure on TensorRT-LLM."""
         del config

@@ -72,3 +72,26 @@ def test_speculative_info_reads_tensorrt_llms_info_gauge() -> None:
     assert info["spec_method"] == "MTP"
     assert info["spec_num_tokens"] == "3"
     assert speculative_info(None) == {}
+
+
+def test_the_method_the_server_reports_must_be_the_one_asked_for() -> None:
+    three = from_counters(100, 150, draft_tokens=300, accepted_per_position=[70, 50, 30], k=3)
+    info = {"spec_enabled": "true", "spec_method": "DraftTarget", "spec_num_tokens": "3"}
+    ok, message, _, _ = judge(three, None, info, Expectation(3, spec_method="MTP"), "x")
+    assert not ok
+    assert "runs speculative method 'DraftTarget', not 'MTP'" in message
+    ok, _, _, _ = judge(three, None, {**info, "spec_method": "mtp"}, Expectation(3, spec_method="MTP"), "x")
+    assert ok
+
+
+def test_tensorrt_llms_label_comes_from_its_recipe() -> None:
+    from alflow.config import SpeculativeConfig, server_config
+    from infra.recipes import speculative_label
+
+    spec = SpeculativeConfig(method="dflash", k=4, draft_model="org/d")
+    assert speculative_label(server_config(framework="trtllm", model="m", speculative=spec)) == "DFlash"
+    assert (
+        speculative_label(server_config(framework="sim", model="m", sim_dialect="trtllm", speculative=spec))
+        == "DFlash"
+    )
+    assert speculative_label(server_config(framework="vllm", model="m", speculative=spec)) is None
