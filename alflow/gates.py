@@ -288,7 +288,14 @@ def audit_synthetic(
     allowed = max(abs_tol, z * spread)
     truncation: float | None = None
     if stats.truncated_requests:
-        truncation = stats.truncated_requests * distribution.mean_overshoot / n
+        if distribution.variance > 0.0:
+            truncation = stats.truncated_requests * distribution.mean_overshoot / n
+        else:
+            # one fixed length L: a request's cut is set by its output length modulo L (0..L-1), not drawn;
+            # expect the middle of that range and allow its half-width
+            slack = stats.truncated_requests * (distribution.mean - 1.0) / n
+            truncation = slack / 2.0
+            allowed += slack / 2.0
         expected -= truncation
     deviation = stats.al - expected
     fit_p: float | None = None

@@ -58,20 +58,23 @@ def total(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: s
     )
 
 
-def al_from_metrics(dialect: str, before: dict, after: dict) -> tuple[float, float]:
-    """(AL, number of request-steps) from two scrapes, the dialect's way."""
+def al_from_metrics(dialect: str, before: dict, after: dict) -> tuple[float, float, float]:
+    """(AL, number of request-steps, finished requests) from two scrapes, the dialect's exact way."""
 
     def delta(name: str, **labels: str) -> float:
         return total(after, name, **labels) - total(before, name, **labels)
 
     if dialect == "vllm":
         n = delta(names.VLLM_NUM_DRAFTS + "_total")
-        return 1 + delta(names.VLLM_NUM_ACCEPTED_TOKENS + "_total") / n, n
+        return 1 + delta(names.VLLM_NUM_ACCEPTED_TOKENS + "_total") / n, n, 0.0
     if dialect == "sglang":
+        # counters move at request finish; each request's first (prefill) token is taken out
         n = delta(names.SGLANG_SPEC_VERIFY_CALLS + "_total")
-        return delta(names.SGLANG_GENERATION_TOKENS + "_total") / n, n
+        requests = delta(names.SGLANG_NUM_REQUESTS + "_total")
+        return (delta(names.SGLANG_GENERATION_TOKENS + "_total") - requests) / n, n, requests
+    # TensorRT-LLM: numerator and denominator from the per-position family alone
     n = delta(names.TRTLLM_DRAFTED_PER_POS + "_total", **{names.TRTLLM_POSITION_LABEL: "0"})
-    return 1 + delta(names.TRTLLM_NUM_ACCEPTED_TOKENS + "_total") / n, n
+    return 1 + delta(names.TRTLLM_ACCEPTED_PER_POS + "_total") / n, n, 0.0
 
 
 async def run_load(base_url: str, max_tokens: int, n_requests: int, concurrency: int) -> list[dict]:
@@ -126,7 +129,12 @@ async def measure(tmp_path: Path, dialect: str, k: int, al: float, scheme: str |
         )
         after = scrape(await get_text(sim.metrics_url))
     steps = read_steps(log_path)[n_warm:]
-    measured, n = al_from_metrics(dialect, before, after)
+    measured, n, requests = al_from_metrics(dialect, before, after)
+    dist = distribution(scheme or DEFAULT_SCHEME[dialect], k, al=al)
+    if requests and dist.variance > 0:
+        # SGLang's output_ids are cut at max_tokens: add back the scheme's expected cut (the audit's correction;
+        # with one fixed length the cut is set by max_tokens modulo L, and this test's max_tokens leaves none)
+        measured += requests * dist.mean_overshoot / n
     return measured, n, steps, bodies
 
 

@@ -79,7 +79,9 @@ def test_sglang_env_source(tmp_path: Path) -> None:
         info = json.loads(get(sim.base_url + "/server_info"))
     gen = values[names.SGLANG_GENERATION_TOKENS + "_total"]
     calls = values[names.SGLANG_SPEC_VERIFY_CALLS + "_total"]
-    assert gen / calls == 4.0
+    requests = values[names.SGLANG_NUM_REQUESTS + "_total"]
+    assert (gen, calls, requests) == (41, 10, 1)  # at finish: the prefill token plus 10 verify steps of 4
+    assert (gen - requests) / calls == 4.0
     assert info["internal_states"][0][names.SGLANG_AVG_ACCEPT_LENGTH_KEY] == 4.0
 
 

@@ -94,3 +94,27 @@ def test_every_gates_verdict_reads_back_from_its_stored_form() -> None:
     assert (old.gate, old.passed, old.details) == ("al", False, None)
     other = Verdict.from_dict({"gate": "custom", "passed": True, "message": "ok", "x": 1})
     assert other == Verdict("custom", True, "ok")
+
+
+def test_the_audit_expects_the_cut_of_counters_that_truncate_the_last_step() -> None:
+    """SGLang's counters drop what a request's last verify step accepted past max_tokens: the audit expects it."""
+    from dataclasses import replace
+
+    from alflow.acceptance.stats import from_counters
+    from alflow.acceptance.synthetic import distribution
+    from alflow.gates import audit_synthetic
+
+    dist = distribution("sglang-match-expected", 3, al=2.5)  # lengths 2 and 3, half each
+    assert dist.mean_overshoot == pytest.approx((6.5 - 2.5) / 5.0)  # (E[L^2] - E[L]) / (2 E[L]) = 0.8
+    steps, requests = 100_000, 4_000  # 25 steps per request
+    low = from_counters(steps, steps * 1.5 - requests * 0.8)  # AL 2.468: the expected cut, 0.032 below
+    assert audit_synthetic(low, dist, subject="x").passed is False  # read as exact, it fails
+    verdict = audit_synthetic(replace(low, truncated_requests=requests), dist, subject="x")
+    assert verdict.passed, verdict.message
+    assert verdict.details is not None
+    assert verdict.details.truncation == pytest.approx(0.032)
+    # a fixed length (variance 0): the cut is set by the output length modulo L, anywhere in 0..L-1
+    fixed = distribution("sglang-match-expected", 3, al=3.0)
+    for cut in (0.0, 2.0):
+        stats = from_counters(steps, steps * 2.0 - requests * cut)
+        assert audit_synthetic(replace(stats, truncated_requests=requests), fixed, subject="x").passed
