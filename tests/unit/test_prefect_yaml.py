@@ -18,7 +18,7 @@ from alflow.config import (
     SweepParams,
     SyntheticAcceptance,
 )
-from alflow.reference import ReferenceNotFoundError, ReferenceTableError, load_reference
+from alflow.reference import ReferenceTableError, load_reference
 from deployments.serve import load_deployments, load_flow, schedules
 from flows.common import point_server
 from infra.recipes import build_launch
@@ -122,9 +122,9 @@ def _launches(params: BaseModel) -> list[tuple[str, ServerConfig]]:
             name = params.reference_model or params.model.id
             try:
                 target = load_reference(path).lookup(name, params.method, params.thinking, params.k).al
-            except (FileNotFoundError, ReferenceTableError, ReferenceNotFoundError):
-                # no table here (a GPU reference is written by M0), or no entry (issue 19: the example table
-                # has thinking=on entries only): rendering needs a target, and a fractional one is the strictest
+            except (FileNotFoundError, ReferenceTableError):
+                # no table here (a GPU reference is written by M0): rendering needs a target, and a
+                # fractional one is the strictest
                 target = 1.0 + 0.61 * params.k
         synthetic = SyntheticAcceptance(target_al=target, scheme=params.scheme)
         server = point_server(
