@@ -19,7 +19,7 @@ Prefect here; :mod:`tasks.preflight` runs it in a flow.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from alflow.acceptance.stats import SpecStats
 from alflow.acceptance.synthetic import AcceptanceDistribution
@@ -29,13 +29,15 @@ from alflow.gates import audit_synthetic
 from alflow.loadgen.endpoints import Sampling
 from alflow.loadgen.runner import LoadSpec, Target
 from alflow.measure import measure, window_stats
-from alflow.metrics import names
-from alflow.metrics.prometheus import Snapshot
+from alflow.metrics.dialects import SpeculativeInfo, get_dialect
 from alflow.workloads import random_workload_sessions
 
 PREFLIGHT_REQUESTS = 16
 PREFLIGHT_CONCURRENCY = 8
 PREFLIGHT_OUTPUT_TOKENS = 96
+REAL_PREFLIGHT_REQUESTS = 4
+REAL_PREFLIGHT_OUTPUT_TOKENS = 32
+"""Before M0/M1 (real acceptance) the burst only has to show speculation running with K: smaller."""
 PREFLIGHT_ABS_TOL = 0.05
 """The smallest allowed deviation of a pre-flight's AL from the expected one (a burst is short)."""
 
@@ -70,7 +72,7 @@ class PreflightResult:
     steps: int
     requests: int
     duration_s: float
-    speculative_info: dict[str, str] = field(default_factory=dict)
+    speculative_info: SpeculativeInfo | None = None
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready form (stored in the run's provenance)."""
@@ -83,44 +85,34 @@ class PreflightResult:
             "steps": self.steps,
             "requests": self.requests,
             "duration_s": round(self.duration_s, 3),
-            "speculative_info": dict(self.speculative_info),
+            "speculative_info": None if self.speculative_info is None else self.speculative_info.to_dict(),
         }
 
 
-def speculative_info(snapshot: Snapshot | None) -> dict[str, str]:
-    """The labels of TensorRT-LLM's ``trtllm_speculative_config_info`` gauge ({} where there is none)."""
-    if snapshot is None:
-        return {}
-    series = snapshot.samples.get(names.TRTLLM_SPECULATIVE_CONFIG_INFO) or {}
-    for labels in series:
-        return dict(labels)
-    return {}
-
-
 def judge(
-    stats: SpecStats | None, error: str | None, info: dict[str, str], expect: Expectation, subject: str
+    stats: SpecStats | None,
+    error: str | None,
+    info: SpeculativeInfo | None,
+    expect: Expectation,
+    subject: str,
 ) -> tuple[bool, str, float | None, float | None]:
     """The verdict on a burst: (passed, message, expected AL, allowed deviation). Pure: no I/O."""
     problems: list[str] = []
     expected: float | None = None
     allowed: float | None = None
-    if info:
-        if info.get("spec_enabled", "true").lower() != "true":
-            problems.append(
-                f"the server reports speculation off ({names.TRTLLM_SPECULATIVE_CONFIG_INFO}: {info})"
-            )
-        method = info.get("spec_method")
+    if info is not None:
+        if info.enabled is False:
+            problems.append(f"the server reports speculation off ({info})")
         if (
-            method is not None
+            info.method is not None
             and expect.spec_method is not None
-            and method.lower() != expect.spec_method.lower()
+            and info.method.lower() != expect.spec_method.lower()
         ):
             problems.append(
-                f"the server runs speculative method {method!r}, not {expect.spec_method!r} ({info})"
+                f"the server runs speculative method {info.method!r}, not {expect.spec_method!r} ({info})"
             )
-        tokens = info.get("spec_num_tokens")
-        if tokens is not None and tokens != str(expect.k):
-            problems.append(f"the server drafts {tokens} tokens per step, not K={expect.k} ({info})")
+        if info.num_tokens is not None and info.num_tokens != expect.k:
+            problems.append(f"the server drafts {info.num_tokens} tokens per step, not K={expect.k} ({info})")
     if stats is None or not stats.observed:
         reason = error or (stats.note if stats else "no statistics")
         if stats is not None and expect.drafts_optional and expect.distribution is None:
@@ -157,15 +149,13 @@ def judge(
 
 
 async def run_preflight(
-    target: Target,
+    base_url: str,
+    model: str,
     metrics_urls: tuple[str, ...],
     dialect: str,
     expect: Expectation,
     *,
     subject: str,
-    requests: int = PREFLIGHT_REQUESTS,
-    concurrency: int = PREFLIGHT_CONCURRENCY,
-    output_tokens: int = PREFLIGHT_OUTPUT_TOKENS,
     timeout_s: float = 60.0,
 ) -> PreflightResult:
     """Send the burst (random prompts, fixed output length, ``ignore_eos``) and judge it.
@@ -175,6 +165,8 @@ async def run_preflight(
     request is bounded by ``timeout_s``, and so is a stalled stream.
     """
     started = time.monotonic()
+    requests, concurrency, output_tokens = burst(expect)
+    target = Target(base_url, model, "completions", preflight_sampling(output_tokens))
     workload = RandomWorkload(isl=64, osl=output_tokens, seed=7)
     sessions = random_workload_sessions(workload, requests)
     spec = LoadSpec(
@@ -198,7 +190,7 @@ async def run_preflight(
     error = m.aborted or m.stats_error
     if m.aborted is None and m.dialect is not None and m.baseline is not None and m.final is not None:
         stats, error = window_stats(m.dialect, m.baseline, m.final, m.series, expect.k, records=m.records)
-    info = speculative_info(m.final)
+    info = None if m.final is None else get_dialect(dialect).speculative_info(m.final)
     passed, message, expected, allowed = judge(stats, error, info, expect, subject)
     return PreflightResult(
         passed=passed,
@@ -213,11 +205,13 @@ async def run_preflight(
     )
 
 
-REAL_PREFLIGHT_REQUESTS = 4
-REAL_PREFLIGHT_OUTPUT_TOKENS = 32
-"""Before M0/M1 (real acceptance) the burst only has to show speculation running with K: smaller."""
+def burst(expect: Expectation) -> tuple[int, int, int]:
+    """(requests, concurrency, output tokens): 16 x 96 tokens to judge a synthetic AL, 4 x 32 to see K run."""
+    if expect.distribution is not None:
+        return PREFLIGHT_REQUESTS, PREFLIGHT_CONCURRENCY, PREFLIGHT_OUTPUT_TOKENS
+    return REAL_PREFLIGHT_REQUESTS, REAL_PREFLIGHT_REQUESTS, REAL_PREFLIGHT_OUTPUT_TOKENS
 
 
-def preflight_sampling(output_tokens: int = PREFLIGHT_OUTPUT_TOKENS) -> Sampling:
+def preflight_sampling(output_tokens: int) -> Sampling:
     """The burst's sampling: greedy, a fixed output length, ``ignore_eos`` (no run depends on its text)."""
     return Sampling(max_tokens=output_tokens, temperature=0.0, min_tokens=output_tokens, ignore_eos=True)

@@ -123,11 +123,6 @@ def live_version(
     return LiveVersion(None)
 
 
-def server_version(base_url: str, timeout_s: float = 5.0) -> str | None:
-    """The live server's own version from ``GET /version`` (None when it does not say)."""
-    return live_version(base_url, (VERSION_PATH,), timeout_s).version
-
-
 def check_live_version(launch: Launch, live: LiveVersion) -> tuple[str, ...]:
     """The release gates of ``launch`` against what the live server reports (a tag can lie).
 

@@ -123,8 +123,3 @@ def check_capabilities(
         if found < cap.minimum:
             raise CapabilityError(cap.too_old(found, where))
     return ()
-
-
-def image_where(image: str | None) -> str:
-    """How a refusal names an image."""
-    return f"image {image!r}"

@@ -9,19 +9,7 @@ from prefect.cache_policies import NO_CACHE
 
 from alflow.acceptance.synthetic import AcceptanceDistribution
 from alflow.config import ServerConfig, SpecMethod
-from alflow.loadgen.runner import Target
-from alflow.preflight import (
-    PREFLIGHT_CONCURRENCY,
-    PREFLIGHT_OUTPUT_TOKENS,
-    PREFLIGHT_REQUESTS,
-    REAL_PREFLIGHT_OUTPUT_TOKENS,
-    REAL_PREFLIGHT_REQUESTS,
-    Expectation,
-    PreflightError,
-    PreflightResult,
-    preflight_sampling,
-    run_preflight,
-)
+from alflow.preflight import Expectation, PreflightError, PreflightResult, run_preflight
 from infra.recipes import preflight_hints, speculative_label
 from infra.runners import ServerHandle
 
@@ -51,19 +39,14 @@ def preflight(
         drafts_optional=ngram and distribution is None,
         spec_method=speculative_label(server),
     )
-    synthetic = distribution is not None
-    tokens = PREFLIGHT_OUTPUT_TOKENS if synthetic else REAL_PREFLIGHT_OUTPUT_TOKENS
-    target = Target(handle.base_url, handle.model, "completions", preflight_sampling(tokens))
     result = asyncio.run(
         run_preflight(
-            target,
+            handle.base_url,
+            handle.model,
             handle.all_metrics_urls,
             handle.dialect,
             expect,
             subject=subject,
-            requests=PREFLIGHT_REQUESTS if synthetic else REAL_PREFLIGHT_REQUESTS,
-            concurrency=PREFLIGHT_CONCURRENCY if synthetic else REAL_PREFLIGHT_REQUESTS,
-            output_tokens=tokens,
             timeout_s=timeout_s,
         )
     )

@@ -28,7 +28,7 @@ no class of its own: :func:`detect` recognises whichever it exposes.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Final, Protocol
 
 import aiohttp
@@ -39,6 +39,19 @@ from alflow.errors import AlflowError, InvalidInputError
 from alflow.metrics import names
 from alflow.metrics.prometheus import CounterWindow, Snapshot
 from alflow.redact import redact_url, redact_urls_in_text
+
+
+@dataclass(frozen=True)
+class SpeculativeInfo:
+    """What a server states of its speculative configuration in its metrics (None: not stated)."""
+
+    enabled: bool | None = None
+    method: str | None = None
+    num_tokens: int | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready form."""
+        return {"enabled": self.enabled, "method": self.method, "num_tokens": self.num_tokens}
 
 
 class MissingMetricsError(AlflowError):
@@ -59,6 +72,10 @@ class Dialect(Protocol):
         self, window: CounterWindow, *, k: int | None = None, level: float = CI_LEVEL
     ) -> SpecStats:
         """Spec-decode statistics over ``window``, with a ``level`` confidence interval of AL."""
+        ...
+
+    def speculative_info(self, snapshot: Snapshot) -> SpeculativeInfo | None:
+        """The speculative configuration the server states in ``snapshot`` (None where it states none)."""
         ...
 
     async def server_info(
@@ -91,7 +108,15 @@ def _join(*notes: str) -> str:
     return "; ".join(n for n in notes if n)
 
 
-class _CountersOnly:
+class _NoSpeculativeInfo:
+    """A dialect whose metrics state no speculative configuration."""
+
+    def speculative_info(self, snapshot: Snapshot) -> SpeculativeInfo | None:
+        del snapshot
+        return None
+
+
+class _CountersOnly(_NoSpeculativeInfo):
     """A dialect whose server says nothing about speculation beyond its counters."""
 
     async def server_info(
@@ -129,7 +154,7 @@ class VllmDialect(_CountersOnly):
         )
 
 
-class SglangDialect:
+class SglangDialect(_NoSpeculativeInfo):
     """SGLang's counters (``--enable-metrics``): verify calls, generation tokens and requests, at finish."""
 
     name = "sglang"
@@ -192,6 +217,19 @@ class TrtllmDialect(_CountersOnly):
 
     def matches(self, snapshot: Snapshot) -> bool:
         return any(f.startswith("trtllm_") for f in snapshot.families())
+
+    def speculative_info(self, snapshot: Snapshot) -> SpeculativeInfo | None:
+        """``trtllm_speculative_config_info`` (value 1): labels ``spec_enabled``, ``spec_method``, ``spec_num_tokens``."""
+        for labels in snapshot.samples.get(names.TRTLLM_SPECULATIVE_CONFIG_INFO) or {}:
+            found = dict(labels)
+            tokens = found.get("spec_num_tokens")
+            enabled = found.get("spec_enabled")
+            return SpeculativeInfo(
+                enabled=None if enabled is None else enabled.lower() == "true",
+                method=found.get("spec_method"),
+                num_tokens=int(tokens) if tokens is not None and tokens.isdigit() else None,
+            )
+        return None
 
     def spec_stats(
         self, window: CounterWindow, *, k: int | None = None, level: float = CI_LEVEL

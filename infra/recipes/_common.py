@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -11,9 +10,7 @@ from alflow.acceptance.synthetic import SyntheticAcceptanceError
 from alflow.config import Parallelism, ServerConfig
 from infra.errors import RecipeError
 from infra.launch import KNOB_ENV_NAMES, free_port
-from infra.versions import Capability, check_capabilities
-
-_VERSION_TAG = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+\-_].*)?$")
+from infra.versions import Capability, FrameworkVersion, check_capabilities
 
 
 def bind_host_of(config: ServerConfig) -> str:
@@ -38,14 +35,9 @@ def image_tag(image: str | None) -> str | None:
 
 
 def image_version(image: str | None) -> tuple[int, int, int] | None:
-    """The version in an image tag (``v0.5.16``, ``0.5.16-cu129``, ``v0.6``), or None if it has none."""
-    tag = image_tag(image)
-    if tag is None:
-        return None
-    match = _VERSION_TAG.match(tag)
-    if match is None:
-        return None
-    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
+    """The release in an image tag (``v0.5.16``, ``0.5.16-cu129``, ``v0.6``), or None if it has none."""
+    found = FrameworkVersion.parse(image_tag(image))
+    return None if found is None else found.release
 
 
 def image_gate(image: str | None, requirements: tuple[Capability, ...]) -> tuple[str, ...]:
@@ -57,11 +49,6 @@ def image_gate(image: str | None, requirements: tuple[Capability, ...]) -> tuple
     """
     tag = image_tag(image)
     return check_capabilities(requirements, tag, f"image {image!r}" + ("" if tag else " (no tag)"))
-
-
-def version_text(version: tuple[int, ...]) -> str:
-    """``(0, 5, 16)`` as ``v0.5.16``."""
-    return "v" + ".".join(str(part) for part in version)
 
 
 def render_synthetic(config: ServerConfig, framework: str) -> SyntheticKnobs | None:
