@@ -8,7 +8,7 @@ dict. The run directory named in each outcome holds everything measured; the out
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from alflow.gates import Verdict
@@ -96,21 +96,62 @@ Step = Literal["passed", "failed"]
 
 
 @dataclass(frozen=True)
+class ChildRun:
+    """One M1 or M2 run of a sweep's K: the flow run, the node it ran on, how it ended, its run directory.
+
+    ``state`` is the Prefect state name of a deployment run (Completed, Failed, Crashed, Cancelled, or
+    the state it was left in when its node was lost) or the subflow's state in the in-process mode.
+    """
+
+    flow: Literal["m1", "m2"]
+    passed: bool
+    state: str
+    name: str | None = None
+    flow_run_id: str | None = None
+    node: str | None = None
+    run_dir: str | None = None
+    message: str | None = None
+    cached: bool = False
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready form."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class KOutcome:
-    """One K of a sweep: whether M1 passed, whether M2 ran through (None: not run), and why not."""
+    """One K of a sweep: whether M1 passed, whether M2 ran through (None: not run), and why not.
+
+    ``gate_run`` / ``benchmark_run``: the child runs behind those steps (None where none was made,
+    e.g. M2 skipped after a failed gate).
+    """
 
     gate: Step
     gate_message: str | None = None
     benchmark: Step | None = None
     benchmark_message: str | None = None
+    gate_run: ChildRun | None = None
+    benchmark_run: ChildRun | None = None
 
     @property
     def failed(self) -> bool:
         """True when the gate or the benchmark failed."""
         return self.gate == "failed" or self.benchmark == "failed"
 
+    @classmethod
+    def of(cls, gate: ChildRun, benchmark: ChildRun | None) -> KOutcome:
+        """The K's outcome from its child runs."""
+        return cls(
+            gate="passed" if gate.passed else "failed",
+            gate_message=None if gate.passed else gate.message,
+            benchmark=None if benchmark is None else ("passed" if benchmark.passed else "failed"),
+            benchmark_message=None if benchmark is None or benchmark.passed else benchmark.message,
+            gate_run=gate,
+            benchmark_run=benchmark,
+        )
+
     def to_dict(self) -> dict[str, object]:
-        """JSON-ready form (messages only where there is one)."""
+        """JSON-ready form (messages and child runs only where there is one)."""
         out: dict[str, object] = {"gate": self.gate}
         if self.gate_message is not None:
             out["gate_message"] = self.gate_message
@@ -118,6 +159,10 @@ class KOutcome:
             out["benchmark"] = self.benchmark
         if self.benchmark_message is not None:
             out["benchmark_message"] = self.benchmark_message
+        if self.gate_run is not None:
+            out["gate_run"] = self.gate_run.to_dict()
+        if self.benchmark_run is not None:
+            out["benchmark_run"] = self.benchmark_run.to_dict()
         return out
 
 
@@ -128,10 +173,14 @@ class SweepOutcome:
     per_k: Mapping[int, KOutcome]
     best_k: tuple[BestK, ...]
     points: tuple[M2Point, ...] = field(default=())
+    run_dir: str | None = None
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready form."""
-        return {
+        out: dict[str, object] = {
             "per_k": {k: o.to_dict() for k, o in self.per_k.items()},
             "best_k": {b.concurrency: b.to_dict() for b in self.best_k},
         }
+        if self.run_dir is not None:
+            out["run_dir"] = self.run_dir
+        return out

@@ -21,7 +21,7 @@ from alflow.config import (
 from alflow.errors import AlflowError
 from alflow.reference import load_reference
 from alflow.results.provenance import code_version, host_info
-from alflow.results.store import RunWriter
+from alflow.results.store import RunWriter, run_id_of
 
 
 class GateFailedError(AlflowError):
@@ -45,7 +45,7 @@ def open_run(
     return RunWriter(
         root,
         flow,
-        run_id=rid.replace("-", "")[:12],
+        run_id=run_id_of(rid),
         config=config,
         provenance=provenance,
         simulated=simulated,

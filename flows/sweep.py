@@ -1,60 +1,223 @@
-"""The K sweep: for each K, M1 (gate) then M2 (benchmark at that K's reference AL), and a summary.
+"""The K sweep: for each K, M1 (gate) then M2 (benchmark at that K's reference AL), and the sweep's own run.
 
-Each K runs as subflows in this process; on a cluster, run the `m1-gate` and `m2-benchmark`
-deployments per K on GPU work pools instead, so several nodes work in parallel. The summary picks,
-for each concurrency, the best K by output throughput per GPU and by median interactivity
-(:func:`alflow.points.best_k`, tested without Prefect).
+Two modes:
+
+- **in-process** (``fan_out`` None, a laptop): each K runs as subflows in this process, one after another;
+- **fanned out** (``fan_out`` set, a team's GPU nodes): each K's M1 then M2 runs as a run of the
+  ``m1-gate`` / ``m2-benchmark`` deployment on a free node (a work queue only that node's worker
+  polls; each run holds the node's global concurrency limit), all nodes busy at once. The sweep
+  waits for them, reads their results from the run store, names every failed, crashed or lost child
+  run, and never waits on a node whose worker is gone (:mod:`tasks.fanout`). A re-run reuses the
+  children that completed (Prefect's cache).
+
+Either way the sweep writes its own run (``per_k`` and ``spec_stats`` tables, ``summary.json`` with
+the best K per concurrency, ``report.md`` and ``report.html`` with the curves of every K).
 """
 
 from __future__ import annotations
 
-from prefect import flow, get_run_logger
+import dataclasses
+import inspect
+from typing import Any, cast
 
-from alflow.config import BenchmarkParams, GateParams, SweepParams
-from alflow.outcomes import KOutcome, M2Outcome, Step, SweepOutcome
+import polars as pl
+from prefect import flow, get_run_logger, tags, task
+from prefect.cache_policies import NO_CACHE
+from prefect.client.schemas.objects import State
+from prefect.futures import PrefectFuture
+from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
+
+from alflow.acceptance.synthetic import K_MAX
+from alflow.config import SweepParams
+from alflow.outcomes import ChildRun, KOutcome, M2Outcome, SweepOutcome
 from alflow.points import best_k
+from alflow.reports.markdown import SweepSummary
 from alflow.results.rows import M2Point
+from alflow.sweep import NodePool, benchmark_for, child_parameters, gate_for, per_k_rows, sweep_failures
 from flows.benchmark import benchmark
-from flows.common import fail
+from flows.common import fail, open_run
 from flows.gate import gate
+from tasks.fanout import ChildRunFailedError, cache_options, read_m2_points, run_child
+from tasks.results import render_report, store_results
 
 
-@flow(name="sweep", flow_run_name="sweep-{params.gate.server.framework}")
-def sweep(params: SweepParams) -> SweepOutcome:
-    """M1 then M2 for every K; a summary across K."""
+def _subflow_id(state: State[Any]) -> str | None:
+    run = state.state_details.flow_run_id
+    return None if run is None else str(run)
+
+
+def _in_process(params: SweepParams) -> tuple[dict[int, KOutcome], list[M2Point]]:
+    """Every K as subflows here, one after another."""
     log = get_run_logger()
     results: dict[int, KOutcome] = {}
     points: list[M2Point] = []
     for k in params.ks:
-        gate_params = GateParams.model_validate({**params.gate.model_dump(), "k": k})
-        state = gate(gate_params, return_state=True)
-        if not state.is_completed():
+        state = gate(params=gate_for(params, k), return_state=True)
+        m1 = ChildRun(
+            "m1",
+            passed=state.is_completed(),
+            state=state.name or state.type.value,
+            message=None if state.is_completed() else str(state.message),
+            run_dir=state.result().run_dir if state.is_completed() else None,
+            flow_run_id=_subflow_id(state),
+        )
+        if not m1.passed:
             log.error("K=%d: M1 failed: %s", k, state.message)
             if params.stop_on_gate_failure:
-                results[k] = KOutcome("failed", str(state.message))
+                results[k] = KOutcome.of(m1, None)
                 continue
-        gate_step: Step = "passed" if state.is_completed() else "failed"
-        gate_message = None if state.is_completed() else str(state.message)
-        bench_params = BenchmarkParams.model_validate({**params.benchmark.model_dump(), "k": k})
-        bstate = benchmark(bench_params, return_state=True)
-        if bstate.is_completed():
-            out: M2Outcome = bstate.result()
+        bstate = benchmark(params=benchmark_for(params, k), return_state=True)
+        out: M2Outcome | None = bstate.result() if bstate.is_completed() else None
+        m2 = ChildRun(
+            "m2",
+            passed=out is not None,
+            state=bstate.name or bstate.type.value,
+            message=None if out is not None else str(bstate.message),
+            run_dir=None if out is None else out.run_dir,
+            flow_run_id=_subflow_id(bstate),
+        )
+        if out is not None:
             points += out.points
-            results[k] = KOutcome(gate_step, gate_message, "passed")
+        results[k] = KOutcome.of(m1, m2)
+    return results, points
+
+
+def _child(
+    params: SweepParams, deployment: str, flow_name: str, child: dict[str, object], name: str, nodes: NodePool
+) -> ChildRun:
+    """One child run through the cached task; its ChildRun whether it completed, failed or never ran."""
+    fan = params.fan_out
+    assert fan is not None
+    inner = child["params"]
+    assert isinstance(inner, dict)
+    placement = inner["placement"]
+    assert isinstance(placement, dict)
+    state = run_child.with_options(**cache_options(fan))(
+        deployment,
+        child,
+        flow_name,
+        str(placement["results_root"]),
+        name,
+        nodes,
+        fan,
+        return_state=True,
+    )
+    if state.is_completed():
+        result: ChildRun = state.result()
+        return dataclasses.replace(result, cached=state.name == "Cached")
+    error = state.result(raise_on_failure=False)
+    if isinstance(error, ChildRunFailedError):
+        return error.child
+    return ChildRun("m1" if flow_name == "m1" else "m2", passed=False, state="Not run", message=str(error))
+
+
+@task(name="sweep_k", cache_policy=NO_CACHE)
+def sweep_k(params: SweepParams, k: int, prefix: str, nodes: NodePool) -> tuple[KOutcome, list[M2Point]]:
+    """One K fanned out: M1 on a free node, then (unless it failed) M2 on a free node; M2's points from the store."""
+    fan = params.fan_out
+    assert fan is not None
+    m1 = _child(
+        params,
+        fan.gate_deployment,
+        "m1",
+        child_parameters(gate_for(params, k), inspect.signature(gate.fn).parameters),
+        f"{prefix}-k{k}-m1",
+        nodes,
+    )
+    if not m1.passed and params.stop_on_gate_failure:
+        return KOutcome.of(m1, None), []
+    m2 = _child(
+        params,
+        fan.benchmark_deployment,
+        "m2",
+        child_parameters(benchmark_for(params, k), inspect.signature(benchmark.fn).parameters),
+        f"{prefix}-k{k}-m2",
+        nodes,
+    )
+    points = read_m2_points(m2.run_dir) if m2.passed and m2.run_dir else []
+    return KOutcome.of(m1, m2), points
+
+
+def _fanned_out(
+    params: SweepParams, prefix: str
+) -> tuple[dict[int, KOutcome], list[M2Point], dict[str, str]]:
+    """Every K at once, each waiting for a free node."""
+    assert params.fan_out is not None
+    nodes = NodePool(params.fan_out.nodes)
+    futures = {k: sweep_k.submit(params, k, prefix, nodes) for k in params.ks}
+    results: dict[int, KOutcome] = {}
+    points: list[M2Point] = []
+    for k, future in futures.items():
+        outcome, k_points = future.result()
+        results[k] = outcome
+        points += k_points
+    return results, points, nodes.lost
+
+
+@flow(
+    name="sweep",
+    flow_run_name="sweep-{params.gate.server.framework}",
+    task_runner=cast("TaskRunner[PrefectFuture[Any]]", ThreadPoolTaskRunner(max_workers=K_MAX)),
+)
+def sweep(params: SweepParams) -> SweepOutcome:
+    """M1 then M2 for every K (in this process, or fanned out over GPU nodes); the sweep's own run."""
+    log = get_run_logger()
+    server = params.benchmark.server
+    writer = open_run(
+        "sweep",
+        params.results_root or params.benchmark.placement.results_root,
+        params.model_dump(mode="json"),
+        simulated=server.simulated,
+        engine_note=server.engine_note,
+    )
+    mode = (
+        "in-process"
+        if params.fan_out is None
+        else f"fanned out over {len(params.fan_out.nodes)} node(s): "
+        + ", ".join(n.work_queue for n in params.fan_out.nodes)
+    )
+    with writer, tags(f"model:{params.benchmark.model.id}", f"framework:{server.framework}", "sweep"):
+        lost: dict[str, str] = {}
+        if params.fan_out is None:
+            results, points = _in_process(params)
         else:
-            results[k] = KOutcome(gate_step, gate_message, "failed", str(bstate.message))
-    summary = best_k(points)
-    for best in summary:
-        log.info(
-            "concurrency %d: best K by throughput/GPU = %s, by interactivity = %s",
-            best.concurrency,
-            best.best_k_throughput,
-            best.best_k_interactivity,
+            results, points, lost = _fanned_out(params, f"sweep-{writer.run_id}")
+        summary = best_k(points)
+        for best in summary:
+            log.info(
+                "concurrency %d: best K by throughput/GPU = %s, by interactivity = %s",
+                best.concurrency,
+                best.best_k_throughput,
+                best.best_k_interactivity,
+            )
+        failures = sweep_failures(results, lost)
+        rows = per_k_rows(results)
+        best_rows = [b.to_dict() for b in summary]
+        tables = {"per_k": pl.DataFrame(rows)}
+        if points:
+            tables["spec_stats"] = pl.DataFrame([p.to_dict() for p in points])
+        store_results(
+            writer,
+            tables,
+            {"flow": "sweep", "mode": mode, "ks": list(params.ks), "best_k": best_rows, "failures": failures},
         )
-    outcome = SweepOutcome(per_k=results, best_k=tuple(summary), points=tuple(points))
-    failed = [k for k, r in results.items() if r.failed]
-    if failed:
-        raise fail(
-            "sweep", f"sweep finished with failures at K={failed}", {"results": outcome.to_dict()["per_k"]}
+        report = SweepSummary(
+            run_dir=writer.dir,
+            engine_note=server.engine_note,
+            model=params.benchmark.model.id,
+            framework=server.framework,
+            mode=mode,
+            per_k=rows,
+            best_k=best_rows,
+            failures=tuple(failures),
         )
+        render_report(writer, report, rows, key=f"sweep-{server.framework}")
+        outcome = SweepOutcome(per_k=results, best_k=tuple(summary), points=tuple(points), run_dir=writer.dir)
+        if failures:
+            failed = sorted(k for k, r in results.items() if r.failed)
+            raise fail(
+                "sweep",
+                f"sweep finished with failures at K={failed}: " + "; ".join(failures),
+                {"results": outcome.to_dict()["per_k"]},
+            )
     return outcome

@@ -22,8 +22,10 @@ from alflow.config.flows import (
     CalibrationCatalogue,
     CalibrationModel,
     DemoParams,
+    FanOut,
     GateParams,
     ServerPlacement,
+    SweepNode,
     SweepParams,
 )
 from alflow.config.runners import DockerOptions, ExternalServer, ProcessOptions, RunnerOptions, SlurmOptions
@@ -70,6 +72,7 @@ __all__ = [
     "Disaggregation",
     "DockerOptions",
     "ExternalServer",
+    "FanOut",
     "GateParams",
     "GateTolerances",
     "Gsm8kSettings",
@@ -93,6 +96,7 @@ __all__ = [
     "SpeculativeConfig",
     "SpeedBenchWorkload",
     "StrictModel",
+    "SweepNode",
     "SweepParams",
     "SyntheticAcceptance",
     "ThinkingMode",

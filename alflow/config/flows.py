@@ -198,6 +198,75 @@ class BenchmarkParams(StrictModel):
         return self
 
 
+class SweepNode(StrictModel):
+    """One GPU node of a fanned-out sweep: the work queue its worker polls and its concurrency limit."""
+
+    work_queue: str = Field(
+        min_length=1,
+        description=(
+            "Work queue of the deployments' work pool that only this node's worker polls "
+            "(`prefect worker start --pool POOL --work-queue QUEUE`)."
+        ),
+    )
+    gpu_host: str | None = Field(
+        None,
+        description=(
+            "Global concurrency limit of this node: set as placement.gpu_host of every run sent to it, so "
+            "its server holds the node's slot (None: keep the template's)."
+        ),
+    )
+
+
+class FanOut(StrictModel):
+    """Run each K's M1 and M2 as deployment runs on the nodes' work queues instead of in this process."""
+
+    nodes: tuple[SweepNode, ...] = Field(
+        min_length=1, description="The nodes; each runs one K (M1, then M2) at a time."
+    )
+    gate_deployment: str = Field("m1-gate/m1-gate", description="M1 deployment (flow name/deployment name).")
+    benchmark_deployment: str = Field(
+        "m2-benchmark/m2-benchmark", description="M2 deployment (flow name/deployment name)."
+    )
+    node_timeout_s: float = Field(
+        120.0,
+        gt=0.0,
+        allow_inf_nan=False,
+        description=(
+            "A node whose work queue no worker has polled for this long is lost: its waiting or running "
+            "run is reported (not waited for) and its remaining K go to the other nodes."
+        ),
+    )
+    run_timeout_s: float | None = Field(
+        None,
+        gt=0.0,
+        allow_inf_nan=False,
+        description="Give up on a child run that has not finished this long after it was created (None: no limit).",
+    )
+    poll_s: float = Field(2.0, gt=0.0, le=60.0, description="Seconds between state checks of a child run.")
+    cache_days: float = Field(
+        7.0,
+        ge=0.0,
+        description="A re-run reuses a child run that completed with the same parameters this many days ago (0: never).",
+    )
+    refresh_cache: bool = Field(
+        False, description="Run every child again even when a completed one is cached."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        queues = [n.work_queue for n in self.nodes]
+        if len(set(queues)) != len(queues):
+            raise ValueError(f"nodes name a work queue twice: {queues}; give each node its own queue")
+        hosts = [n.gpu_host for n in self.nodes if n.gpu_host is not None]
+        if len(set(hosts)) != len(hosts):
+            raise ValueError(f"nodes share a gpu_host limit: {hosts}; give each node its own limit")
+        for name in (self.gate_deployment, self.benchmark_deployment):
+            flow_name, sep, deployment = name.partition("/")
+            if not sep or not flow_name or not deployment:
+                raise ValueError(f"deployment {name!r} is not 'flow name/deployment name'")
+        return self
+
+
 class SweepParams(StrictModel):
     """For each K: M1 then M2 at that K's reference AL; a summary across K."""
 
@@ -205,6 +274,16 @@ class SweepParams(StrictModel):
     gate: GateParams = Field(description="M1 template (k is set per K).")
     benchmark: BenchmarkParams = Field(description="M2 template (k and target are set per K).")
     stop_on_gate_failure: bool = Field(True, description="Skip M2 at a K whose M1 gate failed.")
+    fan_out: FanOut | None = Field(
+        None,
+        description=(
+            "Fan the K out over GPU nodes as m1-gate/m2-benchmark deployment runs (None: run every K in this "
+            "process, one after another)."
+        ),
+    )
+    results_root: str | None = Field(
+        None, description="Run store root of the sweep's own run (None: the benchmark template's)."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -215,6 +294,8 @@ class SweepParams(StrictModel):
                 raise ValueError(f"K={k} in ks is outside [{K_MIN}, {K_MAX}]")
             if self.benchmark.target_al is not None:
                 SyntheticTarget.of(k, al=self.benchmark.target_al)  # the explicit target must fit every K
+        if len(set(self.ks)) != len(self.ks):
+            raise ValueError(f"ks {self.ks} name a K twice")
         return self
 
 

@@ -196,3 +196,56 @@ class M2Summary(FlowSummary):
             )
             for p in self.points
         ]
+
+
+@dataclass(frozen=True)
+class SweepSummary(FlowSummary):
+    """The K sweep: each K's M1 and M2 (child run, node, state), the best K per concurrency, failures."""
+
+    template: ClassVar[str] = "flow_sweep.md.j2"
+    title: ClassVar[str] = "K sweep"
+    model: str
+    framework: str
+    mode: str
+    per_k: Sequence[Mapping[str, Any]]
+    best_k: Sequence[Mapping[str, Any]]
+    failures: Sequence[str] = field(default_factory=tuple)
+
+    def table(self) -> list[tuple[str, str, str, str, str, str]]:
+        """Formatted cells: K, node, M1 result (state, run), M2 result (state, run), cached steps."""
+
+        def step(row: Mapping[str, Any], name: str) -> str:
+            result = row.get(name)
+            if result is None:
+                return "not run"
+            run = row.get(f"{name}_run")
+            state = row.get(f"{name}_state")
+            return f"{result} ({state}{', ' + str(run) if run else ''})"
+
+        return [
+            (
+                str(r.get("k")),
+                str(r.get("node") or "this process"),
+                step(r, "gate"),
+                step(r, "benchmark"),
+                ", ".join(
+                    n for n, c in (("M1", r.get("gate_cached")), ("M2", r.get("benchmark_cached"))) if c
+                )
+                or "-",
+                str(r.get("benchmark_dir") or "-"),
+            )
+            for r in self.per_k
+        ]
+
+    def best_table(self) -> list[tuple[str, str, str, str, str]]:
+        """Formatted cells: concurrency, best K by throughput/GPU and its figure, by interactivity and its figure."""
+        return [
+            (
+                str(b.get("concurrency")),
+                str(b.get("best_k_throughput")),
+                num(b.get("output_throughput_per_gpu"), 1),
+                str(b.get("best_k_interactivity")),
+                num(b.get("median_interactivity_tokens_per_s"), 1),
+            )
+            for b in self.best_k
+        ]

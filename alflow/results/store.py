@@ -390,6 +390,18 @@ def iter_runs(root: str | os.PathLike[str], flow: str | None = None) -> Iterator
                 continue
 
 
+def run_id_of(flow_run_id: str) -> str:
+    """The run id a flow run's directory carries: its Prefect flow run id without dashes, 12 characters."""
+    return flow_run_id.replace("-", "")[:12]
+
+
+def find_run(root: str | os.PathLike[str], flow: str, flow_run_id: str) -> StoredRun | None:
+    """The run directory a Prefect flow run wrote under ``root`` (None when there is none)."""
+    wanted = run_id_of(flow_run_id)
+    found = [run for run in iter_runs(root, flow) if run.manifest.run_id == wanted]
+    return found[-1] if found else None
+
+
 def load_runs(
     root: str | os.PathLike[str],
     table: str = "spec_stats",

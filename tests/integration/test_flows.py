@@ -338,10 +338,33 @@ def test_sweep_runs_m1_then_m2_per_k_and_picks_the_best_k(tmp_path: Path) -> Non
     bench = _bench_params(tmp_path).model_dump()
     bench.update(target_al=None, reference_path=str(reference))
     out = sweep(SweepParams(ks=(1, 3), gate=gate_params, benchmark=BenchmarkParams.model_validate(bench)))
-    assert out.to_dict()["per_k"] == {
-        1: {"gate": "passed", "benchmark": "passed"},
-        3: {"gate": "passed", "benchmark": "passed"},
+    assert {k: (o.gate, o.benchmark) for k, o in out.per_k.items()} == {
+        1: ("passed", "passed"),
+        3: ("passed", "passed"),
     }
+    for o in out.per_k.values():  # each step names its subflow run and its run directory
+        assert o.gate_run is not None
+        assert o.gate_run.run_dir
+        assert o.gate_run.flow_run_id
+        assert o.benchmark_run is not None
+        assert o.benchmark_run.run_dir
+        assert "/m2/" in o.benchmark_run.run_dir
+    # the sweep's own run: per-K table, every K's points, the best K, a report with every K's curve
+    assert out.run_dir is not None
+    assert "/sweep/" in out.run_dir
+    stored = open_run(out.run_dir)
+    assert stored.complete
+    assert stored.table("per_k")["k"].to_list() == [1, 3]
+    assert sorted(set(stored.table("spec_stats")["k"].to_list())) == [1, 3]
+    summary = stored.json("summary")
+    assert summary["mode"] == "in-process"
+    assert summary["failures"] == []
+    assert [b["concurrency"] for b in summary["best_k"]] == [4, 16]
+    html = (Path(out.run_dir) / "report.html").read_text()
+    assert "Best K per concurrency" in html
+    assert "sim K=1" in html
+    assert "sim K=3" in html
+    assert "| 1 | this process | passed \\(Completed" in (Path(out.run_dir) / "report.md").read_text()
     assert [b.concurrency for b in out.best_k] == [4, 16]
     assert all(b.best_k_throughput in (1, 3) for b in out.best_k)
     assert sorted({p.k for p in out.points}) == [1, 3]

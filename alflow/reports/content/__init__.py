@@ -1,7 +1,7 @@
 """What a report says: the content of one run (or several) as sections of text, tables and charts.
 
 The builders read a stored run only, through :mod:`alflow.results.view`, so a report renders from the
-run directory alone. One builder per flow is registered in :data:`BUILDERS` (``m0``, ``m1``, ``m2``);
+run directory alone. One builder per flow is registered in :data:`BUILDERS` (``m0``, ``m1``, ``m2``, ``sweep``);
 any other flow gets the generic part (run facts, summary, configuration). Templates turn a
 :class:`Report` into HTML or Markdown; they never compute anything.
 """
@@ -30,6 +30,7 @@ from alflow.reports.content.base import (
 from alflow.reports.content.m0 import build_m0
 from alflow.reports.content.m1 import build_m1
 from alflow.reports.content.m2 import build_m2
+from alflow.reports.content.sweep import build_sweep
 from alflow.reports.exports import al_matrix
 from alflow.results.store import StoredRun
 from alflow.results.view import config_value, framework, image, json_or_none, m1_verdicts, m2_points, model_id
@@ -46,12 +47,18 @@ __all__ = [
     "build_m1",
     "build_m2",
     "build_report",
+    "build_sweep",
     "fmt",
     "run_label",
 ]
 
 
-BUILDERS: Final[dict[str, Callable[[StoredRun], Report]]] = {"m0": build_m0, "m1": build_m1, "m2": build_m2}
+BUILDERS: Final[dict[str, Callable[[StoredRun], Report]]] = {
+    "m0": build_m0,
+    "m1": build_m1,
+    "m2": build_m2,
+    "sweep": build_sweep,
+}
 
 
 def build_generic(run: StoredRun) -> Report:

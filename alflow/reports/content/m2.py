@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from alflow.gates import AUDIT_Z
 from alflow.reports import svg
-from alflow.reports.content.base import Report, Section, Table, base_report, fmt, svg_figure
+from alflow.reports.content.base import Figure, Report, Section, Table, base_report, fmt, svg_figure
 from alflow.results.rows import M2Point
 from alflow.results.store import StoredRun
 from alflow.results.view import audit_spread, config_value, latency_percentiles, m2_points, scheme, summary
@@ -14,6 +14,74 @@ from alflow.results.view import audit_spread, config_value, latency_percentiles,
 
 def _curve_key(p: M2Point) -> str:
     return f"{p.framework} K={p.k}"
+
+
+THROUGHPUT_NOTE = (
+    "Each point is one concurrency (c=N). Interactivity = 1000 / median TPOT (tokens/s seen by "
+    "one user); throughput = output tokens / benchmark duration / GPUs."
+)
+
+
+def throughput_figure(points: Sequence[M2Point]) -> Figure:
+    """Output throughput per GPU against median interactivity: one curve per framework and K."""
+    curves: dict[str, list[M2Point]] = {}
+    for p in points:
+        curves.setdefault(_curve_key(p), []).append(p)
+    tput = []
+    for name, rows in curves.items():
+        ordered = sorted(rows, key=lambda r: r.concurrency)
+        tput.append(
+            svg.Series(
+                name,
+                [(p.median_interactivity_tokens_per_s, p.output_throughput_per_gpu) for p in ordered],
+                labels=[f"c={p.concurrency}" for p in ordered],
+            )
+        )
+    return svg_figure(
+        svg.Chart(
+            "Output throughput per GPU vs interactivity",
+            "interactivity (tok/s/user, median)",
+            "output throughput (tok/s/GPU)",
+            tput,
+            y_zero=True,
+        )
+    )
+
+
+def points_table(points: Sequence[M2Point]) -> Table:
+    """One row per point: concurrency, framework, K, throughput per GPU, interactivity, latencies, requests."""
+    return Table(
+        [
+            "concurrency",
+            "framework",
+            "K",
+            "output tok/s/GPU",
+            "total tok/s/GPU",
+            "interactivity",
+            "median TPOT ms",
+            "median TTFT ms",
+            "p99 TTFT ms",
+            "completed",
+            "failed",
+        ],
+        [
+            [
+                fmt(p.concurrency),
+                p.framework,
+                fmt(p.k),
+                fmt(p.output_throughput_per_gpu, 1),
+                fmt(p.total_token_throughput_per_gpu, 1),
+                fmt(p.median_interactivity_tokens_per_s, 1),
+                fmt(p.median_tpot_ms, 2),
+                fmt(p.median_ttft_ms, 1),
+                fmt(p.p99_ttft_ms, 1),
+                fmt(p.completed),
+                fmt(p.failed),
+            ]
+            for p in points
+        ],
+        numeric=[True, False, True, True, True, True, True, True, True, True, True],
+    )
 
 
 def build_m2(run: StoredRun) -> Report:
@@ -43,73 +111,12 @@ def build_m2(run: StoredRun) -> Report:
             if ok
             else f"{len(invalid)} of {len(points)} point(s) INVALID: do not publish them"
         )
-    # throughput vs interactivity
-    curves: dict[str, list[M2Point]] = {}
-    for p in points:
-        curves.setdefault(_curve_key(p), []).append(p)
-    tput = [
-        svg.Series(
-            name,
-            [
-                (p.median_interactivity_tokens_per_s, p.output_throughput_per_gpu)
-                for p in sorted(rows, key=lambda r: r.concurrency)
-            ],
-            labels=[f"c={p.concurrency}" for p in sorted(rows, key=lambda r: r.concurrency)],
-        )
-        for name, rows in curves.items()
-    ]
     sec = Section(
         "Throughput per GPU against interactivity",
-        paragraphs=[
-            "Each point is one concurrency (c=N). Interactivity = 1000 / median TPOT (tokens/s seen by "
-            "one user); throughput = output tokens / benchmark duration / GPUs."
-        ],
-        figures=[
-            svg_figure(
-                svg.Chart(
-                    "Output throughput per GPU vs interactivity",
-                    "interactivity (tok/s/user, median)",
-                    "output throughput (tok/s/GPU)",
-                    tput,
-                    y_zero=True,
-                )
-            )
-        ],
+        paragraphs=[THROUGHPUT_NOTE],
+        figures=[throughput_figure(points)],
     )
-    sec.tables.append(
-        Table(
-            [
-                "concurrency",
-                "framework",
-                "K",
-                "output tok/s/GPU",
-                "total tok/s/GPU",
-                "interactivity",
-                "median TPOT ms",
-                "median TTFT ms",
-                "p99 TTFT ms",
-                "completed",
-                "failed",
-            ],
-            [
-                [
-                    fmt(p.concurrency),
-                    p.framework,
-                    fmt(p.k),
-                    fmt(p.output_throughput_per_gpu, 1),
-                    fmt(p.total_token_throughput_per_gpu, 1),
-                    fmt(p.median_interactivity_tokens_per_s, 1),
-                    fmt(p.median_tpot_ms, 2),
-                    fmt(p.median_ttft_ms, 1),
-                    fmt(p.p99_ttft_ms, 1),
-                    fmt(p.completed),
-                    fmt(p.failed),
-                ]
-                for p in points
-            ],
-            numeric=[True, False, True, True, True, True, True, True, True, True, True],
-        )
-    )
+    sec.tables.append(points_table(points))
     report.sections.append(sec)
     report.sections.append(_latency_section(run, points))
     report.sections.append(_audit_section(run, points))

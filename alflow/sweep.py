@@ -1,0 +1,198 @@
+"""The K sweep's rules without Prefect: which node runs what, each child run's parameters, the sweep's tables.
+
+A fanned-out sweep (``SweepParams.fan_out``) runs each K's M1 and M2 as deployment runs on one node
+(a work queue that only that node's worker polls). :class:`NodePool` hands each K a free node, keeps
+a node busy with one K at a time and drops a node that is lost (its worker stopped polling), so the
+remaining K go to the others. :func:`child_parameters` builds a child run's parameters from the
+sweep's template, and :func:`cache_key` names a child for Prefect's cache so that a re-run of the
+sweep reuses what already completed, on whichever node it ran.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from alflow.config import BenchmarkParams, GateParams, SweepNode, SweepParams
+from alflow.outcomes import ChildRun, KOutcome
+from alflow.results.rows import M2Point
+
+__all__ = [
+    "NoNodeLeftError",
+    "NodePool",
+    "benchmark_for",
+    "cache_key",
+    "child_parameters",
+    "gate_for",
+    "on_node",
+    "per_k_rows",
+    "sweep_failures",
+]
+
+
+class NoNodeLeftError(Exception):
+    """Every node of the sweep is lost: nothing can run the remaining K."""
+
+
+class NodePool:
+    """The sweep's nodes: each runs one K at a time; a lost node takes no more work.
+
+    :meth:`acquire` blocks while every live node is busy and raises :class:`NoNodeLeftError` once none is
+    live; :meth:`release` gives a node back; :meth:`lose` drops it (with the reason, for the report).
+    Thread-safe: one thread per K asks for a node.
+    """
+
+    def __init__(self, nodes: Sequence[SweepNode]) -> None:
+        if not nodes:
+            raise ValueError("a node pool needs at least one node")
+        self._free = list(nodes)
+        self._busy: list[SweepNode] = []
+        self._lost: dict[str, str] = {}
+        self._cond = threading.Condition()
+
+    def acquire(self) -> SweepNode:
+        """A free live node (blocking while all live nodes are busy)."""
+        with self._cond:
+            while not self._free:
+                if not self._busy:
+                    lost = "; ".join(f"{q}: {why}" for q, why in self._lost.items())
+                    raise NoNodeLeftError(f"no node of the sweep is left ({lost})")
+                self._cond.wait()
+            node = self._free.pop(0)
+            self._busy.append(node)
+            return node
+
+    def release(self, node: SweepNode) -> None:
+        """Give a node back after its K."""
+        with self._cond:
+            self._busy.remove(node)
+            if node.work_queue not in self._lost:
+                self._free.append(node)
+            self._cond.notify_all()
+
+    def lose(self, node: SweepNode, why: str) -> None:
+        """Drop a node: it takes no more K (a busy node is dropped when it is released)."""
+        with self._cond:
+            self._lost.setdefault(node.work_queue, why)
+            if node in self._free:
+                self._free.remove(node)
+            self._cond.notify_all()
+
+    @property
+    def lost(self) -> dict[str, str]:
+        """The lost nodes' work queues and why each was lost."""
+        with self._cond:
+            return dict(self._lost)
+
+
+def gate_for(params: SweepParams, k: int) -> GateParams:
+    """The M1 parameters of K."""
+    return GateParams.model_validate({**params.gate.model_dump(), "k": k})
+
+
+def benchmark_for(params: SweepParams, k: int) -> BenchmarkParams:
+    """The M2 parameters of K."""
+    return BenchmarkParams.model_validate({**params.benchmark.model_dump(), "k": k})
+
+
+def child_parameters(params: GateParams | BenchmarkParams, top_level: Iterable[str]) -> dict[str, Any]:
+    """A deployment run's parameters: the full configuration as ``params``, every short-form field None.
+
+    Prefect merges a run's parameters over the deployment's defaults, and a flow's short-form fields
+    (preset, model, k, ...) win over ``params``; naming each of them as None keeps the deployment's
+    defaults from overriding what the sweep asks for.
+    """
+    out: dict[str, Any] = {name: None for name in top_level if name != "params"}
+    out["params"] = params.model_dump(mode="json")
+    return out
+
+
+def on_node(parameters: Mapping[str, Any], node: SweepNode) -> dict[str, Any]:
+    """A child run's parameters on ``node``: its concurrency limit as the placement's GPU host."""
+    out: dict[str, Any] = json.loads(json.dumps(parameters))
+    if node.gpu_host is not None:
+        out["params"]["placement"]["gpu_host"] = node.gpu_host
+    return out
+
+
+def cache_key(deployment: str, parameters: Mapping[str, Any]) -> str:
+    """A child run's identity for Prefect's cache: the deployment and its parameters, whatever the node.
+
+    The placement's GPU host (the node's concurrency limit) is left out: a K measured on node-1 is
+    the same measurement on node-2.
+    """
+    data = json.loads(json.dumps(parameters, sort_keys=True, default=str))
+    placement = (data.get("params") or {}).get("placement")
+    if isinstance(placement, dict):
+        placement.pop("gpu_host", None)
+    text = json.dumps({"deployment": deployment, "parameters": data}, sort_keys=True)
+    return "alflow-sweep-child-" + hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _child_cells(child: ChildRun | None) -> dict[str, object]:
+    if child is None:
+        return {"state": None, "run": None, "dir": None, "cached": None, "message": None}
+    return {
+        "state": child.state,
+        "run": child.name or child.flow_run_id,
+        "dir": child.run_dir,
+        "cached": child.cached,
+        "message": child.message,
+    }
+
+
+def per_k_rows(per_k: Mapping[int, KOutcome]) -> list[dict[str, object]]:
+    """One row per K (the sweep's ``per_k`` table): node, each step's result, child run, state and directory."""
+    rows: list[dict[str, object]] = []
+    for k, out in sorted(per_k.items()):
+        gate = _child_cells(out.gate_run)
+        bench = _child_cells(out.benchmark_run)
+        node = next((c.node for c in (out.gate_run, out.benchmark_run) if c is not None and c.node), None)
+        rows.append(
+            {
+                "k": k,
+                "node": node,
+                "gate": out.gate,
+                "gate_state": gate["state"],
+                "gate_run": gate["run"],
+                "gate_dir": gate["dir"],
+                "gate_cached": gate["cached"],
+                "gate_message": out.gate_message,
+                "benchmark": out.benchmark,
+                "benchmark_state": bench["state"],
+                "benchmark_run": bench["run"],
+                "benchmark_dir": bench["dir"],
+                "benchmark_cached": bench["cached"],
+                "benchmark_message": out.benchmark_message,
+            }
+        )
+    return rows
+
+
+def sweep_failures(per_k: Mapping[int, KOutcome], lost: Mapping[str, str] | None = None) -> list[str]:
+    """One line per failed step, naming K, the child run and its state; then each lost node."""
+    lines: list[str] = []
+    for k, out in sorted(per_k.items()):
+        for step, child, message in (
+            ("M1", out.gate_run, out.gate_message if out.gate == "failed" else None),
+            ("M2", out.benchmark_run, out.benchmark_message if out.benchmark == "failed" else None),
+        ):
+            if message is None and (child is None or child.passed):
+                continue
+            where = ""
+            if child is not None:
+                run = child.name or child.flow_run_id
+                where = f" ({'run ' + repr(run) + ', ' if run else ''}state {child.state}"
+                where += f", node {child.node})" if child.node else ")"
+            lines.append(f"K={k} {step}{where}: {message or (child.message if child else None) or 'failed'}")
+    for queue, why in (lost or {}).items():
+        lines.append(f"node {queue} lost: {why}")
+    return lines
+
+
+def points_of(per_k_points: Mapping[int, Sequence[M2Point]]) -> tuple[M2Point, ...]:
+    """Every K's M2 points, in K order."""
+    return tuple(p for _, pts in sorted(per_k_points.items()) for p in pts)

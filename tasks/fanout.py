@@ -1,0 +1,186 @@
+"""Fan-out tasks of the K sweep: run one M1 or M2 deployment run on a free node and wait for its end.
+
+:func:`run_child` takes a node from the sweep's :class:`~alflow.sweep.NodePool`, creates the
+deployment run on that node's work queue (``run_deployment``, linked to the sweep as a subflow), and
+polls it until it ends. A node whose work queue no worker has polled for ``node_timeout_s`` is lost:
+its waiting run is cancelled (so a worker that comes back later does not start a stale run), its
+running run is marked Crashed, and the node takes no more work. A completed run's results are read
+from the run store (:func:`alflow.results.store.find_run`), not from Prefect's result storage.
+
+Prefect caches a completed child (key :func:`alflow.sweep.cache_key`: the deployment and its
+parameters, whatever the node), so a re-run of the sweep reuses it; a failed child raises
+:class:`ChildRunFailedError` and is never cached.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+from uuid import UUID
+
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.objects import FlowRun, State, StateType
+from prefect.context import TaskRunContext
+from prefect.deployments import run_deployment
+from prefect.exceptions import ObjectNotFound
+from prefect.states import Cancelled, Crashed
+
+from alflow.config import FanOut, SweepNode
+from alflow.errors import AlflowError
+from alflow.outcomes import ChildRun
+from alflow.results.rows import M2Point
+from alflow.results.store import find_run
+from alflow.results.view import m2_points
+from alflow.sweep import NodePool, cache_key, on_node
+
+
+class ChildRunFailedError(AlflowError):
+    """A child run of the sweep did not complete; ``child`` says which, where and how it ended."""
+
+    def __init__(self, child: ChildRun) -> None:
+        super().__init__(child.message or f"{child.name} ended {child.state}")
+        self.child = child
+
+
+def _child_key(_context: TaskRunContext, parameters: dict[str, Any]) -> str:
+    return cache_key(str(parameters["deployment"]), parameters["parameters"])
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _silence_s(last_polled: datetime | None, since: datetime) -> float:
+    """Seconds since the node's worker last polled (or since the sweep started waiting, if later)."""
+    last = since if last_polled is None else max(last_polled, since)
+    return (_now() - last).total_seconds()
+
+
+def _end_lost(flow_run: FlowRun, why: str) -> str:
+    """Give up on a run whose node is lost: cancel it if it never started, else mark it crashed."""
+    started = flow_run.state is not None and flow_run.state.type is StateType.RUNNING
+    state: State[Any] = Crashed(message=why) if started else Cancelled(message=why)
+    with get_client(sync_client=True) as client:
+        client.set_flow_run_state(flow_run.id, state, force=True)
+    return state.name or ("Crashed" if started else "Cancelled")
+
+
+def _wait(flow_run_id: UUID, node: SweepNode, pool: str, fan: FanOut) -> tuple[FlowRun, str | None]:
+    """Poll the run until it ends; the run and, when its node was lost or it ran out of time, why."""
+    since = _now()
+    while True:
+        with get_client(sync_client=True) as client:
+            flow_run = client.read_flow_run(flow_run_id)
+            if flow_run.state is not None and flow_run.state.is_final():
+                return flow_run, None
+            try:
+                queue = client.read_work_queue_by_name(node.work_queue, work_pool_name=pool)
+                last_polled = queue.last_polled
+            except ObjectNotFound:
+                last_polled = None
+        silent = _silence_s(last_polled, since)
+        if silent > fan.node_timeout_s:
+            return flow_run, (
+                f"no worker has polled work queue {node.work_queue!r} of pool {pool!r} for {silent:.0f} s "
+                f"(node_timeout_s={fan.node_timeout_s:g}): the node's worker is gone"
+            )
+        if fan.run_timeout_s is not None and (_now() - since).total_seconds() > fan.run_timeout_s:
+            return flow_run, f"not finished within run_timeout_s={fan.run_timeout_s:g}"
+        time.sleep(fan.poll_s)
+
+
+def _pool_of(deployment: str) -> str:
+    with get_client(sync_client=True) as client:
+        found = client.read_deployment_by_name(deployment)
+    if not found.work_pool_name:
+        raise AlflowError(f"deployment {deployment!r} has no work pool: the sweep cannot fan out to it")
+    return found.work_pool_name
+
+
+@task(name="sweep_child", cache_key_fn=_child_key, persist_result=True)
+def run_child(
+    deployment: str,
+    parameters: dict[str, Any],
+    flow: str,
+    results_root: str,
+    run_name: str,
+    nodes: NodePool,
+    fan: FanOut,
+) -> ChildRun:
+    """Run ``deployment`` with ``parameters`` on a free node; its ChildRun (raises ChildRunFailedError if it failed)."""
+    log = get_run_logger()
+    pool = _pool_of(deployment)
+    node = nodes.acquire()
+    lost: str | None = None
+    try:
+        created = cast(
+            FlowRun,
+            run_deployment(
+                deployment,
+                parameters=on_node(parameters, node),
+                flow_run_name=run_name,
+                work_queue_name=node.work_queue,
+                timeout=0,
+                as_subflow=True,
+            ),
+        )
+        log.info(
+            "%s: flow run %s on node %s (work queue %s)",
+            run_name,
+            created.id,
+            node.work_queue,
+            node.work_queue,
+        )
+        flow_run, lost = _wait(created.id, node, pool, fan)
+        state = flow_run.state.name if flow_run.state is not None else "unknown"
+        if lost is not None:
+            state = _end_lost(flow_run, f"alflow sweep: {lost}")
+            if "node_timeout_s" in lost:
+                nodes.lose(node, lost)
+    finally:
+        nodes.release(node)
+    child = ChildRun(
+        flow="m1" if flow == "m1" else "m2",
+        passed=False,
+        state=state or "unknown",
+        name=flow_run.name,
+        flow_run_id=str(flow_run.id),
+        node=node.work_queue,
+    )
+    stored = find_run(results_root, flow, str(flow_run.id))
+    run_dir = None if stored is None else stored.dir
+    if lost is not None or flow_run.state is None or not flow_run.state.is_completed():
+        message = lost or (flow_run.state.message if flow_run.state is not None else None) or child.state
+        raise ChildRunFailedError(replace(child, message=message, run_dir=run_dir))
+    if run_dir is None:
+        raise ChildRunFailedError(
+            replace(
+                child,
+                message=(
+                    f"completed, but its run directory is not under {results_root!r}: the sweep reads its "
+                    "children's results from the run store, so give them a results_root the sweep can read "
+                    "(a shared path or an object store)"
+                ),
+            )
+        )
+    return replace(child, passed=True, run_dir=run_dir)
+
+
+@task(name="read_m2_points", cache_policy=NO_CACHE)
+def read_m2_points(run_dir: str) -> list[M2Point]:
+    """The points an M2 run stored (its ``spec_stats`` table), read from the run store."""
+    from alflow.results.store import open_run
+
+    return m2_points(open_run(run_dir))
+
+
+def cache_options(fan: FanOut) -> dict[str, Any]:
+    """``run_child.with_options`` for the sweep's cache settings."""
+    return {
+        "cache_expiration": timedelta(days=fan.cache_days) if fan.cache_days > 0 else None,
+        "refresh_cache": fan.refresh_cache or fan.cache_days == 0,
+    }

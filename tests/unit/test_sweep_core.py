@@ -1,0 +1,125 @@
+"""The sweep's rules without Prefect: the node pool, child parameters, the cache key, the per-K tables."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from alflow.config import FanOut, SweepNode
+from alflow.outcomes import ChildRun, KOutcome
+from alflow.sweep import (
+    NodePool,
+    NoNodeLeftError,
+    cache_key,
+    child_parameters,
+    on_node,
+    per_k_rows,
+    sweep_failures,
+)
+
+N1 = SweepNode(work_queue="node-1", gpu_host="gcl-node-1")
+N2 = SweepNode(work_queue="node-2", gpu_host="gcl-node-2")
+
+
+def test_node_pool_hands_out_each_node_once_and_blocks_until_one_is_released() -> None:
+    pool = NodePool([N1, N2])
+    a, b = pool.acquire(), pool.acquire()
+    assert {a.work_queue, b.work_queue} == {"node-1", "node-2"}
+    got: list[SweepNode] = []
+    waiter = threading.Thread(target=lambda: got.append(pool.acquire()))
+    waiter.start()
+    time.sleep(0.2)
+    assert not got  # both nodes busy: the third K waits
+    pool.release(a)
+    waiter.join(5)
+    assert got == [a]
+
+
+def test_a_lost_node_takes_no_more_work_and_waiters_fail_once_none_is_left() -> None:
+    pool = NodePool([N1, N2])
+    a = pool.acquire()
+    b = pool.acquire()
+    pool.lose(a, "worker gone")
+    pool.release(a)
+    errors: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            pool.acquire()
+        except NoNodeLeftError as exc:
+            errors.append(exc)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    time.sleep(0.2)
+    pool.lose(b, "worker gone too")
+    pool.release(b)
+    waiter.join(5)
+    assert len(errors) == 1
+    assert "node-1: worker gone" in str(errors[0])
+    assert "node-2" in str(errors[0])
+    assert pool.lost == {"node-1": "worker gone", "node-2": "worker gone too"}
+
+
+def test_child_parameters_null_every_short_form_field_and_the_node_sets_its_limit() -> None:
+    from alflow.config import BenchmarkParams
+
+    params = BenchmarkParams.model_validate(
+        {"model": {"id": "m"}, "server": {"framework": "sim", "model": "m"}, "target_al": 2.0, "k": 2}
+    )
+    child = child_parameters(params, ["preset", "model", "k", "params"])
+    assert child["preset"] is None
+    assert child["model"] is None
+    assert child["k"] is None
+    assert child["params"]["k"] == 2
+    assert child["params"]["placement"]["gpu_host"] is None
+    placed = on_node(child, N2)
+    assert placed["params"]["placement"]["gpu_host"] == "gcl-node-2"
+    assert child["params"]["placement"]["gpu_host"] is None  # the template is not changed
+    assert on_node(child, SweepNode(work_queue="q"))["params"]["placement"]["gpu_host"] is None
+    # the same child on another node is the same cache entry; another K or deployment is not
+    assert cache_key("m2/x", placed) == cache_key("m2/x", on_node(child, N1)) == cache_key("m2/x", child)
+    other = child_parameters(params.model_copy(update={"k": 3}), ["params"])
+    assert cache_key("m2/x", other) != cache_key("m2/x", child)
+    assert cache_key("m2/y", child) != cache_key("m2/x", child)
+
+
+def test_fan_out_settings_refuse_shared_queues_limits_and_bad_deployment_names() -> None:
+    with pytest.raises(ValueError, match="work queue twice"):
+        FanOut(nodes=(N1, SweepNode(work_queue="node-1")))
+    with pytest.raises(ValueError, match="share a gpu_host"):
+        FanOut(nodes=(N1, SweepNode(work_queue="node-3", gpu_host="gcl-node-1")))
+    with pytest.raises(ValueError, match="not 'flow name/deployment name'"):
+        FanOut(nodes=(N1,), gate_deployment="m1-gate")
+
+
+def test_per_k_rows_and_failures_name_the_child_run_its_state_and_node() -> None:
+    m1 = ChildRun("m1", passed=True, state="Completed", name="s-k1-m1", node="node-1", run_dir="/r/m1/a")
+    m2 = ChildRun("m2", passed=False, state="Crashed", name="s-k1-m2", node="node-2", message="worker gone")
+    failed_gate = ChildRun(
+        "m1", passed=False, state="Failed", name="s-k2-m1", node="node-1", message="AL low"
+    )
+    cached = ChildRun("m1", passed=True, state="Completed", name="s-k3-m1", cached=True)
+    per_k = {
+        1: KOutcome.of(m1, m2),
+        2: KOutcome.of(failed_gate, None),
+        3: KOutcome.of(
+            cached, ChildRun("m2", passed=True, state="Completed", cached=True, run_dir="/r/m2/b")
+        ),
+    }
+    rows = per_k_rows(per_k)
+    assert [r["k"] for r in rows] == [1, 2, 3]
+    assert rows[0]["node"] == "node-1"
+    assert rows[0]["benchmark_state"] == "Crashed"
+    assert rows[1]["benchmark"] is None
+    assert rows[1]["benchmark_run"] is None
+    assert rows[2]["gate_cached"] is True
+    assert rows[2]["benchmark_dir"] == "/r/m2/b"
+    lines = sweep_failures(per_k, {"node-2": "no worker polled"})
+    assert lines == [
+        "K=1 M2 (run 's-k1-m2', state Crashed, node node-2): worker gone",
+        "K=2 M1 (run 's-k2-m1', state Failed, node node-1): AL low",
+        "node node-2 lost: no worker polled",
+    ]
