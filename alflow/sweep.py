@@ -27,6 +27,7 @@ __all__ = [
     "cache_key",
     "child_parameters",
     "gate_for",
+    "lost_nodes",
     "on_node",
     "per_k_rows",
     "sweep_failures",
@@ -172,8 +173,13 @@ def per_k_rows(per_k: Mapping[int, KOutcome]) -> list[dict[str, object]]:
     return rows
 
 
-def sweep_failures(per_k: Mapping[int, KOutcome], lost: Mapping[str, str] | None = None) -> list[str]:
-    """One line per failed step, naming K, the child run and its state; then each lost node."""
+def lost_nodes(lost: Mapping[str, str]) -> list[str]:
+    """One line per node the sweep lost (a warning: its K ran elsewhere or are named as failed)."""
+    return [f"node {queue} lost: {why}" for queue, why in lost.items()]
+
+
+def sweep_failures(per_k: Mapping[int, KOutcome]) -> list[str]:
+    """One line per failed step, naming K, the child run, its state and node."""
     lines: list[str] = []
     for k, out in sorted(per_k.items()):
         for step, child, message in (
@@ -188,8 +194,6 @@ def sweep_failures(per_k: Mapping[int, KOutcome], lost: Mapping[str, str] | None
                 where = f" ({'run ' + repr(run) + ', ' if run else ''}state {child.state}"
                 where += f", node {child.node})" if child.node else ")"
             lines.append(f"K={k} {step}{where}: {message or (child.message if child else None) or 'failed'}")
-    for queue, why in (lost or {}).items():
-        lines.append(f"node {queue} lost: {why}")
     return lines
 
 

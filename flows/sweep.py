@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import polars as pl
@@ -33,7 +34,15 @@ from alflow.outcomes import ChildRun, KOutcome, M2Outcome, SweepOutcome
 from alflow.points import best_k
 from alflow.reports.markdown import SweepSummary
 from alflow.results.rows import M2Point
-from alflow.sweep import NodePool, benchmark_for, child_parameters, gate_for, per_k_rows, sweep_failures
+from alflow.sweep import (
+    NodePool,
+    benchmark_for,
+    child_parameters,
+    gate_for,
+    lost_nodes,
+    per_k_rows,
+    sweep_failures,
+)
 from flows.benchmark import benchmark
 from flows.common import fail, open_run
 from flows.gate import gate
@@ -83,7 +92,13 @@ def _in_process(params: SweepParams) -> tuple[dict[int, KOutcome], list[M2Point]
 
 
 def _child(
-    params: SweepParams, deployment: str, flow_name: str, child: dict[str, object], name: str, nodes: NodePool
+    params: SweepParams,
+    deployment: str,
+    flow_name: str,
+    child: dict[str, object],
+    name: str,
+    nodes: NodePool,
+    started: datetime,
 ) -> ChildRun:
     """One child run through the cached task; its ChildRun whether it completed, failed or never ran."""
     fan = params.fan_out
@@ -100,6 +115,7 @@ def _child(
         name,
         nodes,
         fan,
+        started,
         return_state=True,
     )
     if state.is_completed():
@@ -112,7 +128,9 @@ def _child(
 
 
 @task(name="sweep_k", cache_policy=NO_CACHE)
-def sweep_k(params: SweepParams, k: int, prefix: str, nodes: NodePool) -> tuple[KOutcome, list[M2Point]]:
+def sweep_k(
+    params: SweepParams, k: int, prefix: str, nodes: NodePool, started: datetime
+) -> tuple[KOutcome, list[M2Point]]:
     """One K fanned out: M1 on a free node, then (unless it failed) M2 on a free node; M2's points from the store."""
     fan = params.fan_out
     assert fan is not None
@@ -123,6 +141,7 @@ def sweep_k(params: SweepParams, k: int, prefix: str, nodes: NodePool) -> tuple[
         child_parameters(gate_for(params, k), inspect.signature(gate.fn).parameters),
         f"{prefix}-k{k}-m1",
         nodes,
+        started,
     )
     if not m1.passed and params.stop_on_gate_failure:
         return KOutcome.of(m1, None), []
@@ -133,6 +152,7 @@ def sweep_k(params: SweepParams, k: int, prefix: str, nodes: NodePool) -> tuple[
         child_parameters(benchmark_for(params, k), inspect.signature(benchmark.fn).parameters),
         f"{prefix}-k{k}-m2",
         nodes,
+        started,
     )
     points = read_m2_points(m2.run_dir) if m2.passed and m2.run_dir else []
     return KOutcome.of(m1, m2), points
@@ -144,7 +164,8 @@ def _fanned_out(
     """Every K at once, each waiting for a free node."""
     assert params.fan_out is not None
     nodes = NodePool(params.fan_out.nodes)
-    futures = {k: sweep_k.submit(params, k, prefix, nodes) for k in params.ks}
+    started = datetime.now(UTC)
+    futures = {k: sweep_k.submit(params, k, prefix, nodes, started) for k in params.ks}
     results: dict[int, KOutcome] = {}
     points: list[M2Point] = []
     for k, future in futures.items():
@@ -190,7 +211,10 @@ def sweep(params: SweepParams) -> SweepOutcome:
                 best.best_k_throughput,
                 best.best_k_interactivity,
             )
-        failures = sweep_failures(results, lost)
+        failures = sweep_failures(results)
+        warnings = lost_nodes(lost)
+        for line in warnings:
+            log.warning("%s", line)
         rows = per_k_rows(results)
         best_rows = [b.to_dict() for b in summary]
         tables = {"per_k": pl.DataFrame(rows)}
@@ -199,7 +223,14 @@ def sweep(params: SweepParams) -> SweepOutcome:
         store_results(
             writer,
             tables,
-            {"flow": "sweep", "mode": mode, "ks": list(params.ks), "best_k": best_rows, "failures": failures},
+            {
+                "flow": "sweep",
+                "mode": mode,
+                "ks": list(params.ks),
+                "best_k": best_rows,
+                "failures": failures,
+                "lost_nodes": warnings,
+            },
         )
         report = SweepSummary(
             run_dir=writer.dir,
@@ -210,6 +241,7 @@ def sweep(params: SweepParams) -> SweepOutcome:
             per_k=rows,
             best_k=best_rows,
             failures=tuple(failures),
+            lost_nodes=tuple(warnings),
         )
         render_report(writer, report, rows, key=f"sweep-{server.framework}")
         outcome = SweepOutcome(per_k=results, best_k=tuple(summary), points=tuple(points), run_dir=writer.dir)

@@ -22,10 +22,17 @@ from uuid import UUID
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
-from prefect.client.orchestration import get_client
+from prefect.client.orchestration import SyncPrefectClient, get_client
 from prefect.client.schemas.objects import FlowRun, State, StateType
 from prefect.context import TaskRunContext
 from prefect.deployments import run_deployment
+from prefect.events.filters import (
+    EventFilter,
+    EventNameFilter,
+    EventOccurredFilter,
+    EventOrder,
+    EventResourceFilter,
+)
 from prefect.exceptions import ObjectNotFound
 from prefect.states import Cancelled, Crashed
 
@@ -55,39 +62,74 @@ def _now() -> datetime:
 
 
 def _silence_s(last_polled: datetime | None, since: datetime) -> float:
-    """Seconds since the node's worker last polled (or since the sweep started waiting, if later)."""
-    last = since if last_polled is None else max(last_polled, since)
-    return (_now() - last).total_seconds()
+    """Seconds since the node's worker last polled (since ``since`` when it never did)."""
+    return (_now() - (since if last_polled is None else last_polled)).total_seconds()
 
 
 def _end_lost(flow_run: FlowRun, why: str) -> str:
     """Give up on a run whose node is lost: cancel it if it never started, else mark it crashed."""
-    started = flow_run.state is not None and flow_run.state.type is StateType.RUNNING
+    started = _started(flow_run)
     state: State[Any] = Crashed(message=why) if started else Cancelled(message=why)
     with get_client(sync_client=True) as client:
         client.set_flow_run_state(flow_run.id, state, force=True)
     return state.name or ("Crashed" if started else "Cancelled")
 
 
+def _started(flow_run: FlowRun) -> bool:
+    return flow_run.state is not None and flow_run.state.type is StateType.RUNNING
+
+
+def _queue_last_polled(client: SyncPrefectClient, node: SweepNode, pool: str) -> datetime | None:
+    try:
+        return client.read_work_queue_by_name(node.work_queue, work_pool_name=pool).last_polled
+    except ObjectNotFound:
+        return None
+
+
+def _last_heartbeat(client: SyncPrefectClient, flow_run_id: UUID, since: datetime) -> datetime | None:
+    """When the run last sent a heartbeat event (``PREFECT_FLOWS_HEARTBEAT_FREQUENCY``), None if never since ``since``."""
+    page = client.read_events(
+        EventFilter(
+            event=EventNameFilter(name=["prefect.flow-run.heartbeat"]),
+            resource=EventResourceFilter(id=[f"prefect.flow-run.{flow_run_id}"]),
+            occurred=EventOccurredFilter.model_validate({"since": since}),
+            order=EventOrder.DESC,
+        ),
+        limit=1,
+    )
+    return page.events[0].occurred if page.events else None
+
+
+def node_silence(client: SyncPrefectClient, node: SweepNode, pool: str, since: datetime) -> float:
+    """Seconds since the node's worker last polled its work queue (since ``since`` when it never did)."""
+    return _silence_s(_queue_last_polled(client, node, pool), since)
+
+
+def _lost_why(node: SweepNode, pool: str, silent: float, fan: FanOut) -> str:
+    return (
+        f"no worker has polled work queue {node.work_queue!r} of pool {pool!r} for {silent:.0f} s "
+        f"(node_timeout_s={fan.node_timeout_s:g}): the node's worker is gone"
+    )
+
+
 def _wait(flow_run_id: UUID, node: SweepNode, pool: str, fan: FanOut) -> tuple[FlowRun, str | None]:
-    """Poll the run until it ends; the run and, when its node was lost or it ran out of time, why."""
+    """Poll the run until it ends; the run and, when its node was lost or it ran out of time, why.
+
+    A run waiting to start is lost when the node's worker stops polling; a running one only when, in
+    addition, the run itself sends no heartbeat (a flow process can outlive its worker and finish).
+    """
     since = _now()
     while True:
         with get_client(sync_client=True) as client:
             flow_run = client.read_flow_run(flow_run_id)
             if flow_run.state is not None and flow_run.state.is_final():
                 return flow_run, None
-            try:
-                queue = client.read_work_queue_by_name(node.work_queue, work_pool_name=pool)
-                last_polled = queue.last_polled
-            except ObjectNotFound:
-                last_polled = None
-        silent = _silence_s(last_polled, since)
+            silent = node_silence(client, node, pool, since)
+            if silent > fan.node_timeout_s and _started(flow_run):
+                beat = _last_heartbeat(client, flow_run_id, since)
+                silent = min(silent, _silence_s(beat, since))
         if silent > fan.node_timeout_s:
-            return flow_run, (
-                f"no worker has polled work queue {node.work_queue!r} of pool {pool!r} for {silent:.0f} s "
-                f"(node_timeout_s={fan.node_timeout_s:g}): the node's worker is gone"
-            )
+            return flow_run, _lost_why(node, pool, silent, fan)
         if fan.run_timeout_s is not None and (_now() - since).total_seconds() > fan.run_timeout_s:
             return flow_run, f"not finished within run_timeout_s={fan.run_timeout_s:g}"
         time.sleep(fan.poll_s)
@@ -101,6 +143,18 @@ def _pool_of(deployment: str) -> str:
     return found.work_pool_name
 
 
+def _live_node(nodes: NodePool, pool: str, fan: FanOut, started: datetime) -> SweepNode:
+    """A free node whose worker polled within ``node_timeout_s`` (silent ones are dropped on the way)."""
+    while True:
+        node = nodes.acquire()
+        with get_client(sync_client=True) as client:
+            silent = node_silence(client, node, pool, started)
+        if silent <= fan.node_timeout_s:
+            return node
+        nodes.lose(node, _lost_why(node, pool, silent, fan))
+        nodes.release(node)
+
+
 @task(name="sweep_child", cache_key_fn=_child_key, persist_result=True)
 def run_child(
     deployment: str,
@@ -110,39 +164,49 @@ def run_child(
     run_name: str,
     nodes: NodePool,
     fan: FanOut,
+    started: datetime,
 ) -> ChildRun:
-    """Run ``deployment`` with ``parameters`` on a free node; its ChildRun (raises ChildRunFailedError if it failed)."""
+    """Run ``deployment`` with ``parameters`` on a free node; its ChildRun (raises ChildRunFailedError if it failed).
+
+    A run that never started because its node was lost is cancelled and sent to another live node;
+    one that started and was lost is not run again (the re-run of the sweep does that).
+    """
     log = get_run_logger()
     pool = _pool_of(deployment)
-    node = nodes.acquire()
-    lost: str | None = None
-    try:
-        created = cast(
-            FlowRun,
-            run_deployment(
-                deployment,
-                parameters=on_node(parameters, node),
-                flow_run_name=run_name,
-                work_queue_name=node.work_queue,
-                timeout=0,
-                as_subflow=True,
-            ),
-        )
-        log.info(
-            "%s: flow run %s on node %s (work queue %s)",
-            run_name,
-            created.id,
-            node.work_queue,
-            node.work_queue,
-        )
-        flow_run, lost = _wait(created.id, node, pool, fan)
-        state = flow_run.state.name if flow_run.state is not None else "unknown"
-        if lost is not None:
-            state = _end_lost(flow_run, f"alflow sweep: {lost}")
-            if "node_timeout_s" in lost:
-                nodes.lose(node, lost)
-    finally:
-        nodes.release(node)
+    while True:
+        node = _live_node(nodes, pool, fan, started)
+        lost: str | None = None
+        try:
+            created = cast(
+                FlowRun,
+                run_deployment(
+                    deployment,
+                    parameters=on_node(parameters, node),
+                    flow_run_name=run_name,
+                    work_queue_name=node.work_queue,
+                    timeout=0,
+                    as_subflow=True,
+                ),
+            )
+            log.info("%s: flow run %s on node %s", run_name, created.id, node.work_queue)
+            flow_run, lost = _wait(created.id, node, pool, fan)
+            state = flow_run.state.name if flow_run.state is not None else "unknown"
+            if lost is not None:
+                ran = _started(flow_run)
+                state = _end_lost(flow_run, f"alflow sweep: {lost}")
+                if "node_timeout_s" in lost:
+                    nodes.lose(node, lost)
+                    if not ran:
+                        log.warning(
+                            "%s: never started on node %s (%s); trying another node",
+                            run_name,
+                            node.work_queue,
+                            lost,
+                        )
+                        continue
+        finally:
+            nodes.release(node)
+        break
     child = ChildRun(
         flow="m1" if flow == "m1" else "m2",
         passed=False,

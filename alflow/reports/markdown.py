@@ -210,6 +210,7 @@ class SweepSummary(FlowSummary):
     per_k: Sequence[Mapping[str, Any]]
     best_k: Sequence[Mapping[str, Any]]
     failures: Sequence[str] = field(default_factory=tuple)
+    lost_nodes: Sequence[str] = field(default_factory=tuple)
 
     def table(self) -> list[tuple[str, str, str, str, str, str]]:
         """Formatted cells: K, node, M1 result (state, run), M2 result (state, run), cached steps."""

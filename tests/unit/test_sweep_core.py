@@ -14,6 +14,7 @@ from alflow.sweep import (
     NoNodeLeftError,
     cache_key,
     child_parameters,
+    lost_nodes,
     on_node,
     per_k_rows,
     sweep_failures,
@@ -117,9 +118,9 @@ def test_per_k_rows_and_failures_name_the_child_run_its_state_and_node() -> None
     assert rows[1]["benchmark_run"] is None
     assert rows[2]["gate_cached"] is True
     assert rows[2]["benchmark_dir"] == "/r/m2/b"
-    lines = sweep_failures(per_k, {"node-2": "no worker polled"})
+    lines = sweep_failures(per_k)
     assert lines == [
         "K=1 M2 (run 's-k1-m2', state Crashed, node node-2): worker gone",
         "K=2 M1 (run 's-k2-m1', state Failed, node node-1): AL low",
-        "node node-2 lost: no worker polled",
     ]
+    assert lost_nodes({"node-2": "no worker polled"}) == ["node node-2 lost: no worker polled"]

@@ -109,6 +109,9 @@ def build_sweep(run: StoredRun) -> Report:
                 tables=[points_table(points)],
             )
         )
+    lost = [str(line) for line in stored.get("lost_nodes") or []]
+    if lost:
+        report.warnings.extend(lost)
     if failures:
         report.sections.append(Section("Failures", notes=failures, status="fail"))
     return report
