@@ -179,3 +179,30 @@ def test_one_gpu_m2_deployment_per_framework_with_images_new_enough() -> None:
     [(_, server)] = _launches(validated["params"])
     with pytest.raises(CapabilityError, match=r"older than v0\.20\.0"):
         build_launch(server)
+
+
+def test_k_sweeps_cover_k_1_to_7_sim_active_and_one_inactive_gpu_sweep_per_framework() -> None:
+    sweeps = {str(d["name"]): d for d in DEPLOYMENTS if str(d["entrypoint"]).startswith("flows/sweep.py")}
+    names = {f"{d['entrypoint'].split(':')[1]}/{d['name']}" for d in DEPLOYMENTS}  # type: ignore[union-attr]
+    nightly = sweeps["sweep-nightly"]
+    assert nightly["work_pool"]["name"] == "local"  # type: ignore[index]
+    assert [s["active"] for s in nightly["schedules"]] == [True]  # type: ignore[union-attr]
+    assert nightly["parameters"]["params"]["ks"] == [1, 2, 3, 4, 5, 6, 7]  # type: ignore[index]
+    frameworks = set()
+    for name, spec in sweeps.items():
+        if not name.startswith("gpu-"):
+            continue
+        params = SweepParams.model_validate(spec["parameters"]["params"])  # type: ignore[index]
+        assert params.ks == (1, 2, 3, 4, 5, 6, 7), name
+        assert [s["active"] for s in spec["schedules"]] == [False], name  # type: ignore[union-attr]
+        # the sweep itself never takes a GPU node's only worker slot: its children need it
+        assert spec["work_pool"]["name"] != "gpu-h200", name  # type: ignore[index]
+        assert params.fan_out is not None, name
+        for child in (params.fan_out.gate_deployment, params.fan_out.benchmark_deployment):
+            flow_name, deployment = child.split("/")
+            assert f"{ {'m1-gate': 'gate', 'm2-benchmark': 'benchmark'}[flow_name] }/{deployment}" in names, (
+                child
+            )
+        assert len({n.gpu_host for n in params.fan_out.nodes}) == len(params.fan_out.nodes) >= 2
+        frameworks.add(params.benchmark.server.framework)
+    assert frameworks == {"vllm", "sglang", "trtllm"}
