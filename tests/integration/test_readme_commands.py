@@ -92,6 +92,10 @@ DEMO = Coverage(
     tests=FLOWS_TESTS,
 )
 TEAM = ("tests/e2e/test_prefect_deployments.py::test_the_readme_team_setup_lines_run_as_written",)
+FANOUT = (
+    "tests/e2e/test_sweep_fanout.py::"
+    "test_a_k_sweep_fans_out_over_two_nodes_one_run_per_node_and_survives_a_lost_node"
+)
 CI_SETUP = "the same steps as `bash scripts/setup.sh --dev` (runtime install, then setup-vllm.sh), which .ci/run runs"
 
 COVERAGE: dict[str, Coverage] = {
@@ -182,6 +186,22 @@ COVERAGE: dict[str, Coverage] = {
             "tests/e2e/test_prefect_deployments.py::test_ui_style_runs_on_a_worker_share_one_gpu_host_in_turn",
         ),
     ),
+    # --- the fanned-out K sweep's node setup (the e2e test makes the same layout on pool local)
+    **{
+        line: Coverage(
+            How.ELSEWHERE,
+            "a real `prefect server` on PostgreSQL (e2e): the same queue / limit / worker layout on pool local "
+            "(node-1, node-2, a limit of 1 each) runs a fanned-out K = 1..7 sweep",
+            tests=(FANOUT,),
+        )
+        for line in (
+            "prefect work-queue create node-1 --pool gpu-h200 --limit 1",
+            "prefect work-queue create node-2 --pool gpu-h200 --limit 1",
+            "prefect gcl create gpu-h200-node-1 --limit 1",
+            "prefect gcl create gpu-h200-node-2 --limit 1",
+            "ALFLOW_HOME=$PWD prefect worker start --pool gpu-h200 --work-queue node-1 --limit 1",
+        )
+    },
     # --- the command-line synopsis
     "alflow demo": DEMO,
     "alflow run m0|m1|m2|sweep --config FILE.yaml": Coverage(
