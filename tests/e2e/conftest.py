@@ -1,10 +1,20 @@
-"""e2e fixtures: the single-host Slurm cluster (``scripts/slurm-up.sh``, started by ``scripts/ci-services.sh``).
+"""e2e fixtures: the single-host Slurm cluster (``scripts/slurm-up.sh``, started by ``scripts/ci-services.sh``)
+and a real ``prefect server`` on PostgreSQL (also started by ``scripts/ci-services.sh``).
 
 ``slurm_cluster`` (session): skips the Slurm tests with the reason when no cluster answers, or fails
 them when ``CI`` is set (``.ci/run`` must have started it). At the end of the session it asserts that
 no alflow job (comment ``alflow-run:<run id>``) is left in ``squeue``, apart from those that were
 already there when the session began (a developer's own cluster may run real jobs); leftovers are
 cancelled before the assertion fails.
+
+``prefect_database`` (session): the SQLAlchemy URL of a fresh, empty PostgreSQL database made for this
+test session in the server of ``$ALFLOW_E2E_POSTGRES_URL`` (``tests/e2e/prefect_support.py``), dropped
+at the end. Without a PostgreSQL that answers: skip with the reason, or fail under ``CI``.
+
+``prefect_server`` (session): ``prefect server start`` on that database; yields the environment that
+points at it (``PREFECT_HOME``, ``PREFECT_API_URL``, ``PREFECT_API_DATABASE_CONNECTION_URL``,
+``ALFLOW_HOME`` = the project root, ...). One server for every e2e test of the session: create pools
+and limits with ``prefect_support.ensure_pool`` / ``ensure_limit``.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ from collections.abc import Iterator
 import pytest
 
 from infra.lifecycle import alflow_slurm_jobs
+from tests.e2e import prefect_support
 
 
 def slurm_problem() -> str | None:
@@ -58,3 +69,34 @@ def slurm_cluster() -> Iterator[None]:
     for job, _ in left:
         subprocess.run(["scancel", job], capture_output=True, timeout=20, check=False)
     assert not left, f"alflow Slurm jobs left in squeue after the session (now cancelled): {left}"
+
+
+@pytest.fixture(scope="session")
+def prefect_database() -> Iterator[str]:
+    """A fresh PostgreSQL database for this session's ``prefect server`` (its URL); dropped at the end."""
+    problem = prefect_support.postgres_problem()
+    if problem is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{problem} (CI is set: .ci/run must start it through scripts/ci-services.sh)")
+        pytest.skip(f"{problem} (bash scripts/ci-services.sh starts it)")
+    url = prefect_support.create_database()
+    try:
+        yield url
+    finally:
+        prefect_support.drop_database(url)
+
+
+@pytest.fixture(scope="session")
+def prefect_server(
+    tmp_path_factory: pytest.TempPathFactory, prefect_database: str
+) -> Iterator[dict[str, str]]:
+    """A ``prefect server`` on ``prefect_database`` for the whole session; the environment pointing at it."""
+    home = tmp_path_factory.mktemp("prefect-home")
+    try:
+        server = prefect_support.start_prefect_server(home, prefect_database)
+    except AssertionError as exc:
+        pytest.fail(str(exc))
+    try:
+        yield server.env
+    finally:
+        prefect_support.stop_prefect_server(server)
