@@ -169,7 +169,12 @@ def _fanned_out(
     results: dict[int, KOutcome] = {}
     points: list[M2Point] = []
     for k, future in futures.items():
-        outcome, k_points = future.result()
+        done: object = future.result(raise_on_failure=False)
+        if isinstance(done, BaseException):  # the orchestration of this K broke (e.g. the API went away)
+            why = f"the sweep could not run K={k}: {type(done).__name__}: {done}"
+            results[k] = KOutcome.of(ChildRun("m1", passed=False, state="Not run", message=why), None)
+            continue
+        outcome, k_points = cast("tuple[KOutcome, list[M2Point]]", done)
         results[k] = outcome
         points += k_points
     return results, points, nodes.lost
