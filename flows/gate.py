@@ -13,7 +13,7 @@ from typing import Any
 import polars as pl
 from prefect import flow, get_run_logger, tags
 
-from alflow.config import GateParams, LoadConfig
+from alflow.config import GateParams, LoadConfig, ThinkingMode
 from alflow.gates import Verdict
 from alflow.metrics.client import ClientSummary
 from alflow.outcomes import M1Outcome
@@ -22,6 +22,7 @@ from alflow.reports.markdown import M1Summary, M1Verdict
 from alflow.topology import gpu_layout
 from alflow.workloads import dataset_description, speed_bench_sessions
 from flows.common import GateFailedError, fail, open_run, point_server, reference_al
+from flows.presets import m1_params, run_name
 from tasks.gates import check_accuracy_gate, check_al_gate
 from tasks.measure import request_sampling, run_load, spec_stats
 from tasks.preflight import preflight, require_preflight
@@ -29,9 +30,34 @@ from tasks.results import render_report, store_results
 from tasks.servers import server_lifetime
 
 
-@flow(name="m1-gate", flow_run_name="m1-{params.server.framework}-{params.model.id}-k{params.k}")
-def gate(params: GateParams) -> M1Outcome:
-    """M1: the AL gate on SPEED-Bench coding, then the GSM8K accuracy gate."""
+@flow(
+    name="m1-gate",
+    flow_run_name=run_name("m1", m1_params, lambda p: f"{p.server.framework}-{p.model.id}-k{p.k}"),
+)
+def gate(
+    preset: str | None = None,
+    model: str | None = None,
+    k: int | None = None,
+    thinking: ThinkingMode | None = None,
+    params: GateParams | None = None,
+) -> M1Outcome:
+    """M1: the AL gate on SPEED-Bench coding, then the GSM8K accuracy gate.
+
+    Give a preset (and change what you need below it), or the full configuration as params.
+
+    Args:
+        preset: Server preset by name: presets/NAME.yaml in the project (sim, vllm-h200, sglang-h200,
+            trtllm-h200) or a Prefect Variable alflow-preset-NAME. It brings the server, where it runs,
+            the model, the reference table and this run's defaults. Given with params, it replaces their
+            server and placement.
+        model: Model id to serve and gate, e.g. Qwen/Qwen3-Next-80B-A3B-Instruct (empty: the preset's).
+        k: Number of speculative tokens K, 1 to 16 (empty: the preset's).
+        thinking: Thinking mode of the requests, on or off; the reference AL of this mode is the bar
+            (empty: the preset's).
+        params: Advanced: the full configuration (empty: built from the preset). The fields above win
+            over it.
+    """
+    params = m1_params(preset, model, k, thinking, params)
     log = get_run_logger()
     reference = reference_al(
         params.reference_path, params.model, params.reference_model, params.method, params.thinking, params.k

@@ -191,7 +191,8 @@ def run(
     prepare_local_run()
     module, name, _ = FLOWS[flow]
     fn: Any = getattr(importlib.import_module(module), name)
-    state = fn(params, return_state=True)
+    # the file is the full configuration: every flow's advanced parameter (the short form stays empty)
+    state = fn(params=params, return_state=True)
     if not state.is_completed():
         print_flow_failure(f"flow {flow}", str(state.message))
         # a signal that lands while Prefect sets up a task run can come back as another error (Prefect 3.9:

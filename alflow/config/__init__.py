@@ -6,7 +6,8 @@
 - :mod:`~alflow.config.server`: the serving engine's configuration;
 - :mod:`~alflow.config.runners`: where a server runs (process, docker, external, Slurm);
 - :mod:`~alflow.config.workloads`: load shapes and workloads;
-- :mod:`~alflow.config.flows`: the flows' parameters (the Prefect UI's forms) and the M0 model catalogue.
+- :mod:`~alflow.config.flows`: the flows' parameters (the Prefect UI's forms) and the M0 model catalogue;
+- :mod:`~alflow.config.presets`: named server presets (``presets/*.yaml``) and the flows' short forms over them.
 
 Every model is frozen and forbids unknown fields, and every field has a description (it becomes the
 Prefect UI form and the ``--help`` of the command line). The package imports nothing of alflow above it:
@@ -27,6 +28,18 @@ from alflow.config.flows import (
     ServerPlacement,
     SweepNode,
     SweepParams,
+)
+from alflow.config.presets import (
+    PresetBenchmark,
+    PresetCalibrate,
+    PresetGate,
+    ServerPreset,
+    benchmark_params,
+    calibrate_params,
+    gate_params,
+    load_preset,
+    preset_names,
+    presets_root,
 )
 from alflow.config.runners import DockerOptions, ExternalServer, ProcessOptions, RunnerOptions, SlurmOptions
 from alflow.config.server import (
@@ -80,6 +93,9 @@ __all__ = [
     "ModelSpec",
     "NumSpecTokens",
     "Parallelism",
+    "PresetBenchmark",
+    "PresetCalibrate",
+    "PresetGate",
     "ProcessOptions",
     "RandomWorkload",
     "RunnerOptions",
@@ -89,6 +105,7 @@ __all__ = [
     "ServerDialect",
     "ServerFramework",
     "ServerPlacement",
+    "ServerPreset",
     "SglangServer",
     "SimServer",
     "SlurmOptions",
@@ -104,5 +121,11 @@ __all__ = [
     "TinyServer",
     "TrtllmServer",
     "VllmServer",
+    "benchmark_params",
+    "calibrate_params",
+    "gate_params",
+    "load_preset",
+    "preset_names",
+    "presets_root",
     "server_config",
 ]

@@ -64,7 +64,7 @@ def test_m0_writes_the_reference_table_and_reuses_cached_points(tmp_path: Path) 
         reference_path=str(tmp_path / "ref.yaml"),
         preflight=False,  # the step log below is the point's alone
     )
-    out = calibrate(params)
+    out = calibrate(params=params)
     table = load_reference(tmp_path / "ref.yaml")
     assert table.kind == "simulated"
     entry = table.lookup(MODEL.id, "mtp", "off", 3)
@@ -85,7 +85,7 @@ def test_m0_writes_the_reference_table_and_reuses_cached_points(tmp_path: Path) 
     assert open_run(out.run_dir).status == "complete"
     assert [(e.k, e.al) for e in out.entries] == [(3, entry.al)]
 
-    again = calibrate(params)
+    again = calibrate(params=params)
     assert again.cached_points == (f"{MODEL.id} K=3",)
     assert load_reference(tmp_path / "ref.yaml").lookup(MODEL.id, "mtp", "off", 3).al == entry.al
 
@@ -113,7 +113,7 @@ def _calibrated_reference(tmp_path: Path) -> Path:
     """A reference table of MODEL at K = 3, measured by M0 on a healthy sim."""
     reference = tmp_path / "ref.yaml"
     calibrate(
-        CalibrateParams(
+        params=CalibrateParams(
             models=(MODEL,),
             ks=(3,),
             server=server_config(framework="sim", model=MODEL.id, extra_args=FAST),
@@ -129,7 +129,7 @@ def _calibrated_reference(tmp_path: Path) -> Path:
 
 def test_m1_passes_a_healthy_framework_and_fails_a_degraded_one(tmp_path: Path) -> None:
     reference = _calibrated_reference(tmp_path)
-    ok = gate(_gate_params(tmp_path, reference, "vllm", "1.0"))
+    ok = gate(params=_gate_params(tmp_path, reference, "vllm", "1.0"))
     assert ok.passed
     assert [v.gate for v in ok.verdicts] == ["al", "gsm8k-accuracy"]
     # the pre-flight burst before the measurement saw speculation run with K = 3
@@ -138,7 +138,7 @@ def test_m1_passes_a_healthy_framework_and_fails_a_degraded_one(tmp_path: Path) 
     assert check["steps"] > 0
     assert check["requests"] == 4
 
-    state = gate(_gate_params(tmp_path, reference, "sglang", "0.5"), return_state=True)
+    state = gate(params=_gate_params(tmp_path, reference, "sglang", "0.5"), return_state=True)
     assert state.is_failed()
     message = str(state.message)
     assert "AL gate FAILED" in message
@@ -164,7 +164,7 @@ def _bench_params(tmp_path: Path, *extra: str, **fields: Any) -> BenchmarkParams
 
 
 def test_m2_audit_passes_on_target_and_fails_off_target(tmp_path: Path) -> None:
-    out = benchmark(_bench_params(tmp_path))
+    out = benchmark(params=_bench_params(tmp_path))
     assert [p.valid for p in out.points] == [True, True]
     assert all(p.achieved_al is not None and abs(p.achieved_al - 2.73) < 0.05 for p in out.points)
     stored = open_run(out.run_dir)
@@ -174,7 +174,9 @@ def test_m2_audit_passes_on_target_and_fails_off_target(tmp_path: Path) -> None:
     assert "SIMULATED" in (Path(out.run_dir) / "report.md").read_text()
 
     # the pre-flight off: the audit after each point finds the off-target server
-    state = benchmark(_bench_params(tmp_path, "--synthetic-al", "2.2", preflight=False), return_state=True)
+    state = benchmark(
+        params=_bench_params(tmp_path, "--synthetic-al", "2.2", preflight=False), return_state=True
+    )
     assert state.is_failed()
     assert "synthetic audit FAILED" in str(state.message)
     assert "expected 2.7300" in str(state.message)
@@ -183,7 +185,7 @@ def test_m2_audit_passes_on_target_and_fails_off_target(tmp_path: Path) -> None:
 def test_m2_preflight_catches_a_knob_that_did_not_take_effect_before_the_sweep(tmp_path: Path) -> None:
     """A server that reads the knob and ignores it (real acceptance) fails within the pre-flight, naming causes."""
     started = time.monotonic()
-    state = benchmark(_bench_params(tmp_path, "--ignore-synthetic"), return_state=True)
+    state = benchmark(params=_bench_params(tmp_path, "--ignore-synthetic"), return_state=True)
     took = time.monotonic() - started
     assert state.is_failed()
     message = str(state.message)
@@ -199,7 +201,7 @@ def test_m2_preflight_catches_a_knob_that_did_not_take_effect_before_the_sweep(t
     assert check["steps"] > 0
 
     one = _bench_params(tmp_path).model_copy(update={"concurrencies": (4,)})
-    out = benchmark(one)  # the knob in effect: the pre-flight passes
+    out = benchmark(params=one)  # the knob in effect: the pre-flight passes
     check = open_run(out.run_dir).manifest.model_dump(mode="json")["provenance"]["preflight"]
     assert check["passed"] is True
     assert abs(check["al"] - 2.73) <= check["allowed"] + 0.05
@@ -207,7 +209,7 @@ def test_m2_preflight_catches_a_knob_that_did_not_take_effect_before_the_sweep(t
 
 def test_servers_are_stopped_after_a_failed_flow(tmp_path: Path) -> None:
     params = _bench_params(tmp_path, "--synthetic-al", "2.2")
-    state = benchmark(params, return_state=True)
+    state = benchmark(params=params, return_state=True)
     assert state.is_failed()
     run_dir = sorted((tmp_path / "results" / "m2").iterdir())[-1]
     server = open_run(run_dir).manifest.model_dump(mode="json")["provenance"]["server"]
@@ -220,7 +222,7 @@ def _last_run(tmp_path: Path) -> Path:
 
 def test_a_server_that_crashes_mid_point_keeps_the_requests_measured_so_far(tmp_path: Path) -> None:
     state = benchmark(
-        _bench_params(tmp_path, "--crash-after-requests", "30", preflight=False), return_state=True
+        params=_bench_params(tmp_path, "--crash-after-requests", "30", preflight=False), return_state=True
     )
     assert state.is_failed()
     assert "aborted mid-point" in str(state.message)
@@ -242,7 +244,7 @@ def test_a_server_that_crashes_mid_point_keeps_the_requests_measured_so_far(tmp_
 def test_a_stalled_server_fails_its_point_within_the_stall_timeout(tmp_path: Path) -> None:
     params = _bench_params(tmp_path, "--stall-after-tokens", "8", stall_timeout_s=2.0, preflight=False)
     started = time.monotonic()
-    state = benchmark(params, return_state=True)
+    state = benchmark(params=params, return_state=True)
     took = time.monotonic() - started
     assert state.is_failed()
     assert "stalled: the server sent nothing for 2 s" in str(state.message)
@@ -269,7 +271,7 @@ def test_m0_keeps_a_point_that_aborts_mid_way_and_leaves_the_reference_table_alo
         cache_days=0,
         preflight=False,  # the crash is to land mid-point
     )
-    state = calibrate(params, return_state=True)
+    state = calibrate(params=params, return_state=True)
     assert state.is_failed()
     assert "aborted mid-way" in str(state.message)
     assert not reference.exists()  # a failed calibration never writes the reference table
@@ -301,7 +303,7 @@ def test_m1_keeps_the_al_point_that_aborts_mid_way(tmp_path: Path) -> None:
             "preflight": False,  # the crash is to land mid-point
         }
     )
-    state = gate(crashing, return_state=True)
+    state = gate(params=crashing, return_state=True)
     assert state.is_failed()
     assert "aborted mid-way" in str(state.message)
     stored = open_run(sorted((tmp_path / "results" / "m1").iterdir())[-1])
@@ -321,7 +323,7 @@ def test_sweep_runs_m1_then_m2_per_k_and_picks_the_best_k(tmp_path: Path) -> Non
 
     reference = tmp_path / "ref.yaml"
     calibrate(
-        CalibrateParams(
+        params=CalibrateParams(
             models=(MODEL,),
             ks=(1, 3),
             server=server_config(framework="sim", model=MODEL.id, extra_args=FAST),

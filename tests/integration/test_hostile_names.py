@@ -73,7 +73,7 @@ def test_m2_report_and_artifact_show_a_hostile_name_as_typed(tmp_path: Path) -> 
         prompts_per_concurrency=2,
         warmup_per_concurrency=0,
     )
-    state = benchmark(params, return_state=True)
+    state = benchmark(params=params, return_state=True)
     assert state.is_completed(), state.message
     out = state.result()
     (artifact,) = markdown_artifacts(state)
@@ -93,7 +93,7 @@ def test_m0_report_and_artifact_show_a_hostile_name_as_typed(tmp_path: Path) -> 
         load=LoadConfig(concurrency=2),
         reference_path=str(tmp_path / "ref.yaml"),
     )
-    state = calibrate(params, return_state=True)
+    state = calibrate(params=params, return_state=True)
     assert state.is_completed(), state.message
     (artifact,) = markdown_artifacts(state)
     check(artifact)

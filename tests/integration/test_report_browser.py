@@ -163,7 +163,7 @@ def test_m2_html_report_renders_its_plots_in_chromium_without_console_errors(tmp
         workload=RandomWorkload(isl=256, osl=64),
         concurrencies=(4, 8, 16),
     )
-    out = benchmark(params)
+    out = benchmark(params=params)
     run = open_run(out.run_dir)
     assert run.complete
     assert run.has("report.html"), "the M2 flow did not write report.html"

@@ -261,7 +261,7 @@ def test_m1_fails_the_al_gate_on_prompts_that_accept_less(
     del prefect_harness
     root = Path(demo_run["results_root"])
     state = gate(
-        GateParams(
+        params=GateParams(
             model=demo_run["greedy_model"].model_copy(
                 update={"sampling_thinking_off": SamplingParams(temperature=1.0, seed=7, max_tokens=96)}
             ),

@@ -1,4 +1,4 @@
-"""prefect.yaml without a server: entrypoints load, parameters validate, crons parse."""
+"""prefect.yaml without a server: entrypoints load, parameters validate (short forms resolve over their presets), crons parse."""
 
 from __future__ import annotations
 
@@ -21,11 +21,46 @@ from alflow.config import (
 from alflow.reference import ReferenceTableError, load_reference
 from deployments.serve import load_deployments, load_flow, schedules
 from flows.common import point_server
+from flows.presets import m0_params, m1_params, m2_params
 from infra.recipes import build_launch
 from infra.versions import CapabilityError
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOYMENTS = load_deployments(ROOT / "prefect.yaml")
+
+SHORT_FORMS = {
+    "flows/calibrate.py:calibrate": m0_params,
+    "flows/gate.py:gate": m1_params,
+    "flows/benchmark.py:benchmark": m2_params,
+}
+"""Flows with a short form -> what turns their parameters into the full configuration."""
+
+SHORT_FORM_DEPLOYMENTS = (
+    "m1-gate",
+    "m2-benchmark",
+    "gpu-m1-gate",
+    "gpu-m2-benchmark",
+    "gpu-m2-benchmark-sglang",
+    "gpu-m2-benchmark-trtllm",
+)
+"""Deployments whose UI form is the short form alone (preset, model, K, target AL/thinking, concurrencies)."""
+
+
+@pytest.fixture(autouse=True)
+def _project_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Presets are read under $ALFLOW_HOME, as a worker's runs read them (the pull step sets it)."""
+    monkeypatch.setenv("ALFLOW_HOME", str(ROOT))
+
+
+def _full(spec: dict[str, object], parameters: dict[str, object] | None = None) -> list[BaseModel]:
+    """The full configurations a run of ``spec`` would use: the short form resolved, or the models given."""
+    flow = load_flow(str(spec["entrypoint"]))
+    given = dict(spec.get("parameters") or {}) if parameters is None else parameters  # type: ignore[call-overload]
+    validated = flow.validate_parameters(given)  # what a deployment run does with the UI's values
+    resolve = SHORT_FORMS.get(str(spec["entrypoint"]))
+    if resolve is not None:
+        return [resolve(**validated)]
+    return [value for value in validated.values() if isinstance(value, BaseModel)]
 
 
 def test_expected_deployments_exist() -> None:
@@ -36,13 +71,9 @@ def test_expected_deployments_exist() -> None:
 
 @pytest.mark.parametrize("spec", DEPLOYMENTS, ids=lambda d: d["name"])
 def test_entrypoint_loads_and_parameters_validate(spec: dict[str, object]) -> None:
-    flow = load_flow(str(spec["entrypoint"]))
-    params = dict(spec.get("parameters") or {})  # type: ignore[call-overload]
-    validated = flow.validate_parameters(params)  # what a deployment run does with the UI's values
-    for name, value in validated.items():
-        if value is None:  # an optional parameter left at its default
-            continue
-        assert isinstance(value, BaseModel), f"{spec['name']}: parameter {name} is not a pydantic model"
+    full = _full(spec)
+    if spec["name"] != "demo":
+        assert len(full) == 1, f"{spec['name']}: {full}"
     for schedule in schedules(spec):  # type: ignore[arg-type]
         assert isinstance(schedule, CronSchedule)
 
@@ -51,9 +82,18 @@ def test_bad_parameters_are_rejected_like_a_deployment_run() -> None:
     spec = next(d for d in DEPLOYMENTS if d["name"] == "m2-benchmark")
     flow = load_flow(str(spec["entrypoint"]))
     params = copy.deepcopy(spec["parameters"])
-    params["params"]["concurrencies"] = ["many"]
+    params["concurrencies"] = ["many"]
     with pytest.raises(ParameterTypeError, match="concurrencies"):
         flow.validate_parameters(params)
+
+
+def test_the_ui_forms_of_m1_and_m2_deployments_are_short_forms() -> None:
+    """The advanced ``params`` stays empty in these deployments: the custom-run form opens short."""
+    for name in SHORT_FORM_DEPLOYMENTS:
+        spec = next(d for d in DEPLOYMENTS if d["name"] == name)
+        parameters = spec.get("parameters") or {}
+        assert "params" not in parameters, name
+        assert parameters.get("preset"), name
 
 
 def test_invalid_cron_is_rejected() -> None:
@@ -83,6 +123,13 @@ def test_flow_parameters_give_a_ui_form() -> None:
         assert schema["properties"], spec["name"]
         assert schema.get("definitions"), f"{spec['name']}: no pydantic model behind the parameters"
         assert _undescribed(schema) == [], spec["name"]
+        if str(spec["entrypoint"]) in SHORT_FORMS:  # each short-form field says what it does in the form
+            top = {
+                name: str(prop.get("description") or "").strip()
+                for name, prop in schema["properties"].items()
+            }
+            assert all(top.values()), f"{spec['name']}: top-level parameters without a description: {top}"
+            assert list(top)[-1] == "params", f"{spec['name']}: the advanced params is not last: {list(top)}"
 
 
 def test_the_description_check_finds_a_field_without_one() -> None:
@@ -142,11 +189,7 @@ def _launches(params: BaseModel) -> list[tuple[str, ServerConfig]]:
 @pytest.mark.parametrize("spec", DEPLOYMENTS, ids=lambda d: d["name"])
 def test_every_deployment_passes_the_release_gates_and_renders(spec: dict[str, object]) -> None:
     """What each deployment would start: its recipe renders it and its image is new enough for its knobs."""
-    flow = load_flow(str(spec["entrypoint"]))
-    validated = flow.validate_parameters(dict(spec.get("parameters") or {}))  # type: ignore[call-overload]
-    launches = [
-        item for value in validated.values() if isinstance(value, BaseModel) for item in _launches(value)
-    ]
+    launches = [item for value in _full(spec) for item in _launches(value)]
     if spec["name"] == "demo":
         assert launches == []
         return
@@ -166,17 +209,20 @@ def test_every_deployment_passes_the_release_gates_and_renders(spec: dict[str, o
 def test_one_gpu_m2_deployment_per_framework_with_images_new_enough() -> None:
     frameworks = {}
     for spec in DEPLOYMENTS:
-        params = spec.get("parameters") or {}
-        server = params.get("params", {}).get("server", {}) if isinstance(params, dict) else {}
         if str(spec["name"]).startswith("gpu-m2-"):
-            frameworks[server["framework"]] = server["image"]
+            [params] = _full(spec)
+            assert isinstance(params, BenchmarkParams)
+            frameworks[params.server.framework] = params.server.image
     assert set(frameworks) == {"vllm", "sglang", "trtllm"}
     # an image too old for its knobs is refused at rendering: v0.11.0 (the old pin) has no synthetic mode
     old = next(d for d in DEPLOYMENTS if d["name"] == "gpu-m2-benchmark")
-    params = copy.deepcopy(old["parameters"])
-    params["params"]["server"]["image"] = "vllm/vllm-openai:v0.11.0"
-    validated = load_flow(str(old["entrypoint"])).validate_parameters(params)
-    [(_, server)] = _launches(validated["params"])
+    [full] = _full(old)
+    assert isinstance(full, BenchmarkParams)
+    data = full.model_dump(mode="json")
+    data["server"]["image"] = "vllm/vllm-openai:v0.11.0"
+    # the advanced form from the UI: the full configuration as params, the preset emptied
+    [params] = _full(old, {**old["parameters"], "preset": None, "params": data})
+    [(_, server)] = _launches(params)
     with pytest.raises(CapabilityError, match=r"older than v0\.20\.0"):
         build_launch(server)
 

@@ -1,0 +1,122 @@
+"""The flows' short forms: a server preset found by name, the full parameters, and the run names.
+
+A preset is ``presets/<name>.yaml`` under the project root (:func:`alflow.config.presets.presets_root`);
+when no file has that name, the Prefect Variable ``alflow-preset-<name>`` (a JSON object or YAML text of
+a :class:`~alflow.config.presets.ServerPreset`) is read, so a team can add a server from the UI without a
+commit. The rules that merge the short form over the base live in :mod:`alflow.config.presets`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from prefect.context import FlowRunContext
+from prefect.runtime import flow_run
+from prefect.settings import PREFECT_API_URL
+from prefect.variables import Variable
+
+from alflow.config import BenchmarkParams, CalibrateParams, GateParams, ThinkingMode
+from alflow.config.presets import (
+    VARIABLE_PREFIX,
+    ServerPreset,
+    benchmark_params,
+    calibrate_params,
+    check_preset_name,
+    gate_params,
+    load_preset,
+    preset_from_data,
+    preset_path,
+    presets_root,
+    unknown_preset,
+)
+
+_log = logging.getLogger(__name__)
+
+
+def _variable(name: str) -> Any:
+    """The value of the Prefect Variable ``name`` (None when there is none, or no API to ask).
+
+    Outside a flow run without ``PREFECT_API_URL`` there is no API to ask short of starting a temporary
+    server, so none is asked.
+    """
+    if FlowRunContext.get() is None and not PREFECT_API_URL.value():
+        return None
+    try:
+        return Variable.get(name)
+    except Exception as exc:  # the API is unreachable: the file presets still work; say why this one did not
+        _log.warning("could not read the Prefect Variable %s: %s", name, exc)
+        return None
+
+
+def find_preset(name: str | None) -> ServerPreset | None:
+    """The preset ``name``: its file under the project root, else its Prefect Variable; None for None."""
+    if name is None:
+        return None
+    check_preset_name(name)
+    root = presets_root()
+    if preset_path(name, root).is_file():
+        return load_preset(name, root)
+    variable = VARIABLE_PREFIX + name
+    value = _variable(variable)
+    if value is None:
+        raise unknown_preset(name, root, also=f"a Prefect Variable {VARIABLE_PREFIX}<name>")
+    return preset_from_data(value, f"Prefect Variable {variable}")
+
+
+def m2_params(
+    preset: str | None = None,
+    model: str | None = None,
+    k: int | None = None,
+    target_al: float | None = None,
+    concurrencies: Sequence[int] | None = None,
+    params: BenchmarkParams | None = None,
+) -> BenchmarkParams:
+    """M2's full parameters from the flow's short form."""
+    return benchmark_params(
+        preset=find_preset(preset),
+        model=model,
+        k=k,
+        target_al=target_al,
+        concurrencies=concurrencies,
+        params=params,
+    )
+
+
+def m1_params(
+    preset: str | None = None,
+    model: str | None = None,
+    k: int | None = None,
+    thinking: ThinkingMode | None = None,
+    params: GateParams | None = None,
+) -> GateParams:
+    """M1's full parameters from the flow's short form."""
+    return gate_params(preset=find_preset(preset), model=model, k=k, thinking=thinking, params=params)
+
+
+def m0_params(
+    preset: str | None = None,
+    models: Sequence[str] | None = None,
+    ks: Sequence[int] | None = None,
+    params: CalibrateParams | None = None,
+) -> CalibrateParams:
+    """M0's full parameters from the flow's short form."""
+    return calibrate_params(preset=find_preset(preset), models=models, ks=ks, params=params)
+
+
+def run_name(prefix: str, resolve: Callable[..., Any], name: Callable[[Any], str]) -> Callable[[], str]:
+    """A ``flow_run_name`` callable: ``prefix-`` plus ``name`` of the resolved parameters.
+
+    A short form that does not resolve names the run after its preset (the flow itself then fails with
+    the reason).
+    """
+
+    def flow_run_name() -> str:
+        given: Mapping[str, Any] = flow_run.parameters
+        try:
+            return f"{prefix}-{name(resolve(**given))}"
+        except Exception:  # the flow reports the reason itself, at its start
+            return f"{prefix}-{given.get('preset') or 'custom'}"
+
+    return flow_run_name
