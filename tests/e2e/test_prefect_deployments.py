@@ -21,24 +21,31 @@ import httpx
 import pytest
 import yaml
 
+from alflow.config import benchmark_params, load_preset
 from tests.e2e.prefect_support import PREFECT, ROOT, api, cli, ensure_limit, ensure_pool, fetch
 
 
 def _m2_parameters(tmp_path: Path, tag: str) -> dict[str, Any]:
+    """A UI custom run of m2-benchmark with the advanced form: its short form's full configuration, placed here.
+
+    The preset is emptied (a preset given with ``params`` replaces their placement); the short form's
+    concurrencies still win over ``params``.
+    """
     spec = next(
         d
         for d in yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"]
         if d["name"] == "m2-benchmark"
     )
-    params: dict[str, Any] = spec["parameters"]["params"]
+    short: dict[str, Any] = spec["parameters"]
+    preset = load_preset(short.pop("preset"), ROOT)
+    params = benchmark_params(preset=preset, **short).model_dump(mode="json")
     params["placement"] = {
         "runner": {"kind": "process"},
         "gpu_host": "gpu-e2e-node",
         "strict_limit": True,
         "results_root": str(tmp_path / f"results-{tag}"),
     }
-    params["concurrencies"] = [4]
-    return {"params": params}
+    return {"preset": None, "concurrencies": [4], "params": params}
 
 
 async def test_api_calls_retry_a_busy_server_and_a_reset_connection() -> None:
