@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -42,10 +43,12 @@ from alflow.sweep import (
     lost_nodes,
     per_k_rows,
     sweep_failures,
+    sweep_params,
 )
 from flows.benchmark import benchmark
 from flows.common import fail, open_run
 from flows.gate import gate
+from flows.presets import find_preset, run_name
 from tasks.fanout import ChildRunFailedError, cache_options, read_m2_points, run_child
 from tasks.results import render_report, store_results
 
@@ -180,13 +183,54 @@ def _fanned_out(
     return results, points, nodes.lost
 
 
+def sweep_params_of(
+    preset: str | None = None,
+    model: str | None = None,
+    ks: Sequence[int] | None = None,
+    target_al: float | None = None,
+    concurrencies: Sequence[int] | None = None,
+    params: SweepParams | None = None,
+) -> SweepParams:
+    """The sweep's full parameters from the flow's short form (the preset found by name)."""
+    return sweep_params(
+        preset=find_preset(preset),
+        model=model,
+        ks=ks,
+        target_al=target_al,
+        concurrencies=concurrencies,
+        params=params,
+    )
+
+
 @flow(
     name="sweep",
-    flow_run_name="sweep-{params.gate.server.framework}",
+    flow_run_name=run_name("sweep", sweep_params_of, lambda p: p.benchmark.server.framework),
     task_runner=cast("TaskRunner[PrefectFuture[Any]]", ThreadPoolTaskRunner(max_workers=K_MAX)),
 )
-def sweep(params: SweepParams) -> SweepOutcome:
-    """M1 then M2 for every K (in this process, or fanned out over GPU nodes); the sweep's own run."""
+def sweep(
+    preset: str | None = None,
+    model: str | None = None,
+    ks: list[int] | None = None,
+    target_al: float | None = None,
+    concurrencies: list[int] | None = None,
+    params: SweepParams | None = None,
+) -> SweepOutcome:
+    """M1 then M2 for every K (in this process, or fanned out over GPU nodes); the sweep's own run.
+
+    Give a preset (and change what you need below it), or the full configuration as params.
+
+    Args:
+        preset: Server preset by name: presets/NAME.yaml in the project (sim, vllm-h200, sglang-h200,
+            trtllm-h200) or a Prefect Variable alflow-preset-NAME. It brings the server, where it runs,
+            the model and the M1 and M2 defaults. Given with params, it replaces their server and placement.
+        model: Model id to serve and measure, e.g. Qwen/Qwen3-Next-80B-A3B-Instruct (empty: the preset's).
+        ks: Numbers of speculative tokens K to sweep, e.g. [1, 2, 3, 4, 5, 6, 7] (empty: params' Ks, else 1..7).
+        target_al: One target AL for M2 at every K, 1 to K + 1 (empty: each K's reference AL).
+        concurrencies: M2's concurrency sweep, e.g. [4, 16] (empty: the preset's).
+        params: Advanced: the full configuration, including fan_out to spread the K over GPU nodes (empty:
+            built from the preset, in this process). The fields above win over it.
+    """
+    params = sweep_params_of(preset, model, ks, target_al, concurrencies, params)
     log = get_run_logger()
     server = params.benchmark.server
     writer = open_run(

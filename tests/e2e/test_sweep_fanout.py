@@ -27,7 +27,9 @@ import httpx
 import pytest
 import yaml
 
+from alflow.config.presets import load_preset
 from alflow.results.store import open_run
+from alflow.sweep import sweep_params
 from tests.e2e.prefect_support import ROOT, api, cli, ensure_limit, ensure_pool
 
 ALFLOW = str(Path(sys.executable).parent / "alflow")
@@ -113,12 +115,10 @@ def node_workers(
 
 
 def _sweep_config(tmp_path: Path, results: Path, concurrencies: list[int]) -> Path:
-    spec = next(
-        d
-        for d in yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"]
-        if d["name"] == "sweep-nightly"
+    # sweep-nightly's short form (preset sim), as the sweep resolves it
+    params: dict[str, Any] = sweep_params(preset=load_preset("sim", ROOT), ks=range(1, 8)).model_dump(
+        mode="json"
     )
-    params: dict[str, Any] = spec["parameters"]["params"]
     params["ks"] = [1, 2, 3, 4, 5, 6, 7]
     for part in ("gate", "benchmark"):
         params[part]["placement"] = {"runner": {"kind": "process"}, "results_root": str(results)}

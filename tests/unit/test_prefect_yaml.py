@@ -22,6 +22,7 @@ from alflow.reference import ReferenceTableError, load_reference
 from deployments.serve import load_deployments, load_flow, schedules
 from flows.common import point_server
 from flows.presets import m0_params, m1_params, m2_params
+from flows.sweep import sweep_params_of
 from infra.recipes import build_launch
 from infra.versions import CapabilityError
 
@@ -32,6 +33,7 @@ SHORT_FORMS = {
     "flows/calibrate.py:calibrate": m0_params,
     "flows/gate.py:gate": m1_params,
     "flows/benchmark.py:benchmark": m2_params,
+    "flows/sweep.py:sweep": sweep_params_of,
 }
 """Flows with a short form -> what turns their parameters into the full configuration."""
 
@@ -42,6 +44,7 @@ SHORT_FORM_DEPLOYMENTS = (
     "gpu-m2-benchmark",
     "gpu-m2-benchmark-sglang",
     "gpu-m2-benchmark-trtllm",
+    "sweep-nightly",
 )
 """Deployments whose UI form is the short form alone (preset, model, K, target AL/thinking, concurrencies)."""
 
@@ -233,7 +236,9 @@ def test_k_sweeps_cover_k_1_to_7_sim_active_and_one_inactive_gpu_sweep_per_frame
     nightly = sweeps["sweep-nightly"]
     assert nightly["work_pool"]["name"] == "local"  # type: ignore[index]
     assert [s["active"] for s in nightly["schedules"]] == [True]  # type: ignore[union-attr]
-    assert nightly["parameters"]["params"]["ks"] == [1, 2, 3, 4, 5, 6, 7]  # type: ignore[index]
+    [resolved] = _full(nightly)
+    assert isinstance(resolved, SweepParams)
+    assert resolved.ks == (1, 2, 3, 4, 5, 6, 7)
     frameworks = set()
     for name, spec in sweeps.items():
         if not name.startswith("gpu-"):

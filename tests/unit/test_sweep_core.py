@@ -124,3 +124,33 @@ def test_per_k_rows_and_failures_name_the_child_run_its_state_and_node() -> None
         "K=2 M1 (run 's-k2-m1', state Failed, node node-1): AL low",
     ]
     assert lost_nodes({"node-2": "no worker polled"}) == ["node node-2 lost: no worker polled"]
+
+
+def test_the_sweep_short_form_builds_both_templates_from_the_preset_and_its_values_win() -> None:
+    from pathlib import Path
+
+    from alflow.config.presets import load_preset
+    from alflow.errors import InvalidInputError
+    from alflow.sweep import sweep_params
+
+    root = Path(__file__).resolve().parents[2]
+    sim = load_preset("sim", root)
+    params = sweep_params(preset=sim, ks=[1, 2, 3, 4, 5, 6, 7], concurrencies=[8])
+    assert params.ks == (1, 2, 3, 4, 5, 6, 7)
+    assert params.gate.server.framework == params.benchmark.server.framework == "sim"
+    assert params.benchmark.concurrencies == (8,)
+    assert params.benchmark.reference_path == sim.reference_path  # each K's target is its reference AL
+    assert params.fan_out is None
+    other = sweep_params(preset=sim, model="other-model", target_al=1.5)
+    assert other.gate.model.id == other.benchmark.model.id == other.benchmark.server.model == "other-model"
+    assert other.benchmark.target_al == 1.5
+    assert other.benchmark.reference_path is None
+    # the full configuration as the base: the short values still win, its fan-out stays
+    fanned = params.model_copy(update={"fan_out": FanOut(nodes=(N1, N2))})
+    again = sweep_params(ks=[2], params=fanned)
+    assert again.ks == (2,)
+    assert again.fan_out == fanned.fan_out
+    with pytest.raises(InvalidInputError, match="give preset"):
+        sweep_params()
+    with pytest.raises(InvalidInputError, match="outside"):
+        sweep_params(preset=sim, ks=[0])
