@@ -2,7 +2,7 @@
 
     PREFECT_API_URL=http://127.0.0.1:4200/api python -m deployments.serve [--only m2-benchmark ...]
 
-The deployments, their parameters and schedules are read from ``prefect.yaml`` (the one source),
+The deployments, their parameters, schedules and triggers are read from ``prefect.yaml`` (the one source),
 so serving and deploying never drift apart.
 """
 
@@ -16,6 +16,8 @@ from typing import Any
 from prefect import Flow, serve
 from prefect.client.schemas.schedules import CronSchedule
 from prefect.deployments.runner import RunnerDeployment
+from prefect.events import DeploymentTriggerTypes
+from pydantic import TypeAdapter
 
 from alflow.yamlfile import load_yaml
 
@@ -48,6 +50,14 @@ def schedules(spec: dict[str, Any]) -> list[CronSchedule]:
     ]
 
 
+_TRIGGER: TypeAdapter[DeploymentTriggerTypes] = TypeAdapter(DeploymentTriggerTypes)
+
+
+def triggers(spec: dict[str, Any]) -> list[DeploymentTriggerTypes]:
+    """The deployment triggers of one deployment (e.g. m2-after-m1's: M2 on M1's pass event), as `prefect deploy` reads them."""
+    return [_TRIGGER.validate_python(t) for t in spec.get("triggers") or []]
+
+
 def main() -> None:
     """Serve the deployments named with --only (default: all)."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -64,6 +74,7 @@ def main() -> None:
             parameters=spec.get("parameters") or {},
             tags=spec.get("tags") or [],
             schedules=schedules(spec),
+            triggers=list(triggers(spec)),
         )
         assert isinstance(deployment, RunnerDeployment)  # sync context: not a coroutine
         runnables.append(deployment)

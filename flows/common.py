@@ -1,15 +1,17 @@
-"""Pieces every flow shares: run ids, the run store, server configs per point, failure events."""
+"""Pieces every flow shares: run ids, the run store, server configs per point, gate events."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from prefect import get_run_logger
-from prefect.events import emit_event
+from prefect.events import Event, emit_event
 from prefect.runtime import flow_run
 
 from alflow.config import (
+    GateParams,
     ModelSpec,
     ServerConfig,
     SpecMethod,
@@ -22,6 +24,13 @@ from alflow.errors import AlflowError
 from alflow.reference import load_reference
 from alflow.results.provenance import code_version, host_info
 from alflow.results.store import RunWriter, run_id_of
+
+PASSED_EVENT = "alflow.gate.passed"
+"""M1's pass event: a deployment trigger in prefect.yaml (``m2-after-m1``) starts M2 from it."""
+FAILED_EVENT = "alflow.gate.failed"
+"""A failed gate or audit (M1, M2): never starts M2."""
+TOP_LEVEL = "none"
+"""``alflow.parent-flow-run`` of a run that no other flow run started (not a sweep's or the demo's)."""
 
 
 class GateFailedError(AlflowError):
@@ -105,8 +114,70 @@ def reference_al(
 def fail(flow: str, message: str, payload: dict[str, Any]) -> GateFailedError:
     """Emit an ``alflow.gate.failed`` event for automations and return the error to raise."""
     emit_event(
-        event="alflow.gate.failed",
+        event=FAILED_EVENT,
         resource={"prefect.resource.id": f"alflow.flow-run.{run_id()}", "prefect.resource.name": flow},
         payload={"message": message, **payload},
     )
     return GateFailedError(message)
+
+
+def pass_event(
+    params: GateParams, *, run_dir: str, reference_al: float
+) -> tuple[dict[str, str], dict[str, Any]]:
+    """The labels and payload of M1's pass event: what M2 needs to measure the server M1 passed.
+
+    Labels (strings, what a trigger matches on): ``alflow.model`` (the model id), ``alflow.framework``,
+    ``alflow.k``, ``alflow.thinking``, ``alflow.method``. Payload (JSON): the model, the server
+    template and its placement as M1 ran them, K, thinking, method and drafter, the reference table
+    and the model's name in it, the reference AL and M1's run directory.
+    """
+    labels = {
+        "alflow.model": params.model.id,
+        "alflow.framework": params.server.framework,
+        "alflow.k": str(params.k),
+        "alflow.thinking": params.thinking.value,
+        "alflow.method": params.method.value,
+    }
+    payload: dict[str, Any] = {
+        "model": params.model.model_dump(mode="json"),
+        "method": params.method.value,
+        "draft_model": params.draft_model,
+        "k": params.k,
+        "thinking": params.thinking.value,
+        "server": params.server.model_dump(mode="json"),
+        "placement": params.placement.model_dump(mode="json"),
+        "reference_path": params.reference_path,
+        "reference_model": params.reference_model,
+        "reference_al": reference_al,
+        "run_dir": run_dir,
+    }
+    return labels, payload
+
+
+def _parent_flow_run() -> str:
+    """The flow run this one runs inside (a sweep, the demo), ``TOP_LEVEL`` when none, "unknown" when the API cannot say."""
+    try:
+        parent = flow_run.get_parent_flow_run_id()
+    except Exception:  # the API did not answer: not known to be a top-level run
+        return "unknown"
+    return str(parent) if parent else TOP_LEVEL
+
+
+def emit_passed(flow: str, labels: Mapping[str, str], payload: dict[str, Any]) -> Event | None:
+    """Emit an ``alflow.gate.passed`` event (see :func:`pass_event`); only ever after a passed gate.
+
+    The resource is this flow run (``alflow.flow-run.<id>``) with ``labels``, the preset's name
+    (``alflow.preset``) when the run was given one, and ``alflow.parent-flow-run``: the flow run that
+    started this one, or ``none`` for a top-level run (the trigger starts M2 only for those: a sweep
+    and the demo run their own M2).
+    """
+    resource = {
+        "prefect.resource.id": f"alflow.flow-run.{run_id()}",
+        "prefect.resource.name": flow,
+        **labels,
+        "alflow.parent-flow-run": _parent_flow_run(),
+    }
+    preset = flow_run.get_parameters().get("preset")
+    if isinstance(preset, str) and preset:
+        resource["alflow.preset"] = preset
+    return emit_event(event=PASSED_EVENT, resource=resource, payload=payload)

@@ -3,7 +3,9 @@
 Synthetic acceptance is off. The AL gate passes when the achieved AL (with its confidence interval)
 is not below ``reference - max(abs_tol, rel_tol x reference)``; the accuracy gate when both GSM8K
 scores reach the model's threshold. The flow run ends Failed, naming the metric, its value and the
-threshold, when either gate fails, and emits an ``alflow.gate.failed`` event for automations.
+threshold, when either gate fails, and emits an ``alflow.gate.failed`` event for automations. A run that
+passes emits ``alflow.gate.passed`` (labels: model, framework, K; payload: the server it passed), from
+which the ``m2-after-m1`` deployment's trigger in prefect.yaml starts M2.
 """
 
 from __future__ import annotations
@@ -21,7 +23,15 @@ from alflow.redact import redact_url
 from alflow.reports.markdown import M1Summary, M1Verdict
 from alflow.topology import gpu_layout
 from alflow.workloads import dataset_description, speed_bench_sessions
-from flows.common import GateFailedError, fail, open_run, point_server, reference_al
+from flows.common import (
+    GateFailedError,
+    emit_passed,
+    fail,
+    open_run,
+    pass_event,
+    point_server,
+    reference_al,
+)
 from flows.presets import m1_params, run_name
 from tasks.gates import check_accuracy_gate, check_al_gate
 from tasks.measure import request_sampling, run_load, spec_stats
@@ -187,6 +197,8 @@ def gate(
             message = "; ".join(v.message for v in verdicts if not v.passed)
             raise fail("m1-gate", message, {"subject": subject, "reference_al": reference})
     log.info("M1 passed for %s", subject)
+    # the pass event: prefect.yaml's m2-after-m1 trigger starts M2 from it
+    emit_passed("m1-gate", *pass_event(params, run_dir=writer.dir, reference_al=reference))
     return M1Outcome(run_dir=writer.dir, passed=True, verdicts=tuple(verdicts))
 
 
