@@ -140,7 +140,16 @@ async def _drop(url: str, name: str) -> None:
 
     conn = await asyncpg.connect(_asyncpg_dsn(url), timeout=10)
     try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        for attempt in range(10):
+            try:
+                await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                return
+            except asyncpg.PostgresError:
+                # FORCE cannot end a session the role may not signal (e.g. an autovacuum worker on the
+                # database for a moment): wait for it to finish, then try again
+                if attempt == 9:
+                    raise
+                await asyncio.sleep(1.0)
     finally:
         await conn.close()
 
