@@ -14,7 +14,7 @@ Against one running ``prefect server`` (started here on SQLite in a temporary ho
    (``PREFECT_WORKER_QUERY_SECONDS``; Prefect's default of 10 s adds about 5 s to each child's start).
 
 Usage: .venv/bin/python benchmarks/sweep_scale.py [--time-scale 1] [--worker-poll-s 2] [--ks 1,2,3,4,5,6,7]
-       [--concurrencies 4,16] [--flow-runs 5] [--tasks 200] [--api-url URL]
+       [--concurrencies 4,16] [--osl 64] [--flow-runs 5] [--tasks 200] [--api-url URL]
 """
 
 from __future__ import annotations
@@ -106,6 +106,7 @@ def _config(tmp: Path, args: argparse.Namespace, *, fan_out: bool) -> Path:
         params[part]["placement"] = {"runner": {"kind": "process"}, "results_root": str(results)}
         params[part]["server"]["extra_args"] = ["--time-scale", str(args.time_scale)]
     params["benchmark"]["concurrencies"] = args.concurrencies
+    params["benchmark"]["workload"]["osl"] = args.osl
     if fan_out:
         params["fan_out"] = {
             "nodes": [{"work_queue": n, "gpu_host": f"bench-{n}"} for n in NODES],
@@ -197,6 +198,12 @@ def main() -> None:
     )
     parser.add_argument("--ks", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 3, 4, 5, 6, 7])
     parser.add_argument("--concurrencies", type=lambda s: [int(x) for x in s.split(",")], default=[4, 16])
+    parser.add_argument(
+        "--osl",
+        type=int,
+        default=64,
+        help="M2's output length per request: the work per child run (a GPU run's children take minutes)",
+    )
     parser.add_argument("--flow-runs", type=int, default=5)
     parser.add_argument("--tasks", type=int, default=200)
     parser.add_argument(
@@ -285,7 +292,7 @@ def main() -> None:
         ),
     ]
     print(
-        f"sim --time-scale {args.time_scale}, concurrencies {args.concurrencies}, workers poll every "
+        f"sim --time-scale {args.time_scale}, M2 OSL {args.osl}, concurrencies {args.concurrencies}, workers poll every "
         f"{args.worker_poll_s:g} s, {os.cpu_count()} CPUs"
     )
     print(f"{'metric':<52} {'value':>10}  note")
