@@ -339,7 +339,9 @@ def test_sweep_runs_m1_then_m2_per_k_and_picks_the_best_k(tmp_path: Path) -> Non
     )
     bench = _bench_params(tmp_path).model_dump()
     bench.update(target_al=None, reference_path=str(reference))
-    out = sweep(params=SweepParams(ks=(1, 3), gate=gate_params, benchmark=BenchmarkParams.model_validate(bench)))
+    out = sweep(
+        params=SweepParams(ks=(1, 3), gate=gate_params, benchmark=BenchmarkParams.model_validate(bench))
+    )
     assert {k: (o.gate, o.benchmark) for k, o in out.per_k.items()} == {
         1: ("passed", "passed"),
         3: ("passed", "passed"),
