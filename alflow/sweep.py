@@ -22,7 +22,6 @@ from alflow.config import BenchmarkParams, GateParams, SweepNode, SweepParams
 from alflow.config.presets import ServerPreset, benchmark_params, gate_params
 from alflow.errors import InvalidInputError
 from alflow.outcomes import ChildRun, KOutcome
-from alflow.results.rows import M2Point
 from alflow.yamlfile import describe_validation
 
 __all__ = [
@@ -201,11 +200,6 @@ def sweep_failures(per_k: Mapping[int, KOutcome]) -> list[str]:
                 where += f", node {child.node})" if child.node else ")"
             lines.append(f"K={k} {step}{where}: {message or (child.message if child else None) or 'failed'}")
     return lines
-
-
-def points_of(per_k_points: Mapping[int, Sequence[M2Point]]) -> tuple[M2Point, ...]:
-    """Every K's M2 points, in K order."""
-    return tuple(p for _, pts in sorted(per_k_points.items()) for p in pts)
 
 
 def sweep_params(

@@ -31,6 +31,8 @@ from typing import IO, Any
 
 import httpx
 
+from alflow.procguard import pid_alive
+
 ROOT = Path(__file__).resolve().parents[2]
 PREFECT = str(Path(sys.executable).parent / "prefect")
 
@@ -99,16 +101,6 @@ def _redact(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 async def _drop_left_over(conn: Any) -> None:
     """Drop the databases of earlier sessions whose pytest process is gone (killed before its teardown)."""
     import asyncpg
@@ -118,7 +110,7 @@ async def _drop_left_over(conn: Any) -> None:
     )
     for row in rows:
         match = SESSION_DATABASE.fullmatch(row["datname"])
-        if match is None or int(match.group(1)) == os.getpid() or _pid_alive(int(match.group(1))):
+        if match is None or int(match.group(1)) == os.getpid() or pid_alive(int(match.group(1))):
             continue
         with contextlib.suppress(asyncpg.PostgresError):  # no FORCE: one still in use stays
             await conn.execute(f'DROP DATABASE IF EXISTS "{row["datname"]}"')
