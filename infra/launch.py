@@ -9,10 +9,12 @@ where its health and metrics endpoints are. :meth:`Launch.provenance` is what a 
 
 from __future__ import annotations
 
+import random
 import shlex
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from alflow.acceptance.knobs import SGLANG_LEN_ENV, SGLANG_METHOD_ENV, SGLANG_TOKEN_MODE_ENV, TRTLLM_ENV
 from alflow.redact import REDACTED, is_secret_name, redact_values
@@ -106,14 +108,63 @@ def redact_text(text: str, secrets: Mapping[str, str]) -> str:
     return redact_values(text, secrets.values())
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on ``host`` right now (bind port 0, read it, close)."""
+EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
+LISTEN_PORT_FLOOR = 20000
+"""The lowest port :func:`free_port` hands out when it can pick below the kernel's ephemeral range."""
+_PORT_TRIES = 200
+
+
+def ephemeral_range(path: str = EPHEMERAL_RANGE_FILE) -> tuple[int, int] | None:
+    """The kernel's ephemeral (outgoing) port range, or None where it cannot be read (not Linux)."""
+    try:
+        low, high = (int(part) for part in Path(path).read_text(encoding="ascii").split())
+    except (OSError, ValueError):
+        return None
+    return low, high
+
+
+def _all_free(family: socket.AddressFamily, host: str, first: int, count: int) -> bool:
+    socks: list[socket.socket] = []
+    try:
+        for port in range(first, first + count):
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            socks.append(sock)
+            sock.bind((host, port))
+        return True
+    except OSError:
+        return False
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def free_port(host: str = "127.0.0.1", count: int = 1) -> int:
+    """The first of ``count`` consecutive TCP ports that are free on ``host`` right now.
+
+    The server binds the port later (seconds later on Slurm), so the choice avoids the kernel's
+    ephemeral range where the system allows: a port from that range can be taken in between by any
+    outgoing connection on the host, which is how a two-node job on one host once failed to bind
+    ("address already in use"). Where the range cannot be read or leaves no room below it, a
+    kernel-chosen port is used (and checked for ``count`` free ports).
+    """
+    if count < 1:
+        raise ValueError(f"count must be at least 1, not {count}")
     bind_host = "127.0.0.1" if host in WILDCARD_HOSTS else host
     family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.bind((bind_host, 0))
-        port: int = sock.getsockname()[1]
-        return port
+    span = ephemeral_range()
+    if span is not None and span[0] - count > LISTEN_PORT_FLOOR:
+        rng = random.SystemRandom()
+        for _ in range(_PORT_TRIES):
+            first = rng.randrange(LISTEN_PORT_FLOOR, span[0] - count + 1)
+            if _all_free(family, bind_host, first, count):
+                return first
+    for _ in range(_PORT_TRIES):
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.bind((bind_host, 0))
+            first = int(sock.getsockname()[1])
+        if first + count - 1 <= 65535 and _all_free(family, bind_host, first, count):
+            return first
+    raise RunnerError(f"no {count} consecutive free TCP port(s) on {bind_host} after {_PORT_TRIES} tries")
 
 
 def connect_host(bind_host: str) -> str:

@@ -20,9 +20,9 @@ def bind_host_of(config: ServerConfig) -> str:
     return config.host
 
 
-def resolve_port(config: ServerConfig) -> int:
-    """The configured port, or a free one on the bind host when the config says 0."""
-    return config.port or free_port(bind_host_of(config))
+def resolve_port(config: ServerConfig, count: int = 1) -> int:
+    """The configured port, or (config says 0) the first of ``count`` consecutive free ports on the bind host."""
+    return config.port or free_port(bind_host_of(config), count)
 
 
 def image_tag(image: str | None) -> str | None:

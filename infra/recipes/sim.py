@@ -68,7 +68,8 @@ class SimRecipe:
         check_extra_args(self.framework, config.extra_args, SIM_MANAGED_FLAGS)
         dialect = DIALECTS[config.sim_dialect]
         source = dialect.sim_source(config)
-        port = resolve_port(config)
+        # node R listens on port + R and the head's join port is port + nodes: all must be free
+        port = resolve_port(config, config.nodes + 1 if config.nodes > 1 else 1)
         argv = [self.python, "-m", "alflow.sim", "serve", "--host", bind_host_of(config), "--port", str(port)]
         argv += ["--dialect", config.sim_dialect, "--model-name", config.model]
         spec = config.speculative
