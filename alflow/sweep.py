@@ -11,14 +11,16 @@ sweep reuses what already completed, on whichever node it ran.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
-from alflow.config import BenchmarkParams, GateParams, SweepNode, SweepParams
+from alflow.config import BenchmarkParams, FanOut, GateParams, SweepNode, SweepParams
 from alflow.config.presets import ServerPreset, benchmark_params, gate_params
 from alflow.errors import InvalidInputError
 from alflow.outcomes import ChildRun, KOutcome
@@ -27,11 +29,15 @@ from alflow.yamlfile import describe_validation
 __all__ = [
     "NoNodeLeftError",
     "NodePool",
+    "StopWaiting",
     "benchmark_for",
     "cache_key",
     "child_parameters",
+    "dispatch_rank",
     "gate_for",
+    "judge_wait",
     "lost_nodes",
+    "node_lost_why",
     "on_node",
     "per_k_rows",
     "sweep_failures",
@@ -44,9 +50,10 @@ class NoNodeLeftError(Exception):
 
 
 class NodePool:
-    """The sweep's nodes: each runs one K at a time; a lost node takes no more work.
+    """The sweep's nodes: each runs one child run at a time; a lost node takes no more work.
 
-    :meth:`acquire` blocks while every live node is busy and raises :class:`NoNodeLeftError` once none is
+    :meth:`acquire` blocks while every live node is busy (a freed node goes to the waiting request of
+    the lowest rank, see :func:`dispatch_rank`) and raises :class:`NoNodeLeftError` once none is
     live; :meth:`release` gives a node back; :meth:`lose` drops it (with the reason, for the report).
     Thread-safe: one thread per K asks for a node.
     """
@@ -57,19 +64,30 @@ class NodePool:
         self._free = list(nodes)
         self._busy: list[SweepNode] = []
         self._lost: dict[str, str] = {}
+        self._waiting: list[tuple[tuple[int, ...], int]] = []
+        self._tickets = itertools.count()
         self._cond = threading.Condition()
 
-    def acquire(self) -> SweepNode:
-        """A free live node (blocking while all live nodes are busy)."""
+    def acquire(self, rank: tuple[int, ...] = ()) -> SweepNode:
+        """A free live node, blocking while all live nodes are busy or a request of lower rank waits.
+
+        Requests of equal rank are served in the order they came.
+        """
         with self._cond:
-            while not self._free:
-                if not self._busy:
-                    lost = "; ".join(f"{q}: {why}" for q, why in self._lost.items())
-                    raise NoNodeLeftError(f"no node of the sweep is left ({lost})")
-                self._cond.wait()
-            node = self._free.pop(0)
-            self._busy.append(node)
-            return node
+            ticket = (rank, next(self._tickets))
+            self._waiting.append(ticket)
+            try:
+                while not (self._free and min(self._waiting) == ticket):
+                    if not self._free and not self._busy:
+                        lost = "; ".join(f"{q}: {why}" for q, why in self._lost.items())
+                        raise NoNodeLeftError(f"no node of the sweep is left ({lost})")
+                    self._cond.wait()
+                node = self._free.pop(0)
+                self._busy.append(node)
+                return node
+            finally:
+                self._waiting.remove(ticket)
+                self._cond.notify_all()
 
     def release(self, node: SweepNode) -> None:
         """Give a node back after its K."""
@@ -92,6 +110,66 @@ class NodePool:
         """The lost nodes' work queues and why each was lost."""
         with self._cond:
             return dict(self._lost)
+
+
+def node_lost_why(node: SweepNode, pool: str, silent_s: float, fan: FanOut) -> str:
+    """Why ``node`` is lost: no worker has polled its work queue for ``silent_s`` seconds."""
+    return (
+        f"no worker has polled work queue {node.work_queue!r} of pool {pool!r} for {silent_s:.0f} s "
+        f"(node_timeout_s={fan.node_timeout_s:g}): the node's worker is gone"
+    )
+
+
+@dataclass(frozen=True)
+class StopWaiting:
+    """Why the sweep stops waiting for a child run that has not ended.
+
+    ``node_lost``: the node's worker is gone (the node takes no more work; a run that never started
+    goes to another node); otherwise the run overran ``run_timeout_s`` (the node stays).
+    """
+
+    node_lost: bool
+    why: str
+
+
+def judge_wait(
+    *,
+    node: SweepNode,
+    pool: str,
+    fan: FanOut,
+    started: bool,
+    queue_silence_s: float,
+    heartbeat_silence_s: Callable[[], float],
+    waited_s: float,
+) -> StopWaiting | None:
+    """Whether to stop waiting for a child run that has not ended (None: keep waiting).
+
+    A run waiting to start is given up when its node's worker has not polled for ``node_timeout_s``;
+    a running one only when, in addition, the run itself has sent no heartbeat for that long (a flow
+    process can outlive its worker and finish). ``heartbeat_silence_s`` is asked only then (it costs an
+    API call). Past ``run_timeout_s`` since creation, any run is given up.
+    """
+    silent = queue_silence_s
+    if silent > fan.node_timeout_s and started:
+        silent = min(silent, heartbeat_silence_s())
+    if silent > fan.node_timeout_s:
+        return StopWaiting(node_lost=True, why=node_lost_why(node, pool, silent, fan))
+    if fan.run_timeout_s is not None and waited_s > fan.run_timeout_s:
+        return StopWaiting(node_lost=False, why=f"not finished within run_timeout_s={fan.run_timeout_s:g}")
+    return None
+
+
+def dispatch_rank(step: str, k: int) -> tuple[int, int]:
+    """The order in which waiting child runs get a free node: every K's M1 first, then the M2s, by K.
+
+    Gates first keeps the most work ready for the nodes and leaves the long M2s to the end, where
+    they balance the nodes; K by K in each step keeps the order the same on every run. For example,
+    7 K on 2 nodes with M1 taking 68 s and M2 110 s: gates first ends at 644 s, each node alternating
+    M1 and M2 of its K at 712 s; no order can end before 623 s (half the work).
+    """
+    if step not in ("m1", "m2"):
+        raise ValueError(f"step {step!r} is not 'm1' or 'm2'")
+    return (0 if step == "m1" else 1, k)
 
 
 def gate_for(params: SweepParams, k: int) -> GateParams:

@@ -30,7 +30,7 @@ from prefect.futures import PrefectFuture
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
 from alflow.acceptance.synthetic import K_MAX
-from alflow.config import SweepParams
+from alflow.config import BenchmarkParams, GateParams, SweepParams
 from alflow.outcomes import ChildRun, KOutcome, M2Outcome, SweepOutcome
 from alflow.points import best_k
 from alflow.reports.markdown import SweepSummary
@@ -39,6 +39,7 @@ from alflow.sweep import (
     NodePool,
     benchmark_for,
     child_parameters,
+    dispatch_rank,
     gate_for,
     lost_nodes,
     per_k_rows,
@@ -49,7 +50,7 @@ from flows.benchmark import benchmark
 from flows.common import fail, open_run
 from flows.gate import gate
 from flows.presets import find_preset, run_name
-from tasks.fanout import ChildRunFailedError, cache_options, read_m2_points, run_child
+from tasks.fanout import ChildRunFailedError, cache_options, deployment_pools, read_m2_points, run_child
 from tasks.results import render_report, store_results
 
 
@@ -96,27 +97,33 @@ def _in_process(params: SweepParams) -> tuple[dict[int, KOutcome], list[M2Point]
 
 def _child(
     params: SweepParams,
-    deployment: str,
-    flow_name: str,
-    child: dict[str, object],
-    name: str,
+    k: int,
+    step: str,
+    prefix: str,
     nodes: NodePool,
+    pools: dict[str, str],
     started: datetime,
 ) -> ChildRun:
-    """One child run through the cached task; its ChildRun whether it completed, failed or never ran."""
+    """K's M1 or M2 (``step``) as a child run through the cached task; its ChildRun whether it completed, failed or never ran."""
     fan = params.fan_out
     assert fan is not None
-    inner = child["params"]
-    assert isinstance(inner, dict)
-    placement = inner["placement"]
-    assert isinstance(placement, dict)
+    if step == "m1":
+        deployment = fan.gate_deployment
+        child_params: GateParams | BenchmarkParams = gate_for(params, k)
+        top_level = inspect.signature(gate.fn).parameters
+    else:
+        deployment = fan.benchmark_deployment
+        child_params = benchmark_for(params, k)
+        top_level = inspect.signature(benchmark.fn).parameters
     state = run_child.with_options(**cache_options(fan))(
         deployment,
-        child,
-        flow_name,
-        str(placement["results_root"]),
-        name,
+        child_parameters(child_params, top_level),
+        step,
+        pools[deployment],
+        child_params.placement.results_root,
+        f"{prefix}-k{k}-{step}",
         nodes,
+        dispatch_rank(step, k),
         fan,
         started,
         return_state=True,
@@ -127,36 +134,18 @@ def _child(
     error = state.result(raise_on_failure=False)
     if isinstance(error, ChildRunFailedError):
         return error.child
-    return ChildRun("m1" if flow_name == "m1" else "m2", passed=False, state="Not run", message=str(error))
+    return ChildRun("m1" if step == "m1" else "m2", passed=False, state="Not run", message=str(error))
 
 
 @task(name="sweep_k", cache_policy=NO_CACHE)
 def sweep_k(
-    params: SweepParams, k: int, prefix: str, nodes: NodePool, started: datetime
+    params: SweepParams, k: int, prefix: str, nodes: NodePool, pools: dict[str, str], started: datetime
 ) -> tuple[KOutcome, list[M2Point]]:
     """One K fanned out: M1 on a free node, then (unless it failed) M2 on a free node; M2's points from the store."""
-    fan = params.fan_out
-    assert fan is not None
-    m1 = _child(
-        params,
-        fan.gate_deployment,
-        "m1",
-        child_parameters(gate_for(params, k), inspect.signature(gate.fn).parameters),
-        f"{prefix}-k{k}-m1",
-        nodes,
-        started,
-    )
+    m1 = _child(params, k, "m1", prefix, nodes, pools, started)
     if not m1.passed and params.stop_on_gate_failure:
         return KOutcome.of(m1, None), []
-    m2 = _child(
-        params,
-        fan.benchmark_deployment,
-        "m2",
-        child_parameters(benchmark_for(params, k), inspect.signature(benchmark.fn).parameters),
-        f"{prefix}-k{k}-m2",
-        nodes,
-        started,
-    )
+    m2 = _child(params, k, "m2", prefix, nodes, pools, started)
     points = read_m2_points(m2.run_dir) if m2.passed and m2.run_dir else []
     return KOutcome.of(m1, m2), points
 
@@ -167,8 +156,9 @@ def _fanned_out(
     """Every K at once, each waiting for a free node."""
     assert params.fan_out is not None
     nodes = NodePool(params.fan_out.nodes)
+    pools = deployment_pools(params.fan_out)
     started = datetime.now(UTC)
-    futures = {k: sweep_k.submit(params, k, prefix, nodes, started) for k in params.ks}
+    futures = {k: sweep_k.submit(params, k, prefix, nodes, pools, started) for k in params.ks}
     results: dict[int, KOutcome] = {}
     points: list[M2Point] = []
     for k, future in futures.items():

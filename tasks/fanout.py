@@ -42,7 +42,7 @@ from alflow.outcomes import ChildRun
 from alflow.results.rows import M2Point
 from alflow.results.store import find_run
 from alflow.results.view import m2_points
-from alflow.sweep import NodePool, cache_key, on_node
+from alflow.sweep import NodePool, StopWaiting, cache_key, judge_wait, node_lost_why, on_node
 
 
 class ChildRunFailedError(AlflowError):
@@ -105,53 +105,63 @@ def node_silence(client: SyncPrefectClient, node: SweepNode, pool: str, since: d
     return _silence_s(_queue_last_polled(client, node, pool), since)
 
 
-def _lost_why(node: SweepNode, pool: str, silent: float, fan: FanOut) -> str:
-    return (
-        f"no worker has polled work queue {node.work_queue!r} of pool {pool!r} for {silent:.0f} s "
-        f"(node_timeout_s={fan.node_timeout_s:g}): the node's worker is gone"
-    )
-
-
-def _wait(flow_run_id: UUID, node: SweepNode, pool: str, fan: FanOut) -> tuple[FlowRun, str | None]:
-    """Poll the run until it ends; the run and, when its node was lost or it ran out of time, why.
-
-    A run waiting to start is lost when the node's worker stops polling; a running one only when, in
-    addition, the run itself sends no heartbeat (a flow process can outlive its worker and finish).
-    """
+def _wait(flow_run_id: UUID, node: SweepNode, pool: str, fan: FanOut) -> tuple[FlowRun, StopWaiting | None]:
+    """Poll the run until it ends or :func:`alflow.sweep.judge_wait` gives it up; the run and why it was given up."""
     since = _now()
     while True:
         with get_client(sync_client=True) as client:
             flow_run = client.read_flow_run(flow_run_id)
             if flow_run.state is not None and flow_run.state.is_final():
                 return flow_run, None
-            silent = node_silence(client, node, pool, since)
-            if silent > fan.node_timeout_s and _started(flow_run):
-                beat = _last_heartbeat(client, flow_run_id, since)
-                silent = min(silent, _silence_s(beat, since))
-        if silent > fan.node_timeout_s:
-            return flow_run, _lost_why(node, pool, silent, fan)
-        if fan.run_timeout_s is not None and (_now() - since).total_seconds() > fan.run_timeout_s:
-            return flow_run, f"not finished within run_timeout_s={fan.run_timeout_s:g}"
+            stop = judge_wait(
+                node=node,
+                pool=pool,
+                fan=fan,
+                started=_started(flow_run),
+                queue_silence_s=node_silence(client, node, pool, since),
+                heartbeat_silence_s=lambda: _silence_s(_last_heartbeat(client, flow_run_id, since), since),
+                waited_s=(_now() - since).total_seconds(),
+            )
+        if stop is not None:
+            return flow_run, stop
         time.sleep(fan.poll_s)
 
 
-def _pool_of(deployment: str) -> str:
+@task(name="deployment_pools", cache_policy=NO_CACHE)
+def deployment_pools(fan: FanOut) -> dict[str, str]:
+    """The work pool of each deployment the sweep fans out to (read once per sweep).
+
+    Raises AlflowError naming a deployment that does not exist or has no work pool.
+    """
+    pools: dict[str, str] = {}
     with get_client(sync_client=True) as client:
-        found = client.read_deployment_by_name(deployment)
-    if not found.work_pool_name:
-        raise AlflowError(f"deployment {deployment!r} has no work pool: the sweep cannot fan out to it")
-    return found.work_pool_name
+        for deployment in (fan.gate_deployment, fan.benchmark_deployment):
+            try:
+                found = client.read_deployment_by_name(deployment)
+            except ObjectNotFound:
+                raise AlflowError(
+                    f"fan_out: deployment {deployment!r} does not exist on this Prefect server "
+                    "(create it with prefect deploy, or name another in fan_out)"
+                ) from None
+            if not found.work_pool_name:
+                raise AlflowError(
+                    f"deployment {deployment!r} has no work pool: the sweep cannot fan out to it"
+                )
+            pools[deployment] = found.work_pool_name
+    return pools
 
 
-def _live_node(nodes: NodePool, pool: str, fan: FanOut, started: datetime) -> SweepNode:
+def _live_node(
+    nodes: NodePool, rank: tuple[int, ...], pool: str, fan: FanOut, started: datetime
+) -> SweepNode:
     """A free node whose worker polled within ``node_timeout_s`` (silent ones are dropped on the way)."""
     while True:
-        node = nodes.acquire()
+        node = nodes.acquire(rank)
         with get_client(sync_client=True) as client:
             silent = node_silence(client, node, pool, started)
         if silent <= fan.node_timeout_s:
             return node
-        nodes.lose(node, _lost_why(node, pool, silent, fan))
+        nodes.lose(node, node_lost_why(node, pool, silent, fan))
         nodes.release(node)
 
 
@@ -160,22 +170,25 @@ def run_child(
     deployment: str,
     parameters: dict[str, Any],
     flow: str,
+    pool: str,
     results_root: str,
     run_name: str,
     nodes: NodePool,
+    rank: tuple[int, ...],
     fan: FanOut,
     started: datetime,
 ) -> ChildRun:
     """Run ``deployment`` with ``parameters`` on a free node; its ChildRun (raises ChildRunFailedError if it failed).
 
+    Waiting child runs get free nodes in the order of their ``rank`` (:func:`alflow.sweep.dispatch_rank`).
+
     A run that never started because its node was lost is cancelled and sent to another live node;
     one that started and was lost is not run again (the re-run of the sweep does that).
     """
     log = get_run_logger()
-    pool = _pool_of(deployment)
     while True:
-        node = _live_node(nodes, pool, fan, started)
-        lost: str | None = None
+        node = _live_node(nodes, rank, pool, fan, started)
+        stop: StopWaiting | None = None
         try:
             created = cast(
                 FlowRun,
@@ -189,19 +202,19 @@ def run_child(
                 ),
             )
             log.info("%s: flow run %s on node %s", run_name, created.id, node.work_queue)
-            flow_run, lost = _wait(created.id, node, pool, fan)
+            flow_run, stop = _wait(created.id, node, pool, fan)
             state = flow_run.state.name if flow_run.state is not None else "unknown"
-            if lost is not None:
+            if stop is not None:
                 ran = _started(flow_run)
-                state = _end_lost(flow_run, f"alflow sweep: {lost}")
-                if "node_timeout_s" in lost:
-                    nodes.lose(node, lost)
+                state = _end_lost(flow_run, f"alflow sweep: {stop.why}")
+                if stop.node_lost:
+                    nodes.lose(node, stop.why)
                     if not ran:
                         log.warning(
                             "%s: never started on node %s (%s); trying another node",
                             run_name,
                             node.work_queue,
-                            lost,
+                            stop.why,
                         )
                         continue
         finally:
@@ -217,8 +230,12 @@ def run_child(
     )
     stored = find_run(results_root, flow, str(flow_run.id))
     run_dir = None if stored is None else stored.dir
-    if lost is not None or flow_run.state is None or not flow_run.state.is_completed():
-        message = lost or (flow_run.state.message if flow_run.state is not None else None) or child.state
+    if stop is not None or flow_run.state is None or not flow_run.state.is_completed():
+        message = (
+            (None if stop is None else stop.why)
+            or (flow_run.state.message if flow_run.state is not None else None)
+            or child.state
+        )
         raise ChildRunFailedError(replace(child, message=message, run_dir=run_dir))
     if run_dir is None:
         raise ChildRunFailedError(

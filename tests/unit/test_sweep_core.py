@@ -12,8 +12,11 @@ from alflow.outcomes import ChildRun, KOutcome
 from alflow.sweep import (
     NodePool,
     NoNodeLeftError,
+    StopWaiting,
     cache_key,
     child_parameters,
+    dispatch_rank,
+    judge_wait,
     lost_nodes,
     on_node,
     per_k_rows,
@@ -154,3 +157,93 @@ def test_the_sweep_short_form_builds_both_templates_from_the_preset_and_its_valu
         sweep_params()
     with pytest.raises(InvalidInputError, match="outside"):
         sweep_params(preset=sim, ks=[0])
+
+
+FAN = FanOut(nodes=(N1, N2), node_timeout_s=60.0, run_timeout_s=600.0)
+
+
+def _judge(
+    *, started: bool, queue: float, beat: float | None = None, waited: float = 10.0, fan: FanOut = FAN
+) -> tuple[object, list[str]]:
+    asked: list[str] = []
+
+    def heartbeat() -> float:
+        asked.append("heartbeat")
+        assert beat is not None, "the heartbeat was asked for when it should not be"
+        return beat
+
+    stop = judge_wait(
+        node=N2,
+        pool="local",
+        fan=fan,
+        started=started,
+        queue_silence_s=queue,
+        heartbeat_silence_s=heartbeat,
+        waited_s=waited,
+    )
+    return stop, asked
+
+
+def test_a_run_on_a_polled_node_is_waited_for_without_asking_its_heartbeat() -> None:
+    assert _judge(started=True, queue=5.0) == (None, [])
+    assert _judge(started=False, queue=59.0) == (None, [])
+
+
+def test_a_waiting_run_on_a_silent_node_is_given_up_and_the_node_is_lost() -> None:
+    stop, asked = _judge(started=False, queue=61.0)
+    assert asked == []  # a run that never started has no heartbeat to ask for
+    assert isinstance(stop, StopWaiting)
+    assert stop.node_lost
+    assert stop.why == (
+        "no worker has polled work queue 'node-2' of pool 'local' for 61 s (node_timeout_s=60): "
+        "the node's worker is gone"
+    )
+
+
+def test_a_running_run_that_still_beats_outlives_its_silent_worker() -> None:
+    assert _judge(started=True, queue=300.0, beat=20.0) == (None, ["heartbeat"])
+
+
+def test_a_running_run_without_heartbeats_on_a_silent_node_is_given_up_by_its_longest_silence() -> None:
+    stop, asked = _judge(started=True, queue=300.0, beat=90.0)
+    assert asked == ["heartbeat"]
+    assert isinstance(stop, StopWaiting)
+    assert stop.node_lost
+    assert "for 90 s" in stop.why
+
+
+def test_run_timeout_gives_a_run_up_without_losing_its_node() -> None:
+    stop, _ = _judge(started=True, queue=1.0, waited=601.0)
+    assert stop == StopWaiting(node_lost=False, why="not finished within run_timeout_s=600")
+    no_limit = FanOut(nodes=(N1,), node_timeout_s=60.0)
+    assert _judge(started=True, queue=1.0, waited=1e6, fan=no_limit) == (None, [])
+
+
+def test_a_freed_node_goes_to_the_waiting_request_of_lowest_rank_gates_first() -> None:
+    pool = NodePool([N1])
+    held = pool.acquire()
+    order: list[tuple[int, int]] = []
+    threads = []
+    for step, k in (("m2", 1), ("m1", 3), ("m1", 2), ("m2", 0)):
+        rank = dispatch_rank(step, k)
+
+        def take(rank: tuple[int, int] = rank) -> None:
+            node = pool.acquire(rank)
+            order.append(rank)
+            time.sleep(0.05)
+            pool.release(node)
+
+        thread = threading.Thread(target=take)
+        thread.start()
+        threads.append(thread)
+        time.sleep(0.05)  # all four wait, in this order, while the node is held
+    pool.release(held)
+    for thread in threads:
+        thread.join(5)
+    assert order == [(0, 2), (0, 3), (1, 0), (1, 1)]
+
+
+def test_dispatch_rank_names_a_step_it_does_not_know() -> None:
+    assert dispatch_rank("m1", 7) < dispatch_rank("m2", 1)
+    with pytest.raises(ValueError, match="step 'm0' is not 'm1' or 'm2'"):
+        dispatch_rank("m0", 1)
