@@ -18,13 +18,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
-
 from alflow.config import BenchmarkParams, FanOut, GateParams, SweepNode, SweepParams
-from alflow.config.presets import ServerPreset, benchmark_params, gate_params
-from alflow.errors import InvalidInputError
 from alflow.outcomes import ChildRun, KOutcome
-from alflow.yamlfile import describe_validation
 
 __all__ = [
     "NoNodeLeftError",
@@ -41,7 +36,6 @@ __all__ = [
     "on_node",
     "per_k_rows",
     "sweep_failures",
-    "sweep_params",
 ]
 
 
@@ -278,39 +272,3 @@ def sweep_failures(per_k: Mapping[int, KOutcome]) -> list[str]:
                 where += f", node {child.node})" if child.node else ")"
             lines.append(f"K={k} {step}{where}: {message or (child.message if child else None) or 'failed'}")
     return lines
-
-
-def sweep_params(
-    *,
-    preset: ServerPreset | None = None,
-    model: str | None = None,
-    ks: Sequence[int] | None = None,
-    target_al: float | None = None,
-    concurrencies: Sequence[int] | None = None,
-    params: SweepParams | None = None,
-) -> SweepParams:
-    """The sweep's full parameters from its short form (the rules of :mod:`alflow.config.presets`).
-
-    The base is ``params`` (its M1 and M2 templates) when given, else the preset; every value given
-    here wins: ``model`` in both templates, ``ks``, ``target_al`` and ``concurrencies`` in M2's.
-    """
-    if params is None and preset is None:
-        raise InvalidInputError(
-            "sweep: no configuration: give preset (a server preset, e.g. sim) or params (the full configuration)"
-        )
-    gate = gate_params(preset=preset, model=model, params=None if params is None else params.gate)
-    bench = benchmark_params(
-        preset=preset,
-        model=model,
-        target_al=target_al,
-        concurrencies=concurrencies,
-        params=None if params is None else params.benchmark,
-    )
-    data: dict[str, Any] = {} if params is None else params.model_dump()
-    data.update(gate=gate.model_dump(), benchmark=bench.model_dump())
-    if ks is not None:
-        data["ks"] = tuple(ks)
-    try:
-        return SweepParams.model_validate(data)
-    except ValidationError as exc:
-        raise InvalidInputError(f"sweep's parameters: {describe_validation(exc)}") from None

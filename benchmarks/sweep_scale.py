@@ -40,8 +40,7 @@ from typing import Any
 import httpx
 import yaml
 
-from alflow.config.presets import load_preset
-from alflow.sweep import sweep_params
+from alflow.config.presets import load_preset, sweep_params
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

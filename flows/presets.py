@@ -17,7 +17,7 @@ from prefect.runtime import flow_run
 from prefect.settings import PREFECT_API_URL
 from prefect.variables import Variable
 
-from alflow.config import BenchmarkParams, CalibrateParams, GateParams, ThinkingMode
+from alflow.config import BenchmarkParams, CalibrateParams, GateParams, SweepParams, ThinkingMode
 from alflow.config.presets import (
     VARIABLE_PREFIX,
     ServerPreset,
@@ -29,6 +29,7 @@ from alflow.config.presets import (
     preset_from_data,
     preset_path,
     presets_root,
+    sweep_params,
     unknown_preset,
 )
 
@@ -103,6 +104,25 @@ def m0_params(
 ) -> CalibrateParams:
     """M0's full parameters from the flow's short form."""
     return calibrate_params(preset=find_preset(preset), models=models, ks=ks, params=params)
+
+
+def sweep_params_of(
+    preset: str | None = None,
+    model: str | None = None,
+    ks: Sequence[int] | None = None,
+    target_al: float | None = None,
+    concurrencies: Sequence[int] | None = None,
+    params: SweepParams | None = None,
+) -> SweepParams:
+    """The sweep's full parameters from the flow's short form (the preset found by name)."""
+    return sweep_params(
+        preset=find_preset(preset),
+        model=model,
+        ks=ks,
+        target_al=target_al,
+        concurrencies=concurrencies,
+        params=params,
+    )
 
 
 def run_name(prefix: str, resolve: Callable[..., Any], name: Callable[[Any], str]) -> Callable[[], str]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -44,12 +43,11 @@ from alflow.sweep import (
     lost_nodes,
     per_k_rows,
     sweep_failures,
-    sweep_params,
 )
 from flows.benchmark import benchmark
 from flows.common import fail, open_run
 from flows.gate import gate
-from flows.presets import find_preset, run_name
+from flows.presets import run_name, sweep_params_of
 from tasks.fanout import ChildRunFailedError, cache_options, deployment_pools, read_m2_points, run_child
 from tasks.results import render_report, store_results
 
@@ -171,25 +169,6 @@ def _fanned_out(
         results[k] = outcome
         points += k_points
     return results, points, nodes.lost
-
-
-def sweep_params_of(
-    preset: str | None = None,
-    model: str | None = None,
-    ks: Sequence[int] | None = None,
-    target_al: float | None = None,
-    concurrencies: Sequence[int] | None = None,
-    params: SweepParams | None = None,
-) -> SweepParams:
-    """The sweep's full parameters from the flow's short form (the preset found by name)."""
-    return sweep_params(
-        preset=find_preset(preset),
-        model=model,
-        ks=ks,
-        target_al=target_al,
-        concurrencies=concurrencies,
-        params=params,
-    )
 
 
 @flow(

@@ -4,14 +4,14 @@ A person starting a run from the Prefect UI changes a few things: the server (a 
 K (or the Ks of M0), the target AL or the thinking mode, the concurrencies. The flows take those as
 top-level parameters, with the full configuration behind an optional advanced ``params``. This module
 turns them into the flow's full parameters (:func:`benchmark_params`, :func:`gate_params`,
-:func:`calibrate_params`), without Prefect:
+:func:`calibrate_params`, :func:`sweep_params`), without Prefect:
 
 - the base is ``params`` when given, else the preset's configuration; neither is an error naming both;
 - a preset given together with ``params`` replaces its server and placement (run this configuration on
   that server);
 - every short-form value that is not None wins over the base: ``model`` sets the model's id (and the
   server's model; a revision pinned for another model is dropped), ``k``, ``target_al`` (the reference
-  table is then not read), ``thinking``, ``concurrencies``, ``models`` and ``ks``.
+  table is then not read), ``thinking``, ``concurrencies``, ``models`` and ``ks`` (the sweep's ``model`` sets both its M1 and M2 templates).
 
 A preset is a YAML file ``presets/<name>.yaml`` under the project root (:func:`presets_root`:
 ``$ALFLOW_HOME`` when set, as the deployments' pull step and workers use it, else the current
@@ -32,7 +32,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from alflow.acceptance.synthetic import K_MAX, K_MIN
 from alflow.config.base import StrictModel
-from alflow.config.flows import BenchmarkParams, CalibrateParams, GateParams, ServerPlacement
+from alflow.config.flows import BenchmarkParams, CalibrateParams, GateParams, ServerPlacement, SweepParams
 from alflow.config.server import ServerConfig
 from alflow.config.speculative import GateTolerances, ModelSpec, SpecMethod, ThinkingMode
 from alflow.config.workloads import Gsm8kSettings, LoadConfig, RandomWorkload, SpeedBenchWorkload
@@ -351,3 +351,36 @@ def calibrate_params(
     if ks is not None:
         data["ks"] = tuple(ks)
     return _validated(CalibrateParams, data, "m0-calibrate's parameters")
+
+
+def sweep_params(
+    *,
+    preset: ServerPreset | None = None,
+    model: str | None = None,
+    ks: Sequence[int] | None = None,
+    target_al: float | None = None,
+    concurrencies: Sequence[int] | None = None,
+    params: SweepParams | None = None,
+) -> SweepParams:
+    """The sweep's full parameters from its short form (the rules above).
+
+    The base is ``params`` (its M1 and M2 templates) when given, else the preset; every value given
+    here wins: ``model`` in both templates, ``ks``, ``target_al`` and ``concurrencies`` in M2's.
+    """
+    if params is None and preset is None:
+        raise InvalidInputError(
+            "sweep: no configuration: give preset (a server preset, e.g. sim) or params (the full configuration)"
+        )
+    gate = gate_params(preset=preset, model=model, params=None if params is None else params.gate)
+    bench = benchmark_params(
+        preset=preset,
+        model=model,
+        target_al=target_al,
+        concurrencies=concurrencies,
+        params=None if params is None else params.benchmark,
+    )
+    data: dict[str, Any] = {} if params is None else params.model_dump()
+    data.update(gate=gate.model_dump(), benchmark=bench.model_dump())
+    if ks is not None:
+        data["ks"] = tuple(ks)
+    return _validated(SweepParams, data, "sweep's parameters")

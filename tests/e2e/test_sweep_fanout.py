@@ -27,9 +27,8 @@ import httpx
 import pytest
 import yaml
 
-from alflow.config.presets import load_preset
+from alflow.config.presets import load_preset, sweep_params
 from alflow.results.store import open_run
-from alflow.sweep import sweep_params
 from tests.e2e.prefect_support import ROOT, api, cli, ensure_limit, ensure_pool
 
 ALFLOW = str(Path(sys.executable).parent / "alflow")

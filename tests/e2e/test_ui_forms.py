@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -34,28 +33,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
 from websockets.sync.client import ClientConnection, connect
 
 from alflow.results.store import find_run
+from tests.browser import chromium_binary, decode_png
 from tests.e2e.prefect_support import PREFECT, ROOT, api, cli, ensure_pool
-from tests.integration.test_report_browser import decode_png
 
-CHROMIUM = "/usr/bin/chromium"
 WIDTH = 1400
 MAX_HEIGHT = 2500
 SHORT_FORM = ("preset", "model", "k", "target_al", "concurrencies", "params")
 """The form's fields, in order: the short form, then the advanced full configuration."""
-
-
-def _chromium() -> str:
-    path = CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium")
-    if path:
-        return path
-    message = "chromium is missing: install Debian's chromium package (bash scripts/ci-services.sh does)"
-    if os.environ.get("CI"):
-        pytest.fail(f"{message}; CI is set, so the UI form test may not be skipped")
-    pytest.skip(message)
 
 
 class Page:
@@ -113,7 +100,7 @@ def chromium(profile: Path) -> Iterator[Page]:
     port_file.unlink(missing_ok=True)  # a profile used before holds the port of a Chromium that is gone
     proc = subprocess.Popen(
         [
-            _chromium(),
+            chromium_binary("the UI form test"),
             "--headless",
             "--no-sandbox",
             "--disable-gpu",

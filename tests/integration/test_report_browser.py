@@ -8,12 +8,9 @@ sweep); the flow writes ``report.html`` itself.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import struct
 import subprocess
-import zlib
 from pathlib import Path
 
 import pytest
@@ -28,70 +25,12 @@ from alflow.config import (
 )
 from alflow.results.store import open_run
 from flows.benchmark import benchmark
+from tests import browser
+from tests.browser import chromium_binary, decode_png
 
-CHROMIUM = "/usr/bin/chromium"
 PLOT_BLUE = (0x1F, 0x77, 0xB4)  # first palette colour: every chart's first series
 PLOT_RED = (0xD6, 0x27, 0x28)  # second palette colour: the latency charts' p90 curves
 CONSOLE = re.compile(r"CONSOLE[:(]|Uncaught|Failed to load resource", re.I)
-
-
-def _chromium() -> str:
-    path = CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium")
-    if path:
-        return path
-    message = "chromium is missing: install Debian's chromium package (bash scripts/ci-services.sh does)"
-    if os.environ.get("CI"):
-        pytest.fail(f"{message}; CI is set, so the HTML report test may not be skipped")
-    pytest.skip(message)
-
-
-def decode_png(data: bytes) -> tuple[int, int, list[tuple[int, int, int]]]:
-    """Width, height and the RGB pixels of an 8-bit RGB or RGBA PNG (no Pillow needed)."""
-    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG file"
-    pos, idat = 8, []
-    width = height = ctype = depth = 0
-    while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
-        body = data[pos + 8 : pos + 8 + length]
-        pos += 12 + length
-        if kind == b"IHDR":
-            width, height, depth, ctype = struct.unpack(">IIBB", body[:10])
-        elif kind == b"IDAT":
-            idat.append(body)
-        elif kind == b"IEND":
-            break
-    assert depth == 8, f"unexpected PNG bit depth {depth}"
-    assert ctype in (2, 6), f"unexpected PNG colour type {ctype}"
-    bpp = 3 if ctype == 2 else 4
-    stride = width * bpp
-    raw = zlib.decompress(b"".join(idat))
-    prev = bytearray(stride)
-    pixels: list[tuple[int, int, int]] = []
-    i = 0
-    for _ in range(height):
-        kind_f = raw[i]
-        line = bytearray(raw[i + 1 : i + 1 + stride])
-        i += 1 + stride
-        if kind_f == 1:
-            for x in range(bpp, stride):
-                line[x] = (line[x] + line[x - bpp]) & 255
-        elif kind_f == 2:
-            line = bytearray((a + b) & 255 for a, b in zip(line, prev, strict=True))
-        elif kind_f == 3:
-            for x in range(stride):
-                left = line[x - bpp] if x >= bpp else 0
-                line[x] = (line[x] + (left + prev[x]) // 2) & 255
-        elif kind_f == 4:
-            for x in range(stride):
-                a = line[x - bpp] if x >= bpp else 0
-                b = prev[x]
-                c = prev[x - bpp] if x >= bpp else 0
-                p = a + b - c
-                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-                line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
-        pixels.extend(tuple(line[x : x + 3]) for x in range(0, stride, bpp))  # type: ignore[misc]
-        prev = line
-    return width, height, pixels
 
 
 def _near(pixel: tuple[int, int, int], colour: tuple[int, int, int], tol: int = 40) -> bool:
@@ -101,7 +40,7 @@ def _near(pixel: tuple[int, int, int], colour: tuple[int, int, int], tol: int = 
 def screenshot(html: Path, out: Path, profile: Path, *, size: str = "1280,4200") -> str:
     """Open ``html`` in headless Chromium, save a PNG screenshot, return Chromium's stderr."""
     args = [
-        _chromium(),
+        chromium_binary("the HTML report test"),
         "--headless",
         "--no-sandbox",
         "--disable-gpu",
@@ -140,7 +79,7 @@ def _check_page(html: Path, tmp_path: Path, size: str = "1280,4200") -> None:
 
 
 def test_the_pixel_checks_fail_on_a_blank_page(tmp_path: Path) -> None:
-    _chromium()
+    chromium_binary("the HTML report test")
     blank = tmp_path / "blank.html"
     blank.write_text("<!DOCTYPE html><html><body></body></html>")
     with pytest.raises(AssertionError, match="blank"):
@@ -171,16 +110,18 @@ def test_m2_html_report_renders_its_plots_in_chromium_without_console_errors(tmp
     page = html.read_text()
     assert page.count("<svg") >= 6  # frontier, 4 latency charts, audit
     assert "SIMULATED DATA" in page
-    _chromium()  # the flow's report.html is checked above even where chromium is missing
+    chromium_binary(
+        "the HTML report test"
+    )  # the flow's report.html is checked above even where chromium is missing
     _check_page(html, tmp_path)
 
 
 def test_missing_chromium_fails_under_ci_and_skips_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(f"{__name__}.CHROMIUM", "/nonexistent/chromium")
+    monkeypatch.setattr(browser, "CHROMIUM", "/nonexistent/chromium")
     monkeypatch.setattr(shutil, "which", lambda _name: None)
     monkeypatch.setenv("CI", "1")
     with pytest.raises(pytest.fail.Exception, match="chromium is missing"):
-        _chromium()
+        chromium_binary("the HTML report test")
     monkeypatch.delenv("CI")
     with pytest.raises(pytest.skip.Exception, match="chromium is missing"):
-        _chromium()
+        chromium_binary("the HTML report test")

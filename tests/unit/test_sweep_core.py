@@ -132,9 +132,8 @@ def test_per_k_rows_and_failures_name_the_child_run_its_state_and_node() -> None
 def test_the_sweep_short_form_builds_both_templates_from_the_preset_and_its_values_win() -> None:
     from pathlib import Path
 
-    from alflow.config.presets import load_preset
+    from alflow.config.presets import load_preset, sweep_params
     from alflow.errors import InvalidInputError
-    from alflow.sweep import sweep_params
 
     root = Path(__file__).resolve().parents[2]
     sim = load_preset("sim", root)
