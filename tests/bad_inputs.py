@@ -785,7 +785,36 @@ CLI_CASES: list[CliCase] = [
         "cannot read the config",
         "{tmp}/missing.yaml",
     ),
-    CliCase("run without --config", ("run", "m2"), "Missing option '--config'", "--config"),
+    CliCase("run without --config or --preset", ("run", "m2"), "or --preset NAME", "--config"),
+    CliCase("run preset unknown", ("run", "m2", "--preset", "nosuch"), "is not a known preset", "'nosuch'"),
+    CliCase("run preset path", ("run", "m2", "--preset", "../sim"), "preset", "'../sim'"),
+    CliCase(
+        "run option of another flow",
+        ("run", "m2", "--preset", "sim", "--ks", "1,2"),
+        "does not apply",
+        "--ks",
+    ),
+    CliCase(
+        "run thinking neither on nor off",
+        ("run", "m1", "--preset", "sim", "--thinking", "maybe"),
+        "must be on or off",
+        "--thinking",
+    ),
+    CliCase(
+        "run ks fractional", ("run", "sweep", "--preset", "sim", "--ks", "1,2.5"), "whole numbers", "--ks"
+    ),
+    CliCase(
+        "run preset target above K+1",
+        ("run", "m2", "--preset", "sim", "--k", "2", "--target-al", "9"),
+        "m2-benchmark's parameters",
+        "target AL 9.0",
+    ),
+    CliCase(
+        "run preset k zero",
+        ("run", "m1", "--preset", "sim", "--k", "0"),
+        "m1-gate's parameters",
+        "k: Input should be greater than or equal to 1",
+    ),
     _file(
         "m2.yaml",
         b"\x00binary",

@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from rich.console import Console
 
 from alflow import jsonutil
-from alflow.cli.common import console, emit_json, fail
+from alflow.cli.common import console, emit_json, fail, parse_floats
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.procguard import Guard
 from alflow.redact import redact_data, redact_urls_in_text
@@ -176,22 +176,123 @@ def load_params(flow: str, path: Path) -> BaseModel:
     return load_yaml_model(path, model, what="config")
 
 
+SHORT_FORM: dict[str, tuple[str, tuple[str, ...]]] = {
+    "m0": ("m0_params", ("models", "ks")),
+    "m1": ("m1_params", ("model", "k", "thinking")),
+    "m2": ("m2_params", ("model", "k", "target_al", "concurrencies")),
+    "sweep": ("sweep_params_of", ("model", "ks", "target_al", "concurrencies")),
+}
+"""Flow name -> (its resolver in flows.presets, the short-form fields it takes), as in the Prefect UI's form."""
+
+
+def _ints(text: str | None, option: str) -> list[int] | None:
+    if text is None:
+        return None
+    values = parse_floats(text, option)
+    if not values or any(v != int(v) for v in values):
+        raise InvalidInputError(f"{option} {text!r}: expected whole numbers separated by commas")
+    return [int(v) for v in values]
+
+
+def short_form(flow: str, given: dict[str, object]) -> dict[str, object]:
+    """The short-form fields given on the command line (None: not given), checked against ``flow``'s form."""
+    allowed = SHORT_FORM[flow][1]
+    for name, value in given.items():
+        if value is not None and name not in allowed:
+            takes = ", ".join("--" + a.replace("_", "-") for a in allowed)
+            raise InvalidInputError(
+                f"--{name.replace('_', '-')} does not apply to flow {flow} (it takes {takes})"
+            )
+    return {name: value for name, value in given.items() if value is not None}
+
+
+def resolve_params(
+    flow: str, params: BaseModel | None, preset: str | None, fields: dict[str, object]
+) -> BaseModel:
+    """The flow's full parameters: ``params`` (from --config) and/or ``preset``, the short-form fields over them.
+
+    The rules are the flows' own (:mod:`alflow.config.presets`); a preset is a file under the project's
+    ``presets/`` or, with ``PREFECT_API_URL`` set, a Prefect Variable ``alflow-preset-NAME``.
+    """
+    if params is None and preset is None:
+        raise InvalidInputError(
+            f"run {flow}: give --config FILE.yaml (the full configuration) or --preset NAME (a server preset, "
+            "e.g. sim)"
+        )
+    if preset is None and not fields:
+        assert params is not None
+        return params
+    import flows.presets
+
+    resolver = getattr(flows.presets, SHORT_FORM[flow][0])
+    resolved: BaseModel = resolver(preset=preset, params=params, **fields)
+    return resolved
+
+
 def run(
     flow: Annotated[str, typer.Argument(help="m0, m1, m2 or sweep.")],
-    config: Annotated[Path, typer.Option("--config", help="YAML file with the flow's parameters.")],
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config", help="YAML file with the flow's full parameters (the form's advanced params)."
+        ),
+    ] = None,
+    preset: Annotated[
+        str | None,
+        typer.Option(
+            "--preset",
+            help="Server preset by name (presets/NAME.yaml, e.g. sim); with --config it replaces the file's server.",
+        ),
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="m1, m2, sweep: the model id to serve.")
+    ] = None,
+    models: Annotated[str | None, typer.Option("--models", help="m0: model ids, comma-separated.")] = None,
+    k: Annotated[int | None, typer.Option("--k", help="m1, m2: speculative tokens K.")] = None,
+    ks: Annotated[
+        str | None, typer.Option("--ks", help="m0, sweep: Ks, comma-separated (e.g. 1,2,3).")
+    ] = None,
+    target_al: Annotated[float | None, typer.Option("--target-al", help="m2, sweep: the target AL.")] = None,
+    concurrencies: Annotated[
+        str | None, typer.Option("--concurrencies", help="m2, sweep: concurrencies, comma-separated.")
+    ] = None,
+    thinking: Annotated[str | None, typer.Option("--thinking", help="m1: thinking on or off.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the flow's result as JSON.")] = False,
 ) -> None:
-    """Run one flow locally (Prefect's temporary server unless PREFECT_API_URL is set); exit 1 if it fails."""
+    """Run one flow locally (Prefect's temporary server unless PREFECT_API_URL is set); exit 1 if it fails.
+
+    The configuration is a file (--config), a preset (--preset), or both; the short-form options
+    change a few values over it, as the Prefect UI's form does.
+    """
     try:
-        params = load_params(flow, config)
+        if flow not in FLOWS:
+            raise InvalidInputError(f"unknown flow {flow!r}; known: {', '.join(FLOWS)}")  # before its options
+        if thinking is not None and thinking not in ("on", "off"):
+            raise InvalidInputError(f"--thinking {thinking!r}: must be on or off")
+        fields = short_form(
+            flow,
+            {
+                "model": model,
+                "models": None if models is None else [m.strip() for m in models.split(",") if m.strip()],
+                "k": k,
+                "ks": _ints(ks, "--ks"),
+                "target_al": target_al,
+                "concurrencies": _ints(concurrencies, "--concurrencies"),
+                "thinking": thinking,
+            },
+        )
+        loaded = None if config is None else load_params(flow, config)
+        if loaded is None and preset is None:
+            resolve_params(flow, None, None, fields)  # names what is missing, before Prefect is asked
         prefect_defaults()
         check_prefect_api()
+        params = resolve_params(flow, loaded, preset, fields)
     except AlflowError as exc:
         raise fail(str(exc)) from None
     prepare_local_run()
     module, name, _ = FLOWS[flow]
     fn: Any = getattr(importlib.import_module(module), name)
-    # the file is the full configuration: every flow's advanced parameter (the short form stays empty)
+    # the full configuration as every flow's advanced parameter (the short form stays empty)
     state = fn(params=params, return_state=True)
     if not state.is_completed():
         print_flow_failure(f"flow {flow}", str(state.message))

@@ -31,6 +31,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -80,6 +81,10 @@ class Coverage:
     """Options the runs here add after the README's (to keep the module short), named so they are visible."""
 
 
+PRESET_LINE = (
+    "alflow run m0|m1|m2|sweep --preset NAME [--model M] [--k K] [--ks 1,2,3] [--target-al AL] "
+    "[--concurrencies 4,16] [--thinking on|off] [--config FILE.yaml]"
+)
 FLOWS_TESTS = (
     "tests/integration/test_flows.py::test_m0_writes_the_reference_table_and_reuses_cached_points",
     "tests/integration/test_flows.py::test_m1_passes_a_healthy_framework_and_fails_a_degraded_one",
@@ -216,6 +221,13 @@ COVERAGE: dict[str, Coverage] = {
             "tests/integration/test_flows.py::test_sweep_runs_m1_then_m2_per_k_and_picks_the_best_k",
             "tests/integration/test_bad_inputs_cli.py::test_bad_config_file_is_one_line_and_exit_2",
         ),
+    ),
+    PRESET_LINE: Coverage(
+        How.RUN,
+        "m2 runs here from the sim preset with its short form; bad short forms are rows of tests/bad_inputs.py",
+        runs=("alflow run m2 --preset sim --k 2 --target-al 2.2 --concurrencies 4",),
+        extra=("--json",),
+        tests=("tests/integration/test_bad_inputs_cli.py::test_bad_command_line_is_one_line_and_exit_2",),
     ),
     "alflow sim serve --port 0 --dialect vllm --k 3 --synthetic-al 2.5 --time-scale 0": Coverage(
         How.RUN,
@@ -1114,6 +1126,29 @@ def test_run_m2_then_report_and_compare(m2_run: tuple[Path, Path], tmp_path: Pat
     for page in (both, root):
         assert page.lstrip().lower().startswith("<!doctype html")
         assert run_id in page
+
+
+def test_run_m2_from_a_preset_with_the_short_form(tmp_path: Path) -> None:
+    """`alflow run m2 --preset sim ...`: the preset found under ./presets, K, target AL and concurrencies over it."""
+    (tmp_path / "presets").mkdir()
+    shutil.copy(ROOT / "presets" / "sim.yaml", tmp_path / "presets" / "sim.yaml")
+    done = run_readme(
+        PRESET_LINE,
+        "alflow run m2 --preset sim --k 2 --target-al 2.2 --concurrencies 4",
+        cwd=tmp_path,
+        timeout=300,
+    )
+    result = json.loads(done.stdout)
+    assert [p["concurrency"] for p in result["points"]] == [4]
+    assert all(p["valid"] for p in result["points"]), result
+    run_dir = tmp_path / result["run_dir"]
+    assert (
+        run_dir.parent == tmp_path / "results" / "m2"
+    )  # the preset's results_root, under the working directory
+    params = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))["config"]
+    assert params["k"] == 2
+    assert params["target_al"] == 2.2
+    assert params["server"]["framework"] == "sim"
 
 
 def test_every_command_run_here_ran(request: pytest.FixtureRequest) -> None:
