@@ -199,6 +199,14 @@ def test_a_k_sweep_fans_out_over_two_nodes_one_run_per_node_and_survives_a_lost_
         for a_start, a_end in spans["node-1"]
         for b_start, b_end in spans["node-2"]
     ), f"the two nodes never worked at the same time: {spans}"
+    created = {
+        step: sorted(_t(r["created"]) for r in runs if r["name"].startswith(step + "-"))
+        for step in ("m1", "m2")
+    }
+    assert len(created["m1"]) == len(created["m2"]) == 7, [r["name"] for r in runs]
+    assert created["m1"][-1] < created["m2"][0], (
+        "a freed node takes every K's M1 before any M2 (dispatch_rank)"
+    )
     sweep = _sweep_run(results)
     assert sweep.complete
     assert sweep.table("per_k")["k"].to_list() == [1, 2, 3, 4, 5, 6, 7]

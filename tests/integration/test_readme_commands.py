@@ -82,8 +82,8 @@ class Coverage:
 
 
 PRESET_LINE = (
-    "alflow run m0|m1|m2|sweep --preset NAME [--model M] [--k K] [--ks 1,2,3] [--target-al AL] "
-    "[--concurrencies 4,16] [--thinking on|off] [--config FILE.yaml]"
+    "alflow run m0|m1|m2|sweep --preset NAME [--model M] [--models m1,..,mN] [--k K] [--ks k1,..,kN] [--target-al AL] "
+    "[--concurrencies c1,..,cN] [--thinking on|off] [--config FILE.yaml]"
 )
 FLOWS_TESTS = (
     "tests/integration/test_flows.py::test_m0_writes_the_reference_table_and_reuses_cached_points",
