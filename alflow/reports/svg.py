@@ -156,10 +156,11 @@ def render(chart: Chart) -> Markup:
             if e is not None:
                 ys.extend(e)
     ys.extend(hl.y for hl in chart.hlines if finite(hl.y) is not None)
-    if not xs:
+    if not xs:  # the series are still named: which curves had no finite point is part of the report
         parts.append(
             f'<text x="{w / 2:.1f}" y="{h / 2:.1f}" text-anchor="middle" fill="#888888">no data to plot</text>'
         )
+        parts += _legend(chart, left, top + ph + 50, pw)
         parts.append("</svg>")
         return Markup("".join(parts))  # noqa: S704 - every text above is escaped
 
@@ -244,18 +245,25 @@ def render(chart: Chart) -> Markup:
                     f'<text x="{px(x) + 6:.1f}" y="{py(y) - 6:.1f}" font-size="10" fill="{color}">'
                     f"{escape(s.labels[i])}</text>"
                 )
+    parts += _legend(chart, left, top + ph + 50, pw)
+    parts.append("</svg>")
+    return Markup("".join(parts))  # noqa: S704 - every text above is escaped
+
+
+def _legend(chart: Chart, left: float, top: float, width: float) -> list[str]:
+    """One legend entry per series, three to a row from (``left``, ``top``); every name escaped."""
+    parts: list[str] = []
     for n, s in enumerate(chart.series):
         color = escape(s.color or PALETTE[n % len(PALETTE)])
         col, row = n % 3, n // 3
-        lx, ly = left + col * (pw / 3), top + ph + 50 + row * 18
+        lx, ly = left + col * (width / 3), top + row * 18
         dash = ' stroke-dasharray="5 4"' if s.dashed else ""
         parts.append(
             f'<line x1="{lx:.1f}" y1="{ly - 4:.1f}" x2="{lx + 18:.1f}" y2="{ly - 4:.1f}" stroke="{color}" '
             f'stroke-width="2"{dash}/>'
         )
         parts.append(f'<text x="{lx + 24:.1f}" y="{ly:.1f}">{escape(_short(s.name, 38))}</text>')
-    parts.append("</svg>")
-    return Markup("".join(parts))  # noqa: S704 - every text above is escaped
+    return parts
 
 
 def _short(text: str, limit: int) -> str:

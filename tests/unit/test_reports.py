@@ -287,8 +287,13 @@ def test_svg_skips_non_finite_values_and_draws_error_bars() -> None:
     assert "inf" not in out.lower()
     assert "nan" not in out.lower()
     assert out.count("<path") == 1
-    empty = svg.render(svg.Chart("e", "x", "y", [svg.Series("s", [(None, None)])]))
+    empty = svg.render(
+        svg.Chart("e", "x", "y", [svg.Series("s <1>", [(None, None)]), svg.Series("inf", [(1.0, math.inf)])])
+    )
     assert "no data to plot" in empty
+    assert ">s &lt;1&gt;</text>" in empty  # a series without a finite point is still named in the legend
+    assert ">inf</text>" in empty
+    assert 'class="point"' not in empty
 
 
 def test_nice_ticks_cover_the_range() -> None:
