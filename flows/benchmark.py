@@ -20,7 +20,7 @@ from alflow.redact import redact_url
 from alflow.reports.markdown import M2Summary
 from alflow.topology import gpu_layout, topology
 from alflow.workloads import random_workload_sessions
-from flows.common import fail, open_run, point_server, reference_al
+from flows.common import engine_note_of, fail, open_run, point_server, reference_al
 from flows.presets import m2_params, run_name
 from tasks.gates import audit_synthetic
 from tasks.measure import request_sampling, run_load, spec_stats
@@ -66,7 +66,7 @@ def benchmark(
             str(params.reference_path),
             params.model,
             params.reference_model,
-            params.method,
+            params.reference_method or params.method,
             params.thinking,
             params.k,
         )
@@ -93,6 +93,7 @@ def benchmark(
     metrics: list[pl.DataFrame] = []
     failures: list[str] = []
     scheme: str | None = None
+    engine_note = server.engine_note
     crashed: BaseException | None = None
     with writer, tags(f"model:{params.model.id}", f"framework:{server.framework}", f"k:{params.k}", "m2"):
         try:
@@ -105,8 +106,13 @@ def benchmark(
                     )
                 scheme = str(scheme_value)
                 dist = distribution(scheme, params.k, al=target)
+                engine_note = engine_note_of(server, handle.provenance)
                 writer.update_provenance(
-                    server=handle.to_dict(), target_al=target, scheme=scheme, topology=topology(server)
+                    server=handle.to_dict(),
+                    target_al=target,
+                    scheme=scheme,
+                    topology=topology(server),
+                    engine_note=engine_note,
                 )
                 log.info(
                     "synthetic target AL %.4f with scheme %s (%s draw)", target, scheme, dist.granularity
@@ -212,7 +218,7 @@ def benchmark(
         store_results(writer, tables, summary)
         report = M2Summary(
             run_dir=writer.dir,
-            engine_note=server.engine_note,
+            engine_note=engine_note,
             model=params.model.id,
             framework=server.framework,
             k=params.k,

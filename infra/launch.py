@@ -279,6 +279,13 @@ class Launch:
     the image tag by the recipe, and against the live server's own version once it is ready."""
     version_paths: tuple[str, ...] = ("/version",)
     """Where the live server says its version (a JSON object with ``version``), tried in order."""
+    release_args: tuple[tuple[Capability, tuple[str, ...]], ...] = ()
+    """Arguments to add where the installed release is known to have the capability (an unset option that
+    defaults to on where available, e.g. vLLM's per-request acceptance): a runner that can read the install
+    (the process runner, through the recipe's ``check_install``) adds them; others leave them out."""
+    engine_note: str | None = None
+    """What this launch's numbers are, when the install changes it (e.g. synthetic acceptance through alflow's
+    CPU port of vLLM's kernel rule): runs add it to their engine label in provenance, reports and artifacts."""
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -386,6 +393,7 @@ class Launch:
             "metrics_path": self.metrics_path,
             "warnings": list(self.warnings),
             "synthetic": None if self.synthetic is None else dict(self.synthetic),
+            "engine_note": self.engine_note,
             "nodes": self.nodes,
             "metrics_endpoints": [
                 {"node": e.node, "port": e.port, "path": e.path} for e in self.metrics_endpoints

@@ -12,6 +12,9 @@
 # transformers, gguf and accelerate (also pinned) convert the small real model: `alflow models prepare`;
 # pandas (of vLLM's `bench` extra, without its plotting and datasets packages) lets `vllm bench serve`
 # read a custom prompt file (benchmarks/peer_vllm_bench.py).
+# alflow's vLLM plugin (plugins/vllm-cpu-synthetic: synthetic acceptance on the CPU build, a port of the Triton
+# rejection kernels' synthetic rule) is installed here, editable, never into alflow's own .venv; pytest and
+# hypothesis run its property test (tests/integration/test_vllm_cpu_synthetic_port.py calls them).
 # Idempotent: a stamp records what was installed; a second call with the same pins checks the
 # environment still imports and returns in seconds.
 set -euo pipefail
@@ -19,10 +22,12 @@ cd "$(dirname "$0")/.."
 
 VLLM_CPU_VERSION="0.32.0"
 TORCH_VERSION="2.13.0"
-PINS=("vllm-cpu==${VLLM_CPU_VERSION}" "torch==${TORCH_VERSION}" "transformers==5.19.0" "gguf==0.19.0" "accelerate==1.15.0" "pandas==2.3.3")
+PINS=("vllm-cpu==${VLLM_CPU_VERSION}" "torch==${TORCH_VERSION}" "transformers==5.19.0" "gguf==0.19.0" "accelerate==1.15.0" "pandas==2.3.3" "pytest==9.2.0" "hypothesis==6.170.15")
+PLUGIN_DIR="plugins/vllm-cpu-synthetic"
+PLUGIN_VERSION="$(sed -n 's/^version = "\(.*\)"$/\1/p' "$PLUGIN_DIR/pyproject.toml")"
 env_dir="${ALFLOW_VLLM_ENV:-.venv-vllm}"
 stamp="$env_dir/.alflow-vllm-stamp"
-want="${PINS[*]}"
+want="${PINS[*]} alflow-vllm-cpu-synthetic==${PLUGIN_VERSION} ($(pwd)/${PLUGIN_DIR})"
 
 py=""
 for cand in "${PYTHON:-}" python3.12 python3.11 python3; do
@@ -37,9 +42,12 @@ if [ -z "$py" ]; then
 fi
 
 check() {
-  "$env_dir/bin/python" - "$VLLM_CPU_VERSION" <<'PY'
+  "$env_dir/bin/python" - "$VLLM_CPU_VERSION" "$PLUGIN_VERSION" <<'PY'
 import importlib.metadata as md, sys
-want = sys.argv[1]
+want, plugin = sys.argv[1], sys.argv[2]
+assert md.version("alflow-vllm-cpu-synthetic") == plugin, md.version("alflow-vllm-cpu-synthetic")
+names = [e.value for e in md.entry_points(group="vllm.general_plugins")]
+assert "alflow_vllm_cpu_synthetic:register" in names, names
 assert md.version("vllm-cpu") == want, md.version("vllm-cpu")
 assert md.version("vllm") == want + "+cpu", md.version("vllm")
 for gone in ("torchvision", "torchaudio", "torchcodec"):
@@ -48,7 +56,7 @@ for gone in ("torchvision", "torchaudio", "torchcodec"):
     except md.PackageNotFoundError:
         continue
     raise SystemExit(f"{gone} is installed (it breaks transformers on CPU)")
-import transformers, gguf, vllm, pandas  # noqa: F401,E401
+import transformers, gguf, vllm, pandas, pytest, hypothesis, alflow_vllm_cpu_synthetic  # noqa: F401,E401
 PY
 }
 
@@ -65,6 +73,7 @@ pip_=("$env_dir/bin/python" -m pip --disable-pip-version-check)
 # pip's own messages about file:// index locations it cannot read are noise here
 "${pip_[@]}" install --quiet "${PINS[@]}" 2> >(grep -v "^WARNING: Location 'file:" >&2)
 "${pip_[@]}" uninstall --quiet --yes torchvision torchaudio torchcodec 2>/dev/null || true
+"${pip_[@]}" install --quiet --no-deps -e "$PLUGIN_DIR" 2> >(grep -v "^WARNING: Location 'file:" >&2)
 
 site="$("$env_dir/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 meta="$site/vllm-${VLLM_CPU_VERSION}.dist-info"

@@ -91,7 +91,7 @@ def demo(
     took = time.perf_counter() - started
     if engine is DemoEngine.vllm:
         _print_vllm_demo(console, out, took)
-        if not out["m1"]["vllm-cpu"]["passed"]:
+        if not out["m1"]["vllm-cpu"]["passed"] or any("failed" in run for run in out["m2"]):
             raise typer.Exit(1)
         return
     if engine is DemoEngine.tiny:
@@ -150,14 +150,8 @@ def _print_vllm_demo(console: Console, out: dict[str, Any], took: float) -> None
         console.print(
             f"  - {'pass' if v['passed'] else 'FAIL'}: {v['message']}", highlight=False, markup=False
         )
-    refusal = out.get("m2_refusal")
-    console.print(
-        "M2 (synthetic acceptance) refused on vLLM's CPU build, as expected: " + (refusal or "")
-        if refusal
-        else "M2: NOT refused (unexpected on vLLM's CPU build)",
-        highlight=False,
-        markup=False,
-    )
+    for run in out["m2"]:
+        _print_vllm_m2(console, run)
     console.print(f"{out['label']}", highlight=False, markup=False)
     console.print(
         f"Results: {out['results_root']} (report.html and report.md inside each run directory; server logs in "
@@ -166,6 +160,37 @@ def _print_vllm_demo(console: Console, out: dict[str, Any], took: float) -> None
         markup=False,
     )
     console.print(f"Demo finished in {took:.0f} s.", highlight=False)
+
+
+def _print_vllm_m2(console: Console, run: dict[str, Any]) -> None:
+    """One M2 run of the real-vLLM demo: per point the achieved vs target AL, the audit, the shape test."""
+    if "failed" in run:
+        console.print(
+            f"M2 (target {run['target']}): [red]FAILED[/red] {escape(run['failed'])}", highlight=False
+        )
+        return
+    m2 = run["outcome"]
+    table = Table(
+        title=(
+            f"M2 on real vLLM (CPU), synthetic target AL {m2['target_al']:.4f} "
+            f"({'the M0 reference' if run['target'] == 'reference' else 'explicit'}; scheme {escape(m2['scheme'])})"
+        )
+    )
+    for col in ("concurrency", "output tok/s", "TPOT ms", "AL achieved", "allowed +/-", "shape p", "audit"):
+        table.add_column(col, justify="right")
+    for p in m2["points"]:
+        fit = p.get("fit_p_value")
+        table.add_row(
+            str(p["concurrency"]),
+            f"{p['output_throughput'] or 0:.1f}",
+            f"{p['median_tpot_ms'] or 0:.1f}",
+            "-" if p["achieved_al"] is None else f"{p['achieved_al']:.4f}",
+            "-" if p["allowed_deviation"] is None else f"{p['allowed_deviation']:.4f}",
+            "-" if fit is None else f"{fit:.3g}",
+            "valid" if p["valid"] else "INVALID",
+        )
+    console.print(table)
+    console.print(f"  run: {m2['run_dir']}", highlight=False, markup=False)
 
 
 def _print_demo(console: Console, out: dict[str, Any], took: float) -> None:

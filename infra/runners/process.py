@@ -77,7 +77,7 @@ class ProcessRunner:
         refused (only the slurm runner starts those).
         """
         launch = single_host(launch, runner=self.name, head_addr=connect_host(launch.host))
-        program, path_env = self._program(launch)
+        program, path_env, launch = self._program(launch)
         tag = run_tag(launch, self.run_id)
         if self.options.log_dir:
             run_dir = Path(self.options.log_dir).expanduser() / tag
@@ -144,11 +144,12 @@ class ProcessRunner:
             provenance={**launch.provenance(), "run_id": self.run_id, "secrets_passed": sorted(secrets)},
         )
 
-    def _program(self, launch: Launch) -> tuple[list[str], dict[str, str]]:
-        """The argv to run (``executable`` replaces argv[0]) and PATH/VIRTUAL_ENV for ``framework_env``.
+    def _program(self, launch: Launch) -> tuple[list[str], dict[str, str], Launch]:
+        """The argv to run (``executable`` replaces argv[0]), PATH/VIRTUAL_ENV for ``framework_env``, the launch.
 
         Checks, before anything starts, that the program is there and that the install can run the launch
-        (the recipe's ``check_install``, e.g. no synthetic acceptance on vLLM's CPU build).
+        (the recipe's ``check_install``, e.g. synthetic acceptance on vLLM's CPU build only with alflow's
+        port installed), which may adapt the launch to the install (returned).
         """
         argv = list(launch.argv)
         extra: dict[str, str] = {}
@@ -173,8 +174,9 @@ class ProcessRunner:
             if prefix is None and exe.parent.name == "bin":
                 prefix = exe.parent.parent
         if prefix is not None:
-            check_install(launch, prefix)
-        return argv, extra
+            launch = check_install(launch, prefix)
+            argv = [argv[0], *launch.argv[1:]]
+        return argv, extra, launch
 
     def _exit_reason(self, handle: ServerHandle) -> str | None:
         proc = self._procs.get(handle.id)
