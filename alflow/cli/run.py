@@ -287,6 +287,9 @@ def run(
         prefect_defaults()
         check_prefect_api()
         params = resolve_params(flow, loaded, preset, fields)
+        from flows.common import check_launchable
+
+        check_launchable(params)  # a server its install cannot run: refused before the run starts
     except AlflowError as exc:
         raise fail(str(exc)) from None
     prepare_local_run()

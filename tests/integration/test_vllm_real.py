@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import polars as pl
 import pytest
 
 from alflow.config import (
@@ -99,9 +100,10 @@ def test_the_recipes_argv_is_what_the_real_vllm_runs_and_accepts(served: tuple[S
     argv = tuple(handle.provenance["argv"])  # type: ignore[arg-type]
     port = argv[argv.index("--port") + 1]
     assert handle.base_url.endswith(f":{port}")
-    # what the recipe renders for the Docker path, but for the port the OS gave each call
+    # what the recipe renders for the Docker path, but for the port the OS gave each call, plus what the installed
+    # release has that an untagged image is not known to have (per-request acceptance, vLLM 0.32.0)
     rendered = build_launch(config.model_copy(update={"port": int(port)})).argv
-    assert argv == rendered
+    assert argv == (*rendered, "--per-request-spec-decode-metrics", "summary")
     assert argv[:3] == ("vllm", "serve", config.model_path)
     pid = int(handle.id.split("@")[0])
     cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
@@ -164,18 +166,30 @@ def test_the_vllm_dialect_on_real_counters(served: tuple[ServerHandle, Any]) -> 
     assert summary["total_output_tokens"] == delta("vllm:generation_tokens")
 
 
-def test_synthetic_acceptance_is_refused_before_launch(smol: PreparedModel, options: ProcessOptions) -> None:
+def test_synthetic_acceptance_without_the_port_is_refused_before_launch(
+    smol: PreparedModel, tmp_path: Path
+) -> None:
+    """A CPU build of vLLM without alflow's port (the real vLLM, in an environment that lacks the plugin)."""
+    prefix = tmp_path / "venv-without-port"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "bin" / "vllm").symlink_to(ENV / "bin" / "vllm")
+    site = next(ENV.glob("lib/python*/site-packages"))
+    ours = prefix / "lib" / site.parent.name / "site-packages"
+    ours.mkdir(parents=True)
+    for info in site.glob("vllm*.dist-info"):
+        (ours / info.name).symlink_to(info)
+    options = ProcessOptions(framework_env=str(prefix), log_dir=str(tmp_path / "logs"))
     config = vllm_cpu_server(str(smol.path), k=K).model_copy(
         update={"synthetic": SyntheticAcceptance(target_al=2.0)}
     )
-    logs_before = set(Path(str(options.log_dir)).iterdir())
     with pytest.raises(RecipeError) as err:
         lifecycle.start_server(config, options)
     message = str(err.value)
     assert "\n" not in message
-    assert "CPU" in message
+    assert str(prefix) in message
     assert "Synthetic acceptance not supported with CPU sampling" in message
-    assert set(Path(str(options.log_dir)).iterdir()) == logs_before  # nothing was started
+    assert "scripts/setup.sh --vllm" in message
+    assert not (tmp_path / "logs").exists() or not any((tmp_path / "logs").iterdir())  # nothing was started
 
 
 @pytest.fixture(scope="module")
@@ -191,6 +205,9 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory, prefect_harness: None) ->
         vllm_max_tokens=64,
         vllm_sampled=False,
         vllm_gsm8k_limit=4,
+        vllm_m2_targets=(1.5,),
+        vllm_m2_concurrencies=(1, 4),
+        vllm_m2_prompts_per_concurrency=4,
         refresh_cache=True,
     )
     return demo(params)
@@ -226,7 +243,7 @@ def test_m0_on_real_vllm_writes_the_servers_counter_deltas(demo_run: dict[str, A
         assert prov.command[:2] == ("vllm", "serve")
 
 
-def test_m1_passes_on_the_same_engine_and_m2_is_refused(demo_run: dict[str, Any]) -> None:
+def test_m1_passes_on_the_same_engine(demo_run: dict[str, Any]) -> None:
     m1 = demo_run["m1"]["vllm-cpu"]
     assert m1["passed"], m1["message"]
     gates = {v["gate"]: v for v in m1["verdicts"]}
@@ -245,9 +262,57 @@ def test_m1_passes_on_the_same_engine_and_m2_is_refused(demo_run: dict[str, Any]
         text = (Path(m1["run_dir"]) / name).read_text()
         assert "REAL vLLM" in text, name
         assert "SIMULATED" not in text, name
-    refusal = demo_run["m2_refusal"]
-    assert refusal is not None
-    assert "Synthetic acceptance not supported with CPU sampling" in refusal
+
+
+PORT_NOTE = "vLLM 0.32.0 on CPU; synthetic sampling by alflow's port of vLLM's kernel rule (alflow-vllm-cpu-synthetic 0.1.0)"
+
+
+def test_m2_on_real_vllm_at_two_targets_passes_every_audit(demo_run: dict[str, Any]) -> None:
+    table = load_reference(demo_run["reference_path"])
+    reference = next(e for e in table.entries if e.k == K and e.method is SpecMethod.NGRAM).al
+    runs = demo_run["m2"]
+    assert [r["target"] for r in runs] == ["reference", 1.5]
+    for run in runs:
+        assert "failed" not in run, run.get("failed")
+        outcome = run["outcome"]
+        target = reference if run["target"] == "reference" else 1.5
+        assert outcome["target_al"] == pytest.approx(target, abs=1e-12)
+        assert outcome["scheme"] == "vllm"
+        assert [p["concurrency"] for p in outcome["points"]] == [1, 4]
+        for point in outcome["points"]:
+            assert point["valid"], point["audit"]
+            assert abs(point["achieved_al"] - target) <= point["allowed_deviation"]
+            # the shape: per-request histograms pooled, tested against the min-variance pmf at the target
+            assert point["al_source"] == "per-request", point
+            assert point["fit_p_value"] is not None
+            assert point["fit_p_value"] >= 1e-6
+            observed = point["histogram_observed"]
+            assert len(observed) == K + 1
+            floor = int(target - 1.0)  # min-variance: every step accepts floor(L-1) or floor(L-1)+1 drafts
+            assert sum(observed) == point["num_drafts"] > 0
+            assert all(c == 0 for j, c in enumerate(observed) if j not in (floor, floor + 1)), observed
+        stored = open_run(outcome["run_dir"])
+        assert stored.status == "complete"
+        provenance = stored.manifest.model_dump(mode="json")["provenance"]
+        assert PORT_NOTE in provenance["engine_note"]
+        assert provenance["server"]["provenance"]["env"]["ALFLOW_VLLM_CPU_SYNTHETIC"] == "1"
+        assert provenance["preflight"]["passed"] is True
+        argv = provenance["server"]["provenance"]["argv"]
+        assert argv[argv.index("--per-request-spec-decode-metrics") + 1] == "summary"
+        spec = json.loads(argv[argv.index("--speculative-config") + 1])
+        assert spec["rejection_sample_method"] == "synthetic"
+        assert spec["method"] == "draft_model"
+        requests = stored.table("requests").filter(~pl.col("warmup") & pl.col("error").is_null())
+        assert requests.height > 0
+        assert requests["spec_accept_hist"].null_count() == 0  # every measured request reported its histogram
+        log = Path(provenance["server"]["log_path"]).read_text(errors="replace")
+        assert (
+            "synthetic sampling by alflow's port of vLLM's kernel rule" in log
+        )  # the worker loaded the port
+        for name in ("report.md", "report.html"):
+            text = (Path(outcome["run_dir"]) / name).read_text()
+            assert "alflow&#39;s port" in text or "alflow's port" in text, name
+            assert "REAL vLLM" in text, name
 
 
 def test_m1_fails_the_al_gate_on_prompts_that_accept_less(

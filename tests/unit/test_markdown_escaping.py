@@ -179,7 +179,9 @@ def test_demo_summaries_print_hostile_names_as_typed() -> None:
              "median_tpot_ms": 1.0, "achieved_al": 2.5, "valid": True}  # fmt: skip
     m2 = {"target_al": 2.5, "scheme": name, "points": [point], "run_dir": f"/r/{name}"}
     vllm = {"m0": m0, "m1": {"vllm-cpu": verdict}, "results_root": f"/r/{name}", "label": name}
-    vllm |= {"model": {"path": name, "source": name}, "m2_refusal": name}
+    vllm_point = point | {"output_throughput": 9.0, "allowed_deviation": 0.05, "fit_p_value": 0.5}
+    vllm_m2 = [{"target": "reference", "outcome": m2 | {"points": [vllm_point]}}, {"target": 1.5, "failed": name}]
+    vllm |= {"model": {"path": name, "source": name}, "m2": vllm_m2}
     outs = {
         "sim": {"m0": m0, "m1": {name: verdict}, "m2": m2, "results_root": f"/r/{name}"},
         "tiny": {"m0": m0, "m1": {"tiny": verdict}, "results_root": f"/r/{name}"},
