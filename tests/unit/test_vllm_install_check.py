@@ -93,7 +93,7 @@ def test_per_request_acceptance_by_image_tag() -> None:
     untagged = build_launch(_server(synthetic=False, image="vllm/vllm-openai:latest"))  # type: ignore[arg-type]
     assert PER_REQUEST_FLAG not in untagged.argv  # unknown release: off unless asked
     assert untagged.release_args  # a runner that reads the install may still add it
-    with pytest.raises(CapabilityError, match="vllm/vllm-openai:v0.28.0"):
+    with pytest.raises(CapabilityError, match=r"vllm/vllm-openai:v0\.28\.0"):
         build_launch(
             _server(
                 synthetic=False, image="vllm/vllm-openai:v0.28.0", per_request_spec_decode_metrics="summary"
