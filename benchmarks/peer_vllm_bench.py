@@ -51,6 +51,10 @@ requests on its own says how spread the requests are, not how far apart the clie
 and both clients share two CPU cores here: the client's CPU use is also the server's loss
 (``--client-cpus`` pins the clients).
 
+``--synthetic-al AL`` is M2's row: the server forces mean AL ``AL`` (synthetic acceptance; on the CPU build
+through alflow's port of vLLM's kernel rule, the model drafting for itself), and both clients' AL and steps
+must agree with each other and sit at the target.
+
 ``--server sim`` runs the same comparison on alflow's simulated engine (vLLM's dialect and counters,
 n-gram K = 3, a GPU timing profile in real time): its step times are a function of the batch alone, so
 what differs between the two clients' figures there is what the clients do, not the server's noise.
@@ -83,7 +87,14 @@ import polars as pl
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from alflow.config import ProcessOptions, ServerConfig, SpecMethod, SpeculativeConfig, server_config  # noqa: E402
+from alflow.config import (  # noqa: E402
+    ProcessOptions,
+    ServerConfig,
+    SpecMethod,
+    SpeculativeConfig,
+    SyntheticAcceptance,
+    server_config,
+)
 from alflow.datasets.random_tokens import detokenize_sessions, random_sessions  # noqa: E402
 from alflow.metrics import names  # noqa: E402
 from alflow.metrics.client import per_request  # noqa: E402
@@ -704,16 +715,27 @@ def _server(args: argparse.Namespace, model_dir: str) -> tuple[ServerConfig, str
     K = 3, natural acceptance, the ``--sim-profile`` timing in real time): its step times are a
     deterministic function of the batch, so the clients' figures differ only by what the clients do.
     """
+    synthetic = None if args.synthetic_al is None else SyntheticAcceptance(target_al=args.synthetic_al)
     if args.server == "sim":
         config = server_config(
             framework="sim",
             model="smollm2-135m",
             sim_dialect="vllm",
             speculative=SpeculativeConfig(method=SpecMethod.NGRAM, k=K),
+            synthetic=synthetic,
             extra_args=("--profile", args.sim_profile, "--time-scale", f"{args.sim_time_scale:g}"),
         )
         return config, "sim/smollm2-135m"
     config = vllm_cpu_server(model_dir, k=K)
+    if synthetic is not None:
+        # M2's server: forced acceptance through alflow's CPU port; the model drafts for itself (n-gram proposes
+        # nothing on random-token prompts, so no step could carry the forced length)
+        config = config.model_copy(
+            update={
+                "speculative": SpeculativeConfig(method=SpecMethod.DRAFT_MODEL, k=K, draft_model=model_dir),
+                "synthetic": synthetic,
+            }
+        )
     # prefix caching stays off (the recipe's default): the second client would find the first one's prompts cached
     assert not config.enable_prefix_caching
     return config, VLLM_MODEL_ID
@@ -838,6 +860,13 @@ def main() -> int:
         help="a JSON object alflow bench merges into every request (--extra-body), e.g. the fields vllm bench serve "
         'sends that alflow leaves to the server\'s defaults: \'{"repetition_penalty": 1.0, "logprobs": null}\'',
     )
+    parser.add_argument(
+        "--synthetic-al",
+        type=float,
+        default=None,
+        help="M2's row: the server forces this mean AL (synthetic acceptance; on vLLM's CPU build through alflow's "
+        "port, drafting with the model itself); default: real n-gram acceptance",
+    )
     parser.add_argument("--json", action="store_true", help="print the runs as JSON instead of the table")
     parser.add_argument(
         "--report",
@@ -863,6 +892,10 @@ def main() -> int:
             parser.error(
                 f"--client-cpus {sorted(args.client_cpus)}: give CPUs this process may use: {sorted(allowed)}"
             )
+    if args.synthetic_al is not None and not (
+        math.isfinite(args.synthetic_al) and 1.0 <= args.synthetic_al <= K + 1
+    ):
+        parser.error(f"--synthetic-al {args.synthetic_al}: give a target AL in [1, K+1] = [1, {K + 1}]")
     if args.sim_time_scale <= 0 or not math.isfinite(args.sim_time_scale):
         parser.error(f"--sim-time-scale {args.sim_time_scale}: give a positive number")
     concurrencies = [int(c) for c in args.concurrency.split(",") if c.strip()]
@@ -891,8 +924,14 @@ def main() -> int:
             else f"SmolLM2-135M on {version} (CPU build)"
         )
         pinned = "" if args.client_cpus is None else f", clients pinned to CPUs {sorted(args.client_cpus)}"
+        drafting = (
+            f"ngram K={K}"
+            if args.synthetic_al is None
+            else f"{'ngram' if args.server == 'sim' else 'draft_model'} K={K}, synthetic acceptance at AL "
+            f"{args.synthetic_al:g} (M2)"
+        )
         print(
-            f"\n{served}{pinned}, ngram K={K}, the same prompts for both clients "
+            f"\n{served}{pinned}, {drafting}, the same prompts for both clients "
             f"({args.isl} random tokens as text), OSL {args.osl}, {args.prompts_per_concurrency} x concurrency "
             f"prompts, {args.repeats} repeat(s), prefix caching off, alflow's background scrape every "
             f"{args.scrape_interval:g} s (0: off), {'an unmeasured pass before each pair' if args.warmup_pass else 'no warm-up pass'}, "
