@@ -16,6 +16,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,11 +26,13 @@ import polars as pl
 import pytest
 
 from alflow.config import (
+    BenchmarkParams,
     DemoParams,
     GateParams,
     Gsm8kSettings,
     LoadConfig,
     ProcessOptions,
+    RandomWorkload,
     SamplingParams,
     ServerPlacement,
     SpecMethod,
@@ -43,6 +46,7 @@ from alflow.reference import load_reference
 from alflow.results.audit import SCRAPES
 from alflow.results.store import open_run
 from alflow.workloads import tiny_prompts_path
+from flows.benchmark import benchmark
 from flows.demo import VLLM_CPU_LABEL, VLLM_MODEL_ID, demo, vllm_cpu_server
 from flows.gate import gate
 from infra import lifecycle
@@ -353,3 +357,42 @@ def test_m1_fails_the_al_gate_on_prompts_that_accept_less(
     assert "CI [" in message
     summary = open_run(str(next((root / "m1").iterdir(), None))).manifest  # the failed run is stored too
     assert summary is not None
+
+
+def test_m2_with_the_port_disabled_fails_fast_naming_the_plugin(
+    demo_run: dict[str, Any], smol: PreparedModel, prefect_harness: None
+) -> None:
+    """vLLM's own plugin allowlist leaves the port out: vLLM's CPU kernels refuse the synthetic call, and the run
+    fails within a minute of the server's start, naming the plugin among the likely causes."""
+    del prefect_harness
+    root = Path(demo_run["results_root"])
+    server = vllm_cpu_server(str(smol.path)).model_copy(
+        update={"extra_env": {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_PLUGINS": "some_other_plugin"}}
+    )
+    started = time.monotonic()
+    state = benchmark(
+        params=BenchmarkParams(
+            model=demo_run["greedy_model"],
+            method=SpecMethod.DRAFT_MODEL,
+            draft_model=str(smol.path),
+            k=K,
+            server=server,
+            placement=ServerPlacement(
+                results_root=str(root / "disabled"),
+                runner=ProcessOptions(framework_env=str(ENV), log_dir=str(root / "server-logs")),
+            ),
+            target_al=2.0,
+            workload=RandomWorkload(isl=64, osl=32, vocab_size=20_000),
+            concurrencies=(1,),
+            prompts_per_concurrency=2,
+        ),
+        return_state=True,
+    )
+    took = time.monotonic() - started
+    assert state.is_failed()
+    message = str(state.message)
+    assert (
+        "alflow_vllm_cpu_synthetic" in message
+        or "Synthetic acceptance not supported with CPU sampling" in message
+    )
+    assert took < 180, took  # server start (~35 s) plus at most the pre-flight's minute
