@@ -121,10 +121,11 @@ COVERAGE: dict[str, Coverage] = {
     ),
     ".venv/bin/alflow demo --engine vllm": Coverage(
         How.HELP,
-        "a real vLLM (.venv-vllm), ~10 minutes; the vLLM tests run the same demo flow (marker vllm)",
+        "a real vLLM (.venv-vllm), ~13 minutes; the vLLM tests run the same demo flow (marker vllm)",
         tests=(
             "tests/integration/test_vllm_real.py::test_m0_on_real_vllm_writes_the_servers_counter_deltas",
-            "tests/integration/test_vllm_real.py::test_m1_passes_on_the_same_engine_and_m2_is_refused",
+            "tests/integration/test_vllm_real.py::test_m1_passes_on_the_same_engine",
+            "tests/integration/test_vllm_real.py::test_m2_on_real_vllm_at_two_targets_passes_every_audit",
         ),
     ),
     ".venv/bin/python benchmarks/peer_vllm_bench.py --concurrency 1,4": Coverage(
