@@ -5,10 +5,12 @@ flows: the baseline scrape is taken after warm-up, so warm-up traffic never ente
 window; counters become deltas over the window (a reset is reported, not hidden); the client
 metrics come from the records afterwards. A run that aborts still returns what it recorded.
 
-SGLang's responses carry per-request speculative counts (``meta_info``, in the records as
-``spec_verify_ct`` and ``spec_accepted_drafts``): when every successful measured request has them,
-they are the AL source (:func:`window_stats`), exact over exactly the measured requests, and the
-counters' AL becomes a cross-check in the note.
+Some servers' responses carry per-request speculative counts (SGLang's ``meta_info``, vLLM's
+``metrics.speculative_decoding``; in the records as ``spec_verify_ct``, ``spec_accepted_drafts`` and, from
+vLLM, ``spec_draft_tokens`` and the acceptance histogram ``spec_accept_hist``): when every successful
+measured request has them, they are the AL source (:func:`window_stats`), exact over exactly the measured
+requests (warm-up excluded), the pooled histogram is the statistics' histogram, and the counters' AL becomes
+a cross-check in the note.
 """
 
 from __future__ import annotations
@@ -137,7 +139,10 @@ class Measurement:
 
 @dataclass(frozen=True, slots=True)
 class MetaInfoTotals:
-    """SGLang's per-request ``meta_info`` counts summed over the successful measured requests."""
+    """Per-request speculative counts summed over the successful measured requests.
+
+    The counts are SGLang's ``meta_info`` or vLLM's ``metrics.speculative_decoding``.
+    """
 
     requests: int
     """Successful measured (not warm-up) requests."""
@@ -147,6 +152,11 @@ class MetaInfoTotals:
     """Verify steps summed over the reporting requests."""
     accepted_drafts: int
     """Accepted draft tokens summed over the reporting requests."""
+    draft_tokens: int | None = None
+    """Proposed draft tokens summed, when every reporting request gave them (vLLM); else None."""
+    histogram: tuple[int, ...] | None = None
+    """The pooled acceptance histogram (index j: steps that accepted exactly j drafts), when every reporting
+    request gave one (vLLM); else None."""
 
     @property
     def complete(self) -> bool:
@@ -154,8 +164,21 @@ class MetaInfoTotals:
         return self.requests > 0 and self.reported == self.requests
 
 
+def pooled_histogram(histograms: Sequence[Sequence[int] | None]) -> tuple[int, ...] | None:
+    """The element-wise sum of per-request acceptance histograms (shorter ones padded with 0); None if any is None."""
+    if not histograms or any(h is None for h in histograms):
+        return None
+    width = max(len(h) for h in histograms if h is not None)
+    total = [0] * width
+    for h in histograms:
+        assert h is not None
+        for j, count in enumerate(h):
+            total[j] += int(count)
+    return tuple(total)
+
+
 def meta_info_totals(records: pl.DataFrame) -> MetaInfoTotals:
-    """Sum the records' ``meta_info`` counts over the successful measured requests.
+    """Sum the records' per-request speculative counts over the successful measured requests.
 
     Frames stored before the columns existed (no ``spec_verify_ct`` column) count as reporting nothing.
     """
@@ -165,11 +188,19 @@ def meta_info_totals(records: pl.DataFrame) -> MetaInfoTotals:
     both = measured.filter(
         pl.col("spec_verify_ct").is_not_null() & pl.col("spec_accepted_drafts").is_not_null()
     )
+    drafts: int | None = None
+    if "spec_draft_tokens" in both.columns and both.height and both["spec_draft_tokens"].null_count() == 0:
+        drafts = int(both["spec_draft_tokens"].sum())
+    hist = (
+        pooled_histogram(both["spec_accept_hist"].to_list()) if "spec_accept_hist" in both.columns else None
+    )
     return MetaInfoTotals(
         measured.height,
         both.height,
         int(both["spec_verify_ct"].sum()),
         int(both["spec_accepted_drafts"].sum()),
+        drafts,
+        hist,
     )
 
 
@@ -185,10 +216,12 @@ def window_stats(
 ) -> tuple[SpecStats | None, str | None]:
     """Spec-decode statistics over the window between two scrapes (a ``level`` CI of AL), or None and the reason.
 
-    With SGLang and the point's ``records``: when every successful measured request carries its
-    ``meta_info`` counts, the statistics come from their sums (exact, over exactly the measured
-    requests) and the note gives the counters' AL as a cross-check; when only some do, the counters
-    stay the source and the note says how many requests lacked ``meta_info``.
+    With the point's ``records`` from a framework whose responses carry per-request counts
+    (``Dialect.request_counts``: SGLang's ``meta_info``, vLLM's ``metrics.speculative_decoding``): when every
+    successful measured request carries them, the statistics come from their sums (exact, over exactly the
+    measured requests), with the pooled acceptance histogram as the histogram where every request sent one
+    (per-position counts and the CI follow from it); the note gives the counters' AL and the difference as a
+    cross-check. When only some do, the counters stay the source and the note says how many lacked them.
     """
     the_dialect = get_dialect(dialect) if isinstance(dialect, str) else dialect
     counters: SpecStats | None = None
@@ -198,35 +231,53 @@ def window_stats(
         counters = the_dialect.spec_stats(window, k=k, level=level)
     except AlflowError as exc:
         error = str(exc)
-    if records is None or the_dialect.name != "sglang":
+    source = getattr(the_dialect, "request_counts", None)
+    if records is None or source is None:
         return counters, error
     totals = meta_info_totals(records)
     if totals.reported == 0:
-        return counters, error  # a server without meta_info (older SGLang): the counters, as before
+        return (
+            counters,
+            error,
+        )  # a server that sends no per-request counts (older release, flag off): the counters
     if not totals.complete:
         missing = totals.requests - totals.reported
         return _with_note(
             counters,
             error,
-            f"{missing} of {totals.requests} measured requests lacked meta_info: AL from the counters",
+            f"{missing} of {totals.requests} measured requests lacked {source}: AL from the counters",
         )
+    k_used = k if k is not None else None if counters is None else counters.k
+    hist = totals.histogram
+    if hist is not None and k_used is not None and len(hist) != k_used + 1:
+        return _with_note(
+            counters,
+            error,
+            f"{source} histograms have {len(hist)} buckets, not K + 1 = {k_used + 1}: AL from the counters",
+        )
+    exact_al = 1.0 + totals.accepted_drafts / totals.verify_ct if totals.verify_ct else None
     if counters is None:
         cross = f"counters: unavailable ({error})"
     elif counters.al is None:
         cross = "counters: no steps"
-    else:
+    elif exact_al is None:
         cross = f"counters: AL {counters.al:.4f}"
-    note = f"exact, from the meta_info of {totals.requests} requests; {cross}"
+    else:
+        cross = f"counters: AL {counters.al:.4f} (per-request minus counters: {exact_al - counters.al:+.4f})"
+    note = f"exact, from the {source} of {totals.requests} requests; {cross}"
+    per_position = None if hist is None else [sum(hist[i + 1 :]) for i in range(len(hist) - 1)]
     try:
         stats = from_counters(
             totals.verify_ct,
             totals.accepted_drafts,
-            k=k if k is not None else None if counters is None else counters.k,
+            draft_tokens=totals.draft_tokens,
+            accepted_per_position=per_position,
+            k=k_used,
             level=level,
             note=note,
         )
     except AlflowError as exc:
-        return _with_note(counters, error, f"meta_info counts rejected ({exc}): AL from the counters")
+        return _with_note(counters, error, f"{source} counts rejected ({exc}): AL from the counters")
     return stats, None
 
 

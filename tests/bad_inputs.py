@@ -917,6 +917,18 @@ CLI_CASES: list[CliCase] = [
         ),
     ),
     CliCase("sim serve K zero", ("sim", "serve", "--k", "0"), "K=0", "K=0"),
+    CliCase(
+        "sim serve per-request metrics in the sglang dialect",
+        ("sim", "serve", "--dialect", "sglang", "--per-request-spec-decode-metrics", "summary"),
+        "is vLLM's (--dialect vllm), not sglang's",
+        "--per-request-spec-decode-metrics",
+    ),
+    CliCase(
+        "sim serve per-request metrics level unknown",
+        ("sim", "serve", "--per-request-spec-decode-metrics", "full"),
+        "is not one of none, summary, detailed",
+        "--per-request-spec-decode-metrics 'full'",
+    ),
     CliCase("sim serve port too large", ("sim", "serve", "--port", "70000"), "--port=70000", "--port"),
     CliCase(
         "sim serve time scale NaN",

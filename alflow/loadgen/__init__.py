@@ -3,9 +3,11 @@
 from alflow.loadgen.client import (
     AiohttpTransport,
     FatalRequestError,
+    RequestSpec,
     SpecCounts,
     Transport,
     meta_info_counts,
+    speculative_decoding_counts,
     stream_request,
 )
 from alflow.loadgen.endpoints import ENDPOINTS, Endpoint, Sampling, get_endpoint
@@ -22,6 +24,7 @@ __all__ = [
     "LoadSpec",
     "Progress",
     "RequestRecord",
+    "RequestSpec",
     "Sampling",
     "SpecCounts",
     "Target",
@@ -31,6 +34,7 @@ __all__ = [
     "read_records",
     "records_frame",
     "run_load",
+    "speculative_decoding_counts",
     "stream_request",
     "write_records",
 ]

@@ -14,8 +14,10 @@ Transports (the :class:`Transport` seam; tests drive :func:`stream_request` with
 - :class:`AiohttpTransport`: one shared ``aiohttp.ClientSession`` (``iter_any`` per read); slower
   per chunk, kept for proxies and anything the fast transport does not speak.
 
-SGLang's per-request speculative counts (``meta_info``: ``spec_verify_ct`` and accepted drafts) are
-read from the event that carries ``usage`` (:func:`meta_info_counts`), never from content chunks.
+SGLang's per-request speculative counts (``meta_info``: ``spec_verify_ct`` and accepted drafts) and vLLM's
+(``metrics.speculative_decoding``: steps, accepted and proposed drafts, the acceptance histogram) are read
+from the event that carries ``usage`` (:func:`meta_info_counts`, :func:`speculative_decoding_counts`), never
+from content chunks.
 
 Every SSE event that carries output gets its own entry in ``chunk_ns`` (the arrival time of the
 network read that brought it): events that arrive together share a timestamp, as in
@@ -161,6 +163,51 @@ def meta_info_counts(body: Mapping[str, object]) -> SpecCounts:
     return SpecCounts(_count(meta, VERIFY_CT_KEYS), _count(meta, ACCEPTED_DRAFTS_KEYS))
 
 
+class RequestSpec(NamedTuple):
+    """One request's speculative counts from vLLM's ``metrics.speculative_decoding`` (all None: not usable)."""
+
+    steps: int | None
+    accepted_drafts: int | None
+    draft_tokens: int | None
+    histogram: list[int] | None
+
+
+NO_REQUEST_SPEC: Final = RequestSpec(None, None, None, None)
+
+
+def _nonneg_int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def speculative_decoding_counts(body: Mapping[str, object]) -> RequestSpec:
+    """VLLM's per-request speculative counts from a response body or the stream's usage event.
+
+    Reads ``metrics.speculative_decoding`` (``vllm/v1/metrics/stats.py`` ``RequestSpecDecodeMetrics.to_dict``;
+    streamed on the final usage chunk, ``vllm/entrypoints/openai/completion/serving.py``): ``num_spec_steps``,
+    ``num_accepted_draft_tokens``, ``num_draft_tokens`` and the dense ``acceptance_histogram`` (index j = steps
+    that accepted exactly j drafts). The server's word is checked before it is used: every count a
+    non-negative integer, ``sum(hist) == num_spec_steps``, ``sum(j * hist[j]) == num_accepted_draft_tokens``
+    and accepted <= proposed drafts; an object that fails any of these is not used (all None).
+    """
+    metrics = body.get("metrics")
+    spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
+    if not isinstance(spec, dict):
+        return NO_REQUEST_SPEC
+    steps = _nonneg_int(spec.get("num_spec_steps"))
+    accepted = _nonneg_int(spec.get("num_accepted_draft_tokens"))
+    drafts = _nonneg_int(spec.get("num_draft_tokens"))
+    raw = spec.get("acceptance_histogram")
+    if steps is None or accepted is None or drafts is None or not isinstance(raw, list) or not raw:
+        return NO_REQUEST_SPEC
+    hist = [_nonneg_int(c) for c in raw]
+    counts = [c for c in hist if c is not None]
+    if len(counts) != len(hist):
+        return NO_REQUEST_SPEC
+    if sum(counts) != steps or sum(j * c for j, c in enumerate(counts)) != accepted or accepted > drafts:
+        return NO_REQUEST_SPEC
+    return RequestSpec(steps, accepted, drafts, counts)
+
+
 class SseConsumer:
     """Incremental parser of one response's event stream into a :class:`RequestRecord`."""
 
@@ -214,6 +261,11 @@ class SseConsumer:
                 rec.output_tokens = usage.get("completion_tokens")
                 if "meta_info" in event:
                     rec.spec_verify_ct, rec.spec_accepted_drafts = meta_info_counts(event)
+                elif "metrics" in event:
+                    got = speculative_decoding_counts(event)
+                    if got.steps is not None:
+                        rec.spec_verify_ct, rec.spec_accepted_drafts = got.steps, got.accepted_drafts
+                        rec.spec_draft_tokens, rec.spec_accept_hist = got.draft_tokens, got.histogram
         self._buf = data[start:]
         return False
 

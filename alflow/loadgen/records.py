@@ -14,8 +14,15 @@ Token counts come from the server's ``usage``; ``error`` is None for a successfu
 ``spec_verify_ct`` and ``spec_accepted_drafts`` are SGLang's per-request speculative counts (its
 ``meta_info``: verify steps and accepted draft tokens of this request), read from the chunk that
 carries ``usage``; null when the server sends none (vLLM, TensorRT-LLM, older SGLang). A request's
-exact AL is ``1 + spec_accepted_drafts / spec_verify_ct``. Frames stored before these columns existed
-lack them: :func:`read_records` adds them as nulls (:func:`with_record_columns` for other readers).
+exact AL is ``1 + spec_accepted_drafts / spec_verify_ct``.
+
+vLLM (0.32.0+, started with ``--per-request-spec-decode-metrics summary|detailed``) sends the same counts in
+``metrics.speculative_decoding`` (``vllm/v1/metrics/stats.py``, ``RequestSpecDecodeMetrics.to_dict``): its
+``num_spec_steps`` fills ``spec_verify_ct``, ``num_accepted_draft_tokens`` fills ``spec_accepted_drafts``,
+``num_draft_tokens`` fills ``spec_draft_tokens`` (drafts proposed), and ``acceptance_histogram`` fills
+``spec_accept_hist``: verify steps by drafts accepted, index ``j`` = steps that accepted exactly ``j`` drafts
+(length K + 1; the bonus token is not counted). Frames stored before these columns existed lack them:
+:func:`read_records` adds them as nulls (:func:`with_record_columns` for other readers).
 """
 
 from __future__ import annotations
@@ -45,6 +52,8 @@ RECORD_SCHEMA: Final[dict[str, pl.DataType]] = {
     "text": pl.String(),
     "spec_verify_ct": pl.Int64(),
     "spec_accepted_drafts": pl.Int64(),
+    "spec_draft_tokens": pl.Int64(),
+    "spec_accept_hist": pl.List(pl.Int64()),
 }
 
 
@@ -70,7 +79,12 @@ class RequestRecord:
     spec_verify_ct: int | None = None
     """SGLang ``meta_info.spec_verify_ct``: this request's verify steps (None: not reported)."""
     spec_accepted_drafts: int | None = None
-    """SGLang ``meta_info.spec_num_correct_drafts`` (or an older alias): accepted draft tokens."""
+    """SGLang ``meta_info.spec_num_correct_drafts`` (or an older alias), vLLM ``num_accepted_draft_tokens``:
+    accepted draft tokens."""
+    spec_draft_tokens: int | None = None
+    """vLLM ``num_draft_tokens``: draft tokens proposed for this request (None: not reported)."""
+    spec_accept_hist: list[int] | None = None
+    """vLLM ``acceptance_histogram``: this request's verify steps by drafts accepted (index j: exactly j)."""
 
     @property
     def ok(self) -> bool:
@@ -104,7 +118,9 @@ def with_record_columns(frame: pl.DataFrame) -> pl.DataFrame:
     missing = [name for name in RECORD_SCHEMA if name not in frame.columns]
     if not missing:
         return frame
-    return frame.with_columns(pl.lit(None, dtype=RECORD_SCHEMA[name]).alias(name) for name in missing)
+    extra = [name for name in frame.columns if name not in RECORD_SCHEMA]  # e.g. a run's concurrency column
+    filled = frame.with_columns(pl.lit(None, dtype=RECORD_SCHEMA[name]).alias(name) for name in missing)
+    return filled.select([*RECORD_SCHEMA, *extra])
 
 
 def read_records(path: str | Path) -> pl.DataFrame:

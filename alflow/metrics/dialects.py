@@ -63,6 +63,9 @@ class Dialect(Protocol):
 
     name: str
     metrics_path: str
+    request_counts: str | None
+    """Where this framework's responses carry per-request speculative counts (the records' ``spec_*``
+    columns), named for notes; None: its responses carry none (the counters are the only source)."""
 
     def matches(self, snapshot: Snapshot) -> bool:
         """True when ``snapshot`` looks like this framework's metrics."""
@@ -131,6 +134,8 @@ class VllmDialect(_CountersOnly):
 
     name = "vllm"
     metrics_path = names.VLLM_METRICS_PATH
+    request_counts: str | None = "metrics.speculative_decoding"
+    """vLLM 0.32.0+ with ``--per-request-spec-decode-metrics`` (PR #48915; vllm/v1/metrics/stats.py)."""
 
     def matches(self, snapshot: Snapshot) -> bool:
         return any(f.startswith("vllm:") for f in snapshot.families())
@@ -159,6 +164,7 @@ class SglangDialect(_NoSpeculativeInfo):
 
     name = "sglang"
     metrics_path = names.SGLANG_METRICS_PATH
+    request_counts: str | None = "meta_info"
 
     def matches(self, snapshot: Snapshot) -> bool:
         return any(f.startswith("sglang:") for f in snapshot.families())
@@ -213,6 +219,8 @@ class TrtllmDialect(_CountersOnly):
     """TensorRT-LLM's ``trtllm_spec_decode_*`` counters at ``/prometheus/metrics`` (per-position family)."""
 
     name = "trtllm"
+    request_counts: str | None = None
+    """Per-request acceptance on TensorRT-LLM's responses is an open PR (#19311) at the time of writing."""
     metrics_path = names.TRTLLM_METRICS_PATH
 
     def matches(self, snapshot: Snapshot) -> bool:

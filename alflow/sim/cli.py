@@ -133,6 +133,13 @@ def serve_command(
             "image that does not honour them would."
         ),
     ] = False,
+    per_request_spec_decode_metrics: Annotated[
+        str,
+        typer.Option(
+            help="vLLM's per-request acceptance in responses (metrics.speculative_decoding): none, summary or "
+            "detailed (dialect vllm only)."
+        ),
+    ] = "none",
     log_level: Annotated[str, typer.Option(help="Logging level on stderr.")] = "INFO",
     api_key: Annotated[
         str | None,
@@ -194,6 +201,7 @@ def serve_command(
             peer_timeout_s=peer_timeout,
             api_key=api_key or None,
             framework_version=framework_version,
+            per_request_spec_decode_metrics=per_request_spec_decode_metrics,
         )
         config = resolve(
             base,

@@ -60,6 +60,8 @@ FRAMEWORK_ENV = {
     ENV_TRTLLM_FORCE: "trtllm",
 }
 SGLANG_TOKEN_MODES = ("fixed", "real-draft-token")
+PER_REQUEST_LEVELS = ("none", "summary", "detailed")
+"""vLLM's ``--per-request-spec-decode-metrics`` levels (vllm/config/observability.py)."""
 NODE_PARALLEL = ("tp", "dp")
 """How a multi-node simulated server uses its nodes: one model across them, or one engine per node."""
 SGLANG_FIXED_TOKEN_ID = 100
@@ -107,6 +109,9 @@ class SimConfig:
     notes: tuple[str, ...] = field(default=())
     framework_version: str | None = None
     """The framework version the server reports (tests of alflow's release gates); None: ``alflow-sim``."""
+    per_request_spec_decode_metrics: str = "none"
+    """vLLM's ``--per-request-spec-decode-metrics`` (none, summary, detailed; dialect vllm only): each response
+    carries ``metrics.speculative_decoding`` as vLLM 0.32.0 sends it."""
     api_key: str | None = field(default=None, repr=False)
     """Requests to /v1/* need ``Authorization: Bearer <api_key>`` (vLLM's ``--api-key``); None: open."""
 
@@ -157,6 +162,16 @@ class SimConfig:
             SyntheticTarget.of(self.k, al=1.0)  # validates K
             if self.synthetic_scheme is not None:
                 get_scheme(self.synthetic_scheme)
+        if self.per_request_spec_decode_metrics not in PER_REQUEST_LEVELS:
+            raise InvalidInputError(
+                f"--per-request-spec-decode-metrics {self.per_request_spec_decode_metrics!r} is not one of "
+                f"{', '.join(PER_REQUEST_LEVELS)}"
+            )
+        if self.per_request_spec_decode_metrics != "none" and self.dialect != "vllm":
+            raise InvalidInputError(
+                f"--per-request-spec-decode-metrics {self.per_request_spec_decode_metrics} is vLLM's (--dialect vllm), "
+                f"not {self.dialect}'s: SGLang's per-request counts come in meta_info, TensorRT-LLM sends none"
+            )
         get_profile(self.profile)
         _check_range("--port", self.port, 0, 65535)
         _check_range("--max-num-seqs", self.max_num_seqs, 1, 1_000_000)

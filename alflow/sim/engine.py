@@ -257,6 +257,8 @@ class SimRequest:
     finished: bool = False
     hist: list[int] = field(default_factory=list)
     """This request's verify steps by accepted drafts (``hist[a]``); summed into the stats when it finishes."""
+    steps: list[int] | None = None
+    """Accepted drafts of each verify step, in order (vLLM's ``detailed`` per-request metrics); None: not kept."""
 
 
 class Engine:
@@ -337,6 +339,8 @@ class Engine:
         """Queue a request; the step loop admits it when a slot is free."""
         req.done = asyncio.get_running_loop().create_future()
         req.hist = [0] * (self.k + 1)
+        if self.config.per_request_spec_decode_metrics == "detailed":
+            req.steps = []
         req.frame_len = len(req.prefix) + len(req.suffix)
         req.arrival_ns = time.perf_counter_ns()
         self.stats.requests_received += 1
@@ -445,6 +449,8 @@ class Engine:
         for req, a in zip(decode, draws, strict=True):
             hist[a] += 1
             req.hist[a] += 1
+            if req.steps is not None:
+                req.steps.append(a)
             accepted += a
             if req.finished:
                 continue

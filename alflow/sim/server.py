@@ -129,8 +129,10 @@ class SimServer:
             "sglang": (b"reasoning_content", b""),
             "trtllm": (b"reasoning", b"reasoning_content"),
         }[config.dialect]
-        # SGLang's per-request speculative counts (``meta_info``) in the body and the usage chunk
+        # SGLang's per-request speculative counts (``meta_info``) in the body and the usage chunk; vLLM's
+        # (``metrics.speculative_decoding``) when started with --per-request-spec-decode-metrics
         self._meta_info = config.dialect == "sglang"
+        self._spec_metrics = config.per_request_spec_decode_metrics != "none"
 
     def make_app(self) -> web.Application:
         """The aiohttp application: the kit's routes plus the dialect's."""
@@ -379,6 +381,17 @@ class SimServer:
                             _meta_info(req.hist, k),
                         )
 
+                elif self._spec_metrics:
+                    k = cfg.k
+
+                    def tail(completion: int) -> bytes:
+                        # vLLM rides the metrics on the final usage chunk (completion/serving.py)
+                        return b'data: %b],"usage":%b,"metrics":{"speculative_decoding":%b}}\n\n' % (
+                            head,
+                            _usage(n_prompt, completion),
+                            _speculative_decoding(req.hist, k, req.steps),
+                        )
+
                 else:
 
                     def tail(completion: int) -> bytes:
@@ -458,6 +471,10 @@ class SimServer:
                 choice = b'"text":"%b",' % content
             if self._meta_info:
                 usage += b',"meta_info":' + _meta_info(req.hist, cfg.k)
+            elif self._spec_metrics:  # a top-level key beside usage, as vLLM's response model has it
+                usage += b',"metrics":{"speculative_decoding":%b}' % _speculative_decoding(
+                    req.hist, cfg.k, req.steps
+                )
             out = (
                 head
                 + choice
@@ -505,6 +522,30 @@ def _meta_info(hist: Sequence[int], k: int) -> bytes:
         accepted,
         verify * k,
     )
+
+
+def _speculative_decoding(hist: Sequence[int], k: int, steps: Sequence[int] | None) -> bytes:
+    """VLLM's per-request ``speculative_decoding`` object (``RequestSpecDecodeMetrics.to_dict``, vLLM 0.32.0).
+
+    ``hist[a]`` counts the request's verify steps that accepted ``a`` drafts (the dense
+    ``acceptance_histogram``); every step proposed K drafts; ``steps`` (``detailed``) the per-step accepts.
+    """
+    n = sum(hist)
+    accepted = sum(a * c for a, c in enumerate(hist))
+    drafts = n * k
+    out: dict[str, object] = {
+        "mean_acceptance_length": 1.0 + accepted / n if n else 1.0,
+        "draft_acceptance_rate": accepted / drafts if drafts else 0.0,
+        "acceptance_histogram": list(hist),
+        "num_spec_steps": n,
+        "num_accepted_draft_tokens": accepted,
+        "num_draft_tokens": drafts,
+        "num_spec_tokens": k,
+    }
+    if steps:
+        out["per_step_accepted"] = list(steps)
+        out["per_step_drafted"] = [k] * len(steps)
+    return orjson.dumps(out)
 
 
 # ------------------------------------------------------------------------------------ running

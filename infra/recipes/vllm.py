@@ -346,6 +346,8 @@ class VllmRecipe:
         args: tuple[str, ...] = ()
         if spec is not None:
             args = ("--speculative-config", json.dumps(spec, separators=(",", ":")))
+            # the simulator speaks the newest vLLM: per-request acceptance as an unset level (auto) would get it
+            args += self.per_request_args(config, str(VLLM_PER_REQUEST_SPEC.minimum))
         return SimSource(
             args=args,
             env={},

@@ -180,7 +180,10 @@ def test_demo_summaries_print_hostile_names_as_typed() -> None:
     m2 = {"target_al": 2.5, "scheme": name, "points": [point], "run_dir": f"/r/{name}"}
     vllm = {"m0": m0, "m1": {"vllm-cpu": verdict}, "results_root": f"/r/{name}", "label": name}
     vllm_point = point | {"output_throughput": 9.0, "allowed_deviation": 0.05, "fit_p_value": 0.5}
-    vllm_m2 = [{"target": "reference", "outcome": m2 | {"points": [vllm_point]}}, {"target": 1.5, "failed": name}]
+    vllm_m2 = [
+        {"target": "reference", "outcome": m2 | {"points": [vllm_point]}},
+        {"target": 1.5, "failed": name},
+    ]
     vllm |= {"model": {"path": name, "source": name}, "m2": vllm_m2}
     outs = {
         "sim": {"m0": m0, "m1": {name: verdict}, "m2": m2, "results_root": f"/r/{name}"},

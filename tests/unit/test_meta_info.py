@@ -166,6 +166,7 @@ class FakeDialect:
     stats: SpecStats | None
     error: str = "metric sglang:spec_verify_calls is not exposed"
     metrics_path: str = "/metrics"
+    request_counts: str | None = "meta_info"
 
     def matches(self, snapshot: Snapshot) -> bool:
         return True
@@ -263,9 +264,9 @@ def test_without_meta_info_the_counters_are_unchanged(records: str | None) -> No
     assert (stats, error) == (COUNTERS, None)
 
 
-def test_other_dialects_ignore_meta_info() -> None:
+def test_dialects_whose_responses_carry_no_counts_ignore_them() -> None:
     stats, error = window_stats(
-        FakeDialect("vllm", COUNTERS), _snap(1), _snap(2), k=3, records=frame([(4, 6)])
+        FakeDialect("trtllm", COUNTERS, request_counts=None), _snap(1), _snap(2), k=3, records=frame([(4, 6)])
     )
     assert (stats, error) == (COUNTERS, None)
 
