@@ -16,7 +16,7 @@ from datetime import datetime
 from alflow.acceptance.stats import SpecStats
 from alflow.config import ModelSpec, SpecMethod, ThinkingMode
 from alflow.errors import AlflowError
-from alflow.measure import Measurement
+from alflow.measure import Measurement, RequestAcceptance, request_acceptance
 from alflow.metrics.prometheus import Snapshot
 from alflow.reference import Provenance, ReferenceEntry
 from alflow.results.manifest import ServerRecord
@@ -43,10 +43,19 @@ class ModePoint:
     """Prompts sent (the dataset's sessions)."""
     failed: int
     """Requests that failed (the statistics are the server's over the window either way)."""
+    requests: RequestAcceptance | None = None
+    """Per-request AL percentiles and the pooled histogram, where the responses carried per-request counts."""
 
     def scrapes(self) -> dict[str, object]:
-        """The raw window as ``scrapes.json`` keeps it for the audit."""
-        return {"dialect": self.dialect, "baseline": self.baseline.to_dict(), "final": self.final.to_dict()}
+        """The raw window as ``scrapes.json`` keeps it for the audit, and the per-request acceptance."""
+        out: dict[str, object] = {
+            "dialect": self.dialect,
+            "baseline": self.baseline.to_dict(),
+            "final": self.final.to_dict(),
+        }
+        if self.requests is not None:
+            out["per_request"] = self.requests.to_dict()
+        return out
 
 
 def mode_point(m: Measurement, *, prompts: int, subject: str) -> ModePoint:
@@ -58,7 +67,9 @@ def mode_point(m: Measurement, *, prompts: int, subject: str) -> ModePoint:
         raise CalibrationError(f"no speculative steps measured for {subject}: {why}")
     if m.dialect is None or m.baseline is None or m.final is None:
         raise CalibrationError(f"{subject}: the measurement has no baseline and final scrape of the server")
-    return ModePoint(m.spec_stats, m.dialect, m.baseline, m.final, prompts, m.client.failed)
+    return ModePoint(
+        m.spec_stats, m.dialect, m.baseline, m.final, prompts, m.client.failed, request_acceptance(m.records)
+    )
 
 
 @dataclass(frozen=True)

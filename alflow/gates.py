@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Final, cast, get_args
+from typing import Any, Final, cast, get_args
 
 from alflow.acceptance.stats import CIMethod, ConfidenceInterval, SpecStats, goodness_of_fit
 from alflow.acceptance.synthetic import AcceptanceDistribution
@@ -79,13 +79,21 @@ class AuditDetails:
     num_drafts: int | None = None
     fit_p_value: float | None = None
     """Chi-square p of the accept-length histogram against the scheme's pmf, where one was tested."""
+    histogram_observed: tuple[int, ...] | None = None
+    """Verify steps by accept length 1..K+1 (index 0 = length 1), where the statistics have a histogram."""
+    histogram_expected: tuple[float, ...] | None = None
+    """The scheme's expected steps by accept length at the target (pmf x steps), same indexing."""
     truncation: float | None = None
     """How far below the scheme's mean the counters are expected to read, where they cut each request's
     last verify step at its limit (SGLang): ``truncated_requests x mean_overshoot / num_drafts``."""
 
     def to_dict(self) -> dict[str, object]:
-        """The stored form (``summary.json``'s verdicts); figures not computed are left out."""
-        return {k: v for k, v in asdict(self).items() if v is not None or k == "achieved_al"}
+        """The stored form (``summary.json``'s verdicts, histograms as lists); figures not computed are left out."""
+        return {
+            k: list(v) if isinstance(v, tuple) else v
+            for k, v in asdict(self).items()
+            if v is not None or k == "achieved_al"
+        }
 
 
 GateDetails = AccuracyDetails | AlGateDetails | AuditDetails
@@ -151,7 +159,19 @@ def _audit_details(d: Mapping[str, object]) -> AuditDetails | None:
         truncation=_f(d.get("truncation")),
         num_drafts=n if isinstance(n, int) and not isinstance(n, bool) else None,
         fit_p_value=_f(d.get("fit_p_value")),
+        histogram_observed=_counts(d.get("histogram_observed"), int),
+        histogram_expected=_counts(d.get("histogram_expected"), float),
     )
+
+
+def _counts(value: object, kind: type[int] | type[float]) -> tuple[Any, ...] | None:
+    """A stored histogram (a list of numbers) back as a tuple; None when it is not one."""
+    if not isinstance(value, list | tuple):
+        return None
+    items = [_f(v) for v in value]
+    if any(v is None for v in items):
+        return None
+    return tuple(kind(v) for v in items if v is not None)
 
 
 _DETAILS_READERS: dict[str, Callable[[Mapping[str, object]], GateDetails | None]] = {
@@ -253,6 +273,13 @@ AUDIT_ABS_TOL: Final = 0.02
 """The synthetic audit's smallest allowed deviation of the achieved AL from the scheme's expected AL."""
 AUDIT_Z: Final = 3.29
 """The synthetic audit's z (two-sided 0.1%) applied to the standard deviation of the mean AL."""
+AUDIT_MIN_FIT_P: Final = 1e-6
+"""The shape test's threshold: a point whose accept-length histogram fits the scheme's pmf with a chi-square p below
+this fails. Under the scheme (draws independent per request and step, as vLLM's and the sim's are) p is uniform,
+so a correct server fails a point with probability 1e-6: one false alarm in about 100,000 runs of 10 points. A wrong
+shape at the same mean is far below it at a few hundred steps: a min-variance target of 2.3 at K = 3 served with
+SGLang's multinomial draw puts steps on lengths the pmf gives probability 0 (p = 0), and the chi-square grows
+linearly with the steps for any fixed difference of the pmfs."""
 
 
 def audit_synthetic(
@@ -261,7 +288,7 @@ def audit_synthetic(
     *,
     abs_tol: float = AUDIT_ABS_TOL,
     z: float = AUDIT_Z,
-    min_fit_p: float = 1e-9,
+    min_fit_p: float = AUDIT_MIN_FIT_P,
     subject: str,
 ) -> Verdict:
     """M2: the achieved AL must match the synthetic target within tolerance.
@@ -269,8 +296,9 @@ def audit_synthetic(
     Allowed deviation ``= max(abs_tol, z * std / sqrt(n))`` where ``std`` is the scheme's per-step
     standard deviation and ``n`` the number of independent draws (verify steps with drafts; for a
     per-batch scheme the counters still count one draw per request, so the spread is a lower
-    bound there). Where per-position counters give the histogram and the scheme draws per request,
-    the histogram must also fit the scheme's exact distribution (chi-square p >= ``min_fit_p``).
+    bound there). Where the statistics have a histogram (per-request histograms pooled, or per-position counters)
+    and the scheme draws per request, the histogram must also fit the scheme's exact distribution: the shape
+    test, chi-square p >= ``min_fit_p`` (:data:`AUDIT_MIN_FIT_P`); the observed and expected counts are kept.
     Counters that cut each request's last verify step at its limit (``stats.truncated_requests``,
     SGLang) are expected to read ``truncated_requests x mean_overshoot / n`` below the scheme's mean.
     """
@@ -309,12 +337,23 @@ def audit_synthetic(
         problems.append(
             f"scheme {distribution.scheme} is biased: expected {expected:.4f} for target {target:.4f}"
         )
+    observed: tuple[int, ...] | None = None
+    expected_counts: tuple[float, ...] | None = None
+    if stats.histogram is not None:
+        lengths = range(1, len(distribution.pmf) + 1)
+        observed = tuple(int(stats.histogram.get(j, 0)) for j in lengths)
+        expected_counts = tuple(p * sum(stats.histogram.values()) for p in distribution.pmf)
     if stats.histogram is not None and distribution.granularity == "per-request":
         fit = goodness_of_fit(stats.histogram, distribution.pmf)
         fit_p = fit.p_value
         if fit.p_value < min_fit_p:
+            shown = ", ".join(
+                f"{j}: {o} vs {e:.1f}"
+                for j, o, e in zip(lengths, observed or (), expected_counts or (), strict=False)
+            )
             problems.append(
-                f"accept-length histogram does not fit scheme {distribution.scheme} (chi-square p={fit.p_value:.2e})"
+                f"accept-length histogram does not fit scheme {distribution.scheme} (chi-square p={fit.p_value:.2e} < "
+                f"{min_fit_p:g}; steps by accept length, observed vs expected: {shown})"
             )
     details = AuditDetails(
         target_al=target,
@@ -327,6 +366,8 @@ def audit_synthetic(
         expected_std_of_mean=spread,
         num_drafts=n,
         fit_p_value=fit_p,
+        histogram_observed=observed,
+        histogram_expected=expected_counts,
         truncation=truncation,
     )
     if problems:

@@ -16,7 +16,8 @@ a cross-check in the note.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -177,6 +178,77 @@ def pooled_histogram(histograms: Sequence[Sequence[int] | None]) -> tuple[int, .
     return tuple(total)
 
 
+@dataclass(frozen=True, slots=True)
+class RequestAcceptance:
+    """Per-request acceptance over a point's measured requests, as AIPerf's per-request acceptance metrics show it.
+
+    A request's AL is ``1 + accepted drafts / verify steps`` (its own counts); requests with no verify step are
+    left out. ``histogram`` is the pooled acceptance histogram (index j: steps that accepted exactly j drafts)
+    when every such request sent one.
+    """
+
+    requests: int
+    """Measured successful requests with at least one verify step."""
+    p10_al: float
+    p50_al: float
+    p90_al: float
+    mean_al: float
+    """The requests' ALs averaged (each request weighs the same; the point's AL weighs each step the same)."""
+    histogram: tuple[int, ...] | None
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready form (``scrapes.json``'s points, reports)."""
+        return {
+            "requests": self.requests,
+            "p10_al": self.p10_al,
+            "p50_al": self.p50_al,
+            "p90_al": self.p90_al,
+            "mean_al": self.mean_al,
+            "histogram": None if self.histogram is None else list(self.histogram),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RequestAcceptance | None:
+        """The stored form back; None when it is not one (older runs, damaged files)."""
+        try:
+            hist = data.get("histogram")
+            return cls(
+                int(data["requests"]),
+                float(data["p10_al"]),
+                float(data["p50_al"]),
+                float(data["p90_al"]),
+                float(data["mean_al"]),
+                None if hist is None else tuple(int(c) for c in hist),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def request_acceptance(records: pl.DataFrame) -> RequestAcceptance | None:
+    """Per-request AL percentiles (p10/p50/p90, linear) and the pooled histogram; None without per-request counts."""
+    if "spec_verify_ct" not in records.columns or "spec_accepted_drafts" not in records.columns:
+        return None
+    rows = records.filter(
+        ~pl.col("warmup")
+        & pl.col("error").is_null()
+        & pl.col("spec_verify_ct").is_not_null()
+        & pl.col("spec_accepted_drafts").is_not_null()
+        & (pl.col("spec_verify_ct") > 0)
+    )
+    if rows.height == 0:
+        return None
+    al = 1.0 + rows["spec_accepted_drafts"].cast(pl.Float64) / rows["spec_verify_ct"].cast(pl.Float64)
+
+    def q(x: float) -> float:
+        value = al.quantile(x, interpolation="linear")
+        return float(value) if value is not None else math.nan
+
+    hist = (
+        pooled_histogram(rows["spec_accept_hist"].to_list()) if "spec_accept_hist" in rows.columns else None
+    )
+    return RequestAcceptance(rows.height, q(0.1), q(0.5), q(0.9), float(al.sum()) / rows.height, hist)
+
+
 def meta_info_totals(records: pl.DataFrame) -> MetaInfoTotals:
     """Sum the records' per-request speculative counts over the successful measured requests.
 
@@ -278,7 +350,7 @@ def window_stats(
         )
     except AlflowError as exc:
         return _with_note(counters, error, f"{source} counts rejected ({exc}): AL from the counters")
-    return stats, None
+    return replace(stats, source="per-request"), None
 
 
 def _with_note(stats: SpecStats | None, error: str | None, note: str) -> tuple[SpecStats | None, str | None]:

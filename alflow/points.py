@@ -86,6 +86,11 @@ def m2_point(
         median_itl_ms=c.itl.median,
         tokens_per_chunk=c.tokens_per_chunk,
         duration_s=m.duration_s,
+        scheme=details.scheme,
+        al_source=None if stats is None else stats.source,
+        fit_p_value=details.fit_p_value,
+        histogram_observed=details.histogram_observed,
+        histogram_expected=details.histogram_expected,
     )
     return point, failures
 

@@ -89,6 +89,9 @@ class SpecStats:
     """Requests whose last verify step the counters count only up to the request's limit (SGLang counts
     ``len(output_ids)``, cut at ``max_tokens`` or EOS): the AL is low by their cut tokens / ``num_drafts``.
     None: the counters count every accepted draft (vLLM, TensorRT-LLM)."""
+    source: str = "counters"
+    """Where the counts come from: ``counters`` (the server's metrics over the window), ``per-request`` (the
+    responses' own counts over exactly the measured requests), ``steps`` (per-step data)."""
 
     @property
     def observed(self) -> bool:
@@ -118,6 +121,7 @@ class SpecStats:
             "ci": None if self.ci is None else self.ci.to_dict(),
             "note": self.note,
             "truncated_requests": self.truncated_requests,
+            "source": self.source,
         }
 
 
@@ -276,6 +280,7 @@ def from_steps(
         base.histogram,
         ci,
         base.note,
+        source="steps",
     )
 
 

@@ -43,10 +43,25 @@ class M2Point:
     median_itl_ms: float | None
     tokens_per_chunk: float | None
     duration_s: float
+    scheme: str | None = None
+    """The synthetic scheme the audit tested against (its exact pmf at the target)."""
+    al_source: str | None = None
+    """Where the achieved AL's counts come from: ``per-request`` (the responses' own counts over exactly the
+    measured requests) or ``counters`` (the server's metrics over the window)."""
+    fit_p_value: float | None = None
+    """The shape test: chi-square p of the accept-length histogram against the scheme's pmf (None: not tested)."""
+    histogram_observed: tuple[int, ...] | None = None
+    """Verify steps by accept length 1..K+1 (index 0 = length 1); None without a histogram."""
+    histogram_expected: tuple[float, ...] | None = None
+    """The scheme's expected steps by accept length at the target, same indexing."""
 
     def to_dict(self) -> dict[str, Any]:
-        """The row as stored (``spec_stats.parquet``, ``summary.json``'s points)."""
-        return asdict(self)
+        """The row as stored (``spec_stats.parquet``, ``summary.json``'s points); sequences as lists."""
+        row = asdict(self)
+        for name in ("histogram_observed", "histogram_expected"):
+            if row[name] is not None:
+                row[name] = list(row[name])
+        return row
 
     @classmethod
     def from_dict(cls, row: Mapping[str, Any]) -> M2Point:
@@ -66,6 +81,9 @@ class M2Point:
         values["audit"] = str(row.get("audit") or "")
         values["nodes"] = int(row.get("nodes") or 1)
         values["duration_s"] = float(row.get("duration_s") or 0.0)
+        for name, kind in (("histogram_observed", int), ("histogram_expected", float)):
+            seq = row.get(name)
+            values[name] = None if seq is None else tuple(kind(v) for v in seq)
         return cls(**values)
 
 

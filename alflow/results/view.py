@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from alflow.acceptance.synthetic import distribution
 from alflow.errors import AlflowError
 from alflow.gates import Verdict
+from alflow.measure import RequestAcceptance, request_acceptance
 from alflow.metrics.client import per_request
 from alflow.reference import ReferenceEntry
 from alflow.results.rows import M2Point
@@ -147,6 +148,36 @@ def m0_entries(run: StoredRun) -> tuple[list[ReferenceEntry], list[str]]:
             where = ".".join(str(p) for p in err["loc"]) or "(entry)"
             problems.append(f"entry {i + 1}: {where}: {err['msg']}")
     return entries, problems
+
+
+def m0_request_acceptance(run: StoredRun) -> list[tuple[str, RequestAcceptance]]:
+    """Per calibration point (its ``scrapes.json`` key: model, method, thinking, K), the per-request acceptance.
+
+    Points measured by a server whose responses carried no per-request counts (or by an older alflow) are left out.
+    """
+    points = get_path(json_or_none(run, "scrapes"), "points")
+    out: list[tuple[str, RequestAcceptance]] = []
+    if not isinstance(points, Mapping):
+        return out
+    for key, point in points.items():
+        raw = point.get("per_request") if isinstance(point, Mapping) else None
+        got = RequestAcceptance.from_dict(raw) if isinstance(raw, Mapping) else None
+        if got is not None:
+            out.append((str(key), got))
+    return out
+
+
+def run_request_acceptance(run: StoredRun) -> RequestAcceptance | None:
+    """The per-request acceptance of a run's stored requests (M1's AL point); None without per-request counts."""
+    records = table_or_none(run, "requests")
+    if (
+        records is None
+        or records.height == 0
+        or "warmup" not in records.columns
+        or "error" not in records.columns
+    ):
+        return None
+    return request_acceptance(records)
 
 
 def m1_verdicts(run: StoredRun) -> list[Verdict]:

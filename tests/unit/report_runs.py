@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,13 @@ def _entry(model: str, thinking: str, k: int, al: float, steps: int) -> dict[str
     return entry
 
 
-def write_m0(root: Path, *, model: str = "org/model-a", simulated: bool = False) -> str:
+def write_m0(
+    root: Path,
+    *,
+    model: str = "org/model-a",
+    simulated: bool = False,
+    scrapes: Mapping[str, Any] | None = None,
+) -> str:
     """An M0 run: thinking on/off for K=1..3 (coding), and a diff against the previous table."""
     entries = [
         _entry(model, thinking, k, al, 1000)
@@ -101,6 +108,8 @@ def write_m0(root: Path, *, model: str = "org/model-a", simulated: bool = False)
         simulated=simulated,
         started=STARTED,
     ) as w:
+        if scrapes is not None:
+            w.write_json("scrapes", dict(scrapes))
         w.write_summary(
             {
                 "flow": "m0",
@@ -246,8 +255,12 @@ def write_m2(
     framework: str = "vllm",
     run_id: str = "m2run0000001",
     valid: bool = True,
+    shape: Mapping[str, Any] | None = None,
 ) -> str:
-    """An M2 run at concurrency 4 (golden numbers) and 8, with request records and the audit's figures."""
+    """An M2 run at concurrency 4 (golden numbers) and 8, with request records and the audit's figures.
+
+    ``shape`` adds the shape test's fields (``fit_p_value``, ``histogram_observed``, ...) to the first point.
+    """
     dist = distribution("vllm", 3, al=2.5)
 
     def allowed(steps: int) -> float:  # as alflow.gates.audit_synthetic stores it
@@ -307,6 +320,8 @@ def write_m2(
             "duration_s": 4.0,
         },
     ]
+    if shape is not None:
+        points[0] = {**points[0], **shape}
     requests = [
         _request(0, 4, 50, 90, 5, warmup=True),
         _request(1, 4, 100, 1100, 101),

@@ -138,6 +138,7 @@ def test_m2_report_has_frontier_latency_and_audit_with_the_schemes_spread(runs: 
         "Throughput per GPU against interactivity",
         "Latency percentiles against concurrency",
         "Synthetic-acceptance audit",
+        "Accept-length histogram against the scheme (the shape test)",
     ]
     frontier = report.sections[0].figures[0].svg
     assert frontier.count('class="point"') == 2

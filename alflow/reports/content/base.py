@@ -15,6 +15,7 @@ from typing import Final
 from markupsafe import Markup
 
 from alflow import jsonutil
+from alflow.measure import RequestAcceptance
 from alflow.reports import svg
 from alflow.results.store import StoredRun
 from alflow.results.view import config_value, dialect, framework, image, model_id, server_command, summary
@@ -194,3 +195,35 @@ def base_report(run: StoredRun, title: str) -> Report:
 def svg_figure(chart: svg.Chart, caption: str = "") -> Figure:
     """Render a chart into a figure."""
     return Figure(svg.render(chart), caption)
+
+
+PER_REQUEST_NOTE = (
+    "Each request's own AL, 1 + accepted drafts / verify steps, from the counts its response carried "
+    "(vLLM's metrics.speculative_decoding, SGLang's meta_info), over the measured requests with at least one "
+    "verify step; the pooled histogram counts verify steps by drafts accepted (the bonus token not counted)."
+)
+
+
+def per_request_section(items: Sequence[tuple[str, RequestAcceptance]]) -> Section:
+    """Per-request AL percentiles (p10/p50/p90) and the pooled histogram, one row per point."""
+    sec = Section("Per-request acceptance", paragraphs=[PER_REQUEST_NOTE])
+    width = max((len(a.histogram) for _, a in items if a.histogram is not None), default=0)
+    header = ["point", "requests", "p10 AL", "p50 AL", "p90 AL", "mean of requests' AL"]
+    header += [f"{j} accepted" for j in range(width)]
+    rows = []
+    for name, a in items:
+        hist = [fmt(c) for c in a.histogram] if a.histogram is not None else []
+        hist += ["-"] * (width - len(hist))
+        rows.append(
+            [
+                name,
+                fmt(a.requests),
+                fmt(a.p10_al, 4),
+                fmt(a.p50_al, 4),
+                fmt(a.p90_al, 4),
+                fmt(a.mean_al, 4),
+                *hist,
+            ]
+        )
+    sec.tables.append(Table(header, rows, numeric=[False, *([True] * (len(header) - 1))]))
+    return sec

@@ -6,9 +6,18 @@ from collections.abc import Mapping
 
 from alflow.reference import ReferenceEntry
 from alflow.reports import svg
-from alflow.reports.content.base import Report, Section, Table, base_report, fmt, num, svg_figure
+from alflow.reports.content.base import (
+    Report,
+    Section,
+    Table,
+    base_report,
+    fmt,
+    num,
+    per_request_section,
+    svg_figure,
+)
 from alflow.results.store import StoredRun
-from alflow.results.view import config_value, m0_entries, summary
+from alflow.results.view import config_value, m0_entries, m0_request_acceptance, summary
 
 
 def build_m0(run: StoredRun) -> Report:
@@ -120,6 +129,9 @@ def build_m0(run: StoredRun) -> Report:
     if not pos.figures:
         pos.paragraphs.append("No per-position counters were recorded.")
     report.sections.append(pos)
+    per_request = m0_request_acceptance(run)
+    if per_request:
+        report.sections.append(per_request_section(per_request))
     # category matrix
     cat_sec = Section("Acceptance length by category")
     cat_sec.paragraphs.append(

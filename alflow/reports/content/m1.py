@@ -9,9 +9,25 @@ import polars as pl
 
 from alflow.gates import AccuracyDetails, AlGateDetails, Verdict
 from alflow.reports import svg
-from alflow.reports.content.base import Report, Section, Table, base_report, fmt, num, svg_figure
+from alflow.reports.content.base import (
+    Report,
+    Section,
+    Table,
+    base_report,
+    fmt,
+    num,
+    per_request_section,
+    svg_figure,
+)
 from alflow.results.store import StoredRun
-from alflow.results.view import get_path, m1_verdicts, model_id, summary, table_or_none
+from alflow.results.view import (
+    get_path,
+    m1_verdicts,
+    model_id,
+    run_request_acceptance,
+    summary,
+    table_or_none,
+)
 
 
 def build_m1(run: StoredRun) -> Report:
@@ -37,6 +53,9 @@ def build_m1(run: StoredRun) -> Report:
             )
     if not verdicts:
         report.sections.append(Section("Gates", paragraphs=["The run stored no verdicts."]))
+    per_request = run_request_acceptance(run)
+    if per_request is not None:
+        report.sections.append(per_request_section([("AL point", per_request)]))
     client = stored.get("client")
     if isinstance(client, Mapping):
         report.sections.append(_client_section(client))

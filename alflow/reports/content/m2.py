@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from alflow.gates import AUDIT_Z
+from alflow.gates import AUDIT_MIN_FIT_P, AUDIT_Z
 from alflow.reports import svg
 from alflow.reports.content.base import Figure, Report, Section, Table, base_report, fmt, svg_figure
 from alflow.results.rows import M2Point
@@ -120,6 +120,7 @@ def build_m2(run: StoredRun) -> Report:
     report.sections.append(sec)
     report.sections.append(_latency_section(run, points))
     report.sections.append(_audit_section(run, points))
+    report.sections.append(shape_section(points))
     if failures:
         report.sections.append(Section("Failures", notes=failures, status="fail"))
     return report
@@ -192,7 +193,9 @@ def _audit_section(run: StoredRun, points: Sequence[M2Point]) -> Section:
     sec = Section("Synthetic-acceptance audit", status="pass" if all(p.valid for p in points) else "fail")
     name = scheme(run)
     sec.paragraphs.append(
-        "The achieved AL (from the server's counters) must match what the scheme realises for the target, "
+        "The achieved AL (from the responses' per-request counts where every measured request carried them, else "
+        "from the server's counters; the AL source column of the shape test says which) must match what the "
+        "scheme realises for the target, "
         f"within max(abs_tol, {AUDIT_Z} x per-step std / sqrt(verify steps)). Error bars: that allowed spread "
         f"around the scheme's expected AL{f' (scheme {name})' if name else ''}."
     )
@@ -263,4 +266,70 @@ def _audit_section(run: StoredRun, points: Sequence[M2Point]) -> Section:
             numeric=[True, True, True, True, True, True, True, True, True, False, False],
         )
     )
+    return sec
+
+
+SHAPE_NOTE = (
+    "A synthetic scheme is a whole distribution, not only a mean: the steps' accept lengths (drafts accepted + 1) "
+    "pooled over the point's measured requests are tested against the scheme's exact pmf at the target "
+    f"(Pearson chi-square, cells with small expected counts merged; a point fails below p = {AUDIT_MIN_FIT_P:g}). "
+    "A per-batch scheme (SGLang) draws one length per step for the whole batch, so its counts are not "
+    "independent and are shown, not tested."
+)
+
+
+def shape_section(points: Sequence[M2Point]) -> Section:
+    """The shape test per point: observed vs expected steps by accept length, the p-value, where the AL came from."""
+    shaped = [p for p in points if p.histogram_observed is not None and p.histogram_expected is not None]
+    sec = Section("Accept-length histogram against the scheme (the shape test)", paragraphs=[SHAPE_NOTE])
+    if not shaped:
+        sec.paragraphs.append(
+            "No point has a histogram (no per-position counters, no per-request histograms)."
+        )
+        return sec
+    if any(p.fit_p_value is not None and p.fit_p_value < AUDIT_MIN_FIT_P for p in shaped):
+        sec.status = "fail"
+    width = max(len(p.histogram_observed or ()) for p in shaped)
+    header = ["concurrency", "AL source", "scheme", "p-value"]
+    header += [f"len {j}: obs / exp" for j in range(1, width + 1)]
+    rows = []
+    for p in shaped:
+        obs, exp = p.histogram_observed or (), p.histogram_expected or ()
+        cells = [f"{o} / {e:.1f}" for o, e in zip(obs, exp, strict=False)]
+        cells += ["-"] * (width - len(cells))
+        p_text = "not tested" if p.fit_p_value is None else f"{p.fit_p_value:.3g}"
+        rows.append([fmt(p.concurrency), p.al_source or "-", p.scheme or "-", p_text, *cells])
+    sec.tables.append(Table(header, rows, numeric=[True, False, False, True, *([True] * width)]))
+    for p in shaped:
+        obs, exp = p.histogram_observed or (), p.histogram_expected or ()
+        total = sum(obs) or 1
+        lengths = list(range(1, len(obs) + 1))
+        sec.figures.append(
+            svg_figure(
+                svg.Chart(
+                    f"c={p.concurrency}: share of steps by accept length"
+                    + ("" if p.fit_p_value is None else f" (p = {p.fit_p_value:.3g})"),
+                    "accept length (tokens per step)",
+                    "share of verify steps",
+                    [
+                        svg.Series(
+                            f"expected ({p.scheme or 'scheme'} at {p.target_al:.4f})",
+                            [(j, e / total) for j, e in zip(lengths, exp, strict=False)],
+                            dashed=True,
+                            color="#7f7f7f",
+                        ),
+                        svg.Series(
+                            "observed",
+                            [(j, o / total) for j, o in zip(lengths, obs, strict=True)],
+                            line=False,
+                            color="#1f77b4",
+                        ),
+                    ],
+                    x_ticks=lengths,
+                    y_zero=True,
+                    width=420,
+                    height=300,
+                )
+            )
+        )
     return sec
