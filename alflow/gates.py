@@ -7,7 +7,7 @@ threshold, in one sentence a person can act on.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Final, cast, get_args
 
@@ -273,13 +273,19 @@ AUDIT_ABS_TOL: Final = 0.02
 """The synthetic audit's smallest allowed deviation of the achieved AL from the scheme's expected AL."""
 AUDIT_Z: Final = 3.29
 """The synthetic audit's z (two-sided 0.1%) applied to the standard deviation of the mean AL."""
-AUDIT_MIN_FIT_P: Final = 1e-6
+AUDIT_MIN_FIT_P: Final = 1e-8
 """The shape test's threshold: a point whose accept-length histogram fits the scheme's pmf with a chi-square p below
-this fails. Under the scheme (draws independent per request and step, as vLLM's and the sim's are) p is uniform,
-so a correct server fails a point with probability 1e-6: one false alarm in about 100,000 runs of 10 points. A wrong
-shape at the same mean is far below it at a few hundred steps: a min-variance target of 2.3 at K = 3 served with
-SGLang's multinomial draw puts steps on lengths the pmf gives probability 0 (p = 0), and the chi-square grows
-linearly with the steps for any fixed difference of the pmfs."""
+this fails. Under the scheme (draws independent per request and step, as vLLM's and the sim's are) the chi-square's
+p would be uniform, so a correct server would fail a point with probability 1e-8; but the test merges cells only down
+to an expected count of 5, and the upper tail of such a small cell (Poisson-like, skewed) is heavier than the
+chi-square's: computed exactly for the worst case (two cells, the small one expecting 5 steps, 400 to 20,000 steps)
+a correct server fails with probability up to 5.4e-6 at this threshold (up to 6.9e-5 at 1e-6, 1.4e-6 at 1e-9); with
+well-filled cells it is the nominal 1e-8. So at most about one false alarm in 180,000 points (a K sweep of 7 K x 6
+concurrencies: one in 4,000 sweeps). A wrong shape at the same mean is far below it at a few hundred steps: a
+min-variance target of 2.3 at K = 3 served with SGLang's multinomial draw puts steps on lengths the pmf gives
+probability 0 (p = 0), and the chi-square grows linearly with the steps for any fixed difference of the pmfs (at
+one degree of freedom 1e-8 needs a chi-square of 32.8 against 23.9 at 1e-6: 37% more steps for the same
+difference, while an M2 point has thousands of steps)."""
 
 
 def audit_synthetic(
@@ -340,20 +346,15 @@ def audit_synthetic(
     observed: tuple[int, ...] | None = None
     expected_counts: tuple[float, ...] | None = None
     if stats.histogram is not None:
-        lengths = range(1, len(distribution.pmf) + 1)
-        observed = tuple(int(stats.histogram.get(j, 0)) for j in lengths)
-        expected_counts = tuple(p * sum(stats.histogram.values()) for p in distribution.pmf)
+        observed, expected_counts = histogram_counts(stats.histogram, distribution.pmf)
     if stats.histogram is not None and distribution.granularity == "per-request":
         fit = goodness_of_fit(stats.histogram, distribution.pmf)
         fit_p = fit.p_value
         if fit.p_value < min_fit_p:
-            shown = ", ".join(
-                f"{j}: {o} vs {e:.1f}"
-                for j, o, e in zip(lengths, observed or (), expected_counts or (), strict=False)
-            )
             problems.append(
                 f"accept-length histogram does not fit scheme {distribution.scheme} (chi-square p={fit.p_value:.2e} < "
-                f"{min_fit_p:g}; steps by accept length, observed vs expected: {shown})"
+                f"{min_fit_p:g}; steps by accept length, observed vs expected: "
+                f"{shown_counts(stats.histogram, distribution.pmf)})"
             )
     details = AuditDetails(
         target_al=target,
@@ -378,6 +379,27 @@ def audit_synthetic(
         "synthetic-audit",
         True,
         f"synthetic audit passed for {subject}: achieved AL {stats.al:.4f}, target {target:.4f} "
-        f"(+/-{allowed:.4f}, {n} steps)",
+        f"(+/-{allowed:.4f}, {n} steps{'' if fit_p is None else f'; shape test p={fit_p:.3g}'})",
         details,
     )
+
+
+def histogram_counts(
+    histogram: Mapping[int, int], pmf: Sequence[float]
+) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """Observed and expected verify steps by accept length 1..K+1 (``pmf`` x all observed steps), index 0 = length 1.
+
+    Steps at a length outside 1..K+1 count in the expected total but have no cell here (:func:`shown_counts` names
+    them).
+    """
+    total = sum(histogram.values())
+    lengths = range(1, len(pmf) + 1)
+    return tuple(int(histogram.get(j, 0)) for j in lengths), tuple(p * total for p in pmf)
+
+
+def shown_counts(histogram: Mapping[int, int], pmf: Sequence[float]) -> str:
+    """``length: observed vs expected`` for lengths 1..K+1, then any steps at a length the scheme cannot give."""
+    observed, expected = histogram_counts(histogram, pmf)
+    parts = [f"{j}: {o} vs {e:.1f}" for j, (o, e) in enumerate(zip(observed, expected, strict=True), start=1)]
+    parts += [f"{j}: {c} vs 0.0" for j, c in sorted(histogram.items()) if c and not 1 <= j <= len(pmf)]
+    return ", ".join(parts)

@@ -12,11 +12,24 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from alflow.acceptance.stats import SpecStats
 from alflow.gates import AuditDetails, Verdict
 from alflow.measure import Measurement
 from alflow.results.rows import M2Point
 
-__all__ = ["BestK", "M2Point", "best_k", "m2_point"]
+__all__ = ["BestK", "M2Point", "al_source", "best_k", "m2_point"]
+
+
+def al_source(stats: SpecStats) -> str:
+    """Where a point's AL counts come from (the stored point's ``al_source``).
+
+    ``per-request`` when the statistics are exact from the responses' per-request counts (``SpecStats.source``, or
+    a note starting "exact" as :func:`alflow.measure.window_stats` writes it), else the statistics' own source
+    (``counters``: the server's metrics over the window; ``steps``: per-step data).
+    """
+    if stats.source == "per-request" or stats.note.startswith("exact"):
+        return "per-request"
+    return stats.source
 
 
 def m2_point(
@@ -87,7 +100,7 @@ def m2_point(
         tokens_per_chunk=c.tokens_per_chunk,
         duration_s=m.duration_s,
         scheme=details.scheme,
-        al_source=None if stats is None else stats.source,
+        al_source=None if stats is None else al_source(stats),
         fit_p_value=details.fit_p_value,
         histogram_observed=details.histogram_observed,
         histogram_expected=details.histogram_expected,

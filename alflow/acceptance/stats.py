@@ -1,4 +1,4 @@
-"""Acceptance-length statistics from server counters or from per-step accept counts.
+"""Acceptance-length statistics from server counters, pooled per-request histograms or per-step accept counts.
 
 Formulas (DOMAIN.md section 2), over a measured window (always deltas, never lifetime totals):
 
@@ -8,7 +8,9 @@ Formulas (DOMAIN.md section 2), over a measured window (always deltas, never lif
 - unconditional per-position rate ``p_i = accepted_at_position[i-1] / num_drafts``;
 - conditional rate ``c_i = p_i / p_{i-1}`` with ``p_0 = 1``;
 - histogram: steps that accepted exactly j drafts (emitted j + 1 tokens) are
-  ``accepted_at_position[j-1] - accepted_at_position[j]``.
+  ``accepted_at_position[j-1] - accepted_at_position[j]``; conversely, from a dense histogram ``h`` of
+  steps by accepted drafts (vLLM's per-request ``acceptance_histogram``, pooled),
+  ``accepted_at_position[i] = sum_{j > i} h[j]`` (:func:`from_histogram`).
 
 Confidence intervals for AL (normal approximation, default 95%):
 
@@ -214,6 +216,48 @@ def from_counters(
         notes.append("no confidence interval: K unknown and no per-position counters")
     return SpecStats(
         n, drafts, accepted, per_pos, k, al, rate, rates, conditional, histogram, ci, _join(*notes)
+    )
+
+
+def from_histogram(
+    steps_by_accepted: Sequence[int],
+    *,
+    draft_tokens: float | None = None,
+    k: int | None = None,
+    level: float = CI_LEVEL,
+    note: str = "",
+) -> SpecStats:
+    """Statistics from a dense histogram of verify steps by accepted drafts (index ``j``: steps that accepted ``j``).
+
+    This is vLLM's per-request ``acceptance_histogram`` (``vllm/v1/metrics/stats.py``,
+    ``RequestSpecDecodeMetrics``), pooled over requests. With ``h`` the histogram:
+
+    - ``num_drafts = sum_j h[j]``, ``accepted_tokens = sum_j j * h[j]``;
+    - ``accepted_at_position[i] = sum_{j > i} h[j]`` (a step that accepted ``j`` drafts accepted positions
+      ``0..j-1``), so :attr:`SpecStats.histogram` is ``{j + 1: h[j]}`` (accept length -> steps) and the CI is
+      ``histogram-iid``.
+
+    ``k`` defaults to ``len(h) - 1``; a histogram of another length than ``k + 1`` is an error, as is a
+    negative or fractional bucket (raises :class:`InvalidInputError`).
+    """
+    counts = tuple(as_count(f"histogram[{j}]", c) for j, c in enumerate(steps_by_accepted))
+    if not counts:
+        raise InvalidInputError(
+            "an acceptance histogram needs at least one bucket (index 0: no draft accepted)"
+        )
+    if k is None:
+        k = len(counts) - 1
+    if len(counts) != k + 1:
+        raise InvalidInputError(f"the acceptance histogram has {len(counts)} buckets, not K + 1 = {k + 1}")
+    per_position = [sum(counts[i + 1 :]) for i in range(k)]
+    return from_counters(
+        sum(counts),
+        sum(j * c for j, c in enumerate(counts)),
+        draft_tokens=draft_tokens,
+        accepted_per_position=per_position,
+        k=k,
+        level=level,
+        note=note,
     )
 
 

@@ -183,8 +183,8 @@ class M2Summary(FlowSummary):
     points: Sequence[Mapping[str, Any]]
     failures: Sequence[str] = field(default_factory=tuple)
 
-    def table(self) -> list[tuple[str, str, str, str, str, str]]:
-        """Formatted cells: concurrency, tok/s/GPU, interactivity, TPOT, achieved AL, valid."""
+    def table(self) -> list[tuple[str, str, str, str, str, str, str, str]]:
+        """Formatted cells: concurrency, tok/s/GPU, interactivity, TPOT, achieved AL, AL source, shape p, valid."""
         return [
             (
                 str(p.get("concurrency")),
@@ -192,10 +192,19 @@ class M2Summary(FlowSummary):
                 num(p.get("median_interactivity_tokens_per_s"), 1),
                 num(p.get("median_tpot_ms")),
                 num(p.get("achieved_al"), 4),
+                str(p.get("al_source") or "-"),
+                _p_value(p.get("fit_p_value")),
                 "yes" if p.get("valid") else "NO, partial" if p.get("partial") else "NO",
             )
             for p in self.points
         ]
+
+
+def _p_value(value: object) -> str:
+    """A shape test's p with 3 significant digits, ``-`` when the point was not tested."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "-"
+    return f"{value:.3g}"
 
 
 @dataclass(frozen=True)

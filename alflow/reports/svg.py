@@ -2,7 +2,8 @@
 
 Every chart is a ``<svg>`` element with a ``viewBox`` (it scales with the page), a title, axes
 with ticks, one polyline per series, markers, optional vertical error bars (a confidence interval
-or an allowed spread) and a legend. Every piece of text (titles, labels, series names) goes
+or an allowed spread) and a legend; a :class:`BarChart` draws grouped bars instead (one group per
+category, one bar per :class:`Bars` in it, each bar with a tooltip giving its value). Every piece of text (titles, labels, series names) goes
 through :func:`markupsafe.escape`, so a model name such as ``<script>`` stays text. Non-finite
 values (``inf``, ``nan``, ``None``) are left out of a series rather than drawn.
 """
@@ -69,6 +70,30 @@ class Chart:
     notes: Sequence[str] = field(default_factory=tuple)
 
 
+@dataclass(frozen=True)
+class Bars:
+    """One bar per category of a :class:`BarChart` (``values[i]`` for ``categories[i]``; None draws no bar)."""
+
+    name: str
+    values: Sequence[float | None]
+    color: str | None = None
+    outline: bool = False
+    """Draw the bar as an outline (an expected value) rather than filled (an observed one)."""
+
+
+@dataclass(frozen=True)
+class BarChart:
+    """A grouped bar chart: for each category, the bars of every :class:`Bars` side by side, y from 0."""
+
+    title: str
+    x_label: str
+    y_label: str
+    categories: Sequence[str]
+    bars: Sequence[Bars]
+    width: int = 520
+    height: int = 320
+
+
 def finite(value: object) -> float | None:
     """``value`` as a float when it is a finite number, else None."""
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -128,21 +153,16 @@ def _err(series: Series, i: int) -> tuple[float, float] | None:
     return None if lo is None or hi is None else (lo, hi)
 
 
-def render(chart: Chart) -> Markup:
+def render(chart: Chart | BarChart) -> Markup:
     """The chart as an ``<svg>`` element (safe markup; all text escaped)."""
+    if isinstance(chart, BarChart):
+        return _render_bars(chart)
     w, h = chart.width, chart.height
     left, right, top = 74, 16, 34
     legend_rows = max(1, math.ceil(len(chart.series) / 3)) if chart.series else 0
     bottom = 52 + 18 * legend_rows
     pw, ph = w - left - right, h - top - bottom
-    parts: list[str] = [
-        f'<svg class="chart" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
-        f'aria-label="{escape(chart.title)}" font-family="sans-serif" font-size="12">',
-        f"<title>{escape(chart.title)}</title>",
-        f'<rect x="0" y="0" width="{w}" height="{h}" fill="#ffffff"/>',
-        f'<text x="{w / 2:.1f}" y="20" text-anchor="middle" font-size="14" font-weight="bold">'
-        f"{escape(chart.title)}</text>",
-    ]
+    parts: list[str] = _frame(chart.title, w, h)
     xs: list[float] = []
     ys: list[float] = []
     cleaned = [_clean(s) for s in chart.series]
@@ -246,6 +266,82 @@ def render(chart: Chart) -> Markup:
                     f"{escape(s.labels[i])}</text>"
                 )
     parts += _legend(chart, left, top + ph + 50, pw)
+    parts.append("</svg>")
+    return Markup("".join(parts))  # noqa: S704 - every text above is escaped
+
+
+def _frame(title: str, w: int, h: int) -> list[str]:
+    """The opening of a chart's ``<svg>``: size, accessible name, background and title (escaped)."""
+    return [
+        f'<svg class="chart" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
+        f'aria-label="{escape(title)}" font-family="sans-serif" font-size="12">',
+        f"<title>{escape(title)}</title>",
+        f'<rect x="0" y="0" width="{w}" height="{h}" fill="#ffffff"/>',
+        f'<text x="{w / 2:.1f}" y="20" text-anchor="middle" font-size="14" font-weight="bold">{escape(title)}</text>',
+    ]
+
+
+def _render_bars(chart: BarChart) -> Markup:
+    """A grouped bar chart: y axis from 0 with round ticks, one group per category, a legend of the bar sets."""
+    w, h = chart.width, chart.height
+    left, right, top = 74, 16, 34
+    legend_rows = max(1, math.ceil(len(chart.bars) / 3)) if chart.bars else 0
+    bottom = 52 + 18 * legend_rows
+    pw, ph = w - left - right, h - top - bottom
+    parts = _frame(chart.title, w, h)
+    values = [v for b in chart.bars for v in (finite(x) for x in b.values) if v is not None]
+    if not chart.categories or not values:
+        parts.append(
+            f'<text x="{w / 2:.1f}" y="{h / 2:.1f}" text-anchor="middle" fill="#888888">no data to plot</text>'
+        )
+    else:
+        y_ticks = nice_ticks(min(0.0, *values), max(values))
+        y_lo, y_hi = y_ticks[0], y_ticks[-1]
+
+        def py(v: float) -> float:
+            return top + ph - (v - y_lo) / (y_hi - y_lo) * ph
+
+        parts.append(f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#cccccc"/>')
+        for t in y_ticks:
+            y = py(t)
+            parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + pw}" y2="{y:.1f}" stroke="#eeeeee"/>')
+            parts.append(
+                f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{escape(fmt_tick(t))}</text>'
+            )
+        group = pw / len(chart.categories)
+        bar_w = group * 0.8 / max(1, len(chart.bars))
+        for c, category in enumerate(chart.categories):
+            x0 = left + c * group + group * 0.1
+            parts.append(
+                f'<text x="{left + (c + 0.5) * group:.1f}" y="{top + ph + 16}" text-anchor="middle">'
+                f"{escape(category)}</text>"
+            )
+            for n, bars in enumerate(chart.bars):
+                v = finite(bars.values[c]) if c < len(bars.values) else None
+                if v is None:
+                    continue
+                color = escape(bars.color or PALETTE[n % len(PALETTE)])
+                y_top, y_base = py(max(v, 0.0)), py(min(v, 0.0))
+                fill = f'fill="none" stroke="{color}" stroke-width="2"' if bars.outline else f'fill="{color}"'
+                parts.append(
+                    f'<rect class="bar" x="{x0 + n * bar_w:.1f}" y="{y_top:.1f}" width="{bar_w:.1f}" '
+                    f'height="{max(y_base - y_top, 0.0):.1f}" {fill}><title>'
+                    f"{escape(f'{category}, {bars.name}: {fmt_tick(v)}')}</title></rect>"
+                )
+    parts.append(
+        f'<text x="{left + pw / 2:.1f}" y="{top + ph + 34}" text-anchor="middle">{escape(chart.x_label)}</text>'
+    )
+    parts.append(
+        f'<text x="16" y="{top + ph / 2:.1f}" text-anchor="middle" '
+        f'transform="rotate(-90 16 {top + ph / 2:.1f})">{escape(chart.y_label)}</text>'
+    )
+    for n, bars in enumerate(chart.bars):
+        color = escape(bars.color or PALETTE[n % len(PALETTE)])
+        col, row = n % 3, n // 3
+        lx, ly = left + col * (pw / 3), top + ph + 50 + row * 18
+        fill = f'fill="none" stroke="{color}" stroke-width="2"' if bars.outline else f'fill="{color}"'
+        parts.append(f'<rect x="{lx:.1f}" y="{ly - 10:.1f}" width="14" height="10" {fill}/>')
+        parts.append(f'<text x="{lx + 20:.1f}" y="{ly:.1f}">{escape(_short(bars.name, 38))}</text>')
     parts.append("</svg>")
     return Markup("".join(parts))  # noqa: S704 - every text above is escaped
 

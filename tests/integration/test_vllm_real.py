@@ -39,6 +39,7 @@ from alflow.config import (
     SpeedBenchWorkload,
     SyntheticAcceptance,
 )
+from alflow.gates import AUDIT_MIN_FIT_P
 from alflow.metrics.dialects import get_dialect
 from alflow.metrics.prometheus import Snapshot, SnapshotWindow, parse_exposition
 from alflow.models import PreparedModel, prepare_model
@@ -289,7 +290,7 @@ def test_m2_on_real_vllm_at_two_targets_passes_every_audit(demo_run: dict[str, A
             # the shape: per-request histograms pooled, tested against the min-variance pmf at the target
             assert point["al_source"] == "per-request", point
             assert point["fit_p_value"] is not None
-            assert point["fit_p_value"] >= 1e-6
+            assert point["fit_p_value"] >= AUDIT_MIN_FIT_P
             observed = point["histogram_observed"]
             assert len(observed) == K + 1
             floor = int(target - 1.0)  # min-variance: every step accepts floor(L-1) or floor(L-1)+1 drafts

@@ -99,7 +99,7 @@ def test_flow_summaries_escape_every_user_value(value: str) -> None:
         assert_inert(text)
         assert typed(value) in md_text(text)
     assert columns(m0) == [5, 5, 5]
-    assert columns(m2) == [6, 6]
+    assert columns(m2) == [8, 8]
     assert md_html(m0).startswith("<h1>M0 calibration</h1>")
     assert "<strong>FAILED</strong>" in md_html(m1)
     assert md_html(m1).count("<li>") == 2

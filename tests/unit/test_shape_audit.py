@@ -48,7 +48,8 @@ def test_a_wrong_scheme_with_the_right_mean_fails_naming_p_and_the_counts() -> N
 
 
 def test_the_right_scheme_never_fails_the_shape_test_over_200_fixed_seeds() -> None:
-    """p is uniform under the scheme: at 1e-6 a false alarm in 200 draws has probability 2e-4; the seeds are fixed."""
+    """Under the scheme a point fails with probability at most 5.4e-6 at 1e-8 (gates.AUDIT_MIN_FIT_P): 200 draws hold
+    a false alarm with probability at most 1.1e-3, and the seeds are fixed."""
     expected = syn.distribution("vllm", K, al=TARGET)
     worst = 1.0
     for seed in range(200):
@@ -107,7 +108,8 @@ def test_the_m2_report_shows_p_counts_and_a_chart_escaped(tmp_path: Path) -> Non
     assert len(shape.figures) == 1  # the c=8 point has no histogram (an older row): not charted
     html = render(report, "html")
     md = render(report, "md")
-    assert "share of steps by accept length" in html
+    assert "verify steps by accept length, expected vs observed (p = 0.432)" in html
+    assert html.count('class="bar"') == 8  # expected and observed at lengths 1..4 (a 0 is a flat bar)
     assert "<script>alert(1)</script>" not in html
     assert "&lt;script&gt;" in html
     assert "1742 / 1750.0" in md

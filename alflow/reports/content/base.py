@@ -192,7 +192,7 @@ def base_report(run: StoredRun, title: str) -> Report:
     )
 
 
-def svg_figure(chart: svg.Chart, caption: str = "") -> Figure:
+def svg_figure(chart: svg.Chart | svg.BarChart, caption: str = "") -> Figure:
     """Render a chart into a figure."""
     return Figure(svg.render(chart), caption)
 

@@ -301,35 +301,24 @@ def shape_section(points: Sequence[M2Point]) -> Section:
         rows.append([fmt(p.concurrency), p.al_source or "-", p.scheme or "-", p_text, *cells])
     sec.tables.append(Table(header, rows, numeric=[True, False, False, True, *([True] * width)]))
     for p in shaped:
-        obs, exp = p.histogram_observed or (), p.histogram_expected or ()
-        total = sum(obs) or 1
-        lengths = list(range(1, len(obs) + 1))
-        sec.figures.append(
-            svg_figure(
-                svg.Chart(
-                    f"c={p.concurrency}: share of steps by accept length"
-                    + ("" if p.fit_p_value is None else f" (p = {p.fit_p_value:.3g})"),
-                    "accept length (tokens per step)",
-                    "share of verify steps",
-                    [
-                        svg.Series(
-                            f"expected ({p.scheme or 'scheme'} at {p.target_al:.4f})",
-                            [(j, e / total) for j, e in zip(lengths, exp, strict=False)],
-                            dashed=True,
-                            color="#7f7f7f",
-                        ),
-                        svg.Series(
-                            "observed",
-                            [(j, o / total) for j, o in zip(lengths, obs, strict=True)],
-                            line=False,
-                            color="#1f77b4",
-                        ),
-                    ],
-                    x_ticks=lengths,
-                    y_zero=True,
-                    width=420,
-                    height=300,
-                )
-            )
-        )
+        sec.figures.append(svg_figure(shape_chart(p)))
     return sec
+
+
+def shape_chart(p: M2Point) -> svg.BarChart:
+    """Expected (outlined, the scheme's pmf x the steps) against observed (filled) verify steps per accept length."""
+    obs, exp = p.histogram_observed or (), p.histogram_expected or ()
+    width = max(len(obs), len(exp))
+    tested = "not tested" if p.fit_p_value is None else f"p = {p.fit_p_value:.3g}"
+    return svg.BarChart(
+        f"c={p.concurrency}: verify steps by accept length, expected vs observed ({tested})",
+        "accept length (tokens per step)",
+        "verify steps",
+        [str(j) for j in range(1, width + 1)],
+        [
+            svg.Bars(
+                f"expected ({p.scheme or 'scheme'} at {p.target_al:.4f})", list(exp), "#7f7f7f", outline=True
+            ),
+            svg.Bars(f"observed ({p.al_source or 'source unknown'})", [float(o) for o in obs], "#1f77b4"),
+        ],
+    )
