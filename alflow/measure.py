@@ -7,10 +7,10 @@ metrics come from the records afterwards. A run that aborts still returns what i
 
 Some servers' responses carry per-request speculative counts (SGLang's ``meta_info``, vLLM's
 ``metrics.speculative_decoding``; in the records as ``spec_verify_ct``, ``spec_accepted_drafts`` and, from
-vLLM, ``spec_draft_tokens`` and the acceptance histogram ``spec_accept_hist``): when every successful
-measured request has them, they are the AL source (:func:`window_stats`), exact over exactly the measured
-requests (warm-up excluded), the pooled histogram is the statistics' histogram, and the counters' AL becomes
-a cross-check in the note.
+vLLM, ``spec_draft_tokens`` and the acceptance histogram ``spec_accept_hist``): whatever the dialect, when
+every successful measured request has them, they are the AL source (:func:`window_stats`), exact over exactly
+the measured requests (warm-up excluded), the pooled histogram is the statistics' histogram, and the counters'
+AL becomes a cross-check in the note.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 import aiohttp
 import polars as pl
 
-from alflow.acceptance.stats import CI_LEVEL, SpecStats, from_counters
+from alflow.acceptance.stats import CI_LEVEL, SpecStats, from_counters, from_histogram
 from alflow.datasets.types import Session
 from alflow.errors import AlflowError
 from alflow.loadgen.records import RequestRecord, records_frame
@@ -276,6 +276,10 @@ def meta_info_totals(records: pl.DataFrame) -> MetaInfoTotals:
     )
 
 
+PER_REQUEST_SOURCE = "per-request counts"
+"""How a note names the responses' counts when the dialect does not say where its framework puts them."""
+
+
 def window_stats(
     dialect: Dialect | str,
     baseline: Snapshot,
@@ -288,12 +292,24 @@ def window_stats(
 ) -> tuple[SpecStats | None, str | None]:
     """Spec-decode statistics over the window between two scrapes (a ``level`` CI of AL), or None and the reason.
 
-    With the point's ``records`` from a framework whose responses carry per-request counts
-    (``Dialect.request_counts``: SGLang's ``meta_info``, vLLM's ``metrics.speculative_decoding``): when every
-    successful measured request carries them, the statistics come from their sums (exact, over exactly the
-    measured requests), with the pooled acceptance histogram as the histogram where every request sent one
-    (per-position counts and the CI follow from it); the note gives the counters' AL and the difference as a
-    cross-check. When only some do, the counters stay the source and the note says how many lacked them.
+    With the point's ``records``, whatever the dialect: when every successful measured (not warm-up) request
+    carries per-request counts (``spec_verify_ct`` and ``spec_accepted_drafts``: SGLang's ``meta_info``, vLLM's
+    ``metrics.speculative_decoding``), the statistics come from their sums, exact over exactly the measured
+    requests (``source == "per-request"``):
+
+    - ``AL = 1 + sum(accepted drafts) / sum(verify steps)``;
+    - when every one also sent its acceptance histogram (vLLM), the pooled histogram ``H[j] = sum_r h_r[j]``
+      gives the per-position counts, :attr:`SpecStats.histogram` ``{j + 1: H[j]}`` (accept length -> steps, what
+      :func:`alflow.gates.audit_synthetic` tests the scheme's shape on) and a ``histogram-iid`` CI
+      (:func:`~alflow.acceptance.stats.from_histogram`); else the CI is the variance bound.
+
+    The note reads "exact, from the <source> of N requests; counters: AL x (per-request minus counters: d)",
+    where <source> is ``Dialect.request_counts`` (``meta_info``, ``metrics.speculative_decoding``) or "per-request
+    counts" for a dialect that names none. When only some requests carry counts, the counters stay the source and
+    the note (or the error, when the counters failed) says how many lacked them; when none do (an older server, the
+    flag off, an older frame), the counters' result is returned unchanged. Histograms whose length is not the
+    window's K + 1 or whose sums disagree with the requests' counts, or counts
+    :func:`~alflow.acceptance.stats.from_counters` refuses, fall back to the counters with a note naming why.
     """
     the_dialect = get_dialect(dialect) if isinstance(dialect, str) else dialect
     counters: SpecStats | None = None
@@ -303,15 +319,12 @@ def window_stats(
         counters = the_dialect.spec_stats(window, k=k, level=level)
     except AlflowError as exc:
         error = str(exc)
-    source = getattr(the_dialect, "request_counts", None)
-    if records is None or source is None:
+    if records is None:
         return counters, error
+    source = getattr(the_dialect, "request_counts", None) or PER_REQUEST_SOURCE
     totals = meta_info_totals(records)
     if totals.reported == 0:
-        return (
-            counters,
-            error,
-        )  # a server that sends no per-request counts (older release, flag off): the counters
+        return counters, error  # no per-request counts (older release, flag off, older frame): the counters
     if not totals.complete:
         missing = totals.requests - totals.reported
         return _with_note(
@@ -327,6 +340,14 @@ def window_stats(
             error,
             f"{source} histograms have {len(hist)} buckets, not K + 1 = {k_used + 1}: AL from the counters",
         )
+    if hist is not None and (
+        sum(hist) != totals.verify_ct or sum(j * c for j, c in enumerate(hist)) != totals.accepted_drafts
+    ):
+        return _with_note(
+            counters,
+            error,
+            f"{source} histograms disagree with the requests' step and accepted-draft counts: AL from the counters",
+        )
     exact_al = 1.0 + totals.accepted_drafts / totals.verify_ct if totals.verify_ct else None
     if counters is None:
         cross = f"counters: unavailable ({error})"
@@ -337,17 +358,18 @@ def window_stats(
     else:
         cross = f"counters: AL {counters.al:.4f} (per-request minus counters: {exact_al - counters.al:+.4f})"
     note = f"exact, from the {source} of {totals.requests} requests; {cross}"
-    per_position = None if hist is None else [sum(hist[i + 1 :]) for i in range(len(hist) - 1)]
     try:
-        stats = from_counters(
-            totals.verify_ct,
-            totals.accepted_drafts,
-            draft_tokens=totals.draft_tokens,
-            accepted_per_position=per_position,
-            k=k_used,
-            level=level,
-            note=note,
-        )
+        if hist is not None:
+            stats = from_histogram(hist, draft_tokens=totals.draft_tokens, k=k_used, level=level, note=note)
+        else:
+            stats = from_counters(
+                totals.verify_ct,
+                totals.accepted_drafts,
+                draft_tokens=totals.draft_tokens,
+                k=k_used,
+                level=level,
+                note=note,
+            )
     except AlflowError as exc:
         return _with_note(counters, error, f"{source} counts rejected ({exc}): AL from the counters")
     return replace(stats, source="per-request"), None

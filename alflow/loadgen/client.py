@@ -17,7 +17,9 @@ Transports (the :class:`Transport` seam; tests drive :func:`stream_request` with
 SGLang's per-request speculative counts (``meta_info``: ``spec_verify_ct`` and accepted drafts) and vLLM's
 (``metrics.speculative_decoding``: steps, accepted and proposed drafts, the acceptance histogram) are read
 from the event that carries ``usage`` (:func:`meta_info_counts`, :func:`speculative_decoding_counts`), never
-from content chunks.
+from content chunks; :func:`fill_spec_counts` puts them into a record, from that event or from a non-streamed
+body. vLLM's object is checked for consistency first and dropped (the record's counts stay None) when it does
+not hold together: a server's bad numbers never fail a request or stop a stream.
 
 Every SSE event that carries output gets its own entry in ``chunk_ns`` (the arrival time of the
 network read that brought it): events that arrive together share a timestamp, as in
@@ -182,12 +184,20 @@ def _nonneg_int(value: object) -> int | None:
 def speculative_decoding_counts(body: Mapping[str, object]) -> RequestSpec:
     """VLLM's per-request speculative counts from a response body or the stream's usage event.
 
-    Reads ``metrics.speculative_decoding`` (``vllm/v1/metrics/stats.py`` ``RequestSpecDecodeMetrics.to_dict``;
-    streamed on the final usage chunk, ``vllm/entrypoints/openai/completion/serving.py``): ``num_spec_steps``,
+    Reads ``metrics.speculative_decoding``, vLLM 0.32.0's ``RequestSpecDecodeMetrics.to_dict``
+    (``vllm/v1/metrics/stats.py``), sent when the server runs with ``--per-request-spec-decode-metrics
+    summary|detailed`` (``vllm/config/observability.py``): streamed on the final usage chunk (``"choices":[]``)
+    when ``stream_options.include_usage`` is set and ``n == 1`` (``vllm/entrypoints/openai/completion/serving.py``,
+    ``chat_completion/serving.py``), else at the top level of the body. The counts used are ``num_spec_steps``,
     ``num_accepted_draft_tokens``, ``num_draft_tokens`` and the dense ``acceptance_histogram`` (index j = steps
-    that accepted exactly j drafts). The server's word is checked before it is used: every count a
-    non-negative integer, ``sum(hist) == num_spec_steps``, ``sum(j * hist[j]) == num_accepted_draft_tokens``
-    and accepted <= proposed drafts; an object that fails any of these is not used (all None).
+    that accepted exactly j drafts, length ``num_spec_tokens + 1``); the scheduler observes one entry per verify
+    step that carried drafts (``vllm/v1/core/sched/scheduler.py``), the same entries as its counters.
+
+    The server's word is checked before it is used: every count a non-negative integer (bools are not),
+    ``sum(hist) == num_spec_steps``, ``sum(j * hist[j]) == num_accepted_draft_tokens``, accepted <= proposed
+    drafts, ``len(hist) == num_spec_tokens + 1`` when ``num_spec_tokens`` is sent, and ``detailed``'s
+    ``per_step_accepted`` / ``per_step_drafted`` (when not null) one integer per step summing to the accepted and
+    proposed drafts. An object that fails any of these is not used (all None); nothing here raises.
     """
     metrics = body.get("metrics")
     spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
@@ -196,16 +206,57 @@ def speculative_decoding_counts(body: Mapping[str, object]) -> RequestSpec:
     steps = _nonneg_int(spec.get("num_spec_steps"))
     accepted = _nonneg_int(spec.get("num_accepted_draft_tokens"))
     drafts = _nonneg_int(spec.get("num_draft_tokens"))
-    raw = spec.get("acceptance_histogram")
-    if steps is None or accepted is None or drafts is None or not isinstance(raw, list) or not raw:
+    hist = _int_list(spec.get("acceptance_histogram"))
+    if steps is None or accepted is None or drafts is None or not hist:
         return NO_REQUEST_SPEC
-    hist = [_nonneg_int(c) for c in raw]
-    counts = [c for c in hist if c is not None]
-    if len(counts) != len(hist):
+    if sum(hist) != steps or sum(j * c for j, c in enumerate(hist)) != accepted or accepted > drafts:
         return NO_REQUEST_SPEC
-    if sum(counts) != steps or sum(j * c for j, c in enumerate(counts)) != accepted or accepted > drafts:
+    k = spec.get("num_spec_tokens")
+    if k is not None and _nonneg_int(k) != len(hist) - 1:
         return NO_REQUEST_SPEC
-    return RequestSpec(steps, accepted, drafts, counts)
+    per_step_accepted = spec.get("per_step_accepted")
+    per_step_drafted = spec.get("per_step_drafted")
+    if per_step_accepted is not None or per_step_drafted is not None:
+        got_accepted = _int_list(per_step_accepted)
+        got_drafted = _int_list(per_step_drafted)
+        if (
+            got_accepted is None
+            or got_drafted is None
+            or len(got_accepted) != steps
+            or len(got_drafted) != steps
+            or sum(got_accepted) != accepted
+            or sum(got_drafted) != drafts
+        ):
+            return NO_REQUEST_SPEC
+    return RequestSpec(steps, accepted, drafts, hist)
+
+
+def _int_list(value: object) -> list[int] | None:
+    """``value`` when it is a list of non-negative integers (possibly empty), else None."""
+    if not isinstance(value, list):
+        return None
+    for item in value:
+        if type(item) is not int or item < 0:  # bool is a subclass of int: not a count
+            return None
+    return value
+
+
+def fill_spec_counts(record: RequestRecord, body: Mapping[str, object]) -> None:
+    """Set ``record``'s per-request speculative counts from a non-streamed body or a stream's usage event.
+
+    SGLang's ``meta_info`` (:func:`meta_info_counts`) fills ``spec_verify_ct`` and ``spec_accepted_drafts``;
+    vLLM's ``metrics.speculative_decoding`` (:func:`speculative_decoding_counts`) fills those from
+    ``num_spec_steps`` and ``num_accepted_draft_tokens`` and also ``spec_draft_tokens`` and ``spec_accept_hist``.
+    A body with neither, or with an object that does not hold together, leaves the record's counts as they were
+    (None for a fresh record).
+    """
+    if "meta_info" in body:
+        record.spec_verify_ct, record.spec_accepted_drafts = meta_info_counts(body)
+    elif "metrics" in body:
+        got = speculative_decoding_counts(body)
+        if got.steps is not None:
+            record.spec_verify_ct, record.spec_accepted_drafts = got.steps, got.accepted_drafts
+            record.spec_draft_tokens, record.spec_accept_hist = got.draft_tokens, got.histogram
 
 
 class SseConsumer:
@@ -259,13 +310,8 @@ class SseConsumer:
                 rec = self.record
                 rec.input_tokens = usage.get("prompt_tokens")
                 rec.output_tokens = usage.get("completion_tokens")
-                if "meta_info" in event:
-                    rec.spec_verify_ct, rec.spec_accepted_drafts = meta_info_counts(event)
-                elif "metrics" in event:
-                    got = speculative_decoding_counts(event)
-                    if got.steps is not None:
-                        rec.spec_verify_ct, rec.spec_accepted_drafts = got.steps, got.accepted_drafts
-                        rec.spec_draft_tokens, rec.spec_accept_hist = got.draft_tokens, got.histogram
+                if "meta_info" in event or "metrics" in event:  # only the usage event is looked at
+                    fill_spec_counts(rec, event)
         self._buf = data[start:]
         return False
 

@@ -11,18 +11,25 @@ Timestamps are integer ``time.perf_counter_ns()`` values taken on the client:
 
 Token counts come from the server's ``usage``; ``error`` is None for a successful request.
 
-``spec_verify_ct`` and ``spec_accepted_drafts`` are SGLang's per-request speculative counts (its
-``meta_info``: verify steps and accepted draft tokens of this request), read from the chunk that
-carries ``usage``; null when the server sends none (vLLM, TensorRT-LLM, older SGLang). A request's
-exact AL is ``1 + spec_accepted_drafts / spec_verify_ct``.
+Per-request speculative counts (nullable; null when the server sends none: TensorRT-LLM, older SGLang, vLLM
+before 0.32.0 or without the flag below, or an object that failed the client's consistency checks):
 
-vLLM (0.32.0+, started with ``--per-request-spec-decode-metrics summary|detailed``) sends the same counts in
-``metrics.speculative_decoding`` (``vllm/v1/metrics/stats.py``, ``RequestSpecDecodeMetrics.to_dict``): its
-``num_spec_steps`` fills ``spec_verify_ct``, ``num_accepted_draft_tokens`` fills ``spec_accepted_drafts``,
-``num_draft_tokens`` fills ``spec_draft_tokens`` (drafts proposed), and ``acceptance_histogram`` fills
-``spec_accept_hist``: verify steps by drafts accepted, index ``j`` = steps that accepted exactly ``j`` drafts
-(length K + 1; the bonus token is not counted). Frames stored before these columns existed lack them:
-:func:`read_records` adds them as nulls (:func:`with_record_columns` for other readers).
+- ``spec_verify_ct`` (Int64): this request's verify steps that carried drafts;
+- ``spec_accepted_drafts`` (Int64): its accepted draft tokens (the bonus token not counted);
+- ``spec_draft_tokens`` (Int64): its proposed draft tokens (vLLM only);
+- ``spec_accept_hist`` (List(Int64)): its verify steps by drafts accepted, index ``j`` = steps that accepted
+  exactly ``j`` drafts, length K + 1 (vLLM only).
+
+SGLang sends the first two in ``meta_info`` (``spec_verify_ct``, ``spec_num_correct_drafts``). vLLM (0.32.0+,
+started with ``--per-request-spec-decode-metrics summary|detailed``) sends ``metrics.speculative_decoding``
+(``vllm/v1/metrics/stats.py``, ``RequestSpecDecodeMetrics.to_dict``): ``num_spec_steps`` fills
+``spec_verify_ct``, ``num_accepted_draft_tokens`` ``spec_accepted_drafts``, ``num_draft_tokens``
+``spec_draft_tokens`` and ``acceptance_histogram`` ``spec_accept_hist``. Both are read from the event that
+carries ``usage`` (:func:`alflow.loadgen.client.fill_spec_counts`). A request's exact AL is
+``1 + spec_accepted_drafts / spec_verify_ct``.
+
+Frames stored before a column existed lack it: :func:`read_records` adds the missing columns as nulls
+(:func:`with_record_columns` for other readers), so older runs load and count as reporting nothing.
 """
 
 from __future__ import annotations
@@ -77,7 +84,8 @@ class RequestRecord:
     error: str | None = None
     text: str | None = None
     spec_verify_ct: int | None = None
-    """SGLang ``meta_info.spec_verify_ct``: this request's verify steps (None: not reported)."""
+    """SGLang ``meta_info.spec_verify_ct``, vLLM ``num_spec_steps``: this request's verify steps (None: not
+    reported)."""
     spec_accepted_drafts: int | None = None
     """SGLang ``meta_info.spec_num_correct_drafts`` (or an older alias), vLLM ``num_accepted_draft_tokens``:
     accepted draft tokens."""

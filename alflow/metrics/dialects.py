@@ -65,7 +65,7 @@ class Dialect(Protocol):
     metrics_path: str
     request_counts: str | None
     """Where this framework's responses carry per-request speculative counts (the records' ``spec_*``
-    columns), named for notes; None: its responses carry none (the counters are the only source)."""
+    columns), as notes name it; None: none known (notes then say "per-request counts")."""
 
     def matches(self, snapshot: Snapshot) -> bool:
         """True when ``snapshot`` looks like this framework's metrics."""

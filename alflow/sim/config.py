@@ -111,7 +111,7 @@ class SimConfig:
     """The framework version the server reports (tests of alflow's release gates); None: ``alflow-sim``."""
     per_request_spec_decode_metrics: str = "none"
     """vLLM's ``--per-request-spec-decode-metrics`` (none, summary, detailed; dialect vllm only): each response
-    carries ``metrics.speculative_decoding`` as vLLM 0.32.0 sends it."""
+    carries ``metrics.speculative_decoding`` as vLLM 0.32.0 sends it (:mod:`alflow.sim.payloads`)."""
     api_key: str | None = field(default=None, repr=False)
     """Requests to /v1/* need ``Authorization: Bearer <api_key>`` (vLLM's ``--api-key``); None: open."""
 
@@ -167,6 +167,8 @@ class SimConfig:
                 f"--per-request-spec-decode-metrics {self.per_request_spec_decode_metrics!r} is not one of "
                 f"{', '.join(PER_REQUEST_LEVELS)}"
             )
+        # vLLM also refuses the flag without --speculative-config (vllm/config/vllm.py); the sim always speculates
+        # (K >= 1 is checked above), so only the dialect can be wrong here
         if self.per_request_spec_decode_metrics != "none" and self.dialect != "vllm":
             raise InvalidInputError(
                 f"--per-request-spec-decode-metrics {self.per_request_spec_decode_metrics} is vLLM's (--dialect vllm), "

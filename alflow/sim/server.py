@@ -46,6 +46,7 @@ from alflow.sim.cluster import ClusterError, HeadCluster, WorkerLink
 from alflow.sim.config import SGLANG_FIXED_TOKEN_ID, SimConfig
 from alflow.sim.dialects import DIALECTS, make_registry, sglang_server_info
 from alflow.sim.engine import Engine, EngineStats, SimRequest
+from alflow.sim.payloads import body_metrics_json, meta_info_json, stream_metrics_json, usage_json
 from alflow.sim.text import AnswerKey, TextSource, corpus_text, load_answer_key
 from alflow.sim.tokenizer import get_tokenizer
 
@@ -377,8 +378,8 @@ class SimServer:
                         # called at the last emit: the request's verify steps (req.hist) are final
                         return b'data: %b],"usage":%b,"meta_info":%b}\n\n' % (
                             head,
-                            _usage(n_prompt, completion),
-                            _meta_info(req.hist, k),
+                            usage_json(n_prompt, completion),
+                            meta_info_json(req.hist, k),
                         )
 
                 elif self._spec_metrics:
@@ -386,16 +387,16 @@ class SimServer:
 
                     def tail(completion: int) -> bytes:
                         # vLLM rides the metrics on the final usage chunk (completion/serving.py)
-                        return b'data: %b],"usage":%b,"metrics":{"speculative_decoding":%b}}\n\n' % (
+                        return b'data: %b],"usage":%b,"metrics":%b}\n\n' % (
                             head,
-                            _usage(n_prompt, completion),
-                            _speculative_decoding(req.hist, k, req.steps),
+                            usage_json(n_prompt, completion),
+                            stream_metrics_json(req.hist, k, req.steps),
                         )
 
                 else:
 
                     def tail(completion: int) -> bytes:
-                        return b'data: %b],"usage":%b}\n\n' % (head, _usage(n_prompt, completion))
+                        return b'data: %b],"usage":%b}\n\n' % (head, usage_json(n_prompt, completion))
 
                 req.tail = tail
         return req
@@ -450,7 +451,7 @@ class SimServer:
             if req.error is not None:
                 raise ApiError(500, f"request aborted: {req.error}")
             content = b"".join(req.parts)
-            usage = _usage(parsed.prompt_ids_count, req.emitted)
+            usage = usage_json(parsed.prompt_ids_count, req.emitted)
             head = b'{"id":"%b","object":"%b","created":%d,"model":%b,"choices":[{"index":0,' % (
                 req.rid.encode(),
                 b"chat.completion" if chat else b"text_completion",
@@ -470,11 +471,9 @@ class SimServer:
             else:
                 choice = b'"text":"%b",' % content
             if self._meta_info:
-                usage += b',"meta_info":' + _meta_info(req.hist, cfg.k)
+                usage += b',"meta_info":' + meta_info_json(req.hist, cfg.k)
             elif self._spec_metrics:  # a top-level key beside usage, as vLLM's response model has it
-                usage += b',"metrics":{"speculative_decoding":%b}' % _speculative_decoding(
-                    req.hist, cfg.k, req.steps
-                )
+                usage += b',"metrics":' + body_metrics_json(req.hist, cfg.k, req.steps)
             out = (
                 head
                 + choice
@@ -499,53 +498,6 @@ class SimServer:
             log.error("simulated crash after %d requests (--crash-after-requests)", self._completed)
             # after the response has gone out: the handler returns first
             asyncio.get_running_loop().call_later(0.05, self.crash)
-
-
-def _usage(prompt: int, completion: int) -> bytes:
-    return b'{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}' % (
-        prompt,
-        prompt + completion,
-        completion,
-    )
-
-
-def _meta_info(hist: Sequence[int], k: int) -> bytes:
-    """SGLang's per-request ``meta_info`` speculative counts from a request's accept histogram.
-
-    ``hist[a]`` counts the request's verify steps that accepted ``a`` drafts: ``spec_verify_ct`` is
-    their number, ``spec_num_correct_drafts`` the accepted drafts, ``spec_num_proposed_drafts`` K per step.
-    """
-    verify = sum(hist)
-    accepted = sum(a * n for a, n in enumerate(hist))
-    return b'{"spec_verify_ct":%d,"spec_num_correct_drafts":%d,"spec_num_proposed_drafts":%d}' % (
-        verify,
-        accepted,
-        verify * k,
-    )
-
-
-def _speculative_decoding(hist: Sequence[int], k: int, steps: Sequence[int] | None) -> bytes:
-    """VLLM's per-request ``speculative_decoding`` object (``RequestSpecDecodeMetrics.to_dict``, vLLM 0.32.0).
-
-    ``hist[a]`` counts the request's verify steps that accepted ``a`` drafts (the dense
-    ``acceptance_histogram``); every step proposed K drafts; ``steps`` (``detailed``) the per-step accepts.
-    """
-    n = sum(hist)
-    accepted = sum(a * c for a, c in enumerate(hist))
-    drafts = n * k
-    out: dict[str, object] = {
-        "mean_acceptance_length": 1.0 + accepted / n if n else 1.0,
-        "draft_acceptance_rate": accepted / drafts if drafts else 0.0,
-        "acceptance_histogram": list(hist),
-        "num_spec_steps": n,
-        "num_accepted_draft_tokens": accepted,
-        "num_draft_tokens": drafts,
-        "num_spec_tokens": k,
-    }
-    if steps:
-        out["per_step_accepted"] = list(steps)
-        out["per_step_drafted"] = [k] * len(steps)
-    return orjson.dumps(out)
 
 
 # ------------------------------------------------------------------------------------ running

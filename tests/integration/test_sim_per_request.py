@@ -12,8 +12,10 @@ import pytest
 
 from alflow.acceptance.synthetic import distribution
 from alflow.datasets.random_tokens import random_sessions
-from alflow.gates import audit_synthetic
-from alflow.loadgen import LoadSpec, Target
+from alflow.datasets.types import Session, Turn
+from alflow.gates import AUDIT_MIN_FIT_P, audit_synthetic
+from alflow.loadgen import LoadSpec, Target, fill_spec_counts
+from alflow.loadgen.records import RequestRecord
 from alflow.measure import Measurement, measure
 from alflow.metrics.dialects import get_dialect
 from alflow.metrics.prometheus import SnapshotWindow
@@ -31,34 +33,59 @@ def _args(*extra: str, level: str = "summary") -> list[str]:
             "--per-request-spec-decode-metrics", level, *extra]  # fmt: skip
 
 
-async def _measure(sim: SimProcess, n: int = 48) -> Measurement:
-    return await measure(
-        random_sessions(n, isl=32, osl=120, seed=3, vocab_size=VOCAB),
-        Target(sim.base_url, "sim/llama-3.3-70b", endpoint="completions"),
+def _sessions(n: int, osl: int, seed: int, *, chat: bool) -> list[Session]:
+    if not chat:
+        return random_sessions(n, isl=32, osl=osl, seed=seed, vocab_size=VOCAB)
+    # the chat endpoint takes text: one message per session, with a fixed output length
+    return [
+        Session(f"chat-{seed}-{i}", (Turn(f"question {seed} {i}: say something long", osl, osl, True),))
+        for i in range(n)
+    ]
+
+
+async def _measure(sim: SimProcess, n: int = 48, endpoint: str = "completions") -> Measurement:
+    chat = endpoint == "chat"
+    m = await measure(
+        _sessions(n, 120, 3, chat=chat),
+        Target(sim.base_url, "sim/llama-3.3-70b", endpoint=endpoint),
         LoadSpec(concurrency=8, warmup=8),
         metrics_url=sim.metrics_url,
         dialect="vllm",
         k=K,
-        warmup_sessions=random_sessions(8, isl=32, osl=40, seed=4, vocab_size=VOCAB),
+        warmup_sessions=_sessions(8, 40, 4, chat=chat),
     )
+    assert m.aborted is None
+    assert m.records.height == n + 8
+    return m
 
 
-async def test_per_request_counts_are_the_exact_source_and_the_counters_agree() -> None:
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+async def test_per_request_counts_are_the_exact_source_and_the_counters_agree(endpoint: str) -> None:
     with SimProcess(_args()) as sim:
-        m = await _measure(sim)
+        m = await _measure(sim, endpoint=endpoint)
     assert m.client.all_ok
+    # every request, warm-up included, carried a consistent object (the client keeps none that is not)
+    assert m.records["spec_accept_hist"].null_count() == 0
+    assert all(len(h) == K + 1 for h in m.records["spec_accept_hist"].to_list())
     measured = m.records.filter(~m.records["warmup"])
-    assert measured["spec_accept_hist"].null_count() == 0
-    assert all(len(h) == K + 1 for h in measured["spec_accept_hist"].to_list())
+    assert measured.height == 48
     stats = m.spec_stats
     assert stats is not None
+    assert stats.source == "per-request"
     assert stats.note.startswith("exact, from the metrics.speculative_decoding of 48 requests")
     assert m.baseline is not None
     assert m.final is not None
     counters = get_dialect("vllm").spec_stats(SnapshotWindow(m.baseline, m.final), k=K)
+    # the window holds exactly the measured requests: the per-request sums are the counters, to the step
     assert (stats.num_drafts, stats.accepted_tokens) == (counters.num_drafts, counters.accepted_tokens)
-    assert stats.histogram == counters.histogram
+    assert stats.draft_tokens == counters.draft_tokens == K * stats.num_drafts
+    assert stats.al == counters.al
     assert "per-request minus counters: +0.0000" in stats.note
+    # the statistics' histogram is the pooled one (accept length j + 1 -> steps), and the counters' too
+    pooled = [sum(col) for col in zip(*measured["spec_accept_hist"].to_list(), strict=True)]
+    assert stats.histogram == {j + 1: c for j, c in enumerate(pooled)}
+    assert stats.histogram == counters.histogram
+    assert sum(pooled) == measured["spec_verify_ct"].sum()
     assert set(stats.histogram or {}) == {1, 2, 3, 4}
     assert {j for j, c in (stats.histogram or {}).items() if c} == {
         2,
@@ -75,9 +102,13 @@ async def test_the_shape_test_rejects_a_wrong_scheme_and_accepts_the_right_one()
         good = await _measure(right)
     assert bad.spec_stats is not None
     assert good.spec_stats is not None
+    assert (bad.spec_stats.source, good.spec_stats.source) == ("per-request", "per-request")
     rejected = audit_synthetic(bad.spec_stats, expected, subject="wrong scheme")
     assert not rejected.passed
     assert "does not fit scheme vllm" in rejected.message
+    assert rejected.details is not None
+    assert rejected.details.fit_p_value is not None
+    assert rejected.details.fit_p_value < AUDIT_MIN_FIT_P
     accepted = audit_synthetic(good.spec_stats, expected, subject="right scheme")
     assert accepted.passed, accepted.message
 
@@ -106,3 +137,36 @@ async def test_non_streamed_and_detailed_responses_carry_vllms_object() -> None:
     assert spec["mean_acceptance_length"] == pytest.approx(
         1 + spec["num_accepted_draft_tokens"] / spec["num_spec_steps"]
     )
+    record = RequestRecord(request_id=0, session_id="s")
+    fill_spec_counts(record, data)  # the non-streamed body through the client's reader
+    assert (record.spec_verify_ct, record.spec_accepted_drafts) == (
+        spec["num_spec_steps"],
+        spec["num_accepted_draft_tokens"],
+    )
+    assert record.spec_accept_hist == spec["acceptance_histogram"]
+
+
+async def test_summary_bodies_have_vllms_nulls_and_streams_need_include_usage() -> None:
+    body = {"model": "sim/llama-3.3-70b", "prompt": [5, 6, 7, 8], "max_tokens": 20, "ignore_eos": True}
+    with SimProcess(_args()) as sim:
+        async with aiohttp.ClientSession() as http:
+            async with http.post(sim.base_url + "/v1/completions", json=body) as r:
+                data = await r.json()
+            async with http.post(sim.base_url + "/v1/completions", json={**body, "stream": True}) as r:
+                streamed = await r.read()
+            with_usage = {**body, "stream": True, "stream_options": {"include_usage": True}}
+            async with http.post(sim.base_url + "/v1/completions", json=with_usage) as r:
+                usage_stream = await r.read()
+    metrics = data["metrics"]
+    assert [key for key, value in metrics.items() if value is None] == [
+        "time_to_first_token_ms", "generation_time_ms", "queue_time_ms", "mean_itl_ms", "tokens_per_second",
+    ]  # fmt: skip
+    assert (
+        metrics["speculative_decoding"]["per_step_accepted"],
+        metrics["speculative_decoding"]["per_step_drafted"],
+    ) == (None, None)
+    assert b"speculative_decoding" not in streamed  # no usage chunk, nothing to ride on (vLLM alike)
+    events = [line for line in usage_stream.split(b"\n\n") if b"speculative_decoding" in line]
+    assert len(events) == 1
+    assert b'"choices":[]' in events[0]
+    assert b"per_step_accepted" not in events[0]  # summary, dumped without nulls

@@ -264,9 +264,24 @@ def test_without_meta_info_the_counters_are_unchanged(records: str | None) -> No
     assert (stats, error) == (COUNTERS, None)
 
 
-def test_dialects_whose_responses_carry_no_counts_ignore_them() -> None:
+def test_any_dialect_uses_per_request_counts_when_the_records_carry_them() -> None:
+    # the path is dialect-agnostic: a dialect that names no response field still gets the exact AL
     stats, error = window_stats(
         FakeDialect("trtllm", COUNTERS, request_counts=None), _snap(1), _snap(2), k=3, records=frame([(4, 6)])
+    )
+    assert error is None
+    assert stats is not None
+    assert (stats.al, stats.source) == (2.5, "per-request")
+    assert stats.note.startswith("exact, from the per-request counts of 1 requests; counters: AL 2.6000")
+
+
+def test_any_dialect_without_per_request_counts_keeps_the_counters() -> None:
+    stats, error = window_stats(
+        FakeDialect("trtllm", COUNTERS, request_counts=None),
+        _snap(1),
+        _snap(2),
+        k=3,
+        records=frame([(None, None)]),
     )
     assert (stats, error) == (COUNTERS, None)
 

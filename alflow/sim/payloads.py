@@ -1,0 +1,95 @@
+"""JSON pieces of the simulated responses that carry counts: usage and each framework's per-request speculative counts.
+
+Built from one request's accept histogram (``hist[a]``: its verify steps that accepted ``a`` drafts, the same steps
+the dialect's counters count) and, for vLLM's ``detailed`` level, its per-step accepts in order.
+
+- SGLang: ``meta_info`` beside ``usage`` (:func:`meta_info_json`).
+- vLLM 0.32.0 with ``--per-request-spec-decode-metrics summary|detailed`` (``vllm/config/observability.py``):
+  ``metrics.speculative_decoding`` = ``RequestSpecDecodeMetrics.to_dict()`` (``vllm/v1/metrics/stats.py``),
+  validated into the ``SpeculativeDecodingMetrics`` model inside ``PerRequestMetrics``
+  (``vllm/entrypoints/generate/base/protocol.py``). Streamed, it rides on the final usage chunk
+  (``"choices":[]``), dumped with ``exclude_none=True``: only ``speculative_decoding``, and the per-step arrays
+  only at ``detailed`` (:func:`stream_metrics_json`; ``vllm/entrypoints/openai/completion/serving.py``,
+  ``chat_completion/serving.py``). Not streamed, the response model is dumped whole (``model_dump()`` in the API
+  routers): the timing fields and the absent per-step arrays are ``null`` (:func:`body_metrics_json`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+import orjson
+
+TIMING_FIELDS: Final = (
+    "time_to_first_token_ms",
+    "generation_time_ms",
+    "queue_time_ms",
+    "mean_itl_ms",
+    "tokens_per_second",
+)
+"""``PerRequestMetrics``'s timing fields (``--enable-per-request-metrics``, which the sim does not have: null)."""
+
+
+def usage_json(prompt: int, completion: int) -> bytes:
+    """The OpenAI ``usage`` object."""
+    return b'{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}' % (
+        prompt,
+        prompt + completion,
+        completion,
+    )
+
+
+def meta_info_json(hist: Sequence[int], k: int) -> bytes:
+    """SGLang's per-request ``meta_info`` speculative counts from a request's accept histogram.
+
+    ``spec_verify_ct = sum(hist)``, ``spec_num_correct_drafts = sum(a * hist[a])``, ``spec_num_proposed_drafts``
+    K per step.
+    """
+    verify = sum(hist)
+    accepted = sum(a * n for a, n in enumerate(hist))
+    return b'{"spec_verify_ct":%d,"spec_num_correct_drafts":%d,"spec_num_proposed_drafts":%d}' % (
+        verify,
+        accepted,
+        verify * k,
+    )
+
+
+def speculative_decoding(hist: Sequence[int], k: int, steps: Sequence[int] | None) -> dict[str, object]:
+    """The dict of vLLM's ``RequestSpecDecodeMetrics.to_dict()`` for a request whose every step proposed K drafts.
+
+    ``mean_acceptance_length = 1 + A / S`` (1.0 without steps), ``draft_acceptance_rate = A / (S K)`` (0.0 without
+    drafts), with ``S = sum(hist)`` and ``A = sum(a * hist[a])``; ``per_step_accepted`` / ``per_step_drafted`` only
+    when ``steps`` holds at least one step (vLLM includes them only when populated).
+    """
+    n = sum(hist)
+    accepted = sum(a * c for a, c in enumerate(hist))
+    drafts = n * k
+    out: dict[str, object] = {
+        "mean_acceptance_length": 1.0 + accepted / n if n else 1.0,
+        "draft_acceptance_rate": accepted / drafts if drafts else 0.0,
+        "acceptance_histogram": list(hist),
+        "num_spec_steps": n,
+        "num_accepted_draft_tokens": accepted,
+        "num_draft_tokens": drafts,
+        "num_spec_tokens": k,
+    }
+    if steps:
+        out["per_step_accepted"] = list(steps)
+        out["per_step_drafted"] = [k] * len(steps)
+    return out
+
+
+def stream_metrics_json(hist: Sequence[int], k: int, steps: Sequence[int] | None) -> bytes:
+    """The final usage chunk's ``metrics`` value: ``{"speculative_decoding": {...}}`` without null fields."""
+    return orjson.dumps({"speculative_decoding": speculative_decoding(hist, k, steps)})
+
+
+def body_metrics_json(hist: Sequence[int], k: int, steps: Sequence[int] | None) -> bytes:
+    """A non-streamed response's ``metrics`` value: the whole ``PerRequestMetrics``, absent fields null."""
+    spec = speculative_decoding(hist, k, steps)
+    spec.setdefault("per_step_accepted", None)  # the model's last two fields, null at ``summary``
+    spec.setdefault("per_step_drafted", None)
+    metrics: dict[str, object] = dict.fromkeys(TIMING_FIELDS)
+    metrics["speculative_decoding"] = spec
+    return orjson.dumps(metrics)
