@@ -121,6 +121,13 @@ def _sweep_config(tmp_path: Path, results: Path, concurrencies: list[int]) -> Pa
     params["ks"] = [1, 2, 3, 4, 5, 6, 7]
     for part in ("gate", "benchmark"):
         params[part]["placement"] = {"runner": {"kind": "process"}, "results_root": str(results)}
+        # each child's server loads for a few seconds, as a real one loads its model: children of ~2 s on a
+        # ~9 s dispatch cycle could alternate between the nodes by chance and never overlap (seen once in CI)
+        params[part]["server"]["extra_args"] = [
+            *params[part]["server"].get("extra_args", []),
+            "--startup-delay",
+            "4",
+        ]
     params["benchmark"]["concurrencies"] = concurrencies
     params["fan_out"] = {
         "nodes": [{"work_queue": n, "gpu_host": f"e2e-{n}"} for n in NODES],
