@@ -5,7 +5,7 @@ flows: the baseline scrape is taken after warm-up, so warm-up traffic never ente
 window; counters become deltas over the window (a reset is reported, not hidden); the client
 metrics come from the records afterwards. A run that aborts still returns what it recorded.
 
-Some servers' responses carry per-request speculative counts (SGLang's ``meta_info``, vLLM's
+Some servers' responses carry per-request speculative counts (SGLang's ``sglext.spec_tokens_details``, vLLM's
 ``metrics.speculative_decoding``; in the records as ``spec_verify_ct``, ``spec_accepted_drafts`` and, from
 vLLM, ``spec_draft_tokens`` and the acceptance histogram ``spec_accept_hist``): whatever the dialect, when
 every successful measured request has them, they are the AL source (:func:`window_stats`), exact over exactly
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiohttp
+import orjson
 import polars as pl
 
 from alflow.acceptance.stats import CI_LEVEL, SpecStats, from_counters, from_histogram
@@ -142,7 +143,7 @@ class Measurement:
 class MetaInfoTotals:
     """Per-request speculative counts summed over the successful measured requests.
 
-    The counts are SGLang's ``meta_info`` or vLLM's ``metrics.speculative_decoding``.
+    The counts are SGLang's ``sglext.spec_tokens_details`` or vLLM's ``metrics.speculative_decoding``.
     """
 
     requests: int
@@ -293,7 +294,7 @@ def window_stats(
     """Spec-decode statistics over the window between two scrapes (a ``level`` CI of AL), or None and the reason.
 
     With the point's ``records``, whatever the dialect: when every successful measured (not warm-up) request
-    carries per-request counts (``spec_verify_ct`` and ``spec_accepted_drafts``: SGLang's ``meta_info``, vLLM's
+    carries per-request counts (``spec_verify_ct`` and ``spec_accepted_drafts``: SGLang's ``sglext.spec_tokens_details``, vLLM's
     ``metrics.speculative_decoding``), the statistics come from their sums, exact over exactly the measured
     requests (``source == "per-request"``):
 
@@ -304,7 +305,7 @@ def window_stats(
       (:func:`~alflow.acceptance.stats.from_histogram`); else the CI is the variance bound.
 
     The note reads "exact, from the <source> of N requests; counters: AL x (per-request minus counters: d)",
-    where <source> is ``Dialect.request_counts`` (``meta_info``, ``metrics.speculative_decoding``) or "per-request
+    where <source> is ``Dialect.request_counts`` (``sglext.spec_tokens_details``, ``metrics.speculative_decoding``) or "per-request
     counts" for a dialect that names none. When only some requests carry counts, the counters stay the source and
     the note (or the error, when the counters failed) says how many lacked them; when none do (an older server, the
     flag off, an older frame), the counters' result is returned unchanged. Histograms whose length is not the
@@ -324,6 +325,17 @@ def window_stats(
     source = getattr(the_dialect, "request_counts", None) or PER_REQUEST_SOURCE
     totals = meta_info_totals(records)
     if totals.reported == 0:
+        asked = dict(getattr(the_dialect, "request_fields", None) or {})
+        if asked and totals.requests:
+            fields = ", ".join(
+                f"{key}: {orjson.dumps(value).decode()}" for key, value in sorted(asked.items())
+            )
+            return _with_note(
+                counters,
+                error,
+                f"none of the {totals.requests} measured requests carried {source} although each asked for it "
+                f"({fields}): the server does not honour the field (a release without it); AL from the counters",
+            )
         return counters, error  # no per-request counts (older release, flag off, older frame): the counters
     if not totals.complete:
         missing = totals.requests - totals.reported
@@ -382,6 +394,18 @@ def _with_note(stats: SpecStats | None, error: str | None, note: str) -> tuple[S
     return replace(stats, note=f"{stats.note}; {note}" if stats.note else note), error
 
 
+def with_request_fields(target: Target, dialect: Dialect | None) -> Target:
+    """``target`` whose requests carry the fields ``dialect`` needs for per-request counts.
+
+    SGLang's ``return_spec_tokens_details: true``; a field the run already sets keeps its value.
+    """
+    fields = getattr(dialect, "request_fields", None) if dialect is not None else None
+    if not fields:
+        return target
+    extra = {**fields, **target.sampling.extra_body}
+    return replace(target, sampling=replace(target.sampling, extra_body=extra))
+
+
 async def measure(
     sessions: Sequence[Session],
     target: Target,
@@ -435,6 +459,7 @@ async def measure(
     records = sink if sink is not None else []
     baseline: list[Snapshot] = []
     the_dialect = get_dialect(dialect) if isinstance(dialect, str) else dialect
+    target = with_request_fields(target, the_dialect)
 
     async def on_measure_start() -> None:
         if urls:

@@ -14,12 +14,13 @@ Transports (the :class:`Transport` seam; tests drive :func:`stream_request` with
 - :class:`AiohttpTransport`: one shared ``aiohttp.ClientSession`` (``iter_any`` per read); slower
   per chunk, kept for proxies and anything the fast transport does not speak.
 
-SGLang's per-request speculative counts (``meta_info``: ``spec_verify_ct`` and accepted drafts) and vLLM's
-(``metrics.speculative_decoding``: steps, accepted and proposed drafts, the acceptance histogram) are read
-from the event that carries ``usage`` (:func:`meta_info_counts`, :func:`speculative_decoding_counts`), never
-from content chunks; :func:`fill_spec_counts` puts them into a record, from that event or from a non-streamed
-body. vLLM's object is checked for consistency first and dropped (the record's counts stay None) when it does
-not hold together: a server's bad numbers never fail a request or stop a stream.
+Per-request speculative counts (steps, accepted and proposed drafts, the acceptance histogram) come from
+SGLang's ``sglext.spec_tokens_details`` (its own chunk with ``"choices": []``, sent when the request asks with
+``return_spec_tokens_details``) and vLLM's ``metrics.speculative_decoding`` (the event that carries ``usage``)
+(:func:`spec_tokens_details_counts`, :func:`speculative_decoding_counts`), never from content chunks;
+:func:`fill_spec_counts` puts them into a record, from that event or from a non-streamed body. Each object is
+checked for consistency first and dropped (the record's counts stay None) when it does not hold together: a
+server's bad numbers never fail a request or stop a stream.
 
 Every SSE event that carries output gets its own entry in ``chunk_ns`` (the arrival time of the
 network read that brought it): events that arrive together share a timestamp, as in
@@ -53,6 +54,14 @@ import orjson
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.loadgen.endpoints import Endpoint
 from alflow.loadgen.records import RequestRecord
+from alflow.metrics.names import (
+    SGLANG_DETAILS_CORRECT,
+    SGLANG_DETAILS_HISTOGRAM,
+    SGLANG_DETAILS_PROPOSED,
+    SGLANG_DETAILS_VERIFY_CT,
+    SGLANG_SGLEXT,
+    SGLANG_SPEC_DETAILS,
+)
 from alflow.redact import redact_url, redact_urls_in_text
 
 Clock = Callable[[], int]
@@ -125,46 +134,6 @@ def _error_text(event: Any) -> str:
     return f"error event in stream: {err}"
 
 
-VERIFY_CT_KEYS: Final = ("spec_verify_ct",)
-"""``meta_info`` keys of a request's verify steps, in the order they are tried."""
-ACCEPTED_DRAFTS_KEYS: Final = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
-"""``meta_info`` keys of a request's accepted draft tokens: SGLang's name, then older aliases."""
-
-
-class SpecCounts(NamedTuple):
-    """One request's speculative counts from SGLang's ``meta_info`` (None: not reported)."""
-
-    verify_ct: int | None
-    accepted_drafts: int | None
-
-
-NO_SPEC_COUNTS: Final = SpecCounts(None, None)
-
-
-def _count(meta: Mapping[str, object], keys: tuple[str, ...]) -> int | None:
-    for key in keys:
-        value = meta.get(key)
-        if value is None:
-            continue
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-            return value
-        return None  # present but not a count: do not fall back to an older alias
-    return None
-
-
-def meta_info_counts(body: Mapping[str, object]) -> SpecCounts:
-    """SGLang's per-request speculative counts from a response body or stream event with ``meta_info``.
-
-    ``verify_ct`` is ``meta_info.spec_verify_ct``; ``accepted_drafts`` the first of
-    :data:`ACCEPTED_DRAFTS_KEYS` present. A missing ``meta_info``, a missing key or a value that is not
-    a non-negative integer gives None for that count.
-    """
-    meta = body.get("meta_info")
-    if not isinstance(meta, dict):
-        return NO_SPEC_COUNTS
-    return SpecCounts(_count(meta, VERIFY_CT_KEYS), _count(meta, ACCEPTED_DRAFTS_KEYS))
-
-
 class RequestSpec(NamedTuple):
     """One request's speculative counts from vLLM's ``metrics.speculative_decoding`` (all None: not usable)."""
 
@@ -209,7 +178,7 @@ def speculative_decoding_counts(body: Mapping[str, object]) -> RequestSpec:
     hist = _int_list(spec.get("acceptance_histogram"))
     if steps is None or accepted is None or drafts is None or not hist:
         return NO_REQUEST_SPEC
-    if sum(hist) != steps or sum(j * c for j, c in enumerate(hist)) != accepted or accepted > drafts:
+    if not _consistent(steps, accepted, drafts, hist):
         return NO_REQUEST_SPEC
     k = spec.get("num_spec_tokens")
     if k is not None and _nonneg_int(k) != len(hist) - 1:
@@ -241,22 +210,60 @@ def _int_list(value: object) -> list[int] | None:
     return value
 
 
+def _consistent(steps: int, accepted: int, drafts: int, hist: list[int]) -> bool:
+    """A histogram (index j = steps that accepted j drafts) that agrees with the counts it comes with."""
+    return sum(hist) == steps and sum(j * c for j, c in enumerate(hist)) == accepted and accepted <= drafts
+
+
+def spec_tokens_details_counts(body: Mapping[str, object]) -> RequestSpec:
+    """SGLang's per-request speculative counts from ``sglext.spec_tokens_details`` (all None: not usable).
+
+    SGLang (PR #33518, merged 2026-08-04; ``python/sglang/srt/entrypoints/openai/serving_chat.py``,
+    ``serving_completions.py``, ``utils.py`` ``spec_tokens_details_from_meta_info``) sends the object when the
+    request sets ``return_spec_tokens_details: true``: streamed in a chunk of its own (``"choices": []``,
+    response-level ``sglext``) after the finish_reason chunks and before the usage chunk; not streamed, as the
+    body's top-level ``sglext``. With ``n > 1`` it is a list (alflow sends ``n = 1``: a list is not used).
+
+    Used: ``spec_verify_ct`` (steps), ``spec_num_correct_drafts`` (accepted drafts), ``spec_num_proposed_drafts``
+    and ``spec_correct_drafts_histogram`` (index j = steps that accepted j drafts, K + 1 buckets). SGLang fills a
+    missing count with 0 and a missing histogram with ``[]``: an empty histogram gives the counts without one.
+    ``spec_accept_length`` (completion tokens / verify steps: counts the prefill token, biased high) is never
+    read. The same checks as vLLM's: non-negative integers, the histogram summing to the steps and to the
+    accepted drafts, accepted <= proposed; an object that fails any of them is not used.
+    """
+    ext = body.get(SGLANG_SGLEXT)
+    details = ext.get(SGLANG_SPEC_DETAILS) if isinstance(ext, dict) else None
+    if not isinstance(details, dict):
+        return NO_REQUEST_SPEC
+    steps = _nonneg_int(details.get(SGLANG_DETAILS_VERIFY_CT))
+    accepted = _nonneg_int(details.get(SGLANG_DETAILS_CORRECT))
+    drafts = _nonneg_int(details.get(SGLANG_DETAILS_PROPOSED))
+    hist = _int_list(details.get(SGLANG_DETAILS_HISTOGRAM, []))
+    if steps is None or accepted is None or drafts is None or hist is None or accepted > drafts:
+        return NO_REQUEST_SPEC
+    if hist and not _consistent(steps, accepted, drafts, hist):
+        return NO_REQUEST_SPEC
+    return RequestSpec(steps, accepted, drafts, hist or None)
+
+
 def fill_spec_counts(record: RequestRecord, body: Mapping[str, object]) -> None:
     """Set ``record``'s per-request speculative counts from a non-streamed body or a stream's usage event.
 
-    SGLang's ``meta_info`` (:func:`meta_info_counts`) fills ``spec_verify_ct`` and ``spec_accepted_drafts``;
-    vLLM's ``metrics.speculative_decoding`` (:func:`speculative_decoding_counts`) fills those from
-    ``num_spec_steps`` and ``num_accepted_draft_tokens`` and also ``spec_draft_tokens`` and ``spec_accept_hist``.
+    SGLang's ``sglext.spec_tokens_details`` (:func:`spec_tokens_details_counts`) and vLLM's
+    ``metrics.speculative_decoding`` (:func:`speculative_decoding_counts`) fill ``spec_verify_ct``,
+    ``spec_accepted_drafts``, ``spec_draft_tokens`` and ``spec_accept_hist`` (SGLang's histogram may be absent).
     A body with neither, or with an object that does not hold together, leaves the record's counts as they were
     (None for a fresh record).
     """
-    if "meta_info" in body:
-        record.spec_verify_ct, record.spec_accepted_drafts = meta_info_counts(body)
+    if SGLANG_SGLEXT in body:
+        got = spec_tokens_details_counts(body)
     elif "metrics" in body:
         got = speculative_decoding_counts(body)
-        if got.steps is not None:
-            record.spec_verify_ct, record.spec_accepted_drafts = got.steps, got.accepted_drafts
-            record.spec_draft_tokens, record.spec_accept_hist = got.draft_tokens, got.histogram
+    else:
+        return
+    if got.steps is not None:
+        record.spec_verify_ct, record.spec_accepted_drafts = got.steps, got.accepted_drafts
+        record.spec_draft_tokens, record.spec_accept_hist = got.draft_tokens, got.histogram
 
 
 class SseConsumer:
@@ -310,8 +317,10 @@ class SseConsumer:
                 rec = self.record
                 rec.input_tokens = usage.get("prompt_tokens")
                 rec.output_tokens = usage.get("completion_tokens")
-                if "meta_info" in event or "metrics" in event:  # only the usage event is looked at
+                if "metrics" in event:  # vLLM: only the usage event is looked at
                     fill_spec_counts(rec, event)
+            elif SGLANG_SGLEXT in event and not event.get("choices"):  # SGLang: its own chunk, choices []
+                fill_spec_counts(self.record, event)
         self._buf = data[start:]
         return False
 

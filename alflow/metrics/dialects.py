@@ -14,8 +14,10 @@ no class of its own: :func:`detect` recognises whichever it exposes.
   full, and the tokens a request's last verify step accepted past its limit are not in
   ``output_ids``: AL is low by at most K x Δrequests / Δverify_calls (``truncated_requests`` lets
   the synthetic audit expect it). Cross-checked with ``/server_info``; where the responses carry
-  per-request ``meta_info`` counts, the client's sum of them is the primary, exact source
-  (:func:`alflow.measure.window_stats`).
+  per-request counts (``sglext.spec_tokens_details``, asked for with ``return_spec_tokens_details``), the
+  client's sum of them is the primary, exact source (:func:`alflow.measure.window_stats`). Without
+  ``spec_verify_calls_total`` (before PR #25689) but with the other counters, the error says the release is
+  too old rather than "enable metrics".
 - TensorRT-LLM: per-position counters only, both moved once per finished request:
   ``AL = 1 + Σ_i Δaccepted_tokens{token_position=i} / Δdrafted_tokens{token_position=0}`` (every
   step drafts at position 0). The iteration counters ``num_draft_tokens`` / ``num_accepted_tokens``
@@ -34,6 +36,7 @@ from typing import Any, Final, Protocol
 import aiohttp
 import orjson
 
+from alflow.acceptance.runtime_k import active_k_changes
 from alflow.acceptance.stats import CI_LEVEL, SpecStats, as_count, from_counters
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.metrics import names
@@ -66,6 +69,9 @@ class Dialect(Protocol):
     request_counts: str | None
     """Where this framework's responses carry per-request speculative counts (the records' ``spec_*``
     columns), as notes name it; None: none known (notes then say "per-request counts")."""
+    request_fields: Mapping[str, object]
+    """Fields every measured request's body carries so that the response holds those counts (SGLang's
+    ``return_spec_tokens_details: true``); empty where a server flag does it (vLLM) or nothing does."""
 
     def matches(self, snapshot: Snapshot) -> bool:
         """True when ``snapshot`` looks like this framework's metrics."""
@@ -136,6 +142,8 @@ class VllmDialect(_CountersOnly):
     metrics_path = names.VLLM_METRICS_PATH
     request_counts: str | None = "metrics.speculative_decoding"
     """vLLM 0.32.0+ with ``--per-request-spec-decode-metrics`` (PR #48915; vllm/v1/metrics/stats.py)."""
+    request_fields: Mapping[str, object] = {}
+    """vLLM needs no request field: the server flag turns the counts on."""
 
     def matches(self, snapshot: Snapshot) -> bool:
         return any(f.startswith("vllm:") for f in snapshot.families())
@@ -164,7 +172,9 @@ class SglangDialect(_NoSpeculativeInfo):
 
     name = "sglang"
     metrics_path = names.SGLANG_METRICS_PATH
-    request_counts: str | None = "meta_info"
+    request_counts: str | None = f"{names.SGLANG_SGLEXT}.{names.SGLANG_SPEC_DETAILS}"
+    """SGLang with PR #33518 (merged 2026-08-04): only when the request asks (:attr:`request_fields`)."""
+    request_fields: Mapping[str, object] = {names.SGLANG_SPEC_DETAILS_FLAG: True}
 
     def matches(self, snapshot: Snapshot) -> bool:
         return any(f.startswith("sglang:") for f in snapshot.families())
@@ -173,8 +183,14 @@ class SglangDialect(_NoSpeculativeInfo):
         self, window: CounterWindow, *, k: int | None = None, level: float = CI_LEVEL
     ) -> SpecStats:
         hint = "start SGLang with --enable-metrics and a --speculative-algorithm"
-        steps = _need(window, names.SGLANG_SPEC_VERIFY_CALLS, hint)
         tokens = _need(window, names.SGLANG_GENERATION_TOKENS, hint)
+        steps = _need(
+            window,
+            names.SGLANG_SPEC_VERIFY_CALLS,
+            f"the server's other sglang: counters are there, so metrics are on: {names.SGLANG_SPEC_VERIFY_CALLS}_total "
+            f"exists only since {names.SGLANG_SPEC_VERIFY_CALLS_SINCE}, so this SGLang is older (or runs no "
+            "--speculative-algorithm); without the verify steps the counters cannot give AL (use a newer image)",
+        )
         requests = _need(
             window,
             names.SGLANG_NUM_REQUESTS,
@@ -201,6 +217,8 @@ class SglangDialect(_NoSpeculativeInfo):
                 f"windowed gauge {names.SGLANG_SPEC_ACCEPT_LENGTH}: {len(values)} points, "
                 f"min {min(values):.3f}, max {max(values):.3f}"
             )
+        # the active K (--speculative-adaptive): a change inside the window is a warning on the point
+        notes += active_k_changes({g: window.gauge_series(g) for g in names.SGLANG_ACTIVE_K_GAUGES})
         stats = from_counters(steps, accepted, k=k, level=level, note=_join(*notes, *window.notes))
         return replace(stats, truncated_requests=as_count(names.SGLANG_NUM_REQUESTS, requests))
 
@@ -221,6 +239,7 @@ class TrtllmDialect(_CountersOnly):
     name = "trtllm"
     request_counts: str | None = None
     """Per-request acceptance on TensorRT-LLM's responses is an open PR (#19311) at the time of writing."""
+    request_fields: Mapping[str, object] = {}
     metrics_path = names.TRTLLM_METRICS_PATH
 
     def matches(self, snapshot: Snapshot) -> bool:
@@ -247,8 +266,10 @@ class TrtllmDialect(_CountersOnly):
         if not drafted_by_pos:
             raise MissingMetricsError(
                 f"metric {names.TRTLLM_DRAFTED_PER_POS} is not exposed: TensorRT-LLM's exact AL needs its "
-                "per-position counters (set return_perf_metrics: true and enable_iter_perf_stats: true in the "
-                "trtllm-serve config); the iteration counters alone move at other times and are not used"
+                f"per-position counters, which exist only since TensorRT-LLM {names.TRTLLM_PER_POSITION_RELEASE} "
+                f"({names.TRTLLM_PER_POSITION_SOURCE}; use that release or newer) and only with "
+                "return_perf_metrics: true and enable_iter_perf_stats: true in the trtllm-serve config; the "
+                "iteration counters alone move at other times and are not used"
             )
         drafted = _positions(drafted_by_pos)
         steps = drafted[0]

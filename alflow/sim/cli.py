@@ -140,6 +140,13 @@ def serve_command(
             "detailed (dialect vllm only)."
         ),
     ] = "none",
+    sglang_spec_details: Annotated[
+        bool,
+        typer.Option(
+            help="SGLang dialect: answer return_spec_tokens_details with sglext.spec_tokens_details (SGLang PR "
+            "#33518); --no-sglang-spec-details ignores the field, as an older SGLang does."
+        ),
+    ] = True,
     log_level: Annotated[str, typer.Option(help="Logging level on stderr.")] = "INFO",
     api_key: Annotated[
         str | None,
@@ -202,6 +209,7 @@ def serve_command(
             api_key=api_key or None,
             framework_version=framework_version,
             per_request_spec_decode_metrics=per_request_spec_decode_metrics,
+            sglang_spec_details=sglang_spec_details,
         )
         config = resolve(
             base,

@@ -112,6 +112,9 @@ class SimConfig:
     per_request_spec_decode_metrics: str = "none"
     """vLLM's ``--per-request-spec-decode-metrics`` (none, summary, detailed; dialect vllm only): each response
     carries ``metrics.speculative_decoding`` as vLLM 0.32.0 sends it (:mod:`alflow.sim.payloads`)."""
+    sglang_spec_details: bool = True
+    """SGLang dialect: answer ``return_spec_tokens_details: true`` with ``sglext.spec_tokens_details`` as SGLang
+    with PR #33518 does (:mod:`alflow.sim.payloads`); False: ignore the field, as an older SGLang does."""
     api_key: str | None = field(default=None, repr=False)
     """Requests to /v1/* need ``Authorization: Bearer <api_key>`` (vLLM's ``--api-key``); None: open."""
 
@@ -172,7 +175,8 @@ class SimConfig:
         if self.per_request_spec_decode_metrics != "none" and self.dialect != "vllm":
             raise InvalidInputError(
                 f"--per-request-spec-decode-metrics {self.per_request_spec_decode_metrics} is vLLM's (--dialect vllm), "
-                f"not {self.dialect}'s: SGLang's per-request counts come in meta_info, TensorRT-LLM sends none"
+                f"not {self.dialect}'s: SGLang sends its per-request counts in sglext.spec_tokens_details when a "
+                "request asks (return_spec_tokens_details), TensorRT-LLM sends none"
             )
         get_profile(self.profile)
         _check_range("--port", self.port, 0, 65535)

@@ -3,7 +3,11 @@
 Built from one request's accept histogram (``hist[a]``: its verify steps that accepted ``a`` drafts, the same steps
 the dialect's counters count) and, for vLLM's ``detailed`` level, its per-step accepts in order.
 
-- SGLang: ``meta_info`` beside ``usage`` (:func:`meta_info_json`).
+- SGLang with PR #33518, when the request sets ``return_spec_tokens_details: true``: ``sglext`` =
+  ``{"spec_tokens_details": {...}}`` (:func:`spec_tokens_details_json`), streamed in a chunk of its own with
+  ``"choices": []`` after the finish_reason chunk and before the usage chunk, not streamed at the body's top level
+  (``python/sglang/srt/entrypoints/openai/serving_chat.py``, ``serving_completions.py``). No ``meta_info``: the
+  OpenAI endpoints do not send it.
 - vLLM 0.32.0 with ``--per-request-spec-decode-metrics summary|detailed`` (``vllm/config/observability.py``):
   ``metrics.speculative_decoding`` = ``RequestSpecDecodeMetrics.to_dict()`` (``vllm/v1/metrics/stats.py``),
   validated into the ``SpeculativeDecodingMetrics`` model inside ``PerRequestMetrics``
@@ -40,19 +44,31 @@ def usage_json(prompt: int, completion: int) -> bytes:
     )
 
 
-def meta_info_json(hist: Sequence[int], k: int) -> bytes:
-    """SGLang's per-request ``meta_info`` speculative counts from a request's accept histogram.
+def spec_tokens_details_json(hist: Sequence[int], k: int) -> bytes:
+    """SGLang's ``sglext`` value from a request's accept histogram: ``{"spec_tokens_details": {...}}``.
 
-    ``spec_verify_ct = sum(hist)``, ``spec_num_correct_drafts = sum(a * hist[a])``, ``spec_num_proposed_drafts``
-    K per step.
+    The fields of ``SpecTokensDetails`` (``python/sglang/srt/entrypoints/openai/protocol.py``, PR #33518) as
+    ``spec_tokens_details_from_meta_info`` (``utils.py``) fills them: ``spec_verify_ct = S = sum(hist)``,
+    ``spec_num_correct_drafts = A = sum(a * hist[a])``, ``spec_num_proposed_drafts = S K`` (every step drafts
+    the block), ``spec_correct_drafts_histogram = hist`` (K + 1 buckets), ``spec_accept_rate = A / (S K)``,
+    ``spec_accept_length = completion tokens / S``, which counts the prefill token, as SGLang's does (alflow
+    never reads it; it is computed here as ``(1 + S + A) / S``, the untruncated completion), and the DSpark/DFlash
+    fields SGLang sends as 0 / ``[]`` for a fixed-width drafter.
     """
-    verify = sum(hist)
+    steps = sum(hist)
     accepted = sum(a * n for a, n in enumerate(hist))
-    return b'{"spec_verify_ct":%d,"spec_num_correct_drafts":%d,"spec_num_proposed_drafts":%d}' % (
-        verify,
-        accepted,
-        verify * k,
-    )
+    details = {
+        "spec_accept_rate": accepted / (steps * k) if steps else 0.0,
+        "spec_accept_length": (1 + steps + accepted) / steps if steps else 0.0,
+        "spec_cap_length": 0.0,
+        "spec_block_accept_length": 0.0,
+        "spec_num_correct_drafts": accepted,
+        "spec_num_proposed_drafts": steps * k,
+        "spec_verify_ct": steps,
+        "spec_correct_drafts_histogram": list(hist),
+        "spec_cap_lens_histogram": [],
+    }
+    return orjson.dumps({"spec_tokens_details": details})
 
 
 def speculative_decoding(hist: Sequence[int], k: int, steps: Sequence[int] | None) -> dict[str, object]:

@@ -30,6 +30,7 @@ from aiohttp import web
 from prometheus_client import generate_latest
 
 from alflow.errors import AlflowError
+from alflow.metrics.names import SGLANG_SPEC_DETAILS_FLAG
 from alflow.serving.api import ApiError
 from alflow.serving.app import (
     JSON,
@@ -46,7 +47,7 @@ from alflow.sim.cluster import ClusterError, HeadCluster, WorkerLink
 from alflow.sim.config import SGLANG_FIXED_TOKEN_ID, SimConfig
 from alflow.sim.dialects import DIALECTS, make_registry, sglang_server_info
 from alflow.sim.engine import Engine, EngineStats, SimRequest
-from alflow.sim.payloads import body_metrics_json, meta_info_json, stream_metrics_json, usage_json
+from alflow.sim.payloads import body_metrics_json, spec_tokens_details_json, stream_metrics_json, usage_json
 from alflow.sim.text import AnswerKey, TextSource, corpus_text, load_answer_key
 from alflow.sim.tokenizer import get_tokenizer
 
@@ -74,6 +75,8 @@ class _Parsed:
     stream: bool
     include_usage: bool
     thinking: bool = False
+    spec_details: bool = False
+    """SGLang dialect: the request asked for ``sglext.spec_tokens_details`` and this server answers it."""
 
 
 class SimServer:
@@ -130,9 +133,10 @@ class SimServer:
             "sglang": (b"reasoning_content", b""),
             "trtllm": (b"reasoning", b"reasoning_content"),
         }[config.dialect]
-        # SGLang's per-request speculative counts (``meta_info``) in the body and the usage chunk; vLLM's
-        # (``metrics.speculative_decoding``) when started with --per-request-spec-decode-metrics
-        self._meta_info = config.dialect == "sglang"
+        # SGLang's per-request speculative counts (``sglext.spec_tokens_details``) when a request asks and the server
+        # honours it (PR #33518); vLLM's (``metrics.speculative_decoding``) when started with
+        # --per-request-spec-decode-metrics
+        self._sglext = config.dialect == "sglang" and config.sglang_spec_details
         self._spec_metrics = config.per_request_spec_decode_metrics != "none"
 
     def make_app(self) -> web.Application:
@@ -295,6 +299,7 @@ class SimServer:
             stream=bool(body.stream),
             include_usage=body.include_usage,
             thinking=chat and body.thinking,
+            spec_details=self._sglext and (body.model_extra or {}).get(SGLANG_SPEC_DETAILS_FLAG) is True,
         )
 
     def _build(self, p: _Parsed, *, chat: bool) -> SimRequest:
@@ -369,20 +374,21 @@ class SimServer:
                 req.final_suffix = b'","logprobs":null,"finish_reason":"%b","stop_reason":null}]}\n\n' % (
                     reason.encode()
                 )
-            if p.include_usage:
+            if p.spec_details:
+                n_prompt, k, with_usage = p.prompt_ids_count, cfg.k, p.include_usage
+
+                def tail(completion: int) -> bytes:
+                    # called at the last emit: the request's verify steps (req.hist) are final. SGLang sends
+                    # sglext in a chunk of its own (choices []) before the usage chunk (serving_chat.py)
+                    out = b'data: %b],"sglext":%b}\n\n' % (head, spec_tokens_details_json(req.hist, k))
+                    if with_usage:
+                        out += b'data: %b],"usage":%b}\n\n' % (head, usage_json(n_prompt, completion))
+                    return out
+
+                req.tail = tail
+            elif p.include_usage:
                 n_prompt = p.prompt_ids_count
-                if self._meta_info:
-                    k = cfg.k
-
-                    def tail(completion: int) -> bytes:
-                        # called at the last emit: the request's verify steps (req.hist) are final
-                        return b'data: %b],"usage":%b,"meta_info":%b}\n\n' % (
-                            head,
-                            usage_json(n_prompt, completion),
-                            meta_info_json(req.hist, k),
-                        )
-
-                elif self._spec_metrics:
+                if self._spec_metrics:
                     k = cfg.k
 
                     def tail(completion: int) -> bytes:
@@ -470,8 +476,8 @@ class SimServer:
                 )
             else:
                 choice = b'"text":"%b",' % content
-            if self._meta_info:
-                usage += b',"meta_info":' + meta_info_json(req.hist, cfg.k)
+            if parsed.spec_details:  # SGLang: a response-level sglext beside usage (serving_chat.py)
+                usage += b',"sglext":' + spec_tokens_details_json(req.hist, cfg.k)
             elif self._spec_metrics:  # a top-level key beside usage, as vLLM's response model has it
                 usage += b',"metrics":' + body_metrics_json(req.hist, cfg.k, req.steps)
             out = (

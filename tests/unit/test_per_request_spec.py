@@ -18,7 +18,7 @@ from alflow.loadgen.endpoints import get_endpoint
 from alflow.loadgen.records import RECORD_SCHEMA, RequestRecord, read_records, records_frame
 from alflow.measure import meta_info_totals, pooled_histogram, window_stats
 from alflow.metrics.prometheus import Snapshot
-from tests.unit.test_meta_info import FakeDialect
+from tests.unit.test_per_request_counts import FakeDialect
 
 pytestmark = pytest.mark.unit
 

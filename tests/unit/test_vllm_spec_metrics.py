@@ -36,7 +36,7 @@ from alflow.measure import PER_REQUEST_SOURCE, meta_info_totals, window_stats
 from alflow.metrics.prometheus import Snapshot
 from alflow.sim.config import SimConfig
 from alflow.sim.payloads import body_metrics_json, speculative_decoding, stream_metrics_json
-from tests.unit.test_meta_info import FakeDialect
+from tests.unit.test_per_request_counts import FakeDialect
 
 DETAILED_STREAM = (
     b'data: {"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":4,'
@@ -189,7 +189,18 @@ def test_a_non_streamed_body_fills_the_record() -> None:
     fill_spec_counts(other, _spec(DETAILED_BODY_METRICS, num_draft_tokens=7))
     assert (other.spec_verify_ct, other.spec_accept_hist) == (None, None)
     sglang = RequestRecord(request_id=2, session_id="s")
-    fill_spec_counts(sglang, {"meta_info": {"spec_verify_ct": 7, "spec_num_correct_drafts": 9}})
+    fill_spec_counts(
+        sglang,
+        {
+            "sglext": {
+                "spec_tokens_details": {
+                    "spec_verify_ct": 7,
+                    "spec_num_correct_drafts": 9,
+                    "spec_num_proposed_drafts": 21,
+                }
+            }
+        },
+    )
     assert (sglang.spec_verify_ct, sglang.spec_accepted_drafts, sglang.spec_accept_hist) == (7, 9, None)
 
 

@@ -15,6 +15,7 @@ from typing import Final
 from markupsafe import Markup
 
 from alflow import jsonutil
+from alflow.acceptance.runtime_k import report_line, stored_knobs
 from alflow.measure import RequestAcceptance
 from alflow.reports import svg
 from alflow.results.store import StoredRun
@@ -178,6 +179,11 @@ def base_report(run: StoredRun, title: str) -> Report:
         for warning in gate_warnings if isinstance(gate_warnings, list) else []:
             if " version unknown (" in str(warning):
                 warnings.append(f"Release gate: {warning}")
+            elif str(warning).startswith("LOSSY verification"):
+                warnings.append(str(warning))
+        runtime_k = report_line(stored_knobs(server.provenance))  # allowed with real acceptance: shown
+        if runtime_k is not None:
+            warnings.append(runtime_k)
     stored = summary(run)
     if stored.get("partial"):
         why = "; ".join(str(f) for f in stored.get("failures") or []) or "a point stopped mid-way"
@@ -199,7 +205,7 @@ def svg_figure(chart: svg.Chart | svg.BarChart, caption: str = "") -> Figure:
 
 PER_REQUEST_NOTE = (
     "Each request's own AL, 1 + accepted drafts / verify steps, from the counts its response carried "
-    "(vLLM's metrics.speculative_decoding, SGLang's meta_info), over the measured requests with at least one "
+    "(vLLM's metrics.speculative_decoding, SGLang's sglext.spec_tokens_details), over the measured requests with at least one "
     "verify step; the pooled histogram counts verify steps by drafts accepted (the bonus token not counted)."
 )
 

@@ -1,8 +1,9 @@
-"""SGLang's per-request speculative counts (``meta_info``): parsing, records, and AL from them."""
+"""SGLang's per-request speculative counts (``sglext.spec_tokens_details``): parsing, records, and AL from them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
@@ -11,7 +12,7 @@ import pytest
 
 from alflow.acceptance.stats import SpecStats, from_counters
 from alflow.errors import AlflowError
-from alflow.loadgen.client import SpecCounts, meta_info_counts
+from alflow.loadgen.client import RequestSpec, fill_spec_counts, spec_tokens_details_counts
 from alflow.loadgen.endpoints import CompletionsEndpoint
 from alflow.loadgen.records import RECORD_SCHEMA, RequestRecord, read_records, records_frame, write_records
 from alflow.measure import meta_info_totals, window_stats
@@ -20,103 +21,137 @@ from alflow.metrics.prometheus import Snapshot
 from tests.unit.test_loadgen_stream import DONE, chat, ev, run, usage
 
 
-def meta_usage(meta: object, prompt: int = 5, completion: int = 3) -> bytes:
-    return ev(
-        {
-            "id": "x",
-            "choices": [],
-            "usage": {"prompt_tokens": prompt, "completion_tokens": completion},
-            "meta_info": meta,
-        }
-    )
+def details(steps: int, accepted: int, k: int = 3, hist: list[int] | None = None) -> dict[str, object]:
+    """``SpecTokensDetails`` as SGLang (PR #33518) dumps it, for a request whose every step drafted K."""
+    return {
+        "spec_accept_rate": accepted / (steps * k) if steps else 0.0,
+        "spec_accept_length": 99.0,  # completion / steps, prefill counted: never read (a wrong value here)
+        "spec_cap_length": 0.0,
+        "spec_block_accept_length": 0.0,
+        "spec_num_correct_drafts": accepted,
+        "spec_num_proposed_drafts": steps * k,
+        "spec_verify_ct": steps,
+        "spec_correct_drafts_histogram": hist if hist is not None else [],
+        "spec_cap_lens_histogram": [],
+    }
+
+
+def sglext_chunk(spec: object) -> bytes:
+    """SGLang's streamed sglext chunk: ``choices`` empty, response-level ``sglext`` (serving_chat.py)."""
+    return ev({"id": "x", "object": "chat.completion.chunk", "choices": [], "model": "m", "sglext": spec})
 
 
 # ------------------------------------------------------------------------------------ parsing
 
 
 @pytest.mark.parametrize(
-    ("meta", "expected"),
+    ("spec", "expected"),
     [
-        (
-            {"spec_verify_ct": 7, "spec_num_correct_drafts": 9, "spec_num_proposed_drafts": 21},
-            SpecCounts(7, 9),
-        ),
-        ({"spec_verify_ct": 7, "spec_accepted_drafts": 8}, SpecCounts(7, 8)),
-        ({"spec_verify_ct": 7, "spec_accept_token_num": 6}, SpecCounts(7, 6)),
-        # SGLang's current name wins over the older aliases
-        (
-            {
-                "spec_verify_ct": 7,
-                "spec_accept_token_num": 1,
-                "spec_accepted_drafts": 2,
-                "spec_num_correct_drafts": 3,
-            },
-            SpecCounts(7, 3),
-        ),
-        ({"spec_verify_ct": 7, "spec_accepted_drafts": 2, "spec_accept_token_num": 1}, SpecCounts(7, 2)),
-        # a null value is absent: the next alias is tried
-        ({"spec_verify_ct": 7, "spec_num_correct_drafts": None, "spec_accepted_drafts": 4}, SpecCounts(7, 4)),
-        ({"spec_verify_ct": 0, "spec_num_correct_drafts": 0}, SpecCounts(0, 0)),
-        ({"spec_verify_ct": 7}, SpecCounts(7, None)),
-        ({"spec_num_correct_drafts": 3}, SpecCounts(None, 3)),
-        ({"prompt_tokens": 5, "completion_tokens": 3}, SpecCounts(None, None)),
-        ({}, SpecCounts(None, None)),
-        # not a count: None, and no fall-back to an older alias
-        (
-            {"spec_verify_ct": -1, "spec_num_correct_drafts": 2.5, "spec_accepted_drafts": 2},
-            SpecCounts(None, None),
-        ),
-        ({"spec_verify_ct": True, "spec_num_correct_drafts": "3"}, SpecCounts(None, None)),
+        (details(7, 9, hist=[1, 3, 3, 0]), RequestSpec(7, 9, 21, [1, 3, 3, 0])),
+        (details(7, 9), RequestSpec(7, 9, 21, None)),  # no histogram (SGLang sends [])
+        (details(0, 0), RequestSpec(0, 0, 0, None)),
+        # the histogram must agree with the counts, accepted <= proposed, counts are non-negative integers
+        (details(7, 9, hist=[1, 2, 2, 1]), RequestSpec(None, None, None, None)),
+        (details(7, 9, hist=[0, 1, 2, 2, 2][:4]), RequestSpec(None, None, None, None)),
+        ({**details(7, 9), "spec_num_proposed_drafts": 8}, RequestSpec(None, None, None, None)),
+        ({**details(7, 9), "spec_verify_ct": -1}, RequestSpec(None, None, None, None)),
+        ({**details(7, 9), "spec_verify_ct": True}, RequestSpec(None, None, None, None)),
+        ({**details(7, 9), "spec_num_correct_drafts": 2.5}, RequestSpec(None, None, None, None)),
+        ({**details(7, 9), "spec_correct_drafts_histogram": [1, "2"]}, RequestSpec(None, None, None, None)),
+        ({"spec_accept_length": 2.5}, RequestSpec(None, None, None, None)),
     ],
 )
-def test_meta_info_counts_reads_the_keys_and_their_aliases_in_order(meta: dict, expected: SpecCounts) -> None:
-    assert meta_info_counts({"usage": {}, "meta_info": meta}) == expected
+def test_spec_tokens_details_counts_checks_and_reads_the_object(spec: dict, expected: RequestSpec) -> None:
+    assert spec_tokens_details_counts({"sglext": {"spec_tokens_details": spec}}) == expected
 
 
 @pytest.mark.parametrize(
-    "body", [{}, {"usage": {"prompt_tokens": 1}}, {"meta_info": None}, {"meta_info": [1, 2]}]
+    "body",
+    [
+        {},
+        {"usage": {"prompt_tokens": 1}},
+        {"sglext": None},
+        {"sglext": {"cached_tokens_details": {}}},
+        {"sglext": {"spec_tokens_details": [details(7, 9)]}},  # n > 1: a list, not used
+        {"meta_info": {"spec_verify_ct": 7, "spec_num_correct_drafts": 9}},  # not on the OpenAI endpoints
+    ],
 )
-def test_no_meta_info_object_gives_nulls(body: dict) -> None:
-    assert meta_info_counts(body) == SpecCounts(None, None)
+def test_no_spec_tokens_details_object_gives_nulls(body: dict) -> None:
+    assert spec_tokens_details_counts(body) == RequestSpec(None, None, None, None)
+
+
+def test_spec_accept_length_is_never_read() -> None:
+    # AL comes from the counts only: 1 + 9/7, whatever spec_accept_length says
+    got = spec_tokens_details_counts(
+        {"sglext": {"spec_tokens_details": {**details(7, 9), "spec_accept_length": 1}}}
+    )
+    assert (got.steps, got.accepted_drafts) == (7, 9)
 
 
 def test_non_streamed_sglang_body() -> None:
     body = orjson.loads(
         b'{"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,'
-        b'"text":"hi","logprobs":null,"finish_reason":"length","stop_reason":null}],'
+        b'"text":"hi","logprobs":null,"finish_reason":"length","matched_stop":null}],'
         b'"usage":{"prompt_tokens":4,"total_tokens":24,"completion_tokens":20},'
-        b'"meta_info":{"spec_verify_ct":8,"spec_num_correct_drafts":11,"spec_num_proposed_drafts":24}}'
+        b'"sglext":{"spec_tokens_details":{"spec_accept_rate":0.4583333333333333,"spec_accept_length":2.5,'
+        b'"spec_cap_length":0.0,"spec_block_accept_length":0.0,"spec_num_correct_drafts":11,'
+        b'"spec_num_proposed_drafts":24,"spec_verify_ct":8,"spec_correct_drafts_histogram":[2,2,3,1],'
+        b'"spec_cap_lens_histogram":[]}}}'
     )
-    assert meta_info_counts(body) == SpecCounts(8, 11)
+    record = RequestRecord(request_id=0, session_id="s")
+    fill_spec_counts(record, body)
+    assert (record.spec_verify_ct, record.spec_accepted_drafts, record.spec_draft_tokens) == (8, 11, 24)
+    assert record.spec_accept_hist == [2, 2, 3, 1]
 
 
-async def test_streamed_usage_chunk_with_meta_info_fills_the_record() -> None:
-    meta = {"spec_verify_ct": 2, "spec_num_correct_drafts": 3, "spec_num_proposed_drafts": 6}
-    rec = await run([(10, chat("a")), (20, chat("bcde")), (30, meta_usage(meta, completion=6) + DONE)])
+async def test_streamed_sglext_chunk_fills_the_record() -> None:
+    spec = {"spec_tokens_details": details(2, 3, hist=[0, 1, 1, 0])}
+    rec = await run([(10, chat("a")), (20, chat("bcde")), (25, sglext_chunk(spec)), (30, usage(5, 6) + DONE)])
     assert rec.ok, rec.error
     assert (rec.output_tokens, rec.spec_verify_ct, rec.spec_accepted_drafts) == (6, 2, 3)
+    assert (rec.spec_draft_tokens, rec.spec_accept_hist) == (6, [0, 1, 1, 0])
+    assert len(rec.chunk_ns) == 2  # the sglext chunk carries no output
 
 
-async def test_streamed_old_alias_and_completions_endpoint() -> None:
+async def test_streamed_sglext_chunk_on_the_completions_endpoint() -> None:
     text = ev({"id": "x", "choices": [{"index": 0, "text": "abc"}]})
+    spec = {"spec_tokens_details": details(4, 5)}
     rec = await run(
-        [(10, text), (20, meta_usage({"spec_verify_ct": 4, "spec_accept_token_num": 5}) + DONE)],
-        endpoint=CompletionsEndpoint(),
+        [(10, text), (15, sglext_chunk(spec)), (20, usage(5, 3) + DONE)], endpoint=CompletionsEndpoint()
     )
     assert rec.ok, rec.error
     assert (rec.spec_verify_ct, rec.spec_accepted_drafts) == (4, 5)
 
 
-async def test_streamed_without_meta_info_leaves_nulls() -> None:
+async def test_streamed_without_sglext_leaves_nulls() -> None:
     rec = await run([(10, chat("a")), (20, chat("b")), (30, usage(5, 2) + DONE)])
     assert rec.ok, rec.error
     assert (rec.spec_verify_ct, rec.spec_accepted_drafts) == (None, None)
 
 
-async def test_meta_info_on_a_content_chunk_is_not_read() -> None:
-    # only the usage chunk is parsed for meta_info: content chunks cost nothing extra
+async def test_meta_info_on_the_usage_chunk_is_not_read() -> None:
+    # SGLang's OpenAI endpoints never stream meta_info: alflow no longer looks for it
+    usage_with_meta = ev(
+        {
+            "id": "x",
+            "choices": [],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 1},
+            "meta_info": {"spec_verify_ct": 1, "spec_num_correct_drafts": 0},
+        }
+    )
+    rec = await run([(10, chat("a")), (30, usage_with_meta + DONE)])
+    assert rec.ok, rec.error
+    assert rec.spec_verify_ct is None
+
+
+async def test_sglext_on_a_content_chunk_is_not_read() -> None:
+    # SGLang sends sglext only in its own chunk (choices []): content chunks cost nothing extra
     content = ev(
-        {"id": "x", "choices": [{"index": 0, "delta": {"content": "a"}}], "meta_info": {"spec_verify_ct": 1}}
+        {
+            "id": "x",
+            "choices": [{"index": 0, "delta": {"content": "a"}}],
+            "sglext": {"spec_tokens_details": details(1, 0)},
+        }
     )
     rec = await run([(10, content), (30, usage(5, 1) + DONE)])
     assert rec.ok, rec.error
@@ -166,7 +201,8 @@ class FakeDialect:
     stats: SpecStats | None
     error: str = "metric sglang:spec_verify_calls is not exposed"
     metrics_path: str = "/metrics"
-    request_counts: str | None = "meta_info"
+    request_counts: str | None = "sglext.spec_tokens_details"
+    request_fields: Mapping[str, object] = field(default_factory=dict)
 
     def matches(self, snapshot: Snapshot) -> bool:
         return True
@@ -211,7 +247,7 @@ def test_sglang_with_meta_info_on_every_request_is_exact_and_primary() -> None:
     assert (stats.num_drafts, stats.accepted_tokens, stats.k) == (30, 45, 3)
     assert stats.al == pytest.approx(1 + 45 / 30)
     assert stats.ci is not None
-    assert "meta_info of 3 requests" in stats.note
+    assert "sglext.spec_tokens_details of 3 requests" in stats.note
     assert "counters: AL 2.6000" in stats.note
     assert "approximate" not in stats.note
 
@@ -238,7 +274,7 @@ def test_partial_meta_info_keeps_the_counters_and_says_how_many_lacked_it() -> N
     assert stats is not None
     assert (stats.num_drafts, stats.accepted_tokens) == (100, 160)
     assert "approximate" in stats.note
-    assert "2 of 4 measured requests lacked meta_info" in stats.note
+    assert "2 of 4 measured requests lacked sglext.spec_tokens_details" in stats.note
 
 
 def test_partial_meta_info_with_failing_counters_is_an_error_naming_both() -> None:
@@ -248,7 +284,7 @@ def test_partial_meta_info_with_failing_counters_is_an_error_naming_both() -> No
     assert stats is None
     assert error is not None
     assert "not exposed" in error
-    assert "1 of 2 measured requests lacked meta_info" in error
+    assert "1 of 2 measured requests lacked sglext.spec_tokens_details" in error
 
 
 @pytest.mark.parametrize("records", [None, "none-reported", "old-frame"])
@@ -294,7 +330,7 @@ def test_inconsistent_meta_info_falls_back_to_the_counters() -> None:
     assert error is None
     assert stats is not None
     assert stats.al == COUNTERS.al
-    assert "meta_info counts rejected" in stats.note
+    assert "sglext.spec_tokens_details counts rejected" in stats.note
 
 
 def test_the_real_sglang_dialect_is_the_cross_check() -> None:

@@ -1,4 +1,8 @@
-"""SGLang's per-request ``meta_info`` counts over real HTTP: the sim sends them, alflow's client keeps them.
+"""SGLang's per-request ``sglext.spec_tokens_details`` over real HTTP: the sim sends them, alflow's client keeps them.
+
+SGLang (PR #33518) answers ``return_spec_tokens_details: true`` on the OpenAI endpoints with a chunk of its own
+(``"choices": []``, response-level ``sglext``) before the usage chunk, or a top-level ``sglext`` in a non-streamed
+body; never ``meta_info``. An older SGLang ignores the field (the sim's ``--no-sglang-spec-details``).
 
 Each test starts ``python -m alflow.sim serve`` on an ephemeral port with a step log: the server's own
 record of every verify step is the ground truth the per-request counts must add up to.
@@ -14,7 +18,7 @@ import pytest
 
 from alflow.datasets.random_tokens import random_sessions
 from alflow.datasets.types import Session, Turn
-from alflow.loadgen import LoadSpec, Target, meta_info_counts, run_load
+from alflow.loadgen import LoadSpec, Target, run_load, spec_tokens_details_counts
 from alflow.loadgen.endpoints import Sampling
 from alflow.loadgen.records import RequestRecord
 from alflow.measure import measure
@@ -24,9 +28,12 @@ VOCAB = 20_000  # below the sim tokenizer's vocabulary
 MODEL = "sim/llama-3.3-70b"
 
 
-def sim_args(dialect: str, step_log: Path) -> list[str]:
+ASK = Sampling(extra_body={"return_spec_tokens_details": True})
+
+
+def sim_args(dialect: str, step_log: Path, *extra: str) -> list[str]:
     return ["--dialect", dialect, "--k", "3", "--synthetic-al", "2.5", "--time-scale", "0",
-            "--step-log", str(step_log)]  # fmt: skip
+            "--step-log", str(step_log), *extra]  # fmt: skip
 
 
 def step_totals(step_log: Path, start_ns: int = 0, end_ns: int = 2**63) -> tuple[int, int]:
@@ -67,7 +74,9 @@ async def test_streamed_records_carry_counts_that_add_up_to_the_servers_steps(
         else text_sessions(16, osl)
     )
     with SimProcess(sim_args("sglang", log)) as sim:
-        res = await run_load(work, Target(sim.base_url, MODEL, endpoint=endpoint), LoadSpec(concurrency=6))
+        res = await run_load(
+            work, Target(sim.base_url, MODEL, endpoint=endpoint, sampling=ASK), LoadSpec(concurrency=6)
+        )
     records = res.records
     assert len(records) == 16
     assert all(r.ok for r in records), [r.error for r in records if not r.ok][:3]
@@ -79,6 +88,12 @@ async def test_streamed_records_carry_counts_that_add_up_to_the_servers_steps(
         assert r.spec_verify_ct >= 1
         assert 1 + r.spec_verify_ct + r.spec_accepted_drafts >= osl
         assert 0 <= r.spec_accepted_drafts <= 3 * r.spec_verify_ct
+        assert r.spec_draft_tokens == 3 * r.spec_verify_ct
+        hist = r.spec_accept_hist
+        assert hist is not None
+        assert len(hist) == 4
+        assert sum(hist) == r.spec_verify_ct
+        assert sum(j * c for j, c in enumerate(hist)) == r.spec_accepted_drafts
     verify, accepted = sums(records)
     pairs, drafts = step_totals(log)
     # every step of the run belongs to one of these requests: the sums are the server's own counts
@@ -88,21 +103,59 @@ async def test_streamed_records_carry_counts_that_add_up_to_the_servers_steps(
     assert al == pytest.approx(2.5, abs=0.1)
 
 
-async def test_non_streamed_sglang_body_carries_meta_info(tmp_path: Path) -> None:
+async def test_non_streamed_sglang_body_carries_sglext_at_the_top_level(tmp_path: Path) -> None:
+    log = tmp_path / "steps.jsonl"
+    body = {"model": MODEL, "prompt": "hello there", "max_tokens": 64, "ignore_eos": True}
+    with SimProcess(sim_args("sglang", log)) as sim:
+        async with aiohttp.ClientSession() as http:
+            async with http.post(
+                sim.base_url + "/v1/completions", json={**body, "return_spec_tokens_details": True}
+            ) as resp:
+                assert resp.status == 200
+                data = orjson.loads(await resp.read())
+            totals = step_totals(log)  # this request's steps only
+            async with http.post(sim.base_url + "/v1/completions", json=body) as resp:
+                assert resp.status == 200
+                plain = orjson.loads(await resp.read())
+    assert "sglext" not in plain  # not asked: not sent
+    assert "meta_info" not in data
+    assert "meta_info" not in data["choices"][0]
+    assert data["usage"]["completion_tokens"] == 64
+    details = data["sglext"]["spec_tokens_details"]
+    assert details["spec_num_proposed_drafts"] == 3 * details["spec_verify_ct"]
+    got = spec_tokens_details_counts(data)
+    assert (got.steps, got.accepted_drafts) == totals
+    assert got.histogram is not None
+    assert sum(got.histogram) == got.steps
+
+
+async def test_streamed_sglext_chunk_comes_before_usage_and_without_choices(tmp_path: Path) -> None:
     log = tmp_path / "steps.jsonl"
     with SimProcess(sim_args("sglang", log)) as sim:
         async with aiohttp.ClientSession() as http:
-            body = {"model": MODEL, "prompt": "hello there", "max_tokens": 64, "ignore_eos": True}
-            async with http.post(sim.base_url + "/v1/completions", json=body) as resp:
-                assert resp.status == 200
-                data = orjson.loads(await resp.read())
-    assert data["usage"]["completion_tokens"] == 64
-    assert data["meta_info"]["spec_num_proposed_drafts"] == 3 * data["meta_info"]["spec_verify_ct"]
-    counts = meta_info_counts(data)
-    assert counts == step_totals(log)
+            body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 40,
+                    "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True},
+                    "return_spec_tokens_details": True}  # fmt: skip
+            async with http.post(sim.base_url + "/v1/chat/completions", json=body) as resp:
+                raw = await resp.read()
+    events = [
+        orjson.loads(line[5:])
+        for line in raw.splitlines()
+        if line.startswith(b"data:") and b"[DONE]" not in line
+    ]
+    with_ext = [i for i, e in enumerate(events) if "sglext" in e]
+    with_usage = [i for i, e in enumerate(events) if e.get("usage")]
+    assert len(with_ext) == 1
+    assert len(with_usage) == 1
+    assert with_ext[0] < with_usage[0]
+    ext = events[with_ext[0]]
+    assert ext["choices"] == []
+    assert "usage" not in ext
+    assert all("meta_info" not in e for e in events)
+    assert spec_tokens_details_counts(ext).steps == step_totals(log)[0]
 
 
-async def test_measure_takes_the_exact_al_from_meta_info(tmp_path: Path) -> None:
+async def test_measure_asks_for_and_takes_the_exact_al_from_sglext(tmp_path: Path) -> None:
     log = tmp_path / "steps.jsonl"
     with SimProcess(sim_args("sglang", log)) as sim:
         m = await measure(
@@ -124,8 +177,11 @@ async def test_measure_takes_the_exact_al_from_meta_info(tmp_path: Path) -> None
     accepted = int(measured["spec_accepted_drafts"].sum())
     assert (stats.num_drafts, stats.accepted_tokens, stats.k) == (verify, accepted, 3)
     assert stats.al == pytest.approx(1 + accepted / verify, abs=1e-12)
-    assert "meta_info of 12 requests" in stats.note
-    assert "counters:" in stats.note
+    assert stats.source == "per-request"
+    assert "sglext.spec_tokens_details of 12 requests" in stats.note
+    assert "counters: AL" in stats.note  # the cross-check
+    assert stats.histogram is not None  # SGLang's per-position histogram feeds the shape audit
+    assert sum(stats.histogram.values()) == verify
     # warm-up ends before the baseline scrape and the measured requests before the final one
     assert m.baseline is not None
     assert m.final is not None
@@ -146,5 +202,26 @@ async def test_vllm_dialect_records_have_null_counts(tmp_path: Path) -> None:
                 data = orjson.loads(await resp.read())
     assert all(r.ok for r in res.records), [r.error for r in res.records if not r.ok][:3]
     assert [(r.spec_verify_ct, r.spec_accepted_drafts) for r in res.records] == [(None, None)] * 6
-    assert "meta_info" not in data
-    assert meta_info_counts(data) == (None, None)
+    assert "sglext" not in data
+    assert spec_tokens_details_counts(data).steps is None
+
+
+async def test_a_server_that_ignores_the_field_leaves_the_counters_with_a_note(tmp_path: Path) -> None:
+    log = tmp_path / "steps.jsonl"
+    with SimProcess(sim_args("sglang", log, "--no-sglang-spec-details")) as sim:
+        m = await measure(
+            random_sessions(8, isl=32, osl=60, seed=7, vocab_size=VOCAB),
+            Target(sim.base_url, MODEL, endpoint="completions"),
+            LoadSpec(concurrency=4),
+            metrics_url=sim.metrics_url,
+            dialect="sglang",
+            k=3,
+        )
+    assert m.all_ok
+    assert m.records["spec_verify_ct"].null_count() == 8
+    stats = m.spec_stats
+    assert stats is not None
+    assert stats.source != "per-request"
+    assert "none of the 8 measured requests carried sglext.spec_tokens_details" in stats.note
+    assert "return_spec_tokens_details: true" in stats.note
+    assert "AL from the counters" in stats.note
