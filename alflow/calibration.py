@@ -13,12 +13,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from alflow.acceptance.runtime_k import report_line, stored_knobs
 from alflow.acceptance.stats import SpecStats
-from alflow.config import ModelSpec, SpecMethod, ThinkingMode
+from alflow.config import CalibrateParams, ModelSpec, SpecMethod, ThinkingMode
 from alflow.errors import AlflowError
 from alflow.measure import Measurement, RequestAcceptance, request_acceptance
 from alflow.metrics.prometheus import Snapshot
-from alflow.reference import Provenance, ReferenceEntry
+from alflow.reference import (
+    SELF_DRAFTING,
+    VLLM_DEFAULT_DRAFT_SAMPLE_METHOD,
+    VLLM_DEFAULT_REJECTION_SAMPLE_METHOD,
+    Provenance,
+    ReferenceEntry,
+    Variant,
+    reference_rejection_method,
+)
 from alflow.results.manifest import ServerRecord
 
 
@@ -45,6 +54,8 @@ class ModePoint:
     """Requests that failed (the statistics are the server's over the window either way)."""
     requests: RequestAcceptance | None = None
     """Per-request AL percentiles and the pooled histogram, where the responses carried per-request counts."""
+    output_throughput: float | None = None
+    """Output tokens per second over the measured window (the client's count; ``alflow report matrix``)."""
 
     def scrapes(self) -> dict[str, object]:
         """The raw window as ``scrapes.json`` keeps it for the audit, and the per-request acceptance."""
@@ -55,6 +66,8 @@ class ModePoint:
         }
         if self.requests is not None:
             out["per_request"] = self.requests.to_dict()
+        if self.output_throughput is not None:
+            out["output_throughput"] = self.output_throughput
         return out
 
 
@@ -68,7 +81,14 @@ def mode_point(m: Measurement, *, prompts: int, subject: str) -> ModePoint:
     if m.dialect is None or m.baseline is None or m.final is None:
         raise CalibrationError(f"{subject}: the measurement has no baseline and final scrape of the server")
     return ModePoint(
-        m.spec_stats, m.dialect, m.baseline, m.final, prompts, m.client.failed, request_acceptance(m.records)
+        m.spec_stats,
+        m.dialect,
+        m.baseline,
+        m.final,
+        prompts,
+        m.client.failed,
+        request_acceptance(m.records),
+        output_throughput=m.client.output_throughput,
     )
 
 
@@ -103,6 +123,26 @@ class EntryContext:
     code_version: str
     flow_run_id: str | None
     host: str | None
+    variant: Variant
+    """The drafter variant every entry of the run is measured with (:func:`m0_variant`)."""
+
+
+def m0_variant(params: CalibrateParams) -> Variant:
+    """The drafter variant M0 measures with: its drafter, the server's sample methods, its load and caching.
+
+    A sample method the server template leaves None is vLLM's default (M0 measures with vLLM), stored
+    explicitly: ``greedy`` and ``standard`` (:data:`~alflow.reference.VLLM_DEFAULT_DRAFT_SAMPLE_METHOD`).
+    """
+    spec = params.server.speculative
+    return Variant(
+        draft_model=None if params.method in SELF_DRAFTING else params.draft_model,
+        draft_sample_method=(spec.draft_sample_method if spec else None) or VLLM_DEFAULT_DRAFT_SAMPLE_METHOD,
+        rejection_sample_method=reference_rejection_method(
+            (spec.rejection_sample_method if spec else None) or VLLM_DEFAULT_REJECTION_SAMPLE_METHOD
+        ),
+        concurrency=params.load.concurrency,
+        prefix_caching=params.server.enable_prefix_caching,
+    )
 
 
 def reference_entry(
@@ -121,6 +161,11 @@ def reference_entry(
         method=ctx.method,
         thinking=mode,
         k=k,
+        draft_model=ctx.variant.draft_model,
+        draft_sample_method=ctx.variant.draft_sample_method,
+        rejection_sample_method=ctx.variant.rejection_sample_method,
+        concurrency=ctx.variant.concurrency,
+        prefix_caching=ctx.variant.prefix_caching,
         al=_r12(stats.al),
         per_position_rates=None
         if not stats.per_position_rates
@@ -146,4 +191,5 @@ def reference_entry(
             flow_run_id=ctx.flow_run_id,
             host=ctx.host,
         ),
+        note=report_line(stored_knobs(launch)),  # runtime-varying K: recorded with the reference
     )

@@ -12,8 +12,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from alflow.acceptance.runtime_k import note_warnings
 from alflow.acceptance.stats import SpecStats
 from alflow.gates import AuditDetails, Verdict
+from alflow.kchoice import Objective, choose_k
 from alflow.measure import Measurement
 from alflow.results.rows import M2Point
 
@@ -42,13 +44,19 @@ def m2_point(
     nodes: int,
     audit: Verdict | None,
     metrics_where: str,
+    repeat: int = 0,
+    repeats: int = 1,
 ) -> tuple[M2Point, list[str]]:
     """The point and the failures it adds to the run (empty when it is valid).
 
     ``audit`` is the synthetic audit's verdict, None when there was nothing to audit (an aborted point,
     no spec-decode stats); ``metrics_where`` names the metrics endpoints for the missing-stats message.
+    ``repeat`` is the point's 0-based repeat of ``repeats`` at this (K, concurrency); it is named in the
+    failures when there is more than one.
     """
     subject = f"{framework} K={k} concurrency {concurrency}"
+    if repeats > 1:
+        subject += f" repeat {repeat + 1}/{repeats}"
     failures: list[str] = []
     details = AuditDetails(target_al=target_al, achieved_al=None)
     if m.aborted is not None:
@@ -70,6 +78,8 @@ def m2_point(
     if not m.all_ok and m.aborted is None:
         failures.append(f"{subject}: {m.client.failed} requests failed")
         valid = False
+    if m.spec_stats is not None:  # e.g. SGLang's adaptive steps moved the active K inside the window
+        message = "; ".join([message, *note_warnings(m.spec_stats.note)])
     c = m.client
     stats = m.spec_stats
     point = M2Point(
@@ -104,18 +114,24 @@ def m2_point(
         fit_p_value=details.fit_p_value,
         histogram_observed=details.histogram_observed,
         histogram_expected=details.histogram_expected,
+        repeat=repeat,
     )
     return point, failures
 
 
 @dataclass(frozen=True)
 class BestK:
-    """At one concurrency, the K with the highest output throughput per GPU and the K with the best interactivity."""
+    """At one concurrency, the K chosen by output throughput per GPU and the K chosen by interactivity.
+
+    Each K is chosen by :func:`alflow.kchoice.choose` (vLLM's rule: median minus a MAD penalty over the
+    repeats, ties within 1 % to the smaller K); the figure is the chosen K's median over its repeats.
+    None where no K has a positive figure for that objective.
+    """
 
     concurrency: int
-    best_k_throughput: int
+    best_k_throughput: int | None
     output_throughput_per_gpu: float | None
-    best_k_interactivity: int
+    best_k_interactivity: int | None
     median_interactivity_tokens_per_s: float | None
 
     def to_dict(self) -> dict[str, Any]:
@@ -124,27 +140,21 @@ class BestK:
 
 
 def best_k(points: Sequence[M2Point]) -> list[BestK]:
-    """For each concurrency with a valid point, the best K by throughput per GPU and by median interactivity.
+    """For each concurrency with a chosen K, the K by throughput per GPU and by median interactivity.
 
-    Invalid points (failed audit, failed requests, partial) take no part; a figure the point lacks counts
-    as 0, so a point with it wins over one without; among equals the lowest K wins (the cheaper drafter).
+    Invalid points (failed audit, failed requests, partial) take no part, nor does a repeat without
+    the figure; with one repeat per point this is the argmax of each figure, a smaller K within 1 %
+    of the best winning (:mod:`alflow.kchoice`).
     """
-    by_conc: dict[int, list[M2Point]] = {}
-    for p in points:
-        if p.valid:
-            by_conc.setdefault(p.concurrency, []).append(p)
-    out: list[BestK] = []
-    for conc, unordered in sorted(by_conc.items()):
-        rows = sorted(unordered, key=lambda r: r.k)
-        thr = max(rows, key=lambda r: r.output_throughput_per_gpu or 0.0)
-        inter = max(rows, key=lambda r: r.median_interactivity_tokens_per_s or 0.0)
-        out.append(
-            BestK(
-                concurrency=conc,
-                best_k_throughput=thr.k,
-                output_throughput_per_gpu=thr.output_throughput_per_gpu,
-                best_k_interactivity=inter.k,
-                median_interactivity_tokens_per_s=inter.median_interactivity_tokens_per_s,
-            )
+    thr = {c.concurrency: c for c in choose_k(points, Objective.throughput)}
+    inter = {c.concurrency: c for c in choose_k(points, Objective.interactivity)}
+    return [
+        BestK(
+            concurrency=conc,
+            best_k_throughput=None if conc not in thr else thr[conc].chosen.k,
+            output_throughput_per_gpu=None if conc not in thr else thr[conc].chosen.median,
+            best_k_interactivity=None if conc not in inter else inter[conc].chosen.k,
+            median_interactivity_tokens_per_s=None if conc not in inter else inter[conc].chosen.median,
         )
-    return out
+        for conc in sorted(thr.keys() | inter.keys())
+    ]

@@ -1,25 +1,35 @@
 """The reference acceptance-length table: the auditable output of M0 (DESIGN.md section 2).
 
-One YAML file per dataset under ``references/``, one entry per (model, method, thinking mode, K)
-with AL, per-position rates, the counts behind them and provenance. Loading validates the whole
+One YAML file per dataset under ``references/``, one entry per (model, method, thinking mode, K,
+drafter variant) with AL, per-position rates, the counts behind them and provenance. The drafter
+variant (:class:`Variant`) is what else changes the AL of one (model, method, K): the draft model,
+vLLM's ``draft_sample_method`` and ``rejection_sample_method``, and the collection concurrency and
+prefix caching the value was measured with; two variants live side by side in one table, and a
+lookup that matches more than one is an error naming them (:class:`ReferenceAmbiguousError`).
+
+Schema version 2 added the variant; a version-1 table still loads (every entry kept, the variant
+filled with what it was measured with: :func:`upgrade_entry_v1`) and is written back as version 2. Loading validates the whole
 file and names the file, the entry and the field of any error. Saving is atomic (write, then
 rename), so a crash never leaves half a table; M0 adds its entries with :func:`update_reference`
 (lock file, re-read, merge, atomic replace), so concurrent runs never lose each other's entries.
 
 A table's ``kind`` says where its numbers come from: ``measured`` (a real M0 run: every entry
 carries counts and full provenance), ``simulated`` (the built-in simulated engine: never to be
-published as a reference) or ``example`` (quoted figures, for demos and tests).
+published as a reference), ``example`` (quoted figures, for demos and tests) or ``imported``
+(another project's published values, e.g. InferenceX's golden curves: every entry names its source
+in ``imported_from``, and alflow did not measure it; see :mod:`alflow.reference_inferencex`).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Literal, Self
+from typing import Any, Literal, Self
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
@@ -28,15 +38,45 @@ from alflow.acceptance.synthetic import K_MAX, K_MIN
 from alflow.config import REMOTE_REFERENCES, SamplingParams, SpecMethod, StrictModel, ThinkingMode
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.fsutil import atomic_write_bytes, file_lock, require_local_path
+from alflow.reference_key import (
+    SELF_DRAFTING,
+    V1_CONCURRENCY,
+    V1_PREFIX_CACHING,
+    VLLM_DEFAULT_DRAFT_SAMPLE_METHOD,
+    VLLM_DEFAULT_REJECTION_SAMPLE_METHOD,
+    DraftSampleMethod,
+    Key,
+    RejectionSampleMethod,
+    TableKind,
+    Variant,
+    VariantQuery,
+    reference_rejection_method,
+    server_variant_query,
+)
 from alflow.yamlfile import load_yaml, validate_strict
 
-SCHEMA_VERSION: Literal[1] = 1
+__all__ = [  # the key types are part of this module's interface (defined in alflow.reference_key)
+    "SELF_DRAFTING",
+    "V1_CONCURRENCY",
+    "V1_PREFIX_CACHING",
+    "VLLM_DEFAULT_DRAFT_SAMPLE_METHOD",
+    "VLLM_DEFAULT_REJECTION_SAMPLE_METHOD",
+    "DraftSampleMethod",
+    "Key",
+    "RejectionSampleMethod",
+    "TableKind",
+    "Variant",
+    "VariantQuery",
+    "reference_rejection_method",
+    "server_variant_query",
+]
+
+SCHEMA_VERSION: Literal[2] = 2
+"""2: entries carry the drafter variant (draft model, sample methods, concurrency, prefix caching)."""
 _AL_TOL = 1e-6
 _RATES_TOL = 1e-4
 LOCK_TIMEOUT_S = 120.0
 """How long a writer waits for another one's lock on a table (a merge takes milliseconds)."""
-
-Key = tuple[str, SpecMethod, ThinkingMode, int]
 
 
 class ReferenceTableError(AlflowError):
@@ -44,10 +84,14 @@ class ReferenceTableError(AlflowError):
 
 
 class ReferenceNotFoundError(AlflowError, KeyError):
-    """No reference value for the requested (model, method, thinking, K)."""
+    """No reference value for the requested (model, method, thinking, K) and variant."""
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class ReferenceAmbiguousError(AlflowError, LookupError):
+    """More than one drafter variant matches a lookup; the message names each candidate."""
 
 
 class Provenance(StrictModel):
@@ -70,13 +114,42 @@ class Provenance(StrictModel):
     host: str | None = Field(None, description="Host and GPU description, where known.")
 
 
+class ImportSource(StrictModel):
+    """Where an imported value comes from: another project's published file, not an alflow measurement."""
+
+    source: Literal["inferencex"] = Field(description="The project that published it.")
+    file: str = Field(min_length=1, description="The file imported (name as given).")
+    sha256: str = Field(min_length=64, max_length=64, description="SHA-256 of the file's bytes.")
+    model_key: str = Field(min_length=1, description="The model's name in that file.")
+    source_run: str | None = Field(
+        None, description="The run or evidence that produced it, as the file names it."
+    )
+    collector: str | None = Field(None, description="The script that collected it, as the file names it.")
+    comments: tuple[str, ...] = Field(
+        (), description="The file's header comments (sampling, template, hardware)."
+    )
+    imported_at: datetime = Field(description="When alflow imported it (UTC).")
+    code_version: str = Field(description="alflow version that imported it.")
+
+
 class ReferenceEntry(StrictModel):
-    """One reference AL: a (model, method, thinking mode, K) point."""
+    """One reference AL: a (model, method, thinking mode, K, drafter variant) point."""
 
     model: str = Field(min_length=1, description="Model id.")
     method: SpecMethod = Field(description="Speculative method.")
     thinking: ThinkingMode = Field(description="Thinking mode the value was measured with.")
     k: int = Field(ge=K_MIN, le=K_MAX, description="Number of speculative tokens K.")
+    draft_model: str | None = Field(
+        None, min_length=1, description="Draft model id (None: mtp and ngram draft with the target itself)."
+    )
+    draft_sample_method: DraftSampleMethod = Field(
+        description="How the drafter picked its tokens (vLLM's draft_sample_method; its default is greedy)."
+    )
+    rejection_sample_method: RejectionSampleMethod = Field(
+        description="How the target verified the drafts (vLLM's rejection_sample_method; its default is standard)."
+    )
+    concurrency: int = Field(ge=1, description="Requests in flight while the value was collected.")
+    prefix_caching: bool = Field(description="Whether prefix caching was on while the value was collected.")
     al: float = Field(description="Reference acceptance length (bonus token included), in [1, K+1].")
     per_position_rates: tuple[float, ...] | None = Field(
         None, description="Unconditional per-position acceptance rates p_1..p_K."
@@ -87,16 +160,40 @@ class ReferenceEntry(StrictModel):
     ci_low: float | None = Field(None, description="Lower bound of the AL confidence interval.")
     ci_high: float | None = Field(None, description="Upper bound of the AL confidence interval.")
     provenance: Provenance | None = Field(None, description="How the value was measured.")
+    imported_from: ImportSource | None = Field(
+        None, description="The published file an imported value comes from (imported tables only)."
+    )
     note: str | None = Field(None, description="Free-text remark (e.g. the source of an example value).")
 
     @property
+    def variant(self) -> Variant:
+        """The drafter variant the value was measured with."""
+        return Variant(
+            self.draft_model,
+            self.draft_sample_method,
+            self.rejection_sample_method,
+            self.concurrency,
+            self.prefix_caching,
+        )
+
+    @property
     def key(self) -> Key:
-        """The lookup key (model, method, thinking, K)."""
-        return (self.model, self.method, self.thinking, self.k)
+        """The lookup key (model, method, thinking, K, variant)."""
+        return Key(self.model, self.method, self.thinking, self.k, self.variant)
+
+    @property
+    def label(self) -> str:
+        """``model method thinking=.. K=.. [variant]``: how errors and reports name the entry."""
+        return self.key.label()
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
         where = f"{self.model} {self.method.value} thinking={self.thinking.value} K={self.k}"
+        if self.method in SELF_DRAFTING and self.draft_model is not None:
+            raise ValueError(
+                f"draft_model={self.draft_model!r} for {where}: method {self.method.value!r} drafts with the "
+                "target itself (leave draft_model out)"
+            )
         if not math.isfinite(self.al) or not 1.0 <= self.al <= self.k + 1:
             raise ValueError(f"al={self.al!r} for {where} is outside [1, {self.k + 1}]")
         if self.per_position_rates is not None:
@@ -141,26 +238,37 @@ class ReferenceEntry(StrictModel):
 class ReferenceTable(StrictModel):
     """A reference AL table for one dataset category."""
 
-    schema_version: Literal[1] = Field(SCHEMA_VERSION, description="File schema version.")
-    kind: Literal["measured", "simulated", "example"] = Field(
-        description="measured (real M0 run), simulated (alflow's sim engine) or example (quoted figures)."
+    schema_version: Literal[2] = Field(
+        SCHEMA_VERSION, description="File schema version (a version-1 file is upgraded on load)."
+    )
+    kind: TableKind = Field(
+        description=(
+            "measured (real M0 run), simulated (alflow's sim engine), example (quoted figures) or imported "
+            "(another project's published values, e.g. InferenceX golden curves; not measured by alflow)."
+        )
     )
     dataset: str = Field(min_length=1, description="Dataset, e.g. speed-bench.")
     category: str = Field(min_length=1, description="Dataset category, e.g. coding.")
     description: str = Field("", description="What the table is and where it comes from.")
-    entries: tuple[ReferenceEntry, ...] = Field(description="One entry per (model, method, thinking, K).")
+    entries: tuple[ReferenceEntry, ...] = Field(
+        description="One entry per (model, method, thinking, K, drafter variant)."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Self:
         seen: set[Key] = set()
         for entry in self.entries:
             if entry.key in seen:
-                model, method, thinking, k = entry.key
-                raise ValueError(
-                    f"duplicate entry for {model} {method.value} thinking={thinking.value} K={k}"
-                )
+                raise ValueError(f"duplicate entry for {entry.label}")
             seen.add(entry.key)
-            if self.kind != "example":
+            if (entry.imported_from is not None) != (self.kind == "imported"):
+                raise ValueError(
+                    f"{entry.label}: an imported table needs imported_from on every entry"
+                    if self.kind == "imported"
+                    else f"{entry.label} has imported_from: imported values belong in an imported table, "
+                    f"not a {self.kind} one"
+                )
+            if self.kind not in ("example", "imported"):
                 missing = [
                     name
                     for name in ("provenance", "num_drafts", "accepted_tokens", "per_position_rates")
@@ -173,24 +281,60 @@ class ReferenceTable(StrictModel):
                     )
         return self
 
+    @property
+    def variants(self) -> tuple[Variant, ...]:
+        """The distinct drafter variants in the table, in order."""
+        return tuple(sorted({e.variant for e in self.entries}, key=Variant.sort_key))
+
     def lookup(
-        self, model: str, method: SpecMethod | str, thinking: ThinkingMode | str, k: int
+        self,
+        model: str,
+        method: SpecMethod | str,
+        thinking: ThinkingMode | str,
+        k: int,
+        variant: VariantQuery | Variant | None = None,
     ) -> ReferenceEntry:
-        """The entry for (model, method, thinking, K), or an error saying what the table has."""
+        """The entry for (model, method, thinking, K) of the variant asked for.
+
+        ``variant`` None (or a query leaving fields None) matches any: the lookup succeeds when exactly one
+        variant of the point matches, names what the table has when none does
+        (:class:`ReferenceNotFoundError`) and names every candidate when more than one does
+        (:class:`ReferenceAmbiguousError`).
+        """
         m, t = SpecMethod(method), ThinkingMode(thinking)
-        for entry in self.entries:
-            if entry.key == (model, m, t, k):
-                return entry
-        same = sorted(e.k for e in self.entries if (e.model, e.method, e.thinking) == (model, m, t))
+        query = VariantQuery.exact(variant) if isinstance(variant, Variant) else variant or VariantQuery()
+        point = [e for e in self.entries if (e.model, e.method, e.thinking, e.k) == (model, m, t, k)]
+        found = [e for e in point if query.matches(e.variant)]
+        subject = f"{model} {m.value} thinking={t.value} K={k}"
+        where = f"the {self.dataset}/{self.category} table ({self.kind})"
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            asked = query.label()
+            raise ReferenceAmbiguousError(
+                f"{len(found)} drafter variants of {subject} in {where} match"
+                + (f" {asked}" if asked else " (no variant given)")
+                + ": "
+                + "; ".join(
+                    f"[{e.variant.label()}]" for e in sorted(found, key=lambda e: e.variant.sort_key())
+                )
+                + "; say which (the server's draft model, draft_sample_method and rejection_sample_method "
+                "in its speculative config), or keep one variant per table"
+            )
+        if point:
+            raise ReferenceNotFoundError(
+                f"no reference AL for {subject} with {query.label()} in {where}; it has that point for: "
+                + "; ".join(
+                    f"[{e.variant.label()}]" for e in sorted(point, key=lambda e: e.variant.sort_key())
+                )
+            )
+        same = sorted({e.k for e in self.entries if (e.model, e.method, e.thinking) == (model, m, t)})
         if same:
             hint = f"it has K={', '.join(map(str, same))} for that model, method and thinking mode"
         else:
             have = sorted({f"{e.model} {e.method.value} thinking={e.thinking.value}" for e in self.entries})
             hint = "it has: " + ("; ".join(have) if have else "no entries")
-        raise ReferenceNotFoundError(
-            f"no reference AL for {model} {m.value} thinking={t.value} K={k} in the "
-            f"{self.dataset}/{self.category} table ({self.kind}); {hint}"
-        )
+        raise ReferenceNotFoundError(f"no reference AL for {subject} in {where}; {hint}")
 
     def with_entries(self, entries: Iterable[ReferenceEntry]) -> ReferenceTable:
         """A copy with ``entries`` added or replacing the ones with the same key (validated)."""
@@ -200,10 +344,81 @@ class ReferenceTable(StrictModel):
                 entry.model_dump(warnings=False)
             )  # model_copy(update=...) skips validation
             merged[e.key] = e
-        ordered = sorted(merged.values(), key=lambda e: (e.model, e.method.value, e.thinking.value, e.k))
+        ordered = sorted(merged.values(), key=lambda e: e.key.sort_key())
         return ReferenceTable.model_validate(
             {**self.model_dump(), "entries": [x.model_dump() for x in ordered]}
         )
+
+
+# --------------------------------------------------------------------------------------------
+# Schema version 1 -> 2
+
+_V2_FIELDS = ("draft_sample_method", "rejection_sample_method", "concurrency", "prefix_caching")
+
+
+def _speculative_config_of(command: object) -> dict[str, Any]:
+    """The ``--speculative-config`` JSON of a recorded vLLM command line (empty when there is none)."""
+    if not isinstance(command, Sequence) or isinstance(command, str):
+        return {}
+    args = [str(a) for a in command]
+    for i, arg in enumerate(args):
+        text = None
+        if arg == "--speculative-config" and i + 1 < len(args):
+            text = args[i + 1]
+        elif arg.startswith("--speculative-config="):
+            text = arg.split("=", 1)[1]
+        if text is not None:
+            try:
+                spec = json.loads(text)
+            except ValueError:
+                return {}
+            return spec if isinstance(spec, dict) else {}
+    return {}
+
+
+def upgrade_entry_v1(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A version-1 entry with the variant it was measured with (an entry that has one is returned as is).
+
+    From the entry's recorded server command where it has one (M0 records the argv: the draft model and
+    sample methods of its ``--speculative-config``, ``--enable-prefix-caching``), otherwise what M0 ran with:
+    no draft model, vLLM's default sample methods, concurrency 1, prefix caching off.
+    """
+    data = dict(raw)
+    if all(name in data for name in _V2_FIELDS):
+        return data
+    prov = data.get("provenance")
+    command = prov.get("command") if isinstance(prov, Mapping) else None
+    spec = _speculative_config_of(command)
+    args = (
+        {str(a) for a in command} if isinstance(command, Sequence) and not isinstance(command, str) else set()
+    )
+    method = data.get("method")
+    self_drafting = method in {m.value for m in SELF_DRAFTING}
+    if "draft_model" not in data and not self_drafting and isinstance(spec.get("model"), str):
+        data["draft_model"] = spec["model"]
+    # a recorded value the schema does not allow (e.g. "synthetic") is kept, so validation names it
+    data.setdefault("draft_sample_method", spec.get("draft_sample_method", VLLM_DEFAULT_DRAFT_SAMPLE_METHOD))
+    data.setdefault(
+        "rejection_sample_method", spec.get("rejection_sample_method", VLLM_DEFAULT_REJECTION_SAMPLE_METHOD)
+    )
+    data.setdefault("concurrency", V1_CONCURRENCY)
+    data.setdefault("prefix_caching", "--enable-prefix-caching" in args or V1_PREFIX_CACHING)
+    return data
+
+
+def upgrade_table(data: Any) -> Any:
+    """A table's mapping in the current schema: version 1 upgraded entry by entry, others as they are.
+
+    A table without ``schema_version`` is version 1: the key defaulted to 1 until version 2 existed.
+    """
+    if not isinstance(data, Mapping) or data.get("schema_version", 1) != 1:
+        return data
+    entries = data.get("entries")
+    out = dict(data)
+    out["schema_version"] = SCHEMA_VERSION
+    if isinstance(entries, list | tuple):
+        out["entries"] = [upgrade_entry_v1(e) if isinstance(e, Mapping) else e for e in entries]
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -219,6 +434,7 @@ def load_reference(path: str | os.PathLike[str]) -> ReferenceTable:
         raise ReferenceTableError(str(exc)) from None
     if not isinstance(data, dict):
         raise ReferenceTableError(f"{p}: a reference table is a YAML mapping, got {type(data).__name__}")
+    data = upgrade_table(data)  # a version-1 table keeps every entry and gains its variant
     return validate_strict(
         data,
         ReferenceTable,
@@ -295,12 +511,14 @@ def _describe(exc: ValidationError, data: dict[str, object]) -> str:
 
 @dataclass(frozen=True)
 class DiffRow:
-    """How one (model, method, thinking, K) point changed between two tables."""
+    """How one (model, method, thinking, K, variant) point changed between two tables."""
 
     model: str
     method: str
     thinking: str
     k: int
+    variant: str
+    """The drafter variant, spelled out (:meth:`Variant.label`)."""
     status: Literal["added", "removed", "changed", "unchanged"]
     old_al: float | None
     new_al: float | None
@@ -326,6 +544,7 @@ class DiffRow:
             "method": self.method,
             "thinking": self.thinking,
             "k": self.k,
+            "variant": self.variant,
             "status": self.status,
             "old_al": self.old_al,
             "new_al": self.new_al,
@@ -378,10 +597,9 @@ def diff_tables(old: ReferenceTable, new: ReferenceTable, *, tolerance: float = 
     a = {e.key: e for e in old.entries}
     b = {e.key: e for e in new.entries}
     rows: list[DiffRow] = []
-    for key in sorted(a.keys() | b.keys(), key=lambda k: (k[0], k[1].value, k[2].value, k[3])):
-        model, method, thinking, k = key
+    for key in sorted(a.keys() | b.keys(), key=Key.sort_key):
         o, n = a.get(key), b.get(key)
-        head = (model, method.value, thinking.value, k)
+        head = (key.model, key.method.value, key.thinking.value, key.k, key.variant.label())
         if o is None and n is not None:
             rows.append(DiffRow(*head, "added", None, n.al))
         elif n is None and o is not None:

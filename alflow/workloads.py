@@ -1,4 +1,8 @@
-"""Workload configs -> sessions: SPEED-Bench files (or the bundled demo prompts) and random tokens."""
+"""Workload configs -> sessions: SPEED-Bench, the literature's AL datasets and random tokens.
+
+SPEED-Bench files (or the bundled demo prompts); GSM8K, MATH-500, HumanEval, MBPP and MT-Bench from
+local files in their published formats (:mod:`alflow.datasets.literature`).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,12 @@ from importlib import resources
 from pathlib import Path
 
 from alflow.config import RandomWorkload, SpeedBenchWorkload
+from alflow.config.workloads import LiteratureWorkload
+from alflow.datasets.literature import LiteratureLoad, load_literature
 from alflow.datasets.random_tokens import random_sessions
 from alflow.datasets.speed_bench import load_speed_bench
 from alflow.datasets.types import Session
+from alflow.evals.run import bundled_gsm8k
 
 DEMO_SOURCE = "alflow-demo"
 TINY_SOURCE = "alflow-tiny"
@@ -54,8 +61,46 @@ def file_sha256(path: Path) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-def dataset_description(workload: SpeedBenchWorkload) -> dict[str, str]:
-    """Name, file, category and hash of the prompts, for provenance and cache keys."""
+def literature_file(workload: LiteratureWorkload) -> Path:
+    """The file a literature workload reads (GSM8K without a path: the test split shipped with alflow)."""
+    if workload.path is not None:
+        return Path(workload.path)
+    return bundled_gsm8k("test")
+
+
+def literature_load(workload: LiteratureWorkload) -> LiteratureLoad:
+    """The literature dataset's sessions and what its file held (a subset is labelled by it)."""
+    return load_literature(
+        workload.dataset, literature_file(workload), limit=workload.limit, max_tokens=workload.max_tokens
+    )
+
+
+def workload_category(workload: SpeedBenchWorkload | LiteratureWorkload) -> str:
+    """The column a measurement on this workload fills: the SPEED-Bench category, or the dataset's name."""
+    return workload.dataset if isinstance(workload, LiteratureWorkload) else workload.category
+
+
+def dataset_description(workload: SpeedBenchWorkload | LiteratureWorkload) -> dict[str, str]:
+    """Name, file, category and hash of the prompts, for provenance and cache keys.
+
+    A literature dataset also records its hub name, split, licence and how many of the published rows
+    were sent (``subset``: ``true`` when the file or ``limit`` left some out).
+    """
+    if isinstance(workload, LiteratureWorkload):
+        loaded = literature_load(workload)
+        spec = loaded.spec
+        return {
+            "dataset": loaded.label(),
+            "file": str(loaded.file),
+            "category": spec.name,
+            "dataset_hash": file_sha256(loaded.file),
+            "source": spec.source,
+            "split": spec.split,
+            "licence": spec.licence,
+            "prompts": str(len(loaded.sessions)),
+            "expected_prompts": str(spec.expected_rows),
+            "subset": "true" if loaded.subset else "false",
+        }
     path = speed_bench_file(workload)
     return {
         "dataset": dataset_name(path),
@@ -63,6 +108,27 @@ def dataset_description(workload: SpeedBenchWorkload) -> dict[str, str]:
         "category": workload.category,
         "dataset_hash": file_sha256(path),
     }
+
+
+def reference_table_keys(
+    workload: SpeedBenchWorkload | LiteratureWorkload, description: dict[str, str]
+) -> tuple[str, str]:
+    """``(dataset, category)`` of the reference table a calibration on this workload writes.
+
+    SPEED-Bench: ``speed-bench`` (or the bundled prompts' own name) and the category; a literature
+    dataset: its short name and its published split (``gsm8k``, ``main/test``).
+    """
+    if isinstance(workload, LiteratureWorkload):
+        return workload.dataset, description.get("split") or workload.dataset
+    name = description["dataset"]
+    return ("speed-bench" if name == SPEED_BENCH else name), workload.category
+
+
+def al_workload_sessions(workload: SpeedBenchWorkload | LiteratureWorkload) -> list[Session]:
+    """The sessions of a real-acceptance workload (SPEED-Bench category or literature dataset)."""
+    if isinstance(workload, LiteratureWorkload):
+        return list(literature_load(workload).sessions)
+    return speed_bench_sessions(workload)
 
 
 def speed_bench_sessions(workload: SpeedBenchWorkload) -> list[Session]:

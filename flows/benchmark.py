@@ -20,7 +20,7 @@ from alflow.redact import redact_url
 from alflow.reports.markdown import M2Summary
 from alflow.topology import gpu_layout, topology
 from alflow.workloads import random_workload_sessions
-from flows.common import engine_note_of, fail, open_run, point_server, reference_al
+from flows.common import engine_note_of, fail, open_run, point_server, reference_al, reference_variant
 from flows.presets import m2_params, run_name
 from tasks.gates import audit_synthetic
 from tasks.measure import request_sampling, run_load, spec_stats
@@ -69,6 +69,7 @@ def benchmark(
             params.reference_method or params.method,
             params.thinking,
             params.k,
+            reference_variant(params),
         )
     )
     synthetic = SyntheticAcceptance(target_al=target, scheme=params.scheme)
@@ -129,12 +130,15 @@ def benchmark(
                     writer.update_provenance(preflight=check.to_dict())
                     if not check.passed:
                         raise fail("m2-benchmark", check.message, {"target_al": target, "k": params.k})
-                for i, conc in enumerate(params.concurrencies):
+                # each concurrency `repeats` times: every repeat its own warm-up, window, prompts and point
+                for i, conc, rep in (
+                    (i, c, r) for i, c in enumerate(params.concurrencies) for r in range(params.repeats)
+                ):
                     n = params.prompts_per_concurrency * conc
                     warm = params.warmup_per_concurrency * conc
-                    sessions = random_workload_sessions(params.workload, n, seed_offset=1000 * i)
+                    sessions = random_workload_sessions(params.workload, n, seed_offset=1000 * i + rep)
                     warm_sessions = random_workload_sessions(
-                        params.workload, max(1, warm), seed_offset=1000 * i + 500
+                        params.workload, max(1, warm), seed_offset=1000 * i + 500 + rep
                     )
                     load = LoadConfig(
                         concurrency=conc,
@@ -158,7 +162,7 @@ def benchmark(
                             k=params.k,
                             endpoint=params.workload.endpoint,
                             warmup_sessions=warm_sessions if warm else None,
-                            progress_key=f"m2-progress-c{conc}",
+                            progress_key=f"m2-progress-c{conc}" + (f"-r{rep}" if params.repeats > 1 else ""),
                             gpus=layout,
                             keep_partial=True,
                         )
@@ -171,7 +175,9 @@ def benchmark(
                         crashed, m = stop, partial
                     else:
                         m = spec_stats(m, params.k)
-                    subject = f"{server.framework} K={params.k} concurrency {conc}"
+                    subject = f"{server.framework} K={params.k} concurrency {conc}" + (
+                        f" repeat {rep + 1}/{params.repeats}" if params.repeats > 1 else ""
+                    )
                     verdict = (
                         audit_synthetic(m.spec_stats, dist, params.audit_abs_tol, subject)
                         if m.aborted is None and m.spec_stats is not None
@@ -186,11 +192,19 @@ def benchmark(
                         nodes=server.nodes,
                         audit=verdict,
                         metrics_where=" + ".join(redact_url(u) for u in handle.all_metrics_urls),
+                        repeat=rep,
+                        repeats=params.repeats,
                     )
                     failures += point_failures
                     points.append(point)
-                    requests.append(m.records.with_columns(pl.lit(conc).alias("concurrency")))
-                    metrics.append(m.metrics_frame().with_columns(pl.lit(conc).alias("concurrency")))
+                    requests.append(
+                        m.records.with_columns(pl.lit(conc).alias("concurrency"), pl.lit(rep).alias("repeat"))
+                    )
+                    metrics.append(
+                        m.metrics_frame().with_columns(
+                            pl.lit(conc).alias("concurrency"), pl.lit(rep).alias("repeat")
+                        )
+                    )
                     if m.aborted is not None:
                         break  # the server died or stalled: later points would measure nothing
         except Exception as exc:  # what was measured before the failure is stored below, then it is raised
@@ -211,6 +225,7 @@ def benchmark(
             "scheme": scheme,
             "nodes": server.nodes,
             "num_gpus": layout.gpus,
+            "repeats": params.repeats,
             "points": rows,
             "failures": failures,
             "partial": crashed is not None or any(p.partial for p in points),

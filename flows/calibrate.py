@@ -22,7 +22,14 @@ import polars as pl
 from prefect import flow, get_run_logger, tags, task
 from prefect.context import TaskRunContext
 
-from alflow.calibration import CalibrationPoint, EntryContext, ModePoint, mode_point, reference_entry
+from alflow.calibration import (
+    CalibrationPoint,
+    EntryContext,
+    ModePoint,
+    m0_variant,
+    mode_point,
+    reference_entry,
+)
 from alflow.config import (
     CalibrateParams,
     LoadConfig,
@@ -32,6 +39,7 @@ from alflow.config import (
     SpeedBenchWorkload,
     ThinkingMode,
 )
+from alflow.config.workloads import LiteratureWorkload
 from alflow.outcomes import M0Outcome
 from alflow.reference import (
     ReferenceDiff,
@@ -47,7 +55,12 @@ from alflow.results.audit import SCRAPES, scrape_key
 from alflow.results.manifest import ServerRecord
 from alflow.results.provenance import code_version, host_info
 from alflow.results.store import RunWriter
-from alflow.workloads import SPEED_BENCH, dataset_description, speed_bench_sessions
+from alflow.workloads import (
+    al_workload_sessions,
+    dataset_description,
+    reference_table_keys,
+    workload_category,
+)
 from flows.common import open_run, point_server, run_id
 from flows.presets import m0_params, run_name
 from tasks.measure import request_sampling, run_load, spec_stats
@@ -100,7 +113,7 @@ def calibrate_point(
     placement: ServerPlacement,
     model: ModelSpec,
     thinking: tuple[ThinkingMode, ...],
-    workload: SpeedBenchWorkload,
+    workload: SpeedBenchWorkload | LiteratureWorkload,
     dataset_hash: str,
     load: LoadConfig,
     check_first: bool = True,
@@ -111,7 +124,7 @@ def calibrate_point(
     ``check_first``: a pre-flight burst proves speculation runs with this K before the measurement.
     """
     del dataset_hash
-    sessions = speed_bench_sessions(workload)
+    sessions = al_workload_sessions(workload)
     spec = server.speculative
     assert spec is not None
     modes: dict[str, ModePoint] = {}
@@ -184,6 +197,12 @@ def calibrate(
         raise ReferenceTableError(
             f"{path} is a {existing.kind} table; refusing to add {kind} values to it (choose another reference_path)"
         )
+    table_dataset, table_category = reference_table_keys(params.workload, dataset)
+    if existing is not None and (existing.dataset, existing.category) != (table_dataset, table_category):
+        raise ReferenceTableError(
+            f"{path} holds {existing.dataset} / {existing.category}; refusing to add {table_dataset} / "
+            f"{table_category} values to it: one table per dataset (choose another reference_path)"
+        )
     writer = open_run(
         "m0",
         params.placement.results_root,
@@ -214,6 +233,7 @@ def calibrate(
         code_version=code_version(),
         flow_run_id=run_id(),
         host=None if (host := host_info().get("host")) is None else str(host),
+        variant=m0_variant(params),
     )
     with writer, tags(f"framework:{params.server.framework}", "m0"):
         writer.update_provenance(dataset=dataset)
@@ -280,13 +300,13 @@ def calibrate(
             raise crashed
         empty = ReferenceTable(
             kind=kind,
-            dataset="speed-bench" if dataset["dataset"] == SPEED_BENCH else dataset["dataset"],
-            category=params.workload.category,
+            dataset=table_dataset,
+            category=table_category,
             description=(
                 "Reference AL measured by alflow M0"
                 + (" on the SIMULATED engine (not a real reference)" if simulated else "")
                 + (f" ({params.server.engine_note})" if params.server.engine_note and not simulated else "")
-                + f" on {dataset['dataset']} / {params.workload.category}."
+                + f" on {dataset['dataset']} / {workload_category(params.workload)}."
             ),
             entries=(),
         )
@@ -348,7 +368,7 @@ def _report(
         reference_path=str(path),
         kind=kind,
         dataset=str(dataset["dataset"]),
-        category=params.workload.category,
+        category=workload_category(params.workload),
         rows=tuple(M0Row(e.model, e.thinking.value, e.k, e.al, e.num_drafts) for e in entries),
         cached_points=tuple(cached_points),
         changed=changed,

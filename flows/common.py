@@ -25,7 +25,7 @@ from alflow.config import (
     server_config,
 )
 from alflow.errors import AlflowError
-from alflow.reference import load_reference
+from alflow.reference import VariantQuery, load_reference, server_variant_query
 from alflow.results.provenance import code_version, host_info
 from alflow.results.store import RunWriter, run_id_of
 from infra.recipes import build_launch, check_install
@@ -136,6 +136,7 @@ def check_launchable(params: object) -> None:
                     params.reference_method or params.method,
                     params.thinking,
                     params.k,
+                    reference_variant(params),
                 )
                 .al
             )
@@ -149,17 +150,40 @@ def check_launchable(params: object) -> None:
         check_install(launch, Path(runner.framework_env).expanduser().absolute())
 
 
+def reference_variant(params: GateParams | BenchmarkParams) -> VariantQuery:
+    """The drafter variant M1/M2 look up: the server's drafter and sample methods (where it sets them).
+
+    M2 at another method's reference (``reference_method``) asks for no drafter: the server's is not that
+    method's.
+    """
+    spec = params.server.speculative
+    method = getattr(params, "reference_method", None) or params.method
+    return server_variant_query(
+        method,
+        params.draft_model if method is params.method else None,
+        spec.draft_sample_method if spec else None,
+        spec.rejection_sample_method if spec else None,
+    )
+
+
 def reference_al(
-    path: str, model: ModelSpec, name: str | None, method: SpecMethod, thinking: ThinkingMode, k: int
+    path: str,
+    model: ModelSpec,
+    name: str | None,
+    method: SpecMethod,
+    thinking: ThinkingMode,
+    k: int,
+    variant: VariantQuery | None = None,
 ) -> float:
-    """The reference AL of (model, method, thinking, K) from a reference table."""
-    entry = load_reference(path).lookup(name or model.id, method, thinking, k)
+    """The reference AL of (model, method, thinking, K) and drafter variant from a reference table."""
+    entry = load_reference(path).lookup(name or model.id, method, thinking, k, variant)
     get_run_logger().info(
-        "reference AL for %s %s thinking=%s K=%d: %.4f (%s)",
+        "reference AL for %s %s thinking=%s K=%d [%s]: %.4f (%s)",
         entry.model,
         method.value,
         thinking.value,
         k,
+        entry.variant.label(),
         entry.al,
         path,
     )

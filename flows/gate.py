@@ -31,6 +31,7 @@ from flows.common import (
     pass_event,
     point_server,
     reference_al,
+    reference_variant,
 )
 from flows.presets import m1_params, run_name
 from tasks.gates import check_accuracy_gate, check_al_gate
@@ -70,7 +71,13 @@ def gate(
     params = m1_params(preset, model, k, thinking, params)
     log = get_run_logger()
     reference = reference_al(
-        params.reference_path, params.model, params.reference_model, params.method, params.thinking, params.k
+        params.reference_path,
+        params.model,
+        params.reference_model,
+        params.method,
+        params.thinking,
+        params.k,
+        reference_variant(params),
     )
     server = point_server(
         params.server, params.model.id, params.method, params.k, draft_model=params.draft_model

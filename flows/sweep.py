@@ -30,6 +30,7 @@ from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
 from alflow.acceptance.synthetic import K_MAX
 from alflow.config import BenchmarkParams, GateParams, SweepParams
+from alflow.kchoice import RULE, all_choices, spread_rows
 from alflow.outcomes import ChildRun, KOutcome, M2Outcome, SweepOutcome
 from alflow.points import best_k
 from alflow.reports.markdown import SweepSummary
@@ -222,6 +223,8 @@ def sweep(
         else:
             results, points, lost = _fanned_out(params, f"sweep-{writer.run_id}")
         summary = best_k(points)
+        choices = [c.to_dict() for c in all_choices(points)]
+        spread = spread_rows(points)
         for best in summary:
             log.info(
                 "concurrency %d: best K by throughput/GPU = %s, by interactivity = %s",
@@ -246,6 +249,8 @@ def sweep(
                 "mode": mode,
                 "ks": list(params.ks),
                 "best_k": best_rows,
+                "repeats": params.benchmark.repeats,
+                "k_choice": choices,
                 "failures": failures,
                 "lost_nodes": warnings,
             },
@@ -258,6 +263,10 @@ def sweep(
             mode=mode,
             per_k=rows,
             best_k=best_rows,
+            k_choice=choices,
+            spread=spread,
+            repeats=params.benchmark.repeats,
+            rule=RULE,
             failures=tuple(failures),
             lost_nodes=tuple(warnings),
         )

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from alflow.acceptance.knobs import SGLANG_LEN_ENV, SGLANG_METHOD_ENV, SGLANG_TOKEN_MODE_ENV, TRTLLM_ENV
+from alflow.acceptance.runtime_k import RuntimeKKnob
 from alflow.redact import REDACTED, is_secret_name, redact_values
 from infra.errors import RunnerError
 from infra.versions import Capability
@@ -286,6 +287,9 @@ class Launch:
     engine_note: str | None = None
     """What this launch's numbers are, when the install changes it (e.g. synthetic acceptance through alflow's
     CPU port of vLLM's kernel rule): runs add it to their engine label in provenance, reports and artifacts."""
+    runtime_k: tuple[RuntimeKKnob, ...] = ()
+    """Runtime-varying-K knobs in the configuration (steps may verify fewer than K drafts): allowed with real
+    acceptance and recorded here (the recipe refuses them with synthetic acceptance)."""
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -394,6 +398,7 @@ class Launch:
             "warnings": list(self.warnings),
             "synthetic": None if self.synthetic is None else dict(self.synthetic),
             "engine_note": self.engine_note,
+            "runtime_k": [k.to_dict() for k in self.runtime_k],
             "nodes": self.nodes,
             "metrics_endpoints": [
                 {"node": e.node, "port": e.port, "path": e.path} for e in self.metrics_endpoints

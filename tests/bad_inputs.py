@@ -269,6 +269,12 @@ CONFIG_CASES: list[ConfigCase] = [
         "must not set synthetic",
     ),
     _case("m1 reference_path missing", "m1", {"reference_path": _DELETE}, "Field required"),
+    _case(
+        "m1 lossy fly verification",
+        "m1",
+        {"server.speculative": {**_SPEC3, "rejection_sample_method": "fly"}},
+        "rejection_sample_method='fly' is lossy verification",
+    ),
     # --- M0
     _case("m0 K zero in ks", "m0", {"ks": [0]}, "outside [1, 16]"),
     _case("m0 K above 16 in ks", "m0", {"ks": [17]}, "outside [1, 16]"),
@@ -284,6 +290,12 @@ CONFIG_CASES: list[ConfigCase] = [
         "must not set synthetic",
     ),
     _case("m0 workload limit zero", "m0", {"workload.limit": 0}, "greater than or equal to 1"),
+    _case(
+        "m0 lossy fly verification",
+        "m0",
+        {"server.speculative": {**_SPEC3, "rejection_sample_method": "fly"}},
+        "rejection_sample_method='fly' is lossy verification",
+    ),
     # --- sweep
     _case("sweep K zero", "sweep", {"ks": [0]}, "outside [1, 16]"),
     _case("sweep ks empty", "sweep", {"ks": []}, "ks is empty"),
@@ -701,7 +713,7 @@ CLI_CASES: list[CliCase] = [
     ),
     _file(
         "ref.yaml",
-        b"kind: example\ndataset: d\ncategory: c\nentries: []\nschema_version: 2\n",
+        b"kind: example\ndataset: d\ncategory: c\nentries: []\nschema_version: 3\n",
         ("reference", "validate", "{tmp}/ref.yaml"),
         "schema_version",
         "reference validate unknown schema version",
@@ -915,6 +927,48 @@ CLI_CASES: list[CliCase] = [
                 ),
             ),
         ),
+    ),
+    # --- runtime-varying K with synthetic acceptance (the recipe, through check_launchable, before the run starts)
+    *(
+        CliCase(
+            f"run m2 runtime-varying K {knob} in {where}",
+            ("run", "m2", "--config", "{tmp}/m2.yaml"),
+            "the forced AL would be capped below the target",
+            knob,
+            files=(("m2.yaml", _with("m2", {"server": server})),),
+        )
+        for knob, where, server in (
+            (
+                "--speculative-adaptive",
+                "extra_args",
+                {"framework": "sglang", "model": "demo-llama-70b", "extra_args": ["--speculative-adaptive"]},
+            ),
+            (
+                "SGLANG_RAGGED_VERIFY_MODE",
+                "extra_env",
+                {
+                    "framework": "sglang",
+                    "model": "demo-llama-70b",
+                    "extra_env": {"SGLANG_RAGGED_VERIFY_MODE": "cap-accept"},
+                },
+            ),
+            (
+                "enable_adaptive_verification",
+                "dotted extra_args",
+                _VLLM_SERVER | {"extra_args": ["--speculative-config.enable_adaptive_verification=true"]},
+            ),
+            (
+                "num_speculative_tokens_per_batch_size",
+                "a JSON argument",
+                _VLLM_SERVER
+                | {
+                    "extra_args": [
+                        "--additional-config",
+                        '{"num_speculative_tokens_per_batch_size": {"1-8": 2}}',
+                    ]
+                },
+            ),
+        )
     ),
     CliCase("sim serve K zero", ("sim", "serve", "--k", "0"), "K=0", "K=0"),
     CliCase(

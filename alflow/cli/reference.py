@@ -1,4 +1,7 @@
-"""``alflow reference``: validate, show, diff and audit reference AL tables; write the M0 workflow's config."""
+"""``alflow reference``: validate, show, diff and audit reference AL tables, and more.
+
+Also: import and export InferenceX golden curves; write the M0 workflow's config.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +20,10 @@ from alflow.cli.common import JsonOpt, console, emit_json, handle_errors
 from alflow.errors import InvalidInputError
 from alflow.yamlfile import load_yaml_model
 
-reference_app = typer.Typer(help="Reference AL tables: validate, show, diff.", no_args_is_help=True)
+reference_app = typer.Typer(
+    help="Reference AL tables: validate, show, diff, audit, import/export InferenceX golden curves.",
+    no_args_is_help=True,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -66,17 +72,30 @@ def reference_show(
         return
     ks = sorted({e.k for e in entries})
     out = Table(title=escape(f"Reference AL: {table.dataset}/{table.category} ({table.kind})"))
-    for col in ("model", "method", "thinking"):
+    for col in ("model", "method", "thinking", "variant"):
         out.add_column(col)
     for k in ks:
         out.add_column(f"K={k}", justify="right")
-    groups: dict[tuple[str, str, str], dict[int, float]] = {}
-    for e in entries:
-        groups.setdefault((e.model, e.method.value, e.thinking.value), {})[e.k] = e.al
-    for (m, meth, th), by_k in groups.items():
-        out.add_row(Text(m), Text(meth), Text(th), *(f"{by_k[k]:.3f}" if k in by_k else "" for k in ks))
+    groups: dict[tuple[str, str, str, ref.Variant], dict[int, float]] = {}
+    for e in sorted(entries, key=lambda e: e.key.sort_key()):
+        groups.setdefault((e.model, e.method.value, e.thinking.value, e.variant), {})[e.k] = e.al
+    for (m, meth, th, variant), by_k in groups.items():
+        out.add_row(
+            Text(m),
+            Text(meth),
+            Text(th),
+            Text(variant.label()),
+            *(f"{by_k[k]:.3f}" if k in by_k else "" for k in ks),
+        )
     console.print(out)
-    if table.kind != "measured":
+    if table.kind == "imported":
+        sources = sorted({e.imported_from.file for e in entries if e.imported_from is not None})
+        console.print(
+            "note: IMPORTED values, not measured by alflow (from " + ", ".join(sources) + ")",
+            highlight=False,
+            markup=False,
+        )
+    elif table.kind != "measured":
         console.print(
             f"note: this is a {table.kind} table, not a measured reference", highlight=False, markup=False
         )
@@ -105,6 +124,7 @@ def reference_diff(
         "method",
         "thinking",
         "K",
+        "variant",
         "status",
         "old AL",
         "new AL",
@@ -121,6 +141,7 @@ def reference_diff(
             Text(r.method),
             Text(r.thinking),
             str(r.k),
+            Text(r.variant),
             Text(r.status),
             "" if r.old_al is None else f"{r.old_al:.4f}",
             "" if r.new_al is None else f"{r.new_al:.4f}",
@@ -157,6 +178,122 @@ def reference_audit(
         console.print("audit passed" if report.ok else "audit FAILED", highlight=False)
     if not report.ok:
         raise typer.Exit(1)
+
+
+def _on_off(value: str | None, option: str) -> bool | None:
+    if value is None:
+        return None
+    if value not in ("on", "off"):
+        raise InvalidInputError(f"{option} {value!r}: give on or off")
+    return value == "on"
+
+
+@reference_app.command("import-inferencex")
+@handle_errors
+def reference_import_inferencex(
+    files: Annotated[
+        list[Path], typer.Argument(help="InferenceX golden AL files (golden_al_distribution/*.yaml).")
+    ],
+    into: Annotated[
+        Path, typer.Option("--into", help="The imported reference table to add them to (created).")
+    ],
+    model: Annotated[
+        str | None, typer.Option("--model", help="Model name in the table (default: the file's model key).")
+    ] = None,
+    method: Annotated[
+        str | None, typer.Option("--method", help="Speculative method, where the file does not say it.")
+    ] = None,
+    draft_model: Annotated[
+        str | None, typer.Option("--draft-model", help="Draft model id, where the file does not name it.")
+    ] = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            "--concurrency", help="Collection concurrency, where neither the file nor its collector says."
+        ),
+    ] = None,
+    prefix_caching: Annotated[
+        str | None,
+        typer.Option("--prefix-caching", help="on or off, where neither the file nor its collector says."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Import InferenceX golden curves into an ``imported`` table (never a measured one), variant and source kept."""
+    from alflow.config import SpecMethod
+    from alflow.reference_inferencex import import_golden
+    from alflow.results.provenance import code_version
+
+    spec_method = None
+    if method is not None:
+        try:
+            spec_method = SpecMethod(method)
+        except ValueError:
+            raise InvalidInputError(
+                f"--method {method!r}: not one of {', '.join(m.value for m in SpecMethod)}"
+            ) from None
+    if concurrency is not None and concurrency < 1:
+        raise InvalidInputError(f"--concurrency {concurrency}: must be >= 1")
+    result = import_golden(
+        files,
+        into,
+        code_version=code_version(),
+        model=model,
+        method=spec_method,
+        draft_model=draft_model,
+        concurrency=concurrency,
+        prefix_caching=_on_off(prefix_caching, "--prefix-caching"),
+    )
+    variants = sorted(
+        {
+            f"{e.model} {e.method.value} thinking={e.thinking.value} [{e.variant.label()}]"
+            for e in result.entries
+        }
+    )
+    if as_json:
+        emit_json(
+            {
+                "into": str(into),
+                "imported": len(result.entries),
+                "entries": len(result.table.entries),
+                "skipped": list(result.skipped),
+                "curves": variants,
+            }
+        )
+        return
+    console.print(
+        f"imported {len(result.entries)} values into {into} ({len(result.table.entries)} entries, kind imported)",
+        highlight=False,
+        markup=False,
+    )
+    for line in variants:
+        console.print(f"  {line}", highlight=False, markup=False)
+    if result.skipped:
+        console.print(
+            "skipped (N/A in the file): " + ", ".join(result.skipped), highlight=False, markup=False
+        )
+
+
+@reference_app.command("export-inferencex")
+@handle_errors
+def reference_export_inferencex(
+    path: PathArg,
+    out: Annotated[Path, typer.Option("--out", help="Folder to write the golden AL files into.")],
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace files already there.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write a table as InferenceX golden AL files, one per (model, method, drafter variant)."""
+    from alflow.reference_inferencex import export_golden
+    from alflow.results.provenance import code_version
+
+    table = ref.load_reference(path)
+    written = export_golden(
+        table, out, code_version=code_version(), table_name=str(path), overwrite=overwrite
+    )
+    if as_json:
+        emit_json({"table": str(path), "files": [str(p) for p in written]})
+        return
+    for p in written:
+        console.print(f"wrote {p}", highlight=False, markup=False)
 
 
 @reference_app.command("m0-config")

@@ -7,6 +7,9 @@
 - ``alflow report compare RUN_DIR... [--root DIR [--flow m2]] [--format html|md|csv|json] [--output
   PATH]``: the runs side by side (HTML or Markdown), or the exports of all of them in one file (CSV /
   JSON); ``--root`` adds every complete run under a results root (oldest first).
+- ``alflow report matrix RUN_DIR... [--metric accept_length|accept_rate|throughput] [--format
+  table|csv|json]``: the matrix of ``aiperf speed-bench-report`` over M0/M1 runs, one column per
+  literature dataset or SPEED-Bench category (:mod:`alflow.reports.matrix`).
 
 ``--json`` is ``--format json``; ``--output -`` writes to stdout. Errors (a directory that is not a run, an unreadable manifest) are
 one line on stderr with exit code 2.
@@ -26,7 +29,9 @@ from typer.core import TyperGroup
 from alflow import jsonutil
 from alflow.cli.common import err_console, handle_errors
 from alflow.errors import InvalidInputError
+from alflow.kchoice import Objective, describe, run_k_schedule
 from alflow.reports.exports import al_matrix, al_matrix_csv, inferencex_rows, rows_csv, rows_json
+from alflow.reports.matrix import METRICS, build_matrix, matrix_csv, matrix_json, matrix_table
 from alflow.reports.render import render_comparison, render_run, write_html_report
 from alflow.results.store import StoredRun, iter_runs, open_run
 
@@ -159,3 +164,66 @@ def compare(
         _write(render_comparison(runs, "html" if fmt is ReportFormat.html else "md"), output)
     else:
         _write(_export_text(runs, fmt, digits), output)
+
+
+@report_app.command("matrix")
+@handle_errors
+def matrix(
+    run_dirs: Annotated[
+        list[str], typer.Argument(help="M0 / M1 run directories (one dataset or category each).")
+    ],
+    metric: Annotated[
+        str, typer.Option("--metric", help="accept_length (default), accept_rate or throughput.")
+    ] = "accept_length",
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table (default), csv or json.")] = "table",
+    output: OutputOpt = None,
+    digits: Annotated[int, typer.Option("--digits", help="Decimals of table and CSV.", min=0, max=12)] = 2,
+    as_json: JsonOpt = False,
+) -> None:
+    """The matrix of aiperf speed-bench-report: a column per dataset or SPEED-Bench category, Overall = their mean."""
+    fmt = "json" if as_json else fmt
+    if fmt not in ("table", "csv", "json"):
+        raise InvalidInputError(f"--format {fmt!r} is not one of: table, csv, json")
+    if metric not in METRICS:
+        raise InvalidInputError(f"--metric {metric!r} is not one of: {', '.join(METRICS)}")
+    built = build_matrix([open_run(d) for d in run_dirs], metric)
+    text = (
+        matrix_table(built, digits)
+        if fmt == "table"
+        else matrix_csv(built, digits)
+        if fmt == "csv"
+        else matrix_json(built)
+    )
+    _write(text, output)
+
+
+@report_app.command("k-schedule")
+@handle_errors
+def k_schedule(
+    run_dir: Annotated[str, typer.Argument(help="A K sweep run directory (alflow run sweep).")],
+    objective: Annotated[
+        Objective, typer.Option("--objective", help="throughput (output tok/s/GPU) or interactivity.")
+    ] = Objective.throughput,
+    out: Annotated[
+        str | None, typer.Option("--out", help="Write the JSON here ('-' or none: stdout).")
+    ] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="The schedule with every decision and warning, not only the config."),
+    ] = False,
+) -> None:
+    """The K schedule for vLLM (num_speculative_tokens_per_batch_size) from a sweep: K per concurrency ~ batch size.
+
+    Per concurrency the K with the best median minus MAD penalty over the repeats, ties within 1 % to the
+    smaller K (vLLM's tune_speculative_k). Writes a --speculative-config fragment; the decisions and any
+    warning go to stderr.
+    """
+    schedule = run_k_schedule(open_run(run_dir), objective)
+    for line in describe(schedule):
+        err_console.print(line, markup=False, highlight=False)
+    for line in schedule.warnings:
+        err_console.print(f"warning: {line}", markup=False, highlight=False)
+    if as_json:
+        _write(jsonutil.dumps(schedule.to_dict(), indent=2) + "\n", out)
+    else:  # one line: pasteable into --speculative-config beside the method and drafter
+        _write(jsonutil.dumps(schedule.speculative_config(), indent=None) + "\n", out)

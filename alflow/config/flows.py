@@ -20,7 +20,15 @@ from alflow.config.speculative import (
     SpecMethod,
     ThinkingMode,
 )
-from alflow.config.workloads import Gsm8kSettings, LoadConfig, RandomWorkload, SpeedBenchWorkload
+from alflow.config.workloads import (
+    AlWorkload,
+    Gsm8kSettings,
+    LiteratureWorkload,
+    LoadConfig,
+    RandomWorkload,
+    SpeedBenchWorkload,
+    default_reference_path,
+)
 from alflow.fsutil import require_local_path
 from alflow.loadgen.runner import DEFAULT_STALL_TIMEOUT_S
 
@@ -70,13 +78,19 @@ class CalibrateParams(StrictModel):
     )
     server: ServerConfig = Field(description="Server template (vLLM for M0); model and K are set per point.")
     placement: ServerPlacement = Field(default=ServerPlacement(), description="Runner and GPU host.")
-    workload: SpeedBenchWorkload = Field(default=SpeedBenchWorkload(), description="Prompts.")
+    workload: AlWorkload = Field(
+        default=SpeedBenchWorkload(),
+        description="Prompts: SPEED-Bench (kind speed-bench) or a literature AL dataset (kind literature).",
+    )
     load: LoadConfig = Field(
         default=LoadConfig(), description="Load per point (reference runs: concurrency 1)."
     )
     reference_path: str = Field(
         "references/speed-bench-coding.yaml",
-        description="Reference table to write (merged with what it holds).",
+        description=(
+            "Reference table to write (merged with what it holds); one table per dataset. Left out with a "
+            "literature workload: references/<dataset>.yaml."
+        ),
     )
     cache_days: float = Field(
         30.0, ge=0.0, description="Reuse a measured point for this many days (0: never)."
@@ -91,12 +105,26 @@ class CalibrateParams(StrictModel):
     )
 
     @model_validator(mode="after")
+    def _reference_of_dataset(self) -> Self:
+        """A literature workload without a reference_path writes ``references/<dataset>.yaml``.
+
+        An "after" validator (a "before" one would make strict JSON loading see lists for tuples); the
+        model is frozen, so the default is set once here, and marked as given for dumps and round trips.
+        """
+        if "reference_path" not in self.model_fields_set and isinstance(self.workload, LiteratureWorkload):
+            object.__setattr__(self, "reference_path", default_reference_path(self.workload.dataset))
+            self.model_fields_set.add("reference_path")
+        return self
+
+    @model_validator(mode="after")
     def _check(self) -> Self:
         for k in self.ks:
             if not K_MIN <= k <= K_MAX:
                 raise ValueError(f"K={k} in ks is outside [{K_MIN}, {K_MAX}]")
         if self.server.synthetic is not None:
             raise ValueError("M0 measures real acceptance: the server template must not set synthetic")
+        if self.server.speculative is not None:
+            self.server.speculative.refuse_lossy("M0")
         return self
 
     @field_validator("reference_path")
@@ -136,6 +164,8 @@ class GateParams(StrictModel):
     def _check(self) -> Self:
         if self.server.synthetic is not None:
             raise ValueError("M1 measures real acceptance and accuracy: the server must not set synthetic")
+        if self.server.speculative is not None:
+            self.server.speculative.refuse_lossy("M1")
         return self
 
 
@@ -173,6 +203,16 @@ class BenchmarkParams(StrictModel):
     )
     prompts_per_concurrency: int = Field(10, ge=1, description="Measured prompts = this x concurrency.")
     warmup_per_concurrency: int = Field(2, ge=0, description="Warm-up requests = this x concurrency.")
+    repeats: int = Field(
+        1,
+        ge=1,
+        le=100,
+        description=(
+            "Measure each concurrency this many times on the same server, each repeat its own warm-up and window "
+            "with its own prompts, stored as its own point (repeat 0..N-1). The sweep chooses K by the median "
+            "minus a MAD penalty over the repeats (vLLM's tune_speculative_k asks for at least 3)."
+        ),
+    )
     request_timeout_s: float = Field(
         600.0, gt=0.0, allow_inf_nan=False, description="Per-request timeout in seconds."
     )

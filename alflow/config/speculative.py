@@ -115,6 +115,18 @@ class ModelSpec(StrictModel):
         return self
 
 
+LOSSY_REJECTION_METHODS: dict[str, str] = {
+    "fly": (
+        "FLy (arXiv:2511.22972) keeps a rejected draft at a high-entropy position when the next drafts would be "
+        "accepted: lossy by design, the output does not follow the target model's distribution (vLLM "
+        "rejection_sample_method 'fly': vllm-project/vllm PR #50808, closed unmerged, and PR #53987, open at the "
+        "time of writing; check the pinned image)"
+    ),
+}
+"""vLLM rejection sample methods that do not preserve the target distribution, and why (DOMAIN.md section 9):
+never a reference (M0) or a gate (M1); labelled lossy wherever else they run."""
+
+
 class SpeculativeConfig(StrictModel):
     """The speculative decoding method and its number of draft tokens."""
 
@@ -134,12 +146,13 @@ class SpeculativeConfig(StrictModel):
     )
     prompt_lookup_min: int | None = Field(None, ge=1, description="n-gram: minimum lookup window.")
     prompt_lookup_max: int | None = Field(None, ge=1, description="n-gram: maximum lookup window.")
-    rejection_sample_method: Literal["standard", "block"] | None = Field(
+    rejection_sample_method: Literal["standard", "block", "fly"] | None = Field(
         None,
         description=(
-            "vLLM only: how the target verifies drafts: 'standard' (token by token, vLLM's default) or "
-            "'block' (block verification, vLLM v0.25.0 and newer). Synthetic acceptance sets 'synthetic' "
-            "itself; None: the framework's default."
+            "vLLM only: how the target verifies drafts: 'standard' (token by token, vLLM's default), "
+            "'block' (block verification, vLLM v0.25.0 and newer) or 'fly' (FLy, entropy-gated deferred "
+            "verification: LOSSY, the output no longer follows the target's distribution; refused for M0 and M1, "
+            "labelled lossy elsewhere). Synthetic acceptance sets 'synthetic' itself; None: the framework's default."
         ),
     )
     draft_sample_method: Literal["greedy", "probabilistic"] | None = Field(
@@ -149,6 +162,22 @@ class SpeculativeConfig(StrictModel):
             "(sampled, with the draft probabilities passed to the rejection sampler); None: the default."
         ),
     )
+
+    @property
+    def lossy_verification(self) -> str | None:
+        """Why this verification is lossy (:data:`LOSSY_REJECTION_METHODS`), or None for a lossless one."""
+        method = self.rejection_sample_method
+        return None if method is None else LOSSY_REJECTION_METHODS.get(method)
+
+    def refuse_lossy(self, flow: str) -> None:
+        """Raise ``ValueError`` (one line) when ``flow`` (M0, M1) would run a lossy verification."""
+        why = self.lossy_verification
+        if why is not None:
+            raise ValueError(
+                f"server.speculative.rejection_sample_method={self.rejection_sample_method!r} is lossy verification "
+                f"({why}): never a reference or a gate, so {flow} refuses it; use 'standard' or 'block' (or leave it "
+                "unset), and measure 'fly' only as a labelled benchmark"
+            )
 
     @model_validator(mode="after")
     def _check_method_fields(self) -> Self:

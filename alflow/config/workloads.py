@@ -1,12 +1,13 @@
-"""What is sent: load shapes, SPEED-Bench and random-token workloads, the GSM8K accuracy settings."""
+"""What is sent: load shapes, SPEED-Bench, literature and random-token workloads, the GSM8K accuracy settings."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import Field
+from pydantic import Discriminator, Field, Tag, model_validator
 
 from alflow.config.base import StrictModel
+from alflow.datasets.literature import LiteratureName
 from alflow.datasets.random_tokens import DEFAULT_VOCAB_SIZE
 from alflow.loadgen.runner import DEFAULT_STALL_TIMEOUT_S
 
@@ -46,6 +47,52 @@ class SpeedBenchWorkload(StrictModel):
     category: str = Field("coding", min_length=1, description="Category to run (coding for M0/M1).")
     limit: int | None = Field(None, ge=1, description="Use only the first N prompts of the category.")
     max_tokens: int = Field(4096, ge=1, description="Output cap per turn.")
+
+
+class LiteratureWorkload(StrictModel):
+    """One of the literature's AL datasets from a local file in its published format (M0)."""
+
+    kind: Literal["literature"] = Field("literature", description="Workload kind.")
+    dataset: LiteratureName = Field(description="gsm8k, math500, humaneval, mbpp (full test) or mtbench.")
+    path: str | None = Field(
+        None,
+        description=(
+            "The dataset file (.jsonl, .jsonl.gz or the hub's .parquet). None: only for gsm8k, the GSM8K "
+            "test split shipped with alflow."
+        ),
+    )
+    limit: int | None = Field(None, ge=1, description="Use only the first N prompts (a labelled subset).")
+    max_tokens: int = Field(
+        4096, ge=1, description="Output cap per turn (greedy; the literature caps this way)."
+    )
+
+    @model_validator(mode="after")
+    def _needs_path(self) -> Self:
+        if self.path is None and self.dataset != "gsm8k":
+            raise ValueError(
+                f"dataset={self.dataset!r} needs path: alflow ships only GSM8K; give the local file "
+                "(.jsonl, .jsonl.gz or .parquet)"
+            )
+        return self
+
+
+def default_reference_path(dataset: str) -> str:
+    """The reference table a literature dataset's M0 writes by default: one table per dataset."""
+    return f"references/{dataset}.yaml"
+
+
+def _workload_kind(value: Any) -> str:
+    """The tag of an AL workload; a mapping without ``kind`` is SPEED-Bench (configs written before the union)."""
+    if isinstance(value, dict):
+        return str(value.get("kind", "speed-bench"))
+    return str(getattr(value, "kind", "speed-bench"))
+
+
+AlWorkload = Annotated[
+    Annotated[SpeedBenchWorkload, Tag("speed-bench")] | Annotated[LiteratureWorkload, Tag("literature")],
+    Discriminator(_workload_kind),
+]
+"""The prompts of a real-acceptance measurement: SPEED-Bench, or a literature AL dataset."""
 
 
 class RandomWorkload(StrictModel):

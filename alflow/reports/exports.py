@@ -32,6 +32,7 @@ import polars as pl
 
 from alflow import jsonutil
 from alflow.metrics.client import GpuLayout, summarize
+from alflow.reports.matrix import run_column
 from alflow.results.store import StoredRun
 from alflow.results.view import framework, get_path, image, m0_entries, m2_points, model_id, scheme
 
@@ -72,7 +73,7 @@ def _f(value: object) -> float | None:
 def _cells(run: StoredRun) -> list[dict[str, Any]]:
     """(label, category, al, steps, accepted) cells of one M0 or M1 run."""
     config = run.manifest.config
-    category = str(get_path(config, "workload", "category") or "all")
+    category = run_column(run)  # the literature dataset, else the SPEED-Bench category
     fw = framework(run) or "?"
     out: list[dict[str, Any]] = []
     flow = run.manifest.flow

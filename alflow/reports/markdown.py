@@ -220,6 +220,48 @@ class SweepSummary(FlowSummary):
     best_k: Sequence[Mapping[str, Any]]
     failures: Sequence[str] = field(default_factory=tuple)
     lost_nodes: Sequence[str] = field(default_factory=tuple)
+    k_choice: Sequence[Mapping[str, Any]] = field(default_factory=tuple)
+    """:meth:`alflow.kchoice.KChoice.to_dict` per objective and concurrency."""
+    spread: Sequence[Mapping[str, Any]] = field(default_factory=tuple)
+    """:func:`alflow.kchoice.spread_rows`: per (concurrency, K) the repeats' median, MAD, min and max."""
+    repeats: int = 1
+    rule: str = ""
+    """How K was chosen (:data:`alflow.kchoice.RULE`)."""
+
+    def spread_table(self) -> list[tuple[str, ...]]:
+        """Formatted cells: concurrency, K, valid/stored repeats, then per objective median, MAD, min..max, score."""
+        out: list[tuple[str, ...]] = []
+        for r in self.spread:
+            cells = [str(r.get("concurrency")), str(r.get("k")), f"{r.get('n')}/{r.get('repeats')}"]
+            for name, digits in (("throughput", 1), ("interactivity", 1)):
+                low, high = num(r.get(f"{name}_min"), digits), num(r.get(f"{name}_max"), digits)
+                cells += [
+                    num(r.get(f"{name}_median"), digits) or "-",
+                    num(r.get(f"{name}_mad"), digits) or "-",
+                    f"{low}..{high}" if low else "-",
+                    num(r.get(f"{name}_score"), digits) or "-",
+                ]
+            out.append(tuple(cells))
+        return out
+
+    def choice_table(self) -> list[tuple[str, ...]]:
+        """Formatted cells: concurrency, objective, chosen K, its score, median ± MAD, ties, best-score K, runner-up."""
+        out: list[tuple[str, ...]] = []
+        for c in self.k_choice:
+            runner = c.get("runner_up_k")
+            out.append(
+                (
+                    str(c.get("concurrency")),
+                    str(c.get("objective")),
+                    str(c.get("chosen_k")),
+                    num(c.get("chosen_score"), 1),
+                    f"{num(c.get('chosen_median'), 1)} +- {num(c.get('chosen_mad'), 1)}",
+                    ", ".join(str(k) for k in c.get("ties") or []),
+                    f"{c.get('best_score_k')} ({num(c.get('best_score'), 1)})",
+                    "-" if runner is None else f"{runner} ({num(c.get('runner_up_score'), 1)})",
+                )
+            )
+        return out
 
     def table(self) -> list[tuple[str, str, str, str, str, str]]:
         """Formatted cells: K, node, M1 result (state, run), M2 result (state, run), cached steps."""
@@ -252,9 +294,9 @@ class SweepSummary(FlowSummary):
         return [
             (
                 str(b.get("concurrency")),
-                str(b.get("best_k_throughput")),
+                str(b.get("best_k_throughput") or "-"),
                 num(b.get("output_throughput_per_gpu"), 1),
-                str(b.get("best_k_interactivity")),
+                str(b.get("best_k_interactivity") or "-"),
                 num(b.get("median_interactivity_tokens_per_s"), 1),
             )
             for b in self.best_k

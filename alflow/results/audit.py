@@ -30,8 +30,8 @@ def scrape_key(model: str, method: str, thinking: str, k: int) -> str:
 
 
 def entry_label(entry: ReferenceEntry) -> str:
-    """``model method thinking=... K=...``: how the audit names an entry."""
-    return f"{entry.model} {entry.method.value} thinking={entry.thinking.value} K={entry.k}"
+    """``model method thinking=... K=... [variant]``: how the audit names an entry."""
+    return entry.label
 
 
 @dataclass(frozen=True)
@@ -118,6 +118,11 @@ def audit_reference(
     rows: list[AuditRow] = []
     for entry in table.entries:
         label = entry_label(entry)
+        if entry.imported_from is not None:
+            src = entry.imported_from
+            why = f"imported from {src.source} {src.file}: not measured by alflow, no scrapes to audit"
+            rows.append(AuditRow(label, "skipped", (why,)))
+            continue
         if entry.provenance is None:
             rows.append(AuditRow(label, "skipped", ("no provenance: an example value, nothing to audit",)))
             continue

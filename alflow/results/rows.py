@@ -54,6 +54,9 @@ class M2Point:
     """Verify steps by accept length 1..K+1 (index 0 = length 1); None without a histogram."""
     histogram_expected: tuple[float, ...] | None = None
     """The scheme's expected steps by accept length at the target, same indexing."""
+    repeat: int = 0
+    """Which repeat of its (K, concurrency) this point is, 0-based (``BenchmarkParams.repeats``): each repeat is
+    its own measurement window; rows written before repeats existed read as 0."""
 
     def to_dict(self) -> dict[str, Any]:
         """The row as stored (``spec_stats.parquet``, ``summary.json``'s points); sequences as lists."""
@@ -81,6 +84,7 @@ class M2Point:
         values["audit"] = str(row.get("audit") or "")
         values["nodes"] = int(row.get("nodes") or 1)
         values["duration_s"] = float(row.get("duration_s") or 0.0)
+        values["repeat"] = int(row.get("repeat") or 0)
         for name, kind in (("histogram_observed", int), ("histogram_expected", float)):
             seq = row.get(name)
             values[name] = None if seq is None else tuple(kind(v) for v in seq)

@@ -22,7 +22,7 @@ from alflow.errors import AlflowError
 from alflow.gates import Verdict
 from alflow.measure import RequestAcceptance, request_acceptance
 from alflow.metrics.client import per_request
-from alflow.reference import ReferenceEntry
+from alflow.reference import ReferenceEntry, upgrade_entry_v1
 from alflow.results.rows import M2Point
 from alflow.results.store import StoredRun
 
@@ -140,7 +140,12 @@ def m0_entries(run: StoredRun) -> tuple[list[ReferenceEntry], list[str]]:
     problems: list[str] = []
     known = set(ReferenceEntry.model_fields)
     for i, raw in enumerate(summary(run).get("entries") or []):
-        data = {k: v for k, v in raw.items() if k in known} if isinstance(raw, Mapping) else raw
+        # an entry stored before the reference schema's version 2 gains the variant it was measured with
+        data = (
+            upgrade_entry_v1({k: v for k, v in raw.items() if k in known})
+            if isinstance(raw, Mapping)
+            else raw
+        )
         try:
             entries.append(ReferenceEntry.model_validate(data))
         except ValidationError as exc:

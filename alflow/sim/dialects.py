@@ -158,6 +158,15 @@ class SglangDialect:
             lab,
             stats.window_rate,
         )
+        # the active K, as SGLang's gauges of --speculative-adaptive (constant here: the sim has no adaptive steps)
+        if config.k:
+            yield _gauge(names.SGLANG_SPEC_NUM_STEPS, "The active speculative_num_steps.", lab, config.k)
+            yield _gauge(
+                names.SGLANG_SPEC_NUM_DRAFT_TOKENS,
+                "The active speculative_num_draft_tokens.",
+                lab,
+                config.k + 1,
+            )
         yield _counter(
             names.SGLANG_SPEC_VERIFY_CALLS,
             "The number of speculative verify calls (finished requests).",

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from alflow.acceptance.knobs import SyntheticKnobs, render_knobs
+from alflow.acceptance.runtime_k import (
+    KnobSpec,
+    RuntimeKKnob,
+    scan_env,
+    scan_flags,
+    scan_json_args,
+    scan_mapping,
+    unique,
+)
 from alflow.acceptance.synthetic import SyntheticAcceptanceError
 from alflow.config import Parallelism, ServerConfig
 from infra.errors import RecipeError
@@ -99,6 +108,33 @@ def check_extra_args(framework: str, extra_args: tuple[str, ...], managed: froze
                 f"extra_args repeats {flag!r}, which the {framework} recipe sets from the config; the later "
                 "value would silently override it. Set it through the config's own field instead"
             )
+
+
+def find_runtime_k(
+    config: ServerConfig,
+    specs: Sequence[KnobSpec],
+    rendered: Mapping[str, object] | None = None,
+    rendered_where: str = "the rendered options",
+    rendered_args: Sequence[str] = (),
+) -> tuple[RuntimeKKnob, ...]:
+    """The runtime-varying-K knobs of a framework (``specs``, from its recipe) in ``config``; refused when synthetic.
+
+    Looks in ``extra_args`` (``--flag``, ``--flag value``, ``--flag=value``, JSON objects given as values, the
+    dotted ``--json-arg.KEY`` form), in ``extra_env``, and in what the recipe itself renders (``rendered``: its
+    speculative options as a mapping, or ``rendered_args``: its arguments). With synthetic acceptance the first knob found is refused in one line
+    (:meth:`~alflow.acceptance.runtime_k.RuntimeKKnob.refusal`); with real acceptance the knobs are returned, for
+    the launch to record (``Launch.runtime_k``, in the run's provenance and report).
+    """
+    found = scan_flags(config.extra_args, specs, "extra_args")
+    found += scan_json_args(config.extra_args, specs, "extra_args")
+    found += scan_env(config.extra_env, specs, "extra_env")
+    if rendered is not None:
+        found += scan_mapping(rendered, specs, rendered_where)
+    found += scan_flags(rendered_args, specs, rendered_where)
+    knobs = unique(found)
+    if knobs and config.synthetic is not None:
+        raise RecipeError(knobs[0].refusal())
+    return knobs
 
 
 def merge_env(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:

@@ -28,13 +28,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from alflow.acceptance.knobs import SGLANG_LEN_ENV, SGLANG_TOKEN_MODE_ENV, SyntheticKnobs
+from alflow.acceptance.runtime_k import KnobSpec, RuntimeKKnob
 from alflow.config import Disaggregation, Parallelism, ServerConfig, SpecMethod
-from alflow.metrics.names import SGLANG_METRICS_PATH
+from alflow.metrics.names import SGLANG_METRICS_PATH, SGLANG_SPEC_VERIFY_CALLS_SINCE
 from infra.errors import RecipeError
 from infra.launch import HEAD_ADDR, NODE_RANK, Launch, LaunchGroup, MetricsEndpoint, node_addr
 from infra.recipes._common import (
     bind_host_of,
     check_extra_args,
+    find_runtime_k,
     gpus_per_node,
     image_gate,
     merge_env,
@@ -64,6 +66,25 @@ SGLANG_RAGGED_VERIFY_ENV = "SGLANG_RAGGED_VERIFY_MODE"
 SGLANG_VERIFY_ALL = "static"
 """``SGLANG_RAGGED_VERIFY_MODE`` value that verifies the whole block every step (values: static, compact,
 cap-accept): DSpark needs it for ``SGLANG_SIMULATE_ACC_LEN > 1``."""
+SGLANG_RUNTIME_K: tuple[KnobSpec, ...] = (
+    KnobSpec(
+        "--speculative-adaptive",
+        "flag",
+        "SGLang adaptive speculative decoding: speculative_num_steps (and the verified draft tokens) switch at run "
+        "time among candidate steps; the active values are the gauges sglang:spec_num_steps and "
+        "sglang:spec_num_draft_tokens",
+        "sgl-project/sglang PR #21599 (python/sglang/srt/server_args.py), gauges PR #25940",
+    ),
+    KnobSpec(
+        SGLANG_RAGGED_VERIFY_ENV,
+        "env",
+        "SGLang ragged verify (DSpark confidence-scheduled verification): compact/cap-accept trim each request's "
+        "verify window below the drafted block",
+        "sgl-project/sglang python/sglang/srt/speculative/ragged_verify.py; PR #31434",
+        off_values=frozenset({SGLANG_VERIFY_ALL}),
+    ),
+)
+"""SGLang's runtime-varying-K switches (DOMAIN.md section 9); only ``static`` ragged verify checks the whole block."""
 SGLANG_VERSION_PATHS = ("/server_info", "/get_server_info")
 """Where SGLang says ``"version": __version__`` (python/sglang/srt/entrypoints/http_server.py)."""
 SGLANG_TOKEN_MODE_CAP = Capability(
@@ -76,6 +97,20 @@ SGLANG_TOKEN_MODE_CAP = Capability(
     ),
     consequence="an older image ignores it (silent no-op) and emits token id 100 for every output token",
 )
+SGLANG_VERIFY_CALLS_CAP = Capability(
+    framework="SGLang",
+    feature="the counter sglang:spec_verify_calls_total (the verify steps of alflow's counter AL)",
+    minimum=version("0.5.15"),
+    source=(
+        f"{SGLANG_SPEC_VERIFY_CALLS_SINCE}; v0.5.15 (2026-07-10) is the first release checked to contain it "
+        "(an earlier tag after the merge may, unverified)"
+    ),
+    consequence=(
+        "an older image has the other sglang: counters but not the verify steps: AL cannot come from the counters, "
+        "only from per-request sglext.spec_tokens_details (PR #33518, later still), so every run that reads AL fails"
+    ),
+)
+"""Needed by every speculative SGLang run: the pinned v0.5.16 predates PR #33518, so the counters are the source."""
 SGLANG_MANAGED_FLAGS = frozenset(
     {
         "--model-path",
@@ -148,6 +183,17 @@ class SglangRecipe:
             )
         return tuple(hints)
 
+    def runtime_k(self, config: ServerConfig) -> tuple[RuntimeKKnob, ...]:
+        """SGLang's runtime-varying-K switches (:data:`SGLANG_RUNTIME_K`), refused with synthetic acceptance.
+
+        Looked for in ``extra_args``, ``extra_env`` and the rendered speculative arguments; with real acceptance
+        they are returned for the launch to record.
+        """
+        rendered = self.speculative_args(config)
+        return find_runtime_k(
+            config, SGLANG_RUNTIME_K, rendered_where="the rendered arguments", rendered_args=rendered
+        )
+
     def speculative_args(self, config: ServerConfig) -> list[str]:
         """The ``--speculative-*`` arguments for the configured method and K."""
         spec = config.speculative
@@ -179,8 +225,9 @@ class SglangRecipe:
         return args
 
     def requirements(self, config: ServerConfig) -> tuple[Capability, ...]:
-        """The releases this configuration needs: the token-mode knob when synthetic acceptance is on."""
-        return (SGLANG_TOKEN_MODE_CAP,) if config.synthetic is not None else ()
+        """The releases this configuration needs: the verify-step counter, the token-mode knob when synthetic."""
+        needs = (SGLANG_TOKEN_MODE_CAP,) if config.synthetic is not None else ()
+        return needs + ((SGLANG_VERIFY_CALLS_CAP,) if config.speculative is not None else ())
 
     def block_drafter_env(
         self, config: ServerConfig, knobs: SyntheticKnobs | None
@@ -258,6 +305,7 @@ class SglangRecipe:
         refuse_vllm_only_fields(config, self.framework)
         knobs = self.knobs(config)
         block_env, block_warnings = self.block_drafter_env(config, knobs)
+        runtime_k = self.runtime_k(config)  # after the DSpark verify-all rule, whose refusal says more
         env = merge_env({**(knobs.env if knobs else {}), **block_env}, config.extra_env)
         requirements = self.requirements(config)
         image = config.image or self.default_image
@@ -290,6 +338,7 @@ class SglangRecipe:
             metrics_endpoints=endpoints,
             requirements=requirements,
             version_paths=SGLANG_VERSION_PATHS,
+            runtime_k=runtime_k,
         )
 
     def disaggregated(
@@ -340,9 +389,10 @@ class SglangRecipe:
 
     def sim_source(self, config: ServerConfig) -> SimSource:
         """For the simulator in the SGLang dialect: the same ``SGLANG_SIMULATE_ACC_*`` environment."""
+        runtime_k = self.runtime_k(config)
         knobs = self.knobs(config)
         if knobs is None:
-            return SimSource(version_paths=SGLANG_VERSION_PATHS)
+            return SimSource(version_paths=SGLANG_VERSION_PATHS, runtime_k=runtime_k)
         block_env, block_warnings = self.block_drafter_env(config, knobs)
         return SimSource(
             env={**knobs.env, **block_env},
@@ -350,4 +400,5 @@ class SglangRecipe:
             synthetic=knobs.to_dict(),
             requirements=self.requirements(config),
             version_paths=SGLANG_VERSION_PATHS,
+            runtime_k=runtime_k,
         )

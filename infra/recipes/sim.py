@@ -119,6 +119,7 @@ class SimRecipe:
             metrics_endpoints=endpoints,
             requirements=source.requirements,
             version_paths=source.version_paths,
+            runtime_k=source.runtime_k,
         )
 
     @staticmethod

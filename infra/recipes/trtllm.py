@@ -17,7 +17,8 @@
 - Prometheus text at ``/prometheus/metrics`` (``/metrics`` is JSON and drains on each read);
   ``trtllm_speculative_config_info`` there says which speculative method ran (``spec_method``,
   ``spec_num_tokens``); ``GET /version`` -> ``{"version": ...}`` (tensorrt_llm/serve/openai_server.py).
-- Release gates (:mod:`infra.versions`): a fractional forced value needs the float parser of
+- Release gates (:mod:`infra.versions`): every speculative run reads AL from the per-position counters of
+  v1.3.0rc19 (PR #12636); a fractional forced value needs the float parser of
   PR #13569 (one-model path; older images parse it as an integer on every path, log a warning and
   switch the feature off); DFlash needs v1.3.0rc14. DSpark is not gated (its first tag is not pinned;
   an older image refuses the decoding type at start).
@@ -32,13 +33,15 @@ from dataclasses import dataclass
 import yaml
 
 from alflow.acceptance.knobs import TRTLLM_ENV, SyntheticKnobs
+from alflow.acceptance.runtime_k import KnobSpec, RuntimeKKnob
 from alflow.config import ServerConfig, SpecMethod
-from alflow.metrics.names import TRTLLM_METRICS_PATH
+from alflow.metrics.names import TRTLLM_METRICS_PATH, TRTLLM_PER_POSITION_RELEASE, TRTLLM_PER_POSITION_SOURCE
 from infra.errors import RecipeError
 from infra.launch import DEFAULT_FILES_DIR, Launch, LaunchFile
 from infra.recipes._common import (
     bind_host_of,
     check_extra_args,
+    find_runtime_k,
     gpus_per_node,
     image_gate,
     merge_env,
@@ -78,6 +81,23 @@ TRTLLM_FRACTIONAL = Capability(
         "synthetic acceptance OFF, so the run would measure real acceptance and call it synthetic"
     ),
 )
+TRTLLM_EXACT_AL = Capability(
+    framework="TensorRT-LLM",
+    feature=(
+        "the per-position spec-decode counters trtllm_spec_decode_drafted_tokens_total{token_position} and "
+        "..._accepted_tokens_total{token_position} (the only input of alflow's exact AL)"
+    ),
+    minimum=version(TRTLLM_PER_POSITION_RELEASE),
+    source=TRTLLM_PER_POSITION_SOURCE,
+    consequence=(
+        "an older image exposes only the iteration counters, drained at other times: no measurement window "
+        "can read AL, so every M0/M1/M2 run would fail at its first window"
+    ),
+)
+"""Needed by every speculative TensorRT-LLM run (each reads AL). Per-request perf metrics
+(``request_perf_metrics.speculative_decoding``) were zero in the PyTorch flow until PR #17082 (merged
+2026-07-31); alflow reads none of them (the per-position Prometheus counters come from the per-step vectors,
+not from those totals), so no release floor is set for it."""
 TRTLLM_DFLASH = Capability(
     framework="TensorRT-LLM",
     feature="the DFlash drafter (decoding_type DFlash)",
@@ -85,6 +105,25 @@ TRTLLM_DFLASH = Capability(
     source="NVIDIA/TensorRT-LLM PR #12794, in the v1.3.0rc14 release notes",
     consequence="an older image refuses the decoding type at start",
 )
+TRTLLM_RUNTIME_K: tuple[KnobSpec, ...] = (
+    KnobSpec(
+        "draft_len_schedule",
+        "key",
+        "TensorRT-LLM dynamic draft length: each iteration's draft length is chosen from the batch size "
+        "(0 above the largest key: speculation off)",
+        "NVIDIA/TensorRT-LLM PR #8194 (two-model), PR #10860 (one-model path), PR #12262 (every algorithm); "
+        "speculative_config.draft_len_schedule, tensorrt_llm/_torch/speculative/drafter.py",
+    ),
+    KnobSpec(
+        "max_concurrency",
+        "key",
+        "TensorRT-LLM: speculation off above this batch size (translated into a draft_len_schedule)",
+        "NVIDIA/TensorRT-LLM PR #10860 and PR #16888; speculative_config.max_concurrency",
+    ),
+)
+"""TensorRT-LLM's runtime-varying-K keys of ``speculative_config`` (DOMAIN.md section 9). The options file is the
+recipe's own (``--config`` / ``--extra_llm_api_options`` may not be repeated in extra_args), so they can only come
+from what the recipe renders; JSON values in extra_args are searched as well."""
 TRTLLM_MANAGED_FLAGS = frozenset(
     {
         "--host",
@@ -131,13 +170,25 @@ class TrtllmRecipe:
             f"{TRTLLM_ENV}=0 (target AL 1) means off",
         )
 
+    def runtime_k(self, config: ServerConfig) -> tuple[RuntimeKKnob, ...]:
+        """TensorRT-LLM's runtime-varying-K keys (:data:`TRTLLM_RUNTIME_K`), refused with synthetic acceptance.
+
+        Looked for in the rendered options and ``extra_args``; with real acceptance they are returned for the
+        launch to record.
+        """
+        rendered = self.options(config).get("speculative_config")
+        mapping = rendered if isinstance(rendered, dict) else None
+        return find_runtime_k(config, TRTLLM_RUNTIME_K, mapping, "the rendered speculative_config")
+
     def requirements(self, config: ServerConfig, knobs: SyntheticKnobs | None) -> tuple[Capability, ...]:
-        """The releases this configuration needs: the float parser for a fractional value, DFlash."""
+        """The releases this configuration needs: the AL counters, the float parser for a fractional value, DFlash."""
         needs: list[Capability] = []
         if knobs is not None and not float(knobs.env[TRTLLM_ENV]).is_integer():
             needs.append(TRTLLM_FRACTIONAL)
         if config.speculative is not None and config.speculative.method is SpecMethod.DFLASH:
             needs.append(TRTLLM_DFLASH)
+        if config.speculative is not None:
+            needs.append(TRTLLM_EXACT_AL)  # last: a knob's own refusal names the knob first
         return tuple(needs)
 
     def warnings(self, config: ServerConfig) -> tuple[str, ...]:
@@ -191,6 +242,7 @@ class TrtllmRecipe:
             )
         check_extra_args(self.framework, config.extra_args, TRTLLM_MANAGED_FLAGS)
         refuse_vllm_only_fields(config, self.framework)
+        runtime_k = self.runtime_k(config)
         knobs = self.knobs(config)
         requirements = self.requirements(config, knobs)
         image = config.image or self.default_image
@@ -232,6 +284,7 @@ class TrtllmRecipe:
             tasks_per_node=per_node if config.nodes > 1 else 1,
             requirements=requirements,
             version_paths=TRTLLM_VERSION_PATHS,
+            runtime_k=runtime_k,
         )
 
     def sim_source(self, config: ServerConfig) -> SimSource:
@@ -243,4 +296,5 @@ class TrtllmRecipe:
             synthetic=knobs.to_dict() if knobs else None,
             requirements=self.requirements(config, knobs),
             version_paths=TRTLLM_VERSION_PATHS,
+            runtime_k=self.runtime_k(config),
         )

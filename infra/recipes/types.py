@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from alflow.acceptance.runtime_k import RuntimeKKnob
 from infra.versions import Capability
 
 
@@ -25,3 +26,6 @@ class SimSource:
     """What the configuration needs of the framework's release (checked against the live server's version)."""
     version_paths: tuple[str, ...] = ("/version",)
     """Where the framework says its version."""
+    runtime_k: tuple[RuntimeKKnob, ...] = ()
+    """The framework's runtime-varying-K knobs in the configuration (recorded; the recipe refuses them with
+    synthetic acceptance)."""

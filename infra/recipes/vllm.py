@@ -24,6 +24,7 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from alflow.acceptance.runtime_k import KnobSpec, RuntimeKKnob
 from alflow.config import ServerConfig, SpecMethod
 from alflow.metrics.names import VLLM_METRICS_PATH
 from infra.errors import RecipeError
@@ -32,6 +33,7 @@ from infra.recipes._common import (
     bind_host_of,
     check_extra_args,
     distribution_version,
+    find_runtime_k,
     gpus_per_node,
     image_gate,
     image_tag,
@@ -100,6 +102,30 @@ VLLM_PER_REQUEST_SPEC = Capability(
     ),
     consequence="an older vLLM refuses the unknown flag at start",
 )
+VLLM_RUNTIME_K: tuple[KnobSpec, ...] = (
+    KnobSpec(
+        "num_speculative_tokens_per_batch_size",
+        "key",
+        "vLLM dynamic speculative decoding: each step's K is chosen from the batch size (K=0 switches speculation "
+        "off), num_speculative_tokens only the maximum",
+        "vllm-project/vllm PR #32374 'Add Dynamic SD', vllm/config/speculative.py",
+    ),
+    KnobSpec(
+        "enable_adaptive_verification",
+        "key",
+        "vLLM DSpark confidence-scheduled verification: each request's verify window is trimmed on device",
+        "vllm-project/vllm PR #47808 'DSpark confidence-scheduled verification', vllm/config/speculative.py",
+    ),
+    KnobSpec(
+        "num_speculative_tokens_per_seq_len",
+        "key",
+        "vLLM sequence-length-based dynamic speculative decoding: K chosen from each sequence's length",
+        "vllm-project/vllm PR #54801, open at the time of writing",
+    ),
+)
+"""vLLM's runtime-varying-K keys of the speculative config (DOMAIN.md section 9). They can reach the server only
+through ``extra_args``: a JSON-valued argument or vLLM's dotted ``--speculative-config.KEY VALUE`` form (its
+argument parser folds ``--json-arg.key`` into the JSON argument); ``--speculative-config`` itself is the recipe's."""
 VLLM_MANAGED_FLAGS = frozenset(
     {
         "--host",
@@ -162,7 +188,14 @@ class VllmRecipe:
         if knobs is None:
             if spec.rejection_sample_method is not None:
                 out["rejection_sample_method"] = spec.rejection_sample_method
-            return out, (), None
+            lossy = spec.lossy_verification
+            if lossy is None:
+                return out, (), None
+            return (
+                out,
+                (f"LOSSY verification: rejection_sample_method={spec.rejection_sample_method!r}: {lossy}",),
+                None,
+            )
         if spec.rejection_sample_method not in (None, "standard"):
             raise RecipeError(
                 f"rejection_sample_method={spec.rejection_sample_method!r} cannot apply with synthetic acceptance: "
@@ -176,6 +209,16 @@ class VllmRecipe:
                 "accept the forced length, so the realised AL falls below the target (audit the achieved AL)",
             )
         return out, warnings, knobs.to_dict()
+
+    def runtime_k(
+        self, config: ServerConfig, rendered: dict[str, object] | None = None
+    ) -> tuple[RuntimeKKnob, ...]:
+        """The runtime-varying-K keys of :data:`VLLM_RUNTIME_K`, refused with synthetic acceptance.
+
+        Looked for in ``extra_args`` and the rendered speculative config (``rendered``); with real acceptance they
+        are returned for the launch to record.
+        """
+        return find_runtime_k(config, VLLM_RUNTIME_K, rendered, "the rendered --speculative-config")
 
     def requirements(self, config: ServerConfig) -> tuple[Capability, ...]:
         """The releases this configuration needs (synthetic keys, block verification, DSpark)."""
@@ -232,9 +275,10 @@ class VllmRecipe:
                 f"honoured (set ep to {par.tp * par.dp} to switch expert parallelism on, or 1 for off)"
             )
         check_extra_args(self.framework, config.extra_args, VLLM_MANAGED_FLAGS)
+        spec, warnings, synthetic = self.speculative_config(config)
+        runtime_k = self.runtime_k(config, spec)
         env = merge_env({}, config.extra_env)
         port = resolve_port(config)
-        spec, warnings, synthetic = self.speculative_config(config)
         requirements = self.requirements(config)
         image = config.image or self.default_image
         warnings = image_gate(image, requirements) + warnings
@@ -301,6 +345,7 @@ class VllmRecipe:
             requirements=requirements,
             version_paths=VLLM_VERSION_PATHS,
             release_args=release_args,
+            runtime_k=runtime_k,
         )
 
     def check_install(self, launch: Launch, prefix: Path) -> Launch:
@@ -343,6 +388,7 @@ class VllmRecipe:
     def sim_source(self, config: ServerConfig) -> SimSource:
         """For the simulator in the vLLM dialect: the same ``--speculative-config`` JSON."""
         spec, warnings, synthetic = self.speculative_config(config)
+        runtime_k = self.runtime_k(config, spec)
         args: tuple[str, ...] = ()
         if spec is not None:
             args = ("--speculative-config", json.dumps(spec, separators=(",", ":")))
@@ -355,6 +401,7 @@ class VllmRecipe:
             synthetic=synthetic,
             requirements=self.requirements(config),
             version_paths=VLLM_VERSION_PATHS,
+            runtime_k=runtime_k,
         )
 
 

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 
 from alflow.acceptance.stats import from_steps
@@ -148,6 +149,16 @@ def test_m1_passes_a_healthy_framework_and_fails_a_degraded_one(tmp_path: Path) 
     failed_run = open_run(runs[-1])
     assert failed_run.status == "failed"
     assert not failed_run.json("summary")["passed"]
+    # SGLang's AL comes from the requests' sglext.spec_tokens_details (asked for with return_spec_tokens_details),
+    # exactly over the measured requests; the counters are the cross-check
+    stats = failed_run.table("spec_stats").row(0, named=True)
+    assert stats["source"] == "per-request"
+    assert "exact, from the sglext.spec_tokens_details of" in stats["note"]
+    assert "counters: AL" in stats["note"]
+    requests = failed_run.table("requests").filter(~pl.col("warmup") & pl.col("error").is_null())
+    assert requests["spec_verify_ct"].null_count() == 0
+    exact = 1 + requests["spec_accepted_drafts"].sum() / requests["spec_verify_ct"].sum()
+    assert stats["al"] == pytest.approx(exact, abs=1e-12)
 
 
 def _bench_params(tmp_path: Path, *extra: str, **fields: Any) -> BenchmarkParams:

@@ -160,7 +160,9 @@ def test_bench_cli_json_and_out_dir_against_the_sim(tmp_path: Path) -> None:
     spec = summary["spec_decode"]
     assert spec["dialect"] == "sglang"
     assert spec["stats"]["al"] == pytest.approx(2.5, abs=0.15)
-    assert "exact, from the sglext.spec_tokens_details of" in spec["stats"]["note"]  # SGLang's per-request counts
+    assert (
+        "exact, from the sglext.spec_tokens_details of" in spec["stats"]["note"]
+    )  # SGLang's per-request counts
     assert spec["counter_resets"] == []
     for name in ("records.parquet", "snapshots.json", "summary.json"):
         assert (out / name).is_file()

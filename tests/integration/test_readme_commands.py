@@ -297,6 +297,14 @@ COVERAGE: dict[str, Coverage] = {
         "on the M2 run made here (from the folder holding its results/)",
         runs=("alflow report compare {run_dir} {run_dir}", "alflow report compare --root results --flow m2"),
     ),
+    "alflow report matrix RUN_DIR... [--metric accept_length|accept_rate|throughput] [-f table|csv|json]": Coverage(
+        How.ELSEWHERE,
+        "needs M0 runs on two datasets (about 30 s on the sim): the named tests run M0 twice, then the command",
+        tests=(
+            "tests/integration/test_literature_flows.py::test_m0_on_two_datasets_then_report_matrix",
+            "tests/unit/test_report_matrix.py::test_cli_prints_the_matrix_in_each_format",
+        ),
+    ),
     "alflow synthetic knobs --framework vllm|sglang|trtllm --k K (--al L | --rates p1,..,pK) [--json]": Coverage(
         How.RUN,
         "each framework; explicit rates",

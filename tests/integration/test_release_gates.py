@@ -34,7 +34,12 @@ def sim(dialect: str, version: str | None, al: float = 2.78) -> ServerConfig:
 
 @pytest.mark.parametrize(
     ("dialect", "old", "minimum"),
-    [("vllm", "0.11.0", "v0.20.0"), ("sglang", "0.5.14", "v0.5.16"), ("trtllm", "1.3.0rc14", "v1.3.0rc15")],
+    [
+        ("vllm", "0.11.0", "v0.20.0"),
+        ("sglang", "0.5.14", "v0.5.16"),
+        ("trtllm", "1.3.0rc14", "v1.3.0rc15"),
+        ("trtllm", "1.3.0rc18", "v1.3.0rc19"),  # the AL counters (PR #12636)
+    ],
 )
 def test_a_live_server_older_than_its_knobs_is_refused_and_stopped(
     dialect: str, old: str, minimum: str
@@ -45,8 +50,8 @@ def test_a_live_server_older_than_its_knobs_is_refused_and_stopped(
 
 
 def test_a_live_server_new_enough_records_its_version() -> None:
-    with serving(sim("trtllm", "1.3.0rc15"), ProcessOptions()) as handle:
-        assert handle.provenance["framework_version"] == "1.3.0rc15"
+    with serving(sim("trtllm", "1.3.0rc19"), ProcessOptions()) as handle:
+        assert handle.provenance["framework_version"] == "1.3.0rc19"
         assert not [w for w in handle.provenance.get("warnings", []) if "version unknown" in str(w)]
 
 

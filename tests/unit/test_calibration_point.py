@@ -13,13 +13,15 @@ from alflow.calibration import (
     CalibrationError,
     CalibrationPoint,
     EntryContext,
+    m0_variant,
     mode_point,
     reference_entry,
 )
-from alflow.config import ModelSpec, SpecMethod, ThinkingMode
+from alflow.config import CalibrateParams, ModelSpec, SpecMethod, ThinkingMode, server_config
 from alflow.measure import Measurement
 from alflow.metrics.client import summarize
 from alflow.metrics.prometheus import Snapshot
+from alflow.reference import Variant
 from alflow.results.manifest import ServerRecord
 
 WHEN = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -40,6 +42,7 @@ CONTEXT = EntryContext(
     code_version="alflow 0.1.0 (abc)",
     flow_run_id="run-1",
     host="gpu-node-1",
+    variant=Variant("org/eagle3-draft", "probabilistic", "block", 4, True),
 )
 MODEL = ModelSpec(id="org/model", revision="r1", reasoning=True)
 
@@ -97,6 +100,37 @@ def test_the_reference_entry_carries_the_servers_statistics_and_the_launch_prove
     assert prov.command == ("vllm", "serve", "m")
     assert (prov.prompt_count, prov.date, prov.flow_run_id, prov.host) == (40, WHEN, "run-1", "gpu-node-1")
     assert prov.sampling == MODEL.sampling(ThinkingMode.ON)
+    # the drafter variant it was measured with (schema 2)
+    assert entry.variant == Variant("org/eagle3-draft", "probabilistic", "block", 4, True)
+    assert (entry.draft_model, entry.concurrency, entry.prefix_caching) == ("org/eagle3-draft", 4, True)
+
+
+def test_m0_variant_comes_from_the_params_and_the_server_template() -> None:
+    model = ModelSpec(id="m")
+    plain = CalibrateParams(models=(model,), method="mtp", server=server_config(framework="sim", model="m"))
+    # vLLM's defaults stored explicitly; M0's default load and the template's prefix caching (off)
+    assert m0_variant(plain) == Variant(None, "greedy", "standard", 1, False)
+    server = server_config(
+        framework="sim",
+        model="m",
+        enable_prefix_caching=True,
+        speculative={
+            "method": "eagle3",
+            "k": 3,
+            "draft_model": "org/d",
+            "draft_sample_method": "probabilistic",
+            "rejection_sample_method": "block",
+        },
+    )
+    params = CalibrateParams(
+        models=(model,), method="eagle3", draft_model="org/d", server=server, load={"concurrency": 8}
+    )
+    assert m0_variant(params) == Variant("org/d", "probabilistic", "block", 8, True)
+    # a self-drafting method records no draft model even when the params name one
+    mtp = CalibrateParams(
+        models=(model,), method="mtp", draft_model="org/d", server=server_config(framework="sim", model="m")
+    )
+    assert m0_variant(mtp).draft_model is None
 
 
 def test_the_point_survives_pickling_as_prefect_caches_it() -> None:

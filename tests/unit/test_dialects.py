@@ -90,8 +90,23 @@ def test_trtllm_without_per_position_counters_refuses() -> None:
     )
     w = SnapshotWindow(parse_exposition(strip, mono_ns=1), parse_exposition(strip_after, mono_ns=2))
     for k in (None, 3):  # the iteration counters alone are never used, K or not
-        with pytest.raises(MissingMetricsError, match="return_perf_metrics"):
+        with pytest.raises(MissingMetricsError, match="return_perf_metrics") as info:
             get_dialect("trtllm").spec_stats(w, k=k)
+        # an image before the metrics release looks the same: the message names the release and the PR
+        assert "TensorRT-LLM 1.3.0rc19 (NVIDIA/TensorRT-LLM PR #12636" in str(info.value)
+
+
+def test_sglang_without_the_verify_call_counter_names_the_release_not_enable_metrics() -> None:
+    strip = lambda name: "\n".join(  # noqa: E731
+        line for line in (FIX / name).read_text().splitlines() if "spec_verify_calls" not in line
+    )
+    w = SnapshotWindow(
+        parse_exposition(strip("sglang_before.txt"), mono_ns=1),
+        parse_exposition(strip("sglang_after.txt"), mono_ns=2),
+    )
+    with pytest.raises(MissingMetricsError, match=r"sglang:spec_verify_calls.*PR #25689") as info:
+        get_dialect("sglang").spec_stats(w, k=3)
+    assert "--enable-metrics" not in str(info.value)  # metrics are on: the release is what is missing
 
 
 def test_trtllm_al_comes_from_the_per_position_family_alone() -> None:

@@ -91,7 +91,7 @@ def test_the_sim_preset_is_the_sim_deployments_engine() -> None:
     [
         ("vllm-h200", "vllm/vllm-openai:v0.20.0"),
         ("sglang-h200", "lmsysorg/sglang:v0.5.16"),
-        ("trtllm-h200", "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc15"),
+        ("trtllm-h200", "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc19"),
     ],
 )
 def test_the_gpu_presets_are_the_gpu_deployments_servers(name: str, image: str) -> None:

@@ -222,9 +222,16 @@ def test_sglang_token_mode_on_unknown_version_warns(image: str) -> None:
     assert any("version unknown" in w and "v0.5.16" in w for w in launch.warnings)
 
 
-def test_sglang_old_image_is_fine_without_synthetic() -> None:
-    launch = build_launch(cfg(framework="sglang", image="lmsysorg/sglang:v0.4.0", speculative=MTP3))
+def test_sglang_without_synthetic_needs_only_the_verify_step_counter() -> None:
+    launch = build_launch(cfg(framework="sglang", image="lmsysorg/sglang:v0.5.15", speculative=MTP3))
     assert launch.warnings == ()
+    # before sglang:spec_verify_calls_total (PR #25689) no run can read AL from the counters
+    with pytest.raises(
+        RecipeError, match=r"v0\.4\.0, older than v0\.5\.15.*spec_verify_calls_total.*PR #25689"
+    ):
+        build_launch(cfg(framework="sglang", image="lmsysorg/sglang:v0.4.0", speculative=MTP3))
+    # without speculation nothing reads AL: no gate
+    assert build_launch(cfg(framework="sglang", image="lmsysorg/sglang:v0.4.0")).requirements == ()
 
 
 def test_sglang_ngram_synthetic_is_refused_and_ep_must_equal_tp() -> None:

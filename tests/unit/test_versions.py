@@ -9,7 +9,7 @@ from infra.errors import RecipeError
 from infra.lifecycle import LiveVersion, check_live_version
 from infra.recipes import build_launch
 from infra.recipes.sglang import SGLANG_RAGGED_VERIFY_ENV, SGLANG_TOKEN_MODE_CAP
-from infra.recipes.trtllm import TRTLLM_DFLASH, TRTLLM_FRACTIONAL
+from infra.recipes.trtllm import TRTLLM_DFLASH, TRTLLM_EXACT_AL, TRTLLM_FRACTIONAL
 from infra.recipes.vllm import VLLM_BLOCK_VERIFY, VLLM_DSPARK, VLLM_SYNTHETIC
 from infra.versions import CapabilityError, FrameworkVersion, check_capabilities
 
@@ -212,25 +212,42 @@ def test_trtllm_fractional_value_needs_the_float_parser() -> None:
             cfg(framework="trtllm", image=TRT_IMAGE.format("1.3.0rc14"), speculative=MTP3, synthetic=frac)
         )
     launch = build_launch(
-        cfg(framework="trtllm", image=TRT_IMAGE.format("1.3.0rc15"), speculative=MTP3, synthetic=frac)
+        cfg(framework="trtllm", image=TRT_IMAGE.format("1.3.0rc19"), speculative=MTP3, synthetic=frac)
     )
-    assert launch.requirements == (TRTLLM_FRACTIONAL,)
-    # a whole AL parses as an integer on every release: nothing to gate
+    assert launch.requirements == (TRTLLM_FRACTIONAL, TRTLLM_EXACT_AL)
+    # a whole AL parses as an integer on every release: only the AL counters are gated
     whole = build_launch(
         cfg(
             framework="trtllm",
-            image=TRT_IMAGE.format("1.2.0"),
+            image=TRT_IMAGE.format("1.3.0rc19"),
             speculative=MTP3,
             synthetic=SyntheticAcceptance(target_al=3.0),
         )
     )
-    assert whole.requirements == ()
+    assert whole.requirements == (TRTLLM_EXACT_AL,)
+
+
+@pytest.mark.parametrize("synthetic", [None, SyntheticAcceptance(target_al=3.0)])
+def test_trtllm_before_the_al_metrics_release_is_refused_before_launch(
+    synthetic: SyntheticAcceptance | None,
+) -> None:
+    # every speculative run reads AL from the per-position counters of v1.3.0rc19 (PR #12636)
+    with pytest.raises(CapabilityError, match=r"is v1\.3\.0rc18, older than v1\.3\.0rc19.*PR #12636") as info:
+        build_launch(
+            cfg(
+                framework="trtllm", image=TRT_IMAGE.format("1.3.0rc18"), speculative=MTP3, synthetic=synthetic
+            )
+        )
+    assert "\n" not in str(info.value)
+    assert str(TRTLLM_EXACT_AL.minimum) == "v1.3.0rc19"
+    # without speculation nothing reads AL: no gate
+    assert build_launch(cfg(framework="trtllm", image=TRT_IMAGE.format("1.2.0"))).requirements == ()
 
 
 def test_trtllm_block_drafters_render_their_decoding_type() -> None:
     for method, decoding in (("dspark", "DSpark"), ("dflash", "DFlash")):
         spec = SpeculativeConfig(method=method, k=4, draft_model="org/drafter")  # type: ignore[arg-type]
-        launch = build_launch(cfg(framework="trtllm", image=TRT_IMAGE.format("1.3.0rc15"), speculative=spec))
+        launch = build_launch(cfg(framework="trtllm", image=TRT_IMAGE.format("1.3.0rc19"), speculative=spec))
         options = launch.files[0].content
         assert f"decoding_type: {decoding}" in options
         assert "speculative_model: org/drafter" in options

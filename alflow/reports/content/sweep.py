@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from alflow.kchoice import RULE, KChoice, all_choices, spread_rows
 from alflow.reports.content.base import Report, Section, Table, base_report, fmt
 from alflow.reports.content.m2 import THROUGHPUT_NOTE, points_table, throughput_figure
+from alflow.results.rows import M2Point
 from alflow.results.store import StoredRun
 from alflow.results.view import m2_points, summary, table_or_none
 
@@ -68,8 +70,8 @@ def build_sweep(run: StoredRun) -> Report:
         Section(
             "Best K per concurrency",
             paragraphs=[
-                "Among valid points only: the K with the highest output throughput per GPU, and the K with "
-                "the highest median interactivity; among equals the lowest K."
+                "Among valid points only, by output throughput per GPU and by median interactivity: "
+                f"{RULE}. The figure is the chosen K's median over its repeats."
             ]
             if best
             else ["No valid M2 point: no best K."],
@@ -101,6 +103,7 @@ def build_sweep(run: StoredRun) -> Report:
     )
     points = m2_points(run)
     if points:
+        report.sections.append(_uncertainty_section(points, stored.get("repeats")))
         report.sections.append(
             Section(
                 "Throughput per GPU against interactivity, every K",
@@ -115,3 +118,80 @@ def build_sweep(run: StoredRun) -> Report:
     if failures:
         report.sections.append(Section("Failures", notes=failures, status="fail"))
     return report
+
+
+def _runner_up(c: KChoice) -> str:
+    if c.runner_up is None:
+        return "-"
+    return f"K={c.runner_up.k} ({fmt(c.runner_up.score, 1)})"
+
+
+def _uncertainty_section(points: list[M2Point], repeats: object) -> Section:
+    """The K choice with its score, ties and runner-up, and the spread over repeats per (concurrency, K)."""
+    choices = all_choices(points)
+    spread = spread_rows(points)
+    choice_rows = [
+        [
+            fmt(c.concurrency),
+            c.objective.value,
+            fmt(c.chosen.k),
+            fmt(c.chosen.score, 1),
+            f"{fmt(c.chosen.median, 1)} ± {fmt(c.chosen.mad, 1)}",
+            ", ".join(str(k) for k in c.ties),
+            f"K={c.best.k} ({fmt(c.best.score, 1)})",
+            _runner_up(c),
+        ]
+        for c in choices
+    ]
+    spread_cells = []
+    for r in spread:
+        cells = [fmt(r["concurrency"]), fmt(r["k"]), f"{r['n']}/{r['repeats']}"]
+        for name in ("throughput", "interactivity"):
+            low, high = r[f"{name}_min"], r[f"{name}_max"]
+            cells += [
+                fmt(r[f"{name}_median"], 1),
+                fmt(r[f"{name}_mad"], 1),
+                "-" if low is None else f"{fmt(low, 1)}..{fmt(high, 1)}",
+                fmt(r[f"{name}_score"], 1),
+            ]
+        spread_cells.append(cells)
+    how_many = f"{repeats} repeat(s) per (K, concurrency). " if isinstance(repeats, int) else ""
+    return Section(
+        "K with its uncertainty",
+        paragraphs=[how_many + RULE + "."],
+        tables=[
+            Table(
+                [
+                    "concurrency",
+                    "objective",
+                    "chosen K",
+                    "score",
+                    "median ± MAD",
+                    "ties",
+                    "best score",
+                    "runner-up",
+                ],
+                choice_rows,
+                title="Chosen K",
+                numeric=[True, False, True, True, True, False, False, False],
+            ),
+            Table(
+                [
+                    "concurrency",
+                    "K",
+                    "valid/repeats",
+                    "tok/s/GPU median",
+                    "MAD",
+                    "min..max",
+                    "score",
+                    "interactivity median",
+                    "MAD",
+                    "min..max",
+                    "score",
+                ],
+                spread_cells,
+                title="Spread over repeats",
+                numeric=[True] * 11,
+            ),
+        ],
+    )
