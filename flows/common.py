@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -154,16 +155,20 @@ def reference_variant(params: GateParams | BenchmarkParams) -> VariantQuery:
     """The drafter variant M1/M2 look up: the server's drafter and sample methods (where it sets them).
 
     M2 at another method's reference (``reference_method``) asks for no drafter: the server's is not that
-    method's.
+    method's. The params' ``reference_variant`` fields, where given, take precedence.
     """
     spec = params.server.speculative
     method = getattr(params, "reference_method", None) or params.method
-    return server_variant_query(
+    query = server_variant_query(
         method,
         params.draft_model if method is params.method else None,
         spec.draft_sample_method if spec else None,
         spec.rejection_sample_method if spec else None,
     )
+    if params.reference_variant is None:
+        return query
+    chosen = {k: v for k, v in params.reference_variant.model_dump().items() if v is not None}
+    return replace(query, **chosen)
 
 
 def reference_al(

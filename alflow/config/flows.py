@@ -134,6 +134,28 @@ class CalibrateParams(StrictModel):
         return value
 
 
+class ReferenceVariantChoice(StrictModel):
+    """Which drafter variant of a reference table M1/M2 compare with, where the server does not say it.
+
+    Each field given narrows the lookup; a field left None takes what the server's speculative config sets
+    (draft model, sample methods) or matches any (collection concurrency, prefix caching). Needed when a table
+    holds two variants of one (model, method, K) and the framework under test is not vLLM (whose sample methods
+    the lookup cannot read off the server).
+    """
+
+    draft_model: str | None = Field(None, min_length=1, description="The reference's draft model id.")
+    draft_sample_method: Literal["greedy", "probabilistic"] | None = Field(
+        None, description="The reference's draft_sample_method (vLLM's)."
+    )
+    rejection_sample_method: Literal["standard", "block"] | None = Field(
+        None, description="The reference's rejection_sample_method (vLLM's; lossless only)."
+    )
+    concurrency: int | None = Field(None, ge=1, description="The concurrency the reference was collected at.")
+    prefix_caching: bool | None = Field(
+        None, description="Whether the reference was collected with prefix caching."
+    )
+
+
 class GateParams(StrictModel):
     """M1: AL of the framework under test against the reference, then GSM8K accuracy."""
 
@@ -147,6 +169,10 @@ class GateParams(StrictModel):
     reference_path: str = Field(description="Reference table (YAML) holding the reference AL.")
     reference_model: str | None = Field(
         None, description="Model name in the reference table (None: model.id)."
+    )
+    reference_variant: ReferenceVariantChoice | None = Field(
+        None,
+        description="The reference's drafter variant, where the table holds several (None: the server's).",
     )
     tolerances: GateTolerances = Field(default=GateTolerances(), description="AL gate tolerances.")
     workload: SpeedBenchWorkload = Field(default=SpeedBenchWorkload(), description="Prompts.")
@@ -184,6 +210,10 @@ class BenchmarkParams(StrictModel):
     reference_path: str | None = Field(None, description="Reference table for the target AL.")
     reference_model: str | None = Field(
         None, description="Model name in the reference table (None: model.id)."
+    )
+    reference_variant: ReferenceVariantChoice | None = Field(
+        None,
+        description="The reference's drafter variant, where the table holds several (None: the server's).",
     )
     reference_method: SpecMethod | None = Field(
         None,

@@ -388,3 +388,34 @@ def test_the_cli_imports_shows_the_variant_and_exports(tmp_path: Path) -> None:
     assert bad.returncode == 2
     assert bad.stderr.count("\n") == 1
     assert "--prefix-caching 'maybe': give on or off" in bad.stderr
+
+
+def test_m1_on_a_framework_that_sets_no_sample_method_chooses_the_variant_by_its_params() -> None:
+    from alflow.config import GateParams, ModelSpec, ReferenceVariantChoice, server_config
+    from flows.common import reference_variant
+
+    table = _table(
+        _entry(3, 2.87, draft_model="org/d"),
+        _entry(3, 3.0, draft_model="org/d", draft_sample_method="probabilistic"),
+    )
+    server = server_config(
+        framework="sglang", model="m", speculative={"method": "dspark", "k": 3, "draft_model": "org/d"}
+    )
+    base = {
+        "model": ModelSpec(id="m"),
+        "method": "dspark",
+        "draft_model": "org/d",
+        "k": 3,
+        "thinking": "on",
+        "server": server,
+        "reference_path": "references/x.yaml",
+    }
+    unsaid = GateParams.model_validate(base)
+    with pytest.raises(ref.ReferenceAmbiguousError, match="2 drafter variants"):
+        table.lookup("m", "dspark", "on", 3, reference_variant(unsaid))
+    chosen = GateParams.model_validate(
+        {**base, "reference_variant": ReferenceVariantChoice(draft_sample_method="probabilistic")}
+    )
+    assert table.lookup("m", "dspark", "on", 3, reference_variant(chosen)).al == 3.0
+    with pytest.raises(ValueError, match="rejection_sample_method"):
+        ReferenceVariantChoice.model_validate({"rejection_sample_method": "fly"})
