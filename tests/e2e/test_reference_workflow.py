@@ -98,7 +98,12 @@ def test_m0_command_line_table_and_audit_agree(tmp_path: Path) -> None:
     assert audited.returncode == 1, audited.stdout + audited.stderr
     rows = json.loads(audited.stdout)["rows"]
     failed = [r for r in rows if r["status"] != "ok"]
-    assert [r["entry"] for r in failed] == [name]
+    assert len(failed) == 1
+    # the entry is named with its drafter variant (reference schema 2)
+    assert failed[0]["entry"] == (
+        f"{name} [draft=self draft_sample={e['draft_sample_method']} rejection_sample={e['rejection_sample_method']} "
+        f"concurrency={e['concurrency']} prefix_caching={'on' if e['prefix_caching'] else 'off'}]"
+    )
     problems = " ".join(failed[0]["problems"])
     assert "accepted_tokens" in problems
     assert "al " in problems
