@@ -14,7 +14,8 @@
   ``_ms`` suffix dropped (``median_ttft``, ``p99_tpot``, ...) and, for each TPOT statistic, the
   interactivity ``1000 / tpot_ms`` under the same name with ``tpot`` replaced by ``intvty``.
   alflow adds the speculative facts after them (``num_speculative_tokens``, ``synthetic_scheme``,
-  ``target_al``, ``achieved_al``, ``audit_valid``, ``simulated``, ``alflow_run_id``) and the audit's shape
+  ``target_al``, ``achieved_al``, ``audit_valid``, ``simulated``, ``alflow_run_id``, ``repeat``: which repeat of
+  its (K, concurrency) the point is, 0-based, ``BenchmarkParams.repeats``) and the audit's shape
   test, named as the stored point names them (``al_source``: ``per-request`` or ``counters``;
   ``fit_p_value``; ``histogram_observed`` and ``histogram_expected``: verify steps by accept length
   1..K+1). In JSON the histograms are lists; in CSV one cell each, the counts joined by ``;``.
@@ -247,6 +248,7 @@ def inferencex_rows(run: StoredRun) -> list[dict[str, Any]]:
                 "audit_valid": p.valid,
                 "simulated": simulated,
                 "alflow_run_id": run.manifest.run_id,
+                "repeat": p.repeat,
                 "al_source": p.al_source,
                 "fit_p_value": _f(p.fit_p_value),
                 "histogram_observed": None if p.histogram_observed is None else list(p.histogram_observed),
