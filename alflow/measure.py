@@ -39,7 +39,14 @@ from alflow.metrics.client import (
     summarize,
 )
 from alflow.metrics.dialects import Dialect, get_dialect
-from alflow.metrics.prometheus import PeriodicScraper, Snapshot, SnapshotWindow, counter_resets, scrape_all
+from alflow.metrics.prometheus import (
+    PeriodicScraper,
+    ScrapeError,
+    Snapshot,
+    SnapshotWindow,
+    counter_resets,
+    scrape_all,
+)
 
 
 class MeasurementError(AlflowError):
@@ -491,8 +498,14 @@ async def measure(
     resets: list[str] = []
     series = list(scraper.snapshots) if scraper is not None else []
     if urls and baseline and aborted is None and the_dialect is not None:
-        final = await scrape_all(urls, session=http)
-        resets = counter_resets(baseline[0], final)
+        try:
+            final = await scrape_all(urls, session=http)
+        except ScrapeError as exc:
+            # The server went away during the window (a crash on the first request, say): the
+            # requests already measured are kept and the window is reported without an end.
+            stats_error = f"the final metrics scrape failed, so the window has no end: {exc}"
+        else:
+            resets = counter_resets(baseline[0], final)
     frame = records_frame(result.records)
     if final is not None and the_dialect is not None and compute_stats:
         stats, stats_error = window_stats(the_dialect, baseline[0], final, series, k, records=frame)

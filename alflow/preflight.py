@@ -21,6 +21,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import polars as pl
+
 from alflow.acceptance.stats import SpecStats
 from alflow.acceptance.synthetic import AcceptanceDistribution
 from alflow.config import RandomWorkload
@@ -188,6 +190,11 @@ async def run_preflight(
     )
     stats: SpecStats | None = None
     error = m.aborted or m.stats_error
+    failed = m.records.filter(pl.col("error").is_not_null())
+    if failed.height:
+        first = str(failed["error"][0])
+        error = f"{error}; " if error else ""
+        error += f"{failed.height} of {m.records.height} requests failed, the first with: {first[:300]}"
     if m.aborted is None and m.dialect is not None and m.baseline is not None and m.final is not None:
         stats, error = window_stats(m.dialect, m.baseline, m.final, m.series, expect.k, records=m.records)
     info = None if m.final is None else get_dialect(dialect).speculative_info(m.final)

@@ -5,8 +5,8 @@
 
 Transports (the :class:`Transport` seam; tests drive :func:`stream_request` with a scripted one):
 
-- :class:`FastTransport` (the default for load): HTTP/1.1 on plain ``asyncio`` protocols with a
-  keep-alive connection pool. Each network read is parsed by ``httptools`` (llhttp, the parser of
+- :class:`alflow.loadgen.fast.FastTransport` (the default for load): HTTP/1.1 on plain ``asyncio`` protocols
+  with a keep-alive connection pool, dating each read with the kernel's receive stamp on Linux. Each network read is parsed by ``httptools`` (llhttp, the parser of
   Node.js and uvicorn: status line, headers, Content-Length and chunked framing) inside the
   protocol's ``data_received`` callback, so a streamed chunk costs no task switch; the waiting
   coroutine wakes once, when the response ends. A response llhttp rejects fails the request with
@@ -39,16 +39,12 @@ credentials (:func:`alflow.redact.redact_url`).
 from __future__ import annotations
 
 import asyncio
-import base64
-import ssl
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, NamedTuple, Protocol, cast
-from urllib.parse import unquote, urlsplit
+from typing import Any, Final, NamedTuple, Protocol
 
 import aiohttp
-import httptools
 import orjson
 
 from alflow.errors import AlflowError, InvalidInputError
@@ -104,6 +100,9 @@ class ResponseInfo:
     status: int
     content_type: str
     body: str = ""
+    stamp_source: str = "clock"
+    """Where the read times came from: ``kernel`` (every read of the body carried a kernel receive stamp,
+    :mod:`alflow.loadgen.rxstamp`) or ``clock`` (the process's clock when it read)."""
 
 
 class Transport(Protocol):
@@ -359,6 +358,7 @@ async def stream_request(
     try:
         info = await transport.stream(url, body, timeout_s, consumer.feed, clock)
         record.http_status = info.status
+        record.stamp_source = info.stamp_source
         if info.status != 200:
             msg = f"POST {redact_url(url)} answered HTTP {info.status}: {info.body[:300].strip()}"
             if info.status in FATAL_STATUS:
@@ -428,242 +428,3 @@ class AiohttpTransport:
         except aiohttp.ClientConnectorError as exc:
             why = redact_urls_in_text(str(exc.os_error or exc))
             raise FatalRequestError(f"cannot reach {redact_url(url)}: {why}") from None
-
-
-# --------------------------------------------------------------------------------------------
-# Fast transport: HTTP/1.1 over asyncio protocols
-
-
-class MalformedResponseError(ConnectionError):
-    """The server's bytes are not a valid HTTP/1.1 response (the parser's reason is in the message)."""
-
-
-class _Exchange:
-    """State of one request/response on a connection."""
-
-    __slots__ = ("body", "clock", "close_after", "content_type", "done", "error_body", "future", "got_bytes",
-                 "has_length", "sink", "status", "streaming")  # fmt: skip
-
-    def __init__(self, sink: Sink, clock: Clock, future: asyncio.Future[ResponseInfo]) -> None:
-        self.sink = sink
-        self.clock = clock
-        self.future = future
-        self.status = 0
-        self.content_type = ""
-        self.has_length = False
-        """The body is delimited (Content-Length or chunked); else it ends with the connection."""
-        self.close_after = False
-        self.streaming = False
-        self.error_body = bytearray()
-        self.body: list[bytes] = []
-        """Body bytes of the current network read (de-chunked), handed to the sink once per read."""
-        self.done = False
-        self.got_bytes = False
-
-
-class _Connection(asyncio.Protocol):
-    """One keep-alive HTTP/1.1 connection; ``httptools`` (llhttp) parses each read in ``data_received``.
-
-    The parser's callbacks only collect: the status and headers, and the body pieces of one network
-    read (de-chunked), which reach the sink together with the read's one clock reading, so events that
-    arrive together share a timestamp. A response the parser rejects (a bad status line, Content-Length
-    or chunk size) fails the request with :class:`MalformedResponseError` and closes the connection.
-    """
-
-    def __init__(self, pool: FastTransport, key: tuple[str, int, bool]) -> None:
-        self.pool = pool
-        self.key = key
-        self.transport: asyncio.Transport | None = None
-        self.ex: _Exchange | None = None
-        self.closed = False
-        self.reused = False
-        self.parser = httptools.HttpResponseParser(self)
-
-    # -- parser callbacks -------------------------------------------------------------------
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        ex = self.ex
-        if ex is None:
-            return
-        name = name.lower()
-        if name == b"content-type":
-            ex.content_type = value.split(b";", 1)[0].strip().decode("latin-1").lower()
-        elif name in (b"transfer-encoding", b"content-length"):
-            ex.has_length = True
-
-    def on_headers_complete(self) -> None:
-        ex = self.ex
-        if ex is None:
-            return
-        ex.status = self.parser.get_status_code()
-        ex.close_after = not self.parser.should_keep_alive()
-        ex.streaming = ex.status == 200 and ex.content_type == SSE_TYPE
-
-    def on_body(self, body: bytes) -> None:
-        if self.ex is not None:
-            self.ex.body.append(body)
-
-    def on_message_complete(self) -> None:
-        if self.ex is not None:
-            self.ex.done = True
-
-    # -- asyncio protocol -------------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self.pool.forget(self)
-        ex = self.ex
-        if ex is None or ex.future.done():
-            return
-        if ex.status and not ex.has_length:
-            self._complete(keep=False)  # body delimited by the end of the connection
-            return
-        lost = ConnectionResetError(f"connection lost{f': {exc}' if exc else ''}")
-        lost.reused_idle = self.reused and not ex.got_bytes  # type: ignore[attr-defined]
-        ex.future.set_exception(lost)
-
-    def send(self, request: bytes, ex: _Exchange) -> None:
-        self.ex = ex
-        assert self.transport is not None
-        self.transport.write(request)
-
-    def _complete(self, *, keep: bool) -> None:
-        ex = self.ex
-        assert ex is not None
-        self.ex = None
-        if not ex.future.done():
-            ex.future.set_result(
-                ResponseInfo(ex.status, ex.content_type, bytes(ex.error_body).decode(errors="replace"))
-            )
-        if keep and not ex.close_after and not self.closed:
-            self.pool.release(self)
-        else:
-            self.abort()
-
-    def abort(self) -> None:
-        self.closed = True
-        if self.transport is not None:
-            self.transport.close()
-
-    def data_received(self, data: bytes) -> None:
-        ex = self.ex
-        if ex is None:  # unsolicited bytes on an idle connection: drop it
-            self.abort()
-            return
-        now = ex.clock()
-        ex.got_bytes = True
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self.ex = None
-            self.abort()
-            if not ex.future.done():
-                ex.future.set_exception(MalformedResponseError(f"malformed HTTP response: {exc}"))
-            return
-        if ex.body:
-            payload = ex.body[0] if len(ex.body) == 1 else b"".join(ex.body)
-            ex.body.clear()
-            if ex.streaming:
-                if ex.sink(payload, now):
-                    ex.close_after = True
-                    self._complete(keep=False)
-                    return
-            elif len(ex.error_body) < _ERROR_BODY_LIMIT:
-                ex.error_body += payload[: _ERROR_BODY_LIMIT - len(ex.error_body)]
-        if ex.done:
-            self._complete(keep=True)
-
-
-def _header_lines(headers: Mapping[str, str]) -> bytes:
-    return b"".join(f"{name}: {value}\r\n".encode("latin-1") for name, value in headers.items())
-
-
-class FastTransport:
-    """HTTP/1.1 client on asyncio protocols with a keep-alive pool (see module doc).
-
-    ``headers`` (e.g. :func:`auth_headers`) go with every request; a URL with ``user:password@``
-    sends them as HTTP basic authentication unless ``headers`` has an ``Authorization`` of its own.
-    """
-
-    def __init__(self, headers: Mapping[str, str] | None = None) -> None:
-        self._idle: dict[tuple[str, int, bool], list[_Connection]] = {}
-        self._all: set[_Connection] = set()
-        self._ssl: ssl.SSLContext | None = None
-        self._headers = dict(headers or {})
-        self._has_auth = any(name.lower() == "authorization" for name in self._headers)
-        self._extra = _header_lines(self._headers)
-
-    def forget(self, conn: _Connection) -> None:
-        """Drop a closed connection from the bookkeeping."""
-        self._all.discard(conn)
-
-    def release(self, conn: _Connection) -> None:
-        """Return a connection whose response ended cleanly to the idle pool."""
-        conn.reused = True
-        self._idle.setdefault(conn.key, []).append(conn)
-
-    async def _connect(self, key: tuple[str, int, bool], url: str) -> _Connection:
-        idle = self._idle.get(key)
-        while idle:
-            conn = idle.pop()
-            if not conn.closed:
-                return conn
-        loop = asyncio.get_running_loop()
-        host, port, tls = key
-        if tls and self._ssl is None:
-            self._ssl = ssl.create_default_context()
-        try:
-            _, proto = await loop.create_connection(
-                lambda: _Connection(self, key), host, port, ssl=self._ssl if tls else None
-            )
-        except OSError as exc:
-            raise FatalRequestError(f"cannot reach {redact_url(url)}: {exc}") from None
-        self._all.add(proto)
-        return proto
-
-    async def stream(
-        self, url: str, body: bytes, timeout_s: float | None, sink: Sink, clock: Clock
-    ) -> ResponseInfo:
-        """POST ``body`` to ``url`` (http or https) and feed the event stream to ``sink``."""
-        parts = urlsplit(url)
-        tls = parts.scheme == "https"
-        port = parts.port or (443 if tls else 80)
-        host = parts.hostname or "127.0.0.1"
-        path = parts.path or "/"
-        if parts.query:
-            path += "?" + parts.query
-        extra = self._extra
-        if parts.username is not None and not self._has_auth:
-            user_pass = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
-            extra += b"Authorization: Basic %b\r\n" % base64.b64encode(user_pass)
-        request = (
-            b"POST %b HTTP/1.1\r\nHost: %b\r\nUser-Agent: alflow\r\nContent-Type: application/json\r\n"
-            b"Accept: text/event-stream\r\n%bContent-Length: %d\r\n\r\n%b"
-            % (path.encode(), parts.netloc.rpartition("@")[2].encode(), extra, len(body), body)
-        )
-        key = (host, port, tls)
-        for attempt in (0, 1):
-            conn = await self._connect(key, url)
-            future: asyncio.Future[ResponseInfo] = asyncio.get_running_loop().create_future()
-            conn.send(request, _Exchange(sink, clock, future))
-            try:
-                return await asyncio.wait_for(future, timeout_s) if timeout_s else await future
-            except ConnectionResetError as exc:
-                if attempt == 0 and getattr(exc, "reused_idle", False):
-                    continue  # the server closed an idle keep-alive connection: retry on a new one
-                raise
-            except BaseException:
-                conn.abort()
-                raise
-        raise AssertionError("unreachable")
-
-    async def close(self) -> None:
-        """Close every connection."""
-        for conn in list(self._all):
-            conn.abort()
-        self._all.clear()
-        self._idle.clear()
-        await asyncio.sleep(0)

@@ -7,7 +7,10 @@ Timestamps are integer ``time.perf_counter_ns()`` values taken on the client:
   ``reasoning_content``): the arrival time of the network read that brought it (events read
   together share a timestamp); ``first_token_ns`` is its first element and ``end_ns`` its last, so the
   trailing usage chunk and ``[DONE]`` never extend latency;
-- ``done_ns``: when the stream ended (``[DONE]`` or an error).
+- ``done_ns``: when the stream ended (``[DONE]`` or an error);
+- ``stamp_source``: ``kernel`` when every read of the answer carried a kernel receive stamp (``chunk_ns`` is
+  then the arrival of each read's newest data, whatever the client's scheduling delay), ``clock`` when the
+  process's clock dated the reads (:mod:`alflow.loadgen.rxstamp`).
 
 Token counts come from the server's ``usage``; ``error`` is None for a successful request.
 
@@ -61,6 +64,7 @@ RECORD_SCHEMA: Final[dict[str, pl.DataType]] = {
     "spec_accepted_drafts": pl.Int64(),
     "spec_draft_tokens": pl.Int64(),
     "spec_accept_hist": pl.List(pl.Int64()),
+    "stamp_source": pl.String(),
 }
 
 
@@ -93,6 +97,9 @@ class RequestRecord:
     """vLLM ``num_draft_tokens``: draft tokens proposed for this request (None: not reported)."""
     spec_accept_hist: list[int] | None = None
     """vLLM ``acceptance_histogram``: this request's verify steps by drafts accepted (index j: exactly j)."""
+    stamp_source: str | None = None
+    """Where ``chunk_ns`` came from: ``kernel`` (each read's kernel receive stamp, :mod:`alflow.loadgen.rxstamp`)
+    or ``clock`` (the process's clock when it read); None: no answer (or a run stored before the column)."""
 
     @property
     def ok(self) -> bool:

@@ -28,13 +28,13 @@ from alflow.errors import AlflowError, InvalidInputError
 from alflow.loadgen.client import (
     AiohttpTransport,
     Clock,
-    FastTransport,
     FatalRequestError,
     Transport,
     auth_headers,
     stream_request,
 )
 from alflow.loadgen.endpoints import Endpoint, Sampling, get_endpoint
+from alflow.loadgen.fast import FastTransport
 from alflow.loadgen.records import RequestRecord
 
 log = logging.getLogger(__name__)

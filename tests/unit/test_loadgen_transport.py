@@ -9,8 +9,9 @@ from collections.abc import Callable, Sequence
 import orjson
 import pytest
 
-from alflow.loadgen.client import AiohttpTransport, FastTransport, FatalRequestError, stream_request
+from alflow.loadgen.client import AiohttpTransport, FatalRequestError, stream_request
 from alflow.loadgen.endpoints import CompletionsEndpoint
+from alflow.loadgen.fast import FastTransport
 from alflow.loadgen.records import RequestRecord
 
 Reply = Callable[[int], Sequence[bytes]]  # request number -> pieces to write (each its own write)
@@ -92,6 +93,12 @@ class RawServer:
         self.server.close()
 
 
+@pytest.fixture(params=[True, False], ids=["kernel-stamps", "clock"])
+def fast(request: pytest.FixtureRequest) -> FastTransport:
+    """The fast transport both ways: reading its sockets with kernel receive stamps (Linux), and on the clock."""
+    return FastTransport(kernel_stamps=bool(request.param))
+
+
 async def send(transport: object, url: str, timeout_s: float | None = 5.0) -> RequestRecord:
     rec = RequestRecord(request_id=0, session_id="s")
     await stream_request(transport, url, b"{}", CompletionsEndpoint(), rec, timeout_s=timeout_s)  # type: ignore[arg-type]
@@ -99,10 +106,9 @@ async def send(transport: object, url: str, timeout_s: float | None = 5.0) -> Re
 
 
 @pytest.mark.parametrize("piece", [1, 2, 5, 13, 10_000])
-async def test_chunked_stream_split_at_any_byte(piece: int) -> None:
+async def test_chunked_stream_split_at_any_byte(piece: int, fast: FastTransport) -> None:
     wire = HEAD_CHUNKED + chunked(sse("a", "b", "c", usage=3))
     pieces = [wire[i : i + piece] for i in range(0, len(wire), piece)]
-    fast = FastTransport()
     async with RawServer(lambda n: pieces) as url:
         rec = await send(fast, url)
         rec2 = await send(fast, url)  # same connection, after the trailer was consumed
@@ -114,10 +120,9 @@ async def test_chunked_stream_split_at_any_byte(piece: int) -> None:
         assert len(r.chunk_ns) == 3
 
 
-async def test_one_chunk_per_read_fast_path() -> None:
+async def test_one_chunk_per_read_fast_path(fast: FastTransport) -> None:
     events = [sse("a", done=False), sse("b", done=False), sse(usage=2, done=False), b"data: [DONE]\n\n"]
     pieces = [HEAD_CHUNKED] + [b"%x\r\n%b\r\n" % (len(e), e) for e in events] + [b"0\r\n\r\n"]
-    fast = FastTransport()
     async with RawServer(lambda n: pieces, delay_s=0.005) as url:
         rec = await send(fast, url)
         again = await send(fast, url)
@@ -130,9 +135,8 @@ async def test_one_chunk_per_read_fast_path() -> None:
         assert r.chunk_ns[1] - r.chunk_ns[0] >= 4_000_000  # separate reads, 5 ms apart
 
 
-async def test_keep_alive_reuses_one_connection() -> None:
+async def test_keep_alive_reuses_one_connection(fast: FastTransport) -> None:
     srv = RawServer(lambda n: [HEAD_CHUNKED, chunked(sse("x", usage=1))])
-    fast = FastTransport()
     async with srv as url:
         for _ in range(5):
             assert (await send(fast, url)).ok
@@ -141,9 +145,8 @@ async def test_keep_alive_reuses_one_connection() -> None:
     assert srv.connections == 1
 
 
-async def test_closed_idle_connections_are_not_reused() -> None:
+async def test_closed_idle_connections_are_not_reused(fast: FastTransport) -> None:
     srv = RawServer(lambda n: [HEAD_CHUNKED, chunked(sse("x", usage=1))], close_after=True)
-    fast = FastTransport()
     async with srv as url:
         for _ in range(3):
             rec = await send(fast, url)
@@ -153,10 +156,9 @@ async def test_closed_idle_connections_are_not_reused() -> None:
     assert srv.connections == 3
 
 
-async def test_a_stale_keep_alive_connection_is_retried_once_on_a_new_one() -> None:
+async def test_a_stale_keep_alive_connection_is_retried_once_on_a_new_one(fast: FastTransport) -> None:
     ok = [HEAD_CHUNKED, chunked(sse("x", usage=1))]
     srv = RawServer(lambda n: [] if n == 1 else ok)  # the 2nd request finds its connection dropped
-    fast = FastTransport()
     async with srv as url:
         first = await send(fast, url)
         second = await send(fast, url)
@@ -167,14 +169,13 @@ async def test_a_stale_keep_alive_connection_is_retried_once_on_a_new_one() -> N
     assert srv.connections == 2
 
 
-async def test_content_length_and_close_delimited_bodies() -> None:
+async def test_content_length_and_close_delimited_bodies(fast: FastTransport) -> None:
     body = sse("p", "q", usage=2)
     cl = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%b" % (
         len(body),
         body,
     )
     eof = b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n" + body
-    fast = FastTransport()
     async with RawServer(lambda n: [cl]) as url:
         assert (await send(fast, url)).text == "pq"
     async with RawServer(lambda n: [eof[:20], eof[20:]], close_after=True) as url:
@@ -184,14 +185,13 @@ async def test_content_length_and_close_delimited_bodies() -> None:
     await fast.close()
 
 
-async def test_error_status_bodies_and_fatal_statuses() -> None:
+async def test_error_status_bodies_and_fatal_statuses(fast: FastTransport) -> None:
     err = b'{"error": {"message": "bad prompt"}}'
     r400 = b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%b" % (
         len(err),
         err,
     )
     r404 = b"HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 9\r\n\r\nNot Found"
-    fast = FastTransport()
     async with RawServer(lambda n: [r400] if n == 0 else [r404]) as url:
         rec = await send(fast, url)
         assert rec.error is not None
@@ -202,8 +202,7 @@ async def test_error_status_bodies_and_fatal_statuses() -> None:
     await fast.close()
 
 
-async def test_lost_connection_mid_stream_and_timeout_fail_the_request() -> None:
-    fast = FastTransport()
+async def test_lost_connection_mid_stream_and_timeout_fail_the_request(fast: FastTransport) -> None:
     partial = HEAD_CHUNKED + chunked(sse("a", done=False))[:-5]
     async with RawServer(lambda n: [partial], close_after=True) as url:
         rec = await send(fast, url)
@@ -223,10 +222,9 @@ def _free_port() -> int:
 
 
 @pytest.mark.parametrize("kind", ["fast", "aiohttp"])
-async def test_unreachable_is_fatal_for_both_transports(kind: str) -> None:
+async def test_unreachable_is_fatal_for_both_transports(kind: str, fast: FastTransport) -> None:
     url = f"http://127.0.0.1:{_free_port()}/v1/completions"
     if kind == "fast":
-        fast = FastTransport()
         with pytest.raises(FatalRequestError, match="cannot reach"):
             await send(fast, url)
         await fast.close()
@@ -264,9 +262,8 @@ async def test_aiohttp_transport_reads_the_same_wire() -> None:
     ids=["bad-length", "two-lengths", "bad-chunk-size", "chunk-overrun", "bad-protocol", "bad-status"],
 )
 async def test_a_malformed_response_fails_the_request_naming_it_and_drops_the_connection(
-    wire: bytes, why: str
+    wire: bytes, why: str, fast: FastTransport
 ) -> None:
-    fast = FastTransport()
     srv = RawServer(lambda n: [wire] if n == 0 else [HEAD_CHUNKED, chunked(sse("ok", usage=1))])
     async with srv as url:
         bad = await send(fast, url)
@@ -280,8 +277,9 @@ async def test_a_malformed_response_fails_the_request_naming_it_and_drops_the_co
     assert srv.connections == 2
 
 
-async def test_an_early_close_before_the_head_ends_or_inside_a_length_delimited_body_fails() -> None:
-    fast = FastTransport()
+async def test_an_early_close_before_the_head_ends_or_inside_a_length_delimited_body_fails(
+    fast: FastTransport,
+) -> None:
     async with RawServer(lambda n: [b"HTTP/1.1 200 OK\r\nContent-Type: text/ev"], close_after=True) as url:
         cut_head = await send(fast, url)
     body = sse("a", "b", usage=2)
