@@ -35,6 +35,7 @@ from alflow.loadgen.client import (
 )
 from alflow.loadgen.endpoints import Endpoint, Sampling, get_endpoint
 from alflow.loadgen.fast import FastTransport
+from alflow.loadgen.monitor import ClientLoad, LoadMonitor
 from alflow.loadgen.records import RequestRecord
 
 log = logging.getLogger(__name__)
@@ -157,6 +158,8 @@ class LoadResult:
     measure_end_ns: int
     wall_start_s: float
     wall_end_s: float
+    client_load: ClientLoad | None = None
+    """How busy the client was over the measured phase (:mod:`alflow.loadgen.monitor`); None before it began."""
 
     @property
     def duration_s(self) -> float:
@@ -199,6 +202,8 @@ class _Run:
         self.slots = asyncio.Semaphore(spec.concurrency)
         self.in_flight: dict[int, RequestRecord] = {}  # by id(): records compare by value
         self.tasks: set[asyncio.Task[None]] = set()
+        self.monitor: LoadMonitor | None = None
+        """Set for the measured phase: sessions opened and closed are counted, the loop's lag probed."""
 
     async def watch_stalls(self, stall_s: float) -> None:
         """Abort the run when no open stream received anything (or started) for ``stall_s`` seconds."""
@@ -233,6 +238,9 @@ class _Run:
 
     async def session(self, session: Session, *, warmup: bool) -> None:
         history: list[Mapping[str, str]] = list(session.prefix_messages)
+        monitor = None if warmup else self.monitor
+        if monitor is not None:
+            monitor.opened()
         try:
             for i, turn in enumerate(session.turns):
                 body = orjson.dumps(
@@ -280,6 +288,8 @@ class _Run:
                     f"unexpected {type(exc).__name__} in session {session.session_id}: {exc}"
                 )
         finally:
+            if monitor is not None:
+                monitor.closed()
             self.slots.release()
             if self.progress is not None:
                 self.progress.advance()
@@ -385,9 +395,16 @@ async def _run_with(
     wall_start = time.time()
     start_ns = end_ns = clock()
 
+    load: list[ClientLoad] = []
+
     def result() -> LoadResult:
         measured = [r.done_ns for r in run.records if not r.warmup and r.done_ns is not None]
-        return LoadResult(run.records, start_ns, max(measured, default=end_ns), wall_start, time.time())
+        end = max(measured, default=end_ns)
+        return LoadResult(run.records, start_ns, end, wall_start, time.time(), load[0] if load else None)
+
+    async def stop_monitor() -> None:
+        if run.monitor is not None and not load:
+            load.append(await run.monitor.stop())
 
     watcher = asyncio.create_task(run.watch_stalls(spec.stall_timeout_s)) if spec.stall_timeout_s else None
     try:
@@ -402,15 +419,22 @@ async def _run_with(
                 progress.start(count, "measured")
             start_ns = end_ns = clock()
             wall_start = time.time()
+            run.monitor = LoadMonitor(spec.concurrency)
+            run.monitor.start()
             await run.phase(sessions, count, warmup=False)
             end_ns = clock()
+            await stop_monitor()
     except Exception as exc:
+        await stop_monitor()
         raise LoadAbortedError(f"load run aborted: {exc!r}", result()) from exc
     finally:
+        if run.monitor is not None:
+            run.monitor.cancel()  # interrupted (cancelled): no probe outlives the run
         if watcher is not None:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
+    await stop_monitor()
     if run.fatal is not None:
         raise LoadAbortedError(str(run.fatal), result()) from run.fatal
     return result()
