@@ -82,6 +82,8 @@ def m2_point(
         message = "; ".join([message, *note_warnings(m.spec_stats.note)])
     c = m.client
     stats = m.spec_stats
+    timing = c.timing
+    load = None if timing is None else timing.load
     point = M2Point(
         concurrency=concurrency,
         k=k,
@@ -115,6 +117,13 @@ def m2_point(
         histogram_observed=details.histogram_observed,
         histogram_expected=details.histogram_expected,
         repeat=repeat,
+        client_verdict=None if timing is None else timing.verdict,
+        client_reasons=None if timing is None or not timing.reasons else "; ".join(timing.reasons),
+        itl_note=None if timing is None else timing.itl_note,
+        stamp_source=None if timing is None else timing.stamp_source,
+        coalesced_share=None if timing is None else timing.coalesced_share,
+        client_cpu_share=None if load is None else load.cpu_share,
+        loop_lag_p99_ms=None if load is None else load.lag_p99_ms,
     )
     return point, failures
 

@@ -2,7 +2,7 @@
 
 A client that is not scheduled in time reads late: every event that waited in the socket meanwhile gets that
 late read's time, so its gaps to the next event read 0 and the gap before it is too long
-(:mod:`alflow.loadgen.rxstamp`, :mod:`alflow.loadgen.timing`). :class:`LoadMonitor` watches the measured phase
+(:mod:`alflow.loadgen.rxstamp`, :mod:`alflow.metrics.timing`). :class:`LoadMonitor` watches the measured phase
 from inside the event loop:
 
 - **loop lag**: a probe sleeps :data:`LAG_INTERVAL_S` and records how much later than asked it woke up (the
@@ -12,7 +12,7 @@ from inside the event loop:
 - **streams in flight**: the most sessions open at once and their time-weighted mean, against the
   configured concurrency (a client that cannot start sessions fast enough never reaches it).
 
-It returns a :class:`ClientLoad`; :func:`alflow.loadgen.timing.client_verdict` judges it. No Prefect here.
+It returns a :class:`~alflow.metrics.timing.ClientLoad`; :func:`alflow.metrics.timing.client_timing` judges it. No Prefect here.
 """
 
 from __future__ import annotations
@@ -20,89 +20,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from dataclasses import dataclass
 from typing import Final
+
+from alflow.metrics.timing import ClientLoad
 
 LAG_INTERVAL_S: Final = 0.01
 """The lag probe's sleep: 100 wake-ups a second (a few microseconds of CPU each)."""
 _MAX_LAG_SAMPLES: Final = 200_000
 """About 33 minutes of probes; later ones replace a random earlier one (reservoir), so memory stays bounded."""
-
-
-@dataclass(frozen=True)
-class ClientLoad:
-    """The client's load over one measured phase (one process, or several merged by :meth:`merge`)."""
-
-    wall_s: float
-    cpu_s: float
-    """CPU seconds (user + system) the client process(es) used over the phase."""
-    lag_samples: int
-    lag_p50_ms: float | None
-    lag_p99_ms: float | None
-    lag_max_ms: float | None
-    concurrency: int
-    """The configured number of sessions in flight (summed over processes)."""
-    in_flight_max: int
-    in_flight_mean: float
-    """Time-weighted mean of sessions in flight over the phase."""
-    processes: int = 1
-
-    @property
-    def cpu_share(self) -> float | None:
-        """CPU seconds per wall second per process (1.0: each process kept one core busy); None for an empty phase."""
-        if self.wall_s <= 0:
-            return None
-        return self.cpu_s / self.wall_s / self.processes
-
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready form."""
-        share = self.cpu_share
-        return {
-            "wall_s": round(self.wall_s, 3),
-            "cpu_s": round(self.cpu_s, 3),
-            "cpu_share": None if share is None else round(share, 4),
-            "lag_samples": self.lag_samples,
-            "lag_p50_ms": _round(self.lag_p50_ms),
-            "lag_p99_ms": _round(self.lag_p99_ms),
-            "lag_max_ms": _round(self.lag_max_ms),
-            "concurrency": self.concurrency,
-            "in_flight_max": self.in_flight_max,
-            "in_flight_mean": round(self.in_flight_mean, 3),
-            "processes": self.processes,
-        }
-
-    @staticmethod
-    def merge(parts: list[ClientLoad]) -> ClientLoad:
-        """Several processes' loads as one: CPU, concurrency and streams summed; the worst lag of any process.
-
-        Percentiles are not additive: the merged p50/p99 are the largest of the processes' (the verdict asks
-        whether *any* process read late).
-        """
-        if not parts:
-            raise ValueError("no client load to merge")
-        if len(parts) == 1:
-            return parts[0]
-
-        def worst(values: list[float | None]) -> float | None:
-            known = [v for v in values if v is not None]
-            return max(known) if known else None
-
-        return ClientLoad(
-            wall_s=max(p.wall_s for p in parts),
-            cpu_s=sum(p.cpu_s for p in parts),
-            lag_samples=sum(p.lag_samples for p in parts),
-            lag_p50_ms=worst([p.lag_p50_ms for p in parts]),
-            lag_p99_ms=worst([p.lag_p99_ms for p in parts]),
-            lag_max_ms=worst([p.lag_max_ms for p in parts]),
-            concurrency=sum(p.concurrency for p in parts),
-            in_flight_max=sum(p.in_flight_max for p in parts),
-            in_flight_mean=sum(p.in_flight_mean for p in parts),
-            processes=sum(p.processes for p in parts),
-        )
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 3)
 
 
 def _percentile(ordered: list[float], q: float) -> float:
@@ -116,8 +41,13 @@ def _percentile(ordered: list[float], q: float) -> float:
 class LoadMonitor:
     """Watches one phase: call :meth:`start`, :meth:`opened`/:meth:`closed` per session, then :meth:`stop`."""
 
-    def __init__(self, concurrency: int, *, interval_s: float = LAG_INTERVAL_S) -> None:
+    def __init__(
+        self, concurrency: int, *, closed_loop: bool = True, interval_s: float = LAG_INTERVAL_S
+    ) -> None:
         self.concurrency = concurrency
+        self.closed_loop = closed_loop
+        self._full_area: float | None = None
+        self._full_s: float | None = None
         self.interval_s = interval_s
         self._lags: list[float] = []
         self._seen = 0
@@ -146,6 +76,13 @@ class LoadMonitor:
         """A session ended."""
         self._account()
         self._open -= 1
+
+    def all_started(self) -> None:
+        """Every session of the phase has been started: the in-flight mean stops here (the tail drains)."""
+        if self._full_area is None:
+            self._account()
+            self._full_area = self._area
+            self._full_s = time.monotonic() - self._wall0
 
     def _account(self) -> None:
         now = time.monotonic()
@@ -190,6 +127,7 @@ class LoadMonitor:
         wall = time.monotonic() - self._wall0
         cpu = time.process_time() - self._cpu0
         ordered = sorted(self._lags)
+        area, span = (self._area, wall) if self._full_area is None else (self._full_area, self._full_s or 0.0)
         return ClientLoad(
             wall_s=wall,
             cpu_s=cpu,
@@ -199,5 +137,6 @@ class LoadMonitor:
             lag_max_ms=ordered[-1] if ordered else None,
             concurrency=self.concurrency,
             in_flight_max=self._max_open,
-            in_flight_mean=self._area / wall if wall > 0 else 0.0,
+            in_flight_mean=area / span if span > 0 else 0.0,
+            closed_loop=self.closed_loop,
         )

@@ -30,6 +30,7 @@ import polars as pl
 
 from alflow.errors import InvalidInputError
 from alflow.jsonutil import note_nonfinite
+from alflow.metrics.timing import ClientLoad, ClientTiming, client_timing
 
 log = logging.getLogger(__name__)
 
@@ -248,6 +249,9 @@ class ClientSummary:
     output_throughput_per_decode_gpu: float | None = None
     input_throughput_per_prefill_gpu: float | None = None
     errors: tuple[tuple[str, int], ...] = ()
+    timing: ClientTiming | None = None
+    """Whether the timestamps carry ITL percentiles and whether the client was the bottleneck
+    (:mod:`alflow.metrics.timing`); ``itl`` holds only the mean when they do not."""
 
     @property
     def all_ok(self) -> bool:
@@ -272,6 +276,10 @@ class ClientSummary:
             out["request_goodput"] = self.request_goodput
         for name, unit in _LATENCY_UNITS:
             out.update(getattr(self, name).items(name, unit))
+        if self.timing is not None:
+            if self.timing.itl_note is not None:
+                out["itl_ms_note"] = f"ITL median, std and percentiles not measurable: {self.timing.itl_note}"
+            out["client_verdict"] = self.timing.verdict
         note_nonfinite(
             out,
             "tpot_ms = 0 for a request (its output after the first chunk came all at once)",
@@ -289,6 +297,8 @@ class ClientSummary:
             out["input_throughput_per_prefill_gpu"] = self.input_throughput_per_prefill_gpu
         if self.errors:
             out["errors"] = dict(self.errors)
+        if self.timing is not None:
+            out["client_timing"] = self.timing.to_dict()
         return out
 
 
@@ -299,8 +309,13 @@ def summarize(
     percentiles: Sequence[float] = DEFAULT_PERCENTILES,
     slo: SLO | None = None,
     gpus: GpuLayout | None = None,
+    client_load: ClientLoad | None = None,
 ) -> ClientSummary:
     """Run-level client metrics from records of the measured phase (warm-up rows are dropped).
+
+    The timestamps are judged (:func:`alflow.metrics.timing.client_timing`, with the client's ``client_load``
+    when the run measured it): where they cannot carry inter-token gaps, the ITL median, std and percentiles
+    are None (``itl_ms_note`` says why) and only the mean, which coalescing leaves intact, is kept.
 
     Latency statistics use successful requests only; ``failed`` counts the others and
     ``errors`` holds their distinct messages with counts, most frequent first, at most 10 (a run
@@ -335,6 +350,10 @@ def summarize(
         counts = failed.group_by("error").len().sort(["len", "error"], descending=[True, False]).head(10)
         errors = tuple((str(e), int(n)) for e, n in counts.iter_rows())
     later_chunks = chunks - ok.height
+    timing = client_timing(records, client_load)
+    itl = LatencyStats.of(ok["itl_ms"].explode(), percentiles)
+    if not timing.itl_measurable:
+        itl = LatencyStats(itl.mean, None, None, tuple((p, None) for p, _ in itl.percentiles))
     return ClientSummary(
         duration=duration_s,
         completed=ok.height,
@@ -346,7 +365,7 @@ def summarize(
         total_token_throughput=(total_in + total_out) / duration_s,
         ttft=LatencyStats.of(ok["ttft_ms"], percentiles),
         tpot=LatencyStats.of(ok["tpot_ms"], percentiles),
-        itl=LatencyStats.of(ok["itl_ms"].explode(), percentiles),
+        itl=itl,
         e2el=LatencyStats.of(ok["e2el_ms"], percentiles),
         interactivity=LatencyStats.of(ok["interactivity"], percentiles),
         total_chunks=chunks,
@@ -361,4 +380,5 @@ def summarize(
         output_throughput_per_decode_gpu=per_decode,
         input_throughput_per_prefill_gpu=per_prefill,
         errors=errors,
+        timing=timing,
     )

@@ -57,6 +57,21 @@ class M2Point:
     repeat: int = 0
     """Which repeat of its (K, concurrency) this point is, 0-based (``BenchmarkParams.repeats``): each repeat is
     its own measurement window; rows written before repeats existed read as 0."""
+    client_verdict: str | None = None
+    """``client-bound`` when the load generator was the bottleneck at this point (its throughput measured the
+    client, not the server), ``ok`` when not (:mod:`alflow.metrics.timing`); None in rows written before."""
+    client_reasons: str | None = None
+    """Why the point is client-bound (CPU share, loop lag, streams in flight); None when it is not."""
+    itl_note: str | None = None
+    """Why the ITL median and percentiles are not measurable at this point (None: they are)."""
+    stamp_source: str | None = None
+    """``kernel`` (kernel receive stamps), ``clock``, or ``mixed``: what dated the client's reads."""
+    coalesced_share: float | None = None
+    """Share of output chunks that arrived in one read with another chunk of the same request."""
+    client_cpu_share: float | None = None
+    """The client's CPU seconds per wall second per process over the measured phase."""
+    loop_lag_p99_ms: float | None = None
+    """The client's event-loop lag, p99 over 10 ms probes."""
 
     def to_dict(self) -> dict[str, Any]:
         """The row as stored (``spec_stats.parquet``, ``summary.json``'s points); sequences as lists."""

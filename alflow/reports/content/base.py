@@ -60,7 +60,7 @@ class Section:
     figures: list[Figure] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    status: str | None = None  # "pass" or "fail" colours the section heading
+    status: str | None = None  # "pass", "fail" or "warn" marks the section heading
 
 
 @dataclass

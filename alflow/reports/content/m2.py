@@ -63,6 +63,7 @@ def points_table(points: Sequence[M2Point]) -> Table:
             "p99 TTFT ms",
             "completed",
             "failed",
+            "client",
         ],
         [
             [
@@ -77,11 +78,35 @@ def points_table(points: Sequence[M2Point]) -> Table:
                 fmt(p.p99_ttft_ms, 1),
                 fmt(p.completed),
                 fmt(p.failed),
+                client_cell(p),
             ]
             for p in points
         ],
-        numeric=[True, False, True, True, True, True, True, True, True, True, True],
+        numeric=[True, False, True, True, True, True, True, True, True, True, True, False],
     )
+
+
+def client_cell(p: M2Point) -> str:
+    """The point's client verdict as a table cell: ``ok``, ``CLIENT-BOUND``, plus the stamp source; ``n/a`` before."""
+    if p.client_verdict is None:
+        return "n/a"
+    verdict = "CLIENT-BOUND" if p.client_verdict == "client-bound" else p.client_verdict
+    return f"{verdict} ({p.stamp_source} stamps)" if p.stamp_source else verdict
+
+
+def client_notes(points: Sequence[M2Point]) -> list[str]:
+    """One note per point whose client was the bottleneck or whose ITL percentiles are not measurable."""
+    notes = []
+    for p in points:
+        where = f"K={p.k} concurrency {p.concurrency}" + (f" repeat {p.repeat + 1}" if p.repeat else "")
+        if p.client_verdict == "client-bound":
+            notes.append(
+                f"{where}: the load generator was the bottleneck ({p.client_reasons}); its throughput and "
+                "latencies measured the client, not the server: split the load over more client processes"
+            )
+        if p.itl_note:
+            notes.append(f"{where}: ITL median and percentiles not measurable: {p.itl_note}")
+    return notes
 
 
 def build_m2(run: StoredRun) -> Report:
@@ -119,6 +144,9 @@ def build_m2(run: StoredRun) -> Report:
     sec.tables.append(points_table(points))
     report.sections.append(sec)
     report.sections.append(_latency_section(run, points))
+    notes = client_notes(points)
+    if notes:
+        report.sections.append(Section("Client timing", notes=notes, status="warn"))
     report.sections.append(_audit_section(run, points))
     report.sections.append(shape_section(points))
     if failures:
@@ -154,6 +182,16 @@ def _latency_section(run: StoredRun, points: Sequence[M2Point]) -> Section:
         "From the request records (measured phase, successful requests): p50, p90 and p99 per concurrency."
     )
     rows = lat.to_dicts()
+    unmeasurable = sorted({p.concurrency for p in points if p.itl_note})
+    if unmeasurable:
+        for r in rows:
+            if r["concurrency"] in unmeasurable:
+                r.update({key: None for key in r if key.endswith("_itl_ms")})
+        sec.paragraphs.append(
+            "ITL percentiles are left out (n/a) at concurrency "
+            + ", ".join(str(c) for c in unmeasurable)
+            + ": the client's reads there carried several chunks at once (see Client timing)."
+        )
     for metric, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2E latency")):
         series = [
             svg.Series(

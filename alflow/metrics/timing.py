@@ -1,0 +1,253 @@
+"""Whether the client's timestamps can carry inter-token latencies, and whether the client was the bottleneck.
+
+Two things spoil a stream's inter-chunk gaps when the client is late (:mod:`alflow.loadgen.rxstamp`):
+
+- **coalescing**: events that queued in the socket arrive in one read and share its timestamp, so the gaps
+  between them read 0 and the gap before them covers several tokens. It is read off the records: a chunk is
+  *coalesced* when its timestamp equals a neighbour's in the same request, and a gap is *distorted* when it
+  lies inside such a group or leads into one. Kernel stamps do not undo it (TCP merges queued segments and
+  keeps the newest stamp).
+- **lateness without coalescing**: a read of a single event dated by the process's clock is late by the
+  loop's lag, which lengthens one gap and shortens the next. Kernel stamps undo exactly this.
+
+The rules (constants below, each with its reason):
+
+- ITL percentiles are *not measurable* when more than :data:`ITL_DISTORTED_MAX` of the gaps are distorted, or
+  when the reads were dated by the clock while the event loop's p99 lag exceeded :data:`CLOCK_LAG_P99_MAX_MS`.
+  The mean ITL stays: coalescing moves time between gaps but keeps their sum (``e2el - ttft``).
+- The client was the **bottleneck** (verdict ``client-bound``) when its process used at least
+  :data:`CPU_SHARE_MAX` of a core, its loop's p99 lag reached :data:`LAG_P99_SATURATED_MS`, or, with every
+  slot meant to be busy (no request rate), fewer than :data:`IN_FLIGHT_MIN_SHARE` of the configured streams
+  were in flight on average while sessions waited to start.
+
+No Prefect here; :func:`alflow.metrics.client.summarize` applies it and ``summary.json`` stores it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import polars as pl
+
+ITL_DISTORTED_MAX: Final = 0.01
+"""A p99 rests on the top 1% of gaps: with more than 1% of the gaps distorted, distorted gaps alone can be that
+whole tail (and a median needs far fewer: 51-64% zero gaps were measured on a busy 2-core client, issue #34)."""
+CLOCK_LAG_P99_MAX_MS: Final = 1.0
+"""A clock-dated gap is off by the difference of two reads' lags: up to about 2x the lag. The timing target is a
+p99 ITL error under 2 ms, so the loop's p99 lag must stay under 1 ms for clock-dated percentiles to be shown."""
+CPU_SHARE_MAX: Final = 0.9
+"""A single-threaded client at 90% of a core has no headroom: reads queue behind the loop's own work."""
+LAG_P99_SATURATED_MS: Final = 10.0
+"""One in a hundred wake-ups later than 10 ms: at a 10 ms ITL (fast decode) events start to queue in the
+socket, which is coalescing."""
+IN_FLIGHT_MIN_SHARE: Final = 0.95
+"""Closed loop: a finished session's slot is refilled at once, so the mean in flight sits at the configured
+concurrency; below 95% the client is slow to start sessions (aiperf kept 174 of 256 streams open, issue #34)."""
+
+
+@dataclass(frozen=True)
+class ClientLoad:
+    """The client's load over one measured phase (one process, or several merged by :meth:`merge`)."""
+
+    wall_s: float
+    cpu_s: float
+    """CPU seconds (user + system) the client process(es) used over the phase."""
+    lag_samples: int
+    lag_p50_ms: float | None
+    lag_p99_ms: float | None
+    lag_max_ms: float | None
+    concurrency: int
+    """The configured number of sessions in flight (summed over processes)."""
+    in_flight_max: int
+    in_flight_mean: float
+    """Time-weighted mean of sessions in flight while sessions still waited to start (the whole phase when
+    the run never ran out of sessions to start; the tail, where fewer remain than slots, is left out)."""
+    processes: int = 1
+    closed_loop: bool = True
+    """No request rate: every slot is meant to be busy, so fewer streams in flight means a slow client."""
+
+    @property
+    def cpu_share(self) -> float | None:
+        """CPU seconds per wall second per process (1.0: each process kept one core busy); None for an empty phase."""
+        if self.wall_s <= 0:
+            return None
+        return self.cpu_s / self.wall_s / self.processes
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready form."""
+        share = self.cpu_share
+        return {
+            "wall_s": round(self.wall_s, 3),
+            "cpu_s": round(self.cpu_s, 3),
+            "cpu_share": None if share is None else round(share, 4),
+            "lag_samples": self.lag_samples,
+            "lag_p50_ms": _round(self.lag_p50_ms),
+            "lag_p99_ms": _round(self.lag_p99_ms),
+            "lag_max_ms": _round(self.lag_max_ms),
+            "concurrency": self.concurrency,
+            "in_flight_max": self.in_flight_max,
+            "in_flight_mean": round(self.in_flight_mean, 3),
+            "processes": self.processes,
+            "closed_loop": self.closed_loop,
+        }
+
+    @staticmethod
+    def merge(parts: list[ClientLoad]) -> ClientLoad:
+        """Several processes' loads as one: CPU, concurrency and streams summed; the worst lag of any process.
+
+        Percentiles are not additive: the merged p50/p99 are the largest of the processes' (the verdict asks
+        whether *any* process read late).
+        """
+        if not parts:
+            raise ValueError("no client load to merge")
+        if len(parts) == 1:
+            return parts[0]
+
+        def worst(values: list[float | None]) -> float | None:
+            known = [v for v in values if v is not None]
+            return max(known) if known else None
+
+        return ClientLoad(
+            wall_s=max(p.wall_s for p in parts),
+            cpu_s=sum(p.cpu_s for p in parts),
+            lag_samples=sum(p.lag_samples for p in parts),
+            lag_p50_ms=worst([p.lag_p50_ms for p in parts]),
+            lag_p99_ms=worst([p.lag_p99_ms for p in parts]),
+            lag_max_ms=worst([p.lag_max_ms for p in parts]),
+            concurrency=sum(p.concurrency for p in parts),
+            in_flight_max=sum(p.in_flight_max for p in parts),
+            in_flight_mean=sum(p.in_flight_mean for p in parts),
+            processes=sum(p.processes for p in parts),
+            closed_loop=all(p.closed_loop for p in parts),
+        )
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+@dataclass(frozen=True)
+class ClientTiming:
+    """The judgement of one measured phase's timestamps and client load."""
+
+    stamp_source: str
+    """``kernel``, ``clock``, ``mixed`` (some of each) or ``none`` (no successful request)."""
+    chunks: int
+    coalesced_chunks: int
+    gaps: int
+    distorted_gaps: int
+    load: ClientLoad | None
+    client_bound: bool
+    reasons: tuple[str, ...]
+    """Why the client was the bottleneck (empty when it was not)."""
+    itl_measurable: bool
+    itl_note: str | None
+    """Why ITL percentiles are not shown (None when they are)."""
+
+    @property
+    def verdict(self) -> str:
+        """``client-bound`` when the client was the bottleneck, else ``ok``."""
+        return "client-bound" if self.client_bound else "ok"
+
+    @property
+    def coalesced_share(self) -> float | None:
+        """Share of output chunks that arrived in a read with another chunk of the same request."""
+        return self.coalesced_chunks / self.chunks if self.chunks else None
+
+    @property
+    def distorted_share(self) -> float | None:
+        """Share of inter-chunk gaps inside or leading into a coalesced read."""
+        return self.distorted_gaps / self.gaps if self.gaps else None
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready form (``summary.json``'s ``client_timing``)."""
+        coalesced, distorted = self.coalesced_share, self.distorted_share
+        return {
+            "verdict": self.verdict,
+            "reasons": list(self.reasons),
+            "stamp_source": self.stamp_source,
+            "chunks": self.chunks,
+            "coalesced_chunks": self.coalesced_chunks,
+            "coalesced_share": None if coalesced is None else round(coalesced, 6),
+            "gaps": self.gaps,
+            "distorted_gaps": self.distorted_gaps,
+            "distorted_share": None if distorted is None else round(distorted, 6),
+            "itl_measurable": self.itl_measurable,
+            "itl_note": self.itl_note,
+            "client_load": None if self.load is None else self.load.to_dict(),
+        }
+
+
+def _stamp_source(sources: pl.Series) -> str:
+    known = {("clock" if s is None else str(s)) for s in sources.to_list()}
+    if not known:
+        return "none"
+    return known.pop() if len(known) == 1 else "mixed"
+
+
+def coalescing(chunk_ns: pl.Series) -> tuple[int, int, int, int]:
+    """(chunks, coalesced chunks, gaps, distorted gaps) of a ``chunk_ns`` list column (one list per request)."""
+    frame = (
+        pl.DataFrame({"chunk_ns": chunk_ns}).with_row_index("r").explode("chunk_ns").drop_nulls("chunk_ns")
+    )
+    if frame.height == 0:
+        return 0, 0, 0, 0
+    frame = frame.with_columns(d=pl.col("chunk_ns").diff().over("r"))
+    frame = frame.with_columns(
+        g=(pl.col("d").is_null() | (pl.col("d") != 0)).cast(pl.Int64).cum_sum().over("r")
+    )
+    groups = frame.group_by("r", "g").agg(n=pl.len(), lead=pl.col("d").first().is_not_null())
+    merged = groups.filter(pl.col("n") > 1)
+    chunks = frame.height
+    gaps = int(frame["d"].is_not_null().sum())
+    coalesced = int(merged["n"].sum()) if merged.height else 0
+    distorted = (coalesced - merged.height) + int(merged["lead"].sum()) if merged.height else 0
+    return chunks, coalesced, gaps, distorted
+
+
+def client_timing(records: pl.DataFrame, load: ClientLoad | None) -> ClientTiming:
+    """Judge the successful, measured requests of ``records`` (a records frame) and the client's ``load``."""
+    ok = records.filter(pl.col("error").is_null() & ~pl.col("warmup").fill_null(value=False))
+    source = _stamp_source(ok["stamp_source"]) if "stamp_source" in ok.columns else "clock"
+    chunks, coalesced, gaps, distorted = coalescing(ok["chunk_ns"])
+    notes: list[str] = []
+    if gaps and distorted / gaps > ITL_DISTORTED_MAX:
+        notes.append(
+            f"{distorted / gaps:.1%} of inter-chunk gaps lie in or lead into reads that carried several chunks "
+            f"(more than {ITL_DISTORTED_MAX:.0%})"
+        )
+    lag = None if load is None else load.lag_p99_ms
+    if source != "kernel" and lag is not None and lag > CLOCK_LAG_P99_MAX_MS:
+        notes.append(
+            f"reads were dated by the process clock while the event loop's p99 lag was {lag:.1f} ms "
+            f"(over {CLOCK_LAG_P99_MAX_MS:g} ms)"
+        )
+    reasons: list[str] = []
+    if load is not None:
+        share = load.cpu_share
+        if share is not None and share >= CPU_SHARE_MAX:
+            reasons.append(
+                f"the client used {share:.0%} of a core per process (at least {CPU_SHARE_MAX:.0%})"
+            )
+        if lag is not None and lag >= LAG_P99_SATURATED_MS:
+            reasons.append(
+                f"the event loop's p99 lag was {lag:.1f} ms (at least {LAG_P99_SATURATED_MS:g} ms)"
+            )
+        if load.closed_loop and load.in_flight_mean < IN_FLIGHT_MIN_SHARE * load.concurrency:
+            reasons.append(
+                f"{load.in_flight_mean:.1f} of {load.concurrency} streams were in flight on average "
+                f"(under {IN_FLIGHT_MIN_SHARE:.0%})"
+            )
+    return ClientTiming(
+        stamp_source=source,
+        chunks=chunks,
+        coalesced_chunks=coalesced,
+        gaps=gaps,
+        distorted_gaps=distorted,
+        load=load,
+        client_bound=bool(reasons),
+        reasons=tuple(reasons),
+        itl_measurable=not notes,
+        itl_note="; ".join(notes) if notes else None,
+    )

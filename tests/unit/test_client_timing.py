@@ -1,0 +1,169 @@
+"""The client-timing judgement: coalescing arithmetic, the ITL and client-bound rules, the monitor, the report."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import polars as pl
+import pytest
+
+from alflow.loadgen.monitor import LoadMonitor
+from alflow.loadgen.records import RequestRecord, records_frame
+from alflow.metrics.client import summarize
+from alflow.metrics.timing import (
+    CLOCK_LAG_P99_MAX_MS,
+    ClientLoad,
+    client_timing,
+    coalescing,
+)
+
+MS = 1_000_000
+
+
+def _load(**over: object) -> ClientLoad:
+    base: dict[str, object] = {
+        "wall_s": 10.0, "cpu_s": 2.0, "lag_samples": 1000, "lag_p50_ms": 0.1, "lag_p99_ms": 0.5,
+        "lag_max_ms": 2.0, "concurrency": 64, "in_flight_max": 64, "in_flight_mean": 63.8,
+    }  # fmt: skip
+    base.update(over)
+    return ClientLoad(**base)  # type: ignore[arg-type]
+
+
+def _records(chunks: list[list[int]], source: str = "kernel") -> pl.DataFrame:
+    recs = []
+    for i, ns in enumerate(chunks):
+        rec = RequestRecord(request_id=i, session_id=f"s{i}", start_ns=0, chunk_ns=ns, stamp_source=source)
+        rec.first_token_ns, rec.end_ns, rec.done_ns = ns[0], ns[-1], ns[-1]
+        rec.http_status, rec.input_tokens, rec.output_tokens = 200, 4, len(ns)
+        recs.append(rec)
+    return records_frame(recs)
+
+
+def test_coalescing_counts_chunks_sharing_a_read_and_the_gaps_they_spoil() -> None:
+    # request 0: a read of three chunks after the first (two zero gaps, and the 10 ms gap leading into it)
+    # request 1: a read of two at the start (one zero gap, nothing leads into it); request 2: one chunk
+    series = pl.Series(
+        [[0, 10 * MS, 10 * MS, 10 * MS, 40 * MS], [7, 7, 20 * MS], [5]], dtype=pl.List(pl.Int64)
+    )
+    assert coalescing(series) == (9, 5, 6, 4)
+    assert coalescing(pl.Series([[0, MS, 2 * MS]], dtype=pl.List(pl.Int64))) == (3, 0, 2, 0)
+    assert coalescing(pl.Series([], dtype=pl.List(pl.Int64))) == (0, 0, 0, 0)
+
+
+def test_itl_percentiles_need_uncoalesced_reads_and_with_the_clock_a_punctual_loop() -> None:
+    clean = [[i * 10 * MS for i in range(50)] for _ in range(4)]  # 196 gaps, none spoiled
+    assert client_timing(
+        _records(clean), _load(lag_p99_ms=30.0)
+    ).itl_measurable  # kernel stamps: lag is undone
+    late = client_timing(_records(clean, "clock"), _load(lag_p99_ms=2 * CLOCK_LAG_P99_MAX_MS))
+    assert not late.itl_measurable
+    assert "dated by the process clock while the event loop's p99 lag was 2.0 ms" in str(late.itl_note)
+    assert client_timing(_records(clean, "clock"), _load()).itl_measurable
+    spoiled = [list(c) for c in clean]
+    spoiled[0][10:13] = [120 * MS] * 3  # 3 chunks in one read: 2 zero gaps + the one leading in = 3 of 196
+    judged = client_timing(_records(spoiled), _load())
+    assert judged.distorted_gaps == 3
+    assert not judged.itl_measurable
+    assert judged.itl_note is not None
+    assert judged.itl_note.startswith("1.5% of inter-chunk gaps")
+
+
+@pytest.mark.parametrize(
+    ("over", "reason"),
+    [
+        ({"cpu_s": 9.5}, "the client used 95% of a core per process"),
+        ({"lag_p99_ms": 12.0}, "the event loop's p99 lag was 12.0 ms"),
+        ({"in_flight_mean": 50.0}, "50.0 of 64 streams were in flight on average"),
+    ],
+)
+def test_the_client_is_the_bottleneck_on_cpu_lag_or_streams_in_flight(
+    over: dict[str, object], reason: str
+) -> None:
+    judged = client_timing(_records([[0, MS]]), _load(**over))
+    assert judged.verdict == "client-bound"
+    assert any(r.startswith(reason) for r in judged.reasons), judged.reasons
+    assert client_timing(_records([[0, MS]]), _load()).verdict == "ok"
+
+
+def test_open_loop_runs_are_not_judged_by_streams_in_flight() -> None:
+    judged = client_timing(_records([[0, MS]]), _load(in_flight_mean=3.0, closed_loop=False))
+    assert judged.verdict == "ok"
+
+
+def test_the_stamp_source_of_a_phase() -> None:
+    assert client_timing(_records([[0, MS]], "kernel"), None).stamp_source == "kernel"
+    mixed = pl.concat([_records([[0, MS]], "kernel"), _records([[0, MS]], "clock")])
+    assert client_timing(mixed, None).stamp_source == "mixed"
+    assert client_timing(_records([[0, MS]]).clear(), None).stamp_source == "none"
+
+
+def test_summarize_keeps_the_itl_mean_and_drops_what_coalescing_spoils() -> None:
+    rows = [[0, 10 * MS, 10 * MS, 10 * MS, 40 * MS]] * 3
+    s = summarize(_records(rows), duration_s=1.0).to_dict()
+    assert s["mean_itl_ms"] == pytest.approx(10.0)  # the gaps' sum survives: (40 ms) / 4 gaps
+    assert s["median_itl_ms"] is None
+    assert s["p99_itl_ms"] is None
+    assert s["std_itl_ms"] is None
+    assert str(s["itl_ms_note"]).startswith("ITL median, std and percentiles not measurable: 75.0% of")
+    timing = s["client_timing"]
+    assert isinstance(timing, dict)
+    assert timing["coalesced_share"] == pytest.approx(0.6)
+    clean = summarize(_records([[0, 10 * MS, 20 * MS]]), duration_s=1.0).to_dict()
+    assert clean["median_itl_ms"] == pytest.approx(10.0)
+    assert "itl_ms_note" not in clean
+
+
+async def test_the_monitor_sees_a_blocked_loop_and_the_streams_in_flight() -> None:
+    monitor = LoadMonitor(4, interval_s=0.005)
+    monitor.start()
+    for _ in range(4):
+        monitor.opened()
+    await asyncio.sleep(0.03)
+    time.sleep(0.08)  # noqa: ASYNC251 (the point: the loop is blocked, the next probe wakes about 80 ms late)
+    await asyncio.sleep(0.03)
+    monitor.all_started()
+    for _ in range(4):
+        monitor.closed()
+    await asyncio.sleep(0.02)  # the tail: not counted in the mean in flight
+    load = await monitor.stop()
+    assert load.lag_max_ms is not None
+    assert load.lag_max_ms >= 60
+    assert load.in_flight_max == 4
+    assert load.in_flight_mean == pytest.approx(4.0, rel=0.01)
+    assert load.cpu_s >= 0.0
+    assert load.cpu_share is not None
+
+
+def test_merged_loads_sum_the_work_and_keep_the_worst_lag() -> None:
+    merged = ClientLoad.merge([_load(), _load(lag_p99_ms=7.0, cpu_s=4.0, closed_loop=False)])
+    assert merged.processes == 2
+    assert merged.concurrency == 128
+    assert merged.lag_p99_ms == 7.0
+    assert merged.cpu_share == pytest.approx(6.0 / 10.0 / 2)
+    assert merged.closed_loop is False
+    with pytest.raises(ValueError, match="no client load"):
+        ClientLoad.merge([])
+
+
+def test_the_m2_report_names_client_bound_points_and_unmeasurable_itl() -> None:
+    from alflow.reports.content.m2 import client_cell, client_notes
+    from alflow.results.rows import M2Point
+
+    base = M2Point.from_dict({"concurrency": 1024, "k": 3, "framework": "sim", "target_al": 2.0, "audit": "ok",
+                              "valid": True, "duration_s": 1.0})  # fmt: skip
+    assert client_cell(base) == "n/a"  # a row stored before the verdict existed
+    bound = M2Point.from_dict({
+        **base.to_dict(), "client_verdict": "client-bound", "client_reasons": "the client used 95% of a core",
+        "itl_note": "30.6% of inter-chunk gaps ...", "stamp_source": "kernel",
+    })  # fmt: skip
+    assert client_cell(bound) == "CLIENT-BOUND (kernel stamps)"
+    notes = client_notes([bound])
+    assert notes[0].startswith(
+        "K=3 concurrency 1024: the load generator was the bottleneck (the client used 95%"
+    )
+    assert (
+        notes[1]
+        == "K=3 concurrency 1024: ITL median and percentiles not measurable: 30.6% of inter-chunk gaps ..."
+    )
+    assert client_notes([base]) == []
