@@ -7,6 +7,8 @@ measurement, summary, files) happens here, so a library user gets the same run.
 :func:`bench` streams a workload (SPEED-Bench, GSM8K, random tokens or a custom prompt file) at a server,
 scrapes its Prometheus metrics before (after warm-up) and after the measured phase and in the background,
 and returns client metrics (keys as ``vllm bench serve``) plus the server's spec-decode statistics.
+``spec.processes`` > 1 (``--client-processes``) splits the load over that many client processes
+(:mod:`alflow.loadgen.multiproc`); the summary's config records it as ``client_processes``.
 With ``out`` it writes ``records.parquet``, ``snapshots.json`` and ``summary.json``; records are written
 even when the run is aborted or interrupted.
 
@@ -270,6 +272,7 @@ def _config_block(r: BenchRequest, spec: LoadSpec) -> dict[str, Any]:
         "input_sha256": file_sha256(r.input_file) if r.input_file is not None else None,
         "categories": list(r.categories),
         "concurrency": spec.concurrency,
+        "client_processes": spec.processes,
         "request_rate": spec.request_rate,
         "arrival": spec.arrival,
         "num_prompts": spec.num_prompts,

@@ -146,6 +146,7 @@ def benchmark(
                         warmup=warm,
                         timeout_s=params.request_timeout_s,
                         stall_timeout_s=params.stall_timeout_s,
+                        client_processes=min(params.client_processes, conc),
                     )
                     wait_ready(
                         handle, params.placement.runner

@@ -122,6 +122,7 @@ def run_load(
             timeout_s=load.timeout_s,
             stall_timeout_s=load.stall_timeout_s,
             keep_text=False,
+            processes=load.client_processes,
         )
         return await measure(
             todo,

@@ -53,11 +53,12 @@ from alflow.datasets.random_tokens import DEFAULT_TOKEN_LOW, DEFAULT_VOCAB_SIZE
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.loadgen.client import auth_headers
 from alflow.loadgen.endpoints import Sampling
-from alflow.loadgen.runner import DEFAULT_STALL_TIMEOUT_S, LoadSpec
+from alflow.loadgen.runner import DEFAULT_STALL_TIMEOUT_S, MAX_PROCESSES, MIN_PROCESSES, LoadSpec
 from alflow.metrics.client import SLO, GpuLayout, check_percentiles
 from alflow.redact import redact_url
 
 K_RANGE = Bound(K_MIN, high=K_MAX)
+PROCESSES_RANGE = Bound(MIN_PROCESSES, high=MAX_PROCESSES)
 
 
 def register(app: typer.Typer) -> None:
@@ -143,7 +144,25 @@ def _print_summary(s: dict[str, Any]) -> None:
     ):
         mean, med, p99 = s.get(f"mean_{key}_ms"), s.get(f"median_{key}_ms"), s.get(f"p99_{key}_ms")
         if mean is not None:
-            rows.append((f"{label} mean / median / p99", f"{mean:.2f} / {med:.2f} / {p99:.2f}"))
+            shown = " / ".join("not measurable" if v is None else f"{v:.2f}" for v in (mean, med, p99))
+            rows.append((f"{label} mean / median / p99", shown))
+    if s.get("itl_ms_note"):
+        rows.append(("ITL note", str(s["itl_ms_note"])))
+    timing = s.get("client_timing") or {}
+    if timing:
+        load = timing.get("client_load") or {}
+        share = load.get("cpu_share")
+        lag = load.get("lag_p99_ms")
+        coalesced = timing.get("coalesced_share")
+        rows.append((
+            "client timing",
+            f"{timing['verdict']}: stamps {timing['stamp_source']}, "
+            f"coalesced chunks {'n/a' if coalesced is None else f'{coalesced:.1%}'}, "
+            f"CPU {'n/a' if share is None else f'{share:.0%}'}, loop lag p99 {'n/a' if lag is None else f'{lag:.1f} ms'}, "
+            f"streams in flight {load.get('in_flight_mean', 'n/a')} of {load.get('concurrency', 'n/a')}",
+        ))  # fmt: skip
+        if timing.get("reasons"):
+            rows.append(("client-bound because", "; ".join(timing["reasons"])))
     if s.get("median_interactivity_tokens_per_s") is not None:
         rows.append(("interactivity median (tok/s/user)", f"{s['median_interactivity_tokens_per_s']:.2f}"))
     if s.get("tokens_per_chunk_after_first") is not None:
@@ -211,6 +230,14 @@ def bench_command(
     transport: Annotated[
         TransportName, typer.Option(help="HTTP client: fast (asyncio protocols) or aiohttp.")
     ] = TransportName.fast,
+    client_processes: Annotated[
+        int,
+        typer.Option(
+            help=f"Client processes sharing the load ({MIN_PROCESSES}-{MAX_PROCESSES}, at most --concurrency; "
+            "Linux): one Python process saturates near a thousand streams. Concurrency, prompts, warm-up and "
+            "request rate are split between them."
+        ),
+    ] = 1,
     seed: Annotated[int, typer.Option(help="Seed of random prompts and arrivals.")] = 0,
     max_tokens: Annotated[
         int | None,
@@ -287,6 +314,7 @@ def bench_command(
                 "--vocab-size": (vocab_size, Bound(DEFAULT_TOKEN_LOW + 1)),
                 "--num-shots": (num_shots, NOT_NEGATIVE),
                 "--concurrency": (concurrency, AT_LEAST_1),
+                "--client-processes": (client_processes, PROCESSES_RANGE),
                 "--request-rate": (request_rate, POSITIVE),
                 "--num-prompts": (num_prompts, AT_LEAST_1),
                 "--duration": (duration, POSITIVE),
@@ -321,6 +349,11 @@ def bench_command(
             if not isinstance(extra, dict):
                 raise InvalidInputError("--extra-body must be a JSON object")
         check_dialect(dialect)
+        if client_processes > concurrency:
+            raise InvalidInputError(
+                f"--client-processes {client_processes}: must not exceed --concurrency {concurrency} "
+                "(each client process keeps at least one session in flight)"
+            )
         template = None if thinking is Thinking.default else {"enable_thinking": thinking is Thinking.on}
         spec = LoadSpec(
             concurrency=concurrency,
@@ -334,6 +367,7 @@ def bench_command(
             seed=seed,
             keep_text=dataset is not DatasetName.random,
             transport=transport.value,
+            processes=client_processes,
         )
         spec.check()
         request = BenchRequest(

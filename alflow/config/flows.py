@@ -30,7 +30,7 @@ from alflow.config.workloads import (
     default_reference_path,
 )
 from alflow.fsutil import require_local_path
-from alflow.loadgen.runner import DEFAULT_STALL_TIMEOUT_S
+from alflow.loadgen.runner import DEFAULT_STALL_TIMEOUT_S, MAX_PROCESSES, MIN_PROCESSES
 
 
 class ServerPlacement(StrictModel):
@@ -254,6 +254,15 @@ class BenchmarkParams(StrictModel):
     )
     audit_abs_tol: float = Field(
         0.02, ge=0.0, description="Smallest allowed |achieved - target| AL deviation."
+    )
+    client_processes: int = Field(
+        1,
+        ge=MIN_PROCESSES,
+        le=MAX_PROCESSES,
+        description=(
+            "Client processes sharing each point's load (Linux; a point uses at most its concurrency): one "
+            "Python process saturates near a thousand streams, and a point it saturated is marked client-bound."
+        ),
     )
     fail_on_invalid: bool = Field(True, description="Fail the run when a point fails the synthetic audit.")
     preflight: bool = Field(

@@ -9,7 +9,7 @@ from pydantic import Discriminator, Field, Tag, model_validator
 from alflow.config.base import StrictModel
 from alflow.datasets.literature import LiteratureName
 from alflow.datasets.random_tokens import DEFAULT_VOCAB_SIZE
-from alflow.loadgen.runner import DEFAULT_STALL_TIMEOUT_S
+from alflow.loadgen.runner import DEFAULT_STALL_TIMEOUT_S, MAX_PROCESSES, MIN_PROCESSES
 
 
 class LoadConfig(StrictModel):
@@ -31,6 +31,25 @@ class LoadConfig(StrictModel):
             "server fails within it); None: off."
         ),
     )
+    client_processes: int = Field(
+        1,
+        ge=MIN_PROCESSES,
+        le=MAX_PROCESSES,
+        description=(
+            "Client processes sharing the point's load (Linux; at most concurrency): one Python process "
+            "saturates near a thousand streams. Concurrency, prompts, warm-up and request rate are split "
+            "between them."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _processes_within_concurrency(self) -> Self:
+        if self.client_processes > self.concurrency:
+            raise ValueError(
+                f"client_processes={self.client_processes} must not exceed concurrency={self.concurrency} "
+                "(each client process keeps at least one session in flight)"
+            )
+        return self
 
 
 class SpeedBenchWorkload(StrictModel):

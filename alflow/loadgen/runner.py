@@ -16,6 +16,7 @@ import contextlib
 import logging
 import math
 import random
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,8 +36,9 @@ from alflow.loadgen.client import (
 )
 from alflow.loadgen.endpoints import Endpoint, Sampling, get_endpoint
 from alflow.loadgen.fast import FastTransport
-from alflow.loadgen.monitor import ClientLoad, LoadMonitor
+from alflow.loadgen.monitor import LoadMonitor
 from alflow.loadgen.records import RequestRecord
+from alflow.metrics.timing import ClientLoad
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,10 @@ class Target:
         return self.base_url.rstrip("/") + get_endpoint(self.endpoint).path
 
 
+MIN_PROCESSES = 1
+MAX_PROCESSES = 64
+"""The range of :attr:`LoadSpec.processes` (client processes sharing one point's load)."""
+
 DEFAULT_STALL_TIMEOUT_S = 120.0
 """Seconds without a byte on any open stream after which a run counts as stalled (flows and ``alflow bench``)."""
 
@@ -95,6 +101,8 @@ class LoadSpec:
     seed: int = 0
     keep_text: bool = True
     transport: Literal["fast", "aiohttp"] = "fast"
+    processes: int = 1
+    """Client processes that share the load (:mod:`alflow.loadgen.multiproc`; Linux only above 1)."""
 
     def check(self) -> None:
         """Raise :class:`InvalidInputError` naming the first invalid field."""
@@ -114,6 +122,20 @@ class LoadSpec:
                 raise InvalidInputError(
                     f"{name}={value} must be a positive number of seconds (None = no limit)"
                 )
+        if not MIN_PROCESSES <= self.processes <= MAX_PROCESSES:
+            raise InvalidInputError(
+                f"processes={self.processes} must be an integer in [{MIN_PROCESSES}, {MAX_PROCESSES}]"
+            )
+        if self.processes > self.concurrency:
+            raise InvalidInputError(
+                f"processes={self.processes} must not exceed concurrency={self.concurrency} "
+                "(each client process keeps at least one session in flight)"
+            )
+        if self.processes > 1 and not sys.platform.startswith("linux"):
+            raise InvalidInputError(
+                f"processes={self.processes} needs Linux (one monotonic clock shared by every process); "
+                f"this is {sys.platform}: use processes=1"
+            )
 
 
 def arrival_offsets_ns(spec: LoadSpec) -> Iterator[int]:
@@ -318,6 +340,8 @@ class _Run:
             tasks.add(task)
             task.add_done_callback(tasks.discard)
             i += 1
+        if self.monitor is not None and not warmup:
+            self.monitor.all_started()
         if self.fatal is not None:
             for t in tasks:
                 t.cancel()
@@ -350,6 +374,16 @@ async def run_load(
     if not sessions:
         raise InvalidInputError("the workload is empty: no sessions to send")
     get_endpoint(target.endpoint)
+    if spec.processes > 1 and transport is None:  # split over client processes (this module is theirs to run)
+        from alflow.loadgen.multiproc import run_processes
+
+        merged = await run_processes(
+            run_load, sessions, target, spec, clock, on_measure_start, progress, warmup_sessions, sink
+        )
+        result = LoadResult(*merged.result_fields())
+        if merged.fatal is not None:
+            raise LoadAbortedError(merged.fatal, result)
+        return result
     if transport is None:
         headers = target.headers
         if spec.transport == "aiohttp":
@@ -419,7 +453,7 @@ async def _run_with(
                 progress.start(count, "measured")
             start_ns = end_ns = clock()
             wall_start = time.time()
-            run.monitor = LoadMonitor(spec.concurrency)
+            run.monitor = LoadMonitor(spec.concurrency, closed_loop=spec.request_rate is None)
             run.monitor.start()
             await run.phase(sessions, count, warmup=False)
             end_ns = clock()

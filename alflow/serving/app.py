@@ -228,9 +228,14 @@ class OpenAIServer:
 # ------------------------------------------------------------------------------------ running
 
 
+LISTEN_BACKLOG = 4096
+"""Pending connections the socket queues (aiohttp's default, 128, overflowed when a thousand client streams
+connect at once: each dropped SYN cost its request about 1 s of TTFT). The kernel caps it at somaxconn."""
+
+
 async def listen(runner: web.AppRunner, host: str, port: int, error: type[AlflowError] = AlflowError) -> int:
     """Start listening on ``host:port``; the bound port (``port`` 0 picks one). A bind failure raises ``error``."""
-    site = web.TCPSite(runner, host, port)
+    site = web.TCPSite(runner, host, port, backlog=LISTEN_BACKLOG)
     try:
         await site.start()
     except OSError as exc:
