@@ -273,6 +273,7 @@ def _config_block(r: BenchRequest, spec: LoadSpec) -> dict[str, Any]:
         "categories": list(r.categories),
         "concurrency": spec.concurrency,
         "client_processes": spec.processes,
+        "auto_client_processes": spec.auto_processes,
         "request_rate": spec.request_rate,
         "arrival": spec.arrival,
         "num_prompts": spec.num_prompts,

@@ -56,6 +56,7 @@ from alflow.loadgen.endpoints import Sampling
 from alflow.loadgen.runner import DEFAULT_STALL_TIMEOUT_S, MAX_PROCESSES, MIN_PROCESSES, LoadSpec
 from alflow.metrics.client import SLO, GpuLayout, check_percentiles
 from alflow.redact import redact_url
+from alflow.reports.markdown import escape_controls
 
 K_RANGE = Bound(K_MIN, high=K_MAX)
 PROCESSES_RANGE = Bound(MIN_PROCESSES, high=MAX_PROCESSES)
@@ -128,7 +129,7 @@ def _progress(enabled: bool) -> Iterator[_RichProgress | None]:
 
 
 def _print_summary(s: dict[str, Any]) -> None:
-    table = Table(title=f"alflow bench: {escape(str(s.get('model')))}", show_header=False)
+    table = Table(title=f"alflow bench: {escape(escape_controls(s.get('model')))}", show_header=False)
     rows = [
         ("completed / failed", f"{s['completed']} / {s['failed']}"),
         ("duration (s)", f"{s['duration']:.3f}"),
@@ -173,8 +174,8 @@ def _print_summary(s: dict[str, Any]) -> None:
         rows.append((f"server AL ({spec['dialect']})", f"{stats['al']:.4f}  (drafts {stats['num_drafts']})"))
     elif spec.get("error"):
         rows.append(("server AL", f"unavailable: {spec['error']}"))
-    for label, value in rows:
-        table.add_row(label, Text(value))
+    for label, value in rows:  # server texts (errors, dialect, notes) as well: escaped, never markup
+        table.add_row(Text(escape_controls(label)), Text(escape_controls(value)))
     console.print(table, soft_wrap=True)
 
 
@@ -238,6 +239,14 @@ def bench_command(
             "request rate are split between them."
         ),
     ] = 1,
+    auto_client_processes: Annotated[
+        bool,
+        typer.Option(
+            "--auto-client-processes",
+            help="Judge the client during the warm-up (CPU share, event-loop lag, streams in flight); when it is "
+            "the bottleneck, split the measured phase over one process per core (needs --warmup).",
+        ),
+    ] = False,
     seed: Annotated[int, typer.Option(help="Seed of random prompts and arrivals.")] = 0,
     max_tokens: Annotated[
         int | None,
@@ -349,6 +358,11 @@ def bench_command(
             if not isinstance(extra, dict):
                 raise InvalidInputError("--extra-body must be a JSON object")
         check_dialect(dialect)
+        if auto_client_processes and (client_processes != 1 or warmup < 1):
+            raise InvalidInputError(
+                f"--auto-client-processes needs --client-processes 1 and --warmup of at least 1 "
+                f"(got --client-processes {client_processes}, --warmup {warmup})"
+            )
         if client_processes > concurrency:
             raise InvalidInputError(
                 f"--client-processes {client_processes}: must not exceed --concurrency {concurrency} "
@@ -368,6 +382,7 @@ def bench_command(
             keep_text=dataset is not DatasetName.random,
             transport=transport.value,
             processes=client_processes,
+            auto_processes=auto_client_processes,
         )
         spec.check()
         request = BenchRequest(

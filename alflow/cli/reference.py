@@ -18,6 +18,7 @@ from rich.text import Text
 from alflow import reference as ref
 from alflow.cli.common import JsonOpt, console, emit_json, handle_errors
 from alflow.errors import InvalidInputError
+from alflow.reports.markdown import escape_controls
 from alflow.yamlfile import load_yaml_model
 
 reference_app = typer.Typer(
@@ -71,7 +72,9 @@ def reference_show(
         )
         return
     ks = sorted({e.k for e in entries})
-    out = Table(title=escape(f"Reference AL: {table.dataset}/{table.category} ({table.kind})"))
+    out = Table(
+        title=escape(escape_controls(f"Reference AL: {table.dataset}/{table.category} ({table.kind})"))
+    )
     for col in ("model", "method", "thinking", "variant"):
         out.add_column(col)
     for k in ks:
@@ -81,10 +84,7 @@ def reference_show(
         groups.setdefault((e.model, e.method.value, e.thinking.value, e.variant), {})[e.k] = e.al
     for (m, meth, th, variant), by_k in groups.items():
         out.add_row(
-            Text(m),
-            Text(meth),
-            Text(th),
-            Text(variant.label()),
+            *(Text(escape_controls(cell)) for cell in (m, meth, th, variant.label())),
             *(f"{by_k[k]:.3f}" if k in by_k else "" for k in ks),
         )
     console.print(out)

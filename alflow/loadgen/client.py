@@ -265,6 +265,57 @@ def fill_spec_counts(record: RequestRecord, body: Mapping[str, object]) -> None:
         record.spec_draft_tokens, record.spec_accept_hist = got.draft_tokens, got.histogram
 
 
+MAX_TOKENS_PER_CHUNK: Final = 64
+"""The most output tokens one streamed output chunk (SSE event with output) is believed to carry.
+
+One engine step emits at most K + 1 tokens (K drafts accepted plus the bonus token; K <= ``K_MAX`` = 16 here, so
+17), and a server may put several steps into one event (vLLM's stream interval, a detokenizer that holds back
+an incomplete character): 64 leaves that room and still catches a count no stream of that many chunks could
+hold (100,000 tokens in 8 chunks)."""
+_USAGE_SHOWN: Final = 40
+_INT64_MAX: Final = 2**63 - 1
+
+
+def _usage_count(value: object) -> bool:
+    """True when ``value`` is a usable usage count: a non-negative integer (a bool is not one) that fits Int64."""
+    return type(value) is int and 0 <= value <= _INT64_MAX
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= _USAGE_SHOWN else text[: _USAGE_SHOWN - 3] + "..."
+
+
+def check_usage(record: RequestRecord) -> str | None:
+    """What is wrong with the server's usage counts against the streamed chunks, one line; None when they hold.
+
+    ``prompt_tokens`` and ``completion_tokens`` (when sent) must be non-negative integers (a bool is not one) that
+    fit the records' Int64 columns; with output chunks streamed, ``completion_tokens`` must be at least 1 and at
+    most :data:`MAX_TOKENS_PER_CHUNK` per chunk. The request's ``max_tokens`` is not checked: the record does not
+    carry it. A count that is not a non-negative integer, or one beyond the bound, is cleared from the record
+    (None) so that no bad number reaches a metric or the records' columns; :meth:`SseConsumer.finish` makes the
+    answer the request's error (a failed request: out of every latency and throughput figure).
+    """
+    problems: list[str] = []
+    for name, attr in (("prompt_tokens", "input_tokens"), ("completion_tokens", "output_tokens")):
+        value = getattr(record, attr)
+        if value is not None and not _usage_count(value):
+            why = "is too large" if type(value) is int and value > 0 else "is not a non-negative integer"
+            problems.append(f"{name}={_shown(value)} {why}")
+            setattr(record, attr, None)
+    out, chunks = record.output_tokens, len(record.chunk_ns)
+    if out is not None and chunks:
+        if out == 0:
+            problems.append(f"completion_tokens=0 for {chunks} streamed output chunks (at least 1 expected)")
+        elif out > MAX_TOKENS_PER_CHUNK * chunks:
+            problems.append(
+                f"completion_tokens={out} for {chunks} streamed chunks is impossible "
+                f"(at most {MAX_TOKENS_PER_CHUNK} tokens per chunk)"
+            )
+            record.output_tokens = None
+    return "usage: " + "; ".join(problems) if problems else None
+
+
 class SseConsumer:
     """Incremental parser of one response's event stream into a :class:`RequestRecord`."""
 
@@ -324,13 +375,16 @@ class SseConsumer:
         return False
 
     def finish(self) -> None:
-        """Judge the ended stream (no ``[DONE]``, no output) and set the derived record fields."""
+        """Judge the ended stream (no ``[DONE]``, no output, impossible usage) and set the derived record fields."""
         rec = self.record
+        usage_error = check_usage(rec)
         if rec.error is None and rec.http_status == 200:
             if not self.done:
                 rec.error = "stream ended without [DONE]"
             elif not rec.chunk_ns:
                 rec.error = "stream carried no output tokens (usage only)"
+            elif usage_error is not None:
+                rec.error = usage_error
         if rec.chunk_ns:
             rec.first_token_ns = rec.chunk_ns[0]
             rec.end_ns = rec.chunk_ns[-1]

@@ -15,11 +15,12 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
 import random
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
 import orjson
@@ -38,7 +39,7 @@ from alflow.loadgen.endpoints import Endpoint, Sampling, get_endpoint
 from alflow.loadgen.fast import FastTransport
 from alflow.loadgen.monitor import LoadMonitor
 from alflow.loadgen.records import RequestRecord
-from alflow.metrics.timing import ClientLoad
+from alflow.metrics.timing import ClientLoad, client_bound_reasons
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,10 @@ class LoadSpec:
     transport: Literal["fast", "aiohttp"] = "fast"
     processes: int = 1
     """Client processes that share the load (:mod:`alflow.loadgen.multiproc`; Linux only above 1)."""
+    auto_processes: bool = False
+    """Choose the processes from the warm-up: it runs in this process with the load monitor, and when it shows
+    the client as the bottleneck (:func:`alflow.metrics.timing.client_bound_reasons`) the measured phase is split
+    over as many processes as the machine has cores (at most ``concurrency``); needs ``warmup`` > 0."""
 
     def check(self) -> None:
         """Raise :class:`InvalidInputError` naming the first invalid field."""
@@ -130,6 +135,11 @@ class LoadSpec:
             raise InvalidInputError(
                 f"processes={self.processes} must not exceed concurrency={self.concurrency} "
                 "(each client process keeps at least one session in flight)"
+            )
+        if self.auto_processes and (self.processes != 1 or self.warmup < 1):
+            raise InvalidInputError(
+                f"auto_processes needs processes=1 and a warm-up to judge the client by (processes="
+                f"{self.processes}, warmup={self.warmup})"
             )
         if self.processes > 1 and not sys.platform.startswith("linux"):
             raise InvalidInputError(
@@ -374,6 +384,8 @@ async def run_load(
     if not sessions:
         raise InvalidInputError("the workload is empty: no sessions to send")
     get_endpoint(target.endpoint)
+    if spec.auto_processes and transport is None:
+        return await _run_auto(sessions, target, spec, on_measure_start, progress, warmup_sessions, sink)
     if spec.processes > 1 and transport is None:  # split over client processes (this module is theirs to run)
         from alflow.loadgen.multiproc import run_processes
 
@@ -472,3 +484,44 @@ async def _run_with(
     if run.fatal is not None:
         raise LoadAbortedError(str(run.fatal), result()) from run.fatal
     return result()
+
+
+async def _run_auto(
+    sessions: Sequence[Session],
+    target: Target,
+    spec: LoadSpec,
+    on_measure_start: Callable[[], Awaitable[None]] | None,
+    progress: Progress | None,
+    warmup_sessions: Sequence[Session] | None,
+    sink: list[RequestRecord] | None,
+) -> LoadResult:
+    """``spec.auto_processes``: the warm-up, watched, in this process; the measured phase in 1 or N processes.
+
+    The warm-up runs as a measured phase of its own (so the monitor watches it) and its records are then flagged
+    ``warmup``. A client-bound warm-up splits the measured phase over ``min(cores, concurrency)`` processes
+    (:data:`MAX_PROCESSES` at most); else it runs here. The server is warm either way: no second warm-up.
+    """
+    records = sink if sink is not None else []
+    warm = list(warmup_sessions or sessions)
+    probe_spec = replace(
+        spec, auto_processes=False, warmup=0, num_prompts=spec.warmup, duration_s=None, request_rate=None
+    )  # a warm-up runs closed-loop, as in one process
+    first = len(records)
+    try:
+        probe = await run_load(warm, target, probe_spec, progress=progress, sink=records)
+    finally:
+        for rec in records[first:]:
+            rec.warmup = True
+    reasons = [] if probe.client_load is None else client_bound_reasons(probe.client_load)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    processes = min(cores, spec.concurrency, MAX_PROCESSES) if reasons else 1
+    if reasons:
+        log.warning(
+            "the warm-up found the client to be the bottleneck (%s): the measured phase runs in %d processes",
+            "; ".join(reasons),
+            processes,
+        )
+    measured = replace(spec, auto_processes=False, warmup=0, processes=processes)
+    return await run_load(
+        sessions, target, measured, on_measure_start=on_measure_start, progress=progress, sink=records
+    )

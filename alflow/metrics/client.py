@@ -278,7 +278,12 @@ class ClientSummary:
             out.update(getattr(self, name).items(name, unit))
         if self.timing is not None:
             if self.timing.itl_note is not None:
-                out["itl_ms_note"] = f"ITL median, std and percentiles not measurable: {self.timing.itl_note}"
+                what = (
+                    "ITL median, std and percentiles"
+                    if self.timing.itl_mean_measurable
+                    else "ITL (every figure)"
+                )
+                out["itl_ms_note"] = f"{what} not measurable: {self.timing.itl_note}"
             out["client_verdict"] = self.timing.verdict
         note_nonfinite(
             out,
@@ -353,7 +358,8 @@ def summarize(
     timing = client_timing(records, client_load)
     itl = LatencyStats.of(ok["itl_ms"].explode(), percentiles)
     if not timing.itl_measurable:
-        itl = LatencyStats(itl.mean, None, None, tuple((p, None) for p, _ in itl.percentiles))
+        mean = itl.mean if timing.itl_mean_measurable else None
+        itl = LatencyStats(mean, None, None, tuple((p, None) for p, _ in itl.percentiles))
     return ClientSummary(
         duration=duration_s,
         completed=ok.height,

@@ -14,7 +14,9 @@ The rules (constants below, each with its reason):
 
 - ITL percentiles are *not measurable* when more than :data:`ITL_DISTORTED_MAX` of the gaps are distorted, or
   when the reads were dated by the clock while the event loop's p99 lag exceeded :data:`CLOCK_LAG_P99_MAX_MS`.
-  The mean ITL stays: coalescing moves time between gaps but keeps their sum (``e2el - ttft``).
+  The mean ITL stays (coalescing moves time between gaps but keeps their sum, ``e2el - ttft``) unless the
+  first chunk itself came in a merged read in more than :data:`ITL_DISTORTED_MAX` of the requests: that read's
+  time is late for the first chunk, the sum is short, and the mean is withheld as well.
 - The client was the **bottleneck** (verdict ``client-bound``) when its process used at least
   :data:`CPU_SHARE_MAX` of a core, its loop's p99 lag reached :data:`LAG_P99_SATURATED_MS`, or, with every
   slot meant to be busy (no request rate), fewer than :data:`IN_FLIGHT_MIN_SHARE` of the configured streams
@@ -144,6 +146,9 @@ class ClientTiming:
     itl_measurable: bool
     itl_note: str | None
     """Why ITL percentiles are not shown (None when they are)."""
+    itl_mean_measurable: bool = True
+    """False when the first chunk of more than :data:`ITL_DISTORTED_MAX` of the requests came in one read with later
+    ones: the gaps' sum (last chunk minus first) is then short, so the mean is withheld too."""
 
     @property
     def verdict(self) -> str:
@@ -174,6 +179,7 @@ class ClientTiming:
             "distorted_gaps": self.distorted_gaps,
             "distorted_share": None if distorted is None else round(distorted, 6),
             "itl_measurable": self.itl_measurable,
+            "itl_mean_measurable": self.itl_mean_measurable,
             "itl_note": self.itl_note,
             "client_load": None if self.load is None else self.load.to_dict(),
         }
@@ -186,13 +192,16 @@ def _stamp_source(sources: pl.Series) -> str:
     return known.pop() if len(known) == 1 else "mixed"
 
 
-def coalescing(chunk_ns: pl.Series) -> tuple[int, int, int, int]:
-    """(chunks, coalesced chunks, gaps, distorted gaps) of a ``chunk_ns`` list column (one list per request)."""
+def coalescing(chunk_ns: pl.Series) -> tuple[int, int, int, int, int]:
+    """Coalescing counts of a ``chunk_ns`` list column (one list per request).
+
+    Returns (chunks, coalesced chunks, gaps, distorted gaps, requests whose first chunk was coalesced).
+    """
     frame = (
         pl.DataFrame({"chunk_ns": chunk_ns}).with_row_index("r").explode("chunk_ns").drop_nulls("chunk_ns")
     )
     if frame.height == 0:
-        return 0, 0, 0, 0
+        return 0, 0, 0, 0, 0
     frame = frame.with_columns(d=pl.col("chunk_ns").diff().over("r"))
     frame = frame.with_columns(
         g=(pl.col("d").is_null() | (pl.col("d") != 0)).cast(pl.Int64).cum_sum().over("r")
@@ -203,15 +212,41 @@ def coalescing(chunk_ns: pl.Series) -> tuple[int, int, int, int]:
     gaps = int(frame["d"].is_not_null().sum())
     coalesced = int(merged["n"].sum()) if merged.height else 0
     distorted = (coalesced - merged.height) + int(merged["lead"].sum()) if merged.height else 0
-    return chunks, coalesced, gaps, distorted
+    first = merged.filter(
+        ~pl.col("lead")
+    ).height  # a merged group with no gap before it: the stream's first read
+    return chunks, coalesced, gaps, distorted, first
+
+
+def client_bound_reasons(load: ClientLoad) -> list[str]:
+    """Why the client was the bottleneck over a phase (empty: it was not): CPU share, loop lag, streams in flight."""
+    reasons: list[str] = []
+    share = load.cpu_share
+    if share is not None and share >= CPU_SHARE_MAX:
+        reasons.append(f"the client used {share:.0%} of a core per process (at least {CPU_SHARE_MAX:.0%})")
+    lag = load.lag_p99_ms
+    if lag is not None and lag >= LAG_P99_SATURATED_MS:
+        reasons.append(f"the event loop's p99 lag was {lag:.1f} ms (at least {LAG_P99_SATURATED_MS:g} ms)")
+    if load.closed_loop and load.in_flight_mean < IN_FLIGHT_MIN_SHARE * load.concurrency:
+        reasons.append(
+            f"{load.in_flight_mean:.1f} of {load.concurrency} streams were in flight on average "
+            f"(under {IN_FLIGHT_MIN_SHARE:.0%})"
+        )
+    return reasons
 
 
 def client_timing(records: pl.DataFrame, load: ClientLoad | None) -> ClientTiming:
     """Judge the successful, measured requests of ``records`` (a records frame) and the client's ``load``."""
     ok = records.filter(pl.col("error").is_null() & ~pl.col("warmup").fill_null(value=False))
     source = _stamp_source(ok["stamp_source"]) if "stamp_source" in ok.columns else "clock"
-    chunks, coalesced, gaps, distorted = coalescing(ok["chunk_ns"])
+    chunks, coalesced, gaps, distorted, first = coalescing(ok["chunk_ns"])
     notes: list[str] = []
+    mean_ok = not (ok.height and first / ok.height > ITL_DISTORTED_MAX)
+    if not mean_ok:
+        notes.append(
+            f"in {first / ok.height:.1%} of requests the first chunk arrived in one read with later ones, so their "
+            "time to the last chunk is short by an unknown amount and even the ITL mean is not measurable"
+        )
     if gaps and distorted / gaps > ITL_DISTORTED_MAX:
         notes.append(
             f"{distorted / gaps:.1%} of inter-chunk gaps lie in or lead into reads that carried several chunks "
@@ -223,22 +258,7 @@ def client_timing(records: pl.DataFrame, load: ClientLoad | None) -> ClientTimin
             f"reads were dated by the process clock while the event loop's p99 lag was {lag:.1f} ms "
             f"(over {CLOCK_LAG_P99_MAX_MS:g} ms)"
         )
-    reasons: list[str] = []
-    if load is not None:
-        share = load.cpu_share
-        if share is not None and share >= CPU_SHARE_MAX:
-            reasons.append(
-                f"the client used {share:.0%} of a core per process (at least {CPU_SHARE_MAX:.0%})"
-            )
-        if lag is not None and lag >= LAG_P99_SATURATED_MS:
-            reasons.append(
-                f"the event loop's p99 lag was {lag:.1f} ms (at least {LAG_P99_SATURATED_MS:g} ms)"
-            )
-        if load.closed_loop and load.in_flight_mean < IN_FLIGHT_MIN_SHARE * load.concurrency:
-            reasons.append(
-                f"{load.in_flight_mean:.1f} of {load.concurrency} streams were in flight on average "
-                f"(under {IN_FLIGHT_MIN_SHARE:.0%})"
-            )
+    reasons = [] if load is None else client_bound_reasons(load)
     return ClientTiming(
         stamp_source=source,
         chunks=chunks,
@@ -249,5 +269,6 @@ def client_timing(records: pl.DataFrame, load: ClientLoad | None) -> ClientTimin
         client_bound=bool(reasons),
         reasons=tuple(reasons),
         itl_measurable=not notes,
+        itl_mean_measurable=mean_ok,
         itl_note="; ".join(notes) if notes else None,
     )

@@ -7,7 +7,10 @@ categories, error messages, URLs, paths) go through :func:`escape_md`:
 - Markdown's special characters (``\ ` * _ { } [ ] < > ( ) # + - . ! | ~``) are backslash-escaped,
   so no value opens a link, an image, emphasis, a heading, a list or a table cell;
 - HTML is inert: ``&``, ``<`` and ``>`` become entities (``<script>`` is text);
-- newlines and runs of white space become one space (a value stays on its line, in its cell).
+- newlines and runs of white space become one space (a value stays on its line, in its cell);
+- control and format characters (:func:`escape_controls`: ESC, NUL, DEL, C1, bidi overrides, zero-width
+  characters) are written as visible ``\xNN`` / ``\uNNNN`` text, so no value can drive a terminal that
+  shows the file or reorder what a reader sees.
 
 The environment escapes by default as well: any ``{{ value }}`` that is not already escaped
 (:class:`markupsafe.Markup`) or a number is passed through :func:`escape_md`, so a template that
@@ -18,6 +21,7 @@ work there) and never become a link or image target.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
@@ -34,16 +38,54 @@ _PLAIN_NUMBER: Final = re.compile(r"[0-9 .,:%/+\-]*")
 """A cell made only of digits and number punctuation (``2.5000``, ``-``, ``12 / 3``): literal in a cell."""
 
 
+CONTROL_CATEGORIES: Final = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+"""Unicode categories :func:`escape_controls` writes as escapes: controls (C0, DEL, C1), format characters
+(bidi embeddings, overrides and isolates U+202A-E, U+2066-9, marks U+200E/F, zero-width characters), lone
+surrogates, and the line and paragraph separators U+2028/9."""
+_NOT_PRINTABLE_ASCII: Final = re.compile(r"[^\x20-\x7e]")
+_KEEP_WHITESPACE: Final = "\n\t"
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def escape_controls(value: object, keep: str = _KEEP_WHITESPACE) -> str:
+    r"""``value`` as text with every control or format character written as visible ``\xNN``, ``\uNNNN`` text.
+
+    Escaped: every character of :data:`CONTROL_CATEGORIES` (ESC ``\x1b``, NUL ``\x00``, CR ``\r``, BEL, DEL
+    ``\x7f``, C1 ``\x9b``, RLO ``\u202e``, ...) except those in ``keep`` (by default newline and tab, which a
+    terminal, an HTML page or a Markdown renderer only lays out). Everything else, non-ASCII letters included,
+    is left as it is. The one escaping function of alflow's reports and CLI tables: a model name such as
+    ``"\x1b]0;pwned\x07"`` can neither retitle nor clear a terminal that shows it.
+    """
+    text = str(value)
+
+    def swap(match: re.Match[str]) -> str:
+        char = match.group()
+        if char in keep or unicodedata.category(char) not in CONTROL_CATEGORIES:
+            return char
+        return _escaped(char)
+
+    return _NOT_PRINTABLE_ASCII.sub(swap, text)
+
+
+def _one_line(value: object) -> str:
+    """``value`` with controls escaped (CR, LF and tab kept) and each run of white space one space."""
+    return " ".join(escape_controls(value, keep="\t\n\r").split())
+
+
 def escape_md(value: object) -> Markup:
     """``value`` as inert Markdown text: specials escaped, HTML entities, one line (see the module doc)."""
-    text = " ".join(str(value).split())
+    text = _one_line(value)
     out = [_ENTITIES.get(c) or (f"\\{c}" if c in MD_SPECIAL else c) for c in text]
     return Markup("".join(out))  # noqa: S704 (escaped above)
 
 
 def md_cell(value: object) -> Markup:
     """A table cell: :func:`escape_md` (pipes included), a formatted number as it is, never empty."""
-    text = " ".join(str(value).split())
+    text = _one_line(value)
     if not text:
         return Markup(" ")
     if _PLAIN_NUMBER.fullmatch(text):

@@ -1,10 +1,12 @@
-"""Render reports: one self-contained HTML page per run (inline SVG plots) and a Markdown summary.
+r"""Render reports: one self-contained HTML page per run (inline SVG plots) and a Markdown summary.
 
 Templates are jinja2 files shipped in ``alflow/reports/templates``: the HTML page is rendered with
 HTML autoescape, the Markdown summary by :mod:`alflow.reports.markdown` (Markdown-escaped values), so
 user-supplied strings (model names, commands, error texts) stay text in both. Charts arrive as :class:`markupsafe.Markup` built by
 :mod:`alflow.reports.svg`, which escapes its own text. The HTML has no script and no external
-resource: it opens offline.
+resource: it opens offline. Both pages leave :func:`~alflow.reports.markdown.escape_controls` last: no
+control or format character but newline and tab is left in them (an escape sequence in a model name shows as
+``\x1b``, in a value, a chart label or a table cell alike), so ``cat report.md`` cannot drive a terminal.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import jinja2
 
 from alflow import __version__
 from alflow.reports.content import SIMULATED_BANNER, Report, build_comparison, build_report
-from alflow.reports.markdown import MARKDOWN_ENV
+from alflow.reports.markdown import MARKDOWN_ENV, escape_controls
 from alflow.results.store import StoredRun, open_run
 
 Format = Literal["html", "md"]
@@ -41,11 +43,13 @@ _ENV: Final = environment()
 
 
 def render(report: Report, fmt: Format = "html") -> str:
-    """A built report as HTML or Markdown text."""
+    """A built report as HTML or Markdown text, with no control character but newline and tab (see the module doc)."""
     template = (
         _ENV.get_template("report.html.j2") if fmt == "html" else MARKDOWN_ENV.get_template("report.md.j2")
     )
-    return template.render(report=report, banner=SIMULATED_BANNER, generator=f"alflow {__version__}")
+    return escape_controls(
+        template.render(report=report, banner=SIMULATED_BANNER, generator=f"alflow {__version__}")
+    )
 
 
 def _as_run(run: StoredRun | str | os.PathLike[str]) -> StoredRun:

@@ -46,9 +46,9 @@ def test_coalescing_counts_chunks_sharing_a_read_and_the_gaps_they_spoil() -> No
     series = pl.Series(
         [[0, 10 * MS, 10 * MS, 10 * MS, 40 * MS], [7, 7, 20 * MS], [5]], dtype=pl.List(pl.Int64)
     )
-    assert coalescing(series) == (9, 5, 6, 4)
-    assert coalescing(pl.Series([[0, MS, 2 * MS]], dtype=pl.List(pl.Int64))) == (3, 0, 2, 0)
-    assert coalescing(pl.Series([], dtype=pl.List(pl.Int64))) == (0, 0, 0, 0)
+    assert coalescing(series) == (9, 5, 6, 4, 1)
+    assert coalescing(pl.Series([[0, MS, 2 * MS]], dtype=pl.List(pl.Int64))) == (3, 0, 2, 0, 0)
+    assert coalescing(pl.Series([], dtype=pl.List(pl.Int64))) == (0, 0, 0, 0, 0)
 
 
 def test_itl_percentiles_need_uncoalesced_reads_and_with_the_clock_a_punctual_loop() -> None:
@@ -109,6 +109,9 @@ def test_summarize_keeps_the_itl_mean_and_drops_what_coalescing_spoils() -> None
     timing = s["client_timing"]
     assert isinstance(timing, dict)
     assert timing["coalesced_share"] == pytest.approx(0.6)
+    first_merged = summarize(_records([[0, 0, 0, 40 * MS]] * 3), duration_s=1.0).to_dict()
+    assert first_merged["mean_itl_ms"] is None  # the first chunk came late: the gaps' sum is short
+    assert str(first_merged["itl_ms_note"]).startswith("ITL (every figure) not measurable:")
     clean = summarize(_records([[0, 10 * MS, 20 * MS]]), duration_s=1.0).to_dict()
     assert clean["median_itl_ms"] == pytest.approx(10.0)
     assert "itl_ms_note" not in clean
