@@ -11,6 +11,7 @@ import errno
 import fcntl
 import os
 import secrets
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,3 +130,91 @@ def file_lock(
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def real_path(path: str | os.PathLike[str]) -> Path:
+    """``path`` with every symlink resolved (``os.path.realpath``): where a write must land.
+
+    A table kept behind a symlink (``reference.yaml -> /shared/tables/ref.yaml``) is locked and replaced at
+    its real path, so the link stays a link and its target gets the new content.
+    """
+    return Path(os.path.realpath(os.fspath(path)))
+
+
+def _kind(path: Path) -> str:
+    """What ``path`` is, in words (for a message about a path that is not a folder or not a file)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or exc})"
+    for test, name in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file or folder"
+
+
+def _probe(folder: Path) -> str | None:
+    """None when a new file can be created (and deleted) in ``folder``; else why not."""
+    try:
+        fd, tmp = _create_temp(folder / "alflow-probe", 0o600)
+    except OSError as exc:
+        return f"cannot create a file in {folder} ({exc.strerror or exc})"
+    os.close(fd)
+    try:
+        tmp.unlink()
+    except OSError as exc:
+        return f"cannot delete a file in {folder} ({exc.strerror or exc})"
+    return None
+
+
+def check_writable_dir(path: str | os.PathLike[str], *, what: str) -> Path:
+    """``path`` (symlinks resolved) when it is a folder alflow can write in, or one it can create.
+
+    An existing path must be a folder in which a probe file can be created and deleted (``/proc`` and a
+    read-only mount fail that); a missing one needs its nearest existing ancestor to be such a folder (a path
+    under a regular file or ``/dev/null`` is refused). Raises :class:`InvalidInputError` naming ``what``, the
+    path and what is allowed. Nothing is left behind: the folder itself is not created here.
+    """
+    given = os.fspath(path)
+    allowed = "allowed: a folder alflow can create files in, or a path where one can be created"
+    if not given or "\0" in given:
+        raise InvalidInputError(f"{what} {given!r} is not a path; {allowed}")
+    target = real_path(given)
+    existing = target
+    while not existing.exists() and existing != existing.parent:
+        if existing.is_symlink():  # a dangling link: its target's folder is the one to write in
+            break
+        existing = existing.parent
+    if not existing.is_dir():
+        where = "is" if existing == target else f"is under {existing}, which is"
+        raise InvalidInputError(f"{what} {given!r} {where} {_kind(existing)}, not a folder; {allowed}")
+    problem = _probe(existing)
+    if problem is not None:
+        raise InvalidInputError(f"{what} {given!r} is not writable: {problem}; {allowed}")
+    return target
+
+
+def check_writable_file(path: str | os.PathLike[str], *, what: str) -> Path:
+    """``path``'s real location (symlinks resolved) when a file can be written there atomically.
+
+    The real path must be a regular file or not exist yet, and its folder must pass
+    :func:`check_writable_dir` (the lock file and the temporary file are created beside it). Raises
+    :class:`InvalidInputError` naming ``what``, the path and what is allowed.
+    """
+    given = os.fspath(path)
+    if not given or "\0" in given:
+        raise InvalidInputError(f"{what} {given!r} is not a path; allowed: a file path")
+    target = real_path(given)
+    if target.exists() and not target.is_file():
+        raise InvalidInputError(
+            f"{what} {given!r} is {_kind(target)}; allowed: a regular file, or a path where one can be created"
+        )
+    check_writable_dir(target.parent, what=f"{what} {given!r}: its folder")
+    return target

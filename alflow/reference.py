@@ -37,7 +37,7 @@ from pydantic import Field, ValidationError, model_validator
 from alflow.acceptance.synthetic import K_MAX, K_MIN
 from alflow.config import REMOTE_REFERENCES, SamplingParams, SpecMethod, StrictModel, ThinkingMode
 from alflow.errors import AlflowError, InvalidInputError
-from alflow.fsutil import atomic_write_bytes, file_lock, require_local_path
+from alflow.fsutil import atomic_write_bytes, file_lock, real_path, require_local_path
 from alflow.reference_key import (
     SELF_DRAFTING,
     V1_CONCURRENCY,
@@ -453,9 +453,10 @@ def dump_reference(table: ReferenceTable) -> str:
 def save_reference(table: ReferenceTable, path: str | os.PathLike[str]) -> Path:
     """Write a table atomically (temporary file in the same folder, then rename).
 
-    This replaces whatever the file holds: writers that add entries use :func:`update_reference`.
+    This replaces whatever the file holds: writers that add entries use :func:`update_reference`. A
+    symlinked table is written at its real path (:func:`alflow.fsutil.real_path`): the link stays a link.
     """
-    return atomic_write_bytes(path, dump_reference(table).encode())
+    return atomic_write_bytes(real_path(path), dump_reference(table).encode())
 
 
 def update_reference(
@@ -472,9 +473,10 @@ def update_reference(
     other entry is kept), write it atomically. ``new`` is the (empty) table to start from when there
     is no file yet. A damaged table on disk is an error naming the file and is left as it is; so is a
     table of another ``kind`` than ``new``. Returns the table on disk before the merge (None when
-    there was none) and the table written.
+    there was none) and the table written. A symlinked table is locked and replaced at its real path, so
+    the link stays a link and every writer, through the link or not, takes the same lock.
     """
-    target = require_local_path(path, what="reference table", why=REMOTE_REFERENCES)
+    target = real_path(require_local_path(path, what="reference table", why=REMOTE_REFERENCES))
     entries = tuple(entries)
     with file_lock(target, timeout_s=timeout_s, what="the reference table"):
         previous = load_reference(target) if target.exists() else None

@@ -61,7 +61,7 @@ from alflow.workloads import (
     reference_table_keys,
     workload_category,
 )
-from flows.common import open_run, point_server, run_id
+from flows.common import check_outputs, open_run, point_server, run_id
 from flows.presets import m0_params, run_name
 from tasks.measure import request_sampling, run_load, spec_stats
 from tasks.preflight import preflight, require_preflight
@@ -189,6 +189,7 @@ def calibrate(
     dataset = dataset_description(params.workload)
     simulated = params.server.simulated
     kind: Literal["simulated", "measured"] = "simulated" if simulated else "measured"
+    check_outputs(params)  # the results root and the reference table's folder can take the files
     path = Path(params.reference_path)
     # fail before measuring when the table on disk cannot take these values; the merge below reads
     # it again under the table's lock (another run may have written it in the meantime)

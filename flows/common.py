@@ -26,6 +26,7 @@ from alflow.config import (
     server_config,
 )
 from alflow.errors import AlflowError
+from alflow.fsutil import check_writable_dir, check_writable_file
 from alflow.reference import VariantQuery, load_reference, server_variant_query
 from alflow.results.provenance import code_version, host_info
 from alflow.results.store import RunWriter, run_id_of
@@ -111,17 +112,36 @@ def point_server(
     return server_config(data)
 
 
+def check_outputs(params: object) -> None:
+    """Before anything is measured: every local place the run writes to can take its files.
+
+    The results root (a local one; an object store answers for itself) must be a folder alflow can write in
+    or create (:func:`alflow.fsutil.check_writable_dir`: not under a regular file, not ``/dev/null`` or
+    ``/proc``); M0's reference table must be writable at its real path (through a symlink, the link's target;
+    :func:`alflow.fsutil.check_writable_file`). Raises :class:`~alflow.errors.InvalidInputError` (one line
+    naming the input, the value and what is allowed). Nothing is created.
+    """
+    if not isinstance(params, CalibrateParams | GateParams | BenchmarkParams):
+        return
+    root = params.placement.results_root
+    if "://" not in root or root.startswith("file://"):
+        check_writable_dir(root.removeprefix("file://"), what="results_root")
+    if isinstance(params, CalibrateParams):
+        check_writable_file(params.reference_path, what="reference_path")
+
+
 def check_launchable(params: object) -> None:
     """Before a run starts: its first server renders, and the install a process runner names can run it.
 
     Builds the launch of the flow's first point (M0: first model and K; M1; M2 with its synthetic target, the
     reference looked up as the flow will) and runs the recipe's install check against ``framework_env``: a vLLM
     CPU build without alflow's synthetic port asked for M2, a per-request acceptance level the installed release
-    lacks, a release gate the image tag fails. Raises the recipe's error (an :class:`InvalidInputError`); other
+    lacks, a release gate the image tag fails; and first :func:`check_outputs`. Raises the recipe's error (an :class:`InvalidInputError`); other
     parameters (the sweep's: its children check their own) are not checked here.
     """
     if not isinstance(params, CalibrateParams | GateParams | BenchmarkParams):
         return
+    check_outputs(params)
     synthetic: SyntheticAcceptance | None = None
     if isinstance(params, CalibrateParams):
         model, k = params.models[0].id, params.ks[0]

@@ -32,6 +32,7 @@ from alflow.config.presets import (
     sweep_params,
     unknown_preset,
 )
+from alflow.names import safe_key
 
 _log = logging.getLogger(__name__)
 
@@ -129,14 +130,17 @@ def run_name(prefix: str, resolve: Callable[..., Any], name: Callable[[Any], str
     """A ``flow_run_name`` callable: ``prefix-`` plus ``name`` of the resolved parameters.
 
     A short form that does not resolve names the run after its preset (the flow itself then fails with
-    the reason).
+    the reason). The part after the prefix goes through :func:`alflow.names.safe_key` (``always_hash=False``):
+    ``m2-demo-llama-70b-k2`` as typed, a Japanese or bidi model id as an ASCII slug with a hash.
     """
 
     def flow_run_name() -> str:
         given: Mapping[str, Any] = flow_run.parameters
         try:
-            return f"{prefix}-{name(resolve(**given))}"
+            fragment = str(name(resolve(**given)))
         except Exception:  # the flow reports the reason itself, at its start
-            return f"{prefix}-{given.get('preset') or 'custom'}"
+            fragment = str(given.get("preset") or "custom")
+        # a name built from a model id is derived: a slug (hashed where it differs from the id), never the id
+        return f"{prefix}-{safe_key(fragment, always_hash=False)}"
 
     return flow_run_name

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Sequence
 
@@ -55,6 +56,9 @@ def request_sampling(
     )
 
 
+_log = logging.getLogger(__name__)
+
+
 class _ProgressArtifact:
     """Load progress as a Prefect progress artifact, updated at most every 5%."""
 
@@ -68,7 +72,12 @@ class _ProgressArtifact:
     def start(self, total: int | None, description: str) -> None:
         self.total, self.done, self.last = total, 0, -1.0
         if description == "measured" and self.artifact_id is None:
-            self.artifact_id = create_progress_artifact(0.0, key=self.key, description="measured requests")
+            try:
+                self.artifact_id = create_progress_artifact(
+                    0.0, key=self.key, description="measured requests"
+                )
+            except Exception as exc:  # a progress bar must never stop a measurement
+                _log.warning("progress artifact %r not published: %r", self.key, exc)
 
     def advance(self) -> None:
         self.done += 1
@@ -77,7 +86,11 @@ class _ProgressArtifact:
         pct = 100.0 * self.done / self.total
         if pct - self.last >= 5.0 or self.done == self.total:
             self.last = pct
-            update_progress_artifact(self.artifact_id, pct)  # type: ignore[arg-type]
+            try:
+                update_progress_artifact(self.artifact_id, pct)  # type: ignore[arg-type]
+            except Exception as exc:  # a progress bar must never stop a measurement
+                _log.warning("progress artifact %r not updated: %r", self.key, exc)
+                self.artifact_id = None
 
 
 @task(name="run_load", retries=0, cache_policy=NO_CACHE)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -12,6 +12,7 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
+from alflow.names import safe_key
 from alflow.redact import redact_url
 from alflow.reports import render_run
 from alflow.reports.markdown import FlowSummary
@@ -28,10 +29,17 @@ def store_results(writer: RunWriter, tables: Mapping[str, pl.DataFrame], summary
     return writer.dir
 
 
-def _key(text: str) -> str:
-    """An artifact key: lowercase letters, digits and dashes."""
-    out = "".join(c if c.isalnum() else "-" for c in text.lower())
-    return "-".join(part for part in out.split("-") if part)[:100] or "alflow"
+def _publish(what: str, create: Callable[..., object], *args: Any, **kwargs: Any) -> None:
+    """Create one Prefect artifact; a refusal (a bad key, an unreachable API) is a warning, never a failure.
+
+    The run's files are already stored when its artifacts are published: an artifact is a view of them.
+    """
+    try:
+        create(*args, **kwargs)
+    except Exception as exc:
+        get_run_logger().warning(
+            "Prefect artifact %s (key %r) not published: %r", what, kwargs.get("key"), exc
+        )
 
 
 @task(name="render_report", cache_policy=NO_CACHE)
@@ -48,10 +56,15 @@ def render_report(
     title = summary.title
     text = summary.markdown()
     path = writer.write_text("report.md", text)
-    create_markdown_artifact(text, key=_key(key), description=title)
+    base = safe_key(key)  # the key is derived: the model id in it stays data (report.md, the artifact text)
+    _publish("report", create_markdown_artifact, text, key=base, description=title)
     if rows:
-        create_table_artifact(
-            [dict(r) for r in rows], key=_key(key + "-table"), description=f"{title}: key numbers"
+        _publish(
+            "key numbers",
+            create_table_artifact,
+            [dict(r) for r in rows],
+            key=base + "-table",
+            description=f"{title}: key numbers",
         )
     try:
         html = render_run(
@@ -67,7 +80,12 @@ def render_report(
             if "://" in html_path
             else Path(html_path).resolve().as_uri()
         )
-        create_link_artifact(
-            link, link_text="report.html", key=_key(key + "-html"), description=f"{title}: HTML report"
+        _publish(
+            "report.html link",
+            create_link_artifact,
+            link,
+            link_text="report.html",
+            key=base + "-html",
+            description=f"{title}: HTML report",
         )
     return path

@@ -308,6 +308,64 @@ CONFIG_CASES: list[ConfigCase] = [
     ),
     _case("sweep stop_on_gate_failure 0", "sweep", {"stop_on_gate_failure": 0}, "valid boolean"),
     _case("sweep gate k boolean", "sweep", {"gate.k": True}, "valid integer"),
+    # --- bounds, duplicates and empties (issue #35)
+    _case("m2 concurrency above 65,536", "m2", {"concurrencies": [4, 100_000]}, "must all be <= 65,536"),
+    _case("m2 concurrency given twice", "m2", {"concurrencies": [4, 16, 4]}, "names 4 twice"),
+    _case("m2 isl a billion tokens", "m2", {"workload.isl": 10**9}, "less than or equal to 1048576"),
+    _case("m2 osl a billion tokens", "m2", {"workload.osl": 10**9}, "less than or equal to 1048576"),
+    _case(
+        "m2 isl+osl over max_model_len",
+        "m2",
+        {"workload.isl": 30_000, "workload.osl": 4096, "server.max_model_len": 32_768},
+        "more than server.max_model_len=32768",
+    ),
+    _case(
+        "m2 prompts per concurrency above 10,000",
+        "m2",
+        {"prompts_per_concurrency": 20_000},
+        "less than or equal to 10000",
+    ),
+    _case(
+        "m2 measured prompts over a million",
+        "m2",
+        {"prompts_per_concurrency": 10_000, "concurrencies": [4, 1000]},
+        "more than 1,000,000 a point may send",
+    ),
+    _case("m2 repeats above 100", "m2", {"repeats": 1000}, "less than or equal to 100"),
+    _case("results_root empty", "m2", {"placement.results_root": ""}, "the path is empty"),
+    _case("results_root ftp URL", "m2", {"placement.results_root": "ftp://h/r"}, "ftp:// URL, which is not"),
+    _case("results_root file URL", "m2", {"placement.results_root": "file:///tmp/r"}, "plain local path"),
+    _case("m1 reference_path file URL", "m1", {"reference_path": "file:///r.yaml"}, "plain local path"),
+    _case("m1 reference_path empty", "m1", {"reference_path": ""}, "the path is empty"),
+    _case("m1 load concurrency 100,000", "m1", {"load.concurrency": 100_000}, "less than or equal to 65536"),
+    _case("m1 load num_prompts 1e9", "m1", {"load.num_prompts": 10**9}, "less than or equal to 1000000"),
+    _case("m1 load warmup 1e9", "m1", {"load.warmup": 10**9}, "less than or equal to 1000000"),
+    _case("m0 K given twice", "m0", {"ks": [1, 2, 1]}, "names 1 twice"),
+    _case("m0 ks empty", "m0", {"ks": []}, "ks is empty"),
+    _case("m0 model given twice", "m0", {"models": [_MODEL, _MODEL]}, "models (by id)"),
+    _case("m0 thinking empty", "m0", {"thinking": []}, "thinking is empty"),
+    _case("m0 thinking given twice", "m0", {"thinking": ["off", "off"]}, "names off twice"),
+    _case("m0 reference_path file URL", "m0", {"reference_path": "file://r.yaml"}, "plain local path"),
+    _case("sweep results_root s3 scheme typo", "sweep", {"results_root": "s4://b/r"}, "s4:// URL"),
+    ConfigCase("recursive anchor", "m2", b"model: &m {id: x, again: *m}\n", "refers to its own anchor"),
+    ConfigCase("nesting 5,000 deep", "m2", b"model: " + b"[" * 5000 + b"]" * 5000 + b"\n", "deeper than 64"),
+    ConfigCase(
+        "billion laughs",
+        "m2",
+        b"a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
+        + b"".join(
+            f"{n}: &{n} [{', '.join(['*' + p] * 9)}]\n".encode()
+            for p, n in zip("abcdefgh", "bcdefghi", strict=True)
+        ),
+        "aliases expand to more than 10,000 nodes",
+    ),
+    ConfigCase("a 2 MB file", "m2", b"# " + b"x" * 2_000_000 + b"\n", "more than the 1,048,576 bytes"),
+    ConfigCase(
+        "a string of 100,000 characters",
+        "m2",
+        _with("m2", {"model.id": "m" * 100_000}),
+        "model.id: a string of 100,000 characters",
+    ),
     # --- the file itself
     ConfigCase("duplicate top-level key", "m2", _with("m2", {}) + b"k: 4\n", "duplicate key 'k'"),
     ConfigCase(
@@ -815,6 +873,34 @@ CLI_CASES: list[CliCase] = [
     ),
     CliCase(
         "run ks fractional", ("run", "sweep", "--preset", "sim", "--ks", "1,2.5"), "whole numbers", "--ks"
+    ),
+    CliCase(
+        "run ks with an empty item", ("run", "m0", "--preset", "sim", "--ks", "1,,2"), "is empty", "--ks"
+    ),
+    CliCase("run ks trailing comma", ("run", "m0", "--preset", "sim", "--ks", "1,"), "is empty", "--ks"),
+    CliCase("run ks only a comma", ("run", "m0", "--preset", "sim", "--ks", ","), "whole numbers", "--ks"),
+    CliCase("run ks given twice", ("run", "m0", "--preset", "sim", "--ks", "2,2"), "given twice", "--ks"),
+    CliCase(
+        "run concurrencies with an empty item",
+        ("run", "m2", "--preset", "sim", "--concurrencies", "4,,8"),
+        "is empty",
+        "--concurrencies",
+    ),
+    CliCase(
+        "run concurrencies 1e23",
+        ("run", "m2", "--preset", "sim", "--concurrencies", "1e23"),
+        "must all be <= 65,536",
+        "concurrencies",
+    ),
+    CliCase(
+        "run models given twice",
+        ("run", "m0", "--preset", "sim", "--models", "a,a"),
+        "given twice",
+        "--models",
+    ),
+    CliCase("run config /dev/zero", ("run", "m2", "--config", "/dev/zero"), "character device", "/dev/zero"),
+    CliCase(
+        "run config a directory", ("run", "m2", "--config", "{tmp}"), "is a directory, not a config", "{tmp}"
     ),
     CliCase(
         "run preset target above K+1",

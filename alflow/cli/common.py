@@ -67,10 +67,27 @@ def emit_json(data: object, *, indent: int | None = 2) -> None:
     sys.stdout.flush()
 
 
+def split_list(text: str, option: str) -> list[str]:
+    """``a, b,c`` -> its items, stripped; an empty item (``1,,2``, ``1,``, ``,2``) is an error naming ``option``.
+
+    Text of only commas and spaces has no items (the caller says what it needs).
+    """
+    parts = [p.strip() for p in text.split(",")]
+    if not any(parts):
+        return []
+    if not all(parts):
+        raise InvalidInputError(
+            f"{option} {text!r}: item {parts.index('') + 1} is empty: give values separated by single commas "
+            "(e.g. 1,2,3)"
+        )
+    return parts
+
+
 def parse_floats(text: str, option: str) -> list[float]:
-    """``1,2.5,3`` -> floats; the error names ``option`` and the text."""
+    """``1,2.5,3`` -> floats (:func:`split_list`); the error names ``option`` and the text."""
+    parts = split_list(text, option)
     try:
-        return [float(p) for p in text.split(",") if p.strip()]
+        return [float(p) for p in parts]
     except ValueError:
         raise InvalidInputError(f"{option} {text!r}: expected numbers separated by commas") from None
 

@@ -16,6 +16,7 @@ from rich.text import Text
 from alflow.cli.common import console, fail
 from alflow.cli.run import check_prefect_api, prefect_defaults, prepare_local_run, print_flow_failure
 from alflow.errors import AlflowError
+from alflow.fsutil import check_writable_dir
 
 
 def register(app: typer.Typer) -> None:
@@ -55,6 +56,7 @@ def demo(
     """M0 -> M1 (one pass, one deliberate fail) -> M2 on the simulated engine, or M0 -> M1 on the tiny engine."""
     prefect_defaults()
     try:
+        check_writable_dir(results_root, what="--results-root")  # before Prefect starts: one line, exit 2
         check_prefect_api()
     except AlflowError as exc:
         raise fail(str(exc)) from None

@@ -13,27 +13,39 @@
 
 ``--json`` is ``--format json``; ``--output -`` writes to stdout. Errors (a directory that is not a run, an unreadable manifest) are
 one line on stderr with exit code 2.
+
+A run whose parquet tables are missing, truncated or garbage: the HTML and Markdown reports are still
+rendered (the manifest and summary.json carry the run's headline numbers, and a reader wants what
+survived) with one ``warning:`` line per damaged file naming it and what is wrong; the exports (CSV,
+JSON), the matrix and the K schedule are read by programs, for which a silent gap is worse than none, so
+they refuse with one ``error:`` line naming the file (exit 2). Nothing here ends in a traceback: an error no
+check foresaw is one line naming the run directories (exit 2).
 """
 
 from __future__ import annotations
 
+import functools
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ParamSpec, TypeVar
 
+import click
 import typer
 from typer.core import TyperGroup
 
 from alflow import jsonutil
-from alflow.cli.common import err_console, handle_errors
+from alflow.cli.common import err_console, fail, handle_errors, warn
 from alflow.errors import InvalidInputError
 from alflow.kchoice import Objective, describe, run_k_schedule
 from alflow.reports.exports import al_matrix, al_matrix_csv, inferencex_rows, rows_csv, rows_json
 from alflow.reports.matrix import METRICS, build_matrix, matrix_csv, matrix_json, matrix_table
 from alflow.reports.render import render_comparison, render_run, write_html_report
-from alflow.results.store import StoredRun, iter_runs, open_run
+from alflow.results.store import StoredRun, StoreError, iter_runs, open_run
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class ReportFormat(StrEnum):
@@ -79,6 +91,37 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Same as --format json (th
 DigitsOpt = Annotated[int, typer.Option("--digits", help="Decimals of the AL matrix CSV.", min=0, max=12)]
 
 
+def _open(run_dir: str, *, strict: bool) -> StoredRun:
+    """The run at ``run_dir``, its damaged tables checked: an error when ``strict``, else warnings."""
+    run = open_run(run_dir)
+    problems = run.damaged_tables()
+    if problems and strict:
+        raise StoreError(f"{problems[0]} (this output needs every table of the run)")
+    for problem in problems:
+        warn(f"{problem}; the report is rendered without it")
+    return run
+
+
+def _no_traceback(fn: Callable[P, R]) -> Callable[P, R]:
+    """An error no check foresaw (a foreign file in a run directory) is one ``error:`` line, exit 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except (typer.Exit, click.exceptions.ClickException, click.exceptions.Abort):
+            raise
+        except Exception as exc:
+            given = [str(v) for v in (*args, *kwargs.values()) if isinstance(v, str | list)]
+            raise fail(
+                f"could not read the run(s) {', '.join(given)[:300]}: {type(exc).__name__}: "
+                f"{str(exc).strip().splitlines()[0] if str(exc).strip() else 'no detail'} "
+                "(a damaged or foreign file in the run directory?)"
+            ) from None
+
+    return wrapper
+
+
 def export_rows(runs: Sequence[StoredRun]) -> list[dict[str, Any]]:
     """InferenceX rows of the M2 runs among ``runs``."""
     return [row for run in runs for row in inferencex_rows(run)]
@@ -104,6 +147,19 @@ def _export_text(runs: Sequence[StoredRun], fmt: ReportFormat, digits: int) -> s
     )
 
 
+def _check_root(root: str) -> None:
+    """``--root``: a local results root must be a folder, or missing (no runs); never a file or under one."""
+    if "://" in root and not root.startswith("file://"):
+        return
+    path = Path(root.removeprefix("file://"))
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        where = "is not a folder" if existing == path else f"is under {existing}, which is not a folder"
+        raise InvalidInputError(
+            f"--root {root!r} {where}; allowed: a results root folder (or an s3:// / gs:// URL)"
+        )
+
+
 def _write(text: str, output: str | None) -> None:
     if output is None or output == "-":
         sys.stdout.write(text)
@@ -115,6 +171,7 @@ def _write(text: str, output: str | None) -> None:
 
 
 @report_app.command("show")
+@_no_traceback
 @handle_errors
 def show(
     run_dir: Annotated[str, typer.Argument(help="A run directory (local path or s3:// / gs:// URL).")],
@@ -124,8 +181,8 @@ def show(
     as_json: JsonOpt = False,
 ) -> None:
     """Render one run: HTML (default, written into the run directory), Markdown, CSV or JSON export."""
-    run = open_run(run_dir)
     fmt = ReportFormat.json if as_json else fmt
+    run = _open(run_dir, strict=fmt not in (ReportFormat.html, ReportFormat.md))
     if fmt is ReportFormat.html:
         if output is None:
             path = write_html_report(run)
@@ -139,6 +196,7 @@ def show(
 
 
 @report_app.command("compare")
+@_no_traceback
 @handle_errors
 def compare(
     run_dirs: Annotated[list[str] | None, typer.Argument(help="Run directories to compare.")] = None,
@@ -154,12 +212,14 @@ def compare(
     as_json: JsonOpt = False,
 ) -> None:
     """Several runs side by side (e.g. two frameworks or two images), or their exports in one file."""
-    runs = [open_run(d) for d in run_dirs or []]
+    fmt = ReportFormat.json if as_json else fmt
+    strict = fmt not in (ReportFormat.html, ReportFormat.md)
+    runs = [_open(d, strict=strict) for d in run_dirs or []]
     if root is not None:
+        _check_root(root)
         runs += [r for r in iter_runs(root, flow) if r.complete]
     if not runs:
         raise InvalidInputError("nothing to compare: give run directories or a --root with complete runs")
-    fmt = ReportFormat.json if as_json else fmt
     if fmt in (ReportFormat.html, ReportFormat.md):
         _write(render_comparison(runs, "html" if fmt is ReportFormat.html else "md"), output)
     else:
@@ -167,6 +227,7 @@ def compare(
 
 
 @report_app.command("matrix")
+@_no_traceback
 @handle_errors
 def matrix(
     run_dirs: Annotated[
@@ -186,7 +247,7 @@ def matrix(
         raise InvalidInputError(f"--format {fmt!r} is not one of: table, csv, json")
     if metric not in METRICS:
         raise InvalidInputError(f"--metric {metric!r} is not one of: {', '.join(METRICS)}")
-    built = build_matrix([open_run(d) for d in run_dirs], metric)
+    built = build_matrix([_open(d, strict=True) for d in run_dirs], metric)
     text = (
         matrix_table(built, digits)
         if fmt == "table"
@@ -198,6 +259,7 @@ def matrix(
 
 
 @report_app.command("k-schedule")
+@_no_traceback
 @handle_errors
 def k_schedule(
     run_dir: Annotated[str, typer.Argument(help="A K sweep run directory (alflow run sweep).")],
@@ -218,7 +280,7 @@ def k_schedule(
     smaller K (vLLM's tune_speculative_k). Writes a --speculative-config fragment; the decisions and any
     warning go to stderr.
     """
-    schedule = run_k_schedule(open_run(run_dir), objective)
+    schedule = run_k_schedule(_open(run_dir, strict=True), objective)
     for line in describe(schedule):
         err_console.print(line, markup=False, highlight=False)
     for line in schedule.warnings:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import math
 import os
 import signal
 import threading
@@ -21,7 +22,7 @@ from pydantic import BaseModel
 from rich.console import Console
 
 from alflow import jsonutil
-from alflow.cli.common import console, emit_json, fail, parse_floats
+from alflow.cli.common import console, emit_json, fail, parse_floats, split_list
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.procguard import Guard
 from alflow.redact import redact_data, redact_urls_in_text
@@ -185,13 +186,32 @@ SHORT_FORM: dict[str, tuple[str, tuple[str, ...]]] = {
 """Flow name -> (its resolver in flows.presets, the short-form fields it takes), as in the Prefect UI's form."""
 
 
+def _unique(values: list[Any], option: str, text: str) -> None:
+    """Refuse a value given twice (it would be measured twice)."""
+    twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+    if twice is not None:
+        raise InvalidInputError(f"{option} {text!r}: {twice} is given twice: give each value once")
+
+
 def _ints(text: str | None, option: str) -> list[int] | None:
     if text is None:
         return None
     values = parse_floats(text, option)
-    if not values or any(v != int(v) for v in values):
+    if not values or any(not math.isfinite(v) or v != int(v) for v in values):
         raise InvalidInputError(f"{option} {text!r}: expected whole numbers separated by commas")
-    return [int(v) for v in values]
+    ints = [int(v) for v in values]
+    _unique(ints, option, text)
+    return ints
+
+
+def _names(text: str | None, option: str) -> list[str] | None:
+    if text is None:
+        return None
+    names = split_list(text, option)
+    if not names:
+        raise InvalidInputError(f"{option} {text!r}: give at least one model id (comma-separated)")
+    _unique(names, option, text)
+    return names
 
 
 def short_form(flow: str, given: dict[str, object]) -> dict[str, object]:
@@ -273,7 +293,7 @@ def run(
             flow,
             {
                 "model": model,
-                "models": None if models is None else [m.strip() for m in models.split(",") if m.strip()],
+                "models": _names(models, "--models"),
                 "k": k,
                 "ks": _ints(ks, "--ks"),
                 "target_al": target_al,

@@ -8,7 +8,14 @@ from typing import Literal, Self
 from pydantic import Field, field_validator, model_validator
 
 from alflow.acceptance.synthetic import K_MAX, K_MIN, SyntheticTarget, get_scheme
-from alflow.config.base import StrictModel
+from alflow.config.base import (
+    MAX_CONCURRENCY,
+    MAX_PER_CONCURRENCY,
+    MAX_PROMPTS,
+    StrictModel,
+    check_local_path,
+    check_unique,
+)
 from alflow.config.runners import ProcessOptions, RunnerOptions
 from alflow.config.server import (
     Parallelism,
@@ -51,12 +58,29 @@ class ServerPlacement(StrictModel):
     )
     results_root: str = Field("results", description="Run store root: a local path or an s3:// / gs:// URL.")
 
+    @field_validator("results_root")
+    @classmethod
+    def _store_root(cls, value: str) -> str:
+        return check_local_path(value, remote=STORE_SCHEMES)
+
 
 REMOTE_REFERENCES = (
     "reference tables are local files (M0 merges its entries under a lock file so concurrent runs "
     "lose none; an object store has no such lock): give a local path and commit the table"
 )
 """Why a reference table may not be a URL (the single-writer rule, README "Reference tables")."""
+
+STORE_SCHEMES = ("s3", "gs", "gcs")
+"""URL schemes a results_root may have besides a local path: the object stores the run store writes through fsspec."""
+
+
+def local_reference(value: str | None) -> str | None:
+    """A reference table's path: local and not empty (None passes); one line otherwise."""
+    if value is None:
+        return None
+    if "://" in value and not value.startswith("file://"):
+        require_local_path(value, what="", why=REMOTE_REFERENCES)  # refuses it, saying why
+    return check_local_path(value)
 
 
 def _ks() -> tuple[int, ...]:
@@ -118,9 +142,16 @@ class CalibrateParams(StrictModel):
 
     @model_validator(mode="after")
     def _check(self) -> Self:
+        if not self.ks:
+            raise ValueError("ks is empty: give at least one K")
+        if not self.thinking:
+            raise ValueError("thinking is empty: give on, off or both")
         for k in self.ks:
             if not K_MIN <= k <= K_MAX:
                 raise ValueError(f"K={k} in ks is outside [{K_MIN}, {K_MAX}]")
+        check_unique(self.ks, "ks")
+        check_unique(tuple(m.id for m in self.models), "models (by id)")
+        check_unique(tuple(t.value for t in self.thinking), "thinking")
         if self.server.synthetic is not None:
             raise ValueError("M0 measures real acceptance: the server template must not set synthetic")
         if self.server.speculative is not None:
@@ -130,8 +161,7 @@ class CalibrateParams(StrictModel):
     @field_validator("reference_path")
     @classmethod
     def _local_reference(cls, value: str) -> str:
-        require_local_path(value, what="", why=REMOTE_REFERENCES)
-        return value
+        return str(local_reference(value))
 
 
 class ReferenceVariantChoice(StrictModel):
@@ -186,6 +216,11 @@ class GateParams(StrictModel):
     )
     gsm8k: Gsm8kSettings = Field(default=Gsm8kSettings(), description="The accuracy gate.")
 
+    @field_validator("reference_path")
+    @classmethod
+    def _local_reference(cls, value: str) -> str:
+        return str(local_reference(value))
+
     @model_validator(mode="after")
     def _check(self) -> Self:
         if self.server.synthetic is not None:
@@ -231,8 +266,12 @@ class BenchmarkParams(StrictModel):
     concurrencies: tuple[int, ...] = Field(
         (4, 8, 16, 32, 64, 128), min_length=1, description="Concurrency sweep."
     )
-    prompts_per_concurrency: int = Field(10, ge=1, description="Measured prompts = this x concurrency.")
-    warmup_per_concurrency: int = Field(2, ge=0, description="Warm-up requests = this x concurrency.")
+    prompts_per_concurrency: int = Field(
+        10, ge=1, le=MAX_PER_CONCURRENCY, description="Measured prompts = this x concurrency."
+    )
+    warmup_per_concurrency: int = Field(
+        2, ge=0, le=MAX_PER_CONCURRENCY, description="Warm-up requests = this x concurrency."
+    )
     repeats: int = Field(
         1,
         ge=1,
@@ -252,6 +291,7 @@ class BenchmarkParams(StrictModel):
         allow_inf_nan=False,
         description="Fail a point when the server sends nothing on any open stream for this long; None: off.",
     )
+
     audit_abs_tol: float = Field(
         0.02, ge=0.0, description="Smallest allowed |achieved - target| AL deviation."
     )
@@ -273,12 +313,35 @@ class BenchmarkParams(StrictModel):
         ),
     )
 
+    @field_validator("reference_path")
+    @classmethod
+    def _local_reference(cls, value: str | None) -> str | None:
+        return local_reference(value)
+
     @model_validator(mode="after")
     def _check(self) -> Self:
         if (self.reference_path is None) == (self.target_al is None):
             raise ValueError("give exactly one of reference_path (target = reference AL) or target_al")
         if any(c < 1 for c in self.concurrencies):
             raise ValueError(f"concurrencies {self.concurrencies} must all be >= 1")
+        if any(c > MAX_CONCURRENCY for c in self.concurrencies):
+            raise ValueError(f"concurrencies {self.concurrencies} must all be <= {MAX_CONCURRENCY:,}")
+        check_unique(self.concurrencies, "concurrencies")
+        top = max(self.concurrencies)
+        for name, per in (
+            ("prompts_per_concurrency", self.prompts_per_concurrency),
+            ("warmup_per_concurrency", self.warmup_per_concurrency),
+        ):
+            if per * top > MAX_PROMPTS:
+                raise ValueError(
+                    f"{name}={per} x concurrency {top} is {per * top:,} requests, more than {MAX_PROMPTS:,} a point may send"
+                )
+        context = self.server.max_model_len
+        if context is not None and self.workload.isl + self.workload.osl > context:
+            raise ValueError(
+                f"workload.isl={self.workload.isl} + workload.osl={self.workload.osl} is more than "
+                f"server.max_model_len={context}: each request must fit the context"
+            )
         if self.scheme is not None:
             get_scheme(self.scheme)
         if self.target_al is not None:
@@ -372,6 +435,11 @@ class SweepParams(StrictModel):
     results_root: str | None = Field(
         None, description="Run store root of the sweep's own run (None: the benchmark template's)."
     )
+
+    @field_validator("results_root")
+    @classmethod
+    def _store_root(cls, value: str | None) -> str | None:
+        return None if value is None else check_local_path(value, remote=STORE_SCHEMES)
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -478,6 +546,15 @@ class DemoParams(StrictModel):
                 )
         if any(c < 1 for c in self.vllm_m2_concurrencies):
             raise ValueError(f"vllm_m2_concurrencies {self.vllm_m2_concurrencies} must all be >= 1")
+        for name, values in (
+            ("concurrencies", self.concurrencies),
+            ("vllm_m2_concurrencies", self.vllm_m2_concurrencies),
+        ):
+            if any(c > MAX_CONCURRENCY for c in values):
+                raise ValueError(f"{name} {values} must all be <= {MAX_CONCURRENCY:,}")
+            check_unique(values, name)
+        check_unique(self.ks, "ks")
+        check_local_path(self.results_root, remote=STORE_SCHEMES)
         return self
 
 

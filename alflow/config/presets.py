@@ -27,17 +27,23 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
-import yaml
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from alflow.acceptance.synthetic import K_MAX, K_MIN
-from alflow.config.base import StrictModel
-from alflow.config.flows import BenchmarkParams, CalibrateParams, GateParams, ServerPlacement, SweepParams
+from alflow.config.base import MAX_CONCURRENCY, StrictModel, check_unique
+from alflow.config.flows import (
+    BenchmarkParams,
+    CalibrateParams,
+    GateParams,
+    ServerPlacement,
+    SweepParams,
+    local_reference,
+)
 from alflow.config.server import ServerConfig
 from alflow.config.speculative import GateTolerances, ModelSpec, SpecMethod, ThinkingMode
 from alflow.config.workloads import Gsm8kSettings, LoadConfig, RandomWorkload, SpeedBenchWorkload
 from alflow.errors import InvalidInputError
-from alflow.yamlfile import UniqueKeyLoader, describe_validation, load_yaml_model, validate_strict
+from alflow.yamlfile import describe_validation, load_yaml_model, parse_yaml, validate_strict
 
 PRESETS_DIR = "presets"
 """The folder of the preset files under the project root."""
@@ -71,6 +77,13 @@ class PresetBenchmark(StrictModel):
         None, ge=1.0, description="Explicit target AL (None: the reference AL from reference_path)."
     )
 
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if any(not 1 <= c <= MAX_CONCURRENCY for c in self.concurrencies):
+            raise ValueError(f"concurrencies {self.concurrencies} must all be in [1, {MAX_CONCURRENCY:,}]")
+        check_unique(self.concurrencies, "concurrencies")
+        return self
+
 
 class PresetCalibrate(StrictModel):
     """What M0 (calibration) runs on this preset's server, beside the shared fields."""
@@ -85,6 +98,17 @@ class PresetCalibrate(StrictModel):
         "references/speed-bench-coding.yaml",
         description="Reference table M0 writes (merged with what it holds).",
     )
+
+    @field_validator("reference_path")
+    @classmethod
+    def _local_reference(cls, value: str) -> str:
+        return str(local_reference(value))
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        check_unique(self.ks, "ks")
+        check_unique(tuple(t.value for t in self.thinking), "thinking")
+        return self
 
 
 class ServerPreset(StrictModel):
@@ -115,6 +139,11 @@ class ServerPreset(StrictModel):
     calibrate: PresetCalibrate = Field(
         default=PresetCalibrate(), description="M0's Ks, thinking modes, workload, load and table."
     )
+
+    @field_validator("reference_path")
+    @classmethod
+    def _local_reference(cls, value: str | None) -> str | None:
+        return local_reference(value)
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -178,10 +207,7 @@ def load_preset(name: str, root: Path | None = None) -> ServerPreset:
 def preset_from_data(data: Any, source: str) -> ServerPreset:
     """A preset from a Prefect Variable's value: a JSON object, or YAML text of one; errors name ``source``."""
     if isinstance(data, str):
-        try:
-            data = yaml.load(data, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-        except yaml.YAMLError as exc:
-            raise InvalidInputError(f"{source}: not valid YAML: {' '.join(str(exc).split())}") from None
+        data = parse_yaml(data, source)  # the file loader's limits: size, depth, aliases, duplicate keys
     return validate_strict(data, ServerPreset, source=source)
 
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import ConfigDict, Field, TypeAdapter, field_validator, model_validator
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationInfo, field_validator, model_validator
 
-from alflow.config.base import StrictModel
+from alflow.config.base import MAX_CONTEXT_TOKENS, StrictModel
 from alflow.config.speculative import (
     SpeculativeConfig,
     SyntheticAcceptance,
 )
+from alflow.names import check_env_names, check_identifier
 from alflow.redact import is_secret_flag, is_secret_name
 
 ServerFramework = Literal["vllm", "sglang", "trtllm", "sim", "tiny"]
@@ -189,7 +190,7 @@ class ServerBase(StrictModel):
         description="Synthetic acceptance (forced accept lengths); None: real acceptance. Needs speculative.",
     )
     max_model_len: int | None = Field(
-        None, ge=16, description="Maximum sequence length (None: the model's own)."
+        None, ge=16, le=MAX_CONTEXT_TOKENS, description="Maximum sequence length (None: the model's own)."
     )
     enable_prefix_caching: bool = Field(
         False, description="Prefix caching; off by default so repeated prompts do not inflate the speed."
@@ -230,6 +231,15 @@ class ServerBase(StrictModel):
     def __hash__(self) -> int:
         """Hash of the JSON form (``extra_env`` is a dict, which plain field hashing cannot take)."""
         return hash(self.model_dump_json())
+
+    @field_validator("model", "extra_env")
+    @classmethod
+    def _names(cls, value: Any, info: ValidationInfo) -> Any:
+        """No control character in the served model's id; extra_env names that an environment can hold."""
+        if info.field_name == "model":
+            return check_identifier(value, what="model")
+        check_env_names(value)
+        return value
 
     @field_validator("extra_args")
     @classmethod

@@ -9,7 +9,8 @@ from typing import Annotated, Literal, Self
 from pydantic import Field, field_validator, model_validator
 
 from alflow.acceptance.synthetic import K_MAX, K_MIN, SCHEMES, SyntheticTarget, get_scheme
-from alflow.config.base import StrictModel
+from alflow.config.base import MAX_SEQUENCE_TOKENS, StrictModel
+from alflow.names import check_identifier
 
 
 class SpecMethod(StrEnum):
@@ -50,7 +51,9 @@ class SamplingParams(StrictModel):
     )
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0, description="OpenAI presence penalty.")
     repetition_penalty: float | None = Field(None, gt=0.0, description="Multiplicative repetition penalty.")
-    max_tokens: int = Field(4096, ge=1, description="Output token cap per request (always sent).")
+    max_tokens: int = Field(
+        4096, ge=1, le=MAX_SEQUENCE_TOKENS, description="Output token cap per request (always sent)."
+    )
     seed: int | None = Field(None, description="Per-request seed for reproducible sampling, where supported.")
 
     def request_fields(self) -> dict[str, float | int]:
@@ -88,6 +91,12 @@ class ModelSpec(StrictModel):
     sampling_thinking_off: SamplingParams = Field(
         default=SamplingParams(), description="Provider-recommended sampling with thinking off."
     )
+
+    @field_validator("id")
+    @classmethod
+    def _identifier(cls, value: str) -> str:
+        """No control character in the model id (:func:`alflow.names.check_identifier`)."""
+        return check_identifier(value, what="model id")
 
     def sampling(self, thinking: ThinkingMode) -> SamplingParams:
         """The recommended sampling for a thinking mode."""
@@ -162,6 +171,12 @@ class SpeculativeConfig(StrictModel):
             "(sampled, with the draft probabilities passed to the rejection sampler); None: the default."
         ),
     )
+
+    @field_validator("draft_model")
+    @classmethod
+    def _identifier(cls, value: str | None) -> str | None:
+        """No control character in the drafter's id (:func:`alflow.names.check_identifier`)."""
+        return None if value is None else check_identifier(value, what="draft_model")
 
     @property
     def lossy_verification(self) -> str | None:

@@ -6,7 +6,12 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import Discriminator, Field, Tag, model_validator
 
-from alflow.config.base import StrictModel
+from alflow.config.base import (
+    MAX_CONCURRENCY,
+    MAX_PROMPTS,
+    MAX_SEQUENCE_TOKENS,
+    StrictModel,
+)
 from alflow.datasets.literature import LiteratureName
 from alflow.datasets.random_tokens import DEFAULT_VOCAB_SIZE
 from alflow.loadgen.runner import DEFAULT_STALL_TIMEOUT_S, MAX_PROCESSES, MIN_PROCESSES
@@ -15,9 +20,15 @@ from alflow.loadgen.runner import DEFAULT_STALL_TIMEOUT_S, MAX_PROCESSES, MIN_PR
 class LoadConfig(StrictModel):
     """How requests are offered at one point."""
 
-    concurrency: int = Field(1, ge=1, description="Requests (sessions) in flight at once.")
-    num_prompts: int | None = Field(None, ge=1, description="Measured requests (None: every prompt once).")
-    warmup: int = Field(0, ge=0, description="Warm-up requests sent before the measured window.")
+    concurrency: int = Field(
+        1, ge=1, le=MAX_CONCURRENCY, description="Requests (sessions) in flight at once."
+    )
+    num_prompts: int | None = Field(
+        None, ge=1, le=MAX_PROMPTS, description="Measured requests (None: every prompt once)."
+    )
+    warmup: int = Field(
+        0, ge=0, le=MAX_PROMPTS, description="Warm-up requests sent before the measured window."
+    )
     request_rate: float | None = Field(None, gt=0.0, description="Requests per second (None: unlimited).")
     timeout_s: float = Field(
         600.0, gt=0.0, allow_inf_nan=False, description="Per-request timeout in seconds."
@@ -58,14 +69,17 @@ class SpeedBenchWorkload(StrictModel):
     kind: Literal["speed-bench"] = Field("speed-bench", description="Workload kind.")
     path: str | None = Field(
         None,
+        min_length=1,
         description=(
             "Prepared SPEED-Bench JSONL (e.g. qualitative.jsonl). None: alflow's bundled demo prompts, "
             "which are NOT SPEED-Bench and are labelled as such in every result."
         ),
     )
     category: str = Field("coding", min_length=1, description="Category to run (coding for M0/M1).")
-    limit: int | None = Field(None, ge=1, description="Use only the first N prompts of the category.")
-    max_tokens: int = Field(4096, ge=1, description="Output cap per turn.")
+    limit: int | None = Field(
+        None, ge=1, le=MAX_PROMPTS, description="Use only the first N prompts of the category."
+    )
+    max_tokens: int = Field(4096, ge=1, le=MAX_SEQUENCE_TOKENS, description="Output cap per turn.")
 
 
 class LiteratureWorkload(StrictModel):
@@ -75,14 +89,20 @@ class LiteratureWorkload(StrictModel):
     dataset: LiteratureName = Field(description="gsm8k, math500, humaneval, mbpp (full test) or mtbench.")
     path: str | None = Field(
         None,
+        min_length=1,
         description=(
             "The dataset file (.jsonl, .jsonl.gz or the hub's .parquet). None: only for gsm8k, the GSM8K "
             "test split shipped with alflow."
         ),
     )
-    limit: int | None = Field(None, ge=1, description="Use only the first N prompts (a labelled subset).")
+    limit: int | None = Field(
+        None, ge=1, le=MAX_PROMPTS, description="Use only the first N prompts (a labelled subset)."
+    )
     max_tokens: int = Field(
-        4096, ge=1, description="Output cap per turn (greedy; the literature caps this way)."
+        4096,
+        ge=1,
+        le=MAX_SEQUENCE_TOKENS,
+        description="Output cap per turn (greedy; the literature caps this way).",
     )
 
     @model_validator(mode="after")
@@ -118,8 +138,15 @@ class RandomWorkload(StrictModel):
     """Random-token prompts with fixed input and output lengths (M2, synthetic acceptance)."""
 
     kind: Literal["random"] = Field("random", description="Workload kind.")
-    isl: int = Field(1024, ge=1, description="Input sequence length in tokens (upper end).")
-    osl: int = Field(1024, ge=1, description="Output sequence length in tokens (fixed with ignore_eos).")
+    isl: int = Field(
+        1024, ge=1, le=MAX_SEQUENCE_TOKENS, description="Input sequence length in tokens (upper end)."
+    )
+    osl: int = Field(
+        1024,
+        ge=1,
+        le=MAX_SEQUENCE_TOKENS,
+        description="Output sequence length in tokens (fixed with ignore_eos).",
+    )
     range_ratio: float = Field(0.8, gt=0.0, le=1.0, description="Input lengths are drawn in [ISL x r, ISL].")
     seed: int = Field(0, description="Seed of the prompts.")
     vocab_size: int = Field(
@@ -139,15 +166,19 @@ class Gsm8kSettings(StrictModel):
     """The GSM8K accuracy gate of M1."""
 
     enabled: bool = Field(True, description="Run the GSM8K accuracy gate after the AL gate.")
-    limit: int | None = Field(None, ge=1, description="Seeded subset of N questions (None: all 1,319).")
-    shots: int = Field(5, ge=0, description="Few-shot examples per question.")
+    limit: int | None = Field(
+        None, ge=1, le=MAX_PROMPTS, description="Seeded subset of N questions (None: all 1,319)."
+    )
+    shots: int = Field(
+        5, ge=0, le=100, description="Few-shot examples per question (100: far past any context's use)."
+    )
     seed: int = Field(1234, description="Seed of the subset and the few-shot draws.")
-    concurrency: int = Field(64, ge=1, description="Requests in flight.")
-    max_tokens: int = Field(512, ge=1, description="Output cap per reply.")
+    concurrency: int = Field(64, ge=1, le=MAX_CONCURRENCY, description="Requests in flight.")
+    max_tokens: int = Field(512, ge=1, le=MAX_SEQUENCE_TOKENS, description="Output cap per reply.")
     threshold: float | None = Field(
         None,
         ge=0.0,
         le=1.0,
         description="Accuracy both scores must reach (None: the thresholds file or 0.90).",
     )
-    thresholds_file: str | None = Field(None, description="YAML of per-model thresholds.")
+    thresholds_file: str | None = Field(None, min_length=1, description="YAML of per-model thresholds.")

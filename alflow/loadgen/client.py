@@ -363,7 +363,7 @@ class SseConsumer:
                 if text and self._keep_text:
                     self.pieces.append(text)
             usage = event.get("usage")
-            if usage:
+            if isinstance(usage, dict) and usage:  # another shape is no usage (the count checks then say so)
                 rec = self.record
                 rec.input_tokens = usage.get("prompt_tokens")
                 rec.output_tokens = usage.get("completion_tokens")

@@ -37,7 +37,7 @@ import polars as pl
 from pydantic import ValidationError
 
 from alflow.errors import AlflowError, InvalidInputError
-from alflow.fsutil import atomic_write_bytes
+from alflow.fsutil import atomic_write_bytes, check_writable_dir
 from alflow.jsonutil import dumps_bytes
 from alflow.redact import redact_data, redact_urls_in_text
 from alflow.results.manifest import SCHEMA_VERSION, FileEntry, RunManifest, RunProvenance, Status
@@ -95,7 +95,10 @@ class LocalStorage:
 
     def list_dirs(self, path: str) -> list[str]:
         p = Path(path)
-        return sorted(str(c) for c in p.iterdir() if c.is_dir()) if p.is_dir() else []
+        try:  # a folder that cannot be listed (permissions, /proc's) holds no runs alflow can read
+            return sorted(str(c) for c in p.iterdir() if c.is_dir()) if p.is_dir() else []
+        except OSError:
+            return []
 
     def join(self, *parts: str) -> str:
         return str(Path(*parts))
@@ -214,6 +217,8 @@ class RunWriter:
         self.started = started or _now()
         stamp = self.started.strftime("%Y%m%dT%H%M%SZ")
         self.dir = self.storage.join(_root_text(root), self.flow, f"{stamp}-{self.run_id}")
+        if isinstance(self.storage, LocalStorage):  # before anything is measured: one line naming the root
+            check_writable_dir(_root_text(root), what="results_root")
         if self.storage.exists(self.storage.join(self.dir, MANIFEST)):
             raise StoreError(f"run directory {self.dir} already holds a manifest; refusing to overwrite it")
         self.manifest = RunManifest(
@@ -325,14 +330,39 @@ class StoredRun:
         filename = f"{name}.parquet"
         if not self.has(filename):
             raise StoreError(f"run {self.dir} has no {filename} (status {self.status})")
-        data = self.storage.read_bytes(self.storage.join(self.dir, filename))
-        meta = pl.read_parquet_metadata(io.BytesIO(data))
-        version = meta.get(PARQUET_VERSION_KEY)
-        if version != str(SCHEMA_VERSION):
+        path = self.storage.join(self.dir, filename)
+        try:
+            data = self.storage.read_bytes(path)
+        except FileNotFoundError:
+            raise StoreError(f"{path}: missing (manifest.json lists it; the run directory lost it)") from None
+        except OSError as exc:
+            raise StoreError(f"{path}: not readable ({exc.strerror or exc})") from None
+        try:
+            meta = pl.read_parquet_metadata(io.BytesIO(data))
+            version = meta.get(PARQUET_VERSION_KEY)
+            frame = pl.read_parquet(io.BytesIO(data)) if version == str(SCHEMA_VERSION) else None
+        except Exception as exc:  # polars/arrow raise several types for a damaged file
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise StoreError(
-                f"{self.storage.join(self.dir, filename)}: schema version {version!r}, this alflow reads {SCHEMA_VERSION}"
-            )
-        return pl.read_parquet(io.BytesIO(data))
+                f"{path}: not a readable parquet file, truncated or damaged ({len(data)} bytes: {first})"
+            ) from None
+        if frame is None:
+            raise StoreError(f"{path}: schema version {version!r}, this alflow reads {SCHEMA_VERSION}")
+        return frame
+
+    def damaged_tables(self) -> list[str]:
+        """One line per parquet table the manifest lists that cannot be read: the file and what is wrong.
+
+        Missing, truncated, garbage or of another schema version (each read as :meth:`table` reads it).
+        """
+        problems = []
+        for filename in sorted(self.manifest.files):
+            if filename.endswith(".parquet"):
+                try:
+                    self.table(filename.removesuffix(".parquet"))
+                except StoreError as exc:
+                    problems.append(str(exc))
+        return problems
 
     def json(self, name: str) -> dict[str, Any]:
         """Read ``<name>.json``."""
@@ -345,7 +375,7 @@ class StoredRun:
 def _read_json(storage: Storage, path: str) -> dict[str, Any]:
     try:
         data = json.loads(storage.read_bytes(path))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # NotADirectoryError: a path under a regular file
         raise StoreError(f"{path} does not exist") from None
     except (OSError, ValueError) as exc:
         raise StoreError(f"{path}: not readable JSON ({exc})") from None
@@ -371,6 +401,8 @@ def open_run(run_dir: str | os.PathLike[str]) -> StoredRun:
     """Read a run directory's manifest (:class:`~alflow.results.manifest.RunManifest`)."""
     text = _root_text(run_dir)
     storage = storage_for(run_dir)
+    if isinstance(storage, LocalStorage) and Path(text).exists() and not Path(text).is_dir():
+        raise StoreError(f"{text} is not a run directory (not a folder; a run directory holds manifest.json)")
     return StoredRun(text, _read_manifest(storage, storage.join(text, MANIFEST)), storage)
 
 

@@ -18,7 +18,7 @@ from typing import Annotated
 
 import typer
 
-from alflow.errors import AlflowError
+from alflow.errors import AlflowError, InvalidInputError
 from alflow.serving.app import OnReady, run_until_signalled
 from alflow.sim.config import SimConfig, parse_rates, resolve
 from alflow.sim.profiles import DEFAULT_PROFILE
@@ -217,6 +217,8 @@ def serve_command(
             speculative_config=speculative_config,
             env=os.environ,
         )
+        if config.step_log is not None:
+            _check_step_log(config.step_log)
         if ignore_synthetic and config.synthetic:
             logging.getLogger(__name__).warning(
                 "fault --ignore-synthetic: the synthetic-acceptance setting is read and ignored (real acceptance)"
@@ -230,6 +232,19 @@ def serve_command(
     except AlflowError as exc:
         sys.stderr.write(f"error: {exc}\n")
         raise typer.Exit(1) from None
+
+
+def _check_step_log(path: Path) -> None:
+    """Before listening: ``--step-log`` can be opened for appending (its folder exists; not a folder itself)."""
+    allowed = "allowed: a file (new or to append to) in an existing folder"
+    folder = path.parent
+    if path.is_dir():
+        raise InvalidInputError(f"--step-log {str(path)!r} is a folder; {allowed}")
+    if not folder.is_dir():
+        why = "does not exist" if not folder.exists() else "is not a folder"
+        raise InvalidInputError(f"--step-log {str(path)!r}: its folder {str(folder)!r} {why}; {allowed}")
+    if not os.access(path if path.exists() else folder, os.W_OK):
+        raise InvalidInputError(f"--step-log {str(path)!r} is not writable (permission denied); {allowed}")
 
 
 def run_server(config: SimConfig) -> None:

@@ -33,8 +33,13 @@ pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 NAME = " ".join(HOSTILE)
 SHOWN = " ".join(NAME.split())  # as a reader sees it: the newline is a space
-MODEL = ModelSpec(id=NAME, sampling_thinking_off=SamplingParams(temperature=0.0, max_tokens=64))
-SERVER = server_config(framework="sim", model=NAME, label=f"label {NAME}", extra_args=("--time-scale", "0"))
+# a model id holds no control character (refused at load: alflow.names.check_identifier), so the id carries the
+# name with its newline as a space; the free-text label keeps the newline
+MODEL_ID = SHOWN
+MODEL = ModelSpec(id=MODEL_ID, sampling_thinking_off=SamplingParams(temperature=0.0, max_tokens=64))
+SERVER = server_config(
+    framework="sim", model=MODEL_ID, label=f"label {NAME}", extra_args=("--time-scale", "0")
+)
 
 
 def markdown_artifacts(state: object) -> list[str]:

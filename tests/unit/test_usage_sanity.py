@@ -196,3 +196,17 @@ def test_bench_against_impossible_usage_fails_the_requests_and_exits_1() -> None
     assert last.startswith(
         "error: 2 of 2 requests failed (first: usage: completion_tokens=100000 for 8 streamed"
     )
+
+
+def test_a_usage_that_is_not_an_object_is_no_usage_and_crashes_nothing() -> None:
+    from alflow.loadgen.client import SseConsumer
+    from alflow.loadgen.endpoints import CompletionsEndpoint
+    from alflow.loadgen.records import RequestRecord
+
+    rec = RequestRecord(request_id=0, session_id="s", http_status=200)
+    consumer = SseConsumer(rec, CompletionsEndpoint(), keep_text=False)
+    wire = b'data: {"choices": [{"index": 0, "text": "a"}]}\n\ndata: {"choices": [], "usage": [5]}\n\ndata: [DONE]\n\n'
+    assert consumer.feed(wire, 1) is False
+    consumer.finish()
+    assert rec.output_tokens is None
+    assert rec.chunk_ns == [1]

@@ -1,0 +1,86 @@
+"""Names are data, keys are derived: ASCII keys built from user strings, and the identifier check.
+
+A model id, a served name or a dataset name is data: it is stored and shown as typed (escaped where it is
+rendered). Wherever alflow needs a *key* built from such a string (a Prefect artifact key, which allows
+lowercase letters, digits and dashes only; a flow run name; a file name) it uses :func:`safe_key`: an ASCII
+slug of the text plus a short hash of the original, so that two names which slug alike (``Qwen/Qwen3`` and
+``qwen-qwen3``, or two Japanese names that slug to nothing) never share a key.
+
+:func:`check_identifier` is the load-time check of identifiers: no control character (a NUL cannot reach a
+command line or a file name; a newline or an escape sequence would forge log lines and terminal output).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+from typing import Final
+
+HASH_LEN: Final = 8
+"""Hex digits of the original's sha256 that every key ends with."""
+DEFAULT_MAX_LEN: Final = 64
+"""Default longest key (Prefect's artifact keys and file names take it comfortably)."""
+_NOT_SLUG = re.compile(r"[^a-z0-9]+")
+_SLUG = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+
+
+def safe_key(text: str, *, max_len: int = DEFAULT_MAX_LEN, always_hash: bool = True) -> str:
+    """An ASCII key for ``text``: its slug (``[a-z0-9-]``, dashes collapsed) plus ``-`` and 8 hex of its sha256.
+
+    Accented Latin letters keep their base letter (``é`` -> ``e``); every other character (Japanese, a bidi
+    control, a NUL, punctuation) becomes a dash, and runs of dashes collapse to one. The hash is of the
+    original text (UTF-8, control characters and all), so distinct texts give distinct keys even where their
+    slugs agree. The result matches ``^[a-z0-9]+(-[a-z0-9]+)*$``, never starts or ends with a dash, and is at
+    most ``max_len`` characters (at least 9 + 1 are needed: the slug is cut, never the hash). A text whose
+    slug is empty (only Japanese, say) gives ``x-<hash>``.
+
+    ``always_hash=False`` (for names people read, such as flow run names) leaves a text that already is
+    its own slug as it is (``demo-llama-70b``) and hashes only the others.
+
+    >>> safe_key("Qwen/Qwen3-8B")
+    'qwen-qwen3-8b-a82fd547'
+    """
+    if max_len < HASH_LEN + 2:
+        raise ValueError(f"max_len {max_len} is too short: a key needs at least {HASH_LEN + 2} characters")
+    if not always_hash and len(text) <= max_len and _SLUG.fullmatch(text):
+        return text
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:HASH_LEN]
+    bare = "".join(c for c in unicodedata.normalize("NFKD", text) if unicodedata.category(c) != "Mn")
+    slug = _NOT_SLUG.sub("-", bare.lower()).strip("-")
+    slug = slug[: max_len - HASH_LEN - 1].rstrip("-") or "x"
+    return f"{slug}-{digest}"
+
+
+def control_characters(text: str) -> list[str]:
+    """The control characters in ``text`` (Unicode category Cc: C0, DEL and C1), as ``U+XXXX`` names."""
+    return sorted({f"U+{ord(c):04X}" for c in text if unicodedata.category(c) == "Cc"})
+
+
+def check_identifier(value: str, *, what: str = "an identifier") -> str:
+    """``value`` unchanged, or a ``ValueError`` (one line) naming the control characters it holds.
+
+    For a pydantic field validator: the error names the field, the value (``repr``) and what is allowed.
+    """
+    bad = control_characters(value)
+    if bad:
+        raise ValueError(
+            f"{what} {value!r} holds the control character(s) {', '.join(bad)}: an identifier may hold any "
+            "printable character (letters of any script, digits, punctuation, spaces) but no control character"
+        )
+    return value
+
+
+def check_env_names(names: object) -> None:
+    """Raise ``ValueError`` for an environment variable name that is empty or holds ``=`` or a NUL.
+
+    ``os.environ`` and ``execve`` cannot carry such a name: the server's start would fail with a traceback.
+    """
+    for name in names if isinstance(names, dict | list | tuple) else ():
+        if not isinstance(name, str):
+            continue
+        if not name or "=" in name or "\0" in name:
+            raise ValueError(
+                f"extra_env name {name!r} is not an environment variable name: it must be non-empty and "
+                "hold no '=' and no NUL (e.g. VLLM_LOGGING_LEVEL)"
+            )
