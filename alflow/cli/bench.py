@@ -144,7 +144,7 @@ def _print_summary(s: dict[str, Any]) -> None:
         ("e2el", "E2E latency (ms)"),
     ):
         mean, med, p99 = s.get(f"mean_{key}_ms"), s.get(f"median_{key}_ms"), s.get(f"p99_{key}_ms")
-        if mean is not None:
+        if mean is not None or (key == "itl" and s.get("itl_ms_note")):  # withheld figures are said so
             shown = " / ".join("not measurable" if v is None else f"{v:.2f}" for v in (mean, med, p99))
             rows.append((f"{label} mean / median / p99", shown))
     if s.get("itl_ms_note"):

@@ -1,7 +1,7 @@
 """A starved client says so: `alflow bench` pinned to one core with a busy burner beside it.
 
 The sim (real HTTP, K=3, synthetic AL) runs on the other core. The client runs at nice 19 on core 0 next to a
-burner at nice 0 on the same core (bounded: killed in ``finally``, and by ``timeout`` after 120 s), so it is
+burner at nice 0 on the same core (bounded: killed in ``finally``, and ending by itself after 120 s), so it is
 scheduled in small slices: its reads come late and carry several chunks. The run must print the client-bound
 verdict, and its summary must hold no ITL median or percentile, only the mean and the reason.
 """
@@ -39,6 +39,11 @@ STARVED_CLI = (
 """``alflow`` at nice 19 (and pinned where ``STARVE_CORES`` says) once it has imported everything."""
 
 
+def burn(seconds: float) -> str:
+    """A busy loop that ends by itself after ``seconds`` (and is killed directly: no wrapper that could orphan it)."""
+    return f"import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass\n"
+
+
 def _pin(core: int, nice: int) -> None:
     os.sched_setaffinity(0, {core})
     os.nice(nice)
@@ -50,7 +55,7 @@ def test_a_starved_client_is_judged_client_bound_and_prints_no_itl_percentile(tm
     with SimProcess(["--dialect", "vllm", "--k", "3", "--synthetic-al", "2.0", "--time-scale", "0.2"]) as sim:
         os.sched_setaffinity(sim.pid, {server_core})
         burner = subprocess.Popen(
-            ["timeout", "120", sys.executable, "-c", "while True: pass"],
+            [sys.executable, "-c", burn(120)],
             preexec_fn=lambda: _pin(client_core, 0),  # noqa: PLW1509
         )
         try:
@@ -87,7 +92,7 @@ def test_auto_client_processes_splits_the_measured_phase_when_the_warm_up_finds_
     with SimProcess(["--dialect", "vllm", "--k", "3", "--synthetic-al", "2.0", "--time-scale", "0.2"]) as sim:
         burners = [
             subprocess.Popen(
-                ["timeout", "15", sys.executable, "-c", "while True: pass"],  # the warm-up's time: then gone
+                [sys.executable, "-c", burn(15)],  # the warm-up's time: then gone
                 preexec_fn=lambda core=core: _pin(core, 0),  # type: ignore[misc]  # noqa: PLW1509
             )
             for core in cores
