@@ -17,7 +17,9 @@ cores. Clients, each in its own process (CPU of the client's process tree from `
 the CPU of the same client doing one tiny run, i.e. start-up and imports):
 
 - ``alflow``: ``alflow.loadgen.run_load`` (records with every chunk timestamp, orjson, usage) on
-  its default fast transport; ``alflow-aiohttp``: the same on the aiohttp transport;
+  its default fast transport, reads dated by the kernel's receive stamps; ``alflow-clock``: the same
+  transport dated by the clock at each read (the stamps' own cost is the difference between the two,
+  measured in the same run); ``alflow-aiohttp``: the same on the aiohttp transport;
 - ``bare``: a bare aiohttp read loop with no bookkeeping (counts ``data:`` lines, no JSON);
 - ``aiperf``: ``aiperf profile`` from a throwaway venv (``--aiperf PATH``), with
   ``--use-server-token-count`` and a tokenizer directory made locally.
@@ -181,12 +183,20 @@ async def _client_alflow(url: str, conc: int, num: int, osl: int, out: Path, tra
         )
         for i in range(num)
     ]
+    from alflow.loadgen.fast import FastTransport
+
+    own = FastTransport(kernel_stamps=False) if transport == "fast-clock" else None
     cpu0 = time.process_time()
     res = await run_load(
         sessions,
         Target(url, MODEL, endpoint="completions"),
-        LoadSpec(concurrency=conc, keep_text=False, transport=transport),  # type: ignore[arg-type]
+        LoadSpec(
+            concurrency=conc, keep_text=False, transport="aiohttp" if transport == "aiohttp" else "fast"
+        ),
+        transport=own,
     )
+    if own is not None:
+        await own.close()
     cpu = time.process_time() - cpu0
     chunks = {str(sessions[int(r.session_id[1:])].turns[0].prompt): r.chunk_ns for r in res.records}
     failed = sum(1 for r in res.records if not r.ok)
@@ -358,7 +368,9 @@ def _fetch_emits(port: int) -> dict[str, list[int]]:
 
 def main() -> None:
     concs = [int(c) for c in ARGS.concurrency.split(",")]
-    clients = ["alflow", "alflow-aiohttp", "bare"] + (["aiperf"] if ARGS.aiperf else [])
+    clients = ["alflow", "alflow-clock", "alflow-aiohttp", "bare"] + (["aiperf"] if ARGS.aiperf else [])
+    if ARGS.clients:
+        clients = [c for c in clients if c in ARGS.clients.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="alflow-overhead-"))
     tok = tmp / "tokenizer"
     if "aiperf" in clients and not _make_tokenizer(tok):
@@ -482,6 +494,7 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--loads", default="", help="subset of sim-ts0,fixed-10ms")
     p.add_argument("--osl", type=int, default=200, help="output tokens per request")
     p.add_argument("--requests-per-slot", type=int, default=2, help="requests = this x concurrency")
+    p.add_argument("--clients", default="", help="subset of alflow,alflow-clock,alflow-aiohttp,bare,aiperf")
     p.add_argument("--aiperf", default="", help="path of an aiperf executable (throwaway venv)")
     p.add_argument("--loop", default="uvloop", choices=["uvloop", "asyncio"], help="client event loop")
     # internal modes
@@ -494,18 +507,21 @@ def _parse() -> argparse.Namespace:
     return p.parse_args()
 
 
+_TRANSPORTS = {"alflow": "fast", "alflow-clock": "fast-clock", "alflow-aiohttp": "aiohttp"}
+"""The alflow clients: the fast transport with kernel receive stamps (the default), the same dated by the clock
+at each read (``FastTransport(kernel_stamps=False)``: the stamps' own cost is the difference), and aiohttp."""
+
+
 if __name__ == "__main__":
     ARGS = _parse()
     if ARGS.serve_fixed is not None:
         asyncio.run(_serve_fixed(ARGS.serve_fixed))
-    elif ARGS.client in ("alflow", "alflow-aiohttp", "bare"):
+    elif ARGS.client in _TRANSPORTS or ARGS.client == "bare":
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             args = (ARGS.url, ARGS.concurrency_one, ARGS.num, ARGS.osl, Path(ARGS.result))
             if ARGS.client == "bare":
                 runner.run(_client_bare(*args))
             else:
-                runner.run(
-                    _client_alflow(*args, transport="aiohttp" if ARGS.client == "alflow-aiohttp" else "fast")
-                )
+                runner.run(_client_alflow(*args, transport=_TRANSPORTS[ARGS.client]))
     else:
         main()

@@ -147,6 +147,7 @@ def benchmark(
                         timeout_s=params.request_timeout_s,
                         stall_timeout_s=params.stall_timeout_s,
                         client_processes=min(params.client_processes, conc),
+                        auto_client_processes=params.auto_client_processes,
                     )
                     wait_ready(
                         handle, params.placement.runner

@@ -136,6 +136,7 @@ def run_load(
             stall_timeout_s=load.stall_timeout_s,
             keep_text=False,
             processes=load.client_processes,
+            auto_processes=load.auto_client_processes,
         )
         return await measure(
             todo,

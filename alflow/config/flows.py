@@ -304,6 +304,13 @@ class BenchmarkParams(StrictModel):
             "Python process saturates near a thousand streams, and a point it saturated is marked client-bound."
         ),
     )
+    auto_client_processes: bool = Field(
+        False,
+        description=(
+            "Judge the client by each point's warm-up and, when one process was the bottleneck, split the "
+            "measured phase over the machine's cores (Linux; needs client_processes=1 and a warm-up)."
+        ),
+    )
     fail_on_invalid: bool = Field(True, description="Fail the run when a point fails the synthetic audit.")
     preflight: bool = Field(
         True,
@@ -327,6 +334,12 @@ class BenchmarkParams(StrictModel):
         if any(c > MAX_CONCURRENCY for c in self.concurrencies):
             raise ValueError(f"concurrencies {self.concurrencies} must all be <= {MAX_CONCURRENCY:,}")
         check_unique(self.concurrencies, "concurrencies")
+        if self.auto_client_processes and (self.client_processes != 1 or self.warmup_per_concurrency < 1):
+            raise ValueError(
+                "auto_client_processes needs client_processes=1 and warmup_per_concurrency >= 1 to judge the "
+                f"client by (got client_processes={self.client_processes}, "
+                f"warmup_per_concurrency={self.warmup_per_concurrency})"
+            )
         top = max(self.concurrencies)
         for name, per in (
             ("prompts_per_concurrency", self.prompts_per_concurrency),

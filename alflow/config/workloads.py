@@ -53,8 +53,22 @@ class LoadConfig(StrictModel):
         ),
     )
 
+    auto_client_processes: bool = Field(
+        False,
+        description=(
+            "Judge the client by the warm-up (loop lag, CPU share, streams in flight) and, when one process was "
+            "the bottleneck, split the measured phase over as many processes as the machine has cores (Linux; "
+            "needs client_processes=1 and a warm-up)."
+        ),
+    )
+
     @model_validator(mode="after")
     def _processes_within_concurrency(self) -> Self:
+        if self.auto_client_processes and (self.client_processes != 1 or self.warmup < 1):
+            raise ValueError(
+                "auto_client_processes needs client_processes=1 and warmup >= 1 to judge the client by "
+                f"(got client_processes={self.client_processes}, warmup={self.warmup})"
+            )
         if self.client_processes > self.concurrency:
             raise ValueError(
                 f"client_processes={self.client_processes} must not exceed concurrency={self.concurrency} "

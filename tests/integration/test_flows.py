@@ -193,6 +193,21 @@ def test_m2_audit_passes_on_target_and_fails_off_target(tmp_path: Path) -> None:
     assert "expected 2.7300" in str(state.message)
 
 
+def test_m2_with_auto_client_processes_judges_each_warm_up_and_measures_the_same_requests(
+    tmp_path: Path,
+) -> None:
+    """The warm-up runs watched (as its own phase) and is stored flagged; a client that kept up measures in one
+    process; the choice is in the run's stored configuration."""
+    out = benchmark(params=_bench_params(tmp_path, auto_client_processes=True))
+    assert [p.valid for p in out.points] == [True, True]
+    stored = open_run(out.run_dir)
+    requests = stored.table("requests")
+    assert requests.height == 10 * 4 + 10 * 16 + 2 * 4 + 2 * 16
+    assert requests.filter(pl.col("warmup")).height == 2 * 4 + 2 * 16
+    assert stored.manifest.config["auto_client_processes"] is True
+    assert all(p.client_verdict is not None for p in out.points)
+
+
 def test_m2_preflight_catches_a_knob_that_did_not_take_effect_before_the_sweep(tmp_path: Path) -> None:
     """A server that reads the knob and ignores it (real acceptance) fails within the pre-flight, naming causes."""
     started = time.monotonic()

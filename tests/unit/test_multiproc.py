@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from alflow.cli.bench import register
+from alflow.config.flows import BenchmarkParams
 from alflow.config.workloads import LoadConfig
 from alflow.datasets.types import Session, Turn
 from alflow.errors import InvalidInputError
@@ -119,6 +120,25 @@ def test_the_flows_load_config_bounds_client_processes() -> None:
             LoadConfig.model_validate(bad)
     with pytest.raises(ValidationError, match="client_processes=3 must not exceed concurrency=2"):
         LoadConfig(concurrency=2, client_processes=3)
+
+
+def test_auto_client_processes_needs_one_process_and_a_warm_up_in_the_flows_configs() -> None:
+    assert LoadConfig(concurrency=4, warmup=4, auto_client_processes=True).auto_client_processes
+    with pytest.raises(
+        ValidationError, match="auto_client_processes needs client_processes=1 and warmup >= 1"
+    ):
+        LoadConfig(concurrency=4, warmup=0, auto_client_processes=True)
+    with pytest.raises(ValidationError, match=r"got client_processes=2, warmup=4"):
+        LoadConfig(concurrency=4, warmup=4, client_processes=2, auto_client_processes=True)
+    base = {
+        "model": {"id": "org/m"},
+        "k": 3,
+        "target_al": 2.5,
+        "server": {"framework": "sim", "model": "org/m"},
+    }
+    assert BenchmarkParams.model_validate({**base, "auto_client_processes": True}).auto_client_processes
+    with pytest.raises(ValidationError, match="warmup_per_concurrency=0"):
+        BenchmarkParams.model_validate({**base, "auto_client_processes": True, "warmup_per_concurrency": 0})
 
 
 @pytest.mark.parametrize(

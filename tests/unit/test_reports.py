@@ -266,6 +266,20 @@ def test_inferencex_rows_match_the_golden_layout_and_values(runs: dict[str, str]
     assert inferencex_rows(open_run(runs["m0"])) == []
 
 
+def test_inferencex_rows_keep_the_runs_itl_verdict(tmp_path: Path) -> None:
+    """A point whose run withheld its ITL percentiles (loop lag: a judgement the records alone cannot repeat)
+    exports no re-derived ITL percentile; its ITL mean and the other latencies stay."""
+    plain = inferencex_rows(open_run(write_m2(tmp_path / "a")))[0]
+    note = "ITL median, std and percentiles withheld: clock-dated reads met a loop-lag p99 of 12.0 ms"
+    judged = inferencex_rows(open_run(write_m2(tmp_path / "b", shape={"itl_note": note})))[0]
+    itl_keys = [k for k in plain if "itl" in k and k != "mean_itl"]
+    assert itl_keys
+    assert all(plain[k] is not None for k in itl_keys)
+    assert all(judged[k] is None for k in itl_keys)
+    assert judged["mean_itl"] == plain["mean_itl"] is not None
+    assert judged["median_ttft"] == plain["median_ttft"]
+
+
 # --------------------------------------------------------------------------------------------
 # SVG
 
