@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 import yaml
+from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -19,7 +20,7 @@ from alflow import reference as ref
 from alflow.cli.common import JsonOpt, console, emit_json, handle_errors
 from alflow.errors import InvalidInputError
 from alflow.reports.markdown import escape_controls
-from alflow.yamlfile import load_yaml_model
+from alflow.yamlfile import describe_validation, load_yaml_model
 
 reference_app = typer.Typer(
     help="Reference AL tables: validate, show, diff, audit, import/export InferenceX golden curves.",
@@ -162,18 +163,25 @@ def reference_audit(
     run_dirs: Annotated[list[Path], typer.Argument(help="Run directories of the M0 runs that wrote it.")],
     as_json: JsonOpt = False,
 ) -> None:
-    """Recompute every value of a table from the stored scrapes of its runs; exit 1 on a mismatch."""
+    """Check every field of every entry against its run's stored data; exit 1 on a mismatch or unchecked field.
+
+    AL, counts, rates and CI bounds are recomputed from the stored scrapes; the drafter variant, model revision,
+    sampling and framework come from the run's configuration; the dataset hash from the run's record and the
+    dataset file where it is here; the rest from the run's provenance and summary. Each mismatch names the
+    field, the table's value and the expected one.
+    """
     from alflow.results.audit import audit_reference
 
     report = audit_reference(table, [str(d) for d in run_dirs])
     if as_json:
         emit_json(report.to_dict())
     else:
-        out = Table(title=escape(f"Audit of {table}"))
+        out = Table(title=escape(escape_controls(f"Audit of {table}")))
         for col in ("entry", "status", "problems"):
-            out.add_column(col)
+            out.add_column(col, overflow="fold")
         for row in report.rows:
-            out.add_row(Text(row.entry), Text(row.status), Text("; ".join(row.problems)))
+            lines = [*row.problems, *(f"unchecked: {u}" for u in row.unchecked), *row.notes]
+            out.add_row(*(Text(escape_controls(cell)) for cell in (row.entry, row.status, "\n".join(lines))))
         console.print(out)
         console.print("audit passed" if report.ok else "audit FAILED", highlight=False)
     if not report.ok:
@@ -335,27 +343,30 @@ def reference_m0_config(
         k_values = tuple(int(k) for k in ks.split(","))
     except ValueError as exc:
         raise InvalidInputError(f"{exc}") from None
-    params = CalibrateParams.model_validate(
-        {
-            "models": [item.model.model_dump(mode="json")],
-            "method": item.method.value,
-            "draft_model": item.draft_model,
-            "ks": k_values,
-            "thinking": [t.strip() for t in thinking.split(",") if t.strip()],
-            "server": {
-                "framework": framework,
-                "model": item.model.id,
-                "revision": item.model.revision,
-                "image": image,
-                "parallelism": item.parallelism.model_dump(),
-                "extra_args": list(extra_arg or ()),
-            },
-            "placement": {"runner": {"kind": runner}, "results_root": results_root},
-            "workload": {"kind": "speed-bench", "path": prompts, "category": "coding"},
-            "load": {"concurrency": 1},
-            "reference_path": reference,
-        }
-    )
+    try:
+        params = CalibrateParams.model_validate(
+            {
+                "models": [item.model.model_dump(mode="json")],
+                "method": item.method.value,
+                "draft_model": item.draft_model,
+                "ks": k_values,
+                "thinking": [t.strip() for t in thinking.split(",") if t.strip()],
+                "server": {
+                    "framework": framework,
+                    "model": item.model.id,
+                    "revision": item.model.revision,
+                    "image": image,
+                    "parallelism": item.parallelism.model_dump(),
+                    "extra_args": list(extra_arg or ()),
+                },
+                "placement": {"runner": {"kind": runner}, "results_root": results_root},
+                "workload": {"kind": "speed-bench", "path": prompts, "category": "coding"},
+                "load": {"concurrency": 1},
+                "reference_path": reference,
+            }
+        )
+    except ValidationError as exc:  # an option the config refuses: one line, exit 2, never its value
+        raise InvalidInputError(describe_validation(exc)) from None
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False), encoding="utf-8")
     console.print(f"wrote {out}", highlight=False, markup=False)

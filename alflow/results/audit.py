@@ -1,32 +1,27 @@
 """Audit a reference table against the raw data behind it.
 
 Every measured (or simulated) entry names the flow run that wrote it; that run's directory keeps
-the baseline and final metrics scrapes of every point (``scrapes.json``). The audit recomputes AL,
-the counts and the per-position rates from those scrapes with the framework's metrics dialect and
-reports any difference beyond rounding, naming the entry.
+the baseline and final metrics scrapes of every point (``scrapes.json``), its configuration and
+dataset identity (``manifest.json``) and the entries as it wrote them (``summary.json``). The audit checks
+every field of every entry against that data (:mod:`alflow.results.entry_audit`): AL, the counts, the
+per-position rates and the CI bounds recomputed from the scrapes, the drafter variant, model revision,
+sampling and framework from the configuration, the dataset hash from the run's record and the dataset
+file, the rest from the run's provenance and summary. Each mismatch names the field, the table's value
+and the expected one; a field that nothing stored could check is named as unchecked, never passed.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
-from alflow.errors import AlflowError
-from alflow.metrics.dialects import get_dialect
-from alflow.metrics.prometheus import Snapshot, SnapshotWindow
 from alflow.reference import ReferenceEntry, load_reference
-from alflow.results.store import StoredRun, StoreError, open_run
+from alflow.results.entry_audit import SCRAPES, TOLERANCE, Mismatch, RunData, check_entry, scrape_key
+from alflow.results.store import StoredRun, open_run
 
-SCRAPES = "scrapes"
-TOLERANCE = 1e-9
-
-
-def scrape_key(model: str, method: str, thinking: str, k: int) -> str:
-    """The key of one reference entry in a run's ``scrapes.json``."""
-    return f"{model}|{method}|{thinking}|{k}"
+__all__ = ["SCRAPES", "TOLERANCE", "AuditReport", "AuditRow", "audit_reference", "entry_label", "scrape_key"]
 
 
 def entry_label(entry: ReferenceEntry) -> str:
@@ -39,9 +34,16 @@ class AuditRow:
     """The audit of one entry."""
 
     entry: str
-    status: Literal["ok", "mismatch", "missing", "skipped"]
+    status: Literal["ok", "mismatch", "unverified", "missing", "skipped"]
+    """ok: every field checked and matched; mismatch: a field differs (or the data is damaged); unverified:
+    no mismatch, but some field could not be checked; missing: the run that wrote it is not given."""
     problems: tuple[str, ...] = ()
     run_dir: str | None = None
+    mismatches: tuple[Mismatch, ...] = ()
+    """Each field that differs: its name, the table's value, the expected value and where that comes from."""
+    unchecked: tuple[str, ...] = ()
+    """``<field>: <why>`` for each field no stored data could check."""
+    notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready form."""
@@ -49,13 +51,16 @@ class AuditRow:
             "entry": self.entry,
             "status": self.status,
             "problems": list(self.problems),
+            "mismatches": [m.to_dict() for m in self.mismatches],
+            "unchecked": list(self.unchecked),
+            "notes": list(self.notes),
             "run_dir": self.run_dir,
         }
 
 
 @dataclass(frozen=True)
 class AuditReport:
-    """Every entry's audit; ``ok`` when no entry mismatched or lacked its data."""
+    """Every entry's audit; ``ok`` when no entry mismatched, lacked its run or had a field left unchecked."""
 
     table: str
     rows: tuple[AuditRow, ...] = field(default_factory=tuple)
@@ -72,12 +77,6 @@ class AuditReport:
         return {"table": self.table, "ok": self.ok, "rows": [r.to_dict() for r in self.rows]}
 
 
-def _close(a: float | None, b: float | None) -> bool:
-    if a is None or b is None:
-        return a is b
-    return math.isclose(a, b, rel_tol=TOLERANCE, abs_tol=TOLERANCE)
-
-
 def _runs_by_flow_run(run_dirs: Sequence[str | os.PathLike[str]]) -> dict[str, StoredRun]:
     runs: dict[str, StoredRun] = {}
     for d in run_dirs:
@@ -88,33 +87,13 @@ def _runs_by_flow_run(run_dirs: Sequence[str | os.PathLike[str]]) -> dict[str, S
     return runs
 
 
-def _check(entry: ReferenceEntry, point: dict[str, Any]) -> list[str]:
-    dialect = get_dialect(str(point["dialect"]))
-    window = SnapshotWindow(Snapshot.from_dict(point["baseline"]), Snapshot.from_dict(point["final"]))
-    stats = dialect.spec_stats(window, k=entry.k)
-    problems = []
-    if not _close(entry.al, stats.al):
-        problems.append(f"al {entry.al!r} in the table, {stats.al!r} from the scrapes")
-    if entry.num_drafts is not None and entry.num_drafts != stats.num_drafts:
-        problems.append(f"num_drafts {entry.num_drafts} in the table, {stats.num_drafts} from the scrapes")
-    if entry.accepted_tokens is not None and entry.accepted_tokens != stats.accepted_tokens:
-        problems.append(
-            f"accepted_tokens {entry.accepted_tokens} in the table, {stats.accepted_tokens} from the scrapes"
-        )
-    table_rates, raw_rates = entry.per_position_rates, stats.per_position_rates
-    if table_rates is not None and raw_rates is not None:
-        for i, (a, b) in enumerate(zip(table_rates, raw_rates, strict=False), start=1):
-            if not _close(a, b):
-                problems.append(f"per_position_rates p_{i} {a!r} in the table, {b!r} from the scrapes")
-    return problems
-
-
 def audit_reference(
     table_path: str | os.PathLike[str], run_dirs: Sequence[str | os.PathLike[str]]
 ) -> AuditReport:
-    """Recompute every entry of a table from the stored scrapes of the runs it names."""
+    """Check every field of every entry of a table against the stored data of the run it names."""
     table = load_reference(table_path)
     runs = _runs_by_flow_run(run_dirs)
+    loaded: dict[str, RunData] = {}
     rows: list[AuditRow] = []
     for entry in table.entries:
         label = entry_label(entry)
@@ -129,27 +108,28 @@ def audit_reference(
         rid = entry.provenance.flow_run_id
         run = runs.get(str(rid)) if rid else None
         if run is None:
+            why = f"the run that wrote it (flow run {rid}) is not among the run directories"
             rows.append(
-                AuditRow(
-                    label,
-                    "missing",
-                    (f"the run that wrote it (flow run {rid}) is not among the run directories",),
-                )
+                AuditRow(label, "missing", (f"{why}: no field checked",), unchecked=(f"every field: {why}",))
             )
             continue
-        try:
-            points = run.json(SCRAPES)["points"]
-        except (StoreError, KeyError) as exc:
-            rows.append(AuditRow(label, "missing", (f"{run.dir} keeps no scrapes ({exc})",), run.dir))
-            continue
-        point = points.get(scrape_key(entry.model, entry.method.value, entry.thinking.value, entry.k))
-        if point is None:
-            rows.append(AuditRow(label, "missing", (f"{run.dir} has no scrapes for this entry",), run.dir))
-            continue
-        try:
-            problems = _check(entry, point)
-        except (AlflowError, KeyError, TypeError, ValueError) as exc:
-            rows.append(AuditRow(label, "mismatch", (f"cannot recompute from the scrapes: {exc}",), run.dir))
-            continue
-        rows.append(AuditRow(label, "mismatch" if problems else "ok", tuple(problems), run.dir))
+        if run.dir not in loaded:
+            loaded[run.dir] = RunData.load(run)
+        ec = check_entry(entry, loaded[run.dir], table.kind)
+        problems = (*(m.text() for m in ec.mismatches), *ec.problems)
+        unchecked = tuple(ec.unchecked)
+        status: Literal["ok", "mismatch", "unverified"] = (
+            "mismatch" if problems else "unverified" if unchecked else "ok"
+        )
+        rows.append(
+            AuditRow(
+                label,
+                status,
+                problems,
+                run.dir,
+                mismatches=tuple(ec.mismatches),
+                unchecked=unchecked,
+                notes=tuple(ec.notes),
+            )
+        )
     return AuditReport(str(table_path), tuple(rows))
