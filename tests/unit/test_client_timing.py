@@ -128,12 +128,13 @@ async def test_the_monitor_sees_a_blocked_loop_and_the_streams_in_flight() -> No
     monitor.all_started()
     for _ in range(4):
         monitor.closed()
-    await asyncio.sleep(0.02)  # the tail: not counted in the mean in flight
+    await asyncio.sleep(0.06)  # the tail: not in the mean in flight (counted, the mean would be about 2.8)
     load = await monitor.stop()
     assert load.lag_max_ms is not None
     assert load.lag_max_ms >= 60
     assert load.in_flight_max == 4
-    assert load.in_flight_mean == pytest.approx(4.0, rel=0.01)
+    # 4 but for the instant between start() and the first opened(), which a busy machine can stretch to ms
+    assert 3.6 < load.in_flight_mean <= 4.0
     assert load.cpu_s >= 0.0
     assert load.cpu_share is not None
 
