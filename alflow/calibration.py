@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from alflow.acceptance.runtime_k import report_line, stored_knobs
 from alflow.acceptance.stats import SpecStats
@@ -28,7 +29,9 @@ from alflow.reference import (
     Variant,
     reference_rejection_method,
 )
-from alflow.results.manifest import ServerRecord
+
+if TYPE_CHECKING:  # the manifest's record is data here; alflow.results reads calibration's rules
+    from alflow.results.manifest import ServerRecord
 
 
 class CalibrationError(AlflowError):

@@ -11,6 +11,8 @@ snapshots, reports) or printed (errors, logs):
   ``password``, ``secret``, ``signature``, ``X-Amz-Security-Token``...) become ``***``.
 - :func:`redact_urls_in_text` and :func:`redact_data`: the same for every URL inside free text (an
   error message) or inside JSON-ready data (a manifest), plus known secret *values* given by the caller.
+- :func:`url_credentials` and :func:`urls_with_credentials`: which credentials a URL carries, named
+  without their values (configuration refuses them: :mod:`alflow.config.base`).
 """
 
 from __future__ import annotations
@@ -125,6 +127,62 @@ def redact_url(url: str) -> str:
     if (netloc, query, fragment) == (parts.netloc, parts.query, parts.fragment):
         return url
     return urlunsplit((parts.scheme, netloc, parts.path, query, fragment))
+
+
+OPENED_SCHEMES: Final = frozenset({"http", "https", "s3", "s3a", "gs", "gcs"})
+"""URL schemes alflow opens itself: a user name alone there is sent as a credential (``https://TOKEN@host``)."""
+
+
+def _secret_params(text: str) -> list[str]:
+    names = []
+    for part in re.split(r"[&;]", text):
+        name, eq, value = part.partition("=")
+        if eq and value and value != REDACTED and is_secret_param(name):
+            names.append(unquote(name))
+    return names
+
+
+def url_credentials(url: str) -> list[str]:
+    """The credentials ``url`` carries, each named without its value (empty: none).
+
+    A password in the userinfo (``user:password@``); any userinfo of a URL alflow opens (:data:`OPENED_SCHEMES`:
+    a user name alone there is a token or an access key); a query or fragment parameter named like a credential
+    (:func:`is_secret_param`) with a value. What :func:`redact_url` already masked (``***``) is none.
+    """
+    if "://" not in url:
+        return []
+    try:
+        parts = urlsplit(url)
+        netloc, query, fragment = parts.netloc, parts.query, parts.fragment
+    except ValueError:  # an unparsable host (a bad IPv6 literal): look at the text around it
+        scheme_rest = url.split("://", 1)[1]
+        netloc = re.split(r"[/?#]", scheme_rest, maxsplit=1)[0]
+        query = scheme_rest.partition("?")[2].partition("#")[0]
+        fragment = scheme_rest.partition("#")[2]
+    found = []
+    userinfo = netloc.rpartition("@")[0] if "@" in netloc else None
+    if userinfo is not None and userinfo != REDACTED:
+        scheme = url.split("://", 1)[0].lower()
+        if ":" in userinfo:
+            found.append("a password (user:password@)")
+        elif scheme in OPENED_SCHEMES:
+            found.append(f"a user name, which {scheme}:// sends as a credential (user@)")
+    found += [f"the parameter {name}" for name in _secret_params(query)]
+    if "=" in fragment:
+        found += [f"the fragment parameter {name}" for name in _secret_params(fragment)]
+    return found
+
+
+def urls_with_credentials(text: str) -> list[tuple[str, list[str]]]:
+    """Every URL inside ``text`` that carries credentials: (the URL redacted, :func:`url_credentials`)."""
+    if "://" not in text:
+        return []
+    found = []
+    for match in _URL_IN_TEXT.finditer(text):
+        what = url_credentials(match.group(0))
+        if what:
+            found.append((redact_url(match.group(0)), what))
+    return found
 
 
 def redact_values(text: str, values: Iterable[str]) -> str:

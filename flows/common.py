@@ -27,10 +27,14 @@ from alflow.config import (
 )
 from alflow.errors import AlflowError
 from alflow.fsutil import check_writable_dir, check_writable_file
+from alflow.redact import redact_data, redact_urls_in_text
 from alflow.reference import VariantQuery, load_reference, server_variant_query
 from alflow.results.provenance import code_version, host_info
 from alflow.results.store import RunWriter, run_id_of
 from infra.recipes import build_launch, check_install
+from tasks.redaction import install_log_redaction
+
+install_log_redaction()  # every flow imports this module: its logs reach Prefect only through the redactor
 
 PASSED_EVENT = "alflow.gate.passed"
 """M1's pass event: a deployment trigger in prefect.yaml (``m2-after-m1``) starts M2 from it."""
@@ -216,13 +220,25 @@ def reference_al(
 
 
 def fail(flow: str, message: str, payload: dict[str, Any]) -> GateFailedError:
-    """Emit an ``alflow.gate.failed`` event for automations and return the error to raise."""
+    """Emit an ``alflow.gate.failed`` event for automations and return the error to raise.
+
+    The message (it becomes the flow run's state message) and the event pass through the redactor: a
+    failure may quote another error's text with a URL in it (:func:`alflow.redact.redact_urls_in_text`).
+    """
+    message = redact_urls_in_text(message)
     emit_event(
         event=FAILED_EVENT,
         resource={"prefect.resource.id": f"alflow.flow-run.{run_id()}", "prefect.resource.name": flow},
-        payload={"message": message, **payload},
+        payload=_redacted({"message": message, **payload}),
     )
     return GateFailedError(message)
+
+
+def _redacted(payload: dict[str, Any]) -> dict[str, Any]:
+    """An event's payload with every URL in it without credentials (Prefect stores events as given)."""
+    clean = redact_data(payload)
+    assert isinstance(clean, dict)
+    return clean
 
 
 def pass_event(
@@ -284,4 +300,4 @@ def emit_passed(flow: str, labels: Mapping[str, str], payload: dict[str, Any]) -
     preset = flow_run.get_parameters().get("preset")
     if isinstance(preset, str) and preset:
         resource["alflow.preset"] = preset
-    return emit_event(event=PASSED_EVENT, resource=resource, payload=payload)
+    return emit_event(event=PASSED_EVENT, resource=resource, payload=_redacted(payload))

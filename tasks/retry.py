@@ -21,6 +21,7 @@ from alflow.errors import InvalidInputError
 from alflow.metrics.prometheus import MalformedMetricsError
 from alflow.reference import ReferenceNotFoundError, ReferenceTableError
 from infra.errors import ServerRefusedError, ServerStartError
+from tasks.redaction import redact_exception
 
 PERMANENT: tuple[type[BaseException], ...] = (
     InvalidInputError,  # also RecipeError, FrameworkInstallError, SyntheticAcceptanceError
@@ -69,8 +70,14 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def retry_transient(task: Any, task_run: Any, state: State[Any]) -> bool:
-    """Prefect ``retry_condition_fn``: retry only when the failure is transient (:func:`is_transient`)."""
+    """Prefect ``retry_condition_fn``: retry only when the failure is transient (:func:`is_transient`).
+
+    The exception is redacted in place first (:func:`tasks.redaction.redact_exception`): when the retry is
+    declined, Prefect makes the task's failed state from it next, without logging it first.
+    """
     del task, task_run
     data: Any = state.data
     exc: object = data if isinstance(data, BaseException) else state.result(raise_on_failure=False)
+    if isinstance(exc, BaseException):
+        redact_exception(exc)
     return isinstance(exc, BaseException) and is_transient(exc)

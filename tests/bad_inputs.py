@@ -551,6 +551,48 @@ _FIELD_VALUES: list[tuple[str, str, Any, str]] = [
     ("sweep", "gate", "m1", "Input should be an object"),
     ("sweep", "benchmark.concurrencies", [0], "must all be >= 1"),
     ("sweep", "colour", "red", "Extra inputs are not permitted"),
+    # credentials in URLs (issue #35): refused, named redacted, given by environment variable name instead
+    (
+        "m2",
+        "placement.results_root",
+        "s3://AKIAEXAMPLE:Pw-Url-1@bucket/x",
+        "s3://***@bucket/x carries a password",
+    ),
+    ("m2", "placement.results_root", "gs://bucket/x?token=Tok-Url-2", "GOOGLE_APPLICATION_CREDENTIALS"),
+    (
+        "m2",
+        "placement.runner",
+        {
+            "kind": "external",
+            "base_url": "http://u:Pw-Url-3@127.0.0.1:9/?api_key=Key-Url-3",
+            "dialect": "vllm",
+        },
+        "http://***@127.0.0.1:9/?api_key=*** carries a password (user:password@) and the parameter api_key",
+    ),
+    (
+        "m2",
+        "placement.runner",
+        {
+            "kind": "external",
+            "base_url": DEAD_URL,
+            "metrics_url": "http://p:Pw-Url-4@h:9/metrics",
+            "dialect": "vllm",
+        },
+        "credentials in a URL are refused",
+    ),
+    ("m2", "server.extra_env", {"HTTPS_PROXY": "http://me:Pw-Url-5@proxy:3128"}, "pass HTTPS_PROXY by name"),
+    (
+        "m1",
+        "server.extra_args",
+        ["--otlp-traces-endpoint", "https://h:4317/?sig=Sig-Url-6"],
+        "the parameter sig",
+    ),
+    (
+        "sweep",
+        "results_root",
+        "s3://Key-Url-7@bucket/sweep",
+        "a user name, which s3:// sends as a credential",
+    ),
 ]
 
 CONFIG_CASES += [
@@ -1081,6 +1123,21 @@ CLI_CASES: list[CliCase] = [
         ("sim", "serve", "--k", "3", "--synthetic-al", "9"),
         "outside the allowed range",
         "9",
+    ),
+    CliCase(
+        "reference m0-config results root with a password",
+        (
+            "reference",
+            "m0-config",
+            "--models",
+            "deepseek-ai/DeepSeek-V3.1",
+            "--out",
+            "{tmp}/m0.yaml",
+            "--results-root",
+            "s3://u:Pw-Url-8@bucket/x",
+        ),
+        "s3://***@bucket/x carries a password",
+        "placement.results_root",
     ),
 ]
 """``alflow`` command lines that must be refused before any work (exit 2, one line naming the input)."""

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+
+from alflow.redact import redact_url, urls_with_credentials
 
 
 class StrictModel(BaseModel):
@@ -10,12 +15,78 @@ class StrictModel(BaseModel):
 
     Validation errors never echo the input (``hide_input_in_errors``): a refused value may be a secret,
     and Prefect stores the text of a failed parameter validation. No NaN or infinity anywhere; config
-    files are validated in strict mode as well (:func:`alflow.yamlfile.load_yaml_model`).
+    files are validated in strict mode as well (:func:`alflow.yamlfile.load_yaml_model`). No credentials
+    in a URL anywhere (:func:`check_no_url_credentials`).
     """
 
     model_config = ConfigDict(
         frozen=True, extra="forbid", validate_default=True, hide_input_in_errors=True, allow_inf_nan=False
     )
+
+    @field_validator("*")
+    @classmethod
+    def _no_url_credentials(cls, value: Any, info: ValidationInfo) -> Any:
+        check_no_url_credentials(value, info.field_name or "")
+        return value
+
+
+# --- credentials in URLs (issue #35): refused, given by environment variable name instead ----------------------
+
+_STORED_WHERE = "Prefect's run parameters, states, logs and events"
+"""Where a configured value goes in clear: a flow's parameters are stored and shown by Prefect as given."""
+
+
+def _by_name_hint(field: str, key: str | None, url: str) -> str:
+    """What to do instead of a credential in a URL: give it by environment variable name."""
+    if key is not None and field == "extra_env":
+        return (
+            f"pass {key} by name instead: list it in the runner's secrets (placement.runner.secrets; its value is "
+            "read from the environment of the process that starts the server, or from a Prefect Secret block) and "
+            "remove it from extra_env"
+        )
+    scheme = url.split("://", 1)[0].lower()
+    if scheme in ("s3", "s3a"):
+        return (
+            "give the object store's credentials by environment variable name: AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN), or AWS_PROFILE, in the environment of the process "
+            "that runs the flow"
+        )
+    if scheme in ("gs", "gcs"):
+        return (
+            "give the object store's credentials by environment variable name: GOOGLE_APPLICATION_CREDENTIALS "
+            "(the path of a key file) in the environment of the process that runs the flow"
+        )
+    return (
+        "give credentials by environment variable name, never in a URL: a server's own secrets by name in the "
+        "runner's secrets (placement.runner.secrets); a flow reaches a server or metrics URL without "
+        "credentials (a private network, or a local proxy that adds them)"
+    )
+
+
+def check_no_url_credentials(value: object, field: str, key: str | None = None) -> None:
+    """Raise ``ValueError`` (one line) when a string in ``value`` holds a URL carrying credentials.
+
+    ``value`` is a field's value: a string, or tuples, lists and dicts of them (nested models check
+    themselves). Credentials are what :func:`alflow.redact.url_credentials` names: ``user:password@``, a user
+    name in an http(s):// or object-store URL, a ``token``/``api_key``/``sig``... parameter. The message shows
+    the URL redacted, never the secret, and says how to give the credential by name instead.
+    """
+    if isinstance(value, str):
+        found = urls_with_credentials(value)
+        if found:
+            shown, what = found[0]
+            where = f"{key}=" if key is not None else ""
+            raise ValueError(
+                f"{where}{shown} carries {' and '.join(what)}: credentials in a URL are refused (they would be "
+                f"stored in clear in {_STORED_WHERE}); {_by_name_hint(field, key, shown)}"
+            )
+    elif isinstance(value, Mapping):
+        for item_key, item in value.items():
+            check_no_url_credentials(item_key, field)
+            check_no_url_credentials(item, field, str(item_key))
+    elif isinstance(value, tuple | list | set | frozenset):
+        for item in value:
+            check_no_url_credentials(item, field, key)
 
 
 # --- upper bounds of the size fields (issue #35): what a real run could use, and no more ----------------------
@@ -62,8 +133,9 @@ def check_local_path(value: str, *, remote: tuple[str, ...] = (), why: str = "")
     scheme = value.split("://", 1)[0]
     if scheme in remote:
         return value
+    shown = redact_url(value)  # a refused URL may carry credentials: never echo them
     if scheme == "file":
-        raise ValueError(f"{value!r} is a file:// URL: give the plain local path, without file://")
+        raise ValueError(f"{shown!r} is a file:// URL: give the plain local path, without file://")
     allowed = " or ".join(f"{r}://" for r in remote)
     other = f"give a local path or an {allowed} URL" if allowed else "only local paths are supported"
-    raise ValueError(f"{value!r} is a {scheme}:// URL, which is not supported here: {why or other}")
+    raise ValueError(f"{shown!r} is a {scheme}:// URL, which is not supported here: {why or other}")
