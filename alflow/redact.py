@@ -217,3 +217,32 @@ def _redact(data: object, values: tuple[str, ...]) -> object:
     if isinstance(data, list | tuple):
         return [_redact(item, values) for item in data]
     return data
+
+
+def _any_case(word: str) -> str:
+    """``word`` as a regular expression matching it in any letter case, without flags (JSON Schema's ECMA dialect)."""
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else re.escape(c) for c in word)
+
+
+def _credentials_pattern() -> str:
+    words = "|".join(_any_case(w) for w in sorted(_SECRET_PARAM_WORDS, key=len, reverse=True))
+    last_word = "|".join(_any_case(w) for w in ("token", "apikey"))
+    name = r"[^=&;#\s]"  # a character of a parameter name
+    sep = r"[^A-Za-z0-9=&;#\s]"  # a character between two words of a name
+    value = r"=(?!\*\*\*(?:[&;#\s]|$))[^&;#\s]"  # a value, not the redacted one
+    schemes = "|".join(_any_case(s) for s in sorted(OPENED_SCHEMES, key=len, reverse=True))
+    return "|".join(
+        (
+            r"[A-Za-z][A-Za-z0-9+.\-]*://(?!\*\*\*@)[^/?#@\s]*:[^/?#@\s]*@",  # user:password@
+            rf"(?:{schemes})://(?!\*\*\*@)[^/?#@\s]+@",  # a user name where alflow opens the URL
+            rf"://[^\s]*[?&;#](?:{name}*{sep})?(?:{words})(?:{sep}{name}*)?{value}",  # a credential-named parameter
+            rf"://[^\s]*[?&;#](?:{name}*{sep})?[A-Za-z0-9]*(?:{last_word})[A-Za-z0-9]*{value}",
+        )
+    )
+
+
+URL_CREDENTIALS_PATTERN: Final = _credentials_pattern()
+"""A regular expression (ECMA-262 and Python alike) for a string holding a URL with credentials, as
+:func:`url_credentials` reads them, for JSON schemas: Prefect's server validates a deployment run's parameters
+against the flow's schema before it stores them, so a secret typed into the UI is refused there. Narrower than
+:func:`url_credentials` (no percent-decoding of names): what it misses the configuration's validators refuse."""

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
-from alflow.redact import redact_url, urls_with_credentials
+from alflow.redact import URL_CREDENTIALS_PATTERN, redact_url, urls_with_credentials
 
 
 class StrictModel(BaseModel):
@@ -20,7 +20,12 @@ class StrictModel(BaseModel):
     """
 
     model_config = ConfigDict(
-        frozen=True, extra="forbid", validate_default=True, hide_input_in_errors=True, allow_inf_nan=False
+        frozen=True,
+        extra="forbid",
+        validate_default=True,
+        hide_input_in_errors=True,
+        allow_inf_nan=False,
+        json_schema_extra=lambda schema, _cls: refuse_url_credentials_in_schema(schema),
     )
 
     @field_validator("*")
@@ -58,8 +63,9 @@ def _by_name_hint(field: str, key: str | None, url: str) -> str:
         )
     return (
         "give credentials by environment variable name, never in a URL: a server's own secrets by name in the "
-        "runner's secrets (placement.runner.secrets); a flow reaches a server or metrics URL without "
-        "credentials (a private network, or a local proxy that adds them)"
+        "runner's secrets (placement.runner.secrets); an external server's API key by the name of the variable "
+        "holding it (placement.runner.api_key_env: sent as 'Authorization: Bearer <key>'); a metrics URL is "
+        "reached without credentials (a private network, or a local proxy that adds them)"
     )
 
 
@@ -87,6 +93,40 @@ def check_no_url_credentials(value: object, field: str, key: str | None = None) 
     elif isinstance(value, tuple | list | set | frozenset):
         for item in value:
             check_no_url_credentials(item, field, key)
+
+
+def refuse_url_credentials_in_schema(schema: dict[str, Any], *, additional: bool | None = None) -> None:
+    """Finish a model's JSON schema in place: no URL credentials in any string, extra properties as asked.
+
+    Every string gets ``"not": {"pattern": URL_CREDENTIALS_PATTERN}`` (:func:`_strings_refuse_url_credentials`);
+    ``additionalProperties`` is set when ``additional`` is given.
+    """
+    if additional is not None:
+        schema["additionalProperties"] = additional
+    _strings_refuse_url_credentials(schema)
+
+
+def _strings_refuse_url_credentials(node: object) -> None:
+    """Give every string of a JSON schema ``"not": {"pattern": URL_CREDENTIALS_PATTERN}``, in place.
+
+    Prefect validates a deployment run's parameters against the flow's schema before it creates (and stores) the
+    run (``enforce_parameter_schema``, on by default: ``create_flow_run_from_deployment`` in
+    ``prefect/server/api/deployments.py``), and the UI's form checks the same schema: a URL with credentials
+    typed there is refused before Prefect keeps it. Nested models get theirs through their own ``$defs`` entry.
+    """
+    if isinstance(node, dict):
+        if node.get("type") == "string" and "not" not in node:
+            node["not"] = {"pattern": URL_CREDENTIALS_PATTERN}
+        for key in ("properties", "additionalProperties", "items", "prefixItems", "anyOf", "oneOf", "allOf"):
+            child = node.get(key)
+            if key == "properties" and isinstance(child, dict):
+                for sub in child.values():
+                    _strings_refuse_url_credentials(sub)
+            elif child is not None:
+                _strings_refuse_url_credentials(child)
+    elif isinstance(node, list):
+        for item in node:
+            _strings_refuse_url_credentials(item)
 
 
 # --- upper bounds of the size fields (issue #35): what a real run could use, and no more ----------------------

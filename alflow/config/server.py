@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationInfo, field_validator, model_validator
 
-from alflow.config.base import MAX_CONTEXT_TOKENS, StrictModel
+from alflow.config.base import MAX_CONTEXT_TOKENS, StrictModel, refuse_url_credentials_in_schema
 from alflow.config.speculative import (
     SpeculativeConfig,
     SyntheticAcceptance,
@@ -142,7 +142,13 @@ class ServerBase(StrictModel):
     """
 
     model_config = ConfigDict(
-        **{**StrictModel.model_config, "extra": "allow"}, json_schema_extra={"additionalProperties": False}
+        **{
+            **StrictModel.model_config,
+            "extra": "allow",
+            "json_schema_extra": lambda schema, _cls: refuse_url_credentials_in_schema(
+                schema, additional=False
+            ),
+        }
     )
 
     framework: ServerFramework = Field(

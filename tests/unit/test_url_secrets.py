@@ -351,3 +351,73 @@ def test_the_log_filter_redacts_an_exception_given_as_an_argument() -> None:
     assert RedactingFilter().filter(record)
     assert CANARY not in record.getMessage()
     assert str(exc) == "cannot reach http://***@h:1"  # Prefect's state, made next, gets the redacted text
+
+
+# --- the JSON-schema form of the rule (what Prefect's server and UI check before storing a run) --------------
+
+SCHEMA_SAMPLES = [
+    ("s3://AKIA:pw@bucket/x", True),
+    ("gs://bucket/x?token=abc", True),
+    ("http://u:p@h:1/?api_key=k", True),
+    ("https://TOKEN@host/v1", True),
+    ("http://h/?mytoken=x", True),
+    ("http://h/?X-Amz-Signature=abc&b=1", True),
+    ("--otlp https://h:4317/?sig=1", True),
+    ("http://h/#access_token=x", True),
+    ("http://h/?Api-Key=x", True),
+    ("http://me:Pw@proxy:3128", True),
+    ("http://h/metrics", False),
+    ("http://***@h/", False),
+    ("s3://***@bucket/x", False),
+    ("docker://user@registry/image", False),
+    ("http://h/?tokenizer_path=x", False),
+    ("http://h/?api_key=***", False),
+    ("http://h/?keyboard=1", False),
+    ("http://h/?q=key", False),
+    ("plain text key=1", False),
+    ("http://h/?designation=x", False),
+    ("http://h/a@b", False),
+    ("/models/org@main/weights", False),
+]
+
+
+@pytest.mark.parametrize(("text", "secret"), SCHEMA_SAMPLES)
+def test_the_schema_pattern_agrees_with_the_validators(text: str, secret: bool) -> None:
+    import re
+
+    from alflow.redact import URL_CREDENTIALS_PATTERN, urls_with_credentials
+
+    assert bool(urls_with_credentials(text)) is secret
+    assert bool(re.search(URL_CREDENTIALS_PATTERN, text)) is secret
+
+
+def test_every_string_of_the_flows_parameter_schemas_refuses_url_credentials() -> None:
+    from prefect.utilities.callables import parameter_schema
+    from prefect.utilities.schema_tools.validation import ValidationError as SchemaError
+    from prefect.utilities.schema_tools.validation import validate
+
+    from flows.benchmark import benchmark
+
+    schema = parameter_schema(benchmark).model_dump_for_openapi()
+    params: dict[str, Any] = {
+        "params": {
+            "model": {"id": "org/m"},
+            "k": 3,
+            "target_al": 2.5,
+            "server": {"framework": "vllm", "model": "org/m", "extra_env": {"A": "1"}},
+            "placement": {"results_root": "s3://bucket/x"},
+        }
+    }
+    validate(params, schema, raise_on_error=True)
+    for path, value in (
+        (("placement", "results_root"), "s3://AKIA:pw@bucket/x"),
+        (("server", "extra_env"), {"HTTPS_PROXY": "http://me:pw@proxy:3128"}),
+        (("server", "extra_args"), ["--otlp-traces-endpoint", "https://h/?sig=abc"]),
+        (("placement", "runner"), {"kind": "external", "base_url": "http://h/?token=t", "dialect": "vllm"}),
+    ):
+        bad = copy.deepcopy(params)
+        bad["params"][path[0]][path[1]] = value
+        with pytest.raises(
+            SchemaError, match=r"should not be valid|not valid under any of the given schemas"
+        ):
+            validate(bad, schema, raise_on_error=True)
