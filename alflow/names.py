@@ -84,3 +84,23 @@ def check_env_names(names: object) -> None:
                 f"extra_env name {name!r} is not an environment variable name: it must be non-empty and "
                 "hold no '=' and no NUL (e.g. VLLM_LOGGING_LEVEL)"
             )
+
+
+_PORTABLE_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_secret_env_name(name: str, *, what: str) -> str:
+    """``name`` unchanged when it is a portable environment variable name (``[A-Za-z_][A-Za-z0-9_]*``), else one line.
+
+    For a field that names the variable holding a secret (never the secret): a stricter :func:`check_env_names`
+    (no ``=``, no NUL, not empty, and no ``-``, dot, space or control character), so a key pasted where its
+    variable's name belongs (``sk-...``, ``KEY=value``) is refused. The message never shows the value: it may be
+    the secret itself.
+    """
+    if not _PORTABLE_ENV_NAME.fullmatch(name):
+        raise ValueError(
+            f"{what} must be the NAME of an environment variable (letters, digits and '_', not starting with a "
+            "digit, e.g. VLLM_API_KEY), never the secret itself; the value given is not such a name (not shown: "
+            "it may be the secret)"
+        )
+    return name

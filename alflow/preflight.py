@@ -159,16 +159,18 @@ async def run_preflight(
     *,
     subject: str,
     timeout_s: float = 60.0,
+    api_key: str | None = None,
 ) -> PreflightResult:
     """Send the burst (random prompts, fixed output length, ``ignore_eos``) and judge it.
 
     The window is exactly the burst (baseline scrape before it, final after every request finished),
     so request-level counters (SGLang, TensorRT-LLM's per-position ones) cover it in full. Each
-    request is bounded by ``timeout_s``, and so is a stalled stream.
+    request is bounded by ``timeout_s``, and so is a stalled stream. ``api_key`` (never stored) goes with
+    every request as ``Authorization: Bearer``; the scrapes go without it.
     """
     started = time.monotonic()
     requests, concurrency, output_tokens = burst(expect)
-    target = Target(base_url, model, "completions", preflight_sampling(output_tokens))
+    target = Target(base_url, model, "completions", preflight_sampling(output_tokens), api_key=api_key)
     workload = RandomWorkload(isl=64, osl=output_tokens, seed=7)
     sessions = random_workload_sessions(workload, requests)
     spec = LoadSpec(

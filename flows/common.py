@@ -15,6 +15,7 @@ from prefect.runtime import flow_run
 from alflow.config import (
     BenchmarkParams,
     CalibrateParams,
+    ExternalServer,
     GateParams,
     ModelSpec,
     ProcessOptions,
@@ -32,6 +33,7 @@ from alflow.reference import VariantQuery, load_reference, server_variant_query
 from alflow.results.provenance import code_version, host_info
 from alflow.results.store import RunWriter, run_id_of
 from infra.recipes import build_launch, check_install
+from infra.runners.base import api_key_from_env
 from tasks.redaction import install_log_redaction
 
 install_log_redaction()  # every flow imports this module: its logs reach Prefect only through the redactor
@@ -140,12 +142,15 @@ def check_launchable(params: object) -> None:
     Builds the launch of the flow's first point (M0: first model and K; M1; M2 with its synthetic target, the
     reference looked up as the flow will) and runs the recipe's install check against ``framework_env``: a vLLM
     CPU build without alflow's synthetic port asked for M2, a per-request acceptance level the installed release
-    lacks, a release gate the image tag fails; and first :func:`check_outputs`. Raises the recipe's error (an :class:`InvalidInputError`); other
+    lacks, a release gate the image tag fails, an external server's ``api_key_env`` unset here; and first
+    :func:`check_outputs`. Raises the recipe's error (an :class:`InvalidInputError`); other
     parameters (the sweep's: its children check their own) are not checked here.
     """
     if not isinstance(params, CalibrateParams | GateParams | BenchmarkParams):
         return
     check_outputs(params)
+    if isinstance(params.placement.runner, ExternalServer):  # its API key's variable is set in this process
+        api_key_from_env(params.placement.runner.api_key_env)
     synthetic: SyntheticAcceptance | None = None
     if isinstance(params, CalibrateParams):
         model, k = params.models[0].id, params.ks[0]

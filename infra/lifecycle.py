@@ -11,19 +11,20 @@ import getpass
 import logging
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from alflow.config import RunnerOptions, ServerConfig, SlurmOptions
+from alflow.loadgen.client import auth_headers
 from alflow.models import model_provenance
 from infra.errors import RunnerError
 from infra.launch import Launch
 from infra.recipes import ALL_ADDRESSES, LOOPBACK, build_launch
 from infra.runners import ServerHandle, make_runner
-from infra.runners.base import fetch_json
+from infra.runners.base import fetch_json, handle_api_key
 from infra.versions import FrameworkVersion, check_capabilities
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,9 @@ def start_launch(
     handle = runner.start(launch)
     try:
         runner.wait_ready(handle, timeout_s)
-        live = live_version(handle.base_url, launch.version_paths)
+        live = live_version(
+            handle.base_url, launch.version_paths, headers=auth_headers(handle_api_key(handle))
+        )
         label = handle.provenance.get("image_version_label")
         if live.version is None and isinstance(label, str):
             live = LiveVersion(label, f"image label {label!r}")
@@ -112,12 +115,18 @@ class LiveVersion:
 
 
 def live_version(
-    base_url: str, paths: tuple[str, ...] = (VERSION_PATH,), timeout_s: float = 5.0
+    base_url: str,
+    paths: tuple[str, ...] = (VERSION_PATH,),
+    timeout_s: float = 5.0,
+    headers: Mapping[str, str] | None = None,
 ) -> LiveVersion:
-    """The live server's own version from the first of ``paths`` that answers ``{"version": ...}``."""
+    """The live server's own version from the first of ``paths`` that answers ``{"version": ...}``.
+
+    ``headers`` carry the API key (SGLang's ``--api-key`` guards ``/server_info``).
+    """
     base = base_url.rstrip("/").removesuffix("/v1")
     for path in paths:
-        info = fetch_json(base + path, timeout_s)
+        info = fetch_json(base + path, timeout_s, headers)
         if isinstance(info, dict) and isinstance(info.get("version"), str | int | float):
             return LiveVersion(str(info["version"]), path, info.get("simulated") is True)
     return LiveVersion(None)

@@ -16,6 +16,7 @@ from alflow.evals.thresholds import load_thresholds
 from alflow.gates import Verdict, accuracy_gate, al_gate
 from alflow.gates import audit_synthetic as audit
 from infra.runners import ServerHandle
+from infra.runners.base import handle_api_key
 
 
 def _log(verdict: Verdict) -> Verdict:
@@ -49,6 +50,7 @@ def check_accuracy_gate(
         temperature=0.0,  # the common harness's setup: greedy
         chat_template_kwargs=model.chat_template_kwargs(thinking) or None,
         synthetic=synthetic,
+        api_key=handle_api_key(handle),
     )
     result = asyncio.run(evaluate_gsm8k(request))
     threshold = (

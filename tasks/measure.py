@@ -15,6 +15,7 @@ from alflow.acceptance.stats import CI_LEVEL
 from alflow.config import LoadConfig, ModelSpec, SamplingParams, ThinkingMode
 from alflow.datasets.random_tokens import detokenize_sessions
 from alflow.datasets.types import Session
+from alflow.loadgen.client import auth_headers
 from alflow.loadgen.endpoints import Sampling
 from alflow.loadgen.records import RequestRecord
 from alflow.loadgen.runner import LoadSpec, Target
@@ -22,6 +23,7 @@ from alflow.measure import PARTIAL_ATTR, Measurement, interrupted_measurement, m
 from alflow.metrics.client import GpuLayout
 from alflow.metrics.prometheus import Snapshot, scrape_all
 from infra.runners import ServerHandle
+from infra.runners.base import handle_api_key
 from tasks.retry import retry_transient
 
 
@@ -120,13 +122,15 @@ def run_load(
     """
     log = get_run_logger()
     recorded: list[RequestRecord] = []
+    api_key = handle_api_key(handle)  # read now, never stored: /detokenize and every request carry it
 
     async def go() -> Measurement:
         todo, warm = list(sessions), list(warmup_sessions) if warmup_sessions else None
         if endpoint == "chat" and any(not isinstance(t.prompt, str) for s in todo for t in s.turns):
-            todo = await detokenize_sessions(todo, handle.base_url, handle.model)
+            key = auth_headers(api_key)
+            todo = await detokenize_sessions(todo, handle.base_url, handle.model, headers=key)
             if warm:
-                warm = await detokenize_sessions(warm, handle.base_url, handle.model)
+                warm = await detokenize_sessions(warm, handle.base_url, handle.model, headers=key)
         spec = LoadSpec(
             concurrency=load.concurrency,
             request_rate=load.request_rate,
@@ -140,7 +144,7 @@ def run_load(
         )
         return await measure(
             todo,
-            Target(handle.base_url, handle.model, endpoint, sampling),
+            Target(handle.base_url, handle.model, endpoint, sampling, api_key=api_key),
             spec,
             metrics_url=handle.all_metrics_urls,
             dialect=handle.dialect,

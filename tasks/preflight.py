@@ -12,6 +12,7 @@ from alflow.config import ServerConfig, SpecMethod
 from alflow.preflight import Expectation, PreflightError, PreflightResult, run_preflight
 from infra.recipes import preflight_hints, speculative_label
 from infra.runners import ServerHandle
+from infra.runners.base import handle_api_key
 
 
 @task(name="preflight", retries=0, cache_policy=NO_CACHE)
@@ -48,6 +49,7 @@ def preflight(
             expect,
             subject=subject,
             timeout_s=timeout_s,
+            api_key=handle_api_key(handle),
         )
     )
     (log.info if result.passed else log.error)("%s (%.1f s)", result.message, result.duration_s)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from alflow.config.base import StrictModel
 from alflow.config.server import (
     ServerDialect,
 )
+from alflow.names import check_secret_env_name
 
 
 class ProcessOptions(StrictModel):
@@ -111,6 +112,19 @@ class ExternalServer(StrictModel):
     )
     dialect: ServerDialect = Field(description="Which framework's API and metrics the server speaks.")
     health_path: str = Field("/health", description="Health endpoint path.")
+    api_key_env: str | None = Field(
+        None,
+        description=(
+            "The NAME of an environment variable, on the machine that runs the flow (the Prefect worker), holding "
+            "the server's API key (vLLM's or SGLang's --api-key): sent as 'Authorization: Bearer <key>' with "
+            "every API request (never to the metrics URLs); only the name is stored. None: no key is sent."
+        ),
+    )
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _api_key_env_is_a_name(cls, value: str | None) -> str | None:
+        return None if value is None else check_secret_env_name(value, what="api_key_env")
 
     @model_validator(mode="after")
     def _one_metrics_source(self) -> Self:

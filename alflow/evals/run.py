@@ -28,6 +28,7 @@ from alflow.evals.gsm8k import (
     score_reply,
     select_subset,
 )
+from alflow.loadgen.client import auth_headers
 from alflow.loadgen.endpoints import Sampling
 from alflow.loadgen.runner import LoadSpec, Target, run_load
 from alflow.redact import redact_url
@@ -83,13 +84,18 @@ def _number(value: object) -> float | None:
         return None
 
 
-async def probe_synthetic(base_url: str, timeout_s: float = 10.0) -> str | None:
-    """Ask the server about itself; return where it reports synthetic acceptance, else None."""
+async def probe_synthetic(
+    base_url: str, timeout_s: float = 10.0, headers: Mapping[str, str] | None = None
+) -> str | None:
+    """Ask the server about itself; return where it reports synthetic acceptance, else None.
+
+    ``headers`` carry the API key (SGLang's ``--api-key`` guards ``/server_info``).
+    """
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     async with aiohttp.ClientSession(timeout=timeout) as http:
         for path in PROBE_PATHS:
             try:
-                async with http.get(base_url.rstrip("/") + path) as resp:
+                async with http.get(base_url.rstrip("/") + path, headers=headers) as resp:
                     if resp.status != 200:
                         continue
                     body = await resp.read()
@@ -123,6 +129,8 @@ class Gsm8kRequest:
     timeout_s: float = 600.0
     synthetic: bool | None = None
     check_server: bool = True
+    api_key: str | None = field(default=None, repr=False)
+    """Sent as ``Authorization: Bearer <key>`` with the probes and every question (never shown or stored)."""
 
 
 async def evaluate_gsm8k(request: Gsm8kRequest) -> EvalResult:
@@ -133,7 +141,7 @@ async def evaluate_gsm8k(request: Gsm8kRequest) -> EvalResult:
             "so replies are forced drafts, not the model's output; start it with synthetic acceptance off"
         )
     if request.check_server:
-        found = await probe_synthetic(request.base_url)
+        found = await probe_synthetic(request.base_url, headers=auth_headers(request.api_key))
         if found:
             raise SyntheticAcceptanceOnError(
                 f"refusing to evaluate accuracy on {redact_url(request.base_url)}: the server reports synthetic "
@@ -155,7 +163,7 @@ async def evaluate_gsm8k(request: Gsm8kRequest) -> EvalResult:
     started = time.perf_counter()
     load = await run_load(
         sessions,
-        Target(request.base_url, request.model, "chat", sampling),
+        Target(request.base_url, request.model, "chat", sampling, api_key=request.api_key),
         LoadSpec(concurrency=request.concurrency, num_prompts=len(sessions), timeout_s=request.timeout_s),
     )
     by_id = {r.session_id: r for r in load.records if not r.warmup}

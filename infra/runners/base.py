@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import time
 import urllib.error
@@ -20,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
+from alflow.errors import InvalidInputError
 from alflow.redact import redact_url
 from infra.errors import ServerRefusedError, ServerStartError
 from infra.launch import Launch
@@ -70,6 +72,9 @@ class ServerHandle:
     """Every metrics endpoint of a multi-endpoint server (counters are summed over them); empty: ``metrics_url`` alone."""
     nodes: int = 1
     """Nodes the server spans."""
+    api_key_env: str | None = None
+    """The NAME of the environment variable holding the server's API key (an external server's ``api_key_env``);
+    never the key: :func:`handle_api_key` reads the value where requests are built."""
 
     def __post_init__(self) -> None:
         # a handle rebuilt from its JSON form (a Prefect result, a manifest) gets lists back
@@ -85,6 +90,43 @@ class ServerHandle:
         out = asdict(self)
         out["provenance"] = dict(self.provenance)
         return out
+
+
+def api_key_from_env(name: str | None) -> str | None:
+    """The API key in environment variable ``name`` of this process (None when ``name`` is None).
+
+    Raises :class:`~alflow.errors.InvalidInputError` (one line naming the variable, never its value) when it is
+    unset or empty, or holds what cannot be one HTTP header line. The value is never stored or logged.
+    """
+    if name is None:
+        return None
+    value = os.environ.get(name)
+    if not value:
+        raise InvalidInputError(
+            f"the external server's api_key_env names {name}, which is {'empty' if value == '' else 'not set'} in "
+            "the environment of the process that runs the flow (the Prefect worker): set it there to the "
+            "server's API key"
+        )
+    if not (value.isascii() and value.isprintable()) or value != value.strip():
+        raise InvalidInputError(
+            f"the value of {name} (api_key_env) must be printable ASCII without surrounding spaces (it is sent "
+            "as an HTTP header); it is not"
+        )
+    return value
+
+
+def handle_api_key(handle: ServerHandle) -> str | None:
+    """The API key for requests to ``handle``'s API (None: send none), read now from the environment.
+
+    Every request alflow makes to the server's API (``/v1/*``, ``/detokenize``, version and server-info probes)
+    carries it as ``Authorization: Bearer <key>`` (:func:`alflow.loadgen.client.auth_headers`); metrics scrapes
+    and health checks do not: vLLM's ``--api-key`` middleware lets every path outside ``/v1`` through (the
+    ``authentication`` middleware / ``AuthenticationMiddleware`` of ``vllm/entrypoints/openai/api_server.py``;
+    a later route-derived guard keeps ``/health``, ``/version`` and ``/metrics`` public), and SGLang's
+    ``add_api_key_middleware`` spares ``/health`` and ``/metrics``. Checked against vLLM and SGLang sources in
+    a code index, not against the exact tag a preset pins. Raises as :func:`api_key_from_env`.
+    """
+    return api_key_from_env(handle.api_key_env)
 
 
 class Runner(Protocol):
@@ -144,9 +186,9 @@ def fatal_line(log_tail: str) -> str | None:
     return found
 
 
-def fetch_json(url: str, timeout_s: float = 5.0) -> object | None:
-    """``GET url`` as JSON (no proxy), or None when it does not answer 200 with JSON."""
-    request = urllib.request.Request(url, method="GET")  # noqa: S310 (http URLs built by alflow)
+def fetch_json(url: str, timeout_s: float = 5.0, headers: Mapping[str, str] | None = None) -> object | None:
+    """``GET url`` as JSON (no proxy), or None when it does not answer 200 with JSON; ``headers`` go with it."""
+    request = urllib.request.Request(url, method="GET", headers=dict(headers or {}))  # noqa: S310 (alflow's URLs)
     try:
         with _DIRECT.open(request, timeout=timeout_s) as response:
             if int(response.status) != 200:

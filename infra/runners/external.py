@@ -1,8 +1,10 @@
 """Runner 'external': attach to a server someone else started; never stop it.
 
 The handle comes from the configured base URL, metrics URL (or the dialect's metrics path), the
-metrics URLs of a multi-endpoint server (all scraped, counters summed) and dialect. A Launch given to :meth:`ExternalRunner.start` is only checked for the dialect and recorded
-as provenance of what the server is believed to run.
+metrics URLs of a multi-endpoint server (all scraped, counters summed), dialect and the name of the
+variable holding the server's API key (``api_key_env``). A Launch given to
+:meth:`ExternalRunner.start` is only checked for the dialect and recorded as provenance of what the
+server is believed to run.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from alflow.redact import redact_url
 from infra.errors import RunnerError
 from infra.launch import Launch
 from infra.recipes.dialects import DIALECTS
-from infra.runners.base import LOG_TAIL_LINES, ServerHandle, wait_for_health
+from infra.runners.base import LOG_TAIL_LINES, ServerHandle, handle_api_key, wait_for_health
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +38,11 @@ class ExternalRunner:
         self.run_id = run_id
 
     def attach(self, launch: Launch | None = None) -> ServerHandle:
-        """The handle of the configured server (no request is made)."""
+        """The handle of the configured server (no request is made).
+
+        The handle carries ``api_key_env`` (the variable's name, never its value); an unset or empty variable
+        fails here, before anything is measured (:func:`~infra.runners.base.handle_api_key`).
+        """
         opts = self.options
         if launch is not None and launch.dialect != opts.dialect:
             raise RunnerError(
@@ -47,7 +53,7 @@ class ExternalRunner:
         metrics_url = opts.metrics_url or (
             opts.metrics_urls[0] if opts.metrics_urls else base + DIALECTS[opts.dialect].metrics_path
         )
-        return ServerHandle(
+        handle = ServerHandle(
             runner=self.name,
             id=base,
             base_url=base,
@@ -61,7 +67,10 @@ class ExternalRunner:
             metrics_urls=tuple(opts.metrics_urls),
             nodes=launch.nodes if launch is not None else 1,
             provenance={"external": True, **(launch.provenance() if launch is not None else {})},
+            api_key_env=opts.api_key_env,
         )
+        handle_api_key(handle)  # the key's variable is set on this machine: else one line, before any request
+        return handle
 
     def start(self, launch: Launch) -> ServerHandle:
         """Attach (nothing is started)."""
