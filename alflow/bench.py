@@ -20,6 +20,7 @@ returned. URLs are stored without credentials (:func:`alflow.redact.redact_url`)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections.abc import Callable, Coroutine
@@ -43,7 +44,7 @@ from alflow.errors import AlflowError, InvalidInputError
 from alflow.loadgen.client import auth_headers
 from alflow.loadgen.endpoints import Sampling
 from alflow.loadgen.records import RequestRecord, write_records
-from alflow.loadgen.runner import LoadSpec, Progress, Target
+from alflow.loadgen.runner import MAX_PROCESSES, LoadSpec, Progress, Target
 from alflow.measure import measure
 from alflow.metrics.client import SLO, GpuLayout
 from alflow.metrics.dialects import Dialect, MissingMetricsError, candidate_metrics_urls, detect, get_dialect
@@ -159,6 +160,84 @@ def check_dialect(dialect: str) -> None:
             get_dialect(dialect)
         except InvalidInputError as exc:
             raise InvalidInputError(f"--dialect {dialect!r}: {exc}") from None
+
+
+PROMPT_TOKEN_BYTES = 40
+"""Memory one random prompt token takes while held (measured: a Python int of 32 bytes and its slot in the tuple)."""
+OPEN_FILES_MARGIN = 64
+"""Open files a client process holds besides its streams' sockets: the interpreter, pipes, scrapes, output files."""
+
+
+def available_memory_bytes() -> int | None:
+    """The memory this machine has available (Linux's ``MemAvailable``); None where it is not known."""
+    try:
+        with Path("/proc/meminfo").open(encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:,.1f} GB" if n >= 1e8 else f"{n / 1e6:,.1f} MB"
+
+
+def check_random_prompts(isl: int, prompts: int, warmup: int, *, available: int | None = None) -> None:
+    """Refuse (one line) random prompts that would fill more than half of the memory ``available`` (or this machine's).
+
+    They are drawn before the first request and held in memory: too many would exhaust it before any request.
+    At the largest concurrency the default 10 prompts per slot of 1,024 tokens are 671 M tokens (about 27 GB).
+    """
+    tokens = (prompts + warmup) * isl
+    need = tokens * PROMPT_TOKEN_BYTES
+    free = available_memory_bytes() if available is None else available
+    if free is None or need <= free // 2:
+        return
+    raise InvalidInputError(
+        f"--num-prompts {prompts:,} and --warmup {warmup:,} random prompts of up to --isl {isl:,} tokens are "
+        f"{tokens:,} tokens, about {_gb(need)} in memory, more than half of the {_gb(free)} this machine has "
+        "available: lower --num-prompts (default: 10 x --concurrency), --warmup or --isl"
+    )
+
+
+def check_open_files(spec: LoadSpec) -> None:
+    """Make sure the busiest client process may open a socket per stream, or refuse in one line.
+
+    When it needs more open files than this process's soft limit, the soft limit is raised to the hard one (as
+    ``vllm bench serve`` does; client processes inherit it); when even the hard limit is short, the run is refused
+    before any request: the streams beyond it would all fail with "Too many open files", and the run would measure
+    a fraction of the load it was asked for.
+    """
+    try:
+        import resource
+    except ImportError:  # not POSIX: no such limit to check
+        return
+    one = 1 if spec.auto_processes else spec.processes  # auto: the warm-up runs in this process
+    per_process = -(-spec.concurrency // one)
+    need = per_process + OPEN_FILES_MARGIN
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or need <= soft:
+        return
+    if hard == resource.RLIM_INFINITY or need <= hard:
+        raised = need if hard == resource.RLIM_INFINITY else hard
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+        if resource.getrlimit(resource.RLIMIT_NOFILE)[0] >= need:
+            return
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    fits = max(1, limit - OPEN_FILES_MARGIN)
+    processes = -(-spec.concurrency // fits)
+    hint = (
+        f"give --client-processes {processes} (or more) or raise the limit"
+        if processes <= MAX_PROCESSES and not spec.auto_processes
+        else "raise the limit"
+    )
+    raise InvalidInputError(
+        f"--concurrency {spec.concurrency:,}: {per_process:,} streams in one client process need about {need:,} "
+        f"open files, more than the {limit:,} this system allows a process (ulimit -n): {hint}"
+    )
 
 
 def load_sessions(r: BenchRequest, num_prompts: int) -> tuple[list[Session], list[Session] | None]:
@@ -293,12 +372,18 @@ async def bench_async(
     """Run one benchmark (see the module docstring); an aborted run raises after writing its records."""
     spec = r.spec
     num_prompts = spec.num_prompts or (10 * spec.concurrency if r.dataset is DatasetName.random else 0)
-    sessions, warm = load_sessions(r, num_prompts or 1)
-    if spec.num_prompts is None and r.dataset is DatasetName.random and spec.duration_s is None:
+    is_random = r.dataset is DatasetName.random
+    if is_random:
+        check_random_prompts(r.random.isl, num_prompts, spec.warmup)
+    check_open_files(spec)
+    sessions, warm = ([], None) if is_random else load_sessions(r, num_prompts or 1)  # a file's errors first
+    if spec.num_prompts is None and is_random and spec.duration_s is None:
         spec = replace(spec, num_prompts=num_prompts)
     sink: list[RequestRecord] = []
     async with aiohttp.ClientSession() as http:
         model = await served_model(http, r.base_url, r.model, r.headers)
+        if is_random:  # drawn once the server answers: a minute of drawing must not end in "cannot reach"
+            sessions, warm = load_sessions(r, num_prompts)
         target = Target(r.base_url, model, endpoint=r.endpoint, sampling=r.sampling, api_key=r.api_key)
         if r.endpoint == "chat" and any(not isinstance(t.prompt, str) for s in sessions for t in s.turns):
             sessions = await detokenize_sessions(sessions, r.base_url, model, headers=r.headers)

@@ -14,21 +14,36 @@ alflow.sim serve``) in subprocesses, each in a folder of its own (``ALFLOW_STATE
   any file the scenario wrote (results, logs, registry, Prefect's database) or in anything printed;
 - tracebacks: ``Traceback (most recent call last)`` in anything printed.
 
+- injections: a raw control character (C0 but tab, newline and carriage return; DEL; C1 such as CSI U+009B)
+  in anything printed or in a report, table or record the scenario wrote (report.md, report.html, Markdown,
+  CSV, YAML and JSON files): a terminal or viewer could be made to clear, retitle or recolour.
+
 Scenarios: start-failure, crash-mid-point, error-events, stalled-stream, counter-reset, sigkill-m2,
-sigterm-m2, concurrent-writers, bad-inputs (every row of tests/bad_inputs.py), secret-canaries,
-hostile-names. The numbers are counts of what happened in this run; nothing is simulated or assumed.
+sigterm-m2, sigterm-bench (65,536 streams), concurrent-writers, bad-inputs (every row of
+tests/bad_inputs.py), secret-canaries, hostile-names, unicode-and-controls, lying-usage, m0-symlink-audit,
+damaged-run. The numbers are counts of what happened in this run; nothing is simulated or assumed.
+
+Every case (a scenario, or each part of one: every bad-input row, every lying server, every edit an audit
+must see) lands in one bucket, the first that applies of: secret (a canary found), injection (a raw control
+character), loss (records lost), leak (a process or port left), hang (no answer within 30 s), traceback,
+silent (a silent or misleading result: not the documented outcome); else clear (a bad input or fault
+answered with one clear line and the documented exit code) or accepted (correctly accepted). The bucket
+table follows the scenario table.
 
 Usage: .venv/bin/python benchmarks/fault_suite.py [--only NAME,...] [--json] [--keep]
 Exit code 1 when a target is missed (0 tracebacks, 0 silent wrong results, 0 processes left,
-0 lost records, 0 canaries).
+0 lost records, 0 canaries) or any case is in a bucket other than clear and accepted.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
+import re
+import resource
 import shutil
 import signal
 import socket
@@ -40,7 +55,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -53,6 +68,9 @@ if str(ROOT) not in sys.path:
 import polars as pl  # noqa: E402
 import yaml  # noqa: E402
 
+from alflow.bench import OPEN_FILES_MARGIN  # noqa: E402
+from alflow.config.base import MAX_CONCURRENCY  # noqa: E402
+from alflow.loadgen.runner import MAX_PROCESSES  # noqa: E402
 from alflow.procguard import pid_alive  # noqa: E402
 from tests.bad_inputs import (  # noqa: E402
     BASES,
@@ -80,9 +98,64 @@ CANARIES: dict[str, str] = {
 
 FAST_SIM = ["--time-scale", "0", "--seed", "5"]
 
+BUCKETS: dict[str, str] = {
+    "clear": "bad input or fault answered with one clear line and the documented exit code",
+    "accepted": "correctly accepted",
+    "traceback": "a traceback printed",
+    "silent": "a silent or misleading result (not the documented outcome)",
+    "hang": "no answer within 30 s",
+    "leak": "a process or port left after the run",
+    "loss": "records lost",
+    "secret": "a canary found on disk or in the output",
+    "injection": "a raw control character in the output or a written report or table",
+}
+"""Where each case lands (the first bad one that applies, in the order secret, injection, loss, leak, hang,
+traceback, silent; else clear or accepted)."""
+GOOD = ("clear", "accepted")
+HANG_S = 30.0
+RAW_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+"""C0 controls but tab, newline and carriage return; DEL; the C1 controls (U+009B is a one-character CSI)."""
+SCANNED = (".md", ".html", ".htm", ".csv", ".tsv", ".txt", ".yaml", ".yml", ".json")
+"""Files a scenario wrote that are read as text (reports, tables, records as JSON): searched for injections."""
+
 
 # --------------------------------------------------------------------------------------------
 # Results
+
+
+@dataclass(frozen=True)
+class Case:
+    """One case of a scenario and its bucket (:data:`BUCKETS`)."""
+
+    name: str
+    bucket: str
+    why: str = ""
+
+
+def raw_controls(text: str) -> list[str]:
+    """The raw control characters in ``text`` (see :data:`RAW_CONTROL`), as U+XXXX."""
+    return sorted({f"U+{ord(c):04X}" for c in RAW_CONTROL.findall(text)})
+
+
+def bucket_of(
+    text: str, *, ok: bool, kind: str, timed_out: bool = False, slow_s: float | None = None
+) -> tuple[str, str]:
+    """The bucket of one command by what it printed: canary, raw control, no answer, traceback, outcome."""
+    canaries = [name for name, value in CANARIES.items() if value in text]
+    if canaries:
+        return "secret", f"canary {canaries[0]!r} printed"
+    controls = raw_controls(text)
+    if controls:
+        return "injection", f"raw {', '.join(controls)} printed"
+    if timed_out:
+        return "hang", "no answer (timed out)"
+    if slow_s is not None and slow_s > HANG_S:
+        return "hang", f"answered after {slow_s:.0f} s"
+    if TRACEBACK in text:
+        return "traceback", "a traceback printed"
+    if not ok:
+        return "silent", "not the documented outcome"
+    return kind, ""
 
 
 @dataclass(frozen=True)
@@ -101,6 +174,11 @@ class Result:
     tracebacks: int
     wall_s: float
     details: tuple[str, ...] = ()
+    cases: tuple[Case, ...] = ()
+
+    @property
+    def bad_cases(self) -> list[Case]:
+        return [c for c in self.cases if c.bucket not in GOOD]
 
     @property
     def lost_records(self) -> int:
@@ -116,6 +194,7 @@ class Result:
             and self.canaries == 0
             and self.tracebacks == 0
             and self.lost_records == 0
+            and not self.bad_cases
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -154,6 +233,8 @@ class Box:
     printed: list[str] = field(default_factory=list)
     started: list[subprocess.Popen[bytes]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    hangs: list[str] = field(default_factory=list)
+    """Commands that gave no answer in their time (timed out)."""
 
     def __post_init__(self) -> None:
         for sub in ("input", "printed", "state", "prefect", "tmp", "work"):
@@ -216,6 +297,7 @@ class Box:
             out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
             err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
             ran = Ran(argv, None, out, err + f"\n(timed out after {timeout_s} s)", time.monotonic() - started)
+            self.hangs.append(f"{' '.join(args)[:80]}: timed out after {timeout_s:.0f} s")
         self.record(ran)
         return ran
 
@@ -242,6 +324,7 @@ class Box:
             proc.kill()
             proc.wait()
             code = None
+            self.hangs.append(f"background command {n}: timed out after {timeout_s:.0f} s")
         out = (self.dir / "printed" / f"bg{n}.out").read_text(errors="replace")
         err = (self.dir / "printed" / f"bg{n}.err").read_text(errors="replace")
         ran = Ran(tuple(str(a) for a in proc.args), code, out, err, time.monotonic() - started)  # type: ignore[union-attr]
@@ -337,6 +420,29 @@ def tracebacks(box: Box) -> int:
     return sum(text.count(TRACEBACK) for text in box.printed)
 
 
+def injected_files(box: Box) -> list[str]:
+    """``path: U+XXXX, ...`` for every text file the box wrote (reports, tables, JSON) holding a raw control.
+
+    The suite's inputs and the printed output (judged per command) are not searched, nor Prefect's database,
+    the state folder (server logs) and the temporary folder.
+    """
+    hits = []
+    skip = [box.dir / d for d in ("input", "printed", "prefect", "state", "tmp")]
+    for path in sorted(box.dir.rglob("*")):
+        if path.suffix.lower() not in SCANNED or path.is_symlink() or not path.is_file():
+            continue
+        if any(d in path.parents for d in skip) or any(d.name.startswith("prefect") for d in path.parents):
+            continue
+        try:
+            text = path.read_bytes().decode("utf-8", errors="replace")
+        except OSError:
+            continue
+        controls = raw_controls(text)
+        if controls:
+            hits.append(f"{path.relative_to(box.dir)}: {', '.join(controls)}")
+    return hits
+
+
 @dataclass(frozen=True)
 class Verdict:
     """What a scenario body reports; the harness adds processes, canaries and tracebacks."""
@@ -347,6 +453,40 @@ class Verdict:
     records_kept: int | None = None
     records_expected: int | None = None
     details: tuple[str, ...] = ()
+    cases: tuple[Case, ...] = ()
+    """The scenario's parts, each in its bucket; empty: the scenario is one case, judged as a whole."""
+    kind: str = "clear"
+    """The bucket of the documented outcome: clear (a fault answered with a clear line) or accepted."""
+
+
+def judge(
+    name: str, verdict: Verdict, *, canaries: list[str], injected: list[str], printed: str, lost: int,
+    left: int, hangs: list[str],
+) -> list[Case]:  # fmt: skip
+    """The scenario's cases: its own (with what the box shows that no case explains added), or itself as one."""
+    traces = printed.count(TRACEBACK)
+    controls = raw_controls(printed)
+    found = [
+        ("secret", "; ".join(canaries[:3]), bool(canaries)),
+        ("injection", "; ".join([*injected[:3], *(["printed: " + ", ".join(controls)] if controls else [])]),
+         bool(injected or controls)),
+        ("loss", f"{lost} records lost", lost > 0),
+        ("leak", f"{left} processes left after cleanup", left > 0),
+        ("hang", "; ".join(hangs[:3]), bool(hangs)),
+        ("traceback", f"{traces} tracebacks printed", traces > 0),
+    ]  # fmt: skip
+    if not verdict.cases:
+        for bucket, why, hit in found:
+            if hit:
+                return [Case(name, bucket, why)]
+        if not verdict.as_documented:
+            return [Case(name, "silent", cut(verdict.outcome, 200))]
+        return [Case(name, verdict.kind, "")]
+    cases = list(verdict.cases)
+    for bucket, why, hit in found:  # what the box shows beyond the cases' own findings
+        if hit and not any(c.bucket == bucket for c in cases):
+            cases.append(Case(f"{name}: {bucket}", bucket, why))
+    return cases
 
 
 def run_scenario(name: str, body: Callable[[Box], Verdict], root: Path) -> Result:
@@ -374,6 +514,18 @@ def run_scenario(name: str, body: Callable[[Box], Verdict], root: Path) -> Resul
     hits = canary_hits(box)
     if hits:
         details.append("canaries: " + "; ".join(hits[:10]))
+    injected = injected_files(box)
+    if injected:
+        details.append("raw control characters in: " + "; ".join(injected[:10]))
+    lost = (
+        0
+        if verdict.records_kept is None or verdict.records_expected is None
+        else max(0, verdict.records_expected - verdict.records_kept)
+    )
+    cases = judge(
+        name, verdict, canaries=hits, injected=injected, printed="\n".join(box.printed), lost=lost,
+        left=len(after_cleanup), hangs=box.hangs,
+    )  # fmt: skip
     return Result(
         scenario=name,
         outcome=verdict.outcome,
@@ -387,6 +539,7 @@ def run_scenario(name: str, body: Callable[[Box], Verdict], root: Path) -> Resul
         tracebacks=tracebacks(box),
         wall_s=round(time.monotonic() - started, 1),
         details=(*verdict.details, *details),
+        cases=tuple(cases),
     )
 
 
@@ -649,7 +802,11 @@ def counter_reset(box: Box) -> Verdict:
 
 
 def _killed_m2(box: Box, sig: signal.Signals) -> Verdict:
-    config = m2_config(box, concurrencies=[2], prompts_per_concurrency=500, warmup_per_concurrency=0)
+    # no pre-flight: the requests the server answers before the kill are the point's own (pre-flight probes are
+    # not load records, and a kill during the pre-flight would count them as lost)
+    config = m2_config(
+        box, concurrencies=[2], prompts_per_concurrency=500, warmup_per_concurrency=0, preflight=False
+    )
     # real time: minutes of streaming, the kill lands mid-point
     config["server"]["extra_args"] = ["--seed", "5"]
     config["workload"] = {"kind": "random", "isl": 64, "osl": 512}
@@ -731,6 +888,7 @@ def concurrent_writers(box: Box) -> Verdict:
         records_kept=len(entries),
         records_expected=2,
         details=tuple(cut(r.first_error(), 200) for r in rans if r.code != 0),
+        kind="accepted",
     )
 
 
@@ -763,13 +921,14 @@ def _check_row(ran: Ran, names: str, fragment: str) -> tuple[bool, str]:
 
 
 _BATCH = """
-import contextlib, io, json, os, sys, traceback
+import contextlib, io, json, os, sys, time, traceback
 from alflow.cli import main
 rows = json.load(sys.stdin)
 out = []
 for argv in rows:
     o, e = io.StringIO(), io.StringIO()
     code = 0
+    started = time.monotonic()
     with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e):
         try:
             main(argv)
@@ -778,14 +937,13 @@ for argv in rows:
         except BaseException:
             traceback.print_exc()
             code = 1
-    out.append([code, o.getvalue(), e.getvalue()])
+    out.append([code, o.getvalue(), e.getvalue(), time.monotonic() - started])
 json.dump(out, sys.stdout)
 """
 """Runs rows through ``alflow.cli.main(argv)``, the console script's entry point, in one interpreter."""
 
 
 def _run_batch(box: Box, rows: list[list[str]]) -> list[Ran]:
-    started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-c", _BATCH],
         input=json.dumps(rows),
@@ -798,10 +956,9 @@ def _run_batch(box: Box, rows: list[list[str]]) -> list[Ran]:
     )
     if done.returncode != 0:
         raise RuntimeError(f"the batch interpreter failed: exit {done.returncode}: {done.stderr[-2000:]}")
-    took = (time.monotonic() - started) / max(1, len(rows))
     rans = [
         Ran(("alflow", *argv), code, out, err, took)
-        for argv, (code, out, err) in zip(rows, json.loads(done.stdout), strict=True)
+        for argv, (code, out, err, took) in zip(rows, json.loads(done.stdout), strict=True)
     ]
     for ran in rans:
         box.record(ran)
@@ -818,7 +975,9 @@ def bad_inputs(box: Box) -> Verdict:
     """
     jobs: list[tuple[str, list[str], dict[str, str], str, str]] = []  # name, argv, env, names, fragment
     for i, case in enumerate(CLI_CASES):
-        tmp = box.work / f"cli{i}"
+        tmp = (
+            box.input / f"cli{i}"
+        )  # the row's own files (binary, NUL bytes on purpose): inputs, never searched
         tmp.mkdir()
         argv, env = materialize(case, tmp)
         jobs.append(("cli: " + case.name, argv, env, expected_name(case, tmp), case.fragment))
@@ -849,17 +1008,30 @@ def bad_inputs(box: Box) -> Verdict:
     rows = [RowOutcome(name, *_check_row(ran[name], names, fragment)) for name, _, _, names, fragment in jobs]
     refused = sum(r.refused for r in rows)
     bad = [f"{r.name}: {r.why}" for r in rows if not r.refused]
+    cases = []
+    for row in rows:
+        r = ran[row.name]
+        bucket, why = bucket_of(
+            r.text, ok=row.refused, kind="clear", timed_out=r.code is None, slow_s=r.wall_s
+        )
+        cases.append(Case(row.name, bucket, why if bucket != "silent" else row.why))
     return Verdict(
         f"{refused}/{len(rows)} refused: exit 2, one line naming the input",
         f"all {len(rows)} rows ({len(CLI_CASES)} command lines, {len(CONFIG_CASES)} configs) refused",
         refused == len(rows),
         details=tuple(bad[:20]),
+        cases=tuple(cases),
     )
 
 
 def secret_canaries(box: Box) -> Verdict:
-    problems: list[str] = []
-    seen: list[str] = []
+    cases: list[Case] = []
+
+    def case(name: str, ran: Ran, ok: bool, kind: str = "clear") -> bool:
+        bucket, why = bucket_of(ran.text, ok=ok, kind=kind, timed_out=ran.code is None)
+        cases.append(Case(f"{name} ({code_text(ran.code)})", bucket, why))
+        return bucket in GOOD
+
     # 1. a secret literally in the config: refused at load, and the line does not repeat the value
     for what, change in (
         ("extra_env", {"extra_env": {"HF_TOKEN": CANARIES["config extra_env"]}}),
@@ -868,56 +1040,66 @@ def secret_canaries(box: Box) -> Verdict:
         config = m2_config(box)
         config["server"].update(change)
         ran = box.alflow("run", "m2", "--config", str(box.config(f"m2-{what}.yaml", config)))
-        seen.append(f"{what}: {code_text(ran.code)}")
-        if ran.code != 2 or len(ran.error_lines()) != 1:
-            problems.append(f"config {what} not refused in one line ({code_text(ran.code)})")
-    # 2. a secret by name through a real M2 run: the server gets the value, the run stores the name
+        case(f"config {what} with a secret", ran, ran.code == 2 and len(ran.error_lines()) == 1)
+    # 2. credentials inside URLs (issue #35 item 1): refused at load in one line, never stored in Prefect
+    password, token = CANARIES["URL password"], CANARIES["URL token"]
+    runner = {
+        "kind": "external",
+        "base_url": f"http://u:{password}@127.0.0.1:9/?api_key={token}",
+        "dialect": "vllm",
+    }
+    for what, section, changes in (
+        ("results_root s3://user:pass@", "placement", {"results_root": f"s3://AKIA:{password}@b/x"}),
+        ("external base_url user:pass@ and ?api_key=", "placement", {"runner": runner}),
+        ("extra_env URL with a password", "server", {"extra_env": {"HTTPS_PROXY": f"http://me:{password}@p:3128"}}),
+    ):  # fmt: skip
+        config = m2_config(box)
+        config[section].update(changes)
+        ran = box.alflow("run", "m2", "--config", str(box.config(f"m2-url-{len(cases)}.yaml", config)))
+        case(f"config {what}", ran, ran.code == 2 and len(ran.error_lines()) == 1)
+    # 3. a secret by name through a real M2 run: the server gets the value, the run stores the name
     config = m2_config(box, concurrencies=[2], prompts_per_concurrency=4, warmup_per_concurrency=0)
     config["placement"]["runner"]["secrets"] = ["ALFLOW_CANARY_TOKEN"]
     ran = box.alflow(
         "run", "m2", "--config", str(box.config("m2-secret.yaml", config)),
         env={"ALFLOW_CANARY_TOKEN": CANARIES["env runner secret"]},
     )  # fmt: skip
-    seen.append(f"m2 with a runner secret: {code_text(ran.code)}")
     runs = run_dirs(box)
     passed = (
         manifest(runs[-1]).get("provenance", {}).get("server", {}).get("provenance", {}).get("secrets_passed")
         if runs
         else None
     )
-    if ran.code != 0 or passed != ["ALFLOW_CANARY_TOKEN"]:
-        problems.append(f"m2 with a runner secret: {code_text(ran.code)}, secrets_passed={passed}")
-    # 3. bench with an API key (sent on every request) and a metrics URL carrying credentials
+    case(
+        "m2 with a runner secret by name",
+        ran,
+        ran.code == 0 and passed == ["ALFLOW_CANARY_TOKEN"],
+        "accepted",
+    )
+    # 4. bench with an API key (sent on every request) and a metrics URL carrying credentials
     port = free_port()
     sim = start_sim(box, FAST_SIM, port=port, env={"VLLM_API_KEY": CANARIES["API key"]})
-    metrics = (
-        f"http://scraper:{CANARIES['URL password']}@127.0.0.1:{port}/metrics"
-        f"?token={CANARIES['URL token']}&job=sim"
-    )
+    metrics = f"http://scraper:{password}@127.0.0.1:{port}/metrics?token={token}&job=sim"
     common = ["bench", "--base-url", f"http://127.0.0.1:{port}", "--num-prompts", "6", "--concurrency", "3",
               "--isl", "32", "--osl", "16", "--vocab-size", "20000", "--no-progress"]  # fmt: skip
     ran = box.alflow(
         *common, "--metrics-url", metrics, "--out", str(box.work / "bench"), "--json",
         env={"OPENAI_API_KEY": CANARIES["API key"]},
     )  # fmt: skip
-    seen.append(f"bench with key and secret URL: {code_text(ran.code)}")
-    if ran.code != 0:
-        problems.append(f"bench with the key: {code_text(ran.code)} {cut(ran.first_error())}")
+    case("bench with a key and a secret metrics URL", ran, ran.code == 0, "accepted")
     wrong = box.alflow(*common, "--api-key", CANARIES["wrong API key"])
-    seen.append(f"bench with a wrong key: {code_text(wrong.code)}")
-    if wrong.code != 2:
-        problems.append(f"bench with a wrong key: {code_text(wrong.code)}")
-    dead = f"http://scraper:{CANARIES['URL password']}@127.0.0.1:9/metrics?token={CANARIES['URL token']}"
+    case("bench with a wrong key", wrong, wrong.code == 2)
+    dead = f"http://scraper:{password}@127.0.0.1:9/metrics?token={token}"
     unreachable = box.alflow(*common, "--metrics-url", dead, env={"OPENAI_API_KEY": CANARIES["API key"]})
-    seen.append(f"bench with an unreachable secret URL: {code_text(unreachable.code)}")
-    if unreachable.code != 2:
-        problems.append(f"bench with an unreachable metrics URL: {code_text(unreachable.code)}")
+    case("bench with an unreachable secret metrics URL", unreachable, unreachable.code == 2)
     stop(sim)
+    problems = [f"{c.name}: {c.bucket}" for c in cases if c.bucket not in GOOD]
     return Verdict(
-        "; ".join(seen) if not problems else "; ".join(problems),
-        "secrets refused in configs (exit 2), passed by name, masked in URLs and errors",
+        f"{len(cases) - len(problems)}/{len(cases)} as documented" if not problems else "; ".join(problems),
+        "secrets and URL credentials refused in configs (exit 2), passed by name, masked in URLs and errors",
         not problems,
-        details=tuple(seen),
+        details=tuple(c.name for c in cases),
+        cases=tuple(cases),
     )
 
 
@@ -925,9 +1107,9 @@ def hostile_names(box: Box) -> Verdict:
     name = " ".join(HOSTILE)
     shown = " ".join(name.split())
     config = m2_config(box, concurrencies=[2], prompts_per_concurrency=2, warmup_per_concurrency=0)
-    config["model"]["id"] = name
-    config["server"]["model"] = name
-    config["server"]["label"] = f"label {name}"
+    config["model"]["id"] = shown  # an identifier holds no control character: its newline is refused at load
+    config["server"]["model"] = shown
+    config["server"]["label"] = f"label {name}"  # free text: the newline too
     config["placement"]["results_root"] = str(box.work / "results [x](javascript:alert(1)) <b>")
     path = box.input / "m2 [x](javascript:alert(1)) ü.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
@@ -954,7 +1136,300 @@ def hostile_names(box: Box) -> Verdict:
         f"{code_text(ran.code)}, report.md/report.html inert" if not problems else "; ".join(problems),
         "exit 0; the name shows as typed and renders no script, link or image",
         not problems,
+        kind="accepted",
     )
+
+
+def running_requests(port: int) -> float | None:
+    """Requests the sim on ``port`` is running; None when it does not answer (busy with a load's connections)."""
+    try:
+        return metric(f"http://127.0.0.1:{port}/metrics", "vllm:num_requests_running")
+    except (OSError, ValueError):
+        return None
+
+
+def sigterm_bench(box: Box) -> Verdict:
+    """``alflow bench`` at the largest allowed concurrency (65,536), ended by SIGTERM once streams are open.
+
+    Client processes as the open-files limit needs (the command refuses fewer); the suite's own soft limit is
+    raised to the hard one first, so the sim (a child) holds as many streams as it may.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    fits = MAX_CONCURRENCY if hard == resource.RLIM_INFINITY else max(1, hard - OPEN_FILES_MARGIN)
+    concurrency = min(MAX_CONCURRENCY, fits * MAX_PROCESSES)
+    processes = -(-concurrency // fits)
+    port = free_port()
+    sim = start_sim(box, ["--seed", "5"], port=port)  # real time: 4,096 tokens a stream take minutes
+    out = box.work / "bench"
+    bench = box.popen(
+        "bench", "--base-url", f"http://127.0.0.1:{port}", "--endpoint", "completions", "--concurrency",
+        str(concurrency), "--client-processes", str(processes), "--num-prompts", str(concurrency), "--isl", "8",
+        "--osl", "4096", "--no-progress", "--out", str(out),
+    )  # fmt: skip
+    deadline = time.monotonic() + 180
+    while bench.poll() is None and time.monotonic() < deadline:
+        running = running_requests(port)
+        if running is None or running > 0:  # streaming (or the server too busy with them to answer)
+            break
+        time.sleep(0.2)
+    time.sleep(2.0)  # streams open and in flight
+    alive = bench.poll() is None
+    sent = time.monotonic()
+    bench.send_signal(signal.SIGTERM)
+    ran = box.collect(bench, timeout_s=120)
+    took = time.monotonic() - sent
+    stop(sim)
+    if took > HANG_S:
+        box.hangs.append(f"bench exited {took:.0f} s after SIGTERM")
+    kept = (out / "records.parquet").exists()
+    good = alive and ran.code == 128 + signal.SIGTERM and took < 10 and kept
+    return Verdict(
+        f"{code_text(ran.code)} {took:.1f} s after SIGTERM at concurrency {concurrency:,} ({processes} client "
+        f"processes), records kept: {kept}",
+        "exit 143 within 10 s of SIGTERM, no traceback, the records so far written, no process left",
+        good,
+        details=(cut(ran.stderr[-300:], 300),) if ran.stderr.strip() else (),
+    )
+
+
+USAGE_LIES: dict[str, dict[str, int]] = {
+    "negative": {"prompt_tokens": 7, "completion_tokens": -44_474},
+    "impossible": {"prompt_tokens": 7, "completion_tokens": 100_000},
+    "zero": {"prompt_tokens": 7, "completion_tokens": 0},
+}
+"""Usage counts a server may claim for 8 streamed chunks (issue #35 item 3), by the request's model name."""
+
+
+@contextlib.contextmanager
+def lying_server() -> Iterator[str]:
+    """A loopback OpenAI-like server (own loop, own thread) that streams 8 chunks and then lies in its usage."""
+    from aiohttp import web
+
+    def sse(data: object) -> bytes:
+        return b"data: " + json.dumps(data).encode() + b"\n\n"
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for i in range(8):
+            await resp.write(sse({"id": "x", "choices": [{"index": 0, "text": f" t{i}"}]}))
+        usage = USAGE_LIES.get(str(body.get("model")), USAGE_LIES["impossible"])
+        await resp.write(sse({"id": "x", "choices": [], "usage": usage}) + b"data: [DONE]\n\n")
+        return resp
+
+    loop = asyncio.new_event_loop()
+    application = web.Application()
+    application.router.add_post("/v1/completions", stream)
+    runner = web.AppRunner(application, access_log=None)
+    started = threading.Event()
+
+    def serve() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(runner.setup())
+        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", 0).start())
+        started.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    if not started.wait(30):
+        raise RuntimeError("the lying server did not start")
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+def lying_usage(box: Box) -> Verdict:
+    """``alflow bench`` against a server whose usage counts are negative, impossible or zero beside text."""
+    cases = []
+    n = 4
+    with lying_server() as url:
+        for lie in USAGE_LIES:
+            ran = box.alflow(
+                "bench", "--base-url", url, "--model", lie, "--endpoint", "completions", "--num-prompts", str(n),
+                "--isl", "8", "--osl", "8", "--vocab-size", "500", "--no-metrics", "--no-progress", "--json",
+                timeout_s=120,
+            )  # fmt: skip
+            try:
+                summary = json.loads(ran.stdout)
+            except ValueError:
+                summary = {}
+            errors = ran.error_lines()
+            ok = (
+                ran.code == 1
+                and len(errors) == 1
+                and "usage: " in errors[0]
+                and summary.get("failed") == n
+                and not summary.get("output_throughput")
+            )
+            bucket, why = bucket_of(ran.text, ok=ok, kind="clear", timed_out=ran.code is None)
+            cases.append(
+                Case(f"usage {lie} ({code_text(ran.code)})", bucket, why or cut(ran.first_error(), 160))
+            )
+    bad = [c for c in cases if c.bucket not in GOOD]
+    return Verdict(
+        f"{len(cases) - len(bad)}/{len(cases)} lies refused per request" if not bad else "; ".join(
+            f"{c.name}: {c.bucket}" for c in bad),
+        "exit 1, every request failed with a 'usage:' error, no throughput from the server's word",
+        not bad,
+        details=tuple(f"{c.name}: {c.why}" for c in cases),
+        cases=tuple(cases),
+    )  # fmt: skip
+
+
+def unicode_and_controls(box: Box) -> Verdict:
+    """Names in Japanese with a bidi override run and report (item 2); control characters never reach output raw
+    (item 7): in a server label through M2's reports and ``alflow report``, a reference table's model name through
+    ``reference show``, a served model name through ``alflow bench``'s table."""
+    cases: list[Case] = []
+
+    def case(name: str, ran: Ran, ok: bool, kind: str = "accepted") -> None:
+        bucket, why = bucket_of(ran.text, ok=ok, kind=kind, timed_out=ran.code is None)
+        cases.append(Case(f"{name} ({code_text(ran.code)})", bucket, why or cut(ran.first_error(), 160)))
+
+    name = "\u30e9\u30de-70B \u202eevil"  # Japanese letters and a right-to-left override
+    config = m2_config(box, concurrencies=[2], prompts_per_concurrency=2, warmup_per_concurrency=0)
+    config["model"]["id"] = name
+    config["server"]["model"] = name
+    config["server"]["label"] = "label \x1b]0;pwned\x07 \x1b[2J \x9b31m \x7f end"
+    ran = box.alflow("run", "m2", "--config", str(box.config("m2.yaml", config)))
+    runs = run_dirs(box)
+    complete = bool(runs) and manifest(runs[-1]).get("status") == "complete"
+    written = bool(runs) and all((runs[-1] / f).is_file() for f in ("report.md", "report.html"))
+    case(
+        "m2 with a Japanese, bidi model id and a control-character label",
+        ran,
+        ran.code == 0 and complete and written,
+    )
+    if runs:
+        shown = box.alflow("report", str(runs[-1]))
+        case("alflow report of that run", shown, shown.code == 0)
+    table = box.input / "reference-controls.yaml"
+    text = (ROOT / "references" / "examples.yaml").read_text(encoding="utf-8")
+    table.write_text(
+        text.replace("model: DeepSeek-V4", 'model: "Deep\\e[2J\\e]0;pwned\\aSeek\\x9b31m-V4\\x7f"'),
+        encoding="utf-8",
+    )
+    shown = box.alflow("reference", "show", str(table))
+    case("reference show of control-character model names", shown, shown.code == 0)
+    port = free_port()
+    sim = start_sim(box, FAST_SIM, port=port)
+    ran = box.alflow(
+        "bench", "--base-url", f"http://127.0.0.1:{port}", "--model", "sim\x1b]0;pwned\x07\x1b[2J", "--num-prompts",
+        "2", "--isl", "16", "--osl", "8", "--no-progress",
+    )  # fmt: skip
+    stop(sim)
+    clear = ran.code in (1, 2) and len(ran.error_lines()) == 1
+    case(
+        "bench with a control-character model name",
+        ran,
+        ran.code == 0 or clear,
+        "accepted" if ran.code == 0 else "clear",
+    )
+    bad = [c for c in cases if c.bucket not in GOOD]
+    return Verdict(
+        f"{len(cases) - len(bad)}/{len(cases)} as documented" if not bad else "; ".join(f"{c.name}: {c.bucket}" for c in bad),
+        "exit 0 and reports written for a Japanese, bidi name; control characters escaped in every output",
+        not bad,
+        details=tuple(f"{c.name}: {c.bucket}" for c in cases),
+        cases=tuple(cases),
+        kind="accepted",
+    )  # fmt: skip
+
+
+def m0_symlink_audit(box: Box) -> Verdict:
+    """M0 through a symlinked reference table (the target updated, the link kept: item 5), then ``reference audit``
+    on the table as written (passes) and after each edit it must see: a CI bound, the dataset hash, the sampling
+    temperature (exit 1, the field named)."""
+    cases: list[Case] = []
+    real = box.work / "tables" / "reference-sim.yaml"
+    real.parent.mkdir(parents=True)
+    link = box.work / "reference-sim.yaml"
+    link.symlink_to(real)
+    config: dict[str, Any] = json.loads(json.dumps(BASES["m0"]))
+    config.update(ks=[1], reference_path=str(link))
+    config["server"]["extra_args"] = FAST_SIM
+    config["placement"] = {"results_root": str(box.work / "results")}
+    ran = box.alflow("run", "m0", "--config", str(box.config("m0.yaml", config)))
+    entries = []
+    if real.is_file():
+        entries = [int(e["k"]) for e in (yaml.safe_load(real.read_text()) or {}).get("entries", [])]
+    ok = ran.code == 0 and link.is_symlink() and entries == [1]
+    bucket, why = bucket_of(ran.text, ok=ok, kind="accepted", timed_out=ran.code is None)
+    cases.append(
+        Case("m0 through a symlinked table", bucket, why or f"link kept: {link.is_symlink()}, K={entries}")
+    )
+    runs = run_dirs(box, "m0")
+    if runs and real.is_file():
+        audit = box.alflow("reference", "audit", str(link), str(runs[-1]), "--json")
+        bucket, why = bucket_of(audit.text, ok=audit.code == 0, kind="accepted", timed_out=audit.code is None)
+        cases.append(Case(f"audit of the table as written ({code_text(audit.code)})", bucket, why))
+        original = real.read_text(encoding="utf-8")
+        edits = (
+            ("a CI bound", r"ci_high: ([0-9.]+)", lambda m: f"ci_high: {float(m[1]) + 0.05:.6f}", "ci_high"),
+            ("the dataset hash", r"dataset_hash: sha256:([0-9a-f])",
+             lambda m: "dataset_hash: sha256:" + ("1" if m[1] == "0" else "0"), "dataset_hash"),
+            ("the sampling temperature", r"temperature: ([0-9.]+)", lambda _: "temperature: 0.7", "temperature"),
+        )  # fmt: skip
+        for what, pattern, change, named in edits:
+            edited = box.work / f"edited-{named}.yaml"
+            edited.write_text(re.sub(pattern, change, original, count=1), encoding="utf-8")
+            audit = box.alflow("reference", "audit", str(edited), str(runs[-1]), "--json")
+            ok = audit.code == 1 and named in audit.stdout
+            bucket, why = bucket_of(audit.text, ok=ok, kind="clear", timed_out=audit.code is None)
+            cases.append(Case(f"audit after editing {what} ({code_text(audit.code)})", bucket, why))
+    bad = [c for c in cases if c.bucket not in GOOD]
+    return Verdict(
+        f"{len(cases) - len(bad)}/{len(cases)} as documented" if not bad else "; ".join(f"{c.name}: {c.bucket}" for c in bad),
+        "the link kept and its target updated; the audit passes the table as written and names each edit (exit 1)",
+        not bad and len(cases) == 5,
+        details=tuple(f"{c.name}: {c.bucket}" for c in cases),
+        cases=tuple(cases),
+    )  # fmt: skip
+
+
+def damaged_run(box: Box) -> Verdict:
+    """``alflow report`` of a run whose parquet tables are missing, truncated or garbage (item 6): one warning line
+    per table naming it, the report rendered without it, exit 0, no traceback."""
+    cases: list[Case] = []
+    config = m2_config(box, concurrencies=[2], prompts_per_concurrency=2, warmup_per_concurrency=0)
+    ran = box.alflow("run", "m2", "--config", str(box.config("m2.yaml", config)))
+    runs = run_dirs(box)
+    if ran.code != 0 or not runs:
+        return Verdict(f"{code_text(ran.code)}: {cut(ran.first_error())}", "a run to damage", False)
+    tables = sorted(p.name for p in runs[-1].glob("*.parquet"))
+    for how in ("missing", "truncated", "garbage"):
+        copy = box.work / f"damaged-{how}"
+        shutil.copytree(runs[-1], copy)
+        for name in tables:
+            path = copy / name
+            if how == "missing":
+                path.unlink()
+            elif how == "truncated":
+                path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+            else:
+                path.write_bytes(os.urandom(3000))
+        shown = box.alflow("report", str(copy))
+        warned = [line for line in shown.stderr.splitlines() if line.startswith("warning: ")]
+        named = all(any(name in line for line in warned) for name in tables)
+        ok = shown.code == 0 and bool(tables) and named and len(warned) == len(tables)
+        bucket, why = bucket_of(shown.text, ok=ok, kind="clear", timed_out=shown.code is None)
+        cases.append(Case(f"report of a run with {how} tables ({code_text(shown.code)})", bucket, why))
+    bad = [c for c in cases if c.bucket not in GOOD]
+    return Verdict(
+        f"{len(cases) - len(bad)}/{len(cases)} named in one line each" if not bad else "; ".join(f"{c.name}: {c.bucket}" for c in bad),
+        "exit 0, one warning line naming each missing or damaged table, the report rendered without it",
+        not bad,
+        details=(f"tables: {', '.join(tables)}",),
+        cases=tuple(cases),
+    )  # fmt: skip
 
 
 SCENARIOS: dict[str, Callable[[Box], Verdict]] = {
@@ -965,10 +1440,15 @@ SCENARIOS: dict[str, Callable[[Box], Verdict]] = {
     "counter-reset": counter_reset,
     "sigkill-m2": sigkill_m2,
     "sigterm-m2": sigterm_m2,
+    "sigterm-bench": sigterm_bench,
     "concurrent-writers": concurrent_writers,
     "bad-inputs": bad_inputs,
     "secret-canaries": secret_canaries,
     "hostile-names": hostile_names,
+    "unicode-and-controls": unicode_and_controls,
+    "lying-usage": lying_usage,
+    "m0-symlink-audit": m0_symlink_audit,
+    "damaged-run": damaged_run,
 }
 
 
@@ -1022,6 +1502,36 @@ def print_table(results: list[Result], wall_s: float) -> None:
             print(f"\n{r.scenario} ({r.wall_s:.0f} s): expected: {r.expected}")
             for d in r.details:
                 print(f"  - {d}")
+    print_buckets(results)
+
+
+def bucket_counts(results: list[Result]) -> dict[str, int]:
+    """Cases per bucket, every bucket listed (0 where none)."""
+    counts = dict.fromkeys(BUCKETS, 0)
+    for r in results:
+        for c in r.cases:
+            counts[c.bucket] += 1
+    return counts
+
+
+def print_buckets(results: list[Result]) -> None:
+    """The bucket table: cases per bucket (target: 0 outside clear and accepted), then every bad case."""
+    counts = bucket_counts(results)
+    rows = [
+        (b, str(n), "" if b in GOOD else ("yes" if n == 0 else "NO"), BUCKETS[b]) for b, n in counts.items()
+    ]
+    rows.append(("TOTAL", str(sum(counts.values())), "", f"cases in {len(results)} scenarios"))
+    header = ("bucket", "cases", "target 0", "meaning")
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+    line = "  ".join(f"{{:<{w}}}" for w in widths)
+    print()
+    print(line.format(*header))
+    print("  ".join("-" * w for w in widths))
+    for row in rows:
+        print(line.format(*row))
+    bad = [(r.scenario, c) for r in results for c in r.bad_cases]
+    for scenario, c in bad:
+        print(f"  {c.bucket}: {scenario}: {c.name}{': ' + c.why if c.why else ''}")
 
 
 def main() -> None:
@@ -1051,10 +1561,11 @@ def main() -> None:
             shutil.rmtree(root, ignore_errors=True)
     wall_s = time.monotonic() - started
     t = totals(results)
-    met = all(v == 0 for v in t.values())
+    buckets = bucket_counts(results)
+    met = all(v == 0 for v in t.values()) and all(n == 0 for b, n in buckets.items() if b not in GOOD)
     if args.json:
-        print(json.dumps({"scenarios": [r.to_json() for r in results], "totals": t, "targets_met": met,
-                          "wall_s": round(wall_s, 1)}, indent=2))  # fmt: skip
+        print(json.dumps({"scenarios": [r.to_json() for r in results], "totals": t, "buckets": buckets,
+                          "targets_met": met, "wall_s": round(wall_s, 1)}, indent=2))  # fmt: skip
     else:
         print_table(results, wall_s)
     sys.exit(0 if met else 1)

@@ -16,6 +16,7 @@ In argv and file names, ``{tmp}`` stands for a fresh directory (:func:`materiali
 from __future__ import annotations
 
 import copy
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,8 @@ class CliCase:
     names: str
     files: tuple[tuple[str, bytes], ...] = ()
     env: tuple[tuple[str, str], ...] = ()
+    fifos: tuple[str, ...] = ()
+    """Named pipes made under ``{tmp}`` (a config that is a FIFO)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -600,6 +603,37 @@ CONFIG_CASES += [
     for flow, dotted, value, fragment in _FIELD_VALUES
 ]
 
+# --- issue #35's second probe, "Why" items 4, 6 and 7: sizes, environment names, control characters in names
+CONFIG_CASES += [
+    ConfigCase(
+        "a string of 5 MB",
+        "m2",
+        _with("m2", {"model.id": "BIG"}).replace(b"id: BIG", b"id: " + b"m" * 5_000_000),
+        "more than the 1,048,576 bytes allowed",
+    ),
+    ConfigCase(
+        "mappings nested 3,000 deep", "m2", b"model: " + b"{a: " * 3000 + b"1" + b"}" * 3000, "deeper than 64"
+    ),
+    _case("m2 concurrency 1e23", "m2", {"concurrencies": [4, 1e23]}, "valid integer"),
+    _case(
+        "extra_env name with '='", "m2", {"server.extra_env": {"A=B": "1"}}, "is not an environment variable"
+    ),
+    _case(
+        "extra_env name empty", "m2", {"server.extra_env": {"": "1"}}, "is not an environment variable name"
+    ),
+    _case("model id with a NUL", "m2", {"model.id": "demo\x00llama"}, "control character(s) U+0000"),
+    _case("model id that clears a terminal (ESC)", "m2", {"model.id": "demo\x1b[2Jllama"}, "U+001B"),
+    _case("model id with a C1 CSI", "m2", {"model.id": "demo\x9b2Jllama"}, "control character(s) U+009B"),
+    _case("model id with DEL", "m2", {"model.id": "demo\x7fllama"}, "control character(s) U+007F"),
+    _case("server model with BEL", "m2", {"server.model": "demo\x07llama"}, "control character(s) U+0007"),
+    _case(
+        "m0 model id that retitles a terminal (OSC)",
+        "m0",
+        {"models": [{**_MODEL, "id": "x\x1b]0;pwned\x07"}]},
+        "control character(s) U+0007, U+001B",
+    ),
+]
+
 
 # --------------------------------------------------------------------------------------------
 # Command lines
@@ -629,37 +663,37 @@ _BENCH_RANGES: list[tuple[str, str, str]] = [
     ("--percentiles", "inf", "(0, 100]"),
     ("--percentiles", "50,abc", "expected numbers"),
     ("--percentiles", ",", "at least one percentile"),
-    ("--isl", "0", ">= 1"),
-    ("--isl", "-5", ">= 1"),
-    ("--osl", "0", ">= 1"),
+    ("--isl", "0", "[1, 1,048,576]"),
+    ("--isl", "-5", "[1, 1,048,576]"),
+    ("--osl", "0", "[1, 1,048,576]"),
     ("--range-ratio", "0", "(0, 1]"),
     ("--range-ratio", "1.5", "(0, 1]"),
     ("--range-ratio", "nan", "(0, 1]"),
-    ("--vocab-size", "50", ">= 101"),
-    ("--concurrency", "0", ">= 1"),
-    ("--concurrency", "-1", ">= 1"),
-    ("--request-rate", "0", "> 0"),
-    ("--request-rate", "-1", "> 0"),
-    ("--request-rate", "inf", "> 0"),
-    ("--request-rate", "nan", "> 0"),
-    ("--num-prompts", "0", ">= 1"),
-    ("--duration", "0", "> 0"),
-    ("--duration", "inf", "> 0"),
-    ("--warmup", "-1", ">= 0"),
-    ("--timeout", "0", "> 0"),
-    ("--timeout", "-1", "> 0"),
-    ("--timeout", "nan", "> 0"),
-    ("--timeout", "inf", "> 0"),
-    ("--max-tokens", "0", ">= 1"),
+    ("--vocab-size", "50", "[101, 2,147,483,648]"),
+    ("--concurrency", "0", "[1, 65,536]"),
+    ("--concurrency", "-1", "[1, 65,536]"),
+    ("--request-rate", "0", "(0, 1,000,000,000]"),
+    ("--request-rate", "-1", "(0, 1,000,000,000]"),
+    ("--request-rate", "inf", "(0, 1,000,000,000]"),
+    ("--request-rate", "nan", "(0, 1,000,000,000]"),
+    ("--num-prompts", "0", "[1, 1,000,000]"),
+    ("--duration", "0", "(0, 9,223,372,036]"),
+    ("--duration", "inf", "(0, 9,223,372,036]"),
+    ("--warmup", "-1", "[0, 1,000,000]"),
+    ("--timeout", "0", "(0, 9,223,372,036]"),
+    ("--timeout", "-1", "(0, 9,223,372,036]"),
+    ("--timeout", "nan", "(0, 9,223,372,036]"),
+    ("--timeout", "inf", "(0, 9,223,372,036]"),
+    ("--max-tokens", "0", "[1, 1,048,576]"),
     ("--temperature", "-1", ">= 0"),
     ("--temperature", "nan", ">= 0"),
     ("--top-p", "0", "(0, 1]"),
     ("--top-p", "1.5", "(0, 1]"),
-    ("--top-k", "-2", ">= -1"),
-    ("--min-tokens", "-1", ">= 0"),
+    ("--top-k", "-2", "[-1, 2,147,483,647]"),
+    ("--min-tokens", "-1", "[0, 1,048,576]"),
     ("--num-shots", "-1", ">= 0"),
-    ("--scrape-interval", "-1", ">= 0"),
-    ("--scrape-interval", "nan", ">= 0"),
+    ("--scrape-interval", "-1", "[0, 9,223,372,036]"),
+    ("--scrape-interval", "nan", "[0, 9,223,372,036]"),
     ("--k", "0", "[1, 16]"),
     ("--k", "17", "[1, 16]"),
     ("--tp", "0", ">= 1"),
@@ -672,6 +706,26 @@ _BENCH_RANGES: list[tuple[str, str, str]] = [
     ("--isl", "1.5", "valid integer"),
     ("--dataset", "nope", "'nope' is not one of"),
     ("--endpoint", "embeddings", "is not one of"),
+    # upper bounds (issue #35): what a real run could use, the flows' own limits (alflow.config.base)
+    ("--concurrency", "65537", "[1, 65,536]"),
+    ("--concurrency", "100000", "[1, 65,536]"),
+    ("--concurrency", "1e23", "valid integer"),
+    ("--isl", "1000000000", "[1, 1,048,576]"),
+    ("--osl", "1048577", "[1, 1,048,576]"),
+    ("--max-tokens", "2000000", "[1, 1,048,576]"),
+    ("--min-tokens", "99999999999", "[0, 1,048,576]"),
+    ("--num-prompts", "1000001", "[1, 1,000,000]"),
+    ("--warmup", "99999999999999", "[0, 1,000,000]"),
+    ("--request-rate", "1e300", "(0, 1,000,000,000]"),
+    ("--timeout", "1e300", "(0, 9,223,372,036]"),
+    ("--duration", "1e300", "(0, 9,223,372,036]"),
+    ("--duration", "nan", "(0, 9,223,372,036]"),
+    ("--stall-timeout", "-1", "[0, 9,223,372,036]"),
+    ("--stall-timeout", "nan", "[0, 9,223,372,036]"),
+    ("--stall-timeout", "1e300", "[0, 9,223,372,036]"),
+    ("--scrape-interval", "1e300", "[0, 9,223,372,036]"),
+    ("--vocab-size", "999999999999999999999", "[101, 2,147,483,648]"),
+    ("--top-k", "99999999999999999999", "[-1, 2,147,483,647]"),
 ]
 
 _REF_NAN = _REF_OK.read_bytes().replace(b"al: 2.27", b"al: .nan", 1) if _REF_OK.exists() else b""
@@ -941,6 +995,63 @@ CLI_CASES: list[CliCase] = [
         "--models",
     ),
     CliCase("run config /dev/zero", ("run", "m2", "--config", "/dev/zero"), "character device", "/dev/zero"),
+    # --- issue #35's second probe: unreadable configs and unusable places to write (before Prefect starts)
+    CliCase(
+        "run config a FIFO",
+        ("run", "m2", "--config", "{tmp}/m2.yaml"),
+        "is a FIFO (named pipe), not a config",
+        "{tmp}/m2.yaml",
+        fifos=("m2.yaml",),
+    ),
+    CliCase("run config /dev/null", ("run", "m2", "--config", "/dev/null"), "character device", "/dev/null"),
+    *(
+        CliCase(
+            f"run m2 results_root {what}",
+            ("run", "m2", "--config", "{tmp}/m2.yaml"),
+            fragment,
+            f"results_root '{root}'",
+            files=(("m2.yaml", _with("m2", {"placement.results_root": root})), ("file.txt", b"a file\n")),
+        )
+        for what, root, fragment in (
+            ("a file", "{tmp}/file.txt", "is a regular file, not a folder"),
+            ("under a file", "{tmp}/file.txt/results", "which is a regular file, not a folder"),
+            ("/dev/null", "/dev/null", "is a character device, not a folder"),
+            ("under /dev/null", "/dev/null/results", "which is a character device, not a folder"),
+            ("/proc", "/proc", "is not writable"),
+            ("under /proc", "/proc/alflow-results", "is not writable"),
+        )
+    ),
+    CliCase(
+        "run m0 reference_path under a file",
+        ("run", "m0", "--config", "{tmp}/m0.yaml"),
+        "is a regular file, not a folder",
+        "reference_path '{tmp}/file.txt/ref.yaml'",
+        files=(("m0.yaml", _with("m0", {"reference_path": "{tmp}/file.txt/ref.yaml"})), ("file.txt", b"x\n")),
+    ),
+    CliCase(
+        "run m0 reference_path a folder",
+        ("run", "m0", "--config", "{tmp}/m0.yaml"),
+        "is a folder; allowed: a regular file",
+        "reference_path '{tmp}/refs'",
+        files=(("m0.yaml", _with("m0", {"reference_path": "{tmp}/refs"})), ("refs/keep", b"")),
+    ),
+    CliCase(
+        "sim serve --step-log into a missing folder",
+        ("sim", "serve", "--port", "0", "--step-log", "{tmp}/missing/steps.jsonl"),
+        "does not exist",
+        "--step-log '{tmp}/missing/steps.jsonl'",
+    ),
+    _bench(
+        "--concurrency",
+        "65536",
+        "--client-processes",
+        "64",
+        "--isl",
+        "1048576",
+        fragment="more than half of the",
+        names="--num-prompts 655,360",
+        name="bench random prompts that would fill the memory",
+    ),
     CliCase(
         "run config a directory", ("run", "m2", "--config", "{tmp}"), "is a directory, not a config", "{tmp}"
     ),
@@ -1152,6 +1263,8 @@ def materialize(case: CliCase, tmp: Path) -> tuple[list[str], dict[str, str]]:
         path = tmp / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content.replace(b"{tmp}", str(tmp).encode()))
+    for name in case.fifos:
+        os.mkfifo(tmp / name)
     argv = [a.replace("{tmp}", str(tmp)) for a in case.argv]
     env = {k: v.replace("{tmp}", str(tmp)) for k, v in case.env}
     return argv, env

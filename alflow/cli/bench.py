@@ -10,12 +10,15 @@ and is never written or printed; URLs are printed without credentials.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import signal
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Coroutine, Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 from urllib.parse import urlparse
 
 import orjson
@@ -30,14 +33,14 @@ from alflow.bench import (
     BenchRequest,
     DatasetName,
     RandomPrompts,
-    bench,
+    bench_async,
     check_dialect,
     check_out_dir,
+    run_coroutine,
     snapshot_metrics,
 )
 from alflow.cli.common import (
     AT_LEAST_1,
-    NOT_NEGATIVE,
     POSITIVE,
     Bound,
     check_options,
@@ -48,18 +51,37 @@ from alflow.cli.common import (
     parse_floats,
     warn,
 )
+from alflow.config.base import MAX_CONCURRENCY, MAX_PROMPTS, MAX_SEQUENCE_TOKENS
 from alflow.datasets.custom import DEFAULT_MAX_TOKENS
 from alflow.datasets.random_tokens import DEFAULT_TOKEN_LOW, DEFAULT_VOCAB_SIZE
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.loadgen.client import auth_headers
 from alflow.loadgen.endpoints import Sampling
-from alflow.loadgen.runner import DEFAULT_STALL_TIMEOUT_S, MAX_PROCESSES, MIN_PROCESSES, LoadSpec
+from alflow.loadgen.runner import (
+    DEFAULT_STALL_TIMEOUT_S,
+    MAX_PROCESSES,
+    MAX_REQUEST_RATE,
+    MAX_SECONDS,
+    MIN_PROCESSES,
+    LoadSpec,
+)
 from alflow.metrics.client import SLO, GpuLayout, check_percentiles
 from alflow.redact import redact_url
 from alflow.reports.markdown import escape_controls
 
+T = TypeVar("T")
 K_RANGE = Bound(K_MIN, high=K_MAX)
 PROCESSES_RANGE = Bound(MIN_PROCESSES, high=MAX_PROCESSES)
+MAX_TOKEN_ID = 2**31 - 1
+"""Token ids and top-k are 32-bit integers in the serving frameworks; a larger one cannot be sent (JSON encoders
+stop at 64 bits: a vocabulary of 1e21 used to end in a traceback)."""
+# the size fields' bounds (issue #35): the flows' configuration limits (alflow.config.base), the run's clock
+TOKENS = Bound(1, high=MAX_SEQUENCE_TOKENS)
+SESSIONS = Bound(1, high=MAX_CONCURRENCY)
+PROMPTS = Bound(1, high=MAX_PROMPTS)
+WARMUP = Bound(0, high=MAX_PROMPTS)
+SECONDS = Bound(0, open_low=True, high=MAX_SECONDS)
+SECONDS_OR_OFF = Bound(0, high=MAX_SECONDS)
 
 
 def register(app: typer.Typer) -> None:
@@ -177,6 +199,58 @@ def _print_summary(s: dict[str, Any]) -> None:
     for label, value in rows:  # server texts (errors, dialect, notes) as well: escaped, never markup
         table.add_row(Text(escape_controls(label)), Text(escape_controls(value)))
     console.print(table, soft_wrap=True)
+
+
+class _Sigterm:
+    """SIGTERM ends a benchmark like Ctrl-C does, with exit code 143 and no traceback.
+
+    The streams are cancelled, the records so far written to ``--out``, the client processes stopped (without it
+    the command died at once, its records lost and its client processes left to stop by themselves, up to half a
+    minute later).
+    """
+
+    def __init__(self) -> None:
+        self.task: asyncio.Task[Any] | None = None
+        self.signals: list[int] = []
+
+    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Await ``coro`` as the task a SIGTERM cancels."""
+        self.task = asyncio.current_task()
+        return await coro
+
+    def handle(self, signum: int, frame: object) -> None:
+        del frame
+        self.signals.append(signum)
+        task = self.task
+        if task is None or task.done() or len(self.signals) > 1:
+            raise SystemExit(128 + signum)
+        loop = task.get_loop()
+        if asyncio.current_task(loop) is task:  # its own code runs (drawing prompts): stop it right here
+            raise SystemExit(128 + signum)
+        loop.call_soon_threadsafe(task.cancel)  # between steps: cancelled like Ctrl-C, never inside a library
+
+    def code(self) -> int:
+        return 128 + self.signals[0]
+
+
+@contextlib.contextmanager
+def _sigterm_as_exit() -> Iterator[_Sigterm]:
+    """Install :class:`_Sigterm` for the block (main thread only); a SIGTERM ends it with ``SystemExit(143)``."""
+    watch = _Sigterm()
+    if threading.current_thread() is not threading.main_thread():
+        yield watch
+        return
+    before = signal.signal(signal.SIGTERM, watch.handle)
+    try:
+        yield watch
+    except BaseException:  # cancelled by the signal, or failing as it came: a terminated run either way
+        if watch.signals:
+            raise SystemExit(watch.code()) from None
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    if watch.signals:  # the run ended on its own as the signal came: still a terminated run
+        raise SystemExit(watch.code())
 
 
 def bench_command(
@@ -317,24 +391,25 @@ def bench_command(
             )
         check_options(
             {
-                "--isl": (isl, AT_LEAST_1),
-                "--osl": (osl, AT_LEAST_1),
+                "--isl": (isl, TOKENS),
+                "--osl": (osl, TOKENS),
                 "--range-ratio": (range_ratio, Bound(0, open_low=True, high=1)),
-                "--vocab-size": (vocab_size, Bound(DEFAULT_TOKEN_LOW + 1)),
-                "--num-shots": (num_shots, NOT_NEGATIVE),
-                "--concurrency": (concurrency, AT_LEAST_1),
+                "--vocab-size": (vocab_size, Bound(DEFAULT_TOKEN_LOW + 1, high=MAX_TOKEN_ID + 1)),
+                "--num-shots": (num_shots, Bound(0)),  # at most the shots file's examples (checked there)
+                "--concurrency": (concurrency, SESSIONS),
                 "--client-processes": (client_processes, PROCESSES_RANGE),
-                "--request-rate": (request_rate, POSITIVE),
-                "--num-prompts": (num_prompts, AT_LEAST_1),
-                "--duration": (duration, POSITIVE),
-                "--warmup": (warmup, NOT_NEGATIVE),
-                "--timeout": (timeout, POSITIVE),
-                "--max-tokens": (max_tokens, AT_LEAST_1),
-                "--temperature": (temperature, NOT_NEGATIVE),
+                "--request-rate": (request_rate, Bound(0, open_low=True, high=MAX_REQUEST_RATE)),
+                "--num-prompts": (num_prompts, PROMPTS),
+                "--duration": (duration, SECONDS),
+                "--warmup": (warmup, WARMUP),
+                "--timeout": (timeout, SECONDS),
+                "--stall-timeout": (stall_timeout, SECONDS_OR_OFF),
+                "--max-tokens": (max_tokens, TOKENS),
+                "--temperature": (temperature, Bound(0)),
                 "--top-p": (top_p, Bound(0, open_low=True, high=1)),
-                "--top-k": (top_k, Bound(-1)),
-                "--min-tokens": (min_tokens, NOT_NEGATIVE),
-                "--scrape-interval": (scrape_interval, NOT_NEGATIVE),
+                "--top-k": (top_k, Bound(-1, high=MAX_TOKEN_ID)),
+                "--min-tokens": (min_tokens, Bound(0, high=MAX_SEQUENCE_TOKENS)),
+                "--scrape-interval": (scrape_interval, SECONDS_OR_OFF),
                 "--k": (k, K_RANGE),
                 "--tp": (tp, AT_LEAST_1),
                 "--pp": (pp, AT_LEAST_1),
@@ -421,8 +496,11 @@ def bench_command(
             out=out,
             api_key=api_key or None,
         )
-        with _progress(progress and not json_out and sys.stderr.isatty()) as prog:
-            result = bench(request, progress=prog, warn=warn)
+        with (
+            _progress(progress and not json_out and sys.stderr.isatty()) as prog,
+            _sigterm_as_exit() as watch,
+        ):
+            result = run_coroutine(watch.run(bench_async(request, progress=prog, warn=warn)))
     except AlflowError as exc:
         raise fail(str(exc), secrets=(api_key,)) from None
     summary = result.summary

@@ -109,13 +109,20 @@ class Bound:
         return self.high is None or value <= self.high
 
     def describe(self, integer: bool) -> str:
-        """What the bound allows, in words (``an integer >= 1``)."""
+        """What the bound allows, in words (``an integer >= 1``, ``an integer in [1, 65,536]``)."""
         what = "an integer" if integer else "a finite number"
         if self.low is not None and self.high is not None:
-            return f"{what} in {'(' if self.open_low else '['}{self.low:g}, {self.high:g}]"
+            return f"{what} in {'(' if self.open_low else '['}{_num(self.low)}, {_num(self.high)}]"
         if self.low is not None:
-            return f"{what} {'>' if self.open_low else '>='} {self.low:g}"
+            return f"{what} {'>' if self.open_low else '>='} {_num(self.low)}"
         return what
+
+
+def _num(value: float) -> str:
+    """A bound or value as read: whole numbers in full with thousands separators (65,536), others as ``:g``."""
+    if isinstance(value, int) or (math.isfinite(value) and value.is_integer() and abs(value) < 1e15):
+        return f"{int(value):,}"
+    return f"{value:g}"
 
 
 AT_LEAST_1 = Bound(1)
@@ -127,7 +134,8 @@ def check_options(values: dict[str, tuple[float | None, Bound]]) -> None:
     """Raise naming the first option whose value (None: not given) is outside what it allows."""
     for option, (value, bound) in values.items():
         if value is not None and not bound.allows(value):
-            raise InvalidInputError(f"{option} {value:g}: must be {bound.describe(isinstance(value, int))}")
+            shown = str(value) if isinstance(value, int) else f"{value:g}"  # as typed, not 1e+09
+            raise InvalidInputError(f"{option} {shown}: must be {bound.describe(isinstance(value, int))}")
 
 
 def usage_error_line(exc: typer.TyperException) -> str:

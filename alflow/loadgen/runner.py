@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import os
 import random
 import sys
@@ -78,6 +77,13 @@ MAX_PROCESSES = 64
 DEFAULT_STALL_TIMEOUT_S = 120.0
 """Seconds without a byte on any open stream after which a run counts as stalled (flows and ``alflow bench``)."""
 
+MAX_SECONDS = (2**63 - 1) // 10**9
+"""The longest timeout or duration (s, about 292 years): the run's clock counts signed 64-bit nanoseconds, and a
+longer time (1e300) cannot be counted on it at all (it used to fail with an OverflowError mid-run)."""
+MAX_REQUEST_RATE = 1e9
+"""The highest request rate (sessions/s): arrivals are scheduled in whole nanoseconds, so a faster rate cannot be
+told apart from one start per nanosecond (leave the rate unset for 'as fast as the concurrency allows')."""
+
 
 @dataclass(frozen=True, slots=True)
 class LoadSpec:
@@ -113,19 +119,20 @@ class LoadSpec:
         """Raise :class:`InvalidInputError` naming the first invalid field."""
         if self.concurrency < 1:
             raise InvalidInputError(f"concurrency={self.concurrency} must be at least 1")
-        if self.request_rate is not None and not (self.request_rate > 0 and math.isfinite(self.request_rate)):
-            raise InvalidInputError(f"request_rate={self.request_rate} must be positive (None = unlimited)")
+        if self.request_rate is not None and not 0 < self.request_rate <= MAX_REQUEST_RATE:
+            raise InvalidInputError(
+                f"request_rate={self.request_rate} must be in (0, {MAX_REQUEST_RATE:.0e}] sessions/s "
+                "(None = unlimited)"
+            )
         if self.num_prompts is not None and self.num_prompts < 1:
             raise InvalidInputError(f"num_prompts={self.num_prompts} must be at least 1")
-        if self.duration_s is not None and self.duration_s <= 0:
-            raise InvalidInputError(f"duration_s={self.duration_s} must be positive")
         if self.warmup < 0:
             raise InvalidInputError(f"warmup={self.warmup} must not be negative")
-        for name in ("timeout_s", "stall_timeout_s"):
+        for name in ("duration_s", "timeout_s", "stall_timeout_s"):
             value = getattr(self, name)
-            if value is not None and not (value > 0 and math.isfinite(value)):
+            if value is not None and not 0 < value <= MAX_SECONDS:  # NaN fails both comparisons
                 raise InvalidInputError(
-                    f"{name}={value} must be a positive number of seconds (None = no limit)"
+                    f"{name}={value} must be a number of seconds in (0, {MAX_SECONDS:,}] (None = no limit)"
                 )
         if not MIN_PROCESSES <= self.processes <= MAX_PROCESSES:
             raise InvalidInputError(
