@@ -41,6 +41,9 @@ def test_fault_suite_runs_two_fast_scenarios_and_reports_them_as_json(tmp_path: 
         "lost_records": 0,
         "canaries": 0,
     }
+    buckets = report["buckets"]
+    assert buckets["clear"] + buckets["accepted"] > 0
+    assert {b: n for b, n in buckets.items() if b not in ("clear", "accepted") and n} == {}
     assert report["targets_met"] is True
     assert done.returncode == 0, done.stderr[-3000:]
     assert not list(tmp_path.glob("alflow-fault-suite-*"))  # the suite removed its folders
