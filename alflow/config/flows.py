@@ -37,7 +37,7 @@ from alflow.config.workloads import (
     default_reference_path,
 )
 from alflow.fsutil import require_local_path
-from alflow.loadgen.runner import DEFAULT_STALL_TIMEOUT_S, MAX_PROCESSES, MIN_PROCESSES
+from alflow.loadgen.runner import DEFAULT_STALL_TIMEOUT_S, MAX_PROCESSES, MAX_SECONDS, MIN_PROCESSES
 
 
 class ServerPlacement(StrictModel):
@@ -283,11 +283,12 @@ class BenchmarkParams(StrictModel):
         ),
     )
     request_timeout_s: float = Field(
-        600.0, gt=0.0, allow_inf_nan=False, description="Per-request timeout in seconds."
+        600.0, gt=0.0, le=MAX_SECONDS, allow_inf_nan=False, description="Per-request timeout in seconds."
     )
     stall_timeout_s: float | None = Field(
         DEFAULT_STALL_TIMEOUT_S,
         gt=0.0,
+        le=MAX_SECONDS,
         allow_inf_nan=False,
         description="Fail a point when the server sends nothing on any open stream for this long; None: off.",
     )
@@ -394,6 +395,7 @@ class FanOut(StrictModel):
     node_timeout_s: float = Field(
         120.0,
         gt=0.0,
+        le=MAX_SECONDS,
         allow_inf_nan=False,
         description=(
             "A node whose work queue no worker has polled for this long is lost: its waiting or running "
@@ -403,6 +405,7 @@ class FanOut(StrictModel):
     run_timeout_s: float | None = Field(
         None,
         gt=0.0,
+        le=MAX_SECONDS,
         allow_inf_nan=False,
         description="Give up on a child run that has not finished this long after it was created (None: no limit).",
     )

@@ -10,6 +10,7 @@ from alflow.config.base import StrictModel
 from alflow.config.server import (
     ServerDialect,
 )
+from alflow.loadgen.runner import MAX_SECONDS
 from alflow.names import check_secret_env_name
 
 
@@ -20,7 +21,9 @@ class ProcessOptions(StrictModel):
     log_dir: str | None = Field(
         None, description="Directory for the server log and files (None: a temporary one)."
     )
-    stop_timeout_s: float = Field(10.0, gt=0.0, description="Seconds between SIGTERM and SIGKILL.")
+    stop_timeout_s: float = Field(
+        10.0, gt=0.0, le=MAX_SECONDS, description="Seconds between SIGTERM and SIGKILL."
+    )
     secrets: tuple[str, ...] = Field(
         ("HF_TOKEN",),
         description="Names of secret environment variables passed through (values never stored).",
@@ -73,7 +76,7 @@ class DockerOptions(StrictModel):
     )
     labels: dict[str, str] = Field(default_factory=dict, description="Extra container labels.")
     stop_timeout_s: float = Field(
-        30.0, gt=0.0, description="Seconds the container gets to stop before it is killed."
+        30.0, gt=0.0, le=MAX_SECONDS, description="Seconds the container gets to stop before it is killed."
     )
     log_dir: str | None = Field(
         None,
@@ -199,16 +202,25 @@ class SlurmOptions(StrictModel):
         description="Names of secret environment variables passed to the job through sbatch's environment (never in the script).",
     )
     queue_timeout_s: float = Field(
-        3600.0, gt=0.0, description="How long start waits for the job to leave the queue and get its nodes."
+        3600.0,
+        gt=0.0,
+        le=MAX_SECONDS,
+        description="How long start waits for the job to leave the queue and get its nodes.",
     )
     poll_interval_s: float = Field(
-        1.0, gt=0.0, description="Seconds between job-state queries (scontrol) while waiting."
+        1.0, gt=0.0, le=MAX_SECONDS, description="Seconds between job-state queries (scontrol) while waiting."
     )
     stop_timeout_s: float = Field(
-        30.0, gt=0.0, description="How long stop waits for the cancelled job to leave the running states."
+        30.0,
+        gt=0.0,
+        le=MAX_SECONDS,
+        description="How long stop waits for the cancelled job to leave the running states.",
     )
     command_timeout_s: float = Field(
-        30.0, gt=0.0, description="Timeout of each Slurm client command (sbatch, scontrol, scancel)."
+        30.0,
+        gt=0.0,
+        le=MAX_SECONDS,
+        description="Timeout of each Slurm client command (sbatch, scontrol, scancel).",
     )
 
 

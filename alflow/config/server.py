@@ -11,6 +11,7 @@ from alflow.config.speculative import (
     SpeculativeConfig,
     SyntheticAcceptance,
 )
+from alflow.loadgen.runner import MAX_SECONDS
 from alflow.names import check_env_names, check_identifier
 from alflow.redact import is_secret_flag, is_secret_name
 
@@ -214,6 +215,7 @@ class ServerBase(StrictModel):
     readiness_timeout_s: float = Field(
         1800.0,
         gt=0.0,
+        le=MAX_SECONDS,
         description="How long to wait for the health endpoint before giving up (model loading).",
     )
     extra_args: tuple[str, ...] = Field((), description="Extra command-line arguments appended verbatim.")

@@ -45,7 +45,9 @@ class SamplingParams(StrictModel):
 
     temperature: float = Field(0.0, ge=0.0, le=10.0, description="Sampling temperature; 0 is greedy.")
     top_p: float | None = Field(None, gt=0.0, le=1.0, description="Nucleus sampling mass.")
-    top_k: int | None = Field(None, ge=-1, description="Top-k sampling; -1 or None disables it.")
+    top_k: int | None = Field(
+        None, ge=-1, le=2**31 - 1, description="Top-k sampling; -1 or None disables it (at most 2**31 - 1)."
+    )
     min_p: float | None = Field(
         None, ge=0.0, le=1.0, description="Minimum probability relative to the top token."
     )

@@ -14,7 +14,13 @@ from alflow.config.base import (
 )
 from alflow.datasets.literature import LiteratureName
 from alflow.datasets.random_tokens import DEFAULT_VOCAB_SIZE
-from alflow.loadgen.runner import DEFAULT_STALL_TIMEOUT_S, MAX_PROCESSES, MIN_PROCESSES
+from alflow.loadgen.runner import (
+    DEFAULT_STALL_TIMEOUT_S,
+    MAX_PROCESSES,
+    MAX_REQUEST_RATE,
+    MAX_SECONDS,
+    MIN_PROCESSES,
+)
 
 
 class LoadConfig(StrictModel):
@@ -29,13 +35,16 @@ class LoadConfig(StrictModel):
     warmup: int = Field(
         0, ge=0, le=MAX_PROMPTS, description="Warm-up requests sent before the measured window."
     )
-    request_rate: float | None = Field(None, gt=0.0, description="Requests per second (None: unlimited).")
+    request_rate: float | None = Field(
+        None, gt=0.0, le=MAX_REQUEST_RATE, description="Requests per second (None: unlimited)."
+    )
     timeout_s: float = Field(
-        600.0, gt=0.0, allow_inf_nan=False, description="Per-request timeout in seconds."
+        600.0, gt=0.0, le=MAX_SECONDS, allow_inf_nan=False, description="Per-request timeout in seconds."
     )
     stall_timeout_s: float | None = Field(
         DEFAULT_STALL_TIMEOUT_S,
         gt=0.0,
+        le=MAX_SECONDS,
         allow_inf_nan=False,
         description=(
             "Abort the point when the server sends nothing on any open stream for this many seconds (a hung "
@@ -166,6 +175,7 @@ class RandomWorkload(StrictModel):
     vocab_size: int = Field(
         DEFAULT_VOCAB_SIZE,
         ge=200,
+        le=2**31,
         description=(
             "Token ids are drawn in [100, vocab_size): keep it at or below the served model's vocabulary "
             "(20,000 fits every common model and the simulator)."

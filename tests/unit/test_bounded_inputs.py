@@ -425,3 +425,22 @@ def test_run_refuses_absurd_sizes_duplicates_and_empties(tmp_path: Path) -> None
 )
 def test_run_refuses_malformed_comma_lists(args: tuple[str, ...], line: str) -> None:
     assert line in _run(*args)
+
+
+@pytest.mark.parametrize(
+    ("build", "field"),
+    [
+        (lambda v: LoadConfig(timeout_s=v), "timeout_s"),
+        (lambda v: LoadConfig(stall_timeout_s=v), "stall_timeout_s"),
+        (lambda v: LoadConfig(request_rate=v), "request_rate"),
+        (lambda v: RandomWorkload(vocab_size=int(v)), "vocab_size"),
+    ],
+)
+def test_times_rates_and_token_ids_have_upper_bounds_in_the_config(
+    build: Callable[[float], object], field: str
+) -> None:
+    """Seconds beyond the 64-bit nanosecond clock, rates beyond one start per ns, ids beyond 32 bits: refused
+    at load, naming the field (a 1e300 stall timeout used to fail at the point, after the server was up)."""
+    with pytest.raises(ValidationError, match=field):
+        build(1e300 if field != "vocab_size" else 2**40)
+    build(600.0 if field != "vocab_size" else 32_000)
