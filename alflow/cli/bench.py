@@ -18,7 +18,7 @@ import threading
 from collections.abc import Coroutine, Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Final, TypeVar
 from urllib.parse import urlparse
 
 import orjson
@@ -40,7 +40,6 @@ from alflow.bench import (
     snapshot_metrics,
 )
 from alflow.cli.common import (
-    AT_LEAST_1,
     POSITIVE,
     Bound,
     check_options,
@@ -49,9 +48,10 @@ from alflow.cli.common import (
     err_console,
     fail,
     parse_floats,
+    register_bounds,
     warn,
 )
-from alflow.config.base import MAX_CONCURRENCY, MAX_PROMPTS, MAX_SEQUENCE_TOKENS
+from alflow.config.base import MAX_CONCURRENCY, MAX_NODES, MAX_PARALLEL, MAX_PROMPTS, MAX_SEQUENCE_TOKENS
 from alflow.datasets.custom import DEFAULT_MAX_TOKENS
 from alflow.datasets.random_tokens import DEFAULT_TOKEN_LOW, DEFAULT_VOCAB_SIZE
 from alflow.errors import AlflowError, InvalidInputError
@@ -82,6 +82,42 @@ PROMPTS = Bound(1, high=MAX_PROMPTS)
 WARMUP = Bound(0, high=MAX_PROMPTS)
 SECONDS = Bound(0, open_low=True, high=MAX_SECONDS)
 SECONDS_OR_OFF = Bound(0, high=MAX_SECONDS)
+PARALLEL = Bound(1, high=MAX_PARALLEL)
+
+BENCH_BOUNDS: Final = register_bounds(
+    "bench",
+    {
+        "--isl": TOKENS,
+        "--osl": TOKENS,
+        "--range-ratio": Bound(0, open_low=True, high=1),
+        "--vocab-size": Bound(DEFAULT_TOKEN_LOW + 1, high=MAX_TOKEN_ID + 1),
+        "--num-shots": Bound(0),  # at most the shots file's examples (checked there)
+        "--concurrency": SESSIONS,
+        "--client-processes": PROCESSES_RANGE,
+        "--request-rate": Bound(0, open_low=True, high=MAX_REQUEST_RATE),
+        "--num-prompts": PROMPTS,
+        "--duration": SECONDS,
+        "--warmup": WARMUP,
+        "--timeout": SECONDS,
+        "--stall-timeout": SECONDS_OR_OFF,
+        "--max-tokens": TOKENS,
+        "--temperature": Bound(0),
+        "--top-p": Bound(0, open_low=True, high=1),
+        "--top-k": Bound(-1, high=MAX_TOKEN_ID),
+        "--min-tokens": Bound(0, high=MAX_SEQUENCE_TOKENS),
+        "--scrape-interval": SECONDS_OR_OFF,
+        "--k": K_RANGE,
+        "--tp": PARALLEL,
+        "--pp": PARALLEL,
+        "--cp": PARALLEL,
+        "--dp": PARALLEL,
+        "--nodes": Bound(1, high=MAX_NODES),
+        "--slo-ttft-ms": POSITIVE,
+        "--slo-tpot-ms": POSITIVE,
+        "--slo-e2el-ms": POSITIVE,
+    },
+)
+"""What each numeric option of ``alflow bench`` allows (checked before any work starts)."""
 
 
 def register(app: typer.Typer) -> None:
@@ -391,35 +427,36 @@ def bench_command(
             )
         check_options(
             {
-                "--isl": (isl, TOKENS),
-                "--osl": (osl, TOKENS),
-                "--range-ratio": (range_ratio, Bound(0, open_low=True, high=1)),
-                "--vocab-size": (vocab_size, Bound(DEFAULT_TOKEN_LOW + 1, high=MAX_TOKEN_ID + 1)),
-                "--num-shots": (num_shots, Bound(0)),  # at most the shots file's examples (checked there)
-                "--concurrency": (concurrency, SESSIONS),
-                "--client-processes": (client_processes, PROCESSES_RANGE),
-                "--request-rate": (request_rate, Bound(0, open_low=True, high=MAX_REQUEST_RATE)),
-                "--num-prompts": (num_prompts, PROMPTS),
-                "--duration": (duration, SECONDS),
-                "--warmup": (warmup, WARMUP),
-                "--timeout": (timeout, SECONDS),
-                "--stall-timeout": (stall_timeout, SECONDS_OR_OFF),
-                "--max-tokens": (max_tokens, TOKENS),
-                "--temperature": (temperature, Bound(0)),
-                "--top-p": (top_p, Bound(0, open_low=True, high=1)),
-                "--top-k": (top_k, Bound(-1, high=MAX_TOKEN_ID)),
-                "--min-tokens": (min_tokens, Bound(0, high=MAX_SEQUENCE_TOKENS)),
-                "--scrape-interval": (scrape_interval, SECONDS_OR_OFF),
-                "--k": (k, K_RANGE),
-                "--tp": (tp, AT_LEAST_1),
-                "--pp": (pp, AT_LEAST_1),
-                "--cp": (cp, AT_LEAST_1),
-                "--dp": (dp, AT_LEAST_1),
-                "--nodes": (nodes, AT_LEAST_1),
-                "--slo-ttft-ms": (slo_ttft_ms, POSITIVE),
-                "--slo-tpot-ms": (slo_tpot_ms, POSITIVE),
-                "--slo-e2el-ms": (slo_e2el_ms, POSITIVE),
-            }
+                "--isl": isl,
+                "--osl": osl,
+                "--range-ratio": range_ratio,
+                "--vocab-size": vocab_size,
+                "--num-shots": num_shots,
+                "--concurrency": concurrency,
+                "--client-processes": client_processes,
+                "--request-rate": request_rate,
+                "--num-prompts": num_prompts,
+                "--duration": duration,
+                "--warmup": warmup,
+                "--timeout": timeout,
+                "--stall-timeout": stall_timeout,
+                "--max-tokens": max_tokens,
+                "--temperature": temperature,
+                "--top-p": top_p,
+                "--top-k": top_k,
+                "--min-tokens": min_tokens,
+                "--scrape-interval": scrape_interval,
+                "--k": k,
+                "--tp": tp,
+                "--pp": pp,
+                "--cp": cp,
+                "--dp": dp,
+                "--nodes": nodes,
+                "--slo-ttft-ms": slo_ttft_ms,
+                "--slo-tpot-ms": slo_tpot_ms,
+                "--slo-e2el-ms": slo_e2el_ms,
+            },
+            BENCH_BOUNDS,
         )
         pcts = check_percentiles(parse_floats(percentiles, "--percentiles"), "--percentiles")
         if out is not None:
@@ -538,7 +575,7 @@ def snapshot_command(
 ) -> None:
     """Scrape a server's metrics once: spec-decode stats since server start (lifetime counters)."""
     try:
-        check_options({"--k": (k, K_RANGE)})
+        check_options({"--k": k}, BENCH_BOUNDS)
         shot = snapshot_metrics([*(url or []), *(url_option or [])], dialect, k=k)
     except AlflowError as exc:
         raise fail(str(exc)) from None

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Annotated, ParamSpec, TypeVar
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 
 from alflow import jsonutil
@@ -130,17 +131,54 @@ NOT_NEGATIVE = Bound(0)
 POSITIVE = Bound(0, open_low=True)
 
 
-def check_options(values: dict[str, tuple[float | None, Bound]]) -> None:
-    """Raise naming the first option whose value (None: not given) is outside what it allows."""
-    for option, (value, bound) in values.items():
+def check_options(values: dict[str, float | None], bounds: dict[str, Bound]) -> None:
+    """Raise naming the first option whose value (None: not given) is outside what ``bounds`` says it allows."""
+    for option, value in values.items():
+        bound = bounds[option]
         if value is not None and not bound.allows(value):
             shown = str(value) if isinstance(value, int) else f"{value:g}"  # as typed, not 1e+09
             raise InvalidInputError(f"{option} {shown}: must be {bound.describe(isinstance(value, int))}")
 
 
+OPTION_BOUNDS: dict[tuple[str, str], Bound] = {}
+"""What a command's numeric options allow, by (command name, option): filled by the commands that check them
+(:func:`register_bounds`), read by :func:`usage_error_line` so a value the parser cannot read (``1e23`` for an
+integer) is answered with the same range as a value out of it."""
+
+
+def register_bounds(command: str, bounds: dict[str, Bound]) -> dict[str, Bound]:
+    """Record ``bounds`` (option -> what it allows) of ``command`` for the parser's errors; returns them."""
+    OPTION_BOUNDS.update({(command, option): bound for option, bound in bounds.items()})
+    return bounds
+
+
 def usage_error_line(exc: typer.TyperException) -> str:
-    """A usage error of the command line parser (bad option value, unknown option) as one line."""
+    """A usage error of the command line parser (bad option value, unknown option) as one line.
+
+    A value that does not parse as the option's type names the option, the value as typed and, where the
+    command registered one, what the option allows (``--concurrency '1e23': must be an integer in [1, 65,536]``).
+    """
     ctx = getattr(exc, "ctx", None)
     where = f"{ctx.command_path}: " if ctx is not None else ""
     hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
-    return " ".join(f"{where}{exc.format_message()}{hint}".split())
+    message = exc.format_message()
+    unparsed = _unparsed_value(exc)
+    if unparsed is not None:
+        option, value, integer = unparsed
+        bound = OPTION_BOUNDS.get((ctx.command.name, option)) if ctx is not None and ctx.command else None
+        allowed = f"must be {bound.describe(integer)}" if bound is not None else message
+        message = f"{option} {redact_urls_in_text(repr(value), [])}: {allowed}"
+    return " ".join(f"{where}{message}{hint}".split())
+
+
+def _unparsed_value(exc: typer.TyperException) -> tuple[str, str, bool] | None:
+    """(option, value as typed, whether an integer was expected) of a value the parser could not convert."""
+    cause = exc.__cause__
+    opts = getattr(getattr(exc, "param", None), "opts", None)
+    if not opts or not isinstance(cause, ValidationError) or not cause.errors():
+        return None
+    error = cause.errors()[0]
+    value = error.get("input")
+    if not isinstance(value, str):
+        return None
+    return str(opts[0]), value, str(error.get("type", "")).startswith("int")

@@ -148,6 +148,16 @@ MAX_PROMPTS = 1_000_000
 MAX_PER_CONCURRENCY = 10_000
 """M2's measured (or warm-up) prompts per unit of concurrency; the product must stay within MAX_PROMPTS."""
 
+MAX_PARALLEL = 4_096
+"""One parallel dimension (TP, PP, DP, EP) of one server: the largest deployments published use EP 320 over
+40 nodes (DeepSeek's); 4 Ki ranks is ten times that."""
+
+MAX_NODES = 4_096
+"""Nodes of one server or role (and instances of a disaggregated role): 32 Ki GPUs at 8 per node."""
+
+MAX_GPUS_PER_NODE = 64
+"""GPUs of one node: 8 in today's HGX/MI300X boxes, 72 dies in one NVL72 rack is a rack, not a node."""
+
 
 def check_unique(values: tuple[object, ...], name: str) -> None:
     """Raise ``ValueError`` (one line) when ``values`` names a value twice: it would be measured twice."""

@@ -180,7 +180,9 @@ class ReferenceVariantChoice(StrictModel):
     rejection_sample_method: Literal["standard", "block"] | None = Field(
         None, description="The reference's rejection_sample_method (vLLM's; lossless only)."
     )
-    concurrency: int | None = Field(None, ge=1, description="The concurrency the reference was collected at.")
+    concurrency: int | None = Field(
+        None, ge=1, le=MAX_CONCURRENCY, description="The concurrency the reference was collected at."
+    )
     prefix_caching: bool | None = Field(
         None, description="Whether the reference was collected with prefix caching."
     )
@@ -259,7 +261,7 @@ class BenchmarkParams(StrictModel):
         ),
     )
     target_al: float | None = Field(
-        None, ge=1.0, description="Explicit target AL (instead of the reference)."
+        None, ge=1.0, le=K_MAX + 1, description="Explicit target AL (instead of the reference)."
     )
     scheme: str | None = Field(None, description="Synthetic scheme override (None: the framework's own).")
     workload: RandomWorkload = Field(default=RandomWorkload(), description="Random-token prompts.")
@@ -487,13 +489,15 @@ class DemoParams(StrictModel):
     ks: tuple[int, ...] = Field((1, 2, 3), description="K values calibrated in M0.")
     benchmark_k: int = Field(3, description="K of the M1 gate and the M2 benchmark.")
     concurrencies: tuple[int, ...] = Field((4, 8, 16), description="M2 concurrency sweep (sim only).")
-    gsm8k_limit: int = Field(200, ge=1, description="GSM8K questions per M1 gate on the sim (seeded subset).")
+    gsm8k_limit: int = Field(
+        200, ge=1, le=MAX_PROMPTS, description="GSM8K questions per M1 gate on the sim (seeded subset)."
+    )
     tiny_prompts: int = Field(
         6, ge=1, le=8, description="tiny: coding prompts of the bundled tiny set used in M0 and M1 (1..8)."
     )
     tiny_max_tokens: int = Field(64, ge=8, le=512, description="tiny: output cap per prompt in M0 and M1.")
     tiny_gsm8k_limit: int = Field(
-        10, ge=1, description="tiny: GSM8K questions of the M1 accuracy gate (seeded subset)."
+        10, ge=1, le=MAX_PROMPTS, description="tiny: GSM8K questions of the M1 accuracy gate (seeded subset)."
     )
     refresh_cache: bool = Field(
         False,
@@ -502,6 +506,7 @@ class DemoParams(StrictModel):
     tiny_threads: int | None = Field(
         1,
         ge=1,
+        le=4_096,
         description=(
             "tiny: CPU threads of the engine (None: every CPU). 1 is the robust choice on a shared machine: "
             "llama.cpp's spinning worker threads slow down many times over when the CPUs are busy."
@@ -530,7 +535,7 @@ class DemoParams(StrictModel):
         ),
     )
     vllm_gsm8k_limit: int = Field(
-        20, ge=1, description="vllm: GSM8K questions of the M1 accuracy gate (seeded subset)."
+        20, ge=1, le=MAX_PROMPTS, description="vllm: GSM8K questions of the M1 accuracy gate (seeded subset)."
     )
     vllm_m2_targets: tuple[float, ...] = Field(
         (1.5,),

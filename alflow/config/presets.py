@@ -74,7 +74,10 @@ class PresetBenchmark(StrictModel):
         (4, 8, 16, 32, 64, 128), min_length=1, description="Concurrency sweep."
     )
     target_al: float | None = Field(
-        None, ge=1.0, description="Explicit target AL (None: the reference AL from reference_path)."
+        None,
+        ge=1.0,
+        le=K_MAX + 1,
+        description="Explicit target AL (None: the reference AL from reference_path).",
     )
 
     @model_validator(mode="after")

@@ -6,7 +6,7 @@ from typing import Annotated, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from alflow.config.base import StrictModel
+from alflow.config.base import MAX_GPUS_PER_NODE, MAX_NODES, StrictModel
 from alflow.config.server import (
     ServerDialect,
 )
@@ -153,6 +153,7 @@ class SlurmOptions(StrictModel):
     nodes: int | None = Field(
         None,
         ge=1,
+        le=MAX_NODES,
         description=(
             "Number of nodes for the job (--nodes); the first one is the head. None: the server config's "
             "nodes, which is authoritative (a different value here is an error)."
@@ -161,6 +162,7 @@ class SlurmOptions(StrictModel):
     gpus_per_node: int | None = Field(
         None,
         ge=0,
+        le=MAX_GPUS_PER_NODE,
         description=(
             "GPUs per node (--gpus-per-node); None: what the server's parallelism uses per node (no GPU "
             "request for the simulator)."

@@ -6,7 +6,13 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationInfo, field_validator, model_validator
 
-from alflow.config.base import MAX_CONTEXT_TOKENS, StrictModel, refuse_url_credentials_in_schema
+from alflow.config.base import (
+    MAX_CONTEXT_TOKENS,
+    MAX_NODES,
+    MAX_PARALLEL,
+    StrictModel,
+    refuse_url_credentials_in_schema,
+)
 from alflow.config.speculative import (
     SpeculativeConfig,
     SyntheticAcceptance,
@@ -30,14 +36,18 @@ ServerDialect = Literal["vllm", "sglang", "trtllm"]
 class Parallelism(StrictModel):
     """How the served model is split over GPUs (sizes of 1 mean "off")."""
 
-    tp: int = Field(1, ge=1, description="Tensor-parallel size.")
-    pp: int = Field(1, ge=1, description="Pipeline-parallel size.")
+    tp: int = Field(1, ge=1, le=MAX_PARALLEL, description="Tensor-parallel size.")
+    pp: int = Field(1, ge=1, le=MAX_PARALLEL, description="Pipeline-parallel size.")
     dp: int = Field(
-        1, ge=1, description="Data-parallel size (attention data parallel where the framework has it)."
+        1,
+        ge=1,
+        le=MAX_PARALLEL,
+        description="Data-parallel size (attention data parallel where the framework has it).",
     )
     ep: int = Field(
         1,
         ge=1,
+        le=MAX_PARALLEL,
         description="Expert-parallel size; 1 is off (vLLM: must equal TP x DP, its expert-parallel size).",
     )
 
@@ -62,10 +72,11 @@ def _sglang_gpus(parallelism: Parallelism, extra_args: tuple[str, ...]) -> int:
 class DisaggregatedRole(StrictModel):
     """One role (prefill or decode) of a disaggregated server: how many instances, on how many nodes each."""
 
-    nodes: int = Field(1, ge=1, description="Nodes one instance of this role spans.")
+    nodes: int = Field(1, ge=1, le=MAX_NODES, description="Nodes one instance of this role spans.")
     replicas: int = Field(
         1,
         ge=1,
+        le=MAX_NODES,
         description="Instances of this role, each on its own nodes (instance i listens on the role's port + i).",
     )
     parallelism: Parallelism = Field(
@@ -175,6 +186,7 @@ class ServerBase(StrictModel):
     nodes: int = Field(
         1,
         ge=1,
+        le=MAX_NODES,
         description=(
             "Nodes one server spans (tensor/expert/pipeline parallel across hosts); more than 1 needs a "
             "multi-node runner (slurm)."

@@ -20,12 +20,21 @@ import yaml
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
+from alflow.acceptance.synthetic import K_MAX
 from alflow.cli import app
 from alflow.cli.common import parse_floats, split_list
 from alflow.config import BenchmarkParams, CalibrateParams, GateParams, SweepParams
-from alflow.config.base import MAX_CONCURRENCY, MAX_SEQUENCE_TOKENS
+from alflow.config.base import (
+    MAX_CONCURRENCY,
+    MAX_GPUS_PER_NODE,
+    MAX_NODES,
+    MAX_PARALLEL,
+    MAX_SEQUENCE_TOKENS,
+)
 from alflow.config.flows import ServerPlacement
 from alflow.config.presets import PresetBenchmark, PresetCalibrate, preset_from_data
+from alflow.config.runners import SlurmOptions
+from alflow.config.server import DisaggregatedRole, Parallelism
 from alflow.config.workloads import LoadConfig, RandomWorkload
 from alflow.errors import InvalidInputError
 from alflow.yamlfile import (
@@ -444,3 +453,34 @@ def test_times_rates_and_token_ids_have_upper_bounds_in_the_config(
     with pytest.raises(ValidationError, match=field):
         build(1e300 if field != "vocab_size" else 2**40)
     build(600.0 if field != "vocab_size" else 32_000)
+
+
+@pytest.mark.parametrize(
+    ("build", "bound"),
+    [
+        (lambda v: Parallelism(tp=v), MAX_PARALLEL),
+        (lambda v: Parallelism(pp=v), MAX_PARALLEL),
+        (lambda v: Parallelism(dp=v), MAX_PARALLEL),
+        (lambda v: Parallelism(ep=v), MAX_PARALLEL),
+        (lambda v: DisaggregatedRole(nodes=v), MAX_NODES),
+        (lambda v: DisaggregatedRole(replicas=v), MAX_NODES),
+        (lambda v: SlurmOptions(nodes=v), MAX_NODES),
+        (lambda v: SlurmOptions(gpus_per_node=v), MAX_GPUS_PER_NODE),
+        (lambda v: _m2(server={**BASES["m2"]["server"], "nodes": v}), MAX_NODES),
+        (lambda v: _m2(target_al=float(v)), K_MAX + 1),
+    ],
+)
+def test_parallel_sizes_nodes_and_targets_have_upper_bounds(
+    build: Callable[[int], object], bound: int
+) -> None:
+    """tp/pp/dp/ep, nodes, replicas and GPUs per node beyond any real deployment (10**9 nodes used to reach the
+    Slurm script), and a target AL beyond K_MAX + 1: refused at load, naming the bound; the bound itself loads."""
+    assert f"less than or equal to {bound}" in _error(lambda: build(bound + 1))
+    at_bound = ""
+    try:
+        build(bound)
+    except (
+        ValidationError
+    ) as exc:  # another rule may refuse the bound (e.g. nodes vs the runner): not this one
+        at_bound = str(exc)
+    assert f"less than or equal to {bound}" not in at_bound
