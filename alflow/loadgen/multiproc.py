@@ -28,6 +28,8 @@ transport:
   back as :attr:`MergedRun.fatal` with the records so far (``run_load`` raises it as ``LoadAbortedError``).
   Cancelling the parent (Ctrl-C) stops every worker: they get :data:`STOP_GRACE_S` to end, then are terminated,
   then killed; a worker whose parent died (its control pipe closed) stops by itself. No worker outlives the call.
+  What the stopping workers send (their records, in flight ones included, as one process keeps them) still
+  reaches ``sink``.
 
 Workers are started with the ``spawn`` context: the parent has an event loop and threads, which ``fork`` would
 copy half-alive (and ``forkserver`` leaves a server process behind). They ignore SIGINT (a Ctrl-C reaches the
@@ -226,7 +228,10 @@ class _Parent:
         self.progress = progress
         self.count = count
         self.loop = asyncio.get_running_loop()
-        self.inbox: asyncio.Queue[tuple[int, tuple[Any, ...] | None]] = asyncio.Queue()
+        self.mailbox: queue.SimpleQueue[tuple[int, tuple[Any, ...] | None]] = queue.SimpleQueue()
+        """The workers' messages, put by the reader threads: read by :meth:`serve`, and after a stop by
+        :meth:`shutdown` (a cancelled parent still takes the records its workers sent while stopping)."""
+        self.wakeup = asyncio.Event()
         self.workers: list[_Worker] = []
         self.fatal: str | None = None
 
@@ -271,10 +276,9 @@ class _Parent:
                 message = worker.data.recv()
             except (EOFError, OSError):
                 message = None
-            try:
-                self.loop.call_soon_threadsafe(self.inbox.put_nowait, (worker.index, message))
-            except RuntimeError:  # the loop is closed: nobody is listening any more
-                return
+            self.mailbox.put((worker.index, message))
+            with contextlib.suppress(RuntimeError):  # a closed loop: shutdown() reads the mailbox itself
+                self.loop.call_soon_threadsafe(self.wakeup.set)
             if message is None:
                 return
 
@@ -299,10 +303,17 @@ class _Parent:
             if self.fatal is not None and deadline is None:
                 deadline = self.loop.time() + STOP_GRACE_S
             try:
-                timeout = None if deadline is None else max(0.0, deadline - self.loop.time())
-                index, message = await asyncio.wait_for(self.inbox.get(), timeout)
-            except TimeoutError:
-                return  # shutdown() terminates the workers that did not end in time
+                index, message = self.mailbox.get_nowait()
+            except queue.Empty:
+                self.wakeup.clear()
+                if not self.mailbox.empty():  # put between the two reads: its wake-up may be spent
+                    continue
+                try:
+                    timeout = None if deadline is None else max(0.0, deadline - self.loop.time())
+                    await asyncio.wait_for(self.wakeup.wait(), timeout)
+                except TimeoutError:
+                    return  # shutdown() terminates the workers that did not end in time
+                continue
             worker = self.workers[index]
             if message is None:  # end of file: the worker exited
                 if not worker.ended:
@@ -370,8 +381,27 @@ class _Parent:
         for worker in self.workers:  # each worker is gone, so each reader got its end of file
             if worker.reader is not None:
                 worker.reader.join(EXIT_GRACE_S)
+        self._take_the_rest()
+        for worker in self.workers:
             worker.data.close()
             worker.control.close()
+
+    def _take_the_rest(self) -> None:
+        """Keep what the workers sent that :meth:`serve` did not read (it was cancelled, or its grace ran out).
+
+        That is the records each stopping worker flushed, in flight ones included, and the workers' windows.
+        """
+        while True:
+            try:
+                index, message = self.mailbox.get_nowait()
+            except queue.Empty:
+                return
+            if message is None:
+                continue
+            if message[0] == "records":
+                self._take(message[1], message[2])
+            elif message[0] == "end":
+                self.workers[index].meta = message[3]
 
     def merge(self) -> MergedRun:
         """The merged result; the records renumbered in start order (warm-up first), as one process numbers them."""

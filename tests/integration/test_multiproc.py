@@ -179,8 +179,12 @@ async def test_cancelling_the_parent_stops_every_worker_and_keeps_the_records() 
         def start(self, total: int | None, description: str) -> None:
             pass
 
+        done = 0
+
         def advance(self) -> None:
-            answered.set()
+            self.done += 1
+            if self.done == 8:  # every short answer: the 8 long requests are in flight
+                answered.set()
 
     async def on_measure_start() -> None:
         started.set()
@@ -196,12 +200,19 @@ async def test_cancelling_the_parent_stops_every_worker_and_keeps_the_records() 
         await asyncio.wait_for(started.wait(), 60)
         assert len(_workers()) == 2
         await asyncio.wait_for(answered.wait(), 30)  # the short answers come back while the long ones run
+        await asyncio.sleep(0.5)  # the long ones stream a few tokens
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
         assert not _workers()  # no grace needed: the call returns only after its workers are gone
-    assert sink
-    assert all(r.ok and r.output_tokens == 4 for r in sink)  # the long answers never came back
+    answers = [r for r in sink if r.ok]
+    assert len(answers) == 8
+    assert all(r.output_tokens == 4 for r in answers)  # the long answers never came back
+    # the long requests in flight are kept, as one process keeps them: each stopping worker sent them
+    in_flight = [r for r in sink if not r.ok]
+    assert len(in_flight) == 8, [(r.session_id, r.error) for r in sink]
+    assert all(r.error == "cancelled" and r.chunk_ns and r.start_ns for r in in_flight)
+    assert sorted(r.request_id for r in sink) == list(range(len(sink)))
 
 
 def _bench(url: str, *args: str, **kw: object) -> list[str]:
