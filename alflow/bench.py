@@ -57,7 +57,7 @@ from alflow.metrics.prometheus import (
     scrape_all,
 )
 from alflow.redact import redact_data, redact_url, redact_urls_in_text
-from alflow.workloads import file_sha256
+from alflow.workloads import check_prompt_memory, file_sha256
 
 T = TypeVar("T")
 
@@ -162,26 +162,8 @@ def check_dialect(dialect: str) -> None:
             raise InvalidInputError(f"--dialect {dialect!r}: {exc}") from None
 
 
-PROMPT_TOKEN_BYTES = 40
-"""Memory one random prompt token takes while held (measured: a Python int of 32 bytes and its slot in the tuple)."""
 OPEN_FILES_MARGIN = 64
 """Open files a client process holds besides its streams' sockets: the interpreter, pipes, scrapes, output files."""
-
-
-def available_memory_bytes() -> int | None:
-    """The memory this machine has available (Linux's ``MemAvailable``); None where it is not known."""
-    try:
-        with Path("/proc/meminfo").open(encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def _gb(n: int) -> str:
-    return f"{n / 1e9:,.1f} GB" if n >= 1e8 else f"{n / 1e6:,.1f} MB"
 
 
 def check_random_prompts(isl: int, prompts: int, warmup: int, *, available: int | None = None) -> None:
@@ -190,15 +172,11 @@ def check_random_prompts(isl: int, prompts: int, warmup: int, *, available: int 
     They are drawn before the first request and held in memory: too many would exhaust it before any request.
     At the largest concurrency the default 10 prompts per slot of 1,024 tokens are 671 M tokens (about 27 GB).
     """
-    tokens = (prompts + warmup) * isl
-    need = tokens * PROMPT_TOKEN_BYTES
-    free = available_memory_bytes() if available is None else available
-    if free is None or need <= free // 2:
-        return
-    raise InvalidInputError(
-        f"--num-prompts {prompts:,} and --warmup {warmup:,} random prompts of up to --isl {isl:,} tokens are "
-        f"{tokens:,} tokens, about {_gb(need)} in memory, more than half of the {_gb(free)} this machine has "
-        "available: lower --num-prompts (default: 10 x --concurrency), --warmup or --isl"
+    check_prompt_memory(
+        (prompts + warmup) * isl,
+        f"--num-prompts {prompts:,} and --warmup {warmup:,} random prompts of up to --isl {isl:,} tokens",
+        "lower --num-prompts (default: 10 x --concurrency), --warmup or --isl",
+        available=available,
     )
 
 

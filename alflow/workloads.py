@@ -10,12 +10,13 @@ import hashlib
 from importlib import resources
 from pathlib import Path
 
-from alflow.config import RandomWorkload, SpeedBenchWorkload
+from alflow.config import BenchmarkParams, RandomWorkload, SpeedBenchWorkload
 from alflow.config.workloads import LiteratureWorkload
 from alflow.datasets.literature import LiteratureLoad, load_literature
 from alflow.datasets.random_tokens import random_sessions
 from alflow.datasets.speed_bench import load_speed_bench
 from alflow.datasets.types import Session
+from alflow.errors import InvalidInputError
 from alflow.evals.run import bundled_gsm8k
 
 DEMO_SOURCE = "alflow-demo"
@@ -152,4 +153,55 @@ def random_workload_sessions(
         range_ratio=workload.range_ratio,
         seed=workload.seed + seed_offset,
         vocab_size=workload.vocab_size,
+    )
+
+
+PROMPT_TOKEN_BYTES = 40
+"""Memory one random prompt token takes while held (measured: a Python int of 32 bytes and its slot in the tuple)."""
+
+
+def available_memory_bytes() -> int | None:
+    """The memory this machine has available (Linux's ``MemAvailable``); None where it is not known."""
+    try:
+        with Path("/proc/meminfo").open(encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:,.1f} GB" if n >= 1e8 else f"{n / 1e6:,.1f} MB"
+
+
+def check_prompt_memory(tokens: int, what: str, remedy: str, *, available: int | None = None) -> None:
+    """Refuse (one line) prompts of ``tokens`` that would fill more than half of the memory ``available``.
+
+    Random prompts are drawn before a point's first request and held in memory while it runs: too many would
+    exhaust the machine before any request. ``available`` defaults to this machine's (unknown: no check).
+    """
+    need = tokens * PROMPT_TOKEN_BYTES
+    free = available_memory_bytes() if available is None else available
+    if free is None or need <= free // 2:
+        return
+    raise InvalidInputError(
+        f"{what} are {tokens:,} tokens, about {_gb(need)} in memory, more than half of the {_gb(free)} this "
+        f"machine has available: {remedy}"
+    )
+
+
+def check_m2_prompt_memory(params: BenchmarkParams, *, available: int | None = None) -> None:
+    """M2: refuse a sweep whose largest point's random prompts (measured and warm-up) would not fit in memory."""
+    top = max(params.concurrencies)
+    prompts = params.prompts_per_concurrency * top
+    warmup = params.warmup_per_concurrency * top
+    isl = params.workload.isl
+    check_prompt_memory(
+        (prompts + warmup) * isl,
+        f"M2's point at concurrency {top:,}: {prompts:,} measured and {warmup:,} warm-up random prompts of up to "
+        f"workload.isl={isl:,} tokens",
+        "lower prompts_per_concurrency, warmup_per_concurrency, the largest concurrency or workload.isl",
+        available=available,
     )

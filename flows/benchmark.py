@@ -19,7 +19,7 @@ from alflow.points import M2Point, m2_point
 from alflow.redact import redact_url
 from alflow.reports.markdown import M2Summary
 from alflow.topology import gpu_layout, topology
-from alflow.workloads import random_workload_sessions
+from alflow.workloads import check_m2_prompt_memory, random_workload_sessions
 from flows.common import engine_note_of, fail, open_run, point_server, reference_al, reference_variant
 from flows.presets import m2_params, run_name
 from tasks.gates import audit_synthetic
@@ -58,6 +58,7 @@ def benchmark(
             over it.
     """
     params = m2_params(preset, model, k, target_al, concurrencies, params)
+    check_m2_prompt_memory(params)  # on the machine that draws them, before the server starts
     log = get_run_logger()
     target = (
         params.target_al

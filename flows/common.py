@@ -32,6 +32,7 @@ from alflow.redact import redact_data, redact_urls_in_text
 from alflow.reference import VariantQuery, load_reference, server_variant_query
 from alflow.results.provenance import code_version, host_info
 from alflow.results.store import RunWriter, run_id_of
+from alflow.workloads import check_m2_prompt_memory
 from infra.recipes import build_launch, check_install
 from infra.runners.base import api_key_from_env
 from tasks.redaction import install_log_redaction
@@ -157,6 +158,7 @@ def check_launchable(params: object) -> None:
     else:
         model, k = params.model.id, params.k
     if isinstance(params, BenchmarkParams):
+        check_m2_prompt_memory(params)
         target = params.target_al
         if target is None:
             target = (

@@ -484,3 +484,32 @@ def test_parallel_sizes_nodes_and_targets_have_upper_bounds(
     ) as exc:  # another rule may refuse the bound (e.g. nodes vs the runner): not this one
         at_bound = str(exc)
     assert f"less than or equal to {bound}" not in at_bound
+
+
+def test_m2_refuses_random_prompts_that_would_not_fit_in_memory() -> None:
+    """The largest point's prompts (measured and warm-up) against the memory available: 65,536 x 15 x 1 Mi tokens
+    used to be drawn at the point (an out-of-memory kill after the server started)."""
+    from alflow.workloads import check_m2_prompt_memory
+
+    huge = _m2(
+        concurrencies=[4, 65_536], prompts_per_concurrency=13, workload={"kind": "random", "isl": 1_048_576}
+    )
+    with pytest.raises(InvalidInputError) as info:
+        check_m2_prompt_memory(huge, available=64 * 2**30)
+    message = str(info.value)
+    assert "concurrency 65,536: 851,968 measured and 131,072 warm-up random prompts" in message
+    assert "workload.isl=1,048,576" in message
+    assert "more than half of the 68.7 GB" in message
+    assert "\n" not in message
+    check_m2_prompt_memory(_m2(), available=64 * 2**30)  # the defaults fit easily
+
+
+def test_run_m2_refuses_prompts_beyond_memory_before_starting(tmp_path: Path) -> None:
+    config = tmp_path / "m2.yaml"
+    data = {**BASES["m2"], "concurrencies": [65_536], "prompts_per_concurrency": 13}
+    data["workload"] = {"kind": "random", "isl": 1_048_576}
+    config.write_text(yaml.safe_dump(data))
+    result = CliRunner().invoke(app, ["run", "m2", "--config", str(config)])
+    assert result.exit_code == 2, result.output
+    assert "random prompts" in result.output
+    assert "in memory" in result.output
