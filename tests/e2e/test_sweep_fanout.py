@@ -76,7 +76,8 @@ def node_workers(
     prefect_server: dict[str, str], tmp_path: Path
 ) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
     """One process worker per node (``--work-queue node-N --limit 1``); every one stopped at the end."""
-    env = prefect_server
+    # each worker asks for runs every second (Prefect's default: 10 s, up to 10 s of idle node per child run)
+    env = {**prefect_server, "PREFECT_WORKER_QUERY_SECONDS": "1"}
     ensure_pool(env, "local")
     for node in NODES:
         _ensure_queue(env, "local", node, 1)
