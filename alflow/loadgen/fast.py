@@ -146,19 +146,14 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
     def data_received(self, data: bytes) -> None:
-        self.received(data, None)
-
-    def received(self, data: bytes | memoryview, stamp: int | None) -> None:
-        """One network read; ``stamp``: its kernel receive time (ns since the epoch), None where there is none."""
         ex = self.ex
         if ex is None:  # unsolicited bytes on an idle connection: drop it
             self.abort()
             return
-        now = ex.clock()
-        if stamp is not None:  # rxstamp.to_clock, inlined: this runs once per network read
-            age = _time_ns() - stamp
-            if age > 0:
-                now -= age
+        self.feed(ex, data, ex.clock(), stamped=False)
+
+    def feed(self, ex: _Exchange, data: bytes | memoryview, now: int, *, stamped: bool) -> None:
+        """Parse one network read of ``ex``'s response that arrived at ``now`` (dated by a kernel stamp or not)."""
         ex.got_bytes = True
         try:
             self.parser.feed_data(data)
@@ -172,7 +167,7 @@ class _Connection(asyncio.Protocol):
             payload = ex.body[0] if len(ex.body) == 1 else b"".join(ex.body)
             ex.body.clear()
             if ex.streaming:
-                if stamp is None:
+                if not stamped:
                     ex.unstamped_reads += 1  # a body read dated by the clock: the request's source is "clock"
                 if ex.sink(payload, now):
                     ex.close_after = True
@@ -196,6 +191,8 @@ class _StampedConnection(_Connection):
         super().__init__(pool, key)
         self.sock = sock
         self.fd = sock.fileno()
+        self._recvmsg_into = sock.recvmsg_into
+        self._buffers = (pool.rx_view,)  # one buffer per transport: reads are handled one at a time
         self.loop = asyncio.get_running_loop()
         self.pending = b""
         self.stamped = True
@@ -221,9 +218,14 @@ class _StampedConnection(_Connection):
             self.loop.remove_writer(self.fd)
 
     def _readable(self) -> None:
-        view = self.pool.rx_view  # one buffer per transport: reads are handled one at a time
+        """One ``recvmsg`` of the ready socket, dated by its kernel stamp.
+
+        Runs once per network read, so :func:`rxstamp.stamp_ns` and :func:`rxstamp.to_clock` are inlined (the
+        function calls cost 0.3-0.4 us a read, measured; the two must give what this gives, tested): the socket
+        asks for ``SO_TIMESTAMPNS`` alone, so the stamp is the only control message when there is one.
+        """
         try:
-            size, ancillary, _flags, _addr = self.sock.recvmsg_into((view,), rxstamp.ANCILLARY_SIZE)
+            size, ancillary, _flags, _addr = self._recvmsg_into(self._buffers, _ANCILLARY_SIZE)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
@@ -232,8 +234,23 @@ class _StampedConnection(_Connection):
         if not size:
             self._lost(None)
             return
+        ex = self.ex
+        if ex is None:  # unsolicited bytes on an idle connection: drop it
+            self.abort()
+            return
+        now = ex.clock()
+        stamped = False
+        if ancillary:
+            _level, kind, stamp = ancillary[0]
+            if kind == _SCM_TIMESTAMPNS and len(stamp) >= 16:
+                seconds, nanos = _unpack_timespec(stamp)
+                if seconds > 0 and 0 <= nanos < 1_000_000_000:
+                    stamped = True
+                    age = _time_ns() - seconds * 1_000_000_000 - nanos
+                    if age > 0:
+                        now -= age
         # the parser copies what it hands on (status, headers, body pieces), so the buffer is free again after
-        self.received(view[:size], rxstamp.stamp_ns(ancillary))
+        self.feed(ex, self._buffers[0][:size], now, stamped=stamped)
 
     def _lost(self, exc: Exception | None) -> None:
         if not self.closed:
@@ -256,6 +273,9 @@ class _StampedConnection(_Connection):
 
 _READ_SIZE: Final = 2**18
 _time_ns: Final = time.time_ns
+_ANCILLARY_SIZE: Final = rxstamp.ANCILLARY_SIZE
+_SCM_TIMESTAMPNS: Final = rxstamp.SO_TIMESTAMPNS
+_unpack_timespec: Final = rxstamp.TIMESPEC.unpack_from
 
 
 def _header_lines(headers: Mapping[str, str]) -> bytes:

@@ -50,8 +50,9 @@ SUPPORTED: Final = (
 )  # fmt: skip
 """Where :data:`SO_TIMESTAMPNS` has this number and the timespec layout ``(int64, int64)``."""
 ANCILLARY_SIZE: Final = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
-_TIMESPEC: Final = struct.Struct("qq")
-_unpack_timespec: Final = _TIMESPEC.unpack_from
+TIMESPEC: Final = struct.Struct("qq")
+"""The ``SCM_TIMESTAMPNS`` payload: ``struct timespec`` (seconds, nanoseconds) on the 64-bit Linux of :data:`SUPPORTED`."""
+_unpack_timespec: Final = TIMESPEC.unpack_from
 _SCM_TIMESTAMPNS: Final = SO_TIMESTAMPNS
 _SOL_SOCKET: Final = socket.SOL_SOCKET
 
