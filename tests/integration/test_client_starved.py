@@ -1,7 +1,7 @@
 """A starved client says so: `alflow bench` pinned to one core with a busy burner beside it.
 
 The sim (real HTTP, K=3, synthetic AL) runs on the other core. The client runs at nice 19 on core 0 next to a
-burner at nice 0 on the same core (bounded: killed in ``finally``, and ending by itself after 120 s), so it is
+burner at nice 0 on the same core (bounded: killed in ``finally``, and ending by itself after 45 s), so it is
 scheduled in small slices: its reads come late and carry several chunks. The run must print the client-bound
 verdict, and its summary must hold no ITL median or percentile, only the mean and the reason.
 """
@@ -55,7 +55,7 @@ def test_a_starved_client_is_judged_client_bound_and_prints_no_itl_percentile(tm
     with SimProcess(["--dialect", "vllm", "--k", "3", "--synthetic-al", "2.0", "--time-scale", "0.2"]) as sim:
         os.sched_setaffinity(sim.pid, {server_core})
         burner = subprocess.Popen(
-            [sys.executable, "-c", burn(120)],
+            [sys.executable, "-c", burn(45)],
             preexec_fn=lambda: _pin(client_core, 0),  # noqa: PLW1509
         )
         try:
