@@ -14,6 +14,7 @@ import math
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -72,10 +73,65 @@ def _termination_signal(state: Any) -> int | None:
     return None
 
 
+STOP_GRACE_ENV = "ALFLOW_STOP_GRACE_S"
+STOP_GRACE_S = 20.0
+"""How long a run may take to unwind after SIGTERM before it exits at once (``ALFLOW_STOP_GRACE_S`` overrides).
+
+Unwinding (storing the interrupted point as partial, stopping the servers, Prefect's last state and
+the temporary server's stop) takes 3-10 s here, up to 65,536 streams; 20 s leaves room for a busy host
+and stays inside the "ends within seconds, no hang past 30 s" promise.
+"""
+
+
+def stop_grace_s() -> float:
+    """The grace from ``ALFLOW_STOP_GRACE_S`` (seconds, > 0) or :data:`STOP_GRACE_S`; a bad value is the default."""
+    text = os.environ.get(STOP_GRACE_ENV, "")
+    try:
+        value = float(text)
+    except ValueError:
+        return STOP_GRACE_S
+    return value if math.isfinite(value) and value > 0 else STOP_GRACE_S
+
+
+def _exit_if_still_stopping(signum: int, grace_s: float) -> None:
+    """The watchdog: after ``grace_s``, say so, dump every thread's stack and exit ``128 + signum`` at once.
+
+    The unwinding a signal starts can stall where the signal landed (a lock taken just before the
+    ``SystemExit``, a Prefect service draining to a server that is gone). The servers this run started
+    are stopped by their guards (:mod:`alflow.procguard`) when this process exits, and ``alflow infra
+    cleanup`` drops a registry entry left behind. The line and the stacks go straight to file
+    descriptor 2, which holds no Python lock that the stalled thread could own.
+    """
+    import faulthandler
+
+    time.sleep(grace_s)
+    name = signal.Signals(signum).name
+    line = (
+        f"error: alflow: still stopping {grace_s:g} s after {name}; exiting now (the servers it "
+        "started are stopped by their guards; `alflow infra cleanup` drops what the registry still lists). "
+        "Where it stalled, for a bug report:\n"
+    )
+    os.write(2, line.encode())
+    faulthandler.dump_traceback(file=2, all_threads=True)
+    os._exit(128 + signum)
+
+
 def _terminate_as_exit(signum: int, frame: object) -> None:
-    """SIGTERM ends a run like Ctrl-C does: ``finally`` blocks stop its servers, ``atexit`` the temporary server."""
+    """SIGTERM ends a run like Ctrl-C does: ``finally`` blocks stop its servers, ``atexit`` the temporary server.
+
+    A watchdog bounds the unwinding (:func:`_exit_if_still_stopping`); a second SIGTERM while the run
+    unwinds is ignored, so it cannot break off the cleanup the first one started.
+    """
     del frame
+    if _SIGNALLED:
+        return
     _SIGNALLED.append(signum)
+    threading.Thread(
+        target=_exit_if_still_stopping,
+        args=(signum, stop_grace_s()),
+        name="alflow-stop-watchdog",
+        daemon=True,
+    ).start()
     raise SystemExit(128 + signum)
 
 

@@ -131,6 +131,9 @@ def test_a_killed_run_leaves_no_server_no_guard_and_no_prefect_server(
         except subprocess.TimeoutExpired:
             tail = (tmp_path / "stderr.log").read_bytes()[-4000:].decode(errors="replace")
             pytest.fail(f"the run did not end within 60 s of {sig.name}; its stderr ends:\n{tail}")
+        stderr = (tmp_path / "stderr.log").read_bytes()
+        # the watchdog's exit (alflow.cli.run._exit_if_still_stopping) is a stalled unwinding: show where
+        assert b"still stopping" not in stderr, stderr[-6000:].decode(errors="replace")
         assert code == (-9 if sig is signal.SIGKILL else 128 + signal.SIGTERM), code
         deadline = time.monotonic() + 30
         left = [server, *prefect, *guards]
@@ -214,3 +217,45 @@ def test_cleanup_stops_a_registered_server_whose_run_was_killed(tmp_path: Path) 
     finally:
         if same_process_alive(*server):
             os.killpg(server[0], signal.SIGKILL)
+
+
+STALLS = """
+import signal, sys, time
+from alflow.cli import run
+signal.signal(signal.SIGTERM, run._terminate_as_exit)
+print("ready", flush=True)
+try:
+    time.sleep(60)
+except SystemExit:
+    # a cleanup that stalls (as a lock taken just before the signal would): a second SIGTERM is ignored
+    print("unwinding", flush=True)
+    while True:
+        time.sleep(0.05)
+"""
+
+
+def test_a_run_that_stalls_after_sigterm_exits_after_its_grace_with_the_stalled_stack(tmp_path: Path) -> None:
+    env = {**os.environ, "ALFLOW_STOP_GRACE_S": "2"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STALLS], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "ready\n"
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.stdout.readline() == "unwinding\n"
+        proc.send_signal(signal.SIGTERM)  # ignored: the cleanup goes on, the watchdog still ends it
+        _, err = proc.communicate(timeout=30)
+        took = time.monotonic() - started
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, err)
+    assert 1.5 < took < 10, took
+    first, *rest = err.splitlines()
+    assert first.startswith("error: alflow: still stopping 2 s after SIGTERM; exiting now"), err
+    stacks = "\n".join(rest)
+    assert "most recent call first" in stacks, err
+    assert "<string>" in stacks, err  # where the main thread stalled
