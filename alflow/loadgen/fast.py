@@ -150,9 +150,9 @@ class _Connection(asyncio.Protocol):
         if ex is None:  # unsolicited bytes on an idle connection: drop it
             self.abort()
             return
-        self.feed(ex, data, ex.clock(), stamped=False)
+        self.feed(ex, data, ex.clock(), False)
 
-    def feed(self, ex: _Exchange, data: bytes | memoryview, now: int, *, stamped: bool) -> None:
+    def feed(self, ex: _Exchange, data: bytes | memoryview, now: int, stamped: bool) -> None:
         """Parse one network read of ``ex``'s response that arrived at ``now`` (dated by a kernel stamp or not)."""
         ex.got_bytes = True
         try:
@@ -196,7 +196,8 @@ class _StampedConnection(_Connection):
         self.loop = asyncio.get_running_loop()
         self.pending = b""
         self.stamped = True
-        self.loop.add_reader(self.fd, self._readable)
+        self._view = pool.rx_view
+        self.loop.add_reader(self.fd, self._readable if _recv_stamped is None else self._readable_c)
 
     def send(self, request: bytes, ex: _Exchange) -> None:
         self.ex = ex
@@ -250,7 +251,28 @@ class _StampedConnection(_Connection):
                     if age > 0:
                         now -= age
         # the parser copies what it hands on (status, headers, body pieces), so the buffer is free again after
-        self.feed(ex, self._buffers[0][:size], now, stamped=stamped)
+        self.feed(ex, self._buffers[0][:size], now, stamped)
+
+    def _readable_c(self) -> None:
+        """:meth:`_readable` through the C extension (:data:`rxstamp.RECV_STAMPED`): the read and its stamp's age."""
+        try:
+            size, age = _recv_stamped(self.fd, self._view)  # type: ignore[misc]  # set where this reader is used
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._lost(exc)
+            return
+        if not size:
+            self._lost(None)
+            return
+        ex = self.ex
+        if ex is None:  # unsolicited bytes on an idle connection: drop it
+            self.abort()
+            return
+        now = ex.clock()
+        if age > 0:
+            now -= age
+        self.feed(ex, self._view[:size], now, age >= 0)
 
     def _lost(self, exc: Exception | None) -> None:
         if not self.closed:
@@ -276,6 +298,8 @@ _time_ns: Final = time.time_ns
 _ANCILLARY_SIZE: Final = rxstamp.ANCILLARY_SIZE
 _SCM_TIMESTAMPNS: Final = rxstamp.SO_TIMESTAMPNS
 _unpack_timespec: Final = rxstamp.TIMESPEC.unpack_from
+_recv_stamped = rxstamp.RECV_STAMPED
+"""The C read where it was built (None: :meth:`_StampedConnection._readable`, the Python path; tests set None)."""
 
 
 def _header_lines(headers: Mapping[str, str]) -> bytes:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 import orjson
 import pytest
 
+from alflow.loadgen import fast as fast_module
 from alflow.loadgen.client import AiohttpTransport, FatalRequestError, stream_request
 from alflow.loadgen.endpoints import CompletionsEndpoint
 from alflow.loadgen.fast import FastTransport
@@ -93,10 +94,13 @@ class RawServer:
         self.server.close()
 
 
-@pytest.fixture(params=[True, False], ids=["kernel-stamps", "clock"])
-def fast(request: pytest.FixtureRequest) -> FastTransport:
-    """The fast transport both ways: reading its sockets with kernel receive stamps (Linux), and on the clock."""
-    return FastTransport(kernel_stamps=bool(request.param))
+@pytest.fixture(params=["kernel-stamps", "kernel-stamps-python", "clock"])
+def fast(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> FastTransport:
+    """The fast transport every way: reading its sockets with kernel receive stamps (Linux) through the C read
+    where it was built and through Python's ``recvmsg_into``, and on the clock."""
+    if request.param == "kernel-stamps-python":
+        monkeypatch.setattr(fast_module, "_recv_stamped", None)
+    return FastTransport(kernel_stamps=request.param != "clock")
 
 
 async def send(transport: object, url: str, timeout_s: float | None = 5.0) -> RequestRecord:

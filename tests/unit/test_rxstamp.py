@@ -96,3 +96,87 @@ async def test_a_late_reader_dates_the_read_by_its_arrival_with_kernel_stamps_an
     )  # when the newest data arrived (about 0.12 s), not when it was read
     assert clock_span >= block_s, clock_span
     assert kernel.chunk_ns[-1] <= kernel.done_ns  # on the client's clock, never after the read
+
+
+def _connected_pair(stamped: bool) -> tuple[socket.socket, socket.socket]:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        writer = socket.create_connection(listener.getsockname())
+        reader, _ = listener.accept()
+    if stamped:
+        assert rxstamp.enable(reader)
+    reader.setblocking(False)
+    return writer, reader
+
+
+needs_c_read = pytest.mark.skipif(
+    rxstamp.RECV_STAMPED is None, reason="the C read (alflow/loadgen/_rxread.c) was not built here"
+)
+
+
+@needs_c_read
+def test_the_c_read_gives_the_bytes_and_the_age_of_their_kernel_stamp_as_the_python_path_does() -> None:
+    recv_stamped = rxstamp.RECV_STAMPED
+    assert recv_stamped is not None
+    writer, reader = _connected_pair(stamped=True)
+    keeper = rxstamp.keeper()  # stamping on before the data arrives (as the transport holds it)
+    buffer = memoryview(bytearray(4096))
+    try:
+        with pytest.raises(BlockingIOError):  # nothing queued: EAGAIN, as socket.recvmsg_into raises it
+            recv_stamped(reader.fileno(), buffer)
+        writer.sendall(b"data: one\n\n")
+        time.sleep(0.05)  # the data waits 50 ms in the socket: that is its age at the read
+        size, age = recv_stamped(reader.fileno(), buffer)
+        assert bytes(buffer[:size]) == b"data: one\n\n"
+        assert 0.045 * NS <= age < 2 * NS, age
+        # the Python path on the same kind of read: the same age within the time between the two reads
+        writer.sendall(b"data: two\n\n")
+        time.sleep(0.05)
+        wall_before = time.time_ns()
+        py_size, ancillary, _flags, _addr = reader.recvmsg_into([buffer], rxstamp.ANCILLARY_SIZE)
+        stamp = rxstamp.stamp_ns(ancillary)
+        assert stamp is not None
+        assert py_size == size
+        assert abs((wall_before - stamp) - age) < 0.02 * NS
+        writer.close()
+        assert recv_stamped(reader.fileno(), buffer) == (0, -1)  # end of stream: no bytes, no stamp
+    finally:
+        writer.close()
+        reader.close()
+        if keeper is not None:
+            keeper.close()
+
+
+@needs_c_read
+def test_the_c_read_says_no_stamp_where_none_was_asked_for_and_refuses_bad_arguments() -> None:
+    recv_stamped = rxstamp.RECV_STAMPED
+    assert recv_stamped is not None
+    writer, reader = _connected_pair(stamped=False)
+    buffer = memoryview(bytearray(64))
+    try:
+        writer.sendall(b"x" * 100)
+        time.sleep(0.02)
+        assert recv_stamped(reader.fileno(), buffer) == (64, -1)  # the buffer's size at most, no stamp
+        assert recv_stamped(reader.fileno(), buffer)[0] == 36
+        with pytest.raises(BufferError):
+            recv_stamped(reader.fileno(), memoryview(b"read-only"))
+        with pytest.raises(ValueError, match="fd must be"):
+            recv_stamped(-1, buffer)
+        with pytest.raises(TypeError, match="2 arguments"):
+            recv_stamped(reader.fileno())  # type: ignore[call-arg]
+    finally:
+        writer.close()
+        reader.close()
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        recv_stamped(reader.fileno() if reader.fileno() >= 0 else 10_000, buffer)
+
+
+@pytest.mark.skipif(not rxstamp.SUPPORTED, reason="kernel receive stamps: Linux on a 64-bit machine")
+def test_the_c_read_is_built_where_the_install_had_a_compiler() -> None:
+    # scripts/setup.sh builds it (pyproject.toml, optional); a CI machine always has gcc, so losing it is a bug
+    import shutil
+
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler here: the optional extension is skipped by design")
+    assert rxstamp.RECV_STAMPED is not None
