@@ -19,7 +19,9 @@ PREFECT_ALLOWED = {"alflow.cli.run", "alflow.cli.demo", "alflow.cli.main"}
 
 def _modules() -> dict[str, Path]:
     mods: dict[str, Path] = {}
-    for path in sorted((ROOT / "alflow").rglob("*.py")):
+    # a compiled extension is a module too: its stub (``_rxread.pyi`` beside ``_rxread.c``) stands for it
+    stubs = [p for p in (ROOT / "alflow").rglob("*.pyi") if not p.with_suffix(".py").exists()]
+    for path in sorted([*(ROOT / "alflow").rglob("*.py"), *stubs]):
         parts = list(path.relative_to(ROOT).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts = parts[:-1]

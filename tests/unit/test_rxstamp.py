@@ -119,12 +119,19 @@ needs_c_read = pytest.mark.skipif(
 def test_the_c_read_gives_the_bytes_and_the_age_of_their_kernel_stamp_as_the_python_path_does() -> None:
     recv_stamped = rxstamp.RECV_STAMPED
     assert recv_stamped is not None
-    writer, reader = _connected_pair(stamped=True)
     keeper = rxstamp.keeper()  # stamping on before the data arrives (as the transport holds it)
+    writer, reader = _connected_pair(stamped=True)
     buffer = memoryview(bytearray(4096))
     try:
         with pytest.raises(BlockingIOError):  # nothing queued: EAGAIN, as socket.recvmsg_into raises it
             recv_stamped(reader.fileno(), buffer)
+        # the kernel switches stamping on through a deferred static key (net_enable_timestamp): wait for it
+        deadline = time.monotonic() + 5
+        while True:
+            writer.sendall(b".")
+            time.sleep(0.005)
+            if recv_stamped(reader.fileno(), buffer)[1] >= 0 or time.monotonic() > deadline:
+                break
         writer.sendall(b"data: one\n\n")
         time.sleep(0.05)  # the data waits 50 ms in the socket: that is its age at the read
         size, age = recv_stamped(reader.fileno(), buffer)
