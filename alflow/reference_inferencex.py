@@ -203,7 +203,7 @@ def _allowed(source: str, what: str, value: object, allowed: tuple[str, ...]) ->
     return value
 
 
-def parse_golden(
+def parse_golden(  # noqa: C901
     text: str,
     *,
     source: str,

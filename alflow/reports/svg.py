@@ -153,7 +153,7 @@ def _err(series: Series, i: int) -> tuple[float, float] | None:
     return None if lo is None or hi is None else (lo, hi)
 
 
-def render(chart: Chart | BarChart) -> Markup:
+def render(chart: Chart | BarChart) -> Markup:  # noqa: C901
     """The chart as an ``<svg>`` element (safe markup; all text escaped)."""
     if isinstance(chart, BarChart):
         return _render_bars(chart)

@@ -302,7 +302,7 @@ class SimServer:
             spec_details=self._sglext and (body.model_extra or {}).get(SGLANG_SPEC_DETAILS_FLAG) is True,
         )
 
-    def _build(self, p: _Parsed, *, chat: bool) -> SimRequest:
+    def _build(self, p: _Parsed, *, chat: bool) -> SimRequest:  # noqa: C901
         cfg = self.config
         self._counter += 1
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{self._boot}{self._counter:06d}"
@@ -407,7 +407,7 @@ class SimServer:
                 req.tail = tail
         return req
 
-    async def generate(
+    async def generate(  # noqa: C901
         self, request: web.Request, body: CompletionRequest | ChatRequest
     ) -> web.StreamResponse:
         """Answer a validated request: the engine streams its chunks straight into the transport."""

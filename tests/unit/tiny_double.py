@@ -102,7 +102,7 @@ class DoubleEngine:
             with self._lock:
                 self.active -= 1
 
-    def _generate(
+    def _generate(  # noqa: C901
         self,
         context: list[int],
         max_tokens: int,
