@@ -13,3 +13,7 @@ class AlflowError(Exception):
 
 class InvalidInputError(AlflowError, ValueError):
     """A value given by the user is outside what is allowed; the message names it."""
+
+
+class GateFailedError(AlflowError):
+    """A gate or audit failed: the flow run ends Failed with this message."""

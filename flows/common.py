@@ -26,7 +26,7 @@ from alflow.config import (
     ThinkingMode,
     server_config,
 )
-from alflow.errors import AlflowError
+from alflow.errors import GateFailedError
 from alflow.fsutil import check_writable_dir, check_writable_file
 from alflow.redact import redact_data, redact_urls_in_text
 from alflow.reference import VariantQuery, load_reference, server_variant_query
@@ -45,10 +45,6 @@ FAILED_EVENT = "alflow.gate.failed"
 """A failed gate or audit (M1, M2): never starts M2."""
 TOP_LEVEL = "none"
 """``alflow.parent-flow-run`` of a run that no other flow run started (not a sweep's or the demo's)."""
-
-
-class GateFailedError(AlflowError):
-    """A gate or audit failed: the flow run ends Failed with this message."""
 
 
 def run_id() -> str:
@@ -73,17 +69,6 @@ def open_run(
         provenance=provenance,
         simulated=simulated,
     )
-
-
-def engine_note_of(server: ServerConfig, provenance: Mapping[str, Any]) -> str | None:
-    """The run's engine label: the config's (simulated, tiny engine, its label) and what the launch added.
-
-    A launch adds a note when the install changes what the numbers are (vLLM's CPU build with alflow's synthetic
-    port: ``Launch.engine_note``, in the server's provenance).
-    """
-    launched = provenance.get("engine_note")
-    notes = [n for n in (server.engine_note, launched if isinstance(launched, str) else None) if n]
-    return " ".join(notes) or None
 
 
 def point_server(

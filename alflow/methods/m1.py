@@ -1,0 +1,213 @@
+"""M1, the evaluation gate, as a plain procedure.
+
+Real acceptance of the framework under test on SPEED-Bench against the reference AL, then GSM8K. What was
+measured is stored even when the run fails part-way; the gates' failures fail the run after storing; a
+passed gate is announced (:meth:`alflow.methods.steps.Steps.gate_passed`). The side effects are the caller's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from alflow.config import GateParams, LoadConfig, ServerConfig
+from alflow.datasets.types import Session
+from alflow.errors import GateFailedError
+from alflow.gates import Verdict
+from alflow.measure import Measurement
+from alflow.methods.steps import H, Steps
+from alflow.metrics.client import ClientSummary
+from alflow.outcomes import M1Outcome
+from alflow.preflight import PreflightError
+from alflow.redact import redact_url
+from alflow.reports.markdown import M1Summary, M1Verdict
+from alflow.results.store import RunWriter
+from alflow.topology import gpu_layout
+from alflow.workloads import dataset_description, speed_bench_sessions
+
+FLOW = "m1-gate"
+
+
+@dataclass
+class _Gated:
+    """What the run has measured and judged so far (all of it is stored, whatever happens next)."""
+
+    verdicts: list[Verdict] = field(default_factory=list)
+    tables: dict[str, pl.DataFrame] = field(default_factory=dict)
+    client: ClientSummary | None = None
+    gsm8k: dict[str, Any] | None = None
+    partial: str | None = None
+    crashed: Exception | None = None
+
+
+def subject_of(params: GateParams, server: ServerConfig) -> str:
+    """How the run names what it gates: framework, model, method, K and thinking mode."""
+    return f"{server.framework} {params.model.id} {params.method.value} K={params.k} thinking={params.thinking.value}"
+
+
+def run_m1(
+    params: GateParams, reference: float, server: ServerConfig, writer: RunWriter, steps: Steps[H]
+) -> M1Outcome:
+    """Gate ``server`` (the point's config) against the ``reference`` AL, then on GSM8K; store and report.
+
+    ``writer`` is the run, entered and closed here; a pass is announced after it is closed. Raises the gates'
+    failure (or what stopped the run) after storing.
+    """
+    with writer:
+        verdicts = _run(params, reference, server, writer, steps)
+    steps.log(f"M1 passed for {subject_of(params, server)}")
+    steps.gate_passed(params, run_dir=writer.dir, reference_al=reference)
+    return M1Outcome(run_dir=writer.dir, passed=True, verdicts=verdicts)
+
+
+def _run(
+    params: GateParams, reference: float, server: ServerConfig, writer: RunWriter, steps: Steps[H]
+) -> tuple[Verdict, ...]:
+    """The gated run inside the open run directory: its verdicts when every gate passed, else the failure raised."""
+    subject = subject_of(params, server)
+    dataset = dataset_description(params.workload)
+    writer.update_provenance(dataset=dataset, reference_path=params.reference_path, reference_al=reference)
+    sessions = speed_bench_sessions(params.workload)
+    got = _Gated()
+    try:
+        with steps.server_lifetime(server, params.placement) as handle:
+            _gate(params, reference, server, writer, steps, handle, sessions, subject, got)
+    except Exception as exc:  # what was measured before the failure is stored below, then it is raised
+        got.crashed = exc
+        if not got.tables:
+            raise
+    failures = [] if got.partial is None else [got.partial]
+    if got.crashed is not None:
+        failures.append(f"the run failed: {got.crashed}")
+        if not isinstance(got.crashed, GateFailedError):  # the server or the client failed mid-way
+            got.partial = got.partial or f"the run failed after the AL point was measured: {got.crashed}"
+    passed = got.crashed is None and got.partial is None and all(v.passed for v in got.verdicts)
+    _store(params, server, writer, steps, subject, dataset, len(sessions), got, passed, failures)
+    if got.crashed is not None:
+        raise got.crashed
+    if not passed:
+        message = "; ".join(v.message for v in got.verdicts if not v.passed)
+        raise steps.fail(FLOW, message, {"subject": subject, "reference_al": reference})
+    return tuple(got.verdicts)
+
+
+def _gate(
+    params: GateParams,
+    reference: float,
+    server: ServerConfig,
+    writer: RunWriter,
+    steps: Steps[H],
+    handle: H,
+    sessions: list[Session],
+    subject: str,
+    got: _Gated,
+) -> None:
+    """The pre-flight, the AL point and its gate, then GSM8K."""
+    writer.update_provenance(server=handle.to_dict())
+    if params.preflight:
+        check = steps.preflight(handle, server, params.k, None, subject=subject)
+        writer.update_provenance(preflight=check.to_dict())
+        if not check.passed:
+            raise PreflightError(check.message)
+    m = _al_point(params, reference, steps, handle, sessions, server, got)
+    if m.aborted is not None:
+        got.partial = (
+            f"the AL point aborted mid-way ({m.aborted}); its {m.records.height} requests "
+            "are kept and the point is marked partial"
+        )
+        got.verdicts.append(Verdict("al", False, f"{subject}: no AL verdict: {got.partial}"))
+        return
+    if m.spec_stats is None:
+        why = m.stats_error or "no baseline or final scrape"
+        where = " + ".join(redact_url(u) for u in handle.all_metrics_urls)
+        raise steps.fail(FLOW, f"no spec-decode stats at {where} for {subject}: {why}", {})
+    got.verdicts.append(steps.check_al_gate(m.spec_stats, reference, params.tolerances, subject))
+    if params.gsm8k.enabled:
+        verdict, result = steps.check_accuracy_gate(
+            handle, params.model, params.thinking, params.gsm8k, synthetic=server.synthetic is not None
+        )
+        got.verdicts.append(verdict)
+        got.gsm8k = result.to_dict()
+        per_question: Any = result.to_dict(per_question=True)["results"]
+        got.tables["gsm8k"] = pl.DataFrame(per_question)
+
+
+def _al_point(
+    params: GateParams,
+    reference: float,
+    steps: Steps[H],
+    handle: H,
+    sessions: list[Session],
+    server: ServerConfig,
+    got: _Gated,
+) -> Measurement:
+    """Measure the AL point on SPEED-Bench and keep its tables."""
+    load = LoadConfig.model_validate(
+        {**params.load.model_dump(), "num_prompts": params.load.num_prompts or len(sessions)}
+    )
+    sampling = steps.request_sampling(params.model, params.thinking, max_tokens=params.workload.max_tokens)
+    m = steps.run_load(
+        handle, sessions, load, sampling, k=params.k, progress_key="m1-progress", gpus=gpu_layout(server)
+    )
+    m = steps.spec_stats(m, params.k, params.tolerances.confidence)
+    got.client = m.client
+    got.tables["requests"] = m.records
+    got.tables["server_metrics"] = m.metrics_frame()
+    if m.spec_stats is not None:
+        row = {
+            **flat_stats(m.spec_stats.to_dict()),
+            "reference_al": reference,
+            "partial": m.aborted is not None,
+        }
+        got.tables["spec_stats"] = pl.DataFrame([row])
+    return m
+
+
+def _store(
+    params: GateParams,
+    server: ServerConfig,
+    writer: RunWriter,
+    steps: Steps[H],
+    subject: str,
+    dataset: dict[str, Any],
+    sessions: int,
+    got: _Gated,
+    passed: bool,
+    failures: list[str],
+) -> None:
+    """Store the tables and ``summary.json``, then the report (also for a failed run)."""
+    summary = {
+        "flow": "m1",
+        "subject": subject,
+        "passed": passed,
+        "partial": got.partial is not None,
+        "failures": failures,
+        "verdicts": [v.to_dict() for v in got.verdicts],
+        "client": None if got.client is None else got.client.to_dict(),
+        "gsm8k": got.gsm8k,
+    }
+    steps.store(writer, got.tables, summary)
+    report = M1Summary(
+        run_dir=writer.dir,
+        engine_note=server.engine_note,
+        subject=subject,
+        passed=passed,
+        verdicts=tuple(M1Verdict(v.gate, v.passed, v.message) for v in got.verdicts),
+        dataset=str(dataset["dataset"]),
+        category=str(dataset["category"]),
+        sessions=sessions,
+        partial=got.partial,
+    )
+    rows = [{"gate": v.gate, "passed": v.passed, "message": v.message} for v in got.verdicts]
+    steps.render(writer, report, rows, key=f"m1-{server.framework}-k{params.k}")
+
+
+def flat_stats(stats: dict[str, Any]) -> dict[str, Any]:
+    """SpecStats as one table row (lists and maps as JSON-ready columns)."""
+    ci = stats.pop("ci", None) or {}
+    hist = stats.pop("histogram", None) or {}
+    out = {**stats, "ci_low": ci.get("low"), "ci_high": ci.get("high"), "ci_method": ci.get("method")}
+    out["histogram"] = [int(hist[k]) for k in sorted(hist, key=int)] if hist else None
+    return out

@@ -1,0 +1,256 @@
+"""M2, the synthetic benchmark, as a plain procedure.
+
+One server at the synthetic target, a concurrency plan, one audited point per planned point, everything
+measured stored even when the run is stopped or fails.
+
+The side effects are the caller's (:class:`alflow.methods.steps.Steps`): the flow gives Prefect's tasks, unit tests give fakes.
+The rules live here and in the modules it calls: the synthetic scheme from the launch's recorded knobs, the
+pre-flight before any point, the server's health before each point, a point stopped by a signal kept as a
+partial point and the signal re-raised after storing, an aborted point ending the sweep, an error after the
+first point stored before it is raised, and invalid points failing the run when ``fail_on_invalid``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from alflow.acceptance.synthetic import AcceptanceDistribution, distribution
+from alflow.config import BenchmarkParams, LoadConfig, ServerConfig, ThinkingMode
+from alflow.measure import PARTIAL_ATTR, Measurement
+from alflow.methods.common import engine_note_of
+from alflow.methods.plan import ConcurrencyPlan, FixedConcurrencies, PlannedPoint
+from alflow.methods.steps import H, Steps
+from alflow.metrics.client import GpuLayout
+from alflow.outcomes import M2Outcome
+from alflow.points import M2Point, m2_point
+from alflow.redact import redact_url
+from alflow.reports.markdown import M2Summary
+from alflow.results.store import RunWriter
+from alflow.topology import gpu_layout, topology
+from alflow.workloads import random_workload_sessions
+
+FLOW = "m2-benchmark"
+
+
+@dataclass
+class _Collected:
+    """What the run has measured so far (all of it is stored, whatever happens next)."""
+
+    points: list[M2Point] = field(default_factory=list)
+    requests: list[pl.DataFrame] = field(default_factory=list)
+    metrics: list[pl.DataFrame] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    scheme: str | None = None
+    dist: AcceptanceDistribution | None = None
+    engine_note: str | None = None
+    stopped: BaseException | None = None
+
+
+def plan_of(params: BenchmarkParams) -> ConcurrencyPlan:
+    """The run's concurrency plan: the configured concurrencies, each ``repeats`` times."""
+    return FixedConcurrencies(
+        params.concurrencies, params.prompts_per_concurrency, params.warmup_per_concurrency, params.repeats
+    )
+
+
+def run_m2(
+    params: BenchmarkParams, target: float, server: ServerConfig, writer: RunWriter, steps: Steps[H]
+) -> M2Outcome:
+    """Measure every planned point of ``params`` on ``server`` at the synthetic ``target``, store and report them.
+
+    ``writer`` is the open run; ``server`` is the point's server config with its synthetic knobs. Raises what
+    stopped the run after storing what it measured.
+    """
+    layout = gpu_layout(server)  # every node's GPUs: per-GPU throughput divides by all of them
+    got = _Collected(engine_note=server.engine_note)
+    try:
+        with steps.server_lifetime(server, params.placement) as handle:
+            _start(params, target, server, writer, steps, handle, got)
+            for planned in plan_of(params).points():
+                if _measure(params, target, server, steps, handle, layout, planned, got):
+                    break
+    except Exception as exc:  # what was measured before the failure is stored below, then it is raised
+        got.stopped = exc
+        got.failures.append(f"{server.framework} K={params.k}: the run failed: {exc}")
+        if not got.points:
+            raise
+    _store(params, target, server, writer, steps, layout, got)
+    if got.stopped is not None:
+        raise got.stopped
+    if got.failures and params.fail_on_invalid:
+        raise steps.fail(FLOW, "; ".join(got.failures), {"target_al": target, "k": params.k})
+    assert got.scheme is not None  # set before the first point; no point means the run raised above
+    return M2Outcome(
+        run_dir=writer.dir,
+        target_al=target,
+        scheme=got.scheme,
+        nodes=server.nodes,
+        num_gpus=layout.gpus,
+        points=tuple(got.points),
+        failures=tuple(got.failures),
+    )
+
+
+def _start(
+    params: BenchmarkParams,
+    target: float,
+    server: ServerConfig,
+    writer: RunWriter,
+    steps: Steps[H],
+    handle: H,
+    got: _Collected,
+) -> None:
+    """The scheme from the launch's recorded knobs, the run's provenance, and the pre-flight."""
+    knobs = handle.provenance.get("synthetic")
+    scheme = knobs.get("scheme") if isinstance(knobs, dict) else None
+    if not scheme:
+        raise steps.fail(FLOW, f"the launch of {server.framework} records no synthetic knobs", {})
+    got.scheme = str(scheme)
+    got.dist = dist = distribution(got.scheme, params.k, al=target)
+    got.engine_note = engine_note_of(server, handle.provenance)
+    writer.update_provenance(
+        server=handle.to_dict(),
+        target_al=target,
+        scheme=got.scheme,
+        topology=topology(server),
+        engine_note=got.engine_note,
+    )
+    steps.log(f"synthetic target AL {target:.4f} with scheme {got.scheme} ({dist.granularity} draw)")
+    if params.preflight:
+        check = steps.preflight(
+            handle,
+            server,
+            params.k,
+            dist,
+            subject=f"{server.framework} K={params.k} target {target:.4f}",
+            timeout_s=min(60.0, params.request_timeout_s, params.stall_timeout_s or 60.0),
+        )
+        writer.update_provenance(preflight=check.to_dict())
+        if not check.passed:
+            raise steps.fail(FLOW, check.message, {"target_al": target, "k": params.k})
+
+
+def _measure(
+    params: BenchmarkParams,
+    target: float,
+    server: ServerConfig,
+    steps: Steps[H],
+    handle: H,
+    layout: GpuLayout,
+    planned: PlannedPoint,
+    got: _Collected,
+) -> bool:
+    """Measure, audit and collect one point; True when the sweep must end (the point aborted or was stopped)."""
+    assert got.dist is not None  # set by _start
+    conc = planned.concurrency
+    sessions = random_workload_sessions(params.workload, planned.prompts, seed_offset=planned.seed_offset)
+    warm_sessions = random_workload_sessions(
+        params.workload, max(1, planned.warmup), seed_offset=planned.warmup_seed_offset
+    )
+    load = LoadConfig(
+        concurrency=conc,
+        num_prompts=planned.prompts,
+        warmup=planned.warmup,
+        timeout_s=params.request_timeout_s,
+        stall_timeout_s=params.stall_timeout_s,
+        client_processes=min(params.client_processes, conc),
+        auto_client_processes=params.auto_client_processes,
+    )
+    steps.wait_ready(handle, params.placement.runner)  # the server is still healthy before each point
+    try:
+        m = steps.run_load(
+            handle,
+            sessions,
+            load,
+            steps.request_sampling(params.model, ThinkingMode.OFF, fixed_length=params.workload.osl),
+            k=params.k,
+            endpoint=params.workload.endpoint,
+            warmup_sessions=warm_sessions if planned.warmup else None,
+            progress_key=planned.progress_key,
+            gpus=layout,
+        )
+    except BaseException as stop:
+        # SIGTERM / Ctrl-C mid-point: keep the answered requests as a partial point, store them, then stop as
+        # asked (re-raised after storing)
+        partial = getattr(stop, PARTIAL_ATTR, None)
+        if isinstance(stop, Exception) or not isinstance(partial, Measurement):
+            raise
+        got.stopped, m = stop, partial
+    else:
+        m = steps.spec_stats(m, params.k)
+    verdict = (
+        steps.audit(
+            m.spec_stats, got.dist, params.audit_abs_tol, f"{server.framework} K={params.k} {planned.label}"
+        )
+        if m.aborted is None and m.spec_stats is not None
+        else None
+    )
+    point, failures = m2_point(
+        m,
+        concurrency=conc,
+        k=params.k,
+        framework=server.framework,
+        target_al=target,
+        nodes=server.nodes,
+        audit=verdict,
+        metrics_where=" + ".join(redact_url(u) for u in handle.all_metrics_urls),
+        repeat=planned.repeat,
+        repeats=planned.repeats,
+    )
+    got.failures += failures
+    got.points.append(point)
+    tag = (pl.lit(conc).alias("concurrency"), pl.lit(planned.repeat).alias("repeat"))
+    got.requests.append(m.records.with_columns(*tag))
+    got.metrics.append(m.metrics_frame().with_columns(*tag))
+    # the server died or stalled: later points would measure nothing; a signal: stop as asked
+    return m.aborted is not None or got.stopped is not None
+
+
+def _store(
+    params: BenchmarkParams,
+    target: float,
+    server: ServerConfig,
+    writer: RunWriter,
+    steps: Steps[H],
+    layout: GpuLayout,
+    got: _Collected,
+) -> None:
+    """Store the tables and ``summary.json``, then the report (both also for a stopped or failed run)."""
+    assert (
+        got.dist is not None
+    )  # a point was measured (else the run raised before storing), so the scheme is known
+    rows = [p.to_dict() for p in got.points]
+    tables = {
+        "requests": pl.concat(got.requests, how="diagonal_relaxed"),
+        "server_metrics": pl.concat(got.metrics, how="diagonal_relaxed"),
+        "spec_stats": pl.DataFrame(rows),
+    }
+    summary = {
+        "flow": "m2",
+        "target_al": target,
+        "scheme": got.scheme,
+        "nodes": server.nodes,
+        "num_gpus": layout.gpus,
+        "repeats": params.repeats,
+        "points": rows,
+        "failures": got.failures,
+        "partial": got.stopped is not None or any(p.partial for p in got.points),
+    }
+    steps.store(writer, tables, summary)
+    report = M2Summary(
+        run_dir=writer.dir,
+        engine_note=got.engine_note,
+        model=params.model.id,
+        framework=server.framework,
+        k=params.k,
+        target_al=target,
+        scheme=got.scheme,
+        granularity=got.dist.granularity,
+        gpus=layout.gpus,
+        nodes=server.nodes,
+        points=rows,
+        failures=tuple(got.failures),
+    )
+    steps.render(writer, report, rows, key=f"m2-{params.model.id}-k{params.k}")

@@ -1,0 +1,143 @@
+"""The methods' side effects as Prefect tasks: the :class:`alflow.methods.steps.Steps` the flows give.
+
+Each step is the task of the same job (``tasks/``), so the Prefect UI shows the same task runs, caching and
+retries as before the procedures moved out of the flows; the procedures themselves have no Prefect in them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+import polars as pl
+from prefect import get_run_logger
+
+from alflow.acceptance.stats import SpecStats
+from alflow.acceptance.synthetic import AcceptanceDistribution
+from alflow.config import (
+    GateParams,
+    GateTolerances,
+    Gsm8kSettings,
+    LoadConfig,
+    ModelSpec,
+    ServerConfig,
+    ServerPlacement,
+    ThinkingMode,
+)
+from alflow.config.runners import RunnerOptions
+from alflow.datasets.types import Session
+from alflow.evals.gsm8k import EvalResult
+from alflow.gates import Verdict
+from alflow.loadgen.endpoints import Sampling
+from alflow.measure import Measurement
+from alflow.metrics.client import GpuLayout
+from alflow.preflight import PreflightResult
+from alflow.reports.markdown import FlowSummary
+from alflow.results.store import RunWriter
+from flows.common import emit_passed, fail, pass_event
+from infra.runners import ServerHandle
+from tasks import gates, measure, results, servers
+from tasks.preflight import preflight
+
+
+class PrefectSteps:
+    """Every step of :class:`alflow.methods.steps.Steps` as the flows' Prefect task of that job."""
+
+    def server_lifetime(
+        self, server: ServerConfig, placement: ServerPlacement
+    ) -> AbstractContextManager[ServerHandle]:
+        return servers.server_lifetime(server, placement)
+
+    def wait_ready(self, handle: ServerHandle, runner: RunnerOptions) -> object:
+        return servers.wait_ready(handle, runner)
+
+    def preflight(
+        self,
+        handle: ServerHandle,
+        server: ServerConfig,
+        k: int,
+        dist: AcceptanceDistribution | None,
+        *,
+        subject: str,
+        timeout_s: float = 60.0,
+    ) -> PreflightResult:
+        return preflight(handle, server, k, dist, subject=subject, timeout_s=timeout_s)
+
+    def request_sampling(
+        self,
+        model: ModelSpec,
+        thinking: ThinkingMode,
+        *,
+        max_tokens: int | None = None,
+        fixed_length: int | None = None,
+    ) -> Sampling:
+        return measure.request_sampling(model, thinking, max_tokens=max_tokens, fixed_length=fixed_length)
+
+    def run_load(
+        self,
+        handle: ServerHandle,
+        sessions: Sequence[Session],
+        load: LoadConfig,
+        sampling: Sampling,
+        *,
+        k: int,
+        endpoint: str = "chat",
+        warmup_sessions: Sequence[Session] | None = None,
+        progress_key: str,
+        gpus: GpuLayout,
+    ) -> Measurement:
+        return measure.run_load(
+            handle,
+            sessions,
+            load,
+            sampling,
+            k=k,
+            endpoint=endpoint,
+            warmup_sessions=warmup_sessions,
+            progress_key=progress_key,
+            gpus=gpus,
+            keep_partial=True,
+        )
+
+    def spec_stats(self, m: Measurement, k: int, level: float | None = None) -> Measurement:
+        return measure.spec_stats(m, k) if level is None else measure.spec_stats(m, k, level)
+
+    def audit(self, stats: SpecStats, dist: AcceptanceDistribution, abs_tol: float, subject: str) -> Verdict:
+        return gates.audit_synthetic(stats, dist, abs_tol, subject)
+
+    def check_al_gate(
+        self, stats: SpecStats, reference_al: float, tolerances: GateTolerances, subject: str
+    ) -> Verdict:
+        return gates.check_al_gate(stats, reference_al, tolerances, subject)
+
+    def check_accuracy_gate(
+        self,
+        handle: ServerHandle,
+        model: ModelSpec,
+        thinking: ThinkingMode,
+        settings: Gsm8kSettings,
+        *,
+        synthetic: bool,
+    ) -> tuple[Verdict, EvalResult]:
+        return gates.check_accuracy_gate(handle, model, thinking, settings, synthetic=synthetic)
+
+    def store(
+        self, writer: RunWriter, tables: Mapping[str, pl.DataFrame], summary: Mapping[str, Any]
+    ) -> object:
+        return results.store_results(writer, tables, summary)
+
+    def render(
+        self, writer: RunWriter, report: FlowSummary, rows: Sequence[Mapping[str, Any]], *, key: str
+    ) -> object:
+        return results.render_report(writer, report, rows, key=key)
+
+    def fail(self, flow: str, message: str, payload: dict[str, Any]) -> Exception:
+        return fail(flow, message, payload)
+
+    def gate_passed(self, params: GateParams, *, run_dir: str, reference_al: float) -> None:
+        # the pass event: prefect.yaml's m2-after-m1 trigger starts M2 from it
+        emit_passed("m1-gate", *pass_event(params, run_dir=run_dir, reference_al=reference_al))
+
+    def log(self, message: str) -> None:
+        get_run_logger().info("%s", message)

@@ -1,0 +1,419 @@
+"""The methods' procedures without Prefect (alflow.methods: M1, M2) and M2's concurrency plan.
+
+The steps are fakes at the seam the procedure owns (:class:`M2Steps`): they record what the procedure asked
+for and answer with measurements made here. The run directory is a real :class:`RunWriter`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from alflow.acceptance.stats import SpecStats, from_counters
+from alflow.acceptance.synthetic import AcceptanceDistribution
+from alflow.config import (
+    BenchmarkParams,
+    GateParams,
+    GateTolerances,
+    Gsm8kSettings,
+    LoadConfig,
+    ModelSpec,
+    RandomWorkload,
+    ServerConfig,
+    ServerPlacement,
+    SpeedBenchWorkload,
+    ThinkingMode,
+    server_config,
+)
+from alflow.config.runners import RunnerOptions
+from alflow.datasets.types import Session
+from alflow.errors import GateFailedError
+from alflow.evals.gsm8k import EvalResult
+from alflow.gates import Verdict, al_gate, audit_synthetic
+from alflow.loadgen.endpoints import Sampling
+from alflow.loadgen.records import RequestRecord, records_frame
+from alflow.measure import PARTIAL_ATTR, Measurement
+from alflow.methods.m1 import run_m1
+from alflow.methods.m2 import run_m2
+from alflow.methods.plan import FixedConcurrencies
+from alflow.metrics.client import GpuLayout, summarize
+from alflow.preflight import PreflightError, PreflightResult
+from alflow.reports.markdown import FlowSummary, M2Summary
+from alflow.results.store import RunWriter
+
+# -- the plan ---------------------------------------------------------------------------------------
+
+
+def test_a_fixed_plan_walks_each_concurrency_repeats_times_with_disjoint_seeds() -> None:
+    plan = FixedConcurrencies((4, 16), prompts_per_concurrency=10, warmup_per_concurrency=2, repeats=2)
+    points = list(plan.points())
+    assert [(p.concurrency, p.repeat) for p in points] == [(4, 0), (4, 1), (16, 0), (16, 1)]
+    assert [(p.prompts, p.warmup) for p in points] == [(40, 8), (40, 8), (160, 32), (160, 32)]
+    seeds = [p.seed_offset for p in points] + [p.warmup_seed_offset for p in points]
+    assert len(set(seeds)) == len(seeds)  # no two prompt sets drawn from the same seed
+    assert [p.label for p in points][:2] == ["concurrency 4 repeat 1/2", "concurrency 4 repeat 2/2"]
+    assert points[3].progress_key == "m2-progress-c16-r1"
+    once = next(FixedConcurrencies((8,), 3, 0).points())
+    assert (once.label, once.progress_key, once.warmup) == ("concurrency 8", "m2-progress-c8", 0)
+
+
+@pytest.mark.parametrize(
+    ("concurrencies", "prompts", "warmup", "repeats"),
+    [((), 1, 0, 1), ((0,), 1, 0, 1), ((4,), 0, 0, 1), ((4,), 1, -1, 1), ((4,), 1, 0, 0)],
+)
+def test_a_fixed_plan_refuses_what_measures_nothing(
+    concurrencies: tuple[int, ...], prompts: int, warmup: int, repeats: int
+) -> None:
+    with pytest.raises(ValueError, match="at least"):
+        FixedConcurrencies(concurrencies, prompts, warmup, repeats)
+
+
+# -- the procedure ----------------------------------------------------------------------------------
+
+K, TARGET = 3, 2.5
+
+
+@dataclass(frozen=True)
+class FakeHandle:
+    provenance: Mapping[str, object]
+    all_metrics_urls: Sequence[str] = ("http://127.0.0.1:9/metrics",)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"base_url": "http://127.0.0.1:9"}
+
+
+def _measurement(requests: int, *, aborted: str | None = None, stats: bool = True) -> Measurement:
+    ms = 1_000_000
+    frame = records_frame(
+        RequestRecord(
+            request_id=i,
+            session_id=f"s{i}",
+            start_ns=0,
+            first_token_ns=20 * ms,
+            end_ns=100 * ms,
+            done_ns=100 * ms,
+            chunk_ns=[20 * ms, 60 * ms, 100 * ms],
+            input_tokens=16,
+            output_tokens=8,
+            http_status=200,
+        )
+        for i in range(requests)
+    )
+    # the synthetic target exactly: 1 + accepted / drafts = 2.5 at K = 3
+    spec = from_counters(1000, 1500, draft_tokens=3000, k=K) if stats and aborted is None else None
+    return Measurement(
+        records=frame,
+        client=summarize(frame, duration_s=1.0),
+        spec_stats=spec,
+        dialect="vllm",
+        aborted=aborted,
+        duration_s=1.0,
+    )
+
+
+@dataclass
+class FakeSteps:
+    """Every step recorded; ``loads`` answers run_load in turn (a Measurement, or an exception to raise)."""
+
+    loads: list[Measurement | BaseException]
+    knobs: Mapping[str, object] = field(default_factory=lambda: {"scheme": "vllm"})
+    preflight_passes: bool = True
+    calls: list[str] = field(default_factory=list)
+    stored: list[Mapping[str, Any]] = field(default_factory=list)
+    reports: list[FlowSummary] = field(default_factory=list)
+    server_stopped: bool = False
+
+    @contextmanager
+    def server_lifetime(self, server: ServerConfig, placement: ServerPlacement) -> Iterator[FakeHandle]:
+        self.calls.append("start")
+        try:
+            yield FakeHandle(provenance={"synthetic": dict(self.knobs)})
+        finally:
+            self.server_stopped = True
+            self.calls.append("stop")
+
+    def wait_ready(self, handle: FakeHandle, runner: RunnerOptions) -> object:
+        self.calls.append("ready")
+        return handle
+
+    def preflight(
+        self,
+        handle: FakeHandle,
+        server: ServerConfig,
+        k: int,
+        dist: AcceptanceDistribution | None,
+        *,
+        subject: str,
+        timeout_s: float = 60.0,
+    ) -> PreflightResult:
+        self.calls.append("preflight")
+        message = "pre-flight passed" if self.preflight_passes else "pre-flight FAILED: AL 1.0, expected 2.5"
+        al = TARGET if self.preflight_passes else 1.0
+        return PreflightResult(
+            passed=self.preflight_passes,
+            message=message,
+            al=al,
+            expected_al=TARGET,
+            allowed=0.2,
+            steps=100,
+            requests=16,
+            duration_s=0.5,
+        )
+
+    def request_sampling(
+        self,
+        model: ModelSpec,
+        thinking: ThinkingMode,
+        *,
+        max_tokens: int | None = None,
+        fixed_length: int | None = None,
+    ) -> Sampling:
+        return Sampling(max_tokens=fixed_length or max_tokens or 64)
+
+    def run_load(
+        self,
+        handle: FakeHandle,
+        sessions: Sequence[Session],
+        load: LoadConfig,
+        sampling: Sampling,
+        *,
+        k: int,
+        endpoint: str = "chat",
+        warmup_sessions: Sequence[Session] | None = None,
+        progress_key: str,
+        gpus: GpuLayout,
+    ) -> Measurement:
+        self.calls.append(f"load c{load.concurrency} n{len(sessions)}")
+        answer = self.loads.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    def spec_stats(self, m: Measurement, k: int, level: float | None = None) -> Measurement:
+        return m
+
+    def audit(self, stats: SpecStats, dist: AcceptanceDistribution, abs_tol: float, subject: str) -> Verdict:
+        self.calls.append(f"audit {subject}")
+        return audit_synthetic(stats, dist, abs_tol=abs_tol, subject=subject)
+
+    def store(
+        self, writer: RunWriter, tables: Mapping[str, pl.DataFrame], summary: Mapping[str, Any]
+    ) -> object:
+        self.calls.append("store")
+        self.stored.append({"tables": dict(tables), **summary})
+        return writer.dir
+
+    def render(
+        self, writer: RunWriter, report: FlowSummary, rows: Sequence[Mapping[str, Any]], *, key: str
+    ) -> object:
+        self.calls.append("render")
+        self.reports.append(report)
+        return writer.dir
+
+    def check_al_gate(
+        self, stats: SpecStats, reference_al: float, tolerances: GateTolerances, subject: str
+    ) -> Verdict:
+        self.calls.append("al gate")
+        return al_gate(stats, reference_al, tolerances, subject=subject)
+
+    def check_accuracy_gate(
+        self,
+        handle: FakeHandle,
+        model: ModelSpec,
+        thinking: ThinkingMode,
+        settings: Gsm8kSettings,
+        *,
+        synthetic: bool,
+    ) -> tuple[Verdict, EvalResult]:
+        raise AssertionError("these runs turn GSM8K off")
+
+    def fail(self, flow: str, message: str, payload: dict[str, Any]) -> Exception:
+        return GateFailedError(f"{flow} failed: {message}")
+
+    def gate_passed(self, params: GateParams, *, run_dir: str, reference_al: float) -> None:
+        self.calls.append(f"passed {reference_al}")
+
+    def log(self, message: str) -> None:
+        self.calls.append(f"log {message}")
+
+
+def _params(tmp_path: Path, **fields: Any) -> BenchmarkParams:
+    model = ModelSpec(id="test-llama")
+    base: dict[str, Any] = {
+        "model": model,
+        "k": K,
+        "target_al": TARGET,
+        "server": server_config(framework="sim", model=model.id),
+        "placement": ServerPlacement(results_root=str(tmp_path / "results")),
+        "workload": RandomWorkload(isl=16, osl=8),
+        "concurrencies": (2, 4),
+        "prompts_per_concurrency": 2,
+        "warmup_per_concurrency": 1,
+    }
+    base.update(fields)
+    return BenchmarkParams(**base)
+
+
+def _run(tmp_path: Path, steps: FakeSteps, **fields: Any) -> Any:
+    params = _params(tmp_path, **fields)
+    writer = RunWriter(str(tmp_path / "results"), "m2", run_id="r1", config={})
+    return run_m2(params, TARGET, params.server, writer, steps)
+
+
+def test_every_planned_point_is_measured_audited_stored_and_reported(tmp_path: Path) -> None:
+    steps = FakeSteps(loads=[_measurement(4), _measurement(8), _measurement(4), _measurement(8)])
+    outcome = _run(tmp_path, steps, repeats=2)
+    assert [p.concurrency for p in outcome.points] == [2, 2, 4, 4]
+    assert all(p.valid for p in outcome.points)
+    assert outcome.failures == ()
+    assert (outcome.scheme, outcome.target_al) == ("vllm", TARGET)
+    loads = [c for c in steps.calls if c.startswith(("load", "ready", "preflight", "audit"))]
+    assert loads[:4] == ["preflight", "ready", "load c2 n4", "audit sim K=3 concurrency 2 repeat 1/2"]
+    assert steps.calls.count("ready") == 4  # the server's health before each point
+    assert steps.calls[-3:] == ["stop", "store", "render"]  # stored after the server is stopped
+    (summary,) = steps.stored
+    assert summary["partial"] is False
+    assert summary["tables"]["spec_stats"].height == 4
+    assert summary["tables"]["requests"]["repeat"].to_list()[:4] == [0] * 4
+    (report,) = steps.reports
+    assert isinstance(report, M2Summary)
+    assert report.granularity
+
+
+def test_an_aborted_point_ends_the_sweep_and_fails_the_run_after_storing_it(tmp_path: Path) -> None:
+    steps = FakeSteps(loads=[_measurement(4), _measurement(3, aborted="the server stopped answering")])
+    with pytest.raises(GateFailedError, match="aborted mid-point"):
+        _run(tmp_path, steps, concurrencies=(2, 4, 8))
+    assert [c for c in steps.calls if c.startswith("load")] == ["load c2 n4", "load c4 n8"]  # not c8
+    (summary,) = steps.stored
+    assert summary["partial"] is True
+    assert [p["partial"] for p in summary["points"]] == [False, True]
+
+
+def test_a_point_stopped_by_a_signal_is_stored_as_partial_and_the_signal_goes_on(tmp_path: Path) -> None:
+    stop = KeyboardInterrupt()
+    setattr(stop, PARTIAL_ATTR, _measurement(3, aborted="interrupted"))
+    steps = FakeSteps(loads=[_measurement(4), stop])
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path, steps, concurrencies=(2, 4, 8))
+    assert steps.server_stopped
+    (summary,) = steps.stored
+    assert summary["partial"] is True
+    assert summary["tables"]["requests"].height == 4 + 3
+    assert "render" in steps.calls
+
+
+def test_a_signal_without_a_measurement_stops_at_once_and_stores_nothing(tmp_path: Path) -> None:
+    steps = FakeSteps(loads=[KeyboardInterrupt()])
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path, steps)
+    assert steps.server_stopped
+    assert steps.stored == []
+
+
+def test_an_error_after_a_point_is_raised_after_what_was_measured_is_stored(tmp_path: Path) -> None:
+    steps = FakeSteps(loads=[_measurement(4), ConnectionError("the server went away")])
+    with pytest.raises(ConnectionError, match="went away"):
+        _run(tmp_path, steps)
+    (summary,) = steps.stored
+    assert summary["failures"] == ["sim K=3: the run failed: the server went away"]
+    assert summary["tables"]["spec_stats"].height == 1
+
+
+@pytest.mark.parametrize("what", ["preflight", "knobs"])
+def test_a_run_that_fails_before_any_point_stores_nothing(tmp_path: Path, what: str) -> None:
+    steps = FakeSteps(
+        loads=[_measurement(4)],
+        preflight_passes=what != "preflight",
+        knobs={} if what == "knobs" else {"scheme": "vllm"},
+    )
+    message = "pre-flight FAILED" if what == "preflight" else "records no synthetic knobs"
+    with pytest.raises((GateFailedError, PreflightError), match=message):
+        _run(tmp_path, steps)
+    assert steps.stored == []
+    assert steps.server_stopped
+    assert not [c for c in steps.calls if c.startswith("load")]
+
+
+def test_invalid_points_fail_the_run_only_when_asked(tmp_path: Path) -> None:
+    no_stats = [_measurement(4, stats=False), _measurement(8, stats=False)]
+    outcome = _run(tmp_path / "kept", FakeSteps(loads=list(no_stats)), fail_on_invalid=False)
+    assert [p.valid for p in outcome.points] == [False, False]
+    assert len(outcome.failures) == 2
+    with pytest.raises(GateFailedError, match="m2-benchmark failed"):
+        _run(tmp_path / "failed", FakeSteps(loads=list(no_stats)))
+
+
+# -- M1 -----------------------------------------------------------------------------------------------
+
+
+def _gate_params(tmp_path: Path) -> GateParams:
+    reference = tmp_path / "reference.yaml"
+    reference.write_text("entries: []\n", encoding="utf-8")
+    model = ModelSpec(id="test-llama")
+    return GateParams(
+        model=model,
+        k=K,
+        server=server_config(framework="sim", model=model.id),
+        placement=ServerPlacement(results_root=str(tmp_path / "results")),
+        reference_path=str(reference),
+        workload=SpeedBenchWorkload(category="coding", max_tokens=64),
+        load=LoadConfig(concurrency=2, num_prompts=4),
+        gsm8k=Gsm8kSettings(enabled=False),
+    )
+
+
+def _gate(tmp_path: Path, steps: FakeSteps, reference: float) -> Any:
+    params = _gate_params(tmp_path)
+    writer = RunWriter(str(tmp_path / "results"), "m1", run_id="g1", config={})
+    return run_m1(params, reference, params.server, writer, steps)
+
+
+def test_m1_passes_at_the_reference_and_announces_it_after_storing(tmp_path: Path) -> None:
+    steps = FakeSteps(loads=[_measurement(4)])
+    outcome = _gate(tmp_path, steps, reference=2.5)  # the measurement's AL is 2.5
+    assert outcome.passed
+    assert [v.gate for v in outcome.verdicts] == ["al"]
+    assert [c for c in steps.calls if not c.startswith("log")][-3:] == ["store", "render", "passed 2.5"]
+    (summary,) = steps.stored
+    assert summary["passed"] is True
+    assert summary["tables"]["spec_stats"]["reference_al"].to_list() == [2.5]
+
+
+def test_m1_below_the_reference_fails_after_storing_and_announces_nothing(tmp_path: Path) -> None:
+    steps = FakeSteps(loads=[_measurement(4)])
+    with pytest.raises(GateFailedError, match="m1-gate failed"):
+        _gate(tmp_path, steps, reference=3.5)
+    (summary,) = steps.stored
+    assert summary["passed"] is False
+    assert not [c for c in steps.calls if c.startswith("passed")]
+
+
+def test_m1_with_an_aborted_al_point_keeps_it_as_partial_and_fails(tmp_path: Path) -> None:
+    steps = FakeSteps(loads=[_measurement(2, aborted="the server stopped answering")])
+    with pytest.raises(GateFailedError, match="no AL verdict"):
+        _gate(tmp_path, steps, reference=2.5)
+    (summary,) = steps.stored
+    assert summary["partial"] is True
+    assert summary["tables"]["requests"].height == 2
+
+
+def test_m1_without_spec_decode_stats_names_the_metrics_endpoints(tmp_path: Path) -> None:
+    steps = FakeSteps(loads=[_measurement(4, stats=False)])
+    with pytest.raises(GateFailedError, match=r"no spec-decode stats at http://127\.0\.0\.1:9/metrics"):
+        _gate(tmp_path, steps, reference=2.5)
+    assert len(steps.stored) == 1  # the requests were measured: they are stored
+
+
+def test_m1_whose_preflight_fails_stores_nothing(tmp_path: Path) -> None:
+    steps = FakeSteps(loads=[], preflight_passes=False)
+    with pytest.raises(PreflightError, match="pre-flight FAILED"):
+        _gate(tmp_path, steps, reference=2.5)
+    assert steps.stored == []
+    assert steps.server_stopped
