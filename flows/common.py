@@ -19,15 +19,13 @@ from alflow.config import (
     GateParams,
     ModelSpec,
     ProcessOptions,
-    ServerConfig,
     SpecMethod,
-    SpeculativeConfig,
     SyntheticAcceptance,
     ThinkingMode,
-    server_config,
 )
 from alflow.errors import GateFailedError
 from alflow.fsutil import check_writable_dir, check_writable_file
+from alflow.methods.common import point_server
 from alflow.redact import redact_data, redact_urls_in_text
 from alflow.reference import VariantQuery, load_reference, server_variant_query
 from alflow.results.provenance import code_version, host_info
@@ -69,39 +67,6 @@ def open_run(
         provenance=provenance,
         simulated=simulated,
     )
-
-
-def point_server(
-    template: ServerConfig,
-    model: str,
-    method: SpecMethod,
-    k: int,
-    *,
-    draft_model: str | None = None,
-    synthetic: SyntheticAcceptance | None = None,
-) -> ServerConfig:
-    """The template with this point's model, speculative method and K, and synthetic knobs (validated)."""
-    data = template.model_dump()
-    carry: dict[str, object] = {}
-    spec = template.speculative
-    if spec is not None:
-        # vLLM's sampler switches hold for every K and method
-        carry = {
-            "rejection_sample_method": spec.rejection_sample_method,
-            "draft_sample_method": spec.draft_sample_method,
-        }
-        if spec.method is method:
-            # the template's n-gram lookup windows hold for every K
-            carry.update(prompt_lookup_min=spec.prompt_lookup_min, prompt_lookup_max=spec.prompt_lookup_max)
-    point_spec = SpeculativeConfig.model_validate(
-        {"method": method, "k": k, "draft_model": draft_model, **carry}
-    )
-    data.update(
-        model=model,
-        speculative=point_spec.model_dump(),
-        synthetic=None if synthetic is None else synthetic.model_dump(),
-    )
-    return server_config(data)
 
 
 def check_outputs(params: object) -> None:

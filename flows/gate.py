@@ -13,9 +13,10 @@ from __future__ import annotations
 from prefect import flow, tags
 
 from alflow.config import GateParams, ThinkingMode
+from alflow.methods.common import point_server
 from alflow.methods.m1 import run_m1
 from alflow.outcomes import M1Outcome
-from flows.common import open_run, point_server, reference_al, reference_variant
+from flows.common import open_run, reference_al, reference_variant
 from flows.presets import m1_params, run_name
 from flows.steps import PrefectSteps
 

@@ -85,7 +85,7 @@ class PrefectSteps:
         endpoint: str = "chat",
         warmup_sessions: Sequence[Session] | None = None,
         progress_key: str,
-        gpus: GpuLayout,
+        gpus: GpuLayout | None = None,
     ) -> Measurement:
         return measure.run_load(
             handle,

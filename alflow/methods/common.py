@@ -1,10 +1,10 @@
-"""What every method's procedure shares: the engine's label of a run."""
+"""What every method's procedure shares: the engine's label of a run, a point's server."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from alflow.config import ServerConfig
+from alflow.config import ServerConfig, SpecMethod, SpeculativeConfig, SyntheticAcceptance, server_config
 
 
 def engine_note_of(server: ServerConfig, provenance: Mapping[str, object]) -> str | None:
@@ -16,3 +16,36 @@ def engine_note_of(server: ServerConfig, provenance: Mapping[str, object]) -> st
     launched = provenance.get("engine_note")
     notes = [n for n in (server.engine_note, launched if isinstance(launched, str) else None) if n]
     return " ".join(notes) or None
+
+
+def point_server(
+    template: ServerConfig,
+    model: str,
+    method: SpecMethod,
+    k: int,
+    *,
+    draft_model: str | None = None,
+    synthetic: SyntheticAcceptance | None = None,
+) -> ServerConfig:
+    """The template with this point's model, speculative method and K, and synthetic knobs (validated)."""
+    data = template.model_dump()
+    carry: dict[str, object] = {}
+    spec = template.speculative
+    if spec is not None:
+        # vLLM's sampler switches hold for every K and method
+        carry = {
+            "rejection_sample_method": spec.rejection_sample_method,
+            "draft_sample_method": spec.draft_sample_method,
+        }
+        if spec.method is method:
+            # the template's n-gram lookup windows hold for every K
+            carry.update(prompt_lookup_min=spec.prompt_lookup_min, prompt_lookup_max=spec.prompt_lookup_max)
+    point_spec = SpeculativeConfig.model_validate(
+        {"method": method, "k": k, "draft_model": draft_model, **carry}
+    )
+    data.update(
+        model=model,
+        speculative=point_spec.model_dump(),
+        synthetic=None if synthetic is None else synthetic.model_dump(),
+    )
+    return server_config(data)

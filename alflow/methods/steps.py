@@ -97,7 +97,7 @@ class Steps(Protocol[H]):
         endpoint: str = "chat",
         warmup_sessions: Sequence[Session] | None = None,
         progress_key: str,
-        gpus: GpuLayout,
+        gpus: GpuLayout | None = None,
     ) -> Measurement:
         """One measured point, kept partial when it aborts (its ``aborted`` set) or is stopped (:data:`PARTIAL_ATTR`)."""
         ...

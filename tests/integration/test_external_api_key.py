@@ -38,11 +38,11 @@ from alflow.config import (
     server_config,
 )
 from alflow.evals.run import bundled_gsm8k
+from alflow.methods.common import point_server
 from alflow.results.store import open_run
 from alflow.sim.process import SimProcess
 from flows.benchmark import benchmark
 from flows.calibrate import calibrate
-from flows.common import point_server
 from flows.gate import gate
 from infra.recipes import build_launch
 

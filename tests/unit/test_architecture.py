@@ -210,7 +210,6 @@ MAX_FUNCTION_LINES = 80
 LONG_FUNCTIONS = {
     "alflow/reports/content/m0.py:build_m0": 171,
     "alflow/reference_inferencex.py:parse_golden": 168,
-    "flows/calibrate.py:calibrate": 140,
     "alflow/cli/bench.py:bench_command": 134,
     "alflow/reports/svg.py:render": 113,
     "flows/demo.py:_vllm_demo": 103,

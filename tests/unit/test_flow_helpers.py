@@ -37,7 +37,7 @@ def test_alflow_run_names_the_bad_field(tmp_path: Path) -> None:
 
 def test_point_server_keeps_vllms_sampler_switches_for_every_k() -> None:
     from alflow.config import SpecMethod, SpeculativeConfig, server_config
-    from flows.common import point_server
+    from alflow.methods.common import point_server
 
     template = server_config(
         framework="vllm",

@@ -18,9 +18,9 @@ from alflow.config import (
     SweepParams,
     SyntheticAcceptance,
 )
+from alflow.methods.common import point_server
 from alflow.reference import ReferenceTableError, load_reference
 from deployments.serve import load_deployments, load_flow, schedules
-from flows.common import point_server
 from flows.presets import m0_params, m1_params, m2_params, sweep_params_of
 from infra.recipes import build_launch
 from infra.versions import CapabilityError

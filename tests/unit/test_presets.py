@@ -28,7 +28,7 @@ from alflow.config import (
 )
 from alflow.config.presets import preset_from_data
 from alflow.errors import InvalidInputError
-from flows.common import point_server
+from alflow.methods.common import point_server
 from infra.recipes import build_launch
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,0 +1,342 @@
+"""M0, the calibration, as a plain procedure.
+
+For every model and K: one server, one calibration point (every thinking mode the model has), one reference
+entry per mode; then the reference table is merged under its lock and the run stores what changed. A run that
+fails part-way stores what it measured in the run only and never changes the table. A point is measured by
+:func:`measure_calibration_point`; how it is cached and retried is the caller's (the flow's Prefect task).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import polars as pl
+
+from alflow.calibration import (
+    CalibrationPoint,
+    EntryContext,
+    ModePoint,
+    m0_variant,
+    mode_point,
+    reference_entry,
+)
+from alflow.config import (
+    CalibrateParams,
+    LoadConfig,
+    ModelSpec,
+    ServerConfig,
+    ServerPlacement,
+    SpeedBenchWorkload,
+    ThinkingMode,
+)
+from alflow.config.workloads import LiteratureWorkload
+from alflow.methods.common import point_server
+from alflow.methods.steps import H, Steps
+from alflow.outcomes import M0Outcome
+from alflow.preflight import PreflightError
+from alflow.reference import (
+    ReferenceDiff,
+    ReferenceEntry,
+    ReferenceTable,
+    ReferenceTableError,
+    diff_tables,
+    load_reference,
+    update_reference,
+)
+from alflow.reports.markdown import M0Row, M0Summary
+from alflow.results.audit import SCRAPES, scrape_key
+from alflow.results.manifest import ServerRecord
+from alflow.results.provenance import code_version, host_info
+from alflow.results.store import RunWriter
+from alflow.workloads import (
+    al_workload_sessions,
+    dataset_description,
+    reference_table_keys,
+    workload_category,
+)
+
+
+class PartialPointError(ReferenceTableError):
+    """A calibration point aborted mid-way (the server died or stalled): what it measured comes along.
+
+    ``records`` are the requests measured before the abort, ``scrapes`` the raw scrapes per thinking
+    mode (the aborted mode's final scrape when one was taken); the run stores both and marks the point
+    partial. Picklable, so Prefect can keep it as the task's failed result.
+    """
+
+    def __init__(self, message: str, records: pl.DataFrame, scrapes: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.records = records
+        self.scrapes = scrapes
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.records, self.scrapes))
+
+
+def measure_calibration_point(
+    steps: Steps[H],
+    server: ServerConfig,
+    placement: ServerPlacement,
+    model: ModelSpec,
+    thinking: tuple[ThinkingMode, ...],
+    workload: SpeedBenchWorkload | LiteratureWorkload,
+    load: LoadConfig,
+    check_first: bool = True,
+) -> CalibrationPoint:
+    """Measure one (model, K) on one server for each thinking mode; plain data, safe to cache.
+
+    ``check_first``: a pre-flight burst proves speculation runs with this K before the measurement. An aborted
+    mode raises :class:`PartialPointError` with what was measured.
+    """
+    sessions = al_workload_sessions(workload)
+    spec = server.speculative
+    assert spec is not None
+    modes: dict[str, ModePoint] = {}
+    with steps.server_lifetime(server, placement) as handle:
+        record = ServerRecord.model_validate(handle.to_dict())
+        if check_first:
+            check = steps.preflight(handle, server, spec.k, None, subject=f"{model.id} K={spec.k}")
+            if not check.passed:
+                raise PreflightError(check.message)
+        for mode in thinking:
+            point_load = LoadConfig.model_validate(
+                {**load.model_dump(), "num_prompts": load.num_prompts or len(sessions)}
+            )
+            sampling = steps.request_sampling(model, mode, max_tokens=workload.max_tokens)
+            m = steps.run_load(
+                handle,
+                sessions,
+                point_load,
+                sampling,
+                k=spec.k,
+                progress_key=f"m0-k{spec.k}-{mode.value}",
+                gpus=None,
+            )
+            m = steps.spec_stats(m, spec.k)
+            if m.aborted is not None:
+                scrapes: dict[str, Any] = {name: done.scrapes() for name, done in modes.items()}
+                scrapes[mode.value] = {"dialect": m.dialect, **m.snapshots(), "partial": True}
+                raise PartialPointError(
+                    f"{model.id} K={spec.k} thinking={mode.value}: the point aborted mid-way ({m.aborted}); "
+                    f"its {m.records.height} requests are kept and the point is marked partial",
+                    m.records.with_columns(pl.lit(spec.k).alias("k"), pl.lit(mode.value).alias("thinking")),
+                    scrapes,
+                )
+            modes[mode.value] = mode_point(
+                m, prompts=len(sessions), subject=f"{model.id} K={spec.k} thinking={mode.value}"
+            )
+    return CalibrationPoint(measured_at=datetime.now(UTC), server=record, modes=modes)
+
+
+@dataclass(frozen=True)
+class MeasuredPoint:
+    """A calibration point and whether it came from the cache (measured by an earlier run)."""
+
+    point: CalibrationPoint
+    cached: bool
+
+
+class PointMeasurer(Protocol):
+    """Measure (or take from the cache) the calibration point of one model and K on ``server``."""
+
+    def __call__(
+        self, server: ServerConfig, model: ModelSpec, modes: tuple[ThinkingMode, ...]
+    ) -> MeasuredPoint: ...
+
+
+@dataclass(frozen=True)
+class M0Target:
+    """Where the run's entries go and what they are: checked before anything is measured."""
+
+    path: Path
+    kind: Literal["simulated", "measured"]
+    dataset: dict[str, str]
+    table_dataset: str
+    table_category: str
+
+
+def check_reference_target(params: CalibrateParams) -> M0Target:
+    """The reference table the run writes, refused before measuring when it cannot take these values.
+
+    The merge reads the table again under its lock (another run may have written it in the meantime).
+    """
+    dataset = dataset_description(params.workload)
+    kind: Literal["simulated", "measured"] = "simulated" if params.server.simulated else "measured"
+    path = Path(params.reference_path)
+    existing = load_reference(path) if path.exists() else None
+    if existing is not None and existing.kind != kind:
+        raise ReferenceTableError(
+            f"{path} is a {existing.kind} table; refusing to add {kind} values to it (choose another reference_path)"
+        )
+    table_dataset, table_category = reference_table_keys(params.workload, dataset)
+    if existing is not None and (existing.dataset, existing.category) != (table_dataset, table_category):
+        raise ReferenceTableError(
+            f"{path} holds {existing.dataset} / {existing.category}; refusing to add {table_dataset} / "
+            f"{table_category} values to it: one table per dataset (choose another reference_path)"
+        )
+    return M0Target(path, kind, dataset, table_dataset, table_category)
+
+
+@dataclass
+class _Calibrated:
+    """What the run has measured so far."""
+
+    entries: list[ReferenceEntry] = field(default_factory=list)
+    cached_points: list[str] = field(default_factory=list)
+    scrapes: dict[str, Any] = field(default_factory=dict)
+    partial_records: list[pl.DataFrame] = field(default_factory=list)
+
+
+def run_m0(
+    params: CalibrateParams,
+    target: M0Target,
+    writer: RunWriter,
+    steps: Steps[H],
+    measure: PointMeasurer,
+    *,
+    flow_run_id: str,
+) -> M0Outcome:
+    """Calibrate every (model, K) of ``params`` into ``target``'s table; ``writer`` is the open run."""
+    context = EntryContext(
+        method=params.method,
+        framework=params.server.framework,
+        dataset=target.dataset["dataset"],
+        dataset_hash=target.dataset["dataset_hash"],
+        code_version=code_version(),
+        flow_run_id=flow_run_id,
+        host=None if (host := host_info().get("host")) is None else str(host),
+        variant=m0_variant(params),
+    )
+    writer.update_provenance(dataset=target.dataset)
+    got = _Calibrated()
+    try:
+        _measure_all(params, steps, measure, context, got)
+    except Exception as exc:  # what was measured is stored (not in the reference table), then raised
+        if not got.entries and not got.partial_records:
+            raise
+        # a failed calibration never changes the reference table: its points are stored in the run only
+        tables = (
+            {"requests": pl.concat(got.partial_records, how="diagonal_relaxed")}
+            if got.partial_records
+            else {}
+        )
+        writer.write_json(SCRAPES, {"points": got.scrapes})
+        steps.store(
+            writer, tables, m0_summary(target.path, got.entries, got.cached_points, None, failures=[str(exc)])
+        )
+        report = m0_report(writer, params, target, got.entries, got.cached_points, None, [str(exc)])
+        steps.render(writer, report, m0_rows(got.entries), key="m0-calibration")
+        raise
+    previous, table = update_reference(target.path, got.entries, new=_empty_table(params, target))
+    diff = diff_tables(previous, table) if previous is not None else None
+    writer.write_json(SCRAPES, {"points": got.scrapes})
+    writer.write_summary(m0_summary(target.path, got.entries, got.cached_points, diff))
+    changed = None if diff is None else sum(r.status != "unchanged" for r in diff.rows)
+    report = m0_report(writer, params, target, got.entries, got.cached_points, changed, [])
+    steps.render(writer, report, m0_rows(got.entries), key="m0-calibration")
+    return M0Outcome(
+        run_dir=writer.dir,
+        reference_path=str(target.path),
+        entries=tuple(got.entries),
+        cached_points=tuple(got.cached_points),
+    )
+
+
+def _measure_all(
+    params: CalibrateParams, steps: Steps[H], measure: PointMeasurer, context: EntryContext, got: _Calibrated
+) -> None:
+    for model in params.models:
+        modes = tuple(m for m in params.thinking if model.reasoning or m is ThinkingMode.OFF)
+        if not modes:
+            steps.log(f"{model.id} is not a reasoning model: measured with thinking off only")
+            modes = (ThinkingMode.OFF,)
+        for k in params.ks:
+            server = point_server(params.server, model.id, params.method, k, draft_model=params.draft_model)
+            try:
+                measured = measure(server, model, modes)
+            except PartialPointError as error:
+                got.partial_records.append(error.records)
+                for mode_name, raw in error.scrapes.items():
+                    got.scrapes[scrape_key(model.id, params.method.value, mode_name, k)] = {"k": k, **raw}
+                raise
+            label = f"{model.id} K={k}"
+            if measured.cached:
+                got.cached_points.append(label)
+                steps.log(
+                    f"calibration point {label} reused from cache (measured {measured.point.measured_at.isoformat()})"
+                )
+            for mode in modes:
+                got.entries.append(reference_entry(measured.point, model, k, mode, context))
+                key = scrape_key(model.id, params.method.value, mode.value, k)
+                got.scrapes[key] = {"k": k, **measured.point.mode(mode).scrapes()}
+
+
+def _empty_table(params: CalibrateParams, target: M0Target) -> ReferenceTable:
+    simulated = target.kind == "simulated"
+    note = params.server.engine_note
+    return ReferenceTable(
+        kind=target.kind,
+        dataset=target.table_dataset,
+        category=target.table_category,
+        description=(
+            "Reference AL measured by alflow M0"
+            + (" on the SIMULATED engine (not a real reference)" if simulated else "")
+            + (f" ({note})" if note and not simulated else "")
+            + f" on {target.dataset['dataset']} / {workload_category(params.workload)}."
+        ),
+        entries=(),
+    )
+
+
+def m0_summary(
+    path: Path,
+    entries: Sequence[ReferenceEntry],
+    cached_points: Sequence[str],
+    diff: ReferenceDiff | None,
+    *,
+    failures: Sequence[str] = (),
+) -> dict[str, Any]:
+    """summary.json of an M0 run; a failed run (``failures``) says its entries are not in the table."""
+    return {
+        "flow": "m0",
+        "reference_path": str(path),
+        "entries": [e.model_dump(mode="json", exclude_none=True) for e in entries],
+        "cached_points": list(cached_points),
+        "diff": None if diff is None else diff.to_dict(),
+        "partial": bool(failures),
+        "failures": list(failures),
+        "reference_updated": not failures,
+    }
+
+
+def m0_rows(entries: Sequence[ReferenceEntry]) -> list[dict[str, object]]:
+    """The key numbers of each entry (the table artifact)."""
+    return M0Outcome("", "", tuple(entries)).rows()
+
+
+def m0_report(
+    writer: RunWriter,
+    params: CalibrateParams,
+    target: M0Target,
+    entries: Sequence[ReferenceEntry],
+    cached_points: Sequence[str],
+    changed: int | None,
+    failures: Sequence[str],
+) -> M0Summary:
+    """The run's Markdown summary."""
+    return M0Summary(
+        run_dir=writer.dir,
+        engine_note=params.server.engine_note,
+        reference_path=str(target.path),
+        kind=target.kind,
+        dataset=str(target.dataset["dataset"]),
+        category=workload_category(params.workload),
+        rows=tuple(M0Row(e.model, e.thinking.value, e.k, e.al, e.num_drafts) for e in entries),
+        cached_points=tuple(cached_points),
+        changed=changed,
+        failures=tuple(failures),
+    )
