@@ -1,4 +1,4 @@
-"""The methods' procedures without Prefect (alflow.methods: M1, M2) and M2's concurrency plan.
+"""The methods' procedures without Prefect (alflow.methods: M0, M1, M2) and M2's concurrency plan.
 
 The steps are fakes at the seam the procedure owns (:class:`M2Steps`): they record what the procedure asked
 for and answer with measurements made here. The run directory is a real :class:`RunWriter`.
@@ -19,6 +19,7 @@ from alflow.acceptance.stats import SpecStats, from_counters
 from alflow.acceptance.synthetic import AcceptanceDistribution
 from alflow.config import (
     BenchmarkParams,
+    CalibrateParams,
     GateParams,
     GateTolerances,
     Gsm8kSettings,
@@ -39,11 +40,21 @@ from alflow.gates import Verdict, al_gate, audit_synthetic
 from alflow.loadgen.endpoints import Sampling
 from alflow.loadgen.records import RequestRecord, records_frame
 from alflow.measure import PARTIAL_ATTR, Measurement
+from alflow.methods.common import point_server
+from alflow.methods.m0 import (
+    MeasuredPoint,
+    PartialPointError,
+    check_reference_target,
+    measure_calibration_point,
+    run_m0,
+)
 from alflow.methods.m1 import run_m1
 from alflow.methods.m2 import run_m2
 from alflow.methods.plan import FixedConcurrencies
 from alflow.metrics.client import GpuLayout, summarize
+from alflow.metrics.prometheus import Snapshot
 from alflow.preflight import PreflightError, PreflightResult
+from alflow.reference import ReferenceTableError, load_reference
 from alflow.reports.markdown import FlowSummary, M2Summary
 from alflow.results.store import RunWriter
 
@@ -88,7 +99,16 @@ class FakeHandle:
         return {"base_url": "http://127.0.0.1:9"}
 
 
-def _measurement(requests: int, *, aborted: str | None = None, stats: bool = True) -> Measurement:
+def _snapshot(accepted: float, drafts: float) -> Snapshot:
+    return Snapshot(
+        url="http://127.0.0.1:9/metrics",
+        wall_time_s=accepted,
+        mono_ns=int(drafts),
+        samples={"vllm:spec_decode_num_accepted_tokens_total": {(): accepted}},
+    )
+
+
+def _measurement(requests: int, *, aborted: str | None = None, stats: bool = True, k: int = K) -> Measurement:
     ms = 1_000_000
     frame = records_frame(
         RequestRecord(
@@ -106,7 +126,12 @@ def _measurement(requests: int, *, aborted: str | None = None, stats: bool = Tru
         for i in range(requests)
     )
     # the synthetic target exactly: 1 + accepted / drafts = 2.5 at K = 3
-    spec = from_counters(1000, 1500, draft_tokens=3000, k=K) if stats and aborted is None else None
+    per_position = {2: [1000, 500], 3: [1000, 500, 0]}[k]  # the min-variance schedule of AL 2.5
+    spec = (
+        from_counters(1000, 1500, draft_tokens=1000 * k, accepted_per_position=per_position, k=k)
+        if stats and aborted is None
+        else None
+    )
     return Measurement(
         records=frame,
         client=summarize(frame, duration_s=1.0),
@@ -114,6 +139,8 @@ def _measurement(requests: int, *, aborted: str | None = None, stats: bool = Tru
         dialect="vllm",
         aborted=aborted,
         duration_s=1.0,
+        baseline=_snapshot(0, 0),
+        final=_snapshot(1500, 3000),
     )
 
 
@@ -187,7 +214,7 @@ class FakeSteps:
         endpoint: str = "chat",
         warmup_sessions: Sequence[Session] | None = None,
         progress_key: str,
-        gpus: GpuLayout,
+        gpus: GpuLayout | None = None,
     ) -> Measurement:
         self.calls.append(f"load c{load.concurrency} n{len(sessions)}")
         answer = self.loads.pop(0)
@@ -417,3 +444,97 @@ def test_m1_whose_preflight_fails_stores_nothing(tmp_path: Path) -> None:
         _gate(tmp_path, steps, reference=2.5)
     assert steps.stored == []
     assert steps.server_stopped
+
+
+# -- M0 -----------------------------------------------------------------------------------------------
+
+
+def _calibrate_params(tmp_path: Path, ks: tuple[int, ...] = (2, 3)) -> CalibrateParams:
+    model = ModelSpec(id="test-llama")
+    return CalibrateParams(
+        models=(model,),
+        ks=ks,
+        server=server_config(framework="sim", model=model.id),
+        placement=ServerPlacement(results_root=str(tmp_path / "results")),
+        workload=SpeedBenchWorkload(category="coding", max_tokens=64),
+        load=LoadConfig(concurrency=2, num_prompts=4),
+        reference_path=str(tmp_path / "ref.yaml"),
+    )
+
+
+def test_m0_measures_a_point_per_thinking_mode_through_the_steps(tmp_path: Path) -> None:
+    params = _calibrate_params(tmp_path)
+    steps = FakeSteps(loads=[_measurement(4)])
+    server = point_server(params.server, "test-llama", params.method, 3)
+    point = measure_calibration_point(
+        steps, server, params.placement, params.models[0], (ThinkingMode.OFF,), params.workload, params.load
+    )
+    assert list(point.modes) == ["off"]
+    assert point.mode(ThinkingMode.OFF).stats.al == pytest.approx(2.5)
+    assert steps.calls[:2] == ["start", "preflight"]
+    assert steps.calls[2].startswith("load c2 n")  # the embedded coding prompts, 4 of them measured
+    aborted = FakeSteps(loads=[_measurement(2, aborted="the server stopped answering")])
+    with pytest.raises(PartialPointError, match="aborted mid-way") as caught:
+        measure_calibration_point(
+            aborted,
+            server,
+            params.placement,
+            params.models[0],
+            (ThinkingMode.OFF,),
+            params.workload,
+            params.load,
+        )
+    assert caught.value.records.height == 2
+    assert caught.value.scrapes["off"]["partial"] is True
+    assert aborted.server_stopped
+
+
+def _measurer(steps: FakeSteps, cached_ks: tuple[int, ...] = ()) -> Any:
+    def measure(server: ServerConfig, model: ModelSpec, modes: tuple[ThinkingMode, ...]) -> MeasuredPoint:
+        assert server.speculative is not None
+        params = _calibrate_params(Path("/unused"))
+        point = measure_calibration_point(
+            steps, server, params.placement, model, modes, params.workload, params.load, check_first=False
+        )
+        return MeasuredPoint(point, cached=server.speculative.k in cached_ks)
+
+    return measure
+
+
+def test_m0_writes_one_entry_per_k_into_the_reference_table(tmp_path: Path) -> None:
+    params = _calibrate_params(tmp_path)
+    target = check_reference_target(params)
+    writer = RunWriter(str(tmp_path / "results"), "m0", run_id="c1", config={}, simulated=True)
+    steps = FakeSteps(loads=[_measurement(4, k=2), _measurement(4, k=3)])
+    with writer:
+        outcome = run_m0(params, target, writer, steps, _measurer(steps, cached_ks=(2,)), flow_run_id="f1")
+    assert [(e.k, e.al) for e in outcome.entries] == [(2, 2.5), (3, 2.5)]
+    assert outcome.cached_points == ("test-llama K=2",)
+    table = load_reference(tmp_path / "ref.yaml")
+    assert table.kind == "simulated"
+    assert sorted(e.k for e in table.entries) == [2, 3]
+    assert {e.provenance.flow_run_id for e in table.entries if e.provenance is not None} == {"f1"}
+
+
+def test_m0_that_fails_part_way_stores_its_points_in_the_run_and_leaves_the_table(tmp_path: Path) -> None:
+    params = _calibrate_params(tmp_path)
+    target = check_reference_target(params)
+    writer = RunWriter(str(tmp_path / "results"), "m0", run_id="c2", config={}, simulated=True)
+    steps = FakeSteps(loads=[_measurement(4, k=2), _measurement(2, aborted="the server stopped answering")])
+    with pytest.raises(PartialPointError), writer:
+        run_m0(params, target, writer, steps, _measurer(steps), flow_run_id="f2")
+    assert not (tmp_path / "ref.yaml").exists()  # a failed calibration never changes the table
+    (summary,) = steps.stored
+    assert summary["reference_updated"] is False
+    assert summary["tables"]["requests"].height == 2
+    assert len(summary["entries"]) == 1  # K = 2 was measured: kept in the run
+
+
+def test_m0_refuses_a_table_of_the_other_kind_before_measuring(tmp_path: Path) -> None:
+    params = _calibrate_params(tmp_path)
+    (tmp_path / "ref.yaml").write_text(
+        "kind: measured\ndataset: speed-bench\ncategory: coding\ndescription: x\nentries: []\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ReferenceTableError, match="is a measured table; refusing to add simulated values"):
+        check_reference_target(params)
