@@ -141,3 +141,6 @@ class PrefectSteps:
 
     def log(self, message: str) -> None:
         get_run_logger().info("%s", message)
+
+    def warn(self, message: str) -> None:
+        get_run_logger().warning("%s", message)

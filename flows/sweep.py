@@ -21,7 +21,6 @@ import inspect
 from datetime import UTC, datetime
 from typing import Any, cast
 
-import polars as pl
 from prefect import flow, get_run_logger, tags, task
 from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import State
@@ -30,10 +29,8 @@ from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
 from alflow.acceptance.synthetic import K_MAX
 from alflow.config import BenchmarkParams, GateParams, SweepParams
-from alflow.kchoice import RULE, all_choices, spread_rows
+from alflow.methods.sweep import conclude_sweep
 from alflow.outcomes import ChildRun, KOutcome, M2Outcome, SweepOutcome
-from alflow.points import best_k
-from alflow.reports.markdown import SweepSummary
 from alflow.results.rows import M2Point
 from alflow.sweep import (
     NodePool,
@@ -41,16 +38,13 @@ from alflow.sweep import (
     child_parameters,
     dispatch_rank,
     gate_for,
-    lost_nodes,
-    per_k_rows,
-    sweep_failures,
 )
 from flows.benchmark import benchmark
-from flows.common import fail, open_run
+from flows.common import open_run
 from flows.gate import gate
 from flows.presets import run_name, sweep_params_of
+from flows.steps import PrefectSteps
 from tasks.fanout import ChildRunFailedError, cache_options, deployment_pools, read_m2_points, run_child
-from tasks.results import render_report, store_results
 
 
 def _subflow_id(state: State[Any]) -> str | None:
@@ -201,7 +195,6 @@ def sweep(
             built from the preset, in this process). The fields above win over it.
     """
     params = sweep_params_of(preset, model, ks, target_al, concurrencies, params)
-    log = get_run_logger()
     server = params.benchmark.server
     writer = open_run(
         "sweep",
@@ -210,73 +203,10 @@ def sweep(
         simulated=server.simulated,
         engine_note=server.engine_note,
     )
-    mode = (
-        "in-process"
-        if params.fan_out is None
-        else f"fanned out over {len(params.fan_out.nodes)} node(s): "
-        + ", ".join(n.work_queue for n in params.fan_out.nodes)
-    )
     with writer, tags(f"model:{params.benchmark.model.id}", f"framework:{server.framework}", "sweep"):
         lost: dict[str, str] = {}
         if params.fan_out is None:
             results, points = _in_process(params)
         else:
             results, points, lost = _fanned_out(params, f"sweep-{writer.run_id}")
-        summary = best_k(points)
-        choices = [c.to_dict() for c in all_choices(points)]
-        spread = spread_rows(points)
-        for best in summary:
-            log.info(
-                "concurrency %d: best K by throughput/GPU = %s, by interactivity = %s",
-                best.concurrency,
-                best.best_k_throughput,
-                best.best_k_interactivity,
-            )
-        failures = sweep_failures(results)
-        warnings = lost_nodes(lost)
-        for line in warnings:
-            log.warning("%s", line)
-        rows = per_k_rows(results)
-        best_rows = [b.to_dict() for b in summary]
-        tables = {"per_k": pl.DataFrame(rows)}
-        if points:
-            tables["spec_stats"] = pl.DataFrame([p.to_dict() for p in points])
-        store_results(
-            writer,
-            tables,
-            {
-                "flow": "sweep",
-                "mode": mode,
-                "ks": list(params.ks),
-                "best_k": best_rows,
-                "repeats": params.benchmark.repeats,
-                "k_choice": choices,
-                "failures": failures,
-                "lost_nodes": warnings,
-            },
-        )
-        report = SweepSummary(
-            run_dir=writer.dir,
-            engine_note=server.engine_note,
-            model=params.benchmark.model.id,
-            framework=server.framework,
-            mode=mode,
-            per_k=rows,
-            best_k=best_rows,
-            k_choice=choices,
-            spread=spread,
-            repeats=params.benchmark.repeats,
-            rule=RULE,
-            failures=tuple(failures),
-            lost_nodes=tuple(warnings),
-        )
-        render_report(writer, report, rows, key=f"sweep-{server.framework}")
-        outcome = SweepOutcome(per_k=results, best_k=tuple(summary), points=tuple(points), run_dir=writer.dir)
-        if failures:
-            failed = sorted(k for k, r in results.items() if r.failed)
-            raise fail(
-                "sweep",
-                f"sweep finished with failures at K={failed}: " + "; ".join(failures),
-                {"results": outcome.to_dict()["per_k"]},
-            )
-    return outcome
+        return conclude_sweep(params, writer, PrefectSteps(), results, points, lost)

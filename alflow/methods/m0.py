@@ -252,7 +252,7 @@ def _measure_all(
     for model in params.models:
         modes = tuple(m for m in params.thinking if model.reasoning or m is ThinkingMode.OFF)
         if not modes:
-            steps.log(f"{model.id} is not a reasoning model: measured with thinking off only")
+            steps.warn(f"{model.id} is not a reasoning model: measured with thinking off only")
             modes = (ThinkingMode.OFF,)
         for k in params.ks:
             server = point_server(params.server, model.id, params.method, k, draft_model=params.draft_model)

@@ -145,3 +145,7 @@ class Steps(Protocol[H]):
     def log(self, message: str) -> None:
         """Say what the run is doing."""
         ...
+
+    def warn(self, message: str) -> None:
+        """Say what the run did differently from what it was asked, or lost."""
+        ...

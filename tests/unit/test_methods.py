@@ -269,6 +269,9 @@ class FakeSteps:
     def log(self, message: str) -> None:
         self.calls.append(f"log {message}")
 
+    def warn(self, message: str) -> None:
+        self.calls.append(f"warn {message}")
+
 
 def _params(tmp_path: Path, **fields: Any) -> BenchmarkParams:
     model = ModelSpec(id="test-llama")

@@ -1,0 +1,100 @@
+"""The sweep's own run: after M1 and M2 ran for every K (in one process or fanned out), its verdict and report.
+
+:func:`conclude_sweep` turns the per-K outcomes and M2 points into the best K per concurrency, the K choice and
+its spread, the failures and lost nodes, stores them with the report, and fails the run when a K failed. How
+the Ks ran (subflows, deployments on GPU nodes) is the flow's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import polars as pl
+
+from alflow.config import SweepParams
+from alflow.kchoice import RULE, all_choices, spread_rows
+from alflow.methods.steps import H, Steps
+from alflow.outcomes import KOutcome, SweepOutcome
+from alflow.points import best_k
+from alflow.reports.markdown import SweepSummary
+from alflow.results.rows import M2Point
+from alflow.results.store import RunWriter
+from alflow.sweep import lost_nodes, per_k_rows, sweep_failures
+
+FLOW = "sweep"
+
+
+def run_mode(params: SweepParams) -> str:
+    """How the Ks run: ``in-process``, or fanned out over the named work queues."""
+    if params.fan_out is None:
+        return "in-process"
+    return f"fanned out over {len(params.fan_out.nodes)} node(s): " + ", ".join(
+        n.work_queue for n in params.fan_out.nodes
+    )
+
+
+def conclude_sweep(
+    params: SweepParams,
+    writer: RunWriter,
+    steps: Steps[H],
+    results: Mapping[int, KOutcome],
+    points: Sequence[M2Point],
+    lost: Mapping[str, str],
+) -> SweepOutcome:
+    """Judge, store and report the sweep; raise its failure (after storing) when any K failed."""
+    server = params.benchmark.server
+    mode = run_mode(params)
+    summary = best_k(points)
+    choices = [c.to_dict() for c in all_choices(points)]
+    for best in summary:
+        steps.log(
+            f"concurrency {best.concurrency}: best K by throughput/GPU = {best.best_k_throughput}, "
+            f"by interactivity = {best.best_k_interactivity}"
+        )
+    failures = sweep_failures(results)
+    warnings = lost_nodes(lost)
+    for line in warnings:
+        steps.warn(line)
+    rows = per_k_rows(results)
+    best_rows = [b.to_dict() for b in summary]
+    tables = {"per_k": pl.DataFrame(rows)}
+    if points:
+        tables["spec_stats"] = pl.DataFrame([p.to_dict() for p in points])
+    stored = {
+        "flow": "sweep",
+        "mode": mode,
+        "ks": list(params.ks),
+        "best_k": best_rows,
+        "repeats": params.benchmark.repeats,
+        "k_choice": choices,
+        "failures": failures,
+        "lost_nodes": warnings,
+    }
+    steps.store(writer, tables, stored)
+    report = SweepSummary(
+        run_dir=writer.dir,
+        engine_note=server.engine_note,
+        model=params.benchmark.model.id,
+        framework=server.framework,
+        mode=mode,
+        per_k=rows,
+        best_k=best_rows,
+        k_choice=choices,
+        spread=spread_rows(points),
+        repeats=params.benchmark.repeats,
+        rule=RULE,
+        failures=tuple(failures),
+        lost_nodes=tuple(warnings),
+    )
+    steps.render(writer, report, rows, key=f"sweep-{server.framework}")
+    outcome = SweepOutcome(
+        per_k=dict(results), best_k=tuple(summary), points=tuple(points), run_dir=writer.dir
+    )
+    if failures:
+        failed = sorted(k for k, r in results.items() if r.failed)
+        raise steps.fail(
+            FLOW,
+            f"sweep finished with failures at K={failed}: " + "; ".join(failures),
+            {"results": outcome.to_dict()["per_k"]},
+        )
+    return outcome
