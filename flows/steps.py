@@ -35,6 +35,7 @@ from alflow.metrics.client import GpuLayout
 from alflow.preflight import PreflightResult
 from alflow.reports.markdown import FlowSummary
 from alflow.results.store import RunWriter
+from alflow.results.summaries import StoredSummary
 from flows.common import emit_passed, fail, pass_event
 from infra.runners import ServerHandle
 from tasks import gates, measure, results, servers
@@ -122,9 +123,7 @@ class PrefectSteps:
     ) -> tuple[Verdict, EvalResult]:
         return gates.check_accuracy_gate(handle, model, thinking, settings, synthetic=synthetic)
 
-    def store(
-        self, writer: RunWriter, tables: Mapping[str, pl.DataFrame], summary: Mapping[str, Any]
-    ) -> object:
+    def store(self, writer: RunWriter, tables: Mapping[str, pl.DataFrame], summary: StoredSummary) -> object:
         return results.store_results(writer, tables, summary)
 
     def render(

@@ -17,14 +17,15 @@ from alflow.redact import redact_url
 from alflow.reports import render_run
 from alflow.reports.markdown import FlowSummary
 from alflow.results.store import RunWriter, StoredRun
+from alflow.results.summaries import StoredSummary, store_summary
 
 
 @task(name="store_results", cache_policy=NO_CACHE)
-def store_results(writer: RunWriter, tables: Mapping[str, pl.DataFrame], summary: Mapping[str, Any]) -> str:
-    """Write the run's parquet tables and summary.json (atomic, schema-versioned)."""
+def store_results(writer: RunWriter, tables: Mapping[str, pl.DataFrame], summary: StoredSummary) -> str:
+    """Write the run's parquet tables and summary.json (atomic, schema-versioned, checked against its model)."""
     for name, frame in tables.items():
         writer.write_table(name, frame)
-    writer.write_summary(summary)
+    store_summary(writer, summary)
     get_run_logger().info("results stored in %s", redact_url(writer.dir))
     return writer.dir
 

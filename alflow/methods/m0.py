@@ -52,6 +52,7 @@ from alflow.results.audit import SCRAPES, scrape_key
 from alflow.results.manifest import ServerRecord
 from alflow.results.provenance import code_version, host_info
 from alflow.results.store import RunWriter
+from alflow.results.summaries import M0RunSummary, store_summary
 from alflow.workloads import (
     al_workload_sessions,
     dataset_description,
@@ -234,7 +235,7 @@ def run_m0(
     previous, table = update_reference(target.path, got.entries, new=_empty_table(params, target))
     diff = diff_tables(previous, table) if previous is not None else None
     writer.write_json(SCRAPES, {"points": got.scrapes})
-    writer.write_summary(m0_summary(target.path, got.entries, got.cached_points, diff))
+    store_summary(writer, m0_summary(target.path, got.entries, got.cached_points, diff))
     changed = None if diff is None else sum(r.status != "unchanged" for r in diff.rows)
     report = m0_report(writer, params, target, got.entries, got.cached_points, changed, [])
     steps.render(writer, report, m0_rows(got.entries), key="m0-calibration")
@@ -299,18 +300,18 @@ def m0_summary(
     diff: ReferenceDiff | None,
     *,
     failures: Sequence[str] = (),
-) -> dict[str, Any]:
+) -> M0RunSummary:
     """summary.json of an M0 run; a failed run (``failures``) says its entries are not in the table."""
-    return {
-        "flow": "m0",
-        "reference_path": str(path),
-        "entries": [e.model_dump(mode="json", exclude_none=True) for e in entries],
-        "cached_points": list(cached_points),
-        "diff": None if diff is None else diff.to_dict(),
-        "partial": bool(failures),
-        "failures": list(failures),
-        "reference_updated": not failures,
-    }
+    return M0RunSummary(
+        flow="m0",
+        reference_path=str(path),
+        entries=[e.model_dump(mode="json", exclude_none=True) for e in entries],
+        cached_points=list(cached_points),
+        diff=None if diff is None else diff.to_dict(),
+        partial=bool(failures),
+        failures=list(failures),
+        reference_updated=not failures,
+    )
 
 
 def m0_rows(entries: Sequence[ReferenceEntry]) -> list[dict[str, object]]:

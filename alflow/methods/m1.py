@@ -24,6 +24,7 @@ from alflow.preflight import PreflightError
 from alflow.redact import redact_url
 from alflow.reports.markdown import M1Summary, M1Verdict
 from alflow.results.store import RunWriter
+from alflow.results.summaries import M1RunSummary
 from alflow.topology import gpu_layout
 from alflow.workloads import dataset_description, speed_bench_sessions
 
@@ -178,16 +179,16 @@ def _store(
     failures: list[str],
 ) -> None:
     """Store the tables and ``summary.json``, then the report (also for a failed run)."""
-    summary = {
-        "flow": "m1",
-        "subject": subject,
-        "passed": passed,
-        "partial": got.partial is not None,
-        "failures": failures,
-        "verdicts": [v.to_dict() for v in got.verdicts],
-        "client": None if got.client is None else got.client.to_dict(),
-        "gsm8k": got.gsm8k,
-    }
+    summary = M1RunSummary(
+        flow="m1",
+        subject=subject,
+        passed=passed,
+        partial=got.partial is not None,
+        failures=failures,
+        verdicts=[v.to_dict() for v in got.verdicts],
+        client=None if got.client is None else got.client.to_dict(),
+        gsm8k=got.gsm8k,
+    )
     steps.store(writer, got.tables, summary)
     report = M1Summary(
         run_dir=writer.dir,

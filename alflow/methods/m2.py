@@ -28,6 +28,7 @@ from alflow.points import M2Point, m2_point
 from alflow.redact import redact_url
 from alflow.reports.markdown import M2Summary
 from alflow.results.store import RunWriter
+from alflow.results.summaries import M2RunSummary
 from alflow.topology import gpu_layout, topology
 from alflow.workloads import random_workload_sessions
 
@@ -227,17 +228,17 @@ def _store(
         "server_metrics": pl.concat(got.metrics, how="diagonal_relaxed"),
         "spec_stats": pl.DataFrame(rows),
     }
-    summary = {
-        "flow": "m2",
-        "target_al": target,
-        "scheme": got.scheme,
-        "nodes": server.nodes,
-        "num_gpus": layout.gpus,
-        "repeats": params.repeats,
-        "points": rows,
-        "failures": got.failures,
-        "partial": got.stopped is not None or any(p.partial for p in got.points),
-    }
+    summary = M2RunSummary(
+        flow="m2",
+        target_al=target,
+        scheme=got.scheme,
+        nodes=server.nodes,
+        num_gpus=layout.gpus,
+        repeats=params.repeats,
+        points=rows,
+        failures=got.failures,
+        partial=got.stopped is not None or any(p.partial for p in got.points),
+    )
     steps.store(writer, tables, summary)
     report = M2Summary(
         run_dir=writer.dir,

@@ -34,6 +34,7 @@ from alflow.metrics.client import GpuLayout
 from alflow.preflight import PreflightResult
 from alflow.reports.markdown import FlowSummary
 from alflow.results.store import RunWriter
+from alflow.results.summaries import StoredSummary
 
 
 class RunningServer(Protocol):
@@ -122,9 +123,7 @@ class Steps(Protocol[H]):
         """M1: GSM8K against the model's threshold."""
         ...
 
-    def store(
-        self, writer: RunWriter, tables: Mapping[str, pl.DataFrame], summary: Mapping[str, Any]
-    ) -> object:
+    def store(self, writer: RunWriter, tables: Mapping[str, pl.DataFrame], summary: StoredSummary) -> object:
         """Write the run's tables and ``summary.json``."""
         ...
 

@@ -19,6 +19,7 @@ from alflow.points import best_k
 from alflow.reports.markdown import SweepSummary
 from alflow.results.rows import M2Point
 from alflow.results.store import RunWriter
+from alflow.results.summaries import SweepRunSummary
 from alflow.sweep import lost_nodes, per_k_rows, sweep_failures
 
 FLOW = "sweep"
@@ -60,16 +61,16 @@ def conclude_sweep(
     tables = {"per_k": pl.DataFrame(rows)}
     if points:
         tables["spec_stats"] = pl.DataFrame([p.to_dict() for p in points])
-    stored = {
-        "flow": "sweep",
-        "mode": mode,
-        "ks": list(params.ks),
-        "best_k": best_rows,
-        "repeats": params.benchmark.repeats,
-        "k_choice": choices,
-        "failures": failures,
-        "lost_nodes": warnings,
-    }
+    stored = SweepRunSummary(
+        flow="sweep",
+        mode=mode,
+        ks=list(params.ks),
+        best_k=best_rows,
+        repeats=params.benchmark.repeats,
+        k_choice=choices,
+        failures=failures,
+        lost_nodes=warnings,
+    )
     steps.store(writer, tables, stored)
     report = SweepSummary(
         run_dir=writer.dir,

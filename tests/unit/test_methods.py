@@ -57,6 +57,7 @@ from alflow.preflight import PreflightError, PreflightResult
 from alflow.reference import ReferenceTableError, load_reference
 from alflow.reports.markdown import FlowSummary, M2Summary
 from alflow.results.store import RunWriter
+from alflow.results.summaries import StoredSummary, store_summary
 
 # -- the plan ---------------------------------------------------------------------------------------
 
@@ -229,11 +230,10 @@ class FakeSteps:
         self.calls.append(f"audit {subject}")
         return audit_synthetic(stats, dist, abs_tol=abs_tol, subject=subject)
 
-    def store(
-        self, writer: RunWriter, tables: Mapping[str, pl.DataFrame], summary: Mapping[str, Any]
-    ) -> object:
+    def store(self, writer: RunWriter, tables: Mapping[str, pl.DataFrame], summary: StoredSummary) -> object:
         self.calls.append("store")
-        self.stored.append({"tables": dict(tables), **summary})
+        store_summary(writer, summary)  # the real check: the summary reads back as its flow's model
+        self.stored.append({"tables": dict(tables), **summary.stored()})
         return writer.dir
 
     def render(
