@@ -1,4 +1,4 @@
-"""Metrics dialects: each framework's metric names, labels and endpoints over the engine's counters.
+"""Metrics emitters of the simulated engine: each framework's metric names, labels and endpoints over its counters.
 
 Names come only from :mod:`alflow.metrics.names`. Counters are exposed through ``prometheus_client``
 (a custom collector on a registry of the server's own), so the text has ``_total`` and ``_created``
@@ -42,7 +42,7 @@ from alflow.sim.config import SimConfig
 from alflow.sim.engine import EngineStats, Histogram
 
 
-class MetricsDialect(Protocol):
+class MetricsEmitter(Protocol):
     """One framework's metric names and paths over :class:`EngineStats`."""
 
     @property
@@ -81,7 +81,7 @@ def _histogram(name: str, doc: str, labels: dict[str, str], hist: Histogram) -> 
 
 
 @dataclass(frozen=True)
-class VllmDialect:
+class VllmEmitter:
     """vLLM's ``/metrics``: ``vllm:*`` counters with labels ``model_name`` and ``engine``."""
 
     name: str = "vllm"
@@ -137,7 +137,7 @@ class VllmDialect:
 
 
 @dataclass(frozen=True)
-class SglangDialect:
+class SglangEmitter:
     """SGLang's ``/metrics``: windowed spec gauges plus counters (see the module docstring)."""
 
     name: str = "sglang"
@@ -201,7 +201,7 @@ class SglangDialect:
 
 
 @dataclass(frozen=True)
-class TrtllmDialect:
+class TrtllmEmitter:
     """TensorRT-LLM's ``/prometheus/metrics`` (per-position counters labelled ``token_position``)."""
 
     name: str = "trtllm"
@@ -259,19 +259,19 @@ class TrtllmDialect:
         yield _histogram(names.TRTLLM_E2E_SECONDS, "Histogram of end-to-end request latency.", lab, stats.e2e)
 
 
-DIALECTS: dict[str, MetricsDialect] = {d.name: d for d in (VllmDialect(), SglangDialect(), TrtllmDialect())}
+EMITTERS: dict[str, MetricsEmitter] = {d.name: d for d in (VllmEmitter(), SglangEmitter(), TrtllmEmitter())}
 """Every metrics dialect by name: the whole registry."""
 
 
 class _EngineCollector(Collector):
-    def __init__(self, dialect: MetricsDialect, stats: EngineStats, config: SimConfig) -> None:
+    def __init__(self, dialect: MetricsEmitter, stats: EngineStats, config: SimConfig) -> None:
         self._dialect, self._stats, self._config = dialect, stats, config
 
     def collect(self) -> Iterable[Metric]:
         return list(self._dialect.families(self._stats, self._config))
 
 
-def make_registry(dialect: MetricsDialect, stats: EngineStats, config: SimConfig) -> CollectorRegistry:
+def make_registry(dialect: MetricsEmitter, stats: EngineStats, config: SimConfig) -> CollectorRegistry:
     """A registry of the server's own whose one collector reads ``stats`` at scrape time."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_EngineCollector(dialect, stats, config))

@@ -32,8 +32,7 @@ from alflow.metrics.dialects import SglangDialect
 from alflow.metrics.prometheus import SnapshotWindow, parse_exposition
 from alflow.reports.markdown import escape_md
 from alflow.sim.config import SimConfig
-from alflow.sim.dialects import SglangDialect as SimSglangDialect
-from alflow.sim.dialects import make_registry
+from alflow.sim.dialects import SglangEmitter, make_registry
 from alflow.sim.engine import EngineStats
 from infra.errors import RecipeError
 from infra.recipes import build_launch
@@ -234,7 +233,7 @@ def test_steady_active_k_does_not_warn() -> None:
 
 def test_sim_sglang_dialect_exposes_the_active_k_gauges() -> None:
     config = SimConfig(dialect="sglang", k=4)
-    text = generate_latest(make_registry(SimSglangDialect(), EngineStats(k=4), config)).decode()
+    text = generate_latest(make_registry(SglangEmitter(), EngineStats(k=4), config)).decode()
     snap = parse_exposition(text)
     assert snap.gauge(names.SGLANG_SPEC_NUM_STEPS) == 4
     assert snap.gauge(names.SGLANG_SPEC_NUM_DRAFT_TOKENS) == 5
