@@ -15,7 +15,7 @@ from alflow.methods.common import point_server
 from alflow.methods.m2 import run_m2
 from alflow.outcomes import M2Outcome
 from alflow.workloads import check_m2_prompt_memory
-from flows.common import open_run, reference_al, reference_variant
+from flows.common import new_run_writer, reference_al, reference_variant
 from flows.presets import m2_params, run_name
 from flows.steps import PrefectSteps
 
@@ -72,7 +72,7 @@ def benchmark(
         draft_model=params.draft_model,
         synthetic=synthetic,
     )
-    writer = open_run(
+    writer = new_run_writer(
         "m2",
         params.placement.results_root,
         params.model_dump(mode="json"),

@@ -40,7 +40,7 @@ from alflow.methods.m0 import (
 )
 from alflow.outcomes import M0Outcome
 from alflow.reference import ReferenceTableError
-from flows.common import check_outputs, open_run, run_id
+from flows.common import check_outputs, new_run_writer, run_id
 from flows.presets import m0_params, run_name
 from flows.steps import PrefectSteps
 
@@ -138,7 +138,7 @@ def calibrate(
     params = m0_params(preset, models, ks, params)
     check_outputs(params)  # the results root and the reference table's folder can take the files
     target = check_reference_target(params)  # before measuring: the table on disk can take these values
-    writer = open_run(
+    writer = new_run_writer(
         "m0",
         params.placement.results_root,
         params.model_dump(mode="json"),

@@ -51,7 +51,7 @@ def run_id() -> str:
     return str(rid) if rid else uuid.uuid4().hex
 
 
-def open_run(
+def new_run_writer(
     flow: str, root: str, config: dict[str, Any], *, simulated: bool, engine_note: str | None = None
 ) -> RunWriter:
     """A run directory for this flow run, with code and host provenance (and the engine's label)."""
@@ -176,7 +176,7 @@ def reference_al(
     return entry.al
 
 
-def fail(flow: str, message: str, payload: dict[str, Any]) -> GateFailedError:
+def gate_failure(flow: str, message: str, payload: dict[str, Any]) -> GateFailedError:
     """Emit an ``alflow.gate.failed`` event for automations and return the error to raise.
 
     The message (it becomes the flow run's state message) and the event pass through the redactor: a

@@ -16,7 +16,7 @@ from alflow.config import GateParams, ThinkingMode
 from alflow.methods.common import point_server
 from alflow.methods.m1 import run_m1
 from alflow.outcomes import M1Outcome
-from flows.common import open_run, reference_al, reference_variant
+from flows.common import new_run_writer, reference_al, reference_variant
 from flows.presets import m1_params, run_name
 from flows.steps import PrefectSteps
 
@@ -61,7 +61,7 @@ def gate(
     server = point_server(
         params.server, params.model.id, params.method, params.k, draft_model=params.draft_model
     )
-    writer = open_run(
+    writer = new_run_writer(
         "m1",
         params.placement.results_root,
         params.model_dump(mode="json"),

@@ -36,7 +36,7 @@ from alflow.preflight import PreflightResult
 from alflow.reports.markdown import FlowSummary
 from alflow.results.store import RunWriter
 from alflow.results.summaries import StoredSummary
-from flows.common import emit_passed, fail, pass_event
+from flows.common import emit_passed, gate_failure, pass_event
 from infra.runners import ServerHandle
 from tasks import gates, measure, results, servers
 from tasks.preflight import preflight
@@ -132,7 +132,7 @@ class PrefectSteps:
         return results.render_report(writer, report, rows, key=key)
 
     def fail(self, flow: str, message: str, payload: dict[str, Any]) -> Exception:
-        return fail(flow, message, payload)
+        return gate_failure(flow, message, payload)
 
     def gate_passed(self, params: GateParams, *, run_dir: str, reference_al: float) -> None:
         # the pass event: prefect.yaml's m2-after-m1 trigger starts M2 from it

@@ -40,7 +40,7 @@ from alflow.sweep import (
     gate_for,
 )
 from flows.benchmark import benchmark
-from flows.common import open_run
+from flows.common import new_run_writer
 from flows.gate import gate
 from flows.presets import run_name, sweep_params_of
 from flows.steps import PrefectSteps
@@ -196,7 +196,7 @@ def sweep(
     """
     params = sweep_params_of(preset, model, ks, target_al, concurrencies, params)
     server = params.benchmark.server
-    writer = open_run(
+    writer = new_run_writer(
         "sweep",
         params.results_root or params.benchmark.placement.results_root,
         params.model_dump(mode="json"),

@@ -6,7 +6,7 @@ SQLite): configs with credentials in URLs (``results_root``, an external server'
 ``alflow run m2`` in one line, exit 2; a real M2 run on the sim passes a secret by name (the runner's
 ``secrets``, its value a canary in the environment, as is ``HF_TOKEN``); a probe flow logs URLs with
 credentials, fails tasks (one whose retry ``tasks.retry.retry_transient`` declines) and itself with
-exceptions quoting them, and fails a gate through :func:`flows.common.fail` (an event). Afterwards no canary
+exceptions quoting them, and fails a gate through :func:`flows.common.gate_failure` (an event). Afterwards no canary
 is in Prefect's database (an SQL dump and the raw files), anywhere under ``PREFECT_HOME``, in the run store,
 in the temporary files, or in anything the commands printed.
 """
@@ -65,7 +65,7 @@ prepare_local_run()
 from prefect import flow, get_run_logger, task
 
 from alflow.errors import InvalidInputError
-from flows.common import fail
+from flows.common import gate_failure
 from tasks.retry import retry_transient
 
 
@@ -86,7 +86,7 @@ def probe() -> None:
     get_run_logger().warning("scraping %s", os.environ["PROBE_LOG_URL"])
     unreachable(return_state=True)
     declined(return_state=True)
-    fail("url-secrets-probe", f"gate failed at {os.environ['PROBE_EVENT_URL']}", {"url": os.environ["PROBE_EVENT_URL"]})
+    gate_failure("url-secrets-probe", f"gate failed at {os.environ['PROBE_EVENT_URL']}", {"url": os.environ["PROBE_EVENT_URL"]})
     raise RuntimeError(f"probe failed at {os.environ['PROBE_FLOW_URL']}")
 
 
