@@ -18,7 +18,7 @@ InferenceX (github.com/SemiAnalysisAI/InferenceX) commits its golden AL curves u
 Method, draft model and sample methods are in the header comments (or ``_metadata``). The **collection
 concurrency and prefix caching are not in the file**: they are the defaults of the collector script it names
 (:data:`COLLECTORS`; ``speedbench-al.yml`` sets neither), else ``--concurrency``/``--prefix-caching``. The export
-writes the whole variant into ``_metadata``, so export -> import round-trips it. Imported values go into a table
+(:mod:`alflow.reference_inferencex_export`) writes the whole variant into ``_metadata``, so export -> import round-trips it. Imported values go into a table
 of kind ``imported`` only, each entry naming its file, SHA-256, source run and header comments
 (:class:`~alflow.reference.ImportSource`): alflow did not measure them, and no measured table takes them.
 """
@@ -40,7 +40,6 @@ from pydantic import ValidationError
 from alflow.acceptance.synthetic import K_MAX, K_MIN
 from alflow.config import SpecMethod, ThinkingMode
 from alflow.errors import InvalidInputError
-from alflow.fsutil import atomic_write_bytes
 from alflow.reference import (
     SELF_DRAFTING,
     VLLM_DEFAULT_DRAFT_SAMPLE_METHOD,
@@ -203,23 +202,8 @@ def _allowed(source: str, what: str, value: object, allowed: tuple[str, ...]) ->
     return value
 
 
-def parse_golden(  # noqa: C901
-    text: str,
-    *,
-    source: str,
-    method: SpecMethod | None = None,
-    draft_model: str | None = None,
-    concurrency: int | None = None,
-    prefix_caching: bool | None = None,
-) -> GoldenCurve:
-    """Parse one golden file; the options fill what it does not say and must agree with what it does.
-
-    Errors name ``source``, the value and what is allowed (:class:`InvalidInputError`).
-    """
-    lines = [line.lstrip("#").strip() for line in text.splitlines() if line.startswith("#")]
-    facts = _comment_facts(lines)
-    # kept with each entry: the header, less blank lines and the key legend the export writes again
-    comments = tuple(c for c in lines if c and not c.startswith("key = num_speculative_tokens"))
+def _golden_yaml(text: str, source: str) -> tuple[dict[str, Any], object, object]:
+    """The file's ``_metadata`` (checked), its one model key and that model's thinking modes."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -242,62 +226,72 @@ def parse_golden(  # noqa: C901
             + (", ".join(map(str, data)) or "none")
         )
     ((model_key, modes),) = data.items()
-    meta_where = f"{METADATA_KEY} in the file"
+    return meta, model_key, modes
 
-    # method: _metadata, then the speculative-config comment, then "(X level)"
-    stated_method: tuple[SpecMethod, str] | None = None
+
+def _golden_method(
+    source: str, meta: dict[str, Any], facts: dict[str, str], method: SpecMethod | None
+) -> SpecMethod:
+    """The method: ``_metadata``, then the speculative-config comment, then "(X level)", agreeing with ``method``."""
+    meta_where = f"{METADATA_KEY} in the file"
+    stated: tuple[SpecMethod, str] | None = None
     if "method" in meta:
-        stated_method = (_method(str(meta["method"]), source, meta_where), meta_where)
+        stated = (_method(str(meta["method"]), source, meta_where), meta_where)
     elif "spec_method" in facts:
-        stated_method = (_method(facts["spec_method"], source, "speculative-config comment"), "its comments")
+        stated = (_method(facts["spec_method"], source, "speculative-config comment"), "its comments")
     elif "level" in facts:
-        stated_method = (_method(facts["level"], source, "'(X level)' comment"), "its comments")
-    chosen_method = _choose(source, "method", "--method", method, stated_method)
-    if chosen_method is None:
+        stated = (_method(facts["level"], source, "'(X level)' comment"), "its comments")
+    chosen = _choose(source, "method", "--method", method, stated)
+    if chosen is None:
         raise InvalidInputError(
             f"{source}: the file does not say its speculative method: give --method "
             f"({', '.join(m.value for m in SpecMethod)})"
         )
+    return chosen
 
-    # draft model (none for the self-drafting methods)
-    stated_draft: tuple[str, str] | None = None
+
+def _golden_draft(
+    source: str, meta: dict[str, Any], facts: dict[str, str], method: SpecMethod, draft_model: str | None
+) -> str | None:
+    """The draft model (none for the self-drafting methods): stated, given, or the collector's."""
+    if method in SELF_DRAFTING:
+        return None
+    stated: tuple[str, str] | None = None
     if "draft-model" in meta:
-        stated_draft = (str(meta["draft-model"]), meta_where)
+        stated = (str(meta["draft-model"]), f"{METADATA_KEY} in the file")
     elif "draft_model" in facts or "measured_draft" in facts:
-        stated_draft = (facts.get("draft_model") or facts["measured_draft"], "its comments")
+        stated = (facts.get("draft_model") or facts["measured_draft"], "its comments")
     collector = facts.get("collector")
     script = Path(collector).name if collector else None
-    known_draft = COLLECTOR_DRAFT_MODELS.get(script) if script else None
-    chosen_draft = (
-        None
-        if chosen_method in SELF_DRAFTING
-        else _choose(
-            source,
-            "draft model",
-            "--draft-model",
-            draft_model,
-            stated_draft,
-            None if known_draft is None else (known_draft, f"{collector}'s DRAFT_MODEL"),
-        )
+    known = COLLECTOR_DRAFT_MODELS.get(script) if script else None
+    chosen = _choose(
+        source,
+        "draft model",
+        "--draft-model",
+        draft_model,
+        stated,
+        None if known is None else (known, f"{collector}'s DRAFT_MODEL"),
     )
-    if chosen_method in (SpecMethod.EAGLE3, SpecMethod.DRAFT_MODEL, SpecMethod.DFLASH) and not chosen_draft:
+    if method in (SpecMethod.EAGLE3, SpecMethod.DRAFT_MODEL, SpecMethod.DFLASH) and not chosen:
         raise InvalidInputError(
-            f"{source}: method {chosen_method.value!r} drafts with a separate model and the file does not name "
+            f"{source}: method {method.value!r} drafts with a separate model and the file does not name "
             "it: give --draft-model"
         )
+    return chosen
 
-    # sample methods: stated, else vLLM's defaults (InferenceX collects with vLLM, which has them)
-    draft_sample = meta.get(
-        "draft-sample-method", facts.get("draft_sample_method", VLLM_DEFAULT_DRAFT_SAMPLE_METHOD)
-    )
-    rejection = meta.get(
-        "rejection-sample-method", facts.get("rejection_sample_method", VLLM_DEFAULT_REJECTION_SAMPLE_METHOD)
-    )
-    draft_sample = _allowed(source, "draft_sample_method", draft_sample, get_args(DraftSampleMethod))
-    rejection = _allowed(source, "rejection_sample_method", rejection, get_args(RejectionSampleMethod))
 
-    # concurrency and prefix caching: _metadata (alflow's export) or the comments, else the collector's defaults
+def _golden_collection(
+    source: str,
+    meta: dict[str, Any],
+    facts: dict[str, str],
+    concurrency: int | None,
+    prefix_caching: bool | None,
+) -> tuple[int, bool]:
+    """Concurrency and prefix caching: ``_metadata`` (alflow's export) or the comments, else the collector's."""
+    collector = facts.get("collector")
+    script = Path(collector).name if collector else None
     known = COLLECTORS.get(script) if script else None
+    meta_where = f"{METADATA_KEY} in the file"
     where_default = f"the defaults of {collector} at InferenceX {INFERENCEX_COMMIT[:12]}"
     stated_conc: tuple[int, str] | None = None
     if "concurrency" in meta:
@@ -308,13 +302,9 @@ def parse_golden(  # noqa: C901
     elif "concurrency" in facts:
         stated_conc = (int(facts["concurrency"]), "SPEEDBENCH_CONCURRENCY in its comments")
     chosen_conc = _choose(
-        source,
-        "concurrency",
-        "--concurrency",
-        concurrency,
-        stated_conc,
+        source, "concurrency", "--concurrency", concurrency, stated_conc,
         None if known is None else (known[0], where_default),
-    )
+    )  # fmt: skip
     stated_pc: tuple[bool, str] | None = None
     if "prefix-caching" in meta:
         pc = meta["prefix-caching"]
@@ -322,13 +312,9 @@ def parse_golden(  # noqa: C901
             raise InvalidInputError(f"{source}: {METADATA_KEY} prefix-caching {pc!r} is not true or false")
         stated_pc = (pc, meta_where)
     chosen_pc = _choose(
-        source,
-        "prefix caching",
-        "--prefix-caching",
-        prefix_caching,
-        stated_pc,
+        source, "prefix caching", "--prefix-caching", prefix_caching, stated_pc,
         None if known is None else (known[1], where_default),
-    )
+    )  # fmt: skip
     if chosen_conc is None or chosen_pc is None:
         missing = " and ".join(
             o
@@ -341,7 +327,13 @@ def parse_golden(  # noqa: C901
         )
     if chosen_conc < 1:
         raise InvalidInputError(f"{source}: --concurrency {chosen_conc}: must be >= 1")
+    return chosen_conc, chosen_pc
 
+
+def _golden_values(
+    source: str, model_key: object, modes: object
+) -> tuple[dict[ThinkingMode, dict[int, float]], list[str]]:
+    """The AL cells by thinking mode and K, and the cells the file marks missing."""
     if not isinstance(modes, dict) or not modes:
         raise InvalidInputError(
             f"{source}: {model_key!r} maps to {modes!r}, not thinking_on/thinking_off -> K -> AL"
@@ -373,6 +365,40 @@ def parse_golden(  # noqa: C901
             values[THINKING_KEYS[mode_key]] = cells
     if not values:
         raise InvalidInputError(f"{source}: every cell is {MISSING!r}: nothing to import")
+    return values, skipped
+
+
+def parse_golden(
+    text: str,
+    *,
+    source: str,
+    method: SpecMethod | None = None,
+    draft_model: str | None = None,
+    concurrency: int | None = None,
+    prefix_caching: bool | None = None,
+) -> GoldenCurve:
+    """Parse one golden file; the options fill what it does not say and must agree with what it does.
+
+    Errors name ``source``, the value and what is allowed (:class:`InvalidInputError`).
+    """
+    lines = [line.lstrip("#").strip() for line in text.splitlines() if line.startswith("#")]
+    facts = _comment_facts(lines)
+    # kept with each entry: the header, less blank lines and the key legend the export writes again
+    comments = tuple(c for c in lines if c and not c.startswith("key = num_speculative_tokens"))
+    meta, model_key, modes = _golden_yaml(text, source)
+    chosen_method = _golden_method(source, meta, facts, method)
+    chosen_draft = _golden_draft(source, meta, facts, chosen_method, draft_model)
+    # sample methods: stated, else vLLM's defaults (InferenceX collects with vLLM, which has them)
+    draft_sample = meta.get(
+        "draft-sample-method", facts.get("draft_sample_method", VLLM_DEFAULT_DRAFT_SAMPLE_METHOD)
+    )
+    rejection = meta.get(
+        "rejection-sample-method", facts.get("rejection_sample_method", VLLM_DEFAULT_REJECTION_SAMPLE_METHOD)
+    )
+    draft_sample = _allowed(source, "draft_sample_method", draft_sample, get_args(DraftSampleMethod))
+    rejection = _allowed(source, "rejection_sample_method", rejection, get_args(RejectionSampleMethod))
+    chosen_conc, chosen_pc = _golden_collection(source, meta, facts, concurrency, prefix_caching)
+    values, skipped = _golden_values(source, model_key, modes)
     return GoldenCurve(
         model_key=str(model_key),
         method=chosen_method,
@@ -381,7 +407,7 @@ def parse_golden(  # noqa: C901
         values=values,
         skipped=tuple(skipped),
         source_run=facts.get("source_run"),
-        collector=collector,
+        collector=facts.get("collector"),
         comments=comments,
     )
 
@@ -516,185 +542,3 @@ def import_golden(
     )
     previous, table = update_reference(target, entries, new=empty)
     return ImportResult(tuple(entries), tuple(skipped), previous, table)
-
-
-# --------------------------------------------------------------------------------------------
-# Export
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9._-]+", "-", text.rsplit("/", 1)[-1].lower()).strip("-") or "model"
-
-
-_LEVEL = {
-    SpecMethod.MTP: "MTP",
-    SpecMethod.EAGLE3: "EAGLE3",
-    SpecMethod.DSPARK: "DSpark",
-    SpecMethod.DFLASH: "DFlash",
-    SpecMethod.NGRAM: "n-gram",
-    SpecMethod.DRAFT_MODEL: "draft-model",
-}
-
-
-@dataclass(frozen=True)
-class GoldenFile:
-    """One exported golden file: its name and text."""
-
-    name: str
-    text: str
-
-
-def golden_files(table: ReferenceTable, *, code_version: str, table_name: str) -> tuple[GoldenFile, ...]:
-    """The table as InferenceX golden files, one per (model, method, drafter variant).
-
-    A simulated table is refused: its numbers are not a reference. The header says what the values are
-    (kind, provenance or the imported source); ``_metadata`` carries the whole variant.
-    """
-    if table.kind == "simulated":
-        raise ReferenceTableError(
-            f"{table_name} is a simulated table (alflow's simulated engine): not a reference, nothing to export"
-        )
-    if not table.entries:
-        raise ReferenceTableError(f"{table_name} has no entries: nothing to export")
-    groups: dict[tuple[str, SpecMethod, Variant], list[ReferenceEntry]] = {}
-    for e in table.entries:
-        groups.setdefault((e.model, e.method, e.variant), []).append(e)
-    names: dict[tuple[str, SpecMethod, Variant], str] = {}
-    for model, method, variant in groups:
-        siblings = [v for (m, me, v) in groups if (m, me) == (model, method)]
-        parts = [_slug(model), method.value]
-        if len({v.draft_model for v in siblings}) > 1 and variant.draft_model:
-            parts.append(_slug(variant.draft_model))
-        if variant.draft_sample_method != VLLM_DEFAULT_DRAFT_SAMPLE_METHOD:
-            parts.append(f"{variant.draft_sample_method}_sample_method")
-        if variant.rejection_sample_method != VLLM_DEFAULT_REJECTION_SAMPLE_METHOD:
-            parts.append(f"{variant.rejection_sample_method}_rejection_sample_method")
-        if len({v.concurrency for v in siblings}) > 1:
-            parts.append(f"conc{variant.concurrency}")
-        if len({v.prefix_caching for v in siblings}) > 1:
-            parts.append("prefix_caching" if variant.prefix_caching else "no_prefix_caching")
-        names[(model, method, variant)] = "_".join(parts) + ".yaml"
-    taken: dict[str, tuple[str, SpecMethod, Variant]] = {}
-    for key, name in names.items():
-        if name in taken:  # e.g. two models whose ids end alike: name the full id
-            raise ReferenceTableError(
-                f"{table_name}: {key[0]} and {taken[name][0]} would both export to {name}; rename one model"
-            )
-        taken[name] = key
-    out = []
-    for (model, method, variant), entries in sorted(
-        groups.items(), key=lambda kv: (kv[0][0], kv[0][1].value, kv[0][2].sort_key())
-    ):
-        header = _header(table, table_name, entries, method, variant, code_version)
-        body: dict[str, Any] = {METADATA_KEY: _metadata(method, variant, code_version)}
-        modes: dict[str, dict[int, float]] = {}
-        for mode_key, mode in THINKING_KEYS.items():
-            by_k = {
-                e.k: round(e.al, AL_DECIMALS)
-                for e in sorted(entries, key=lambda e: e.k)
-                if e.thinking is mode
-            }
-            if by_k:
-                modes[mode_key] = by_k
-        body[model] = modes
-        text = "\n".join(f"# {line}" if line else "#" for line in header) + "\n"
-        text += yaml.safe_dump(body, sort_keys=False, allow_unicode=True, width=100)
-        out.append(GoldenFile(names[(model, method, variant)], text))
-    return tuple(out)
-
-
-def _metadata(method: SpecMethod, variant: Variant, code_version: str) -> dict[str, Any]:
-    meta: dict[str, Any] = {}
-    if variant.draft_model:
-        meta["draft-model"] = variant.draft_model
-    meta.update(
-        {
-            "method": method.value,
-            "draft-sample-method": variant.draft_sample_method,
-            "rejection-sample-method": variant.rejection_sample_method,
-            "concurrency": variant.concurrency,
-            "prefix-caching": variant.prefix_caching,
-            "exported-by": code_version,
-        }
-    )
-    return meta
-
-
-def _header(
-    table: ReferenceTable,
-    table_name: str,
-    entries: Sequence[ReferenceEntry],
-    method: SpecMethod,
-    variant: Variant,
-    code_version: str,
-) -> list[str]:
-    lines: list[str] = []
-    sources = {e.imported_from for e in entries if e.imported_from is not None}
-    if len(sources) == 1:
-        src = next(iter(sources))
-        lines += list(src.comments)  # the source's own header, its run first
-        lines.append(
-            f"Re-exported by {code_version} from {table_name} (imported from {Path(src.file).name})."
-        )
-    else:
-        lines.append(
-            f"Acceptance Length (AL) reference values from the alflow {table.kind} table {table_name}"
-            + (" (NOT measured: example figures)" if table.kind == "example" else "")
-            + "."
-        )
-        lines.append(f"dataset: {table.category} ({table.dataset})")
-        provs = [e.provenance for e in entries if e.provenance is not None]
-        if provs:
-            p = provs[0]
-            lines.append(
-                f"Measured by alflow M0 with {p.framework}"
-                + (f" {p.framework_version}" if p.framework_version else "")
-                + (f", image {p.image}" if p.image else "")
-                + f", model revision {p.model_revision}, {p.prompt_count} prompts."
-            )
-            for mode in ThinkingMode:
-                sampled = [e.provenance for e in entries if e.thinking is mode and e.provenance is not None]
-                if sampled:
-                    fields = sampled[0].sampling.request_fields()
-                    lines.append(
-                        f"thinking_{mode.value}: " + " | ".join(f"{k}: {v}" for k, v in fields.items())
-                    )
-            runs = sorted({str(p.flow_run_id) for p in provs if p.flow_run_id})
-            if runs:
-                lines.append("flow runs: " + ", ".join(runs))
-        lines.append(f"Exported by {code_version}; AL rounded to {AL_DECIMALS} decimals as InferenceX does.")
-    lines.append(
-        f"variant: draft={variant.draft_model or 'self'} | draft_sample_method={variant.draft_sample_method} | "
-        f"rejection_sample_method={variant.rejection_sample_method} | concurrency={variant.concurrency} | "
-        f"prefix_caching={'on' if variant.prefix_caching else 'off'}"
-    )
-    lines.append("")
-    lines.append(f"key = num_speculative_tokens ({_LEVEL[method]} level); value = golden AL")
-    return lines
-
-
-def export_golden(
-    table: ReferenceTable,
-    out_dir: str | os.PathLike[str],
-    *,
-    code_version: str,
-    table_name: str,
-    overwrite: bool = False,
-) -> tuple[Path, ...]:
-    """Write the table's golden files into ``out_dir``, each atomically.
-
-    Existing files are refused (before anything is written) unless ``overwrite``.
-    """
-    files = golden_files(table, code_version=code_version, table_name=table_name)
-    folder = Path(out_dir)
-    if folder.exists() and not folder.is_dir():
-        raise InvalidInputError(f"--out {folder}: exists and is not a folder")
-    if not overwrite:
-        there = [f.name for f in files if (folder / f.name).exists()]
-        if there:
-            raise InvalidInputError(
-                f"--out {folder}: {', '.join(there)} already exist{'s' if len(there) == 1 else ''}; "
-                "choose another folder or pass --overwrite"
-            )
-    folder.mkdir(parents=True, exist_ok=True)
-    return tuple(atomic_write_bytes(folder / f.name, f.text.encode()) for f in files)

@@ -290,7 +290,7 @@ def reference_export_inferencex(
     as_json: JsonOpt = False,
 ) -> None:
     """Write a table as InferenceX golden AL files, one per (model, method, drafter variant)."""
-    from alflow.reference_inferencex import export_golden
+    from alflow.reference_inferencex_export import export_golden
     from alflow.results.provenance import code_version
 
     table = ref.load_reference(path)

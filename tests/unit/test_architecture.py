@@ -209,7 +209,6 @@ def test_no_source_file_over_700_lines() -> None:
 MAX_FUNCTION_LINES = 80
 LONG_FUNCTIONS = {
     "alflow/reports/content/m0.py:build_m0": 171,
-    "alflow/reference_inferencex.py:parse_golden": 168,
     "alflow/cli/bench.py:bench_command": 134,
     "alflow/reports/svg.py:render": 113,
     "flows/demo.py:_vllm_demo": 103,
@@ -253,7 +252,7 @@ def test_no_function_body_over_its_budget_and_the_long_ones_only_shrink() -> Non
     assert fixed == [], f"within the budget now: remove them from LONG_FUNCTIONS: {fixed}"
 
 
-COMPLEX_FUNCTIONS = 4
+COMPLEX_FUNCTIONS = 3
 """Functions above ruff's ``max-complexity`` (pyproject.toml, C901) today, each marked ``# noqa: C901``: only fewer."""
 
 

@@ -11,6 +11,7 @@ import yaml
 
 from alflow import reference as ref
 from alflow import reference_inferencex as ix
+from alflow import reference_inferencex_export as ix_export
 from alflow.errors import InvalidInputError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -332,7 +333,7 @@ def test_export_then_import_round_trips_the_variant(tmp_path: Path) -> None:
     ix.import_golden([tmp_path / n for n in ("a.yaml", "b.yaml", "c.yaml")], src, code_version="t")
     original = ref.load_reference(src)
     out = tmp_path / "golden"
-    written = ix.export_golden(original, out, code_version="t", table_name="src.yaml")
+    written = ix_export.export_golden(original, out, code_version="t", table_name="src.yaml")
     assert sorted(p.name for p in written) == [
         "kimi-k3_dspark.yaml",
         "kimi-k3_dspark_probabilistic_sample_method_block_rejection_sample_method.yaml",
@@ -348,19 +349,19 @@ def test_export_then_import_round_trips_the_variant(tmp_path: Path) -> None:
     assert [(e.key, e.al) for e in again.entries] == [(e.key, e.al) for e in original.entries]
     # existing files are refused unless asked
     with pytest.raises(InvalidInputError, match="already exist"):
-        ix.export_golden(original, out, code_version="t", table_name="src.yaml")
+        ix_export.export_golden(original, out, code_version="t", table_name="src.yaml")
 
 
 def test_a_measured_table_exports_with_its_variant_and_a_simulated_one_is_refused() -> None:
     table = ref.load_reference(ROOT / "references" / "examples.yaml")
-    files = {f.name: f for f in ix.golden_files(table, code_version="t", table_name="examples.yaml")}
+    files = {f.name: f for f in ix_export.golden_files(table, code_version="t", table_name="examples.yaml")}
     kimi = yaml.safe_load(files["kimi-k2.5_eagle3.yaml"].text)
     assert kimi["_metadata"]["draft-model"] == "lightseekorg/kimi-k2.5-eagle3-mla"
     assert kimi["Kimi-K2.5"]["thinking_on"][8] == 3.77
     assert "NOT measured" in files["kimi-k2.5_eagle3.yaml"].text
     sim = ref.ReferenceTable(kind="simulated", dataset="d", category="c", entries=())
     with pytest.raises(ref.ReferenceTableError, match="simulated table"):
-        ix.golden_files(sim, code_version="t", table_name="sim.yaml")
+        ix_export.golden_files(sim, code_version="t", table_name="sim.yaml")
 
 
 def test_the_cli_imports_shows_the_variant_and_exports(tmp_path: Path) -> None:

@@ -303,7 +303,7 @@ def test_a_flows_failure_message_and_event_are_redacted(monkeypatch: pytest.Monk
 
     sent: dict[str, Any] = {}
     monkeypatch.setattr(common, "emit_event", lambda **kw: sent.update(kw))
-    error = common.fail(
+    error = common.gate_failure(
         "m2-benchmark",
         f"K=3: the run failed: cannot reach http://u:{CANARY}@h:1",
         {"url": f"http://h/?token={CANARY}"},
