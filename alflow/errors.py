@@ -17,3 +17,11 @@ class InvalidInputError(AlflowError, ValueError):
 
 class GateFailedError(AlflowError):
     """A gate or audit failed: the flow run ends Failed with this message."""
+
+
+class RecipeError(InvalidInputError):
+    """A server configuration a recipe refuses (unsupported, or a known silent no-op); says why."""
+
+
+class RunnerError(AlflowError):
+    """A runner could not do what it was asked (no Docker engine, image missing, ...)."""

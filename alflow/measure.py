@@ -15,6 +15,7 @@ AL becomes a cross-check in the note.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 from collections.abc import Mapping, Sequence
@@ -413,6 +414,20 @@ def with_request_fields(target: Target, dialect: Dialect | None) -> Target:
     return replace(target, sampling=replace(target.sampling, extra_body=extra))
 
 
+async def _final_scrape(
+    urls: Sequence[str], http: aiohttp.ClientSession, lag: float, baseline: Snapshot
+) -> tuple[Snapshot | None, str | None, list[str]]:
+    """The window's end (after ``lag`` seconds for a server that serves a snapshot), or the reason there is none."""
+    try:
+        await asyncio.sleep(lag)
+        final = await scrape_all(urls, session=http)
+    except ScrapeError as exc:
+        # The server went away during the window (a crash on the first request, say): the
+        # requests already measured are kept and the window is reported without an end.
+        return None, f"the final metrics scrape failed, so the window has no end: {exc}", []
+    return final, None, counter_resets(baseline, final)
+
+
 async def measure(
     sessions: Sequence[Session],
     target: Target,
@@ -468,8 +483,13 @@ async def measure(
     the_dialect = get_dialect(dialect) if isinstance(dialect, str) else dialect
     target = with_request_fields(target, the_dialect)
 
+    lag = 0.0 if the_dialect is None else the_dialect.snapshot_lag_s
+
     async def on_measure_start() -> None:
         if urls:
+            await asyncio.sleep(
+                lag
+            )  # a server that serves a snapshot (ATOM): let it catch up, idle, after warm-up
             baseline.append(await scrape_all(urls, session=http))
 
     scraper: PeriodicScraper | None = None
@@ -498,14 +518,7 @@ async def measure(
     resets: list[str] = []
     series = list(scraper.snapshots) if scraper is not None else []
     if urls and baseline and aborted is None and the_dialect is not None:
-        try:
-            final = await scrape_all(urls, session=http)
-        except ScrapeError as exc:
-            # The server went away during the window (a crash on the first request, say): the
-            # requests already measured are kept and the window is reported without an end.
-            stats_error = f"the final metrics scrape failed, so the window has no end: {exc}"
-        else:
-            resets = counter_resets(baseline[0], final)
+        final, stats_error, resets = await _final_scrape(urls, http, lag, baseline[0])
     frame = records_frame(result.records)
     if final is not None and the_dialect is not None and compute_stats:
         stats, stats_error = window_stats(the_dialect, baseline[0], final, series, k, records=frame)

@@ -29,7 +29,7 @@ V1_CONCURRENCY = 1
 V1_PREFIX_CACHING = False
 """What a version-1 entry was collected with, unless its command says otherwise: M0's server template
 keeps ``ServerConfig.enable_prefix_caching`` at its default ``False`` (``alflow/config/server.py``), which
-the vLLM recipe renders as ``--no-enable-prefix-caching`` (``infra/recipes/vllm.py``)."""
+the vLLM recipe renders as ``--no-enable-prefix-caching`` (``alflow/frameworks/vllm/recipe.py``)."""
 SELF_DRAFTING = frozenset({SpecMethod.MTP, SpecMethod.NGRAM})
 """Methods that draft with the target itself (its MTP head, n-gram lookup): no draft model."""
 

@@ -24,6 +24,7 @@ from alflow.config import (
     ThinkingMode,
 )
 from alflow.errors import GateFailedError
+from alflow.frameworks.recipes import build_launch, check_install
 from alflow.fsutil import check_writable_dir, check_writable_file
 from alflow.methods.common import point_server
 from alflow.redact import redact_data, redact_urls_in_text
@@ -31,7 +32,6 @@ from alflow.reference import VariantQuery, load_reference, server_variant_query
 from alflow.results.provenance import code_version, host_info
 from alflow.results.store import RunWriter, run_id_of
 from alflow.workloads import check_m2_prompt_memory
-from infra.recipes import build_launch, check_install
 from infra.runners.base import api_key_from_env
 from tasks.redaction import install_log_redaction
 

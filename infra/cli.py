@@ -23,10 +23,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from alflow.frameworks.sim.recipe import SIM_IMAGE
 from infra.errors import RunnerError
 from infra.images import ensure_sim_image, runtime_mounts
 from infra.lifecycle import LiveRun, alflow_slurm_job_list
-from infra.recipes.sim import SIM_IMAGE
 from infra.runners.docker import CleanupEntry, cleanup_containers, docker_client
 from infra.runners.registry import reclaim_processes
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from alflow.errors import AlflowError, InvalidInputError
+from alflow.errors import InvalidInputError, RecipeError, RunnerError
 
-
-class RecipeError(InvalidInputError):
-    """A server configuration a recipe refuses (unsupported, or a known silent no-op); says why."""
-
-
-class RunnerError(AlflowError):
-    """A runner could not do what it was asked (no Docker engine, image missing, ...)."""
+__all__ = [
+    "FrameworkInstallError",
+    "RecipeError",
+    "RunnerError",
+    "ServerRefusedError",
+    "ServerStartError",
+]
 
 
 class ServerStartError(RunnerError):

@@ -20,7 +20,7 @@ import docker
 import docker.errors
 
 from alflow.config import DockerOptions
-from infra.recipes.sim import SIM_IMAGE
+from alflow.frameworks.sim.recipe import SIM_IMAGE
 
 log = logging.getLogger(__name__)
 

@@ -18,14 +18,14 @@ from datetime import datetime
 from typing import Any
 
 from alflow.config import RunnerOptions, ServerConfig, SlurmOptions
+from alflow.frameworks.launch import Launch
+from alflow.frameworks.recipes import ALL_ADDRESSES, LOOPBACK, build_launch
+from alflow.frameworks.versions import FrameworkVersion, check_capabilities
 from alflow.loadgen.client import auth_headers
 from alflow.models import model_provenance
 from infra.errors import RunnerError
-from infra.launch import Launch
-from infra.recipes import ALL_ADDRESSES, LOOPBACK, build_launch
 from infra.runners import ServerHandle, make_runner
 from infra.runners.base import fetch_json, handle_api_key
-from infra.versions import FrameworkVersion, check_capabilities
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ def live_version(
 def check_live_version(launch: Launch, live: LiveVersion) -> tuple[str, ...]:
     """The release gates of ``launch`` against what the live server reports (a tag can lie).
 
-    Too old: :class:`~infra.versions.CapabilityError` (the caller stops the server). Unknown: warnings.
+    Too old: :class:`~alflow.frameworks.versions.CapabilityError` (the caller stops the server). Unknown: warnings.
     alflow's simulated engine implements every knob; it is gated only when told to report a
     framework's version (``alflow sim serve --framework-version``).
     """

@@ -9,8 +9,8 @@ from prefect.cache_policies import NO_CACHE
 
 from alflow.acceptance.synthetic import AcceptanceDistribution
 from alflow.config import ServerConfig, SpecMethod
+from alflow.frameworks.recipes import preflight_hints, speculative_label
 from alflow.preflight import Expectation, PreflightError, PreflightResult, run_preflight
-from infra.recipes import preflight_hints, speculative_label
 from infra.runners import ServerHandle
 from infra.runners.base import handle_api_key
 

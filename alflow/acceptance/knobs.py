@@ -1,7 +1,8 @@
 """Synthetic-acceptance knobs per framework: what to pass a server so it realises a target.
 
-One renderer class per framework, registered in :data:`RENDERERS`; a recipe asks the framework's
-renderer and never branches on the framework name itself. Each rendering carries the exact
+One renderer class per framework: a framework plugin's ``knobs`` (:mod:`alflow.plugins`; vLLM's, SGLang's and
+TensorRT-LLM's are here, a plugin may bring its own); a recipe asks the framework's renderer and never branches on
+the framework name itself. Each rendering carries the exact
 distribution the framework will produce (through its scheme), and any warning a reviewer of the run
 should see.
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Protocol
 
 from alflow.acceptance.synthetic import (
     AcceptanceDistribution,
@@ -30,8 +31,7 @@ from alflow.acceptance.synthetic import (
     get_scheme,
     min_variance_al,
 )
-
-Framework = Literal["vllm", "sglang", "trtllm"]
+from alflow.plugins import frameworks
 
 SGLANG_LEN_ENV = "SGLANG_SIMULATE_ACC_LEN"
 SGLANG_METHOD_ENV = "SGLANG_SIMULATE_ACC_METHOD"
@@ -66,11 +66,13 @@ class KnobRequest:
 class SyntheticKnobs:
     """A rendered setting for one framework, with the distribution it will produce."""
 
-    framework: Framework
+    framework: str
     k: int
     scheme: str
     env: dict[str, str] = field(default_factory=dict)
     speculative_config: dict[str, object] = field(default_factory=dict)
+    args: tuple[str, ...] = ()
+    """Command-line arguments that carry the knobs (ATOM's ``--spec-decode-acceptance-length``)."""
     warnings: tuple[str, ...] = ()
     distribution: AcceptanceDistribution | None = None
 
@@ -84,6 +86,8 @@ class SyntheticKnobs:
             "speculative_config": dict(self.speculative_config),
             "warnings": list(self.warnings),
         }
+        if self.args:
+            out["args"] = list(self.args)
         if self.distribution is not None:
             dist = self.distribution.to_dict()
             out["expected"] = {
@@ -97,7 +101,7 @@ class KnobRenderer(Protocol):
     """Turns a :class:`KnobRequest` into one framework's synthetic-acceptance setting."""
 
     @property
-    def framework(self) -> Framework:
+    def framework(self) -> str:
         """The framework this renderer serves."""
         ...
 
@@ -126,7 +130,7 @@ def _text(x: float) -> str:
 class VllmKnobs:
     """vLLM: the synthetic keys of ``--speculative-config``."""
 
-    framework: Framework = "vllm"
+    framework: str = "vllm"
     default_scheme: str = "vllm"
 
     def render(self, request: KnobRequest) -> SyntheticKnobs:
@@ -152,7 +156,7 @@ class VllmKnobs:
 class SglangKnobs:
     """SGLang: the ``SGLANG_SIMULATE_ACC_*`` environment variables."""
 
-    framework: Framework = "sglang"
+    framework: str = "sglang"
     default_scheme: str = "sglang-match-expected"
 
     def render(self, request: KnobRequest) -> SyntheticKnobs:
@@ -197,7 +201,7 @@ class SglangKnobs:
 class TrtllmKnobs:
     """TensorRT-LLM: ``TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS`` = AL - 1."""
 
-    framework: Framework = "trtllm"
+    framework: str = "trtllm"
     default_scheme: str = "trtllm"
 
     def render(self, request: KnobRequest) -> SyntheticKnobs:
@@ -247,10 +251,6 @@ class TrtllmKnobs:
         )
 
 
-RENDERERS: dict[str, KnobRenderer] = {r.framework: r for r in (VllmKnobs(), SglangKnobs(), TrtllmKnobs())}
-"""The knob renderer of each framework: the whole registry."""
-
-
 def _only_scheme(renderer: KnobRenderer, request: KnobRequest, allowed: Sequence[str]) -> str:
     scheme = request.scheme or renderer.default_scheme
     get_scheme(scheme)
@@ -263,11 +263,12 @@ def _only_scheme(renderer: KnobRenderer, request: KnobRequest, allowed: Sequence
 
 def get_renderer(framework: str) -> KnobRenderer:
     """The knob renderer of ``framework``, with an error listing the known frameworks."""
+    renderers = {f.name: f.knobs for f in frameworks() if f.knobs is not None}
     try:
-        return RENDERERS[framework]
+        return renderers[framework]
     except KeyError:
         raise SyntheticAcceptanceError(
-            f"unknown framework {framework!r}; known: {', '.join(RENDERERS)}"
+            f"unknown framework {framework!r}; known: {', '.join(renderers)}"
         ) from None
 
 

@@ -11,7 +11,7 @@ This module is the pure part: the typed finding (:class:`RuntimeKKnob`), the dec
 its knobs (:class:`KnobSpec`), and scanners over the places a knob can hide (command-line flags in both
 ``--flag value`` and ``--flag=value`` forms, JSON objects inside arguments, vLLM's dotted ``--json-arg.key``
 form, rendered option mappings, the environment). Which names are knobs is each framework's fact and lives in
-its recipe (``infra/recipes/<framework>.py``); no framework is named here.
+its recipe (``alflow/frameworks/<framework>/recipe.py``); no framework is named here.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ from alflow.config.presets import (
 )
 from alflow.config.runners import DockerOptions, ExternalServer, ProcessOptions, RunnerOptions, SlurmOptions
 from alflow.config.server import (
-    ENGINE_NOTES,
+    AtomServer,
     DisaggregatedRole,
     Disaggregation,
     Parallelism,
@@ -75,8 +75,8 @@ from alflow.config.workloads import Gsm8kSettings, LoadConfig, RandomWorkload, S
 
 __all__ = [
     "BLOCK_DRAFTERS",
-    "ENGINE_NOTES",
     "REMOTE_REFERENCES",
+    "AtomServer",
     "BenchmarkParams",
     "CalibrateParams",
     "CalibrationCatalogue",

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, Union
 
-from pydantic import ConfigDict, Field, TypeAdapter, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from alflow.config.base import (
     MAX_CONTEXT_TOKENS,
@@ -19,18 +27,13 @@ from alflow.config.speculative import (
 )
 from alflow.loadgen.runner import MAX_SECONDS
 from alflow.names import check_env_names, check_identifier
+from alflow.plugins import check_dialect, config_models, engine_note
 from alflow.redact import is_secret_flag, is_secret_name
 
-ServerFramework = Literal["vllm", "sglang", "trtllm", "sim", "tiny"]
-ENGINE_NOTES: dict[str, str] = {
-    "sim": "SIMULATED: numbers come from alflow's simulated engine, not a real GPU server.",
-    "tiny": (
-        "TINY CPU ENGINE: real measurements of a small model (alflow tiny serve: n-gram drafting on CPU), "
-        "not of a GPU serving framework; compare them only with other tiny-engine runs."
-    ),
-}
-"""The label each built-in engine's numbers carry in reports (frameworks not listed: none)."""
-ServerDialect = Literal["vllm", "sglang", "trtllm"]
+ServerFramework = str
+"""A registered framework's name (:func:`alflow.plugins.framework_names`); each config variant pins its own."""
+ServerDialect = Annotated[str, AfterValidator(check_dialect)]
+"""A framework whose API and metrics a server speaks (:func:`alflow.plugins.dialect_names`)."""
 
 
 class Parallelism(StrictModel):
@@ -165,8 +168,8 @@ class ServerBase(StrictModel):
 
     framework: ServerFramework = Field(
         description=(
-            "Serving framework: vllm, sglang, trtllm, sim (the simulator) or tiny (alflow's small real CPU "
-            "engine, n-gram drafting only)."
+            "Serving framework: vllm, sglang, trtllm, atom, sim (the simulator), tiny (alflow's small real CPU "
+            "engine, n-gram drafting only) or a plugin's (alflow frameworks lists them)."
         )
     )
     model: str = Field(
@@ -298,7 +301,7 @@ class ServerBase(StrictModel):
     @property
     def engine_note(self) -> str | None:
         """The label reports put on this server's numbers (simulated, tiny CPU engine, the config's label)."""
-        notes = [n for n in (ENGINE_NOTES.get(self.framework), self.label) if n]
+        notes = [n for n in (engine_note(self.framework), self.label) if n]
         return " ".join(notes) or None
 
     @model_validator(mode="after")
@@ -365,7 +368,6 @@ class ServerBase(StrictModel):
         )
 
 
-_FRAMEWORKS: tuple[str, ...] = ("vllm", "sglang", "trtllm", "sim", "tiny")
 _FRAMEWORK_ONLY: dict[str, tuple[tuple[str, ...], str]] = {
     "model_path": (
         ("vllm",),
@@ -510,9 +512,20 @@ class TinyServer(ServerBase):
     framework: Literal["tiny"] = Field("tiny", description="Serving framework: tiny.")
 
 
-ServerConfig = Annotated[
-    VllmServer | SglangServer | TrtllmServer | SimServer | TinyServer, Field(discriminator="framework")
-]
+class AtomServer(ServerBase):
+    """AMD's ATOM (``python -m atom.entrypoints.openai_server``, ROCm GPUs); its plugin is ``alflow/frameworks/atom``."""
+
+    framework: Literal["atom"] = Field("atom", description="Serving framework: atom (AMD ATOM, ROCm).")
+
+
+if TYPE_CHECKING:
+    ServerConfig = Annotated[
+        VllmServer | SglangServer | TrtllmServer | AtomServer | SimServer | TinyServer,
+        Field(discriminator="framework"),
+    ]
+else:
+    # every registered framework's model: the built-in ones above and any plugin's (alflow.plugins)
+    ServerConfig = Annotated[Union[config_models()], Field(discriminator="framework")]  # noqa: UP007
 """One serving-engine configuration: the variant of its ``framework`` (see :class:`ServerBase`)."""
 
 _SERVER: TypeAdapter[ServerConfig] = TypeAdapter(ServerConfig, config=ConfigDict(hide_input_in_errors=True))

@@ -1,9 +1,9 @@
 """Framework metrics dialects: two scrapes (or a Prometheus window) -> :class:`SpecStats`.
 
-A ``Protocol`` plus a plain dict (:data:`DIALECTS`) is the whole registry. Every framework quirk
-of reading spec-decode counters lives in its class here; metric names come from
-:mod:`alflow.metrics.names`. The simulated engine speaks each of the three dialects, so it needs
-no class of its own: :func:`detect` recognises whichever it exposes.
+A ``Protocol``; each framework plugin's ``metrics`` is its reader (:func:`dialects` asks the registry,
+:mod:`alflow.plugins`). The readers of vLLM, SGLang and TensorRT-LLM are the classes here (metric names from
+:mod:`alflow.metrics.names`); a plugin may bring its own (ATOM's is in its folder). The simulated engine speaks
+each real framework's dialect, so it needs no reader of its own: :func:`detect` recognises whichever it exposes.
 
 - vLLM: ``AL = 1 + Δaccepted_tokens / Δnum_drafts``; per-position counters by ``position``.
 - SGLang: request-level counters, moved when a request finishes: ``Δverify_calls`` (the finished
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
 import aiohttp
 import orjson
@@ -41,6 +41,7 @@ from alflow.acceptance.stats import CI_LEVEL, SpecStats, as_count, from_counters
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.metrics import names
 from alflow.metrics.prometheus import CounterWindow, Snapshot
+from alflow.plugins import frameworks
 from alflow.redact import redact_url, redact_urls_in_text
 
 
@@ -72,6 +73,14 @@ class Dialect(Protocol):
     request_fields: Mapping[str, object]
     """Fields every measured request's body carries so that the response holds those counts (SGLang's
     ``return_spec_tokens_details: true``); empty where a server flag does it (vLLM) or nothing does."""
+
+    @property
+    def snapshot_lag_s(self) -> float:
+        """How old a scrape can be: 0 for live counters; more for a server that serves a periodic snapshot.
+
+        The measurement waits that long, with the server idle, before each scrape that bounds a window (ATOM).
+        """
+        ...
 
     def matches(self, snapshot: Snapshot) -> bool:
         """True when ``snapshot`` looks like this framework's metrics."""
@@ -118,7 +127,9 @@ def _join(*notes: str) -> str:
 
 
 class _NoSpeculativeInfo:
-    """A dialect whose metrics state no speculative configuration."""
+    """A dialect whose metrics state no speculative configuration (and whose counters are live)."""
+
+    snapshot_lag_s: float = 0.0
 
     def speculative_info(self, snapshot: Snapshot) -> SpeculativeInfo | None:
         del snapshot
@@ -295,33 +306,33 @@ class TrtllmDialect(_CountersOnly):
         )
 
 
-DIALECTS: Final[dict[str, Dialect]] = {
-    "vllm": VllmDialect(),
-    "sglang": SglangDialect(),
-    "trtllm": TrtllmDialect(),
-}
+def dialects() -> dict[str, Dialect]:
+    """Every registered framework's metrics reader, by framework name (frameworks that have one)."""
+    return {f.name: f.metrics for f in frameworks() if f.metrics is not None}
 
 
 def get_dialect(name: str) -> Dialect:
     """The registered dialect ``name``; an unknown name lists the known ones."""
+    known = dialects()
     try:
-        return DIALECTS[name]
+        return known[name]
     except KeyError:
         raise InvalidInputError(
-            f"unknown metrics dialect {name!r}; known: {', '.join(DIALECTS)}, auto"
+            f"unknown metrics dialect {name!r}; known: {', '.join(known)}, auto"
         ) from None
 
 
 def detect(snapshot: Snapshot) -> Dialect:
     """The dialect whose metrics ``snapshot`` holds; an error lists what was looked for."""
-    found = [d for d in DIALECTS.values() if d.matches(snapshot)]
+    known = dialects()
+    found = [d for d in known.values() if d.matches(snapshot)]
     if len(found) == 1:
         return found[0]
     if not found:
         raise MissingMetricsError(
-            f"metrics at {snapshot.url or '<text>'} hold no vllm:, sglang: or trtllm_ metrics: cannot "
-            "detect the framework (give --dialect, or enable metrics: SGLang --enable-metrics, TensorRT-LLM "
-            "return_perf_metrics)"
+            f"metrics at {snapshot.url or '<text>'} hold no metrics of a known framework "
+            f"({', '.join(known)}): cannot detect the framework (give --dialect, or enable the server's metrics; "
+            "alflow bench --help says how for each)"
         )
     raise MissingMetricsError(
         f"metrics at {snapshot.url or '<text>'} match several dialects ({', '.join(d.name for d in found)}): "
@@ -337,7 +348,7 @@ def candidate_metrics_urls(base_url: str, dialect: str = "auto") -> list[str]:
     paths = (
         [get_dialect(dialect).metrics_path]
         if dialect != "auto"
-        else [d.metrics_path for d in DIALECTS.values()]
+        else [d.metrics_path for d in dialects().values()]
     )
     return [base + p for p in dict.fromkeys(paths)]
 

@@ -36,13 +36,20 @@ _FIELD_OF = {
 }
 
 
+FRAMEWORK_FLAGS = {"allow_extra_args": True, "ignore_unknown_options": True}
+"""Arguments the command does not define are the dialect's own framework flags (``resolve``'s ``framework_args``)."""
+
+
 def serve_command(
     ctx: typer.Context,
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to bind; 0 picks a free one and prints it.")] = 8000,
     model_name: Annotated[str, typer.Option(help="Model name (served as sim/NAME).")] = "llama-3.3-70b",
     dialect: Annotated[
-        str, typer.Option(help="Metrics dialect and config sources: vllm, sglang or trtllm.")
+        str,
+        typer.Option(
+            help="Framework whose API, metrics and knob sources the simulator speaks (alflow frameworks lists them)."
+        ),
     ] = "vllm",
     k: Annotated[int, typer.Option("--k", help="Speculative (draft) tokens per step, K.")] = 3,
     method: Annotated[str, typer.Option(help="Drafting method: mtp, eagle3, draft_model or ngram.")] = "mtp",
@@ -174,7 +181,7 @@ def serve_command(
             host=host,
             port=port,
             model_name=model_name,
-            dialect=dialect,  # type: ignore[arg-type]
+            dialect=dialect,
             k=k,
             method=method,
             synthetic_al=synthetic_al,
@@ -216,6 +223,7 @@ def serve_command(
             explicit=[name for name in explicit if name in valid],
             speculative_config=speculative_config,
             env=os.environ,
+            framework_args=tuple(ctx.args),
         )
         if config.step_log is not None:
             _check_step_log(config.step_log)
@@ -259,7 +267,7 @@ def run_server(config: SimConfig) -> None:
 def register(app: typer.Typer) -> None:
     """Add the ``sim`` group (with ``serve``) to the root ``alflow`` app."""
     sim = typer.Typer(help="The built-in simulated serving engine.", no_args_is_help=True)
-    sim.command("serve")(serve_command)
+    sim.command("serve", context_settings=FRAMEWORK_FLAGS)(serve_command)
     app.add_typer(sim, name="sim")
 
 
@@ -273,5 +281,5 @@ def main(argv: list[str] | None = None) -> None:
     def _group() -> None:
         """The built-in simulated serving engine."""
 
-    app.command("serve")(serve_command)
+    app.command("serve", context_settings=FRAMEWORK_FLAGS)(serve_command)
     app(args=argv, prog_name="python -m alflow.sim")

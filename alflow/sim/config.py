@@ -9,7 +9,12 @@ for the matching ``--dialect`` (DOMAIN.md sections 3 and 8):
 - SGLang: ``SGLANG_SIMULATE_ACC_LEN`` (off when < 0), ``SGLANG_SIMULATE_ACC_METHOD``
   (``match-expected``, the default, or ``multinomial``) and ``SGLANG_SIMULATE_ACC_TOKEN_MODE``
   (``fixed``, SGLang's default: every output token is id 100; or ``real-draft-token``: real text);
-- TensorRT-LLM: ``TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS`` = AL - 1 (accepted *drafts*).
+- TensorRT-LLM: ``TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS`` = AL - 1 (accepted *drafts*);
+- a plugin's own flags (ATOM's ``--spec-decode-acceptance-length``): the arguments the simulator's command line
+  does not know, read by the dialect's plugin (``Framework.sim_args``), refused where it has no reader.
+
+Which dialects exist, their default schemes and their knob variables come from the framework registry
+(:mod:`alflow.plugins`).
 
 Rules: an explicit flag wins over the framework source (a warning is logged when they differ); a
 framework source given to the wrong dialect, or one that contradicts itself, is an error that names
@@ -24,18 +29,18 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal, cast
+from typing import Protocol, cast
 
 from alflow.acceptance.synthetic import SyntheticTarget, get_scheme
 from alflow.errors import InvalidInputError
+from alflow.plugins import dialect_names, frameworks, get_framework
 from alflow.sim.acceptance import METHODS
 from alflow.sim.profiles import DEFAULT_PROFILE, get_profile
 
 log = logging.getLogger(__name__)
 
-Dialect = Literal["vllm", "sglang", "trtllm"]
-DIALECTS: tuple[Dialect, ...] = ("vllm", "sglang", "trtllm")
-DEFAULT_SCHEME: dict[str, str] = {"vllm": "vllm", "sglang": "sglang-match-expected", "trtllm": "trtllm"}
+Dialect = str
+"""A framework the simulator speaks (:func:`alflow.plugins.dialect_names`)."""
 SGLANG_METHODS = {"match-expected": "sglang-match-expected", "multinomial": "sglang-multinomial"}
 VLLM_METHOD_ALIASES = {
     "mtp": "mtp",
@@ -53,12 +58,6 @@ ENV_SGLANG_ACC_LEN = "SGLANG_SIMULATE_ACC_LEN"
 ENV_SGLANG_ACC_METHOD = "SGLANG_SIMULATE_ACC_METHOD"
 ENV_SGLANG_TOKEN_MODE = "SGLANG_SIMULATE_ACC_TOKEN_MODE"  # noqa: S105 - not a secret
 ENV_TRTLLM_FORCE = "TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS"
-FRAMEWORK_ENV = {
-    ENV_SGLANG_ACC_LEN: "sglang",
-    ENV_SGLANG_ACC_METHOD: "sglang",
-    ENV_SGLANG_TOKEN_MODE: "sglang",
-    ENV_TRTLLM_FORCE: "trtllm",
-}
 SGLANG_TOKEN_MODES = ("fixed", "real-draft-token")
 PER_REQUEST_LEVELS = ("none", "summary", "detailed")
 """vLLM's ``--per-request-spec-decode-metrics`` levels (vllm/config/observability.py)."""
@@ -146,12 +145,12 @@ class SimConfig:
     @property
     def scheme(self) -> str:
         """The synthetic scheme in use: the explicit one, else the dialect's own."""
-        return self.synthetic_scheme or DEFAULT_SCHEME[self.dialect]
+        return self.synthetic_scheme or default_scheme(self.dialect)
 
     def validate(self) -> SimConfig:
         """Return self if every value is allowed, else raise InvalidInputError naming the value."""
-        if self.dialect not in DIALECTS:
-            raise InvalidInputError(f"--dialect {self.dialect!r} is not one of {', '.join(DIALECTS)}")
+        if self.dialect not in dialect_names():
+            raise InvalidInputError(f"--dialect {self.dialect!r} is not one of {', '.join(dialect_names())}")
         if self.method not in METHODS:
             raise InvalidInputError(f"--method {self.method!r} is not one of {', '.join(METHODS)}")
         if self.synthetic:
@@ -239,6 +238,19 @@ class SimConfig:
             raise InvalidInputError(f"--node-rank {self.node_rank} (a worker) needs --head-addr")
 
 
+def default_scheme(dialect: str) -> str:
+    """The synthetic scheme a framework uses unless told otherwise (its plugin's knob renderer's)."""
+    knobs = get_framework(dialect).knobs
+    if knobs is None:
+        raise InvalidInputError(f"--dialect {dialect!r} has no synthetic acceptance of its own")
+    return knobs.default_scheme
+
+
+def framework_env() -> dict[str, str]:
+    """Every framework's knob environment variable -> the framework that reads it."""
+    return {name: f.name for f in frameworks() for name in sorted(f.knob_env)}
+
+
 def _check_range(name: str, value: int, low: int, high: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InvalidInputError(f"{name}={value!r} must be an integer in [{low}, {high}]")
@@ -258,6 +270,12 @@ def parse_rates(text: str) -> tuple[float, ...]:
         return tuple(float(part) for part in stripped.replace(" ", ",").split(",") if part)
     except ValueError:
         raise InvalidInputError(f"--synthetic-rates {text!r}: expected numbers separated by commas") from None
+
+
+class ArgsReader(Protocol):
+    """A dialect's reader of its framework's own flags (those the simulator's command line does not define)."""
+
+    def __call__(self, args: Sequence[str]) -> FrameworkSettings: ...
 
 
 @dataclass(frozen=True)
@@ -375,34 +393,50 @@ def read_trtllm_env(env: Mapping[str, str]) -> FrameworkSettings:
     return FrameworkSettings(src, al=value + 1.0, scheme="trtllm")
 
 
+def _framework_sources(
+    dialect: str, speculative_config: str | None, env: Mapping[str, str], framework_args: Sequence[str]
+) -> list[FrameworkSettings]:
+    """The settings in ``dialect``'s own sources; another framework's variables are ignored with a warning."""
+    found: list[FrameworkSettings] = []
+    if speculative_config is not None:
+        if dialect != "vllm":
+            raise InvalidInputError(
+                f"--speculative-config is vLLM's switch but --dialect is {dialect!r}; "
+                "use that framework's own source or explicit --synthetic-* flags"
+            )
+        found.append(read_vllm_speculative_config(speculative_config))
+    if dialect == "sglang":
+        found.append(read_sglang_env(env))
+    if dialect == "trtllm":
+        found.append(read_trtllm_env(env))
+    if framework_args:
+        reader = get_framework(dialect).sim_args
+        if reader is None:
+            raise InvalidInputError(
+                f"unknown arguments for the simulator in dialect {dialect!r}: {' '.join(framework_args)}"
+            )
+        found.append(reader(framework_args))
+    for name, owner in framework_env().items():
+        if name in env and owner != dialect:
+            log.warning("ignoring %s: it is %s's switch and --dialect is %s", name, owner, dialect)
+    return found
+
+
 def resolve(
     base: SimConfig,
     *,
     explicit: Sequence[str] = (),
     speculative_config: str | None = None,
     env: Mapping[str, str] | None = None,
+    framework_args: Sequence[str] = (),
 ) -> SimConfig:
     """Merge the dialect's framework source into ``base``; fields named in ``explicit`` win.
 
-    ``explicit`` lists the SimConfig field names the user set on the command line. Raises
+    ``explicit`` lists the SimConfig field names the user set on the command line; ``framework_args`` are the
+    arguments it did not define, read by the dialect's plugin (its ``sim_args``). Raises
     InvalidInputError when a framework source belongs to another dialect or contradicts itself.
     """
-    env = {} if env is None else env
-    found: list[FrameworkSettings] = []
-    if speculative_config is not None:
-        if base.dialect != "vllm":
-            raise InvalidInputError(
-                f"--speculative-config is vLLM's switch but --dialect is {base.dialect!r}; "
-                "use that framework's own source or explicit --synthetic-* flags"
-            )
-        found.append(read_vllm_speculative_config(speculative_config))
-    if base.dialect == "sglang":
-        found.append(read_sglang_env(env))
-    if base.dialect == "trtllm":
-        found.append(read_trtllm_env(env))
-    for name, owner in FRAMEWORK_ENV.items():
-        if name in env and owner != base.dialect:
-            log.warning("ignoring %s: it is %s's switch and --dialect is %s", name, owner, base.dialect)
+    found = _framework_sources(base.dialect, speculative_config, {} if env is None else env, framework_args)
     cfg = base
     notes = list(base.notes)
     for fs in found:

@@ -37,7 +37,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from alflow.errors import InvalidInputError
 from alflow.metrics import names
+from alflow.plugins import get_framework
 from alflow.sim.config import SimConfig
 from alflow.sim.engine import EngineStats, Histogram
 
@@ -259,8 +261,12 @@ class TrtllmEmitter:
         yield _histogram(names.TRTLLM_E2E_SECONDS, "Histogram of end-to-end request latency.", lab, stats.e2e)
 
 
-EMITTERS: dict[str, MetricsEmitter] = {d.name: d for d in (VllmEmitter(), SglangEmitter(), TrtllmEmitter())}
-"""Every metrics dialect by name: the whole registry."""
+def emitter_of(dialect: str) -> MetricsEmitter:
+    """The metrics emitter of ``dialect``: its framework plugin's ``sim`` (vLLM's, SGLang's, TensorRT-LLM's are here)."""
+    emitter = get_framework(dialect).sim
+    if emitter is None:
+        raise InvalidInputError(f"framework {dialect!r} has no dialect the simulator speaks")
+    return emitter
 
 
 class _EngineCollector(Collector):

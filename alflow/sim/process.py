@@ -28,7 +28,7 @@ from typing import IO
 from alflow.errors import AlflowError
 from alflow.serving.app import OnReady, ServerThread
 from alflow.sim.config import SimConfig
-from alflow.sim.dialects import EMITTERS
+from alflow.sim.dialects import emitter_of
 from alflow.sim.server import LISTENING_PREFIX, serve
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ class SimThread(ServerThread):
     @property
     def metrics_url(self) -> str:
         """URL of the dialect's Prometheus text."""
-        return self.base_url + EMITTERS[self.config.dialect].metrics_path
+        return self.base_url + emitter_of(self.config.dialect).metrics_path
 
     def start(self, timeout_s: float = 30.0) -> SimThread:
         """Start the thread and wait until the server listens (its start-up delay comes on top)."""
@@ -119,7 +119,7 @@ class SimProcess:
     @property
     def metrics_url(self) -> str:
         """URL of the dialect's Prometheus text."""
-        return self.base_url + EMITTERS[self.dialect].metrics_path
+        return self.base_url + emitter_of(self.dialect).metrics_path
 
     def logs(self) -> str:
         """The server's stderr so far."""

@@ -45,7 +45,7 @@ from alflow.serving.requests import ChatRequest, CompletionRequest, TokenizeRequ
 from alflow.sim.acceptance import NaturalAcceptance, stable_seed
 from alflow.sim.cluster import ClusterError, HeadCluster, WorkerLink
 from alflow.sim.config import SGLANG_FIXED_TOKEN_ID, SimConfig
-from alflow.sim.dialects import EMITTERS, make_registry, sglang_server_info
+from alflow.sim.dialects import emitter_of, make_registry, sglang_server_info
 from alflow.sim.engine import Engine, EngineStats, SimRequest
 from alflow.sim.payloads import body_metrics_json, spec_tokens_details_json, stream_metrics_json, usage_json
 from alflow.sim.text import AnswerKey, TextSource, corpus_text, load_answer_key
@@ -103,7 +103,7 @@ class SimServer:
         self._next_engine = 0
         self.cluster = cluster
         self.tokenizer = get_tokenizer()
-        self.dialect = EMITTERS[config.dialect]
+        self.dialect = emitter_of(config.dialect)
         self.registry = make_registry(self.dialect, self.engine.stats, config)
         self.crash = crash
         self.api = OpenAIServer(self)
@@ -590,7 +590,7 @@ async def _serve_worker(
             await joining
         return
     joining.result()  # raises ClusterError when the join failed
-    dialect = EMITTERS[config.dialect]
+    dialect = emitter_of(config.dialect)
 
     async def health(_request: web.Request) -> web.Response:
         if link.lost is not None:

@@ -2,7 +2,7 @@
 
 The tiny engine drafts by n-gram lookup (vLLM's ``ngram`` method) and forces acceptance with vLLM's
 synthetic semantics. Its settings can be given two ways, and the recipe uses the second so that
-alflow's vLLM knob path (:mod:`alflow.acceptance.knobs`, :class:`infra.recipes.vllm.VllmRecipe`)
+alflow's vLLM knob path (:mod:`alflow.acceptance.knobs`, :class:`alflow.frameworks.vllm.recipe.VllmRecipe`)
 is exercised end to end:
 
 - flags: ``--k``, ``--ngram-min``, ``--ngram-max``, ``--synthetic-al`` or ``--synthetic-rates``;

@@ -22,9 +22,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
 from alflow.errors import InvalidInputError
+from alflow.frameworks.launch import Launch
 from alflow.redact import redact_url
 from infra.errors import ServerRefusedError, ServerStartError
-from infra.launch import Launch
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,8 @@
 What a container gets (DOMAIN.md section 8): the Launch's argument list (``argv[0]`` replaces the
 image's entrypoint), its environment plus the secrets named in the options (read from the secret
 source at start, never logged, never stored in the handle or provenance), GPUs as a device request
-(``all`` = ``DeviceRequest(count=-1, capabilities=[["gpu"]])``, or a list of ids), ``ipc_mode=host``
+(``all`` = ``DeviceRequest(count=-1, capabilities=[["gpu"]])``, or a list of ids; a framework on AMD GPUs, per its
+plugin's ``gpu``, gets ``/dev/kfd`` and ``/dev/dri`` and group ``video`` instead), ``ipc_mode=host``
 or a ``shm_size``, the model cache volume, host networking or a mapped port, and labels that
 identify alflow and the run (``alflow=1``, ``alflow.run-id``, ``alflow.created`` in Unix seconds).
 Launch files are copied into the created container before it starts.
@@ -33,9 +34,7 @@ import docker.errors
 from docker.types import DeviceRequest
 
 from alflow.config import DockerOptions
-from infra.errors import RunnerError
-from infra.images import ensure_sim_image
-from infra.launch import (
+from alflow.frameworks.launch import (
     WILDCARD_HOSTS,
     Launch,
     LaunchFile,
@@ -44,7 +43,10 @@ from infra.launch import (
     single_host,
     single_host_metrics_urls,
 )
-from infra.recipes.sim import SIM_IMAGE
+from alflow.frameworks.sim.recipe import SIM_IMAGE
+from alflow.plugins import get_framework
+from infra.errors import RunnerError
+from infra.images import ensure_sim_image
 from infra.runners.base import LOG_TAIL_LINES, SecretSource, ServerHandle, secret_values, wait_for_health
 
 log = logging.getLogger(__name__)
@@ -80,6 +82,24 @@ def device_requests(gpus: str | tuple[str, ...]) -> list[DeviceRequest]:
     if gpus == "all":
         return [DeviceRequest(count=-1, capabilities=[["gpu"]])]
     return [DeviceRequest(device_ids=list(gpus), capabilities=[["gpu"]])]
+
+
+AMD_DEVICES = ("/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm")
+"""What a ROCm container needs (ROCm's Docker guide: ``--device=/dev/kfd --device=/dev/dri --group-add video``)."""
+AMD_VISIBLE_ENV = "ROCR_VISIBLE_DEVICES"
+
+
+def amd_devices(gpus: str | tuple[str, ...]) -> dict[str, Any]:
+    """Container keywords that give AMD GPUs: the KFD and DRI devices and group ``video``; nothing for 'none'.
+
+    A list of ids becomes ``ROCR_VISIBLE_DEVICES`` (the ROCm runtime's own selection).
+    """
+    if gpus == "none":
+        return {}
+    spec: dict[str, Any] = {"devices": list(AMD_DEVICES), "group_add": ["video"]}
+    if gpus != "all":
+        spec["environment"] = {AMD_VISIBLE_ENV: ",".join(gpus)}
+    return spec
 
 
 def parse_volume(spec: str) -> tuple[str, dict[str, str]]:
@@ -131,8 +151,13 @@ def container_spec(
         "name": name,
         "detach": True,
         "volumes": volumes,
-        "device_requests": device_requests(options.gpus),
     }
+    if get_framework(launch.framework).gpu == "amd":
+        amd = amd_devices(options.gpus)
+        spec["environment"] = {**amd.pop("environment", {}), **spec["environment"]}
+        spec.update(amd)
+    else:
+        spec["device_requests"] = device_requests(options.gpus)
     if options.ipc_mode is not None:
         spec["ipc_mode"] = options.ipc_mode
     if options.shm_size is not None:

@@ -13,10 +13,10 @@ import logging
 from collections.abc import Callable
 
 from alflow.config import ExternalServer
+from alflow.frameworks.launch import Launch
+from alflow.frameworks.recipes import dialect_source
 from alflow.redact import redact_url
 from infra.errors import RunnerError
-from infra.launch import Launch
-from infra.recipes.dialects import DIALECTS
 from infra.runners.base import LOG_TAIL_LINES, ServerHandle, handle_api_key, wait_for_health
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ class ExternalRunner:
             )
         base = opts.base_url.rstrip("/")
         metrics_url = opts.metrics_url or (
-            opts.metrics_urls[0] if opts.metrics_urls else base + DIALECTS[opts.dialect].metrics_path
+            opts.metrics_urls[0] if opts.metrics_urls else base + dialect_source(opts.dialect).metrics_path
         )
         handle = ServerHandle(
             runner=self.name,

@@ -21,17 +21,17 @@ from pathlib import Path
 from typing import ClassVar
 
 from alflow.config import ProcessOptions
-from alflow.procguard import Guard, pid_alive, same_process_alive, start_ticks
-from infra.errors import FrameworkInstallError, RunnerError
-from infra.launch import (
-    KNOB_ENV_NAMES,
+from alflow.frameworks.launch import (
     Launch,
     connect_host,
     redact_text,
     single_host,
     single_host_metrics_urls,
 )
-from infra.recipes import check_install
+from alflow.frameworks.recipes import check_install
+from alflow.plugins import knob_env_names
+from alflow.procguard import Guard, pid_alive, same_process_alive, start_ticks
+from infra.errors import FrameworkInstallError, RunnerError
 from infra.runners import registry
 from infra.runners.base import (
     LOG_TAIL_LINES,
@@ -93,7 +93,7 @@ class ProcessRunner:
         secrets = secret_values(self.options.secrets, launch, self._secret_source)
         # The runner's own environment is inherited, except variables that would force acceptance behind
         # the config's back (a stray SGLANG_SIMULATE_ACC_LEN in a shell would make a "real" run synthetic).
-        inherited = {k: v for k, v in os.environ.items() if k not in KNOB_ENV_NAMES}
+        inherited = {k: v for k, v in os.environ.items() if k not in knob_env_names()}
         env = {**inherited, **path_env, **launch.env, **secrets}
         log_path = run_dir / "server.log"
         log.info("starting %s server: %s (log %s)", launch.framework, launch.command_line(), log_path)

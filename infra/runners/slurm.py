@@ -1,6 +1,6 @@
 """Runner 'slurm': the server runs as a Slurm batch job on one or more nodes.
 
-:func:`~infra.runners.slurm_script.render_script` turns a :class:`~infra.launch.Launch` and
+:func:`~infra.runners.slurm_script.render_script` turns a :class:`~alflow.frameworks.launch.Launch` and
 :class:`~alflow.config.SlurmOptions` into an sbatch script (a jinja2 template; every value shell-quoted
 with :func:`shlex.quote`, and values on ``#SBATCH`` lines refused when they would need quoting, since
 sbatch does not parse shell quotes there). The script loads modules, exports the Launch's environment, resolves every node's
@@ -8,8 +8,8 @@ address (``scontrol show hostnames``, then each node's ``NodeAddr`` from ``scont
 may have names that do not resolve) into ``ALFLOW_NODE_ADDRS``, and exports ``ALFLOW_HEAD_NODE``,
 ``ALFLOW_HEAD_ADDR`` and ``ALFLOW_NNODES``. Then srun runs :data:`NODE_WRAPPER` on every node, bare or in
 a container through pyxis (``--container-image``, ``--container-mounts``): the wrapper replaces the
-node placeholders of the argument list (:data:`~infra.launch.NODE_RANK` from ``SLURM_NODEID``,
-:data:`~infra.launch.HEAD_ADDR`, :data:`~infra.launch.NNODES`, :func:`~infra.launch.node_addr`) and
+node placeholders of the argument list (:data:`~alflow.frameworks.launch.NODE_RANK` from ``SLURM_NODEID``,
+:data:`~alflow.frameworks.launch.HEAD_ADDR`, :data:`~alflow.frameworks.launch.NNODES`, :func:`~alflow.frameworks.launch.node_addr`) and
 execs it; nodes of rank > 0 run ``Launch.worker_argv`` when the recipe gives one.
 
 - One server (``exec srun``): one task per node, or, for an MPI launch (``Launch.mpi``), ``--mpi=PLUGIN``
@@ -49,8 +49,9 @@ from pathlib import Path
 from typing import ClassVar, Protocol
 
 from alflow.config import SlurmOptions
+from alflow.frameworks.launch import Launch, redact_text
+from alflow.plugins import knob_env_names
 from infra.errors import RunnerError, ServerStartError
-from infra.launch import KNOB_ENV_NAMES, Launch, redact_text
 from infra.runners.base import (
     LOG_TAIL_LINES,
     SecretSource,
@@ -304,7 +305,7 @@ class SlurmRunner:
             **{
                 k: v
                 for k, v in os.environ.items()
-                if k not in KNOB_ENV_NAMES and (not k.startswith("SLURM_") or k == "SLURM_CONF")
+                if k not in knob_env_names() and (not k.startswith("SLURM_") or k == "SLURM_CONF")
             },
             **secrets,
         }

@@ -1,6 +1,6 @@
 """The sbatch script of runner 'slurm': :func:`render_script` and the per-node wrapper.
 
-:func:`render_script` turns a :class:`~infra.launch.Launch` and :class:`~alflow.config.SlurmOptions`
+:func:`render_script` turns a :class:`~alflow.frameworks.launch.Launch` and :class:`~alflow.config.SlurmOptions`
 into an sbatch script (a jinja2 template; every value shell-quoted with :func:`shlex.quote`, and
 values on ``#SBATCH`` lines refused when they would need quoting, since sbatch does not parse shell
 quotes there). :data:`NODE_WRAPPER` is what srun runs on every node. :mod:`infra.runners.slurm`
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import jinja2
 
 from alflow.config import SlurmOptions
+from alflow.frameworks.launch import Launch
 from infra.errors import RunnerError
-from infra.launch import Launch
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 

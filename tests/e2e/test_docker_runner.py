@@ -25,12 +25,12 @@ import pytest
 import yaml
 
 from alflow.config import DockerOptions, SpeculativeConfig, SyntheticAcceptance, server_config
+from alflow.frameworks.launch import Launch, free_port
+from alflow.frameworks.recipes import build_launch
+from alflow.frameworks.sim.recipe import SIM_IMAGE
 from infra.errors import RunnerError, ServerStartError
 from infra.images import ensure_sim_image, sim_docker_options
-from infra.launch import Launch, free_port
 from infra.lifecycle import start_server, stop_server
-from infra.recipes import build_launch
-from infra.recipes.sim import SIM_IMAGE
 from infra.runners import DockerRunner, ServerHandle, running_server
 from infra.runners.docker import LABEL, LABEL_CREATED, LABEL_RUN_ID, docker_client
 
@@ -149,7 +149,7 @@ def test_crash_at_start_fails_within_seconds_with_log_tail_and_is_removed(
 KILLED_FLOW = """
 import os, signal, sys
 from infra.images import sim_docker_options
-from infra.recipes import build_launch
+from alflow.frameworks.recipes import build_launch
 from infra.runners import DockerRunner
 from alflow.config import server_config
 launch = build_launch(server_config(framework="sim", model="m", host="127.0.0.1", extra_args=("--time-scale", "0")))

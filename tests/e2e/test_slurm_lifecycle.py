@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from alflow.config import SlurmOptions, SpeculativeConfig, SyntheticAcceptance, server_config
+from alflow.frameworks.recipes import build_launch
 from infra.lifecycle import alflow_slurm_jobs, reclaim_host
-from infra.recipes import build_launch
 from infra.runners import SlurmRunner, running_server
 from infra.runners.base import health_ok
 

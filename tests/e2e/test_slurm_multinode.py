@@ -33,11 +33,11 @@ from alflow.config import (
     SyntheticAcceptance,
     server_config,
 )
+from alflow.frameworks.recipes import build_launch
 from alflow.metrics import names
 from alflow.metrics.prometheus import scrape_all
 from infra.errors import ServerStartError
 from infra.lifecycle import alflow_slurm_jobs
-from infra.recipes import build_launch
 from infra.runners import SlurmRunner, running_server
 from infra.runners.base import health_ok
 from tests.e2e.conftest import slurm_nodes

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from alflow.config import SlurmOptions, server_config
+from alflow.frameworks.launch import Launch, free_port
+from alflow.frameworks.recipes import build_launch
 from infra.errors import ServerStartError
-from infra.launch import Launch, free_port
 from infra.lifecycle import alflow_slurm_jobs
-from infra.recipes import build_launch
 from infra.runners import SlurmRunner, running_server
 from infra.runners.base import health_ok
 

@@ -38,13 +38,13 @@ from alflow.config import (
     server_config,
 )
 from alflow.evals.run import bundled_gsm8k
+from alflow.frameworks.recipes import build_launch
 from alflow.methods.common import point_server
 from alflow.results.store import open_run
 from alflow.sim.process import SimProcess
 from flows.benchmark import benchmark
 from flows.calibrate import calibrate
 from flows.gate import gate
-from infra.recipes import build_launch
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from alflow.config import ProcessOptions, ServerConfig, SpeculativeConfig, SyntheticAcceptance, server_config
+from alflow.frameworks.recipes import build_launch
 from infra.errors import ServerStartError
 from infra.lifecycle import serving, start_server, stop_server
-from infra.recipes import build_launch
 from infra.runners import ProcessRunner, running_server
 from infra.runners.process import pid_of
 

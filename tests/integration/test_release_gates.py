@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from alflow.config import ProcessOptions, ServerConfig, SpeculativeConfig, SyntheticAcceptance, server_config
+from alflow.frameworks.versions import CapabilityError
 from infra.lifecycle import serving, start_server
 from infra.runners.registry import entries
-from infra.versions import CapabilityError
 
 
 @pytest.fixture(autouse=True)

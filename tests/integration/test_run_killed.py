@@ -164,7 +164,7 @@ def test_a_killed_run_leaves_no_server_no_guard_and_no_prefect_server(
 ORPHAN = """
 import os, signal, sys
 from alflow.config import ServerConfig, server_config
-from infra.recipes import build_launch
+from alflow.frameworks.recipes import build_launch
 from infra.runners.process import ProcessRunner
 runner = ProcessRunner(run_id="orphan-run")
 handle = runner.start(build_launch(server_config(framework="sim", model="m", extra_args=("--time-scale", "0"))))

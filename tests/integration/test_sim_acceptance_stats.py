@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from alflow.acceptance.synthetic import distribution
 from alflow.metrics import names
-from alflow.sim.config import DEFAULT_SCHEME, SimConfig
+from alflow.sim.config import SimConfig, default_scheme
 from alflow.sim.process import start_in_thread
 
 Z99 = 2.5758
@@ -130,7 +130,7 @@ async def measure(tmp_path: Path, dialect: str, k: int, al: float, scheme: str |
         after = scrape(await get_text(sim.metrics_url))
     steps = read_steps(log_path)[n_warm:]
     measured, n, requests = al_from_metrics(dialect, before, after)
-    dist = distribution(scheme or DEFAULT_SCHEME[dialect], k, al=al)
+    dist = distribution(scheme or default_scheme(dialect), k, al=al)
     if requests and dist.variance > 0:
         # SGLang's output_ids are cut at max_tokens: add back the scheme's expected cut (the audit's correction;
         # with one fixed length the cut is set by max_tokens modulo L, and this test's max_tokens leaves none)
@@ -149,7 +149,7 @@ async def test_al_from_metrics_within_ci(tmp_path: Path, dialect: str, k: int, a
             == body["usage"]["total_tokens"] - body["usage"]["prompt_tokens"]
         )
         assert body["choices"][0]["finish_reason"] == "length"
-    dist = distribution(DEFAULT_SCHEME[dialect], k, al=al)
+    dist = distribution(default_scheme(dialect), k, al=al)
     assert dist.mean == pytest.approx(al, abs=1e-12)
     if dist.variance == 0.0:
         assert measured == pytest.approx(al, abs=1e-12)

@@ -20,13 +20,13 @@ from collections.abc import Iterator
 import aiohttp
 import pytest
 
+from alflow.frameworks.launch import free_port
 from alflow.metrics import names
 from alflow.metrics.prometheus import scrape_all
 from alflow.sim.config import SimConfig
 from alflow.sim.process import start_in_thread
 from alflow.sim.profiles import get_profile, predicted_tpot_s
 from alflow.sim.tokenizer import get_tokenizer
-from infra.launch import free_port
 
 
 def two_free_ports() -> int:

@@ -23,13 +23,13 @@ import orjson
 import pytest
 
 from alflow.config import SpeculativeConfig, server_config
+from alflow.frameworks.recipes import build_launch
 from alflow.metrics.dialects import get_dialect
 from alflow.metrics.prometheus import Snapshot, SnapshotWindow, parse_exposition
 from alflow.tiny.server import TinyServer, TinyServerSettings
 from alflow.tiny.settings import resolve_spec
 from alflow.tiny.thread import TinyThread
 from alflow.workloads import tiny_prompts_path
-from infra.recipes import build_launch
 from infra.runners import ProcessRunner, running_server
 
 pytestmark = pytest.mark.tiny

@@ -39,6 +39,7 @@ from alflow.config import (
     SpeedBenchWorkload,
     SyntheticAcceptance,
 )
+from alflow.frameworks.recipes import build_launch
 from alflow.gates import AUDIT_MIN_FIT_P
 from alflow.metrics.dialects import get_dialect
 from alflow.metrics.prometheus import Snapshot, SnapshotWindow, parse_exposition
@@ -52,7 +53,6 @@ from flows.demo import VLLM_CPU_LABEL, VLLM_MODEL_ID, demo, vllm_cpu_server
 from flows.gate import gate
 from infra import lifecycle
 from infra.errors import RecipeError
-from infra.recipes import build_launch
 from infra.runners import ServerHandle
 from tests.vllm_support import require_vllm, vllm_processes
 

@@ -10,10 +10,10 @@ from alflow.acceptance.stats import CounterResetError
 from alflow.errors import InvalidInputError
 from alflow.metrics import names
 from alflow.metrics.dialects import (
-    DIALECTS,
     MissingMetricsError,
     candidate_metrics_urls,
     detect,
+    dialects,
     get_dialect,
 )
 from alflow.metrics.prometheus import SnapshotWindow, parse_exposition
@@ -159,7 +159,7 @@ def test_metrics_urls() -> None:
         "http://h:8000/metrics",
         "http://h:8000/prometheus/metrics",
     ]
-    assert set(DIALECTS) == {"vllm", "sglang", "trtllm"}
+    assert set(dialects()) == {"vllm", "sglang", "trtllm", "atom"}
 
 
 def test_vllm_from_promql_window(prometheus: str) -> None:  # noqa: F811

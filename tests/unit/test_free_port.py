@@ -1,4 +1,4 @@
-"""``infra.launch.free_port``: blocks of free ports, chosen below the kernel's ephemeral range.
+"""``alflow.frameworks.launch.free_port``: blocks of free ports, chosen below the kernel's ephemeral range.
 
 A Slurm job binds its ports seconds after they are picked; a port from the ephemeral range can be
 taken by any outgoing connection in between (a two-node sim job on one host once failed so).
@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from alflow.config import Parallelism, SpeculativeConfig, server_config
-from infra import launch
+from alflow.frameworks import launch
+from alflow.frameworks.launch import LISTEN_PORT_FLOOR, ephemeral_range, free_port
+from alflow.frameworks.recipes import build_launch
 from infra.errors import RunnerError
-from infra.launch import LISTEN_PORT_FLOOR, ephemeral_range, free_port
-from infra.recipes import build_launch
 
 
 def bindable(port: int) -> bool:

@@ -17,8 +17,7 @@ import pytest
 from pydantic import ValidationError
 
 from alflow.config import DockerOptions, ExternalServer, ProcessOptions
-from infra.errors import RunnerError
-from infra.launch import (
+from alflow.frameworks.launch import (
     HEAD_ADDR,
     NNODES,
     NODE_RANK,
@@ -30,6 +29,7 @@ from infra.launch import (
     single_host_metrics_urls,
     substitute_node,
 )
+from infra.errors import RunnerError
 from infra.runners import DockerRunner, ExternalRunner, ProcessRunner
 from infra.runners.docker import container_spec
 
@@ -284,7 +284,7 @@ def test_launch_group_and_mpi_fields_are_checked() -> None:
 
 
 def test_relocated_rewrites_worker_and_group_arguments() -> None:
-    from infra.launch import LaunchFile
+    from alflow.frameworks.launch import LaunchFile
 
     base = Launch(
         framework="trtllm",

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from alflow.config import ServerConfig, SlurmOptions, server_config
-from infra.launch import Launch
-from infra.recipes import ALL_ADDRESSES, build_launch
+from alflow.frameworks.launch import Launch
+from alflow.frameworks.recipes import ALL_ADDRESSES, build_launch
 from infra.runners.slurm import render_script
 from tests.unit.golden import assert_golden
 from tests.unit.test_multinode_wrapper import node_output, run_script

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from alflow.config import SlurmOptions
-from infra.launch import HEAD_ADDR, NNODES, NODE_RANK, Launch, LaunchGroup, node_addr
+from alflow.frameworks.launch import HEAD_ADDR, NNODES, NODE_RANK, Launch, LaunchGroup, node_addr
 from infra.runners.slurm import NODE_WRAPPER, render_script, wrapper_args
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")

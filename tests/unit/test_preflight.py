@@ -88,7 +88,7 @@ def test_the_method_the_server_reports_must_be_the_one_asked_for() -> None:
 
 def test_tensorrt_llms_label_comes_from_its_recipe() -> None:
     from alflow.config import SpeculativeConfig, server_config
-    from infra.recipes import speculative_label
+    from alflow.frameworks.recipes import speculative_label
 
     spec = SpeculativeConfig(method="dflash", k=4, draft_model="org/d")
     assert speculative_label(server_config(framework="trtllm", model="m", speculative=spec)) == "DFlash"

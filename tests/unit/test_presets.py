@@ -28,8 +28,8 @@ from alflow.config import (
 )
 from alflow.config.presets import preset_from_data
 from alflow.errors import InvalidInputError
+from alflow.frameworks.recipes import build_launch
 from alflow.methods.common import point_server
-from infra.recipes import build_launch
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = {"sim", "vllm-h200", "sglang-h200", "trtllm-h200"}

@@ -17,12 +17,12 @@ from alflow.acceptance.knobs import (
     TRTLLM_ENV,
 )
 from alflow.config import Parallelism, ServerConfig, SpeculativeConfig, SyntheticAcceptance, server_config
+from alflow.frameworks.launch import DEFAULT_FILES_DIR, REDACTED, Launch, LaunchFile, free_port
+from alflow.frameworks.recipe_kit import image_tag, image_version
+from alflow.frameworks.recipes import build_launch, get_recipe, recipes
+from alflow.frameworks.trtllm.recipe import TRTLLM_OPTIONS_FILE
 from alflow.metrics.names import SGLANG_METRICS_PATH, TRTLLM_METRICS_PATH, VLLM_METRICS_PATH
 from infra.errors import RecipeError
-from infra.launch import DEFAULT_FILES_DIR, REDACTED, Launch, LaunchFile, free_port
-from infra.recipes import RECIPES, build_launch, get_recipe
-from infra.recipes._common import image_tag, image_version
-from infra.recipes.trtllm import TRTLLM_OPTIONS_FILE
 
 MTP3 = SpeculativeConfig(method="mtp", k=3)
 EAGLE3_5 = SpeculativeConfig(method="eagle3", k=5, draft_model="org/eagle3-drafter")
@@ -409,8 +409,8 @@ def test_sim_carries_each_frameworks_knob_path() -> None:
 
 
 def test_registry_has_every_framework_and_unknown_is_an_error() -> None:
-    assert set(RECIPES) == {"vllm", "sglang", "trtllm", "sim", "tiny"}
-    for name, recipe in RECIPES.items():
+    assert set(recipes()) == {"vllm", "sglang", "trtllm", "atom", "sim", "tiny"}
+    for name, recipe in recipes().items():
         assert recipe.framework == name
     with pytest.raises(RecipeError, match="known: vllm"):
         get_recipe("llamacpp")

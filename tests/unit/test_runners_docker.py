@@ -12,10 +12,10 @@ from docker.types import DeviceRequest
 from pydantic import ValidationError
 
 from alflow.config import DockerOptions, SpeculativeConfig, SyntheticAcceptance, server_config
+from alflow.frameworks.launch import Launch
+from alflow.frameworks.recipes import build_launch
 from infra.cli import parse_duration
 from infra.errors import RunnerError
-from infra.launch import Launch
-from infra.recipes import build_launch
 from infra.runners import RUNNERS, DockerRunner, make_runner
 from infra.runners.docker import (
     LABEL,

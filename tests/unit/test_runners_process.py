@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from alflow.config import ProcessOptions
+from alflow.frameworks.launch import Launch, LaunchFile, free_port
 from infra.errors import ServerStartError
-from infra.launch import Launch, LaunchFile, free_port
 from infra.runners import ProcessRunner, ServerHandle, make_runner, running_server
 from infra.runners.base import health_ok
 from infra.runners.process import pid_of, process_id

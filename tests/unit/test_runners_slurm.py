@@ -23,9 +23,9 @@ import pytest
 from pydantic import ValidationError
 
 from alflow.config import ServerPlacement, SlurmOptions
+from alflow.frameworks.launch import Launch, LaunchFile, MetricsEndpoint, free_port
 from infra import lifecycle
 from infra.errors import RunnerError, ServerStartError
-from infra.launch import Launch, LaunchFile, MetricsEndpoint, free_port
 from infra.runners import RUNNERS, SlurmRunner, make_runner
 from infra.runners.slurm import JobInfo, SubprocessSlurm, parse_key_values, render_script
 from tests.unit.golden import assert_golden

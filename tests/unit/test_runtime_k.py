@@ -27,6 +27,10 @@ from alflow.acceptance.runtime_k import (
     stored_knobs,
 )
 from alflow.config import BenchmarkParams, CalibrateParams, GateParams, server_config
+from alflow.frameworks.recipes import build_launch
+from alflow.frameworks.sglang.recipe import SGLANG_RUNTIME_K
+from alflow.frameworks.trtllm.recipe import TRTLLM_RUNTIME_K, TrtllmRecipe
+from alflow.frameworks.vllm.recipe import VLLM_RUNTIME_K
 from alflow.metrics import names
 from alflow.metrics.dialects import SglangDialect
 from alflow.metrics.prometheus import SnapshotWindow, parse_exposition
@@ -35,10 +39,6 @@ from alflow.sim.config import SimConfig
 from alflow.sim.dialects import SglangEmitter, make_registry
 from alflow.sim.engine import EngineStats
 from infra.errors import RecipeError
-from infra.recipes import build_launch
-from infra.recipes.sglang import SGLANG_RUNTIME_K
-from infra.recipes.trtllm import TRTLLM_RUNTIME_K, TrtllmRecipe
-from infra.recipes.vllm import VLLM_RUNTIME_K
 
 SYNTHETIC = {"target_al": 2.5}
 _VLLM = {"framework": "vllm", "model": "m", "speculative": {"method": "mtp", "k": 3}}

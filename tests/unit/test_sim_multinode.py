@@ -8,6 +8,8 @@ import pytest
 
 from alflow.config import Parallelism, ServerConfig, server_config
 from alflow.errors import InvalidInputError
+from alflow.frameworks.launch import HEAD_ADDR, NNODES, NODE_RANK, MetricsEndpoint
+from alflow.frameworks.recipes import build_launch
 from alflow.metrics.client import GpuLayout
 from alflow.sim.cluster import stats_from_dict, stats_to_dict
 from alflow.sim.config import SimConfig
@@ -15,8 +17,6 @@ from alflow.sim.engine import Engine, EngineStats
 from alflow.sim.profiles import DEFAULT_PROFILE, get_profile
 from alflow.topology import gpu_layout
 from infra.errors import RecipeError
-from infra.launch import HEAD_ADDR, NNODES, NODE_RANK, MetricsEndpoint
-from infra.recipes import build_launch
 
 
 def multi(**kw: object) -> SimConfig:

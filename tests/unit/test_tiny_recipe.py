@@ -10,9 +10,9 @@ import pytest
 
 from alflow.config import ServerConfig, server_config
 from alflow.errors import InvalidInputError
+from alflow.frameworks.recipes import build_launch, get_recipe
 from alflow.tiny.settings import resolve_spec
 from infra.errors import RecipeError
-from infra.recipes import build_launch, get_recipe
 
 
 def _config(**kw: object) -> ServerConfig:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from alflow.config import ServerConfig, SpeculativeConfig, SyntheticAcceptance, server_config
+from alflow.frameworks.recipes import build_launch
+from alflow.frameworks.sglang.recipe import SGLANG_RAGGED_VERIFY_ENV, SGLANG_TOKEN_MODE_CAP
+from alflow.frameworks.trtllm.recipe import TRTLLM_DFLASH, TRTLLM_EXACT_AL, TRTLLM_FRACTIONAL
+from alflow.frameworks.versions import CapabilityError, FrameworkVersion, check_capabilities
+from alflow.frameworks.vllm.recipe import VLLM_BLOCK_VERIFY, VLLM_DSPARK, VLLM_SYNTHETIC
 from infra.errors import RecipeError
 from infra.lifecycle import LiveVersion, check_live_version
-from infra.recipes import build_launch
-from infra.recipes.sglang import SGLANG_RAGGED_VERIFY_ENV, SGLANG_TOKEN_MODE_CAP
-from infra.recipes.trtllm import TRTLLM_DFLASH, TRTLLM_EXACT_AL, TRTLLM_FRACTIONAL
-from infra.recipes.vllm import VLLM_BLOCK_VERIFY, VLLM_DSPARK, VLLM_SYNTHETIC
-from infra.versions import CapabilityError, FrameworkVersion, check_capabilities
 
 
 def cfg(**kwargs: object) -> ServerConfig:

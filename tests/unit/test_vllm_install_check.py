@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from alflow.config import SpecMethod, SpeculativeConfig, SyntheticAcceptance, server_config
+from alflow.frameworks.recipes import build_launch, check_install
+from alflow.frameworks.versions import CapabilityError
+from alflow.frameworks.vllm.recipe import CPU_PORT_ENV, PER_REQUEST_FLAG
 from infra.errors import RecipeError
-from infra.recipes import build_launch, check_install
-from infra.recipes.vllm import CPU_PORT_ENV, PER_REQUEST_FLAG
-from infra.versions import CapabilityError
 
 pytestmark = pytest.mark.unit
 

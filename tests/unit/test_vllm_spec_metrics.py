@@ -400,7 +400,7 @@ def test_the_sim_refuses_the_flag_outside_vllm_in_one_line(dialect: str, level: 
 
 
 def test_the_sim_cli_takes_the_recipes_spelling(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``--speculative-config JSON --per-request-spec-decode-metrics summary``, as infra/recipes/vllm.py renders."""
+    """``--speculative-config JSON --per-request-spec-decode-metrics summary``, as alflow/frameworks/vllm/recipe.py renders."""
     seen: list[SimConfig] = []
     monkeypatch.setattr(sim_cli, "run_server", seen.append)
     spec = '{"method":"mtp","num_speculative_tokens":3,"rejection_sample_method":"synthetic","synthetic_acceptance_length":2.3}'

@@ -21,11 +21,11 @@ import sys
 from dataclasses import dataclass, field
 
 from alflow.config import ServerConfig, SimServer
+from alflow.errors import RecipeError
+from alflow.frameworks.launch import HEAD_ADDR, NNODES, NODE_RANK, Launch, MetricsEndpoint
+from alflow.frameworks.recipe_kit import bind_host_of, check_extra_args, merge_env, resolve_port
+from alflow.frameworks.recipes import dialect_source
 from alflow.sim.config import SimConfig
-from infra.errors import RecipeError
-from infra.launch import HEAD_ADDR, NNODES, NODE_RANK, Launch, MetricsEndpoint
-from infra.recipes._common import bind_host_of, check_extra_args, merge_env, resolve_port
-from infra.recipes.dialects import DIALECTS
 
 SIM_IMAGE = "alflow-sim-base:local"
 SIM_MANAGED_FLAGS = frozenset(
@@ -66,7 +66,7 @@ class SimRecipe:
                 f"the sim recipe builds framework 'sim' configurations, not {config.framework!r}"
             )
         check_extra_args(self.framework, config.extra_args, SIM_MANAGED_FLAGS)
-        dialect = DIALECTS[config.sim_dialect]
+        dialect = dialect_source(config.sim_dialect)
         source = dialect.sim_source(config)
         # node R listens on port + R and the head's join port is port + nodes: all must be free
         port = resolve_port(config, config.nodes + 1 if config.nodes > 1 else 1)

@@ -1,8 +1,8 @@
-"""Recipes: one per framework, each turns a :class:`~alflow.config.ServerConfig` into a Launch.
+"""Recipes: one per framework plugin, each turns a :class:`~alflow.config.ServerConfig` into a Launch.
 
-The registry :data:`RECIPES` is a plain dict keyed by framework name; :func:`build_launch` is the
-only entry generic code needs. A framework's flags, file formats, endpoints and silent no-ops live in
-its module (``vllm``, ``sglang``, ``trtllm``, ``sim``, ``tiny``) and nowhere else.
+A framework's recipe is its plugin's ``recipe`` (:mod:`alflow.plugins`); :func:`build_launch` is the only entry
+generic code needs. A framework's flags, file formats, endpoints and silent no-ops live in its plugin folder
+(``alflow/frameworks/<name>/recipe.py``) and nowhere else.
 """
 
 from __future__ import annotations
@@ -11,13 +11,10 @@ from pathlib import Path
 from typing import Protocol
 
 from alflow.config import ServerConfig, SimServer
-from infra.errors import RecipeError
-from infra.launch import Launch
-from infra.recipes.sglang import SglangRecipe
-from infra.recipes.sim import SimRecipe
-from infra.recipes.tiny import TinyRecipe
-from infra.recipes.trtllm import TrtllmRecipe
-from infra.recipes.vllm import VllmRecipe
+from alflow.errors import InvalidInputError, RecipeError
+from alflow.frameworks.launch import Launch
+from alflow.frameworks.sim_source import SimSource
+from alflow.plugins import framework_names, get_framework
 
 
 class Recipe(Protocol):
@@ -38,19 +35,47 @@ class Recipe(Protocol):
         ...
 
 
-RECIPES: dict[str, Recipe] = {
-    recipe.framework: recipe
-    for recipe in (VllmRecipe(), SglangRecipe(), TrtllmRecipe(), SimRecipe(), TinyRecipe())
-}
-"""Every recipe, keyed by framework name: the whole registry."""
+def recipes() -> dict[str, Recipe]:
+    """Every registered framework's recipe, keyed by framework name."""
+    return {name: get_recipe(name) for name in framework_names()}
 
 
 def get_recipe(framework: str) -> Recipe:
     """The recipe of ``framework``, with an error listing the known ones."""
     try:
-        return RECIPES[framework]
-    except KeyError:
-        raise RecipeError(f"no recipe for framework {framework!r}; known: {', '.join(RECIPES)}") from None
+        return get_framework(framework).recipe
+    except InvalidInputError:
+        raise RecipeError(
+            f"no recipe for framework {framework!r}; known: {', '.join(framework_names())}"
+        ) from None
+
+
+class DialectSource(Protocol):
+    """A real framework's recipe seen from the simulator that speaks its dialect: endpoints and knob path."""
+
+    @property
+    def health_path(self) -> str:
+        """Health endpoint path."""
+        ...
+
+    @property
+    def metrics_path(self) -> str:
+        """Prometheus metrics path."""
+        ...
+
+    def sim_source(self, config: ServerConfig) -> SimSource:
+        """Arguments and environment that carry the speculative config and knobs."""
+        ...
+
+
+def dialect_source(dialect: str) -> DialectSource:
+    """The recipe of the framework whose dialect ``dialect`` is (the simulator and the external runner use it)."""
+    recipe: object = get_recipe(dialect)
+    if not all(hasattr(recipe, a) for a in ("health_path", "metrics_path", "sim_source")):
+        raise RecipeError(
+            f"framework {dialect!r} has no dialect the simulator or an external server can speak"
+        )
+    return recipe  # type: ignore[return-value]
 
 
 LOOPBACK = "127.0.0.1"
@@ -89,7 +114,7 @@ def preflight_hints(config: ServerConfig) -> tuple[str, ...]:
 
     The simulator takes its dialect's framework hints, plus its own fault switches.
     """
-    framework = config.framework
+    framework: str = config.framework
     own: tuple[str, ...] = ()
     if isinstance(config, SimServer):
         framework = config.sim_dialect
@@ -120,11 +145,13 @@ def check_install(launch: Launch, prefix: Path) -> Launch:
 __all__ = [
     "ALL_ADDRESSES",
     "LOOPBACK",
-    "RECIPES",
+    "DialectSource",
     "Recipe",
     "build_launch",
     "check_install",
+    "dialect_source",
     "get_recipe",
     "preflight_hints",
+    "recipes",
     "speculative_label",
 ]

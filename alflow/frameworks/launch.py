@@ -1,6 +1,6 @@
 """The Launch: everything a runner needs to start one server, and nothing runner-specific.
 
-A recipe (``infra.recipes``) builds a :class:`Launch` from a :class:`alflow.config.ServerConfig`; a
+A recipe (``alflow.frameworks.recipes``) builds a :class:`Launch` from a :class:`alflow.config.ServerConfig`; a
 runner (``infra.runners``) starts it as a local process or a container. The Launch holds the exact
 argument list and environment (secrets only *by name*: their values are read by the runner at start
 and never stored here), the files the server reads (e.g. TensorRT-LLM's YAML), where it listens, and
@@ -16,15 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from alflow.acceptance.knobs import SGLANG_LEN_ENV, SGLANG_METHOD_ENV, SGLANG_TOKEN_MODE_ENV, TRTLLM_ENV
 from alflow.acceptance.runtime_k import RuntimeKKnob
+from alflow.errors import RunnerError
+from alflow.frameworks.versions import Capability
 from alflow.redact import REDACTED, is_secret_name, redact_values
-from infra.errors import RunnerError
-from infra.versions import Capability
 
-KNOB_ENV_NAMES = frozenset({SGLANG_LEN_ENV, SGLANG_METHOD_ENV, SGLANG_TOKEN_MODE_ENV, TRTLLM_ENV})
-"""Environment variables that force acceptance: only a Launch's own env may set them (recipes put them
-there from the config's ``synthetic``; runners never pass them through from their own environment)."""
 DEFAULT_FILES_DIR = "/alflow"
 """Where launch files live by default (in a container; a process runner relocates them)."""
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})  # noqa: S104 (names of wildcard addresses)
@@ -276,7 +272,7 @@ class Launch:
     frontend (router) run on the first node beside them; ``port`` is the frontend's. Empty: ``argv``
     is the whole server."""
     requirements: tuple[Capability, ...] = ()
-    """What this configuration needs of the framework's release (:mod:`infra.versions`): checked against
+    """What this configuration needs of the framework's release (:mod:`alflow.frameworks.versions`): checked against
     the image tag by the recipe, and against the live server's own version once it is ready."""
     version_paths: tuple[str, ...] = ("/version",)
     """Where the live server says its version (a JSON object with ``version``), tried in order."""

@@ -30,10 +30,9 @@ from dataclasses import dataclass
 from alflow.acceptance.knobs import SGLANG_LEN_ENV, SGLANG_TOKEN_MODE_ENV, SyntheticKnobs
 from alflow.acceptance.runtime_k import KnobSpec, RuntimeKKnob
 from alflow.config import Disaggregation, Parallelism, ServerConfig, SpecMethod
-from alflow.metrics.names import SGLANG_METRICS_PATH, SGLANG_SPEC_VERIFY_CALLS_SINCE
-from infra.errors import RecipeError
-from infra.launch import HEAD_ADDR, NODE_RANK, Launch, LaunchGroup, MetricsEndpoint, node_addr
-from infra.recipes._common import (
+from alflow.errors import RecipeError
+from alflow.frameworks.launch import HEAD_ADDR, NODE_RANK, Launch, LaunchGroup, MetricsEndpoint, node_addr
+from alflow.frameworks.recipe_kit import (
     bind_host_of,
     check_extra_args,
     find_runtime_k,
@@ -44,8 +43,9 @@ from infra.recipes._common import (
     render_synthetic,
     resolve_port,
 )
-from infra.recipes.types import SimSource
-from infra.versions import Capability, version
+from alflow.frameworks.sim_source import SimSource
+from alflow.frameworks.versions import Capability, version
+from alflow.metrics.names import SGLANG_METRICS_PATH, SGLANG_SPEC_VERIFY_CALLS_SINCE
 
 SGLANG_IMAGE = "lmsysorg/sglang:latest"
 SGLANG_DIST_INIT_PORT = 5000

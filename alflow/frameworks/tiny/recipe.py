@@ -1,7 +1,7 @@
 """The tiny CPU engine: ``python -m alflow.tiny serve`` (a real small model, real n-gram drafting).
 
 - The speculative config reaches the server in vLLM's form: the recipe renders
-  ``--speculative-config`` JSON with :class:`~infra.recipes.vllm.VllmRecipe`'s own code (method,
+  ``--speculative-config`` JSON with :class:`~alflow.frameworks.vllm.recipe.VllmRecipe`'s own code (method,
   ``num_speculative_tokens``, ``prompt_lookup_min/max`` and the synthetic knobs of
   :mod:`alflow.acceptance.knobs`), so the knob path a vLLM server gets is the one exercised here.
   Metrics are vLLM's dialect at ``/metrics``; health at ``/health``.
@@ -26,12 +26,12 @@ import sys
 from dataclasses import dataclass, field
 
 from alflow.config import ServerConfig, SpecMethod
+from alflow.errors import RecipeError
+from alflow.frameworks.launch import Launch
+from alflow.frameworks.recipe_kit import bind_host_of, check_extra_args, merge_env, resolve_port
+from alflow.frameworks.sim.recipe import SIM_IMAGE
+from alflow.frameworks.vllm.recipe import VllmRecipe
 from alflow.metrics.names import VLLM_METRICS_PATH
-from infra.errors import RecipeError
-from infra.launch import Launch
-from infra.recipes._common import bind_host_of, check_extra_args, merge_env, resolve_port
-from infra.recipes.sim import SIM_IMAGE
-from infra.recipes.vllm import VllmRecipe
 
 TINY_MANAGED_FLAGS = frozenset(
     {

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from alflow.acceptance.runtime_k import RuntimeKKnob
-from infra.versions import Capability
+from alflow.frameworks.versions import Capability
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@
   ``--headless`` (``Launch.worker_argv``): only the head serves HTTP. Multi-node data parallelism
   (per-node ``--data-parallel-start-rank``) is refused.
 - ``GET /health``; Prometheus text at ``/metrics``; ``GET /version`` -> ``{"version": "0.20.0"}``.
-- Release gates (:mod:`infra.versions`, checked on the image tag before launch and on the live
+- Release gates (:mod:`alflow.frameworks.versions`, checked on the image tag before launch and on the live
   server's ``/version`` after start): synthetic acceptance from v0.20.0, block verification and the
   DSpark drafter from v0.25.0. ``draft_sample_method`` and DFlash are not gated: an image without
   them refuses the unknown key or method at start (loud), and their first tags are not pinned here.
@@ -26,10 +26,9 @@ from pathlib import Path
 
 from alflow.acceptance.runtime_k import KnobSpec, RuntimeKKnob
 from alflow.config import ServerConfig, SpecMethod
-from alflow.metrics.names import VLLM_METRICS_PATH
-from infra.errors import RecipeError
-from infra.launch import HEAD_ADDR, NODE_RANK, Launch
-from infra.recipes._common import (
+from alflow.errors import RecipeError
+from alflow.frameworks.launch import HEAD_ADDR, NODE_RANK, Launch
+from alflow.frameworks.recipe_kit import (
     bind_host_of,
     check_extra_args,
     distribution_version,
@@ -41,8 +40,9 @@ from infra.recipes._common import (
     render_synthetic,
     resolve_port,
 )
-from infra.recipes.types import SimSource
-from infra.versions import Capability, FrameworkVersion, check_capabilities, version
+from alflow.frameworks.sim_source import SimSource
+from alflow.frameworks.versions import Capability, FrameworkVersion, check_capabilities, version
+from alflow.metrics.names import VLLM_METRICS_PATH
 
 VLLM_IMAGE = "vllm/vllm-openai:latest"
 VLLM_CPU_SYNTHETIC_REFUSAL = "Synthetic acceptance not supported with CPU sampling"

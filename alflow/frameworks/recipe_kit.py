@@ -17,9 +17,10 @@ from alflow.acceptance.runtime_k import (
 )
 from alflow.acceptance.synthetic import SyntheticAcceptanceError
 from alflow.config import Parallelism, ServerConfig
-from infra.errors import RecipeError
-from infra.launch import KNOB_ENV_NAMES, free_port
-from infra.versions import Capability, FrameworkVersion, check_capabilities
+from alflow.errors import RecipeError
+from alflow.frameworks.launch import free_port
+from alflow.frameworks.versions import Capability, FrameworkVersion, check_capabilities
+from alflow.plugins import knob_env_names
 
 
 def bind_host_of(config: ServerConfig) -> str:
@@ -52,7 +53,7 @@ def image_version(image: str | None) -> tuple[int, int, int] | None:
 def image_gate(image: str | None, requirements: tuple[Capability, ...]) -> tuple[str, ...]:
     """Check ``requirements`` against the version in ``image``'s tag before launch.
 
-    A tag with a version below a requirement's minimum is refused (:class:`~infra.versions.CapabilityError`,
+    A tag with a version below a requirement's minimum is refused (:class:`~alflow.frameworks.versions.CapabilityError`,
     naming the minimum and the source); a tag without a version (``latest``, a digest, a local name)
     gives one warning per requirement, which the run log and the report show.
     """
@@ -140,7 +141,7 @@ def find_runtime_k(
 def merge_env(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
     """``base`` (the recipe's knobs) plus ``extra_env``; knob variables may come only from ``synthetic``."""
     for name in extra:
-        if name in KNOB_ENV_NAMES:
+        if name in knob_env_names():
             raise RecipeError(
                 f"extra_env sets {name}, a synthetic-acceptance switch: a run would be forced while its "
                 "config says otherwise. Use the config's synthetic field (target_al or rates) instead"

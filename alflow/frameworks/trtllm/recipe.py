@@ -17,7 +17,7 @@
 - Prometheus text at ``/prometheus/metrics`` (``/metrics`` is JSON and drains on each read);
   ``trtllm_speculative_config_info`` there says which speculative method ran (``spec_method``,
   ``spec_num_tokens``); ``GET /version`` -> ``{"version": ...}`` (tensorrt_llm/serve/openai_server.py).
-- Release gates (:mod:`infra.versions`): every speculative run reads AL from the per-position counters of
+- Release gates (:mod:`alflow.frameworks.versions`): every speculative run reads AL from the per-position counters of
   v1.3.0rc19 (PR #12636); a fractional forced value needs the float parser of
   PR #13569 (one-model path; older images parse it as an integer on every path, log a warning and
   switch the feature off); DFlash needs v1.3.0rc14. DSpark is not gated (its first tag is not pinned;
@@ -35,10 +35,9 @@ import yaml
 from alflow.acceptance.knobs import TRTLLM_ENV, SyntheticKnobs
 from alflow.acceptance.runtime_k import KnobSpec, RuntimeKKnob
 from alflow.config import ServerConfig, SpecMethod
-from alflow.metrics.names import TRTLLM_METRICS_PATH, TRTLLM_PER_POSITION_RELEASE, TRTLLM_PER_POSITION_SOURCE
-from infra.errors import RecipeError
-from infra.launch import DEFAULT_FILES_DIR, Launch, LaunchFile
-from infra.recipes._common import (
+from alflow.errors import RecipeError
+from alflow.frameworks.launch import DEFAULT_FILES_DIR, Launch, LaunchFile
+from alflow.frameworks.recipe_kit import (
     bind_host_of,
     check_extra_args,
     find_runtime_k,
@@ -49,8 +48,9 @@ from infra.recipes._common import (
     render_synthetic,
     resolve_port,
 )
-from infra.recipes.types import SimSource
-from infra.versions import Capability, version
+from alflow.frameworks.sim_source import SimSource
+from alflow.frameworks.versions import Capability, version
+from alflow.metrics.names import TRTLLM_METRICS_PATH, TRTLLM_PER_POSITION_RELEASE, TRTLLM_PER_POSITION_SOURCE
 
 TRTLLM_IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:latest"
 TRTLLM_OPTIONS_FILE = "extra-llm-api-options.yaml"

@@ -1,0 +1,21 @@
+"""AMD's ATOM as a plugin (ROCm GPUs): recipe, ``atom:mtp_*`` reader, ``--spec-decode-acceptance-length`` knob."""
+
+from __future__ import annotations
+
+from alflow.frameworks.atom.knobs import AtomKnobs
+from alflow.frameworks.atom.metrics import AtomDialect
+from alflow.frameworks.atom.recipe import AtomRecipe
+from alflow.frameworks.atom.sim import AtomEmitter, read_args
+from alflow.plugins import Framework
+
+PLUGIN = Framework(
+    name="atom",
+    title="ATOM",
+    recipe=AtomRecipe(),
+    metrics=AtomDialect(),
+    knobs=AtomKnobs(),
+    sim=AtomEmitter(),
+    sim_args=read_args,
+    synthetic_markers=frozenset({"spec_decode_acceptance_length", "spec_decode_acceptance_rate"}),
+    gpu="amd",
+)

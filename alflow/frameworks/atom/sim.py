@@ -1,0 +1,174 @@
+"""The simulator speaking ATOM: its ``atom:*`` metrics over the engine's counters, and its speculative flags.
+
+Metrics are those of :mod:`.metrics`, with ATOM's types and labels (no ``model_name``; counters without
+``_created``, as ATOM builds them with ``CounterMetricFamily`` in ``atom/entrypoints/openai/metrics.py``).
+ATOM serves a snapshot of its counters (see :mod:`.metrics`); the simulator does the same when
+``ALFLOW_SIM_ATOM_REFRESH_S`` is set (seconds between copies; unset or 0: live values), so the measurement's wait
+for a fresh snapshot can be tested.
+
+Flags read (``ArgsReader``), with ATOM's rules (``atom/config.py:1093-1146``): ``--num-speculative-tokens K``,
+``--spec-decode-acceptance-length L`` in [1, K + 1] or ``--spec-decode-acceptance-rate r`` in [0, 1] (the length
+``1 + K x r``), never both.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from alflow.errors import InvalidInputError
+from alflow.frameworks.atom import metrics as m
+from alflow.frameworks.atom.knobs import LENGTH_FLAG, RATE_FLAG, SCHEME
+from alflow.sim.config import FrameworkSettings, SimConfig
+from alflow.sim.engine import EngineStats
+
+K_FLAG = "--num-speculative-tokens"
+REFRESH_ENV = "ALFLOW_SIM_ATOM_REFRESH_S"
+
+
+@dataclass(frozen=True)
+class _Values:
+    draft: int
+    accepted: int
+    steps: tuple[int, ...]
+    finished: int
+    prompt: int
+    generation: int
+    running: int
+    waiting: int
+    at: float
+
+
+def _values(stats: EngineStats) -> _Values:
+    return _Values(
+        stats.draft_tokens,
+        stats.accepted_tokens,
+        tuple(stats.accept_hist),
+        stats.finished_requests,
+        stats.prompt_tokens,
+        stats.finished_output_tokens,
+        stats.num_running,
+        stats.num_waiting,
+        time.time(),
+    )
+
+
+def _refresh_s() -> float:
+    text = os.environ.get(REFRESH_ENV, "0")
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 3600.0:
+        raise InvalidInputError(f"{REFRESH_ENV}={text!r} must be seconds in [0, 3600]")
+    return value
+
+
+class AtomEmitter:
+    """ATOM's ``/metrics`` over :class:`EngineStats` (a snapshot refreshed every ``ALFLOW_SIM_ATOM_REFRESH_S``)."""
+
+    name = "atom"
+    metrics_path = m.METRICS_PATH
+
+    def __init__(self) -> None:
+        self._snapshots: dict[int, _Values] = {}
+
+    def _snapshot(self, stats: EngineStats) -> _Values:
+        period = _refresh_s()
+        held = self._snapshots.get(id(stats))
+        now = time.time()
+        if period == 0 or held is None or now - held.at >= period:
+            if len(self._snapshots) > 64:  # servers of past tests in this process
+                self._snapshots.clear()
+            held = self._snapshots[id(stats)] = _values(stats)
+        return held
+
+    def families(self, stats: EngineStats, config: SimConfig) -> Iterator[Metric]:
+        del config
+        v = self._snapshot(stats)
+        yield _gauge(m.LAST_REFRESH, "When the metrics snapshot was last refreshed.", v.at)
+        yield _counter(m.MTP_DRAFT_TOKENS, "Total draft tokens proposed by MTP.", v.draft)
+        yield _counter(m.MTP_ACCEPTED_TOKENS, "Total accepted speculative bonus tokens.", v.accepted)
+        steps = sum(v.steps)
+        yield _gauge(
+            m.MTP_ACCEPTANCE_RATE, "MTP draft acceptance rate.", v.accepted / v.draft if v.draft else 0.0
+        )
+        yield _gauge(
+            m.MTP_TOKENS_PER_FORWARD, "Average tokens per forward.", 1 + v.accepted / steps if steps else 0.0
+        )
+        if steps:
+            fam = CounterMetricFamily(
+                m.MTP_DECODE_STEPS, "Decode steps by accepted tokens.", labels=[m.ACCEPTED_LABEL]
+            )
+            for accepted, count in enumerate(v.steps):
+                fam.add_metric([str(accepted)], count)
+            yield fam
+        yield _counter(m.REQUESTS_FINISHED, "Total finished requests.", v.finished)
+        yield _counter(m.PROMPT_TOKENS, "Total prompt tokens of finished requests.", v.prompt)
+        yield _counter(m.GENERATION_TOKENS, "Total generation tokens of finished requests.", v.generation)
+        yield _gauge(m.REQUESTS_RUNNING, "Running requests.", v.running)
+        yield _gauge(m.REQUESTS_WAITING, "Waiting requests.", v.waiting)
+
+
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    fam = CounterMetricFamily(name, doc)
+    fam.add_metric([], value)
+    return fam
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    fam = GaugeMetricFamily(name, doc)
+    fam.add_metric([], value)
+    return fam
+
+
+def _number(flag: str, text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise InvalidInputError(f"{flag} {text!r} is not a number") from None
+
+
+def read_args(args: Sequence[str]) -> FrameworkSettings:
+    """K and the synthetic length from ATOM's flags (``--flag value`` or ``--flag=value``); others are refused."""
+    values: dict[str, str] = {}
+    items = list(args)
+    while items:
+        flag, _, inline = items.pop(0).partition("=")
+        if flag not in (K_FLAG, LENGTH_FLAG, RATE_FLAG):
+            raise InvalidInputError(
+                f"unknown argument {flag!r} for the simulator's ATOM dialect; it reads {K_FLAG}, {LENGTH_FLAG}, "
+                f"{RATE_FLAG}"
+            )
+        if not inline and not items:
+            raise InvalidInputError(f"{flag} needs a value")
+        values[flag] = inline or items.pop(0)
+    k: int | None = None
+    if K_FLAG in values:
+        text = values[K_FLAG]
+        if not text.isdigit() or int(text) < 1:
+            raise InvalidInputError(f"{K_FLAG} {text!r} must be a whole number of at least 1")
+        k = int(text)
+    if LENGTH_FLAG in values and RATE_FLAG in values:
+        raise InvalidInputError(
+            f"{LENGTH_FLAG} and {RATE_FLAG} describe the same curve; set at most one (ATOM)"
+        )
+    n = k if k is not None else 1  # ATOM's default K
+    al: float | None = None
+    if RATE_FLAG in values:
+        rate = _number(RATE_FLAG, values[RATE_FLAG])
+        if not 0.0 <= rate <= 1.0:
+            raise InvalidInputError(f"{RATE_FLAG} must be in [0, 1], but got {rate:g} (ATOM)")
+        al = 1.0 + n * rate
+    if LENGTH_FLAG in values:
+        al = _number(LENGTH_FLAG, values[LENGTH_FLAG])
+    if al is not None and not 1.0 <= al <= n + 1:
+        raise InvalidInputError(
+            f"{LENGTH_FLAG} must be in [1, {n + 1}] for {K_FLAG}={n}, but got {al:g} (ATOM)"
+        )
+    return FrameworkSettings("ATOM's flags", k=k, al=al, scheme=SCHEME if al is not None else None)

@@ -1,0 +1,190 @@
+"""The framework plugins: one :class:`Framework` per serving engine, and the one registry of them.
+
+A framework (vLLM, SGLang, TensorRT-LLM, ATOM, the simulator, the tiny CPU engine) is one plugin: a folder
+``alflow/frameworks/<name>/`` whose ``plugin.py`` gives a :class:`Framework` (its recipe, metrics reader, synthetic
+knob renderer, how the simulator speaks it, the environment variables that carry its knobs, its GPUs); its
+server-configuration model is a ``ServerBase`` variant (the built-in ones are in :mod:`alflow.config.server`). Generic code asks this
+registry and never names a framework (``tests/unit/test_architecture.py`` checks the string literals).
+
+Each plugin is named by a :class:`FrameworkSpec`: two ``module:attribute`` references, loaded by
+:mod:`importlib` when first asked for, so this module imports no plugin and no plugin's import order matters.
+The built-in specs are :data:`BUILTIN`; a third-party package adds a framework through the entry point group
+``alflow.frameworks`` (as vLLM loads its own plugins from ``vllm.general_plugins``)::
+
+    [project.entry-points."alflow.frameworks"]
+    myengine = "myengine_alflow.spec:SPEC"      # a FrameworkSpec
+
+The spec's module must be light (it is loaded while :mod:`alflow.config` builds its server union), and its
+config model must import only :mod:`alflow.config.server`'s ``ServerBase``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Literal
+
+from alflow.errors import AlflowError, InvalidInputError
+
+if TYPE_CHECKING:
+    from alflow.acceptance.knobs import KnobRenderer
+    from alflow.frameworks.recipes import Recipe
+    from alflow.metrics.dialects import Dialect
+    from alflow.sim.config import ArgsReader
+    from alflow.sim.dialects import MetricsEmitter
+
+ENTRY_POINT_GROUP = "alflow.frameworks"
+"""The entry point group third-party framework plugins register under (each entry a :class:`FrameworkSpec`)."""
+
+GpuVendor = Literal["nvidia", "amd"]
+
+
+@dataclass(frozen=True)
+class FrameworkSpec:
+    """Where a framework's parts are: its server-config model and its :class:`Framework` (``module:attribute``)."""
+
+    name: str
+    config: str
+    """The pydantic model of its server configuration (a ``ServerBase`` with ``framework: Literal[name]``)."""
+    plugin: str
+    """The :class:`Framework` object."""
+
+
+@dataclass(frozen=True)
+class Framework:
+    """One serving engine as alflow drives and reads it: everything framework-specific, behind one name.
+
+    ``metrics`` is None for an engine that speaks another framework's metrics (the simulator picks a dialect,
+    the tiny engine speaks vLLM's); ``knobs`` is None for one without synthetic acceptance of its own; ``sim`` is
+    how alflow's simulated engine speaks this framework (None: the simulator cannot stand in for it).
+    """
+
+    name: str
+    title: str
+    """The name people write (``vLLM``, ``SGLang``)."""
+    recipe: Recipe
+    metrics: Dialect | None = None
+    knobs: KnobRenderer | None = None
+    sim: MetricsEmitter | None = None
+    sim_args: ArgsReader | None = None
+    """How the simulator reads this framework's own flags in its dialect (ATOM's ``--spec-decode-*``); None: the
+    framework's knobs reach the simulator another way (vLLM's ``--speculative-config``, environment variables)."""
+    knob_env: frozenset[str] = frozenset()
+    """Environment variables that carry its synthetic knobs: never inherited by a launched server, read by the
+    simulator only for this dialect."""
+    synthetic_markers: frozenset[str] = frozenset()
+    """Keys of a server's self-description (``/server_info``, its arguments) that, set, mean synthetic acceptance
+    is on (the M1 gate refuses such a server)."""
+    gpu: GpuVendor | None = None
+    """Whose GPUs a container of this framework is given (None: it needs none)."""
+    engine_note: str | None = None
+    """The label its numbers carry in reports (simulated or CPU engines); None for a real GPU framework."""
+    gpu_only_fields: Mapping[str, str] = field(default_factory=dict)
+    """Server-config fields only this framework takes, and why (a config naming one for another is refused)."""
+
+
+class PluginError(AlflowError):
+    """A framework plugin could not be loaded (the message names the plugin and the reference)."""
+
+
+BUILTIN: tuple[FrameworkSpec, ...] = (
+    FrameworkSpec("vllm", "alflow.config.server:VllmServer", "alflow.frameworks.vllm.plugin:PLUGIN"),
+    FrameworkSpec("sglang", "alflow.config.server:SglangServer", "alflow.frameworks.sglang.plugin:PLUGIN"),
+    FrameworkSpec("trtllm", "alflow.config.server:TrtllmServer", "alflow.frameworks.trtllm.plugin:PLUGIN"),
+    FrameworkSpec("atom", "alflow.config.server:AtomServer", "alflow.frameworks.atom.plugin:PLUGIN"),
+    FrameworkSpec("sim", "alflow.config.server:SimServer", "alflow.frameworks.sim.plugin:PLUGIN"),
+    FrameworkSpec("tiny", "alflow.config.server:TinyServer", "alflow.frameworks.tiny.plugin:PLUGIN"),
+)
+"""The frameworks alflow ships, in the order lists show them."""
+
+
+def _resolve(reference: str, what: str) -> object:
+    module, _, attribute = reference.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise PluginError(f"{what}: cannot load {reference!r}: {type(exc).__name__}: {exc}") from exc
+
+
+@functools.cache
+def specs() -> tuple[FrameworkSpec, ...]:
+    """Every framework's spec: the built-in ones, then the entry points' (a name given twice is an error)."""
+    found = list(BUILTIN)
+    for point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda p: p.name):
+        spec = _resolve(point.value, f"entry point {point.name!r} of {ENTRY_POINT_GROUP}")
+        if not isinstance(spec, FrameworkSpec) or spec.name != point.name:
+            raise PluginError(
+                f"entry point {point.name!r} of {ENTRY_POINT_GROUP} ({point.value}) must be a FrameworkSpec "
+                f"named {point.name!r}"
+            )
+        found.append(spec)
+    names = [s.name for s in found]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise PluginError(f"framework plugins named twice: {', '.join(twice)}")
+    return tuple(found)
+
+
+def framework_names() -> tuple[str, ...]:
+    """The registered frameworks' names."""
+    return tuple(s.name for s in specs())
+
+
+def _spec(name: str) -> FrameworkSpec:
+    for spec in specs():
+        if spec.name == name:
+            return spec
+    raise InvalidInputError(f"unknown framework {name!r}; known: {', '.join(framework_names())}")
+
+
+@functools.cache
+def get_framework(name: str) -> Framework:
+    """The plugin of framework ``name``; an unknown name is an error listing the known ones."""
+    spec = _spec(name)
+    plugin = _resolve(spec.plugin, f"framework {name!r}")
+    if not isinstance(plugin, Framework) or plugin.name != name:
+        raise PluginError(f"framework {name!r}: {spec.plugin} is not a Framework named {name!r}")
+    return plugin
+
+
+def frameworks() -> tuple[Framework, ...]:
+    """Every registered framework's plugin, in registry order."""
+    return tuple(get_framework(name) for name in framework_names())
+
+
+def config_models() -> tuple[type, ...]:
+    """Every framework's server-configuration model, in registry order (for :mod:`alflow.config.server`)."""
+    return tuple(_config_model(spec) for spec in specs())
+
+
+def _config_model(spec: FrameworkSpec) -> type:
+    model = _resolve(spec.config, f"framework {spec.name!r}")
+    if not isinstance(model, type):
+        raise PluginError(f"framework {spec.name!r}: {spec.config} is not a class")
+    return model
+
+
+def dialect_names() -> tuple[str, ...]:
+    """The frameworks whose metrics alflow reads and whose API the simulator speaks (the real frameworks)."""
+    return tuple(f.name for f in frameworks() if f.metrics is not None and f.sim is not None)
+
+
+def check_dialect(name: str, what: str = "dialect") -> str:
+    """``name`` if it is a dialect (:func:`dialect_names`), else an error naming it and the allowed ones."""
+    allowed = dialect_names()
+    if name not in allowed:
+        raise InvalidInputError(f"{what} {name!r} is not one of {', '.join(allowed)}")
+    return name
+
+
+def knob_env_names() -> frozenset[str]:
+    """Every framework's knob environment variables (never inherited by a launched server)."""
+    return frozenset().union(*(f.knob_env for f in frameworks()))
+
+
+def engine_note(name: str) -> str | None:
+    """The label the numbers of framework ``name`` carry in reports (None for a real framework)."""
+    return get_framework(name).engine_note
