@@ -15,13 +15,16 @@ The built-in specs are :data:`BUILTIN`; a third-party package adds a framework t
     myengine = "myengine_alflow.spec:SPEC"      # a FrameworkSpec
 
 The spec's module must be light (it is loaded while :mod:`alflow.config` builds its server union), and its
-config model must import only :mod:`alflow.config.server`'s ``ServerBase``.
+config model must import only :mod:`alflow.config.server`'s ``ServerBase``. An entry point that does not load (an
+import error, not a spec, a name taken) is left out with a warning, as vLLM treats its plugins;
+``alflow frameworks`` lists why.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -35,6 +38,8 @@ if TYPE_CHECKING:
     from alflow.metrics.dialects import Dialect
     from alflow.sim.config import ArgsReader
     from alflow.sim.dialects import MetricsEmitter
+
+log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "alflow.frameworks"
 """The entry point group third-party framework plugins register under (each entry a :class:`FrameworkSpec`)."""
@@ -78,6 +83,8 @@ class Framework:
     synthetic_markers: frozenset[str] = frozenset()
     """Keys of a server's self-description (``/server_info``, its arguments) that, set, mean synthetic acceptance
     is on (the M1 gate refuses such a server)."""
+    reasoning_fields: tuple[str, ...] = ("reasoning",)
+    """Where its streamed chat deltas put reasoning text (one or two fields, in order; the simulator follows)."""
     gpu: GpuVendor | None = None
     """Whose GPUs a container of this framework is given (None: it needs none)."""
     engine_note: str | None = None
@@ -110,22 +117,35 @@ def _resolve(reference: str, what: str) -> object:
 
 
 @functools.cache
-def specs() -> tuple[FrameworkSpec, ...]:
-    """Every framework's spec: the built-in ones, then the entry points' (a name given twice is an error)."""
+def _loaded() -> tuple[tuple[FrameworkSpec, ...], tuple[str, ...]]:
     found = list(BUILTIN)
+    broken: list[str] = []
     for point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda p: p.name):
-        spec = _resolve(point.value, f"entry point {point.name!r} of {ENTRY_POINT_GROUP}")
-        if not isinstance(spec, FrameworkSpec) or spec.name != point.name:
-            raise PluginError(
-                f"entry point {point.name!r} of {ENTRY_POINT_GROUP} ({point.value}) must be a FrameworkSpec "
-                f"named {point.name!r}"
-            )
+        where = f"entry point {point.name!r} of {ENTRY_POINT_GROUP} ({point.value})"
+        try:
+            spec = _resolve(point.value, where)
+            if not isinstance(spec, FrameworkSpec) or spec.name != point.name:
+                raise PluginError(f"{where} must be a FrameworkSpec named {point.name!r}")
+            if spec.name in {s.name for s in found}:
+                raise PluginError(f"{where} names framework {spec.name!r}, which is already registered")
+            _config_model(spec)
+        except PluginError as exc:
+            # as vLLM does with its plugins: a broken one is left out and said, the others still work
+            log.warning("framework plugin left out: %s", exc)
+            broken.append(str(exc))
+            continue
         found.append(spec)
-    names = [s.name for s in found]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise PluginError(f"framework plugins named twice: {', '.join(twice)}")
-    return tuple(found)
+    return tuple(found), tuple(broken)
+
+
+def specs() -> tuple[FrameworkSpec, ...]:
+    """Every framework's spec: the built-in ones, then the entry points' that load (see :func:`broken_plugins`)."""
+    return _loaded()[0]
+
+
+def broken_plugins() -> tuple[str, ...]:
+    """Why each entry point that could not be loaded was left out (logged once as a warning too)."""
+    return _loaded()[1]
 
 
 def framework_names() -> tuple[str, ...]:

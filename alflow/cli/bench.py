@@ -383,7 +383,9 @@ def bench_command(
             "(nodes, data-parallel ranks): their counters are summed."
         ),
     ] = None,
-    dialect: Annotated[str, typer.Option(help="Metrics dialect: auto, vllm, sglang, trtllm.")] = "auto",
+    dialect: Annotated[
+        str, typer.Option(help="Metrics dialect: auto or a framework (alflow frameworks lists them).")
+    ] = "auto",
     no_metrics: Annotated[bool, typer.Option(help="Do not scrape server metrics.")] = False,
     scrape_interval: Annotated[float, typer.Option(help="Background scrape interval (s); 0 = off.")] = 1.0,
     k: Annotated[int | None, typer.Option(help="Speculative tokens K (for intervals and TRT-LLM).")] = None,
@@ -568,7 +570,9 @@ def snapshot_command(
             "--url", help="The same as the URL argument, as an option (repeatable; both may be given)."
         ),
     ] = None,
-    dialect: Annotated[str, typer.Option(help="Metrics dialect: auto, vllm, sglang, trtllm.")] = "auto",
+    dialect: Annotated[
+        str, typer.Option(help="Metrics dialect: auto or a framework (alflow frameworks lists them).")
+    ] = "auto",
     k: Annotated[int | None, typer.Option(help="Speculative tokens K (for intervals and TRT-LLM).")] = None,
     all_samples: Annotated[bool, typer.Option("--all", help="Include every sample in --json.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,

@@ -63,7 +63,12 @@ def check_target_options(k: int, al: float | None, rates: tuple[float, ...] | No
 @synthetic_app.command("knobs")
 @handle_errors
 def synthetic_knobs(
-    framework: Annotated[str, typer.Option("--framework", help="vllm, sglang or trtllm.")],
+    framework: Annotated[
+        str,
+        typer.Option(
+            "--framework", help="A framework with synthetic acceptance (alflow frameworks lists them)."
+        ),
+    ],
     k: KOpt,
     al: AlOpt = None,
     rates: RatesOpt = None,

@@ -31,6 +31,7 @@ from alflow.evals.gsm8k import (
 from alflow.loadgen.client import auth_headers
 from alflow.loadgen.endpoints import Sampling
 from alflow.loadgen.runner import LoadSpec, Target, run_load
+from alflow.plugins import frameworks
 from alflow.redact import redact_url
 
 PROBE_PATHS = ("/version", "/server_info")
@@ -48,19 +49,16 @@ def bundled_gsm8k(split: str) -> Path:
 
 
 def synthetic_evidence(info: Any, path: str = "") -> str | None:
-    """Where a server's self-description shows synthetic acceptance switched on, or None."""
+    """Where a server's self-description shows synthetic acceptance switched on, or None.
+
+    Keys: vLLM's, SGLang's and TensorRT-LLM's (:func:`_says_synthetic`), and every framework plugin's
+    ``synthetic_markers`` (set to anything but null, false, zero or empty).
+    """
+    markers = frozenset().union(*(f.synthetic_markers for f in frameworks()))
     if isinstance(info, Mapping):
         for key, value in info.items():
             here = f"{path}.{key}" if path else str(key)
-            if key == "rejection_sample_method" and value == "synthetic":
-                return here
-            if key in ("synthetic_acceptance_length", "synthetic_acceptance_rates") and value is not None:
-                return here
-            if key == "synthetic_acceptance" and value not in (None, False, {}):
-                return here
-            if key == SGLANG_LEN_ENV and _number(value) is not None and (_number(value) or 0.0) >= 0:
-                return here
-            if key == TRTLLM_ENV and _number(value):
+            if _says_synthetic(key, value) or (key in markers and value not in (None, False, "", 0, [], {})):
                 return here
             found = synthetic_evidence(value, here)
             if found:
@@ -75,6 +73,19 @@ def synthetic_evidence(info: Any, path: str = "") -> str | None:
             if marker in info:
                 return path or "text"
     return None
+
+
+def _says_synthetic(key: object, value: object) -> bool:
+    if key == "rejection_sample_method":
+        return value == "synthetic"
+    if key in ("synthetic_acceptance_length", "synthetic_acceptance_rates"):
+        return value is not None
+    if key == "synthetic_acceptance":
+        return value not in (None, False, {})
+    if key == SGLANG_LEN_ENV:
+        number = _number(value)
+        return number is not None and number >= 0
+    return key == TRTLLM_ENV and bool(_number(value))
 
 
 def _number(value: object) -> float | None:

@@ -45,6 +45,7 @@ from alflow.serving.requests import ChatRequest, CompletionRequest, TokenizeRequ
 from alflow.sim.acceptance import NaturalAcceptance, stable_seed
 from alflow.sim.cluster import ClusterError, HeadCluster, WorkerLink
 from alflow.sim.config import SGLANG_FIXED_TOKEN_ID, SimConfig
+from alflow.plugins import get_framework
 from alflow.sim.dialects import emitter_of, make_registry, sglang_server_info
 from alflow.sim.engine import Engine, EngineStats, SimRequest
 from alflow.sim.payloads import body_metrics_json, spec_tokens_details_json, stream_metrics_json, usage_json
@@ -126,13 +127,10 @@ class SimServer:
         self._rates = lru_cache(maxsize=4096)(self._natural.conditional_rates)
         rows = load_answer_key(config.answer_key) if config.answer_key is not None else {}
         self.answer_key = AnswerKey(rows, self.tokenizer, seed=config.seed, accuracy=config.answer_accuracy)
-        # where reasoning text streams: vLLM delta.reasoning, SGLang delta.reasoning_content,
-        # TensorRT-LLM both (DOMAIN.md section 8)
-        self._reasoning_keys: tuple[bytes, bytes] = {
-            "vllm": (b"reasoning", b""),
-            "sglang": (b"reasoning_content", b""),
-            "trtllm": (b"reasoning", b"reasoning_content"),
-        }[config.dialect]
+        # where reasoning text streams: the dialect's plugin says (vLLM delta.reasoning, SGLang and ATOM
+        # delta.reasoning_content, TensorRT-LLM both; DOMAIN.md section 8)
+        first, *second = get_framework(config.dialect).reasoning_fields
+        self._reasoning_keys: tuple[bytes, bytes] = (first.encode(), second[0].encode() if second else b"")
         # SGLang's per-request speculative counts (``sglext.spec_tokens_details``) when a request asks and the server
         # honours it (PR #33518); vLLM's (``metrics.speculative_decoding``) when started with
         # --per-request-spec-decode-metrics

@@ -32,7 +32,7 @@ from alflow.frameworks.recipes import build_launch
 from alflow.methods.common import point_server
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = {"sim", "vllm-h200", "sglang-h200", "trtllm-h200"}
+SHIPPED = {"sim", "vllm-h200", "sglang-h200", "trtllm-h200", "atom-mi355x"}
 NAMES = preset_names(ROOT)
 
 
@@ -234,7 +234,8 @@ def test_calibrate_short_form() -> None:
 
 def test_an_unknown_preset_names_the_input_the_value_and_the_known_ones(tmp_path: Path) -> None:
     with pytest.raises(
-        InvalidInputError, match=r"^preset='nope' is not a known preset; known: sglang-h200, sim, "
+        InvalidInputError,
+        match=r"^preset='nope' is not a known preset; known: atom-mi355x, sglang-h200, sim, ",
     ) as err:
         load_preset("nope", ROOT)
     assert f"{ROOT / 'presets'}/*.yaml" in str(err.value)

@@ -17,5 +17,6 @@ PLUGIN = Framework(
     sim=AtomEmitter(),
     sim_args=read_args,
     synthetic_markers=frozenset({"spec_decode_acceptance_length", "spec_decode_acceptance_rate"}),
+    reasoning_fields=("reasoning_content",),
     gpu="amd",
 )

@@ -16,5 +16,6 @@ PLUGIN = Framework(
     knobs=SglangKnobs(),
     sim=SglangEmitter(),
     knob_env=frozenset({SGLANG_LEN_ENV, SGLANG_METHOD_ENV, SGLANG_TOKEN_MODE_ENV}),
+    reasoning_fields=("reasoning_content",),
     gpu="nvidia",
 )

@@ -16,5 +16,6 @@ PLUGIN = Framework(
     knobs=TrtllmKnobs(),
     sim=TrtllmEmitter(),
     knob_env=frozenset({TRTLLM_ENV}),
+    reasoning_fields=("reasoning", "reasoning_content"),
     gpu="nvidia",
 )

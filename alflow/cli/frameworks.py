@@ -1,0 +1,90 @@
+"""``alflow frameworks``: the framework plugins the registry holds (built-in and from entry points), and their parts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from alflow.cli.common import JsonOpt, console, emit_json
+from alflow.plugins import BUILTIN, Framework, broken_plugins, frameworks, specs
+
+
+@dataclass(frozen=True)
+class FrameworkRow:
+    """One plugin as the command shows it."""
+
+    name: str
+    title: str
+    source: str
+    """``built-in`` or the plugin's module reference (an entry point's)."""
+    metrics: str
+    """Its metrics path, or what it speaks instead."""
+    synthetic: str
+    """Its default synthetic scheme, or ``-``."""
+    simulated: bool
+    gpu: str
+    note: str
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready form."""
+        return {
+            "name": self.name,
+            "title": self.title,
+            "source": self.source,
+            "metrics": self.metrics,
+            "synthetic": self.synthetic,
+            "simulated": self.simulated,
+            "gpu": self.gpu,
+            "note": self.note,
+        }
+
+
+def row_of(plugin: Framework, source: str) -> FrameworkRow:
+    """The row of ``plugin``."""
+    return FrameworkRow(
+        name=plugin.name,
+        title=plugin.title,
+        source=source,
+        metrics=plugin.metrics.metrics_path if plugin.metrics is not None else "another framework's dialect",
+        synthetic=plugin.knobs.default_scheme if plugin.knobs is not None else "-",
+        simulated=plugin.sim is not None,
+        gpu=plugin.gpu or "none",
+        note=plugin.engine_note or "",
+    )
+
+
+def rows() -> list[FrameworkRow]:
+    """Every registered framework, in registry order."""
+    builtin = {s.name for s in BUILTIN}
+    source = {s.name: "built-in" if s.name in builtin else s.plugin for s in specs()}
+    return [row_of(plugin, source[plugin.name]) for plugin in frameworks()]
+
+
+def frameworks_command(json_out: JsonOpt = False) -> None:
+    """List the serving frameworks alflow can drive: built-in plugins and those from the alflow.frameworks entry point."""
+    found = rows()
+    if json_out:
+        emit_json({"frameworks": [r.to_dict() for r in found], "left_out": list(broken_plugins())})
+        return
+    table = Table("framework", "name", "source", "metrics", "synthetic scheme", "sim speaks it", "GPUs")
+    for r in found:
+        table.add_row(
+            escape(r.name),
+            escape(r.title),
+            escape(r.source),
+            escape(r.metrics),
+            escape(r.synthetic),
+            "yes" if r.simulated else "no",
+            escape(r.gpu),
+        )
+    console.print(table)
+    for reason in broken_plugins():
+        console.print(f"left out: {escape(reason)}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``alflow frameworks`` to ``app``."""
+    app.command("frameworks")(frameworks_command)

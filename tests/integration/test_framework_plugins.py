@@ -1,0 +1,123 @@
+"""A third-party framework plugin through the ``alflow.frameworks`` entry point group, installed as a distribution.
+
+The plugin is a real package with a ``.dist-info`` (``entry_points.txt``) on ``PYTHONPATH``, read by
+:mod:`importlib.metadata` in a fresh ``alflow`` process: the same path ``pip install`` takes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+SPEC = """
+from alflow.plugins import FrameworkSpec
+
+SPEC = FrameworkSpec("demoengine", "demo_engine_alflow.config:DemoServer", "demo_engine_alflow.plugin:PLUGIN")
+"""
+CONFIG = """
+from typing import Literal
+
+from pydantic import Field
+
+from alflow.config.server import ServerBase
+
+
+class DemoServer(ServerBase):
+    framework: Literal["demoengine"] = Field("demoengine", description="Serving framework: demoengine.")
+"""
+PLUGIN = """
+from dataclasses import dataclass
+
+from alflow.frameworks.launch import Launch
+from alflow.frameworks.recipe_kit import bind_host_of, resolve_port
+from alflow.plugins import Framework
+
+
+@dataclass(frozen=True)
+class DemoRecipe:
+    framework: str = "demoengine"
+    default_image: str | None = "demo/engine:1.0"
+
+    def build(self, config):
+        port = resolve_port(config)
+        return Launch(
+            framework="demoengine",
+            dialect="vllm",
+            model=config.model,
+            argv=("demo-serve", config.model, "--port", str(port)),
+            port=port,
+            host=bind_host_of(config),
+            image=config.image or self.default_image,
+        )
+
+
+PLUGIN = Framework(name="demoengine", title="Demo Engine", recipe=DemoRecipe(), gpu="nvidia")
+"""
+PROBE = """
+from alflow.config import server_config
+from alflow.frameworks.recipes import build_launch
+from alflow.plugins import framework_names
+
+config = server_config(framework="demoengine", model="org/model")
+print(type(config).__name__, build_launch(config).argv[:2], framework_names())
+"""
+
+
+def _install(root: Path, entry: str) -> None:
+    package = root / "demo_engine_alflow"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for name, text in (("spec", SPEC), ("config", CONFIG), ("plugin", PLUGIN)):
+        (package / f"{name}.py").write_text(textwrap.dedent(text))
+    info = root / "demo_engine_alflow-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: demo-engine-alflow\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[alflow.frameworks]\n{entry}\n")
+
+
+def _run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run(args, capture_output=True, text=True, env=env, timeout=120, check=False)
+
+
+def test_a_plugin_from_an_entry_point_is_a_framework_like_the_built_in_ones(tmp_path: Path) -> None:
+    _install(tmp_path, "demoengine = demo_engine_alflow.spec:SPEC")
+    listed = _run(tmp_path, sys.executable, "-m", "alflow.cli", "frameworks", "--json")
+    assert listed.returncode == 0, listed.stderr
+    data = json.loads(listed.stdout)
+    names = [f["name"] for f in data["frameworks"]]
+    assert names == ["vllm", "sglang", "trtllm", "atom", "sim", "tiny", "demoengine"]
+    demo = data["frameworks"][-1]
+    assert demo["source"] == "demo_engine_alflow.plugin:PLUGIN"
+    assert demo["title"] == "Demo Engine"
+    assert data["left_out"] == []
+    probe = _run(tmp_path, sys.executable, "-c", PROBE)
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.startswith("DemoServer ('demo-serve', 'org/model')")
+
+
+@pytest.mark.parametrize(
+    ("entry", "reason"),
+    [
+        ("demoengine = demo_engine_alflow.missing:SPEC", "No module named 'demo_engine_alflow.missing'"),
+        ("other = demo_engine_alflow.spec:SPEC", "must be a FrameworkSpec named 'other'"),
+        ("vllm = demo_engine_alflow.spec:SPEC", "must be a FrameworkSpec named 'vllm'"),
+    ],
+)
+def test_a_broken_plugin_is_left_out_with_its_reason_and_the_rest_work(
+    tmp_path: Path, entry: str, reason: str
+) -> None:
+    _install(tmp_path, entry)
+    listed = _run(tmp_path, sys.executable, "-m", "alflow.cli", "frameworks", "--json")
+    assert listed.returncode == 0, listed.stderr
+    data = json.loads(listed.stdout)
+    assert [f["name"] for f in data["frameworks"]] == ["vllm", "sglang", "trtllm", "atom", "sim", "tiny"]
+    (left_out,) = data["left_out"]
+    assert reason in left_out
+    assert "framework plugin left out" in listed.stderr
