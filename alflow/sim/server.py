@@ -31,6 +31,7 @@ from prometheus_client import generate_latest
 
 from alflow.errors import AlflowError
 from alflow.metrics.names import SGLANG_SPEC_DETAILS_FLAG
+from alflow.plugins import get_framework
 from alflow.serving.api import ApiError
 from alflow.serving.app import (
     JSON,
@@ -45,7 +46,6 @@ from alflow.serving.requests import ChatRequest, CompletionRequest, TokenizeRequ
 from alflow.sim.acceptance import NaturalAcceptance, stable_seed
 from alflow.sim.cluster import ClusterError, HeadCluster, WorkerLink
 from alflow.sim.config import SGLANG_FIXED_TOKEN_ID, SimConfig
-from alflow.plugins import get_framework
 from alflow.sim.dialects import emitter_of, make_registry, sglang_server_info
 from alflow.sim.engine import Engine, EngineStats, SimRequest
 from alflow.sim.payloads import body_metrics_json, spec_tokens_details_json, stream_metrics_json, usage_json
