@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Literal
@@ -80,9 +80,9 @@ class Framework:
     knob_env: frozenset[str] = frozenset()
     """Environment variables that carry its synthetic knobs: never inherited by a launched server, read by the
     simulator only for this dialect."""
-    synthetic_markers: frozenset[str] = frozenset()
-    """Keys of a server's self-description (``/server_info``, its arguments) that, set, mean synthetic acceptance
-    is on (the M1 gate refuses such a server)."""
+    synthetic_markers: Mapping[str, Callable[[object], bool]] = field(default_factory=dict)
+    """Keys of a server's self-description (``/server_info``, its arguments, its environment) and the test of a
+    value that means synthetic acceptance is on (the M1 gate refuses such a server)."""
     reasoning_fields: tuple[str, ...] = ("reasoning",)
     """Where its streamed chat deltas put reasoning text (one or two fields, in order; the simulator follows)."""
     gpu: GpuVendor | None = None
@@ -203,6 +203,31 @@ def check_dialect(name: str, what: str = "dialect") -> str:
 def knob_env_names() -> frozenset[str]:
     """Every framework's knob environment variables (never inherited by a launched server)."""
     return frozenset().union(*(f.knob_env for f in frameworks()))
+
+
+def is_set(value: object) -> bool:
+    """A marker's test: anything but null, false, zero or empty."""
+    return value not in (None, False, "", 0, [], {})
+
+
+def is_given(value: object) -> bool:
+    """A marker's test: any value but null."""
+    return value is not None
+
+
+def number_of(value: object) -> float | None:
+    """``value`` as a number (a number or its text), or None."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def synthetic_markers() -> dict[str, Callable[[object], bool]]:
+    """Every plugin's synthetic markers: key -> the test of its value."""
+    return {key: test for f in frameworks() for key, test in f.synthetic_markers.items()}
 
 
 def engine_note(name: str) -> str | None:

@@ -18,7 +18,6 @@ from typing import Any
 import aiohttp
 import orjson
 
-from alflow.acceptance.knobs import SGLANG_LEN_ENV, TRTLLM_ENV
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.evals.gsm8k import (
     EvalResult,
@@ -31,7 +30,7 @@ from alflow.evals.gsm8k import (
 from alflow.loadgen.client import auth_headers
 from alflow.loadgen.endpoints import Sampling
 from alflow.loadgen.runner import LoadSpec, Target, run_load
-from alflow.plugins import frameworks
+from alflow.plugins import is_set, synthetic_markers
 from alflow.redact import redact_url
 
 PROBE_PATHS = ("/version", "/server_info")
@@ -51,14 +50,16 @@ def bundled_gsm8k(split: str) -> Path:
 def synthetic_evidence(info: Any, path: str = "") -> str | None:
     """Where a server's self-description shows synthetic acceptance switched on, or None.
 
-    Keys: vLLM's, SGLang's and TensorRT-LLM's (:func:`_says_synthetic`), and every framework plugin's
-    ``synthetic_markers`` (set to anything but null, false, zero or empty).
+    The keys are every framework plugin's ``synthetic_markers`` (vLLM's speculative-config keys, SGLang's and
+    TensorRT-LLM's environment variables, ATOM's arguments), plus ``synthetic_acceptance`` (alflow's own engines);
+    text is searched for vLLM's ``rejection_sample_method`` in either quoting.
     """
-    markers = frozenset().union(*(f.synthetic_markers for f in frameworks()))
+    markers = synthetic_markers()
     if isinstance(info, Mapping):
         for key, value in info.items():
             here = f"{path}.{key}" if path else str(key)
-            if _says_synthetic(key, value) or (key in markers and value not in (None, False, "", 0, [], {})):
+            test = markers.get(key, is_set if key == "synthetic_acceptance" else None)
+            if test is not None and test(value):
                 return here
             found = synthetic_evidence(value, here)
             if found:
@@ -73,26 +74,6 @@ def synthetic_evidence(info: Any, path: str = "") -> str | None:
             if marker in info:
                 return path or "text"
     return None
-
-
-def _says_synthetic(key: object, value: object) -> bool:
-    if key == "rejection_sample_method":
-        return value == "synthetic"
-    if key in ("synthetic_acceptance_length", "synthetic_acceptance_rates"):
-        return value is not None
-    if key == "synthetic_acceptance":
-        return value not in (None, False, {})
-    if key == SGLANG_LEN_ENV:
-        number = _number(value)
-        return number is not None and number >= 0
-    return key == TRTLLM_ENV and bool(_number(value))
-
-
-def _number(value: object) -> float | None:
-    try:
-        return float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
 
 
 async def probe_synthetic(

@@ -173,7 +173,7 @@ def test_vllm_from_promql_window(prometheus: str) -> None:  # noqa: F811
 
 
 async def test_sglang_server_info_errors_name_both_paths() -> None:
-    from alflow.metrics.dialects import sglang_server_info_al
+    from alflow.frameworks.sglang.metrics import sglang_server_info_al
     from tests.unit.sse_server import SseServer
 
     async with SseServer() as srv:

@@ -10,16 +10,12 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from alflow.acceptance.knobs import (
-    SGLANG_LEN_ENV,
-    SGLANG_METHOD_ENV,
-    SGLANG_TOKEN_MODE_ENV,
-    TRTLLM_ENV,
-)
 from alflow.config import Parallelism, ServerConfig, SpeculativeConfig, SyntheticAcceptance, server_config
 from alflow.frameworks.launch import DEFAULT_FILES_DIR, REDACTED, Launch, LaunchFile, free_port
 from alflow.frameworks.recipe_kit import image_tag, image_version
 from alflow.frameworks.recipes import build_launch, get_recipe, recipes
+from alflow.frameworks.sglang.knobs import SGLANG_LEN_ENV, SGLANG_METHOD_ENV, SGLANG_TOKEN_MODE_ENV
+from alflow.frameworks.trtllm.knobs import TRTLLM_ENV
 from alflow.frameworks.trtllm.recipe import TRTLLM_OPTIONS_FILE
 from alflow.metrics.names import SGLANG_METRICS_PATH, TRTLLM_METRICS_PATH, VLLM_METRICS_PATH
 from infra.errors import RecipeError

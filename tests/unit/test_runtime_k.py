@@ -28,11 +28,11 @@ from alflow.acceptance.runtime_k import (
 )
 from alflow.config import BenchmarkParams, CalibrateParams, GateParams, server_config
 from alflow.frameworks.recipes import build_launch
+from alflow.frameworks.sglang.metrics import SglangDialect
 from alflow.frameworks.sglang.recipe import SGLANG_RUNTIME_K
 from alflow.frameworks.trtllm.recipe import TRTLLM_RUNTIME_K, TrtllmRecipe
 from alflow.frameworks.vllm.recipe import VLLM_RUNTIME_K
 from alflow.metrics import names
-from alflow.metrics.dialects import SglangDialect
 from alflow.metrics.prometheus import SnapshotWindow, parse_exposition
 from alflow.reports.markdown import escape_md
 from alflow.sim.config import SimConfig

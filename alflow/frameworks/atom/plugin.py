@@ -6,7 +6,7 @@ from alflow.frameworks.atom.knobs import AtomKnobs
 from alflow.frameworks.atom.metrics import AtomDialect
 from alflow.frameworks.atom.recipe import AtomRecipe
 from alflow.frameworks.atom.sim import AtomEmitter, read_args
-from alflow.plugins import Framework
+from alflow.plugins import Framework, is_given
 
 PLUGIN = Framework(
     name="atom",
@@ -16,7 +16,7 @@ PLUGIN = Framework(
     knobs=AtomKnobs(),
     sim=AtomEmitter(),
     sim_args=read_args,
-    synthetic_markers=frozenset({"spec_decode_acceptance_length", "spec_decode_acceptance_rate"}),
+    synthetic_markers={"spec_decode_acceptance_length": is_given, "spec_decode_acceptance_rate": is_given},
     reasoning_fields=("reasoning_content",),
     gpu="amd",
 )

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from alflow.acceptance.knobs import SGLANG_LEN_ENV, SGLANG_METHOD_ENV, SGLANG_TOKEN_MODE_ENV, SglangKnobs
+from alflow.frameworks.sglang.knobs import (
+    SGLANG_LEN_ENV,
+    SGLANG_METHOD_ENV,
+    SGLANG_TOKEN_MODE_ENV,
+    SglangKnobs,
+)
+from alflow.frameworks.sglang.metrics import SglangDialect
 from alflow.frameworks.sglang.recipe import SglangRecipe
-from alflow.metrics.dialects import SglangDialect
-from alflow.plugins import Framework
+from alflow.plugins import Framework, number_of
 from alflow.sim.dialects import SglangEmitter
 
 PLUGIN = Framework(
@@ -16,6 +21,7 @@ PLUGIN = Framework(
     knobs=SglangKnobs(),
     sim=SglangEmitter(),
     knob_env=frozenset({SGLANG_LEN_ENV, SGLANG_METHOD_ENV, SGLANG_TOKEN_MODE_ENV}),
+    synthetic_markers={SGLANG_LEN_ENV: lambda value: (number_of(value) or -1.0) >= 0},  # off when negative
     reasoning_fields=("reasoning_content",),
     gpu="nvidia",
 )

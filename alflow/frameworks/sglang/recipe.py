@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from alflow.acceptance.knobs import SGLANG_LEN_ENV, SGLANG_TOKEN_MODE_ENV, SyntheticKnobs
+from alflow.acceptance.knobs import SyntheticKnobs
 from alflow.acceptance.runtime_k import KnobSpec, RuntimeKKnob
 from alflow.config import Disaggregation, Parallelism, ServerConfig, SpecMethod
 from alflow.errors import RecipeError
@@ -43,6 +43,7 @@ from alflow.frameworks.recipe_kit import (
     render_synthetic,
     resolve_port,
 )
+from alflow.frameworks.sglang.knobs import SGLANG_LEN_ENV, SGLANG_TOKEN_MODE_ENV
 from alflow.frameworks.sim_source import SimSource
 from alflow.frameworks.versions import Capability, version
 from alflow.metrics.names import SGLANG_METRICS_PATH, SGLANG_SPEC_VERIFY_CALLS_SINCE

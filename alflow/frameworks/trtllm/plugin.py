@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from alflow.acceptance.knobs import TRTLLM_ENV, TrtllmKnobs
+from alflow.frameworks.trtllm.knobs import TRTLLM_ENV, TrtllmKnobs
+from alflow.frameworks.trtllm.metrics import TrtllmDialect
 from alflow.frameworks.trtllm.recipe import TrtllmRecipe
-from alflow.metrics.dialects import TrtllmDialect
-from alflow.plugins import Framework
+from alflow.plugins import Framework, number_of
 from alflow.sim.dialects import TrtllmEmitter
 
 PLUGIN = Framework(
@@ -16,6 +16,7 @@ PLUGIN = Framework(
     knobs=TrtllmKnobs(),
     sim=TrtllmEmitter(),
     knob_env=frozenset({TRTLLM_ENV}),
+    synthetic_markers={TRTLLM_ENV: lambda value: bool(number_of(value))},  # 0 is off
     reasoning_fields=("reasoning", "reasoning_content"),
     gpu="nvidia",
 )

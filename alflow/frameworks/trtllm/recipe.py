@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from alflow.acceptance.knobs import TRTLLM_ENV, SyntheticKnobs
+from alflow.acceptance.knobs import SyntheticKnobs
 from alflow.acceptance.runtime_k import KnobSpec, RuntimeKKnob
 from alflow.config import ServerConfig, SpecMethod
 from alflow.errors import RecipeError
@@ -49,6 +49,7 @@ from alflow.frameworks.recipe_kit import (
     resolve_port,
 )
 from alflow.frameworks.sim_source import SimSource
+from alflow.frameworks.trtllm.knobs import TRTLLM_ENV
 from alflow.frameworks.versions import Capability, version
 from alflow.metrics.names import TRTLLM_METRICS_PATH, TRTLLM_PER_POSITION_RELEASE, TRTLLM_PER_POSITION_SOURCE
 

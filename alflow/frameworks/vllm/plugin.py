@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from alflow.acceptance.knobs import VllmKnobs
+from alflow.frameworks.vllm.knobs import VllmKnobs
+from alflow.frameworks.vllm.metrics import VllmDialect
 from alflow.frameworks.vllm.recipe import VllmRecipe
-from alflow.metrics.dialects import VllmDialect
-from alflow.plugins import Framework
+from alflow.plugins import Framework, is_given
 from alflow.sim.dialects import VllmEmitter
 
 PLUGIN = Framework(
@@ -15,6 +15,10 @@ PLUGIN = Framework(
     metrics=VllmDialect(),
     knobs=VllmKnobs(),
     sim=VllmEmitter(),
-    synthetic_markers=frozenset({"synthetic_acceptance_length", "synthetic_acceptance_rates"}),
+    synthetic_markers={
+        "rejection_sample_method": lambda value: value == "synthetic",
+        "synthetic_acceptance_length": is_given,
+        "synthetic_acceptance_rates": is_given,
+    },
     gpu="nvidia",
 )

@@ -1,0 +1,75 @@
+"""TensorRT-LLM's synthetic-acceptance knob.
+
+``TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS = L - 1`` (it counts draft tokens).
+The two-model path (a separate drafter: draft_model, ngram, or eagle3 in two-model mode) parses
+the value as an integer and turns the feature off for a fractional one: refused here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from alflow.acceptance.knobs import KnobRequest, SyntheticKnobs, env_number, only_scheme
+from alflow.acceptance.synthetic import (
+    SyntheticAcceptanceError,
+    SyntheticTarget,
+    get_scheme,
+    min_variance_al,
+)
+
+TRTLLM_ENV = "TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS"
+TWO_MODEL_METHODS = frozenset({"draft_model", "ngram"})
+
+
+@dataclass(frozen=True)
+class TrtllmKnobs:
+    """TensorRT-LLM: ``TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS`` = AL - 1."""
+
+    framework: str = "trtllm"
+    default_scheme: str = "trtllm"
+
+    def render(self, request: KnobRequest) -> SyntheticKnobs:
+        """The draft-token count ``L - 1``; a fractional value on the two-model path is an error."""
+        only_scheme(self, request, ("trtllm",))
+        target = request.target()
+        if target.rates is not None:
+            al = min_variance_al(target.rates)
+            if al is None:
+                raise SyntheticAcceptanceError(
+                    f"TensorRT-LLM takes one accepted-draft count, not per-position rates; rates "
+                    f"{list(target.rates)} are not a minimum-variance schedule"
+                )
+            target = SyntheticTarget.of(target.k, al=al)
+        assert target.al is not None
+        value = round(target.al - 1.0, 12) + 0.0
+        if value == 0.0:
+            raise SyntheticAcceptanceError(
+                f"TensorRT-LLM cannot force AL 1: {TRTLLM_ENV} counts accepted draft tokens (AL - 1 = 0 here), "
+                "and TensorRT-LLM reads 0 as 'off' (`if force_num_accepted_tokens != 0`), so the run would measure "
+                "real acceptance and call it synthetic. Use a target AL above 1 (e.g. 1.01 on the one-model "
+                "path), or benchmark the server with speculative decoding off for the no-acceptance baseline"
+            )
+        two_model = (
+            request.two_model if request.two_model is not None else request.method in TWO_MODEL_METHODS
+        )
+        if two_model and not value.is_integer():
+            path = ", ".join(
+                part
+                for part in (
+                    f"method {request.method}" if request.method else "",
+                    "two-model mode requested" if request.two_model else "",
+                )
+                if part
+            )
+            raise SyntheticAcceptanceError(
+                f"TensorRT-LLM's two-model path ({path}) parses {TRTLLM_ENV} as an integer: the value "
+                f"{env_number(value)} (AL {env_number(target.al)} - 1) would log a warning and switch synthetic "
+                f"acceptance off. Use a whole AL (1..{target.k + 1}) or a one-model method (mtp, eagle3 one-model)"
+            )
+        return SyntheticKnobs(
+            "trtllm",
+            target.k,
+            "trtllm",
+            env={TRTLLM_ENV: env_number(value)},
+            distribution=get_scheme("trtllm").distribution(target),
+        )
