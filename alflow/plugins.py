@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from alflow.acceptance.knobs import KnobRenderer
     from alflow.frameworks.recipes import Recipe
     from alflow.metrics.dialects import Dialect
-    from alflow.sim.config import ArgsReader
+    from alflow.sim.config import ArgsReader, EnvReader
     from alflow.sim.dialects import MetricsEmitter
 
 log = logging.getLogger(__name__)
@@ -75,8 +75,12 @@ class Framework:
     knobs: KnobRenderer | None = None
     sim: MetricsEmitter | None = None
     sim_args: ArgsReader | None = None
-    """How the simulator reads this framework's own flags in its dialect (ATOM's ``--spec-decode-*``); None: the
-    framework's knobs reach the simulator another way (vLLM's ``--speculative-config``, environment variables)."""
+    """How the simulator reads this framework's own flags in its dialect (vLLM's ``--speculative-config``, ATOM's
+    ``--spec-decode-*``); None: it takes none."""
+    sim_flags: frozenset[str] = frozenset()
+    """The flags ``sim_args`` reads (an error for another dialect then says whose they are)."""
+    sim_env: EnvReader | None = None
+    """How the simulator reads this framework's own environment variables in its dialect (SGLang's, TensorRT-LLM's)."""
     knob_env: frozenset[str] = frozenset()
     """Environment variables that carry its synthetic knobs: never inherited by a launched server, read by the
     simulator only for this dialect."""

@@ -1,8 +1,9 @@
 """``alflow sim serve``: the command line of the simulated engine (a typer sub-app).
 
 :func:`register` adds the ``sim`` group to the root ``alflow`` app; ``python -m alflow.sim serve``
-runs the same command on its own. The framework sources (``--speculative-config`` JSON, the
-SGLang and TensorRT-LLM environment variables) are read as described in :mod:`alflow.sim.config`.
+runs the same command on its own. The framework sources (arguments the command does not define, such as vLLM's
+``--speculative-config`` JSON or ATOM's ``--spec-decode-acceptance-length``, and the SGLang and TensorRT-LLM
+environment variables) are read by the dialect's plugin as described in :mod:`alflow.sim.config`.
 """
 
 from __future__ import annotations
@@ -64,9 +65,6 @@ def serve_command(
     ] = None,
     synthetic_scheme: Annotated[
         str | None, typer.Option(help="Synthetic scheme (default: the dialect's own).")
-    ] = None,
-    speculative_config: Annotated[
-        str | None, typer.Option(help="vLLM --speculative-config JSON (dialect vllm only).")
     ] = None,
     max_num_seqs: Annotated[int, typer.Option(help="Most requests running at once; the rest queue.")] = 256,
     max_model_len: Annotated[int, typer.Option(help="Context limit (prompt + output tokens).")] = 32768,
@@ -165,7 +163,11 @@ def serve_command(
         ),
     ] = None,
 ) -> None:
-    """Run the simulated OpenAI-compatible serving engine (speculative decoding, metrics dialects)."""
+    """Run the simulated OpenAI-compatible serving engine (speculative decoding, metrics dialects).
+
+    Arguments not listed here are the dialect's framework's own flags, read as that framework reads them (vLLM:
+    --speculative-config JSON; ATOM: --num-speculative-tokens, --spec-decode-acceptance-length or -rate).
+    """
     logging.basicConfig(
         level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s"
     )
@@ -221,7 +223,6 @@ def serve_command(
         config = resolve(
             base,
             explicit=[name for name in explicit if name in valid],
-            speculative_config=speculative_config,
             env=os.environ,
             framework_args=tuple(ctx.args),
         )

@@ -1,18 +1,10 @@
 """Settings of the simulated engine, and how they are read from the places real frameworks read them.
 
-Explicit command-line flags are one source; the framework's own switches are the other, read only
-for the matching ``--dialect`` (DOMAIN.md sections 3 and 8):
-
-- vLLM: ``--speculative-config JSON`` with ``method``, ``num_speculative_tokens``,
-  ``rejection_sample_method: "synthetic"`` and exactly one of ``synthetic_acceptance_length`` or
-  ``synthetic_acceptance_rates``;
-- SGLang: ``SGLANG_SIMULATE_ACC_LEN`` (off when < 0), ``SGLANG_SIMULATE_ACC_METHOD``
-  (``match-expected``, the default, or ``multinomial``) and ``SGLANG_SIMULATE_ACC_TOKEN_MODE``
-  (``fixed``, SGLang's default: every output token is id 100; or ``real-draft-token``: real text);
-- TensorRT-LLM: ``TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS`` = AL - 1 (accepted *drafts*);
-- a plugin's own flags (ATOM's ``--spec-decode-acceptance-length``): the arguments the simulator's command line
-  does not know, read by the dialect's plugin (``Framework.sim_args``), refused where it has no reader.
-
+Explicit command-line flags are one source; the framework's own switches are the other, read only for the
+matching ``--dialect`` (DOMAIN.md sections 3 and 8) by that framework's plugin (``alflow/frameworks/<name>/sim.py``):
+its flags, the arguments the simulator's command line does not define (vLLM's ``--speculative-config JSON``, ATOM's
+``--spec-decode-acceptance-length``; ``Framework.sim_args``), and its environment variables (SGLang's
+``SGLANG_SIMULATE_ACC_*``, TensorRT-LLM's ``TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS``; ``Framework.sim_env``).
 Which dialects exist, their default schemes and their knob variables come from the framework registry
 (:mod:`alflow.plugins`).
 
@@ -23,13 +15,12 @@ both; values are validated with the acceptance package's rules.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol, cast
+from typing import Protocol
 
 from alflow.acceptance.synthetic import SyntheticTarget, get_scheme
 from alflow.errors import InvalidInputError
@@ -41,23 +32,7 @@ log = logging.getLogger(__name__)
 
 Dialect = str
 """A framework the simulator speaks (:func:`alflow.plugins.dialect_names`)."""
-SGLANG_METHODS = {"match-expected": "sglang-match-expected", "multinomial": "sglang-multinomial"}
-VLLM_METHOD_ALIASES = {
-    "mtp": "mtp",
-    "deepseek_mtp": "mtp",
-    "qwen3_next_mtp": "mtp",
-    "eagle": "eagle3",
-    "eagle3": "eagle3",
-    "draft_model": "draft_model",
-    "ngram": "ngram",
-    "dspark": "dspark",
-    "dflash": "dflash",
-}
 
-ENV_SGLANG_ACC_LEN = "SGLANG_SIMULATE_ACC_LEN"
-ENV_SGLANG_ACC_METHOD = "SGLANG_SIMULATE_ACC_METHOD"
-ENV_SGLANG_TOKEN_MODE = "SGLANG_SIMULATE_ACC_TOKEN_MODE"  # noqa: S105 - not a secret
-ENV_TRTLLM_FORCE = "TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS"
 SGLANG_TOKEN_MODES = ("fixed", "real-draft-token")
 PER_REQUEST_LEVELS = ("none", "summary", "detailed")
 """vLLM's ``--per-request-spec-decode-metrics`` levels (vllm/config/observability.py)."""
@@ -278,6 +253,12 @@ class ArgsReader(Protocol):
     def __call__(self, args: Sequence[str]) -> FrameworkSettings: ...
 
 
+class EnvReader(Protocol):
+    """A dialect's reader of its framework's own environment variables."""
+
+    def __call__(self, env: Mapping[str, str]) -> FrameworkSettings: ...
+
+
 @dataclass(frozen=True)
 class FrameworkSettings:
     """Speculative settings found in one framework source (all optional)."""
@@ -291,131 +272,30 @@ class FrameworkSettings:
     token_mode: str | None = None
 
 
-def read_vllm_speculative_config(text: str) -> FrameworkSettings:
-    """Settings from vLLM's ``--speculative-config`` JSON (errors name the key)."""
-    src = "--speculative-config"
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidInputError(f"{src} is not valid JSON: {exc}") from None
-    if not isinstance(raw, dict):
-        raise InvalidInputError(f"{src} must be a JSON object, got {type(raw).__name__}")
-    data = cast(dict[str, object], raw)
-    k: int | None = None
-    if "num_speculative_tokens" in data:
-        value = data["num_speculative_tokens"]
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise InvalidInputError(f"{src}: num_speculative_tokens must be an integer, got {value!r}")
-        k = value
-    method: str | None = None
-    if "method" in data:
-        name = data["method"]
-        if not isinstance(name, str) or name not in VLLM_METHOD_ALIASES:
-            raise InvalidInputError(
-                f"{src}: method {name!r} is not simulated; known: {', '.join(VLLM_METHOD_ALIASES)}"
-            )
-        method = VLLM_METHOD_ALIASES[name]
-    has_len = "synthetic_acceptance_length" in data
-    has_rates = "synthetic_acceptance_rates" in data
-    sample_method = data.get("rejection_sample_method")
-    if (has_len or has_rates) and sample_method != "synthetic":
-        raise InvalidInputError(
-            f'{src}: synthetic_acceptance_* given but rejection_sample_method is {sample_method!r}, not "synthetic"'
+def _not_this_dialects(dialect: str, args: Sequence[str]) -> str:
+    """Why ``args`` are refused in ``dialect``: whose flag the first is, if another framework's."""
+    flag = args[0].split("=", 1)[0]
+    owners = [f.name for f in frameworks() if flag in f.sim_flags]
+    if owners:
+        return (
+            f"{flag} is {owners[0]}'s switch but --dialect is {dialect!r}; use that framework's own source or "
+            "explicit --synthetic-* flags"
         )
-    if sample_method == "synthetic" and has_len == has_rates:
-        raise InvalidInputError(
-            f'{src}: rejection_sample_method "synthetic" needs exactly one of '
-            "synthetic_acceptance_length or synthetic_acceptance_rates"
-        )
-    al: float | None = None
-    rates: tuple[float, ...] | None = None
-    if has_len:
-        value = data["synthetic_acceptance_length"]
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise InvalidInputError(f"{src}: synthetic_acceptance_length must be a number, got {value!r}")
-        al = float(value)
-    if has_rates:
-        value = data["synthetic_acceptance_rates"]
-        if not isinstance(value, list) or not all(
-            isinstance(v, int | float) and not isinstance(v, bool) for v in value
-        ):
-            raise InvalidInputError(
-                f"{src}: synthetic_acceptance_rates must be a list of numbers, got {value!r}"
-            )
-        rates = tuple(float(v) for v in value)
-    return FrameworkSettings(
-        src, k=k, method=method, al=al, rates=rates, scheme="vllm" if al or rates else None
-    )
-
-
-def read_sglang_env(env: Mapping[str, str]) -> FrameworkSettings:
-    """Settings from SGLang's ``SGLANG_SIMULATE_ACC_LEN`` / ``SGLANG_SIMULATE_ACC_METHOD``."""
-    src = ENV_SGLANG_ACC_LEN
-    al: float | None = None
-    scheme: str | None = None
-    if ENV_SGLANG_ACC_LEN in env:
-        text = env[ENV_SGLANG_ACC_LEN]
-        try:
-            value = float(text)
-        except ValueError:
-            raise InvalidInputError(f"{src}={text!r} is not a number") from None
-        if value >= 0:  # SGLang: off when negative
-            al = value
-    if ENV_SGLANG_ACC_METHOD in env:
-        name = env[ENV_SGLANG_ACC_METHOD]
-        if name not in SGLANG_METHODS:
-            raise InvalidInputError(
-                f"{ENV_SGLANG_ACC_METHOD}={name!r} is not one of {', '.join(SGLANG_METHODS)}"
-            )
-        scheme = SGLANG_METHODS[name]
-    token_mode: str | None = None
-    if ENV_SGLANG_TOKEN_MODE in env:
-        token_mode = env[ENV_SGLANG_TOKEN_MODE]
-        if token_mode not in SGLANG_TOKEN_MODES:
-            raise InvalidInputError(
-                f"{ENV_SGLANG_TOKEN_MODE}={token_mode!r} is not one of {', '.join(SGLANG_TOKEN_MODES)}"
-            )
-    return FrameworkSettings(src, al=al, scheme=scheme if al is not None else None, token_mode=token_mode)
-
-
-def read_trtllm_env(env: Mapping[str, str]) -> FrameworkSettings:
-    """Settings from ``TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS`` (accepted drafts = AL - 1)."""
-    src = ENV_TRTLLM_FORCE
-    if src not in env:
-        return FrameworkSettings(src)
-    text = env[src]
-    try:
-        value = float(text)
-    except ValueError:
-        raise InvalidInputError(f"{src}={text!r} is not a number") from None
-    if value < 0:
-        raise InvalidInputError(f"{src}={text!r} must be >= 0 (it counts accepted draft tokens: AL - 1)")
-    return FrameworkSettings(src, al=value + 1.0, scheme="trtllm")
+    return f"unknown arguments for the simulator in dialect {dialect!r}: {' '.join(args)}"
 
 
 def _framework_sources(
-    dialect: str, speculative_config: str | None, env: Mapping[str, str], framework_args: Sequence[str]
+    dialect: str, env: Mapping[str, str], framework_args: Sequence[str]
 ) -> list[FrameworkSettings]:
     """The settings in ``dialect``'s own sources; another framework's variables are ignored with a warning."""
     found: list[FrameworkSettings] = []
-    if speculative_config is not None:
-        if dialect != "vllm":
-            raise InvalidInputError(
-                f"--speculative-config is vLLM's switch but --dialect is {dialect!r}; "
-                "use that framework's own source or explicit --synthetic-* flags"
-            )
-        found.append(read_vllm_speculative_config(speculative_config))
-    if dialect == "sglang":
-        found.append(read_sglang_env(env))
-    if dialect == "trtllm":
-        found.append(read_trtllm_env(env))
+    plugin = get_framework(dialect)
+    if plugin.sim_env is not None:
+        found.append(plugin.sim_env(env))
     if framework_args:
-        reader = get_framework(dialect).sim_args
-        if reader is None:
-            raise InvalidInputError(
-                f"unknown arguments for the simulator in dialect {dialect!r}: {' '.join(framework_args)}"
-            )
-        found.append(reader(framework_args))
+        if plugin.sim_args is None:
+            raise InvalidInputError(_not_this_dialects(dialect, framework_args))
+        found.append(plugin.sim_args(framework_args))
     for name, owner in framework_env().items():
         if name in env and owner != dialect:
             log.warning("ignoring %s: it is %s's switch and --dialect is %s", name, owner, dialect)
@@ -426,7 +306,6 @@ def resolve(
     base: SimConfig,
     *,
     explicit: Sequence[str] = (),
-    speculative_config: str | None = None,
     env: Mapping[str, str] | None = None,
     framework_args: Sequence[str] = (),
 ) -> SimConfig:
@@ -436,7 +315,7 @@ def resolve(
     arguments it did not define, read by the dialect's plugin (its ``sim_args``). Raises
     InvalidInputError when a framework source belongs to another dialect or contradicts itself.
     """
-    found = _framework_sources(base.dialect, speculative_config, {} if env is None else env, framework_args)
+    found = _framework_sources(base.dialect, {} if env is None else env, framework_args)
     cfg = base
     notes = list(base.notes)
     for fs in found:

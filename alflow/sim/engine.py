@@ -285,7 +285,8 @@ class Engine:
         # engine-level draw per step
         self.per_request = self.sampler is not None and self.sampler.granularity == "per-request"
         self.natural = NaturalAcceptance(config.method, config.k, config.acceptance_quality, config.seed)
-        self.record_iterations = config.dialect == "trtllm"
+        self.record_iterations = False
+        """Keep per-iteration stats (the server sets it for a dialect that serves them: TensorRT-LLM's)."""
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closed = False

@@ -46,7 +46,7 @@ from alflow.serving.requests import ChatRequest, CompletionRequest, TokenizeRequ
 from alflow.sim.acceptance import NaturalAcceptance, stable_seed
 from alflow.sim.cluster import ClusterError, HeadCluster, WorkerLink
 from alflow.sim.config import SGLANG_FIXED_TOKEN_ID, SimConfig
-from alflow.sim.dialects import emitter_of, make_registry, sglang_server_info
+from alflow.sim.dialects import JsonView, emitter_of, make_registry
 from alflow.sim.engine import Engine, EngineStats, SimRequest
 from alflow.sim.payloads import body_metrics_json, spec_tokens_details_json, stream_metrics_json, usage_json
 from alflow.sim.text import AnswerKey, TextSource, corpus_text, load_answer_key
@@ -105,6 +105,8 @@ class SimServer:
         self.cluster = cluster
         self.tokenizer = get_tokenizer()
         self.dialect = emitter_of(config.dialect)
+        for engine in self.engines:
+            engine.record_iterations = self.dialect.records_iterations
         self.registry = make_registry(self.dialect, self.engine.stats, config)
         self.crash = crash
         self.api = OpenAIServer(self)
@@ -144,14 +146,14 @@ class SimServer:
     def routes(self) -> Sequence[tuple[str, str, Handler]]:
         """SGLang's server info, TensorRT-LLM's JSON iteration stats, and SGLang's generation health check."""
         extra: list[tuple[str, str, Handler]] = [("GET", "/health_generate", self.api._health)]
-        if self.config.dialect == "sglang":
-            extra += [
-                ("GET", "/server_info", self._server_info),
-                ("GET", "/get_server_info", self._server_info),
-            ]
-        if self.config.dialect == "trtllm":
-            extra.append(("GET", "/metrics", self._trtllm_json_stats))
+        extra += [("GET", path, self._json_view(view)) for path, view in self.dialect.json_routes().items()]
         return extra
+
+    def _json_view(self, view: JsonView) -> Handler:
+        async def answer(_request: web.Request) -> web.Response:
+            return web.Response(body=orjson.dumps(view(self.engine.stats, self.config)), content_type=JSON)
+
+        return answer
 
     async def startup(self) -> None:
         """Start every engine's step loop."""
@@ -208,17 +210,6 @@ class SimServer:
     def metrics(self) -> bytes:
         """The dialect's Prometheus text."""
         return generate_latest(self.registry)
-
-    async def _server_info(self, _request: web.Request) -> web.Response:
-        return web.Response(
-            body=orjson.dumps(sglang_server_info(self.engine.stats, self.config)), content_type=JSON
-        )
-
-    async def _trtllm_json_stats(self, _request: web.Request) -> web.Response:
-        iterations = self.engine.stats.iterations
-        items = list(iterations)
-        iterations.clear()
-        return web.Response(body=orjson.dumps(items), content_type=JSON)
 
     def tokenize(self, body: TokenizeRequest) -> list[int]:
         """Like vLLM's ``/tokenize``: the chat template applied to messages, or the prompt (BOS by default)."""

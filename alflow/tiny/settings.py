@@ -23,7 +23,7 @@ from typing import Any
 
 from alflow.acceptance.synthetic import SyntheticAcceptanceError, SyntheticTarget, VllmScheme
 from alflow.errors import InvalidInputError
-from alflow.sim.config import read_vllm_speculative_config
+from alflow.frameworks.vllm.sim import read_vllm_speculative_config
 
 DEFAULT_NGRAM_MIN = 1
 DEFAULT_NGRAM_MAX = 4

@@ -120,7 +120,7 @@ def test_vllm_speculative_config_json() -> None:
 @pytest.mark.parametrize(
     ("args", "env", "message"),
     [
-        (["--dialect", "sglang", "--speculative-config", "{}"], {}, "vLLM's switch"),
+        (["--dialect", "sglang", "--speculative-config", "{}"], {}, "--speculative-config is vllm's switch"),
         (["--speculative-config", '{"rejection_sample_method": "synthetic"}'], {}, "exactly one"),
         (["--k", "3", "--synthetic-al", "9"], {}, "outside the allowed range"),
         (["--dialect", "sglang"], {"SGLANG_SIMULATE_ACC_METHOD": "bogus"}, "SGLANG_SIMULATE_ACC_METHOD"),

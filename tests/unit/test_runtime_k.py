@@ -30,13 +30,14 @@ from alflow.config import BenchmarkParams, CalibrateParams, GateParams, server_c
 from alflow.frameworks.recipes import build_launch
 from alflow.frameworks.sglang.metrics import SglangDialect
 from alflow.frameworks.sglang.recipe import SGLANG_RUNTIME_K
+from alflow.frameworks.sglang.sim import SglangEmitter
 from alflow.frameworks.trtllm.recipe import TRTLLM_RUNTIME_K, TrtllmRecipe
 from alflow.frameworks.vllm.recipe import VLLM_RUNTIME_K
 from alflow.metrics import names
 from alflow.metrics.prometheus import SnapshotWindow, parse_exposition
 from alflow.reports.markdown import escape_md
 from alflow.sim.config import SimConfig
-from alflow.sim.dialects import SglangEmitter, make_registry
+from alflow.sim.dialects import make_registry
 from alflow.sim.engine import EngineStats
 from infra.errors import RecipeError
 

@@ -19,7 +19,7 @@ def test_vllm_speculative_config_sets_k_method_and_al() -> None:
             "synthetic_acceptance_length": 2.5,
         }
     )
-    cfg = resolve(SimConfig(), speculative_config=spec)
+    cfg = resolve(SimConfig(), framework_args=["--speculative-config", spec])
     assert (cfg.k, cfg.method, cfg.synthetic_al, cfg.scheme) == (4, "mtp", 2.5, "vllm")
 
 
@@ -31,9 +31,13 @@ def test_vllm_rates_and_explicit_flag_wins() -> None:
             "synthetic_acceptance_rates": [0.9, 0.6, 0.3],
         }
     )
-    cfg = resolve(SimConfig(), speculative_config=spec)
+    cfg = resolve(SimConfig(), framework_args=["--speculative-config", spec])
     assert cfg.synthetic_rates == (0.9, 0.6, 0.3)
-    cfg = resolve(SimConfig(k=5, synthetic_al=3.0), explicit=["k", "synthetic_al"], speculative_config=spec)
+    cfg = resolve(
+        SimConfig(k=5, synthetic_al=3.0),
+        explicit=["k", "synthetic_al"],
+        framework_args=["--speculative-config", spec],
+    )
     assert (cfg.k, cfg.synthetic_al, cfg.synthetic_rates) == (5, 3.0, None)
     assert any("overrides" in n for n in cfg.notes)
 
@@ -65,7 +69,7 @@ def test_vllm_rates_and_explicit_flag_wins() -> None:
 )
 def test_vllm_speculative_config_errors(spec: str, message: str) -> None:
     with pytest.raises(InvalidInputError, match=message):
-        resolve(SimConfig(), speculative_config=spec)
+        resolve(SimConfig(), framework_args=["--speculative-config", spec])
 
 
 def test_sglang_env() -> None:
@@ -88,8 +92,8 @@ def test_trtllm_env_counts_drafts() -> None:
 
 
 def test_other_dialects_sources_are_errors_or_ignored() -> None:
-    with pytest.raises(InvalidInputError, match="vLLM's switch"):
-        resolve(SimConfig(dialect="sglang"), speculative_config="{}")
+    with pytest.raises(InvalidInputError, match="--speculative-config is vllm's switch"):
+        resolve(SimConfig(dialect="sglang"), framework_args=["--speculative-config", "{}"])
     cfg = resolve(SimConfig(dialect="vllm"), env={"SGLANG_SIMULATE_ACC_LEN": "3"})
     assert not cfg.synthetic
 

@@ -405,7 +405,7 @@ def test_the_sim_cli_takes_the_recipes_spelling(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(sim_cli, "run_server", seen.append)
     spec = '{"method":"mtp","num_speculative_tokens":3,"rejection_sample_method":"synthetic","synthetic_acceptance_length":2.3}'
     app = typer.Typer()
-    app.command()(sim_cli.serve_command)
+    app.command(context_settings=sim_cli.FRAMEWORK_FLAGS)(sim_cli.serve_command)
     result = CliRunner().invoke(
         app,
         ["--dialect", "vllm", "--speculative-config", spec, "--per-request-spec-decode-metrics", "summary"],

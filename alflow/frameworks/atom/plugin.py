@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from alflow.frameworks.atom.knobs import AtomKnobs
+from alflow.frameworks.atom.knobs import LENGTH_FLAG, RATE_FLAG, AtomKnobs
 from alflow.frameworks.atom.metrics import AtomDialect
 from alflow.frameworks.atom.recipe import AtomRecipe
-from alflow.frameworks.atom.sim import AtomEmitter, read_args
+from alflow.frameworks.atom.sim import K_FLAG, AtomEmitter, read_args
 from alflow.plugins import Framework, is_given
 
 PLUGIN = Framework(
@@ -16,6 +16,7 @@ PLUGIN = Framework(
     knobs=AtomKnobs(),
     sim=AtomEmitter(),
     sim_args=read_args,
+    sim_flags=frozenset({K_FLAG, LENGTH_FLAG, RATE_FLAG}),
     synthetic_markers={"spec_decode_acceptance_length": is_given, "spec_decode_acceptance_rate": is_given},
     reasoning_fields=("reasoning_content",),
     gpu="amd",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -25,6 +25,7 @@ from alflow.errors import InvalidInputError
 from alflow.frameworks.atom import metrics as m
 from alflow.frameworks.atom.knobs import LENGTH_FLAG, RATE_FLAG, SCHEME
 from alflow.sim.config import FrameworkSettings, SimConfig
+from alflow.sim.dialects import JsonView
 from alflow.sim.engine import EngineStats
 
 K_FLAG = "--num-speculative-tokens"
@@ -74,6 +75,7 @@ class AtomEmitter:
 
     name = "atom"
     metrics_path = m.METRICS_PATH
+    records_iterations = False
 
     def __init__(self) -> None:
         self._snapshots: dict[int, _Values] = {}
@@ -87,6 +89,10 @@ class AtomEmitter:
                 self._snapshots.clear()
             held = self._snapshots[id(stats)] = _values(stats)
         return held
+
+    def json_routes(self) -> Mapping[str, JsonView]:
+        """``/server_info``: what ATOM's says (``api_server.py``: model id, served name, TP and DP sizes)."""
+        return {"/server_info": server_info}
 
     def families(self, stats: EngineStats, config: SimConfig) -> Iterator[Metric]:
         del config
@@ -113,6 +119,17 @@ class AtomEmitter:
         yield _counter(m.GENERATION_TOKENS, "Total generation tokens of finished requests.", v.generation)
         yield _gauge(m.REQUESTS_RUNNING, "Running requests.", v.running)
         yield _gauge(m.REQUESTS_WAITING, "Waiting requests.", v.waiting)
+
+
+def server_info(stats: EngineStats, config: SimConfig) -> object:
+    """ATOM's ``/server_info`` body (no version: ATOM has none to give)."""
+    del stats
+    return {
+        "model_id": config.served_model_name,
+        "served_model_name": config.served_model_name,
+        "tp_size": 1,
+        "dp_size": config.nnodes if config.node_parallel == "dp" else 1,
+    }
 
 
 def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:

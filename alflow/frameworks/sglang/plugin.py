@@ -10,8 +10,8 @@ from alflow.frameworks.sglang.knobs import (
 )
 from alflow.frameworks.sglang.metrics import SglangDialect
 from alflow.frameworks.sglang.recipe import SglangRecipe
+from alflow.frameworks.sglang.sim import SglangEmitter, read_sglang_env
 from alflow.plugins import Framework, number_of
-from alflow.sim.dialects import SglangEmitter
 
 PLUGIN = Framework(
     name="sglang",
@@ -20,6 +20,7 @@ PLUGIN = Framework(
     metrics=SglangDialect(),
     knobs=SglangKnobs(),
     sim=SglangEmitter(),
+    sim_env=read_sglang_env,
     knob_env=frozenset({SGLANG_LEN_ENV, SGLANG_METHOD_ENV, SGLANG_TOKEN_MODE_ENV}),
     synthetic_markers={SGLANG_LEN_ENV: lambda value: (number_of(value) or -1.0) >= 0},  # off when negative
     reasoning_fields=("reasoning_content",),

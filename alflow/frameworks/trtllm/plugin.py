@@ -5,8 +5,8 @@ from __future__ import annotations
 from alflow.frameworks.trtllm.knobs import TRTLLM_ENV, TrtllmKnobs
 from alflow.frameworks.trtllm.metrics import TrtllmDialect
 from alflow.frameworks.trtllm.recipe import TrtllmRecipe
+from alflow.frameworks.trtllm.sim import TrtllmEmitter, read_trtllm_env
 from alflow.plugins import Framework, number_of
-from alflow.sim.dialects import TrtllmEmitter
 
 PLUGIN = Framework(
     name="trtllm",
@@ -15,6 +15,7 @@ PLUGIN = Framework(
     metrics=TrtllmDialect(),
     knobs=TrtllmKnobs(),
     sim=TrtllmEmitter(),
+    sim_env=read_trtllm_env,
     knob_env=frozenset({TRTLLM_ENV}),
     synthetic_markers={TRTLLM_ENV: lambda value: bool(number_of(value))},  # 0 is off
     reasoning_fields=("reasoning", "reasoning_content"),

@@ -5,8 +5,8 @@ from __future__ import annotations
 from alflow.frameworks.vllm.knobs import VllmKnobs
 from alflow.frameworks.vllm.metrics import VllmDialect
 from alflow.frameworks.vllm.recipe import VllmRecipe
+from alflow.frameworks.vllm.sim import SPECULATIVE_CONFIG_FLAG, VllmEmitter, read_args
 from alflow.plugins import Framework, is_given
-from alflow.sim.dialects import VllmEmitter
 
 PLUGIN = Framework(
     name="vllm",
@@ -15,6 +15,8 @@ PLUGIN = Framework(
     metrics=VllmDialect(),
     knobs=VllmKnobs(),
     sim=VllmEmitter(),
+    sim_args=read_args,
+    sim_flags=frozenset({SPECULATIVE_CONFIG_FLAG}),
     synthetic_markers={
         "rejection_sample_method": lambda value: value == "synthetic",
         "synthetic_acceptance_length": is_given,

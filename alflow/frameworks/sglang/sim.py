@@ -1,0 +1,168 @@
+"""The simulator speaking SGLang: its ``/metrics`` and ``/server_info``.
+
+Request-level counters, moved when a request **finishes** (as SGLang's tokenizer
+manager does): ``spec_verify_calls`` += the request's verify steps (``spec_verify_ct``),
+``generation_tokens`` += its output length as served (``len(output_ids)``: the first token, which
+came from prefill, included; tokens past ``max_tokens`` in the last verify step cut off), and
+``num_requests`` += 1. So Δgeneration_tokens / Δverify_calls overestimates AL by about
+Δrequests / Δverify_calls; the scraper subtracts the requests. Gauges ``spec_accept_length`` /
+``spec_accept_rate`` hold the latest window of ``--sglang-window-steps`` verify steps (per step).
+``/server_info`` (and the deprecated ``/get_server_info``) report the cumulative
+``avg_spec_accept_length`` of every verify step since start (the scheduler's per-step view).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from prometheus_client.metrics_core import Metric
+
+from alflow.errors import InvalidInputError
+from alflow.metrics import names
+from alflow.sim.config import SGLANG_TOKEN_MODES, FrameworkSettings, SimConfig
+from alflow.sim.dialects import JsonView, counter_family, gauge_family, histogram_family
+from alflow.sim.engine import EngineStats
+
+
+@dataclass(frozen=True)
+class SglangEmitter:
+    """SGLang's ``/metrics``: windowed spec gauges plus counters (see the module docstring)."""
+
+    name: str = "sglang"
+    metrics_path: str = names.SGLANG_METRICS_PATH
+    records_iterations: bool = False
+
+    def json_routes(self) -> Mapping[str, JsonView]:
+        """``/server_info`` and the deprecated ``/get_server_info``."""
+        return {"/server_info": sglang_server_info, "/get_server_info": sglang_server_info}
+
+    def families(self, stats: EngineStats, config: SimConfig) -> Iterator[Metric]:
+        lab = {"model_name": config.served_model_name}
+        c = stats.created_s
+        yield gauge_family(
+            names.SGLANG_SPEC_ACCEPT_LENGTH,
+            "The average acceptance length (latest window).",
+            lab,
+            stats.window_al,
+        )
+        yield gauge_family(
+            names.SGLANG_SPEC_ACCEPT_RATE,
+            "The average acceptance rate (latest window).",
+            lab,
+            stats.window_rate,
+        )
+        # the active K, as SGLang's gauges of --speculative-adaptive (constant here: the sim has no adaptive steps)
+        if config.k:
+            yield gauge_family(
+                names.SGLANG_SPEC_NUM_STEPS, "The active speculative_num_steps.", lab, config.k
+            )
+            yield gauge_family(
+                names.SGLANG_SPEC_NUM_DRAFT_TOKENS,
+                "The active speculative_num_draft_tokens.",
+                lab,
+                config.k + 1,
+            )
+        yield counter_family(
+            names.SGLANG_SPEC_VERIFY_CALLS,
+            "The number of speculative verify calls (finished requests).",
+            lab,
+            stats.finished_verify_steps,
+            c,
+        )
+        yield counter_family(
+            names.SGLANG_GENERATION_TOKENS,
+            "Number of generation tokens processed (finished requests, first token included).",
+            lab,
+            stats.finished_output_tokens,
+            c,
+        )
+        yield counter_family(
+            names.SGLANG_NUM_REQUESTS, "Number of requests processed.", lab, stats.finished_requests, c
+        )
+        yield counter_family(
+            names.SGLANG_PROMPT_TOKENS, "Number of prefill tokens processed.", lab, stats.prompt_tokens, c
+        )
+        yield gauge_family(
+            names.SGLANG_NUM_RUNNING, "The number of running requests.", lab, stats.num_running
+        )
+        yield gauge_family(
+            names.SGLANG_NUM_QUEUE, "The number of requests in the waiting queue.", lab, stats.num_waiting
+        )
+        yield histogram_family(
+            names.SGLANG_TTFT_SECONDS, "Histogram of time to first token in seconds.", lab, stats.ttft
+        )
+        yield histogram_family(
+            names.SGLANG_ITL_SECONDS, "Histogram of inter-token latency in seconds.", lab, stats.itl
+        )
+        yield histogram_family(
+            names.SGLANG_E2E_SECONDS, "Histogram of end-to-end request latency.", lab, stats.e2e
+        )
+
+
+def sglang_server_info(stats: EngineStats, config: SimConfig) -> dict[str, object]:
+    """SGLang ``/server_info``: cumulative ``avg_spec_accept_length`` per data-parallel rank (one)."""
+    avg = stats.verify_tokens / stats.num_drafts if stats.num_drafts else None
+    return {
+        "model_path": config.served_model_name,
+        "served_model_name": config.served_model_name,
+        "speculative_algorithm": {
+            "mtp": "EAGLE",
+            "eagle3": "EAGLE3",
+            "draft_model": "STANDALONE",
+            "ngram": "NGRAM",
+            "dspark": "DSPARK",
+            "dflash": "DFLASH",
+        }[config.method],
+        "speculative_num_steps": config.k,
+        "speculative_eagle_topk": 1,
+        "speculative_num_draft_tokens": config.k + 1,
+        "max_running_requests": config.max_num_seqs,
+        "context_length": config.max_model_len,
+        "version": config.framework_version or "alflow-sim",
+        "simulated": True,
+        "internal_states": [
+            {
+                names.SGLANG_AVG_ACCEPT_LENGTH_KEY: avg,
+                "last_gen_throughput": 0.0,
+                "num_running_reqs": stats.num_running,
+                "num_queue_reqs": stats.num_waiting,
+            }
+        ],
+    }
+
+
+ENV_SGLANG_ACC_LEN = "SGLANG_SIMULATE_ACC_LEN"
+ENV_SGLANG_ACC_METHOD = "SGLANG_SIMULATE_ACC_METHOD"
+ENV_SGLANG_TOKEN_MODE = "SGLANG_SIMULATE_ACC_TOKEN_MODE"  # noqa: S105 - not a secret
+SGLANG_METHODS = {"match-expected": "sglang-match-expected", "multinomial": "sglang-multinomial"}
+
+
+def read_sglang_env(env: Mapping[str, str]) -> FrameworkSettings:
+    """Settings from SGLang's ``SGLANG_SIMULATE_ACC_LEN`` / ``SGLANG_SIMULATE_ACC_METHOD``."""
+    src = ENV_SGLANG_ACC_LEN
+    al: float | None = None
+    scheme: str | None = None
+    if ENV_SGLANG_ACC_LEN in env:
+        text = env[ENV_SGLANG_ACC_LEN]
+        try:
+            value = float(text)
+        except ValueError:
+            raise InvalidInputError(f"{src}={text!r} is not a number") from None
+        if value >= 0:  # SGLang: off when negative
+            al = value
+    if ENV_SGLANG_ACC_METHOD in env:
+        name = env[ENV_SGLANG_ACC_METHOD]
+        if name not in SGLANG_METHODS:
+            raise InvalidInputError(
+                f"{ENV_SGLANG_ACC_METHOD}={name!r} is not one of {', '.join(SGLANG_METHODS)}"
+            )
+        scheme = SGLANG_METHODS[name]
+    token_mode: str | None = None
+    if ENV_SGLANG_TOKEN_MODE in env:
+        token_mode = env[ENV_SGLANG_TOKEN_MODE]
+        if token_mode not in SGLANG_TOKEN_MODES:
+            raise InvalidInputError(
+                f"{ENV_SGLANG_TOKEN_MODE}={token_mode!r} is not one of {', '.join(SGLANG_TOKEN_MODES)}"
+            )
+    return FrameworkSettings(src, al=al, scheme=scheme if al is not None else None, token_mode=token_mode)

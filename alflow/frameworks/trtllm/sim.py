@@ -1,0 +1,139 @@
+"""The simulator speaking TensorRT-LLM: its ``/prometheus/metrics`` and JSON iteration stats.
+
+Iteration counters ``num_draft_tokens`` (K per request-step) and
+``num_accepted_tokens``, moved every iteration; per-position ``drafted_tokens{token_position}`` and
+``accepted_tokens{token_position}``, moved once per **finished request** (from its perf metrics);
+gauge ``acceptance_length`` of the last iteration; ``trtllm_speculative_config_info`` (value 1,
+labels: the speculative path); JSON iteration stats at ``/metrics`` (drained on each read, like
+``trtllm-serve``). A window whose baseline is taken mid-flight sees the two families disagree:
+the exact AL takes numerator and denominator from the per-position family alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from alflow.errors import InvalidInputError
+from alflow.metrics import names
+from alflow.sim.config import FrameworkSettings, SimConfig
+from alflow.sim.dialects import JsonView, counter_family, gauge_family, histogram_family
+from alflow.sim.engine import EngineStats
+
+TRTLLM_DECODING_TYPES = {
+    "mtp": "MTP",
+    "eagle3": "Eagle3",
+    "draft_model": "DraftTarget",
+    "ngram": "NGram",
+    "dspark": "DSpark",
+    "dflash": "DFlash",
+}
+"""TensorRT-LLM's ``decoding_type`` of each method, as ``trtllm_speculative_config_info`` labels it."""
+
+
+def _speculative_config_info(config: SimConfig, lab: dict[str, str]) -> GaugeMetricFamily:
+    """``trtllm_speculative_config_info`` (value 1): ``spec_enabled``, ``spec_method``, ``spec_num_tokens``."""
+    info = {**lab, "spec_enabled": "true", "spec_method": TRTLLM_DECODING_TYPES[config.method]}
+    info["spec_num_tokens"] = str(config.k)
+    return gauge_family(
+        names.TRTLLM_SPECULATIVE_CONFIG_INFO, "Speculative decoding configuration.", info, 1.0
+    )
+
+
+@dataclass(frozen=True)
+class TrtllmEmitter:
+    """TensorRT-LLM's ``/prometheus/metrics`` (per-position counters labelled ``token_position``)."""
+
+    name: str = "trtllm"
+    metrics_path: str = names.TRTLLM_METRICS_PATH
+    records_iterations: bool = True
+
+    def json_routes(self) -> Mapping[str, JsonView]:
+        """``/metrics``: the JSON iteration stats, drained on each read like ``trtllm-serve``."""
+        return {"/metrics": drain_iterations}
+
+    def families(self, stats: EngineStats, config: SimConfig) -> Iterator[Metric]:
+        lab = {"model_name": config.served_model_name, "engine_type": "trtllm"}
+        c = stats.created_s
+        yield counter_family(
+            names.TRTLLM_NUM_DRAFT_TOKENS, "Number of draft tokens.", lab, stats.draft_tokens, c
+        )
+        yield counter_family(
+            names.TRTLLM_NUM_ACCEPTED_TOKENS,
+            "Number of accepted draft tokens.",
+            lab,
+            stats.accepted_tokens,
+            c,
+        )
+        yield gauge_family(
+            names.TRTLLM_ACCEPTANCE_LENGTH,
+            "Acceptance length of the last iteration.",
+            lab,
+            stats.last_step_al,
+        )
+        pos_labels = [*lab, names.TRTLLM_POSITION_LABEL]
+        drafted = CounterMetricFamily(
+            names.TRTLLM_DRAFTED_PER_POS, "Drafted tokens per position.", labels=pos_labels
+        )
+        accepted = CounterMetricFamily(
+            names.TRTLLM_ACCEPTED_PER_POS, "Accepted tokens per position.", labels=pos_labels
+        )
+        steps = stats.finished_verify_steps  # every verify step drafts at every position
+        for i, n in enumerate(stats.finished_accepted_per_position()):
+            drafted.add_metric([*lab.values(), str(i)], steps, created=c)
+            accepted.add_metric([*lab.values(), str(i)], n, created=c)
+        yield drafted
+        yield accepted
+        yield _speculative_config_info(config, lab)
+        yield counter_family(
+            names.TRTLLM_PROMPT_TOKENS, "Number of prompt tokens.", lab, stats.prompt_tokens, c
+        )
+        yield counter_family(
+            names.TRTLLM_GENERATION_TOKENS, "Number of generation tokens.", lab, stats.generation_tokens, c
+        )
+        success = CounterMetricFamily(
+            names.TRTLLM_REQUEST_SUCCESS,
+            "Count of successfully processed requests.",
+            labels=[*lab, "finished_reason"],
+        )
+        for reason in ("stop", "length", "abort"):
+            success.add_metric([*lab.values(), reason], stats.requests_finished.get(reason, 0), created=c)
+        yield success
+        yield histogram_family(
+            names.TRTLLM_TTFT_SECONDS, "Histogram of time to first token in seconds.", lab, stats.ttft
+        )
+        yield histogram_family(
+            names.TRTLLM_TPOT_SECONDS, "Histogram of time per output token in seconds.", lab, stats.itl
+        )
+        yield histogram_family(
+            names.TRTLLM_E2E_SECONDS, "Histogram of end-to-end request latency.", lab, stats.e2e
+        )
+
+
+def drain_iterations(stats: EngineStats, config: SimConfig) -> object:
+    """TensorRT-LLM's ``/metrics``: the iteration stats since the last read (the read drains them)."""
+    del config
+    items = list(stats.iterations)
+    stats.iterations.clear()
+    return items
+
+
+ENV_TRTLLM_FORCE = "TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS"
+
+
+def read_trtllm_env(env: Mapping[str, str]) -> FrameworkSettings:
+    """Settings from ``TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS`` (accepted drafts = AL - 1)."""
+    src = ENV_TRTLLM_FORCE
+    if src not in env:
+        return FrameworkSettings(src)
+    text = env[src]
+    try:
+        value = float(text)
+    except ValueError:
+        raise InvalidInputError(f"{src}={text!r} is not a number") from None
+    if value < 0:
+        raise InvalidInputError(f"{src}={text!r} must be >= 0 (it counts accepted draft tokens: AL - 1)")
+    return FrameworkSettings(src, al=value + 1.0, scheme="trtllm")
