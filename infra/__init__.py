@@ -19,7 +19,7 @@ Typical use (the tasks layer does the same through :mod:`infra.lifecycle`)::
     with serving(config, DockerOptions(gpus="all")) as handle:
         ...  # handle.base_url, handle.metrics_url, handle.dialect, handle.image_digest
 
-- :mod:`infra.recipes`: one recipe per framework (vllm, sglang, trtllm, sim) -> :class:`alflow.frameworks.launch.Launch`.
+- recipes are the framework plugins' (:mod:`alflow.frameworks.recipes`, ``alflow/frameworks/<name>/recipe.py``) -> :class:`alflow.frameworks.launch.Launch`.
 - :mod:`infra.runners`: ``process``, ``docker``, ``external``, ``slurm`` (registry :data:`infra.runners.RUNNERS`).
 - :mod:`infra.images`: the local simulator image for Docker without a registry.
 - :mod:`infra.cli`: ``alflow infra cleanup`` and ``alflow infra sim-image``.

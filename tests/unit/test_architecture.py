@@ -264,3 +264,81 @@ def test_the_complexity_exceptions_only_shrink() -> None:
         if "noqa: C901" in line
     ]
     assert len(marked) <= COMPLEX_FUNCTIONS, marked
+
+
+# --- one framework, one plugin -----------------------------------------------------------------------------
+
+PLUGIN_HOMES = ("alflow/frameworks/", "alflow/plugins.py")
+"""Where a framework may be named: its plugin folder, and the registry that lists the built-in ones."""
+NAMED_OUTSIDE_PLUGINS = {
+    # the config variants: the server union is built when alflow.config is imported, before a plugin can load
+    "alflow/config/server.py": 22,
+    # the demo's engines and example gates (flows.demo and its command), as presets name frameworks
+    "flows/demo.py": 14,
+    "alflow/config/flows.py": 6,
+    "alflow/cli/demo.py": 5,
+    # scheme names: a scheme is named after the framework whose rule it is (stored in runs)
+    "alflow/acceptance/synthetic.py": 4,
+    # the tiny engine's own package (its served name and engine label)
+    "alflow/tiny/server.py": 3,
+    "alflow/tiny/cli.py": 1,
+    "alflow/tiny/settings.py": 1,
+    "alflow/tiny/engine.py": 1,
+    # the simulator's default dialect and its dialect-specific settings (SGLang's token mode, vLLM's per-request level)
+    "alflow/sim/config.py": 3,
+    "alflow/sim/cli.py": 2,
+    "alflow/sim/process.py": 1,
+    "alflow/sim/server.py": 1,
+    # M0's reference framework is vLLM by the method (DOMAIN.md: the calibration is measured with vLLM)
+    "alflow/cli/reference.py": 1,
+}
+"""Files outside the plugins that name a framework (string literals equal to a registered name), with how many
+times: the list only shrinks (issue #32: nothing outside a plugin names a framework)."""
+
+
+def _count_literals(path: Path, names: set[str]) -> int:
+    """String literals in ``path`` equal to one of ``names`` (a docstring is a sentence, never equal)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return sum(
+        1
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in names
+    )
+
+
+def _framework_literals() -> dict[str, int]:
+    from alflow.plugins import BUILTIN
+
+    names = {spec.name for spec in BUILTIN}
+    counts: dict[str, int] = {}
+    for path in _python_files():
+        rel = str(path.relative_to(ROOT))
+        if rel.startswith(PLUGIN_HOMES):
+            continue
+        found = _count_literals(path, names)
+        if found:
+            counts[rel] = found
+    return counts
+
+
+def test_no_framework_is_named_outside_its_plugin_but_in_the_listed_files() -> None:
+    counts = _framework_literals()
+    new = {name: n for name, n in counts.items() if name not in NAMED_OUTSIDE_PLUGINS}
+    assert new == {}, "a framework named outside its plugin: ask the registry (alflow.plugins) instead"
+    grown = {
+        name: (NAMED_OUTSIDE_PLUGINS[name], n)
+        for name, n in counts.items()
+        if n > NAMED_OUTSIDE_PLUGINS[name]
+    }
+    assert grown == {}, "listed files name frameworks more often (listed, now): move it into the plugin"
+    fixed = sorted(
+        name for name in NAMED_OUTSIDE_PLUGINS if counts.get(name, 0) < NAMED_OUTSIDE_PLUGINS[name]
+    )
+    assert fixed == [], f"fewer now: lower or remove them in NAMED_OUTSIDE_PLUGINS: {fixed}"
+
+
+def test_the_framework_literal_check_finds_a_name(tmp_path: Path) -> None:
+    path = tmp_path / "mod.py"
+    path.write_text('"""Docstring naming vllm."""\nif framework == "sglang" or f"{x}vllm":\n    pass\n')
+    # the comparison's literal and the f-string's part name frameworks; the docstring is a sentence
+    assert _count_literals(path, {"vllm", "sglang"}) == 2
