@@ -16,18 +16,14 @@ from typing import TYPE_CHECKING
 
 from alflow.acceptance.runtime_k import report_line, stored_knobs
 from alflow.acceptance.stats import SpecStats
-from alflow.config import CalibrateParams, ModelSpec, SpecMethod, ThinkingMode
+from alflow.config import ModelSpec, SpecMethod, ThinkingMode
 from alflow.errors import AlflowError
 from alflow.measure import Measurement, RequestAcceptance, request_acceptance
 from alflow.metrics.prometheus import Snapshot
 from alflow.reference import (
-    SELF_DRAFTING,
-    VLLM_DEFAULT_DRAFT_SAMPLE_METHOD,
-    VLLM_DEFAULT_REJECTION_SAMPLE_METHOD,
     Provenance,
     ReferenceEntry,
     Variant,
-    reference_rejection_method,
 )
 
 if TYPE_CHECKING:  # the manifest's record is data here; alflow.results reads calibration's rules
@@ -128,24 +124,6 @@ class EntryContext:
     host: str | None
     variant: Variant
     """The drafter variant every entry of the run is measured with (:func:`m0_variant`)."""
-
-
-def m0_variant(params: CalibrateParams) -> Variant:
-    """The drafter variant M0 measures with: its drafter, the server's sample methods, its load and caching.
-
-    A sample method the server template leaves None is vLLM's default (M0 measures with vLLM), stored
-    explicitly: ``greedy`` and ``standard`` (:data:`~alflow.reference.VLLM_DEFAULT_DRAFT_SAMPLE_METHOD`).
-    """
-    spec = params.server.speculative
-    return Variant(
-        draft_model=None if params.method in SELF_DRAFTING else params.draft_model,
-        draft_sample_method=(spec.draft_sample_method if spec else None) or VLLM_DEFAULT_DRAFT_SAMPLE_METHOD,
-        rejection_sample_method=reference_rejection_method(
-            (spec.rejection_sample_method if spec else None) or VLLM_DEFAULT_REJECTION_SAMPLE_METHOD
-        ),
-        concurrency=params.load.concurrency,
-        prefix_caching=params.server.enable_prefix_caching,
-    )
 
 
 def reference_entry(

@@ -184,6 +184,11 @@ def config_models() -> tuple[type, ...]:
     return tuple(_config_model(spec) for spec in specs())
 
 
+def config_model_of(name: str) -> type:
+    """The server-configuration model of framework ``name``."""
+    return _config_model(_spec(name))
+
+
 def _config_model(spec: FrameworkSpec) -> type:
     model = _resolve(spec.config, f"framework {spec.name!r}")
     if not isinstance(model, type):

@@ -35,7 +35,14 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from alflow.acceptance.synthetic import K_MAX, K_MIN
-from alflow.config import REMOTE_REFERENCES, SamplingParams, SpecMethod, StrictModel, ThinkingMode
+from alflow.config import (
+    REMOTE_REFERENCES,
+    CalibrateParams,
+    SamplingParams,
+    SpecMethod,
+    StrictModel,
+    ThinkingMode,
+)
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.fsutil import atomic_write_bytes, file_lock, real_path, require_local_path
 from alflow.reference_key import (
@@ -67,6 +74,7 @@ __all__ = [  # the key types are part of this module's interface (defined in alf
     "TableKind",
     "Variant",
     "VariantQuery",
+    "m0_variant",
     "reference_rejection_method",
     "server_variant_query",
 ]
@@ -622,4 +630,22 @@ def _provenance_changes(old: Provenance | None, new: Provenance | None) -> tuple
         f"{name}: {getattr(old, name)!r} -> {getattr(new, name)!r}"
         for name in _PROVENANCE_FIELDS
         if getattr(old, name) != getattr(new, name)
+    )
+
+
+def m0_variant(params: CalibrateParams) -> Variant:
+    """The drafter variant M0 measures with: its drafter, the server's sample methods, its load and caching.
+
+    A sample method the server template leaves None is vLLM's default (M0 measures with vLLM), stored
+    explicitly: ``greedy`` and ``standard`` (:data:`~alflow.reference.VLLM_DEFAULT_DRAFT_SAMPLE_METHOD`).
+    """
+    spec = params.server.speculative
+    return Variant(
+        draft_model=None if params.method in SELF_DRAFTING else params.draft_model,
+        draft_sample_method=(spec.draft_sample_method if spec else None) or VLLM_DEFAULT_DRAFT_SAMPLE_METHOD,
+        rejection_sample_method=reference_rejection_method(
+            (spec.rejection_sample_method if spec else None) or VLLM_DEFAULT_REJECTION_SAMPLE_METHOD
+        ),
+        concurrency=params.load.concurrency,
+        prefix_caching=params.server.enable_prefix_caching,
     )

@@ -37,7 +37,7 @@ from alflow.config.workloads import (
     default_reference_path,
 )
 from alflow.fsutil import require_local_path
-from alflow.loadgen.runner import DEFAULT_STALL_TIMEOUT_S, MAX_PROCESSES, MAX_SECONDS, MIN_PROCESSES
+from alflow.loadgen.spec import DEFAULT_STALL_TIMEOUT_S, MAX_PROCESSES, MAX_SECONDS, MIN_PROCESSES
 
 
 class ServerPlacement(StrictModel):

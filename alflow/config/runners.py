@@ -10,7 +10,7 @@ from alflow.config.base import MAX_GPUS_PER_NODE, MAX_NODES, StrictModel
 from alflow.config.server import (
     ServerDialect,
 )
-from alflow.loadgen.runner import MAX_SECONDS
+from alflow.loadgen.spec import MAX_SECONDS
 from alflow.names import check_secret_env_name
 
 

@@ -25,9 +25,9 @@ from alflow.config.speculative import (
     SpeculativeConfig,
     SyntheticAcceptance,
 )
-from alflow.loadgen.runner import MAX_SECONDS
+from alflow.loadgen.spec import MAX_SECONDS
 from alflow.names import check_env_names, check_identifier
-from alflow.plugins import check_dialect, config_models, engine_note
+from alflow.plugins import check_dialect, config_model_of, config_models, engine_note
 from alflow.redact import is_secret_flag, is_secret_name
 
 ServerFramework = str
@@ -498,12 +498,14 @@ class SimServer(_TwoModelSwitch):
         return self.sim_dialect
 
     def instance_gpus(self, parallelism: Parallelism) -> int:
-        """The GPUs its dialect's framework would use."""
-        if self.sim_dialect == "trtllm":
-            return _attention_dp_gpus(parallelism)
-        if self.sim_dialect == "sglang":
-            return _sglang_gpus(parallelism, self.extra_args)
-        return _dp_gpus(parallelism)
+        """The GPUs its dialect's framework would use: that framework's config variant's rule."""
+        variant = config_model_of(self.sim_dialect)
+        if not issubclass(variant, ServerBase):
+            raise TypeError(f"framework {self.sim_dialect!r}'s config model is not a ServerBase")
+        rule = variant.model_construct(
+            framework=self.sim_dialect, model=self.model, extra_args=self.extra_args
+        )
+        return rule.instance_gpus(parallelism)
 
 
 class TinyServer(ServerBase):

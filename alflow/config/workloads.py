@@ -14,7 +14,7 @@ from alflow.config.base import (
 )
 from alflow.datasets.literature import LiteratureName
 from alflow.datasets.random_tokens import DEFAULT_VOCAB_SIZE
-from alflow.loadgen.runner import (
+from alflow.loadgen.spec import (
     DEFAULT_STALL_TIMEOUT_S,
     MAX_PROCESSES,
     MAX_REQUEST_RATE,

@@ -64,7 +64,7 @@ from alflow.metrics.timing import ClientLoad
 
 if TYPE_CHECKING:
     from alflow.loadgen.client import Clock
-    from alflow.loadgen.runner import LoadResult, LoadSpec, Progress, Target
+    from alflow.loadgen.spec import LoadResult, LoadSpec, Progress, Target
 
 FLUSH_INTERVAL_S: Final = 0.1
 """How often a worker sends its completed records (and finished sessions) to the parent."""

@@ -20,7 +20,6 @@ from alflow.calibration import (
     CalibrationPoint,
     EntryContext,
     ModePoint,
-    m0_variant,
     mode_point,
     reference_entry,
 )
@@ -45,6 +44,7 @@ from alflow.reference import (
     ReferenceTableError,
     diff_tables,
     load_reference,
+    m0_variant,
     update_reference,
 )
 from alflow.reports.markdown import M0Row, M0Summary

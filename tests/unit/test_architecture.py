@@ -3,7 +3,7 @@ Prefect, files and functions that fit in a head.
 
 Imports are read with :mod:`ast` from every module of the project's packages (``alflow``, ``infra``, ``tasks``,
 ``flows``, ``deployments``; function-level imports included: a lazy import still ties two modules together;
-``if TYPE_CHECKING:`` blocks excluded).
+``if TYPE_CHECKING:`` blocks count for the cycle checks, but for the registry's, and not for the layers).
 """
 
 from __future__ import annotations
@@ -46,13 +46,13 @@ def _type_checking_nodes(tree: ast.AST) -> set[int]:
     return skip
 
 
-def _imported_names(module: str, path: Path) -> Iterator[str]:
+def _imported_names(module: str, path: Path, *, type_hints: bool = False) -> Iterator[str]:
     """Every absolute name ``module`` imports: ``import a.b`` yields ``a.b``, ``from a.b import c`` yields ``a.b.c``.
 
     ``a.b.c`` is a module or a name in ``a.b``; :func:`_graph` resolves it to the longest module prefix.
     """
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    skip = _type_checking_nodes(tree)
+    skip = set() if type_hints else _type_checking_nodes(tree)
     is_package = path.name == "__init__.py"
     for node in ast.walk(tree):
         if id(node) in skip:
@@ -68,11 +68,16 @@ def _imported_names(module: str, path: Path) -> Iterator[str]:
             yield from (f"{base}.{alias.name}" for alias in node.names)
 
 
-def _graph() -> dict[str, set[str]]:
+TYPED_REGISTRY = "alflow.plugins"
+"""The framework registry: its annotations name the protocols of the plugins' parts (``if TYPE_CHECKING:``), the
+only type-hint imports that may close a cycle; at run time it imports no plugin."""
+
+
+def _graph(*, type_hints: bool = False) -> dict[str, set[str]]:
     mods = _modules(LAYERS)
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for module, path in mods.items():
-        for imported in _imported_names(module, path):
+        for imported in _imported_names(module, path, type_hints=type_hints and module != TYPED_REGISTRY):
             name = imported
             while name and name not in mods:
                 name = name.rpartition(".")[0]
@@ -147,9 +152,14 @@ def test_no_import_cycle_between_the_modules_of_the_project() -> None:
     assert _cycles(_graph()) == []
 
 
+def test_no_import_cycle_through_type_hints_either() -> None:
+    """``if TYPE_CHECKING:`` imports count too (a cycle there is a tangle a reader still has to follow)."""
+    assert _cycles(_graph(type_hints=True)) == []
+
+
 def test_no_import_cycle_between_the_packages_of_the_project() -> None:
     packages: dict[str, set[str]] = {}
-    for module, targets in _graph().items():
+    for module, targets in _graph(type_hints=True).items():
         src = _package(module)
         packages.setdefault(src, set()).update(_package(t) for t in targets if _package(t) != src)
     for targets in list(packages.values()):
@@ -272,7 +282,7 @@ PLUGIN_HOMES = ("alflow/frameworks/", "alflow/plugins.py")
 """Where a framework may be named: its plugin folder, and the registry that lists the built-in ones."""
 NAMED_OUTSIDE_PLUGINS = {
     # the config variants: the server union is built when alflow.config is imported, before a plugin can load
-    "alflow/config/server.py": 22,
+    "alflow/config/server.py": 20,
     # the demo's engines and example gates (flows.demo and its command), as presets name frameworks
     "flows/demo.py": 14,
     "alflow/config/flows.py": 6,

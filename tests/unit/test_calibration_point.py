@@ -13,7 +13,6 @@ from alflow.calibration import (
     CalibrationError,
     CalibrationPoint,
     EntryContext,
-    m0_variant,
     mode_point,
     reference_entry,
 )
@@ -21,7 +20,7 @@ from alflow.config import CalibrateParams, ModelSpec, SpecMethod, ThinkingMode, 
 from alflow.measure import Measurement
 from alflow.metrics.client import summarize
 from alflow.metrics.prometheus import Snapshot
-from alflow.reference import Variant
+from alflow.reference import Variant, m0_variant
 from alflow.results.manifest import ServerRecord
 
 WHEN = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

@@ -20,12 +20,12 @@ import yaml
 from typer.testing import CliRunner
 
 from alflow.acceptance.stats import from_histogram
-from alflow.calibration import CalibrationPoint, EntryContext, ModePoint, m0_variant, reference_entry
+from alflow.calibration import CalibrationPoint, EntryContext, ModePoint, reference_entry
 from alflow.cli import app
 from alflow.config import CalibrateParams, ModelSpec, SamplingParams, server_config
 from alflow.measure import RequestAcceptance, window_stats
 from alflow.metrics.prometheus import Snapshot, parse_exposition
-from alflow.reference import ReferenceEntry, ReferenceTable, save_reference
+from alflow.reference import ReferenceEntry, ReferenceTable, m0_variant, save_reference
 from alflow.results.audit import SCRAPES, AuditReport, audit_reference, scrape_key
 from alflow.results.manifest import ServerRecord
 from alflow.results.store import RunWriter
