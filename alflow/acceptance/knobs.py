@@ -18,6 +18,7 @@ from alflow.acceptance.synthetic import (
     SyntheticAcceptanceError,
     SyntheticTarget,
     get_scheme,
+    min_variance_al,
 )
 from alflow.plugins import frameworks
 
@@ -116,6 +117,24 @@ def only_scheme(renderer: KnobRenderer, request: KnobRequest, allowed: Sequence[
             f"framework {renderer.framework!r} cannot realise scheme {scheme!r}; it offers: {', '.join(allowed)}"
         )
     return scheme
+
+
+def as_length(target: SyntheticTarget, takes: str) -> tuple[int, float]:
+    """K and the one acceptance length of ``target``, for a framework that takes only a length.
+
+    Rates are accepted when they are the minimum-variance schedule of a length, refused otherwise (``takes`` names
+    the framework's switch in the refusal).
+    """
+    if target.rates is None:
+        assert target.al is not None
+        return target.k, target.al
+    al = min_variance_al(target.rates)
+    if al is None:
+        raise SyntheticAcceptanceError(
+            f"{takes} takes one acceptance length, not per-position rates; rates {list(target.rates)} are not a "
+            "minimum-variance schedule, so no length reproduces them"
+        )
+    return target.k, al
 
 
 def get_renderer(framework: str) -> KnobRenderer:

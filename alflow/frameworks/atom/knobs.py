@@ -11,8 +11,8 @@ always renders the length. L must lie in [1, K + 1]; both flags are dropped sile
 
 from __future__ import annotations
 
-from alflow.acceptance.knobs import KnobRequest, SyntheticKnobs
-from alflow.acceptance.synthetic import SyntheticAcceptanceError, SyntheticTarget, get_scheme, min_variance_al
+from alflow.acceptance.knobs import KnobRequest, SyntheticKnobs, as_length
+from alflow.acceptance.synthetic import SyntheticAcceptanceError, SyntheticTarget, get_scheme
 
 LENGTH_FLAG = "--spec-decode-acceptance-length"
 RATE_FLAG = "--spec-decode-acceptance-rate"
@@ -41,15 +41,7 @@ class AtomKnobs:
                 f"framework 'atom' cannot realise scheme {scheme!r}; it offers: {SCHEME} (the minimum-variance "
                 "schedule per sequence and position)"
             )
-        target = request.target()
-        if target.rates is not None:
-            al = min_variance_al(target.rates)
-            if al is None:
-                raise SyntheticAcceptanceError(
-                    f"ATOM takes one acceptance length ({LENGTH_FLAG}), not per-position rates; rates "
-                    f"{list(target.rates)} are not a minimum-variance schedule, so no length reproduces them"
-                )
-            target = SyntheticTarget.of(target.k, al=al)
+        target = SyntheticTarget.of(*as_length(request.target(), f"ATOM ({LENGTH_FLAG})"))
         assert target.al is not None
         return SyntheticKnobs(
             "atom",

@@ -59,18 +59,23 @@ LAG_ENV: Final = "ALFLOW_ATOM_METRICS_LAG_S"
 """Overrides :data:`SNAPSHOT_LAG_S` (seconds, >= 0) for an ATOM build with other refresh intervals."""
 
 
-def snapshot_lag_s() -> float:
-    """:data:`SNAPSHOT_LAG_S`, or the value of ``ALFLOW_ATOM_METRICS_LAG_S`` (an error names a bad one)."""
-    text = os.environ.get(LAG_ENV)
+def seconds_from_env(name: str, default: float, high: float) -> float:
+    """Seconds in [0, ``high``] from environment variable ``name`` (``default`` when unset); an error names a bad one."""
+    text = os.environ.get(name)
     if text is None:
-        return SNAPSHOT_LAG_S
+        return default
     try:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not 0.0 <= value <= 600.0:
-        raise InvalidInputError(f"{LAG_ENV}={text!r} must be a number of seconds in [0, 600]")
+    if not 0.0 <= value <= high:
+        raise InvalidInputError(f"{name}={text!r} must be a number of seconds in [0, {high:g}]")
     return value
+
+
+def snapshot_lag_s() -> float:
+    """:data:`SNAPSHOT_LAG_S`, or the value of ``ALFLOW_ATOM_METRICS_LAG_S`` (an error names a bad one)."""
+    return seconds_from_env(LAG_ENV, SNAPSHOT_LAG_S, 600.0)
 
 
 class AtomDialect:

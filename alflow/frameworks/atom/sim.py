@@ -13,7 +13,6 @@ Flags read (``ArgsReader``), with ATOM's rules (``atom/config.py:1093-1146``): `
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -60,14 +59,7 @@ def _values(stats: EngineStats) -> _Values:
 
 
 def _refresh_s() -> float:
-    text = os.environ.get(REFRESH_ENV, "0")
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 <= value <= 3600.0:
-        raise InvalidInputError(f"{REFRESH_ENV}={text!r} must be seconds in [0, 3600]")
-    return value
+    return m.seconds_from_env(REFRESH_ENV, 0.0, 3600.0)
 
 
 class AtomEmitter:

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from alflow.acceptance.knobs import KnobRequest, SyntheticKnobs, env_number, only_scheme
+from alflow.acceptance.knobs import KnobRequest, SyntheticKnobs, as_length, env_number, only_scheme
 from alflow.acceptance.synthetic import (
-    SyntheticAcceptanceError,
     SyntheticTarget,
     get_scheme,
-    min_variance_al,
 )
 
 SGLANG_LEN_ENV = "SGLANG_SIMULATE_ACC_LEN"
@@ -34,16 +32,7 @@ class SglangKnobs:
     def render(self, request: KnobRequest) -> SyntheticKnobs:
         """match-expected and real-draft-token by default; multinomial only with a bias warning."""
         scheme = only_scheme(self, request, ("sglang-match-expected", "sglang-multinomial"))
-        target = request.target()
-        if target.rates is not None:
-            al = min_variance_al(target.rates)
-            if al is None:
-                raise SyntheticAcceptanceError(
-                    f"SGLang takes one acceptance length, not per-position rates; rates "
-                    f"{list(target.rates)} are not a minimum-variance schedule, so no SGLANG_SIMULATE_ACC_LEN "
-                    "reproduces them"
-                )
-            target = SyntheticTarget.of(target.k, al=al)
+        target = SyntheticTarget.of(*as_length(request.target(), f"SGLang ({SGLANG_LEN_ENV})"))
         assert target.al is not None
         dist = get_scheme(scheme).distribution(target)
         warnings: list[str] = []

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from alflow.acceptance.knobs import KnobRequest, SyntheticKnobs, env_number, only_scheme
+from alflow.acceptance.knobs import KnobRequest, SyntheticKnobs, as_length, env_number, only_scheme
 from alflow.acceptance.synthetic import (
     SyntheticAcceptanceError,
     SyntheticTarget,
     get_scheme,
-    min_variance_al,
 )
 
 TRTLLM_ENV = "TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS"
@@ -31,15 +30,7 @@ class TrtllmKnobs:
     def render(self, request: KnobRequest) -> SyntheticKnobs:
         """The draft-token count ``L - 1``; a fractional value on the two-model path is an error."""
         only_scheme(self, request, ("trtllm",))
-        target = request.target()
-        if target.rates is not None:
-            al = min_variance_al(target.rates)
-            if al is None:
-                raise SyntheticAcceptanceError(
-                    f"TensorRT-LLM takes one accepted-draft count, not per-position rates; rates "
-                    f"{list(target.rates)} are not a minimum-variance schedule"
-                )
-            target = SyntheticTarget.of(target.k, al=al)
+        target = SyntheticTarget.of(*as_length(request.target(), f"TensorRT-LLM ({TRTLLM_ENV}, as AL - 1)"))
         assert target.al is not None
         value = round(target.al - 1.0, 12) + 0.0
         if value == 0.0:
