@@ -87,6 +87,9 @@ class Framework:
     synthetic_markers: Mapping[str, Callable[[object], bool]] = field(default_factory=dict)
     """Keys of a server's self-description (``/server_info``, its arguments, its environment) and the test of a
     value that means synthetic acceptance is on (the M1 gate refuses such a server)."""
+    token_id_prompts: bool = True
+    """Its ``/v1/completions`` takes a prompt of token ids (random prompts are sent as such); False: text only
+    (random prompts go as words)."""
     reasoning_fields: tuple[str, ...] = ("reasoning",)
     """Where its streamed chat deltas put reasoning text (one or two fields, in order; the simulator follows)."""
     gpu: GpuVendor | None = None

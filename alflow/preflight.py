@@ -172,7 +172,7 @@ async def run_preflight(
     requests, concurrency, output_tokens = burst(expect)
     target = Target(base_url, model, "completions", preflight_sampling(output_tokens), api_key=api_key)
     workload = RandomWorkload(isl=64, osl=output_tokens, seed=7)
-    sessions = random_workload_sessions(workload, requests)
+    sessions = random_workload_sessions(workload, requests, framework=dialect)
     spec = LoadSpec(
         concurrency=concurrency,
         num_prompts=requests,

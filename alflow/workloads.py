@@ -13,11 +13,12 @@ from pathlib import Path
 from alflow.config import BenchmarkParams, RandomWorkload, SpeedBenchWorkload
 from alflow.config.workloads import LiteratureWorkload
 from alflow.datasets.literature import LiteratureLoad, load_literature
-from alflow.datasets.random_tokens import random_sessions
+from alflow.datasets.random_tokens import as_text_sessions, random_sessions
 from alflow.datasets.speed_bench import load_speed_bench
 from alflow.datasets.types import Session
 from alflow.errors import InvalidInputError
 from alflow.evals.run import bundled_gsm8k
+from alflow.plugins import framework_names, get_framework
 
 DEMO_SOURCE = "alflow-demo"
 TINY_SOURCE = "alflow-tiny"
@@ -143,10 +144,14 @@ def speed_bench_sessions(workload: SpeedBenchWorkload) -> list[Session]:
 
 
 def random_workload_sessions(
-    workload: RandomWorkload, num_prompts: int, *, seed_offset: int = 0
+    workload: RandomWorkload, num_prompts: int, *, seed_offset: int = 0, framework: str | None = None
 ) -> list[Session]:
-    """``num_prompts`` random-token sessions (token ids; the chat endpoint detokenizes them first)."""
-    return random_sessions(
+    """``num_prompts`` random-token sessions (token ids; the chat endpoint detokenizes them first).
+
+    For a ``framework`` whose completions endpoint takes text only (its plugin's ``token_id_prompts`` false: ATOM),
+    the prompts are the same random draws as words (:func:`~alflow.datasets.random_tokens.as_text_sessions`).
+    """
+    sessions = random_sessions(
         num_prompts,
         isl=workload.isl,
         osl=workload.osl,
@@ -154,6 +159,9 @@ def random_workload_sessions(
         seed=workload.seed + seed_offset,
         vocab_size=workload.vocab_size,
     )
+    if framework in framework_names() and not get_framework(framework).token_id_prompts:
+        return as_text_sessions(sessions)
+    return sessions
 
 
 PROMPT_TOKEN_BYTES = 40

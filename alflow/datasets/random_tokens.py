@@ -60,6 +60,39 @@ def random_sessions(
     return sessions
 
 
+_COMMON_WORDS = (
+    "the of and to in is it that for on was with as be at by this had not are but from or have an they "
+    "which one you were her all she there would their we him been has when who will more no if out so "
+    "said what up its about into than them can only other new some could time these two may then do first "
+    "any my now such like our over man me even most made after also did many before must through back "
+    "years where much your way well down should because each just those people how too little state good "
+    "very make world still own see men work long get here between both life being under never day same "
+    "another know while last might us great old year off come since against go came right used take three"
+)
+TEXT_WORDS: tuple[str, ...] = tuple(_COMMON_WORDS.split())
+"""Common English words, each one token in the BPE vocabularies of the models benchmarked (a leading space makes
+``" the"`` one token): a random prompt as text for a server whose completions endpoint takes text only."""
+
+
+def as_text_sessions(sessions: Sequence[Session]) -> list[Session]:
+    """``sessions`` with each token-id prompt as text: token id ``t`` becomes word ``t mod len(TEXT_WORDS)``.
+
+    For a framework whose ``/v1/completions`` takes a string prompt only and has no ``/detokenize`` (ATOM): the
+    prompt keeps its length in words (about that many tokens: :data:`TEXT_WORDS`) and its randomness; the server's
+    ``usage.prompt_tokens`` records what its tokenizer made of it.
+    """
+    out: list[Session] = []
+    for session in sessions:
+        turns = tuple(
+            replace(turn, prompt=" ".join(TEXT_WORDS[t % len(TEXT_WORDS)] for t in turn.prompt))
+            if not isinstance(turn.prompt, str)
+            else turn
+            for turn in session.turns
+        )
+        out.append(replace(session, turns=turns))
+    return out
+
+
 async def detokenize_sessions(
     sessions: Sequence[Session],
     base_url: str,

@@ -146,9 +146,12 @@ def _measure(
     """Measure, audit and collect one point; True when the sweep must end (the point aborted or was stopped)."""
     assert got.dist is not None  # set by _start
     conc = planned.concurrency
-    sessions = random_workload_sessions(params.workload, planned.prompts, seed_offset=planned.seed_offset)
+    framework = params.server.gpu_framework  # the framework, or the one the simulator speaks
+    sessions = random_workload_sessions(
+        params.workload, planned.prompts, seed_offset=planned.seed_offset, framework=framework
+    )
     warm_sessions = random_workload_sessions(
-        params.workload, max(1, planned.warmup), seed_offset=planned.warmup_seed_offset
+        params.workload, max(1, planned.warmup), seed_offset=planned.warmup_seed_offset, framework=framework
     )
     load = LoadConfig(
         concurrency=conc,

@@ -131,7 +131,9 @@ class SimServer:
         self.answer_key = AnswerKey(rows, self.tokenizer, seed=config.seed, accuracy=config.answer_accuracy)
         # where reasoning text streams: the dialect's plugin says (vLLM delta.reasoning, SGLang and ATOM
         # delta.reasoning_content, TensorRT-LLM both; DOMAIN.md section 8)
-        first, *second = get_framework(config.dialect).reasoning_fields
+        plugin = get_framework(config.dialect)
+        self._token_prompts = plugin.token_id_prompts  # ATOM's completions take a string prompt only
+        first, *second = plugin.reasoning_fields
         self._reasoning_keys: tuple[bytes, bytes] = (first.encode(), second[0].encode() if second else b"")
         # SGLang's per-request speculative counts (``sglext.spec_tokens_details``) when a request asks and the server
         # honours it (PR #33518); vLLM's (``metrics.speculative_decoding``) when started with
@@ -240,6 +242,10 @@ class SimServer:
             max_tokens = body.output_cap
         else:
             prompt = body.single_prompt()
+            if not isinstance(prompt, str) and not self._token_prompts:
+                raise ApiError(
+                    400, f"prompt: {self.config.dialect} takes a string prompt, not token ids", "prompt"
+                )
             if isinstance(prompt, str):
                 n_prompt = 1 + tk.count(prompt)
                 text = last_user = prompt

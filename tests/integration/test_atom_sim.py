@@ -66,3 +66,22 @@ def test_atoms_flags_are_checked_by_the_simulator_as_atom_checks_them() -> None:
     assert "--spec-decode-acceptance-length must be in [1, 3] for --num-speculative-tokens=2" in str(
         err.value
     )
+
+
+def test_the_sim_speaking_atom_refuses_a_token_id_prompt_as_atom_does() -> None:
+    import urllib.request
+    from urllib.error import HTTPError
+
+    import orjson
+
+    with SimProcess(["--dialect", "atom", "--k", "2", "--time-scale", "0"]) as sim:
+        body = {"model": MODEL, "prompt": [11, 12, 13], "max_tokens": 4}
+        request = urllib.request.Request(
+            sim.base_url + "/v1/completions",
+            data=orjson.dumps(body),
+            headers={"Content-Type": "application/json"},
+        )
+        with pytest.raises(HTTPError) as err:
+            urllib.request.urlopen(request, timeout=10)
+        assert err.value.code == 400
+        assert b"atom takes a string prompt" in err.value.read()

@@ -241,3 +241,23 @@ def test_a_container_of_atom_gets_amd_gpus() -> None:
     assert "devices" not in spec("none")
     assert get_framework("atom").gpu == "amd"
     assert get_framework("vllm").gpu == "nvidia"
+
+
+def test_random_prompts_go_to_atom_as_words_because_its_completions_take_text_only() -> None:
+    from alflow.config import RandomWorkload
+    from alflow.datasets.random_tokens import TEXT_WORDS
+    from alflow.workloads import random_workload_sessions
+
+    workload = RandomWorkload(isl=32, osl=8, seed=3)
+    ids = random_workload_sessions(workload, 4, framework="vllm")
+    words = random_workload_sessions(workload, 4, framework="atom")
+    assert get_framework("atom").token_id_prompts is False
+    for as_ids, as_words in zip(ids, words, strict=True):
+        tokens, text = as_ids.turns[0].prompt, as_words.turns[0].prompt
+        assert not isinstance(tokens, str)
+        assert isinstance(text, str)
+        assert text.split() == [
+            TEXT_WORDS[t % len(TEXT_WORDS)] for t in tokens
+        ]  # the same draws, one word each
+        assert as_words.turns[0].max_tokens == 8
+    assert random_workload_sessions(workload, 4, framework="atom") == words  # seeded

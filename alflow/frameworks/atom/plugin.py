@@ -18,6 +18,7 @@ PLUGIN = Framework(
     sim_args=read_args,
     sim_flags=frozenset({K_FLAG, LENGTH_FLAG, RATE_FLAG}),
     synthetic_markers={"spec_decode_acceptance_length": is_given, "spec_decode_acceptance_rate": is_given},
+    token_id_prompts=False,  # CompletionRequest.prompt: str (atom/entrypoints/openai/protocol.py:200)
     reasoning_fields=("reasoning_content",),
     gpu="amd",
 )
