@@ -44,7 +44,6 @@ from alflow.config.presets import (
 )
 from alflow.config.runners import DockerOptions, ExternalServer, ProcessOptions, RunnerOptions, SlurmOptions
 from alflow.config.server import (
-    AtomServer,
     DisaggregatedRole,
     Disaggregation,
     Parallelism,
@@ -76,7 +75,6 @@ from alflow.config.workloads import Gsm8kSettings, LoadConfig, RandomWorkload, S
 __all__ = [
     "BLOCK_DRAFTERS",
     "REMOTE_REFERENCES",
-    "AtomServer",
     "BenchmarkParams",
     "CalibrateParams",
     "CalibrationCatalogue",

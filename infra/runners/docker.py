@@ -44,7 +44,7 @@ from alflow.frameworks.launch import (
     single_host_metrics_urls,
 )
 from alflow.frameworks.sim.recipe import SIM_IMAGE
-from alflow.plugins import get_framework
+from alflow.plugins import framework_names, get_framework
 from infra.errors import RunnerError
 from infra.images import ensure_sim_image
 from infra.runners.base import LOG_TAIL_LINES, SecretSource, ServerHandle, secret_values, wait_for_health
@@ -102,6 +102,14 @@ def amd_devices(gpus: str | tuple[str, ...]) -> dict[str, Any]:
     return spec
 
 
+def gpu_vendor(framework: str) -> str | None:
+    """Whose GPUs a container of ``framework`` gets: its plugin's ``gpu``.
+
+    A launch of no registered framework (a probe, a hand-built launch) gets the default device request.
+    """
+    return get_framework(framework).gpu if framework in framework_names() else None
+
+
 def parse_volume(spec: str) -> tuple[str, dict[str, str]]:
     """``'HOST:CONTAINER[:ro|rw]'`` as a docker SDK volume entry."""
     parts = spec.split(":")
@@ -152,7 +160,7 @@ def container_spec(
         "detach": True,
         "volumes": volumes,
     }
-    if get_framework(launch.framework).gpu == "amd":
+    if gpu_vendor(launch.framework) == "amd":
         amd = amd_devices(options.gpus)
         spec["environment"] = {**amd.pop("environment", {}), **spec["environment"]}
         spec.update(amd)

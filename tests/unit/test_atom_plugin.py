@@ -261,3 +261,18 @@ def test_random_prompts_go_to_atom_as_words_because_its_completions_take_text_on
         ]  # the same draws, one word each
         assert as_words.turns[0].max_tokens == 8
     assert random_workload_sessions(workload, 4, framework="atom") == words  # seeded
+
+
+def test_a_launch_of_no_registered_framework_gets_the_default_gpu_request() -> None:
+    """A hand-built launch (a probe in the runner's own tests) is no framework's: the runner does not refuse it."""
+    from dataclasses import replace
+
+    from infra.runners.docker import gpu_vendor
+
+    launch = replace(build_launch(atom()), framework="probe")  # type: ignore[arg-type]
+    assert gpu_vendor("probe") is None
+    spec = container_spec(
+        launch, DockerOptions(gpus="all"), image=NIGHTLY, run_id="r", secrets={}, created_s=0, name="n"
+    )
+    assert "devices" not in spec
+    assert len(spec["device_requests"]) == 1
