@@ -9,7 +9,7 @@ and ``/server_info``: vLLM's config dump in dev mode, SGLang's server args, the 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -54,19 +54,22 @@ def synthetic_evidence(info: Any, path: str = "") -> str | None:
     TensorRT-LLM's environment variables, ATOM's arguments), plus ``synthetic_acceptance`` (alflow's own engines);
     text is searched for vLLM's ``rejection_sample_method`` in either quoting.
     """
-    markers = synthetic_markers()
+    return _evidence(info, path, synthetic_markers())
+
+
+def _evidence(info: Any, path: str, markers: Mapping[str, Callable[[object], bool]]) -> str | None:
     if isinstance(info, Mapping):
         for key, value in info.items():
             here = f"{path}.{key}" if path else str(key)
             test = markers.get(key, is_set if key == "synthetic_acceptance" else None)
             if test is not None and test(value):
                 return here
-            found = synthetic_evidence(value, here)
+            found = _evidence(value, here, markers)
             if found:
                 return found
     elif isinstance(info, list):
         for i, item in enumerate(info):
-            found = synthetic_evidence(item, f"{path}[{i}]")
+            found = _evidence(item, f"{path}[{i}]", markers)
             if found:
                 return found
     elif isinstance(info, str) and "rejection_sample_method" in info and "synthetic" in info:

@@ -93,7 +93,8 @@ class ProcessRunner:
         secrets = secret_values(self.options.secrets, launch, self._secret_source)
         # The runner's own environment is inherited, except variables that would force acceptance behind
         # the config's back (a stray SGLANG_SIMULATE_ACC_LEN in a shell would make a "real" run synthetic).
-        inherited = {k: v for k, v in os.environ.items() if k not in knob_env_names()}
+        knobs = knob_env_names()
+        inherited = {k: v for k, v in os.environ.items() if k not in knobs}
         env = {**inherited, **path_env, **launch.env, **secrets}
         log_path = run_dir / "server.log"
         log.info("starting %s server: %s (log %s)", launch.framework, launch.command_line(), log_path)

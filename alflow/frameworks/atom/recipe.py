@@ -205,8 +205,7 @@ class AtomRecipe:
 
         The method goes as the simulator's own ``--method``.
         """
-        self.speculative_args(config)  # the same refusals as a launch
-        knobs = render_synthetic(config, self.framework)
+        _, knobs = self.speculative_args(config)  # the same refusals as a launch
         spec = config.speculative
         args = () if spec is None else ("--num-speculative-tokens", str(spec.k))
         return SimSource(
