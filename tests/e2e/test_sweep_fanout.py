@@ -1,9 +1,11 @@
 """The K sweep fanned out over two nodes of a real ``prefect server`` on PostgreSQL, with two process workers.
 
 Each node is a work queue of the ``local`` pool (``node-1``, ``node-2``, a concurrency limit of 1 each)
-polled by its own worker, and a global concurrency limit its runs hold. A K = 1..7 sim sweep runs
+polled by its own worker, and a global concurrency limit its runs hold. A K = 1..4 sim sweep runs
 ``alflow run sweep`` against the server: both nodes work at once, a node never runs two children at
-once, every child completes and the sweep's own run holds K = 1..7. Then a node dies mid-sweep (its
+once, every child completes and the sweep's own run holds K = 1..4 (four K: each node runs two or more
+children, enough to see both at work at once and one at a time each; the K = 1..7 of a nightly sweep is
+the same dispatch with more children). Then a node dies mid-sweep (its
 worker and the flow run it was running are killed): the sweep ends, naming the lost run and node, and
 a re-run finishes the missing K on the live node, reusing every child that completed (Prefect's cache).
 """
@@ -34,6 +36,7 @@ from tests.e2e.prefect_support import ROOT, api, cli, ensure_limit, ensure_pool
 ALFLOW = str(Path(sys.executable).parent / "alflow")
 PREFECT = str(Path(sys.executable).parent / "prefect")
 NODES = ("node-1", "node-2")
+KS = (1, 2, 3, 4)
 
 
 def _ensure_queue(env: dict[str, str], pool: str, name: str, limit: int) -> None:
@@ -116,10 +119,8 @@ def node_workers(
 
 def _sweep_config(tmp_path: Path, results: Path, concurrencies: list[int]) -> Path:
     # sweep-nightly's short form (preset sim), as the sweep resolves it
-    params: dict[str, Any] = sweep_params(preset=load_preset("sim", ROOT), ks=range(1, 8)).model_dump(
-        mode="json"
-    )
-    params["ks"] = [1, 2, 3, 4, 5, 6, 7]
+    params: dict[str, Any] = sweep_params(preset=load_preset("sim", ROOT), ks=KS).model_dump(mode="json")
+    params["ks"] = list(KS)
     for part in ("gate", "benchmark"):
         params[part]["placement"] = {"runner": {"kind": "process"}, "results_root": str(results)}
         # each child's server loads for a few seconds, as a real one loads its model: children of ~2 s on a
@@ -186,13 +187,13 @@ def test_a_k_sweep_fans_out_over_two_nodes_one_run_per_node_and_survives_a_lost_
     env = prefect_server
     since = datetime.now().astimezone().isoformat()
 
-    # 1. K = 1..7 over both nodes: every child completes, both nodes busy at once, one run per node at a time
+    # 1. K = 1..4 over both nodes: every child completes, both nodes busy at once, one run per node at a time
     results = tmp_path / "results-a"
     log = tmp_path / "sweep-a.log"
     rc, text = _finish(_start_sweep(env, _sweep_config(tmp_path, results, [4]), log), log, 900)
     assert rc == 0, text[-4000:]
     runs = _node_runs(env, since)
-    assert len(runs) == 14, [(r["name"], r["state_type"]) for r in runs]  # M1 and M2 for each K
+    assert len(runs) == 2 * len(KS), [(r["name"], r["state_type"]) for r in runs]  # M1 and M2 for each K
     assert {r["state_type"] for r in runs} == {"COMPLETED"}
     spans = {
         n: sorted((_t(r["start_time"]), _t(r["end_time"])) for r in runs if r["work_queue_name"] == n)
@@ -211,22 +212,22 @@ def test_a_k_sweep_fans_out_over_two_nodes_one_run_per_node_and_survives_a_lost_
         step: sorted(_t(r["created"]) for r in runs if r["name"].startswith(step + "-"))
         for step in ("m1", "m2")
     }
-    assert len(created["m1"]) == len(created["m2"]) == 7, [r["name"] for r in runs]
+    assert len(created["m1"]) == len(created["m2"]) == len(KS), [r["name"] for r in runs]
     assert created["m1"][-1] < created["m2"][0], (
         "a freed node takes every K's M1 before any M2 (dispatch_rank)"
     )
     sweep = _sweep_run(results)
     assert sweep.complete
-    assert sweep.table("per_k")["k"].to_list() == [1, 2, 3, 4, 5, 6, 7]
+    assert sweep.table("per_k")["k"].to_list() == list(KS)
     assert set(sweep.table("per_k")["node"].to_list()) == set(NODES)
-    assert sorted(set(sweep.table("spec_stats")["k"].to_list())) == [1, 2, 3, 4, 5, 6, 7]
+    assert sorted(set(sweep.table("spec_stats")["k"].to_list())) == list(KS)
     summary = sweep.json("summary")
     assert summary["failures"] == []
     assert [b["concurrency"] for b in summary["best_k"]] == [4]
     html = (Path(sweep.dir) / "report.html").read_text()
-    k7 = sweep.table("per_k").row(6, named=True)
-    assert k7["k"] == 7
-    assert k7["benchmark_dir"] in html  # the report names every K's M2 run directory
+    last = sweep.table("per_k").row(len(KS) - 1, named=True)
+    assert last["k"] == KS[-1]
+    assert last["benchmark_dir"] in html  # the report names every K's M2 run directory
 
     # 2. node-2 dies while it runs a child: the sweep ends (no hang) naming the run, its state and node
     since = datetime.now().astimezone().isoformat()
@@ -264,10 +265,10 @@ def test_a_k_sweep_fans_out_over_two_nodes_one_run_per_node_and_survives_a_lost_
     assert rc == 0, text[-4000:]
     sweep = _sweep_run(results)
     per_k = sweep.table("per_k")
-    assert per_k["k"].to_list() == [1, 2, 3, 4, 5, 6, 7]
-    assert sorted(set(sweep.table("spec_stats")["k"].to_list())) == [1, 2, 3, 4, 5, 6, 7]
+    assert per_k["k"].to_list() == list(KS)
+    assert sorted(set(sweep.table("spec_stats")["k"].to_list())) == list(KS)
     new_runs = _node_runs(env, since)
     assert {r["work_queue_name"] for r in new_runs} == {"node-1"}  # node-2 is gone: nothing waits for it
     assert 1 <= len(new_runs) <= 2, [r["name"] for r in new_runs]  # only the lost K runs again
     cached = per_k["gate_cached"].to_list() + per_k["benchmark_cached"].to_list()
-    assert cached.count(True) == 14 - len(new_runs), per_k
+    assert cached.count(True) == 2 * len(KS) - len(new_runs), per_k

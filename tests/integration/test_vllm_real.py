@@ -28,6 +28,7 @@ import pytest
 from alflow.config import (
     BenchmarkParams,
     DemoParams,
+    ExternalServer,
     GateParams,
     Gsm8kSettings,
     LoadConfig,
@@ -211,7 +212,9 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory, prefect_harness: None) ->
         vllm_sampled=False,
         vllm_gsm8k_limit=4,
         vllm_m2_targets=(1.5,),
-        vllm_m2_concurrencies=(1, 4),
+        vllm_m2_concurrencies=(
+            4,
+        ),  # one point per target: ~30 s a point here; the sim tests sweep concurrency
         vllm_m2_prompts_per_concurrency=4,
         refresh_cache=True,
     )
@@ -283,7 +286,7 @@ def test_m2_on_real_vllm_at_two_targets_passes_every_audit(demo_run: dict[str, A
         target = reference if run["target"] == "reference" else 1.5
         assert outcome["target_al"] == pytest.approx(target, abs=1e-12)
         assert outcome["scheme"] == "vllm"
-        assert [p["concurrency"] for p in outcome["points"]] == [1, 4]
+        assert [p["concurrency"] for p in outcome["points"]] == [4]
         for point in outcome["points"]:
             assert point["valid"], point["audit"]
             assert abs(point["achieved_al"] - target) <= point["allowed_deviation"]
@@ -321,15 +324,17 @@ def test_m2_on_real_vllm_at_two_targets_passes_every_audit(demo_run: dict[str, A
 
 
 def test_m1_fails_the_al_gate_on_prompts_that_accept_less(
-    demo_run: dict[str, Any], smol: PreparedModel, prefect_harness: None
+    demo_run: dict[str, Any], served: tuple[ServerHandle, Any], prefect_harness: None
 ) -> None:
     """Sampling at temperature 1.0 instead of greedy: the n-gram drafts are rejected far more often.
 
     (Writing prompts do not do it on this model: SmolLM2-135M repeats itself there too, measured AL 2.58
-    against 2.30 on coding; AL counts only steps that carried drafts.)
+    against 2.30 on coding; AL counts only steps that carried drafts.) The gate attaches to the module's
+    running server (the demo's configuration, n-gram K = 3) as an external one instead of starting a fourth.
     """
     del prefect_harness
     root = Path(demo_run["results_root"])
+    handle, config = served
     state = gate(
         params=GateParams(
             model=demo_run["greedy_model"].model_copy(
@@ -337,10 +342,9 @@ def test_m1_fails_the_al_gate_on_prompts_that_accept_less(
             ),
             method=SpecMethod.NGRAM,
             k=3,
-            server=vllm_cpu_server(str(smol.path)),
+            server=config,
             placement=ServerPlacement(
-                results_root=str(root),
-                runner=ProcessOptions(framework_env=str(ENV), log_dir=str(root / "server-logs")),
+                results_root=str(root), runner=ExternalServer(base_url=handle.base_url, dialect="vllm")
             ),
             reference_path=demo_run["reference_path"],
             workload=SpeedBenchWorkload(
