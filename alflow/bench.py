@@ -344,6 +344,20 @@ def _config_block(r: BenchRequest, spec: LoadSpec) -> dict[str, Any]:
     }
 
 
+async def _promql_block(
+    r: BenchRequest, url: str, start_s: float, detected: Dialect | None
+) -> dict[str, Any]:
+    """The run's spec-decode counts over its window from a Prometheus server (``--prometheus-url``)."""
+    window = PromQLWindow(url, start_s, time.time(), selector=r.prometheus_selector)
+    dialect = detected if detected is not None else None if r.dialect == "auto" else get_dialect(r.dialect)
+    stats, error = (
+        (None, "no metrics endpoint to detect the framework from: give --dialect")
+        if dialect is None
+        else await asyncio.to_thread(stats_or_error, dialect.spec_stats, window, k=r.k)
+    )
+    return {"url": url, "stats": None if stats is None else stats.to_dict(), "error": error}
+
+
 async def bench_async(
     r: BenchRequest, *, progress: Progress | None = None, warn: Callable[[str], None] = lambda _: None
 ) -> BenchResult:
@@ -397,22 +411,9 @@ async def bench_async(
                 spec_block["metrics_urls"] = list(metrics[0])
             spec_block.update(await metrics[1].server_info(r.base_url, session=http, headers=r.headers))
         if r.prometheus_url and aborted is None:
-            window = PromQLWindow(
-                r.prometheus_url, m.wall_start_s, time.time(), selector=r.prometheus_selector
+            spec_block["prometheus"] = await _promql_block(
+                r, r.prometheus_url, m.wall_start_s, None if metrics is None else metrics[1]
             )
-            dialect = (
-                metrics[1] if metrics is not None else None if r.dialect == "auto" else get_dialect(r.dialect)
-            )
-            stats_p, err_p = (
-                (None, "no metrics endpoint to detect the framework from: give --dialect")
-                if dialect is None
-                else await asyncio.to_thread(stats_or_error, dialect.spec_stats, window, k=r.k)
-            )
-            spec_block["prometheus"] = {
-                "url": r.prometheus_url,
-                "stats": None if stats_p is None else stats_p.to_dict(),
-                "error": err_p,
-            }
     summary = {
         **m.client.to_dict(),
         "model": model,

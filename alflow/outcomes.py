@@ -184,3 +184,84 @@ class SweepOutcome:
         if self.run_dir is not None:
             out["run_dir"] = self.run_dir
         return out
+
+
+@dataclass(frozen=True)
+class DemoGate:
+    """One M1 run of the demo: the engine (or example framework) it gated, whether it passed, and why."""
+
+    name: str
+    passed: bool
+    message: str
+    outcome: M1Outcome | None = None
+    """The gate's verdicts when it passed (a failed gate ends its flow run with the message instead)."""
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready form."""
+        return {
+            "name": self.name,
+            "passed": self.passed,
+            "message": self.message,
+            **(self.outcome.to_dict() if self.outcome is not None else {}),
+        }
+
+
+@dataclass(frozen=True)
+class DemoBenchmark:
+    """One M2 run of the demo at a synthetic target: ``target`` None is the M0 reference AL."""
+
+    target: float | None
+    outcome: M2Outcome | None = None
+    failed: str | None = None
+    """Why the run failed (then ``outcome`` is None)."""
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready form."""
+        out: dict[str, object] = {"target": "reference" if self.target is None else self.target}
+        if self.outcome is not None:
+            out["outcome"] = self.outcome.to_dict()
+        if self.failed is not None:
+            out["failed"] = self.failed
+        return out
+
+
+@dataclass(frozen=True)
+class DemoOutcome:
+    """The demo on one engine: M0's reference, each M1 gate, each M2 run, and where the results are.
+
+    ``engine`` is ``sim``, ``tiny`` or ``vllm``. The simulated demo gates two example frameworks (one fails by
+    design) and runs one M2; the real engines gate themselves, and the real vLLM runs M2 at each target.
+    """
+
+    engine: str
+    results_root: str
+    reference_path: str
+    m0: M0Outcome
+    m1: tuple[DemoGate, ...]
+    m2: tuple[DemoBenchmark, ...] = ()
+    label: str | None = None
+    """The label every run of a real CPU engine carries (None: the simulated demo, labelled SIMULATED)."""
+    model_path: str | None = None
+    """Where the real vLLM's prepared model is, and where it came from (the vLLM demo only)."""
+    model_source: str | None = None
+
+    def gate(self, name: str) -> DemoGate:
+        """The M1 run named ``name``."""
+        for g in self.m1:
+            if g.name == name:
+                return g
+        raise KeyError(f"no M1 run named {name!r}: {', '.join(g.name for g in self.m1)}")
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready form."""
+        return {
+            "engine": self.engine,
+            "results_root": self.results_root,
+            "reference_path": self.reference_path,
+            "m0": self.m0.to_dict(),
+            "m1": [g.to_dict() for g in self.m1],
+            "m2": [b.to_dict() for b in self.m2],
+            "label": self.label,
+            "model_path": self.model_path,
+            "model_source": self.model_source,
+        }

@@ -47,7 +47,6 @@ Every run says what it is (:data:`VLLM_CPU_LABEL`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from prefect import flow, get_run_logger
 
@@ -72,7 +71,8 @@ from alflow.config import (
 )
 from alflow.evals.run import bundled_gsm8k
 from alflow.evals.thresholds import tiny_thresholds_path, vllm_cpu_thresholds_path
-from alflow.models import default_vllm_env
+from alflow.models import PreparedModel, default_vllm_env
+from alflow.outcomes import DemoBenchmark, DemoGate, DemoOutcome
 from alflow.workloads import tiny_prompts_path
 from flows.benchmark import benchmark
 from flows.calibrate import calibrate
@@ -91,7 +91,7 @@ TINY_SAMPLING = SamplingParams(temperature=0.8, top_k=40, seed=1234, max_tokens=
 
 
 @flow(name="demo")
-def demo(params: DemoParams | None = None) -> dict[str, Any]:
+def demo(params: DemoParams | None = None) -> DemoOutcome:
     """The demo on the chosen engine (sim: M0 -> M1 pass and fail -> M2; tiny: M0 -> M1)."""
     p = params or DemoParams()
     if p.engine == "tiny":
@@ -101,18 +101,15 @@ def demo(params: DemoParams | None = None) -> dict[str, Any]:
     return _sim_demo(p)
 
 
-def _real_acceptance_gate(params: GateParams, label: str) -> dict[str, Any]:
-    """M1 on a real-acceptance demo engine: passed, message, and (when it passed) the gate's result."""
+def _real_acceptance_gate(params: GateParams, name: str, label: str) -> DemoGate:
+    """M1 on a real-acceptance demo engine: passed, message, and (when it passed) the gate's outcome."""
     state = gate(params=params, return_state=True)
     passed = state.is_completed()
-    m1: dict[str, Any] = {"passed": passed, "message": str(state.message or "")}
-    if passed:
-        m1.update(state.result().to_dict())
     get_run_logger().info("M1 %s: %s", label, "passed" if passed else f"FAILED: {state.message}")
-    return m1
+    return DemoGate(name, passed, str(state.message or ""), state.result() if passed else None)
 
 
-def _tiny_demo(p: DemoParams) -> dict[str, Any]:
+def _tiny_demo(p: DemoParams) -> DemoOutcome:
     """M0 on the tiny engine for K in ``ks``, then M1 at ``benchmark_k`` against that reference."""
     root = Path(p.results_root)
     reference = str(root / "reference-tiny.yaml")
@@ -141,7 +138,7 @@ def _tiny_demo(p: DemoParams) -> dict[str, Any]:
             # cached from an earlier build gave AL 1.55 where the current build measures 1.41)
             cache_days=0.0,
         )
-    ).to_dict()
+    )
     m1 = _real_acceptance_gate(
         GateParams(
             model=model,
@@ -160,14 +157,9 @@ def _tiny_demo(p: DemoParams) -> dict[str, Any]:
             ),
         ),
         "tiny",
+        "tiny",
     )
-    return {
-        "engine": "tiny",
-        "m0": m0,
-        "m1": {"tiny": m1},
-        "reference_path": reference,
-        "results_root": str(root),
-    }
+    return DemoOutcome("tiny", str(root), reference, m0, (m1,))
 
 
 VLLM_MODEL = "smollm2"
@@ -204,18 +196,14 @@ def vllm_cpu_server(model_dir: str, served_name: str = VLLM_MODEL_ID, k: int = 3
     )
 
 
-def _vllm_demo(p: DemoParams) -> dict[str, Any]:
-    """Prepare the model, M0 for K in ``ks`` (greedy, and sampled), M1 at ``benchmark_k``, M2 at each target."""
-    log = get_run_logger()
-    root = Path(p.results_root)
-    reference = str(root / "reference-vllm-cpu.yaml")
-    env = p.vllm_env or str(default_vllm_env())
-    placement = ServerPlacement(
-        results_root=str(root),
-        runner=ProcessOptions(framework_env=env, log_dir=str(root / "server-logs")),
-    )
-    python = str(Path(env) / "bin" / "python")
-    model = prepare_model(VLLM_MODEL, python=python if Path(python).exists() else None)
+def _python_of(env: str) -> str | None:
+    """The vLLM environment's interpreter, if it has one (the model is prepared with it)."""
+    python = Path(env) / "bin" / "python"
+    return str(python) if python.exists() else None
+
+
+def vllm_demo_models(p: DemoParams, model: PreparedModel) -> tuple[ModelSpec, list[ModelSpec]]:
+    """The greedy model (M0, M1, M2), and every model M0 calibrates (greedy, and sampled if asked)."""
     revision = f"{model.manifest.wheel}=={model.manifest.wheel_version} content-sha256:{model.manifest.content_sha256}"
     greedy = ModelSpec(
         id=VLLM_MODEL_ID,
@@ -231,46 +219,19 @@ def _vllm_demo(p: DemoParams) -> dict[str, Any]:
                 sampling_thinking_off=VLLM_SAMPLED.model_copy(update={"max_tokens": p.vllm_max_tokens}),
             )
         )
-    prompts = SpeedBenchWorkload(
-        path=str(tiny_prompts_path()), category="coding", limit=p.vllm_prompts, max_tokens=p.vllm_max_tokens
-    )
+    return greedy, models
+
+
+def _vllm_m2(
+    p: DemoParams, greedy: ModelSpec, model: PreparedModel, placement: ServerPlacement, reference: str
+) -> tuple[DemoBenchmark, ...]:
+    """M2 at the reference and at each other target: one run each, a failed one recorded with its message."""
+    log = get_run_logger()
     server = vllm_cpu_server(str(model.path))
-    m0 = calibrate(
-        params=CalibrateParams(
-            models=tuple(models),
-            method=SpecMethod.NGRAM,
-            ks=p.ks,
-            server=server,
-            placement=placement,
-            workload=prompts,
-            load=LoadConfig(concurrency=1),
-            reference_path=reference,
-            refresh_cache=p.refresh_cache,
-        )
-    ).to_dict()
-    m1 = _real_acceptance_gate(
-        GateParams(
-            model=greedy,
-            method=SpecMethod.NGRAM,
-            k=p.benchmark_k,
-            server=server,
-            placement=placement,
-            reference_path=reference,
-            workload=prompts,
-            load=LoadConfig(concurrency=1),
-            gsm8k=Gsm8kSettings(
-                limit=p.vllm_gsm8k_limit,
-                max_tokens=256,
-                concurrency=4,
-                thresholds_file=str(vllm_cpu_thresholds_path()),
-            ),
-        ),
-        "vLLM CPU",
-    )
     # M2: synthetic acceptance through alflow's CPU port of vLLM's kernel rule, at the n-gram reference and each
     # other target. The server drafts with the model itself (draft_model): n-gram on random-token prompts finds no
     # match and proposes nothing, so no step could carry the forced length.
-    m2: list[dict[str, Any]] = []
+    m2: list[DemoBenchmark] = []
     targets: list[float | None] = [None, *p.vllm_m2_targets]
     for target in targets:
         state = benchmark(
@@ -291,27 +252,77 @@ def _vllm_demo(p: DemoParams) -> dict[str, Any]:
             ),
             return_state=True,
         )
-        entry: dict[str, Any] = {"target": "reference" if target is None else target}
         if state.is_completed():
-            entry["outcome"] = state.result().to_dict()
+            m2.append(DemoBenchmark(target, state.result()))
         else:
-            entry["failed"] = str(state.message or "")
-            log.error("M2 on vLLM's CPU build (target %s) failed: %s", entry["target"], entry["failed"])
-        m2.append(entry)
-    return {
-        "engine": "vllm",
-        "model": model.to_dict(),
-        "greedy_model": greedy,
-        "m0": m0,
-        "m1": {"vllm-cpu": m1},
-        "m2": m2,
-        "reference_path": reference,
-        "results_root": str(root),
-        "label": VLLM_CPU_LABEL,
-    }
+            m2.append(DemoBenchmark(target, failed=str(state.message or "")))
+            log.error("M2 on vLLM's CPU build (target %s) failed: %s", target or "reference", m2[-1].failed)
+    return tuple(m2)
 
 
-def _sim_demo(p: DemoParams) -> dict[str, Any]:
+def _vllm_demo(p: DemoParams) -> DemoOutcome:
+    """Prepare the model, M0 for K in ``ks`` (greedy, and sampled), M1 at ``benchmark_k``, M2 at each target."""
+    root = Path(p.results_root)
+    reference = str(root / "reference-vllm-cpu.yaml")
+    env = p.vllm_env or str(default_vllm_env())
+    placement = ServerPlacement(
+        results_root=str(root),
+        runner=ProcessOptions(framework_env=env, log_dir=str(root / "server-logs")),
+    )
+    model = prepare_model(VLLM_MODEL, python=_python_of(env))
+    greedy, models = vllm_demo_models(p, model)
+    prompts = SpeedBenchWorkload(
+        path=str(tiny_prompts_path()), category="coding", limit=p.vllm_prompts, max_tokens=p.vllm_max_tokens
+    )
+    server = vllm_cpu_server(str(model.path))
+    m0 = calibrate(
+        params=CalibrateParams(
+            models=tuple(models),
+            method=SpecMethod.NGRAM,
+            ks=p.ks,
+            server=server,
+            placement=placement,
+            workload=prompts,
+            load=LoadConfig(concurrency=1),
+            reference_path=reference,
+            refresh_cache=p.refresh_cache,
+        )
+    )
+    m1 = _real_acceptance_gate(
+        GateParams(
+            model=greedy,
+            method=SpecMethod.NGRAM,
+            k=p.benchmark_k,
+            server=server,
+            placement=placement,
+            reference_path=reference,
+            workload=prompts,
+            load=LoadConfig(concurrency=1),
+            gsm8k=Gsm8kSettings(
+                limit=p.vllm_gsm8k_limit,
+                max_tokens=256,
+                concurrency=4,
+                thresholds_file=str(vllm_cpu_thresholds_path()),
+            ),
+        ),
+        "vllm-cpu",
+        "vLLM CPU",
+    )
+    m2 = _vllm_m2(p, greedy, model, placement, reference)
+    return DemoOutcome(
+        "vllm",
+        str(root),
+        reference,
+        m0,
+        (m1,),
+        m2,
+        label=VLLM_CPU_LABEL,
+        model_path=str(model.path),
+        model_source=model.manifest.source_line(),
+    )
+
+
+def _sim_demo(p: DemoParams) -> DemoOutcome:
     """M0 -> M1 (one pass, one fail) -> M2 on the simulated engine; returns where everything is."""
     log = get_run_logger()
     root = Path(p.results_root)
@@ -334,8 +345,8 @@ def _sim_demo(p: DemoParams) -> dict[str, Any]:
             reference_path=reference,
             refresh_cache=p.refresh_cache,
         )
-    ).to_dict()
-    gates: dict[str, Any] = {}
+    )
+    gates: list[DemoGate] = []
     frameworks: tuple[tuple[str, ServerDialect, str], ...] = (
         ("healthy-vllm", "vllm", "1.0"),
         ("degraded-sglang", "sglang", "0.5"),
@@ -359,7 +370,14 @@ def _sim_demo(p: DemoParams) -> dict[str, Any]:
             ),
             return_state=True,
         )
-        gates[name] = {"passed": state.is_completed(), "message": str(state.message or "")}
+        gates.append(
+            DemoGate(
+                name,
+                state.is_completed(),
+                str(state.message or ""),
+                state.result() if state.is_completed() else None,
+            )
+        )
         log.info(
             "M1 %s: %s", name, "passed" if state.is_completed() else f"FAILED as expected: {state.message}"
         )
@@ -375,12 +393,5 @@ def _sim_demo(p: DemoParams) -> dict[str, Any]:
             workload=RandomWorkload(isl=512, osl=128),
             concurrencies=p.concurrencies,
         )
-    ).to_dict()
-    return {
-        "engine": "sim",
-        "m0": m0,
-        "m1": gates,
-        "m2": m2,
-        "reference_path": reference,
-        "results_root": str(root),
-    }
+    )
+    return DemoOutcome("sim", str(root), reference, m0, tuple(gates), (DemoBenchmark(None, m2),))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -17,6 +17,9 @@ from alflow.cli.common import console, fail
 from alflow.cli.run import check_prefect_api, prefect_defaults, prepare_local_run, print_flow_failure
 from alflow.errors import AlflowError
 from alflow.fsutil import check_writable_dir
+
+if TYPE_CHECKING:
+    from alflow.outcomes import DemoBenchmark, DemoGate, DemoOutcome, M0Outcome
 
 
 def register(app: typer.Typer) -> None:
@@ -89,74 +92,71 @@ def demo(
     if not state.is_completed():
         print_flow_failure("the demo", str(state.message))
         raise typer.Exit(1)
-    out = state.result()
+    out: DemoOutcome = state.result()
     took = time.perf_counter() - started
     if engine is DemoEngine.vllm:
         _print_vllm_demo(console, out, took)
-        if not out["m1"]["vllm-cpu"]["passed"] or any("failed" in run for run in out["m2"]):
+        if not all(g.passed for g in out.m1) or any(b.failed is not None for b in out.m2):
             raise typer.Exit(1)
         return
     if engine is DemoEngine.tiny:
         _print_tiny_demo(console, out, took)
-        if not out["m1"]["tiny"]["passed"]:
+        if not all(g.passed for g in out.m1):
             raise typer.Exit(1)
         return
     _print_demo(console, out, took)
 
 
-def _m0_table(what: str, m0: dict[str, Any]) -> Table:
+def _m0_table(what: str, m0: M0Outcome) -> Table:
     """The M0 reference table of a real-acceptance demo (model, K, AL, steps), user strings escaped."""
-    table = Table(title=f"M0 reference AL ({what}) -> {escape(str(m0['reference_path']))}")
+    table = Table(title=f"M0 reference AL ({what}) -> {escape(m0.reference_path)}")
     for col in ("model", "K", "AL", "steps"):
         table.add_column(col)
-    for e in m0["entries"]:
-        table.add_row(Text(str(e["model"])), str(e["k"]), f"{e['al']:.4f}", str(e["num_drafts"]))
+    for e in m0.entries:
+        table.add_row(Text(e.model), str(e.k), f"{e.al:.4f}", str(e.num_drafts))
     return table
 
 
-def _print_tiny_demo(console: Console, out: dict[str, Any], took: float) -> None:
-    m0 = out["m0"]
-    console.print(_m0_table("tiny CPU engine, real n-gram acceptance", m0))
-    cached = m0.get("cached_points") or []
-    if cached:
+def _print_gate(console: Console, title: str, gate: DemoGate) -> None:
+    """One M1 run of a real-acceptance demo: its status and message, then each gate's verdict."""
+    status = "[green]passed[/green]" if gate.passed else "[red]FAILED[/red]"
+    console.print(f"M1 {escape(title)}: {status} {escape(gate.message)}", highlight=False)
+    for v in gate.outcome.verdicts if gate.outcome is not None else ():
+        console.print(f"  - {'pass' if v.passed else 'FAIL'}: {v.message}", highlight=False, markup=False)
+
+
+def _print_tiny_demo(console: Console, out: DemoOutcome, took: float) -> None:
+    console.print(_m0_table("tiny CPU engine, real n-gram acceptance", out.m0))
+    if out.m0.cached_points:
         console.print(
-            f"M0 calibration points reused from the cache: {', '.join(cached)}", highlight=False, markup=False
+            f"M0 calibration points reused from the cache: {', '.join(out.m0.cached_points)}",
+            highlight=False,
+            markup=False,
         )
-    verdict = out["m1"]["tiny"]
-    status = "[green]passed[/green]" if verdict["passed"] else "[red]FAILED[/red]"
-    console.print(f"M1 tiny: {status} {escape(verdict['message'])}", highlight=False)
-    for v in verdict.get("verdicts") or []:
-        console.print(
-            f"  - {'pass' if v['passed'] else 'FAIL'}: {v['message']}", highlight=False, markup=False
-        )
+    for g in out.m1:
+        _print_gate(console, g.name, g)
     console.print(
-        f"Results: {out['results_root']} (report.html and report.md inside each run directory; numbers are "
+        f"Results: {out.results_root} (report.html and report.md inside each run directory; numbers are "
         "real measurements of the tiny CPU engine, not of a GPU server)",
         markup=False,
     )
     console.print(f"Demo finished in {took:.0f} s.", highlight=False)
 
 
-def _print_vllm_demo(console: Console, out: dict[str, Any], took: float) -> None:
-    model = out["model"]
-    console.print(f"Model: {escape(str(model['path']))} ({escape(str(model['source']))})", highlight=False)
-    m0 = out["m0"]
-    console.print(_m0_table("real vLLM, CPU build, n-gram", m0))
-    cached = m0.get("cached_points") or []
-    if cached:
-        console.print(f"M0 points reused from the cache: {escape(', '.join(cached))}", highlight=False)
-    verdict = out["m1"]["vllm-cpu"]
-    status = "[green]passed[/green]" if verdict["passed"] else "[red]FAILED[/red]"
-    console.print(f"M1 vLLM CPU: {status} {escape(verdict['message'])}", highlight=False)
-    for v in verdict.get("verdicts") or []:
+def _print_vllm_demo(console: Console, out: DemoOutcome, took: float) -> None:
+    console.print(f"Model: {escape(str(out.model_path))} ({escape(str(out.model_source))})", highlight=False)
+    console.print(_m0_table("real vLLM, CPU build, n-gram", out.m0))
+    if out.m0.cached_points:
         console.print(
-            f"  - {'pass' if v['passed'] else 'FAIL'}: {v['message']}", highlight=False, markup=False
+            f"M0 points reused from the cache: {escape(', '.join(out.m0.cached_points))}", highlight=False
         )
-    for run in out["m2"]:
+    for g in out.m1:
+        _print_gate(console, "vLLM CPU", g)
+    for run in out.m2:
         _print_vllm_m2(console, run)
-    console.print(f"{out['label']}", highlight=False, markup=False)
+    console.print(f"{out.label}", highlight=False, markup=False)
     console.print(
-        f"Results: {out['results_root']} (report.html and report.md inside each run directory; server logs in "
+        f"Results: {out.results_root} (report.html and report.md inside each run directory; server logs in "
         "server-logs/)",
         highlight=False,
         markup=False,
@@ -164,65 +164,58 @@ def _print_vllm_demo(console: Console, out: dict[str, Any], took: float) -> None
     console.print(f"Demo finished in {took:.0f} s.", highlight=False)
 
 
-def _print_vllm_m2(console: Console, run: dict[str, Any]) -> None:
+def _print_vllm_m2(console: Console, run: DemoBenchmark) -> None:
     """One M2 run of the real-vLLM demo: per point the achieved vs target AL, the audit, the shape test."""
-    if "failed" in run:
-        console.print(
-            f"M2 (target {run['target']}): [red]FAILED[/red] {escape(run['failed'])}", highlight=False
-        )
+    target = "reference" if run.target is None else run.target
+    if run.outcome is None:
+        console.print(f"M2 (target {target}): [red]FAILED[/red] {escape(str(run.failed))}", highlight=False)
         return
-    m2 = run["outcome"]
+    m2 = run.outcome
     table = Table(
         title=(
-            f"M2 on real vLLM (CPU), synthetic target AL {m2['target_al']:.4f} "
-            f"({'the M0 reference' if run['target'] == 'reference' else 'explicit'}; scheme {escape(m2['scheme'])})"
+            f"M2 on real vLLM (CPU), synthetic target AL {m2.target_al:.4f} "
+            f"({'the M0 reference' if run.target is None else 'explicit'}; scheme {escape(m2.scheme)})"
         )
     )
     for col in ("concurrency", "output tok/s", "TPOT ms", "AL achieved", "allowed +/-", "shape p", "audit"):
         table.add_column(col, justify="right")
-    for p in m2["points"]:
-        fit = p.get("fit_p_value")
+    for p in m2.points:
         table.add_row(
-            str(p["concurrency"]),
-            f"{p['output_throughput'] or 0:.1f}",
-            f"{p['median_tpot_ms'] or 0:.1f}",
-            "-" if p["achieved_al"] is None else f"{p['achieved_al']:.4f}",
-            "-" if p["allowed_deviation"] is None else f"{p['allowed_deviation']:.4f}",
-            "-" if fit is None else f"{fit:.3g}",
-            "valid" if p["valid"] else "INVALID",
+            str(p.concurrency),
+            f"{p.output_throughput or 0:.1f}",
+            f"{p.median_tpot_ms or 0:.1f}",
+            "-" if p.achieved_al is None else f"{p.achieved_al:.4f}",
+            "-" if p.allowed_deviation is None else f"{p.allowed_deviation:.4f}",
+            "-" if p.fit_p_value is None else f"{p.fit_p_value:.3g}",
+            "valid" if p.valid else "INVALID",
         )
     console.print(table)
-    console.print(f"  run: {m2['run_dir']}", highlight=False, markup=False)
+    console.print(f"  run: {m2.run_dir}", highlight=False, markup=False)
 
 
-def _print_demo(console: Console, out: dict[str, Any], took: float) -> None:
-    m0 = out["m0"]
-    t0 = Table(title=f"M0 reference AL (simulated) -> {escape(str(m0['reference_path']))}")
+def _print_demo(console: Console, out: DemoOutcome, took: float) -> None:
+    m0 = out.m0
+    t0 = Table(title=f"M0 reference AL (simulated) -> {escape(m0.reference_path)}")
     for col in ("model", "thinking", "K", "AL", "steps"):
         t0.add_column(col)
-    for e in m0["entries"]:
-        t0.add_row(
-            Text(str(e["model"])),
-            Text(str(e["thinking"])),
-            str(e["k"]),
-            f"{e['al']:.4f}",
-            str(e["num_drafts"]),
-        )
+    for e in m0.entries:
+        t0.add_row(Text(e.model), Text(e.thinking.value), str(e.k), f"{e.al:.4f}", str(e.num_drafts))
     console.print(t0)
-    cached = m0.get("cached_points") or []
     console.print(
-        f"M0 calibration points reused from the cache: {', '.join(cached)}"
-        if cached
+        f"M0 calibration points reused from the cache: {', '.join(m0.cached_points)}"
+        if m0.cached_points
         else "M0 calibration points measured now (a second run reuses them from the cache)",
         highlight=False,
         markup=False,
     )
-    for name, verdict in out["m1"].items():
-        status = "[green]passed[/green]" if verdict["passed"] else "[red]FAILED[/red]"
-        console.print(f"M1 {escape(name)}: {status} {escape(verdict['message'])}", highlight=False)
-    m2 = out["m2"]
+    for g in out.m1:
+        status = "[green]passed[/green]" if g.passed else "[red]FAILED[/red]"
+        console.print(f"M1 {escape(g.name)}: {status} {escape(g.message)}", highlight=False)
+    [run] = out.m2
+    assert run.outcome is not None  # the simulated M2 ends its flow on failure: the demo fails before this
+    m2 = run.outcome
     t2 = Table(
-        title=f"M2 synthetic benchmark at target AL {m2['target_al']:.4f} (scheme {escape(m2['scheme'])}, simulated)"
+        title=f"M2 synthetic benchmark at target AL {m2.target_al:.4f} (scheme {escape(m2.scheme)}, simulated)"
     )
     for col in (
         "concurrency",
@@ -233,18 +226,18 @@ def _print_demo(console: Console, out: dict[str, Any], took: float) -> None:
         "audit",
     ):
         t2.add_column(col, justify="right")
-    for p in m2["points"]:
+    for p in m2.points:
         t2.add_row(
-            str(p["concurrency"]),
-            f"{p['output_throughput_per_gpu']:.1f}",
-            f"{p['median_interactivity_tokens_per_s'] or 0:.1f}",
-            f"{p['median_tpot_ms'] or 0:.2f}",
-            f"{p['achieved_al']:.4f}",
-            "valid" if p["valid"] else "INVALID",
+            str(p.concurrency),
+            f"{p.output_throughput_per_gpu or 0:.1f}",
+            f"{p.median_interactivity_tokens_per_s or 0:.1f}",
+            f"{p.median_tpot_ms or 0:.2f}",
+            "-" if p.achieved_al is None else f"{p.achieved_al:.4f}",
+            "valid" if p.valid else "INVALID",
         )
     console.print(t2)
     console.print(
-        f"Results: {out['results_root']} (M2 run: {m2['run_dir']}, report.html and report.md inside each run directory; `alflow report RUN_DIR` renders one again)",
+        f"Results: {out.results_root} (M2 run: {m2.run_dir}, report.html and report.md inside each run directory; `alflow report RUN_DIR` renders one again)",
         markup=False,
     )
     console.print(f"Demo finished in {took:.0f} s.", highlight=False)

@@ -153,7 +153,7 @@ def _err(series: Series, i: int) -> tuple[float, float] | None:
     return None if lo is None or hi is None else (lo, hi)
 
 
-def render(chart: Chart | BarChart) -> Markup:  # noqa: C901
+def render(chart: Chart | BarChart) -> Markup:
     """The chart as an ``<svg>`` element (safe markup; all text escaped)."""
     if isinstance(chart, BarChart):
         return _render_bars(chart)
@@ -163,9 +163,53 @@ def render(chart: Chart | BarChart) -> Markup:  # noqa: C901
     bottom = 52 + 18 * legend_rows
     pw, ph = w - left - right, h - top - bottom
     parts: list[str] = _frame(chart.title, w, h)
+    cleaned = [_clean(s) for s in chart.series]
+    xs, ys = _extent(chart, cleaned)
+    if not xs:  # the series are still named: which curves had no finite point is part of the report
+        parts.append(
+            f'<text x="{w / 2:.1f}" y="{h / 2:.1f}" text-anchor="middle" fill="#888888">no data to plot</text>'
+        )
+        parts += _legend(chart, left, top + ph + 50, pw)
+        parts.append("</svg>")
+        return Markup("".join(parts))  # noqa: S704 - every text above is escaped
+    plot, x_ticks, y_ticks = _plot_area(chart, xs, ys, left, top, pw, ph)
+    parts += _axes(chart, plot, x_ticks, y_ticks)
+    parts += _hlines(chart, plot)
+    for n, (s, all_pts) in enumerate(zip(chart.series, cleaned, strict=True)):
+        parts += _series(chart, plot, n, s, all_pts)
+    parts += _legend(chart, left, top + ph + 50, pw)
+    parts.append("</svg>")
+    return Markup("".join(parts))  # noqa: S704 - every text above is escaped
+
+
+@dataclass(frozen=True)
+class _Plot:
+    """The plot area of a line chart and its data ranges: where a value lands in pixels."""
+
+    left: float
+    top: float
+    pw: float
+    ph: float
+    x_lo: float
+    x_hi: float
+    y_lo: float
+    y_hi: float
+    log_x: bool
+
+    def tx(self, v: float) -> float:
+        return math.log2(v) if self.log_x else v
+
+    def px(self, v: float) -> float:
+        return self.left + (self.tx(v) - self.x_lo) / (self.x_hi - self.x_lo) * self.pw
+
+    def py(self, v: float) -> float:
+        return self.top + self.ph - (v - self.y_lo) / (self.y_hi - self.y_lo) * self.ph
+
+
+def _extent(chart: Chart, cleaned: list[list[tuple[int, float, float]]]) -> tuple[list[float], list[float]]:
+    """Every plotted x, and every y (points, error bars, horizontal lines) the y range must hold."""
     xs: list[float] = []
     ys: list[float] = []
-    cleaned = [_clean(s) for s in chart.series]
     for s, pts in zip(chart.series, cleaned, strict=True):
         for i, x, y in pts:
             if chart.log_x and x <= 0:
@@ -176,17 +220,14 @@ def render(chart: Chart | BarChart) -> Markup:  # noqa: C901
             if e is not None:
                 ys.extend(e)
     ys.extend(hl.y for hl in chart.hlines if finite(hl.y) is not None)
-    if not xs:  # the series are still named: which curves had no finite point is part of the report
-        parts.append(
-            f'<text x="{w / 2:.1f}" y="{h / 2:.1f}" text-anchor="middle" fill="#888888">no data to plot</text>'
-        )
-        parts += _legend(chart, left, top + ph + 50, pw)
-        parts.append("</svg>")
-        return Markup("".join(parts))  # noqa: S704 - every text above is escaped
+    return xs, ys
 
-    def tx(v: float) -> float:
-        return math.log2(v) if chart.log_x else v
 
+def _plot_area(
+    chart: Chart, xs: list[float], ys: list[float], left: float, top: float, pw: float, ph: float
+) -> tuple[_Plot, list[float], list[float]]:
+    """The ranges (rounded out to the ticks, padded where the x ticks are given or log) and the ticks."""
+    tx = math.log2 if chart.log_x else (lambda v: v)
     x_ticks = list(chart.x_ticks) if chart.x_ticks else (sorted(set(xs)) if chart.log_x else [])
     x_lo, x_hi = min(tx(x) for x in xs), max(tx(x) for x in xs)
     if not chart.log_x and not x_ticks:
@@ -201,22 +242,21 @@ def render(chart: Chart | BarChart) -> Markup:  # noqa: C901
         y_lo = min(0.0, y_lo)
     y_ticks = nice_ticks(y_lo, y_hi)
     y_lo, y_hi = min(y_lo, y_ticks[0]), max(y_hi, y_ticks[-1])
+    return _Plot(left, top, pw, ph, x_lo, x_hi, y_lo, y_hi, chart.log_x), x_ticks, y_ticks
 
-    def px(v: float) -> float:
-        return left + (tx(v) - x_lo) / (x_hi - x_lo) * pw
 
-    def py(v: float) -> float:
-        return top + ph - (v - y_lo) / (y_hi - y_lo) * ph
-
-    parts.append(f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#cccccc"/>')
+def _axes(chart: Chart, plot: _Plot, x_ticks: list[float], y_ticks: list[float]) -> list[str]:
+    """The frame, grid lines, tick labels and axis labels."""
+    left, top, pw, ph = plot.left, plot.top, plot.pw, plot.ph
+    parts = [f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#cccccc"/>']
     for t in y_ticks:
-        y = py(t)
+        y = plot.py(t)
         parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + pw}" y2="{y:.1f}" stroke="#eeeeee"/>')
         parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{escape(fmt_tick(t))}</text>')
     for t in x_ticks:
         if chart.log_x and t <= 0:
             continue
-        x = px(t)
+        x = plot.px(t)
         if not left - 0.5 <= x <= left + pw + 0.5:
             continue
         parts.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{top + ph}" stroke="#eeeeee"/>')
@@ -230,44 +270,56 @@ def render(chart: Chart | BarChart) -> Markup:  # noqa: C901
         f'<text x="16" y="{top + ph / 2:.1f}" text-anchor="middle" '
         f'transform="rotate(-90 16 {top + ph / 2:.1f})">{escape(chart.y_label)}</text>'
     )
+    return parts
+
+
+def _hlines(chart: Chart, plot: _Plot) -> list[str]:
+    """The dashed horizontal reference lines (thresholds, targets) with their labels."""
+    parts: list[str] = []
     for hl in chart.hlines:
         if finite(hl.y) is None:
             continue
-        y = py(hl.y)
+        y = plot.py(hl.y)
         parts.append(
-            f'<line x1="{left}" y1="{y:.1f}" x2="{left + pw}" y2="{y:.1f}" stroke="{escape(hl.color)}" '
-            f'stroke-dasharray="6 4" stroke-width="1.5"/>'
+            f'<line x1="{plot.left}" y1="{y:.1f}" x2="{plot.left + plot.pw}" y2="{y:.1f}" '
+            f'stroke="{escape(hl.color)}" stroke-dasharray="6 4" stroke-width="1.5"/>'
         )
         parts.append(
-            f'<text x="{left + pw - 4}" y="{y - 4:.1f}" text-anchor="end" fill="{escape(hl.color)}">'
+            f'<text x="{plot.left + plot.pw - 4}" y="{y - 4:.1f}" text-anchor="end" fill="{escape(hl.color)}">'
             f"{escape(hl.label)}</text>"
         )
-    for n, (s, all_pts) in enumerate(zip(chart.series, cleaned, strict=True)):
-        color = escape(s.color or PALETTE[n % len(PALETTE)])
-        pts = [p for p in all_pts if not (chart.log_x and p[1] <= 0)]
-        if s.line and len(pts) > 1:
-            coords = " ".join(f"{px(x):.1f},{py(y):.1f}" for _, x, y in pts)
-            dash = ' stroke-dasharray="5 4"' if s.dashed else ""
+    return parts
+
+
+def _series(
+    chart: Chart, plot: _Plot, n: int, s: Series, all_pts: list[tuple[int, float, float]]
+) -> list[str]:
+    """One series: its line, error bars, points and point labels."""
+    px, py = plot.px, plot.py
+    parts: list[str] = []
+    color = escape(s.color or PALETTE[n % len(PALETTE)])
+    pts = [p for p in all_pts if not (chart.log_x and p[1] <= 0)]
+    if s.line and len(pts) > 1:
+        coords = " ".join(f"{px(x):.1f},{py(y):.1f}" for _, x, y in pts)
+        dash = ' stroke-dasharray="5 4"' if s.dashed else ""
+        parts.append(
+            f'<polyline class="series" points="{coords}" fill="none" stroke="{color}" stroke-width="2"{dash}/>'
+        )
+    for i, x, y in pts:
+        e = _err(s, i)
+        if e is not None:
+            x0, y0, y1 = px(x), py(e[0]), py(e[1])
             parts.append(
-                f'<polyline class="series" points="{coords}" fill="none" stroke="{color}" stroke-width="2"{dash}/>'
+                f'<path d="M{x0:.1f},{y0:.1f}V{y1:.1f}M{x0 - 4:.1f},{y0:.1f}h8M{x0 - 4:.1f},{y1:.1f}h8" '
+                f'stroke="{color}" stroke-width="1.5" fill="none"/>'
             )
-        for i, x, y in pts:
-            e = _err(s, i)
-            if e is not None:
-                x0, y0, y1 = px(x), py(e[0]), py(e[1])
-                parts.append(
-                    f'<path d="M{x0:.1f},{y0:.1f}V{y1:.1f}M{x0 - 4:.1f},{y0:.1f}h8M{x0 - 4:.1f},{y1:.1f}h8" '
-                    f'stroke="{color}" stroke-width="1.5" fill="none"/>'
-                )
-            parts.append(f'<circle class="point" cx="{px(x):.1f}" cy="{py(y):.1f}" r="3.5" fill="{color}"/>')
-            if s.labels is not None and i < len(s.labels) and s.labels[i]:
-                parts.append(
-                    f'<text x="{px(x) + 6:.1f}" y="{py(y) - 6:.1f}" font-size="10" fill="{color}">'
-                    f"{escape(s.labels[i])}</text>"
-                )
-    parts += _legend(chart, left, top + ph + 50, pw)
-    parts.append("</svg>")
-    return Markup("".join(parts))  # noqa: S704 - every text above is escaped
+        parts.append(f'<circle class="point" cx="{px(x):.1f}" cy="{py(y):.1f}" r="3.5" fill="{color}"/>')
+        if s.labels is not None and i < len(s.labels) and s.labels[i]:
+            parts.append(
+                f'<text x="{px(x) + 6:.1f}" y="{py(y) - 6:.1f}" font-size="10" fill="{color}">'
+                f"{escape(s.labels[i])}</text>"
+            )
+    return parts
 
 
 def _frame(title: str, w: int, h: int) -> list[str]:

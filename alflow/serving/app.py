@@ -1,6 +1,6 @@
 """The kit of an OpenAI-compatible engine server: shared routes, middleware, serving, a thread, the CLI glue.
 
-An engine (the simulator, the tiny CPU engine) implements :class:`Engine`; :class:`OpenAIServer` gives it
+An engine (the simulator, the tiny CPU engine) implements :class:`ServingEngine`; :class:`OpenAIServer` gives it
 
 - ``GET /health``, ``GET /version``, ``GET /v1/models``, ``GET <metrics path>``,
   ``POST /v1/completions`` and ``POST /v1/chat/completions``, ``POST /tokenize`` and ``POST /detokenize``
@@ -54,7 +54,7 @@ Serve = Callable[[asyncio.Event, OnReady], Awaitable[None]]
 JSON = "application/json"
 
 
-class Engine(Protocol):
+class ServingEngine(Protocol):
     """What an engine gives the kit (:class:`OpenAIServer`)."""
 
     header: tuple[str, str]
@@ -119,9 +119,9 @@ async def read_json(request: web.Request) -> object:
 
 
 class OpenAIServer:
-    """The OpenAI-compatible routes around one :class:`Engine`."""
+    """The OpenAI-compatible routes around one :class:`ServingEngine`."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: ServingEngine) -> None:
         self.engine = engine
         self.created = int(time.time())
 

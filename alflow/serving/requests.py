@@ -66,7 +66,7 @@ def message_text(message: Message, index: int) -> str:
     return "".join(texts)
 
 
-class Sampling(Body):
+class SamplingFields(Body):
     """The fields every generation request shares (None: the server's default)."""
 
     model: str | None = None
@@ -85,7 +85,7 @@ class Sampling(Body):
     chat_template_kwargs: dict[str, Any] | None = None
 
     @model_validator(mode="after")
-    def _stream_options_need_stream(self) -> Sampling:
+    def _stream_options_need_stream(self) -> SamplingFields:
         if self.stream_options is not None and not self.stream:
             raise ValueError("stream_options can only be set when stream is true")
         return self
@@ -108,7 +108,7 @@ class Sampling(Body):
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
 
 
-class CompletionRequest(Sampling):
+class CompletionRequest(SamplingFields):
     """``POST /v1/completions``: a text prompt or token ids (or a batch of one of them)."""
 
     prompt: str | list[TokenId] | list[str] | list[list[TokenId]]
@@ -127,7 +127,7 @@ class CompletionRequest(Sampling):
         return prompt  # type: ignore[return-value]
 
 
-class ChatRequest(Sampling):
+class ChatRequest(SamplingFields):
     """``POST /v1/chat/completions``."""
 
     messages: list[Message] = Field(min_length=1)

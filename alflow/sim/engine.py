@@ -261,7 +261,7 @@ class SimRequest:
     """Accepted drafts of each verify step, in order (vLLM's ``detailed`` per-request metrics); None: not kept."""
 
 
-class Engine:
+class SimEngine:
     """Continuous-batching step loop over :class:`SimRequest` objects (see the module docstring)."""
 
     def __init__(self, config: SimConfig) -> None:

@@ -47,7 +47,7 @@ from alflow.sim.acceptance import NaturalAcceptance, stable_seed
 from alflow.sim.cluster import ClusterError, HeadCluster, WorkerLink
 from alflow.sim.config import SGLANG_FIXED_TOKEN_ID, SimConfig
 from alflow.sim.dialects import JsonView, emitter_of, make_registry
-from alflow.sim.engine import Engine, EngineStats, SimRequest
+from alflow.sim.engine import EngineStats, SimEngine, SimRequest
 from alflow.sim.payloads import body_metrics_json, spec_tokens_details_json, stream_metrics_json, usage_json
 from alflow.sim.text import AnswerKey, TextSource, corpus_text, load_answer_key
 from alflow.sim.tokenizer import get_tokenizer
@@ -80,8 +80,8 @@ class _Parsed:
     """SGLang dialect: the request asked for ``sglext.spec_tokens_details`` and this server answers it."""
 
 
-class SimServer:
-    """One simulated server's engine side: engines, tokenizer, dialect (:class:`alflow.serving.app.Engine`)."""
+class SimService:
+    """One simulated server's engine side: engines, tokenizer, dialect (:class:`alflow.serving.app.ServingEngine`)."""
 
     header = (SIM_HEADER, "1")
 
@@ -93,12 +93,12 @@ class SimServer:
         cluster: HeadCluster | None = None,
     ) -> None:
         self.config = config
-        self.engine = Engine(config)
+        self.engine = SimEngine(config)
         # multi-node dp: one engine per node rank (rank 0's is self.engine); requests go round-robin
         self.engines = [self.engine]
         if config.multi_node and config.node_parallel == "dp":
             self.engines += [
-                Engine(replace(config, seed=config.seed + rank, step_log=None))
+                SimEngine(replace(config, seed=config.seed + rank, step_log=None))
                 for rank in range(1, config.nnodes)
             ]
         self._next_engine = 0
@@ -171,7 +171,7 @@ class SimServer:
         """The stats of node rank ``rank``'s engine (``dp`` mode; what that node's metrics show)."""
         return self.engines[rank].stats
 
-    def _pick_engine(self) -> Engine:
+    def _pick_engine(self) -> SimEngine:
         """The engine of the next request: the ranks in turn (one engine unless multi-node ``dp``)."""
         if len(self.engines) == 1:
             return self.engine
@@ -297,7 +297,7 @@ class SimServer:
             spec_details=self._sglext and (body.model_extra or {}).get(SGLANG_SPEC_DETAILS_FLAG) is True,
         )
 
-    def _build(self, p: _Parsed, *, chat: bool) -> SimRequest:  # noqa: C901
+    def _build(self, p: _Parsed, *, chat: bool) -> SimRequest:
         cfg = self.config
         self._counter += 1
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{self._boot}{self._counter:06d}"
@@ -353,56 +353,62 @@ class SimServer:
             self._model_json,
         )
         if p.stream:
-            if chat:
-                req.prefix = b"data: " + head + b'{"index":0,"delta":{"content":"'
-                first_key, second_key = self._reasoning_keys
-                req.reasoning_prefix = b"data: " + head + b'{"index":0,"delta":{"%b":"' % first_key
-                if second_key:
-                    req.reasoning_mid = b'","%b":"' % second_key
-                req.suffix = b'"},"logprobs":null,"finish_reason":null}]}\n\n'
-                req.final_suffix = b'"},"logprobs":null,"finish_reason":"%b","stop_reason":null}]}\n\n' % (
-                    reason.encode()
-                )
-            else:
-                req.prefix = b"data: " + head + b'{"index":0,"text":"'
-                req.suffix = b'","logprobs":null,"finish_reason":null,"stop_reason":null}]}\n\n'
-                req.final_suffix = b'","logprobs":null,"finish_reason":"%b","stop_reason":null}]}\n\n' % (
-                    reason.encode()
-                )
-            if p.spec_details:
-                n_prompt, k, with_usage = p.prompt_ids_count, cfg.k, p.include_usage
-
-                def tail(completion: int) -> bytes:
-                    # called at the last emit: the request's verify steps (req.hist) are final. SGLang sends
-                    # sglext in a chunk of its own (choices []) before the usage chunk (serving_chat.py)
-                    out = b'data: %b],"sglext":%b}\n\n' % (head, spec_tokens_details_json(req.hist, k))
-                    if with_usage:
-                        out += b'data: %b],"usage":%b}\n\n' % (head, usage_json(n_prompt, completion))
-                    return out
-
-                req.tail = tail
-            elif p.include_usage:
-                n_prompt = p.prompt_ids_count
-                if self._spec_metrics:
-                    k = cfg.k
-
-                    def tail(completion: int) -> bytes:
-                        # vLLM rides the metrics on the final usage chunk (completion/serving.py)
-                        return b'data: %b],"usage":%b,"metrics":%b}\n\n' % (
-                            head,
-                            usage_json(n_prompt, completion),
-                            stream_metrics_json(req.hist, k, req.steps),
-                        )
-
-                else:
-
-                    def tail(completion: int) -> bytes:
-                        return b'data: %b],"usage":%b}\n\n' % (head, usage_json(n_prompt, completion))
-
-                req.tail = tail
+            self._frame_stream(req, p, head, chat=chat)
         return req
 
-    async def generate(  # noqa: C901
+    def _frame_stream(self, req: SimRequest, p: _Parsed, head: bytes, *, chat: bool) -> None:
+        """A streamed request's SSE framing: the bytes around each chunk's text, and its tail (usage, metrics)."""
+        cfg = self.config
+        reason = req.finish_reason
+        if chat:
+            req.prefix = b"data: " + head + b'{"index":0,"delta":{"content":"'
+            first_key, second_key = self._reasoning_keys
+            req.reasoning_prefix = b"data: " + head + b'{"index":0,"delta":{"%b":"' % first_key
+            if second_key:
+                req.reasoning_mid = b'","%b":"' % second_key
+            req.suffix = b'"},"logprobs":null,"finish_reason":null}]}\n\n'
+            req.final_suffix = b'"},"logprobs":null,"finish_reason":"%b","stop_reason":null}]}\n\n' % (
+                reason.encode()
+            )
+        else:
+            req.prefix = b"data: " + head + b'{"index":0,"text":"'
+            req.suffix = b'","logprobs":null,"finish_reason":null,"stop_reason":null}]}\n\n'
+            req.final_suffix = b'","logprobs":null,"finish_reason":"%b","stop_reason":null}]}\n\n' % (
+                reason.encode()
+            )
+        if p.spec_details:
+            n_prompt, k, with_usage = p.prompt_ids_count, cfg.k, p.include_usage
+
+            def tail(completion: int) -> bytes:
+                # called at the last emit: the request's verify steps (req.hist) are final. SGLang sends
+                # sglext in a chunk of its own (choices []) before the usage chunk (serving_chat.py)
+                out = b'data: %b],"sglext":%b}\n\n' % (head, spec_tokens_details_json(req.hist, k))
+                if with_usage:
+                    out += b'data: %b],"usage":%b}\n\n' % (head, usage_json(n_prompt, completion))
+                return out
+
+            req.tail = tail
+        elif p.include_usage:
+            n_prompt = p.prompt_ids_count
+            if self._spec_metrics:
+                k = cfg.k
+
+                def tail(completion: int) -> bytes:
+                    # vLLM rides the metrics on the final usage chunk (completion/serving.py)
+                    return b'data: %b],"usage":%b,"metrics":%b}\n\n' % (
+                        head,
+                        usage_json(n_prompt, completion),
+                        stream_metrics_json(req.hist, k, req.steps),
+                    )
+
+            else:
+
+                def tail(completion: int) -> bytes:
+                    return b'data: %b],"usage":%b}\n\n' % (head, usage_json(n_prompt, completion))
+
+            req.tail = tail
+
+    async def generate(
         self, request: web.Request, body: CompletionRequest | ChatRequest
     ) -> web.StreamResponse:
         """Answer a validated request: the engine streams its chunks straight into the transport."""
@@ -451,44 +457,48 @@ class SimServer:
             await req.done
             if req.error is not None:
                 raise ApiError(500, f"request aborted: {req.error}")
-            content = b"".join(req.parts)
-            usage = usage_json(parsed.prompt_ids_count, req.emitted)
-            head = b'{"id":"%b","object":"%b","created":%d,"model":%b,"choices":[{"index":0,' % (
-                req.rid.encode(),
-                b"chat.completion" if chat else b"text_completion",
-                self.created,
-                self._model_json,
-            )
-            if chat:
-                reasoning = b'"%b"' % b"".join(req.reasoning_parts) if parsed.thinking else b"null"
-                first_key, second_key = self._reasoning_keys
-                fields = b'"%b":%b' % (first_key, reasoning)
-                if second_key:
-                    fields += b',"%b":%b' % (second_key, reasoning)
-                choice = b'"message":{"role":"assistant","content":"%b",%b,"tool_calls":[]},' % (
-                    content,
-                    fields,
-                )
-            else:
-                choice = b'"text":"%b",' % content
-            if parsed.spec_details:  # SGLang: a response-level sglext beside usage (serving_chat.py)
-                usage += b',"sglext":' + spec_tokens_details_json(req.hist, cfg.k)
-            elif self._spec_metrics:  # a top-level key beside usage, as vLLM's response model has it
-                usage += b',"metrics":' + body_metrics_json(req.hist, cfg.k, req.steps)
-            out = (
-                head
-                + choice
-                + b'"logprobs":null,"finish_reason":"%b","stop_reason":null}],"usage":%b}'
-                % (
-                    req.finish_reason.encode(),
-                    usage,
-                )
-            )
-            return web.Response(body=out, content_type=JSON)
+            return web.Response(body=self._whole_response(req, parsed, chat), content_type=JSON)
         finally:
             if req.done is not None:
                 engine.abort(req)
                 self._count_completed(req)
+
+    def _whole_response(self, req: SimRequest, parsed: _Parsed, chat: bool) -> bytes:
+        """The body of a finished request's non-streamed answer (OpenAI's completion or chat completion)."""
+        cfg = self.config
+        content = b"".join(req.parts)
+        usage = usage_json(parsed.prompt_ids_count, req.emitted)
+        head = b'{"id":"%b","object":"%b","created":%d,"model":%b,"choices":[{"index":0,' % (
+            req.rid.encode(),
+            b"chat.completion" if chat else b"text_completion",
+            self.created,
+            self._model_json,
+        )
+        if chat:
+            reasoning = b'"%b"' % b"".join(req.reasoning_parts) if parsed.thinking else b"null"
+            first_key, second_key = self._reasoning_keys
+            fields = b'"%b":%b' % (first_key, reasoning)
+            if second_key:
+                fields += b',"%b":%b' % (second_key, reasoning)
+            choice = b'"message":{"role":"assistant","content":"%b",%b,"tool_calls":[]},' % (
+                content,
+                fields,
+            )
+        else:
+            choice = b'"text":"%b",' % content
+        if parsed.spec_details:  # SGLang: a response-level sglext beside usage (serving_chat.py)
+            usage += b',"sglext":' + spec_tokens_details_json(req.hist, cfg.k)
+        elif self._spec_metrics:  # a top-level key beside usage, as vLLM's response model has it
+            usage += b',"metrics":' + body_metrics_json(req.hist, cfg.k, req.steps)
+        return (
+            head
+            + choice
+            + b'"logprobs":null,"finish_reason":"%b","stop_reason":null}],"usage":%b}'
+            % (
+                req.finish_reason.encode(),
+                usage,
+            )
+        )
 
     def _count_completed(self, req: SimRequest) -> None:
         if req.error is not None:
@@ -531,7 +541,7 @@ async def serve(
     cluster = HeadCluster(config) if config.multi_node else None
     # The server (tokenizer, corpus) is built before the head listens: built after, it held the event loop
     # while workers were already joining, and under load their heartbeats could miss a short --peer-timeout.
-    server = SimServer(config, crash=crash, cluster=cluster)
+    server = SimService(config, crash=crash, cluster=cluster)
     if cluster is not None:
         if config.node_parallel == "dp":
             cluster.stats_of = server.rank_stats

@@ -19,7 +19,7 @@ import typer
 from alflow.errors import AlflowError
 from alflow.serving.app import OnReady, run_until_signalled
 from alflow.sim.config import parse_rates
-from alflow.tiny.server import LISTENING_PREFIX, TinyServer, TinyServerSettings, serve
+from alflow.tiny.server import LISTENING_PREFIX, TinyService, TinyServiceSettings, serve
 from alflow.tiny.settings import TinySpec, resolve_spec
 
 log = logging.getLogger("alflow.tiny")
@@ -35,7 +35,7 @@ def load_server(
     seed: int,
     host: str,
     port: int,
-) -> TinyServer:
+) -> TinyService:
     """Load the engine (the ``alflow[tiny]`` extra) and wrap it in a server."""
     from alflow.tiny.engine import SpecSettings, TinyEngine  # the optional extra, imported on use
 
@@ -46,9 +46,9 @@ def load_server(
             k=spec.k, ngram_min=spec.ngram_min, ngram_max=spec.ngram_max, synthetic_rates=spec.synthetic_rates
         )
     vocab = getattr(engine, "vocab_size", None)
-    return TinyServer(
+    return TinyService(
         engine,
-        TinyServerSettings(
+        TinyServiceSettings(
             served_model_name=served_model_name or engine.model_name,
             n_ctx=n_ctx,
             vocab_size=vocab if isinstance(vocab, int) else None,
@@ -144,7 +144,7 @@ def serve_command(
         raise typer.Exit(1) from None
 
 
-def run_server(server: TinyServer) -> None:
+def run_server(server: TinyService) -> None:
     """Serve until SIGTERM or SIGINT; print the listening line on stdout once bound."""
 
     def run(stop: asyncio.Event, on_ready: OnReady) -> Awaitable[None]:

@@ -154,7 +154,7 @@ class EngineLike(Protocol):
 
 
 @dataclass(frozen=True)
-class TinyServerSettings:
+class TinyServiceSettings:
     """What the server needs besides the engine (the CLI fills it)."""
 
     served_model_name: str = "tiny"
@@ -229,15 +229,15 @@ class _Job:
 # ------------------------------------------------------------------------------------ server
 
 
-class TinyServer:
+class TinyService:
     """One engine behind the OpenAI-compatible API; requests run one at a time, in arrival order.
 
-    The engine side of the serving kit (:class:`alflow.serving.app.Engine`).
+    The engine side of the serving kit (:class:`alflow.serving.app.ServingEngine`).
     """
 
     header = (ENGINE_HEADER, "tiny")
 
-    def __init__(self, engine: EngineLike, settings: TinyServerSettings) -> None:
+    def __init__(self, engine: EngineLike, settings: TinyServiceSettings) -> None:
         self.engine = engine
         self.settings = settings
         self.model = settings.served_model_name
@@ -587,7 +587,7 @@ class TinyServer:
 
 
 async def serve(
-    server: TinyServer,
+    server: TinyService,
     *,
     stop: asyncio.Event,
     on_ready: OnReady | None = None,

@@ -1,4 +1,4 @@
-"""Run a :class:`~alflow.tiny.server.TinyServer` on its own event loop in a daemon thread (tests, notebooks)."""
+"""Run a :class:`~alflow.tiny.server.TinyService` on its own event loop in a daemon thread (tests, notebooks)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ from collections.abc import Awaitable
 from types import TracebackType
 
 from alflow.serving.app import OnReady, ServerThread
-from alflow.tiny.server import TinyServer, TinyStartupError, serve
+from alflow.tiny.server import TinyService, TinyStartupError, serve
 
 
 class TinyThread(ServerThread):
     """A tiny server in a thread; ``base_url`` once started; ``stop()`` (or ``with``) ends it."""
 
-    def __init__(self, server: TinyServer) -> None:
+    def __init__(self, server: TinyService) -> None:
         self.server = server
 
         def run(stop: asyncio.Event, on_ready: OnReady) -> Awaitable[None]:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from alflow.config import DemoParams
+from alflow.gates import AlGateDetails
 from alflow.reference import load_reference
 from alflow.results.store import open_run
 from flows.demo import TINY_MODEL_ID, demo
@@ -42,7 +43,7 @@ def test_m0_then_m1_on_the_tiny_engine_pass_against_its_own_reference(tmp_path: 
         tiny_gsm8k_limit=3,
     )
     out = demo(params)
-    table = load_reference(out["reference_path"])
+    table = load_reference(out.reference_path)
     assert table.kind == "measured"
     assert table.dataset == "alflow-tiny"
     entries = {e.k: e for e in table.entries}
@@ -55,18 +56,21 @@ def test_m0_then_m1_on_the_tiny_engine_pass_against_its_own_reference(tmp_path: 
         assert entry.provenance is not None
         assert entry.provenance.framework == "tiny"
         assert entry.provenance.dataset == "alflow-tiny"
-    assert out["m0"]["cached_points"] == []
-    m1 = out["m1"]["tiny"]
-    assert m1["passed"], m1["message"]
-    gates = {v["gate"]: v for v in m1["verdicts"]}
+    assert out.m0.cached_points == ()
+    m1 = out.gate("tiny")
+    assert m1.passed, m1.message
+    assert m1.outcome is not None
+    gates = {v.gate: v for v in m1.outcome.verdicts}
     assert set(gates) == {"al", "gsm8k-accuracy"}, gates
-    assert all(v["passed"] for v in gates.values())
+    assert all(v.passed for v in gates.values())
     # M1 reproduces its own reference: same engine, same prompts, same seeds
-    assert gates["al"]["al"] == pytest.approx(entries[3].al, rel=1e-9)  # the table keeps 12 digits
-    run = open_run(m1["run_dir"])
+    details = gates["al"].details
+    assert isinstance(details, AlGateDetails)
+    assert details.al == pytest.approx(entries[3].al, rel=1e-9)  # the table keeps 12 digits
+    run = open_run(m1.outcome.run_dir)
     assert run.status == "complete"
     assert run.manifest.simulated is False
     for name in ("report.md", "report.html"):
-        report = (Path(m1["run_dir"]) / name).read_text()
+        report = (Path(m1.outcome.run_dir) / name).read_text()
         assert "TINY CPU ENGINE" in report, name
         assert "SIMULATED" not in report, name

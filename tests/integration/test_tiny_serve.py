@@ -26,7 +26,7 @@ from alflow.config import SpeculativeConfig, server_config
 from alflow.frameworks.recipes import build_launch
 from alflow.metrics.dialects import get_dialect
 from alflow.metrics.prometheus import Snapshot, SnapshotWindow, parse_exposition
-from alflow.tiny.server import TinyServer, TinyServerSettings
+from alflow.tiny.server import TinyService, TinyServiceSettings
 from alflow.tiny.settings import resolve_spec
 from alflow.tiny.thread import TinyThread
 from alflow.workloads import tiny_prompts_path
@@ -104,9 +104,9 @@ def tiny_engine() -> Any:
 def served(tiny_engine: Any) -> Iterator[tuple[TinyThread, Recording]]:
     mod = _engine_module()
     recording = Recording(tiny_engine)
-    server = TinyServer(
+    server = TinyService(
         recording,
-        TinyServerSettings(
+        TinyServiceSettings(
             served_model_name="gemma-3-270m",
             n_ctx=2048,
             vocab_size=tiny_engine.vocab_size,

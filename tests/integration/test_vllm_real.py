@@ -32,6 +32,7 @@ from alflow.config import (
     GateParams,
     Gsm8kSettings,
     LoadConfig,
+    ModelSpec,
     ProcessOptions,
     RandomWorkload,
     SamplingParams,
@@ -41,16 +42,17 @@ from alflow.config import (
     SyntheticAcceptance,
 )
 from alflow.frameworks.recipes import build_launch
-from alflow.gates import AUDIT_MIN_FIT_P
+from alflow.gates import AUDIT_MIN_FIT_P, AlGateDetails
 from alflow.metrics.dialects import get_dialect
 from alflow.metrics.prometheus import Snapshot, SnapshotWindow, parse_exposition
 from alflow.models import PreparedModel, prepare_model
+from alflow.outcomes import DemoOutcome
 from alflow.reference import load_reference
 from alflow.results.audit import SCRAPES
 from alflow.results.store import open_run
 from alflow.workloads import tiny_prompts_path
 from flows.benchmark import benchmark
-from flows.demo import VLLM_CPU_LABEL, VLLM_MODEL_ID, demo, vllm_cpu_server
+from flows.demo import VLLM_CPU_LABEL, VLLM_MODEL_ID, demo, vllm_cpu_server, vllm_demo_models
 from flows.gate import gate
 from infra import lifecycle
 from infra.errors import RecipeError
@@ -198,8 +200,16 @@ def test_synthetic_acceptance_without_the_port_is_refused_before_launch(
     assert not (tmp_path / "logs").exists() or not any((tmp_path / "logs").iterdir())  # nothing was started
 
 
+def _greedy(smol: PreparedModel) -> ModelSpec:
+    """The demo's greedy model (M0, M1, M2), as the demo built it from the prepared model."""
+    return vllm_demo_models(DemoParams(engine="vllm", vllm_max_tokens=DEMO_MAX_TOKENS), smol)[0]
+
+
+DEMO_MAX_TOKENS = 64
+
+
 @pytest.fixture(scope="module")
-def demo_run(tmp_path_factory: pytest.TempPathFactory, prefect_harness: None) -> dict[str, Any]:
+def demo_run(tmp_path_factory: pytest.TempPathFactory, prefect_harness: None) -> DemoOutcome:
     del prefect_harness
     root = tmp_path_factory.mktemp("vllm-demo")
     params = DemoParams(
@@ -208,7 +218,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory, prefect_harness: None) ->
         ks=(3,),  # one K: each K is one more vLLM start and point (~80 s here); the sim tests sweep K
         benchmark_k=3,
         vllm_prompts=4,
-        vllm_max_tokens=64,
+        vllm_max_tokens=DEMO_MAX_TOKENS,
         vllm_sampled=False,
         vllm_gsm8k_limit=4,
         vllm_m2_targets=(1.5,),
@@ -221,13 +231,13 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory, prefect_harness: None) ->
     return demo(params)
 
 
-def test_m0_on_real_vllm_writes_the_servers_counter_deltas(demo_run: dict[str, Any]) -> None:
-    table = load_reference(demo_run["reference_path"])
+def test_m0_on_real_vllm_writes_the_servers_counter_deltas(demo_run: DemoOutcome) -> None:
+    table = load_reference(demo_run.reference_path)
     assert table.kind == "measured"
     assert VLLM_CPU_LABEL in table.description
     entries = {e.k: e for e in table.entries}
     assert set(entries) == {3}
-    scrapes = open_run(demo_run["m0"]["run_dir"]).json(SCRAPES)["points"]
+    scrapes = open_run(demo_run.m0.run_dir).json(SCRAPES)["points"]
     assert len(scrapes) == 1
     for point in scrapes.values():
         entry = entries[point["k"]]
@@ -251,23 +261,27 @@ def test_m0_on_real_vllm_writes_the_servers_counter_deltas(demo_run: dict[str, A
         assert prov.command[:2] == ("vllm", "serve")
 
 
-def test_m1_passes_on_the_same_engine(demo_run: dict[str, Any]) -> None:
-    m1 = demo_run["m1"]["vllm-cpu"]
-    assert m1["passed"], m1["message"]
-    gates = {v["gate"]: v for v in m1["verdicts"]}
+def test_m1_passes_on_the_same_engine(demo_run: DemoOutcome) -> None:
+    gate_run = demo_run.gate("vllm-cpu")
+    assert gate_run.passed, gate_run.message
+    m1 = gate_run.outcome
+    assert m1 is not None
+    gates = {v.gate: v for v in m1.verdicts}
     assert set(gates) == {"al", "gsm8k-accuracy"}
-    table = load_reference(demo_run["reference_path"])
+    table = load_reference(demo_run.reference_path)
     k3 = next(e for e in table.entries if e.k == 3)
-    assert gates["al"]["al"] == pytest.approx(k3.al, rel=1e-9)  # greedy, same prompts: reproduced
-    run = open_run(m1["run_dir"])
+    details = gates["al"].details
+    assert isinstance(details, AlGateDetails)
+    assert details.al == pytest.approx(k3.al, rel=1e-9)  # greedy, same prompts: reproduced
+    run = open_run(m1.run_dir)
     assert run.status == "complete"
     assert run.manifest.simulated is False
     server = run.manifest.model_dump(mode="json")["provenance"]["server"]
     assert server["provenance"]["framework_version"] == "0.32.0"
     assert Path(server["log_path"]).is_file()
-    assert Path(server["log_path"]).is_relative_to(Path(demo_run["results_root"]))
+    assert Path(server["log_path"]).is_relative_to(Path(demo_run.results_root))
     for name in ("report.md", "report.html"):
-        text = (Path(m1["run_dir"]) / name).read_text()
+        text = (Path(m1.run_dir) / name).read_text()
         assert "REAL vLLM" in text, name
         assert "SIMULATED" not in text, name
 
@@ -275,31 +289,36 @@ def test_m1_passes_on_the_same_engine(demo_run: dict[str, Any]) -> None:
 PORT_NOTE = "vLLM 0.32.0 on CPU; synthetic sampling by alflow's port of vLLM's kernel rule (alflow-vllm-cpu-synthetic 0.1.0)"
 
 
-def test_m2_on_real_vllm_at_two_targets_passes_every_audit(demo_run: dict[str, Any]) -> None:
-    table = load_reference(demo_run["reference_path"])
+def test_m2_on_real_vllm_at_two_targets_passes_every_audit(demo_run: DemoOutcome) -> None:
+    table = load_reference(demo_run.reference_path)
     reference = next(e for e in table.entries if e.k == K and e.method is SpecMethod.NGRAM).al
-    runs = demo_run["m2"]
-    assert [r["target"] for r in runs] == ["reference", 1.5]
+    runs = demo_run.m2
+    assert [r.target for r in runs] == [None, 1.5]  # None: the M0 reference
     for run in runs:
-        assert "failed" not in run, run.get("failed")
-        outcome = run["outcome"]
-        target = reference if run["target"] == "reference" else 1.5
-        assert outcome["target_al"] == pytest.approx(target, abs=1e-12)
-        assert outcome["scheme"] == "vllm"
-        assert [p["concurrency"] for p in outcome["points"]] == [4]
-        for point in outcome["points"]:
-            assert point["valid"], point["audit"]
-            assert abs(point["achieved_al"] - target) <= point["allowed_deviation"]
+        assert run.failed is None, run.failed
+        outcome = run.outcome
+        assert outcome is not None
+        target = reference if run.target is None else 1.5
+        assert outcome.target_al == pytest.approx(target, abs=1e-12)
+        assert outcome.scheme == "vllm"
+        assert [p.concurrency for p in outcome.points] == [4]
+        for point in outcome.points:
+            assert point.valid, point.audit
+            assert point.achieved_al is not None
+            assert point.allowed_deviation is not None
+            assert abs(point.achieved_al - target) <= point.allowed_deviation
             # the shape: per-request histograms pooled, tested against the min-variance pmf at the target
-            assert point["al_source"] == "per-request", point
-            assert point["fit_p_value"] is not None
-            assert point["fit_p_value"] >= AUDIT_MIN_FIT_P
-            observed = point["histogram_observed"]
+            assert point.al_source == "per-request", point
+            assert point.fit_p_value is not None
+            assert point.fit_p_value >= AUDIT_MIN_FIT_P
+            observed = point.histogram_observed
+            assert observed is not None
             assert len(observed) == K + 1
             floor = int(target - 1.0)  # min-variance: every step accepts floor(L-1) or floor(L-1)+1 drafts
-            assert sum(observed) == point["num_drafts"] > 0
+            assert sum(observed) == point.num_drafts
+            assert sum(observed) > 0
             assert all(c == 0 for j, c in enumerate(observed) if j not in (floor, floor + 1)), observed
-        stored = open_run(outcome["run_dir"])
+        stored = open_run(outcome.run_dir)
         assert stored.status == "complete"
         provenance = stored.manifest.model_dump(mode="json")["provenance"]
         assert PORT_NOTE in provenance["engine_note"]
@@ -318,13 +337,13 @@ def test_m2_on_real_vllm_at_two_targets_passes_every_audit(demo_run: dict[str, A
             "synthetic sampling by alflow's port of vLLM's kernel rule" in log
         )  # the worker loaded the port
         for name in ("report.md", "report.html"):
-            text = (Path(outcome["run_dir"]) / name).read_text()
+            text = (Path(outcome.run_dir) / name).read_text()
             assert "alflow&#39;s port" in text or "alflow's port" in text, name
             assert "REAL vLLM" in text, name
 
 
 def test_m1_fails_the_al_gate_on_prompts_that_accept_less(
-    demo_run: dict[str, Any], served: tuple[ServerHandle, Any], prefect_harness: None
+    demo_run: DemoOutcome, served: tuple[ServerHandle, Any], smol: PreparedModel, prefect_harness: None
 ) -> None:
     """Sampling at temperature 1.0 instead of greedy: the n-gram drafts are rejected far more often.
 
@@ -333,11 +352,11 @@ def test_m1_fails_the_al_gate_on_prompts_that_accept_less(
     running server (the demo's configuration, n-gram K = 3) as an external one instead of starting a fourth.
     """
     del prefect_harness
-    root = Path(demo_run["results_root"])
+    root = Path(demo_run.results_root)
     handle, config = served
     state = gate(
         params=GateParams(
-            model=demo_run["greedy_model"].model_copy(
+            model=_greedy(smol).model_copy(
                 update={"sampling_thinking_off": SamplingParams(temperature=1.0, seed=7, max_tokens=96)}
             ),
             method=SpecMethod.NGRAM,
@@ -346,7 +365,7 @@ def test_m1_fails_the_al_gate_on_prompts_that_accept_less(
             placement=ServerPlacement(
                 results_root=str(root), runner=ExternalServer(base_url=handle.base_url, dialect="vllm")
             ),
-            reference_path=demo_run["reference_path"],
+            reference_path=demo_run.reference_path,
             workload=SpeedBenchWorkload(
                 path=str(tiny_prompts_path()), category="writing", limit=4, max_tokens=64
             ),
@@ -365,19 +384,19 @@ def test_m1_fails_the_al_gate_on_prompts_that_accept_less(
 
 
 def test_m2_with_the_port_disabled_fails_fast_naming_the_plugin(
-    demo_run: dict[str, Any], smol: PreparedModel, prefect_harness: None
+    demo_run: DemoOutcome, smol: PreparedModel, prefect_harness: None
 ) -> None:
     """vLLM's own plugin allowlist leaves the port out: vLLM's CPU kernels refuse the synthetic call, and the run
     fails within a minute of the server's start, naming the plugin among the likely causes."""
     del prefect_harness
-    root = Path(demo_run["results_root"])
+    root = Path(demo_run.results_root)
     server = vllm_cpu_server(str(smol.path)).model_copy(
         update={"extra_env": {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_PLUGINS": "some_other_plugin"}}
     )
     started = time.monotonic()
     state = benchmark(
         params=BenchmarkParams(
-            model=demo_run["greedy_model"],
+            model=_greedy(smol),
             method=SpecMethod.DRAFT_MODEL,
             draft_model=str(smol.path),
             k=K,

@@ -218,17 +218,9 @@ def test_no_source_file_over_700_lines() -> None:
 
 MAX_FUNCTION_LINES = 80
 LONG_FUNCTIONS = {
-    "alflow/reports/content/m0.py:build_m0": 171,
     "alflow/cli/bench.py:bench_command": 134,
-    "alflow/reports/svg.py:render": 113,
-    "flows/demo.py:_vllm_demo": 103,
-    "alflow/sim/server.py:_build": 103,
     "infra/runners/slurm.py:start": 99,
     "alflow/measure.py:measure": 95,
-    "alflow/reports/content/sweep.py:build_sweep": 94,
-    "alflow/reports/content/m1.py:_al_gate_section": 91,
-    "alflow/bench.py:bench_async": 84,
-    "alflow/sim/server.py:generate": 83,
 }
 """The functions whose body is over :data:`MAX_FUNCTION_LINES` today (issue #32), with their length: the list
 only shrinks. A listed function may not grow; one that drops to the budget leaves the list."""
@@ -262,7 +254,7 @@ def test_no_function_body_over_its_budget_and_the_long_ones_only_shrink() -> Non
     assert fixed == [], f"within the budget now: remove them from LONG_FUNCTIONS: {fixed}"
 
 
-COMPLEX_FUNCTIONS = 3
+COMPLEX_FUNCTIONS = 0
 """Functions above ruff's ``max-complexity`` (pyproject.toml, C901) today, each marked ``# noqa: C901``: only fewer."""
 
 
@@ -286,7 +278,7 @@ NAMED_OUTSIDE_PLUGINS = {
     # the demo's engines and example gates (flows.demo and its command), as presets name frameworks
     "flows/demo.py": 14,
     "alflow/config/flows.py": 6,
-    "alflow/cli/demo.py": 5,
+    "alflow/cli/demo.py": 3,
     # scheme names: a scheme is named after the framework whose rule it is (stored in runs)
     "alflow/acceptance/synthetic.py": 4,
     # the tiny engine's own package (its served name and engine label)

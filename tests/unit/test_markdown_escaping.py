@@ -166,29 +166,51 @@ def test_demo_summaries_print_hostile_names_as_typed() -> None:
     from rich.console import Console
 
     from alflow.cli.demo import _print_demo, _print_tiny_demo, _print_vllm_demo
+    from alflow.gates import Verdict
+    from alflow.outcomes import DemoBenchmark, DemoGate, DemoOutcome, M0Outcome, M1Outcome, M2Outcome
+    from alflow.reference import ReferenceEntry
+    from alflow.results.rows import M2Point
 
     name = " ".join(v for v in HOSTILE if "\n" not in v)
-    entry = {"model": name, "thinking": "off", "k": 3, "al": 2.5, "num_drafts": 10}
-    m0 = {"reference_path": f"refs/{name}.yaml", "entries": [entry], "cached_points": [name]}
-    verdict = {
-        "passed": False,
-        "message": f"AL gate FAILED for {name}",
-        "verdicts": [{"passed": False, "message": name}],
-    }
-    point = {"concurrency": 4, "output_throughput_per_gpu": 9.0, "median_interactivity_tokens_per_s": 3.0,
-             "median_tpot_ms": 1.0, "achieved_al": 2.5, "valid": True}  # fmt: skip
-    m2 = {"target_al": 2.5, "scheme": name, "points": [point], "run_dir": f"/r/{name}"}
-    vllm = {"m0": m0, "m1": {"vllm-cpu": verdict}, "results_root": f"/r/{name}", "label": name}
-    vllm_point = point | {"output_throughput": 9.0, "allowed_deviation": 0.05, "fit_p_value": 0.5}
-    vllm_m2 = [
-        {"target": "reference", "outcome": m2 | {"points": [vllm_point]}},
-        {"target": 1.5, "failed": name},
-    ]
-    vllm |= {"model": {"path": name, "source": name}, "m2": vllm_m2}
+    entry = ReferenceEntry(
+        model=name,
+        method="ngram",
+        thinking="off",
+        k=3,
+        concurrency=1,
+        prefix_caching=False,
+        al=2.5,
+        num_drafts=10,
+        draft_sample_method="greedy",
+        rejection_sample_method="standard",
+    )
+    m0 = M0Outcome(f"/r/{name}", f"refs/{name}.yaml", (entry,), cached_points=(name,))
+    m1 = M1Outcome(f"/r/{name}", False, (Verdict("al", False, name),))
+    gate = DemoGate(name, False, f"AL gate FAILED for {name}", m1)
+    point = M2Point(
+        concurrency=4, k=3, framework="sim", target_al=2.5, achieved_al=2.5, valid=True, partial=False, audit=name,
+        num_drafts=10, expected_al=2.5, allowed_deviation=0.05, completed=4, failed=0, output_throughput=9.0,
+        nodes=1, num_gpus=1, total_token_throughput=9.0, output_throughput_per_gpu=9.0,
+        total_token_throughput_per_gpu=9.0, median_interactivity_tokens_per_s=3.0, median_tpot_ms=1.0,
+        median_ttft_ms=1.0, p99_ttft_ms=1.0, median_itl_ms=1.0, tokens_per_chunk=1.0, duration_s=1.0,
+        fit_p_value=0.5,
+    )  # fmt: skip
+    m2 = M2Outcome(f"/r/{name}", 2.5, name, 1, 1, (point,))
+    root = f"/r/{name}"
     outs = {
-        "sim": {"m0": m0, "m1": {name: verdict}, "m2": m2, "results_root": f"/r/{name}"},
-        "tiny": {"m0": m0, "m1": {"tiny": verdict}, "results_root": f"/r/{name}"},
-        "vllm": vllm,
+        "sim": DemoOutcome("sim", root, m0.reference_path, m0, (gate,), (DemoBenchmark(None, m2),)),
+        "tiny": DemoOutcome("tiny", root, m0.reference_path, m0, (gate,)),
+        "vllm": DemoOutcome(
+            "vllm",
+            root,
+            m0.reference_path,
+            m0,
+            (gate,),
+            (DemoBenchmark(None, m2), DemoBenchmark(1.5, failed=name)),
+            label=name,
+            model_path=name,
+            model_source=name,
+        ),
     }
     for kind, printer in (("sim", _print_demo), ("tiny", _print_tiny_demo), ("vllm", _print_vllm_demo)):
         console = Console(record=True, width=600)

@@ -9,7 +9,7 @@ import pytest
 
 from alflow.sim.config import SimConfig
 from alflow.sim.engine import EngineStats, Histogram
-from alflow.sim.server import SimServer, _Parsed
+from alflow.sim.server import SimService, _Parsed
 
 
 class FakeTransport:
@@ -41,8 +41,8 @@ def chunks(data: bytes) -> list[bytes]:
     return out
 
 
-async def run(cfg: SimConfig, reqs: list[_Parsed]) -> tuple[SimServer, list[FakeTransport], list[object]]:
-    server = SimServer(cfg.validate())
+async def run(cfg: SimConfig, reqs: list[_Parsed]) -> tuple[SimService, list[FakeTransport], list[object]]:
+    server = SimService(cfg.validate())
     server.engine.start()
     transports, built = [], []
     for p in reqs:
@@ -77,7 +77,7 @@ async def test_counts_and_chunks_at_fixed_al() -> None:
 
 async def test_client_gone_aborts_request() -> None:
     cfg = SimConfig(port=0, k=1, synthetic_al=2.0, time_scale=0)
-    server = SimServer(cfg.validate())
+    server = SimService(cfg.validate())
     server.engine.start()
     req = server._build(parsed(10_000), chat=False)
     t = FakeTransport()
@@ -106,7 +106,7 @@ async def test_natural_eos_and_non_streaming_parts() -> None:
 
 async def test_max_num_seqs_bounds_batch() -> None:
     cfg = SimConfig(port=0, k=3, synthetic_al=2.5, time_scale=0, max_num_seqs=3)
-    server = SimServer(cfg.validate())
+    server = SimService(cfg.validate())
     steps: list[int] = []
     server.engine.start()
     reqs = []
@@ -144,7 +144,7 @@ async def test_engine_failure_fails_requests_and_health() -> None:
     from aiohttp.test_utils import TestClient, TestServer
 
     cfg = SimConfig(port=0, dialect="sglang", k=3, synthetic_al=2.0, time_scale=0)
-    server = SimServer(cfg.validate())
+    server = SimService(cfg.validate())
     server.engine.sampler = _Boom()  # SGLang: one engine-level draw per step
     async with TestClient(TestServer(server.make_app())) as client:
         body = {"prompt": "x", "max_tokens": 20, "ignore_eos": True, "stream": True}

@@ -13,7 +13,7 @@ from alflow.frameworks.recipes import build_launch
 from alflow.metrics.client import GpuLayout
 from alflow.sim.cluster import stats_from_dict, stats_to_dict
 from alflow.sim.config import SimConfig
-from alflow.sim.engine import Engine, EngineStats
+from alflow.sim.engine import EngineStats, SimEngine
 from alflow.sim.profiles import DEFAULT_PROFILE, get_profile
 from alflow.topology import gpu_layout
 from infra.errors import RecipeError
@@ -85,9 +85,11 @@ def test_profile_across_nodes_splits_weights_and_math_but_not_the_drafter() -> N
 
 
 def test_engine_uses_the_group_profile_only_for_tp_across_nodes() -> None:
-    assert Engine(multi(node_parallel="tp")).profile.nodes == 2
-    assert Engine(multi(node_parallel="dp")).profile.nodes == 1  # one engine per node, each one node's GPUs
-    assert Engine(SimConfig().validate()).profile.nodes == 1
+    assert SimEngine(multi(node_parallel="tp")).profile.nodes == 2
+    assert (
+        SimEngine(multi(node_parallel="dp")).profile.nodes == 1
+    )  # one engine per node, each one node's GPUs
+    assert SimEngine(SimConfig().validate()).profile.nodes == 1
 
 
 def test_engine_stats_travel_between_head_and_worker() -> None:
@@ -171,9 +173,9 @@ def test_gpu_layout_of_a_multi_node_server_counts_every_nodes_gpus() -> None:
 
 
 def test_dp_head_runs_one_engine_per_node_and_hands_requests_out_in_turn() -> None:
-    from alflow.sim.server import SimServer
+    from alflow.sim.server import SimService
 
-    dp = SimServer(multi(node_parallel="dp", nnodes=3, port=8100, dist_port=8200))
+    dp = SimService(multi(node_parallel="dp", nnodes=3, port=8100, dist_port=8200))
     assert len(dp.engines) == 3
     assert dp.engines[0] is dp.engine
     assert [dp.rank_stats(r) for r in range(3)] == [e.stats for e in dp.engines]
@@ -181,6 +183,6 @@ def test_dp_head_runs_one_engine_per_node_and_hands_requests_out_in_turn() -> No
     assert picks == [*dp.engines, *dp.engines]
     # each rank draws its own acceptance (its own seed); only rank 0 writes the step log
     assert [e.config.seed for e in dp.engines] == [0, 1, 2]
-    tp = SimServer(multi(node_parallel="tp"))
+    tp = SimService(multi(node_parallel="tp"))
     assert len(tp.engines) == 1
     assert tp.engine.profile.nodes == 2

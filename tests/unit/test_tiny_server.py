@@ -20,7 +20,7 @@ from alflow.errors import InvalidInputError
 from alflow.metrics.dialects import get_dialect
 from alflow.metrics.prometheus import SnapshotWindow, parse_exposition
 from alflow.tiny.chat import render_chat
-from alflow.tiny.server import TinyServer, TinyServerSettings
+from alflow.tiny.server import TinyService, TinyServiceSettings
 from alflow.tiny.settings import resolve_spec
 from alflow.tiny.thread import TinyThread
 from tests.unit.tiny_double import DoubleEngine, DoubleSpec
@@ -28,10 +28,10 @@ from tests.unit.tiny_double import DoubleEngine, DoubleSpec
 CODE = "def add(a, b):\n    return a + b\n\ndef add(a, b):\n    return a + b\n"
 
 
-def _server(engine: DoubleEngine, k: int = 3, **kw: Any) -> TinyServer:
-    return TinyServer(
+def _server(engine: DoubleEngine, k: int = 3, **kw: Any) -> TinyService:
+    return TinyService(
         engine,
-        TinyServerSettings(
+        TinyServiceSettings(
             served_model_name="tiny-test", n_ctx=kw.pop("n_ctx", 1024), spec=DoubleSpec(k=k), **kw
         ),
     )
@@ -275,9 +275,9 @@ def test_version_reports_synthetic_acceptance_so_the_gsm8k_guard_refuses() -> No
     spec = resolve_spec(
         speculative_config='{"method":"ngram","num_speculative_tokens":3,"rejection_sample_method":"synthetic","synthetic_acceptance_length":2.0}'
     )
-    server = TinyServer(
+    server = TinyService(
         DoubleEngine(),
-        TinyServerSettings(
+        TinyServiceSettings(
             served_model_name="tiny-test",
             spec=DoubleSpec(k=3, synthetic_rates=spec.synthetic_rates),
             synthetic=spec.synthetic,

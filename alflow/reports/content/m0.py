@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from alflow.reference import ReferenceEntry
 from alflow.reports import svg
@@ -41,10 +42,29 @@ def build_m0(run: StoredRun) -> Report:
         return report
     if stored.get("reference_path"):
         report.facts.append(("Reference table", str(stored["reference_path"])))
-    # AL by K, one curve per (model, method, thinking)
     curves: dict[str, list[ReferenceEntry]] = {}
     for e in entries:  # one run measures one category: one curve per (model, method, thinking)
         curves.setdefault(f"{e.model} {e.method.value} thinking={e.thinking.value}", []).append(e)
+    report.sections.append(_al_section(entries, curves, skipped))
+    report.sections.append(_position_section(curves))
+    per_request = m0_request_acceptance(run)
+    if per_request:
+        report.sections.append(per_request_section(per_request))
+    # category matrix
+    cat_sec = Section("Acceptance length by category")
+    cat_sec.paragraphs.append(
+        f"One run measures one category ({category}); the category matrix needs several runs (see "
+        "`alflow report compare --format csv` across runs)."
+    )
+    report.sections.append(cat_sec)
+    report.sections.append(_diff_section(stored))
+    return report
+
+
+def _al_section(
+    entries: list[ReferenceEntry], curves: dict[str, list[ReferenceEntry]], skipped: list[str]
+) -> Section:
+    """AL by K: one curve per (model, method, thinking) with its intervals, and the table of every entry."""
     series = []
     for name, unsorted in curves.items():
         rows = sorted(unsorted, key=lambda r: r.k)
@@ -94,8 +114,11 @@ def build_m0(run: StoredRun) -> Report:
             numeric=[False, False, False, True, True, True, True, True, True, False],
         )
     )
-    report.sections.append(sec)
-    # per-position acceptance curves, one chart per (model, thinking)
+    return sec
+
+
+def _position_section(curves: dict[str, list[ReferenceEntry]]) -> Section:
+    """Per-position acceptance curves, one chart per (model, method, thinking), one curve per K."""
     pos = Section(
         "Per-position acceptance",
         paragraphs=[
@@ -128,18 +151,11 @@ def build_m0(run: StoredRun) -> Report:
             )
     if not pos.figures:
         pos.paragraphs.append("No per-position counters were recorded.")
-    report.sections.append(pos)
-    per_request = m0_request_acceptance(run)
-    if per_request:
-        report.sections.append(per_request_section(per_request))
-    # category matrix
-    cat_sec = Section("Acceptance length by category")
-    cat_sec.paragraphs.append(
-        f"One run measures one category ({category}); the category matrix needs several runs (see "
-        "`alflow report compare --format csv` across runs)."
-    )
-    report.sections.append(cat_sec)
-    # diff against the previous reference
+    return pos
+
+
+def _diff_section(stored: Mapping[str, Any]) -> Section:
+    """The diff against the previous reference table, and the points reused from the cache."""
     diff = stored.get("diff")
     diff_sec = Section("Diff against the previous reference table")
     if not isinstance(diff, Mapping):
@@ -191,5 +207,4 @@ def build_m0(run: StoredRun) -> Report:
         diff_sec.notes.append(
             "Reused from cache (not measured again): " + ", ".join(map(str, stored["cached_points"]))
         )
-    report.sections.append(diff_sec)
-    return report
+    return diff_sec

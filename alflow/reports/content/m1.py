@@ -127,33 +127,37 @@ def _al_gate_section(v: Verdict, d: AlGateDetails, stats: pl.DataFrame | None) -
             )
         )
     if stats is not None and stats.height and "per_position_rates" in stats.columns:
-        row = stats.row(0, named=True)
-        rates = row.get("per_position_rates") or []
-        if rates:
-            sec.figures.append(
-                svg_figure(
-                    svg.Chart(
-                        "Per-position acceptance (measured)",
-                        "draft position i",
-                        "p_i",
-                        [svg.Series(f"K={row.get('k')}", [(i, p) for i, p in enumerate(rates, start=1)])],
-                        x_ticks=list(range(1, len(rates) + 1)),
-                        y_zero=True,
-                        width=420,
-                        height=300,
-                    )
+        _add_measured_counts(sec, stats.row(0, named=True))
+    return sec
+
+
+def _add_measured_counts(sec: Section, row: dict[str, Any]) -> None:
+    """The measured per-position curve and the window's counts (steps, accepted, drafted, rate) under the gate."""
+    rates = row.get("per_position_rates") or []
+    if rates:
+        sec.figures.append(
+            svg_figure(
+                svg.Chart(
+                    "Per-position acceptance (measured)",
+                    "draft position i",
+                    "p_i",
+                    [svg.Series(f"K={row.get('k')}", [(i, p) for i, p in enumerate(rates, start=1)])],
+                    x_ticks=list(range(1, len(rates) + 1)),
+                    y_zero=True,
+                    width=420,
+                    height=300,
                 )
             )
-        counts = [
-            f"{fmt(row.get('num_drafts'))} verify steps",
-            f"{fmt(row.get('accepted_tokens'))} accepted draft tokens",
-        ]
-        if row.get("draft_tokens") is not None:
-            counts.append(f"{fmt(row.get('draft_tokens'))} drafted")
-        if num(row.get("acceptance_rate")) is not None:
-            counts.append(f"draft acceptance rate {fmt(row.get('acceptance_rate'), 4)}")
-        sec.notes.append(", ".join(counts) + ".")
-    return sec
+        )
+    counts = [
+        f"{fmt(row.get('num_drafts'))} verify steps",
+        f"{fmt(row.get('accepted_tokens'))} accepted draft tokens",
+    ]
+    if row.get("draft_tokens") is not None:
+        counts.append(f"{fmt(row.get('draft_tokens'))} drafted")
+    if num(row.get("acceptance_rate")) is not None:
+        counts.append(f"draft acceptance rate {fmt(row.get('acceptance_rate'), 4)}")
+    sec.notes.append(", ".join(counts) + ".")
 
 
 def _gsm8k_section(v: Verdict, d: AccuracyDetails, gsm8k: object) -> Section:

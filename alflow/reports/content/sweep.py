@@ -39,68 +39,8 @@ def build_sweep(run: StoredRun) -> Report:
             if not failures
             else f"{len(failures)} failure(s): see below"
         )
-    report.sections.append(
-        Section(
-            "Runs per K",
-            paragraphs=[
-                "Each K ran M1 (the real-acceptance gate), then M2 (the synthetic benchmark) at its target."
-            ],
-            tables=[
-                Table(
-                    ["K", "node", "M1", "M1 run", "M2", "M2 run", "M2 run directory"],
-                    [
-                        [
-                            fmt(r.get("k")),
-                            str(r.get("node") or "this process"),
-                            _step(r, "gate"),
-                            str(r.get("gate_run") or "-"),
-                            _step(r, "benchmark"),
-                            str(r.get("benchmark_run") or "-"),
-                            str(r.get("benchmark_dir") or "-"),
-                        ]
-                        for r in rows
-                    ],
-                    numeric=[True],
-                )
-            ],
-        )
-    )
-    best = [b for b in stored.get("best_k") or [] if isinstance(b, Mapping)]
-    report.sections.append(
-        Section(
-            "Best K per concurrency",
-            paragraphs=[
-                "Among valid points only, by output throughput per GPU and by median interactivity: "
-                f"{RULE}. The figure is the chosen K's median over its repeats."
-            ]
-            if best
-            else ["No valid M2 point: no best K."],
-            tables=[
-                Table(
-                    [
-                        "concurrency",
-                        "best K (throughput/GPU)",
-                        "output tok/s/GPU",
-                        "best K (interactivity)",
-                        "interactivity (tok/s/user)",
-                    ],
-                    [
-                        [
-                            fmt(b.get("concurrency")),
-                            fmt(b.get("best_k_throughput")),
-                            fmt(b.get("output_throughput_per_gpu"), 1),
-                            fmt(b.get("best_k_interactivity")),
-                            fmt(b.get("median_interactivity_tokens_per_s"), 1),
-                        ]
-                        for b in best
-                    ],
-                    numeric=[True] * 5,
-                )
-            ]
-            if best
-            else [],
-        )
-    )
+    report.sections.append(_runs_section(rows))
+    report.sections.append(_best_section(stored))
     points = m2_points(run)
     if points:
         report.sections.append(_uncertainty_section(points, stored.get("repeats")))
@@ -118,6 +58,72 @@ def build_sweep(run: StoredRun) -> Report:
     if failures:
         report.sections.append(Section("Failures", notes=failures, status="fail"))
     return report
+
+
+def _runs_section(rows: list[dict[str, Any]]) -> Section:
+    """Each K's child runs (M1, then M2), their states, nodes and run directories."""
+    return Section(
+        "Runs per K",
+        paragraphs=[
+            "Each K ran M1 (the real-acceptance gate), then M2 (the synthetic benchmark) at its target."
+        ],
+        tables=[
+            Table(
+                ["K", "node", "M1", "M1 run", "M2", "M2 run", "M2 run directory"],
+                [
+                    [
+                        fmt(r.get("k")),
+                        str(r.get("node") or "this process"),
+                        _step(r, "gate"),
+                        str(r.get("gate_run") or "-"),
+                        _step(r, "benchmark"),
+                        str(r.get("benchmark_run") or "-"),
+                        str(r.get("benchmark_dir") or "-"),
+                    ]
+                    for r in rows
+                ],
+                numeric=[True],
+            )
+        ],
+    )
+
+
+def _best_section(stored: Mapping[str, Any]) -> Section:
+    """The best K per concurrency, by throughput per GPU and by interactivity (valid points only)."""
+    best = [b for b in stored.get("best_k") or [] if isinstance(b, Mapping)]
+    return Section(
+        "Best K per concurrency",
+        paragraphs=[
+            "Among valid points only, by output throughput per GPU and by median interactivity: "
+            f"{RULE}. The figure is the chosen K's median over its repeats."
+        ]
+        if best
+        else ["No valid M2 point: no best K."],
+        tables=[
+            Table(
+                [
+                    "concurrency",
+                    "best K (throughput/GPU)",
+                    "output tok/s/GPU",
+                    "best K (interactivity)",
+                    "interactivity (tok/s/user)",
+                ],
+                [
+                    [
+                        fmt(b.get("concurrency")),
+                        fmt(b.get("best_k_throughput")),
+                        fmt(b.get("output_throughput_per_gpu"), 1),
+                        fmt(b.get("best_k_interactivity")),
+                        fmt(b.get("median_interactivity_tokens_per_s"), 1),
+                    ]
+                    for b in best
+                ],
+                numeric=[True] * 5,
+            )
+        ]
+        if best
+        else [],
+    )
 
 
 def _runner_up(c: KChoice) -> str:
