@@ -3,7 +3,7 @@
 A framework (vLLM, SGLang, TensorRT-LLM, ATOM, the simulator, the tiny CPU engine) is one plugin: a folder
 ``alflow/frameworks/<name>/`` whose ``plugin.py`` gives a :class:`Framework` (its recipe, metrics reader, synthetic
 knob renderer, how the simulator speaks it, the environment variables that carry its knobs, its GPUs); its
-server-configuration model is a ``ServerBase`` variant (the built-in ones are in :mod:`alflow.config.server`). Generic code asks this
+server-configuration model is a ``ServerBase`` variant (``config.py`` in the built-in plugins' folders). Generic code asks this
 registry and never names a framework (``tests/unit/test_architecture.py`` checks the string literals).
 
 Each plugin is named by a :class:`FrameworkSpec`: two ``module:attribute`` references, loaded by
@@ -96,8 +96,9 @@ class Framework:
     """Whose GPUs a container of this framework is given (None: it needs none)."""
     engine_note: str | None = None
     """The label its numbers carry in reports (simulated or CPU engines); None for a real GPU framework."""
-    gpu_only_fields: Mapping[str, str] = field(default_factory=dict)
-    """Server-config fields only this framework takes, and why (a config naming one for another is refused)."""
+    own_fields: Mapping[str, str] = field(default_factory=dict)
+    """Fields its server-config variant has that the common base lacks, and what to tell a configuration of another
+    framework that sets one (``{framework}`` is that framework): such a configuration is refused with it."""
 
 
 class PluginError(AlflowError):
@@ -105,12 +106,16 @@ class PluginError(AlflowError):
 
 
 BUILTIN: tuple[FrameworkSpec, ...] = (
-    FrameworkSpec("vllm", "alflow.config.server:VllmServer", "alflow.frameworks.vllm.plugin:PLUGIN"),
-    FrameworkSpec("sglang", "alflow.config.server:SglangServer", "alflow.frameworks.sglang.plugin:PLUGIN"),
-    FrameworkSpec("trtllm", "alflow.config.server:TrtllmServer", "alflow.frameworks.trtllm.plugin:PLUGIN"),
-    FrameworkSpec("atom", "alflow.config.server:AtomServer", "alflow.frameworks.atom.plugin:PLUGIN"),
-    FrameworkSpec("sim", "alflow.config.server:SimServer", "alflow.frameworks.sim.plugin:PLUGIN"),
-    FrameworkSpec("tiny", "alflow.config.server:TinyServer", "alflow.frameworks.tiny.plugin:PLUGIN"),
+    FrameworkSpec("vllm", "alflow.frameworks.vllm.config:VllmServer", "alflow.frameworks.vllm.plugin:PLUGIN"),
+    FrameworkSpec(
+        "sglang", "alflow.frameworks.sglang.config:SglangServer", "alflow.frameworks.sglang.plugin:PLUGIN"
+    ),
+    FrameworkSpec(
+        "trtllm", "alflow.frameworks.trtllm.config:TrtllmServer", "alflow.frameworks.trtllm.plugin:PLUGIN"
+    ),
+    FrameworkSpec("atom", "alflow.frameworks.atom.config:AtomServer", "alflow.frameworks.atom.plugin:PLUGIN"),
+    FrameworkSpec("sim", "alflow.frameworks.sim.config:SimServer", "alflow.frameworks.sim.plugin:PLUGIN"),
+    FrameworkSpec("tiny", "alflow.frameworks.tiny.config:TinyServer", "alflow.frameworks.tiny.plugin:PLUGIN"),
 )
 """The frameworks alflow ships, in the order lists show them."""
 
@@ -197,6 +202,16 @@ def _config_model(spec: FrameworkSpec) -> type:
     if not isinstance(model, type):
         raise PluginError(f"framework {spec.name!r}: {spec.config} is not a class")
     return model
+
+
+def own_fields() -> dict[str, tuple[tuple[str, ...], str]]:
+    """Every framework's own server-config fields: the frameworks that have each, and the first one's message."""
+    fields: dict[str, tuple[tuple[str, ...], str]] = {}
+    for f in frameworks():
+        for name, why in f.own_fields.items():
+            owners, first = fields.get(name, ((), why))
+            fields[name] = ((*owners, f.name), first)
+    return fields
 
 
 def dialect_names() -> tuple[str, ...]:

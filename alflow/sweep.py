@@ -70,6 +70,7 @@ class NodePool:
         with self._cond:
             ticket = (rank, next(self._tickets))
             self._waiting.append(ticket)
+            self._cond.notify_all()  # a new waiter (wait_for_waiting)
             try:
                 while not (self._free and min(self._waiting) == ticket):
                     if not self._free and not self._busy:
@@ -98,6 +99,11 @@ class NodePool:
             if node in self._free:
                 self._free.remove(node)
             self._cond.notify_all()
+
+    def wait_for_waiting(self, n: int, timeout_s: float) -> bool:
+        """Whether ``n`` or more requests are in :meth:`acquire` within ``timeout_s`` (blocks until they are)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: len(self._waiting) >= n, timeout_s)
 
     @property
     def lost(self) -> dict[str, str]:

@@ -27,7 +27,7 @@ from alflow.config.speculative import (
 )
 from alflow.loadgen.spec import MAX_SECONDS
 from alflow.names import check_env_names, check_identifier
-from alflow.plugins import check_dialect, config_model_of, config_models, engine_note
+from alflow.plugins import check_dialect, config_models, engine_note, own_fields
 from alflow.redact import is_secret_flag, is_secret_name
 
 ServerFramework = str
@@ -55,21 +55,14 @@ class Parallelism(StrictModel):
     )
 
 
-def _dp_gpus(parallelism: Parallelism) -> int:
+def dp_gpus(parallelism: Parallelism) -> int:
     """``tp x pp x dp``: data-parallel ranks are GPUs of their own (expert parallelism reuses them)."""
     return parallelism.tp * parallelism.pp * parallelism.dp
 
 
-def _attention_dp_gpus(parallelism: Parallelism) -> int:
+def attention_dp_gpus(parallelism: Parallelism) -> int:
     """``tp x pp``: data parallelism is attention DP over the TP ranks and adds no GPU."""
     return parallelism.tp * parallelism.pp
-
-
-def _sglang_gpus(parallelism: Parallelism, extra_args: tuple[str, ...]) -> int:
-    """SGLang: attention DP (``--enable-dp-attention``) runs over the TP ranks; plain DP adds GPUs."""
-    if "--enable-dp-attention" in extra_args:
-        return _attention_dp_gpus(parallelism)
-    return _dp_gpus(parallelism)
 
 
 class DisaggregatedRole(StrictModel):
@@ -323,7 +316,7 @@ class ServerBase(StrictModel):
         tuples refuse lists.)
         """
         for name in self.model_extra or {}:
-            owners, why = _FRAMEWORK_ONLY.get(name, ((), ""))
+            owners, why = own_fields().get(name, ((), ""))
             if why and self.framework not in owners:
                 raise ValueError(why.format(framework=self.framework))
             raise ValueError(
@@ -338,7 +331,7 @@ class ServerBase(StrictModel):
 
     def instance_gpus(self, parallelism: Parallelism) -> int:
         """GPUs one server instance with ``parallelism`` occupies, by this framework's rules (``tp x pp x dp``)."""
-        return _dp_gpus(parallelism)
+        return dp_gpus(parallelism)
 
     def weights_path(self) -> str | None:
         """Where the weights are, apart from the served name (vLLM's ``model_path``); None elsewhere."""
@@ -368,97 +361,8 @@ class ServerBase(StrictModel):
         )
 
 
-_FRAMEWORK_ONLY: dict[str, tuple[tuple[str, ...], str]] = {
-    "model_path": (
-        ("vllm",),
-        "model_path (weights apart from the served name) is rendered for vLLM only, not {framework!r}: "
-        "set model to the weights' path or id",
-    ),
-    "two_model": (("trtllm", "sim"), "two_model applies to TensorRT-LLM only, not {framework!r}"),
-    "per_request_spec_decode_metrics": (
-        ("vllm",),
-        "per_request_spec_decode_metrics is vLLM's --per-request-spec-decode-metrics, not a setting of {framework!r}",
-    ),
-    "sim_dialect": (("sim",), "sim_dialect applies to framework 'sim' only, not {framework!r}"),
-    "disaggregation": (
-        ("sglang",),
-        "disaggregation is supported for framework 'sglang' only, not {framework!r}: vLLM's disaggregated "
-        "prefill is experimental and needs a KV connector plus a proxy from its examples, TensorRT-LLM's "
-        "disaggregated serving (trtllm-serve disaggregated) is not wired into alflow, and the simulator has "
-        "no disaggregated mode. Start such a server yourself and attach with the external runner "
-        "(metrics_urls: the decode instances)",
-    ),
-}
-"""Fields that belong to some frameworks' variants, and what to tell a config that sets them elsewhere."""
-
-
-class VllmServer(ServerBase):
-    """vLLM (``vllm serve``)."""
-
-    framework: Literal["vllm"] = Field("vllm", description="Serving framework: vllm.")
-    model_path: str | None = Field(
-        None,
-        min_length=1,
-        description=(
-            "Where the weights are (a local folder or hub id); model is then only the name the server answers "
-            "to (vLLM --served-model-name). None: load model."
-        ),
-    )
-    per_request_spec_decode_metrics: Literal["none", "summary", "detailed"] | None = Field(
-        None,
-        description=(
-            "vLLM --per-request-spec-decode-metrics: each response carries its request's acceptance histogram and "
-            "step counts (vLLM 0.32.0+, PR #48915; detailed adds per-step arrays). None: summary where the release "
-            "is known to have it (image tag, or the installed vLLM), else off. With speculation only."
-        ),
-    )
-
-    def weights_path(self) -> str | None:
-        """``model_path``: the weights, served under ``model``."""
-        return self.model_path
-
-
-class SglangServer(ServerBase):
-    """SGLang (``python -m sglang.launch_server``), one server or prefill/decode disaggregated."""
-
-    framework: Literal["sglang"] = Field("sglang", description="Serving framework: sglang.")
-    disaggregation: Disaggregation | None = Field(
-        None,
-        description=(
-            "Prefill and decode instances on separate nodes behind a router (SGLang only); nodes must then be "
-            "the total of both roles, and parallelism is set per role. None: one server."
-        ),
-    )
-
-    def instance_gpus(self, parallelism: Parallelism) -> int:
-        """``tp x pp x dp``, or ``tp x pp`` with ``--enable-dp-attention`` (attention DP over the TP ranks)."""
-        return _sglang_gpus(parallelism, self.extra_args)
-
-    def disaggregated(self) -> Disaggregation | None:
-        """``disaggregation``."""
-        return self.disaggregation
-
-    @model_validator(mode="after")
-    def _disaggregation_layout(self) -> Self:
-        dis = self.disaggregation
-        if dis is None:
-            return self
-        if self.parallelism != Parallelism():
-            raise ValueError(
-                "with disaggregation, parallelism is set per role (disaggregation.prefill.parallelism, "
-                "disaggregation.decode.parallelism); leave the top-level parallelism unset"
-            )
-        if self.nodes != dis.total_nodes:
-            raise ValueError(
-                f"nodes={self.nodes} but the disaggregated layout uses {dis.total_nodes} node(s) (prefill "
-                f"{dis.prefill.replicas} x {dis.prefill.nodes}, decode {dis.decode.replicas} x {dis.decode.nodes}): "
-                f"set nodes: {dis.total_nodes}"
-            )
-        return self
-
-
-class _TwoModelSwitch(ServerBase):
-    """A framework with TensorRT-LLM's one-model/two-model switch (TensorRT-LLM, and the sim in its dialect)."""
+class TwoModelSwitch(ServerBase):
+    """A variant with a one-model/two-model switch for its drafter (TensorRT-LLM's, and the simulator's in that dialect)."""
 
     two_model: bool | None = Field(
         None,
@@ -473,60 +377,13 @@ class _TwoModelSwitch(ServerBase):
         return self.two_model
 
 
-class TrtllmServer(_TwoModelSwitch):
-    """TensorRT-LLM (``trtllm-serve``)."""
-
-    framework: Literal["trtllm"] = Field("trtllm", description="Serving framework: trtllm.")
-
-    def instance_gpus(self, parallelism: Parallelism) -> int:
-        """``tp x pp``: TensorRT-LLM's dp is attention DP (``enable_attention_dp``, dp = tp)."""
-        return _attention_dp_gpus(parallelism)
-
-
-class SimServer(_TwoModelSwitch):
-    """alflow's simulated engine (``python -m alflow.sim serve``), speaking one framework's dialect."""
-
-    framework: Literal["sim"] = Field("sim", description="Serving framework: sim (the simulator).")
-    sim_dialect: ServerDialect = Field(
-        "vllm",
-        description="framework=sim only: which framework's API, knobs and metrics the simulator speaks.",
-    )
-
-    @property
-    def gpu_framework(self) -> str:
-        """The dialect the simulator speaks: its GPU-counting rules apply."""
-        return self.sim_dialect
-
-    def instance_gpus(self, parallelism: Parallelism) -> int:
-        """The GPUs its dialect's framework would use: that framework's config variant's rule."""
-        variant = config_model_of(self.sim_dialect)
-        if not issubclass(variant, ServerBase):
-            raise TypeError(f"framework {self.sim_dialect!r}'s config model is not a ServerBase")
-        rule = variant.model_construct(
-            framework=self.sim_dialect, model=self.model, extra_args=self.extra_args
-        )
-        return rule.instance_gpus(parallelism)
-
-
-class TinyServer(ServerBase):
-    """alflow's small real CPU engine (``alflow tiny serve``, n-gram drafting only)."""
-
-    framework: Literal["tiny"] = Field("tiny", description="Serving framework: tiny.")
-
-
-class AtomServer(ServerBase):
-    """AMD's ATOM (``python -m atom.entrypoints.openai_server``, ROCm GPUs); its plugin is ``alflow/frameworks/atom``."""
-
-    framework: Literal["atom"] = Field("atom", description="Serving framework: atom (AMD ATOM, ROCm).")
-
-
 if TYPE_CHECKING:
-    ServerConfig = Annotated[
-        VllmServer | SglangServer | TrtllmServer | AtomServer | SimServer | TinyServer,
-        Field(discriminator="framework"),
-    ]
+    # statically the common base: a variant's own fields are read through its accessors (weights_path(),
+    # disaggregated(), two_model_choice()) or by its plugin after an isinstance check
+    ServerConfig = ServerBase
 else:
-    # every registered framework's model: the built-in ones above and any plugin's (alflow.plugins)
+    # every registered framework's model: the built-in plugins' (alflow/frameworks/<name>/config.py) and any
+    # entry point's (alflow.plugins)
     ServerConfig = Annotated[Union[config_models()], Field(discriminator="framework")]  # noqa: UP007
 """One serving-engine configuration: the variant of its ``framework`` (see :class:`ServerBase`)."""
 
@@ -536,7 +393,7 @@ _SERVER: TypeAdapter[ServerConfig] = TypeAdapter(ServerConfig, config=ConfigDict
 def server_config(data: Any = None, /, **fields: Any) -> ServerConfig:
     """A server configuration from a mapping or keyword fields, as the variant its ``framework`` names.
 
-    ``server_config(framework="sim", model="m")`` is a :class:`SimServer`; a mapping may be a
+    ``server_config(framework="sim", model="m")`` is the sim plugin's ``SimServer``; a mapping may be a
     ``model_dump()`` of any variant.
     """
     return _SERVER.validate_python({**(data or {}), **fields})

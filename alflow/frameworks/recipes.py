@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-from alflow.config import ServerConfig, SimServer
+from alflow.config import ServerConfig
 from alflow.errors import InvalidInputError, RecipeError
 from alflow.frameworks.launch import Launch
 from alflow.frameworks.sim_source import SimSource
@@ -112,15 +112,10 @@ class HintSource(Protocol):
 def preflight_hints(config: ServerConfig) -> tuple[str, ...]:
     """Why a pre-flight may fail for ``config``: its framework recipe's ``knob_hints`` (none when it has none).
 
-    The simulator takes its dialect's framework hints, plus its own fault switches.
+    (The simulator's recipe gives its dialect's framework hints, plus its own fault switches.)
     """
-    framework: str = config.framework
-    own: tuple[str, ...] = ()
-    if isinstance(config, SimServer):
-        framework = config.sim_dialect
-        own = ("the simulator was started with --ignore-synthetic or a --synthetic-* override in extra_args",)
-    source: HintSource | None = getattr(get_recipe(framework), "knob_hints", None)
-    return (source(config) if source is not None else ()) + own
+    source: HintSource | None = getattr(get_recipe(config.framework), "knob_hints", None)
+    return source(config) if source is not None else ()
 
 
 def speculative_label(config: ServerConfig) -> str | None:
@@ -128,8 +123,7 @@ def speculative_label(config: ServerConfig) -> str | None:
 
     TensorRT-LLM: ``trtllm_speculative_config_info{spec_method}`` (its ``decoding_type``).
     """
-    framework = config.sim_dialect if isinstance(config, SimServer) else config.framework
-    label: object = getattr(get_recipe(framework), "speculative_label", None)
+    label: object = getattr(get_recipe(config.framework), "speculative_label", None)
     return label(config) if callable(label) else None
 
 

@@ -273,8 +273,8 @@ def test_the_complexity_exceptions_only_shrink() -> None:
 PLUGIN_HOMES = ("alflow/frameworks/", "alflow/plugins.py")
 """Where a framework may be named: its plugin folder, and the registry that lists the built-in ones."""
 NAMED_OUTSIDE_PLUGINS = {
-    # the config variants: the server union is built when alflow.config is imported, before a plugin can load
-    "alflow/config/server.py": 20,
+    # ServerBase.simulated: whether the numbers come from alflow's own simulated engine (the variants are in the plugins)
+    "alflow/config/server.py": 1,
     # the demo's engines and example gates (flows.demo and its command), as presets name frameworks
     "flows/demo.py": 14,
     "alflow/config/flows.py": 6,

@@ -18,12 +18,16 @@ from alflow.config import (
     SyntheticAcceptance,
     ThinkingMode,
 )
+from alflow.plugins import config_models
 
 MODELS = [
-    obj
-    for module in (config, reference)
-    for _, obj in inspect.getmembers(module, inspect.isclass)
-    if issubclass(obj, config.StrictModel) and obj is not config.StrictModel
+    *(
+        obj
+        for module in (config, reference)
+        for _, obj in inspect.getmembers(module, inspect.isclass)
+        if issubclass(obj, config.StrictModel) and obj is not config.StrictModel
+    ),
+    *config_models(),  # the server-config variants, in their plugins' folders
 ]
 
 

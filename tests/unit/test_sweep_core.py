@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -34,7 +33,7 @@ def test_node_pool_hands_out_each_node_once_and_blocks_until_one_is_released() -
     got: list[SweepNode] = []
     waiter = threading.Thread(target=lambda: got.append(pool.acquire()))
     waiter.start()
-    time.sleep(0.2)
+    assert pool.wait_for_waiting(1, 5)
     assert not got  # both nodes busy: the third K waits
     pool.release(a)
     waiter.join(5)
@@ -57,7 +56,7 @@ def test_a_lost_node_takes_no_more_work_and_waiters_fail_once_none_is_left() -> 
 
     waiter = threading.Thread(target=wait)
     waiter.start()
-    time.sleep(0.2)
+    assert pool.wait_for_waiting(1, 5)
     pool.lose(b, "worker gone too")
     pool.release(b)
     waiter.join(5)
@@ -223,19 +222,18 @@ def test_a_freed_node_goes_to_the_waiting_request_of_lowest_rank_gates_first() -
     held = pool.acquire()
     order: list[tuple[int, int]] = []
     threads = []
-    for step, k in (("m2", 1), ("m1", 3), ("m1", 2), ("m2", 0)):
+    for n, (step, k) in enumerate((("m2", 1), ("m1", 3), ("m1", 2), ("m2", 0)), start=1):
         rank = dispatch_rank(step, k)
 
         def take(rank: tuple[int, int] = rank) -> None:
             node = pool.acquire(rank)
             order.append(rank)
-            time.sleep(0.05)
             pool.release(node)
 
         thread = threading.Thread(target=take)
         thread.start()
         threads.append(thread)
-        time.sleep(0.05)  # all four wait, in this order, while the node is held
+        assert pool.wait_for_waiting(n, 5)  # all four wait, in this order, while the node is held
     pool.release(held)
     for thread in threads:
         thread.join(5)

@@ -10,4 +10,8 @@ PLUGIN = Framework(
     title="alflow sim",
     recipe=SimRecipe(),
     engine_note="SIMULATED: numbers come from alflow's simulated engine, not a real GPU server.",
+    own_fields={
+        "two_model": "two_model applies to TensorRT-LLM only, not {framework!r}",
+        "sim_dialect": "sim_dialect applies to framework 'sim' only, not {framework!r}",
+    },
 )

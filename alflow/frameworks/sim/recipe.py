@@ -20,11 +20,12 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 
-from alflow.config import ServerConfig, SimServer
+from alflow.config import ServerConfig
 from alflow.errors import RecipeError
 from alflow.frameworks.launch import HEAD_ADDR, NNODES, NODE_RANK, Launch, MetricsEndpoint
 from alflow.frameworks.recipe_kit import bind_host_of, check_extra_args, merge_env, resolve_port
-from alflow.frameworks.recipes import dialect_source
+from alflow.frameworks.recipes import dialect_source, get_recipe
+from alflow.frameworks.sim.config import SimServer
 from alflow.sim.config import SimConfig
 
 SIM_IMAGE = "alflow-sim-base:local"
@@ -58,6 +59,23 @@ class SimRecipe:
     framework: str = "sim"
     default_image: str | None = SIM_IMAGE
     python: str = field(default_factory=lambda: sys.executable)
+
+    def knob_hints(self, config: ServerConfig) -> tuple[str, ...]:
+        """Its dialect's framework's hints, and the simulator's own fault switches."""
+        dialect = config.sim_dialect if isinstance(config, SimServer) else config.framework
+        source: object = getattr(get_recipe(dialect), "knob_hints", None)
+        hints: tuple[str, ...] = tuple(source(config)) if callable(source) else ()
+        return (
+            *hints,
+            "the simulator was started with --ignore-synthetic or a --synthetic-* override in extra_args",
+        )
+
+    def speculative_label(self, config: ServerConfig) -> str | None:
+        """The speculative method as its dialect's framework names it on a live server (None where it names none)."""
+        dialect = config.sim_dialect if isinstance(config, SimServer) else config.framework
+        label: object = getattr(get_recipe(dialect), "speculative_label", None)
+        value = label(config) if callable(label) else None
+        return None if value is None else str(value)
 
     def build(self, config: ServerConfig) -> Launch:
         """``python -m alflow.sim serve`` in ``config.sim_dialect`` with that framework's knob path."""

@@ -20,4 +20,7 @@ PLUGIN = Framework(
     synthetic_markers={TRTLLM_ENV: lambda value: bool(number_of(value))},  # 0 is off
     reasoning_fields=("reasoning", "reasoning_content"),
     gpu="nvidia",
+    own_fields={
+        "two_model": "two_model applies to TensorRT-LLM only, not {framework!r}",
+    },
 )

@@ -23,4 +23,10 @@ PLUGIN = Framework(
         "synthetic_acceptance_rates": is_given,
     },
     gpu="nvidia",
+    own_fields={
+        "model_path": "model_path (weights apart from the served name) is rendered for vLLM only, not {framework!r}: "
+        "set model to the weights' path or id",
+        "per_request_spec_decode_metrics": "per_request_spec_decode_metrics is vLLM's "
+        "--per-request-spec-decode-metrics, not a setting of {framework!r}",
+    },
 )

@@ -1,0 +1,55 @@
+"""SGLang's server configuration (``python -m sglang.launch_server``), one server or prefill/decode disaggregated."""
+
+from __future__ import annotations
+
+from typing import Literal, Self
+
+from pydantic import Field, model_validator
+
+from alflow.config.server import Disaggregation, Parallelism, ServerBase, attention_dp_gpus, dp_gpus
+
+
+def _sglang_gpus(parallelism: Parallelism, extra_args: tuple[str, ...]) -> int:
+    """SGLang: attention DP (``--enable-dp-attention``) runs over the TP ranks; plain DP adds GPUs."""
+    if "--enable-dp-attention" in extra_args:
+        return attention_dp_gpus(parallelism)
+    return dp_gpus(parallelism)
+
+
+class SglangServer(ServerBase):
+    """SGLang (``python -m sglang.launch_server``), one server or prefill/decode disaggregated."""
+
+    framework: Literal["sglang"] = Field("sglang", description="Serving framework: sglang.")
+    disaggregation: Disaggregation | None = Field(
+        None,
+        description=(
+            "Prefill and decode instances on separate nodes behind a router (SGLang only); nodes must then be "
+            "the total of both roles, and parallelism is set per role. None: one server."
+        ),
+    )
+
+    def instance_gpus(self, parallelism: Parallelism) -> int:
+        """``tp x pp x dp``, or ``tp x pp`` with ``--enable-dp-attention`` (attention DP over the TP ranks)."""
+        return _sglang_gpus(parallelism, self.extra_args)
+
+    def disaggregated(self) -> Disaggregation | None:
+        """``disaggregation``."""
+        return self.disaggregation
+
+    @model_validator(mode="after")
+    def _disaggregation_layout(self) -> Self:
+        dis = self.disaggregation
+        if dis is None:
+            return self
+        if self.parallelism != Parallelism():
+            raise ValueError(
+                "with disaggregation, parallelism is set per role (disaggregation.prefill.parallelism, "
+                "disaggregation.decode.parallelism); leave the top-level parallelism unset"
+            )
+        if self.nodes != dis.total_nodes:
+            raise ValueError(
+                f"nodes={self.nodes} but the disaggregated layout uses {dis.total_nodes} node(s) (prefill "
+                f"{dis.prefill.replicas} x {dis.prefill.nodes}, decode {dis.decode.replicas} x {dis.decode.nodes}): "
+                f"set nodes: {dis.total_nodes}"
+            )
+        return self
