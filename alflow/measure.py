@@ -428,6 +428,13 @@ async def _final_scrape(
     return final, None, counter_resets(baseline, final)
 
 
+def _urls(metrics_url: str | Sequence[str] | None) -> tuple[str, ...]:
+    """The metrics endpoints to scrape: none, one, or every one of a multi-endpoint server."""
+    if metrics_url is None:
+        return ()
+    return (metrics_url,) if isinstance(metrics_url, str) else tuple(metrics_url)
+
+
 async def measure(
     sessions: Sequence[Session],
     target: Target,
@@ -455,95 +462,75 @@ async def measure(
     (:func:`window_stats`), as the flows' separate ``spec_stats`` task does.
     """
     check_percentiles(percentiles)  # before any request: a bad percentile must not waste a run
-    if session is None:
-        async with aiohttp.ClientSession() as own:
-            return await measure(
-                sessions,
-                target,
-                spec,
-                metrics_url=metrics_url,
-                dialect=dialect,
-                k=k,
-                warmup_sessions=warmup_sessions,
-                scrape_interval_s=scrape_interval_s,
-                gpus=gpus,
-                slo=slo,
-                percentiles=percentiles,
-                progress=progress,
-                sink=sink,
-                session=own,
-                compute_stats=compute_stats,
-            )
-    http = session
-    urls: tuple[str, ...] = (
-        () if metrics_url is None else (metrics_url,) if isinstance(metrics_url, str) else tuple(metrics_url)
-    )
-    records = sink if sink is not None else []
-    baseline: list[Snapshot] = []
-    the_dialect = get_dialect(dialect) if isinstance(dialect, str) else dialect
-    target = with_request_fields(target, the_dialect)
+    # a session of its own when given none, closed at the end
+    async with contextlib.AsyncExitStack() as owned:
+        http = session if session is not None else await owned.enter_async_context(aiohttp.ClientSession())
+        urls = _urls(metrics_url)
+        records = sink if sink is not None else []
+        baseline: list[Snapshot] = []
+        the_dialect = get_dialect(dialect) if isinstance(dialect, str) else dialect
+        target = with_request_fields(target, the_dialect)
 
-    lag = 0.0 if the_dialect is None else the_dialect.snapshot_lag_s
+        lag = 0.0 if the_dialect is None else the_dialect.snapshot_lag_s
 
-    async def on_measure_start() -> None:
-        if urls:
-            await asyncio.sleep(
-                lag
-            )  # a server that serves a snapshot (ATOM): let it catch up, idle, after warm-up
-            baseline.append(await scrape_all(urls, session=http))
+        async def on_measure_start() -> None:
+            if urls:
+                # a server that serves a snapshot (ATOM): let it catch up, idle, after warm-up
+                await asyncio.sleep(lag)
+                baseline.append(await scrape_all(urls, session=http))
 
-    scraper: PeriodicScraper | None = None
-    aborted: str | None = None
-    try:
-        async with contextlib.AsyncExitStack() as stack:
-            if urls and scrape_interval_s > 0:
-                scraper = await stack.enter_async_context(
-                    PeriodicScraper(urls, scrape_interval_s, session=http)
+        scraper: PeriodicScraper | None = None
+        aborted: str | None = None
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                if urls and scrape_interval_s > 0:
+                    scraper = await stack.enter_async_context(
+                        PeriodicScraper(urls, scrape_interval_s, session=http)
+                    )
+                result = await run_load(
+                    sessions,
+                    target,
+                    spec,
+                    on_measure_start=on_measure_start,
+                    progress=progress,
+                    warmup_sessions=warmup_sessions,
+                    sink=records,
                 )
-            result = await run_load(
-                sessions,
-                target,
-                spec,
-                on_measure_start=on_measure_start,
-                progress=progress,
-                warmup_sessions=warmup_sessions,
-                sink=records,
-            )
-    except LoadAbortedError as exc:
-        aborted = str(exc)
-        result = exc.result
-    final: Snapshot | None = None
-    stats: SpecStats | None = None
-    stats_error: str | None = None
-    resets: list[str] = []
-    series = list(scraper.snapshots) if scraper is not None else []
-    if urls and baseline and aborted is None and the_dialect is not None:
-        final, stats_error, resets = await _final_scrape(urls, http, lag, baseline[0])
-    frame = records_frame(result.records)
-    if final is not None and the_dialect is not None and compute_stats:
-        stats, stats_error = window_stats(the_dialect, baseline[0], final, series, k, records=frame)
-    duration = result.duration_s
-    client = summarize(
-        frame,
-        duration_s=duration if duration > 0 else 1e-9,
-        percentiles=percentiles,
-        slo=slo,
-        gpus=gpus,
-        client_load=result.client_load,
-    )
-    return Measurement(
-        records=frame,
-        client=client,
-        spec_stats=stats,
-        dialect=None if the_dialect is None else the_dialect.name,
-        baseline=baseline[0] if baseline else None,
-        final=final,
-        series=series,
-        counter_resets=resets,
-        scrape_errors=list(scraper.errors) if scraper is not None else [],
-        stats_error=stats_error,
-        aborted=aborted,
-        duration_s=duration,
-        wall_start_s=result.wall_start_s,
-        wall_end_s=result.wall_end_s,
-    )
+        except LoadAbortedError as exc:
+            aborted = str(exc)
+            result = exc.result
+        final: Snapshot | None = None
+        stats: SpecStats | None = None
+        stats_error: str | None = None
+        resets: list[str] = []
+        series = list(scraper.snapshots) if scraper is not None else []
+        if urls and baseline and aborted is None and the_dialect is not None:
+            final, stats_error, resets = await _final_scrape(urls, http, lag, baseline[0])
+        frame = records_frame(result.records)
+        if final is not None and the_dialect is not None and compute_stats:
+            stats, stats_error = window_stats(the_dialect, baseline[0], final, series, k, records=frame)
+        duration = result.duration_s
+        client = summarize(
+            frame,
+            duration_s=duration if duration > 0 else 1e-9,
+            percentiles=percentiles,
+            slo=slo,
+            gpus=gpus,
+            client_load=result.client_load,
+        )
+        return Measurement(
+            records=frame,
+            client=client,
+            spec_stats=stats,
+            dialect=None if the_dialect is None else the_dialect.name,
+            baseline=baseline[0] if baseline else None,
+            final=final,
+            series=series,
+            counter_resets=resets,
+            scrape_errors=list(scraper.errors) if scraper is not None else [],
+            stats_error=stats_error,
+            aborted=aborted,
+            duration_s=duration,
+            wall_start_s=result.wall_start_s,
+            wall_end_s=result.wall_end_s,
+        )

@@ -31,6 +31,7 @@ from rich.text import Text
 from alflow.acceptance.synthetic import K_MAX, K_MIN
 from alflow.bench import (
     BenchRequest,
+    BenchResult,
     DatasetName,
     RandomPrompts,
     bench_async,
@@ -289,6 +290,33 @@ def _sigterm_as_exit() -> Iterator[_Sigterm]:
         raise SystemExit(watch.code())
 
 
+def _extra_body(text: str | None) -> dict[str, Any]:
+    """``--extra-body``: a JSON object (empty when not given)."""
+    if not text:
+        return {}
+    try:
+        extra = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInputError(f"--extra-body is not valid JSON: {exc}") from None
+    if not isinstance(extra, dict):
+        raise InvalidInputError("--extra-body must be a JSON object")
+    return extra
+
+
+def _check_client_processes(processes: int, auto: bool, warmup: int, concurrency: int) -> None:
+    """``--client-processes`` and ``--auto-client-processes`` against the warm-up and the concurrency."""
+    if auto and (processes != 1 or warmup < 1):
+        raise InvalidInputError(
+            f"--auto-client-processes needs --client-processes 1 and --warmup of at least 1 "
+            f"(got --client-processes {processes}, --warmup {warmup})"
+        )
+    if processes > concurrency:
+        raise InvalidInputError(
+            f"--client-processes {processes}: must not exceed --concurrency {concurrency} "
+            "(each client process keeps at least one session in flight)"
+        )
+
+
 def bench_command(
     base_url: Annotated[str, typer.Option(help="Server base URL, e.g. http://127.0.0.1:8000.")],
     endpoint: Annotated[
@@ -420,6 +448,7 @@ def bench_command(
     ] = None,
 ) -> None:
     """Stream a workload at a server; report client metrics and server spec-decode stats."""
+    given = dict(locals())  # the options as typed, by parameter name (--stall-timeout: stall_timeout)
     try:
         auth_headers(api_key)
         if api_key and urlparse(base_url).username is not None:
@@ -427,61 +456,13 @@ def bench_command(
                 "--base-url carries user:password@ and --api-key (or $OPENAI_API_KEY) is set: a request has one "
                 "Authorization header; give one of them"
             )
-        check_options(
-            {
-                "--isl": isl,
-                "--osl": osl,
-                "--range-ratio": range_ratio,
-                "--vocab-size": vocab_size,
-                "--num-shots": num_shots,
-                "--concurrency": concurrency,
-                "--client-processes": client_processes,
-                "--request-rate": request_rate,
-                "--num-prompts": num_prompts,
-                "--duration": duration,
-                "--warmup": warmup,
-                "--timeout": timeout,
-                "--stall-timeout": stall_timeout,
-                "--max-tokens": max_tokens,
-                "--temperature": temperature,
-                "--top-p": top_p,
-                "--top-k": top_k,
-                "--min-tokens": min_tokens,
-                "--scrape-interval": scrape_interval,
-                "--k": k,
-                "--tp": tp,
-                "--pp": pp,
-                "--cp": cp,
-                "--dp": dp,
-                "--nodes": nodes,
-                "--slo-ttft-ms": slo_ttft_ms,
-                "--slo-tpot-ms": slo_tpot_ms,
-                "--slo-e2el-ms": slo_e2el_ms,
-            },
-            BENCH_BOUNDS,
-        )
+        check_options({name: given[name[2:].replace("-", "_")] for name in BENCH_BOUNDS}, BENCH_BOUNDS)
         pcts = check_percentiles(parse_floats(percentiles, "--percentiles"), "--percentiles")
         if out is not None:
             check_out_dir(out)
-        extra: dict[str, Any] = {}
-        if extra_body:
-            try:
-                extra = orjson.loads(extra_body)
-            except orjson.JSONDecodeError as exc:
-                raise InvalidInputError(f"--extra-body is not valid JSON: {exc}") from None
-            if not isinstance(extra, dict):
-                raise InvalidInputError("--extra-body must be a JSON object")
+        extra = _extra_body(extra_body)
         check_dialect(dialect)
-        if auto_client_processes and (client_processes != 1 or warmup < 1):
-            raise InvalidInputError(
-                f"--auto-client-processes needs --client-processes 1 and --warmup of at least 1 "
-                f"(got --client-processes {client_processes}, --warmup {warmup})"
-            )
-        if client_processes > concurrency:
-            raise InvalidInputError(
-                f"--client-processes {client_processes}: must not exceed --concurrency {concurrency} "
-                "(each client process keeps at least one session in flight)"
-            )
+        _check_client_processes(client_processes, auto_client_processes, warmup, concurrency)
         template = None if thinking is Thinking.default else {"enable_thinking": thinking is Thinking.on}
         spec = LoadSpec(
             concurrency=concurrency,
@@ -542,6 +523,11 @@ def bench_command(
             result = run_coroutine(watch.run(bench_async(request, progress=prog, warn=warn)))
     except AlflowError as exc:
         raise fail(str(exc), secrets=(api_key,)) from None
+    _report(result, json_out=json_out, api_key=api_key)
+
+
+def _report(result: BenchResult, *, json_out: bool, api_key: str | None) -> None:
+    """Print the run's summary (JSON or tables); exit 1 when a request failed (the numbers are not a clean run)."""
     summary = result.summary
     if json_out:
         emit_json(summary)

@@ -240,6 +240,22 @@ class SubprocessSlurm:
             raise RunnerError(f"scancel {job_id} failed: {result.stderr.strip()}")
 
 
+def _submit_env(secrets: Mapping[str, str]) -> dict[str, str]:
+    """What sbatch passes to the job: this process's environment, cleaned, and the secret values.
+
+    Acceptance knobs are left out (only the Launch may set those, in the script), and so are stale SLURM_* job
+    variables (e.g. from an allocation alflow runs in; SLURM_CONF, the client's config, stays). The secret values
+    are never written to the script.
+    """
+    knobs = knob_env_names()
+    inherited = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in knobs and (not k.startswith("SLURM_") or k == "SLURM_CONF")
+    }
+    return {**inherited, **secrets}
+
+
 class SlurmRunner:
     """Starts a Launch as a Slurm batch job, follows it, and cancels it on stop."""
 
@@ -279,36 +295,9 @@ class SlurmRunner:
         ends or stays queued too long is cancelled and raises :class:`ServerStartError` with its log.
         """
         job_dir = self._job_dir(launch)
-        if launch.files:
-            files_dir = job_dir / "files"
-            files_dir.mkdir()
-            for item in launch.files:
-                (files_dir / item.name).write_text(item.content, encoding="utf-8")
-            launch = launch.relocated(str(files_dir))
-        log_path = job_dir / "server.log"
-        mounts = (f"{job_dir}:{job_dir}",) if self.options.container_image else ()
-        script = render_script(
-            launch,
-            self.options,
-            log_path=str(log_path),
-            extra_mounts=mounts,
-            comment=f"alflow-run:{self.run_id}",
-        )
-        script_path = job_dir / "job.sbatch"
-        script_path.write_text(script, encoding="utf-8")
+        launch, log_path, script_path, script = self._write_job(launch, job_dir)
         secrets = secret_values(self.options.secrets, launch, self._secret_source)
-        # sbatch passes its environment to the job: the runner's own, without acceptance knobs (only the
-        # Launch may set those, in the script) and without stale SLURM_* job variables (e.g. from an
-        # allocation alflow runs in; SLURM_CONF, the client's config, stays), plus the secret values
-        # (never written to the script).
-        env = {
-            **{
-                k: v
-                for k, v in os.environ.items()
-                if k not in knob_env_names() and (not k.startswith("SLURM_") or k == "SLURM_CONF")
-            },
-            **secrets,
-        }
+        env = _submit_env(secrets)
         log.info("submitting %s server as a Slurm job: %s (log %s)", launch.framework, script_path, log_path)
         job_id = self.commands.submit(str(script_path), env)
         self._secrets[job_id] = secrets
@@ -377,6 +366,27 @@ class SlurmRunner:
                 },
             },
         )
+
+    def _write_job(self, launch: Launch, job_dir: Path) -> tuple[Launch, Path, Path, str]:
+        """The launch with its files written to the job's folder, the log path, and the rendered script (written)."""
+        if launch.files:
+            files_dir = job_dir / "files"
+            files_dir.mkdir()
+            for item in launch.files:
+                (files_dir / item.name).write_text(item.content, encoding="utf-8")
+            launch = launch.relocated(str(files_dir))
+        log_path = job_dir / "server.log"
+        mounts = (f"{job_dir}:{job_dir}",) if self.options.container_image else ()
+        script = render_script(
+            launch,
+            self.options,
+            log_path=str(log_path),
+            extra_mounts=mounts,
+            comment=f"alflow-run:{self.run_id}",
+        )
+        script_path = job_dir / "job.sbatch"
+        script_path.write_text(script, encoding="utf-8")
+        return launch, log_path, script_path, script
 
     def _node_addresses(self, hosts: list[str]) -> tuple[str, ...]:
         """Each host's ``NodeAddr`` (its name when Slurm has none), in job node order."""

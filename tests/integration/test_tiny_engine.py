@@ -111,7 +111,7 @@ def test_greedy_with_drafting_equals_greedy_without(
 # verify step (tokens 2..3) mostly carries n-gram drafts that the target accepts only sometimes.
 DIST_PROMPT = "x = x + 1\ny = y + 1\nz = z + 1\nx = x"
 DIST_KW: dict[str, object] = {"temperature": 1.0, "top_k": 20, "max_tokens": 3}
-N_SAMPLES = 300
+N_SAMPLES = 200  # against the exact law: cells of p >= 2.5% stand alone, the rest is pooled
 
 Samples = tuple[list[tuple[int, ...]], int]
 
@@ -169,14 +169,14 @@ def _exact_laws(engine: TinyEngine, depth: int, floor: float = 0.01) -> list[dic
     return laws
 
 
-@pytest.mark.timeout(1800)  # 300 generations and the exact law's prefills
+@pytest.mark.timeout(1800)  # 200 generations and the exact law's prefills
 def test_speculative_samples_fit_the_exact_target_distribution(engine: TinyEngine) -> None:
     """Tokens 1..2 and 1..3 of seeded requests with drafting against the exact law p(t1) p(t2 | t1) p(t3 | t1, t2)
     that plain sampling draws from (``next_token_distribution`` is the distribution ``generate`` samples each
     token from without drafts): speculative sampling must not change the output distribution.
 
-    (Until 2026-12 a second sample of 300 requests without drafting was compared with this one as well; the
-    exact law is that comparison without the second sample's noise, in a fraction of the time.)
+    (Until 2026-12 two samples of 300 requests, with and without drafting, were compared; the exact law is that
+    comparison without the second sample's noise, in a fraction of the time.)
     """
     samples, drafted = _sample_prefixes(engine, SpecSettings(k=3), N_SAMPLES)
     assert drafted >= N_SAMPLES // 3, "the first verify step must usually carry drafts"

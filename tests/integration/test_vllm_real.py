@@ -221,7 +221,8 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory, prefect_harness: None) ->
         vllm_max_tokens=DEMO_MAX_TOKENS,
         vllm_sampled=False,
         vllm_gsm8k_limit=4,
-        vllm_m2_targets=(1.5,),
+        vllm_m2_targets=(),  # the M0 reference only: a second target is one more vLLM start and pre-flight (~95 s
+        # here); the port's own property test (test_vllm_cpu_synthetic_port) checks it at any rates against vLLM's kernel
         vllm_m2_concurrencies=(
             4,
         ),  # one point per target: ~30 s a point here; the sim tests sweep concurrency
@@ -289,16 +290,16 @@ def test_m1_passes_on_the_same_engine(demo_run: DemoOutcome) -> None:
 PORT_NOTE = "vLLM 0.32.0 on CPU; synthetic sampling by alflow's port of vLLM's kernel rule (alflow-vllm-cpu-synthetic 0.1.0)"
 
 
-def test_m2_on_real_vllm_at_two_targets_passes_every_audit(demo_run: DemoOutcome) -> None:
+def test_m2_on_real_vllm_at_the_reference_passes_every_audit(demo_run: DemoOutcome) -> None:
     table = load_reference(demo_run.reference_path)
     reference = next(e for e in table.entries if e.k == K and e.method is SpecMethod.NGRAM).al
     runs = demo_run.m2
-    assert [r.target for r in runs] == [None, 1.5]  # None: the M0 reference
+    assert [r.target for r in runs] == [None]  # None: the M0 reference
     for run in runs:
         assert run.failed is None, run.failed
         outcome = run.outcome
         assert outcome is not None
-        target = reference if run.target is None else 1.5
+        target = reference
         assert outcome.target_al == pytest.approx(target, abs=1e-12)
         assert outcome.scheme == "vllm"
         assert [p.concurrency for p in outcome.points] == [4]
