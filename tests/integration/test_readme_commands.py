@@ -125,7 +125,7 @@ COVERAGE: dict[str, Coverage] = {
         tests=(
             "tests/integration/test_vllm_real.py::test_m0_on_real_vllm_writes_the_servers_counter_deltas",
             "tests/integration/test_vllm_real.py::test_m1_passes_on_the_same_engine",
-            "tests/integration/test_vllm_real.py::test_m2_on_real_vllm_at_two_targets_passes_every_audit",
+            "tests/integration/test_vllm_real.py::test_m2_on_real_vllm_at_the_reference_passes_every_audit",
         ),
     ),
     ".venv/bin/python benchmarks/peer_vllm_bench.py --concurrency 1,4": Coverage(
