@@ -47,7 +47,7 @@ from alflow.loadgen.records import RequestRecord, write_records
 from alflow.loadgen.runner import MAX_PROCESSES, LoadSpec, Progress, Target
 from alflow.measure import measure
 from alflow.metrics.client import SLO, GpuLayout
-from alflow.metrics.dialects import Dialect, MissingMetricsError, candidate_metrics_urls, detect, get_dialect
+from alflow.metrics.dialects import Dialect, MissingMetricsError
 from alflow.metrics.prometheus import (
     PromQLWindow,
     ScrapeError,
@@ -56,6 +56,7 @@ from alflow.metrics.prometheus import (
     scrape,
     scrape_all,
 )
+from alflow.metrics.readers import candidate_metrics_urls, detect, get_dialect
 from alflow.redact import redact_data, redact_url, redact_urls_in_text
 from alflow.workloads import check_prompt_memory, file_sha256
 

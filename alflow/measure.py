@@ -39,7 +39,7 @@ from alflow.metrics.client import (
     check_percentiles,
     summarize,
 )
-from alflow.metrics.dialects import Dialect, get_dialect
+from alflow.metrics.dialects import Dialect
 from alflow.metrics.prometheus import (
     PeriodicScraper,
     ScrapeError,
@@ -48,6 +48,7 @@ from alflow.metrics.prometheus import (
     counter_resets,
     scrape_all,
 )
+from alflow.metrics.readers import get_dialect
 
 
 class MeasurementError(AlflowError):

@@ -31,7 +31,8 @@ from alflow.gates import audit_synthetic
 from alflow.loadgen.endpoints import Sampling
 from alflow.loadgen.runner import LoadSpec, Target
 from alflow.measure import measure, window_stats
-from alflow.metrics.dialects import SpeculativeInfo, get_dialect
+from alflow.metrics.dialects import SpeculativeInfo
+from alflow.metrics.readers import get_dialect
 from alflow.workloads import random_workload_sessions
 
 PREFLIGHT_REQUESTS = 16

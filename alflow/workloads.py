@@ -18,7 +18,8 @@ from alflow.datasets.speed_bench import load_speed_bench
 from alflow.datasets.types import Session
 from alflow.errors import InvalidInputError
 from alflow.evals.run import bundled_gsm8k
-from alflow.plugins import framework_names, get_framework
+from alflow.plugins import framework_names
+from alflow.registry import get_framework
 
 DEMO_SOURCE = "alflow-demo"
 TINY_SOURCE = "alflow-tiny"

@@ -98,8 +98,8 @@ from alflow.config import (  # noqa: E402
 from alflow.datasets.random_tokens import detokenize_sessions, random_sessions  # noqa: E402
 from alflow.metrics import names  # noqa: E402
 from alflow.metrics.client import per_request  # noqa: E402
-from alflow.metrics.dialects import get_dialect  # noqa: E402
 from alflow.metrics.prometheus import Snapshot, SnapshotWindow, parse_exposition  # noqa: E402
+from alflow.metrics.readers import get_dialect  # noqa: E402
 from alflow.models import default_vllm_env, prepare_model  # noqa: E402
 from flows.demo import VLLM_MODEL_ID, vllm_cpu_server  # noqa: E402
 from infra import lifecycle  # noqa: E402

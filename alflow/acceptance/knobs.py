@@ -1,8 +1,8 @@
 """Synthetic-acceptance knobs per framework: what to pass a server so it realises a target.
 
 The request, the rendering and the renderer protocol; each framework plugin's ``knobs`` is its renderer, in its
-folder (``alflow/frameworks/<name>/knobs.py``), found through the registry (:mod:`alflow.plugins`). A recipe asks
-its framework's renderer and never branches on the framework name itself. Each rendering carries the exact
+folder (``alflow/frameworks/<name>/knobs.py``), found through the registry (``render_knobs`` in
+:mod:`alflow.frameworks.recipe_kit`). A recipe asks its framework's renderer and never branches on the framework name itself. Each rendering carries the exact
 distribution the framework will produce (through its scheme), and any warning a reviewer of the run should see.
 """
 
@@ -20,7 +20,6 @@ from alflow.acceptance.synthetic import (
     get_scheme,
     min_variance_al,
 )
-from alflow.plugins import frameworks
 
 
 @dataclass(frozen=True)
@@ -135,36 +134,3 @@ def as_length(target: SyntheticTarget, takes: str) -> tuple[int, float]:
             "minimum-variance schedule, so no length reproduces them"
         )
     return target.k, al
-
-
-def get_renderer(framework: str) -> KnobRenderer:
-    """The knob renderer of ``framework``, with an error listing the known frameworks."""
-    renderers = {f.name: f.knobs for f in frameworks() if f.knobs is not None}
-    try:
-        return renderers[framework]
-    except KeyError:
-        raise SyntheticAcceptanceError(
-            f"unknown framework {framework!r}; known: {', '.join(renderers)}"
-        ) from None
-
-
-def render_knobs(
-    framework: str,
-    k: int,
-    al: float | None = None,
-    rates: Sequence[float] | None = None,
-    *,
-    scheme: str | None = None,
-    method: str | None = None,
-    two_model: bool | None = None,
-) -> SyntheticKnobs:
-    """Render the synthetic-acceptance setting of ``framework`` for K and a target AL or rates."""
-    request = KnobRequest(
-        k=k,
-        al=al,
-        rates=None if rates is None else tuple(rates),
-        scheme=scheme,
-        method=method,
-        two_model=two_model,
-    )
-    return get_renderer(framework).render(request)

@@ -9,7 +9,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from alflow.cli.common import JsonOpt, console, emit_json
-from alflow.plugins import BUILTIN, Framework, broken_plugins, frameworks, specs
+from alflow.config.server import engine_note_of
+from alflow.plugins import BUILTIN, broken_plugins, specs
+from alflow.registry import Framework, frameworks
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,7 @@ def row_of(plugin: Framework, source: str) -> FrameworkRow:
         synthetic=plugin.knobs.default_scheme if plugin.knobs is not None else "-",
         simulated=plugin.sim is not None,
         gpu=plugin.gpu or "none",
-        note=plugin.engine_note or "",
+        note=engine_note_of(plugin.name) or "",
     )
 
 

@@ -11,10 +11,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from alflow.acceptance import knobs as knobs_mod
 from alflow.acceptance import synthetic as syn
 from alflow.cli.common import JsonOpt, console, emit_json, err_console, handle_errors
 from alflow.errors import InvalidInputError
+from alflow.frameworks.recipe_kit import render_knobs
 
 synthetic_app = typer.Typer(
     help="Synthetic acceptance: framework knobs and scheme comparison.", no_args_is_help=True
@@ -86,7 +86,7 @@ def synthetic_knobs(
 ) -> None:
     """Print the framework's synthetic-acceptance setting for K and a target AL (or rates)."""
     check_target_options(k, al, parse_rates(rates))
-    result = knobs_mod.render_knobs(
+    result = render_knobs(
         framework, k, al=al, rates=parse_rates(rates), scheme=scheme, method=method, two_model=two_model
     )
     if as_json:

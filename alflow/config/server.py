@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, Union
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self, Union
 
 from pydantic import (
     AfterValidator,
@@ -27,7 +28,7 @@ from alflow.config.speculative import (
 )
 from alflow.loadgen.spec import MAX_SECONDS
 from alflow.names import check_env_names, check_identifier
-from alflow.plugins import check_dialect, config_models, engine_note, own_fields
+from alflow.plugins import check_dialect, config_model_of, config_models, framework_names
 from alflow.redact import is_secret_flag, is_secret_name
 
 ServerFramework = str
@@ -148,6 +149,12 @@ class ServerBase(StrictModel):
     them through :meth:`weights_path`, :meth:`disaggregated` and :meth:`two_model_choice`, and counts
     GPUs with :meth:`instance_gpus`, whose rules are the framework's.
     """
+
+    OWN_FIELDS: ClassVar[Mapping[str, str]] = {}
+    """The fields this variant has that the base lacks, and what to tell a configuration of another framework that
+    sets one (``{framework}`` is that framework): such a configuration is refused with it."""
+    ENGINE_NOTE: ClassVar[str | None] = None
+    """The label this framework's numbers carry in reports (simulated or CPU engines); None for a real GPU one."""
 
     model_config = ConfigDict(
         **{
@@ -294,7 +301,7 @@ class ServerBase(StrictModel):
     @property
     def engine_note(self) -> str | None:
         """The label reports put on this server's numbers (simulated, tiny CPU engine, the config's label)."""
-        notes = [n for n in (engine_note(self.framework), self.label) if n]
+        notes = [n for n in (self.ENGINE_NOTE, self.label) if n]
         return " ".join(notes) or None
 
     @model_validator(mode="after")
@@ -316,7 +323,7 @@ class ServerBase(StrictModel):
         tuples refuse lists.)
         """
         for name in self.model_extra or {}:
-            owners, why = own_fields().get(name, ((), ""))
+            owners, why = _own_fields().get(name, ((), ""))
             if why and self.framework not in owners:
                 raise ValueError(why.format(framework=self.framework))
             raise ValueError(
@@ -364,6 +371,10 @@ class ServerBase(StrictModel):
 class TwoModelSwitch(ServerBase):
     """A variant with a one-model/two-model switch for its drafter (TensorRT-LLM's, and the simulator's in that dialect)."""
 
+    OWN_FIELDS: ClassVar[Mapping[str, str]] = {
+        "two_model": "two_model applies to TensorRT-LLM only, not {framework!r}"
+    }
+
     two_model: bool | None = Field(
         None,
         description=(
@@ -375,6 +386,22 @@ class TwoModelSwitch(ServerBase):
     def two_model_choice(self) -> bool | None:
         """``two_model``."""
         return self.two_model
+
+
+def _own_fields() -> dict[str, tuple[tuple[str, ...], str]]:
+    """Every variant's own fields: the frameworks whose variant has each, and the first one's message."""
+    fields: dict[str, tuple[tuple[str, ...], str]] = {}
+    for name, model in zip(framework_names(), config_models(), strict=True):
+        for field_name, why in getattr(model, "OWN_FIELDS", {}).items():
+            owners, first = fields.get(field_name, ((), why))
+            fields[field_name] = ((*owners, name), first)
+    return fields
+
+
+def engine_note_of(framework: str) -> str | None:
+    """The label the numbers of ``framework`` carry in reports (its variant's ``ENGINE_NOTE``; None: a real one)."""
+    note = getattr(config_model_of(framework), "ENGINE_NOTE", None)
+    return note if isinstance(note, str) else None
 
 
 if TYPE_CHECKING:

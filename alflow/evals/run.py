@@ -30,8 +30,9 @@ from alflow.evals.gsm8k import (
 from alflow.loadgen.client import auth_headers
 from alflow.loadgen.endpoints import Sampling
 from alflow.loadgen.runner import LoadSpec, Target, run_load
-from alflow.plugins import is_set, synthetic_markers
+from alflow.plugins import is_set
 from alflow.redact import redact_url
+from alflow.registry import synthetic_markers
 
 PROBE_PATHS = ("/version", "/server_info")
 

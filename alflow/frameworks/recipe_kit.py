@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from alflow.acceptance.knobs import SyntheticKnobs, render_knobs
+from alflow.acceptance.knobs import KnobRenderer, KnobRequest, SyntheticKnobs
 from alflow.acceptance.runtime_k import (
     KnobSpec,
     RuntimeKKnob,
@@ -20,7 +20,7 @@ from alflow.config import Parallelism, ServerConfig
 from alflow.errors import RecipeError
 from alflow.frameworks.launch import free_port
 from alflow.frameworks.versions import Capability, FrameworkVersion, check_capabilities
-from alflow.plugins import knob_env_names
+from alflow.registry import frameworks, knob_env_names
 
 
 def bind_host_of(config: ServerConfig) -> str:
@@ -179,3 +179,36 @@ def distribution_version(prefix: Path, name: str) -> str | None:
         if version:
             return version
     return None
+
+
+def get_renderer(framework: str) -> KnobRenderer:
+    """The knob renderer of ``framework``, with an error listing the known frameworks."""
+    renderers = {f.name: f.knobs for f in frameworks() if f.knobs is not None}
+    try:
+        return renderers[framework]
+    except KeyError:
+        raise SyntheticAcceptanceError(
+            f"unknown framework {framework!r}; known: {', '.join(renderers)}"
+        ) from None
+
+
+def render_knobs(
+    framework: str,
+    k: int,
+    al: float | None = None,
+    rates: Sequence[float] | None = None,
+    *,
+    scheme: str | None = None,
+    method: str | None = None,
+    two_model: bool | None = None,
+) -> SyntheticKnobs:
+    """Render the synthetic-acceptance setting of ``framework`` for K and a target AL or rates."""
+    request = KnobRequest(
+        k=k,
+        al=al,
+        rates=None if rates is None else tuple(rates),
+        scheme=scheme,
+        method=method,
+        two_model=two_model,
+    )
+    return get_renderer(framework).render(request)

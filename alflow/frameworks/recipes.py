@@ -1,6 +1,7 @@
 """Recipes: one per framework plugin, each turns a :class:`~alflow.config.ServerConfig` into a Launch.
 
-A framework's recipe is its plugin's ``recipe`` (:mod:`alflow.plugins`); :func:`build_launch` is the only entry
+A framework's recipe is its plugin's ``recipe`` (:mod:`alflow.registry`; its protocol:
+:mod:`alflow.frameworks.contract`); :func:`build_launch` is the only entry
 generic code needs. A framework's flags, file formats, endpoints and silent no-ops live in its plugin folder
 (``alflow/frameworks/<name>/recipe.py``) and nowhere else.
 """
@@ -8,31 +9,13 @@ generic code needs. A framework's flags, file formats, endpoints and silent no-o
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
 
 from alflow.config import ServerConfig
 from alflow.errors import InvalidInputError, RecipeError
+from alflow.frameworks.contract import DialectSource, HintSource, InstallCheck, Recipe
 from alflow.frameworks.launch import Launch
-from alflow.frameworks.sim_source import SimSource
-from alflow.plugins import framework_names, get_framework
-
-
-class Recipe(Protocol):
-    """Builds the Launch of one framework."""
-
-    @property
-    def framework(self) -> str:
-        """The framework name this recipe serves (the registry key)."""
-        ...
-
-    @property
-    def default_image(self) -> str | None:
-        """The image used when the config names none (None: the recipe needs no image)."""
-        ...
-
-    def build(self, config: ServerConfig) -> Launch:
-        """The Launch for ``config``; raises :class:`RecipeError` for unsupported or no-op settings."""
-        ...
+from alflow.plugins import framework_names
+from alflow.registry import get_framework
 
 
 def recipes() -> dict[str, Recipe]:
@@ -48,24 +31,6 @@ def get_recipe(framework: str) -> Recipe:
         raise RecipeError(
             f"no recipe for framework {framework!r}; known: {', '.join(framework_names())}"
         ) from None
-
-
-class DialectSource(Protocol):
-    """A real framework's recipe seen from the simulator that speaks its dialect: endpoints and knob path."""
-
-    @property
-    def health_path(self) -> str:
-        """Health endpoint path."""
-        ...
-
-    @property
-    def metrics_path(self) -> str:
-        """Prometheus metrics path."""
-        ...
-
-    def sim_source(self, config: ServerConfig) -> SimSource:
-        """Arguments and environment that carry the speculative config and knobs."""
-        ...
 
 
 def dialect_source(dialect: str) -> DialectSource:
@@ -91,22 +56,6 @@ def build_launch(config: ServerConfig, *, default_host: str = LOOPBACK) -> Launc
     if config.host is None:
         config = config.model_copy(update={"host": default_host})
     return get_recipe(config.framework).build(config)
-
-
-class InstallCheck(Protocol):
-    """A recipe's check of a host install (``check_install(launch, prefix)``) before launching from it.
-
-    Returns the launch to run: the same, or adapted to what the install has (flags its release supports,
-    a plugin's switch and label).
-    """
-
-    def __call__(self, launch: Launch, prefix: Path) -> Launch: ...
-
-
-class HintSource(Protocol):
-    """A recipe's likely causes of a synthetic knob that did not take effect (``knob_hints(config)``)."""
-
-    def __call__(self, config: ServerConfig) -> tuple[str, ...]: ...
 
 
 def preflight_hints(config: ServerConfig) -> tuple[str, ...]:

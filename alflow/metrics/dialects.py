@@ -1,9 +1,9 @@
 """Framework metrics dialects: two scrapes (or a Prometheus window) -> :class:`SpecStats`.
 
 A ``Protocol`` and the helpers readers share; each framework plugin's ``metrics`` is its reader, in its folder
-(``alflow/frameworks/<name>/metrics.py``), and :func:`dialects` asks the registry (:mod:`alflow.plugins`). The
-simulated engine speaks each real framework's dialect, so it needs no reader of its own: :func:`detect` recognises
-whichever it exposes.
+(``alflow/frameworks/<name>/metrics.py``), found through the registry by :mod:`alflow.metrics.readers`. The
+simulated engine speaks each real framework's dialect, so it needs no reader of its own: ``readers.detect``
+recognises whichever it exposes.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import aiohttp
 from alflow.acceptance.stats import CI_LEVEL, SpecStats
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.metrics.prometheus import CounterWindow, Snapshot
-from alflow.plugins import frameworks
 
 
 @dataclass(frozen=True)
@@ -122,50 +121,3 @@ class CountersOnly(NoSpeculativeInfo):
     ) -> dict[str, Any]:
         del base_url, session, headers
         return {}
-
-
-def dialects() -> dict[str, Dialect]:
-    """Every registered framework's metrics reader, by framework name (frameworks that have one)."""
-    return {f.name: f.metrics for f in frameworks() if f.metrics is not None}
-
-
-def get_dialect(name: str) -> Dialect:
-    """The registered dialect ``name``; an unknown name lists the known ones."""
-    known = dialects()
-    try:
-        return known[name]
-    except KeyError:
-        raise InvalidInputError(
-            f"unknown metrics dialect {name!r}; known: {', '.join(known)}, auto"
-        ) from None
-
-
-def detect(snapshot: Snapshot) -> Dialect:
-    """The dialect whose metrics ``snapshot`` holds; an error lists what was looked for."""
-    known = dialects()
-    found = [d for d in known.values() if d.matches(snapshot)]
-    if len(found) == 1:
-        return found[0]
-    if not found:
-        raise MissingMetricsError(
-            f"metrics at {snapshot.url or '<text>'} hold no metrics of a known framework "
-            f"({', '.join(known)}): cannot detect the framework (give --dialect, or enable the server's metrics; "
-            "alflow bench --help says how for each)"
-        )
-    raise MissingMetricsError(
-        f"metrics at {snapshot.url or '<text>'} match several dialects ({', '.join(d.name for d in found)}): "
-        "give --dialect"
-    )
-
-
-def candidate_metrics_urls(base_url: str, dialect: str = "auto") -> list[str]:
-    """Metrics URLs to try for a server at ``base_url``: the dialect's path, or every known path."""
-    base = base_url.rstrip("/")
-    if base.endswith("/v1"):
-        base = base[:-3]
-    paths = (
-        [get_dialect(dialect).metrics_path]
-        if dialect != "auto"
-        else [d.metrics_path for d in dialects().values()]
-    )
-    return [base + p for p in dict.fromkeys(paths)]

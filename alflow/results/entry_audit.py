@@ -40,8 +40,8 @@ from alflow.acceptance.stats import SpecStats, from_histogram
 from alflow.config import CalibrateParams, ThinkingMode
 from alflow.errors import AlflowError
 from alflow.measure import RequestAcceptance
-from alflow.metrics.dialects import get_dialect
 from alflow.metrics.prometheus import Snapshot, SnapshotWindow
+from alflow.metrics.readers import get_dialect
 from alflow.reference import ReferenceEntry, m0_variant, upgrade_entry_v1
 from alflow.results.store import StoredRun, StoreError
 

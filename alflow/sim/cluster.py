@@ -40,7 +40,7 @@ import orjson
 
 from alflow.errors import AlflowError
 from alflow.sim.config import SimConfig
-from alflow.sim.engine import EngineStats, Histogram
+from alflow.sim.stats import EngineStats, Histogram
 
 log = logging.getLogger(__name__)
 

@@ -20,13 +20,15 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
 
 from alflow.acceptance.synthetic import SyntheticTarget, get_scheme
 from alflow.errors import InvalidInputError
-from alflow.plugins import dialect_names, frameworks, get_framework
+from alflow.plugins import dialect_names
+from alflow.registry import frameworks, get_framework
 from alflow.sim.acceptance import METHODS
+from alflow.sim.dialects import MetricsEmitter
 from alflow.sim.profiles import DEFAULT_PROFILE, get_profile
+from alflow.sim.sources import FrameworkSettings
 
 log = logging.getLogger(__name__)
 
@@ -247,31 +249,6 @@ def parse_rates(text: str) -> tuple[float, ...]:
         raise InvalidInputError(f"--synthetic-rates {text!r}: expected numbers separated by commas") from None
 
 
-class ArgsReader(Protocol):
-    """A dialect's reader of its framework's own flags (those the simulator's command line does not define)."""
-
-    def __call__(self, args: Sequence[str]) -> FrameworkSettings: ...
-
-
-class EnvReader(Protocol):
-    """A dialect's reader of its framework's own environment variables."""
-
-    def __call__(self, env: Mapping[str, str]) -> FrameworkSettings: ...
-
-
-@dataclass(frozen=True)
-class FrameworkSettings:
-    """Speculative settings found in one framework source (all optional)."""
-
-    source: str
-    k: int | None = None
-    method: str | None = None
-    al: float | None = None
-    rates: tuple[float, ...] | None = None
-    scheme: str | None = None
-    token_mode: str | None = None
-
-
 def _not_this_dialects(dialect: str, args: Sequence[str]) -> str:
     """Why ``args`` are refused in ``dialect``: whose flag the first is, if another framework's."""
     flag = args[0].split("=", 1)[0]
@@ -348,3 +325,11 @@ def resolve(
     if cfg.synthetic_al is not None and cfg.synthetic_rates is not None:
         raise InvalidInputError("give only one of --synthetic-al and --synthetic-rates")
     return replace(cfg, notes=tuple(notes)).validate()
+
+
+def emitter_of(dialect: str) -> MetricsEmitter:
+    """The metrics emitter of ``dialect``: its framework plugin's ``sim`` (vLLM's, SGLang's, TensorRT-LLM's are here)."""
+    emitter = get_framework(dialect).sim
+    if emitter is None:
+        raise InvalidInputError(f"framework {dialect!r} has no dialect the simulator speaks")
+    return emitter

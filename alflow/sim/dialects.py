@@ -1,4 +1,4 @@
-"""How the simulated engine speaks a framework: the emitter protocol, the families' helpers, the registry lookup.
+"""How the simulated engine speaks a framework: the emitter protocol, the families' helpers, the scrape registry.
 
 Each framework plugin's ``sim`` is its emitter, in its folder (``alflow/frameworks/<name>/sim.py``): its metric
 names, labels and endpoints over the engine's counters (what each counts: DOMAIN.md section 4, and each module),
@@ -16,12 +16,54 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from alflow.errors import InvalidInputError
-from alflow.plugins import get_framework
-from alflow.sim.config import SimConfig
-from alflow.sim.engine import EngineStats, Histogram
+from alflow.sim.stats import EngineStats, Histogram
 
-JsonView = Callable[[EngineStats, SimConfig], object]
+
+class EngineSettings(Protocol):
+    """What a dialect reads of the simulator's configuration (:class:`alflow.sim.config.EngineSettings` has it all)."""
+
+    @property
+    def served_model_name(self) -> str:
+        """The model name the server answers to."""
+        ...
+
+    @property
+    def k(self) -> int:
+        """Draft tokens per step."""
+        ...
+
+    @property
+    def method(self) -> str:
+        """The speculative method (``mtp``, ``eagle3``, ...)."""
+        ...
+
+    @property
+    def max_num_seqs(self) -> int:
+        """Requests running at most at once."""
+        ...
+
+    @property
+    def max_model_len(self) -> int:
+        """The context length."""
+        ...
+
+    @property
+    def framework_version(self) -> str | None:
+        """The release the simulator says it is (None: its own name)."""
+        ...
+
+    @property
+    def nnodes(self) -> int:
+        """Nodes the server spans."""
+        ...
+
+    @property
+    def node_parallel(self) -> str:
+        """How it uses them: ``tp`` (one model across them) or ``dp`` (one engine per node)."""
+        ...
+
+
+JsonView = Callable[[EngineStats, EngineSettings], object]
 """A JSON endpoint of a dialect: its body from the engine's counters and the configuration."""
 
 
@@ -43,7 +85,7 @@ class MetricsEmitter(Protocol):
         """Path of the Prometheus text."""
         ...
 
-    def families(self, stats: EngineStats, config: SimConfig) -> Iterable[Metric]:
+    def families(self, stats: EngineStats, config: EngineSettings) -> Iterable[Metric]:
         """The metric families of one scrape."""
         ...
 
@@ -75,23 +117,15 @@ def histogram_family(name: str, doc: str, labels: dict[str, str], hist: Histogra
     return fam
 
 
-def emitter_of(dialect: str) -> MetricsEmitter:
-    """The metrics emitter of ``dialect``: its framework plugin's ``sim`` (vLLM's, SGLang's, TensorRT-LLM's are here)."""
-    emitter = get_framework(dialect).sim
-    if emitter is None:
-        raise InvalidInputError(f"framework {dialect!r} has no dialect the simulator speaks")
-    return emitter
-
-
 class _EngineCollector(Collector):
-    def __init__(self, dialect: MetricsEmitter, stats: EngineStats, config: SimConfig) -> None:
+    def __init__(self, dialect: MetricsEmitter, stats: EngineStats, config: EngineSettings) -> None:
         self._dialect, self._stats, self._config = dialect, stats, config
 
     def collect(self) -> Iterable[Metric]:
         return list(self._dialect.families(self._stats, self._config))
 
 
-def make_registry(dialect: MetricsEmitter, stats: EngineStats, config: SimConfig) -> CollectorRegistry:
+def make_registry(dialect: MetricsEmitter, stats: EngineStats, config: EngineSettings) -> CollectorRegistry:
     """A registry of the server's own whose one collector reads ``stats`` at scrape time."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_EngineCollector(dialect, stats, config))

@@ -27,8 +27,7 @@ from typing import IO
 
 from alflow.errors import AlflowError
 from alflow.serving.app import OnReady, ServerThread
-from alflow.sim.config import SimConfig
-from alflow.sim.dialects import emitter_of
+from alflow.sim.config import SimConfig, emitter_of
 from alflow.sim.server import LISTENING_PREFIX, serve
 
 log = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ from prometheus_client import generate_latest
 
 from alflow.errors import AlflowError
 from alflow.metrics.names import SGLANG_SPEC_DETAILS_FLAG
-from alflow.plugins import get_framework
+from alflow.registry import get_framework
 from alflow.serving.api import ApiError
 from alflow.serving.app import (
     JSON,
@@ -45,10 +45,11 @@ from alflow.serving.app import (
 from alflow.serving.requests import ChatRequest, CompletionRequest, TokenizeRequest
 from alflow.sim.acceptance import NaturalAcceptance, stable_seed
 from alflow.sim.cluster import ClusterError, HeadCluster, WorkerLink
-from alflow.sim.config import SGLANG_FIXED_TOKEN_ID, SimConfig
-from alflow.sim.dialects import JsonView, emitter_of, make_registry
-from alflow.sim.engine import EngineStats, SimEngine, SimRequest
+from alflow.sim.config import SGLANG_FIXED_TOKEN_ID, SimConfig, emitter_of
+from alflow.sim.dialects import JsonView, make_registry
+from alflow.sim.engine import SimEngine, SimRequest
 from alflow.sim.payloads import body_metrics_json, spec_tokens_details_json, stream_metrics_json, usage_json
+from alflow.sim.stats import EngineStats
 from alflow.sim.text import AnswerKey, TextSource, corpus_text, load_answer_key
 from alflow.sim.tokenizer import get_tokenizer
 

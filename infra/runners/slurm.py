@@ -50,7 +50,7 @@ from typing import ClassVar, Protocol
 
 from alflow.config import SlurmOptions
 from alflow.frameworks.launch import Launch, redact_text
-from alflow.plugins import knob_env_names
+from alflow.registry import knob_env_names
 from infra.errors import RunnerError, ServerStartError
 from infra.runners.base import (
     LOG_TAIL_LINES,

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from alflow.frameworks.launch import Launch
 from alflow.frameworks.recipe_kit import bind_host_of, resolve_port
-from alflow.plugins import Framework
+from alflow.registry import Framework
 
 
 @dataclass(frozen=True)

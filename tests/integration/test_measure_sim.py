@@ -19,8 +19,8 @@ from alflow.datasets.speed_bench import load_speed_bench
 from alflow.loadgen import LoadSpec, Target, run_load
 from alflow.loadgen.records import records_frame
 from alflow.metrics.client import summarize
-from alflow.metrics.dialects import detect
 from alflow.metrics.prometheus import SnapshotWindow, scrape
+from alflow.metrics.readers import detect
 from alflow.sim.process import SimProcess
 
 VOCAB = 20_000  # below the sim tokenizer's vocabulary

@@ -17,8 +17,8 @@ from alflow.gates import AUDIT_MIN_FIT_P, audit_synthetic
 from alflow.loadgen import LoadSpec, Target, fill_spec_counts
 from alflow.loadgen.records import RequestRecord
 from alflow.measure import Measurement, measure
-from alflow.metrics.dialects import get_dialect
 from alflow.metrics.prometheus import SnapshotWindow
+from alflow.metrics.readers import get_dialect
 from alflow.sim.process import SimProcess
 
 pytestmark = pytest.mark.integration

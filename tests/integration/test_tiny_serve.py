@@ -24,8 +24,8 @@ import pytest
 
 from alflow.config import SpeculativeConfig, server_config
 from alflow.frameworks.recipes import build_launch
-from alflow.metrics.dialects import get_dialect
 from alflow.metrics.prometheus import Snapshot, SnapshotWindow, parse_exposition
+from alflow.metrics.readers import get_dialect
 from alflow.tiny.server import TinyService, TinyServiceSettings
 from alflow.tiny.settings import resolve_spec
 from alflow.tiny.thread import TinyThread

@@ -43,8 +43,8 @@ from alflow.config import (
 )
 from alflow.frameworks.recipes import build_launch
 from alflow.gates import AUDIT_MIN_FIT_P, AlGateDetails
-from alflow.metrics.dialects import get_dialect
 from alflow.metrics.prometheus import Snapshot, SnapshotWindow, parse_exposition
+from alflow.metrics.readers import get_dialect
 from alflow.models import PreparedModel, prepare_model
 from alflow.outcomes import DemoOutcome
 from alflow.reference import load_reference

@@ -11,20 +11,21 @@ from pathlib import Path
 
 import pytest
 
-from alflow.acceptance.knobs import render_knobs
 from alflow.acceptance.synthetic import SyntheticAcceptanceError
 from alflow.config import DockerOptions, server_config
 from alflow.errors import InvalidInputError, RecipeError
 from alflow.frameworks.atom import metrics as atom_metrics
 from alflow.frameworks.atom.recipe import synthetic_gate
 from alflow.frameworks.atom.sim import AtomEmitter, read_args
+from alflow.frameworks.recipe_kit import render_knobs
 from alflow.frameworks.recipes import build_launch
 from alflow.frameworks.versions import CapabilityError
-from alflow.metrics.dialects import MissingMetricsError, detect, get_dialect
+from alflow.metrics.dialects import MissingMetricsError
 from alflow.metrics.prometheus import SnapshotWindow, parse_exposition
-from alflow.plugins import get_framework
+from alflow.metrics.readers import detect, get_dialect
+from alflow.registry import get_framework
 from alflow.sim.config import SimConfig
-from alflow.sim.engine import EngineStats
+from alflow.sim.stats import EngineStats
 from infra.runners.docker import container_spec
 
 FIX = Path(__file__).parent.parent / "fixtures" / "prometheus"

@@ -9,14 +9,9 @@ import pytest
 from alflow.acceptance.stats import CounterResetError
 from alflow.errors import InvalidInputError
 from alflow.metrics import names
-from alflow.metrics.dialects import (
-    MissingMetricsError,
-    candidate_metrics_urls,
-    detect,
-    dialects,
-    get_dialect,
-)
+from alflow.metrics.dialects import MissingMetricsError
 from alflow.metrics.prometheus import SnapshotWindow, parse_exposition
+from alflow.metrics.readers import candidate_metrics_urls, detect, dialects, get_dialect
 from tests.unit.test_prometheus import prometheus  # noqa: F401  (fixture reuse)
 
 FIX = Path(__file__).parent.parent / "fixtures" / "prometheus"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from alflow.acceptance.knobs import render_knobs
 from alflow.acceptance.synthetic import SyntheticAcceptanceError
-from alflow.plugins import frameworks
+from alflow.frameworks.recipe_kit import render_knobs
+from alflow.registry import frameworks
 
 
 def test_trtllm_value_is_al_minus_one() -> None:

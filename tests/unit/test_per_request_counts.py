@@ -16,8 +16,8 @@ from alflow.loadgen.client import RequestSpec, fill_spec_counts, spec_tokens_det
 from alflow.loadgen.endpoints import CompletionsEndpoint
 from alflow.loadgen.records import RECORD_SCHEMA, RequestRecord, read_records, records_frame, write_records
 from alflow.measure import meta_info_totals, window_stats
-from alflow.metrics.dialects import get_dialect
 from alflow.metrics.prometheus import Snapshot
+from alflow.metrics.readers import get_dialect
 from tests.unit.test_loadgen_stream import DONE, chat, ev, run, usage
 
 

@@ -6,8 +6,9 @@ from dataclasses import replace
 
 from alflow.acceptance.stats import from_counters, from_steps
 from alflow.acceptance.synthetic import distribution
-from alflow.metrics.dialects import SpeculativeInfo, get_dialect
+from alflow.metrics.dialects import SpeculativeInfo
 from alflow.metrics.prometheus import parse_exposition
+from alflow.metrics.readers import get_dialect
 from alflow.preflight import Expectation, judge
 
 HINTS = ("an image too old", "the two-model path ran")

@@ -15,7 +15,6 @@ import pytest
 
 from alflow.acceptance.stats import CounterResetError
 from alflow.metrics import names
-from alflow.metrics.dialects import get_dialect
 from alflow.metrics.prometheus import (
     PeriodicScraper,
     ScrapeError,
@@ -26,6 +25,7 @@ from alflow.metrics.prometheus import (
     parse_exposition,
     scrape_all,
 )
+from alflow.metrics.readers import get_dialect
 from tests.unit.sse_server import SseServer
 
 FIX = Path(__file__).parent.parent / "fixtures" / "prometheus"

@@ -38,7 +38,7 @@ from alflow.metrics.prometheus import SnapshotWindow, parse_exposition
 from alflow.reports.markdown import escape_md
 from alflow.sim.config import SimConfig
 from alflow.sim.dialects import make_registry
-from alflow.sim.engine import EngineStats
+from alflow.sim.stats import EngineStats
 from infra.errors import RecipeError
 
 SYNTHETIC = {"target_al": 2.5}

@@ -8,8 +8,8 @@ import orjson
 import pytest
 
 from alflow.sim.config import SimConfig
-from alflow.sim.engine import EngineStats, Histogram
 from alflow.sim.server import SimService, _Parsed
+from alflow.sim.stats import EngineStats, Histogram
 
 
 class FakeTransport:

@@ -17,8 +17,8 @@ import orjson
 import pytest
 
 from alflow.errors import InvalidInputError
-from alflow.metrics.dialects import get_dialect
 from alflow.metrics.prometheus import SnapshotWindow, parse_exposition
+from alflow.metrics.readers import get_dialect
 from alflow.tiny.chat import render_chat
 from alflow.tiny.server import TinyService, TinyServiceSettings
 from alflow.tiny.settings import resolve_spec

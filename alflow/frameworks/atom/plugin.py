@@ -6,7 +6,8 @@ from alflow.frameworks.atom.knobs import LENGTH_FLAG, RATE_FLAG, AtomKnobs
 from alflow.frameworks.atom.metrics import AtomDialect
 from alflow.frameworks.atom.recipe import AtomRecipe
 from alflow.frameworks.atom.sim import K_FLAG, AtomEmitter, read_args
-from alflow.plugins import Framework, is_given
+from alflow.plugins import is_given
+from alflow.registry import Framework
 
 PLUGIN = Framework(
     name="atom",

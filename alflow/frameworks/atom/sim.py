@@ -23,9 +23,9 @@ from prometheus_client.metrics_core import Metric
 from alflow.errors import InvalidInputError
 from alflow.frameworks.atom import metrics as m
 from alflow.frameworks.atom.knobs import LENGTH_FLAG, RATE_FLAG, SCHEME
-from alflow.sim.config import FrameworkSettings, SimConfig
-from alflow.sim.dialects import JsonView
-from alflow.sim.engine import EngineStats
+from alflow.sim.dialects import EngineSettings, JsonView
+from alflow.sim.sources import FrameworkSettings
+from alflow.sim.stats import EngineStats
 
 K_FLAG = "--num-speculative-tokens"
 REFRESH_ENV = "ALFLOW_SIM_ATOM_REFRESH_S"
@@ -86,7 +86,7 @@ class AtomEmitter:
         """``/server_info``: what ATOM's says (``api_server.py``: model id, served name, TP and DP sizes)."""
         return {"/server_info": server_info}
 
-    def families(self, stats: EngineStats, config: SimConfig) -> Iterator[Metric]:
+    def families(self, stats: EngineStats, config: EngineSettings) -> Iterator[Metric]:
         del config
         v = self._snapshot(stats)
         yield _gauge(m.LAST_REFRESH, "When the metrics snapshot was last refreshed.", v.at)
@@ -113,7 +113,7 @@ class AtomEmitter:
         yield _gauge(m.REQUESTS_WAITING, "Waiting requests.", v.waiting)
 
 
-def server_info(stats: EngineStats, config: SimConfig) -> object:
+def server_info(stats: EngineStats, config: EngineSettings) -> object:
     """ATOM's ``/server_info`` body (no version: ATOM has none to give)."""
     del stats
     return {

@@ -1,1 +1,1 @@
-"""The sglang framework plugin: its recipe and its :class:`alflow.plugins.Framework` (``plugin.py``)."""
+"""The sglang framework plugin: its recipe and its :class:`~alflow.registry.Framework` (``plugin.py``)."""

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal, Self
+from collections.abc import Mapping
+from typing import ClassVar, Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -18,6 +19,14 @@ def _sglang_gpus(parallelism: Parallelism, extra_args: tuple[str, ...]) -> int:
 
 class SglangServer(ServerBase):
     """SGLang (``python -m sglang.launch_server``), one server or prefill/decode disaggregated."""
+
+    OWN_FIELDS: ClassVar[Mapping[str, str]] = {
+        "disaggregation": "disaggregation is supported for framework 'sglang' only, not {framework!r}: vLLM's "
+        "disaggregated prefill is experimental and needs a KV connector plus a proxy from its examples, "
+        "TensorRT-LLM's disaggregated serving (trtllm-serve disaggregated) is not wired into alflow, and the "
+        "simulator has no disaggregated mode. Start such a server yourself and attach with the external runner "
+        "(metrics_urls: the decode instances)",
+    }
 
     framework: Literal["sglang"] = Field("sglang", description="Serving framework: sglang.")
     disaggregation: Disaggregation | None = Field(

@@ -27,12 +27,7 @@ from alflow.acceptance.runtime_k import active_k_changes
 from alflow.acceptance.stats import CI_LEVEL, SpecStats, as_count, from_counters
 from alflow.errors import AlflowError
 from alflow.metrics import names
-from alflow.metrics.dialects import (
-    MissingMetricsError,
-    NoSpeculativeInfo,
-    join_notes,
-    need_counter,
-)
+from alflow.metrics.dialects import MissingMetricsError, NoSpeculativeInfo, join_notes, need_counter
 from alflow.metrics.prometheus import CounterWindow, Snapshot
 from alflow.redact import redact_url, redact_urls_in_text
 

@@ -20,9 +20,10 @@ from prometheus_client.metrics_core import Metric
 
 from alflow.errors import InvalidInputError
 from alflow.metrics import names
-from alflow.sim.config import SGLANG_TOKEN_MODES, FrameworkSettings, SimConfig
-from alflow.sim.dialects import JsonView, counter_family, gauge_family, histogram_family
-from alflow.sim.engine import EngineStats
+from alflow.sim.config import SGLANG_TOKEN_MODES
+from alflow.sim.dialects import EngineSettings, JsonView, counter_family, gauge_family, histogram_family
+from alflow.sim.sources import FrameworkSettings
+from alflow.sim.stats import EngineStats
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class SglangEmitter:
         """``/server_info`` and the deprecated ``/get_server_info``."""
         return {"/server_info": sglang_server_info, "/get_server_info": sglang_server_info}
 
-    def families(self, stats: EngineStats, config: SimConfig) -> Iterator[Metric]:
+    def families(self, stats: EngineStats, config: EngineSettings) -> Iterator[Metric]:
         lab = {"model_name": config.served_model_name}
         c = stats.created_s
         yield gauge_family(
@@ -100,7 +101,7 @@ class SglangEmitter:
         )
 
 
-def sglang_server_info(stats: EngineStats, config: SimConfig) -> dict[str, object]:
+def sglang_server_info(stats: EngineStats, config: EngineSettings) -> dict[str, object]:
     """SGLang ``/server_info``: cumulative ``avg_spec_accept_length`` per data-parallel rank (one)."""
     avg = stats.verify_tokens / stats.num_drafts if stats.num_drafts else None
     return {

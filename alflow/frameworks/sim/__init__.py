@@ -1,1 +1,1 @@
-"""The sim framework plugin: its recipe and its :class:`alflow.plugins.Framework` (``plugin.py``)."""
+"""The sim framework plugin: its recipe and its :class:`~alflow.registry.Framework` (``plugin.py``)."""

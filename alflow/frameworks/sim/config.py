@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -12,6 +13,14 @@ from alflow.plugins import config_model_of
 
 class SimServer(TwoModelSwitch):
     """alflow's simulated engine (``python -m alflow.sim serve``), speaking one framework's dialect."""
+
+    ENGINE_NOTE: ClassVar[str | None] = (
+        "SIMULATED: numbers come from alflow's simulated engine, not a real GPU server."
+    )
+    OWN_FIELDS: ClassVar[Mapping[str, str]] = {
+        **TwoModelSwitch.OWN_FIELDS,
+        "sim_dialect": "sim_dialect applies to framework 'sim' only, not {framework!r}",
+    }
 
     framework: Literal["sim"] = Field("sim", description="Serving framework: sim (the simulator).")
     sim_dialect: ServerDialect = Field(

@@ -6,7 +6,8 @@ from alflow.frameworks.trtllm.knobs import TRTLLM_ENV, TrtllmKnobs
 from alflow.frameworks.trtllm.metrics import TrtllmDialect
 from alflow.frameworks.trtllm.recipe import TrtllmRecipe
 from alflow.frameworks.trtllm.sim import TrtllmEmitter, read_trtllm_env
-from alflow.plugins import Framework, number_of
+from alflow.plugins import number_of
+from alflow.registry import Framework
 
 PLUGIN = Framework(
     name="trtllm",
@@ -20,7 +21,4 @@ PLUGIN = Framework(
     synthetic_markers={TRTLLM_ENV: lambda value: bool(number_of(value))},  # 0 is off
     reasoning_fields=("reasoning", "reasoning_content"),
     gpu="nvidia",
-    own_fields={
-        "two_model": "two_model applies to TensorRT-LLM only, not {framework!r}",
-    },
 )

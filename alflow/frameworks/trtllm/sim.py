@@ -19,9 +19,9 @@ from prometheus_client.metrics_core import Metric
 
 from alflow.errors import InvalidInputError
 from alflow.metrics import names
-from alflow.sim.config import FrameworkSettings, SimConfig
-from alflow.sim.dialects import JsonView, counter_family, gauge_family, histogram_family
-from alflow.sim.engine import EngineStats
+from alflow.sim.dialects import EngineSettings, JsonView, counter_family, gauge_family, histogram_family
+from alflow.sim.sources import FrameworkSettings
+from alflow.sim.stats import EngineStats
 
 TRTLLM_DECODING_TYPES = {
     "mtp": "MTP",
@@ -34,7 +34,7 @@ TRTLLM_DECODING_TYPES = {
 """TensorRT-LLM's ``decoding_type`` of each method, as ``trtllm_speculative_config_info`` labels it."""
 
 
-def _speculative_config_info(config: SimConfig, lab: dict[str, str]) -> GaugeMetricFamily:
+def _speculative_config_info(config: EngineSettings, lab: dict[str, str]) -> GaugeMetricFamily:
     """``trtllm_speculative_config_info`` (value 1): ``spec_enabled``, ``spec_method``, ``spec_num_tokens``."""
     info = {**lab, "spec_enabled": "true", "spec_method": TRTLLM_DECODING_TYPES[config.method]}
     info["spec_num_tokens"] = str(config.k)
@@ -55,7 +55,7 @@ class TrtllmEmitter:
         """``/metrics``: the JSON iteration stats, drained on each read like ``trtllm-serve``."""
         return {"/metrics": drain_iterations}
 
-    def families(self, stats: EngineStats, config: SimConfig) -> Iterator[Metric]:
+    def families(self, stats: EngineStats, config: EngineSettings) -> Iterator[Metric]:
         lab = {"model_name": config.served_model_name, "engine_type": "trtllm"}
         c = stats.created_s
         yield counter_family(
@@ -113,7 +113,7 @@ class TrtllmEmitter:
         )
 
 
-def drain_iterations(stats: EngineStats, config: SimConfig) -> object:
+def drain_iterations(stats: EngineStats, config: EngineSettings) -> object:
     """TensorRT-LLM's ``/metrics``: the iteration stats since the last read (the read drains them)."""
     del config
     items = list(stats.iterations)

@@ -1,1 +1,1 @@
-"""The vllm framework plugin: its recipe and its :class:`alflow.plugins.Framework` (``plugin.py``)."""
+"""The vllm framework plugin: its recipe and its :class:`~alflow.registry.Framework` (``plugin.py``)."""

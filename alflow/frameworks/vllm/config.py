@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -11,6 +12,13 @@ from alflow.config.server import ServerBase
 
 class VllmServer(ServerBase):
     """vLLM (``vllm serve``)."""
+
+    OWN_FIELDS: ClassVar[Mapping[str, str]] = {
+        "model_path": "model_path (weights apart from the served name) is rendered for vLLM only, not {framework!r}: "
+        "set model to the weights' path or id",
+        "per_request_spec_decode_metrics": "per_request_spec_decode_metrics is vLLM's "
+        "--per-request-spec-decode-metrics, not a setting of {framework!r}",
+    }
 
     framework: Literal["vllm"] = Field("vllm", description="Serving framework: vllm.")
     model_path: str | None = Field(

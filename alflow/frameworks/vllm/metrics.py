@@ -9,12 +9,7 @@ from collections.abc import Mapping
 
 from alflow.acceptance.stats import CI_LEVEL, SpecStats, from_counters
 from alflow.metrics import names
-from alflow.metrics.dialects import (
-    CountersOnly,
-    join_notes,
-    need_counter,
-    positions_in_order,
-)
+from alflow.metrics.dialects import CountersOnly, join_notes, need_counter, positions_in_order
 from alflow.metrics.prometheus import CounterWindow, Snapshot
 
 

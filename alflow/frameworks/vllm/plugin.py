@@ -6,7 +6,8 @@ from alflow.frameworks.vllm.knobs import VllmKnobs
 from alflow.frameworks.vllm.metrics import VllmDialect
 from alflow.frameworks.vllm.recipe import VllmRecipe
 from alflow.frameworks.vllm.sim import SPECULATIVE_CONFIG_FLAG, VllmEmitter, read_args
-from alflow.plugins import Framework, is_given
+from alflow.plugins import is_given
+from alflow.registry import Framework
 
 PLUGIN = Framework(
     name="vllm",
@@ -23,10 +24,4 @@ PLUGIN = Framework(
         "synthetic_acceptance_rates": is_given,
     },
     gpu="nvidia",
-    own_fields={
-        "model_path": "model_path (weights apart from the served name) is rendered for vLLM only, not {framework!r}: "
-        "set model to the weights' path or id",
-        "per_request_spec_decode_metrics": "per_request_spec_decode_metrics is vLLM's "
-        "--per-request-spec-decode-metrics, not a setting of {framework!r}",
-    },
 )

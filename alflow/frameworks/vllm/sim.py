@@ -17,9 +17,9 @@ from prometheus_client.metrics_core import Metric
 
 from alflow.errors import InvalidInputError
 from alflow.metrics import names
-from alflow.sim.config import FrameworkSettings, SimConfig
-from alflow.sim.dialects import JsonView, counter_family, gauge_family, histogram_family
-from alflow.sim.engine import EngineStats
+from alflow.sim.dialects import EngineSettings, JsonView, counter_family, gauge_family, histogram_family
+from alflow.sim.sources import FrameworkSettings
+from alflow.sim.stats import EngineStats
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class VllmEmitter:
         """None beside the metrics."""
         return {}
 
-    def families(self, stats: EngineStats, config: SimConfig) -> Iterator[Metric]:
+    def families(self, stats: EngineStats, config: EngineSettings) -> Iterator[Metric]:
         lab = {"model_name": config.served_model_name, "engine": "0"}
         c = stats.created_s
         yield counter_family(

@@ -1,0 +1,59 @@
+"""Which metrics reader for a server: every registered framework's (:func:`dialects`), by name, or detected.
+
+The readers are the framework plugins' ``metrics`` (their protocol: :class:`alflow.metrics.dialects.Dialect`),
+found through the registry (:mod:`alflow.registry`).
+"""
+
+from __future__ import annotations
+
+from alflow.errors import InvalidInputError
+from alflow.metrics.dialects import Dialect, MissingMetricsError
+from alflow.metrics.prometheus import Snapshot
+from alflow.registry import frameworks
+
+
+def dialects() -> dict[str, Dialect]:
+    """Every registered framework's metrics reader, by framework name (frameworks that have one)."""
+    return {f.name: f.metrics for f in frameworks() if f.metrics is not None}
+
+
+def get_dialect(name: str) -> Dialect:
+    """The registered dialect ``name``; an unknown name lists the known ones."""
+    known = dialects()
+    try:
+        return known[name]
+    except KeyError:
+        raise InvalidInputError(
+            f"unknown metrics dialect {name!r}; known: {', '.join(known)}, auto"
+        ) from None
+
+
+def detect(snapshot: Snapshot) -> Dialect:
+    """The dialect whose metrics ``snapshot`` holds; an error lists what was looked for."""
+    known = dialects()
+    found = [d for d in known.values() if d.matches(snapshot)]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise MissingMetricsError(
+            f"metrics at {snapshot.url or '<text>'} hold no metrics of a known framework "
+            f"({', '.join(known)}): cannot detect the framework (give --dialect, or enable the server's metrics; "
+            "alflow bench --help says how for each)"
+        )
+    raise MissingMetricsError(
+        f"metrics at {snapshot.url or '<text>'} match several dialects ({', '.join(d.name for d in found)}): "
+        "give --dialect"
+    )
+
+
+def candidate_metrics_urls(base_url: str, dialect: str = "auto") -> list[str]:
+    """Metrics URLs to try for a server at ``base_url``: the dialect's path, or every known path."""
+    base = base_url.rstrip("/")
+    if base.endswith("/v1"):
+        base = base[:-3]
+    paths = (
+        [get_dialect(dialect).metrics_path]
+        if dialect != "auto"
+        else [d.metrics_path for d in dialects().values()]
+    )
+    return [base + p for p in dict.fromkeys(paths)]
