@@ -168,8 +168,8 @@ class ServerBase(StrictModel):
 
     framework: ServerFramework = Field(
         description=(
-            "Serving framework: vllm, sglang, trtllm, atom, sim (the simulator), tiny (alflow's small real CPU "
-            "engine, n-gram drafting only) or a plugin's (alflow frameworks lists them)."
+            "Serving framework: a registered plugin's name (the built-in real ones, the simulator 'sim', alflow's "
+            "small real CPU engine 'tiny', or an entry point's; alflow frameworks lists them)."
         )
     )
     model: str = Field(

@@ -19,11 +19,13 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from alflow.errors import InvalidInputError
 from alflow.frameworks.launch import Launch
 from alflow.redact import redact_url
+from alflow.registry import knob_env_names
 from infra.errors import ServerRefusedError, ServerStartError
 
 log = logging.getLogger(__name__)
@@ -41,6 +43,27 @@ def secret_values(names: Iterable[str], launch: Launch, source: SecretSource) ->
     wanted = dict.fromkeys((*names, *launch.secret_env))
     values = {name: source(name) for name in wanted}
     return {name: value for name, value in values.items() if value}
+
+
+def write_launch_files(launch: Launch, folder: Path) -> Launch:
+    """``launch`` with its files written into ``folder/files`` and its arguments pointing there (unchanged: none)."""
+    if not launch.files:
+        return launch
+    files_dir = folder / "files"
+    files_dir.mkdir()
+    for item in launch.files:
+        (files_dir / item.name).write_text(item.content, encoding="utf-8")
+    return launch.relocated(str(files_dir))
+
+
+def inherited_env(keep: Callable[[str], bool] = lambda _name: True) -> dict[str, str]:
+    """The environment a started server inherits: this process's, without the variables that carry synthetic knobs.
+
+    A stray ``SGLANG_SIMULATE_ACC_LEN`` in a shell would make a "real" run synthetic behind the config's back: only
+    the Launch may set those. ``keep`` drops more (the slurm runner's stale ``SLURM_*`` job variables).
+    """
+    knobs = knob_env_names()
+    return {k: v for k, v in os.environ.items() if k not in knobs and keep(k)}
 
 
 def run_tag(launch: Launch, run_id: str) -> str:

@@ -30,17 +30,18 @@ from alflow.frameworks.launch import (
 )
 from alflow.frameworks.recipes import check_install
 from alflow.procguard import Guard, pid_alive, same_process_alive, start_ticks
-from alflow.registry import knob_env_names
 from infra.errors import FrameworkInstallError, RunnerError
 from infra.runners import registry
 from infra.runners.base import (
     LOG_TAIL_LINES,
     SecretSource,
     ServerHandle,
+    inherited_env,
     run_tag,
     secret_values,
     tail_lines,
     wait_for_health,
+    write_launch_files,
 )
 
 log = logging.getLogger(__name__)
@@ -84,18 +85,10 @@ class ProcessRunner:
             run_dir.mkdir(parents=True, exist_ok=False)
         else:
             run_dir = Path(tempfile.mkdtemp(prefix=f"alflow-{tag}-"))
-        if launch.files:
-            files_dir = run_dir / "files"
-            files_dir.mkdir()
-            for item in launch.files:
-                (files_dir / item.name).write_text(item.content, encoding="utf-8")
-            launch = launch.relocated(str(files_dir))
+        launch = write_launch_files(launch, run_dir)
         secrets = secret_values(self.options.secrets, launch, self._secret_source)
-        # The runner's own environment is inherited, except variables that would force acceptance behind
-        # the config's back (a stray SGLANG_SIMULATE_ACC_LEN in a shell would make a "real" run synthetic).
-        knobs = knob_env_names()
-        inherited = {k: v for k, v in os.environ.items() if k not in knobs}
-        env = {**inherited, **path_env, **launch.env, **secrets}
+        # the runner's own environment, less the knob variables (only the Launch may force acceptance)
+        env = {**inherited_env(), **path_env, **launch.env, **secrets}
         log_path = run_dir / "server.log"
         log.info("starting %s server: %s (log %s)", launch.framework, launch.command_line(), log_path)
         with log_path.open("ab") as log_file:

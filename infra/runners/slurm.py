@@ -50,16 +50,17 @@ from typing import ClassVar, Protocol
 
 from alflow.config import SlurmOptions
 from alflow.frameworks.launch import Launch, redact_text
-from alflow.registry import knob_env_names
 from infra.errors import RunnerError, ServerStartError
 from infra.runners.base import (
     LOG_TAIL_LINES,
     SecretSource,
     ServerHandle,
+    inherited_env,
     run_tag,
     secret_values,
     tail_lines,
     wait_for_health,
+    write_launch_files,
 )
 from infra.runners.slurm_script import (
     NODE_WRAPPER,
@@ -247,12 +248,7 @@ def _submit_env(secrets: Mapping[str, str]) -> dict[str, str]:
     variables (e.g. from an allocation alflow runs in; SLURM_CONF, the client's config, stays). The secret values
     are never written to the script.
     """
-    knobs = knob_env_names()
-    inherited = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in knobs and (not k.startswith("SLURM_") or k == "SLURM_CONF")
-    }
+    inherited = inherited_env(lambda name: not name.startswith("SLURM_") or name == "SLURM_CONF")
     return {**inherited, **secrets}
 
 
@@ -369,12 +365,7 @@ class SlurmRunner:
 
     def _write_job(self, launch: Launch, job_dir: Path) -> tuple[Launch, Path, Path, str]:
         """The launch with its files written to the job's folder, the log path, and the rendered script (written)."""
-        if launch.files:
-            files_dir = job_dir / "files"
-            files_dir.mkdir()
-            for item in launch.files:
-                (files_dir / item.name).write_text(item.content, encoding="utf-8")
-            launch = launch.relocated(str(files_dir))
+        launch = write_launch_files(launch, job_dir)
         log_path = job_dir / "server.log"
         mounts = (f"{job_dir}:{job_dir}",) if self.options.container_image else ()
         script = render_script(

@@ -1,0 +1,75 @@
+"""The two registry modules: plain data (:mod:`alflow.plugins`) and the typed plugins (:mod:`alflow.registry`) agree."""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Iterator
+
+import pytest
+
+from alflow import plugins, registry
+from alflow.config.server import ServerBase, engine_note_of
+from alflow.errors import InvalidInputError
+from alflow.plugins import FrameworkSpec, PluginError, check_dialect, dialect_names, spec_of
+from alflow.registry import Framework, frameworks, get_framework
+
+pytestmark = pytest.mark.unit
+
+
+def test_the_dialects_of_the_specs_are_the_plugins_with_a_reader_and_an_emitter() -> None:
+    speaking = tuple(f.name for f in frameworks() if f.metrics is not None and f.sim is not None)
+    assert dialect_names() == speaking
+    assert set(speaking) == {"vllm", "sglang", "trtllm", "atom"}
+    assert check_dialect("atom") == "atom"
+    with pytest.raises(InvalidInputError, match=r"dialect 'sim' is not one of vllm, sglang, trtllm, atom"):
+        check_dialect("sim")
+
+
+def test_an_unknown_framework_is_an_error_that_lists_the_known_ones() -> None:
+    with pytest.raises(
+        InvalidInputError, match=r"unknown framework 'nope'; known: vllm, sglang, trtllm, atom, sim"
+    ):
+        spec_of("nope")
+
+
+def test_the_engine_note_is_the_config_variants() -> None:
+    assert engine_note_of("vllm") is None
+    sim_note = engine_note_of("sim")
+    assert sim_note is not None
+    assert sim_note.startswith("SIMULATED")
+    for name in plugins.framework_names():
+        model = plugins.config_model_of(name)
+        assert issubclass(model, ServerBase)
+        assert engine_note_of(name) == model.ENGINE_NOTE
+
+
+@pytest.fixture
+def fake_spec(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
+    """A spec named ``fakeengine`` added to the registry, its plugin module in ``sys.modules`` (the test sets it)."""
+    module = types.ModuleType("fake_engine_plugin")
+    monkeypatch.setitem(sys.modules, "fake_engine_plugin", module)
+    spec = FrameworkSpec(
+        "fakeengine", "alflow.frameworks.vllm.config:VllmServer", "fake_engine_plugin:PLUGIN", dialect=True
+    )
+    found, broken = plugins.specs(), plugins.broken_plugins()
+    monkeypatch.setattr(plugins, "_loaded", lambda: ((*found, spec), broken))
+    registry.get_framework.cache_clear()
+    yield module
+    registry.get_framework.cache_clear()
+
+
+def test_a_spec_that_says_dialect_for_a_plugin_without_a_reader_is_refused(
+    fake_spec: types.ModuleType,
+) -> None:
+    fake_spec.PLUGIN = Framework(name="fakeengine", title="Fake", recipe=get_framework("vllm").recipe)
+    with pytest.raises(
+        PluginError, match=r"fakeengine.*dialect=True.*not both a metrics reader and a simulator"
+    ):
+        get_framework("fakeengine")
+
+
+def test_a_plugin_object_that_is_not_a_framework_is_refused(fake_spec: types.ModuleType) -> None:
+    fake_spec.PLUGIN = object()
+    with pytest.raises(PluginError, match=r"fake_engine_plugin:PLUGIN is not a Framework named 'fakeengine'"):
+        get_framework("fakeengine")
