@@ -33,7 +33,6 @@ from alflow.loadgen.endpoints import Sampling
 from alflow.measure import Measurement
 from alflow.metrics.client import GpuLayout
 from alflow.preflight import PreflightResult
-from alflow.reports.markdown import FlowSummary
 from alflow.results.store import RunWriter
 from alflow.results.summaries import StoredSummary
 from flows.common import emit_passed, gate_failure, pass_event
@@ -126,10 +125,8 @@ class PrefectSteps:
     def store(self, writer: RunWriter, tables: Mapping[str, pl.DataFrame], summary: StoredSummary) -> object:
         return results.store_results(writer, tables, summary)
 
-    def render(
-        self, writer: RunWriter, report: FlowSummary, rows: Sequence[Mapping[str, Any]], *, key: str
-    ) -> object:
-        return results.render_report(writer, report, rows, key=key)
+    def render(self, writer: RunWriter, rows: Sequence[Mapping[str, Any]], *, key: str) -> object:
+        return results.render_report(writer, rows, key=key)
 
     def fail(self, flow: str, message: str, payload: dict[str, Any]) -> Exception:
         return gate_failure(flow, message, payload)

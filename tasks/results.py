@@ -14,8 +14,7 @@ from prefect.cache_policies import NO_CACHE
 
 from alflow.names import safe_key
 from alflow.redact import redact_url
-from alflow.reports import render_run
-from alflow.reports.markdown import FlowSummary
+from alflow.reports import render_pages
 from alflow.results.store import RunWriter, StoredRun
 from alflow.results.summaries import StoredSummary, store_summary
 
@@ -44,49 +43,43 @@ def _publish(what: str, create: Callable[..., object], *args: Any, **kwargs: Any
 
 
 @task(name="render_report", cache_policy=NO_CACHE)
-def render_report(
-    writer: RunWriter, summary: FlowSummary, rows: Sequence[Mapping[str, Any]], *, key: str
-) -> str:
+def render_report(writer: RunWriter, rows: Sequence[Mapping[str, Any]], *, key: str) -> str | None:
     """Save ``report.md`` and ``report.html`` in the run directory and publish them as artifacts.
 
-    The Markdown (``report.md`` and the markdown artifact) is ``summary`` rendered by
-    :mod:`alflow.reports.markdown`, every user value escaped. ``report.html`` is the self-contained page of :mod:`alflow.reports` (inline SVG plots), built
-    from what the run has stored so far; a link artifact points at it. A failure to render it is
-    logged and never fails the flow (the measurement and report.md are already stored).
+    Both pages are built from what the run has stored (:func:`alflow.reports.render_pages`): ``report.md`` is the
+    text ``alflow report RUN --format md`` prints and the markdown artifact, every user value escaped;
+    ``report.html`` the self-contained page (inline SVG plots), a link artifact points at it. A failure to build
+    them is logged and never fails the flow (the measurement is already stored); None then.
     """
-    title = summary.title
-    text = summary.markdown()
-    path = writer.write_text("report.md", text)
+    try:
+        pages = render_pages(
+            StoredRun(writer.dir, writer.manifest.model_copy(deep=True), writer.storage), live=True
+        )
+    except Exception as exc:  # a derived page must never fail a measured run; the error is logged
+        get_run_logger().warning("report not written for %s: %r", writer.dir, exc, exc_info=True)
+        return None
+    path = writer.write_text("report.md", pages.markdown)
+    html_path = writer.write_text("report.html", pages.html)
     base = safe_key(key)  # the key is derived: the model id in it stays data (report.md, the artifact text)
-    _publish("report", create_markdown_artifact, text, key=base, description=title)
+    _publish("report", create_markdown_artifact, pages.markdown, key=base, description=pages.title)
     if rows:
         _publish(
             "key numbers",
             create_table_artifact,
             [dict(r) for r in rows],
             key=base + "-table",
-            description=f"{title}: key numbers",
+            description=f"{pages.title}: key numbers",
         )
-    try:
-        html = render_run(
-            StoredRun(writer.dir, writer.manifest.model_copy(deep=True), writer.storage), "html", live=True
-        )
-        html_path = writer.write_text("report.html", html)
-    except Exception as exc:  # a derived page must never fail a measured run; the error is logged
-        get_run_logger().warning("report.html not written for %s: %r", writer.dir, exc, exc_info=True)
-    else:
-        # a URL, percent-encoded: no character of the results root can end the artifact's Markdown link
-        link = (
-            quote(redact_url(html_path), safe=":/")
-            if "://" in html_path
-            else Path(html_path).resolve().as_uri()
-        )
-        _publish(
-            "report.html link",
-            create_link_artifact,
-            link,
-            link_text="report.html",
-            key=base + "-html",
-            description=f"{title}: HTML report",
-        )
+    # a URL, percent-encoded: no character of the results root can end the artifact's Markdown link
+    link = (
+        quote(redact_url(html_path), safe=":/") if "://" in html_path else Path(html_path).resolve().as_uri()
+    )
+    _publish(
+        "report.html link",
+        create_link_artifact,
+        link,
+        link_text="report.html",
+        key=base + "-html",
+        description=f"{pages.title}: HTML report",
+    )
     return path

@@ -47,7 +47,6 @@ from alflow.reference import (
     m0_variant,
     update_reference,
 )
-from alflow.reports.markdown import M0Row, M0Summary
 from alflow.results.audit import SCRAPES, scrape_key
 from alflow.results.manifest import ServerRecord
 from alflow.results.provenance import code_version, host_info
@@ -229,16 +228,13 @@ def run_m0(
         steps.store(
             writer, tables, m0_summary(target.path, got.entries, got.cached_points, None, failures=[str(exc)])
         )
-        report = m0_report(writer, params, target, got.entries, got.cached_points, None, [str(exc)])
-        steps.render(writer, report, m0_rows(got.entries), key="m0-calibration")
+        steps.render(writer, m0_rows(got.entries), key="m0-calibration")
         raise
     previous, table = update_reference(target.path, got.entries, new=_empty_table(params, target))
     diff = diff_tables(previous, table) if previous is not None else None
     writer.write_json(SCRAPES, {"points": got.scrapes})
     store_summary(writer, m0_summary(target.path, got.entries, got.cached_points, diff))
-    changed = None if diff is None else sum(r.status != "unchanged" for r in diff.rows)
-    report = m0_report(writer, params, target, got.entries, got.cached_points, changed, [])
-    steps.render(writer, report, m0_rows(got.entries), key="m0-calibration")
+    steps.render(writer, m0_rows(got.entries), key="m0-calibration")
     return M0Outcome(
         run_dir=writer.dir,
         reference_path=str(target.path),
@@ -317,27 +313,3 @@ def m0_summary(
 def m0_rows(entries: Sequence[ReferenceEntry]) -> list[dict[str, object]]:
     """The key numbers of each entry (the table artifact)."""
     return M0Outcome("", "", tuple(entries)).rows()
-
-
-def m0_report(
-    writer: RunWriter,
-    params: CalibrateParams,
-    target: M0Target,
-    entries: Sequence[ReferenceEntry],
-    cached_points: Sequence[str],
-    changed: int | None,
-    failures: Sequence[str],
-) -> M0Summary:
-    """The run's Markdown summary."""
-    return M0Summary(
-        run_dir=writer.dir,
-        engine_note=params.server.engine_note,
-        reference_path=str(target.path),
-        kind=target.kind,
-        dataset=str(target.dataset["dataset"]),
-        category=workload_category(params.workload),
-        rows=tuple(M0Row(e.model, e.thinking.value, e.k, e.al, e.num_drafts) for e in entries),
-        cached_points=tuple(cached_points),
-        changed=changed,
-        failures=tuple(failures),
-    )

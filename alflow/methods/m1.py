@@ -22,7 +22,6 @@ from alflow.metrics.client import ClientSummary
 from alflow.outcomes import M1Outcome
 from alflow.preflight import PreflightError
 from alflow.redact import redact_url
-from alflow.reports.markdown import M1Summary, M1Verdict
 from alflow.results.store import RunWriter
 from alflow.results.summaries import M1RunSummary
 from alflow.topology import gpu_layout
@@ -85,7 +84,7 @@ def _run(
         if not isinstance(got.crashed, GateFailedError):  # the server or the client failed mid-way
             got.partial = got.partial or f"the run failed after the AL point was measured: {got.crashed}"
     passed = got.crashed is None and got.partial is None and all(v.passed for v in got.verdicts)
-    _store(params, server, writer, steps, subject, dataset, len(sessions), got, passed, failures)
+    _store(params, server, writer, steps, subject, got, passed, failures)
     if got.crashed is not None:
         raise got.crashed
     if not passed:
@@ -172,8 +171,6 @@ def _store(
     writer: RunWriter,
     steps: Steps[H],
     subject: str,
-    dataset: dict[str, Any],
-    sessions: int,
     got: _Gated,
     passed: bool,
     failures: list[str],
@@ -190,19 +187,8 @@ def _store(
         gsm8k=got.gsm8k,
     )
     steps.store(writer, got.tables, summary)
-    report = M1Summary(
-        run_dir=writer.dir,
-        engine_note=server.engine_note,
-        subject=subject,
-        passed=passed,
-        verdicts=tuple(M1Verdict(v.gate, v.passed, v.message) for v in got.verdicts),
-        dataset=str(dataset["dataset"]),
-        category=str(dataset["category"]),
-        sessions=sessions,
-        partial=got.partial,
-    )
     rows = [{"gate": v.gate, "passed": v.passed, "message": v.message} for v in got.verdicts]
-    steps.render(writer, report, rows, key=f"m1-{server.framework}-k{params.k}")
+    steps.render(writer, rows, key=f"m1-{server.framework}-k{params.k}")
 
 
 def flat_stats(stats: dict[str, Any]) -> dict[str, Any]:

@@ -26,7 +26,6 @@ from alflow.metrics.client import GpuLayout
 from alflow.outcomes import M2Outcome
 from alflow.points import M2Point, m2_point
 from alflow.redact import redact_url
-from alflow.reports.markdown import M2Summary
 from alflow.results.store import RunWriter
 from alflow.results.summaries import M2RunSummary
 from alflow.topology import gpu_layout, topology
@@ -243,18 +242,4 @@ def _store(
         partial=got.stopped is not None or any(p.partial for p in got.points),
     )
     steps.store(writer, tables, summary)
-    report = M2Summary(
-        run_dir=writer.dir,
-        engine_note=got.engine_note,
-        model=params.model.id,
-        framework=server.framework,
-        k=params.k,
-        target_al=target,
-        scheme=got.scheme,
-        granularity=got.dist.granularity,
-        gpus=layout.gpus,
-        nodes=server.nodes,
-        points=rows,
-        failures=tuple(got.failures),
-    )
-    steps.render(writer, report, rows, key=f"m2-{params.model.id}-k{params.k}")
+    steps.render(writer, rows, key=f"m2-{params.model.id}-k{params.k}")

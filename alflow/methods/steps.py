@@ -32,7 +32,6 @@ from alflow.loadgen.endpoints import Sampling
 from alflow.measure import Measurement
 from alflow.metrics.client import GpuLayout
 from alflow.preflight import PreflightResult
-from alflow.reports.markdown import FlowSummary
 from alflow.results.store import RunWriter
 from alflow.results.summaries import StoredSummary
 
@@ -127,9 +126,7 @@ class Steps(Protocol[H]):
         """Write the run's tables and ``summary.json``."""
         ...
 
-    def render(
-        self, writer: RunWriter, report: FlowSummary, rows: Sequence[Mapping[str, Any]], *, key: str
-    ) -> object:
+    def render(self, writer: RunWriter, rows: Sequence[Mapping[str, Any]], *, key: str) -> object:
         """Write and publish the run's report."""
         ...
 

@@ -12,11 +12,10 @@ from collections.abc import Mapping, Sequence
 import polars as pl
 
 from alflow.config import SweepParams
-from alflow.kchoice import RULE, all_choices, spread_rows
+from alflow.kchoice import all_choices
 from alflow.methods.steps import H, Steps
 from alflow.outcomes import KOutcome, SweepOutcome
 from alflow.points import best_k
-from alflow.reports.markdown import SweepSummary
 from alflow.results.rows import M2Point
 from alflow.results.store import RunWriter
 from alflow.results.summaries import SweepRunSummary
@@ -72,22 +71,7 @@ def conclude_sweep(
         lost_nodes=warnings,
     )
     steps.store(writer, tables, stored)
-    report = SweepSummary(
-        run_dir=writer.dir,
-        engine_note=server.engine_note,
-        model=params.benchmark.model.id,
-        framework=server.framework,
-        mode=mode,
-        per_k=rows,
-        best_k=best_rows,
-        k_choice=choices,
-        spread=spread_rows(points),
-        repeats=params.benchmark.repeats,
-        rule=RULE,
-        failures=tuple(failures),
-        lost_nodes=tuple(warnings),
-    )
-    steps.render(writer, report, rows, key=f"sweep-{server.framework}")
+    steps.render(writer, rows, key=f"sweep-{server.framework}")
     outcome = SweepOutcome(
         per_k=dict(results), best_k=tuple(summary), points=tuple(points), run_dir=writer.dir
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Final, Literal
 
 import jinja2
@@ -59,6 +60,25 @@ def _as_run(run: StoredRun | str | os.PathLike[str]) -> StoredRun:
 def render_run(run: StoredRun | str | os.PathLike[str], fmt: Format = "html", *, live: bool = False) -> str:
     """Render one stored run; ``live`` when the run writes its own report before it is closed."""
     return render(build_report(_as_run(run), live=live), fmt)
+
+
+@dataclass(frozen=True)
+class RunPages:
+    """One run's report as its pages: its title, ``report.md`` and ``report.html``.
+
+    Both come from one build of its content (:func:`~alflow.reports.content.build_report`); the Markdown is also
+    the flows' Prefect markdown artifact.
+    """
+
+    title: str
+    markdown: str
+    html: str
+
+
+def render_pages(run: StoredRun | str | os.PathLike[str], *, live: bool = False) -> RunPages:
+    """Both pages of one stored run; ``live`` when the run writes its own report before it is closed."""
+    report = build_report(_as_run(run), live=live)
+    return RunPages(report.title, render(report, "md"), render(report, "html"))
 
 
 def render_comparison(runs: Sequence[StoredRun | str | os.PathLike[str]], fmt: Format = "html") -> str:

@@ -75,7 +75,7 @@ def test_sweep_with_three_repeats_reports_the_chosen_k_with_its_spread(tmp_path:
     assert summary["best_k"][0]["output_throughput_per_gpu"] == pytest.approx(thr.chosen.median)
 
     md = (Path(out.run_dir) / "report.md").read_text()
-    assert "K choice, 3 repeat(s) per point" in md
+    assert "3 repeat\\(s\\) per \\(K, concurrency\\)" in md
     chosen_row = f"| 4 | throughput | {thr.chosen.k} | {thr.chosen.score:.1f} |"
     assert chosen_row in md
     assert md.count("| 4 | 1 | 3/3 |") == 1

@@ -26,7 +26,7 @@ from alflow.reports.markdown import escape_controls, escape_md, md_cell
 from tests.markdown_check import HOSTILE, assert_inert, md_text
 from tests.unit.report_runs import write_m0, write_m1, write_m2
 from tests.unit.sse_server import threaded_sse_server
-from tests.unit.test_markdown_escaping import reference_yaml, summaries
+from tests.unit.test_markdown_escaping import reference_yaml
 
 pytestmark = pytest.mark.unit
 
@@ -85,14 +85,6 @@ def test_markdown_filters_leave_no_raw_control(value: str) -> None:
         assert raw_controls(out) == [], out
         assert_inert(out)
         assert md_text(out) == visible_md(value)
-
-
-@pytest.mark.parametrize("value", [*CONTROL, MIXED])
-def test_flow_summaries_leave_no_raw_control(value: str) -> None:
-    for text in summaries(value):
-        assert raw_controls(text) == [], text
-        assert_inert(text)
-        assert visible_md(value) in md_text(text)
 
 
 @pytest.mark.parametrize("value", [CONTROL[0], CONTROL[2], CONTROL[6], MIXED])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,6 @@ from alflow.kchoice import (
     spread_rows,
 )
 from alflow.points import best_k
-from alflow.reports.markdown import SweepSummary
 from alflow.results.rows import M2Point
 from alflow.results.store import RunWriter, open_run
 from alflow.sweep import benchmark_for
@@ -259,29 +259,30 @@ def test_a_row_written_before_repeats_reads_as_repeat_zero() -> None:
     assert M2Point.from_dict(row).repeat == 0
 
 
-def test_the_sweep_summary_shows_the_spread_and_escapes_user_text() -> None:
-    from alflow.kchoice import RULE, all_choices
+def test_the_sweep_report_shows_the_choice_and_the_spread_and_escapes_user_text(tmp_path: Path) -> None:
+    from alflow.kchoice import all_choices
+    from alflow.reports import render_run
 
-    points = _sweep_points({4: 2}, (4,))
-    text = SweepSummary(
-        run_dir="/tmp/x",
-        engine_note=None,
-        model=EVIL + "|x",
-        framework="sim",
-        mode="in-process",
-        per_k=[],
-        best_k=[b.to_dict() for b in best_k(points)],
-        k_choice=[c.to_dict() for c in all_choices(points)],
-        spread=spread_rows(points),
-        repeats=3,
-        rule=RULE,
-    ).markdown()
+    points = [replace(p, framework=EVIL + "|x") for p in _sweep_points({4: 2}, (4,))]
+    with RunWriter(tmp_path, "sweep", config={"ks": [1, 2, 3]}) as w:
+        w.write_table("spec_stats", pl.DataFrame([p.to_dict() for p in points]))
+        w.write_summary(
+            {
+                "flow": "sweep",
+                "repeats": 3,
+                "best_k": [b.to_dict() for b in best_k(points)],
+                "k_choice": [c.to_dict() for c in all_choices(points)],
+            }
+        )
+    text = render_run(w.dir, "md")
     assert "<script>" not in text
     assert "&lt;script&gt;" in text
     assert "\\|x" in text
-    assert "K choice, 3 repeat(s) per point: score = median \\- 1 x 1\\.4826 x MAD" in text
-    assert "| 4 | throughput | 2 | 118.2 | 120.0 +- 1.2 | 2 | 2 \\(118\\.2\\) | 1 \\(98\\.5\\) |" in text
-    assert "| 4 | interactivity | 1 | 50.0 | 50.0 +- 0.0 | 1, 2, 3 |" in text
+    assert "3 repeat\\(s\\) per \\(K, concurrency\\)\\. score = median \\- 1 x 1\\.4826 x MAD" in text
+    assert (
+        "| 4 | throughput | 2 | 118.2 | 120\\.0 ± 1\\.2 | 2 | K=2 \\(118\\.2\\) | K=1 \\(98\\.5\\) |" in text
+    )
+    assert "| 4 | interactivity | 1 | 50.0 | 50\\.0 ± 0\\.0 | 1, 2, 3 |" in text
     assert "| 4 | 1 | 3/3 | 100.0 | 1.0 | 99.0..101.0 | 98.5 |" in text
 
 

@@ -276,22 +276,17 @@ def test_bench_refuses_userinfo_together_with_an_api_key() -> None:
     assert KEY not in result.output
 
 
-def test_flow_summaries_show_the_run_directory_without_credentials() -> None:
-    from alflow.reports.markdown import M1Summary
+def test_reports_show_the_run_directory_without_credentials(tmp_path: Path) -> None:
+    from alflow.reports.content.base import base_report
+    from alflow.results.store import StoredRun
 
-    text = M1Summary(
-        run_dir="s3://AKIAKEY:Secret-Canary-9@bucket/m1/run",
-        engine_note=None,
-        subject="s",
-        passed=True,
-        verdicts=(),
-        dataset="d",
-        category="c",
-        sessions=1,
-    ).markdown()
-    assert "Secret-Canary-9" not in text
-    assert "AKIAKEY" not in text
-    assert "s3://\\*\\*\\*@bucket/m1/run" in text
+    with RunWriter(tmp_path, "m1", config={}) as w:
+        w.write_summary({"flow": "m1"})
+    local = open_run(w.dir)
+    remote = StoredRun("s3://AKIAKEY:Secret-Canary-9@bucket/m1/run", local.manifest, local.storage)
+    facts = dict(base_report(remote, "M1").facts)
+    assert facts["Run directory"] == "s3://***@bucket/m1/run"
+    assert dict(base_report(local, "M1").facts)["Run directory"] == w.dir
 
 
 def test_metrics_snapshot_prints_and_fails_without_url_credentials() -> None:

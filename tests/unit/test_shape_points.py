@@ -28,12 +28,11 @@ from alflow.points import al_source, m2_point
 from alflow.reports import svg
 from alflow.reports.content import build_report
 from alflow.reports.exports import inferencex_rows, rows_csv, rows_json
-from alflow.reports.markdown import M2Summary
 from alflow.reports.render import render
 from alflow.results.rows import M2Point
 from alflow.results.store import RunWriter, open_run
 from alflow.results.view import m2_points
-from tests.markdown_check import assert_inert, md_html, md_text
+from tests.markdown_check import assert_inert, md_text
 from tests.unit.report_runs import write_m2
 
 pytestmark = pytest.mark.unit
@@ -272,21 +271,17 @@ def test_the_m2_html_report_draws_a_grouped_bar_chart_per_point_with_the_scheme_
     assert "<img src=x>" not in html
 
 
-def _summary(points: list[dict[str, object]], scheme: str = "vllm") -> str:
-    return M2Summary(
-        run_dir="/runs/m2", engine_note=None, model="m", framework="vllm", k=3, target_al=2.3, scheme=scheme,
-        granularity="per-request", gpus=1, nodes=1, points=points,
-    ).markdown()  # fmt: skip
+def test_report_md_shows_the_al_source_and_the_shape_p_of_each_point(tmp_path: Path) -> None:
+    from alflow.reports import render_run
 
-
-def test_the_flows_m2_summary_shows_the_al_source_and_the_shape_p() -> None:
-    text = _summary([_row(4, **SHAPE), _row(8)])
+    _stored(tmp_path, [_row(4, **SHAPE), _row(8)])
+    (run,) = (tmp_path / "m2").iterdir()
+    text = render_run(run, "md")
     assert_inert(text)
     rendered = md_text(text)
-    assert "AL source shape test p" in rendered
-    assert "2.3000 per-request 0.25 yes" in rendered
-    assert "2.3000 - - yes" in rendered  # an older point: neither known
-    assert md_html(text).count("<tr>") == 3
+    assert "concurrency AL source scheme p-value" in rendered
+    assert "4 per-request vllm 0.25" in rendered
+    assert "8 per-request" not in rendered  # an older point without them is not in the shape table
 
 
 def test_the_m2_export_rows_carry_the_shape_columns_in_json_and_csv(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from alflow.reports.content.base import (
     fmt,
     run_label,
     svg_figure,
+    validity,
 )
 from alflow.reports.content.m0 import build_m0
 from alflow.reports.content.m1 import build_m1
@@ -174,7 +175,7 @@ def _compare_m2(runs: Sequence[StoredRun]) -> Section:
                 fmt(p.median_tpot_ms, 2),
                 fmt(p.median_ttft_ms, 1),
                 fmt(p.achieved_al, 4),
-                "yes" if p.valid else "NO",
+                validity(p),
             ]
             for p in pts
         )

@@ -17,7 +17,9 @@ from markupsafe import Markup
 from alflow import jsonutil
 from alflow.acceptance.runtime_k import report_line, stored_knobs
 from alflow.measure import RequestAcceptance
+from alflow.redact import redact_url
 from alflow.reports import svg
+from alflow.results.rows import M2Point
 from alflow.results.store import StoredRun
 from alflow.results.view import config_value, dialect, framework, image, model_id, server_command, summary
 
@@ -136,7 +138,7 @@ def _facts(run: StoredRun) -> list[tuple[str, str]]:
         ("Host", (prov.host.host if prov.host is not None else None) or "-"),
         ("GPUs", ", ".join(str(g.get("name")) for g in gpus) or "-"),
         ("Prefect flow run", prov.flow_run_id or "-"),
-        ("Run directory", run.dir),
+        ("Run directory", redact_url(run.dir)),  # a storage URL without its credentials
     ]
     dataset = prov.dataset
     if isinstance(dataset, Mapping):
@@ -188,14 +190,22 @@ def base_report(run: StoredRun, title: str) -> Report:
     if stored.get("partial"):
         why = "; ".join(str(f) for f in stored.get("failures") or []) or "a point stopped mid-way"
         warnings.append(f"PARTIAL results (what was measured before the failure is kept): {why}")
+    facts = _facts(run)
+    if note:  # the engine's label and the config's (``label``): with the facts, whatever the banner says
+        facts.append(("Engine note", note))
     return Report(
         title=title,
         simulated=simulated,
-        facts=_facts(run),
+        facts=facts,
         sections=[],
         config_json=jsonutil.dumps(run.manifest.config),
         warnings=warnings,
     )
+
+
+def validity(point: M2Point) -> str:
+    """An M2 point's "valid" cell: ``yes``, ``NO, partial`` (it stopped mid-way) or ``NO``."""
+    return "yes" if point.valid else "NO, partial" if point.partial else "NO"
 
 
 def svg_figure(chart: svg.Chart | svg.BarChart, caption: str = "") -> Figure:

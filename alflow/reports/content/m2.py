@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from alflow.gates import AUDIT_MIN_FIT_P, AUDIT_Z
 from alflow.reports import svg
-from alflow.reports.content.base import Figure, Report, Section, Table, base_report, fmt, svg_figure
+from alflow.reports.content.base import Figure, Report, Section, Table, base_report, fmt, svg_figure, validity
 from alflow.results.rows import M2Point
 from alflow.results.store import StoredRun
 from alflow.results.view import audit_spread, config_value, latency_percentiles, m2_points, scheme, summary
@@ -296,7 +296,7 @@ def _audit_section(run: StoredRun, points: Sequence[M2Point]) -> Section:
                     if p.achieved_al is None or s.expected is None
                     else f"{p.achieved_al - s.expected:+.4f}",
                     fmt(s.allowed, 4),
-                    "yes" if p.valid else "NO",
+                    validity(p),
                     p.audit,
                 ]
                 for p, s in zip(points, spreads, strict=True)
