@@ -135,8 +135,6 @@ def reference_entry(
     if stats.al is None:
         raise CalibrationError(f"{model.id} K={k} thinking={mode.value}: no AL was measured")
     launch = point.server.provenance
-    version = launch.get("framework_version")
-    argv = launch.get("argv")
     return ReferenceEntry(
         model=model.id,
         method=ctx.method,
@@ -157,11 +155,11 @@ def reference_entry(
         ci_low=None if stats.ci is None else _r12(stats.ci.low),
         ci_high=None if stats.ci is None else _r12(stats.ci.high),
         provenance=Provenance(
-            framework=str(launch.get("framework") or ctx.framework),
-            framework_version=None if version is None else str(version),
+            framework=launch.framework or ctx.framework,
+            framework_version=launch.framework_version,
             image=point.server.image,
             image_digest=point.server.image_digest,
-            command=tuple(str(a) for a in argv) if isinstance(argv, list | tuple) and argv else None,
+            command=tuple(launch.argv) or None,
             model_revision=model.revision,
             dataset=ctx.dataset,
             dataset_hash=ctx.dataset_hash,
@@ -172,5 +170,5 @@ def reference_entry(
             flow_run_id=ctx.flow_run_id,
             host=ctx.host,
         ),
-        note=report_line(stored_knobs(launch)),  # runtime-varying K: recorded with the reference
+        note=report_line(stored_knobs(launch.runtime_k)),  # runtime-varying K: recorded with the reference
     )

@@ -50,7 +50,7 @@ def start_server(
     weights = config.weights_path()
     model = model_provenance(weights) if weights else None
     if model:
-        handle = replace(handle, provenance={**handle.provenance, **model})
+        handle = replace(handle, provenance=handle.provenance.amended(**model))
     return handle
 
 
@@ -84,8 +84,8 @@ def start_launch(
         live = live_version(
             handle.base_url, launch.version_paths, headers=auth_headers(handle_api_key(handle))
         )
-        label = handle.provenance.get("image_version_label")
-        if live.version is None and isinstance(label, str):
+        label = handle.provenance.image_version_label
+        if live.version is None and label is not None:
             live = LiveVersion(label, f"image label {label!r}")
         notes = check_live_version(launch, live)
     except BaseException:
@@ -93,12 +93,12 @@ def start_launch(
         raise
     for note in notes:
         log.warning("%s: %s", launch.framework, note)
-    provenance = dict(handle.provenance)
+    found: dict[str, object] = {}
     if live.version is not None:
-        provenance["framework_version"] = live.version
+        found["framework_version"] = live.version
     if notes:
-        provenance["warnings"] = [*_as_list(provenance.get("warnings")), *notes]
-    return replace(handle, provenance=provenance)
+        found["warnings"] = [*handle.provenance.warnings, *notes]
+    return replace(handle, provenance=handle.provenance.amended(**found)) if found else handle
 
 
 VERSION_PATH = "/version"
@@ -150,10 +150,6 @@ def check_live_version(launch: Launch, live: LiveVersion) -> tuple[str, ...]:
     else:
         where = f"live server (GET {live.path})"
     return check_capabilities(launch.requirements, live.version, where)
-
-
-def _as_list(value: object) -> list[object]:
-    return list(value) if isinstance(value, list | tuple) else []
 
 
 def stop_server(handle: ServerHandle, options: RunnerOptions, **extras: Any) -> None:

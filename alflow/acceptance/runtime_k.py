@@ -227,12 +227,9 @@ def unique(knobs: Iterable[RuntimeKKnob]) -> tuple[RuntimeKKnob, ...]:
     return tuple(out)
 
 
-def stored_knobs(provenance: Mapping[str, Any]) -> tuple[RuntimeKKnob, ...]:
-    """The runtime-varying-K knobs a launch provenance recorded (``runtime_k``; none when absent)."""
-    raw = provenance.get("runtime_k")
-    if not isinstance(raw, list):
-        return ()
-    return tuple(RuntimeKKnob.from_dict(d) for d in raw if isinstance(d, Mapping))
+def stored_knobs(stored: Sequence[Mapping[str, Any]]) -> tuple[RuntimeKKnob, ...]:
+    """The runtime-varying-K knobs a launch's provenance recorded (its ``runtime_k``, as stored)."""
+    return tuple(RuntimeKKnob.from_dict(d) for d in stored)
 
 
 def report_line(knobs: Sequence[RuntimeKKnob]) -> str | None:

@@ -20,6 +20,7 @@ from alflow.acceptance.runtime_k import RuntimeKKnob
 from alflow.errors import RunnerError
 from alflow.frameworks.versions import Capability
 from alflow.redact import REDACTED, is_secret_name, redact_values
+from alflow.results.manifest import ServerProvenance
 
 DEFAULT_FILES_DIR = "/alflow"
 """Where launch files live by default (in a container; a process runner relocates them)."""
@@ -376,51 +377,53 @@ class Launch:
             env={key: mapping.get(value, value) for key, value in self.env.items()},
         )
 
-    def provenance(self) -> dict[str, object]:
+    def provenance(self) -> ServerProvenance:
         """What a run records about its server: the exact command, environment (redacted), files."""
-        return {
-            "framework": self.framework,
-            "dialect": self.dialect,
-            "model": self.model,
-            "image": self.image,
-            "argv": list(self.argv),
-            "command": self.command_line(),
-            "env": redact_env(self.env, self.secret_env),
-            "secret_env": list(self.secret_env),
-            "files": {self.file_path(f.name): f.content for f in self.files},
-            "port": self.port,
-            "health_path": self.health_path,
-            "metrics_path": self.metrics_path,
-            "warnings": list(self.warnings),
-            "synthetic": None if self.synthetic is None else dict(self.synthetic),
-            "engine_note": self.engine_note,
-            "runtime_k": [k.to_dict() for k in self.runtime_k],
-            "nodes": self.nodes,
-            "metrics_endpoints": [
-                {"node": e.node, "port": e.port, "path": e.path} for e in self.metrics_endpoints
-            ],
-            "worker_argv": None if self.worker_argv is None else list(self.worker_argv),
-            "gpus_per_node": self.gpus_per_node,
-            "mpi": self.mpi,
-            "tasks_per_node": self.tasks_per_node,
-            "requirements": [
-                {"feature": r.feature, "minimum": str(r.minimum), "source": r.source}
-                for r in self.requirements
-            ],
-            "groups": [
-                {
-                    "name": g.name,
-                    "role": g.role,
-                    "first_node": g.first_node,
-                    "nodes": g.nodes,
-                    "port": g.port,
-                    "argv": list(g.argv),
-                    "command": shlex.join(g.argv),
-                    "worker_argv": None if g.worker_argv is None else list(g.worker_argv),
-                }
-                for g in self.groups
-            ],
-        }
+        return ServerProvenance.model_validate(
+            {
+                "framework": self.framework,
+                "dialect": self.dialect,
+                "model": self.model,
+                "image": self.image,
+                "argv": list(self.argv),
+                "command": self.command_line(),
+                "env": redact_env(self.env, self.secret_env),
+                "secret_env": list(self.secret_env),
+                "files": {self.file_path(f.name): f.content for f in self.files},
+                "port": self.port,
+                "health_path": self.health_path,
+                "metrics_path": self.metrics_path,
+                "warnings": list(self.warnings),
+                "synthetic": None if self.synthetic is None else dict(self.synthetic),
+                "engine_note": self.engine_note,
+                "runtime_k": [k.to_dict() for k in self.runtime_k],
+                "nodes": self.nodes,
+                "metrics_endpoints": [
+                    {"node": e.node, "port": e.port, "path": e.path} for e in self.metrics_endpoints
+                ],
+                "worker_argv": None if self.worker_argv is None else list(self.worker_argv),
+                "gpus_per_node": self.gpus_per_node,
+                "mpi": self.mpi,
+                "tasks_per_node": self.tasks_per_node,
+                "requirements": [
+                    {"feature": r.feature, "minimum": str(r.minimum), "source": r.source}
+                    for r in self.requirements
+                ],
+                "groups": [
+                    {
+                        "name": g.name,
+                        "role": g.role,
+                        "first_node": g.first_node,
+                        "nodes": g.nodes,
+                        "port": g.port,
+                        "argv": list(g.argv),
+                        "command": shlex.join(g.argv),
+                        "worker_argv": None if g.worker_argv is None else list(g.worker_argv),
+                    }
+                    for g in self.groups
+                ],
+            }
+        )
 
 
 def single_host(launch: Launch, *, runner: str, head_addr: str) -> Launch:

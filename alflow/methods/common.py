@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from alflow.config import ServerConfig, SpecMethod, SpeculativeConfig, SyntheticAcceptance, server_config
+from alflow.results.manifest import ServerProvenance
 
 
-def engine_note_of(server: ServerConfig, provenance: Mapping[str, object]) -> str | None:
+def engine_note_of(server: ServerConfig, provenance: ServerProvenance) -> str | None:
     """The run's engine label: the config's (simulated, tiny engine, its label) and what the launch added.
 
     A launch adds a note when the install changes what the numbers are (vLLM's CPU build with alflow's synthetic
     port: ``Launch.engine_note``, in the server's provenance).
     """
-    launched = provenance.get("engine_note")
-    notes = [n for n in (server.engine_note, launched if isinstance(launched, str) else None) if n]
+    notes = [n for n in (server.engine_note, provenance.engine_note) if n]
     return " ".join(notes) or None
 
 

@@ -103,8 +103,8 @@ def _start(
     got: _Collected,
 ) -> None:
     """The scheme from the launch's recorded knobs, the run's provenance, and the pre-flight."""
-    knobs = handle.provenance.get("synthetic")
-    scheme = knobs.get("scheme") if isinstance(knobs, dict) else None
+    knobs = handle.provenance.synthetic
+    scheme = None if knobs is None else knobs.get("scheme")
     if not scheme:
         raise steps.fail(FLOW, f"the launch of {server.framework} records no synthetic knobs", {})
     got.scheme = str(scheme)

@@ -32,6 +32,7 @@ from alflow.loadgen.endpoints import Sampling
 from alflow.measure import Measurement
 from alflow.metrics.client import GpuLayout
 from alflow.preflight import PreflightResult
+from alflow.results.manifest import ServerProvenance
 from alflow.results.store import RunWriter
 from alflow.results.summaries import StoredSummary
 
@@ -40,7 +41,7 @@ class RunningServer(Protocol):
     """What M2 reads of a started server's handle (``infra.runners.ServerHandle`` is one)."""
 
     @property
-    def provenance(self) -> Mapping[str, object]: ...
+    def provenance(self) -> ServerProvenance: ...
 
     @property
     def all_metrics_urls(self) -> Sequence[str]: ...

@@ -46,6 +46,71 @@ class HostRecord(_Open):
     gpus: list[dict[str, str]] | None = None
 
 
+class ServerProvenance(_Open):
+    """What a run records about its server: the launch as rendered, then what the runner and lifecycle add.
+
+    The launch's part is :meth:`alflow.frameworks.launch.Launch.provenance`; the runners add their own (``run_id``,
+    the secrets' names, a container, a Slurm job), ``infra.lifecycle`` the live version and a model's hashes. Every field has a default, so a run stored before a field existed still reads; a field a newer alflow (or a
+    third-party runner) adds is kept as it is.
+    """
+
+    framework: str | None = None
+    dialect: str | None = None
+    model: str | None = None
+    image: str | None = None
+    argv: list[str] = Field(default_factory=list)
+    command: str | None = None
+    """The command line (``shlex``-joined ``argv``)."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """The launch's environment, secret values redacted."""
+    secret_env: list[str] = Field(default_factory=list)
+    files: dict[str, str] = Field(default_factory=dict)
+    """Files the launch wrote (path -> content)."""
+    port: int | None = None
+    health_path: str | None = None
+    metrics_path: str | None = None
+    warnings: list[str] = Field(default_factory=list)
+    """The recipe's warnings, then the release gate's notes on the live server."""
+    synthetic: dict[str, Any] | None = None
+    """The rendered synthetic-acceptance knobs (``scheme`` among them); None: real acceptance."""
+    engine_note: str | None = None
+    runtime_k: list[dict[str, Any]] = Field(default_factory=list)
+    """Runtime-varying-K knobs the launch carries (:class:`alflow.acceptance.runtime_k.RuntimeKKnob` as dicts)."""
+    nodes: int = 1
+    metrics_endpoints: list[dict[str, Any]] = Field(default_factory=list)
+    worker_argv: list[str] | None = None
+    gpus_per_node: int | None = None
+    mpi: str | None = None
+    tasks_per_node: int | None = None
+    requirements: list[dict[str, str]] = Field(default_factory=list)
+    groups: list[dict[str, Any]] = Field(default_factory=list)
+    # what the runner adds
+    run_id: str | None = None
+    secrets_passed: list[str] = Field(default_factory=list)
+    """The names of the secrets passed to the server (never their values)."""
+    container: str | None = None
+    image_version_label: str | None = None
+    slurm: dict[str, Any] | None = None
+    """The Slurm job: id, script, nodes, hosts, head address."""
+    external: bool = False
+    """An external server alflow attached to (did not start)."""
+    # what the lifecycle adds
+    framework_version: str | None = None
+    """The version the live server reported (or its image's label)."""
+    model_source: str | None = None
+    model_wheel: str | None = None
+    model_wheel_sha256: str | None = None
+    model_content_sha256: str | None = None
+
+    def amended(self, **fields: Any) -> ServerProvenance:
+        """A copy with ``fields`` set, validated (what a runner or the lifecycle adds)."""
+        return ServerProvenance.model_validate({**self.model_dump(exclude_unset=True), **fields})
+
+    def stored(self) -> dict[str, Any]:
+        """The JSON object stored in ``manifest.json`` (the fields set, as they were set)."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
 class ServerRecord(_Open):
     """The server a run measured: its handle as stored (:class:`infra.runners.base.ServerHandle`)."""
 
@@ -59,26 +124,23 @@ class ServerRecord(_Open):
     image: str | None = None
     image_digest: str | None = None
     nodes: int = 1
-    provenance: dict[str, Any] = Field(default_factory=dict)
+    provenance: ServerProvenance = Field(default_factory=ServerProvenance)
     """The recipe's launch facts: framework, argv, image, synthetic knobs, ..."""
 
     @property
     def framework(self) -> str | None:
         """The framework the recipe launched."""
-        fw = self.provenance.get("framework")
-        return None if fw is None else str(fw)
+        return self.provenance.framework
 
     @property
     def launch_image(self) -> str | None:
         """The image the server ran: the handle's, else the launch's."""
-        img = self.image or self.provenance.get("image")
-        return None if img is None else str(img)
+        return self.image or self.provenance.image
 
     @property
     def command(self) -> str | None:
         """The server's command line as the recipe rendered it."""
-        cmd = self.provenance.get("command")
-        return None if cmd is None else str(cmd)
+        return self.provenance.command
 
 
 class RunProvenance(_Open):

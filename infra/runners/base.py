@@ -26,6 +26,7 @@ from alflow.errors import InvalidInputError
 from alflow.frameworks.launch import Launch
 from alflow.redact import redact_url
 from alflow.registry import knob_env_names
+from alflow.results.manifest import ServerProvenance
 from infra.errors import ServerRefusedError, ServerStartError
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,8 @@ class ServerHandle:
     log_path: str | None = None
     image: str | None = None
     image_digest: str | None = None
-    provenance: Mapping[str, object] = field(default_factory=dict)
+    provenance: ServerProvenance = field(default_factory=ServerProvenance)
+    """What the run records about the server (the launch as rendered, then what the runner and lifecycle add)."""
     metrics_urls: tuple[str, ...] = ()
     """Every metrics endpoint of a multi-endpoint server (counters are summed over them); empty: ``metrics_url`` alone."""
     nodes: int = 1
@@ -100,8 +102,11 @@ class ServerHandle:
     never the key: :func:`handle_api_key` reads the value where requests are built."""
 
     def __post_init__(self) -> None:
-        # a handle rebuilt from its JSON form (a Prefect result, a manifest) gets lists back
+        # a handle rebuilt from its JSON form (a Prefect result, a manifest) gets lists and objects back
         object.__setattr__(self, "metrics_urls", tuple(self.metrics_urls))
+        provenance: object = self.provenance
+        if not isinstance(provenance, ServerProvenance):
+            object.__setattr__(self, "provenance", ServerProvenance.model_validate(provenance))
 
     @property
     def all_metrics_urls(self) -> tuple[str, ...]:
@@ -111,7 +116,7 @@ class ServerHandle:
     def to_dict(self) -> dict[str, object]:
         """JSON-ready form (for results and manifests)."""
         out = asdict(self)
-        out["provenance"] = dict(self.provenance)
+        out["provenance"] = self.provenance.stored()
         return out
 
 

@@ -323,17 +323,16 @@ class DockerRunner:
             image_digest=digest,
             metrics_urls=single_host_metrics_urls(launch, self.server_host(launch)),
             nodes=launch.nodes,
-            provenance={
-                **launch.provenance(),
-                "container": name,
-                "run_id": self.run_id,
-                "secrets_passed": sorted(secrets),
+            provenance=launch.provenance().amended(
+                container=name,
+                run_id=self.run_id,
+                secrets_passed=sorted(secrets),
                 **(
                     {"image_version_label": self._image_versions[launch.image]}
                     if self._image_versions.get(launch.image)
                     else {}
                 ),
-            },
+            ),
         )
 
     def start(self, launch: Launch) -> ServerHandle:

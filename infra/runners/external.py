@@ -16,6 +16,7 @@ from alflow.config import ExternalServer
 from alflow.frameworks.launch import Launch
 from alflow.frameworks.recipes import dialect_source
 from alflow.redact import redact_url
+from alflow.results.manifest import ServerProvenance
 from infra.errors import RunnerError
 from infra.runners.base import LOG_TAIL_LINES, ServerHandle, handle_api_key, wait_for_health
 
@@ -66,7 +67,9 @@ class ExternalRunner:
             image=launch.image if launch is not None else None,
             metrics_urls=tuple(opts.metrics_urls),
             nodes=launch.nodes if launch is not None else 1,
-            provenance={"external": True, **(launch.provenance() if launch is not None else {})},
+            provenance=(launch.provenance() if launch is not None else ServerProvenance()).amended(
+                external=True
+            ),
             api_key_env=opts.api_key_env,
         )
         handle_api_key(handle)  # the key's variable is set on this machine: else one line, before any request

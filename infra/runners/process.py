@@ -135,7 +135,7 @@ class ProcessRunner:
             log_path=str(log_path),
             metrics_urls=single_host_metrics_urls(launch, connect_host(launch.host)),
             nodes=launch.nodes,
-            provenance={**launch.provenance(), "run_id": self.run_id, "secrets_passed": sorted(secrets)},
+            provenance=launch.provenance().amended(run_id=self.run_id, secrets_passed=sorted(secrets)),
         )
 
     def _program(self, launch: Launch) -> tuple[list[str], dict[str, str], Launch]:

@@ -342,12 +342,11 @@ class SlurmRunner:
             image=self.options.container_image,
             metrics_urls=metrics_urls,
             nodes=launch.nodes,
-            provenance={
-                **launch.provenance(),
-                "image": self.options.container_image,  # a bare command runs no (recipe) image
-                "run_id": self.run_id,
-                "secrets_passed": sorted(secrets),
-                "slurm": {
+            provenance=launch.provenance().amended(
+                image=self.options.container_image,  # a bare command runs no (recipe) image
+                run_id=self.run_id,
+                secrets_passed=sorted(secrets),
+                slurm={
                     "job_id": job_id,
                     "script": script,
                     "script_path": str(script_path),
@@ -360,7 +359,7 @@ class SlurmRunner:
                     "head_node": head,
                     "head_address": address,
                 },
-            },
+            ),
         )
 
     def _write_job(self, launch: Launch, job_dir: Path) -> tuple[Launch, Path, Path, str]:

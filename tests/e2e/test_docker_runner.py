@@ -238,7 +238,7 @@ def test_gpu_device_requests_and_container_config(
         assert "TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS=1.78" in config["Env"]
         assert f"HF_TOKEN={secret}" in config["Env"]  # the container gets the secret ...
         assert secret not in json.dumps(handle.to_dict())  # ... the handle and provenance never do
-        assert handle.provenance["secrets_passed"] == ["HF_TOKEN"]  # only its name
+        assert handle.provenance.secrets_passed == ["HF_TOKEN"]  # only its name
         assert config["Labels"]["team"] == "perf"
         assert config["Labels"][LABEL_RUN_ID] == runner.run_id
         text = archive_text(client.containers.get(handle.id), "/alflow/extra-llm-api-options.yaml")
@@ -338,7 +338,7 @@ def test_lifecycle_with_docker_options_stops_from_a_fresh_runner(
     copy = ServerHandle(**json.loads(json.dumps(handle.to_dict())))
     try:
         assert copy == handle
-        assert handle.provenance["run_id"] == rid
+        assert handle.provenance.run_id == rid
         assert client.containers.get(handle.id).status == "running"
     finally:
         stop_server(copy, options)

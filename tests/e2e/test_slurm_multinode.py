@@ -99,7 +99,7 @@ def test_two_node_sim_job_serves_alflow_bench_and_is_cancelled(tmp_path: Path) -
         urls = handle.all_metrics_urls
         assert len(urls) == 2, urls
         assert all(health_ok(u) for u in urls)
-        slurm = handle.provenance["slurm"]
+        slurm = handle.provenance.slurm
         assert isinstance(slurm, dict)
         assert slurm["hosts"] == ["n1", "n2"]
         assert in_queue(handle.id)

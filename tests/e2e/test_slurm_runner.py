@@ -61,7 +61,7 @@ def test_sim_server_as_a_slurm_job_serves_and_is_cancelled(tmp_path: Path) -> No
         assert handle.runner == "slurm"
         assert health_ok(handle.health_url)
         assert health_ok(handle.metrics_url)
-        provenance = handle.provenance["slurm"]
+        provenance = handle.provenance.slurm
         assert isinstance(provenance, dict)
         assert provenance["job_id"] == handle.id
         assert f"alflow-run:{RUN_ID}" in str(provenance["script"])

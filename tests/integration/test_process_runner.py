@@ -138,7 +138,7 @@ def test_lifecycle_start_and_stop_from_another_runner_instance(tmp_path: Path) -
     """start_server returns a ready handle; stop_server (a fresh runner, as in another task) stops it."""
     options = ProcessOptions(log_dir=str(tmp_path))
     handle = start_server(sim_config("sglang", 3, 2.0), options, run_id="run-42")
-    assert handle.provenance["run_id"] == "run-42"
+    assert handle.provenance.run_id == "run-42"
     assert "run-42" in str(handle.log_path)
     pid = pid_of(handle.id)
     os.kill(pid, 0)

@@ -51,10 +51,10 @@ def test_a_live_server_older_than_its_knobs_is_refused_and_stopped(
 
 def test_a_live_server_new_enough_records_its_version() -> None:
     with serving(sim("trtllm", "1.3.0rc19"), ProcessOptions()) as handle:
-        assert handle.provenance["framework_version"] == "1.3.0rc19"
-        assert not [w for w in handle.provenance.get("warnings", []) if "version unknown" in str(w)]
+        assert handle.provenance.framework_version == "1.3.0rc19"
+        assert not [w for w in handle.provenance.warnings if "version unknown" in str(w)]
 
 
 def test_the_simulated_engine_without_a_framework_version_is_not_gated() -> None:
     with serving(sim("sglang", None), ProcessOptions()) as handle:
-        assert handle.provenance["framework_version"] == "alflow-sim"
+        assert handle.provenance.framework_version == "alflow-sim"

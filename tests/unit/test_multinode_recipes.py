@@ -300,6 +300,6 @@ def test_the_slurm_handle_of_a_disaggregated_server(tmp_path: Path) -> None:
     assert handle.nodes == 3
     assert handle.metrics_urls == ("http://10.1.0.2:31000/metrics", "http://10.1.0.3:31001/metrics")
     assert handle.metrics_url == handle.metrics_urls[0]  # the router has no spec-decode counters
-    script = Path(str(handle.provenance["slurm"]["script_path"])).read_text()  # type: ignore[index]
+    script = Path(str(handle.provenance.slurm["script_path"])).read_text()  # type: ignore[index]
     assert "#SBATCH --gpus-per-node=8" in script
     assert "--relative=2" in script

@@ -113,7 +113,7 @@ def test_process_runner_runs_the_filled_arguments_and_lists_metrics_urls(tmp_pat
         assert handle.nodes == 1
         assert handle.metrics_urls == ("http://127.0.0.1:30000/metrics", "http://127.0.0.1:30002/metrics")
         assert handle.all_metrics_urls == handle.metrics_urls
-        assert handle.provenance["argv"][-1] == "127.0.0.1:5000"  # type: ignore[index]
+        assert handle.provenance.argv[-1] == "127.0.0.1:5000"  # type: ignore[index]
         deadline = time.monotonic() + 10
         while "5000" not in runner.logs(handle) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -299,4 +299,4 @@ def test_relocated_rewrites_worker_and_group_arguments() -> None:
     moved = base.relocated("/jobs/1/files")
     assert moved.argv == ("serve", "/jobs/1/files/x.yaml")
     assert moved.worker_argv == ("work", "/jobs/1/files/x.yaml")
-    assert moved.provenance()["worker_argv"] == ["work", "/jobs/1/files/x.yaml"]
+    assert moved.provenance().worker_argv == ["work", "/jobs/1/files/x.yaml"]

@@ -93,8 +93,8 @@ def test_vllm_eagle3_k5_synthetic_324() -> None:
     assert expected["mean_al"] == pytest.approx(3.24)
     # the exact command is recorded in the provenance
     prov = launch.provenance()
-    assert prov["argv"] == list(launch.argv)
-    assert "synthetic_acceptance_length" in str(prov["command"])
+    assert prov.argv == list(launch.argv)
+    assert "synthetic_acceptance_length" in str(prov.command)
 
 
 def test_vllm_rates_and_ngram_and_parallelism() -> None:
@@ -275,7 +275,7 @@ def test_trtllm_mtp_synthetic_278_is_178() -> None:
         "kv_cache_config": {"enable_block_reuse": False},
     }
     assert launch.metrics_path == TRTLLM_METRICS_PATH
-    assert launch.provenance()["files"] == {
+    assert launch.provenance().files == {
         f"{DEFAULT_FILES_DIR}/{TRTLLM_OPTIONS_FILE}": launch.files[0].content
     }
 
@@ -435,8 +435,8 @@ def test_port_zero_picks_a_free_port_and_env_secrets_are_redacted() -> None:
     # a secret-looking variable a recipe (not the user) puts in a Launch's env is still masked
     launch = replace(launch, env={**launch.env, "WANDB_API_KEY": "wk_abcdef"})
     prov = launch.provenance()
-    assert prov["env"] == {"NCCL_DEBUG": "INFO", "WANDB_API_KEY": REDACTED}
-    assert "wk_abcdef" not in json.dumps(prov)
+    assert prov.env == {"NCCL_DEBUG": "INFO", "WANDB_API_KEY": REDACTED}
+    assert "wk_abcdef" not in json.dumps(prov.stored())
 
 
 def test_launch_relocates_files_and_validates() -> None:

@@ -291,7 +291,7 @@ def test_secrets_reach_the_container_environment_and_only_their_names_the_proven
     (created,) = client.containers.created
     assert created["environment"]["HF_TOKEN"] == secret  # the server gets the value ...
     assert "WANDB_API_KEY" not in created["environment"]  # (a secret the source does not know is not passed)
-    assert handle.provenance["secrets_passed"] == ["HF_TOKEN"]  # ... the provenance its name only
+    assert handle.provenance.secrets_passed == ["HF_TOKEN"]  # ... the provenance its name only
     assert secret not in json.dumps(handle.to_dict())
 
 

@@ -46,7 +46,7 @@ def test_attach_wait_and_never_stop(server: str) -> None:
         assert handle.metrics_url == server + TRTLLM_METRICS_PATH
         assert handle.health_url == server + "/health"
         assert handle.id == server
-        assert handle.provenance["external"] is True
+        assert handle.provenance.external is True
         assert runner.logs(handle) == ""
     # still running after stop
     assert health_ok(server + "/health")

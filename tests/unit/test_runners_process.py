@@ -103,7 +103,7 @@ def test_start_wait_stop(tmp_path: Path) -> None:
         assert handle.log_path is not None
         assert Path(handle.log_path).is_relative_to(tmp_path)
         assert "server starting" in runner.logs(handle)
-        assert handle.provenance["argv"] == list(launch.argv)
+        assert handle.provenance.argv == list(launch.argv)
     assert not alive(pid)
     runner.stop(handle)  # idempotent
 
@@ -157,7 +157,7 @@ def test_files_are_written_and_argv_relocated(tmp_path: Path) -> None:
     launch = server_launch(files=(LaunchFile("opts.yaml", "speculative_config: {max_draft_len: 3}\n"),))
     with running_server(runner, launch) as handle:
         assert "file says: speculative_config: {max_draft_len: 3}" in runner.logs(handle)
-        argv = handle.provenance["argv"]
+        argv = handle.provenance.argv
         assert isinstance(argv, list)
         assert str(tmp_path) in argv[-1]
 

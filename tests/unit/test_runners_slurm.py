@@ -272,14 +272,14 @@ def test_start_waits_for_running_and_finds_the_head_address(
     script_path, env = fake.submitted[0]
     script = Path(script_path).read_text()
     assert Path(script_path).parent.parent == tmp_path / "jobs"
-    slurm = handle.provenance["slurm"]
+    slurm = handle.provenance.slurm
     assert isinstance(slurm, dict)
     assert slurm["job_id"] == "4242"
     assert slurm["script"] == script
     assert slurm["head_node"] == "n1"
     assert slurm["head_address"] == "127.0.0.1"
     assert slurm["hosts"] == ["n1", "n2"]
-    assert handle.provenance["run_id"] == "run-1"
+    assert handle.provenance.run_id == "run-1"
     # The secret travels in sbatch's environment, never in the script or the provenance.
     assert env["HF_TOKEN"] == "hf_supersecret"
     assert "SGLANG_SIMULATE_ACC_LEN" not in env
@@ -297,7 +297,7 @@ def test_head_falls_back_to_the_host_name_without_a_node_address(tmp_path: Path)
     handle = make(fake).start(dataclasses.replace(sglang_launch(), image="lmsysorg/sglang:v0.5.4"))
     assert handle.base_url == "http://n1:30000"
     assert handle.image is None  # a bare command: the recipe's image is not what ran
-    assert handle.provenance["image"] is None
+    assert handle.provenance.image is None
 
 
 def test_launch_files_are_written_to_the_job_dir_and_mounted_in_the_container() -> None:
@@ -317,7 +317,7 @@ def test_launch_files_are_written_to_the_job_dir_and_mounted_in_the_container() 
     assert f"--config {job_dir}/files/extra.yaml" in script
     assert f"--container-mounts={job_dir}:{job_dir}" in script
     assert handle.image == "nvcr.io/nvidia/trtllm:1.0"
-    assert handle.provenance["image"] == "nvcr.io/nvidia/trtllm:1.0"
+    assert handle.provenance.image == "nvcr.io/nvidia/trtllm:1.0"
 
 
 def test_a_job_that_fails_before_running_raises_with_its_log_and_is_cancelled() -> None:
@@ -619,7 +619,7 @@ def test_the_handle_lists_every_metrics_endpoint_on_its_node(tmp_path: Path) -> 
     assert handle.metrics_url == "http://10.0.0.1:30000/metrics"
     assert handle.metrics_urls == ("http://10.0.0.2:31000/metrics", "http://10.0.0.2:31001/m")
     assert handle.all_metrics_urls == handle.metrics_urls
-    slurm = handle.provenance["slurm"]
+    slurm = handle.provenance.slurm
     assert isinstance(slurm, dict)
     assert slurm["addresses"] == ["10.0.0.1", "10.0.0.2"]
     assert slurm["nodes"] == 2

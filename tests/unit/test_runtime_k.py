@@ -105,7 +105,7 @@ def test_synthetic_refuses_each_knob_in_one_line(
 def test_real_acceptance_records_each_knob(name: str, fields: dict[str, Any], knob: str, where: str) -> None:
     launch = build_launch(server_config(fields))
     assert [(k.name, k.where) for k in launch.runtime_k] == [(knob, where)]
-    stored = stored_knobs(launch.provenance())
+    stored = stored_knobs(launch.provenance().runtime_k)
     assert stored == launch.runtime_k
     line = report_line(stored)
     assert line is not None
@@ -140,7 +140,7 @@ def test_real_acceptance_records_each_knob(name: str, fields: dict[str, Any], kn
 def test_no_knob_no_refusal(fields: dict[str, Any]) -> None:
     launch = build_launch(server_config({**fields, "synthetic": SYNTHETIC}))
     assert launch.runtime_k == ()
-    assert launch.provenance()["runtime_k"] == []
+    assert launch.provenance().runtime_k == []
 
 
 def test_trtllm_rendered_schedule_is_found_and_refused() -> None:

@@ -136,7 +136,7 @@ def test_recipe_puts_node_placeholders_and_per_node_metrics_endpoints_for_dp() -
         MetricsEndpoint(node=0, port=9100, path="/metrics"),
         MetricsEndpoint(node=1, port=9101, path="/metrics"),
     )
-    assert launch.provenance()["nodes"] == 2
+    assert launch.provenance().nodes == 2
 
 
 def test_recipe_tp_across_nodes_has_only_the_heads_metrics() -> None:

@@ -45,7 +45,7 @@ def test_cpu_build_with_the_port_switches_it_on_and_labels_the_run(tmp_path: Pat
     assert launch.engine_note == (
         "vLLM 0.32.0 on CPU; synthetic sampling by alflow's port of vLLM's kernel rule (alflow-vllm-cpu-synthetic 0.1.0)"
     )
-    assert launch.provenance()["engine_note"] == launch.engine_note
+    assert launch.provenance().engine_note == launch.engine_note
     assert launch.argv[-2:] == (PER_REQUEST_FLAG, "summary")  # the installed release has it: on by default
 
 

@@ -177,13 +177,14 @@ def base_report(run: StoredRun, title: str) -> Report:
         warnings.append(f"This run FAILED: {run.manifest.error or 'no error text recorded'}")
     server = run.manifest.provenance.server
     if server is not None:  # the release gates' warnings: an image or server whose version is unknown
-        gate_warnings = server.provenance.get("warnings")
-        for warning in gate_warnings if isinstance(gate_warnings, list) else []:
+        for warning in server.provenance.warnings:
             if " version unknown (" in str(warning):
                 warnings.append(f"Release gate: {warning}")
             elif str(warning).startswith("LOSSY verification"):
                 warnings.append(str(warning))
-        runtime_k = report_line(stored_knobs(server.provenance))  # allowed with real acceptance: shown
+        runtime_k = report_line(
+            stored_knobs(server.provenance.runtime_k)
+        )  # allowed with real acceptance: shown
         if runtime_k is not None:
             warnings.append(runtime_k)
     stored = summary(run)
