@@ -29,3 +29,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
     if "ALFLOW_STATE_DIR" not in os.environ:
         os.environ["ALFLOW_STATE_DIR"] = tempfile.mkdtemp(prefix="alflow-test-state-")
+
+
+@pytest.fixture
+def run_dirs_in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Servers started without a log_dir (runners, jobs) use a temporary directory: keep those under tmp_path.
+
+    A module asks for it with ``pytestmark = pytest.mark.usefixtures("run_dirs_in_tmp_path")``.
+    """
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))

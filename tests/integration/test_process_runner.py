@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -23,10 +22,7 @@ from infra.runners.process import pid_of
 ALFLOW = str(Path(sys.executable).with_name("alflow"))
 
 
-@pytest.fixture(autouse=True)
-def _run_dirs_in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Runs without a log_dir use a temporary directory: keep those under pytest's tmp_path."""
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+pytestmark = pytest.mark.usefixtures("run_dirs_in_tmp_path")
 
 
 def sim_config(dialect: str, k: int, al: float | None, *extra: str, method: str = "mtp") -> ServerConfig:

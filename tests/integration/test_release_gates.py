@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,10 +11,11 @@ from alflow.frameworks.versions import CapabilityError
 from infra.lifecycle import serving, start_server
 from infra.runners.registry import entries
 
+pytestmark = pytest.mark.usefixtures("run_dirs_in_tmp_path")
+
 
 @pytest.fixture(autouse=True)
-def _run_dirs_in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+def _state_dir_in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ALFLOW_STATE_DIR", str(tmp_path / "state"))
 
 

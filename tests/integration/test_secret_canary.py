@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -31,9 +30,7 @@ METRICS_TOKEN = "CanaryMetricsTok-0b7f"
 CANARIES = (API_KEY, METRICS_PASSWORD, METRICS_TOKEN)
 
 
-@pytest.fixture(autouse=True)
-def _run_dirs_in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+pytestmark = pytest.mark.usefixtures("run_dirs_in_tmp_path")
 
 
 def status(url: str, key: str | None = None) -> int:

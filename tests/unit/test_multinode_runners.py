@@ -8,7 +8,6 @@ metrics URLs from its config.
 
 from __future__ import annotations
 
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, ClassVar
@@ -36,9 +35,7 @@ from infra.runners.docker import container_spec
 PLACEHOLDER_ARGS = ("--nnodes", NNODES, "--node-rank", NODE_RANK, "--dist-init-addr", f"{HEAD_ADDR}:5000")
 
 
-@pytest.fixture(autouse=True)
-def _run_dirs_in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+pytestmark = pytest.mark.usefixtures("run_dirs_in_tmp_path")
 
 
 def launch(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -49,10 +48,7 @@ http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
 """
 
 
-@pytest.fixture(autouse=True)
-def _run_dirs_in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Runs without a log_dir use a temporary directory: keep those under pytest's tmp_path."""
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+pytestmark = pytest.mark.usefixtures("run_dirs_in_tmp_path")
 
 
 def server_launch(

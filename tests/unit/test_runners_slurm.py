@@ -13,7 +13,6 @@ import os
 import shutil
 import stat
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -231,10 +230,7 @@ class FakeClock:
         self.now += seconds
 
 
-@pytest.fixture(autouse=True)
-def _job_dirs_in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Runs without a log_dir use a temporary directory: keep those under pytest's tmp_path."""
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+pytestmark = pytest.mark.usefixtures("run_dirs_in_tmp_path")
 
 
 def make(
