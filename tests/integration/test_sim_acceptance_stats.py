@@ -20,8 +20,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from alflow.acceptance.synthetic import distribution
 from alflow.metrics import names
-from alflow.sim.config import SimConfig, default_scheme
+from alflow.sim.config import default_scheme
 from alflow.sim.process import start_in_thread
+from tests.simconfig import fast_sim
 
 Z99 = 2.5758
 CONCURRENCY = 4
@@ -108,13 +109,11 @@ def read_steps(path: Path) -> list[dict]:
 async def measure(tmp_path: Path, dialect: str, k: int, al: float, scheme: str | None = None):
     """Run the load; return (AL from metrics, request-steps, steps from the log, window steps)."""
     log_path = tmp_path / f"steps-{dialect}-{k}-{al}.jsonl"
-    cfg = SimConfig(
-        port=0,
+    cfg = fast_sim(
         dialect=dialect,
         k=k,
         synthetic_al=al,
         synthetic_scheme=scheme,
-        time_scale=0,
         step_log=log_path,
         seed=1234,
         max_num_seqs=CONCURRENCY,
@@ -188,7 +187,7 @@ async def test_sglang_batch_shares_accept_length_vllm_does_not(tmp_path: Path) -
 
 async def test_sglang_server_info_is_cumulative_al(tmp_path: Path) -> None:
     log_path = tmp_path / "steps.jsonl"
-    cfg = SimConfig(port=0, dialect="sglang", k=3, synthetic_al=2.49, time_scale=0, step_log=log_path)
+    cfg = fast_sim(dialect="sglang", k=3, synthetic_al=2.49, step_log=log_path)
     with start_in_thread(cfg.validate()) as sim:
         await run_load(sim.base_url, 500, 4, 4)
         for path in ("/server_info", "/get_server_info"):
@@ -205,7 +204,7 @@ async def test_sglang_server_info_is_cumulative_al(tmp_path: Path) -> None:
 
 async def test_vllm_explicit_rates_per_position(tmp_path: Path) -> None:
     rates = (0.9, 0.6, 0.3)
-    cfg = SimConfig(port=0, dialect="vllm", k=3, synthetic_rates=rates, time_scale=0, seed=5, max_num_seqs=4)
+    cfg = fast_sim(dialect="vllm", k=3, synthetic_rates=rates, seed=5, max_num_seqs=4)
     with start_in_thread(cfg.validate()) as sim:
         before = scrape(await get_text(sim.metrics_url))
         await run_load(sim.base_url, 6000, 4, 4)

@@ -13,20 +13,18 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from alflow.metrics import names
-from alflow.sim.config import SimConfig
 from alflow.sim.process import SimThread, start_in_thread
+from tests.simconfig import fast_sim
 
 DIALECTS = ("vllm", "sglang", "trtllm")
 
 
 @pytest.fixture(params=DIALECTS)
 def sim(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SimThread]:
-    cfg = SimConfig(
-        port=0,
+    cfg = fast_sim(
         dialect=request.param,
         k=3,
         synthetic_al=2.49,
-        time_scale=0,
         step_log=tmp_path / "steps.jsonl",
         max_model_len=4096,
     )
@@ -220,7 +218,7 @@ async def test_prompt_over_context_limit_is_400(sim: SimThread, session: aiohttp
 
 
 async def test_trtllm_json_iteration_stats_drain(tmp_path: Path, session: aiohttp.ClientSession) -> None:
-    cfg = SimConfig(port=0, dialect="trtllm", k=3, synthetic_al=3.0, time_scale=0)
+    cfg = fast_sim(dialect="trtllm", k=3, synthetic_al=3.0)
     with start_in_thread(cfg.validate()) as sim:
         body = {"prompt": "x", "max_tokens": 31, "ignore_eos": True}
         async with session.post(sim.base_url + "/v1/completions", json=body) as resp:

@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from alflow.metrics import names
 from alflow.sim.config import SimConfig
 from alflow.sim.process import start_in_thread
+from tests.simconfig import fast_sim
 
 CODING = [
     "Write a Python function `def merge(a, b):` that merges two sorted lists; return the result.",
@@ -44,7 +45,7 @@ async def vllm_counters(session: aiohttp.ClientSession, url: str) -> tuple[float
 
 
 async def natural_al(session: aiohttp.ClientSession, quality: float, prompts: list[str]) -> float:
-    cfg = SimConfig(port=0, dialect="vllm", k=3, method="mtp", time_scale=0, acceptance_quality=quality)
+    cfg = fast_sim(dialect="vllm", k=3, method="mtp", acceptance_quality=quality)
     with start_in_thread(cfg.validate()) as sim:
         d0, a0 = await vllm_counters(session, sim.metrics_url)
 
@@ -111,26 +112,20 @@ async def answer(session: aiohttp.ClientSession, cfg: SimConfig) -> tuple[str, s
 
 async def test_answer_mode_correct_wrong_and_garbled(tmp_path: Path, session: aiohttp.ClientSession) -> None:
     key = _key(tmp_path)
-    right, reason = await answer(
-        session, SimConfig(port=0, time_scale=0, answer_key=key, answer_accuracy=1.0)
-    )
+    right, reason = await answer(session, fast_sim(answer_key=key, answer_accuracy=1.0))
     assert right.rstrip().endswith("#### 15")
     assert reason == "stop"
-    wrong, reason = await answer(
-        session, SimConfig(port=0, time_scale=0, answer_key=key, answer_accuracy=0.0)
-    )
+    wrong, reason = await answer(session, fast_sim(answer_key=key, answer_accuracy=0.0))
     assert reason == "stop"
     match = re.search(r"#### (\S+)\s*$", wrong)
     assert match is not None
     assert match.group(1) != "15"
-    garbled, _ = await answer(
-        session, SimConfig(port=0, time_scale=0, answer_key=key, answer_accuracy=1.0, synthetic_al=3.0)
-    )
+    garbled, _ = await answer(session, fast_sim(answer_key=key, answer_accuracy=1.0, synthetic_al=3.0))
     assert "#### 15" not in garbled
 
 
 async def test_error_rate_gives_500_with_error_body(session: aiohttp.ClientSession) -> None:
-    cfg = SimConfig(port=0, time_scale=0, error_rate=1.0)
+    cfg = fast_sim(error_rate=1.0)
     with start_in_thread(cfg.validate()) as sim:
         body = {"prompt": "x", "max_tokens": 3}
         async with session.post(sim.base_url + "/v1/completions", json=body) as resp:
@@ -142,7 +137,7 @@ async def test_error_rate_gives_500_with_error_body(session: aiohttp.ClientSessi
 
 
 async def test_stream_error_event_inside_200(session: aiohttp.ClientSession) -> None:
-    cfg = SimConfig(port=0, time_scale=0, stream_error_rate=1.0)
+    cfg = fast_sim(stream_error_rate=1.0)
     with start_in_thread(cfg.validate()) as sim:
         body = {"prompt": "x", "max_tokens": 50, "ignore_eos": True, "stream": True}
         async with session.post(sim.base_url + "/v1/completions", json=body) as resp:
@@ -155,7 +150,7 @@ async def test_stream_error_event_inside_200(session: aiohttp.ClientSession) -> 
 
 
 async def test_stall_after_tokens_stops_the_stream(session: aiohttp.ClientSession) -> None:
-    cfg = SimConfig(port=0, time_scale=0, stall_after_tokens=5, synthetic_al=1.0)
+    cfg = fast_sim(stall_after_tokens=5, synthetic_al=1.0)
     with start_in_thread(cfg.validate()) as sim:
         body = {"prompt": "x", "max_tokens": 50, "ignore_eos": True, "stream": True}
         received = bytearray()
@@ -174,7 +169,7 @@ async def test_stall_after_tokens_stops_the_stream(session: aiohttp.ClientSessio
 
 
 async def test_crash_after_requests_in_thread_stops_server(session: aiohttp.ClientSession) -> None:
-    cfg = SimConfig(port=0, time_scale=0, crash_after_requests=2)
+    cfg = fast_sim(crash_after_requests=2)
     with start_in_thread(cfg.validate()) as sim:
         for _ in range(2):
             async with session.post(
@@ -185,7 +180,7 @@ async def test_crash_after_requests_in_thread_stops_server(session: aiohttp.Clie
 
 
 async def test_requests_beyond_max_num_seqs_queue(session: aiohttp.ClientSession) -> None:
-    cfg = SimConfig(port=0, time_scale=0, max_num_seqs=1, stall_after_tokens=3, synthetic_al=1.0)
+    cfg = fast_sim(max_num_seqs=1, stall_after_tokens=3, synthetic_al=1.0)
     with start_in_thread(cfg.validate()) as sim:
         body = {"prompt": "x", "max_tokens": 50, "ignore_eos": True, "stream": True}
 
@@ -213,7 +208,7 @@ async def test_requests_beyond_max_num_seqs_queue(session: aiohttp.ClientSession
 
 @pytest.mark.parametrize(("mode", "fixed"), [("fixed", True), ("real-draft-token", False)])
 async def test_sglang_token_mode_output(session: aiohttp.ClientSession, mode: str, fixed: bool) -> None:
-    cfg = SimConfig(port=0, dialect="sglang", time_scale=0, synthetic_al=2.0, sglang_token_mode=mode)
+    cfg = fast_sim(dialect="sglang", synthetic_al=2.0, sglang_token_mode=mode)
     with start_in_thread(cfg.validate()) as sim:
         body = {"prompt": "Tell me a story", "max_tokens": 12, "ignore_eos": True}
         async with session.post(sim.base_url + "/v1/completions", json=body) as resp:
@@ -225,7 +220,7 @@ async def test_sglang_token_mode_output(session: aiohttp.ClientSession, mode: st
 
 async def test_greedy_requests_are_reproducible(session: aiohttp.ClientSession, tmp_path: Path) -> None:
     log = tmp_path / "steps.jsonl"
-    cfg = SimConfig(port=0, time_scale=0, step_log=log, max_num_seqs=1)
+    cfg = fast_sim(step_log=log, max_num_seqs=1)
     with start_in_thread(cfg.validate()) as sim:
         texts = []
         for temperature in (0.0, 0.0, 1.0):
@@ -243,7 +238,7 @@ async def test_greedy_requests_are_reproducible(session: aiohttp.ClientSession, 
 async def test_answer_mode_with_thinking_puts_steps_in_reasoning(
     tmp_path: Path, session: aiohttp.ClientSession
 ) -> None:
-    cfg = SimConfig(port=0, time_scale=0, answer_key=_key(tmp_path), answer_accuracy=1.0)
+    cfg = fast_sim(answer_key=_key(tmp_path), answer_accuracy=1.0)
     with start_in_thread(cfg.validate()) as sim:
         body = {
             "messages": [
@@ -266,7 +261,7 @@ async def test_per_request_draws_do_not_depend_on_the_batch(
     session: aiohttp.ClientSession, tmp_path: Path, dialect: str
 ) -> None:
     log = tmp_path / "steps.jsonl"
-    cfg = SimConfig(port=0, dialect=dialect, k=3, synthetic_al=2.49, time_scale=0, step_log=log)
+    cfg = fast_sim(dialect=dialect, k=3, synthetic_al=2.49, step_log=log)
     seeded = {"prompt": "same request", "max_tokens": 200, "ignore_eos": True, "seed": 7}
     other = {"prompt": "other", "max_tokens": 300, "ignore_eos": True}
 

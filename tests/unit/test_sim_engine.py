@@ -10,6 +10,7 @@ import pytest
 from alflow.sim.config import SimConfig
 from alflow.sim.server import SimService, _Parsed
 from alflow.sim.stats import EngineStats, Histogram
+from tests.simconfig import fast_sim
 
 
 class FakeTransport:
@@ -58,7 +59,7 @@ async def run(cfg: SimConfig, reqs: list[_Parsed]) -> tuple[SimService, list[Fak
 
 
 async def test_counts_and_chunks_at_fixed_al() -> None:
-    cfg = SimConfig(port=0, k=3, synthetic_al=4.0, time_scale=0)
+    cfg = fast_sim(k=3, synthetic_al=4.0)
     server, transports, _ = await run(cfg, [parsed(30), parsed(31)])
     st = server.engine.stats
     # 30 tokens = 1 prefill + 7 full steps of 4 + a last step cut to 1; 31 = the same with the last cut to 2
@@ -76,7 +77,7 @@ async def test_counts_and_chunks_at_fixed_al() -> None:
 
 
 async def test_client_gone_aborts_request() -> None:
-    cfg = SimConfig(port=0, k=1, synthetic_al=2.0, time_scale=0)
+    cfg = fast_sim(k=1, synthetic_al=2.0)
     server = SimService(cfg.validate())
     server.engine.start()
     req = server._build(parsed(10_000), chat=False)
@@ -93,7 +94,7 @@ async def test_client_gone_aborts_request() -> None:
 
 
 async def test_natural_eos_and_non_streaming_parts() -> None:
-    cfg = SimConfig(port=0, k=3, time_scale=0, mean_output_tokens=20)
+    cfg = fast_sim(k=3, mean_output_tokens=20)
     reqs = [
         _Parsed(10, f"prompt {i}", f"prompt {i}", 4000, 0, False, 0.0, None, False, False) for i in range(20)
     ]
@@ -105,7 +106,7 @@ async def test_natural_eos_and_non_streaming_parts() -> None:
 
 
 async def test_max_num_seqs_bounds_batch() -> None:
-    cfg = SimConfig(port=0, k=3, synthetic_al=2.5, time_scale=0, max_num_seqs=3)
+    cfg = fast_sim(k=3, synthetic_al=2.5, max_num_seqs=3)
     server = SimService(cfg.validate())
     steps: list[int] = []
     server.engine.start()
@@ -143,7 +144,7 @@ class _Boom:
 async def test_engine_failure_fails_requests_and_health() -> None:
     from aiohttp.test_utils import TestClient, TestServer
 
-    cfg = SimConfig(port=0, dialect="sglang", k=3, synthetic_al=2.0, time_scale=0)
+    cfg = fast_sim(dialect="sglang", k=3, synthetic_al=2.0)
     server = SimService(cfg.validate())
     server.engine.sampler = _Boom()  # SGLang: one engine-level draw per step
     async with TestClient(TestServer(server.make_app())) as client:
