@@ -52,6 +52,11 @@ SIM_OVERRIDE_FLAGS = frozenset({"--synthetic-al", "--synthetic-rates", "--synthe
 tests of the synthetic audit), with a warning in the Launch."""
 
 
+def _dialect_recipe(config: ServerConfig) -> object:
+    """The recipe of the framework whose dialect the simulator of ``config`` speaks."""
+    return get_recipe(config.sim_dialect if isinstance(config, SimServer) else config.framework)
+
+
 @dataclass(frozen=True)
 class SimRecipe:
     """The simulator recipe."""
@@ -62,8 +67,7 @@ class SimRecipe:
 
     def knob_hints(self, config: ServerConfig) -> tuple[str, ...]:
         """Its dialect's framework's hints, and the simulator's own fault switches."""
-        dialect = config.sim_dialect if isinstance(config, SimServer) else config.framework
-        source: object = getattr(get_recipe(dialect), "knob_hints", None)
+        source: object = getattr(_dialect_recipe(config), "knob_hints", None)
         hints: tuple[str, ...] = tuple(source(config)) if callable(source) else ()
         return (
             *hints,
@@ -72,8 +76,7 @@ class SimRecipe:
 
     def speculative_label(self, config: ServerConfig) -> str | None:
         """The speculative method as its dialect's framework names it on a live server (None where it names none)."""
-        dialect = config.sim_dialect if isinstance(config, SimServer) else config.framework
-        label: object = getattr(get_recipe(dialect), "speculative_label", None)
+        label: object = getattr(_dialect_recipe(config), "speculative_label", None)
         value = label(config) if callable(label) else None
         return None if value is None else str(value)
 
