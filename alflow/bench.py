@@ -14,7 +14,7 @@ even when the run is aborted or interrupted.
 
 The API key goes to the server as ``Authorization: Bearer <key>`` with every request (streams,
 ``/v1/models``, ``/detokenize``, a dialect's server info) and nowhere else: it is never written or
-returned. URLs are stored without credentials (:func:`alflow.redact.redact_url`), error messages included.
+returned. URLs are stored without credentials (:func:`alflow.util.redact.redact_url`), error messages included.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from urllib.parse import urlparse
 import aiohttp
 import orjson
 
-from alflow import eventloop, jsonutil
 from alflow.acceptance.stats import SpecStats
 from alflow.datasets.custom import load_custom
 from alflow.datasets.gsm8k import load_gsm8k
@@ -57,7 +56,8 @@ from alflow.metrics.prometheus import (
     scrape_all,
 )
 from alflow.metrics.readers import candidate_metrics_urls, detect, get_dialect
-from alflow.redact import redact_data, redact_url, redact_urls_in_text
+from alflow.util import eventloop, jsonutil
+from alflow.util.redact import redact_data, redact_url, redact_urls_in_text
 from alflow.workloads import check_prompt_memory, file_sha256
 
 T = TypeVar("T")

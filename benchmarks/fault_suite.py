@@ -71,7 +71,7 @@ import yaml  # noqa: E402
 from alflow.bench import OPEN_FILES_MARGIN  # noqa: E402
 from alflow.config.base import MAX_CONCURRENCY  # noqa: E402
 from alflow.loadgen.runner import MAX_PROCESSES  # noqa: E402
-from alflow.procguard import pid_alive  # noqa: E402
+from alflow.util.procguard import pid_alive  # noqa: E402
 from tests.bad_inputs import (  # noqa: E402
     BASES,
     CLI_CASES,

@@ -219,11 +219,11 @@ def _prompt(i: int) -> str:
 
 
 def _run_alflow(url: str, conc: int, num: int, osl: int, kernel: bool) -> Outcome:
-    from alflow import eventloop
     from alflow.datasets.types import Session, Turn
     from alflow.loadgen import LoadSpec, Target, records_frame, run_load
     from alflow.loadgen.fast import FastTransport
     from alflow.metrics.timing import client_timing
+    from alflow.util import eventloop
 
     prompts = [_prompt(i) for i in range(num)]
     sessions = [

@@ -19,7 +19,7 @@ from prefect.deployments.runner import RunnerDeployment
 from prefect.events import DeploymentTriggerTypes
 from pydantic import TypeAdapter
 
-from alflow.yamlfile import load_yaml
+from alflow.util.yamlfile import load_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,7 +13,7 @@ from prefect import flow, tags
 from alflow.config import BenchmarkParams, SyntheticAcceptance
 from alflow.methods.common import point_server
 from alflow.methods.m2 import run_m2
-from alflow.outcomes import M2Outcome
+from alflow.methods.outcomes import M2Outcome
 from alflow.workloads import check_m2_prompt_memory
 from flows.common import new_run_writer, reference_al, reference_variant
 from flows.presets import m2_params, run_name

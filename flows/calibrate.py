@@ -19,7 +19,6 @@ from typing import Any
 from prefect import flow, tags, task
 from prefect.context import TaskRunContext
 
-from alflow.calibration import CalibrationPoint
 from alflow.config import (
     CalibrateParams,
     LoadConfig,
@@ -30,6 +29,7 @@ from alflow.config import (
     ThinkingMode,
 )
 from alflow.config.workloads import LiteratureWorkload
+from alflow.methods.calibration import CalibrationPoint
 from alflow.methods.m0 import (
     MeasuredPoint,
     PartialPointError,
@@ -38,8 +38,8 @@ from alflow.methods.m0 import (
     measure_calibration_point,
     run_m0,
 )
-from alflow.outcomes import M0Outcome
-from alflow.reference import ReferenceTableError
+from alflow.methods.outcomes import M0Outcome
+from alflow.reference.table import ReferenceTableError
 from flows.common import check_outputs, new_run_writer, run_id
 from flows.presets import m0_params, run_name
 from flows.steps import PrefectSteps
@@ -48,7 +48,7 @@ __all__ = ["POINT_VERSION", "PartialPointError", "calibrate", "calibrate_point"]
 
 POINT_VERSION = 3
 """Version of a cached point's content (2: raw baseline and final scrapes kept for the audit;
-3: a typed :class:`~alflow.calibration.CalibrationPoint` instead of a dict)."""
+3: a typed :class:`~alflow.methods.calibration.CalibrationPoint` instead of a dict)."""
 
 
 def _point_key(_context: TaskRunContext, parameters: dict[str, Any]) -> str:

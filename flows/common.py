@@ -25,12 +25,12 @@ from alflow.config import (
 )
 from alflow.errors import GateFailedError
 from alflow.frameworks.recipes import build_launch, check_install
-from alflow.fsutil import check_writable_dir, check_writable_file
 from alflow.methods.common import point_server
-from alflow.redact import redact_data, redact_urls_in_text
-from alflow.reference import VariantQuery, load_reference, server_variant_query
+from alflow.reference.table import VariantQuery, load_reference, server_variant_query
 from alflow.results.provenance import code_version, host_info
 from alflow.results.store import RunWriter, run_id_of
+from alflow.util.fsutil import check_writable_dir, check_writable_file
+from alflow.util.redact import redact_data, redact_urls_in_text
 from alflow.workloads import check_m2_prompt_memory
 from infra.runners.base import api_key_from_env
 from tasks.redaction import install_log_redaction
@@ -73,9 +73,9 @@ def check_outputs(params: object) -> None:
     """Before anything is measured: every local place the run writes to can take its files.
 
     The results root (a local one; an object store answers for itself) must be a folder alflow can write in
-    or create (:func:`alflow.fsutil.check_writable_dir`: not under a regular file, not ``/dev/null`` or
+    or create (:func:`alflow.util.fsutil.check_writable_dir`: not under a regular file, not ``/dev/null`` or
     ``/proc``); M0's reference table must be writable at its real path (through a symlink, the link's target;
-    :func:`alflow.fsutil.check_writable_file`). Raises :class:`~alflow.errors.InvalidInputError` (one line
+    :func:`alflow.util.fsutil.check_writable_file`). Raises :class:`~alflow.errors.InvalidInputError` (one line
     naming the input, the value and what is allowed). Nothing is created.
     """
     if not isinstance(params, CalibrateParams | GateParams | BenchmarkParams):
@@ -180,7 +180,7 @@ def gate_failure(flow: str, message: str, payload: dict[str, Any]) -> GateFailed
     """Emit an ``alflow.gate.failed`` event for automations and return the error to raise.
 
     The message (it becomes the flow run's state message) and the event pass through the redactor: a
-    failure may quote another error's text with a URL in it (:func:`alflow.redact.redact_urls_in_text`).
+    failure may quote another error's text with a URL in it (:func:`alflow.util.redact.redact_urls_in_text`).
     """
     message = redact_urls_in_text(message)
     emit_event(

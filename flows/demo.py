@@ -71,8 +71,8 @@ from alflow.config import (
 )
 from alflow.evals.run import bundled_gsm8k
 from alflow.evals.thresholds import tiny_thresholds_path, vllm_cpu_thresholds_path
+from alflow.methods.outcomes import DemoBenchmark, DemoGate, DemoOutcome
 from alflow.models import PreparedModel, default_vllm_env
-from alflow.outcomes import DemoBenchmark, DemoGate, DemoOutcome
 from alflow.workloads import tiny_prompts_path
 from flows.benchmark import benchmark
 from flows.calibrate import calibrate

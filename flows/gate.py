@@ -15,7 +15,7 @@ from prefect import flow, tags
 from alflow.config import GateParams, ThinkingMode
 from alflow.methods.common import point_server
 from alflow.methods.m1 import run_m1
-from alflow.outcomes import M1Outcome
+from alflow.methods.outcomes import M1Outcome
 from flows.common import new_run_writer, reference_al, reference_variant
 from flows.presets import m1_params, run_name
 from flows.steps import PrefectSteps

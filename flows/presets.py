@@ -32,7 +32,7 @@ from alflow.config.presets import (
     sweep_params,
     unknown_preset,
 )
-from alflow.names import safe_key
+from alflow.util.names import safe_key
 
 _log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ def run_name(prefix: str, resolve: Callable[..., Any], name: Callable[[Any], str
     """A ``flow_run_name`` callable: ``prefix-`` plus ``name`` of the resolved parameters.
 
     A short form that does not resolve names the run after its preset (the flow itself then fails with
-    the reason). The part after the prefix goes through :func:`alflow.names.safe_key` (``always_hash=False``):
+    the reason). The part after the prefix goes through :func:`alflow.util.names.safe_key` (``always_hash=False``):
     ``m2-demo-llama-70b-k2`` as typed, a Japanese or bidi model id as an ASCII slug with a hash.
     """
 

@@ -29,16 +29,16 @@ from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
 from alflow.acceptance.synthetic import K_MAX
 from alflow.config import BenchmarkParams, GateParams, SweepParams
+from alflow.methods.outcomes import ChildRun, KOutcome, M2Outcome, SweepOutcome
 from alflow.methods.sweep import conclude_sweep
-from alflow.outcomes import ChildRun, KOutcome, M2Outcome, SweepOutcome
-from alflow.results.rows import M2Point
-from alflow.sweep import (
+from alflow.methods.sweep_rules import (
     NodePool,
     benchmark_for,
     child_parameters,
     dispatch_rank,
     gate_for,
 )
+from alflow.results.rows import M2Point
 from flows.benchmark import benchmark
 from flows.common import new_run_writer
 from flows.gate import gate

@@ -1,13 +1,13 @@
 """Fan-out tasks of the K sweep: run one M1 or M2 deployment run on a free node and wait for its end.
 
-:func:`run_child` takes a node from the sweep's :class:`~alflow.sweep.NodePool`, creates the
+:func:`run_child` takes a node from the sweep's :class:`~alflow.methods.sweep_rules.NodePool`, creates the
 deployment run on that node's work queue (``run_deployment``, linked to the sweep as a subflow), and
 polls it until it ends. A node whose work queue no worker has polled for ``node_timeout_s`` is lost:
 its waiting run is cancelled (so a worker that comes back later does not start a stale run), its
 running run is marked Crashed, and the node takes no more work. A completed run's results are read
 from the run store (:func:`alflow.results.store.find_run`), not from Prefect's result storage.
 
-Prefect caches a completed child (key :func:`alflow.sweep.cache_key`: the deployment and its
+Prefect caches a completed child (key :func:`alflow.methods.sweep_rules.cache_key`: the deployment and its
 parameters, whatever the node), so a re-run of the sweep reuses it; a failed child raises
 :class:`ChildRunFailedError` and is never cached.
 """
@@ -38,11 +38,11 @@ from prefect.states import Cancelled, Crashed
 
 from alflow.config import FanOut, SweepNode
 from alflow.errors import AlflowError
-from alflow.outcomes import ChildRun
+from alflow.methods.outcomes import ChildRun
+from alflow.methods.sweep_rules import NodePool, StopWaiting, cache_key, judge_wait, node_lost_why, on_node
 from alflow.results.rows import M2Point
 from alflow.results.store import find_run
 from alflow.results.view import m2_points
-from alflow.sweep import NodePool, StopWaiting, cache_key, judge_wait, node_lost_why, on_node
 
 
 class ChildRunFailedError(AlflowError):
@@ -106,7 +106,7 @@ def node_silence(client: SyncPrefectClient, node: SweepNode, pool: str, since: d
 
 
 def _wait(flow_run_id: UUID, node: SweepNode, pool: str, fan: FanOut) -> tuple[FlowRun, StopWaiting | None]:
-    """Poll the run until it ends or :func:`alflow.sweep.judge_wait` gives it up; the run and why it was given up."""
+    """Poll the run until it ends or :func:`alflow.methods.sweep_rules.judge_wait` gives it up; the run and why it was given up."""
     since = _now()
     while True:
         with get_client(sync_client=True) as client:
@@ -180,7 +180,7 @@ def run_child(
 ) -> ChildRun:
     """Run ``deployment`` with ``parameters`` on a free node; its ChildRun (raises ChildRunFailedError if it failed).
 
-    Waiting child runs get free nodes in the order of their ``rank`` (:func:`alflow.sweep.dispatch_rank`).
+    Waiting child runs get free nodes in the order of their ``rank`` (:func:`alflow.methods.sweep_rules.dispatch_rank`).
 
     A run that never started because its node was lost is cancelled and sent to another live node;
     one that started and was lost is not run again (the re-run of the sweep does that).

@@ -118,7 +118,7 @@ def run_load(
 
     Every scrape reads all of the server's metrics endpoints (``handle.all_metrics_urls``: several
     for a multi-node or data-parallel server) and sums their counters. ``gpus`` is the server's GPU
-    layout for per-GPU throughput (:func:`alflow.topology.gpu_layout`: every node's GPUs).
+    layout for per-GPU throughput (:func:`alflow.methods.topology.gpu_layout`: every node's GPUs).
     """
     log = get_run_logger()
     recorded: list[RequestRecord] = []

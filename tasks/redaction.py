@@ -1,8 +1,8 @@
-"""What alflow hands Prefect's loggers and states passes the one redactor first (:mod:`alflow.redact`).
+"""What alflow hands Prefect's loggers and states passes the one redactor first (:mod:`alflow.util.redact`).
 
 Configuration refuses credentials in URLs (:func:`alflow.config.base.check_no_url_credentials`); this is
 the defence behind it. :class:`RedactingFilter` rewrites a log record's message and traceback text with
-:func:`alflow.redact.redact_urls_in_text` (``user:pass@`` and credential-named URL parameters become
+:func:`alflow.util.redact.redact_urls_in_text` (``user:pass@`` and credential-named URL parameters become
 ``***``) before any handler formats it: Prefect's API log handler (the logs stored in its database and
 shown in the UI) and its console handler (the lines printed on a terminal).
 
@@ -27,7 +27,7 @@ import logging
 import traceback
 from collections.abc import Mapping
 
-from alflow.redact import redact_urls_in_text
+from alflow.util.redact import redact_urls_in_text
 
 RUN_LOGGERS = ("prefect.flow_runs", "prefect.task_runs")
 """The loggers of ``get_run_logger()`` and of Prefect's flow and task engines."""
@@ -75,7 +75,7 @@ def _exceptions_in(record: logging.LogRecord) -> list[BaseException]:
 
 
 class RedactingFilter(logging.Filter):
-    """Rewrite a record's message and traceback text through :func:`alflow.redact.redact_urls_in_text`.
+    """Rewrite a record's message and traceback text through :func:`alflow.util.redact.redact_urls_in_text`.
 
     The exceptions the record carries (``exc_info``, arguments) are redacted in place first
     (:func:`redact_exception`). The message is rendered once (``msg % args``) and kept only when redaction

@@ -12,11 +12,11 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from alflow.names import safe_key
-from alflow.redact import redact_url
 from alflow.reports import render_pages
 from alflow.results.store import RunWriter, StoredRun
 from alflow.results.summaries import StoredSummary, store_summary
+from alflow.util.names import safe_key
+from alflow.util.redact import redact_url
 
 
 @task(name="store_results", cache_policy=NO_CACHE)

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from alflow.errors import InvalidInputError
 from alflow.metrics.prometheus import MalformedMetricsError
-from alflow.reference import ReferenceNotFoundError, ReferenceTableError
+from alflow.reference.table import ReferenceNotFoundError, ReferenceTableError
 from infra.errors import ServerRefusedError, ServerStartError
 from tasks.redaction import redact_exception
 

@@ -29,7 +29,7 @@ from prefect.exceptions import ObjectNotFound
 from prefect.runtime import flow_run
 
 from alflow.config import RunnerOptions, ServerConfig, ServerPlacement
-from alflow.redact import redact_url
+from alflow.util.redact import redact_url
 from infra import lifecycle
 from infra.runners import ServerHandle, make_runner
 from tasks.retry import retry_transient

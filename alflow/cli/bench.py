@@ -67,8 +67,8 @@ from alflow.loadgen.runner import (
     LoadSpec,
 )
 from alflow.metrics.client import SLO, GpuLayout, check_percentiles
-from alflow.redact import redact_url
 from alflow.reports.markdown import escape_controls
+from alflow.util.redact import redact_url
 
 T = TypeVar("T")
 K_RANGE = Bound(K_MIN, high=K_MAX)

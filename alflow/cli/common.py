@@ -18,9 +18,9 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from alflow import jsonutil
 from alflow.errors import AlflowError, InvalidInputError
-from alflow.redact import redact_urls_in_text
+from alflow.util import jsonutil
+from alflow.util.redact import redact_urls_in_text
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -63,7 +63,7 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
 
 
 def emit_json(data: object, *, indent: int | None = 2) -> None:
-    """Write ``data`` as strict JSON on stdout (non-finite numbers: see alflow.jsonutil)."""
+    """Write ``data`` as strict JSON on stdout (non-finite numbers: see alflow.util.jsonutil)."""
     sys.stdout.write(jsonutil.dumps(data, indent=indent) + "\n")
     sys.stdout.flush()
 

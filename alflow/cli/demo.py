@@ -16,10 +16,10 @@ from rich.text import Text
 from alflow.cli.common import console, fail
 from alflow.cli.run import check_prefect_api, prefect_defaults, prepare_local_run, print_flow_failure
 from alflow.errors import AlflowError
-from alflow.fsutil import check_writable_dir
+from alflow.util.fsutil import check_writable_dir
 
 if TYPE_CHECKING:
-    from alflow.outcomes import DemoBenchmark, DemoGate, DemoOutcome, M0Outcome
+    from alflow.methods.outcomes import DemoBenchmark, DemoGate, DemoOutcome, M0Outcome
 
 
 def register(app: typer.Typer) -> None:

@@ -16,11 +16,11 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from alflow import reference as ref
 from alflow.cli.common import JsonOpt, console, emit_json, handle_errors
 from alflow.errors import InvalidInputError
+from alflow.reference import table as ref
 from alflow.reports.markdown import escape_controls
-from alflow.yamlfile import describe_validation, load_yaml_model
+from alflow.util.yamlfile import describe_validation, load_yaml_model
 
 reference_app = typer.Typer(
     help="Reference AL tables: validate, show, diff, audit, import/export InferenceX golden curves.",
@@ -228,7 +228,7 @@ def reference_import_inferencex(
 ) -> None:
     """Import InferenceX golden curves into an ``imported`` table (never a measured one), variant and source kept."""
     from alflow.config import SpecMethod
-    from alflow.reference_inferencex import import_golden
+    from alflow.reference.inferencex import import_golden
     from alflow.results.provenance import code_version
 
     spec_method = None
@@ -290,7 +290,7 @@ def reference_export_inferencex(
     as_json: JsonOpt = False,
 ) -> None:
     """Write a table as InferenceX golden AL files, one per (model, method, drafter variant)."""
-    from alflow.reference_inferencex_export import export_golden
+    from alflow.reference.inferencex_export import export_golden
     from alflow.results.provenance import code_version
 
     table = ref.load_reference(path)

@@ -35,14 +35,14 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from alflow import jsonutil
 from alflow.cli.common import err_console, fail, handle_errors, warn
 from alflow.errors import InvalidInputError
-from alflow.kchoice import Objective, describe, run_k_schedule
+from alflow.methods.kchoice import Objective, describe, run_k_schedule
 from alflow.reports.exports import al_matrix, al_matrix_csv, inferencex_rows, rows_csv, rows_json
 from alflow.reports.matrix import METRICS, build_matrix, matrix_csv, matrix_json, matrix_table
 from alflow.reports.render import render_comparison, render_run, write_html_report
 from alflow.results.store import StoredRun, StoreError, iter_runs, open_run
+from alflow.util import jsonutil
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -22,12 +22,12 @@ import typer
 from pydantic import BaseModel
 from rich.console import Console
 
-from alflow import jsonutil
 from alflow.cli.common import console, emit_json, fail, parse_floats, split_list
 from alflow.errors import AlflowError, InvalidInputError
-from alflow.procguard import Guard
-from alflow.redact import redact_data, redact_urls_in_text
-from alflow.yamlfile import load_yaml_model
+from alflow.util import jsonutil
+from alflow.util.procguard import Guard
+from alflow.util.redact import redact_data, redact_urls_in_text
+from alflow.util.yamlfile import load_yaml_model
 
 
 def register(app: typer.Typer) -> None:
@@ -98,7 +98,7 @@ def _exit_if_still_stopping(signum: int, grace_s: float) -> None:
 
     The unwinding a signal starts can stall where the signal landed (a lock taken just before the
     ``SystemExit``, a Prefect service draining to a server that is gone). The servers this run started
-    are stopped by their guards (:mod:`alflow.procguard`) when this process exits, and ``alflow infra
+    are stopped by their guards (:mod:`alflow.util.procguard`) when this process exits, and ``alflow infra
     cleanup`` drops a registry entry left behind. The line and the stacks go straight to file
     descriptor 2, which holds no Python lock that the stalled thread could own.
     """
@@ -176,7 +176,7 @@ def prepare_local_run() -> None:
 
     Without ``PREFECT_API_URL``, Prefect starts a temporary API server as a child process on first use
     and stops it at exit; a SIGKILL of this process would leave it running. It is started here instead,
-    with a guard (:mod:`alflow.procguard`) that stops it when this process dies, however it dies.
+    with a guard (:mod:`alflow.util.procguard`) that stops it when this process dies, however it dies.
     """
     prefect_defaults()
     quiet_expected_tracebacks()

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
-from alflow.redact import URL_CREDENTIALS_PATTERN, redact_url, urls_with_credentials
+from alflow.util.redact import URL_CREDENTIALS_PATTERN, redact_url, urls_with_credentials
 
 
 class StrictModel(BaseModel):
@@ -15,7 +15,7 @@ class StrictModel(BaseModel):
 
     Validation errors never echo the input (``hide_input_in_errors``): a refused value may be a secret,
     and Prefect stores the text of a failed parameter validation. No NaN or infinity anywhere; config
-    files are validated in strict mode as well (:func:`alflow.yamlfile.load_yaml_model`). No credentials
+    files are validated in strict mode as well (:func:`alflow.util.yamlfile.load_yaml_model`). No credentials
     in a URL anywhere (:func:`check_no_url_credentials`).
     """
 
@@ -73,7 +73,7 @@ def check_no_url_credentials(value: object, field: str, key: str | None = None) 
     """Raise ``ValueError`` (one line) when a string in ``value`` holds a URL carrying credentials.
 
     ``value`` is a field's value: a string, or tuples, lists and dicts of them (nested models check
-    themselves). Credentials are what :func:`alflow.redact.url_credentials` names: ``user:password@``, a user
+    themselves). Credentials are what :func:`alflow.util.redact.url_credentials` names: ``user:password@``, a user
     name in an http(s):// or object-store URL, a ``token``/``api_key``/``sig``... parameter. The message shows
     the URL redacted, never the secret, and says how to give the credential by name instead.
     """

@@ -36,8 +36,8 @@ from alflow.config.workloads import (
     SpeedBenchWorkload,
     default_reference_path,
 )
-from alflow.fsutil import require_local_path
 from alflow.loadgen.spec import DEFAULT_STALL_TIMEOUT_S, MAX_PROCESSES, MAX_SECONDS, MIN_PROCESSES
+from alflow.util.fsutil import require_local_path
 
 
 class ServerPlacement(StrictModel):

@@ -43,7 +43,7 @@ from alflow.config.server import ServerConfig
 from alflow.config.speculative import GateTolerances, ModelSpec, SpecMethod, ThinkingMode
 from alflow.config.workloads import Gsm8kSettings, LoadConfig, RandomWorkload, SpeedBenchWorkload
 from alflow.errors import InvalidInputError
-from alflow.yamlfile import describe_validation, load_yaml_model, parse_yaml, validate_strict
+from alflow.util.yamlfile import describe_validation, load_yaml_model, parse_yaml, validate_strict
 
 PRESETS_DIR = "presets"
 """The folder of the preset files under the project root."""

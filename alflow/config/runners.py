@@ -11,7 +11,7 @@ from alflow.config.server import (
     ServerDialect,
 )
 from alflow.loadgen.spec import MAX_SECONDS
-from alflow.names import check_secret_env_name
+from alflow.util.names import check_secret_env_name
 
 
 class ProcessOptions(StrictModel):

@@ -27,9 +27,9 @@ from alflow.config.speculative import (
     SyntheticAcceptance,
 )
 from alflow.loadgen.spec import MAX_SECONDS
-from alflow.names import check_env_names, check_identifier
 from alflow.plugins import check_dialect, config_model_of, config_models, framework_names
-from alflow.redact import is_secret_flag, is_secret_name
+from alflow.util.names import check_env_names, check_identifier
+from alflow.util.redact import is_secret_flag, is_secret_name
 
 ServerFramework = str
 """A registered framework's name (:func:`alflow.plugins.framework_names`); each config variant pins its own."""

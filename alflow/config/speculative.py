@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 
 from alflow.acceptance.synthetic import K_MAX, K_MIN, SCHEMES, SyntheticTarget, get_scheme
 from alflow.config.base import MAX_SEQUENCE_TOKENS, StrictModel
-from alflow.names import check_identifier
+from alflow.util.names import check_identifier
 
 
 class SpecMethod(StrEnum):
@@ -97,7 +97,7 @@ class ModelSpec(StrictModel):
     @field_validator("id")
     @classmethod
     def _identifier(cls, value: str) -> str:
-        """No control character in the model id (:func:`alflow.names.check_identifier`)."""
+        """No control character in the model id (:func:`alflow.util.names.check_identifier`)."""
         return check_identifier(value, what="model id")
 
     def sampling(self, thinking: ThinkingMode) -> SamplingParams:
@@ -177,7 +177,7 @@ class SpeculativeConfig(StrictModel):
     @field_validator("draft_model")
     @classmethod
     def _identifier(cls, value: str | None) -> str | None:
-        """No control character in the drafter's id (:func:`alflow.names.check_identifier`)."""
+        """No control character in the drafter's id (:func:`alflow.util.names.check_identifier`)."""
         return None if value is None else check_identifier(value, what="draft_model")
 
     @property

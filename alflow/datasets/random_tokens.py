@@ -21,7 +21,7 @@ import orjson
 
 from alflow.datasets.types import Session, Turn
 from alflow.errors import AlflowError, InvalidInputError
-from alflow.redact import redact_url, redact_urls_in_text
+from alflow.util.redact import redact_url, redact_urls_in_text
 
 DEFAULT_VOCAB_SIZE = 20_000
 """Token ids are drawn below this by default: it fits every common model's vocabulary and the simulator's

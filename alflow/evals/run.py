@@ -31,8 +31,8 @@ from alflow.loadgen.client import auth_headers
 from alflow.loadgen.endpoints import Sampling
 from alflow.loadgen.runner import LoadSpec, Target, run_load
 from alflow.plugins import is_set
-from alflow.redact import redact_url
 from alflow.registry import synthetic_markers
+from alflow.util.redact import redact_url
 
 PROBE_PATHS = ("/version", "/server_info")
 

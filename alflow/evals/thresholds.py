@@ -21,7 +21,7 @@ from pydantic import Field
 
 from alflow.config import StrictModel
 from alflow.errors import InvalidInputError
-from alflow.yamlfile import load_yaml_model
+from alflow.util.yamlfile import load_yaml_model
 
 DEFAULT_THRESHOLD: Final = 0.90
 

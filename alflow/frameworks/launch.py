@@ -19,8 +19,8 @@ from pathlib import Path
 from alflow.acceptance.runtime_k import RuntimeKKnob
 from alflow.errors import RunnerError
 from alflow.frameworks.versions import Capability
-from alflow.redact import REDACTED, is_secret_name, redact_values
 from alflow.results.manifest import ServerProvenance
+from alflow.util.redact import REDACTED, is_secret_name, redact_values
 
 DEFAULT_FILES_DIR = "/alflow"
 """Where launch files live by default (in a container; a process runner relocates them)."""

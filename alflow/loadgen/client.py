@@ -33,7 +33,7 @@ not stream raise :class:`FatalRequestError`: the run cannot produce anything use
 
 Both transports send the same extra headers on every request (``Authorization: Bearer <key>`` for a
 server started with ``--api-key``, see :func:`auth_headers`); URLs in error texts carry no
-credentials (:func:`alflow.redact.redact_url`).
+credentials (:func:`alflow.util.redact.redact_url`).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ from alflow.metrics.names import (
     SGLANG_SGLEXT,
     SGLANG_SPEC_DETAILS,
 )
-from alflow.redact import redact_url, redact_urls_in_text
+from alflow.util.redact import redact_url, redact_urls_in_text
 
 Clock = Callable[[], int]
 Sink = Callable[[bytes, int], bool]

@@ -24,7 +24,7 @@ import httptools
 
 from alflow.loadgen import rxstamp
 from alflow.loadgen.client import _ERROR_BODY_LIMIT, SSE_TYPE, Clock, FatalRequestError, ResponseInfo, Sink
-from alflow.redact import redact_url
+from alflow.util.redact import redact_url
 
 
 class MalformedResponseError(ConnectionError):

@@ -2,7 +2,7 @@
 
 One Python process streaming about a thousand sessions is CPU-bound and reads late (:mod:`alflow.loadgen.monitor`).
 :func:`run_processes` splits the load over N worker processes, each running the ordinary
-:func:`~alflow.loadgen.runner.run_load` on its own event loop (:func:`alflow.eventloop.run`) with its own fast
+:func:`~alflow.loadgen.runner.run_load` on its own event loop (:func:`alflow.util.eventloop.run`) with its own fast
 transport:
 
 - **the split**: the measured sessions go round-robin to the workers (worker ``w`` sends sessions ``w``,
@@ -56,11 +56,11 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any, Final
 
-from alflow import eventloop
 from alflow.datasets.types import Session
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.loadgen.records import RequestRecord
 from alflow.metrics.timing import ClientLoad
+from alflow.util import eventloop
 
 if TYPE_CHECKING:
     from alflow.loadgen.client import Clock

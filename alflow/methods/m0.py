@@ -16,13 +16,6 @@ from typing import Any, Literal, Protocol
 
 import polars as pl
 
-from alflow.calibration import (
-    CalibrationPoint,
-    EntryContext,
-    ModePoint,
-    mode_point,
-    reference_entry,
-)
 from alflow.config import (
     CalibrateParams,
     LoadConfig,
@@ -33,11 +26,18 @@ from alflow.config import (
     ThinkingMode,
 )
 from alflow.config.workloads import LiteratureWorkload
+from alflow.methods.calibration import (
+    CalibrationPoint,
+    EntryContext,
+    ModePoint,
+    mode_point,
+    reference_entry,
+)
 from alflow.methods.common import point_server
+from alflow.methods.outcomes import M0Outcome
 from alflow.methods.steps import H, Steps
-from alflow.outcomes import M0Outcome
 from alflow.preflight import PreflightError
-from alflow.reference import (
+from alflow.reference.table import (
     ReferenceDiff,
     ReferenceEntry,
     ReferenceTable,

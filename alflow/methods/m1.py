@@ -17,14 +17,14 @@ from alflow.datasets.types import Session
 from alflow.errors import GateFailedError
 from alflow.gates import Verdict
 from alflow.measure import Measurement
+from alflow.methods.outcomes import M1Outcome
 from alflow.methods.steps import H, Steps
+from alflow.methods.topology import gpu_layout
 from alflow.metrics.client import ClientSummary
-from alflow.outcomes import M1Outcome
 from alflow.preflight import PreflightError
-from alflow.redact import redact_url
 from alflow.results.store import RunWriter
 from alflow.results.summaries import M1RunSummary
-from alflow.topology import gpu_layout
+from alflow.util.redact import redact_url
 from alflow.workloads import dataset_description, speed_bench_sessions
 
 FLOW = "m1-gate"

@@ -20,15 +20,15 @@ from alflow.acceptance.synthetic import AcceptanceDistribution, distribution
 from alflow.config import BenchmarkParams, LoadConfig, ServerConfig, ThinkingMode
 from alflow.measure import PARTIAL_ATTR, Measurement
 from alflow.methods.common import engine_note_of
+from alflow.methods.outcomes import M2Outcome
 from alflow.methods.plan import ConcurrencyPlan, FixedConcurrencies, PlannedPoint
+from alflow.methods.points import M2Point, m2_point
 from alflow.methods.steps import H, Steps
+from alflow.methods.topology import gpu_layout, topology
 from alflow.metrics.client import GpuLayout
-from alflow.outcomes import M2Outcome
-from alflow.points import M2Point, m2_point
-from alflow.redact import redact_url
 from alflow.results.store import RunWriter
 from alflow.results.summaries import M2RunSummary
-from alflow.topology import gpu_layout, topology
+from alflow.util.redact import redact_url
 from alflow.workloads import random_workload_sessions
 
 FLOW = "m2-benchmark"

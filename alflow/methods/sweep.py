@@ -12,14 +12,14 @@ from collections.abc import Mapping, Sequence
 import polars as pl
 
 from alflow.config import SweepParams
-from alflow.kchoice import all_choices
+from alflow.methods.kchoice import all_choices
+from alflow.methods.outcomes import KOutcome, SweepOutcome
+from alflow.methods.points import best_k
 from alflow.methods.steps import H, Steps
-from alflow.outcomes import KOutcome, SweepOutcome
-from alflow.points import best_k
+from alflow.methods.sweep_rules import lost_nodes, per_k_rows, sweep_failures
 from alflow.results.rows import M2Point
 from alflow.results.store import RunWriter
 from alflow.results.summaries import SweepRunSummary
-from alflow.sweep import lost_nodes, per_k_rows, sweep_failures
 
 FLOW = "sweep"
 

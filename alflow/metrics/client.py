@@ -29,8 +29,8 @@ from typing import Final
 import polars as pl
 
 from alflow.errors import InvalidInputError
-from alflow.jsonutil import note_nonfinite
 from alflow.metrics.timing import ClientLoad, ClientTiming, client_timing
+from alflow.util.jsonutil import note_nonfinite
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class GpuLayout:
 
     ``nodes`` is how many hosts those GPUs sit on (reported with the results as ``num_nodes``; the
     GPU count already covers every node: parallel sizes are global, e.g. TP 16 over 2 nodes of 8 GPUs).
-    A server configuration's layout comes from :func:`alflow.topology.gpu_layout`.
+    A server configuration's layout comes from :func:`alflow.methods.topology.gpu_layout`.
     """
 
     tp: int = 1

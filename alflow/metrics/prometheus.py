@@ -37,7 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from alflow.acceptance.stats import CounterResetError
 from alflow.errors import AlflowError
-from alflow.redact import redact_url, redact_urls_in_text
+from alflow.util.redact import redact_url, redact_urls_in_text
 
 log = logging.getLogger(__name__)
 
@@ -244,7 +244,7 @@ async def scrape(
 ) -> Snapshot:
     """GET ``url`` and parse it; raises :class:`ScrapeError` with the URL and the reason.
 
-    The snapshot and every message carry the URL without credentials (:func:`alflow.redact.redact_url`).
+    The snapshot and every message carry the URL without credentials (:func:`alflow.util.redact.redact_url`).
     """
     if session is None:
         async with aiohttp.ClientSession() as own:

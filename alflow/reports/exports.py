@@ -31,11 +31,11 @@ from typing import Any, Final
 
 import polars as pl
 
-from alflow import jsonutil
 from alflow.metrics.client import GpuLayout, summarize
 from alflow.reports.matrix import run_column
 from alflow.results.store import StoredRun
 from alflow.results.view import framework, get_path, image, m0_entries, m2_points, model_id, scheme
+from alflow.util import jsonutil
 
 INFERENCEX_HEAD: Final = (
     "hw",
@@ -264,7 +264,7 @@ def inferencex_rows(run: StoredRun) -> list[dict[str, Any]]:
 
 
 def rows_json(rows: Sequence[Mapping[str, Any]]) -> str:
-    """Rows as a JSON list (non-finite numbers become null with a ``<field>_note``: alflow.jsonutil)."""
+    """Rows as a JSON list (non-finite numbers become null with a ``<field>_note``: alflow.util.jsonutil)."""
     return jsonutil.dumps(list(rows)) + "\n"
 
 

@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from statistics import mean
 from typing import Any, Final, Literal, get_args
 
-from alflow import jsonutil
 from alflow.datasets.speed_bench import ENTROPY_TIERS, QUALITATIVE_CATEGORIES
 from alflow.errors import InvalidInputError
 from alflow.results.audit import scrape_key
@@ -48,6 +47,7 @@ from alflow.results.view import (
     summary,
     table_or_none,
 )
+from alflow.util import jsonutil
 
 Metric = Literal["accept_length", "accept_rate", "throughput"]
 METRICS: Final[tuple[str, ...]] = get_args(Metric)
@@ -251,7 +251,7 @@ def matrix_csv(matrix: Matrix, digits: int = 2) -> str:
 
 
 def matrix_json(matrix: Matrix) -> str:
-    """The matrix as JSON (full precision; non-finite numbers as null, :mod:`alflow.jsonutil`)."""
+    """The matrix as JSON (full precision; non-finite numbers as null, :mod:`alflow.util.jsonutil`)."""
     return jsonutil.dumps(matrix.to_dict()) + "\n"
 
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from alflow.reference import ReferenceEntry, load_reference
+from alflow.reference.table import ReferenceEntry, load_reference
 from alflow.results.entry_audit import SCRAPES, TOLERANCE, Mismatch, RunData, check_entry, scrape_key
 from alflow.results.store import StoredRun, open_run
 

@@ -13,7 +13,7 @@ Each field is recomputed from the rawest stored data that decides it, with the c
   run's configuration);
 - the drafter variant (``draft_model``, sample methods, ``concurrency``, ``prefix_caching``), the model
   revision, the sampling (temperature, top_p, top_k, ... one by one) and the framework: from the run's stored
-  configuration (``manifest.json``), with :func:`alflow.reference.m0_variant` and
+  configuration (``manifest.json``), with :func:`alflow.reference.table.m0_variant` and
   :meth:`~alflow.config.ModelSpec.sampling` as the calibration builds them;
 - ``dataset`` and ``dataset_hash``: against the dataset identity the run recorded, and against the dataset
   file itself when it is on this machine (then ``prompt_count`` is recounted from it too);
@@ -42,7 +42,7 @@ from alflow.errors import AlflowError
 from alflow.measure import RequestAcceptance
 from alflow.metrics.prometheus import Snapshot, SnapshotWindow
 from alflow.metrics.readers import get_dialect
-from alflow.reference import ReferenceEntry, m0_variant, upgrade_entry_v1
+from alflow.reference.table import ReferenceEntry, m0_variant, upgrade_entry_v1
 from alflow.results.store import StoredRun, StoreError
 
 SCRAPES = "scrapes"

@@ -11,7 +11,7 @@ Layout (``root`` is a local path or an fsspec URL such as ``s3://bucket/alflow``
 
 Every file carries the schema version (a ``schema_version`` key in JSON, parquet key-value
 metadata ``alflow.schema_version``). Nothing stored carries credentials: every URL in the JSON
-files, in text files and in the string columns of tables goes through :func:`alflow.redact.redact_url`
+files, in text files and in the string columns of tables goes through :func:`alflow.util.redact.redact_url`
 (userinfo and token-like query parameters become ``***``) on its way to storage. Local writes are atomic (temporary file in the same folder,
 then rename); object stores write each object in one PUT. The manifest is written first with
 status ``running`` and rewritten after every file, so a run killed mid-way leaves a readable
@@ -37,10 +37,10 @@ import polars as pl
 from pydantic import ValidationError
 
 from alflow.errors import AlflowError, InvalidInputError
-from alflow.fsutil import atomic_write_bytes, check_writable_dir
-from alflow.jsonutil import dumps_bytes
-from alflow.redact import redact_data, redact_urls_in_text
 from alflow.results.manifest import SCHEMA_VERSION, FileEntry, RunManifest, RunProvenance, Status
+from alflow.util.fsutil import atomic_write_bytes, check_writable_dir
+from alflow.util.jsonutil import dumps_bytes
+from alflow.util.redact import redact_data, redact_urls_in_text
 
 PARQUET_VERSION_KEY: Final = "alflow.schema_version"
 MANIFEST: Final = "manifest.json"
@@ -166,9 +166,9 @@ def _now() -> datetime:
 
 
 def _json_bytes(data: Mapping[str, Any]) -> bytes:
-    """Strict JSON of ``data`` with every URL's credentials stripped (:func:`alflow.redact.redact_data`).
+    """Strict JSON of ``data`` with every URL's credentials stripped (:func:`alflow.util.redact.redact_data`).
 
-    Non-finite numbers become null with a ``<field>_note`` (see :mod:`alflow.jsonutil`).
+    Non-finite numbers become null with a ``<field>_note`` (see :mod:`alflow.util.jsonutil`).
     """
     return dumps_bytes(redact_data(json.loads(json.dumps(data, default=str))))
 

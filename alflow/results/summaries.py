@@ -4,7 +4,7 @@ A summary is validated before it is stored (:func:`store_summary`), so a run nev
 readers would refuse, and :func:`store_summary` puts the JSON schema of every flow's summary beside it
 (``summary.schema.json`` in each run's directory) for tools outside alflow. Rows inside a summary (M2 points,
 reference entries, verdicts) keep their stored form and are checked by their own types' readers
-(:meth:`alflow.results.rows.M2Point.from_dict`, :class:`alflow.reference.ReferenceEntry`), so the summaries of
+(:meth:`alflow.results.rows.M2Point.from_dict`, :class:`alflow.reference.table.ReferenceEntry`), so the summaries of
 runs stored before these models existed read too: unknown keys are kept, missing lists read empty.
 """
 
@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from alflow.errors import AlflowError
-from alflow.reference import ReferenceEntry
+from alflow.reference.table import ReferenceEntry
 from alflow.results.rows import M2Point
 from alflow.results.store import RunWriter
 

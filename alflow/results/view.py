@@ -22,7 +22,7 @@ from alflow.errors import AlflowError
 from alflow.gates import Verdict
 from alflow.measure import RequestAcceptance, request_acceptance
 from alflow.metrics.client import per_request
-from alflow.reference import ReferenceEntry, upgrade_entry_v1
+from alflow.reference.table import ReferenceEntry, upgrade_entry_v1
 from alflow.results.rows import M2Point
 from alflow.results.store import StoredRun
 

@@ -32,7 +32,6 @@ import orjson
 from aiohttp import web
 
 from alflow.errors import AlflowError, InvalidInputError
-from alflow.eventloop import new_event_loop
 from alflow.serving.api import ApiError, check_api_key
 from alflow.serving.requests import (
     MAX_BODY_BYTES,
@@ -43,6 +42,7 @@ from alflow.serving.requests import (
     loads,
     parse,
 )
+from alflow.util.eventloop import new_event_loop
 
 log = logging.getLogger(__name__)
 

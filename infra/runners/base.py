@@ -24,9 +24,9 @@ from typing import Protocol
 
 from alflow.errors import InvalidInputError
 from alflow.frameworks.launch import Launch
-from alflow.redact import redact_url
 from alflow.registry import knob_env_names
 from alflow.results.manifest import ServerProvenance
+from alflow.util.redact import redact_url
 from infra.errors import ServerRefusedError, ServerStartError
 
 log = logging.getLogger(__name__)

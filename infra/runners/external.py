@@ -15,8 +15,8 @@ from collections.abc import Callable
 from alflow.config import ExternalServer
 from alflow.frameworks.launch import Launch
 from alflow.frameworks.recipes import dialect_source
-from alflow.redact import redact_url
 from alflow.results.manifest import ServerProvenance
+from alflow.util.redact import redact_url
 from infra.errors import RunnerError
 from infra.runners.base import LOG_TAIL_LINES, ServerHandle, handle_api_key, wait_for_health
 

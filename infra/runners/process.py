@@ -29,7 +29,7 @@ from alflow.frameworks.launch import (
     single_host_metrics_urls,
 )
 from alflow.frameworks.recipes import check_install
-from alflow.procguard import Guard, pid_alive, same_process_alive, start_ticks
+from alflow.util.procguard import Guard, pid_alive, same_process_alive, start_ticks
 from infra.errors import FrameworkInstallError, RunnerError
 from infra.runners import registry
 from infra.runners.base import (

@@ -4,7 +4,7 @@ Each entry names the server (pid and start time, so a reused pid is told apart),
 group, the run id, the owner (the alflow process that started it, also with its start time), when
 it started, the framework, its URL and its log. The runner writes the entry when it starts a server
 and removes it when it stops it; an entry whose owner is gone belongs to a killed run, and
-``alflow infra cleanup`` stops that server (the guard of :mod:`alflow.procguard` normally has done
+``alflow infra cleanup`` stops that server (the guard of :mod:`alflow.util.procguard` normally has done
 so already; the registry is the record and the second line). Entries hold no environment and no
 secret.
 
@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from alflow.procguard import same_process_alive, start_ticks, terminate
+from alflow.util.procguard import same_process_alive, start_ticks, terminate
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from typing import IO, Any
 
 import httpx
 
-from alflow.procguard import pid_alive
+from alflow.util.procguard import pid_alive
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFECT = str(Path(sys.executable).parent / "prefect")

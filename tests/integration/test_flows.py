@@ -26,7 +26,7 @@ from alflow.config import (
     server_config,
 )
 from alflow.evals.run import bundled_gsm8k
-from alflow.reference import load_reference
+from alflow.reference.table import load_reference
 from alflow.results.store import open_run
 from flows.benchmark import benchmark
 from flows.calibrate import calibrate

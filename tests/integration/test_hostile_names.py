@@ -33,7 +33,7 @@ pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 NAME = " ".join(HOSTILE)
 SHOWN = " ".join(NAME.split())  # as a reader sees it: the newline is a space
-# a model id holds no control character (refused at load: alflow.names.check_identifier), so the id carries the
+# a model id holds no control character (refused at load: alflow.util.names.check_identifier), so the id carries the
 # name with its newline as a space; the free-text label keeps the newline
 MODEL_ID = SHOWN
 MODEL = ModelSpec(id=MODEL_ID, sampling_thinking_off=SamplingParams(temperature=0.0, max_tokens=64))

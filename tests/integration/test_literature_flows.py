@@ -23,7 +23,7 @@ from alflow.config import (
 from alflow.config.workloads import LiteratureWorkload
 from alflow.datasets.literature import load_literature
 from alflow.loadgen import LoadSpec, Target, run_load
-from alflow.reference import load_reference
+from alflow.reference.table import load_reference
 from alflow.sim.process import SimProcess
 
 MT_ROWS = [

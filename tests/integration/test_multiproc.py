@@ -20,11 +20,11 @@ import orjson
 import polars as pl
 import pytest
 
-from alflow import eventloop
 from alflow.datasets.random_tokens import random_sessions
 from alflow.datasets.types import Session
 from alflow.loadgen import LoadAbortedError, LoadResult, LoadSpec, RequestRecord, Target, run_load
 from alflow.sim.process import SimProcess
+from alflow.util import eventloop
 
 pytestmark = pytest.mark.integration
 

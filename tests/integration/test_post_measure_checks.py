@@ -1,7 +1,7 @@
 """What could fail after measuring is checked before, and the last steps never lose a measured run.
 
 A Japanese model id with a bidi control through a real M2 against the sim: every Prefect key is derived
-(:func:`alflow.names.safe_key`), the id stays data, and the run ends complete with report.html written.
+(:func:`alflow.util.names.safe_key`), the id stays data, and the run ends complete with report.html written.
 An M0 whose reference table sits under a regular file is refused before a server starts.
 """
 

@@ -1023,7 +1023,7 @@ def test_reference_commands_on_the_examples_table(tmp_path: Path) -> None:
     template = "alflow reference m0-config --models {model_id} --ks 1,2,3 --out m0.yaml"
     run_readme(m0, template, cwd=tmp_path, in_process=True, model_id=model_id)
     from alflow.config import CalibrateParams
-    from alflow.yamlfile import load_yaml_model
+    from alflow.util.yamlfile import load_yaml_model
 
     params = load_yaml_model(tmp_path / "m0.yaml", CalibrateParams, what="config")
     assert params.ks == (1, 2, 3)

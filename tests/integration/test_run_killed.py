@@ -2,7 +2,7 @@
 
 The run (a subprocess: the real CLI, Prefect's temporary server, the sim engine through the process
 runner) is killed while it streams requests. Afterwards its sim server, the guards and Prefect's
-temporary server are gone within seconds (SIGKILL: the guards of ``alflow.procguard`` stop them;
+temporary server are gone within seconds (SIGKILL: the guards of ``alflow.util.procguard`` stop them;
 SIGTERM: the run unwinds and stops them itself), and the registry of started servers is empty.
 The registry entry also shows the server bound loopback. After SIGTERM the run has stored the point it
 was streaming as partial, with the requests recorded so far.
@@ -25,8 +25,8 @@ import pytest
 import yaml
 
 from alflow.preflight import PREFLIGHT_REQUESTS
-from alflow.procguard import same_process_alive, start_ticks
 from alflow.results.store import open_run
+from alflow.util.procguard import same_process_alive, start_ticks
 
 ALFLOW = str(Path(sys.executable).with_name("alflow"))
 
@@ -121,7 +121,7 @@ def test_a_killed_run_leaves_no_server_no_guard_and_no_prefect_server(
         _wait_for_the_point(entry["base_url"], run)  # streaming now, past the pre-flight
         children = _children(run.pid)
         prefect = [(p, t) for p, t, cmd in children if "prefect.server.api.server" in cmd]
-        guards = [(p, t) for p, t, cmd in children if "alflow.procguard" in cmd]
+        guards = [(p, t) for p, t, cmd in children if "alflow.util.procguard" in cmd]
         assert prefect, f"no temporary Prefect server among the run's children: {children}"
         assert len(guards) >= 2, f"expected guards of the sim server and the Prefect server: {children}"
         assert same_process_alive(*server)

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from alflow.cli import app
 from alflow.config import CalibrateParams, Gsm8kSettings, LoadConfig, SweepParams, server_config
-from alflow.kchoice import Objective, choose_k
+from alflow.methods.kchoice import Objective, choose_k
 from alflow.results.store import open_run
 from alflow.results.view import m2_points
 from flows.calibrate import calibrate

@@ -15,7 +15,7 @@ import pytest
 
 from alflow.config import DemoParams
 from alflow.gates import AlGateDetails
-from alflow.reference import load_reference
+from alflow.reference.table import load_reference
 from alflow.results.store import open_run
 from flows.demo import TINY_MODEL_ID, demo
 

@@ -43,11 +43,11 @@ from alflow.config import (
 )
 from alflow.frameworks.recipes import build_launch
 from alflow.gates import AUDIT_MIN_FIT_P, AlGateDetails
+from alflow.methods.outcomes import DemoOutcome
 from alflow.metrics.prometheus import Snapshot, SnapshotWindow, parse_exposition
 from alflow.metrics.readers import get_dialect
 from alflow.models import PreparedModel, prepare_model
-from alflow.outcomes import DemoOutcome
-from alflow.reference import load_reference
+from alflow.reference.table import load_reference
 from alflow.results.audit import SCRAPES
 from alflow.results.store import open_run
 from alflow.workloads import tiny_prompts_path

@@ -13,14 +13,14 @@ import aiohttp
 import pytest
 import yaml
 
-from alflow import reference as ref
 from alflow.bench import check_out_dir
 from alflow.cli.run import load_params
 from alflow.config import BenchmarkParams, CalibrationCatalogue
 from alflow.errors import InvalidInputError
 from alflow.metrics.client import check_percentiles
 from alflow.metrics.prometheus import MalformedMetricsError, ScrapeError, parse_exposition
-from alflow.yamlfile import load_yaml, load_yaml_model
+from alflow.reference import table as ref
+from alflow.util.yamlfile import load_yaml, load_yaml_model
 from infra.errors import RecipeError, ServerRefusedError, ServerStartError
 from tasks.retry import is_transient
 from tests.bad_inputs import BASES, CLI_CASES, CONFIG_CASES, ConfigCase

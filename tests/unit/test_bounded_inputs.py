@@ -37,7 +37,7 @@ from alflow.config.runners import SlurmOptions
 from alflow.config.server import DisaggregatedRole, Parallelism
 from alflow.config.workloads import LoadConfig, RandomWorkload
 from alflow.errors import InvalidInputError
-from alflow.yamlfile import (
+from alflow.util.yamlfile import (
     MAX_ALIAS_NODES,
     MAX_DEPTH,
     MAX_FILE_BYTES,

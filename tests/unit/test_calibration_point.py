@@ -1,4 +1,4 @@
-"""An M0 calibration point, typed, and the reference entry built from it (alflow.calibration), without Prefect."""
+"""An M0 calibration point, typed, and the reference entry built from it (alflow.methods.calibration), without Prefect."""
 
 from __future__ import annotations
 
@@ -9,18 +9,18 @@ import polars as pl
 import pytest
 
 from alflow.acceptance.stats import from_counters
-from alflow.calibration import (
+from alflow.config import CalibrateParams, ModelSpec, SpecMethod, ThinkingMode, server_config
+from alflow.measure import Measurement
+from alflow.methods.calibration import (
     CalibrationError,
     CalibrationPoint,
     EntryContext,
     mode_point,
     reference_entry,
 )
-from alflow.config import CalibrateParams, ModelSpec, SpecMethod, ThinkingMode, server_config
-from alflow.measure import Measurement
 from alflow.metrics.client import summarize
 from alflow.metrics.prometheus import Snapshot
-from alflow.reference import Variant, m0_variant
+from alflow.reference.table import Variant, m0_variant
 from alflow.results.manifest import ServerRecord
 
 WHEN = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

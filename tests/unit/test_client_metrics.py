@@ -122,7 +122,7 @@ def test_records_round_trip_through_parquet(tmp_path) -> None:  # type: ignore[n
 def test_one_chunk_output_gives_a_noted_null_interactivity_in_strict_json() -> None:
     import json
 
-    from alflow.jsonutil import dumps
+    from alflow.util.jsonutil import dumps
 
     # three tokens in one chunk: tpot_ms = 0, so 1000 / tpot_ms is infinite
     s = summarize(records_frame([rec(0, 0, [50], out=3), *RECORDS[:2]]), duration_s=1.0).to_dict()

@@ -7,7 +7,7 @@ import inspect
 import pydantic
 import pytest
 
-from alflow import config, reference
+from alflow import config
 from alflow.acceptance.synthetic import SyntheticAcceptanceError
 from alflow.config import (
     GateTolerances,
@@ -19,6 +19,7 @@ from alflow.config import (
     ThinkingMode,
 )
 from alflow.plugins import config_models
+from alflow.reference import table as reference
 
 MODELS = [
     *(

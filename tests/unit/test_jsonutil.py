@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from alflow.jsonutil import dumps, dumps_bytes, finite, note_nonfinite
+from alflow.util.jsonutil import dumps, dumps_bytes, finite, note_nonfinite
 
 
 def _strict_loads(text: str) -> Any:

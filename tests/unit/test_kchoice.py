@@ -1,4 +1,4 @@
-"""K with its uncertainty (alflow.kchoice): vLLM's median-minus-MAD rule, ties to the smaller K, the K schedule."""
+"""K with its uncertainty (alflow.methods.kchoice): vLLM's median-minus-MAD rule, ties to the smaller K, the K schedule."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from alflow.cli import app
 from alflow.config import BenchmarkParams, SweepParams
 from alflow.errors import InvalidInputError
-from alflow.kchoice import (
+from alflow.methods.kchoice import (
     MAD_TO_SIGMA,
     PENALTY,
     TIE_TOLERANCE,
@@ -28,10 +28,10 @@ from alflow.kchoice import (
     spread,
     spread_rows,
 )
-from alflow.points import best_k
+from alflow.methods.points import best_k
+from alflow.methods.sweep_rules import benchmark_for
 from alflow.results.rows import M2Point
 from alflow.results.store import RunWriter, open_run
-from alflow.sweep import benchmark_for
 from tests.unit.report_runs import EVIL
 
 
@@ -260,7 +260,7 @@ def test_a_row_written_before_repeats_reads_as_repeat_zero() -> None:
 
 
 def test_the_sweep_report_shows_the_choice_and_the_spread_and_escapes_user_text(tmp_path: Path) -> None:
-    from alflow.kchoice import all_choices
+    from alflow.methods.kchoice import all_choices
     from alflow.reports import render_run
 
     points = [replace(p, framework=EVIL + "|x") for p in _sweep_points({4: 2}, (4,))]

@@ -120,8 +120,8 @@ def test_demo_summaries_print_hostile_names_as_typed() -> None:
 
     from alflow.cli.demo import _print_demo, _print_tiny_demo, _print_vllm_demo
     from alflow.gates import Verdict
-    from alflow.outcomes import DemoBenchmark, DemoGate, DemoOutcome, M0Outcome, M1Outcome, M2Outcome
-    from alflow.reference import ReferenceEntry
+    from alflow.methods.outcomes import DemoBenchmark, DemoGate, DemoOutcome, M0Outcome, M1Outcome, M2Outcome
+    from alflow.reference.table import ReferenceEntry
     from alflow.results.rows import M2Point
 
     name = " ".join(v for v in HOSTILE if "\n" not in v)

@@ -54,7 +54,7 @@ from alflow.methods.plan import FixedConcurrencies
 from alflow.metrics.client import GpuLayout, summarize
 from alflow.metrics.prometheus import Snapshot
 from alflow.preflight import PreflightError, PreflightResult
-from alflow.reference import ReferenceTableError, load_reference
+from alflow.reference.table import ReferenceTableError, load_reference
 from alflow.results.manifest import ServerProvenance
 from alflow.results.store import RunWriter
 from alflow.results.summaries import StoredSummary, store_summary

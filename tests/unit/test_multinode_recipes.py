@@ -12,8 +12,8 @@ from pydantic import ValidationError
 from alflow.config import Parallelism, ServerConfig, SlurmOptions, server_config
 from alflow.frameworks.launch import HEAD_ADDR, NODE_RANK, Launch, node_addr
 from alflow.frameworks.recipes import ALL_ADDRESSES, build_launch
+from alflow.methods.topology import gpu_layout, topology
 from alflow.metrics.client import GpuLayout
-from alflow.topology import gpu_layout, topology
 from infra.errors import RecipeError
 from infra.runners.slurm import JobInfo, SlurmRunner
 

@@ -17,10 +17,10 @@ from typer.testing import CliRunner
 from alflow.cli import app
 from alflow.config import ModelSpec, ServerPlacement, server_config
 from alflow.errors import InvalidInputError
-from alflow.fsutil import check_writable_dir, check_writable_file, real_path
-from alflow.names import check_env_names, check_identifier, safe_key
-from alflow.reference import load_reference, update_reference
+from alflow.reference.table import load_reference, update_reference
 from alflow.results.store import RunWriter, StoreError, open_run
+from alflow.util.fsutil import check_writable_dir, check_writable_file, real_path
+from alflow.util.names import check_env_names, check_identifier, safe_key
 from flows.common import check_outputs
 from tests.unit.report_runs import write_m2
 from tests.unit.test_reference import _empty, _entry

@@ -1,12 +1,12 @@
-"""The flows' typed outcomes (alflow.outcomes) and the JSON the command line prints from them."""
+"""The flows' typed outcomes (alflow.methods.outcomes) and the JSON the command line prints from them."""
 
 from __future__ import annotations
 
 import json
 
 from alflow.gates import AlGateDetails, Verdict
-from alflow.outcomes import KOutcome, M1Outcome, M2Outcome, SweepOutcome
-from alflow.points import BestK
+from alflow.methods.outcomes import KOutcome, M1Outcome, M2Outcome, SweepOutcome
+from alflow.methods.points import BestK
 from tests.unit.test_points import _m2
 
 

@@ -1,4 +1,4 @@
-"""One M2 point from a measurement and its audit (alflow.points), without Prefect."""
+"""One M2 point from a measurement and its audit (alflow.methods.points), without Prefect."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from alflow.acceptance.synthetic import distribution
 from alflow.errors import AlflowError
 from alflow.gates import AuditDetails, Verdict, audit_synthetic
 from alflow.measure import Measurement
+from alflow.methods.points import M2Point, best_k, m2_point
 from alflow.metrics.client import ClientSummary, LatencyStats
-from alflow.points import M2Point, best_k, m2_point
 
 
 def _client(**over: object) -> ClientSummary:

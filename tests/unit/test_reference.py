@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from alflow import reference as ref
 from alflow.config import SamplingParams, ThinkingMode
+from alflow.reference import table as ref
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "references" / "examples.yaml"
@@ -215,7 +215,7 @@ def test_update_refuses_another_kind(tmp_path: Path) -> None:
 
 
 def test_update_waits_for_the_lock_then_names_it(tmp_path: Path) -> None:
-    from alflow.fsutil import LockTimeoutError, file_lock
+    from alflow.util.fsutil import LockTimeoutError, file_lock
 
     path = tmp_path / "coding.yaml"
     with file_lock(path, timeout_s=1, what="the reference table"), pytest.raises(LockTimeoutError) as info:

@@ -1,6 +1,6 @@
 """`alflow reference audit` checks every field of an entry against the run that wrote it (issue #35 item 6).
 
-A real M0 run store is built here as the calibration flow writes it (``alflow.calibration`` turns measured
+A real M0 run store is built here as the calibration flow writes it (``alflow.methods.calibration`` turns measured
 points into entries; ``scrapes.json``, ``summary.json`` and the manifest's configuration and dataset), without
 Prefect; the table is written from those entries. Each test edits one field of the committed table by hand and
 expects the audit to name that field with the table's value and the expected one, and to exit non-zero.
@@ -20,12 +20,12 @@ import yaml
 from typer.testing import CliRunner
 
 from alflow.acceptance.stats import from_histogram
-from alflow.calibration import CalibrationPoint, EntryContext, ModePoint, reference_entry
 from alflow.cli import app
 from alflow.config import CalibrateParams, ModelSpec, SamplingParams, server_config
 from alflow.measure import RequestAcceptance, window_stats
+from alflow.methods.calibration import CalibrationPoint, EntryContext, ModePoint, reference_entry
 from alflow.metrics.prometheus import Snapshot, parse_exposition
-from alflow.reference import ReferenceEntry, ReferenceTable, m0_variant, save_reference
+from alflow.reference.table import ReferenceEntry, ReferenceTable, m0_variant, save_reference
 from alflow.results.audit import SCRAPES, AuditReport, audit_reference, scrape_key
 from alflow.results.manifest import ServerRecord
 from alflow.results.store import RunWriter

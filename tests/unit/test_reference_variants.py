@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from alflow import reference as ref
-from alflow import reference_inferencex as ix
-from alflow import reference_inferencex_export as ix_export
 from alflow.errors import InvalidInputError
+from alflow.reference import table as ref
+from alflow.reference import inferencex as ix
+from alflow.reference import inferencex_export as ix_export
 
 ROOT = Path(__file__).resolve().parents[2]
 ALFLOW = str(Path(sys.executable).parent / "alflow")

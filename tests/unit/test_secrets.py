@@ -18,9 +18,9 @@ from alflow.datasets.random_tokens import detokenize_sessions, random_sessions
 from alflow.errors import InvalidInputError
 from alflow.loadgen import LoadSpec, Target, run_load
 from alflow.loadgen.client import auth_headers
-from alflow.redact import is_secret_name, redact_data, redact_url, redact_urls_in_text
 from alflow.results.store import RunWriter, open_run
 from alflow.serving.api import ApiError, check_api_key
+from alflow.util.redact import is_secret_name, redact_data, redact_url, redact_urls_in_text
 from tests.unit.sse_server import SseServer, threaded_sse_server
 
 KEY = "sk-CanaryKey-7f3a9"

@@ -1,7 +1,7 @@
 """The shape test end to end: its false-alarm bound, the M2 point's fields, their storage, charts and exports.
 
 ``test_shape_audit.py`` covers the audit's rejection of a wrong scheme and the reports' sections; this file covers
-the threshold (a property test over schemes, K and targets), :func:`alflow.points.m2_point` filling the point, the
+the threshold (a property test over schemes, K and targets), :func:`alflow.methods.points.m2_point` filling the point, the
 round trip through ``spec_stats.parquet`` and ``summary.json`` (older runs too), the grouped bar chart, the flow's
 Markdown summary and the JSON/CSV export rows.
 """
@@ -23,8 +23,8 @@ from alflow.acceptance import stats
 from alflow.acceptance import synthetic as syn
 from alflow.gates import AUDIT_MIN_FIT_P, AuditDetails, Verdict, audit_synthetic, shown_counts
 from alflow.measure import Measurement
+from alflow.methods.points import al_source, m2_point
 from alflow.metrics.client import ClientSummary, LatencyStats
-from alflow.points import al_source, m2_point
 from alflow.reports import svg
 from alflow.reports.content import build_report
 from alflow.reports.exports import inferencex_rows, rows_csv, rows_json

@@ -10,13 +10,13 @@ from alflow.config import Parallelism, ServerConfig, server_config
 from alflow.errors import InvalidInputError
 from alflow.frameworks.launch import HEAD_ADDR, NNODES, NODE_RANK, MetricsEndpoint
 from alflow.frameworks.recipes import build_launch
+from alflow.methods.topology import gpu_layout
 from alflow.metrics.client import GpuLayout
 from alflow.sim.cluster import stats_from_dict, stats_to_dict
 from alflow.sim.config import SimConfig
 from alflow.sim.engine import SimEngine
 from alflow.sim.profiles import DEFAULT_PROFILE, get_profile
 from alflow.sim.stats import EngineStats
-from alflow.topology import gpu_layout
 from infra.errors import RecipeError
 
 

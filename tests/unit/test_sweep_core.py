@@ -7,8 +7,8 @@ import threading
 import pytest
 
 from alflow.config import FanOut, SweepNode
-from alflow.outcomes import ChildRun, KOutcome
-from alflow.sweep import (
+from alflow.methods.outcomes import ChildRun, KOutcome
+from alflow.methods.sweep_rules import (
     NodePool,
     NoNodeLeftError,
     StopWaiting,

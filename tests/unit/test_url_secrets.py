@@ -29,7 +29,7 @@ from alflow.config import (
     server_config,
 )
 from alflow.config.base import check_local_path
-from alflow.redact import url_credentials, urls_with_credentials
+from alflow.util.redact import url_credentials, urls_with_credentials
 from tests.bad_inputs import BASES
 
 CANARY = "Canary-7c1e"
@@ -385,7 +385,7 @@ SCHEMA_SAMPLES = [
 def test_the_schema_pattern_agrees_with_the_validators(text: str, secret: bool) -> None:
     import re
 
-    from alflow.redact import URL_CREDENTIALS_PATTERN, urls_with_credentials
+    from alflow.util.redact import URL_CREDENTIALS_PATTERN, urls_with_credentials
 
     assert bool(urls_with_credentials(text)) is secret
     assert bool(re.search(URL_CREDENTIALS_PATTERN, text)) is secret

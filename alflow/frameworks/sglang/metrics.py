@@ -29,7 +29,7 @@ from alflow.errors import AlflowError
 from alflow.metrics import names
 from alflow.metrics.dialects import MissingMetricsError, NoSpeculativeInfo, join_notes, need_counter
 from alflow.metrics.prometheus import CounterWindow, Snapshot
-from alflow.redact import redact_url, redact_urls_in_text
+from alflow.util.redact import redact_url, redact_urls_in_text
 
 
 class SglangDialect(NoSpeculativeInfo):

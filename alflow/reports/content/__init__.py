@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
-from alflow import jsonutil
 from alflow.errors import AlflowError
 from alflow.gates import AccuracyDetails, AlGateDetails
 from alflow.reports import svg
@@ -35,6 +34,7 @@ from alflow.reports.content.sweep import build_sweep
 from alflow.reports.exports import al_matrix
 from alflow.results.store import StoredRun
 from alflow.results.view import config_value, framework, image, json_or_none, m1_verdicts, m2_points, model_id
+from alflow.util import jsonutil
 
 __all__ = [
     "BUILDERS",

@@ -14,14 +14,14 @@ from typing import Final
 
 from markupsafe import Markup
 
-from alflow import jsonutil
 from alflow.acceptance.runtime_k import report_line, stored_knobs
 from alflow.measure import RequestAcceptance
-from alflow.redact import redact_url
 from alflow.reports import svg
 from alflow.results.rows import M2Point
 from alflow.results.store import StoredRun
 from alflow.results.view import config_value, dialect, framework, image, model_id, server_command, summary
+from alflow.util import jsonutil
+from alflow.util.redact import redact_url
 
 SIMULATED_BANNER: Final = (
     "SIMULATED DATA: every number in this report comes from alflow's simulated serving engine, "

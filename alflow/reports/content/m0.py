@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from alflow.reference import ReferenceEntry
+from alflow.reference.table import ReferenceEntry
 from alflow.reports import svg
 from alflow.reports.content.base import (
     Report,

@@ -11,7 +11,7 @@ The rule is vLLM's offline tuner, ``vllm bench sweep tune_speculative_k`` (vLLM 
   smallest tied K wins (the cheaper drafter, the smaller verify batch).
 
 With one repeat per point the MAD is 0, the score is the measured figure, and the rule is the old
-argmax (:func:`alflow.points.best_k` before repeats) with one change: a smaller K within 1 % of the
+argmax (:func:`alflow.methods.points.best_k` before repeats) with one change: a smaller K within 1 % of the
 best now wins instead of an exact tie only.
 
 Both objectives alflow reports are maximised: output throughput per GPU and median interactivity

@@ -1,7 +1,7 @@
 """One M0 calibration point, typed: what a (model, K) measured per thinking mode, and its reference entry.
 
 The M0 flow measures a point in a Prefect task (cached, so the point is plain picklable data) and
-turns each thinking mode of it into a :class:`~alflow.reference.ReferenceEntry` here, without Prefect:
+turns each thinking mode of it into a :class:`~alflow.reference.table.ReferenceEntry` here, without Prefect:
 the entry's AL, counts and CI are the server's statistics over the measured window, its provenance the
 server's launch facts. The raw baseline and final scrapes are kept so the reference audit
 (:mod:`alflow.results.audit`) can recompute every entry.
@@ -20,7 +20,7 @@ from alflow.config import ModelSpec, SpecMethod, ThinkingMode
 from alflow.errors import AlflowError
 from alflow.measure import Measurement, RequestAcceptance, request_acceptance
 from alflow.metrics.prometheus import Snapshot
-from alflow.reference import (
+from alflow.reference.table import (
     Provenance,
     ReferenceEntry,
     Variant,

@@ -115,7 +115,7 @@ class Guard:
         """Start a guard over ``pid`` (and its process group when ``group``)."""
         read_fd, write_fd = os.pipe()  # both close-on-exec: only the guard gets the read end (as stdin)
         try:
-            argv = [sys.executable, "-m", "alflow.procguard", "--pid", str(pid), "--grace", str(grace_s)]
+            argv = [sys.executable, "-m", "alflow.util.procguard", "--pid", str(pid), "--grace", str(grace_s)]
             ticks = start_ticks(pid)
             if ticks:
                 argv += ["--ticks", ticks]
@@ -149,7 +149,9 @@ class Guard:
 
 def main(argv: list[str] | None = None) -> int:
     """The guard process: wait for end-of-file on stdin, then stop the target."""
-    parser = argparse.ArgumentParser(prog="python -m alflow.procguard", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m alflow.util.procguard", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--pid", type=int, required=True)
     parser.add_argument("--ticks", default=None)
     parser.add_argument("--group", action="store_true")

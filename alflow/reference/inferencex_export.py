@@ -1,4 +1,4 @@
-"""InferenceX golden AL files from an alflow reference table: the export half of :mod:`alflow.reference_inferencex`.
+"""InferenceX golden AL files from an alflow reference table: the export half of :mod:`alflow.reference.inferencex`.
 
 One file per model, method and drafter variant, the variant written into ``_metadata``, so export -> import
 round-trips it.
@@ -17,8 +17,12 @@ import yaml
 
 from alflow.config import SpecMethod, ThinkingMode
 from alflow.errors import InvalidInputError
-from alflow.fsutil import atomic_write_bytes
-from alflow.reference import (
+from alflow.reference.inferencex import (
+    AL_DECIMALS,
+    METADATA_KEY,
+    THINKING_KEYS,
+)
+from alflow.reference.table import (
     VLLM_DEFAULT_DRAFT_SAMPLE_METHOD,
     VLLM_DEFAULT_REJECTION_SAMPLE_METHOD,
     ReferenceEntry,
@@ -26,11 +30,7 @@ from alflow.reference import (
     ReferenceTableError,
     Variant,
 )
-from alflow.reference_inferencex import (
-    AL_DECIMALS,
-    METADATA_KEY,
-    THINKING_KEYS,
-)
+from alflow.util.fsutil import atomic_write_bytes
 
 
 def _slug(text: str) -> str:

@@ -1,6 +1,6 @@
 """The key of a reference value: (model, method, thinking, K) and its drafter variant (typed, frozen).
 
-Kept apart from :mod:`alflow.reference` (which re-exports every name here) so the table module stays small.
+Kept apart from :mod:`alflow.reference.table` (which re-exports every name here) so the table module stays small.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ A table's ``kind`` says where its numbers come from: ``measured`` (a real M0 run
 carries counts and full provenance), ``simulated`` (the built-in simulated engine: never to be
 published as a reference), ``example`` (quoted figures, for demos and tests) or ``imported``
 (another project's published values, e.g. InferenceX's golden curves: every entry names its source
-in ``imported_from``, and alflow did not measure it; see :mod:`alflow.reference_inferencex`).
+in ``imported_from``, and alflow did not measure it; see :mod:`alflow.reference.inferencex`).
 """
 
 from __future__ import annotations
@@ -44,8 +44,7 @@ from alflow.config import (
     ThinkingMode,
 )
 from alflow.errors import AlflowError, InvalidInputError
-from alflow.fsutil import atomic_write_bytes, file_lock, real_path, require_local_path
-from alflow.reference_key import (
+from alflow.reference.key import (
     SELF_DRAFTING,
     V1_CONCURRENCY,
     V1_PREFIX_CACHING,
@@ -60,9 +59,10 @@ from alflow.reference_key import (
     reference_rejection_method,
     server_variant_query,
 )
-from alflow.yamlfile import load_yaml, validate_strict
+from alflow.util.fsutil import atomic_write_bytes, file_lock, real_path, require_local_path
+from alflow.util.yamlfile import load_yaml, validate_strict
 
-__all__ = [  # the key types are part of this module's interface (defined in alflow.reference_key)
+__all__ = [  # the key types are part of this module's interface (defined in alflow.reference.key)
     "SELF_DRAFTING",
     "V1_CONCURRENCY",
     "V1_PREFIX_CACHING",
@@ -462,7 +462,7 @@ def save_reference(table: ReferenceTable, path: str | os.PathLike[str]) -> Path:
     """Write a table atomically (temporary file in the same folder, then rename).
 
     This replaces whatever the file holds: writers that add entries use :func:`update_reference`. A
-    symlinked table is written at its real path (:func:`alflow.fsutil.real_path`): the link stays a link.
+    symlinked table is written at its real path (:func:`alflow.util.fsutil.real_path`): the link stays a link.
     """
     return atomic_write_bytes(real_path(path), dump_reference(table).encode())
 
@@ -637,7 +637,7 @@ def m0_variant(params: CalibrateParams) -> Variant:
     """The drafter variant M0 measures with: its drafter, the server's sample methods, its load and caching.
 
     A sample method the server template leaves None is vLLM's default (M0 measures with vLLM), stored
-    explicitly: ``greedy`` and ``standard`` (:data:`~alflow.reference.VLLM_DEFAULT_DRAFT_SAMPLE_METHOD`).
+    explicitly: ``greedy`` and ``standard`` (:data:`~alflow.reference.table.VLLM_DEFAULT_DRAFT_SAMPLE_METHOD`).
     """
     spec = params.server.speculative
     return Variant(

@@ -18,9 +18,9 @@ InferenceX (github.com/SemiAnalysisAI/InferenceX) commits its golden AL curves u
 Method, draft model and sample methods are in the header comments (or ``_metadata``). The **collection
 concurrency and prefix caching are not in the file**: they are the defaults of the collector script it names
 (:data:`COLLECTORS`; ``speedbench-al.yml`` sets neither), else ``--concurrency``/``--prefix-caching``. The export
-(:mod:`alflow.reference_inferencex_export`) writes the whole variant into ``_metadata``, so export -> import round-trips it. Imported values go into a table
+(:mod:`alflow.reference.inferencex_export`) writes the whole variant into ``_metadata``, so export -> import round-trips it. Imported values go into a table
 of kind ``imported`` only, each entry naming its file, SHA-256, source run and header comments
-(:class:`~alflow.reference.ImportSource`): alflow did not measure them, and no measured table takes them.
+(:class:`~alflow.reference.table.ImportSource`): alflow did not measure them, and no measured table takes them.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from pydantic import ValidationError
 from alflow.acceptance.synthetic import K_MAX, K_MIN
 from alflow.config import SpecMethod, ThinkingMode
 from alflow.errors import InvalidInputError
-from alflow.reference import (
+from alflow.reference.table import (
     SELF_DRAFTING,
     VLLM_DEFAULT_DRAFT_SAMPLE_METHOD,
     VLLM_DEFAULT_REJECTION_SAMPLE_METHOD,
@@ -521,7 +521,7 @@ def import_golden(
     category = categories.pop()
     target = Path(into)
     if target.exists():
-        from alflow.reference import load_reference
+        from alflow.reference.table import load_reference
 
         existing = load_reference(target)
         if existing.category != category:

@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from alflow.gates import Verdict
-from alflow.points import BestK
-from alflow.reference import ReferenceEntry
+from alflow.methods.points import BestK
+from alflow.reference.table import ReferenceEntry
 from alflow.results.rows import M2Point
 
 
@@ -168,7 +168,7 @@ class KOutcome:
 
 @dataclass(frozen=True)
 class SweepOutcome:
-    """The sweep: each K's outcome and, per concurrency, the best K (:func:`alflow.points.best_k`)."""
+    """The sweep: each K's outcome and, per concurrency, the best K (:func:`alflow.methods.points.best_k`)."""
 
     per_k: Mapping[int, KOutcome]
     best_k: tuple[BestK, ...]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from alflow.config import BenchmarkParams, FanOut, GateParams, SweepNode, SweepParams
-from alflow.outcomes import ChildRun, KOutcome
+from alflow.methods.outcomes import ChildRun, KOutcome
 
 __all__ = [
     "NoNodeLeftError",

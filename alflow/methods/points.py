@@ -15,8 +15,8 @@ from typing import Any
 from alflow.acceptance.runtime_k import note_warnings
 from alflow.acceptance.stats import SpecStats
 from alflow.gates import AuditDetails, Verdict
-from alflow.kchoice import Objective, choose_k
 from alflow.measure import Measurement
+from alflow.methods.kchoice import Objective, choose_k
 from alflow.results.rows import M2Point
 
 __all__ = ["BestK", "M2Point", "al_source", "best_k", "m2_point"]
@@ -132,7 +132,7 @@ def m2_point(
 class BestK:
     """At one concurrency, the K chosen by output throughput per GPU and the K chosen by interactivity.
 
-    Each K is chosen by :func:`alflow.kchoice.choose` (vLLM's rule: median minus a MAD penalty over the
+    Each K is chosen by :func:`alflow.methods.kchoice.choose` (vLLM's rule: median minus a MAD penalty over the
     repeats, ties within 1 % to the smaller K); the figure is the chosen K's median over its repeats.
     None where no K has a positive figure for that objective.
     """
@@ -153,7 +153,7 @@ def best_k(points: Sequence[M2Point]) -> list[BestK]:
 
     Invalid points (failed audit, failed requests, partial) take no part, nor does a repeat without
     the figure; with one repeat per point this is the argmax of each figure, a smaller K within 1 %
-    of the best winning (:mod:`alflow.kchoice`).
+    of the best winning (:mod:`alflow.methods.kchoice`).
     """
     thr = {c.concurrency: c for c in choose_k(points, Objective.throughput)}
     inter = {c.concurrency: c for c in choose_k(points, Objective.interactivity)}
