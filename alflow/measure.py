@@ -98,6 +98,20 @@ class Measurement:
         """True when the run was not aborted and every measured request succeeded."""
         return self.aborted is None and self.client.all_ok
 
+    @property
+    def cut_short(self) -> str | None:
+        """Why the point stopped before its end, None for a whole point: the load aborted, or the server went away.
+
+        A server that dies mid-point is seen one of two ways, by timing alone: a request that finds no server
+        aborts the load (``aborted``), or the last requests were in flight, fail, and the final scrape finds no
+        server (no ``final``, ``stats_error`` says why). The methods treat both as the point cut short.
+        """
+        if self.aborted is not None:
+            return self.aborted
+        if self.baseline is not None and self.final is None and self.stats_error and self.client.failed:
+            return f"the server stopped answering: {self.client.failed} measured request(s) failed and {self.stats_error}"
+        return None
+
     def raise_if_aborted(self) -> None:
         """Raise :class:`MeasurementError` when the load aborted."""
         if self.aborted is not None:

@@ -46,9 +46,11 @@ from flows.steps import PrefectSteps
 
 __all__ = ["POINT_VERSION", "PartialPointError", "calibrate", "calibrate_point"]
 
-POINT_VERSION = 3
+POINT_VERSION = 4
 """Version of a cached point's content (2: raw baseline and final scrapes kept for the audit;
-3: a typed :class:`~alflow.methods.calibration.CalibrationPoint` instead of a dict)."""
+3: a typed :class:`~alflow.methods.calibration.CalibrationPoint` instead of a dict; 4: its server's provenance a
+typed ``ServerProvenance``, the class at ``alflow.methods.calibration``). A point cached by another version is not
+reused: its pickled shape is not this one's (Prefect hands a cached value back as it was stored)."""
 
 
 def _point_key(_context: TaskRunContext, parameters: dict[str, Any]) -> str:

@@ -117,11 +117,11 @@ def measure_calibration_point(
                 gpus=None,
             )
             m = steps.spec_stats(m, spec.k)
-            if m.aborted is not None:
+            if m.cut_short is not None:
                 scrapes: dict[str, Any] = {name: done.scrapes() for name, done in modes.items()}
                 scrapes[mode.value] = {"dialect": m.dialect, **m.snapshots(), "partial": True}
                 raise PartialPointError(
-                    f"{model.id} K={spec.k} thinking={mode.value}: the point aborted mid-way ({m.aborted}); "
+                    f"{model.id} K={spec.k} thinking={mode.value}: the point aborted mid-way ({m.cut_short}); "
                     f"its {m.records.height} requests are kept and the point is marked partial",
                     m.records.with_columns(pl.lit(spec.k).alias("k"), pl.lit(mode.value).alias("thinking")),
                     scrapes,

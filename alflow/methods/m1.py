@@ -112,9 +112,9 @@ def _gate(
         if not check.passed:
             raise PreflightError(check.message)
     m = _al_point(params, reference, steps, handle, sessions, server, got)
-    if m.aborted is not None:
+    if m.cut_short is not None:
         got.partial = (
-            f"the AL point aborted mid-way ({m.aborted}); its {m.records.height} requests "
+            f"the AL point aborted mid-way ({m.cut_short}); its {m.records.height} requests "
             "are kept and the point is marked partial"
         )
         got.verdicts.append(Verdict("al", False, f"{subject}: no AL verdict: {got.partial}"))
@@ -159,7 +159,7 @@ def _al_point(
         row = {
             **flat_stats(m.spec_stats.to_dict()),
             "reference_al": reference,
-            "partial": m.aborted is not None,
+            "partial": m.cut_short is not None,
         }
         got.tables["spec_stats"] = pl.DataFrame([row])
     return m

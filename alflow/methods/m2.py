@@ -187,7 +187,7 @@ def _measure(
         steps.audit(
             m.spec_stats, got.dist, params.audit_abs_tol, f"{server.framework} K={params.k} {planned.label}"
         )
-        if m.aborted is None and m.spec_stats is not None
+        if m.cut_short is None and m.spec_stats is not None
         else None
     )
     point, failures = m2_point(
@@ -208,7 +208,7 @@ def _measure(
     got.requests.append(m.records.with_columns(*tag))
     got.metrics.append(m.metrics_frame().with_columns(*tag))
     # the server died or stalled: later points would measure nothing; a signal: stop as asked
-    return m.aborted is not None or got.stopped is not None
+    return m.cut_short is not None or got.stopped is not None
 
 
 def _store(

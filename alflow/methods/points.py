@@ -59,9 +59,10 @@ def m2_point(
         subject += f" repeat {repeat + 1}/{repeats}"
     failures: list[str] = []
     details = AuditDetails(target_al=target_al, achieved_al=None)
-    if m.aborted is not None:
+    cut = m.cut_short
+    if cut is not None:
         failures.append(
-            f"{subject}: aborted mid-point ({m.aborted}); its {m.records.height} requests are kept and the "
+            f"{subject}: aborted mid-point ({cut}); its {m.records.height} requests are kept and the "
             "point is marked partial"
         )
         valid, message = False, failures[-1]
@@ -75,7 +76,7 @@ def m2_point(
         valid, message = audit.passed, audit.message
         if not valid:
             failures.append(audit.message)
-    if not m.all_ok and m.aborted is None:
+    if not m.all_ok and cut is None:
         failures.append(f"{subject}: {m.client.failed} requests failed")
         valid = False
     if m.spec_stats is not None:  # e.g. SGLang's adaptive steps moved the active K inside the window
@@ -91,7 +92,7 @@ def m2_point(
         target_al=target_al,
         achieved_al=None if stats is None else stats.al,
         valid=valid,
-        partial=m.aborted is not None,
+        partial=cut is not None,
         audit=message,
         num_drafts=None if stats is None else stats.num_drafts,
         expected_al=details.expected_al,

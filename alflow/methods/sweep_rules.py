@@ -202,6 +202,11 @@ def on_node(parameters: Mapping[str, Any], node: SweepNode) -> dict[str, Any]:
     return out
 
 
+CHILD_VERSION = 2
+"""Version of a cached child run's content (2: :class:`~alflow.methods.outcomes.ChildRun` moved to
+``alflow.methods.outcomes``): a child cached by another version is run again, not unpickled into a wrong shape."""
+
+
 def cache_key(deployment: str, parameters: Mapping[str, Any]) -> str:
     """A child run's identity for Prefect's cache: the deployment and its parameters, whatever the node.
 
@@ -213,7 +218,7 @@ def cache_key(deployment: str, parameters: Mapping[str, Any]) -> str:
     if isinstance(placement, dict):
         placement.pop("gpu_host", None)
     text = json.dumps({"deployment": deployment, "parameters": data}, sort_keys=True)
-    return "alflow-sweep-child-" + hashlib.sha256(text.encode()).hexdigest()[:32]
+    return f"alflow-sweep-child-v{CHILD_VERSION}-" + hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def _child_cells(child: ChildRun | None) -> dict[str, object]:

@@ -12,6 +12,7 @@ from alflow.gates import AuditDetails, Verdict, audit_synthetic
 from alflow.measure import Measurement
 from alflow.methods.points import M2Point, best_k, m2_point
 from alflow.metrics.client import ClientSummary, LatencyStats
+from alflow.metrics.prometheus import Snapshot
 
 
 def _client(**over: object) -> ClientSummary:
@@ -94,6 +95,25 @@ def test_an_aborted_point_is_partial_and_invalid_and_keeps_its_requests_count() 
     assert point["valid"] is False
     assert len(failures) == 1
     assert "aborted mid-point (the server stopped answering); its 8 requests are kept" in failures[0]
+
+
+def test_a_server_that_died_with_requests_in_flight_cuts_the_point_short_like_an_abort() -> None:
+    """No request found the server gone (nothing aborted the load), but some failed and the final scrape found none."""
+    baseline = Snapshot(url="http://x/metrics", wall_time_s=1.0, mono_ns=1, samples={})
+    gone = "the final metrics scrape failed, so the window has no end: cannot scrape http://x/metrics"
+    m = _measurement(
+        spec_stats=None, baseline=baseline, stats_error=gone, client=_client(completed=5, failed=3)
+    )
+    assert m.aborted is None
+    assert m.cut_short == f"the server stopped answering: 3 measured request(s) failed and {gone}"
+    point, failures = _point(m, None)
+    assert (point["partial"], point["valid"]) == (True, False)
+    assert failures == [f"sim K=4 concurrency 4: aborted mid-point ({m.cut_short}); its 8 requests are kept and the "
+                        "point is marked partial"]  # fmt: skip
+    assert (
+        _measurement(spec_stats=None, baseline=baseline, stats_error=gone).cut_short is None
+    )  # all answered
+    assert _measurement(aborted="refused", baseline=baseline, stats_error=gone).cut_short == "refused"
 
 
 def test_a_point_without_spec_stats_is_invalid_and_says_where_it_looked() -> None:

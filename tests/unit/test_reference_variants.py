@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from alflow.errors import InvalidInputError
-from alflow.reference import table as ref
 from alflow.reference import inferencex as ix
 from alflow.reference import inferencex_export as ix_export
+from alflow.reference import table as ref
 
 ROOT = Path(__file__).resolve().parents[2]
 ALFLOW = str(Path(sys.executable).parent / "alflow")
