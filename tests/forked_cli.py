@@ -2,13 +2,13 @@
 
 A bad-input table of ~180 rows spent ~3 minutes of a CI run starting interpreters and importing alflow (1.1-2.2 s
 of CPU a row on two cores) before each row's check ran for a few milliseconds. :class:`ForkedCli` starts one
-server process that imports ``alflow.cli.main`` once and then forks a child per command line: the child sets the
+server process that imports ``alflow.cli.root`` once and then forks a child per command line: the child sets the
 row's working folder, environment and standard streams (files, ``/dev/null`` for stdin) and calls the console
 script's ``main(argv)``, exactly what ``python -m alflow.cli`` runs after its imports. Each row is still its own
 process with its own exit code, stdout and stderr; what the fork skips is the interpreter start and the imports.
 
 Limits, which the callers keep: a module that reads the environment at import time sees the server's environment,
-not the row's (Prefect's settings do; alflow.cli.main does not import Prefect, so rows that set variables Prefect
+not the row's (Prefect's settings do; alflow.cli.root does not import Prefect, so rows that set variables Prefect
 reads must run as a plain subprocess), and the interpreter start itself is not exercised (a sample of rows runs as
 a plain subprocess too).
 """
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 _SERVER = r"""
 import json, os, select, signal, sys, time
 import importlib
-cli_main = importlib.import_module("alflow.cli.main")
+cli_main = importlib.import_module("alflow.cli.root")
 sys.stdout.flush()
 inbox = sys.stdin.buffer
 outbox = os.fdopen(os.dup(1), "w", buffering=1)

@@ -55,6 +55,6 @@ def main(argv: list[str] | None = None) -> None:
     if problem is not None:
         sys.stderr.write(f"error: {problem}\n")
         sys.exit(2)
-    from alflow.cli.main import main as run
+    from alflow.cli.root import main as run
 
     run(argv)

@@ -5,8 +5,8 @@ matching ``--dialect`` (DOMAIN.md sections 3 and 8) by that framework's plugin (
 its flags, the arguments the simulator's command line does not define (vLLM's ``--speculative-config JSON``, ATOM's
 ``--spec-decode-acceptance-length``; ``Framework.sim_args``), and its environment variables (SGLang's
 ``SGLANG_SIMULATE_ACC_*``, TensorRT-LLM's ``TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS``; ``Framework.sim_env``).
-Which dialects exist, their default schemes and their knob variables come from the framework registry
-(:mod:`alflow.plugins`).
+Which dialects exist comes from the registry's plain data (:mod:`alflow.plugins`); their default schemes, knob
+variables and emitters from the typed registry (:mod:`alflow.registry`).
 
 Rules: an explicit flag wins over the framework source (a warning is logged when they differ); a
 framework source given to the wrong dialect, or one that contradicts itself, is an error that names

@@ -3,7 +3,7 @@
 Each row runs the real command in a process of its own, with no Prefect server and a dead server URL: a row
 that got past its check would fail differently (a connection error, a timeout, a different message). A sample of
 the config rows runs through ``alflow run FLOW --config FILE``. Most rows run in a child forked from one process
-that imported ``alflow.cli.main`` once (:mod:`tests.forked_cli`: the console script's ``main`` after its imports,
+that imported ``alflow.cli.root`` once (:mod:`tests.forked_cli`: the console script's ``main`` after its imports,
 without an interpreter start of 1-2 s per row); rows that set environment variables, and a sample of the others,
 run as ``python -m alflow.cli`` in a plain subprocess, as the console script does. The rows run a few at a time.
 """

@@ -11,7 +11,7 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from alflow.cli.main import app
+from alflow.cli.root import app
 from alflow.config import (
     CalibrateParams,
     LoadConfig,

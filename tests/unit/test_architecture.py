@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MAX_LINES = 700
 
 # The only modules of the core that may start Prefect flows (lazily, when the command runs).
-PREFECT_ALLOWED = {"alflow.cli.run", "alflow.cli.demo", "alflow.cli.main"}
+PREFECT_ALLOWED = {"alflow.cli.run", "alflow.cli.demo", "alflow.cli.root"}
 
 
 LAYERS = ("alflow", "infra", "tasks", "flows", "deployments")

@@ -53,3 +53,13 @@ def test_the_layers_checked_are_the_projects_packages_above_alflow() -> None:
     from tests.unit.test_architecture import LAYERS as ALL_LAYERS
 
     assert ("alflow", *LAYERS) == ALL_LAYERS
+
+
+def test_the_package_main_stays_the_console_scripts_entry_after_the_command_tree_loads() -> None:
+    import alflow.cli
+    from alflow.cli import entry
+
+    assert alflow.cli.app is not None  # loads the command tree (alflow.cli.root)
+    from alflow.cli import main
+
+    assert main is entry.main

@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from alflow.cli.main import app
+from alflow.cli.root import app
 from alflow.errors import InvalidInputError
 from alflow.reports.exports import al_matrix
 from alflow.reports.matrix import build_matrix, detect_columns, matrix_csv, matrix_table
