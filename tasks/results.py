@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import polars as pl
 from prefect import get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.context import FlowRunContext
+from prefect.settings import PREFECT_API_URL
+from prefect.variables import Variable
 
+from alflow.errors import InvalidInputError
 from alflow.reports import render_pages
+from alflow.results.links import RESULTS_URL_ENV, RESULTS_URL_VARIABLE, check_results_url, report_link
 from alflow.results.store import RunWriter, StoredRun
 from alflow.results.summaries import StoredSummary, store_summary
 from alflow.util.names import safe_key
@@ -70,16 +74,38 @@ def render_report(writer: RunWriter, rows: Sequence[Mapping[str, Any]], *, key: 
             key=base + "-table",
             description=f"{pages.title}: key numbers",
         )
-    # a URL, percent-encoded: no character of the results root can end the artifact's Markdown link
-    link = (
-        quote(redact_url(html_path), safe=":/") if "://" in html_path else Path(html_path).resolve().as_uri()
-    )
+    site, problem = results_site()
+    link = report_link(html_path, writer.dir, site, problem)
     _publish(
         "report.html link",
         create_link_artifact,
-        link,
-        link_text="report.html",
+        link.url,
+        link_text="report on the results site" if link.on_site else "report.html",
         key=base + "-html",
-        description=f"{pages.title}: HTML report",
+        description=f"{pages.title}: HTML report" + (f"\n\n{link.note}" if link.note else ""),
     )
     return path
+
+
+def results_site() -> tuple[str | None, str | None]:
+    """The results site's URL (``$ALFLOW_RESULTS_URL``, else the Prefect Variable ``alflow-results-url``), or why none.
+
+    Returns ``(url, None)``, ``(None, None)`` when neither is set, or ``(None, problem)`` when the value set is not
+    a site URL: the run's link then falls back to the stored file and its artifact says why (the measurement is
+    stored; a bad setting never fails it).
+    """
+    source, value = f"${RESULTS_URL_ENV}", os.environ.get(RESULTS_URL_ENV, "").strip()
+    if not value and (FlowRunContext.get() is not None or PREFECT_API_URL.value()):
+        source = f"Prefect Variable {RESULTS_URL_VARIABLE}"
+        try:
+            value = str(Variable.get(RESULTS_URL_VARIABLE) or "").strip()
+        except Exception as exc:  # the API is unreachable: the stored file's link still works
+            get_run_logger().warning("could not read the Prefect Variable %s: %r", RESULTS_URL_VARIABLE, exc)
+            value = ""
+    if not value:
+        return None, None
+    try:
+        return check_results_url(value, source), None
+    except InvalidInputError as exc:
+        get_run_logger().warning("%s", exc)
+        return None, str(exc)
