@@ -22,122 +22,20 @@ test fails under ``CI`` and is skipped otherwise.
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
 import shutil
 import subprocess
 import time
-import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from websockets.sync.client import ClientConnection, connect
-
 from alflow.results.store import find_run
-from tests.browser import chromium_binary, decode_png
+from tests.browser import Page, chromium, decode_png
 from tests.e2e.prefect_support import PREFECT, ROOT, api, cli, ensure_pool
 
 WIDTH = 1400
 MAX_HEIGHT = 2500
 SHORT_FORM = ("preset", "model", "k", "target_al", "concurrencies", "params")
 """The form's fields, in order: the short form, then the advanced full configuration."""
-
-
-class Page:
-    """One Chromium tab driven over the DevTools protocol (a websocket): navigate, evaluate, screenshot."""
-
-    def __init__(self, ws: ClientConnection) -> None:
-        self.ws = ws
-        self.calls = 0
-
-    def call(self, method: str, **params: Any) -> dict[str, Any]:
-        self.calls += 1
-        mine = self.calls
-        self.ws.send(json.dumps({"id": mine, "method": method, "params": params}))
-        while True:
-            message = json.loads(self.ws.recv(timeout=60))
-            if message.get("id") == mine:
-                assert "error" not in message, f"{method}: {message['error']}"
-                result: dict[str, Any] = message["result"]
-                return result
-
-    def js(self, expression: str) -> Any:
-        """The JSON value of ``expression`` in the page (an exception in it fails the test)."""
-        out = self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
-        assert "exceptionDetails" not in out, out["exceptionDetails"]
-        return out["result"].get("value")
-
-    def wait_for(self, expression: str, what: str, timeout_s: float = 60.0) -> Any:
-        """Poll ``expression`` until it is truthy; its value."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            value = self.js(expression)
-            if value:
-                return value
-            time.sleep(0.5)
-        body = self.js("document.body ? document.body.innerText.slice(0, 1500) : ''")
-        raise AssertionError(f"{what} within {timeout_s:.0f} s; the page shows:\n{body}")
-
-    def viewport(self, height: int) -> None:
-        self.call(
-            "Emulation.setDeviceMetricsOverride",
-            width=WIDTH,
-            height=height,
-            deviceScaleFactor=1,
-            mobile=False,
-        )
-
-    def screenshot(self) -> bytes:
-        return base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"])
-
-
-@contextmanager
-def chromium(profile: Path) -> Iterator[Page]:
-    """Headless Chromium with a DevTools port from the OS; its first tab."""
-    port_file = profile / "DevToolsActivePort"
-    port_file.unlink(missing_ok=True)  # a profile used before holds the port of a Chromium that is gone
-    proc = subprocess.Popen(
-        [
-            chromium_binary("the UI form test"),
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--disable-extensions",
-            f"--user-data-dir={profile}",
-            "--remote-debugging-port=0",
-            f"--window-size={WIDTH},1000",
-            "about:blank",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not (port_file.exists() and port_file.read_text().strip()):
-            assert proc.poll() is None, f"chromium exited {proc.returncode}"
-            assert time.monotonic() < deadline, "chromium opened no DevTools port within 60 s"
-            time.sleep(0.1)
-        port = port_file.read_text().split()[0]
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json", timeout=10) as answer:
-            targets = json.load(answer)
-        tab = next(t for t in targets if t["type"] == "page")
-        with connect(tab["webSocketDebuggerUrl"], max_size=2**28, open_timeout=30) as ws:
-            page = Page(ws)
-            page.call("Page.enable")
-            yield page
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 OPEN_RUN_MENU = """(() => {
@@ -202,7 +100,7 @@ def last_content_row(png: bytes, right: int) -> int:
 
 def measure_custom_run_form(base_url: str, deployment_id: str, out: Path) -> tuple[int, int, str]:
     """Open the deployment's Custom run form; (height by layout, height by pixels, the DOM). Screenshot -> ``out``."""
-    with chromium(out.parent / "chromium-profile") as page:
+    with chromium(out.parent / "chromium-profile", "the UI form test", WIDTH) as page:
         page.viewport(1000)
         page.call("Page.navigate", url=f"{base_url}/deployments/deployment/{deployment_id}")
         href = page.wait_for(OPEN_RUN_MENU, "no 'Custom run' in the Run menu of the deployment's page")
