@@ -48,13 +48,13 @@ from alflow.measure import measure
 from alflow.metrics.client import SLO, GpuLayout
 from alflow.metrics.dialects import Dialect, MissingMetricsError
 from alflow.metrics.prometheus import (
-    PromQLWindow,
     ScrapeError,
     Snapshot,
     SnapshotWindow,
     scrape,
     scrape_all,
 )
+from alflow.metrics.promql import PromQLStart, PromQLWindow, baseline_counters, promql_start
 from alflow.metrics.readers import candidate_metrics_urls, detect, get_dialect
 from alflow.util import eventloop, jsonutil
 from alflow.util.redact import redact_data, redact_url, redact_urls_in_text
@@ -345,17 +345,49 @@ def _config_block(r: BenchRequest, spec: LoadSpec) -> dict[str, Any]:
     }
 
 
+class _PromQLBaseline:
+    """``measure``'s ``after_baseline`` for ``--prometheus-url``: the window's start read from Prometheus.
+
+    After warm-up it waits until Prometheus has scraped every series of the counters the baseline
+    scrape found (:func:`~alflow.metrics.promql.promql_start`); without a baseline (no metrics
+    endpoint) the window starts at the load's start. A failure is kept for the summary, never
+    raised: the measured run goes on.
+    """
+
+    def __init__(self, r: BenchRequest, url: str) -> None:
+        self.r = r
+        self.url = url
+        self.start: PromQLStart | None = None
+        self.error: str | None = None
+
+    async def __call__(self, baseline: Snapshot | None) -> None:
+        if baseline is None:
+            return
+        after_s = time.time()
+        counters = baseline_counters(baseline)
+        try:
+            self.start = await asyncio.to_thread(
+                promql_start, self.url, counters, after_s, selector=self.r.prometheus_selector
+            )
+        except ScrapeError as exc:
+            self.error = f"the window's start could not be read after warm-up: {exc}"
+
+
 async def _promql_block(
-    r: BenchRequest, url: str, start_s: float, detected: Dialect | None
+    r: BenchRequest, url: str, start_s: float, detected: Dialect | None, baseline: _PromQLBaseline
 ) -> dict[str, Any]:
     """The run's spec-decode counts over its window from a Prometheus server (``--prometheus-url``)."""
-    window = PromQLWindow(url, start_s, time.time(), selector=r.prometheus_selector)
+    if baseline.error is not None:
+        return {"url": url, "stats": None, "error": baseline.error}
     dialect = detected if detected is not None else None if r.dialect == "auto" else get_dialect(r.dialect)
-    stats, error = (
-        (None, "no metrics endpoint to detect the framework from: give --dialect")
-        if dialect is None
-        else await asyncio.to_thread(stats_or_error, dialect.spec_stats, window, k=r.k)
-    )
+    if dialect is None:
+        return {
+            "url": url,
+            "stats": None,
+            "error": "no metrics endpoint to detect the framework from: give --dialect",
+        }
+    window = PromQLWindow(url, start_s, time.time(), selector=r.prometheus_selector, start=baseline.start)
+    stats, error = await asyncio.to_thread(stats_or_error, dialect.spec_stats, window, k=r.k)
     return {"url": url, "stats": None if stats is None else stats.to_dict(), "error": error}
 
 
@@ -383,6 +415,7 @@ async def bench_async(
             if warm:
                 warm = await detokenize_sessions(warm, r.base_url, model, headers=r.headers)
         metrics = await resolve_metrics(http, r, warn)
+        promql_baseline = _PromQLBaseline(r, r.prometheus_url) if r.prometheus_url else None
         try:
             m = await measure(
                 sessions,
@@ -399,6 +432,7 @@ async def bench_async(
                 progress=progress,
                 sink=sink,
                 session=http,
+                after_baseline=promql_baseline,
             )
         except BaseException:
             if r.out is not None:
@@ -411,9 +445,9 @@ async def bench_async(
             if len(metrics[0]) > 1:
                 spec_block["metrics_urls"] = list(metrics[0])
             spec_block.update(await metrics[1].server_info(r.base_url, session=http, headers=r.headers))
-        if r.prometheus_url and aborted is None:
+        if r.prometheus_url and promql_baseline is not None and aborted is None:
             spec_block["prometheus"] = await _promql_block(
-                r, r.prometheus_url, m.wall_start_s, None if metrics is None else metrics[1]
+                r, r.prometheus_url, m.wall_start_s, None if metrics is None else metrics[1], promql_baseline
             )
     summary = {
         **m.client.to_dict(),

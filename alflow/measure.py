@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -467,6 +467,7 @@ async def measure(
     sink: list[RequestRecord] | None = None,
     session: aiohttp.ClientSession | None = None,
     compute_stats: bool = True,
+    after_baseline: Callable[[Snapshot | None], Awaitable[None]] | None = None,
 ) -> Measurement:
     """Measure one point against a running server (see the module docstring for the sequence).
 
@@ -474,7 +475,9 @@ async def measure(
     ``ServerHandle.all_metrics_urls``): every scrape reads all of them and sums their counters
     (:func:`~alflow.metrics.prometheus.scrape_all`); a reset on any one endpoint is still reported.
     ``compute_stats=False`` keeps the scrapes but leaves the spec-decode statistics to the caller
-    (:func:`window_stats`), as the flows' separate ``spec_stats`` task does.
+    (:func:`window_stats`), as the flows' separate ``spec_stats`` task does. ``after_baseline`` is
+    awaited after warm-up and the baseline scrape (given that snapshot, or None without metrics URLs),
+    before the measured load starts: ``alflow bench`` reads its Prometheus window's start there.
     """
     check_percentiles(percentiles)  # before any request: a bad percentile must not waste a run
     # a session of its own when given none, closed at the end
@@ -493,6 +496,8 @@ async def measure(
                 # a server that serves a snapshot (ATOM): let it catch up, idle, after warm-up
                 await asyncio.sleep(lag)
                 baseline.append(await scrape_all(urls, session=http))
+            if after_baseline is not None:
+                await after_baseline(baseline[0] if baseline else None)
 
         scraper: PeriodicScraper | None = None
         aborted: str | None = None

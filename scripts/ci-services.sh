@@ -2,10 +2,15 @@
 # Start the services the e2e tests need: a Docker engine (Debian's docker.io), a single-host Slurm
 # cluster (scripts/slurm-up.sh: slurmctld plus slurmd nodes n1 and n2 on 127.0.0.1) and PostgreSQL
 # (Debian's postgresql, the database of the e2e tests' `prefect server`); also install Debian's
-# chromium for the HTML report test (tests/integration/test_report_browser.py).
-# Idempotent: installs chromium only when /usr/bin/chromium is missing, docker.io only when dockerd
-# is missing, postgresql only when no /usr/lib/postgresql/<version>/bin/postgres is there; starts
-# dockerd only when no daemon answers and the PostgreSQL cluster only when it is down.
+# chromium for the HTML report test (tests/integration/test_report_browser.py) and Debian's
+# prometheus for the real-Prometheus test (tests/e2e/test_prometheus_real.py), which runs its own
+# `prometheus` process (own configuration, temporary storage, a free port on 127.0.0.1) and stops it.
+# Idempotent: installs chromium only when /usr/bin/chromium is missing, prometheus only when no
+# `prometheus` binary is on PATH, docker.io only when dockerd is missing, postgresql only when no
+# /usr/lib/postgresql/<version>/bin/postgres is there; starts dockerd only when no daemon answers and
+# the PostgreSQL cluster only when it is down. The packaged prometheus service is never started: the
+# install runs under a policy-rc.d that denies service starts (unless the host has its own), without
+# the recommended node exporter, and a systemd host's prometheus unit is stopped and disabled after it.
 # The daemon runs with --iptables=false --bridge=none (containers use host networking), logs to
 # $ALFLOW_DOCKERD_LOG (default /tmp/alflow-dockerd.log) and must answer `docker info` within
 # $ALFLOW_DOCKERD_TIMEOUT seconds (default 60).
@@ -44,6 +49,40 @@ if [ ! -x /usr/bin/chromium ]; then
   $sudo_ env DEBIAN_FRONTEND=noninteractive apt-get update -qq
   $sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
+
+# Prometheus for tests/e2e/test_prometheus_real.py: the binary only, no system-wide service.
+if ! command -v prometheus >/dev/null 2>&1; then
+  echo "ci-services: installing prometheus (no prometheus on PATH)"
+  own_policy=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then  # deny the package's service start (invoke-rc.d, deb-systemd-invoke)
+    printf '#!/bin/sh\nexit 101\n' | $sudo_ tee /usr/sbin/policy-rc.d >/dev/null
+    $sudo_ chmod 755 /usr/sbin/policy-rc.d
+    own_policy=1
+    trap '$sudo_ rm -f /usr/sbin/policy-rc.d' EXIT  # also when interrupted
+  fi
+  install_rc=0
+  $sudo_ env DEBIAN_FRONTEND=noninteractive apt-get update -qq || install_rc=$?
+  if [ "$install_rc" = 0 ]; then
+    $sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
+      || install_rc=$?
+  fi
+  if [ "$own_policy" = 1 ]; then
+    $sudo_ rm -f /usr/sbin/policy-rc.d
+    trap - EXIT
+  fi
+  if [ "$install_rc" != 0 ]; then
+    echo "ci-services: error: installing prometheus failed (apt-get exit $install_rc)" >&2
+    exit 1
+  fi
+  if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
+    $sudo_ systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+  fi
+fi
+if ! command -v prometheus >/dev/null 2>&1; then
+  echo "ci-services: error: no prometheus on PATH after installing prometheus" >&2
+  exit 1
+fi
+echo "ci-services: $(prometheus --version 2>&1 | head -n 1)"
 
 if ! command -v dockerd >/dev/null 2>&1; then
   echo "ci-services: installing docker.io (dockerd not found)"

@@ -418,7 +418,11 @@ def bench_command(
     scrape_interval: Annotated[float, typer.Option(help="Background scrape interval (s); 0 = off.")] = 1.0,
     k: Annotated[int | None, typer.Option(help="Speculative tokens K (for intervals and TRT-LLM).")] = None,
     prometheus_url: Annotated[
-        str | None, typer.Option(help="Prometheus server scraping every node (multi-node).")
+        str | None,
+        typer.Option(
+            help="Prometheus server scraping every node (multi-node): the window's counters are read from "
+            "it after warm-up and after the load, each time once it has scraped every series again."
+        ),
     ] = None,
     prometheus_selector: Annotated[str, typer.Option(help='PromQL label selector, e.g. {job="vllm"}.')] = "",
     tp: Annotated[int, typer.Option(help="Tensor-parallel size (per-GPU throughput).")] = 1,

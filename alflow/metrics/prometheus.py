@@ -14,8 +14,8 @@ through the :class:`CounterWindow` protocol:
   one snapshot per endpoint, merged by :func:`merge_snapshots` (samples summed per sample name and
   label set; ``_created`` timestamps keep the latest): the window takes each endpoint's deltas on its
   own, so a reset on any one endpoint is detected even when the others' growth hides it in the sum;
-- :class:`PromQLWindow`: a Prometheus server that scrapes every node of a multi-node deployment,
-  queried with ``increase(<counter>_total[<window>])`` through ``prometheus-api-client``.
+- :class:`alflow.metrics.promql.PromQLWindow`: a Prometheus server that scrapes every node of a
+  multi-node deployment (its own module).
 
 :class:`PeriodicScraper` scrapes in the background during a run so windowed gauges (SGLang's
 ``spec_accept_length``) have a time series.
@@ -409,8 +409,9 @@ class SnapshotWindow:
     def gauge_series(self, name: str) -> list[tuple[float, float]]:
         """Gauge values from the baseline, the background scrapes and the final snapshot.
 
-        A merged snapshot contributes the mean over its endpoints (as :class:`PromQLWindow`'s
-        ``avg``): a windowed gauge such as an acceptance length is not a sum over nodes.
+        A merged snapshot contributes the mean over its endpoints (as the ``avg`` of
+        :class:`~alflow.metrics.promql.PromQLWindow`): a windowed gauge such as an acceptance length is
+        not a sum over nodes.
         """
         points: list[tuple[float, float]] = []
         seen: set[int] = set()
@@ -489,91 +490,3 @@ class PeriodicScraper:
     def series(self, name: str) -> list[tuple[float, float]]:
         """``(wall time s, value)`` of gauge ``name`` over the background scrapes."""
         return [(s.wall_time_s, v) for s in self.snapshots if (v := s.gauge(name)) is not None]
-
-
-class PromQLWindow:
-    """Windowed increases from a Prometheus server (multi-node: it scrapes every node).
-
-    ``increase(<name>_total{selector}[W s])`` evaluated at the window's end, summed over series.
-    Prometheus extrapolates ``increase`` to the window edges, so values are rounded to whole counts
-    and a note says so; resets inside the window are handled by Prometheus itself.
-    """
-
-    def __init__(
-        self,
-        url: str,
-        start_s: float,
-        end_s: float,
-        *,
-        selector: str = "",
-        client: Any = None,
-        timeout_s: float = 30.0,
-    ) -> None:
-        if end_s <= start_s:
-            raise AlflowError(f"PromQL window end {end_s} is not after its start {start_s}")
-        if client is None:
-            from prometheus_api_client import PrometheusConnect
-
-            client = PrometheusConnect(url=url, disable_ssl=True, timeout=timeout_s)
-        self.url = redact_url(url)
-        self.start_s = start_s
-        self.end_s = end_s
-        self.selector = selector
-        self._client = client
-        self._window = f"{max(1, math.ceil(end_s - start_s))}s"
-        self.notes: list[str] = [
-            f"from Prometheus at {self.url}: increase() over [{self._window}] ending {end_s:.3f}, "
-            "extrapolated by Prometheus and rounded to whole counts"
-        ]
-        self._known: dict[str, bool] = {}
-
-    def _query(self, promql: str) -> list[dict[str, Any]]:
-        try:
-            result = self._client.custom_query(promql, params={"time": self.end_s})
-        except Exception as exc:
-            why = redact_urls_in_text(str(exc))
-            raise ScrapeError(f"PromQL query {promql!r} at {self.url} failed: {why}") from None
-        if not isinstance(result, list):
-            raise ScrapeError(f"PromQL query {promql!r} at {self.url} returned {type(result).__name__}")
-        return result
-
-    def _sel(self, name: str, match: Mapping[str, str] | None = None) -> str:
-        parts = [self.selector.strip("{} ")] if self.selector.strip("{} ") else []
-        parts += [f'{k}="{v}"' for k, v in (match or {}).items()]
-        return f"{name}_total{{{','.join(parts)}}}" if parts else f"{name}_total"
-
-    def has(self, name: str) -> bool:
-        """True when Prometheus holds at least one series of counter ``name``."""
-        if name not in self._known:
-            self._known[name] = bool(self._query(f"count({self._sel(name)})"))
-        return self._known[name]
-
-    def increase(self, name: str, match: Mapping[str, str] | None = None) -> float | None:
-        """``sum(increase(name_total[W]))`` at the window end, rounded; None when absent."""
-        rows = self._query(f"sum(increase({self._sel(name, match)}[{self._window}]))")
-        if not rows:
-            return None
-        return float(round(float(rows[0]["value"][1])))
-
-    def increase_by(self, name: str, label: str) -> dict[str, float]:
-        """``sum by (label) (increase(name_total[W]))``, rounded."""
-        rows = self._query(f"sum by ({label}) (increase({self._sel(name)}[{self._window}]))")
-        return {r["metric"][label]: float(round(float(r["value"][1]))) for r in rows if label in r["metric"]}
-
-    def gauge_series(self, name: str) -> list[tuple[float, float]]:
-        """Points of ``avg(name)`` over the window (range query, 15 s step or finer)."""
-        step = max(1.0, min(15.0, (self.end_s - self.start_s) / 100))
-        try:
-            data = self._client.custom_query_range(
-                f"avg({name})", start_time=_dt(self.start_s), end_time=_dt(self.end_s), step=f"{step:g}s"
-            )
-        except Exception as exc:
-            why = redact_urls_in_text(str(exc))
-            raise ScrapeError(f"PromQL range query for {name} at {self.url} failed: {why}") from None
-        return [(float(t), float(v)) for series in data for t, v in series.get("values", [])]
-
-
-def _dt(ts: float) -> Any:
-    import datetime as _d
-
-    return _d.datetime.fromtimestamp(ts, tz=_d.UTC)

@@ -282,7 +282,8 @@ def test_bench_cli_unknown_category_and_dialect_are_one_line_errors(tmp_path: Pa
 
 
 def test_bench_cli_reads_a_prometheus_server_for_multi_node(tmp_path: Path) -> None:
-    """--prometheus-url: the same dialect over PromQL increase() (here a fake Prometheus HTTP API)."""
+    """--prometheus-url: the same dialect over counter values read from Prometheus after warm-up and after
+    the load (here a fake Prometheus HTTP API; tests/e2e/test_prometheus_real.py runs a real one)."""
     import threading
     from http.server import ThreadingHTTPServer
 
@@ -291,6 +292,9 @@ def test_bench_cli_reads_a_prometheus_server_for_multi_node(tmp_path: Path) -> N
     prom = ThreadingHTTPServer(("127.0.0.1", 0), PromHandler)
     threading.Thread(target=prom.serve_forever, daemon=True).start()
     PromHandler.queries = []
+    PromHandler.reads = {}
+    PromHandler.start_reads = 1  # bench reads the window's start after warm-up
+    PromHandler.stamp_lag_s = 1.0
     runner, app = _cli()
     try:
         with SimProcess(sim_args("vllm", tmp_path / "s.jsonl")) as sim:
@@ -307,6 +311,6 @@ def test_bench_cli_reads_a_prometheus_server_for_multi_node(tmp_path: Path) -> N
     assert result.exit_code == 0, result.output
     block = orjson.loads(result.stdout)["spec_decode"]["prometheus"]
     assert block["error"] is None
-    assert block["stats"]["num_drafts"] == 1100  # the fake server's increase() values, rounded
+    assert block["stats"]["num_drafts"] == 1100  # the fake server's end minus start values
     assert block["stats"]["al"] == pytest.approx(2.5)
     assert any('{job="vllm"}' in q["query"][0] for q in PromHandler.queries)

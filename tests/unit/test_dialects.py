@@ -158,7 +158,7 @@ def test_metrics_urls() -> None:
 
 
 def test_vllm_from_promql_window(prometheus: str) -> None:  # noqa: F811
-    from alflow.metrics.prometheus import PromQLWindow
+    from alflow.metrics.promql import PromQLWindow
 
     st = get_dialect("vllm").spec_stats(PromQLWindow(prometheus, 0.0, 60.0))
     assert st.num_drafts == 1100

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -17,7 +18,6 @@ from alflow.acceptance.stats import CounterResetError
 from alflow.metrics import names
 from alflow.metrics.prometheus import (
     PeriodicScraper,
-    PromQLWindow,
     ScrapeError,
     Snapshot,
     SnapshotWindow,
@@ -25,6 +25,7 @@ from alflow.metrics.prometheus import (
     parse_exposition,
     scrape,
 )
+from alflow.metrics.promql import PromQLWindow, promql_start
 from tests.unit.sse_server import SseServer
 
 FIX = Path(__file__).parent.parent / "fixtures" / "prometheus"
@@ -125,39 +126,76 @@ async def test_background_scraper_builds_a_gauge_series() -> None:
 
 # ---- a Prometheus server's HTTP API, as a thread on an ephemeral port ----
 
-QUERY_RESULTS: dict[tuple[str, bool], list[tuple[dict[str, str], str]]] = {
-    # increase() results are extrapolated by Prometheus: not whole numbers
-    (names.VLLM_NUM_DRAFTS, False): [({}, "1100.3666666666667")],
-    (names.VLLM_NUM_ACCEPTED_TOKENS, False): [({}, "1649.6")],
-    (names.VLLM_NUM_DRAFT_TOKENS, False): [({}, "3300")],
-    (names.VLLM_ACCEPTED_PER_POS, True): [
-        ({"position": "0"}, "770.2"),
-        ({"position": "1"}, "549.9"),
-        ({"position": "2"}, "330"),
+# Counter series as Prometheus holds them: (labels, value at the window's start, value after its end);
+# None: no such series then. Two nodes (instances); the sums over them are whole-window counts.
+SERIES: dict[str, list[tuple[dict[str, str], float | None, float | None]]] = {
+    names.VLLM_NUM_DRAFTS: [({"instance": "n0"}, 40, 640), ({"instance": "n1"}, 60, 560)],
+    names.VLLM_NUM_ACCEPTED_TOKENS: [({"instance": "n0"}, 50, 950), ({"instance": "n1"}, 0, 750)],
+    names.VLLM_NUM_DRAFT_TOKENS: [({"instance": "n0"}, 120, 1920), ({"instance": "n1"}, 180, 1680)],
+    names.VLLM_ACCEPTED_PER_POS: [
+        ({"instance": "n0", "position": "0"}, 10, 410),
+        ({"instance": "n0", "position": "1"}, 20, 320),
+        ({"instance": "n0", "position": "2"}, 20, 220),
+        ({"instance": "n1", "position": "0"}, 0, 370),
+        ({"instance": "n1", "position": "1"}, 5, 255),
+        ({"instance": "n1", "position": "2"}, 0, 130),
     ],
+    "vllm:went_back": [({"instance": "n0"}, 10, 50), ({"instance": "n1"}, 30, 5)],
+    "vllm:vanished": [({"instance": "n0"}, 10, 50), ({"instance": "n1"}, 30, None)],
+    "vllm:absent": [],
 }
+OTHER_SERIES = 8
+"""Series of a counter the table above does not name (zero throughout): enough for any baseline's count."""
 
 
-def lookup(q: str) -> list[tuple[dict[str, str], str]]:
-    for (name, grouped), rows in QUERY_RESULTS.items():
-        if (name + "_total{" in q or name + "_total[" in q) and ("by (" in q) == grouped and "increase(" in q:
-            return rows
-    return []
+def series_of(q: str) -> tuple[str, list[tuple[dict[str, str], float | None, float | None]]]:
+    """The counter a query reads (``timestamp(NAME_total{...})`` or ``NAME_total{...}``) and its series."""
+    name = q.removeprefix("timestamp(").split("_total", 1)[0]
+    default: list[tuple[dict[str, str], float | None, float | None]] = [
+        ({"instance": f"x{i}"}, 0.0, 0.0) for i in range(OTHER_SERIES)
+    ]
+    return name, SERIES.get(name, default)
 
 
 class PromHandler(BaseHTTPRequestHandler):
+    """Answers instant queries for counter values and sample timestamps, and range queries for gauges.
+
+    A value query with ``time`` gets the start values; one without gets the values "now": the start
+    values for the first ``start_reads`` such reads of a counter (a window's start read after warm-up),
+    the end values after that. Sample timestamps are now plus ``stamp_lag_s`` (negative: stale).
+    """
+
     queries: ClassVar[list[dict[str, list[str]]]] = []
+    start_reads: ClassVar[int] = 0
+    stamp_lag_s: ClassVar[float] = 1.0
+    reads: ClassVar[dict[str, int]] = {}
+
+    def vector(self, q: str, at: str | None) -> list[dict[str, object]]:
+        name, series = series_of(q)
+        now = time.time()
+        if q.startswith("timestamp("):
+            values = [(labels, now + self.stamp_lag_s) for labels, _, end in series if end is not None]
+            return [{"metric": m, "value": [now, str(v)]} for m, v in values]
+        if at is None:
+            PromHandler.reads[name] = PromHandler.reads.get(name, 0) + 1
+        start = at is not None or PromHandler.reads[name] <= PromHandler.start_reads
+        picked = [(m, s if start else e) for m, s, e in series]
+        return [
+            {"metric": {"__name__": name + "_total", **m}, "value": [now, str(v)]}
+            for m, v in picked
+            if v is not None
+        ]
 
     def do_GET(self) -> None:
         url = urlparse(self.path)
         params = parse_qs(url.query)
         PromHandler.queries.append(params)
         if url.path == "/api/v1/query":
-            q = params["query"][0]
-            rows = lookup(q)
-            ts = float(params.get("time", ["0"])[0])
-            result = [{"metric": m, "value": [ts, v]} for m, v in rows]
-            body = {"status": "success", "data": {"resultType": "vector", "result": result}}
+            result = self.vector(params["query"][0], params.get("time", [None])[0])
+            body: dict[str, object] = {
+                "status": "success",
+                "data": {"resultType": "vector", "result": result},
+            }
         elif url.path == "/api/v1/query_range":
             values = [[1700000000 + i, str(2.4 + i / 10)] for i in range(3)]
             body = {
@@ -185,21 +223,68 @@ def prometheus() -> Iterator[str]:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     PromHandler.queries = []
+    PromHandler.reads = {}
+    PromHandler.start_reads = 0
+    PromHandler.stamp_lag_s = 1.0
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
 
 
-def test_promql_window_rounds_increase_and_groups_by_label(prometheus: str) -> None:
+def test_promql_window_differences_counter_values_per_series_without_extrapolation(prometheus: str) -> None:
     w = PromQLWindow(prometheus, 1_700_000_000.0, 1_700_000_120.5, selector='{job="vllm"}')
-    assert w.increase(names.VLLM_NUM_DRAFTS) == 1100
+    assert w.increase(names.VLLM_NUM_DRAFTS) == 1100  # (640 - 40) + (560 - 60): exact, nothing rounded
+    assert w.increase(names.VLLM_NUM_DRAFTS, {"instance": "n1"}) == 500
     assert w.increase_by(names.VLLM_ACCEPTED_PER_POS, "position") == {"0": 770, "1": 550, "2": 330}
     assert w.increase("vllm:absent") is None
-    q = PromHandler.queries[0]
-    assert q["query"][0] == f'sum(increase({names.VLLM_NUM_DRAFTS}_total{{job="vllm"}}[121s]))'
-    assert float(q["time"][0]) == pytest.approx(1_700_000_120.5)
-    assert "rounded" in w.notes[0]
+    assert not w.has("vllm:absent")
+    sel = f'{names.VLLM_NUM_DRAFTS}_total{{job="vllm"}}'
+    stamps, end, start = PromHandler.queries[:3]
+    assert stamps["query"] == [f"timestamp({sel})"]  # waits for a scrape after the window's end
+    assert end == {"query": [sel]}  # then the values as Prometheus holds them
+    assert start["query"] == [sel]
+    assert float(start["time"][0]) == pytest.approx(1_700_000_000.0)  # no start read after warm-up
+    assert not any("increase(" in q["query"][0] for q in PromHandler.queries)
+    assert "no extrapolation" in w.notes[0]
+    assert "latest scrapes at or before 1700000000.000 (they may count the warm-up" in w.notes[0]
     assert [v for _, v in w.gauge_series(names.SGLANG_SPEC_ACCEPT_LENGTH)] == pytest.approx([2.4, 2.5, 2.6])
+
+
+def test_promql_start_after_warmup_is_the_window_start(prometheus: str) -> None:
+    PromHandler.start_reads = 1
+    counters = {names.VLLM_NUM_DRAFTS: 2, names.VLLM_ACCEPTED_PER_POS: 6, "vllm:absent": 0}
+    start = promql_start(prometheus, counters, time.time(), selector='{job="vllm"}')
+    assert set(start.values) == {names.VLLM_NUM_DRAFTS, names.VLLM_ACCEPTED_PER_POS}
+    assert sum(start.values[names.VLLM_NUM_DRAFTS].values()) == 100
+    w = PromQLWindow(prometheus, start.time_s - 1, start.time_s + 1, start=start, selector='{job="vllm"}')
+    assert w.increase(names.VLLM_NUM_DRAFTS) == 1100
+    assert w.increase_by(names.VLLM_ACCEPTED_PER_POS, "position") == {"0": 770, "1": 550, "2": 330}
+    assert not any("time" in q for q in PromHandler.queries)  # every start value read after warm-up
+    assert "warm-up's end" in w.notes[0]
+    PromHandler.start_reads = 0
+    assert w.increase(names.VLLM_NUM_ACCEPTED_TOKENS) == 1650  # not read after warm-up: read at start_s
+    assert any("not read after warm-up" in n for n in w.notes)
+
+
+def test_promql_waits_for_every_series_and_a_scrape_after_the_instant(prometheus: str) -> None:
+    PromHandler.stamp_lag_s = -5.0  # every latest sample is older than the instant asked for
+    w = PromQLWindow(prometheus, time.time() - 10, time.time(), sync_timeout_s=0.3, poll_s=0.05)
+    with pytest.raises(ScrapeError, match=r"has not scraped all 2 series of .*num_drafts_total since"):
+        w.increase(names.VLLM_NUM_DRAFTS)
+    PromHandler.stamp_lag_s = 1.0
+    with pytest.raises(ScrapeError, match=r"not scraped all 3 series .* \(2 series;"):
+        promql_start(prometheus, {names.VLLM_NUM_DRAFTS: 3}, time.time(), sync_timeout_s=0.3, poll_s=0.05)
+
+
+def test_promql_window_refuses_a_counter_that_went_back_or_vanished(prometheus: str) -> None:
+    w = PromQLWindow(prometheus, 0.0, 10.0)
+    with pytest.raises(CounterResetError, match=r"went_back\{'instance': 'n1'\} went backwards by 25 "):
+        w.increase("vllm:went_back")
+    assert w.increase("vllm:went_back", {"instance": "n0"}) == 40
+    with pytest.raises(
+        CounterResetError, match=r"vllm:vanished\{'instance': 'n1'\} vanished from Prometheus"
+    ):
+        w.increase("vllm:vanished")
 
 
 def test_promql_errors_name_the_query(prometheus: str) -> None:
