@@ -240,4 +240,5 @@ def _print_demo(console: Console, out: DemoOutcome, took: float) -> None:
         f"Results: {out.results_root} (M2 run: {m2.run_dir}, report.html and report.md inside each run directory; `alflow report RUN_DIR` renders one again)",
         markup=False,
     )
+    console.print(f"Browse them: alflow results serve {out.results_root}", highlight=False, markup=False)
     console.print(f"Demo finished in {took:.0f} s.", highlight=False)

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from alflow import __version__
-from alflow.cli import bench, demo, evals, frameworks, models, reference, report, run, synthetic
+from alflow.cli import bench, demo, evals, frameworks, models, reference, report, results, run, synthetic
 from alflow.cli.common import err_console, usage_error_line
 from alflow.errors import AlflowError
 from alflow.sim import cli as sim_cli
@@ -36,7 +36,7 @@ def _run_is_live(run_id: str) -> bool:
     return flow_run_is_live(run_id)
 
 
-for group in (synthetic, reference, evals, models, bench, report, run, demo, frameworks):
+for group in (synthetic, reference, evals, models, bench, report, results, run, demo, frameworks):
     group.register(app)
 sim_cli.register(app)
 tiny_cli.register(app)

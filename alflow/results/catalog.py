@@ -1,0 +1,653 @@
+"""The catalogue of a results root: every stored run as one typed entry, its M2 points as trend series.
+
+Usage::
+
+    from alflow.results.catalog import Catalog, SeriesKey
+    catalog = Catalog("results/demo")                # reads every run once (or takes it from the disk cache)
+    catalog.refresh()                                # later: re-reads only runs whose manifest.json changed
+    for entry in catalog.entries():                  # newest first
+        for key, point in entry.series():            # (framework, image, model, K, concurrency, thinking) -> point
+            ...
+    catalog.history(key, before=entry.started, n=5)  # the last good runs of a series before a date
+
+Runs are read through :mod:`alflow.results.store` and :mod:`alflow.results.view` (the one reader), so a
+model, framework or point means here what it means in a report. A run directory that cannot be read (no
+manifest, bad JSON, a manifest of another schema) is an entry with status ``unreadable`` and the reason in
+:attr:`CatalogEntry.problem`; it never stops the catalogue. A run's ``regression.json`` (the regression
+verdicts of its points) is read tolerantly: anything unexpected in it is left out.
+
+Freshness: :meth:`Catalog.refresh` lists the root, compares each run's signature (the ``mtime`` and size of
+``manifest.json`` and of ``regression.json``: ``os.stat`` locally, ``fs.info`` on an fsspec URL, re-read
+where neither says) with what it read before, and re-reads only the changed ones; new and removed run
+directories are picked up. With ``cache_dir`` the entries are also kept in one JSON file there (never in the
+results root, which the catalogue only reads), so a cold start over thousands of runs reads only what changed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from alflow.errors import AlflowError, InvalidInputError
+from alflow.results import view
+from alflow.results.rows import M2Point
+from alflow.results.store import MANIFEST, StoredRun, open_run, storage_for
+from alflow.util.fsutil import atomic_write_bytes
+
+log = logging.getLogger(__name__)
+
+REGRESSION: Final = "regression.json"
+"""The regression verdicts of a run's points (written beside the run by the regression check)."""
+VERDICT_ORDER: Final = ("regressed", "moved", "improved", "unchanged", "not enough history", "not compared")
+"""Regression outcomes, worst first: a run's verdict is the worst of its points' (``moved``: a reference entry's AL
+left its interval, :mod:`alflow.results.regression`; ``not compared``: a point that could not be judged)."""
+RUN_DIR: Final = re.compile(r"^(\d{8}T\d{6}Z)-[A-Za-z0-9][A-Za-z0-9_.-]*$")
+"""A run directory's name: ``<YYYYmmddTHHMMSSZ>-<run id>`` (:class:`alflow.results.store.RunWriter`)."""
+CACHE_VERSION: Final = 1
+READ_THREADS: Final = 4
+"""Threads that read runs at once on a cold start (parquet decoding runs outside the GIL)."""
+_GOOD_CLIENT: Final = "client-bound"
+
+
+# --------------------------------------------------------------------------------------------
+# Series keys and images
+
+
+@dataclass(frozen=True, order=True)
+class SeriesKey:
+    """One trend line: the M2 points of one (framework, image repository, model, K, concurrency, thinking)."""
+
+    framework: str
+    image: str
+    """The image repository without tag or digest (``""`` when the run had no image)."""
+    model: str
+    k: int
+    concurrency: int
+    thinking: str
+    """The run config's thinking mode (``on``, ``off``...), ``""`` when absent."""
+
+    def label(self) -> str:
+        """``framework [image] model K=k c=concurrency [thinking=..]``: how pages name the series."""
+        parts = [self.framework, *([self.image] if self.image else []), self.model]
+        parts += [f"K={self.k}", f"c={self.concurrency}"]
+        if self.thinking:
+            parts.append(f"thinking={self.thinking}")
+        return " ".join(parts)
+
+    def to_dict(self) -> dict[str, str | int]:
+        """The key as a JSON object (``regression.json``'s ``series``)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> SeriesKey:
+        """The key of a JSON object; a missing or mistyped field is an error naming it and its value."""
+        if not isinstance(data, Mapping):
+            raise InvalidInputError(f"series {data!r:.120}: expected a JSON object with {_KEY_FIELDS}")
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            value = data.get(f.name)
+            if f.type in ("int", int):
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise InvalidInputError(f"series field {f.name} {value!r:.80}: must be an integer")
+            elif not isinstance(value, str):
+                raise InvalidInputError(f"series field {f.name} {value!r:.80}: must be a string")
+            values[f.name] = value
+        return cls(**values)
+
+
+_KEY_FIELDS: Final = ", ".join(f.name for f in fields(SeriesKey))
+_POINT_FIELDS: Final = tuple(f.name for f in fields(M2Point))
+
+
+def split_image(image: str | None) -> tuple[str, str]:
+    """``registry:port/repo:tag@sha256:...`` -> (``registry:port/repo``, ``tag``); no tag -> the digest or ``""``.
+
+    ``None`` or ``""`` -> ``("", "")``. A colon counts as the tag's only after the last ``/`` (a registry's
+    port is not a tag).
+    """
+    if not image:
+        return "", ""
+    name, _, digest = image.partition("@")
+    slash = name.rfind("/")
+    colon = name.rfind(":")
+    if colon > slash:
+        return name[:colon], name[colon + 1 :]
+    return name, digest
+
+
+# --------------------------------------------------------------------------------------------
+# Entries
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    """One stored run as the catalogue lists it."""
+
+    rel: str
+    """``<flow>/<run dir name>``, relative to the root (the URL path on the site)."""
+    run_dir: str
+    """Full path or URL (``open_run(run_dir)`` opens it)."""
+    flow: str
+    run_id: str
+    flow_run_id: str | None
+    started: str
+    finished: str | None
+    status: str
+    """complete, failed, incomplete (:attr:`StoredRun.status`) or unreadable (see :attr:`problem`)."""
+    outcome: str
+    """passed, failed, partial, running, or unreadable."""
+    model: str | None
+    framework: str | None
+    image: str | None
+    image_tag: str | None
+    ks: tuple[int, ...]
+    thinking: str | None
+    simulated: bool
+    points: tuple[M2Point, ...] = ()
+    verdict: str | None = None
+    """The worst outcome in the run's ``regression.json`` (:data:`VERDICT_ORDER`), None without one."""
+    point_verdicts: tuple[tuple[SeriesKey, str], ...] = ()
+    """The outcome of each series ``regression.json`` judged."""
+    files: tuple[str, ...] = ()
+    """The files the manifest lists (the only ones the site serves)."""
+    error: str | None = None
+    """The manifest's error text (a failed run)."""
+    problem: str | None = None
+    """Why the run cannot be read (status ``unreadable``), None otherwise."""
+
+    def series(self) -> list[tuple[SeriesKey, M2Point]]:
+        """Each M2 point with the trend line it belongs to."""
+        return list(self._series)
+
+    @functools.cached_property
+    def _series(self) -> tuple[tuple[SeriesKey, M2Point], ...]:
+        repo = split_image(self.image)[0]
+        return tuple(
+            (
+                SeriesKey(
+                    framework=self.framework or p.framework,
+                    image=repo,
+                    model=self.model or "",
+                    k=p.k,
+                    concurrency=p.concurrency,
+                    thinking=self.thinking or "",
+                ),
+                p,
+            )
+            for p in self.points
+        )
+
+    def verdict_of(self, key: SeriesKey) -> str | None:
+        """The regression outcome ``regression.json`` gave the series ``key`` (None: not judged)."""
+        return next((v for k, v in self.point_verdicts if k == key), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (the disk cache and the site's API)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["ks"] = list(self.ks)
+        out["points"] = [{name: getattr(p, name) for name in _POINT_FIELDS} for p in self.points]
+        out["point_verdicts"] = [{"series": k.to_dict(), "outcome": v} for k, v in self.point_verdicts]
+        out["files"] = list(self.files)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CatalogEntry:
+        """The entry :meth:`to_dict` wrote (raises ``AlflowError``, ``KeyError`` or ``TypeError`` on bad data)."""
+        values = {f.name: data[f.name] for f in fields(cls)}
+        values["ks"] = tuple(int(k) for k in data["ks"])
+        values["points"] = tuple(_cached_point(p) for p in data["points"])
+        values["point_verdicts"] = tuple(
+            (SeriesKey.from_dict(v["series"]), str(v["outcome"])) for v in data["point_verdicts"]
+        )
+        values["files"] = tuple(str(f) for f in data["files"])
+        return cls(**values)
+
+
+def _cached_point(row: Mapping[str, Any]) -> M2Point:
+    """A point as :meth:`CatalogEntry.to_dict` stored it (every field, by name: a missing one is a TypeError)."""
+    values = dict(row)
+    for name in ("histogram_observed", "histogram_expected"):
+        if values.get(name) is not None:
+            values[name] = tuple(values[name])
+    return M2Point(**values)
+
+
+def _stamp_iso(name: str) -> str:
+    """The start time a run directory's name carries, ISO 8601 UTC (``""`` when it has none)."""
+    m = RUN_DIR.match(name)
+    if not m:
+        return ""
+    return datetime.strptime(m.group(1), "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC).isoformat()
+
+
+def unreadable_entry(rel: str, run_dir: str, problem: str) -> CatalogEntry:
+    """The entry of a run directory that cannot be read: where it is, when its name says it started, why."""
+    flow, _, name = rel.partition("/")
+    return CatalogEntry(
+        rel=rel,
+        run_dir=run_dir,
+        flow=flow,
+        run_id=name.partition("-")[2],
+        flow_run_id=None,
+        started=_stamp_iso(name),
+        finished=None,
+        status="unreadable",
+        outcome="unreadable",
+        model=None,
+        framework=None,
+        image=None,
+        image_tag=None,
+        ks=(),
+        thinking=None,
+        simulated=False,
+        problem=" ".join(problem.split()),
+    )
+
+
+def _ks(run: StoredRun) -> tuple[int, ...]:
+    k = view.config_value(run, "k")
+    ks = view.config_value(run, "ks")
+    raw = [k] if k is not None else (ks if isinstance(ks, list) else [])
+    return tuple(sorted({int(v) for v in raw if isinstance(v, int) and not isinstance(v, bool)}))
+
+
+def _thinking(run: StoredRun) -> str | None:
+    value = view.config_value(run, "thinking")
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value) or None
+    return None if value is None else str(value)
+
+
+def outcome_of(run: StoredRun, summary: Mapping[str, Any], points: Iterable[M2Point]) -> str:
+    """passed, failed, partial or running: the run's status, then its summary's verdicts and its points."""
+    if run.status == "incomplete":
+        return "running"
+    if run.status == "failed" or summary.get("passed") is False:
+        return "failed"
+    pts = list(points)
+    if any(not p.valid and not p.partial for p in pts):
+        return "failed"
+    if summary.get("partial") is True or any(p.partial for p in pts):
+        return "partial"
+    return "passed"
+
+
+def read_verdicts(data: object) -> tuple[str | None, tuple[tuple[SeriesKey, str], ...]]:
+    """A ``regression.json``'s worst outcome and the outcome of each series it names (tolerant: bad rows are skipped).
+
+    A row without a series (a reference entry's verdict) counts for the worst only; a row whose series is not a
+    :class:`SeriesKey` is skipped; a ``series`` without ``concurrency`` takes the row's.
+    """
+    rows = data.get("points") if isinstance(data, Mapping) else None
+    outcomes: list[str] = []
+    found: list[tuple[SeriesKey, str]] = []
+    for row in rows if isinstance(rows, list) else []:
+        if not isinstance(row, Mapping) or row.get("outcome") not in VERDICT_ORDER:
+            continue
+        series = row.get("series")
+        if not series:  # a verdict of no series (a reference entry's): the run's verdict only
+            outcomes.append(str(row["outcome"]))
+            continue
+        if isinstance(series, Mapping) and "concurrency" not in series:
+            series = {**series, "concurrency": row.get("concurrency")}
+        try:
+            key = SeriesKey.from_dict(series if isinstance(series, Mapping) else {})
+        except InvalidInputError:
+            continue
+        outcomes.append(str(row["outcome"]))
+        found.append((key, str(row["outcome"])))
+    worst = min((VERDICT_ORDER.index(v) for v in outcomes), default=None)
+    return (None if worst is None else VERDICT_ORDER[worst]), tuple(found)
+
+
+def _regression(run: StoredRun) -> object:
+    """The run's ``regression.json`` as parsed JSON (None when it has none or it is not JSON)."""
+    path = run.storage.join(run.dir, REGRESSION)
+    try:
+        return orjson.loads(run.storage.read_bytes(path))
+    except (OSError, orjson.JSONDecodeError):
+        return None
+
+
+def read_entry(rel: str, run_dir: str) -> CatalogEntry:
+    """The catalogue entry of one run directory (an ``unreadable`` entry when it cannot be read)."""
+    try:
+        run = open_run(run_dir)
+    except AlflowError as exc:  # the reason names the run by its rel: the server's own path stays private
+        return unreadable_entry(rel, run_dir, str(exc).replace(run_dir, rel))
+    except OSError as exc:
+        return unreadable_entry(rel, run_dir, f"{rel}: {exc.strerror or exc}")
+    summary = view.summary(run)
+    points = tuple(view.m2_points(run)) if run.manifest.flow == "m2" else ()
+    img, _digest = view.image(run)
+    verdict, per_series = read_verdicts(_regression(run))
+    return CatalogEntry(
+        rel=rel,
+        run_dir=run_dir,
+        flow=run.manifest.flow,
+        run_id=run.manifest.run_id,
+        flow_run_id=run.manifest.provenance.flow_run_id,
+        started=run.manifest.started,
+        finished=run.manifest.finished,
+        status=run.status,
+        outcome=outcome_of(run, summary, points),
+        model=view.model_id(run),
+        framework=view.framework(run),
+        image=img,
+        image_tag=split_image(img)[1] or None,
+        ks=_ks(run),
+        thinking=_thinking(run),
+        simulated=run.manifest.simulated,
+        points=points,
+        verdict=verdict,
+        point_verdicts=per_series,
+        files=tuple(sorted(run.manifest.files)),
+        error=run.manifest.error,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Listing and signatures
+
+
+Signature = tuple[object, ...] | None
+"""What says a run changed: (mtime, size) of its manifest and of its regression.json; None: unknown."""
+
+
+class _Lister:
+    """Lists run directories under a root and signs them, locally (``os.scandir``) or through fsspec."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root.removeprefix("file://")
+        self.storage = storage_for(self.root)
+        self.local = "://" not in self.root
+
+    def runs(self) -> list[tuple[str, str]]:
+        """(rel, full path) of every directory ``<flow>/<run dir name>`` under the root."""
+        out: list[tuple[str, str]] = []
+        if self.local:
+            for flow in _scan_dirs(self.root):
+                for name in _scan_dirs(f"{self.root}{os.sep}{flow}"):
+                    if RUN_DIR.match(name):
+                        out.append((f"{flow}/{name}", f"{self.root}{os.sep}{flow}{os.sep}{name}"))
+            return out
+        for flow_dir in self.storage.list_dirs(self.root):
+            flow = flow_dir.rstrip("/").rsplit("/", 1)[-1]
+            for run_dir in self.storage.list_dirs(flow_dir):
+                name = run_dir.rstrip("/").rsplit("/", 1)[-1]
+                if RUN_DIR.match(name):
+                    out.append((f"{flow}/{name}", run_dir))
+        return out
+
+    def signature(self, run_dir: str) -> Signature:
+        """The run's signature, None when the storage cannot say (the run is then read again)."""
+        if self.local:
+            return (_stat(f"{run_dir}{os.sep}{MANIFEST}"), _stat(f"{run_dir}{os.sep}{REGRESSION}"))
+        fs = getattr(self.storage, "fs", None)
+        if fs is None or not hasattr(fs, "info"):
+            return None
+        parts: list[object] = []
+        for name in (MANIFEST, REGRESSION):
+            try:
+                info = fs.info(self.storage.join(run_dir, name))
+            except (OSError, ValueError):
+                parts.append(None)
+                continue
+            stamp = next(
+                (info[k] for k in ("mtime", "LastModified", "updated", "created", "ETag") if k in info), None
+            )
+            if stamp is None:
+                return None
+            parts.append((str(stamp), info.get("size")))
+        return tuple(parts)
+
+
+def _scan_dirs(path: str) -> list[str]:
+    try:
+        with os.scandir(path) as it:
+            return sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return []
+
+
+def _stat(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)  # noqa: PTH116 - thousands of stats per refresh; no Path objects
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size)
+
+
+def _ts(iso: str) -> float:
+    """Seconds since the epoch of an ISO 8601 time (naive: UTC); 0 when it does not parse."""
+    try:
+        when = datetime.fromisoformat(iso)
+    except (TypeError, ValueError):
+        return 0.0
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+
+
+# --------------------------------------------------------------------------------------------
+# The catalogue
+
+
+@dataclass(frozen=True)
+class _State:
+    """One consistent view of the root (swapped whole by :meth:`Catalog.refresh`)."""
+
+    entries: tuple[CatalogEntry, ...] = ()
+    by_rel: Mapping[str, CatalogEntry] = field(default_factory=dict)
+    signatures: Mapping[str, Signature] = field(default_factory=dict)
+    points: Mapping[SeriesKey, tuple[tuple[float, CatalogEntry, M2Point], ...]] = field(default_factory=dict)
+    """Every point of each series with its run's start (epoch seconds), newest first."""
+
+
+def _good(entry: CatalogEntry, point: M2Point) -> bool:
+    """A point a trend's history may use: its run complete, the point valid, not partial, not client-bound."""
+    return (
+        entry.status == "complete"
+        and point.valid
+        and not point.partial
+        and point.client_verdict != _GOOD_CLIENT
+    )
+
+
+def _build_state(by_rel: dict[str, CatalogEntry], signatures: dict[str, Signature]) -> _State:
+    stamps = {rel: _ts(e.started) for rel, e in by_rel.items()}
+    ordered = tuple(sorted(by_rel.values(), key=lambda e: (stamps[e.rel], e.rel), reverse=True))
+    points: dict[SeriesKey, list[tuple[float, CatalogEntry, M2Point]]] = {}
+    for entry in ordered:  # newest first, so every series' list is too
+        for key, point in entry.series():
+            points.setdefault(key, []).append((stamps[entry.rel], entry, point))
+    return _State(ordered, by_rel, signatures, {k: tuple(v) for k, v in points.items()})
+
+
+_CACHE_FORMAT: Final = (
+    f"{CACHE_VERSION}:"
+    + hashlib.sha256(
+        " ".join(f.name for cls in (CatalogEntry, M2Point, SeriesKey) for f in fields(cls)).encode()
+    ).hexdigest()[:12]
+)
+"""The cache's format: its version and the fields of what it stores (a cache of other fields is not used)."""
+
+
+def default_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/alflow/catalog`` (``~/.cache/alflow/catalog``): where catalogues keep their entries."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "alflow" / "catalog"
+
+
+class Catalog:
+    """Every run under a results root (a folder or an fsspec URL), kept fresh by :meth:`refresh`."""
+
+    def __init__(
+        self, root: str, *, min_refresh_s: float = 2.0, cache_dir: str | os.PathLike[str] | None = None
+    ) -> None:
+        self.root = str(root)
+        self.min_refresh_s = min_refresh_s
+        self._lister = _Lister(self.root)
+        self._cache_file = self._cache_path(cache_dir)
+        self._lock = threading.Lock()
+        self._state = _State()
+        self._rows: dict[str, Any] | None = None
+        """The disk cache's rows (rel -> stored entry and signature), once loaded."""
+        self._last = float("-inf")
+        self.generation = 0
+        """Counts the changes the catalogue saw: derived data (a page's choices) may be cached by it."""
+        self.reads = 0
+        """Run directories read so far (not taken from memory or the disk cache): what a refresh cost."""
+        self.refresh(force=True)
+
+    def _cache_path(self, cache_dir: str | os.PathLike[str] | None) -> Path | None:
+        if cache_dir is None:
+            return None
+        root_id = self.root if not self._lister.local else str(Path(self.root).resolve())
+        return Path(cache_dir) / f"{hashlib.sha256(root_id.encode()).hexdigest()[:24]}.json"
+
+    def refresh(self, *, force: bool = False) -> None:
+        """Re-read runs whose signature changed, add new ones, drop removed ones (at most every ``min_refresh_s``)."""
+        with self._lock:
+            now = time.monotonic()
+            if not force and now - self._last < self.min_refresh_s:
+                return
+            self._last = now
+            old = self._state
+            known, known_sigs = dict(old.by_rel), dict(old.signatures)
+            if self._rows is None:  # the first refresh starts from the disk cache
+                known, known_sigs, self._rows = self._load_cache()
+            listed = [(rel, run_dir, self._lister.signature(run_dir)) for rel, run_dir in self._lister.runs()]
+            stale = [
+                (rel, run_dir)
+                for rel, run_dir, sig in listed
+                if sig is None or rel not in known or known_sigs.get(rel) != sig
+            ]
+            fresh = _read_all(stale)
+            self.reads += len(fresh)
+            by_rel = {rel: fresh[rel] if rel in fresh else known[rel] for rel, _, _ in listed}
+            sigs = {rel: sig for rel, _, sig in listed}
+            if fresh or by_rel.keys() != old.by_rel.keys() or not old.by_rel:
+                self._state = _build_state(by_rel, sigs)
+                self.generation += 1
+            if fresh or by_rel.keys() != known.keys():
+                self._save_cache(by_rel, sigs, fresh)
+
+    def entries(self) -> tuple[CatalogEntry, ...]:
+        """Every run, newest first (by start time, then by directory)."""
+        return self._state.entries
+
+    def get(self, rel: str) -> CatalogEntry | None:
+        """The run at ``<flow>/<run dir name>``, None when there is none."""
+        return self._state.by_rel.get(rel)
+
+    def series_keys(self) -> list[SeriesKey]:
+        """Every trend line (series with at least one point), sorted."""
+        return sorted(self._state.points)
+
+    def history(
+        self, key: SeriesKey, *, before: str, n: int, exclude_rel: str | None = None
+    ) -> list[tuple[CatalogEntry, M2Point]]:
+        """The good points of the last ``n`` good runs of ``key`` started before ``before`` (ISO), newest first.
+
+        Good: the run complete, the point valid, not partial and not client-bound. A run with several repeats of
+        the point gives each of them (one run, several pairs); ``exclude_rel`` leaves one run out (the run judged).
+        """
+        limit = _ts(before)
+        if not limit and not before.startswith("1970-01-01"):
+            raise InvalidInputError(
+                f"before {before!r:.60}: not an ISO 8601 time (e.g. 2026-01-31T00:00:00+00:00)"
+            )
+        out: list[tuple[CatalogEntry, M2Point]] = []
+        runs: list[str] = []
+        for stamp, entry, point in self._state.points.get(key, ()):
+            if stamp >= limit or entry.rel == exclude_rel or not _good(entry, point):
+                continue
+            if entry.rel not in runs:
+                if len(runs) >= n:
+                    break
+                runs.append(entry.rel)
+            out.append((entry, point))
+        return out
+
+    def all_points(self, key: SeriesKey) -> list[tuple[CatalogEntry, M2Point]]:
+        """Every point of ``key`` in the root (good or not), oldest first: a trend line as drawn."""
+        return [(e, p) for _, e, p in reversed(self._state.points.get(key, ()))]
+
+    # -- the disk cache ---------------------------------------------------------------------
+
+    def _load_cache(self) -> tuple[dict[str, CatalogEntry], dict[str, Signature], dict[str, Any]]:
+        """Entries, signatures and stored rows of the disk cache (all empty without a usable one)."""
+        if self._cache_file is None or not self._cache_file.exists():
+            return {}, {}, {}
+        try:
+            data = orjson.loads(self._cache_file.read_bytes())
+            if data.get("version") != _CACHE_FORMAT or data.get("root") != self.root:
+                return {}, {}, {}
+            rows = dict(data["runs"])
+            entries = {rel: CatalogEntry.from_dict(row["entry"]) for rel, row in rows.items()}
+            sigs = {rel: _sig_from_json(row["sig"]) for rel, row in rows.items()}
+        except (
+            OSError,
+            orjson.JSONDecodeError,
+            AlflowError,
+            KeyError,
+            TypeError,
+            ValueError,
+            AttributeError,
+        ) as exc:
+            log.warning("catalogue cache %s not used: %s", self._cache_file, exc)
+            return {}, {}, {}
+        return entries, sigs, rows
+
+    def _save_cache(
+        self,
+        by_rel: Mapping[str, CatalogEntry],
+        sigs: Mapping[str, Signature],
+        fresh: Mapping[str, CatalogEntry],
+    ) -> None:
+        """Write the cache: the rows of runs read now are serialized, the others kept as they were stored."""
+        if self._cache_file is None:
+            return
+        rows = self._rows if self._rows is not None else {}
+        for rel in list(rows):
+            if rel not in by_rel:
+                del rows[rel]
+        for rel, entry in fresh.items():
+            rows[rel] = {"sig": sigs.get(rel), "entry": entry.to_dict()}
+        data = {"version": _CACHE_FORMAT, "root": self.root, "runs": rows}
+        with contextlib.suppress(OSError):  # a cache that cannot be written only costs the next cold start
+            atomic_write_bytes(self._cache_file, orjson.dumps(data))
+
+
+def _read_all(todo: list[tuple[str, str]]) -> dict[str, CatalogEntry]:
+    """:func:`read_entry` of each (rel, run dir); many at once in a few threads (parquet reads release the GIL)."""
+    if len(todo) < 16:
+        return {rel: read_entry(rel, run_dir) for rel, run_dir in todo}
+    with ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="alflow-catalog") as pool:
+        return dict(zip((rel for rel, _ in todo), pool.map(lambda t: read_entry(*t), todo), strict=True))
+
+
+def _sig_from_json(raw: object) -> Signature:
+    """A signature as read back from JSON (lists -> tuples, so it compares equal to a fresh one)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise TypeError(f"signature {raw!r:.80}: expected a list")
+    return tuple(_tuples(v) for v in raw)
+
+
+def _tuples(value: object) -> object:
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value

@@ -1,0 +1,395 @@
+"""The results site's aiohttp application: pages, raw files and the JSON API over one catalogue, read-only.
+
+Routes (GET and HEAD only; :mod:`alflow.site.guard` checks methods, paths and the token first):
+
+- ``/`` and ``/api/runs``: the runs index (:func:`alflow.site.pages.index_page`), filtered, sorted, paged.
+- ``/runs/<flow>/<run>/``: the run's ``report.html`` (rendered by :func:`alflow.reports.render_run` when the run
+  has none); ``/runs/<flow>/<run>/files/<name>``: a file the run's manifest lists, or ``manifest.json`` itself,
+  text passed through alflow's URL redaction again; ``/api/runs/<flow>/<run>``: the run's catalogue entry.
+- ``/compare?run=<rel>&run=<rel>`` and ``/api/compare``: :func:`alflow.reports.render_comparison`'s report.
+- ``/reference`` and ``/api/reference``: :mod:`alflow.site.reference`.
+- ``/trends`` and ``/api/trends``: :func:`alflow.site.pages.trends_page` with :mod:`alflow.site.charts`.
+
+A run is found through the catalogue only (its ``<flow>/<run dir>`` must be one the root's listing produced), so a
+request can name nothing the catalogue did not list. The catalogue refreshes in the background every
+``refresh_s`` seconds (in a worker thread); rendering a report runs in a worker thread too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+import jinja2
+import orjson
+from aiohttp import web
+
+from alflow.errors import AlflowError, InvalidInputError
+from alflow.reports.content import Report, build_comparison
+from alflow.reports.render import render, render_run
+from alflow.results.catalog import Catalog, CatalogEntry
+from alflow.results.store import MANIFEST, open_run
+from alflow.site import guard
+from alflow.site.charts import TrendMark, trend_chart
+from alflow.site.pages import (
+    METRICS,
+    ChoiceCache,
+    IndexQuery,
+    TrendQuery,
+    TrendSeries,
+    entry_dict,
+    index_page,
+    trends_page,
+)
+from alflow.site.reference import reference_page
+from alflow.util.redact import redact_data, redact_urls_in_text
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+CATALOG: Final = web.AppKey("catalog", Catalog)
+CHOICES: Final = web.AppKey("choices", ChoiceCache)
+ROOT_LABEL: Final = web.AppKey("root_label", str)
+REFRESH_S: Final = web.AppKey("refresh_s", float)
+PAGES: Final = web.AppKey("pages", dict[str, tuple[CatalogEntry, str]])
+"""Run pages rendered lately, by run, with the catalogue entry they were rendered from."""
+MAX_PAGES: Final = 64
+MAX_COMPARE: Final = 8
+TEXT_TYPES: Final = {
+    ".json": "application/json",
+    ".md": "text/markdown",
+    ".html": "text/html",
+    ".txt": "text/plain",
+    ".log": "text/plain",
+    ".yaml": "text/plain",
+    ".yml": "text/plain",
+    ".csv": "text/csv",
+}
+"""Raw files shown in the browser (redacted again on the way out); any other file is a download."""
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("alflow.site", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+_ENV: Final = _env()
+
+
+def _html(request: web.Request, template: str, title: str, status: int = 200, **data: Any) -> web.Response:
+    text = _ENV.get_template(template).render(title=title, root_label=request.app[ROOT_LABEL], **data)
+    return web.Response(text=text, content_type="text/html", status=status)
+
+
+def _json(data: object, status: int = 200) -> web.Response:
+    body = orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
+    return web.Response(body=body, content_type="application/json", status=status)
+
+
+def _is_api(request: web.Request) -> bool:
+    return request.path.startswith("/api/")
+
+
+def _problem(request: web.Request, status: int, message: str) -> web.Response:
+    """An error answer: JSON for the API, an HTML page (``message`` escaped) otherwise."""
+    if _is_api(request):
+        return _json({"error": message}, status)
+    return _html(request, "message.html.j2", f"{status}", status=status, message=message)
+
+
+@web.middleware
+async def errors(request: web.Request, handler: guard.Handler) -> web.StreamResponse:
+    """Bad input -> 400 with its one line; anything unforeseen -> 500 without details (logged)."""
+    try:
+        return await handler(request)
+    except InvalidInputError as exc:
+        return _problem(request, 400, " ".join(str(exc).split()))
+    except web.HTTPException:
+        raise
+    except Exception:
+        log.exception("the site failed to answer %s %s", request.method, request.path)
+        return _problem(request, 500, "internal error: see the site's log")
+
+
+async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
+    return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+
+def _entry(request: web.Request) -> CatalogEntry:
+    """The run the route names, from the catalogue only (404 when it lists none)."""
+    rel = f"{request.match_info['flow']}/{request.match_info['run']}"
+    entry = request.app[CATALOG].get(rel)
+    if entry is None:
+        raise web.HTTPNotFound(text="404 not found: no such run in this root\n")
+    return entry
+
+
+# --------------------------------------------------------------------------------------------
+# Handlers
+
+
+async def index(request: web.Request) -> web.Response:
+    """``/``: the runs index."""
+    page = index_page(
+        request.app[CATALOG], IndexQuery.parse(request.query), request.app[CHOICES].get(request.app[CATALOG])
+    )
+    return _html(request, "index.html.j2", "Runs", page=page)
+
+
+async def api_runs(request: web.Request) -> web.Response:
+    """``/api/runs``: the runs index as JSON."""
+    page = index_page(
+        request.app[CATALOG], IndexQuery.parse(request.query), request.app[CHOICES].get(request.app[CATALOG])
+    )
+    return _json(page.to_dict())
+
+
+async def api_run(request: web.Request) -> web.Response:
+    """``/api/runs/<flow>/<run>``: one run's catalogue entry."""
+    return _json(entry_dict(_entry(request)))
+
+
+async def run_page(request: web.Request) -> web.StreamResponse:
+    """``/runs/<flow>/<run>/``: the run's report, rendered from what the run stores now.
+
+    Not the run's own ``report.html``: a flow writes that before it closes (its status "running"), and a run's
+    later files (its regression verdicts) are not in it. The page is kept while the catalogue's entry is the same.
+    """
+    entry = _entry(request)
+    if entry.status == "unreadable":
+        return _problem(request, 404, f"run {entry.rel} cannot be read: {entry.problem}")
+    pages: dict[str, tuple[CatalogEntry, str]] = request.app[PAGES]
+    kept = pages.get(entry.rel)
+    if kept is not None and kept[0] is entry:
+        return web.Response(text=kept[1], content_type="text/html")
+    try:
+        text = await _in_thread(render_run, entry.run_dir)
+    except AlflowError as exc:
+        return _problem(request, 404, f"run {entry.rel} cannot be rendered: {' '.join(str(exc).split())}")
+    if len(pages) >= MAX_PAGES:
+        pages.pop(next(iter(pages)))
+    pages[entry.rel] = (entry, text)
+    return web.Response(text=text, content_type="text/html")
+
+
+async def run_redirect(request: web.Request) -> web.StreamResponse:
+    """``/runs/<flow>/<run>``: to the page with the trailing slash."""
+    entry = _entry(request)
+    raise web.HTTPFound(location=f"/runs/{entry.rel}/")
+
+
+def _read_file(catalog: Catalog, entry: CatalogEntry, name: str) -> bytes | None:
+    """The bytes of a run's file; None when it is missing or (locally) resolves outside the root."""
+    if "://" not in catalog.root:
+        real = guard.confined(Path(catalog.root), Path(entry.run_dir) / name)
+        return None if real is None else real.read_bytes()
+    run = open_run(entry.run_dir)
+    try:
+        return run.storage.read_bytes(run.storage.join(run.dir, name))
+    except OSError:
+        return None
+
+
+def _shown(name: str, data: bytes) -> bytes:
+    """A text file's bytes with credentials stripped from its URLs once more (JSON re-dumped through redaction)."""
+    text = data.decode("utf-8", errors="replace")
+    if name.endswith(".json"):
+        try:
+            return json.dumps(redact_data(json.loads(text)), indent=2).encode()
+        except ValueError:
+            pass
+    return redact_urls_in_text(text).encode()
+
+
+async def run_file(request: web.Request) -> web.StreamResponse:
+    """``/runs/<flow>/<run>/files/<name>``: a file the manifest lists (or manifest.json), nothing else."""
+    entry = _entry(request)
+    name = request.match_info["name"]
+    if name != MANIFEST and name not in entry.files:
+        raise web.HTTPNotFound(text="404 not found: the run's manifest lists no such file\n")
+    data = await _in_thread(_read_file, request.app[CATALOG], entry, name)
+    if data is None:
+        raise web.HTTPNotFound(text="404 not found: the file is missing or outside the results root\n")
+    suffix = Path(name).suffix.lower()
+    if suffix in TEXT_TYPES:
+        return web.Response(body=_shown(name, data), content_type=TEXT_TYPES[suffix], charset="utf-8")
+    kind = "application/vnd.apache.parquet" if suffix == ".parquet" else "application/octet-stream"
+    return web.Response(
+        body=data, content_type=kind, headers={"Content-Disposition": f'attachment; filename="{name}"'}
+    )
+
+
+def _compare_runs(request: web.Request) -> list[CatalogEntry]:
+    rels = request.query.getall("run", [])
+    if not 1 <= len(rels) <= MAX_COMPARE:
+        raise InvalidInputError(
+            f"query parameter run: give 1 to {MAX_COMPARE} runs (<flow>/<run dir>), got {len(rels)}"
+        )
+    out = []
+    for rel in rels:
+        entry = request.app[CATALOG].get(rel)
+        if entry is None or entry.status == "unreadable":
+            raise InvalidInputError(f"query parameter run {rel[:80]!r}: not a readable run of this root")
+        out.append(entry)
+    return out
+
+
+def _comparison(entries: list[CatalogEntry]) -> Report:
+    return build_comparison([open_run(e.run_dir) for e in entries])
+
+
+def report_dict(report: Report) -> dict[str, Any]:
+    """A report's data for the JSON API: facts, verdict, sections with their tables (charts left out)."""
+    return {
+        "title": report.title,
+        "simulated": report.simulated,
+        "facts": [list(f) for f in report.facts],
+        "verdict": report.verdict,
+        "warnings": report.warnings,
+        "sections": [
+            {
+                "title": s.title,
+                "status": s.status,
+                "paragraphs": s.paragraphs,
+                "notes": s.notes,
+                "tables": [
+                    {"title": t.title, "columns": list(t.columns), "rows": [list(r) for r in t.rows]}
+                    for t in s.tables
+                ],
+            }
+            for s in report.sections
+        ],
+    }
+
+
+async def compare(request: web.Request) -> web.Response:
+    """``/compare?run=..&run=..``: the runs side by side."""
+    report = await _in_thread(_comparison, _compare_runs(request))
+    return web.Response(text=await _in_thread(render, report), content_type="text/html")
+
+
+async def api_compare(request: web.Request) -> web.Response:
+    """``/api/compare?run=..``: the comparison's data."""
+    entries = _compare_runs(request)
+    report = await _in_thread(_comparison, entries)
+    return _json({"runs": [e.rel for e in entries], "report": report_dict(report)})
+
+
+async def reference(request: web.Request) -> web.Response:
+    """``/reference``: reference tables and their history."""
+    page = await _in_thread(reference_page, request.app[CATALOG])
+    return _html(request, "reference.html.j2", "Reference", page=page)
+
+
+async def api_reference(request: web.Request) -> web.Response:
+    """``/api/reference``."""
+    return _json((await _in_thread(reference_page, request.app[CATALOG])).to_dict())
+
+
+def _charts(s: TrendSeries) -> list[Any]:
+    charts = []
+    for field, title, unit in METRICS:
+        marks = [
+            TrendMark(
+                value=getattr(p, field),
+                date=p.started[:10],
+                tag=p.image_tag or "",
+                tooltip=f"{p.started[:16]} {p.image_tag or ''} {p.rel}: {getattr(p, field)}"
+                + (f" ({p.verdict})" if p.verdict else ""),
+                regressed=p.verdict == "regressed",
+                good=p.valid and not p.partial and not p.client_bound,
+            )
+            for p in s.points
+        ]
+        charts.append(trend_chart(title, unit, marks))
+    return charts
+
+
+async def trends(request: web.Request) -> web.Response:
+    """``/trends``: one block of four charts per trend line."""
+    page = trends_page(request.app[CATALOG], TrendQuery.parse(request.query))
+    drawn = [(s, _charts(s)) for s in page.series]
+    return _html(request, "trends.html.j2", "Trends", page=page, drawn=drawn)
+
+
+async def api_trends(request: web.Request) -> web.Response:
+    """``/api/trends``: the trend lines' data."""
+    page = trends_page(request.app[CATALOG], TrendQuery.parse(request.query))
+    data = page.to_dict()
+    data["series"] = [{**asdict(s), "key": s.key.to_dict()} for s in page.series]
+    return _json(data)
+
+
+# --------------------------------------------------------------------------------------------
+# The application
+
+
+async def _refresher(app: web.Application) -> AsyncIterator[None]:
+    """Keep the catalogue fresh in a worker thread while the site runs (stops with it).
+
+    Every ``refresh_s`` seconds, or less often where a refresh takes long (the pause is at least nine times the
+    last refresh's duration, so a root of 10,000 runs costs at most a tenth of one core).
+    """
+
+    async def loop() -> None:
+        pause = app[REFRESH_S]
+        while True:
+            await asyncio.sleep(pause)
+            started = time.monotonic()
+            try:
+                await _in_thread(app[CATALOG].refresh)
+            except Exception:
+                log.exception("catalogue refresh failed")
+            # a large root: at most a tenth of the time goes to listing it
+            pause = max(app[REFRESH_S], 9 * (time.monotonic() - started))
+
+    task = asyncio.create_task(loop()) if app[REFRESH_S] > 0 else None
+    yield
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def _root_label(root: str) -> str:
+    """The root as the page header names it: its last folder name (the server's full path stays private)."""
+    return root.rstrip("/").rsplit("/", 1)[-1] or root
+
+
+def make_app(catalog: Catalog, *, token: str | None = None, refresh_s: float = 2.0) -> web.Application:
+    """The site over ``catalog``; ``token`` required on every request when given; ``refresh_s`` 0: no refresh."""
+    app = web.Application(middlewares=[guard.guard, errors])
+    app[CATALOG] = catalog
+    app[CHOICES] = ChoiceCache()
+    app[PAGES] = {}
+    app[guard.TOKEN_KEY] = token
+    app[ROOT_LABEL] = _root_label(catalog.root)
+    app[REFRESH_S] = refresh_s
+    app.on_response_prepare.append(guard.add_headers)
+    app.cleanup_ctx.append(_refresher)
+    r = app.router
+    r.add_get("/", index)
+    r.add_get("/api/runs", api_runs)
+    r.add_get("/api/runs/{flow}/{run}", api_run)
+    r.add_get("/runs/{flow}/{run}", run_redirect)
+    r.add_get("/runs/{flow}/{run}/", run_page)
+    r.add_get("/runs/{flow}/{run}/files/{name}", run_file)
+    r.add_get("/compare", compare)
+    r.add_get("/api/compare", api_compare)
+    r.add_get("/reference", reference)
+    r.add_get("/api/reference", api_reference)
+    r.add_get("/trends", trends)
+    r.add_get("/api/trends", api_trends)
+    return app

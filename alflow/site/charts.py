@@ -1,0 +1,129 @@
+"""Trend charts: one metric of one trend line over its runs, as inline SVG (no script, no external resource).
+
+The x axis is the run order (one slot per point, oldest left) labelled with the run date and the image tag;
+a point whose regression verdict is ``regressed`` is drawn larger in :data:`REGRESSED` with a ring, and the
+legend says so. Every text goes through :func:`markupsafe.escape` (a model name such as ``<script>`` stays
+text); tick values come from :func:`alflow.reports.svg.nice_ticks`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from markupsafe import Markup, escape
+
+from alflow.reports.svg import fmt_tick, nice_ticks
+
+LINE: Final = "#1f77b4"
+REGRESSED: Final = "#e8112d"
+"""The colour of a regressed point (and its legend entry); no other mark on a trend chart uses it."""
+INVALID: Final = "#999999"
+WIDTH: Final = 640
+HEIGHT: Final = 300
+_LEFT, _RIGHT, _TOP, _BOTTOM = 70, 44, 30, 78
+MAX_X_LABELS: Final = 6
+
+
+@dataclass(frozen=True)
+class TrendMark:
+    """One run on a chart: its value (None: not measured), x label parts, tooltip and marks."""
+
+    value: float | None
+    date: str
+    tag: str
+    tooltip: str
+    regressed: bool = False
+    good: bool = True
+
+
+def trend_chart(title: str, y_label: str, marks: Sequence[TrendMark]) -> Markup:
+    """The chart of ``marks`` (oldest first) as an ``<svg>`` element."""
+    w, h = WIDTH, HEIGHT
+    pw, ph = w - _LEFT - _RIGHT, h - _TOP - _BOTTOM
+    parts = [
+        f'<svg class="trend" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
+        f'aria-label="{escape(title)}" font-family="sans-serif" font-size="11">',
+        f"<title>{escape(title)}</title>",
+        f'<rect x="0" y="0" width="{w}" height="{h}" fill="#ffffff"/>',
+        f'<text x="{w / 2:.1f}" y="18" text-anchor="middle" font-size="13" font-weight="bold">{escape(title)}</text>',
+    ]
+    values = [m.value for m in marks if m.value is not None]
+    if not values:
+        parts.append(
+            f'<text x="{w / 2:.1f}" y="{h / 2:.1f}" text-anchor="middle" fill="#888888">no data</text>'
+        )
+        return Markup("".join([*parts, "</svg>"]))  # noqa: S704 - every text is escaped
+    ticks = nice_ticks(min(values), max(values))
+    lo, hi = min(ticks[0], *values), max(ticks[-1], *values)
+    n = len(marks)
+
+    def px(i: int) -> float:
+        return _LEFT + (pw / 2 if n == 1 else i * pw / (n - 1))
+
+    def py(v: float) -> float:
+        return _TOP + ph - (v - lo) / ((hi - lo) or 1.0) * ph
+
+    parts.append(f'<rect x="{_LEFT}" y="{_TOP}" width="{pw}" height="{ph}" fill="none" stroke="#cccccc"/>')
+    for t in ticks:
+        y = py(t)
+        parts.append(f'<line x1="{_LEFT}" y1="{y:.1f}" x2="{_LEFT + pw}" y2="{y:.1f}" stroke="#eeeeee"/>')
+        parts.append(f'<text x="{_LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{escape(fmt_tick(t))}</text>')
+    step = max(1, -(-n // MAX_X_LABELS))
+    for i in range(0, n, step):
+        x = px(i)
+        parts.append(
+            f'<text x="{x:.1f}" y="{_TOP + ph + 15}" text-anchor="middle">{escape(marks[i].date)}</text>'
+        )
+        parts.append(
+            f'<text x="{x:.1f}" y="{_TOP + ph + 28}" text-anchor="middle" fill="#555555">{escape(marks[i].tag)}</text>'
+        )
+    parts.append(
+        f'<text x="14" y="{_TOP + ph / 2:.1f}" text-anchor="middle" '
+        f'transform="rotate(-90 14 {_TOP + ph / 2:.1f})">{escape(y_label)}</text>'
+    )
+    coords = " ".join(f"{px(i):.1f},{py(m.value):.1f}" for i, m in enumerate(marks) if m.value is not None)
+    parts.append(f'<polyline points="{coords}" fill="none" stroke="{LINE}" stroke-width="1.5"/>')
+    parts += _marks(marks, px, py)
+    parts += _legend(h, any(m.regressed for m in marks))
+    parts.append("</svg>")
+    return Markup("".join(parts))  # noqa: S704 - every text is escaped
+
+
+def _marks(marks: Sequence[TrendMark], px: Callable[[int], float], py: Callable[[float], float]) -> list[str]:
+    """The point markers: regressed ones large and red with a ring, others small (grey when not good)."""
+    out: list[str] = []
+    for i, m in enumerate(marks):
+        if m.value is None:
+            continue
+        x, y = px(i), py(m.value)
+        tip = f"<title>{escape(m.tooltip)}</title>"
+        if m.regressed:
+            out.append(
+                f'<circle class="regressed" cx="{x:.1f}" cy="{y:.1f}" r="7" fill="{REGRESSED}" '
+                f'stroke="#7a0010" stroke-width="1.5">{tip}</circle>'
+            )
+        else:
+            color = LINE if m.good else INVALID
+            out.append(
+                f'<circle class="point" cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="{color}">{tip}</circle>'
+            )
+    return out
+
+
+def _legend(h: int, regressed: bool) -> list[str]:
+    """The legend: run values, not-good points, and regressed points (only when the chart has one)."""
+    y = h - 14
+    out = [
+        f'<line x1="{_LEFT}" y1="{y - 4}" x2="{_LEFT + 18}" y2="{y - 4}" stroke="{LINE}" stroke-width="2"/>',
+        f'<text x="{_LEFT + 24}" y="{y}">run</text>',
+        f'<circle cx="{_LEFT + 80}" cy="{y - 4}" r="3.5" fill="{INVALID}"/>',
+        f'<text x="{_LEFT + 90}" y="{y}">invalid, partial or client-bound</text>',
+    ]
+    if regressed:
+        out += [
+            f'<circle cx="{_LEFT + 310}" cy="{y - 4}" r="6" fill="{REGRESSED}" stroke="#7a0010"/>',
+            f'<text x="{_LEFT + 322}" y="{y}">regressed (regression.json)</text>',
+        ]
+    return out

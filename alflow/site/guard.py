@@ -1,0 +1,160 @@
+"""What keeps the site read-only, confined to its root and closed to strangers.
+
+- Methods: GET and HEAD only; anything else is 405 (with ``Allow``), before any other check.
+- Paths: a request path holding ``..``, a backslash, NUL or a percent-encoded dot, slash, backslash or NUL
+  (``%2e``, ``%2f``, ``%5c``, ``%00``) is refused (400) before routing; routes then only accept names that
+  look like a flow and a run directory (:data:`alflow.results.catalog.RUN_DIR`) of the catalogue and file
+  names the run's manifest lists, and a file whose real path (symlinks resolved) leaves the root is refused
+  (404). No error echoes the path.
+- The token: with one configured (required when the host is not loopback: :func:`check_bind`), every request
+  carries it as ``Authorization: Bearer``, as a cookie set on the first visit, or once as ``?token=`` (then it
+  is moved into an ``HttpOnly; SameSite=Strict`` cookie and the URL without it). Compared with
+  :func:`hmac.compare_digest`; never logged (the access log leaves the query string out) nor echoed.
+- Headers on every answer, errors included: a Content-Security-Policy that allows inline styles and
+  ``data:`` images only (no script, no external resource), ``nosniff``, ``no-referrer``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import os
+import re
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Final
+from urllib.parse import parse_qsl, urlencode
+
+from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
+
+from alflow.errors import InvalidInputError
+
+TOKEN_COOKIE: Final = "alflow_site_token"  # noqa: S105 - the cookie's name, not a secret
+TOKEN_PARAM: Final = "token"  # noqa: S105 - the query parameter's name
+HEADERS: Final = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+}
+ALLOWED_METHODS: Final = ("GET", "HEAD")
+_BAD_RAW: Final = re.compile(r"%(2e|2f|5c|00)|\\|\x00", re.IGNORECASE)
+TOKEN_KEY: web.AppKey[str | None] = web.AppKey("token", str | None)  # type: ignore[arg-type]
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` binds to loopback only: ``localhost``, 127.0.0.0/8 or ``::1``."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, token_env: str | None) -> str | None:
+    """The token to require: the value of ``token_env``; refused when a non-loopback host has none.
+
+    Raises :class:`InvalidInputError` (one line naming the option and what is allowed) before anything binds.
+    """
+    if token_env is None:
+        if is_loopback(host):
+            return None
+        raise InvalidInputError(
+            f"--host {host!r} is not loopback (127.0.0.0/8, ::1, localhost): give --token-env NAME, the "
+            "environment variable that holds the access token every request must carry"
+        )
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", token_env):
+        raise InvalidInputError(f"--token-env {token_env!r}: must be an environment variable name")
+    value = os.environ.get(token_env, "")
+    if not value.strip():
+        raise InvalidInputError(
+            f"--token-env {token_env}: the environment variable is not set or empty; set it to the access token"
+        )
+    return value
+
+
+def _same(given: str, token: str) -> bool:
+    return hmac.compare_digest(given.encode(), token.encode())
+
+
+def _without_token(request: web.Request) -> str:
+    """The request's path and query with the token parameter removed (from the raw query: no re-encoding)."""
+    pairs = [(k, v) for k, v in parse_qsl(request.query_string, keep_blank_values=True) if k != TOKEN_PARAM]
+    path = "/" + request.raw_path.split("?", 1)[0].lstrip("/")  # never //host: no redirect off the site
+    return path + ("?" + urlencode(pairs) if pairs else "")
+
+
+def _authorized(request: web.Request, token: str) -> bool:
+    header = request.headers.get("Authorization", "")
+    if header.startswith("Bearer ") and _same(header[7:].strip(), token):
+        return True
+    cookie = request.cookies.get(TOKEN_COOKIE)
+    return cookie is not None and _same(cookie, token)
+
+
+def _plain(status: int, text: str, **headers: str) -> web.Response:
+    """A short text answer (``text`` is a fixed message: it never holds a request's path or value)."""
+    return web.Response(status=status, text=text + "\n", content_type="text/plain", headers=headers)
+
+
+@web.middleware
+async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Methods, raw path and token checks, in that order (see the module doc)."""
+    if request.method not in ALLOWED_METHODS:
+        return _plain(405, "405 method not allowed: this site is read-only", Allow=", ".join(ALLOWED_METHODS))
+    raw = request.raw_path.split("?", 1)[0]
+    if (
+        _BAD_RAW.search(raw)
+        or ".." in raw.split("/")
+        or "\x00" in request.path
+        or ".." in request.path.split("/")
+    ):
+        return _plain(400, "400 bad request: the path holds a forbidden sequence")
+    token = request.app[TOKEN_KEY]
+    if token is None:
+        return await handler(request)
+    given = request.query.get(TOKEN_PARAM)
+    if given is not None:
+        if not _same(given, token):
+            return _plain(401, "401 unauthorized: wrong token", **{"WWW-Authenticate": "Bearer"})
+        response = web.Response(status=303, headers={"Location": _without_token(request)})
+        response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="Strict", path="/")
+        return response
+    if not _authorized(request, token):
+        return _plain(
+            401, "401 unauthorized: give the token (Authorization: Bearer)", **{"WWW-Authenticate": "Bearer"}
+        )
+    return await handler(request)
+
+
+async def add_headers(_request: web.Request, response: web.StreamResponse) -> None:
+    """``on_response_prepare``: the security headers on every answer."""
+    for name, value in HEADERS.items():
+        response.headers.setdefault(name, value)
+
+
+def confined(root: Path, candidate: Path) -> Path | None:
+    """``candidate`` with symlinks resolved when it is a regular file inside ``root`` (resolved), else None."""
+    try:
+        real = candidate.resolve(strict=True)
+        base = root.resolve(strict=True)
+    except (OSError, RuntimeError):
+        return None
+    if not real.is_relative_to(base) or not real.is_file():
+        return None
+    return real
+
+
+class PathOnlyAccessLogger(AbstractAccessLogger):
+    """One access-log line per request: method, path (never the query: it may hold the token), status, time."""
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        path = request.raw_path.split("?", 1)[
+            0
+        ]  # percent-encoded as received: no control character in the log
+        self.logger.info("%s %s %s %.1fms", request.method, path, response.status, time * 1000)

@@ -1,0 +1,377 @@
+"""Typed data of the site's pages: the runs index, the trends, the reference tables.
+
+Each page is built once from the catalogue as a frozen dataclass; the HTML template renders it and the
+JSON API returns its :meth:`to_dict`, so a page and its API answer hold the same data. Query parameters
+are parsed here: a bad one is an :class:`~alflow.errors.InvalidInputError` naming the parameter, its
+value and what is allowed (the site answers 400 with that line).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Final
+from urllib.parse import urlencode
+
+from alflow.errors import InvalidInputError
+from alflow.results.catalog import Catalog, CatalogEntry, SeriesKey
+from alflow.results.rows import M2Point
+
+PAGE_SIZE: Final = 100
+SORT_COLUMNS: Final = ("date", "flow", "model", "framework", "image", "k", "status", "outcome", "verdict")
+ORDERS: Final = ("asc", "desc")
+TREND_LAST_MAX: Final = 1000
+MAX_SERIES: Final = 40
+"""Trend lines drawn on one page at most (filter to see others)."""
+
+
+def _text_param(params: Mapping[str, str], name: str, limit: int = 200) -> str:
+    value = params.get(name, "")
+    if len(value) > limit or any(ord(c) < 32 for c in value):
+        raise InvalidInputError(
+            f"query parameter {name} {value[:40]!r}: must be text of at most {limit} characters without control characters"
+        )
+    return value
+
+
+def _int_param(params: Mapping[str, str], name: str, low: int, high: int, default: int | None) -> int | None:
+    raw = params.get(name, "")
+    if raw == "":
+        return default
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise InvalidInputError(f"query parameter {name} {raw[:40]!r}: must be an integer in [{low}, {high}]")
+    return int(raw)
+
+
+def _choice_param(params: Mapping[str, str], name: str, allowed: tuple[str, ...], default: str) -> str:
+    value = params.get(name, "") or default
+    if value not in allowed:
+        raise InvalidInputError(f"query parameter {name} {value[:40]!r}: must be one of {', '.join(allowed)}")
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# The runs index
+
+
+@dataclass(frozen=True)
+class IndexQuery:
+    """Filters, sort and page of the runs index (``/`` and ``/api/runs``)."""
+
+    flow: str = ""
+    model: str = ""
+    framework: str = ""
+    outcome: str = ""
+    text: str = ""
+    sort: str = "date"
+    order: str = "desc"
+    page: int = 1
+
+    @classmethod
+    def parse(cls, params: Mapping[str, str]) -> IndexQuery:
+        """The query of a request's parameters (unknown parameters are ignored)."""
+        return cls(
+            flow=_text_param(params, "flow"),
+            model=_text_param(params, "model"),
+            framework=_text_param(params, "framework"),
+            outcome=_text_param(params, "outcome"),
+            text=_text_param(params, "text"),
+            sort=_choice_param(params, "sort", SORT_COLUMNS, "date"),
+            order=_choice_param(params, "order", ORDERS, "desc"),
+            page=_int_param(params, "page", 1, 1_000_000, 1) or 1,
+        )
+
+    def url(self, **changes: Any) -> str:
+        """``?...`` of this query with ``changes`` (defaults left out), for the page's links."""
+        q = replace(self, **changes)
+        default = IndexQuery()
+        pairs = {
+            f.name: getattr(q, f.name) for f in fields(q) if getattr(q, f.name) != getattr(default, f.name)
+        }
+        return "?" + urlencode(pairs) if pairs else "?"
+
+    def sort_url(self, column: str) -> str:
+        """The link of a column heading: sort by it, flipping the order when it is already the sort."""
+        order = ("asc" if self.order == "desc" else "desc") if column == self.sort else "desc"
+        return self.url(sort=column, order=order, page=1)
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One run as the index lists it."""
+
+    rel: str
+    flow: str
+    run_id: str
+    started: str
+    date: str
+    status: str
+    outcome: str
+    model: str | None
+    framework: str | None
+    image: str | None
+    image_tag: str | None
+    ks: tuple[int, ...]
+    thinking: str | None
+    verdict: str | None
+    simulated: bool
+    files: tuple[str, ...]
+    problem: str | None
+
+    @classmethod
+    def of(cls, e: CatalogEntry) -> RunRow:
+        """The row of a catalogue entry."""
+        return cls(
+            rel=e.rel,
+            flow=e.flow,
+            run_id=e.run_id,
+            started=e.started,
+            date=e.started[:16].replace("T", " "),
+            status=e.status,
+            outcome=e.outcome,
+            model=e.model,
+            framework=e.framework,
+            image=e.image,
+            image_tag=e.image_tag,
+            ks=e.ks,
+            thinking=e.thinking,
+            verdict=e.verdict,
+            simulated=e.simulated,
+            files=e.files,
+            problem=e.problem,
+        )
+
+
+@dataclass(frozen=True)
+class Choices:
+    """The values the index's filters offer (from every run in the root)."""
+
+    flows: tuple[str, ...]
+    models: tuple[str, ...]
+    frameworks: tuple[str, ...]
+    outcomes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class IndexPage:
+    """One page of the runs index."""
+
+    query: IndexQuery
+    rows: tuple[RunRow, ...]
+    matching: int
+    total: int
+    page: int
+    pages: int
+    page_size: int
+    choices: Choices
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON API's answer (``/api/runs``)."""
+        return asdict(self)
+
+
+_SORT_KEYS: Final[dict[str, Callable[[CatalogEntry], Any]]] = {
+    "date": lambda e: e.started,
+    "flow": lambda e: e.flow,
+    "model": lambda e: e.model or "",
+    "framework": lambda e: e.framework or "",
+    "image": lambda e: e.image or "",
+    "k": lambda e: min(e.ks, default=-1),
+    "status": lambda e: e.status,
+    "outcome": lambda e: e.outcome,
+    "verdict": lambda e: e.verdict or "",
+}
+
+
+def _matches(e: CatalogEntry, q: IndexQuery, needle: str) -> bool:
+    if (q.flow and e.flow != q.flow) or (q.model and e.model != q.model):
+        return False
+    if (q.framework and e.framework != q.framework) or (q.outcome and e.outcome != q.outcome):
+        return False
+    if not needle:
+        return True
+    hay = " ".join(
+        str(v) for v in (e.rel, e.model, e.framework, e.image, e.status, e.outcome, e.verdict, e.problem) if v
+    )
+    return needle in hay.lower()
+
+
+class ChoiceCache:
+    """The filter choices of a catalogue, computed once per catalogue generation."""
+
+    def __init__(self) -> None:
+        self._key: tuple[int, int] | None = None
+        self._value = Choices((), (), (), ())
+
+    def get(self, catalog: Catalog) -> Choices:
+        """The choices of the catalogue as it is now."""
+        key = (id(catalog), catalog.generation)
+        if key != self._key:
+            entries = catalog.entries()
+            self._value = Choices(
+                flows=tuple(sorted({e.flow for e in entries})),
+                models=tuple(sorted({e.model for e in entries if e.model})),
+                frameworks=tuple(sorted({e.framework for e in entries if e.framework})),
+                outcomes=tuple(sorted({e.outcome for e in entries})),
+            )
+            self._key = key
+        return self._value
+
+
+def index_page(catalog: Catalog, q: IndexQuery, choices: Choices) -> IndexPage:
+    """The runs of the catalogue that match ``q``, sorted, one page of :data:`PAGE_SIZE` rows."""
+    entries = catalog.entries()
+    needle = q.text.lower()
+    found = [e for e in entries if _matches(e, q, needle)]
+    if q.sort != "date" or q.order != "desc":  # the catalogue's own order is newest first
+        found.sort(key=lambda e: (_SORT_KEYS[q.sort](e), e.started), reverse=q.order == "desc")
+    pages = max(1, math.ceil(len(found) / PAGE_SIZE))
+    page = min(q.page, pages)
+    rows = tuple(RunRow.of(e) for e in found[(page - 1) * PAGE_SIZE : page * PAGE_SIZE])
+    return IndexPage(q, rows, len(found), len(entries), page, pages, PAGE_SIZE, choices)
+
+
+def entry_dict(entry: CatalogEntry) -> dict[str, Any]:
+    """A run's catalogue entry for the JSON API (``/api/runs/<flow>/<run>``): without the server's own path."""
+    data = entry.to_dict()
+    data.pop("run_dir", None)
+    return data
+
+
+# --------------------------------------------------------------------------------------------
+# Trends
+
+METRICS: Final = (
+    ("output_throughput_per_gpu", "Output throughput per GPU", "tok/s/GPU"),
+    ("median_tpot_ms", "Median TPOT", "ms"),
+    ("median_interactivity_tokens_per_s", "Median interactivity", "tok/s/user"),
+    ("achieved_al", "Achieved AL", "tokens/step"),
+)
+"""The values a trend line shows per run: (M2Point field, title, unit)."""
+
+
+@dataclass(frozen=True)
+class TrendQuery:
+    """Which trend lines (``/trends``, ``/api/trends``): filters, and how many of the latest runs per line."""
+
+    framework: str = ""
+    model: str = ""
+    k: int | None = None
+    concurrency: int | None = None
+    last: int = 60
+
+    @classmethod
+    def parse(cls, params: Mapping[str, str]) -> TrendQuery:
+        """The query of a request's parameters."""
+        return cls(
+            framework=_text_param(params, "framework"),
+            model=_text_param(params, "model"),
+            k=_int_param(params, "k", 1, 64, None),
+            concurrency=_int_param(params, "concurrency", 1, 1_000_000, None),
+            last=_int_param(params, "last", 1, TREND_LAST_MAX, 60) or 60,
+        )
+
+    def wants(self, key: SeriesKey) -> bool:
+        """Whether the line ``key`` passes the filters."""
+        return (
+            (not self.framework or key.framework == self.framework)
+            and (not self.model or key.model == self.model)
+            and (self.k is None or key.k == self.k)
+            and (self.concurrency is None or key.concurrency == self.concurrency)
+        )
+
+
+@dataclass(frozen=True)
+class TrendPoint:
+    """One run on a trend line."""
+
+    rel: str
+    started: str
+    image_tag: str | None
+    repeat: int
+    valid: bool
+    partial: bool
+    client_bound: bool
+    verdict: str | None
+    output_throughput_per_gpu: float | None
+    median_tpot_ms: float | None
+    median_interactivity_tokens_per_s: float | None
+    achieved_al: float | None
+
+    @classmethod
+    def of(cls, entry: CatalogEntry, key: SeriesKey, p: M2Point) -> TrendPoint:
+        """The point of ``p`` (measured by ``entry``) on the line ``key``."""
+        return cls(
+            rel=entry.rel,
+            started=entry.started,
+            image_tag=entry.image_tag,
+            repeat=p.repeat,
+            valid=p.valid,
+            partial=p.partial,
+            client_bound=p.client_verdict == "client-bound",
+            verdict=entry.verdict_of(key),
+            output_throughput_per_gpu=_finite(p.output_throughput_per_gpu),
+            median_tpot_ms=_finite(p.median_tpot_ms),
+            median_interactivity_tokens_per_s=_finite(p.median_interactivity_tokens_per_s),
+            achieved_al=_finite(p.achieved_al),
+        )
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+@dataclass(frozen=True)
+class TrendSeries:
+    """One trend line: its key and its latest points, oldest first."""
+
+    key: SeriesKey
+    label: str
+    points: tuple[TrendPoint, ...]
+    runs: int
+    """Points of the line in the whole root (``points`` holds the latest ``last``)."""
+    regressed: int
+
+
+@dataclass(frozen=True)
+class TrendChoices:
+    """The values the trend filters offer."""
+
+    frameworks: tuple[str, ...]
+    models: tuple[str, ...]
+    ks: tuple[int, ...]
+    concurrencies: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TrendsPage:
+    """The trend lines that pass the filters (at most :data:`MAX_SERIES`)."""
+
+    query: TrendQuery
+    series: tuple[TrendSeries, ...]
+    matching: int
+    choices: TrendChoices
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON API's answer (``/api/trends``)."""
+        return asdict(self)
+
+
+def trends_page(catalog: Catalog, q: TrendQuery) -> TrendsPage:
+    """The trend lines of the catalogue that match ``q``, each with its latest ``q.last`` points."""
+    keys = catalog.series_keys()
+    wanted = [k for k in keys if q.wants(k)]
+    series = []
+    for key in wanted[:MAX_SERIES]:
+        pairs = catalog.all_points(key)
+        points = tuple(TrendPoint.of(e, key, p) for e, p in pairs[-q.last :])
+        regressed = sum(1 for p in points if p.verdict == "regressed")
+        series.append(TrendSeries(key, key.label(), points, len(pairs), regressed))
+    choices = TrendChoices(
+        frameworks=tuple(sorted({k.framework for k in keys})),
+        models=tuple(sorted({k.model for k in keys})),
+        ks=tuple(sorted({k.k for k in keys})),
+        concurrencies=tuple(sorted({k.concurrency for k in keys})),
+    )
+    return TrendsPage(q, tuple(series), len(wanted), choices)

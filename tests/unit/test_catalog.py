@@ -1,0 +1,354 @@
+"""The catalogue of a results root: entries, refresh by mtime, damaged runs, history rules, the disk cache."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pytest
+
+from alflow.errors import InvalidInputError
+from alflow.results.catalog import Catalog, SeriesKey, read_verdicts, split_image
+from alflow.results.store import RunWriter
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "4f9de94"
+
+
+def point(concurrency: int, **changes: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "concurrency": concurrency,
+        "k": 3,
+        "framework": "vllm",
+        "target_al": 2.5,
+        "achieved_al": 2.5,
+        "valid": True,
+        "partial": False,
+        "audit": "ok",
+        "output_throughput_per_gpu": 100.0 * concurrency,
+        "median_tpot_ms": 5.0,
+        "median_interactivity_tokens_per_s": 200.0,
+        "duration_s": 1.0,
+        "client_verdict": "ok",
+    }
+    return {**row, **changes}
+
+
+def write_run(
+    root: Path,
+    started: str,
+    *,
+    flow: str = "m2",
+    model: str = "llama",
+    framework: str = "vllm",
+    image: str | None = "vllm/vllm-openai:v0.11.0",
+    thinking: str = "off",
+    status: str = "complete",
+    points: list[dict[str, Any]] | None = None,
+    regression: object = None,
+    summary: dict[str, Any] | None = None,
+) -> Path:
+    """A run directory written as the store writes one (manifest, summary.json), no parquet: fast."""
+    when = datetime.fromisoformat(started)
+    run_id = uuid.uuid4().hex[:12]
+    run_dir = root / flow / f"{when.strftime('%Y%m%dT%H%M%SZ')}-{run_id}"
+    run_dir.mkdir(parents=True)
+    pts = [point(4)] if points is None else points
+    data = summary if summary is not None else {"flow": flow, "target_al": 2.5, "scheme": None, "points": pts}
+    (run_dir / "summary.json").write_text(json.dumps({"schema_version": 1, **data}))
+    manifest = {
+        "schema_version": 1,
+        "flow": flow,
+        "run_id": run_id,
+        "status": status,
+        "simulated": True,
+        "started": when.isoformat(),
+        "finished": when.isoformat(),
+        "config": {
+            "model": {"id": model},
+            "k": 3,
+            "thinking": thinking,
+            "server": {"framework": framework, "image": image},
+        },
+        "files": {"summary.json": {"written": when.isoformat()}},
+    }
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    if regression is not None:
+        text = regression if isinstance(regression, str) else json.dumps(regression)
+        (run_dir / "regression.json").write_text(text)
+    return run_dir
+
+
+def key(concurrency: int = 4, **changes: Any) -> SeriesKey:
+    base = {
+        "framework": "vllm",
+        "image": "vllm/vllm-openai",
+        "model": "llama",
+        "k": 3,
+        "concurrency": concurrency,
+        "thinking": "off",
+    }
+    return SeriesKey(**{**base, **changes})
+
+
+@pytest.mark.parametrize(
+    ("image", "expected"),
+    [
+        ("vllm/vllm-openai:v0.11.0", ("vllm/vllm-openai", "v0.11.0")),
+        ("localhost:5000/vllm/vllm-openai:v0.11.0", ("localhost:5000/vllm/vllm-openai", "v0.11.0")),
+        ("localhost:5000/vllm/vllm-openai", ("localhost:5000/vllm/vllm-openai", "")),
+        ("repo@sha256:abcd", ("repo", "sha256:abcd")),
+        ("registry:443/repo:tag@sha256:abcd", ("registry:443/repo", "tag")),
+        ("ubuntu", ("ubuntu", "")),
+        ("", ("", "")),
+        (None, ("", "")),
+    ],
+)
+def test_split_image(image: str | None, expected: tuple[str, str]) -> None:
+    assert split_image(image) == expected
+
+
+def test_series_key_round_trips_and_refuses_bad_data() -> None:
+    k = key(16, thinking="")
+    assert SeriesKey.from_dict(json.loads(json.dumps(k.to_dict()))) == k
+    assert k.label() == "vllm vllm/vllm-openai llama K=3 c=16"
+    with pytest.raises(InvalidInputError, match="series field k 'x': must be an integer"):
+        SeriesKey.from_dict({**k.to_dict(), "k": "x"})
+    with pytest.raises(InvalidInputError, match="series field concurrency True"):
+        SeriesKey.from_dict({**k.to_dict(), "concurrency": True})
+    with pytest.raises(InvalidInputError, match="series field model None: must be a string"):
+        SeriesKey.from_dict({key_: v for key_, v in k.to_dict().items() if key_ != "model"})
+    with pytest.raises(InvalidInputError, match="expected a JSON object"):
+        SeriesKey.from_dict([1, 2])  # type: ignore[arg-type]
+
+
+def test_the_fixture_runs_are_catalogued_newest_first_with_their_facts() -> None:
+    catalog = Catalog(str(FIXTURES))
+    entries = catalog.entries()
+    assert [e.flow for e in entries] == ["sweep", "m2", "m1", "m1", "m0"]
+    m2 = entries[1]
+    assert (m2.model, m2.framework, m2.image_tag, m2.ks, m2.thinking) == (
+        "demo-llama-70b",
+        "sim",
+        "local",
+        (3,),
+        "off",
+    )
+    assert [p.concurrency for p in m2.points] == [4, 8, 16]
+    assert m2.outcome == "passed"
+    assert entries[2].outcome == "failed"  # the degraded M1 run
+    assert entries[4].ks == (1, 2, 3)
+    assert entries[4].thinking == "on,off"
+    assert catalog.get(m2.rel) is m2
+    assert catalog.get("m2/nothing") is None
+    assert [k.concurrency for k, _ in m2.series()] == [4, 8, 16]
+    assert m2.series()[0][0].image == "alflow-sim-base"
+
+
+def test_refresh_rereads_only_changed_runs_and_sees_new_and_removed_ones(tmp_path: Path) -> None:
+    a = write_run(tmp_path, "2026-01-01T00:00:00+00:00")
+    b = write_run(tmp_path, "2026-01-02T00:00:00+00:00")
+    catalog = Catalog(str(tmp_path), min_refresh_s=3600)
+    assert catalog.reads == 2
+    catalog.refresh(force=True)
+    assert catalog.reads == 2  # nothing changed: nothing read
+    manifest = json.loads((a / "manifest.json").read_text())
+    manifest["status"] = "failed"
+    (a / "manifest.json").write_text(json.dumps(manifest))
+    st = (a / "manifest.json").stat()
+    os.utime(a / "manifest.json", ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+    catalog.refresh()  # throttled: min_refresh_s has not passed
+    assert catalog.reads == 2
+    catalog.refresh(force=True)
+    assert catalog.reads == 3
+    assert catalog.get(f"m2/{a.name}").status == "failed"  # type: ignore[union-attr]
+    c = write_run(tmp_path, "2026-01-03T00:00:00+00:00")
+    shutil.rmtree(b)
+    catalog.refresh(force=True)
+    assert catalog.reads == 4
+    assert [e.rel for e in catalog.entries()] == [f"m2/{c.name}", f"m2/{a.name}"]
+
+
+def test_a_new_regression_json_is_picked_up_without_a_manifest_change(tmp_path: Path) -> None:
+    a = write_run(tmp_path, "2026-01-01T00:00:00+00:00")
+    catalog = Catalog(str(tmp_path))
+    assert catalog.entries()[0].verdict is None
+    (a / "regression.json").write_text(
+        json.dumps({"points": [{"outcome": "regressed", "concurrency": 4, "series": key().to_dict()}]})
+    )
+    catalog.refresh(force=True)
+    entry = catalog.entries()[0]
+    assert entry.verdict == "regressed"
+    assert entry.verdict_of(key()) == "regressed"
+    assert entry.verdict_of(key(8)) is None
+
+
+def test_damaged_runs_are_listed_as_unreadable_with_the_reason(tmp_path: Path) -> None:
+    good = write_run(tmp_path, "2026-01-01T00:00:00+00:00")
+    bad_json = write_run(tmp_path, "2026-01-02T00:00:00+00:00")
+    (bad_json / "manifest.json").write_text("{not json")
+    no_manifest = tmp_path / "m2" / "20260103T000000Z-deadbeef0000"
+    no_manifest.mkdir()
+    other_version = write_run(tmp_path, "2026-01-04T00:00:00+00:00")
+    data = json.loads((other_version / "manifest.json").read_text())
+    (other_version / "manifest.json").write_text(json.dumps({**data, "schema_version": 99}))
+    (tmp_path / "m2" / "not-a-run-dir").mkdir()  # not a run directory's name: not listed
+    catalog = Catalog(str(tmp_path))
+    by_rel = {e.rel: e for e in catalog.entries()}
+    assert len(by_rel) == 4
+    assert by_rel[f"m2/{good.name}"].status == "complete"
+    assert by_rel[f"m2/{bad_json.name}"].status == "unreadable"
+    assert "not readable JSON" in (by_rel[f"m2/{bad_json.name}"].problem or "")
+    assert "does not exist" in (by_rel[f"m2/{no_manifest.name}"].problem or "")
+    assert (
+        by_rel[f"m2/{no_manifest.name}"].started == "2026-01-03T00:00:00+00:00"
+    )  # from the directory's name
+    assert "schema version 99" in (by_rel[f"m2/{other_version.name}"].problem or "")
+    assert by_rel[f"m2/{other_version.name}"].outcome == "unreadable"
+    assert not any(str(tmp_path) in (e.problem or "") for e in by_rel.values())  # named by rel, not by path
+
+
+def test_outcomes_of_runs(tmp_path: Path) -> None:
+    write_run(tmp_path, "2026-01-01T00:00:00+00:00", points=[point(4, partial=True, valid=False)])
+    write_run(tmp_path, "2026-01-02T00:00:00+00:00", points=[point(4, valid=False)])
+    write_run(tmp_path, "2026-01-03T00:00:00+00:00", status="running")
+    write_run(
+        tmp_path,
+        "2026-01-04T00:00:00+00:00",
+        flow="m1",
+        summary={"flow": "m1", "subject": "x", "passed": False},
+    )
+    write_run(tmp_path, "2026-01-05T00:00:00+00:00")
+    outcomes = [e.outcome for e in Catalog(str(tmp_path)).entries()]
+    assert outcomes == ["passed", "failed", "running", "failed", "partial"]
+
+
+def test_history_keeps_only_good_runs_before_the_date_newest_first(tmp_path: Path) -> None:
+    runs = {
+        "old": write_run(tmp_path, "2026-01-01T00:00:00+00:00"),
+        "good": write_run(tmp_path, "2026-01-02T00:00:00+00:00", points=[point(4), point(8)]),
+        "invalid": write_run(tmp_path, "2026-01-03T00:00:00+00:00", points=[point(4, valid=False)]),
+        "partial": write_run(tmp_path, "2026-01-04T00:00:00+00:00", points=[point(4, partial=True)]),
+        "client": write_run(
+            tmp_path, "2026-01-05T00:00:00+00:00", points=[point(4, client_verdict="client-bound")]
+        ),
+        "failed": write_run(tmp_path, "2026-01-06T00:00:00+00:00", status="failed"),
+        "running": write_run(tmp_path, "2026-01-07T00:00:00+00:00", status="running"),
+        "other image": write_run(tmp_path, "2026-01-08T00:00:00+00:00", image="lmsysorg/sglang:v1"),
+        "latest": write_run(tmp_path, "2026-01-09T00:00:00+00:00"),
+        "after": write_run(tmp_path, "2026-01-20T00:00:00+00:00"),
+    }
+    rel = {name: f"m2/{d.name}" for name, d in runs.items()}
+    catalog = Catalog(str(tmp_path))
+    got = catalog.history(key(), before="2026-01-10T00:00:00+00:00", n=10)
+    assert [e.rel for e, _ in got] == [rel["latest"], rel["good"], rel["old"]]
+    assert [e.rel for e, _ in catalog.history(key(), before="2026-01-10", n=2)] == [
+        rel["latest"],
+        rel["good"],
+    ]
+    assert [
+        e.rel for e, _ in catalog.history(key(), before="2026-01-10", n=2, exclude_rel=rel["latest"])
+    ] == [
+        rel["good"],
+        rel["old"],
+    ]
+    assert [e.rel for e, _ in catalog.history(key(8), before="2026-02-01", n=5)] == [rel["good"]]
+    assert catalog.history(key(), before="2026-01-01T00:00:00+00:00", n=5) == []  # strictly before
+    with pytest.raises(InvalidInputError, match="before 'yesterday': not an ISO 8601 time"):
+        catalog.history(key(), before="yesterday", n=5)
+    assert [e.rel for e, _ in catalog.history(key(image="lmsysorg/sglang"), before="2026-02-01", n=5)] == [
+        rel["other image"]
+    ]
+
+
+def test_history_returns_every_repeat_of_a_run_and_counts_runs(tmp_path: Path) -> None:
+    write_run(tmp_path, "2026-01-01T00:00:00+00:00")
+    two = write_run(tmp_path, "2026-01-02T00:00:00+00:00", points=[point(4, repeat=0), point(4, repeat=1)])
+    got = Catalog(str(tmp_path)).history(key(), before="2026-02-01", n=1)
+    assert [(e.rel, p.repeat) for e, p in got] == [(f"m2/{two.name}", 0), (f"m2/{two.name}", 1)]
+
+
+def test_regression_json_is_read_tolerantly() -> None:
+    good = {"outcome": "improved", "concurrency": 4, "series": key().to_dict()}
+    series_without_concurrency = {k: v for k, v in key(8).to_dict().items() if k != "concurrency"}
+    data = {
+        "points": [
+            good,
+            {"outcome": "unchanged", "concurrency": 8, "series": series_without_concurrency},
+            {"outcome": "exploded", "series": key().to_dict()},
+            {"outcome": "regressed", "series": {"k": "three"}},
+            "garbage",
+        ]
+    }
+    verdict, per = read_verdicts(data)
+    assert verdict == "improved"
+    assert per == ((key(), "improved"), (key(8), "unchanged"))
+    reference = {
+        "points": [{"outcome": "unchanged", "series": {}}, {"outcome": "moved", "reference": "llama K=1"}]
+    }
+    assert read_verdicts(reference) == ("moved", ())  # no series, still the run's verdict
+    assert read_verdicts({"points": "x"}) == (None, ())
+    assert read_verdicts([1]) == (None, ())
+    assert read_verdicts(None) == (None, ())
+
+
+def test_a_garbage_regression_json_leaves_the_run_readable(tmp_path: Path) -> None:
+    write_run(tmp_path, "2026-01-01T00:00:00+00:00", regression="{oops")
+    (entry,) = Catalog(str(tmp_path)).entries()
+    assert entry.status == "complete"
+    assert entry.verdict is None
+
+
+def test_the_disk_cache_makes_a_cold_start_read_nothing_and_stays_out_of_the_root(tmp_path: Path) -> None:
+    root, cache = tmp_path / "root", tmp_path / "cache"
+    a = write_run(
+        root,
+        "2026-01-01T00:00:00+00:00",
+        regression={"points": [{"outcome": "regressed", "series": key().to_dict()}]},
+    )
+    write_run(root, "2026-01-02T00:00:00+00:00")
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    first = Catalog(str(root), cache_dir=cache)
+    assert first.reads == 2
+    second = Catalog(str(root), cache_dir=cache)
+    assert second.reads == 0
+    assert second.entries() == first.entries()
+    assert second.entries()[1].verdict_of(key()) == "regressed"
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before  # nothing written into the root
+    assert len(list(cache.iterdir())) == 1
+    manifest = a / "manifest.json"
+    os.utime(manifest, ns=(manifest.stat().st_atime_ns, manifest.stat().st_mtime_ns + 10**9))
+    third = Catalog(str(root), cache_dir=cache)
+    assert third.reads == 1
+    next(cache.iterdir()).write_text("{broken")
+    assert Catalog(str(root), cache_dir=cache).reads == 2  # a broken cache is ignored
+
+
+def test_a_memory_url_root_is_catalogued_and_refreshed() -> None:
+    root = f"memory://catalog-{uuid.uuid4().hex[:8]}"
+    try:
+        with RunWriter(
+            root, "m2", config={"model": {"id": "llama"}, "k": 3}, started=datetime(2026, 1, 1, tzinfo=UTC)
+        ) as w:
+            w.write_summary({"flow": "m2", "target_al": 2.5, "scheme": None, "points": [point(4)]})
+        catalog = Catalog(root, min_refresh_s=0)
+        (entry,) = catalog.entries()
+        assert entry.rel.startswith("m2/20260101T000000Z-")
+        assert [p.concurrency for p in entry.points] == [4]
+        assert catalog.reads == 1
+        catalog.refresh(force=True)
+        assert catalog.reads == 1  # fs.info says nothing changed
+        with RunWriter(
+            root, "m2", config={"model": {"id": "llama"}, "k": 3}, started=datetime(2026, 1, 2, tzinfo=UTC)
+        ):
+            pass
+        catalog.refresh(force=True)
+        assert len(catalog.entries()) == 2
+        assert catalog.reads == 2
+    finally:
+        fsspec.filesystem("memory").rm(root.removeprefix("memory://"), recursive=True)
