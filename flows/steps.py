@@ -25,6 +25,7 @@ from alflow.config import (
     ServerPlacement,
     ThinkingMode,
 )
+from alflow.config.regression import RegressionSettings
 from alflow.config.runners import RunnerOptions
 from alflow.datasets.types import Session
 from alflow.evals.gsm8k import EvalResult
@@ -33,11 +34,12 @@ from alflow.loadgen.endpoints import Sampling
 from alflow.measure import Measurement
 from alflow.metrics.client import GpuLayout
 from alflow.preflight import PreflightResult
+from alflow.reference.table import Key, ReferenceTable
 from alflow.results.store import RunWriter
 from alflow.results.summaries import StoredSummary
 from flows.common import emit_passed, gate_failure, pass_event
 from infra.runners import ServerHandle
-from tasks import gates, measure, results, servers
+from tasks import gates, measure, regression, results, servers
 from tasks.preflight import preflight
 
 
@@ -127,6 +129,22 @@ class PrefectSteps:
 
     def render(self, writer: RunWriter, rows: Sequence[Mapping[str, Any]], *, key: str) -> object:
         return results.render_report(writer, rows, key=key)
+
+    def check_regression(self, writer: RunWriter, settings: RegressionSettings) -> object:
+        try:  # the task warns about its own failures; this catches the task run's (never fails the run)
+            return regression.check_regression(writer, settings)
+        except Exception as exc:
+            self.warn(f"regression check not run: {exc!r}")
+            return None
+
+    def check_reference(
+        self, writer: RunWriter, previous: ReferenceTable | None, table: ReferenceTable, keys: Sequence[Key]
+    ) -> object:
+        try:
+            return regression.check_reference(writer, previous, table, keys)
+        except Exception as exc:
+            self.warn(f"reference check not run: {exc!r}")
+            return None
 
     def fail(self, flow: str, message: str, payload: dict[str, Any]) -> Exception:
         return gate_failure(flow, message, payload)

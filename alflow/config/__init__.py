@@ -42,6 +42,7 @@ from alflow.config.presets import (
     preset_names,
     presets_root,
 )
+from alflow.config.regression import RegressionSettings
 from alflow.config.runners import DockerOptions, ExternalServer, ProcessOptions, RunnerOptions, SlurmOptions
 from alflow.config.server import (
     DisaggregatedRole,
@@ -93,6 +94,7 @@ __all__ = [
     "ProcessOptions",
     "RandomWorkload",
     "ReferenceVariantChoice",
+    "RegressionSettings",
     "RunnerOptions",
     "SamplingParams",
     "ServerBase",

@@ -16,6 +16,7 @@ from alflow.config.base import (
     check_local_path,
     check_unique,
 )
+from alflow.config.regression import RegressionSettings
 from alflow.config.runners import ProcessOptions, RunnerOptions
 from alflow.config.server import (
     Parallelism,
@@ -315,6 +316,10 @@ class BenchmarkParams(StrictModel):
         ),
     )
     fail_on_invalid: bool = Field(True, description="Fail the run when a point fails the synthetic audit.")
+    regression: RegressionSettings = Field(
+        default=RegressionSettings(),
+        description="The regression check against the same series' recent runs (after the run is stored).",
+    )
     preflight: bool = Field(
         True,
         description=(

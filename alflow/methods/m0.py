@@ -234,6 +234,7 @@ def run_m0(
     diff = diff_tables(previous, table) if previous is not None else None
     writer.write_json(SCRAPES, {"points": got.scrapes})
     store_summary(writer, m0_summary(target.path, got.entries, got.cached_points, diff))
+    steps.check_reference(writer, previous, table, [e.key for e in got.entries])
     steps.render(writer, m0_rows(got.entries), key="m0-calibration")
     return M0Outcome(
         run_dir=writer.dir,

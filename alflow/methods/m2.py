@@ -242,4 +242,7 @@ def _store(
         partial=got.stopped is not None or any(p.partial for p in got.points),
     )
     steps.store(writer, tables, summary)
+    # judged before the report, which shows the verdicts; a run stopped or failed part-way is not judged
+    if params.regression.enabled and got.stopped is None:
+        steps.check_regression(writer, params.regression)
     steps.render(writer, rows, key=f"m2-{params.model.id}-k{params.k}")

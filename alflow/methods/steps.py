@@ -24,6 +24,7 @@ from alflow.config import (
     ServerPlacement,
     ThinkingMode,
 )
+from alflow.config.regression import RegressionSettings
 from alflow.config.runners import RunnerOptions
 from alflow.datasets.types import Session
 from alflow.evals.gsm8k import EvalResult
@@ -32,6 +33,7 @@ from alflow.loadgen.endpoints import Sampling
 from alflow.measure import Measurement
 from alflow.metrics.client import GpuLayout
 from alflow.preflight import PreflightResult
+from alflow.reference.table import Key, ReferenceTable
 from alflow.results.manifest import ServerProvenance
 from alflow.results.store import RunWriter
 from alflow.results.summaries import StoredSummary
@@ -129,6 +131,19 @@ class Steps(Protocol[H]):
 
     def render(self, writer: RunWriter, rows: Sequence[Mapping[str, Any]], *, key: str) -> object:
         """Write and publish the run's report."""
+        ...
+
+    def check_regression(self, writer: RunWriter, settings: RegressionSettings) -> object:
+        """Judge the stored run's points against their series' history; store and tell whoever listens.
+
+        A sweep gathers its children's verdicts. Writes ``regression.json``; never raises (a failure is a warning).
+        """
+        ...
+
+    def check_reference(
+        self, writer: RunWriter, previous: ReferenceTable | None, table: ReferenceTable, keys: Sequence[Key]
+    ) -> object:
+        """M0: the entries ``keys`` of the merged ``table`` against ``previous``; store and tell when one moved."""
         ...
 
     def fail(self, flow: str, message: str, payload: dict[str, Any]) -> Exception:

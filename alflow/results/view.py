@@ -23,6 +23,7 @@ from alflow.gates import Verdict
 from alflow.measure import RequestAcceptance, request_acceptance
 from alflow.metrics.client import per_request
 from alflow.reference.table import ReferenceEntry, upgrade_entry_v1
+from alflow.results.regression import REGRESSION_FILE, RegressionReport, parse_report
 from alflow.results.rows import M2Point
 from alflow.results.store import StoredRun
 
@@ -53,6 +54,17 @@ def json_or_none(run: StoredRun, name: str) -> dict[str, Any] | None:
         return None
     try:
         return run.json(name)
+    except AlflowError:
+        return None
+
+
+def regression_report(run: StoredRun) -> RegressionReport | None:
+    """The run's regression verdicts (``regression.json``), None when it has none or it cannot be read."""
+    data = json_or_none(run, REGRESSION_FILE)
+    if data is None:
+        return None
+    try:
+        return parse_report(data, f"{run.dir}/{REGRESSION_FILE}.json")
     except AlflowError:
         return None
 

@@ -26,6 +26,7 @@ from alflow.config import (
     LoadConfig,
     ModelSpec,
     RandomWorkload,
+    RegressionSettings,
     ServerConfig,
     ServerPlacement,
     SpeedBenchWorkload,
@@ -54,7 +55,7 @@ from alflow.methods.plan import FixedConcurrencies
 from alflow.metrics.client import GpuLayout, summarize
 from alflow.metrics.prometheus import Snapshot
 from alflow.preflight import PreflightError, PreflightResult
-from alflow.reference.table import ReferenceTableError, load_reference
+from alflow.reference.table import Key, ReferenceTable, ReferenceTableError, load_reference
 from alflow.results.manifest import ServerProvenance
 from alflow.results.store import RunWriter
 from alflow.results.summaries import StoredSummary, store_summary
@@ -242,6 +243,16 @@ class FakeSteps:
         self.reports.append(key)
         return writer.dir
 
+    def check_regression(self, writer: RunWriter, settings: RegressionSettings) -> object:
+        self.calls.append("regression")
+        return writer.dir
+
+    def check_reference(
+        self, writer: RunWriter, previous: ReferenceTable | None, table: ReferenceTable, keys: Sequence[Key]
+    ) -> object:
+        self.calls.append(f"reference {len(keys)}")
+        return writer.dir
+
     def check_al_gate(
         self, stats: SpecStats, reference_al: float, tolerances: GateTolerances, subject: str
     ) -> Verdict:
@@ -305,7 +316,8 @@ def test_every_planned_point_is_measured_audited_stored_and_reported(tmp_path: P
     loads = [c for c in steps.calls if c.startswith(("load", "ready", "preflight", "audit"))]
     assert loads[:4] == ["preflight", "ready", "load c2 n4", "audit sim K=3 concurrency 2 repeat 1/2"]
     assert steps.calls.count("ready") == 4  # the server's health before each point
-    assert steps.calls[-3:] == ["stop", "store", "render"]  # stored after the server is stopped
+    # stored after the server is stopped, judged against its history before the report shows the verdicts
+    assert steps.calls[-4:] == ["stop", "store", "regression", "render"]
     (summary,) = steps.stored
     assert summary["partial"] is False
     assert summary["tables"]["spec_stats"].height == 4
@@ -334,6 +346,7 @@ def test_a_point_stopped_by_a_signal_is_stored_as_partial_and_the_signal_goes_on
     assert summary["partial"] is True
     assert summary["tables"]["requests"].height == 4 + 3
     assert "render" in steps.calls
+    assert "regression" not in steps.calls  # a stopped run is not judged against its history
 
 
 def test_a_signal_without_a_measurement_stops_at_once_and_stores_nothing(tmp_path: Path) -> None:
@@ -514,6 +527,7 @@ def test_m0_writes_one_entry_per_k_into_the_reference_table(tmp_path: Path) -> N
     assert table.kind == "simulated"
     assert sorted(e.k for e in table.entries) == [2, 3]
     assert {e.provenance.flow_run_id for e in table.entries if e.provenance is not None} == {"f1"}
+    assert "reference 2" in steps.calls  # its entries checked against the table before the merge
 
 
 def test_m0_that_fails_part_way_stores_its_points_in_the_run_and_leaves_the_table(tmp_path: Path) -> None:

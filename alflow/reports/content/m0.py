@@ -17,6 +17,7 @@ from alflow.reports.content.base import (
     per_request_section,
     svg_figure,
 )
+from alflow.reports.content.regression import regression_sections
 from alflow.results.store import StoredRun
 from alflow.results.view import config_value, m0_entries, m0_request_acceptance, summary
 
@@ -58,6 +59,7 @@ def build_m0(run: StoredRun) -> Report:
     )
     report.sections.append(cat_sec)
     report.sections.append(_diff_section(stored))
+    report.sections.extend(regression_sections(run))
     return report
 
 

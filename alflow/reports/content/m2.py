@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from alflow.gates import AUDIT_MIN_FIT_P, AUDIT_Z
 from alflow.reports import svg
 from alflow.reports.content.base import Figure, Report, Section, Table, base_report, fmt, svg_figure, validity
+from alflow.reports.content.regression import regression_sections
 from alflow.results.rows import M2Point
 from alflow.results.store import StoredRun
 from alflow.results.view import audit_spread, config_value, latency_percentiles, m2_points, scheme, summary
@@ -149,6 +150,7 @@ def build_m2(run: StoredRun) -> Report:
         report.sections.append(Section("Client timing", notes=notes, status="warn"))
     report.sections.append(_audit_section(run, points))
     report.sections.append(shape_section(points))
+    report.sections.extend(regression_sections(run))
     if failures:
         report.sections.append(Section("Failures", notes=failures, status="fail"))
     return report

@@ -8,6 +8,7 @@ from typing import Any
 from alflow.methods.kchoice import RULE, KChoice, all_choices, spread_rows
 from alflow.reports.content.base import Report, Section, Table, base_report, fmt
 from alflow.reports.content.m2 import THROUGHPUT_NOTE, points_table, throughput_figure
+from alflow.reports.content.regression import regression_sections
 from alflow.results.rows import M2Point
 from alflow.results.store import StoredRun
 from alflow.results.view import m2_points, summary, table_or_none
@@ -52,6 +53,7 @@ def build_sweep(run: StoredRun) -> Report:
                 tables=[points_table(points)],
             )
         )
+    report.sections.extend(regression_sections(run))
     lost = [str(line) for line in stored.get("lost_nodes") or []]
     if lost:
         report.warnings.extend(lost)

@@ -1,0 +1,550 @@
+"""Regression verdicts: each M2 point against its series' recent history, and reference entries that moved.
+
+**The series.** A point's series is its (framework, image repository without tag, model, K, concurrency,
+thinking mode) (:class:`alflow.results.catalog.SeriesKey`): a nightly new tag of the same image continues the
+series. Its history is the good points (run complete, point valid, not partial, not client-bound) of the last
+``history_runs`` runs of that series started before this one (:meth:`alflow.results.catalog.Catalog.history`).
+
+**The per-request values** (measured phase, successful requests, ``requests.parquet``):
+
+- ``tpot_ms``: ``(end - first token) / (output tokens - 1)`` per request (higher is worse);
+- ``tokens_per_s_per_request``: ``output tokens / e2e latency`` per request, the request's own delivered rate
+  (lower is worse). At a fixed concurrency C the point's output throughput is about C x the mean of it, so
+  its relative change is the throughput's; per-request values give the test its samples.
+
+**The test**, per metric: baseline = the median of the history's requests pooled; current = the median of the
+point's requests; change = current / baseline - 1. Its interval is a seeded two-level bootstrap: each of
+``resamples`` resamples draws as many history runs as there are, with replacement, then each drawn run's
+requests with replacement (so the run-to-run spread widens the interval, not only the requests' spread), and
+the point's requests with replacement; the interval is the resampled changes' central ``confidence`` quantiles.
+A Mann-Whitney p (current against the pooled history, normal approximation with ties) is stored for
+information; it ignores the runs' clustering and decides nothing.
+
+**The verdict** of a metric: ``regressed`` when its whole interval lies on the worse side of zero AND
+``|change| >= threshold``; ``improved`` symmetrically; ``unchanged`` otherwise. A point is ``regressed`` when
+any metric regressed, else ``improved`` when any improved, else ``unchanged``. Before that:
+
+- a point stopped mid-way (partial) or whose client was the bottleneck (client-bound) is ``not compared``:
+  its numbers measure the stop or the client;
+- a point whose AL audit failed is not compared for TPOT or throughput (both depend on the AL it realised):
+  it is ``regressed`` on ``achieved_al`` when its series has at least ``min_history`` good runs (they passed
+  the audit), else ``not enough history``;
+- fewer than ``min_history`` usable history runs: ``not enough history``.
+
+A run stopped or failed part-way is not judged at all (it stores no ``regression.json``).
+
+**A reference that moved** (:func:`judge_reference`): an entry a calibration rewrote is ``moved`` when the new
+and the previous confidence intervals of its AL do not overlap (when only the previous has one: the new AL is
+outside it), ``unchanged`` otherwise; an entry with no interval on either side is ``not enough history``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+import polars as pl
+
+from alflow.config.regression import RegressionSettings
+from alflow.errors import AlflowError, InvalidInputError
+from alflow.metrics.client import per_request
+from alflow.reference.table import Key, ReferenceEntry, ReferenceTable
+from alflow.results.catalog import (
+    Catalog,
+    CatalogEntry,
+    SeriesKey,
+    default_cache_dir,
+    read_entry,
+    split_image,
+)
+from alflow.results.regression import (
+    MetricChange,
+    Outcome,
+    PointVerdict,
+    RegressionParameters,
+    RegressionReport,
+)
+from alflow.results.rows import M2Point
+from alflow.results.store import StoredRun, open_run
+from alflow.results.view import regression_report, table_or_none
+
+__all__ = [
+    "METHOD",
+    "METRICS",
+    "HistorySource",
+    "Metric",
+    "compare_metrics",
+    "gather_children",
+    "judge_m2_run",
+    "judge_point",
+    "judge_reference",
+    "judge_run",
+    "metric_outcome",
+    "request_values",
+]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A per-request metric the check compares, and which direction is worse."""
+
+    name: str
+    label: str
+    higher_is_worse: bool
+
+
+TPOT: Final = Metric("tpot_ms", "TPOT", higher_is_worse=True)
+THROUGHPUT: Final = Metric("tokens_per_s_per_request", "output tokens/s per request", higher_is_worse=False)
+METRICS: Final = (TPOT, THROUGHPUT)
+MIN_REQUESTS: Final = 5
+"""A run (or the point) with fewer usable requests than this gives no sample."""
+METHOD: Final = (
+    "Per point, per metric (per-request TPOT, higher is worse; per-request output tokens / e2e latency, lower "
+    "is worse): change = median(this run) / median(history pooled) - 1, with a seeded two-level bootstrap "
+    "interval (history runs resampled, then their requests; the point's requests resampled). Regressed: the "
+    "interval entirely on the worse side and |change| >= threshold; improved: the same on the better side; "
+    "else unchanged. Partial or client-bound points are not compared; a point whose AL audit failed is "
+    "regressed on its AL (speed not compared); fewer good history runs than min_history: not enough history."
+)
+REFERENCE_METHOD: Final = (
+    "Each reference entry this calibration wrote against the same entry before it: moved when the two "
+    "confidence intervals of the AL do not overlap (only the previous one known: the new AL outside it)."
+)
+
+
+class HistorySource(Protocol):
+    """Where a series' history comes from (:class:`alflow.results.catalog.Catalog`)."""
+
+    def history(
+        self, key: SeriesKey, *, before: str, n: int, exclude_rel: str | None = None
+    ) -> list[tuple[CatalogEntry, M2Point]]: ...
+
+
+# --------------------------------------------------------------------------------------------
+# Samples and the bootstrap
+
+
+def request_values(records: pl.DataFrame) -> pl.DataFrame:
+    """Per successful measured request: ``concurrency``, ``repeat``, ``tpot_ms``, ``tokens_per_s_per_request``.
+
+    ``tokens_per_s_per_request = output_tokens / (e2el_ms / 1000)``; a request without a TPOT (one output token)
+    or with a zero latency gives null there. Rows without ``concurrency`` give an empty frame.
+    """
+    if records.height == 0 or "concurrency" not in records.columns:
+        return pl.DataFrame(schema={"concurrency": pl.Int64, "repeat": pl.Int64, TPOT.name: pl.Float64,
+                                    THROUGHPUT.name: pl.Float64})  # fmt: skip
+    frame = records if "repeat" in records.columns else records.with_columns(pl.lit(0).alias("repeat"))
+    req = per_request(frame).filter(pl.col("ok"))
+    rate = pl.when(pl.col("e2el_ms") > 0).then(pl.col("output_tokens") / (pl.col("e2el_ms") / 1000.0))
+    return req.select(
+        pl.col("concurrency").cast(pl.Int64),
+        pl.col("repeat").fill_null(0).cast(pl.Int64),
+        pl.col("tpot_ms").cast(pl.Float64).alias(TPOT.name),
+        rate.cast(pl.Float64).alias(THROUGHPUT.name),
+    )
+
+
+def _boot_medians(
+    runs: Sequence[pl.DataFrame], names: Sequence[str], resamples: int, rng: random.Random
+) -> pl.DataFrame:
+    """Per resample ``b``: the median of each column of ``names`` over the resampled requests of resampled runs.
+
+    Each resample draws ``len(runs)`` runs with replacement, then each drawn run's rows with replacement (one
+    vectorized ``sample`` per run over all the resamples that drew it).
+    """
+    picks: list[list[int]] = [[] for _ in runs]
+    for b in range(resamples):
+        for _ in runs:
+            picks[rng.randrange(len(runs))].append(b)
+    frames = []
+    for run, drawn in zip(runs, picks, strict=True):
+        if not drawn:
+            continue
+        n, total = run.height, run.height * len(drawn)
+        idx = pl.int_range(0, n, eager=True).sample(total, with_replacement=True, seed=rng.randrange(2**32))
+        group = pl.Series("b", drawn, dtype=pl.Int32).repeat_by(n).explode()
+        frames.append(run.select(names)[idx].with_columns(group))
+    return pl.concat(frames).group_by("b").agg(pl.col(list(names)).median())
+
+
+def _median(values: pl.Series) -> float:
+    """The median of a non-empty float series."""
+    value = values.cast(pl.Float64).median()
+    assert isinstance(value, float)
+    return value
+
+
+def _mann_whitney_p(current: pl.Series, pooled: pl.Series) -> float | None:
+    """Two-sided Mann-Whitney p of ``current`` against ``pooled`` (normal approximation, tie-corrected)."""
+    n1, n2 = current.len(), pooled.len()
+    both = pl.concat([current, pooled])
+    ranks = both.rank("average")
+    u = float(ranks[:n1].sum()) - n1 * (n1 + 1) / 2
+    ties = both.value_counts().get_column("count").cast(pl.Float64)
+    n = n1 + n2
+    tie_term = float((ties**3 - ties).sum()) / (n * (n - 1))
+    var = n1 * n2 / 12.0 * ((n + 1) - tie_term)
+    if var <= 0:
+        return None
+    z = (u - n1 * n2 / 2.0) / math.sqrt(var)
+    return math.erfc(abs(z) / math.sqrt(2.0))
+
+
+def metric_outcome(
+    change: float, low: float, high: float, *, higher_is_worse: bool, threshold: float
+) -> Outcome:
+    """A metric's verdict from its relative change and the interval [low, high] of the change.
+
+    ``regressed``/``improved`` when the interval is on one side of zero and ``|change| >= threshold``;
+    ``unchanged`` otherwise (which side is worse: ``higher_is_worse``).
+    """
+    if abs(change) < threshold:
+        return "unchanged"
+    if low > 0:
+        return "regressed" if higher_is_worse else "improved"
+    if high < 0:
+        return "improved" if higher_is_worse else "regressed"
+    return "unchanged"
+
+
+def compare_metrics(
+    current: pl.DataFrame, history: Sequence[pl.DataFrame], settings: RegressionSettings
+) -> list[MetricChange]:
+    """Each metric of :data:`METRICS` that both sides can give: medians, change, bootstrap interval, verdict.
+
+    ``current`` and every frame of ``history`` hold the metrics' columns (:func:`request_values`). One bootstrap
+    resamples whole requests for every metric at once (medians skip a request's null values); a side with fewer
+    than :data:`MIN_REQUESTS` values of a metric leaves that metric out.
+    """
+    names = [m.name for m in METRICS]
+    some = pl.any_horizontal(pl.col(names).is_not_null())
+    cur = current.select(names).filter(some)
+    runs = [r for r in (h.select(names).filter(some) for h in history) if r.height >= MIN_REQUESTS]
+    if cur.height < MIN_REQUESTS or not runs:
+        return []
+    rng = random.Random(settings.seed)
+    changes = _boot_medians([cur], names, settings.resamples, rng).join(
+        _boot_medians(runs, names, settings.resamples, rng), on="b", suffix="_base"
+    )
+    tail = (1.0 - settings.confidence) / 2.0
+    out: list[MetricChange] = []
+    for metric in METRICS:
+        mine = cur.get_column(metric.name).drop_nulls()
+        pooled = pl.concat([r.get_column(metric.name) for r in runs]).drop_nulls()
+        if mine.len() < MIN_REQUESTS or pooled.len() < MIN_REQUESTS:
+            continue
+        boot = (
+            changes.select(pl.col(metric.name) / pl.col(f"{metric.name}_base") - 1.0).to_series().drop_nulls()
+        )
+        low = float(boot.quantile(tail, interpolation="linear") or 0.0)
+        high = float(boot.quantile(1.0 - tail, interpolation="linear") or 0.0)
+        baseline, median = _median(pooled), _median(mine)
+        change = median / baseline - 1.0 if baseline else 0.0
+        out.append(
+            MetricChange(
+                metric=metric.name,
+                current=median,
+                baseline=baseline,
+                change=change,
+                low=low,
+                high=high,
+                p_value=_mann_whitney_p(mine, pooled),
+                outcome=metric_outcome(
+                    change, low, high, higher_is_worse=metric.higher_is_worse, threshold=settings.threshold
+                ),
+            )
+        )
+    return out
+
+
+def _combine(outcomes: Iterable[Outcome]) -> Outcome:
+    """A point's verdict from its metrics': regressed if any, else improved if any, else unchanged."""
+    seen = set(outcomes)
+    return "regressed" if "regressed" in seen else "improved" if "improved" in seen else "unchanged"
+
+
+# --------------------------------------------------------------------------------------------
+# One point, one run
+
+
+@dataclass(frozen=True)
+class HistoryRun:
+    """One history run of a point's series: its rel path, its good points there and its requests at them."""
+
+    rel: str
+    points: tuple[M2Point, ...]
+    values: pl.DataFrame
+
+
+def _point_verdict(
+    key: SeriesKey, point: M2Point, outcome: Outcome, message: str, history: Sequence[HistoryRun],
+    metrics: Sequence[MetricChange] = (),
+) -> PointVerdict:  # fmt: skip
+    return PointVerdict(
+        series=dict(key.to_dict()),
+        concurrency=point.concurrency,
+        k=point.k,
+        repeat=point.repeat,
+        outcome=outcome,
+        metrics=list(metrics),
+        history=[h.rel for h in history],
+        message=message,
+    )
+
+
+def _audit_failed(
+    key: SeriesKey, point: M2Point, history: Sequence[HistoryRun], settings: RegressionSettings
+) -> PointVerdict:
+    """A point whose AL audit failed: regressed on its AL when the series has enough good runs to say so."""
+    past = [p.achieved_al for h in history for p in h.points if p.achieved_al is not None]
+    baseline = sorted(past)[len(past) // 2] if past else None
+    achieved = point.achieved_al
+    change = achieved / baseline - 1.0 if achieved is not None and baseline else None
+    why = (
+        f"the AL audit failed (achieved AL {achieved if achieved is None else round(achieved, 4)}, target "
+        f"{point.target_al:.4f}: {point.audit or 'no audit text'}); TPOT and throughput are not compared, they "
+        "would measure another AL"
+    )
+    metric = MetricChange(
+        metric="achieved_al", current=achieved, baseline=baseline, change=change, outcome="regressed"
+    )
+    if len(history) < settings.min_history:
+        return _point_verdict(
+            key, point, "not enough history",
+            f"{why}; {len(history)} good history run(s), fewer than min_history={settings.min_history}",
+            history, [metric.model_copy(update={"outcome": "unchanged"})],
+        )  # fmt: skip
+    return _point_verdict(
+        key,
+        point,
+        "regressed",
+        f"{why}; the series' last {len(history)} good runs passed it",
+        history,
+        [metric],
+    )
+
+
+def judge_point(
+    key: SeriesKey,
+    point: M2Point,
+    current: pl.DataFrame,
+    history: Sequence[HistoryRun],
+    settings: RegressionSettings,
+) -> PointVerdict:
+    """One point's verdict (the rules of the module docstring); ``current`` holds the point's request values."""
+    if point.partial:
+        return _point_verdict(key, point, "not compared", "the point stopped mid-way (partial)", history)
+    if point.client_verdict == "client-bound":
+        why = f"the load generator was the bottleneck ({point.client_reasons or 'client-bound'})"
+        return _point_verdict(key, point, "not compared", why, history)
+    if not point.valid:
+        return _audit_failed(key, point, history, settings)
+    usable = [h for h in history if h.values.height >= MIN_REQUESTS]
+    if len(usable) < settings.min_history:
+        return _point_verdict(
+            key, point, "not enough history",
+            f"{len(usable)} good history run(s) with request records, fewer than min_history={settings.min_history}",
+            usable,
+        )  # fmt: skip
+    if current.height < MIN_REQUESTS:
+        why = f"the point has {current.height} successful measured request(s), fewer than {MIN_REQUESTS}"
+        return _point_verdict(key, point, "not compared", why, usable)
+    metrics = compare_metrics(current, [h.values for h in usable], settings)
+    outcome = _combine(m.outcome for m in metrics)
+    lines = [
+        f"{m.metric} {m.change:+.1%} [{m.low:+.1%}, {m.high:+.1%}]"
+        for m in metrics
+        if m.change is not None and m.low is not None and m.high is not None
+    ]
+    message = f"{outcome} against {len(usable)} run(s): " + "; ".join(lines)
+    return _point_verdict(key, point, outcome, message, usable, metrics)
+
+
+def parameters_of(settings: RegressionSettings) -> RegressionParameters:
+    """The stored parameters of a check."""
+    return RegressionParameters(
+        history_runs=settings.history_runs,
+        min_history=settings.min_history,
+        threshold=settings.threshold,
+        resamples=settings.resamples,
+        confidence=settings.confidence,
+        seed=settings.seed,
+    )
+
+
+class _Values:
+    """Request values of runs, each run's ``requests.parquet`` read once."""
+
+    def __init__(self) -> None:
+        self._by_dir: dict[str, pl.DataFrame] = {}
+
+    def of(self, run: StoredRun) -> pl.DataFrame:
+        if run.dir not in self._by_dir:
+            records = table_or_none(run, "requests")
+            self._by_dir[run.dir] = request_values(records if records is not None else pl.DataFrame())
+        return self._by_dir[run.dir]
+
+
+def _history_runs(
+    pairs: Sequence[tuple[CatalogEntry, M2Point]], concurrency: int, values: _Values, opener: _Opener
+) -> list[HistoryRun]:
+    """The history pairs grouped by run (newest first), each with its requests at the good points' repeats."""
+    grouped: dict[str, tuple[CatalogEntry, list[M2Point]]] = {}
+    for entry, p in pairs:
+        grouped.setdefault(entry.rel, (entry, []))[1].append(p)
+    out = []
+    for rel, (entry, pts) in grouped.items():
+        run = opener(entry.run_dir)
+        frame = pl.DataFrame() if run is None else values.of(run)
+        repeats = [p.repeat for p in pts]
+        if frame.height:
+            frame = frame.filter((pl.col("concurrency") == concurrency) & pl.col("repeat").is_in(repeats))
+        out.append(HistoryRun(rel, tuple(pts), frame))
+    return out
+
+
+class _Opener(Protocol):
+    def __call__(self, run_dir: str) -> StoredRun | None: ...
+
+
+def judge_m2_run(
+    run: StoredRun, rel: str, source: HistorySource, settings: RegressionSettings, opener: _Opener
+) -> RegressionReport:
+    """Every point of the M2 run ``run`` (at ``rel`` under its results root) against its series' history.
+
+    ``opener`` opens a history run's directory (None when it cannot be read: that run gives no requests).
+    """
+    entry = read_entry(rel, run.dir)  # the catalogue's own reading of this run: the same series keys
+    values = _Values()
+    mine = values.of(run)
+    verdicts = []
+    for key, point in entry.series():
+        pairs = source.history(key, before=entry.started, n=settings.history_runs, exclude_rel=rel)
+        history = _history_runs(pairs, point.concurrency, values, opener)
+        current = (
+            mine.filter((pl.col("concurrency") == point.concurrency) & (pl.col("repeat") == point.repeat))
+            if mine.height
+            else mine
+        )
+        verdicts.append(judge_point(key, point, current, history, settings))
+    return RegressionReport(kind="m2", method=METHOD, parameters=parameters_of(settings), points=verdicts)
+
+
+# --------------------------------------------------------------------------------------------
+# A sweep's children, a reference table
+
+
+def gather_children(children: Sequence[tuple[str, RegressionReport | None]]) -> RegressionReport:
+    """A sweep's report: its M2 children's verdicts (each point naming its child run), a note per child without."""
+    points: list[PointVerdict] = []
+    notes: list[str] = []
+    for rel, report in children:
+        if report is None:
+            notes.append(f"{rel}: no regression verdicts stored")
+            continue
+        points += [p.model_copy(update={"run": rel}) for p in report.points]
+    parameters = next((r.parameters for _, r in children if r is not None), None)
+    return RegressionReport(kind="sweep", method=METHOD, parameters=parameters, points=points, notes=notes)
+
+
+def _reference_series(entry: ReferenceEntry) -> dict[str, str | int]:
+    prov = entry.provenance
+    return SeriesKey(
+        framework=(prov.framework if prov is not None else None) or "",
+        image=split_image(prov.image if prov is not None else None)[0],
+        model=entry.model,
+        k=entry.k,
+        concurrency=entry.concurrency,
+        thinking=entry.thinking.value,
+    ).to_dict()
+
+
+def _moved(old: ReferenceEntry, new: ReferenceEntry) -> tuple[Outcome, str]:
+    """Whether ``new``'s AL moved beyond the intervals (see the module docstring), and why."""
+    if old.ci_low is None or old.ci_high is None:
+        return "not enough history", "the previous entry has no confidence interval"
+    if new.ci_low is not None and new.ci_high is not None:
+        apart = new.ci_high < old.ci_low or new.ci_low > old.ci_high
+        text = f"[{new.ci_low:.4f}, {new.ci_high:.4f}] against [{old.ci_low:.4f}, {old.ci_high:.4f}]"
+        return (
+            ("moved", f"the intervals do not overlap: {text}") if apart else ("unchanged", f"overlap: {text}")
+        )
+    outside = not old.ci_low <= new.al <= old.ci_high
+    text = f"AL {new.al:.4f} against the previous interval [{old.ci_low:.4f}, {old.ci_high:.4f}]"
+    return ("moved", f"outside: {text}") if outside else ("unchanged", f"inside: {text}")
+
+
+def judge_reference(
+    previous: ReferenceTable | None, table: ReferenceTable, keys: Iterable[Key]
+) -> RegressionReport:
+    """Each entry of ``keys`` in ``table`` against the same entry of ``previous`` (entries new to the table are left out)."""
+    old = {e.key: e for e in previous.entries} if previous is not None else {}
+    new = {e.key: e for e in table.entries}
+    points = []
+    for key in dict.fromkeys(keys):
+        o, n = old.get(key), new.get(key)
+        if o is None or n is None:
+            continue
+        outcome, why = _moved(o, n)
+        low = None if o.ci_low is None else o.ci_low / o.al - 1.0
+        high = None if o.ci_high is None else o.ci_high / o.al - 1.0
+        metric = MetricChange(
+            metric="al",
+            current=n.al,
+            baseline=o.al,
+            change=n.al / o.al - 1.0,
+            low=low,
+            high=high,
+            outcome=outcome,
+        )
+        points.append(
+            PointVerdict(
+                series=_reference_series(n), concurrency=n.concurrency, k=n.k, outcome=outcome,
+                metrics=[metric], message=f"{n.label}: AL {o.al:.4f} -> {n.al:.4f}; {why}", reference=n.label,
+            )
+        )  # fmt: skip
+    return RegressionReport(kind="reference", method=REFERENCE_METHOD, points=points)
+
+
+# --------------------------------------------------------------------------------------------
+# A stored run
+
+
+def root_and_rel(run_dir: str) -> tuple[str, str]:
+    """The results root of a run directory ``<root>/<flow>/<name>`` and its ``<flow>/<name>``."""
+    parts = run_dir.rstrip("/").rsplit("/", 2)
+    if len(parts) != 3 or not all(parts):
+        raise InvalidInputError(f"run directory {run_dir!r}: expected <results root>/<flow>/<run dir name>")
+    return parts[0], f"{parts[1]}/{parts[2]}"
+
+
+def _open_or_none(run_dir: str) -> StoredRun | None:
+    try:
+        return open_run(run_dir)
+    except AlflowError:
+        return None
+
+
+def judge_run(run: StoredRun, settings: RegressionSettings) -> RegressionReport:
+    """The regression verdicts of a stored run: an M2 run against its results root's history, a sweep's children.
+
+    A sweep gathers the verdicts its M2 children stored (``per_k.parquet``'s ``benchmark_dir``,
+    :func:`gather_children`); another flow gets an empty report.
+    """
+    root, rel = root_and_rel(run.dir)
+    if run.manifest.flow == "m2":
+        return judge_m2_run(run, rel, Catalog(root, cache_dir=default_cache_dir()), settings, _open_or_none)
+    if run.manifest.flow == "sweep":
+        per_k = table_or_none(run, "per_k")
+        dirs = (
+            [] if per_k is None or "benchmark_dir" not in per_k.columns else per_k["benchmark_dir"].to_list()
+        )
+        children: list[tuple[str, RegressionReport | None]] = []
+        for child_dir in (str(d) for d in dirs if d):
+            child = _open_or_none(child_dir)
+            children.append((root_and_rel(child_dir)[1], None if child is None else regression_report(child)))
+        return gather_children(children)
+    return RegressionReport(kind="m2", method=METHOD, parameters=parameters_of(settings))

@@ -1,0 +1,108 @@
+"""The report's "Regression against recent runs" section: the verdicts a run stored (``regression.json``)."""
+
+from __future__ import annotations
+
+from alflow.reports.content.base import Section, Table, fmt
+from alflow.results.regression import MetricChange, PointVerdict, RegressionReport
+from alflow.results.store import StoredRun
+from alflow.results.view import regression_report
+
+TITLES = {"m2": "Regression against recent runs", "sweep": "Regression against recent runs (every K)"}
+REFERENCE_TITLE = "Reference moved against the previous calibration"
+METRIC_LABELS = {
+    "tpot_ms": "TPOT",
+    "tokens_per_s_per_request": "tok/s per request",
+    "achieved_al": "achieved AL",
+    "al": "AL",
+}
+
+
+def _change(m: MetricChange | None) -> str:
+    """``+4.7% [+2.7%, +6.7%]``: the relative change and its interval (``-`` where absent)."""
+    if m is None or m.change is None:
+        return "-"
+    text = f"{m.change:+.1%}"
+    if m.low is not None and m.high is not None:
+        text += f" [{m.low:+.1%}, {m.high:+.1%}]"
+    return text
+
+
+def _metric(point: PointVerdict, name: str) -> MetricChange | None:
+    return next((m for m in point.metrics if m.metric == name), None)
+
+
+def _m2_rows(points: list[PointVerdict]) -> Table:
+    rows = []
+    for p in points:
+        tpot, rate = _metric(p, "tpot_ms"), _metric(p, "tokens_per_s_per_request")
+        rows.append(
+            [
+                p.run or "this run",
+                fmt(p.k),
+                fmt(p.concurrency),
+                fmt(p.repeat + 1),
+                p.outcome.upper() if p.outcome == "regressed" else p.outcome,
+                _change(tpot),
+                _change(rate),
+                fmt(len(p.history)),
+                p.message,
+            ]
+        )
+    return Table(
+        ["run", "K", "concurrency", "repeat", "verdict", "TPOT change", "tok/s per request change", "history runs",
+         "why"],
+        rows,
+        numeric=[False, True, True, True, False, True, True, True, False],
+    )  # fmt: skip
+
+
+def _reference_rows(points: list[PointVerdict]) -> Table:
+    rows = []
+    for p in points:
+        al = _metric(p, "al")
+        rows.append(
+            [
+                p.reference or "-",
+                p.outcome.upper() if p.outcome == "moved" else p.outcome,
+                fmt(None if al is None else al.baseline, 4),
+                fmt(None if al is None else al.current, 4),
+                _change(al),
+                p.message,
+            ]
+        )
+    return Table(
+        ["entry", "verdict", "previous AL", "new AL", "change [previous interval]", "why"],
+        rows,
+        numeric=[False, False, True, True, True, False],
+    )
+
+
+def regression_section(report: RegressionReport) -> Section:
+    """The verdicts as a section: the method, the counts, one row per point; ``fail`` when any point alerts."""
+    title = REFERENCE_TITLE if report.kind == "reference" else TITLES[report.kind]
+    counts = report.counts()
+    sec = Section(title, paragraphs=[report.method], notes=list(report.notes))
+    if report.parameters is not None:
+        p = report.parameters
+        sec.paragraphs.append(
+            f"History: the last {p.history_runs} good runs of each series (at least {p.min_history}); threshold "
+            f"{p.threshold:.1%}; {p.resamples} bootstrap resamples, {p.confidence:.0%} interval, seed {p.seed}."
+        )
+    if not report.points:
+        sec.paragraphs.append("No point was judged.")
+        return sec
+    sec.paragraphs.append(
+        "Verdicts: " + ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items())) + "."
+    )
+    sec.tables.append(
+        _reference_rows(report.points) if report.kind == "reference" else _m2_rows(report.points)
+    )
+    judged = {"regressed", "improved", "unchanged", "moved"}
+    sec.status = "fail" if report.alerts() else "pass" if set(counts) <= judged else "warn"
+    return sec
+
+
+def regression_sections(run: StoredRun) -> list[Section]:
+    """The run's regression section, none when it stored no verdicts."""
+    report = regression_report(run)
+    return [] if report is None else [regression_section(report)]

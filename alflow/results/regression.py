@@ -1,0 +1,104 @@
+"""The stored regression verdicts of a run: ``regression.json`` (written by :mod:`alflow.methods.regression`).
+
+One :class:`RegressionReport` per run: the method in words, the parameters it ran with, and one
+:class:`PointVerdict` per judged point (an M2 point against its series' history, a reference entry against
+the previous calibration, or, in a sweep's run, its children's verdicts gathered). The site's catalogue
+(:mod:`alflow.results.catalog`) reads ``points[*].outcome``, ``points[*].series`` and ``points[*].concurrency``.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from alflow.errors import AlflowError
+
+REGRESSION_FILE: Final = "regression"
+"""The run file's name without ``.json`` (:meth:`alflow.results.store.RunWriter.write_json`)."""
+REPORT_VERSION: Final = 1
+"""Version of the ``regression.json`` layout (its own, beside the store's ``schema_version``)."""
+
+Outcome = Literal["regressed", "improved", "unchanged", "not enough history", "not compared", "moved"]
+"""A point's verdict. ``not compared``: the point itself cannot be compared (stopped mid-way, client-bound);
+``moved``: a reference entry whose AL left its confidence interval between two calibrations."""
+ReportKind = Literal["m2", "sweep", "reference"]
+ALERT_OUTCOMES: Final = frozenset({"regressed", "moved"})
+"""Outcomes that emit ``alflow.regression.detected``."""
+
+
+class _Stored(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class MetricChange(_Stored):
+    """One metric of a point: the history's median, this run's, the relative change and its interval."""
+
+    metric: str = Field(description="tpot_ms, tokens_per_s_per_request, achieved_al or al.")
+    current: float | None = Field(description="This run's median (a reference: the new AL).")
+    baseline: float | None = Field(description="The history's median (a reference: the previous AL).")
+    change: float | None = Field(description="current / baseline - 1.")
+    low: float | None = Field(None, description="Lower end of the interval of the relative change.")
+    high: float | None = Field(None, description="Upper end of the interval of the relative change.")
+    p_value: float | None = Field(None, description="Two-sided Mann-Whitney p (information only).")
+    outcome: Outcome = Field("unchanged", description="This metric's verdict alone.")
+
+
+class PointVerdict(_Stored):
+    """One judged point and why."""
+
+    series: dict[str, str | int] = Field(description="The series key (SeriesKey.to_dict()).")
+    concurrency: int
+    k: int
+    repeat: int = 0
+    outcome: Outcome
+    metrics: list[MetricChange] = Field(default_factory=list)
+    history: list[str] = Field(
+        default_factory=list, description="The history runs compared with (rel paths)."
+    )
+    message: str = ""
+    run: str | None = Field(None, description="The run that judged the point (a sweep's child), rel path.")
+    reference: str | None = Field(None, description="The reference entry's label (reference verdicts).")
+
+
+class RegressionParameters(_Stored):
+    """What the check ran with."""
+
+    history_runs: int
+    min_history: int
+    threshold: float
+    resamples: int
+    confidence: float
+    seed: int
+
+
+class RegressionReport(_Stored):
+    """``regression.json``: the verdicts of one run's points."""
+
+    version: int = REPORT_VERSION
+    kind: ReportKind
+    method: str
+    parameters: RegressionParameters | None = None
+    points: list[PointVerdict] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        """How many points got each outcome (outcomes with none left out)."""
+        out: dict[str, int] = {}
+        for p in self.points:
+            out[p.outcome] = out.get(p.outcome, 0) + 1
+        return out
+
+    def alerts(self) -> list[PointVerdict]:
+        """The points that emit ``alflow.regression.detected`` (regressed, moved)."""
+        return [p for p in self.points if p.outcome in ALERT_OUTCOMES]
+
+
+def parse_report(data: object, where: str) -> RegressionReport:
+    """The report a stored ``regression.json`` holds; one line naming ``where`` and the field when it is not one."""
+    try:
+        return RegressionReport.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        raise AlflowError(f"{where}: not a regression report: {field}: {err['msg']}") from None

@@ -1,0 +1,120 @@
+"""Regression verdicts end to end: M2 on the sim, nightly image tags of one series, one of them slower.
+
+Two runs of ``alflow-sim:nightly-1`` make the history; a control run of the same timing must come out
+``unchanged``; ``alflow-sim:nightly-2`` (the same repository, so the same series) runs the simulated engine
+50% slower (``--time-scale``) and must come out ``regressed`` at every point, with one
+``alflow.regression.detected`` event per point and the verdicts in its report.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from alflow.config import (
+    BenchmarkParams,
+    ModelSpec,
+    RandomWorkload,
+    RegressionSettings,
+    ServerPlacement,
+    server_config,
+)
+from alflow.results.catalog import Catalog, SeriesKey
+from alflow.results.store import open_run
+from flows.benchmark import benchmark
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+MODEL = ModelSpec(id="test-llama")
+CONCURRENCIES = (2, 4)
+BASE_SCALE = "0.5"
+SLOW_SCALE = "0.75"  # every engine step 50% longer: TPOT up ~50%, tokens/s per request down ~33%
+
+
+def _params(root: Path, tag: str, scale: str) -> BenchmarkParams:
+    return BenchmarkParams(
+        model=MODEL,
+        k=3,
+        target_al=2.5,
+        server=server_config(
+            framework="sim",
+            model=MODEL.id,
+            image=f"alflow-sim:{tag}",
+            extra_args=("--time-scale", scale, "--seed", "3"),
+        ),
+        placement=ServerPlacement(results_root=str(root)),
+        workload=RandomWorkload(isl=32, osl=48),
+        concurrencies=CONCURRENCIES,
+        prompts_per_concurrency=8,
+        warmup_per_concurrency=1,
+        preflight=False,
+        client_processes=2,  # the load in its own processes: the flow's threads do not lag its event loop
+        # machine noise on a shared CI host stays well under 10%; the slow tag is 50% slower
+        regression=RegressionSettings(history_runs=7, min_history=2, threshold=0.10, resamples=500),
+    )
+
+
+def _verdicts(run_dir: str) -> dict[int, dict[str, Any]]:
+    data = json.loads((Path(run_dir) / "regression.json").read_text())
+    return {p["concurrency"]: p for p in data["points"]}
+
+
+def test_a_slower_nightly_tag_regresses_and_a_control_run_does_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tasks.regression
+
+    events: list[tuple[str, dict[str, str], dict[str, Any]]] = []
+    monkeypatch.setattr(
+        tasks.regression,
+        "emit_event",
+        lambda *, event, resource, payload: events.append((event, resource, payload)),
+    )
+    root = tmp_path / "results"
+    first = benchmark(params=_params(root, "nightly-1", BASE_SCALE))
+    first_verdicts = _verdicts(first.run_dir)
+    assert {v["outcome"] for v in first_verdicts.values()} == {"not enough history"}
+    benchmark(params=_params(root, "nightly-1", BASE_SCALE))
+
+    control = benchmark(params=_params(root, "nightly-1", BASE_SCALE))
+    verdicts = _verdicts(control.run_dir)
+    assert sorted(verdicts) == list(CONCURRENCIES)
+    for conc, v in verdicts.items():
+        assert v["outcome"] == "unchanged", (conc, v["message"])
+        assert len(v["history"]) == 2
+    assert not events
+
+    slow = benchmark(params=_params(root, "nightly-2", SLOW_SCALE))
+    verdicts = _verdicts(slow.run_dir)
+    for conc, v in verdicts.items():
+        assert v["outcome"] == "regressed", (conc, v["message"])
+        assert v["series"]["image"] == "alflow-sim"  # the new tag continues the series
+        assert len(v["history"]) == 3  # the two baseline runs and the control
+        tpot = next(m for m in v["metrics"] if m["metric"] == "tpot_ms")
+        assert tpot["low"] > 0.10
+        assert 0.2 < tpot["change"] < 0.8  # about +50%
+        rate = next(m for m in v["metrics"] if m["metric"] == "tokens_per_s_per_request")
+        assert rate["high"] < 0
+    assert [e[0] for e in events] == ["alflow.regression.detected"] * len(CONCURRENCIES)
+    resource = events[0][1]
+    assert resource["prefect.resource.id"].startswith("prefect.flow-run.")
+    assert (resource["alflow.image"], resource["alflow.k"], resource["alflow.model"]) == (
+        "alflow-sim",
+        "3",
+        MODEL.id,
+    )
+    assert {e[1]["alflow.concurrency"] for e in events} == {str(c) for c in CONCURRENCIES}
+
+    report = (Path(slow.run_dir) / "report.md").read_text()
+    assert "Regression against recent runs" in report
+    assert "REGRESSED" in report
+    assert "regression.json" in open_run(slow.run_dir).manifest.files
+    catalog = Catalog(str(root))
+    entry = catalog.get("m2/" + Path(slow.run_dir).name)
+    assert entry is not None
+    assert entry.verdict == "regressed"
+    key = SeriesKey("sim", "alflow-sim", MODEL.id, 3, CONCURRENCIES[0], "off")
+    assert entry.verdict_of(key) == "regressed"
