@@ -1,0 +1,225 @@
+"""The webhook block alflow's automations notify through, and ``deployments/automations.yaml`` with its id filled in.
+
+Team setup (from any directory; ``ALFLOW_WEBHOOK_URL`` is where the messages go, e.g. a Slack incoming webhook)::
+
+    python -m deployments.webhook --url "$ALFLOW_WEBHOOK_URL" --out alflow-automations.yaml
+    prefect --no-prompt automation create --from-file alflow-automations.yaml
+
+Why a helper at all, from Prefect 3.9.1's source:
+
+- an automation's notification action names its block by id only: ``block_document_id: UUID`` in
+  ``prefect/events/actions.py`` (``SendNotification``, also ``CallWebhook``), and the server makes the id when
+  the block is saved; ``prefect automation create --from-file`` (``prefect/cli/automation.py``) loads the file
+  with ``yaml.safe_load`` and validates it as ``AutomationCore``: no templating, no lookup of a block by name;
+- Prefect's CLI cannot save a block document: ``prefect block create TYPE`` prints a link to the UI's form
+  (``prefect/cli/block.py``); ``prefect block register`` registers block *types*.
+
+So the first line saves (or updates: the id stays, an automation made earlier keeps working) the Custom Webhook
+block ``custom-webhook/alflow-regression`` (``prefect.blocks.notifications.CustomWebhookNotificationBlock``),
+which posts the subject, a blank line and the body as ``{"text": ...}`` (``--json-data`` changes the shape) to the
+URL kept among the block's secrets, and writes the automations file with every ``block_document_id`` given as a
+block slug (``<block type slug>/<block name>``) replaced by that block's id; the second line is Prefect's own CLI creating the automations. Without ``--url`` the block must exist
+already (made in the UI, e.g. from the link ``prefect block create custom-webhook`` prints, or another
+notification block such as ``slack-webhook`` named in the file): only the ids are filled in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final
+from uuid import UUID
+
+import httpx
+import yaml
+from prefect.blocks.notifications import CustomWebhookNotificationBlock
+from prefect.client.orchestration import get_client
+from prefect.exceptions import ObjectNotFound
+from prefect.settings import get_current_settings
+from rich.console import Console
+
+AUTOMATIONS: Final = Path(__file__).resolve().with_name("automations.yaml")
+"""alflow's automations, with their blocks named by slug."""
+BLOCK_NAME: Final = "alflow-regression"
+"""The name of the Custom Webhook block that ``deployments/automations.yaml`` names."""
+JSON_DATA: Final[dict[str, Any]] = {"text": "{{subject}}\n\n{{body}}"}
+"""What the block posts: ``{{subject}}`` and ``{{body}}`` are the action's rendered templates (Slack's and
+Mattermost's incoming webhooks read ``text``)."""
+URL_SECRET: Final = "webhook_url"  # noqa: S105  (a key name, not a secret)
+"""The key of the webhook URL in the block's ``secrets``."""
+ACTION_LISTS: Final = ("actions", "actions_on_trigger", "actions_on_resolve")
+"""The fields of ``AutomationCore`` that hold actions."""
+
+
+def save_block(url: str, *, json_data: dict[str, Any] | None = None) -> UUID:
+    """Save the Custom Webhook block ``custom-webhook/alflow-regression`` posting to ``url``; its id (kept on an update).
+
+    The URL is kept among the block's secrets (a webhook URL is often its credential, e.g. Slack's): the block's
+    ``url`` is the placeholder ``{{webhook_url}}``, which the block fills in from its ``secrets`` when it posts
+    (``CustomWebhookNotificationBlock._build_request_args``); the API and the UI show the secret obfuscated.
+    """
+    block = CustomWebhookNotificationBlock(
+        name=BLOCK_NAME,
+        url="{{" + URL_SECRET + "}}",
+        method="POST",
+        json_data=JSON_DATA if json_data is None else json_data,
+        secrets={URL_SECRET: url},  # type: ignore[arg-type]  # pydantic turns the dict into a SecretDict
+    )
+    block_id = block.save(BLOCK_NAME, overwrite=True)  # sync here: async_dispatch (prefect/blocks/core.py)
+    assert isinstance(block_id, UUID), block_id
+    return block_id
+
+
+def load_automations(path: Path = AUTOMATIONS) -> list[dict[str, Any]]:
+    """The automations of a file in ``prefect automation create``'s format (a list, or a mapping with ``automations``)."""
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if isinstance(data, dict) and "automations" in data:
+        data = data["automations"]
+    automations = data if isinstance(data, list) else [data]
+    if not all(isinstance(a, dict) for a in automations):
+        raise ValueError(f"{path}: not a list of automations")
+    return automations
+
+
+def _is_uuid(value: object) -> bool:
+    try:
+        UUID(str(value))
+    except ValueError:
+        return False
+    return True
+
+
+def block_slugs(automations: Sequence[dict[str, Any]]) -> set[str]:
+    """The block slugs (``<block type slug>/<block name>``) that actions give as their ``block_document_id``."""
+    slugs: set[str] = set()
+    for automation in automations:
+        for field in ACTION_LISTS:
+            for action in automation.get(field) or []:
+                ref = action.get("block_document_id")
+                if isinstance(ref, str) and not _is_uuid(ref):
+                    if ref.count("/") != 1:
+                        raise ValueError(
+                            f"automation {automation.get('name')!r}: block_document_id {ref!r} is neither an id nor "
+                            "a block slug <block type slug>/<block name>"
+                        )
+                    slugs.add(ref)
+    return slugs
+
+
+def block_ids(slugs: set[str]) -> dict[str, UUID]:
+    """The id of each block slug on the Prefect API (``ValueError`` naming the blocks that do not exist)."""
+    found: dict[str, UUID] = {}
+    missing: list[str] = []
+    with get_client(sync_client=True) as client:
+        for slug in sorted(slugs):
+            block_type, _, name = slug.partition("/")
+            try:
+                found[slug] = client.read_block_document_by_name(name, block_type, include_secrets=False).id
+            except ObjectNotFound:
+                missing.append(slug)
+    if missing:
+        raise ValueError(
+            f"no block {', '.join(missing)} on this Prefect server: give --url to save it, or make it in the UI"
+        )
+    return found
+
+
+def resolve(automations: Sequence[dict[str, Any]], ids: dict[str, UUID]) -> list[dict[str, Any]]:
+    """Copies of ``automations`` with every block slug in ``block_document_id`` replaced by its id."""
+    out: list[dict[str, Any]] = []
+    for automation in automations:
+        copy = dict(automation)
+        for field in ACTION_LISTS:
+            if field in copy:
+                copy[field] = [
+                    {**a, "block_document_id": str(ids[a["block_document_id"]])}
+                    if a.get("block_document_id") in ids
+                    else a
+                    for a in copy[field] or []
+                ]
+        out.append(copy)
+    return out
+
+
+def existing(names: Sequence[str]) -> dict[str, list[UUID]]:
+    """The ids of the automations already on the server under each of ``names`` (only names that have some)."""
+    with get_client(sync_client=True) as client:
+        found = {name: [a.id for a in client.read_automations_by_name(name)] for name in names}
+    return {name: ids for name, ids in found.items() if ids}
+
+
+def write(automations: list[dict[str, Any]], out: Path) -> None:
+    """Write ``{"automations": [...]}`` as JSON (``.json``) or YAML (``.yaml``/``.yml``), as the CLI reads them."""
+    data = {"automations": automations}
+    if out.suffix.lower() == ".json":
+        out.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    elif out.suffix.lower() in (".yaml", ".yml"):
+        out.write_text(
+            yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=1000), encoding="utf-8"
+        )
+    else:
+        raise ValueError(f"{out}: prefect automation create reads .yaml, .yml or .json files only")
+
+
+def _say(message: str) -> None:
+    """A line for the person running the command, on stderr (stdout stays free)."""
+    Console(stderr=True, highlight=False, markup=False, soft_wrap=True).print(message)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m deployments.webhook [--url URL] --out FILE``: save the block, write the automations file."""
+    parser = argparse.ArgumentParser(
+        prog="python -m deployments.webhook",
+        description="Save alflow's webhook block and write deployments/automations.yaml with its id filled in.",
+    )
+    parser.add_argument(
+        "--url", help=f"save the Custom Webhook block custom-webhook/{BLOCK_NAME} posting here"
+    )
+    parser.add_argument(
+        "--json-data",
+        default=json.dumps(JSON_DATA),
+        help="the JSON object the block posts, with {{subject}} and {{body}} (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--automations", type=Path, default=AUTOMATIONS, help="the automations file to fill in"
+    )
+    parser.add_argument("--out", type=Path, required=True, help="where to write it (.yaml, .yml or .json)")
+    args = parser.parse_args(argv)
+    if not get_current_settings().api.url:  # else the block would go to a temporary local server, then vanish
+        _say(
+            "error: PREFECT_API_URL is not set: point it at the team's server (prefect config set PREFECT_API_URL=...)"
+        )
+        return 1
+    try:
+        automations = load_automations(args.automations)
+        if args.url:
+            json_data = json.loads(args.json_data)
+            if not isinstance(json_data, dict):
+                raise ValueError("--json-data must be a JSON object")
+            block_id = save_block(args.url, json_data=json_data)
+            _say(f"saved block custom-webhook/{BLOCK_NAME} ({block_id})")
+        ids = block_ids(block_slugs(automations))
+        write(resolve(automations, ids), args.out)
+    except httpx.HTTPError as exc:
+        _say(f"error: the Prefect API at {get_current_settings().api.url} answered {exc!r}")
+        return 1
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        _say(f"error: {exc}")
+        return 1
+    names = [str(a.get("name")) for a in automations]
+    _say(
+        f"wrote {args.out}: {', '.join(names)}; apply it with\n"
+        f"  prefect --no-prompt automation create --from-file {args.out}"
+    )
+    for name, found in existing(names).items():
+        _say(
+            f"note: automation {name!r} exists already ({', '.join(map(str, found))}): applying the file adds "
+            f"another; `prefect --no-prompt automation delete {name}` first"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
