@@ -1111,6 +1111,27 @@ CLI_CASES: list[CliCase] = [
     # --- other commands
     CliCase("report of a missing run", ("report", "{tmp}/no-run"), "does not exist", "{tmp}/no-run"),
     CliCase(
+        "results serve a missing root", ("results", "serve", "{tmp}/no-root"), "not a folder", "{tmp}/no-root"
+    ),
+    CliCase(
+        "results serve beyond loopback without a token",
+        ("results", "serve", "{tmp}", "--host", "0.0.0.0"),
+        "give --token-env NAME",
+        "--host '0.0.0.0'",
+    ),
+    CliCase(
+        "results serve with an unset token variable",
+        ("results", "serve", "{tmp}", "--token-env", "ALFLOW_TEST_UNSET_SITE_TOKEN"),
+        "not set or empty",
+        "--token-env ALFLOW_TEST_UNSET_SITE_TOKEN",
+    ),
+    CliCase(
+        "results serve port out of range",
+        ("results", "serve", "{tmp}", "--port", "70000"),
+        "[0, 65,535]",
+        "--port 70000",
+    ),
+    CliCase(
         "eval gsm8k limit zero",
         ("eval", "gsm8k", "--base-url", DEAD_URL, "--model", "m", "--limit", "0"),
         "limit=0",

@@ -110,6 +110,60 @@ COVERAGE: dict[str, Coverage] = {
     "bash scripts/setup.sh --dev": Coverage(How.CI, ".ci/run runs the README's test command"),
     "bash scripts/ci-services.sh": Coverage(How.CI, ".ci/run runs the README's test command"),
     ".venv/bin/python -m pytest": Coverage(How.CI, ".ci/run runs the README's test command"),
+    # --- the results site, report links, regression notifications, Prometheus (issue 33)
+    ".venv/bin/alflow results serve results/demo": Coverage(
+        How.ELSEWHERE,
+        "serves until stopped: the named tests start `alflow results serve` as a process over a results root, "
+        "fetch its pages and stop it with SIGINT/SIGTERM; the e2e test follows the Prefect UI's link to it",
+        tests=(
+            "tests/integration/test_site_serve.py::test_the_site_serves_and_stops_cleanly_on_a_signal",
+            "tests/e2e/test_results_site_link.py::"
+            "test_the_prefect_uis_report_link_opens_the_runs_page_on_the_results_site",
+        ),
+    ),
+    ".venv/bin/alflow results serve results --host 0.0.0.0 --port 8765 --token-env ALFLOW_SITE_TOKEN": Coverage(
+        How.ELSEWHERE,
+        "serves until stopped: the named test serves with --token-env and refuses requests without the token; "
+        "a non-loopback host without a token is a row of tests/bad_inputs.py",
+        tests=(
+            "tests/integration/test_site_serve.py::test_the_site_with_a_token_on_loopback_refuses_requests_without_it",
+        ),
+    ),
+    ".venv/bin/python benchmarks/site_latency.py --runs 10000 --requests 50": Coverage(
+        How.HELP,
+        "a benchmark that writes 10,000 runs and times the site's pages (a few minutes); prints a table, not a "
+        "test. Its --help runs here and names every option of the line",
+    ),
+    "prefect variable set alflow-results-url https://results.team.example --overwrite": Coverage(
+        How.ELSEWHERE,
+        "Prefect's own CLI, run as written (with the site's URL) against a real prefect server in the e2e test",
+        tests=(
+            "tests/e2e/test_results_site_link.py::"
+            "test_the_prefect_uis_report_link_opens_the_runs_page_on_the_results_site",
+        ),
+    ),
+    **{
+        line: Coverage(
+            How.ELSEWHERE,
+            "a real `prefect server` (e2e): the lines run as written through bash against a local webhook "
+            "receiver, and one regression event makes exactly one templated POST",
+            tests=(
+                "tests/e2e/test_regression_automation.py::test_a_regression_event_notifies_through_the_webhook_block",
+            ),
+        )
+        for line in (
+            'python -m deployments.webhook --url "$ALFLOW_WEBHOOK_URL" --out alflow-automations.yaml',
+            "prefect --no-prompt automation create --from-file alflow-automations.yaml",
+        )
+    },
+    "alflow bench --base-url http://HEAD:8000 --prometheus-url http://PROMETHEUS:9090 "
+    "--prometheus-selector '{job=\"vllm-70b-mtp\"}' --dialect vllm --json": Coverage(
+        How.ELSEWHERE,
+        "a real Prometheus (Debian's prometheus) scraping a two-node sim (e2e)",
+        tests=(
+            "tests/e2e/test_prometheus_real.py::test_promql_window_equals_the_direct_scrapes_of_both_nodes",
+        ),
+    ),
     # --- real vLLM on CPU
     "bash scripts/setup.sh --vllm": Coverage(How.CI, CI_SETUP),
     ".venv/bin/alflow models prepare smollm2": Coverage(
