@@ -342,8 +342,30 @@ class CounterWindow(Protocol):
         ...
 
 
+class DeltaSums:
+    """``increase`` and ``increase_by`` of a window, from its per-series counter deltas (``_deltas``)."""
+
+    def _deltas(self, name: str, match: Mapping[str, str] | None) -> dict[Labels, float] | None:
+        """Per series of counter ``name`` matching ``match``: its increase over the window; None when absent."""
+        raise NotImplementedError
+
+    def increase(self, name: str, match: Mapping[str, str] | None = None) -> float | None:
+        """The increase of counter ``name`` summed over its series (a reset is an error); None when absent."""
+        deltas = self._deltas(name, match)
+        return None if deltas is None else math.fsum(deltas.values())
+
+    def increase_by(self, name: str, label: str) -> dict[str, float]:
+        """The increase of counter ``name`` grouped by the value of ``label``."""
+        out: dict[str, float] = {}
+        for lab, d in (self._deltas(name, None) or {}).items():
+            key = dict(lab).get(label)
+            if key is not None:
+                out[key] = out.get(key, 0.0) + d
+        return out
+
+
 @dataclass
-class SnapshotWindow:
+class SnapshotWindow(DeltaSums):
     """Counter deltas between two snapshots of one server, with reset detection."""
 
     before: Snapshot
@@ -390,20 +412,6 @@ class SnapshotWindow:
                     "the server restarted or its counters were reset; measure the window again"
                 )
             out[lab] = delta
-        return out
-
-    def increase(self, name: str, match: Mapping[str, str] | None = None) -> float | None:
-        """``after - before`` of counter ``name`` summed over label sets (reset -> error)."""
-        deltas = self._deltas(name, match)
-        return None if deltas is None else math.fsum(deltas.values())
-
-    def increase_by(self, name: str, label: str) -> dict[str, float]:
-        """``after - before`` of counter ``name`` grouped by ``label``."""
-        out: dict[str, float] = {}
-        for lab, d in (self._deltas(name, None) or {}).items():
-            key = dict(lab).get(label)
-            if key is not None:
-                out[key] = out.get(key, 0.0) + d
         return out
 
     def gauge_series(self, name: str) -> list[tuple[float, float]]:

@@ -9,7 +9,6 @@ window's edges changes counts (by up to a scrape interval's worth of traffic at 
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from typing import Any
 
 from alflow.acceptance.stats import CounterResetError
 from alflow.errors import AlflowError
-from alflow.metrics.prometheus import Labels, ScrapeError, Snapshot
+from alflow.metrics.prometheus import DeltaSums, Labels, ScrapeError, Snapshot
 from alflow.util.redact import redact_url, redact_urls_in_text
 
 
@@ -165,7 +164,7 @@ def baseline_counters(baseline: Snapshot) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-class PromQLWindow:
+class PromQLWindow(DeltaSums):
     """Windowed increases from a Prometheus server (multi-node: it scrapes every node).
 
     A counter's increase is, per series, its value in the first samples Prometheus took after the
@@ -269,20 +268,6 @@ class PromQLWindow:
     def has(self, name: str) -> bool:
         """True when Prometheus holds at least one series of counter ``name``."""
         return self._end_values(name) is not None
-
-    def increase(self, name: str, match: Mapping[str, str] | None = None) -> float | None:
-        """End minus start of counter ``name``, summed over matching series; None when absent."""
-        deltas = self._deltas(name, match)
-        return None if deltas is None else math.fsum(deltas.values())
-
-    def increase_by(self, name: str, label: str) -> dict[str, float]:
-        """End minus start of counter ``name`` grouped by the value of ``label``."""
-        out: dict[str, float] = {}
-        for lab, d in (self._deltas(name, None) or {}).items():
-            key = dict(lab).get(label)
-            if key is not None:
-                out[key] = out.get(key, 0.0) + d
-        return out
 
     def gauge_series(self, name: str) -> list[tuple[float, float]]:
         """Points of ``avg(name{selector})`` over the window (range query, 15 s step or finer)."""
