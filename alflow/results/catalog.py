@@ -45,8 +45,8 @@ import orjson
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.results import view
 from alflow.results.rows import M2Point
-from alflow.results.store import MANIFEST, StoredRun, open_run, storage_for
-from alflow.util.fsutil import atomic_write_bytes
+from alflow.results.store import MANIFEST, SUMMARY, StoredRun, open_run, storage_for
+from alflow.util.fsutil import atomic_write_bytes, unsafe_file
 
 log = logging.getLogger(__name__)
 
@@ -323,8 +323,19 @@ def _regression(run: StoredRun) -> object:
         return None
 
 
+ENTRY_FILES: Final = (MANIFEST, SUMMARY, REGRESSION, "spec_stats.parquet")
+"""The files of a run the catalogue reads."""
+
+
 def read_entry(rel: str, run_dir: str) -> CatalogEntry:
-    """The catalogue entry of one run directory (an ``unreadable`` entry when it cannot be read)."""
+    """The catalogue entry of one run directory (an ``unreadable`` entry when it cannot be read).
+
+    On a local root a run whose files the catalogue reads are not regular files inside the root (a symlink out of
+    it, a FIFO, a device) is not read: it is unreadable, naming the file (reading it would leave the root or block).
+    """
+    odd = unsafe_file(str(Path(run_dir).parents[1]), run_dir, ENTRY_FILES) if "://" not in run_dir else None
+    if odd is not None:
+        return unreadable_entry(rel, run_dir, f"{rel}/{odd}: not a regular file inside the results root")
     try:
         run = open_run(run_dir)
     except AlflowError as exc:  # the reason names the run by its rel: the server's own path stays private

@@ -11,7 +11,9 @@ Routes (GET and HEAD only; :mod:`alflow.site.guard` checks methods, paths and th
 - ``/trends`` and ``/api/trends``: :func:`alflow.site.pages.trends_page` with :mod:`alflow.site.charts`.
 
 A run is found through the catalogue only (its ``<flow>/<run dir>`` must be one the root's listing produced), so a
-request can name nothing the catalogue did not list. The catalogue refreshes in the background every
+request can name nothing the catalogue did not list. Every page and JSON answer leaves through :func:`_private`:
+credentials in URLs redacted (whatever wrote the run's manifest), a run's directory named by its
+``<flow>/<run dir>``, never by the server's path. The catalogue refreshes in the background every
 ``refresh_s`` seconds (in a worker thread); rendering a report runs in a worker thread too.
 """
 
@@ -21,21 +23,24 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Final, TypeVar
+from urllib.parse import quote
 
 import jinja2
 import orjson
 from aiohttp import web
+from markupsafe import escape
 
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.reports.content import Report, build_comparison
 from alflow.reports.render import render, render_run
-from alflow.results.catalog import Catalog, CatalogEntry
-from alflow.results.store import MANIFEST, open_run
+from alflow.results.catalog import REGRESSION, Catalog, CatalogEntry
+from alflow.results.store import MANIFEST, StoreError, open_run
 from alflow.site import guard
 from alflow.site.charts import TrendMark, trend_chart
 from alflow.site.pages import (
@@ -49,6 +54,7 @@ from alflow.site.pages import (
     trends_page,
 )
 from alflow.site.reference import reference_page
+from alflow.util.fsutil import read_confined, unsafe_file
 from alflow.util.redact import redact_data, redact_urls_in_text
 
 log = logging.getLogger(__name__)
@@ -73,6 +79,12 @@ TEXT_TYPES: Final = {
     ".csv": "text/csv",
 }
 """Raw files shown in the browser (redacted again on the way out); any other file is a download."""
+STORED_HTML_CSP: Final = (
+    guard.HEADERS["Content-Security-Policy"]
+    + "; sandbox; form-action 'none'; base-uri 'none'; frame-ancestors 'none'"
+)
+"""The policy of an HTML file a run stored, shown as it is: sandboxed (no script, form, meta refresh or popup)."""
+_PLAIN_NAME: Final = re.compile(r"[^A-Za-z0-9._-]")
 
 
 def _env() -> jinja2.Environment:
@@ -88,13 +100,46 @@ def _env() -> jinja2.Environment:
 _ENV: Final = _env()
 
 
+def _private(text: str, entries: Iterable[CatalogEntry] = ()) -> str:
+    """``text`` as it may leave the server: no run directory's server path, no credential in a URL.
+
+    Each run's directory (the server's own path) is named by its ``<flow>/<run dir>`` instead, plain or
+    HTML-escaped; credentials in every URL are redacted.
+
+    The store redacts what it writes, but a page is built from whatever the root holds (a manifest written by
+    another tool or by hand): every page and answer goes through this on its way out.
+    """
+    for e in sorted(entries, key=lambda e: len(e.run_dir), reverse=True):  # a longer path before its prefix
+        if e.run_dir and e.run_dir != e.rel:
+            text = text.replace(e.run_dir, e.rel)
+            text = text.replace(str(escape(e.run_dir)), str(escape(e.rel)))
+    return redact_urls_in_text(text) if "://" in text else text
+
+
+def _private_data(data: object, entries: tuple[CatalogEntry, ...]) -> object:
+    """JSON-ready ``data`` with :func:`_private` applied to every string in it (keys included)."""
+    if isinstance(data, str):
+        return _private(data, entries)
+    if isinstance(data, dict):
+        return {
+            (_private(k, entries) if isinstance(k, str) else k): _private_data(v, entries)
+            for k, v in data.items()
+        }
+    if isinstance(data, list | tuple):
+        return [_private_data(v, entries) for v in data]
+    return data
+
+
 def _html(request: web.Request, template: str, title: str, status: int = 200, **data: Any) -> web.Response:
     text = _ENV.get_template(template).render(title=title, root_label=request.app[ROOT_LABEL], **data)
-    return web.Response(text=text, content_type="text/html", status=status)
+    return web.Response(text=_private(text), content_type="text/html", status=status)
 
 
-def _json(data: object, status: int = 200) -> web.Response:
+def _json(data: object, status: int = 200, entries: Iterable[CatalogEntry] = ()) -> web.Response:
     body = orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
+    runs = tuple(entries)
+    if b"://" in body or any(e.run_dir.encode() in body for e in runs if e.run_dir != e.rel):
+        body = orjson.dumps(_private_data(data, runs), option=orjson.OPT_NON_STR_KEYS)
     return web.Response(body=body, content_type="application/json", status=status)
 
 
@@ -158,7 +203,21 @@ async def api_runs(request: web.Request) -> web.Response:
 
 async def api_run(request: web.Request) -> web.Response:
     """``/api/runs/<flow>/<run>``: one run's catalogue entry."""
-    return _json(entry_dict(_entry(request)))
+    entry = _entry(request)
+    return _json(entry_dict(entry), entries=(entry,))
+
+
+def _unsafe_file(catalog: Catalog, entry: CatalogEntry) -> str | None:
+    """:func:`~alflow.util.fsutil.unsafe_file` of the files a report of ``entry`` reads: its manifest, regression.json, listed files."""
+    return unsafe_file(catalog.root, entry.run_dir, (MANIFEST, REGRESSION, *entry.files))
+
+
+def _checked_render(catalog: Catalog, entry: CatalogEntry) -> str:
+    """:func:`render_run` of a run whose files are all regular files inside the root (else a StoreError)."""
+    bad = _unsafe_file(catalog, entry)
+    if bad is not None:
+        raise StoreError(f"{entry.rel}/{bad} is not a regular file inside the results root")
+    return render_run(entry.run_dir)
 
 
 async def run_page(request: web.Request) -> web.StreamResponse:
@@ -169,15 +228,16 @@ async def run_page(request: web.Request) -> web.StreamResponse:
     """
     entry = _entry(request)
     if entry.status == "unreadable":
-        return _problem(request, 404, f"run {entry.rel} cannot be read: {entry.problem}")
+        return _problem(request, 404, _private(f"run {entry.rel} cannot be read: {entry.problem}", [entry]))
     pages: dict[str, tuple[CatalogEntry, str]] = request.app[PAGES]
     kept = pages.get(entry.rel)
     if kept is not None and kept[0] is entry:
         return web.Response(text=kept[1], content_type="text/html")
     try:
-        text = await _in_thread(render_run, entry.run_dir)
+        text = _private(await _in_thread(_checked_render, request.app[CATALOG], entry), [entry])
     except AlflowError as exc:
-        return _problem(request, 404, f"run {entry.rel} cannot be rendered: {' '.join(str(exc).split())}")
+        message = f"run {entry.rel} cannot be rendered: {' '.join(str(exc).split())}"
+        return _problem(request, 404, _private(message, [entry]))
     if len(pages) >= MAX_PAGES:
         pages.pop(next(iter(pages)))
     pages[entry.rel] = (entry, text)
@@ -187,14 +247,13 @@ async def run_page(request: web.Request) -> web.StreamResponse:
 async def run_redirect(request: web.Request) -> web.StreamResponse:
     """``/runs/<flow>/<run>``: to the page with the trailing slash."""
     entry = _entry(request)
-    raise web.HTTPFound(location=f"/runs/{entry.rel}/")
+    raise web.HTTPFound(location=f"/runs/{quote(entry.rel)}/")  # a folder's name may hold any character
 
 
 def _read_file(catalog: Catalog, entry: CatalogEntry, name: str) -> bytes | None:
     """The bytes of a run's file; None when it is missing or (locally) resolves outside the root."""
     if "://" not in catalog.root:
-        real = guard.confined(Path(catalog.root), Path(entry.run_dir) / name)
-        return None if real is None else real.read_bytes()
+        return read_confined(Path(catalog.root), Path(entry.run_dir) / name)
     run = open_run(entry.run_dir)
     try:
         return run.storage.read_bytes(run.storage.join(run.dir, name))
@@ -224,11 +283,24 @@ async def run_file(request: web.Request) -> web.StreamResponse:
         raise web.HTTPNotFound(text="404 not found: the file is missing or outside the results root\n")
     suffix = Path(name).suffix.lower()
     if suffix in TEXT_TYPES:
-        return web.Response(body=_shown(name, data), content_type=TEXT_TYPES[suffix], charset="utf-8")
+        csp = {"Content-Security-Policy": STORED_HTML_CSP} if TEXT_TYPES[suffix] == "text/html" else {}
+        return web.Response(
+            body=_shown(name, data), content_type=TEXT_TYPES[suffix], charset="utf-8", headers=csp
+        )
     kind = "application/vnd.apache.parquet" if suffix == ".parquet" else "application/octet-stream"
-    return web.Response(
-        body=data, content_type=kind, headers={"Content-Disposition": f'attachment; filename="{name}"'}
-    )
+    return web.Response(body=data, content_type=kind, headers={"Content-Disposition": _disposition(name)})
+
+
+def _disposition(name: str) -> str:
+    """``attachment`` with the file's name, which can never break the header.
+
+    A plain ASCII name as is; in any other (a quote, CR/LF, non-ASCII) each such character is a ``_`` in
+    ``filename`` and the whole name is percent-encoded in ``filename*`` (RFC 6266).
+    """
+    plain = _PLAIN_NAME.sub("_", name)
+    if plain == name:
+        return f'attachment; filename="{name}"'
+    return f"attachment; filename=\"{plain}\"; filename*=UTF-8''{quote(name, safe='')}"
 
 
 def _compare_runs(request: web.Request) -> list[CatalogEntry]:
@@ -246,8 +318,20 @@ def _compare_runs(request: web.Request) -> list[CatalogEntry]:
     return out
 
 
-def _comparison(entries: list[CatalogEntry]) -> Report:
+def _comparison(catalog: Catalog, entries: list[CatalogEntry]) -> Report:
+    for e in entries:
+        bad = _unsafe_file(catalog, e)
+        if bad is not None:
+            raise StoreError(f"{e.rel}/{bad} is not a regular file inside the results root")
     return build_comparison([open_run(e.run_dir) for e in entries])
+
+
+async def _compared(request: web.Request, entries: list[CatalogEntry]) -> Report | web.Response:
+    """The comparison of ``entries``, or a 404 naming the run that cannot be read (not by the server's path)."""
+    try:
+        return await _in_thread(_comparison, request.app[CATALOG], entries)
+    except AlflowError as exc:
+        return _problem(request, 404, _private(f"cannot compare: {' '.join(str(exc).split())}", entries))
 
 
 def report_dict(report: Report) -> dict[str, Any]:
@@ -276,15 +360,21 @@ def report_dict(report: Report) -> dict[str, Any]:
 
 async def compare(request: web.Request) -> web.Response:
     """``/compare?run=..&run=..``: the runs side by side."""
-    report = await _in_thread(_comparison, _compare_runs(request))
-    return web.Response(text=await _in_thread(render, report), content_type="text/html")
+    entries = _compare_runs(request)
+    report = await _compared(request, entries)
+    if isinstance(report, web.Response):
+        return report
+    text = _private(await _in_thread(render, report), entries)
+    return web.Response(text=text, content_type="text/html")
 
 
 async def api_compare(request: web.Request) -> web.Response:
     """``/api/compare?run=..``: the comparison's data."""
     entries = _compare_runs(request)
-    report = await _in_thread(_comparison, entries)
-    return _json({"runs": [e.rel for e in entries], "report": report_dict(report)})
+    report = await _compared(request, entries)
+    if isinstance(report, web.Response):
+        return report
+    return _json({"runs": [e.rel for e in entries], "report": report_dict(report)}, entries=entries)
 
 
 async def reference(request: web.Request) -> web.Response:
@@ -378,6 +468,7 @@ def make_app(catalog: Catalog, *, token: str | None = None, refresh_s: float = 2
     app[ROOT_LABEL] = _root_label(catalog.root)
     app[REFRESH_S] = refresh_s
     app.on_response_prepare.append(guard.add_headers)
+    app.cleanup_ctx.append(guard.quiet_request_lines)
     app.cleanup_ctx.append(_refresher)
     r = app.router
     r.add_get("/", index)

@@ -8,8 +8,9 @@ text); tick values come from :func:`alflow.reports.svg.nice_ticks`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from markupsafe import Markup, escape
@@ -24,6 +25,8 @@ WIDTH: Final = 640
 HEIGHT: Final = 300
 _LEFT, _RIGHT, _TOP, _BOTTOM = 70, 44, 30, 78
 MAX_X_LABELS: Final = 6
+MAX_PLOTTED: Final = 1e15
+"""The largest value a chart places (a larger or non-finite one is drawn as not measured; its tooltip keeps it)."""
 
 
 @dataclass(frozen=True)
@@ -49,13 +52,14 @@ def trend_chart(title: str, y_label: str, marks: Sequence[TrendMark]) -> Markup:
         f'<rect x="0" y="0" width="{w}" height="{h}" fill="#ffffff"/>',
         f'<text x="{w / 2:.1f}" y="18" text-anchor="middle" font-size="13" font-weight="bold">{escape(title)}</text>',
     ]
+    marks = [m if _plottable(m.value) else replace(m, value=None) for m in marks]
     values = [m.value for m in marks if m.value is not None]
     if not values:
         parts.append(
             f'<text x="{w / 2:.1f}" y="{h / 2:.1f}" text-anchor="middle" fill="#888888">no data</text>'
         )
         return Markup("".join([*parts, "</svg>"]))  # noqa: S704 - every text is escaped
-    ticks = nice_ticks(min(values), max(values))
+    ticks = _ticks(min(values), max(values))
     lo, hi = min(ticks[0], *values), max(ticks[-1], *values)
     n = len(marks)
 
@@ -89,6 +93,22 @@ def trend_chart(title: str, y_label: str, marks: Sequence[TrendMark]) -> Markup:
     parts += _legend(h, any(m.regressed for m in marks))
     parts.append("</svg>")
     return Markup("".join(parts))  # noqa: S704 - every text is escaped
+
+
+def _plottable(value: float | None) -> bool:
+    """A value the chart can place: finite and at most :data:`MAX_PLOTTED` in size (others: not measured)."""
+    return value is not None and math.isfinite(value) and abs(value) <= MAX_PLOTTED
+
+
+def _ticks(low: float, high: float) -> list[float]:
+    """:func:`nice_ticks` of ``[low, high]``, a span below the chart's precision taken as one value.
+
+    Two values a few ulps apart (``1e5`` and the next float) would otherwise get a tick step too small to add to
+    them: a tick loop that never ends.
+    """
+    if high - low <= max(abs(low), abs(high), 1e-12) * 1e-9:
+        low = high = (low + high) / 2
+    return nice_ticks(low, high)
 
 
 def _marks(marks: Sequence[TrendMark], px: Callable[[int], float], py: Callable[[float], float]) -> list[str]:

@@ -4,29 +4,35 @@
 - Paths: a request path holding ``..``, a backslash, NUL or a percent-encoded dot, slash, backslash or NUL
   (``%2e``, ``%2f``, ``%5c``, ``%00``) is refused (400) before routing; routes then only accept names that
   look like a flow and a run directory (:data:`alflow.results.catalog.RUN_DIR`) of the catalogue and file
-  names the run's manifest lists, and a file whose real path (symlinks resolved) leaves the root is refused
-  (404). No error echoes the path.
+  names the run's manifest lists, and a file whose real path (symlinks resolved) leaves the root, or that is no
+  regular file (a FIFO, a device), is refused (404) and never opened (:func:`read_confined`; a report is not
+  rendered from a run holding one: :func:`unsafe_file`). No error echoes the path; aiohttp's own log of a request
+  it cannot parse keeps the error's kind only (:class:`RequestLineFilter`: its text quotes the query).
+- Without a token (loopback only), a request whose ``Host`` is not a loopback name or address is refused (421):
+  no page of another site can read this one through DNS rebinding (:func:`loopback_name`).
 - The token: with one configured (required when the host is not loopback: :func:`check_bind`), every request
   carries it as ``Authorization: Bearer``, as a cookie set on the first visit, or once as ``?token=`` (then it
   is moved into an ``HttpOnly; SameSite=Strict`` cookie and the URL without it). Compared with
   :func:`hmac.compare_digest`; never logged (the access log leaves the query string out) nor echoed.
 - Headers on every answer, errors included: a Content-Security-Policy that allows inline styles and
-  ``data:`` images only (no script, no external resource), ``nosniff``, ``no-referrer``.
+  ``data:`` images only (no script, no external resource), ``nosniff``, ``no-referrer``; an HTML file a run
+  stored is shown sandboxed besides (no form, meta refresh, ``<base>`` or framing).
 """
 
 from __future__ import annotations
 
 import hmac
 import ipaddress
+import logging
 import os
 import re
-from collections.abc import Awaitable, Callable
-from pathlib import Path
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Final
 from urllib.parse import parse_qsl, urlencode
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
+from aiohttp.http_exceptions import HttpProcessingError
 
 from alflow.errors import InvalidInputError
 
@@ -54,6 +60,24 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def loopback_name(host_header: str | None) -> bool:
+    """Whether a request's ``Host`` (``name[:port]``) names loopback; a request without one counts as such.
+
+    A site without a token answers such requests only: a page elsewhere cannot read it through DNS rebinding
+    (``evil.example`` re-pointed at 127.0.0.1 is still ``Host: evil.example``).
+    """
+    if host_header is None:
+        return True  # no browser sends a request without Host
+    name = host_header.strip()
+    if name.startswith("["):
+        name = name[: name.find("]") + 1]
+    elif name.count(":") == 1:
+        name = name.partition(":")[0]
+    if name.lower() == "localhost.":  # the fully qualified form of the same name
+        name = name[:-1]
+    return is_loopback(name)
 
 
 def check_bind(host: str, token_env: str | None) -> str | None:
@@ -90,8 +114,9 @@ def _without_token(request: web.Request) -> str:
 
 
 def _authorized(request: web.Request, token: str) -> bool:
-    header = request.headers.get("Authorization", "")
-    if header.startswith("Bearer ") and _same(header[7:].strip(), token):
+    scheme, _, given = request.headers.get("Authorization", "").strip().partition(" ")
+    # the scheme's case does not matter (RFC 7235)
+    if scheme.lower() == "bearer" and _same(given.strip(), token):
         return True
     cookie = request.cookies.get(TOKEN_COOKIE)
     return cookie is not None and _same(cookie, token)
@@ -117,6 +142,12 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _plain(400, "400 bad request: the path holds a forbidden sequence")
     token = request.app[TOKEN_KEY]
     if token is None:
+        if not loopback_name(request.headers.get("Host")):
+            return _plain(
+                421,
+                "421 misdirected request: without a token this site answers to a loopback address only "
+                "(http://127.0.0.1:PORT/, http://localhost:PORT/)",
+            )
         return await handler(request)
     given = request.query.get(TOKEN_PARAM)
     if given is not None:
@@ -138,18 +169,6 @@ async def add_headers(_request: web.Request, response: web.StreamResponse) -> No
         response.headers.setdefault(name, value)
 
 
-def confined(root: Path, candidate: Path) -> Path | None:
-    """``candidate`` with symlinks resolved when it is a regular file inside ``root`` (resolved), else None."""
-    try:
-        real = candidate.resolve(strict=True)
-        base = root.resolve(strict=True)
-    except (OSError, RuntimeError):
-        return None
-    if not real.is_relative_to(base) or not real.is_file():
-        return None
-    return real
-
-
 class PathOnlyAccessLogger(AbstractAccessLogger):
     """One access-log line per request: method, path (never the query: it may hold the token), status, time."""
 
@@ -158,3 +177,34 @@ class PathOnlyAccessLogger(AbstractAccessLogger):
             0
         ]  # percent-encoded as received: no control character in the log
         self.logger.info("%s %s %s %.1fms", request.method, path, response.status, time * 1000)
+
+
+class RequestLineFilter(logging.Filter):
+    """Keeps a request aiohttp cannot parse out of its log.
+
+    The error's text quotes the request line, and so its query (``?token=``): the record keeps the error's kind
+    and status only. Other records pass as they are.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            record.msg = f"{record.getMessage()}: {type(exc).__name__} ({exc.code})"
+            record.args = ()
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+SERVER_LOGGER: Final = "aiohttp.server"
+
+
+async def quiet_request_lines(_app: web.Application) -> AsyncIterator[None]:
+    """``cleanup_ctx``: :class:`RequestLineFilter` on aiohttp's server log while the site runs."""
+    flt = RequestLineFilter()
+    logger = logging.getLogger(SERVER_LOGGER)
+    logger.addFilter(flt)
+    try:
+        yield
+    finally:
+        logger.removeFilter(flt)

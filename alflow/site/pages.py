@@ -39,7 +39,7 @@ def _int_param(params: Mapping[str, str], name: str, low: int, high: int, defaul
     raw = params.get(name, "")
     if raw == "":
         return default
-    if not raw.isdigit() or not low <= int(raw) <= high:
+    if not (raw.isascii() and raw.isdigit()) or not low <= int(raw) <= high:  # "²" is a digit int() refuses
         raise InvalidInputError(f"query parameter {name} {raw[:40]!r}: must be an integer in [{low}, {high}]")
     return int(raw)
 

@@ -19,7 +19,8 @@ from alflow.errors import AlflowError
 from alflow.reference.table import ReferenceEntry, load_reference
 from alflow.results import view
 from alflow.results.catalog import Catalog, CatalogEntry
-from alflow.results.store import open_run
+from alflow.results.store import MANIFEST, open_run
+from alflow.util.fsutil import unsafe_file
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +147,8 @@ def _table(root: Path, path: Path) -> TableView | None:
     except AlflowError as exc:
         if "entries" not in path.read_text(errors="replace")[:100_000]:
             return None  # a YAML file that is no reference table
-        return TableView(rel, None, None, None, "", (), " ".join(str(exc).split()))
+        problem = " ".join(str(exc).replace(str(path), rel).split())  # named by its place in the root
+        return TableView(rel, None, None, None, "", (), problem)
     rows = tuple(EntryRow.of(e) for e in table.entries)
     return TableView(rel, table.kind, table.dataset, table.category, table.description, rows, None)
 
@@ -159,14 +161,18 @@ def _moved(prev: Calibration, al: float, low: float | None, high: float | None) 
     return out_of_prev or out_of_new
 
 
-def _histories(m0_runs: list[CatalogEntry]) -> tuple[tuple[KeyHistory, ...], tuple[str, ...]]:
+def _histories(root: str, m0_runs: list[CatalogEntry]) -> tuple[tuple[KeyHistory, ...], tuple[str, ...]]:
     per_key: dict[str, list[Calibration]] = {}
     problems: list[str] = []
     for entry in sorted(m0_runs, key=lambda e: e.started):
+        unsafe = unsafe_file(root, entry.run_dir, (MANIFEST, *entry.files))
+        if unsafe is not None:
+            problems.append(f"{entry.rel}: {unsafe} is not a regular file inside the results root")
+            continue
         try:
             entries, bad = view.m0_entries(open_run(entry.run_dir))
-        except (AlflowError, OSError) as exc:
-            problems.append(f"{entry.rel}: {' '.join(str(exc).split())}")
+        except (AlflowError, OSError) as exc:  # named by its rel, not by the server's path
+            problems.append(f"{entry.rel}: {' '.join(str(exc).replace(entry.run_dir, entry.rel).split())}")
             continue
         problems += [f"{entry.rel}: {b}" for b in bad]
         for e in entries:
@@ -195,5 +201,5 @@ def reference_page(catalog: Catalog) -> ReferencePage:
             if view_ is not None:
                 tables.append(view_)
     m0 = [e for e in catalog.entries() if e.flow == "m0" and e.status != "unreadable"]
-    histories, problems = _histories(m0)
+    histories, problems = _histories(catalog.root, m0)
     return ReferencePage(tuple(tables), histories, problems)

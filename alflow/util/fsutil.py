@@ -13,7 +13,7 @@ import os
 import secrets
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from alflow.errors import AlflowError, InvalidInputError
@@ -218,3 +218,53 @@ def check_writable_file(path: str | os.PathLike[str], *, what: str) -> Path:
         )
     check_writable_dir(target.parent, what=f"{what} {given!r}: its folder")
     return target
+
+
+def confined(root: Path, candidate: Path) -> Path | None:
+    """``candidate`` with symlinks resolved when it is a regular file inside ``root`` (resolved), else None."""
+    try:
+        real = candidate.resolve(strict=True)
+        base = root.resolve(strict=True)
+    except (OSError, RuntimeError):
+        return None
+    if not real.is_relative_to(base) or not real.is_file():
+        return None
+    return real
+
+
+def read_confined(root: Path, candidate: Path) -> bytes | None:
+    """The bytes of ``candidate`` when it is a regular file inside ``root`` (:func:`confined`), else None.
+
+    The resolved file is opened without following a symlink and without blocking, and read only when the opened
+    file is still a regular one: a file swapped for a symlink or a FIFO after the check is not read either.
+    """
+    real = confined(root, candidate)
+    if real is None:
+        return None
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return None
+        try:
+            return f.read()
+        except OSError:
+            return None
+
+
+def unsafe_file(root: str, run_dir: str, names: Iterable[str]) -> str | None:
+    """The first of ``names`` in ``run_dir`` that exists but is not a regular file inside ``root``, else None.
+
+    A symlink out of the root, a FIFO, a device: reading one would leave the root or block a thread for good, so
+    a run holding one is not read at all. None where the root is an fsspec URL (no symlinks there).
+    """
+    if "://" in root:
+        return None
+    base = Path(root)
+    for name in names:
+        path = Path(run_dir) / name
+        if os.path.lexists(path) and confined(base, path) is None:
+            return name
+    return None

@@ -304,6 +304,26 @@ def test_a_garbage_regression_json_leaves_the_run_readable(tmp_path: Path) -> No
     assert entry.verdict is None
 
 
+@pytest.mark.timeout(30)
+def test_a_fifo_or_a_symlink_out_of_the_root_is_not_read(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    fifo_run = write_run(root, "2026-01-01T00:00:00+00:00")
+    os.mkfifo(fifo_run / "regression.json")  # opening it for reading would block for good
+    outside = tmp_path / "outside.json"
+    outside.write_text(json.dumps({"points": [{"outcome": "regressed", "series": key().to_dict()}]}))
+    link_run = write_run(root, "2026-01-02T00:00:00+00:00")
+    (link_run / "regression.json").symlink_to(outside)
+    fine = write_run(root, "2026-01-03T00:00:00+00:00")
+    entries = {e.rel: e for e in Catalog(str(root)).entries()}
+    for run in (fifo_run, link_run):
+        entry = entries[f"m2/{run.name}"]
+        assert entry.status == "unreadable"
+        assert entry.verdict is None
+        assert entry.problem == f"m2/{run.name}/regression.json: not a regular file inside the results root"
+        assert str(tmp_path) not in str(entry.problem)
+    assert entries[f"m2/{fine.name}"].status == "complete"
+
+
 def test_the_disk_cache_makes_a_cold_start_read_nothing_and_stays_out_of_the_root(tmp_path: Path) -> None:
     root, cache = tmp_path / "root", tmp_path / "cache"
     a = write_run(
