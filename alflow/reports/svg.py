@@ -108,7 +108,8 @@ def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
         return []
     if high < low:
         low, high = high, low
-    if high == low:
+    # equal, or closer than ticks can tell apart (one float step, or a range that underflows)
+    if high - low <= max(max(abs(low), abs(high)) * 1e-9, 1e-300):
         pad = abs(low) * 0.1 or 1.0
         low, high = low - pad, high + pad
     raw = (high - low) / max(1, count)
@@ -117,7 +118,7 @@ def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
     start = math.floor(low / step) * step
     ticks: list[float] = []
     t = start
-    while t <= high + step * 1e-9:
+    while t <= high + step * 1e-9 and len(ticks) <= 4 * max(1, count) + 2:  # bounded whatever the floats do
         ticks.append(round(t, 12))
         t += step
     if ticks[-1] < high:

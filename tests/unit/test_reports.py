@@ -406,3 +406,11 @@ def test_a_release_gate_warning_reaches_the_report(tmp_path: Path) -> None:
     manifest_path.write_text(json.dumps(manifest))
     shown = [w for w in build_report(open_run(run_dir)).warnings if w.startswith("Release gate")]
     assert shown == [f"Release gate: {warning}"]
+
+
+def test_nice_ticks_end_for_values_one_float_step_apart_and_extremes() -> None:
+    near = svg.nice_ticks(1e5, math.nextafter(1e5, math.inf))
+    assert near[0] < 1e5 < near[-1]
+    assert 2 <= len(near) <= 22
+    assert len(svg.nice_ticks(-1e300, 1e300)) <= 22
+    assert svg.nice_ticks(0.0, 5e-324)[0] <= 0.0
