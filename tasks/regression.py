@@ -19,8 +19,10 @@ from prefect.runtime import flow_run
 from alflow.config.regression import RegressionSettings
 from alflow.methods.regression import judge_reference, judge_run
 from alflow.reference.table import Key, ReferenceTable
+from alflow.results.catalog import split_image
 from alflow.results.regression import REGRESSION_FILE, PointVerdict, RegressionReport
 from alflow.results.store import RunWriter, StoredRun
+from alflow.results.view import image
 from alflow.util.redact import redact_data, redact_url
 
 REGRESSION_EVENT: Final = "alflow.regression.detected"
@@ -28,9 +30,13 @@ REGRESSION_EVENT: Final = "alflow.regression.detected"
 
 
 def alert_event(
-    point: PointVerdict, *, flow_run_id: str, flow: str, run_dir: str
+    point: PointVerdict, *, flow_run_id: str, flow: str, run_dir: str, image_tag: str = ""
 ) -> tuple[dict[str, str], dict[str, Any]]:
-    """The resource (the flow run, with the series as string labels) and payload of one point's event."""
+    """The resource (the flow run, with the series as string labels) and payload of one point's event.
+
+    The series names the image by its repository (a new tag continues it); ``image_tag`` is the tag (or digest)
+    this run served, the label ``alflow.image-tag``: which nightly regressed.
+    """
     series = point.series
     resource = {
         "prefect.resource.id": f"prefect.flow-run.{flow_run_id}",
@@ -40,6 +46,7 @@ def alert_event(
             f"alflow.{name}": str(series.get(name, ""))
             for name in ("framework", "image", "model", "thinking")
         },
+        "alflow.image-tag": image_tag,
         "alflow.k": str(point.k),
         "alflow.concurrency": str(point.concurrency),
         "alflow.repeat": str(point.repeat),
@@ -59,6 +66,12 @@ def alert_event(
     return resource, clean
 
 
+def _image_tag(writer: RunWriter) -> str:
+    """The tag (or digest) of the image the run served, "" without one."""
+    served, _ = image(StoredRun(writer.dir, writer.manifest, writer.storage))
+    return split_image(served)[1]
+
+
 def _flow_run_id(writer: RunWriter) -> str:
     stored = writer.manifest.provenance.flow_run_id
     current = flow_run.get_id()
@@ -75,7 +88,11 @@ def _publish(writer: RunWriter, report: RegressionReport, *, emit: bool) -> None
         log.warning("regression: %s", point.message)
         if emit:
             resource, payload = alert_event(
-                point, flow_run_id=_flow_run_id(writer), flow=writer.flow, run_dir=writer.dir
+                point,
+                flow_run_id=_flow_run_id(writer),
+                flow=writer.flow,
+                run_dir=writer.dir,
+                image_tag=_image_tag(writer),
             )
             emit_event(event=REGRESSION_EVENT, resource=resource, payload=payload)
 

@@ -51,7 +51,7 @@ QUIET_S = 5.0
 
 SERIES: dict[str, str | int] = {
     "framework": "vllm",
-    "image": "vllm/vllm-openai:v0.20.0",
+    "image": "vllm/vllm-openai",
     "model": "Qwen/Qwen3-Next-80B-A3B-Instruct",
     "k": 3,
     "concurrency": 16,
@@ -92,7 +92,10 @@ def probe_regression() -> str:
     """
     run_id = flow_run.get_id()
     assert run_id is not None
-    events = [alert_event(p, flow_run_id=str(run_id), flow="m2", run_dir=RUN_DIR) for p in POINTS]
+    events = [
+        alert_event(p, flow_run_id=str(run_id), flow="m2", run_dir=RUN_DIR, image_tag="v0.20.0")
+        for p in POINTS
+    ]
     resource, payload = events[0]
     emit_event(event="alflow.regression.checked", resource=resource, payload=payload)
     for resource, payload in events:

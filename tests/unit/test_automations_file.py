@@ -97,7 +97,7 @@ def test_a_block_reference_that_is_neither_an_id_nor_a_slug_is_refused() -> None
 
 def test_the_message_names_the_series_each_metric_and_the_run() -> None:
     point = PointVerdict(
-        series={"framework": "sglang", "image": "lmsysorg/sglang:v0.5.16", "model": "m", "thinking": "on"},
+        series={"framework": "sglang", "image": "lmsysorg/sglang", "model": "m", "thinking": "on"},
         concurrency=64,
         k=5,
         outcome="regressed",
@@ -107,7 +107,9 @@ def test_the_message_names_the_series_each_metric_and_the_run() -> None:
         ],
         message="regressed against 3 run(s)",
     )
-    resource, payload = alert_event(point, flow_run_id="f00", flow="m2", run_dir="results/m2/x")
+    resource, payload = alert_event(
+        point, flow_run_id="f00", flow="m2", run_dir="results/m2/x", image_tag="v0.5.16"
+    )
     subject, body = _render(resource, payload)
     assert subject == "alflow regressed: sglang m K=5 concurrency=64"
     assert body.splitlines() == [
@@ -130,3 +132,17 @@ def test_an_event_without_alflow_labels_or_payload_still_renders() -> None:
     assert subject == "alflow regression: ? ? K=? concurrency=?"
     assert "framework: ?" in body
     assert "flow run: ? (other.thing)" in body
+
+
+def test_without_a_tag_the_message_names_the_image_repository_alone() -> None:
+    point = PointVerdict(
+        series={"framework": "sim", "image": "alflow-sim", "model": "m", "thinking": "off"},
+        concurrency=2,
+        k=1,
+        outcome="regressed",
+        message="regressed",
+    )
+    resource, payload = alert_event(point, flow_run_id="f00", flow="m2", run_dir="results/m2/x")
+    assert resource["alflow.image-tag"] == ""
+    _, body = _render(resource, payload)
+    assert "image: alflow-sim" in body.splitlines()
