@@ -263,8 +263,18 @@ def unsafe_file(root: str, run_dir: str, names: Iterable[str]) -> str | None:
     if "://" in root:
         return None
     base = Path(root)
+    try:
+        plain_dir = stat.S_ISDIR(os.lstat(run_dir).st_mode)  # not a symlink to a folder elsewhere
+    except OSError:
+        plain_dir = False
     for name in names:
         path = Path(run_dir) / name
-        if os.path.lexists(path) and confined(base, path) is None:
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:  # not there: nothing to read
+            continue
+        if plain_dir and stat.S_ISREG(mode) and os.sep not in name and name not in (".", ".."):
+            continue  # a plain file right in a plain run directory: inside the root without resolving a path
+        if confined(base, path) is None:
             return name
     return None
