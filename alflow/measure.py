@@ -30,7 +30,7 @@ from alflow.acceptance.stats import CI_LEVEL, SpecStats, from_counters, from_his
 from alflow.datasets.types import Session
 from alflow.errors import AlflowError
 from alflow.loadgen.records import RequestRecord, records_frame
-from alflow.loadgen.runner import LoadAbortedError, LoadSpec, Progress, Target, run_load
+from alflow.loadgen.runner import LoadAbortedError, LoadResult, LoadSpec, Progress, Target, run_load
 from alflow.metrics.client import (
     DEFAULT_PERCENTILES,
     SLO,
@@ -450,6 +450,26 @@ def _urls(metrics_url: str | Sequence[str] | None) -> tuple[str, ...]:
     return (metrics_url,) if isinstance(metrics_url, str) else tuple(metrics_url)
 
 
+async def _load_with_scrapes(
+    load: Callable[[], Awaitable[LoadResult]],
+    urls: Sequence[str],
+    interval_s: float,
+    http: aiohttp.ClientSession,
+) -> tuple[LoadResult, str | None, PeriodicScraper | None]:
+    """Run ``load()`` with background scrapes of ``urls`` (none when empty): its result, why it aborted, the scraper.
+
+    An aborted load gives the result it had (:class:`LoadAbortedError`) and the reason; the scraper stops either way.
+    """
+    scraper: PeriodicScraper | None = None
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            if urls:
+                scraper = await stack.enter_async_context(PeriodicScraper(urls, interval_s, session=http))
+            return await load(), None, scraper
+    except LoadAbortedError as exc:
+        return exc.result, str(exc), scraper
+
+
 async def measure(
     sessions: Sequence[Session],
     target: Target,
@@ -499,26 +519,21 @@ async def measure(
             if after_baseline is not None:
                 await after_baseline(baseline[0] if baseline else None)
 
-        scraper: PeriodicScraper | None = None
-        aborted: str | None = None
-        try:
-            async with contextlib.AsyncExitStack() as stack:
-                if urls and scrape_interval_s > 0:
-                    scraper = await stack.enter_async_context(
-                        PeriodicScraper(urls, scrape_interval_s, session=http)
-                    )
-                result = await run_load(
-                    sessions,
-                    target,
-                    spec,
-                    on_measure_start=on_measure_start,
-                    progress=progress,
-                    warmup_sessions=warmup_sessions,
-                    sink=records,
-                )
-        except LoadAbortedError as exc:
-            aborted = str(exc)
-            result = exc.result
+        scrapes = urls if scrape_interval_s > 0 else []
+        result, aborted, scraper = await _load_with_scrapes(
+            lambda: run_load(
+                sessions,
+                target,
+                spec,
+                on_measure_start=on_measure_start,
+                progress=progress,
+                warmup_sessions=warmup_sessions,
+                sink=records,
+            ),
+            scrapes,
+            scrape_interval_s,
+            http,
+        )
         final: Snapshot | None = None
         stats: SpecStats | None = None
         stats_error: str | None = None

@@ -30,8 +30,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +38,8 @@ import pytest
 import yaml
 
 from alflow.config.presets import load_preset, sweep_params
-from tests.e2e.prefect_support import ROOT, free_port
+from tests.e2e.prefect_support import ROOT
+from tests.e2e.site_support import ALFLOW, serve_results
 from tests.e2e.test_regression_automation import (
     README_AUTOMATION_LINES,
     _automations,
@@ -48,7 +47,6 @@ from tests.e2e.test_regression_automation import (
     webhook_receiver,
 )
 
-ALFLOW = str(Path(sys.executable).parent / "alflow")
 KS = (1, 2)
 CONCURRENCIES = (2, 4)
 POINTS = {(k, c) for k in KS for c in CONCURRENCIES}
@@ -147,41 +145,6 @@ def _children(result: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return {int(k): o["benchmark_run"] for k, o in result["per_k"].items()}
 
 
-@contextmanager
-def _results_site(root: Path, env: dict[str, str], log_path: Path) -> Iterator[str]:
-    """``alflow results serve ROOT`` on a free loopback port (its URL); stopped with SIGINT, exit status 0."""
-    port = free_port()
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [ALFLOW, "results", "serve", str(root), "--host", "127.0.0.1", "--port", str(port)],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                assert proc.poll() is None, log_path.read_text()
-                try:
-                    if httpx.get(url + "/", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert time.monotonic() < deadline, "the results site did not answer within 60 s"
-                time.sleep(0.3)
-            yield url
-        finally:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
-    assert proc.returncode == 0, log_path.read_text()[-2000:]
-
-
 def _trend_verdicts(site: str) -> dict[tuple[int, int], dict[str, str | None]]:
     """(K, concurrency) -> {run rel: verdict} of the site's trend lines (``/api/trends``)."""
     data = httpx.get(f"{site}/api/trends", params={"model": MODEL}, timeout=30).raise_for_status().json()
@@ -204,7 +167,7 @@ def test_a_slower_nightly_image_regresses_at_every_point_and_the_automation_noti
     root = tmp_path / "results"
     root.mkdir()
     _cleanup(prefect_server)
-    with webhook_receiver() as receiver, _results_site(root, prefect_server, tmp_path / "site.log") as site:
+    with webhook_receiver() as receiver, serve_results(root, prefect_server, tmp_path / "site.log") as site:
         env = {
             **prefect_server,
             "ALFLOW_WEBHOOK_URL": receiver.url,

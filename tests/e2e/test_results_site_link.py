@@ -15,23 +15,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from alflow.results.links import RESULTS_URL_VARIABLE
 from tests.browser import chromium, decode_png
-from tests.e2e.prefect_support import ROOT, api, cli, free_port
-
-ALFLOW = str(Path(sys.executable).parent / "alflow")
+from tests.e2e.prefect_support import ROOT, api, cli
+from tests.e2e.site_support import serve_results
 
 RUN_M2 = textwrap.dedent(
     """
@@ -69,37 +64,8 @@ def results_site(tmp_path: Path, prefect_server: dict[str, str]) -> Iterator[tup
     """``alflow results serve`` over a fresh results root on a free loopback port: (its URL, the root)."""
     root = tmp_path / "results"
     root.mkdir()
-    port = free_port()
-    log = (tmp_path / "site.log").open("wb")
-    proc = subprocess.Popen(
-        [ALFLOW, "results", "serve", str(root), "--host", "127.0.0.1", "--port", str(port)],
-        env=prefect_server,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, (tmp_path / "site.log").read_text()
-            try:
-                if httpx.get(url + "/", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the results site did not answer within 60 s"
-            time.sleep(0.3)
+    with serve_results(root, prefect_server, tmp_path / "site.log") as url:
         yield url, root
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-        log.close()
-    assert proc.returncode == 0, (tmp_path / "site.log").read_text()[-2000:]
 
 
 def test_the_prefect_uis_report_link_opens_the_runs_page_on_the_results_site(

@@ -50,9 +50,21 @@ class Site:
     root: Path
     catalog: Catalog
 
-    async def get(self, path: str, *, method: str = "GET", headers: dict[str, str] | None = None) -> Answer:
+    async def get(
+        self,
+        path: str,
+        *,
+        method: str = "GET",
+        headers: dict[str, str] | None = None,
+        host: str | None = None,
+    ) -> Answer:
+        """One request over a fresh connection; ``host``: the Host header (default: the server's own address)."""
         reader, writer = await asyncio.open_connection(self.host, self.port)
-        lines = [f"{method} {path} HTTP/1.1", f"Host: {self.host}:{self.port}", "Connection: close"]
+        lines = [
+            f"{method} {path} HTTP/1.1",
+            f"Host: {host or f'{self.host}:{self.port}'}",
+            "Connection: close",
+        ]
         lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
         writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
         await writer.drain()

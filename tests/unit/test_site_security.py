@@ -49,22 +49,6 @@ async def serving(root: Path, token: str | None = None) -> AsyncIterator[Site]:
         await asyncio.wait_for(task, 10)
 
 
-async def _get_as(site: Site, path: str, host: str, headers: dict[str, str] | None = None) -> Answer:
-    """GET ``path`` with the ``Host`` header ``host`` (the harness's own ``get`` names the server's address)."""
-    reader, writer = await asyncio.open_connection(site.host, site.port)
-    lines = [f"GET {path} HTTP/1.1", f"Host: {host}", "Connection: close"]
-    lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
-    writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
-    await writer.drain()
-    raw = await reader.read()
-    writer.close()
-    await writer.wait_closed()
-    head, _, body = raw.partition(b"\r\n\r\n")
-    status_line, *header_lines = head.decode("latin-1").split("\r\n")
-    parsed = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in header_lines)}
-    return Answer(int(status_line.split()[1]), parsed, body)
-
-
 def _secure(answer: Answer) -> None:
     for name, value in HEADERS.items():
         assert answer.headers.get(name) == value, (name, answer.headers)
@@ -451,7 +435,7 @@ async def test_without_a_token_only_loopback_host_names_are_answered(tmp_path: P
     """DNS rebinding: a page of evil.example re-pointed at 127.0.0.1 sends ``Host: evil.example``."""
     async with serving(make_root(tmp_path)) as site:
         for host in ("127.0.0.1:8765", "localhost:1", "LOCALHOST", "localhost.:2", "[::1]:3", "127.0.0.2"):
-            answer = await _get_as(site, "/api/runs", host)
+            answer = await site.get("/api/runs", host=host)
             assert answer.status == 200, host
         for host in (
             "evil.example",
@@ -460,13 +444,13 @@ async def test_without_a_token_only_loopback_host_names_are_answered(tmp_path: P
             "[::ffff:7f00:1]:1",
             "0.0.0.0",
         ):
-            answer = await _get_as(site, "/api/runs", host)
+            answer = await site.get("/api/runs", host=host)
             assert answer.status == 421, host
             assert "evil" not in answer.text
             _secure(answer)
     async with serving(make_root(tmp_path / "t"), TOKEN) as site:  # a token is what guards a shared site
         auth = {"Authorization": f"Bearer {TOKEN}"}
-        assert (await _get_as(site, "/api/runs", "results.example:8765", auth)).status == 200
+        assert (await site.get("/api/runs", headers=auth, host="results.example:8765")).status == 200
 
 
 @pytest.mark.parametrize(
