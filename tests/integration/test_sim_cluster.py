@@ -146,6 +146,8 @@ def test_head_fails_when_a_joined_worker_goes_away(nodes: list[Nodes]) -> None:
     head = group.start(0)
     worker = group.start(1)
     wait_status(group.url(0), 200)
+    # the worker joins the head first and listens after: its own /health says when it serves
+    wait_status(group.url(1), 200)
     # tp (the default): one model across the nodes, so only the head exposes metrics
     assert status(group.url(0, names.VLLM_METRICS_PATH))[0] == 200
     assert status(group.url(1, names.VLLM_METRICS_PATH))[0] == 404
