@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Protocol, Self
+from typing import Any, BinaryIO, Final, Protocol, Self
 from uuid import uuid4
 
 import fsspec
@@ -68,6 +68,10 @@ class Storage(Protocol):
         """Read a whole object."""
         ...
 
+    def open_read(self, path: str) -> BinaryIO:
+        """Open an object for reading in parts (the caller closes it)."""
+        ...
+
     def exists(self, path: str) -> bool:
         """True when ``path`` exists."""
         ...
@@ -89,6 +93,9 @@ class LocalStorage:
 
     def read_bytes(self, path: str) -> bytes:
         return Path(path).read_bytes()
+
+    def open_read(self, path: str) -> BinaryIO:
+        return Path(path).open("rb")
 
     def exists(self, path: str) -> bool:
         return Path(path).exists()
@@ -123,6 +130,10 @@ class FsspecStorage:
     def read_bytes(self, path: str) -> bytes:
         data = self.fs.cat_file(self._url(path))
         return bytes(data)
+
+    def open_read(self, path: str) -> BinaryIO:
+        f: BinaryIO = self.fs.open(self._url(path), "rb")
+        return f
 
     def exists(self, path: str) -> bool:
         return bool(self.fs.exists(self._url(path)))

@@ -21,14 +21,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import logging
+import os
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, BinaryIO, Final, TypeVar
 from urllib.parse import quote
 
 import jinja2
@@ -54,8 +56,8 @@ from alflow.site.pages import (
     trends_page,
 )
 from alflow.site.reference import reference_page
-from alflow.util.fsutil import read_confined, unsafe_file
-from alflow.util.redact import redact_data, redact_urls_in_text
+from alflow.util.fsutil import open_confined, unsafe_file
+from alflow.util.redact import redact_data, redact_text_stream, redact_urls_in_text
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -68,6 +70,10 @@ PAGES: Final = web.AppKey("pages", dict[str, tuple[CatalogEntry, str]])
 """Run pages rendered lately, by run, with the catalogue entry they were rendered from."""
 MAX_PAGES: Final = 64
 MAX_COMPARE: Final = 8
+CHUNK_BYTES: Final = 1 << 20
+"""A raw file is read and sent in parts of this size (1 MiB)."""
+MAX_JSON_SHOWN: Final = 32 << 20
+"""A JSON file up to this size (32 MiB) is parsed and re-dumped through redaction; a larger one is redacted as text."""
 TEXT_TYPES: Final = {
     ".json": "application/json",
     ".md": "text/markdown",
@@ -250,19 +256,40 @@ async def run_redirect(request: web.Request) -> web.StreamResponse:
     raise web.HTTPFound(location=f"/runs/{quote(entry.rel)}/")  # a folder's name may hold any character
 
 
-def _read_file(catalog: Catalog, entry: CatalogEntry, name: str) -> bytes | None:
-    """The bytes of a run's file; None when it is missing or (locally) resolves outside the root."""
+def _open_file(catalog: Catalog, entry: CatalogEntry, name: str) -> BinaryIO | None:
+    """A run's file opened for reading; None when it is missing or (locally) not a regular file inside the root."""
     if "://" not in catalog.root:
-        return read_confined(Path(catalog.root), Path(entry.run_dir) / name)
+        return open_confined(Path(catalog.root), Path(entry.run_dir) / name)
     run = open_run(entry.run_dir)
     try:
-        return run.storage.read_bytes(run.storage.join(run.dir, name))
+        return run.storage.open_read(run.storage.join(run.dir, name))
     except OSError:
         return None
 
 
+def _size(f: BinaryIO) -> int | None:
+    """The size of an opened file (a local one's ``fstat``, an fsspec one's ``size``), None when unknown."""
+    try:
+        return os.fstat(f.fileno()).st_size
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        size = getattr(f, "size", None)
+        return size if isinstance(size, int) else None
+
+
+def _chunks(f: BinaryIO, limit: int | None = None) -> Iterator[bytes]:
+    """``f``'s bytes in parts of :data:`CHUNK_BYTES`, ``limit`` bytes at most."""
+    left = limit
+    while left is None or left > 0:
+        data = f.read(CHUNK_BYTES if left is None else min(CHUNK_BYTES, left))
+        if not data:
+            return
+        if left is not None:
+            left -= len(data)
+        yield data
+
+
 def _shown(name: str, data: bytes) -> bytes:
-    """A text file's bytes with credentials stripped from its URLs once more (JSON re-dumped through redaction)."""
+    """A JSON file's bytes re-dumped through redaction (its strings unescaped first); other text as it comes."""
     text = data.decode("utf-8", errors="replace")
     if name.endswith(".json"):
         try:
@@ -272,23 +299,71 @@ def _shown(name: str, data: bytes) -> bytes:
     return redact_urls_in_text(text).encode()
 
 
+async def _stream(
+    request: web.Request, response: web.StreamResponse, parts: Iterator[bytes]
+) -> web.StreamResponse:
+    """Send ``parts`` (each read in a thread) as the body of ``response``; a read that fails cuts the connection.
+
+    The status and headers are out by then, so a failed read cannot become an error page: the connection is
+    closed before the body ends, which a client sees as a broken download rather than a whole short file.
+    """
+    await response.prepare(request)
+    if request.method == "HEAD":  # aiohttp sends what a stream writes even then
+        await response.write_eof()
+        return response
+    try:
+        while (part := await _in_thread(next, parts, None)) is not None:
+            await response.write(part)
+    except OSError:
+        log.warning("reading %s failed part-way: the connection is cut", request.path, exc_info=True)
+        if request.transport is not None:
+            request.transport.close()
+        return response
+    await response.write_eof()
+    return response
+
+
 async def run_file(request: web.Request) -> web.StreamResponse:
-    """``/runs/<flow>/<run>/files/<name>``: a file the manifest lists (or manifest.json), nothing else."""
+    """``/runs/<flow>/<run>/files/<name>``: a file the manifest lists (or manifest.json), nothing else.
+
+    Sent in parts of :data:`CHUNK_BYTES`, never read whole (a day's server log can be gigabytes): a download as
+    it is stored, text redacted part by part (:func:`~alflow.util.redact.redact_text_stream`). A JSON file up to
+    :data:`MAX_JSON_SHOWN` is parsed and re-dumped through redaction instead, so that a URL written with JSON's
+    escapes is redacted too.
+    """
     entry = _entry(request)
     name = request.match_info["name"]
     if name != MANIFEST and name not in entry.files:
         raise web.HTTPNotFound(text="404 not found: the run's manifest lists no such file\n")
-    data = await _in_thread(_read_file, request.app[CATALOG], entry, name)
-    if data is None:
+    f = await _in_thread(_open_file, request.app[CATALOG], entry, name)
+    if f is None:
         raise web.HTTPNotFound(text="404 not found: the file is missing or outside the results root\n")
+    try:
+        return await _send(request, name, f)
+    finally:
+        f.close()
+
+
+async def _send(request: web.Request, name: str, f: BinaryIO) -> web.StreamResponse:
     suffix = Path(name).suffix.lower()
-    if suffix in TEXT_TYPES:
-        csp = {"Content-Security-Policy": STORED_HTML_CSP} if TEXT_TYPES[suffix] == "text/html" else {}
+    size = _size(f)
+    if suffix not in TEXT_TYPES:
+        kind = "application/vnd.apache.parquet" if suffix == ".parquet" else "application/octet-stream"
+        response = web.StreamResponse(headers={"Content-Disposition": _disposition(name)})
+        response.content_type = kind
+        if size is not None:
+            response.content_length = size
+        return await _stream(request, response, _chunks(f, size))
+    csp = {"Content-Security-Policy": STORED_HTML_CSP} if TEXT_TYPES[suffix] == "text/html" else {}
+    if suffix == ".json" and size is not None and size <= MAX_JSON_SHOWN:
+        data = await _in_thread(f.read)
         return web.Response(
             body=_shown(name, data), content_type=TEXT_TYPES[suffix], charset="utf-8", headers=csp
         )
-    kind = "application/vnd.apache.parquet" if suffix == ".parquet" else "application/octet-stream"
-    return web.Response(body=data, content_type=kind, headers={"Content-Disposition": _disposition(name)})
+    response = web.StreamResponse(headers=csp)
+    response.content_type = TEXT_TYPES[suffix]
+    response.charset = "utf-8"
+    return await _stream(request, response, redact_text_stream(_chunks(f)))
 
 
 def _disposition(name: str) -> str:

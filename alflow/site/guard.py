@@ -12,7 +12,8 @@
   no page of another site can read this one through DNS rebinding (:func:`loopback_name`).
 - The token: with one configured (required when the host is not loopback: :func:`check_bind`), every request
   carries it as ``Authorization: Bearer``, as a cookie set on the first visit, or once as ``?token=`` (then it
-  is moved into an ``HttpOnly; SameSite=Strict`` cookie and the URL without it). Compared with
+  is moved into an ``HttpOnly; SameSite=Strict`` cookie, ``Secure`` too when the browser came over HTTPS, and
+  the URL without it). Compared with
   :func:`hmac.compare_digest`; never logged (the access log leaves the query string out) nor echoed.
 - Headers on every answer, errors included: a Content-Security-Policy that allows inline styles and
   ``data:`` images only (no script, no external resource), ``nosniff``, ``no-referrer``; an HTML file a run
@@ -154,13 +155,25 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         if not _same(given, token):
             return _plain(401, "401 unauthorized: wrong token", **{"WWW-Authenticate": "Bearer"})
         response = web.Response(status=303, headers={"Location": _without_token(request)})
-        response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="Strict", path="/")
+        response.set_cookie(
+            TOKEN_COOKIE, token, httponly=True, samesite="Strict", path="/", secure=_over_https(request)
+        )
         return response
     if not _authorized(request, token):
         return _plain(
             401, "401 unauthorized: give the token (Authorization: Bearer)", **{"WWW-Authenticate": "Bearer"}
         )
     return await handler(request)
+
+
+def _over_https(request: web.Request) -> bool:
+    """True when the browser reached the site over HTTPS: directly, or through a proxy that says so.
+
+    ``X-Forwarded-Proto: https`` is taken as it comes: it can only make the cookie ``Secure`` (sent back over HTTPS
+    only), so a client that sends it falsely over plain HTTP loses its own cookie and gains nothing.
+    """
+    forwarded = request.headers.get("X-Forwarded-Proto", "").split(",")[0].strip().lower()
+    return request.secure or forwarded == "https"
 
 
 async def add_headers(_request: web.Request, response: web.StreamResponse) -> None:

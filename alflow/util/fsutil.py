@@ -15,6 +15,7 @@ import stat
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from alflow.errors import AlflowError, InvalidInputError
 
@@ -232,11 +233,12 @@ def confined(root: Path, candidate: Path) -> Path | None:
     return real
 
 
-def read_confined(root: Path, candidate: Path) -> bytes | None:
-    """The bytes of ``candidate`` when it is a regular file inside ``root`` (:func:`confined`), else None.
+def open_confined(root: Path, candidate: Path) -> BinaryIO | None:
+    """``candidate`` opened for reading when it is a regular file inside ``root`` (:func:`confined`), else None.
 
-    The resolved file is opened without following a symlink and without blocking, and read only when the opened
-    file is still a regular one: a file swapped for a symlink or a FIFO after the check is not read either.
+    The resolved file is opened without following a symlink and without blocking, and handed back only when the
+    opened file is still a regular one: a file swapped for a symlink or a FIFO after the check is not read either.
+    The caller closes it.
     """
     real = confined(root, candidate)
     if real is None:
@@ -245,9 +247,19 @@ def read_confined(root: Path, candidate: Path) -> bytes | None:
         fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            return None
+    f = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+        f.close()
+        return None
+    return f
+
+
+def read_confined(root: Path, candidate: Path) -> bytes | None:
+    """The bytes of ``candidate`` when it is a regular file inside ``root`` (:func:`open_confined`), else None."""
+    f = open_confined(root, candidate)
+    if f is None:
+        return None
+    with f:
         try:
             return f.read()
         except OSError:

@@ -18,7 +18,7 @@ snapshots, reports) or printed (errors, logs):
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Final
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -198,6 +198,35 @@ def redact_urls_in_text(text: str, values: Iterable[str] = ()) -> str:
     if "://" in text:
         text = _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
     return redact_values(text, values)
+
+
+_ASCII_WHITESPACE: Final = (b" ", b"\t", b"\n", b"\r", b"\f", b"\v")
+
+
+def _last_cut(chunk: bytes) -> int:
+    """The index just past the last ASCII whitespace byte of ``chunk`` (0 when it holds none)."""
+    return max(chunk.rfind(w) for w in _ASCII_WHITESPACE) + 1
+
+
+def redact_text_stream(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """The UTF-8 text read in ``chunks``, redacted as :func:`redact_urls_in_text` redacts it whole, in parts.
+
+    Each part ends just after an ASCII whitespace byte: a URL never holds one (it ends at whitespace, see
+    ``_URL_IN_TEXT``) and no UTF-8 character does, so no URL and no character is split and the parts joined
+    are the whole text redacted (bytes that are not UTF-8 are replaced, as a whole decode would). A run of text
+    with no whitespace is held until its end, so memory is bounded by the longest such run, not the file.
+    """
+    held = bytearray()
+    for chunk in chunks:
+        cut = _last_cut(chunk)
+        if cut == 0:
+            held += chunk
+            continue
+        held += chunk[:cut]
+        yield redact_urls_in_text(held.decode("utf-8", errors="replace")).encode()
+        held = bytearray(chunk[cut:])
+    if held:
+        yield redact_urls_in_text(held.decode("utf-8", errors="replace")).encode()
 
 
 def redact_data(data: object, values: Iterable[str] = ()) -> object:

@@ -20,7 +20,13 @@ from alflow.loadgen import LoadSpec, Target, run_load
 from alflow.loadgen.client import auth_headers
 from alflow.results.store import RunWriter, open_run
 from alflow.serving.api import ApiError, check_api_key
-from alflow.util.redact import is_secret_name, redact_data, redact_url, redact_urls_in_text
+from alflow.util.redact import (
+    is_secret_name,
+    redact_data,
+    redact_text_stream,
+    redact_url,
+    redact_urls_in_text,
+)
 from tests.unit.sse_server import SseServer, threaded_sse_server
 
 KEY = "sk-CanaryKey-7f3a9"
@@ -103,6 +109,21 @@ def test_redact_urls_in_text_and_data() -> None:
     assert "http://***@h:1/metrics?token=***" in out
     data = {"a": ["http://x:pw1234@h/", {"b": ("ok", 3, None)}], "c": 1.5}
     assert redact_data(data) == {"a": ["http://***@h/", {"b": ["ok", 3, None]}], "c": 1.5}
+
+
+def test_a_text_redacted_in_parts_equals_the_text_redacted_whole_at_every_cut() -> None:
+    text = (
+        "GET https://u:hunter22@h.example/v1?token=tok987&x=1 200\n"
+        "caf\u00e9 \u2014 http://a:pw1234@b:8/ \t s3://key:sec5678@bucket/p\r\n"
+        "no-space-run:https://x:pw9999@y/z"
+    ).encode() + b"\xff\xfe broken utf-8 http://q:pw7777@r/"
+    whole = redact_urls_in_text(text.decode("utf-8", errors="replace")).encode()
+    for secret in (b"hunter22", b"tok987", b"pw1234", b"sec5678", b"pw9999", b"pw7777"):
+        assert secret not in whole
+    for size in range(1, len(text) + 1):  # every cut: inside a URL, a UTF-8 character, a run without space
+        parts = [text[i : i + size] for i in range(0, len(text), size)]
+        assert b"".join(redact_text_stream(parts)) == whole, size
+    assert list(redact_text_stream([])) == []
 
 
 def test_extra_env_refuses_secret_names_and_points_to_the_runner_secrets() -> None:

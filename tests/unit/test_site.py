@@ -112,9 +112,10 @@ def make_root(tmp_path: Path) -> Path:
 
 
 async def _start(
-    root: Path, token: str | None = None, refresh_s: float = 0
+    root: Path, token: str | None = None, refresh_s: float = 0, catalog: Catalog | None = None
 ) -> tuple[Site, asyncio.Event, asyncio.Task[None]]:
-    catalog = Catalog(str(root), min_refresh_s=0)
+    """The site over ``root`` (or over ``catalog``, e.g. of a URL root) on a free loopback port."""
+    catalog = catalog or Catalog(str(root), min_refresh_s=0)
     app = make_app(catalog, token=token, refresh_s=refresh_s)
     urls: list[str] = []
     stop = asyncio.Event()
@@ -349,6 +350,9 @@ async def test_the_token_is_required_accepted_and_moved_into_a_cookie(
     cookie = first.headers["set-cookie"]
     assert "HttpOnly" in cookie
     assert "SameSite=Strict" in cookie
+    assert "Secure" not in cookie  # plain HTTP: a Secure cookie would never come back
+    behind_tls = await token_site.get(f"/?token={TOKEN}", headers={"X-Forwarded-Proto": "https"})
+    assert "; Secure" in behind_tls.headers["set-cookie"]
     value = cookie.split(";")[0]
     assert (await token_site.get("/api/runs?flow=m1", headers={"Cookie": value})).status == 200
     assert (await token_site.get("/", headers={"Cookie": "alflow_site_token=nope"})).status == 401

@@ -1,0 +1,143 @@
+"""The results site's raw files: sent in parts, never read whole, redacted part by part, from a folder or a URL root.
+
+Over real HTTP on a loopback port (:mod:`tests.unit.test_site`'s harness reads the raw answer, so a chunked body, a
+Content-Length and a connection cut part-way are seen as a client sees them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import BinaryIO
+
+import fsspec
+import pytest
+
+from alflow.results.catalog import Catalog
+from alflow.results.store import RunWriter
+from alflow.site import app as site_app
+from alflow.site.app import CHUNK_BYTES
+from alflow.util.redact import redact_urls_in_text
+from tests.unit.test_site import M2, Site, _start, make_root
+
+WRITTEN = "2026-12-05T06:03:43.524656+00:00"
+
+
+def _list_file(run: Path, name: str, data: bytes) -> None:
+    """Write ``name`` into the run and list it in the run's manifest."""
+    path = run / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["files"][name] = {"written": WRITTEN, "rows": None}
+    path.write_text(json.dumps(manifest))
+    (run / name).write_bytes(data)
+
+
+@contextlib.asynccontextmanager
+async def serving(root: Path) -> AsyncIterator[Site]:
+    site, stop, task = await _start(root)
+    try:
+        yield site
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+
+def _big_log(lines: int) -> bytes:
+    """A server log of ``lines`` lines, each with a credential in a URL and some non-ASCII text."""
+    rows = [
+        f"{i:07d} caf\u00e9 GET https://user:pw{i:06d}@metrics.example:8000/metrics?token=tk{i:06d} 200\n"
+        for i in range(lines)
+    ]
+    return "".join(rows).encode()
+
+
+async def test_a_log_larger_than_a_part_is_streamed_and_redacted_as_a_whole(tmp_path: Path) -> None:
+    root = make_root(tmp_path)
+    log = _big_log(40_000)
+    assert len(log) > 3 * CHUNK_BYTES
+    _list_file(root / M2, "server.log", log)
+    async with serving(root) as site:
+        answer = await site.get(f"/runs/{M2}/files/server.log")
+        head = await site.get(f"/runs/{M2}/files/server.log", method="HEAD")
+    assert answer.status == 200
+    assert answer.headers["transfer-encoding"] == "chunked"  # sent as it is read, not read whole first
+    assert answer.headers["content-type"] == "text/plain; charset=utf-8"
+    assert answer.body == redact_urls_in_text(log.decode()).encode()
+    assert b"pw000123" not in answer.body
+    assert b"tk039999" not in answer.body
+    assert answer.body.count(b"https://***@metrics.example:8000/metrics?token=***") == 40_000
+    assert head.status == 200
+    assert head.body == b""
+
+
+async def test_a_download_larger_than_a_part_is_sent_byte_for_byte_with_its_length(tmp_path: Path) -> None:
+    root = make_root(tmp_path)
+    data = random.Random(7).randbytes(2 * CHUNK_BYTES + 12_345)
+    _list_file(root / M2, "profile.bin", data)
+    async with serving(root) as site:
+        answer = await site.get(f"/runs/{M2}/files/profile.bin")
+        head = await site.get(f"/runs/{M2}/files/profile.bin", method="HEAD")
+    assert answer.status == 200
+    assert answer.headers["content-length"] == str(len(data))
+    assert answer.headers["content-type"] == "application/octet-stream"
+    assert answer.headers["content-disposition"] == 'attachment; filename="profile.bin"'
+    assert answer.body == data
+    assert head.headers["content-length"] == str(len(data))
+    assert head.body == b""
+
+
+async def test_a_read_that_fails_part_way_cuts_the_connection_instead_of_ending_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = make_root(tmp_path)
+    _list_file(root / M2, "server.log", _big_log(100))
+
+    def failing(f: BinaryIO, limit: int | None = None) -> Iterator[bytes]:
+        yield f.read(1000)
+        raise OSError(5, "Input/output error")  # the disk under the file went away
+
+    monkeypatch.setattr(site_app, "_chunks", failing)
+    async with serving(root) as site:
+        reader, writer = await asyncio.open_connection(site.host, site.port)
+        writer.write(
+            f"GET /runs/{M2}/files/server.log HTTP/1.1\r\nHost: {site.host}:{site.port}\r\n\r\n".encode()
+        )
+        await writer.drain()
+        raw = await asyncio.wait_for(reader.read(), 10)  # keep-alive was asked for: only a cut ends the read
+        writer.close()
+        assert (await site.get("/api/runs")).status == 200  # the site goes on
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    assert b"transfer-encoding: chunked" in head.lower()
+    assert body
+    assert not body.endswith(b"0\r\n\r\n")  # no last chunk: a client sees a broken download, not a short file
+
+
+async def test_a_url_root_serves_its_files_in_parts() -> None:
+    root = f"memory://site-files-{uuid.uuid4().hex[:8]}"
+    log = _big_log(20_000)
+    try:
+        with RunWriter(
+            root, "m2", config={"model": {"id": "llama"}, "k": 3}, started=datetime(2026, 1, 1, tzinfo=UTC)
+        ) as w:
+            w.write_text("server.log", log.decode())
+        catalog = Catalog(root, min_refresh_s=0)
+        (entry,) = catalog.entries()
+        site, stop, task = await _start(Path("not-used"), catalog=catalog)
+        try:
+            answer = await site.get(f"/runs/{entry.rel}/files/server.log")
+            manifest = await site.get(f"/runs/{entry.rel}/files/manifest.json")
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 10)
+        assert answer.status == 200
+        assert answer.body == redact_urls_in_text(log.decode()).encode()
+        assert json.loads(manifest.body)["files"]["server.log"]
+    finally:
+        fsspec.filesystem("memory").rm(root.removeprefix("memory://"), recursive=True)
