@@ -1126,6 +1126,13 @@ CLI_CASES: list[CliCase] = [
         "--token-env ALFLOW_TEST_UNSET_SITE_TOKEN",
     ),
     CliCase(
+        "results serve with a short token",
+        ("results", "serve", "{tmp}", "--token-env", "ALFLOW_TEST_SHORT_SITE_TOKEN"),
+        "the token has 5 characters; at least 16 are needed",
+        "--token-env ALFLOW_TEST_SHORT_SITE_TOKEN",
+        env=(("ALFLOW_TEST_SHORT_SITE_TOKEN", "short"),),
+    ),
+    CliCase(
         "results serve port out of range",
         ("results", "serve", "{tmp}", "--port", "70000"),
         "[0, 65,535]",

@@ -20,6 +20,17 @@ import pytest
 from websockets.sync.client import ClientConnection, connect
 
 CHROMIUM = "/usr/bin/chromium"
+HEADLESS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-extensions",
+)
+"""Chromium's flags in every test: headless, no sandbox (root in CI), nothing fetched or synced on its own."""
 
 
 def chromium_binary(what: str) -> str:
@@ -138,14 +149,7 @@ def chromium(profile: Path, what: str, width: int = 1400) -> Iterator[Page]:
     proc = subprocess.Popen(
         [
             chromium_binary(what),
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--disable-extensions",
+            *HEADLESS,
             f"--user-data-dir={profile}",
             "--remote-debugging-port=0",
             f"--window-size={width},1000",

@@ -60,7 +60,7 @@ from alflow.reference.key import (
     server_variant_query,
 )
 from alflow.util.fsutil import atomic_write_bytes, file_lock, real_path, require_local_path
-from alflow.util.yamlfile import load_yaml, validate_strict
+from alflow.util.yamlfile import load_yaml, validate_strict, yaml_of_bytes
 
 __all__ = [  # the key types are part of this module's interface (defined in alflow.reference.key)
     "SELF_DRAFTING",
@@ -440,13 +440,26 @@ def load_reference(path: str | os.PathLike[str]) -> ReferenceTable:
         data = load_yaml(p, what="reference table")
     except InvalidInputError as exc:
         raise ReferenceTableError(str(exc)) from None
+    return _validated(data, str(p))
+
+
+def reference_of_bytes(raw: bytes, source: str) -> ReferenceTable:
+    """A reference table from the bytes of a file read elsewhere (an fsspec URL); errors start with ``source``."""
+    try:
+        data = yaml_of_bytes(raw, source)
+    except InvalidInputError as exc:
+        raise ReferenceTableError(str(exc)) from None
+    return _validated(data, source)
+
+
+def _validated(data: Any, source: str) -> ReferenceTable:
     if not isinstance(data, dict):
-        raise ReferenceTableError(f"{p}: a reference table is a YAML mapping, got {type(data).__name__}")
+        raise ReferenceTableError(f"{source}: a reference table is a YAML mapping, got {type(data).__name__}")
     data = upgrade_table(data)  # a version-1 table keeps every entry and gains its variant
     return validate_strict(
         data,
         ReferenceTable,
-        source=str(p),
+        source=source,
         error=ReferenceTableError,
         describe=lambda exc: _describe(exc, data),
     )

@@ -80,6 +80,10 @@ class Storage(Protocol):
         """Immediate sub-directories of ``path`` (full paths), empty when it does not exist."""
         ...
 
+    def list_files(self, path: str) -> list[str]:
+        """Files directly in ``path`` (full paths; locally plain files, no symlink), empty when it does not exist."""
+        ...
+
     def join(self, *parts: str) -> str:
         """Join path parts."""
         ...
@@ -104,6 +108,17 @@ class LocalStorage:
         p = Path(path)
         try:  # a folder that cannot be listed (permissions, /proc's) holds no runs alflow can read
             return sorted(str(c) for c in p.iterdir() if c.is_dir()) if p.is_dir() else []
+        except OSError:
+            return []
+
+    def list_files(self, path: str) -> list[str]:
+        p = Path(path)
+        try:
+            return (
+                sorted(str(c) for c in p.iterdir() if c.is_file() and not c.is_symlink())
+                if p.is_dir()
+                else []
+            )
         except OSError:
             return []
 
@@ -144,6 +159,13 @@ class FsspecStorage:
             return []
         entries = self.fs.ls(url, detail=True)
         return sorted(self._url(str(e["name"])) for e in entries if e.get("type") == "directory")
+
+    def list_files(self, path: str) -> list[str]:
+        url = self._url(path)
+        if not self.fs.exists(url):
+            return []
+        entries = self.fs.ls(url, detail=True)
+        return sorted(self._url(str(e["name"])) for e in entries if e.get("type") == "file")
 
     def join(self, *parts: str) -> str:
         return "/".join(p.rstrip("/") for p in parts)

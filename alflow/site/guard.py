@@ -37,6 +37,10 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from alflow.errors import InvalidInputError
 
+MIN_TOKEN_CHARS: Final = 16
+"""The shortest token the site takes: 16 random hex characters are 64 bits, beyond guessing over HTTP. There is no
+lockout after wrong tries: behind a team's proxy every browser has one address, and a lockout would let anyone who
+can reach the site shut the team out by sending wrong tokens."""
 TOKEN_COOKIE: Final = "alflow_site_token"  # noqa: S105 - the cookie's name, not a secret
 TOKEN_PARAM: Final = "token"  # noqa: S105 - the query parameter's name
 HEADERS: Final = {
@@ -99,6 +103,11 @@ def check_bind(host: str, token_env: str | None) -> str | None:
     if not value.strip():
         raise InvalidInputError(
             f"--token-env {token_env}: the environment variable is not set or empty; set it to the access token"
+        )
+    if len(value) < MIN_TOKEN_CHARS:  # the length only: the value is never shown
+        raise InvalidInputError(
+            f"--token-env {token_env}: the token has {len(value)} characters; at least {MIN_TOKEN_CHARS} are "
+            "needed (a random one: openssl rand -hex 16)"
         )
     return value
 

@@ -1,7 +1,7 @@
 """The reference page's data: reference tables found in the root, and each entry's history across calibrations.
 
-Tables: every ``*.yaml``/``*.yml`` file at the top of the root or one folder down (``results/demo/reference-sim.yaml``)
-that loads as a reference table (:func:`alflow.reference.table.load_reference`); a YAML file that is not one is left
+Tables: every ``*.yaml``/``*.yml`` file at the top of the root or one folder down (``results/demo/reference-sim.yaml``),
+in a local folder or under an fsspec URL (``s3://bucket/results/reference.yaml``), that loads as a reference table (:func:`alflow.reference.table.load_reference`); a YAML file that is not one is left
 out, a reference table that does not validate is listed with the reason. History: the entries every M0 run measured
 (:func:`alflow.results.view.m0_entries`), per key (model, method, thinking, K, drafter variant), oldest first; an AL
 that moved beyond a confidence interval between two consecutive calibrations (the new AL outside the previous
@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from alflow.errors import AlflowError
-from alflow.reference.table import ReferenceEntry, load_reference
+from alflow.reference.table import ReferenceEntry, load_reference, reference_of_bytes
 from alflow.results import view
 from alflow.results.catalog import Catalog, CatalogEntry
-from alflow.results.store import MANIFEST, open_run
+from alflow.results.store import MANIFEST, open_run, storage_for
 from alflow.util.fsutil import unsafe_file
+from alflow.util.yamlfile import MAX_FILE_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -187,11 +188,49 @@ def _histories(root: str, m0_runs: list[CatalogEntry]) -> tuple[tuple[KeyHistory
     return histories, tuple(problems)
 
 
+def _bare(url: str) -> str:
+    """A URL's path without its scheme and leading slashes (fsspec lists ``memory://x`` as ``/x``)."""
+    return url.split("://", 1)[-1].lstrip("/")
+
+
+def _url_tables(root: str) -> list[TableView]:
+    """The reference tables of a root that is an fsspec URL: the same places and rules as a local folder's."""
+    storage = storage_for(root)
+    base = root.rstrip("/")
+    files = [
+        f
+        for folder in (base, *storage.list_dirs(base))
+        for f in storage.list_files(folder)
+        if f.endswith((".yaml", ".yml"))
+    ]
+    out: list[TableView] = []
+    for url in files:
+        rel = _bare(url)[len(_bare(base)) :].lstrip("/")
+        try:
+            with storage.open_read(url) as f:
+                raw = f.read(MAX_FILE_BYTES + 1)
+        except OSError as exc:
+            log.warning("reference table %s not read: %s", rel, exc)
+            continue
+        try:
+            table = reference_of_bytes(raw, rel)
+        except AlflowError as exc:
+            if b"entries" not in raw[:100_000]:
+                continue  # a YAML file that is no reference table
+            out.append(TableView(rel, None, None, None, "", (), " ".join(str(exc).split())))
+            continue
+        rows = tuple(EntryRow.of(e) for e in table.entries)
+        out.append(TableView(rel, table.kind, table.dataset, table.category, table.description, rows, None))
+    return out
+
+
 def reference_page(catalog: Catalog) -> ReferencePage:
-    """The reference page of the catalogue's root (tables only where the root is a local folder)."""
+    """The reference page of the catalogue's root: a local folder or an fsspec URL."""
     tables: list[TableView] = []
     root = Path(catalog.root)
-    if "://" not in catalog.root and root.is_dir():
+    if "://" in catalog.root:
+        tables = _url_tables(catalog.root)
+    elif root.is_dir():
         for path in _table_files(root):
             try:
                 view_ = _table(root, path)

@@ -150,7 +150,7 @@ class UniqueKeyLoader(BoundedLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def _text(path: Path, raw: bytes) -> str:
+def _text(path: Path | str, raw: bytes) -> str:
     """``raw`` as UTF-8 text, or an error naming the file as binary or not UTF-8."""
     if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise InvalidInputError(f"{path}: not UTF-8 text (UTF-16, by its byte-order mark): save it as UTF-8")
@@ -257,10 +257,21 @@ def load_yaml(path: str | os.PathLike[str], *, what: str = "file") -> Any:
     The data is also checked for strings over :data:`MAX_STRING_CHARS` (naming the key path).
     """
     p = Path(path)
-    data = parse_yaml(_text(p, read_bounded(p, what=what)), str(p))
+    return yaml_of_bytes(read_bounded(p, what=what), str(p))
+
+
+def yaml_of_bytes(raw: bytes, source: str) -> Any:
+    """The YAML in ``raw`` (a file read elsewhere, e.g. through fsspec), checked as :func:`load_yaml` checks a file.
+
+    At most :data:`MAX_FILE_BYTES`, UTF-8, :func:`parse_yaml`'s limits, no string over :data:`MAX_STRING_CHARS`;
+    each error is one line starting with ``source``.
+    """
+    if len(raw) > MAX_FILE_BYTES:
+        raise InvalidInputError(f"{source}: {len(raw):,} bytes, more than the {MAX_FILE_BYTES:,} allowed")
+    data = parse_yaml(_text(source, raw), source)
     bad = _long_string(data)
     if bad is not None:
-        raise InvalidInputError(f"{p}: {_long_message(*bad)}")
+        raise InvalidInputError(f"{source}: {_long_message(*bad)}")
     return data
 
 

@@ -3,8 +3,8 @@ and a real ``prefect server``'s automation notifies once per regressed point.
 
 On the session's ``prefect server`` (PostgreSQL, tests/e2e/conftest.py) the README's team setup applies the
 shipped automation (``deployments/automations.yaml``) with a webhook receiver of this process as its URL
-(:func:`tests.e2e.test_regression_automation.webhook_receiver`; that test's automation and block have the same
-names, which ``deployments/webhook.py`` fixes: each test deletes them before and after, so either order works).
+(:func:`tests.e2e.automation_support.readme_automation`, which deletes the automation and its block before and
+after).
 ``alflow results serve`` watches the results root meanwhile.
 
 Then four nightlies run, one after another, as ``alflow run sweep --config`` against the server (the
@@ -28,7 +28,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -38,14 +37,9 @@ import pytest
 import yaml
 
 from alflow.config.presets import load_preset, sweep_params
+from tests.e2e.automation_support import automations, readme_automation
 from tests.e2e.prefect_support import ROOT
 from tests.e2e.site_support import ALFLOW, serve_results
-from tests.e2e.test_regression_automation import (
-    README_AUTOMATION_LINES,
-    _automations,
-    _cleanup,
-    webhook_receiver,
-)
 
 KS = (1, 2)
 CONCURRENCIES = (2, 4)
@@ -166,37 +160,25 @@ def test_a_slower_nightly_image_regresses_at_every_point_and_the_automation_noti
     started = time.monotonic()
     root = tmp_path / "results"
     root.mkdir()
-    _cleanup(prefect_server)
-    with webhook_receiver() as receiver, serve_results(root, prefect_server, tmp_path / "site.log") as site:
-        env = {
-            **prefect_server,
-            "ALFLOW_WEBHOOK_URL": receiver.url,
-            "PATH": os.pathsep.join([str(Path(sys.executable).parent), prefect_server.get("PATH", "")]),
-        }
-        try:
-            for line in README_AUTOMATION_LINES:
-                done = subprocess.run(["bash", "-c", line], env=env, cwd=tmp_path,
-                                      capture_output=True, text=True, timeout=180, check=False)  # fmt: skip
-                assert done.returncode == 0, f"{line}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-            assert len(_automations(env)) == 1
-            applied = time.monotonic()
+    with (
+        readme_automation(prefect_server, tmp_path) as (receiver, env),
+        serve_results(root, prefect_server, tmp_path / "site.log") as site,
+    ):
+        assert len(automations(env)) == 1
+        applied = time.monotonic()
 
-            nightlies = [
-                _run_nightly(
-                    env, _nightly_config(tmp_path, root, tag, scale, n), tmp_path / f"nightly-{n}.log"
-                )
-                for n, (tag, scale) in enumerate([BASE] * BASELINES + [SLOW])
-            ]
-            ran = time.monotonic()
-            assert receiver.wait(len(POINTS), NOTIFIED_WITHIN_S), (
-                f"{len(receiver.requests)} POST(s) within {NOTIFIED_WITHIN_S:.0f} s of the slow nightly's end"
-            )
-            notified = time.monotonic()
-            time.sleep(QUIET_S)
-            posts = list(receiver.requests)
-        finally:
-            _cleanup(prefect_server)
-        assert _automations(prefect_server) == []
+        nightlies = [
+            _run_nightly(env, _nightly_config(tmp_path, root, tag, scale, n), tmp_path / f"nightly-{n}.log")
+            for n, (tag, scale) in enumerate([BASE] * BASELINES + [SLOW])
+        ]
+        ran = time.monotonic()
+        assert receiver.wait(len(POINTS), NOTIFIED_WITHIN_S), (
+            f"{len(receiver.requests)} POST(s) within {NOTIFIED_WITHIN_S:.0f} s of the slow nightly's end"
+        )
+        notified = time.monotonic()
+        time.sleep(QUIET_S)
+        posts = list(receiver.requests)
+        assert automations(prefect_server) == []
 
         # no process of a nightly outlives it (a server's guard may take a moment to exit)
         deadline = time.monotonic() + 15

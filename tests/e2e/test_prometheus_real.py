@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -46,19 +45,6 @@ def prometheus_binary() -> str:
     if os.environ.get("CI"):
         pytest.fail(f"{message}; CI is set, so the real-Prometheus test may not be skipped")
     pytest.skip(message)
-
-
-def two_free_ports() -> int:
-    """A port P with P and P + 1 both free (node R of the sim listens on P + R)."""
-    for _ in range(50):
-        port = free_port()
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no two adjacent free ports")
 
 
 def get_json(url: str, timeout_s: float = 5.0) -> Any:
@@ -144,7 +130,7 @@ def prometheus_config(targets: list[str]) -> str:
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     """Two sim nodes (data-parallel, one metrics endpoint each) and a Prometheus scraping both every second."""
     binary = prometheus_binary()
-    port, dist_port, prom_port = two_free_ports(), free_port(), free_port()
+    port, dist_port, prom_port = free_port("127.0.0.1", 2), free_port(), free_port()
     targets = [f"127.0.0.1:{port}", f"127.0.0.1:{port + 1}"]
     config = tmp_path / "prometheus.yml"
     config.write_text(prometheus_config(targets))

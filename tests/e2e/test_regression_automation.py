@@ -1,7 +1,7 @@
 """alflow's regression notification on a real ``prefect server`` (PostgreSQL): ``deployments/automations.yaml``.
 
 A webhook receiver runs in this process (``http.server`` on 127.0.0.1, port 0). The README's team setup lines
-(:data:`README_AUTOMATION_LINES`) run through bash as written, from a scratch directory, with
+(:data:`tests.e2e.automation_support.README_AUTOMATION_LINES`) run through bash as written, from a scratch directory, with
 ``ALFLOW_WEBHOOK_URL`` pointing at the receiver: ``python -m deployments.webhook`` saves the Custom Webhook block
 and fills its id into the automations file, and ``prefect automation create --from-file`` (Prefect's own CLI)
 creates the automation. Then a real flow run (:func:`probe_regression`, in a subprocess against the server) emits
@@ -17,15 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +29,9 @@ from prefect.runtime import flow_run
 
 from alflow.results.regression import MetricChange, PointVerdict
 from tasks.regression import REGRESSION_EVENT, alert_event
-from tests.e2e.prefect_support import PREFECT, ROOT, api
+from tests.e2e.automation_support import README_AUTOMATION_LINES, automations, readme_automation
+from tests.e2e.prefect_support import ROOT, api
 
-README_AUTOMATION_LINES = (
-    'python -m deployments.webhook --url "$ALFLOW_WEBHOOK_URL" --out alflow-automations.yaml',
-    "prefect --no-prompt automation create --from-file alflow-automations.yaml",
-)
-"""The README's team setup of the notification, as written (run here through bash)."""
-AUTOMATION = "alflow-regression-notify"
-BLOCK = "custom-webhook/alflow-regression"
 NOTIFIED_WITHIN_S = 60.0
 """The POST arrives within this of the flow run's end (a second or two when the server is not busy)."""
 QUIET_S = 5.0
@@ -103,60 +91,6 @@ def probe_regression() -> str:
     return str(run_id)
 
 
-@dataclass
-class Receiver:
-    """What a webhook receiver got: (method, path, headers, body) per request."""
-
-    url: str
-    requests: list[tuple[str, str, dict[str, str], bytes]] = field(default_factory=list)
-    arrived: threading.Condition = field(default_factory=threading.Condition)
-
-    def wait(self, count: int, timeout_s: float) -> bool:
-        """Whether ``count`` requests arrived within ``timeout_s``."""
-        with self.arrived:
-            return self.arrived.wait_for(lambda: len(self.requests) >= count, timeout=timeout_s)
-
-
-@contextmanager
-def webhook_receiver() -> Iterator[Receiver]:
-    """An HTTP server on 127.0.0.1 (port 0) in a thread that records every request and answers 200."""
-    holder: list[Receiver] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def _record(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            receiver = holder[0]
-            with receiver.arrived:
-                receiver.requests.append((self.command, self.path, dict(self.headers.items()), body))
-                receiver.arrived.notify_all()
-            self.send_response(200)
-            self.send_header("Content-Length", "2")
-            self.end_headers()
-            self.wfile.write(b"ok")
-
-        do_POST = do_PUT = do_GET = _record
-
-        def log_message(self, fmt: str, *args: Any) -> None:  # quiet
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    holder.append(Receiver(url=f"http://127.0.0.1:{server.server_address[1]}/alflow-hook"))
-    thread = threading.Thread(target=server.serve_forever, name="webhook-receiver", daemon=True)
-    thread.start()
-    try:
-        yield holder[0]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
-
-
-def _automations(env: dict[str, str]) -> list[dict[str, Any]]:
-    body = {"automations": {"name": {"any_": [AUTOMATION]}}}
-    found: list[dict[str, Any]] = asyncio.run(api(env, "POST", "/automations/filter", body))
-    return found
-
-
 def _action_events(env: dict[str, str]) -> list[dict[str, Any]]:
     """The server's ``prefect.automation.*`` events (what the automation did), for failure messages."""
     body = {"filter": {"event": {"prefix": ["prefect.automation."]}}, "limit": 50}
@@ -164,91 +98,67 @@ def _action_events(env: dict[str, str]) -> list[dict[str, Any]]:
     return [{"event": e["event"], "payload": e.get("payload")} for e in page["events"]]
 
 
-def _cleanup(env: dict[str, str]) -> None:
-    """Delete the automation(s) and the block with Prefect's CLI (whatever of them exists)."""
-    for automation in _automations(env):
-        subprocess.run([PREFECT, "--no-prompt", "automation", "delete", "--id", automation["id"]],
-                       env=env, cwd=ROOT, capture_output=True, timeout=120, check=False)  # fmt: skip
-    subprocess.run([PREFECT, "--no-prompt", "block", "delete", BLOCK],
-                   env=env, cwd=ROOT, capture_output=True, timeout=120, check=False)  # fmt: skip
-
-
 def test_a_regression_event_notifies_through_the_webhook_block(
     prefect_server: dict[str, str], tmp_path: Path
 ) -> None:
     started = time.monotonic()
-    _cleanup(prefect_server)
-    with webhook_receiver() as receiver:
-        env = {
-            **prefect_server,
-            "ALFLOW_WEBHOOK_URL": receiver.url,
-            "PATH": os.pathsep.join([str(Path(sys.executable).parent), prefect_server.get("PATH", "")]),
-        }
-        try:
-            for line in README_AUTOMATION_LINES:
-                done = subprocess.run(["bash", "-c", line], env=env, cwd=tmp_path,
-                                      capture_output=True, text=True, timeout=180, check=False)  # fmt: skip
-                assert done.returncode == 0, f"{line}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-            applied = time.monotonic()
+    with readme_automation(prefect_server, tmp_path) as (receiver, env):
+        applied = time.monotonic()
 
-            [automation] = _automations(env)
-            block = asyncio.run(
-                api(env, "GET", "/block_types/slug/custom-webhook/block_documents/name/alflow-regression")
-            )
-            assert block["data"]["url"] == "{{webhook_url}}", block["data"]  # the URL is among its secrets,
-            assert receiver.url not in json.dumps(block), block  # which the API shows obfuscated
-            assert automation["enabled"], automation
-            assert automation["trigger"]["expect"] == ["alflow.regression.detected"], automation["trigger"]
-            assert automation["trigger"]["posture"] == "Reactive", automation["trigger"]
-            [action] = automation["actions"]
-            assert (action["type"], action["block_document_id"]) == ("send-notification", block["id"]), action
+        [automation] = automations(env)
+        block = asyncio.run(
+            api(env, "GET", "/block_types/slug/custom-webhook/block_documents/name/alflow-regression")
+        )
+        assert block["data"]["url"] == "{{webhook_url}}", block["data"]  # the URL is among its secrets,
+        assert receiver.url not in json.dumps(block), block  # which the API shows obfuscated
+        assert automation["enabled"], automation
+        assert automation["trigger"]["expect"] == ["alflow.regression.detected"], automation["trigger"]
+        assert automation["trigger"]["posture"] == "Reactive", automation["trigger"]
+        [action] = automation["actions"]
+        assert (action["type"], action["block_document_id"]) == ("send-notification", block["id"]), action
 
-            probe = subprocess.run(
-                [sys.executable, "-c", "from tests.e2e.test_regression_automation import probe_regression as p; print(p())"],
-                env=env, cwd=ROOT, capture_output=True, text=True, timeout=180, check=False,
-            )  # fmt: skip
-            assert probe.returncode == 0, probe.stderr[-3000:]
-            run_id = probe.stdout.strip().splitlines()[-1]
-            emitted = time.monotonic()
-            run = asyncio.run(api(env, "GET", f"/flow_runs/{run_id}"))
-            assert run["state_type"] == "COMPLETED", run["state"]
+        probe = subprocess.run(
+            [sys.executable, "-c", "from tests.e2e.test_regression_automation import probe_regression as p; print(p())"],
+            env=env, cwd=ROOT, capture_output=True, text=True, timeout=180, check=False,
+        )  # fmt: skip
+        assert probe.returncode == 0, probe.stderr[-3000:]
+        run_id = probe.stdout.strip().splitlines()[-1]
+        emitted = time.monotonic()
+        run = asyncio.run(api(env, "GET", f"/flow_runs/{run_id}"))
+        assert run["state_type"] == "COMPLETED", run["state"]
 
-            assert receiver.wait(len(POINTS), NOTIFIED_WITHIN_S), (
-                f"{len(receiver.requests)} POST(s) within {NOTIFIED_WITHIN_S:.0f} s; the server's automation "
-                f"events: {json.dumps(_action_events(env))[:3000]}"
-            )
-            notified = time.monotonic()
-            time.sleep(QUIET_S)
-            assert len(receiver.requests) == len(POINTS), [r[3][:500] for r in receiver.requests]
-            texts = {}
-            for method, path, headers, body in receiver.requests:
-                assert (method, path) == ("POST", "/alflow-hook")
-                assert headers.get("Content-Type") == "application/json", headers
-                text = json.loads(body)["text"]
-                texts[text.partition("\n\n")[0]] = text
-            head = "alflow regressed: vllm Qwen/Qwen3-Next-80B-A3B-Instruct K=3 concurrency="
-            assert sorted(texts) == [f"{head}16", f"{head}4"], texts
-            for concurrency in (16, 4):
-                text = texts[f"{head}{concurrency}"]
-                lines = text.partition("\n\n")[2].splitlines()
-                assert lines[:8] == [
-                    "tpot_ms regressed: change +12.0% (interval +8.0% to +16.0%), median 10.0 -> 11.2",
-                    "achieved_al unchanged: change n/a (interval n/a), median 2.71 -> 2.7",
-                    "framework: vllm",
-                    "image: vllm/vllm-openai:v0.20.0",
-                    "model: Qwen/Qwen3-Next-80B-A3B-Instruct",
-                    "thinking: off",
-                    "K: 3",
-                    f"concurrency: {concurrency}",
-                ], text
-                assert lines[8].startswith(f"flow run: {run['name']} "), (
-                    text
-                )  # read from the API by the server
-                assert run_id in lines[8], text  # its UI link
-                assert lines[9:] == [f"run directory: {RUN_DIR}", POINT.message], text
-        finally:
-            _cleanup(prefect_server)
-    assert _automations(prefect_server) == []
+        assert receiver.wait(len(POINTS), NOTIFIED_WITHIN_S), (
+            f"{len(receiver.requests)} POST(s) within {NOTIFIED_WITHIN_S:.0f} s; the server's automation "
+            f"events: {json.dumps(_action_events(env))[:3000]}"
+        )
+        notified = time.monotonic()
+        time.sleep(QUIET_S)
+        assert len(receiver.requests) == len(POINTS), [r[3][:500] for r in receiver.requests]
+        texts = {}
+        for method, path, headers, body in receiver.requests:
+            assert (method, path) == ("POST", "/alflow-hook")
+            assert headers.get("Content-Type") == "application/json", headers
+            text = json.loads(body)["text"]
+            texts[text.partition("\n\n")[0]] = text
+        head = "alflow regressed: vllm Qwen/Qwen3-Next-80B-A3B-Instruct K=3 concurrency="
+        assert sorted(texts) == [f"{head}16", f"{head}4"], texts
+        for concurrency in (16, 4):
+            text = texts[f"{head}{concurrency}"]
+            lines = text.partition("\n\n")[2].splitlines()
+            assert lines[:8] == [
+                "tpot_ms regressed: change +12.0% (interval +8.0% to +16.0%), median 10.0 -> 11.2",
+                "achieved_al unchanged: change n/a (interval n/a), median 2.71 -> 2.7",
+                "framework: vllm",
+                "image: vllm/vllm-openai:v0.20.0",
+                "model: Qwen/Qwen3-Next-80B-A3B-Instruct",
+                "thinking: off",
+                "K: 3",
+                f"concurrency: {concurrency}",
+            ], text
+            assert lines[8].startswith(f"flow run: {run['name']} "), text  # read from the API by the server
+            assert run_id in lines[8], text  # its UI link
+            assert lines[9:] == [f"run directory: {RUN_DIR}", POINT.message], text
+    assert automations(prefect_server) == []
     print(
         f"setup {applied - started:.1f} s, flow run {emitted - applied:.1f} s, POSTs {notified - emitted:.1f} s after "
         f"the run ended; {time.monotonic() - started:.0f} s in all; {lines[8]}"

@@ -26,7 +26,7 @@ from alflow.config import (
 from alflow.results.store import open_run
 from flows.benchmark import benchmark
 from tests import browser
-from tests.browser import chromium_binary, decode_png
+from tests.browser import HEADLESS, chromium_binary, decode_png
 
 PLOT_BLUE = (0x1F, 0x77, 0xB4)  # first palette colour: every chart's first series
 PLOT_RED = (0xD6, 0x27, 0x28)  # second palette colour: the latency charts' p90 curves
@@ -41,15 +41,8 @@ def screenshot(html: Path, out: Path, profile: Path, *, size: str = "1280,4200")
     """Open ``html`` in headless Chromium, save a PNG screenshot, return Chromium's stderr."""
     args = [
         chromium_binary("the HTML report test"),
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
+        *HEADLESS,
         "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-extensions",
         f"--user-data-dir={profile}",
         "--enable-logging=stderr",
         "--v=0",

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -29,24 +28,11 @@ from alflow.sim.profiles import get_profile, predicted_tpot_s
 from alflow.sim.tokenizer import get_tokenizer
 
 
-def two_free_ports() -> int:
-    """A port P with P and P + 1 both free (node 0 and node 1 of one host)."""
-    for _ in range(50):
-        port = free_port()
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no two adjacent free ports")
-
-
 class Nodes:
     """Starts sim nodes of one group and kills what is left at the end."""
 
     def __init__(self, nnodes: int, *extra: str) -> None:
-        self.port = two_free_ports()
+        self.port = free_port("127.0.0.1", 2)
         self.dist_port = free_port()
         self.nnodes = nnodes
         self.extra = extra
@@ -181,7 +167,7 @@ def test_head_refuses_a_second_rank_and_a_wrong_group_size_and_keeps_serving(nod
     group.start(1)
     wait_status(group.url(0), 200)
     # same rank again (on its own port base, so it can listen at all): refused, the group unharmed
-    twin = group.start(1, "--port", str(two_free_ports()))
+    twin = group.start(1, "--port", str(free_port("127.0.0.1", 2)))
     code, err = exit_of(twin, 15)
     assert code == 1
     assert "refused rank 1: worker rank 1 has already joined" in err
@@ -217,7 +203,7 @@ async def test_tp_across_two_nodes_is_faster_by_the_profiles_multi_node_formula(
     two = one.across_nodes(2)
     k, al, steps = 3, 3.0, 24
     out_tokens = 1 + steps * int(al)
-    port, dist_port = two_free_ports(), free_port()
+    port, dist_port = free_port("127.0.0.1", 2), free_port()
     common = {"port": port, "dist_port": dist_port, "nnodes": 2, "k": k, "synthetic_al": al}
     scale = 4.0  # simulated time 4x slower than the profile: host jitter small beside a step
     common |= {"time_scale": scale, "profile": one.name, "head_addr": "127.0.0.1"}

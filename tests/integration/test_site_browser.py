@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser import chromium_binary, decode_png
+from tests.browser import HEADLESS, chromium_binary, decode_png
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "4f9de94"
 M2 = "m2/20261205T060247Z-99135e4f5ce3"
@@ -110,14 +110,7 @@ def _chromium(
 ) -> subprocess.CompletedProcess[str]:
     args = [
         chromium_binary("the results site browser test"),
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-extensions",
+        *HEADLESS,
         f"--user-data-dir={tmp_path / 'profile'}",
         "--enable-logging=stderr",
         "--v=0",

@@ -71,19 +71,23 @@ def test_the_site_serves_and_stops_cleanly_on_a_signal(sig: signal.Signals, tmp_
 
 
 def test_the_site_with_a_token_on_loopback_refuses_requests_without_it(tmp_path: Path) -> None:
-    env = {**os.environ, "ALFLOW_TEST_SITE_TOKEN": "tok-123456", "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env = {
+        **os.environ,
+        "ALFLOW_TEST_SITE_TOKEN": "tok-123456-abcdef",
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+    }
     proc, url = _start(FIXTURES, env, "--token-env", "ALFLOW_TEST_SITE_TOKEN", "--no-cache")
     try:
         with pytest.raises(urllib.error.HTTPError) as denied:
             urllib.request.urlopen(url, timeout=30)
         assert denied.value.code == 401
-        request = urllib.request.Request(url, headers={"Authorization": "Bearer tok-123456"})
+        request = urllib.request.Request(url, headers={"Authorization": "Bearer tok-123456-abcdef"})
         with urllib.request.urlopen(request, timeout=30) as answer:
             assert answer.status == 200
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
         assert proc.stderr is not None
-        assert "tok-123456" not in proc.stderr.read()
+        assert "tok-123456-abcdef" not in proc.stderr.read()
     finally:
         if proc.poll() is None:
             proc.kill()

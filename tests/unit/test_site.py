@@ -379,8 +379,16 @@ def test_a_non_loopback_host_needs_a_set_token_env(monkeypatch: pytest.MonkeyPat
         check_bind("0.0.0.0", "ALFLOW_SITE_TEST_TOKEN")
     with pytest.raises(InvalidInputError, match="must be an environment variable name"):
         check_bind("0.0.0.0", "A-B")
-    monkeypatch.setenv("ALFLOW_SITE_TEST_TOKEN", "tok")
-    assert check_bind("0.0.0.0", "ALFLOW_SITE_TEST_TOKEN") == "tok"
+    monkeypatch.setenv("ALFLOW_SITE_TEST_TOKEN", "tok-0123456789a")
+    with pytest.raises(InvalidInputError) as short:
+        check_bind("0.0.0.0", "ALFLOW_SITE_TEST_TOKEN")
+    assert str(short.value) == (
+        "--token-env ALFLOW_SITE_TEST_TOKEN: the token has 15 characters; at least 16 are needed "
+        "(a random one: openssl rand -hex 16)"
+    )
+    assert "tok-0123456789a" not in str(short.value)
+    monkeypatch.setenv("ALFLOW_SITE_TEST_TOKEN", "tok-0123456789ab")
+    assert check_bind("0.0.0.0", "ALFLOW_SITE_TEST_TOKEN") == "tok-0123456789ab"
 
 
 @pytest.mark.parametrize(

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
+
+import fsspec
 
 from alflow.reference.table import ReferenceTable, dump_reference
 from alflow.results.catalog import Catalog
@@ -97,3 +100,42 @@ def test_a_calibration_without_an_interval_is_never_marked(tmp_path: Path) -> No
     write_m0(tmp_path, 2, [entry(1, 1.9, None, None)])  # type: ignore[arg-type]
     (history,) = reference_page(Catalog(str(tmp_path))).histories
     assert [c.moved for c in history.calibrations] == [False, False]
+
+
+def test_a_url_root_lists_the_same_tables_and_history_as_a_folder(tmp_path: Path) -> None:
+    table = ReferenceTable.model_validate(
+        {
+            "kind": "example",
+            "dataset": "speed-bench",
+            "category": "coding",
+            "entries": [entry(1, 1.8, 1.7, 1.9)],
+        }
+    )
+    (tmp_path / "reference-example.yaml").write_text(dump_reference(table))
+    (tmp_path / "presets").mkdir()
+    (tmp_path / "presets" / "preset.yaml").write_text(
+        "server: {framework: x}\n"
+    )  # YAML, not a reference table
+    (tmp_path / "presets" / "broken-reference.yaml").write_text("kind: example\nentries: [{model: 1}]\n")
+    (tmp_path / "presets" / "huge-reference.yaml").write_text("entries: []\n" + "#" * (1 << 20))
+    write_m0(tmp_path, 1, [entry(2, 2.50, 2.45, 2.55)])
+    write_m0(tmp_path, 2, [entry(2, 2.70, 2.66, 2.74)])  # moved beyond the interval
+    local = reference_page(Catalog(str(tmp_path), cache_dir=None)).to_dict()
+    root = f"memory://reference-{uuid.uuid4().hex[:8]}"
+    fs = fsspec.filesystem("memory")
+    try:
+        fs.put(f"{tmp_path}/", root.removeprefix("memory://"), recursive=True)
+        remote = reference_page(Catalog(root, cache_dir=None)).to_dict()
+    finally:
+        fs.rm(root.removeprefix("memory://"), recursive=True)
+    assert [t["source"] for t in remote["tables"]] == [
+        "reference-example.yaml",
+        "presets/broken-reference.yaml",
+        "presets/huge-reference.yaml",
+    ]
+    assert remote["tables"][0] == local["tables"][0]
+    assert remote["tables"][1]["problem"].startswith("presets/broken-reference.yaml: ")
+    assert "more than the 1,048,576 allowed" in remote["tables"][2]["problem"]
+    assert [t["source"] for t in local["tables"]] == [t["source"] for t in remote["tables"]]
+    assert remote["histories"] == local["histories"]
+    assert [c["moved"] for c in remote["histories"][0]["calibrations"]] == [False, True]

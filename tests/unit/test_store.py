@@ -216,3 +216,26 @@ def test_the_manifest_is_typed_and_a_bad_one_is_refused_naming_the_file_and_fiel
     path.write_text(json.dumps(data))
     with pytest.raises(store.StoreError, match=r"files.summary.json.rows: "):
         store.open_run(run.dir)
+
+
+def test_both_storages_list_files_and_open_them_for_reading_in_parts(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "a.yaml").write_bytes(b"a: 1\n")
+    (tmp_path / "b.txt").write_bytes(b"0123456789")
+    (tmp_path / "link.yaml").symlink_to(tmp_path / "a.yaml")  # locally a symlink is not a file of the folder
+    local = store.LocalStorage()
+    assert local.list_files(str(tmp_path)) == [str(tmp_path / "a.yaml"), str(tmp_path / "b.txt")]
+    assert local.list_files(str(tmp_path / "missing")) == []
+    url = "memory://alflow-test-list-files"
+    remote = store.FsspecStorage(url)
+    remote.write_bytes(f"{url}/sub/x.json", b"{}")
+    remote.write_bytes(f"{url}/b.txt", b"0123456789")
+    try:
+        assert [f.rsplit("/", 1)[1] for f in remote.list_files(url)] == ["b.txt"]
+        assert [d.rsplit("/", 1)[1] for d in remote.list_dirs(url)] == ["sub"]
+        assert remote.list_files(f"{url}/missing") == []
+        for storage, path in ((local, str(tmp_path / "b.txt")), (remote, f"{url}/b.txt")):
+            with storage.open_read(path) as f:
+                assert (f.read(4), f.read()) == (b"0123", b"456789")
+    finally:
+        remote.fs.rm("/alflow-test-list-files", recursive=True)
