@@ -160,24 +160,24 @@ def test_a_slower_nightly_image_regresses_at_every_point_and_the_automation_noti
     started = time.monotonic()
     root = tmp_path / "results"
     root.mkdir()
-    with (
-        readme_automation(prefect_server, tmp_path) as (receiver, env),
-        serve_results(root, prefect_server, tmp_path / "site.log") as site,
-    ):
-        assert len(automations(env)) == 1
-        applied = time.monotonic()
+    with serve_results(root, prefect_server, tmp_path / "site.log") as site:
+        with readme_automation(prefect_server, tmp_path) as (receiver, env):
+            assert len(automations(env)) == 1
+            applied = time.monotonic()
 
-        nightlies = [
-            _run_nightly(env, _nightly_config(tmp_path, root, tag, scale, n), tmp_path / f"nightly-{n}.log")
-            for n, (tag, scale) in enumerate([BASE] * BASELINES + [SLOW])
-        ]
-        ran = time.monotonic()
-        assert receiver.wait(len(POINTS), NOTIFIED_WITHIN_S), (
-            f"{len(receiver.requests)} POST(s) within {NOTIFIED_WITHIN_S:.0f} s of the slow nightly's end"
-        )
-        notified = time.monotonic()
-        time.sleep(QUIET_S)
-        posts = list(receiver.requests)
+            nightlies = [
+                _run_nightly(
+                    env, _nightly_config(tmp_path, root, tag, scale, n), tmp_path / f"nightly-{n}.log"
+                )
+                for n, (tag, scale) in enumerate([BASE] * BASELINES + [SLOW])
+            ]
+            ran = time.monotonic()
+            assert receiver.wait(len(POINTS), NOTIFIED_WITHIN_S), (
+                f"{len(receiver.requests)} POST(s) within {NOTIFIED_WITHIN_S:.0f} s of the slow nightly's end"
+            )
+            notified = time.monotonic()
+            time.sleep(QUIET_S)
+            posts = list(receiver.requests)
         assert automations(prefect_server) == []
 
         # no process of a nightly outlives it (a server's guard may take a moment to exit)

@@ -134,6 +134,11 @@ COVERAGE: dict[str, Coverage] = {
         "a benchmark that writes 10,000 runs and times the site's pages (a few minutes); prints a table, not a "
         "test. Its --help runs here and names every option of the line",
     ),
+    ".venv/bin/python benchmarks/site_files.py --mib 256 --repeats 3": Coverage(
+        How.HELP,
+        "a benchmark that serves two 256 MiB files through `alflow results serve` and reads the server's peak "
+        "memory (a minute or two); prints a table, not a test. Its --help runs here and names every option",
+    ),
     "prefect variable set alflow-results-url https://results.team.example --overwrite": Coverage(
         How.ELSEWHERE,
         "Prefect's own CLI, run as written (with the site's URL) against a real prefect server in the e2e test",
