@@ -73,7 +73,7 @@ MAX_COMPARE: Final = 8
 CHUNK_BYTES: Final = 1 << 20
 """A raw file is read and sent in parts of this size (1 MiB)."""
 MAX_JSON_SHOWN: Final = 32 << 20
-"""A JSON file up to this size (32 MiB) is parsed and re-dumped through redaction; a larger one is redacted as text."""
+"""A JSON file up to this size (32 MiB) is parsed and re-dumped through redaction; a larger one is not shown."""
 TEXT_TYPES: Final = {
     ".json": "application/json",
     ".md": "text/markdown",
@@ -277,11 +277,17 @@ def _size(f: BinaryIO) -> int | None:
 
 
 def _chunks(f: BinaryIO, limit: int | None = None) -> Iterator[bytes]:
-    """``f``'s bytes in parts of :data:`CHUNK_BYTES`, ``limit`` bytes at most."""
+    """``f``'s bytes in parts of :data:`CHUNK_BYTES`: to its end, or exactly ``limit`` bytes.
+
+    A file that ends before ``limit`` (it shrank after its size was taken) is an :class:`OSError`: the answer's
+    Content-Length promised more, so the connection must be cut rather than the body ended short.
+    """
     left = limit
     while left is None or left > 0:
         data = f.read(CHUNK_BYTES if left is None else min(CHUNK_BYTES, left))
         if not data:
+            if left is not None:
+                raise OSError(f"the file ended {left:,} bytes before the size it had when it was opened")
             return
         if left is not None:
             left -= len(data)
@@ -302,23 +308,33 @@ def _shown(name: str, data: bytes) -> bytes:
 async def _stream(
     request: web.Request, response: web.StreamResponse, parts: Iterator[bytes]
 ) -> web.StreamResponse:
-    """Send ``parts`` (each read in a thread) as the body of ``response``; a read that fails cuts the connection.
+    """Send ``parts`` (each made in a thread) as the body of ``response``; a part that fails cuts the connection.
 
-    The status and headers are out by then, so a failed read cannot become an error page: the connection is
-    closed before the body ends, which a client sees as a broken download rather than a whole short file.
+    The status and headers are out by then, so a failure cannot become an error page (the ``errors`` middleware
+    would write a second answer into the body): whatever makes the next part fail (a read error, a file that shrank,
+    an fsspec back-end's own error, a text that cannot be redacted in parts) is logged and the connection closed
+    before the body ends, which a client sees as a broken download, never a whole short file. A client that leaves
+    part-way is no error of the site's.
     """
     await response.prepare(request)
     if request.method == "HEAD":  # aiohttp sends what a stream writes even then
         await response.write_eof()
         return response
-    try:
-        while (part := await _in_thread(next, parts, None)) is not None:
+    while True:
+        try:
+            part = await _in_thread(next, parts, None)
+        except Exception:
+            log.warning("sending %s failed part-way: the connection is cut", request.path, exc_info=True)
+            if request.transport is not None:
+                request.transport.close()
+            return response
+        if part is None:
+            break
+        try:
             await response.write(part)
-    except OSError:
-        log.warning("reading %s failed part-way: the connection is cut", request.path, exc_info=True)
-        if request.transport is not None:
-            request.transport.close()
-        return response
+        except ConnectionError:
+            log.debug("the client of %s left part-way", request.path)
+            return response
     await response.write_eof()
     return response
 
@@ -327,9 +343,9 @@ async def run_file(request: web.Request) -> web.StreamResponse:
     """``/runs/<flow>/<run>/files/<name>``: a file the manifest lists (or manifest.json), nothing else.
 
     Sent in parts of :data:`CHUNK_BYTES`, never read whole (a day's server log can be gigabytes): a download as
-    it is stored, text redacted part by part (:func:`~alflow.util.redact.redact_text_stream`). A JSON file up to
-    :data:`MAX_JSON_SHOWN` is parsed and re-dumped through redaction instead, so that a URL written with JSON's
-    escapes is redacted too.
+    it is stored, text redacted part by part (:func:`~alflow.util.redact.redact_text_stream`). A JSON file is
+    parsed and re-dumped through redaction instead, so that a URL written with JSON's escapes (a slash escaped) is
+    redacted too; one over :data:`MAX_JSON_SHOWN` is refused (413) rather than sent half-redacted.
     """
     entry = _entry(request)
     name = request.match_info["name"]
@@ -355,8 +371,14 @@ async def _send(request: web.Request, name: str, f: BinaryIO) -> web.StreamRespo
             response.content_length = size
         return await _stream(request, response, _chunks(f, size))
     csp = {"Content-Security-Policy": STORED_HTML_CSP} if TEXT_TYPES[suffix] == "text/html" else {}
-    if suffix == ".json" and size is not None and size <= MAX_JSON_SHOWN:
-        data = await _in_thread(f.read)
+    if suffix == ".json":
+        data = await _in_thread(f.read, MAX_JSON_SHOWN + 1)
+        if len(data) > MAX_JSON_SHOWN:
+            message = (
+                f"{name} is a JSON file of more than {MAX_JSON_SHOWN:,} bytes: not shown, since its URLs "
+                "(which JSON may write with escapes) are redacted only by parsing it whole"
+            )
+            return _problem(request, 413, message)
         return web.Response(
             body=_shown(name, data), content_type=TEXT_TYPES[suffix], charset="utf-8", headers=csp
         )

@@ -59,7 +59,10 @@ _SECRET_PARAM_WORDS: Final = frozenset(
     }
 )
 """A URL parameter with one of these words in its name (``api_key``, ``X-Amz-Signature``) is a credential."""
-_URL_IN_TEXT: Final = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
+_URL_IN_TEXT: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
+"""A URL in free text: a scheme, ``://``, then up to whitespace, a quote, ``<``, ``>`` or a backtick. No anchor before
+the scheme: the leftmost match starts at the first letter that can begin one. (A ``\b`` there found no URL after
+``_`` or a digit, so ``_https://u:pw@h/_``, Markdown italics, went unredacted.)"""
 
 
 def is_secret_name(name: str) -> bool:
@@ -200,27 +203,40 @@ def redact_urls_in_text(text: str, values: Iterable[str] = ()) -> str:
     return redact_values(text, values)
 
 
-_ASCII_WHITESPACE: Final = (b" ", b"\t", b"\n", b"\r", b"\f", b"\v")
+_URL_ENDS: Final = (b" ", b"\t", b"\n", b"\r", b"\f", b"\v", b"'", b'"', b"<", b">", b"`")
+"""ASCII bytes no URL of :data:`_URL_IN_TEXT` holds and no scheme starts with: a text may be cut just after one."""
+MAX_HELD_BYTES: Final = 8 << 20
+"""The longest run of text without one of :data:`_URL_ENDS` that :func:`redact_text_stream` holds (8 MiB)."""
+
+
+class RedactionError(ValueError):
+    """A text that cannot be redacted in parts (a run longer than :data:`MAX_HELD_BYTES` with nowhere to cut)."""
 
 
 def _last_cut(chunk: bytes) -> int:
-    """The index just past the last ASCII whitespace byte of ``chunk`` (0 when it holds none)."""
-    return max(chunk.rfind(w) for w in _ASCII_WHITESPACE) + 1
+    """The index just past the last byte of :data:`_URL_ENDS` in ``chunk`` (0 when it holds none)."""
+    return max(chunk.rfind(b) for b in _URL_ENDS) + 1
 
 
-def redact_text_stream(chunks: Iterable[bytes]) -> Iterator[bytes]:
+def redact_text_stream(chunks: Iterable[bytes], max_held: int = MAX_HELD_BYTES) -> Iterator[bytes]:
     """The UTF-8 text read in ``chunks``, redacted as :func:`redact_urls_in_text` redacts it whole, in parts.
 
-    Each part ends just after an ASCII whitespace byte: a URL never holds one (it ends at whitespace, see
-    ``_URL_IN_TEXT``) and no UTF-8 character does, so no URL and no character is split and the parts joined
-    are the whole text redacted (bytes that are not UTF-8 are replaced, as a whole decode would). A run of text
-    with no whitespace is held until its end, so memory is bounded by the longest such run, not the file.
+    Each part ends just after a byte of :data:`_URL_ENDS` (whitespace, a quote, ``<``, ``>``, a backtick): a URL never
+    holds one, a scheme never starts after a character it could continue, and no UTF-8 character holds an ASCII
+    byte, so no URL and no character is split and the parts joined are the whole text redacted (bytes that are not
+    UTF-8 are replaced, as a whole decode would). A run of more than ``max_held`` bytes with nowhere to cut is
+    refused (:class:`RedactionError`) rather than held whole or cut where a URL could be split.
     """
     held = bytearray()
     for chunk in chunks:
         cut = _last_cut(chunk)
         if cut == 0:
             held += chunk
+            if len(held) > max_held:
+                raise RedactionError(
+                    f"{len(held):,} bytes without whitespace or a quote: more than the {max_held:,} that are "
+                    "redacted in one part"
+                )
             continue
         held += chunk[:cut]
         yield redact_urls_in_text(held.decode("utf-8", errors="replace")).encode()

@@ -21,6 +21,7 @@ from alflow.loadgen.client import auth_headers
 from alflow.results.store import RunWriter, open_run
 from alflow.serving.api import ApiError, check_api_key
 from alflow.util.redact import (
+    RedactionError,
     is_secret_name,
     redact_data,
     redact_text_stream,
@@ -115,15 +116,34 @@ def test_a_text_redacted_in_parts_equals_the_text_redacted_whole_at_every_cut() 
     text = (
         "GET https://u:hunter22@h.example/v1?token=tok987&x=1 200\n"
         "caf\u00e9 \u2014 http://a:pw1234@b:8/ \t s3://key:sec5678@bucket/p\r\n"
-        "no-space-run:https://x:pw9999@y/z"
-    ).encode() + b"\xff\xfe broken utf-8 http://q:pw7777@r/"
+        "no-space-run:https://x:pw9999@y/z\n"
+        '{"a":"https://k:pw4321@j/","b":<i>_https://m:pw5555@n/_</i>,`1gs://o:pw6666@p/`}\u00a0\u2028'
+    ).encode() + b"\xe2\x82 \xff\xfe broken utf-8 http://q:pw7777@r/"
     whole = redact_urls_in_text(text.decode("utf-8", errors="replace")).encode()
-    for secret in (b"hunter22", b"tok987", b"pw1234", b"sec5678", b"pw9999", b"pw7777"):
+    for secret in (b"hunter22", b"tok987", b"pw1234", b"sec5678", b"pw9999", b"pw4321", b"pw5555", b"pw6666"):
         assert secret not in whole
+    assert b"pw7777" not in whole
     for size in range(1, len(text) + 1):  # every cut: inside a URL, a UTF-8 character, a run without space
         parts = [text[i : i + size] for i in range(0, len(text), size)]
         assert b"".join(redact_text_stream(parts)) == whole, size
     assert list(redact_text_stream([])) == []
+
+
+def test_a_url_glued_to_an_underscore_or_a_digit_is_redacted() -> None:
+    assert redact_urls_in_text("_https://u:pw1234@h/x_ and 1https://v:pw5678@h/") == (
+        "_https://***@h/x_ and 1https://***@h/"
+    )
+
+
+def test_compact_json_is_redacted_in_parts_and_a_run_with_nowhere_to_cut_is_refused() -> None:
+    record = b'{"url":"https://u:pw1234@h/x","n":1},'
+    parts = list(redact_text_stream([record] * 1000))  # no whitespace: cut after the quotes
+    assert len(parts) == 1001  # each chunk up to its last quote, then the rest
+    assert b"pw1234" not in b"".join(parts)
+    with pytest.raises(
+        RedactionError, match=r"^1,000 bytes without whitespace or a quote: more than the 999"
+    ):
+        list(redact_text_stream([b"x" * 500, b"y" * 500], max_held=999))
 
 
 def test_extra_env_refuses_secret_names_and_points_to_the_runner_secrets() -> None:

@@ -92,31 +92,76 @@ async def test_a_download_larger_than_a_part_is_sent_byte_for_byte_with_its_leng
     assert head.body == b""
 
 
-async def test_a_read_that_fails_part_way_cuts_the_connection_instead_of_ending_the_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+async def _raw_get(site: Site, path: str) -> bytes:
+    """A keep-alive GET read to the connection's end: only the server cutting it ends the read."""
+    reader, writer = await asyncio.open_connection(site.host, site.port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: {site.host}:{site.port}\r\n\r\n".encode())
+    await writer.drain()
+    raw = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    return raw
+
+
+@pytest.mark.parametrize(
+    "error",
+    [OSError(5, "Input/output error"), RuntimeError("an fsspec back-end's own error")],
+    ids=["read error", "other error"],
+)
+async def test_a_part_that_fails_cuts_the_connection_instead_of_ending_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: Exception
 ) -> None:
     root = make_root(tmp_path)
     _list_file(root / M2, "server.log", _big_log(100))
 
     def failing(f: BinaryIO, limit: int | None = None) -> Iterator[bytes]:
         yield f.read(1000)
-        raise OSError(5, "Input/output error")  # the disk under the file went away
+        raise error
 
     monkeypatch.setattr(site_app, "_chunks", failing)
     async with serving(root) as site:
-        reader, writer = await asyncio.open_connection(site.host, site.port)
-        writer.write(
-            f"GET /runs/{M2}/files/server.log HTTP/1.1\r\nHost: {site.host}:{site.port}\r\n\r\n".encode()
-        )
-        await writer.drain()
-        raw = await asyncio.wait_for(reader.read(), 10)  # keep-alive was asked for: only a cut ends the read
-        writer.close()
+        raw = await _raw_get(site, f"/runs/{M2}/files/server.log")
         assert (await site.get("/api/runs")).status == 200  # the site goes on
     head, _, body = raw.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200")
     assert b"transfer-encoding: chunked" in head.lower()
     assert body
     assert not body.endswith(b"0\r\n\r\n")  # no last chunk: a client sees a broken download, not a short file
+    assert b"HTTP/1.1" not in body  # and no second answer written into the body
+
+
+async def test_a_download_that_shrank_after_its_size_was_taken_is_cut_not_ended_short(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = make_root(tmp_path)
+    data = random.Random(3).randbytes(CHUNK_BYTES + 5000)
+    _list_file(root / M2, "profile.bin", data)
+    real_size = site_app._size
+    monkeypatch.setattr(site_app, "_size", lambda f: (real_size(f) or 0) + 4096)  # as if it lost 4 KiB since
+    async with serving(root) as site:
+        raw = await _raw_get(site, f"/runs/{M2}/files/profile.bin")
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert f"Content-Length: {len(data) + 4096}".encode() in head
+    assert (
+        body == data
+    )  # what there was, then the cut: the client knows it got 4,096 bytes less than promised
+
+
+async def test_json_is_redacted_whole_and_a_json_file_too_large_for_that_is_not_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = make_root(tmp_path)
+    escaped = b'{"url": "https:\\/\\/user:pw1234@h.example\\/m?token=tk5678"}'
+    _list_file(root / M2, "small.json", escaped)
+    _list_file(root / M2, "large.json", escaped + b" " * 2000)
+    monkeypatch.setattr(site_app, "MAX_JSON_SHOWN", 1000)
+    async with serving(root) as site:
+        small = await site.get(f"/runs/{M2}/files/small.json")
+        large = await site.get(f"/runs/{M2}/files/large.json")
+    assert small.status == 200
+    assert json.loads(small.body) == {"url": "https://***@h.example/m?token=***"}
+    assert large.status == 413
+    assert b"pw1234" not in large.body
+    assert "large.json is a JSON file of more than 1,000 bytes: not shown" in large.text
 
 
 async def test_a_url_root_serves_its_files_in_parts() -> None:
