@@ -153,19 +153,19 @@ class FsspecStorage:
     def exists(self, path: str) -> bool:
         return bool(self.fs.exists(self._url(path)))
 
-    def list_dirs(self, path: str) -> list[str]:
+    def _listed(self, path: str, kind: str) -> list[str]:
+        """The entries of ``path`` whose fsspec type is ``kind`` (``directory``, ``file``), as full URLs."""
         url = self._url(path)
         if not self.fs.exists(url):
             return []
         entries = self.fs.ls(url, detail=True)
-        return sorted(self._url(str(e["name"])) for e in entries if e.get("type") == "directory")
+        return sorted(self._url(str(e["name"])) for e in entries if e.get("type") == kind)
+
+    def list_dirs(self, path: str) -> list[str]:
+        return self._listed(path, "directory")
 
     def list_files(self, path: str) -> list[str]:
-        url = self._url(path)
-        if not self.fs.exists(url):
-            return []
-        entries = self.fs.ls(url, detail=True)
-        return sorted(self._url(str(e["name"])) for e in entries if e.get("type") == "file")
+        return self._listed(path, "file")
 
     def join(self, *parts: str) -> str:
         return "/".join(p.rstrip("/") for p in parts)

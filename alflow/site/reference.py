@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from alflow.errors import AlflowError
-from alflow.reference.table import ReferenceEntry, load_reference, reference_of_bytes
+from alflow.reference.table import ReferenceEntry, ReferenceTable, load_reference, reference_of_bytes
 from alflow.results import view
 from alflow.results.catalog import Catalog, CatalogEntry
 from alflow.results.store import MANIFEST, open_run, storage_for
@@ -148,10 +148,19 @@ def _table(root: Path, path: Path) -> TableView | None:
     except AlflowError as exc:
         if "entries" not in path.read_text(errors="replace")[:100_000]:
             return None  # a YAML file that is no reference table
-        problem = " ".join(str(exc).replace(str(path), rel).split())  # named by its place in the root
-        return TableView(rel, None, None, None, "", (), problem)
+        return _broken(rel, str(exc).replace(str(path), rel))  # named by its place in the root
+    return _view(rel, table)
+
+
+def _view(rel: str, table: ReferenceTable) -> TableView:
+    """The view of a table that validated, found at ``rel`` in the root."""
     rows = tuple(EntryRow.of(e) for e in table.entries)
     return TableView(rel, table.kind, table.dataset, table.category, table.description, rows, None)
+
+
+def _broken(rel: str, problem: str) -> TableView:
+    """The view of a reference table at ``rel`` that does not validate, with the reason on one line."""
+    return TableView(rel, None, None, None, "", (), " ".join(problem.split()))
 
 
 def _moved(prev: Calibration, al: float, low: float | None, high: float | None) -> bool:
@@ -215,12 +224,10 @@ def _url_tables(root: str) -> list[TableView]:
         try:
             table = reference_of_bytes(raw, rel)
         except AlflowError as exc:
-            if b"entries" not in raw[:100_000]:
-                continue  # a YAML file that is no reference table
-            out.append(TableView(rel, None, None, None, "", (), " ".join(str(exc).split())))
+            if b"entries" in raw[:100_000]:  # else a YAML file that is no reference table
+                out.append(_broken(rel, str(exc)))
             continue
-        rows = tuple(EntryRow.of(e) for e in table.entries)
-        out.append(TableView(rel, table.kind, table.dataset, table.category, table.description, rows, None))
+        out.append(_view(rel, table))
     return out
 
 

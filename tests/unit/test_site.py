@@ -7,6 +7,7 @@ Requests are written by hand on a socket, so a path reaches the server exactly a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
@@ -126,6 +127,17 @@ async def _start(
         await asyncio.sleep(0.01)
     host, port = urls[0].split("//")[1].rstrip("/").rsplit(":", 1)
     return Site(host, int(port), root, catalog), stop, task
+
+
+@contextlib.asynccontextmanager
+async def serving(root: Path, token: str | None = None) -> AsyncIterator[Site]:
+    """The site over ``root`` for the ``async with`` block, stopped after it."""
+    site, stop, task = await _start(root, token)
+    try:
+        yield site
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
 
 
 @pytest.fixture

@@ -7,11 +7,10 @@ Content-Length and a connection cut part-way are seen as a client sees them).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import random
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
@@ -24,7 +23,7 @@ from alflow.results.store import RunWriter
 from alflow.site import app as site_app
 from alflow.site.app import CHUNK_BYTES
 from alflow.util.redact import redact_urls_in_text
-from tests.unit.test_site import M2, Site, _start, make_root
+from tests.unit.test_site import M2, Site, _start, make_root, serving
 
 WRITTEN = "2026-12-05T06:03:43.524656+00:00"
 
@@ -36,16 +35,6 @@ def _list_file(run: Path, name: str, data: bytes) -> None:
     manifest["files"][name] = {"written": WRITTEN, "rows": None}
     path.write_text(json.dumps(manifest))
     (run / name).write_bytes(data)
-
-
-@contextlib.asynccontextmanager
-async def serving(root: Path) -> AsyncIterator[Site]:
-    site, stop, task = await _start(root)
-    try:
-        yield site
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 10)
 
 
 def _big_log(lines: int) -> bytes:

@@ -51,7 +51,8 @@ def write_m0(root: Path, day: int, entries: list[dict[str, Any]]) -> str:
     return f"m0/{name}"
 
 
-def test_tables_and_the_history_with_moves_beyond_the_interval(tmp_path: Path) -> None:
+def write_tables(root: Path) -> None:
+    """A reference table at the root's top, a YAML file that is none and a broken table one folder down."""
     table = ReferenceTable.model_validate(
         {
             "kind": "example",
@@ -61,12 +62,14 @@ def test_tables_and_the_history_with_moves_beyond_the_interval(tmp_path: Path) -
             "entries": [entry(1, 1.8, 1.7, 1.9)],
         }
     )
-    (tmp_path / "reference-example.yaml").write_text(dump_reference(table))
-    (tmp_path / "presets").mkdir()
-    (tmp_path / "presets" / "preset.yaml").write_text(
-        "server: {framework: x}\n"
-    )  # YAML, not a reference table
-    (tmp_path / "presets" / "broken-reference.yaml").write_text("kind: example\nentries: [{model: 1}]\n")
+    (root / "reference-example.yaml").write_text(dump_reference(table))
+    (root / "presets").mkdir()
+    (root / "presets" / "preset.yaml").write_text("server: {framework: x}\n")  # YAML, not a reference table
+    (root / "presets" / "broken-reference.yaml").write_text("kind: example\nentries: [{model: 1}]\n")
+
+
+def test_tables_and_the_history_with_moves_beyond_the_interval(tmp_path: Path) -> None:
+    write_tables(tmp_path)
     first = write_m0(tmp_path, 1, [entry(1, 1.80, 1.75, 1.85), entry(2, 2.50, 2.45, 2.55)])
     second = write_m0(tmp_path, 2, [entry(1, 1.82, 1.78, 1.86), entry(2, 2.70, 2.66, 2.74)])  # K=2 moved
     third = write_m0(tmp_path, 3, [entry(1, 1.80, 1.70, 1.90), entry(2, "bad", 1, 2)])
@@ -103,20 +106,7 @@ def test_a_calibration_without_an_interval_is_never_marked(tmp_path: Path) -> No
 
 
 def test_a_url_root_lists_the_same_tables_and_history_as_a_folder(tmp_path: Path) -> None:
-    table = ReferenceTable.model_validate(
-        {
-            "kind": "example",
-            "dataset": "speed-bench",
-            "category": "coding",
-            "entries": [entry(1, 1.8, 1.7, 1.9)],
-        }
-    )
-    (tmp_path / "reference-example.yaml").write_text(dump_reference(table))
-    (tmp_path / "presets").mkdir()
-    (tmp_path / "presets" / "preset.yaml").write_text(
-        "server: {framework: x}\n"
-    )  # YAML, not a reference table
-    (tmp_path / "presets" / "broken-reference.yaml").write_text("kind: example\nentries: [{model: 1}]\n")
+    write_tables(tmp_path)
     (tmp_path / "presets" / "huge-reference.yaml").write_text("entries: []\n" + "#" * (1 << 20))
     write_m0(tmp_path, 1, [entry(2, 2.50, 2.45, 2.55)])
     write_m0(tmp_path, 2, [entry(2, 2.70, 2.66, 2.74)])  # moved beyond the interval

@@ -16,7 +16,7 @@ import math
 import os
 import re
 import shutil
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
@@ -26,7 +26,7 @@ from alflow.site.charts import TrendMark, trend_chart
 from alflow.site.guard import is_loopback
 from alflow.util import fsutil
 from alflow.util.fsutil import read_confined
-from tests.unit.test_site import HOSTILE_REL, M1, M2, TOKEN, Answer, Site, _start, make_root
+from tests.unit.test_site import HOSTILE_REL, M1, M2, TOKEN, Answer, make_root, serving
 
 SECRET = "hunter2-not-for-pages"
 HEADERS = {
@@ -37,16 +37,6 @@ HEADERS = {
     "cache-control": "no-store",
 }
 WRITTEN = "2026-12-05T06:03:43.524656+00:00"
-
-
-@contextlib.asynccontextmanager
-async def serving(root: Path, token: str | None = None) -> AsyncIterator[Site]:
-    site, stop, task = await _start(root, token)
-    try:
-        yield site
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 10)
 
 
 def _secure(answer: Answer) -> None:
