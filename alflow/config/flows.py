@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
-from typing import Literal, Self
+from typing import Annotated, Literal, Self
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from alflow.acceptance.synthetic import K_MAX, K_MIN, SyntheticTarget, get_scheme
 from alflow.config.base import (
@@ -75,13 +75,15 @@ STORE_SCHEMES = ("s3", "gs", "gcs")
 """URL schemes a results_root may have besides a local path: the object stores the run store writes through fsspec."""
 
 
-def local_reference(value: str | None) -> str | None:
-    """A reference table's path: local and not empty (None passes); one line otherwise."""
-    if value is None:
-        return None
+def local_reference(value: str) -> str:
+    """A reference table's path: local and not empty; one line otherwise."""
     if "://" in value and not value.startswith("file://"):
         require_local_path(value, what="", why=REMOTE_REFERENCES)  # refuses it, saying why
     return check_local_path(value)
+
+
+LocalReference = Annotated[str, AfterValidator(local_reference)]
+"""A reference table's path field (:func:`local_reference`), for the flows' parameters and the presets."""
 
 
 def _ks() -> tuple[int, ...]:
@@ -110,7 +112,7 @@ class CalibrateParams(StrictModel):
     load: LoadConfig = Field(
         default=LoadConfig(), description="Load per point (reference runs: concurrency 1)."
     )
-    reference_path: str = Field(
+    reference_path: LocalReference = Field(
         "references/speed-bench-coding.yaml",
         description=(
             "Reference table to write (merged with what it holds); one table per dataset. Left out with a "
@@ -159,11 +161,6 @@ class CalibrateParams(StrictModel):
             self.server.speculative.refuse_lossy("M0")
         return self
 
-    @field_validator("reference_path")
-    @classmethod
-    def _local_reference(cls, value: str) -> str:
-        return str(local_reference(value))
-
 
 class ReferenceVariantChoice(StrictModel):
     """Which drafter variant of a reference table M1/M2 compare with, where the server does not say it.
@@ -199,7 +196,7 @@ class GateParams(StrictModel):
     thinking: ThinkingMode = Field(ThinkingMode.OFF, description="Thinking mode of the requests.")
     server: ServerConfig = Field(description="The framework/image/config under test (synthetic must be off).")
     placement: ServerPlacement = Field(default=ServerPlacement(), description="Runner and GPU host.")
-    reference_path: str = Field(description="Reference table (YAML) holding the reference AL.")
+    reference_path: LocalReference = Field(description="Reference table (YAML) holding the reference AL.")
     reference_model: str | None = Field(
         None, description="Model name in the reference table (None: model.id)."
     )
@@ -218,11 +215,6 @@ class GateParams(StrictModel):
         ),
     )
     gsm8k: Gsm8kSettings = Field(default=Gsm8kSettings(), description="The accuracy gate.")
-
-    @field_validator("reference_path")
-    @classmethod
-    def _local_reference(cls, value: str) -> str:
-        return str(local_reference(value))
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -245,7 +237,7 @@ class BenchmarkParams(StrictModel):
     )
     server: ServerConfig = Field(description="Server configuration; the synthetic knobs are set by the flow.")
     placement: ServerPlacement = Field(default=ServerPlacement(), description="Runner and GPU host.")
-    reference_path: str | None = Field(None, description="Reference table for the target AL.")
+    reference_path: LocalReference | None = Field(None, description="Reference table for the target AL.")
     reference_model: str | None = Field(
         None, description="Model name in the reference table (None: model.id)."
     )
@@ -327,11 +319,6 @@ class BenchmarkParams(StrictModel):
             "scheme's spread, K and the speculative path as asked); a knob that did not fails the run at once."
         ),
     )
-
-    @field_validator("reference_path")
-    @classmethod
-    def _local_reference(cls, value: str | None) -> str | None:
-        return local_reference(value)
 
     @model_validator(mode="after")
     def _check(self) -> Self:

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from alflow.acceptance.synthetic import K_MAX, K_MIN
 from alflow.config.base import MAX_CONCURRENCY, StrictModel, check_unique
@@ -35,9 +35,9 @@ from alflow.config.flows import (
     BenchmarkParams,
     CalibrateParams,
     GateParams,
+    LocalReference,
     ServerPlacement,
     SweepParams,
-    local_reference,
 )
 from alflow.config.server import ServerConfig
 from alflow.config.speculative import GateTolerances, ModelSpec, SpecMethod, ThinkingMode
@@ -97,15 +97,10 @@ class PresetCalibrate(StrictModel):
     )
     workload: SpeedBenchWorkload = Field(default=SpeedBenchWorkload(), description="Prompts.")
     load: LoadConfig = Field(default=LoadConfig(), description="Load per point.")
-    reference_path: str = Field(
+    reference_path: LocalReference = Field(
         "references/speed-bench-coding.yaml",
         description="Reference table M0 writes (merged with what it holds).",
     )
-
-    @field_validator("reference_path")
-    @classmethod
-    def _local_reference(cls, value: str) -> str:
-        return str(local_reference(value))
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -129,7 +124,7 @@ class ServerPreset(StrictModel):
     thinking: ThinkingMode = Field(
         ThinkingMode.OFF, description="Default thinking mode (M1, and M2's reference)."
     )
-    reference_path: str | None = Field(
+    reference_path: LocalReference | None = Field(
         None, description="Reference table of M1's threshold and M2's target AL (None: give target_al)."
     )
     reference_model: str | None = Field(
@@ -142,11 +137,6 @@ class ServerPreset(StrictModel):
     calibrate: PresetCalibrate = Field(
         default=PresetCalibrate(), description="M0's Ks, thinking modes, workload, load and table."
     )
-
-    @field_validator("reference_path")
-    @classmethod
-    def _local_reference(cls, value: str | None) -> str | None:
-        return local_reference(value)
 
     @model_validator(mode="after")
     def _check(self) -> Self:
