@@ -63,8 +63,7 @@ from alflow.metrics.timing import ClientLoad
 from alflow.util import eventloop
 
 if TYPE_CHECKING:
-    from alflow.loadgen.client import Clock
-    from alflow.loadgen.spec import LoadResult, LoadSpec, Progress, Target
+    from alflow.loadgen.spec import LoadCall, LoadResult, LoadSpec, Progress, Target
 
 FLUSH_INTERVAL_S: Final = 0.1
 """How often a worker sends its completed records (and finished sessions) to the parent."""
@@ -157,29 +156,20 @@ class MergedRun:
         )
 
 
-async def run_processes(
-    run: Callable[..., Coroutine[Any, Any, LoadResult]],
-    sessions: Sequence[Session],
-    target: Target,
-    spec: LoadSpec,
-    clock: Clock,
-    on_measure_start: Callable[[], Awaitable[None]] | None,
-    progress: Progress | None,
-    warmup_sessions: Sequence[Session] | None,
-    sink: list[RequestRecord] | None,
-) -> MergedRun:
-    """Run ``spec``'s load over ``spec.processes`` workers, each calling ``run`` (``run_load``); merge the results.
+async def run_processes(run: Callable[..., Coroutine[Any, Any, LoadResult]], call: LoadCall) -> MergedRun:
+    """Run ``call.spec``'s load over its ``processes`` workers, each calling ``run`` (``run_load``); merge the results.
 
-    Raises :class:`InvalidInputError` before starting anything for a bad split or a custom ``clock``.
+    Raises :class:`InvalidInputError` before starting anything for a bad split or a custom ``call.clock``.
     """
-    if clock is not time.perf_counter_ns:
+    if call.clock is not time.perf_counter_ns:
         raise InvalidInputError(
-            f"processes={spec.processes}: a custom clock cannot cross processes; use the default clock "
+            f"processes={call.spec.processes}: a custom clock cannot cross processes; use the default clock "
             "(time.perf_counter_ns) or processes=1"
         )
-    shares = split_load(sessions, spec, warmup_sessions)
+    shares = split_load(call.sessions, call.spec, call.warmup_sessions)
     count = None if shares[0].spec.num_prompts is None else sum(s.spec.num_prompts or 0 for s in shares)
-    parent = _Parent(run, shares, target, sink if sink is not None else [], on_measure_start, progress, count)
+    sink = call.sink if call.sink is not None else []
+    parent = _Parent(run, shares, call.target, sink, call.on_measure_start, call.progress, count)
     try:
         parent.start_all()
         await parent.serve()

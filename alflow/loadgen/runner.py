@@ -43,6 +43,7 @@ from alflow.loadgen.spec import (
     REJECTIONS_BEFORE_ABORT,
     Arrival,
     LoadAbortedError,
+    LoadCall,
     LoadResult,
     LoadSpec,
     Progress,
@@ -228,14 +229,13 @@ async def run_load(
     if not sessions:
         raise InvalidInputError("the workload is empty: no sessions to send")
     get_endpoint(target.endpoint)
+    call = LoadCall(sessions, target, spec, clock, on_measure_start, progress, warmup_sessions, sink)
     if spec.auto_processes and transport is None:
-        return await _run_auto(sessions, target, spec, on_measure_start, progress, warmup_sessions, sink)
+        return await _run_auto(call)
     if spec.processes > 1 and transport is None:  # split over client processes (this module is theirs to run)
         from alflow.loadgen.multiproc import run_processes
 
-        merged = await run_processes(
-            run_load, sessions, target, spec, clock, on_measure_start, progress, warmup_sessions, sink
-        )
+        merged = await run_processes(run_load, call)
         result = LoadResult(*merged.result_fields())
         if merged.fatal is not None:
             raise LoadAbortedError(merged.fatal, result)
@@ -244,43 +244,20 @@ async def run_load(
         headers = target.headers
         if spec.transport == "aiohttp":
             async with AiohttpTransport.new_session() as http:
-                return await _run_with(
-                    AiohttpTransport(http, headers),
-                    sessions,
-                    target,
-                    spec,
-                    clock,
-                    on_measure_start,
-                    progress,
-                    warmup_sessions,
-                    sink,
-                )
+                return await _run_with(AiohttpTransport(http, headers), call)
         fast = FastTransport(headers)
         try:
-            return await _run_with(
-                fast, sessions, target, spec, clock, on_measure_start, progress, warmup_sessions, sink
-            )
+            return await _run_with(fast, call)
         finally:
             await fast.close()
-    return await _run_with(
-        transport, sessions, target, spec, clock, on_measure_start, progress, warmup_sessions, sink
-    )
+    return await _run_with(transport, call)
 
 
-async def _run_with(
-    transport: Transport,
-    sessions: Sequence[Session],
-    target: Target,
-    spec: LoadSpec,
-    clock: Clock,
-    on_measure_start: Callable[[], Awaitable[None]] | None,
-    progress: Progress | None,
-    warmup_sessions: Sequence[Session] | None,
-    sink: list[RequestRecord] | None,
-) -> LoadResult:
-    run = _Run(target, spec, transport, clock, progress)
-    if sink is not None:
-        run.records = sink
+async def _run_with(transport: Transport, call: LoadCall) -> LoadResult:
+    sessions, spec, clock, progress = call.sessions, call.spec, call.clock, call.progress
+    run = _Run(call.target, spec, transport, clock, progress)
+    if call.sink is not None:
+        run.records = call.sink
     count = spec.num_prompts if spec.num_prompts is not None else (None if spec.duration_s else len(sessions))
     wall_start = time.time()
     start_ns = end_ns = clock()
@@ -301,10 +278,10 @@ async def _run_with(
         if spec.warmup:
             if progress is not None:
                 progress.start(spec.warmup, "warm-up")
-            await run.phase(warmup_sessions or sessions, spec.warmup, warmup=True)
+            await run.phase(call.warmup_sessions or sessions, spec.warmup, warmup=True)
         if run.fatal is None:
-            if on_measure_start is not None:
-                await on_measure_start()
+            if call.on_measure_start is not None:
+                await call.on_measure_start()
             if progress is not None:
                 progress.start(count, "measured")
             start_ns = end_ns = clock()
@@ -330,23 +307,17 @@ async def _run_with(
     return result()
 
 
-async def _run_auto(
-    sessions: Sequence[Session],
-    target: Target,
-    spec: LoadSpec,
-    on_measure_start: Callable[[], Awaitable[None]] | None,
-    progress: Progress | None,
-    warmup_sessions: Sequence[Session] | None,
-    sink: list[RequestRecord] | None,
-) -> LoadResult:
+async def _run_auto(call: LoadCall) -> LoadResult:
     """``spec.auto_processes``: the warm-up, watched, in this process; the measured phase in 1 or N processes.
 
     The warm-up runs as a measured phase of its own (so the monitor watches it) and its records are then flagged
     ``warmup``. A client-bound warm-up splits the measured phase over ``min(cores, concurrency)`` processes
-    (:data:`MAX_PROCESSES` at most); else it runs here. The server is warm either way: no second warm-up.
+    (:data:`MAX_PROCESSES` at most); else it runs here. The server is warm either way: no second warm-up. Both
+    phases run on the default clock.
     """
-    records = sink if sink is not None else []
-    warm = list(warmup_sessions or sessions)
+    sessions, target, spec, progress = call.sessions, call.target, call.spec, call.progress
+    records = call.sink if call.sink is not None else []
+    warm = list(call.warmup_sessions or sessions)
     probe_spec = replace(
         spec, auto_processes=False, warmup=0, num_prompts=spec.warmup, duration_s=None, request_rate=None
     )  # a warm-up runs closed-loop, as in one process
@@ -367,7 +338,7 @@ async def _run_auto(
         )
     measured = replace(spec, auto_processes=False, warmup=0, processes=processes)
     return await run_load(
-        sessions, target, measured, on_measure_start=on_measure_start, progress=progress, sink=records
+        sessions, target, measured, on_measure_start=call.on_measure_start, progress=progress, sink=records
     )
 
 

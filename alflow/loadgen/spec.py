@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import random
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from alflow.datasets.types import Session
 from alflow.errors import AlflowError, InvalidInputError
-from alflow.loadgen.client import auth_headers
+from alflow.loadgen.client import Clock, auth_headers
 from alflow.loadgen.endpoints import Sampling, get_endpoint
 from alflow.loadgen.records import RequestRecord
 from alflow.metrics.timing import ClientLoad
@@ -180,6 +182,23 @@ class LoadResult:
     def duration_s(self) -> float:
         """Seconds from the measured phase's start to the last measured stream's end."""
         return max(0, self.measure_end_ns - self.measure_start_ns) / 1e9
+
+
+@dataclass(frozen=True, slots=True)
+class LoadCall:
+    """One load as ``run_load`` was asked for it: the workload, where it goes, how, and the caller's hooks.
+
+    What ``run_load`` hands on whole to the load's runners (one process, several, or the automatic choice).
+    """
+
+    sessions: Sequence[Session]
+    target: Target
+    spec: LoadSpec
+    clock: Clock = time.perf_counter_ns
+    on_measure_start: Callable[[], Awaitable[None]] | None = None
+    progress: Progress | None = None
+    warmup_sessions: Sequence[Session] | None = None
+    sink: list[RequestRecord] | None = None
 
 
 class LoadAbortedError(AlflowError):
