@@ -25,12 +25,10 @@ __all__ = ["BestK", "M2Point", "al_source", "best_k", "m2_point"]
 def al_source(stats: SpecStats) -> str:
     """Where a point's AL counts come from (the stored point's ``al_source``).
 
-    ``per-request`` when the statistics are exact from the responses' per-request counts (``SpecStats.source``, or
-    a note starting "exact" as :func:`alflow.measure.window_stats` writes it), else the statistics' own source
-    (``counters``: the server's metrics over the window; ``steps``: per-step data).
+    The statistics' own source: ``per-request`` when they are exact from the responses' per-request counts
+    (:func:`alflow.measure.window_stats` sets it), ``counters`` (the server's metrics over the window) or
+    ``steps`` (per-step data).
     """
-    if stats.source == "per-request" or stats.note.startswith("exact"):
-        return "per-request"
     return stats.source
 
 

@@ -164,15 +164,16 @@ def test_m2_point_without_stats_or_histogram_leaves_the_shape_fields_empty() -> 
     assert (point.fit_p_value, point.histogram_observed, point.histogram_expected) == (None, None, None)
 
 
-def test_al_source_follows_the_statistics_source_or_an_exact_note() -> None:
+def test_al_source_follows_the_statistics_source() -> None:
     base = stats.from_counters(10, 13, k=3)
     assert al_source(base) == "counters"
     assert al_source(replace(base, source="per-request")) == "per-request"
+    assert al_source(replace(base, source="steps")) == "steps"
+    # window_stats marks its exact statistics by their source; a note alone does not make them exact
     assert (
         al_source(replace(base, note="exact, from the metrics.speculative_decoding of 8 requests"))
-        == "per-request"
+        == "counters"
     )
-    assert al_source(replace(base, source="steps")) == "steps"
 
 
 # --------------------------------------------------------------------------------------------
