@@ -248,18 +248,27 @@ class RequestAcceptance:
             return None
 
 
+def _reporting(records: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+    """The successful measured requests, and those with both per-request counts (None: a frame without them)."""
+    measured = records.filter(~pl.col("warmup") & pl.col("error").is_null())
+    if "spec_verify_ct" not in measured.columns or "spec_accepted_drafts" not in measured.columns:
+        return measured, None
+    both = pl.col("spec_verify_ct").is_not_null() & pl.col("spec_accepted_drafts").is_not_null()
+    return measured, measured.filter(both)
+
+
+def _pooled(rows: pl.DataFrame) -> tuple[int, ...] | None:
+    """The rows' pooled acceptance histogram (:func:`pooled_histogram`); None without the column."""
+    return (
+        pooled_histogram(rows["spec_accept_hist"].to_list()) if "spec_accept_hist" in rows.columns else None
+    )
+
+
 def request_acceptance(records: pl.DataFrame) -> RequestAcceptance | None:
     """Per-request AL percentiles (p10/p50/p90, linear) and the pooled histogram; None without per-request counts."""
-    if "spec_verify_ct" not in records.columns or "spec_accepted_drafts" not in records.columns:
-        return None
-    rows = records.filter(
-        ~pl.col("warmup")
-        & pl.col("error").is_null()
-        & pl.col("spec_verify_ct").is_not_null()
-        & pl.col("spec_accepted_drafts").is_not_null()
-        & (pl.col("spec_verify_ct") > 0)
-    )
-    if rows.height == 0:
+    _, both = _reporting(records)
+    rows = None if both is None else both.filter(pl.col("spec_verify_ct") > 0)
+    if rows is None or rows.height == 0:
         return None
     al = 1.0 + rows["spec_accepted_drafts"].cast(pl.Float64) / rows["spec_verify_ct"].cast(pl.Float64)
 
@@ -267,10 +276,9 @@ def request_acceptance(records: pl.DataFrame) -> RequestAcceptance | None:
         value = al.quantile(x, interpolation="linear")
         return float(value) if value is not None else math.nan
 
-    hist = (
-        pooled_histogram(rows["spec_accept_hist"].to_list()) if "spec_accept_hist" in rows.columns else None
+    return RequestAcceptance(
+        rows.height, q(0.1), q(0.5), q(0.9), float(al.sum()) / rows.height, _pooled(rows)
     )
-    return RequestAcceptance(rows.height, q(0.1), q(0.5), q(0.9), float(al.sum()) / rows.height, hist)
 
 
 def meta_info_totals(records: pl.DataFrame) -> MetaInfoTotals:
@@ -278,25 +286,19 @@ def meta_info_totals(records: pl.DataFrame) -> MetaInfoTotals:
 
     Frames stored before the columns existed (no ``spec_verify_ct`` column) count as reporting nothing.
     """
-    measured = records.filter(~pl.col("warmup") & pl.col("error").is_null())
-    if "spec_verify_ct" not in measured.columns or "spec_accepted_drafts" not in measured.columns:
+    measured, both = _reporting(records)
+    if both is None:
         return MetaInfoTotals(measured.height, 0, 0, 0)
-    both = measured.filter(
-        pl.col("spec_verify_ct").is_not_null() & pl.col("spec_accepted_drafts").is_not_null()
-    )
     drafts: int | None = None
     if "spec_draft_tokens" in both.columns and both.height and both["spec_draft_tokens"].null_count() == 0:
         drafts = int(both["spec_draft_tokens"].sum())
-    hist = (
-        pooled_histogram(both["spec_accept_hist"].to_list()) if "spec_accept_hist" in both.columns else None
-    )
     return MetaInfoTotals(
         measured.height,
         both.height,
         int(both["spec_verify_ct"].sum()),
         int(both["spec_accepted_drafts"].sum()),
         drafts,
-        hist,
+        _pooled(both),
     )
 
 
