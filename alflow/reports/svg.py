@@ -11,7 +11,7 @@ values (``inf``, ``nan``, ``None``) are left out of a series rather than drawn.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -246,14 +246,31 @@ def _plot_area(
     return _Plot(left, top, pw, ph, x_lo, x_hi, y_lo, y_hi, chart.log_x), x_ticks, y_ticks
 
 
+def _y_grid(
+    left: float, top: float, pw: float, ph: float, y_ticks: list[float], py: Callable[[float], float]
+) -> list[str]:
+    """The plot area's frame and its horizontal grid lines with the y tick labels (line and bar charts)."""
+    parts = [f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#cccccc"/>']
+    for t in y_ticks:
+        y = py(t)
+        parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + pw}" y2="{y:.1f}" stroke="#eeeeee"/>')
+        parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{escape(fmt_tick(t))}</text>')
+    return parts
+
+
+def _axis_labels(chart: Chart | BarChart, left: float, top: float, pw: float, ph: float) -> list[str]:
+    """The x axis label under the plot area and the y axis label turned up beside it (escaped)."""
+    return [
+        f'<text x="{left + pw / 2:.1f}" y="{top + ph + 34}" text-anchor="middle">{escape(chart.x_label)}</text>',
+        f'<text x="16" y="{top + ph / 2:.1f}" text-anchor="middle" '
+        f'transform="rotate(-90 16 {top + ph / 2:.1f})">{escape(chart.y_label)}</text>',
+    ]
+
+
 def _axes(chart: Chart, plot: _Plot, x_ticks: list[float], y_ticks: list[float]) -> list[str]:
     """The frame, grid lines, tick labels and axis labels."""
     left, top, pw, ph = plot.left, plot.top, plot.pw, plot.ph
-    parts = [f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#cccccc"/>']
-    for t in y_ticks:
-        y = plot.py(t)
-        parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + pw}" y2="{y:.1f}" stroke="#eeeeee"/>')
-        parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{escape(fmt_tick(t))}</text>')
+    parts = _y_grid(left, top, pw, ph, y_ticks, plot.py)
     for t in x_ticks:
         if chart.log_x and t <= 0:
             continue
@@ -264,14 +281,7 @@ def _axes(chart: Chart, plot: _Plot, x_ticks: list[float], y_ticks: list[float])
         parts.append(
             f'<text x="{x:.1f}" y="{top + ph + 16}" text-anchor="middle">{escape(fmt_tick(t))}</text>'
         )
-    parts.append(
-        f'<text x="{left + pw / 2:.1f}" y="{top + ph + 34}" text-anchor="middle">{escape(chart.x_label)}</text>'
-    )
-    parts.append(
-        f'<text x="16" y="{top + ph / 2:.1f}" text-anchor="middle" '
-        f'transform="rotate(-90 16 {top + ph / 2:.1f})">{escape(chart.y_label)}</text>'
-    )
-    return parts
+    return parts + _axis_labels(chart, left, top, pw, ph)
 
 
 def _hlines(chart: Chart, plot: _Plot) -> list[str]:
@@ -354,13 +364,7 @@ def _render_bars(chart: BarChart) -> Markup:
         def py(v: float) -> float:
             return top + ph - (v - y_lo) / (y_hi - y_lo) * ph
 
-        parts.append(f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#cccccc"/>')
-        for t in y_ticks:
-            y = py(t)
-            parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + pw}" y2="{y:.1f}" stroke="#eeeeee"/>')
-            parts.append(
-                f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{escape(fmt_tick(t))}</text>'
-            )
+        parts += _y_grid(left, top, pw, ph, y_ticks, py)
         group = pw / len(chart.categories)
         bar_w = group * 0.8 / max(1, len(chart.bars))
         for c, category in enumerate(chart.categories):
@@ -381,13 +385,7 @@ def _render_bars(chart: BarChart) -> Markup:
                     f'height="{max(y_base - y_top, 0.0):.1f}" {fill}><title>'
                     f"{escape(f'{category}, {bars.name}: {fmt_tick(v)}')}</title></rect>"
                 )
-    parts.append(
-        f'<text x="{left + pw / 2:.1f}" y="{top + ph + 34}" text-anchor="middle">{escape(chart.x_label)}</text>'
-    )
-    parts.append(
-        f'<text x="16" y="{top + ph / 2:.1f}" text-anchor="middle" '
-        f'transform="rotate(-90 16 {top + ph / 2:.1f})">{escape(chart.y_label)}</text>'
-    )
+    parts += _axis_labels(chart, left, top, pw, ph)
     for n, bars in enumerate(chart.bars):
         color = escape(bars.color or PALETTE[n % len(PALETTE)])
         col, row = n % 3, n // 3
