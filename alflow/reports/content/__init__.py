@@ -23,6 +23,7 @@ from alflow.reports.content.base import (
     Table,
     base_report,
     fmt,
+    label_table,
     run_label,
     svg_figure,
     validity,
@@ -139,13 +140,12 @@ def build_comparison(runs: Sequence[StoredRun]) -> Report:
                         "Rows: model, framework, method, K and thinking mode; columns: dataset categories."
                     ],
                     tables=[
-                        Table(
+                        label_table(
                             frame.columns,
                             [
                                 [str(v) if isinstance(v, str) else fmt(v, 4) for v in row]
                                 for row in frame.iter_rows()
                             ],
-                            numeric=[False, *[True] * (frame.width - 1)],
                         )
                     ],
                 )

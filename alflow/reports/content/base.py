@@ -221,26 +221,19 @@ PER_REQUEST_NOTE = (
 )
 
 
+def label_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
+    """A table whose first column names its rows and whose other columns hold numbers (right-aligned)."""
+    return Table(columns, rows, numeric=[False, *[True] * (len(columns) - 1)])
+
+
 def per_request_section(items: Sequence[tuple[str, RequestAcceptance]]) -> Section:
     """Per-request AL percentiles (p10/p50/p90) and the pooled histogram, one row per point."""
-    sec = Section("Per-request acceptance", paragraphs=[PER_REQUEST_NOTE])
     width = max((len(a.histogram) for _, a in items if a.histogram is not None), default=0)
     header = ["point", "requests", "p10 AL", "p50 AL", "p90 AL", "mean of requests' AL"]
-    header += [f"{j} accepted" for j in range(width)]
     rows = []
     for name, a in items:
         hist = [fmt(c) for c in a.histogram] if a.histogram is not None else []
-        hist += ["-"] * (width - len(hist))
-        rows.append(
-            [
-                name,
-                fmt(a.requests),
-                fmt(a.p10_al, 4),
-                fmt(a.p50_al, 4),
-                fmt(a.p90_al, 4),
-                fmt(a.mean_al, 4),
-                *hist,
-            ]
-        )
-    sec.tables.append(Table(header, rows, numeric=[False, *([True] * (len(header) - 1))]))
-    return sec
+        als = [fmt(al, 4) for al in (a.p10_al, a.p50_al, a.p90_al, a.mean_al)]
+        rows.append([name, fmt(a.requests), *als, *hist, *["-"] * (width - len(hist))])
+    table = label_table([*header, *(f"{j} accepted" for j in range(width))], rows)
+    return Section("Per-request acceptance", paragraphs=[PER_REQUEST_NOTE], tables=[table])

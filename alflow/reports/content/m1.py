@@ -15,6 +15,7 @@ from alflow.reports.content.base import (
     Table,
     base_report,
     fmt,
+    label_table,
     num,
     per_request_section,
     svg_figure,
@@ -215,10 +216,8 @@ def _client_section(client: Mapping[str, Any]) -> Section:
     return Section(
         "Client-side metrics (AL run)",
         tables=[
-            Table(
-                ["metric", "value"],
-                [[label, fmt(client.get(k), d)] for k, label, d in keys if k in client],
-                numeric=[False, True],
+            label_table(
+                ["metric", "value"], [[label, fmt(client.get(k), d)] for k, label, d in keys if k in client]
             )
         ],
     )
