@@ -152,18 +152,14 @@ class KOutcome:
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready form (messages and child runs only where there is one)."""
-        out: dict[str, object] = {"gate": self.gate}
-        if self.gate_message is not None:
-            out["gate_message"] = self.gate_message
-        if self.benchmark is not None:
-            out["benchmark"] = self.benchmark
-        if self.benchmark_message is not None:
-            out["benchmark_message"] = self.benchmark_message
-        if self.gate_run is not None:
-            out["gate_run"] = self.gate_run.to_dict()
-        if self.benchmark_run is not None:
-            out["benchmark_run"] = self.benchmark_run.to_dict()
-        return out
+        optional = {
+            "gate_message": self.gate_message,
+            "benchmark": self.benchmark,
+            "benchmark_message": self.benchmark_message,
+            "gate_run": None if self.gate_run is None else self.gate_run.to_dict(),
+            "benchmark_run": None if self.benchmark_run is None else self.benchmark_run.to_dict(),
+        }
+        return {"gate": self.gate} | {key: value for key, value in optional.items() if value is not None}
 
 
 @dataclass(frozen=True)
