@@ -8,28 +8,23 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from uuid import UUID
 
 import pytest
-from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterType
 
 from alflow.config import (
-    BenchmarkParams,
     CalibrateParams,
     LoadConfig,
     ModelSpec,
-    RandomWorkload,
     SamplingParams,
     ServerPlacement,
     SpeedBenchWorkload,
     server_config,
 )
-from flows.benchmark import benchmark
 from flows.calibrate import calibrate
+from tests.integration.sim_runs import quick_m2, run_artifacts
 from tests.markdown_check import HOSTILE, assert_inert, md_text
 
-pytestmark = pytest.mark.usefixtures("prefect_harness")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_harness")]
 
 NAME = " ".join(HOSTILE)
 SHOWN = " ".join(NAME.split())  # as a reader sees it: the newline is a space
@@ -43,14 +38,7 @@ SERVER = server_config(
 
 
 def markdown_artifacts(state: object) -> list[str]:
-    flow_run_id = UUID(str(state.state_details.flow_run_id))  # type: ignore[attr-defined]
-    with get_client(sync_client=True) as client:
-        found = client.read_artifacts(
-            artifact_filter=ArtifactFilter(
-                flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]),
-                type=ArtifactFilterType(any_=["markdown"]),
-            )
-        )
+    found = run_artifacts(state, kind="markdown")
     links = [str(a.data) for a in found if str(a.key).endswith("-html")]  # the link to report.html
     for (
         link
@@ -67,19 +55,8 @@ def check(markdown: str) -> None:
 
 
 def test_m2_report_and_artifact_show_a_hostile_name_as_typed(tmp_path: Path) -> None:
-    params = BenchmarkParams(
-        model=MODEL,
-        k=3,
-        server=SERVER,
-        placement=ServerPlacement(results_root=str(tmp_path / "results [x](javascript:alert(1))")),
-        target_al=2.73,
-        workload=RandomWorkload(isl=32, osl=16),
-        concurrencies=(2,),
-        prompts_per_concurrency=2,
-        warmup_per_concurrency=0,
-    )
-    state = benchmark(params=params, return_state=True)
-    assert state.is_completed(), state.message
+    root = tmp_path / "results [x](javascript:alert(1))"
+    state = quick_m2(MODEL, SERVER, root, k=3, target_al=2.73, isl=32, osl=16)
     out = state.result()
     (artifact,) = markdown_artifacts(state)
     report = (Path(out.run_dir) / "report.md").read_text()

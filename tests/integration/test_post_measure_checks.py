@@ -9,25 +9,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from uuid import UUID
 
 import pytest
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 
-from alflow.config import (
-    BenchmarkParams,
-    CalibrateParams,
-    ModelSpec,
-    RandomWorkload,
-    SamplingParams,
-    ServerPlacement,
-    server_config,
-)
-from flows.benchmark import benchmark
+from alflow.config import CalibrateParams, ModelSpec, SamplingParams, ServerPlacement, server_config
 from flows.calibrate import calibrate
+from tests.integration.sim_runs import flow_run_of, quick_m2, run_artifacts
 
-pytestmark = pytest.mark.usefixtures("prefect_harness")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_harness")]
 
 NAME = "日本語モデル/\u202eテスト-8B"  # Japanese letters and a right-to-left override
 MODEL = ModelSpec(id=NAME, sampling_thinking_off=SamplingParams(temperature=0.0, max_tokens=32))
@@ -35,29 +25,13 @@ SERVER = server_config(framework="sim", model=NAME, extra_args=("--time-scale", 
 
 
 def _artifact_keys(state: object) -> list[str]:
-    flow_run_id = UUID(str(state.state_details.flow_run_id))  # type: ignore[attr-defined]
     with get_client(sync_client=True) as client:
-        found = client.read_artifacts(
-            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
-        )
-        run = client.read_flow_run(flow_run_id)
-    return [str(a.key) for a in found if a.key] + [f"run-name:{run.name}"]
+        run = client.read_flow_run(flow_run_of(state))
+    return [str(a.key) for a in run_artifacts(state) if a.key] + [f"run-name:{run.name}"]
 
 
 def test_m2_with_a_japanese_model_id_completes_and_writes_report_html(tmp_path: Path) -> None:
-    params = BenchmarkParams(
-        model=MODEL,
-        k=3,
-        server=SERVER,
-        placement=ServerPlacement(results_root=str(tmp_path / "results")),
-        target_al=2.5,
-        workload=RandomWorkload(isl=32, osl=16),
-        concurrencies=(2,),
-        prompts_per_concurrency=2,
-        warmup_per_concurrency=0,
-    )
-    state = benchmark(params=params, return_state=True)
-    assert state.is_completed(), state.message
+    state = quick_m2(MODEL, SERVER, tmp_path / "results", k=3, target_al=2.5, isl=32, osl=16)
     run_dir = Path(state.result().run_dir)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "complete"

@@ -9,26 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from uuid import UUID
 
 import pytest
-from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 from prefect.client.schemas.objects import Artifact
 from prefect.variables import Variable
 
-from alflow.config import (
-    BenchmarkParams,
-    ModelSpec,
-    RandomWorkload,
-    SamplingParams,
-    ServerPlacement,
-    server_config,
-)
+from alflow.config import ModelSpec, SamplingParams, server_config
 from alflow.results.links import RESULTS_URL_ENV, RESULTS_URL_VARIABLE
-from flows.benchmark import benchmark
+from tests.integration.sim_runs import quick_m2, run_artifacts
 
-pytestmark = pytest.mark.usefixtures("prefect_harness")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_harness")]
 
 
 @pytest.fixture
@@ -41,27 +31,10 @@ def no_site_variable(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 def _m2(tmp_path: Path) -> tuple[str, Artifact]:
     """One quick sim M2 run: its run directory and its report link artifact."""
-    params = BenchmarkParams(
-        model=ModelSpec(
-            id="link-model", sampling_thinking_off=SamplingParams(temperature=0.0, max_tokens=16)
-        ),
-        k=2,
-        server=server_config(framework="sim", model="link-model", extra_args=("--time-scale", "0")),
-        placement=ServerPlacement(results_root=str(tmp_path / "results")),
-        target_al=2.0,
-        workload=RandomWorkload(isl=16, osl=8),
-        concurrencies=(2,),
-        prompts_per_concurrency=2,
-        warmup_per_concurrency=0,
-    )
-    state = benchmark(params=params, return_state=True)
-    assert state.is_completed(), state.message
-    flow_run_id = UUID(str(state.state_details.flow_run_id))
-    with get_client(sync_client=True) as client:
-        found = client.read_artifacts(
-            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
-        )
-    (link,) = [a for a in found if str(a.key).endswith("-html")]
+    model = ModelSpec(id="link-model", sampling_thinking_off=SamplingParams(temperature=0.0, max_tokens=16))
+    server = server_config(framework="sim", model="link-model", extra_args=("--time-scale", "0"))
+    state = quick_m2(model, server, tmp_path / "results", k=2, target_al=2.0, isl=16, osl=8)
+    (link,) = [a for a in run_artifacts(state) if str(a.key).endswith("-html")]
     return state.result().run_dir, link
 
 
