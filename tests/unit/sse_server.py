@@ -2,7 +2,8 @@
 
 It answers ``/v1/chat/completions`` and ``/v1/completions`` with ``max_tokens`` chunks of one token,
 ``delay_s`` apart, a usage chunk and ``[DONE]``; it remembers request bodies and the peak number of
-concurrent streams. Behaviour switches by model name: ``error-event``, ``no-done``, ``json``.
+concurrent streams. Behaviour switches by model name: ``error-event``, ``no-done``, ``json``, ``lying-usage``
+(the usage chunk claims 100,000 completion tokens).
 Every request's path, ``Authorization`` and ``Host`` headers are kept in ``state.seen``.
 """
 
@@ -68,7 +69,8 @@ async def _stream(request: web.Request) -> web.StreamResponse:
             text = f"[{turn}:{last[:8]}]" if chat and i == 0 else f" t{i}"
             choice = {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
             await resp.write(b"data: " + orjson.dumps({"choices": [choice]}) + b"\n\n")
-        usage = {"prompt_tokens": 7, "completion_tokens": n, "total_tokens": n + 7}
+        claimed = 100_000 if model == "lying-usage" else n
+        usage = {"prompt_tokens": 7, "completion_tokens": claimed, "total_tokens": claimed + 7}
         await resp.write(b"data: " + orjson.dumps({"choices": [], "usage": usage}) + b"\n\n")
         if model != "no-done":
             await resp.write(b"data: [DONE]\n\n")

@@ -7,14 +7,8 @@ failed, and its numbers reach no metric.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import threading
-from collections.abc import Iterator
-
 import orjson
 import pytest
-from aiohttp import web
 from typer.testing import CliRunner
 
 from alflow.cli import app
@@ -22,6 +16,7 @@ from alflow.loadgen.client import MAX_TOKENS_PER_CHUNK, SseConsumer
 from alflow.loadgen.endpoints import get_endpoint
 from alflow.loadgen.records import RequestRecord, records_frame
 from alflow.metrics.client import summarize
+from tests.unit.sse_server import threaded_sse_server
 
 pytestmark = pytest.mark.unit
 
@@ -145,47 +140,11 @@ def test_failed_usage_requests_count_as_failed_and_stay_out_of_throughput() -> N
 # End to end: ``alflow bench`` against a server whose usage is impossible
 
 
-async def _lying_stream(request: web.Request) -> web.StreamResponse:
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-    await resp.prepare(request)
-    for i in range(8):
-        await resp.write(ev({"choices": [{"index": 0, "text": f" t{i}"}]}))
-    await resp.write(ev({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 100_000}}) + DONE)
-    return resp
-
-
-@contextlib.contextmanager
-def lying_server() -> Iterator[str]:
-    """A loopback server (own loop, own thread) that streams 8 chunks and claims 100,000 completion tokens."""
-    loop = asyncio.new_event_loop()
-    application = web.Application()
-    application.router.add_post("/v1/completions", _lying_stream)
-    runner = web.AppRunner(application, access_log=None)
-    started = threading.Event()
-
-    def serve() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(runner.setup())
-        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", 0).start())
-        started.set()
-        loop.run_forever()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    assert started.wait(10)
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
-
-
 def test_bench_against_impossible_usage_fails_the_requests_and_exits_1() -> None:
-    with lying_server() as base_url:
-        args = ["bench", "--base-url", base_url, "--model", "m", "--endpoint", "completions", "--num-prompts",
-                "2", "--isl", "8", "--osl", "8", "--vocab-size", "500", "--no-metrics", "--no-progress", "--json"]  # fmt: skip
+    with threaded_sse_server() as server:  # 8 chunks, then a usage claiming 100,000 completion tokens
+        args = ["bench", "--base-url", server.base_url, "--model", "lying-usage", "--endpoint", "completions",
+                "--num-prompts", "2", "--isl", "8", "--osl", "8", "--vocab-size", "500", "--no-metrics",
+                "--no-progress", "--json"]  # fmt: skip
         result = CliRunner().invoke(app, args, env={"COLUMNS": "400", "OPENAI_API_KEY": ""})
     assert result.exit_code == 1, result.output
     summary = orjson.loads(result.stdout)
