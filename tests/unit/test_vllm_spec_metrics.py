@@ -20,7 +20,7 @@ import typer
 from typer.testing import CliRunner
 
 import alflow.sim.cli as sim_cli
-from alflow.acceptance.stats import from_counters, from_histogram
+from alflow.acceptance.stats import SpecStats, from_counters, from_histogram
 from alflow.acceptance.synthetic import distribution
 from alflow.errors import InvalidInputError
 from alflow.gates import audit_synthetic
@@ -349,6 +349,17 @@ def _snap(t: int) -> Snapshot:
     return Snapshot(url="http://x/metrics", wall_time_s=float(t), mono_ns=t, samples={}, types={})
 
 
+def _vllm_window(counters: SpecStats, records: pl.DataFrame) -> tuple[SpecStats | None, str | None]:
+    """:func:`window_stats` at K = 3 for a vLLM dialect whose responses carry ``metrics.speculative_decoding``."""
+    return window_stats(
+        FakeDialect("vllm", counters, request_counts="metrics.speculative_decoding"),
+        _snap(1),
+        _snap(2),
+        k=3,
+        records=records,
+    )
+
+
 def _records(
     hists: list[list[int] | None], *, warmup_without_counts: int = 0, warmup_with_counts: int = 0
 ) -> pl.DataFrame:
@@ -381,13 +392,7 @@ def _min_variance_hists(requests: int, steps: int) -> list[list[int]]:
 def test_vllm_exact_path_uses_the_pooled_histogram_and_ignores_warm_up_without_counts() -> None:
     records = _records(_min_variance_hists(20, 50), warmup_without_counts=3)
     counters = from_counters(1010, 1310, k=3)  # the window saw a few more steps than the measured requests
-    stats, error = window_stats(
-        FakeDialect("vllm", counters, request_counts="metrics.speculative_decoding"),
-        _snap(1),
-        _snap(2),
-        k=3,
-        records=records,
-    )
+    stats, error = _vllm_window(counters, records)
     assert error is None
     assert stats is not None
     assert stats.source == "per-request"
@@ -421,13 +426,7 @@ def test_a_dialect_that_names_no_source_still_gets_the_exact_path() -> None:
 
 def test_partial_coverage_keeps_the_counters_and_counts_the_missing() -> None:
     counters = from_counters(100, 130, k=3, note="counters")
-    stats, error = window_stats(
-        FakeDialect("vllm", counters, request_counts="metrics.speculative_decoding"),
-        _snap(1),
-        _snap(2),
-        k=3,
-        records=_records([[0, 7, 3, 0], None, None]),
-    )
+    stats, error = _vllm_window(counters, _records([[0, 7, 3, 0], None, None]))
     assert error is None
     assert stats is not None
     assert (stats.source, stats.al, stats.histogram) == ("counters", counters.al, counters.histogram)
@@ -442,13 +441,7 @@ def test_histograms_that_disagree_with_the_counts_fall_back_to_the_counters() ->
         pl.when(pl.col("error").is_null()).then(11).otherwise(None).alias("spec_verify_ct")
     )
     counters = from_counters(10, 13, k=3)
-    stats, _ = window_stats(
-        FakeDialect("vllm", counters, request_counts="metrics.speculative_decoding"),
-        _snap(1),
-        _snap(2),
-        k=3,
-        records=records,
-    )
+    stats, _ = _vllm_window(counters, records)
     assert stats is not None
     assert stats.source == "counters"
     assert "histograms disagree with the requests' step and accepted-draft counts" in stats.note
@@ -457,13 +450,7 @@ def test_histograms_that_disagree_with_the_counts_fall_back_to_the_counters() ->
 def test_vllm_per_request_histograms_are_the_exact_source_and_the_histogram() -> None:
     records = _records([[0, 21, 7, 0], [0, 5, 2, 0], [1, 3, 0, 0]], warmup_with_counts=2)
     counters = from_counters(40, 52, k=3, note="counters")  # one step more than the requests saw
-    stats, error = window_stats(
-        FakeDialect("vllm", counters, request_counts="metrics.speculative_decoding"),
-        _snap(1),
-        _snap(2),
-        k=3,
-        records=records,
-    )
+    stats, error = _vllm_window(counters, records)
     assert error is None
     assert stats is not None
     assert (stats.num_drafts, stats.accepted_tokens, stats.draft_tokens) == (39, 47, 117)
@@ -481,13 +468,7 @@ def test_vllm_per_request_histograms_are_the_exact_source_and_the_histogram() ->
 def test_requests_without_a_histogram_keep_the_counters_histogram_out() -> None:
     records = _records([[0, 21, 7, 0], None])
     counters = from_counters(40, 52, k=3, note="counters")
-    stats, _ = window_stats(
-        FakeDialect("vllm", counters, request_counts="metrics.speculative_decoding"),
-        _snap(1),
-        _snap(2),
-        k=3,
-        records=records,
-    )
+    stats, _ = _vllm_window(counters, records)
     assert stats is not None
     assert (stats.al, stats.num_drafts, stats.histogram) == (
         counters.al,
@@ -500,13 +481,7 @@ def test_requests_without_a_histogram_keep_the_counters_histogram_out() -> None:
 def test_histograms_of_another_k_are_refused_naming_the_source() -> None:
     records = _records([[0, 21, 7]])  # K = 2 buckets on a K = 3 server
     counters = from_counters(28, 35, k=3)
-    stats, _ = window_stats(
-        FakeDialect("vllm", counters, request_counts="metrics.speculative_decoding"),
-        _snap(1),
-        _snap(2),
-        k=3,
-        records=records,
-    )
+    stats, _ = _vllm_window(counters, records)
     assert stats is not None
     assert stats.al == counters.al
     assert "histograms have 3 buckets, not K + 1 = 4" in stats.note
