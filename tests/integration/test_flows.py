@@ -32,7 +32,7 @@ from flows.benchmark import benchmark
 from flows.calibrate import calibrate
 from flows.gate import gate
 
-pytestmark = pytest.mark.usefixtures("prefect_harness")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_harness")]
 
 MODEL = ModelSpec(id="test-llama", sampling_thinking_off=SamplingParams(temperature=0.0, max_tokens=256))
 PROMPTS = SpeedBenchWorkload(category="coding", max_tokens=256)
@@ -343,15 +343,13 @@ def test_m1_keeps_the_al_point_that_aborts_mid_way(tmp_path: Path) -> None:
     assert "PARTIAL" in (Path(stored.dir) / "report.md").read_text()
 
 
-def test_sweep_runs_m1_then_m2_per_k_and_picks_the_best_k(tmp_path: Path) -> None:
-    from alflow.config import SweepParams
-    from flows.sweep import sweep
-
+def sweep_templates(tmp_path: Path, ks: tuple[int, ...], **bench: Any) -> tuple[GateParams, dict[str, Any]]:
+    """A sim reference calibrated for ``ks``, then a sweep's templates at it: M1 without GSM8K, M2's fields."""
     reference = tmp_path / "ref.yaml"
     calibrate(
         params=CalibrateParams(
             models=(MODEL,),
-            ks=(1, 3),
+            ks=ks,
             server=server_config(framework="sim", model=MODEL.id, extra_args=FAST),
             placement=_placement(tmp_path),
             workload=PROMPTS,
@@ -363,8 +361,15 @@ def test_sweep_runs_m1_then_m2_per_k_and_picks_the_best_k(tmp_path: Path) -> Non
     gate_params = _gate_params(tmp_path, reference, "vllm", "1.0").model_copy(
         update={"gsm8k": Gsm8kSettings(enabled=False)}
     )
-    bench = _bench_params(tmp_path).model_dump()
-    bench.update(target_al=None, reference_path=str(reference))
+    fields = {"target_al": None, "reference_path": str(reference), **bench}
+    return gate_params, _bench_params(tmp_path).model_dump() | fields
+
+
+def test_sweep_runs_m1_then_m2_per_k_and_picks_the_best_k(tmp_path: Path) -> None:
+    from alflow.config import SweepParams
+    from flows.sweep import sweep
+
+    gate_params, bench = sweep_templates(tmp_path, (1, 3))
     out = sweep(
         params=SweepParams(ks=(1, 3), gate=gate_params, benchmark=BenchmarkParams.model_validate(bench))
     )

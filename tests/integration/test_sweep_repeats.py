@@ -9,42 +9,19 @@ import pytest
 from typer.testing import CliRunner
 
 from alflow.cli import app
-from alflow.config import CalibrateParams, Gsm8kSettings, LoadConfig, SweepParams, server_config
+from alflow.config import SweepParams
 from alflow.methods.kchoice import Objective, choose_k
 from alflow.results.store import open_run
 from alflow.results.view import m2_points
-from flows.calibrate import calibrate
 from flows.sweep import sweep
-from tests.integration.test_flows import FAST, MODEL, PROMPTS, _bench_params, _gate_params, _placement
+from tests.integration.test_flows import sweep_templates
 
-pytestmark = pytest.mark.usefixtures("prefect_harness")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_harness")]
 
 
 def test_sweep_with_three_repeats_reports_the_chosen_k_with_its_spread(tmp_path: Path) -> None:
-    reference = tmp_path / "ref.yaml"
-    calibrate(
-        params=CalibrateParams(
-            models=(MODEL,),
-            ks=(1, 2),
-            server=server_config(framework="sim", model=MODEL.id, extra_args=FAST),
-            placement=_placement(tmp_path),
-            workload=PROMPTS,
-            load=LoadConfig(concurrency=4),
-            reference_path=str(reference),
-            cache_days=0,
-        )
-    )
-    gate_params = _gate_params(tmp_path, reference, "vllm", "1.0").model_copy(
-        update={"gsm8k": Gsm8kSettings(enabled=False)}
-    )
-    bench = _bench_params(tmp_path).model_dump()
-    bench.update(
-        target_al=None,
-        reference_path=str(reference),
-        concurrencies=(4,),
-        prompts_per_concurrency=3,
-        warmup_per_concurrency=1,
-        repeats=3,
+    gate_params, bench = sweep_templates(
+        tmp_path, (1, 2), concurrencies=(4,), prompts_per_concurrency=3, warmup_per_concurrency=1, repeats=3
     )
     out = sweep(params=SweepParams.model_validate({"ks": (1, 2), "gate": gate_params, "benchmark": bench}))
 
