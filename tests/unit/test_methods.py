@@ -43,11 +43,9 @@ from alflow.loadgen.records import RequestRecord, records_frame
 from alflow.measure import PARTIAL_ATTR, Measurement
 from alflow.methods.common import point_server
 from alflow.methods.m0 import (
-    MeasuredPoint,
     PartialPointError,
     check_reference_target,
     measure_calibration_point,
-    run_m0,
 )
 from alflow.methods.m1 import run_m1
 from alflow.methods.m2 import run_m2
@@ -55,10 +53,12 @@ from alflow.methods.plan import FixedConcurrencies
 from alflow.metrics.client import GpuLayout, summarize
 from alflow.metrics.prometheus import Snapshot
 from alflow.preflight import PreflightError, PreflightResult
-from alflow.reference.table import Key, ReferenceTable, ReferenceTableError, load_reference
+from alflow.reference.table import Key, ReferenceTable, ReferenceTableError
 from alflow.results.manifest import ServerProvenance
 from alflow.results.store import RunWriter
 from alflow.results.summaries import StoredSummary, store_summary
+
+pytestmark = pytest.mark.unit
 
 # -- the plan ---------------------------------------------------------------------------------------
 
@@ -500,48 +500,6 @@ def test_m0_measures_a_point_per_thinking_mode_through_the_steps(tmp_path: Path)
     assert caught.value.records.height == 2
     assert caught.value.scrapes["off"]["partial"] is True
     assert aborted.server_stopped
-
-
-def _measurer(steps: FakeSteps, cached_ks: tuple[int, ...] = ()) -> Any:
-    def measure(server: ServerConfig, model: ModelSpec, modes: tuple[ThinkingMode, ...]) -> MeasuredPoint:
-        assert server.speculative is not None
-        params = _calibrate_params(Path("/unused"))
-        point = measure_calibration_point(
-            steps, server, params.placement, model, modes, params.workload, params.load, check_first=False
-        )
-        return MeasuredPoint(point, cached=server.speculative.k in cached_ks)
-
-    return measure
-
-
-def test_m0_writes_one_entry_per_k_into_the_reference_table(tmp_path: Path) -> None:
-    params = _calibrate_params(tmp_path)
-    target = check_reference_target(params)
-    writer = RunWriter(str(tmp_path / "results"), "m0", run_id="c1", config={}, simulated=True)
-    steps = FakeSteps(loads=[_measurement(4, k=2), _measurement(4, k=3)])
-    with writer:
-        outcome = run_m0(params, target, writer, steps, _measurer(steps, cached_ks=(2,)), flow_run_id="f1")
-    assert [(e.k, e.al) for e in outcome.entries] == [(2, 2.5), (3, 2.5)]
-    assert outcome.cached_points == ("test-llama K=2",)
-    table = load_reference(tmp_path / "ref.yaml")
-    assert table.kind == "simulated"
-    assert sorted(e.k for e in table.entries) == [2, 3]
-    assert {e.provenance.flow_run_id for e in table.entries if e.provenance is not None} == {"f1"}
-    assert "reference 2" in steps.calls  # its entries checked against the table before the merge
-
-
-def test_m0_that_fails_part_way_stores_its_points_in_the_run_and_leaves_the_table(tmp_path: Path) -> None:
-    params = _calibrate_params(tmp_path)
-    target = check_reference_target(params)
-    writer = RunWriter(str(tmp_path / "results"), "m0", run_id="c2", config={}, simulated=True)
-    steps = FakeSteps(loads=[_measurement(4, k=2), _measurement(2, aborted="the server stopped answering")])
-    with pytest.raises(PartialPointError), writer:
-        run_m0(params, target, writer, steps, _measurer(steps), flow_run_id="f2")
-    assert not (tmp_path / "ref.yaml").exists()  # a failed calibration never changes the table
-    (summary,) = steps.stored
-    assert summary["reference_updated"] is False
-    assert summary["tables"]["requests"].height == 2
-    assert len(summary["entries"]) == 1  # K = 2 was measured: kept in the run
 
 
 def test_m0_refuses_a_table_of_the_other_kind_before_measuring(tmp_path: Path) -> None:

@@ -8,14 +8,12 @@ metrics URLs from its config.
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 from pydantic import ValidationError
 
-from alflow.config import DockerOptions, ExternalServer, ProcessOptions
+from alflow.config import DockerOptions, ExternalServer
 from alflow.frameworks.launch import (
     HEAD_ADDR,
     NNODES,
@@ -35,7 +33,7 @@ from infra.runners.docker import container_spec
 PLACEHOLDER_ARGS = ("--nnodes", NNODES, "--node-rank", NODE_RANK, "--dist-init-addr", f"{HEAD_ADDR}:5000")
 
 
-pytestmark = pytest.mark.usefixtures("run_dirs_in_tmp_path")
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("run_dirs_in_tmp_path")]
 
 
 def launch(
@@ -96,34 +94,6 @@ def test_single_host_metrics_urls_follow_the_endpoints_and_mapped_ports() -> Non
         "http://h:49000/m",
     )
     assert single_host_metrics_urls(launch(), "h") == ()
-
-
-def test_process_runner_runs_the_filled_arguments_and_lists_metrics_urls(tmp_path: Path) -> None:
-    runner = ProcessRunner(ProcessOptions(log_dir=str(tmp_path)))
-    printing = launch(
-        argv=("printf", "%s\\n"),
-        host="127.0.0.1",
-        metrics_endpoints=(MetricsEndpoint(0, 30000), MetricsEndpoint(0, 30002)),
-    )
-    handle = runner.start(printing)
-    try:
-        assert handle.nodes == 1
-        assert handle.metrics_urls == ("http://127.0.0.1:30000/metrics", "http://127.0.0.1:30002/metrics")
-        assert handle.all_metrics_urls == handle.metrics_urls
-        assert handle.provenance.argv[-1] == "127.0.0.1:5000"  # type: ignore[index]
-        deadline = time.monotonic() + 10
-        while "5000" not in runner.logs(handle) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert runner.logs(handle).split() == [
-            "--nnodes",
-            "1",
-            "--node-rank",
-            "0",
-            "--dist-init-addr",
-            "127.0.0.1:5000",
-        ]
-    finally:
-        runner.stop(handle)
 
 
 def test_process_runner_refuses_a_multi_node_launch() -> None:

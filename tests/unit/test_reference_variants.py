@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,8 +12,9 @@ from alflow.reference import inferencex as ix
 from alflow.reference import inferencex_export as ix_export
 from alflow.reference import table as ref
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[2]
-ALFLOW = str(Path(sys.executable).parent / "alflow")
 
 V1_TABLE = """\
 schema_version: 1
@@ -362,33 +361,6 @@ def test_a_measured_table_exports_with_its_variant_and_a_simulated_one_is_refuse
     sim = ref.ReferenceTable(kind="simulated", dataset="d", category="c", entries=())
     with pytest.raises(ref.ReferenceTableError, match="simulated table"):
         ix_export.golden_files(sim, code_version="t", table_name="sim.yaml")
-
-
-def test_the_cli_imports_shows_the_variant_and_exports(tmp_path: Path) -> None:
-    (tmp_path / "b.yaml").write_text(GOLDEN_KIMI_PROB)
-    into = tmp_path / "t.yaml"
-
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [ALFLOW, "reference", *args], capture_output=True, text=True, timeout=60, check=False
-        )
-
-    out = run("import-inferencex", str(tmp_path / "b.yaml"), "--into", str(into))
-    assert out.returncode == 0, out.stderr
-    assert "imported 8 values" in out.stdout
-    shown = run("show", str(into))
-    assert shown.returncode == 0, shown.stderr
-    assert "probabilistic" in shown.stdout
-    assert "IMPORTED values, not measured by alflow" in shown.stdout
-    exported = run("export-inferencex", str(into), "--out", str(tmp_path / "out"))
-    assert exported.returncode == 0, exported.stderr
-    assert (
-        tmp_path / "out" / "kimi-k3_dspark_probabilistic_sample_method_block_rejection_sample_method.yaml"
-    ).exists()
-    bad = run("import-inferencex", str(tmp_path / "b.yaml"), "--into", str(into), "--prefix-caching", "maybe")
-    assert bad.returncode == 2
-    assert bad.stderr.count("\n") == 1
-    assert "--prefix-caching 'maybe': give on or off" in bad.stderr
 
 
 def test_m1_on_a_framework_that_sets_no_sample_method_chooses_the_variant_by_its_params() -> None:

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
-import textwrap
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -15,7 +11,8 @@ import pytest
 
 from alflow.errors import InvalidInputError
 from alflow.results import store
-from alflow.results.provenance import code_version, host_info
+
+pytestmark = pytest.mark.unit
 
 
 def _spec(al: float) -> pl.DataFrame:
@@ -70,34 +67,6 @@ def test_failure_marks_the_run_failed_and_keeps_files(tmp_path: Path) -> None:
     assert stored.table("requests").height == 2
 
 
-def test_killed_run_leaves_a_readable_incomplete_store(tmp_path: Path) -> None:
-    script = textwrap.dedent(
-        f"""
-        import os, signal, polars as pl
-        from alflow.results.store import RunWriter
-        run = RunWriter({str(tmp_path)!r}, "m0", run_id="killed")
-        run.write_table("requests", pl.DataFrame({{"request_id": [1, 2, 3]}}))
-        print(run.dir, flush=True)
-        os.kill(os.getpid(), signal.SIGKILL)
-        """
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert proc.returncode == -signal.SIGKILL
-    run_dir = proc.stdout.strip()
-    stored = store.open_run(run_dir)
-    assert stored.status == "incomplete"
-    assert not stored.complete
-    assert stored.table("requests").height == 3
-    assert not [p for p in Path(run_dir).iterdir() if p.name.endswith(".tmp")]
-    assert store.load_runs(tmp_path, "requests").is_empty()
-    assert (
-        store.load_runs(tmp_path, "requests", include_incomplete=True)["run_status"].to_list()
-        == ["incomplete"] * 3
-    )
-
-
 def test_load_runs_across_runs(tmp_path: Path) -> None:
     for i, al in enumerate((2.4, 2.6)):
         with store.RunWriter(tmp_path, "m1", run_id=f"r{i}") as run:
@@ -148,13 +117,6 @@ def test_url_root_through_fsspec() -> None:
     assert [r.manifest.run_id for r in runs] == ["mem1"]
     assert store.load_runs(root)["al"].to_list() == [3.1]
     assert store.open_run(run.dir).json("summary")["ok"] is True
-
-
-def test_provenance_facts() -> None:
-    assert code_version().startswith("alflow ")
-    info = host_info()
-    assert info["python"]
-    assert info["cpus"] >= 1
 
 
 @pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])

@@ -14,6 +14,8 @@ from alflow.frameworks.recipes import build_launch, get_recipe
 from alflow.tiny.settings import resolve_spec
 from infra.errors import RecipeError
 
+pytestmark = pytest.mark.unit
+
 
 def _config(**kw: object) -> ServerConfig:
     data: dict[str, object] = {
@@ -158,27 +160,3 @@ def test_demo_params_for_the_tiny_engine() -> None:
         DemoParams(engine="tiny", ks=(1, 2), benchmark_k=4)
     with pytest.raises(ValidationError, match="K=0"):
         DemoParams(ks=(0, 1))
-
-
-@pytest.mark.parametrize(
-    ("args", "words"),
-    [
-        (["--k", "17"], "--k 17"),
-        (["--speculative-config", '{"method":"mtp","num_speculative_tokens":2}'], "n-gram lookup only"),
-        (["--synthetic-rates", "1,0.5", "--k", "3"], "synthetic"),
-        (["--n-ctx", "8"], "--n-ctx 8"),
-    ],
-)
-def test_tiny_serve_refuses_bad_settings_before_loading_the_model(args: list[str], words: str) -> None:
-    import subprocess
-
-    done = subprocess.run(
-        [sys.executable, "-m", "alflow.tiny", "serve", "--port", "0", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 2, done.stderr
-    assert words in done.stderr
-    assert done.stdout == ""
