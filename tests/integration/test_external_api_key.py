@@ -13,8 +13,6 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-import urllib.error
-import urllib.request
 import uuid
 from pathlib import Path
 
@@ -45,8 +43,9 @@ from alflow.sim.process import SimProcess
 from flows.benchmark import benchmark
 from flows.calibrate import calibrate
 from flows.gate import gate
+from tests.integration.test_secret_canary import status
 
-pytestmark = pytest.mark.usefixtures("prefect_harness")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_harness")]
 
 VAR = "ALFLOW_IT_EXTERNAL_API_KEY"
 CANARY = f"sk-CanaryExternalKey-{uuid.uuid4().hex[:10]}"
@@ -69,15 +68,6 @@ def _sim_args(server: ServerConfig) -> list[str]:
         else:
             out.append(arg)
     return out
-
-
-def _status(url: str, key: str | None = None) -> int:
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code
 
 
 def _keyed_sim(server: ServerConfig) -> SimProcess:
@@ -145,9 +135,9 @@ def test_m2_on_an_authenticated_external_server_sends_the_key_and_stores_only_it
 ) -> None:
     params = _m2(tmp_path, "http://127.0.0.1:9")
     with _keyed_sim(_m2_server(params)) as sim:
-        assert _status(sim.base_url + "/v1/models") == 401  # the server wants the key ...
-        assert _status(sim.base_url + "/v1/models", CANARY) == 200
-        assert _status(sim.base_url + "/metrics") == 200  # ... but not for its metrics
+        assert status(sim.base_url + "/v1/models") == 401  # the server wants the key ...
+        assert status(sim.base_url + "/v1/models", CANARY) == 200
+        assert status(sim.base_url + "/metrics") == 200  # ... but not for its metrics
         params = _m2(tmp_path, sim.base_url)
         out = benchmark(params=params)
     assert [p.valid for p in out.points] == [True]
