@@ -1,42 +1,168 @@
-"""Shared test configuration: every test is marked by the folder it lives in."""
+"""Shared test configuration: every test carries exactly one tier marker, and the unit tier starts no process.
+
+The tiers, by cost (``pytest -m unit`` is the inner loop; the README's test command runs them all):
+
+- ``unit``: pure logic; no process but the test's own (threads and loopback servers in-process are fine);
+- ``integration``: the sim engine and Prefect over real HTTP, subprocesses of alflow;
+- ``engines``: the tiny engine (llama.cpp) or a real vLLM on a small real model;
+- ``services``: dockerd, Slurm, PostgreSQL with a real ``prefect server``, Prometheus, Chromium.
+
+A test module says its tier with ``pytestmark = pytest.mark.<tier>`` (or a list holding it). A test with
+no tier marker, or with two, fails collection: a new test is placed in a tier by whoever writes it. A unit
+test that starts a process fails (an audit hook refuses ``subprocess``, ``os.posix_spawn``, ``os.fork``
+and ``os.exec*`` while a unit test runs): such a test belongs in ``integration``.
+
+Workers (pytest-xdist, ``--dist loadgroup``): a module's tests stay on one worker (its module-scoped
+fixtures start once), and the tests that share one machine-wide resource stay on one worker together
+(:data:`SHARED`): one ``prefect server`` and its fixed block and automation names, the Slurm cluster
+whose leftover-job check spans the session, and the vLLM processes counted machine-wide. The longest
+groups are handed out first (:data:`FIRST`). Each worker has its own alflow state folder.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-_MARKS = {"unit": pytest.mark.unit, "integration": pytest.mark.integration, "e2e": pytest.mark.e2e}
+TIERS = ("unit", "integration", "engines", "services")
+"""The tier markers, cheapest first (the order ``.ci/run`` reports them in)."""
+
+_PROCESS_EVENTS = frozenset(
+    {"subprocess.Popen", "os.posix_spawn", "os.fork", "os.forkpty", "os.exec", "os.system"}
+)
+_in_unit_test = False
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark tests under tests/unit, tests/integration and tests/e2e with their folder's marker."""
+def _refuse_processes_in_unit_tests(event: str, args: tuple[Any, ...]) -> None:
+    """Audit hook: a unit test that starts a process is refused (the tier promises none)."""
+    if _in_unit_test and event in _PROCESS_EVENTS:
+        raise RuntimeError(
+            f"a unit test started a process ({event} {args[:2]!r}): mark the module "
+            "pytest.mark.integration (or the tier it needs) instead of pytest.mark.unit"
+        )
+
+
+SHARED = (("prefect-server", "prefect_server"), ("slurm", "slurm_cluster"))
+"""(group, fixture): every test that uses the fixture runs on the worker of that group."""
+FIRST = ("vllm", "prefect-server", "tests/integration/test_tiny_flows.py", "slurm")
+"""Groups handed to the workers first, longest first: a long group started last would end the run alone."""
+
+
+def tier_of(item: pytest.Item) -> list[str]:
+    """The tier markers ``item`` carries (one, for a well-placed test)."""
+    return sorted({m.name for m in item.iter_markers() if m.name in TIERS})
+
+
+def group_of(item: pytest.Item) -> str:
+    """The worker group of ``item``: the shared resource it uses, else its module."""
+    if item.get_closest_marker("vllm") is not None:
+        return "vllm"
+    fixtures = set(getattr(item, "fixturenames", ()))
+    for group, fixture in SHARED:
+        if fixture in fixtures:
+            return group
+    return item.nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group markers
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    """Refuse a test with no tier marker, or more than one; group and order the tests for the workers."""
+    wrong = []
     for item in items:
-        parts = Path(str(item.fspath)).parts
-        for name, mark in _MARKS.items():
-            if name in parts:
-                item.add_marker(mark)
+        tiers = tier_of(item)
+        if len(tiers) != 1:
+            wrong.append(f"{item.nodeid}: {'no tier marker' if not tiers else 'tiers ' + ', '.join(tiers)}")
+    if wrong:
+        shown = "\n  ".join(wrong[:20]) + (f"\n  ... and {len(wrong) - 20} more" if len(wrong) > 20 else "")
+        raise pytest.UsageError(
+            f"every test carries exactly one tier marker of {', '.join(TIERS)} "
+            f"(pytestmark = pytest.mark.<tier> in its module):\n  {shown}"
+        )
+    groups = {id(item): group_of(item) for item in items}
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(groups[id(item)]))
+    rank = {group: i for i, group in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(groups[id(item)], len(FIRST)))  # stable: collection order otherwise
+
+
+@pytest.fixture(autouse=True)
+def _unit_tier_starts_no_process(request: pytest.FixtureRequest) -> Iterator[None]:
+    """While a unit test runs (its fixtures included), starting a process raises."""
+    global _in_unit_test  # noqa: PLW0603 - the audit hook reads it; hooks cannot be removed or given state
+    _in_unit_test = request.node.get_closest_marker("unit") is not None
+    try:
+        yield
+    finally:
+        _in_unit_test = False
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """alflow's state folder (the registry of started servers) in a folder of this test session.
+    """Install the unit tier's audit hook; alflow's state folder in a folder of this test session.
 
-    Set before any test runs and inherited by every process the tests start, so tests never see or
-    touch the user's own registry, and the registry a test session leaves can be checked.
+    The state folder (the registry of started servers) is set before any test runs and inherited by every
+    process the tests start, so tests never see or touch the user's own registry, and the registry a test
+    session leaves can be checked.
     """
-    import os
-    import tempfile
-
-    if "ALFLOW_STATE_DIR" not in os.environ:
+    sys.addaudithook(_refuse_processes_in_unit_tests)
+    ours = os.environ.get("ALFLOW_TEST_STATE_DIR_SET") == os.environ.get("ALFLOW_STATE_DIR")
+    if "ALFLOW_STATE_DIR" not in os.environ or (ours and "PYTEST_XDIST_WORKER" in os.environ):
+        # one folder per process of the run: a worker never sees the other worker's servers
         os.environ["ALFLOW_STATE_DIR"] = tempfile.mkdtemp(prefix="alflow-test-state-")
+        os.environ["ALFLOW_TEST_STATE_DIR_SET"] = os.environ["ALFLOW_STATE_DIR"]
 
 
 @pytest.fixture
 def run_dirs_in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Servers started without a log_dir (runners, jobs) use a temporary directory: keep those under tmp_path.
 
-    A module asks for it with ``pytestmark = pytest.mark.usefixtures("run_dirs_in_tmp_path")``.
+    A module asks for it with ``pytestmark = [pytest.mark.<tier>, pytest.mark.usefixtures("run_dirs_in_tmp_path")]``.
     """
-    import tempfile
-
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+
+class _TierClock:
+    """Each tier's wall time (its first test's start to its last test's end) and summed test time."""
+
+    def __init__(self) -> None:
+        self.span: dict[str, tuple[float, float]] = {}
+        self.summed: dict[str, float] = {}
+        self.count: dict[str, int] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        tier = next((t for t in TIERS if t in report.keywords), None)
+        if tier is None or not report.start:
+            return
+        first, last = self.span.get(tier, (report.start, report.stop))
+        self.span[tier] = (min(first, report.start), max(last, report.stop))
+        self.summed[tier] = self.summed.get(tier, 0.0) + report.duration
+        if report.when == "call":
+            self.count[tier] = self.count.get(tier, 0) + 1
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.span:
+            return
+        terminalreporter.write_sep(
+            "=", "time per tier (wall: first start to last end; tests: summed over workers)"
+        )
+        for tier in TIERS:
+            if tier in self.span:
+                first, last = self.span[tier]
+                terminalreporter.write_line(
+                    f"{tier:<12} {self.count.get(tier, 0):>5} tests  wall {last - first:7.1f} s  "
+                    f"tests {self.summed[tier]:7.1f} s"
+                )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Report the tiers' times where the results come together (the controller, or a run without workers)."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        session.config.pluginmanager.register(_TierClock(), "alflow-tier-clock")

@@ -34,6 +34,8 @@ from infra.lifecycle import start_server, stop_server
 from infra.runners import DockerRunner, ServerHandle, running_server
 from infra.runners.docker import LABEL, LABEL_CREATED, LABEL_RUN_ID, docker_client
 
+pytestmark = pytest.mark.services
+
 ALFLOW = str(Path(sys.executable).with_name("alflow"))
 SESSION = f"test-{uuid.uuid4().hex[:8]}"
 

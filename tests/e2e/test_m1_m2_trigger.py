@@ -22,8 +22,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from alflow.results.store import open_run
 from tests.e2e.prefect_support import PREFECT, ROOT, api, cli, ensure_pool
+
+pytestmark = pytest.mark.services
 
 NO_M2_WAIT_S = 30.0
 """How long after the failed M1 ended no M2 may appear (the passing M1's M2 starts within seconds)."""

@@ -41,6 +41,8 @@ from tests.e2e.automation_support import automations, readme_automation
 from tests.e2e.prefect_support import ROOT
 from tests.e2e.site_support import ALFLOW, serve_results
 
+pytestmark = pytest.mark.services
+
 KS = (1, 2)
 CONCURRENCIES = (2, 4)
 POINTS = {(k, c) for k in KS for c in CONCURRENCIES}

@@ -32,6 +32,8 @@ import pytest
 from alflow.frameworks.launch import free_port
 from alflow.metrics import names
 
+pytestmark = pytest.mark.services
+
 PROMETHEUS = "/usr/bin/prometheus"
 JOB = "alflow-sim"
 

@@ -14,7 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
+
+pytestmark = pytest.mark.services
 
 ROOT = Path(__file__).resolve().parents[2]
 ALFLOW = str(Path(sys.executable).parent / "alflow")

@@ -28,6 +28,8 @@ from tests.browser import chromium, decode_png
 from tests.e2e.prefect_support import ROOT, api, cli
 from tests.e2e.site_support import serve_results
 
+pytestmark = pytest.mark.services
+
 RUN_M2 = textwrap.dedent(
     """
     import json, sys

@@ -24,7 +24,7 @@ from infra.lifecycle import alflow_slurm_jobs, reclaim_host
 from infra.runners import SlurmRunner, running_server
 from infra.runners.base import health_ok
 
-pytestmark = pytest.mark.usefixtures("slurm_cluster")
+pytestmark = [pytest.mark.services, pytest.mark.usefixtures("slurm_cluster")]
 
 
 def submit(comment: str, tmp_path: Path) -> str:

@@ -42,6 +42,8 @@ from infra.runners import SlurmRunner, running_server
 from infra.runners.base import health_ok
 from tests.e2e.conftest import slurm_nodes
 
+pytestmark = pytest.mark.services
+
 RUN_ID = f"e2e-2n-{uuid.uuid4().hex[:8]}"
 ALFLOW = str(Path(sys.executable).with_name("alflow"))
 TARGET_AL = 2.5

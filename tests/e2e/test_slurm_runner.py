@@ -25,6 +25,8 @@ from infra.lifecycle import alflow_slurm_jobs
 from infra.runners import SlurmRunner, running_server
 from infra.runners.base import health_ok
 
+pytestmark = pytest.mark.services
+
 RUN_ID = f"e2e-{uuid.uuid4().hex[:8]}"
 
 

@@ -33,6 +33,8 @@ from alflow.config.presets import load_preset, sweep_params
 from alflow.results.store import open_run
 from tests.e2e.prefect_support import ROOT, api, cli, ensure_limit, ensure_pool
 
+pytestmark = pytest.mark.services
+
 ALFLOW = str(Path(sys.executable).parent / "alflow")
 PREFECT = str(Path(sys.executable).parent / "prefect")
 NODES = ("node-1", "node-2")

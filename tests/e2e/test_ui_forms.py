@@ -28,9 +28,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from alflow.results.store import find_run
 from tests.browser import Page, chromium, decode_png
 from tests.e2e.prefect_support import PREFECT, ROOT, api, cli, ensure_pool
+
+pytestmark = pytest.mark.services
 
 WIDTH = 1400
 MAX_HEIGHT = 2500

@@ -19,6 +19,8 @@ from alflow.metrics.prometheus import SnapshotWindow, scrape_all
 from alflow.preflight import Expectation, run_preflight
 from alflow.sim.process import SimProcess, SimStartError
 
+pytestmark = pytest.mark.integration
+
 MODEL = "sim/llama-3.3-70b"
 ATOM_ARGS = ("--num-speculative-tokens", "3", "--spec-decode-acceptance-length", "2.4")
 

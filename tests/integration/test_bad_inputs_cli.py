@@ -23,6 +23,8 @@ import pytest
 from tests.bad_inputs import CLI_CASES, CONFIG_CASES, CliCase, ConfigCase, expected_name, materialize
 from tests.forked_cli import ForkedCli
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 90.0
 

@@ -19,7 +19,7 @@ from flows import common
 from flows.common import FAILED_EVENT, PASSED_EVENT, TOP_LEVEL, run_id
 from flows.gate import gate
 
-pytestmark = pytest.mark.usefixtures("prefect_harness")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_harness")]
 
 SIM = ("--time-scale", "0")
 

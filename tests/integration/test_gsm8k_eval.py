@@ -15,6 +15,8 @@ from alflow.evals.run import Gsm8kRequest, SyntheticAcceptanceOnError, bundled_g
 from alflow.gates import accuracy_gate
 from alflow.sim.process import SimProcess
 
+pytestmark = pytest.mark.integration
+
 ALFLOW = str(Path(sys.executable).parent / "alflow")
 MODEL = "sim/llama-3.3-70b"
 

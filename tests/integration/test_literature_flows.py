@@ -26,6 +26,8 @@ from alflow.loadgen import LoadSpec, Target, run_load
 from alflow.reference.table import load_reference
 from alflow.sim.process import SimProcess
 
+pytestmark = pytest.mark.integration
+
 MT_ROWS = [
     {
         "prompt": ["Write a function that adds two numbers.", "Now add type hints."],

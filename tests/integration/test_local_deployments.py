@@ -22,7 +22,7 @@ from deployments.serve import load_deployments, load_flow
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOYMENTS = {d["name"]: d for d in load_deployments(ROOT / "prefect.yaml")}
 
-pytestmark = pytest.mark.usefixtures("prefect_harness")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_harness")]
 
 
 @pytest.mark.parametrize("name", ["m0-calibrate", "m1-gate", "m2-benchmark", "sweep-nightly"])

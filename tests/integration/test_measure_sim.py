@@ -23,6 +23,8 @@ from alflow.metrics.prometheus import SnapshotWindow, scrape
 from alflow.metrics.readers import detect
 from alflow.sim.process import SimProcess
 
+pytestmark = pytest.mark.integration
+
 VOCAB = 20_000  # below the sim tokenizer's vocabulary
 
 

@@ -22,7 +22,7 @@ from infra.runners.process import pid_of
 ALFLOW = str(Path(sys.executable).with_name("alflow"))
 
 
-pytestmark = pytest.mark.usefixtures("run_dirs_in_tmp_path")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("run_dirs_in_tmp_path")]
 
 
 def sim_config(dialect: str, k: int, al: float | None, *extra: str, method: str = "mtp") -> ServerConfig:

@@ -1,4 +1,4 @@
-"""The reference table's refusal of a remote path, by update_reference and by ``alflow run m0``; it starts a process."""
+"""The reference table with processes: writers in four processes lose no entry; a remote path refused by ``alflow run m0``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from alflow.reference import table as ref
-from tests.unit.test_reference import _empty, _entry
+from tests.unit.test_reference import _empty, _entry, _write_one
 
 pytestmark = pytest.mark.integration
 
@@ -37,3 +37,16 @@ def test_remote_reference_paths_are_refused(tmp_path: Path) -> None:
     assert out.stderr.startswith(f"error: {config}: reference_path: ")
     assert "'gs://b/c.yaml' is a gs:// URL: reference tables are local files" in out.stderr
     assert out.stderr.count("\n") == 1
+
+
+def test_concurrent_writer_processes_lose_no_entry(tmp_path: Path) -> None:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    path = str(tmp_path / "coding.yaml")
+    jobs = [(k, model) for model in ("a", "b") for k in range(1, 7)]
+    with ProcessPoolExecutor(4, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for future in [pool.submit(_write_one, path, k, model) for k, model in jobs]:
+            future.result()
+    table = ref.load_reference(path)
+    assert sorted((e.model, e.k) for e in table.entries) == sorted((m, k) for k, m in jobs)

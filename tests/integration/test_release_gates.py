@@ -11,7 +11,7 @@ from alflow.frameworks.versions import CapabilityError
 from infra.lifecycle import serving, start_server
 from infra.runners.registry import entries
 
-pytestmark = pytest.mark.usefixtures("run_dirs_in_tmp_path")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("run_dirs_in_tmp_path")]
 
 
 @pytest.fixture(autouse=True)

@@ -28,6 +28,8 @@ from flows.benchmark import benchmark
 from tests import browser
 from tests.browser import HEADLESS, chromium_binary, decode_png
 
+pytestmark = pytest.mark.services
+
 PLOT_BLUE = (0x1F, 0x77, 0xB4)  # first palette colour: every chart's first series
 PLOT_RED = (0xD6, 0x27, 0x28)  # second palette colour: the latency charts' p90 curves
 CONSOLE = re.compile(r"CONSOLE[:(]|Uncaught|Failed to load resource", re.I)

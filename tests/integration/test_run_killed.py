@@ -28,6 +28,8 @@ from alflow.preflight import PREFLIGHT_REQUESTS
 from alflow.results.store import open_run
 from alflow.util.procguard import same_process_alive, start_ticks
 
+pytestmark = pytest.mark.integration
+
 ALFLOW = str(Path(sys.executable).with_name("alflow"))
 
 

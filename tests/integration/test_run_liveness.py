@@ -12,7 +12,7 @@ from prefect.states import Crashed, Running
 
 from tasks.servers import flow_run_is_live
 
-pytestmark = pytest.mark.usefixtures("prefect_harness")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_harness")]
 
 
 @flow(name="liveness-probe")

@@ -30,7 +30,7 @@ METRICS_TOKEN = "CanaryMetricsTok-0b7f"
 CANARIES = (API_KEY, METRICS_PASSWORD, METRICS_TOKEN)
 
 
-pytestmark = pytest.mark.usefixtures("run_dirs_in_tmp_path")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("run_dirs_in_tmp_path")]
 
 
 def status(url: str, key: str | None = None) -> int:

@@ -24,6 +24,8 @@ from alflow.loadgen.records import RequestRecord
 from alflow.measure import measure
 from alflow.sim.process import SimProcess
 
+pytestmark = pytest.mark.integration
+
 VOCAB = 20_000  # below the sim tokenizer's vocabulary
 MODEL = "sim/llama-3.3-70b"
 

@@ -15,7 +15,7 @@ from flows.gate import gate
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.usefixtures("prefect_harness")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_harness")]
 
 
 def _run_name(state: object) -> str:

@@ -24,6 +24,8 @@ from alflow.sim.config import default_scheme
 from alflow.sim.process import start_in_thread
 from tests.simconfig import fast_sim
 
+pytestmark = pytest.mark.integration
+
 Z99 = 2.5758
 CONCURRENCY = 4
 WAVES = 2

@@ -16,6 +16,8 @@ from alflow.metrics import names
 from alflow.sim.process import SimThread, start_in_thread
 from tests.simconfig import fast_sim
 
+pytestmark = pytest.mark.integration
+
 DIALECTS = ("vllm", "sglang", "trtllm")
 
 

@@ -17,6 +17,8 @@ from alflow.sim.config import SimConfig
 from alflow.sim.process import start_in_thread
 from tests.simconfig import fast_sim
 
+pytestmark = pytest.mark.integration
+
 CODING = [
     "Write a Python function `def merge(a, b):` that merges two sorted lists; return the result.",
     "Fix the bug in this JavaScript code: const f = (x) => { return x.map(y => y * 2) }",

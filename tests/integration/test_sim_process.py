@@ -15,6 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from alflow.metrics import names
 from alflow.sim.process import SimProcess, SimStartError
 
+pytestmark = pytest.mark.integration
+
 
 def post(url: str, body: dict) -> dict:
     req = urllib.request.Request(

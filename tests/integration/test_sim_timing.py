@@ -17,6 +17,8 @@ from alflow.sim.process import start_in_thread
 from alflow.sim.profiles import get_profile, predicted_tpot_s
 from alflow.sim.tokenizer import get_tokenizer
 
+pytestmark = pytest.mark.integration
+
 CONTENT = re.compile(rb'"delta":\{"content":"[^"]')
 
 

@@ -25,6 +25,8 @@ import pytest
 
 from tests.browser import HEADLESS, chromium_binary, decode_png
 
+pytestmark = pytest.mark.services
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "4f9de94"
 M2 = "m2/20261205T060247Z-99135e4f5ce3"
 M1 = "m1/20261205T060245Z-537765be2c4d"

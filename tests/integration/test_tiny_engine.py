@@ -28,7 +28,7 @@ from alflow.tiny.engine import (  # noqa: E402
 )
 from alflow.tiny.errors import GenerationSupersededError  # noqa: E402
 
-pytestmark = pytest.mark.tiny
+pytestmark = [pytest.mark.engines, pytest.mark.tiny]
 
 CODE_PROMPTS = (
     "Rename the variable `total` to `acc` everywhere in this function and print the whole result.\n\n"

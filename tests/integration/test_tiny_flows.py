@@ -19,7 +19,7 @@ from alflow.reference.table import load_reference
 from alflow.results.store import open_run
 from flows.demo import TINY_MODEL_ID, demo
 
-pytestmark = [pytest.mark.tiny, pytest.mark.usefixtures("prefect_harness")]
+pytestmark = [pytest.mark.engines, pytest.mark.tiny, pytest.mark.usefixtures("prefect_harness")]
 
 
 def _require_engine() -> None:

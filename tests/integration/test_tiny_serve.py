@@ -32,7 +32,7 @@ from alflow.tiny.thread import TinyThread
 from alflow.workloads import tiny_prompts_path
 from infra.runners import ProcessRunner, running_server
 
-pytestmark = pytest.mark.tiny
+pytestmark = [pytest.mark.engines, pytest.mark.tiny]
 
 ALFLOW = str(Path(sys.executable).with_name("alflow"))
 K = 3

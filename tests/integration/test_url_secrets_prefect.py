@@ -28,6 +28,8 @@ import yaml
 
 from alflow.results.store import open_run
 
+pytestmark = pytest.mark.integration
+
 ALFLOW = str(Path(sys.executable).with_name("alflow"))
 _ID = uuid.uuid4().hex[:8]
 

@@ -22,7 +22,7 @@ from prefect.utilities.callables import parameter_schema
 
 from flows.benchmark import benchmark
 
-pytestmark = pytest.mark.usefixtures("prefect_harness")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_harness")]
 
 CANARY = "Canary-schema-7f3a"
 PARAMS: dict[str, Any] = {

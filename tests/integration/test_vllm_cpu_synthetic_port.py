@@ -16,7 +16,7 @@ import pytest
 
 from tests.vllm_support import require_vllm
 
-pytestmark = [pytest.mark.vllm]
+pytestmark = [pytest.mark.engines, pytest.mark.vllm]
 
 ENV = require_vllm()
 PLUGIN = Path(__file__).resolve().parents[2] / "plugins" / "vllm-cpu-synthetic"

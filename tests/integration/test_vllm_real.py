@@ -59,7 +59,7 @@ from infra.errors import RecipeError
 from infra.runners import ServerHandle
 from tests.vllm_support import require_vllm, vllm_processes
 
-pytestmark = [pytest.mark.vllm]
+pytestmark = [pytest.mark.engines, pytest.mark.vllm]
 
 ENV = require_vllm()
 ALFLOW = str(Path(sys.executable).with_name("alflow"))

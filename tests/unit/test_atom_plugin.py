@@ -28,6 +28,8 @@ from alflow.sim.config import SimConfig
 from alflow.sim.stats import EngineStats
 from infra.runners.docker import container_spec
 
+pytestmark = pytest.mark.unit
+
 FIX = Path(__file__).parent.parent / "fixtures" / "prometheus"
 NIGHTLY = "rocm/atom-dev:nightly_202609011348"
 

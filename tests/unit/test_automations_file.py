@@ -25,6 +25,8 @@ from alflow.results.regression import MetricChange, PointVerdict
 from deployments import webhook
 from tasks.regression import REGRESSION_EVENT, alert_event
 
+pytestmark = pytest.mark.unit
+
 SLUG = "custom-webhook/alflow-regression"
 
 

@@ -25,6 +25,8 @@ from infra.errors import RecipeError, ServerRefusedError, ServerStartError
 from tasks.retry import is_transient
 from tests.bad_inputs import BASES, CLI_CASES, CONFIG_CASES, ConfigCase
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

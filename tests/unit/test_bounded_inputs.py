@@ -48,6 +48,8 @@ from alflow.util.yamlfile import (
 )
 from tests.bad_inputs import BASES, _with
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[2]
 FAST_S = 3.0
 """Every hostile file is refused within this many seconds (the probe saw 8 GB read, a hang, 120 s)."""

@@ -23,6 +23,8 @@ from alflow.metrics.prometheus import Snapshot
 from alflow.reference.table import Variant, m0_variant
 from alflow.results.manifest import ServerRecord
 
+pytestmark = pytest.mark.unit
+
 WHEN = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 SERVER = ServerRecord.model_validate(
     {

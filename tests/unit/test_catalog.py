@@ -17,6 +17,8 @@ from alflow.errors import InvalidInputError
 from alflow.results.catalog import Catalog, SeriesKey, read_verdicts, split_image
 from alflow.results.store import RunWriter
 
+pytestmark = pytest.mark.unit
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "4f9de94"
 
 

@@ -11,6 +11,8 @@ from alflow.config import BenchmarkParams, SweepParams
 from alflow.errors import InvalidInputError
 from tests.bad_inputs import _with
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -10,6 +10,8 @@ from alflow.errors import InvalidInputError
 from alflow.loadgen.records import RequestRecord, read_records, records_frame, write_records
 from alflow.metrics.client import SLO, GpuLayout, per_request, summarize
 
+pytestmark = pytest.mark.unit
+
 MS = 1_000_000
 
 

@@ -18,6 +18,8 @@ from alflow.metrics.timing import (
     coalescing,
 )
 
+pytestmark = pytest.mark.unit
+
 MS = 1_000_000
 
 

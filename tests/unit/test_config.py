@@ -21,6 +21,8 @@ from alflow.config import (
 from alflow.plugins import config_models
 from alflow.reference import table as reference
 
+pytestmark = pytest.mark.unit
+
 MODELS = [
     *(
         obj

@@ -14,6 +14,8 @@ from alflow.datasets.random_tokens import random_sessions
 from alflow.datasets.speed_bench import PLACEHOLDER, download_speed_bench, load_speed_bench
 from alflow.errors import InvalidInputError
 
+pytestmark = pytest.mark.unit
+
 GSM8K = Path("/work/shared/data/gsm8k")
 
 

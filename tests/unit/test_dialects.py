@@ -14,6 +14,8 @@ from alflow.metrics.prometheus import SnapshotWindow, parse_exposition
 from alflow.metrics.readers import candidate_metrics_urls, detect, dialects, get_dialect
 from tests.unit.test_prometheus import prometheus  # noqa: F401  (fixture reuse)
 
+pytestmark = pytest.mark.unit
+
 FIX = Path(__file__).parent.parent / "fixtures" / "prometheus"
 
 

@@ -23,6 +23,8 @@ from infra.runners import ExternalRunner
 from infra.runners.base import api_key_from_env, handle_api_key
 from tests.bad_inputs import BASES
 
+pytestmark = pytest.mark.unit
+
 VAR = "ALFLOW_TEST_EXTERNAL_KEY"
 CANARY = "sk-CanaryExternalKey-7f3a"
 

@@ -15,6 +15,8 @@ import pytest
 from alflow.cli.run import _AlflowErrorsWithoutTraceback, print_flow_failure, quiet_expected_tracebacks
 from infra.errors import ServerStartError
 
+pytestmark = pytest.mark.unit
+
 
 def _record(exc: BaseException) -> logging.LogRecord:
     try:

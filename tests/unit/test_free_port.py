@@ -17,6 +17,8 @@ from alflow.frameworks.launch import LISTEN_PORT_FLOOR, ephemeral_range, free_po
 from alflow.frameworks.recipes import build_launch
 from infra.errors import RunnerError
 
+pytestmark = pytest.mark.unit
+
 
 def bindable(port: int) -> bool:
     with socket.socket() as sock:

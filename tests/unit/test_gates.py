@@ -11,6 +11,8 @@ from alflow.acceptance import synthetic as syn
 from alflow.config import GateTolerances
 from alflow.gates import AlGateDetails, AuditDetails, Verdict, al_gate, audit_synthetic
 
+pytestmark = pytest.mark.unit
+
 
 def _steps(scheme: str, al: float, k: int, n: int, seed: int = 1) -> stats.SpecStats:
     sampler = syn.sampler(scheme, k, al=al, seed=seed)

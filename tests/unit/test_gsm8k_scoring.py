@@ -14,6 +14,8 @@ from alflow.evals.run import synthetic_evidence
 from alflow.evals.thresholds import load_thresholds
 from alflow.gates import AccuracyDetails, accuracy_gate
 
+pytestmark = pytest.mark.unit
+
 SOLUTION_72 = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n#### 72"
 
 

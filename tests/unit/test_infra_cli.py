@@ -16,6 +16,8 @@ from infra.lifecycle import SlurmJob
 from infra.runners.docker import CleanupEntry
 from infra.runners.slurm import SubprocessSlurm
 
+pytestmark = pytest.mark.unit
+
 ENTRIES = [
     CleanupEntry("c1", "alflow-vllm-a", "running", "run-1", "vllm", 7200.0, selected=True, removed=False),
     CleanupEntry("c2", "alflow-sim-b", "exited", "run-2", "sim", 10.0, selected=False, removed=False),

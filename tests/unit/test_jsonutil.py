@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 
 from alflow.util.jsonutil import dumps, dumps_bytes, finite, note_nonfinite
 
+pytestmark = pytest.mark.unit
+
 
 def _strict_loads(text: str) -> Any:
     def refuse(constant: str) -> None:

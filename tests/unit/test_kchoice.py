@@ -34,6 +34,8 @@ from alflow.results.rows import M2Point
 from alflow.results.store import RunWriter, open_run
 from tests.unit.report_runs import EVIL
 
+pytestmark = pytest.mark.unit
+
 
 def _pt(
     k: int,

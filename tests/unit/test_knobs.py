@@ -8,6 +8,8 @@ from alflow.acceptance.synthetic import SyntheticAcceptanceError
 from alflow.frameworks.recipe_kit import render_knobs
 from alflow.registry import frameworks
 
+pytestmark = pytest.mark.unit
+
 
 def test_trtllm_value_is_al_minus_one() -> None:
     knobs = render_knobs("trtllm", 3, al=2.78)

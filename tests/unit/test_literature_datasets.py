@@ -18,6 +18,8 @@ from alflow.datasets.literature import SPECS, load_literature
 from alflow.errors import InvalidInputError
 from alflow.workloads import al_workload_sessions, dataset_description, reference_table_keys
 
+pytestmark = pytest.mark.unit
+
 ROWS: dict[str, list[dict[str, Any]]] = {
     "gsm8k": [
         {"question": "Tom has 3 apples and buys 4. How many?", "answer": "3 + 4 = <<3+4=7>>7\n#### 7"},

@@ -16,6 +16,8 @@ from typer.testing import CliRunner
 
 from alflow.cli.bench import register
 
+pytestmark = pytest.mark.unit
+
 FIX = Path(__file__).parent.parent / "fixtures" / "prometheus"
 
 

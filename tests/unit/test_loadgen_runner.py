@@ -15,6 +15,8 @@ from alflow.loadgen import LoadAbortedError, LoadSpec, Sampling, Target, run_loa
 from alflow.loadgen.runner import arrival_offsets_ns
 from tests.unit.sse_server import SseServer
 
+pytestmark = pytest.mark.unit
+
 
 def sessions(n: int, max_tokens: int = 4) -> list[Session]:
     return [Session(f"s{i}", (Turn(f"question {i}", max_tokens=max_tokens),), category="c") for i in range(n)]

@@ -14,6 +14,8 @@ from alflow.loadgen.endpoints import ChatEndpoint, CompletionsEndpoint
 from alflow.loadgen.records import RequestRecord, records_frame
 from alflow.metrics.client import per_request
 
+pytestmark = pytest.mark.unit
+
 
 class Clock:
     def __init__(self, start: int = 1_000_000) -> None:

@@ -15,6 +15,8 @@ from alflow.loadgen.endpoints import CompletionsEndpoint
 from alflow.loadgen.fast import FastTransport
 from alflow.loadgen.records import RequestRecord
 
+pytestmark = pytest.mark.unit
+
 Reply = Callable[[int], Sequence[bytes]]  # request number -> pieces to write (each its own write)
 
 

@@ -29,6 +29,8 @@ from deployments.serve import load_deployments, load_flow, triggers
 from flows import common
 from flows.common import FAILED_EVENT, PASSED_EVENT, TOP_LEVEL, emit_passed, pass_event
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOYMENTS = load_deployments(ROOT / "prefect.yaml")
 SPEC = next(d for d in DEPLOYMENTS if d["name"] == "m2-after-m1")

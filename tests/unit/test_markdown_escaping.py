@@ -16,6 +16,8 @@ from tests.markdown_check import HOSTILE, assert_inert, md_html, md_text
 from tests.unit.report_runs import write_m0, write_m1, write_m2
 from tests.unit.sse_server import threaded_sse_server
 
+pytestmark = pytest.mark.unit
+
 ALL = " ".join(HOSTILE)
 
 

@@ -17,6 +17,8 @@ from alflow.metrics.client import GpuLayout
 from infra.errors import RecipeError
 from infra.runners.slurm import JobInfo, SlurmRunner
 
+pytestmark = pytest.mark.unit
+
 MTP3 = {"method": "mtp", "k": 3}
 
 

@@ -20,6 +20,8 @@ from alflow.errors import InvalidInputError
 from alflow.loadgen import LoadSpec, Target, run_load
 from alflow.loadgen.multiproc import split_evenly, split_load
 
+pytestmark = pytest.mark.unit
+
 
 def _sessions(n: int, prefix: str = "s") -> list[Session]:
     return [Session(f"{prefix}{i}", (Turn(f"prompt {i}", 4),)) for i in range(n)]

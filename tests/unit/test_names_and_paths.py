@@ -25,6 +25,8 @@ from flows.common import check_outputs
 from tests.unit.report_runs import write_m2
 from tests.unit.test_reference import _empty, _entry
 
+pytestmark = pytest.mark.unit
+
 KEY = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 
 

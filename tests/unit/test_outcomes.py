@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from alflow.gates import AlGateDetails, Verdict
 from alflow.methods.outcomes import KOutcome, M1Outcome, M2Outcome, SweepOutcome
 from alflow.methods.points import BestK
 from tests.unit.test_points import _m2
+
+pytestmark = pytest.mark.unit
 
 
 def test_m2_outcome_prints_its_points_as_stored_rows() -> None:

@@ -20,6 +20,8 @@ from alflow.metrics.prometheus import Snapshot
 from alflow.metrics.readers import get_dialect
 from tests.unit.test_loadgen_stream import DONE, chat, ev, run, usage
 
+pytestmark = pytest.mark.unit
+
 
 def details(steps: int, accepted: int, k: int = 3, hist: list[int] | None = None) -> dict[str, object]:
     """``SpecTokensDetails`` as SGLang (PR #33518) dumps it, for a request whose every step drafted K."""

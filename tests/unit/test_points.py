@@ -14,6 +14,8 @@ from alflow.methods.points import M2Point, best_k, m2_point
 from alflow.metrics.client import ClientSummary, LatencyStats
 from alflow.metrics.prometheus import Snapshot
 
+pytestmark = pytest.mark.unit
+
 
 def _client(**over: object) -> ClientSummary:
     """A measured phase's summary: 8 requests, 512 tok/s on 2 GPUs, median TPOT 12.5 ms."""

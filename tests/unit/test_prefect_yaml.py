@@ -25,6 +25,8 @@ from alflow.reference.table import ReferenceTableError, load_reference
 from deployments.serve import load_deployments, load_flow, schedules
 from flows.presets import m0_params, m1_params, m2_params, sweep_params_of
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOYMENTS = load_deployments(ROOT / "prefect.yaml")
 

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from alflow.acceptance.stats import from_counters, from_steps
 from alflow.acceptance.synthetic import distribution
 from alflow.metrics.dialects import SpeculativeInfo
 from alflow.metrics.prometheus import parse_exposition
 from alflow.metrics.readers import get_dialect
 from alflow.preflight import Expectation, judge
+
+pytestmark = pytest.mark.unit
 
 HINTS = ("an image too old", "the two-model path ran")
 

@@ -31,6 +31,8 @@ from alflow.errors import InvalidInputError
 from alflow.frameworks.recipes import build_launch
 from alflow.methods.common import point_server
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = {"sim", "vllm-h200", "sglang-h200", "trtllm-h200", "atom-mi355x"}
 NAMES = preset_names(ROOT)

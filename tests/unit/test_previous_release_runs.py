@@ -17,6 +17,8 @@ from alflow.reports.render import render_run
 from alflow.results.store import open_run
 from alflow.results.summaries import read_summary
 
+pytestmark = pytest.mark.unit
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "4f9de94"
 RUNS = sorted(p.parent for p in FIXTURES.glob("*/*/manifest.json"))
 

@@ -28,6 +28,8 @@ from alflow.metrics.prometheus import (
 from alflow.metrics.promql import PromQLWindow, promql_start
 from tests.unit.sse_server import SseServer
 
+pytestmark = pytest.mark.unit
+
 FIX = Path(__file__).parent.parent / "fixtures" / "prometheus"
 
 

@@ -28,6 +28,8 @@ from alflow.metrics.prometheus import (
 from alflow.metrics.readers import get_dialect
 from tests.unit.sse_server import SseServer
 
+pytestmark = pytest.mark.unit
+
 FIX = Path(__file__).parent.parent / "fixtures" / "prometheus"
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 

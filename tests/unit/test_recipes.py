@@ -20,6 +20,8 @@ from alflow.frameworks.trtllm.recipe import TRTLLM_OPTIONS_FILE
 from alflow.metrics.names import SGLANG_METRICS_PATH, TRTLLM_METRICS_PATH, VLLM_METRICS_PATH
 from infra.errors import RecipeError
 
+pytestmark = pytest.mark.unit
+
 MTP3 = SpeculativeConfig(method="mtp", k=3)
 EAGLE3_5 = SpeculativeConfig(method="eagle3", k=5, draft_model="org/eagle3-drafter")
 

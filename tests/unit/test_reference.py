@@ -230,16 +230,3 @@ def test_update_waits_for_the_lock_then_names_it(tmp_path: Path) -> None:
 
 def _write_one(path: str, k: int, model: str) -> None:
     ref.update_reference(path, [_entry(k, 1.0 + k / 10, model)], new=_empty())
-
-
-def test_concurrent_writer_processes_lose_no_entry(tmp_path: Path) -> None:
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    path = str(tmp_path / "coding.yaml")
-    jobs = [(k, model) for model in ("a", "b") for k in range(1, 7)]
-    with ProcessPoolExecutor(4, mp_context=multiprocessing.get_context("spawn")) as pool:
-        for future in [pool.submit(_write_one, path, k, model) for k, model in jobs]:
-            future.result()
-    table = ref.load_reference(path)
-    assert sorted((e.model, e.k) for e in table.entries) == sorted((m, k) for k, m in jobs)

@@ -31,6 +31,8 @@ from alflow.results.manifest import ServerRecord
 from alflow.results.store import RunWriter
 from alflow.workloads import al_workload_sessions, dataset_description, demo_prompts_path
 
+pytestmark = pytest.mark.unit
+
 FLOW_RUN = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
 WHEN = datetime(2026, 11, 30, 5, 0, tzinfo=UTC)
 MODEL = ModelSpec(

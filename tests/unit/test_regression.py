@@ -34,6 +34,8 @@ from alflow.results.store import RunWriter, open_run
 from alflow.results.view import regression_report
 from tasks.regression import REGRESSION_EVENT, alert_event
 
+pytestmark = pytest.mark.unit
+
 SETTINGS = RegressionSettings(resamples=500)
 KEY = SeriesKey("sim", "alflow-sim", "test-llama", 3, 4, "off")
 

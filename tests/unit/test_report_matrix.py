@@ -18,6 +18,8 @@ from alflow.reports.exports import al_matrix
 from alflow.reports.matrix import build_matrix, detect_columns, matrix_csv, matrix_table
 from alflow.results.store import RunWriter, open_run
 
+pytestmark = pytest.mark.unit
+
 
 def _entry(k: int, al: float, steps: int, drafted: int, accepted: int) -> dict[str, Any]:
     return {

@@ -28,6 +28,8 @@ from alflow.results.store import RunWriter, open_run
 from tests.markdown_check import md_html, md_text
 from tests.unit.report_runs import EVIL, write_m0, write_m1, write_m2
 
+pytestmark = pytest.mark.unit
+
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "reports"
 EXTERNAL = re.compile(
     r"""(?:src|href|xlink:href|action|poster|data)\s*=\s*["']?\s*(?:[a-z][a-z0-9+.-]*:)?//""", re.I

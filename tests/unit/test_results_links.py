@@ -17,6 +17,8 @@ from alflow.results.links import (
     run_rel,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def test_a_site_url_is_kept_without_its_trailing_slash() -> None:
     assert (

@@ -28,6 +28,8 @@ from infra.runners.docker import (
     parse_volume,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def trtllm_launch() -> Launch:
     return build_launch(

@@ -15,6 +15,8 @@ from infra.errors import RunnerError, ServerStartError
 from infra.runners import ExternalRunner, make_runner, running_server
 from infra.runners.base import health_ok
 
+pytestmark = pytest.mark.unit
+
 
 class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:

@@ -41,6 +41,8 @@ from alflow.sim.dialects import make_registry
 from alflow.sim.stats import EngineStats
 from infra.errors import RecipeError
 
+pytestmark = pytest.mark.unit
+
 SYNTHETIC = {"target_al": 2.5}
 _VLLM = {"framework": "vllm", "model": "m", "speculative": {"method": "mtp", "k": 3}}
 _SGLANG = {"framework": "sglang", "model": "m", "speculative": {"method": "mtp", "k": 3}}

@@ -17,6 +17,8 @@ from alflow.loadgen.endpoints import CompletionsEndpoint
 from alflow.loadgen.fast import FastTransport
 from alflow.loadgen.records import RequestRecord
 
+pytestmark = pytest.mark.unit
+
 NS = 1_000_000_000
 
 

@@ -30,6 +30,8 @@ from alflow.util.redact import (
 )
 from tests.unit.sse_server import SseServer, threaded_sse_server
 
+pytestmark = pytest.mark.unit
+
 KEY = "sk-CanaryKey-7f3a9"
 
 

@@ -9,6 +9,8 @@ import pytest
 from alflow.errors import InvalidInputError
 from alflow.sim.config import SimConfig, parse_rates, resolve
 
+pytestmark = pytest.mark.unit
+
 
 def test_vllm_speculative_config_sets_k_method_and_al() -> None:
     spec = json.dumps(

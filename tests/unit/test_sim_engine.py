@@ -12,6 +12,8 @@ from alflow.sim.server import SimService, _Parsed
 from alflow.sim.stats import EngineStats, Histogram
 from tests.simconfig import fast_sim
 
+pytestmark = pytest.mark.unit
+
 
 class FakeTransport:
     """Collects what the engine writes; can pretend the client went away."""

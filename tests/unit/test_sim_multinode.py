@@ -19,6 +19,8 @@ from alflow.sim.profiles import DEFAULT_PROFILE, get_profile
 from alflow.sim.stats import EngineStats
 from infra.errors import RecipeError
 
+pytestmark = pytest.mark.unit
+
 
 def multi(**kw: object) -> SimConfig:
     base: dict[str, object] = {"port": 8100, "nnodes": 2, "dist_port": 8200}

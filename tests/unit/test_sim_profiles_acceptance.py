@@ -10,6 +10,8 @@ from alflow.errors import InvalidInputError
 from alflow.sim.acceptance import NaturalAcceptance, category_al, classify_prompt, draw_natural
 from alflow.sim.profiles import PROFILES, get_profile, predicted_tpot_s
 
+pytestmark = pytest.mark.unit
+
 
 def test_dense_step_is_weights_over_bandwidth_at_batch_one() -> None:
     p = get_profile("h200-llama70b")

@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 from alflow.errors import InvalidInputError
 from alflow.sim.tokenizer import Tokenizer, get_tokenizer
 
+pytestmark = pytest.mark.unit
+
 
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=200))

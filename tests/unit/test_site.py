@@ -25,6 +25,8 @@ from alflow.site.app import make_app
 from alflow.site.guard import check_bind, is_loopback
 from alflow.site.server import run_site
 
+pytestmark = pytest.mark.unit
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "4f9de94"
 M2 = "m2/20261205T060247Z-99135e4f5ce3"
 M1 = "m1/20261205T060245Z-537765be2c4d"

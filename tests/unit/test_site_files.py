@@ -25,6 +25,8 @@ from alflow.site.app import CHUNK_BYTES
 from alflow.util.redact import redact_urls_in_text
 from tests.unit.test_site import M2, Site, _start, make_root, serving
 
+pytestmark = pytest.mark.unit
+
 WRITTEN = "2026-12-05T06:03:43.524656+00:00"
 
 

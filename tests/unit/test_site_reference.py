@@ -8,10 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
+import pytest
 
 from alflow.reference.table import ReferenceTable, dump_reference
 from alflow.results.catalog import Catalog
 from alflow.site.reference import reference_page
+
+pytestmark = pytest.mark.unit
 
 
 def entry(k: int, al: float, low: float, high: float, **changes: Any) -> dict[str, Any]:

@@ -13,6 +13,8 @@ from alflow.acceptance import stats
 from alflow.acceptance import synthetic as syn
 from alflow.errors import InvalidInputError
 
+pytestmark = pytest.mark.unit
+
 
 def test_from_counters_with_per_position_counts() -> None:
     s = stats.from_counters(100, 150, draft_tokens=300, accepted_per_position=[80, 50, 20])

@@ -20,6 +20,8 @@ from alflow.results.summaries import (
     summary_schema,
 )
 
+pytestmark = pytest.mark.unit
+
 POINT = {"concurrency": 4, "k": 3, "target_al": 2.5, "framework": "sim", "valid": True}
 
 

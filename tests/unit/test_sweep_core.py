@@ -22,6 +22,8 @@ from alflow.methods.sweep_rules import (
     sweep_failures,
 )
 
+pytestmark = pytest.mark.unit
+
 N1 = SweepNode(work_queue="node-1", gpu_host="gcl-node-1")
 N2 = SweepNode(work_queue="node-2", gpu_host="gcl-node-2")
 

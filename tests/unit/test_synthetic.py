@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from alflow.acceptance import synthetic as syn
 from alflow.acceptance.stats import goodness_of_fit
 
+pytestmark = pytest.mark.unit
+
 
 @st.composite
 def al_and_k(draw: st.DrawFn) -> tuple[float, int]:

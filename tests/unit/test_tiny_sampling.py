@@ -28,7 +28,7 @@ from alflow.tiny.sampling import (  # noqa: E402
     target_distribution,
 )
 
-pytestmark = pytest.mark.tiny
+pytestmark = [pytest.mark.unit, pytest.mark.tiny]
 
 LOGITS = np.array([2.0, 1.5, 0.3, -0.5, 1.0, -3.0, 0.8, 0.0], dtype=np.float32)
 

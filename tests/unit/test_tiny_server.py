@@ -25,6 +25,8 @@ from alflow.tiny.settings import resolve_spec
 from alflow.tiny.thread import TinyThread
 from tests.unit.tiny_double import DoubleEngine, DoubleSpec
 
+pytestmark = pytest.mark.unit
+
 CODE = "def add(a, b):\n    return a + b\n\ndef add(a, b):\n    return a + b\n"
 
 

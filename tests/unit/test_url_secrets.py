@@ -32,6 +32,8 @@ from alflow.config.base import check_local_path
 from alflow.util.redact import url_credentials, urls_with_credentials
 from tests.bad_inputs import BASES
 
+pytestmark = pytest.mark.unit
+
 CANARY = "Canary-7c1e"
 """Every secret in this file holds it: a message that shows it failed to redact."""
 

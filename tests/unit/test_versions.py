@@ -13,6 +13,8 @@ from alflow.frameworks.vllm.recipe import VLLM_BLOCK_VERIFY, VLLM_DSPARK, VLLM_S
 from infra.errors import RecipeError
 from infra.lifecycle import LiveVersion, check_live_version
 
+pytestmark = pytest.mark.unit
+
 
 def cfg(**kwargs: object) -> ServerConfig:
     values: dict[str, object] = {"model": "org/model", "port": 8000}

@@ -23,7 +23,10 @@ from alflow.config import SlurmOptions
 from alflow.frameworks.launch import HEAD_ADDR, NNODES, NODE_RANK, Launch, LaunchGroup, node_addr
 from infra.runners.slurm import NODE_WRAPPER, render_script, wrapper_args
 
-pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed"),
+]
 
 HOSTILE = 'it\'s "$(touch pwned)" `touch pwned2` & \\1 ; rm -rf * $HOME ${x}'
 PRINT = ("printf", "%s\\n")

@@ -48,7 +48,7 @@ http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
 """
 
 
-pytestmark = pytest.mark.usefixtures("run_dirs_in_tmp_path")
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("run_dirs_in_tmp_path")]
 
 
 def server_launch(

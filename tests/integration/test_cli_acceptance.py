@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[2]
 ALFLOW = shutil.which("alflow", path=str(Path(sys.executable).parent)) or "alflow"
 

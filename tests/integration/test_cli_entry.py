@@ -11,7 +11,7 @@ import pytest
 
 from alflow.cli.entry import LAYERS, layer_problem
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration
 
 
 def test_in_this_install_every_layer_is_alflows_own() -> None:

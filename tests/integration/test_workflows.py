@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[2]
 ACTIONLINT = Path(sys.executable).parent / "actionlint"
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
