@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import http.server
-import threading
 from collections.abc import Iterator
 
 import pytest
@@ -14,29 +12,15 @@ from alflow.metrics.names import SGLANG_METRICS_PATH, TRTLLM_METRICS_PATH
 from infra.errors import RunnerError, ServerStartError
 from infra.runners import ExternalRunner, make_runner, running_server
 from infra.runners.base import health_ok
+from tests.unit.health_server import health_server
 
 pytestmark = pytest.mark.unit
 
 
-class Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        self.send_response(200 if self.path == "/health" else 404)
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def server() -> Iterator[str]:
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with health_server() as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 def test_attach_wait_and_never_stop(server: str) -> None:

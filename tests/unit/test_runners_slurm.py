@@ -8,8 +8,6 @@ programs on ``PATH``.
 from __future__ import annotations
 
 import dataclasses
-import http.server
-import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -23,6 +21,7 @@ from infra.errors import RunnerError, ServerStartError
 from infra.runners import RUNNERS, SlurmRunner, make_runner
 from infra.runners.slurm import JobInfo, parse_key_values, render_script
 from tests.unit.golden import assert_golden
+from tests.unit.health_server import health_server
 
 LOG = "/shared/alflow/jobs/run1/server.log"
 
@@ -316,25 +315,10 @@ def test_a_job_stuck_in_the_queue_times_out_and_is_cancelled() -> None:
     assert 5.0 <= clock.now < 5.2
 
 
-class Health(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        self.send_response(200 if self.path == "/health" else 404)
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def health_port() -> Iterator[int]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield int(server.server_address[1])
-    finally:
-        server.shutdown()
-        server.server_close()
+    with health_server() as port:
+        yield port
 
 
 def test_wait_ready_returns_once_the_head_serves_health(health_port: int) -> None:
