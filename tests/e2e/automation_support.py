@@ -1,4 +1,4 @@
-"""alflow's regression notification set up on a real ``prefect server`` as the README's team setup says.
+"""alflow's regression notification set up on a real ``prefect server`` as the docs' team setup says (docs/running/regression.md).
 
 :func:`readme_automation` runs :data:`README_AUTOMATION_LINES` through bash as written, from a scratch directory,
 with ``ALFLOW_WEBHOOK_URL`` pointing at a webhook receiver of this process (:func:`webhook_receiver`), and deletes
@@ -22,11 +22,13 @@ from typing import Any
 
 from tests.e2e.prefect_support import PREFECT, ROOT, api
 
+AUTOMATION_PAGE = ROOT / "docs" / "running" / "regression.md"
+"""The docs page holding the notification's team setup."""
 README_AUTOMATION_LINES = (
     'python -m deployments.webhook --url "$ALFLOW_WEBHOOK_URL" --out alflow-automations.yaml',
     "prefect --no-prompt automation create --from-file alflow-automations.yaml",
 )
-"""The README's team setup of the notification, as written (run here through bash)."""
+"""The team setup of the notification in docs/running/regression.md, as written (run here through bash)."""
 AUTOMATION = "alflow-regression-notify"
 BLOCK = "custom-webhook/alflow-regression"
 

@@ -24,6 +24,8 @@ import yaml
 from alflow.config import benchmark_params, load_preset
 from tests.e2e.prefect_support import PREFECT, ROOT, api, cli, ensure_limit, ensure_pool, fetch
 
+pytestmark = pytest.mark.services
+
 
 def _m2_parameters(tmp_path: Path, tag: str) -> dict[str, Any]:
     """A UI custom run of m2-benchmark with the advanced form: its short form's full configuration, placed here.
@@ -149,13 +151,15 @@ def test_ui_style_runs_on_a_worker_share_one_gpu_host_in_turn(
     assert a_end <= b_start, f"servers of the two runs overlapped: {windows}"
 
 
+TEAM_SETUP_PAGE = ROOT / "docs" / "running" / "prefect.md"
+"""The docs page holding the team setup (the README shows the same lines in its tour)."""
 README_DEPLOY_LINES = (
     "prefect work-pool create local --type process",
     "prefect work-pool create gpu-h200 --type process",
     "ALFLOW_HOME=$PWD prefect --no-prompt deploy --all",
     "ALFLOW_HOME=$PWD prefect worker start --pool local",
 )
-"""The README's team setup, as written (tests/integration/test_readme_commands.py points here)."""
+"""The team setup of docs/running/prefect.md, as written (tests/integration/test_readme_commands.py points here)."""
 
 
 def _readme_env(env: dict[str, str]) -> dict[str, str]:
@@ -174,7 +178,7 @@ def _delete_pools(env: dict[str, str]) -> None:
 
 
 def test_the_readme_team_setup_lines_run_as_written(prefect_server: dict[str, str]) -> None:
-    """The README's team setup lines, through bash from the project root: pools, every deployment, a worker.
+    """The docs' team setup lines, through bash from the project root: pools, every deployment, a worker.
 
     Other tests of the session make the ``local`` pool (the server lives for the whole session): the
     pools are removed before and after, so the README's ``work-pool create`` runs on a server without
@@ -182,8 +186,8 @@ def test_the_readme_team_setup_lines_run_as_written(prefect_server: dict[str, st
     """
     env = _readme_env(prefect_server)
     *setup, worker_line = README_DEPLOY_LINES
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert all(line in readme for line in README_DEPLOY_LINES)
+    page = TEAM_SETUP_PAGE.read_text(encoding="utf-8")
+    assert all(line in page for line in README_DEPLOY_LINES)
     _delete_pools(env)
     try:
         for line in setup:  # the pools, then every deployment

@@ -1,6 +1,6 @@
 """alflow's regression notification on a real ``prefect server`` (PostgreSQL): ``deployments/automations.yaml``.
 
-A webhook receiver runs in this process (``http.server`` on 127.0.0.1, port 0). The README's team setup lines
+A webhook receiver runs in this process (``http.server`` on 127.0.0.1, port 0). The team setup lines of docs/running/regression.md
 (:data:`tests.e2e.automation_support.README_AUTOMATION_LINES`) run through bash as written, from a scratch directory, with
 ``ALFLOW_WEBHOOK_URL`` pointing at the receiver: ``python -m deployments.webhook`` saves the Custom Webhook block
 and fills its id into the automations file, and ``prefect automation create --from-file`` (Prefect's own CLI)
@@ -23,14 +23,22 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from prefect import flow
 from prefect.events import emit_event
 from prefect.runtime import flow_run
 
 from alflow.results.regression import MetricChange, PointVerdict
 from tasks.regression import REGRESSION_EVENT, alert_event
-from tests.e2e.automation_support import README_AUTOMATION_LINES, automations, readme_automation
+from tests.e2e.automation_support import (
+    AUTOMATION_PAGE,
+    README_AUTOMATION_LINES,
+    automations,
+    readme_automation,
+)
 from tests.e2e.prefect_support import ROOT, api
+
+pytestmark = pytest.mark.services
 
 NOTIFIED_WITHIN_S = 60.0
 """The POST arrives within this of the flow run's end (a second or two when the server is not busy)."""
@@ -166,7 +174,7 @@ def test_a_regression_event_notifies_through_the_webhook_block(
 
 
 def test_the_readme_team_setup_has_these_lines() -> None:
-    """The README's team setup holds :data:`README_AUTOMATION_LINES` exactly (the test above runs them as written)."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    missing = [line for line in README_AUTOMATION_LINES if line not in readme]
-    assert not missing, f"README lacks the team setup lines {missing}"
+    """The docs' team setup holds :data:`README_AUTOMATION_LINES` exactly (the test above runs them as written)."""
+    page = AUTOMATION_PAGE.read_text(encoding="utf-8")
+    missing = [line for line in README_AUTOMATION_LINES if line not in page]
+    assert not missing, f"{AUTOMATION_PAGE.relative_to(ROOT)} lacks the team setup lines {missing}"

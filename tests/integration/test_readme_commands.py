@@ -1,17 +1,18 @@
-"""Every command line in the README's code blocks is tested: run here, run by a named test, or ``--help``.
+"""Every command line in the README's and the docs pages' code blocks is tested: run here, by a named test, or ``--help``.
 
-:data:`COVERAGE` maps each README command line (as :mod:`tests.readme_commands` extracts it) to how
-it is tested; the table must list exactly the README's lines, so a new command without a test, or a
-table row whose command left the README, fails here.
+:data:`COVERAGE` maps each command line of README.md and of every ``docs/**/*.md`` page (as
+:mod:`tests.readme_commands` extracts it: every ``bash``, ``sh``, ``shell`` and ``console`` block is runnable) to
+how it is tested; the table must list exactly those lines, so a new command without a test, or a table row whose
+command left every page, fails here. A block that only illustrates uses another language (``text``, ``yaml``, ...).
 
 - ``RUN``: the line runs here, for real, as :data:`COVERAGE` spells it (``runs``: concrete command
-  lines, each checked to be an instance of the README line, synopsis ``[...]`` and ``a|b`` included;
+  lines, each checked to be an instance of the documented line, synopsis ``[...]`` and ``a|b`` included;
   ``{name}`` stands for a value the test makes, a URL or a run directory). The simulated engine is the
-  README's own ``alflow sim serve`` line; ``alflow bench --dataset random`` runs against it with its
+  documented ``alflow sim serve`` line; ``alflow bench --dataset random`` runs against it with its
   defaults (no ``--vocab-size``).
 - ``ELSEWHERE``: a named test runs it (each node id is checked to exist);
 - ``HELP``: needs a GPU, a model, a long build or minutes: its ``--help`` runs here, and every option
-  the README line names is an option of the command (that check runs for every ``alflow`` line);
+  the documented line names is an option of the command (that check runs for every ``alflow`` line);
 - ``CI``: ``.ci/run`` runs this exact line (checked against the file).
 
 Commands that start or reach a server (``sim serve``, ``bench``, ``metrics snapshot``, ``eval``,
@@ -50,18 +51,20 @@ import yaml
 from tests.readme_commands import (
     COMMAND_LANGUAGES,
     PROSE_LANGUAGES,
-    README,
     Command,
-    fenced_blocks,
-    readme_commands,
+    doc_commands,
+    file_blocks,
+    markdown_files,
 )
+
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 120.0
 
 
 class How(StrEnum):
-    """How a README line is tested."""
+    """How a command line of the README or a docs page is tested."""
 
     RUN = "run here"
     ELSEWHERE = "run by the named tests"
@@ -71,14 +74,14 @@ class How(StrEnum):
 
 @dataclass(frozen=True)
 class Coverage:
-    """How one README command line is tested."""
+    """How one command line of the README or a docs page is tested."""
 
     how: How
     why: str
     runs: tuple[str, ...] = ()
     tests: tuple[str, ...] = ()
     extra: tuple[str, ...] = ()
-    """Options the runs here add after the README's (to keep the module short), named so they are visible."""
+    """Options the runs here add after the documented line's (to keep the module short), named so they are visible."""
 
 
 PRESET_LINE = (
@@ -296,7 +299,7 @@ COVERAGE: dict[str, Coverage] = {
     ),
     "alflow bench --base-url URL --dataset random --isl 1024 --osl 1024 --concurrency 64 [--json] [--api-key KEY]": Coverage(
         How.RUN,
-        "at the README's sim with bench's defaults (no --vocab-size); --num-prompts 64 (one wave, not the "
+        "at the documented sim with bench's defaults (no --vocab-size); --num-prompts 64 (one wave, not the "
         "default 10 x 64) keeps it short; --api-key runs in the named test against a sim with a key",
         runs=(
             "alflow bench --base-url {url} --dataset random --isl 1024 --osl 1024 --concurrency 64 --json",
@@ -317,7 +320,7 @@ COVERAGE: dict[str, Coverage] = {
     ),
     "alflow metrics snapshot --url URL/metrics [--json]": Coverage(
         How.RUN,
-        "at the README's sim after the bench",
+        "at the documented sim after the bench",
         runs=(
             "alflow metrics snapshot --url {url}/metrics --json",
             "alflow metrics snapshot --url {url}/metrics",
@@ -326,7 +329,7 @@ COVERAGE: dict[str, Coverage] = {
     "alflow eval gsm8k --base-url URL --model NAME [--limit N] [--json]": Coverage(
         How.RUN,
         "at a sim without synthetic acceptance that answers from the bundled answer key (the gate refuses "
-        "the README's synthetic sim, on purpose)",
+        "the documented synthetic sim, on purpose)",
         runs=(
             "alflow eval gsm8k --base-url {answer_url} --model {model} --limit 20 --json",
             "alflow eval gsm8k --base-url {answer_url} --model {model} --limit 8",
@@ -422,41 +425,49 @@ COVERAGE: dict[str, Coverage] = {
     ),
     # --- development
     ".venv/bin/python -m pytest -m unit": Coverage(
-        How.CI, "a subset of .ci/run's `python -m pytest`: the marker is declared and set by folder"
-    ),
-    '.venv/bin/python -m pytest -m "not e2e"': Coverage(
-        How.CI, "a subset of .ci/run's `python -m pytest`: the marker is declared and set by folder"
+        How.CI,
+        "a subset of .ci/run's `python -m pytest`: the tier marker is declared and every test carries one",
     ),
     ".venv/bin/ruff check .": Coverage(How.CI, ".ci/run runs the linters"),
     ".venv/bin/ruff format --check .": Coverage(How.CI, ".ci/run runs the linters"),
     ".venv/bin/mypy": Coverage(How.CI, ".ci/run runs the linters"),
+    # --- the documentation site
+    ".venv/bin/mkdocs build --strict": Coverage(
+        How.ELSEWHERE,
+        "the named test builds the site with --strict (into a temporary folder, the same mkdocs.yml) and checks "
+        "the generated command-line and configuration references",
+        tests=(
+            "tests/integration/test_docs_site.py::test_the_site_builds_strict_with_the_generated_references",
+        ),
+    ),
 }
-"""Each README command line -> how it is tested."""
+"""Each command line of the README and the docs pages -> how it is tested."""
 
 
 # --------------------------------------------------------------------------------------------
-# The table against the README
+# The table against the README and the docs pages
 
 
 def _commands() -> list[Command]:
-    return readme_commands()
+    return doc_commands()
 
 
 def test_the_readme_has_commands_and_every_one_is_in_the_table() -> None:
     commands = _commands()
     assert len(commands) >= 30
-    missing = [f"README line {c.line}: {c.text}" for c in commands if c.text not in COVERAGE]
-    assert not missing, "README commands with no row in COVERAGE (add how each is tested):\n" + "\n".join(
-        missing
-    )
+    assert any(c.path.name == "README.md" for c in commands)
+    assert any("docs" in c.path.parts for c in commands)
+    missing = [f"{c.where}: {c.text}" for c in commands if c.text not in COVERAGE]
+    assert not missing, "commands with no row in COVERAGE (add how each is tested):\n" + "\n".join(missing)
 
 
 def test_every_fenced_block_is_commands_or_known_prose() -> None:
     """A block in another language (``sh-session``, ``zsh``) would be skipped silently: name it here first."""
-    for block in fenced_blocks(README.read_text(encoding="utf-8")):
-        assert block.language in COMMAND_LANGUAGES | PROSE_LANGUAGES, (
-            f"README line {block.line}: {block.language!r}"
-        )
+    for path in markdown_files():
+        for block in file_blocks(path):
+            assert block.language in COMMAND_LANGUAGES | PROSE_LANGUAGES, (
+                f"{path.relative_to(ROOT)} line {block.line}: {block.language!r}"
+            )
 
 
 def test_the_alflow_of_the_readme_is_the_entry_point_these_tests_run() -> None:
@@ -470,7 +481,9 @@ def test_the_alflow_of_the_readme_is_the_entry_point_these_tests_run() -> None:
 def test_every_table_row_is_still_a_readme_command() -> None:
     texts = {c.text for c in _commands()}
     stale = [line for line in COVERAGE if line not in texts]
-    assert not stale, "COVERAGE rows no longer in the README (remove or update them):\n" + "\n".join(stale)
+    assert not stale, (
+        "COVERAGE rows in neither the README nor a docs page (remove or update them):\n" + "\n".join(stale)
+    )
 
 
 def test_every_row_says_how_and_runs_what_its_kind_needs() -> None:
@@ -488,7 +501,7 @@ def test_every_row_says_how_and_runs_what_its_kind_needs() -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# Synopsis lines: a concrete command line must be an instance of the README's line
+# Synopsis lines: a concrete command line must be an instance of the documented line
 
 _UPPER = re.compile(r"(?<![a-z])[A-Z][A-Z_]*(?![a-z])")
 _SEP = "\x00"
@@ -554,7 +567,7 @@ def _alt_regex(tokens: list[str], i: int, closer: str | None) -> tuple[str, int]
 
 
 def synopsis_regex(line: str) -> re.Pattern[str]:
-    """The README line as a regex over ``"\\x00".join(argv) + "\\x00"``.
+    """The documented line as a regex over ``"\\x00".join(argv) + "\\x00"``.
 
     ``[...]`` is optional, ``(a | b)`` is one of them, ``a|b`` inside a word is one of them, a word in
     capitals (``URL``, ``FILE.yaml``, ``RUN_DIR...``) is any value that is not an option (``...``: one
@@ -572,7 +585,7 @@ def synopsis_regex(line: str) -> re.Pattern[str]:
 
 
 def instance_of(line: str, concrete: str) -> bool:
-    """Whether the concrete command line ``concrete`` is one way of writing the README's ``line``."""
+    """Whether the concrete command line ``concrete`` is one way of writing the documented ``line``."""
     argv = shlex.split(concrete)
     return synopsis_regex(line).fullmatch(_SEP.join(argv) + _SEP) is not None
 
@@ -653,15 +666,12 @@ def test_ci_lines_are_what_ci_runs() -> None:
             assert ".venv/bin/python -m pytest" in ran
             pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
             assert f'"{marker}:' in pyproject, f"marker {marker} is not declared"
-            assert (ROOT / "tests" / marker).is_dir(), (
-                f"tests/{marker} (the folder sets the marker) is missing"
-            )
             continue
         assert line in ran, f"{line!r} is not a command of .ci/run"
 
 
 # --------------------------------------------------------------------------------------------
-# Every alflow line: --help runs and every option the README names is the command's
+# Every alflow line: --help runs and every option the documented line names is the command's
 
 
 def _alflow_argv(line: str) -> list[str] | None:
@@ -755,7 +765,7 @@ def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
 def _argv(line: str, template: str, values: dict[str, str]) -> list[str]:
     """The concrete argv of one of ``line``'s runs (plus the row's ``extra``), as ``python -m alflow.cli``."""
     cov = COVERAGE[line]
-    assert template in cov.runs, f"{template!r} is not a run of the README line {line!r}"
+    assert template in cov.runs, f"{template!r} is not a run of the documented line {line!r}"
     concrete = template.format(**{k: shlex.quote(v) for k, v in values.items()})
     assert instance_of(line, concrete), concrete
     _RAN.add(template)
@@ -817,7 +827,7 @@ def _in_process(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 Job = tuple[str, str, dict[str, str]]
-"""(README line, one of its runs, values of its placeholders)."""
+"""(documented line, one of its runs, values of its placeholders)."""
 
 
 def run_many(jobs: list[Job], *, cwd: Path = ROOT) -> list[subprocess.CompletedProcess[str]]:
@@ -856,14 +866,14 @@ def _no_process_left() -> Iterator[None]:
     deadline = time.monotonic() + 10
     while (left := _children() - before) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not left, f"processes left by the README commands: {sorted(left)}"
+    assert not left, f"processes left by the documented commands: {sorted(left)}"
 
 
 SIM_LINE = "alflow sim serve --port 0 --dialect vllm --k 3 --synthetic-al 2.5 --time-scale 0"
 
 
 class Server:
-    """A server command of the README run as written, in its own process group; stopped on exit."""
+    """A documented server command run as written, in its own process group; stopped on exit."""
 
     def __init__(self, argv: list[str], prefix: str) -> None:
         self.proc = subprocess.Popen(
@@ -907,7 +917,7 @@ class Server:
 
 @pytest.fixture(scope="module")
 def readme_sim() -> Iterator[Server]:
-    """The README's `alflow sim serve` line, as written (it binds loopback and prints its port)."""
+    """The documented `alflow sim serve` line, as written (it binds loopback and prints its port)."""
     from alflow.sim.server import LISTENING_PREFIX
 
     server = Server(_argv(SIM_LINE, SIM_LINE, {}), LISTENING_PREFIX)
@@ -967,11 +977,11 @@ def test_infra_cleanup_lists_and_removes_nothing_of_a_live_server(readme_sim: Se
     scoped = json.loads(run_readme(line, template, run_id="readme-no-such-run").stdout)
     assert scoped["dry_run"] is False
     assert not any(p.get("removed") for p in scoped["processes"])
-    assert readme_sim.proc.poll() is None  # the README's sim is not a registered run's server: untouched
+    assert readme_sim.proc.poll() is None  # the documented sim is not a registered run's server: untouched
 
 
 def test_eval_gsm8k_at_a_sim_that_answers() -> None:
-    """The README's sim runs synthetic acceptance, which the GSM8K gate refuses: this one answers the questions."""
+    """The documented sim runs synthetic acceptance, which the GSM8K gate refuses: this one answers the questions."""
     from alflow.evals.run import bundled_gsm8k
     from alflow.sim.server import LISTENING_PREFIX
 

@@ -1,4 +1,4 @@
-"""The results site under attack: each promise of README's "Security" section tried over real HTTP.
+"""The results site under attack: each promise of the "Security" section of docs/running/results-site.md over real HTTP.
 
 A loopback server on port 0 over a copy of the fixture runs (:mod:`tests.unit.test_site`'s harness: requests are
 written by hand on a socket, so a path reaches the server exactly as typed). Each test builds the hostile root it
@@ -27,6 +27,8 @@ from alflow.site.guard import is_loopback
 from alflow.util import fsutil
 from alflow.util.fsutil import read_confined
 from tests.unit.test_site import HOSTILE_REL, M1, M2, TOKEN, Answer, make_root, serving
+
+pytestmark = pytest.mark.unit
 
 SECRET = "hunter2-not-for-pages"
 HEADERS = {
