@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import socket
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import orjson
@@ -15,6 +14,7 @@ import typer
 from typer.testing import CliRunner
 
 from alflow.cli.bench import register
+from tests.unit.loopback_http import serving
 
 pytestmark = pytest.mark.unit
 
@@ -63,11 +63,8 @@ class JsonOnly(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def json_server() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), JsonOnly)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(JsonOnly) as url:
+        yield url
 
 
 def free_port() -> int:
@@ -163,10 +160,8 @@ def test_metrics_snapshot_errors(json_server: str) -> None:
 
 
 def test_metrics_snapshot_sums_several_endpoints_of_one_server(json_server: str) -> None:
-    second = ThreadingHTTPServer(("127.0.0.1", 0), JsonOnly)
-    threading.Thread(target=second.serve_forever, daemon=True).start()
-    try:
-        urls = [json_server + "/metrics", f"http://127.0.0.1:{second.server_address[1]}/metrics"]
+    with serving(JsonOnly) as second:
+        urls = [json_server + "/metrics", second + "/metrics"]
         r = CliRunner().invoke(make_app(), ["metrics", "snapshot", *urls, "--json"])
         assert r.exit_code == 0, r.output
         data = orjson.loads(r.stdout)
@@ -174,6 +169,3 @@ def test_metrics_snapshot_sums_several_endpoints_of_one_server(json_server: str)
         assert data["since_server_start"]["num_drafts"] == 2 * (1_235_567 + 200)
         r = CliRunner().invoke(make_app(), ["metrics", "snapshot", urls[0], json_server + "/nothing-here"])
         assert "HTTP 404" in one_error_line(r)
-    finally:
-        second.shutdown()
-        second.server_close()

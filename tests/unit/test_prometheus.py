@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import ClassVar
 from urllib.parse import parse_qs, urlparse
@@ -26,6 +25,7 @@ from alflow.metrics.prometheus import (
     scrape,
 )
 from alflow.metrics.promql import PromQLWindow, promql_start
+from tests.unit.loopback_http import serving
 from tests.unit.sse_server import SseServer
 
 pytestmark = pytest.mark.unit
@@ -221,16 +221,12 @@ class PromHandler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def prometheus() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), PromHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     PromHandler.queries = []
     PromHandler.reads = {}
     PromHandler.start_reads = 0
     PromHandler.stamp_lag_s = 1.0
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(PromHandler) as url:
+        yield url
 
 
 def test_promql_window_differences_counter_values_per_series_without_extrapolation(prometheus: str) -> None:

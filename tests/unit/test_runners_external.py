@@ -12,15 +12,15 @@ from alflow.metrics.names import SGLANG_METRICS_PATH, TRTLLM_METRICS_PATH
 from infra.errors import RunnerError, ServerStartError
 from infra.runners import ExternalRunner, make_runner, running_server
 from infra.runners.base import health_ok
-from tests.unit.health_server import health_server
+from tests.unit.loopback_http import Health, serving
 
 pytestmark = pytest.mark.unit
 
 
 @pytest.fixture
 def server() -> Iterator[str]:
-    with health_server() as port:
-        yield f"http://127.0.0.1:{port}"
+    with serving(Health) as url:
+        yield url
 
 
 def test_attach_wait_and_never_stop(server: str) -> None:

@@ -21,7 +21,7 @@ from infra.errors import RunnerError, ServerStartError
 from infra.runners import RUNNERS, SlurmRunner, make_runner
 from infra.runners.slurm import JobInfo, parse_key_values, render_script
 from tests.unit.golden import assert_golden
-from tests.unit.health_server import health_server
+from tests.unit.loopback_http import Health, serving
 
 LOG = "/shared/alflow/jobs/run1/server.log"
 
@@ -317,8 +317,8 @@ def test_a_job_stuck_in_the_queue_times_out_and_is_cancelled() -> None:
 
 @pytest.fixture
 def health_port() -> Iterator[int]:
-    with health_server() as port:
-        yield port
+    with serving(Health) as url:
+        yield int(url.rsplit(":", 1)[1])
 
 
 def test_wait_ready_returns_once_the_head_serves_health(health_port: int) -> None:
