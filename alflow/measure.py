@@ -362,29 +362,21 @@ def window_stats(
                 f"({fields}): the server does not honour the field (a release without it); AL from the counters",
             )
         return counters, error  # no per-request counts (older release, flag off, older frame): the counters
-    if not totals.complete:
-        missing = totals.requests - totals.reported
-        return _with_note(
-            counters,
-            error,
-            f"{missing} of {totals.requests} measured requests lacked {source}: AL from the counters",
-        )
     k_used = k if k is not None else None if counters is None else counters.k
     hist = totals.histogram
-    if hist is not None and k_used is not None and len(hist) != k_used + 1:
-        return _with_note(
-            counters,
-            error,
-            f"{source} histograms have {len(hist)} buckets, not K + 1 = {k_used + 1}: AL from the counters",
+    unusable = None  # why the per-request counts cannot be the source
+    if not totals.complete:
+        unusable = (
+            f"{totals.requests - totals.reported} of {totals.requests} measured requests lacked {source}"
         )
-    if hist is not None and (
+    elif hist is not None and k_used is not None and len(hist) != k_used + 1:
+        unusable = f"{source} histograms have {len(hist)} buckets, not K + 1 = {k_used + 1}"
+    elif hist is not None and (
         sum(hist) != totals.verify_ct or sum(j * c for j, c in enumerate(hist)) != totals.accepted_drafts
     ):
-        return _with_note(
-            counters,
-            error,
-            f"{source} histograms disagree with the requests' step and accepted-draft counts: AL from the counters",
-        )
+        unusable = f"{source} histograms disagree with the requests' step and accepted-draft counts"
+    if unusable is not None:
+        return _with_note(counters, error, f"{unusable}: AL from the counters")
     exact_al = 1.0 + totals.accepted_drafts / totals.verify_ct if totals.verify_ct else None
     if counters is None:
         cross = f"counters: unavailable ({error})"
