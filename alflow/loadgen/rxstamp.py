@@ -52,9 +52,9 @@ SUPPORTED: Final = (
 )  # fmt: skip
 """Where :data:`SO_TIMESTAMPNS` has this number and the timespec layout ``(int64, int64)``."""
 ANCILLARY_SIZE: Final = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
-TIMESPEC: Final = struct.Struct("qq")
+_TIMESPEC: Final = struct.Struct("qq")
 """The ``SCM_TIMESTAMPNS`` payload: ``struct timespec`` (seconds, nanoseconds) on the 64-bit Linux of :data:`SUPPORTED`."""
-_unpack_timespec: Final = TIMESPEC.unpack_from
+_unpack_timespec: Final = _TIMESPEC.unpack_from
 
 
 def _compiled_read() -> Callable[[int, memoryview], tuple[int, int]] | None:
