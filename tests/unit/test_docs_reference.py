@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 from types import ModuleType
 
@@ -59,3 +60,13 @@ def test_a_model_table_names_required_fields_defaults_and_bounds(hook: ModuleTyp
     rows = hook.model_table(schema)
     assert rows[2] == "| `k` | integer | required | K. (&gt;= 1, &lt;= 16) |"
     assert rows[3] == '| `name` | string | `"x"` |   |'
+
+
+def test_the_readmes_links_into_the_docs_point_at_pages() -> None:
+    """The README links the site's pages by their Markdown files (mkdocs --strict checks the pages' own links)."""
+    root = HOOK.parents[2]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    links = set(re.findall(r"\]\((docs/[^)#\s]+)", readme))
+    assert len(links) > 10
+    missing = sorted(link for link in links if not (root / link).is_file())
+    assert not missing, f"README links to missing docs pages: {missing}"
