@@ -28,12 +28,12 @@ pytestmark = pytest.mark.integration
 VOCAB = 20_000  # below the sim tokenizer's vocabulary
 
 
-def sim_args(dialect: str, step_log: Path, al: float = 2.5, k: int = 3, scale: str = "0") -> list[str]:
-    return ["--dialect", dialect, "--k", str(k), "--synthetic-al", str(al), "--time-scale", scale,
-            "--step-log", str(step_log)]  # fmt: skip
+def sim_args(dialect: str, step_log: Path, *extra: str) -> list[str]:
+    return ["--dialect", dialect, "--k", "3", "--synthetic-al", "2.5", "--time-scale", "0",
+            "--step-log", str(step_log), *extra]  # fmt: skip
 
 
-def steps_between(step_log: Path, start_ns: int, end_ns: int) -> tuple[int, int]:
+def steps_between(step_log: Path, start_ns: int = 0, end_ns: int = 2**63) -> tuple[int, int]:
     """(request-step pairs, accepted drafts) from the sim's step log inside [start_ns, end_ns]."""
     pairs = accepted = 0
     for line in step_log.read_bytes().splitlines():
@@ -183,7 +183,7 @@ def test_bench_cli_json_and_out_dir_against_the_sim(tmp_path: Path) -> None:
     assert snap.exit_code == 0, snap.output
     data = orjson.loads(snap.stdout)
     assert data["dialect"] == "sglang"
-    all_pairs, all_acc = steps_between(log, 0, 2**63)
+    all_pairs, all_acc = steps_between(log)
     # SGLang's /server_info: cumulative AL since server start (warm-up included), per DP rank
     assert spec["sglang_server_info_avg_accept_length_lifetime"] == [pytest.approx(1 + all_acc / all_pairs)]
     assert data["since_server_start"]["num_drafts"] == all_pairs

@@ -23,30 +23,13 @@ from alflow.loadgen.endpoints import Sampling
 from alflow.loadgen.records import RequestRecord
 from alflow.measure import measure
 from alflow.sim.process import SimProcess
+from tests.integration.test_measure_sim import sim_args, steps_between
 
 pytestmark = pytest.mark.integration
 
 VOCAB = 20_000  # below the sim tokenizer's vocabulary
 MODEL = "sim/llama-3.3-70b"
-
-
 ASK = Sampling(extra_body={"return_spec_tokens_details": True})
-
-
-def sim_args(dialect: str, step_log: Path, *extra: str) -> list[str]:
-    return ["--dialect", dialect, "--k", "3", "--synthetic-al", "2.5", "--time-scale", "0",
-            "--step-log", str(step_log), *extra]  # fmt: skip
-
-
-def step_totals(step_log: Path, start_ns: int = 0, end_ns: int = 2**63) -> tuple[int, int]:
-    """(request-step pairs, accepted drafts) of the sim's step log inside [start_ns, end_ns]."""
-    pairs = accepted = 0
-    for line in step_log.read_bytes().splitlines():
-        row = orjson.loads(line)
-        if start_ns <= row["time_ns"] <= end_ns:
-            pairs += len(row["requests"])
-            accepted += sum(row["accepted"])
-    return pairs, accepted
 
 
 def text_sessions(n: int, osl: int) -> list[Session]:
@@ -97,7 +80,7 @@ async def test_streamed_records_carry_counts_that_add_up_to_the_servers_steps(
         assert sum(hist) == r.spec_verify_ct
         assert sum(j * c for j, c in enumerate(hist)) == r.spec_accepted_drafts
     verify, accepted = sums(records)
-    pairs, drafts = step_totals(log)
+    pairs, drafts = steps_between(log)
     # every step of the run belongs to one of these requests: the sums are the server's own counts
     assert (verify, accepted) == (pairs, drafts)
     al = 1 + accepted / verify
@@ -115,7 +98,7 @@ async def test_non_streamed_sglang_body_carries_sglext_at_the_top_level(tmp_path
             ) as resp:
                 assert resp.status == 200
                 data = orjson.loads(await resp.read())
-            totals = step_totals(log)  # this request's steps only
+            totals = steps_between(log)  # this request's steps only
             async with http.post(sim.base_url + "/v1/completions", json=body) as resp:
                 assert resp.status == 200
                 plain = orjson.loads(await resp.read())
@@ -154,7 +137,7 @@ async def test_streamed_sglext_chunk_comes_before_usage_and_without_choices(tmp_
     assert ext["choices"] == []
     assert "usage" not in ext
     assert all("meta_info" not in e for e in events)
-    assert spec_tokens_details_counts(ext).steps == step_totals(log)[0]
+    assert spec_tokens_details_counts(ext).steps == steps_between(log)[0]
 
 
 async def test_measure_asks_for_and_takes_the_exact_al_from_sglext(tmp_path: Path) -> None:
@@ -187,7 +170,7 @@ async def test_measure_asks_for_and_takes_the_exact_al_from_sglext(tmp_path: Pat
     # warm-up ends before the baseline scrape and the measured requests before the final one
     assert m.baseline is not None
     assert m.final is not None
-    assert (verify, accepted) == step_totals(log, m.baseline.mono_ns, m.final.mono_ns)
+    assert (verify, accepted) == steps_between(log, m.baseline.mono_ns, m.final.mono_ns)
 
 
 async def test_vllm_dialect_records_have_null_counts(tmp_path: Path) -> None:
