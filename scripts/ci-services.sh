@@ -164,6 +164,7 @@ fi
 
 if docker info >/dev/null 2>&1; then
   echo "ci-services: dockerd already running"
+  echo "ci-services: every service ready in ${SECONDS} s"
   exit 0
 fi
 
@@ -181,3 +182,4 @@ until docker info >/dev/null 2>&1; do
   sleep 0.5
 done
 echo "ci-services: dockerd ready ($(docker version --format '{{.Server.Version}}'))"
+echo "ci-services: every service ready in ${SECONDS} s"

@@ -55,3 +55,4 @@ echo "alflow installed in .venv ($(.venv/bin/alflow --version))"
 if [ "$vllm" = 1 ]; then
   bash scripts/setup-vllm.sh
 fi
+echo "setup: done in ${SECONDS} s"

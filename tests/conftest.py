@@ -17,10 +17,16 @@ fixtures start once), and the tests that share one machine-wide resource stay on
 (:data:`SHARED`): one ``prefect server`` and its fixed block and automation names, the Slurm cluster
 whose leftover-job check spans the session, and the vLLM processes counted machine-wide. The longest
 groups are handed out first (:data:`FIRST`). Each worker has its own alflow state folder.
+
+The groups are this file's, not ``xdist_group`` markers: pytest-xdist 3.8 marks a group by rewriting
+``item._nodeid``, which pytest 9.2 no longer reads (a node's id is ``item._id``), so its groups are
+silently ignored. Here each worker writes the group of every test it collected to one file, and the
+controller's scheduler (:func:`pytest_xdist_make_scheduler`) reads its work units from that file.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
@@ -37,6 +43,7 @@ _PROCESS_EVENTS = frozenset(
     {"subprocess.Popen", "os.posix_spawn", "os.fork", "os.forkpty", "os.exec", "os.system"}
 )
 _in_unit_test = False
+_GROUPS_FILE = "ALFLOW_TEST_GROUPS_FILE"
 
 
 def _refuse_processes_in_unit_tests(event: str, args: tuple[Any, ...]) -> None:
@@ -70,7 +77,7 @@ def group_of(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group markers
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:
@@ -87,10 +94,32 @@ def pytest_collection_modifyitems(
             f"(pytestmark = pytest.mark.<tier> in its module):\n  {shown}"
         )
     groups = {id(item): group_of(item) for item in items}
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(groups[id(item)]))
     rank = {group: i for i, group in enumerate(FIRST)}
     items.sort(key=lambda item: rank.get(groups[id(item)], len(FIRST)))  # stable: collection order otherwise
+    path = os.environ.get(_GROUPS_FILE)
+    if path and "PYTEST_XDIST_WORKER" in os.environ:  # every worker collects the same tests: same content
+        scratch = Path(f"{path}.{os.environ['PYTEST_XDIST_WORKER']}")
+        scratch.write_text(json.dumps({item.nodeid: groups[id(item)] for item in items}), encoding="utf-8")
+        scratch.replace(path)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``--dist loadgroup``: work units are :func:`group_of`'s groups, read from the workers' file."""
+    if getattr(config.option, "dist", None) != "loadgroup" or not os.environ.get(_GROUPS_FILE):
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    groups_file = Path(os.environ[_GROUPS_FILE])
+
+    class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:  # first asked once every worker has collected, so the file is written
+                self.groups = json.loads(groups_file.read_text(encoding="utf-8"))
+            return self.groups.get(nodeid, nodeid)
+
+    return GroupScheduling(config, log)
 
 
 @pytest.fixture(autouse=True)
@@ -112,11 +141,23 @@ def pytest_configure(config: pytest.Config) -> None:
     session leaves can be checked.
     """
     sys.addaudithook(_refuse_processes_in_unit_tests)
+    if "PYTEST_XDIST_WORKER" not in os.environ and getattr(config.option, "dist", None) == "loadgroup":
+        fd, path = tempfile.mkstemp(
+            prefix="alflow-test-groups-", suffix=".json"
+        )  # the workers inherit its name
+        os.close(fd)
+        os.environ[_GROUPS_FILE] = path
     ours = os.environ.get("ALFLOW_TEST_STATE_DIR_SET") == os.environ.get("ALFLOW_STATE_DIR")
     if "ALFLOW_STATE_DIR" not in os.environ or (ours and "PYTEST_XDIST_WORKER" in os.environ):
         # one folder per process of the run: a worker never sees the other worker's servers
         os.environ["ALFLOW_STATE_DIR"] = tempfile.mkdtemp(prefix="alflow-test-state-")
         os.environ["ALFLOW_TEST_STATE_DIR_SET"] = os.environ["ALFLOW_STATE_DIR"]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The controller removes the workers' groups file."""
+    if "PYTEST_XDIST_WORKER" not in os.environ and os.environ.get(_GROUPS_FILE):
+        Path(os.environ.pop(_GROUPS_FILE)).unlink(missing_ok=True)
 
 
 @pytest.fixture
