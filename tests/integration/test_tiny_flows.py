@@ -8,7 +8,6 @@ except under ``CI=true`` where it fails).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -18,21 +17,13 @@ from alflow.gates import AlGateDetails
 from alflow.reference.table import load_reference
 from alflow.results.store import open_run
 from flows.demo import TINY_MODEL_ID, demo
+from tests.tiny_support import tiny_engine_module
 
 pytestmark = [pytest.mark.engines, pytest.mark.tiny, pytest.mark.usefixtures("prefect_harness")]
 
 
-def _require_engine() -> None:
-    try:
-        import alflow.tiny.engine  # noqa: F401
-    except Exception as exc:  # ImportError or the engine's own "extra missing" error
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true: the tiny engine must be installed (alflow[tiny]): {exc}")
-        pytest.skip(f"the tiny engine is not installed (pip install 'alflow[tiny]'): {exc}")
-
-
 def test_m0_then_m1_on_the_tiny_engine_pass_against_its_own_reference(tmp_path: Path) -> None:
-    _require_engine()
+    tiny_engine_module()
     params = DemoParams(
         engine="tiny",
         results_root=str(tmp_path / "demo"),

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -31,6 +30,7 @@ from alflow.tiny.settings import resolve_spec
 from alflow.tiny.thread import TinyThread
 from alflow.workloads import tiny_prompts_path
 from infra.runners import ProcessRunner, running_server
+from tests.tiny_support import tiny_engine_module
 
 pytestmark = [pytest.mark.engines, pytest.mark.tiny]
 
@@ -40,17 +40,6 @@ CODE_PROMPT = (
     "Rename the variable `n` to `count` in this function and show the whole function again:\n"
     "```python\ndef total(items):\n    n = 0\n    for item in items:\n        n = n + item.price\n    return n\n```"
 )
-
-
-def _engine_module() -> Any:
-    """alflow.tiny.engine, or skip (fail under CI=true) when the alflow[tiny] extra is missing."""
-    try:
-        from alflow.tiny import engine
-    except Exception as exc:  # ImportError or the engine's own "extra missing" error
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true: the tiny engine must be installed (alflow[tiny]): {exc}")
-        pytest.skip(f"the tiny engine is not installed (pip install 'alflow[tiny]'): {exc}")
-    return engine
 
 
 class Recording:
@@ -96,13 +85,13 @@ class Recording:
 
 @pytest.fixture(scope="module")
 def tiny_engine() -> Any:
-    mod = _engine_module()
+    mod = tiny_engine_module()
     return mod.TinyEngine.load(n_ctx=2048, seed=0, n_threads=1)  # 1: robust on a busy shared CPU
 
 
 @pytest.fixture(scope="module")
 def served(tiny_engine: Any) -> Iterator[tuple[TinyThread, Recording]]:
-    mod = _engine_module()
+    mod = tiny_engine_module()
     recording = Recording(tiny_engine)
     server = TinyService(
         recording,
@@ -219,7 +208,7 @@ def test_three_concurrent_clients_queue_and_all_complete(served: tuple[TinyThrea
 
 def test_alflow_bench_reads_the_al_of_tiny_serve_from_its_counters() -> None:
     """The recipe starts ``python -m alflow.tiny serve`` through the process runner; bench measures it."""
-    _engine_module()
+    tiny_engine_module()
     config = server_config(
         framework="tiny",
         model="gemma-3-270m",
@@ -292,7 +281,7 @@ def test_synthetic_acceptance_reaches_the_engine_through_vllms_knob_path() -> No
     from alflow.config import SyntheticAcceptance
     from alflow.evals.run import probe_synthetic
 
-    _engine_module()
+    tiny_engine_module()
     config = server_config(
         framework="tiny",
         model="gemma-3-270m",
