@@ -259,9 +259,8 @@ def _reporting(records: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame | None
 
 def _pooled(rows: pl.DataFrame) -> tuple[int, ...] | None:
     """The rows' pooled acceptance histogram (:func:`pooled_histogram`); None without the column."""
-    return (
-        pooled_histogram(rows["spec_accept_hist"].to_list()) if "spec_accept_hist" in rows.columns else None
-    )
+    hists = rows.get_column("spec_accept_hist", default=None)
+    return None if hists is None else pooled_histogram(hists.to_list())
 
 
 def request_acceptance(records: pl.DataFrame) -> RequestAcceptance | None:
