@@ -481,6 +481,16 @@ class DemoParams(StrictModel):
     ks: tuple[int, ...] = Field((1, 2, 3), description="K values calibrated in M0.")
     benchmark_k: int = Field(3, description="K of the M1 gate and the M2 benchmark.")
     concurrencies: tuple[int, ...] = Field((4, 8, 16), description="M2 concurrency sweep (sim only).")
+    prompts_per_concurrency: int = Field(
+        4,
+        ge=1,
+        le=100,
+        description=(
+            "sim: M2's measured prompts per concurrency (x concurrency), after one warm-up prompt per slot. M2 runs "
+            "in real time: 4 keeps the demo under a minute and audits about 600, 1,200 and 2,500 steps at "
+            "concurrency 4, 8 and 16."
+        ),
+    )
     gsm8k_limit: int = Field(
         200, ge=1, le=MAX_PROMPTS, description="GSM8K questions per M1 gate on the sim (seeded subset)."
     )
