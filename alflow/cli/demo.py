@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from alflow.cli.common import console, fail
-from alflow.cli.run import check_prefect_api, prefect_defaults, print_flow_failure, start_local_run
+from alflow.cli.run import check_prefect_api, prefect_defaults, prepare_local_run, print_flow_failure
 from alflow.errors import AlflowError
 from alflow.util.fsutil import check_writable_dir
 
@@ -81,16 +81,15 @@ def demo(
         check_prefect_api()
     except AlflowError as exc:
         raise fail(str(exc)) from None
-    console.print(_BANNERS[engine], highlight=False)
+    console.print(_BANNERS[engine], highlight=False)  # before Prefect's temporary server takes its 5-15 s
     started = time.perf_counter()
-    server_ready = start_local_run()  # Prefect's temporary server starts while the flows are imported
+    prepare_local_run()
     from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
     from alflow.config import DemoParams
     from flows.demo import demo as demo_flow
 
     params = DemoParams(results_root=str(results_root), engine=engine.value, refresh_cache=refresh_cache)
-    server_ready()
     # on the temporary server (gone when the demo ends) no one watches heartbeats; a sync flow run joins its
     # heartbeat thread at its end, up to a second for each of the demo's five flow runs
     heartbeats = {} if PREFECT_API_URL.value() else {PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}

@@ -7,7 +7,6 @@ that stops it however this process ends.
 
 from __future__ import annotations
 
-import contextvars
 import importlib
 import json
 import logging
@@ -16,9 +15,8 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 from pydantic import BaseModel
@@ -30,9 +28,6 @@ from alflow.util import jsonutil
 from alflow.util.procguard import Guard
 from alflow.util.redact import redact_data, redact_urls_in_text
 from alflow.util.yamlfile import load_yaml_model
-
-if TYPE_CHECKING:
-    from prefect.server.api.server import SubprocessASGIServer
 
 
 def register(app: typer.Typer) -> None:
@@ -183,45 +178,6 @@ def prepare_local_run() -> None:
     and stops it at exit; a SIGKILL of this process would leave it running. It is started here instead,
     with a guard (:mod:`alflow.util.procguard`) that stops it when this process dies, however it dies.
     """
-    server = _prepare_prefect()
-    if server is not None:
-        _start_guarded(server)
-
-
-def start_local_run() -> Callable[[], None]:
-    """:func:`prepare_local_run` with the temporary server started in a thread; returns the wait for it.
-
-    The server is a child process that imports Prefect's server and migrates its database (5 to 15 s
-    here), so the caller imports its flows meanwhile on the other core, then calls the returned function
-    before its first flow runs: it waits for the server and raises what starting it raised.
-    """
-    server = _prepare_prefect()
-    if server is None:
-        return lambda: None
-    failed: list[BaseException] = []
-
-    def start() -> None:
-        try:
-            _start_guarded(server)
-        except BaseException as exc:
-            failed.append(exc)
-
-    # the caller's context (Prefect's settings context among it), not the empty one of a new thread
-    thread = threading.Thread(
-        target=contextvars.copy_context().run, args=(start,), name="prefect-temporary-server", daemon=True
-    )
-    thread.start()
-
-    def wait() -> None:
-        thread.join()
-        if failed:
-            raise failed[0]
-
-    return wait
-
-
-def _prepare_prefect() -> SubprocessASGIServer | None:
-    """Prefect's settings, quiet tracebacks, SIGTERM handling; the temporary server to start, if one is needed."""
     prefect_defaults()
     quiet_expected_tracebacks()
     if threading.current_thread() is threading.main_thread():
@@ -229,14 +185,10 @@ def _prepare_prefect() -> SubprocessASGIServer | None:
     from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED
 
     if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
-        return None
+        return
     from prefect.server.api.server import SubprocessASGIServer
 
-    return SubprocessASGIServer()
-
-
-def _start_guarded(server: SubprocessASGIServer) -> None:
-    """Start Prefect's temporary server (once per process) and guard its process."""
+    server = SubprocessASGIServer()
     server.start()
     process = server.server_process
     if process is not None and process.pid not in _GUARDED:
