@@ -14,9 +14,16 @@ and ``os.exec*`` while a unit test runs): such a test belongs in ``integration``
 
 Workers (pytest-xdist, ``--dist loadgroup``): a module's tests stay on one worker (its module-scoped
 fixtures start once), and the tests that share one machine-wide resource stay on one worker together
-(:data:`SHARED`): one ``prefect server`` and its fixed block and automation names, the Slurm cluster
-whose leftover-job check spans the session, and the vLLM processes counted machine-wide. The longest
-groups are handed out first (:data:`FIRST`). Each worker has its own alflow state folder.
+(:data:`SHARED`): the Slurm cluster whose leftover-job check spans the session, and the vLLM processes
+counted machine-wide. A worker starts its own ``prefect server`` (its own database, port and home) when
+one of its tests asks for it. The longest groups are handed out first (:data:`FIRST`). Each worker has
+its own alflow state folder.
+
+A test marked ``timing`` measures real time or relies on how the processes are scheduled (a client-bound
+verdict, a rate, a batch formed by requests sent together). While it runs, its worker's main thread, and
+so every process it starts, runs at a raised CPU priority (nice -10) where the tests may raise it (as
+root, as CI runs): the other workers' tests must not starve it, as a benchmark client on cores of its own
+would not be. Without the right to raise it, nothing changes.
 
 The groups are this file's, not ``xdist_group`` markers: pytest-xdist 3.8 marks a group by rewriting
 ``item._nodeid``, which pytest 9.2 no longer reads (a node's id is ``item._id``), so its groups are
@@ -55,10 +62,28 @@ def _refuse_processes_in_unit_tests(event: str, args: tuple[Any, ...]) -> None:
         )
 
 
-SHARED = (("prefect-server", "prefect_server"), ("slurm", "slurm_cluster"))
+SHARED = (("slurm", "slurm_cluster"),)
 """(group, fixture): every test that uses the fixture runs on the worker of that group."""
-FIRST = ("vllm", "prefect-server", "tests/integration/test_tiny_flows.py", "slurm")
-"""Groups handed to the workers first, longest first: a long group started last would end the run alone."""
+FIRST = (
+    "vllm",
+    "tests/e2e/test_sweep_fanout.py",
+    "tests/e2e/test_nightly_regression.py",
+    "tests/integration/test_tiny_flows.py",
+    "tests/integration/test_local_deployments.py",
+    "tests/integration/test_tiny_engine.py",
+    "tests/integration/test_demo_sim.py",
+    "tests/e2e/test_prefect_deployments.py",
+    "tests/integration/test_bad_inputs_cli.py",
+    "tests/integration/test_client_starved.py",
+    "tests/e2e/test_m1_m2_trigger.py",
+    "tests/integration/test_flows.py",
+    "tests/integration/test_run_killed.py",
+    "tests/integration/test_url_secrets_prefect.py",
+    "slurm",
+)
+"""Groups handed to the workers first, longest first (by their time in a run at 4 workers): a long group
+started last would end the run alone."""
+TIMING_NICE = -10
 
 
 def tier_of(item: pytest.Item) -> list[str]:
@@ -93,6 +118,8 @@ def pytest_collection_modifyitems(
             f"every test carries exactly one tier marker of {', '.join(TIERS)} "
             f"(pytestmark = pytest.mark.<tier> in its module):\n  {shown}"
         )
+    for item in items:
+        item.user_properties.append(("tier", tier_of(item)[0]))  # reports carry it to the controller
     groups = {id(item): group_of(item) for item in items}
     rank = {group: i for i, group in enumerate(FIRST)}
     items.sort(key=lambda item: rank.get(groups[id(item)], len(FIRST)))  # stable: collection order otherwise
@@ -131,6 +158,24 @@ def _unit_tier_starts_no_process(request: pytest.FixtureRequest) -> Iterator[Non
         yield
     finally:
         _in_unit_test = False
+
+
+@pytest.fixture(autouse=True)
+def _timing_tests_are_not_starved(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A ``timing`` test runs at nice :data:`TIMING_NICE` where the tests may raise their priority."""
+    if request.node.get_closest_marker("timing") is None:
+        yield
+        return
+    before = os.getpriority(os.PRIO_PROCESS, 0)  # Linux: this thread's, inherited by what it starts
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, TIMING_NICE)
+    except PermissionError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        os.setpriority(os.PRIO_PROCESS, 0, before)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -178,7 +223,7 @@ class _TierClock:
         self.count: dict[str, int] = {}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        tier = next((t for t in TIERS if t in report.keywords), None)
+        tier = dict(report.user_properties).get("tier")
         if tier is None or not report.start:
             return
         first, last = self.span.get(tier, (report.start, report.stop))

@@ -28,7 +28,7 @@ from alflow.preflight import PREFLIGHT_REQUESTS
 from alflow.results.store import open_run
 from alflow.util.procguard import same_process_alive, start_ticks
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timing]
 
 ALFLOW = str(Path(sys.executable).with_name("alflow"))
 
@@ -225,8 +225,8 @@ STALLS = """
 import signal, sys, time
 from alflow.cli import run
 signal.signal(signal.SIGTERM, run._terminate_as_exit)
-print("ready", flush=True)
 try:
+    print("ready", flush=True)  # inside the try: a SIGTERM right after it still lands in the except
     time.sleep(60)
 except SystemExit:
     # a cleanup that stalls (as a lock taken just before the signal would): a second SIGTERM is ignored

@@ -17,7 +17,7 @@ from alflow.sim.config import SimConfig
 from alflow.sim.process import start_in_thread
 from tests.simconfig import fast_sim
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timing]
 
 CODING = [
     "Write a Python function `def merge(a, b):` that merges two sorted lists; return the result.",

@@ -17,7 +17,7 @@ from alflow.sim.process import start_in_thread
 from alflow.sim.profiles import get_profile, predicted_tpot_s
 from alflow.sim.tokenizer import get_tokenizer
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timing]
 
 CONTENT = re.compile(rb'"delta":\{"content":"[^"]')
 

@@ -15,7 +15,7 @@ from alflow.loadgen import LoadAbortedError, LoadSpec, Sampling, Target, run_loa
 from alflow.loadgen.runner import arrival_offsets_ns
 from tests.unit.sse_server import SseServer
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.timing]
 
 
 def sessions(n: int, max_tokens: int = 4) -> list[Session]:

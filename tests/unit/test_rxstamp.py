@@ -17,7 +17,7 @@ from alflow.loadgen.endpoints import CompletionsEndpoint
 from alflow.loadgen.fast import FastTransport
 from alflow.loadgen.records import RequestRecord
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.timing]
 
 NS = 1_000_000_000
 
