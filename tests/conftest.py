@@ -20,10 +20,10 @@ one of its tests asks for it. The longest groups are handed out first (:data:`FI
 its own alflow state folder.
 
 A test marked ``timing`` measures real time or relies on how the processes are scheduled (a client-bound
-verdict, a rate, a batch formed by requests sent together). While it runs, its worker's main thread, and
-so every process it starts, runs at a raised CPU priority (nice -10) where the tests may raise it (as
-root, as CI runs): the other workers' tests must not starve it, as a benchmark client on cores of its own
-would not be. Without the right to raise it, nothing changes.
+verdict, a rate, a batch formed by requests sent together). While it runs, its worker and every process
+below the worker (the servers it started, what the test starts) run at a raised CPU priority (nice -10)
+where the tests may raise it (as root, as CI runs): the other workers' tests must not starve it, as a
+benchmark client on cores of its own would not be. Without the right to raise it, nothing changes.
 
 The groups are this file's, not ``xdist_group`` markers: pytest-xdist 3.8 marks a group by rewriting
 ``item._nodeid``, which pytest 9.2 no longer reads (a node's id is ``item._id``), so its groups are
@@ -33,6 +33,7 @@ controller's scheduler (:func:`pytest_xdist_make_scheduler`) reads its work unit
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -51,6 +52,8 @@ _PROCESS_EVENTS = frozenset(
 )
 _in_unit_test = False
 _GROUPS_FILE = "ALFLOW_TEST_GROUPS_FILE"
+_WRONG_TIER = pytest.StashKey[str]()
+TIER_RULE = f"every test carries exactly one tier marker of {', '.join(TIERS)} (pytestmark = pytest.mark.<tier> in its module)"
 
 
 def _refuse_processes_in_unit_tests(event: str, args: tuple[Any, ...]) -> None:
@@ -112,14 +115,13 @@ def pytest_collection_modifyitems(
         tiers = tier_of(item)
         if len(tiers) != 1:
             wrong.append(f"{item.nodeid}: {'no tier marker' if not tiers else 'tiers ' + ', '.join(tiers)}")
-    if wrong:
+            item.stash[_WRONG_TIER] = f"{TIER_RULE}: {wrong[-1]}"
+        item.user_properties.append(("tier", tiers[0] if len(tiers) == 1 else "none"))  # for the controller
+    if wrong and "PYTEST_XDIST_WORKER" not in os.environ:
         shown = "\n  ".join(wrong[:20]) + (f"\n  ... and {len(wrong) - 20} more" if len(wrong) > 20 else "")
-        raise pytest.UsageError(
-            f"every test carries exactly one tier marker of {', '.join(TIERS)} "
-            f"(pytestmark = pytest.mark.<tier> in its module):\n  {shown}"
-        )
-    for item in items:
-        item.user_properties.append(("tier", tier_of(item)[0]))  # reports carry it to the controller
+        raise pytest.UsageError(f"{TIER_RULE}:\n  {shown}")
+    # a worker cannot stop the run from here (pytest-xdist reports a crash, not the message): each such test
+    # fails at its setup instead, with the message
     groups = {id(item): group_of(item) for item in items}
     rank = {group: i for i, group in enumerate(FIRST)}
     items.sort(key=lambda item: rank.get(groups[id(item)], len(FIRST)))  # stable: collection order otherwise
@@ -143,10 +145,19 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
         def _split_scope(self, nodeid: str) -> str:
             if self.groups is None:  # first asked once every worker has collected, so the file is written
-                self.groups = json.loads(groups_file.read_text(encoding="utf-8"))
+                try:
+                    self.groups = json.loads(groups_file.read_text(encoding="utf-8"))
+                except (OSError, ValueError):  # no worker wrote it: one unit per test, as plain load
+                    self.groups = {}
             return self.groups.get(nodeid, nodeid)
 
     return GroupScheduling(config, log)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test collected without exactly one tier marker (on a worker) fails here, naming the rule."""
+    if _WRONG_TIER in item.stash:
+        pytest.fail(item.stash[_WRONG_TIER], pytrace=False)
 
 
 @pytest.fixture(autouse=True)
@@ -160,22 +171,86 @@ def _unit_tier_starts_no_process(request: pytest.FixtureRequest) -> Iterator[Non
         _in_unit_test = False
 
 
+def _threads_below(pid: int) -> list[int]:
+    """The thread ids of ``pid`` and of every process below it (from /proc; Linux)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry.name))
+    tids: list[int] = []
+    todo = [pid]
+    while todo:
+        proc = todo.pop()
+        with contextlib.suppress(OSError):
+            tids.extend(int(t.name) for t in Path(f"/proc/{proc}/task").iterdir())
+        todo.extend(children.get(proc, []))
+    return tids
+
+
+def _renice(tids: list[int], value: int | dict[int, int]) -> None:
+    """Set each thread's nice value (one for all, or each its own; a thread not in the dict: key 0's).
+
+    A thread gone meanwhile is skipped; the first refusal (PermissionError) is raised, once every thread was tried.
+    """
+    refused: PermissionError | None = None
+    for tid in tids:
+        nice = value if isinstance(value, int) else value.get(tid, value.get(0, 0))
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+        except ProcessLookupError:
+            continue
+        except PermissionError as exc:
+            refused = refused or exc
+    if refused is not None and isinstance(value, int):
+        raise refused
+
+
+def _processes() -> list[int]:
+    """Every process id in /proc."""
+    return [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
+
+
+def _nice(pid: int) -> int | None:
+    """The nice value of ``pid``'s main thread (None: gone)."""
+    try:
+        return os.getpriority(os.PRIO_PROCESS, pid)
+    except OSError:
+        return None
+
+
 @pytest.fixture(autouse=True)
 def _timing_tests_are_not_starved(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A ``timing`` test runs at nice :data:`TIMING_NICE` where the tests may raise their priority."""
-    if request.node.get_closest_marker("timing") is None:
+    """A ``timing`` test's worker and every process below it run at :data:`TIMING_NICE` where allowed.
+
+    Every thread is set, not only the test's: Prefect's task threads (which run the load) and the servers the
+    worker started before the test (a ``prefect server``, the test harness) serve the test too. Afterwards each
+    thread gets its old value back, and one started during the test the worker's own.
+    """
+    if request.node.get_closest_marker("timing") is None or not Path("/proc/self/task").is_dir():
         yield
         return
-    before = os.getpriority(os.PRIO_PROCESS, 0)  # Linux: this thread's, inherited by what it starts
+    before = {0: os.getpriority(os.PRIO_PROCESS, 0)}
+    for tid in _threads_below(os.getpid()):
+        with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+            before[tid] = os.getpriority(os.PRIO_PROCESS, tid)
+    existing = set(_processes())
     try:
-        os.setpriority(os.PRIO_PROCESS, 0, TIMING_NICE)
-    except PermissionError:
+        _renice(list(before), TIMING_NICE)
+    except PermissionError:  # not allowed to raise a priority: leave every thread as it was
+        _renice(list(before), before)
         yield
         return
     try:
         yield
     finally:
-        os.setpriority(os.PRIO_PROCESS, 0, before)
+        # what was below the worker, and what the test started even if it left the worker's tree since
+        started = [pid for pid in _processes() if pid not in existing and _nice(pid) == TIMING_NICE]
+        tids = _threads_below(os.getpid())
+        for pid in started:
+            tids.extend(_threads_below(pid))
+        _renice(tids, before)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -268,7 +268,9 @@ def config_reference() -> str:
     models = _config_models()
     for title, model in models:
         schema = model.model_json_schema()
-        definitions.update(schema.get("$defs", {}))
+        for name, definition in schema.get("$defs", {}).items():
+            if definitions.setdefault(name, definition) != definition:  # two models of one name: one section
+                raise ValueError(f"configuration reference: two different nested models are named {name!r}")
         lines += _model_section("##", model.__name__, schema, title=title)
     lines += ["## Nested models", ""]
     top = {model.__name__ for _, model in models}  # already a section above: one anchor per model

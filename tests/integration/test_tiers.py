@@ -1,0 +1,113 @@
+"""The tiers of tests/conftest.py on small test folders run by a real pytest (with and without workers).
+
+A test with no tier marker stops a run without workers in one message, and fails with that message on a
+worker (where stopping the run would show pytest-xdist's crash instead); a unit test that starts a process
+fails naming the tier to move it to; the tiers' times are printed after the run; the workers keep a module
+on one worker.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+INI = """[pytest]
+addopts = -p no:cacheprovider
+markers =
+    unit: u
+    integration: i
+    engines: e
+    services: s
+    timing: t
+"""
+
+
+def _pytest(folder: Path, tests: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    (folder / "pytest.ini").write_text(INI, encoding="utf-8")
+    (folder / "conftest.py").write_text('pytest_plugins = ["tests.conftest"]\n', encoding="utf-8")
+    for name, text in tests.items():
+        (folder / name).write_text("import os, subprocess, sys\n\nimport pytest\n\n" + text, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    env.pop("ALFLOW_TEST_GROUPS_FILE", None)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", *args, str(folder)],
+        capture_output=True,
+        text=True,
+        cwd=folder,
+        env=env,
+        timeout=180,
+        check=False,
+    )
+
+
+UNMARKED = {"test_unmarked.py": "def test_plain():\n    assert True\n"}
+
+
+def test_a_test_without_a_tier_stops_a_run_without_workers_in_one_message(tmp_path: Path) -> None:
+    run = _pytest(tmp_path, UNMARKED, "-n", "0")
+    assert run.returncode == 4, run.stdout + run.stderr  # pytest's usage error
+    assert "every test carries exactly one tier marker" in run.stderr
+    assert "test_unmarked.py::test_plain: no tier marker" in run.stderr
+
+
+def test_a_test_without_a_tier_fails_with_the_message_on_a_worker(tmp_path: Path) -> None:
+    run = _pytest(tmp_path, UNMARKED, "-n", "2", "--dist", "loadgroup")
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "INTERNALERROR" not in run.stdout + run.stderr
+    assert "every test carries exactly one tier marker" in run.stdout
+    assert "1 error" in run.stdout
+
+
+def test_two_tiers_are_refused(tmp_path: Path) -> None:
+    two = {
+        "test_two.py": "pytestmark = [pytest.mark.unit, pytest.mark.integration]\n\ndef test_x():\n    pass\n"
+    }
+    run = _pytest(tmp_path, two, "-n", "0")
+    assert run.returncode == 4, run.stdout + run.stderr
+    assert "test_two.py::test_x: tiers integration, unit" in run.stderr
+
+
+def test_a_unit_test_that_starts_a_process_fails_and_an_integration_test_may(tmp_path: Path) -> None:
+    spawn = "def test_spawn():\n    subprocess.run([sys.executable, '-c', 'pass'], check=True)\n"
+    tests = {
+        "test_unit.py": "pytestmark = pytest.mark.unit\n\n" + spawn,
+        "test_integration.py": "pytestmark = pytest.mark.integration\n\n" + spawn,
+    }
+    run = _pytest(tmp_path, tests, "-n", "0", "-rA")
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "a unit test started a process (subprocess.Popen" in run.stdout
+    assert "FAILED test_unit.py::test_spawn" in run.stdout
+    assert "PASSED test_integration.py::test_spawn" in run.stdout
+
+
+def test_the_tiers_times_are_printed_and_a_module_stays_on_one_worker(tmp_path: Path) -> None:
+    record = "def test_{n}():\n    (Path(os.environ['OUT']) / '{m}-{n}').write_text(str(os.getpid()))\n"
+    tests = {
+        f"test_{m}.py": f"from pathlib import Path\n\npytestmark = pytest.mark.{tier}\n\n"
+        + "".join(record.format(m=m, n=n) for n in range(6))
+        for m, tier in (("a", "unit"), ("b", "unit"), ("c", "integration"))
+    }
+    out = tmp_path / "out"
+    out.mkdir()
+    folder = tmp_path / "t"
+    folder.mkdir()
+    os.environ["OUT"] = str(out)
+    try:
+        run = _pytest(folder, tests, "-n", "2", "--dist", "loadgroup")
+    finally:
+        del os.environ["OUT"]
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "time per tier" in run.stdout
+    assert "unit            12 tests" in run.stdout, run.stdout
+    assert "integration      6 tests" in run.stdout, run.stdout
+    for module in "abc":
+        pids = {(out / f"{module}-{n}").read_text() for n in range(6)}
+        assert len(pids) == 1, (module, pids)  # one worker ran the whole module
