@@ -161,10 +161,23 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _unit_tier_starts_no_process(request: pytest.FixtureRequest) -> Iterator[None]:
-    """While a unit test runs (its fixtures included), starting a process raises."""
+def _unit_tier_starts_no_process(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """While a unit test runs (its function-scoped fixtures included), starting a process raises.
+
+    The audit hook sees subprocess, fork and exec; multiprocessing's spawn and forkserver start their processes
+    through ``_posixsubprocess.fork_exec`` without an audit event, so that is refused here too.
+    """
     global _in_unit_test  # noqa: PLW0603 - the audit hook reads it; hooks cannot be removed or given state
     _in_unit_test = request.node.get_closest_marker("unit") is not None
+    if _in_unit_test:
+        import _posixsubprocess  # type: ignore[import-not-found]
+
+        def refused(*args: Any, **kwargs: Any) -> Any:
+            _refuse_processes_in_unit_tests("subprocess.Popen", ("_posixsubprocess.fork_exec",))
+
+        monkeypatch.setattr(_posixsubprocess, "fork_exec", refused)
     try:
         yield
     finally:

@@ -111,3 +111,16 @@ def test_the_tiers_times_are_printed_and_a_module_stays_on_one_worker(tmp_path: 
     for module in "abc":
         pids = {(out / f"{module}-{n}").read_text() for n in range(6)}
         assert len(pids) == 1, (module, pids)  # one worker ran the whole module
+
+
+def test_a_unit_test_that_spawns_a_multiprocessing_worker_fails(tmp_path: Path) -> None:
+    spawn = (
+        "import multiprocessing\n\npytestmark = pytest.mark.unit\n\n"
+        "def test_spawn():\n"
+        "    p = multiprocessing.get_context('spawn').Process(target=print)\n"
+        "    p.start()\n"
+        "    p.join()\n"
+    )
+    run = _pytest(tmp_path, {"test_spawn.py": spawn}, "-n", "0")
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "a unit test started a process" in run.stdout
