@@ -84,7 +84,7 @@ FIRST = (
     "tests/integration/test_url_secrets_prefect.py",
     "slurm",
 )
-"""Groups handed to the workers first, longest first (by their time in a run at 4 workers): a long group
+"""Groups handed to the workers first, longest first (by their time in a run with workers): a long group
 started last would end the run alone."""
 TIMING_NICE = -10
 
