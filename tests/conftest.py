@@ -25,6 +25,12 @@ below the worker (the servers it started, what the test starts) run at a raised 
 where the tests may raise it (as root, as CI runs): the other workers' tests must not starve it, as a
 benchmark client on cores of its own would not be. Without the right to raise it, nothing changes.
 
+A test marked ``alone`` runs while no other test runs: a shared lock that every test holds while it runs
+(file locks beside the groups file), which an ``alone`` test takes exclusively; a gate in front of it keeps
+new tests from starting while it waits. Such tests are handed out last, when little else is left. It is for
+a test whose verdicts need a client that is not starved at all (the nightly regression's four points are
+each judged client-bound, and so not compared, by one event-loop stall of 10 ms at p99).
+
 The groups are this file's, not ``xdist_group`` markers: pytest-xdist 3.8 marks a group by rewriting
 ``item._nodeid``, which pytest 9.2 no longer reads (a node's id is ``item._id``), so its groups are
 silently ignored. Here each worker writes the group of every test it collected to one file, and the
@@ -34,6 +40,7 @@ controller's scheduler (:func:`pytest_xdist_make_scheduler`) reads its work unit
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import sys
@@ -70,7 +77,6 @@ SHARED = (("slurm", "slurm_cluster"),)
 FIRST = (
     "vllm",
     "tests/e2e/test_sweep_fanout.py",
-    "tests/e2e/test_nightly_regression.py",
     "tests/integration/test_tiny_flows.py",
     "tests/integration/test_local_deployments.py",
     "tests/integration/test_tiny_engine.py",
@@ -124,7 +130,12 @@ def pytest_collection_modifyitems(
     # fails at its setup instead, with the message
     groups = {id(item): group_of(item) for item in items}
     rank = {group: i for i, group in enumerate(FIRST)}
-    items.sort(key=lambda item: rank.get(groups[id(item)], len(FIRST)))  # stable: collection order otherwise
+    last = len(FIRST) + 1  # alone: handed out last
+
+    def order(item: pytest.Item) -> int:
+        return last if item.get_closest_marker("alone") else rank.get(groups[id(item)], len(FIRST))
+
+    items.sort(key=order)  # stable: collection order otherwise
     path = os.environ.get(_GROUPS_FILE)
     if path and "PYTEST_XDIST_WORKER" in os.environ:  # every worker collects the same tests: same content
         scratch = Path(f"{path}.{os.environ['PYTEST_XDIST_WORKER']}")
@@ -152,6 +163,28 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return self.groups.get(nodeid, nodeid)
 
     return GroupScheduling(config, log)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[object]:
+    """On a worker: every test holds the run lock shared, an ``alone`` test exclusively (see the module doc)."""
+    path = os.environ.get(_GROUPS_FILE)
+    if not path or "PYTEST_XDIST_WORKER" not in os.environ:
+        return (yield)
+    alone = item.get_closest_marker("alone") is not None
+    with Path(f"{path}.gate").open("a") as gate, Path(f"{path}.run").open("a") as run:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(run, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            if not alone:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            return (yield)
+        finally:
+            fcntl.flock(run, fcntl.LOCK_UN)
+            if alone:
+                fcntl.flock(gate, fcntl.LOCK_UN)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -290,7 +323,9 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     """The controller removes the workers' groups file."""
     if "PYTEST_XDIST_WORKER" not in os.environ and os.environ.get(_GROUPS_FILE):
-        Path(os.environ.pop(_GROUPS_FILE)).unlink(missing_ok=True)
+        path = os.environ.pop(_GROUPS_FILE)
+        for suffix in ("", ".gate", ".run"):
+            Path(path + suffix).unlink(missing_ok=True)
 
 
 @pytest.fixture

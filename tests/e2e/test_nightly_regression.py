@@ -41,7 +41,7 @@ from tests.e2e.automation_support import automations, readme_automation
 from tests.e2e.prefect_support import ROOT
 from tests.e2e.site_support import ALFLOW, serve_results
 
-pytestmark = [pytest.mark.services, pytest.mark.timing]
+pytestmark = [pytest.mark.services, pytest.mark.timing, pytest.mark.alone]
 
 KS = (1, 2)
 CONCURRENCIES = (2, 4)

@@ -26,6 +26,7 @@ markers =
     engines: e
     services: s
     timing: t
+    alone: a
 """
 
 
@@ -124,3 +125,39 @@ def test_a_unit_test_that_spawns_a_multiprocessing_worker_fails(tmp_path: Path) 
     run = _pytest(tmp_path, {"test_spawn.py": spawn}, "-n", "0")
     assert run.returncode == 1, run.stdout + run.stderr
     assert "a unit test started a process" in run.stdout
+
+
+def test_an_alone_test_runs_while_no_other_test_runs(tmp_path: Path) -> None:
+    span = (
+        "def test_{n}():\n"
+        "    start = time.monotonic()\n"
+        "    time.sleep({s})\n"
+        "    (Path(os.environ['OUT']) / '{m}-{n}').write_text(f'{{start}} {{time.monotonic()}}')\n"
+    )
+    head = "import time\nfrom pathlib import Path\n\n"
+    tests = {
+        "test_alone.py": head
+        + "pytestmark = [pytest.mark.unit, pytest.mark.alone]\n\n"
+        + span.format(m="a", n=0, s=1.0),
+        "test_others.py": head
+        + "pytestmark = pytest.mark.unit\n\n"
+        + "".join(span.format(m="o", n=n, s=0.3) for n in range(8)),
+        "test_more.py": head
+        + "pytestmark = pytest.mark.unit\n\n"
+        + "".join(span.format(m="p", n=n, s=0.3) for n in range(16)),  # still running when the first ends
+    }
+    out = tmp_path / "out"
+    out.mkdir()
+    folder = tmp_path / "t"
+    folder.mkdir()
+    os.environ["OUT"] = str(out)
+    try:
+        run = _pytest(folder, tests, "-n", "2", "--dist", "loadgroup")
+    finally:
+        del os.environ["OUT"]
+    assert run.returncode == 0, run.stdout + run.stderr
+    spans = {f.name: tuple(map(float, f.read_text().split())) for f in out.iterdir()}
+    a_start, a_end = spans.pop("a-0")
+    assert len(spans) == 24
+    overlapping = [name for name, (start, end) in spans.items() if start < a_end and end > a_start]
+    assert not overlapping, overlapping
