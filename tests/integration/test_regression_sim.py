@@ -26,7 +26,12 @@ from alflow.results.catalog import Catalog, SeriesKey
 from alflow.results.store import open_run
 from flows.benchmark import benchmark
 
-pytestmark = [pytest.mark.integration, pytest.mark.timing, pytest.mark.alone, pytest.mark.usefixtures("prefect_harness")]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.timing,
+    pytest.mark.alone,
+    pytest.mark.usefixtures("prefect_harness"),
+]
 
 MODEL = ModelSpec(id="test-llama")
 CONCURRENCIES = (2, 4)
