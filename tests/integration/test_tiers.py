@@ -49,6 +49,19 @@ def _pytest(folder: Path, tests: dict[str, str], *args: str) -> subprocess.Compl
     )
 
 
+def _run_with_workers(tmp_path: Path, tests: dict[str, str]) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """Run ``tests`` on two workers; each test may write what it saw into the folder named by ``$OUT``."""
+    out = tmp_path / "out"
+    out.mkdir()
+    folder = tmp_path / "t"
+    folder.mkdir()
+    os.environ["OUT"] = str(out)
+    try:
+        return out, _pytest(folder, tests, "-n", "2", "--dist", "loadgroup")
+    finally:
+        del os.environ["OUT"]
+
+
 UNMARKED = {"test_unmarked.py": "def test_plain():\n    assert True\n"}
 
 
@@ -96,15 +109,7 @@ def test_the_tiers_times_are_printed_and_a_module_stays_on_one_worker(tmp_path: 
         + "".join(record.format(m=m, n=n) for n in range(6))
         for m, tier in (("a", "unit"), ("b", "unit"), ("c", "integration"))
     }
-    out = tmp_path / "out"
-    out.mkdir()
-    folder = tmp_path / "t"
-    folder.mkdir()
-    os.environ["OUT"] = str(out)
-    try:
-        run = _pytest(folder, tests, "-n", "2", "--dist", "loadgroup")
-    finally:
-        del os.environ["OUT"]
+    out, run = _run_with_workers(tmp_path, tests)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "time per tier" in run.stdout
     assert "unit            12 tests" in run.stdout, run.stdout
@@ -146,15 +151,7 @@ def test_an_alone_test_runs_while_no_other_test_runs(tmp_path: Path) -> None:
         + "pytestmark = pytest.mark.unit\n\n"
         + "".join(span.format(m="p", n=n, s=0.3) for n in range(16)),  # still running when the first ends
     }
-    out = tmp_path / "out"
-    out.mkdir()
-    folder = tmp_path / "t"
-    folder.mkdir()
-    os.environ["OUT"] = str(out)
-    try:
-        run = _pytest(folder, tests, "-n", "2", "--dist", "loadgroup")
-    finally:
-        del os.environ["OUT"]
+    out, run = _run_with_workers(tmp_path, tests)
     assert run.returncode == 0, run.stdout + run.stderr
     spans = {f.name: tuple(map(float, f.read_text().split())) for f in out.iterdir()}
     a_start, a_end = spans.pop("a-0")
