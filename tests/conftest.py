@@ -25,11 +25,15 @@ below the worker (the servers it started, what the test starts) run at a raised 
 where the tests may raise it (as root, as CI runs): the other workers' tests must not starve it, as a
 benchmark client on cores of its own would not be. Without the right to raise it, nothing changes.
 
-A test marked ``alone`` runs while no other test runs: a shared lock that every test holds while it runs
-(file locks beside the groups file), which an ``alone`` test takes exclusively; a gate in front of it keeps
-new tests from starting while it waits. Such tests are handed out last, when little else is left. It is for
-a test whose verdicts need a client that is not starved at all (the nightly regression's four points are
-each judged client-bound, and so not compared, by one event-loop stall of 10 ms at p99).
+A test marked ``alone`` runs while no test above the unit tier runs: a shared lock that every integration,
+engines or services test holds while it runs (a file lock beside the groups file), which an ``alone`` test takes
+exclusively. The ``alone`` tests are one group (one worker runs them one after another), handed out after every
+other group above the unit tier, so what an ``alone`` test waits for is only the last tests already on the
+other workers; the unit tests are handed out after it. A unit test takes no lock: it is one process on one core
+(the tier starts none), so beside it the ``alone`` test, raised to nice -10 as a ``timing`` one, keeps a core
+of its own, and the unit tier's CPU fills the core the ``alone`` test leaves idle. It is for a test whose
+verdicts need a client that is not starved at all (the nightly regression's four points are each judged
+client-bound, and so not compared, by one event-loop stall of 10 ms at p99).
 
 The groups are this file's, not ``xdist_group`` markers: pytest-xdist 3.8 marks a group by rewriting
 ``item._nodeid``, which pytest 9.2 no longer reads (a node's id is ``item._id``), so its groups are
@@ -101,7 +105,9 @@ def tier_of(item: pytest.Item) -> list[str]:
 
 
 def group_of(item: pytest.Item) -> str:
-    """The worker group of ``item``: the shared resource it uses, else its module."""
+    """The worker group of ``item``: ``alone``, the shared resource it uses, else its module."""
+    if item.get_closest_marker("alone") is not None:
+        return "alone"
     if item.get_closest_marker("vllm") is not None:
         return "vllm"
     fixtures = set(getattr(item, "fixturenames", ()))
@@ -130,10 +136,12 @@ def pytest_collection_modifyitems(
     # fails at its setup instead, with the message
     groups = {id(item): group_of(item) for item in items}
     rank = {group: i for i, group in enumerate(FIRST)}
-    last = len(FIRST) + 1  # alone: handed out last
+    alone, units = len(FIRST) + 1, len(FIRST) + 2  # handed out last: they run beside the alone tests
 
     def order(item: pytest.Item) -> int:
-        return last if item.get_closest_marker("alone") else rank.get(groups[id(item)], len(FIRST))
+        if item.get_closest_marker("alone"):
+            return alone
+        return units if tier_of(item) == ["unit"] else rank.get(groups[id(item)], len(FIRST))
 
     items.sort(key=order)  # stable: collection order otherwise
     path = os.environ.get(_GROUPS_FILE)
@@ -167,24 +175,20 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[object]:
-    """On a worker: every test holds the run lock shared, an ``alone`` test exclusively (see the module doc)."""
+    """On a worker: every test holds the run lock shared, an ``alone`` test exclusively (see the module doc).
+
+    A unit test takes no lock: it is one process on one core, which leaves the other core to the ``alone`` test.
+    """
     path = os.environ.get(_GROUPS_FILE)
-    if not path or "PYTEST_XDIST_WORKER" not in os.environ:
-        return (yield)
     alone = item.get_closest_marker("alone") is not None
-    with Path(f"{path}.gate").open("a") as gate, Path(f"{path}.run").open("a") as run:
-        fcntl.flock(gate, fcntl.LOCK_EX)
-        try:
-            fcntl.flock(run, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        finally:
-            if not alone:
-                fcntl.flock(gate, fcntl.LOCK_UN)
+    if not path or "PYTEST_XDIST_WORKER" not in os.environ or (not alone and tier_of(item) == ["unit"]):
+        return (yield)
+    with Path(f"{path}.run").open("a") as run:
+        fcntl.flock(run, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
         try:
             return (yield)
         finally:
             fcntl.flock(run, fcntl.LOCK_UN)
-            if alone:
-                fcntl.flock(gate, fcntl.LOCK_UN)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -324,7 +328,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     """The controller removes the workers' groups file."""
     if "PYTEST_XDIST_WORKER" not in os.environ and os.environ.get(_GROUPS_FILE):
         path = os.environ.pop(_GROUPS_FILE)
-        for suffix in ("", ".gate", ".run"):
+        for suffix in ("", ".run"):
             Path(path + suffix).unlink(missing_ok=True)
 
 

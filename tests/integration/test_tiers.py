@@ -132,29 +132,49 @@ def test_a_unit_test_that_spawns_a_multiprocessing_worker_fails(tmp_path: Path) 
     assert "a unit test started a process" in run.stdout
 
 
-def test_an_alone_test_runs_while_no_other_test_runs(tmp_path: Path) -> None:
-    span = (
-        "def test_{n}():\n"
-        "    start = time.monotonic()\n"
-        "    time.sleep({s})\n"
-        "    (Path(os.environ['OUT']) / '{m}-{n}').write_text(f'{{start}} {{time.monotonic()}}')\n"
+_SPAN = (
+    "def test_{n}():\n"
+    "    start = time.monotonic()\n"
+    "    time.sleep({s})\n"
+    "    (Path(os.environ['OUT']) / '{m}-{n}').write_text(f'{{start}} {{time.monotonic()}}')\n"
+)
+_HEAD = "import time\nfrom pathlib import Path\n\n"
+
+
+def _module(marks: str, prefix: str, count: int, seconds: float) -> str:
+    return (
+        _HEAD
+        + f"pytestmark = {marks}\n\n"
+        + "".join(_SPAN.format(m=prefix, n=n, s=seconds) for n in range(count))
     )
-    head = "import time\nfrom pathlib import Path\n\n"
+
+
+def _overlapping(out: Path, alone: str) -> list[str]:
+    """The tests (their files in ``out``) whose span overlaps the ``alone`` test's."""
+    spans = {f.name: tuple(map(float, f.read_text().split())) for f in out.iterdir()}
+    a_start, a_end = spans.pop(alone)
+    return [name for name, (start, end) in spans.items() if start < a_end and end > a_start]
+
+
+def test_an_alone_test_runs_while_no_other_test_above_the_unit_tier_runs(tmp_path: Path) -> None:
     tests = {
-        "test_alone.py": head
-        + "pytestmark = [pytest.mark.unit, pytest.mark.alone]\n\n"
-        + span.format(m="a", n=0, s=1.0),
-        "test_others.py": head
-        + "pytestmark = pytest.mark.unit\n\n"
-        + "".join(span.format(m="o", n=n, s=0.3) for n in range(8)),
-        "test_more.py": head
-        + "pytestmark = pytest.mark.unit\n\n"
-        + "".join(span.format(m="p", n=n, s=0.3) for n in range(16)),  # still running when the first ends
+        "test_alone.py": _module("[pytest.mark.integration, pytest.mark.alone]", "a", 1, 1.0),
+        "test_others.py": _module("pytest.mark.integration", "o", 8, 0.3),
+        # still running when the first ends
+        "test_more.py": _module("pytest.mark.integration", "p", 16, 0.3),
+        "test_units.py": _module("pytest.mark.unit", "u", 4, 0.3),
     }
     out, run = _run_with_workers(tmp_path, tests)
     assert run.returncode == 0, run.stdout + run.stderr
-    spans = {f.name: tuple(map(float, f.read_text().split())) for f in out.iterdir()}
-    a_start, a_end = spans.pop("a-0")
-    assert len(spans) == 24
-    overlapping = [name for name, (start, end) in spans.items() if start < a_end and end > a_start]
-    assert not overlapping, overlapping
+    assert len(list(out.iterdir())) == 29
+    assert not [name for name in _overlapping(out, "a-0") if not name.startswith("u-")]
+
+
+def test_unit_tests_run_beside_an_alone_test(tmp_path: Path) -> None:
+    tests = {
+        "test_alone.py": _module("[pytest.mark.integration, pytest.mark.alone]", "a", 1, 2.0),
+        "test_units.py": _module("pytest.mark.unit", "u", 8, 0.3),
+    }
+    out, run = _run_with_workers(tmp_path, tests)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert _overlapping(out, "a-0"), "no unit test ran beside the alone test"
