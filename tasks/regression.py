@@ -47,6 +47,7 @@ def alert_event(
             for name in ("framework", "image", "model", "thinking")
         },
         "alflow.image-tag": image_tag,
+        "alflow.target-al": str(series.get("target_al", "")),  # a line is one target AL (SeriesKey)
         "alflow.k": str(point.k),
         "alflow.concurrency": str(point.concurrency),
         "alflow.repeat": str(point.repeat),

@@ -1,8 +1,8 @@
 """Regression verdicts: each M2 point against its series' recent history, and reference entries that moved.
 
 **The series.** A point's series is its (framework, image repository without tag, model, K, concurrency,
-thinking mode) (:class:`alflow.results.catalog.SeriesKey`): a nightly new tag of the same image continues the
-series. Its history is the good points (run complete, point valid, not partial, not client-bound) of the last
+thinking mode, target AL, scheme) (:class:`alflow.results.catalog.SeriesKey`): a nightly new tag of the same image
+continues the series; a run forced to another target AL is another series. Its history is the good points (run complete, point valid, not partial, not client-bound) of the last
 ``history_runs`` runs of that series started before this one (:meth:`alflow.results.catalog.Catalog.history`).
 
 **The per-request values** (measured phase, successful requests, ``requests.parquet``):

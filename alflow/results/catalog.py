@@ -6,7 +6,7 @@ Usage::
     catalog = Catalog("results/demo")                # reads every run once (or takes it from the disk cache)
     catalog.refresh()                                # later: re-reads only runs whose manifest.json changed
     for entry in catalog.entries():                  # newest first
-        for key, point in entry.series():            # (framework, image, model, K, concurrency, thinking) -> point
+        for key, point in entry.series():            # (framework, image, model, K, c, thinking, target) -> point
             ...
     catalog.history(key, before=entry.started, n=5)  # the last good runs of a series before a date
 
@@ -57,7 +57,8 @@ VERDICT_ORDER: Final = ("regressed", "moved", "improved", "unchanged", "not enou
 left its interval, :mod:`alflow.results.regression`; ``not compared``: a point that could not be judged)."""
 RUN_DIR: Final = re.compile(r"^(\d{8}T\d{6}Z)-[A-Za-z0-9][A-Za-z0-9_.-]*$")
 """A run directory's name: ``<YYYYmmddTHHMMSSZ>-<run id>`` (:class:`alflow.results.store.RunWriter`)."""
-CACHE_VERSION: Final = 1
+CACHE_VERSION: Final = 2
+"""2: series keys hold the target AL and the scheme."""
 READ_THREADS: Final = 4
 """Threads that read runs at once on a cold start (parquet decoding runs outside the GIL)."""
 _GOOD_CLIENT: Final = "client-bound"
@@ -69,7 +70,13 @@ _GOOD_CLIENT: Final = "client-bound"
 
 @dataclass(frozen=True, order=True)
 class SeriesKey:
-    """One trend line: the M2 points of one (framework, image repository, model, K, concurrency, thinking)."""
+    """One trend line: the M2 points of one (framework, image, model, K, concurrency, thinking, target AL, scheme).
+
+    The target AL and the scheme are part of the line: at another forced AL the same server does other work per
+    token, so runs at two targets are two lines and never each other's history (a regression verdict compares
+    runs of one line only). Verdicts stored before the key held them read as target ``""``: no line of a run
+    measured now matches them.
+    """
 
     framework: str
     image: str
@@ -79,13 +86,21 @@ class SeriesKey:
     concurrency: int
     thinking: str
     """The run config's thinking mode (``on``, ``off``...), ``""`` when absent."""
+    target_al: str = ""
+    """The AL the server was forced to, to 4 decimals (:func:`target_text`); ``""`` for a reference entry."""
+    scheme: str = ""
+    """The synthetic-acceptance scheme the audit tested against, ``""`` when not recorded."""
 
     def label(self) -> str:
-        """``framework [image] model K=k c=concurrency [thinking=..]``: how pages name the series."""
+        """``framework [image] model K=k c=concurrency [thinking=..] [target AL .. [scheme]]``: how pages name it."""
         parts = [self.framework, *([self.image] if self.image else []), self.model]
         parts += [f"K={self.k}", f"c={self.concurrency}"]
         if self.thinking:
             parts.append(f"thinking={self.thinking}")
+        if self.target_al:
+            parts.append(f"target AL {self.target_al}")
+        if self.scheme:
+            parts.append(f"({self.scheme})")
         return " ".join(parts)
 
     def to_dict(self) -> dict[str, str | int]:
@@ -99,7 +114,7 @@ class SeriesKey:
             raise InvalidInputError(f"series {data!r:.120}: expected a JSON object with {_KEY_FIELDS}")
         values: dict[str, Any] = {}
         for f in fields(cls):
-            value = data.get(f.name)
+            value = data.get(f.name, "" if f.name in _KEY_ADDED else None)
             if f.type in ("int", int):
                 if isinstance(value, bool) or not isinstance(value, int):
                     raise InvalidInputError(f"series field {f.name} {value!r:.80}: must be an integer")
@@ -110,6 +125,15 @@ class SeriesKey:
 
 
 _KEY_FIELDS: Final = ", ".join(f.name for f in fields(SeriesKey))
+_KEY_ADDED: Final = frozenset({"target_al", "scheme"})
+"""Key fields a verdict stored before them lacks (read as ``""``)."""
+
+
+def target_text(target_al: float) -> str:
+    """A target AL as a series key holds it: 4 decimals, as the audit reports it (``2.587`` -> ``2.5870``)."""
+    return f"{target_al:.4f}"
+
+
 _POINT_FIELDS: Final = tuple(f.name for f in fields(M2Point))
 
 
@@ -185,6 +209,8 @@ class CatalogEntry:
                     k=p.k,
                     concurrency=p.concurrency,
                     thinking=self.thinking or "",
+                    target_al=target_text(p.target_al),
+                    scheme=p.scheme or "",
                 ),
                 p,
             )

@@ -121,5 +121,7 @@ def test_a_slower_nightly_tag_regresses_and_a_control_run_does_not(
     entry = catalog.get("m2/" + Path(slow.run_dir).name)
     assert entry is not None
     assert entry.verdict == "regressed"
-    key = SeriesKey("sim", "alflow-sim", MODEL.id, 3, CONCURRENCIES[0], "off")
+    [key] = [k for k, _ in entry.series() if k.concurrency == CONCURRENCIES[0]]
+    assert key == SeriesKey("sim", "alflow-sim", MODEL.id, 3, CONCURRENCIES[0], "off", "2.5000", key.scheme)
+    assert key.scheme  # the scheme the audit tested, part of the line
     assert entry.verdict_of(key) == "regressed"

@@ -138,7 +138,13 @@ def test_an_event_without_alflow_labels_or_payload_still_renders() -> None:
 
 def test_without_a_tag_the_message_names_the_image_repository_alone() -> None:
     point = PointVerdict(
-        series={"framework": "sim", "image": "alflow-sim", "model": "m", "thinking": "off"},
+        series={
+            "framework": "sim",
+            "image": "alflow-sim",
+            "model": "m",
+            "thinking": "off",
+            "target_al": "1.9300",
+        },
         concurrency=2,
         k=1,
         outcome="regressed",
@@ -146,5 +152,6 @@ def test_without_a_tag_the_message_names_the_image_repository_alone() -> None:
     )
     resource, payload = alert_event(point, flow_run_id="f00", flow="m2", run_dir="results/m2/x")
     assert resource["alflow.image-tag"] == ""
+    assert resource["alflow.target-al"] == "1.9300"
     _, body = _render(resource, payload)
     assert "image: alflow-sim" in body.splitlines()

@@ -16,6 +16,7 @@ import pytest
 from alflow.errors import InvalidInputError
 from alflow.results.catalog import Catalog, SeriesKey, read_verdicts, split_image
 from alflow.results.store import RunWriter
+from alflow.site.pages import TrendQuery, trends_page
 
 pytestmark = pytest.mark.unit
 
@@ -94,6 +95,7 @@ def key(concurrency: int = 4, **changes: Any) -> SeriesKey:
         "k": 3,
         "concurrency": concurrency,
         "thinking": "off",
+        "target_al": "2.5000",  # point()'s target
     }
     return SeriesKey(**{**base, **changes})
 
@@ -118,7 +120,12 @@ def test_split_image(image: str | None, expected: tuple[str, str]) -> None:
 def test_series_key_round_trips_and_refuses_bad_data() -> None:
     k = key(16, thinking="")
     assert SeriesKey.from_dict(json.loads(json.dumps(k.to_dict()))) == k
-    assert k.label() == "vllm vllm/vllm-openai llama K=3 c=16"
+    assert k.label() == "vllm vllm/vllm-openai llama K=3 c=16 target AL 2.5000"
+    assert key(16, thinking="", scheme="vllm").label().endswith("target AL 2.5000 (vllm)")
+    before = {name: v for name, v in k.to_dict().items() if name not in ("target_al", "scheme")}
+    assert SeriesKey.from_dict(before) == k.__class__(
+        **{**before, "target_al": "", "scheme": ""}
+    )  # older files
     with pytest.raises(InvalidInputError, match="series field k 'x': must be an integer"):
         SeriesKey.from_dict({**k.to_dict(), "k": "x"})
     with pytest.raises(InvalidInputError, match="series field concurrency True"):
@@ -228,6 +235,27 @@ def test_outcomes_of_runs(tmp_path: Path) -> None:
     write_run(tmp_path, "2026-01-05T00:00:00+00:00")
     outcomes = [e.outcome for e in Catalog(str(tmp_path)).entries()]
     assert outcomes == ["passed", "failed", "running", "failed", "partial"]
+
+
+def test_runs_at_two_target_als_are_two_series_and_never_each_others_history(tmp_path: Path) -> None:
+    at = {
+        2.587: write_run(tmp_path, "2026-01-01T00:00:00+00:00", points=[point(4, target_al=2.587)]),
+        1.5: write_run(
+            tmp_path, "2026-01-02T00:00:00+00:00", points=[point(4, target_al=1.5, scheme="vllm")]
+        ),
+    }
+    catalog = Catalog(str(tmp_path))
+    keys = catalog.series_keys()
+    assert [(k.target_al, k.scheme) for k in keys] == [("1.5000", "vllm"), ("2.5870", "")]
+    page = trends_page(catalog, TrendQuery())
+    assert [s.label for s in page.series] == [
+        "vllm vllm/vllm-openai llama K=3 c=4 thinking=off target AL 1.5000 (vllm)",
+        "vllm vllm/vllm-openai llama K=3 c=4 thinking=off target AL 2.5870",
+    ]
+    for series in page.series:
+        assert len(series.points) == 1
+    history = catalog.history(key(target_al="2.5870"), before="2026-01-03", n=10)
+    assert [e.rel for e, _ in history] == [f"m2/{at[2.587].name}"]
 
 
 def test_history_keeps_only_good_runs_before_the_date_newest_first(tmp_path: Path) -> None:

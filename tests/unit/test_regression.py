@@ -37,7 +37,7 @@ from tasks.regression import REGRESSION_EVENT, alert_event
 pytestmark = pytest.mark.unit
 
 SETTINGS = RegressionSettings(resamples=500)
-KEY = SeriesKey("sim", "alflow-sim", "test-llama", 3, 4, "off")
+KEY = SeriesKey("sim", "alflow-sim", "test-llama", 3, 4, "off", target_al="2.5000")
 
 
 def _sample(rng: random.Random, n: int, scale: float = 1.0) -> pl.DataFrame:
@@ -222,7 +222,15 @@ def _records(concurrency: int, repeat: int, tpot_ms: float, rng: random.Random, 
 
 
 def _m2_run(
-    root: Path, run_id: str, tag: str, tpot_ms: float, *, seed: int, started: str, repo: str = "alflow-sim"
+    root: Path,
+    run_id: str,
+    tag: str,
+    tpot_ms: float,
+    *,
+    seed: int,
+    started: str,
+    repo: str = "alflow-sim",
+    target_al: float = 2.5,
 ) -> RunWriter:
     """An M2 run of image REPO:TAG at concurrencies 4 (two repeats) and 8, every request's TPOT near ``tpot_ms``."""
     from datetime import datetime
@@ -243,7 +251,9 @@ def _m2_run(
     rng = random.Random(seed)
     plan = [(4, 0), (4, 1), (8, 0)]
     writer.write_table("requests", pl.concat([_records(c, r, tpot_ms, rng) for c, r in plan]))
-    points = [_point(concurrency=c, repeat=r, framework="sim").to_dict() for c, r in plan]
+    points = [
+        _point(concurrency=c, repeat=r, framework="sim", target_al=target_al).to_dict() for c, r in plan
+    ]
     writer.write_table("spec_stats", pl.DataFrame(points))
     return writer
 
@@ -254,6 +264,8 @@ def test_a_stored_run_is_judged_against_its_series_in_the_results_root(tmp_path:
         _m2_run(root, f"h{i}", tag, 20.0, seed=i, started=f"2026-12-0{i + 1}T00:00:00+00:00").finish()
     other = _m2_run(root, "x0", "n1", 20.0, seed=9, started="2026-12-04T00:00:00+00:00", repo="other-sim")
     other.finish()  # another image repository: another series
+    # another target AL: another series (at AL 1.5 the same server is slower per token, not a regression)
+    _m2_run(root, "t0", "n1", 10.0, seed=8, started="2026-12-04T12:00:00+00:00", target_al=1.5).finish()
     slow = _m2_run(root, "slow", "n4", 30.0, seed=7, started="2026-12-05T00:00:00+00:00")
     report = judge_run(open_run(slow.dir), SETTINGS)
     assert report.kind == "m2"
