@@ -49,6 +49,9 @@ class Framework:
     knob_env: frozenset[str] = frozenset()
     """Environment variables that carry its synthetic knobs: never inherited by a launched server, read by the
     simulator only for this dialect."""
+    shortcut_env: frozenset[str] = frozenset()
+    """Environment variables that switch on a synthetic-only shortcut (work a synthetic run skips and a real one
+    cannot): never inherited by a launched server; its recipe refuses them with synthetic acceptance."""
     synthetic_markers: Mapping[str, Callable[[object], bool]] = field(default_factory=dict)
     """Keys of a server's self-description (``/server_info``, its arguments, its environment) and the test of a
     value that means synthetic acceptance is on (the M1 gate refuses such a server)."""
@@ -85,6 +88,11 @@ def frameworks() -> tuple[Framework, ...]:
 def knob_env_names() -> frozenset[str]:
     """Every framework's knob environment variables (never inherited by a launched server)."""
     return frozenset().union(*(f.knob_env for f in frameworks()))
+
+
+def never_inherited_env() -> frozenset[str]:
+    """Variables a launched server never inherits from alflow's own environment: knobs and shortcuts."""
+    return knob_env_names().union(*(f.shortcut_env for f in frameworks()))
 
 
 def synthetic_markers() -> dict[str, Callable[[object], bool]]:

@@ -75,10 +75,10 @@ def start_launch(
     **extras: Any,
 ) -> ServerHandle:
     """Start an already built ``launch`` and wait until it is ready (stopping it on failure)."""
-    for warning in launch.warnings:
-        log.warning("%s: %s", launch.framework, warning)
     runner = make_runner(options, run_id=run_id, secret_source=secret_source, **extras)
     handle = runner.start(launch)
+    for warning in handle.provenance.warnings:  # as the runner started it (no image: no image tag's warnings)
+        log.warning("%s: %s", launch.framework, warning)
     try:
         runner.wait_ready(handle, timeout_s)
         live = live_version(

@@ -1241,6 +1241,25 @@ CLI_CASES: list[CliCase] = [
             ),
         )
     ),
+    # --- a synthetic-only shortcut with synthetic acceptance (the vLLM recipe, through check_launchable)
+    CliCase(
+        "run m2 vLLM verify compaction in extra_env",
+        ("run", "m2", "--config", "{tmp}/m2.yaml"),
+        "refused with synthetic acceptance: vLLM's verify compaction",
+        "VLLM_KIMI_K3_SYNTHETIC_VERIFY_COMPACTION",
+        files=(
+            (
+                "m2.yaml",
+                _with(
+                    "m2",
+                    {
+                        "server": _VLLM_SERVER
+                        | {"extra_env": {"VLLM_KIMI_K3_SYNTHETIC_VERIFY_COMPACTION": "1"}}
+                    },
+                ),
+            ),
+        ),
+    ),
     CliCase("sim serve K zero", ("sim", "serve", "--k", "0"), "K=0", "K=0"),
     CliCase(
         "sim serve per-request metrics in the sglang dialect",

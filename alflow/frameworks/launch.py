@@ -252,6 +252,10 @@ class Launch:
     image: str | None = None
     secret_env: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    image_warnings: tuple[str, ...] = ()
+    """The release gates' warnings about ``image``'s tag (a tag without a version): they hold only where the
+    server runs from that image, so a runner that uses no image (the process runner) drops them with
+    :meth:`without_image` and the live server's version is checked instead."""
     synthetic: Mapping[str, object] | None = None
     nodes: int = 1
     """Nodes the server spans (1: single host). Only a multi-node runner (Slurm) can start more than one."""
@@ -377,6 +381,10 @@ class Launch:
             env={key: mapping.get(value, value) for key, value in self.env.items()},
         )
 
+    def without_image(self) -> Launch:
+        """The launch as a runner that uses no image starts it: no image, none of the image tag's warnings."""
+        return replace(self, image=None, image_warnings=())
+
     def provenance(self) -> ServerProvenance:
         """What a run records about its server: the exact command, environment (redacted), files."""
         return ServerProvenance.model_validate(
@@ -393,7 +401,7 @@ class Launch:
                 "port": self.port,
                 "health_path": self.health_path,
                 "metrics_path": self.metrics_path,
-                "warnings": list(self.warnings),
+                "warnings": [*self.image_warnings, *self.warnings],
                 "synthetic": None if self.synthetic is None else dict(self.synthetic),
                 "engine_note": self.engine_note,
                 "runtime_k": [k.to_dict() for k in self.runtime_k],

@@ -76,13 +76,21 @@ def speculative_label(config: ServerConfig) -> str | None:
     return label(config) if callable(label) else None
 
 
-def check_install(launch: Launch, prefix: Path) -> Launch:
-    """Refuse, before launch, what the framework installed at ``prefix`` cannot run; the launch to run.
+def check_install(launch: Launch, prefix: Path | None) -> Launch:
+    """``launch`` as it runs from an installed program (``prefix``: its environment, None: found on ``PATH``).
 
-    Recipes without install rules return ``launch`` unchanged.
+    The recipe's install rules (``check_install(launch, prefix)``, where it has them and the prefix is known) refuse
+    what the install cannot run, before launch. No image is used, so the launch's image and its tag's release-gate
+    warnings are dropped (:meth:`~alflow.frameworks.launch.Launch.without_image`; the live server's version is
+    checked after start), except for a recipe whose image only labels the same program (``process_image_label``:
+    the sim, whose image name is its series' identity). A launch of no registered framework (built by hand) has no
+    install rules.
     """
-    checker: InstallCheck | None = getattr(get_recipe(launch.framework), "check_install", None)
-    return launch if checker is None else checker(launch, prefix)
+    recipe: object = get_recipe(launch.framework) if launch.framework in framework_names() else None
+    checker: InstallCheck | None = getattr(recipe, "check_install", None)
+    if checker is not None and prefix is not None:
+        launch = checker(launch, prefix)
+    return launch if getattr(recipe, "process_image_label", False) else launch.without_image()
 
 
 __all__ = [

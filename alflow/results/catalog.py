@@ -178,6 +178,8 @@ class CatalogEntry:
     framework: str | None
     image: str | None
     image_tag: str | None
+    served: str | None
+    """What served a run without an image (``vllm 0.32.0 (process)``, :func:`alflow.results.view.served_by`)."""
     ks: tuple[int, ...]
     thinking: str | None
     simulated: bool
@@ -277,6 +279,7 @@ def unreadable_entry(rel: str, run_dir: str, problem: str) -> CatalogEntry:
         framework=None,
         image=None,
         image_tag=None,
+        served=None,
         ks=(),
         thinking=None,
         simulated=False,
@@ -386,6 +389,7 @@ def read_entry(rel: str, run_dir: str) -> CatalogEntry:
         framework=view.framework(run),
         image=img,
         image_tag=split_image(img)[1] or None,
+        served=view.served_by(run),
         ks=_ks(run),
         thinking=_thinking(run),
         simulated=run.manifest.simulated,

@@ -102,12 +102,28 @@ def dialect(run: StoredRun) -> str | None:
     return None if server is None else server.dialect
 
 
+IMAGELESS_RUNNERS = frozenset({"process"})
+"""Runners that start a server from an installed program, not an image: a run's image is the one its launch kept
+(the sim's label, :func:`alflow.frameworks.recipes.check_install`), never the configuration's."""
+
+
 def image(run: StoredRun) -> tuple[str | None, str | None]:
-    """The container image and its digest, where the run had one."""
+    """The container image and its digest, where the run had one (a process-run server had none)."""
     server = run.manifest.provenance.server
+    if server is not None and server.runner in IMAGELESS_RUNNERS:
+        return server.launch_image, None  # never the configuration's: it was not used
     img = (server.launch_image if server is not None else None) or config_value(run, "server", "image")
     digest = None if server is None else server.image_digest
     return (None if img is None else str(img), digest)
+
+
+def served_by(run: StoredRun) -> str | None:
+    """What served a run without an image: ``vllm 0.32.0 (process)`` (the live server's version); else None."""
+    server = run.manifest.provenance.server
+    if server is None or server.runner not in IMAGELESS_RUNNERS or server.launch_image:
+        return None
+    parts = [server.framework or framework(run), server.provenance.framework_version]
+    return " ".join(str(p) for p in parts if p) + f" ({server.runner})"
 
 
 def server_command(run: StoredRun) -> str | None:

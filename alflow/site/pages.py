@@ -132,7 +132,7 @@ class RunRow:
             outcome=e.outcome,
             model=e.model,
             framework=e.framework,
-            image=e.image,
+            image=e.image or e.served,  # a process-run server: what served it, never an image it did not use
             image_tag=e.image_tag,
             ks=e.ks,
             thinking=e.thinking,
@@ -176,7 +176,7 @@ _SORT_KEYS: Final[dict[str, Callable[[CatalogEntry], Any]]] = {
     "flow": lambda e: e.flow,
     "model": lambda e: e.model or "",
     "framework": lambda e: e.framework or "",
-    "image": lambda e: e.image or "",
+    "image": lambda e: e.image or e.served or "",
     "k": lambda e: min(e.ks, default=-1),
     "status": lambda e: e.status,
     "outcome": lambda e: e.outcome,

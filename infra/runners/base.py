@@ -24,7 +24,7 @@ from typing import Protocol
 
 from alflow.errors import InvalidInputError
 from alflow.frameworks.launch import Launch
-from alflow.registry import knob_env_names
+from alflow.registry import never_inherited_env
 from alflow.results.manifest import ServerProvenance
 from alflow.util.redact import redact_url
 from infra.errors import ServerRefusedError, ServerStartError
@@ -63,8 +63,8 @@ def inherited_env(keep: Callable[[str], bool] = lambda _name: True) -> dict[str,
     A stray ``SGLANG_SIMULATE_ACC_LEN`` in a shell would make a "real" run synthetic behind the config's back: only
     the Launch may set those. ``keep`` drops more (the slurm runner's stale ``SLURM_*`` job variables).
     """
-    knobs = knob_env_names()
-    return {k: v for k, v in os.environ.items() if k not in knobs and keep(k)}
+    dropped = never_inherited_env()  # and a synthetic-only shortcut's switch (a framework's shortcut_env)
+    return {k: v for k, v in os.environ.items() if k not in dropped and keep(k)}
 
 
 def run_tag(launch: Launch, run_id: str) -> str:

@@ -167,9 +167,9 @@ class ProcessRunner:
             argv[0] = str(exe)
             if prefix is None and exe.parent.name == "bin":
                 prefix = exe.parent.parent
-        if prefix is not None:
-            launch = check_install(launch, prefix)
-            argv = [argv[0], *launch.argv[1:]]
+        # the install's rules, and no image: its tag's release-gate warnings do not apply (the live version does)
+        launch = check_install(launch, prefix)
+        argv = [argv[0], *launch.argv[1:]]
         return argv, extra, launch
 
     def _exit_reason(self, handle: ServerHandle) -> str | None:

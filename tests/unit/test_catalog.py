@@ -16,7 +16,7 @@ import pytest
 from alflow.errors import InvalidInputError
 from alflow.results.catalog import Catalog, SeriesKey, read_verdicts, split_image
 from alflow.results.store import RunWriter
-from alflow.site.pages import TrendQuery, trends_page
+from alflow.site.pages import RunRow, TrendQuery, trends_page
 
 pytestmark = pytest.mark.unit
 
@@ -134,6 +134,30 @@ def test_series_key_round_trips_and_refuses_bad_data() -> None:
         SeriesKey.from_dict({key_: v for key_, v in k.to_dict().items() if key_ != "model"})
     with pytest.raises(InvalidInputError, match="expected a JSON object"):
         SeriesKey.from_dict([1, 2])  # type: ignore[arg-type]
+
+
+def _served_by_process(run_dir: Path, framework: str, launch_image: str | None) -> None:
+    """Give ``run_dir``'s manifest the server record of a process-run server (live version 0.32.0)."""
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    provenance = {"framework": framework, "framework_version": "0.32.0"}
+    if launch_image is not None:
+        provenance["image"] = launch_image
+    manifest["provenance"] = {"server": {"runner": "process", "provenance": provenance}}
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_process_run_server_lists_what_served_it_never_the_configured_image(tmp_path: Path) -> None:
+    vllm = write_run(tmp_path, "2026-01-01T00:00:00+00:00", image="vllm/vllm-openai:latest")
+    _served_by_process(vllm, "vllm", None)  # the configuration names an image; the process runner used none
+    sim = write_run(tmp_path, "2026-01-02T00:00:00+00:00", framework="sim", image=None)
+    _served_by_process(sim, "sim", "alflow-sim:nightly-2")  # the sim's image is its label, kept by its launch
+    catalog = Catalog(str(tmp_path))
+    by_rel = {e.rel: e for e in catalog.entries()}
+    real, label = by_rel[f"m2/{vllm.name}"], by_rel[f"m2/{sim.name}"]
+    assert (real.image, real.image_tag, real.served) == (None, None, "vllm 0.32.0 (process)")
+    assert RunRow.of(real).image == "vllm 0.32.0 (process)"
+    assert [k.image for k, _ in real.series()] == [""]
+    assert (label.image, label.image_tag, label.served) == ("alflow-sim:nightly-2", "nightly-2", None)
 
 
 def test_the_fixture_runs_are_catalogued_newest_first_with_their_facts() -> None:

@@ -201,11 +201,8 @@ def test_every_deployment_passes_the_release_gates_and_renders(spec: dict[str, o
     for what, server in launches:
         launch = build_launch(server)  # a too-old image raises CapabilityError naming the minimum
         if server.image is not None and server.framework != "sim":
-            assert not [w for w in launch.warnings if "version unknown" in w], (
-                spec["name"],
-                what,
-                launch.warnings,
-            )
+            gates = [*launch.image_warnings, *launch.warnings]
+            assert not [w for w in gates if "version unknown" in w], (spec["name"], what, gates)
         if server.synthetic is not None:
             assert launch.synthetic is not None, (spec["name"], what)
 

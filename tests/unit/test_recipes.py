@@ -13,16 +13,19 @@ from pydantic import ValidationError
 from alflow.config import Parallelism, ServerConfig, SpeculativeConfig, SyntheticAcceptance, server_config
 from alflow.frameworks.launch import DEFAULT_FILES_DIR, REDACTED, Launch, LaunchFile, free_port
 from alflow.frameworks.recipe_kit import image_tag, image_version
-from alflow.frameworks.recipes import build_launch, get_recipe, recipes
+from alflow.frameworks.recipes import build_launch, check_install, get_recipe, recipes
 from alflow.frameworks.sglang.knobs import SGLANG_LEN_ENV, SGLANG_METHOD_ENV, SGLANG_TOKEN_MODE_ENV
 from alflow.frameworks.trtllm.knobs import TRTLLM_ENV
 from alflow.frameworks.trtllm.recipe import TRTLLM_OPTIONS_FILE
+from alflow.frameworks.vllm.recipe import VLLM_SYNTHETIC_ONLY_ENV
 from alflow.metrics.names import SGLANG_METRICS_PATH, TRTLLM_METRICS_PATH, VLLM_METRICS_PATH
 from infra.errors import RecipeError
+from infra.runners.base import inherited_env
 
 pytestmark = pytest.mark.unit
 
 MTP3 = SpeculativeConfig(method="mtp", k=3)
+SYN = SyntheticAcceptance(target_al=2.5)
 EAGLE3_5 = SpeculativeConfig(method="eagle3", k=5, draft_model="org/eagle3-drafter")
 
 
@@ -85,10 +88,14 @@ def test_vllm_eagle3_k5_synthetic_324() -> None:
         "synthetic_acceptance_length": 3.24,
     }
     assert launch.env == {}
-    # the default image's tag (latest) says no version: the release gate can only warn
-    assert len(launch.warnings) == 1
-    assert "vLLM version unknown (image 'vllm/vllm-openai:latest')" in launch.warnings[0]
-    assert "v0.20.0" in launch.warnings[0]
+    # the default image's tag (latest) says no version: the release gate can only warn, about that image
+    assert launch.warnings == ()
+    assert len(launch.image_warnings) == 1
+    assert "vLLM version unknown (image 'vllm/vllm-openai:latest')" in launch.image_warnings[0]
+    assert "v0.20.0" in launch.image_warnings[0]
+    assert launch.provenance().warnings == list(
+        launch.image_warnings
+    )  # where the run log and report read them
     assert launch.synthetic is not None
     expected = launch.synthetic["expected"]
     assert isinstance(expected, dict)
@@ -210,6 +217,50 @@ def test_sglang_token_mode_on_old_image_is_refused(image: str) -> None:
         )
 
 
+@pytest.mark.parametrize("framework", ["vllm", "sglang", "trtllm"])
+def test_a_launch_from_an_installed_program_has_no_image_and_no_gate_on_its_tag(framework: str) -> None:
+    """The process runner's view (``check_install`` with no known prefix): the recipe's default image was not used,
+    so neither it nor its tag's "version unknown" warnings reach the provenance (the live version is checked)."""
+    launch = build_launch(
+        cfg(framework=framework, speculative=MTP3, synthetic=SyntheticAcceptance(target_al=2.0))
+    )
+    assert launch.image is not None
+    assert any("version unknown" in w for w in launch.provenance().warnings)  # from an image: still warned
+    process = check_install(launch, None)
+    assert process.image is None
+    assert process.image_warnings == ()
+    assert not [w for w in process.provenance().warnings if "version unknown" in w]
+    assert process.provenance().image is None
+    assert process.argv == launch.argv
+
+
+def test_vllms_synthetic_only_verify_compaction_is_refused_with_synthetic_acceptance(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    shortcut = {VLLM_SYNTHETIC_ONLY_ENV: "1"}
+    with pytest.raises(
+        RecipeError, match=r"VLLM_KIMI_K3_SYNTHETIC_VERIFY_COMPACTION='1': refused with synthetic"
+    ):
+        build_launch(cfg(framework="vllm", speculative=MTP3, synthetic=SYN, extra_env=shortcut))
+    off = build_launch(
+        cfg(framework="vllm", speculative=MTP3, synthetic=SYN, extra_env={VLLM_SYNTHETIC_ONLY_ENV: "0"})
+    )
+    assert off.env[VLLM_SYNTHETIC_ONLY_ENV] == "0"
+    real = build_launch(
+        cfg(framework="vllm", speculative=MTP3, extra_env=shortcut)
+    )  # real acceptance: no effect
+    assert real.env[VLLM_SYNTHETIC_ONLY_ENV] == "1"
+    monkeypatch.setenv(VLLM_SYNTHETIC_ONLY_ENV, "1")  # a stray switch in the shell never reaches a server
+    monkeypatch.setenv("ALFLOW_TEST_KEPT", "1")
+    assert VLLM_SYNTHETIC_ONLY_ENV not in inherited_env()
+    assert inherited_env()["ALFLOW_TEST_KEPT"] == "1"
+
+
+def test_the_sims_image_stays_its_label_when_run_as_a_process() -> None:
+    launch = build_launch(cfg(framework="sim", image="alflow-sim:nightly-1"))
+    assert check_install(launch, None).image == "alflow-sim:nightly-1"  # a nightly's series is its image
+
+
 @pytest.mark.parametrize(
     "image", ["lmsysorg/sglang:latest", "lmsysorg/sglang", "lmsysorg/sglang:dev-nightly"]
 )
@@ -217,7 +268,7 @@ def test_sglang_token_mode_on_unknown_version_warns(image: str) -> None:
     launch = build_launch(
         cfg(framework="sglang", image=image, speculative=MTP3, synthetic=SyntheticAcceptance(target_al=2.0))
     )
-    assert any("version unknown" in w and "v0.5.16" in w for w in launch.warnings)
+    assert any("version unknown" in w and "v0.5.16" in w for w in launch.image_warnings)
 
 
 def test_sglang_without_synthetic_needs_only_the_verify_step_counter() -> None:

@@ -149,12 +149,12 @@ def test_sglang_token_mode_gate_three_ways() -> None:
     ok = build_launch(
         cfg(framework="sglang", image="lmsysorg/sglang:v0.5.16-cu129", speculative=MTP3, synthetic=SYN)
     )
-    assert not any("version unknown" in w for w in ok.warnings)
+    assert not any("version unknown" in w for w in ok.image_warnings)
     assert ok.version_paths == ("/server_info", "/get_server_info")
     unknown = build_launch(
         cfg(framework="sglang", image="lmsysorg/sglang:latest", speculative=MTP3, synthetic=SYN)
     )
-    assert any("version unknown" in w for w in unknown.warnings)
+    assert any("version unknown" in w for w in unknown.image_warnings)
 
 
 def test_sglang_dspark_synthetic_sets_the_verify_all_schedule() -> None:

@@ -310,7 +310,7 @@ class SglangRecipe:
         env = merge_env({**(knobs.env if knobs else {}), **block_env}, config.extra_env)
         requirements = self.requirements(config)
         image = config.image or self.default_image
-        warnings = image_gate(image, requirements) + (knobs.warnings if knobs else ()) + block_warnings
+        warnings = (knobs.warnings if knobs else ()) + block_warnings
         port = resolve_port(config)
         dis = config.disaggregated()
         if dis is not None:
@@ -332,6 +332,7 @@ class SglangRecipe:
             readiness_timeout_s=config.readiness_timeout_s,
             image=image,
             warnings=warnings,
+            image_warnings=image_gate(image, requirements),
             synthetic=knobs.to_dict() if knobs else None,
             nodes=config.nodes,
             gpus_per_node=per_node,

@@ -63,6 +63,8 @@ class SimRecipe:
 
     framework: str = "sim"
     default_image: str | None = SIM_IMAGE
+    process_image_label: bool = True
+    """A process-run sim is the program its image holds: the image name stays the run's label (a series' image)."""
     python: str = field(default_factory=lambda: sys.executable)
 
     def knob_hints(self, config: ServerConfig) -> tuple[str, ...]:

@@ -57,6 +57,8 @@ class TinyRecipe:
 
     framework: str = "tiny"
     default_image: str | None = SIM_IMAGE
+    process_image_label: bool = True
+    """A process-run tiny engine is the program its image (the sim's) holds: the image name stays the run's label."""
     python: str = field(default_factory=lambda: sys.executable)
 
     def build(self, config: ServerConfig) -> Launch:

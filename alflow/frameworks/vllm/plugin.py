@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from alflow.frameworks.vllm.knobs import VllmKnobs
 from alflow.frameworks.vllm.metrics import VllmDialect
-from alflow.frameworks.vllm.recipe import VllmRecipe
+from alflow.frameworks.vllm.recipe import VLLM_SYNTHETIC_ONLY_ENV, VllmRecipe
 from alflow.frameworks.vllm.sim import SPECULATIVE_CONFIG_FLAG, VllmEmitter, read_args
 from alflow.plugins import is_given
 from alflow.registry import Framework
@@ -18,6 +18,7 @@ PLUGIN = Framework(
     sim=VllmEmitter(),
     sim_args=read_args,
     sim_flags=frozenset({SPECULATIVE_CONFIG_FLAG}),
+    shortcut_env=frozenset({VLLM_SYNTHETIC_ONLY_ENV}),
     synthetic_markers={
         "rejection_sample_method": lambda value: value == "synthetic",
         "synthetic_acceptance_length": is_given,

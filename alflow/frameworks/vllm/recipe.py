@@ -66,6 +66,11 @@ VLLM_METHODS: dict[SpecMethod, str] = {
     SpecMethod.DSPARK: "dspark",
     SpecMethod.DFLASH: "dflash",
 }
+VLLM_SYNTHETIC_ONLY_ENV = "VLLM_KIMI_K3_SYNTHETIC_VERIFY_COMPACTION"
+"""vLLM's opt-in (``=1``) that runs only the verify rows a min-variance synthetic schedule can reach (K = 3 at AL 3:
+3 rows, not 4; vllm-project/vllm PRs #57048 and #57408): a speed-up that exists only under synthetic acceptance,
+so an M2 point with it measures less work than a real run at the same AL. Refused with synthetic acceptance, and
+never inherited from the shell (the plugin's ``shortcut_env``)."""
 VLLM_VERSION_PATHS = ("/version",)
 """``GET /version`` -> ``{"version": VLLM_VERSION}`` (vllm/entrypoints/serve/instrumentator/basic.py)."""
 VLLM_SYNTHETIC = Capability(
@@ -157,6 +162,30 @@ VLLM_MANAGED_FLAGS = frozenset(
     }
 )
 """Flags the vLLM recipe sets from the config (extra_args may not repeat them)."""
+
+
+def refuse_unhonoured(config: ServerConfig) -> None:
+    """Refuse what vLLM cannot honour (an expert-parallel size, a managed flag) or must not run (a shortcut)."""
+    par = config.parallelism
+    if par.ep > 1 and par.ep != par.tp * par.dp:
+        raise RecipeError(
+            f"vLLM's expert-parallel size is TP x DP = {par.tp * par.dp}; parallelism.ep={par.ep} cannot be "
+            f"honoured (set ep to {par.tp * par.dp} to switch expert parallelism on, or 1 for off)"
+        )
+    check_extra_args("vllm", config.extra_args, VLLM_MANAGED_FLAGS)
+    refuse_synthetic_only_shortcut(config)
+
+
+def refuse_synthetic_only_shortcut(config: ServerConfig) -> None:
+    """Refuse :data:`VLLM_SYNTHETIC_ONLY_ENV` switched on with synthetic acceptance (a cost only a synthetic run saves)."""
+    value = config.extra_env.get(VLLM_SYNTHETIC_ONLY_ENV)
+    if config.synthetic is None or value is None or value.strip().lower() in ("", "0", "false", "no", "off"):
+        return
+    raise RecipeError(
+        f"server.extra_env.{VLLM_SYNTHETIC_ONLY_ENV}={value!r}: refused with synthetic acceptance: vLLM's verify "
+        "compaction (PRs #57048, #57408) skips verify rows that only a synthetic run can skip, so the benchmark "
+        "would measure less work than a real run at the same AL; remove it (or set it to 0)"
+    )
 
 
 @dataclass(frozen=True)
@@ -269,19 +298,14 @@ class VllmRecipe:
     def build(self, config: ServerConfig) -> Launch:
         """``vllm serve`` with the speculative config, parallelism and prefix caching off."""
         par = config.parallelism
-        if par.ep > 1 and par.ep != par.tp * par.dp:
-            raise RecipeError(
-                f"vLLM's expert-parallel size is TP x DP = {par.tp * par.dp}; parallelism.ep={par.ep} cannot be "
-                f"honoured (set ep to {par.tp * par.dp} to switch expert parallelism on, or 1 for off)"
-            )
-        check_extra_args(self.framework, config.extra_args, VLLM_MANAGED_FLAGS)
+        refuse_unhonoured(config)
         spec, warnings, synthetic = self.speculative_config(config)
         runtime_k = self.runtime_k(config, spec)
         env = merge_env({}, config.extra_env)
         port = resolve_port(config)
         requirements = self.requirements(config)
         image = config.image or self.default_image
-        warnings = image_gate(image, requirements) + warnings
+        image_warnings = image_gate(image, requirements)
         weights = config.weights_path()
         argv = ["vllm", "serve", weights or config.model]
         if weights:
@@ -338,6 +362,7 @@ class VllmRecipe:
             readiness_timeout_s=config.readiness_timeout_s,
             image=image,
             warnings=warnings,
+            image_warnings=image_warnings,
             synthetic=synthetic,
             nodes=config.nodes,
             gpus_per_node=per_node,
