@@ -28,7 +28,10 @@ RUNTIME_K_REASON = (
 )
 """Why a runtime-varying-K knob is refused with synthetic acceptance (issue #31 item 3)."""
 
-ACTIVE_K_WARNING = "WARNING: the active K changed during the window"
+NOTE_WARNING = "WARNING: "
+"""How a warning inside a statistics note starts (its ``; ``-joined parts): the point's audit message repeats it
+(:func:`note_warnings`), so the report shows it."""
+ACTIVE_K_WARNING = NOTE_WARNING + "the active K changed during the window"
 """How :func:`active_k_changes` starts each warning (found again in a statistics note by :func:`note_warnings`)."""
 
 KnobKind = Literal["flag", "key", "env"]
@@ -260,5 +263,8 @@ def active_k_changes(series: Mapping[str, Sequence[tuple[float, float]]]) -> lis
 
 
 def note_warnings(note: str) -> list[str]:
-    """The active-K warnings inside a statistics note (its ``; ``-joined parts written by :func:`active_k_changes`)."""
-    return [part for part in note.split("; ") if part.startswith(ACTIVE_K_WARNING)]
+    """The warnings inside a statistics note: its ``; ``-joined parts that start with :data:`NOTE_WARNING`.
+
+    The active K's changes of :func:`active_k_changes`, a dialect's bias it cannot take out.
+    """
+    return [part for part in note.split("; ") if part.startswith(NOTE_WARNING)]

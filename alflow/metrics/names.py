@@ -44,6 +44,9 @@ SGLANG_ACTIVE_K_GAUGES: Final = (SGLANG_SPEC_NUM_STEPS, SGLANG_SPEC_NUM_DRAFT_TO
 SGLANG_GENERATION_TOKENS: Final = "sglang:generation_tokens"  # counter
 SGLANG_PROMPT_TOKENS: Final = "sglang:prompt_tokens"  # counter
 SGLANG_NUM_REQUESTS: Final = "sglang:num_requests"  # counter, finished requests (moves with the two above)
+SGLANG_NUM_RETRACTED: Final = "sglang:num_retracted_requests"
+"""Counter (``_total``) of requests retracted under KV-cache pressure and re-prefilled later
+(python/sglang/srt/metrics/collector.py ``num_retracted_requests_total``)."""
 SGLANG_NUM_RUNNING: Final = "sglang:num_running_reqs"
 SGLANG_NUM_QUEUE: Final = "sglang:num_queue_reqs"
 SGLANG_TTFT_SECONDS: Final = "sglang:time_to_first_token_seconds"

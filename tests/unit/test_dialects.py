@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from alflow.acceptance.runtime_k import note_warnings
 from alflow.acceptance.stats import CounterResetError
 from alflow.errors import InvalidInputError
 from alflow.metrics import names
@@ -52,6 +53,26 @@ def test_sglang_takes_the_prefill_token_of_each_finished_request_out() -> None:
     assert "Δnum_requests" in st.note
     assert "low by at most K x requests / steps = 0.0600" in st.note  # the residual, written down
     assert "spec_accept_length: 2 points" in st.note
+
+
+def test_sglang_retractions_in_the_window_warn_with_the_bias_bound() -> None:
+    def scrape(name: str, retracted: int, mono_ns: int) -> object:
+        text = (FIX / name).read_text()
+        text += "# TYPE sglang:num_retracted_requests_total counter\n"
+        text += f'sglang:num_retracted_requests_total{{model_name="m"}} {retracted}\n'
+        return parse_exposition(text, mono_ns=mono_ns)
+
+    quiet = get_dialect("sglang").spec_stats(
+        SnapshotWindow(scrape("sglang_before.txt", 7, 1), scrape("sglang_after.txt", 7, 2)), k=3
+    )
+    assert note_warnings(quiet.note) == []  # exported but unmoved: nothing to warn about
+    st = get_dialect("sglang").spec_stats(
+        SnapshotWindow(scrape("sglang_before.txt", 7, 1), scrape("sglang_after.txt", 12, 2)), k=3
+    )
+    assert st.al == pytest.approx(2.5)  # the counters' AL is what they say; the warning bounds its bias
+    [warning] = note_warnings(st.note)
+    assert warning.startswith("WARNING: 5 requests were retracted in the window")
+    assert warning.endswith("AL reads high by up to retractions / steps = 0.0050")
 
 
 def test_sglang_without_the_request_counter_refuses() -> None:

@@ -7,7 +7,9 @@ prefill included) and ``Δnum_requests``. Steps = ``Δverify_calls``, accepted d
 out). What stays (written into the stats' note): requests running at the baseline scrape count in
 full, and the tokens a request's last verify step accepted past its limit are not in
 ``output_ids``: AL is low by at most K x Δrequests / Δverify_calls (``truncated_requests`` lets
-the synthetic audit expect it). Cross-checked with ``/server_info``; where the responses carry
+the synthetic audit expect it). A request retracted under KV-cache pressure is prefilled again: one more
+non-verify token, so AL reads high by up to Δretracted / Δverify_calls, a warning on the point whenever
+``num_retracted_requests_total`` moved. Cross-checked with ``/server_info``; where the responses carry
 per-request counts (``sglext.spec_tokens_details``, asked for with ``return_spec_tokens_details``), the
 client's sum of them is the primary, exact source (:func:`alflow.measure.window_stats`). Without
 ``spec_verify_calls_total`` (before PR #25689) but with the other counters, the error says the release is
@@ -23,7 +25,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from alflow.acceptance.runtime_k import active_k_changes
+from alflow.acceptance.runtime_k import NOTE_WARNING, active_k_changes
 from alflow.acceptance.stats import CI_LEVEL, SpecStats, as_count, from_counters
 from alflow.errors import AlflowError
 from alflow.metrics import names
@@ -81,6 +83,14 @@ class SglangDialect(NoSpeculativeInfo):
             notes.append(
                 f"windowed gauge {names.SGLANG_SPEC_ACCEPT_LENGTH}: {len(values)} points, "
                 f"min {min(values):.3f}, max {max(values):.3f}"
+            )
+        retracted = window.increase(names.SGLANG_NUM_RETRACTED)
+        if retracted and steps > 0:
+            notes.append(
+                f"{NOTE_WARNING}{retracted:g} requests were retracted in the window (KV-cache pressure, "
+                f"{names.SGLANG_NUM_RETRACTED}_total): each is prefilled again, one more non-verify token that "
+                f"the counters count as accepted, so AL reads high by up to retractions / steps = "
+                f"{retracted / steps:.4f}"
             )
         # the active K (--speculative-adaptive): a change inside the window is a warning on the point
         notes += active_k_changes({g: window.gauge_series(g) for g in names.SGLANG_ACTIVE_K_GAUGES})
