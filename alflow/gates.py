@@ -86,6 +86,9 @@ class AuditDetails:
     truncation: float | None = None
     """How far below the scheme's mean the counters are expected to read, where they cut each request's
     last verify step at its limit (SGLang): ``truncated_requests x mean_overshoot / num_drafts``."""
+    short_draft_share: float | None = None
+    """The share of draft slots left empty, ``1 - draft_tokens / (K x steps)``, where steps carried fewer than K
+    drafts (n-gram partial matches, grammar, drafts cut at the output limit, adaptive verification)."""
 
     def to_dict(self) -> dict[str, object]:
         """The stored form (``summary.json``'s verdicts, histograms as lists); figures not computed are left out."""
@@ -332,7 +335,6 @@ def audit_synthetic(
             allowed += slack / 2.0
         expected -= truncation
     deviation = stats.al - expected
-    fit_p: float | None = None
     problems = []
     if abs(deviation) > allowed:
         problems.append(
@@ -347,15 +349,9 @@ def audit_synthetic(
     expected_counts: tuple[float, ...] | None = None
     if stats.histogram is not None:
         observed, expected_counts = histogram_counts(stats.histogram, distribution.pmf)
-    if stats.histogram is not None and distribution.granularity == "per-request":
-        fit = goodness_of_fit(stats.histogram, distribution.pmf)
-        fit_p = fit.p_value
-        if fit.p_value < min_fit_p:
-            problems.append(
-                f"accept-length histogram does not fit scheme {distribution.scheme} (chi-square p={fit.p_value:.2e} < "
-                f"{min_fit_p:g}; steps by accept length, observed vs expected: "
-                f"{shown_counts(stats.histogram, distribution.pmf)})"
-            )
+    short = short_draft_share(stats)
+    fit_p, shape_problems, notes = shape_test(stats, distribution, min_fit_p, short)
+    problems += shape_problems
     details = AuditDetails(
         target_al=target,
         achieved_al=stats.al,
@@ -370,6 +366,7 @@ def audit_synthetic(
         histogram_observed=observed,
         histogram_expected=expected_counts,
         truncation=truncation,
+        short_draft_share=short or None,
     )
     if problems:
         return Verdict(
@@ -379,8 +376,50 @@ def audit_synthetic(
         "synthetic-audit",
         True,
         f"synthetic audit passed for {subject}: achieved AL {stats.al:.4f}, target {target:.4f} "
-        f"(+/-{allowed:.4f}, {n} steps{'' if fit_p is None else f'; shape test p={fit_p:.3g}'})",
+        f"(+/-{allowed:.4f}, {n} steps{'' if fit_p is None else f'; shape test p={fit_p:.3g}'})"
+        + "".join(f"; {note}" for note in notes),
         details,
+    )
+
+
+def short_draft_share(stats: SpecStats) -> float:
+    """The share of draft slots the steps left empty, ``1 - draft_tokens / (K x steps)`` (0: every step had K)."""
+    if stats.k is None or stats.draft_tokens is None or not stats.num_drafts:
+        return 0.0
+    return max(0.0, 1.0 - stats.draft_tokens / (stats.k * stats.num_drafts))
+
+
+def shape_test(
+    stats: SpecStats, distribution: AcceptanceDistribution, min_fit_p: float, short: float
+) -> tuple[float | None, list[str], list[str]]:
+    """The histogram against the scheme's pmf, for a per-request scheme: (p, problems, notes).
+
+    A step with fewer than K drafts (``short``: the share of empty draft slots) has its own accept distribution, a
+    cell of probability 0 under K: without counts by draft length the pooled shape cannot be judged, so a misfit is
+    a note then, never a failure.
+    """
+    if stats.histogram is None or distribution.granularity != "per-request":
+        return None, [], []
+    fit = goodness_of_fit(stats.histogram, distribution.pmf)
+    if fit.p_value >= min_fit_p:
+        return fit.p_value, [], []
+    if short:
+        return (
+            fit.p_value,
+            [],
+            [
+                f"shape test not judged: {short:.1%} of the draft slots were empty (drafts < K x steps), and "
+                f"steps with fewer than K drafts do not follow the K-draft pmf (chi-square p={fit.p_value:.2e})"
+            ],
+        )
+    return (
+        fit.p_value,
+        [
+            f"accept-length histogram does not fit scheme {distribution.scheme} (chi-square p={fit.p_value:.2e} < "
+            f"{min_fit_p:g}; steps by accept length, observed vs expected: "
+            f"{shown_counts(stats.histogram, distribution.pmf)})"
+        ],
+        [],
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -69,6 +70,27 @@ def test_audit_fails_off_target_and_on_wrong_shape() -> None:
     shape = audit_synthetic(_steps("constant-conditional", 2.49, 3, 5000), dist, subject="c=64")
     assert not shape.passed
     assert "does not fit scheme vllm" in shape.message
+
+
+def test_steps_with_fewer_than_k_drafts_flag_the_shape_test_and_never_fail_it_alone() -> None:
+    dist = syn.distribution("vllm", 3, al=2.49)  # min-variance: every full step accepts 1 or 2 of 3 drafts
+    sampler = syn.sampler("vllm", 3, al=2.49, seed=4)
+    full = [sampler.draw_step(1)[0] for _ in range(5000)]
+    # 30 steps that carried one draft (an n-gram partial match) and accepted none: length 1, a cell of
+    # probability 0 under the K-draft pmf
+    pooled = stats.from_steps([*full, *([0] * 30)], 3)
+    claimed = audit_synthetic(pooled, dist, subject="c=8")  # as if every step had carried K drafts
+    assert not claimed.passed
+    assert "does not fit scheme vllm" in claimed.message
+    short = replace(pooled, draft_tokens=3 * 5000 + 30)  # what the counters say: drafts < K x steps
+    verdict = audit_synthetic(short, dist, subject="c=8")
+    assert verdict.passed, verdict.message
+    assert "shape test not judged: 0.4% of the draft slots were empty" in verdict.message
+    assert isinstance(verdict.details, AuditDetails)
+    assert verdict.details.short_draft_share == pytest.approx(60 / 15090)
+    off = audit_synthetic(replace(stats.from_steps([0] * 300, 3), draft_tokens=300), dist, subject="c=8")
+    assert not off.passed  # the AL is still judged: short drafts excuse the shape, never an AL off target
+    assert "achieved AL 1.0000 differs" in off.message
 
 
 def test_audit_flags_a_biased_scheme() -> None:
