@@ -152,7 +152,14 @@ def test_trtllm_rendered_schedule_is_found_and_refused() -> None:
         def options(self, config: Any) -> dict[str, object]:
             opts = super().options(config)
             spec = dict(opts["speculative_config"])  # type: ignore[call-overload]
-            opts["speculative_config"] = {**spec, "draft_len_schedule": {4: 3, 8: 1}, "max_concurrency": 32}
+            opts["speculative_config"] = {
+                **spec,
+                "draft_len_schedule": {4: 3, 8: 1},
+                "max_concurrency": 32,
+                # PR #12905's gate: speculation off for good when the rolling acceptance rate drops
+                "acceptance_rate_window_size": 8,
+                "acceptance_rate_threshold": 0.5,
+            }
             return opts
 
     real = server_config(
@@ -162,6 +169,8 @@ def test_trtllm_rendered_schedule_is_found_and_refused() -> None:
     assert [(k.name, k.where) for k in found] == [
         ("draft_len_schedule", "the rendered speculative_config"),
         ("max_concurrency", "the rendered speculative_config"),
+        ("acceptance_rate_window_size", "the rendered speculative_config"),
+        ("acceptance_rate_threshold", "the rendered speculative_config"),
     ]
     with pytest.raises(RecipeError, match=r"draft_len_schedule=.* in the rendered speculative_config"):
         Scheduled().build(

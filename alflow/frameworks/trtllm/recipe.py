@@ -121,6 +121,17 @@ TRTLLM_RUNTIME_K: tuple[KnobSpec, ...] = (
         "TensorRT-LLM: speculation off above this batch size (translated into a draft_len_schedule)",
         "NVIDIA/TensorRT-LLM PR #10860 and PR #16888; speculative_config.max_concurrency",
     ),
+    *(
+        KnobSpec(
+            key,
+            "key",
+            "TensorRT-LLM's acceptance-rate gate: speculation off for good once the rolling acceptance rate over "
+            "acceptance_rate_window_size requests drops below acceptance_rate_threshold",
+            "NVIDIA/TensorRT-LLM PR #12905; speculative_config." + key + ", SpeculationGate in "
+            "tensorrt_llm/_torch/pyexecutor/py_executor.py",
+        )
+        for key in ("acceptance_rate_window_size", "acceptance_rate_threshold")
+    ),
 )
 """TensorRT-LLM's runtime-varying-K keys of ``speculative_config`` (DOMAIN.md section 9). The options file is the
 recipe's own (``--config`` / ``--extra_llm_api_options`` may not be repeated in extra_args), so they can only come
