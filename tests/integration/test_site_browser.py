@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from alflow.results.catalog import read_entry
 from tests.browser import HEADLESS, chromium_binary, decode_png
 
 pytestmark = pytest.mark.services
@@ -50,19 +51,12 @@ def _build_root(root: Path) -> None:
         manifest["run_id"] = rel.rsplit("-", 1)[1]
         manifest["provenance"]["server"]["image"] = f"alflow-sim-base:nightly-{n}"
         (run / "manifest.json").write_text(json.dumps(manifest))
-    series = {
-        "framework": "sim",
-        "image": "alflow-sim-base",
-        "model": "demo-llama-70b",
-        "k": 3,
-        "thinking": "off",
-    }
+    # each point's series as the regression check writes it (framework, image, model, K, c, thinking, target)
+    entry = read_entry(LATER[1], str(root / LATER[1]))
+    keys = {key.concurrency: key for key, _ in entry.series()}
+    assert (keys[8].framework, keys[8].image, keys[8].model) == ("sim", "alflow-sim-base", "demo-llama-70b")
     verdicts = [
-        {
-            "outcome": "regressed" if c == 8 else "unchanged",
-            "concurrency": c,
-            "series": {**series, "concurrency": c},
-        }
+        {"outcome": "regressed" if c == 8 else "unchanged", "concurrency": c, "series": keys[c].to_dict()}
         for c in (4, 8, 16)
     ]
     (root / LATER[1] / "regression.json").write_text(json.dumps({"schema_version": 1, "points": verdicts}))
