@@ -323,17 +323,9 @@ def audit_synthetic(
     n = stats.num_drafts
     spread = distribution.std / math.sqrt(n)
     allowed = max(abs_tol, z * spread)
-    truncation: float | None = None
-    if stats.truncated_requests:
-        if distribution.variance > 0.0:
-            truncation = stats.truncated_requests * distribution.mean_overshoot / n
-        else:
-            # one fixed length L: a request's cut is set by its output length modulo L (0..L-1), not drawn;
-            # expect the middle of that range and allow its half-width
-            slack = stats.truncated_requests * (distribution.mean - 1.0) / n
-            truncation = slack / 2.0
-            allowed += slack / 2.0
-        expected -= truncation
+    truncation, slack = truncation_shift(stats, distribution)
+    allowed += slack
+    expected -= truncation or 0.0
     deviation = stats.al - expected
     problems = []
     if abs(deviation) > allowed:
@@ -387,6 +379,22 @@ def short_draft_share(stats: SpecStats) -> float:
     if stats.k is None or stats.draft_tokens is None or not stats.num_drafts:
         return 0.0
     return max(0.0, 1.0 - stats.draft_tokens / (stats.k * stats.num_drafts))
+
+
+def truncation_shift(stats: SpecStats, distribution: AcceptanceDistribution) -> tuple[float | None, float]:
+    """How far below the scheme's mean counters that cut each request's last step read, and the extra slack.
+
+    (None, 0) without truncated requests. A drawn scheme: ``truncated_requests x mean_overshoot / n``; one fixed
+    length L: a request's cut is set by its output length modulo L (0..L-1), not drawn, so the middle of that range
+    is expected and its half-width allowed.
+    """
+    if not stats.truncated_requests:
+        return None, 0.0
+    n = stats.num_drafts
+    if distribution.variance > 0.0:
+        return stats.truncated_requests * distribution.mean_overshoot / n, 0.0
+    slack = stats.truncated_requests * (distribution.mean - 1.0) / n
+    return slack / 2.0, slack / 2.0
 
 
 def shape_test(
