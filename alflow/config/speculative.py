@@ -22,9 +22,12 @@ class SpecMethod(StrEnum):
     NGRAM = "ngram"
     DSPARK = "dspark"
     DFLASH = "dflash"
+    DFLASH2 = "dflash2"
+    """DFlash 2 (a top-k path selector and dynamic convolutions over DFlash's block drafter); SGLang only,
+    ``--speculative-algorithm dflash2`` (sgl-project/sglang PR #35371, v0.5.19)."""
 
 
-BLOCK_DRAFTERS = frozenset({SpecMethod.DSPARK, SpecMethod.DFLASH})
+BLOCK_DRAFTERS = frozenset({SpecMethod.DSPARK, SpecMethod.DFLASH, SpecMethod.DFLASH2})
 """Drafters that propose a whole block of K tokens in one forward pass (not one head call per token)."""
 
 
@@ -143,15 +146,15 @@ class SpeculativeConfig(StrictModel):
 
     method: SpecMethod = Field(
         description=(
-            "Speculative method: mtp, eagle3, draft_model, ngram, or the block drafters dspark and dflash "
-            "(K tokens drafted in one pass)."
+            "Speculative method: mtp, eagle3, draft_model, ngram, or the block drafters dspark, dflash and "
+            "dflash2 (K tokens drafted in one pass; dflash2 on SGLang only)."
         )
     )
     k: NumSpecTokens
     draft_model: str | None = Field(
         None,
         description=(
-            "Drafter model id (required for draft_model, eagle3 and dflash; optional for dspark, whose "
+            "Drafter model id (required for draft_model, eagle3, dflash and dflash2; optional for dspark, whose "
             "drafter ships inside some checkpoints such as DeepSeek-V4; unused for mtp and ngram)."
         ),
     )
@@ -199,7 +202,7 @@ class SpeculativeConfig(StrictModel):
     @model_validator(mode="after")
     def _check_method_fields(self) -> Self:
         if (
-            self.method in (SpecMethod.DRAFT_MODEL, SpecMethod.EAGLE3, SpecMethod.DFLASH)
+            self.method in (SpecMethod.DRAFT_MODEL, SpecMethod.EAGLE3, SpecMethod.DFLASH, SpecMethod.DFLASH2)
             and not self.draft_model
         ):
             raise ValueError(f"method {self.method.value!r} needs draft_model (the drafter's model id)")

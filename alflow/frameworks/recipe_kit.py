@@ -16,7 +16,7 @@ from alflow.acceptance.runtime_k import (
     unique,
 )
 from alflow.acceptance.synthetic import SyntheticAcceptanceError
-from alflow.config import Parallelism, ServerConfig
+from alflow.config import Parallelism, ServerConfig, SpecMethod
 from alflow.errors import RecipeError
 from alflow.frameworks.launch import free_port
 from alflow.frameworks.versions import Capability, FrameworkVersion, check_capabilities
@@ -28,6 +28,20 @@ def bind_host_of(config: ServerConfig) -> str:
     if config.host is None:
         raise RecipeError("internal: a recipe got a config without a bind host (build_launch fills it)")
     return config.host
+
+
+def method_name(framework: str, names: Mapping[SpecMethod, str], method: SpecMethod, where: str) -> str:
+    """``framework``'s own name for ``method`` (from ``names``), or a one-line refusal naming what it offers.
+
+    ``where`` is the flag or key and the framework's source file that lists its methods.
+    """
+    name = names.get(method)
+    if name is None:
+        raise RecipeError(
+            f"{framework} has no speculative method {method.value!r}; it offers "
+            f"{', '.join(m.value for m in names)} ({where})"
+        )
+    return name
 
 
 def resolve_port(config: ServerConfig, count: int = 1) -> int:

@@ -272,7 +272,10 @@ def _golden_draft(
         stated,
         None if known is None else (known, f"{collector}'s DRAFT_MODEL"),
     )
-    if method in (SpecMethod.EAGLE3, SpecMethod.DRAFT_MODEL, SpecMethod.DFLASH) and not chosen:
+    if (
+        method in (SpecMethod.EAGLE3, SpecMethod.DRAFT_MODEL, SpecMethod.DFLASH, SpecMethod.DFLASH2)
+        and not chosen
+    ):
         raise InvalidInputError(
             f"{source}: method {method.value!r} drafts with a separate model and the file does not name "
             "it: give --draft-model"

@@ -42,6 +42,7 @@ _LEVEL = {
     SpecMethod.EAGLE3: "EAGLE3",
     SpecMethod.DSPARK: "DSpark",
     SpecMethod.DFLASH: "DFlash",
+    SpecMethod.DFLASH2: "DFlash2",
     SpecMethod.NGRAM: "n-gram",
     SpecMethod.DRAFT_MODEL: "draft-model",
 }

@@ -6,7 +6,12 @@ import pytest
 
 from alflow.config import ServerConfig, SpeculativeConfig, SyntheticAcceptance, server_config
 from alflow.frameworks.recipes import build_launch
-from alflow.frameworks.sglang.recipe import SGLANG_RAGGED_VERIFY_ENV, SGLANG_TOKEN_MODE_CAP
+from alflow.frameworks.sglang.recipe import (
+    SGLANG_DFLASH2_CAP,
+    SGLANG_DFLASH_SYNTHETIC_CAP,
+    SGLANG_RAGGED_VERIFY_ENV,
+    SGLANG_TOKEN_MODE_CAP,
+)
 from alflow.frameworks.trtllm.recipe import TRTLLM_DFLASH, TRTLLM_EXACT_AL, TRTLLM_FRACTIONAL
 from alflow.frameworks.versions import CapabilityError, FrameworkVersion, check_capabilities
 from alflow.frameworks.vllm.recipe import VLLM_BLOCK_VERIFY, VLLM_DSPARK, VLLM_SYNTHETIC
@@ -85,6 +90,7 @@ def test_check_capabilities_three_ways() -> None:
 # ---------------------------------------------------------------- vLLM
 
 SYN = SyntheticAcceptance(target_al=2.5)
+SGL_IMAGE = "lmsysorg/sglang:{}"
 MTP3 = SpeculativeConfig(method="mtp", k=3)
 
 
@@ -191,13 +197,52 @@ def test_sglang_dspark_synthetic_sets_the_verify_all_schedule() -> None:
         )
 
 
-def test_sglang_dflash_synthetic_is_not_known_to_apply() -> None:
+def test_sglang_dflash_synthetic_needs_the_release_with_pr_32595() -> None:
     dflash = SpeculativeConfig(method="dflash", k=4, draft_model="org/dflash")
-    with pytest.raises(Exception, match="DFLASH it is not known to take effect"):
-        build_launch(cfg(framework="sglang", speculative=dflash, synthetic=SYN))
-    launch = build_launch(cfg(framework="sglang", speculative=dflash))
+    launch = build_launch(
+        cfg(framework="sglang", image=SGL_IMAGE.format("v0.5.23"), speculative=dflash, synthetic=SYN)
+    )
+    assert float(launch.env["SGLANG_SIMULATE_ACC_LEN"]) == SYN.target_al
+    assert SGLANG_DFLASH_SYNTHETIC_CAP in launch.requirements
     argv = list(launch.argv)
+    assert argv[argv.index("--speculative-algorithm") + 1] == "DFLASH"
     assert argv[argv.index("--speculative-num-draft-tokens") + 1] == "5"
+    with pytest.raises(CapabilityError, match=r"v0\.5\.16, older than v0\.5\.19.*PR #32595") as info:
+        build_launch(
+            cfg(framework="sglang", image=SGL_IMAGE.format("v0.5.16"), speculative=dflash, synthetic=SYN)
+        )
+    assert "\n" not in str(info.value)
+    unknown = build_launch(cfg(framework="sglang", speculative=dflash, synthetic=SYN))  # the :latest tag
+    assert any("PR #32595" in w for w in unknown.image_warnings)
+    # real acceptance with DFLASH is not gated on it
+    real = build_launch(cfg(framework="sglang", image=SGL_IMAGE.format("v0.5.16"), speculative=dflash))
+    assert SGLANG_DFLASH_SYNTHETIC_CAP not in real.requirements
+
+
+def test_sglang_dflash2_is_its_own_algorithm_from_v0_5_19_and_other_frameworks_refuse_it_by_name() -> None:
+    dflash2 = SpeculativeConfig(method="dflash2", k=7, draft_model="org/dflash2")
+    launch = build_launch(
+        cfg(framework="sglang", image=SGL_IMAGE.format("v0.5.19"), speculative=dflash2, synthetic=SYN)
+    )
+    argv = list(launch.argv)
+    assert argv[argv.index("--speculative-algorithm") + 1] == "DFLASH2"
+    assert argv[argv.index("--speculative-num-draft-tokens") + 1] == "8"
+    assert "SGLANG_SIMULATE_ACC_LEN" in launch.env
+    assert SGLANG_DFLASH2_CAP in launch.requirements
+    with pytest.raises(CapabilityError, match=r"v0\.5\.18, older than v0\.5\.19.*PR #35371"):
+        build_launch(cfg(framework="sglang", image=SGL_IMAGE.format("v0.5.18"), speculative=dflash2))
+    for framework, where in (
+        ("vllm", "vllm/config/speculative.py"),
+        ("trtllm", "tensorrt_llm/llmapi/llm_args.py"),
+        ("atom", "atom/model_engine/arg_utils.py"),
+    ):
+        with pytest.raises(
+            RecipeError, match=rf"no speculative method 'dflash2'; it offers .*mtp.*{where}"
+        ) as info:
+            build_launch(cfg(framework=framework, speculative=dflash2))
+        assert "\n" not in str(info.value)
+    with pytest.raises(RecipeError, match=r"simulated engine has no model of speculative method 'dflash2'"):
+        build_launch(cfg(framework="sim", sim_dialect="sglang", speculative=dflash2))
 
 
 # ---------------------------------------------------------------- TensorRT-LLM

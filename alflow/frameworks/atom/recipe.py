@@ -38,6 +38,7 @@ from alflow.frameworks.recipe_kit import (
     gpus_per_node,
     image_tag,
     merge_env,
+    method_name,
     render_synthetic,
     resolve_port,
 )
@@ -121,12 +122,7 @@ class AtomRecipe:
         knobs = render_synthetic(config, self.framework)
         if spec is None:
             return (), knobs
-        method = ATOM_METHODS.get(spec.method)
-        if method is None:
-            raise RecipeError(
-                f"ATOM has no speculative method {spec.method.value!r}; it offers: "
-                f"{', '.join(m.value for m in ATOM_METHODS)} (--method, atom/model_engine/arg_utils.py)"
-            )
+        method = method_name("ATOM", ATOM_METHODS, spec.method, "--method, atom/model_engine/arg_utils.py")
         args = ["--method", method, "--num-speculative-tokens", str(spec.k)]
         if spec.method is SpecMethod.EAGLE3:
             args += ["--draft-model", str(spec.draft_model)]

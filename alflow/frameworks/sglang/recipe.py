@@ -14,12 +14,14 @@
 - Synthetic acceptance: the ``SGLANG_SIMULATE_ACC_*`` environment from the knob renderer. The token
   mode variable is read only from v0.5.16: an older image tag (or live server) is refused (it would
   emit token id 100 for every output token), an unknown or ``latest`` tag gives a warning.
-- Block drafters: ``DSPARK`` (``--speculative-dspark-block-size K``) and ``DFLASH``
-  (``--speculative-num-draft-tokens K+1``), with ``--speculative-draft-model-path`` when the config
+- Block drafters: ``DSPARK`` (``--speculative-dspark-block-size K``), ``DFLASH`` and ``DFLASH2``
+  (``--speculative-num-draft-tokens K+1``; DFLASH2 from v0.5.19, PR #35371), with ``--speculative-draft-model-path`` when the config
   names a drafter. DSpark refuses ``SGLANG_SIMULATE_ACC_LEN > 1`` unless every verify step checks the
   whole block, so synthetic DSpark also sets ``SGLANG_RAGGED_VERIFY_MODE=static``. Fractional
   ``SGLANG_SIMULATE_ACC_LEN`` with DSpark was rounded by releases before PR #33463 (merged 2026-08):
-  its first tag is not pinned, so that case is a warning here and the pre-flight measures it.
+  its first tag is not pinned, so that case is a warning here and the pre-flight measures it. DFlash honours
+  ``SGLANG_SIMULATE_ACC_LEN`` from PR #32595 (one draw per verify step for the whole batch, as EAGLE): synthetic
+  DFLASH needs v0.5.19 here (an older tag is refused, an unversioned one warns).
 - ``GET /server_info`` (deprecated ``/get_server_info``) carries ``"version": __version__``: the live gate.
 """
 
@@ -39,6 +41,7 @@ from alflow.frameworks.recipe_kit import (
     gpus_per_node,
     image_gate,
     merge_env,
+    method_name,
     refuse_vllm_only_fields,
     render_synthetic,
     resolve_port,
@@ -60,9 +63,14 @@ SGLANG_ALGORITHMS: dict[SpecMethod, str] = {
     SpecMethod.NGRAM: "NGRAM",
     SpecMethod.DSPARK: "DSPARK",
     SpecMethod.DFLASH: "DFLASH",
+    SpecMethod.DFLASH2: "DFLASH2",
 }
-SYNTHETIC_ALGORITHMS = frozenset({"NEXTN", "EAGLE3", "STANDALONE", "DSPARK"})
-"""Algorithms where ``SGLANG_SIMULATE_ACC_LEN`` is known to apply: the EAGLE-family verify path and DSpark."""
+"""``--speculative-algorithm`` values (upper case, as SGLang spells the others; DFLASH2 is sgl-project/sglang
+PR #35371, in the v0.5.19 release notes)."""
+SYNTHETIC_ALGORITHMS = frozenset({"NEXTN", "EAGLE3", "STANDALONE", "DSPARK", "DFLASH", "DFLASH2"})
+"""Algorithms where ``SGLANG_SIMULATE_ACC_LEN`` is known to apply: the EAGLE-family verify path, DSpark, and the
+DFlash worker from PR #32595 (``apply_dflash_simulated_acceptance`` in speculative/dflash_utils.py, applied in
+``forward_batch_generation`` after the full draft and verify compute; DFLASH2 runs on the same worker)."""
 SGLANG_RAGGED_VERIFY_ENV = "SGLANG_RAGGED_VERIFY_MODE"
 SGLANG_VERIFY_ALL = "static"
 """``SGLANG_RAGGED_VERIFY_MODE`` value that verifies the whole block every step (values: static, compact,
@@ -112,6 +120,30 @@ SGLANG_VERIFY_CALLS_CAP = Capability(
     ),
 )
 """Needed by every speculative SGLang run: the pinned v0.5.16 predates PR #33518, so the counters are the source."""
+SGLANG_DFLASH_SYNTHETIC_CAP = Capability(
+    framework="SGLang",
+    feature=f"{SGLANG_LEN_ENV} with --speculative-algorithm DFLASH (the DFlash worker's forced acceptance)",
+    minimum=version("0.5.19"),
+    source=(
+        "sgl-project/sglang PR #32595 (apply_dflash_simulated_acceptance, python/sglang/srt/speculative/"
+        "dflash_utils.py; opened 2026-07-28); v0.5.19 (2026-09-07) is the first release alflow requires: its "
+        "merge date is not pinned here, so v0.5.17 (2026-08-08) and v0.5.18 (2026-08-25) may carry it, unverified"
+    ),
+    consequence=(
+        "an older DFlash worker ignores the variable: the run measures real acceptance while the report says "
+        "synthetic (the pre-flight would fail it)"
+    ),
+)
+SGLANG_DFLASH2_CAP = Capability(
+    framework="SGLang",
+    feature="--speculative-algorithm DFLASH2 (the DFlash 2 drafter)",
+    minimum=version("0.5.19"),
+    source=(
+        "sgl-project/sglang PR #35371, merged after v0.5.18 (sglang PR #37392's cookbook note); "
+        "in the v0.5.19 release notes (2026-09-07)"
+    ),
+    consequence="an older server does not know the algorithm and exits at start",
+)
 SGLANG_MANAGED_FLAGS = frozenset(
     {
         "--model-path",
@@ -156,11 +188,17 @@ class SglangRecipe:
     health_path: str = "/health"
     metrics_path: str = SGLANG_METRICS_PATH
 
+    def algorithm(self, method: SpecMethod) -> str:
+        """SGLang's ``--speculative-algorithm`` for ``method``, or a refusal naming the ones it has."""
+        return method_name(
+            "SGLang", SGLANG_ALGORITHMS, method, "--speculative-algorithm, python/sglang/srt/server_args.py"
+        )
+
     def knobs(self, config: ServerConfig) -> SyntheticKnobs | None:
         """The ``SGLANG_SIMULATE_ACC_*`` knobs, refusing algorithms where they are not known to apply."""
         knobs = render_synthetic(config, self.framework)
         if knobs is not None and config.speculative is not None:
-            algorithm = SGLANG_ALGORITHMS[config.speculative.method]
+            algorithm = self.algorithm(config.speculative.method)
             if algorithm not in SYNTHETIC_ALGORITHMS:
                 raise RecipeError(
                     f"SGLang synthetic acceptance (SGLANG_SIMULATE_ACC_LEN) is applied on the EAGLE-family "
@@ -177,6 +215,13 @@ class SglangRecipe:
             "(check the environment reached the container)",
             "the speculative algorithm is not on the verify path where SGLANG_SIMULATE_ACC_LEN applies",
         ]
+        if config.speculative is not None and config.speculative.method in (
+            SpecMethod.DFLASH,
+            SpecMethod.DFLASH2,
+        ):
+            hints.append(
+                f"a DFlash worker without sgl-project/sglang PR #32595 (before {SGLANG_DFLASH_SYNTHETIC_CAP.minimum})"
+            )
         if config.speculative is not None and config.speculative.method is SpecMethod.DSPARK:
             hints.append(
                 f"DSpark without {SGLANG_RAGGED_VERIFY_ENV}={SGLANG_VERIFY_ALL}, or an image before PR #33463 "
@@ -200,7 +245,7 @@ class SglangRecipe:
         spec = config.speculative
         if spec is None:
             return []
-        algorithm = SGLANG_ALGORITHMS[spec.method]
+        algorithm = self.algorithm(spec.method)
         args = ["--speculative-algorithm", algorithm]
         if spec.method is SpecMethod.NGRAM:
             args += ["--speculative-num-draft-tokens", str(spec.k + 1)]
@@ -213,7 +258,7 @@ class SglangRecipe:
             args += ["--speculative-draft-model-path", spec.draft_model]
         if spec.method is SpecMethod.DSPARK:
             return [*args, "--speculative-dspark-block-size", str(spec.k)]
-        if spec.method is SpecMethod.DFLASH:
+        if spec.method in (SpecMethod.DFLASH, SpecMethod.DFLASH2):
             return [*args, "--speculative-num-draft-tokens", str(spec.k + 1)]
         args += [
             "--speculative-num-steps",
@@ -226,9 +271,20 @@ class SglangRecipe:
         return args
 
     def requirements(self, config: ServerConfig) -> tuple[Capability, ...]:
-        """The releases this configuration needs: the verify-step counter, the token-mode knob when synthetic."""
-        needs = (SGLANG_TOKEN_MODE_CAP,) if config.synthetic is not None else ()
-        return needs + ((SGLANG_VERIFY_CALLS_CAP,) if config.speculative is not None else ())
+        """The releases this configuration needs.
+
+        The verify-step counter always; the token-mode knob and (DFLASH) the forced acceptance when synthetic;
+        DFLASH2 itself.
+        """
+        spec = config.speculative
+        needs = [SGLANG_TOKEN_MODE_CAP] if config.synthetic is not None else []
+        if spec is not None:
+            needs.append(SGLANG_VERIFY_CALLS_CAP)
+            if spec.method is SpecMethod.DFLASH2:
+                needs.append(SGLANG_DFLASH2_CAP)
+            if spec.method is SpecMethod.DFLASH and config.synthetic is not None:
+                needs.append(SGLANG_DFLASH_SYNTHETIC_CAP)
+        return tuple(needs)
 
     def block_drafter_env(
         self, config: ServerConfig, knobs: SyntheticKnobs | None

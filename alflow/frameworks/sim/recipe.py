@@ -26,6 +26,7 @@ from alflow.frameworks.launch import HEAD_ADDR, NNODES, NODE_RANK, Launch, Metri
 from alflow.frameworks.recipe_kit import bind_host_of, check_extra_args, merge_env, resolve_port
 from alflow.frameworks.recipes import dialect_source, get_recipe
 from alflow.frameworks.sim.config import SimServer
+from alflow.sim.acceptance import METHODS as SIM_METHODS
 from alflow.sim.config import SimConfig
 
 SIM_IMAGE = "alflow-sim-base:local"
@@ -97,6 +98,11 @@ class SimRecipe:
         argv += ["--dialect", config.sim_dialect, "--model-name", config.model]
         spec = config.speculative
         if spec is not None:
+            if spec.method.value not in SIM_METHODS:
+                raise RecipeError(
+                    f"the simulated engine has no model of speculative method {spec.method.value!r}; it simulates "
+                    f"{', '.join(SIM_METHODS)} (alflow/sim/acceptance.py)"
+                )
             argv += ["--k", str(spec.k), "--method", spec.method.value]
         argv += source.args
         if config.max_model_len is not None:

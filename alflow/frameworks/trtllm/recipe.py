@@ -44,6 +44,7 @@ from alflow.frameworks.recipe_kit import (
     gpus_per_node,
     image_gate,
     merge_env,
+    method_name,
     refuse_vllm_only_fields,
     render_synthetic,
     resolve_port,
@@ -160,6 +161,15 @@ class TrtllmRecipe:
     health_path: str = "/health"
     metrics_path: str = TRTLLM_METRICS_PATH
 
+    def decoding_type(self, method: SpecMethod) -> str:
+        """TensorRT-LLM's ``decoding_type`` for ``method``, or a refusal naming the ones it has."""
+        return method_name(
+            "TensorRT-LLM",
+            TRTLLM_DECODING_TYPES,
+            method,
+            "speculative_config decoding_type, tensorrt_llm/llmapi/llm_args.py",
+        )
+
     def knobs(self, config: ServerConfig) -> SyntheticKnobs | None:
         """``TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS``; refuses two-model mode for a one-model method."""
         spec = config.speculative
@@ -169,7 +179,7 @@ class TrtllmRecipe:
 
     def speculative_label(self, config: ServerConfig) -> str | None:
         """The ``decoding_type`` the server reports in ``trtllm_speculative_config_info{spec_method}``."""
-        return None if config.speculative is None else TRTLLM_DECODING_TYPES[config.speculative.method]
+        return None if config.speculative is None else self.decoding_type(config.speculative.method)
 
     def knob_hints(self, config: ServerConfig) -> tuple[str, ...]:
         """Likely causes of a pre-flight failure on TensorRT-LLM."""
@@ -219,7 +229,7 @@ class TrtllmRecipe:
         spec = config.speculative
         if spec is not None:
             sc: dict[str, object] = {
-                "decoding_type": TRTLLM_DECODING_TYPES[spec.method],
+                "decoding_type": self.decoding_type(spec.method),
                 "max_draft_len": spec.k,
             }
             if spec.method is SpecMethod.MTP:

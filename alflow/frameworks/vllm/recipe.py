@@ -37,6 +37,7 @@ from alflow.frameworks.recipe_kit import (
     image_gate,
     image_tag,
     merge_env,
+    method_name,
     render_synthetic,
     resolve_port,
 )
@@ -197,6 +198,12 @@ class VllmRecipe:
     health_path: str = "/health"
     metrics_path: str = VLLM_METRICS_PATH
 
+    def method(self, method: SpecMethod) -> str:
+        """VLLM's ``method`` for ``method``, or a refusal naming the ones it has."""
+        return method_name(
+            "vLLM", VLLM_METHODS, method, "speculative-config method, vllm/config/speculative.py"
+        )
+
     def speculative_config(
         self, config: ServerConfig
     ) -> tuple[dict[str, object] | None, tuple[str, ...], dict[str, object] | None]:
@@ -204,7 +211,7 @@ class VllmRecipe:
         spec = config.speculative
         if spec is None:
             return None, (), None
-        out: dict[str, object] = {"method": VLLM_METHODS[spec.method], "num_speculative_tokens": spec.k}
+        out: dict[str, object] = {"method": self.method(spec.method), "num_speculative_tokens": spec.k}
         if spec.draft_model:
             out["model"] = spec.draft_model
         if spec.prompt_lookup_min is not None:
