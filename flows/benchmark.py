@@ -11,11 +11,12 @@ from __future__ import annotations
 from prefect import flow, tags
 
 from alflow.config import BenchmarkParams, SyntheticAcceptance
-from alflow.methods.common import point_server
+from alflow.methods.common import point_server, reference_variant
+from alflow.methods.dry_run import Plan
 from alflow.methods.m2 import run_m2
 from alflow.methods.outcomes import M2Outcome
 from alflow.workloads import check_m2_prompt_memory
-from flows.common import new_run_writer, reference_al, reference_variant
+from flows.common import dry_run_plan, new_run_writer, reference_al
 from flows.presets import m2_params, run_name
 from flows.steps import PrefectSteps
 
@@ -30,8 +31,9 @@ def benchmark(
     k: int | None = None,
     target_al: float | None = None,
     concurrencies: list[int] | None = None,
+    dry_run: bool = False,
     params: BenchmarkParams | None = None,
-) -> M2Outcome:
+) -> M2Outcome | Plan:
     """M2: synthetic acceptance at the target AL over a concurrency sweep, audited per point.
 
     Give a preset (and change what you need below it), or the full configuration as params.
@@ -45,10 +47,14 @@ def benchmark(
         target_al: Target acceptance length that synthetic acceptance forces, 1 to K + 1 (empty: the
             reference AL of this model, method, thinking mode and K in the preset's reference table).
         concurrencies: Concurrency sweep, e.g. [4, 16] (empty: the preset's).
+        dry_run: Print the plan (each server's command, environment with secrets by name, config
+            files, release gates and knobs) to the log and an artifact, and start nothing.
         params: Advanced: the full configuration (empty: built from the preset). The fields above win
             over it.
     """
     params = m2_params(preset, model, k, target_al, concurrencies, params)
+    if dry_run:
+        return dry_run_plan("m2", params)
     check_m2_prompt_memory(params)  # on the machine that draws them, before the server starts
     target = (
         params.target_al

@@ -30,6 +30,7 @@ from alflow.config import (
 )
 from alflow.config.workloads import LiteratureWorkload
 from alflow.methods.calibration import CalibrationPoint
+from alflow.methods.dry_run import Plan
 from alflow.methods.m0 import (
     MeasuredPoint,
     PartialPointError,
@@ -40,7 +41,7 @@ from alflow.methods.m0 import (
 )
 from alflow.methods.outcomes import M0Outcome
 from alflow.reference.table import ReferenceTableError
-from flows.common import check_outputs, new_run_writer, run_id
+from flows.common import check_outputs, dry_run_plan, new_run_writer, run_id
 from flows.presets import m0_params, run_name
 from flows.steps import PrefectSteps
 
@@ -120,8 +121,9 @@ def calibrate(
     preset: str | None = None,
     models: list[str] | None = None,
     ks: list[int] | None = None,
+    dry_run: bool = False,
     params: CalibrateParams | None = None,
-) -> M0Outcome:
+) -> M0Outcome | Plan:
     """M0: measure reference AL for every (model, thinking, K) and update the reference table.
 
     Give a preset (and change what you need below it), or the full configuration as params.
@@ -134,10 +136,14 @@ def calibrate(
         models: Model ids to calibrate, e.g. [Qwen/Qwen3-Next-80B-A3B-Instruct]; a new id takes the
             preset's model settings (empty: the preset's model).
         ks: Numbers of speculative tokens K to calibrate, e.g. [1, 2, 3] (empty: the preset's).
+        dry_run: Print the plan (each server's command, environment with secrets by name, config
+            files, release gates and knobs) to the log and an artifact, and start nothing.
         params: Advanced: the full configuration (empty: built from the preset). The fields above win
             over it.
     """
     params = m0_params(preset, models, ks, params)
+    if dry_run:
+        return dry_run_plan("m0", params)
     check_outputs(params)  # the results root and the reference table's folder can take the files
     target = check_reference_target(params)  # before measuring: the table on disk can take these values
     writer = new_run_writer(

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from prefect import get_run_logger
+from prefect.artifacts import create_markdown_artifact
 from prefect.events import Event, emit_event
 from prefect.runtime import flow_run
 
@@ -20,13 +21,13 @@ from alflow.config import (
     ModelSpec,
     ProcessOptions,
     SpecMethod,
-    SyntheticAcceptance,
+    SweepParams,
     ThinkingMode,
 )
 from alflow.errors import GateFailedError
 from alflow.frameworks.recipes import build_launch, check_install
-from alflow.methods.common import point_server
-from alflow.reference.table import VariantQuery, load_reference, server_variant_query
+from alflow.methods.dry_run import Plan, first_server, plan_of, unit_params
+from alflow.reference.table import VariantQuery, load_reference
 from alflow.results.provenance import code_version, host_info
 from alflow.results.store import RunWriter, run_id_of
 from alflow.util.fsutil import check_writable_dir, check_writable_file
@@ -41,6 +42,7 @@ PASSED_EVENT = "alflow.gate.passed"
 """M1's pass event: a deployment trigger in prefect.yaml (``m2-after-m1``) starts M2 from it."""
 FAILED_EVENT = "alflow.gate.failed"
 """A failed gate or audit (M1, M2): never starts M2."""
+OutcomeT = TypeVar("OutcomeT")
 TOP_LEVEL = "none"
 """``alflow.parent-flow-run`` of a run that no other flow run started (not a sweep's or the demo's)."""
 
@@ -102,54 +104,44 @@ def check_launchable(params: object) -> None:
     check_outputs(params)
     if isinstance(params.placement.runner, ExternalServer):  # its API key's variable is set in this process
         api_key_from_env(params.placement.runner.api_key_env)
-    synthetic: SyntheticAcceptance | None = None
-    if isinstance(params, CalibrateParams):
-        model, k = params.models[0].id, params.ks[0]
-    else:
-        model, k = params.model.id, params.k
     if isinstance(params, BenchmarkParams):
         check_m2_prompt_memory(params)
-        target = params.target_al
-        if target is None:
-            target = (
-                load_reference(str(params.reference_path))
-                .lookup(
-                    params.reference_model or params.model.id,
-                    params.reference_method or params.method,
-                    params.thinking,
-                    params.k,
-                    reference_variant(params),
-                )
-                .al
-            )
-        synthetic = SyntheticAcceptance(target_al=target, scheme=params.scheme)
-    server = point_server(
-        params.server, model, params.method, k, draft_model=params.draft_model, synthetic=synthetic
-    )
-    launch = build_launch(server)
+    launch = build_launch(first_server(params))
     runner = params.placement.runner
     if isinstance(runner, ProcessOptions) and runner.framework_env:
         check_install(launch, Path(runner.framework_env).expanduser().absolute())
 
 
-def reference_variant(params: GateParams | BenchmarkParams) -> VariantQuery:
-    """The drafter variant M1/M2 look up: the server's drafter and sample methods (where it sets them).
+def measured(value: OutcomeT | Plan) -> OutcomeT:
+    """A child flow's outcome from a measured run (the flows that call others never ask for a dry run)."""
+    if isinstance(value, Plan):
+        raise TypeError("internal: a dry run's plan where a measured outcome was expected")
+    return value
 
-    M2 at another method's reference (``reference_method``) asks for no drafter: the server's is not that
-    method's. The params' ``reference_variant`` fields, where given, take precedence.
+
+def checked_plan(flow: str, params: CalibrateParams | GateParams | BenchmarkParams | SweepParams) -> Plan:
+    """Every check a real run makes before it starts (each M1 and M2 of a sweep), then the run's plan."""
+    for unit in unit_params(params):
+        check_launchable(unit)
+    return plan_of(flow, params)
+
+
+def dry_run_plan(flow: str, params: CalibrateParams | GateParams | BenchmarkParams | SweepParams) -> Plan:
+    """A flow's dry run: :func:`checked_plan`, written to the run's log and a markdown artifact.
+
+    The artifact holds the text in a fenced block longer than any backtick run in it: user strings are shown,
+    never rendered.
     """
-    spec = params.server.speculative
-    method = getattr(params, "reference_method", None) or params.method
-    query = server_variant_query(
-        method,
-        params.draft_model if method is params.method else None,
-        spec.draft_sample_method if spec else None,
-        spec.rejection_sample_method if spec else None,
+    plan = checked_plan(flow, params)
+    text = plan.text()
+    get_run_logger().info("%s", text)
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall("`+", text)), default=0))
+    create_markdown_artifact(
+        key=f"{flow}-dry-run",
+        markdown=f"# Dry run of {flow}\n\n{fence}text\n{text}\n{fence}\n",
+        description=f"{flow}: the plan; nothing was started",
     )
-    if params.reference_variant is None:
-        return query
-    chosen = {k: v for k, v in params.reference_variant.model_dump().items() if v is not None}
-    return replace(query, **chosen)
+    return plan
 
 
 def reference_al(

@@ -78,6 +78,7 @@ from alflow.models import PreparedModel, default_vllm_env
 from alflow.workloads import tiny_prompts_path
 from flows.benchmark import benchmark
 from flows.calibrate import calibrate
+from flows.common import measured
 from flows.gate import gate
 from tasks.models import prepare_model
 
@@ -108,7 +109,7 @@ def _real_acceptance_gate(params: GateParams, name: str, label: str) -> DemoGate
     state = gate(params=params, return_state=True)
     passed = state.is_completed()
     get_run_logger().info("M1 %s: %s", label, "passed" if passed else f"FAILED: {state.message}")
-    return DemoGate(name, passed, str(state.message or ""), state.result() if passed else None)
+    return DemoGate(name, passed, str(state.message or ""), measured(state.result()) if passed else None)
 
 
 def _tiny_demo(p: DemoParams) -> DemoOutcome:
@@ -125,20 +126,22 @@ def _tiny_demo(p: DemoParams) -> DemoOutcome:
     server = server_config(
         framework="tiny", model=model.id, host="127.0.0.1", readiness_timeout_s=300.0, extra_args=threads
     )
-    m0 = calibrate(
-        params=CalibrateParams(
-            models=(model,),
-            method=SpecMethod.NGRAM,
-            ks=p.ks,
-            server=server,
-            placement=placement,
-            workload=prompts,
-            load=LoadConfig(concurrency=1),
-            reference_path=reference,
-            # never reuse a cached point: the engine is code in this repository and its build can change
-            # the numbers, but the point's cache key holds only the configuration (measured: a point
-            # cached from an earlier build gave AL 1.55 where the current build measures 1.41)
-            cache_days=0.0,
+    m0 = measured(
+        calibrate(
+            params=CalibrateParams(
+                models=(model,),
+                method=SpecMethod.NGRAM,
+                ks=p.ks,
+                server=server,
+                placement=placement,
+                workload=prompts,
+                load=LoadConfig(concurrency=1),
+                reference_path=reference,
+                # never reuse a cached point: the engine is code in this repository and its build can change
+                # the numbers, but the point's cache key holds only the configuration (measured: a point
+                # cached from an earlier build gave AL 1.55 where the current build measures 1.41)
+                cache_days=0.0,
+            )
         )
     )
     m1 = _real_acceptance_gate(
@@ -255,7 +258,7 @@ def _vllm_m2(
             return_state=True,
         )
         if state.is_completed():
-            m2.append(DemoBenchmark(target, state.result()))
+            m2.append(DemoBenchmark(target, measured(state.result())))
         else:
             m2.append(DemoBenchmark(target, failed=str(state.message or "")))
             log.error("M2 on vLLM's CPU build (target %s) failed: %s", target or "reference", m2[-1].failed)
@@ -277,17 +280,19 @@ def _vllm_demo(p: DemoParams) -> DemoOutcome:
         path=str(tiny_prompts_path()), category="coding", limit=p.vllm_prompts, max_tokens=p.vllm_max_tokens
     )
     server = vllm_cpu_server(str(model.path))
-    m0 = calibrate(
-        params=CalibrateParams(
-            models=tuple(models),
-            method=SpecMethod.NGRAM,
-            ks=p.ks,
-            server=server,
-            placement=placement,
-            workload=prompts,
-            load=LoadConfig(concurrency=1),
-            reference_path=reference,
-            refresh_cache=p.refresh_cache,
+    m0 = measured(
+        calibrate(
+            params=CalibrateParams(
+                models=tuple(models),
+                method=SpecMethod.NGRAM,
+                ks=p.ks,
+                server=server,
+                placement=placement,
+                workload=prompts,
+                load=LoadConfig(concurrency=1),
+                reference_path=reference,
+                refresh_cache=p.refresh_cache,
+            )
         )
     )
     m1 = _real_acceptance_gate(
@@ -336,16 +341,18 @@ def _sim_demo(p: DemoParams) -> DemoOutcome:
     prompts = SpeedBenchWorkload(category="coding", max_tokens=512)
     fast = _sim("--time-scale", "0")
 
-    m0 = calibrate(
-        params=CalibrateParams(
-            models=(model,),
-            ks=p.ks,
-            server=server_config(framework="sim", model=model.id, extra_args=fast),
-            placement=placement,
-            workload=prompts,
-            load=LoadConfig(concurrency=8),
-            reference_path=reference,
-            refresh_cache=p.refresh_cache,
+    m0 = measured(
+        calibrate(
+            params=CalibrateParams(
+                models=(model,),
+                ks=p.ks,
+                server=server_config(framework="sim", model=model.id, extra_args=fast),
+                placement=placement,
+                workload=prompts,
+                load=LoadConfig(concurrency=8),
+                reference_path=reference,
+                refresh_cache=p.refresh_cache,
+            )
         )
     )
     gates: list[DemoGate] = []
@@ -377,26 +384,28 @@ def _sim_demo(p: DemoParams) -> DemoOutcome:
                 name,
                 state.is_completed(),
                 str(state.message or ""),
-                state.result() if state.is_completed() else None,
+                measured(state.result()) if state.is_completed() else None,
             )
         )
         log.info(
             "M1 %s: %s", name, "passed" if state.is_completed() else f"FAILED as expected: {state.message}"
         )
-    m2 = benchmark(
-        params=BenchmarkParams(
-            model=model,
-            k=p.benchmark_k,
-            server=server_config(
-                framework="sim", model=model.id, extra_args=_sim("--profile", "h200-llama70b")
-            ),
-            placement=placement,
-            reference_path=reference,
-            # short prompts: at 512 tokens the prefill of each wave of 16 takes 1 s on this profile, half the wave
-            workload=RandomWorkload(isl=128, osl=128),
-            concurrencies=p.concurrencies,
-            prompts_per_concurrency=p.prompts_per_concurrency,
-            warmup_per_concurrency=1,
+    m2 = measured(
+        benchmark(
+            params=BenchmarkParams(
+                model=model,
+                k=p.benchmark_k,
+                server=server_config(
+                    framework="sim", model=model.id, extra_args=_sim("--profile", "h200-llama70b")
+                ),
+                placement=placement,
+                reference_path=reference,
+                # short prompts: at 512 tokens the prefill of each wave of 16 takes 1 s on this profile, half the wave
+                workload=RandomWorkload(isl=128, osl=128),
+                concurrencies=p.concurrencies,
+                prompts_per_concurrency=p.prompts_per_concurrency,
+                warmup_per_concurrency=1,
+            )
         )
     )
     return DemoOutcome("sim", str(root), reference, m0, tuple(gates), (DemoBenchmark(None, m2),))

@@ -13,10 +13,11 @@ from __future__ import annotations
 from prefect import flow, tags
 
 from alflow.config import GateParams, ThinkingMode
-from alflow.methods.common import point_server
+from alflow.methods.common import point_server, reference_variant
+from alflow.methods.dry_run import Plan
 from alflow.methods.m1 import run_m1
 from alflow.methods.outcomes import M1Outcome
-from flows.common import new_run_writer, reference_al, reference_variant
+from flows.common import dry_run_plan, new_run_writer, reference_al
 from flows.presets import m1_params, run_name
 from flows.steps import PrefectSteps
 
@@ -30,8 +31,9 @@ def gate(
     model: str | None = None,
     k: int | None = None,
     thinking: ThinkingMode | None = None,
+    dry_run: bool = False,
     params: GateParams | None = None,
-) -> M1Outcome:
+) -> M1Outcome | Plan:
     """M1: the AL gate on SPEED-Bench coding, then the GSM8K accuracy gate.
 
     Give a preset (and change what you need below it), or the full configuration as params.
@@ -45,10 +47,14 @@ def gate(
         k: Number of speculative tokens K, 1 to 16 (empty: the preset's).
         thinking: Thinking mode of the requests, on or off; the reference AL of this mode is the bar
             (empty: the preset's).
+        dry_run: Print the plan (each server's command, environment with secrets by name, config
+            files, release gates and knobs) to the log and an artifact, and start nothing.
         params: Advanced: the full configuration (empty: built from the preset). The fields above win
             over it.
     """
     params = m1_params(preset, model, k, thinking, params)
+    if dry_run:
+        return dry_run_plan("m1", params)
     reference = reference_al(
         params.reference_path,
         params.model,

@@ -29,6 +29,7 @@ from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
 from alflow.acceptance.synthetic import K_MAX
 from alflow.config import BenchmarkParams, GateParams, SweepParams
+from alflow.methods.dry_run import Plan
 from alflow.methods.outcomes import ChildRun, KOutcome, M2Outcome, SweepOutcome
 from alflow.methods.sweep import conclude_sweep
 from alflow.methods.sweep_rules import (
@@ -40,7 +41,7 @@ from alflow.methods.sweep_rules import (
 )
 from alflow.results.rows import M2Point
 from flows.benchmark import benchmark
-from flows.common import new_run_writer
+from flows.common import dry_run_plan, measured, new_run_writer
 from flows.gate import gate
 from flows.presets import run_name, sweep_params_of
 from flows.steps import PrefectSteps
@@ -64,7 +65,7 @@ def _in_process(params: SweepParams) -> tuple[dict[int, KOutcome], list[M2Point]
             passed=state.is_completed(),
             state=state.name or state.type.value,
             message=None if state.is_completed() else str(state.message),
-            run_dir=state.result().run_dir if state.is_completed() else None,
+            run_dir=measured(state.result()).run_dir if state.is_completed() else None,
             flow_run_id=_subflow_id(state),
         )
         if not m1.passed:
@@ -73,7 +74,7 @@ def _in_process(params: SweepParams) -> tuple[dict[int, KOutcome], list[M2Point]
                 results[k] = KOutcome.of(m1, None)
                 continue
         bstate = benchmark(params=benchmark_for(params, k), return_state=True)
-        out: M2Outcome | None = bstate.result() if bstate.is_completed() else None
+        out: M2Outcome | None = measured(bstate.result()) if bstate.is_completed() else None
         m2 = ChildRun(
             "m2",
             passed=out is not None,
@@ -177,8 +178,9 @@ def sweep(
     ks: list[int] | None = None,
     target_al: float | None = None,
     concurrencies: list[int] | None = None,
+    dry_run: bool = False,
     params: SweepParams | None = None,
-) -> SweepOutcome:
+) -> SweepOutcome | Plan:
     """M1 then M2 for every K (in this process, or fanned out over GPU nodes); the sweep's own run.
 
     Give a preset (and change what you need below it), or the full configuration as params.
@@ -191,10 +193,14 @@ def sweep(
         ks: Numbers of speculative tokens K to sweep, e.g. [1, 2, 3, 4, 5, 6, 7] (empty: params' Ks, else 1..7).
         target_al: One target AL for M2 at every K, 1 to K + 1 (empty: each K's reference AL).
         concurrencies: M2's concurrency sweep, e.g. [4, 16] (empty: the preset's).
+        dry_run: Print the plan (each server's command, environment with secrets by name, config
+            files, release gates and knobs) to the log and an artifact, and start nothing.
         params: Advanced: the full configuration, including fan_out to spread the K over GPU nodes (empty:
             built from the preset, in this process). The fields above win over it.
     """
     params = sweep_params_of(preset, model, ks, target_al, concurrencies, params)
+    if dry_run:
+        return dry_run_plan("sweep", params)
     server = params.benchmark.server
     writer = new_run_writer(
         "sweep",

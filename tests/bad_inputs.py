@@ -1260,6 +1260,46 @@ CLI_CASES: list[CliCase] = [
             ),
         ),
     ),
+    CliCase(
+        "run m2 --dry-run refuses the verify compaction as a run does",
+        ("run", "m2", "--config", "{tmp}/m2.yaml", "--dry-run"),
+        "refused with synthetic acceptance: vLLM's verify compaction",
+        "VLLM_KIMI_K3_SYNTHETIC_VERIFY_COMPACTION",
+        files=(
+            (
+                "m2.yaml",
+                _with(
+                    "m2",
+                    {
+                        "server": _VLLM_SERVER
+                        | {"extra_env": {"VLLM_KIMI_K3_SYNTHETIC_VERIFY_COMPACTION": "1"}}
+                    },
+                ),
+            ),
+        ),
+    ),
+    CliCase(
+        "run m2 --dry-run TensorRT-LLM NGram at a fractional AL",
+        ("run", "m2", "--config", "{tmp}/m2.yaml", "--dry-run"),
+        "two-model path (method ngram) parses TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS as an integer",
+        "method ngram",
+        files=(
+            (
+                "m2.yaml",
+                _with(
+                    "m2",
+                    {
+                        "method": "ngram",
+                        "server": {
+                            "framework": "trtllm",
+                            "model": "demo-llama-70b",
+                            "image": "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc19",
+                        },
+                    },
+                ),
+            ),
+        ),
+    ),
     CliCase("sim serve K zero", ("sim", "serve", "--k", "0"), "K=0", "K=0"),
     CliCase(
         "sim serve per-request metrics in the sglang dialect",

@@ -305,6 +305,19 @@ def resolve_params(
     return resolved
 
 
+def print_plan(flow: str, params: BaseModel, as_json: bool) -> None:
+    """The dry run: every check a real run makes before it starts, then the plan (text, or JSON with --json)."""
+    from alflow.config import BenchmarkParams, CalibrateParams, GateParams, SweepParams
+    from flows.common import checked_plan
+
+    assert isinstance(params, CalibrateParams | GateParams | BenchmarkParams | SweepParams)
+    plan = checked_plan(flow, params)
+    if as_json:
+        emit_json(plan.to_dict())
+    else:
+        console.print(plan.text(), markup=False, highlight=False, soft_wrap=True)
+
+
 def run(
     flow: Annotated[str, typer.Argument(help="m0, m1, m2 or sweep.")],
     config: Annotated[
@@ -334,6 +347,16 @@ def run(
     ] = None,
     thinking: Annotated[str | None, typer.Option("--thinking", help="m1: thinking on or off.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the flow's result as JSON.")] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help=(
+                "Print the plan (each server's command, environment with secrets by name, config files, release "
+                "gates, knobs) and start nothing; refuses what a real run refuses (exit 2)."
+            ),
+        ),
+    ] = False,
 ) -> None:
     """Run one flow locally (Prefect's temporary server unless PREFECT_API_URL is set); exit 1 if it fails.
 
@@ -361,6 +384,9 @@ def run(
         if loaded is None and preset is None:
             resolve_params(flow, None, None, fields)  # names what is missing, before Prefect is asked
         prefect_defaults()
+        if dry_run:
+            print_plan(flow, resolve_params(flow, loaded, preset, fields), as_json)
+            return
         check_prefect_api()
         params = resolve_params(flow, loaded, preset, fields)
         from flows.common import check_launchable

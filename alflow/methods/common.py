@@ -1,8 +1,19 @@
-"""What every method's procedure shares: the engine's label of a run, a point's server."""
+"""What every method's procedure shares: the engine's label of a run, a point's server, its reference variant."""
 
 from __future__ import annotations
 
-from alflow.config import ServerConfig, SpecMethod, SpeculativeConfig, SyntheticAcceptance, server_config
+from dataclasses import replace
+
+from alflow.config import (
+    BenchmarkParams,
+    GateParams,
+    ServerConfig,
+    SpecMethod,
+    SpeculativeConfig,
+    SyntheticAcceptance,
+    server_config,
+)
+from alflow.reference.table import VariantQuery, server_variant_query
 from alflow.results.manifest import ServerProvenance
 
 
@@ -47,3 +58,23 @@ def point_server(
         synthetic=None if synthetic is None else synthetic.model_dump(),
     )
     return server_config(data)
+
+
+def reference_variant(params: GateParams | BenchmarkParams) -> VariantQuery:
+    """The drafter variant M1/M2 look up: the server's drafter and sample methods (where it sets them).
+
+    M2 at another method's reference (``reference_method``) asks for no drafter: the server's is not that
+    method's. The params' ``reference_variant`` fields, where given, take precedence.
+    """
+    spec = params.server.speculative
+    method = getattr(params, "reference_method", None) or params.method
+    query = server_variant_query(
+        method,
+        params.draft_model if method is params.method else None,
+        spec.draft_sample_method if spec else None,
+        spec.rejection_sample_method if spec else None,
+    )
+    if params.reference_variant is None:
+        return query
+    chosen = {k: v for k, v in params.reference_variant.model_dump().items() if v is not None}
+    return replace(query, **chosen)

@@ -19,8 +19,14 @@ def test_trtllm_value_is_al_minus_one() -> None:
 
 
 def test_trtllm_two_model_path_refuses_fractional_values() -> None:
-    with pytest.raises(SyntheticAcceptanceError, match=r"two-model path \(method draft_model\).*value 1.5"):
-        render_knobs("trtllm", 3, al=2.5, method="draft_model")
+    with pytest.raises(SyntheticAcceptanceError, match=r"two-model path \(method ngram\).*value 1.5"):
+        render_knobs("trtllm", 3, al=2.5, method="ngram")
+    with pytest.raises(SyntheticAcceptanceError, match=r"method draft_model, two-model mode requested"):
+        render_knobs("trtllm", 3, al=2.5, method="draft_model", two_model=True)
+    # DraftTarget is a one-engine external drafter by default (PR #11758): the float parser reads its fraction
+    assert render_knobs("trtllm", 3, al=2.5, method="draft_model").env == {
+        "TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS": "1.5"
+    }
     with pytest.raises(SyntheticAcceptanceError, match=r"method eagle3, two-model mode requested"):
         render_knobs("trtllm", 3, al=2.5, method="eagle3", two_model=True)
     assert render_knobs("trtllm", 3, al=3.0, method="draft_model").env

@@ -61,6 +61,7 @@ def _full(spec: dict[str, object], parameters: dict[str, object] | None = None) 
     flow = load_flow(str(spec["entrypoint"]))
     given = dict(spec.get("parameters") or {}) if parameters is None else parameters  # type: ignore[call-overload]
     validated = flow.validate_parameters(given)  # what a deployment run does with the UI's values
+    validated.pop("dry_run", None)  # the plan-only switch, not part of the configuration
     resolve = SHORT_FORMS.get(str(spec["entrypoint"]))
     if resolve is not None:
         return [resolve(**validated)]

@@ -12,7 +12,12 @@ from alflow.frameworks.sglang.recipe import (
     SGLANG_RAGGED_VERIFY_ENV,
     SGLANG_TOKEN_MODE_CAP,
 )
-from alflow.frameworks.trtllm.recipe import TRTLLM_DFLASH, TRTLLM_EXACT_AL, TRTLLM_FRACTIONAL
+from alflow.frameworks.trtllm.recipe import (
+    TRTLLM_DFLASH,
+    TRTLLM_DRAFT_TARGET_ONE_ENGINE,
+    TRTLLM_EXACT_AL,
+    TRTLLM_FRACTIONAL,
+)
 from alflow.frameworks.versions import CapabilityError, FrameworkVersion, check_capabilities
 from alflow.frameworks.vllm.recipe import VLLM_BLOCK_VERIFY, VLLM_DSPARK, VLLM_SYNTHETIC
 from infra.errors import RecipeError
@@ -272,6 +277,27 @@ def test_trtllm_fractional_value_needs_the_float_parser() -> None:
         )
     )
     assert whole.requirements == (TRTLLM_EXACT_AL,)
+
+
+def test_trtllm_draft_target_takes_a_fraction_on_its_one_engine_path_and_ngram_never() -> None:
+    draft = SpeculativeConfig(method="draft_model", k=3, draft_model="org/small")
+    frac = SyntheticAcceptance(target_al=2.78)
+    launch = build_launch(
+        cfg(framework="trtllm", image=TRT_IMAGE.format("1.3.0rc19"), speculative=draft, synthetic=frac)
+    )
+    assert launch.env["TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS"] == "1.78"
+    assert launch.requirements == (TRTLLM_FRACTIONAL, TRTLLM_DRAFT_TARGET_ONE_ENGINE, TRTLLM_EXACT_AL)
+    assert "PR #11758" in TRTLLM_DRAFT_TARGET_ONE_ENGINE.source
+    with pytest.raises(RecipeError, match=r"two-model path \(method ngram\) parses .* as an integer") as info:
+        build_launch(
+            cfg(
+                framework="trtllm",
+                image=TRT_IMAGE.format("1.3.0rc19"),
+                speculative=SpeculativeConfig(method="ngram", k=3),
+                synthetic=frac,
+            )
+        )
+    assert "\n" not in str(info.value)
 
 
 @pytest.mark.parametrize("synthetic", [None, SyntheticAcceptance(target_al=3.0)])

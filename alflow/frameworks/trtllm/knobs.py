@@ -1,8 +1,10 @@
 """TensorRT-LLM's synthetic-acceptance knob.
 
 ``TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS = L - 1`` (it counts draft tokens).
-The two-model path (a separate drafter: draft_model, ngram, or eagle3 in two-model mode) parses
-the value as an integer and turns the feature off for a fractional one: refused here.
+The two-model path (NGram, or a drafter with ``two_model: true``) parses the value as an integer and turns the
+feature off for a fractional one: refused here. DraftTarget is built as a one-engine external drafter by default
+(``SpeculativeDecodingMode.DRAFT_TARGET_ONE_MODEL``, ``is_external_drafter()`` -> ``use_one_engine()`` in
+tensorrt_llm/_torch/speculative/interface.py; NVIDIA/TensorRT-LLM PR #11758), so a fraction works there.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from alflow.acceptance.synthetic import (
 )
 
 TRTLLM_ENV = "TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS"
-TWO_MODEL_METHODS = frozenset({"draft_model", "ngram"})
+TWO_MODEL_METHODS = frozenset({"ngram"})
+"""Methods on the two-model path by default: only NGram since DraftTarget became a one-engine drafter (PR #11758)."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,8 @@ class TrtllmKnobs:
             raise SyntheticAcceptanceError(
                 f"TensorRT-LLM's two-model path ({path}) parses {TRTLLM_ENV} as an integer: the value "
                 f"{env_number(value)} (AL {env_number(target.al)} - 1) would log a warning and switch synthetic "
-                f"acceptance off. Use a whole AL (1..{target.k + 1}) or a one-model method (mtp, eagle3 one-model)"
+                f"acceptance off. Use a whole AL (1..{target.k + 1}) or a one-model method (mtp, eagle3 or draft_model "
+                "without two_model)"
             )
         return SyntheticKnobs(
             "trtllm",

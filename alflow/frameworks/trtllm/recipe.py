@@ -9,8 +9,9 @@
 - Flags ``--tp_size``, ``--pp_size``, ``--ep_size``, ``--max_seq_len``; data parallelism is attention
   DP (``enable_attention_dp: true``, size = TP).
 - Synthetic acceptance: ``TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS = AL - 1`` from the knob
-  renderer, which refuses a fractional value on the two-model path (draft_model, ngram, or EAGLE3
-  with ``two_model: true``), where it would switch the feature off with only a log warning.
+  renderer, which refuses a fractional value on the two-model path (NGram, or a drafter with
+  ``two_model: true``), where it would switch the feature off with only a log warning. DraftTarget is a
+  one-engine drafter by default since PR #11758, so its fractions are allowed (gated).
 - Multi-node (``nodes > 1``): an MPI launch, ``srun --mpi=pmix`` with one task per GPU running
   ``trtllm-llmapi-launch trtllm-serve ...`` (``Launch.mpi``, ``Launch.tasks_per_node``); TP x PP GPUs
   split evenly over the nodes.
@@ -100,6 +101,23 @@ TRTLLM_EXACT_AL = Capability(
 (``request_perf_metrics.speculative_decoding``) were zero in the PyTorch flow until PR #17082 (merged
 2026-07-31); alflow reads none of them (the per-position Prometheus counters come from the per-step vectors,
 not from those totals), so no release floor is set for it."""
+TRTLLM_DRAFT_TARGET_ONE_ENGINE = Capability(
+    framework="TensorRT-LLM",
+    feature=(
+        f"a fractional {TRTLLM_ENV} with DraftTarget (draft_model), built as a one-engine external drafter "
+        "(DRAFT_TARGET_ONE_MODEL)"
+    ),
+    minimum=version(TRTLLM_PER_POSITION_RELEASE),
+    source=(
+        "NVIDIA/TensorRT-LLM PR #11758 (External Drafter One Model, opened 2026-02-26, merged; "
+        "tensorrt_llm/_torch/speculative/interface.py, llmapi/llm_args.py); its first release is not pinned here: "
+        f"alflow counts v{TRTLLM_PER_POSITION_RELEASE}, which every speculative run needs anyway (unverified)"
+    ),
+    consequence=(
+        "an image that still runs DraftTarget on the two-model path parses the value as an integer: a warning in "
+        "the server log and synthetic acceptance OFF"
+    ),
+)
 TRTLLM_DFLASH = Capability(
     framework="TensorRT-LLM",
     feature="the DFlash drafter (decoding_type DFlash)",
@@ -207,6 +225,8 @@ class TrtllmRecipe:
         needs: list[Capability] = []
         if knobs is not None and not float(knobs.env[TRTLLM_ENV]).is_integer():
             needs.append(TRTLLM_FRACTIONAL)
+            if config.speculative is not None and config.speculative.method is SpecMethod.DRAFT_MODEL:
+                needs.append(TRTLLM_DRAFT_TARGET_ONE_ENGINE)
         if config.speculative is not None and config.speculative.method is SpecMethod.DFLASH:
             needs.append(TRTLLM_DFLASH)
         if config.speculative is not None:

@@ -1,0 +1,88 @@
+"""The dry run from the command line (a real ``alflow`` process) and from the Prefect UI (a flow parameter)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from alflow.config import BenchmarkParams
+from alflow.methods.dry_run import Plan
+from flows.benchmark import benchmark
+from tests.integration.sim_runs import run_artifacts
+
+pytestmark = pytest.mark.integration
+
+ALFLOW = str(Path(sys.executable).with_name("alflow"))
+MODEL = {"id": "org/target", "sampling_thinking_off": {"temperature": 0.0, "max_tokens": 64}}
+
+
+def dflash_m2(root: Path) -> dict[str, object]:
+    """An SGLang DFLASH M2 on a recent image, on Docker with a secret passed by name."""
+    return {
+        "model": MODEL,
+        "method": "dflash",
+        "draft_model": "org/dflash-drafter",
+        "k": 4,
+        "target_al": 3.1,
+        "server": {"framework": "sglang", "model": "org/target", "image": "lmsysorg/sglang:v0.5.23"},
+        "placement": {
+            "runner": {"kind": "docker", "secrets": ["HF_TOKEN"]},
+            "results_root": str(root / "results"),
+        },
+        "concurrencies": [4, 16],
+    }
+
+
+def test_the_command_line_prints_the_plan_and_starts_nothing(tmp_path: Path) -> None:
+    config = tmp_path / "m2.yaml"
+    config.write_text(yaml.safe_dump(dflash_m2(tmp_path)))
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_TOKEN": "hf_value_never_read_123"}
+    text = subprocess.run(
+        [ALFLOW, "run", "m2", "--config", str(config), "--dry-run"],
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert text.returncode == 0, text.stderr
+    out = text.stdout
+    assert out.startswith("dry run of m2: 1 server(s) would start; nothing was started")
+    assert "SGLANG_SIMULATE_ACC_LEN=3.1" in out
+    assert "--speculative-algorithm DFLASH" in out
+    assert "secret (passed by name, value never read): HF_TOKEN" in out
+    assert "hf_value_never_read_123" not in out + text.stderr
+    as_json = subprocess.run(
+        [ALFLOW, "run", "m2", "--config", str(config), "--dry-run", "--json"],
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert as_json.returncode == 0, as_json.stderr
+    (server,) = json.loads(as_json.stdout)["servers"]
+    assert server["server"]["env"]["SGLANG_SIMULATE_ACC_LEN"] == "3.1"
+    assert any("PR #32595" in g["source"] for g in server["gates"])
+    assert not (tmp_path / "results").exists()  # nothing was written: no run directory, no store
+
+
+def test_the_flow_parameter_returns_the_plan_and_writes_it_as_an_artifact(
+    tmp_path: Path, prefect_harness: None
+) -> None:
+    del prefect_harness
+    params = BenchmarkParams.model_validate(dflash_m2(tmp_path))
+    state = benchmark(params=params, dry_run=True, return_state=True)
+    assert state.is_completed(), state.message
+    plan = state.result()
+    assert isinstance(plan, Plan)
+    assert plan.servers[0].step == "m2"
+    (artifact,) = [a for a in run_artifacts(state) if a.key == "m2-dry-run"]
+    assert "SGLANG_SIMULATE_ACC_LEN=3.1" in str(artifact.data)
+    assert str(artifact.data).count("```") == 2  # the plan sits in one fenced block: shown, never rendered
+    assert not (tmp_path / "results").exists()
