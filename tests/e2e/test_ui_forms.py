@@ -38,8 +38,8 @@ pytestmark = pytest.mark.services
 
 WIDTH = 1400
 MAX_HEIGHT = 2500
-SHORT_FORM = ("preset", "model", "k", "target_al", "concurrencies", "params")
-"""The form's fields, in order: the short form, then the advanced full configuration."""
+SHORT_FORM = ("preset", "model", "k", "target_al", "concurrencies", "dry_run", "params")
+"""The form's fields, in order: the short form, the dry-run switch, then the advanced full configuration."""
 
 
 OPEN_RUN_MENU = """(() => {

@@ -18,6 +18,7 @@ from tests.integration.sim_runs import run_artifacts
 pytestmark = pytest.mark.integration
 
 ALFLOW = str(Path(sys.executable).with_name("alflow"))
+ROOT = Path(__file__).resolve().parents[2]
 MODEL = {"id": "org/target", "sampling_thinking_off": {"temperature": 0.0, "max_tokens": 64}}
 
 
@@ -39,24 +40,23 @@ def dflash_m2(root: Path) -> dict[str, object]:
 
 
 def test_the_command_line_prints_the_plan_and_starts_nothing(tmp_path: Path) -> None:
-    config = tmp_path / "m2.yaml"
-    config.write_text(yaml.safe_dump(dflash_m2(tmp_path)))
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_TOKEN": "hf_value_never_read_123"}
+    # the docs' line (docs/running/prefect.md), from the project's folder where the presets are
     text = subprocess.run(
-        [ALFLOW, "run", "m2", "--config", str(config), "--dry-run"],
+        [ALFLOW, "run", "m2", "--preset", "sim", "--dry-run"],
         env=env,
+        cwd=ROOT,
         check=False,
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert text.returncode == 0, text.stderr
-    out = text.stdout
-    assert out.startswith("dry run of m2: 1 server(s) would start; nothing was started")
-    assert "SGLANG_SIMULATE_ACC_LEN=3.1" in out
-    assert "--speculative-algorithm DFLASH" in out
-    assert "secret (passed by name, value never read): HF_TOKEN" in out
-    assert "hf_value_never_read_123" not in out + text.stderr
+    assert text.stdout.startswith("dry run of m2: 1 server(s) would start; nothing was started")
+    assert '"rejection_sample_method":"synthetic"' in text.stdout
+    # an SGLang DFLASH M2 on Docker, as JSON: the forced length, its gate, the secret by name only
+    config = tmp_path / "m2.yaml"
+    config.write_text(yaml.safe_dump(dflash_m2(tmp_path)))
     as_json = subprocess.run(
         [ALFLOW, "run", "m2", "--config", str(config), "--dry-run", "--json"],
         env=env,
@@ -66,8 +66,11 @@ def test_the_command_line_prints_the_plan_and_starts_nothing(tmp_path: Path) -> 
         timeout=120,
     )
     assert as_json.returncode == 0, as_json.stderr
+    assert "hf_value_never_read_123" not in as_json.stdout + as_json.stderr
     (server,) = json.loads(as_json.stdout)["servers"]
     assert server["server"]["env"]["SGLANG_SIMULATE_ACC_LEN"] == "3.1"
+    assert "--speculative-algorithm DFLASH" in server["server"]["command"]
+    assert server["secrets"] == ["HF_TOKEN"]
     assert any("PR #32595" in g["source"] for g in server["gates"])
     assert not (tmp_path / "results").exists()  # nothing was written: no run directory, no store
 

@@ -289,6 +289,13 @@ COVERAGE: dict[str, Coverage] = {
             "tests/integration/test_bad_inputs_cli.py::test_bad_config_file_is_one_line_and_exit_2",
         ),
     ),
+    ".venv/bin/alflow run m2 --preset sim --dry-run": Coverage(
+        How.ELSEWHERE,
+        "the dry run's own test runs this line from the project's folder, then a DFLASH config as JSON",
+        tests=(
+            "tests/integration/test_dry_run.py::test_the_command_line_prints_the_plan_and_starts_nothing",
+        ),
+    ),
     PRESET_LINE: Coverage(
         How.RUN,
         "m2 runs here from the sim preset with its short form; bad short forms are rows of tests/bad_inputs.py",

@@ -28,7 +28,9 @@ from alflow.config import (
 )
 from alflow.config.presets import preset_from_data
 from alflow.errors import InvalidInputError
+from alflow.frameworks.recipe_kit import image_tag
 from alflow.frameworks.recipes import build_launch
+from alflow.frameworks.versions import FrameworkVersion
 from alflow.methods.common import point_server
 
 pytestmark = pytest.mark.unit
@@ -91,8 +93,8 @@ def test_the_sim_preset_is_the_sim_deployments_engine() -> None:
 @pytest.mark.parametrize(
     ("name", "image"),
     [
-        ("vllm-h200", "vllm/vllm-openai:v0.20.0"),
-        ("sglang-h200", "lmsysorg/sglang:v0.5.16"),
+        ("vllm-h200", "vllm/vllm-openai:v0.33.0"),
+        ("sglang-h200", "lmsysorg/sglang:v0.5.23"),
         ("trtllm-h200", "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc19"),
     ],
 )
@@ -114,6 +116,28 @@ def test_the_gpu_presets_are_the_gpu_deployments_servers(name: str, image: str) 
         ThinkingMode.OFF,
         "references/speed-bench-coding.yaml",
     )
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (ROOT / "presets").glob("*.yaml")))
+def test_every_presets_image_passes_every_gate_its_knobs_and_metrics_need(name: str) -> None:
+    """Real acceptance (M0/M1) and synthetic at a whole and a fractional AL (M2).
+
+    A versioned tag passes each gate with no warning; an unversioned one (ATOM's nightly ``latest``, the sim's
+    local image) is left to the live server's version.
+    """
+    preset = load_preset(name, ROOT)
+    m2 = benchmark_params(preset=preset)
+    for synthetic in (
+        None,
+        SyntheticAcceptance(target_al=float(m2.k)),
+        SyntheticAcceptance(target_al=m2.k + 0.5),
+    ):
+        server = point_server(
+            m2.server, m2.model.id, m2.method, m2.k, draft_model=m2.draft_model, synthetic=synthetic
+        )
+        launch = build_launch(server)  # a tag older than a gate's release is refused here
+        if FrameworkVersion.parse(image_tag(launch.image)) is not None:
+            assert launch.image_warnings == (), (name, synthetic, launch.image_warnings)
 
 
 # --- the rules ---------------------------------------------------------------------------------------------

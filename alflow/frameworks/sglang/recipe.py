@@ -119,7 +119,7 @@ SGLANG_VERIFY_CALLS_CAP = Capability(
         "only from per-request sglext.spec_tokens_details (PR #33518, later still), so every run that reads AL fails"
     ),
 )
-"""Needed by every speculative SGLang run: the pinned v0.5.16 predates PR #33518, so the counters are the source."""
+"""Needed by every speculative SGLang run: v0.5.16 predates PR #33518, so the counters are the source."""
 SGLANG_DFLASH_SYNTHETIC_CAP = Capability(
     framework="SGLang",
     feature=f"{SGLANG_LEN_ENV} with --speculative-algorithm DFLASH (the DFlash worker's forced acceptance)",
