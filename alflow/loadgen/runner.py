@@ -204,6 +204,15 @@ class _Run:
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
+async def _cancel_all(tasks: set[asyncio.Task[None]]) -> None:
+    """Cancel ``tasks`` and wait until each has ended (a no-op once a phase has awaited them all)."""
+    pending = list(tasks)
+    for task in pending:
+        task.cancel()
+    if pending:
+        await asyncio.gather(*pending, return_exceptions=True)
+
+
 async def run_load(
     sessions: Sequence[Session],
     target: Target,
@@ -297,6 +306,9 @@ async def _run_with(transport: Transport, call: LoadCall) -> LoadResult:
     finally:
         if run.monitor is not None:
             run.monitor.cancel()  # interrupted (cancelled): no probe outlives the run
+        # cancelled while sessions were in flight (a stop from the parent of a client process): each open stream is
+        # cancelled and awaited, so its record says "cancelled" and never reads as a completed request
+        await _cancel_all(run.tasks)
         if watcher is not None:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import socket
 import time
@@ -12,6 +13,7 @@ from alflow.datasets.random_tokens import detokenize_sessions, random_sessions
 from alflow.datasets.types import Session, Turn
 from alflow.errors import InvalidInputError
 from alflow.loadgen import LoadAbortedError, LoadSpec, Sampling, Target, run_load
+from alflow.loadgen.records import RequestRecord
 from alflow.loadgen.runner import arrival_offsets_ns
 from tests.unit.sse_server import SseServer
 
@@ -154,7 +156,7 @@ def _free_port() -> int:
 
 
 async def test_unreachable_server_aborts_with_one_clear_line_and_partial_records() -> None:
-    sink: list = []
+    sink: list[RequestRecord] = []
     url = f"http://127.0.0.1:{_free_port()}"
     with pytest.raises(LoadAbortedError, match="cannot reach") as info:
         await run_load(sessions(3), Target(url, "m"), LoadSpec(concurrency=2, num_prompts=50), sink=sink)
@@ -216,3 +218,32 @@ async def test_first_requests_all_rejected_abort_the_run() -> None:
         with pytest.raises(LoadAbortedError, match="all rejected") as info:
             await run_load(sessions(1), Target(srv.base_url, "m"), LoadSpec(concurrency=1, num_prompts=50))
     assert len(info.value.result.records) == REJECTIONS_BEFORE_ABORT
+
+
+async def test_a_cancelled_run_awaits_its_open_streams_so_no_record_reads_as_completed() -> None:
+    """A stop from a client process's parent cancels the run mid-phase: every open stream ends as "cancelled"."""
+    all_open = asyncio.Event()
+
+    class Hanging:
+        """A transport whose server never answers."""
+
+        opened = 0
+
+        async def stream(self, *args: object) -> object:
+            Hanging.opened += 1
+            if Hanging.opened == 4:
+                all_open.set()
+            await asyncio.Event().wait()
+            raise AssertionError("unreachable")
+
+    sink: list[RequestRecord] = []
+    spec = LoadSpec(concurrency=4, num_prompts=8)
+    target = Target("http://127.0.0.1:9", "m")
+    run = asyncio.create_task(run_load(sessions(8), target, spec, transport=Hanging(), sink=sink))  # type: ignore[arg-type]
+    await all_open.wait()
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    assert len(sink) == 4
+    assert [r.error for r in sink] == ["cancelled"] * 4  # before: None, which read as four completed requests
+    assert all(r.done_ns is not None for r in sink)
