@@ -134,6 +134,13 @@ CONFIG_CASES: list[ConfigCase] = [
     _case("m2 target_al NaN", "m2", {"target_al": _NAN}, "give a finite number"),
     _case("m2 target_al below 1", "m2", {"target_al": 0.5}, "greater than or equal to 1"),
     _case("m2 target_al a string", "m2", {"target_al": "2.5"}, "valid number"),
+    _case(
+        "m2 method pard",
+        "m2",
+        {"server.speculative": {"method": "pard", "k": 3}},
+        "PARD (parallel draft model",
+    ),
+    _case("m2 method PEARL", "m2", {"method": "PEARL"}, "TensorRT-LLM's PEARL"),
     _case("m2 k boolean", "m2", {"k": True}, "valid integer"),
     _case("m2 k fractional", "m2", {"k": 2.5}, "valid integer"),
     _case("m2 k float", "m2", {"k": 3.0}, "valid integer"),

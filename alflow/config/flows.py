@@ -24,6 +24,7 @@ from alflow.config.server import (
 )
 from alflow.config.speculative import (
     GateTolerances,
+    Method,
     ModelSpec,
     SpecMethod,
     ThinkingMode,
@@ -94,7 +95,7 @@ class CalibrateParams(StrictModel):
     """M0: reference AL for models x thinking modes x K on SPEED-Bench coding, synthetic off."""
 
     models: tuple[ModelSpec, ...] = Field(min_length=1, description="Models to calibrate.")
-    method: SpecMethod = Field(SpecMethod.MTP, description="Speculative method.")
+    method: Method = Field(SpecMethod.MTP, description="Speculative method.")
     draft_model: str | None = Field(None, description="Drafter model id (eagle3, draft_model).")
     ks: tuple[int, ...] = Field(
         default_factory=_ks, description="Numbers of speculative tokens K to measure."
@@ -190,7 +191,7 @@ class GateParams(StrictModel):
     """M1: AL of the framework under test against the reference, then GSM8K accuracy."""
 
     model: ModelSpec = Field(description="Model under test.")
-    method: SpecMethod = Field(SpecMethod.MTP, description="Speculative method.")
+    method: Method = Field(SpecMethod.MTP, description="Speculative method.")
     draft_model: str | None = Field(None, description="Drafter model id (eagle3, draft_model).")
     k: int = Field(3, ge=K_MIN, le=K_MAX, description="Number of speculative tokens K.")
     thinking: ThinkingMode = Field(ThinkingMode.OFF, description="Thinking mode of the requests.")
@@ -229,7 +230,7 @@ class BenchmarkParams(StrictModel):
     """M2: synthetic acceptance at the reference AL, random prompts, a concurrency sweep, the audit."""
 
     model: ModelSpec = Field(description="Model under test.")
-    method: SpecMethod = Field(SpecMethod.MTP, description="Speculative method.")
+    method: Method = Field(SpecMethod.MTP, description="Speculative method.")
     draft_model: str | None = Field(None, description="Drafter model id (eagle3, draft_model).")
     k: int = Field(3, ge=K_MIN, le=K_MAX, description="Number of speculative tokens K.")
     thinking: ThinkingMode = Field(
@@ -245,7 +246,7 @@ class BenchmarkParams(StrictModel):
         None,
         description="The reference's drafter variant, where the table holds several (None: the server's).",
     )
-    reference_method: SpecMethod | None = Field(
+    reference_method: Method | None = Field(
         None,
         description=(
             "Speculative method whose reference AL is the target (None: method). For a drafter that cannot serve "
@@ -585,7 +586,7 @@ class CalibrationModel(StrictModel):
     """One model of the reference-AL workflow's catalogue (``references/models.yaml``)."""
 
     model: ModelSpec = Field(description="The model and its provider-recommended sampling.")
-    method: SpecMethod = Field(SpecMethod.MTP, description="Speculative method used for its reference.")
+    method: Method = Field(SpecMethod.MTP, description="Speculative method used for its reference.")
     draft_model: str | None = Field(None, description="Drafter model id (eagle3, draft_model).")
     parallelism: Parallelism = Field(default=Parallelism(), description="How it is served.")
 

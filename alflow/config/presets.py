@@ -40,7 +40,7 @@ from alflow.config.flows import (
     SweepParams,
 )
 from alflow.config.server import ServerConfig
-from alflow.config.speculative import GateTolerances, ModelSpec, SpecMethod, ThinkingMode
+from alflow.config.speculative import GateTolerances, Method, ModelSpec, SpecMethod, ThinkingMode
 from alflow.config.workloads import Gsm8kSettings, LoadConfig, RandomWorkload, SpeedBenchWorkload
 from alflow.errors import InvalidInputError
 from alflow.util.yamlfile import describe_validation, load_yaml_model, parse_yaml, validate_strict
@@ -118,7 +118,7 @@ class ServerPreset(StrictModel):
         default=ServerPlacement(), description="Where it runs: runner, GPU host limit, run store."
     )
     model: ModelSpec = Field(description="The model it serves by default, with its sampling.")
-    method: SpecMethod = Field(SpecMethod.MTP, description="Speculative method.")
+    method: Method = Field(SpecMethod.MTP, description="Speculative method.")
     draft_model: str | None = Field(None, description="Drafter model id (eagle3, draft_model).")
     k: int = Field(3, ge=K_MIN, le=K_MAX, description="Default number of speculative tokens K.")
     thinking: ThinkingMode = Field(

@@ -6,7 +6,7 @@ import math
 from enum import StrEnum
 from typing import Annotated, Literal, Self
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from alflow.acceptance.synthetic import K_MAX, K_MIN, SCHEMES, SyntheticTarget, get_scheme
 from alflow.config.base import MAX_SEQUENCE_TOKENS, StrictModel
@@ -26,6 +26,31 @@ class SpecMethod(StrEnum):
     """DFlash 2 (a top-k path selector and dynamic convolutions over DFlash's block drafter); SGLang only,
     ``--speculative-algorithm dflash2`` (sgl-project/sglang PR #35371, v0.5.19)."""
 
+
+UNMAPPED_METHODS: dict[str, str] = {
+    "sa": "TensorRT-LLM's SA drafter",
+    "pard": "PARD (parallel draft model; TensorRT-LLM and vLLM)",
+    "pearl": "TensorRT-LLM's PEARL (parallel drafting with an adaptive draft length)",
+}
+"""Drafters the frameworks added in 2026 (DOMAIN.md section 10) that alflow does not drive: their launch keys,
+synthetic-acceptance path and counters are not verified against the frameworks' sources here. PEARL's draft length
+varies at run time, which synthetic acceptance forbids. Refused by name (:func:`known_method`)."""
+
+
+def known_method(value: object) -> object:
+    """A 2026 drafter alflow does not drive (:data:`UNMAPPED_METHODS`) is refused by name, with why."""
+    name = value.strip().lower() if isinstance(value, str) else None
+    if name in UNMAPPED_METHODS:
+        offered = ", ".join(m.value for m in SpecMethod)
+        raise ValueError(
+            f"method {value!r} ({UNMAPPED_METHODS[name]}) is not driven by alflow: its launch keys, synthetic "
+            f"acceptance and counters are not verified here, so a run could not be audited; use one of {offered}"
+        )
+    return value
+
+
+Method = Annotated[SpecMethod, BeforeValidator(known_method)]
+"""A speculative method field: a :class:`SpecMethod`, an unmapped 2026 drafter refused by name."""
 
 BLOCK_DRAFTERS = frozenset({SpecMethod.DSPARK, SpecMethod.DFLASH, SpecMethod.DFLASH2})
 """Drafters that propose a whole block of K tokens in one forward pass (not one head call per token)."""
@@ -144,7 +169,7 @@ never a reference (M0) or a gate (M1); labelled lossy wherever else they run."""
 class SpeculativeConfig(StrictModel):
     """The speculative decoding method and its number of draft tokens."""
 
-    method: SpecMethod = Field(
+    method: Method = Field(
         description=(
             "Speculative method: mtp, eagle3, draft_model, ngram, or the block drafters dspark, dflash and "
             "dflash2 (K tokens drafted in one pass; dflash2 on SGLang only)."
