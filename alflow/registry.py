@@ -60,6 +60,9 @@ class Framework:
     (random prompts go as words)."""
     reasoning_fields: tuple[str, ...] = ("reasoning",)
     """Where its streamed chat deltas put reasoning text (one or two fields, in order; the simulator follows)."""
+    repeated_draws: str | None = None
+    """Why repeated points of one configuration repeat one synthetic draw (a fixed per-step seed); None: each
+    repeat is an independent draw. A sweep counts such repeats as one draw where it states uncertainty."""
     gpu: GpuVendor | None = None
     """Whose GPUs a container of this framework is given (None: it needs none)."""
 
@@ -83,6 +86,11 @@ def get_framework(name: str) -> Framework:
 def frameworks() -> tuple[Framework, ...]:
     """Every registered framework's plugin, in registry order."""
     return tuple(get_framework(name) for name in framework_names())
+
+
+def repeated_draws(framework: str) -> str | None:
+    """``framework``'s :attr:`Framework.repeated_draws` (None for a name no plugin has)."""
+    return get_framework(framework).repeated_draws if framework in framework_names() else None
 
 
 def knob_env_names() -> frozenset[str]:

@@ -43,6 +43,11 @@ class KnobRequest:
         return SyntheticTarget.of(self.k, al=self.al, rates=self.rates)
 
 
+DRAWS_NOTE = "Synthetic draws: "
+"""The start of a knob warning about how the framework draws its synthetic acceptance (a fixed seed, a forced
+correction token): every report of the run states it (``alflow.reports.content.base``)."""
+
+
 @dataclass(frozen=True)
 class SyntheticKnobs:
     """A rendered setting for one framework, with the distribution it will produce."""

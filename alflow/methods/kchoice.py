@@ -35,6 +35,7 @@ from enum import StrEnum
 from typing import Any, Final
 
 from alflow.errors import InvalidInputError
+from alflow.registry import repeated_draws
 from alflow.results.rows import M2Point
 from alflow.results.store import StoredRun
 from alflow.results.view import m2_points
@@ -260,15 +261,20 @@ def all_choices(points: Sequence[M2Point]) -> list[KChoice]:
 def spread_rows(points: Sequence[M2Point]) -> list[dict[str, Any]]:
     """Per (concurrency, K) over the valid repeats: n, and each objective's median, MAD, min and max.
 
-    ``repeats`` counts every stored repeat of the pair, ``n`` the valid ones; a pair without a valid
-    repeat still has its row (its figures None), so a report shows what was measured and dropped.
+    ``repeats`` counts every stored repeat of the pair, ``n`` the valid ones, ``draws`` the independent synthetic
+    draws among them (1 for a framework whose repeats repeat one draw, :func:`alflow.registry.repeated_draws`:
+    their spread is the timing's, not the acceptance's); a pair without a valid repeat still has its row (its
+    figures None), so a report shows what was measured and dropped.
     """
     stored: dict[tuple[int, int], int] = {}
     valid: dict[tuple[int, int], int] = {}
+    one_draw: set[tuple[int, int]] = set()
     for p in points:
         stored[(p.concurrency, p.k)] = stored.get((p.concurrency, p.k), 0) + 1
         if p.valid:
             valid[(p.concurrency, p.k)] = valid.get((p.concurrency, p.k), 0) + 1
+        if repeated_draws(p.framework) is not None:
+            one_draw.add((p.concurrency, p.k))
     by_objective = {
         objective: {(c.concurrency, c.k): c for cs in candidates_of(points, objective).values() for c in cs}
         for objective in Objective
@@ -280,6 +286,7 @@ def spread_rows(points: Sequence[M2Point]) -> list[dict[str, Any]]:
             "k": k,
             "repeats": stored[(conc, k)],
             "n": valid.get((conc, k), 0),
+            "draws": min(valid.get((conc, k), 0), 1) if (conc, k) in one_draw else valid.get((conc, k), 0),
         }
         for objective, cands in by_objective.items():
             c = cands.get((conc, k))

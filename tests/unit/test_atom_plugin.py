@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from alflow.acceptance.knobs import DRAWS_NOTE
 from alflow.acceptance.synthetic import SyntheticAcceptanceError
 from alflow.config import DockerOptions, server_config
 from alflow.errors import InvalidInputError, RecipeError
 from alflow.frameworks.atom import metrics as atom_metrics
+from alflow.frameworks.atom.knobs import FIXED_SEED
 from alflow.frameworks.atom.recipe import synthetic_gate
 from alflow.frameworks.atom.sim import AtomEmitter, read_args
 from alflow.frameworks.recipe_kit import render_knobs
@@ -63,7 +65,8 @@ def test_the_recipe_renders_atoms_own_flags() -> None:
     ]
     assert launch.framework == launch.dialect == "atom"
     assert launch.version_paths == ()  # ATOM has no version endpoint
-    assert launch.warnings == ()  # the nightly's build stamp is after PR #1948
+    # the nightly's build stamp is after PR #1948: no gate warning; the fixed-seed note every report states
+    assert launch.warnings == (DRAWS_NOTE + FIXED_SEED,)
     assert launch.synthetic is not None
     assert launch.synthetic["scheme"] == "vllm"
     assert launch.gpus_per_node == 8

@@ -170,6 +170,30 @@ def test_spread_rows_keep_every_pair_and_count_valid_repeats() -> None:
     assert (rows[(4, 1)]["throughput_median"], rows[(4, 1)]["throughput_mad"]) == (11.0, 1.0)
     assert (rows[(4, 1)]["throughput_min"], rows[(4, 1)]["throughput_max"]) == (10.0, 12.0)
     assert rows[(4, 2)]["throughput_median"] is None
+    assert (rows[(4, 1)]["draws"], rows[(4, 2)]["draws"]) == (3, 1)  # the sim draws afresh on every repeat
+
+
+def test_repeats_of_a_framework_with_a_fixed_synthetic_seed_count_as_one_draw(tmp_path: Path) -> None:
+    from alflow.methods.kchoice import all_choices
+    from alflow.reports import render_run
+
+    atom = [replace(p, framework="atom") for p in _repeats(1, 4, [10.0, 12.0, 11.0])]
+    (row,) = spread_rows(atom)
+    assert (row["n"], row["draws"]) == (3, 1)
+    with RunWriter(tmp_path, "sweep", config={"ks": [1]}) as w:
+        w.write_table("spec_stats", pl.DataFrame([p.to_dict() for p in atom]))
+        w.write_summary(
+            {
+                "flow": "sweep",
+                "repeats": 3,
+                "best_k": [b.to_dict() for b in best_k(atom)],
+                "k_choice": [c.to_dict() for c in all_choices(atom)],
+            }
+        )
+    text = render_run(w.dir, "md")
+    assert "| 4 | 1 | 3/3 | 1 |" in text
+    assert "counts as one draw and its spread over repeats is the timing" in text
+    assert "0x5EED" in text
 
 
 def _vllm_accepts(schedule: object) -> bool:
@@ -285,7 +309,7 @@ def test_the_sweep_report_shows_the_choice_and_the_spread_and_escapes_user_text(
         "| 4 | throughput | 2 | 118.2 | 120\\.0 ± 1\\.2 | 2 | K=2 \\(118\\.2\\) | K=1 \\(98\\.5\\) |" in text
     )
     assert "| 4 | interactivity | 1 | 50.0 | 50\\.0 ± 0\\.0 | 1, 2, 3 |" in text
-    assert "| 4 | 1 | 3/3 | 100.0 | 1.0 | 99.0..101.0 | 98.5 |" in text
+    assert "| 4 | 1 | 3/3 | 3 | 100.0 | 1.0 | 99.0..101.0 | 98.5 |" in text
 
 
 def _write_sweep(root: Path, points: list[M2Point], flow: str = "sweep") -> str:

@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from alflow.acceptance.knobs import DRAWS_NOTE
 from alflow.acceptance.synthetic import distribution
 from alflow.cli import app
+from alflow.frameworks.atom.knobs import FIXED_SEED
 from alflow.reports import (
     al_matrix,
     al_matrix_csv,
@@ -408,6 +410,19 @@ def test_a_release_gate_warning_reaches_the_report(tmp_path: Path) -> None:
     manifest_path.write_text(json.dumps(manifest))
     shown = [w for w in build_report(open_run(run_dir)).warnings if w.startswith("Release gate")]
     assert shown == [f"Release gate: {warning}"]
+
+
+def test_how_a_framework_draws_its_synthetic_acceptance_reaches_the_report(tmp_path: Path) -> None:
+    """ATOM's fixed per-step seed and argmax correction (its knob warning) is stated in every report of the run."""
+    run_dir = write_m2(tmp_path)
+    manifest_path = Path(run_dir) / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    note = DRAWS_NOTE + FIXED_SEED
+    manifest["provenance"]["server"]["provenance"]["warnings"] = [note, "some other launch note"]
+    manifest_path.write_text(json.dumps(manifest))
+    warnings = build_report(open_run(run_dir)).warnings
+    assert note in warnings
+    assert "some other launch note" not in warnings
 
 
 def test_nice_ticks_end_for_values_one_float_step_apart_and_extremes() -> None:

@@ -11,13 +11,20 @@ always renders the length. L must lie in [1, K + 1]; both flags are dropped sile
 
 from __future__ import annotations
 
-from alflow.acceptance.knobs import KnobRequest, SyntheticKnobs, as_length
+from alflow.acceptance.knobs import DRAWS_NOTE, KnobRequest, SyntheticKnobs, as_length
 from alflow.acceptance.synthetic import SyntheticAcceptanceError, SyntheticTarget, get_scheme
 
 LENGTH_FLAG = "--spec-decode-acceptance-length"
 RATE_FLAG = "--spec-decode-acceptance-rate"
 SCHEME = "vllm"
 """The minimum-variance schedule drawn per sequence and position (alflow's name for it is vLLM's)."""
+FIXED_SEED = (
+    "ATOM re-seeds the generator of its synthetic uniforms to 0x5EED + step on every forward, so the accept "
+    "pattern repeats across runs and restarts for the same schedule: repeated ATOM points are one draw, not "
+    "independent ones (a sweep counts them as one); and its first rejection always emits the target's argmax, at "
+    "any temperature (ATOM's synthetic rejection kernel, atom/model_ops/rejection_sampler.py; DOMAIN.md section 10)"
+)
+"""Why ATOM's repeats of a point share one synthetic draw (the plugin's ``repeated_draws``)."""
 
 
 def number_text(x: float) -> str:
@@ -48,5 +55,6 @@ class AtomKnobs:
             target.k,
             SCHEME,
             args=(LENGTH_FLAG, number_text(target.al)),
+            warnings=(DRAWS_NOTE + FIXED_SEED,),
             distribution=get_scheme(SCHEME).distribution(target),
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from alflow.frameworks.atom.knobs import LENGTH_FLAG, RATE_FLAG, AtomKnobs
+from alflow.frameworks.atom.knobs import FIXED_SEED, LENGTH_FLAG, RATE_FLAG, AtomKnobs
 from alflow.frameworks.atom.metrics import AtomDialect
 from alflow.frameworks.atom.recipe import AtomRecipe
 from alflow.frameworks.atom.sim import K_FLAG, AtomEmitter, read_args
@@ -21,5 +21,6 @@ PLUGIN = Framework(
     synthetic_markers={"spec_decode_acceptance_length": is_given, "spec_decode_acceptance_rate": is_given},
     token_id_prompts=False,  # CompletionRequest.prompt: str (atom/entrypoints/openai/protocol.py:200)
     reasoning_fields=("reasoning_content",),
+    repeated_draws=FIXED_SEED,
     gpu="amd",
 )

@@ -14,6 +14,7 @@ from typing import Final
 
 from markupsafe import Markup
 
+from alflow.acceptance.knobs import DRAWS_NOTE
 from alflow.acceptance.runtime_k import report_line, stored_knobs
 from alflow.measure import RequestAcceptance
 from alflow.reports import svg
@@ -180,7 +181,7 @@ def base_report(run: StoredRun, title: str) -> Report:
         for warning in server.provenance.warnings:
             if " version unknown (" in str(warning):
                 warnings.append(f"Release gate: {warning}")
-            elif str(warning).startswith("LOSSY verification"):
+            elif str(warning).startswith(("LOSSY verification", DRAWS_NOTE)):
                 warnings.append(str(warning))
         runtime_k = report_line(
             stored_knobs(server.provenance.runtime_k)

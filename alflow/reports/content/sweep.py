@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from alflow.methods.kchoice import RULE, KChoice, all_choices, spread_rows
+from alflow.registry import repeated_draws
 from alflow.reports.content.base import Report, Section, Table, base_report, fmt
 from alflow.reports.content.m2 import THROUGHPUT_NOTE, points_table, throughput_figure
 from alflow.reports.content.regression import regression_sections
@@ -153,7 +154,7 @@ def _uncertainty_section(points: list[M2Point], repeats: object) -> Section:
     ]
     spread_cells = []
     for r in spread:
-        cells = [fmt(r["concurrency"]), fmt(r["k"]), f"{r['n']}/{r['repeats']}"]
+        cells = [fmt(r["concurrency"]), fmt(r["k"]), f"{r['n']}/{r['repeats']}", fmt(r["draws"])]
         for name in ("throughput", "interactivity"):
             low, high = r[f"{name}_min"], r[f"{name}_max"]
             cells += [
@@ -164,6 +165,12 @@ def _uncertainty_section(points: list[M2Point], repeats: object) -> Section:
             ]
         spread_cells.append(cells)
     how_many = f"{repeats} repeat(s) per (K, concurrency). " if isinstance(repeats, int) else ""
+    notes = sorted({why for p in points if (why := repeated_draws(p.framework)) is not None})
+    if notes and any(r["draws"] < r["n"] for r in spread):
+        how_many += (
+            "Repeats of one point here share one synthetic draw, so each (K, concurrency) counts as one draw and "
+            "its spread over repeats is the timing's, not the acceptance's: " + "; ".join(notes) + ". "
+        )
     return Section(
         "K with its uncertainty",
         paragraphs=[how_many + RULE + "."],
@@ -188,6 +195,7 @@ def _uncertainty_section(points: list[M2Point], repeats: object) -> Section:
                     "concurrency",
                     "K",
                     "valid/repeats",
+                    "independent draws",
                     "tok/s/GPU median",
                     "MAD",
                     "min..max",
@@ -199,7 +207,7 @@ def _uncertainty_section(points: list[M2Point], repeats: object) -> Section:
                 ],
                 spread_cells,
                 title="Spread over repeats",
-                numeric=[True] * 11,
+                numeric=[True] * 12,
             ),
         ],
     )
