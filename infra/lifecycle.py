@@ -19,13 +19,13 @@ from typing import Any
 
 from alflow.config import RunnerOptions, ServerConfig, SlurmOptions
 from alflow.frameworks.launch import Launch
-from alflow.frameworks.recipes import ALL_ADDRESSES, LOOPBACK, build_launch
+from alflow.frameworks.recipes import ALL_ADDRESSES, LOOPBACK, build_launch, log_facts
 from alflow.frameworks.versions import FrameworkVersion, check_capabilities
 from alflow.loadgen.client import auth_headers
 from alflow.models import model_provenance
 from infra.errors import RunnerError
 from infra.runners import ServerHandle, make_runner
-from infra.runners.base import fetch_json, handle_api_key
+from infra.runners.base import Runner, fetch_json, handle_api_key
 
 log = logging.getLogger(__name__)
 
@@ -93,12 +93,26 @@ def start_launch(
         raise
     for note in notes:
         log.warning("%s: %s", launch.framework, note)
-    found: dict[str, object] = {}
+    found: dict[str, object] = dict(log_facts(launch, _log_text(runner, handle)))
     if live.version is not None:
         found["framework_version"] = live.version
     if notes:
         found["warnings"] = [*handle.provenance.warnings, *notes]
     return replace(handle, provenance=handle.provenance.amended(**found)) if found else handle
+
+
+FACTS_LOG_LINES = 20_000
+"""How much of a started server's log its recipe reads for facts it states only there (vLLM's model runner is said
+once, early in the start-up)."""
+
+
+def _log_text(runner: Runner, handle: ServerHandle) -> str:
+    """The started server's log for :func:`~alflow.frameworks.recipes.log_facts` ("" when it cannot be read)."""
+    try:
+        return runner.logs(handle, tail=FACTS_LOG_LINES)
+    except OSError as exc:
+        log.warning("%s: the server's log could not be read for its facts: %s", handle.dialect, exc)
+        return ""
 
 
 VERSION_PATH = "/version"

@@ -62,6 +62,25 @@ class InstallCheck(Protocol):
     def __call__(self, launch: Launch, prefix: Path) -> Launch: ...
 
 
+class LogFacts(Protocol):
+    """A recipe's reading of its started server's log (``log_facts(launch, log)``).
+
+    Facts the server states only there, for the run's provenance (vLLM's model runner); empty when the log says
+    nothing the recipe knows.
+    """
+
+    def __call__(self, launch: Launch, log: str) -> dict[str, str]: ...
+
+
+class SeedWarning(Protocol):
+    """A recipe's warning about a constant per-request sampling seed under synthetic acceptance (``seed_warning``).
+
+    Given what the server's log said (:class:`LogFacts`); None when the seed does no harm there.
+    """
+
+    def __call__(self, facts: dict[str, str], seed: int | None) -> str | None: ...
+
+
 class HintSource(Protocol):
     """A recipe's likely causes of a synthetic knob that did not take effect (``knob_hints(config)``)."""
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from alflow.config import ServerConfig
 from alflow.errors import InvalidInputError, RecipeError
-from alflow.frameworks.contract import DialectSource, HintSource, InstallCheck, Recipe
+from alflow.frameworks.contract import DialectSource, HintSource, InstallCheck, LogFacts, Recipe, SeedWarning
 from alflow.frameworks.launch import Launch
 from alflow.plugins import framework_names
 from alflow.registry import get_framework
@@ -93,6 +93,23 @@ def check_install(launch: Launch, prefix: Path | None) -> Launch:
     return launch if getattr(recipe, "process_image_label", False) else launch.without_image()
 
 
+def log_facts(launch: Launch, log: str) -> dict[str, str]:
+    """What the started server's ``log`` states that its recipe reads (:class:`LogFacts`).
+
+    Empty for a recipe without the hook, an unregistered framework or an empty log.
+    """
+    recipe: object = get_recipe(launch.framework) if launch.framework in framework_names() else None
+    reader: LogFacts | None = getattr(recipe, "log_facts", None)
+    return {} if reader is None or not log else reader(launch, log)
+
+
+def seed_warning(framework: str, facts: dict[str, str], seed: int | None) -> str | None:
+    """The recipe's warning about a constant per-request seed under synthetic acceptance (:class:`SeedWarning`)."""
+    recipe: object = get_recipe(framework) if framework in framework_names() else None
+    check: SeedWarning | None = getattr(recipe, "seed_warning", None)
+    return None if check is None else check(facts, seed)
+
+
 __all__ = [
     "ALL_ADDRESSES",
     "LOOPBACK",
@@ -102,7 +119,9 @@ __all__ = [
     "check_install",
     "dialect_source",
     "get_recipe",
+    "log_facts",
     "preflight_hints",
     "recipes",
+    "seed_warning",
     "speculative_label",
 ]

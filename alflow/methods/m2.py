@@ -18,6 +18,7 @@ import polars as pl
 
 from alflow.acceptance.synthetic import AcceptanceDistribution, distribution
 from alflow.config import BenchmarkParams, LoadConfig, ServerConfig, ThinkingMode
+from alflow.frameworks.recipes import seed_warning
 from alflow.measure import PARTIAL_ATTR, Measurement
 from alflow.methods.common import engine_note_of
 from alflow.methods.outcomes import M2Outcome
@@ -110,8 +111,15 @@ def _start(
     got.scheme = str(scheme)
     got.dist = dist = distribution(got.scheme, params.k, al=target)
     got.engine_note = engine_note_of(server, handle.provenance)
+    record = handle.to_dict()
+    facts = handle.provenance.model_dump(include={"model_runner"}, exclude_none=True)
+    seed_note = seed_warning(server.framework, facts, params.model.sampling(params.thinking).seed)
+    if seed_note is not None:  # stored with the server's warnings: every report of the run states it
+        steps.log(seed_note)
+        stored = dict(record.get("provenance") or {})
+        record["provenance"] = {**stored, "warnings": [*handle.provenance.warnings, seed_note]}
     writer.update_provenance(
-        server=handle.to_dict(),
+        server=record,
         target_al=target,
         scheme=got.scheme,
         topology=topology(server),

@@ -97,6 +97,8 @@ class ServerProvenance(_Open):
     # what the lifecycle adds
     framework_version: str | None = None
     """The version the live server reported (or its image's label)."""
+    model_runner: str | None = None
+    """What the server's log says of its model runner (vLLM: ``V2``, or ``V1 (why)``); None: its recipe reads none."""
     model_source: str | None = None
     model_wheel: str | None = None
     model_wheel_sha256: str | None = None

@@ -283,6 +283,8 @@ def test_m1_passes_on_the_same_engine(demo_run: DemoOutcome) -> None:
     assert run.manifest.simulated is False
     server = run.manifest.model_dump(mode="json")["provenance"]["server"]
     assert server["provenance"]["framework_version"] == "0.32.0"
+    # what the CPU build said in its log: no Triton, so the V1 runner (vllm/config/vllm.py use_v2_model_runner)
+    assert server["provenance"]["model_runner"] == "V1 (Model Runner V2 requires Triton)"
     assert Path(server["log_path"]).is_file()
     assert Path(server["log_path"]).is_relative_to(Path(demo_run.results_root))
     for name in ("report.md", "report.html"):

@@ -36,7 +36,11 @@ def test_each_flow_takes_the_fields_of_its_ui_form() -> None:
         ("m2", flows.benchmark.benchmark),
         ("sweep", flows.sweep.sweep),
     ):
-        form = [name for name in inspect.signature(fn.fn).parameters if name not in ("preset", "params")]
+        form = [
+            name
+            for name in inspect.signature(fn.fn).parameters
+            if name not in ("preset", "params", "dry_run")
+        ]
         assert list(SHORT_FORM[flow][1]) == form, flow
 
 

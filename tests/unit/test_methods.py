@@ -6,6 +6,7 @@ for and answer with measurements made here. The run directory is a real :class:`
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from typing import Any
 import polars as pl
 import pytest
 
+from alflow.acceptance.knobs import DRAWS_NOTE
 from alflow.acceptance.stats import SpecStats, from_counters
 from alflow.acceptance.synthetic import AcceptanceDistribution
 from alflow.config import (
@@ -27,6 +29,7 @@ from alflow.config import (
     ModelSpec,
     RandomWorkload,
     RegressionSettings,
+    SamplingParams,
     ServerConfig,
     ServerPlacement,
     SpeedBenchWorkload,
@@ -304,6 +307,36 @@ def _run(tmp_path: Path, steps: FakeSteps, **fields: Any) -> Any:
     params = _params(tmp_path, **fields)
     writer = RunWriter(str(tmp_path / "results"), "m2", run_id="r1", config={})
     return run_m2(params, TARGET, params.server, writer, steps)
+
+
+@dataclass
+class V2Steps(FakeSteps):
+    """A vLLM server whose log said it runs Model Runner V2."""
+
+    @contextmanager
+    def server_lifetime(self, server: ServerConfig, placement: ServerPlacement) -> Iterator[FakeHandle]:
+        self.calls.append("start")
+        yield FakeHandle(provenance=ServerProvenance(synthetic=dict(self.knobs), model_runner="V2"))
+        self.calls.append("stop")
+
+
+@pytest.mark.parametrize(("seed", "runner_says_v2"), [(7, True), (None, True), (7, False)])
+def test_a_constant_seed_on_model_runner_v2_warns_in_the_runs_server_record(
+    tmp_path: Path, seed: int | None, runner_says_v2: bool
+) -> None:
+    steps_type = V2Steps if runner_says_v2 else FakeSteps
+    steps = steps_type(loads=[_measurement(4), _measurement(8)])
+    model = ModelSpec(id="test-llama", sampling_thinking_off=SamplingParams(temperature=0.0, seed=seed))
+    _run(tmp_path, steps, model=model, server=server_config(framework="vllm", model="test-llama"))
+    (manifest,) = (tmp_path / "results" / "m2").glob("*-r1/manifest.json")
+    record = json.loads(manifest.read_text())["provenance"]["server"]
+    warnings = (record.get("provenance") or {}).get("warnings", [])
+    warned = [w for w in warnings if "Model Runner V2" in w]
+    assert bool(warned) == (seed is not None and runner_says_v2)
+    if warned:
+        assert warned[0].startswith(DRAWS_NOTE)
+        assert "same seed (7)" in warned[0]
+        assert any(c.startswith("log " + DRAWS_NOTE) for c in steps.calls)
 
 
 def test_every_planned_point_is_measured_audited_stored_and_reported(tmp_path: Path) -> None:

@@ -365,7 +365,7 @@ def test_a_measured_table_exports_with_its_variant_and_a_simulated_one_is_refuse
 
 def test_m1_on_a_framework_that_sets_no_sample_method_chooses_the_variant_by_its_params() -> None:
     from alflow.config import GateParams, ModelSpec, ReferenceVariantChoice, server_config
-    from flows.common import reference_variant
+    from alflow.methods.common import reference_variant
 
     table = _table(
         _entry(3, 2.87, draft_model="org/d"),

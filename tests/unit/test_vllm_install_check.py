@@ -5,14 +5,15 @@ The install is a folder with the ``dist-info`` entries pip writes (what the reci
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from alflow.config import SpecMethod, SpeculativeConfig, SyntheticAcceptance, server_config
-from alflow.frameworks.recipes import build_launch, check_install
+from alflow.frameworks.recipes import build_launch, check_install, log_facts, seed_warning
 from alflow.frameworks.versions import CapabilityError
-from alflow.frameworks.vllm.recipe import CPU_PORT_ENV, PER_REQUEST_FLAG
+from alflow.frameworks.vllm.recipe import CPU_PORT_ENV, PER_REQUEST_FLAG, VllmRecipe
 from infra.errors import RecipeError
 
 pytestmark = pytest.mark.unit
@@ -106,3 +107,34 @@ def test_per_request_acceptance_by_image_tag() -> None:
 def test_the_level_is_a_vllm_setting_only() -> None:
     with pytest.raises(ValueError, match="per_request_spec_decode_metrics is vLLM's"):
         server_config({"framework": "sglang", "model": "m", "per_request_spec_decode_metrics": "summary"})
+
+
+# ---------------------------------------------------------------------------------------------- the model runner
+# the lines as vLLM 0.32.0 logs them (vllm/config/vllm.py, vllm/v1/worker/gpu_worker.py); the first is this machine's
+V1_LINE = (
+    "(APIServer pid=22741) WARNING 12-06 04:43:04 [vllm.py:725] Model Runner V2 requires Triton; "
+    "using the V1 model runner instead."
+)
+V2_LINE = "(VllmWorker-0 pid=23310) INFO 12-06 04:45:28 [gpu_worker.py:518] Using V2 Model Runner"
+
+
+def test_the_model_runner_is_what_the_servers_log_says() -> None:
+    recipe = VllmRecipe()
+    launch = build_launch(server_config(framework="vllm", model="m", port=8000))
+    assert recipe.log_facts(launch, "boot\n" + V2_LINE + "\n") == {"model_runner": "V2"}
+    assert recipe.log_facts(launch, V1_LINE) == {"model_runner": "V1 (Model Runner V2 requires Triton)"}
+    forced = replace(launch, env={**launch.env, "VLLM_USE_V2_MODEL_RUNNER": "0"})
+    assert recipe.log_facts(forced, "boot") == {"model_runner": "V1 (VLLM_USE_V2_MODEL_RUNNER=0)"}
+    assert recipe.log_facts(launch, "boot")["model_runner"].startswith("V1 (the server's log has no")
+    assert log_facts(launch, "") == {}  # nothing to read: nothing recorded
+
+
+def test_a_constant_seed_warns_only_on_model_runner_v2() -> None:
+    recipe = VllmRecipe()
+    warning = recipe.seed_warning({"model_runner": "V2"}, 7)
+    assert warning is not None
+    assert "tl_rand32" in warning
+    assert "same accept pattern" in warning
+    assert recipe.seed_warning({"model_runner": "V2"}, None) is None
+    assert recipe.seed_warning({"model_runner": "V1 (Model Runner V2 requires Triton)"}, 7) is None
+    assert seed_warning("sglang", {"model_runner": "V2"}, 7) is None  # no such hook: no warning

@@ -21,9 +21,11 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from alflow.acceptance.knobs import DRAWS_NOTE
 from alflow.acceptance.runtime_k import KnobSpec, RuntimeKKnob
 from alflow.config import ServerConfig, SpecMethod
 from alflow.errors import RecipeError
@@ -72,6 +74,13 @@ VLLM_SYNTHETIC_ONLY_ENV = "VLLM_KIMI_K3_SYNTHETIC_VERIFY_COMPACTION"
 3 rows, not 4; vllm-project/vllm PRs #57048 and #57408): a speed-up that exists only under synthetic acceptance,
 so an M2 point with it measures less work than a real run at the same AL. Refused with synthetic acceptance, and
 never inherited from the shell (the plugin's ``shortcut_env``)."""
+V2_RUNNER_LINE = "Using V2 Model Runner"
+"""What a vLLM worker logs when it runs Model Runner V2 (``logger.info_once`` in vllm/v1/worker/gpu_worker.py,
+cpu_worker.py and xpu_worker.py; vLLM 0.32.0). V2 runs dense models on GPU by default from v0.25 (PR #44443)."""
+V1_FALLBACK = re.compile(r"(Model Runner V2 [^\n]*?); using the V1 model runner instead")
+"""vLLM's warning when it falls back to V1 (``VllmConfig.use_v2_model_runner``, vllm/config/vllm.py: no Triton, or a
+feature V2 lacks). ``VLLM_USE_V2_MODEL_RUNNER=0`` chooses V1 without a word."""
+RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 VLLM_VERSION_PATHS = ("/version",)
 """``GET /version`` -> ``{"version": VLLM_VERSION}`` (vllm/entrypoints/serve/instrumentator/basic.py)."""
 VLLM_SYNTHETIC = Capability(
@@ -378,6 +387,32 @@ class VllmRecipe:
             version_paths=VLLM_VERSION_PATHS,
             release_args=release_args,
             runtime_k=runtime_k,
+        )
+
+    def log_facts(self, launch: Launch, log: str) -> dict[str, str]:
+        """The model runner the server says it runs: ``V2``, or ``V1 (why)`` (:data:`V2_RUNNER_LINE`, :data:`V1_FALLBACK`)."""
+        if V2_RUNNER_LINE in log:
+            return {"model_runner": "V2"}
+        fallback = V1_FALLBACK.search(log)
+        if fallback is not None:
+            return {"model_runner": f"V1 ({fallback.group(1)})"}
+        if launch.env.get(RUNNER_ENV) in ("0", "false", "False"):
+            return {"model_runner": f"V1 ({RUNNER_ENV}={launch.env[RUNNER_ENV]})"}
+        return {"model_runner": f"V1 (the server's log has no {V2_RUNNER_LINE!r})"}
+
+    def seed_warning(self, facts: dict[str, str], seed: int | None) -> str | None:
+        """A warning when Model Runner V2 draws synthetic acceptance and every request carries one seed.
+
+        V2 keys its synthetic uniforms by (request seed, absolute position) (DOMAIN.md section 10;
+        ``tl_rand32(seed, pos)``): a constant seed gives every request the same accept pattern.
+        """
+        if seed is None or facts.get("model_runner") != "V2":
+            return None
+        return (
+            f"{DRAWS_NOTE}vLLM's Model Runner V2 draws its synthetic uniforms from (request seed, absolute position) "
+            f"(tl_rand32, Philox), and every request here carries the same seed ({seed}): every request draws the "
+            "same accept pattern, so the draws are correlated across the batch, not independent per request. Leave "
+            "the model's sampling seed unset for M2"
         )
 
     def check_install(self, launch: Launch, prefix: Path) -> Launch:
