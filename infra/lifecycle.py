@@ -93,7 +93,7 @@ def start_launch(
         raise
     for note in notes:
         log.warning("%s: %s", launch.framework, note)
-    found: dict[str, object] = dict(log_facts(launch, _log_text(runner, handle)))
+    found: dict[str, object] = dict(log_facts(launch, lambda: _log_text(runner, handle)))
     if live.version is not None:
         found["framework_version"] = live.version
     if notes:

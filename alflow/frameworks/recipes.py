@@ -8,6 +8,7 @@ generic code needs. A framework's flags, file formats, endpoints and silent no-o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from alflow.config import ServerConfig
@@ -93,14 +94,17 @@ def check_install(launch: Launch, prefix: Path | None) -> Launch:
     return launch if getattr(recipe, "process_image_label", False) else launch.without_image()
 
 
-def log_facts(launch: Launch, log: str) -> dict[str, str]:
-    """What the started server's ``log`` states that its recipe reads (:class:`LogFacts`).
+def log_facts(launch: Launch, log: Callable[[], str]) -> dict[str, str]:
+    """What the started server's log (read by ``log`` only for a recipe that reads it) states (:class:`LogFacts`).
 
     Empty for a recipe without the hook, an unregistered framework or an empty log.
     """
     recipe: object = get_recipe(launch.framework) if launch.framework in framework_names() else None
     reader: LogFacts | None = getattr(recipe, "log_facts", None)
-    return {} if reader is None or not log else reader(launch, log)
+    if reader is None:
+        return {}
+    text = log()
+    return reader(launch, text) if text else {}
 
 
 def seed_warning(framework: str, facts: dict[str, str], seed: int | None) -> str | None:

@@ -126,7 +126,10 @@ def test_the_model_runner_is_what_the_servers_log_says() -> None:
     forced = replace(launch, env={**launch.env, "VLLM_USE_V2_MODEL_RUNNER": "0"})
     assert recipe.log_facts(forced, "boot") == {"model_runner": "V1 (VLLM_USE_V2_MODEL_RUNNER=0)"}
     assert recipe.log_facts(launch, "boot")["model_runner"].startswith("V1 (the server's log has no")
-    assert log_facts(launch, "") == {}  # nothing to read: nothing recorded
+    assert log_facts(launch, lambda: "") == {}  # nothing to read: nothing recorded
+    assert log_facts(launch, lambda: V2_LINE) == {"model_runner": "V2"}
+    sim = build_launch(server_config(framework="sim", model="m", port=8000))
+    assert log_facts(sim, lambda: pytest.fail("a recipe without the hook never reads the log")) == {}
 
 
 def test_a_constant_seed_warns_only_on_model_runner_v2() -> None:
