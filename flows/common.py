@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,7 +25,7 @@ from alflow.config import (
 )
 from alflow.errors import GateFailedError
 from alflow.frameworks.recipes import build_launch, check_install
-from alflow.methods.dry_run import Plan, first_server, plan_of, unit_params
+from alflow.methods.dry_run import Plan, first_server, plan_of, runs_here, unit_params
 from alflow.reference.table import VariantQuery, load_reference
 from alflow.results.provenance import code_version, host_info
 from alflow.results.store import RunWriter, run_id_of
@@ -120,9 +119,14 @@ def measured(value: OutcomeT | Plan) -> OutcomeT:
 
 
 def checked_plan(flow: str, params: CalibrateParams | GateParams | BenchmarkParams | SweepParams) -> Plan:
-    """Every check a real run makes before it starts (each M1 and M2 of a sweep), then the run's plan."""
-    for unit in unit_params(params):
-        check_launchable(unit)
+    """Every check a real run makes before it starts, then the run's plan.
+
+    Each M1 and M2 of a sweep in this process; a sweep fanned out over GPU nodes checks only what renders
+    here (its children check their installs and outputs on their nodes, as a real sweep's do).
+    """
+    if runs_here(params):
+        for unit in unit_params(params):
+            check_launchable(unit)
     return plan_of(flow, params)
 
 
@@ -133,13 +137,9 @@ def dry_run_plan(flow: str, params: CalibrateParams | GateParams | BenchmarkPara
     never rendered.
     """
     plan = checked_plan(flow, params)
-    text = plan.text()
-    get_run_logger().info("%s", text)
-    fence = "`" * max(3, 1 + max((len(run) for run in re.findall("`+", text)), default=0))
+    get_run_logger().info("%s", plan.text())
     create_markdown_artifact(
-        key=f"{flow}-dry-run",
-        markdown=f"# Dry run of {flow}\n\n{fence}text\n{text}\n{fence}\n",
-        description=f"{flow}: the plan; nothing was started",
+        key=f"{flow}-dry-run", markdown=plan.markdown(), description=f"{flow}: the plan; nothing was started"
     )
     return plan
 

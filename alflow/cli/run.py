@@ -315,7 +315,7 @@ def print_plan(flow: str, params: BaseModel, as_json: bool) -> None:
     if as_json:
         emit_json(plan.to_dict())
     else:
-        console.print(plan.text(), markup=False, highlight=False, soft_wrap=True)
+        console.print(plan.text(), markup=False, emoji=False, highlight=False, soft_wrap=True)
 
 
 def run(

@@ -10,7 +10,8 @@ before anything starts. Nothing is started, written or fetched.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +26,14 @@ from alflow.config import (
     SlurmOptions,
     SweepParams,
     SyntheticAcceptance,
+    ThinkingMode,
 )
 from alflow.frameworks.launch import Launch
+from alflow.frameworks.recipe_kit import image_tag
 from alflow.frameworks.recipes import build_launch, check_install
 from alflow.frameworks.versions import FrameworkVersion
 from alflow.methods.common import point_server, reference_variant
+from alflow.methods.m0 import check_reference_target
 from alflow.methods.sweep_rules import benchmark_for, gate_for
 from alflow.reference.table import load_reference
 from alflow.results.manifest import ServerProvenance
@@ -117,6 +121,16 @@ class Plan:
         """The plan as JSON."""
         return {"flow": self.flow, "dry_run": True, "servers": [s.to_dict() for s in self.servers]}
 
+    def markdown(self) -> str:
+        """The plan for a markdown artifact, shown and never rendered.
+
+        The text sits in one fenced block longer than any backtick run in it, so user strings (model ids,
+        arguments, file contents) cannot close it.
+        """
+        text = self.text()
+        fence = "`" * max(3, 1 + max((len(run) for run in re.findall("`+", text)), default=0))
+        return f"# Dry run of {self.flow}\n\n{fence}text\n{text}\n{fence}\n"
+
     def text(self) -> str:
         """The plan as text: a header, then each server's block."""
         out = [f"dry run of {self.flow}: {len(self.servers)} server(s) would start; nothing was started"]
@@ -171,11 +185,20 @@ def first_server(params: CalibrateParams | GateParams | BenchmarkParams) -> Serv
     )
 
 
-def runner_launch(launch: Launch, runner: object) -> Launch:
-    """``launch`` as the runner starts it: a process runner checks the install and runs no image."""
+def runner_launch(launch: Launch, runner: object, *, local: bool = True) -> Launch:
+    """``launch`` as the runner starts it.
+
+    A process runner checks the install (only where it runs here: ``local``) and runs no image; Slurm runs its
+    ``container_image`` or the bare program, never the recipe's image.
+    """
     if isinstance(runner, ProcessOptions):
         env = runner.framework_env
+        if not local:
+            return launch.without_image()
         return check_install(launch, None if not env else Path(env).expanduser().absolute())
+    if isinstance(runner, SlurmOptions):
+        bare = launch.without_image()
+        return bare if runner.container_image is None else replace(bare, image=runner.container_image)
     return launch
 
 
@@ -196,7 +219,7 @@ def runner_label(runner: object) -> str:
 
 def gate_checks(launch: Launch) -> tuple[GateCheck, ...]:
     """Each release gate of ``launch``, judged against its image tag (a too-old tag was refused at build)."""
-    found = FrameworkVersion.parse(_tag(launch.image))
+    found = FrameworkVersion.parse(image_tag(launch.image))
     checks = []
     for cap in launch.requirements:
         if found is not None:
@@ -209,50 +232,69 @@ def gate_checks(launch: Launch) -> tuple[GateCheck, ...]:
     return tuple(checks)
 
 
-def _tag(image: str | None) -> str | None:
-    if not image:
-        return None
-    last = image.split("@", 1)[0].rsplit("/", 1)[-1]
-    return last.split(":", 1)[1] if ":" in last else None
-
-
-def planned(step: str, point: str, server: ServerConfig, runner: object) -> PlannedServer:
+def planned(
+    step: str, point: str, server: ServerConfig, runner: object, *, local: bool = True
+) -> PlannedServer:
     """One server as the flow would start it (the recipe's and the install's refusals raised here)."""
-    launch = runner_launch(build_launch(server), runner)
-    secrets = tuple(dict.fromkeys((*launch.secret_env, *getattr(runner, "secrets", ()))))
-    return PlannedServer(step, point, runner_label(runner), launch.provenance(), gate_checks(launch), secrets)
+    launch = runner_launch(build_launch(server), runner, local=local)
+    api_key = getattr(runner, "api_key_env", None)
+    names = (*launch.secret_env, *getattr(runner, "secrets", ()), *((api_key,) if api_key else ()))
+    if not server.port:  # the recipe picked a free port now; the run picks its own at start
+        point += "; port chosen free at start (the one shown is free now)"
+    return PlannedServer(
+        step,
+        point,
+        runner_label(runner),
+        launch.provenance(),
+        gate_checks(launch),
+        tuple(dict.fromkeys(names)),
+    )
 
 
-def _m0(params: CalibrateParams) -> list[PlannedServer]:
-    thinking = ", ".join(t.value for t in params.thinking)
+def _m0(params: CalibrateParams, local: bool) -> list[PlannedServer]:
+    check_reference_target(params)  # the table on disk can take these values, as the flow checks first
     out = []
     for model in params.models:
+        modes = [m.value for m in params.thinking if model.reasoning or m is ThinkingMode.OFF] or ["off"]
         for k in params.ks:
             server = point_server(params.server, model.id, params.method, k, draft_model=params.draft_model)
-            point = f"model {model.id}, {params.method.value} K={k}, thinking {thinking}; real acceptance"
-            out.append(planned("m0", point, server, params.placement.runner))
+            point = (
+                f"model {model.id}, {params.method.value} K={k}, thinking {', '.join(modes)}; real acceptance"
+            )
+            out.append(planned("m0", point, server, params.placement.runner, local=local))
     return out
 
 
-def _m1(params: GateParams) -> list[PlannedServer]:
-    server = first_server(params)
+def m1_reference(params: GateParams) -> float:
+    """M1's reference AL, looked up as the gate flow looks it up (a missing entry is the flow's refusal)."""
+    entry = load_reference(params.reference_path).lookup(
+        params.reference_model or params.model.id,
+        params.method,
+        params.thinking,
+        params.k,
+        reference_variant(params),
+    )
+    return entry.al
+
+
+def _m1(params: GateParams, local: bool) -> list[PlannedServer]:
+    reference = m1_reference(params)
     point = (
         f"model {params.model.id}, {params.method.value} K={params.k}, thinking {params.thinking.value}; "
-        f"real acceptance against {params.reference_path}"
+        f"real acceptance against reference AL {reference:.4f} ({params.reference_path})"
     )
-    return [planned("m1", point, server, params.placement.runner)]
+    return [planned("m1", point, first_server(params), params.placement.runner, local=local)]
 
 
-def _m2(params: BenchmarkParams) -> list[PlannedServer]:
+def _m2(params: BenchmarkParams, local: bool) -> list[PlannedServer]:
     target, origin = m2_target(params)
-    server = first_server(params)
     point = (
         f"model {params.model.id}, {params.method.value} K={params.k}; synthetic target AL {target:.4f} "
         f"({origin}, scheme {params.scheme or 'the framework default'}); concurrencies "
         f"{', '.join(str(c) for c in params.concurrencies)}"
         + (f", each {params.repeats} times" if params.repeats > 1 else "")
     )
-    return [planned("m2", point, server, params.placement.runner)]
+    return [planned("m2", point, first_server(params), params.placement.runner, local=local)]
 
 
 def unit_params(params: FlowParams) -> tuple[CalibrateParams | GateParams | BenchmarkParams, ...]:
@@ -262,14 +304,24 @@ def unit_params(params: FlowParams) -> tuple[CalibrateParams | GateParams | Benc
     return (params,)
 
 
+def runs_here(params: FlowParams) -> bool:
+    """Whether the flow's servers start from this machine (not a sweep fanned out over GPU nodes' workers)."""
+    return not (isinstance(params, SweepParams) and params.fan_out is not None)
+
+
 def plan_of(flow: str, params: FlowParams) -> Plan:
-    """The plan of ``flow`` with ``params``: every server, in the order the flow starts them."""
+    """The plan of ``flow`` with ``params``: every server, in the order the flow starts them.
+
+    A sweep fanned out over GPU nodes is planned without this machine's install check: its children check
+    their own installs on their nodes, as a real sweep's do.
+    """
+    local = runs_here(params)
     servers: list[PlannedServer] = []
     for unit in unit_params(params):
         if isinstance(unit, CalibrateParams):
-            servers += _m0(unit)
+            servers += _m0(unit, local)
         elif isinstance(unit, GateParams):
-            servers += _m1(unit)
+            servers += _m1(unit, local)
         else:
-            servers += _m2(unit)
+            servers += _m2(unit, local)
     return Plan(flow, tuple(servers))

@@ -182,14 +182,21 @@ def benchmark_for(params: SweepParams, k: int) -> BenchmarkParams:
     return BenchmarkParams.model_validate({**params.benchmark.model_dump(), "k": k})
 
 
+DRY_RUN = "dry_run"
+"""The flows' plan-only switch (a top-level parameter of M0, M1, M2 and the sweep)."""
+
+
 def child_parameters(params: GateParams | BenchmarkParams, top_level: Iterable[str]) -> dict[str, Any]:
     """A deployment run's parameters: the full configuration as ``params``, every short-form field None.
 
     Prefect merges a run's parameters over the deployment's defaults, and a flow's short-form fields
     (preset, model, k, ...) win over ``params``; naming each of them as None keeps the deployment's
-    defaults from overriding what the sweep asks for.
+    defaults from overriding what the sweep asks for. ``dry_run`` is a switch, not a field: a child is measured,
+    so it is False (None is not a valid value for it).
     """
-    out: dict[str, Any] = {name: None for name in top_level if name != "params"}
+    out: dict[str, Any] = {name: None for name in top_level if name not in ("params", DRY_RUN)}
+    if DRY_RUN in top_level:
+        out[DRY_RUN] = False
     out["params"] = params.model_dump(mode="json")
     return out
 

@@ -250,7 +250,9 @@ def test_a_server_that_crashes_mid_point_keeps_the_requests_measured_so_far(tmp_
     state = benchmark(
         # a few ms per step (not time scale 0): the crash comes 50 ms after the 30th answer, and on an idle machine
         # the point's other 18 requests could all finish inside that, so the crash fell between two points
-        params=_bench_params(tmp_path, "--crash-after-requests", "30", "--time-scale", "0.2", preflight=False),
+        params=_bench_params(
+            tmp_path, "--crash-after-requests", "30", "--time-scale", "0.2", preflight=False
+        ),
         return_state=True,
     )
     assert state.is_failed()

@@ -367,7 +367,6 @@ def test_trtllm_eagle3_one_model_and_flags() -> None:
 @pytest.mark.parametrize(
     ("spec", "two_model"),
     [
-        (SpeculativeConfig(method="draft_model", k=3, draft_model="org/small"), True),
         (SpeculativeConfig(method="ngram", k=3), None),
         (EAGLE3_5, True),
     ],

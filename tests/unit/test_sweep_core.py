@@ -91,6 +91,34 @@ def test_child_parameters_null_every_short_form_field_and_the_node_sets_its_limi
     assert cache_key("m2/y", child) != cache_key("m2/x", child)
 
 
+def test_a_childs_parameters_validate_against_the_deployed_flows_own_signature() -> None:
+    """Every top-level parameter of M1 and M2 (``dry_run`` included): the names nulled must still validate."""
+    import inspect
+
+    from alflow.config import BenchmarkParams, GateParams
+    from flows.benchmark import benchmark
+    from flows.gate import gate
+
+    params = BenchmarkParams.model_validate(
+        {"model": {"id": "m"}, "server": {"framework": "sim", "model": "m"}, "target_al": 2.0, "k": 2}
+    )
+    gate_params = GateParams.model_validate(
+        {
+            "model": {"id": "m"},
+            "server": {"framework": "sim", "model": "m"},
+            "k": 2,
+            "reference_path": "r.yaml",
+        }
+    )
+    for flow, child_params in ((benchmark, params), (gate, gate_params)):
+        names = inspect.signature(flow.fn).parameters
+        child = child_parameters(child_params, names)
+        assert child["dry_run"] is False
+        flow.validate_parameters(
+            child
+        )  # a child with dry_run None was refused: every fanned-out child failed
+
+
 def test_fan_out_settings_refuse_shared_queues_limits_and_bad_deployment_names() -> None:
     with pytest.raises(ValueError, match="work queue twice"):
         FanOut(nodes=(N1, SweepNode(work_queue="node-1")))

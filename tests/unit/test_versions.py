@@ -246,7 +246,9 @@ def test_sglang_dflash2_is_its_own_algorithm_from_v0_5_19_and_other_frameworks_r
         ) as info:
             build_launch(cfg(framework=framework, speculative=dflash2))
         assert "\n" not in str(info.value)
-    with pytest.raises(RecipeError, match=r"simulated engine has no model of speculative method 'dflash2'"):
+    with pytest.raises(
+        RecipeError, match=r"the simulated engine has no speculative method 'dflash2'; it offers mtp"
+    ):
         build_launch(cfg(framework="sim", sim_dialect="sglang", speculative=dflash2))
 
 
@@ -286,8 +288,21 @@ def test_trtllm_draft_target_takes_a_fraction_on_its_one_engine_path_and_ngram_n
         cfg(framework="trtllm", image=TRT_IMAGE.format("1.3.0rc19"), speculative=draft, synthetic=frac)
     )
     assert launch.env["TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS"] == "1.78"
-    assert launch.requirements == (TRTLLM_FRACTIONAL, TRTLLM_DRAFT_TARGET_ONE_ENGINE, TRTLLM_EXACT_AL)
-    assert "PR #11758" in TRTLLM_DRAFT_TARGET_ONE_ENGINE.source
+    assert launch.requirements == (TRTLLM_FRACTIONAL, TRTLLM_EXACT_AL)
+    assert launch.warnings == (
+        TRTLLM_DRAFT_TARGET_ONE_ENGINE,
+    )  # its first release is not pinned: the pre-flight
+    assert "PR #11758" in TRTLLM_DRAFT_TARGET_ONE_ENGINE
+    with pytest.raises(RecipeError, match="DraftTarget runs as a one-engine external drafter"):
+        build_launch(
+            cfg(
+                framework="trtllm",
+                image=TRT_IMAGE.format("1.3.0rc19"),
+                speculative=draft,
+                two_model=True,
+                synthetic=frac,
+            )
+        )
     with pytest.raises(RecipeError, match=r"two-model path \(method ngram\) parses .* as an integer") as info:
         build_launch(
             cfg(

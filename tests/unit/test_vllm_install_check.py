@@ -125,7 +125,7 @@ def test_the_model_runner_is_what_the_servers_log_says() -> None:
     assert recipe.log_facts(launch, V1_LINE) == {"model_runner": "V1 (Model Runner V2 requires Triton)"}
     forced = replace(launch, env={**launch.env, "VLLM_USE_V2_MODEL_RUNNER": "0"})
     assert recipe.log_facts(forced, "boot") == {"model_runner": "V1 (VLLM_USE_V2_MODEL_RUNNER=0)"}
-    assert recipe.log_facts(launch, "boot")["model_runner"].startswith("V1 (the server's log has no")
+    assert recipe.log_facts(launch, "boot")["model_runner"].startswith("unknown (the log read says neither")
     assert log_facts(launch, lambda: "") == {}  # nothing to read: nothing recorded
     assert log_facts(launch, lambda: V2_LINE) == {"model_runner": "V2"}
     sim = build_launch(server_config(framework="sim", model="m", port=8000))
@@ -140,4 +140,7 @@ def test_a_constant_seed_warns_only_on_model_runner_v2() -> None:
     assert "same accept pattern" in warning
     assert recipe.seed_warning({"model_runner": "V2"}, None) is None
     assert recipe.seed_warning({"model_runner": "V1 (Model Runner V2 requires Triton)"}, 7) is None
+    maybe = recipe.seed_warning({"model_runner": "unknown (the log read says neither)"}, 7)
+    assert maybe is not None
+    assert "which this server may run" in maybe
     assert seed_warning("sglang", {"model_runner": "V2"}, 7) is None  # no such hook: no warning

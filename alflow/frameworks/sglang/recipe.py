@@ -126,8 +126,9 @@ SGLANG_DFLASH_SYNTHETIC_CAP = Capability(
     minimum=version("0.5.19"),
     source=(
         "sgl-project/sglang PR #32595 (apply_dflash_simulated_acceptance, python/sglang/srt/speculative/"
-        "dflash_utils.py; opened 2026-07-28); v0.5.19 (2026-09-07) is the first release alflow requires: its "
-        "merge date is not pinned here, so v0.5.17 (2026-08-08) and v0.5.18 (2026-08-25) may carry it, unverified"
+        "dflash_utils.py; opened 2026-07-28). v0.5.19 (2026-09-07) is an assumption, not a checked first release: "
+        "the PR's merge date and first tag are not pinned here, so v0.5.17 (2026-08-08) and v0.5.18 (2026-08-25) "
+        "may carry it (unverified) and a newer image is trusted to; the pre-flight measures the forced length"
     ),
     consequence=(
         "an older DFlash worker ignores the variable: the run measures real acceptance while the report says "

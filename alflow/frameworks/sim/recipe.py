@@ -20,10 +20,10 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 
-from alflow.config import ServerConfig
+from alflow.config import ServerConfig, SpecMethod
 from alflow.errors import RecipeError
 from alflow.frameworks.launch import HEAD_ADDR, NNODES, NODE_RANK, Launch, MetricsEndpoint
-from alflow.frameworks.recipe_kit import bind_host_of, check_extra_args, merge_env, resolve_port
+from alflow.frameworks.recipe_kit import bind_host_of, check_extra_args, merge_env, method_name, resolve_port
 from alflow.frameworks.recipes import dialect_source, get_recipe
 from alflow.frameworks.sim.config import SimServer
 from alflow.sim.acceptance import METHODS as SIM_METHODS
@@ -98,12 +98,9 @@ class SimRecipe:
         argv += ["--dialect", config.sim_dialect, "--model-name", config.model]
         spec = config.speculative
         if spec is not None:
-            if spec.method.value not in SIM_METHODS:
-                raise RecipeError(
-                    f"the simulated engine has no model of speculative method {spec.method.value!r}; it simulates "
-                    f"{', '.join(SIM_METHODS)} (alflow/sim/acceptance.py)"
-                )
-            argv += ["--k", str(spec.k), "--method", spec.method.value]
+            simulated = {m: m.value for m in SpecMethod if m.value in SIM_METHODS}
+            method = method_name("the simulated engine", simulated, spec.method, "alflow/sim/acceptance.py")
+            argv += ["--k", str(spec.k), "--method", method]
         argv += source.args
         if config.max_model_len is not None:
             argv += ["--max-model-len", str(config.max_model_len)]

@@ -101,23 +101,15 @@ TRTLLM_EXACT_AL = Capability(
 (``request_perf_metrics.speculative_decoding``) were zero in the PyTorch flow until PR #17082 (merged
 2026-07-31); alflow reads none of them (the per-position Prometheus counters come from the per-step vectors,
 not from those totals), so no release floor is set for it."""
-TRTLLM_DRAFT_TARGET_ONE_ENGINE = Capability(
-    framework="TensorRT-LLM",
-    feature=(
-        f"a fractional {TRTLLM_ENV} with DraftTarget (draft_model), built as a one-engine external drafter "
-        "(DRAFT_TARGET_ONE_MODEL)"
-    ),
-    minimum=version(TRTLLM_PER_POSITION_RELEASE),
-    source=(
-        "NVIDIA/TensorRT-LLM PR #11758 (External Drafter One Model, opened 2026-02-26, merged; "
-        "tensorrt_llm/_torch/speculative/interface.py, llmapi/llm_args.py); its first release is not pinned here: "
-        f"alflow counts v{TRTLLM_PER_POSITION_RELEASE}, which every speculative run needs anyway (unverified)"
-    ),
-    consequence=(
-        "an image that still runs DraftTarget on the two-model path parses the value as an integer: a warning in "
-        "the server log and synthetic acceptance OFF"
-    ),
+TRTLLM_DRAFT_TARGET_ONE_ENGINE = (
+    "TensorRT-LLM builds DraftTarget as a one-engine external drafter by default (DRAFT_TARGET_ONE_MODEL, "
+    "is_external_drafter() -> use_one_engine() in tensorrt_llm/_torch/speculative/interface.py; NVIDIA/TensorRT-LLM "
+    "PR #11758), where a fractional forced value is read as a float; the PR's first release is not pinned here, so "
+    "an image that still ran DraftTarget on the two-model path would read it as an integer and switch synthetic "
+    "acceptance off: the pre-flight measures whether this image realises the fraction"
 )
+"""The warning of a fractional forced value with DraftTarget (no release gate: the first tag with PR #11758 is
+not pinned, and every accepted image already has rc19's counters)."""
 TRTLLM_DFLASH = Capability(
     framework="TensorRT-LLM",
     feature="the DFlash drafter (decoding_type DFlash)",
@@ -193,6 +185,11 @@ class TrtllmRecipe:
         spec = config.speculative
         if config.two_model_choice() and spec is not None and spec.method is SpecMethod.MTP:
             raise RecipeError("TensorRT-LLM MTP has no two-model mode: drop two_model or use eagle3")
+        if config.two_model_choice() and spec is not None and spec.method is SpecMethod.DRAFT_MODEL:
+            raise RecipeError(
+                "TensorRT-LLM DraftTarget runs as a one-engine external drafter (PR #11758) and alflow renders no "
+                "switch to a two-model path for it: drop two_model"
+            )
         return render_synthetic(config, self.framework)
 
     def speculative_label(self, config: ServerConfig) -> str | None:
@@ -205,8 +202,8 @@ class TrtllmRecipe:
         return (
             f"an image before {TRTLLM_FRACTIONAL.minimum} parses a fractional {TRTLLM_ENV} as an integer: a "
             "warning in the server log and the feature off (PR #13569)",
-            "the two-model path ran (EAGLE3 two-model, draft_model, ngram): it parses the value as an integer "
-            "(see trtllm_speculative_config_info and the server log)",
+            "the two-model path ran (ngram, EAGLE3 two-model, or a DraftTarget image before PR #11758's one-engine "
+            "drafter): it parses the value as an integer (see trtllm_speculative_config_info and the server log)",
             f"{TRTLLM_ENV}=0 (target AL 1) means off",
         )
 
@@ -225,15 +222,13 @@ class TrtllmRecipe:
         needs: list[Capability] = []
         if knobs is not None and not float(knobs.env[TRTLLM_ENV]).is_integer():
             needs.append(TRTLLM_FRACTIONAL)
-            if config.speculative is not None and config.speculative.method is SpecMethod.DRAFT_MODEL:
-                needs.append(TRTLLM_DRAFT_TARGET_ONE_ENGINE)
         if config.speculative is not None and config.speculative.method is SpecMethod.DFLASH:
             needs.append(TRTLLM_DFLASH)
         if config.speculative is not None:
             needs.append(TRTLLM_EXACT_AL)  # last: a knob's own refusal names the knob first
         return tuple(needs)
 
-    def warnings(self, config: ServerConfig) -> tuple[str, ...]:
+    def warnings(self, config: ServerConfig, knobs: SyntheticKnobs | None = None) -> tuple[str, ...]:
         """Things a reviewer should know about this configuration (not errors)."""
         spec = config.speculative
         if config.two_model_choice() and spec is not None and spec.method is SpecMethod.EAGLE3:
@@ -241,6 +236,9 @@ class TrtllmRecipe:
                 "TensorRT-LLM is removing the EAGLE3 two-model path: recent versions set eagle3_one_model back "
                 "to true with only a log warning, so check the server log for which path actually ran",
             )
+        fractional = knobs is not None and not float(knobs.env[TRTLLM_ENV]).is_integer()
+        if fractional and spec is not None and spec.method is SpecMethod.DRAFT_MODEL:
+            return (TRTLLM_DRAFT_TARGET_ONE_ENGINE,)
         return ()
 
     def options(self, config: ServerConfig) -> dict[str, object]:
@@ -318,7 +316,7 @@ class TrtllmRecipe:
             metrics_path=self.metrics_path,
             readiness_timeout_s=config.readiness_timeout_s,
             image=image,
-            warnings=self.warnings(config) + (knobs.warnings if knobs else ()),
+            warnings=self.warnings(config, knobs) + (knobs.warnings if knobs else ()),
             image_warnings=gate_warnings,
             synthetic=knobs.to_dict() if knobs else None,
             nodes=config.nodes,

@@ -208,7 +208,7 @@ class VllmRecipe:
     metrics_path: str = VLLM_METRICS_PATH
 
     def method(self, method: SpecMethod) -> str:
-        """VLLM's ``method`` for ``method``, or a refusal naming the ones it has."""
+        """The speculative-config ``method`` vLLM calls ``method``, or a refusal naming the ones it has."""
         return method_name(
             "vLLM", VLLM_METHODS, method, "speculative-config method, vllm/config/speculative.py"
         )
@@ -398,7 +398,8 @@ class VllmRecipe:
             return {"model_runner": f"V1 ({fallback.group(1)})"}
         if launch.env.get(RUNNER_ENV) in ("0", "false", "False"):
             return {"model_runner": f"V1 ({RUNNER_ENV}={launch.env[RUNNER_ENV]})"}
-        return {"model_runner": f"V1 (the server's log has no {V2_RUNNER_LINE!r})"}
+        # a log read from its tail may have lost the start-up lines (or a release before V2 says neither)
+        return {"model_runner": f"unknown (the log read says neither {V2_RUNNER_LINE!r} nor a V1 fallback)"}
 
     def seed_warning(self, facts: dict[str, str], seed: int | None) -> str | None:
         """A warning when Model Runner V2 draws synthetic acceptance and every request carries one seed.
@@ -406,10 +407,12 @@ class VllmRecipe:
         V2 keys its synthetic uniforms by (request seed, absolute position) (DOMAIN.md section 10;
         ``tl_rand32(seed, pos)``): a constant seed gives every request the same accept pattern.
         """
-        if seed is None or facts.get("model_runner") != "V2":
+        runner = facts.get("model_runner") or ""
+        if seed is None or not runner.startswith(("V2", "unknown")):
             return None
         return (
-            f"{DRAWS_NOTE}vLLM's Model Runner V2 draws its synthetic uniforms from (request seed, absolute position) "
+            f"{DRAWS_NOTE}vLLM's Model Runner V2 ({'run here' if runner == 'V2' else 'which this server may run: ' + runner}) "
+            "draws its synthetic uniforms from (request seed, absolute position) "
             f"(tl_rand32, Philox), and every request here carries the same seed ({seed}): every request draws the "
             "same accept pattern, so the draws are correlated across the batch, not independent per request. Leave "
             "the model's sampling seed unset for M2"
