@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from alflow.config import BenchmarkParams, CalibrateParams, GateParams, SweepParams
 from alflow.errors import RecipeError
 from alflow.frameworks.versions import CapabilityError
-from alflow.methods.dry_run import plan_of, unit_params
+from alflow.methods.dry_run import Plan, plan_of, unit_params
 
 pytestmark = pytest.mark.unit
 
@@ -119,3 +120,44 @@ def test_m0_plans_every_model_and_k_and_a_sweep_its_m1_and_m2_per_k() -> None:
     steps = plan_of("sweep", sweep).servers
     assert [s.step for s in steps] == ["m1", "m2", "m1", "m2"]
     assert all("(reference references/examples.yaml" in s.point for s in steps if s.step == "m2")
+
+
+def test_the_markdown_fence_outlasts_any_backtick_run_in_user_text() -> None:
+    server = {
+        "framework": "sim",
+        "model": "org/x",
+        "extra_args": ["--time-scale", "0", "--seed", "7"],
+    }
+    plan = plan_of("m2", m2(server, placement={"runner": {"kind": "process"}, "results_root": "results"}))
+    plan = Plan(
+        plan.flow, tuple(replace(s, point=s.point + " a````b") for s in plan.servers)
+    )  # a user's string
+    markdown = plan.markdown()
+    assert markdown.count("`````text\n") == 1  # one block, fenced by five: the text's longest run is four
+    assert markdown.rstrip().endswith("`````")
+
+
+def test_slurm_runs_its_own_image_and_an_external_servers_key_is_a_secret_by_name() -> None:
+    vllm = {"framework": "vllm", "model": "org/target", "image": "vllm/vllm-openai:v0.33.0"}
+    slurm = {
+        "runner": {"kind": "slurm", "container_image": "registry.local/vllm:v0.33.0"},
+        "results_root": "r",
+    }
+    (server,) = plan_of("m2", m2(vllm, placement=slurm)).servers
+    assert server.server.image == "registry.local/vllm:v0.33.0"
+    bare = {"runner": {"kind": "slurm"}, "results_root": "r"}
+    (server,) = plan_of("m2", m2(vllm, placement=bare)).servers
+    assert server.server.image is None  # a bare program: no image, so no tag judges the gates
+    assert all("no image" in g.verdict for g in server.gates)
+    external = {
+        "runner": {
+            "kind": "external",
+            "base_url": "http://10.0.0.5:8000",
+            "dialect": "vllm",
+            "api_key_env": "VLLM_API_KEY",
+        },
+        "results_root": "r",
+    }
+    (server,) = plan_of("m2", m2(vllm, placement=external)).servers
+    assert "VLLM_API_KEY" in server.secrets
+    assert server.runner.startswith("external server at http://10.0.0.5:8000")
