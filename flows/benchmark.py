@@ -8,15 +8,14 @@ point is invalid and the run fails (unless ``fail_on_invalid`` is off).
 
 from __future__ import annotations
 
-from prefect import flow, tags
+from prefect import flow, get_run_logger, tags
 
-from alflow.config import BenchmarkParams, SyntheticAcceptance
-from alflow.methods.common import point_server, reference_variant
-from alflow.methods.dry_run import Plan
+from alflow.config import BenchmarkParams
+from alflow.methods.dry_run import Plan, m2_server, m2_target
 from alflow.methods.m2 import run_m2
 from alflow.methods.outcomes import M2Outcome
 from alflow.workloads import check_m2_prompt_memory
-from flows.common import dry_run_plan, new_run_writer, reference_al
+from flows.common import dry_run_plan, new_run_writer
 from flows.presets import m2_params, run_name
 from flows.steps import PrefectSteps
 
@@ -56,28 +55,9 @@ def benchmark(
     if dry_run:
         return dry_run_plan("m2", params)
     check_m2_prompt_memory(params)  # on the machine that draws them, before the server starts
-    target = (
-        params.target_al
-        if params.target_al is not None
-        else reference_al(
-            str(params.reference_path),
-            params.model,
-            params.reference_model,
-            params.reference_method or params.method,
-            params.thinking,
-            params.k,
-            reference_variant(params),
-        )
-    )
-    synthetic = SyntheticAcceptance(target_al=target, scheme=params.scheme)
-    server = point_server(
-        params.server,
-        params.model.id,
-        params.method,
-        params.k,
-        draft_model=params.draft_model,
-        synthetic=synthetic,
-    )
+    target, origin = m2_target(params)  # what the dry run shows: the same code
+    get_run_logger().info("synthetic target AL %.4f (%s)", target, origin)
+    server = m2_server(params, target)
     writer = new_run_writer(
         "m2",
         params.placement.results_root,

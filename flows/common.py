@@ -17,16 +17,12 @@ from alflow.config import (
     CalibrateParams,
     ExternalServer,
     GateParams,
-    ModelSpec,
     ProcessOptions,
-    SpecMethod,
     SweepParams,
-    ThinkingMode,
 )
 from alflow.errors import GateFailedError
 from alflow.frameworks.recipes import build_launch, check_install
 from alflow.methods.dry_run import Plan, first_server, plan_of, runs_here, unit_params
-from alflow.reference.table import VariantQuery, load_reference
 from alflow.results.provenance import code_version, host_info
 from alflow.results.store import RunWriter, run_id_of
 from alflow.util.fsutil import check_writable_dir, check_writable_file
@@ -142,30 +138,6 @@ def dry_run_plan(flow: str, params: CalibrateParams | GateParams | BenchmarkPara
         key=f"{flow}-dry-run", markdown=plan.markdown(), description=f"{flow}: the plan; nothing was started"
     )
     return plan
-
-
-def reference_al(
-    path: str,
-    model: ModelSpec,
-    name: str | None,
-    method: SpecMethod,
-    thinking: ThinkingMode,
-    k: int,
-    variant: VariantQuery | None = None,
-) -> float:
-    """The reference AL of (model, method, thinking, K) and drafter variant from a reference table."""
-    entry = load_reference(path).lookup(name or model.id, method, thinking, k, variant)
-    get_run_logger().info(
-        "reference AL for %s %s thinking=%s K=%d [%s]: %.4f (%s)",
-        entry.model,
-        method.value,
-        thinking.value,
-        k,
-        entry.variant.label(),
-        entry.al,
-        path,
-    )
-    return entry.al
 
 
 def gate_failure(flow: str, message: str, payload: dict[str, Any]) -> GateFailedError:

@@ -10,14 +10,13 @@ which the ``m2-after-m1`` deployment's trigger in prefect.yaml starts M2.
 
 from __future__ import annotations
 
-from prefect import flow, tags
+from prefect import flow, get_run_logger, tags
 
 from alflow.config import GateParams, ThinkingMode
-from alflow.methods.common import point_server, reference_variant
-from alflow.methods.dry_run import Plan
+from alflow.methods.dry_run import Plan, first_server, reference_entry
 from alflow.methods.m1 import run_m1
 from alflow.methods.outcomes import M1Outcome
-from flows.common import dry_run_plan, new_run_writer, reference_al
+from flows.common import dry_run_plan, new_run_writer
 from flows.presets import m1_params, run_name
 from flows.steps import PrefectSteps
 
@@ -55,18 +54,17 @@ def gate(
     params = m1_params(preset, model, k, thinking, params)
     if dry_run:
         return dry_run_plan("m1", params)
-    reference = reference_al(
-        params.reference_path,
-        params.model,
-        params.reference_model,
-        params.method,
-        params.thinking,
+    entry = reference_entry(params)  # what the dry run shows: the same code
+    reference = entry.al
+    get_run_logger().info(
+        "reference AL for %s K=%d [%s]: %.4f (%s)",
+        entry.model,
         params.k,
-        reference_variant(params),
+        entry.variant.label(),
+        reference,
+        params.reference_path,
     )
-    server = point_server(
-        params.server, params.model.id, params.method, params.k, draft_model=params.draft_model
-    )
+    server = first_server(params)
     writer = new_run_writer(
         "m1",
         params.placement.results_root,

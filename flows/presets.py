@@ -9,7 +9,7 @@ commit. The rules that merge the short form over the base live in :mod:`alflow.c
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from prefect.context import FlowRunContext
@@ -32,6 +32,7 @@ from alflow.config.presets import (
     sweep_params,
     unknown_preset,
 )
+from alflow.methods.sweep_rules import DRY_RUN
 from alflow.util.names import safe_key
 
 _log = logging.getLogger(__name__)
@@ -130,17 +131,18 @@ def run_name(prefix: str, resolve: Callable[..., Any], name: Callable[[Any], str
     """A ``flow_run_name`` callable: ``prefix-`` plus ``name`` of the resolved parameters.
 
     A short form that does not resolve names the run after its preset (the flow itself then fails with
-    the reason). The part after the prefix goes through :func:`alflow.util.names.safe_key` (``always_hash=False``):
+    the reason); a dry run's name says so (``m2-dry-run-...``). The part after the prefix goes through :func:`alflow.util.names.safe_key` (``always_hash=False``):
     ``m2-demo-llama-70b-k2`` as typed, a Japanese or bidi model id as an ASCII slug with a hash.
     """
 
     def flow_run_name() -> str:
-        given: Mapping[str, Any] = flow_run.parameters
+        given = {key: value for key, value in flow_run.parameters.items() if key != DRY_RUN}
         try:
             fragment = str(name(resolve(**given)))
         except Exception:  # the flow reports the reason itself, at its start
             fragment = str(given.get("preset") or "custom")
         # a name built from a model id is derived: a slug (hashed where it differs from the id), never the id
-        return f"{prefix}-{safe_key(fragment, always_hash=False)}"
+        plan_only = "-dry-run" if flow_run.parameters.get(DRY_RUN) else ""
+        return f"{prefix}{plan_only}-{safe_key(fragment, always_hash=False)}"
 
     return flow_run_name

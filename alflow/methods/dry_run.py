@@ -35,7 +35,7 @@ from alflow.frameworks.versions import FrameworkVersion
 from alflow.methods.common import point_server, reference_variant
 from alflow.methods.m0 import check_reference_target
 from alflow.methods.sweep_rules import benchmark_for, gate_for
-from alflow.reference.table import load_reference
+from alflow.reference.table import ReferenceEntry, load_reference
 from alflow.results.manifest import ServerProvenance
 
 FlowParams = CalibrateParams | GateParams | BenchmarkParams | SweepParams
@@ -152,18 +152,41 @@ def _synthetic_summary(knobs: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def m2_target(params: BenchmarkParams) -> tuple[float, str]:
-    """M2's target AL and where it comes from: the parameters, or the reference table as the flow looks it up."""
-    if params.target_al is not None:
-        return params.target_al, "given"
-    entry = load_reference(str(params.reference_path)).lookup(
+def reference_entry(params: GateParams | BenchmarkParams) -> ReferenceEntry:
+    """The reference entry M1 gates against or M2 targets (a missing one is the flow's refusal).
+
+    Looked up by (model or ``reference_model``, method or M2's ``reference_method``, thinking, K, drafter
+    variant) in ``reference_path``.
+    """
+    method = (params.reference_method if isinstance(params, BenchmarkParams) else None) or params.method
+    return load_reference(str(params.reference_path)).lookup(
         params.reference_model or params.model.id,
-        params.reference_method or params.method,
+        method,
         params.thinking,
         params.k,
         reference_variant(params),
     )
-    return entry.al, f"reference {params.reference_path}"
+
+
+def m2_target(params: BenchmarkParams) -> tuple[float, str]:
+    """M2's target AL and where it comes from: the parameters, or the reference table as the flow looks it up."""
+    if params.target_al is not None:
+        return params.target_al, "given"
+    entry = reference_entry(params)
+    return entry.al, f"reference {params.reference_path}, {entry.model} {entry.variant.label()}"
+
+
+def m2_server(params: BenchmarkParams, target: float) -> ServerConfig:
+    """M2's server: the template at the model, method and K, synthetic acceptance at ``target``."""
+    synthetic = SyntheticAcceptance(target_al=target, scheme=params.scheme)
+    return point_server(
+        params.server,
+        params.model.id,
+        params.method,
+        params.k,
+        draft_model=params.draft_model,
+        synthetic=synthetic,
+    )
 
 
 def first_server(params: CalibrateParams | GateParams | BenchmarkParams) -> ServerConfig:
@@ -172,16 +195,10 @@ def first_server(params: CalibrateParams | GateParams | BenchmarkParams) -> Serv
         return point_server(
             params.server, params.models[0].id, params.method, params.ks[0], draft_model=params.draft_model
         )
-    synthetic = None
     if isinstance(params, BenchmarkParams):
-        synthetic = SyntheticAcceptance(target_al=m2_target(params)[0], scheme=params.scheme)
+        return m2_server(params, m2_target(params)[0])
     return point_server(
-        params.server,
-        params.model.id,
-        params.method,
-        params.k,
-        draft_model=params.draft_model,
-        synthetic=synthetic,
+        params.server, params.model.id, params.method, params.k, draft_model=params.draft_model
     )
 
 
@@ -265,20 +282,8 @@ def _m0(params: CalibrateParams, local: bool) -> list[PlannedServer]:
     return out
 
 
-def m1_reference(params: GateParams) -> float:
-    """M1's reference AL, looked up as the gate flow looks it up (a missing entry is the flow's refusal)."""
-    entry = load_reference(params.reference_path).lookup(
-        params.reference_model or params.model.id,
-        params.method,
-        params.thinking,
-        params.k,
-        reference_variant(params),
-    )
-    return entry.al
-
-
 def _m1(params: GateParams, local: bool) -> list[PlannedServer]:
-    reference = m1_reference(params)
+    reference = reference_entry(params).al
     point = (
         f"model {params.model.id}, {params.method.value} K={params.k}, thinking {params.thinking.value}; "
         f"real acceptance against reference AL {reference:.4f} ({params.reference_path})"

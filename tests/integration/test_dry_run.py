@@ -6,9 +6,11 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from uuid import UUID
 
 import pytest
 import yaml
+from prefect import get_client
 
 from alflow.config import BenchmarkParams
 from alflow.methods.dry_run import Plan
@@ -86,6 +88,9 @@ def test_the_flow_parameter_returns_the_plan_and_writes_it_as_an_artifact(
     assert isinstance(plan, Plan)
     assert plan.servers[0].step == "m2"
     (artifact,) = [a for a in run_artifacts(state) if a.key == "m2-dry-run"]
+    with get_client(sync_client=True) as client:
+        run = client.read_flow_run(UUID(str(state.state_details.flow_run_id)))
+    assert run.name.startswith("m2-dry-run-org-target-k4-"), run.name  # the run's name says it only planned
     assert "SGLANG_SIMULATE_ACC_LEN=3.1" in str(artifact.data)
     assert str(artifact.data).count("```") == 2  # the plan sits in one fenced block: shown, never rendered
     assert not (tmp_path / "results").exists()
