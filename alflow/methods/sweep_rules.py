@@ -194,10 +194,19 @@ def child_parameters(params: GateParams | BenchmarkParams, top_level: Iterable[s
     defaults from overriding what the sweep asks for. ``dry_run`` is a switch, not a field: a child is measured,
     so it is False (None is not a valid value for it).
     """
-    out: dict[str, Any] = {name: None for name in top_level if name not in ("params", DRY_RUN)}
-    if DRY_RUN in top_level:
+    return {**short_form_cleared(top_level), "params": params.model_dump(mode="json")}
+
+
+def short_form_cleared(top_level: Iterable[str]) -> dict[str, Any]:
+    """Every top-level parameter but ``params`` cleared, for a run given its full configuration.
+
+    The short-form fields None (the deployment's defaults would win over ``params``), the ``dry_run`` switch False
+    (a measured run; None is not a valid value for it).
+    """
+    names = list(top_level)
+    out: dict[str, Any] = {name: None for name in names if name not in ("params", DRY_RUN)}
+    if DRY_RUN in names:
         out[DRY_RUN] = False
-    out["params"] = params.model_dump(mode="json")
     return out
 
 

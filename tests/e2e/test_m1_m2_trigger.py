@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from alflow.methods.sweep_rules import short_form_cleared
 from alflow.results.store import open_run
 from tests.e2e.prefect_support import PREFECT, ROOT, api, cli, ensure_pool
 
@@ -66,7 +67,7 @@ def _run_parameters(deployment: dict[str, Any], params: dict[str, Any]) -> dict[
     The deployment's defaults (a preset, a model, K) would otherwise be merged over ``params``.
     """
     names = deployment["parameter_openapi_schema"].get("properties") or {}
-    return {**{name: None for name in names if name != "params"}, "params": params}
+    return {**short_form_cleared(names), "params": params}
 
 
 def _flow_runs(env: dict[str, str], deployment_id: str) -> list[dict[str, Any]]:
