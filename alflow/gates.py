@@ -403,21 +403,46 @@ def shape_test(
     """The histogram against the scheme's pmf, for a per-request scheme: (p, problems, notes).
 
     A step with fewer than K drafts (``short``: the share of empty draft slots) has its own accept distribution, a
-    cell of probability 0 under K: without counts by draft length the pooled shape cannot be judged, so a misfit is
-    a note then, never a failure.
+    cell of probability 0 under K. Where the server says each step's draft count (``stats.full_k_histogram``), only
+    the steps that carried all K drafts are tested, and the share of the others is a note; without it the pooled
+    shape cannot be judged when drafts are short, so a misfit is a note then, never a failure.
     """
     if stats.histogram is None or distribution.granularity != "per-request":
         return None, [], []
-    fit = goodness_of_fit(stats.histogram, distribution.pmf)
+    full = stats.full_k_histogram
+    notes: list[str] = []
+    if full is not None and sum(full.values()) < sum(stats.histogram.values()):
+        steps, kept = sum(stats.histogram.values()), sum(full.values())
+        notes.append(
+            f"shape test on the {kept} steps that carried all K drafts; {steps - kept} of {steps} steps "
+            f"({(steps - kept) / steps:.1%}) carried fewer and follow another distribution"
+        )
+        if kept == 0:
+            return None, [], notes
+        return _judged(full, distribution, min_fit_p, notes)
+    return _judged(stats.histogram, distribution, min_fit_p, notes, short=short)
+
+
+def _judged(
+    histogram: Mapping[int, int],
+    distribution: AcceptanceDistribution,
+    min_fit_p: float,
+    notes: list[str],
+    *,
+    short: float = 0.0,
+) -> tuple[float | None, list[str], list[str]]:
+    """``histogram`` against the scheme's pmf: a misfit is a problem, or only a note when ``short`` drafts blur it."""
+    fit = goodness_of_fit(histogram, distribution.pmf)
     if fit.p_value >= min_fit_p:
-        return fit.p_value, [], []
+        return fit.p_value, [], notes
     if short:
         return (
             fit.p_value,
             [],
             [
+                *notes,
                 f"shape test not judged: {short:.1%} of the draft slots were empty (drafts < K x steps), and "
-                f"steps with fewer than K drafts do not follow the K-draft pmf (chi-square p={fit.p_value:.2e})"
+                f"steps with fewer than K drafts do not follow the K-draft pmf (chi-square p={fit.p_value:.2e})",
             ],
         )
     return (
@@ -425,9 +450,9 @@ def shape_test(
         [
             f"accept-length histogram does not fit scheme {distribution.scheme} (chi-square p={fit.p_value:.2e} < "
             f"{min_fit_p:g}; steps by accept length, observed vs expected: "
-            f"{shown_counts(stats.histogram, distribution.pmf)})"
+            f"{shown_counts(histogram, distribution.pmf)})"
         ],
-        [],
+        notes,
     )
 
 

@@ -182,6 +182,9 @@ class MetaInfoTotals:
     histogram: tuple[int, ...] | None = None
     """The pooled acceptance histogram (index j: steps that accepted exactly j drafts), when every reporting
     request gave one (vLLM); else None."""
+    full_k_histogram: tuple[int, ...] | None = None
+    """The same pooled over only the steps that carried all K drafts, when every reporting request said each
+    step's draft count (vLLM ``detailed``); else None."""
 
     @property
     def complete(self) -> bool:
@@ -257,9 +260,9 @@ def _reporting(records: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame | None
     return measured, measured.filter(both)
 
 
-def _pooled(rows: pl.DataFrame) -> tuple[int, ...] | None:
-    """The rows' pooled acceptance histogram (:func:`pooled_histogram`); None without the column."""
-    hists = rows.get_column("spec_accept_hist", default=None)
+def _pooled(rows: pl.DataFrame, column: str = "spec_accept_hist") -> tuple[int, ...] | None:
+    """The rows' pooled acceptance histogram in ``column`` (:func:`pooled_histogram`); None without the column."""
+    hists = rows.get_column(column, default=None)
     return None if hists is None else pooled_histogram(hists.to_list())
 
 
@@ -298,6 +301,7 @@ def meta_info_totals(records: pl.DataFrame) -> MetaInfoTotals:
         int(both["spec_accepted_drafts"].sum()),
         drafts,
         _pooled(both),
+        _pooled(both, "spec_full_k_hist"),
     )
 
 
@@ -400,7 +404,9 @@ def window_stats(
             )
     except AlflowError as exc:
         return _with_note(counters, error, f"{source} counts rejected ({exc}): AL from the counters")
-    return replace(stats, source="per-request"), None
+    full = totals.full_k_histogram
+    full_k = None if full is None or len(full) != len(hist or ()) else {j + 1: n for j, n in enumerate(full)}
+    return replace(stats, source="per-request", full_k_histogram=full_k), None
 
 
 def _with_note(stats: SpecStats | None, error: str | None, note: str) -> tuple[SpecStats | None, str | None]:

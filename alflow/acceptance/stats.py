@@ -94,6 +94,9 @@ class SpecStats:
     source: str = "counters"
     """Where the counts come from: ``counters`` (the server's metrics over the window), ``per-request`` (the
     responses' own counts over exactly the measured requests), ``steps`` (per-step data)."""
+    full_k_histogram: dict[int, int] | None = None
+    """Like :attr:`histogram` (accept length -> steps) over only the steps that carried all K drafts, where the
+    server says each step's draft count (vLLM ``detailed``); None: not known. The shape test judges these."""
 
     @property
     def observed(self) -> bool:
@@ -124,6 +127,9 @@ class SpecStats:
             "note": self.note,
             "truncated_requests": self.truncated_requests,
             "source": self.source,
+            "full_k_histogram": None
+            if self.full_k_histogram is None
+            else {str(j): n for j, n in self.full_k_histogram.items()},
         }
 
 

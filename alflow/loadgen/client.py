@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple, Protocol
 
@@ -140,6 +140,8 @@ class RequestSpec(NamedTuple):
     accepted_drafts: int | None
     draft_tokens: int | None
     histogram: list[int] | None
+    full_k_histogram: list[int] | None = None
+    """The histogram over the steps that carried all K drafts (from ``detailed``'s per-step arrays)."""
 
 
 NO_REQUEST_SPEC: Final = RequestSpec(None, None, None, None)
@@ -196,7 +198,24 @@ def speculative_decoding_counts(body: Mapping[str, object]) -> RequestSpec:
             or sum(got_drafted) != drafts
         ):
             return NO_REQUEST_SPEC
+        return RequestSpec(
+            steps, accepted, drafts, hist, full_k_histogram(got_accepted, got_drafted, len(hist) - 1)
+        )
     return RequestSpec(steps, accepted, drafts, hist)
+
+
+def full_k_histogram(accepted: Sequence[int], drafted: Sequence[int], k: int) -> list[int] | None:
+    """The steps that carried all ``k`` drafts, by drafts accepted (index j: exactly j).
+
+    None if a step accepted more than it drafted (not a count to trust).
+    """
+    hist = [0] * (k + 1)
+    for a, d in zip(accepted, drafted, strict=True):
+        if a > d:
+            return None
+        if d == k:
+            hist[a] += 1
+    return hist
 
 
 def _int_list(value: object) -> list[int] | None:
@@ -263,6 +282,7 @@ def fill_spec_counts(record: RequestRecord, body: Mapping[str, object]) -> None:
     if got.steps is not None:
         record.spec_verify_ct, record.spec_accepted_drafts = got.steps, got.accepted_drafts
         record.spec_draft_tokens, record.spec_accept_hist = got.draft_tokens, got.histogram
+        record.spec_full_k_hist = got.full_k_histogram
 
 
 MAX_TOKENS_PER_CHUNK: Final = 64

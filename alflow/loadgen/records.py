@@ -21,7 +21,9 @@ before 0.32.0 or without the flag below, or an object that failed the client's c
 - ``spec_accepted_drafts`` (Int64): its accepted draft tokens (the bonus token not counted);
 - ``spec_draft_tokens`` (Int64): its proposed draft tokens (vLLM only);
 - ``spec_accept_hist`` (List(Int64)): its verify steps by drafts accepted, index ``j`` = steps that accepted
-  exactly ``j`` drafts, length K + 1 (vLLM only).
+  exactly ``j`` drafts, length K + 1 (vLLM only);
+- ``spec_full_k_hist`` (List(Int64)): the same histogram over only the steps that carried all K drafts, from
+  vLLM's ``detailed`` per-step arrays (``per_step_accepted`` / ``per_step_drafted``); null without them.
 
 SGLang sends the first two in ``meta_info`` (``spec_verify_ct``, ``spec_num_correct_drafts``). vLLM (0.32.0+,
 started with ``--per-request-spec-decode-metrics summary|detailed``) sends ``metrics.speculative_decoding``
@@ -64,6 +66,7 @@ RECORD_SCHEMA: Final[dict[str, pl.DataType]] = {
     "spec_accepted_drafts": pl.Int64(),
     "spec_draft_tokens": pl.Int64(),
     "spec_accept_hist": pl.List(pl.Int64()),
+    "spec_full_k_hist": pl.List(pl.Int64()),
     "stamp_source": pl.String(),
 }
 
@@ -97,6 +100,8 @@ class RequestRecord:
     """vLLM ``num_draft_tokens``: draft tokens proposed for this request (None: not reported)."""
     spec_accept_hist: list[int] | None = None
     """vLLM ``acceptance_histogram``: this request's verify steps by drafts accepted (index j: exactly j)."""
+    spec_full_k_hist: list[int] | None = None
+    """The same over the steps that carried all K drafts (vLLM ``detailed``: per-step drafted == K)."""
     stamp_source: str | None = None
     """Where ``chunk_ns`` came from: ``kernel`` (each read's kernel receive stamp, :mod:`alflow.loadgen.rxstamp`)
     or ``clock`` (the process's clock when it read); None: no answer (or a run stored before the column)."""

@@ -97,6 +97,12 @@ def serve_command(
         int | None, typer.Option(help="Fault: every request stops emitting after N tokens.")
     ] = None,
     sglang_window_steps: Annotated[int, typer.Option(help="SGLang gauges: verify steps per window.")] = 40,
+    short_draft_share: Annotated[
+        float,
+        typer.Option(
+            help="Share of verify steps that propose fewer than K drafts (1..K-1), accepts capped by them (0..1)."
+        ),
+    ] = 0.0,
     sglang_token_mode: Annotated[
         str, typer.Option(help="SGLang synthetic output: fixed (token id 100) or real-draft-token.")
     ] = "fixed",  # noqa: S107 - not a secret
@@ -206,6 +212,7 @@ def serve_command(
             stream_error_rate=stream_error_rate,
             stall_after_tokens=stall_after_tokens,
             sglang_window_steps=sglang_window_steps,
+            short_draft_share=short_draft_share,
             sglang_token_mode=sglang_token_mode,
             nnodes=nnodes,
             node_rank=node_rank,

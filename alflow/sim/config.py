@@ -73,6 +73,9 @@ class SimConfig:
     stream_error_rate: float = 0.0
     stall_after_tokens: int | None = None
     sglang_window_steps: int = 40
+    short_draft_share: float = 0.0
+    """The share of a request's verify steps that propose fewer than K drafts (1..K-1, uniform), as n-gram partial
+    matches, grammar or adaptive verification do: accepted drafts are capped by the drafts proposed."""
     sglang_token_mode: str = "fixed"  # noqa: S105 - not a secret
     nnodes: int = 1
     node_rank: int = 0
@@ -160,6 +163,7 @@ class SimConfig:
         _check_range("--max-model-len", self.max_model_len, 16, 10_000_000)
         _check_range("--mean-output-tokens", self.mean_output_tokens, 1, 10_000_000)
         _check_range("--sglang-window-steps", self.sglang_window_steps, 1, 1_000_000)
+        _check_float("--short-draft-share", self.short_draft_share, 0.0, 1.0)
         _check_float("--time-scale", self.time_scale, 0.0, 1e6)
         _check_float("--acceptance-quality", self.acceptance_quality, 0.0, 1.5)
         _check_float("--answer-accuracy", self.answer_accuracy, 0.0, 1.0)

@@ -96,6 +96,10 @@ class SimRequest:
     """This request's verify steps by accepted drafts (``hist[a]``); summed into the stats when it finishes."""
     steps: list[int] | None = None
     """Accepted drafts of each verify step, in order (vLLM's ``detailed`` per-request metrics); None: not kept."""
+    drafted: list[int] | None = None
+    """Drafts proposed at each verify step, in order (kept with ``steps``)."""
+    draft_tokens: int = 0
+    """Drafts proposed over all its verify steps (K each, fewer on a short-draft step)."""
 
 
 class SimEngine:
@@ -122,6 +126,10 @@ class SimEngine:
         # engine-level draw per step
         self.per_request = self.sampler is not None and self.sampler.granularity == "per-request"
         self.natural = NaturalAcceptance(config.method, config.k, config.acceptance_quality, config.seed)
+        self._short = (
+            random.Random(config.seed + 0x5D) if config.short_draft_share > 0 and config.k > 1 else None
+        )
+        """Draws which steps propose fewer than K drafts (``--short-draft-share``); None: every step proposes K."""
         self.record_iterations = False
         """Keep per-iteration stats (the server sets it for a dialect that serves them: TensorRT-LLM's)."""
         self._wakeup = asyncio.Event()
@@ -179,6 +187,7 @@ class SimEngine:
         req.hist = [0] * (self.k + 1)
         if self.config.per_request_spec_decode_metrics == "detailed":
             req.steps = []
+            req.drafted = []
         req.frame_len = len(req.prefix) + len(req.suffix)
         req.arrival_ns = time.perf_counter_ns()
         self.stats.requests_received += 1
@@ -270,6 +279,13 @@ class SimEngine:
         st.num_running = len(survivors) + len(self.stalled)
         st.num_waiting = len(self.waiting)
 
+    def _drafts(self) -> int:
+        """The drafts one request proposes at one step: K, or 1..K-1 on a short-draft step (``--short-draft-share``)."""
+        short = self._short
+        if short is not None and short.random() < self.config.short_draft_share:
+            return short.randint(1, self.k - 1)
+        return self.k
+
     def _verify(self, decode: list[SimRequest], now_ns: int, survivors: list[SimRequest]) -> None:
         k = self.k
         n = len(decode)
@@ -282,13 +298,19 @@ class SimEngine:
         st = self.stats
         hist = st.accept_hist
         accepted = 0
+        drafted_total = 0
         emit = self._emit
         stalled = self.stalled
-        for req, a in zip(decode, draws, strict=True):
+        for req, drawn in zip(decode, draws, strict=True):
+            d = self._drafts()
+            a = min(drawn, d)  # a step accepts at most the drafts it proposed
             hist[a] += 1
             req.hist[a] += 1
-            if req.steps is not None:
+            req.draft_tokens += d
+            drafted_total += d
+            if req.steps is not None and req.drafted is not None:
                 req.steps.append(a)
+                req.drafted.append(d)
             accepted += a
             if req.finished:
                 continue
@@ -299,7 +321,7 @@ class SimEngine:
                 else:
                     survivors.append(req)
         st.num_drafts += n
-        st.draft_tokens += n * k
+        st.draft_tokens += drafted_total
         st.accepted_tokens += accepted
         st.verify_tokens += accepted + n
         st.verify_steps += 1

@@ -71,16 +71,23 @@ def spec_tokens_details_json(hist: Sequence[int], k: int) -> bytes:
     return orjson.dumps({"spec_tokens_details": details})
 
 
-def speculative_decoding(hist: Sequence[int], k: int, steps: Sequence[int] | None) -> dict[str, object]:
-    """The dict of vLLM's ``RequestSpecDecodeMetrics.to_dict()`` for a request whose every step proposed K drafts.
+def speculative_decoding(
+    hist: Sequence[int],
+    k: int,
+    steps: Sequence[int] | None,
+    drafted: Sequence[int] | None = None,
+    draft_tokens: int | None = None,
+) -> dict[str, object]:
+    """The dict of vLLM's ``RequestSpecDecodeMetrics.to_dict()`` for one request.
 
-    ``mean_acceptance_length = 1 + A / S`` (1.0 without steps), ``draft_acceptance_rate = A / (S K)`` (0.0 without
-    drafts), with ``S = sum(hist)`` and ``A = sum(a * hist[a])``; ``per_step_accepted`` / ``per_step_drafted`` only
-    when ``steps`` holds at least one step (vLLM includes them only when populated).
+    ``mean_acceptance_length = 1 + A / S`` (1.0 without steps), ``draft_acceptance_rate = A / D`` (0.0 without
+    drafts), with ``S = sum(hist)``, ``A = sum(a * hist[a])`` and ``D`` the drafts proposed (``draft_tokens``; K per
+    step when not given); ``per_step_accepted`` / ``per_step_drafted`` (``drafted``, else K per step) only when
+    ``steps`` holds at least one step (vLLM includes them only when populated).
     """
     n = sum(hist)
     accepted = sum(a * c for a, c in enumerate(hist))
-    drafts = n * k
+    drafts = n * k if draft_tokens is None else draft_tokens
     out: dict[str, object] = {
         "mean_acceptance_length": 1.0 + accepted / n if n else 1.0,
         "draft_acceptance_rate": accepted / drafts if drafts else 0.0,
@@ -92,18 +99,30 @@ def speculative_decoding(hist: Sequence[int], k: int, steps: Sequence[int] | Non
     }
     if steps:
         out["per_step_accepted"] = list(steps)
-        out["per_step_drafted"] = [k] * len(steps)
+        out["per_step_drafted"] = list(drafted) if drafted is not None else [k] * len(steps)
     return out
 
 
-def stream_metrics_json(hist: Sequence[int], k: int, steps: Sequence[int] | None) -> bytes:
+def stream_metrics_json(
+    hist: Sequence[int],
+    k: int,
+    steps: Sequence[int] | None,
+    drafted: Sequence[int] | None = None,
+    draft_tokens: int | None = None,
+) -> bytes:
     """The final usage chunk's ``metrics`` value: ``{"speculative_decoding": {...}}`` without null fields."""
-    return orjson.dumps({"speculative_decoding": speculative_decoding(hist, k, steps)})
+    return orjson.dumps({"speculative_decoding": speculative_decoding(hist, k, steps, drafted, draft_tokens)})
 
 
-def body_metrics_json(hist: Sequence[int], k: int, steps: Sequence[int] | None) -> bytes:
+def body_metrics_json(
+    hist: Sequence[int],
+    k: int,
+    steps: Sequence[int] | None,
+    drafted: Sequence[int] | None = None,
+    draft_tokens: int | None = None,
+) -> bytes:
     """A non-streamed response's ``metrics`` value: the whole ``PerRequestMetrics``, absent fields null."""
-    spec = speculative_decoding(hist, k, steps)
+    spec = speculative_decoding(hist, k, steps, drafted, draft_tokens)
     spec.setdefault("per_step_accepted", None)  # the model's last two fields, null at ``summary``
     spec.setdefault("per_step_drafted", None)
     metrics: dict[str, object] = dict.fromkeys(TIMING_FIELDS)

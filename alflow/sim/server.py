@@ -399,7 +399,7 @@ class SimService:
                     return b'data: %b],"usage":%b,"metrics":%b}\n\n' % (
                         head,
                         usage_json(n_prompt, completion),
-                        stream_metrics_json(req.hist, k, req.steps),
+                        stream_metrics_json(req.hist, k, req.steps, req.drafted, req.draft_tokens),
                     )
 
             else:
@@ -490,7 +490,9 @@ class SimService:
         if parsed.spec_details:  # SGLang: a response-level sglext beside usage (serving_chat.py)
             usage += b',"sglext":' + spec_tokens_details_json(req.hist, cfg.k)
         elif self._spec_metrics:  # a top-level key beside usage, as vLLM's response model has it
-            usage += b',"metrics":' + body_metrics_json(req.hist, cfg.k, req.steps)
+            usage += b',"metrics":' + body_metrics_json(
+                req.hist, cfg.k, req.steps, req.drafted, req.draft_tokens
+            )
         return (
             head
             + choice

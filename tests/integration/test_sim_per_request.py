@@ -113,6 +113,35 @@ async def test_the_shape_test_rejects_a_wrong_scheme_and_accepts_the_right_one()
     assert accepted.passed, accepted.message
 
 
+async def test_steps_with_fewer_than_k_drafts_pass_on_the_full_k_steps_and_a_wrong_scheme_still_fails() -> (
+    None
+):
+    """5 % of the steps propose 1..K-1 drafts (``--short-draft-share``); vLLM's ``detailed`` per-step arrays say
+    which: the shape test takes the full-K steps (and says how many it left out), so a right run passes and a wrong
+    scheme is still caught."""
+    expected = distribution("vllm", K, al=TARGET)
+    short = ("--short-draft-share", "0.05")
+    with SimProcess(_args(*short, level="detailed")) as right:
+        good = await _measure(right)
+    with SimProcess(_args(*short, "--synthetic-scheme", "sglang-multinomial", level="detailed")) as wrong:
+        bad = await _measure(wrong)
+    stats = good.spec_stats
+    assert stats is not None
+    assert stats.source == "per-request"
+    assert stats.draft_tokens is not None
+    assert stats.draft_tokens < K * stats.num_drafts  # the short steps, as the counts say
+    full = stats.full_k_histogram
+    assert full is not None
+    assert 0 < sum((stats.histogram or {}).values()) - sum(full.values()) < 0.1 * stats.num_drafts
+    passed = audit_synthetic(stats, expected, subject="short drafts")
+    assert passed.passed, passed.message
+    assert "steps that carried all K drafts" in passed.message
+    assert bad.spec_stats is not None
+    failed = audit_synthetic(bad.spec_stats, expected, subject="wrong scheme, short drafts")
+    assert not failed.passed
+    assert "does not fit scheme vllm" in failed.message
+
+
 async def test_non_streamed_and_detailed_responses_carry_vllms_object() -> None:
     with SimProcess(_args(level="detailed")) as sim:
         async with aiohttp.ClientSession() as http:

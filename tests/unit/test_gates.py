@@ -93,6 +93,34 @@ def test_steps_with_fewer_than_k_drafts_flag_the_shape_test_and_never_fail_it_al
     assert "achieved AL 1.0000 differs" in off.message
 
 
+def test_with_counts_by_draft_length_the_full_k_steps_are_judged_short_drafts_pass_and_a_wrong_scheme_fails() -> (
+    None
+):
+    """vLLM's ``detailed`` per-step arrays say each step's drafts: the shape test takes the full-K steps only."""
+    dist = syn.distribution("vllm", 3, al=2.49)
+    sampler = syn.sampler("vllm", 3, al=2.49, seed=4)
+    full = [sampler.draw_step(1)[0] for _ in range(5000)]
+    full_k = stats.from_steps(full, 3).histogram
+    pooled = replace(stats.from_steps([*full, *([0] * 30)], 3), full_k_histogram=full_k)
+    verdict = audit_synthetic(pooled, dist, subject="c=8")
+    assert verdict.passed, verdict.message
+    assert (
+        "shape test on the 5000 steps that carried all K drafts; 30 of 5030 steps (0.6%) carried fewer"
+        in (verdict.message)
+    )
+    assert isinstance(verdict.details, AuditDetails)
+    assert verdict.details.fit_p_value is not None
+    assert verdict.details.fit_p_value > 1e-8  # judged, not waived
+    wrong_sampler = syn.sampler("constant-conditional", 3, al=2.49, seed=4)
+    wrong = [wrong_sampler.draw_step(1)[0] for _ in range(5000)]
+    wrong_pooled = replace(
+        stats.from_steps([*wrong, *([0] * 30)], 3), full_k_histogram=stats.from_steps(wrong, 3).histogram
+    )
+    failed = audit_synthetic(wrong_pooled, dist, subject="c=8")
+    assert not failed.passed  # short drafts no longer hide a wrong scheme
+    assert "does not fit scheme vllm" in failed.message
+
+
 def test_audit_flags_a_biased_scheme() -> None:
     dist = syn.distribution("sglang-multinomial", 3, al=3.39)
     sampler = syn.sampler("sglang-multinomial", 3, al=3.39, seed=2)

@@ -121,8 +121,8 @@ def _consume(*reads: bytes, endpoint: str = "completions") -> RequestRecord:
 
 
 def test_vllms_own_shapes_parse_summary_and_detailed() -> None:
-    assert speculative_decoding_counts(_body(SUMMARY_BODY_METRICS)) == (4, 4, 12, [1, 2, 1, 0])
-    assert speculative_decoding_counts(_body(DETAILED_BODY_METRICS)) == (5, 8, 15, [1, 1, 2, 1])
+    assert speculative_decoding_counts(_body(SUMMARY_BODY_METRICS))[:4] == (4, 4, 12, [1, 2, 1, 0])
+    assert speculative_decoding_counts(_body(DETAILED_BODY_METRICS))[:4] == (5, 8, 15, [1, 1, 2, 1])
 
 
 @pytest.mark.parametrize(
@@ -153,12 +153,12 @@ def test_num_spec_tokens_is_optional() -> None:
 def test_a_request_without_verify_steps_reports_zero_steps() -> None:
     body = _spec(SUMMARY_BODY_METRICS, acceptance_histogram=[0, 0, 0, 0], num_spec_steps=0)
     body["metrics"]["speculative_decoding"] |= {"num_accepted_draft_tokens": 0, "num_draft_tokens": 0}  # type: ignore[index]
-    assert speculative_decoding_counts(body) == (0, 0, 0, [0, 0, 0, 0])
+    assert speculative_decoding_counts(body)[:4] == (0, 0, 0, [0, 0, 0, 0])
 
 
 def test_a_non_streamed_body_gives_the_requests_counts() -> None:
     got = speculative_decoding_counts(NON_STREAMED)
-    assert got == (28, 35, 84, [0, 21, 7, 0])
+    assert got[:4] == (28, 35, 84, [0, 21, 7, 0])
 
 
 def test_detailed_arrays_are_accepted_and_do_not_change_the_counts() -> None:
@@ -167,7 +167,7 @@ def test_detailed_arrays_are_accepted_and_do_not_change_the_counts() -> None:
     spec["acceptance_histogram"] = [1, 1, 1, 0]
     spec |= {"num_spec_steps": 3, "num_accepted_draft_tokens": 3, "num_draft_tokens": 9}
     spec |= {"per_step_accepted": [2, 0, 1], "per_step_drafted": [3, 3, 3]}
-    assert speculative_decoding_counts(body) == (3, 3, 9, [1, 1, 1, 0])
+    assert speculative_decoding_counts(body)[:4] == (3, 3, 9, [1, 1, 1, 0])
 
 
 @pytest.mark.parametrize(
@@ -561,3 +561,29 @@ def test_the_sim_cli_takes_the_recipes_spelling(monkeypatch: pytest.MonkeyPatch)
     refused = CliRunner().invoke(app, ["--dialect", "sglang", "--per-request-spec-decode-metrics", "summary"])
     assert refused.exit_code == 2
     assert not seen[1:]
+
+
+def test_detailed_per_step_arrays_give_the_histogram_of_the_full_k_steps() -> None:
+    from alflow.loadgen.client import full_k_histogram
+
+    spec = {
+        "mean_acceptance_length": 1.0 + 5 / 4,
+        "draft_acceptance_rate": 5 / 10,
+        "acceptance_histogram": [1, 1, 2, 0],
+        "num_spec_steps": 4,
+        "num_accepted_draft_tokens": 5,
+        "num_draft_tokens": 10,
+        "num_spec_tokens": 3,
+        "per_step_accepted": [2, 1, 2, 0],
+        "per_step_drafted": [3, 3, 3, 1],  # the last step carried one draft (an n-gram partial match)
+    }
+    got = speculative_decoding_counts({"metrics": {"speculative_decoding": spec}})
+    assert got.full_k_histogram == [0, 1, 2, 0]  # the three full steps: one accepted 1, two accepted 2
+    record = RequestRecord(request_id=0, session_id="s")
+    fill_spec_counts(record, {"metrics": {"speculative_decoding": spec}})
+    assert record.spec_full_k_hist == [0, 1, 2, 0]
+    summary = {k: v for k, v in spec.items() if not k.startswith("per_step")}
+    assert (
+        speculative_decoding_counts({"metrics": {"speculative_decoding": summary}}).full_k_histogram is None
+    )
+    assert full_k_histogram([2], [1], 3) is None  # accepted more than drafted: not a count to trust
