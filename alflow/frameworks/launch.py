@@ -9,9 +9,14 @@ where its health and metrics endpoints are. :meth:`Launch.provenance` is what a 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import random
 import shlex
 import socket
+import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -136,6 +141,42 @@ def _all_free(family: socket.AddressFamily, host: str, first: int, count: int) -
             sock.close()
 
 
+RECENT_PORTS = Path(tempfile.gettempdir()) / "alflow-recent-ports"
+"""Ports :func:`free_port` handed out on this host lately (``port time`` lines, under an exclusive lock)."""
+RECENT_PORTS_S = 300.0
+"""How long a port handed out stays reserved: two alflow processes starting servers at once on one host never get
+the same port (a free port is only free until its server binds it, seconds later; seen in CI, two sims on one
+port, each run measuring the other's server)."""
+
+
+def _reserve(first: int, count: int, now: float | None = None) -> bool:
+    """Record ``first..first+count-1`` as handed out, unless one was handed out lately by any alflow process here.
+
+    "Lately" is :data:`RECENT_PORTS_S`; a file that cannot be used reserves nothing and refuses nothing.
+    """
+    now = time.time() if now is None else now
+    wanted = set(range(first, first + count))
+    try:
+        fd = os.open(RECENT_PORTS, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        return True
+    with os.fdopen(fd, "r+", encoding="ascii") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        kept: list[tuple[int, float]] = []
+        for line in f.read().splitlines():
+            with contextlib.suppress(ValueError):
+                port, stamp = line.split()
+                if now - float(stamp) < RECENT_PORTS_S:
+                    kept.append((int(port), float(stamp)))
+        if wanted & {port for port, _ in kept}:
+            return False
+        kept += [(port, now) for port in sorted(wanted)]
+        f.seek(0)
+        f.truncate()
+        f.write("".join(f"{port} {stamp:.3f}\n" for port, stamp in kept))
+    return True
+
+
 def free_port(host: str = "127.0.0.1", count: int = 1) -> int:
     """The first of ``count`` consecutive TCP ports that are free on ``host`` right now.
 
@@ -143,7 +184,8 @@ def free_port(host: str = "127.0.0.1", count: int = 1) -> int:
     ephemeral range where the system allows: a port from that range can be taken in between by any
     outgoing connection on the host, which is how a two-node job on one host once failed to bind
     ("address already in use"). Where the range cannot be read or leaves no room below it, a
-    kernel-chosen port is used (and checked for ``count`` free ports).
+    kernel-chosen port is used (and checked for ``count`` free ports). A port another alflow process on this host
+    was given lately is never given again (:func:`_reserve`).
     """
     if count < 1:
         raise ValueError(f"count must be at least 1, not {count}")
@@ -154,13 +196,17 @@ def free_port(host: str = "127.0.0.1", count: int = 1) -> int:
         rng = random.SystemRandom()
         for _ in range(_PORT_TRIES):
             first = rng.randrange(LISTEN_PORT_FLOOR, span[0] - count + 1)
-            if _all_free(family, bind_host, first, count):
+            if _all_free(family, bind_host, first, count) and _reserve(first, count):
                 return first
     for _ in range(_PORT_TRIES):
         with socket.socket(family, socket.SOCK_STREAM) as sock:
             sock.bind((bind_host, 0))
             first = int(sock.getsockname()[1])
-        if first + count - 1 <= 65535 and _all_free(family, bind_host, first, count):
+        if (
+            first + count - 1 <= 65535
+            and _all_free(family, bind_host, first, count)
+            and _reserve(first, count)
+        ):
             return first
     raise RunnerError(f"no {count} consecutive free TCP port(s) on {bind_host} after {_PORT_TRIES} tries")
 

@@ -92,3 +92,23 @@ def test_a_two_node_sim_launch_gets_a_free_block_for_both_nodes_and_the_join_por
     built = build_launch(config)
     assert all(bindable(p) for p in (built.port, built.port + 1, built.port + 2))
     assert f"{built.port + 2}" in built.argv
+
+
+def test_a_port_handed_out_lately_is_not_handed_out_again_on_this_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two alflow processes picking at once: the second never gets the first's ports (CI once ran two sims on one
+    port, each run measuring the other's server)."""
+    monkeypatch.setattr(launch, "RECENT_PORTS", tmp_path / "recent")
+    assert launch._reserve(25000, 2, now=1000.0)
+    assert not launch._reserve(25001, 1, now=1001.0)  # overlaps the block handed out a second ago
+    assert launch._reserve(25002, 1, now=1001.0)
+    assert launch._reserve(
+        25000, 1, now=1000.0 + launch.RECENT_PORTS_S + 1
+    )  # reserved long enough ago: free again
+    monkeypatch.setattr(launch, "ephemeral_range", lambda: (25004, 60999))
+    monkeypatch.setattr(launch, "LISTEN_PORT_FLOOR", 24990)
+    picked = {free_port("127.0.0.1") for _ in range(10)}
+    assert len(picked) == 10  # ten picks, ten ports: none repeats while reserved
+    monkeypatch.setattr(launch, "RECENT_PORTS", tmp_path / "missing-folder" / "recent")
+    assert launch._reserve(25000, 1)  # a file that cannot be used refuses nothing
