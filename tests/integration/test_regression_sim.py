@@ -67,6 +67,30 @@ def _verdicts(run_dir: str) -> dict[int, dict[str, Any]]:
     return {p["concurrency"]: p for p in data["points"]}
 
 
+CLIENT_BOUND = "the load generator was the bottleneck"
+"""Why the flow leaves a point out of every comparison (its client lagged): the tool's own refusal, not a verdict."""
+
+
+def _compared(root: Path, tag: str, scale: str, events: list[Any]) -> tuple[Any, dict[int, dict[str, Any]]]:
+    """One M2 run whose every point was measured with a client that kept up (at most three tries).
+
+    On a shared 2-core CI host the client's event loop can lag past 10 ms at one point; the flow then says so and
+    compares nothing there (as it must). Such a run is measured again, and the events of a run that is measured
+    again are dropped, so each kept run's events are its own.
+    """
+    for _ in range(3):
+        events.clear()
+        out = benchmark(params=_params(root, tag, scale))
+        verdicts = _verdicts(out.run_dir)
+        left_out = [v for v in verdicts.values() if v["outcome"] == "not compared"]
+        if not left_out:
+            return out, verdicts
+        assert all(CLIENT_BOUND in v["message"] for v in left_out), (
+            left_out
+        )  # only a lagging client may excuse it
+    pytest.fail("three runs in a row had a client-bound point")
+
+
 def test_a_slower_nightly_tag_regresses_and_a_control_run_does_not(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -79,25 +103,23 @@ def test_a_slower_nightly_tag_regresses_and_a_control_run_does_not(
         lambda *, event, resource, payload: events.append((event, resource, payload)),
     )
     root = tmp_path / "results"
-    first = benchmark(params=_params(root, "nightly-1", BASE_SCALE))
-    first_verdicts = _verdicts(first.run_dir)
+    _, first_verdicts = _compared(root, "nightly-1", BASE_SCALE, events)
     assert {v["outcome"] for v in first_verdicts.values()} == {"not enough history"}
-    benchmark(params=_params(root, "nightly-1", BASE_SCALE))
-
-    control = benchmark(params=_params(root, "nightly-1", BASE_SCALE))
-    verdicts = _verdicts(control.run_dir)
+    history = list(events)
+    _compared(root, "nightly-1", BASE_SCALE, events)
+    history += events
+    _, verdicts = _compared(root, "nightly-1", BASE_SCALE, events)  # the control
     assert sorted(verdicts) == list(CONCURRENCIES)
     for conc, v in verdicts.items():
         assert v["outcome"] == "unchanged", (conc, v["message"])
-        assert len(v["history"]) == 2
+        assert len(v["history"]) >= 2  # two, or more where a run was measured again
+    assert not history
     assert not events
-
-    slow = benchmark(params=_params(root, "nightly-2", SLOW_SCALE))
-    verdicts = _verdicts(slow.run_dir)
+    slow, verdicts = _compared(root, "nightly-2", SLOW_SCALE, events)
     for conc, v in verdicts.items():
         assert v["outcome"] == "regressed", (conc, v["message"])
         assert v["series"]["image"] == "alflow-sim"  # the new tag continues the series
-        assert len(v["history"]) == 3  # the two baseline runs and the control
+        assert len(v["history"]) >= 3  # the two baseline runs and the control
         tpot = next(m for m in v["metrics"] if m["metric"] == "tpot_ms")
         assert tpot["low"] > 0.10
         assert 0.2 < tpot["change"] < 0.8  # about +50%
