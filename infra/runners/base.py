@@ -238,10 +238,13 @@ def wait_for_health(
 ) -> None:
     """Poll ``url`` until it answers 200, failing fast when ``dead_reason()`` reports a death.
 
-    ``dead_reason`` returns None while the server lives, else why it is dead (exit code, state).
-    Raises :class:`ServerStartError` carrying ``log_tail()`` on death or after ``timeout_s``.
+    The polls start 20 ms apart and back off to ``interval_s`` (a process that is ready in half a second is
+    seen then, not up to ``interval_s`` later). ``dead_reason`` returns None while the server lives, else why
+    it is dead (exit code, state). Raises :class:`ServerStartError` carrying ``log_tail()`` on death or after
+    ``timeout_s``.
     """
     deadline = time.monotonic() + timeout_s
+    pause = min(0.02, interval_s)
     while True:
         reason = dead_reason()
         if reason is not None:
@@ -259,7 +262,8 @@ def wait_for_health(
             raise ServerStartError(
                 f"{what} was not healthy at {redact_url(url)} within {timeout_s:g} s{detail}", log_tail()
             )
-        time.sleep(interval_s)
+        time.sleep(pause)
+        pause = min(pause * 2, interval_s)
 
 
 @contextmanager
