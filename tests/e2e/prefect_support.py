@@ -146,6 +146,37 @@ async def _drop(url: str, name: str) -> None:
         await conn.close()
 
 
+async def _dump_postgres(url: str) -> str:
+    import asyncpg
+
+    conn = await asyncpg.connect(_asyncpg_dsn(url), timeout=10)
+    try:
+        tables = await conn.fetch(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY table_name"
+        )
+        lines = []
+        for (table,) in tables:
+            rows = await conn.fetch(f'SELECT t::text FROM "{table}" t')
+            lines += [f"{table}: {row[0]}" for row in rows]
+        return "\n".join(lines)
+    finally:
+        await conn.close()
+
+
+def database_dump(url: str) -> str:
+    """Every row of the Prefect database at ``url`` (SQLite or PostgreSQL, a SQLAlchemy URL) as text."""
+    if url.startswith("sqlite"):
+        import sqlite3
+
+        connection = sqlite3.connect(url.split("///", 1)[1])
+        try:
+            return "\n".join(connection.iterdump())
+        finally:
+            connection.close()
+    assert url.startswith("postgresql"), url
+    return asyncio.run(_dump_postgres(url))
+
+
 def create_database() -> str:
     """A new empty database ``prefect_e2e_<pid>_<random>``; its SQLAlchemy URL (for Prefect)."""
     name = f"prefect_e2e_{os.getpid()}_{secrets.token_hex(4)}"

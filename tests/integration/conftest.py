@@ -41,20 +41,22 @@ def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         except AssertionError as exc:
             pytest.fail(str(exc))
         stack.callback(prefect_support.stop_prefect_server, server)
-        stack.enter_context(_settings(server.env["PREFECT_API_URL"]))
+        stack.enter_context(_settings(server.env["PREFECT_API_URL"], url))
         yield
 
 
 @contextlib.contextmanager
-def _settings(api_url: str) -> Iterator[None]:
-    """This process's flows talk to ``api_url`` (as Prefect's test harness sets it); logs and events drained after."""
+def _settings(api_url: str, database_url: str) -> Iterator[None]:
+    """This process's flows talk to ``api_url`` and the server's database is ``database_url`` (as Prefect's test
+    harness sets them, for the tests that read the database); logs and events drained after."""
     import prefect.context
     from prefect.events.worker import EventsWorker
     from prefect.logging.handlers import APILogWorker
-    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_DATABASE_CONNECTION_URL, temporary_settings
 
+    updates = {PREFECT_API_URL: api_url, PREFECT_SERVER_DATABASE_CONNECTION_URL: database_url}
     with (
-        temporary_settings(updates={PREFECT_API_URL: api_url}),
+        temporary_settings(updates=updates),
         prefect.context._temporary_global_settings_context(prefect.context.get_settings_context()),
     ):
         try:

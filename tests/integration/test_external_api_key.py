@@ -11,7 +11,6 @@ naming it, before anything is measured.
 from __future__ import annotations
 
 import os
-import sqlite3
 import time
 import uuid
 from pathlib import Path
@@ -43,6 +42,7 @@ from alflow.sim.process import SimProcess
 from flows.benchmark import benchmark
 from flows.calibrate import calibrate
 from flows.gate import gate
+from tests.e2e.prefect_support import database_dump
 from tests.integration.test_secret_canary import status
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_harness")]
@@ -102,18 +102,12 @@ def _m2_server(params: BenchmarkParams) -> ServerConfig:
 
 
 def _prefect_database_dump() -> str:
-    """Prefect's database of the test harness as SQL, after the queued logs were sent."""
+    """Prefect's database of the test harness as text, after the queued logs were sent."""
     from prefect.logging.handlers import APILogHandler
     from prefect.settings import PREFECT_SERVER_DATABASE_CONNECTION_URL
 
     APILogHandler().flush()
-    url = str(PREFECT_SERVER_DATABASE_CONNECTION_URL.value())
-    assert url.startswith("sqlite+aiosqlite:///"), url
-    connection = sqlite3.connect(url.removeprefix("sqlite+aiosqlite:///"))
-    try:
-        return "\n".join(connection.iterdump())
-    finally:
-        connection.close()
+    return database_dump(str(PREFECT_SERVER_DATABASE_CONNECTION_URL.value()))
 
 
 def _no_canary_under(root: Path) -> list[str]:

@@ -26,7 +26,7 @@ from alflow.loadgen import LoadAbortedError, LoadResult, LoadSpec, RequestRecord
 from alflow.sim.process import SimProcess
 from alflow.util import eventloop
 
-pytestmark = [pytest.mark.integration, pytest.mark.timing, pytest.mark.alone]
+pytestmark = [pytest.mark.integration, pytest.mark.timing]
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "sim/llama-3.3-70b"

@@ -10,7 +10,6 @@ real Prefect server (the test harness's): the refused run is answered 409 and no
 from __future__ import annotations
 
 import copy
-import sqlite3
 from typing import Any
 
 import httpx
@@ -21,6 +20,7 @@ from prefect.settings import PREFECT_API_DATABASE_CONNECTION_URL
 from prefect.utilities.callables import parameter_schema
 
 from flows.benchmark import benchmark
+from tests.e2e.prefect_support import database_dump
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_harness")]
 
@@ -63,12 +63,7 @@ REFUSED = {
 def _dump() -> str:
     url = PREFECT_API_DATABASE_CONNECTION_URL.value()
     assert url, "no database URL"
-    assert url.startswith("sqlite"), url
-    connection = sqlite3.connect(url.split("///", 1)[1])
-    try:
-        return "\n".join(connection.iterdump())
-    finally:
-        connection.close()
+    return database_dump(url)
 
 
 def test_the_server_refuses_a_run_whose_parameters_hold_url_credentials_and_stores_none() -> None:
