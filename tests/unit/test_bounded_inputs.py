@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from typer.testing import CliRunner
 
 from alflow.acceptance.synthetic import K_MAX
@@ -515,3 +515,37 @@ def test_run_m2_refuses_prompts_beyond_memory_before_starting(tmp_path: Path) ->
     assert result.exit_code == 2, result.output
     assert "random prompts" in result.output
     assert "in memory" in result.output
+
+
+class _Doc(BaseModel):
+    """A small strict model for :func:`validate_strict`'s refusals."""
+
+    when: str = ""
+    values: list[float] = []
+
+
+def test_validate_strict_refuses_in_one_line_naming_the_source(tmp_path: Path) -> None:
+    from alflow.errors import RunnerError
+    from alflow.util.yamlfile import load_yaml_model, parse_yaml, validate_strict
+
+    # a YAML date is handed on as its ISO text, which the model then takes or refuses by its own rules
+    assert (
+        validate_strict(parse_yaml("when: 2026-12-06\n", "d.yaml"), _Doc, source="d.yaml").when
+        == "2026-12-06"
+    )
+    for data, words in (
+        ("just words", "expected a YAML mapping of fields, got a string"),
+        (5, "expected a YAML mapping of fields, got int"),
+        ({"values": [1.0, float("nan")]}, "values[1]: nan is not allowed: give a finite number"),
+        ({"when": {1, 2}}, "a YAML set value is not allowed here"),
+    ):
+        with pytest.raises(InvalidInputError) as caught:
+            validate_strict(data, _Doc, source="d.yaml")
+        message = str(caught.value)
+        assert message.startswith("d.yaml: "), message
+        assert words in message, message
+    with pytest.raises(InvalidInputError, match=r"^s\.yaml: .* characters of YAML, more than the"):
+        parse_yaml("x" * (MAX_FILE_BYTES + 1), "s.yaml")
+    missing = tmp_path / "missing.yaml"
+    with pytest.raises(RunnerError, match=f"^{missing}"):  # the caller's own error class, the same one line
+        load_yaml_model(missing, _Doc, error=RunnerError)

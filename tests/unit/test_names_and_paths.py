@@ -19,7 +19,7 @@ from alflow.config import ModelSpec, ServerPlacement, server_config
 from alflow.errors import InvalidInputError
 from alflow.reference.table import load_reference, update_reference
 from alflow.results.store import RunWriter, StoreError, open_run
-from alflow.util.fsutil import check_writable_dir, check_writable_file, real_path
+from alflow.util.fsutil import check_writable_dir, check_writable_file, confined, real_path
 from alflow.util.names import check_env_names, check_identifier, safe_key
 from flows.common import check_outputs
 from tests.unit.report_runs import write_m2
@@ -309,3 +309,14 @@ def test_sim_step_log_into_a_missing_folder_is_refused_before_listening(tmp_path
         assert lines[0].startswith(f"error: --step-log '{path}'"), result.stderr
         assert why in lines[0]
         assert "listening" not in result.stdout.lower()
+
+
+def test_writable_path_checks_name_what_is_wrong_in_one_line(tmp_path: Path) -> None:
+    for bad in ("", "a\0b"):
+        with pytest.raises(InvalidInputError, match=r"^--out .* is not a path; allowed: a folder"):
+            check_writable_dir(bad, what="--out")
+        with pytest.raises(InvalidInputError, match=r"^--table .* is not a path; allowed: a file path$"):
+            check_writable_file(bad, what="--table")
+    with pytest.raises(InvalidInputError, match=r"is a folder; allowed: a regular file"):
+        check_writable_file(tmp_path, what="--table")
+    assert confined(tmp_path, tmp_path / "missing.txt") is None

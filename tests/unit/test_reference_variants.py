@@ -392,3 +392,87 @@ def test_m1_on_a_framework_that_sets_no_sample_method_chooses_the_variant_by_its
     assert table.lookup("m", "dspark", "on", 3, reference_variant(chosen)).al == 3.0
     with pytest.raises(ValueError, match="rejection_sample_method"):
         ReferenceVariantChoice.model_validate({"rejection_sample_method": "fly"})
+
+
+KIMI_HEADER, KIMI_BODY = GOLDEN_KIMI.split("kimi-k3:\n")
+BAD_GOLDEN = [
+    # (what, the file's text, options, the message's words)
+    ("not YAML", GOLDEN_KIMI + "  : [\n", {}, "not valid YAML"),
+    ("a list", KIMI_HEADER + "- 1\n", {}, "a golden AL file is a YAML mapping"),
+    ("metadata a list", "_metadata: [1]\n" + GOLDEN_KIMI, {}, "_metadata is list, not a mapping"),
+    ("unknown metadata key", "_metadata: {colour: red}\n" + GOLDEN_KIMI, {}, "_metadata key 'colour'"),
+    ("two models", GOLDEN_KIMI + "other:\n  thinking_on: {1: 1.5}\n", {}, "holds one model, it has 2"),
+    ("unknown method", "_metadata: {method: warp}\n" + GOLDEN_KIMI, {}, "method 'warp'"),
+    (
+        "bad draft sample",
+        "_metadata: {draft-sample-method: coin}\n" + GOLDEN_KIMI,
+        {},
+        "draft_sample_method 'coin'",
+    ),
+    (
+        "concurrency 0",
+        "_metadata: {concurrency: 0}\n" + GOLDEN_KIMI,
+        {},
+        "concurrency 0 is not an integer >= 1",
+    ),
+    (
+        "prefix caching 'yes'",
+        "_metadata: {prefix-caching: 'yes'}\n" + GOLDEN_KIMI,
+        {},
+        "prefix-caching 'yes'",
+    ),
+    (
+        "caching contradicted",
+        "_metadata: {prefix-caching: true}\n" + GOLDEN_KIMI,
+        {"prefix_caching": False},
+        "--prefix-caching off, but the file says prefix caching on",
+    ),
+    (
+        "concurrency contradicted",
+        "_metadata: {concurrency: 8}\n" + GOLDEN_KIMI,
+        {"concurrency": 16},
+        "--concurrency 16, but the file says concurrency 8",
+    ),
+    (
+        "concurrency given below 1",
+        GOLDEN_KIMI.replace("kimik3_fp4_b300_vllm.sh", "x.sh"),
+        {"concurrency": 0, "prefix_caching": False},
+        "--concurrency 0: must be >= 1",
+    ),
+    ("no modes", KIMI_HEADER + "kimi-k3: 3\n", {}, "'kimi-k3' maps to 3"),
+    (
+        "bad thinking key",
+        KIMI_HEADER + "kimi-k3:\n  thinking_maybe: {1: 1.5}\n",
+        {},
+        "thinking_maybe: thinking key",
+    ),
+    (
+        "mode not a mapping",
+        KIMI_HEADER + "kimi-k3:\n  thinking_on: [1.5]\n",
+        {},
+        "is [1.5], not a mapping K -> AL",
+    ),
+    ("K out of range", KIMI_HEADER + "kimi-k3:\n  thinking_on: {0: 1.5}\n", {}, "K 0 is not an integer in"),
+    ("AL a word", KIMI_HEADER + "kimi-k3:\n  thinking_on: {1: fast}\n", {}, "AL 'fast' is not a number"),
+    ("every cell N/A", KIMI_HEADER + "kimi-k3:\n  thinking_on: {1: N/A}\n", {}, "every cell is 'N/A'"),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "options", "words"), [row[1:] for row in BAD_GOLDEN], ids=[r[0] for r in BAD_GOLDEN]
+)
+def test_a_bad_golden_file_is_refused_in_one_line_naming_the_file(
+    text: str, options: dict[str, object], words: str
+) -> None:
+    with pytest.raises(InvalidInputError) as caught:
+        ix.parse_golden(text, source="g.yaml", **options)  # type: ignore[arg-type]
+    message = str(caught.value)
+    assert message.startswith("g.yaml: "), message
+    assert words in message, message
+    assert "\n" not in message
+
+
+def test_a_golden_file_s_concurrency_comment_is_read() -> None:
+    text = '# "SPEEDBENCH_CONCURRENCY": "16"\n' + GOLDEN_KIMI.replace("kimik3_fp4_b300_vllm.sh", "x.sh")
+    curve = ix.parse_golden(text, source="g.yaml", prefix_caching=True)
+    assert (curve.variant.concurrency, curve.variant.prefix_caching) == (16, True)
