@@ -228,6 +228,9 @@ def start_prefect_server(home: Path, database_url: str) -> PrefectServer:
         "PREFECT_API_DATABASE_CONNECTION_URL": database_url,
         "ALFLOW_HOME": str(ROOT),
         "DO_NOT_TRACK": "1",
+        # a run that finds a global concurrency limit taken (a GPU host's slot) asks again after the limit's
+        # average occupancy, capped at this (30 s by default): runs that share one host wait seconds, not 30
+        "PREFECT_SERVER_CONCURRENCY_MAXIMUM_CONCURRENCY_SLOT_WAIT_SECONDS": "2",
     }
     log_path = home / "server.log"
     log = log_path.open("wb")
