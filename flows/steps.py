@@ -12,7 +12,7 @@ from typing import Any, ParamSpec, TypeVar, cast
 
 import polars as pl
 from prefect import Task, get_run_logger
-from prefect.utilities.annotations import quote
+from prefect.utilities.annotations import opaque
 
 from alflow.acceptance.stats import SpecStats
 from alflow.acceptance.synthetic import AcceptanceDistribution
@@ -48,14 +48,15 @@ R = TypeVar("R")
 
 
 def _run(task: Task[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
-    """Call ``task`` with every argument quoted: Prefect hands the values over as they are, without walking them.
+    """Call ``task`` with every argument wrapped in Prefect's ``opaque``: each is resolved, not walked.
 
     Prefect visits every element of a task's arguments twice (to resolve futures and to record upstream task
-    runs); the steps pass no futures, and a point's sessions and records are tens of thousands of objects:
-    about a quarter of an M2 flow's CPU went there.
+    runs); a point's sessions and records are tens of thousands of objects: about a quarter of an M2 flow's
+    CPU went there. ``opaque`` looks at the argument itself only, so a task's result handed to the next task
+    (a measurement, its statistics) is still drawn as that task's input in the Prefect UI.
     """
     call = cast(Any, task)
-    return cast(R, call(*(quote(a) for a in args), **{name: quote(v) for name, v in kwargs.items()}))
+    return cast(R, call(*(opaque(a) for a in args), **{name: opaque(v) for name, v in kwargs.items()}))
 
 
 class PrefectSteps:

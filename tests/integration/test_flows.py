@@ -193,6 +193,26 @@ def test_m2_audit_passes_on_target_and_fails_off_target(tmp_path: Path) -> None:
     assert "expected 2.7300" in str(state.message)
 
 
+def test_m2_task_runs_record_the_task_runs_whose_results_they_took(tmp_path: Path) -> None:
+    """The steps hand Prefect their arguments resolved but not walked (``opaque``): a task's result passed on is
+    still recorded as the next task's input, which the Prefect UI draws as the run graph's edges."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    out = benchmark(params=_bench_params(tmp_path).model_copy(update={"concurrencies": (4,)}))
+    flow_run_id = open_run(out.run_dir).manifest.provenance.flow_run_id
+    assert flow_run_id is not None
+    with get_client(sync_client=True) as client:
+        runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+    by_name = {r.name.rsplit("-", 1)[0]: r for r in runs}
+    upstream = {
+        name: {i.id for inputs in r.task_inputs.values() for i in inputs if hasattr(i, "id")}
+        for name, r in by_name.items()
+    }
+    assert by_name["run_load"].id in upstream["spec_stats"], upstream  # the measurement it took
+    assert by_name["spec_stats"].id in upstream["audit_synthetic"], upstream  # the statistics it judged
+
+
 def test_m2_with_auto_client_processes_judges_each_warm_up_and_measures_the_same_requests(
     tmp_path: Path,
 ) -> None:
