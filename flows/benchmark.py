@@ -8,14 +8,14 @@ point is invalid and the run fails (unless ``fail_on_invalid`` is off).
 
 from __future__ import annotations
 
-from prefect import flow, get_run_logger, tags
+from prefect import flow, get_run_logger
 
 from alflow.config import BenchmarkParams
 from alflow.methods.dry_run import Plan, m2_server, m2_target
 from alflow.methods.m2 import run_m2
 from alflow.methods.outcomes import M2Outcome
 from alflow.workloads import check_m2_prompt_memory
-from flows.common import dry_run_plan, new_run_writer
+from flows.common import dry_run_plan, label_flow_run, new_run_writer
 from flows.presets import m2_params, run_name
 from flows.steps import PrefectSteps
 
@@ -65,5 +65,6 @@ def benchmark(
         simulated=server.simulated,
         engine_note=server.engine_note,
     )
-    with writer, tags(f"model:{params.model.id}", f"framework:{server.framework}", f"k:{params.k}", "m2"):
+    label_flow_run(f"model:{params.model.id}", f"framework:{server.framework}", f"k:{params.k}", "m2")
+    with writer:
         return run_m2(params, target, server, writer, PrefectSteps())

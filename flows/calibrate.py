@@ -16,7 +16,7 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from prefect import flow, tags, task
+from prefect import flow, task
 from prefect.context import TaskRunContext
 
 from alflow.config import (
@@ -41,7 +41,7 @@ from alflow.methods.m0 import (
 )
 from alflow.methods.outcomes import M0Outcome
 from alflow.reference.table import ReferenceTableError
-from flows.common import check_outputs, dry_run_plan, new_run_writer, run_id
+from flows.common import check_outputs, dry_run_plan, label_flow_run, new_run_writer, run_id
 from flows.presets import m0_params, run_name
 from flows.steps import PrefectSteps
 
@@ -154,5 +154,6 @@ def calibrate(
         engine_note=params.server.engine_note,
     )
     measure = _measurer(params, target.dataset["dataset_hash"])
-    with writer, tags(f"framework:{params.server.framework}", "m0"):
+    label_flow_run(f"framework:{params.server.framework}", "m0")
+    with writer:
         return run_m0(params, target, writer, PrefectSteps(), measure, flow_run_id=run_id())

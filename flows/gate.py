@@ -10,13 +10,13 @@ which the ``m2-after-m1`` deployment's trigger in prefect.yaml starts M2.
 
 from __future__ import annotations
 
-from prefect import flow, get_run_logger, tags
+from prefect import flow, get_run_logger
 
 from alflow.config import GateParams, ThinkingMode
 from alflow.methods.dry_run import Plan, first_server, reference_entry
 from alflow.methods.m1 import run_m1
 from alflow.methods.outcomes import M1Outcome
-from flows.common import dry_run_plan, new_run_writer
+from flows.common import dry_run_plan, label_flow_run, new_run_writer
 from flows.presets import m1_params, run_name
 from flows.steps import PrefectSteps
 
@@ -72,5 +72,5 @@ def gate(
         simulated=server.simulated,
         engine_note=server.engine_note,
     )
-    with tags(f"model:{params.model.id}", f"framework:{server.framework}", f"k:{params.k}", "m1"):
-        return run_m1(params, reference, server, writer, PrefectSteps())  # enters the run directory itself
+    label_flow_run(f"model:{params.model.id}", f"framework:{server.framework}", f"k:{params.k}", "m1")
+    return run_m1(params, reference, server, writer, PrefectSteps())  # enters the run directory itself

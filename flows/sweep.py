@@ -21,7 +21,7 @@ import inspect
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from prefect import flow, get_run_logger, tags, task
+from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import State
 from prefect.futures import PrefectFuture
@@ -41,7 +41,7 @@ from alflow.methods.sweep_rules import (
 )
 from alflow.results.rows import M2Point
 from flows.benchmark import benchmark
-from flows.common import dry_run_plan, measured, new_run_writer
+from flows.common import dry_run_plan, label_flow_run, measured, new_run_writer
 from flows.gate import gate
 from flows.presets import run_name, sweep_params_of
 from flows.steps import PrefectSteps
@@ -209,7 +209,8 @@ def sweep(
         simulated=server.simulated,
         engine_note=server.engine_note,
     )
-    with writer, tags(f"model:{params.benchmark.model.id}", f"framework:{server.framework}", "sweep"):
+    label_flow_run(f"model:{params.benchmark.model.id}", f"framework:{server.framework}", "sweep")
+    with writer:
         lost: dict[str, str] = {}
         if params.fan_out is None:
             results, points = _in_process(params)

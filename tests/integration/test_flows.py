@@ -195,7 +195,11 @@ def test_m2_audit_passes_on_target_and_fails_off_target(tmp_path: Path) -> None:
 
 def test_m2_task_runs_record_the_task_runs_whose_results_they_took(tmp_path: Path) -> None:
     """The steps hand Prefect their arguments resolved but not walked (``opaque``): a task's result passed on is
-    still recorded as the next task's input, which the Prefect UI draws as the run graph's edges."""
+    still recorded as the next task's input, which the Prefect UI draws as the run graph's edges.
+
+    The run's labels (model, framework, K, method) are the flow run's tags, and its task runs carry none: Prefect
+    asks the server for a tag concurrency slot before each tagged task run.
+    """
     from prefect import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
@@ -204,6 +208,9 @@ def test_m2_task_runs_record_the_task_runs_whose_results_they_took(tmp_path: Pat
     assert flow_run_id is not None
     with get_client(sync_client=True) as client:
         runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+        flow_run = client.read_flow_run(flow_run_id)
+    assert {f"model:{MODEL.id}", "framework:sim", "k:3", "m2"} <= set(flow_run.tags), flow_run.tags
+    assert runs and all(not r.tags for r in runs), [(r.name, r.tags) for r in runs]
     by_name = {r.name.rsplit("-", 1)[0]: r for r in runs}
     upstream = {
         name: {i.id for inputs in r.task_inputs.values() for i in inputs if hasattr(i, "id")}
