@@ -81,6 +81,7 @@ SHARED = (("slurm", "slurm_cluster"),)
 FIRST = (
     "vllm",
     "tests/e2e/test_sweep_fanout.py",
+    "tests/e2e/test_nightly_regression.py",
     "tests/integration/test_tiny_flows.py",
     "tests/integration/test_local_deployments.py",
     "tests/integration/test_tiny_engine.py",
@@ -356,6 +357,14 @@ class _TierClock:
         first, last = self.span.get(tier, (report.start, report.stop))
         self.span[tier] = (min(first, report.start), max(last, report.stop))
         self.summed[tier] = self.summed.get(tier, 0.0) + report.duration
+        timeline = os.environ.get("ALFLOW_TEST_TIMELINE")
+        if timeline:  # one line per phase: worker, tier, phase, start, stop, test (to see where a run's wall went)
+            worker = getattr(getattr(report, "node", None), "gateway", None)
+            with open(timeline, "a", encoding="utf-8") as out:
+                out.write(
+                    json.dumps([getattr(worker, "id", "-"), tier, report.when, report.start, report.stop, report.nodeid])
+                    + "\n"
+                )
         if report.when == "call":
             self.count[tier] = self.count.get(tier, 0) + 1
 

@@ -35,8 +35,8 @@ pytestmark = [
 
 MODEL = ModelSpec(id="test-llama")
 CONCURRENCIES = (2, 4)
-BASE_SCALE = "0.5"
-SLOW_SCALE = "0.75"  # every engine step 50% longer: TPOT up ~50%, tokens/s per request down ~33%
+BASE_SCALE = "0.25"
+SLOW_SCALE = "0.375"  # every engine step 50% longer: TPOT up ~50%, tokens/s per request down ~33%
 
 
 def _params(root: Path, tag: str, scale: str) -> BenchmarkParams:
