@@ -81,7 +81,6 @@ SHARED = (("slurm", "slurm_cluster"),)
 FIRST = (
     "vllm",
     "tests/e2e/test_sweep_fanout.py",
-    "tests/e2e/test_nightly_regression.py",
     "tests/integration/test_tiny_flows.py",
     "tests/integration/test_local_deployments.py",
     "tests/integration/test_tiny_engine.py",
