@@ -25,15 +25,17 @@ below the worker (the servers it started, what the test starts) run at a raised 
 where the tests may raise it (as root, as CI runs): the other workers' tests must not starve it, as a
 benchmark client on cores of its own would not be. Without the right to raise it, nothing changes.
 
-A test marked ``alone`` runs while no test above the unit tier runs: a shared lock that every integration,
-engines or services test holds while it runs (a file lock beside the groups file), which an ``alone`` test takes
-exclusively. The ``alone`` tests are one group (one worker runs them one after another), handed out after every
-other group above the unit tier, so what an ``alone`` test waits for is only the last tests already on the
-other workers; the unit tests are handed out after it. A unit test takes no lock: it is one process on one core
-(the tier starts none), so beside it the ``alone`` test, raised to nice -10 as a ``timing`` one, keeps a core
-of its own, and the unit tier's CPU fills the core the ``alone`` test leaves idle. It is for a test whose
-verdicts need a client that is not starved at all (the nightly regression's four points are each judged
-client-bound, and so not compared, by one event-loop stall of 10 ms at p99).
+A test marked ``alone`` needs a client that is not starved at all (the nightly regression's four points are each
+judged client-bound, and so not compared, by one event-loop stall of 10 ms at p99; at nice -10 beside the other
+tests two of 16 points stalled 10.9 and 13.2 ms). While it runs, its worker and every process below it run at
+real-time priority (``SCHED_RR``, :data:`REALTIME_PRIORITY`): they preempt any other test's processes at once, and
+the kernel still leaves 5% of each second to the rest (``sched_rt_runtime_us``). No other ``timing`` or ``alone``
+test runs meanwhile: they hold a run lock shared (a file lock beside the groups file), which an ``alone`` test takes
+exclusively; the other tests take no lock and run beside it at what CPU it leaves (it uses about half a core). The
+``alone`` tests are one group (one worker runs them one after another), handed out first. Where real-time priority
+is refused (not root), or ``ALFLOW_TEST_NO_REALTIME`` is set, every test above the unit tier takes the lock instead,
+so an ``alone`` test runs while only unit tests run, and the ``alone`` group is handed out after every other
+group above the unit tier (what it waits for is then only the last tests already on the other workers).
 
 The groups are this file's, not ``xdist_group`` markers: pytest-xdist 3.8 marks a group by rewriting
 ``item._nodeid``, which pytest 9.2 no longer reads (a node's id is ``item._id``), so its groups are
@@ -97,6 +99,21 @@ FIRST = (
 """Groups handed to the workers first, longest first (by their time in a run with workers): a long group
 started last would end the run alone."""
 TIMING_NICE = -10
+REALTIME_PRIORITY = 1
+"""The ``SCHED_RR`` priority of an ``alone`` test's processes (the lowest real-time one: above every normal one)."""
+
+
+def realtime_allowed() -> bool:
+    """Whether this process may run at real-time priority (tried on itself and undone), and it is not turned off."""
+    if os.environ.get("ALFLOW_TEST_NO_REALTIME") or not hasattr(os, "SCHED_RR"):
+        return False
+    policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+    try:
+        os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(REALTIME_PRIORITY))
+    except PermissionError:
+        return False
+    os.sched_setscheduler(0, policy, param)
+    return True
 
 
 def tier_of(item: pytest.Item) -> list[str]:
@@ -136,7 +153,9 @@ def pytest_collection_modifyitems(
     # fails at its setup instead, with the message
     groups = {id(item): group_of(item) for item in items}
     rank = {group: i for i, group in enumerate(FIRST)}
-    alone, units = len(FIRST) + 1, len(FIRST) + 2  # handed out last: they run beside the alone tests
+    # at real-time priority the alone tests run beside the others, first; else after them, beside the unit tests
+    alone = -1 if realtime_allowed() else len(FIRST) + 1
+    units = len(FIRST) + 2  # handed out last: their single processes fill the cores the others leave
 
     def order(item: pytest.Item) -> int:
         if item.get_closest_marker("alone"):
@@ -173,15 +192,26 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return GroupScheduling(config, log)
 
 
+_REALTIME = pytest.StashKey[bool]()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[object]:
-    """On a worker: every test holds the run lock shared, an ``alone`` test exclusively (see the module doc).
+    """On a worker: an ``alone`` test holds the run lock exclusively; a ``timing`` one (and, where real-time priority
+    is refused, every test above the unit tier) holds it shared (see the module doc).
 
     A unit test takes no lock: it is one process on one core, which leaves the other core to the ``alone`` test.
     """
     path = os.environ.get(_GROUPS_FILE)
     alone = item.get_closest_marker("alone") is not None
-    if not path or "PYTEST_XDIST_WORKER" not in os.environ or (not alone and tier_of(item) == ["unit"]):
+    if _REALTIME not in item.config.stash:
+        item.config.stash[_REALTIME] = realtime_allowed()
+    shares = item.get_closest_marker("timing") is not None or not item.config.stash[_REALTIME]
+    if (
+        not path
+        or "PYTEST_XDIST_WORKER" not in os.environ
+        or not (alone or (shares and tier_of(item) != ["unit"]))
+    ):
         return (yield)
     with Path(f"{path}.run").open("a") as run:
         fcntl.flock(run, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
@@ -270,15 +300,49 @@ def _nice(pid: int) -> int | None:
         return None
 
 
+def _set_policy(tids: list[int], policy: int, priority: int) -> None:
+    """Set each thread's scheduling policy (a thread gone meanwhile is skipped)."""
+    for tid in tids:
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setscheduler(tid, policy, os.sched_param(priority))
+
+
+def _at_realtime() -> Iterator[None]:
+    """The worker and every process below it at ``SCHED_RR`` while the test runs; back to normal afterwards.
+
+    Processes started meanwhile inherit it; afterwards each one still at real-time priority is set back too, also
+    one that left the worker's tree.
+    """
+    existing = set(_processes())
+    _set_policy(_threads_below(os.getpid()), os.SCHED_RR, REALTIME_PRIORITY)
+    try:
+        yield
+    finally:
+        tids = _threads_below(os.getpid())
+        for pid in _processes():
+            if pid not in existing:
+                with contextlib.suppress(OSError):
+                    if os.sched_getscheduler(pid) == os.SCHED_RR:
+                        tids.extend(_threads_below(pid))
+        _set_policy(tids, os.SCHED_OTHER, 0)
+
+
 @pytest.fixture(autouse=True)
 def _timing_tests_are_not_starved(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A ``timing`` test's worker and every process below it run at :data:`TIMING_NICE` where allowed.
+    """A ``timing`` test's worker and every process below it run at :data:`TIMING_NICE` where allowed (an ``alone``
+    test's at real-time priority, :func:`_at_realtime`, where that is allowed).
 
     Every thread is set, not only the test's: Prefect's task threads (which run the load) and the servers the
     worker started before the test (a ``prefect server``, the test harness) serve the test too. Afterwards each
     thread gets its old value back, and one started during the test the worker's own.
     """
-    if request.node.get_closest_marker("timing") is None or not Path("/proc/self/task").is_dir():
+    if not Path("/proc/self/task").is_dir():
+        yield
+        return
+    if request.node.get_closest_marker("alone") is not None and request.config.stash.get(_REALTIME, False):
+        yield from _at_realtime()
+        return
+    if request.node.get_closest_marker("timing") is None:
         yield
         return
     before = {0: os.getpriority(os.PRIO_PROCESS, 0)}
@@ -357,11 +421,22 @@ class _TierClock:
         self.span[tier] = (min(first, report.start), max(last, report.stop))
         self.summed[tier] = self.summed.get(tier, 0.0) + report.duration
         timeline = os.environ.get("ALFLOW_TEST_TIMELINE")
-        if timeline:  # one line per phase: worker, tier, phase, start, stop, test (to see where a run's wall went)
+        if (
+            timeline
+        ):  # one line per phase: worker, tier, phase, start, stop, test (to see where a run's wall went)
             worker = getattr(getattr(report, "node", None), "gateway", None)
-            with open(timeline, "a", encoding="utf-8") as out:
+            with Path(timeline).open("a", encoding="utf-8") as out:
                 out.write(
-                    json.dumps([getattr(worker, "id", "-"), tier, report.when, report.start, report.stop, report.nodeid])
+                    json.dumps(
+                        [
+                            getattr(worker, "id", "-"),
+                            tier,
+                            report.when,
+                            report.start,
+                            report.stop,
+                            report.nodeid,
+                        ]
+                    )
                     + "\n"
                 )
         if report.when == "call":

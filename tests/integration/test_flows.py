@@ -210,7 +210,8 @@ def test_m2_task_runs_record_the_task_runs_whose_results_they_took(tmp_path: Pat
         runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
         flow_run = client.read_flow_run(flow_run_id)
     assert {f"model:{MODEL.id}", "framework:sim", "k:3", "m2"} <= set(flow_run.tags), flow_run.tags
-    assert runs and all(not r.tags for r in runs), [(r.name, r.tags) for r in runs]
+    assert runs
+    assert all(not r.tags for r in runs), [(r.name, r.tags) for r in runs]
     by_name = {r.name.rsplit("-", 1)[0]: r for r in runs}
     upstream = {
         name: {i.id for inputs in r.task_inputs.values() for i in inputs if hasattr(i, "id")}

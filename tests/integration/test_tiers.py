@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import realtime_allowed
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,7 +59,7 @@ def _run_with_workers(tmp_path: Path, tests: dict[str, str]) -> tuple[Path, subp
     folder.mkdir()
     os.environ["OUT"] = str(out)
     try:
-        return out, _pytest(folder, tests, "-n", "2", "--dist", "loadgroup")
+        return out, _pytest(folder, tests, "-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder")
     finally:
         del os.environ["OUT"]
 
@@ -156,9 +158,46 @@ def _overlapping(out: Path, alone: str) -> list[str]:
     return [name for name, (start, end) in spans.items() if start < a_end and end > a_start]
 
 
-def test_an_alone_test_runs_while_no_other_test_above_the_unit_tier_runs(tmp_path: Path) -> None:
+_POLICY = (
+    "def test_policy():\n"
+    "    (Path(os.environ['OUT']) / 'policy').write_text(str(os.sched_getscheduler(0)))\n"
+    "    time.sleep(0.5)\n"
+)
+"""An alone module's test that records the scheduling policy it ran at."""
+
+
+def _alone_module() -> str:
+    return _module("[pytest.mark.integration, pytest.mark.alone]", "a", 1, 1.0) + _POLICY
+
+
+def test_an_alone_test_runs_at_real_time_priority_beside_no_timing_test(tmp_path: Path) -> None:
+    """Where real-time priority is allowed (root, as CI runs) the other tests run beside an alone one; timing ones
+    never do, and the alone test's worker is back at normal priority afterwards."""
+    if not realtime_allowed():
+        pytest.skip("real-time priority is refused here (not root): the next test checks that case")
     tests = {
-        "test_alone.py": _module("[pytest.mark.integration, pytest.mark.alone]", "a", 1, 1.0),
+        "test_alone.py": _alone_module(),
+        "test_others.py": _module("pytest.mark.integration", "o", 8, 0.3),
+        "test_timing.py": _module("[pytest.mark.integration, pytest.mark.timing]", "t", 8, 0.3),
+        "test_units.py": _module("pytest.mark.unit", "u", 4, 0.3),
+        "test_zz_after.py": _module("pytest.mark.integration", "z", 1, 0.0)  # handed out after the others
+        + "\ndef test_priority():\n    assert os.sched_getscheduler(0) == os.SCHED_OTHER\n",
+    }
+    out, run = _run_with_workers(tmp_path, tests)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert int((out / "policy").read_text()) == os.SCHED_RR
+    (out / "policy").unlink()
+    overlapping = _overlapping(out, "a-0")
+    assert not [name for name in overlapping if name.startswith("t-")], overlapping
+    assert [name for name in overlapping if name.startswith("o-")], f"no plain test ran beside: {overlapping}"
+
+
+def test_without_real_time_priority_an_alone_test_runs_while_no_other_test_above_the_unit_tier_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ALFLOW_TEST_NO_REALTIME", "1")
+    tests = {
+        "test_alone.py": _alone_module(),
         "test_others.py": _module("pytest.mark.integration", "o", 8, 0.3),
         # still running when the first ends
         "test_more.py": _module("pytest.mark.integration", "p", 16, 0.3),
@@ -166,6 +205,8 @@ def test_an_alone_test_runs_while_no_other_test_above_the_unit_tier_runs(tmp_pat
     }
     out, run = _run_with_workers(tmp_path, tests)
     assert run.returncode == 0, run.stdout + run.stderr
+    assert int((out / "policy").read_text()) == os.SCHED_OTHER
+    (out / "policy").unlink()
     assert len(list(out.iterdir())) == 29
     assert not [name for name in _overlapping(out, "a-0") if not name.startswith("u-")]
 
