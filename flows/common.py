@@ -50,12 +50,22 @@ def label_flow_run(*labels: str) -> None:
     3.9 asks the server for a ``tag:<tag>`` concurrency slot before each tagged task run (``prefect/task_engine.py``,
     ``_concurrency(names=[f"tag:{tag}" ...])``), one round trip per task run: 157 of them, 15 s of a 49 s K = 1..7 sim
     sweep here.
+
+    A label is for finding runs, not part of a measurement: when the server refuses it, the run goes on with a
+    warning. The run's context gets the tags too, so the events its tasks emit (``alflow.regression.detected``) name
+    them among their related resources.
     """
     context = FlowRunContext.get()
     if context is None or context.flow_run is None:
         return
-    with get_client(sync_client=True) as client:
-        client.update_flow_run(context.flow_run.id, tags=sorted({*context.flow_run.tags, *labels}))
+    tags = sorted({*context.flow_run.tags, *labels})
+    try:
+        with get_client(sync_client=True) as client:
+            client.update_flow_run(context.flow_run.id, tags=tags)
+    except Exception as exc:  # any failure of the API call leaves the run unlabelled, nothing more
+        get_run_logger().warning("the flow run was not labelled %s: %s", ", ".join(labels), exc)
+        return
+    context.flow_run.tags = tags
 
 
 def run_id() -> str:

@@ -301,30 +301,41 @@ def _nice(pid: int) -> int | None:
 
 
 def _set_policy(tids: list[int], policy: int, priority: int) -> None:
-    """Set each thread's scheduling policy (a thread gone meanwhile is skipped)."""
+    """Set each thread's scheduling policy (a thread gone meanwhile, or one that refuses, is skipped)."""
     for tid in tids:
-        with contextlib.suppress(ProcessLookupError):
+        with contextlib.suppress(OSError):
             os.sched_setscheduler(tid, policy, os.sched_param(priority))
+
+
+def _realtime_threads(pids: list[int]) -> list[int]:
+    """The threads of ``pids`` and of every process below them that run at ``SCHED_RR``."""
+    found = []
+    for pid in pids:
+        for tid in _threads_below(pid):
+            with contextlib.suppress(OSError):
+                if os.sched_getscheduler(tid) == os.SCHED_RR:
+                    found.append(tid)
+    return found
 
 
 def _at_realtime() -> Iterator[None]:
     """The worker and every process below it at ``SCHED_RR`` while the test runs; back to normal afterwards.
 
     Processes started meanwhile inherit it; afterwards each one still at real-time priority is set back too, also
-    one that left the worker's tree.
+    one that left the worker's tree, and the scan is repeated until it finds none (a thread may start one while
+    the others are set back).
     """
     existing = set(_processes())
-    _set_policy(_threads_below(os.getpid()), os.SCHED_RR, REALTIME_PRIORITY)
     try:
+        _set_policy(_threads_below(os.getpid()), os.SCHED_RR, REALTIME_PRIORITY)
         yield
     finally:
-        tids = _threads_below(os.getpid())
-        for pid in _processes():
-            if pid not in existing:
-                with contextlib.suppress(OSError):
-                    if os.sched_getscheduler(pid) == os.SCHED_RR:
-                        tids.extend(_threads_below(pid))
-        _set_policy(tids, os.SCHED_OTHER, 0)
+        for _ in range(10):
+            started = [pid for pid in _processes() if pid not in existing]
+            left = _realtime_threads([os.getpid(), *started])
+            if not left:
+                break
+            _set_policy(left, os.SCHED_OTHER, 0)
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,7 @@ on one worker.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -51,15 +52,19 @@ def _pytest(folder: Path, tests: dict[str, str], *args: str) -> subprocess.Compl
     )
 
 
-def _run_with_workers(tmp_path: Path, tests: dict[str, str]) -> tuple[Path, subprocess.CompletedProcess[str]]:
-    """Run ``tests`` on two workers; each test may write what it saw into the folder named by ``$OUT``."""
+def _run_with_workers(
+    tmp_path: Path, tests: dict[str, str], workers: int = 2
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """Run ``tests`` on ``workers`` workers; each test may write what it saw into the folder named by ``$OUT``."""
     out = tmp_path / "out"
     out.mkdir()
     folder = tmp_path / "t"
     folder.mkdir()
     os.environ["OUT"] = str(out)
     try:
-        return out, _pytest(folder, tests, "-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder")
+        return out, _pytest(
+            folder, tests, "-n", str(workers), "--dist", "loadgroup", "--no-loadscope-reorder"
+        )
     finally:
         del os.environ["OUT"]
 
@@ -170,26 +175,44 @@ def _alone_module() -> str:
     return _module("[pytest.mark.integration, pytest.mark.alone]", "a", 1, 1.0) + _POLICY
 
 
+_CHILD = (
+    "def test_child():\n"
+    "    child = subprocess.Popen(['sleep', '60'])\n"
+    "    (Path(os.environ['OUT']) / 'child').write_text(str(child.pid))\n"
+)
+"""An alone module's test that leaves a process running past its end (its priority must be set back too)."""
+
+
 def test_an_alone_test_runs_at_real_time_priority_beside_no_timing_test(tmp_path: Path) -> None:
     """Where real-time priority is allowed (root, as CI runs) the other tests run beside an alone one; timing ones
-    never do, and the alone test's worker is back at normal priority afterwards."""
+    never do, and what the alone test started is back at normal priority afterwards.
+
+    Three workers, each handed one module at the start (each holds more than two tests, so none is handed a second):
+    the alone module, then the timing one (which must wait for the lock), then the plain one (which must not).
+    """
     if not realtime_allowed():
         pytest.skip("real-time priority is refused here (not root): the next test checks that case")
     tests = {
-        "test_alone.py": _alone_module(),
-        "test_others.py": _module("pytest.mark.integration", "o", 8, 0.3),
-        "test_timing.py": _module("[pytest.mark.integration, pytest.mark.timing]", "t", 8, 0.3),
+        "test_alone.py": _module("[pytest.mark.integration, pytest.mark.alone]", "a", 3, 0.5)
+        + _POLICY
+        + _CHILD,
+        "test_b_timing.py": _module("[pytest.mark.integration, pytest.mark.timing]", "t", 8, 0.3),
+        "test_c_others.py": _module("pytest.mark.integration", "o", 8, 0.3),
         "test_units.py": _module("pytest.mark.unit", "u", 4, 0.3),
-        "test_zz_after.py": _module("pytest.mark.integration", "z", 1, 0.0)  # handed out after the others
-        + "\ndef test_priority():\n    assert os.sched_getscheduler(0) == os.SCHED_OTHER\n",
     }
-    out, run = _run_with_workers(tmp_path, tests)
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert int((out / "policy").read_text()) == os.SCHED_RR
-    (out / "policy").unlink()
-    overlapping = _overlapping(out, "a-0")
-    assert not [name for name in overlapping if name.startswith("t-")], overlapping
-    assert [name for name in overlapping if name.startswith("o-")], f"no plain test ran beside: {overlapping}"
+    out, run = _run_with_workers(tmp_path, tests, workers=3)
+    child = int((out / "child").read_text())
+    try:
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert int((out / "policy").read_text()) == os.SCHED_RR
+        assert os.sched_getscheduler(child) == os.SCHED_OTHER
+    finally:
+        os.kill(child, signal.SIGKILL)
+    for name in ("policy", "child"):
+        (out / name).unlink()
+    beside = {name for a in ("a-0", "a-1", "a-2") for name in _overlapping(out, a)}
+    assert not [name for name in beside if name.startswith("t-")], sorted(beside)
+    assert [name for name in beside if name.startswith("o-")], f"no plain test ran beside: {sorted(beside)}"
 
 
 def test_without_real_time_priority_an_alone_test_runs_while_no_other_test_above_the_unit_tier_runs(
