@@ -50,8 +50,8 @@ class Framework:
     """Environment variables that carry its synthetic knobs: never inherited by a launched server, read by the
     simulator only for this dialect."""
     shortcut_env: frozenset[str] = frozenset()
-    """Environment variables that switch on a synthetic-only shortcut (work a synthetic run skips and a real one
-    cannot): never inherited by a launched server; its recipe refuses them with synthetic acceptance."""
+    """Environment variables that switch on a shortcut a benchmark must not take (work a synthetic run skips and a
+    real one cannot, or simulated expert routing): never inherited by a launched server; its recipe refuses them."""
     synthetic_markers: Mapping[str, Callable[[object], bool]] = field(default_factory=dict)
     """Keys of a server's self-description (``/server_info``, its arguments, its environment) and the test of a
     value that means synthetic acceptance is on (the M1 gate refuses such a server)."""

@@ -171,6 +171,13 @@ def _body(i: int, osl: int) -> dict[str, Any]:
     }
 
 
+def _peak_rss_mb() -> float:
+    """This process's peak resident set so far, in MB (``ru_maxrss`` is KiB on Linux)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 async def _client_alflow(url: str, conc: int, num: int, osl: int, out: Path, transport: str = "fast") -> None:
     sys.path.insert(0, str(ROOT))
     from alflow.datasets.types import Session, Turn
@@ -198,6 +205,7 @@ async def _client_alflow(url: str, conc: int, num: int, osl: int, out: Path, tra
     if own is not None:
         await own.close()
     cpu = time.process_time() - cpu0
+    rss_mb = _peak_rss_mb()  # before this file's own bookkeeping below
     chunks = {str(sessions[int(r.session_id[1:])].turns[0].prompt): r.chunk_ns for r in res.records}
     failed = sum(1 for r in res.records if not r.ok)
     errors = sorted({r.error for r in res.records if r.error})[:3]
@@ -209,6 +217,7 @@ async def _client_alflow(url: str, conc: int, num: int, osl: int, out: Path, tra
                 "failed": failed,
                 "errors": errors,
                 "inproc_cpu_s": cpu,
+                "peak_rss_mb": rss_mb,
                 "chunk_ns": chunks,
             }
         )
@@ -247,6 +256,7 @@ async def _client_bare(url: str, conc: int, num: int, osl: int, out: Path) -> No
                 "duration_s": time.perf_counter() - t0,
                 "failed": failed[0],
                 "inproc_cpu_s": time.process_time() - cpu0,
+                "peak_rss_mb": _peak_rss_mb(),
             }
         )
     )
@@ -274,15 +284,15 @@ def _start_server(cmd: list[str]) -> tuple[subprocess.Popen[str], int]:
     raise RuntimeError(f"server did not start: {cmd}")
 
 
-def _run_client(argv: list[str]) -> tuple[float, int]:
-    """Run a client process; return (CPU seconds of its process tree, exit code)."""
+def _run_client(argv: list[str]) -> tuple[float, int, float]:
+    """Run a client process; return (CPU seconds of its process tree, exit code, peak RSS in MB)."""
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, ru = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
     if proc.returncode:
         print(f"  client failed ({proc.returncode}): {err[-400:]}", file=sys.stderr)
-    return ru.ru_utime + ru.ru_stime, proc.returncode
+    return ru.ru_utime + ru.ru_stime, proc.returncode, ru.ru_maxrss / 1024  # ru_maxrss: KiB on Linux
 
 
 def _client_argv(name: str, url: str, conc: int, num: int, osl: int, out: Path) -> list[str]:
@@ -394,27 +404,30 @@ def main() -> None:
                     # start-up cost of this client: one tiny run
                     tiny = tmp / f"tiny-{client}.json"
                     if client == "aiperf":
-                        base_cpu, _ = _run_client(
+                        base_cpu, _, _ = _run_client(
                             _aiperf_argv(url, 1, 1, 4, tok, tmp / f"art-tiny-{load}-{conc}")
                         )
                     else:
-                        base_cpu, _ = _run_client(_client_argv(client, url, 1, 1, 4, tiny))
+                        base_cpu, _, _ = _run_client(_client_argv(client, url, 1, 1, 4, tiny))
                     res_path = tmp / f"res-{load}-{conc}-{client}.json"
                     t0 = time.perf_counter()
                     if client == "aiperf":
                         art = tmp / f"art-{load}-{conc}"
-                        cpu, rc = _run_client(_aiperf_argv(url, conc, num, osl, tok, art))
+                        cpu, rc, rss = _run_client(_aiperf_argv(url, conc, num, osl, tok, art))
                         chunks, dur = _aiperf_chunks(art)
                         if dur is None:
                             dur = time.perf_counter() - t0
                         res: dict[str, Any] = {"chunks": chunks, "duration_s": dur, "failed": None}
                     else:
-                        cpu, rc = _run_client(_client_argv(client, url, conc, num, osl, res_path))
+                        cpu, rc, rss = _run_client(_client_argv(client, url, conc, num, osl, res_path))
                         res = json.loads(res_path.read_text()) if res_path.exists() else {}
                     row: dict[str, Any] = {"load": load, "concurrency": conc, "client": client, "rc": rc}
                     chunks = res.get("chunks")
                     dur = res.get("duration_s")
                     row["chunks"] = chunks
+                    # the load's own peak where the client says it; the process's includes this file's bookkeeping
+                    row["peak_rss_mb"] = res.get("peak_rss_mb", rss)
+                    row["process_rss_mb"] = rss
                     row["failed"] = res.get("failed")
                     row["cpu_s"] = cpu - base_cpu
                     row["us_per_chunk"] = (cpu - base_cpu) / chunks * 1e6 if chunks else None
@@ -471,7 +484,7 @@ def _fmt(v: Any, spec: str = ".1f") -> str:
 
 def _print_table(rows: list[dict[str, Any]]) -> None:
     head = (f"{'load':<11}{'conc':>6} {'client':<15}{'chunks':>9}{'fail':>6}{'us/chunk':>10}{'(in-proc)':>10}"
-            f"{'achieved/s':>12}{'offered/s':>11}{'cores':>7}{'ITL err med/p99 ms':>22}")  # fmt: skip
+            f"{'achieved/s':>12}{'offered/s':>11}{'cores':>7}{'RSS MB':>8}{'ITL err med/p99 ms':>22}")  # fmt: skip
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -484,7 +497,8 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
             f"{r['load']:<11}{r['concurrency']:>6} {r['client']:<15}{_fmt(r['chunks'], 'd') if r['chunks'] else '-':>9}"
             f"{_fmt(r['failed'], 'd') if r['failed'] is not None else '-':>6}{_fmt(r['us_per_chunk']):>10}"
             f"{_fmt(r['inproc_us_per_chunk']):>10}{_fmt(r['achieved_chunks_s'], '.0f'):>12}"
-            f"{_fmt(r['offered_chunks_s'], '.0f'):>11}{_fmt(r['cores'], '.2f'):>7}{itl:>22}"
+            f"{_fmt(r['offered_chunks_s'], '.0f'):>11}{_fmt(r['cores'], '.2f'):>7}"
+            f"{_fmt(r.get('peak_rss_mb'), '.0f'):>8}{itl:>22}"
         )
 
 

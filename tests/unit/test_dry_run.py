@@ -82,6 +82,23 @@ def test_every_refusal_of_a_real_run_is_the_same_refusal_in_the_plan() -> None:
             "m2",
             m2(SGLANG_DFLASH | {"image": "lmsysorg/sglang:v0.5.16"}, method="dflash", draft_model="org/d"),
         )
+    routing = SGLANG_DFLASH | {"extra_env": {"SGLANG_SIMULATE_ROUND_ROBIN_EXPERTS": "1"}}
+    with pytest.raises(RecipeError, match="SGLANG_SIMULATE_ROUND_ROBIN_EXPERTS='1': refused"):
+        plan_of("m2", m2(routing))
+    relaxed = SGLANG_DFLASH | {"extra_args": ["--speculative-accept-threshold-single", "0.7"]}
+    gate = GateParams.model_validate(
+        {
+            "model": MODEL,
+            "k": 3,
+            "server": relaxed,
+            "placement": DOCKER,
+            "reference_path": "references/examples.yaml",
+        }
+        | {"reference_model": "Qwen3.5", "thinking": "on"}
+    )
+    with pytest.raises(RecipeError, match="refused with real acceptance"):
+        plan_of("m1", gate)
+    assert plan_of("m2", m2(relaxed)).servers  # synthetic acceptance decides instead of the threshold
 
 
 def test_m0_plans_every_model_and_k_and_a_sweep_its_m1_and_m2_per_k() -> None:

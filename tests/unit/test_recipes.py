@@ -584,3 +584,39 @@ def test_sim_may_override_its_synthetic_target_as_a_visible_fault() -> None:
     )
     assert launch.argv[-2:] == ("--synthetic-al", "2.0")
     assert any("--synthetic-al override" in w for w in launch.warnings)
+
+
+@pytest.mark.parametrize("name", ["SGLANG_SIMULATE_UNIFORM_EXPERTS", "SGLANG_SIMULATE_ROUND_ROBIN_EXPERTS"])
+def test_sglangs_simulated_expert_routing_is_refused_in_every_flow_and_never_inherited(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for synthetic in (SYN, None):
+        with pytest.raises(RecipeError, match=rf"^server\.extra_env\.{name}='1': refused: .*expert") as err:
+            build_launch(
+                cfg(framework="sglang", speculative=MTP3, synthetic=synthetic, extra_env={name: "1"})
+            )
+        assert "\n" not in str(err.value)
+    off = build_launch(cfg(framework="sglang", speculative=MTP3, synthetic=SYN, extra_env={name: "0"}))
+    assert off.env[name] == "0"
+    monkeypatch.setenv(name, "1")  # a stray switch in the shell never reaches a server
+    assert name not in inherited_env()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--speculative-accept-threshold-single", "0.75"),
+        ("--speculative-accept-threshold-acc=0.5",),
+        ("--speculative-accept-threshold-acc", "2"),
+        ("--speculative-accept-threshold-single", "x"),
+    ],
+)
+def test_sglangs_relaxed_acceptance_is_refused_with_real_acceptance_only(args: tuple[str, ...]) -> None:
+    with pytest.raises(
+        RecipeError, match=r"refused with real acceptance: a threshold other than 1\.0.*lossy"
+    ):
+        build_launch(cfg(framework="sglang", speculative=MTP3, extra_args=args))
+    synthetic = build_launch(cfg(framework="sglang", speculative=MTP3, synthetic=SYN, extra_args=args))
+    assert synthetic.argv[-len(args) :] == args  # the forced accept decision replaces the kernel's: no effect
+    lossless = ("--speculative-accept-threshold-single", "1.0", "--speculative-accept-threshold-acc=1")
+    assert build_launch(cfg(framework="sglang", speculative=MTP3, extra_args=lossless)).argv[-3:] == lossless

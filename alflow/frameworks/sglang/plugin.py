@@ -9,7 +9,7 @@ from alflow.frameworks.sglang.knobs import (
     SglangKnobs,
 )
 from alflow.frameworks.sglang.metrics import SglangDialect
-from alflow.frameworks.sglang.recipe import SglangRecipe
+from alflow.frameworks.sglang.recipe import SGLANG_BALANCED_ROUTING_ENV, SglangRecipe
 from alflow.frameworks.sglang.sim import SglangEmitter, read_sglang_env
 from alflow.plugins import number_of
 from alflow.registry import Framework
@@ -23,6 +23,7 @@ PLUGIN = Framework(
     sim=SglangEmitter(),
     sim_env=read_sglang_env,
     knob_env=frozenset({SGLANG_LEN_ENV, SGLANG_METHOD_ENV, SGLANG_TOKEN_MODE_ENV}),
+    shortcut_env=frozenset(SGLANG_BALANCED_ROUTING_ENV),
     synthetic_markers={SGLANG_LEN_ENV: lambda value: (number_of(value) or -1.0) >= 0},  # off when negative
     reasoning_fields=("reasoning_content",),
     gpu="nvidia",

@@ -94,6 +94,18 @@ SGLANG_RUNTIME_K: tuple[KnobSpec, ...] = (
     ),
 )
 """SGLang's runtime-varying-K switches (DOMAIN.md section 9); only ``static`` ragged verify checks the whole block."""
+SGLANG_BALANCED_ROUTING_ENV = ("SGLANG_SIMULATE_UNIFORM_EXPERTS", "SGLANG_SIMULATE_ROUND_ROBIN_EXPERTS")
+"""SGLang's simulated expert routing (``envs.SGLANG_SIMULATE_UNIFORM_EXPERTS`` / ``..._ROUND_ROBIN_EXPERTS`` in
+``python/sglang/srt/environ.py``, read where the MoE layer picks each token's top-k experts, which refuses both at
+once as "mutually exclusive"): every token goes to experts drawn uniformly or round-robin instead of the router's. Perfectly balanced experts cost less than a real run's skewed
+routing (the fused top-k fast paths are switched off too), and the model no longer computes its own output:
+refused in every flow, and never inherited by a launched server (the plugin's ``shortcut_env``)."""
+SGLANG_LOSSY_THRESHOLDS = ("--speculative-accept-threshold-single", "--speculative-accept-threshold-acc")
+"""SGLang's relaxed acceptance (``python/sglang/srt/server_args.py``, both default 1.0): ``single`` accepts a draft
+token whose target probability exceeds it, ``acc`` raises a draft's accept probability from p to min(1, p / acc);
+used by ``tree_speculative_sampling_target_only``. At any value but 1.0 the output no longer follows the target
+model (lossy, like vLLM's ``fly``): refused with real acceptance (M0, M1), where it would inflate the AL that is
+measured; synthetic acceptance replaces the accept decision after the kernel, so M2 is unaffected."""
 SGLANG_VERSION_PATHS = ("/server_info", "/get_server_info")
 """Where SGLang says ``"version": __version__`` (python/sglang/srt/entrypoints/http_server.py)."""
 SGLANG_TOKEN_MODE_CAP = Capability(
@@ -178,6 +190,40 @@ SGLANG_MANAGED_FLAGS = frozenset(
     }
 )
 """Flags the SGLang recipe sets from the config (extra_args may not repeat them)."""
+
+
+def refuse_unfaithful(config: ServerConfig) -> None:
+    """Refuse simulated expert routing (every flow) and a relaxed acceptance threshold with real acceptance.
+
+    See :data:`SGLANG_BALANCED_ROUTING_ENV` and :data:`SGLANG_LOSSY_THRESHOLDS`; each refusal is one line naming the
+    setting, its value and why.
+    """
+    for name in SGLANG_BALANCED_ROUTING_ENV:
+        value = config.extra_env.get(name)
+        if value is not None and value.strip().lower() not in ("", "0", "false", "no", "off"):
+            raise RecipeError(
+                f"server.extra_env.{name}={value!r}: refused: SGLang then routes every token to experts drawn "
+                "uniformly or round-robin, not the router's choice (python/sglang/srt/environ.py), so the server "
+                "neither computes the model's output nor pays a real run's expert imbalance; remove it (or set it to 0)"
+            )
+    if config.synthetic is not None:
+        return
+    args = config.extra_args
+    for i, arg in enumerate(args):
+        flag, sep, inline = arg.partition("=")
+        if flag not in SGLANG_LOSSY_THRESHOLDS:
+            continue
+        value = inline if sep else (args[i + 1] if i + 1 < len(args) else "")
+        try:
+            lossless = float(value) == 1.0
+        except ValueError:
+            lossless = False
+        if not lossless:
+            raise RecipeError(
+                f"server.extra_args {flag} {value!r}: refused with real acceptance: a threshold other than 1.0 "
+                "accepts drafts the target model would reject (lossy, python/sglang/srt/server_args.py), so the "
+                "AL measured for a reference (M0) or a gate (M1) would be inflated; remove it or set it to 1.0"
+            )
 
 
 @dataclass(frozen=True)
@@ -361,6 +407,7 @@ class SglangRecipe:
         """
         check_extra_args(self.framework, config.extra_args, SGLANG_MANAGED_FLAGS)
         refuse_vllm_only_fields(config, self.framework)
+        refuse_unfaithful(config)
         knobs = self.knobs(config)
         block_env, block_warnings = self.block_drafter_env(config, knobs)
         runtime_k = self.runtime_k(config)  # after the DSpark verify-all rule, whose refusal says more
