@@ -17,7 +17,8 @@ cores. Clients, each in its own process (CPU of the client's process tree from `
 the CPU of the same client doing one tiny run, i.e. start-up and imports):
 
 - ``alflow``: ``alflow.loadgen.run_load`` (records with every chunk timestamp, orjson, usage) on
-  its default fast transport, reads dated by the kernel's receive stamps; ``alflow-clock``: the same
+  its default fast transport (CPU: the load; peak RSS: the load, then the records frame and client summary a
+  point builds from them, as ``alflow.measure`` does), reads dated by the kernel's receive stamps; ``alflow-clock``: the same
   transport dated by the clock at each read (the stamps' own cost is the difference between the two,
   measured in the same run); ``alflow-aiohttp``: the same on the aiohttp transport;
 - ``bare``: a bare aiohttp read loop with no bookkeeping (counts ``data:`` lines, no JSON);
@@ -31,13 +32,16 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
+import random
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -159,10 +163,17 @@ def _loop_factory() -> Any:
     return uvloop.new_event_loop
 
 
-def _body(i: int, osl: int) -> dict[str, Any]:
+def _bare_prompts(num: int, isl: int) -> list[list[int]]:
+    """A plain client's random prompts (``--isl``): token-id lists drawn as alflow draws them, held as lists."""
+    rng = random.Random(0)
+    low = max(1, math.ceil(isl * 0.8))
+    return [[rng.randrange(100, 20_000) for _ in range(rng.randint(low, isl))] for _ in range(num)]
+
+
+def _body(i: int, osl: int, prompt: list[int] | None = None) -> dict[str, Any]:
     return {
         "model": MODEL,
-        "prompt": f"request number {i} please continue",
+        "prompt": f"request number {i} please continue" if prompt is None else prompt,
         "max_tokens": osl,
         "min_tokens": osl,
         "ignore_eos": True,
@@ -180,6 +191,7 @@ def _peak_rss_mb() -> float:
 
 async def _client_alflow(url: str, conc: int, num: int, osl: int, out: Path, transport: str = "fast") -> None:
     sys.path.insert(0, str(ROOT))
+    from alflow.datasets.random_tokens import random_sessions
     from alflow.datasets.types import Session, Turn
     from alflow.loadgen import LoadSpec, Target, run_load
 
@@ -190,6 +202,11 @@ async def _client_alflow(url: str, conc: int, num: int, osl: int, out: Path, tra
         )
         for i in range(num)
     ]
+    if ARGS.isl:  # the prompts of `alflow bench --dataset random` and M2, as alflow draws and holds them
+        sessions = [
+            replace(s, session_id=f"s{i}")
+            for i, s in enumerate(random_sessions(num, isl=ARGS.isl, osl=osl, seed=0))
+        ]
     from alflow.loadgen.fast import FastTransport
 
     own = FastTransport(kernel_stamps=False) if transport == "fast-clock" else None
@@ -205,19 +222,32 @@ async def _client_alflow(url: str, conc: int, num: int, osl: int, out: Path, tra
     if own is not None:
         await own.close()
     cpu = time.process_time() - cpu0
+    # what a point does next with its records (alflow.measure): the frame and the client summary, in the peak
+    from alflow.loadgen.records import records_frame
+    from alflow.metrics.client import summarize
+
+    post0 = time.process_time()
+    summarize(records_frame(res.records), duration_s=max(res.duration_s, 1e-9))
+    post_cpu = time.process_time() - post0  # taken out of the CPU figures: they stay the load's
     rss_mb = _peak_rss_mb()  # before this file's own bookkeeping below
-    chunks = {str(sessions[int(r.session_id[1:])].turns[0].prompt): r.chunk_ns for r in res.records}
+    # keyed as the fixed server keys its emits (the prompt); with --isl the ITL error is not computed
+    chunks = (
+        {}
+        if ARGS.isl
+        else {f"request number {r.session_id[1:]} please continue": r.chunk_ns for r in res.records}
+    )
     failed = sum(1 for r in res.records if not r.ok)
     errors = sorted({r.error for r in res.records if r.error})[:3]
     out.write_text(  # noqa: ASYNC240  (once, after the run)
         json.dumps(
             {
-                "chunks": sum(len(c) for c in chunks.values()),
+                "chunks": sum(len(r.chunk_ns) for r in res.records),
                 "duration_s": res.duration_s,
                 "failed": failed,
                 "errors": errors,
                 "inproc_cpu_s": cpu,
                 "peak_rss_mb": rss_mb,
+                "post_cpu_s": post_cpu,
                 "chunk_ns": chunks,
             }
         )
@@ -232,9 +262,12 @@ async def _client_bare(url: str, conc: int, num: int, osl: int, out: Path) -> No
     counts = [0]
     failed = [0]
 
+    prompts = _bare_prompts(num, ARGS.isl) if ARGS.isl else None
+
     async def one(http: aiohttp.ClientSession, i: int) -> None:
+        body = orjson.dumps(_body(i, osl, None if prompts is None else prompts[i]))
         try:
-            async with sem, http.post(url + "/v1/completions", data=orjson.dumps(_body(i, osl))) as resp:
+            async with sem, http.post(url + "/v1/completions", data=body) as resp:
                 n = 0
                 async for data in resp.content.iter_any():
                     n += data.count(b"data: {")
@@ -297,7 +330,8 @@ def _run_client(argv: list[str]) -> tuple[float, int, float]:
 
 def _client_argv(name: str, url: str, conc: int, num: int, osl: int, out: Path) -> list[str]:
     return [sys.executable, __file__, "--client", name, "--url", url, "--concurrency-one", str(conc),
-            "--num", str(num), "--osl", str(osl), "--result", str(out), "--loop", ARGS.loop]  # fmt: skip
+            "--num", str(num), "--osl", str(osl), "--result", str(out), "--loop", ARGS.loop,
+            "--isl", str(ARGS.isl)]  # fmt: skip
 
 
 def _make_tokenizer(dirpath: Path) -> bool:
@@ -429,6 +463,7 @@ def main() -> None:
                     row["peak_rss_mb"] = res.get("peak_rss_mb", rss)
                     row["process_rss_mb"] = rss
                     row["failed"] = res.get("failed")
+                    cpu -= res.get("post_cpu_s", 0.0)
                     row["cpu_s"] = cpu - base_cpu
                     row["us_per_chunk"] = (cpu - base_cpu) / chunks * 1e6 if chunks else None
                     row["inproc_us_per_chunk"] = (
@@ -437,7 +472,7 @@ def main() -> None:
                     row["achieved_chunks_s"] = chunks / dur if chunks and dur else None
                     row["cores"] = (cpu - base_cpu) / dur if dur else None
                     row["offered_chunks_s"] = 100 * conc if load == "fixed-10ms" else None
-                    if load == "fixed-10ms" and client.startswith("alflow") and "chunk_ns" in res:
+                    if load == "fixed-10ms" and client.startswith("alflow") and res.get("chunk_ns"):
                         err = _itl_error_ms(res["chunk_ns"], _fetch_emits(port))
                         row["itl_err_median_ms"], row["itl_err_p99_ms"] = err if err else (None, None)
                     rows.append(row)
@@ -507,6 +542,12 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--concurrency", default="64,256,1024", help="comma-separated concurrencies")
     p.add_argument("--loads", default="", help="subset of sim-ts0,fixed-10ms")
     p.add_argument("--osl", type=int, default=200, help="output tokens per request")
+    p.add_argument(
+        "--isl",
+        type=int,
+        default=0,
+        help="random token-id prompts of up to this many tokens (0: a short text)",
+    )
     p.add_argument("--requests-per-slot", type=int, default=2, help="requests = this x concurrency")
     p.add_argument("--clients", default="", help="subset of alflow,alflow-clock,alflow-aiohttp,bare,aiperf")
     p.add_argument("--aiperf", default="", help="path of an aiperf executable (throwaway venv)")

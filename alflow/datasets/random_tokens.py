@@ -28,6 +28,8 @@ DEFAULT_VOCAB_SIZE = 20_000
 (about 20,600 ids), so ``alflow bench --dataset random`` works against ``alflow sim serve`` as it is and
 sends the same kind of prompts as M2's :class:`alflow.config.RandomWorkload`."""
 DEFAULT_TOKEN_LOW = 100
+_POOL_MAX = 1 << 18
+"""Token ranges up to this size share one int object per id across prompts (:func:`random_sessions`)."""
 
 
 def random_sessions(
@@ -51,10 +53,17 @@ def random_sessions(
         raise InvalidInputError(f"token range [{token_low}, {vocab_size}) is empty")
     rng = random.Random(seed)
     low_len = max(1, math.ceil(isl * range_ratio))
+    span = vocab_size - token_low
+    # one int object per token id, shared by every prompt: a prompt then costs a pointer per token, not a new int
+    # (10,240 prompts of ~920 tokens: 75 MB instead of 340 MB); the same draws as randrange(token_low, vocab_size)
+    pool = list(range(token_low, vocab_size)) if span <= _POOL_MAX else None
     sessions: list[Session] = []
     for i in range(num_prompts):
         n = rng.randint(low_len, isl)
-        ids = tuple(rng.randrange(token_low, vocab_size) for _ in range(n))
+        if pool is not None:
+            ids = tuple([pool[rng.randrange(span)] for _ in range(n)])
+        else:
+            ids = tuple([token_low + rng.randrange(span) for _ in range(n)])
         turn = Turn(prompt=ids, max_tokens=osl, min_tokens=osl, ignore_eos=True, input_tokens_hint=n)
         sessions.append(Session(session_id=f"random-{seed}-{i}", turns=(turn,), category="random"))
     return sessions

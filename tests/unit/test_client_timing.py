@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 
 import polars as pl
@@ -173,3 +174,37 @@ def test_the_m2_report_names_client_bound_points_and_unmeasurable_itl() -> None:
         == "K=3 concurrency 1024: ITL median and percentiles not measurable: 30.6% of inter-chunk gaps ..."
     )
     assert client_notes([base]) == []
+
+
+def _coalescing_by_definition(requests: list[list[int]]) -> tuple[int, int, int, int, int]:
+    """The counts spelled out per request: runs of equal stamps are the chunks of one read."""
+    chunks = coalesced = gaps = distorted = first = 0
+    for ns in requests:
+        chunks += len(ns)
+        gaps += max(len(ns) - 1, 0)
+        i = 0
+        while i < len(ns):
+            j = i
+            while j + 1 < len(ns) and ns[j + 1] == ns[i]:
+                j += 1
+            size = j - i + 1
+            if size > 1:
+                coalesced += size
+                distorted += size - 1 + (1 if i > 0 else 0)
+                first += i == 0
+            i = j + 1
+    return chunks, coalesced, gaps, distorted, first
+
+
+def test_coalescing_matches_its_definition_on_random_streams_whatever_their_neighbours() -> None:
+    rng = random.Random(7)
+    for _ in range(200):
+        requests = []
+        for _ in range(rng.randint(0, 6)):
+            stamps, now = [], rng.randint(0, 3)
+            for _ in range(rng.randint(0, 8)):
+                now += rng.choice((0, 0, 1, 2))  # many equal neighbours: reads of several chunks
+                stamps.append(now)
+            requests.append(stamps)  # a request may end on the stamp the next one starts with
+        series = pl.Series(requests, dtype=pl.List(pl.Int64))
+        assert coalescing(series) == _coalescing_by_definition(requests), requests

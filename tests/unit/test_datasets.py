@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import sys
 from pathlib import Path
 
@@ -225,3 +226,19 @@ def test_random_tokens_are_reproducible_and_within_the_length_range() -> None:
     assert {len(s.turns[0].prompt) for s in fixed} == {64}
     with pytest.raises(InvalidInputError, match="range_ratio"):
         random_sessions(1, isl=10, osl=1, range_ratio=0)
+
+
+@pytest.mark.parametrize("vocab_size", [20_000, 10**9])
+def test_random_prompts_are_the_draws_of_randrange_and_share_one_object_per_token_id(vocab_size: int) -> None:
+    """The prompts of a seed stay what they were (randrange per token); a small vocabulary's ids are shared."""
+    sessions = random_sessions(30, isl=200, osl=8, seed=5, vocab_size=vocab_size)
+    rng = random.Random(5)
+    for session in sessions:
+        n = rng.randint(160, 200)
+        assert session.turns[0].prompt == tuple(rng.randrange(100, vocab_size) for _ in range(n))
+    if vocab_size == 20_000:  # 6,000 draws below 19,900 ids: repeats, each the same object
+        seen: dict[int, int] = {}
+        for session in sessions:
+            for tok in session.turns[0].prompt:
+                assert seen.setdefault(tok, id(tok)) == id(tok)  # type: ignore[arg-type]
+        assert len(seen) < sum(len(s.turns[0].prompt) for s in sessions)
