@@ -291,6 +291,25 @@ one degree of freedom 1e-8 needs a chi-square of 32.8 against 23.9 at 1e-6: 37% 
 difference, while an M2 point has thousands of steps)."""
 
 
+def _mean_problems(
+    al: float, expected: float, allowed: float, distribution: AcceptanceDistribution
+) -> list[str]:
+    """The mean test of :func:`audit_synthetic`: the achieved AL off the expected one, or a biased scheme."""
+    problems = []
+    deviation = al - expected
+    if abs(deviation) > allowed:
+        problems.append(
+            f"achieved AL {al:.4f} differs from the scheme's expected {expected:.4f} by {deviation:+.4f} "
+            f"(allowed +/-{allowed:.4f})"
+        )
+    if abs(distribution.bias) > 1e-9:
+        problems.append(
+            f"scheme {distribution.scheme} is biased: expected {expected:.4f} for target "
+            f"{distribution.target.mean_al:.4f}"
+        )
+    return problems
+
+
 def audit_synthetic(
     stats: SpecStats,
     distribution: AcceptanceDistribution,
@@ -327,16 +346,7 @@ def audit_synthetic(
     allowed += slack
     expected -= truncation or 0.0
     deviation = stats.al - expected
-    problems = []
-    if abs(deviation) > allowed:
-        problems.append(
-            f"achieved AL {stats.al:.4f} differs from the scheme's expected {expected:.4f} by {deviation:+.4f} "
-            f"(allowed +/-{allowed:.4f})"
-        )
-    if abs(distribution.bias) > 1e-9:
-        problems.append(
-            f"scheme {distribution.scheme} is biased: expected {expected:.4f} for target {target:.4f}"
-        )
+    problems = _mean_problems(stats.al, expected, allowed, distribution)
     observed: tuple[int, ...] | None = None
     expected_counts: tuple[float, ...] | None = None
     if stats.histogram is not None:

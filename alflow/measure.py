@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -366,47 +367,62 @@ def window_stats(
             )
         return counters, error  # no per-request counts (older release, flag off, older frame): the counters
     k_used = k if k is not None else None if counters is None else counters.k
-    hist = totals.histogram
-    unusable = None  # why the per-request counts cannot be the source
-    if not totals.complete:
-        unusable = (
-            f"{totals.requests - totals.reported} of {totals.requests} measured requests lacked {source}"
-        )
-    elif hist is not None and k_used is not None and len(hist) != k_used + 1:
-        unusable = f"{source} histograms have {len(hist)} buckets, not K + 1 = {k_used + 1}"
-    elif hist is not None and (
-        sum(hist) != totals.verify_ct or sum(j * c for j, c in enumerate(hist)) != totals.accepted_drafts
-    ):
-        unusable = f"{source} histograms disagree with the requests' step and accepted-draft counts"
+    unusable = _unusable_counts(totals, k_used, source)
     if unusable is not None:
         return _with_note(counters, error, f"{unusable}: AL from the counters")
     exact_al = 1.0 + totals.accepted_drafts / totals.verify_ct if totals.verify_ct else None
-    if counters is None:
-        cross = f"counters: unavailable ({error})"
-    elif counters.al is None:
-        cross = "counters: no steps"
-    elif exact_al is None:
-        cross = f"counters: AL {counters.al:.4f}"
-    else:
-        cross = f"counters: AL {counters.al:.4f} (per-request minus counters: {exact_al - counters.al:+.4f})"
-    note = f"exact, from the {source} of {totals.requests} requests; {cross}"
+    note = (
+        f"exact, from the {source} of {totals.requests} requests; {_cross_check(counters, error, exact_al)}"
+    )
     try:
-        if hist is not None:
-            stats = from_histogram(hist, draft_tokens=totals.draft_tokens, k=k_used, level=level, note=note)
-        else:
-            stats = from_counters(
-                totals.verify_ct,
-                totals.accepted_drafts,
-                draft_tokens=totals.draft_tokens,
-                k=k_used,
-                level=level,
-                note=note,
-            )
+        stats = _exact_stats(totals, k_used, level, note)
     except AlflowError as exc:
         return _with_note(counters, error, f"{source} counts rejected ({exc}): AL from the counters")
+    return stats, None
+
+
+def _exact_stats(totals: MetaInfoTotals, k: int | None, level: float, note: str) -> SpecStats:
+    """The statistics of the per-request counts: from their pooled histogram where every request sent one."""
+    hist = totals.histogram
+    if hist is not None:
+        stats = from_histogram(hist, draft_tokens=totals.draft_tokens, k=k, level=level, note=note)
+    else:
+        stats = from_counters(
+            totals.verify_ct,
+            totals.accepted_drafts,
+            draft_tokens=totals.draft_tokens,
+            k=k,
+            level=level,
+            note=note,
+        )
     full = totals.full_k_histogram
     full_k = None if full is None or len(full) != len(hist or ()) else {j + 1: n for j, n in enumerate(full)}
-    return replace(stats, source="per-request", full_k_histogram=full_k), None
+    return replace(stats, source="per-request", full_k_histogram=full_k)
+
+
+def _unusable_counts(totals: MetaInfoTotals, k: int | None, source: str) -> str | None:
+    """Why the per-request counts cannot be a point's source (some lacked them, or their histograms are off)."""
+    hist = totals.histogram
+    if not totals.complete:
+        return f"{totals.requests - totals.reported} of {totals.requests} measured requests lacked {source}"
+    if hist is not None and k is not None and len(hist) != k + 1:
+        return f"{source} histograms have {len(hist)} buckets, not K + 1 = {k + 1}"
+    if hist is not None and (
+        sum(hist) != totals.verify_ct or sum(j * c for j, c in enumerate(hist)) != totals.accepted_drafts
+    ):
+        return f"{source} histograms disagree with the requests' step and accepted-draft counts"
+    return None
+
+
+def _cross_check(counters: SpecStats | None, error: str | None, exact_al: float | None) -> str:
+    """The counters' AL beside the exact one, for the note of per-request statistics."""
+    if counters is None:
+        return f"counters: unavailable ({error})"
+    if counters.al is None:
+        return "counters: no steps"
+    if exact_al is None:
+        return f"counters: AL {counters.al:.4f}"
+    return f"counters: AL {counters.al:.4f} (per-request minus counters: {exact_al - counters.al:+.4f})"
 
 
 def _with_note(stats: SpecStats | None, error: str | None, note: str) -> tuple[SpecStats | None, str | None]:
@@ -426,6 +442,74 @@ def with_request_fields(target: Target, dialect: Dialect | None) -> Target:
         return target
     extra = {**fields, **target.sampling.extra_body}
     return replace(target, sampling=replace(target.sampling, extra_body=extra))
+
+
+async def _open_window(
+    urls: Sequence[str],
+    lag: float,
+    http: aiohttp.ClientSession,
+    baseline: list[Snapshot],
+    after_baseline: Callable[[Snapshot | None], Awaitable[None]] | None,
+) -> None:
+    """At the measured phase's start: the baseline scrape into ``baseline``, then ``after_baseline``.
+
+    The scrape waits ``lag`` seconds first: a server that serves a snapshot (ATOM) catches up, idle, after warm-up.
+    """
+    if urls:
+        await asyncio.sleep(lag)
+        baseline.append(await scrape_all(urls, session=http))
+    if after_baseline is not None:
+        await after_baseline(baseline[0] if baseline else None)
+
+
+async def _close_window(
+    result: LoadResult,
+    aborted: str | None,
+    scraper: PeriodicScraper | None,
+    urls: Sequence[str],
+    baseline: list[Snapshot],
+    the_dialect: Dialect | None,
+    http: aiohttp.ClientSession,
+    *,
+    k: int | None,
+    compute_stats: bool,
+    percentiles: Sequence[float],
+    slo: SLO | None,
+    gpus: GpuLayout | None,
+) -> Measurement:
+    """After the load: the final scrape, the window's statistics and the client summary, as one Measurement."""
+    final: Snapshot | None = None
+    stats: SpecStats | None = None
+    stats_error: str | None = None
+    resets: list[str] = []
+    series = list(scraper.snapshots) if scraper is not None else []
+    lag = 0.0 if the_dialect is None else the_dialect.snapshot_lag_s
+    if urls and baseline and aborted is None and the_dialect is not None:
+        final, stats_error, resets = await _final_scrape(urls, http, lag, baseline[0])
+    frame = records_frame(result.records)
+    if final is not None and the_dialect is not None and compute_stats:
+        stats, stats_error = window_stats(the_dialect, baseline[0], final, series, k, records=frame)
+    duration = result.duration_s
+    client = summarize(
+        frame, duration_s=max(duration, 1e-9), percentiles=percentiles, slo=slo, gpus=gpus,
+        client_load=result.client_load,
+    )  # fmt: skip
+    return Measurement(
+        records=frame,
+        client=client,
+        spec_stats=stats,
+        dialect=None if the_dialect is None else the_dialect.name,
+        baseline=baseline[0] if baseline else None,
+        final=final,
+        series=series,
+        counter_resets=resets,
+        scrape_errors=list(scraper.errors) if scraper is not None else [],
+        stats_error=stats_error,
+        aborted=aborted,
+        duration_s=duration,
+        wall_start_s=result.wall_start_s,
+        wall_end_s=result.wall_end_s,
+    )
 
 
 async def _final_scrape(
@@ -509,22 +593,14 @@ async def measure(
         target = with_request_fields(target, the_dialect)
 
         lag = 0.0 if the_dialect is None else the_dialect.snapshot_lag_s
-
-        async def on_measure_start() -> None:
-            if urls:
-                # a server that serves a snapshot (ATOM): let it catch up, idle, after warm-up
-                await asyncio.sleep(lag)
-                baseline.append(await scrape_all(urls, session=http))
-            if after_baseline is not None:
-                await after_baseline(baseline[0] if baseline else None)
-
+        on_start = functools.partial(_open_window, urls, lag, http, baseline, after_baseline)
         scrapes = urls if scrape_interval_s > 0 else []
         result, aborted, scraper = await _load_with_scrapes(
             lambda: run_load(
                 sessions,
                 target,
                 spec,
-                on_measure_start=on_measure_start,
+                on_measure_start=on_start,
                 progress=progress,
                 warmup_sessions=warmup_sessions,
                 sink=records,
@@ -533,38 +609,7 @@ async def measure(
             scrape_interval_s,
             http,
         )
-        final: Snapshot | None = None
-        stats: SpecStats | None = None
-        stats_error: str | None = None
-        resets: list[str] = []
-        series = list(scraper.snapshots) if scraper is not None else []
-        if urls and baseline and aborted is None and the_dialect is not None:
-            final, stats_error, resets = await _final_scrape(urls, http, lag, baseline[0])
-        frame = records_frame(result.records)
-        if final is not None and the_dialect is not None and compute_stats:
-            stats, stats_error = window_stats(the_dialect, baseline[0], final, series, k, records=frame)
-        duration = result.duration_s
-        client = summarize(
-            frame,
-            duration_s=duration if duration > 0 else 1e-9,
-            percentiles=percentiles,
-            slo=slo,
-            gpus=gpus,
-            client_load=result.client_load,
-        )
-        return Measurement(
-            records=frame,
-            client=client,
-            spec_stats=stats,
-            dialect=None if the_dialect is None else the_dialect.name,
-            baseline=baseline[0] if baseline else None,
-            final=final,
-            series=series,
-            counter_resets=resets,
-            scrape_errors=list(scraper.errors) if scraper is not None else [],
-            stats_error=stats_error,
-            aborted=aborted,
-            duration_s=duration,
-            wall_start_s=result.wall_start_s,
-            wall_end_s=result.wall_end_s,
-        )
+        return await _close_window(
+            result, aborted, scraper, urls, baseline, the_dialect, http,
+            k=k, compute_stats=compute_stats, percentiles=percentiles, slo=slo, gpus=gpus,
+        )  # fmt: skip

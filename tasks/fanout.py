@@ -228,6 +228,13 @@ def run_child(
         flow_run_id=str(flow_run.id),
         node=node.work_queue,
     )
+    return _outcome(child, flow_run, stop, results_root, flow)
+
+
+def _outcome(
+    child: ChildRun, flow_run: FlowRun, stop: StopWaiting | None, results_root: str, flow: str
+) -> ChildRun:
+    """The finished child with its run directory, or :class:`ChildRunFailedError` (failed, lost, or not stored)."""
     stored = find_run(results_root, flow, str(flow_run.id))
     run_dir = None if stored is None else stored.dir
     if stop is not None or flow_run.state is None or not flow_run.state.is_completed():

@@ -131,21 +131,10 @@ def run_load(
             todo = await detokenize_sessions(todo, handle.base_url, handle.model, headers=key)
             if warm:
                 warm = await detokenize_sessions(warm, handle.base_url, handle.model, headers=key)
-        spec = LoadSpec(
-            concurrency=load.concurrency,
-            request_rate=load.request_rate,
-            num_prompts=load.num_prompts,
-            warmup=load.warmup,
-            timeout_s=load.timeout_s,
-            stall_timeout_s=load.stall_timeout_s,
-            keep_text=False,
-            processes=load.client_processes,
-            auto_processes=load.auto_client_processes,
-        )
         return await measure(
             todo,
             Target(handle.base_url, handle.model, endpoint, sampling, api_key=api_key),
-            spec,
+            _load_spec(load),
             metrics_url=handle.all_metrics_urls,
             dialect=handle.dialect,
             k=k,
@@ -171,13 +160,21 @@ def run_load(
         raise
     except BaseException as stop:  # SIGTERM or Ctrl-C: the flow stores what was answered, then stops
         if keep_partial:
-            reason = f"interrupted ({type(stop).__name__})"
             partial = interrupted_measurement(
-                recorded, reason, duration_s=time.monotonic() - started, gpus=gpus
+                recorded,
+                f"interrupted ({type(stop).__name__})",
+                duration_s=time.monotonic() - started,
+                gpus=gpus,
             )
             setattr(stop, PARTIAL_ATTR, partial)
             log.error("the point was interrupted: %d requests recorded", partial.records.height)
         raise
+    return _finished(result, keep_partial=keep_partial)
+
+
+def _finished(result: Measurement, *, keep_partial: bool) -> Measurement:
+    """The measured point, logged; an aborted one raises :class:`MeasurementError` unless ``keep_partial``."""
+    log = get_run_logger()
     if result.aborted is not None:
         log.error("the point aborted: %s (%d requests recorded)", result.aborted, result.records.height)
         if not keep_partial:
@@ -191,6 +188,21 @@ def run_load(
         c.output_throughput,
     )
     return result
+
+
+def _load_spec(load: LoadConfig) -> LoadSpec:
+    """The load generator's spec of a flow's load configuration (text not kept: the flows store no replies)."""
+    return LoadSpec(
+        concurrency=load.concurrency,
+        request_rate=load.request_rate,
+        num_prompts=load.num_prompts,
+        warmup=load.warmup,
+        timeout_s=load.timeout_s,
+        stall_timeout_s=load.stall_timeout_s,
+        keep_text=False,
+        processes=load.client_processes,
+        auto_processes=load.auto_client_processes,
+    )
 
 
 @task(name="spec_stats", cache_policy=NO_CACHE)

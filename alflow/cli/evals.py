@@ -13,11 +13,11 @@ from rich.table import Table
 
 from alflow.cli.common import JsonOpt, console, emit_json, fail
 from alflow.errors import AlflowError
-from alflow.evals.gsm8k import DEFAULT_MAX_TOKENS, DEFAULT_SHOTS, PromptConfig
+from alflow.evals.gsm8k import DEFAULT_MAX_TOKENS, DEFAULT_SHOTS, EvalResult, PromptConfig
 from alflow.evals.lm_eval_backend import run_lm_eval
 from alflow.evals.run import Gsm8kRequest, evaluate_gsm8k
 from alflow.evals.thresholds import load_thresholds
-from alflow.gates import accuracy_gate
+from alflow.gates import Verdict, accuracy_gate
 from alflow.util import jsonutil
 
 eval_app = typer.Typer(help="Accuracy evaluations (the M1 accuracy gate).", no_args_is_help=True)
@@ -101,12 +101,17 @@ def gsm8k(
     if as_json:
         emit_json({**result.to_dict(), "verdict": verdict.to_dict()})
     else:
-        table = Table(title=escape(f"GSM8K {model} ({len(result.results)} of {result.population} questions)"))
-        for col in ("score", "accuracy", "95% CI", "threshold"):
-            table.add_column(col)
-        for s in (result.strict, result.flexible):
-            low, high = s.interval
-            table.add_row(s.name, f"{s.accuracy:.4f}", f"[{low:.4f}, {high:.4f}]", f"{limit_value:.4f}")
-        console.print(table)
-        console.print(verdict.message, highlight=False, markup=False)
+        _print_scores(result, verdict, limit_value, model)
     raise typer.Exit(0 if verdict.passed else 1)
+
+
+def _print_scores(result: EvalResult, verdict: Verdict, limit_value: float, model: str) -> None:
+    """The two scores as a table, then the gate's verdict."""
+    table = Table(title=escape(f"GSM8K {model} ({len(result.results)} of {result.population} questions)"))
+    for col in ("score", "accuracy", "95% CI", "threshold"):
+        table.add_column(col)
+    for s in (result.strict, result.flexible):
+        low, high = s.interval
+        table.add_row(s.name, f"{s.accuracy:.4f}", f"[{low:.4f}, {high:.4f}]", f"{limit_value:.4f}")
+    console.print(table)
+    console.print(verdict.message, highlight=False, markup=False)

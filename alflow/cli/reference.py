@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 import yaml
@@ -21,6 +21,9 @@ from alflow.errors import InvalidInputError
 from alflow.reference import table as ref
 from alflow.reports.markdown import escape_controls
 from alflow.util.yamlfile import describe_validation, load_yaml_model
+
+if TYPE_CHECKING:
+    from alflow.config import SpecMethod
 
 reference_app = typer.Typer(
     help="Reference AL tables: validate, show, diff, audit, import/export InferenceX golden curves.",
@@ -196,6 +199,18 @@ def _on_off(value: str | None, option: str) -> bool | None:
     return value == "on"
 
 
+def _spec_method(method: str) -> SpecMethod:
+    """``--method`` as a method, or the one-line error naming the choices."""
+    from alflow.config import SpecMethod
+
+    try:
+        return SpecMethod(method)
+    except ValueError:
+        raise InvalidInputError(
+            f"--method {method!r}: not one of {', '.join(m.value for m in SpecMethod)}"
+        ) from None
+
+
 @reference_app.command("import-inferencex")
 @handle_errors
 def reference_import_inferencex(
@@ -227,18 +242,10 @@ def reference_import_inferencex(
     as_json: JsonOpt = False,
 ) -> None:
     """Import InferenceX golden curves into an ``imported`` table (never a measured one), variant and source kept."""
-    from alflow.config import SpecMethod
     from alflow.reference.inferencex import import_golden
     from alflow.results.provenance import code_version
 
-    spec_method = None
-    if method is not None:
-        try:
-            spec_method = SpecMethod(method)
-        except ValueError:
-            raise InvalidInputError(
-                f"--method {method!r}: not one of {', '.join(m.value for m in SpecMethod)}"
-            ) from None
+    spec_method = None if method is None else _spec_method(method)
     if concurrency is not None and concurrency < 1:
         raise InvalidInputError(f"--concurrency {concurrency}: must be >= 1")
     result = import_golden(

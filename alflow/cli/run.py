@@ -318,45 +318,53 @@ def print_plan(flow: str, params: BaseModel, as_json: bool) -> None:
         console.print(plan.text(), markup=False, emoji=False, highlight=False, soft_wrap=True)
 
 
+# the options of `alflow run`, declared once (the command's signature names them)
+FlowArg = Annotated[str, typer.Argument(help="m0, m1, m2 or sweep.")]
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", help="YAML file with the flow's full parameters (the form's advanced params)."),
+]
+PresetOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--preset",
+        help="Server preset by name (presets/NAME.yaml, e.g. sim); with --config it replaces the file's server.",
+    ),
+]
+ModelOpt = Annotated[str | None, typer.Option("--model", help="m1, m2, sweep: the model id to serve.")]
+ModelsOpt = Annotated[str | None, typer.Option("--models", help="m0: model ids, comma-separated.")]
+KOpt = Annotated[int | None, typer.Option("--k", help="m1, m2: speculative tokens K.")]
+KsOpt = Annotated[str | None, typer.Option("--ks", help="m0, sweep: Ks, comma-separated (e.g. 1,2,3).")]
+TargetAlOpt = Annotated[float | None, typer.Option("--target-al", help="m2, sweep: the target AL.")]
+ConcurrenciesOpt = Annotated[
+    str | None, typer.Option("--concurrencies", help="m2, sweep: concurrencies, comma-separated.")
+]
+ThinkingOpt = Annotated[str | None, typer.Option("--thinking", help="m1: thinking on or off.")]
+DryRunOpt = Annotated[
+    bool,
+    typer.Option(
+        "--dry-run",
+        help=(
+            "Print the plan (each server's command, environment with secrets by name, config files, release "
+            "gates, knobs) and start nothing; refuses what a real run refuses (exit 2)."
+        ),
+    ),
+]
+
+
 def run(
-    flow: Annotated[str, typer.Argument(help="m0, m1, m2 or sweep.")],
-    config: Annotated[
-        Path | None,
-        typer.Option(
-            "--config", help="YAML file with the flow's full parameters (the form's advanced params)."
-        ),
-    ] = None,
-    preset: Annotated[
-        str | None,
-        typer.Option(
-            "--preset",
-            help="Server preset by name (presets/NAME.yaml, e.g. sim); with --config it replaces the file's server.",
-        ),
-    ] = None,
-    model: Annotated[
-        str | None, typer.Option("--model", help="m1, m2, sweep: the model id to serve.")
-    ] = None,
-    models: Annotated[str | None, typer.Option("--models", help="m0: model ids, comma-separated.")] = None,
-    k: Annotated[int | None, typer.Option("--k", help="m1, m2: speculative tokens K.")] = None,
-    ks: Annotated[
-        str | None, typer.Option("--ks", help="m0, sweep: Ks, comma-separated (e.g. 1,2,3).")
-    ] = None,
-    target_al: Annotated[float | None, typer.Option("--target-al", help="m2, sweep: the target AL.")] = None,
-    concurrencies: Annotated[
-        str | None, typer.Option("--concurrencies", help="m2, sweep: concurrencies, comma-separated.")
-    ] = None,
-    thinking: Annotated[str | None, typer.Option("--thinking", help="m1: thinking on or off.")] = None,
+    flow: FlowArg,
+    config: ConfigOpt = None,
+    preset: PresetOpt = None,
+    model: ModelOpt = None,
+    models: ModelsOpt = None,
+    k: KOpt = None,
+    ks: KsOpt = None,
+    target_al: TargetAlOpt = None,
+    concurrencies: ConcurrenciesOpt = None,
+    thinking: ThinkingOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the flow's result as JSON.")] = False,
-    dry_run: Annotated[
-        bool,
-        typer.Option(
-            "--dry-run",
-            help=(
-                "Print the plan (each server's command, environment with secrets by name, config files, release "
-                "gates, knobs) and start nothing; refuses what a real run refuses (exit 2)."
-            ),
-        ),
-    ] = False,
+    dry_run: DryRunOpt = False,
 ) -> None:
     """Run one flow locally (Prefect's temporary server unless PREFECT_API_URL is set); exit 1 if it fails.
 

@@ -32,29 +32,10 @@ def al_source(stats: SpecStats) -> str:
     return stats.source
 
 
-def m2_point(
-    m: Measurement,
-    *,
-    concurrency: int,
-    k: int,
-    framework: str,
-    target_al: float,
-    nodes: int,
-    audit: Verdict | None,
-    metrics_where: str,
-    repeat: int = 0,
-    repeats: int = 1,
-) -> tuple[M2Point, list[str]]:
-    """The point and the failures it adds to the run (empty when it is valid).
-
-    ``audit`` is the synthetic audit's verdict, None when there was nothing to audit (an aborted point,
-    no spec-decode stats); ``metrics_where`` names the metrics endpoints for the missing-stats message.
-    ``repeat`` is the point's 0-based repeat of ``repeats`` at this (K, concurrency); it is named in the
-    failures when there is more than one.
-    """
-    subject = f"{framework} K={k} concurrency {concurrency}"
-    if repeats > 1:
-        subject += f" repeat {repeat + 1}/{repeats}"
+def _judged(
+    m: Measurement, audit: Verdict | None, subject: str, metrics_where: str, target_al: float
+) -> tuple[bool, str, AuditDetails, list[str]]:
+    """Whether an M2 point is valid, its audit message, the audit's details and the run failures it adds."""
     failures: list[str] = []
     details = AuditDetails(target_al=target_al, achieved_al=None)
     cut = m.cut_short
@@ -79,6 +60,34 @@ def m2_point(
         valid = False
     if m.spec_stats is not None:  # e.g. SGLang's adaptive steps moved the active K inside the window
         message = "; ".join([message, *note_warnings(m.spec_stats.note)])
+    return valid, message, details, failures
+
+
+def m2_point(
+    m: Measurement,
+    *,
+    concurrency: int,
+    k: int,
+    framework: str,
+    target_al: float,
+    nodes: int,
+    audit: Verdict | None,
+    metrics_where: str,
+    repeat: int = 0,
+    repeats: int = 1,
+) -> tuple[M2Point, list[str]]:
+    """The point and the failures it adds to the run (empty when it is valid).
+
+    ``audit`` is the synthetic audit's verdict, None when there was nothing to audit (an aborted point,
+    no spec-decode stats); ``metrics_where`` names the metrics endpoints for the missing-stats message.
+    ``repeat`` is the point's 0-based repeat of ``repeats`` at this (K, concurrency); it is named in the
+    failures when there is more than one.
+    """
+    subject = f"{framework} K={k} concurrency {concurrency}"
+    if repeats > 1:
+        subject += f" repeat {repeat + 1}/{repeats}"
+    valid, message, details, failures = _judged(m, audit, subject, metrics_where, target_al)
+    cut = m.cut_short
     c = m.client
     stats = m.spec_stats
     timing = c.timing

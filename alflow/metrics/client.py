@@ -307,6 +307,17 @@ class ClientSummary:
         return out
 
 
+def _meeting_slo(ok: pl.DataFrame, slo: SLO | None) -> int | None:
+    """How many of the successful requests ``ok`` meet every bound of ``slo`` (None: no SLO given)."""
+    if slo is None or slo.empty:
+        return None
+    meets = pl.lit(value=True)
+    for col, limit in (("ttft_ms", slo.ttft_ms), ("tpot_ms", slo.tpot_ms), ("e2el_ms", slo.e2el_ms)):
+        if limit is not None:
+            meets = meets & (pl.col(col).is_null() | (pl.col(col) <= limit))
+    return ok.filter(meets).height
+
+
 def summarize(
     records: pl.DataFrame,
     *,
@@ -338,13 +349,7 @@ def summarize(
     total_in = int(ok["input_tokens"].fill_null(0).sum())
     total_out = int(ok["output_tokens"].sum())
     chunks = int(ok["n_chunks"].sum())
-    good: int | None = None
-    if slo is not None and not slo.empty:
-        meets = pl.lit(value=True)
-        for col, limit in (("ttft_ms", slo.ttft_ms), ("tpot_ms", slo.tpot_ms), ("e2el_ms", slo.e2el_ms)):
-            if limit is not None:
-                meets = meets & (pl.col(col).is_null() | (pl.col(col) <= limit))
-        good = ok.filter(meets).height
+    good = _meeting_slo(ok, slo)
     layout = gpus or GpuLayout()
     per_decode = per_prefill = None
     if layout.prefill_gpus is not None and layout.decode_gpus is not None:

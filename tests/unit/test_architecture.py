@@ -223,33 +223,34 @@ def test_no_source_file_over_700_lines() -> None:
 
 
 MAX_FUNCTION_LINES = 80
-LONG_FUNCTIONS: dict[str, int] = {}
-"""The functions whose body is over :data:`MAX_FUNCTION_LINES` (issue #32), with their length: none since session 20
-(eleven were listed). A listed function may not grow; one that drops to the budget leaves the list."""
+LONG_FUNCTIONS: dict[str, int] = {
+    "alflow/cli/bench.py:bench_command": 211,
+    "alflow/sim/cli.py:serve_command": 207,
+}
+"""The functions over :data:`MAX_FUNCTION_LINES` counted whole (issue #48 item 5: decorators, signature and docstring
+included), with their length. A listed function may not grow; one that drops to the budget leaves the list."""
 
 
-def _body_lines() -> dict[str, int]:
-    """``path:function`` -> lines of its body (the signature, decorators and docstring left out)."""
+def _function_lines() -> dict[str, int]:
+    """``path:function`` -> its lines counted whole: from its first decorator (or ``def``) to its last line."""
     lengths: dict[str, int] = {}
     for path in _python_files():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 continue
-            body = node.body
-            if len(body) > 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-                body = body[1:]
-            end = node.end_lineno or body[-1].lineno
+            start = min([d.lineno for d in node.decorator_list] + [node.lineno])
+            end = node.end_lineno or node.body[-1].lineno
             key = f"{path.relative_to(ROOT)}:{node.name}"
-            lengths[key] = max(lengths.get(key, 0), end - body[0].lineno + 1)
+            lengths[key] = max(lengths.get(key, 0), end - start + 1)
     return lengths
 
 
-def test_no_function_body_over_its_budget_and_the_long_ones_only_shrink() -> None:
-    lengths = _body_lines()
+def test_no_function_over_its_budget_and_the_long_ones_only_shrink() -> None:
+    lengths = _function_lines()
     assert len(lengths) > 1000  # the walk found the functions
     over = {name: n for name, n in lengths.items() if n > MAX_FUNCTION_LINES}
     new = {name: n for name, n in over.items() if name not in LONG_FUNCTIONS}
-    assert new == {}, f"function bodies over {MAX_FUNCTION_LINES} lines: split them"
+    assert new == {}, f"functions over {MAX_FUNCTION_LINES} lines (counted whole): split them"
     grown = {name: (LONG_FUNCTIONS[name], n) for name, n in over.items() if n > LONG_FUNCTIONS[name]}
     assert grown == {}, "listed long functions grew (listed, now): split them instead"
     fixed = sorted(set(LONG_FUNCTIONS) - set(over))
