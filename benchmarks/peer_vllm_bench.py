@@ -96,7 +96,7 @@ from alflow.config import (  # noqa: E402
     server_config,
 )
 from alflow.datasets.random_tokens import detokenize_sessions, random_sessions  # noqa: E402
-from alflow.metrics import names  # noqa: E402
+from alflow.frameworks.vllm import names as vllm_names  # noqa: E402
 from alflow.metrics.client import per_request  # noqa: E402
 from alflow.metrics.prometheus import Snapshot, SnapshotWindow, parse_exposition  # noqa: E402
 from alflow.metrics.readers import get_dialect  # noqa: E402
@@ -390,8 +390,8 @@ def _client_run(
     ``measured`` is the measured phase on ``time.perf_counter``; ``timing`` is (CPU, wall, CPU trace).
     """
     al, drafts = _al(*scrapes)
-    server_tpot, server_requests = _server_mean_ms(*scrapes, names.VLLM_REQUEST_TPOT_SECONDS)
-    server_ttft, _ = _server_mean_ms(*scrapes, names.VLLM_TTFT_SECONDS)
+    server_tpot, server_requests = _server_mean_ms(*scrapes, vllm_names.VLLM_REQUEST_TPOT_SECONDS)
+    server_ttft, _ = _server_mean_ms(*scrapes, vllm_names.VLLM_TTFT_SECONDS)
     cpu, wall, trace = timing
     return ClientRun(
         client,

@@ -50,15 +50,25 @@ import orjson
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.loadgen.endpoints import Endpoint
 from alflow.loadgen.records import RequestRecord
-from alflow.metrics.names import (
-    SGLANG_DETAILS_CORRECT,
-    SGLANG_DETAILS_HISTOGRAM,
-    SGLANG_DETAILS_PROPOSED,
-    SGLANG_DETAILS_VERIFY_CT,
-    SGLANG_SGLEXT,
-    SGLANG_SPEC_DETAILS,
-)
 from alflow.util.redact import redact_url, redact_urls_in_text
+
+# SGLang's per-request speculative details on the OpenAI endpoints (sgl-project/sglang PR #33518, merged
+# 2026-08-04; python/sglang/srt/entrypoints/openai/serving_chat.py and utils.py): only when the request sets
+# ``return_spec_tokens_details: true``; streamed as a chunk of its own with ``"choices": []`` and a response-level
+# ``sglext`` (after the finish_reason chunks, before the usage chunk), not streamed as the body's top-level
+# ``sglext``. ``meta_info`` is not sent on these endpoints (``return_meta_info`` is refused with ``stream``).
+SGLANG_SPEC_DETAILS_FLAG: Final = "return_spec_tokens_details"
+SGLANG_SGLEXT: Final = "sglext"
+SGLANG_SPEC_DETAILS: Final = "spec_tokens_details"
+SGLANG_SPEC_DETAILS_SINCE: Final = "sgl-project/sglang PR #33518 (merged 2026-08-04)"
+SGLANG_DETAILS_VERIFY_CT: Final = "spec_verify_ct"  # verify steps of the request
+SGLANG_DETAILS_CORRECT: Final = "spec_num_correct_drafts"  # accepted draft tokens (bonus not counted)
+SGLANG_DETAILS_PROPOSED: Final = "spec_num_proposed_drafts"  # drafts proposed (verify steps x block size)
+SGLANG_DETAILS_HISTOGRAM: Final = (
+    "spec_correct_drafts_histogram"  # index i = steps that accepted i drafts, K+1 long
+)
+# ``spec_accept_length`` in the same object is completion_tokens / spec_verify_ct: it counts the prefill token
+# (biased high) and is never read.
 
 Clock = Callable[[], int]
 Sink = Callable[[bytes, int], bool]

@@ -30,7 +30,7 @@ from aiohttp import web
 from prometheus_client import generate_latest
 
 from alflow.errors import AlflowError
-from alflow.metrics.names import SGLANG_SPEC_DETAILS_FLAG
+from alflow.loadgen.client import SGLANG_SPEC_DETAILS_FLAG
 from alflow.registry import get_framework
 from alflow.serving.api import ApiError
 from alflow.serving.app import (

@@ -1,4 +1,4 @@
-"""The tiny engine's Prometheus metrics, in vLLM's dialect (names from :mod:`alflow.metrics.names`).
+"""The tiny engine's Prometheus metrics, in vLLM's dialect (names from :mod:`alflow.frameworks.vllm.names`).
 
 Counted per decode step of the engine (one :class:`~alflow.tiny.server.StepLike` each), the way
 vLLM counts them (DOMAIN.md section 4):
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from alflow.metrics import names
+from alflow.frameworks.vllm import names as vllm_names
 
 FINISH_REASONS = ("stop", "length", "abort")
 
@@ -38,39 +38,42 @@ class TinyMetrics:
         self._labels = (model_name, "0")
         reg = self.registry
         self.num_drafts = Counter(
-            names.VLLM_NUM_DRAFTS, "Number of spec decoding drafts.", labels, registry=reg
+            vllm_names.VLLM_NUM_DRAFTS, "Number of spec decoding drafts.", labels, registry=reg
         ).labels(*self._labels)
         self.draft_tokens = Counter(
-            names.VLLM_NUM_DRAFT_TOKENS, "Number of draft tokens.", labels, registry=reg
+            vllm_names.VLLM_NUM_DRAFT_TOKENS, "Number of draft tokens.", labels, registry=reg
         ).labels(*self._labels)
         self.accepted_tokens = Counter(
-            names.VLLM_NUM_ACCEPTED_TOKENS, "Number of accepted tokens.", labels, registry=reg
+            vllm_names.VLLM_NUM_ACCEPTED_TOKENS, "Number of accepted tokens.", labels, registry=reg
         ).labels(*self._labels)
         per_pos = Counter(
-            names.VLLM_ACCEPTED_PER_POS,
+            vllm_names.VLLM_ACCEPTED_PER_POS,
             "Accepted tokens per draft position.",
-            (*labels, names.VLLM_POSITION_LABEL),
+            (*labels, vllm_names.VLLM_POSITION_LABEL),
             registry=reg,
         )
         self.accepted_per_pos = [per_pos.labels(*self._labels, str(i)) for i in range(k)]
         self.prompt_tokens = Counter(
-            names.VLLM_PROMPT_TOKENS, "Number of prefill tokens processed.", labels, registry=reg
+            vllm_names.VLLM_PROMPT_TOKENS, "Number of prefill tokens processed.", labels, registry=reg
         ).labels(*self._labels)
         self.generation_tokens = Counter(
-            names.VLLM_GENERATION_TOKENS, "Number of generation tokens processed.", labels, registry=reg
+            vllm_names.VLLM_GENERATION_TOKENS, "Number of generation tokens processed.", labels, registry=reg
         ).labels(*self._labels)
         success = Counter(
-            names.VLLM_REQUEST_SUCCESS,
+            vllm_names.VLLM_REQUEST_SUCCESS,
             "Count of successfully processed requests.",
             (*labels, "finished_reason"),
             registry=reg,
         )
         self.request_success = {reason: success.labels(*self._labels, reason) for reason in FINISH_REASONS}
         self.running = Gauge(
-            names.VLLM_NUM_RUNNING, "Number of requests in model execution batches.", labels, registry=reg
+            vllm_names.VLLM_NUM_RUNNING,
+            "Number of requests in model execution batches.",
+            labels,
+            registry=reg,
         ).labels(*self._labels)
         self.waiting = Gauge(
-            names.VLLM_NUM_WAITING, "Number of requests waiting to be processed.", labels, registry=reg
+            vllm_names.VLLM_NUM_WAITING, "Number of requests waiting to be processed.", labels, registry=reg
         ).labels(*self._labels)
 
     def count_step(

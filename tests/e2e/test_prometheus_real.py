@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from alflow.frameworks.launch import free_port
-from alflow.metrics import names
+from alflow.frameworks.vllm import names as vllm_names
 
 pytestmark = pytest.mark.services
 
@@ -148,7 +148,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
                 procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT))
         made = Cluster(
             f"http://127.0.0.1:{port}",
-            tuple(f"http://{t}{names.VLLM_METRICS_PATH}" for t in targets),
+            tuple(f"http://{t}{vllm_names.VLLM_METRICS_PATH}" for t in targets),
             f"http://127.0.0.1:{prom_port}",
         )
         wait_until(
@@ -193,7 +193,7 @@ def test_promql_window_equals_the_direct_scrapes_of_both_nodes(cluster: Cluster,
 
     # the direct window: baseline after warm-up to the final scrape, both nodes' counters summed
     snaps = json.loads((out / "snapshots.json").read_text())
-    drafts = f"{names.VLLM_NUM_DRAFTS}_total"
+    drafts = f"{vllm_names.VLLM_NUM_DRAFTS}_total"
     per_node = [
         sum(s["value"] for s in final["samples"][drafts]) - sum(s["value"] for s in base["samples"][drafts])
         for base, final in zip(snaps["baseline"]["parts"], snaps["final"]["parts"], strict=True)

@@ -34,7 +34,7 @@ from alflow.config import (
     server_config,
 )
 from alflow.frameworks.recipes import build_launch
-from alflow.metrics import names
+from alflow.frameworks.vllm import names as vllm_names
 from alflow.metrics.prometheus import scrape_all
 from infra.errors import ServerStartError
 from infra.lifecycle import alflow_slurm_jobs
@@ -154,7 +154,7 @@ def test_two_node_sim_job_serves_alflow_bench_and_is_cancelled(tmp_path: Path) -
     assert client["output_throughput_per_gpu"] == pytest.approx(client["output_throughput"] / 2)
     assert spec["metrics_urls"] == list(urls)
     stats = spec["stats"]
-    node_drafts = [p.counter(names.VLLM_NUM_DRAFTS) or 0.0 for p in parts]
+    node_drafts = [p.counter(vllm_names.VLLM_NUM_DRAFTS) or 0.0 for p in parts]
     assert all(d > 0 for d in node_drafts), node_drafts
     # no other traffic reached the engines (no warm-up): the window's drafts are both nodes' together
     assert stats["num_drafts"] == sum(node_drafts)

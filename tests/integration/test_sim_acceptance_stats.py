@@ -19,7 +19,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from alflow.acceptance.synthetic import distribution
-from alflow.metrics import names
+from alflow.frameworks.sglang import names as sglang_names
+from alflow.frameworks.trtllm import names as trtllm_names
+from alflow.frameworks.vllm import names as vllm_names
 from alflow.sim.config import default_scheme
 from alflow.sim.process import start_in_thread
 from tests.simconfig import fast_sim
@@ -68,16 +70,16 @@ def al_from_metrics(dialect: str, before: dict, after: dict) -> tuple[float, flo
         return total(after, name, **labels) - total(before, name, **labels)
 
     if dialect == "vllm":
-        n = delta(names.VLLM_NUM_DRAFTS + "_total")
-        return 1 + delta(names.VLLM_NUM_ACCEPTED_TOKENS + "_total") / n, n, 0.0
+        n = delta(vllm_names.VLLM_NUM_DRAFTS + "_total")
+        return 1 + delta(vllm_names.VLLM_NUM_ACCEPTED_TOKENS + "_total") / n, n, 0.0
     if dialect == "sglang":
         # counters move at request finish; each request's first (prefill) token is taken out
-        n = delta(names.SGLANG_SPEC_VERIFY_CALLS + "_total")
-        requests = delta(names.SGLANG_NUM_REQUESTS + "_total")
-        return (delta(names.SGLANG_GENERATION_TOKENS + "_total") - requests) / n, n, requests
+        n = delta(sglang_names.SGLANG_SPEC_VERIFY_CALLS + "_total")
+        requests = delta(sglang_names.SGLANG_NUM_REQUESTS + "_total")
+        return (delta(sglang_names.SGLANG_GENERATION_TOKENS + "_total") - requests) / n, n, requests
     # TensorRT-LLM: numerator and denominator from the per-position family alone
-    n = delta(names.TRTLLM_DRAFTED_PER_POS + "_total", **{names.TRTLLM_POSITION_LABEL: "0"})
-    return 1 + delta(names.TRTLLM_ACCEPTED_PER_POS + "_total") / n, n, 0.0
+    n = delta(trtllm_names.TRTLLM_DRAFTED_PER_POS + "_total", **{trtllm_names.TRTLLM_POSITION_LABEL: "0"})
+    return 1 + delta(trtllm_names.TRTLLM_ACCEPTED_PER_POS + "_total") / n, n, 0.0
 
 
 async def run_load(base_url: str, max_tokens: int, n_requests: int, concurrency: int) -> list[dict]:
@@ -194,12 +196,12 @@ async def test_sglang_server_info_is_cumulative_al(tmp_path: Path) -> None:
         await run_load(sim.base_url, 500, 4, 4)
         for path in ("/server_info", "/get_server_info"):
             info = orjson.loads(await get_text(sim.base_url + path))
-            avg = info["internal_states"][0][names.SGLANG_AVG_ACCEPT_LENGTH_KEY]
+            avg = info["internal_states"][0][sglang_names.SGLANG_AVG_ACCEPT_LENGTH_KEY]
             steps = read_steps(log_path)
             exact = 1 + sum(sum(s["accepted"]) for s in steps) / sum(len(s["requests"]) for s in steps)
             assert avg == pytest.approx(exact, abs=1e-9)
         gauges = scrape(await get_text(sim.metrics_url))
-        window = total(gauges, names.SGLANG_SPEC_ACCEPT_LENGTH)
+        window = total(gauges, sglang_names.SGLANG_SPEC_ACCEPT_LENGTH)
         assert 2.0 <= window <= 3.0
     assert Counter(len(s["accepted"]) for s in steps)
 
@@ -211,9 +213,11 @@ async def test_vllm_explicit_rates_per_position(tmp_path: Path) -> None:
         before = scrape(await get_text(sim.metrics_url))
         await run_load(sim.base_url, 6000, 4, 4)
         after = scrape(await get_text(sim.metrics_url))
-    n = total(after, names.VLLM_NUM_DRAFTS + "_total") - total(before, names.VLLM_NUM_DRAFTS + "_total")
+    n = total(after, vllm_names.VLLM_NUM_DRAFTS + "_total") - total(
+        before, vllm_names.VLLM_NUM_DRAFTS + "_total"
+    )
     assert n >= 5000
     for i, p in enumerate(rates):
-        name = names.VLLM_ACCEPTED_PER_POS + "_total"
+        name = vllm_names.VLLM_ACCEPTED_PER_POS + "_total"
         hits = total(after, name, position=str(i)) - total(before, name, position=str(i))
         assert abs(hits / n - p) <= Z99 * math.sqrt(p * (1 - p) / n)

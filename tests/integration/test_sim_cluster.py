@@ -20,7 +20,7 @@ import aiohttp
 import pytest
 
 from alflow.frameworks.launch import free_port
-from alflow.metrics import names
+from alflow.frameworks.vllm import names as vllm_names
 from alflow.metrics.prometheus import scrape_all
 from alflow.sim.config import SimConfig
 from alflow.sim.process import start_in_thread
@@ -114,16 +114,16 @@ def test_head_serves_once_the_worker_joined_and_dp_metrics_sum_over_both_nodes(n
     assert "worker rank 1 of 2" in wait_status(group.url(1), 200)
     tokens = sum(complete(group.url(0, "/v1/completions"), 30) for _ in range(6))
     assert tokens == 180
-    urls = [group.url(0, names.VLLM_METRICS_PATH), group.url(1, names.VLLM_METRICS_PATH)]
+    urls = [group.url(0, vllm_names.VLLM_METRICS_PATH), group.url(1, vllm_names.VLLM_METRICS_PATH)]
     merged = asyncio.run(scrape_all(urls))
     head_only, worker_only = merged.parts
     # requests went to the ranks in turn: each node's endpoint has its own share, the sum is the whole
     for part in (head_only, worker_only):
-        assert part.counter(names.VLLM_GENERATION_TOKENS) == 90
-        drafts = part.counter(names.VLLM_NUM_DRAFTS)
+        assert part.counter(vllm_names.VLLM_GENERATION_TOKENS) == 90
+        drafts = part.counter(vllm_names.VLLM_NUM_DRAFTS)
         assert drafts is not None
         assert drafts > 0
-    assert merged.counter(names.VLLM_GENERATION_TOKENS) == tokens
+    assert merged.counter(vllm_names.VLLM_GENERATION_TOKENS) == tokens
     assert head.poll() is None
     assert worker.poll() is None
 
@@ -137,8 +137,8 @@ def test_head_fails_when_a_joined_worker_goes_away(nodes: list[Nodes]) -> None:
     # the worker joins the head first and listens after: its own /health says when it serves
     wait_status(group.url(1), 200)
     # tp (the default): one model across the nodes, so only the head exposes metrics
-    assert status(group.url(0, names.VLLM_METRICS_PATH))[0] == 200
-    assert status(group.url(1, names.VLLM_METRICS_PATH))[0] == 404
+    assert status(group.url(0, vllm_names.VLLM_METRICS_PATH))[0] == 200
+    assert status(group.url(1, vllm_names.VLLM_METRICS_PATH))[0] == 404
     started = time.monotonic()
     worker.kill()
     code, err = exit_of(head, 15)

@@ -12,7 +12,9 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from alflow.metrics import names
+from alflow.frameworks.sglang import names as sglang_names
+from alflow.frameworks.trtllm import names as trtllm_names
+from alflow.frameworks.vllm import names as vllm_names
 from alflow.sim.process import SimThread, start_in_thread
 from tests.simconfig import fast_sim
 
@@ -120,9 +122,9 @@ async def test_usage_sums_match_generation_metrics(sim: SimThread, session: aioh
         )
 
     gen_name = {
-        "vllm": names.VLLM_GENERATION_TOKENS,
-        "sglang": names.SGLANG_GENERATION_TOKENS,
-        "trtllm": names.TRTLLM_GENERATION_TOKENS,
+        "vllm": vllm_names.VLLM_GENERATION_TOKENS,
+        "sglang": sglang_names.SGLANG_GENERATION_TOKENS,
+        "trtllm": trtllm_names.TRTLLM_GENERATION_TOKENS,
     }[sim.config.dialect]
     before = await metric(gen_name)
     totals = await asyncio.gather(*(run(m) for m in (5, 50, 300, 1000)))

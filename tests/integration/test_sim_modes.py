@@ -12,7 +12,7 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from alflow.metrics import names
+from alflow.frameworks.vllm import names as vllm_names
 from alflow.sim.config import SimConfig
 from alflow.sim.process import start_in_thread
 from tests.simconfig import fast_sim
@@ -43,7 +43,9 @@ async def vllm_counters(session: aiohttp.ClientSession, url: str) -> tuple[float
     async with session.get(url) as resp:
         text = await resp.text()
     values = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
-    return values[names.VLLM_NUM_DRAFTS + "_total"], values[names.VLLM_NUM_ACCEPTED_TOKENS + "_total"]
+    return values[vllm_names.VLLM_NUM_DRAFTS + "_total"], values[
+        vllm_names.VLLM_NUM_ACCEPTED_TOKENS + "_total"
+    ]
 
 
 async def natural_al(session: aiohttp.ClientSession, quality: float, prompts: list[str]) -> float:
@@ -196,11 +198,11 @@ async def test_requests_beyond_max_num_seqs_queue(session: aiohttp.ClientSession
         second = asyncio.ensure_future(session.post(sim.base_url + "/v1/completions", json=body))
         await asyncio.sleep(0.3)
         g = await gauges()
-        assert g[names.VLLM_NUM_RUNNING] == 1
-        assert g[names.VLLM_NUM_WAITING] == 1
-        steps = g[names.VLLM_NUM_DRAFTS + "_total"]
+        assert g[vllm_names.VLLM_NUM_RUNNING] == 1
+        assert g[vllm_names.VLLM_NUM_WAITING] == 1
+        steps = g[vllm_names.VLLM_NUM_DRAFTS + "_total"]
         await asyncio.sleep(0.2)
-        assert (await gauges())[names.VLLM_NUM_DRAFTS + "_total"] == steps  # no busy loop while stalled
+        assert (await gauges())[vllm_names.VLLM_NUM_DRAFTS + "_total"] == steps  # no busy loop while stalled
         first.close()  # the client goes away: its slot frees, the queued request runs
         resp = await asyncio.wait_for(second, 5)
         chunk = await asyncio.wait_for(resp.content.readuntil(b"\n\n"), 5)

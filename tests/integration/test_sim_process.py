@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from alflow.metrics import names
+from alflow.frameworks.sglang import names as sglang_names
+from alflow.frameworks.trtllm import names as trtllm_names
+from alflow.frameworks.vllm import names as vllm_names
 from alflow.sim.process import SimProcess, SimStartError
 
 pytestmark = pytest.mark.integration
@@ -56,13 +58,13 @@ def test_contract_vllm_step_log_and_stop(tmp_path: Path) -> None:
     ]
     with SimProcess(args) as sim:
         assert sim.base_url == f"http://127.0.0.1:{sim.port}"
-        assert sim.metrics_url == sim.base_url + names.VLLM_METRICS_PATH
+        assert sim.metrics_url == sim.base_url + vllm_names.VLLM_METRICS_PATH
         pid = sim.pid
         out = post(sim.base_url + "/v1/completions", {"prompt": "hi", "max_tokens": 40, "ignore_eos": True})
         assert out["usage"]["completion_tokens"] == 40
         assert out["model"] == "sim/llama-3.3-70b"
         values = samples(sim.metrics_url)
-        assert values[names.VLLM_NUM_DRAFTS + "_total"] > 0
+        assert values[vllm_names.VLLM_NUM_DRAFTS + "_total"] > 0
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert rows
     assert set(rows[0]) == {"step", "time_ns", "k", "requests", "accepted"}
@@ -79,26 +81,26 @@ def test_sglang_env_source(tmp_path: Path) -> None:
         post(sim.base_url + "/v1/completions", {"prompt": "hi", "max_tokens": 41, "ignore_eos": True})
         values = samples(sim.metrics_url)
         info = json.loads(get(sim.base_url + "/server_info"))
-    gen = values[names.SGLANG_GENERATION_TOKENS + "_total"]
-    calls = values[names.SGLANG_SPEC_VERIFY_CALLS + "_total"]
-    requests = values[names.SGLANG_NUM_REQUESTS + "_total"]
+    gen = values[sglang_names.SGLANG_GENERATION_TOKENS + "_total"]
+    calls = values[sglang_names.SGLANG_SPEC_VERIFY_CALLS + "_total"]
+    requests = values[sglang_names.SGLANG_NUM_REQUESTS + "_total"]
     assert (gen, calls, requests) == (41, 10, 1)  # at finish: the prefill token plus 10 verify steps of 4
     assert (gen - requests) / calls == 4.0
-    assert info["internal_states"][0][names.SGLANG_AVG_ACCEPT_LENGTH_KEY] == 4.0
+    assert info["internal_states"][0][sglang_names.SGLANG_AVG_ACCEPT_LENGTH_KEY] == 4.0
 
 
 def test_trtllm_env_counts_drafts_and_cli_wins() -> None:
     env = dict(os.environ, TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS="1")
     with SimProcess(["--dialect", "trtllm", "--k", "3", "--time-scale", "0"], env=env) as sim:
-        assert sim.metrics_url.endswith(names.TRTLLM_METRICS_PATH)
+        assert sim.metrics_url.endswith(trtllm_names.TRTLLM_METRICS_PATH)
         post(sim.base_url + "/v1/completions", {"prompt": "hi", "max_tokens": 21, "ignore_eos": True})
         values = samples(sim.metrics_url)
-        assert values[names.TRTLLM_ACCEPTANCE_LENGTH] == 2.0  # AL = value + 1
+        assert values[trtllm_names.TRTLLM_ACCEPTANCE_LENGTH] == 2.0  # AL = value + 1
     with SimProcess(
         ["--dialect", "trtllm", "--k", "3", "--time-scale", "0", "--synthetic-al", "4"], env=env
     ) as sim:
         post(sim.base_url + "/v1/completions", {"prompt": "hi", "max_tokens": 21, "ignore_eos": True})
-        assert samples(sim.metrics_url)[names.TRTLLM_ACCEPTANCE_LENGTH] == 4.0
+        assert samples(sim.metrics_url)[trtllm_names.TRTLLM_ACCEPTANCE_LENGTH] == 4.0
         assert "overrides" in sim.logs()
 
 
@@ -114,9 +116,9 @@ def test_vllm_speculative_config_json() -> None:
     with SimProcess(["--dialect", "vllm", "--speculative-config", spec, "--time-scale", "0"]) as sim:
         post(sim.base_url + "/v1/completions", {"prompt": "hi", "max_tokens": 61, "ignore_eos": True})
         values = samples(sim.metrics_url)
-    drafts = values[names.VLLM_NUM_DRAFTS + "_total"]
-    assert values[names.VLLM_NUM_DRAFT_TOKENS + "_total"] == 5 * drafts
-    assert 1 + values[names.VLLM_NUM_ACCEPTED_TOKENS + "_total"] / drafts == 6.0
+    drafts = values[vllm_names.VLLM_NUM_DRAFTS + "_total"]
+    assert values[vllm_names.VLLM_NUM_DRAFT_TOKENS + "_total"] == 5 * drafts
+    assert 1 + values[vllm_names.VLLM_NUM_ACCEPTED_TOKENS + "_total"] / drafts == 6.0
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,8 @@ import pytest
 from alflow.acceptance.runtime_k import note_warnings
 from alflow.acceptance.stats import CounterResetError
 from alflow.errors import InvalidInputError
-from alflow.metrics import names
+from alflow.frameworks.sglang import names as sglang_names
+from alflow.frameworks.trtllm import names as trtllm_names
 from alflow.metrics.dialects import MissingMetricsError
 from alflow.metrics.prometheus import SnapshotWindow, parse_exposition
 from alflow.metrics.readers import candidate_metrics_urls, detect, dialects, get_dialect
@@ -42,8 +43,8 @@ def test_vllm_al_per_position_and_ci() -> None:
 def test_sglang_takes_the_prefill_token_of_each_finished_request_out() -> None:
     w = window("sglang")
     # the old ratio Δgeneration_tokens / Δverify_calls counts each request's first (prefill) token
-    assert w.increase(names.SGLANG_GENERATION_TOKENS) / w.increase(
-        names.SGLANG_SPEC_VERIFY_CALLS
+    assert w.increase(sglang_names.SGLANG_GENERATION_TOKENS) / w.increase(
+        sglang_names.SGLANG_SPEC_VERIFY_CALLS
     ) == pytest.approx(2.52)
     st = get_dialect("sglang").spec_stats(w, k=3)
     assert st.num_drafts == 1000
@@ -131,7 +132,7 @@ def test_trtllm_al_comes_from_the_per_position_family_alone() -> None:
     """A scrape taken while requests run: iteration counters moved for 1,200 steps, per-position ones for 1,000."""
     w = window("trtllm", "after_midflight")
     mixed = (
-        1 + w.increase(names.TRTLLM_NUM_ACCEPTED_TOKENS) / 1000
+        1 + w.increase(trtllm_names.TRTLLM_NUM_ACCEPTED_TOKENS) / 1000
     )  # the old formula: accepted (iteration) / steps (per position)
     assert mixed == pytest.approx(2.9)
     st = get_dialect("trtllm").spec_stats(w, k=3)
@@ -171,7 +172,7 @@ def test_missing_spec_counters_say_how_to_enable_them() -> None:
 
 def test_metrics_urls() -> None:
     assert candidate_metrics_urls("http://h:8000/v1", "trtllm") == [
-        "http://h:8000" + names.TRTLLM_METRICS_PATH
+        "http://h:8000" + trtllm_names.TRTLLM_METRICS_PATH
     ]
     assert candidate_metrics_urls("http://h:8000/") == [
         "http://h:8000/metrics",

@@ -14,7 +14,9 @@ import orjson
 import pytest
 
 from alflow.acceptance.stats import CounterResetError
-from alflow.metrics import names
+from alflow.frameworks.sglang import names as sglang_names
+from alflow.frameworks.trtllm import names as trtllm_names
+from alflow.frameworks.vllm import names as vllm_names
 from alflow.metrics.prometheus import (
     PeriodicScraper,
     ScrapeError,
@@ -39,14 +41,14 @@ def snap(name: str, t: float = 0.0, mono: int = 0) -> Snapshot:
 
 def test_parses_total_samples_e_notation_and_keeps_created_apart() -> None:
     s = snap("vllm_before.txt")
-    assert s.counter(names.VLLM_NUM_DRAFTS) == 1_234_567 + 100  # 1.234567e+06 plus engine 1, summed
-    assert s.counter(names.VLLM_NUM_DRAFTS, {"engine": "1"}) == 100
+    assert s.counter(vllm_names.VLLM_NUM_DRAFTS) == 1_234_567 + 100  # 1.234567e+06 plus engine 1, summed
+    assert s.counter(vllm_names.VLLM_NUM_DRAFTS, {"engine": "1"}) == 100
     # the _created gauge (a unix timestamp) is never read as the counter's value
     assert "vllm:spec_decode_num_drafts_created" in s.samples
-    assert s.counter(names.VLLM_NUM_DRAFTS) < 1e9
-    assert s.gauge(names.VLLM_NUM_RUNNING) == 6.0
+    assert s.counter(vllm_names.VLLM_NUM_DRAFTS) < 1e9
+    assert s.gauge(vllm_names.VLLM_NUM_RUNNING) == 6.0
     assert s.counter("vllm:does_not_exist") is None
-    assert s.has(names.VLLM_NUM_DRAFTS)
+    assert s.has(vllm_names.VLLM_NUM_DRAFTS)
 
 
 def test_classic_counter_text_without_type_suffix() -> None:
@@ -60,9 +62,9 @@ def test_classic_counter_text_without_type_suffix() -> None:
         "process_cpu_seconds_count 4\n"
     )
     s = parse_exposition(text)
-    assert s.counter(names.VLLM_NUM_DRAFTS) == 25_000_000
+    assert s.counter(vllm_names.VLLM_NUM_DRAFTS) == 25_000_000
     assert "process_cpu_seconds_count" not in s.samples  # summaries are skipped
-    assert s.types[names.VLLM_NUM_DRAFTS] == "counter"
+    assert s.types[vllm_names.VLLM_NUM_DRAFTS] == "counter"
 
 
 def test_invalid_text_is_a_scrape_error() -> None:
@@ -72,19 +74,19 @@ def test_invalid_text_is_a_scrape_error() -> None:
 
 def test_window_deltas_and_per_label_grouping() -> None:
     w = SnapshotWindow(snap("vllm_before.txt", mono=1), snap("vllm_after.txt", mono=2))
-    assert w.increase(names.VLLM_NUM_DRAFTS) == 1100
-    assert w.increase(names.VLLM_NUM_ACCEPTED_TOKENS) == 1650
-    assert w.increase(names.VLLM_NUM_DRAFTS, {"engine": "0"}) == 1000
-    assert w.increase_by(names.VLLM_ACCEPTED_PER_POS, "position") == {"0": 770, "1": 550, "2": 330}
+    assert w.increase(vllm_names.VLLM_NUM_DRAFTS) == 1100
+    assert w.increase(vllm_names.VLLM_NUM_ACCEPTED_TOKENS) == 1650
+    assert w.increase(vllm_names.VLLM_NUM_DRAFTS, {"engine": "0"}) == 1000
+    assert w.increase_by(vllm_names.VLLM_ACCEPTED_PER_POS, "position") == {"0": 770, "1": 550, "2": 330}
     assert w.increase("vllm:absent") is None
     assert counter_resets(w.before, w.after) == []
 
 
 def test_counter_reset_is_detected() -> None:
     before, after = snap("vllm_before.txt", mono=1), snap("vllm_after_reset.txt", mono=2)
-    assert names.VLLM_NUM_DRAFTS + "_total" in counter_resets(before, after)
+    assert vllm_names.VLLM_NUM_DRAFTS + "_total" in counter_resets(before, after)
     with pytest.raises(CounterResetError, match="went backwards"):
-        SnapshotWindow(before, after).increase(names.VLLM_NUM_DRAFTS)
+        SnapshotWindow(before, after).increase(vllm_names.VLLM_NUM_DRAFTS)
 
 
 def test_snapshot_round_trips_through_json() -> None:
@@ -98,7 +100,7 @@ async def test_scrape_over_http_and_clear_errors() -> None:
     async with SseServer() as srv:
         srv.state.metrics_text = (FIX / "trtllm_after.txt").read_text()
         s = await scrape(srv.base_url + "/metrics")
-        assert s.counter(names.TRTLLM_NUM_DRAFT_TOKENS) == 3_003_000
+        assert s.counter(trtllm_names.TRTLLM_NUM_DRAFT_TOKENS) == 3_003_000
         with pytest.raises(ScrapeError, match="JSON, not Prometheus text"):
             await scrape(srv.base_url + "/json-metrics")
         with pytest.raises(ScrapeError, match="HTTP 404"):
@@ -117,12 +119,12 @@ async def test_background_scraper_builds_a_gauge_series() -> None:
         n = len(bg.snapshots)
         await asyncio.sleep(0.05)
         assert len(bg.snapshots) == n  # stopped on exit
-    values = [v for _, v in bg.series(names.SGLANG_SPEC_ACCEPT_LENGTH)]
+    values = [v for _, v in bg.series(sglang_names.SGLANG_SPEC_ACCEPT_LENGTH)]
     assert 4 <= len(values) <= 10
     assert values[0] == pytest.approx(2.41)
     assert values[-1] == pytest.approx(2.56)
     w = SnapshotWindow(bg.snapshots[0], bg.snapshots[-1], series=bg.snapshots)
-    assert len(w.gauge_series(names.SGLANG_SPEC_ACCEPT_LENGTH)) == len(values)
+    assert len(w.gauge_series(sglang_names.SGLANG_SPEC_ACCEPT_LENGTH)) == len(values)
     assert bg.errors == []
 
 
@@ -131,10 +133,10 @@ async def test_background_scraper_builds_a_gauge_series() -> None:
 # Counter series as Prometheus holds them: (labels, value at the window's start, value after its end);
 # None: no such series then. Two nodes (instances); the sums over them are whole-window counts.
 SERIES: dict[str, list[tuple[dict[str, str], float | None, float | None]]] = {
-    names.VLLM_NUM_DRAFTS: [({"instance": "n0"}, 40, 640), ({"instance": "n1"}, 60, 560)],
-    names.VLLM_NUM_ACCEPTED_TOKENS: [({"instance": "n0"}, 50, 950), ({"instance": "n1"}, 0, 750)],
-    names.VLLM_NUM_DRAFT_TOKENS: [({"instance": "n0"}, 120, 1920), ({"instance": "n1"}, 180, 1680)],
-    names.VLLM_ACCEPTED_PER_POS: [
+    vllm_names.VLLM_NUM_DRAFTS: [({"instance": "n0"}, 40, 640), ({"instance": "n1"}, 60, 560)],
+    vllm_names.VLLM_NUM_ACCEPTED_TOKENS: [({"instance": "n0"}, 50, 950), ({"instance": "n1"}, 0, 750)],
+    vllm_names.VLLM_NUM_DRAFT_TOKENS: [({"instance": "n0"}, 120, 1920), ({"instance": "n1"}, 180, 1680)],
+    vllm_names.VLLM_ACCEPTED_PER_POS: [
         ({"instance": "n0", "position": "0"}, 10, 410),
         ({"instance": "n0", "position": "1"}, 20, 320),
         ({"instance": "n0", "position": "2"}, 20, 220),
@@ -231,12 +233,12 @@ def prometheus() -> Iterator[str]:
 
 def test_promql_window_differences_counter_values_per_series_without_extrapolation(prometheus: str) -> None:
     w = PromQLWindow(prometheus, 1_700_000_000.0, 1_700_000_120.5, selector='{job="vllm"}')
-    assert w.increase(names.VLLM_NUM_DRAFTS) == 1100  # (640 - 40) + (560 - 60): exact, nothing rounded
-    assert w.increase(names.VLLM_NUM_DRAFTS, {"instance": "n1"}) == 500
-    assert w.increase_by(names.VLLM_ACCEPTED_PER_POS, "position") == {"0": 770, "1": 550, "2": 330}
+    assert w.increase(vllm_names.VLLM_NUM_DRAFTS) == 1100  # (640 - 40) + (560 - 60): exact, nothing rounded
+    assert w.increase(vllm_names.VLLM_NUM_DRAFTS, {"instance": "n1"}) == 500
+    assert w.increase_by(vllm_names.VLLM_ACCEPTED_PER_POS, "position") == {"0": 770, "1": 550, "2": 330}
     assert w.increase("vllm:absent") is None
     assert not w.has("vllm:absent")
-    sel = f'{names.VLLM_NUM_DRAFTS}_total{{job="vllm"}}'
+    sel = f'{vllm_names.VLLM_NUM_DRAFTS}_total{{job="vllm"}}'
     stamps, end, start = PromHandler.queries[:3]
     assert stamps["query"] == [f"timestamp({sel})"]  # waits for a scrape after the window's end
     assert end == {"query": [sel]}  # then the values as Prometheus holds them
@@ -245,22 +247,24 @@ def test_promql_window_differences_counter_values_per_series_without_extrapolati
     assert not any("increase(" in q["query"][0] for q in PromHandler.queries)
     assert "no extrapolation" in w.notes[0]
     assert "latest scrapes at or before 1700000000.000 (they may count the warm-up" in w.notes[0]
-    assert [v for _, v in w.gauge_series(names.SGLANG_SPEC_ACCEPT_LENGTH)] == pytest.approx([2.4, 2.5, 2.6])
+    assert [v for _, v in w.gauge_series(sglang_names.SGLANG_SPEC_ACCEPT_LENGTH)] == pytest.approx(
+        [2.4, 2.5, 2.6]
+    )
 
 
 def test_promql_start_after_warmup_is_the_window_start(prometheus: str) -> None:
     PromHandler.start_reads = 1
-    counters = {names.VLLM_NUM_DRAFTS: 2, names.VLLM_ACCEPTED_PER_POS: 6, "vllm:absent": 0}
+    counters = {vllm_names.VLLM_NUM_DRAFTS: 2, vllm_names.VLLM_ACCEPTED_PER_POS: 6, "vllm:absent": 0}
     start = promql_start(prometheus, counters, time.time(), selector='{job="vllm"}')
-    assert set(start.values) == {names.VLLM_NUM_DRAFTS, names.VLLM_ACCEPTED_PER_POS}
-    assert sum(start.values[names.VLLM_NUM_DRAFTS].values()) == 100
+    assert set(start.values) == {vllm_names.VLLM_NUM_DRAFTS, vllm_names.VLLM_ACCEPTED_PER_POS}
+    assert sum(start.values[vllm_names.VLLM_NUM_DRAFTS].values()) == 100
     w = PromQLWindow(prometheus, start.time_s - 1, start.time_s + 1, start=start, selector='{job="vllm"}')
-    assert w.increase(names.VLLM_NUM_DRAFTS) == 1100
-    assert w.increase_by(names.VLLM_ACCEPTED_PER_POS, "position") == {"0": 770, "1": 550, "2": 330}
+    assert w.increase(vllm_names.VLLM_NUM_DRAFTS) == 1100
+    assert w.increase_by(vllm_names.VLLM_ACCEPTED_PER_POS, "position") == {"0": 770, "1": 550, "2": 330}
     assert not any("time" in q for q in PromHandler.queries)  # every start value read after warm-up
     assert "warm-up's end" in w.notes[0]
     PromHandler.start_reads = 0
-    assert w.increase(names.VLLM_NUM_ACCEPTED_TOKENS) == 1650  # not read after warm-up: read at start_s
+    assert w.increase(vllm_names.VLLM_NUM_ACCEPTED_TOKENS) == 1650  # not read after warm-up: read at start_s
     assert any("not read after warm-up" in n for n in w.notes)
 
 
@@ -268,10 +272,12 @@ def test_promql_waits_for_every_series_and_a_scrape_after_the_instant(prometheus
     PromHandler.stamp_lag_s = -5.0  # every latest sample is older than the instant asked for
     w = PromQLWindow(prometheus, time.time() - 10, time.time(), sync_timeout_s=0.3, poll_s=0.05)
     with pytest.raises(ScrapeError, match=r"has not scraped all 2 series of .*num_drafts_total since"):
-        w.increase(names.VLLM_NUM_DRAFTS)
+        w.increase(vllm_names.VLLM_NUM_DRAFTS)
     PromHandler.stamp_lag_s = 1.0
     with pytest.raises(ScrapeError, match=r"not scraped all 3 series .* \(2 series;"):
-        promql_start(prometheus, {names.VLLM_NUM_DRAFTS: 3}, time.time(), sync_timeout_s=0.3, poll_s=0.05)
+        promql_start(
+            prometheus, {vllm_names.VLLM_NUM_DRAFTS: 3}, time.time(), sync_timeout_s=0.3, poll_s=0.05
+        )
 
 
 def test_promql_window_refuses_a_counter_that_went_back_or_vanished(prometheus: str) -> None:
@@ -288,4 +294,4 @@ def test_promql_window_refuses_a_counter_that_went_back_or_vanished(prometheus: 
 def test_promql_errors_name_the_query(prometheus: str) -> None:
     w = PromQLWindow(prometheus + "/missing", 0.0, 10.0)
     with pytest.raises(ScrapeError, match=r"PromQL query .* failed"):
-        w.increase(names.VLLM_NUM_DRAFTS)
+        w.increase(vllm_names.VLLM_NUM_DRAFTS)

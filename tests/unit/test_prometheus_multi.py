@@ -14,7 +14,8 @@ import orjson
 import pytest
 
 from alflow.acceptance.stats import CounterResetError
-from alflow.metrics import names
+from alflow.frameworks.sglang import names as sglang_names
+from alflow.frameworks.vllm import names as vllm_names
 from alflow.metrics.prometheus import (
     PeriodicScraper,
     ScrapeError,
@@ -81,10 +82,10 @@ def test_merged_snapshot_sums_counters_per_series_and_keeps_the_latest_created()
     assert merged.urls == ("http://n1:8000/metrics", "http://n2:8001/metrics")
     assert merged.url == "http://n1:8000/metrics + http://n2:8001/metrics"
     # engine 0 exists on both endpoints: summed; engine 1 only on node 0: kept
-    assert merged.counter(names.VLLM_NUM_DRAFTS, {"engine": "0"}) == 1_234_567 + 400
-    assert merged.counter(names.VLLM_NUM_DRAFTS, {"engine": "1"}) == 100
-    assert merged.counter(names.VLLM_NUM_DRAFTS) == a.counter(names.VLLM_NUM_DRAFTS) + 400
-    assert merged.gauge(names.VLLM_NUM_RUNNING) == 6.0 + 2.0
+    assert merged.counter(vllm_names.VLLM_NUM_DRAFTS, {"engine": "0"}) == 1_234_567 + 400
+    assert merged.counter(vllm_names.VLLM_NUM_DRAFTS, {"engine": "1"}) == 100
+    assert merged.counter(vllm_names.VLLM_NUM_DRAFTS) == a.counter(vllm_names.VLLM_NUM_DRAFTS) + 400
+    assert merged.gauge(vllm_names.VLLM_NUM_RUNNING) == 6.0 + 2.0
     created = merged.samples["vllm:spec_decode_num_drafts_created"]
     assert max(created.values()) == 1.9e9  # a timestamp is never summed
     assert merged.mono_ns == 2
@@ -107,11 +108,11 @@ def test_window_over_two_endpoints_gives_spec_stats_of_the_sum() -> None:
         [fixture("vllm_after.txt", "http://n1:8000/metrics", 3), node1(1400, (1100, 700, 400), 4)]
     )
     single = SnapshotWindow(fixture("vllm_before.txt", "a", 1), fixture("vllm_after.txt", "a", 3)).increase(
-        names.VLLM_NUM_DRAFTS
+        vllm_names.VLLM_NUM_DRAFTS
     )
     assert single is not None
     window = SnapshotWindow(before, after)
-    assert window.increase(names.VLLM_NUM_DRAFTS) == single + 1000
+    assert window.increase(vllm_names.VLLM_NUM_DRAFTS) == single + 1000
     assert counter_resets(before, after) == []
     stats = get_dialect("vllm").spec_stats(window, k=3)
     node0 = get_dialect("vllm").spec_stats(
@@ -130,16 +131,16 @@ def test_a_reset_on_one_endpoint_is_detected_although_the_sum_grows() -> None:
     after = merge_snapshots(
         [fixture("vllm_after.txt", "http://n1:8000/metrics", 3), node1(50, (30, 20, 10), 4)]
     )
-    total_before = before.counter(names.VLLM_NUM_DRAFTS)
-    total_after = after.counter(names.VLLM_NUM_DRAFTS)
+    total_before = before.counter(vllm_names.VLLM_NUM_DRAFTS)
+    total_after = after.counter(vllm_names.VLLM_NUM_DRAFTS)
     assert total_before is not None
     assert total_after is not None
     assert total_after > total_before  # the sum alone would hide the reset
     resets = counter_resets(before, after)
-    assert names.VLLM_NUM_DRAFTS + "_total at http://n2:8001/metrics" in resets
+    assert vllm_names.VLLM_NUM_DRAFTS + "_total at http://n2:8001/metrics" in resets
     assert all(r.endswith("at http://n2:8001/metrics") for r in resets)
     with pytest.raises(CounterResetError, match=r"went backwards.*metrics endpoint http://n2:8001/metrics"):
-        SnapshotWindow(before, after).increase(names.VLLM_NUM_DRAFTS)
+        SnapshotWindow(before, after).increase(vllm_names.VLLM_NUM_DRAFTS)
 
 
 def test_windows_over_different_endpoint_sets_are_refused() -> None:
@@ -148,7 +149,7 @@ def test_windows_over_different_endpoint_sets_are_refused() -> None:
     )
     after = fixture("vllm_after.txt", "http://n1:8000/metrics", 3)
     with pytest.raises(CounterResetError, match="cannot be compared"):
-        SnapshotWindow(before, after).increase(names.VLLM_NUM_DRAFTS)
+        SnapshotWindow(before, after).increase(vllm_names.VLLM_NUM_DRAFTS)
 
 
 def test_merged_snapshot_round_trips_through_json_with_its_parts() -> None:
@@ -168,10 +169,10 @@ async def test_scrape_all_reads_every_endpoint_over_http() -> None:
         urls = [n1.base_url + "/metrics", n2.base_url + "/metrics"]
         merged = await scrape_all(urls)
         assert merged.urls == tuple(urls)
-        assert merged.counter(names.VLLM_NUM_DRAFTS, {"engine": "0"}) == 1_234_567 + 400
+        assert merged.counter(vllm_names.VLLM_NUM_DRAFTS, {"engine": "0"}) == 1_234_567 + 400
         one = await scrape_all(urls[0])
         assert one.parts == ()
-        assert one.counter(names.VLLM_NUM_DRAFTS, {"engine": "0"}) == 1_234_567
+        assert one.counter(vllm_names.VLLM_NUM_DRAFTS, {"engine": "0"}) == 1_234_567
         with pytest.raises(ScrapeError, match="HTTP 404"):
             await scrape_all([urls[0], n2.base_url + "/nope"])
         async with PeriodicScraper(urls, interval_s=0.02) as bg:
@@ -192,6 +193,8 @@ def test_windowed_gauge_of_several_endpoints_is_their_mean_not_their_sum() -> No
 
     before = merge_snapshots([sglang(2.4, "http://n1/metrics", 1), sglang(2.6, "http://n2/metrics", 2)])
     after = merge_snapshots([sglang(2.0, "http://n1/metrics", 3), sglang(3.0, "http://n2/metrics", 4)])
-    series = SnapshotWindow(before, after).gauge_series(names.SGLANG_SPEC_ACCEPT_LENGTH)
+    series = SnapshotWindow(before, after).gauge_series(sglang_names.SGLANG_SPEC_ACCEPT_LENGTH)
     assert [v for _, v in series] == [pytest.approx(2.5), pytest.approx(2.5)]
-    assert after.gauge(names.SGLANG_SPEC_ACCEPT_LENGTH) == pytest.approx(5.0)  # a plain gauge read sums
+    assert after.gauge(sglang_names.SGLANG_SPEC_ACCEPT_LENGTH) == pytest.approx(
+        5.0
+    )  # a plain gauge read sums

@@ -15,10 +15,12 @@ from alflow.frameworks.launch import DEFAULT_FILES_DIR, REDACTED, Launch, Launch
 from alflow.frameworks.recipe_kit import image_tag, image_version
 from alflow.frameworks.recipes import build_launch, check_install, get_recipe, recipes
 from alflow.frameworks.sglang.knobs import SGLANG_LEN_ENV, SGLANG_METHOD_ENV, SGLANG_TOKEN_MODE_ENV
+from alflow.frameworks.sglang.names import SGLANG_METRICS_PATH
 from alflow.frameworks.trtllm.knobs import TRTLLM_ENV
+from alflow.frameworks.trtllm.names import TRTLLM_METRICS_PATH
 from alflow.frameworks.trtllm.recipe import TRTLLM_OPTIONS_FILE
+from alflow.frameworks.vllm.names import VLLM_METRICS_PATH
 from alflow.frameworks.vllm.recipe import VLLM_SYNTHETIC_ONLY_ENV
-from alflow.metrics.names import SGLANG_METRICS_PATH, TRTLLM_METRICS_PATH, VLLM_METRICS_PATH
 from infra.errors import RecipeError
 from infra.runners.base import inherited_env
 

@@ -8,7 +8,8 @@ import pytest
 
 from alflow.config import ExternalServer, server_config
 from alflow.frameworks.recipes import build_launch
-from alflow.metrics.names import SGLANG_METRICS_PATH, TRTLLM_METRICS_PATH
+from alflow.frameworks.sglang.names import SGLANG_METRICS_PATH
+from alflow.frameworks.trtllm.names import TRTLLM_METRICS_PATH
 from infra.errors import RunnerError, ServerStartError
 from infra.runners import ExternalRunner, make_runner, running_server
 from infra.runners.base import health_ok

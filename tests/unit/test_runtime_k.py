@@ -28,12 +28,12 @@ from alflow.acceptance.runtime_k import (
 )
 from alflow.config import BenchmarkParams, CalibrateParams, GateParams, server_config
 from alflow.frameworks.recipes import build_launch
+from alflow.frameworks.sglang import names as sglang_names
 from alflow.frameworks.sglang.metrics import SglangDialect
 from alflow.frameworks.sglang.recipe import SGLANG_RUNTIME_K
 from alflow.frameworks.sglang.sim import SglangEmitter
 from alflow.frameworks.trtllm.recipe import TRTLLM_RUNTIME_K, TrtllmRecipe
 from alflow.frameworks.vllm.recipe import VLLM_RUNTIME_K
-from alflow.metrics import names
 from alflow.metrics.prometheus import SnapshotWindow, parse_exposition
 from alflow.reports.markdown import escape_md
 from alflow.sim.config import SimConfig
@@ -231,8 +231,8 @@ def test_active_k_change_inside_a_window_warns_on_real_prometheus_text() -> None
     stats = SglangDialect().spec_stats(SnapshotWindow(before, after, series=[middle]), k=3)
     warnings = note_warnings(stats.note)
     assert len(warnings) == 2, stats.note
-    assert f"{names.SGLANG_SPEC_NUM_STEPS}: 3 -> 1 -> 3" in warnings[0]
-    assert f"{names.SGLANG_SPEC_NUM_DRAFT_TOKENS}: 4 -> 2 -> 4" in warnings[1]
+    assert f"{sglang_names.SGLANG_SPEC_NUM_STEPS}: 3 -> 1 -> 3" in warnings[0]
+    assert f"{sglang_names.SGLANG_SPEC_NUM_DRAFT_TOKENS}: 4 -> 2 -> 4" in warnings[1]
 
 
 def test_steady_active_k_does_not_warn() -> None:
@@ -247,8 +247,8 @@ def test_sim_sglang_dialect_exposes_the_active_k_gauges() -> None:
     config = SimConfig(dialect="sglang", k=4)
     text = generate_latest(make_registry(SglangEmitter(), EngineStats(k=4), config)).decode()
     snap = parse_exposition(text)
-    assert snap.gauge(names.SGLANG_SPEC_NUM_STEPS) == 4
-    assert snap.gauge(names.SGLANG_SPEC_NUM_DRAFT_TOKENS) == 5
+    assert snap.gauge(sglang_names.SGLANG_SPEC_NUM_STEPS) == 4
+    assert snap.gauge(sglang_names.SGLANG_SPEC_NUM_DRAFT_TOKENS) == 5
 
 
 # --- vLLM's lossy "fly" ----------------------------------------------------------------------------

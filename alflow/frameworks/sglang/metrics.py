@@ -28,7 +28,8 @@ import orjson
 from alflow.acceptance.runtime_k import NOTE_WARNING, active_k_changes
 from alflow.acceptance.stats import CI_LEVEL, SpecStats, as_count, from_counters
 from alflow.errors import AlflowError
-from alflow.metrics import names
+from alflow.frameworks.sglang import names as sglang_names
+from alflow.loadgen.client import SGLANG_SGLEXT, SGLANG_SPEC_DETAILS, SGLANG_SPEC_DETAILS_FLAG
 from alflow.metrics.dialects import MissingMetricsError, NoSpeculativeInfo, join_notes, need_counter
 from alflow.metrics.prometheus import CounterWindow, Snapshot
 from alflow.util.redact import redact_url, redact_urls_in_text
@@ -38,10 +39,10 @@ class SglangDialect(NoSpeculativeInfo):
     """SGLang's counters (``--enable-metrics``): verify calls, generation tokens and requests, at finish."""
 
     name = "sglang"
-    metrics_path = names.SGLANG_METRICS_PATH
-    request_counts: str | None = f"{names.SGLANG_SGLEXT}.{names.SGLANG_SPEC_DETAILS}"
+    metrics_path = sglang_names.SGLANG_METRICS_PATH
+    request_counts: str | None = f"{SGLANG_SGLEXT}.{SGLANG_SPEC_DETAILS}"
     """SGLang with PR #33518 (merged 2026-08-04): only when the request asks (:attr:`request_fields`)."""
-    request_fields: Mapping[str, object] = {names.SGLANG_SPEC_DETAILS_FLAG: True}
+    request_fields: Mapping[str, object] = {SGLANG_SPEC_DETAILS_FLAG: True}
 
     def matches(self, snapshot: Snapshot) -> bool:
         return any(f.startswith("sglang:") for f in snapshot.families())
@@ -50,19 +51,19 @@ class SglangDialect(NoSpeculativeInfo):
         self, window: CounterWindow, *, k: int | None = None, level: float = CI_LEVEL
     ) -> SpecStats:
         hint = "start SGLang with --enable-metrics and a --speculative-algorithm"
-        tokens = need_counter(window, names.SGLANG_GENERATION_TOKENS, hint)
+        tokens = need_counter(window, sglang_names.SGLANG_GENERATION_TOKENS, hint)
         steps = need_counter(
             window,
-            names.SGLANG_SPEC_VERIFY_CALLS,
-            f"the server's other sglang: counters are there, so metrics are on: {names.SGLANG_SPEC_VERIFY_CALLS}_total "
-            f"exists only since {names.SGLANG_SPEC_VERIFY_CALLS_SINCE}, so this SGLang is older (or runs no "
+            sglang_names.SGLANG_SPEC_VERIFY_CALLS,
+            f"the server's other sglang: counters are there, so metrics are on: {sglang_names.SGLANG_SPEC_VERIFY_CALLS}_total "
+            f"exists only since {sglang_names.SGLANG_SPEC_VERIFY_CALLS_SINCE}, so this SGLang is older (or runs no "
             "--speculative-algorithm); without the verify steps the counters cannot give AL (use a newer image)",
         )
         requests = need_counter(
             window,
-            names.SGLANG_NUM_REQUESTS,
+            sglang_names.SGLANG_NUM_REQUESTS,
             "SGLang's generation_tokens include each request's first (prefill) token; without "
-            f"{names.SGLANG_NUM_REQUESTS}_total it cannot be taken out",
+            f"{sglang_names.SGLANG_NUM_REQUESTS}_total it cannot be taken out",
         )
         accepted = tokens - requests - steps
         notes = [
@@ -77,25 +78,25 @@ class SglangDialect(NoSpeculativeInfo):
                 + (f"K x requests / steps = {bound:.4f}" if k else "K x requests / steps")
                 + f" ({requests:g} requests, {steps:g} steps)"
             )
-        series = window.gauge_series(names.SGLANG_SPEC_ACCEPT_LENGTH)
+        series = window.gauge_series(sglang_names.SGLANG_SPEC_ACCEPT_LENGTH)
         if series:
             values = [v for _, v in series]
             notes.append(
-                f"windowed gauge {names.SGLANG_SPEC_ACCEPT_LENGTH}: {len(values)} points, "
+                f"windowed gauge {sglang_names.SGLANG_SPEC_ACCEPT_LENGTH}: {len(values)} points, "
                 f"min {min(values):.3f}, max {max(values):.3f}"
             )
-        retracted = window.increase(names.SGLANG_NUM_RETRACTED)
+        retracted = window.increase(sglang_names.SGLANG_NUM_RETRACTED)
         if retracted and steps > 0:
             notes.append(
                 f"{NOTE_WARNING}{retracted:g} requests were retracted in the window (KV-cache pressure, "
-                f"{names.SGLANG_NUM_RETRACTED}_total): each is prefilled again, one more non-verify token that "
+                f"{sglang_names.SGLANG_NUM_RETRACTED}_total): each is prefilled again, one more non-verify token that "
                 f"the counters count as accepted, so AL reads high by up to retractions / steps = "
                 f"{retracted / steps:.4f}"
             )
         # the active K (--speculative-adaptive): a change inside the window is a warning on the point
-        notes += active_k_changes({g: window.gauge_series(g) for g in names.SGLANG_ACTIVE_K_GAUGES})
+        notes += active_k_changes({g: window.gauge_series(g) for g in sglang_names.SGLANG_ACTIVE_K_GAUGES})
         stats = from_counters(steps, accepted, k=k, level=level, note=join_notes(*notes, *window.notes))
-        return replace(stats, truncated_requests=as_count(names.SGLANG_NUM_REQUESTS, requests))
+        return replace(stats, truncated_requests=as_count(sglang_names.SGLANG_NUM_REQUESTS, requests))
 
     async def server_info(
         self, base_url: str, *, session: aiohttp.ClientSession, headers: Mapping[str, str] | None = None
@@ -126,7 +127,7 @@ async def sglang_server_info_al(
             return await sglang_server_info_al(base_url, session=own, timeout_s=timeout_s, headers=headers)
     base = base_url.rstrip("/").removesuffix("/v1")
     problems: list[str] = []
-    for path in (names.SGLANG_SERVER_INFO_PATH, names.SGLANG_SERVER_INFO_DEPRECATED_PATH):
+    for path in (sglang_names.SGLANG_SERVER_INFO_PATH, sglang_names.SGLANG_SERVER_INFO_DEPRECATED_PATH):
         try:
             async with session.get(
                 base + path, timeout=aiohttp.ClientTimeout(total=timeout_s), headers=headers
@@ -140,11 +141,12 @@ async def sglang_server_info_al(
             continue
         states = data.get("internal_states") if isinstance(data, dict) else None
         values = [
-            float(st[names.SGLANG_AVG_ACCEPT_LENGTH_KEY])
+            float(st[sglang_names.SGLANG_AVG_ACCEPT_LENGTH_KEY])
             for st in states or []
-            if isinstance(st, dict) and isinstance(st.get(names.SGLANG_AVG_ACCEPT_LENGTH_KEY), int | float)
+            if isinstance(st, dict)
+            and isinstance(st.get(sglang_names.SGLANG_AVG_ACCEPT_LENGTH_KEY), int | float)
         ]
         if values:
             return values
-        problems.append(f"{path}: no internal_states[].{names.SGLANG_AVG_ACCEPT_LENGTH_KEY}")
+        problems.append(f"{path}: no internal_states[].{sglang_names.SGLANG_AVG_ACCEPT_LENGTH_KEY}")
     raise MissingMetricsError(f"no SGLang server info at {redact_url(base)}: {'; '.join(problems)}")

@@ -47,9 +47,9 @@ from alflow.frameworks.recipe_kit import (
     resolve_port,
 )
 from alflow.frameworks.sglang.knobs import SGLANG_LEN_ENV, SGLANG_TOKEN_MODE_ENV
+from alflow.frameworks.sglang.names import SGLANG_METRICS_PATH, SGLANG_SPEC_VERIFY_CALLS_SINCE
 from alflow.frameworks.sim_source import SimSource
 from alflow.frameworks.versions import Capability, version
-from alflow.metrics.names import SGLANG_METRICS_PATH, SGLANG_SPEC_VERIFY_CALLS_SINCE
 
 SGLANG_IMAGE = "lmsysorg/sglang:latest"
 SGLANG_DIST_INIT_PORT = 5000

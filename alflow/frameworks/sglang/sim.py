@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from prometheus_client.metrics_core import Metric
 
 from alflow.errors import InvalidInputError
-from alflow.metrics import names
+from alflow.frameworks.sglang import names as sglang_names
 from alflow.sim.config import SGLANG_TOKEN_MODES
 from alflow.sim.dialects import EngineSettings, JsonView, counter_family, gauge_family, histogram_family
 from alflow.sim.sources import FrameworkSettings
@@ -31,7 +31,7 @@ class SglangEmitter:
     """SGLang's ``/metrics``: windowed spec gauges plus counters (see the module docstring)."""
 
     name: str = "sglang"
-    metrics_path: str = names.SGLANG_METRICS_PATH
+    metrics_path: str = sglang_names.SGLANG_METRICS_PATH
     records_iterations: bool = False
 
     def json_routes(self) -> Mapping[str, JsonView]:
@@ -42,13 +42,13 @@ class SglangEmitter:
         lab = {"model_name": config.served_model_name}
         c = stats.created_s
         yield gauge_family(
-            names.SGLANG_SPEC_ACCEPT_LENGTH,
+            sglang_names.SGLANG_SPEC_ACCEPT_LENGTH,
             "The average acceptance length (latest window).",
             lab,
             stats.window_al,
         )
         yield gauge_family(
-            names.SGLANG_SPEC_ACCEPT_RATE,
+            sglang_names.SGLANG_SPEC_ACCEPT_RATE,
             "The average acceptance rate (latest window).",
             lab,
             stats.window_rate,
@@ -56,48 +56,55 @@ class SglangEmitter:
         # the active K, as SGLang's gauges of --speculative-adaptive (constant here: the sim has no adaptive steps)
         if config.k:
             yield gauge_family(
-                names.SGLANG_SPEC_NUM_STEPS, "The active speculative_num_steps.", lab, config.k
+                sglang_names.SGLANG_SPEC_NUM_STEPS, "The active speculative_num_steps.", lab, config.k
             )
             yield gauge_family(
-                names.SGLANG_SPEC_NUM_DRAFT_TOKENS,
+                sglang_names.SGLANG_SPEC_NUM_DRAFT_TOKENS,
                 "The active speculative_num_draft_tokens.",
                 lab,
                 config.k + 1,
             )
         yield counter_family(
-            names.SGLANG_SPEC_VERIFY_CALLS,
+            sglang_names.SGLANG_SPEC_VERIFY_CALLS,
             "The number of speculative verify calls (finished requests).",
             lab,
             stats.finished_verify_steps,
             c,
         )
         yield counter_family(
-            names.SGLANG_GENERATION_TOKENS,
+            sglang_names.SGLANG_GENERATION_TOKENS,
             "Number of generation tokens processed (finished requests, first token included).",
             lab,
             stats.finished_output_tokens,
             c,
         )
         yield counter_family(
-            names.SGLANG_NUM_REQUESTS, "Number of requests processed.", lab, stats.finished_requests, c
+            sglang_names.SGLANG_NUM_REQUESTS, "Number of requests processed.", lab, stats.finished_requests, c
         )
         yield counter_family(
-            names.SGLANG_PROMPT_TOKENS, "Number of prefill tokens processed.", lab, stats.prompt_tokens, c
+            sglang_names.SGLANG_PROMPT_TOKENS,
+            "Number of prefill tokens processed.",
+            lab,
+            stats.prompt_tokens,
+            c,
         )
         yield gauge_family(
-            names.SGLANG_NUM_RUNNING, "The number of running requests.", lab, stats.num_running
+            sglang_names.SGLANG_NUM_RUNNING, "The number of running requests.", lab, stats.num_running
         )
         yield gauge_family(
-            names.SGLANG_NUM_QUEUE, "The number of requests in the waiting queue.", lab, stats.num_waiting
+            sglang_names.SGLANG_NUM_QUEUE,
+            "The number of requests in the waiting queue.",
+            lab,
+            stats.num_waiting,
         )
         yield histogram_family(
-            names.SGLANG_TTFT_SECONDS, "Histogram of time to first token in seconds.", lab, stats.ttft
+            sglang_names.SGLANG_TTFT_SECONDS, "Histogram of time to first token in seconds.", lab, stats.ttft
         )
         yield histogram_family(
-            names.SGLANG_ITL_SECONDS, "Histogram of inter-token latency in seconds.", lab, stats.itl
+            sglang_names.SGLANG_ITL_SECONDS, "Histogram of inter-token latency in seconds.", lab, stats.itl
         )
         yield histogram_family(
-            names.SGLANG_E2E_SECONDS, "Histogram of end-to-end request latency.", lab, stats.e2e
+            sglang_names.SGLANG_E2E_SECONDS, "Histogram of end-to-end request latency.", lab, stats.e2e
         )
 
 
@@ -124,7 +131,7 @@ def sglang_server_info(stats: EngineStats, config: EngineSettings) -> dict[str, 
         "simulated": True,
         "internal_states": [
             {
-                names.SGLANG_AVG_ACCEPT_LENGTH_KEY: avg,
+                sglang_names.SGLANG_AVG_ACCEPT_LENGTH_KEY: avg,
                 "last_gen_throughput": 0.0,
                 "num_running_reqs": stats.num_running,
                 "num_queue_reqs": stats.num_waiting,

@@ -30,8 +30,8 @@ from alflow.errors import RecipeError
 from alflow.frameworks.launch import Launch
 from alflow.frameworks.recipe_kit import bind_host_of, check_extra_args, merge_env, resolve_port
 from alflow.frameworks.sim.recipe import SIM_IMAGE
+from alflow.frameworks.vllm.names import VLLM_METRICS_PATH
 from alflow.frameworks.vllm.recipe import VllmRecipe
-from alflow.metrics.names import VLLM_METRICS_PATH
 
 TINY_MANAGED_FLAGS = frozenset(
     {

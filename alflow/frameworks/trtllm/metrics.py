@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from alflow.acceptance.stats import CI_LEVEL, SpecStats, from_counters
-from alflow.metrics import names
+from alflow.frameworks.trtllm import names as trtllm_names
 from alflow.metrics.dialects import (
     CountersOnly,
     MissingMetricsError,
@@ -32,14 +32,14 @@ class TrtllmDialect(CountersOnly):
     request_counts: str | None = None
     """Per-request acceptance on TensorRT-LLM's responses is an open PR (#19311) at the time of writing."""
     request_fields: Mapping[str, object] = {}
-    metrics_path = names.TRTLLM_METRICS_PATH
+    metrics_path = trtllm_names.TRTLLM_METRICS_PATH
 
     def matches(self, snapshot: Snapshot) -> bool:
         return any(f.startswith("trtllm_") for f in snapshot.families())
 
     def speculative_info(self, snapshot: Snapshot) -> SpeculativeInfo | None:
         """``trtllm_speculative_config_info`` (value 1): labels ``spec_enabled``, ``spec_method``, ``spec_num_tokens``."""
-        for labels in snapshot.samples.get(names.TRTLLM_SPECULATIVE_CONFIG_INFO) or {}:
+        for labels in snapshot.samples.get(trtllm_names.TRTLLM_SPECULATIVE_CONFIG_INFO) or {}:
             found = dict(labels)
             tokens = found.get("spec_num_tokens")
             enabled = found.get("spec_enabled")
@@ -53,13 +53,17 @@ class TrtllmDialect(CountersOnly):
     def spec_stats(
         self, window: CounterWindow, *, k: int | None = None, level: float = CI_LEVEL
     ) -> SpecStats:
-        drafted_by_pos = window.increase_by(names.TRTLLM_DRAFTED_PER_POS, names.TRTLLM_POSITION_LABEL)
-        accepted_by_pos = window.increase_by(names.TRTLLM_ACCEPTED_PER_POS, names.TRTLLM_POSITION_LABEL)
+        drafted_by_pos = window.increase_by(
+            trtllm_names.TRTLLM_DRAFTED_PER_POS, trtllm_names.TRTLLM_POSITION_LABEL
+        )
+        accepted_by_pos = window.increase_by(
+            trtllm_names.TRTLLM_ACCEPTED_PER_POS, trtllm_names.TRTLLM_POSITION_LABEL
+        )
         if not drafted_by_pos:
             raise MissingMetricsError(
-                f"metric {names.TRTLLM_DRAFTED_PER_POS} is not exposed: TensorRT-LLM's exact AL needs its "
-                f"per-position counters, which exist only since TensorRT-LLM {names.TRTLLM_PER_POSITION_RELEASE} "
-                f"({names.TRTLLM_PER_POSITION_SOURCE}; use that release or newer) and only with "
+                f"metric {trtllm_names.TRTLLM_DRAFTED_PER_POS} is not exposed: TensorRT-LLM's exact AL needs its "
+                f"per-position counters, which exist only since TensorRT-LLM {trtllm_names.TRTLLM_PER_POSITION_RELEASE} "
+                f"({trtllm_names.TRTLLM_PER_POSITION_SOURCE}; use that release or newer) and only with "
                 "return_perf_metrics: true and enable_iter_perf_stats: true in the trtllm-serve config; the "
                 "iteration counters alone move at other times and are not used"
             )
@@ -69,8 +73,8 @@ class TrtllmDialect(CountersOnly):
         if len(per_pos) < len(drafted):
             per_pos = per_pos + [0.0] * (len(drafted) - len(per_pos))
         notes = ["AL = 1 + Σ accepted{token_position} / drafted{token_position=0} (per finished request)"]
-        iter_drafts = window.increase(names.TRTLLM_NUM_DRAFT_TOKENS)
-        iter_accepted = window.increase(names.TRTLLM_NUM_ACCEPTED_TOKENS)
+        iter_drafts = window.increase(trtllm_names.TRTLLM_NUM_DRAFT_TOKENS)
+        iter_accepted = window.increase(trtllm_names.TRTLLM_NUM_ACCEPTED_TOKENS)
         if iter_drafts and iter_accepted is not None and k:
             notes.append(
                 f"cross-check, iteration counters (other timing, not used): AL ~ "

@@ -52,8 +52,12 @@ from alflow.frameworks.recipe_kit import (
 )
 from alflow.frameworks.sim_source import SimSource
 from alflow.frameworks.trtllm.knobs import TRTLLM_ENV
+from alflow.frameworks.trtllm.names import (
+    TRTLLM_METRICS_PATH,
+    TRTLLM_PER_POSITION_RELEASE,
+    TRTLLM_PER_POSITION_SOURCE,
+)
 from alflow.frameworks.versions import Capability, version
-from alflow.metrics.names import TRTLLM_METRICS_PATH, TRTLLM_PER_POSITION_RELEASE, TRTLLM_PER_POSITION_SOURCE
 
 TRTLLM_IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:latest"
 TRTLLM_OPTIONS_FILE = "extra-llm-api-options.yaml"

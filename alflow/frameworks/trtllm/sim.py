@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from alflow.errors import InvalidInputError
-from alflow.metrics import names
+from alflow.frameworks.trtllm import names as trtllm_names
 from alflow.sim.dialects import EngineSettings, JsonView, counter_family, gauge_family, histogram_family
 from alflow.sim.sources import FrameworkSettings
 from alflow.sim.stats import EngineStats
@@ -39,7 +39,7 @@ def _speculative_config_info(config: EngineSettings, lab: dict[str, str]) -> Gau
     info = {**lab, "spec_enabled": "true", "spec_method": TRTLLM_DECODING_TYPES[config.method]}
     info["spec_num_tokens"] = str(config.k)
     return gauge_family(
-        names.TRTLLM_SPECULATIVE_CONFIG_INFO, "Speculative decoding configuration.", info, 1.0
+        trtllm_names.TRTLLM_SPECULATIVE_CONFIG_INFO, "Speculative decoding configuration.", info, 1.0
     )
 
 
@@ -48,7 +48,7 @@ class TrtllmEmitter:
     """TensorRT-LLM's ``/prometheus/metrics`` (per-position counters labelled ``token_position``)."""
 
     name: str = "trtllm"
-    metrics_path: str = names.TRTLLM_METRICS_PATH
+    metrics_path: str = trtllm_names.TRTLLM_METRICS_PATH
     records_iterations: bool = True
 
     def json_routes(self) -> Mapping[str, JsonView]:
@@ -59,27 +59,27 @@ class TrtllmEmitter:
         lab = {"model_name": config.served_model_name, "engine_type": "trtllm"}
         c = stats.created_s
         yield counter_family(
-            names.TRTLLM_NUM_DRAFT_TOKENS, "Number of draft tokens.", lab, stats.draft_tokens, c
+            trtllm_names.TRTLLM_NUM_DRAFT_TOKENS, "Number of draft tokens.", lab, stats.draft_tokens, c
         )
         yield counter_family(
-            names.TRTLLM_NUM_ACCEPTED_TOKENS,
+            trtllm_names.TRTLLM_NUM_ACCEPTED_TOKENS,
             "Number of accepted draft tokens.",
             lab,
             stats.accepted_tokens,
             c,
         )
         yield gauge_family(
-            names.TRTLLM_ACCEPTANCE_LENGTH,
+            trtllm_names.TRTLLM_ACCEPTANCE_LENGTH,
             "Acceptance length of the last iteration.",
             lab,
             stats.last_step_al,
         )
-        pos_labels = [*lab, names.TRTLLM_POSITION_LABEL]
+        pos_labels = [*lab, trtllm_names.TRTLLM_POSITION_LABEL]
         drafted = CounterMetricFamily(
-            names.TRTLLM_DRAFTED_PER_POS, "Drafted tokens per position.", labels=pos_labels
+            trtllm_names.TRTLLM_DRAFTED_PER_POS, "Drafted tokens per position.", labels=pos_labels
         )
         accepted = CounterMetricFamily(
-            names.TRTLLM_ACCEPTED_PER_POS, "Accepted tokens per position.", labels=pos_labels
+            trtllm_names.TRTLLM_ACCEPTED_PER_POS, "Accepted tokens per position.", labels=pos_labels
         )
         steps = stats.finished_verify_steps  # every verify step drafts at every position
         for i, n in enumerate(stats.finished_accepted_per_position()):
@@ -89,13 +89,17 @@ class TrtllmEmitter:
         yield accepted
         yield _speculative_config_info(config, lab)
         yield counter_family(
-            names.TRTLLM_PROMPT_TOKENS, "Number of prompt tokens.", lab, stats.prompt_tokens, c
+            trtllm_names.TRTLLM_PROMPT_TOKENS, "Number of prompt tokens.", lab, stats.prompt_tokens, c
         )
         yield counter_family(
-            names.TRTLLM_GENERATION_TOKENS, "Number of generation tokens.", lab, stats.generation_tokens, c
+            trtllm_names.TRTLLM_GENERATION_TOKENS,
+            "Number of generation tokens.",
+            lab,
+            stats.generation_tokens,
+            c,
         )
         success = CounterMetricFamily(
-            names.TRTLLM_REQUEST_SUCCESS,
+            trtllm_names.TRTLLM_REQUEST_SUCCESS,
             "Count of successfully processed requests.",
             labels=[*lab, "finished_reason"],
         )
@@ -103,13 +107,13 @@ class TrtllmEmitter:
             success.add_metric([*lab.values(), reason], stats.requests_finished.get(reason, 0), created=c)
         yield success
         yield histogram_family(
-            names.TRTLLM_TTFT_SECONDS, "Histogram of time to first token in seconds.", lab, stats.ttft
+            trtllm_names.TRTLLM_TTFT_SECONDS, "Histogram of time to first token in seconds.", lab, stats.ttft
         )
         yield histogram_family(
-            names.TRTLLM_TPOT_SECONDS, "Histogram of time per output token in seconds.", lab, stats.itl
+            trtllm_names.TRTLLM_TPOT_SECONDS, "Histogram of time per output token in seconds.", lab, stats.itl
         )
         yield histogram_family(
-            names.TRTLLM_E2E_SECONDS, "Histogram of end-to-end request latency.", lab, stats.e2e
+            trtllm_names.TRTLLM_E2E_SECONDS, "Histogram of end-to-end request latency.", lab, stats.e2e
         )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from alflow.acceptance.stats import CI_LEVEL, SpecStats, from_counters
-from alflow.metrics import names
+from alflow.frameworks.vllm import names as vllm_names
 from alflow.metrics.dialects import CountersOnly, join_notes, need_counter, positions_in_order
 from alflow.metrics.prometheus import CounterWindow, Snapshot
 
@@ -17,7 +17,7 @@ class VllmDialect(CountersOnly):
     """vLLM's ``vllm:spec_decode_*`` counters (labels ``model_name``, ``engine``; summed over engines)."""
 
     name = "vllm"
-    metrics_path = names.VLLM_METRICS_PATH
+    metrics_path = vllm_names.VLLM_METRICS_PATH
     request_counts: str | None = "metrics.speculative_decoding"
     """vLLM 0.32.0+ with ``--per-request-spec-decode-metrics`` (PR #48915; vllm/v1/metrics/stats.py)."""
     request_fields: Mapping[str, object] = {}
@@ -30,10 +30,10 @@ class VllmDialect(CountersOnly):
         self, window: CounterWindow, *, k: int | None = None, level: float = CI_LEVEL
     ) -> SpecStats:
         hint = "start vLLM with --speculative-config"
-        drafts = need_counter(window, names.VLLM_NUM_DRAFTS, hint)
-        accepted = need_counter(window, names.VLLM_NUM_ACCEPTED_TOKENS, hint)
-        draft_tokens = window.increase(names.VLLM_NUM_DRAFT_TOKENS)
-        per_pos = window.increase_by(names.VLLM_ACCEPTED_PER_POS, names.VLLM_POSITION_LABEL)
+        drafts = need_counter(window, vllm_names.VLLM_NUM_DRAFTS, hint)
+        accepted = need_counter(window, vllm_names.VLLM_NUM_ACCEPTED_TOKENS, hint)
+        draft_tokens = window.increase(vllm_names.VLLM_NUM_DRAFT_TOKENS)
+        per_pos = window.increase_by(vllm_names.VLLM_ACCEPTED_PER_POS, vllm_names.VLLM_POSITION_LABEL)
         return from_counters(
             drafts,
             accepted,

@@ -45,7 +45,7 @@ from alflow.frameworks.recipe_kit import (
 )
 from alflow.frameworks.sim_source import SimSource
 from alflow.frameworks.versions import Capability, FrameworkVersion, check_capabilities, version
-from alflow.metrics.names import VLLM_METRICS_PATH
+from alflow.frameworks.vllm.names import VLLM_METRICS_PATH
 
 VLLM_IMAGE = "vllm/vllm-openai:latest"
 VLLM_CPU_SYNTHETIC_REFUSAL = "Synthetic acceptance not supported with CPU sampling"

@@ -16,7 +16,7 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from alflow.errors import InvalidInputError
-from alflow.metrics import names
+from alflow.frameworks.vllm import names as vllm_names
 from alflow.sim.dialects import EngineSettings, JsonView, counter_family, gauge_family, histogram_family
 from alflow.sim.sources import FrameworkSettings
 from alflow.sim.stats import EngineStats
@@ -27,7 +27,7 @@ class VllmEmitter:
     """vLLM's ``/metrics``: ``vllm:*`` counters with labels ``model_name`` and ``engine``."""
 
     name: str = "vllm"
-    metrics_path: str = names.VLLM_METRICS_PATH
+    metrics_path: str = vllm_names.VLLM_METRICS_PATH
     records_iterations: bool = False
 
     def json_routes(self) -> Mapping[str, JsonView]:
@@ -38,32 +38,32 @@ class VllmEmitter:
         lab = {"model_name": config.served_model_name, "engine": "0"}
         c = stats.created_s
         yield counter_family(
-            names.VLLM_NUM_DRAFTS, "Number of spec decoding drafts.", lab, stats.num_drafts, c
+            vllm_names.VLLM_NUM_DRAFTS, "Number of spec decoding drafts.", lab, stats.num_drafts, c
         )
         yield counter_family(
-            names.VLLM_NUM_DRAFT_TOKENS, "Number of draft tokens.", lab, stats.draft_tokens, c
+            vllm_names.VLLM_NUM_DRAFT_TOKENS, "Number of draft tokens.", lab, stats.draft_tokens, c
         )
         yield counter_family(
-            names.VLLM_NUM_ACCEPTED_TOKENS, "Number of accepted tokens.", lab, stats.accepted_tokens, c
+            vllm_names.VLLM_NUM_ACCEPTED_TOKENS, "Number of accepted tokens.", lab, stats.accepted_tokens, c
         )
         per_pos = CounterMetricFamily(
-            names.VLLM_ACCEPTED_PER_POS, "Accepted tokens per draft position.", labels=[*lab, "position"]
+            vllm_names.VLLM_ACCEPTED_PER_POS, "Accepted tokens per draft position.", labels=[*lab, "position"]
         )
         for i, n in enumerate(stats.accepted_per_position()):
             per_pos.add_metric([*lab.values(), str(i)], n, created=c)
         yield per_pos
         yield counter_family(
-            names.VLLM_PROMPT_TOKENS, "Number of prefill tokens processed.", lab, stats.prompt_tokens, c
+            vllm_names.VLLM_PROMPT_TOKENS, "Number of prefill tokens processed.", lab, stats.prompt_tokens, c
         )
         yield counter_family(
-            names.VLLM_GENERATION_TOKENS,
+            vllm_names.VLLM_GENERATION_TOKENS,
             "Number of generation tokens processed.",
             lab,
             stats.generation_tokens,
             c,
         )
         success = CounterMetricFamily(
-            names.VLLM_REQUEST_SUCCESS,
+            vllm_names.VLLM_REQUEST_SUCCESS,
             "Count of successfully processed requests.",
             labels=[*lab, "finished_reason"],
         )
@@ -71,19 +71,22 @@ class VllmEmitter:
             success.add_metric([*lab.values(), reason], stats.requests_finished.get(reason, 0), created=c)
         yield success
         yield gauge_family(
-            names.VLLM_NUM_RUNNING, "Number of requests in model execution batches.", lab, stats.num_running
+            vllm_names.VLLM_NUM_RUNNING,
+            "Number of requests in model execution batches.",
+            lab,
+            stats.num_running,
         )
         yield gauge_family(
-            names.VLLM_NUM_WAITING, "Number of requests waiting to be processed.", lab, stats.num_waiting
+            vllm_names.VLLM_NUM_WAITING, "Number of requests waiting to be processed.", lab, stats.num_waiting
         )
         yield histogram_family(
-            names.VLLM_TTFT_SECONDS, "Histogram of time to first token in seconds.", lab, stats.ttft
+            vllm_names.VLLM_TTFT_SECONDS, "Histogram of time to first token in seconds.", lab, stats.ttft
         )
         yield histogram_family(
-            names.VLLM_ITL_SECONDS, "Histogram of inter-token latency in seconds.", lab, stats.itl
+            vllm_names.VLLM_ITL_SECONDS, "Histogram of inter-token latency in seconds.", lab, stats.itl
         )
         yield histogram_family(
-            names.VLLM_E2E_SECONDS, "Histogram of e2e request latency in seconds.", lab, stats.e2e
+            vllm_names.VLLM_E2E_SECONDS, "Histogram of e2e request latency in seconds.", lab, stats.e2e
         )
 
 
