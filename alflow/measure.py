@@ -49,7 +49,7 @@ from alflow.metrics.prometheus import (
     counter_resets,
     scrape_all,
 )
-from alflow.metrics.readers import get_dialect
+from alflow.metrics.readers import count_readers, get_dialect
 
 
 class MeasurementError(AlflowError):
@@ -433,10 +433,12 @@ def _with_note(stats: SpecStats | None, error: str | None, note: str) -> tuple[S
 
 
 def with_request_fields(target: Target, dialect: Dialect | None) -> Target:
-    """``target`` whose requests carry the fields ``dialect`` needs for per-request counts.
+    """``target`` whose requests carry the fields ``dialect`` needs for per-request counts, and its reader of them.
 
-    SGLang's ``return_spec_tokens_details: true``; a field the run already sets keeps its value.
+    SGLang's ``return_spec_tokens_details: true`` (a field the run already sets keeps its value); the counts are read
+    by the dialect's reader, or by every known one when the dialect is not known (:func:`count_readers`).
     """
+    target = replace(target, counts=target.counts or count_readers(dialect))
     fields = getattr(dialect, "request_fields", None) if dialect is not None else None
     if not fields:
         return target

@@ -194,6 +194,7 @@ async def _client_alflow(url: str, conc: int, num: int, osl: int, out: Path, tra
     from alflow.datasets.random_tokens import random_sessions
     from alflow.datasets.types import Session, Turn
     from alflow.loadgen import LoadSpec, Target, run_load
+    from alflow.metrics.readers import count_readers
 
     sessions = [
         Session(
@@ -213,7 +214,7 @@ async def _client_alflow(url: str, conc: int, num: int, osl: int, out: Path, tra
     cpu0 = time.process_time()
     res = await run_load(
         sessions,
-        Target(url, MODEL, endpoint="completions"),
+        Target(url, MODEL, endpoint="completions", counts=count_readers(None)),  # as a point reads the counts
         LoadSpec(
             concurrency=conc, keep_text=False, transport="aiohttp" if transport == "aiohttp" else "fast"
         ),

@@ -1,15 +1,7 @@
 """The streaming load generator: aiohttp client, SSE parsing, schedulers and request records."""
 
-from alflow.loadgen.client import (
-    AiohttpTransport,
-    FatalRequestError,
-    RequestSpec,
-    Transport,
-    fill_spec_counts,
-    spec_tokens_details_counts,
-    speculative_decoding_counts,
-    stream_request,
-)
+from alflow.loadgen.client import AiohttpTransport, FatalRequestError, Transport, stream_request
+from alflow.loadgen.counts import CountsReader, RequestSpec, fill_spec_counts
 from alflow.loadgen.endpoints import ENDPOINTS, Endpoint, Sampling, get_endpoint
 from alflow.loadgen.records import RequestRecord, read_records, records_frame, write_records
 from alflow.loadgen.runner import LoadAbortedError, LoadResult, LoadSpec, Progress, Target, run_load
@@ -17,6 +9,7 @@ from alflow.loadgen.runner import LoadAbortedError, LoadResult, LoadSpec, Progre
 __all__ = [
     "ENDPOINTS",
     "AiohttpTransport",
+    "CountsReader",
     "Endpoint",
     "FatalRequestError",
     "LoadAbortedError",
@@ -33,8 +26,6 @@ __all__ = [
     "read_records",
     "records_frame",
     "run_load",
-    "spec_tokens_details_counts",
-    "speculative_decoding_counts",
     "stream_request",
     "write_records",
 ]

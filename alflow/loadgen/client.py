@@ -14,13 +14,9 @@ Transports (the :class:`Transport` seam; tests drive :func:`stream_request` with
 - :class:`AiohttpTransport`: one shared ``aiohttp.ClientSession`` (``iter_any`` per read); slower
   per chunk, kept for proxies and anything the fast transport does not speak.
 
-Per-request speculative counts (steps, accepted and proposed drafts, the acceptance histogram) come from
-SGLang's ``sglext.spec_tokens_details`` (its own chunk with ``"choices": []``, sent when the request asks with
-``return_spec_tokens_details``) and vLLM's ``metrics.speculative_decoding`` (the event that carries ``usage``)
-(:func:`spec_tokens_details_counts`, :func:`speculative_decoding_counts`), never from content chunks;
-:func:`fill_spec_counts` puts them into a record, from that event or from a non-streamed body. Each object is
-checked for consistency first and dropped (the record's counts stay None) when it does not hold together: a
-server's bad numbers never fail a request or stop a stream.
+Per-request speculative counts (steps, accepted and proposed drafts, the acceptance histogram) are read by the
+readers the client is handed (:mod:`alflow.loadgen.counts`; each framework's in its plugin), from the events that
+carry no output choices, never from content chunks.
 
 Every SSE event that carries output gets its own entry in ``chunk_ns`` (the arrival time of the
 network read that brought it): events that arrive together share a timestamp, as in
@@ -42,33 +38,16 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, NamedTuple, Protocol
+from typing import Any, Final, Protocol
 
 import aiohttp
 import orjson
 
 from alflow.errors import AlflowError, InvalidInputError
+from alflow.loadgen.counts import CountsReader, fill_spec_counts
 from alflow.loadgen.endpoints import Endpoint
 from alflow.loadgen.records import RequestRecord
 from alflow.util.redact import redact_url, redact_urls_in_text
-
-# SGLang's per-request speculative details on the OpenAI endpoints (sgl-project/sglang PR #33518, merged
-# 2026-08-04; python/sglang/srt/entrypoints/openai/serving_chat.py and utils.py): only when the request sets
-# ``return_spec_tokens_details: true``; streamed as a chunk of its own with ``"choices": []`` and a response-level
-# ``sglext`` (after the finish_reason chunks, before the usage chunk), not streamed as the body's top-level
-# ``sglext``. ``meta_info`` is not sent on these endpoints (``return_meta_info`` is refused with ``stream``).
-SGLANG_SPEC_DETAILS_FLAG: Final = "return_spec_tokens_details"
-SGLANG_SGLEXT: Final = "sglext"
-SGLANG_SPEC_DETAILS: Final = "spec_tokens_details"
-SGLANG_SPEC_DETAILS_SINCE: Final = "sgl-project/sglang PR #33518 (merged 2026-08-04)"
-SGLANG_DETAILS_VERIFY_CT: Final = "spec_verify_ct"  # verify steps of the request
-SGLANG_DETAILS_CORRECT: Final = "spec_num_correct_drafts"  # accepted draft tokens (bonus not counted)
-SGLANG_DETAILS_PROPOSED: Final = "spec_num_proposed_drafts"  # drafts proposed (verify steps x block size)
-SGLANG_DETAILS_HISTOGRAM: Final = (
-    "spec_correct_drafts_histogram"  # index i = steps that accepted i drafts, K+1 long
-)
-# ``spec_accept_length`` in the same object is completion_tokens / spec_verify_ct: it counts the prefill token
-# (biased high) and is never read.
 
 Clock = Callable[[], int]
 Sink = Callable[[bytes, int], bool]
@@ -143,158 +122,6 @@ def _error_text(event: Any) -> str:
     return f"error event in stream: {err}"
 
 
-class RequestSpec(NamedTuple):
-    """One request's speculative counts from vLLM's ``metrics.speculative_decoding`` (all None: not usable)."""
-
-    steps: int | None
-    accepted_drafts: int | None
-    draft_tokens: int | None
-    histogram: list[int] | None
-    full_k_histogram: list[int] | None = None
-    """The histogram over the steps that carried all K drafts (from ``detailed``'s per-step arrays)."""
-
-
-NO_REQUEST_SPEC: Final = RequestSpec(None, None, None, None)
-
-
-def _nonneg_int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-def speculative_decoding_counts(body: Mapping[str, object]) -> RequestSpec:
-    """VLLM's per-request speculative counts from a response body or the stream's usage event.
-
-    Reads ``metrics.speculative_decoding``, vLLM 0.32.0's ``RequestSpecDecodeMetrics.to_dict``
-    (``vllm/v1/metrics/stats.py``), sent when the server runs with ``--per-request-spec-decode-metrics
-    summary|detailed`` (``vllm/config/observability.py``): streamed on the final usage chunk (``"choices":[]``)
-    when ``stream_options.include_usage`` is set and ``n == 1`` (``vllm/entrypoints/openai/completion/serving.py``,
-    ``chat_completion/serving.py``), else at the top level of the body. The counts used are ``num_spec_steps``,
-    ``num_accepted_draft_tokens``, ``num_draft_tokens`` and the dense ``acceptance_histogram`` (index j = steps
-    that accepted exactly j drafts, length ``num_spec_tokens + 1``); the scheduler observes one entry per verify
-    step that carried drafts (``vllm/v1/core/sched/scheduler.py``), the same entries as its counters.
-
-    The server's word is checked before it is used: every count a non-negative integer (bools are not),
-    ``sum(hist) == num_spec_steps``, ``sum(j * hist[j]) == num_accepted_draft_tokens``, accepted <= proposed
-    drafts, ``len(hist) == num_spec_tokens + 1`` when ``num_spec_tokens`` is sent, and ``detailed``'s
-    ``per_step_accepted`` / ``per_step_drafted`` (when not null) one integer per step summing to the accepted and
-    proposed drafts. An object that fails any of these is not used (all None); nothing here raises.
-    """
-    metrics = body.get("metrics")
-    spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
-    if not isinstance(spec, dict):
-        return NO_REQUEST_SPEC
-    steps = _nonneg_int(spec.get("num_spec_steps"))
-    accepted = _nonneg_int(spec.get("num_accepted_draft_tokens"))
-    drafts = _nonneg_int(spec.get("num_draft_tokens"))
-    hist = _int_list(spec.get("acceptance_histogram"))
-    if steps is None or accepted is None or drafts is None or not hist:
-        return NO_REQUEST_SPEC
-    if not _consistent(steps, accepted, drafts, hist):
-        return NO_REQUEST_SPEC
-    k = spec.get("num_spec_tokens")
-    if k is not None and _nonneg_int(k) != len(hist) - 1:
-        return NO_REQUEST_SPEC
-    per_step_accepted = spec.get("per_step_accepted")
-    per_step_drafted = spec.get("per_step_drafted")
-    if per_step_accepted is not None or per_step_drafted is not None:
-        got_accepted = _int_list(per_step_accepted)
-        got_drafted = _int_list(per_step_drafted)
-        if (
-            got_accepted is None
-            or got_drafted is None
-            or len(got_accepted) != steps
-            or len(got_drafted) != steps
-            or sum(got_accepted) != accepted
-            or sum(got_drafted) != drafts
-        ):
-            return NO_REQUEST_SPEC
-        return RequestSpec(
-            steps, accepted, drafts, hist, full_k_histogram(got_accepted, got_drafted, len(hist) - 1)
-        )
-    return RequestSpec(steps, accepted, drafts, hist)
-
-
-def full_k_histogram(accepted: Sequence[int], drafted: Sequence[int], k: int) -> list[int] | None:
-    """The steps that carried all ``k`` drafts, by drafts accepted (index j: exactly j).
-
-    None if a step accepted more than it drafted (not a count to trust).
-    """
-    hist = [0] * (k + 1)
-    for a, d in zip(accepted, drafted, strict=True):
-        if a > d:
-            return None
-        if d == k:
-            hist[a] += 1
-    return hist
-
-
-def _int_list(value: object) -> list[int] | None:
-    """``value`` when it is a list of non-negative integers (possibly empty), else None."""
-    if not isinstance(value, list):
-        return None
-    for item in value:
-        if type(item) is not int or item < 0:  # bool is a subclass of int: not a count
-            return None
-    return value
-
-
-def _consistent(steps: int, accepted: int, drafts: int, hist: list[int]) -> bool:
-    """A histogram (index j = steps that accepted j drafts) that agrees with the counts it comes with."""
-    return sum(hist) == steps and sum(j * c for j, c in enumerate(hist)) == accepted and accepted <= drafts
-
-
-def spec_tokens_details_counts(body: Mapping[str, object]) -> RequestSpec:
-    """SGLang's per-request speculative counts from ``sglext.spec_tokens_details`` (all None: not usable).
-
-    SGLang (PR #33518, merged 2026-08-04; ``python/sglang/srt/entrypoints/openai/serving_chat.py``,
-    ``serving_completions.py``, ``utils.py`` ``spec_tokens_details_from_meta_info``) sends the object when the
-    request sets ``return_spec_tokens_details: true``: streamed in a chunk of its own (``"choices": []``,
-    response-level ``sglext``) after the finish_reason chunks and before the usage chunk; not streamed, as the
-    body's top-level ``sglext``. With ``n > 1`` it is a list (alflow sends ``n = 1``: a list is not used).
-
-    Used: ``spec_verify_ct`` (steps), ``spec_num_correct_drafts`` (accepted drafts), ``spec_num_proposed_drafts``
-    and ``spec_correct_drafts_histogram`` (index j = steps that accepted j drafts, K + 1 buckets). SGLang fills a
-    missing count with 0 and a missing histogram with ``[]``: an empty histogram gives the counts without one.
-    ``spec_accept_length`` (completion tokens / verify steps: counts the prefill token, biased high) is never
-    read. The same checks as vLLM's: non-negative integers, the histogram summing to the steps and to the
-    accepted drafts, accepted <= proposed; an object that fails any of them is not used.
-    """
-    ext = body.get(SGLANG_SGLEXT)
-    details = ext.get(SGLANG_SPEC_DETAILS) if isinstance(ext, dict) else None
-    if not isinstance(details, dict):
-        return NO_REQUEST_SPEC
-    steps = _nonneg_int(details.get(SGLANG_DETAILS_VERIFY_CT))
-    accepted = _nonneg_int(details.get(SGLANG_DETAILS_CORRECT))
-    drafts = _nonneg_int(details.get(SGLANG_DETAILS_PROPOSED))
-    hist = _int_list(details.get(SGLANG_DETAILS_HISTOGRAM, []))
-    if steps is None or accepted is None or drafts is None or hist is None or accepted > drafts:
-        return NO_REQUEST_SPEC
-    if hist and not _consistent(steps, accepted, drafts, hist):
-        return NO_REQUEST_SPEC
-    return RequestSpec(steps, accepted, drafts, hist or None)
-
-
-def fill_spec_counts(record: RequestRecord, body: Mapping[str, object]) -> None:
-    """Set ``record``'s per-request speculative counts from a non-streamed body or a stream's usage event.
-
-    SGLang's ``sglext.spec_tokens_details`` (:func:`spec_tokens_details_counts`) and vLLM's
-    ``metrics.speculative_decoding`` (:func:`speculative_decoding_counts`) fill ``spec_verify_ct``,
-    ``spec_accepted_drafts``, ``spec_draft_tokens`` and ``spec_accept_hist`` (SGLang's histogram may be absent).
-    A body with neither, or with an object that does not hold together, leaves the record's counts as they were
-    (None for a fresh record).
-    """
-    if SGLANG_SGLEXT in body:
-        got = spec_tokens_details_counts(body)
-    elif "metrics" in body:
-        got = speculative_decoding_counts(body)
-    else:
-        return
-    if got.steps is not None:
-        record.spec_verify_ct, record.spec_accepted_drafts = got.steps, got.accepted_drafts
-        record.spec_draft_tokens, record.spec_accept_hist = got.draft_tokens, got.histogram
-        record.spec_full_k_hist = got.full_k_histogram
-
-
 MAX_TOKENS_PER_CHUNK: Final = 64
 """The most output tokens one streamed output chunk (SSE event with output) is believed to carry.
 
@@ -349,10 +176,13 @@ def check_usage(record: RequestRecord) -> str | None:
 class SseConsumer:
     """Incremental parser of one response's event stream into a :class:`RequestRecord`."""
 
-    __slots__ = ("_buf", "_event", "_keep_text", "_output", "done", "pieces", "record")
+    __slots__ = ("_buf", "_counts", "_event", "_keep_text", "_output", "done", "pieces", "record")
 
-    def __init__(self, record: RequestRecord, endpoint: Endpoint, keep_text: bool) -> None:
+    def __init__(
+        self, record: RequestRecord, endpoint: Endpoint, keep_text: bool, counts: Sequence[CountsReader] = ()
+    ) -> None:
         self.record = record
+        self._counts = tuple(counts)
         self._output = endpoint.output
         self._keep_text = keep_text
         self._buf = b""
@@ -409,10 +239,8 @@ class SseConsumer:
             if isinstance(usage, dict) and usage:  # another shape is no usage (the count checks then say so)
                 record.input_tokens = usage.get("prompt_tokens")
                 record.output_tokens = usage.get("completion_tokens")
-                if "metrics" in event:  # vLLM: only the usage event is looked at
-                    fill_spec_counts(record, event)
-            elif SGLANG_SGLEXT in event and not event.get("choices"):  # SGLang: its own chunk, choices []
-                fill_spec_counts(record, event)
+            if self._counts and not event.get("choices"):  # counts come on an event with no output choices
+                fill_spec_counts(record, event, self._counts)
         self._buf = data[start:]
         return False
 
@@ -444,12 +272,14 @@ async def stream_request(
     clock: Clock = time.perf_counter_ns,
     timeout_s: float | None = None,
     keep_text: bool = True,
+    counts: Sequence[CountsReader] = (),
 ) -> RequestRecord:
     """Send one streaming request and fill ``record`` with timestamps, usage, text and error.
 
-    Raises :class:`FatalRequestError` when the server cannot serve the run (see module doc).
+    ``counts``: the readers of per-request speculative counts (the run's dialect's). Raises
+    :class:`FatalRequestError` when the server cannot serve the run (see module doc).
     """
-    consumer = SseConsumer(record, endpoint, keep_text)
+    consumer = SseConsumer(record, endpoint, keep_text, counts)
     record.start_ns = clock()
     try:
         info = await transport.stream(url, body, timeout_s, consumer.feed, clock)

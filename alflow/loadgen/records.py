@@ -29,8 +29,8 @@ SGLang sends the first two in ``meta_info`` (``spec_verify_ct``, ``spec_num_corr
 started with ``--per-request-spec-decode-metrics summary|detailed``) sends ``metrics.speculative_decoding``
 (``vllm/v1/metrics/stats.py``, ``RequestSpecDecodeMetrics.to_dict``): ``num_spec_steps`` fills
 ``spec_verify_ct``, ``num_accepted_draft_tokens`` ``spec_accepted_drafts``, ``num_draft_tokens``
-``spec_draft_tokens`` and ``acceptance_histogram`` ``spec_accept_hist``. Both are read from the event that
-carries ``usage`` (:func:`alflow.loadgen.client.fill_spec_counts`). A request's exact AL is
+``spec_draft_tokens`` and ``acceptance_histogram`` ``spec_accept_hist``. Each is read by its plugin's reader from
+the event that carries no output choices (:func:`alflow.loadgen.counts.fill_spec_counts`). A request's exact AL is
 ``1 + spec_accepted_drafts / spec_verify_ct``.
 
 Frames stored before a column existed lack it: :func:`read_records` adds the missing columns as nulls

@@ -142,6 +142,7 @@ class _Run:
                         clock=self.clock,
                         timeout_s=self.spec.timeout_s,
                         keep_text=self.spec.keep_text or session.multiturn,
+                        counts=self.target.counts,
                     )
                 finally:
                     self.in_flight.pop(id(rec), None)

@@ -16,6 +16,7 @@ from typing import Literal, Protocol
 from alflow.datasets.types import Session
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.loadgen.client import Clock, auth_headers
+from alflow.loadgen.counts import CountsReader
 from alflow.loadgen.endpoints import Sampling, get_endpoint
 from alflow.loadgen.records import RequestRecord
 from alflow.metrics.timing import ClientLoad
@@ -36,6 +37,8 @@ class Target:
     endpoint: str = "chat"
     sampling: Sampling = field(default_factory=Sampling)
     api_key: str | None = field(default=None, repr=False)
+    counts: tuple[CountsReader, ...] = ()
+    """Readers of per-request speculative counts in the responses (the run's dialect's; none: not read)."""
 
     @property
     def headers(self) -> dict[str, str]:

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 
 from alflow.acceptance.stats import CI_LEVEL, SpecStats
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.metrics.prometheus import CounterWindow, Snapshot
+
+if TYPE_CHECKING:
+    from alflow.loadgen.counts import CountsReader
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,8 @@ class Dialect(Protocol):
     request_fields: Mapping[str, object]
     """Fields every measured request's body carries so that the response holds those counts (SGLang's
     ``return_spec_tokens_details: true``); empty where a server flag does it (vLLM) or nothing does."""
+    count_reader: CountsReader | None
+    """How the client reads those counts from a response (:mod:`alflow.loadgen.counts`); None: none known."""
 
     @property
     def snapshot_lag_s(self) -> float:

@@ -6,15 +6,28 @@ found through the registry (:mod:`alflow.registry`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from alflow.errors import InvalidInputError
 from alflow.metrics.dialects import Dialect, MissingMetricsError
 from alflow.metrics.prometheus import Snapshot
 from alflow.registry import frameworks
 
+if TYPE_CHECKING:
+    from alflow.loadgen.counts import CountsReader
+
 
 def dialects() -> dict[str, Dialect]:
     """Every registered framework's metrics reader, by framework name (frameworks that have one)."""
     return {f.name: f.metrics for f in frameworks() if f.metrics is not None}
+
+
+def count_readers(dialect: Dialect | None) -> tuple[CountsReader, ...]:
+    """How the client reads per-request counts: ``dialect``'s reader, or every dialect's when it is not known."""
+    if dialect is not None:
+        return () if dialect.count_reader is None else (dialect.count_reader,)
+    found = (d.count_reader for d in dialects().values() if d.count_reader is not None)
+    return tuple(dict.fromkeys(found))
 
 
 def get_dialect(name: str) -> Dialect:

@@ -20,7 +20,7 @@ import os
 import random
 import socket
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
@@ -30,7 +30,6 @@ from aiohttp import web
 from prometheus_client import generate_latest
 
 from alflow.errors import AlflowError
-from alflow.loadgen.client import SGLANG_SPEC_DETAILS_FLAG
 from alflow.registry import get_framework
 from alflow.serving.api import ApiError
 from alflow.serving.app import (
@@ -140,7 +139,16 @@ class SimService:
         # honours it (PR #33518); vLLM's (``metrics.speculative_decoding``) when started with
         # --per-request-spec-decode-metrics
         self._sglext = config.dialect == "sglang" and config.sglang_spec_details
+        # a request asks for them with the fields the dialect's reader sends (SGLang's return_spec_tokens_details)
+        self._asked = dict(plugin.metrics.request_fields) if plugin.metrics is not None else {}
         self._spec_metrics = config.per_request_spec_decode_metrics != "none"
+
+    def _asks(self, fields: Mapping[str, object]) -> bool:
+        """The request sets every field the dialect's reader asks with (``True`` given as ``true``, not ``1``)."""
+        return bool(self._asked) and all(
+            fields.get(key) is value if isinstance(value, bool) else fields.get(key) == value
+            for key, value in self._asked.items()
+        )
 
     def make_app(self) -> web.Application:
         """The aiohttp application: the kit's routes plus the dialect's."""
@@ -295,7 +303,7 @@ class SimService:
             stream=bool(body.stream),
             include_usage=body.include_usage,
             thinking=chat and body.thinking,
-            spec_details=self._sglext and (body.model_extra or {}).get(SGLANG_SPEC_DETAILS_FLAG) is True,
+            spec_details=self._sglext and self._asks(body.model_extra or {}),
         )
 
     def _build(self, p: _Parsed, *, chat: bool) -> SimRequest:

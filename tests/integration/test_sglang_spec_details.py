@@ -18,10 +18,12 @@ import pytest
 
 from alflow.datasets.random_tokens import random_sessions
 from alflow.datasets.types import Session, Turn
-from alflow.loadgen import LoadSpec, Target, run_load, spec_tokens_details_counts
+from alflow.frameworks.sglang.requests import SGLANG_COUNTS, spec_tokens_details_counts
+from alflow.loadgen import LoadSpec, Target, run_load
 from alflow.loadgen.endpoints import Sampling
 from alflow.loadgen.records import RequestRecord
 from alflow.measure import measure
+from alflow.metrics.readers import count_readers
 from alflow.sim.process import SimProcess
 from tests.integration.test_measure_sim import sim_args, steps_between
 
@@ -60,7 +62,9 @@ async def test_streamed_records_carry_counts_that_add_up_to_the_servers_steps(
     )
     with SimProcess(sim_args("sglang", log)) as sim:
         res = await run_load(
-            work, Target(sim.base_url, MODEL, endpoint=endpoint, sampling=ASK), LoadSpec(concurrency=6)
+            work,
+            Target(sim.base_url, MODEL, endpoint=endpoint, sampling=ASK, counts=(SGLANG_COUNTS,)),
+            LoadSpec(concurrency=6),
         )
     records = res.records
     assert len(records) == 16
@@ -178,7 +182,13 @@ async def test_vllm_dialect_records_have_null_counts(tmp_path: Path) -> None:
     with SimProcess(sim_args("vllm", log)) as sim:
         res = await run_load(
             random_sessions(6, isl=16, osl=40, seed=6, vocab_size=VOCAB),
-            Target(sim.base_url, MODEL, endpoint="completions", sampling=Sampling(max_tokens=40)),
+            Target(
+                sim.base_url,
+                MODEL,
+                endpoint="completions",
+                sampling=Sampling(max_tokens=40),
+                counts=count_readers(None),
+            ),  # every known reader: the server sends none of their objects
             LoadSpec(concurrency=3),
         )
         async with aiohttp.ClientSession() as http:

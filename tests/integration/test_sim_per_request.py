@@ -13,6 +13,7 @@ import pytest
 from alflow.acceptance.synthetic import distribution
 from alflow.datasets.random_tokens import random_sessions
 from alflow.datasets.types import Session, Turn
+from alflow.frameworks.vllm.requests import VLLM_COUNTS
 from alflow.gates import AUDIT_MIN_FIT_P, audit_synthetic
 from alflow.loadgen import LoadSpec, Target, fill_spec_counts
 from alflow.loadgen.records import RequestRecord
@@ -167,7 +168,7 @@ async def test_non_streamed_and_detailed_responses_carry_vllms_object() -> None:
         1 + spec["num_accepted_draft_tokens"] / spec["num_spec_steps"]
     )
     record = RequestRecord(request_id=0, session_id="s")
-    fill_spec_counts(record, data)  # the non-streamed body through the client's reader
+    fill_spec_counts(record, data, [VLLM_COUNTS])  # the non-streamed body through vLLM's reader
     assert (record.spec_verify_ct, record.spec_accepted_drafts) == (
         spec["num_spec_steps"],
         spec["num_accepted_draft_tokens"],

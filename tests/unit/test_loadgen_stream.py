@@ -13,6 +13,7 @@ from alflow.loadgen.client import FatalRequestError, ResponseInfo, stream_reques
 from alflow.loadgen.endpoints import ChatEndpoint, CompletionsEndpoint
 from alflow.loadgen.records import RequestRecord, records_frame
 from alflow.metrics.client import per_request
+from alflow.metrics.readers import count_readers
 
 pytestmark = pytest.mark.unit
 
@@ -70,6 +71,8 @@ def usage(prompt: int, completion: int) -> bytes:
 
 
 DONE = b"data: [DONE]\n\n"
+READERS = count_readers(None)
+"""Every known framework's reader of per-request counts, as a run whose dialect is not known is handed."""
 
 
 async def run(script: Sequence[tuple[int, bytes]], endpoint: object = None, **kw: object) -> RequestRecord:
@@ -77,7 +80,7 @@ async def run(script: Sequence[tuple[int, bytes]], endpoint: object = None, **kw
     t = ScriptedTransport(script, clock, **kw)  # type: ignore[arg-type]
     rec = RequestRecord(request_id=0, session_id="s")
     await stream_request(
-        t, "http://x/v1/chat/completions", b"{}", endpoint or ChatEndpoint(), rec, clock=clock
+        t, "http://x/v1/chat/completions", b"{}", endpoint or ChatEndpoint(), rec, clock=clock, counts=READERS
     )  # type: ignore[arg-type]
     return rec
 

@@ -12,7 +12,8 @@ import pytest
 
 from alflow.acceptance.stats import SpecStats, from_counters
 from alflow.errors import AlflowError
-from alflow.loadgen.client import RequestSpec, fill_spec_counts, spec_tokens_details_counts
+from alflow.frameworks.sglang.requests import SGLANG_COUNTS, spec_tokens_details_counts
+from alflow.loadgen.counts import RequestSpec, fill_spec_counts
 from alflow.loadgen.endpoints import CompletionsEndpoint
 from alflow.loadgen.records import RECORD_SCHEMA, RequestRecord, read_records, records_frame, write_records
 from alflow.measure import meta_info_totals, window_stats
@@ -101,7 +102,7 @@ def test_non_streamed_sglang_body() -> None:
         b'"spec_cap_lens_histogram":[]}}}'
     )
     record = RequestRecord(request_id=0, session_id="s")
-    fill_spec_counts(record, body)
+    fill_spec_counts(record, body, [SGLANG_COUNTS])
     assert (record.spec_verify_ct, record.spec_accepted_drafts, record.spec_draft_tokens) == (8, 11, 24)
     assert record.spec_accept_hist == [2, 2, 3, 1]
 

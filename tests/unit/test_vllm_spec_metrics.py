@@ -23,8 +23,10 @@ import alflow.sim.cli as sim_cli
 from alflow.acceptance.stats import SpecStats, from_counters, from_histogram
 from alflow.acceptance.synthetic import distribution
 from alflow.errors import InvalidInputError
+from alflow.frameworks.vllm.requests import VLLM_COUNTS, speculative_decoding_counts
 from alflow.gates import audit_synthetic
-from alflow.loadgen.client import NO_REQUEST_SPEC, SseConsumer, fill_spec_counts, speculative_decoding_counts
+from alflow.loadgen.client import SseConsumer
+from alflow.loadgen.counts import NO_REQUEST_SPEC, fill_spec_counts
 from alflow.loadgen.endpoints import get_endpoint
 from alflow.loadgen.records import (
     RECORD_SCHEMA,
@@ -35,6 +37,7 @@ from alflow.loadgen.records import (
 )
 from alflow.measure import PER_REQUEST_SOURCE, meta_info_totals, pooled_histogram, window_stats
 from alflow.metrics.prometheus import Snapshot
+from alflow.metrics.readers import count_readers
 from alflow.sim.config import SimConfig
 from alflow.sim.payloads import body_metrics_json, speculative_decoding, stream_metrics_json
 from tests.unit.test_per_request_counts import FakeDialect
@@ -110,7 +113,7 @@ def _spec(metrics: bytes, **change: object) -> dict[str, object]:
 
 def _consume(*reads: bytes, endpoint: str = "completions") -> RequestRecord:
     record = RequestRecord(request_id=0, session_id="s")
-    consumer = SseConsumer(record, get_endpoint(endpoint), keep_text=False)
+    consumer = SseConsumer(record, get_endpoint(endpoint), keep_text=False, counts=[VLLM_COUNTS])
     for i, data in enumerate(reads):
         assert not consumer.feed(data, i + 1)
     consumer.finish()
@@ -252,11 +255,11 @@ def test_content_chunks_carrying_metrics_are_not_read() -> None:
 
 def test_a_non_streamed_body_fills_the_record() -> None:
     record = RequestRecord(request_id=0, session_id="s")
-    fill_spec_counts(record, orjson.loads(orjson.dumps(_body(DETAILED_BODY_METRICS))))
+    fill_spec_counts(record, orjson.loads(orjson.dumps(_body(DETAILED_BODY_METRICS))), [VLLM_COUNTS])
     assert (record.spec_verify_ct, record.spec_accepted_drafts, record.spec_draft_tokens) == (5, 8, 15)
     assert record.spec_accept_hist == [1, 1, 2, 1]
     other = RequestRecord(request_id=1, session_id="s")
-    fill_spec_counts(other, _spec(DETAILED_BODY_METRICS, num_draft_tokens=7))
+    fill_spec_counts(other, _spec(DETAILED_BODY_METRICS, num_draft_tokens=7), [VLLM_COUNTS])
     assert (other.spec_verify_ct, other.spec_accept_hist) == (None, None)
     sglang = RequestRecord(request_id=2, session_id="s")
     fill_spec_counts(
@@ -270,13 +273,14 @@ def test_a_non_streamed_body_fills_the_record() -> None:
                 }
             }
         },
+        count_readers(None),  # a run whose dialect is not known reads either framework's counts
     )
     assert (sglang.spec_verify_ct, sglang.spec_accepted_drafts, sglang.spec_accept_hist) == (7, 9, None)
 
 
 def test_the_streamed_usage_chunk_fills_the_record() -> None:
     record = RequestRecord(request_id=0, session_id="s")
-    consumer = SseConsumer(record, get_endpoint("chat"), keep_text=False)
+    consumer = SseConsumer(record, get_endpoint("chat"), keep_text=False, counts=[VLLM_COUNTS])
     content = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
     assert not consumer.feed(content + STREAMED_USAGE[:40], 1)
     assert not consumer.feed(STREAMED_USAGE[40:] + b"data: [DONE]\n\n", 2)
@@ -564,7 +568,7 @@ def test_the_sim_cli_takes_the_recipes_spelling(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_detailed_per_step_arrays_give_the_histogram_of_the_full_k_steps() -> None:
-    from alflow.loadgen.client import full_k_histogram
+    from alflow.frameworks.vllm.requests import full_k_histogram
 
     spec = {
         "mean_acceptance_length": 1.0 + 5 / 4,
@@ -580,7 +584,7 @@ def test_detailed_per_step_arrays_give_the_histogram_of_the_full_k_steps() -> No
     got = speculative_decoding_counts({"metrics": {"speculative_decoding": spec}})
     assert got.full_k_histogram == [0, 1, 2, 0]  # the three full steps: one accepted 1, two accepted 2
     record = RequestRecord(request_id=0, session_id="s")
-    fill_spec_counts(record, {"metrics": {"speculative_decoding": spec}})
+    fill_spec_counts(record, {"metrics": {"speculative_decoding": spec}}, [VLLM_COUNTS])
     assert record.spec_full_k_hist == [0, 1, 2, 0]
     summary = {k: v for k, v in spec.items() if not k.startswith("per_step")}
     assert (

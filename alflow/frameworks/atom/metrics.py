@@ -27,6 +27,7 @@ import aiohttp
 
 from alflow.acceptance.stats import CI_LEVEL, SpecStats, from_counters
 from alflow.errors import InvalidInputError
+from alflow.loadgen.counts import CountsReader
 from alflow.metrics.dialects import MissingMetricsError, SpeculativeInfo
 from alflow.metrics.prometheus import CounterWindow, Snapshot
 
@@ -86,6 +87,7 @@ class AtomDialect:
     request_counts: str | None = None
     """ATOM's responses carry no per-request acceptance (``serving_chat.py``, ``serving_completion.py``)."""
     request_fields: Mapping[str, object] = {}
+    count_reader: CountsReader | None = None
 
     @property
     def snapshot_lag_s(self) -> float:

@@ -29,7 +29,9 @@ from alflow.acceptance.runtime_k import NOTE_WARNING, active_k_changes
 from alflow.acceptance.stats import CI_LEVEL, SpecStats, as_count, from_counters
 from alflow.errors import AlflowError
 from alflow.frameworks.sglang import names as sglang_names
-from alflow.loadgen.client import SGLANG_SGLEXT, SGLANG_SPEC_DETAILS, SGLANG_SPEC_DETAILS_FLAG
+from alflow.frameworks.sglang.names import SGLANG_SGLEXT, SGLANG_SPEC_DETAILS, SGLANG_SPEC_DETAILS_FLAG
+from alflow.frameworks.sglang.requests import SGLANG_COUNTS
+from alflow.loadgen.counts import CountsReader
 from alflow.metrics.dialects import MissingMetricsError, NoSpeculativeInfo, join_notes, need_counter
 from alflow.metrics.prometheus import CounterWindow, Snapshot
 from alflow.util.redact import redact_url, redact_urls_in_text
@@ -43,6 +45,7 @@ class SglangDialect(NoSpeculativeInfo):
     request_counts: str | None = f"{SGLANG_SGLEXT}.{SGLANG_SPEC_DETAILS}"
     """SGLang with PR #33518 (merged 2026-08-04): only when the request asks (:attr:`request_fields`)."""
     request_fields: Mapping[str, object] = {SGLANG_SPEC_DETAILS_FLAG: True}
+    count_reader: CountsReader | None = SGLANG_COUNTS
 
     def matches(self, snapshot: Snapshot) -> bool:
         return any(f.startswith("sglang:") for f in snapshot.families())

@@ -1,7 +1,7 @@
 """SGLang's metric names, endpoints and per-request fields (DOMAIN.md section 4), the one home of these strings.
 
-Read by the plugin's dialect, exposed by the simulated engine (the per-request fields the client parses are in
-:mod:`alflow.loadgen.client`, beside the parser). Names are family
+Read by the plugin's dialect and its per-request reader (:mod:`alflow.frameworks.sglang.requests`), exposed by the
+simulated engine. Names are family
 names as ``prometheus_client``'s parser reports them (counters without the ``_total`` suffix).
 """
 
@@ -36,3 +36,20 @@ SGLANG_E2E_SECONDS: Final = "sglang:e2e_request_latency_seconds"
 SGLANG_AVG_ACCEPT_LENGTH_KEY: Final = "avg_spec_accept_length"  # in server_info internal_states[i]
 SGLANG_SPEC_VERIFY_CALLS_SINCE: Final = "sgl-project/sglang PR #25689 (merged 2026-05-18)"
 """Where ``sglang:spec_verify_calls_total`` comes from; an older image has the other counters but not this one."""
+# SGLang's per-request speculative details on the OpenAI endpoints (sgl-project/sglang PR #33518, merged
+# 2026-08-04; python/sglang/srt/entrypoints/openai/serving_chat.py and utils.py): only when the request sets
+# ``return_spec_tokens_details: true``; streamed as a chunk of its own with ``"choices": []`` and a response-level
+# ``sglext`` (after the finish_reason chunks, before the usage chunk), not streamed as the body's top-level
+# ``sglext``. ``meta_info`` is not sent on these endpoints (``return_meta_info`` is refused with ``stream``).
+SGLANG_SPEC_DETAILS_FLAG: Final = "return_spec_tokens_details"
+SGLANG_SGLEXT: Final = "sglext"
+SGLANG_SPEC_DETAILS: Final = "spec_tokens_details"
+SGLANG_SPEC_DETAILS_SINCE: Final = "sgl-project/sglang PR #33518 (merged 2026-08-04)"
+SGLANG_DETAILS_VERIFY_CT: Final = "spec_verify_ct"  # verify steps of the request
+SGLANG_DETAILS_CORRECT: Final = "spec_num_correct_drafts"  # accepted draft tokens (bonus not counted)
+SGLANG_DETAILS_PROPOSED: Final = "spec_num_proposed_drafts"  # drafts proposed (verify steps x block size)
+SGLANG_DETAILS_HISTOGRAM: Final = (
+    "spec_correct_drafts_histogram"  # index i = steps that accepted i drafts, K+1 long
+)
+# ``spec_accept_length`` in the same object is completion_tokens / spec_verify_ct: it counts the prefill token
+# (biased high) and is never read.

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from alflow.acceptance.stats import CI_LEVEL, SpecStats, from_counters
 from alflow.frameworks.trtllm import names as trtllm_names
+from alflow.loadgen.counts import CountsReader
 from alflow.metrics.dialects import (
     CountersOnly,
     MissingMetricsError,
@@ -32,6 +33,7 @@ class TrtllmDialect(CountersOnly):
     request_counts: str | None = None
     """Per-request acceptance on TensorRT-LLM's responses is an open PR (#19311) at the time of writing."""
     request_fields: Mapping[str, object] = {}
+    count_reader: CountsReader | None = None
     metrics_path = trtllm_names.TRTLLM_METRICS_PATH
 
     def matches(self, snapshot: Snapshot) -> bool:

@@ -9,6 +9,8 @@ from collections.abc import Mapping
 
 from alflow.acceptance.stats import CI_LEVEL, SpecStats, from_counters
 from alflow.frameworks.vllm import names as vllm_names
+from alflow.frameworks.vllm.requests import VLLM_COUNTS
+from alflow.loadgen.counts import CountsReader
 from alflow.metrics.dialects import CountersOnly, join_notes, need_counter, positions_in_order
 from alflow.metrics.prometheus import CounterWindow, Snapshot
 
@@ -22,6 +24,7 @@ class VllmDialect(CountersOnly):
     """vLLM 0.32.0+ with ``--per-request-spec-decode-metrics`` (PR #48915; vllm/v1/metrics/stats.py)."""
     request_fields: Mapping[str, object] = {}
     """vLLM needs no request field: the server flag turns the counts on."""
+    count_reader: CountsReader | None = VLLM_COUNTS
 
     def matches(self, snapshot: Snapshot) -> bool:
         return any(f.startswith("vllm:") for f in snapshot.families())
