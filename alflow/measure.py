@@ -493,7 +493,7 @@ async def _close_window(
         stats, stats_error = window_stats(the_dialect, baseline[0], final, series, k, records=frame)
     duration = result.duration_s
     client = summarize(
-        frame, duration_s=max(duration, 1e-9), percentiles=percentiles, slo=slo, gpus=gpus,
+        frame, duration_s=duration if duration > 0 else 1e-9, percentiles=percentiles, slo=slo, gpus=gpus,
         client_load=result.client_load,
     )  # fmt: skip
     return Measurement(

@@ -65,10 +65,11 @@ class CountsReader:
 def fill_spec_counts(
     record: RequestRecord, body: Mapping[str, object], readers: Sequence[CountsReader]
 ) -> None:
-    """Set ``record``'s per-request speculative counts from ``body`` by the first reader whose key it holds.
+    """Set ``record``'s per-request speculative counts from ``body`` by the first reader that finds usable ones.
 
     Fills ``spec_verify_ct``, ``spec_accepted_drafts``, ``spec_draft_tokens``, ``spec_accept_hist`` and
-    ``spec_full_k_hist``. A body with no reader's key, or whose object does not hold together, leaves the record's
+    ``spec_full_k_hist``. A reader whose key the body holds but whose object does not hold together gives way to the
+    next (a body may carry another framework's unrelated ``metrics``); a body none can read leaves the record's
     counts as they were (None for a fresh record).
     """
     for reader in readers:
@@ -78,4 +79,4 @@ def fill_spec_counts(
                 record.spec_verify_ct, record.spec_accepted_drafts = got.steps, got.accepted_drafts
                 record.spec_draft_tokens, record.spec_accept_hist = got.draft_tokens, got.histogram
                 record.spec_full_k_hist = got.full_k_histogram
-            return
+                return

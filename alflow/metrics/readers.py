@@ -24,10 +24,10 @@ def dialects() -> dict[str, Dialect]:
 
 def count_readers(dialect: Dialect | None) -> tuple[CountsReader, ...]:
     """How the client reads per-request counts: ``dialect``'s reader, or every dialect's when it is not known."""
-    if dialect is not None:
-        return () if dialect.count_reader is None else (dialect.count_reader,)
-    found = (d.count_reader for d in dialects().values() if d.count_reader is not None)
-    return tuple(dict.fromkeys(found))
+    chosen = [dialect] if dialect is not None else list(dialects().values())
+    # a plugin written before the attribute existed has no reader: its counts are not read, nothing breaks
+    found = (getattr(d, "count_reader", None) for d in chosen)
+    return tuple(dict.fromkeys(r for r in found if r is not None))
 
 
 def get_dialect(name: str) -> Dialect:

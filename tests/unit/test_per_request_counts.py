@@ -13,12 +13,14 @@ import pytest
 from alflow.acceptance.stats import SpecStats, from_counters
 from alflow.errors import AlflowError
 from alflow.frameworks.sglang.requests import SGLANG_COUNTS, spec_tokens_details_counts
+from alflow.frameworks.vllm.requests import VLLM_COUNTS
 from alflow.loadgen.counts import RequestSpec, fill_spec_counts
 from alflow.loadgen.endpoints import CompletionsEndpoint
 from alflow.loadgen.records import RECORD_SCHEMA, RequestRecord, read_records, records_frame, write_records
-from alflow.measure import meta_info_totals, window_stats
+from alflow.loadgen.spec import Target
+from alflow.measure import meta_info_totals, window_stats, with_request_fields
 from alflow.metrics.prometheus import Snapshot
-from alflow.metrics.readers import get_dialect
+from alflow.metrics.readers import count_readers, dialects, get_dialect
 from tests.unit.test_loadgen_stream import DONE, chat, ev, run, usage
 
 pytestmark = pytest.mark.unit
@@ -354,3 +356,36 @@ def test_meta_info_totals_counts_only_successful_measured_requests() -> None:
     assert (totals.requests, totals.reported, totals.verify_ct, totals.accepted_drafts) == (2, 1, 10, 15)
     assert not totals.complete
     assert not meta_info_totals(frame([])).complete
+
+
+def test_each_dialect_that_names_its_per_request_counts_reads_them_and_only_it() -> None:
+    for name, dialect in dialects().items():
+        reader = getattr(dialect, "count_reader", None)
+        assert (dialect.request_counts is None) == (reader is None), name
+        if reader is not None:
+            assert dialect.request_counts is not None
+            assert dialect.request_counts.startswith(reader.key), name
+
+
+def test_a_point_reads_its_dialects_counts_and_every_known_one_without_a_dialect() -> None:
+    target = Target("http://x", "m")
+    assert target.counts == ()  # the client reads none unless handed a reader
+    assert with_request_fields(target, get_dialect("sglang")).counts == (SGLANG_COUNTS,)
+    assert with_request_fields(target, get_dialect("trtllm")).counts == ()
+    assert set(with_request_fields(target, None).counts) >= {SGLANG_COUNTS, VLLM_COUNTS}
+    assert len(count_readers(None)) == len({r.key for r in count_readers(None)})
+
+
+def test_a_reader_whose_object_does_not_hold_gives_way_to_the_next() -> None:
+    record = RequestRecord(request_id=0, session_id="s")
+    body = {"metrics": {"unrelated": 1}, "sglext": {"spec_tokens_details": details(4, 6)}}
+    fill_spec_counts(record, body, [VLLM_COUNTS, SGLANG_COUNTS])
+    assert (record.spec_verify_ct, record.spec_accepted_drafts) == (4, 6)
+
+
+def test_a_plugin_dialect_written_before_readers_existed_has_its_counts_unread_and_breaks_nothing() -> None:
+    class OlderDialect:  # a third-party plugin's reader without count_reader
+        name = "older"
+        request_counts = None
+
+    assert count_readers(OlderDialect()) == ()  # type: ignore[arg-type]

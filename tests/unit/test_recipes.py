@@ -611,6 +611,7 @@ def test_sglangs_simulated_expert_routing_is_refused_in_every_flow_and_never_inh
         ("--speculative-accept-threshold-acc=0.5",),
         ("--speculative-accept-threshold-acc", "2"),
         ("--speculative-accept-threshold-single", "x"),
+        ("--speculative-accept-threshold-s", "0.5"),  # argparse reads an unambiguous prefix as the flag
     ],
 )
 def test_sglangs_relaxed_acceptance_is_refused_with_real_acceptance_only(args: tuple[str, ...]) -> None:

@@ -192,6 +192,10 @@ SGLANG_MANAGED_FLAGS = frozenset(
 """Flags the SGLang recipe sets from the config (extra_args may not repeat them)."""
 
 
+_THRESHOLD_PREFIX = len("--speculative-accept-t")
+"""The shortest prefix of the two threshold flags that names no other SGLang flag."""
+
+
 def refuse_unfaithful(config: ServerConfig) -> None:
     """Refuse simulated expert routing (every flow) and a relaxed acceptance threshold with real acceptance.
 
@@ -211,7 +215,8 @@ def refuse_unfaithful(config: ServerConfig) -> None:
     args = config.extra_args
     for i, arg in enumerate(args):
         flag, sep, inline = arg.partition("=")
-        if flag not in SGLANG_LOSSY_THRESHOLDS:
+        # argparse takes an unambiguous prefix of a flag (allow_abbrev): --speculative-accept-threshold-s is one
+        if len(flag) < _THRESHOLD_PREFIX or not any(t.startswith(flag) for t in SGLANG_LOSSY_THRESHOLDS):
             continue
         value = inline if sep else (args[i + 1] if i + 1 < len(args) else "")
         try:
