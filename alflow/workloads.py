@@ -10,7 +10,14 @@ import hashlib
 from importlib import resources
 from pathlib import Path
 
-from alflow.config import BenchmarkParams, RandomWorkload, SpeedBenchWorkload
+from alflow.config import (
+    BenchmarkParams,
+    ModelSpec,
+    RandomWorkload,
+    SamplingParams,
+    SpeedBenchWorkload,
+    ThinkingMode,
+)
 from alflow.config.workloads import LiteratureWorkload
 from alflow.datasets.literature import LiteratureLoad, load_literature
 from alflow.datasets.random_tokens import as_text_sessions, random_sessions
@@ -18,6 +25,7 @@ from alflow.datasets.speed_bench import load_speed_bench
 from alflow.datasets.types import Session
 from alflow.errors import InvalidInputError
 from alflow.evals.run import bundled_gsm8k
+from alflow.loadgen.endpoints import Sampling
 from alflow.plugins import framework_names
 from alflow.registry import get_framework
 
@@ -213,4 +221,35 @@ def check_m2_prompt_memory(params: BenchmarkParams, *, available: int | None = N
         f"workload.isl={isl:,} tokens",
         "lower prompts_per_concurrency, warmup_per_concurrency, the largest concurrency or workload.isl",
         available=available,
+    )
+
+
+def request_sampling(
+    model: ModelSpec,
+    thinking: ThinkingMode,
+    *,
+    max_tokens: int | None = None,
+    fixed_length: int | None = None,
+) -> Sampling:
+    """The loadgen sampling for a model's recommended settings in a thinking mode."""
+    params: SamplingParams = model.sampling(thinking)
+    extra = {
+        key: value
+        for key, value in (
+            ("min_p", params.min_p),
+            ("presence_penalty", params.presence_penalty),
+            ("repetition_penalty", params.repetition_penalty),
+        )
+        if value is not None
+    }
+    return Sampling(
+        max_tokens=fixed_length or max_tokens or params.max_tokens,
+        temperature=params.temperature,
+        top_p=params.top_p,
+        top_k=params.top_k,
+        seed=params.seed,
+        min_tokens=fixed_length,
+        ignore_eos=True if fixed_length else None,
+        chat_template_kwargs=model.chat_template_kwargs(thinking) or None,
+        extra_body=extra,
     )

@@ -82,16 +82,6 @@ class PrefectSteps:
     ) -> PreflightResult:
         return _run(preflight, handle, server, k, dist, subject=subject, timeout_s=timeout_s)
 
-    def request_sampling(
-        self,
-        model: ModelSpec,
-        thinking: ThinkingMode,
-        *,
-        max_tokens: int | None = None,
-        fixed_length: int | None = None,
-    ) -> Sampling:
-        return measure.request_sampling(model, thinking, max_tokens=max_tokens, fixed_length=fixed_length)
-
     def run_load(
         self,
         handle: ServerHandle,

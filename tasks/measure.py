@@ -12,7 +12,7 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
 
 from alflow.acceptance.stats import CI_LEVEL
-from alflow.config import LoadConfig, ModelSpec, SamplingParams, ThinkingMode
+from alflow.config import LoadConfig
 from alflow.datasets.random_tokens import detokenize_sessions
 from alflow.datasets.types import Session
 from alflow.loadgen.client import auth_headers
@@ -25,38 +25,6 @@ from alflow.metrics.prometheus import Snapshot, scrape_all
 from infra.runners import ServerHandle
 from infra.runners.base import handle_api_key
 from tasks.retry import retry_transient
-
-
-def request_sampling(
-    model: ModelSpec,
-    thinking: ThinkingMode,
-    *,
-    max_tokens: int | None = None,
-    fixed_length: int | None = None,
-) -> Sampling:
-    """The loadgen sampling for a model's recommended settings in a thinking mode."""
-    params: SamplingParams = model.sampling(thinking)
-    extra = {
-        key: value
-        for key, value in (
-            ("min_p", params.min_p),
-            ("presence_penalty", params.presence_penalty),
-            ("repetition_penalty", params.repetition_penalty),
-        )
-        if value is not None
-    }
-    return Sampling(
-        max_tokens=fixed_length or max_tokens or params.max_tokens,
-        temperature=params.temperature,
-        top_p=params.top_p,
-        top_k=params.top_k,
-        seed=params.seed,
-        min_tokens=fixed_length,
-        ignore_eos=True if fixed_length else None,
-        chat_template_kwargs=model.chat_template_kwargs(thinking) or None,
-        extra_body=extra,
-    )
-
 
 _log = logging.getLogger(__name__)
 

@@ -56,6 +56,7 @@ from alflow.workloads import (
     al_workload_sessions,
     dataset_description,
     reference_table_keys,
+    request_sampling,
     workload_category,
 )
 
@@ -106,7 +107,7 @@ def measure_calibration_point(
             point_load = LoadConfig.model_validate(
                 {**load.model_dump(), "num_prompts": load.num_prompts or len(sessions)}
             )
-            sampling = steps.request_sampling(model, mode, max_tokens=workload.max_tokens)
+            sampling = request_sampling(model, mode, max_tokens=workload.max_tokens)
             m = steps.run_load(
                 handle,
                 sessions,

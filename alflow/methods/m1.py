@@ -25,7 +25,7 @@ from alflow.preflight import PreflightError
 from alflow.results.store import RunWriter
 from alflow.results.summaries import M1RunSummary
 from alflow.util.redact import redact_url
-from alflow.workloads import dataset_description, speed_bench_sessions
+from alflow.workloads import dataset_description, request_sampling, speed_bench_sessions
 
 FLOW = "m1-gate"
 
@@ -147,7 +147,7 @@ def _al_point(
     load = LoadConfig.model_validate(
         {**params.load.model_dump(), "num_prompts": params.load.num_prompts or len(sessions)}
     )
-    sampling = steps.request_sampling(params.model, params.thinking, max_tokens=params.workload.max_tokens)
+    sampling = request_sampling(params.model, params.thinking, max_tokens=params.workload.max_tokens)
     m = steps.run_load(
         handle, sessions, load, sampling, k=params.k, progress_key="m1-progress", gpus=gpu_layout(server)
     )

@@ -30,7 +30,7 @@ from alflow.metrics.client import GpuLayout
 from alflow.results.store import RunWriter
 from alflow.results.summaries import M2RunSummary
 from alflow.util.redact import redact_url
-from alflow.workloads import random_workload_sessions
+from alflow.workloads import random_workload_sessions, request_sampling
 
 FLOW = "m2-benchmark"
 
@@ -175,7 +175,7 @@ def _measure(
             handle,
             sessions,
             load,
-            steps.request_sampling(params.model, ThinkingMode.OFF, fixed_length=params.workload.osl),
+            request_sampling(params.model, ThinkingMode.OFF, fixed_length=params.workload.osl),
             k=params.k,
             endpoint=params.workload.endpoint,
             warmup_sessions=warm_sessions if planned.warmup else None,

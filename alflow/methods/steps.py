@@ -78,17 +78,6 @@ class Steps(Protocol[H]):
         """The pre-flight burst, judged against the synthetic scheme (None: real acceptance, speculation runs)."""
         ...
 
-    def request_sampling(
-        self,
-        model: ModelSpec,
-        thinking: ThinkingMode,
-        *,
-        max_tokens: int | None = None,
-        fixed_length: int | None = None,
-    ) -> Sampling:
-        """The sampling every request of the run carries (the model's settings in a thinking mode)."""
-        ...
-
     def run_load(
         self,
         handle: H,

@@ -199,16 +199,6 @@ class FakeSteps:
             duration_s=0.5,
         )
 
-    def request_sampling(
-        self,
-        model: ModelSpec,
-        thinking: ThinkingMode,
-        *,
-        max_tokens: int | None = None,
-        fixed_length: int | None = None,
-    ) -> Sampling:
-        return Sampling(max_tokens=fixed_length or max_tokens or 64)
-
     def run_load(
         self,
         handle: FakeHandle,
