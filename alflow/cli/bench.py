@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 from collections.abc import Coroutine, Iterator
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Final, TypeVar
@@ -44,6 +45,7 @@ from alflow.cli.common import (
     POSITIVE,
     Bound,
     check_options,
+    command_of,
     console,
     emit_json,
     err_console,
@@ -123,7 +125,7 @@ BENCH_BOUNDS: Final = register_bounds(
 
 def register(app: typer.Typer) -> None:
     """Add ``bench`` and the ``metrics`` sub-app (``snapshot``) to ``app``."""
-    app.command("bench")(bench_command)
+    app.command("bench")(command_of(BenchOptions, _bench))
     metrics_app = typer.Typer(
         help="Server metrics: scrape and read spec-decode counters.", no_args_is_help=True
     )
@@ -317,58 +319,61 @@ def _check_client_processes(processes: int, auto: bool, warmup: int, concurrency
         )
 
 
-def bench_command(
-    base_url: Annotated[str, typer.Option(help="Server base URL, e.g. http://127.0.0.1:8000.")],
-    endpoint: Annotated[
-        EndpointName, typer.Option(help="OpenAI endpoint to stream from.")
-    ] = EndpointName.chat,
+@dataclass(frozen=True)
+class BenchOptions:
+    """The options of the command, declared once (the command's signature is built from them)."""
+
+    base_url: Annotated[str, typer.Option(help="Server base URL, e.g. http://127.0.0.1:8000.")]
+    endpoint: Annotated[EndpointName, typer.Option(help="OpenAI endpoint to stream from.")] = (
+        EndpointName.chat
+    )
     model: Annotated[
         str | None, typer.Option(help="Served model name (default: the first of /v1/models).")
-    ] = None,
-    dataset: Annotated[DatasetName, typer.Option(help="Workload.")] = DatasetName.random,
+    ] = None
+    dataset: Annotated[DatasetName, typer.Option(help="Workload.")] = DatasetName.random
     input_file: Annotated[
         Path | None,
         typer.Option(
             help="Dataset file: speed-bench or gsm8k JSONL, or custom JSONL (vllm bench serve's: 'prompt', "
             "optional 'output_tokens')."
         ),
-    ] = None,
+    ] = None
     category: Annotated[
         list[str] | None, typer.Option(help="SPEED-Bench category or entropy tier (repeatable).")
-    ] = None,
-    isl: Annotated[int, typer.Option(help="Random prompts: input length (tokens).")] = 1024,
-    osl: Annotated[int, typer.Option(help="Random prompts: output length (tokens).")] = 1024,
+    ] = None
+    isl: Annotated[int, typer.Option(help="Random prompts: input length (tokens).")] = 1024
+    osl: Annotated[int, typer.Option(help="Random prompts: output length (tokens).")] = 1024
     range_ratio: Annotated[
         float, typer.Option(help="Random prompts: input length drawn in [ISL*r, ISL].")
-    ] = 0.8,
-    vocab_size: Annotated[
-        int, typer.Option(help="Random prompts: token ids drawn below this.")
-    ] = DEFAULT_VOCAB_SIZE,
-    num_shots: Annotated[int, typer.Option(help="GSM8K: few-shot examples from --shots-file.")] = 0,
-    shots_file: Annotated[Path | None, typer.Option(help="GSM8K: train file for few-shot examples.")] = None,
-    concurrency: Annotated[int, typer.Option(help="Most sessions in flight.")] = 1,
+    ] = 0.8
+    vocab_size: Annotated[int, typer.Option(help="Random prompts: token ids drawn below this.")] = (
+        DEFAULT_VOCAB_SIZE
+    )
+    num_shots: Annotated[int, typer.Option(help="GSM8K: few-shot examples from --shots-file.")] = 0
+    shots_file: Annotated[Path | None, typer.Option(help="GSM8K: train file for few-shot examples.")] = None
+    concurrency: Annotated[int, typer.Option(help="Most sessions in flight.")] = 1
     request_rate: Annotated[
         float | None, typer.Option(help="Sessions per second (default: unlimited, capped by concurrency).")
-    ] = None,
-    arrival: Annotated[
-        ArrivalName, typer.Option(help="Arrival process with --request-rate.")
-    ] = ArrivalName.poisson,
+    ] = None
+    arrival: Annotated[ArrivalName, typer.Option(help="Arrival process with --request-rate.")] = (
+        ArrivalName.poisson
+    )
     num_prompts: Annotated[
         int | None,
         typer.Option(help="Measured sessions (default: the dataset's rows; random: 10 x concurrency)."),
-    ] = None,
-    duration: Annotated[float | None, typer.Option(help="Measure for this many seconds instead.")] = None,
-    warmup: Annotated[int, typer.Option(help="Warm-up sessions before the measured phase.")] = 0,
-    timeout: Annotated[float, typer.Option(help="Per-request timeout in seconds.")] = 600.0,
+    ] = None
+    duration: Annotated[float | None, typer.Option(help="Measure for this many seconds instead.")] = None
+    warmup: Annotated[int, typer.Option(help="Warm-up sessions before the measured phase.")] = 0
+    timeout: Annotated[float, typer.Option(help="Per-request timeout in seconds.")] = 600.0
     stall_timeout: Annotated[
         float,
         typer.Option(
             help="Abort when the server sends nothing on any open stream for this long (s); 0 = off."
         ),
-    ] = DEFAULT_STALL_TIMEOUT_S,
+    ] = DEFAULT_STALL_TIMEOUT_S
     transport: Annotated[
         TransportName, typer.Option(help="HTTP client: fast (asyncio protocols) or aiohttp.")
-    ] = TransportName.fast,
+    ] = TransportName.fast
     client_processes: Annotated[
         int,
         typer.Option(
@@ -376,7 +381,7 @@ def bench_command(
             "Linux): one Python process saturates near a thousand streams. Concurrency, prompts, warm-up and "
             "request rate are split between them."
         ),
-    ] = 1,
+    ] = 1
     auto_client_processes: Annotated[
         bool,
         typer.Option(
@@ -384,63 +389,61 @@ def bench_command(
             help="Judge the client during the warm-up (CPU share, event-loop lag, streams in flight); when it is "
             "the bottleneck, split the measured phase over one process per core (needs --warmup).",
         ),
-    ] = False,
-    seed: Annotated[int, typer.Option(help="Seed of random prompts and arrivals.")] = 0,
+    ] = False
+    seed: Annotated[int, typer.Option(help="Seed of random prompts and arrivals.")] = 0
     max_tokens: Annotated[
         int | None,
         typer.Option(
             help="Output cap (default: speed-bench 4096, gsm8k 512, random --osl, custom: a row's output_tokens, "
             "else 256); with custom it overrides the rows' output_tokens."
         ),
-    ] = None,
-    temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
-    top_p: Annotated[float | None, typer.Option(help="Sampling top_p.")] = None,
-    top_k: Annotated[int | None, typer.Option(help="Sampling top_k.")] = None,
-    min_tokens: Annotated[int | None, typer.Option(help="min_tokens sent with every request.")] = None,
-    ignore_eos: Annotated[bool | None, typer.Option(help="Send ignore_eos (fixed output lengths).")] = None,
-    thinking: Annotated[
-        Thinking, typer.Option(help="chat_template_kwargs enable_thinking.")
-    ] = Thinking.default,
-    extra_body: Annotated[
-        str | None, typer.Option(help="JSON object merged into every request body.")
-    ] = None,
+    ] = None
+    temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None
+    top_p: Annotated[float | None, typer.Option(help="Sampling top_p.")] = None
+    top_k: Annotated[int | None, typer.Option(help="Sampling top_k.")] = None
+    min_tokens: Annotated[int | None, typer.Option(help="min_tokens sent with every request.")] = None
+    ignore_eos: Annotated[bool | None, typer.Option(help="Send ignore_eos (fixed output lengths).")] = None
+    thinking: Annotated[Thinking, typer.Option(help="chat_template_kwargs enable_thinking.")] = (
+        Thinking.default
+    )
+    extra_body: Annotated[str | None, typer.Option(help="JSON object merged into every request body.")] = None
     metrics_url: Annotated[
         list[str] | None,
         typer.Option(
             help="Prometheus metrics URL (default: found); repeat it for a server with several endpoints "
             "(nodes, data-parallel ranks): their counters are summed."
         ),
-    ] = None,
+    ] = None
     dialect: Annotated[
         str, typer.Option(help="Metrics dialect: auto or a framework (alflow frameworks lists them).")
-    ] = "auto",
-    no_metrics: Annotated[bool, typer.Option(help="Do not scrape server metrics.")] = False,
-    scrape_interval: Annotated[float, typer.Option(help="Background scrape interval (s); 0 = off.")] = 1.0,
-    k: Annotated[int | None, typer.Option(help="Speculative tokens K (for intervals and TRT-LLM).")] = None,
+    ] = "auto"
+    no_metrics: Annotated[bool, typer.Option(help="Do not scrape server metrics.")] = False
+    scrape_interval: Annotated[float, typer.Option(help="Background scrape interval (s); 0 = off.")] = 1.0
+    k: Annotated[int | None, typer.Option(help="Speculative tokens K (for intervals and TRT-LLM).")] = None
     prometheus_url: Annotated[
         str | None,
         typer.Option(
             help="Prometheus server scraping every node (multi-node): the window's counters are read from "
             "it after warm-up and after the load, each time once it has scraped every series again."
         ),
-    ] = None,
-    prometheus_selector: Annotated[str, typer.Option(help='PromQL label selector, e.g. {job="vllm"}.')] = "",
-    tp: Annotated[int, typer.Option(help="Tensor-parallel size (per-GPU throughput).")] = 1,
-    pp: Annotated[int, typer.Option(help="Pipeline-parallel size.")] = 1,
-    cp: Annotated[int, typer.Option(help="Context-parallel size.")] = 1,
-    dp: Annotated[int, typer.Option(help="Data-parallel replicas.")] = 1,
+    ] = None
+    prometheus_selector: Annotated[str, typer.Option(help='PromQL label selector, e.g. {job="vllm"}.')] = ""
+    tp: Annotated[int, typer.Option(help="Tensor-parallel size (per-GPU throughput).")] = 1
+    pp: Annotated[int, typer.Option(help="Pipeline-parallel size.")] = 1
+    cp: Annotated[int, typer.Option(help="Context-parallel size.")] = 1
+    dp: Annotated[int, typer.Option(help="Data-parallel replicas.")] = 1
     nodes: Annotated[
         int, typer.Option(help="Nodes the server's GPUs sit on (reported; the GPU count is tp*pp*cp*dp).")
-    ] = 1,
-    slo_ttft_ms: Annotated[float | None, typer.Option(help="Goodput SLO on TTFT (ms).")] = None,
-    slo_tpot_ms: Annotated[float | None, typer.Option(help="Goodput SLO on TPOT (ms).")] = None,
-    slo_e2el_ms: Annotated[float | None, typer.Option(help="Goodput SLO on E2E latency (ms).")] = None,
-    percentiles: Annotated[str, typer.Option(help="Percentiles to report.")] = "50,90,95,99",
-    out: Annotated[
-        Path | None, typer.Option(help="Write records.parquet, snapshots.json, summary.json.")
-    ] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
+    ] = 1
+    slo_ttft_ms: Annotated[float | None, typer.Option(help="Goodput SLO on TTFT (ms).")] = None
+    slo_tpot_ms: Annotated[float | None, typer.Option(help="Goodput SLO on TPOT (ms).")] = None
+    slo_e2el_ms: Annotated[float | None, typer.Option(help="Goodput SLO on E2E latency (ms).")] = None
+    percentiles: Annotated[str, typer.Option(help="Percentiles to report.")] = "50,90,95,99"
+    out: Annotated[Path | None, typer.Option(help="Write records.parquet, snapshots.json, summary.json.")] = (
+        None
+    )
+    json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False
+    progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True
     api_key: Annotated[
         str | None,
         typer.Option(
@@ -449,85 +452,91 @@ def bench_command(
             help="API key of a server started with --api-key, sent as 'Authorization: Bearer KEY' with every "
             "request; never stored or printed. Default: $OPENAI_API_KEY.",
         ),
-    ] = None,
-) -> None:
+    ] = None
+
+
+def _bench(o: BenchOptions) -> None:
     """Stream a workload at a server; report client metrics and server spec-decode stats."""
-    given = dict(locals())  # the options as typed, by parameter name (--stall-timeout: stall_timeout)
     try:
-        auth_headers(api_key)
-        if api_key and urlparse(base_url).username is not None:
-            raise InvalidInputError(
-                "--base-url carries user:password@ and --api-key (or $OPENAI_API_KEY) is set: a request has one "
-                "Authorization header; give one of them"
-            )
-        check_options({name: given[name[2:].replace("-", "_")] for name in BENCH_BOUNDS}, BENCH_BOUNDS)
-        pcts = check_percentiles(parse_floats(percentiles, "--percentiles"), "--percentiles")
-        if out is not None:
-            check_out_dir(out)
-        extra = _extra_body(extra_body)
-        check_dialect(dialect)
-        _check_client_processes(client_processes, auto_client_processes, warmup, concurrency)
-        template = None if thinking is Thinking.default else {"enable_thinking": thinking is Thinking.on}
-        spec = LoadSpec(
-            concurrency=concurrency,
-            request_rate=request_rate,
-            arrival=arrival.value,
-            num_prompts=num_prompts,
-            duration_s=duration,
-            warmup=warmup,
-            timeout_s=timeout,
-            stall_timeout_s=stall_timeout or None,
-            seed=seed,
-            keep_text=dataset is not DatasetName.random,
-            transport=transport.value,
-            processes=client_processes,
-            auto_processes=auto_client_processes,
-        )
-        spec.check()
-        request = BenchRequest(
-            base_url=base_url,
-            endpoint=endpoint.value,
-            model=model,
-            dataset=dataset,
-            input_file=input_file,
-            categories=tuple(category or ()),
-            random=RandomPrompts(isl=isl, osl=osl, range_ratio=range_ratio, vocab_size=vocab_size),
-            num_shots=num_shots,
-            shots_file=shots_file,
-            seed=seed,
-            spec=spec,
-            sampling=Sampling(
-                max_tokens=max_tokens or (osl if dataset is DatasetName.random else DEFAULT_MAX_TOKENS),
-                temperature=temperature,
-                top_p=top_p,
-                top_k=top_k,
-                min_tokens=min_tokens,
-                ignore_eos=ignore_eos,
-                chat_template_kwargs=template,
-                extra_body=extra,
-            ),
-            max_tokens=max_tokens,
-            metrics_urls=tuple(metrics_url or ()),
-            dialect=dialect,
-            no_metrics=no_metrics,
-            scrape_interval_s=scrape_interval,
-            k=k,
-            prometheus_url=prometheus_url,
-            prometheus_selector=prometheus_selector,
-            gpus=GpuLayout(tp=tp, pp=pp, cp=cp, dp=dp, nodes=nodes),
-            slo=SLO(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms, e2el_ms=slo_e2el_ms),
-            percentiles=tuple(pcts),
-            out=out,
-            api_key=api_key or None,
-        )
+        request = _bench_request(o)
         with (
-            _progress(progress and not json_out and sys.stderr.isatty()) as prog,
+            _progress(o.progress and not o.json_out and sys.stderr.isatty()) as prog,
             _sigterm_as_exit() as watch,
         ):
             result = run_coroutine(watch.run(bench_async(request, progress=prog, warn=warn)))
     except AlflowError as exc:
-        raise fail(str(exc), secrets=(api_key,)) from None
-    _report(result, json_out=json_out, api_key=api_key)
+        raise fail(str(exc), secrets=(o.api_key,)) from None
+    _report(result, json_out=o.json_out, api_key=o.api_key)
+
+
+def _bench_request(o: BenchOptions) -> BenchRequest:
+    """The options checked (one line naming a bad one, before any request) and made the run's request."""
+    auth_headers(o.api_key)
+    if o.api_key and urlparse(o.base_url).username is not None:
+        raise InvalidInputError(
+            "--base-url carries user:password@ and --api-key (or $OPENAI_API_KEY) is set: a request has one "
+            "Authorization header; give one of them"
+        )
+    check_options({name: getattr(o, name[2:].replace("-", "_")) for name in BENCH_BOUNDS}, BENCH_BOUNDS)
+    pcts = check_percentiles(parse_floats(o.percentiles, "--percentiles"), "--percentiles")
+    if o.out is not None:
+        check_out_dir(o.out)
+    extra = _extra_body(o.extra_body)
+    check_dialect(o.dialect)
+    _check_client_processes(o.client_processes, o.auto_client_processes, o.warmup, o.concurrency)
+    template = None if o.thinking is Thinking.default else {"enable_thinking": o.thinking is Thinking.on}
+    spec = LoadSpec(
+        concurrency=o.concurrency,
+        request_rate=o.request_rate,
+        arrival=o.arrival.value,
+        num_prompts=o.num_prompts,
+        duration_s=o.duration,
+        warmup=o.warmup,
+        timeout_s=o.timeout,
+        stall_timeout_s=o.stall_timeout or None,
+        seed=o.seed,
+        keep_text=o.dataset is not DatasetName.random,
+        transport=o.transport.value,
+        processes=o.client_processes,
+        auto_processes=o.auto_client_processes,
+    )
+    spec.check()
+    return BenchRequest(
+        base_url=o.base_url,
+        endpoint=o.endpoint.value,
+        model=o.model,
+        dataset=o.dataset,
+        input_file=o.input_file,
+        categories=tuple(o.category or ()),
+        random=RandomPrompts(isl=o.isl, osl=o.osl, range_ratio=o.range_ratio, vocab_size=o.vocab_size),
+        num_shots=o.num_shots,
+        shots_file=o.shots_file,
+        seed=o.seed,
+        spec=spec,
+        sampling=Sampling(
+            max_tokens=o.max_tokens or (o.osl if o.dataset is DatasetName.random else DEFAULT_MAX_TOKENS),
+            temperature=o.temperature,
+            top_p=o.top_p,
+            top_k=o.top_k,
+            min_tokens=o.min_tokens,
+            ignore_eos=o.ignore_eos,
+            chat_template_kwargs=template,
+            extra_body=extra,
+        ),
+        max_tokens=o.max_tokens,
+        metrics_urls=tuple(o.metrics_url or ()),
+        dialect=o.dialect,
+        no_metrics=o.no_metrics,
+        scrape_interval_s=o.scrape_interval,
+        k=o.k,
+        prometheus_url=o.prometheus_url,
+        prometheus_selector=o.prometheus_selector,
+        gpus=GpuLayout(tp=o.tp, pp=o.pp, cp=o.cp, dp=o.dp, nodes=o.nodes),
+        slo=SLO(ttft_ms=o.slo_ttft_ms, tpot_ms=o.slo_tpot_ms, e2el_ms=o.slo_e2el_ms),
+        percentiles=tuple(pcts),
+        out=o.out,
+        api_key=o.api_key or None,
+    )
 
 
 def _report(result: BenchResult, *, json_out: bool, api_key: str | None) -> None:
