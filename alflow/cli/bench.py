@@ -45,7 +45,6 @@ from alflow.cli.common import (
     POSITIVE,
     Bound,
     check_options,
-    command_of,
     console,
     emit_json,
     err_console,
@@ -71,6 +70,7 @@ from alflow.loadgen.runner import (
 from alflow.metrics.client import SLO, GpuLayout, check_percentiles
 from alflow.reports.markdown import escape_controls
 from alflow.util.redact import redact_url
+from alflow.util.typer_options import command_of
 
 T = TypeVar("T")
 K_RANGE = Bound(K_MIN, high=K_MAX)

@@ -7,14 +7,12 @@ measured something bad (a failed gate, failed requests) exits 1 with its own mes
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import inspect
 import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, ParamSpec, TypeVar, get_type_hints
+from typing import Annotated, ParamSpec, TypeVar
 
 import typer
 from pydantic import ValidationError
@@ -184,34 +182,3 @@ def _unparsed_value(exc: typer.TyperException) -> tuple[str, str, bool] | None:
     if not isinstance(value, str):
         return None
     return str(opts[0]), value, str(error.get("type", "")).startswith("int")
-
-
-Opts = TypeVar("Opts")
-
-
-def command_of(options: type[Opts], run: Callable[[Opts], None]) -> Callable[..., None]:
-    """A Typer command whose options are the fields of the dataclass ``options``, handed to ``run`` as one value.
-
-    Each option is declared once, as a field (its ``Annotated`` type carries the ``typer.Option``, its default the
-    option's): the command's signature is built from the fields, in order, so Typer sees the same options as if
-    they were written out as parameters. ``run``'s docstring is the command's help.
-    """
-    hints = get_type_hints(options, include_extras=True)
-    params = [
-        inspect.Parameter(
-            field.name,
-            inspect.Parameter.KEYWORD_ONLY,
-            default=inspect.Parameter.empty if field.default is dataclasses.MISSING else field.default,
-            annotation=hints[field.name],
-        )
-        for field in dataclasses.fields(options)  # type: ignore[arg-type]
-    ]
-
-    def command(**given: Any) -> None:
-        run(options(**given))
-
-    command.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]
-    command.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}
-    command.__doc__ = run.__doc__
-    command.__name__ = run.__name__.lstrip("_")
-    return command

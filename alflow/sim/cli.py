@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 from collections.abc import Awaitable
-from dataclasses import fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Annotated
 
@@ -24,6 +24,7 @@ from alflow.serving.app import OnReady, run_until_signalled
 from alflow.sim.config import SimConfig, parse_rates, resolve
 from alflow.sim.profiles import DEFAULT_PROFILE
 from alflow.sim.server import LISTENING_PREFIX, serve
+from alflow.util.typer_options import command_of
 
 log = logging.getLogger("alflow.sim")
 
@@ -41,124 +42,126 @@ FRAMEWORK_FLAGS = {"allow_extra_args": True, "ignore_unknown_options": True}
 """Arguments the command does not define are the dialect's own framework flags (``resolve``'s ``framework_args``)."""
 
 
-def serve_command(
-    ctx: typer.Context,
-    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to bind; 0 picks a free one and prints it.")] = 8000,
-    model_name: Annotated[str, typer.Option(help="Model name (served as sim/NAME).")] = "llama-3.3-70b",
+@dataclass(frozen=True)
+class ServeOptions:
+    """The options of the command, declared once (the command's signature is built from them)."""
+
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1"
+    port: Annotated[int, typer.Option(help="Port to bind; 0 picks a free one and prints it.")] = 8000
+    model_name: Annotated[str, typer.Option(help="Model name (served as sim/NAME).")] = "llama-3.3-70b"
     dialect: Annotated[
         str,
         typer.Option(
             help="Framework whose API, metrics and knob sources the simulator speaks (alflow frameworks lists them)."
         ),
-    ] = "vllm",
-    k: Annotated[int, typer.Option("--k", help="Speculative (draft) tokens per step, K.")] = 3,
-    method: Annotated[str, typer.Option(help="Drafting method: mtp, eagle3, draft_model or ngram.")] = "mtp",
+    ] = "vllm"
+    k: Annotated[int, typer.Option("--k", help="Speculative (draft) tokens per step, K.")] = 3
+    method: Annotated[str, typer.Option(help="Drafting method: mtp, eagle3, draft_model or ngram.")] = "mtp"
     synthetic_al: Annotated[
         float | None, typer.Option(help="Synthetic acceptance: target AL (bonus token included).")
-    ] = None,
+    ] = None
     synthetic_rates_text: Annotated[
         str | None,
         typer.Option(
             "--synthetic-rates", help="Synthetic acceptance: unconditional per-position rates p_1..p_K."
         ),
-    ] = None,
+    ] = None
     synthetic_scheme: Annotated[
         str | None, typer.Option(help="Synthetic scheme (default: the dialect's own).")
-    ] = None,
-    max_num_seqs: Annotated[int, typer.Option(help="Most requests running at once; the rest queue.")] = 256,
-    max_model_len: Annotated[int, typer.Option(help="Context limit (prompt + output tokens).")] = 32768,
-    seed: Annotated[int, typer.Option(help="Seed of every random draw.")] = 0,
-    profile: Annotated[str, typer.Option(help="Timing profile (GPU + model).")] = DEFAULT_PROFILE,
-    time_scale: Annotated[float, typer.Option(help="1 = real time; 0 = as fast as possible.")] = 1.0,
+    ] = None
+    max_num_seqs: Annotated[int, typer.Option(help="Most requests running at once; the rest queue.")] = 256
+    max_model_len: Annotated[int, typer.Option(help="Context limit (prompt + output tokens).")] = 32768
+    seed: Annotated[int, typer.Option(help="Seed of every random draw.")] = 0
+    profile: Annotated[str, typer.Option(help="Timing profile (GPU + model).")] = DEFAULT_PROFILE
+    time_scale: Annotated[float, typer.Option(help="1 = real time; 0 = as fast as possible.")] = 1.0
     step_log: Annotated[
         Path | None, typer.Option(help="Append one JSON line per verify step to this file.")
-    ] = None,
+    ] = None
     acceptance_quality: Annotated[
         float, typer.Option(help="Natural acceptance: factor on conditional rates (0.5 = degraded).")
-    ] = 1.0,
+    ] = 1.0
     mean_output_tokens: Annotated[
         int, typer.Option(help="Mean natural output length (without ignore_eos).")
-    ] = 300,
-    answer_key: Annotated[Path | None, typer.Option(help="GSM8K-style JSONL: answer its questions.")] = None,
-    answer_accuracy: Annotated[float, typer.Option(help="Probability an answer-key reply is right.")] = 1.0,
-    startup_delay: Annotated[float, typer.Option(help="Fault: seconds to wait before listening.")] = 0.0,
-    fail_startup: Annotated[
-        bool, typer.Option(help="Fault: exit with an error instead of listening.")
-    ] = False,
+    ] = 300
+    answer_key: Annotated[Path | None, typer.Option(help="GSM8K-style JSONL: answer its questions.")] = None
+    answer_accuracy: Annotated[float, typer.Option(help="Probability an answer-key reply is right.")] = 1.0
+    startup_delay: Annotated[float, typer.Option(help="Fault: seconds to wait before listening.")] = 0.0
+    fail_startup: Annotated[bool, typer.Option(help="Fault: exit with an error instead of listening.")] = (
+        False
+    )
     crash_after_requests: Annotated[
         int | None, typer.Option(help="Fault: the process exits after N completed requests.")
-    ] = None,
-    error_rate: Annotated[float, typer.Option(help="Fault: share of requests answered with HTTP 500.")] = 0.0,
+    ] = None
+    error_rate: Annotated[float, typer.Option(help="Fault: share of requests answered with HTTP 500.")] = 0.0
     stream_error_rate: Annotated[
         float, typer.Option(help="Fault: share of streams that carry an error event inside a 200.")
-    ] = 0.0,
+    ] = 0.0
     stall_after_tokens: Annotated[
         int | None, typer.Option(help="Fault: every request stops emitting after N tokens.")
-    ] = None,
-    sglang_window_steps: Annotated[int, typer.Option(help="SGLang gauges: verify steps per window.")] = 40,
+    ] = None
+    sglang_window_steps: Annotated[int, typer.Option(help="SGLang gauges: verify steps per window.")] = 40
     short_draft_share: Annotated[
         float,
         typer.Option(
             help="Share of verify steps that propose fewer than K drafts (1..K-1), accepts capped by them (0..1)."
         ),
-    ] = 0.0,
+    ] = 0.0
     sglang_token_mode: Annotated[
         str, typer.Option(help="SGLang synthetic output: fixed (token id 100) or real-draft-token.")
-    ] = "fixed",  # noqa: S107 - not a secret
+    ] = "fixed"  # noqa: S105  (a mode, not a password)
     nnodes: Annotated[
         int, typer.Option(help="Nodes the server spans (node R listens on --port + R; the head is rank 0).")
-    ] = 1,
-    node_rank: Annotated[int, typer.Option(help="This node's rank: 0 is the head, 1..N-1 are workers.")] = 0,
+    ] = 1
+    node_rank: Annotated[int, typer.Option(help="This node's rank: 0 is the head, 1..N-1 are workers.")] = 0
     head_addr: Annotated[
         str | None, typer.Option(help="Multi-node: the head's address (workers connect to it).")
-    ] = None,
+    ] = None
     dist_port: Annotated[
         int | None, typer.Option(help="Multi-node: the head's port for workers joining (join protocol).")
-    ] = None,
+    ] = None
     node_parallel: Annotated[
         str,
         typer.Option(
             help="Multi-node: tp (one model across the nodes) or dp (one engine per node, own metrics)."
         ),
-    ] = "tp",
+    ] = "tp"
     join_timeout: Annotated[
         float,
         typer.Option(help="Multi-node: seconds for every worker to join (and a worker to reach the head)."),
-    ] = 300.0,
-    heartbeat_interval: Annotated[float, typer.Option(help="Multi-node: seconds between heartbeats.")] = 0.5,
+    ] = 300.0
+    heartbeat_interval: Annotated[float, typer.Option(help="Multi-node: seconds between heartbeats.")] = 0.5
     peer_timeout: Annotated[
         float, typer.Option(help="Multi-node: a peer silent this many seconds is gone.")
-    ] = 5.0,
+    ] = 5.0
     framework_version: Annotated[
         str | None,
         typer.Option(
             help="The framework version this server reports in its dialect's way (vLLM and TensorRT-LLM "
             "GET /version, SGLang /server_info), for tests of alflow's release gates; default: 'alflow-sim'."
         ),
-    ] = None,
+    ] = None
     ignore_synthetic: Annotated[
         bool,
         typer.Option(
             help="Fault: read the synthetic-acceptance knobs and then ignore them (real acceptance), as an "
             "image that does not honour them would."
         ),
-    ] = False,
+    ] = False
     per_request_spec_decode_metrics: Annotated[
         str,
         typer.Option(
             help="vLLM's per-request acceptance in responses (metrics.speculative_decoding): none, summary or "
             "detailed (dialect vllm only)."
         ),
-    ] = "none",
+    ] = "none"
     sglang_spec_details: Annotated[
         bool,
         typer.Option(
             help="SGLang dialect: answer return_spec_tokens_details with sglext.spec_tokens_details (SGLang PR "
             "#33518); --no-sglang-spec-details ignores the field, as an older SGLang does."
         ),
-    ] = True,
-    log_level: Annotated[str, typer.Option(help="Logging level on stderr.")] = "INFO",
+    ] = True
+    log_level: Annotated[str, typer.Option(help="Logging level on stderr.")] = "INFO"
     api_key: Annotated[
         str | None,
         typer.Option(
@@ -167,15 +170,17 @@ def serve_command(
             help="Require 'Authorization: Bearer KEY' on /v1/* (401 without it), as vLLM's --api-key; "
             "default: $VLLM_API_KEY (pass it by name, e.g. a runner secret, to keep it off the command line).",
         ),
-    ] = None,
-) -> None:
+    ] = None
+
+
+def _serve(ctx: typer.Context, o: ServeOptions) -> None:
     """Run the simulated OpenAI-compatible serving engine (speculative decoding, metrics dialects).
 
     Arguments not listed here are the dialect's framework's own flags, read as that framework reads them (vLLM:
     --speculative-config JSON; ATOM: --num-speculative-tokens, --spec-decode-acceptance-length or -rate).
     """
     logging.basicConfig(
-        level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s"
+        level=o.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s"
     )
     params = ctx.params
     explicit = [
@@ -185,57 +190,15 @@ def serve_command(
     ]
     valid = {f.name for f in fields(SimConfig)}
     try:
-        base = SimConfig(
-            host=host,
-            port=port,
-            model_name=model_name,
-            dialect=dialect,
-            k=k,
-            method=method,
-            synthetic_al=synthetic_al,
-            synthetic_rates=None if synthetic_rates_text is None else parse_rates(synthetic_rates_text),
-            synthetic_scheme=synthetic_scheme,
-            max_num_seqs=max_num_seqs,
-            max_model_len=max_model_len,
-            seed=seed,
-            profile=profile,
-            time_scale=time_scale,
-            step_log=step_log,
-            acceptance_quality=acceptance_quality,
-            mean_output_tokens=mean_output_tokens,
-            answer_key=answer_key,
-            answer_accuracy=answer_accuracy,
-            startup_delay_s=startup_delay,
-            fail_startup=fail_startup,
-            crash_after_requests=crash_after_requests,
-            error_rate=error_rate,
-            stream_error_rate=stream_error_rate,
-            stall_after_tokens=stall_after_tokens,
-            sglang_window_steps=sglang_window_steps,
-            short_draft_share=short_draft_share,
-            sglang_token_mode=sglang_token_mode,
-            nnodes=nnodes,
-            node_rank=node_rank,
-            head_addr=head_addr,
-            dist_port=dist_port,
-            node_parallel=node_parallel,
-            join_timeout_s=join_timeout,
-            heartbeat_s=heartbeat_interval,
-            peer_timeout_s=peer_timeout,
-            api_key=api_key or None,
-            framework_version=framework_version,
-            per_request_spec_decode_metrics=per_request_spec_decode_metrics,
-            sglang_spec_details=sglang_spec_details,
-        )
         config = resolve(
-            base,
+            _sim_config(o),
             explicit=[name for name in explicit if name in valid],
             env=os.environ,
             framework_args=tuple(ctx.args),
         )
         if config.step_log is not None:
             _check_step_log(config.step_log)
-        if ignore_synthetic and config.synthetic:
+        if o.ignore_synthetic and config.synthetic:
             logging.getLogger(__name__).warning(
                 "fault --ignore-synthetic: the synthetic-acceptance setting is read and ignored (real acceptance)"
             )
@@ -248,6 +211,56 @@ def serve_command(
     except AlflowError as exc:
         sys.stderr.write(f"error: {exc}\n")
         raise typer.Exit(1) from None
+
+
+serve_command = command_of(ServeOptions, _serve, context=True)
+"""``alflow sim serve`` (and ``python -m alflow.sim serve``): the options of :class:`ServeOptions`."""
+
+
+def _sim_config(o: ServeOptions) -> SimConfig:
+    """The engine's settings as the options give them (before the environment and framework flags)."""
+    return SimConfig(
+        host=o.host,
+        port=o.port,
+        model_name=o.model_name,
+        dialect=o.dialect,
+        k=o.k,
+        method=o.method,
+        synthetic_al=o.synthetic_al,
+        synthetic_rates=None if o.synthetic_rates_text is None else parse_rates(o.synthetic_rates_text),
+        synthetic_scheme=o.synthetic_scheme,
+        max_num_seqs=o.max_num_seqs,
+        max_model_len=o.max_model_len,
+        seed=o.seed,
+        profile=o.profile,
+        time_scale=o.time_scale,
+        step_log=o.step_log,
+        acceptance_quality=o.acceptance_quality,
+        mean_output_tokens=o.mean_output_tokens,
+        answer_key=o.answer_key,
+        answer_accuracy=o.answer_accuracy,
+        startup_delay_s=o.startup_delay,
+        fail_startup=o.fail_startup,
+        crash_after_requests=o.crash_after_requests,
+        error_rate=o.error_rate,
+        stream_error_rate=o.stream_error_rate,
+        stall_after_tokens=o.stall_after_tokens,
+        sglang_window_steps=o.sglang_window_steps,
+        short_draft_share=o.short_draft_share,
+        sglang_token_mode=o.sglang_token_mode,
+        nnodes=o.nnodes,
+        node_rank=o.node_rank,
+        head_addr=o.head_addr,
+        dist_port=o.dist_port,
+        node_parallel=o.node_parallel,
+        join_timeout_s=o.join_timeout,
+        heartbeat_s=o.heartbeat_interval,
+        peer_timeout_s=o.peer_timeout,
+        api_key=o.api_key or None,
+        framework_version=o.framework_version,
+        per_request_spec_decode_metrics=o.per_request_spec_decode_metrics,
+        sglang_spec_details=o.sglang_spec_details,
+    )
 
 
 def _check_step_log(path: Path) -> None:

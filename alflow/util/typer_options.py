@@ -1,0 +1,48 @@
+"""Typer commands built from a dataclass of their options: each option declared once, handed over as one value."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar, get_type_hints
+
+import typer
+
+Opts = TypeVar("Opts")
+
+
+def command_of(
+    options: type[Opts], run: Callable[..., None], *, context: bool = False
+) -> Callable[..., None]:
+    """A Typer command whose options are the fields of the dataclass ``options``, handed to ``run`` as one value.
+
+    Each option is declared once, as a field (its ``Annotated`` type carries the ``typer.Option``, its default the
+    option's): the command's signature is built from the fields, in order, so Typer sees the same options as if
+    they were written out as parameters. ``run``'s docstring is the command's help. ``context``: ``run`` takes the
+    click context first (``run(ctx, options)``), for a command that reads its extra arguments or option sources.
+    """
+    hints = get_type_hints(options, include_extras=True)
+    ctx = [inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)]
+    params = ctx[: int(context)] + [
+        inspect.Parameter(
+            field.name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=inspect.Parameter.empty if field.default is dataclasses.MISSING else field.default,
+            annotation=hints[field.name],
+        )
+        for field in dataclasses.fields(options)  # type: ignore[arg-type]
+    ]
+
+    def command(**given: Any) -> None:
+        if context:
+            ctx_value = given.pop("ctx")
+            run(ctx_value, options(**given))
+        else:
+            run(options(**given))
+
+    command.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}
+    command.__doc__ = run.__doc__
+    command.__name__ = run.__name__.lstrip("_")
+    return command
