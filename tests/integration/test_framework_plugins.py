@@ -15,7 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from alflow.plugins import BUILTIN
+
 pytestmark = pytest.mark.integration
+
+BUILT_IN = [spec.name for spec in BUILTIN]
+"""The built-in frameworks, in the order lists show them."""
 
 SPEC = """
 from alflow.plugins import FrameworkSpec
@@ -94,7 +99,7 @@ def test_a_plugin_from_an_entry_point_is_a_framework_like_the_built_in_ones(tmp_
     assert listed.returncode == 0, listed.stderr
     data = json.loads(listed.stdout)
     names = [f["name"] for f in data["frameworks"]]
-    assert names == ["vllm", "sglang", "trtllm", "atom", "sim", "tiny", "demoengine"]
+    assert names == [*BUILT_IN, "demoengine"]
     demo = data["frameworks"][-1]
     assert demo["source"] == "demo_engine_alflow.plugin:PLUGIN"
     assert demo["title"] == "Demo Engine"
@@ -119,7 +124,7 @@ def test_a_broken_plugin_is_left_out_with_its_reason_and_the_rest_work(
     listed = _run(tmp_path, sys.executable, "-m", "alflow.cli", "frameworks", "--json")
     assert listed.returncode == 0, listed.stderr
     data = json.loads(listed.stdout)
-    assert [f["name"] for f in data["frameworks"]] == ["vllm", "sglang", "trtllm", "atom", "sim", "tiny"]
+    assert [f["name"] for f in data["frameworks"]] == BUILT_IN
     (left_out,) = data["left_out"]
     assert reason in left_out
     assert "framework plugin left out" in listed.stderr

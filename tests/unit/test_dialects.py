@@ -14,6 +14,7 @@ from alflow.frameworks.trtllm import names as trtllm_names
 from alflow.metrics.dialects import MissingMetricsError
 from alflow.metrics.prometheus import SnapshotWindow, parse_exposition
 from alflow.metrics.readers import candidate_metrics_urls, detect, dialects, get_dialect
+from alflow.plugins import BUILTIN
 from tests.unit.test_prometheus import prometheus  # noqa: F401  (fixture reuse)
 
 pytestmark = pytest.mark.unit
@@ -178,7 +179,7 @@ def test_metrics_urls() -> None:
         "http://h:8000/metrics",
         "http://h:8000/prometheus/metrics",
     ]
-    assert set(dialects()) == {"vllm", "sglang", "trtllm", "atom"}
+    assert set(dialects()) == {spec.name for spec in BUILTIN if spec.dialect}
 
 
 def test_vllm_from_promql_window(prometheus: str) -> None:  # noqa: F811

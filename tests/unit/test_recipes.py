@@ -21,6 +21,7 @@ from alflow.frameworks.trtllm.names import TRTLLM_METRICS_PATH
 from alflow.frameworks.trtllm.recipe import TRTLLM_OPTIONS_FILE
 from alflow.frameworks.vllm.names import VLLM_METRICS_PATH
 from alflow.frameworks.vllm.recipe import VLLM_SYNTHETIC_ONLY_ENV
+from alflow.plugins import BUILTIN
 from infra.errors import RecipeError
 from infra.runners.base import inherited_env
 
@@ -459,7 +460,7 @@ def test_sim_carries_each_frameworks_knob_path() -> None:
 
 
 def test_registry_has_every_framework_and_unknown_is_an_error() -> None:
-    assert set(recipes()) == {"vllm", "sglang", "trtllm", "atom", "sim", "tiny"}
+    assert set(recipes()) == {spec.name for spec in BUILTIN}
     for name, recipe in recipes().items():
         assert recipe.framework == name
     with pytest.raises(RecipeError, match="known: vllm"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import types
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.unit
 def test_the_dialects_of_the_specs_are_the_plugins_with_a_reader_and_an_emitter() -> None:
     speaking = tuple(f.name for f in frameworks() if f.metrics is not None and f.sim is not None)
     assert dialect_names() == speaking
-    assert set(speaking) == {"vllm", "sglang", "trtllm", "atom"}
+    assert set(speaking) == {spec.name for spec in plugins.BUILTIN if spec.dialect}
     assert check_dialect("atom") == "atom"
     with pytest.raises(InvalidInputError, match=r"dialect 'sim' is not one of vllm, sglang, trtllm, atom"):
         check_dialect("sim")
@@ -73,3 +74,13 @@ def test_a_plugin_object_that_is_not_a_framework_is_refused(fake_spec: types.Mod
     fake_spec.PLUGIN = object()
     with pytest.raises(PluginError, match=r"fake_engine_plugin:PLUGIN is not a Framework named 'fakeengine'"):
         get_framework("fakeengine")
+
+
+def test_every_plugin_folder_is_one_built_in_framework_and_every_built_in_one_has_its_folder() -> None:
+    """A framework of alflow's own is one folder (``alflow/frameworks/<name>/plugin.py``) and one line in BUILTIN."""
+    home = Path(plugins.__file__).parent / "frameworks"
+    folders = {p.parent.name for p in home.glob("*/plugin.py")}
+    assert folders == {spec.name for spec in plugins.BUILTIN}
+    for spec in plugins.BUILTIN:
+        assert spec.plugin == f"alflow.frameworks.{spec.name}.plugin:PLUGIN"
+        assert spec.config.startswith(f"alflow.frameworks.{spec.name}.config:")
