@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 from collections.abc import Coroutine, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Final, TypeVar
@@ -452,7 +452,7 @@ class BenchOptions:
             help="API key of a server started with --api-key, sent as 'Authorization: Bearer KEY' with every "
             "request; never stored or printed. Default: $OPENAI_API_KEY.",
         ),
-    ] = None
+    ] = field(default=None, repr=False)  # never shown
 
 
 def _bench(o: BenchOptions) -> None:

@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 from collections.abc import Awaitable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Annotated
 
@@ -170,7 +170,7 @@ class ServeOptions:
             help="Require 'Authorization: Bearer KEY' on /v1/* (401 without it), as vLLM's --api-key; "
             "default: $VLLM_API_KEY (pass it by name, e.g. a runner secret, to keep it off the command line).",
         ),
-    ] = None
+    ] = field(default=None, repr=False)  # never shown
 
 
 def _serve(ctx: typer.Context, o: ServeOptions) -> None:

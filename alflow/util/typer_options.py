@@ -5,11 +5,23 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable
-from typing import Any, TypeVar, get_type_hints
+from typing import Any, Literal, TypeVar, get_type_hints, overload
 
 import typer
 
 Opts = TypeVar("Opts")
+
+
+@overload
+def command_of(
+    options: type[Opts], run: Callable[[Opts], None], *, context: Literal[False] = False
+) -> Callable[..., None]: ...
+
+
+@overload
+def command_of(
+    options: type[Opts], run: Callable[[typer.Context, Opts], None], *, context: Literal[True]
+) -> Callable[..., None]: ...
 
 
 def command_of(
@@ -21,8 +33,15 @@ def command_of(
     option's): the command's signature is built from the fields, in order, so Typer sees the same options as if
     they were written out as parameters. ``run``'s docstring is the command's help. ``context``: ``run`` takes the
     click context first (``run(ctx, options)``), for a command that reads its extra arguments or option sources.
+    A field Typer could not show as an option (a ``default_factory``, ``init=False``, one named ``ctx``) is refused.
     """
     hints = get_type_hints(options, include_extras=True)
+    fields = dataclasses.fields(options)  # type: ignore[arg-type]
+    for field in fields:
+        if field.default_factory is not dataclasses.MISSING or not field.init or field.name == "ctx":
+            raise TypeError(
+                f"{options.__name__}.{field.name}: an option needs a plain default (or none) and init; not ctx"
+            )
     ctx = [inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)]
     params = ctx[: int(context)] + [
         inspect.Parameter(
@@ -31,7 +50,7 @@ def command_of(
             default=inspect.Parameter.empty if field.default is dataclasses.MISSING else field.default,
             annotation=hints[field.name],
         )
-        for field in dataclasses.fields(options)  # type: ignore[arg-type]
+        for field in fields
     ]
 
     def command(**given: Any) -> None:
@@ -44,5 +63,5 @@ def command_of(
     command.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]
     command.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}
     command.__doc__ = run.__doc__
-    command.__name__ = run.__name__.lstrip("_")
+    command.__name__ = run.__name__.removeprefix("_")
     return command

@@ -60,6 +60,7 @@ from alflow.reference.table import Key, ReferenceTable, ReferenceTableError
 from alflow.results.manifest import ServerProvenance
 from alflow.results.store import RunWriter
 from alflow.results.summaries import StoredSummary, store_summary
+from alflow.workloads import request_sampling
 
 pytestmark = pytest.mark.unit
 
@@ -157,6 +158,8 @@ class FakeSteps:
     knobs: Mapping[str, object] = field(default_factory=lambda: {"scheme": "vllm"})
     preflight_passes: bool = True
     calls: list[str] = field(default_factory=list)
+    samplings: list[Sampling] = field(default_factory=list)
+    """The sampling each run_load was given."""
     stored: list[Mapping[str, Any]] = field(default_factory=list)
     reports: list[str] = field(default_factory=list)
     """The key of each report rendered."""
@@ -213,6 +216,7 @@ class FakeSteps:
         gpus: GpuLayout | None = None,
     ) -> Measurement:
         self.calls.append(f"load c{load.concurrency} n{len(sessions)}")
+        self.samplings.append(sampling)
         answer = self.loads.pop(0)
         if isinstance(answer, BaseException):
             raise answer
@@ -346,6 +350,8 @@ def test_every_planned_point_is_measured_audited_stored_and_reported(tmp_path: P
     assert summary["tables"]["spec_stats"].height == 4
     assert summary["tables"]["requests"]["repeat"].to_list()[:4] == [0] * 4
     assert steps.reports == ["m2-test-llama-k3"]
+    # random prompts of a fixed output length, the model's own settings otherwise
+    assert {(s.max_tokens, s.min_tokens, s.ignore_eos) for s in steps.samplings} == {(8, 8, True)}
 
 
 def test_an_aborted_point_ends_the_sweep_and_fails_the_run_after_storing_it(tmp_path: Path) -> None:
@@ -447,6 +453,8 @@ def test_m1_passes_at_the_reference_and_announces_it_after_storing(tmp_path: Pat
     (summary,) = steps.stored
     assert summary["passed"] is True
     assert summary["tables"]["spec_stats"]["reference_al"].to_list() == [2.5]
+    (sampling,) = steps.samplings  # the workload's output cap, no fixed length
+    assert (sampling.max_tokens, sampling.min_tokens, sampling.ignore_eos) == (64, None, None)
 
 
 def test_m1_below_the_reference_fails_after_storing_and_announces_nothing(tmp_path: Path) -> None:
@@ -533,3 +541,29 @@ def test_m0_refuses_a_table_of_the_other_kind_before_measuring(tmp_path: Path) -
     )
     with pytest.raises(ReferenceTableError, match="is a measured table; refusing to add simulated values"):
         check_reference_target(params)
+
+
+def test_the_sampling_of_a_run_is_the_models_settings_in_its_thinking_mode() -> None:
+    model = ModelSpec(
+        id="m",
+        reasoning=True,
+        sampling_thinking_on=SamplingParams(temperature=0.6, top_p=0.95, min_p=0.0, max_tokens=2048),
+        sampling_thinking_off=SamplingParams(temperature=0.0, repetition_penalty=1.1, seed=3),
+    )
+    on = request_sampling(model, ThinkingMode.ON)
+    assert (on.temperature, on.top_p, on.max_tokens, on.min_tokens, on.ignore_eos) == (
+        0.6,
+        0.95,
+        2048,
+        None,
+        None,
+    )
+    assert on.extra_body == {"min_p": 0.0}  # a setting left unset is not sent
+    assert on.chat_template_kwargs == {"enable_thinking": True}
+    off = request_sampling(model, ThinkingMode.OFF, max_tokens=100)
+    assert (off.temperature, off.seed, off.max_tokens) == (0.0, 3, 100)
+    assert off.extra_body == {"repetition_penalty": 1.1}
+    assert off.chat_template_kwargs == {"enable_thinking": False}
+    fixed = request_sampling(model, ThinkingMode.OFF, max_tokens=100, fixed_length=8)  # random prompts (M2)
+    assert (fixed.max_tokens, fixed.min_tokens, fixed.ignore_eos) == (8, 8, True)
+    assert request_sampling(ModelSpec(id="plain"), ThinkingMode.OFF).chat_template_kwargs is None
