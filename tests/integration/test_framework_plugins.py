@@ -88,9 +88,82 @@ def _install(root: Path, entry: str) -> None:
     (info / "entry_points.txt").write_text(f"[alflow.frameworks]\n{entry}\n")
 
 
-def _run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _run(root: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run(args, capture_output=True, text=True, env=env, timeout=120, check=False)
+    return subprocess.run(args, capture_output=True, text=True, env=env, timeout=120, check=False, cwd=cwd)
+
+
+FIFTH = {
+    "spec": """
+        from alflow.plugins import FrameworkSpec
+
+        SPEC = FrameworkSpec("fifth", "fifth_alflow.config:FifthServer", "fifth_alflow.plugin:PLUGIN")
+    """,
+    "config": """
+        from typing import Literal
+
+        from pydantic import Field
+
+        from alflow.frameworks.sim.config import SimServer
+
+
+        class FifthServer(SimServer):
+            framework: Literal["fifth"] = Field("fifth", description="Serving framework: fifth.")
+    """,
+    "plugin": """
+        from dataclasses import dataclass
+
+        from alflow.frameworks.sim.recipe import SimRecipe
+        from alflow.registry import Framework
+
+
+        @dataclass(frozen=True)
+        class FifthRecipe(SimRecipe):
+            framework: str = "fifth"
+            default_image: str | None = "fifth/engine:1.0"
+
+
+        PLUGIN = Framework(name="fifth", title="Fifth Engine", recipe=FifthRecipe())
+    """,
+}
+"""A fifth framework as a third party writes it: alflow's simulated engine under a name of its own (it speaks vLLM's
+API and metrics), in one package: its spec, its config model and its plugin."""
+FIFTH_PRESET = """
+description: "a fifth framework (alflow's simulated engine under its own name) as a local process"
+server: {framework: fifth, model: demo-llama-70b, extra_args: ["--time-scale", "0"]}
+placement: {runner: {kind: process}, results_root: results}
+model: {id: demo-llama-70b}
+method: mtp
+k: 3
+benchmark:
+  workload: {kind: random, isl: 64, osl: 32}
+  concurrencies: [4]
+"""
+
+
+def test_a_fifth_framework_is_one_package_one_entry_point_and_one_preset_and_runs_m2(tmp_path: Path) -> None:
+    package = tmp_path / "fifth_alflow"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for name, text in FIFTH.items():
+        (package / f"{name}.py").write_text(textwrap.dedent(text))
+    info = tmp_path / "fifth_alflow-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fifth-alflow\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[alflow.frameworks]\nfifth = fifth_alflow.spec:SPEC\n")
+    work = tmp_path / "work"
+    (work / "presets").mkdir(parents=True)
+    (work / "presets" / "fifth.yaml").write_text(FIFTH_PRESET)
+    run = _run(
+        tmp_path, sys.executable, "-m", "alflow.cli", "run", "m2", "--preset", "fifth", "--target-al", "2.5", "--json",
+        cwd=work,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    outcome = json.loads(run.stdout)
+    (point,) = outcome["points"]
+    assert (point["framework"], point["valid"], point["target_al"]) == ("fifth", True, 2.5)
+    assert point["audit"].startswith("synthetic audit passed for fifth K=3 concurrency 4")
+    assert (work / outcome["run_dir"] / "report.md").exists()
 
 
 def test_a_plugin_from_an_entry_point_is_a_framework_like_the_built_in_ones(tmp_path: Path) -> None:
