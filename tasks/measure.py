@@ -21,10 +21,8 @@ from alflow.loadgen.records import RequestRecord
 from alflow.loadgen.runner import LoadSpec, Target
 from alflow.measure import PARTIAL_ATTR, Measurement, interrupted_measurement, measure, window_stats
 from alflow.metrics.client import GpuLayout
-from alflow.metrics.prometheus import Snapshot, scrape_all
 from infra.runners import ServerHandle
 from infra.runners.base import handle_api_key
-from tasks.retry import retry_transient
 
 _log = logging.getLogger(__name__)
 
@@ -199,15 +197,3 @@ def spec_stats(measurement: Measurement, k: int | None, level: float = CI_LEVEL)
     elif m.stats_error:
         log.error("server-side stats unavailable: %s", m.stats_error)
     return m
-
-
-@task(
-    name="scrape_metrics",
-    retries=2,
-    retry_delay_seconds=2,
-    retry_condition_fn=retry_transient,
-    cache_policy=NO_CACHE,
-)
-def scrape_metrics(handle: ServerHandle) -> Snapshot:
-    """One scrape of the server: every metrics endpoint it has, counters summed over them."""
-    return asyncio.run(scrape_all(handle.all_metrics_urls))

@@ -10,7 +10,7 @@ from prefect.cache_policies import NO_CACHE
 from alflow.acceptance.synthetic import AcceptanceDistribution
 from alflow.config import ServerConfig, SpecMethod
 from alflow.frameworks.recipes import preflight_hints, speculative_label
-from alflow.preflight import Expectation, PreflightError, PreflightResult, run_preflight
+from alflow.preflight import Expectation, PreflightResult, run_preflight
 from infra.runners import ServerHandle
 from infra.runners.base import handle_api_key
 
@@ -54,9 +54,3 @@ def preflight(
     )
     (log.info if result.passed else log.error)("%s (%.1f s)", result.message, result.duration_s)
     return result
-
-
-def require_preflight(result: PreflightResult) -> None:
-    """Raise :class:`PreflightError` with the result's message when the pre-flight failed."""
-    if not result.passed:
-        raise PreflightError(result.message)

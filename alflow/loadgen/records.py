@@ -111,10 +111,6 @@ class RequestRecord:
         """True when the request completed without an error."""
         return self.error is None
 
-    def as_row(self) -> dict[str, object]:
-        """The record as a dict with the keys of :data:`RECORD_SCHEMA`."""
-        return {name: getattr(self, name) for name in RECORD_SCHEMA}
-
 
 def records_frame(records: Iterable[RequestRecord]) -> pl.DataFrame:
     """Records as a polars DataFrame with the fixed :data:`RECORD_SCHEMA` (empty input allowed)."""

@@ -184,10 +184,3 @@ class Tokenizer:
 def get_tokenizer() -> Tokenizer:
     """The process-wide tokenizer (built once, about 20 ms)."""
     return Tokenizer()
-
-
-def check_text(value: object, name: str) -> str:
-    """Return ``value`` if it is a string, else raise InvalidInputError naming ``name``."""
-    if not isinstance(value, str):
-        raise InvalidInputError(f"{name} must be a string, got {type(value).__name__}")
-    return value
