@@ -411,18 +411,24 @@ def _fetch_emits(port: int) -> dict[str, list[int]]:
         return json.loads(resp.read())
 
 
-def main() -> None:
-    concs = [int(c) for c in ARGS.concurrency.split(",")]
+def _clients(tok: Path) -> list[str]:
+    """The clients asked for; aiperf only where it can run the same load (its tokenizer made, no --isl)."""
     clients = ["alflow", "alflow-clock", "alflow-aiohttp", "bare"] + (["aiperf"] if ARGS.aiperf else [])
     if ARGS.clients:
         clients = [c for c in clients if c in ARGS.clients.split(",")]
-    tmp = Path(tempfile.mkdtemp(prefix="alflow-overhead-"))
-    tok = tmp / "tokenizer"
     if "aiperf" in clients and ARGS.isl:
         print("aiperf left out: it draws its own prompts, not --isl's", file=sys.stderr)
         clients.remove("aiperf")
     if "aiperf" in clients and not _make_tokenizer(tok):
         clients.remove("aiperf")
+    return clients
+
+
+def main() -> None:
+    concs = [int(c) for c in ARGS.concurrency.split(",")]
+    tmp = Path(tempfile.mkdtemp(prefix="alflow-overhead-"))
+    tok = tmp / "tokenizer"
+    clients = _clients(tok)
     rows: list[dict[str, Any]] = []
     loads = {
         "sim-ts0": [sys.executable, "-m", "alflow.sim", "serve", "--port", "0", "--dialect", "vllm", "--k", "3",
