@@ -51,11 +51,6 @@ from alflow.metrics.prometheus import (
 )
 from alflow.metrics.readers import count_readers, get_dialect
 
-
-class MeasurementError(AlflowError):
-    """A point could not be measured (the load aborted)."""
-
-
 PARTIAL_ATTR = "alflow_partial_measurement"
 """Attribute set on a SIGTERM / Ctrl-C exception that stopped a load: the :class:`Measurement` so far."""
 
@@ -112,11 +107,6 @@ class Measurement:
         if self.baseline is not None and self.final is None and self.stats_error and self.client.failed:
             return f"the server stopped answering: {self.client.failed} measured request(s) failed and {self.stats_error}"
         return None
-
-    def raise_if_aborted(self) -> None:
-        """Raise :class:`MeasurementError` when the load aborted."""
-        if self.aborted is not None:
-            raise MeasurementError(f"{self.aborted} ({self.records.height} requests recorded)")
 
     def spec_block(self) -> dict[str, Any]:
         """Server-side results as JSON-ready data (stats, error, resets, scrape counts)."""

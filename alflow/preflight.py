@@ -40,6 +40,8 @@ PREFLIGHT_CONCURRENCY = 8
 PREFLIGHT_OUTPUT_TOKENS = 96
 REAL_PREFLIGHT_REQUESTS = 4
 REAL_PREFLIGHT_OUTPUT_TOKENS = 32
+PREFLIGHT_TIMEOUT_S = 60.0
+"""A burst request's timeout (and stall timeout), unless the run's own are shorter."""
 """Before M0/M1 (real acceptance) the burst only has to show speculation running with K: smaller."""
 PREFLIGHT_ABS_TOL = 0.05
 """The smallest allowed deviation of a pre-flight's AL from the expected one (a burst is short)."""
@@ -159,7 +161,7 @@ async def run_preflight(
     expect: Expectation,
     *,
     subject: str,
-    timeout_s: float = 60.0,
+    timeout_s: float = PREFLIGHT_TIMEOUT_S,
     api_key: str | None = None,
 ) -> PreflightResult:
     """Send the burst (random prompts, fixed output length, ``ignore_eos``) and judge it.

@@ -17,7 +17,7 @@ from alflow.methods.outcomes import M2Outcome
 from alflow.workloads import check_m2_prompt_memory
 from flows.common import dry_run_plan, label_flow_run, new_run_writer
 from flows.presets import m2_params, run_name
-from flows.steps import PrefectSteps
+from flows.steps import PREFECT_STEPS
 
 
 @flow(
@@ -67,4 +67,4 @@ def benchmark(
     )
     label_flow_run(f"model:{params.model.id}", f"framework:{server.framework}", f"k:{params.k}", "m2")
     with writer:
-        return run_m2(params, target, server, writer, PrefectSteps())
+        return run_m2(params, target, server, writer, PREFECT_STEPS)

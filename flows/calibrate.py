@@ -43,7 +43,7 @@ from alflow.methods.outcomes import M0Outcome
 from alflow.reference.table import ReferenceTableError
 from flows.common import check_outputs, dry_run_plan, label_flow_run, new_run_writer, run_id
 from flows.presets import m0_params, run_name
-from flows.steps import PrefectSteps
+from flows.steps import PREFECT_STEPS
 
 __all__ = ["POINT_VERSION", "PartialPointError", "calibrate", "calibrate_point"]
 
@@ -87,7 +87,7 @@ def calibrate_point(
     """
     del dataset_hash
     return measure_calibration_point(
-        PrefectSteps(), server, placement, model, thinking, workload, load, check_first
+        PREFECT_STEPS, server, placement, model, thinking, workload, load, check_first
     )
 
 
@@ -156,4 +156,4 @@ def calibrate(
     measure = _measurer(params, target.dataset["dataset_hash"])
     label_flow_run(f"framework:{params.server.framework}", "m0")
     with writer:
-        return run_m0(params, target, writer, PrefectSteps(), measure, flow_run_id=run_id())
+        return run_m0(params, target, writer, PREFECT_STEPS, measure, flow_run_id=run_id())

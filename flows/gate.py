@@ -18,7 +18,7 @@ from alflow.methods.m1 import run_m1
 from alflow.methods.outcomes import M1Outcome
 from flows.common import dry_run_plan, label_flow_run, new_run_writer
 from flows.presets import m1_params, run_name
-from flows.steps import PrefectSteps
+from flows.steps import PREFECT_STEPS
 
 
 @flow(
@@ -73,4 +73,4 @@ def gate(
         engine_note=server.engine_note,
     )
     label_flow_run(f"model:{params.model.id}", f"framework:{server.framework}", f"k:{params.k}", "m1")
-    return run_m1(params, reference, server, writer, PrefectSteps())  # enters the run directory itself
+    return run_m1(params, reference, server, writer, PREFECT_STEPS)  # enters the run directory itself

@@ -44,7 +44,7 @@ from flows.benchmark import benchmark
 from flows.common import dry_run_plan, label_flow_run, measured, new_run_writer
 from flows.gate import gate
 from flows.presets import run_name, sweep_params_of
-from flows.steps import PrefectSteps
+from flows.steps import PREFECT_STEPS
 from tasks.fanout import ChildRunFailedError, cache_options, deployment_pools, read_m2_points, run_child
 
 
@@ -216,4 +216,4 @@ def sweep(
             results, points = _in_process(params)
         else:
             results, points, lost = _fanned_out(params, f"sweep-{writer.run_id}")
-        return conclude_sweep(params, writer, PrefectSteps(), results, points, lost)
+        return conclude_sweep(params, writer, PREFECT_STEPS, results, points, lost)

@@ -1,11 +1,10 @@
-"""Gate tasks: the M1 AL gate, the GSM8K accuracy gate, the M2 synthetic audit."""
+"""Gate steps: the M1 AL gate, the GSM8K accuracy gate, the M2 synthetic audit (``flows/steps.py`` makes them tasks)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from prefect import get_run_logger, task
-from prefect.cache_policies import NO_CACHE
+from prefect import get_run_logger
 
 from alflow.acceptance.stats import SpecStats
 from alflow.acceptance.synthetic import AcceptanceDistribution
@@ -25,19 +24,16 @@ def _log(verdict: Verdict) -> Verdict:
     return verdict
 
 
-@task(name="check_al_gate", cache_policy=NO_CACHE)
 def check_al_gate(stats: SpecStats, reference_al: float, tolerances: GateTolerances, subject: str) -> Verdict:
     """M1: achieved AL against ``reference - max(abs_tol, rel_tol x reference)``."""
     return _log(al_gate(stats, reference_al, tolerances, subject=subject))
 
 
-@task(name="check_accuracy_gate", cache_policy=NO_CACHE)
 def check_accuracy_gate(
     handle: ServerHandle,
     model: ModelSpec,
     thinking: ThinkingMode,
     settings: Gsm8kSettings,
-    *,
     synthetic: bool,
 ) -> tuple[Verdict, EvalResult]:
     """M1: GSM8K strict-match and flexible-extract against the model's threshold."""
@@ -61,7 +57,6 @@ def check_accuracy_gate(
     return _log(accuracy_gate(result, threshold)), result
 
 
-@task(name="audit_synthetic", cache_policy=NO_CACHE)
 def audit_synthetic(
     stats: SpecStats, distribution: AcceptanceDistribution, abs_tol: float, subject: str
 ) -> Verdict:

@@ -1,26 +1,21 @@
-"""Measurement tasks: one measured point (never retried, never cached) and a metrics scrape."""
+"""Measurement steps (tasks by ``flows/steps.py``): one measured point, never retried, and its statistics."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
 
-from prefect import get_run_logger, task
+from prefect import get_run_logger
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
-from prefect.cache_policies import NO_CACHE
 
-from alflow.acceptance.stats import CI_LEVEL
 from alflow.config import LoadConfig
 from alflow.datasets.random_tokens import detokenize_sessions
-from alflow.datasets.types import Session
 from alflow.loadgen.client import auth_headers
-from alflow.loadgen.endpoints import Sampling
 from alflow.loadgen.records import RequestRecord
 from alflow.loadgen.runner import LoadSpec, Target
 from alflow.measure import PARTIAL_ATTR, Measurement, interrupted_measurement, measure, window_stats
-from alflow.metrics.client import GpuLayout
+from alflow.methods.steps import PointLoad
 from infra.runners import ServerHandle
 from infra.runners.base import handle_api_key
 
@@ -61,60 +56,46 @@ class _ProgressArtifact:
                 self.artifact_id = None
 
 
-@task(name="run_load", retries=0, cache_policy=NO_CACHE)
-def run_load(
-    handle: ServerHandle,
-    sessions: Sequence[Session],
-    load: LoadConfig,
-    sampling: Sampling,
-    *,
-    k: int | None,
-    endpoint: str = "chat",
-    warmup_sessions: Sequence[Session] | None = None,
-    scrape_interval_s: float = 1.0,
-    progress_key: str | None = None,
-    gpus: GpuLayout | None = None,
-    keep_partial: bool = False,
-) -> Measurement:
+def run_load(handle: ServerHandle, point: PointLoad) -> Measurement:
     """Warm up, scrape, stream the workload, scrape again: one measured point.
 
-    A load that aborts (the server died, stalled, or refused everything) raises
-    :class:`MeasurementError`, unless ``keep_partial``: then the measurement comes back with
-    ``aborted`` set and the requests recorded so far, for the flow to store as a partial point.
+    A load that aborts (the server died, stalled, or refused everything) comes back with ``aborted`` set and the
+    requests recorded so far, for the method to store as a partial point; one stopped by SIGTERM or Ctrl-C
+    carries what it recorded on the exception (``PARTIAL_ATTR``).
 
     Every scrape reads all of the server's metrics endpoints (``handle.all_metrics_urls``: several
-    for a multi-node or data-parallel server) and sums their counters. ``gpus`` is the server's GPU
+    for a multi-node or data-parallel server) and sums their counters. ``point.gpus`` is the server's GPU
     layout for per-GPU throughput (:func:`alflow.methods.topology.gpu_layout`: every node's GPUs).
     """
     log = get_run_logger()
     recorded: list[RequestRecord] = []
     api_key = handle_api_key(handle)  # read now, never stored: /detokenize and every request carry it
+    load = point.load
 
     async def go() -> Measurement:
-        todo, warm = list(sessions), list(warmup_sessions) if warmup_sessions else None
-        if endpoint == "chat" and any(not isinstance(t.prompt, str) for s in todo for t in s.turns):
+        todo, warm = list(point.sessions), list(point.warmup_sessions) if point.warmup_sessions else None
+        if point.endpoint == "chat" and any(not isinstance(t.prompt, str) for s in todo for t in s.turns):
             key = auth_headers(api_key)
             todo = await detokenize_sessions(todo, handle.base_url, handle.model, headers=key)
             if warm:
                 warm = await detokenize_sessions(warm, handle.base_url, handle.model, headers=key)
         return await measure(
             todo,
-            Target(handle.base_url, handle.model, endpoint, sampling, api_key=api_key),
+            Target(handle.base_url, handle.model, point.endpoint, point.sampling, api_key=api_key),
             _load_spec(load),
             metrics_url=handle.all_metrics_urls,
             dialect=handle.dialect,
-            k=k,
+            k=point.k,
             warmup_sessions=warm,
-            scrape_interval_s=scrape_interval_s,
-            progress=_ProgressArtifact(progress_key) if progress_key else None,
+            progress=_ProgressArtifact(point.progress_key),
             compute_stats=False,
-            gpus=gpus,
+            gpus=point.gpus,
             sink=recorded,
         )
 
     log.info(
         "streaming %d sessions at concurrency %d to %s (warm-up %d)",
-        load.num_prompts or len(sessions),
+        load.num_prompts or len(point.sessions),
         load.concurrency,
         handle.base_url,
         load.warmup,
@@ -125,26 +106,23 @@ def run_load(
     except Exception:
         raise
     except BaseException as stop:  # SIGTERM or Ctrl-C: the flow stores what was answered, then stops
-        if keep_partial:
-            partial = interrupted_measurement(
-                recorded,
-                f"interrupted ({type(stop).__name__})",
-                duration_s=time.monotonic() - started,
-                gpus=gpus,
-            )
-            setattr(stop, PARTIAL_ATTR, partial)
-            log.error("the point was interrupted: %d requests recorded", partial.records.height)
+        partial = interrupted_measurement(
+            recorded,
+            f"interrupted ({type(stop).__name__})",
+            duration_s=time.monotonic() - started,
+            gpus=point.gpus,
+        )
+        setattr(stop, PARTIAL_ATTR, partial)
+        log.error("the point was interrupted: %d requests recorded", partial.records.height)
         raise
-    return _finished(result, keep_partial=keep_partial)
+    return _finished(result)
 
 
-def _finished(result: Measurement, *, keep_partial: bool) -> Measurement:
-    """The measured point, logged; an aborted one raises :class:`MeasurementError` unless ``keep_partial``."""
+def _finished(result: Measurement) -> Measurement:
+    """The measured point, logged (an aborted one as an error: the method stores it as partial)."""
     log = get_run_logger()
     if result.aborted is not None:
         log.error("the point aborted: %s (%d requests recorded)", result.aborted, result.records.height)
-        if not keep_partial:
-            result.raise_if_aborted()
     c = result.client
     log.info(
         "done in %.1f s: %s completed, %s failed, output %.0f tok/s",
@@ -171,8 +149,7 @@ def _load_spec(load: LoadConfig) -> LoadSpec:
     )
 
 
-@task(name="spec_stats", cache_policy=NO_CACHE)
-def spec_stats(measurement: Measurement, k: int | None, level: float = CI_LEVEL) -> Measurement:
+def spec_stats(measurement: Measurement, k: int, level: float) -> Measurement:
     """Server-side spec-decode statistics of a measured point, from its baseline and final scrapes.
 
     Fills ``measurement.spec_stats`` (or ``stats_error``) through the server's metrics dialect, with a

@@ -1,11 +1,10 @@
-"""The pre-flight task: a short burst that proves the server runs the configuration asked for (never retried)."""
+"""The pre-flight step: a short burst that proves the server runs the configuration asked for (never retried)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from prefect import get_run_logger, task
-from prefect.cache_policies import NO_CACHE
+from prefect import get_run_logger
 
 from alflow.acceptance.synthetic import AcceptanceDistribution
 from alflow.config import ServerConfig, SpecMethod
@@ -15,15 +14,13 @@ from infra.runners import ServerHandle
 from infra.runners.base import handle_api_key
 
 
-@task(name="preflight", retries=0, cache_policy=NO_CACHE)
 def preflight(
     handle: ServerHandle,
     server: ServerConfig,
     k: int,
     distribution: AcceptanceDistribution | None,
-    *,
     subject: str,
-    timeout_s: float = 60.0,
+    timeout_s: float,
 ) -> PreflightResult:
     """Send the burst and judge it (:mod:`alflow.preflight`); the likely causes come from the recipe.
 

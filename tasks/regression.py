@@ -1,4 +1,4 @@
-"""Regression tasks: judge a stored run against its series' history, store ``regression.json``, emit events.
+"""Regression steps (tasks by ``flows/steps.py``): judge a stored run against its series' history, store ``regression.json``, emit events.
 
 The rules are :mod:`alflow.methods.regression`'s; these tasks only read and write the run and tell Prefect.
 Each regressed point (each moved reference entry) emits one ``alflow.regression.detected`` event whose
@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from prefect import get_run_logger, task
-from prefect.cache_policies import NO_CACHE
+from prefect import get_run_logger
 from prefect.events import emit_event
 from prefect.runtime import flow_run
 
@@ -98,7 +97,6 @@ def _publish(writer: RunWriter, report: RegressionReport, *, emit: bool) -> None
             emit_event(event=REGRESSION_EVENT, resource=resource, payload=payload)
 
 
-@task(name="check_regression", cache_policy=NO_CACHE)
 def check_regression(writer: RunWriter, settings: RegressionSettings) -> str | None:
     """Judge the stored run (:func:`alflow.methods.regression.judge_run`), store ``regression.json``, emit events.
 
@@ -117,7 +115,6 @@ def check_regression(writer: RunWriter, settings: RegressionSettings) -> str | N
     return writer.dir
 
 
-@task(name="check_reference", cache_policy=NO_CACHE)
 def check_reference(
     writer: RunWriter, previous: ReferenceTable | None, table: ReferenceTable, keys: Sequence[Key]
 ) -> str | None:

@@ -1,4 +1,4 @@
-"""Result tasks: store a run's tables and summary; publish its report as Prefect artifacts."""
+"""Result steps: store a run's tables and summary; publish its report as Prefect artifacts (``flows/steps.py``)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import polars as pl
-from prefect import get_run_logger, task
+from prefect import get_run_logger
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
-from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 from prefect.settings import PREFECT_API_URL
 from prefect.variables import Variable
@@ -23,7 +22,6 @@ from alflow.util.names import safe_key
 from alflow.util.redact import redact_url
 
 
-@task(name="store_results", cache_policy=NO_CACHE)
 def store_results(writer: RunWriter, tables: Mapping[str, pl.DataFrame], summary: StoredSummary) -> str:
     """Write the run's parquet tables and summary.json (atomic, schema-versioned, checked against its model)."""
     for name, frame in tables.items():
@@ -46,8 +44,7 @@ def _publish(what: str, create: Callable[..., object], *args: Any, **kwargs: Any
         )
 
 
-@task(name="render_report", cache_policy=NO_CACHE)
-def render_report(writer: RunWriter, rows: Sequence[Mapping[str, Any]], *, key: str) -> str | None:
+def render_report(writer: RunWriter, rows: Sequence[Mapping[str, Any]], key: str) -> str | None:
     """Save ``report.md`` and ``report.html`` in the run directory and publish them as artifacts.
 
     Both pages are built from what the run has stored (:func:`alflow.reports.render_pages`): ``report.md`` is the

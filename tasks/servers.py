@@ -116,10 +116,9 @@ def start_server(server: ServerConfig, runner: RunnerOptions) -> ServerHandle:
     return handle
 
 
-@task(name="wait_ready", cache_policy=NO_CACHE)
-def wait_ready(handle: ServerHandle, runner: RunnerOptions, timeout_s: float = 60.0) -> ServerHandle:
-    """Check (and wait for) the server's health before a measurement."""
-    make_runner(runner).wait_ready(handle, timeout_s)
+def wait_ready(handle: ServerHandle, runner: RunnerOptions) -> ServerHandle:
+    """Check (and wait up to a minute for) the server's health before a measurement."""
+    make_runner(runner).wait_ready(handle, 60.0)
     return handle
 
 

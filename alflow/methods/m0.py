@@ -16,6 +16,7 @@ from typing import Any, Literal, Protocol
 
 import polars as pl
 
+from alflow.acceptance.stats import CI_LEVEL
 from alflow.config import (
     CalibrateParams,
     LoadConfig,
@@ -35,8 +36,8 @@ from alflow.methods.calibration import (
 )
 from alflow.methods.common import point_server
 from alflow.methods.outcomes import M0Outcome
-from alflow.methods.steps import H, Steps
-from alflow.preflight import PreflightError
+from alflow.methods.steps import H, PointLoad, Steps
+from alflow.preflight import PREFLIGHT_TIMEOUT_S, PreflightError
 from alflow.reference.table import (
     ReferenceDiff,
     ReferenceEntry,
@@ -100,7 +101,9 @@ def measure_calibration_point(
     with steps.server_lifetime(server, placement) as handle:
         record = ServerRecord.model_validate(handle.to_dict())
         if check_first:
-            check = steps.preflight(handle, server, spec.k, None, subject=f"{model.id} K={spec.k}")
+            check = steps.preflight(
+                handle, server, spec.k, None, f"{model.id} K={spec.k}", PREFLIGHT_TIMEOUT_S
+            )
             if not check.passed:
                 raise PreflightError(check.message)
         for mode in thinking:
@@ -109,15 +112,9 @@ def measure_calibration_point(
             )
             sampling = request_sampling(model, mode, max_tokens=workload.max_tokens)
             m = steps.run_load(
-                handle,
-                sessions,
-                point_load,
-                sampling,
-                k=spec.k,
-                progress_key=f"m0-k{spec.k}-{mode.value}",
-                gpus=None,
+                handle, PointLoad(sessions, point_load, sampling, spec.k, f"m0-k{spec.k}-{mode.value}")
             )
-            m = steps.spec_stats(m, spec.k)
+            m = steps.spec_stats(m, spec.k, CI_LEVEL)
             if m.cut_short is not None:
                 scrapes: dict[str, Any] = {name: done.scrapes() for name, done in modes.items()}
                 scrapes[mode.value] = {"dialect": m.dialect, **m.snapshots(), "partial": True}
@@ -229,14 +226,14 @@ def run_m0(
         steps.store(
             writer, tables, m0_summary(target.path, got.entries, got.cached_points, None, failures=[str(exc)])
         )
-        steps.render(writer, m0_rows(got.entries), key="m0-calibration")
+        steps.render(writer, m0_rows(got.entries), "m0-calibration")
         raise
     previous, table = update_reference(target.path, got.entries, new=_empty_table(params, target))
     diff = diff_tables(previous, table) if previous is not None else None
     writer.write_json(SCRAPES, {"points": got.scrapes})
     store_summary(writer, m0_summary(target.path, got.entries, got.cached_points, diff))
     steps.check_reference(writer, previous, table, [e.key for e in got.entries])
-    steps.render(writer, m0_rows(got.entries), key="m0-calibration")
+    steps.render(writer, m0_rows(got.entries), "m0-calibration")
     return M0Outcome(
         run_dir=writer.dir,
         reference_path=str(target.path),

@@ -18,10 +18,10 @@ from alflow.errors import GateFailedError
 from alflow.gates import Verdict
 from alflow.measure import Measurement
 from alflow.methods.outcomes import M1Outcome
-from alflow.methods.steps import H, Steps
+from alflow.methods.steps import H, PointLoad, Steps
 from alflow.methods.topology import gpu_layout
 from alflow.metrics.client import ClientSummary
-from alflow.preflight import PreflightError
+from alflow.preflight import PREFLIGHT_TIMEOUT_S, PreflightError
 from alflow.results.store import RunWriter
 from alflow.results.summaries import M1RunSummary
 from alflow.util.redact import redact_url
@@ -58,7 +58,7 @@ def run_m1(
     with writer:
         verdicts = _run(params, reference, server, writer, steps)
     steps.log(f"M1 passed for {subject_of(params, server)}")
-    steps.gate_passed(params, run_dir=writer.dir, reference_al=reference)
+    steps.gate_passed(params, writer.dir, reference)
     return M1Outcome(run_dir=writer.dir, passed=True, verdicts=verdicts)
 
 
@@ -107,7 +107,7 @@ def _gate(
     """The pre-flight, the AL point and its gate, then GSM8K."""
     writer.update_provenance(server=handle.to_dict())
     if params.preflight:
-        check = steps.preflight(handle, server, params.k, None, subject=subject)
+        check = steps.preflight(handle, server, params.k, None, subject, PREFLIGHT_TIMEOUT_S)
         writer.update_provenance(preflight=check.to_dict())
         if not check.passed:
             raise PreflightError(check.message)
@@ -126,7 +126,7 @@ def _gate(
     got.verdicts.append(steps.check_al_gate(m.spec_stats, reference, params.tolerances, subject))
     if params.gsm8k.enabled:
         verdict, result = steps.check_accuracy_gate(
-            handle, params.model, params.thinking, params.gsm8k, synthetic=server.synthetic is not None
+            handle, params.model, params.thinking, params.gsm8k, server.synthetic is not None
         )
         got.verdicts.append(verdict)
         got.gsm8k = result.to_dict()
@@ -149,7 +149,7 @@ def _al_point(
     )
     sampling = request_sampling(params.model, params.thinking, max_tokens=params.workload.max_tokens)
     m = steps.run_load(
-        handle, sessions, load, sampling, k=params.k, progress_key="m1-progress", gpus=gpu_layout(server)
+        handle, PointLoad(sessions, load, sampling, params.k, "m1-progress", gpus=gpu_layout(server))
     )
     m = steps.spec_stats(m, params.k, params.tolerances.confidence)
     got.client = m.client
@@ -188,7 +188,7 @@ def _store(
     )
     steps.store(writer, got.tables, summary)
     rows = [{"gate": v.gate, "passed": v.passed, "message": v.message} for v in got.verdicts]
-    steps.render(writer, rows, key=f"m1-{server.framework}-k{params.k}")
+    steps.render(writer, rows, f"m1-{server.framework}-k{params.k}")
 
 
 def flat_stats(stats: dict[str, Any]) -> dict[str, Any]:

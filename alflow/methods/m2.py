@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from alflow.acceptance.stats import CI_LEVEL
 from alflow.acceptance.synthetic import AcceptanceDistribution, distribution
 from alflow.config import BenchmarkParams, LoadConfig, ServerConfig, ThinkingMode
 from alflow.frameworks.recipes import seed_warning
@@ -24,9 +25,10 @@ from alflow.methods.common import engine_note_of
 from alflow.methods.outcomes import M2Outcome
 from alflow.methods.plan import ConcurrencyPlan, FixedConcurrencies, PlannedPoint
 from alflow.methods.points import M2Point, m2_point
-from alflow.methods.steps import H, Steps
+from alflow.methods.steps import H, PointLoad, Steps
 from alflow.methods.topology import gpu_layout, topology
 from alflow.metrics.client import GpuLayout
+from alflow.preflight import PREFLIGHT_TIMEOUT_S
 from alflow.results.store import RunWriter
 from alflow.results.summaries import M2RunSummary
 from alflow.util.redact import redact_url
@@ -132,8 +134,8 @@ def _start(
             server,
             params.k,
             dist,
-            subject=f"{server.framework} K={params.k} target {target:.4f}",
-            timeout_s=min(60.0, params.request_timeout_s, params.stall_timeout_s or 60.0),
+            f"{server.framework} K={params.k} target {target:.4f}",
+            min(PREFLIGHT_TIMEOUT_S, params.request_timeout_s, params.stall_timeout_s or PREFLIGHT_TIMEOUT_S),
         )
         writer.update_provenance(preflight=check.to_dict())
         if not check.passed:
@@ -173,14 +175,16 @@ def _measure(
     try:
         m = steps.run_load(
             handle,
-            sessions,
-            load,
-            request_sampling(params.model, ThinkingMode.OFF, fixed_length=params.workload.osl),
-            k=params.k,
-            endpoint=params.workload.endpoint,
-            warmup_sessions=warm_sessions if planned.warmup else None,
-            progress_key=planned.progress_key,
-            gpus=layout,
+            PointLoad(
+                sessions,
+                load,
+                request_sampling(params.model, ThinkingMode.OFF, fixed_length=params.workload.osl),
+                params.k,
+                planned.progress_key,
+                warmup_sessions=warm_sessions if planned.warmup else None,
+                gpus=layout,
+                endpoint=params.workload.endpoint,
+            ),
         )
     except BaseException as stop:
         # SIGTERM / Ctrl-C mid-point: keep the answered requests as a partial point, store them, then stop as
@@ -190,7 +194,7 @@ def _measure(
             raise
         got.stopped, m = stop, partial
     else:
-        m = steps.spec_stats(m, params.k)
+        m = steps.spec_stats(m, params.k, CI_LEVEL)
     verdict = (
         steps.audit(
             m.spec_stats, got.dist, params.audit_abs_tol, f"{server.framework} K={params.k} {planned.label}"
@@ -253,4 +257,4 @@ def _store(
     # judged before the report, which shows the verdicts; a run stopped or failed part-way is not judged
     if params.regression.enabled and got.stopped is None:
         steps.check_regression(writer, params.regression)
-    steps.render(writer, rows, key=f"m2-{params.model.id}-k{params.k}")
+    steps.render(writer, rows, f"m2-{params.model.id}-k{params.k}")

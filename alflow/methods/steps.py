@@ -1,46 +1,49 @@
-"""The side effects a method's procedure asks for, as one protocol (:class:`Steps`).
+"""The side effects a method's run asks for, declared once: :class:`Steps`, a dataclass of callables.
 
-The flows give Prefect's tasks (``flows/steps.py``), unit tests give fakes; the procedures
-(:mod:`alflow.methods.m1`, :mod:`alflow.methods.m2`) only call these.
+The procedures (:mod:`alflow.methods.m0`, :mod:`~alflow.methods.m1`, :mod:`~alflow.methods.m2`, the sweep) receive
+one and call only its fields. The flows give Prefect's (``flows/steps.py``: each field the orchestration layer's
+function of that job, wrapped as a Prefect task of its name by one helper); a unit test gives its own callables.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-import polars as pl
+if TYPE_CHECKING:  # hints only: the steps' data types, none imported at run time
+    import polars as pl
 
-from alflow.acceptance.stats import SpecStats
-from alflow.acceptance.synthetic import AcceptanceDistribution
-from alflow.config import (
-    GateParams,
-    GateTolerances,
-    Gsm8kSettings,
-    LoadConfig,
-    ModelSpec,
-    ServerConfig,
-    ServerPlacement,
-    ThinkingMode,
-)
-from alflow.config.regression import RegressionSettings
-from alflow.config.runners import RunnerOptions
-from alflow.datasets.types import Session
-from alflow.evals.gsm8k import EvalResult
-from alflow.gates import Verdict
-from alflow.loadgen.endpoints import Sampling
-from alflow.measure import Measurement
-from alflow.metrics.client import GpuLayout
-from alflow.preflight import PreflightResult
-from alflow.reference.table import Key, ReferenceTable
-from alflow.results.manifest import ServerProvenance
-from alflow.results.store import RunWriter
-from alflow.results.summaries import StoredSummary
+    from alflow.acceptance.stats import SpecStats
+    from alflow.acceptance.synthetic import AcceptanceDistribution
+    from alflow.config import (
+        GateParams,
+        GateTolerances,
+        Gsm8kSettings,
+        LoadConfig,
+        ModelSpec,
+        ServerConfig,
+        ServerPlacement,
+        ThinkingMode,
+    )
+    from alflow.config.regression import RegressionSettings
+    from alflow.config.runners import RunnerOptions
+    from alflow.datasets.types import Session
+    from alflow.evals.gsm8k import EvalResult
+    from alflow.gates import Verdict
+    from alflow.loadgen.endpoints import Sampling
+    from alflow.measure import Measurement
+    from alflow.metrics.client import GpuLayout
+    from alflow.preflight import PreflightResult
+    from alflow.reference.table import Key, ReferenceTable
+    from alflow.results.manifest import ServerProvenance
+    from alflow.results.store import RunWriter
+    from alflow.results.summaries import StoredSummary
 
 
 class RunningServer(Protocol):
-    """What M2 reads of a started server's handle (``infra.runners.ServerHandle`` is one)."""
+    """What the methods read of a started server's handle (``infra.runners.ServerHandle`` is one)."""
 
     @property
     def provenance(self) -> ServerProvenance: ...
@@ -54,99 +57,58 @@ class RunningServer(Protocol):
 H = TypeVar("H", bound=RunningServer)
 
 
-class Steps(Protocol[H]):
-    """The side effects of a method's run (the flows' Prefect tasks, or a test's fakes)."""
+@dataclass(frozen=True)
+class PointLoad:
+    """One measured point's load as a method asks for it (the ``run_load`` step's second argument)."""
 
-    def server_lifetime(self, server: ServerConfig, placement: ServerPlacement) -> AbstractContextManager[H]:
-        """Start the server, yield its handle when ready, stop it on leaving (also on error)."""
-        ...
+    sessions: Sequence[Session]
+    load: LoadConfig
+    sampling: Sampling
+    k: int
+    progress_key: str
+    """The Prefect progress artifact's key."""
+    warmup_sessions: Sequence[Session] | None = None
+    gpus: GpuLayout | None = None
+    """The server's GPU layout, for per-GPU throughput (:func:`alflow.methods.topology.gpu_layout`)."""
+    endpoint: str = "chat"
 
-    def wait_ready(self, handle: H, runner: RunnerOptions) -> object:
-        """Raise when the server is no longer healthy."""
-        ...
 
-    def preflight(
-        self,
-        handle: H,
-        server: ServerConfig,
-        k: int,
-        dist: AcceptanceDistribution | None,
-        *,
-        subject: str,
-        timeout_s: float = 60.0,
-    ) -> PreflightResult:
-        """The pre-flight burst, judged against the synthetic scheme (None: real acceptance, speculation runs)."""
-        ...
+@dataclass(frozen=True)
+class Steps(Generic[H]):
+    """The side effects of a method's run, one field each (the flows' Prefect tasks, or a test's callables)."""
 
-    def run_load(
-        self,
-        handle: H,
-        sessions: Sequence[Session],
-        load: LoadConfig,
-        sampling: Sampling,
-        *,
-        k: int,
-        endpoint: str = "chat",
-        warmup_sessions: Sequence[Session] | None = None,
-        progress_key: str,
-        gpus: GpuLayout | None = None,
-    ) -> Measurement:
-        """One measured point, kept partial when it aborts (its ``aborted`` set) or is stopped (:data:`PARTIAL_ATTR`)."""
-        ...
-
-    def spec_stats(self, m: Measurement, k: int, level: float | None = None) -> Measurement:
-        """The point with its spec-decode statistics (``level``: the confidence of their interval; None: the default)."""
-        ...
-
-    def audit(self, stats: SpecStats, dist: AcceptanceDistribution, abs_tol: float, subject: str) -> Verdict:
-        """M2: the achieved AL against the synthetic target."""
-        ...
-
-    def check_al_gate(
-        self, stats: SpecStats, reference_al: float, tolerances: GateTolerances, subject: str
-    ) -> Verdict:
-        """M1: the achieved AL against the reference."""
-        ...
-
-    def check_accuracy_gate(
-        self, handle: H, model: ModelSpec, thinking: ThinkingMode, settings: Gsm8kSettings, *, synthetic: bool
-    ) -> tuple[Verdict, EvalResult]:
-        """M1: GSM8K against the model's threshold."""
-        ...
-
-    def store(self, writer: RunWriter, tables: Mapping[str, pl.DataFrame], summary: StoredSummary) -> object:
-        """Write the run's tables and ``summary.json``."""
-        ...
-
-    def render(self, writer: RunWriter, rows: Sequence[Mapping[str, Any]], *, key: str) -> object:
-        """Write and publish the run's report."""
-        ...
-
-    def check_regression(self, writer: RunWriter, settings: RegressionSettings) -> object:
-        """Judge the stored run's points against their series' history; store and tell whoever listens.
-
-        A sweep gathers its children's verdicts. Writes ``regression.json``; never raises (a failure is a warning).
-        """
-        ...
-
-    def check_reference(
-        self, writer: RunWriter, previous: ReferenceTable | None, table: ReferenceTable, keys: Sequence[Key]
-    ) -> object:
-        """M0: the entries ``keys`` of the merged ``table`` against ``previous``; store and tell when one moved."""
-        ...
-
-    def fail(self, flow: str, message: str, payload: dict[str, Any]) -> Exception:
-        """The error that fails the run (after telling whoever listens)."""
-        ...
-
-    def gate_passed(self, params: GateParams, *, run_dir: str, reference_al: float) -> None:
-        """M1 passed: tell whoever listens (the M2-after-M1 trigger)."""
-        ...
-
-    def log(self, message: str) -> None:
-        """Say what the run is doing."""
-        ...
-
-    def warn(self, message: str) -> None:
-        """Say what the run did differently from what it was asked, or lost."""
-        ...
+    server_lifetime: Callable[[ServerConfig, ServerPlacement], AbstractContextManager[H]]
+    """Start the server, yield its handle when ready, stop it on leaving (also on error)."""
+    wait_ready: Callable[[H, RunnerOptions], object]
+    """Raise when the server is no longer healthy."""
+    preflight: Callable[[H, ServerConfig, int, AcceptanceDistribution | None, str, float], PreflightResult]
+    """The pre-flight burst, judged: (handle, server, K, the synthetic scheme or None for real acceptance,
+    subject, the timeout of a request in seconds)."""
+    run_load: Callable[[H, PointLoad], Measurement]
+    """One measured point, kept partial when it aborts (its ``aborted`` set) or is stopped (``PARTIAL_ATTR``)."""
+    spec_stats: Callable[[Measurement, int, float], Measurement]
+    """(point, K, the confidence level of its interval): the point with its spec-decode statistics."""
+    audit: Callable[[SpecStats, AcceptanceDistribution, float, str], Verdict]
+    """M2: the achieved AL against the synthetic target (stats, scheme, absolute tolerance, subject)."""
+    check_al_gate: Callable[[SpecStats, float, GateTolerances, str], Verdict]
+    """M1: the achieved AL against the reference (stats, reference AL, tolerances, subject)."""
+    check_accuracy_gate: Callable[
+        [H, ModelSpec, ThinkingMode, Gsm8kSettings, bool], tuple[Verdict, EvalResult]
+    ]
+    """M1: GSM8K against the model's threshold (the last argument: the server runs synthetic acceptance)."""
+    store: Callable[[RunWriter, Mapping[str, pl.DataFrame], StoredSummary], object]
+    """Write the run's tables and ``summary.json``."""
+    render: Callable[[RunWriter, Sequence[Mapping[str, Any]], str], object]
+    """Write and publish the run's report (writer, its key numbers, the artifact key)."""
+    check_regression: Callable[[RunWriter, RegressionSettings], object]
+    """Judge the stored run's points against their series' history; store and tell. Never raises."""
+    check_reference: Callable[[RunWriter, ReferenceTable | None, ReferenceTable, Sequence[Key]], object]
+    """M0: the entries ``keys`` of the merged table against the previous one; store and tell. Never raises."""
+    fail: Callable[[str, str, dict[str, Any]], Exception]
+    """The error that fails the run (flow, message, event payload), after telling whoever listens."""
+    gate_passed: Callable[[GateParams, str, float], None]
+    """M1 passed (params, run directory, reference AL): tell whoever listens (the M2-after-M1 trigger)."""
+    log: Callable[[str], None]
+    """Say what the run is doing."""
+    warn: Callable[[str], None]
+    """Say what the run did differently from what it was asked, or lost."""

@@ -73,7 +73,7 @@ def conclude_sweep(
     steps.store(writer, tables, stored)
     if params.benchmark.regression.enabled:  # the children's verdicts gathered, before the report
         steps.check_regression(writer, params.benchmark.regression)
-    steps.render(writer, rows, key=f"sweep-{server.framework}")
+    steps.render(writer, rows, f"sweep-{server.framework}")
     outcome = SweepOutcome(
         per_k=dict(results), best_k=tuple(summary), points=tuple(points), run_dir=writer.dir
     )

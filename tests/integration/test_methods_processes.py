@@ -27,7 +27,14 @@ def _measurer(steps: FakeSteps, cached_ks: tuple[int, ...] = ()) -> Any:
         assert server.speculative is not None
         params = _calibrate_params(Path("/unused"))
         point = measure_calibration_point(
-            steps, server, params.placement, model, modes, params.workload, params.load, check_first=False
+            steps.as_steps(),
+            server,
+            params.placement,
+            model,
+            modes,
+            params.workload,
+            params.load,
+            check_first=False,
         )
         return MeasuredPoint(point, cached=server.speculative.k in cached_ks)
 
@@ -40,7 +47,9 @@ def test_m0_writes_one_entry_per_k_into_the_reference_table(tmp_path: Path) -> N
     writer = RunWriter(str(tmp_path / "results"), "m0", run_id="c1", config={}, simulated=True)
     steps = FakeSteps(loads=[_measurement(4, k=2), _measurement(4, k=3)])
     with writer:
-        outcome = run_m0(params, target, writer, steps, _measurer(steps, cached_ks=(2,)), flow_run_id="f1")
+        outcome = run_m0(
+            params, target, writer, steps.as_steps(), _measurer(steps, cached_ks=(2,)), flow_run_id="f1"
+        )
     assert [(e.k, e.al) for e in outcome.entries] == [(2, 2.5), (3, 2.5)]
     assert outcome.cached_points == ("test-llama K=2",)
     table = load_reference(tmp_path / "ref.yaml")
@@ -56,7 +65,7 @@ def test_m0_that_fails_part_way_stores_its_points_in_the_run_and_leaves_the_tabl
     writer = RunWriter(str(tmp_path / "results"), "m0", run_id="c2", config={}, simulated=True)
     steps = FakeSteps(loads=[_measurement(4, k=2), _measurement(2, aborted="the server stopped answering")])
     with pytest.raises(PartialPointError), writer:
-        run_m0(params, target, writer, steps, _measurer(steps), flow_run_id="f2")
+        run_m0(params, target, writer, steps.as_steps(), _measurer(steps), flow_run_id="f2")
     assert not (tmp_path / "ref.yaml").exists()  # a failed calibration never changes the table
     (summary,) = steps.stored
     assert summary["reference_updated"] is False

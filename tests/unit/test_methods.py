@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,6 @@ from alflow.config import (
     server_config,
 )
 from alflow.config.runners import RunnerOptions
-from alflow.datasets.types import Session
 from alflow.errors import GateFailedError
 from alflow.evals.gsm8k import EvalResult
 from alflow.gates import Verdict, al_gate, audit_synthetic
@@ -53,7 +52,8 @@ from alflow.methods.m0 import (
 from alflow.methods.m1 import run_m1
 from alflow.methods.m2 import run_m2
 from alflow.methods.plan import FixedConcurrencies
-from alflow.metrics.client import GpuLayout, summarize
+from alflow.methods.steps import PointLoad, Steps
+from alflow.metrics.client import summarize
 from alflow.metrics.prometheus import Snapshot
 from alflow.preflight import PreflightError, PreflightResult
 from alflow.reference.table import Key, ReferenceTable, ReferenceTableError
@@ -184,9 +184,8 @@ class FakeSteps:
         server: ServerConfig,
         k: int,
         dist: AcceptanceDistribution | None,
-        *,
         subject: str,
-        timeout_s: float = 60.0,
+        timeout_s: float,
     ) -> PreflightResult:
         self.calls.append("preflight")
         message = "pre-flight passed" if self.preflight_passes else "pre-flight FAILED: AL 1.0, expected 2.5"
@@ -202,27 +201,15 @@ class FakeSteps:
             duration_s=0.5,
         )
 
-    def run_load(
-        self,
-        handle: FakeHandle,
-        sessions: Sequence[Session],
-        load: LoadConfig,
-        sampling: Sampling,
-        *,
-        k: int,
-        endpoint: str = "chat",
-        warmup_sessions: Sequence[Session] | None = None,
-        progress_key: str,
-        gpus: GpuLayout | None = None,
-    ) -> Measurement:
-        self.calls.append(f"load c{load.concurrency} n{len(sessions)}")
-        self.samplings.append(sampling)
+    def run_load(self, handle: FakeHandle, point: PointLoad) -> Measurement:
+        self.calls.append(f"load c{point.load.concurrency} n{len(point.sessions)}")
+        self.samplings.append(point.sampling)
         answer = self.loads.pop(0)
         if isinstance(answer, BaseException):
             raise answer
         return answer
 
-    def spec_stats(self, m: Measurement, k: int, level: float | None = None) -> Measurement:
+    def spec_stats(self, m: Measurement, k: int, level: float) -> Measurement:
         return m
 
     def audit(self, stats: SpecStats, dist: AcceptanceDistribution, abs_tol: float, subject: str) -> Verdict:
@@ -235,7 +222,7 @@ class FakeSteps:
         self.stored.append({"tables": dict(tables), **summary.stored()})
         return writer.dir
 
-    def render(self, writer: RunWriter, rows: Sequence[Mapping[str, Any]], *, key: str) -> object:
+    def render(self, writer: RunWriter, rows: Sequence[Mapping[str, Any]], key: str) -> object:
         self.calls.append("render")
         self.reports.append(key)
         return writer.dir
@@ -262,7 +249,6 @@ class FakeSteps:
         model: ModelSpec,
         thinking: ThinkingMode,
         settings: Gsm8kSettings,
-        *,
         synthetic: bool,
     ) -> tuple[Verdict, EvalResult]:
         raise AssertionError("these runs turn GSM8K off")
@@ -270,7 +256,7 @@ class FakeSteps:
     def fail(self, flow: str, message: str, payload: dict[str, Any]) -> Exception:
         return GateFailedError(f"{flow} failed: {message}")
 
-    def gate_passed(self, params: GateParams, *, run_dir: str, reference_al: float) -> None:
+    def gate_passed(self, params: GateParams, run_dir: str, reference_al: float) -> None:
         self.calls.append(f"passed {reference_al}")
 
     def log(self, message: str) -> None:
@@ -278,6 +264,10 @@ class FakeSteps:
 
     def warn(self, message: str) -> None:
         self.calls.append(f"warn {message}")
+
+    def as_steps(self) -> Steps[FakeHandle]:
+        """These fakes as the procedures' steps, one field each."""
+        return Steps(**{f.name: getattr(self, f.name) for f in fields(Steps)})
 
 
 def _params(tmp_path: Path, **fields: Any) -> BenchmarkParams:
@@ -300,7 +290,7 @@ def _params(tmp_path: Path, **fields: Any) -> BenchmarkParams:
 def _run(tmp_path: Path, steps: FakeSteps, **fields: Any) -> Any:
     params = _params(tmp_path, **fields)
     writer = RunWriter(str(tmp_path / "results"), "m2", run_id="r1", config={})
-    return run_m2(params, TARGET, params.server, writer, steps)
+    return run_m2(params, TARGET, params.server, writer, steps.as_steps())
 
 
 @dataclass
@@ -441,7 +431,7 @@ def _gate_params(tmp_path: Path) -> GateParams:
 def _gate(tmp_path: Path, steps: FakeSteps, reference: float) -> Any:
     params = _gate_params(tmp_path)
     writer = RunWriter(str(tmp_path / "results"), "m1", run_id="g1", config={})
-    return run_m1(params, reference, params.server, writer, steps)
+    return run_m1(params, reference, params.server, writer, steps.as_steps())
 
 
 def test_m1_passes_at_the_reference_and_announces_it_after_storing(tmp_path: Path) -> None:
@@ -511,7 +501,13 @@ def test_m0_measures_a_point_per_thinking_mode_through_the_steps(tmp_path: Path)
     steps = FakeSteps(loads=[_measurement(4)])
     server = point_server(params.server, "test-llama", params.method, 3)
     point = measure_calibration_point(
-        steps, server, params.placement, params.models[0], (ThinkingMode.OFF,), params.workload, params.load
+        steps.as_steps(),
+        server,
+        params.placement,
+        params.models[0],
+        (ThinkingMode.OFF,),
+        params.workload,
+        params.load,
     )
     assert list(point.modes) == ["off"]
     assert point.mode(ThinkingMode.OFF).stats.al == pytest.approx(2.5)
@@ -520,7 +516,7 @@ def test_m0_measures_a_point_per_thinking_mode_through_the_steps(tmp_path: Path)
     aborted = FakeSteps(loads=[_measurement(2, aborted="the server stopped answering")])
     with pytest.raises(PartialPointError, match="aborted mid-way") as caught:
         measure_calibration_point(
-            aborted,
+            aborted.as_steps(),
             server,
             params.placement,
             params.models[0],

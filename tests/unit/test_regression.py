@@ -443,7 +443,7 @@ def test_the_task_stores_the_verdicts_emits_per_regressed_point_and_never_fails_
         task_module, "emit_event", lambda *, event, resource, payload: events.append((event, resource))
     )
     with disable_run_logger():
-        assert task_module.check_regression.fn(slow, SETTINGS) == slow.dir
+        assert task_module.check_regression(slow, SETTINGS) == slow.dir
     assert [p.outcome for p in regression_report(open_run(slow.dir)).points] == ["regressed"] * 3  # type: ignore[union-attr]
     assert [(e, r["alflow.concurrency"], r["alflow.repeat"]) for e, r in events] == [
         (REGRESSION_EVENT, "4", "0"),
@@ -457,5 +457,5 @@ def test_the_task_stores_the_verdicts_emits_per_regressed_point_and_never_fails_
     monkeypatch.setattr(task_module, "judge_run", broken)
     other = _m2_run(root, "other", "n2", 30.0, seed=8, started="2026-12-06T00:00:00+00:00")
     with disable_run_logger():
-        assert task_module.check_regression.fn(other, SETTINGS) is None  # a warning, never an error
+        assert task_module.check_regression(other, SETTINGS) is None  # a warning, never an error
     assert "regression.json" not in open_run(other.dir).manifest.files
