@@ -16,6 +16,7 @@ from rich.text import Text
 from alflow.cli.common import console, fail
 from alflow.cli.run import check_prefect_api, prefect_defaults, prepare_local_run, print_flow_failure
 from alflow.errors import AlflowError
+from alflow.metrics.point_metrics import INTERACTIVITY, OUTPUT_PER_GPU, OUTPUT_THROUGHPUT, TPOT
 from alflow.util.fsutil import check_writable_dir
 
 if TYPE_CHECKING:
@@ -188,8 +189,8 @@ def _print_vllm_m2(console: Console, run: DemoBenchmark) -> None:
     for p in m2.points:
         table.add_row(
             str(p.concurrency),
-            f"{p.output_throughput or 0:.1f}",
-            f"{p.median_tpot_ms or 0:.1f}",
+            f"{p.value(OUTPUT_THROUGHPUT) or 0:.1f}",
+            f"{p.value(TPOT) or 0:.1f}",
             "-" if p.achieved_al is None else f"{p.achieved_al:.4f}",
             "-" if p.allowed_deviation is None else f"{p.allowed_deviation:.4f}",
             "-" if p.fit_p_value is None else f"{p.fit_p_value:.3g}",
@@ -235,9 +236,9 @@ def _print_demo(console: Console, out: DemoOutcome, took: float) -> None:
     for p in m2.points:
         t2.add_row(
             str(p.concurrency),
-            f"{p.output_throughput_per_gpu or 0:.1f}",
-            f"{p.median_interactivity_tokens_per_s or 0:.1f}",
-            f"{p.median_tpot_ms or 0:.2f}",
+            f"{p.value(OUTPUT_PER_GPU) or 0:.1f}",
+            f"{p.value(INTERACTIVITY) or 0:.1f}",
+            f"{p.value(TPOT) or 0:.2f}",
             "-" if p.achieved_al is None else f"{p.achieved_al:.4f}",
             "valid" if p.valid else "INVALID",
         )

@@ -35,6 +35,7 @@ from enum import StrEnum
 from typing import Any, Final
 
 from alflow.errors import InvalidInputError
+from alflow.metrics.point_metrics import INTERACTIVITY, OUTPUT_PER_GPU, PointMetric
 from alflow.registry import repeated_draws
 from alflow.results.rows import M2Point
 from alflow.results.store import StoredRun
@@ -44,7 +45,7 @@ __all__ = [
     "MAD_TO_SIGMA",
     "MAX_RELATIVE_MAD",
     "MIN_RUNS",
-    "OBJECTIVE_FIELDS",
+    "OBJECTIVE_METRICS",
     "PENALTY",
     "RULE",
     "TIE_TOLERANCE",
@@ -90,11 +91,11 @@ class Objective(StrEnum):
     interactivity = "interactivity"
 
 
-OBJECTIVE_FIELDS: Final[Mapping[Objective, str]] = {
-    Objective.throughput: "output_throughput_per_gpu",
-    Objective.interactivity: "median_interactivity_tokens_per_s",
+OBJECTIVE_METRICS: Final[Mapping[Objective, PointMetric]] = {
+    Objective.throughput: OUTPUT_PER_GPU,
+    Objective.interactivity: INTERACTIVITY,
 }
-"""The :class:`~alflow.results.rows.M2Point` field each objective reads."""
+"""The declared figure of a point each objective reads."""
 
 OBJECTIVE_LABELS: Final[Mapping[Objective, str]] = {
     Objective.throughput: "output tok/s/GPU",
@@ -227,10 +228,10 @@ def choose(candidates: Sequence[Candidate], objective: Objective) -> KChoice | N
 
 def candidates_of(points: Iterable[M2Point], objective: Objective) -> dict[int, list[Candidate]]:
     """Per concurrency, one candidate per K from the valid points' repeats (a repeat lacking the figure is left out)."""
-    name = OBJECTIVE_FIELDS[objective]
+    metric = OBJECTIVE_METRICS[objective]
     grouped: dict[tuple[int, int], list[float]] = {}
     for p in points:
-        value = getattr(p, name)
+        value = p.value(metric)
         if not p.valid or value is None or not math.isfinite(value):
             continue
         grouped.setdefault((p.concurrency, p.k), []).append(float(value))

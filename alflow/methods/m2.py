@@ -236,7 +236,7 @@ def _store(
     assert (
         got.dist is not None
     )  # a point was measured (else the run raised before storing), so the scheme is known
-    rows = [p.to_dict() for p in got.points]
+    rows = [p.model_dump() for p in got.points]
     tables = {
         "requests": pl.concat(got.requests, how="diagonal_relaxed"),
         "server_metrics": pl.concat(got.metrics, how="diagonal_relaxed"),
@@ -249,7 +249,7 @@ def _store(
         nodes=server.nodes,
         num_gpus=layout.gpus,
         repeats=params.repeats,
-        points=rows,
+        points=list(got.points),
         failures=got.failures,
         partial=got.stopped is not None or any(p.partial for p in got.points),
     )

@@ -87,7 +87,7 @@ class M2Outcome:
             "scheme": self.scheme,
             "nodes": self.nodes,
             "num_gpus": self.num_gpus,
-            "points": [p.to_dict() for p in self.points],
+            "points": [p.model_dump() for p in self.points],
             "failures": list(self.failures),
         }
 

@@ -17,6 +17,7 @@ from alflow.acceptance.stats import SpecStats
 from alflow.gates import AuditDetails, Verdict
 from alflow.measure import Measurement
 from alflow.methods.kchoice import Objective, choose_k
+from alflow.metrics.point_metrics import point_values
 from alflow.results.rows import M2Point
 
 __all__ = ["BestK", "M2Point", "al_source", "best_k", "m2_point"]
@@ -106,18 +107,9 @@ def m2_point(
         allowed_deviation=details.allowed,
         completed=c.completed,
         failed=c.failed,
-        output_throughput=c.output_throughput,
         nodes=nodes,
         num_gpus=c.num_gpus,
-        total_token_throughput=c.total_token_throughput,
-        output_throughput_per_gpu=c.output_throughput_per_gpu,
-        total_token_throughput_per_gpu=c.total_token_throughput_per_gpu,
-        median_interactivity_tokens_per_s=c.interactivity.median,
-        median_tpot_ms=c.tpot.median,
-        median_ttft_ms=c.ttft.median,
-        p99_ttft_ms=c.ttft.percentile(99),
-        median_itl_ms=c.itl.median,
-        tokens_per_chunk=c.tokens_per_chunk,
+        metrics=point_values(c),
         duration_s=m.duration_s,
         scheme=details.scheme,
         al_source=None if stats is None else al_source(stats),

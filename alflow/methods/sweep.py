@@ -59,7 +59,7 @@ def conclude_sweep(
     best_rows = [b.to_dict() for b in summary]
     tables = {"per_k": pl.DataFrame(rows)}
     if points:
-        tables["spec_stats"] = pl.DataFrame([p.to_dict() for p in points])
+        tables["spec_stats"] = pl.DataFrame([p.model_dump() for p in points])
     stored = SweepRunSummary(
         flow="sweep",
         mode=mode,

@@ -32,6 +32,7 @@ from typing import Any, Final
 import polars as pl
 
 from alflow.metrics.client import GpuLayout, summarize
+from alflow.metrics.point_metrics import OUTPUT_PER_GPU, POINT_METRICS, TOTAL_PER_GPU
 from alflow.reports.matrix import run_column
 from alflow.results.store import StoredRun
 from alflow.results.view import framework, get_path, image, m0_entries, m2_points, model_id, scheme
@@ -208,8 +209,8 @@ def inferencex_rows(run: StoredRun) -> list[dict[str, Any]]:
     rows = []
     synthetic_scheme = scheme(run)
     for p in sorted(m2_points(run), key=lambda x: x.concurrency):
-        total = _f(p.total_token_throughput_per_gpu)
-        output = _f(p.output_throughput_per_gpu)
+        total = _f(p.value(TOTAL_PER_GPU))
+        output = _f(p.value(OUTPUT_PER_GPU))
         row: dict[str, Any] = {
             "hw": hw,
             "conc": p.concurrency,
@@ -236,12 +237,7 @@ def inferencex_rows(run: StoredRun) -> list[dict[str, Any]]:
             # alone cannot: its verdict holds, so ITL figures it withheld are not re-derived here
             stats = {k: (None if "itl" in k and k != "mean_itl_ms" else v) for k, v in stats.items()}
         if stats is None:
-            stats = {
-                "median_ttft_ms": p.median_ttft_ms,
-                "p99_ttft_ms": p.p99_ttft_ms,
-                "median_tpot_ms": p.median_tpot_ms,
-                "median_itl_ms": p.median_itl_ms,
-            }
+            stats = {m.name: p.value(m) for m in POINT_METRICS if m.unit == "ms"}
         row.update(_inferencex_latency(stats))
         row.update(
             {

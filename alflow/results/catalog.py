@@ -43,6 +43,7 @@ from typing import Any, Final
 import orjson
 
 from alflow.errors import AlflowError, InvalidInputError
+from alflow.metrics.point_metrics import POINT_METRICS
 from alflow.results import view
 from alflow.results.rows import M2Point
 from alflow.results.store import MANIFEST, SUMMARY, StoredRun, open_run, storage_for
@@ -132,9 +133,6 @@ _KEY_ADDED: Final = frozenset({"target_al", "scheme"})
 def target_text(target_al: float) -> str:
     """A target AL as a series key holds it: 4 decimals, as the audit reports it (``2.587`` -> ``2.5870``)."""
     return f"{target_al:.4f}"
-
-
-_POINT_FIELDS: Final = tuple(f.name for f in fields(M2Point))
 
 
 def split_image(image: str | None) -> tuple[str, str]:
@@ -227,7 +225,7 @@ class CatalogEntry:
         """JSON-ready form (the disk cache and the site's API)."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["ks"] = list(self.ks)
-        out["points"] = [{name: getattr(p, name) for name in _POINT_FIELDS} for p in self.points]
+        out["points"] = [p.model_dump() for p in self.points]
         out["point_verdicts"] = [{"series": k.to_dict(), "outcome": v} for k, v in self.point_verdicts]
         out["files"] = list(self.files)
         return out
@@ -237,21 +235,12 @@ class CatalogEntry:
         """The entry :meth:`to_dict` wrote (raises ``AlflowError``, ``KeyError`` or ``TypeError`` on bad data)."""
         values = {f.name: data[f.name] for f in fields(cls)}
         values["ks"] = tuple(int(k) for k in data["ks"])
-        values["points"] = tuple(_cached_point(p) for p in data["points"])
+        values["points"] = tuple(M2Point.model_validate(p) for p in data["points"])
         values["point_verdicts"] = tuple(
             (SeriesKey.from_dict(v["series"]), str(v["outcome"])) for v in data["point_verdicts"]
         )
         values["files"] = tuple(str(f) for f in data["files"])
         return cls(**values)
-
-
-def _cached_point(row: Mapping[str, Any]) -> M2Point:
-    """A point as :meth:`CatalogEntry.to_dict` stored it (every field, by name: a missing one is a TypeError)."""
-    values = dict(row)
-    for name in ("histogram_observed", "histogram_expected"):
-        if values.get(name) is not None:
-            values[name] = tuple(values[name])
-    return M2Point(**values)
 
 
 def _stamp_iso(name: str) -> str:
@@ -520,7 +509,13 @@ def _build_state(by_rel: dict[str, CatalogEntry], signatures: dict[str, Signatur
 _CACHE_FORMAT: Final = (
     f"{CACHE_VERSION}:"
     + hashlib.sha256(
-        " ".join(f.name for cls in (CatalogEntry, M2Point, SeriesKey) for f in fields(cls)).encode()
+        " ".join(
+            [
+                *(f.name for cls in (CatalogEntry, SeriesKey) for f in fields(cls)),
+                *M2Point.model_fields,
+                *(m.name for m in POINT_METRICS),
+            ]
+        ).encode()
     ).hexdigest()[:12]
 )
 """The cache's format: its version and the fields of what it stores (a cache of other fields is not used)."""

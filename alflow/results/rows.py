@@ -1,48 +1,54 @@
 """Typed rows of stored runs: what one line of a run's tables holds.
 
-The flows write these (``to_dict``) and :mod:`alflow.results.view` reads them back (``from_dict``),
-so a report never guesses a key.
+:class:`M2Point` is a pydantic model: the flows store ``model_dump()`` (one flat row: ``spec_stats.parquet``,
+``summary.json``'s points) and :mod:`alflow.results.view` reads it back with ``model_validate``, so a report never
+guesses a key. The client's figures are the declared ones (:data:`alflow.metrics.point_metrics.POINT_METRICS`), one
+column each.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
 from typing import Any, Final
 
-from alflow.results.store import StoreError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
+
+from alflow.metrics.point_metrics import POINT_METRICS, PointMetric
 
 
-@dataclass(frozen=True)
-class M2Point:
-    """One concurrency of an M2 run: the audit and the client's headline numbers (a row of spec_stats)."""
+class M2Point(BaseModel):
+    """One concurrency of an M2 run: the audit and the client's headline numbers (a row of spec_stats).
+
+    A row stored before a field existed reads it as its default (None; ``partial`` False, ``nodes`` 1, ``repeat``
+    0); columns this version does not know are ignored. A row without the identity of a point (concurrency, K,
+    target AL) is refused, naming what it lacks.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
     concurrency: int
     k: int
-    framework: str
     target_al: float
-    achieved_al: float | None
-    valid: bool
-    partial: bool
-    audit: str
-    num_drafts: int | None
-    expected_al: float | None
-    allowed_deviation: float | None
-    completed: int | None
-    failed: int | None
-    output_throughput: float | None
-    nodes: int
-    num_gpus: int | None
-    total_token_throughput: float | None
-    output_throughput_per_gpu: float | None
-    total_token_throughput_per_gpu: float | None
-    median_interactivity_tokens_per_s: float | None
-    median_tpot_ms: float | None
-    median_ttft_ms: float | None
-    p99_ttft_ms: float | None
-    median_itl_ms: float | None
-    tokens_per_chunk: float | None
-    duration_s: float
+    framework: str = "?"
+    achieved_al: float | None = None
+    valid: bool = False
+    partial: bool = False
+    audit: str = ""
+    num_drafts: int | None = None
+    expected_al: float | None = None
+    allowed_deviation: float | None = None
+    completed: int | None = None
+    failed: int | None = None
+    nodes: int = 1
+    num_gpus: int | None = None
+    duration_s: float = 0.0
     scheme: str | None = None
     """The synthetic scheme the audit tested against (its exact pmf at the target)."""
     al_source: str | None = None
@@ -72,39 +78,36 @@ class M2Point:
     """The client's CPU seconds per wall second per process over the measured phase."""
     loop_lag_p99_ms: float | None = None
     """The client's event-loop lag, p99 over 10 ms probes."""
+    metrics: dict[str, float | None] = Field(default_factory=dict)
+    """The declared client figures by name (:data:`~alflow.metrics.point_metrics.POINT_METRICS`); stored flat,
+    one column each."""
 
-    def to_dict(self) -> dict[str, Any]:
-        """The row as stored (``spec_stats.parquet``, ``summary.json``'s points); sequences as lists."""
-        row = asdict(self)
+    def value(self, metric: PointMetric) -> float | None:
+        """The point's figure ``metric`` (None when not measured, or stored before it was declared)."""
+        return self.metrics.get(metric.name)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stored_row(cls, row: Any) -> Any:
+        if not isinstance(row, Mapping):
+            return row
+        missing = [name for name in _REQUIRED if row.get(name) is None]
+        if missing:
+            raise ValueError(f"an M2 point row lacks {', '.join(missing)}: {dict(row)!r:.200}")
+        values = {name: v for name, v in row.items() if v is not None}  # None: the field's default
+        if "metrics" not in values:  # a flat stored row: its figures' columns
+            values["metrics"] = {m.name: row.get(m.name) for m in POINT_METRICS}
+        return values
+
+    @model_serializer(mode="wrap")
+    def _flat_row(self, dump: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        row: dict[str, Any] = dump(self)
+        figures = row.pop("metrics", None) or {}
+        row.update({m.name: figures.get(m.name) for m in POINT_METRICS})
         for name in ("histogram_observed", "histogram_expected"):
-            if row[name] is not None:
+            if row.get(name) is not None:
                 row[name] = list(row[name])
         return row
 
-    @classmethod
-    def from_dict(cls, row: Mapping[str, Any]) -> M2Point:
-        """The point a stored row holds (``spec_stats.parquet``, ``summary.json``, a flow's result).
 
-        Rows written before a field existed read it as None (``partial`` as False, ``nodes`` as 1);
-        keys this version does not know are ignored. A row without the identity of a point
-        (concurrency, K, target AL) is refused, naming what it lacks.
-        """
-        missing = [name for name in _REQUIRED if row.get(name) is None]
-        if missing:
-            raise StoreError(f"an M2 point row lacks {', '.join(missing)}: {dict(row)!r:.200}")
-        values: dict[str, Any] = {name: row.get(name) for name in _FIELDS}
-        values["framework"] = str(row.get("framework") or "?")
-        values["valid"] = bool(row.get("valid"))
-        values["partial"] = bool(row.get("partial"))
-        values["audit"] = str(row.get("audit") or "")
-        values["nodes"] = int(row.get("nodes") or 1)
-        values["duration_s"] = float(row.get("duration_s") or 0.0)
-        values["repeat"] = int(row.get("repeat") or 0)
-        for name, kind in (("histogram_observed", int), ("histogram_expected", float)):
-            seq = row.get(name)
-            values[name] = None if seq is None else tuple(kind(v) for v in seq)
-        return cls(**values)
-
-
-_FIELDS: Final = tuple(f.name for f in fields(M2Point))
 _REQUIRED: Final = ("concurrency", "k", "target_al")

@@ -4,7 +4,7 @@ A summary is validated before it is stored (:func:`store_summary`), so a run nev
 readers would refuse, and :func:`store_summary` puts the JSON schema of every flow's summary beside it
 (``summary.schema.json`` in each run's directory) for tools outside alflow. Rows inside a summary (M2 points,
 reference entries, verdicts) keep their stored form and are checked by their own types' readers
-(:meth:`alflow.results.rows.M2Point.from_dict`, :class:`alflow.reference.table.ReferenceEntry`), so the summaries of
+(:class:`alflow.results.rows.M2Point`, :class:`alflow.reference.table.ReferenceEntry`), so the summaries of
 runs stored before these models existed read too: unknown keys are kept, missing lists read empty.
 """
 
@@ -39,8 +39,9 @@ class StoredSummary(BaseModel):
     failures: list[str] = Field(default_factory=list, description="What failed, one line each.")
 
     def stored(self) -> dict[str, Any]:
-        """The JSON form to write (the store adds ``schema_version``)."""
-        return self.model_dump(mode="json", exclude={"schema_version"})
+        """The JSON form to write (the store adds ``schema_version``; a row that is not its type is written as it
+        is, for :func:`store_summary`'s check to refuse by name)."""
+        return self.model_dump(mode="json", exclude={"schema_version"}, warnings=False)
 
 
 class M0RunSummary(StoredSummary):
@@ -93,18 +94,8 @@ class M2RunSummary(StoredSummary):
     nodes: int = 1
     num_gpus: int | None = None
     repeats: int = 1
-    points: list[dict[str, Any]] = Field(default_factory=list, description="M2 points, as stored.")
+    points: list[M2Point] = Field(default_factory=list, description="M2 points, one flat row each.")
     partial: bool = False
-
-    @field_validator("points")
-    @classmethod
-    def _points(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        for row in value:
-            try:
-                M2Point.from_dict(row)  # names what a row lacks
-            except AlflowError as exc:
-                raise ValueError(str(exc)) from None
-        return value
 
 
 class SweepRunSummary(StoredSummary):

@@ -152,8 +152,8 @@ def m2_points(run: StoredRun) -> list[M2Point]:
     points = []
     for row in rows:
         try:
-            points.append(M2Point.from_dict(row))
-        except AlflowError:
+            points.append(M2Point.model_validate(row))
+        except ValidationError:
             continue
     return points
 

@@ -490,10 +490,10 @@ def _charts(s: TrendSeries) -> list[Any]:
     for field, title, unit in METRICS:
         marks = [
             TrendMark(
-                value=getattr(p, field),
+                value=p.values[field],
                 date=p.started[:10],
                 tag=p.image_tag or "",
-                tooltip=f"{p.started[:16]} {p.image_tag or ''} {p.rel}: {getattr(p, field)}"
+                tooltip=f"{p.started[:16]} {p.image_tag or ''} {p.rel}: {p.values[field]}"
                 + (f" ({p.verdict})" if p.verdict else ""),
                 regressed=p.verdict == "regressed",
                 good=p.valid and not p.partial and not p.client_bound,

@@ -15,6 +15,7 @@ from typing import Any, Final
 from urllib.parse import urlencode
 
 from alflow.errors import InvalidInputError
+from alflow.metrics.point_metrics import POINT_METRICS
 from alflow.results.catalog import Catalog, CatalogEntry, SeriesKey
 from alflow.results.rows import M2Point
 
@@ -242,13 +243,13 @@ def entry_dict(entry: CatalogEntry) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 # Trends
 
+TREND_METRICS: Final = tuple(m for m in POINT_METRICS if m.trend)
+"""The declared figures a trend line shows per run (besides the achieved AL)."""
 METRICS: Final = (
-    ("output_throughput_per_gpu", "Output throughput per GPU", "tok/s/GPU"),
-    ("median_tpot_ms", "Median TPOT", "ms"),
-    ("median_interactivity_tokens_per_s", "Median interactivity", "tok/s/user"),
+    *((m.name, m.label[:1].upper() + m.label[1:], m.unit) for m in TREND_METRICS),
     ("achieved_al", "Achieved AL", "tokens/step"),
 )
-"""The values a trend line shows per run: (M2Point field, title, unit)."""
+"""The values a trend line shows per run, one chart each: (name, title, unit)."""
 
 
 @dataclass(frozen=True)
@@ -294,10 +295,8 @@ class TrendPoint:
     partial: bool
     client_bound: bool
     verdict: str | None
-    output_throughput_per_gpu: float | None
-    median_tpot_ms: float | None
-    median_interactivity_tokens_per_s: float | None
-    achieved_al: float | None
+    values: dict[str, float | None]
+    """Each of :data:`METRICS` by name (None: not measured or not finite)."""
 
     @classmethod
     def of(cls, entry: CatalogEntry, key: SeriesKey, p: M2Point) -> TrendPoint:
@@ -311,10 +310,10 @@ class TrendPoint:
             partial=p.partial,
             client_bound=p.client_verdict == "client-bound",
             verdict=entry.verdict_of(key),
-            output_throughput_per_gpu=_finite(p.output_throughput_per_gpu),
-            median_tpot_ms=_finite(p.median_tpot_ms),
-            median_interactivity_tokens_per_s=_finite(p.median_interactivity_tokens_per_s),
-            achieved_al=_finite(p.achieved_al),
+            values={
+                **{m.name: _finite(p.value(m)) for m in TREND_METRICS},
+                "achieved_al": _finite(p.achieved_al),
+            },
         )
 
 
@@ -354,8 +353,12 @@ class TrendsPage:
     choices: TrendChoices
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON API's answer (``/api/trends``)."""
-        return asdict(self)
+        """The JSON API's answer (``/api/trends``): each point's values beside its other fields."""
+        data = asdict(self)
+        for line in data["series"]:
+            for point in line["points"]:
+                point.update(point.pop("values"))
+        return data
 
 
 def trends_page(catalog: Catalog, q: TrendQuery) -> TrendsPage:

@@ -157,11 +157,11 @@ def test_the_m2_report_names_client_bound_points_and_unmeasurable_itl() -> None:
     from alflow.reports.content.m2 import client_cell, client_notes
     from alflow.results.rows import M2Point
 
-    base = M2Point.from_dict({"concurrency": 1024, "k": 3, "framework": "sim", "target_al": 2.0, "audit": "ok",
+    base = M2Point.model_validate({"concurrency": 1024, "k": 3, "framework": "sim", "target_al": 2.0, "audit": "ok",
                               "valid": True, "duration_s": 1.0})  # fmt: skip
     assert client_cell(base) == "n/a"  # a row stored before the verdict existed
-    bound = M2Point.from_dict({
-        **base.to_dict(), "client_verdict": "client-bound", "client_reasons": "the client used 95% of a core",
+    bound = M2Point.model_validate({
+        **base.model_dump(), "client_verdict": "client-bound", "client_reasons": "the client used 95% of a core",
         "itl_note": "30.6% of inter-chunk gaps ...", "stamp_source": "kernel",
     })  # fmt: skip
     assert client_cell(bound) == "CLIENT-BOUND (kernel stamps)"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from alflow.methods.kchoice import (
 )
 from alflow.methods.points import best_k
 from alflow.methods.sweep_rules import benchmark_for
+from alflow.metrics.point_metrics import OUTPUT_PER_GPU
 from alflow.results.rows import M2Point
 from alflow.results.store import RunWriter, open_run
 from tests.unit.report_runs import EVIL
@@ -99,7 +99,7 @@ def test_the_rule_finds_the_true_best_k_where_the_single_run_argmax_often_does_n
         ]
         (choice,) = choose_k(points, Objective.throughput)
         rule_right += choice.chosen.k == 2
-        first = {p.k: p.output_throughput_per_gpu or 0.0 for p in points if p.repeat == 0}
+        first = {p.k: p.value(OUTPUT_PER_GPU) or 0.0 for p in points if p.repeat == 0}
         argmax_wrong += max(first, key=lambda k: (first[k], -k)) != 2
     assert rule_right >= trials - 5
     assert argmax_wrong >= 30  # one window per K picks a wrong K in about one trial in six
@@ -177,11 +177,11 @@ def test_repeats_of_a_framework_with_a_fixed_synthetic_seed_count_as_one_draw(tm
     from alflow.methods.kchoice import all_choices
     from alflow.reports import render_run
 
-    atom = [replace(p, framework="atom") for p in _repeats(1, 4, [10.0, 12.0, 11.0])]
+    atom = [p.model_copy(update={"framework": "atom"}) for p in _repeats(1, 4, [10.0, 12.0, 11.0])]
     (row,) = spread_rows(atom)
     assert (row["n"], row["draws"]) == (3, 1)
     with RunWriter(tmp_path, "sweep", config={"ks": [1]}) as w:
-        w.write_table("spec_stats", pl.DataFrame([p.to_dict() for p in atom]))
+        w.write_table("spec_stats", pl.DataFrame([p.model_dump() for p in atom]))
         w.write_summary(
             {
                 "flow": "sweep",
@@ -279,19 +279,19 @@ def test_repeats_in_the_benchmark_parameters_of_a_sweep(tmp_path: Path) -> None:
 
 
 def test_a_row_written_before_repeats_reads_as_repeat_zero() -> None:
-    row = _pt(1, 4, 10.0, repeat=2).to_dict()
-    assert M2Point.from_dict(row).repeat == 2
+    row = _pt(1, 4, 10.0, repeat=2).model_dump()
+    assert M2Point.model_validate(row).repeat == 2
     del row["repeat"]
-    assert M2Point.from_dict(row).repeat == 0
+    assert M2Point.model_validate(row).repeat == 0
 
 
 def test_the_sweep_report_shows_the_choice_and_the_spread_and_escapes_user_text(tmp_path: Path) -> None:
     from alflow.methods.kchoice import all_choices
     from alflow.reports import render_run
 
-    points = [replace(p, framework=EVIL + "|x") for p in _sweep_points({4: 2}, (4,))]
+    points = [p.model_copy(update={"framework": EVIL + "|x"}) for p in _sweep_points({4: 2}, (4,))]
     with RunWriter(tmp_path, "sweep", config={"ks": [1, 2, 3]}) as w:
-        w.write_table("spec_stats", pl.DataFrame([p.to_dict() for p in points]))
+        w.write_table("spec_stats", pl.DataFrame([p.model_dump() for p in points]))
         w.write_summary(
             {
                 "flow": "sweep",
@@ -314,7 +314,7 @@ def test_the_sweep_report_shows_the_choice_and_the_spread_and_escapes_user_text(
 
 def _write_sweep(root: Path, points: list[M2Point], flow: str = "sweep") -> str:
     with RunWriter(root, flow, config={"ks": [1, 2, 3]}) as w:
-        w.write_table("spec_stats", pl.DataFrame([p.to_dict() for p in points]))
+        w.write_table("spec_stats", pl.DataFrame([p.model_dump() for p in points]))
         w.write_summary({"flow": flow, "repeats": 3})
     return w.dir
 

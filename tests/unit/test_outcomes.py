@@ -20,7 +20,7 @@ def test_m2_outcome_prints_its_points_as_stored_rows() -> None:
     data = json.loads(json.dumps(out.to_dict()))
     assert [p["concurrency"] for p in data["points"]] == [4, 16]
     assert data["points"][1]["valid"] is False
-    assert data["points"] == [p.to_dict() for p in points]
+    assert data["points"] == [p.model_dump() for p in points]
     assert (data["target_al"], data["scheme"], data["failures"]) == (2.0, "vllm", list(out.failures))
 
 

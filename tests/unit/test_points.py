@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
+from pydantic import ValidationError
 
 from alflow.acceptance.stats import from_counters
 from alflow.acceptance.synthetic import distribution
-from alflow.errors import AlflowError
 from alflow.gates import AuditDetails, Verdict, audit_synthetic
 from alflow.measure import Measurement
 from alflow.methods.points import M2Point, best_k, m2_point
@@ -56,7 +56,7 @@ def _point(m: Measurement, audit: Verdict | None) -> tuple[dict[str, object], li
         audit=audit,
         metrics_where="http://x/metrics",
     )
-    return point.to_dict(), failures
+    return point.model_dump(), failures
 
 
 def test_an_audited_point_carries_the_audit_and_the_client_numbers() -> None:
@@ -158,7 +158,7 @@ def test_best_k_per_concurrency_by_throughput_per_gpu_and_by_interactivity() -> 
     assert (best[0].best_k_interactivity, best[0].median_interactivity_tokens_per_s) == (1, 90.0)
     assert (best[1].best_k_throughput, best[1].best_k_interactivity) == (1, 3)
     assert best_k([_m2(1, 4, 1.0, 1.0, valid=False)]) == []
-    assert M2Point.from_dict(points[0].to_dict()) == points[0]
+    assert M2Point.model_validate(points[0].model_dump()) == points[0]
 
 
 def test_a_stored_row_from_an_older_version_reads_with_its_missing_figures_as_none() -> None:
@@ -170,8 +170,8 @@ def test_a_stored_row_from_an_older_version_reads_with_its_missing_figures_as_no
         "achieved_al": 2.49,
         "valid": True,
     }
-    point = M2Point.from_dict({**old, "a_future_column": 1})
+    point = M2Point.model_validate({**old, "a_future_column": 1})
     assert (point.concurrency, point.k, point.achieved_al, point.valid) == (4, 3, 2.49, True)
     assert (point.partial, point.nodes, point.num_drafts, point.allowed_deviation) == (False, 1, None, None)
-    with pytest.raises(AlflowError, match="an M2 point row lacks concurrency, target_al"):
-        M2Point.from_dict({"k": 3})
+    with pytest.raises(ValidationError, match="an M2 point row lacks concurrency, target_al"):
+        M2Point.model_validate({"k": 3})

@@ -161,7 +161,7 @@ def test_settings_refuse_a_min_history_above_the_history() -> None:
 def _point(**fields: Any) -> M2Point:
     base: dict[str, Any] = {"concurrency": 4, "k": 3, "target_al": 2.5, "achieved_al": 2.5, "valid": True}
     base.update(fields)
-    return M2Point.from_dict(base)
+    return M2Point.model_validate(base)
 
 
 def _history(runs: int, n: int = 200, scale: float = 1.0) -> list[HistoryRun]:
@@ -252,7 +252,7 @@ def _m2_run(
     plan = [(4, 0), (4, 1), (8, 0)]
     writer.write_table("requests", pl.concat([_records(c, r, tpot_ms, rng) for c, r in plan]))
     points = [
-        _point(concurrency=c, repeat=r, framework="sim", target_al=target_al).to_dict() for c, r in plan
+        _point(concurrency=c, repeat=r, framework="sim", target_al=target_al).model_dump() for c, r in plan
     ]
     writer.write_table("spec_stats", pl.DataFrame(points))
     return writer

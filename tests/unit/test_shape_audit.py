@@ -74,14 +74,14 @@ def test_the_m2_point_keeps_the_shape_and_older_rows_still_load() -> None:
         "scheme": d.scheme, "al_source": "per-request", "fit_p_value": d.fit_p_value,
         "histogram_observed": list(d.histogram_observed or ()), "histogram_expected": list(d.histogram_expected or ()),
     }  # fmt: skip
-    point = M2Point.from_dict(row)
+    point = M2Point.model_validate(row)
     assert point.histogram_observed == tuple(d.histogram_observed or ())
-    stored = point.to_dict()
+    stored = point.model_dump()
     assert isinstance(stored["histogram_observed"], list)
     back = pl.DataFrame([stored]).to_dicts()[0]  # spec_stats.parquet's round trip
-    assert M2Point.from_dict(back) == point
-    assert M2Point.from_dict(json.loads(json.dumps(stored))) == point  # summary.json's
-    old = M2Point.from_dict({k: v for k, v in row.items() if k not in ("scheme", "al_source", "fit_p_value")} | {
+    assert M2Point.model_validate(back) == point
+    assert M2Point.model_validate(json.loads(json.dumps(stored))) == point  # summary.json's
+    old = M2Point.model_validate({k: v for k, v in row.items() if k not in ("scheme", "al_source", "fit_p_value")} | {
         "histogram_observed": None, "histogram_expected": None})  # fmt: skip
     assert (old.fit_p_value, old.histogram_observed, old.al_source) == (None, None, None)
 

@@ -205,8 +205,8 @@ def _stored(root: Path, rows: list[dict[str, object]], *, table: bool = True) ->
 
 
 def test_list_columns_round_trip_through_spec_stats_parquet(tmp_path: Path) -> None:
-    points = [M2Point.from_dict(_row(4, **SHAPE)), M2Point.from_dict(_row(8))]
-    got = _stored(tmp_path, [p.to_dict() for p in points])
+    points = [M2Point.model_validate(_row(4, **SHAPE)), M2Point.model_validate(_row(8))]
+    got = _stored(tmp_path, [p.model_dump() for p in points])
     assert got == points
     assert got[0].histogram_observed == (0, 68, 32, 0)
     assert got[0].histogram_expected == (0.0, 70.0, 30.0, 0.0)
@@ -214,8 +214,8 @@ def test_list_columns_round_trip_through_spec_stats_parquet(tmp_path: Path) -> N
 
 
 def test_a_run_whose_points_have_no_histogram_at_all_loads(tmp_path: Path) -> None:
-    points = [M2Point.from_dict(_row(4)), M2Point.from_dict(_row(8))]  # all-null list columns
-    assert _stored(tmp_path, [p.to_dict() for p in points]) == points
+    points = [M2Point.model_validate(_row(4)), M2Point.model_validate(_row(8))]  # all-null list columns
+    assert _stored(tmp_path, [p.model_dump() for p in points]) == points
 
 
 def test_older_runs_without_the_columns_load_from_parquet_and_from_the_summary(tmp_path: Path) -> None:
@@ -229,9 +229,9 @@ def test_older_runs_without_the_columns_load_from_parquet_and_from_the_summary(t
 
 
 def test_the_summary_keeps_the_histograms_as_lists(tmp_path: Path) -> None:
-    point = M2Point.from_dict(_row(4, **SHAPE))
-    assert json.loads(json.dumps(point.to_dict()))["histogram_observed"] == [0, 68, 32, 0]
-    assert _stored(tmp_path, [point.to_dict()], table=False) == [point]
+    point = M2Point.model_validate(_row(4, **SHAPE))
+    assert json.loads(json.dumps(point.model_dump()))["histogram_observed"] == [0, 68, 32, 0]
+    assert _stored(tmp_path, [point.model_dump()], table=False) == [point]
 
 
 # --------------------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ def test_a_stored_summary_reads_back_as_its_flows_model_with_the_schema_beside_i
     assert data["schema_version"] >= 1  # the store's version, added on write
     again = read_summary(data, "summary.json")
     assert isinstance(again, M2RunSummary)
-    assert (again.target_al, again.points[0]["concurrency"]) == (2.5, 4)
+    assert (again.target_al, again.points[0].concurrency) == (2.5, 4)
     schema = json.loads((Path(writer.dir) / SCHEMA_FILE).read_text())
     assert set(schema["discriminator"]["mapping"]) == {"m0", "m1", "m2", "sweep"}
     assert schema == summary_schema()
@@ -68,7 +68,7 @@ def test_older_summaries_read(data: dict[str, Any], what: type) -> None:
         ({"flow": "m2", "target_al": "high", "scheme": "vllm"}, "target_al: Input should be a valid number"),
         (
             {"flow": "m2", "target_al": 2.5, "scheme": "vllm", "points": [{"k": 3}]},
-            "points: .*lacks concurrency",
+            "points.0: .*lacks concurrency",
         ),
         ({"flow": "m1", "subject": "s", "passed": True, "verdicts": [{"passed": True}]}, "needs a gate name"),
         (

@@ -13,6 +13,7 @@ from typing import Final
 
 from alflow.errors import AlflowError
 from alflow.gates import AccuracyDetails, AlGateDetails
+from alflow.metrics.point_metrics import INTERACTIVITY, OUTPUT_PER_GPU, TPOT, TTFT
 from alflow.reports import svg
 from alflow.reports.content.base import (
     LIVE,
@@ -153,6 +154,10 @@ def build_comparison(runs: Sequence[StoredRun]) -> Report:
     return report
 
 
+COMPARED: Final = (OUTPUT_PER_GPU, INTERACTIVITY, TPOT, TTFT)
+"""The figures of the M2 comparison's table."""
+
+
 def _compare_m2(runs: Sequence[StoredRun]) -> Section:
     series = []
     rows: list[list[str]] = []
@@ -162,7 +167,7 @@ def _compare_m2(runs: Sequence[StoredRun]) -> Section:
         series.append(
             svg.Series(
                 label,
-                [(p.median_interactivity_tokens_per_s, p.output_throughput_per_gpu) for p in pts],
+                [(p.value(INTERACTIVITY), p.value(OUTPUT_PER_GPU)) for p in pts],
                 labels=[f"c={p.concurrency}" for p in pts],
             )
         )
@@ -170,10 +175,7 @@ def _compare_m2(runs: Sequence[StoredRun]) -> Section:
             [
                 label,
                 fmt(p.concurrency),
-                fmt(p.output_throughput_per_gpu, 1),
-                fmt(p.median_interactivity_tokens_per_s, 1),
-                fmt(p.median_tpot_ms, 2),
-                fmt(p.median_ttft_ms, 1),
+                *(fmt(p.value(m), m.decimals) for m in COMPARED),
                 fmt(p.achieved_al, 4),
                 validity(p),
             ]
@@ -194,18 +196,9 @@ def _compare_m2(runs: Sequence[StoredRun]) -> Section:
         ],
         tables=[
             Table(
-                [
-                    "run",
-                    "concurrency",
-                    "output tok/s/GPU",
-                    "interactivity",
-                    "median TPOT ms",
-                    "median TTFT ms",
-                    "achieved AL",
-                    "valid",
-                ],
+                ["run", "concurrency", *(m.heading for m in COMPARED), "achieved AL", "valid"],
                 rows,
-                numeric=[False, True, True, True, True, True, True, False],
+                numeric=[False, True, *(True for _ in COMPARED), True, False],
             )
         ],
     )

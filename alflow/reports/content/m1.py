@@ -8,6 +8,7 @@ from typing import Any
 import polars as pl
 
 from alflow.gates import AccuracyDetails, AlGateDetails, Verdict
+from alflow.metrics.point_metrics import POINT_METRICS
 from alflow.reports import svg
 from alflow.reports.content.base import (
     Report,
@@ -205,13 +206,7 @@ def _client_section(client: Mapping[str, Any]) -> Section:
     keys = [
         ("completed", "completed requests", 0),
         ("failed", "failed requests", 0),
-        ("output_throughput", "output tok/s", 1),
-        ("output_throughput_per_gpu", "output tok/s/GPU", 1),
-        ("median_ttft_ms", "median TTFT ms", 2),
-        ("p99_ttft_ms", "p99 TTFT ms", 2),
-        ("median_tpot_ms", "median TPOT ms", 3),
-        ("median_interactivity_tokens_per_s", "median interactivity tok/s/user", 1),
-        ("tokens_per_chunk", "tokens per chunk", 3),
+        *((m.name, m.heading, m.decimals) for m in POINT_METRICS),
     ]
     return Section(
         "Client-side metrics (AL run)",

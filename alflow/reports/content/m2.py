@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from alflow.gates import AUDIT_MIN_FIT_P, AUDIT_Z
+from alflow.metrics.point_metrics import INTERACTIVITY, OUTPUT_PER_GPU, P99_TTFT, POINT_METRICS, TTFT
 from alflow.reports import svg
 from alflow.reports.content.base import Figure, Report, Section, Table, base_report, fmt, svg_figure, validity
 from alflow.reports.content.regression import regression_sections
@@ -34,7 +35,7 @@ def throughput_figure(points: Sequence[M2Point]) -> Figure:
         tput.append(
             svg.Series(
                 name,
-                [(p.median_interactivity_tokens_per_s, p.output_throughput_per_gpu) for p in ordered],
+                [(p.value(INTERACTIVITY), p.value(OUTPUT_PER_GPU)) for p in ordered],
                 labels=[f"c={p.concurrency}" for p in ordered],
             )
         )
@@ -50,40 +51,23 @@ def throughput_figure(points: Sequence[M2Point]) -> Figure:
 
 
 def points_table(points: Sequence[M2Point]) -> Table:
-    """One row per point: concurrency, framework, K, throughput per GPU, interactivity, latencies, requests."""
+    """One row per point: concurrency, framework, K, the declared figures of the table, requests, the client."""
+    shown = [m for m in POINT_METRICS if m.table]
     return Table(
-        [
-            "concurrency",
-            "framework",
-            "K",
-            "output tok/s/GPU",
-            "total tok/s/GPU",
-            "interactivity",
-            "median TPOT ms",
-            "median TTFT ms",
-            "p99 TTFT ms",
-            "completed",
-            "failed",
-            "client",
-        ],
+        ["concurrency", "framework", "K", *(m.heading for m in shown), "completed", "failed", "client"],
         [
             [
                 fmt(p.concurrency),
                 p.framework,
                 fmt(p.k),
-                fmt(p.output_throughput_per_gpu, 1),
-                fmt(p.total_token_throughput_per_gpu, 1),
-                fmt(p.median_interactivity_tokens_per_s, 1),
-                fmt(p.median_tpot_ms, 2),
-                fmt(p.median_ttft_ms, 1),
-                fmt(p.p99_ttft_ms, 1),
+                *(fmt(p.value(m), m.decimals) for m in shown),
                 fmt(p.completed),
                 fmt(p.failed),
                 client_cell(p),
             ]
             for p in points
         ],
-        numeric=[True, False, True, True, True, True, True, True, True, True, True, False],
+        numeric=[True, False, True, *(True for _ in shown), True, True, False],
     )
 
 
@@ -163,8 +147,8 @@ def _latency_section(run: StoredRun, points: Sequence[M2Point]) -> Section:
     if lat is None:
         sec.paragraphs.append("No request records: median and p99 TTFT from the stored points.")
         ttft = [
-            svg.Series("median TTFT", [(p.concurrency, p.median_ttft_ms) for p in points]),
-            svg.Series("p99 TTFT", [(p.concurrency, p.p99_ttft_ms) for p in points], dashed=True),
+            svg.Series(TTFT.label, [(p.concurrency, p.value(TTFT)) for p in points]),
+            svg.Series(P99_TTFT.label, [(p.concurrency, p.value(P99_TTFT)) for p in points], dashed=True),
         ]
         sec.figures.append(
             svg_figure(
