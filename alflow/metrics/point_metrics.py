@@ -87,6 +87,7 @@ TPOT: Final = PointMetric(
 TTFT: Final = PointMetric("median_ttft_ms", "median TTFT", "ms", 1, lambda c: c.ttft.median, False)
 P99_TTFT: Final = PointMetric("p99_ttft_ms", "p99 TTFT", "ms", 1, lambda c: c.ttft.percentile(99), False)
 ITL: Final = PointMetric("median_itl_ms", "median ITL", "ms", 2, lambda c: c.itl.median, False, table=False)
+P90_ITL: Final = PointMetric("p90_itl_ms", "p90 ITL", "ms", 2, lambda c: c.itl.percentile(90), False)
 TOKENS_PER_CHUNK: Final = PointMetric(
     "tokens_per_chunk", "tokens per chunk", "", 3, lambda c: c.tokens_per_chunk, True, table=False
 )
@@ -101,6 +102,7 @@ POINT_METRICS: Final = (
     TTFT,
     P99_TTFT,
     ITL,
+    P90_ITL,
     TOKENS_PER_CHUNK,
 )
 """Every figure an M2 point stores, in the order of its columns."""
