@@ -7,64 +7,52 @@ threshold, in one sentence a person can act on.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any, Final, cast, get_args
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
-from alflow.acceptance.stats import CIMethod, ConfidenceInterval, SpecStats, goodness_of_fit
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
+
+from alflow.acceptance.stats import ConfidenceInterval, SpecStats, goodness_of_fit
 from alflow.acceptance.synthetic import AcceptanceDistribution
 from alflow.config import GateTolerances
 from alflow.evals.gsm8k import EvalResult
 
 
-@dataclass(frozen=True)
-class AccuracyDetails:
+class _Details(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class AccuracyDetails(_Details):
     """What the GSM8K accuracy gate compared: each score against the threshold."""
 
     threshold: float
-    failing: tuple[str, ...]
-    subset: bool
-    scores: tuple[tuple[str, float], ...]
-    """(score name, accuracy rounded to 6 digits): strict-match, flexible-extract."""
-
-    def to_dict(self) -> dict[str, object]:
-        """The stored form (``summary.json``'s verdicts)."""
-        return {
-            "threshold": self.threshold,
-            "failing": list(self.failing),
-            "subset": self.subset,
-            "scores": dict(self.scores),
-        }
+    failing: tuple[str, ...] = ()
+    subset: bool = False
+    scores: dict[str, float] = Field(default_factory=dict)
+    """Accuracy by score name (strict-match, flexible-extract), rounded to 6 digits."""
 
 
-@dataclass(frozen=True)
-class AlGateDetails:
+class AlGateDetails(_Details):
     """What the AL gate compared: the AL (or its CI's upper bound) against the threshold from the reference."""
 
     threshold: float
     reference_al: float
-    rule: str
-    al: float | None
+    rule: str = ""
+    al: float | None = None
     ci: ConfidenceInterval | None = None
     compared: float | None = None
     """The number held against the threshold: the AL, or the upper CI bound with ``use_ci="upper"``."""
 
-    def to_dict(self) -> dict[str, object]:
-        """The stored form (``summary.json``'s verdicts)."""
-        out: dict[str, object] = {
-            "threshold": self.threshold,
-            "reference_al": self.reference_al,
-            "rule": self.rule,
-        }
-        out["al"] = self.al
-        if self.al is not None:
-            out["ci"] = None if self.ci is None else self.ci.to_dict()
-            out["compared"] = self.compared
-        return out
 
-
-@dataclass(frozen=True)
-class AuditDetails:
+class AuditDetails(_Details):
     """What the synthetic audit compared: the achieved AL against the scheme's expected AL, within ``allowed``."""
 
     target_al: float
@@ -90,122 +78,54 @@ class AuditDetails:
     """The share of draft slots left empty, ``1 - draft_tokens / (K x steps)``, where steps carried fewer than K
     drafts (n-gram partial matches, grammar, drafts cut at the output limit, adaptive verification)."""
 
-    def to_dict(self) -> dict[str, object]:
-        """The stored form (``summary.json``'s verdicts, histograms as lists); figures not computed are left out."""
-        return {
-            k: list(v) if isinstance(v, tuple) else v
-            for k, v in asdict(self).items()
-            if v is not None or k == "achieved_al"
-        }
-
 
 GateDetails = AccuracyDetails | AlGateDetails | AuditDetails
-
-
-def _f(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def _ci(value: object) -> ConfidenceInterval | None:
-    if not isinstance(value, Mapping):
-        return None
-    low, high, level, method = (
-        _f(value.get("low")),
-        _f(value.get("high")),
-        _f(value.get("level")),
-        value.get("method"),
-    )
-    if low is None or high is None or level is None or method not in get_args(CIMethod):
-        return None
-    return ConfidenceInterval(low, high, level, cast(CIMethod, method), str(value.get("note") or ""))
-
-
-def _al_details(d: Mapping[str, object]) -> AlGateDetails | None:
-    threshold, reference = _f(d.get("threshold")), _f(d.get("reference_al"))
-    if threshold is None or reference is None:
-        return None
-    return AlGateDetails(
-        threshold,
-        reference,
-        str(d.get("rule") or ""),
-        _f(d.get("al")),
-        _ci(d.get("ci")),
-        _f(d.get("compared")),
-    )
-
-
-def _accuracy_details(d: Mapping[str, object]) -> AccuracyDetails | None:
-    threshold, scores, failing = _f(d.get("threshold")), d.get("scores"), d.get("failing")
-    if threshold is None or not isinstance(scores, Mapping):
-        return None
-    pairs = tuple((str(k), v) for k, v in ((k, _f(v)) for k, v in scores.items()) if v is not None)
-    names = tuple(str(n) for n in failing) if isinstance(failing, list | tuple) else ()
-    return AccuracyDetails(threshold, names, bool(d.get("subset")), pairs)
-
-
-def _audit_details(d: Mapping[str, object]) -> AuditDetails | None:
-    target = _f(d.get("target_al"))
-    if target is None:
-        return None
-    n = d.get("num_drafts")
-    return AuditDetails(
-        target_al=target,
-        achieved_al=_f(d.get("achieved_al")),
-        expected_al=_f(d.get("expected_al")),
-        scheme=None if d.get("scheme") is None else str(d.get("scheme")),
-        granularity=None if d.get("granularity") is None else str(d.get("granularity")),
-        deviation=_f(d.get("deviation")),
-        allowed=_f(d.get("allowed")),
-        expected_std_of_mean=_f(d.get("expected_std_of_mean")),
-        truncation=_f(d.get("truncation")),
-        num_drafts=n if isinstance(n, int) and not isinstance(n, bool) else None,
-        fit_p_value=_f(d.get("fit_p_value")),
-        histogram_observed=_counts(d.get("histogram_observed"), int),
-        histogram_expected=_counts(d.get("histogram_expected"), float),
-    )
-
-
-def _counts(value: object, kind: type[int] | type[float]) -> tuple[Any, ...] | None:
-    """A stored histogram (a list of numbers) back as a tuple; None when it is not one."""
-    if not isinstance(value, list | tuple):
-        return None
-    items = [_f(v) for v in value]
-    if any(v is None for v in items):
-        return None
-    return tuple(kind(v) for v in items if v is not None)
-
-
-_DETAILS_READERS: dict[str, Callable[[Mapping[str, object]], GateDetails | None]] = {
-    "al": _al_details,
-    "gsm8k-accuracy": _accuracy_details,
-    "synthetic-audit": _audit_details,
+GATE_DETAILS: Final[Mapping[str, type[GateDetails]]] = {
+    "al": AlGateDetails,
+    "gsm8k-accuracy": AccuracyDetails,
+    "synthetic-audit": AuditDetails,
 }
+"""The details each gate's verdict carries, by gate name."""
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """The outcome of one gate, with what it compared (None for a verdict that compared nothing)."""
+class Verdict(BaseModel):
+    """The outcome of one gate, with what it compared (None for a verdict that compared nothing).
+
+    Stored flat (``summary.json``'s verdicts): gate, passed, message and the details' fields beside them; a
+    stored verdict whose details this version cannot read keeps its outcome with no details.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
     gate: str
     passed: bool
-    message: str
+    message: str = ""
     details: GateDetails | None = None
 
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready form: gate, passed, message and the details' fields."""
-        extra = {} if self.details is None else self.details.to_dict()
-        return {"gate": self.gate, "passed": self.passed, "message": self.message, **extra}
-
+    @model_validator(mode="before")
     @classmethod
-    def from_dict(cls, data: Mapping[str, object]) -> Verdict:
-        """The verdict a :meth:`to_dict` form holds (``summary.json``); details it cannot read become None."""
-        gate = str(data.get("gate") or "?")
-        reader = _DETAILS_READERS.get(gate)
-        return cls(
-            gate, bool(data.get("passed")), str(data.get("message") or ""), reader(data) if reader else None
-        )
+    def _stored_row(cls, row: Any) -> Any:
+        if not isinstance(row, Mapping) or "details" in row:
+            return row
+        if not isinstance(row.get("gate"), str) or not isinstance(row.get("passed"), bool):
+            raise ValueError(f"a verdict needs a gate name and passed: {dict(row)!r:.200}")
+        kind = GATE_DETAILS.get(row["gate"])
+        try:
+            details = None if kind is None else kind.model_validate(row)
+        except ValidationError:
+            details = None
+        return {
+            "gate": row["gate"],
+            "passed": row["passed"],
+            "message": row.get("message") or "",
+            "details": details,
+        }
+
+    @model_serializer(mode="wrap")
+    def _flat_row(self, dump: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        row: dict[str, Any] = dump(self)
+        row.update(row.pop("details", None) or {})
+        return row
 
 
 def accuracy_gate(result: EvalResult, threshold: float) -> Verdict:
@@ -226,14 +146,14 @@ def accuracy_gate(result: EvalResult, threshold: float) -> Verdict:
     else:
         message = f"GSM8K accuracy gate passed for {result.model}: {summary} >= {threshold:.4f} ({scope})"
     return Verdict(
-        "gsm8k-accuracy",
-        not problems,
-        message,
-        AccuracyDetails(
+        gate="gsm8k-accuracy",
+        passed=not problems,
+        message=message,
+        details=AccuracyDetails(
             threshold=threshold,
             failing=tuple(s.name for s in failing),
             subset=result.subset,
-            scores=tuple((s.name, round(s.accuracy, 6)) for s in scores),
+            scores={s.name: round(s.accuracy, 6) for s in scores},
         ),
     )
 
@@ -249,10 +169,10 @@ def al_gate(stats: SpecStats, reference_al: float, tolerances: GateTolerances, *
     rule = f"reference {reference_al:.4f} - max({tolerances.abs_tol:g}, {tolerances.rel_tol:g} x {reference_al:.4f})"
     if not stats.observed or stats.al is None:
         return Verdict(
-            "al",
-            False,
-            f"AL gate FAILED for {subject}: {stats.note or 'no speculative steps observed'}",
-            AlGateDetails(threshold, reference_al, rule, al=None),
+            gate="al",
+            passed=False,
+            message=f"AL gate FAILED for {subject}: {stats.note or 'no speculative steps observed'}",
+            details=AlGateDetails(threshold=threshold, reference_al=reference_al, rule=rule),
         )
     al = stats.al
     ci = stats.ci
@@ -260,7 +180,9 @@ def al_gate(stats: SpecStats, reference_al: float, tolerances: GateTolerances, *
     use_upper = tolerances.use_ci == "upper" and ci is not None
     compared = ci.high if (use_upper and ci is not None) else al
     passed = compared >= threshold
-    details = AlGateDetails(threshold, reference_al, rule, al=al, ci=ci, compared=compared)
+    details = AlGateDetails(
+        threshold=threshold, reference_al=reference_al, rule=rule, al=al, ci=ci, compared=compared
+    )
     if passed:
         message = f"AL gate passed for {subject}: AL {al:.4f}{ci_text} >= threshold {threshold:.4f} ({rule})"
     else:
@@ -269,7 +191,7 @@ def al_gate(stats: SpecStats, reference_al: float, tolerances: GateTolerances, *
             f"AL gate FAILED for {subject}: {what} {compared:.4f} < threshold {threshold:.4f} "
             f"(AL {al:.4f}{ci_text}; threshold = {rule})"
         )
-    return Verdict("al", passed, message, details)
+    return Verdict(gate="al", passed=passed, message=message, details=details)
 
 
 AUDIT_ABS_TOL: Final = 0.02
@@ -334,10 +256,10 @@ def audit_synthetic(
     expected = distribution.mean
     if not stats.observed or stats.al is None:
         return Verdict(
-            "synthetic-audit",
-            False,
-            f"synthetic audit FAILED for {subject}: {stats.note or 'no speculative steps observed'}",
-            AuditDetails(target_al=target, achieved_al=None),
+            gate="synthetic-audit",
+            passed=False,
+            message=f"synthetic audit FAILED for {subject}: {stats.note or 'no speculative steps observed'}",
+            details=AuditDetails(target_al=target, achieved_al=None),
         )
     n = stats.num_drafts
     spread = distribution.std / math.sqrt(n)
@@ -372,15 +294,18 @@ def audit_synthetic(
     )
     if problems:
         return Verdict(
-            "synthetic-audit", False, f"synthetic audit FAILED for {subject}: " + "; ".join(problems), details
+            gate="synthetic-audit",
+            passed=False,
+            message=f"synthetic audit FAILED for {subject}: " + "; ".join(problems),
+            details=details,
         )
     return Verdict(
-        "synthetic-audit",
-        True,
-        f"synthetic audit passed for {subject}: achieved AL {stats.al:.4f}, target {target:.4f} "
+        gate="synthetic-audit",
+        passed=True,
+        message=f"synthetic audit passed for {subject}: achieved AL {stats.al:.4f}, target {target:.4f} "
         f"(+/-{allowed:.4f}, {n} steps{'' if fit_p is None else f'; shape test p={fit_p:.3g}'})"
         + "".join(f"; {note}" for note in notes),
-        details,
+        details=details,
     )
 
 

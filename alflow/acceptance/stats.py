@@ -54,7 +54,7 @@ class ConfidenceInterval:
     high: float
     level: float
     method: CIMethod
-    note: str
+    note: str = ""
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready form."""

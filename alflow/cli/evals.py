@@ -99,7 +99,7 @@ def gsm8k(
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(jsonutil.dumps(result.to_dict(per_question=True), indent=1), encoding="utf-8")
     if as_json:
-        emit_json({**result.to_dict(), "verdict": verdict.to_dict()})
+        emit_json({**result.to_dict(), "verdict": verdict.model_dump()})
     else:
         _print_scores(result, verdict, limit_value, model)
     raise typer.Exit(0 if verdict.passed else 1)

@@ -300,7 +300,7 @@ def m0_summary(
     return M0RunSummary(
         flow="m0",
         reference_path=str(path),
-        entries=[e.model_dump(mode="json", exclude_none=True) for e in entries],
+        entries=list(entries),
         cached_points=list(cached_points),
         diff=None if diff is None else diff.to_dict(),
         partial=bool(failures),

@@ -117,7 +117,9 @@ def _gate(
             f"the AL point aborted mid-way ({m.cut_short}); its {m.records.height} requests "
             "are kept and the point is marked partial"
         )
-        got.verdicts.append(Verdict("al", False, f"{subject}: no AL verdict: {got.partial}"))
+        got.verdicts.append(
+            Verdict(gate="al", passed=False, message=f"{subject}: no AL verdict: {got.partial}")
+        )
         return
     if m.spec_stats is None:
         why = m.stats_error or "no baseline or final scrape"
@@ -182,7 +184,7 @@ def _store(
         passed=passed,
         partial=got.partial is not None,
         failures=failures,
-        verdicts=[v.to_dict() for v in got.verdicts],
+        verdicts=list(got.verdicts),
         client=None if got.client is None else got.client.to_dict(),
         gsm8k=got.gsm8k,
     )

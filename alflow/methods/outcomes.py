@@ -63,7 +63,7 @@ class M1Outcome:
         return {
             "run_dir": self.run_dir,
             "passed": self.passed,
-            "verdicts": [v.to_dict() for v in self.verdicts],
+            "verdicts": [v.model_dump() for v in self.verdicts],
         }
 
 

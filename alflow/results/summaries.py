@@ -2,10 +2,11 @@
 
 A summary is validated before it is stored (:func:`store_summary`), so a run never writes a summary its own
 readers would refuse, and :func:`store_summary` puts the JSON schema of every flow's summary beside it
-(``summary.schema.json`` in each run's directory) for tools outside alflow. Rows inside a summary (M2 points,
-reference entries, verdicts) keep their stored form and are checked by their own types' readers
-(:class:`alflow.results.rows.M2Point`, :class:`alflow.reference.table.ReferenceEntry`), so the summaries of
-runs stored before these models existed read too: unknown keys are kept, missing lists read empty.
+(``summary.schema.json`` in each run's directory) for tools outside alflow.
+Rows inside a summary are typed too: M2 points (:class:`alflow.results.rows.M2Point`), reference entries
+(:class:`alflow.reference.table.ReferenceEntry`), verdicts (:class:`alflow.gates.Verdict`), each stored flat by its
+model and read back by it, so the summaries of runs stored before these models existed read too: unknown keys are
+kept, missing lists read empty, a row's missing figures read as their defaults.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import json
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from alflow.errors import AlflowError
+from alflow.gates import Verdict
 from alflow.reference.table import ReferenceEntry
 from alflow.results.rows import M2Point
 from alflow.results.store import RunWriter
@@ -39,8 +41,10 @@ class StoredSummary(BaseModel):
     failures: list[str] = Field(default_factory=list, description="What failed, one line each.")
 
     def stored(self) -> dict[str, Any]:
-        """The JSON form to write (the store adds ``schema_version``; a row that is not its type is written as it
-        is, for :func:`store_summary`'s check to refuse by name)."""
+        """The JSON form to write (the store adds ``schema_version``).
+
+        A row that is not its type is written as it is, for :func:`store_summary`'s check to refuse by name.
+        """
         return self.model_dump(mode="json", exclude={"schema_version"}, warnings=False)
 
 
@@ -49,20 +53,13 @@ class M0RunSummary(StoredSummary):
 
     flow: Literal["m0"]
     reference_path: str
-    entries: list[dict[str, Any]] = Field(default_factory=list, description="Reference entries, as stored.")
+    entries: list[ReferenceEntry] = Field(default_factory=list, description="The reference entries measured.")
     cached_points: list[str] = Field(default_factory=list)
     diff: dict[str, Any] | None = None
     partial: bool = False
     reference_updated: bool = Field(
         True, description="False when the run failed: its entries are in the run only."
     )
-
-    @field_validator("entries")
-    @classmethod
-    def _entries(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        for row in value:
-            ReferenceEntry.model_validate(row)
-        return value
 
 
 class M1RunSummary(StoredSummary):
@@ -72,17 +69,11 @@ class M1RunSummary(StoredSummary):
     subject: str
     passed: bool
     partial: bool = False
-    verdicts: list[dict[str, Any]] = Field(default_factory=list)
+    verdicts: list[Verdict] = Field(
+        default_factory=list, description="The gates' verdicts, one flat row each."
+    )
     client: dict[str, Any] | None = None
     gsm8k: dict[str, Any] | None = None
-
-    @field_validator("verdicts")
-    @classmethod
-    def _verdicts(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        for row in value:
-            if not isinstance(row.get("gate"), str) or not isinstance(row.get("passed"), bool):
-                raise ValueError(f"a verdict needs a gate name and passed: {row!r:.200}")
-        return value
 
 
 class M2RunSummary(StoredSummary):

@@ -215,7 +215,7 @@ def run_request_acceptance(run: StoredRun) -> RequestAcceptance | None:
 
 def m1_verdicts(run: StoredRun) -> list[Verdict]:
     """The gates' verdicts an M1 run stored (``summary.json``), with their typed details."""
-    return [Verdict.from_dict(v) for v in summary(run).get("verdicts") or [] if isinstance(v, Mapping)]
+    return [Verdict.model_validate(v) for v in summary(run).get("verdicts") or [] if isinstance(v, Mapping)]
 
 
 @dataclass(frozen=True)

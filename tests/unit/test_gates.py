@@ -6,6 +6,7 @@ import json
 from dataclasses import replace
 
 import pytest
+from pydantic import ValidationError
 
 from alflow.acceptance import stats
 from alflow.acceptance import synthetic as syn
@@ -135,17 +136,20 @@ def test_every_gates_verdict_reads_back_from_its_stored_form() -> None:
     al = al_gate(_steps("vllm", 2.5, 3, 4000), 2.5, tol, subject="vllm mtp K=3")
     audit = audit_synthetic(_steps("vllm", 2.5, 3, 4000), syn.distribution("vllm", 3, al=2.5), subject="s")
     for verdict in (al, audit):
-        stored = json.loads(json.dumps(verdict.to_dict()))
-        back = Verdict.from_dict(stored)
+        stored = json.loads(json.dumps(verdict.model_dump(mode="json")))
+        back = Verdict.model_validate(stored)
         assert type(back.details) is type(verdict.details)
-        assert back.to_dict() == stored  # the stored form is a fixed point (the CI is stored to 12 digits)
+        assert back.model_dump(mode="json") == stored  # the stored form is a fixed point
+        assert back == verdict
     assert isinstance(al.details, AlGateDetails)
     assert al.details.ci is not None
     # an older or damaged entry: what cannot be read becomes None, the verdict itself stays
-    old = Verdict.from_dict({"gate": "al", "passed": False, "message": "AL gate FAILED", "al": 2.1})
+    old = Verdict.model_validate({"gate": "al", "passed": False, "message": "AL gate FAILED", "al": 2.1})
     assert (old.gate, old.passed, old.details) == ("al", False, None)
-    other = Verdict.from_dict({"gate": "custom", "passed": True, "message": "ok", "x": 1})
-    assert other == Verdict("custom", True, "ok")
+    other = Verdict.model_validate({"gate": "custom", "passed": True, "message": "ok", "x": 1})
+    assert other == Verdict(gate="custom", passed=True, message="ok")
+    with pytest.raises(ValidationError, match="a verdict needs a gate name and passed"):
+        Verdict.model_validate({"passed": True, "message": "no gate"})
 
 
 def test_the_audit_expects_the_cut_of_counters_that_truncate_the_last_step() -> None:

@@ -140,7 +140,7 @@ def test_accuracy_gate_names_the_failing_score() -> None:
     assert "strict-match" not in failed.message.split("FAILED")[1].split("(")[0]
     assert isinstance(failed.details, AccuracyDetails)
     assert failed.details.failing == ("flexible-extract",)
-    assert failed.to_dict()["failing"] == ["flexible-extract"]
+    assert failed.model_dump()["failing"] == ("flexible-extract",)
     errored = accuracy_gate(_result(95, 95, errors=2), 0.90)
     assert not errored.passed
     assert "2 of 100 requests failed" in errored.message

@@ -140,7 +140,7 @@ def test_demo_summaries_print_hostile_names_as_typed() -> None:
         rejection_sample_method="standard",
     )
     m0 = M0Outcome(f"/r/{name}", f"refs/{name}.yaml", (entry,), cached_points=(name,))
-    m1 = M1Outcome(f"/r/{name}", False, (Verdict("al", False, name),))
+    m1 = M1Outcome(f"/r/{name}", False, (Verdict(gate="al", passed=False, message=name),))
     gate = DemoGate(name, False, f"AL gate FAILED for {name}", m1)
     point = M2Point(
         concurrency=4, k=3, framework="sim", target_al=2.5, achieved_al=2.5, valid=True, partial=False, audit=name,

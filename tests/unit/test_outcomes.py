@@ -25,7 +25,12 @@ def test_m2_outcome_prints_its_points_as_stored_rows() -> None:
 
 
 def test_m1_outcome_flattens_each_verdicts_details() -> None:
-    verdict = Verdict("al", True, "AL gate passed", AlGateDetails(2.4, 2.5, "rule", al=2.6, compared=2.6))
+    verdict = Verdict(
+        gate="al",
+        passed=True,
+        message="AL gate passed",
+        details=AlGateDetails(threshold=2.4, reference_al=2.5, rule="rule", al=2.6, compared=2.6),
+    )
     data = M1Outcome("results/m1/x", True, (verdict,)).to_dict()
     assert data["verdicts"] == [
         {

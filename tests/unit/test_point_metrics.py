@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from alflow.methods.points import M2Point
 from alflow.metrics.client import LatencyStats
 from alflow.metrics.point_metrics import P90_ITL, POINT_METRICS, point_values
-from alflow.methods.points import M2Point
 from alflow.reports.content.m1 import _client_section
 from alflow.reports.content.m2 import points_table
 from alflow.site.pages import METRICS
@@ -26,7 +26,8 @@ def test_every_declared_figure_is_a_stored_column_computed_by_its_formula_and_re
     values = point_values(client)
     assert list(values) == [m.name for m in POINT_METRICS]
     assert values[P90_ITL.name] == 14.5  # the formula: the ITL's 90th percentile
-    assert values["median_tpot_ms"] == 12.5 and values["output_throughput_per_gpu"] == 256.0
+    assert values["median_tpot_ms"] == 12.5
+    assert values["output_throughput_per_gpu"] == 256.0
     point = _row(**values)
     row = point.model_dump()
     assert {m.name: row[m.name] for m in POINT_METRICS} == values  # one flat column each

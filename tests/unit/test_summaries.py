@@ -73,7 +73,7 @@ def test_older_summaries_read(data: dict[str, Any], what: type) -> None:
         ({"flow": "m1", "subject": "s", "passed": True, "verdicts": [{"passed": True}]}, "needs a gate name"),
         (
             {"flow": "m0", "reference_path": "r.yaml", "entries": [{"model": "m"}]},
-            "entries.method: Field required",
+            "entries.0.method: Field required",
         ),
         ({"flow": "sweep", "mode": "in-process"}, "ks: Field required"),
     ],

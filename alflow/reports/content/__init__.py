@@ -212,7 +212,7 @@ def _compare_m1(runs: Iterable[StoredRun]) -> Section:
         al = details.get("al")
         acc = details.get("gsm8k-accuracy")
         al = al if isinstance(al, AlGateDetails) else None
-        scores = dict(acc.scores) if isinstance(acc, AccuracyDetails) else {}
+        scores = acc.scores if isinstance(acc, AccuracyDetails) else {}
         ci = None if al is None else al.ci
         rows.append(
             [

@@ -184,7 +184,7 @@ def _gsm8k_section(v: Verdict, d: AccuracyDetails, gsm8k: object) -> Section:
                 ]
             )
     else:
-        for name, a in d.scores:
+        for name, a in d.scores.items():
             rows.append(
                 [name, fmt(a, 4), "-", "-", "-", fmt(threshold, 4), "pass" if a >= threshold else "FAIL"]
             )
