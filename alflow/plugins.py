@@ -1,7 +1,7 @@
 """The framework plugins' registry, as plain data: which frameworks there are, where their parts are, their config models.
 
 A framework (vLLM, SGLang, TensorRT-LLM, ATOM, the simulator, the tiny CPU engine) is one plugin: a folder
-``alflow/frameworks/<name>/`` whose ``plugin.py`` gives a :class:`~alflow.registry.Framework` (its recipe,
+``alflow/frameworks/<name>/`` whose ``plugin.py`` gives a :class:`~alflow.frameworks.registry.Framework` (its recipe,
 metrics reader, synthetic knob renderer, how the simulator speaks it, the environment variables that carry its knobs,
 its GPUs) and whose ``config.py`` gives its server-configuration model (a ``ServerBase`` variant, which also says its
 own fields and the label its numbers carry). Generic code asks the registry and never names a framework
@@ -12,7 +12,7 @@ Two modules, one above the other, so that no import closes a cycle (type hints i
 - this one names each plugin by a :class:`FrameworkSpec` (``module:attribute`` references, loaded by
   :mod:`importlib` when first asked for) and answers in plain data: the names, the dialects, the config models.
   It imports no plugin and no part's protocol, so :mod:`alflow.config` and the simulator's settings build on it;
-- :mod:`alflow.registry` loads the typed :class:`~alflow.registry.Framework` objects, whose
+- :mod:`alflow.frameworks.registry` loads the typed :class:`~alflow.frameworks.registry.Framework` objects, whose
   parts' protocols (recipe, metrics reader, knobs, simulator) sit in the modules that define them.
 
 The built-in specs are :data:`BUILTIN`; a third-party package adds a framework through the entry point group
@@ -54,7 +54,7 @@ class FrameworkSpec:
     config: str
     """The pydantic model of its server configuration (a ``ServerBase`` with ``framework: Literal[name]``)."""
     plugin: str
-    """The :class:`~alflow.registry.Framework` object."""
+    """The :class:`~alflow.frameworks.registry.Framework` object."""
     dialect: bool = False
     """A real framework whose metrics alflow reads and whose API the simulator speaks (its plugin then has both a
     metrics reader and a simulator emitter; the registry checks when it loads the plugin)."""
@@ -124,6 +124,20 @@ def _loaded() -> tuple[tuple[FrameworkSpec, ...], tuple[str, ...]]:
             continue
         found.append(spec)
     return tuple(found), tuple(broken)
+
+
+@functools.cache
+def plugin_of(name: str) -> object:
+    """Framework ``name``'s plugin object, loaded from its spec (an unknown name lists the known ones).
+
+    Plain: the registry (:func:`alflow.frameworks.registry.get_framework`) checks it is a ``Framework``; a lower
+    layer that reads one part of it (the simulator, the metrics readers) reads that part through a protocol of
+    its own, so it never imports the registry or a plugin module.
+    """
+    plugin = resolve(spec_of(name).plugin, f"framework {name!r}")
+    if getattr(plugin, "name", None) != name:
+        raise PluginError(f"framework {name!r}: {spec_of(name).plugin} is not a Framework named {name!r}")
+    return plugin
 
 
 def specs() -> tuple[FrameworkSpec, ...]:

@@ -26,8 +26,7 @@ from alflow.datasets.types import Session
 from alflow.errors import InvalidInputError
 from alflow.evals.run import bundled_gsm8k
 from alflow.loadgen.endpoints import Sampling
-from alflow.plugins import framework_names
-from alflow.registry import get_framework
+from alflow.plugins import framework_names, plugin_of
 
 DEMO_SOURCE = "alflow-demo"
 TINY_SOURCE = "alflow-tiny"
@@ -168,7 +167,7 @@ def random_workload_sessions(
         seed=workload.seed + seed_offset,
         vocab_size=workload.vocab_size,
     )
-    if framework in framework_names() and not get_framework(framework).token_id_prompts:
+    if framework in framework_names() and not getattr(plugin_of(framework), "token_id_prompts", True):
         return as_text_sessions(sessions)
     return sessions
 

@@ -34,7 +34,7 @@ Columns (ms; an error is the client's value minus the truth):
 - ``stamps``: the records' ``stamp_source`` counts; ``runq``: mean runnable tasks during the run
   (``/proc/loadavg``); ``load1``: the 1-minute load average after it;
 - ``cpu``, ``lag p99``, ``in-flight``: the run's ``client_load`` (:mod:`alflow.loadgen.monitor`);
-  ``measurable`` and ``verdict``: :func:`alflow.metrics.timing.client_timing` of the run.
+  ``measurable`` and ``verdict``: :func:`alflow.loadgen.timing.client_timing` of the run.
 
 TCP merges segments that wait in the receive queue and the merged one carries the newest stamp, so within one
 coalesced read only the newest event is exact: kernel stamps fix the gap *before* a late read, not the zero
@@ -222,7 +222,7 @@ def _run_alflow(url: str, conc: int, num: int, osl: int, kernel: bool) -> Outcom
     from alflow.datasets.types import Session, Turn
     from alflow.loadgen import LoadSpec, Target, records_frame, run_load
     from alflow.loadgen.fast import FastTransport
-    from alflow.metrics.timing import client_timing
+    from alflow.loadgen.timing import client_timing
     from alflow.util import eventloop
 
     prompts = [_prompt(i) for i in range(num)]

@@ -10,8 +10,8 @@ from rich.table import Table
 
 from alflow.cli.common import JsonOpt, console, emit_json
 from alflow.config.server import engine_note_of
+from alflow.frameworks.registry import Framework, frameworks
 from alflow.plugins import BUILTIN, broken_plugins, specs
-from alflow.registry import Framework, frameworks
 
 
 @dataclass(frozen=True)

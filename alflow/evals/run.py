@@ -30,8 +30,7 @@ from alflow.evals.gsm8k import (
 from alflow.loadgen.client import auth_headers
 from alflow.loadgen.endpoints import Sampling
 from alflow.loadgen.runner import LoadSpec, Target, run_load
-from alflow.plugins import is_set
-from alflow.registry import synthetic_markers
+from alflow.plugins import framework_names, is_set, plugin_of
 from alflow.util.redact import redact_url
 
 PROBE_PATHS = ("/version", "/server_info")
@@ -55,7 +54,10 @@ def synthetic_evidence(info: Any, path: str = "") -> str | None:
     TensorRT-LLM's environment variables, ATOM's arguments), plus ``synthetic_acceptance`` (alflow's own engines);
     text is searched for vLLM's ``rejection_sample_method`` in either quoting.
     """
-    return _evidence(info, path, synthetic_markers())
+    markers: dict[str, Callable[[object], bool]] = {}
+    for name in framework_names():  # read through the spec: this package never imports the registry
+        markers.update(getattr(plugin_of(name), "synthetic_markers", {}))
+    return _evidence(info, path, markers)
 
 
 def _evidence(info: Any, path: str, markers: Mapping[str, Callable[[object], bool]]) -> str | None:

@@ -19,8 +19,8 @@ from alflow.acceptance.synthetic import SyntheticAcceptanceError
 from alflow.config import Parallelism, ServerConfig, SpecMethod
 from alflow.errors import RecipeError
 from alflow.frameworks.launch import free_port
+from alflow.frameworks.registry import frameworks, knob_env_names
 from alflow.frameworks.versions import Capability, FrameworkVersion, check_capabilities
-from alflow.registry import frameworks, knob_env_names
 
 
 def bind_host_of(config: ServerConfig) -> str:

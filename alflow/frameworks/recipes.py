@@ -1,6 +1,6 @@
 """Recipes: one per framework plugin, each turns a :class:`~alflow.config.ServerConfig` into a Launch.
 
-A framework's recipe is its plugin's ``recipe`` (:mod:`alflow.registry`; its protocol:
+A framework's recipe is its plugin's ``recipe`` (:mod:`alflow.frameworks.registry`; its protocol:
 :mod:`alflow.frameworks.contract`); :func:`build_launch` is the only entry
 generic code needs. A framework's flags, file formats, endpoints and silent no-ops live in its plugin folder
 (``alflow/frameworks/<name>/recipe.py``) and nowhere else.
@@ -15,8 +15,8 @@ from alflow.config import ServerConfig
 from alflow.errors import InvalidInputError, RecipeError
 from alflow.frameworks.contract import DialectSource, HintSource, InstallCheck, LogFacts, Recipe, SeedWarning
 from alflow.frameworks.launch import Launch
+from alflow.frameworks.registry import get_framework
 from alflow.plugins import framework_names
-from alflow.registry import get_framework
 
 
 def recipes() -> dict[str, Recipe]:

@@ -2,7 +2,7 @@
 
 A client that is not scheduled in time reads late: every event that waited in the socket meanwhile gets that
 late read's time, so its gaps to the next event read 0 and the gap before it is too long
-(:mod:`alflow.loadgen.rxstamp`, :mod:`alflow.metrics.timing`). :class:`LoadMonitor` watches the measured phase
+(:mod:`alflow.loadgen.rxstamp`, :mod:`alflow.loadgen.timing`). :class:`LoadMonitor` watches the measured phase
 from inside the event loop:
 
 - **loop lag**: a probe sleeps :data:`LAG_INTERVAL_S` and records how much later than asked it woke up (the
@@ -12,7 +12,7 @@ from inside the event loop:
 - **streams in flight**: the most sessions open at once and their time-weighted mean, against the
   configured concurrency (a client that cannot start sessions fast enough never reaches it).
 
-It returns a :class:`~alflow.metrics.timing.ClientLoad`; :func:`alflow.metrics.timing.client_timing` judges it. No Prefect here.
+It returns a :class:`~alflow.loadgen.timing.ClientLoad`; :func:`alflow.loadgen.timing.client_timing` judges it. No Prefect here.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import contextlib
 import time
 from typing import Final
 
-from alflow.metrics.timing import ClientLoad
+from alflow.loadgen.timing import ClientLoad
 
 LAG_INTERVAL_S: Final = 0.01
 """The lag probe's sleep: 100 wake-ups a second (a few microseconds of CPU each)."""

@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Any, Final
 from alflow.datasets.types import Session
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.loadgen.records import RequestRecord
-from alflow.metrics.timing import ClientLoad
+from alflow.loadgen.timing import ClientLoad
 from alflow.util import eventloop
 
 if TYPE_CHECKING:

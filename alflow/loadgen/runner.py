@@ -51,7 +51,7 @@ from alflow.loadgen.spec import (
     Target,
     arrival_offsets_ns,
 )
-from alflow.metrics.timing import ClientLoad, client_bound_reasons
+from alflow.loadgen.timing import ClientLoad, client_bound_reasons
 
 log = logging.getLogger(__name__)
 

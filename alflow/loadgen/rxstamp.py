@@ -21,7 +21,7 @@ What TCP reports, per read (kernel documentation and measured here on 6.18, ``be
 So a kernel stamp is exact for the newest data of a read, whatever the process's scheduling delay; events
 that arrived in one read with others are known only to have arrived at or before it. The clients record
 the source of each request's timestamps (``RequestRecord.stamp_source``: ``kernel`` or ``clock``) and the
-statistics use exact gaps only where the source allows (:mod:`alflow.metrics.timing`).
+statistics use exact gaps only where the source allows (:mod:`alflow.loadgen.timing`).
 
 Cost: one ``recvmsg`` with a control buffer per read instead of the event loop's ``recv``, plus the conversion
 below. The fast transport makes that read in C where the optional extension :data:`RECV_STAMPED`

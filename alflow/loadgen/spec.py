@@ -19,7 +19,7 @@ from alflow.loadgen.client import Clock, auth_headers
 from alflow.loadgen.counts import CountsReader
 from alflow.loadgen.endpoints import Sampling, get_endpoint
 from alflow.loadgen.records import RequestRecord
-from alflow.metrics.timing import ClientLoad
+from alflow.loadgen.timing import ClientLoad
 
 Arrival = Literal["poisson", "constant"]
 REJECTIONS_BEFORE_ABORT = 5
@@ -93,7 +93,7 @@ class LoadSpec:
     """Client processes that share the load (:mod:`alflow.loadgen.multiproc`; Linux only above 1)."""
     auto_processes: bool = False
     """Choose the processes from the warm-up: it runs in this process with the load monitor, and when it shows
-    the client as the bottleneck (:func:`alflow.metrics.timing.client_bound_reasons`) the measured phase is split
+    the client as the bottleneck (:func:`alflow.loadgen.timing.client_bound_reasons`) the measured phase is split
     over as many processes as the machine has cores (at most ``concurrency``); needs ``warmup`` > 0."""
 
     def check(self) -> None:

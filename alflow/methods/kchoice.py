@@ -35,8 +35,8 @@ from enum import StrEnum
 from typing import Any, Final
 
 from alflow.errors import InvalidInputError
+from alflow.frameworks.registry import repeated_draws
 from alflow.metrics.point_metrics import INTERACTIVITY, OUTPUT_PER_GPU, PointMetric
-from alflow.registry import repeated_draws
 from alflow.results.rows import M2Point
 from alflow.results.store import StoredRun
 from alflow.results.view import m2_points
@@ -263,7 +263,7 @@ def spread_rows(points: Sequence[M2Point]) -> list[dict[str, Any]]:
     """Per (concurrency, K) over the valid repeats: n, and each objective's median, MAD, min and max.
 
     ``repeats`` counts every stored repeat of the pair, ``n`` the valid ones, ``draws`` the independent synthetic
-    draws among them (1 for a framework whose repeats repeat one draw, :func:`alflow.registry.repeated_draws`:
+    draws among them (1 for a framework whose repeats repeat one draw, :func:`alflow.frameworks.registry.repeated_draws`:
     their spread is the timing's, not the acceptance's); a pair without a valid repeat still has its row (its
     figures None), so a report shows what was measured and dropped.
     """

@@ -29,7 +29,7 @@ from typing import Final
 import polars as pl
 
 from alflow.errors import InvalidInputError
-from alflow.metrics.timing import ClientLoad, ClientTiming, client_timing
+from alflow.loadgen.timing import ClientLoad, ClientTiming, client_timing
 from alflow.util.jsonutil import note_nonfinite
 
 log = logging.getLogger(__name__)
@@ -251,7 +251,7 @@ class ClientSummary:
     errors: tuple[tuple[str, int], ...] = ()
     timing: ClientTiming | None = None
     """Whether the timestamps carry ITL percentiles and whether the client was the bottleneck
-    (:mod:`alflow.metrics.timing`); ``itl`` holds only the mean when they do not."""
+    (:mod:`alflow.loadgen.timing`); ``itl`` holds only the mean when they do not."""
 
     @property
     def all_ok(self) -> bool:
@@ -329,7 +329,7 @@ def summarize(
 ) -> ClientSummary:
     """Run-level client metrics from records of the measured phase (warm-up rows are dropped).
 
-    The timestamps are judged (:func:`alflow.metrics.timing.client_timing`, with the client's ``client_load``
+    The timestamps are judged (:func:`alflow.loadgen.timing.client_timing`, with the client's ``client_load``
     when the run measured it): where they cannot carry inter-token gaps, the ITL median, std and percentiles
     are None (``itl_ms_note`` says why) and only the mean, which coalescing leaves intact, is kept.
 

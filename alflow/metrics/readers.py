@@ -1,17 +1,17 @@
 """Which metrics reader for a server: every registered framework's (:func:`dialects`), by name, or detected.
 
 The readers are the framework plugins' ``metrics`` (their protocol: :class:`alflow.metrics.dialects.Dialect`),
-found through the registry (:mod:`alflow.registry`).
+found through their specs (:func:`alflow.plugins.plugin_of`: this package never imports the registry).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, cast
 
 from alflow.errors import InvalidInputError
 from alflow.metrics.dialects import Dialect, MissingMetricsError
 from alflow.metrics.prometheus import Snapshot
-from alflow.registry import frameworks
+from alflow.plugins import framework_names, plugin_of
 
 if TYPE_CHECKING:
     from alflow.loadgen.counts import CountsReader
@@ -19,7 +19,15 @@ if TYPE_CHECKING:
 
 def dialects() -> dict[str, Dialect]:
     """Every registered framework's metrics reader, by framework name (frameworks that have one)."""
-    return {f.name: f.metrics for f in frameworks() if f.metrics is not None}
+    found = {name: cast(_Reads, plugin_of(name)).metrics for name in framework_names()}
+    return {name: reader for name, reader in found.items() if reader is not None}
+
+
+class _Reads(Protocol):
+    """What this module reads of a framework's plugin (the registry's ``Framework`` is one)."""
+
+    @property
+    def metrics(self) -> Dialect | None: ...
 
 
 def count_readers(dialect: Dialect | None) -> tuple[CountsReader, ...]:

@@ -65,7 +65,7 @@ class M2Point(BaseModel):
     its own measurement window; rows written before repeats existed read as 0."""
     client_verdict: str | None = None
     """``client-bound`` when the load generator was the bottleneck at this point (its throughput measured the
-    client, not the server), ``ok`` when not (:mod:`alflow.metrics.timing`); None in rows written before."""
+    client, not the server), ``ok`` when not (:mod:`alflow.loadgen.timing`); None in rows written before."""
     client_reasons: str | None = None
     """Why the point is client-bound (CPU share, loop lag, streams in flight); None when it is not."""
     itl_note: str | None = None

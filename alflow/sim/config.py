@@ -6,7 +6,7 @@ its flags, the arguments the simulator's command line does not define (vLLM's ``
 ``--spec-decode-acceptance-length``; ``Framework.sim_args``), and its environment variables (SGLang's
 ``SGLANG_SIMULATE_ACC_*``, TensorRT-LLM's ``TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS``; ``Framework.sim_env``).
 Which dialects exist comes from the registry's plain data (:mod:`alflow.plugins`); their default schemes, knob
-variables and emitters from the typed registry (:mod:`alflow.registry`).
+variables and emitters from the typed registry (:mod:`alflow.frameworks.registry`).
 
 Rules: an explicit flag wins over the framework source (a warning is logged when they differ); a
 framework source given to the wrong dialect, or one that contradicts itself, is an error that names
@@ -24,11 +24,10 @@ from pathlib import Path
 from alflow.acceptance.synthetic import SyntheticTarget, get_scheme
 from alflow.errors import InvalidInputError
 from alflow.plugins import dialect_names
-from alflow.registry import frameworks, get_framework
 from alflow.sim.acceptance import METHODS
 from alflow.sim.dialects import MetricsEmitter
 from alflow.sim.profiles import DEFAULT_PROFILE, get_profile
-from alflow.sim.sources import FrameworkSettings
+from alflow.sim.sources import FrameworkSettings, sim_plugin, sim_plugins
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +220,7 @@ class SimConfig:
 
 def default_scheme(dialect: str) -> str:
     """The synthetic scheme a framework uses unless told otherwise (its plugin's knob renderer's)."""
-    knobs = get_framework(dialect).knobs
+    knobs = sim_plugin(dialect).knobs
     if knobs is None:
         raise InvalidInputError(f"--dialect {dialect!r} has no synthetic acceptance of its own")
     return knobs.default_scheme
@@ -229,7 +228,7 @@ def default_scheme(dialect: str) -> str:
 
 def framework_env() -> dict[str, str]:
     """Every framework's knob environment variable -> the framework that reads it."""
-    return {name: f.name for f in frameworks() for name in sorted(f.knob_env)}
+    return {name: f.name for f in sim_plugins() for name in sorted(f.knob_env)}
 
 
 def _check_range(name: str, value: int, low: int, high: int) -> None:
@@ -256,7 +255,7 @@ def parse_rates(text: str) -> tuple[float, ...]:
 def _not_this_dialects(dialect: str, args: Sequence[str]) -> str:
     """Why ``args`` are refused in ``dialect``: whose flag the first is, if another framework's."""
     flag = args[0].split("=", 1)[0]
-    owners = [f.name for f in frameworks() if flag in f.sim_flags]
+    owners = [f.name for f in sim_plugins() if flag in f.sim_flags]
     if owners:
         return (
             f"{flag} is {owners[0]}'s switch but --dialect is {dialect!r}; use that framework's own source or "
@@ -270,7 +269,7 @@ def _framework_sources(
 ) -> list[FrameworkSettings]:
     """The settings in ``dialect``'s own sources; another framework's variables are ignored with a warning."""
     found: list[FrameworkSettings] = []
-    plugin = get_framework(dialect)
+    plugin = sim_plugin(dialect)
     if plugin.sim_env is not None:
         found.append(plugin.sim_env(env))
     if framework_args:
@@ -333,7 +332,7 @@ def resolve(
 
 def emitter_of(dialect: str) -> MetricsEmitter:
     """The metrics emitter of ``dialect``: its framework plugin's ``sim`` (vLLM's, SGLang's, TensorRT-LLM's are here)."""
-    emitter = get_framework(dialect).sim
+    emitter = sim_plugin(dialect).sim
     if emitter is None:
         raise InvalidInputError(f"framework {dialect!r} has no dialect the simulator speaks")
     return emitter

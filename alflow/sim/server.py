@@ -30,7 +30,6 @@ from aiohttp import web
 from prometheus_client import generate_latest
 
 from alflow.errors import AlflowError
-from alflow.registry import get_framework
 from alflow.serving.api import ApiError
 from alflow.serving.app import (
     JSON,
@@ -48,6 +47,7 @@ from alflow.sim.config import SGLANG_FIXED_TOKEN_ID, SimConfig, emitter_of
 from alflow.sim.dialects import JsonView, make_registry
 from alflow.sim.engine import SimEngine, SimRequest
 from alflow.sim.payloads import body_metrics_json, spec_tokens_details_json, stream_metrics_json, usage_json
+from alflow.sim.sources import sim_plugin
 from alflow.sim.stats import EngineStats
 from alflow.sim.text import AnswerKey, TextSource, corpus_text, load_answer_key
 from alflow.sim.tokenizer import get_tokenizer
@@ -131,7 +131,7 @@ class SimService:
         self.answer_key = AnswerKey(rows, self.tokenizer, seed=config.seed, accuracy=config.answer_accuracy)
         # where reasoning text streams: the dialect's plugin says (vLLM delta.reasoning, SGLang and ATOM
         # delta.reasoning_content, TensorRT-LLM both; DOMAIN.md section 8)
-        plugin = get_framework(config.dialect)
+        plugin = sim_plugin(config.dialect)
         self._token_prompts = plugin.token_id_prompts  # ATOM's completions take a string prompt only
         first, *second = plugin.reasoning_fields
         self._reasoning_keys: tuple[bytes, bytes] = (first.encode(), second[0].encode() if second else b"")

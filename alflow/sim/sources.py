@@ -1,4 +1,4 @@
-"""What the simulator reads from a framework's own sources: the readers' protocols and the settings they find.
+"""What the simulator reads of a framework: its plugin's parts (:class:`SimPlugin`), the readers of its own sources.
 
 A dialect's plugin reads its framework's own flags (``Framework.sim_args``) and environment variables
 (``Framework.sim_env``) into :class:`FrameworkSettings`; :func:`alflow.sim.config.resolve` merges them.
@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, cast
+
+from alflow.plugins import framework_names, plugin_of
+
+if TYPE_CHECKING:
+    from alflow.sim.dialects import MetricsEmitter
 
 
 class ArgsReader(Protocol):
@@ -34,3 +39,53 @@ class FrameworkSettings:
     rates: tuple[float, ...] | None = None
     scheme: str | None = None
     token_mode: str | None = None
+
+
+class _Knobs(Protocol):
+    @property
+    def default_scheme(self) -> str: ...
+
+
+class _AskedFields(Protocol):
+    @property
+    def request_fields(self) -> Mapping[str, object]: ...
+
+
+class SimPlugin(Protocol):
+    """What the simulator reads of a framework's plugin to speak it (``alflow.frameworks.registry.Framework`` is one).
+
+    The simulator finds a plugin through its spec (:func:`alflow.plugins.plugin_of`, plain data) and reads only
+    these parts, so it imports neither the registry nor a plugin module; the registry checks statically that its
+    ``Framework`` is a :class:`SimPlugin`.
+    """
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def sim(self) -> MetricsEmitter | None: ...
+    @property
+    def sim_args(self) -> ArgsReader | None: ...
+    @property
+    def sim_flags(self) -> frozenset[str]: ...
+    @property
+    def sim_env(self) -> EnvReader | None: ...
+    @property
+    def knob_env(self) -> frozenset[str]: ...
+    @property
+    def knobs(self) -> _Knobs | None: ...
+    @property
+    def metrics(self) -> _AskedFields | None: ...
+    @property
+    def token_id_prompts(self) -> bool: ...
+    @property
+    def reasoning_fields(self) -> tuple[str, ...]: ...
+
+
+def sim_plugin(dialect: str) -> SimPlugin:
+    """The plugin of the framework whose dialect the simulator speaks."""
+    return cast(SimPlugin, plugin_of(dialect))
+
+
+def sim_plugins() -> tuple[SimPlugin, ...]:
+    """Every registered framework's plugin, as the simulator reads it."""
+    return tuple(sim_plugin(name) for name in framework_names())

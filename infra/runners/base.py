@@ -24,7 +24,7 @@ from typing import Protocol
 
 from alflow.errors import InvalidInputError
 from alflow.frameworks.launch import Launch
-from alflow.registry import never_inherited_env
+from alflow.frameworks.registry import never_inherited_env
 from alflow.results.manifest import ServerProvenance
 from alflow.util.redact import redact_url
 from infra.errors import ServerRefusedError, ServerStartError

@@ -45,7 +45,7 @@ from alflow.frameworks.launch import (
 )
 from alflow.frameworks.sim.recipe import SIM_IMAGE
 from alflow.plugins import framework_names
-from alflow.registry import get_framework
+from alflow.frameworks.registry import get_framework
 from infra.errors import RunnerError
 from infra.images import ensure_sim_image
 from infra.runners.base import LOG_TAIL_LINES, SecretSource, ServerHandle, secret_values, wait_for_health

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 from alflow.frameworks.launch import Launch
 from alflow.frameworks.recipe_kit import bind_host_of, resolve_port
-from alflow.registry import Framework
+from alflow.frameworks.registry import Framework
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ FIFTH = {
         from dataclasses import dataclass
 
         from alflow.frameworks.sim.recipe import SimRecipe
-        from alflow.registry import Framework
+        from alflow.frameworks.registry import Framework
 
 
         @dataclass(frozen=True)

@@ -21,11 +21,11 @@ from alflow.frameworks.atom.recipe import synthetic_gate
 from alflow.frameworks.atom.sim import AtomEmitter, read_args
 from alflow.frameworks.recipe_kit import render_knobs
 from alflow.frameworks.recipes import build_launch
+from alflow.frameworks.registry import get_framework
 from alflow.frameworks.versions import CapabilityError
 from alflow.metrics.dialects import MissingMetricsError
 from alflow.metrics.prometheus import SnapshotWindow, parse_exposition
 from alflow.metrics.readers import detect, get_dialect
-from alflow.registry import get_framework
 from alflow.sim.config import SimConfig
 from alflow.sim.stats import EngineStats
 from infra.runners.docker import container_spec

@@ -11,13 +11,13 @@ import pytest
 
 from alflow.loadgen.monitor import LoadMonitor
 from alflow.loadgen.records import RequestRecord, records_frame
-from alflow.metrics.client import summarize
-from alflow.metrics.timing import (
+from alflow.loadgen.timing import (
     CLOCK_LAG_P99_MAX_MS,
     ClientLoad,
     client_timing,
     coalescing,
 )
+from alflow.metrics.client import summarize
 
 pytestmark = pytest.mark.unit
 

@@ -6,7 +6,7 @@ import pytest
 
 from alflow.acceptance.synthetic import SyntheticAcceptanceError
 from alflow.frameworks.recipe_kit import render_knobs
-from alflow.registry import frameworks
+from alflow.frameworks.registry import frameworks
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""The two registry modules: plain data (:mod:`alflow.plugins`) and the typed plugins (:mod:`alflow.registry`) agree."""
+"""The two registry modules: plain data (:mod:`alflow.plugins`) and the typed plugins (:mod:`alflow.frameworks.registry`) agree."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from alflow import plugins, registry
+from alflow import plugins
 from alflow.config.server import ServerBase, engine_note_of
 from alflow.errors import InvalidInputError
+from alflow.frameworks import registry
+from alflow.frameworks.registry import Framework, frameworks, get_framework
 from alflow.plugins import FrameworkSpec, PluginError, check_dialect, dialect_names, spec_of
-from alflow.registry import Framework, frameworks, get_framework
 
 pytestmark = pytest.mark.unit
 
@@ -56,8 +57,10 @@ def fake_spec(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
     found, broken = plugins.specs(), plugins.broken_plugins()
     monkeypatch.setattr(plugins, "_loaded", lambda: ((*found, spec), broken))
     registry.get_framework.cache_clear()
+    plugins.plugin_of.cache_clear()
     yield module
     registry.get_framework.cache_clear()
+    plugins.plugin_of.cache_clear()
 
 
 def test_a_spec_that_says_dialect_for_a_plugin_without_a_reader_is_refused(

@@ -6,8 +6,8 @@ from alflow.frameworks.atom.knobs import FIXED_SEED, LENGTH_FLAG, RATE_FLAG, Ato
 from alflow.frameworks.atom.metrics import AtomDialect
 from alflow.frameworks.atom.recipe import AtomRecipe
 from alflow.frameworks.atom.sim import K_FLAG, AtomEmitter, read_args
+from alflow.frameworks.registry import Framework
 from alflow.plugins import is_given
-from alflow.registry import Framework
 
 PLUGIN = Framework(
     name="atom",

@@ -1,1 +1,1 @@
-"""The sglang framework plugin: its recipe and its :class:`~alflow.registry.Framework` (``plugin.py``)."""
+"""The sglang framework plugin: its recipe and its :class:`~alflow.frameworks.registry.Framework` (``plugin.py``)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from alflow.frameworks.registry import Framework
 from alflow.frameworks.sglang.knobs import (
     SGLANG_LEN_ENV,
     SGLANG_METHOD_ENV,
@@ -12,7 +13,6 @@ from alflow.frameworks.sglang.metrics import SglangDialect
 from alflow.frameworks.sglang.recipe import SGLANG_BALANCED_ROUTING_ENV, SglangRecipe
 from alflow.frameworks.sglang.sim import SglangEmitter, read_sglang_env
 from alflow.plugins import number_of
-from alflow.registry import Framework
 
 PLUGIN = Framework(
     name="sglang",

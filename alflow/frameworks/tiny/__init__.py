@@ -1,1 +1,1 @@
-"""The tiny framework plugin: its recipe and its :class:`~alflow.registry.Framework` (``plugin.py``)."""
+"""The tiny framework plugin: its recipe and its :class:`~alflow.frameworks.registry.Framework` (``plugin.py``)."""

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from alflow.frameworks.registry import Framework
 from alflow.frameworks.tiny.recipe import TinyRecipe
-from alflow.registry import Framework
 
 PLUGIN = Framework(
     name="tiny",

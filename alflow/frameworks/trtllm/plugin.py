@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from alflow.frameworks.registry import Framework
 from alflow.frameworks.trtllm.knobs import TRTLLM_ENV, TrtllmKnobs
 from alflow.frameworks.trtllm.metrics import TrtllmDialect
 from alflow.frameworks.trtllm.recipe import TrtllmRecipe
 from alflow.frameworks.trtllm.sim import TrtllmEmitter, read_trtllm_env
 from alflow.plugins import number_of
-from alflow.registry import Framework
 
 PLUGIN = Framework(
     name="trtllm",

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from alflow.frameworks.registry import Framework
 from alflow.frameworks.vllm.knobs import VllmKnobs
 from alflow.frameworks.vllm.metrics import VllmDialect
 from alflow.frameworks.vllm.recipe import VLLM_SYNTHETIC_ONLY_ENV, VllmRecipe
 from alflow.frameworks.vllm.sim import SPECULATIVE_CONFIG_FLAG, VllmEmitter, read_args
 from alflow.plugins import is_given
-from alflow.registry import Framework
 
 PLUGIN = Framework(
     name="vllm",

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from alflow.frameworks.registry import repeated_draws
 from alflow.methods.kchoice import RULE, KChoice, all_choices, spread_rows
-from alflow.registry import repeated_draws
 from alflow.reports.content.base import Report, Section, Table, base_report, fmt
 from alflow.reports.content.m2 import THROUGHPUT_NOTE, points_table, throughput_figure
 from alflow.reports.content.regression import regression_sections

@@ -2,8 +2,10 @@
 
 The parts' protocols live where they are used: the recipe's in :mod:`alflow.frameworks.contract`, the metrics
 reader's in :mod:`alflow.metrics.dialects`, the knob renderer's in :mod:`alflow.acceptance.knobs`, the simulator's in
-:mod:`alflow.sim.dialects` and :mod:`alflow.sim.sources`. None of those imports this module, so the registry sits
-above all of them (``tests/unit/test_architecture.py`` checks, type hints included).
+:mod:`alflow.sim.dialects` and :mod:`alflow.sim.sources`. None of those packages imports this module: the lower
+layers that read one part of a plugin (the simulator, the metrics readers, the GSM8K probe, the workloads) find it
+through its spec (:func:`alflow.plugins.plugin_of`) and read it through a protocol of their own, so the registry
+sits above all of them (``tests/unit/test_architecture.py`` checks packages and modules, type hints included).
 """
 
 from __future__ import annotations
@@ -13,14 +15,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from alflow.plugins import GpuVendor, PluginError, framework_names, resolve, spec_of
+from alflow.plugins import GpuVendor, PluginError, framework_names, plugin_of, spec_of
 
 if TYPE_CHECKING:
     from alflow.acceptance.knobs import KnobRenderer
     from alflow.frameworks.contract import Recipe
     from alflow.metrics.dialects import Dialect
     from alflow.sim.dialects import MetricsEmitter
-    from alflow.sim.sources import ArgsReader, EnvReader
+    from alflow.sim.sources import ArgsReader, EnvReader, SimPlugin
 
 
 @dataclass(frozen=True)
@@ -71,8 +73,8 @@ class Framework:
 def get_framework(name: str) -> Framework:
     """The plugin of framework ``name``; an unknown name is an error listing the known ones."""
     spec = spec_of(name)
-    plugin = resolve(spec.plugin, f"framework {name!r}")
-    if not isinstance(plugin, Framework) or plugin.name != name:
+    plugin = plugin_of(name)
+    if not isinstance(plugin, Framework):
         raise PluginError(f"framework {name!r}: {spec.plugin} is not a Framework named {name!r}")
     speaks = plugin.metrics is not None and plugin.sim is not None
     if spec.dialect != speaks:
@@ -103,6 +105,8 @@ def never_inherited_env() -> frozenset[str]:
     return knob_env_names().union(*(f.shortcut_env for f in frameworks()))
 
 
-def synthetic_markers() -> dict[str, Callable[[object], bool]]:
-    """Every plugin's synthetic markers: key -> the test of its value."""
-    return {key: test for f in frameworks() for key, test in f.synthetic_markers.items()}
+if TYPE_CHECKING:
+
+    def _read_by_the_simulator(plugin: Framework) -> SimPlugin:
+        """Mypy's check that a :class:`Framework` is what the simulator reads of a plugin (never called)."""
+        return plugin
