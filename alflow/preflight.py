@@ -13,7 +13,7 @@ fixed output lengths, reads the server's spec-decode counters over exactly that 
   per-request schemes, the accept-length histogram's fit).
 
 A failure names the likely causes the framework's recipe knows (:attr:`Expectation.hints`). No
-Prefect here; :mod:`tasks.preflight` runs it in a flow.
+Prefect here; :mod:`alflow_tasks.preflight` runs it in a flow.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Run from the repository root after ``bash scripts/setup.sh --vllm`` (prints a ta
     .venv/bin/python benchmarks/peer_vllm_bench.py [--isl 128] [--osl 64] [--concurrency 1,4]
         [--prompts-per-concurrency 8] [--repeats 1] [--json]
 
-One vLLM server (the demo's: ``flows.demo.vllm_cpu_server``, n-gram drafting K = 3, bf16, eager, the
+One vLLM server (the demo's: ``alflow_flows.demo.vllm_cpu_server``, n-gram drafting K = 3, bf16, eager, the
 process runner from ``.venv-vllm``; prefix caching off, the recipe's default, so the client that goes
 second does not find the first one's prompts cached) serves both clients with **the same prompts**: for each repeat and
 concurrency the benchmark draws ``N = prompts-per-concurrency x concurrency`` random-token prompts of
@@ -101,8 +101,8 @@ from alflow.metrics.client import per_request  # noqa: E402
 from alflow.metrics.prometheus import Snapshot, SnapshotWindow, parse_exposition  # noqa: E402
 from alflow.metrics.readers import get_dialect  # noqa: E402
 from alflow.models import default_vllm_env, prepare_model  # noqa: E402
-from flows.demo import VLLM_MODEL_ID, vllm_cpu_server  # noqa: E402
-from infra import lifecycle  # noqa: E402
+from alflow_flows.demo import VLLM_MODEL_ID, vllm_cpu_server  # noqa: E402
+from alflow_infra import lifecycle  # noqa: E402
 
 K = 3
 

@@ -1,6 +1,6 @@
 """Serve every deployment of ``prefect.yaml`` from this process (no work pool or worker needed).
 
-    PREFECT_API_URL=http://127.0.0.1:4200/api python -m deployments.serve [--only m2-benchmark ...]
+    PREFECT_API_URL=http://127.0.0.1:4200/api python -m alflow_deployments.serve [--only m2-benchmark ...]
 
 The deployments, their parameters, schedules and triggers are read from ``prefect.yaml`` (the one source),
 so serving and deploying never drift apart.
@@ -34,7 +34,8 @@ def load_deployments(path: Path = ROOT / "prefect.yaml") -> list[dict[str, Any]]
 def load_flow(entrypoint: str) -> Flow[..., Any]:
     """The flow object named by an entrypoint ``path/to/file.py:function`` (relative to the repo)."""
     file, _, name = entrypoint.partition(":")
-    module = file.removesuffix(".py").replace("/", ".")
+    folder, _, rest = file.removesuffix(".py").partition("/")
+    module = f"alflow_{folder}.{rest.replace('/', '.')}"  # the layer's folder installs as alflow_<folder>
     flow = getattr(importlib.import_module(module), name)
     if not isinstance(flow, Flow):
         raise TypeError(f"{entrypoint} is not a Prefect flow")

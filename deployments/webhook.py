@@ -2,7 +2,7 @@
 
 Team setup (from any directory; ``ALFLOW_WEBHOOK_URL`` is where the messages go, e.g. a Slack incoming webhook)::
 
-    python -m deployments.webhook --url "$ALFLOW_WEBHOOK_URL" --out alflow-automations.yaml
+    python -m alflow_deployments.webhook --url "$ALFLOW_WEBHOOK_URL" --out alflow-automations.yaml
     prefect --no-prompt automation create --from-file alflow-automations.yaml
 
 Why a helper at all, from Prefect 3.9.1's source:
@@ -169,9 +169,9 @@ def _say(message: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m deployments.webhook [--url URL] --out FILE``: save the block, write the automations file."""
+    """``python -m alflow_deployments.webhook [--url URL] --out FILE``: save the block, write the automations file."""
     parser = argparse.ArgumentParser(
-        prog="python -m deployments.webhook",
+        prog="python -m alflow_deployments.webhook",
         description="Save alflow's webhook block and write deployments/automations.yaml with its id filled in.",
     )
     parser.add_argument(

@@ -15,9 +15,9 @@ from alflow.methods.dry_run import Plan, m2_server, m2_target
 from alflow.methods.m2 import run_m2
 from alflow.methods.outcomes import M2Outcome
 from alflow.workloads import check_m2_prompt_memory
-from flows.common import dry_run_plan, label_flow_run, new_run_writer
-from flows.presets import m2_params, run_name
-from flows.steps import PREFECT_STEPS
+from alflow_flows.common import dry_run_plan, label_flow_run, new_run_writer
+from alflow_flows.presets import m2_params, run_name
+from alflow_flows.steps import PREFECT_STEPS
 
 
 @flow(

@@ -41,9 +41,9 @@ from alflow.methods.m0 import (
 )
 from alflow.methods.outcomes import M0Outcome
 from alflow.reference.table import ReferenceTableError
-from flows.common import check_outputs, dry_run_plan, label_flow_run, new_run_writer, run_id
-from flows.presets import m0_params, run_name
-from flows.steps import PREFECT_STEPS
+from alflow_flows.common import check_outputs, dry_run_plan, label_flow_run, new_run_writer, run_id
+from alflow_flows.presets import m0_params, run_name
+from alflow_flows.steps import PREFECT_STEPS
 
 __all__ = ["POINT_VERSION", "PartialPointError", "calibrate", "calibrate_point"]
 

@@ -29,8 +29,8 @@ from alflow.results.store import RunWriter, run_id_of
 from alflow.util.fsutil import check_writable_dir, check_writable_file
 from alflow.util.redact import redact_data, redact_urls_in_text
 from alflow.workloads import check_m2_prompt_memory
-from infra.runners.base import api_key_from_env
-from tasks.redaction import install_log_redaction
+from alflow_infra.runners.base import api_key_from_env
+from alflow_tasks.redaction import install_log_redaction
 
 install_log_redaction()  # every flow imports this module: its logs reach Prefect only through the redactor
 

@@ -76,11 +76,11 @@ from alflow.evals.thresholds import tiny_thresholds_path, vllm_cpu_thresholds_pa
 from alflow.methods.outcomes import DemoBenchmark, DemoGate, DemoOutcome
 from alflow.models import PreparedModel, default_vllm_env
 from alflow.workloads import tiny_prompts_path
-from flows.benchmark import benchmark
-from flows.calibrate import calibrate
-from flows.common import measured
-from flows.gate import gate
-from tasks.models import prepare_model
+from alflow_flows.benchmark import benchmark
+from alflow_flows.calibrate import calibrate
+from alflow_flows.common import measured
+from alflow_flows.gate import gate
+from alflow_tasks.models import prepare_model
 
 
 def _sim(*extra: str) -> tuple[str, ...]:

@@ -16,9 +16,9 @@ from alflow.config import GateParams, ThinkingMode
 from alflow.methods.dry_run import Plan, first_server, reference_entry
 from alflow.methods.m1 import run_m1
 from alflow.methods.outcomes import M1Outcome
-from flows.common import dry_run_plan, label_flow_run, new_run_writer
-from flows.presets import m1_params, run_name
-from flows.steps import PREFECT_STEPS
+from alflow_flows.common import dry_run_plan, label_flow_run, new_run_writer
+from alflow_flows.presets import m1_params, run_name
+from alflow_flows.steps import PREFECT_STEPS
 
 
 @flow(

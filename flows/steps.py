@@ -16,10 +16,10 @@ from prefect.utilities.annotations import opaque
 
 from alflow.config import GateParams
 from alflow.methods.steps import Steps
-from flows.common import emit_passed, gate_failure, pass_event
-from infra.runners import ServerHandle
-from tasks import gates, measure, regression, results, servers
-from tasks.preflight import preflight
+from alflow_flows.common import emit_passed, gate_failure, pass_event
+from alflow_infra.runners import ServerHandle
+from alflow_tasks import gates, measure, regression, results, servers
+from alflow_tasks.preflight import preflight
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -7,7 +7,7 @@ Two modes:
   ``m1-gate`` / ``m2-benchmark`` deployment on a free node (a work queue only that node's worker
   polls; each run holds the node's global concurrency limit), all nodes busy at once. The sweep
   waits for them, reads their results from the run store, names every failed, crashed or lost child
-  run, and never waits on a node whose worker is gone (:mod:`tasks.fanout`). A re-run reuses the
+  run, and never waits on a node whose worker is gone (:mod:`alflow_tasks.fanout`). A re-run reuses the
   children that completed (Prefect's cache).
 
 Either way the sweep writes its own run (``per_k`` and ``spec_stats`` tables, ``summary.json`` with
@@ -40,12 +40,18 @@ from alflow.methods.sweep_rules import (
     gate_for,
 )
 from alflow.results.rows import M2Point
-from flows.benchmark import benchmark
-from flows.common import dry_run_plan, label_flow_run, measured, new_run_writer
-from flows.gate import gate
-from flows.presets import run_name, sweep_params_of
-from flows.steps import PREFECT_STEPS
-from tasks.fanout import ChildRunFailedError, cache_options, deployment_pools, read_m2_points, run_child
+from alflow_flows.benchmark import benchmark
+from alflow_flows.common import dry_run_plan, label_flow_run, measured, new_run_writer
+from alflow_flows.gate import gate
+from alflow_flows.presets import run_name, sweep_params_of
+from alflow_flows.steps import PREFECT_STEPS
+from alflow_tasks.fanout import (
+    ChildRunFailedError,
+    cache_options,
+    deployment_pools,
+    read_m2_points,
+    run_child,
+)
 
 
 def _subflow_id(state: State[Any]) -> str | None:

@@ -3,10 +3,10 @@
 ``infra`` sits between the core library (``alflow``) and the Prefect tasks: it may import ``alflow``,
 never Prefect and never ``tasks``/``flows``.
 
-Typical use (the tasks layer does the same through :mod:`infra.lifecycle`)::
+Typical use (the tasks layer does the same through :mod:`alflow_infra.lifecycle`)::
 
     from alflow.config import DockerOptions, SpeculativeConfig, SyntheticAcceptance, server_config
-    from infra.lifecycle import serving
+    from alflow_infra.lifecycle import serving
 
     config = server_config(
         framework="vllm",
@@ -20,7 +20,7 @@ Typical use (the tasks layer does the same through :mod:`infra.lifecycle`)::
         ...  # handle.base_url, handle.metrics_url, handle.dialect, handle.image_digest
 
 - recipes are the framework plugins' (:mod:`alflow.frameworks.recipes`, ``alflow/frameworks/<name>/recipe.py``) -> :class:`alflow.frameworks.launch.Launch`.
-- :mod:`infra.runners`: ``process``, ``docker``, ``external``, ``slurm`` (registry :data:`infra.runners.RUNNERS`).
-- :mod:`infra.images`: the local simulator image for Docker without a registry.
-- :mod:`infra.cli`: ``alflow infra cleanup`` and ``alflow infra sim-image``.
+- :mod:`alflow_infra.runners`: ``process``, ``docker``, ``external``, ``slurm`` (registry :data:`alflow_infra.runners.RUNNERS`).
+- :mod:`alflow_infra.images`: the local simulator image for Docker without a registry.
+- :mod:`alflow_infra.cli`: ``alflow infra cleanup`` and ``alflow infra sim-image``.
 """

@@ -5,7 +5,7 @@ registry, containers, Slurm jobs); ``sim-image`` makes the local image the docke
 simulator in.
 
 :func:`register` adds the ``infra`` group to a typer app (the top-level entry calls it: ``alflow``
-itself must not import ``infra``). ``python -m infra.cli cleanup ...`` runs the group on its own.
+itself must not import ``infra``). ``python -m alflow_infra.cli cleanup ...`` runs the group on its own.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from rich.table import Table
 from rich.text import Text
 
 from alflow.frameworks.sim.recipe import SIM_IMAGE
-from infra.errors import RunnerError
-from infra.images import ensure_sim_image, runtime_mounts
-from infra.lifecycle import LiveRun, alflow_slurm_job_list
-from infra.runners.docker import CleanupEntry, cleanup_containers, docker_client
-from infra.runners.registry import reclaim_processes
+from alflow_infra.errors import RunnerError
+from alflow_infra.images import ensure_sim_image, runtime_mounts
+from alflow_infra.lifecycle import LiveRun, alflow_slurm_job_list
+from alflow_infra.runners.docker import CleanupEntry, cleanup_containers, docker_client
+from alflow_infra.runners.registry import reclaim_processes
 
 _IS_LIVE: dict[str, LiveRun] = {}
 """How ``cleanup`` tells a finished run from one still going (set by :func:`register`; none: keep Slurm jobs)."""
@@ -89,7 +89,7 @@ def _slurm_jobs(
     older_than_s: float, run_id: str | None, dry_run: bool, is_live: LiveRun | None
 ) -> list[Found]:
     """Alflow's Slurm jobs; those of runs that are over (``is_live``) are cancelled. Without it, none is."""
-    from infra.runners.slurm import SubprocessSlurm
+    from alflow_infra.runners.slurm import SubprocessSlurm
 
     found: list[Found] = []
     for job in alflow_slurm_job_list():
@@ -225,7 +225,7 @@ def register(app: typer.Typer, is_live: Callable[[str], bool] | None = None) -> 
 
 
 def main() -> None:
-    """Run the ``infra`` group as a program (``python -m infra.cli``)."""
+    """Run the ``infra`` group as a program (``python -m alflow_infra.cli``)."""
     infra_app()(prog_name="alflow infra")
 
 

@@ -23,9 +23,9 @@ from alflow.frameworks.recipes import ALL_ADDRESSES, LOOPBACK, build_launch, log
 from alflow.frameworks.versions import FrameworkVersion, check_capabilities
 from alflow.loadgen.client import auth_headers
 from alflow.models import model_provenance
-from infra.errors import RunnerError
-from infra.runners import ServerHandle, make_runner
-from infra.runners.base import Runner, fetch_json, handle_api_key
+from alflow_infra.errors import RunnerError
+from alflow_infra.runners import ServerHandle, make_runner
+from alflow_infra.runners.base import Runner, fetch_json, handle_api_key
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +200,7 @@ SLURM_RUN_COMMENT = "alflow-run:"
 
 def _reclaim_docker(options: RunnerOptions, is_live: LiveRun | None) -> list[str]:
     del options, is_live  # the engine comes from the environment (DOCKER_HOST), as for the runner itself
-    from infra.runners.docker import cleanup_containers
+    from alflow_infra.runners.docker import cleanup_containers
 
     return [e.name for e in cleanup_containers(older_than_s=0.0) if e.removed]
 
@@ -208,7 +208,7 @@ def _reclaim_docker(options: RunnerOptions, is_live: LiveRun | None) -> list[str
 def _reclaim_process(options: RunnerOptions, is_live: LiveRun | None) -> list[str]:
     """Stop registered process-runner servers whose owner process is gone (a killed run)."""
     del is_live  # the owner's liveness decides: a live owner stops its own servers
-    from infra.runners.registry import reclaim_processes
+    from alflow_infra.runners.registry import reclaim_processes
 
     grace = getattr(options, "stop_timeout_s", 10.0)
     return [item.name for item in reclaim_processes(grace_s=grace) if item.removed]
@@ -269,7 +269,7 @@ def _reclaim_slurm(options: RunnerOptions, is_live: LiveRun | None) -> list[str]
     """Cancel this user's alflow Slurm jobs whose run is over (every one when ``is_live`` is None)."""
     if not isinstance(options, SlurmOptions):
         raise TypeError(f"the Slurm reclaimer needs SlurmOptions, got {type(options).__name__}")
-    from infra.runners.slurm import SubprocessSlurm
+    from alflow_infra.runners.slurm import SubprocessSlurm
 
     commands = SubprocessSlurm(options.command_timeout_s)
     removed: list[str] = []

@@ -14,8 +14,8 @@ from alflow.evals.run import Gsm8kRequest, evaluate_gsm8k
 from alflow.evals.thresholds import load_thresholds
 from alflow.gates import Verdict, accuracy_gate, al_gate
 from alflow.gates import audit_synthetic as audit
-from infra.runners import ServerHandle
-from infra.runners.base import handle_api_key
+from alflow_infra.runners import ServerHandle
+from alflow_infra.runners.base import handle_api_key
 
 
 def _log(verdict: Verdict) -> Verdict:

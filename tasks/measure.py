@@ -16,8 +16,8 @@ from alflow.loadgen.records import RequestRecord
 from alflow.loadgen.runner import LoadSpec, Target
 from alflow.measure import PARTIAL_ATTR, Measurement, interrupted_measurement, measure, window_stats
 from alflow.methods.steps import PointLoad
-from infra.runners import ServerHandle
-from infra.runners.base import handle_api_key
+from alflow_infra.runners import ServerHandle
+from alflow_infra.runners.base import handle_api_key
 
 _log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from prefect.cache_policies import NO_CACHE
 
 from alflow.models import PreparedModel
 from alflow.models import prepare_model as _prepare
-from tasks.retry import retry_transient
+from alflow_tasks.retry import retry_transient
 
 
 @task(

@@ -10,8 +10,8 @@ from alflow.acceptance.synthetic import AcceptanceDistribution
 from alflow.config import ServerConfig, SpecMethod
 from alflow.frameworks.recipes import preflight_hints, speculative_label
 from alflow.preflight import Expectation, PreflightResult, run_preflight
-from infra.runners import ServerHandle
-from infra.runners.base import handle_api_key
+from alflow_infra.runners import ServerHandle
+from alflow_infra.runners.base import handle_api_key
 
 
 def preflight(

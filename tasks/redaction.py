@@ -10,7 +10,7 @@ An exception's text becomes a Prefect state message (``Failed('... ConnectionErr
 as an event) and the exception itself a stored result. Prefect's engines log a failing flow's or task's
 exception on the run logger (``Encountered exception during execution``, ``Task run failed with
 exception``) before they make its state, so the filter also redacts the exceptions a record carries in
-place (:func:`redact_exception`); :func:`tasks.retry.retry_transient` does the same for a task whose retry
+place (:func:`redact_exception`); :func:`alflow_tasks.retry.retry_transient` does the same for a task whose retry
 it declines (Prefect logs nothing first there). An exception whose text does not come from its arguments
 (or ``OSError``'s fields) keeps its text: alflow's own errors redact URLs where they are raised.
 
@@ -18,7 +18,7 @@ it declines (Prefect logs nothing first there). An exception whose text does not
 task runs (``get_run_logger()``, the engines' state lines such as ``Finished in state Failed('...')``), and
 on the API and console handlers attached to them, to ``prefect.extra`` (``PREFECT_LOGGING_EXTRA_LOGGERS``)
 and to the root logger, so records that propagate there from other loggers are redacted as well. Every flow
-module installs it when imported (:mod:`flows.common`); installing again changes nothing.
+module installs it when imported (:mod:`alflow_flows.common`); installing again changes nothing.
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ from pydantic import ValidationError
 from alflow.errors import InvalidInputError
 from alflow.metrics.prometheus import MalformedMetricsError
 from alflow.reference.table import ReferenceNotFoundError, ReferenceTableError
-from infra.errors import ServerRefusedError, ServerStartError
-from tasks.redaction import redact_exception
+from alflow_infra.errors import ServerRefusedError, ServerStartError
+from alflow_tasks.redaction import redact_exception
 
 PERMANENT: tuple[type[BaseException], ...] = (
     InvalidInputError,  # also RecipeError, FrameworkInstallError, SyntheticAcceptanceError
@@ -72,7 +72,7 @@ def is_transient(exc: BaseException) -> bool:
 def retry_transient(task: Any, task_run: Any, state: State[Any]) -> bool:
     """Prefect ``retry_condition_fn``: retry only when the failure is transient (:func:`is_transient`).
 
-    The exception is redacted in place first (:func:`tasks.redaction.redact_exception`): when the retry is
+    The exception is redacted in place first (:func:`alflow_tasks.redaction.redact_exception`): when the retry is
     declined, Prefect makes the task's failed state from it next, without logging it first.
     """
     del task, task_run

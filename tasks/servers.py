@@ -1,6 +1,6 @@
 """Server lifecycle tasks: start (with retries), wait_ready, stop; and the lifetime that wraps them.
 
-Thin wrappers over :mod:`infra.lifecycle`. ``start_server`` may retry (a failed attempt is torn
+Thin wrappers over :mod:`alflow_infra.lifecycle`. ``start_server`` may retry (a failed attempt is torn
 down by the lifecycle before the next); the flows stop the server in ``finally`` (through
 :func:`server_lifetime`), which also covers a failed flow. There is no transaction rollback hook: no
 flow opens a transaction around a server, so such a hook could never fire, and a killed process runs
@@ -30,9 +30,9 @@ from prefect.runtime import flow_run
 
 from alflow.config import RunnerOptions, ServerConfig, ServerPlacement
 from alflow.util.redact import redact_url
-from infra import lifecycle
-from infra.runners import ServerHandle, make_runner
-from tasks.retry import retry_transient
+from alflow_infra import lifecycle
+from alflow_infra.runners import ServerHandle, make_runner
+from alflow_tasks.retry import retry_transient
 
 log = logging.getLogger(__name__)
 

@@ -1173,7 +1173,7 @@ CLI_CASES: list[CliCase] = [
         "duplicate key 'method'",
         "reference m0-config catalogue with a duplicate key",
     ),
-    # --- a server its install or image cannot run (flows.common.check_launchable, before the run starts)
+    # --- a server its install or image cannot run (alflow_flows.common.check_launchable, before the run starts)
     CliCase(
         "run m2 on vLLM's CPU build without alflow's synthetic port",
         ("run", "m2", "--config", "{tmp}/m2.yaml"),

@@ -1,7 +1,7 @@
 """The ``alflow`` command line: one module per command group, the shared helpers in :mod:`alflow.cli.common`.
 
-- :mod:`alflow.cli.entry`: the console script's entry point (:func:`main`): it checks that the project's layers
-  are alflow's own, then runs :mod:`alflow.cli.root`, the root command (``app``, loaded when first asked for);
+- :func:`main`, the console script's entry point, runs :mod:`alflow.cli.root`, the root command (``app``, loaded
+  when first asked for); the layers above the core are reached through ``alflow_flows.entry`` only;
 - :mod:`~alflow.cli.bench` (``bench``, ``metrics snapshot``), :mod:`~alflow.cli.run` (``run``),
   :mod:`~alflow.cli.demo`, :mod:`~alflow.cli.report`, :mod:`~alflow.cli.reference`,
   :mod:`~alflow.cli.synthetic`, :mod:`~alflow.cli.evals` (``eval``), :mod:`~alflow.cli.models`;
@@ -13,14 +13,19 @@ Commands parse and print; the work is a core function (for example :func:`alflow
 
 from typing import TYPE_CHECKING, Any
 
-from alflow.cli.entry import main
-
 if TYPE_CHECKING:
     from alflow.cli.root import app
 
 
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``alflow`` console script."""
+    from alflow.cli.root import main as run
+
+    run(argv)
+
+
 def __getattr__(name: str) -> Any:
-    # the command tree loads when first asked for, so the console script (main) checks the layers first
+    # the command tree loads when first asked for
     if name == "app":
         from alflow.cli.root import app
 

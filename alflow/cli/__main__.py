@@ -1,5 +1,5 @@
 """``python -m alflow.cli``: the ``alflow`` console script."""
 
-from alflow.cli.entry import main
+from alflow.cli import main
 
 main()

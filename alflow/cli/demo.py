@@ -88,14 +88,14 @@ def demo(
     from prefect.settings import PREFECT_API_URL, PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
 
     from alflow.config import DemoParams
-    from flows.demo import demo as demo_flow
+    from alflow_flows.entry import flow_function
 
     params = DemoParams(results_root=str(results_root), engine=engine.value, refresh_cache=refresh_cache)
     # on the temporary server (gone when the demo ends) no one watches heartbeats; a sync flow run joins its
     # heartbeat thread at its end, up to a second for each of the demo's five flow runs
     heartbeats = {} if PREFECT_API_URL.value() else {PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}
     with temporary_settings(updates=heartbeats):
-        state: Any = demo_flow(params, return_state=True)
+        state: Any = flow_function("demo")(params, return_state=True)
     if not state.is_completed():
         print_flow_failure("the demo", str(state.message))
         raise typer.Exit(1)

@@ -18,7 +18,7 @@ from alflow.cli.common import err_console, usage_error_line
 from alflow.errors import AlflowError
 from alflow.sim import cli as sim_cli
 from alflow.tiny import cli as tiny_cli
-from infra import cli as infra_cli
+from alflow_flows.entry import flow_run_is_live, register_infra
 
 app = typer.Typer(
     name="alflow",
@@ -31,8 +31,6 @@ app = typer.Typer(
 def _run_is_live(run_id: str) -> bool:
     """Whether a Prefect flow run is still going (asked lazily: only cleanup of Slurm jobs needs it)."""
     run.prefect_defaults()
-    from tasks.servers import flow_run_is_live
-
     return flow_run_is_live(run_id)
 
 
@@ -40,7 +38,7 @@ for group in (synthetic, reference, evals, models, bench, report, results, run, 
     group.register(app)
 sim_cli.register(app)
 tiny_cli.register(app)
-infra_cli.register(app, is_live=_run_is_live)
+register_infra(app, is_live=_run_is_live)
 
 
 @app.callback(invoke_without_command=True)

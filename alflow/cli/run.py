@@ -7,7 +7,6 @@ that stops it however this process ends.
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import math
@@ -35,13 +34,13 @@ def register(app: typer.Typer) -> None:
     app.command("run")(run)
 
 
-FLOWS: dict[str, tuple[str, str, str]] = {
-    "m0": ("flows.calibrate", "calibrate", "CalibrateParams"),
-    "m1": ("flows.gate", "gate", "GateParams"),
-    "m2": ("flows.benchmark", "benchmark", "BenchmarkParams"),
-    "sweep": ("flows.sweep", "sweep", "SweepParams"),
+FLOWS: dict[str, str] = {
+    "m0": "CalibrateParams",
+    "m1": "GateParams",
+    "m2": "BenchmarkParams",
+    "sweep": "SweepParams",
 }
-"""Flow name -> (module, flow function, parameter model in alflow.config)."""
+"""Flow name -> its parameter model in alflow.config (the flow itself: alflow_flows.entry)."""
 
 
 def prefect_defaults() -> None:
@@ -229,7 +228,7 @@ def load_params(flow: str, path: Path) -> BaseModel:
         raise InvalidInputError(f"unknown flow {flow!r}; known: {', '.join(FLOWS)}")
     import alflow.config as config_module
 
-    model: type[BaseModel] = getattr(config_module, FLOWS[flow][2])
+    model: type[BaseModel] = getattr(config_module, FLOWS[flow])
     return load_yaml_model(path, model, what="config")
 
 
@@ -239,7 +238,7 @@ SHORT_FORM: dict[str, tuple[str, tuple[str, ...]]] = {
     "m2": ("m2_params", ("model", "k", "target_al", "concurrencies")),
     "sweep": ("sweep_params_of", ("model", "ks", "target_al", "concurrencies")),
 }
-"""Flow name -> (its resolver in flows.presets, the short-form fields it takes), as in the Prefect UI's form."""
+"""Flow name -> (its resolver in alflow_flows.presets, the short-form fields it takes), as in the Prefect UI's form."""
 
 
 def _unique(values: list[Any], option: str, text: str) -> None:
@@ -298,17 +297,16 @@ def resolve_params(
     if preset is None and not fields:
         assert params is not None
         return params
-    import flows.presets
+    from alflow_flows.entry import resolve_short_form
 
-    resolver = getattr(flows.presets, SHORT_FORM[flow][0])
-    resolved: BaseModel = resolver(preset=preset, params=params, **fields)
+    resolved: BaseModel = resolve_short_form(SHORT_FORM[flow][0], preset, params, fields)
     return resolved
 
 
 def print_plan(flow: str, params: BaseModel, as_json: bool) -> None:
     """The dry run: every check a real run makes before it starts, then the plan (text, or JSON with --json)."""
     from alflow.config import BenchmarkParams, CalibrateParams, GateParams, SweepParams
-    from flows.common import checked_plan
+    from alflow_flows.entry import checked_plan
 
     assert isinstance(params, CalibrateParams | GateParams | BenchmarkParams | SweepParams)
     plan = checked_plan(flow, params)
@@ -397,14 +395,15 @@ def run(
             return
         check_prefect_api()
         params = resolve_params(flow, loaded, preset, fields)
-        from flows.common import check_launchable
+        from alflow_flows.entry import check_launchable
 
         check_launchable(params)  # a server its install cannot run: refused before the run starts
     except AlflowError as exc:
         raise fail(str(exc)) from None
     prepare_local_run()
-    module, name, _ = FLOWS[flow]
-    fn: Any = getattr(importlib.import_module(module), name)
+    from alflow_flows.entry import flow_function
+
+    fn: Any = flow_function(flow)
     # the full configuration as every flow's advanced parameter (the short form stays empty)
     state = fn(params=params, return_state=True)
     if not state.is_completed():

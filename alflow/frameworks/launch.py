@@ -1,7 +1,7 @@
 """The Launch: everything a runner needs to start one server, and nothing runner-specific.
 
 A recipe (``alflow.frameworks.recipes``) builds a :class:`Launch` from a :class:`alflow.config.ServerConfig`; a
-runner (``infra.runners``) starts it as a local process or a container. The Launch holds the exact
+runner (``alflow_infra.runners``) starts it as a local process or a container. The Launch holds the exact
 argument list and environment (secrets only *by name*: their values are read by the runner at start
 and never stored here), the files the server reads (e.g. TensorRT-LLM's YAML), where it listens, and
 where its health and metrics endpoints are. :meth:`Launch.provenance` is what a run records.

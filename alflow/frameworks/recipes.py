@@ -52,7 +52,7 @@ def build_launch(config: ServerConfig, *, default_host: str = LOOPBACK) -> Launc
     """The Launch for ``config`` from its framework's recipe.
 
     A config without a ``host`` binds ``default_host``: loopback unless the runner needs the server
-    reachable from elsewhere (see :func:`infra.lifecycle.bind_host`).
+    reachable from elsewhere (see :func:`alflow_infra.lifecycle.bind_host`).
     """
     if config.host is None:
         config = config.model_copy(update={"host": default_host})

@@ -43,7 +43,7 @@ if TYPE_CHECKING:  # hints only: the steps' data types, none imported at run tim
 
 
 class RunningServer(Protocol):
-    """What the methods read of a started server's handle (``infra.runners.ServerHandle`` is one)."""
+    """What the methods read of a started server's handle (``alflow_infra.runners.ServerHandle`` is one)."""
 
     @property
     def provenance(self) -> ServerProvenance: ...

@@ -50,7 +50,7 @@ class ServerProvenance(_Open):
     """What a run records about its server: the launch as rendered, then what the runner and lifecycle add.
 
     The launch's part is :meth:`alflow.frameworks.launch.Launch.provenance`; the runners add their own (``run_id``,
-    the secrets' names, a container, a Slurm job), ``infra.lifecycle`` the live version and a model's hashes. Every field has a default, so a run stored before a field existed still reads; a field a newer alflow (or a
+    the secrets' names, a container, a Slurm job), ``alflow_infra.lifecycle`` the live version and a model's hashes. Every field has a default, so a run stored before a field existed still reads; a field a newer alflow (or a
     third-party runner) adds is kept as it is.
     """
 
@@ -114,7 +114,7 @@ class ServerProvenance(_Open):
 
 
 class ServerRecord(_Open):
-    """The server a run measured: its handle as stored (:class:`infra.runners.base.ServerHandle`)."""
+    """The server a run measured: its handle as stored (:class:`alflow_infra.runners.base.ServerHandle`)."""
 
     runner: str | None = None
     id: str | None = None

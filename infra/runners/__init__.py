@@ -10,12 +10,12 @@ from collections.abc import Callable
 from typing import Any
 
 from alflow.config import RunnerOptions
-from infra.errors import RunnerError
-from infra.runners.base import Runner, ServerHandle, running_server, wait_for_health
-from infra.runners.docker import DockerRunner
-from infra.runners.external import ExternalRunner
-from infra.runners.process import ProcessRunner
-from infra.runners.slurm import SlurmRunner
+from alflow_infra.errors import RunnerError
+from alflow_infra.runners.base import Runner, ServerHandle, running_server, wait_for_health
+from alflow_infra.runners.docker import DockerRunner
+from alflow_infra.runners.external import ExternalRunner
+from alflow_infra.runners.process import ProcessRunner
+from alflow_infra.runners.slurm import SlurmRunner
 
 RUNNERS: dict[str, Callable[..., Runner]] = {
     ProcessRunner.name: ProcessRunner,

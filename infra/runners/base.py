@@ -27,7 +27,7 @@ from alflow.frameworks.launch import Launch
 from alflow.frameworks.registry import never_inherited_env
 from alflow.results.manifest import ServerProvenance
 from alflow.util.redact import redact_url
-from infra.errors import ServerRefusedError, ServerStartError
+from alflow_infra.errors import ServerRefusedError, ServerStartError
 
 log = logging.getLogger(__name__)
 

@@ -43,12 +43,18 @@ from alflow.frameworks.launch import (
     single_host,
     single_host_metrics_urls,
 )
+from alflow.frameworks.registry import get_framework
 from alflow.frameworks.sim.recipe import SIM_IMAGE
 from alflow.plugins import framework_names
-from alflow.frameworks.registry import get_framework
-from infra.errors import RunnerError
-from infra.images import ensure_sim_image
-from infra.runners.base import LOG_TAIL_LINES, SecretSource, ServerHandle, secret_values, wait_for_health
+from alflow_infra.errors import RunnerError
+from alflow_infra.images import ensure_sim_image
+from alflow_infra.runners.base import (
+    LOG_TAIL_LINES,
+    SecretSource,
+    ServerHandle,
+    secret_values,
+    wait_for_health,
+)
 
 log = logging.getLogger(__name__)
 IMAGE_VERSION_LABEL = "org.opencontainers.image.version"

@@ -17,8 +17,8 @@ from alflow.frameworks.launch import Launch
 from alflow.frameworks.recipes import dialect_source
 from alflow.results.manifest import ServerProvenance
 from alflow.util.redact import redact_url
-from infra.errors import RunnerError
-from infra.runners.base import LOG_TAIL_LINES, ServerHandle, handle_api_key, wait_for_health
+from alflow_infra.errors import RunnerError
+from alflow_infra.runners.base import LOG_TAIL_LINES, ServerHandle, handle_api_key, wait_for_health
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class ExternalRunner:
         """The handle of the configured server (no request is made).
 
         The handle carries ``api_key_env`` (the variable's name, never its value); an unset or empty variable
-        fails here, before anything is measured (:func:`~infra.runners.base.handle_api_key`).
+        fails here, before anything is measured (:func:`~alflow_infra.runners.base.handle_api_key`).
         """
         opts = self.options
         if launch is not None and launch.dialect != opts.dialect:

@@ -30,9 +30,9 @@ from alflow.frameworks.launch import (
 )
 from alflow.frameworks.recipes import check_install
 from alflow.util.procguard import Guard, pid_alive, same_process_alive, start_ticks
-from infra.errors import FrameworkInstallError, RunnerError
-from infra.runners import registry
-from infra.runners.base import (
+from alflow_infra.errors import FrameworkInstallError, RunnerError
+from alflow_infra.runners import registry
+from alflow_infra.runners.base import (
     LOG_TAIL_LINES,
     SecretSource,
     ServerHandle,

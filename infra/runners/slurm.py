@@ -1,6 +1,6 @@
 """Runner 'slurm': the server runs as a Slurm batch job on one or more nodes.
 
-:func:`~infra.runners.slurm_script.render_script` turns a :class:`~alflow.frameworks.launch.Launch` and
+:func:`~alflow_infra.runners.slurm_script.render_script` turns a :class:`~alflow.frameworks.launch.Launch` and
 :class:`~alflow.config.SlurmOptions` into an sbatch script (a jinja2 template; every value shell-quoted
 with :func:`shlex.quote`, and values on ``#SBATCH`` lines refused when they would need quoting, since
 sbatch does not parse shell quotes there). The script loads modules, exports the Launch's environment, resolves every node's
@@ -50,8 +50,8 @@ from typing import ClassVar, Protocol
 
 from alflow.config import SlurmOptions
 from alflow.frameworks.launch import Launch, redact_text
-from infra.errors import RunnerError, ServerStartError
-from infra.runners.base import (
+from alflow_infra.errors import RunnerError, ServerStartError
+from alflow_infra.runners.base import (
     LOG_TAIL_LINES,
     SecretSource,
     ServerHandle,
@@ -62,7 +62,7 @@ from infra.runners.base import (
     wait_for_health,
     write_launch_files,
 )
-from infra.runners.slurm_script import (
+from alflow_infra.runners.slurm_script import (
     NODE_WRAPPER,
     job_gpus_per_node,
     job_nodes,

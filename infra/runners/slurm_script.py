@@ -3,7 +3,7 @@
 :func:`render_script` turns a :class:`~alflow.frameworks.launch.Launch` and :class:`~alflow.config.SlurmOptions`
 into an sbatch script (a jinja2 template; every value shell-quoted with :func:`shlex.quote`, and
 values on ``#SBATCH`` lines refused when they would need quoting, since sbatch does not parse shell
-quotes there). :data:`NODE_WRAPPER` is what srun runs on every node. :mod:`infra.runners.slurm`
+quotes there). :data:`NODE_WRAPPER` is what srun runs on every node. :mod:`alflow_infra.runners.slurm`
 describes the job's whole life.
 """
 
@@ -18,7 +18,7 @@ import jinja2
 
 from alflow.config import SlurmOptions
 from alflow.frameworks.launch import Launch
-from infra.errors import RunnerError
+from alflow_infra.errors import RunnerError
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 

@@ -25,7 +25,7 @@ from tests.e2e.prefect_support import PREFECT, ROOT, api
 AUTOMATION_PAGE = ROOT / "docs" / "running" / "regression.md"
 """The docs page holding the notification's team setup."""
 README_AUTOMATION_LINES = (
-    'python -m deployments.webhook --url "$ALFLOW_WEBHOOK_URL" --out alflow-automations.yaml',
+    'python -m alflow_deployments.webhook --url "$ALFLOW_WEBHOOK_URL" --out alflow-automations.yaml',
     "prefect --no-prompt automation create --from-file alflow-automations.yaml",
 )
 """The team setup of the notification in docs/running/regression.md, as written (run here through bash)."""

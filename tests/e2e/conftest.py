@@ -26,7 +26,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from infra.lifecycle import alflow_slurm_jobs
+from alflow_infra.lifecycle import alflow_slurm_jobs
 from tests.e2e import prefect_support
 
 

@@ -1,7 +1,7 @@
 """The docker runner against a real dockerd: the sim in a container, crash at start, cleanup, GPU config.
 
 Needs a running Docker engine (``bash scripts/ci-services.sh``). Without one these tests are skipped,
-or fail when ``CI`` is set. The local image is made by :mod:`infra.images` (no registry); containers
+or fail when ``CI`` is set. The local image is made by :mod:`alflow_infra.images` (no registry); containers
 use host networking. A session fixture asserts that no alflow container is left behind.
 """
 
@@ -28,11 +28,11 @@ from alflow.config import DockerOptions, SpeculativeConfig, SyntheticAcceptance,
 from alflow.frameworks.launch import Launch, free_port
 from alflow.frameworks.recipes import build_launch
 from alflow.frameworks.sim.recipe import SIM_IMAGE
-from infra.errors import RunnerError, ServerStartError
-from infra.images import ensure_sim_image, sim_docker_options
-from infra.lifecycle import start_server, stop_server
-from infra.runners import DockerRunner, ServerHandle, running_server
-from infra.runners.docker import LABEL, LABEL_CREATED, LABEL_RUN_ID, docker_client
+from alflow_infra.errors import RunnerError, ServerStartError
+from alflow_infra.images import ensure_sim_image, sim_docker_options
+from alflow_infra.lifecycle import start_server, stop_server
+from alflow_infra.runners import DockerRunner, ServerHandle, running_server
+from alflow_infra.runners.docker import LABEL, LABEL_CREATED, LABEL_RUN_ID, docker_client
 
 pytestmark = pytest.mark.services
 
@@ -150,9 +150,9 @@ def test_crash_at_start_fails_within_seconds_with_log_tail_and_is_removed(
 
 KILLED_FLOW = """
 import os, signal, sys
-from infra.images import sim_docker_options
+from alflow_infra.images import sim_docker_options
 from alflow.frameworks.recipes import build_launch
-from infra.runners import DockerRunner
+from alflow_infra.runners import DockerRunner
 from alflow.config import server_config
 launch = build_launch(server_config(framework="sim", model="m", host="127.0.0.1", extra_args=("--time-scale", "0")))
 handle = DockerRunner(sim_docker_options(), run_id=sys.argv[1]).start(launch)
@@ -163,7 +163,7 @@ os.kill(os.getpid(), signal.SIGKILL)  # killed before its finally: the container
 
 def cleanup_cli(*args: str) -> dict[str, Any]:
     done = subprocess.run(
-        [sys.executable, "-m", "infra.cli", "cleanup", "--json", *args],
+        [sys.executable, "-m", "alflow_infra.cli", "cleanup", "--json", *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -350,7 +350,7 @@ def test_lifecycle_with_docker_options_stops_from_a_fresh_runner(
 def test_a_run_holding_the_host_slot_reclaims_leftovers(client: docker.DockerClient, sim_image: str) -> None:
     """What a killed run left holds GPUs: the next run on the host removes it before starting."""
     from alflow.config import DockerOptions, ProcessOptions
-    from infra.lifecycle import reclaim_host
+    from alflow_infra.lifecycle import reclaim_host
 
     rid = run_id()
     killed = subprocess.run(

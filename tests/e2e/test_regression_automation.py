@@ -2,7 +2,7 @@
 
 A webhook receiver runs in this process (``http.server`` on 127.0.0.1, port 0). The team setup lines of docs/running/regression.md
 (:data:`tests.e2e.automation_support.README_AUTOMATION_LINES`) run through bash as written, from a scratch directory, with
-``ALFLOW_WEBHOOK_URL`` pointing at the receiver: ``python -m deployments.webhook`` saves the Custom Webhook block
+``ALFLOW_WEBHOOK_URL`` pointing at the receiver: ``python -m alflow_deployments.webhook`` saves the Custom Webhook block
 and fills its id into the automations file, and ``prefect automation create --from-file`` (Prefect's own CLI)
 creates the automation. Then a real flow run (:func:`probe_regression`, in a subprocess against the server) emits
 first ``alflow.regression.checked`` (another event, same resource, labels and payload: it must not notify), then
@@ -29,7 +29,7 @@ from prefect.events import emit_event
 from prefect.runtime import flow_run
 
 from alflow.results.regression import MetricChange, PointVerdict
-from tasks.regression import REGRESSION_EVENT, alert_event
+from alflow_tasks.regression import REGRESSION_EVENT, alert_event
 from tests.e2e.automation_support import (
     AUTOMATION_PAGE,
     README_AUTOMATION_LINES,
@@ -83,8 +83,8 @@ RUN_DIR = "results/m2/20260103-000000-probe"
 def probe_regression() -> str:
     """Emit an unrelated alflow event, then alflow's event for each of :data:`POINTS`, on this flow run; its id.
 
-    The event is the one ``tasks.regression`` emits for a regressed point (its resource and payload from
-    :func:`tasks.regression.alert_event`), so the test follows the real event's shape.
+    The event is the one ``alflow_tasks.regression`` emits for a regressed point (its resource and payload from
+    :func:`alflow_tasks.regression.alert_event`), so the test follows the real event's shape.
     """
     run_id = flow_run.get_id()
     assert run_id is not None

@@ -35,7 +35,7 @@ RUN_M2 = textwrap.dedent(
     import json, sys
     from alflow.config import (BenchmarkParams, ModelSpec, RandomWorkload, SamplingParams, ServerPlacement,
                                server_config)
-    from flows.benchmark import benchmark
+    from alflow_flows.benchmark import benchmark
 
     params = BenchmarkParams(
         model=ModelSpec(id="site-link-model", sampling_thinking_off=SamplingParams(temperature=0.0, max_tokens=16)),

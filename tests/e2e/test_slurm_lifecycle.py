@@ -1,6 +1,6 @@
 """Slurm leftovers and environment against the real cluster (tests/e2e/conftest.py starts nothing).
 
-- the reclaimer (``infra.lifecycle.reclaim_host``) cancels the jobs of alflow runs that are over
+- the reclaimer (``alflow_infra.lifecycle.reclaim_host``) cancels the jobs of alflow runs that are over
   (found by their ``--comment=alflow-run:<run id>``) and spares those of runs still going;
 - the runner does not hand stale ``SLURM_*`` variables of its own environment (e.g. from an
   allocation it runs in) to the job: ``SLURM_EXPORT_ENV=NONE`` would start the server with no
@@ -20,9 +20,9 @@ import pytest
 
 from alflow.config import SlurmOptions, SpeculativeConfig, SyntheticAcceptance, server_config
 from alflow.frameworks.recipes import build_launch
-from infra.lifecycle import alflow_slurm_jobs, reclaim_host
-from infra.runners import SlurmRunner, running_server
-from infra.runners.base import health_ok
+from alflow_infra.lifecycle import alflow_slurm_jobs, reclaim_host
+from alflow_infra.runners import SlurmRunner, running_server
+from alflow_infra.runners.base import health_ok
 
 pytestmark = [pytest.mark.services, pytest.mark.usefixtures("slurm_cluster")]
 

@@ -36,10 +36,10 @@ from alflow.config import (
 from alflow.frameworks.recipes import build_launch
 from alflow.frameworks.vllm import names as vllm_names
 from alflow.metrics.prometheus import scrape_all
-from infra.errors import ServerStartError
-from infra.lifecycle import alflow_slurm_jobs
-from infra.runners import SlurmRunner, running_server
-from infra.runners.base import health_ok
+from alflow_infra.errors import ServerStartError
+from alflow_infra.lifecycle import alflow_slurm_jobs
+from alflow_infra.runners import SlurmRunner, running_server
+from alflow_infra.runners.base import health_ok
 from tests.e2e.conftest import slurm_nodes
 
 pytestmark = pytest.mark.services

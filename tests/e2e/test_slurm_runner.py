@@ -20,10 +20,10 @@ import pytest
 from alflow.config import SlurmOptions, server_config
 from alflow.frameworks.launch import Launch, free_port
 from alflow.frameworks.recipes import build_launch
-from infra.errors import ServerStartError
-from infra.lifecycle import alflow_slurm_jobs
-from infra.runners import SlurmRunner, running_server
-from infra.runners.base import health_ok
+from alflow_infra.errors import ServerStartError
+from alflow_infra.lifecycle import alflow_slurm_jobs
+from alflow_infra.runners import SlurmRunner, running_server
+from alflow_infra.runners.base import health_ok
 
 pytestmark = pytest.mark.services
 

@@ -15,7 +15,7 @@ from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRun
 from prefect.client.schemas.objects import Artifact
 
 from alflow.config import BenchmarkParams, ModelSpec, RandomWorkload, ServerConfig, ServerPlacement
-from flows.benchmark import benchmark
+from alflow_flows.benchmark import benchmark
 
 
 def quick_m2(

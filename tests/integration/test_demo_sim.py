@@ -17,7 +17,7 @@ import pytest
 
 from alflow.config import DemoParams
 from alflow.reference.table import load_reference
-from flows.demo import demo
+from alflow_flows.demo import demo
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_harness")]
 

@@ -14,7 +14,7 @@ from prefect import get_client
 
 from alflow.config import BenchmarkParams
 from alflow.methods.dry_run import Plan
-from flows.benchmark import benchmark
+from alflow_flows.benchmark import benchmark
 from tests.integration.sim_runs import run_artifacts
 
 pytestmark = pytest.mark.integration

@@ -39,9 +39,9 @@ from alflow.frameworks.recipes import build_launch
 from alflow.methods.common import point_server
 from alflow.results.store import open_run
 from alflow.sim.process import SimProcess
-from flows.benchmark import benchmark
-from flows.calibrate import calibrate
-from flows.gate import gate
+from alflow_flows.benchmark import benchmark
+from alflow_flows.calibrate import calibrate
+from alflow_flows.gate import gate
 from tests.e2e.prefect_support import database_dump
 from tests.integration.test_secret_canary import status
 

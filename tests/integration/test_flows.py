@@ -28,9 +28,9 @@ from alflow.config import (
 from alflow.evals.run import bundled_gsm8k
 from alflow.reference.table import load_reference
 from alflow.results.store import open_run
-from flows.benchmark import benchmark
-from flows.calibrate import calibrate
-from flows.gate import gate
+from alflow_flows.benchmark import benchmark
+from alflow_flows.calibrate import calibrate
+from alflow_flows.gate import gate
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_harness")]
 
@@ -400,7 +400,7 @@ def sweep_templates(tmp_path: Path, ks: tuple[int, ...], **bench: Any) -> tuple[
 
 def test_sweep_runs_m1_then_m2_per_k_and_picks_the_best_k(tmp_path: Path) -> None:
     from alflow.config import SweepParams
-    from flows.sweep import sweep
+    from alflow_flows.sweep import sweep
 
     gate_params, bench = sweep_templates(tmp_path, (1, 3))
     out = sweep(

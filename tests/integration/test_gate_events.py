@@ -2,7 +2,7 @@
 
 prefect.yaml's ``m2-after-m1`` trigger starts M2 from the pass event of a top-level run; an M1 inside
 another flow (a sweep, the demo) names that flow run as ``alflow.parent-flow-run``, so it starts none.
-The events are captured where :mod:`flows.common` sends them (tests/e2e/test_m1_m2_trigger.py sends them
+The events are captured where :mod:`alflow_flows.common` sends them (tests/e2e/test_m1_m2_trigger.py sends them
 to a real server).
 """
 
@@ -15,9 +15,9 @@ import pytest
 from prefect import flow
 
 from alflow.config import GateParams
-from flows import common
-from flows.common import FAILED_EVENT, PASSED_EVENT, TOP_LEVEL, run_id
-from flows.gate import gate
+from alflow_flows import common
+from alflow_flows.common import FAILED_EVENT, PASSED_EVENT, TOP_LEVEL, run_id
+from alflow_flows.gate import gate
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_harness")]
 
@@ -43,7 +43,7 @@ def _params(tmp_path: Path, *extra: str) -> GateParams:
 
 @pytest.fixture
 def events(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    """The events flows.common emits during the test."""
+    """The events alflow_flows.common emits during the test."""
     sent: list[dict[str, Any]] = []
     monkeypatch.setattr(common, "emit_event", lambda **kw: sent.append(kw))
     return sent

@@ -20,7 +20,7 @@ from alflow.config import (
     SpeedBenchWorkload,
     server_config,
 )
-from flows.calibrate import calibrate
+from alflow_flows.calibrate import calibrate
 from tests.integration.sim_runs import quick_m2, run_artifacts
 from tests.markdown_check import HOSTILE, assert_inert, md_text
 

@@ -69,7 +69,7 @@ async def test_mtbench_second_turn_carries_the_live_reply(tmp_path: Path) -> Non
 
 @pytest.mark.usefixtures("prefect_harness")
 def test_m0_on_two_datasets_then_report_matrix(tmp_path: Path) -> None:
-    from flows.calibrate import calibrate
+    from alflow_flows.calibrate import calibrate
 
     model = ModelSpec(id="test-llama", sampling_thinking_off=SamplingParams(temperature=0.0, max_tokens=64))
     server = server_config(framework="sim", model=model.id, extra_args=("--time-scale", "0", "--seed", "5"))

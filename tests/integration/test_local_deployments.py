@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from deployments.serve import load_deployments, load_flow
+from alflow_deployments.serve import load_deployments, load_flow
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOYMENTS = {d["name"]: d for d in load_deployments(ROOT / "prefect.yaml")}

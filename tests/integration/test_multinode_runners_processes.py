@@ -9,7 +9,7 @@ import pytest
 
 from alflow.config import ProcessOptions
 from alflow.frameworks.launch import MetricsEndpoint
-from infra.runners import ProcessRunner
+from alflow_infra.runners import ProcessRunner
 from tests.unit.test_multinode_runners import launch
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("run_dirs_in_tmp_path")]

@@ -14,7 +14,7 @@ import pytest
 from prefect.client.orchestration import get_client
 
 from alflow.config import CalibrateParams, ModelSpec, SamplingParams, ServerPlacement, server_config
-from flows.calibrate import calibrate
+from alflow_flows.calibrate import calibrate
 from tests.integration.sim_runs import flow_run_of, quick_m2, run_artifacts
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_harness")]

@@ -14,10 +14,10 @@ import pytest
 
 from alflow.config import ProcessOptions, ServerConfig, SpeculativeConfig, SyntheticAcceptance, server_config
 from alflow.frameworks.recipes import build_launch
-from infra.errors import ServerStartError
-from infra.lifecycle import serving, start_server, stop_server
-from infra.runners import ProcessRunner, running_server
-from infra.runners.process import pid_of
+from alflow_infra.errors import ServerStartError
+from alflow_infra.lifecycle import serving, start_server, stop_server
+from alflow_infra.runners import ProcessRunner, running_server
+from alflow_infra.runners.process import pid_of
 
 ALFLOW = str(Path(sys.executable).with_name("alflow"))
 

@@ -164,7 +164,7 @@ COVERAGE: dict[str, Coverage] = {
             ),
         )
         for line in (
-            'python -m deployments.webhook --url "$ALFLOW_WEBHOOK_URL" --out alflow-automations.yaml',
+            'python -m alflow_deployments.webhook --url "$ALFLOW_WEBHOOK_URL" --out alflow-automations.yaml',
             "prefect --no-prompt automation create --from-file alflow-automations.yaml",
         )
     },

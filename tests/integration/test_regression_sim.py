@@ -24,7 +24,7 @@ from alflow.config import (
 )
 from alflow.results.catalog import Catalog, SeriesKey
 from alflow.results.store import open_run
-from flows.benchmark import benchmark
+from alflow_flows.benchmark import benchmark
 
 pytestmark = [
     pytest.mark.integration,
@@ -94,11 +94,11 @@ def _compared(root: Path, tag: str, scale: str, events: list[Any]) -> tuple[Any,
 def test_a_slower_nightly_tag_regresses_and_a_control_run_does_not(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tasks.regression
+    import alflow_tasks.regression
 
     events: list[tuple[str, dict[str, str], dict[str, Any]]] = []
     monkeypatch.setattr(
-        tasks.regression,
+        alflow_tasks.regression,
         "emit_event",
         lambda *, event, resource, payload: events.append((event, resource, payload)),
     )

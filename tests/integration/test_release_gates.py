@@ -8,8 +8,8 @@ import pytest
 
 from alflow.config import ProcessOptions, ServerConfig, SpeculativeConfig, SyntheticAcceptance, server_config
 from alflow.frameworks.versions import CapabilityError
-from infra.lifecycle import serving, start_server
-from infra.runners.registry import entries
+from alflow_infra.lifecycle import serving, start_server
+from alflow_infra.runners.registry import entries
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("run_dirs_in_tmp_path")]
 

@@ -24,7 +24,7 @@ from alflow.config import (
     server_config,
 )
 from alflow.results.store import open_run
-from flows.benchmark import benchmark
+from alflow_flows.benchmark import benchmark
 from tests import browser
 from tests.browser import HEADLESS, chromium_binary, decode_png
 

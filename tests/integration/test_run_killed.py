@@ -167,7 +167,7 @@ ORPHAN = """
 import os, signal, sys
 from alflow.config import ServerConfig, server_config
 from alflow.frameworks.recipes import build_launch
-from infra.runners.process import ProcessRunner
+from alflow_infra.runners.process import ProcessRunner
 runner = ProcessRunner(run_id="orphan-run")
 handle = runner.start(build_launch(server_config(framework="sim", model="m", extra_args=("--time-scale", "0"))))
 guard = ProcessRunner._guards[handle.id]

@@ -1,4 +1,4 @@
-"""Which alflow runs are over, for the Slurm reclaimer (``tasks.servers.flow_run_is_live``), against Prefect's API."""
+"""Which alflow runs are over, for the Slurm reclaimer (``alflow_tasks.servers.flow_run_is_live``), against Prefect's API."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from prefect.client.orchestration import get_client
 from prefect.runtime import flow_run
 from prefect.states import Crashed, Running
 
-from tasks.servers import flow_run_is_live
+from alflow_tasks.servers import flow_run_is_live
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_harness")]
 

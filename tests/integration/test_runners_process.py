@@ -12,10 +12,10 @@ import pytest
 
 from alflow.config import ProcessOptions
 from alflow.frameworks.launch import Launch, LaunchFile, free_port
-from infra.errors import ServerStartError
-from infra.runners import ProcessRunner, ServerHandle, make_runner, running_server
-from infra.runners.base import health_ok
-from infra.runners.process import pid_of, process_id
+from alflow_infra.errors import ServerStartError
+from alflow_infra.runners import ProcessRunner, ServerHandle, make_runner, running_server
+from alflow_infra.runners.base import health_ok
+from alflow_infra.runners.process import pid_of, process_id
 
 # A tiny server: /health answers 200 once READY_AFTER seconds have passed; behaviour from the env.
 SERVER = r"""

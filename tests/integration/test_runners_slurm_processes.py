@@ -13,9 +13,9 @@ import pytest
 
 from alflow.config import SlurmOptions
 from alflow.frameworks.launch import Launch, MetricsEndpoint
-from infra import lifecycle
-from infra.errors import RunnerError
-from infra.runners.slurm import JobInfo, SubprocessSlurm, render_script
+from alflow_infra import lifecycle
+from alflow_infra.errors import RunnerError
+from alflow_infra.runners.slurm import JobInfo, SubprocessSlurm, render_script
 from tests.unit.test_runners_slurm import (
     LOG,
     health_port,  # noqa: F401  (fixture reuse)

@@ -21,7 +21,7 @@ import pytest
 from alflow.config import ProcessOptions, ServerPlacement, server_config
 from alflow.results.store import RunWriter, open_run
 from alflow.sim.process import SimProcess
-from infra.lifecycle import serving
+from alflow_infra.lifecycle import serving
 
 ALFLOW = str(Path(sys.executable).with_name("alflow"))
 API_KEY = "sk-CanaryApiKey-51c9e2"
@@ -170,7 +170,7 @@ def test_a_runner_secret_comes_from_the_environment_else_a_prefect_secret_block(
 ) -> None:
     from prefect.blocks.system import Secret
 
-    from tasks.servers import secret_block_name, secret_value
+    from alflow_tasks.servers import secret_block_name, secret_value
 
     assert secret_block_name("ALFLOW_CANARY_API_KEY") == "alflow-canary-api-key"
     monkeypatch.delenv("ALFLOW_CANARY_API_KEY", raising=False)

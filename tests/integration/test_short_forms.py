@@ -10,8 +10,8 @@ import yaml
 from prefect.client.orchestration import get_client
 from prefect.variables import Variable
 
-from flows.benchmark import benchmark
-from flows.gate import gate
+from alflow_flows.benchmark import benchmark
+from alflow_flows.gate import gate
 
 ROOT = Path(__file__).resolve().parents[2]
 

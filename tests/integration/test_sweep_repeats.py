@@ -13,7 +13,7 @@ from alflow.config import SweepParams
 from alflow.methods.kchoice import Objective, choose_k
 from alflow.results.store import open_run
 from alflow.results.view import m2_points
-from flows.sweep import sweep
+from alflow_flows.sweep import sweep
 from tests.integration.test_flows import sweep_templates
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_harness")]

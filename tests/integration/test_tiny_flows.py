@@ -16,7 +16,7 @@ from alflow.config import DemoParams
 from alflow.gates import AlGateDetails
 from alflow.reference.table import load_reference
 from alflow.results.store import open_run
-from flows.demo import TINY_MODEL_ID, demo
+from alflow_flows.demo import TINY_MODEL_ID, demo
 from tests.tiny_support import tiny_engine_module
 
 pytestmark = [pytest.mark.engines, pytest.mark.tiny, pytest.mark.usefixtures("prefect_harness")]

@@ -29,7 +29,7 @@ from alflow.tiny.server import TinyService, TinyServiceSettings
 from alflow.tiny.settings import resolve_spec
 from alflow.tiny.thread import TinyThread
 from alflow.workloads import tiny_prompts_path
-from infra.runners import ProcessRunner, running_server
+from alflow_infra.runners import ProcessRunner, running_server
 from tests.tiny_support import tiny_engine_module
 
 pytestmark = [pytest.mark.engines, pytest.mark.tiny]

@@ -5,8 +5,8 @@ SQLite): configs with credentials in URLs (``results_root``, an external server'
 ``user:pass@`` and ``?api_key=``, a metrics URL, an ``extra_env`` proxy URL with a password) are refused by
 ``alflow run m2`` in one line, exit 2; a real M2 run on the sim passes a secret by name (the runner's
 ``secrets``, its value a canary in the environment, as is ``HF_TOKEN``); a probe flow logs URLs with
-credentials, fails tasks (one whose retry ``tasks.retry.retry_transient`` declines) and itself with
-exceptions quoting them, and fails a gate through :func:`flows.common.gate_failure` (an event). Afterwards no canary
+credentials, fails tasks (one whose retry ``alflow_tasks.retry.retry_transient`` declines) and itself with
+exceptions quoting them, and fails a gate through :func:`alflow_flows.common.gate_failure` (an event). Afterwards no canary
 is in Prefect's database (an SQL dump and the raw files), anywhere under ``PREFECT_HOME``, in the run store,
 in the temporary files, or in anything the commands printed.
 """
@@ -67,8 +67,8 @@ prepare_local_run()
 from prefect import flow, get_run_logger, task
 
 from alflow.errors import InvalidInputError
-from flows.common import gate_failure
-from tasks.retry import retry_transient
+from alflow_flows.common import gate_failure
+from alflow_tasks.retry import retry_transient
 
 
 @task

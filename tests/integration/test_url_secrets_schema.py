@@ -19,7 +19,7 @@ from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
 from prefect.settings import PREFECT_API_DATABASE_CONNECTION_URL
 from prefect.utilities.callables import parameter_schema
 
-from flows.benchmark import benchmark
+from alflow_flows.benchmark import benchmark
 from tests.e2e.prefect_support import database_dump
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_harness")]

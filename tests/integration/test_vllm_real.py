@@ -52,12 +52,12 @@ from alflow.results.audit import SCRAPES
 from alflow.results.catalog import read_entry
 from alflow.results.store import open_run
 from alflow.workloads import tiny_prompts_path
-from flows.benchmark import benchmark
-from flows.demo import VLLM_CPU_LABEL, VLLM_MODEL_ID, demo, vllm_cpu_server, vllm_demo_models
-from flows.gate import gate
-from infra import lifecycle
-from infra.errors import RecipeError
-from infra.runners import ServerHandle
+from alflow_flows.benchmark import benchmark
+from alflow_flows.demo import VLLM_CPU_LABEL, VLLM_MODEL_ID, demo, vllm_cpu_server, vllm_demo_models
+from alflow_flows.gate import gate
+from alflow_infra import lifecycle
+from alflow_infra.errors import RecipeError
+from alflow_infra.runners import ServerHandle
 from tests.vllm_support import require_vllm, vllm_processes
 
 pytestmark = [pytest.mark.engines, pytest.mark.vllm]

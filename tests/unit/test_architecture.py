@@ -9,6 +9,7 @@ Imports are read with :mod:`ast` from every module of the project's packages (``
 from __future__ import annotations
 
 import ast
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,8 +24,18 @@ MAX_LINES = 700
 PREFECT_ALLOWED = {"alflow.cli.run", "alflow.cli.demo", "alflow.cli.root"}
 
 
-LAYERS = ("alflow", "infra", "tasks", "flows", "deployments")
+LAYERS = ("alflow", "alflow_infra", "alflow_tasks", "alflow_flows", "alflow_deployments")
 """The project's packages from the bottom up (DESIGN.md): a module imports its own layer and those below it."""
+FOLDERS = {
+    "alflow": "alflow",
+    "alflow_infra": "infra",
+    "alflow_tasks": "tasks",
+    "alflow_flows": "flows",
+    "alflow_deployments": "deployments",
+}
+"""Each layer's folder in the house layout (pyproject.toml's package-dir installs it under the layer's name)."""
+ENTRY = "alflow_flows.entry"
+"""The one module above the core that the command line imports."""
 ABOVE_THE_LAYERS = "alflow.cli"
 """The command line sits on top of every layer: ``alflow run`` starts flows, ``alflow infra`` uses the runners."""
 
@@ -33,9 +44,10 @@ def _modules(tops: tuple[str, ...] = ("alflow",)) -> dict[str, Path]:
     mods: dict[str, Path] = {}
     for top in tops:
         # a compiled extension is a module too: its stub (``_rxread.pyi`` beside ``_rxread.c``) stands for it
-        stubs = [p for p in (ROOT / top).rglob("*.pyi") if not p.with_suffix(".py").exists()]
-        for path in sorted([*(ROOT / top).rglob("*.py"), *stubs]):
-            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        folder = ROOT / FOLDERS[top]
+        stubs = [p for p in folder.rglob("*.pyi") if not p.with_suffix(".py").exists()]
+        for path in sorted([*folder.rglob("*.py"), *stubs]):
+            parts = [top, *path.relative_to(folder).with_suffix("").parts]
             if parts[-1] == "__init__":
                 parts = parts[:-1]
             mods[".".join(parts)] = path
@@ -175,6 +187,19 @@ def test_no_import_cycle_between_the_packages_of_the_project(type_hints: bool) -
     assert _cycles(packages) == []
 
 
+def test_the_install_holds_every_folder_of_every_layer_under_its_layers_name() -> None:
+    """pyproject.toml lists the packages (a renamed layer cannot be found): the list is every folder of the layers."""
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    assert setuptools["package-dir"] == {name: folder for name, folder in FOLDERS.items() if name != folder}
+    folders = {
+        ".".join([top, *d.relative_to(ROOT / FOLDERS[top]).parts])
+        for top in LAYERS
+        for d in [ROOT / FOLDERS[top], *(ROOT / FOLDERS[top]).rglob("*")]
+        if d.is_dir() and "__pycache__" not in d.parts
+    }
+    assert set(setuptools["packages"]) == folders
+
+
 def test_every_package_of_the_project_is_in_the_graph() -> None:
     tops = {module.split(".")[0] for module in _graph()}
     assert tops == set(LAYERS)
@@ -194,8 +219,8 @@ def test_the_layers_point_one_way() -> None:
 
 def test_the_layer_check_finds_an_upward_import(tmp_path: Path) -> None:
     path = tmp_path / "mod.py"
-    path.write_text("def f():\n    from flows.benchmark import benchmark\n")
-    assert "flows.benchmark.benchmark" in set(_imported_names("infra.mod", path))
+    path.write_text("def f():\n    from alflow_flows.benchmark import benchmark\n")
+    assert "alflow_flows.benchmark.benchmark" in set(_imported_names("alflow_infra.mod", path))
 
 
 def test_the_core_imports_prefect_only_where_the_command_line_starts_a_flow() -> None:
@@ -204,14 +229,25 @@ def test_the_core_imports_prefect_only_where_the_command_line_starts_a_flow() ->
         for module, path in _modules().items()
         if module not in PREFECT_ALLOWED
         for name in _imported_names(module, path)
-        if name.split(".")[0] in ("prefect", "flows", "tasks")
+        if name.split(".")[0] in ("prefect", "alflow_flows", "alflow_tasks")
     )
     assert offenders == []
 
 
+def test_the_command_line_reaches_the_layers_above_the_core_through_one_entry_module() -> None:
+    reached = sorted(
+        f"{module} imports {target}"
+        for module, targets in _graph(type_hints=True).items()
+        if module == ABOVE_THE_LAYERS or module.startswith(ABOVE_THE_LAYERS + ".")
+        for target in targets
+        if target.split(".")[0] != "alflow" and target != ENTRY
+    )
+    assert reached == []
+
+
 def _python_files() -> Iterator[Path]:
     for top in LAYERS:
-        yield from sorted((ROOT / top).rglob("*.py"))
+        yield from sorted((ROOT / FOLDERS[top]).rglob("*.py"))
 
 
 def test_no_source_file_over_700_lines() -> None:

@@ -28,7 +28,7 @@ from alflow.metrics.prometheus import SnapshotWindow, parse_exposition
 from alflow.metrics.readers import detect, get_dialect
 from alflow.sim.config import SimConfig
 from alflow.sim.stats import EngineStats
-from infra.runners.docker import container_spec
+from alflow_infra.runners.docker import container_spec
 
 pytestmark = pytest.mark.unit
 
@@ -273,7 +273,7 @@ def test_a_launch_of_no_registered_framework_gets_the_default_gpu_request() -> N
     """A hand-built launch (a probe in the runner's own tests) is no framework's: the runner does not refuse it."""
     from dataclasses import replace
 
-    from infra.runners.docker import gpu_vendor
+    from alflow_infra.runners.docker import gpu_vendor
 
     launch = replace(build_launch(atom()), framework="probe")  # type: ignore[arg-type]
     assert gpu_vendor("probe") is None

@@ -22,8 +22,8 @@ from prefect.server.events.schemas.events import ReceivedEvent
 from prefect.server.utilities.user_templates import register_user_template_filters, render_user_template
 
 from alflow.results.regression import MetricChange, PointVerdict
-from deployments import webhook
-from tasks.regression import REGRESSION_EVENT, alert_event
+from alflow_deployments import webhook
+from alflow_tasks.regression import REGRESSION_EVENT, alert_event
 
 pytestmark = pytest.mark.unit
 

@@ -21,8 +21,8 @@ from alflow.metrics.client import check_percentiles
 from alflow.metrics.prometheus import MalformedMetricsError, ScrapeError, parse_exposition
 from alflow.reference import table as ref
 from alflow.util.yamlfile import load_yaml, load_yaml_model
-from infra.errors import RecipeError, ServerRefusedError, ServerStartError
-from tasks.retry import is_transient
+from alflow_infra.errors import RecipeError, ServerRefusedError, ServerStartError
+from alflow_tasks.retry import is_transient
 from tests.bad_inputs import BASES, CLI_CASES, CONFIG_CASES, ConfigCase
 
 pytestmark = pytest.mark.unit

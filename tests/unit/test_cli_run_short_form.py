@@ -25,16 +25,16 @@ def _project_root(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_each_flow_takes_the_fields_of_its_ui_form() -> None:
     import inspect
 
-    import flows.benchmark
-    import flows.calibrate
-    import flows.gate
-    import flows.sweep
+    import alflow_flows.benchmark
+    import alflow_flows.calibrate
+    import alflow_flows.gate
+    import alflow_flows.sweep
 
     for flow, fn in (
-        ("m0", flows.calibrate.calibrate),
-        ("m1", flows.gate.gate),
-        ("m2", flows.benchmark.benchmark),
-        ("sweep", flows.sweep.sweep),
+        ("m0", alflow_flows.calibrate.calibrate),
+        ("m1", alflow_flows.gate.gate),
+        ("m2", alflow_flows.benchmark.benchmark),
+        ("sweep", alflow_flows.sweep.sweep),
     ):
         form = [
             name

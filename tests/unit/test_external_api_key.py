@@ -1,6 +1,6 @@
 """An external server's API key by the name of its variable (``api_key_env``): only the name is stored.
 
-The value is read from the environment where requests are built (:func:`infra.runners.base.handle_api_key`); a
+The value is read from the environment where requests are built (:func:`alflow_infra.runners.base.handle_api_key`); a
 name that is not one (a pasted key, ``KEY=value``) is refused without being echoed; an unset or empty variable
 fails in one line naming it, when the server is attached and before ``alflow run`` starts a flow.
 """
@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 from alflow.cli import app
 from alflow.config import BenchmarkParams, ExternalServer, ServerPlacement
 from alflow.errors import InvalidInputError
-from infra.runners import ExternalRunner
-from infra.runners.base import api_key_from_env, handle_api_key
+from alflow_infra.runners import ExternalRunner
+from alflow_infra.runners.base import api_key_from_env, handle_api_key
 from tests.bad_inputs import BASES
 
 pytestmark = pytest.mark.unit
@@ -112,7 +112,7 @@ def test_a_value_that_cannot_be_a_header_is_refused_without_being_echoed(
 def test_check_launchable_refuses_an_unset_variable_before_the_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flows.common import check_launchable
+    from alflow_flows.common import check_launchable
 
     data = copy.deepcopy(BASES["m2"])
     data["placement"] = {

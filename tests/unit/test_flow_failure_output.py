@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from alflow.cli.run import _AlflowErrorsWithoutTraceback, print_flow_failure, quiet_expected_tracebacks
-from infra.errors import ServerStartError
+from alflow_infra.errors import ServerStartError
 
 pytestmark = pytest.mark.unit
 

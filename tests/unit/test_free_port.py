@@ -15,7 +15,7 @@ from alflow.config import Parallelism, SpeculativeConfig, server_config
 from alflow.frameworks import launch
 from alflow.frameworks.launch import LISTEN_PORT_FLOOR, ephemeral_range, free_port
 from alflow.frameworks.recipes import build_launch
-from infra.errors import RunnerError
+from alflow_infra.errors import RunnerError
 
 pytestmark = pytest.mark.unit
 

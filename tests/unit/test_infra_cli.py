@@ -10,11 +10,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-import infra.cli
-from infra.errors import RunnerError
-from infra.lifecycle import SlurmJob
-from infra.runners.docker import CleanupEntry
-from infra.runners.slurm import SubprocessSlurm
+import alflow_infra.cli
+from alflow_infra.errors import RunnerError
+from alflow_infra.lifecycle import SlurmJob
+from alflow_infra.runners.docker import CleanupEntry
+from alflow_infra.runners.slurm import SubprocessSlurm
 
 pytestmark = pytest.mark.unit
 
@@ -27,14 +27,14 @@ ENTRIES = [
 @pytest.fixture
 def app(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> typer.Typer:
     monkeypatch.setenv("ALFLOW_STATE_DIR", str(tmp_path / "state"))  # an empty registry
-    monkeypatch.setattr(infra.cli, "alflow_slurm_job_list", list)  # no Slurm jobs
+    monkeypatch.setattr(alflow_infra.cli, "alflow_slurm_job_list", list)  # no Slurm jobs
     root = typer.Typer()
 
     @root.callback()
     def _root() -> None:
         """Root."""
 
-    infra.cli.register(root)
+    alflow_infra.cli.register(root)
     return root
 
 
@@ -45,8 +45,8 @@ def test_cleanup_dry_run_table_and_json(app: typer.Typer, monkeypatch: pytest.Mo
         calls.append(kwargs)
         return ENTRIES
 
-    monkeypatch.setattr(infra.cli, "docker_client", object)
-    monkeypatch.setattr(infra.cli, "cleanup_containers", fake_cleanup)
+    monkeypatch.setattr(alflow_infra.cli, "docker_client", object)
+    monkeypatch.setattr(alflow_infra.cli, "cleanup_containers", fake_cleanup)
     runner = CliRunner()
     result = runner.invoke(app, ["infra", "cleanup", "--older-than", "1h", "--dry-run"])
     assert result.exit_code == 0, result.output
@@ -69,7 +69,7 @@ def test_cleanup_without_an_engine_skips_containers_and_says_so(
     def no_engine() -> object:
         raise RunnerError("no Docker engine reachable (test)")
 
-    monkeypatch.setattr(infra.cli, "docker_client", no_engine)
+    monkeypatch.setattr(alflow_infra.cli, "docker_client", no_engine)
     result = CliRunner().invoke(app, ["infra", "cleanup"])
     assert result.exit_code == 0, result.output
     assert "docker: skipped (no Docker engine reachable (test))" in result.output
@@ -82,12 +82,12 @@ def test_slurm_jobs_of_runs_that_are_over_are_cancelled_and_live_ones_kept(
 ) -> None:
     jobs = [SlurmJob("11", "run-over", 0.0), SlurmJob("12", "run-live", 0.0), SlurmJob("13", "young", None)]
     cancelled: list[str] = []
-    monkeypatch.setattr(infra.cli, "alflow_slurm_job_list", lambda: jobs)
-    monkeypatch.setattr(infra.cli.shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(alflow_infra.cli, "alflow_slurm_job_list", lambda: jobs)
+    monkeypatch.setattr(alflow_infra.cli.shutil, "which", lambda name: "/usr/bin/" + name)
     monkeypatch.setattr(SubprocessSlurm, "cancel", lambda self, job_id: cancelled.append(job_id))
-    monkeypatch.setattr(infra.cli, "docker_client", object)
-    monkeypatch.setattr(infra.cli, "cleanup_containers", lambda client, **kw: [])
-    monkeypatch.setitem(infra.cli._IS_LIVE, "fn", lambda run_id: run_id == "run-live")
+    monkeypatch.setattr(alflow_infra.cli, "docker_client", object)
+    monkeypatch.setattr(alflow_infra.cli, "cleanup_containers", lambda client, **kw: [])
+    monkeypatch.setitem(alflow_infra.cli._IS_LIVE, "fn", lambda run_id: run_id == "run-live")
     dry = json.loads(
         CliRunner().invoke(app, ["infra", "cleanup", "--older-than", "0", "--dry-run", "--json"]).output
     )
@@ -100,7 +100,7 @@ def test_slurm_jobs_of_runs_that_are_over_are_cancelled_and_live_ones_kept(
     done = json.loads(CliRunner().invoke(app, ["infra", "cleanup", "--older-than", "0", "--json"]).output)
     assert [j["name"] for j in done["slurm_jobs"] if j["removed"]] == ["11", "13"]
     assert cancelled == ["11", "13"]
-    monkeypatch.delitem(infra.cli._IS_LIVE, "fn")
+    monkeypatch.delitem(alflow_infra.cli._IS_LIVE, "fn")
     unknown = json.loads(CliRunner().invoke(app, ["infra", "cleanup", "--older-than", "0", "--json"]).output)
     assert not any(j["selected"] for j in unknown["slurm_jobs"])  # no way to tell: nothing cancelled
 
@@ -118,8 +118,8 @@ def test_sim_image_command(app: typer.Typer, monkeypatch: pytest.MonkeyPatch) ->
         seen.append(rebuild)
         return "sha256:" + "ab" * 32
 
-    monkeypatch.setattr(infra.cli, "docker_client", object)
-    monkeypatch.setattr(infra.cli, "ensure_sim_image", fake_ensure)
+    monkeypatch.setattr(alflow_infra.cli, "docker_client", object)
+    monkeypatch.setattr(alflow_infra.cli, "ensure_sim_image", fake_ensure)
     result = CliRunner().invoke(app, ["infra", "sim-image", "--rebuild", "--json"])
     assert result.exit_code == 0, result.output
     payload = json.loads(result.output)

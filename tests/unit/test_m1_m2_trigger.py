@@ -1,7 +1,7 @@
 """prefect.yaml's M1 -> M2 trigger without a server, through Prefect's own server-side code.
 
 The trigger of ``m2-after-m1`` becomes the automation ``prefect deploy`` creates; a sample pass event is
-what :func:`flows.common.emit_passed` sends for a GateParams; the server's trigger decides whether it
+what :func:`alflow_flows.common.emit_passed` sends for a GateParams; the server's trigger decides whether it
 covers the event, and the server's RunDeployment action renders the parameters, which must then pass
 the server's parameter-schema check and the flow's own validation as the M2 of the same (model,
 framework, K).
@@ -25,9 +25,9 @@ from prefect.server.events.schemas.events import ReceivedEvent
 from prefect.utilities.schema_tools.validation import validate
 
 from alflow.config import BenchmarkParams, GateParams
-from deployments.serve import load_deployments, load_flow, triggers
-from flows import common
-from flows.common import FAILED_EVENT, PASSED_EVENT, TOP_LEVEL, emit_passed, pass_event
+from alflow_deployments.serve import load_deployments, load_flow, triggers
+from alflow_flows import common
+from alflow_flows.common import FAILED_EVENT, PASSED_EVENT, TOP_LEVEL, emit_passed, pass_event
 
 pytestmark = pytest.mark.unit
 

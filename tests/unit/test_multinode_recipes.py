@@ -14,8 +14,8 @@ from alflow.frameworks.launch import HEAD_ADDR, NODE_RANK, Launch, node_addr
 from alflow.frameworks.recipes import ALL_ADDRESSES, build_launch
 from alflow.methods.topology import gpu_layout, topology
 from alflow.metrics.client import GpuLayout
-from infra.errors import RecipeError
-from infra.runners.slurm import JobInfo, SlurmRunner
+from alflow_infra.errors import RecipeError
+from alflow_infra.runners.slurm import JobInfo, SlurmRunner
 
 pytestmark = pytest.mark.unit
 

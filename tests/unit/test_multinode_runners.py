@@ -26,9 +26,9 @@ from alflow.frameworks.launch import (
     single_host_metrics_urls,
     substitute_node,
 )
-from infra.errors import RunnerError
-from infra.runners import DockerRunner, ExternalRunner, ProcessRunner
-from infra.runners.docker import container_spec
+from alflow_infra.errors import RunnerError
+from alflow_infra.runners import DockerRunner, ExternalRunner, ProcessRunner
+from alflow_infra.runners.docker import container_spec
 
 PLACEHOLDER_ARGS = ("--nnodes", NNODES, "--node-rank", NODE_RANK, "--dist-init-addr", f"{HEAD_ADDR}:5000")
 

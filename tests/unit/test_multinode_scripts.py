@@ -2,7 +2,7 @@
 
 Each case goes the whole way a run goes: a :class:`~alflow.config.ServerConfig` through its recipe to a
 Launch, relocated the way the Slurm runner relocates launch files, rendered with
-:func:`~infra.runners.slurm.render_script`, and compared with a golden file under
+:func:`~alflow_infra.runners.slurm.render_script`, and compared with a golden file under
 ``tests/unit/golden/`` (update deliberately with ``ALFLOW_UPDATE_GOLDEN=1``, then review the diff).
 The representative configurations: one node with 8 GPUs; 2 nodes x 8 GPUs tensor/expert parallel
 (SGLang and vLLM); TensorRT-LLM on 2 nodes as an MPI launch; SGLang with 1 prefill + 2 decode nodes.
@@ -15,7 +15,7 @@ import pytest
 from alflow.config import ServerConfig, SlurmOptions, server_config
 from alflow.frameworks.launch import Launch
 from alflow.frameworks.recipes import ALL_ADDRESSES, build_launch
-from infra.runners.slurm import render_script
+from alflow_infra.runners.slurm import render_script
 from tests.unit.golden import assert_golden
 
 pytestmark = pytest.mark.unit

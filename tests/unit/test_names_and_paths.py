@@ -21,7 +21,7 @@ from alflow.reference.table import load_reference, update_reference
 from alflow.results.store import RunWriter, StoreError, open_run
 from alflow.util.fsutil import check_writable_dir, check_writable_file, confined, real_path
 from alflow.util.names import check_env_names, check_identifier, safe_key
-from flows.common import check_outputs
+from alflow_flows.common import check_outputs
 from tests.unit.report_runs import write_m2
 from tests.unit.test_reference import _empty, _entry
 

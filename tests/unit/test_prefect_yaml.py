@@ -22,8 +22,8 @@ from alflow.frameworks.recipes import build_launch
 from alflow.frameworks.versions import CapabilityError
 from alflow.methods.common import point_server
 from alflow.reference.table import ReferenceTableError, load_reference
-from deployments.serve import load_deployments, load_flow, schedules
-from flows.presets import m0_params, m1_params, m2_params, sweep_params_of
+from alflow_deployments.serve import load_deployments, load_flow, schedules
+from alflow_flows.presets import m0_params, m1_params, m2_params, sweep_params_of
 
 pytestmark = pytest.mark.unit
 

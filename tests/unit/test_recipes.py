@@ -22,8 +22,8 @@ from alflow.frameworks.trtllm.recipe import TRTLLM_OPTIONS_FILE
 from alflow.frameworks.vllm.names import VLLM_METRICS_PATH
 from alflow.frameworks.vllm.recipe import VLLM_SYNTHETIC_ONLY_ENV
 from alflow.plugins import BUILTIN
-from infra.errors import RecipeError
-from infra.runners.base import inherited_env
+from alflow_infra.errors import RecipeError
+from alflow_infra.runners.base import inherited_env
 
 pytestmark = pytest.mark.unit
 

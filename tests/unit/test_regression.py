@@ -32,7 +32,7 @@ from alflow.results.regression import REGRESSION_FILE, MetricChange, PointVerdic
 from alflow.results.rows import M2Point
 from alflow.results.store import RunWriter, open_run
 from alflow.results.view import regression_report
-from tasks.regression import REGRESSION_EVENT, alert_event
+from alflow_tasks.regression import REGRESSION_EVENT, alert_event
 
 pytestmark = pytest.mark.unit
 
@@ -432,7 +432,7 @@ def test_the_task_stores_the_verdicts_emits_per_regressed_point_and_never_fails_
 ) -> None:
     from prefect.logging import disable_run_logger
 
-    import tasks.regression as task_module
+    import alflow_tasks.regression as task_module
 
     root = tmp_path / "results"
     for i in range(3):

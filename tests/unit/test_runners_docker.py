@@ -14,10 +14,10 @@ from pydantic import ValidationError
 from alflow.config import DockerOptions, SpeculativeConfig, SyntheticAcceptance, server_config
 from alflow.frameworks.launch import Launch
 from alflow.frameworks.recipes import build_launch
-from infra.cli import parse_duration
-from infra.errors import RunnerError
-from infra.runners import RUNNERS, DockerRunner, make_runner
-from infra.runners.docker import (
+from alflow_infra.cli import parse_duration
+from alflow_infra.errors import RunnerError
+from alflow_infra.runners import RUNNERS, DockerRunner, make_runner
+from alflow_infra.runners.docker import (
     LABEL,
     LABEL_CREATED,
     LABEL_RUN_ID,
@@ -298,7 +298,7 @@ def test_secrets_reach_the_container_environment_and_only_their_names_the_proven
 
 
 def test_the_images_version_label_is_kept_for_the_live_gate() -> None:
-    """A server that reports no version is gated on its image's OCI version label (infra.lifecycle)."""
+    """A server that reports no version is gated on its image's OCI version label (alflow_infra.lifecycle)."""
     client = ImageClient(True)
     runner = DockerRunner(DockerOptions(pull="missing"), client=client)  # type: ignore[arg-type]
     image = client.images.get("any")

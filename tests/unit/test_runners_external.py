@@ -10,9 +10,9 @@ from alflow.config import ExternalServer, server_config
 from alflow.frameworks.recipes import build_launch
 from alflow.frameworks.sglang.names import SGLANG_METRICS_PATH
 from alflow.frameworks.trtllm.names import TRTLLM_METRICS_PATH
-from infra.errors import RunnerError, ServerStartError
-from infra.runners import ExternalRunner, make_runner, running_server
-from infra.runners.base import health_ok
+from alflow_infra.errors import RunnerError, ServerStartError
+from alflow_infra.runners import ExternalRunner, make_runner, running_server
+from alflow_infra.runners.base import health_ok
 from tests.unit.loopback_http import Health, serving
 
 pytestmark = pytest.mark.unit

@@ -17,9 +17,9 @@ from pydantic import ValidationError
 
 from alflow.config import ServerPlacement, SlurmOptions
 from alflow.frameworks.launch import Launch, LaunchFile, MetricsEndpoint, free_port
-from infra.errors import RunnerError, ServerStartError
-from infra.runners import RUNNERS, SlurmRunner, make_runner
-from infra.runners.slurm import JobInfo, parse_key_values, render_script
+from alflow_infra.errors import RunnerError, ServerStartError
+from alflow_infra.runners import RUNNERS, SlurmRunner, make_runner
+from alflow_infra.runners.slurm import JobInfo, parse_key_values, render_script
 from tests.unit.golden import assert_golden
 from tests.unit.loopback_http import Health, serving
 

@@ -39,7 +39,7 @@ from alflow.reports.markdown import escape_md
 from alflow.sim.config import SimConfig
 from alflow.sim.dialects import make_registry
 from alflow.sim.stats import EngineStats
-from infra.errors import RecipeError
+from alflow_infra.errors import RecipeError
 
 pytestmark = pytest.mark.unit
 

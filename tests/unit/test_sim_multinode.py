@@ -17,7 +17,7 @@ from alflow.sim.config import SimConfig
 from alflow.sim.engine import SimEngine
 from alflow.sim.profiles import DEFAULT_PROFILE, get_profile
 from alflow.sim.stats import EngineStats
-from infra.errors import RecipeError
+from alflow_infra.errors import RecipeError
 
 pytestmark = pytest.mark.unit
 

@@ -96,8 +96,8 @@ def test_a_childs_parameters_validate_against_the_deployed_flows_own_signature()
     import inspect
 
     from alflow.config import BenchmarkParams, GateParams
-    from flows.benchmark import benchmark
-    from flows.gate import gate
+    from alflow_flows.benchmark import benchmark
+    from alflow_flows.gate import gate
 
     params = BenchmarkParams.model_validate(
         {"model": {"id": "m"}, "server": {"framework": "sim", "model": "m"}, "target_al": 2.0, "k": 2}

@@ -12,7 +12,7 @@ from alflow.config import ServerConfig, server_config
 from alflow.errors import InvalidInputError
 from alflow.frameworks.recipes import build_launch, get_recipe
 from alflow.tiny.settings import resolve_spec
-from infra.errors import RecipeError
+from alflow_infra.errors import RecipeError
 
 pytestmark = pytest.mark.unit
 

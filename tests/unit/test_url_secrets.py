@@ -250,7 +250,7 @@ def _record(msg: str, *args: object, exc: BaseException | None = None) -> loggin
 
 
 def test_the_log_filter_redacts_messages_arguments_and_tracebacks() -> None:
-    from tasks.redaction import RedactingFilter
+    from alflow_tasks.redaction import RedactingFilter
 
     redact = RedactingFilter()
     record = _record("scraping %s (%d)", f"http://u:{CANARY}@h:1/metrics?token={CANARY}", 3)
@@ -272,8 +272,8 @@ def test_the_log_filter_redacts_messages_arguments_and_tracebacks() -> None:
 def test_the_log_filter_sits_on_the_run_loggers_and_prefects_handlers_once() -> None:
     from prefect.logging.handlers import APILogHandler
 
-    import flows.common  # noqa: F401 - installs it
-    from tasks.redaction import RUN_LOGGERS, RedactingFilter, install_log_redaction
+    import alflow_flows.common  # noqa: F401 - installs it
+    from alflow_tasks.redaction import RUN_LOGGERS, RedactingFilter, install_log_redaction
 
     install_log_redaction()
     for name in RUN_LOGGERS:
@@ -285,7 +285,7 @@ def test_the_log_filter_sits_on_the_run_loggers_and_prefects_handlers_once() -> 
 
 
 def test_a_run_logger_record_reaches_the_handlers_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
-    import flows.common  # noqa: F401 - installs the filter
+    import alflow_flows.common  # noqa: F401 - installs the filter
 
     seen: list[str] = []
 
@@ -301,7 +301,7 @@ def test_a_run_logger_record_reaches_the_handlers_redacted(monkeypatch: pytest.M
 
 
 def test_a_flows_failure_message_and_event_are_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
-    from flows import common
+    from alflow_flows import common
 
     sent: dict[str, Any] = {}
     monkeypatch.setattr(common, "emit_event", lambda **kw: sent.update(kw))
@@ -316,7 +316,7 @@ def test_a_flows_failure_message_and_event_are_redacted(monkeypatch: pytest.Monk
 
 
 def test_an_exception_is_redacted_in_place_with_its_causes() -> None:
-    from tasks.redaction import redact_exception
+    from alflow_tasks.redaction import redact_exception
 
     try:
         try:
@@ -338,7 +338,7 @@ def test_a_declined_retry_redacts_the_exception_before_prefect_makes_the_state()
     from prefect.states import Failed
 
     from alflow.errors import InvalidInputError
-    from tasks.retry import retry_transient
+    from alflow_tasks.retry import retry_transient
 
     exc = InvalidInputError(f"the server refused https://h/x?X-Amz-Signature={CANARY}")
     assert retry_transient(None, None, Failed(data=exc)) is False
@@ -346,7 +346,7 @@ def test_a_declined_retry_redacts_the_exception_before_prefect_makes_the_state()
 
 
 def test_the_log_filter_redacts_an_exception_given_as_an_argument() -> None:
-    from tasks.redaction import RedactingFilter
+    from alflow_tasks.redaction import RedactingFilter
 
     exc = ConnectionError(f"cannot reach http://u:{CANARY}@h:1")
     record = _record("Task run failed with exception: %r - Retry 1/2 will start", exc)
@@ -398,7 +398,7 @@ def test_every_string_of_the_flows_parameter_schemas_refuses_url_credentials() -
     from prefect.utilities.schema_tools.validation import ValidationError as SchemaError
     from prefect.utilities.schema_tools.validation import validate
 
-    from flows.benchmark import benchmark
+    from alflow_flows.benchmark import benchmark
 
     schema = parameter_schema(benchmark).model_dump_for_openapi()
     params: dict[str, Any] = {

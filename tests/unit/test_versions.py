@@ -20,8 +20,8 @@ from alflow.frameworks.trtllm.recipe import (
 )
 from alflow.frameworks.versions import CapabilityError, FrameworkVersion, check_capabilities
 from alflow.frameworks.vllm.recipe import VLLM_BLOCK_VERIFY, VLLM_DSPARK, VLLM_SYNTHETIC
-from infra.errors import RecipeError
-from infra.lifecycle import LiveVersion, check_live_version
+from alflow_infra.errors import RecipeError
+from alflow_infra.lifecycle import LiveVersion, check_live_version
 
 pytestmark = pytest.mark.unit
 

@@ -14,7 +14,7 @@ from alflow.config import SpecMethod, SpeculativeConfig, SyntheticAcceptance, se
 from alflow.frameworks.recipes import build_launch, check_install, log_facts, seed_warning
 from alflow.frameworks.versions import CapabilityError
 from alflow.frameworks.vllm.recipe import CPU_PORT_ENV, PER_REQUEST_FLAG, VllmRecipe
-from infra.errors import RecipeError
+from alflow_infra.errors import RecipeError
 
 pytestmark = pytest.mark.unit
 

@@ -4,7 +4,7 @@ The speculative config and synthetic knobs reach the simulator the way they reac
 framework (vLLM's ``--speculative-config`` JSON, SGLang's and TensorRT-LLM's environment variables),
 rendered by that framework's recipe, so the knob path is exercised end to end; ``--k`` and
 ``--method`` are passed as well. The interpreter is the one running alflow (``sys.executable``); the
-local container image (:mod:`infra.images`) bind-mounts it at the same path.
+local container image (:mod:`alflow_infra.images`) bind-mounts it at the same path.
 
 Multi-node (``config.nodes > 1``, issue 10): every node runs the same argument list with the
 multi-node placeholders (``--nnodes @ALFLOW_NNODES@ --node-rank @ALFLOW_NODE_RANK@ --head-addr

@@ -11,7 +11,7 @@
   name serves the bundled Gemma 3 270M base model (the ``alflow[tiny]`` extra) under that name.
 - ``max_model_len`` becomes the engine's context size (``--n-ctx``; default 2048).
 - The interpreter is the one running alflow (``sys.executable``), which must have the ``alflow[tiny]``
-  extra. For the docker runner the recipe names the local base image (:mod:`infra.images`): it
+  extra. For the docker runner the recipe names the local base image (:mod:`alflow_infra.images`): it
   bind-mounts the interpreter, its virtual environment and the project read-only, so the same argv
   runs inside it (the bundled model is assembled into the container's writable ``/tmp``).
 
