@@ -11,7 +11,8 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 
 from alflow.config import BenchmarkParams
-from alflow.methods.dry_run import Plan, m2_server, m2_target
+from alflow.methods.common import synthetic_target
+from alflow.methods.dry_run import Plan, m2_server
 from alflow.methods.m2 import run_m2
 from alflow.methods.outcomes import M2Outcome
 from alflow.workloads import check_m2_prompt_memory
@@ -55,9 +56,8 @@ def benchmark(
     if dry_run:
         return dry_run_plan("m2", params)
     check_m2_prompt_memory(params)  # on the machine that draws them, before the server starts
-    target, origin = m2_target(params)  # what the dry run shows: the same code
-    get_run_logger().info("synthetic target AL %.4f (%s)", target, origin)
-    server = m2_server(params, target)
+    server, origin = m2_server(params)  # what the dry run shows: the same code
+    get_run_logger().info("synthetic target AL %.4f (%s)", synthetic_target(server), origin)
     writer = new_run_writer(
         "m2",
         params.placement.results_root,
@@ -67,4 +67,4 @@ def benchmark(
     )
     label_flow_run(f"model:{params.model.id}", f"framework:{server.framework}", f"k:{params.k}", "m2")
     with writer:
-        return run_m2(params, target, server, writer, PREFECT_STEPS)
+        return run_m2(params, server, writer, PREFECT_STEPS)

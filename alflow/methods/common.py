@@ -78,3 +78,11 @@ def reference_variant(params: GateParams | BenchmarkParams) -> VariantQuery:
         return query
     chosen = {k: v for k, v in params.reference_variant.model_dump().items() if v is not None}
     return replace(query, **chosen)
+
+
+def synthetic_target(server: ServerConfig) -> float:
+    """The synthetic target AL ``server`` is configured with (M2's server holds it: the one place it is kept)."""
+    synthetic = server.synthetic
+    if synthetic is None or synthetic.target_al is None:
+        raise ValueError(f"internal: the {server.framework} server has no synthetic target AL")
+    return synthetic.target_al

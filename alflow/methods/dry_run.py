@@ -32,7 +32,7 @@ from alflow.frameworks.launch import Launch
 from alflow.frameworks.recipe_kit import image_tag
 from alflow.frameworks.recipes import build_launch, check_install
 from alflow.frameworks.versions import FrameworkVersion
-from alflow.methods.common import point_server, reference_variant
+from alflow.methods.common import point_server, reference_variant, synthetic_target
 from alflow.methods.m0 import check_reference_target
 from alflow.methods.sweep_rules import benchmark_for, gate_for
 from alflow.reference.table import ReferenceEntry, load_reference
@@ -168,18 +168,20 @@ def reference_entry(params: GateParams | BenchmarkParams) -> ReferenceEntry:
     )
 
 
-def m2_target(params: BenchmarkParams) -> tuple[float, str]:
-    """M2's target AL and where it comes from: the parameters, or the reference table as the flow looks it up."""
+def m2_server(params: BenchmarkParams) -> tuple[ServerConfig, str]:
+    """M2's server and where its target AL comes from: the rule, in one place (the flow and the dry run use it).
+
+    The server is the template at the model, method and K with synthetic acceptance at the target: the parameters'
+    ``target_al``, else the reference table's entry as the flow looks it up. The server holds the target
+    (:func:`alflow.methods.common.synthetic_target`).
+    """
     if params.target_al is not None:
-        return params.target_al, "given"
-    entry = reference_entry(params)
-    return entry.al, f"reference {params.reference_path}, {entry.model} {entry.variant.label()}"
-
-
-def m2_server(params: BenchmarkParams, target: float) -> ServerConfig:
-    """M2's server: the template at the model, method and K, synthetic acceptance at ``target``."""
+        target, origin = params.target_al, "given"
+    else:
+        entry = reference_entry(params)
+        target, origin = entry.al, f"reference {params.reference_path}, {entry.model} {entry.variant.label()}"
     synthetic = SyntheticAcceptance(target_al=target, scheme=params.scheme)
-    return point_server(
+    server = point_server(
         params.server,
         params.model.id,
         params.method,
@@ -187,6 +189,7 @@ def m2_server(params: BenchmarkParams, target: float) -> ServerConfig:
         draft_model=params.draft_model,
         synthetic=synthetic,
     )
+    return server, origin
 
 
 def first_server(params: CalibrateParams | GateParams | BenchmarkParams) -> ServerConfig:
@@ -196,7 +199,7 @@ def first_server(params: CalibrateParams | GateParams | BenchmarkParams) -> Serv
             params.server, params.models[0].id, params.method, params.ks[0], draft_model=params.draft_model
         )
     if isinstance(params, BenchmarkParams):
-        return m2_server(params, m2_target(params)[0])
+        return m2_server(params)[0]
     return point_server(
         params.server, params.model.id, params.method, params.k, draft_model=params.draft_model
     )
@@ -292,14 +295,15 @@ def _m1(params: GateParams, local: bool) -> list[PlannedServer]:
 
 
 def _m2(params: BenchmarkParams, local: bool) -> list[PlannedServer]:
-    target, origin = m2_target(params)
+    server, origin = m2_server(params)
+    target = synthetic_target(server)
     point = (
         f"model {params.model.id}, {params.method.value} K={params.k}; synthetic target AL {target:.4f} "
         f"({origin}, scheme {params.scheme or 'the framework default'}); concurrencies "
         f"{', '.join(str(c) for c in params.concurrencies)}"
         + (f", each {params.repeats} times" if params.repeats > 1 else "")
     )
-    return [planned("m2", point, first_server(params), params.placement.runner, local=local)]
+    return [planned("m2", point, server, params.placement.runner, local=local)]
 
 
 def unit_params(params: FlowParams) -> tuple[CalibrateParams | GateParams | BenchmarkParams, ...]:

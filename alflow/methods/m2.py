@@ -21,7 +21,7 @@ from alflow.acceptance.synthetic import AcceptanceDistribution, distribution
 from alflow.config import BenchmarkParams, LoadConfig, ServerConfig, ThinkingMode
 from alflow.frameworks.recipes import seed_warning
 from alflow.measure import PARTIAL_ATTR, Measurement
-from alflow.methods.common import engine_note_of
+from alflow.methods.common import engine_note_of, synthetic_target
 from alflow.methods.outcomes import M2Outcome
 from alflow.methods.plan import ConcurrencyPlan, FixedConcurrencies, PlannedPoint
 from alflow.methods.points import M2Point, m2_point
@@ -59,21 +59,30 @@ def plan_of(params: BenchmarkParams) -> ConcurrencyPlan:
 
 
 def run_m2(
-    params: BenchmarkParams, target: float, server: ServerConfig, writer: RunWriter, steps: Steps[H]
+    params: BenchmarkParams,
+    server: ServerConfig,
+    writer: RunWriter,
+    steps: Steps[H],
+    plan: ConcurrencyPlan | None = None,
 ) -> M2Outcome:
-    """Measure every planned point of ``params`` on ``server`` at the synthetic ``target``, store and report them.
+    """Measure every planned point of ``params`` on ``server``, store and report them.
 
-    ``writer`` is the open run; ``server`` is the point's server config with its synthetic knobs. Raises what
-    stopped the run after storing what it measured.
+    ``writer`` is the open run; ``server`` is M2's server with its synthetic knobs, the target AL among them
+    (:func:`alflow.methods.dry_run.m2_server`); ``plan`` decides each next point from the points measured (None:
+    the configured concurrencies, :func:`plan_of`). Raises what stopped the run after storing what it measured.
     """
+    target = synthetic_target(server)
     layout = gpu_layout(server)  # every node's GPUs: per-GPU throughput divides by all of them
     got = _Collected(engine_note=server.engine_note)
     try:
         with steps.server_lifetime(server, params.placement) as handle:
             _start(params, target, server, writer, steps, handle, got)
-            for planned in plan_of(params).points():
+            plan = plan or plan_of(params)
+            while (planned := plan.next_point(got.points)) is not None:
+                measured = len(got.points)
                 if _measure(params, target, server, steps, handle, layout, planned, got):
                     break
+                assert len(got.points) > measured  # each point is collected: the plan's feedback moves on
     except Exception as exc:  # what was measured before the failure is stored below, then it is raised
         got.stopped = exc
         got.failures.append(f"{server.framework} K={params.k}: the run failed: {exc}")

@@ -2,15 +2,20 @@
 
 M2 measures each configured concurrency ``repeats`` times; every repeat is its own point with its own warm-up,
 window and prompts (seeded apart, so a repeat is not the same prompts again). The plan owns that arithmetic so
-it is tested on its own; another plan (an adaptive search for a latency target, say) implements
-:class:`ConcurrencyPlan` and the procedure is unchanged.
+it is tested on its own. The procedure asks the plan for each next point with the points measured so far
+(:meth:`ConcurrencyPlan.next_point`): another plan (an adaptive search for the highest concurrency that meets a
+latency target, say, as guidellm's sweep strategies do) decides from them, and the procedure is unchanged.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from alflow.results.rows import M2Point
 
 WARMUP_SEED_SHIFT = 500
 """The warm-up prompts' seed offset over the point's own: disjoint from every point's for up to 500 repeats."""
@@ -47,10 +52,10 @@ class PlannedPoint:
 
 
 class ConcurrencyPlan(Protocol):
-    """The points of a sweep, in the order they are measured."""
+    """The points of a sweep, one at a time, each decided with the points measured before it."""
 
-    def points(self) -> Iterator[PlannedPoint]:
-        """Each point to measure (a plan may decide the next from nothing but its configuration today)."""
+    def next_point(self, measured: Sequence[M2Point]) -> PlannedPoint | None:
+        """The next point to measure after ``measured`` (in the order measured); None: the sweep is done."""
         ...
 
 
@@ -70,6 +75,10 @@ class FixedConcurrencies:
             raise ValueError(f"concurrencies must be at least 1: {list(self.concurrencies)}")
         if self.repeats < 1 or self.prompts_per_concurrency < 1 or self.warmup_per_concurrency < 0:
             raise ValueError("repeats and prompts per concurrency must be at least 1, warm-up at least 0")
+
+    def next_point(self, measured: Sequence[M2Point]) -> PlannedPoint | None:
+        """The point after the ``len(measured)`` measured: a fixed plan reads nothing else of them."""
+        return next(itertools.islice(self.points(), len(measured), None), None)
 
     def points(self) -> Iterator[PlannedPoint]:
         """Concurrency by concurrency, each repeat in turn."""

@@ -44,6 +44,7 @@ from alflow.loadgen.endpoints import Sampling
 from alflow.loadgen.records import RequestRecord, records_frame
 from alflow.measure import PARTIAL_ATTR, Measurement
 from alflow.methods.common import point_server
+from alflow.methods.dry_run import m2_server
 from alflow.methods.m0 import (
     PartialPointError,
     check_reference_target,
@@ -51,13 +52,14 @@ from alflow.methods.m0 import (
 )
 from alflow.methods.m1 import run_m1
 from alflow.methods.m2 import run_m2
-from alflow.methods.plan import FixedConcurrencies
+from alflow.methods.plan import FixedConcurrencies, PlannedPoint
 from alflow.methods.steps import PointLoad, Steps
 from alflow.metrics.client import summarize
 from alflow.metrics.prometheus import Snapshot
 from alflow.preflight import PreflightError, PreflightResult
 from alflow.reference.table import Key, ReferenceTable, ReferenceTableError
 from alflow.results.manifest import ServerProvenance
+from alflow.results.rows import M2Point
 from alflow.results.store import RunWriter
 from alflow.results.summaries import StoredSummary, store_summary
 from alflow.workloads import request_sampling
@@ -290,7 +292,36 @@ def _params(tmp_path: Path, **fields: Any) -> BenchmarkParams:
 def _run(tmp_path: Path, steps: FakeSteps, **fields: Any) -> Any:
     params = _params(tmp_path, **fields)
     writer = RunWriter(str(tmp_path / "results"), "m2", run_id="r1", config={})
-    return run_m2(params, TARGET, params.server, writer, steps.as_steps())
+    server, _ = m2_server(params)  # the synthetic target: the parameters' TARGET
+    return run_m2(params, server, writer, steps.as_steps())
+
+
+@dataclass
+class DoublingPlan:
+    """An adaptive plan: doubles the concurrency until a point completes ``enough`` requests (it reads the points)."""
+
+    enough: int
+    seen: list[list[int]] = field(default_factory=list)
+
+    def next_point(self, measured: Sequence[M2Point]) -> PlannedPoint | None:
+        self.seen.append([p.concurrency for p in measured])
+        if measured and (measured[-1].completed or 0) >= self.enough:
+            return None
+        conc = 2 ** (len(measured) + 1)
+        return PlannedPoint(
+            len(measured), conc, 0, 1, conc, 0, 1000 * len(measured), 1000 * len(measured) + 500
+        )
+
+
+def test_the_plan_decides_each_next_point_from_the_points_measured(tmp_path: Path) -> None:
+    steps = FakeSteps(loads=[_measurement(4), _measurement(8), _measurement(16)])
+    params = _params(tmp_path)
+    plan = DoublingPlan(enough=8)
+    writer = RunWriter(str(tmp_path / "results"), "m2", run_id="r1", config={})
+    outcome = run_m2(params, m2_server(params)[0], writer, steps.as_steps(), plan)
+    assert plan.seen == [[], [2], [2, 4]]  # each decision saw every point before it
+    assert [p.concurrency for p in outcome.points] == [2, 4]  # the second point completed 8: the plan stopped
+    assert [c for c in steps.calls if c.startswith("load")] == ["load c2 n2", "load c4 n4"]
 
 
 @dataclass
