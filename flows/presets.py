@@ -8,9 +8,13 @@ commit. The rules that merge the short form over the base live in :mod:`alflow.c
 
 from __future__ import annotations
 
+import functools
+import inspect
+import json
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ParamSpec, TypeVar, cast
 
 from prefect.context import FlowRunContext
 from prefect.runtime import flow_run
@@ -68,6 +72,48 @@ def find_preset(name: str | None) -> ServerPreset | None:
     return preset_from_data(value, f"Prefect Variable {variable}")
 
 
+_RESOLVED: OrderedDict[tuple[str, str, str], Any] = OrderedDict()
+"""The parameters each flow run resolved, by (flow run, resolver, its arguments): the latest few runs only."""
+_KEEP = 32
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def resolved_once(resolve: Callable[P, R]) -> Callable[P, R]:
+    """``resolve`` run once per flow run: the run's name (:func:`run_name`) and its body share the result.
+
+    Prefect names a run before its body starts; both resolve the same short form (a preset read from a file or a
+    Prefect Variable). The first resolution in a flow run is kept and handed to the second, so a Variable changed
+    in between cannot give the run a name of other parameters than it measures. Outside a flow run (the command
+    line resolves before it starts one and hands the flow the full parameters) every call resolves.
+    """
+    signature = inspect.signature(resolve)
+
+    @functools.wraps(resolve)
+    def once(*args: P.args, **kwargs: P.kwargs) -> R:
+        run = flow_run.get_id()
+        if not run:
+            return resolve(*args, **kwargs)
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        given = json.dumps(bound.arguments, sort_keys=True, default=_plain)
+        key = (str(run), resolve.__name__, given)
+        if key not in _RESOLVED:
+            _RESOLVED[key] = resolve(*args, **kwargs)
+            while len(_RESOLVED) > _KEEP:
+                _RESOLVED.popitem(last=False)
+        return cast(R, _RESOLVED[key])
+
+    return once
+
+
+def _plain(value: object) -> object:
+    dump = getattr(value, "model_dump", None)
+    return dump(mode="json") if callable(dump) else str(value)
+
+
+@resolved_once
 def m2_params(
     preset: str | None = None,
     model: str | None = None,
@@ -87,6 +133,7 @@ def m2_params(
     )
 
 
+@resolved_once
 def m1_params(
     preset: str | None = None,
     model: str | None = None,
@@ -98,6 +145,7 @@ def m1_params(
     return gate_params(preset=find_preset(preset), model=model, k=k, thinking=thinking, params=params)
 
 
+@resolved_once
 def m0_params(
     preset: str | None = None,
     models: Sequence[str] | None = None,
@@ -108,6 +156,7 @@ def m0_params(
     return calibrate_params(preset=find_preset(preset), models=models, ks=ks, params=params)
 
 
+@resolved_once
 def sweep_params_of(
     preset: str | None = None,
     model: str | None = None,
