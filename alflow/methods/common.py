@@ -1,8 +1,12 @@
-"""What every method's procedure shares: the engine's label of a run, a point's server, its reference variant."""
+"""What every method's procedure shares: the run skeleton, a run's engine label, a point's server and variant."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Generic, TypeVar
+
+import polars as pl
 
 from alflow.config import (
     BenchmarkParams,
@@ -86,3 +90,51 @@ def synthetic_target(server: ServerConfig) -> float:
     if synthetic is None or synthetic.target_al is None:
         raise ValueError(f"internal: the {server.framework} server has no synthetic target AL")
     return synthetic.target_al
+
+
+PointT = TypeVar("PointT")
+
+
+@dataclass
+class Collected(Generic[PointT]):
+    """What a method's run has measured so far: all of it is stored, whatever happens next (:func:`run_skeleton`)."""
+
+    points: list[PointT] = field(default_factory=list)
+    """The run's points: M0's reference entries, M1's verdicts, M2's points."""
+    frames: dict[str, list[pl.DataFrame]] = field(default_factory=dict)
+    """Each table's frames, one a point (stored concatenated)."""
+    failures: list[str] = field(default_factory=list)
+    stopped: BaseException | None = None
+    """What stopped the run: an error after something was measured, or a signal that stopped a point."""
+
+    def add(self, table: str, frame: pl.DataFrame) -> None:
+        """Keep ``frame`` for the run's table ``table``."""
+        self.frames.setdefault(table, []).append(frame)
+
+    def tables(self) -> dict[str, pl.DataFrame]:
+        """The run's tables as stored: each table's frames, one after another."""
+        return {
+            name: pl.concat(parts, how="diagonal_relaxed") for name, parts in self.frames.items() if parts
+        }
+
+    @property
+    def measured(self) -> bool:
+        """Whether the run has anything to store."""
+        return bool(self.points) or any(self.frames.values())
+
+
+def run_skeleton(got: Collected[Any], measure: Callable[[], None], store: Callable[[], None]) -> None:
+    """The skeleton of every method's run: measure into ``got``, store what it holds, then raise what stopped it.
+
+    ``got.stopped`` is an error the measurement raised, or a signal a point kept (M2). An error before anything was
+    measured is raised at once: there is nothing to store.
+    """
+    try:
+        measure()
+    except Exception as exc:
+        if not got.measured:
+            raise
+        got.stopped = exc
+    store()
+    if got.stopped is not None:
+        raise got.stopped

@@ -34,7 +34,7 @@ from alflow.methods.calibration import (
     mode_point,
     reference_entry,
 )
-from alflow.methods.common import point_server
+from alflow.methods.common import Collected, point_server, run_skeleton
 from alflow.methods.outcomes import M0Outcome
 from alflow.methods.steps import H, PointLoad, Steps
 from alflow.preflight import PREFLIGHT_TIMEOUT_S, PreflightError
@@ -180,13 +180,11 @@ def check_reference_target(params: CalibrateParams) -> M0Target:
 
 
 @dataclass
-class _Calibrated:
-    """What the run has measured so far."""
+class _Calibrated(Collected[ReferenceEntry]):
+    """The run's reference entries (its points) and a partial point's requests (:class:`Collected`), its scrapes."""
 
-    entries: list[ReferenceEntry] = field(default_factory=list)
     cached_points: list[str] = field(default_factory=list)
     scrapes: dict[str, Any] = field(default_factory=dict)
-    partial_records: list[pl.DataFrame] = field(default_factory=list)
 
 
 def run_m0(
@@ -211,33 +209,26 @@ def run_m0(
     )
     writer.update_provenance(dataset=target.dataset)
     got = _Calibrated()
-    try:
-        _measure_all(params, steps, measure, context, got)
-    except Exception as exc:  # what was measured is stored (not in the reference table), then raised
-        if not got.entries and not got.partial_records:
-            raise
-        # a failed calibration never changes the reference table: its points are stored in the run only
-        tables = (
-            {"requests": pl.concat(got.partial_records, how="diagonal_relaxed")}
-            if got.partial_records
-            else {}
-        )
+
+    def store() -> None:
         writer.write_json(SCRAPES, {"points": got.scrapes})
-        steps.store(
-            writer, tables, m0_summary(target.path, got.entries, got.cached_points, None, failures=[str(exc)])
-        )
-        steps.render(writer, m0_rows(got.entries), "m0-calibration")
-        raise
-    previous, table = update_reference(target.path, got.entries, new=_empty_table(params, target))
-    diff = diff_tables(previous, table) if previous is not None else None
-    writer.write_json(SCRAPES, {"points": got.scrapes})
-    store_summary(writer, m0_summary(target.path, got.entries, got.cached_points, diff))
-    steps.check_reference(writer, previous, table, [e.key for e in got.entries])
-    steps.render(writer, m0_rows(got.entries), "m0-calibration")
+        if (
+            got.stopped is not None
+        ):  # a failed calibration never changes the reference table: the run keeps it
+            failed = m0_summary(target.path, got.points, got.cached_points, None, failures=[str(got.stopped)])
+            steps.store(writer, got.tables(), failed)
+        else:
+            previous, table = update_reference(target.path, got.points, new=_empty_table(params, target))
+            diff = diff_tables(previous, table) if previous is not None else None
+            store_summary(writer, m0_summary(target.path, got.points, got.cached_points, diff))
+            steps.check_reference(writer, previous, table, [e.key for e in got.points])
+        steps.render(writer, m0_rows(got.points), "m0-calibration")
+
+    run_skeleton(got, lambda: _measure_all(params, steps, measure, context, got), store)
     return M0Outcome(
         run_dir=writer.dir,
         reference_path=str(target.path),
-        entries=tuple(got.entries),
+        entries=tuple(got.points),
         cached_points=tuple(got.cached_points),
     )
 
@@ -255,7 +246,7 @@ def _measure_all(
             try:
                 measured = measure(server, model, modes)
             except PartialPointError as error:
-                got.partial_records.append(error.records)
+                got.add("requests", error.records)
                 for mode_name, raw in error.scrapes.items():
                     got.scrapes[scrape_key(model.id, params.method.value, mode_name, k)] = {"k": k, **raw}
                 raise
@@ -266,7 +257,7 @@ def _measure_all(
                     f"calibration point {label} reused from cache (measured {measured.point.measured_at.isoformat()})"
                 )
             for mode in modes:
-                got.entries.append(reference_entry(measured.point, model, k, mode, context))
+                got.points.append(reference_entry(measured.point, model, k, mode, context))
                 key = scrape_key(model.id, params.method.value, mode.value, k)
                 got.scrapes[key] = {"k": k, **measured.point.mode(mode).scrapes()}
 

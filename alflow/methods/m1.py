@@ -7,7 +7,7 @@ passed gate is announced (:meth:`alflow.methods.steps.Steps.gate_passed`). The s
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
@@ -17,6 +17,7 @@ from alflow.datasets.types import Session
 from alflow.errors import GateFailedError
 from alflow.gates import Verdict
 from alflow.measure import Measurement
+from alflow.methods.common import Collected, run_skeleton
 from alflow.methods.outcomes import M1Outcome
 from alflow.methods.steps import H, PointLoad, Steps
 from alflow.methods.topology import gpu_layout
@@ -31,15 +32,12 @@ FLOW = "m1-gate"
 
 
 @dataclass
-class _Gated:
-    """What the run has measured and judged so far (all of it is stored, whatever happens next)."""
+class _Gated(Collected[Verdict]):
+    """The run's verdicts (its points) and tables (:class:`Collected`), the client's and GSM8K's numbers."""
 
-    verdicts: list[Verdict] = field(default_factory=list)
-    tables: dict[str, pl.DataFrame] = field(default_factory=dict)
     client: ClientSummary | None = None
     gsm8k: dict[str, Any] | None = None
     partial: str | None = None
-    crashed: Exception | None = None
 
 
 def subject_of(params: GateParams, server: ServerConfig) -> str:
@@ -71,26 +69,29 @@ def _run(
     writer.update_provenance(dataset=dataset, reference_path=params.reference_path, reference_al=reference)
     sessions = speed_bench_sessions(params.workload)
     got = _Gated()
-    try:
+
+    def measure() -> None:
         with steps.server_lifetime(server, params.placement) as handle:
             _gate(params, reference, server, writer, steps, handle, sessions, subject, got)
-    except Exception as exc:  # what was measured before the failure is stored below, then it is raised
-        got.crashed = exc
-        if not got.tables:
-            raise
-    failures = [] if got.partial is None else [got.partial]
-    if got.crashed is not None:
-        failures.append(f"the run failed: {got.crashed}")
-        if not isinstance(got.crashed, GateFailedError):  # the server or the client failed mid-way
-            got.partial = got.partial or f"the run failed after the AL point was measured: {got.crashed}"
-    passed = got.crashed is None and got.partial is None and all(v.passed for v in got.verdicts)
-    _store(params, server, writer, steps, subject, got, passed, failures)
-    if got.crashed is not None:
-        raise got.crashed
-    if not passed:
-        message = "; ".join(v.message for v in got.verdicts if not v.passed)
+
+    def store() -> None:
+        got.failures = [] if got.partial is None else [got.partial]
+        if got.stopped is not None:
+            got.failures.append(f"the run failed: {got.stopped}")
+            if not isinstance(got.stopped, GateFailedError):  # the server or the client failed mid-way
+                got.partial = got.partial or f"the run failed after the AL point was measured: {got.stopped}"
+        _store(params, server, writer, steps, subject, got)
+
+    run_skeleton(got, measure, store)
+    if not _passed(got):
+        message = "; ".join(v.message for v in got.points if not v.passed)
         raise steps.fail(FLOW, message, {"subject": subject, "reference_al": reference})
-    return tuple(got.verdicts)
+    return tuple(got.points)
+
+
+def _passed(got: _Gated) -> bool:
+    """Every gate passed, on a whole run."""
+    return got.stopped is None and got.partial is None and all(v.passed for v in got.points)
 
 
 def _gate(
@@ -117,7 +118,7 @@ def _gate(
             f"the AL point aborted mid-way ({m.cut_short}); its {m.records.height} requests "
             "are kept and the point is marked partial"
         )
-        got.verdicts.append(
+        got.points.append(
             Verdict(gate="al", passed=False, message=f"{subject}: no AL verdict: {got.partial}")
         )
         return
@@ -125,15 +126,15 @@ def _gate(
         why = m.stats_error or "no baseline or final scrape"
         where = " + ".join(redact_url(u) for u in handle.all_metrics_urls)
         raise steps.fail(FLOW, f"no spec-decode stats at {where} for {subject}: {why}", {})
-    got.verdicts.append(steps.check_al_gate(m.spec_stats, reference, params.tolerances, subject))
+    got.points.append(steps.check_al_gate(m.spec_stats, reference, params.tolerances, subject))
     if params.gsm8k.enabled:
         verdict, result = steps.check_accuracy_gate(
             handle, params.model, params.thinking, params.gsm8k, server.synthetic is not None
         )
-        got.verdicts.append(verdict)
+        got.points.append(verdict)
         got.gsm8k = result.to_dict()
         per_question: Any = result.to_dict(per_question=True)["results"]
-        got.tables["gsm8k"] = pl.DataFrame(per_question)
+        got.add("gsm8k", pl.DataFrame(per_question))
 
 
 def _al_point(
@@ -155,15 +156,15 @@ def _al_point(
     )
     m = steps.spec_stats(m, params.k, params.tolerances.confidence)
     got.client = m.client
-    got.tables["requests"] = m.records
-    got.tables["server_metrics"] = m.metrics_frame()
+    got.add("requests", m.records)
+    got.add("server_metrics", m.metrics_frame())
     if m.spec_stats is not None:
         row = {
             **flat_stats(m.spec_stats.to_dict()),
             "reference_al": reference,
             "partial": m.cut_short is not None,
         }
-        got.tables["spec_stats"] = pl.DataFrame([row])
+        got.add("spec_stats", pl.DataFrame([row]))
     return m
 
 
@@ -174,22 +175,20 @@ def _store(
     steps: Steps[H],
     subject: str,
     got: _Gated,
-    passed: bool,
-    failures: list[str],
 ) -> None:
     """Store the tables and ``summary.json``, then the report (also for a failed run)."""
     summary = M1RunSummary(
         flow="m1",
         subject=subject,
-        passed=passed,
+        passed=_passed(got),
         partial=got.partial is not None,
-        failures=failures,
-        verdicts=list(got.verdicts),
+        failures=got.failures,
+        verdicts=list(got.points),
         client=None if got.client is None else got.client.to_dict(),
         gsm8k=got.gsm8k,
     )
-    steps.store(writer, got.tables, summary)
-    rows = [{"gate": v.gate, "passed": v.passed, "message": v.message} for v in got.verdicts]
+    steps.store(writer, got.tables(), summary)
+    rows = [{"gate": v.gate, "passed": v.passed, "message": v.message} for v in got.points]
     steps.render(writer, rows, f"m1-{server.framework}-k{params.k}")
 
 

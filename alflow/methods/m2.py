@@ -12,7 +12,7 @@ first point stored before it is raised, and invalid points failing the run when 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import polars as pl
 
@@ -21,7 +21,7 @@ from alflow.acceptance.synthetic import AcceptanceDistribution, distribution
 from alflow.config import BenchmarkParams, LoadConfig, ServerConfig, ThinkingMode
 from alflow.frameworks.recipes import seed_warning
 from alflow.measure import PARTIAL_ATTR, Measurement
-from alflow.methods.common import engine_note_of, synthetic_target
+from alflow.methods.common import Collected, engine_note_of, run_skeleton, synthetic_target
 from alflow.methods.outcomes import M2Outcome
 from alflow.methods.plan import ConcurrencyPlan, FixedConcurrencies, PlannedPoint
 from alflow.methods.points import M2Point, m2_point
@@ -38,17 +38,12 @@ FLOW = "m2-benchmark"
 
 
 @dataclass
-class _Collected:
-    """What the run has measured so far (all of it is stored, whatever happens next)."""
+class _Collected(Collected[M2Point]):
+    """The run's points and tables (:class:`Collected`), and the synthetic scheme its server runs."""
 
-    points: list[M2Point] = field(default_factory=list)
-    requests: list[pl.DataFrame] = field(default_factory=list)
-    metrics: list[pl.DataFrame] = field(default_factory=list)
-    failures: list[str] = field(default_factory=list)
     scheme: str | None = None
     dist: AcceptanceDistribution | None = None
     engine_note: str | None = None
-    stopped: BaseException | None = None
 
 
 def plan_of(params: BenchmarkParams) -> ConcurrencyPlan:
@@ -74,23 +69,23 @@ def run_m2(
     target = synthetic_target(server)
     layout = gpu_layout(server)  # every node's GPUs: per-GPU throughput divides by all of them
     got = _Collected(engine_note=server.engine_note)
-    try:
+    points = plan or plan_of(params)
+
+    def measure() -> None:
         with steps.server_lifetime(server, params.placement) as handle:
             _start(params, target, server, writer, steps, handle, got)
-            plan = plan or plan_of(params)
-            while (planned := plan.next_point(got.points)) is not None:
+            while (planned := points.next_point(got.points)) is not None:
                 measured = len(got.points)
                 if _measure(params, target, server, steps, handle, layout, planned, got):
                     break
                 assert len(got.points) > measured  # each point is collected: the plan's feedback moves on
-    except Exception as exc:  # what was measured before the failure is stored below, then it is raised
-        got.stopped = exc
-        got.failures.append(f"{server.framework} K={params.k}: the run failed: {exc}")
-        if not got.points:
-            raise
-    _store(params, target, server, writer, steps, layout, got)
-    if got.stopped is not None:
-        raise got.stopped
+
+    def store() -> None:
+        if isinstance(got.stopped, Exception):
+            got.failures.append(f"{server.framework} K={params.k}: the run failed: {got.stopped}")
+        _store(params, target, server, writer, steps, layout, got)
+
+    run_skeleton(got, measure, store)
     if got.failures and params.fail_on_invalid:
         raise steps.fail(FLOW, "; ".join(got.failures), {"target_al": target, "k": params.k})
     assert got.scheme is not None  # set before the first point; no point means the run raised above
@@ -226,8 +221,8 @@ def _measure(
     got.failures += failures
     got.points.append(point)
     tag = (pl.lit(conc).alias("concurrency"), pl.lit(planned.repeat).alias("repeat"))
-    got.requests.append(m.records.with_columns(*tag))
-    got.metrics.append(m.metrics_frame().with_columns(*tag))
+    got.add("requests", m.records.with_columns(*tag))
+    got.add("server_metrics", m.metrics_frame().with_columns(*tag))
     # the server died or stalled: later points would measure nothing; a signal: stop as asked
     return m.cut_short is not None or got.stopped is not None
 
@@ -246,11 +241,7 @@ def _store(
         got.dist is not None
     )  # a point was measured (else the run raised before storing), so the scheme is known
     rows = [p.model_dump() for p in got.points]
-    tables = {
-        "requests": pl.concat(got.requests, how="diagonal_relaxed"),
-        "server_metrics": pl.concat(got.metrics, how="diagonal_relaxed"),
-        "spec_stats": pl.DataFrame(rows),
-    }
+    tables = {**got.tables(), "spec_stats": pl.DataFrame(rows)}
     summary = M2RunSummary(
         flow="m2",
         target_al=target,
