@@ -26,6 +26,7 @@ from typing import Any
 import aiohttp
 import orjson
 import polars as pl
+from pydantic import ValidationError
 
 from alflow.acceptance.stats import CI_LEVEL, SpecStats, from_counters, from_histogram
 from alflow.datasets.types import Session
@@ -50,6 +51,7 @@ from alflow.metrics.prometheus import (
     scrape_all,
 )
 from alflow.metrics.readers import count_readers, get_dialect
+from alflow.util.rows import load_row
 
 PARTIAL_ATTR = "alflow_partial_measurement"
 """Attribute set on a SIGTERM / Ctrl-C exception that stopped a load: the :class:`Measurement` so far."""
@@ -214,32 +216,15 @@ class RequestAcceptance:
     """The requests' ALs averaged (each request weighs the same; the point's AL weighs each step the same)."""
     histogram: tuple[int, ...] | None
 
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready form (``scrapes.json``'s points, reports)."""
-        return {
-            "requests": self.requests,
-            "p10_al": self.p10_al,
-            "p50_al": self.p50_al,
-            "p90_al": self.p90_al,
-            "mean_al": self.mean_al,
-            "histogram": None if self.histogram is None else list(self.histogram),
-        }
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RequestAcceptance | None:
-        """The stored form back; None when it is not one (older runs, damaged files)."""
-        try:
-            hist = data.get("histogram")
-            return cls(
-                int(data["requests"]),
-                float(data["p10_al"]),
-                float(data["p50_al"]),
-                float(data["p90_al"]),
-                float(data["mean_al"]),
-                None if hist is None else tuple(int(c) for c in hist),
-            )
-        except (KeyError, TypeError, ValueError):
-            return None
+def stored_acceptance(raw: object) -> RequestAcceptance | None:
+    """The per-request acceptance a point stored (``scrapes.json``); None when it is not one (older runs, damage)."""
+    if not isinstance(raw, Mapping):
+        return None
+    try:
+        return load_row(RequestAcceptance, raw)
+    except ValidationError:
+        return None
 
 
 def _reporting(records: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame | None]:

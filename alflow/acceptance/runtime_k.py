@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from alflow.util.rows import load_row
+
 RUNTIME_K_REASON = (
     "steps verify fewer than K drafts: the forced AL would be capped below the target and per-position rates "
     "biased; InferenceX and ATOM forbid it"
@@ -94,28 +96,6 @@ class RuntimeKKnob:
             f"runtime-varying K: {self.shown} in {self.where} ({self.effect}; {self.source}) cannot run with "
             f"synthetic acceptance: {RUNTIME_K_REASON}. Drop it for M2, or measure real acceptance (M0/M1), "
             "where it is allowed and recorded"
-        )
-
-    def to_dict(self) -> dict[str, str | None]:
-        """JSON-ready form (stored in the launch provenance)."""
-        return {
-            "name": self.name,
-            "where": self.where,
-            "value": self.value,
-            "effect": self.effect,
-            "source": self.source,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RuntimeKKnob:
-        """The inverse of :meth:`to_dict` (a stored manifest)."""
-        value = data.get("value")
-        return cls(
-            name=str(data.get("name", "")),
-            where=str(data.get("where", "")),
-            value=None if value is None else str(value),
-            effect=str(data.get("effect", "")),
-            source=str(data.get("source", "")),
         )
 
 
@@ -232,7 +212,7 @@ def unique(knobs: Iterable[RuntimeKKnob]) -> tuple[RuntimeKKnob, ...]:
 
 def stored_knobs(stored: Sequence[Mapping[str, Any]]) -> tuple[RuntimeKKnob, ...]:
     """The runtime-varying-K knobs a launch's provenance recorded (its ``runtime_k``, as stored)."""
-    return tuple(RuntimeKKnob.from_dict(d) for d in stored)
+    return tuple(load_row(RuntimeKKnob, d) for d in stored)
 
 
 def report_line(knobs: Sequence[RuntimeKKnob]) -> str | None:

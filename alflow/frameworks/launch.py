@@ -26,6 +26,7 @@ from alflow.errors import RunnerError
 from alflow.frameworks.versions import Capability
 from alflow.results.manifest import ServerProvenance
 from alflow.util.redact import REDACTED, is_secret_name, redact_values
+from alflow.util.rows import dump_row
 
 DEFAULT_FILES_DIR = "/alflow"
 """Where launch files live by default (in a container; a process runner relocates them)."""
@@ -450,7 +451,7 @@ class Launch:
                 "warnings": [*self.image_warnings, *self.warnings],
                 "synthetic": None if self.synthetic is None else dict(self.synthetic),
                 "engine_note": self.engine_note,
-                "runtime_k": [k.to_dict() for k in self.runtime_k],
+                "runtime_k": [dump_row(k) for k in self.runtime_k],
                 "nodes": self.nodes,
                 "metrics_endpoints": [
                     {"node": e.node, "port": e.port, "path": e.path} for e in self.metrics_endpoints

@@ -25,6 +25,7 @@ from alflow.reference.table import (
     ReferenceEntry,
     Variant,
 )
+from alflow.util.rows import dump_row
 
 if TYPE_CHECKING:  # the manifest's record is data here; alflow.results reads calibration's rules
     from alflow.results.manifest import ServerRecord
@@ -64,7 +65,7 @@ class ModePoint:
             "final": self.final.to_dict(),
         }
         if self.requests is not None:
-            out["per_request"] = self.requests.to_dict()
+            out["per_request"] = dump_row(self.requests)
         if self.output_throughput is not None:
             out["output_throughput"] = self.output_throughput
         return out

@@ -39,7 +39,7 @@ from pydantic import ValidationError
 from alflow.acceptance.stats import SpecStats, from_histogram
 from alflow.config import CalibrateParams, ThinkingMode
 from alflow.errors import AlflowError
-from alflow.measure import RequestAcceptance
+from alflow.measure import stored_acceptance
 from alflow.metrics.prometheus import Snapshot, SnapshotWindow
 from alflow.metrics.readers import get_dialect
 from alflow.reference.table import ReferenceEntry, m0_variant, upgrade_entry_v1
@@ -281,7 +281,7 @@ def _stats_candidates(point: Mapping[str, Any], k: int) -> list[tuple[str, SpecS
     """The statistics the calibration may have stored: the responses' own counts, then the counters."""
     out: list[tuple[str, SpecStats]] = []
     raw = point.get("per_request")
-    requests = RequestAcceptance.from_dict(raw) if isinstance(raw, Mapping) else None
+    requests = stored_acceptance(raw)
     if requests is not None and requests.histogram is not None and len(requests.histogram) == k + 1:
         with contextlib.suppress(AlflowError):  # histograms the calibration refuses fall back to the counters
             stats = from_histogram(requests.histogram, k=k)

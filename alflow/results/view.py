@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from alflow.acceptance.synthetic import distribution
 from alflow.errors import AlflowError
 from alflow.gates import Verdict
-from alflow.measure import RequestAcceptance, request_acceptance
+from alflow.measure import RequestAcceptance, request_acceptance, stored_acceptance
 from alflow.metrics.client import per_request
 from alflow.reference.table import ReferenceEntry, upgrade_entry_v1
 from alflow.results.regression import REGRESSION_FILE, RegressionReport, parse_report
@@ -194,7 +194,7 @@ def m0_request_acceptance(run: StoredRun) -> list[tuple[str, RequestAcceptance]]
         return out
     for key, point in points.items():
         raw = point.get("per_request") if isinstance(point, Mapping) else None
-        got = RequestAcceptance.from_dict(raw) if isinstance(raw, Mapping) else None
+        got = stored_acceptance(raw)
         if got is not None:
             out.append((str(key), got))
     return out

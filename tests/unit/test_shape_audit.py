@@ -15,11 +15,12 @@ from alflow.acceptance import stats
 from alflow.acceptance import synthetic as syn
 from alflow.gates import AUDIT_MIN_FIT_P, AuditDetails, audit_synthetic
 from alflow.loadgen.records import RequestRecord, records_frame
-from alflow.measure import RequestAcceptance, request_acceptance
+from alflow.measure import request_acceptance, stored_acceptance
 from alflow.reports.content import build_report
 from alflow.reports.render import render
 from alflow.results.rows import M2Point
 from alflow.results.store import RunWriter, open_run
+from alflow.util.rows import dump_row
 from tests.unit.report_runs import write_m0, write_m2
 
 pytestmark = pytest.mark.unit
@@ -150,7 +151,8 @@ def test_per_request_acceptance_percentiles_and_pooled_histogram() -> None:
     assert (got.p10_al, got.p50_al, got.p90_al) == pytest.approx((2.2, 3.0, 3.8))
     assert got.mean_al == pytest.approx(3.0)
     assert got.histogram == (2, 8, 8, 12)
-    assert RequestAcceptance.from_dict(json.loads(json.dumps(got.to_dict()))) == got
+    assert stored_acceptance(json.loads(json.dumps(dump_row(got)))) == got
+    assert stored_acceptance({"requests": 3}) is None  # not one: an older or damaged file
     assert request_acceptance(records_frame([RequestRecord(request_id=0, session_id="a")])) is None
 
 
@@ -165,7 +167,7 @@ def test_m1_and_m0_reports_show_per_request_acceptance(tmp_path: Path) -> None:
     assert (row["requests"], row["p50 AL"], row["2 accepted"]) == ("2", "3.0000", "2")
     per_request = request_acceptance(_records([(10, 10, [2, 6, 2, 0])]))
     assert per_request is not None
-    points = {"m|ngram|off|3": {"k": 3, "per_request": per_request.to_dict()}, "m|ngram|off|2": {"k": 2}}
+    points = {"m|ngram|off|3": {"k": 3, "per_request": dump_row(per_request)}, "m|ngram|off|2": {"k": 2}}
     m0 = build_report(open_run(write_m0(root, scrapes={"points": points})))
     section = next(s for s in m0.sections if s.title == "Per-request acceptance")
     assert [r[0] for r in section.tables[0].rows] == ["m|ngram|off|3"]
