@@ -79,20 +79,6 @@ class PreflightResult:
     duration_s: float
     speculative_info: SpeculativeInfo | None = None
 
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready form (stored in the run's provenance)."""
-        return {
-            "passed": self.passed,
-            "message": self.message,
-            "al": self.al,
-            "expected_al": self.expected_al,
-            "allowed": self.allowed,
-            "steps": self.steps,
-            "requests": self.requests,
-            "duration_s": round(self.duration_s, 3),
-            "speculative_info": None if self.speculative_info is None else self.speculative_info.to_dict(),
-        }
-
 
 def judge(
     stats: SpecStats | None,

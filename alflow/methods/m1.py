@@ -26,6 +26,7 @@ from alflow.preflight import PREFLIGHT_TIMEOUT_S, PreflightError
 from alflow.results.store import RunWriter
 from alflow.results.summaries import M1RunSummary
 from alflow.util.redact import redact_url
+from alflow.util.rows import dump_row
 from alflow.workloads import dataset_description, request_sampling, speed_bench_sessions
 
 FLOW = "m1-gate"
@@ -109,7 +110,7 @@ def _gate(
     writer.update_provenance(server=handle.to_dict())
     if params.preflight:
         check = steps.preflight(handle, server, params.k, None, subject, PREFLIGHT_TIMEOUT_S)
-        writer.update_provenance(preflight=check.to_dict())
+        writer.update_provenance(preflight=dump_row(check))
         if not check.passed:
             raise PreflightError(check.message)
     m = _al_point(params, reference, steps, handle, sessions, server, got)

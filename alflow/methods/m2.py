@@ -32,6 +32,7 @@ from alflow.preflight import PREFLIGHT_TIMEOUT_S
 from alflow.results.store import RunWriter
 from alflow.results.summaries import M2RunSummary
 from alflow.util.redact import redact_url
+from alflow.util.rows import dump_row
 from alflow.workloads import random_workload_sessions, request_sampling
 
 FLOW = "m2-benchmark"
@@ -141,7 +142,7 @@ def _start(
             f"{server.framework} K={params.k} target {target:.4f}",
             min(PREFLIGHT_TIMEOUT_S, params.request_timeout_s, params.stall_timeout_s or PREFLIGHT_TIMEOUT_S),
         )
-        writer.update_provenance(preflight=check.to_dict())
+        writer.update_provenance(preflight=dump_row(check))
         if not check.passed:
             raise steps.fail(FLOW, check.message, {"target_al": target, "k": params.k})
 

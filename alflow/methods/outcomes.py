@@ -15,6 +15,7 @@ from alflow.gates import Verdict
 from alflow.methods.points import BestK
 from alflow.reference.table import ReferenceEntry
 from alflow.results.rows import M2Point
+from alflow.util.rows import dump_row
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,7 @@ class SweepOutcome:
         """JSON-ready form."""
         out: dict[str, object] = {
             "per_k": {k: o.to_dict() for k, o in self.per_k.items()},
-            "best_k": {b.concurrency: b.to_dict() for b in self.best_k},
+            "best_k": {b.concurrency: dump_row(b) for b in self.best_k},
         }
         if self.run_dir is not None:
             out["run_dir"] = self.run_dir

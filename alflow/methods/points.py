@@ -9,8 +9,7 @@ point with failed requests is invalid) are tested on their own.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 from alflow.acceptance.runtime_k import note_warnings
 from alflow.acceptance.stats import SpecStats
@@ -142,10 +141,6 @@ class BestK:
     output_throughput_per_gpu: float | None
     best_k_interactivity: int | None
     median_interactivity_tokens_per_s: float | None
-
-    def to_dict(self) -> dict[str, Any]:
-        """The entry as the sweep returns it."""
-        return asdict(self)
 
 
 def best_k(points: Sequence[M2Point]) -> list[BestK]:

@@ -20,6 +20,7 @@ from alflow.methods.sweep_rules import lost_nodes, per_k_rows, sweep_failures
 from alflow.results.rows import M2Point
 from alflow.results.store import RunWriter
 from alflow.results.summaries import SweepRunSummary
+from alflow.util.rows import dump_row
 
 FLOW = "sweep"
 
@@ -56,7 +57,7 @@ def conclude_sweep(
     for line in warnings:
         steps.warn(line)
     rows = per_k_rows(results)
-    best_rows = [b.to_dict() for b in summary]
+    best_rows = [dump_row(b) for b in summary]
     tables = {"per_k": pl.DataFrame(rows)}
     if points:
         tables["spec_stats"] = pl.DataFrame([p.model_dump() for p in points])

@@ -30,10 +30,6 @@ class SpeculativeInfo:
     method: str | None = None
     num_tokens: int | None = None
 
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready form."""
-        return {"enabled": self.enabled, "method": self.method, "num_tokens": self.num_tokens}
-
 
 class MissingMetricsError(AlflowError):
     """The server does not expose the counters a dialect needs (the message says how to enable them)."""

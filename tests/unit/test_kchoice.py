@@ -32,6 +32,7 @@ from alflow.methods.sweep_rules import benchmark_for
 from alflow.metrics.point_metrics import OUTPUT_PER_GPU
 from alflow.results.rows import M2Point
 from alflow.results.store import RunWriter, open_run
+from alflow.util.rows import dump_row
 from tests.unit.report_runs import EVIL
 
 pytestmark = pytest.mark.unit
@@ -186,7 +187,7 @@ def test_repeats_of_a_framework_with_a_fixed_synthetic_seed_count_as_one_draw(tm
             {
                 "flow": "sweep",
                 "repeats": 3,
-                "best_k": [b.to_dict() for b in best_k(atom)],
+                "best_k": [dump_row(b) for b in best_k(atom)],
                 "k_choice": [c.to_dict() for c in all_choices(atom)],
             }
         )
@@ -296,7 +297,7 @@ def test_the_sweep_report_shows_the_choice_and_the_spread_and_escapes_user_text(
             {
                 "flow": "sweep",
                 "repeats": 3,
-                "best_k": [b.to_dict() for b in best_k(points)],
+                "best_k": [dump_row(b) for b in best_k(points)],
                 "k_choice": [c.to_dict() for c in all_choices(points)],
             }
         )

@@ -9,6 +9,7 @@ import pytest
 from alflow.gates import AlGateDetails, Verdict
 from alflow.methods.outcomes import KOutcome, M1Outcome, M2Outcome, SweepOutcome
 from alflow.methods.points import BestK
+from alflow.util.rows import dump_row
 from tests.unit.test_points import _m2
 
 pytestmark = pytest.mark.unit
@@ -64,4 +65,4 @@ def test_sweep_outcome_names_failed_ks_and_keeps_messages_only_where_there_are_s
         3: {"gate": "failed", "gate_message": "AL gate FAILED", "benchmark": "passed"},
         5: {"gate": "failed", "gate_message": "AL gate FAILED"},
     }
-    assert data["best_k"] == {4: best.to_dict()}
+    assert data["best_k"] == {4: dump_row(best)}
