@@ -14,11 +14,14 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    GetJsonSchemaHandler,
     SerializerFunctionWrapHandler,
     ValidationError,
     model_serializer,
     model_validator,
 )
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from alflow.acceptance.stats import ConfidenceInterval, SpecStats, goodness_of_fit
 from alflow.acceptance.synthetic import AcceptanceDistribution
@@ -88,6 +91,18 @@ GATE_DETAILS: Final[Mapping[str, type[GateDetails]]] = {
 """The details each gate's verdict carries, by gate name."""
 
 
+def _readable(kind: type[GateDetails], row: Mapping[str, Any]) -> GateDetails | None:
+    """The details a stored verdict holds; a field this version cannot read is left out (None: not even then)."""
+    try:
+        return kind.model_validate(row)
+    except ValidationError as exc:
+        unreadable = {error["loc"][0] for error in exc.errors() if error["loc"]}
+    try:
+        return kind.model_validate({key: value for key, value in row.items() if key not in unreadable})
+    except ValidationError:
+        return None
+
+
 class Verdict(BaseModel):
     """The outcome of one gate, with what it compared (None for a verdict that compared nothing).
 
@@ -110,10 +125,7 @@ class Verdict(BaseModel):
         if not isinstance(row.get("gate"), str) or not isinstance(row.get("passed"), bool):
             raise ValueError(f"a verdict needs a gate name and passed: {dict(row)!r:.200}")
         kind = GATE_DETAILS.get(row["gate"])
-        try:
-            details = None if kind is None else kind.model_validate(row)
-        except ValidationError:
-            details = None
+        details = None if kind is None else _readable(kind, row)
         return {
             "gate": row["gate"],
             "passed": row["passed"],
@@ -126,6 +138,18 @@ class Verdict(BaseModel):
         row: dict[str, Any] = dump(self)
         row.update(row.pop("details", None) or {})
         return row
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        """The stored form's schema (``summary.schema.json``): the details' fields beside the outcome's."""
+        schema = handler(core_schema)
+        verdict = handler.resolve_ref_schema(schema)
+        details = verdict["properties"].pop("details")
+        kinds = [s for s in details["anyOf"] if s.get("type") != "null"]
+        verdict["anyOf"] = [*kinds, {"description": "a verdict that compared nothing: no details"}]
+        return schema
 
 
 def accuracy_gate(result: EvalResult, threshold: float) -> Verdict:

@@ -12,6 +12,7 @@ import functools
 import inspect
 import json
 import logging
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, ParamSpec, TypeVar, cast
@@ -75,6 +76,7 @@ def find_preset(name: str | None) -> ServerPreset | None:
 _RESOLVED: OrderedDict[tuple[str, str, str], Any] = OrderedDict()
 """The parameters each flow run resolved, by (flow run, resolver, its arguments): the latest few runs only."""
 _KEEP = 32
+_LOCK = threading.Lock()
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -99,11 +101,15 @@ def resolved_once(resolve: Callable[P, R]) -> Callable[P, R]:
         bound.apply_defaults()
         given = json.dumps(bound.arguments, sort_keys=True, default=_plain)
         key = (str(run), resolve.__name__, given)
-        if key not in _RESOLVED:
-            _RESOLVED[key] = resolve(*args, **kwargs)
+        with _LOCK:
+            if key in _RESOLVED:
+                return cast(R, _RESOLVED[key])
+        resolved = resolve(*args, **kwargs)
+        with _LOCK:
+            _RESOLVED[key] = resolved
             while len(_RESOLVED) > _KEEP:
                 _RESOLVED.popitem(last=False)
-        return cast(R, _RESOLVED[key])
+        return resolved
 
     return once
 

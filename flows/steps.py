@@ -34,7 +34,7 @@ def as_task(fn: Callable[P, R], *, never_fails: bool = False) -> Callable[P, R]:
     (a measurement, its statistics) is still drawn as that task's input in the Prefect UI. ``never_fails``: a
     failed task run (the function warns about its own failures) is a warning and None, never the run's failure.
     """
-    made: Any = task(name=fn.__name__, cache_policy=NO_CACHE)(fn)
+    made: Any = task(name=fn.__name__, cache_policy=NO_CACHE, retries=0)(fn)
 
     def call(*args: P.args, **kwargs: P.kwargs) -> R:
         try:

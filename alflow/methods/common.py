@@ -135,6 +135,11 @@ def run_skeleton(got: Collected[Any], measure: Callable[[], None], store: Callab
         if not got.measured:
             raise
         got.stopped = exc
-    store()
+    try:
+        store()
+    except Exception as exc:  # storing failed too: the error says what stopped the run first
+        if got.stopped is not None:
+            raise exc from got.stopped
+        raise
     if got.stopped is not None:
         raise got.stopped

@@ -70,7 +70,7 @@ def run_m2(
     target = synthetic_target(server)
     layout = gpu_layout(server)  # every node's GPUs: per-GPU throughput divides by all of them
     got = _Collected(engine_note=server.engine_note)
-    points = plan or plan_of(params)
+    points = plan if plan is not None else plan_of(params)
 
     def measure() -> None:
         with steps.server_lifetime(server, params.placement) as handle:

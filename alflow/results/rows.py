@@ -15,10 +15,13 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    GetJsonSchemaHandler,
     SerializerFunctionWrapHandler,
     model_serializer,
     model_validator,
 )
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from alflow.metrics.point_metrics import POINT_METRICS, PointMetric
 
@@ -98,6 +101,23 @@ class M2Point(BaseModel):
         if "metrics" not in values:  # a flat stored row: its figures' columns
             values["metrics"] = {m.name: row.get(m.name) for m in POINT_METRICS}
         return values
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        """The stored form's schema (``summary.schema.json``): each declared figure a column, no ``metrics``."""
+        schema = handler(core_schema)
+        fields = handler.resolve_ref_schema(schema)["properties"]
+        fields.pop("metrics", None)
+        for m in POINT_METRICS:
+            number = {"anyOf": [{"type": "number"}, {"type": "null"}], "default": None}
+            fields[m.name] = {
+                **number,
+                "title": m.heading,
+                "description": f"{m.label} ({m.unit or 'a number'})",
+            }
+        return schema
 
     @model_serializer(mode="wrap")
     def _flat_row(self, dump: SerializerFunctionWrapHandler) -> dict[str, Any]:

@@ -5,8 +5,8 @@ readers would refuse, and :func:`store_summary` puts the JSON schema of every fl
 (``summary.schema.json`` in each run's directory) for tools outside alflow.
 Rows inside a summary are typed too: M2 points (:class:`alflow.results.rows.M2Point`), reference entries
 (:class:`alflow.reference.table.ReferenceEntry`), verdicts (:class:`alflow.gates.Verdict`), each stored flat by its
-model and read back by it, so the summaries of runs stored before these models existed read too: unknown keys are
-kept, missing lists read empty, a row's missing figures read as their defaults.
+model and read back by it, so the summaries of runs stored before these models existed read too: a summary's
+unknown keys are kept (a row's are ignored), missing lists read empty, a row's missing figures read as defaults.
 """
 
 from __future__ import annotations

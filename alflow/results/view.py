@@ -141,7 +141,7 @@ def scheme(run: StoredRun) -> str | None:
 def m2_points(run: StoredRun) -> list[M2Point]:
     """The M2 points (one per concurrency): ``spec_stats.parquet``, else the summary's points.
 
-    A row that is not a point (it lacks its concurrency, K or target) is left out.
+    A row that is not a point (it lacks its concurrency, K or target, or a field holds what it cannot) is left out.
     """
     frame = table_or_none(run, "spec_stats")
     rows: list[Mapping[str, Any]]
@@ -214,8 +214,17 @@ def run_request_acceptance(run: StoredRun) -> RequestAcceptance | None:
 
 
 def m1_verdicts(run: StoredRun) -> list[Verdict]:
-    """The gates' verdicts an M1 run stored (``summary.json``), with their typed details."""
-    return [Verdict.model_validate(v) for v in summary(run).get("verdicts") or [] if isinstance(v, Mapping)]
+    """The gates' verdicts an M1 run stored (``summary.json``), with their typed details.
+
+    A row that is not a verdict (it lacks its gate or its outcome) is left out; details a row cannot give are None.
+    """
+    verdicts = []
+    for row in summary(run).get("verdicts") or []:
+        try:
+            verdicts.append(Verdict.model_validate(row))
+        except ValidationError:
+            continue
+    return verdicts
 
 
 @dataclass(frozen=True)

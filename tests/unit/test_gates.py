@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from alflow.acceptance import stats
 from alflow.acceptance import synthetic as syn
 from alflow.config import GateTolerances
-from alflow.gates import AlGateDetails, AuditDetails, Verdict, al_gate, audit_synthetic
+from alflow.gates import AccuracyDetails, AlGateDetails, AuditDetails, Verdict, al_gate, audit_synthetic
 
 pytestmark = pytest.mark.unit
 
@@ -174,3 +174,16 @@ def test_the_audit_expects_the_cut_of_counters_that_truncate_the_last_step() -> 
     for cut in (0.0, 2.0):
         stats = from_counters(steps, steps * 2.0 - requests * cut)
         assert audit_synthetic(replace(stats, truncated_requests=requests), fixed, subject="x").passed
+
+
+def test_a_stored_verdict_with_one_unreadable_field_keeps_the_rest_of_its_details() -> None:
+    stored = {
+        "gate": "gsm8k-accuracy",
+        "passed": False,
+        "message": "m",
+        "threshold": 0.9,
+        "scores": {"strict": None},
+    }
+    verdict = Verdict.model_validate(stored)
+    assert isinstance(verdict.details, AccuracyDetails)
+    assert (verdict.details.threshold, verdict.details.scores) == (0.9, {})

@@ -594,3 +594,27 @@ def test_the_sampling_of_a_run_is_the_models_settings_in_its_thinking_mode() -> 
     fixed = request_sampling(model, ThinkingMode.OFF, max_tokens=100, fixed_length=8)  # random prompts (M2)
     assert (fixed.max_tokens, fixed.min_tokens, fixed.ignore_eos) == (8, 8, True)
     assert request_sampling(ModelSpec(id="plain"), ThinkingMode.OFF).chat_template_kwargs is None
+
+
+def test_the_skeleton_stores_what_was_measured_and_keeps_the_first_error_when_storing_fails_too() -> None:
+    from alflow.methods.common import Collected, run_skeleton
+
+    got: Collected[int] = Collected()
+
+    def measure() -> None:
+        got.points.append(1)
+        raise ConnectionError("the server went away")
+
+    def store() -> None:
+        raise OSError("the disk is full")
+
+    with pytest.raises(OSError, match="the disk is full") as caught:
+        run_skeleton(got, measure, store)
+    assert isinstance(caught.value.__cause__, ConnectionError)  # what stopped the run first is not lost
+    nothing: Collected[int] = Collected()
+    stored: list[str] = []
+    with pytest.raises(ConnectionError):
+        run_skeleton(
+            nothing, lambda: (_ for _ in ()).throw(ConnectionError("at once")), lambda: stored.append("x")
+        )
+    assert stored == []  # nothing measured: nothing stored

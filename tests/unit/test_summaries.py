@@ -91,3 +91,37 @@ def test_a_summary_its_readers_would_refuse_is_never_written(tmp_path: Path) -> 
     with pytest.raises(SummaryError, match="lacks concurrency"):
         store_summary(writer, bad)
     assert not (Path(writer.dir) / "summary.json").exists()
+
+
+def test_the_schema_beside_a_summary_describes_its_rows_as_stored_flat(tmp_path: Path) -> None:
+    """Tools outside alflow read summary.schema.json: an M2 point's figures and a verdict's details are columns."""
+    import jsonschema
+
+    from alflow.gates import AlGateDetails, Verdict
+    from alflow.metrics.point_metrics import POINT_METRICS
+    from alflow.results.rows import M2Point
+    from alflow.results.summaries import M1RunSummary
+
+    point = M2Point(concurrency=4, k=3, target_al=2.5, metrics={m.name: 1.0 for m in POINT_METRICS})
+    verdict = Verdict(
+        gate="al",
+        passed=True,
+        message="ok",
+        details=AlGateDetails(threshold=2.4, reference_al=2.5, rule="r", al=2.6, compared=2.6),
+    )
+    schema = summary_schema()
+    columns = schema["$defs"]["M2Point"]["properties"]
+    assert "metrics" not in columns
+    assert {m.name for m in POINT_METRICS} <= set(columns)
+    assert "details" not in schema["$defs"]["Verdict"]["properties"]
+    for summary in (
+        M2RunSummary(flow="m2", target_al=2.5, scheme="vllm", points=[point], failures=[]),
+        M1RunSummary(flow="m1", subject="s", passed=True, verdicts=[verdict]),
+    ):
+        stored = json.loads(json.dumps(summary.stored()))
+        jsonschema.validate(stored, schema)
+        assert read_summary(stored, "summary.json") == summary
+    row = M2RunSummary(flow="m2", target_al=2.5, scheme="vllm", points=[point]).stored()["points"][0]
+    row["p99_ttft_ms"] = "slow"  # not a number: the schema says so
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"flow": "m2", "target_al": 2.5, "scheme": "vllm", "points": [row]}, schema)
