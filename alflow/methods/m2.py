@@ -36,6 +36,8 @@ from alflow.util.rows import dump_row
 from alflow.workloads import random_workload_sessions, request_sampling
 
 FLOW = "m2-benchmark"
+MAX_POINTS = 1000
+"""The most points one run measures: an adaptive plan that never says done is stopped there (a failure)."""
 
 
 @dataclass
@@ -76,6 +78,11 @@ def run_m2(
         with steps.server_lifetime(server, params.placement) as handle:
             _start(params, target, server, writer, steps, handle, got)
             while (planned := points.next_point(got.points)) is not None:
+                if len(got.points) >= MAX_POINTS:
+                    got.failures.append(
+                        f"the concurrency plan asked for more than {MAX_POINTS} points: stopped there"
+                    )
+                    break
                 measured = len(got.points)
                 if _measure(params, target, server, steps, handle, layout, planned, got):
                     break

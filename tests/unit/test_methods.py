@@ -618,3 +618,17 @@ def test_the_skeleton_stores_what_was_measured_and_keeps_the_first_error_when_st
             nothing, lambda: (_ for _ in ()).throw(ConnectionError("at once")), lambda: stored.append("x")
         )
     assert stored == []  # nothing measured: nothing stored
+
+
+def test_a_plan_that_never_says_done_is_stopped_at_the_points_cap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import alflow.methods.m2 as m2
+
+    monkeypatch.setattr(m2, "MAX_POINTS", 2)
+    steps = FakeSteps(loads=[_measurement(4), _measurement(4), _measurement(4)])
+    params = _params(tmp_path, fail_on_invalid=False)
+    writer = RunWriter(str(tmp_path / "results"), "m2", run_id="r1", config={})
+    outcome = run_m2(params, m2_server(params)[0], writer, steps.as_steps(), DoublingPlan(enough=10**9))
+    assert len(outcome.points) == 2
+    assert outcome.failures == ("the concurrency plan asked for more than 2 points: stopped there",)
