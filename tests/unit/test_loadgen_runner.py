@@ -63,6 +63,7 @@ async def test_warmup_is_flagged_and_baseline_hook_runs_between_phases() -> None
     assert res.measure_end_ns == max(r.done_ns or 0 for r in measured)
 
 
+@pytest.mark.alone  # a start's lateness is the machine's, not the scheduler's: no other test beside it
 async def test_constant_request_rate_spaces_starts() -> None:
     async with SseServer() as srv:
         await run_load(
@@ -73,7 +74,10 @@ async def test_constant_request_rate_spaces_starts() -> None:
         starts = srv.state.starts
     gaps = [b - a for a, b in itertools.pairwise(starts)]
     assert len(gaps) == 5
-    assert min(gaps) > 0.012  # 20 ms apart, loose bound for a busy machine
+    # 20 ms apart: one start the machine made late is followed by one on time (the schedule is absolute), so the
+    # median gap is the rate's, and no two starts come together but right after a late one
+    assert sorted(gaps)[2] > 0.012
+    assert all(gap > 0.012 or previous > 0.03 for previous, gap in itertools.pairwise(gaps))
     assert starts[-1] - starts[0] == pytest.approx(0.1, abs=0.05)
 
 

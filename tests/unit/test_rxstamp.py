@@ -79,6 +79,7 @@ async def _late_read(kernel_stamps: bool, block_s: float, gap_s: float) -> Reque
     return rec
 
 
+@pytest.mark.alone  # the reader's lateness is the test's own 0.3 s block: no other test's load beside it
 @pytest.mark.skipif(not rxstamp.SUPPORTED, reason="kernel receive stamps: Linux on a 64-bit machine")
 async def test_a_late_reader_dates_the_read_by_its_arrival_with_kernel_stamps_and_by_its_reading_without() -> (
     None
