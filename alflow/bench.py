@@ -42,7 +42,8 @@ from alflow.datasets.types import Session
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.loadgen.client import auth_headers
 from alflow.loadgen.endpoints import Sampling
-from alflow.loadgen.records import RequestRecord, write_records
+from alflow.loadgen.frames import write_records
+from alflow.loadgen.records import RequestRecord
 from alflow.loadgen.runner import MAX_PROCESSES, LoadSpec, Progress, Target
 from alflow.measure import measure
 from alflow.metrics.client import SLO, GpuLayout

@@ -31,7 +31,8 @@ from pydantic import ValidationError
 from alflow.acceptance.stats import CI_LEVEL, SpecStats, from_counters, from_histogram
 from alflow.datasets.types import Session
 from alflow.errors import AlflowError
-from alflow.loadgen.records import RequestRecord, records_frame
+from alflow.loadgen.frames import records_frame
+from alflow.loadgen.records import RequestRecord
 from alflow.loadgen.runner import LoadAbortedError, LoadResult, LoadSpec, Progress, Target, run_load
 from alflow.metrics.client import (
     DEFAULT_PERCENTILES,

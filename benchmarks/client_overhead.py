@@ -17,8 +17,9 @@ cores. Clients, each in its own process (CPU of the client's process tree from `
 the CPU of the same client doing one tiny run, i.e. start-up and imports):
 
 - ``alflow``: ``alflow.loadgen.run_load`` (records with every chunk timestamp, orjson, usage) on
-  its default fast transport (CPU: the load; peak RSS: the load, then the records frame and client summary a
-  point builds from them, as ``alflow.measure`` does), reads dated by the kernel's receive stamps; ``alflow-clock``: the same
+  its default fast transport (CPU: the load; peak RSS twice: ``load``, the client process at the end of the
+  load, every plugin's count reader loaded, as a point reads the counts; ``point``, after the records frame and
+  client summary a point builds from them, as ``alflow.measure`` does, which loads polars), reads dated by the kernel's receive stamps; ``alflow-clock``: the same
   transport dated by the clock at each read (the stamps' own cost is the difference between the two,
   measured in the same run); ``alflow-aiohttp``: the same on the aiohttp transport;
 - ``bare``: a bare aiohttp read loop with no bookkeeping (counts ``data:`` lines, no JSON);
@@ -223,8 +224,9 @@ async def _client_alflow(url: str, conc: int, num: int, osl: int, out: Path, tra
     if own is not None:
         await own.close()
     cpu = time.process_time() - cpu0
+    load_rss_mb = _peak_rss_mb()  # the load generator's own peak: no frame library loaded yet
     # what a point does next with its records (alflow.measure): the frame and the client summary, in the peak
-    from alflow.loadgen.records import records_frame
+    from alflow.loadgen.frames import records_frame
     from alflow.metrics.client import summarize
 
     post0 = time.process_time()
@@ -248,6 +250,7 @@ async def _client_alflow(url: str, conc: int, num: int, osl: int, out: Path, tra
                 "errors": errors,
                 "inproc_cpu_s": cpu,
                 "peak_rss_mb": rss_mb,
+                "load_rss_mb": load_rss_mb,
                 "post_cpu_s": post_cpu,
                 "chunk_ns": chunks,
             }
@@ -474,6 +477,7 @@ def main() -> None:
                     # the load's own peak where the client says it; the process's includes this file's bookkeeping
                     row["peak_rss_mb"] = res.get("peak_rss_mb", rss)
                     row["process_rss_mb"] = rss
+                    row["load_rss_mb"] = res.get("load_rss_mb", row["peak_rss_mb"])  # bare: its peak is its load
                     row["failed"] = res.get("failed")
                     cpu -= res.get("post_cpu_s", 0.0)
                     row["cpu_s"] = cpu - base_cpu
@@ -531,7 +535,7 @@ def _fmt(v: Any, spec: str = ".1f") -> str:
 
 def _print_table(rows: list[dict[str, Any]]) -> None:
     head = (f"{'load':<11}{'conc':>6} {'client':<15}{'chunks':>9}{'fail':>6}{'us/chunk':>10}{'(in-proc)':>10}"
-            f"{'achieved/s':>12}{'offered/s':>11}{'cores':>7}{'RSS MB':>8}{'ITL err med/p99 ms':>22}")  # fmt: skip
+            f"{'achieved/s':>12}{'offered/s':>11}{'cores':>7}{'RSS MB load/point':>18}{'ITL err med/p99 ms':>22}")  # fmt: skip
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -545,7 +549,7 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
             f"{_fmt(r['failed'], 'd') if r['failed'] is not None else '-':>6}{_fmt(r['us_per_chunk']):>10}"
             f"{_fmt(r['inproc_us_per_chunk']):>10}{_fmt(r['achieved_chunks_s'], '.0f'):>12}"
             f"{_fmt(r['offered_chunks_s'], '.0f'):>11}{_fmt(r['cores'], '.2f'):>7}"
-            f"{_fmt(r.get('peak_rss_mb'), '.0f'):>8}{itl:>22}"
+            f"{_fmt(r.get('load_rss_mb'), '.0f') + ' / ' + _fmt(r.get('peak_rss_mb'), '.0f'):>18}{itl:>22}"
         )
 
 

@@ -220,8 +220,9 @@ def _prompt(i: int) -> str:
 
 def _run_alflow(url: str, conc: int, num: int, osl: int, kernel: bool) -> Outcome:
     from alflow.datasets.types import Session, Turn
-    from alflow.loadgen import LoadSpec, Target, records_frame, run_load
+    from alflow.loadgen import LoadSpec, Target, run_load
     from alflow.loadgen.fast import FastTransport
+    from alflow.loadgen.frames import records_frame
     from alflow.loadgen.timing import client_timing
     from alflow.util import eventloop
 

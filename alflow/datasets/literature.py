@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any, Final, Literal, get_args
 
 import orjson
-import polars as pl
 
 from alflow.datasets.gsm8k import reference_answer
 from alflow.datasets.types import Session, Turn
@@ -133,6 +132,8 @@ def read_rows(path: str | Path) -> Iterator[tuple[str, Any]]:
         raise InvalidInputError(f"dataset file {file} does not exist")
     fmt = file_format(file)
     if fmt == ".parquet":
+        import polars as pl  # here: the load generator's processes import this module (through the plugins)
+
         try:
             frame = pl.read_parquet(file)
         except Exception as exc:  # polars raises several types for a damaged file

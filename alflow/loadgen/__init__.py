@@ -3,7 +3,7 @@
 from alflow.loadgen.client import AiohttpTransport, FatalRequestError, Transport, stream_request
 from alflow.loadgen.counts import CountsReader, RequestSpec, fill_spec_counts
 from alflow.loadgen.endpoints import ENDPOINTS, Endpoint, Sampling, get_endpoint
-from alflow.loadgen.records import RequestRecord, read_records, records_frame, write_records
+from alflow.loadgen.records import RequestRecord
 from alflow.loadgen.runner import LoadAbortedError, LoadResult, LoadSpec, Progress, Target, run_load
 
 __all__ = [
@@ -23,9 +23,6 @@ __all__ = [
     "Transport",
     "fill_spec_counts",
     "get_endpoint",
-    "read_records",
-    "records_frame",
     "run_load",
     "stream_request",
-    "write_records",
 ]

@@ -28,10 +28,10 @@ No Prefect here; :func:`alflow.metrics.client.summarize` applies it and ``summar
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-import numpy as np
-import polars as pl
+if TYPE_CHECKING:  # the load generator imports this module: polars and numpy only where a frame is judged
+    import polars as pl
 
 ITL_DISTORTED_MAX: Final = 0.01
 """A p99 rests on the top 1% of gaps: with more than 1% of the gaps distorted, distorted gaps alone can be that
@@ -201,6 +201,8 @@ def coalescing(chunk_ns: pl.Series) -> tuple[int, int, int, int, int]:
     coalesced, the zero gaps inside it and the gap leading into it are distorted. Computed on the flat stamps
     (a few bytes per chunk: a point of a million chunks needs tens of MB, not the half GB of a windowed frame).
     """
+    import numpy as np
+
     lists = chunk_ns.list.drop_nulls()
     lengths = lists.list.len().fill_null(0).to_numpy()
     lengths = lengths[lengths > 0]
@@ -245,6 +247,8 @@ def client_bound_reasons(load: ClientLoad) -> list[str]:
 
 def client_timing(records: pl.DataFrame, load: ClientLoad | None) -> ClientTiming:
     """Judge the successful, measured requests of ``records`` (a records frame) and the client's ``load``."""
+    import polars as pl
+
     ok = records.filter(pl.col("error").is_null() & ~pl.col("warmup").fill_null(value=False))
     source = _stamp_source(ok["stamp_source"]) if "stamp_source" in ok.columns else "clock"
     chunks, coalesced, gaps, distorted, first = coalescing(ok["chunk_ns"])

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from alflow.datasets.random_tokens import random_sessions
 from alflow.datasets.speed_bench import load_speed_bench
 from alflow.loadgen import LoadSpec, Target, run_load
-from alflow.loadgen.records import records_frame
+from alflow.loadgen.frames import records_frame
 from alflow.metrics.client import summarize
 from alflow.metrics.prometheus import SnapshotWindow, scrape
 from alflow.metrics.readers import detect

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ import pytest
 from alflow.datasets.random_tokens import random_sessions
 from alflow.datasets.types import Session
 from alflow.loadgen import LoadAbortedError, LoadResult, LoadSpec, RequestRecord, Target, run_load
+from alflow.metrics.readers import count_readers
 from alflow.sim.process import SimProcess
 from alflow.util import eventloop
 
@@ -289,3 +291,20 @@ def _alive(pid: int) -> bool:
         return False
     state = next((line for line in lines if line.startswith("State")), "State:\tZ")
     return "Z" not in state.split(":", 1)[1]
+
+
+def test_a_client_process_imports_neither_polars_nor_numpy() -> None:
+    """A worker imports the load generator and unpickles its target (every plugin's count reader): no frame library.
+
+    Each spawned client process would otherwise hold polars and numpy (about 40 MB resident) for nothing; the
+    records become a frame in the parent (issue #48 item 6).
+    """
+    target = pickle.dumps(Target("http://127.0.0.1:1", "m", endpoint="completions", counts=count_readers(None)))
+    assert count_readers(None)  # the readers travel: their modules are imported on the worker's side
+    code = (
+        "import pickle, sys; import alflow.loadgen, alflow.loadgen.fast, alflow.loadgen.multiproc;"
+        "pickle.loads(sys.stdin.buffer.read());"
+        "print(sorted(m for m in ('polars', 'numpy') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], input=target, capture_output=True, check=True)
+    assert out.stdout.decode().strip() == "[]"

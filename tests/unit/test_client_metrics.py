@@ -7,7 +7,8 @@ import statistics
 import pytest
 
 from alflow.errors import InvalidInputError
-from alflow.loadgen.records import RequestRecord, read_records, records_frame, write_records
+from alflow.loadgen.frames import read_records, records_frame, write_records
+from alflow.loadgen.records import RequestRecord
 from alflow.metrics.client import SLO, GpuLayout, per_request, summarize
 
 pytestmark = pytest.mark.unit

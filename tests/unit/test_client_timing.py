@@ -9,8 +9,9 @@ import time
 import polars as pl
 import pytest
 
+from alflow.loadgen.frames import records_frame
 from alflow.loadgen.monitor import LoadMonitor
-from alflow.loadgen.records import RequestRecord, records_frame
+from alflow.loadgen.records import RequestRecord
 from alflow.loadgen.timing import (
     CLOCK_LAG_P99_MAX_MS,
     ClientLoad,

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from alflow.loadgen.client import FatalRequestError, ResponseInfo, stream_request
 from alflow.loadgen.endpoints import ChatEndpoint, CompletionsEndpoint
-from alflow.loadgen.records import RequestRecord, records_frame
+from alflow.loadgen.frames import records_frame
+from alflow.loadgen.records import RequestRecord
 from alflow.metrics.client import per_request
 from alflow.metrics.readers import count_readers
 

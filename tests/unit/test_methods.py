@@ -41,7 +41,8 @@ from alflow.errors import GateFailedError
 from alflow.evals.gsm8k import EvalResult
 from alflow.gates import Verdict, al_gate, audit_synthetic
 from alflow.loadgen.endpoints import Sampling
-from alflow.loadgen.records import RequestRecord, records_frame
+from alflow.loadgen.frames import records_frame
+from alflow.loadgen.records import RequestRecord
 from alflow.measure import PARTIAL_ATTR, Measurement
 from alflow.methods.common import point_server
 from alflow.methods.dry_run import m2_server

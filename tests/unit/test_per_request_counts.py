@@ -16,7 +16,8 @@ from alflow.frameworks.sglang.requests import SGLANG_COUNTS, spec_tokens_details
 from alflow.frameworks.vllm.requests import VLLM_COUNTS
 from alflow.loadgen.counts import RequestSpec, fill_spec_counts
 from alflow.loadgen.endpoints import CompletionsEndpoint
-from alflow.loadgen.records import RECORD_SCHEMA, RequestRecord, read_records, records_frame, write_records
+from alflow.loadgen.frames import RECORD_SCHEMA, read_records, records_frame, write_records
+from alflow.loadgen.records import RequestRecord
 from alflow.loadgen.spec import Target
 from alflow.measure import meta_info_totals, window_stats, with_request_fields
 from alflow.metrics.prometheus import Snapshot

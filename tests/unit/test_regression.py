@@ -11,7 +11,8 @@ import polars as pl
 import pytest
 
 from alflow.config import RegressionSettings, SpecMethod, ThinkingMode
-from alflow.loadgen.records import RequestRecord, records_frame
+from alflow.loadgen.frames import records_frame
+from alflow.loadgen.records import RequestRecord
 from alflow.methods.regression import (
     MIN_REQUESTS,
     HistoryRun,

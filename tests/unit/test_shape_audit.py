@@ -14,7 +14,8 @@ import pytest
 from alflow.acceptance import stats
 from alflow.acceptance import synthetic as syn
 from alflow.gates import AUDIT_MIN_FIT_P, AuditDetails, audit_synthetic
-from alflow.loadgen.records import RequestRecord, records_frame
+from alflow.loadgen.frames import records_frame
+from alflow.loadgen.records import RequestRecord
 from alflow.measure import request_acceptance, stored_acceptance
 from alflow.reports.content import build_report
 from alflow.reports.render import render

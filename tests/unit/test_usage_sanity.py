@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from alflow.cli import app
 from alflow.loadgen.client import MAX_TOKENS_PER_CHUNK, SseConsumer
 from alflow.loadgen.endpoints import get_endpoint
-from alflow.loadgen.records import RequestRecord, records_frame
+from alflow.loadgen.frames import records_frame
+from alflow.loadgen.records import RequestRecord
 from alflow.metrics.client import summarize
 from tests.unit.sse_server import threaded_sse_server
 

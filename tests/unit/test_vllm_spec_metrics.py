@@ -28,13 +28,8 @@ from alflow.gates import audit_synthetic
 from alflow.loadgen.client import SseConsumer
 from alflow.loadgen.counts import NO_REQUEST_SPEC, fill_spec_counts
 from alflow.loadgen.endpoints import get_endpoint
-from alflow.loadgen.records import (
-    RECORD_SCHEMA,
-    RequestRecord,
-    read_records,
-    records_frame,
-    with_record_columns,
-)
+from alflow.loadgen.frames import RECORD_SCHEMA, read_records, records_frame, with_record_columns
+from alflow.loadgen.records import RequestRecord
 from alflow.measure import PER_REQUEST_SOURCE, meta_info_totals, pooled_histogram, window_stats
 from alflow.metrics.prometheus import Snapshot
 from alflow.metrics.readers import count_readers
