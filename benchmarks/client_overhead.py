@@ -477,7 +477,9 @@ def main() -> None:
                     # the load's own peak where the client says it; the process's includes this file's bookkeeping
                     row["peak_rss_mb"] = res.get("peak_rss_mb", rss)
                     row["process_rss_mb"] = rss
-                    row["load_rss_mb"] = res.get("load_rss_mb", row["peak_rss_mb"])  # bare: its peak is its load
+                    row["load_rss_mb"] = res.get(
+                        "load_rss_mb", row["peak_rss_mb"]
+                    )  # bare: its peak is its load
                     row["failed"] = res.get("failed")
                     cpu -= res.get("post_cpu_s", 0.0)
                     row["cpu_s"] = cpu - base_cpu

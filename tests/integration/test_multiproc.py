@@ -299,7 +299,9 @@ def test_a_client_process_imports_neither_polars_nor_numpy() -> None:
     Each spawned client process would otherwise hold polars and numpy (about 40 MB resident) for nothing; the
     records become a frame in the parent (issue #48 item 6).
     """
-    target = pickle.dumps(Target("http://127.0.0.1:1", "m", endpoint="completions", counts=count_readers(None)))
+    target = pickle.dumps(
+        Target("http://127.0.0.1:1", "m", endpoint="completions", counts=count_readers(None))
+    )
     assert count_readers(None)  # the readers travel: their modules are imported on the worker's side
     code = (
         "import pickle, sys; import alflow.loadgen, alflow.loadgen.fast, alflow.loadgen.multiproc;"

@@ -161,4 +161,3 @@ def test_bench_refuses_a_bad_client_process_count_in_one_line(argv: list[str], f
     assert len(lines) == 1, r.stderr
     assert lines[0].startswith("error:")
     assert fragment in lines[0]
-
