@@ -255,12 +255,12 @@ class ServerBase(StrictModel):
         """Hash of the JSON form (``extra_env`` is a dict, which plain field hashing cannot take)."""
         return hash(self.model_dump_json())
 
-    @field_validator("model", "extra_env")
+    @field_validator("model", "image", "extra_env")
     @classmethod
     def _names(cls, value: Any, info: ValidationInfo) -> Any:
-        """No control character in the served model's id; extra_env names that an environment can hold."""
-        if info.field_name == "model":
-            return check_identifier(value, what="model")
+        """The model's id and the image are identifiers (:func:`~alflow.util.names.check_identifier`); env names."""
+        if info.field_name in ("model", "image"):
+            return None if value is None else check_identifier(value, what=info.field_name)
         check_env_names(value)
         return value
 

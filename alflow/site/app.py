@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import io
 import json
 import logging
 import os
 import re
+import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, BinaryIO, Final, TypeVar
@@ -67,6 +69,14 @@ CHOICES: Final = web.AppKey("choices", ChoiceCache)
 ROOT_LABEL: Final = web.AppKey("root_label", str)
 REFRESH_S: Final = web.AppKey("refresh_s", float)
 PAGES: Final = web.AppKey("pages", dict[str, tuple[CatalogEntry, str]])
+SLOTS: Final = web.AppKey("slots", asyncio.Semaphore)
+
+PAGE_SECONDS: Final = 20.0
+"""The longest a page or an API answer may take to build (in a worker thread): past it the request gets a 503 and
+the site goes on answering others (a page built on the event loop once kept the whole site, and its SIGTERM, waiting)."""
+PAGE_THREADS: Final = 8
+"""Pages built at once; a build that never ends keeps its slot, so at most this many can hang, and later pages wait
+for a slot within their :data:`PAGE_SECONDS`."""
 """Run pages rendered lately, by run, with the catalogue entry they were rendered from."""
 MAX_PAGES: Final = 64
 MAX_COMPARE: Final = 8
@@ -169,13 +179,74 @@ async def errors(request: web.Request, handler: guard.Handler) -> web.StreamResp
         return _problem(request, 400, " ".join(str(exc).split()))
     except web.HTTPException:
         raise
+    except PageTooSlowError as exc:
+        log.warning("%s", exc)
+        return _problem(
+            request, 503, f"this page took longer than {PAGE_SECONDS:g} s to build: try again later"
+        )
     except Exception:
         log.exception("the site failed to answer %s %s", request.method, request.path)
         return _problem(request, 500, "internal error: see the site's log")
 
 
 async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
-    return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+    """``fn(*args)`` in a daemon thread of its own, the event loop free meanwhile.
+
+    Not the loop's pool: a call that never returns (a file that blocks) would hold the process at its exit, where the
+    pool's threads are joined; a daemon thread does not.
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if not done.done():
+            done.set_result(result) if error is None else done.set_exception(error)  # type: ignore[arg-type]
+
+    def work() -> None:
+        try:
+            result, error = fn(*args), None
+        except BaseException as exc:  # delivered to the awaiting request, whatever it is
+            result, error = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: no one waits
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=work, name=f"alflow-site-{getattr(fn, '__name__', 'work')}", daemon=True).start()
+    return await done
+
+
+class PageTooSlowError(Exception):
+    """A page that took longer than :data:`PAGE_SECONDS` to build (the ``errors`` middleware answers 503)."""
+
+
+async def _bounded(request: web.Request, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in a worker thread, in one of :data:`PAGE_THREADS` slots, within :data:`PAGE_SECONDS`."""
+    slots = request.app[SLOTS]
+    try:
+        async with asyncio.timeout(PAGE_SECONDS):
+            await slots.acquire()
+            try:
+                work = asyncio.ensure_future(_in_thread(fn, *args))
+                work.add_done_callback(
+                    lambda _: slots.release()
+                )  # the slot is free when the build ends, not before
+            except BaseException:
+                slots.release()
+                raise
+            return await asyncio.shield(work)
+    except TimeoutError:
+        raise PageTooSlowError(f"{request.path} took longer than {PAGE_SECONDS:g} s to build") from None
+
+
+def _off_loop(
+    build: Callable[[web.Request], web.Response],
+) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """A handler that builds its whole answer with ``build`` in a worker thread (:func:`_bounded`)."""
+
+    @functools.wraps(build)
+    async def handler(request: web.Request) -> web.Response:
+        return await _bounded(request, build, request)
+
+    return handler
 
 
 def _entry(request: web.Request) -> CatalogEntry:
@@ -191,7 +262,8 @@ def _entry(request: web.Request) -> CatalogEntry:
 # Handlers
 
 
-async def index(request: web.Request) -> web.Response:
+@_off_loop
+def index(request: web.Request) -> web.Response:
     """``/``: the runs index."""
     page = index_page(
         request.app[CATALOG], IndexQuery.parse(request.query), request.app[CHOICES].get(request.app[CATALOG])
@@ -199,7 +271,8 @@ async def index(request: web.Request) -> web.Response:
     return _html(request, "index.html.j2", "Runs", page=page)
 
 
-async def api_runs(request: web.Request) -> web.Response:
+@_off_loop
+def api_runs(request: web.Request) -> web.Response:
     """``/api/runs``: the runs index as JSON."""
     page = index_page(
         request.app[CATALOG], IndexQuery.parse(request.query), request.app[CHOICES].get(request.app[CATALOG])
@@ -207,7 +280,8 @@ async def api_runs(request: web.Request) -> web.Response:
     return _json(page.to_dict())
 
 
-async def api_run(request: web.Request) -> web.Response:
+@_off_loop
+def api_run(request: web.Request) -> web.Response:
     """``/api/runs/<flow>/<run>``: one run's catalogue entry."""
     entry = _entry(request)
     return _json(entry_dict(entry), entries=(entry,))
@@ -219,11 +293,11 @@ def _unsafe_file(catalog: Catalog, entry: CatalogEntry) -> str | None:
 
 
 def _checked_render(catalog: Catalog, entry: CatalogEntry) -> str:
-    """:func:`render_run` of a run whose files are all regular files inside the root (else a StoreError)."""
+    """:func:`render_run` of a run whose files are all regular files inside the root (else a StoreError), private."""
     bad = _unsafe_file(catalog, entry)
     if bad is not None:
         raise StoreError(f"{entry.rel}/{bad} is not a regular file inside the results root")
-    return render_run(entry.run_dir)
+    return _private(render_run(entry.run_dir), [entry])
 
 
 async def run_page(request: web.Request) -> web.StreamResponse:
@@ -240,7 +314,7 @@ async def run_page(request: web.Request) -> web.StreamResponse:
     if kept is not None and kept[0] is entry:
         return web.Response(text=kept[1], content_type="text/html")
     try:
-        text = _private(await _in_thread(_checked_render, request.app[CATALOG], entry), [entry])
+        text = await _bounded(request, _checked_render, request.app[CATALOG], entry)
     except AlflowError as exc:
         message = f"run {entry.rel} cannot be rendered: {' '.join(str(exc).split())}"
         return _problem(request, 404, _private(message, [entry]))
@@ -380,7 +454,10 @@ async def _send(request: web.Request, name: str, f: BinaryIO) -> web.StreamRespo
             )
             return _problem(request, 413, message)
         return web.Response(
-            body=_shown(name, data), content_type=TEXT_TYPES[suffix], charset="utf-8", headers=csp
+            body=await _bounded(request, _shown, name, data),
+            content_type=TEXT_TYPES[suffix],
+            charset="utf-8",
+            headers=csp,
         )
     response = web.StreamResponse(headers=csp)
     response.content_type = TEXT_TYPES[suffix]
@@ -423,10 +500,10 @@ def _comparison(catalog: Catalog, entries: list[CatalogEntry]) -> Report:
     return build_comparison([open_run(e.run_dir) for e in entries])
 
 
-async def _compared(request: web.Request, entries: list[CatalogEntry]) -> Report | web.Response:
+def _compared(request: web.Request, entries: list[CatalogEntry]) -> Report | web.Response:
     """The comparison of ``entries``, or a 404 naming the run that cannot be read (not by the server's path)."""
     try:
-        return await _in_thread(_comparison, request.app[CATALOG], entries)
+        return _comparison(request.app[CATALOG], entries)
     except AlflowError as exc:
         return _problem(request, 404, _private(f"cannot compare: {' '.join(str(exc).split())}", entries))
 
@@ -455,34 +532,37 @@ def report_dict(report: Report) -> dict[str, Any]:
     }
 
 
-async def compare(request: web.Request) -> web.Response:
+@_off_loop
+def compare(request: web.Request) -> web.Response:
     """``/compare?run=..&run=..``: the runs side by side."""
     entries = _compare_runs(request)
-    report = await _compared(request, entries)
+    report = _compared(request, entries)
     if isinstance(report, web.Response):
         return report
-    text = _private(await _in_thread(render, report), entries)
-    return web.Response(text=text, content_type="text/html")
+    return web.Response(text=_private(render(report), entries), content_type="text/html")
 
 
-async def api_compare(request: web.Request) -> web.Response:
+@_off_loop
+def api_compare(request: web.Request) -> web.Response:
     """``/api/compare?run=..``: the comparison's data."""
     entries = _compare_runs(request)
-    report = await _compared(request, entries)
+    report = _compared(request, entries)
     if isinstance(report, web.Response):
         return report
     return _json({"runs": [e.rel for e in entries], "report": report_dict(report)}, entries=entries)
 
 
-async def reference(request: web.Request) -> web.Response:
+@_off_loop
+def reference(request: web.Request) -> web.Response:
     """``/reference``: reference tables and their history."""
-    page = await _in_thread(reference_page, request.app[CATALOG])
+    page = reference_page(request.app[CATALOG])
     return _html(request, "reference.html.j2", "Reference", page=page)
 
 
-async def api_reference(request: web.Request) -> web.Response:
+@_off_loop
+def api_reference(request: web.Request) -> web.Response:
     """``/api/reference``."""
-    return _json((await _in_thread(reference_page, request.app[CATALOG])).to_dict())
+    return _json(reference_page(request.app[CATALOG]).to_dict())
 
 
 def _charts(s: TrendSeries) -> list[Any]:
@@ -504,14 +584,16 @@ def _charts(s: TrendSeries) -> list[Any]:
     return charts
 
 
-async def trends(request: web.Request) -> web.Response:
+@_off_loop
+def trends(request: web.Request) -> web.Response:
     """``/trends``: one block of four charts per trend line."""
     page = trends_page(request.app[CATALOG], TrendQuery.parse(request.query))
     drawn = [(s, _charts(s)) for s in page.series]
     return _html(request, "trends.html.j2", "Trends", page=page, drawn=drawn)
 
 
-async def api_trends(request: web.Request) -> web.Response:
+@_off_loop
+def api_trends(request: web.Request) -> web.Response:
     """``/api/trends``: the trend lines' data."""
     page = trends_page(request.app[CATALOG], TrendQuery.parse(request.query))
     data = page.to_dict()
@@ -561,6 +643,7 @@ def make_app(catalog: Catalog, *, token: str | None = None, refresh_s: float = 2
     app[CATALOG] = catalog
     app[CHOICES] = ChoiceCache()
     app[PAGES] = {}
+    app[SLOTS] = asyncio.Semaphore(PAGE_THREADS)
     app[guard.TOKEN_KEY] = token
     app[ROOT_LABEL] = _root_label(catalog.root)
     app[REFRESH_S] = refresh_s

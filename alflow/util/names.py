@@ -6,8 +6,9 @@ lowercase letters, digits and dashes only; a flow run name; a file name) it uses
 slug of the text plus a short hash of the original, so that two names which slug alike (``Qwen/Qwen3`` and
 ``qwen-qwen3``, or two Japanese names that slug to nothing) never share a key.
 
-:func:`check_identifier` is the load-time check of identifiers: no control character (a NUL cannot reach a
-command line or a file name; a newline or an escape sequence would forge log lines and terminal output).
+:func:`check_identifier` is the load-time check of identifiers: not blank, at most :data:`MAX_IDENTIFIER` characters,
+no control character (a NUL cannot reach a command line or a file name; a newline or an escape sequence would forge
+log lines and terminal output).
 """
 
 from __future__ import annotations
@@ -57,15 +58,35 @@ def control_characters(text: str) -> list[str]:
     return sorted({f"U+{ord(c):04X}" for c in text if unicodedata.category(c) == "Cc"})
 
 
-def check_identifier(value: str, *, what: str = "an identifier") -> str:
-    """``value`` unchanged, or a ``ValueError`` (one line) naming the control characters it holds.
+MAX_IDENTIFIER: Final = 1024
+"""The longest identifier (a model id or path, a served name, an image reference) alflow takes: a Hugging Face repo id
+is at most 96 characters and a Docker reference about 400 (a 255-character name, a 128-character tag, a digest), a path
+in a container rarely more; a longer one is refused at the configuration rather than carried into every page, log
+and file name (a 2-million-character id once reached the results site, issue #49)."""
 
-    For a pydantic field validator: the error names the field, the value (``repr``) and what is allowed.
+
+def shown(value: str, limit: int = 80) -> str:
+    """``repr(value)``, cut to about ``limit`` characters with the full length said (an error line stays one line)."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value):,} characters)"
+
+
+def check_identifier(value: str, *, what: str = "an identifier") -> str:
+    """``value`` unchanged, or a one-line ``ValueError``: blank, too long, or holding control characters.
+
+    Longer than :data:`MAX_IDENTIFIER` is too long; the control characters are named. For a pydantic field validator: the error names the field, the value (``repr``, cut) and what is allowed.
     """
+    if not value.strip():
+        raise ValueError(f"{what} {value!r} is blank: give a name (e.g. a Hugging Face repo id)")
+    if len(value) > MAX_IDENTIFIER:
+        raise ValueError(
+            f"{what} {shown(value)} is longer than the {MAX_IDENTIFIER:,} characters an identifier may have"
+        )
     bad = control_characters(value)
     if bad:
         raise ValueError(
-            f"{what} {value!r} holds the control character(s) {', '.join(bad)}: an identifier may hold any "
+            f"{what} {shown(value)} holds the control character(s) {', '.join(bad)}: an identifier may hold any "
             "printable character (letters of any script, digits, punctuation, spaces) but no control character"
         )
     return value

@@ -20,7 +20,7 @@ from alflow.errors import InvalidInputError
 from alflow.reference.table import load_reference, update_reference
 from alflow.results.store import RunWriter, StoreError, open_run
 from alflow.util.fsutil import check_writable_dir, check_writable_file, confined, real_path
-from alflow.util.names import check_env_names, check_identifier, safe_key
+from alflow.util.names import MAX_IDENTIFIER, check_env_names, check_identifier, safe_key
 from alflow_flows.common import check_outputs
 from tests.unit.report_runs import write_m2
 from tests.unit.test_reference import _empty, _entry
@@ -104,6 +104,29 @@ def test_control_characters_in_identifiers_are_refused(bad: str) -> None:
         server_config(
             framework="sim", model="m", speculative={"method": "eagle3", "k": 2, "draft_model": bad}
         )
+
+
+@pytest.mark.parametrize(
+    ("bad", "fragment"),
+    [
+        (" ", "is blank"),
+        ("\u3000\t", "is blank"),
+        ("m" * (MAX_IDENTIFIER + 1), f"longer than the {MAX_IDENTIFIER:,} characters"),
+        ("m" * 2_000_000, "(2,000,000 characters) is longer"),
+    ],
+)
+def test_blank_or_overlong_identifiers_are_refused_in_one_short_line(bad: str, fragment: str) -> None:
+    """A model id of spaces was served, and one of 2 million characters reached every page (issue #49)."""
+    for make in (
+        lambda: ModelSpec(id=bad),
+        lambda: server_config(framework="sim", model=bad),
+        lambda: server_config(framework="sim", model="m", image=bad),
+    ):
+        with pytest.raises(ValidationError) as caught:
+            make()
+        assert fragment in str(caught.value)
+        assert len(str(caught.value)) < 2_000  # the value cut, not printed whole
+    assert check_identifier("m" * MAX_IDENTIFIER) == "m" * MAX_IDENTIFIER
 
 
 def test_printable_identifiers_of_any_script_are_kept() -> None:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import base64
 import json
+import random
+import re
+import time
 from pathlib import Path
 
 import polars as pl
@@ -27,6 +30,7 @@ from alflow.util.redact import (
     redact_text_stream,
     redact_url,
     redact_urls_in_text,
+    url_spans,
 )
 from tests.unit.sse_server import SseServer, threaded_sse_server
 
@@ -135,6 +139,34 @@ def test_a_url_glued_to_an_underscore_or_a_digit_is_redacted() -> None:
     assert redact_urls_in_text("_https://u:pw1234@h/x_ and 1https://v:pw5678@h/") == (
         "_https://***@h/x_ and 1https://***@h/"
     )
+
+
+def test_urls_in_text_are_found_as_the_unbounded_pattern_finds_them() -> None:
+    """Seeded fuzz: the linear finder agrees with the plain pattern on every short text (schemes under 32 letters)."""
+    pattern = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
+    rng = random.Random(49)
+    alphabet = "ab1._-+:/ @?=&'\"<>`\n#\u00e9htps"
+    for _ in range(20_000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40))).replace("ab", "://", 1)
+        assert list(url_spans(text)) == [m.span() for m in pattern.finditer(text)], text
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        "a" * 2_000_000,  # one run of scheme letters with no ://
+        "a" * 1_000_000 + "://" + "b" * 1_000_000,  # a URL with a 1,000,000-letter scheme
+        "a:" * 1_000_000,  # many almost-separators
+        ("x" * 31 + ":/") * 60_000,
+        "h://" * 500_000,  # half a million URLs
+    ],
+)
+def test_redaction_is_linear_in_the_text(shape: str) -> None:
+    """A 2-million-character model id once took minutes (the pattern scanned each run from every start, #49)."""
+    started = time.perf_counter()
+    out = redact_urls_in_text(f"model {shape} at http://u:pw1234@h/x")
+    assert out.endswith("at http://***@h/x")
+    assert time.perf_counter() - started < 2.0  # quadratic: hours at this size; linear: about 0.1 s
 
 
 def test_compact_json_is_redacted_in_parts_and_a_run_with_nowhere_to_cut_is_refused() -> None:

@@ -550,3 +550,49 @@ def test_a_file_swapped_for_a_fifo_or_a_symlink_after_the_check_is_not_read(
         assert read_confined(root, root / "fifo.txt") is None  # returns at once
         assert read_confined(root, root / "link.txt") is None
         assert read_confined(root, root / "gone.txt") is None
+
+
+async def test_a_model_id_of_two_million_characters_is_served_in_bounded_time(tmp_path: Path) -> None:
+    """A long alphanumeric run once made each index request take 11 s (65,000 characters) or hang (2 million)."""
+    root = make_root(tmp_path)
+    huge = "m" * 2_000_000
+    _edit_manifest(root / M2, {"config.model.id": huge, "error": f"boom at https://bob:{SECRET}@example.com/x"})
+    async with serving(root) as site:
+        for path in ("/", "/api/runs", f"/runs/{M2}/", f"/api/runs/{M2}", "/trends"):
+            started = asyncio.get_running_loop().time()
+            answer = await site.get(path)
+            assert answer.status == 200, (path, answer.status)
+            assert SECRET not in answer.text, path
+            assert asyncio.get_running_loop().time() - started < 5.0, path  # quadratic redaction: minutes
+
+
+async def test_a_page_that_builds_too_long_answers_503_and_the_site_answers_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pages are built in worker threads within PAGE_SECONDS: one that hangs leaves the loop, and the site, free."""
+    import threading
+
+    from alflow.site import app as site_app
+
+    release = threading.Event()
+    real = site_app.index_page
+
+    def stuck(*args: object, **kwargs: object) -> object:
+        release.wait(30)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(site_app, "index_page", stuck)
+    monkeypatch.setattr(site_app, "PAGE_SECONDS", 0.5)
+    root = make_root(tmp_path)
+    try:
+        async with serving(root) as site:
+            slow = asyncio.ensure_future(site.get("/"))
+            assert (await site.get(f"/api/runs/{M2}")).status == 200  # answered while the index hangs
+            answer = await slow
+            assert answer.status == 503, answer.status
+            assert "took longer than 0.5 s" in answer.text
+            api = await site.get("/api/runs")
+            assert api.status == 503
+            assert json.loads(api.body) == {"error": "this page took longer than 0.5 s to build: try again later"}
+    finally:
+        release.set()
