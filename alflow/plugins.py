@@ -22,9 +22,11 @@ The built-in specs are :data:`BUILTIN`; a third-party package adds a framework t
     myengine = "myengine_alflow.spec:SPEC"      # a FrameworkSpec
 
 The spec's module must be light (it is loaded while :mod:`alflow.config` builds its server union), and its
-config model must import only :mod:`alflow.config.server`'s ``ServerBase``. An entry point that does not load (an
-import error, not a spec, a name taken) is left out with a warning, as vLLM treats its plugins;
-``alflow frameworks`` lists why.
+config model must import only :mod:`alflow.config.server`'s ``ServerBase``. An entry point that does not load (any
+error or exit while importing it, not a spec, a name taken, a config that is not a ``ServerBase`` variant of its name)
+is left out with one warning naming its distribution and the reason, as vLLM treats its plugins; so is one whose
+plugin object is not a ``Framework`` (:func:`alflow.frameworks.registry.frameworks`). ``alflow frameworks`` lists
+why. ``alflow --version`` and ``alflow --help`` load no entry point (:func:`skip_entry_points`).
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ import functools
 import importlib
 import logging
 from dataclasses import dataclass
-from importlib.metadata import entry_points
-from typing import Literal
+from importlib.metadata import EntryPoint, entry_points
+from typing import Literal, get_args
 
 from alflow.errors import AlflowError, InvalidInputError
 
@@ -96,20 +98,42 @@ BUILTIN: tuple[FrameworkSpec, ...] = (
 
 
 def resolve(reference: str, what: str) -> object:
-    """The object a ``module:attribute`` reference names; a :class:`PluginError` naming ``what`` if it does not load."""
+    """The object a ``module:attribute`` reference names; a :class:`PluginError` naming ``what`` if it does not load.
+
+    Whatever its module raises or does while importing (an error of any kind, ``sys.exit``) is that error: a plugin
+    cannot end or break the command that loads it.
+    """
     module, _, attribute = reference.partition(":")
     try:
         return getattr(importlib.import_module(module), attribute)
-    except (ImportError, AttributeError) as exc:
-        raise PluginError(f"{what}: cannot load {reference!r}: {type(exc).__name__}: {exc}") from exc
+    except (Exception, SystemExit) as exc:  # a third party's module may raise anything at import, or exit
+        reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
+        raise PluginError(f"{what}: cannot load {reference!r}: {reason}") from exc
+
+
+_ENTRY_POINTS = [True]
+"""Whether third-party entry points are read (off for ``--version`` and ``--help``: :func:`skip_entry_points`)."""
+
+
+def skip_entry_points() -> None:
+    """Register the built-in frameworks only in this process (before anything asks the registry)."""
+    _ENTRY_POINTS[0] = False
+
+
+def _where(point: EntryPoint) -> str:
+    dist = getattr(point, "dist", None)
+    source = f"{dist.name} {dist.version}" if dist is not None else "an unknown distribution"
+    return f"entry point {point.name!r} of {ENTRY_POINT_GROUP} in {source} ({point.value})"
 
 
 @functools.cache
-def _loaded() -> tuple[tuple[FrameworkSpec, ...], tuple[str, ...]]:
+def _loaded() -> tuple[tuple[FrameworkSpec, ...], tuple[str, ...], dict[str, str]]:
     found = list(BUILTIN)
     broken: list[str] = []
-    for point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda p: p.name):
-        where = f"entry point {point.name!r} of {ENTRY_POINT_GROUP} ({point.value})"
+    origins = {spec.name: "built-in" for spec in BUILTIN}
+    points = entry_points(group=ENTRY_POINT_GROUP) if _ENTRY_POINTS[0] else ()
+    for point in sorted(points, key=lambda p: p.name):
+        where = _where(point)
         try:
             spec = resolve(point.value, where)
             if not isinstance(spec, FrameworkSpec) or spec.name != point.name:
@@ -119,11 +143,13 @@ def _loaded() -> tuple[tuple[FrameworkSpec, ...], tuple[str, ...]]:
             _config_model(spec)
         except PluginError as exc:
             # as vLLM does with its plugins: a broken one is left out and said, the others still work
-            log.warning("framework plugin left out: %s", exc)
-            broken.append(str(exc))
+            reason = str(exc) if str(exc).startswith(where) else f"{where}: {exc}"
+            log.warning("framework plugin left out: %s", reason)
+            broken.append(reason)
             continue
         found.append(spec)
-    return tuple(found), tuple(broken)
+        origins[spec.name] = where
+    return tuple(found), tuple(broken), origins
 
 
 @functools.cache
@@ -148,6 +174,11 @@ def specs() -> tuple[FrameworkSpec, ...]:
 def broken_plugins() -> tuple[str, ...]:
     """Why each entry point that could not be loaded was left out (logged once as a warning too)."""
     return _loaded()[1]
+
+
+def origin_of(name: str) -> str:
+    """Where framework ``name`` comes from: ``built-in``, or its entry point and distribution."""
+    return _loaded()[2].get(name, "unknown")
 
 
 def framework_names() -> tuple[str, ...]:
@@ -175,8 +206,17 @@ def config_model_of(name: str) -> type:
 
 def _config_model(spec: FrameworkSpec) -> type:
     model = resolve(spec.config, f"framework {spec.name!r}")
-    if not isinstance(model, type):
-        raise PluginError(f"framework {spec.name!r}: {spec.config} is not a class")
+    fields = getattr(model, "model_fields", None)
+    field = fields.get("framework") if isinstance(fields, dict) else None
+    if (
+        not isinstance(model, type)
+        or field is None
+        or get_args(getattr(field, "annotation", None)) != (spec.name,)
+    ):
+        raise PluginError(
+            f"framework {spec.name!r}: {spec.config} is not a server configuration model "
+            f"(a ServerBase subclass with framework: Literal[{spec.name!r}])"
+        )
     return model
 
 

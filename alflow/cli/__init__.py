@@ -11,6 +11,7 @@
 Commands parse and print; the work is a core function (for example :func:`alflow.bench.bench`).
 """
 
+import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -18,7 +19,21 @@ if TYPE_CHECKING:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the ``alflow`` console script."""
+    """Entry point of the ``alflow`` console script.
+
+    ``--version`` answers before the command tree loads; ``--help`` (anywhere) and no arguments load no third-party
+    plugin (:func:`alflow.plugins.skip_entry_points`): a broken one cannot stop them.
+    """
+    args = sys.argv[1:] if argv is None else argv
+    if args == ["--version"]:
+        from alflow import __version__
+
+        sys.stdout.write(f"alflow {__version__}\n")
+        return
+    if not args or "--help" in args:
+        from alflow.plugins import skip_entry_points
+
+        skip_entry_points()
     from alflow.cli.root import main as run
 
     run(argv)

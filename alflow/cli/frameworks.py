@@ -10,8 +10,8 @@ from rich.table import Table
 
 from alflow.cli.common import JsonOpt, console, emit_json
 from alflow.config.server import engine_note_of
-from alflow.frameworks.registry import Framework, frameworks
-from alflow.plugins import BUILTIN, broken_plugins, specs
+from alflow.frameworks.registry import Framework, frameworks, left_out
+from alflow.plugins import BUILTIN, specs
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ def frameworks_command(json_out: JsonOpt = False) -> None:
     """List the serving frameworks alflow can drive: built-in plugins and those from the alflow.frameworks entry point."""
     found = rows()
     if json_out:
-        emit_json({"frameworks": [r.to_dict() for r in found], "left_out": list(broken_plugins())})
+        emit_json({"frameworks": [r.to_dict() for r in found], "left_out": list(left_out())})
         return
     table = Table("framework", "name", "source", "metrics", "synthetic scheme", "sim speaks it", "GPUs")
     for r in found:
@@ -83,7 +83,7 @@ def frameworks_command(json_out: JsonOpt = False) -> None:
             escape(r.gpu),
         )
     console.print(table)
-    for reason in broken_plugins():
+    for reason in left_out():
         console.print(f"left out: {escape(reason)}")
 
 

@@ -11,11 +11,23 @@ sits above all of them (``tests/unit/test_architecture.py`` checks packages and 
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from alflow.plugins import GpuVendor, PluginError, framework_names, plugin_of, spec_of
+from alflow.plugins import (
+    BUILTIN,
+    GpuVendor,
+    PluginError,
+    broken_plugins,
+    framework_names,
+    origin_of,
+    plugin_of,
+    spec_of,
+)
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from alflow.acceptance.knobs import KnobRenderer
@@ -86,8 +98,30 @@ def get_framework(name: str) -> Framework:
 
 
 def frameworks() -> tuple[Framework, ...]:
-    """Every registered framework's plugin, in registry order."""
-    return tuple(get_framework(name) for name in framework_names())
+    """Every registered framework's plugin that loads, in registry order (see :func:`left_out`)."""
+    return _usable()[0]
+
+
+def left_out() -> tuple[str, ...]:
+    """Why each third-party plugin was left out: its entry point did not load, or its plugin is not a Framework."""
+    return broken_plugins() + _usable()[1]
+
+
+@functools.cache
+def _usable() -> tuple[tuple[Framework, ...], tuple[str, ...]]:
+    found: list[Framework] = []
+    broken: list[str] = []
+    builtin = {spec.name for spec in BUILTIN}
+    for name in framework_names():
+        try:
+            found.append(get_framework(name))
+        except PluginError as exc:
+            if name in builtin:
+                raise
+            reason = f"{origin_of(name)}: {exc}"
+            log.warning("framework plugin left out: %s", reason)  # once: the answer is kept
+            broken.append(reason)
+    return tuple(found), tuple(broken)
 
 
 def repeated_draws(framework: str) -> str | None:

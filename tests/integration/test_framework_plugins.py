@@ -201,3 +201,53 @@ def test_a_broken_plugin_is_left_out_with_its_reason_and_the_rest_work(
     (left_out,) = data["left_out"]
     assert reason in left_out
     assert "framework plugin left out" in listed.stderr
+
+
+HOSTILE = {
+    "raises at import": ("SPEC = 1 / 0", "", "ZeroDivisionError: division by zero"),
+    "exits at import": ("import sys\nsys.exit(3)", "", "SystemExit: 3"),
+    "a config that is no server model": (
+        "from alflow.plugins import FrameworkSpec\nSPEC = FrameworkSpec('evil', 'builtins:dict', 'builtins:len')",
+        "",
+        "builtins:dict is not a server configuration model",
+    ),
+    "a plugin that is no Framework": (
+        "from alflow.plugins import FrameworkSpec\n"
+        "SPEC = FrameworkSpec('evil', 'evil_alflow.config:EvilServer', 'builtins:len')",
+        "from typing import Literal\nfrom alflow.config.server import ServerBase\n\n\n"
+        "class EvilServer(ServerBase):\n    framework: Literal['evil'] = 'evil'\n",
+        "builtins:len is not a Framework named 'evil'",
+    ),
+}
+"""Third-party plugins that break as they load: (the spec module, its config module, the reason listed)."""
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_a_hostile_plugin_is_left_out_once_and_never_stops_a_command(tmp_path: Path, case: str) -> None:
+    """Round 3 of #49: a plugin that raised or exited on import broke every command, even ``alflow --version``."""
+    spec, config, reason = HOSTILE[case]
+    package = tmp_path / "evil_alflow"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "spec.py").write_text(spec + "\n")
+    (package / "config.py").write_text(config)
+    info = tmp_path / "evil_alflow-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: evil-alflow\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[alflow.frameworks]\nevil = evil_alflow.spec:SPEC\n")
+    alflow = [sys.executable, "-m", "alflow.cli"]
+    for quiet in (["--version"], ["--help"], ["run", "m2", "--help"]):  # these load no plugin at all
+        answer = _run(tmp_path, *alflow, *quiet)
+        assert answer.returncode == 0, (quiet, answer.stderr[-800:])
+        assert answer.stderr == "", quiet
+    listed = _run(tmp_path, *alflow, "frameworks", "--json")
+    assert listed.returncode == 0, listed.stderr[-800:]
+    data = json.loads(listed.stdout)
+    assert [f["name"] for f in data["frameworks"]] == BUILT_IN
+    (left_out,) = data["left_out"]
+    assert reason in left_out
+    assert "evil-alflow 0.1" in left_out  # the distribution to blame
+    warnings = [line for line in listed.stderr.splitlines() if "framework plugin left out" in line]
+    assert len(warnings) == 1, listed.stderr
+    dry = _run(tmp_path, *alflow, "run", "m2", "--preset", "sim", "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr[-800:]
