@@ -22,10 +22,13 @@ from alflow.results.catalog import split_image
 from alflow.results.regression import REGRESSION_FILE, PointVerdict, RegressionReport
 from alflow.results.store import RunWriter, StoredRun
 from alflow.results.view import image
+from alflow.util.chat import chat_code
 from alflow.util.redact import redact_data, redact_url
 
 REGRESSION_EVENT: Final = "alflow.regression.detected"
 """A regressed M2 point or a reference entry that moved: one event each."""
+MAX_LABEL: Final = 1024
+"""The longest resource label value an event carries (an identifier's bound, :data:`alflow.util.names.MAX_IDENTIFIER`)."""
 
 
 def alert_event(
@@ -42,17 +45,18 @@ def alert_event(
         "prefect.resource.name": flow,
         "alflow.outcome": point.outcome,
         **{
-            f"alflow.{name}": str(series.get(name, ""))
+            f"alflow.{name}": _label(series.get(name, ""))
             for name in ("framework", "image", "model", "thinking")
         },
-        "alflow.image-tag": image_tag,
-        "alflow.target-al": str(series.get("target_al", "")),  # a line is one target AL (SeriesKey)
+        "alflow.image-tag": _label(image_tag),
+        "alflow.target-al": _label(series.get("target_al", "")),  # a line is one target AL (SeriesKey)
         "alflow.k": str(point.k),
         "alflow.concurrency": str(point.concurrency),
         "alflow.repeat": str(point.repeat),
     }
     if point.reference is not None:
-        resource["alflow.reference"] = point.reference
+        resource["alflow.reference"] = _label(point.reference)
+    served = str(series.get("image", "")) + (f":{image_tag}" if image_tag else "")
     payload: dict[str, Any] = {
         "outcome": point.outcome,
         "message": point.message,
@@ -60,10 +64,24 @@ def alert_event(
         "metrics": [m.model_dump(mode="json") for m in point.metrics],
         "history": list(point.history),
         "run_dir": redact_url(run_dir),
+        # what the notification shows (deployments/automations.yaml): each string a chat's inline code
+        "shown": {
+            **{name: chat_code(series.get(name, "?")) for name in ("framework", "model", "thinking")},
+            "image": chat_code(served or "?"),
+            "reference": None if point.reference is None else chat_code(point.reference),
+            "flow": chat_code(flow),
+            "run_dir": chat_code(redact_url(run_dir)),
+            "message": chat_code(point.message, limit=1000),
+        },
     }
     clean = redact_data(payload)
     assert isinstance(clean, dict)
     return resource, clean
+
+
+def _label(value: object) -> str:
+    """A resource label's value: the text, control characters removed, at most :data:`MAX_LABEL` characters."""
+    return "".join(c for c in str(value) if c.isprintable())[:MAX_LABEL]
 
 
 def _image_tag(writer: RunWriter) -> str:

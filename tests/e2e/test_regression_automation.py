@@ -148,7 +148,7 @@ def test_a_regression_event_notifies_through_the_webhook_block(
             assert headers.get("Content-Type") == "application/json", headers
             text = json.loads(body)["text"]
             texts[text.partition("\n\n")[0]] = text
-        head = "alflow regressed: vllm Qwen/Qwen3-Next-80B-A3B-Instruct K=3 concurrency="
+        head = "alflow regressed: `vllm` `Qwen/Qwen3-Next-80B-A3B-Instruct` K=3 concurrency="
         assert sorted(texts) == [f"{head}16", f"{head}4"], texts
         for concurrency in (16, 4):
             text = texts[f"{head}{concurrency}"]
@@ -156,16 +156,16 @@ def test_a_regression_event_notifies_through_the_webhook_block(
             assert lines[:8] == [
                 "tpot_ms regressed: change +12.0% (interval +8.0% to +16.0%), median 10.0 -> 11.2",
                 "achieved_al unchanged: change n/a (interval n/a), median 2.71 -> 2.7",
-                "framework: vllm",
-                "image: vllm/vllm-openai:v0.20.0",
-                "model: Qwen/Qwen3-Next-80B-A3B-Instruct",
-                "thinking: off",
+                "framework: `vllm`",
+                "image: `vllm/vllm-openai:v0.20.0`",
+                "model: `Qwen/Qwen3-Next-80B-A3B-Instruct`",
+                "thinking: `off`",
                 "K: 3",
                 f"concurrency: {concurrency}",
             ], text
-            assert lines[8].startswith(f"flow run: {run['name']} "), text  # read from the API by the server
+            assert lines[8].startswith(f"flow run: `{run['name']}` "), text  # read from the API by the server
             assert run_id in lines[8], text  # its UI link
-            assert lines[9:] == [f"run directory: {RUN_DIR}", POINT.message], text
+            assert lines[9:] == [f"run directory: `{RUN_DIR}`", f"`{POINT.message}`"], text
     assert automations(prefect_server) == []
     print(
         f"setup {applied - started:.1f} s, flow run {emitted - applied:.1f} s, POSTs {notified - emitted:.1f} s after "

@@ -113,19 +113,19 @@ def test_the_message_names_the_series_each_metric_and_the_run() -> None:
         point, flow_run_id="f00", flow="m2", run_dir="results/m2/x", image_tag="v0.5.16"
     )
     subject, body = _render(resource, payload)
-    assert subject == "alflow regressed: sglang m K=5 concurrency=64"
+    assert subject == "alflow regressed: `sglang` `m` K=5 concurrency=64"
     assert body.splitlines() == [
         "tpot_ms unchanged: change -10.0% (interval -20.0% to -5.0%), median 10.0 -> 9.0",
         "tokens_per_s_per_request unchanged: change n/a (interval n/a), median None -> None",
-        "framework: sglang",
-        "image: lmsysorg/sglang:v0.5.16",
-        "model: m",
-        "thinking: on",
+        "framework: `sglang`",
+        "image: `lmsysorg/sglang:v0.5.16`",
+        "model: `m`",
+        "thinking: `on`",
         "K: 5",
         "concurrency: 64",
-        "flow run: m2 (prefect.flow-run.f00)",  # no flow run read from the API: the event's own resource
-        "run directory: results/m2/x",
-        "regressed against 3 run(s)",
+        "flow run: `m2` (prefect.flow-run.f00)",  # no flow run read from the API: the event's own resource
+        "run directory: `results/m2/x`",
+        "`regressed against 3 run(s)`",
     ]
 
 
@@ -154,4 +154,40 @@ def test_without_a_tag_the_message_names_the_image_repository_alone() -> None:
     assert resource["alflow.image-tag"] == ""
     assert resource["alflow.target-al"] == "1.9300"
     _, body = _render(resource, payload)
-    assert "image: alflow-sim" in body.splitlines()
+    assert "image: `alflow-sim`" in body.splitlines()
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "<!channel> <https://evil.example|Click here>",
+        "[Click](https://evil.example) @here @channel *bold* _it_",
+        "m` <!here> `x",
+        "evil\x1b[31m\nforged line\u202eevil\u200b",
+        "m" * 100_000,
+    ],
+)
+def test_a_hostile_id_reaches_the_chat_as_inline_code_and_nothing_else(hostile: str) -> None:
+    """#49: model ids such as ``<!channel> <https://evil|Click>`` were posted as they are (a ping, a disguised link)."""
+    point = PointVerdict(
+        series={"framework": "sim", "image": hostile, "model": hostile, "thinking": "off"},
+        concurrency=2,
+        k=1,
+        outcome="regressed",
+        message=f"{hostile}: regressed",
+        reference=hostile,
+    )
+    resource, payload = alert_event(point, flow_run_id="f00", flow="m2", run_dir=f"results/m2/{hostile}")
+    subject, body = _render(resource, payload)
+    for text in (subject, body):
+        assert "<" not in text  # no Slack control sequence survives
+        assert ">" not in text.replace(" -> ", "")
+        assert not {"\x1b", "\u202e", "\u200b"} & set(text)
+        for line in text.splitlines():
+            assert line.count("`") % 2 == 0, line  # every span closed: nothing outside code but ours
+    spans = [span for line in body.splitlines() for span in line.split("`")[1::2]]
+    assert all("@" not in part for line in body.splitlines() for part in line.split("`")[0::2])
+    assert len(body) < 3_000  # bounded, whatever the id's length
+    assert spans  # the strings are there, as code
+    assert all(len(value) <= 1024 for value in resource.values())
+    assert all(value.isprintable() for value in resource.values())

@@ -556,7 +556,9 @@ async def test_a_model_id_of_two_million_characters_is_served_in_bounded_time(tm
     """A long alphanumeric run once made each index request take 11 s (65,000 characters) or hang (2 million)."""
     root = make_root(tmp_path)
     huge = "m" * 2_000_000
-    _edit_manifest(root / M2, {"config.model.id": huge, "error": f"boom at https://bob:{SECRET}@example.com/x"})
+    _edit_manifest(
+        root / M2, {"config.model.id": huge, "error": f"boom at https://bob:{SECRET}@example.com/x"}
+    )
     async with serving(root) as site:
         for path in ("/", "/api/runs", f"/runs/{M2}/", f"/api/runs/{M2}", "/trends"):
             started = asyncio.get_running_loop().time()
@@ -593,6 +595,8 @@ async def test_a_page_that_builds_too_long_answers_503_and_the_site_answers_othe
             assert "took longer than 0.5 s" in answer.text
             api = await site.get("/api/runs")
             assert api.status == 503
-            assert json.loads(api.body) == {"error": "this page took longer than 0.5 s to build: try again later"}
+            assert json.loads(api.body) == {
+                "error": "this page took longer than 0.5 s to build: try again later"
+            }
     finally:
         release.set()
