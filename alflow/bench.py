@@ -58,7 +58,7 @@ from alflow.metrics.prometheus import (
 from alflow.metrics.promql import PromQLStart, PromQLWindow, baseline_counters, promql_start
 from alflow.metrics.readers import candidate_metrics_urls, detect, get_dialect
 from alflow.util import eventloop, jsonutil
-from alflow.util.redact import redact_data, redact_url, redact_urls_in_text
+from alflow.util.redact import redact_body, redact_data, redact_url, redact_urls_in_text
 from alflow.workloads import check_prompt_memory, file_sha256
 
 T = TypeVar("T")
@@ -317,7 +317,7 @@ def sampling_dict(s: Sampling) -> dict[str, Any]:
     if s.chat_template_kwargs:
         out["chat_template_kwargs"] = dict(s.chat_template_kwargs)
     if s.extra_body:
-        out["extra_body"] = dict(s.extra_body)
+        out["extra_body"] = redact_body(s.extra_body)  # sent as given; stored without its secrets
     return out
 
 

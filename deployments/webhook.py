@@ -40,6 +40,8 @@ from prefect.exceptions import ObjectNotFound
 from prefect.settings import get_current_settings
 from rich.console import Console
 
+from alflow.util.redact import redact_urls_in_text
+
 AUTOMATIONS: Final = Path(__file__).resolve().with_name("automations.yaml")
 """alflow's automations, with their blocks named by slug."""
 BLOCK_NAME: Final = "alflow-regression"
@@ -164,8 +166,8 @@ def write(automations: list[dict[str, Any]], out: Path) -> None:
 
 
 def _say(message: str) -> None:
-    """A line for the person running the command, on stderr (stdout stays free)."""
-    Console(stderr=True, highlight=False, markup=False, soft_wrap=True).print(message)
+    """A line for the person running the command, on stderr (stdout stays free), every URL in it redacted."""
+    Console(stderr=True, highlight=False, markup=False, soft_wrap=True).print(redact_urls_in_text(message))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -59,7 +59,7 @@ from alflow.site.pages import (
 )
 from alflow.site.reference import reference_page
 from alflow.util.fsutil import open_confined, unsafe_file
-from alflow.util.redact import redact_data, redact_text_stream, redact_urls_in_text
+from alflow.util.redact import redact_data, redact_text_stream, redact_url, redact_urls_in_text
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -633,8 +633,12 @@ async def _refresher(app: web.Application) -> AsyncIterator[None]:
 
 
 def _root_label(root: str) -> str:
-    """The root as the page header names it: its last folder name (the server's full path stays private)."""
-    return root.rstrip("/").rsplit("/", 1)[-1] or root
+    """The root as the page header names it: its last folder name (the server's full path stays private).
+
+    A URL's credentials are redacted first (``http://user:PASSWORD@host`` once named the password in every header).
+    """
+    shown = redact_url(root)
+    return shown.rstrip("/").rsplit("/", 1)[-1] or shown
 
 
 def make_app(catalog: Catalog, *, token: str | None = None, refresh_s: float = 2.0) -> web.Application:

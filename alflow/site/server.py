@@ -18,6 +18,7 @@ from alflow.errors import InvalidInputError
 from alflow.results.catalog import Catalog
 from alflow.site.app import make_app
 from alflow.site.guard import PathOnlyAccessLogger, check_bind
+from alflow.util.redact import redact_url
 
 
 def check_root(root: str) -> str:
@@ -27,7 +28,7 @@ def check_root(root: str) -> str:
     path = Path(root.removeprefix("file://"))
     if not path.is_dir():
         raise InvalidInputError(
-            f"ROOT {root!r}: not a folder; give a results root (the folder runs are stored in)"
+            f"ROOT {redact_url(root)!r}: not a folder; give a results root (the folder runs are stored in)"
         )
     return str(path)
 
@@ -85,5 +86,5 @@ def serve(
     root = check_root(root)
     catalog = Catalog(root, min_refresh_s=refresh_s, cache_dir=cache_dir)
     app = make_app(catalog, token=token, refresh_s=refresh_s)
-    announce(f"{len(catalog.entries())} runs in {root}")
+    announce(f"{len(catalog.entries())} runs in {redact_url(root)}")
     asyncio.run(run_site(app, host, port, announce))

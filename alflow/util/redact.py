@@ -278,6 +278,35 @@ def redact_text_stream(chunks: Iterable[bytes], max_held: int = MAX_HELD_BYTES) 
         yield redact_urls_in_text(held.decode("utf-8", errors="replace")).encode()
 
 
+_SECRET_BODY_KEYS: Final = frozenset({"authorization", "auth", "credential", "credentials", "cookie"})
+
+
+def is_secret_key(key: str) -> bool:
+    """True when a request body's key names a secret (``api_key``, ``token``, ``password``, ``authorization``)."""
+    return is_secret_name(key.replace("-", "_")) or key.lower() in _SECRET_BODY_KEYS
+
+
+def redact_body(body: Mapping[str, object]) -> dict[str, object]:
+    """A request body (``--extra-body``) as it may be stored or printed, without its secrets.
+
+    The value of every key naming a secret (:func:`is_secret_key`, at any depth) is ``***``; strings have their URLs
+    redacted (:func:`redact_data`). What is sent is the body as given; only its record is redacted.
+    """
+
+    def walk(value: object) -> object:
+        if isinstance(value, Mapping):
+            return {
+                k: REDACTED if isinstance(k, str) and is_secret_key(k) else walk(v) for k, v in value.items()
+            }
+        if isinstance(value, list | tuple):
+            return [walk(v) for v in value]
+        return value
+
+    clean = redact_data(walk(body))
+    assert isinstance(clean, dict)
+    return clean
+
+
 def redact_data(data: object, values: Iterable[str] = ()) -> object:
     """A copy of JSON-ready ``data`` (dicts, lists, strings) with every string passed through :func:`redact_urls_in_text`.
 

@@ -384,3 +384,57 @@ def test_metrics_snapshot_prints_and_fails_without_url_credentials() -> None:
     assert ("Basic " + base64.b64encode(b"scraper:Pw-Canary-6").decode()) in [
         a for _, a, _ in server.state.seen
     ]
+
+
+def test_bench_sends_an_extra_body_secret_but_never_stores_or_prints_it(tmp_path: Path) -> None:
+    """#49: ``--extra-body '{"api_key": ...}'`` was stored in summary.json as given."""
+    body = {"api_key": "Key-Canary-7", "nested": {"Authorization": "Bearer Tok-Canary-7"}, "min_p": 0.1}
+    with threaded_sse_server() as server:
+        result = CliRunner().invoke(
+            app,
+            ["bench", "--base-url", server.base_url, "--model", "m", "--num-prompts", "2", "--max-tokens", "3",
+             "--extra-body", json.dumps(body), "--out", str(tmp_path), "--json", "--no-progress"],
+        )  # fmt: skip
+        sent = list(server.state.bodies)
+    assert result.exit_code == 0, result.output
+    assert any(b.get("api_key") == "Key-Canary-7" for b in sent)  # the server got it
+    stored = b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
+    assert stored  # the run was stored
+    for text in (stored.decode(errors="replace"), result.output):
+        assert "Canary-7" not in text
+    summary = json.loads(next(tmp_path.rglob("summary.json")).read_text())
+    assert summary["config"]["sampling"]["extra_body"] == {
+        "api_key": "***",
+        "nested": {"Authorization": "***"},
+        "min_p": 0.1,
+    }
+
+
+def test_a_results_root_url_never_shows_its_password(tmp_path: Path) -> None:
+    """#49: ``alflow results serve http://user:PASSWORD@host/...`` printed it on stderr and in every page header."""
+    from alflow.site.app import _root_label
+
+    assert _root_label("http://user:Pw-Canary-8@host") == "***@host"
+    assert _root_label("s3://key:Pw-Canary-8@bucket/results/") == "results"
+    result = CliRunner().invoke(
+        app, ["results", "serve", "memory://u:Pw-Canary-8@nowhere/x", "--port", "70000"]
+    )
+    assert result.exit_code == 2
+    assert "Canary-8" not in result.output
+
+
+def test_the_webhook_helper_never_prints_the_prefect_api_password(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """#49: ``python -m alflow_deployments.webhook`` printed PREFECT_API_URL with its password."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from alflow_deployments import webhook
+
+    url = "http://admin:Pw-Canary-9@127.0.0.1:1/api"
+    with temporary_settings({PREFECT_API_URL: url}):
+        code = webhook.main(["--out", str(tmp_path / "a.yaml")])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "127.0.0.1:1" in err  # it says where it failed
+    assert "Canary-9" not in err
