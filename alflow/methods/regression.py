@@ -29,7 +29,10 @@ any metric regressed, else ``improved`` when any improved, else ``unchanged``. B
 - a point whose AL audit failed is not compared for TPOT or throughput (both depend on the AL it realised):
   it is ``regressed`` on ``achieved_al`` when its series has at least ``min_history`` good runs (they passed
   the audit), else ``not enough history``;
-- fewer than ``min_history`` usable history runs: ``not enough history``.
+- fewer than ``min_history`` usable history runs: ``not enough history``;
+- a metric with an impossible value on either side (:func:`not_comparable`: below zero, above :data:`MAX_VALUE`,
+  not finite) or a median of zero on either side is ``not compared``, with its reason; a point none of whose
+  metrics could be compared is ``not compared`` ("not comparable: ..."), never ``unchanged``.
 
 A run stopped or failed part-way is not judged at all (it stores no ``regression.json``).
 
@@ -101,6 +104,11 @@ THROUGHPUT: Final = Metric("tokens_per_s_per_request", "output tokens/s per requ
 METRICS: Final = (TPOT, THROUGHPUT)
 MIN_REQUESTS: Final = 5
 """A run (or the point) with fewer usable requests than this gives no sample."""
+MAX_VALUE: Final = {TPOT.name: 3_600_000.0, THROUGHPUT.name: 10_000_000.0}
+"""The largest possible per-request value of each metric: a TPOT of one hour a token, ten million tokens a second for
+one request. A value above it, below zero or not finite is impossible (a damaged or forged history, a clock that
+ran backwards): the metric is then not comparable, never judged (a negative history TPOT was judged "improved
+-200 %", issue #49)."""
 METHOD: Final = (
     "Per point, per metric (per-request TPOT, higher is worse; per-request output tokens / e2e latency, lower "
     "is worse): change = median(this run) / median(history pooled) - 1, with a seeded two-level bootstrap "
@@ -210,6 +218,23 @@ def metric_outcome(
     return "unchanged"
 
 
+def not_comparable(metric: Metric, mine: pl.Series, pooled: pl.Series) -> str | None:
+    """Why ``metric`` cannot be compared between this point's values and the history's (None: it can).
+
+    An impossible value on either side (below zero, above :data:`MAX_VALUE`, not finite), or a median of zero on
+    either side (a change relative to zero has no scale: every simulated run at time scale 0 has TPOT 0).
+    """
+    bound = MAX_VALUE[metric.name]
+    for side, values in (("this point", mine), ("the history", pooled)):
+        floats = values.cast(pl.Float64)
+        bad = int((floats.is_nan() | floats.is_infinite() | (floats < 0) | (floats > bound)).sum())
+        if bad:
+            return f"{metric.name}: {bad} impossible value(s) in {side} (below 0, above {bound:,.0f} or not finite)"
+        if _median(floats) == 0:
+            return f"{metric.name}: the median of {side} is 0, so a relative change has no scale"
+    return None
+
+
 def compare_metrics(
     current: pl.DataFrame, history: Sequence[pl.DataFrame], settings: RegressionSettings
 ) -> list[MetricChange]:
@@ -235,6 +260,11 @@ def compare_metrics(
         mine = cur.get_column(metric.name).drop_nulls()
         pooled = pl.concat([r.get_column(metric.name) for r in runs]).drop_nulls()
         if mine.len() < MIN_REQUESTS or pooled.len() < MIN_REQUESTS:
+            continue
+        why = not_comparable(metric, mine, pooled)
+        if why is not None:
+            out.append(MetricChange(metric=metric.name, current=None, baseline=None, change=None,
+                                    outcome="not compared", note=why))  # fmt: skip
             continue
         boot = (
             changes.select(pl.col(metric.name) / pl.col(f"{metric.name}_base") - 1.0).to_series().drop_nulls()
@@ -353,12 +383,18 @@ def judge_point(
         why = f"the point has {current.height} successful measured request(s), fewer than {MIN_REQUESTS}"
         return _point_verdict(key, point, "not compared", why, usable)
     metrics = compare_metrics(current, [h.values for h in usable], settings)
-    outcome = _combine(m.outcome for m in metrics)
+    refused = [m.note for m in metrics if m.outcome == "not compared" and m.note]
+    judged = [m for m in metrics if m.outcome != "not compared"]
+    if not judged:  # no metric compared is no verdict, never "unchanged"
+        why = "; ".join(refused) or f"no metric has {MIN_REQUESTS} values on both sides"
+        return _point_verdict(key, point, "not compared", f"not comparable: {why}", usable, metrics)
+    outcome = _combine(m.outcome for m in judged)
     lines = [
         f"{m.metric} {m.change:+.1%} [{m.low:+.1%}, {m.high:+.1%}]"
-        for m in metrics
+        for m in judged
         if m.change is not None and m.low is not None and m.high is not None
     ]
+    lines += [f"not comparable: {note}" for note in refused]
     message = f"{outcome} against {len(usable)} run(s): " + "; ".join(lines)
     return _point_verdict(key, point, outcome, message, usable, metrics)
 

@@ -42,6 +42,7 @@ class MetricChange(_Stored):
     high: float | None = Field(None, description="Upper end of the interval of the relative change.")
     p_value: float | None = Field(None, description="Two-sided Mann-Whitney p (information only).")
     outcome: Outcome = Field("unchanged", description="This metric's verdict alone.")
+    note: str = Field("", description="Why the metric was not compared (impossible values, a zero median).")
 
 
 class PointVerdict(_Stored):

@@ -180,6 +180,53 @@ def test_fewer_good_history_runs_than_min_history_is_not_enough_history() -> Non
     assert judge_point(KEY, _point(), current, _history(3), SETTINGS).outcome == "regressed"
 
 
+def _forged(runs: int, tpot: list[float]) -> list[HistoryRun]:
+    frame = pl.DataFrame({"tpot_ms": tpot, "tokens_per_s_per_request": [100.0] * len(tpot)})
+    return [HistoryRun(f"m2/forged{i}", (_point(),), frame) for i in range(runs)]
+
+
+@pytest.mark.parametrize(
+    ("history_tpot", "fragment"),
+    [
+        ([-20.0] * 50, "impossible value(s) in the history"),  # was "improved -200 %"
+        ([1e12] * 50, "impossible value(s) in the history"),  # a TPOT of 10^12 ms was "improved"
+        ([float("nan")] * 50, "impossible value(s) in the history"),
+        (
+            [0.0] * 50,
+            "the median of the history is 0",
+        ),  # the sim at time scale 0: was 0 % with an infinite interval
+    ],
+)
+def test_impossible_history_is_not_comparable_never_improved_or_unchanged(
+    history_tpot: list[float], fragment: str
+) -> None:
+    """#49: history with negative, absurd or zero latencies was judged; now it is refused with its reason."""
+    current = _runs(17, 1, 200)[0].with_columns(pl.lit(100.0).alias("tokens_per_s_per_request"))
+    got = judge_point(KEY, _point(), current, _forged(3, history_tpot), SETTINGS)
+    tpot = _by_metric(got.metrics)["tpot_ms"]
+    assert (tpot.outcome, tpot.change) == ("not compared", None)
+    assert fragment in tpot.note
+    assert got.outcome == "unchanged"  # the other metric was compared (the same rate on both sides)
+    assert "not comparable: tpot_ms: " in got.message
+
+
+def test_a_point_whose_every_metric_is_impossible_is_not_compared_with_the_reason() -> None:
+    frame = pl.DataFrame({"tpot_ms": [-1.0] * 50, "tokens_per_s_per_request": [-5.0] * 50})
+    got = judge_point(KEY, _point(), frame, _history(3), SETTINGS)
+    assert got.outcome == "not compared"
+    assert got.message.startswith("not comparable: tpot_ms: 50 impossible value(s) in this point")
+    assert "tokens_per_s_per_request: 50 impossible" in got.message
+
+
+def test_a_comparison_of_no_metric_is_not_compared_never_unchanged() -> None:
+    """#49: when neither side had enough values of any metric the point read "unchanged"."""
+    empty = pl.DataFrame({"tpot_ms": [None] * 50, "tokens_per_s_per_request": [None] * 50}, schema={
+        "tpot_ms": pl.Float64, "tokens_per_s_per_request": pl.Float64})  # fmt: skip
+    got = judge_point(KEY, _point(), empty, _history(3), SETTINGS)
+    assert got.outcome == "not compared"
+    assert got.message == f"not comparable: no metric has {MIN_REQUESTS} values on both sides"
+
+
 def test_partial_and_client_bound_points_are_not_compared() -> None:
     current = _runs(15, 1, 200, scale=2.0)[0]
     partial = judge_point(KEY, _point(partial=True, valid=False), current, _history(3), SETTINGS)
