@@ -102,6 +102,8 @@ def _publish(writer: RunWriter, report: RegressionReport, *, emit: bool) -> None
     counts = ", ".join(f"{n} {outcome}" for outcome, n in sorted(report.counts().items())) or "no points"
     log = get_run_logger()
     log.info("regression check (%s): %s", report.kind, counts)
+    for note in report.notes:
+        log.warning("regression check: %s", note)
     for point in report.alerts():
         log.warning("regression: %s", point.message)
         if emit:

@@ -43,6 +43,7 @@ from alflow.reports.matrix import METRICS, build_matrix, matrix_csv, matrix_json
 from alflow.reports.render import render_comparison, render_run, write_html_report
 from alflow.results.store import StoredRun, StoreError, iter_runs, open_run
 from alflow.util import jsonutil
+from alflow.util.fsutil import local_path_of
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -149,9 +150,10 @@ def _export_text(runs: Sequence[StoredRun], fmt: ReportFormat, digits: int) -> s
 
 def _check_root(root: str) -> None:
     """``--root``: a local results root must be a folder, or missing (no runs); never a file or under one."""
-    if "://" in root and not root.startswith("file://"):
+    local = local_path_of(root)
+    if local is None:
         return
-    path = Path(root.removeprefix("file://"))
+    path = Path(local)
     existing = next((p for p in (path, *path.parents) if p.exists()), None)
     if existing is not None and not existing.is_dir():
         where = "is not a folder" if existing == path else f"is under {existing}, which is not a folder"

@@ -130,6 +130,8 @@ class HistorySource(Protocol):
         self, key: SeriesKey, *, before: str, n: int, exclude_rel: str | None = None
     ) -> list[tuple[CatalogEntry, M2Point]]: ...
 
+    def entries(self) -> tuple[CatalogEntry, ...]: ...
+
 
 # --------------------------------------------------------------------------------------------
 # Samples and the bootstrap
@@ -466,7 +468,21 @@ def judge_m2_run(
             else mine
         )
         verdicts.append(judge_point(key, point, current, history, settings))
-    return RegressionReport(kind="m2", method=METHOD, parameters=parameters_of(settings), points=verdicts)
+    return RegressionReport(
+        kind="m2", method=METHOD, parameters=parameters_of(settings), points=verdicts, notes=_skipped(source)
+    )
+
+
+def _skipped(source: HistorySource) -> list[str]:
+    """A note naming the run folders of the root that could not be read, so none of them was history."""
+    unread = [e for e in source.entries() if e.status == "unreadable"]
+    if not unread:
+        return []
+    shown = "; ".join(e.problem or e.rel for e in unread[:3])
+    more = f" and {len(unread) - 3} more" if len(unread) > 3 else ""
+    return [
+        f"{len(unread)} run folder(s) of the results root could not be read and are no history: {shown}{more}"
+    ]
 
 
 # --------------------------------------------------------------------------------------------

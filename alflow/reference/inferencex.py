@@ -53,6 +53,7 @@ from alflow.reference.table import (
     Variant,
     update_reference,
 )
+from alflow.util.fsutil import open_regular
 
 INFERENCEX_COMMIT = "843c6254ff69b567f772f6a5fd97675af3d04431"
 """The InferenceX commit the format and :data:`COLLECTORS` were read at (2026-08-21)."""
@@ -80,6 +81,8 @@ COLLECTOR_DRAFT_MODELS: Mapping[str, str] = {
     "kimik2.5_fp4_b300_vllm.sh": "lightseekorg/kimi-k2.5-eagle3-mla",
 }
 
+MAX_GOLDEN_BYTES = 64 << 20
+"""The largest golden AL file read (64 MiB; InferenceX's are kilobytes)."""
 GOLDEN_DATASET = "speed-bench"
 GOLDEN_CATEGORY = "coding"
 """InferenceX's golden curves are measured on SPEED-Bench Qualitative ``coding`` (golden_al_distribution/README.md)."""
@@ -465,6 +468,21 @@ def golden_entries(
     return tuple(out)
 
 
+def _golden_text(path: Path) -> str:
+    """A golden AL file's text: a regular file (a FIFO or device given by mistake never blocks), bounded, UTF-8."""
+    try:
+        with open_regular(path) as f:
+            raw = f.read(MAX_GOLDEN_BYTES + 1)
+    except OSError as exc:
+        raise InvalidInputError(f"{path}: cannot read the golden AL file ({exc.strerror or exc})") from None
+    if len(raw) > MAX_GOLDEN_BYTES:
+        raise InvalidInputError(f"{path}: larger than the {MAX_GOLDEN_BYTES:,} bytes a golden AL file may be")
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        raise InvalidInputError(f"{path}: not UTF-8 text") from None
+
+
 def import_golden(
     paths: Sequence[str | os.PathLike[str]],
     into: str | os.PathLike[str],
@@ -488,16 +506,7 @@ def import_golden(
     categories = set()
     for p in paths:
         path = Path(p)
-        try:
-            raw = path.read_bytes()
-        except OSError as exc:
-            raise InvalidInputError(
-                f"{path}: cannot read the golden AL file ({exc.strerror or exc})"
-            ) from None
-        try:
-            text = raw.decode()
-        except UnicodeDecodeError:
-            raise InvalidInputError(f"{path}: not UTF-8 text") from None
+        text = _golden_text(path)
         curve = parse_golden(
             text,
             source=str(path),
@@ -511,7 +520,7 @@ def import_golden(
             golden_entries(
                 curve,
                 file=str(path),
-                sha256=hashlib.sha256(raw).hexdigest(),
+                sha256=hashlib.sha256(text.encode()).hexdigest(),  # the bytes read: UTF-8 decodes one way
                 code_version=code_version,
                 model=model,
             )

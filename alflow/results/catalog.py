@@ -47,7 +47,7 @@ from alflow.metrics.point_metrics import POINT_METRICS
 from alflow.results import view
 from alflow.results.rows import M2Point
 from alflow.results.store import MANIFEST, SUMMARY, StoredRun, open_run, storage_for
-from alflow.util.fsutil import atomic_write_bytes, unsafe_file
+from alflow.util.fsutil import atomic_write_bytes, local_path_of, unsafe_file
 
 log = logging.getLogger(__name__)
 
@@ -94,15 +94,14 @@ class SeriesKey:
 
     def label(self) -> str:
         """``framework [image] model K=k c=concurrency [thinking=..] [target AL .. [scheme]]``: how pages name it."""
-        parts = [self.framework, *([self.image] if self.image else []), self.model]
-        parts += [f"K={self.k}", f"c={self.concurrency}"]
-        if self.thinking:
-            parts.append(f"thinking={self.thinking}")
-        if self.target_al:
-            parts.append(f"target AL {self.target_al}")
-        if self.scheme:
-            parts.append(f"({self.scheme})")
-        return " ".join(parts)
+        optional = (f"thinking={self.thinking}", f"target AL {self.target_al}", f"({self.scheme})")
+        shown = [self.framework, self.image, self.model, f"K={self.k}", f"c={self.concurrency}"]
+        shown += [
+            text
+            for text, value in zip(optional, (self.thinking, self.target_al, self.scheme), strict=True)
+            if value
+        ]
+        return " ".join(part for part in shown if part)
 
     def to_dict(self) -> dict[str, str | int]:
         """The key as a JSON object (``regression.json``'s ``series``)."""
@@ -165,22 +164,22 @@ class CatalogEntry:
     """Full path or URL (``open_run(run_dir)`` opens it)."""
     flow: str
     run_id: str
-    flow_run_id: str | None
     started: str
-    finished: str | None
     status: str
     """complete, failed, incomplete (:attr:`StoredRun.status`) or unreadable (see :attr:`problem`)."""
     outcome: str
     """passed, failed, partial, running, or unreadable."""
-    model: str | None
-    framework: str | None
-    image: str | None
-    image_tag: str | None
-    served: str | None
+    flow_run_id: str | None = None
+    finished: str | None = None
+    model: str | None = None
+    framework: str | None = None
+    image: str | None = None
+    image_tag: str | None = None
+    served: str | None = None
     """What served a run without an image (``vllm 0.32.0 (process)``, :func:`alflow.results.view.served_by`)."""
-    ks: tuple[int, ...]
-    thinking: str | None
-    simulated: bool
+    ks: tuple[int, ...] = ()
+    thinking: str | None = None
+    simulated: bool = False
     points: tuple[M2Point, ...] = ()
     verdict: str | None = None
     """The worst outcome in the run's ``regression.json`` (:data:`VERDICT_ORDER`), None without one."""
@@ -248,32 +247,19 @@ def _stamp_iso(name: str) -> str:
     m = RUN_DIR.match(name)
     if not m:
         return ""
-    return datetime.strptime(m.group(1), "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC).isoformat()
+    try:
+        return datetime.strptime(m.group(1), "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC).isoformat()
+    except ValueError:  # a name of the right shape with an impossible date (month 13, hour 25)
+        return ""
 
 
 def unreadable_entry(rel: str, run_dir: str, problem: str) -> CatalogEntry:
     """The entry of a run directory that cannot be read: where it is, when its name says it started, why."""
     flow, _, name = rel.partition("/")
     return CatalogEntry(
-        rel=rel,
-        run_dir=run_dir,
-        flow=flow,
-        run_id=name.partition("-")[2],
-        flow_run_id=None,
-        started=_stamp_iso(name),
-        finished=None,
-        status="unreadable",
-        outcome="unreadable",
-        model=None,
-        framework=None,
-        image=None,
-        image_tag=None,
-        served=None,
-        ks=(),
-        thinking=None,
-        simulated=False,
-        problem=" ".join(problem.split()),
-    )
+        rel=rel, run_dir=run_dir, flow=flow, run_id=name.partition("-")[2], started=_stamp_iso(name),
+        status="unreadable", outcome="unreadable", problem=" ".join(problem.split()),
+    )  # fmt: skip
 
 
 def _ks(run: StoredRun) -> tuple[int, ...]:
@@ -346,20 +332,29 @@ ENTRY_FILES: Final = (MANIFEST, SUMMARY, REGRESSION, "spec_stats.parquet")
 
 
 def read_entry(rel: str, run_dir: str) -> CatalogEntry:
-    """The catalogue entry of one run directory (an ``unreadable`` entry when it cannot be read).
+    """The catalogue entry of one run directory; never raises: an ``unreadable`` entry with the reason instead.
 
-    On a local root a run whose files the catalogue reads are not regular files inside the root (a symlink out of
-    it, a FIFO, a device) is not read: it is unreadable, naming the file (reading it would leave the root or block).
+    A manifest nested 100,000 deep, a number beyond 64 bits, bytes that are not JSON: that run is unreadable, never
+    the catalogue. On a local root a run whose files the catalogue reads are not regular files inside the root (a
+    symlink out of it, a FIFO, a device) is not read at all (it would leave the root or block).
     """
-    odd = unsafe_file(str(Path(run_dir).parents[1]), run_dir, ENTRY_FILES) if "://" not in run_dir else None
+    local = local_path_of(run_dir)
+    odd = unsafe_file(str(Path(local).parents[1]), local, ENTRY_FILES) if local is not None else None
     if odd is not None:
         return unreadable_entry(rel, run_dir, f"{rel}/{odd}: not a regular file inside the results root")
     try:
-        run = open_run(run_dir)
+        return _read_entry(rel, run_dir)
     except AlflowError as exc:  # the reason names the run by its rel: the server's own path stays private
-        return unreadable_entry(rel, run_dir, str(exc).replace(run_dir, rel))
+        why = str(exc)
     except OSError as exc:
-        return unreadable_entry(rel, run_dir, f"{rel}: {exc.strerror or exc}")
+        why = f"{rel}: {exc.strerror or exc}"
+    except Exception as exc:  # anything else a hostile folder provokes (RecursionError...): that run only
+        why = f"{rel}: cannot be read ({type(exc).__name__}: {' '.join(str(exc).split())[:300]})"
+    return unreadable_entry(rel, run_dir, why.replace(run_dir, rel))
+
+
+def _read_entry(rel: str, run_dir: str) -> CatalogEntry:
+    run = open_run(run_dir)
     summary = view.summary(run)
     points = tuple(view.m2_points(run)) if run.manifest.flow == "m2" else ()
     img, _digest = view.image(run)
@@ -402,9 +397,10 @@ class _Lister:
     """Lists run directories under a root and signs them, locally (``os.scandir``) or through fsspec."""
 
     def __init__(self, root: str) -> None:
-        self.root = root.removeprefix("file://")
+        local = local_path_of(root)
+        self.root = root if local is None else local
         self.storage = storage_for(self.root)
-        self.local = "://" not in self.root
+        self.local = local is not None
 
     def runs(self) -> list[tuple[str, str]]:
         """(rel, full path) of every directory ``<flow>/<run dir name>`` under the root."""
@@ -533,7 +529,8 @@ class Catalog:
     def __init__(
         self, root: str, *, min_refresh_s: float = 2.0, cache_dir: str | os.PathLike[str] | None = None
     ) -> None:
-        self.root = str(root)
+        local = local_path_of(root)
+        self.root = str(root) if local is None else local  # file:// and local:// roots are local folders
         self.min_refresh_s = min_refresh_s
         self._lister = _Lister(self.root)
         self._cache_file = self._cache_path(cache_dir)
@@ -663,6 +660,8 @@ class Catalog:
                 del rows[rel]
         for rel, entry in fresh.items():
             rows[rel] = {"sig": sigs.get(rel), "entry": entry.to_dict()}
+            if not _json_ready(rows[rel]):  # an integer beyond 64 bits: not cached, read again next time
+                del rows[rel]
         data = {"version": _CACHE_FORMAT, "root": self.root, "runs": rows}
         with contextlib.suppress(OSError):  # a cache that cannot be written only costs the next cold start
             atomic_write_bytes(self._cache_file, orjson.dumps(data))
@@ -674,6 +673,14 @@ def _read_all(todo: list[tuple[str, str]]) -> dict[str, CatalogEntry]:
         return {rel: read_entry(rel, run_dir) for rel, run_dir in todo}
     with ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="alflow-catalog") as pool:
         return dict(zip((rel for rel, _ in todo), pool.map(lambda t: read_entry(*t), todo), strict=True))
+
+
+def _json_ready(value: object) -> bool:
+    try:
+        orjson.dumps(value)
+    except TypeError:
+        return False
+    return True
 
 
 def _sig_from_json(raw: object) -> Signature:

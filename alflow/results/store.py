@@ -20,6 +20,7 @@ store whose manifest still says ``running``: readers report it as incomplete and
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
@@ -38,7 +39,7 @@ from pydantic import ValidationError
 
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.results.manifest import SCHEMA_VERSION, FileEntry, RunManifest, RunProvenance, Status
-from alflow.util.fsutil import atomic_write_bytes, check_writable_dir
+from alflow.util.fsutil import atomic_write_bytes, check_writable_dir, local_path_of, open_regular
 from alflow.util.jsonutil import dumps_bytes
 from alflow.util.redact import redact_data, redact_urls_in_text
 
@@ -46,6 +47,8 @@ PARQUET_VERSION_KEY: Final = "alflow.schema_version"
 MANIFEST: Final = "manifest.json"
 SUMMARY: Final = "summary.json"
 TABLES: Final = ("requests", "server_metrics", "spec_stats")
+MAX_READ_BYTES: Final = 1 << 30
+"""The largest file of a run read whole (1 GiB: a manifest or summary is kilobytes, a point's records tens of MB)."""
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -96,10 +99,15 @@ class LocalStorage:
         atomic_write_bytes(path, data)
 
     def read_bytes(self, path: str) -> bytes:
-        return Path(path).read_bytes()
+        with self.open_read(path) as f:
+            data = f.read(MAX_READ_BYTES + 1)
+        if len(data) > MAX_READ_BYTES:
+            raise OSError(errno.EFBIG, f"larger than the {MAX_READ_BYTES:,} bytes read whole", path)
+        return data
 
     def open_read(self, path: str) -> BinaryIO:
-        return Path(path).open("rb")
+        """``path`` opened for reading when it is a regular file, else an ``OSError`` (:func:`open_regular`)."""
+        return open_regular(path)
 
     def exists(self, path: str) -> bool:
         return Path(path).exists()
@@ -172,14 +180,14 @@ class FsspecStorage:
 
 
 def storage_for(root: str | os.PathLike[str]) -> Storage:
-    """The storage backend for a root: a URL with a scheme goes through fsspec, else local."""
-    text = os.fspath(root)
-    return FsspecStorage(text) if "://" in text and not text.startswith("file://") else LocalStorage()
+    """The storage backend for a root: local for a path, ``file://`` or ``local://``, else fsspec."""
+    return LocalStorage() if local_path_of(root) is not None else FsspecStorage(os.fspath(root))
 
 
 def _root_text(root: str | os.PathLike[str]) -> str:
     text = os.fspath(root)
-    return text.removeprefix("file://")
+    local = local_path_of(text)
+    return text if local is None else local
 
 
 # --------------------------------------------------------------------------------------------
@@ -412,6 +420,8 @@ def _read_json(storage: Storage, path: str) -> dict[str, Any]:
         raise StoreError(f"{path} does not exist") from None
     except (OSError, ValueError) as exc:
         raise StoreError(f"{path}: not readable JSON ({exc})") from None
+    except RecursionError:
+        raise StoreError(f"{path}: not readable JSON (nested deeper than Python's parser goes)") from None
     if not isinstance(data, dict):
         raise StoreError(f"{path}: expected a JSON object")
     version = data.get("schema_version")

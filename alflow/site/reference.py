@@ -20,7 +20,7 @@ from alflow.reference.table import ReferenceEntry, ReferenceTable, load_referenc
 from alflow.results import view
 from alflow.results.catalog import Catalog, CatalogEntry
 from alflow.results.store import MANIFEST, open_run, storage_for
-from alflow.util.fsutil import unsafe_file
+from alflow.util.fsutil import open_regular, unsafe_file
 from alflow.util.yamlfile import MAX_FILE_BYTES
 
 log = logging.getLogger(__name__)
@@ -146,7 +146,12 @@ def _table(root: Path, path: Path) -> TableView | None:
     try:
         table = load_reference(path)
     except AlflowError as exc:
-        if "entries" not in path.read_text(errors="replace")[:100_000]:
+        try:
+            with open_regular(path) as f:
+                head = f.read(100_000).decode(errors="replace")
+        except OSError:
+            head = "entries"  # cannot be read now: said as broken
+        if "entries" not in head:
             return None  # a YAML file that is no reference table
         return _broken(rel, str(exc).replace(str(path), rel))  # named by its place in the root
     return _view(rel, table)

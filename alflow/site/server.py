@@ -18,14 +18,16 @@ from alflow.errors import InvalidInputError
 from alflow.results.catalog import Catalog
 from alflow.site.app import make_app
 from alflow.site.guard import PathOnlyAccessLogger, check_bind
+from alflow.util.fsutil import local_path_of
 from alflow.util.redact import redact_url
 
 
 def check_root(root: str) -> str:
     """``root`` as given when it is a folder or a URL; else an input error naming it."""
-    if "://" in root and not root.startswith("file://"):
+    local = local_path_of(root)
+    if local is None:
         return root
-    path = Path(root.removeprefix("file://"))
+    path = Path(local)
     if not path.is_dir():
         raise InvalidInputError(
             f"ROOT {redact_url(root)!r}: not a folder; give a results root (the folder runs are stored in)"

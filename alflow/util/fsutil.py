@@ -15,7 +15,7 @@ import stat
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Final
 
 from alflow.errors import AlflowError, InvalidInputError
 
@@ -78,16 +78,31 @@ def _fsync_dir(folder: Path) -> None:
         os.close(dir_fd)
 
 
+LOCAL_SCHEMES: Final = ("file://", "local://")
+"""URL prefixes that name local files (fsspec's ``LocalFileSystem`` protocols): read as local paths, with every local
+check (regular files only, confined under the root), never through fsspec."""
+
+
+def local_path_of(path: str | os.PathLike[str]) -> str | None:
+    """The local path ``path`` names (a plain path, ``file://...`` or ``local://...``); None for another URL."""
+    text = os.fspath(path)
+    for prefix in LOCAL_SCHEMES:
+        if text.startswith(prefix):
+            return text.removeprefix(prefix)
+    return None if "://" in text else text
+
+
 def require_local_path(path: str | os.PathLike[str], *, what: str, why: str) -> Path:
     """``path`` as a local path (``file://`` allowed); a URL such as ``s3://...`` is refused with ``why``.
 
     ``what`` names the input in the message (empty where the caller's error already names it).
     """
     text = os.fspath(path)
-    if "://" in text and not text.startswith("file://"):
+    local = local_path_of(text)
+    if local is None:
         scheme = text.split("://", 1)[0]
         raise InvalidInputError(f"{what + ' ' if what else ''}{text!r} is a {scheme}:// URL: {why}")
-    return Path(text.removeprefix("file://"))
+    return Path(local)
 
 
 def lock_path_for(path: str | os.PathLike[str]) -> Path:
@@ -231,6 +246,22 @@ def confined(root: Path, candidate: Path) -> Path | None:
     if not real.is_relative_to(base) or not real.is_file():
         return None
     return real
+
+
+def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
+    """``path`` opened for reading when it is a regular file, else an ``OSError`` naming it and what it is.
+
+    Opened without following a final symlink and without blocking (a FIFO would wait for a writer for good), then
+    checked on the open file itself: a symlink, FIFO, socket or device (``/dev/zero`` streams without end) is never
+    read. The caller closes it.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    f = os.fdopen(fd, "rb")
+    mode = os.fstat(f.fileno()).st_mode
+    if not stat.S_ISREG(mode):
+        f.close()
+        raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+    return f
 
 
 def open_confined(root: Path, candidate: Path) -> BinaryIO | None:
