@@ -151,8 +151,23 @@ def _html(request: web.Request, template: str, title: str, status: int = 200, **
     return web.Response(text=_private(text), content_type="text/html", status=status)
 
 
+def _big_ints_as_text(data: object) -> object:
+    """``data`` with every integer JSON parsers cannot hold (beyond 64 bits) as its decimal text."""
+    if isinstance(data, int) and not isinstance(data, bool) and not -(2**63) <= data < 2**64:
+        return str(data)
+    if isinstance(data, dict):
+        return {k: _big_ints_as_text(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [_big_ints_as_text(v) for v in data]
+    return data
+
+
 def _json(data: object, status: int = 200, entries: Iterable[CatalogEntry] = ()) -> web.Response:
-    body = orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
+    try:
+        body = orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:  # an integer beyond 64 bits in a stored run: sent as text
+        data = _big_ints_as_text(data)
+        body = orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
     runs = tuple(entries)
     if b"://" in body or any(e.run_dir.encode() in body for e in runs if e.run_dir != e.rel):
         body = orjson.dumps(_private_data(data, runs), option=orjson.OPT_NON_STR_KEYS)
@@ -368,14 +383,19 @@ def _chunks(f: BinaryIO, limit: int | None = None) -> Iterator[bytes]:
         yield data
 
 
-def _shown(name: str, data: bytes) -> bytes:
-    """A JSON file's bytes re-dumped through redaction (its strings unescaped first); other text as it comes."""
+def _shown(name: str, data: bytes) -> bytes | None:
+    """A JSON file's bytes re-dumped through redaction (its strings unescaped first); other text as it comes.
+
+    None for JSON nested deeper than the parser goes: its URLs could not all be found, so it is not shown.
+    """
     text = data.decode("utf-8", errors="replace")
     if name.endswith(".json"):
         try:
             return json.dumps(redact_data(json.loads(text)), indent=2).encode()
         except ValueError:
             pass
+        except RecursionError:
+            return None
     return redact_urls_in_text(text).encode()
 
 
@@ -453,8 +473,11 @@ async def _send(request: web.Request, name: str, f: BinaryIO) -> web.StreamRespo
                 "(which JSON may write with escapes) are redacted only by parsing it whole"
             )
             return _problem(request, 413, message)
+        body = await _bounded(request, _shown, name, data)
+        if body is None:
+            return _problem(request, 413, f"{name} is JSON nested deeper than can be parsed: not shown")
         return web.Response(
-            body=await _bounded(request, _shown, name, data),
+            body=body,
             content_type=TEXT_TYPES[suffix],
             charset="utf-8",
             headers=csp,
