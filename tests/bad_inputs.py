@@ -180,6 +180,29 @@ CONFIG_CASES: list[ConfigCase] = [
     # --- server
     _case("server framework unknown", "m2", {"server.framework": "tgi"}, "tgi"),
     _case("server port too large", "m2", {"server.port": 70000}, "less than or equal to 65535"),
+    _case(
+        "server host no IPv4 address",
+        "m2",
+        {"server.host": "256.1.1.1"},
+        "neither an IP address nor a host name",
+    ),
+    _case(
+        "server host with a space", "m2", {"server.host": "my host"}, "neither an IP address nor a host name"
+    ),
+    _case("server model blank", "m2", {"server.model": "   "}, "is blank"),
+    _case("server model overlong", "m2", {"server.model": "m" * 5000}, "longer than the 1,024 characters"),
+    _case(
+        "process log_dir under /proc",
+        "m2",
+        {"placement.runner": {"kind": "process", "log_dir": "/proc/self"}},
+        "is under /proc",
+    ),
+    _case(
+        "process log_dir a file",
+        "m2",
+        {"placement.runner": {"kind": "process", "log_dir": "/etc/passwd"}},
+        "is a file",
+    ),
     _case("server port string", "m2", {"server.port": "8000"}, "valid integer"),
     _case("server readiness timeout zero", "m2", {"server.readiness_timeout_s": 0}, "greater than 0"),
     _case(

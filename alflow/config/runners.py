@@ -4,21 +4,24 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Self
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from alflow.config.base import MAX_GPUS_PER_NODE, MAX_NODES, StrictModel
 from alflow.config.server import (
     ServerDialect,
 )
 from alflow.loadgen.spec import MAX_SECONDS
-from alflow.util.names import check_secret_env_name
+from alflow.util.names import check_log_dir, check_secret_env_name
+
+LogDir = Annotated[str | None, AfterValidator(check_log_dir)]
+"""A server log folder (:func:`alflow.util.names.check_log_dir`: not a file, not under /proc, /sys or /dev)."""
 
 
 class ProcessOptions(StrictModel):
     """Runner 'process': the server is a local child process (used for the simulator)."""
 
     kind: Literal["process"] = Field("process", description="Runner kind.")
-    log_dir: str | None = Field(
+    log_dir: LogDir = Field(
         None, description="Directory for the server log and files (None: a temporary one)."
     )
     stop_timeout_s: float = Field(
@@ -78,7 +81,7 @@ class DockerOptions(StrictModel):
     stop_timeout_s: float = Field(
         30.0, gt=0.0, le=MAX_SECONDS, description="Seconds the container gets to stop before it is killed."
     )
-    log_dir: str | None = Field(
+    log_dir: LogDir = Field(
         None,
         description="Directory where the container's whole log is saved before it is removed (None: not saved).",
     )
@@ -178,7 +181,7 @@ class SlurmOptions(StrictModel):
         "02:00:00", min_length=1, description="Job time limit (--time), e.g. '02:00:00' or '1-00:00:00'."
     )
     job_name: str | None = Field(None, description="Job name (--job-name); None: 'alflow-<framework>'.")
-    log_dir: str | None = Field(
+    log_dir: LogDir = Field(
         None,
         description=(
             "Directory for the job script, launch files and job log; it must be visible from the compute nodes "

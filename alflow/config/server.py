@@ -28,7 +28,7 @@ from alflow.config.speculative import (
 )
 from alflow.loadgen.spec import MAX_SECONDS
 from alflow.plugins import check_dialect, config_model_of, config_models, framework_names
-from alflow.util.names import check_env_names, check_identifier
+from alflow.util.names import check_env_names, check_host, check_identifier
 from alflow.util.redact import is_secret_flag, is_secret_name
 
 ServerFramework = str
@@ -217,7 +217,7 @@ class ServerBase(StrictModel):
     enable_prefix_caching: bool = Field(
         False, description="Prefix caching; off by default so repeated prompts do not inflate the speed."
     )
-    host: str | None = Field(
+    host: Annotated[str | None, AfterValidator(check_host)] = Field(
         None,
         min_length=1,
         description=(

@@ -197,6 +197,8 @@ class SseConsumer:
         than the plain loop, measured: blank lines skipped without a slice, ``{...}`` payloads parsed as
         they come, since JSON allows the space after ``data:``).
         """
+        if self.done:  # anything after [DONE] is no part of the answer (it was once counted as output)
+            return False
         data = self._buf + received if self._buf else received
         start = 0
         find = data.find
@@ -221,7 +223,8 @@ class SseConsumer:
                 payload = payload.strip()
                 if payload == b"[DONE]":
                     self.done = True
-                    continue
+                    self._buf = b""
+                    return False
             try:
                 event = orjson.loads(payload)
             except orjson.JSONDecodeError as exc:

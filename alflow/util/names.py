@@ -14,8 +14,11 @@ log lines and terminal output).
 from __future__ import annotations
 
 import hashlib
+import ipaddress
+import os
 import re
 import unicodedata
+from pathlib import Path
 from typing import Final
 
 HASH_LEN: Final = 8
@@ -88,6 +91,56 @@ def check_identifier(value: str, *, what: str = "an identifier") -> str:
         raise ValueError(
             f"{what} {shown(value)} holds the control character(s) {', '.join(bad)}: an identifier may hold any "
             "printable character (letters of any script, digits, punctuation, spaces) but no control character"
+        )
+    return value
+
+
+_HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
+
+
+def check_host(value: str | None, *, what: str = "host") -> str | None:
+    """``value`` when it is an IP address or a host name (RFC 1123 labels), else a one-line ``ValueError``.
+
+    ``256.1.1.1`` (all digits and dots, yet no IPv4 address) once reached the socket as a 53-line ``gaierror``.
+    """
+    if value is None:
+        return None
+    candidate = value[1:-1] if value.startswith("[") and value.endswith("]") else value
+    try:
+        ipaddress.ip_address(candidate)
+    except ValueError:
+        pass
+    else:
+        return value
+    numeric = all(part.isdigit() for part in candidate.split("."))
+    labels = candidate.rstrip(".").split(".")
+    if (
+        numeric
+        or ":" in candidate
+        or len(candidate) > 253
+        or not all(_HOST_LABEL.fullmatch(x) for x in labels)
+    ):
+        raise ValueError(
+            f"{what} {shown(value)} is neither an IP address nor a host name (letters, digits and '-' in dot-separated "
+            "labels, e.g. 127.0.0.1, ::1, 0.0.0.0 or node-1.cluster)"
+        )
+    return value
+
+
+def check_log_dir(value: str | None) -> str | None:
+    """A server log folder that can be a folder: not an existing file, not under /proc, /sys or /dev."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise ValueError("log_dir '' is empty: give a folder, or leave it out for a temporary one")
+    path = Path(value).expanduser()
+    real = Path(os.path.realpath(path))
+    for top in ("/proc", "/sys", "/dev"):
+        if real == Path(top) or Path(top) in real.parents:
+            raise ValueError(f"log_dir {shown(value)} is under {top}: give a folder on a disk")
+    if path.exists() and not path.is_dir():
+        raise ValueError(
+            f"log_dir {shown(value)} is a file, not a folder: give a folder (it is created if missing)"
         )
     return value
 

@@ -19,7 +19,7 @@ from tests.unit.test_site import M1, M2, serving
 pytestmark = pytest.mark.unit
 
 SEEDS = (0, 1, 2, 3, 4)
-"""Five seeded roots a run (51 seeds, 0 to 59 less 5 to 8, passed when this was written: about 20 s on 2 cores)."""
+"""Five seeded roots a run (60 seeds, 0 to 59, passed when this was written: about 25 s on 2 cores)."""
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -192,6 +192,17 @@ async def test_named_error_event_fails_the_request() -> None:
     assert "overloaded" in rec.error
 
 
+@pytest.mark.parametrize("together", [True, False])
+async def test_nothing_after_done_counts(together: bool) -> None:
+    """#49 (round 2): a chunk after [DONE] was counted as output (in the same read, or a later one)."""
+    after = chat("late") + usage(9, 99)
+    tail = [(4_000_000, DONE + after)] if together else [(4_000_000, DONE), (5_000_000, after)]
+    rec = await run([(2_000_000, chat("a")), (3_000_000, usage(1, 1)), *tail])
+    assert rec.ok
+    assert rec.chunk_ns == [2_000_000]
+    assert (rec.text, rec.input_tokens, rec.output_tokens) == ("a", 1, 1)
+
+
 async def test_stream_without_done_fails() -> None:
     rec = await run([(2_000_000, chat("a")), (3_000_000, usage(1, 1))])
     assert rec.error == "stream ended without [DONE]"
