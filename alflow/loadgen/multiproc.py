@@ -24,8 +24,9 @@ transport:
   (which cannot cross processes) is refused here.
 - **the result**: the union of the records; the measured window from the earliest worker's start to the latest
   worker's end; the workers' client loads merged (:meth:`ClientLoad.merge`).
-- **failures**: a fatal error in any worker (a load it aborted, a worker that died) stops every worker and comes
-  back as :attr:`MergedRun.fatal` with the records so far (``run_load`` raises it as ``LoadAbortedError``).
+- **failures**: a fatal error in any worker (a load it aborted, a worker that died, a worker silent, not even its
+  beat every :data:`HEARTBEAT_S`, for its stall or request timeout: stopped with SIGSTOP or frozen,
+  :func:`silence_limit`) stops every worker and comes back as :attr:`MergedRun.fatal` with the records so far (``run_load`` raises it as ``LoadAbortedError``).
   Cancelling the parent (Ctrl-C) stops every worker: they get :data:`STOP_GRACE_S` to end, then are terminated,
   then killed; a worker whose parent died (its control pipe closed) stops by itself. No worker outlives the call.
   What the stopping workers send (their records, in flight ones included, as one process keeps them) still
@@ -45,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import multiprocessing
 import queue
 import signal
@@ -68,6 +70,8 @@ if TYPE_CHECKING:
 FLUSH_INTERVAL_S: Final = 0.1
 """How often a worker sends its completed records (and finished sessions) to the parent."""
 STOP_GRACE_S: Final = 10.0
+HEARTBEAT_S: Final = 1.0
+"""A worker says it is alive this often (a ``beat``), whatever it has to send."""
 """After a fatal error, how long the other workers get to stop and send what they recorded."""
 EXIT_GRACE_S: Final = 2.0
 """How long a stopping worker gets to exit before it is terminated (then killed)."""
@@ -196,6 +200,18 @@ class _Worker:
     started: bool = False
     ended: bool = False
     meta: Meta | None = None
+    heard: float = 0.0
+    """When the parent last heard from it (loop time)."""
+
+
+def silence_limit(spec: LoadSpec) -> float:
+    """How long a worker may send nothing before it counts as frozen: the stall timeout, else the request timeout.
+
+    A worker beats every :data:`HEARTBEAT_S`, so silence means its process stopped (SIGSTOP, a debugger) or its
+    loop is stuck; its requests could not have ended within their timeout anyway.
+    """
+    given = [t for t in (spec.stall_timeout_s, spec.timeout_s) if t]
+    return max(5 * HEARTBEAT_S, min(given) if given else 600.0)
 
 
 class _Parent:
@@ -289,6 +305,9 @@ class _Parent:
         not_warm = set(range(n))
         live = n
         deadline: float | None = None
+        silence = silence_limit(self.shares[0].spec)
+        for worker in self.workers:
+            worker.heard = self.loop.time()
         while live:
             if self.fatal is not None and deadline is None:
                 deadline = self.loop.time() + STOP_GRACE_S
@@ -298,13 +317,15 @@ class _Parent:
                 self.wakeup.clear()
                 if not self.mailbox.empty():  # put between the two reads: its wake-up may be spent
                     continue
-                try:
-                    timeout = None if deadline is None else max(0.0, deadline - self.loop.time())
-                    await asyncio.wait_for(self.wakeup.wait(), timeout)
-                except TimeoutError:
-                    return  # shutdown() terminates the workers that did not end in time
+                if deadline is not None and self.loop.time() >= deadline:
+                    return  # shutdown() terminates (or kills) the workers that did not end in time
+                self._check_silence(silence)
+                with contextlib.suppress(TimeoutError):
+                    wait = HEARTBEAT_S if deadline is None else min(HEARTBEAT_S, deadline - self.loop.time())
+                    await asyncio.wait_for(self.wakeup.wait(), max(0.0, wait))
                 continue
             worker = self.workers[index]
+            worker.heard = self.loop.time()
             if message is None:  # end of file: the worker exited
                 if not worker.ended:
                     worker.ended = True
@@ -328,6 +349,17 @@ class _Parent:
                 live -= 1
                 if status == "failed":
                     self._fail(f"client process {index + 1} of {n}: {why}")
+
+    def _check_silence(self, limit: float) -> None:
+        """Fail the load when a live worker has sent nothing (not even a beat) for ``limit`` seconds."""
+        now = self.loop.time()
+        for worker in self.workers:
+            if not worker.ended and now - worker.heard > limit:
+                self._fail(
+                    f"client process {worker.index + 1} of {len(self.workers)} sent nothing for {limit:g} s "
+                    f"(stopped or frozen: pid {worker.process.pid}): the load is stopped and its sessions failed"
+                )
+                return
 
     async def _begin_measured(self) -> None:
         try:
@@ -467,9 +499,12 @@ class _WorkerRun:
             self.finished = 0
 
     async def _flusher(self) -> None:
-        while True:
+        beats = round(HEARTBEAT_S / FLUSH_INTERVAL_S)
+        for tick in itertools.count(1):
             await asyncio.sleep(FLUSH_INTERVAL_S)
             self.flush()
+            if tick % beats == 0:
+                self.outbox.put(("beat",))  # alive, with or without records: the parent watches for silence
 
     async def _ready(self) -> None:
         """``on_measure_start``: report the warm-up done, wait for the common start."""

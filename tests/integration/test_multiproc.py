@@ -217,6 +217,31 @@ async def test_cancelling_the_parent_stops_every_worker_and_keeps_the_records() 
     assert sorted(r.request_id for r in sink) == list(range(len(sink)))
 
 
+async def test_a_frozen_client_process_fails_the_load_after_its_timeout_and_none_is_left() -> None:
+    """#49: a worker stopped with SIGSTOP kept the run waiting for good; now its silence stops the load."""
+    started = asyncio.Event()
+
+    async def on_measure_start() -> None:
+        started.set()
+
+    with SimProcess(["--time-scale", "1"]) as sim:  # real time: 2,000 tokens take many seconds
+        target = Target(sim.base_url, MODEL, endpoint="completions")
+        spec = LoadSpec(concurrency=4, processes=2, timeout_s=3.0)
+        task = asyncio.create_task(
+            run_load(_sessions(4, seed=8, osl=2000), target, spec, on_measure_start=on_measure_start)
+        )
+        await asyncio.wait_for(started.wait(), 60)
+        frozen = sorted(_workers())[0]
+        os.kill(frozen, signal.SIGSTOP)
+        t0 = time.monotonic()
+        with pytest.raises(LoadAbortedError) as info:
+            await asyncio.wait_for(task, 60)
+        took = time.monotonic() - t0
+    assert f"sent nothing for 5 s (stopped or frozen: pid {frozen})" in str(info.value)
+    assert 5 <= took < 5 + 10 + 15, took  # its silence limit, then the stop grace, then terminate and kill
+    assert not _workers()
+
+
 def _bench(url: str, *args: str, **kw: object) -> list[str]:
     return [sys.executable, "-m", "alflow.cli", "bench", "--base-url", url, "--endpoint", "completions",
             "--isl", "24", "--vocab-size", str(VOCAB), "--no-metrics", "--no-progress", *args]  # fmt: skip
