@@ -21,7 +21,7 @@ alflow.sim serve``) in subprocesses, each in a folder of its own (``ALFLOW_STATE
 Scenarios: start-failure, crash-mid-point, error-events, stalled-stream, counter-reset, sigkill-m2,
 sigterm-m2, sigterm-bench (65,536 streams), concurrent-writers, bad-inputs (every row of
 tests/bad_inputs.py), secret-canaries, hostile-names, unicode-and-controls, lying-usage, m0-symlink-audit,
-damaged-run. The numbers are counts of what happened in this run; nothing is simulated or assumed.
+damaged-run, broken-plugins, hostile-folders. The numbers are counts of what happened in this run; nothing is simulated or assumed.
 
 Every case (a scenario, or each part of one: every bad-input row, every lying server, every edit an audit
 must see) lands in one bucket, the first that applies of: secret (a canary found), injection (a raw control
@@ -1432,6 +1432,76 @@ def damaged_run(box: Box) -> Verdict:
     )  # fmt: skip
 
 
+BROKEN_PLUGINS = {
+    "raises at import": "SPEC = 1 / 0",
+    "exits at import": "import sys\nsys.exit(3)",
+    "not a spec": "SPEC = 42",
+    "a config that is no server model": (
+        "from alflow.plugins import FrameworkSpec\nSPEC = FrameworkSpec('evil', 'builtins:dict', 'builtins:len')"
+    ),
+}
+"""Third-party plugins that break as they load (the spec module of an ``evil`` entry point)."""
+
+
+def broken_plugins(box: Box) -> Verdict:
+    """A broken third-party plugin (issue #49): ``--version`` and ``--help`` answer, ``alflow frameworks`` lists the
+    built-in ones and the broken one under "left out", one warning line naming its distribution; no traceback."""
+    cases: list[Case] = []
+    for name, spec in BROKEN_PLUGINS.items():
+        site = box.work / f"plugin-{len(cases)}"
+        (site / "evil_alflow").mkdir(parents=True)
+        (site / "evil_alflow" / "__init__.py").write_text("")
+        (site / "evil_alflow" / "spec.py").write_text(spec + "\n")
+        info = site / "evil_alflow-0.1.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: evil-alflow\nVersion: 0.1\n")
+        (info / "entry_points.txt").write_text("[alflow.frameworks]\nevil = evil_alflow.spec:SPEC\n")
+        env = {"PYTHONPATH": os.pathsep.join((str(site), str(ROOT)))}
+        for args in (("--version",), ("--help",), ("frameworks", "--json")):
+            ran = box.alflow(*args, env=env, timeout_s=HANG_S)
+            warned = [line for line in ran.stderr.splitlines() if "framework plugin left out" in line]
+            ok = ran.code == 0 and len(warned) == (1 if args[0] == "frameworks" else 0)
+            if ok and args[0] == "frameworks":
+                listed = json.loads(ran.stdout)
+                ok = "evil-alflow 0.1" in warned[0] and len(listed["left_out"]) == 1
+            bucket, why = bucket_of(ran.text, ok=ok, kind="clear", timed_out=ran.code is None)
+            cases.append(Case(f"{name}: alflow {' '.join(args)} ({code_text(ran.code)})", bucket, why))
+    bad = [c for c in cases if c.bucket not in GOOD]
+    return Verdict(
+        f"{len(cases) - len(bad)}/{len(cases)} answered" if not bad else "; ".join(f"{c.name}: {c.bucket}" for c in bad),
+        "exit 0; --version and --help load no plugin; frameworks lists it left out, one warning naming the distribution",
+        not bad,
+        cases=tuple(cases),
+    )  # fmt: skip
+
+
+def hostile_folders(box: Box) -> Verdict:
+    """``alflow report`` of each hostile run folder of tests/unit/hostile_runs.py (seeded; issue #49): the report,
+    or one line and exit 2; never a traceback, a hang or a crash."""
+    from tests.unit.hostile_runs import hostile_root, unblock_fifos
+
+    cases: list[Case] = []
+    inputs = Path(tempfile.mkdtemp(prefix="alflow-hostile-"))  # not scanned: the inputs hold NULs
+    root, rels = hostile_root(inputs, seed=49, runs=10)
+    try:
+        for rel in rels:
+            ran = box.alflow("report", str(root / rel), timeout_s=HANG_S)
+            errors = [line for line in ran.stderr.splitlines() if line.startswith("error: ")]
+            ok = ran.code == 0 or (ran.code == 2 and len(errors) == 1)
+            bucket, why = bucket_of(ran.text, ok=ok, kind="clear", timed_out=ran.code is None)
+            cases.append(Case(f"report {rel} ({code_text(ran.code)})", bucket, why))
+    finally:
+        unblock_fifos(root)
+        shutil.rmtree(inputs, ignore_errors=True)
+    bad = [c for c in cases if c.bucket not in GOOD]
+    return Verdict(
+        f"{len(cases) - len(bad)}/{len(cases)} reported or refused in one line" if not bad else "; ".join(f"{c.name}: {c.bucket}" for c in bad),
+        "exit 0 with the report, or exit 2 with one error line; no traceback, no hang",
+        not bad,
+        cases=tuple(cases),
+    )  # fmt: skip
+
+
 SCENARIOS: dict[str, Callable[[Box], Verdict]] = {
     "start-failure": start_failure,
     "crash-mid-point": crash_mid_point,
@@ -1449,6 +1519,8 @@ SCENARIOS: dict[str, Callable[[Box], Verdict]] = {
     "lying-usage": lying_usage,
     "m0-symlink-audit": m0_symlink_audit,
     "damaged-run": damaged_run,
+    "broken-plugins": broken_plugins,
+    "hostile-folders": hostile_folders,
 }
 
 
