@@ -176,6 +176,39 @@ def broken_plugins() -> tuple[str, ...]:
     return _loaded()[1]
 
 
+@functools.cache
+def _usable() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    names: list[str] = []
+    broken: list[str] = []
+    builtin = {spec.name for spec in BUILTIN}
+    for name in framework_names():
+        try:
+            plugin_of(name)
+        except PluginError as exc:
+            if name in builtin:
+                raise
+            reason = f"{origin_of(name)}: {exc}"
+            log.warning("framework plugin left out: %s", reason)  # once: the answer is kept
+            broken.append(reason)
+            continue
+        names.append(name)
+    return tuple(names), tuple(broken)
+
+
+def usable_names() -> tuple[str, ...]:
+    """The frameworks whose plugin object loads: what code that walks every plugin iterates.
+
+    Every built-in one, and the entry points' that load (the others are left out with one warning each,
+    :func:`unusable_plugins`).
+    """
+    return _usable()[0]
+
+
+def unusable_plugins() -> tuple[str, ...]:
+    """Why each entry point whose spec loaded but whose plugin object did not was left out."""
+    return _usable()[1]
+
+
 def origin_of(name: str) -> str:
     """Where framework ``name`` comes from: ``built-in``, or its entry point and distribution."""
     return _loaded()[2].get(name, "unknown")

@@ -30,7 +30,7 @@ from alflow.evals.gsm8k import (
 from alflow.loadgen.client import auth_headers
 from alflow.loadgen.endpoints import Sampling
 from alflow.loadgen.runner import LoadSpec, Target, run_load
-from alflow.plugins import framework_names, is_set, plugin_of
+from alflow.plugins import is_set, plugin_of, usable_names
 from alflow.util.redact import redact_url
 
 PROBE_PATHS = ("/version", "/server_info")
@@ -55,7 +55,7 @@ def synthetic_evidence(info: Any, path: str = "") -> str | None:
     text is searched for vLLM's ``rejection_sample_method`` in either quoting.
     """
     markers: dict[str, Callable[[object], bool]] = {}
-    for name in framework_names():  # read through the spec: this package never imports the registry
+    for name in usable_names():  # read through the spec: this package never imports the registry
         markers.update(getattr(plugin_of(name), "synthetic_markers", {}))
     return _evidence(info, path, markers)
 

@@ -16,12 +16,12 @@ from alflow.errors import InvalidInputError, RecipeError
 from alflow.frameworks.contract import DialectSource, HintSource, InstallCheck, LogFacts, Recipe, SeedWarning
 from alflow.frameworks.launch import Launch
 from alflow.frameworks.registry import get_framework
-from alflow.plugins import framework_names
+from alflow.plugins import framework_names, usable_names
 
 
 def recipes() -> dict[str, Recipe]:
     """Every registered framework's recipe, keyed by framework name."""
-    return {name: get_recipe(name) for name in framework_names()}
+    return {name: get_recipe(name) for name in usable_names()}
 
 
 def get_recipe(framework: str) -> Recipe:

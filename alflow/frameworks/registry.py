@@ -25,6 +25,8 @@ from alflow.plugins import (
     origin_of,
     plugin_of,
     spec_of,
+    unusable_plugins,
+    usable_names,
 )
 
 log = logging.getLogger(__name__)
@@ -104,7 +106,7 @@ def frameworks() -> tuple[Framework, ...]:
 
 def left_out() -> tuple[str, ...]:
     """Why each third-party plugin was left out: its entry point did not load, or its plugin is not a Framework."""
-    return broken_plugins() + _usable()[1]
+    return broken_plugins() + unusable_plugins() + _usable()[1]
 
 
 @functools.cache
@@ -112,7 +114,7 @@ def _usable() -> tuple[tuple[Framework, ...], tuple[str, ...]]:
     found: list[Framework] = []
     broken: list[str] = []
     builtin = {spec.name for spec in BUILTIN}
-    for name in framework_names():
+    for name in usable_names():
         try:
             found.append(get_framework(name))
         except PluginError as exc:

@@ -70,9 +70,11 @@ if TYPE_CHECKING:
 FLUSH_INTERVAL_S: Final = 0.1
 """How often a worker sends its completed records (and finished sessions) to the parent."""
 STOP_GRACE_S: Final = 10.0
+"""After a fatal error, how long the other workers get to stop and send what they recorded."""
 HEARTBEAT_S: Final = 1.0
 """A worker says it is alive this often (a ``beat``), whatever it has to send."""
-"""After a fatal error, how long the other workers get to stop and send what they recorded."""
+START_GRACE_S: Final = 30.0
+"""Added to a worker's silence limit until its first message: spawning it and importing alflow take seconds."""
 EXIT_GRACE_S: Final = 2.0
 """How long a stopping worker gets to exit before it is terminated (then killed)."""
 _FIELDS: Final = tuple(f.name for f in dataclasses.fields(RequestRecord))
@@ -307,7 +309,7 @@ class _Parent:
         deadline: float | None = None
         silence = silence_limit(self.shares[0].spec)
         for worker in self.workers:
-            worker.heard = self.loop.time()
+            worker.heard = self.loop.time() + START_GRACE_S  # as if heard later: its start-up is no silence
         while live:
             if self.fatal is not None and deadline is None:
                 deadline = self.loop.time() + STOP_GRACE_S
@@ -539,6 +541,7 @@ class _WorkerRun:
             target=_send_all, args=(self.data, self.outbox), name="alflow-sender", daemon=True
         )
         sender.start()
+        self.outbox.put(("beat",))  # started: the parent counts silence from here
         job, share = self.job, self.job.share
         self.task = asyncio.create_task(
             job.run(

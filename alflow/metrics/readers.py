@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 from alflow.errors import InvalidInputError
 from alflow.metrics.dialects import Dialect, MissingMetricsError
 from alflow.metrics.prometheus import Snapshot
-from alflow.plugins import framework_names, plugin_of
+from alflow.plugins import plugin_of, usable_names
 
 if TYPE_CHECKING:
     from alflow.loadgen.counts import CountsReader
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 def dialects() -> dict[str, Dialect]:
     """Every registered framework's metrics reader, by framework name (frameworks that have one)."""
-    found = {name: cast(_Reads, plugin_of(name)).metrics for name in framework_names()}
+    found = {name: cast(_Reads, plugin_of(name)).metrics for name in usable_names()}
     return {name: reader for name, reader in found.items() if reader is not None}
 
 

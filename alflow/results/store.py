@@ -100,10 +100,9 @@ class LocalStorage:
 
     def read_bytes(self, path: str) -> bytes:
         with self.open_read(path) as f:
-            data = f.read(MAX_READ_BYTES + 1)
-        if len(data) > MAX_READ_BYTES:
-            raise OSError(errno.EFBIG, f"larger than the {MAX_READ_BYTES:,} bytes read whole", path)
-        return data
+            if os.fstat(f.fileno()).st_size > MAX_READ_BYTES:
+                raise OSError(errno.EFBIG, f"larger than the {MAX_READ_BYTES:,} bytes read whole", path)
+            return f.read()
 
     def open_read(self, path: str) -> BinaryIO:
         """``path`` opened for reading when it is a regular file, else an ``OSError`` (:func:`open_regular`)."""

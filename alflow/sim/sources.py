@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, cast
 
-from alflow.plugins import framework_names, plugin_of
+from alflow.plugins import plugin_of, usable_names
 
 if TYPE_CHECKING:
     from alflow.sim.dialects import MetricsEmitter
@@ -88,4 +88,4 @@ def sim_plugin(dialect: str) -> SimPlugin:
 
 def sim_plugins() -> tuple[SimPlugin, ...]:
     """Every registered framework's plugin, as the simulator reads it."""
-    return tuple(sim_plugin(name) for name in framework_names())
+    return tuple(sim_plugin(name) for name in usable_names())

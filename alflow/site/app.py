@@ -233,22 +233,29 @@ class PageTooSlowError(Exception):
     """A page that took longer than :data:`PAGE_SECONDS` to build (the ``errors`` middleware answers 503)."""
 
 
+def _settled(slots: asyncio.Semaphore, done: asyncio.Future[Any]) -> None:
+    """A build ended: its slot is free; its outcome is read (a page that timed out has no one awaiting it)."""
+    slots.release()
+    if not done.cancelled():
+        done.exception()
+
+
 async def _bounded(request: web.Request, fn: Callable[..., T], *args: Any) -> T:
     """``fn(*args)`` in a worker thread, in one of :data:`PAGE_THREADS` slots, within :data:`PAGE_SECONDS`."""
     slots = request.app[SLOTS]
     try:
-        async with asyncio.timeout(PAGE_SECONDS):
+        async with asyncio.timeout(PAGE_SECONDS) as bound:
             await slots.acquire()
             try:
                 work = asyncio.ensure_future(_in_thread(fn, *args))
-                work.add_done_callback(
-                    lambda _: slots.release()
-                )  # the slot is free when the build ends, not before
+                work.add_done_callback(functools.partial(_settled, slots))
             except BaseException:
                 slots.release()
                 raise
             return await asyncio.shield(work)
     except TimeoutError:
+        if not bound.expired():  # the build's own timeout (a socket's, fsspec's): its error, not ours
+            raise
         raise PageTooSlowError(f"{request.path} took longer than {PAGE_SECONDS:g} s to build") from None
 
 

@@ -202,22 +202,24 @@ class ChoiceCache:
     """The filter choices of a catalogue, computed once per catalogue generation."""
 
     def __init__(self) -> None:
-        self._key: tuple[int, int] | None = None
-        self._value = Choices((), (), (), ())
+        self._kept: tuple[tuple[int, int], Choices] | None = None
+        """(catalogue, generation) and its choices, as one value: pages are built in several threads at once."""
 
     def get(self, catalog: Catalog) -> Choices:
         """The choices of the catalogue as it is now."""
         key = (id(catalog), catalog.generation)
-        if key != self._key:
-            entries = catalog.entries()
-            self._value = Choices(
-                flows=tuple(sorted({e.flow for e in entries})),
-                models=tuple(sorted({e.model for e in entries if e.model})),
-                frameworks=tuple(sorted({e.framework for e in entries if e.framework})),
-                outcomes=tuple(sorted({e.outcome for e in entries})),
-            )
-            self._key = key
-        return self._value
+        kept = self._kept
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        entries = catalog.entries()
+        value = Choices(
+            flows=tuple(sorted({e.flow for e in entries})),
+            models=tuple(sorted({e.model for e in entries if e.model})),
+            frameworks=tuple(sorted({e.framework for e in entries if e.framework})),
+            outcomes=tuple(sorted({e.outcome for e in entries})),
+        )
+        self._kept = (key, value)
+        return value
 
 
 def index_page(catalog: Catalog, q: IndexQuery, choices: Choices) -> IndexPage:

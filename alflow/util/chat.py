@@ -6,7 +6,9 @@ chats, control and bidi characters forge or reorder what a reader sees, and a 2-
 channel. :func:`chat_code` turns any of them into inline code, which no chat reads as a mention, a link or
 formatting:
 
-- control characters (Unicode Cc) become spaces; format characters (Cf: bidi overrides, zero-width joiners) go;
+- URLs are redacted first (:func:`alflow.util.redact.redact_urls_in_text`), so a cut never keeps half a password;
+- control characters (Unicode Cc) and line or paragraph separators (Zl, Zp) become spaces; format characters (Cf:
+  bidi overrides, zero-width joiners) go;
 - at most :data:`MAX_CHAT_FIELD` characters, cut with an ellipsis;
 - a backtick (which would end the code span) becomes ``ˋ`` (U+02CB);
 - ``&``, ``<`` and ``>`` are written as Slack requires (``&amp;``, ``&lt;``, ``&gt;``: Slack's "Escaping text" rules
@@ -18,6 +20,8 @@ from __future__ import annotations
 import unicodedata
 from typing import Final
 
+from alflow.util.redact import redact_urls_in_text
+
 MAX_CHAT_FIELD: Final = 200
 """The most characters of one string a message shows (a model id, an image, a path, a message)."""
 
@@ -25,9 +29,9 @@ MAX_CHAT_FIELD: Final = 200
 def chat_code(value: object, limit: int = MAX_CHAT_FIELD) -> str:
     """``value`` as a chat's inline code (see the module): never a mention, a link, formatting or a control."""
     kept = []
-    for c in str(value):
+    for c in redact_urls_in_text(str(value)):
         kind = unicodedata.category(c)
-        if kind == "Cc":
+        if kind in ("Cc", "Zl", "Zp"):
             kept.append(" ")
         elif kind != "Cf":
             kept.append(c)

@@ -251,11 +251,12 @@ def confined(root: Path, candidate: Path) -> Path | None:
 def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
     """``path`` opened for reading when it is a regular file, else an ``OSError`` naming it and what it is.
 
-    Opened without following a final symlink and without blocking (a FIFO would wait for a writer for good), then
-    checked on the open file itself: a symlink, FIFO, socket or device (``/dev/zero`` streams without end) is never
-    read. The caller closes it.
+    Opened without blocking (a FIFO would wait for a writer for good), then checked on the open file itself: a FIFO,
+    socket or device (``/dev/zero`` streams without end), or a symlink to one, is never read. A symlink to a regular
+    file is followed (results deduplicated by links, git-annex); where a root must confine it, the caller checks
+    (:func:`open_confined`). The caller closes it.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     f = os.fdopen(fd, "rb")
     mode = os.fstat(f.fileno()).st_mode
     if not stat.S_ISREG(mode):

@@ -128,14 +128,19 @@ def check_host(value: str | None, *, what: str = "host") -> str | None:
 
 
 def check_log_dir(value: str | None) -> str | None:
-    """A server log folder that can be a folder: not an existing file, not under /proc, /sys or /dev."""
+    """A server log folder that can be a folder: not an existing file, not under /proc, /sys or /dev (but /dev/shm)."""
     if value is None:
         return None
     if not value.strip():
         raise ValueError("log_dir '' is empty: give a folder, or leave it out for a temporary one")
-    path = Path(value).expanduser()
+    try:
+        path = Path(value).expanduser()
+    except RuntimeError:  # ~user of no such user
+        raise ValueError(f"log_dir {shown(value)}: no such user's home folder") from None
     real = Path(os.path.realpath(path))
     for top in ("/proc", "/sys", "/dev"):
+        if Path("/dev/shm") in (real, *real.parents):  # noqa: S108  (a check of the path, nothing is written there)
+            break  # memory-backed files: a folder like any other
         if real == Path(top) or Path(top) in real.parents:
             raise ValueError(f"log_dir {shown(value)} is under {top}: give a folder on a disk")
     if path.exists() and not path.is_dir():

@@ -85,8 +85,8 @@ def url_spans(text: str) -> Iterator[tuple[int, int]]:
             start -= 1
         while start < sep and not text[start].isalpha():  # the scheme characters are ASCII
             start += 1
-        rest = _URL_REST.match(text, sep + 3)
-        if start < sep and rest is not None:
+        rest = _URL_REST.match(text, sep + 3) if start < sep else None  # no scheme: no scan of what follows
+        if rest is not None:
             end = rest.end()
             yield start, end
             sep = text.find("://", end)
@@ -282,8 +282,14 @@ _SECRET_BODY_KEYS: Final = frozenset({"authorization", "auth", "credential", "cr
 
 
 def is_secret_key(key: str) -> bool:
-    """True when a request body's key names a secret (``api_key``, ``token``, ``password``, ``authorization``)."""
-    return is_secret_name(key.replace("-", "_")) or key.lower() in _SECRET_BODY_KEYS
+    """True when a request body's key names a secret (``api_key``, ``authToken``, ``password``, ``authorization``)."""
+    words = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", key).replace("-", "_")  # camelCase: its words
+    lower = key.lower()
+    return (
+        is_secret_name(words)
+        or lower in _SECRET_BODY_KEYS
+        or lower.endswith(("token", "authorization", "bearer"))
+    )
 
 
 def redact_body(body: Mapping[str, object]) -> dict[str, object]:

@@ -163,7 +163,8 @@ def test_without_a_tag_the_message_names_the_image_repository_alone() -> None:
         "<!channel> <https://evil.example|Click here>",
         "[Click](https://evil.example) @here @channel *bold* _it_",
         "m` <!here> `x",
-        "evil\x1b[31m\nforged line\u202eevil\u200b",
+        "evil\x1b[31m\nforged line\u202eevil\u200b\u2028forged too",
+        "https://user:Pw-Canary-10-" + "p" * 300 + "@host/x",  # cut after redaction: no half password
         "m" * 100_000,
     ],
 )
@@ -182,7 +183,8 @@ def test_a_hostile_id_reaches_the_chat_as_inline_code_and_nothing_else(hostile: 
     for text in (subject, body):
         assert "<" not in text  # no Slack control sequence survives
         assert ">" not in text.replace(" -> ", "")
-        assert not {"\x1b", "\u202e", "\u200b"} & set(text)
+        assert not {"\x1b", "\u202e", "\u200b", "\u2028"} & set(text)
+        assert "Canary-10" not in text
         for line in text.splitlines():
             assert line.count("`") % 2 == 0, line  # every span closed: nothing outside code but ours
     spans = [span for line in body.splitlines() for span in line.split("`")[1::2]]

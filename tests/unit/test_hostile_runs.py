@@ -4,6 +4,7 @@ regression judge: no exception, no hang, no 500, every page within a second (iss
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
 
@@ -80,3 +81,22 @@ def test_the_regression_judge_never_raises_and_says_what_it_skipped(
         assert "run folder(s) of the results root could not be read and are no history" in note
     finally:
         unblock_fifos(root)
+
+
+def test_local_storage_reads_regular_files_and_links_to_them_never_a_fifo_or_device(tmp_path: Path) -> None:
+    """Results deduplicated by symlinks still read; a FIFO or /dev/zero where a file should be is refused at once."""
+    from alflow.results.store import LocalStorage
+
+    blob = tmp_path / "objects" / "blob"
+    blob.parent.mkdir()
+    blob.write_bytes(b'{"a": 1}')
+    (tmp_path / "linked.json").symlink_to(blob)
+    os.mkfifo(tmp_path / "fifo.json")
+    (tmp_path / "zero.json").symlink_to("/dev/zero")
+    storage = LocalStorage()
+    assert storage.read_bytes(str(tmp_path / "linked.json")) == b'{"a": 1}'
+    for name in ("fifo.json", "zero.json"):
+        started = time.monotonic()
+        with pytest.raises(OSError, match="not a regular file"):
+            storage.read_bytes(str(tmp_path / name))
+        assert time.monotonic() - started < 1.0
