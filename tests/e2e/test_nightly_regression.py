@@ -223,16 +223,18 @@ def test_a_slower_nightly_image_regresses_at_every_point_and_the_automation_noti
             lines = text.splitlines()
             fields = dict(line.split(": ", 1) for line in lines if ": " in line)
             point = (int(fields["K"]), int(fields["concurrency"]))
-            assert subject == f"alflow regressed: sim {MODEL} K={point[0]} concurrency={point[1]}", subject
+            assert subject == f"alflow regressed: `sim` `{MODEL}` K={point[0]} concurrency={point[1]}", (
+                subject
+            )
             assert lines[0].startswith("tpot_ms regressed: change +"), text
             assert (fields["framework"], fields["image"], fields["model"], fields["thinking"]) == (
-                "sim",
-                f"alflow-sim:{SLOW[0]}",  # the series' repository and the tag that regressed
-                MODEL,
-                "on",
+                "`sim`",  # each string from the run as a chat's inline code (alflow/util/chat.py)
+                f"`alflow-sim:{SLOW[0]}`",  # the series' repository and the tag that regressed
+                f"`{MODEL}`",
+                "`on`",
             ), text
             child = slow_children[point[0]]
-            assert fields["run directory"] == child["run_dir"], text
+            assert fields["run directory"] == f"`{child['run_dir']}`", text
             assert child["flow_run_id"] in fields["flow run"], text  # the M2 child's run, its UI link
             seen.setdefault(point, []).append(text)
         assert sorted(seen) == sorted(POINTS), seen
