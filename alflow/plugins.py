@@ -34,13 +34,15 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
-from typing import Literal, get_args
+from typing import Literal, TypeVar, get_args
 
 from alflow.errors import AlflowError, InvalidInputError
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 ENTRY_POINT_GROUP = "alflow.frameworks"
 """The entry point group third-party framework plugins register under (each entry a :class:`FrameworkSpec`)."""
@@ -176,23 +178,35 @@ def broken_plugins() -> tuple[str, ...]:
     return _loaded()[1]
 
 
-@functools.cache
-def _usable() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    names: list[str] = []
+def load_each(names: Iterable[str], load: Callable[[str], T]) -> tuple[tuple[T, ...], tuple[str, ...]]:
+    """``load(name)`` of each name, and why each third-party one whose load raised :class:`PluginError` was left out.
+
+    A left-out one is logged once as a warning naming its entry point and distribution; a built-in one that does not
+    load is alflow's own bug and raises.
+    """
+    loaded: list[T] = []
     broken: list[str] = []
     builtin = {spec.name for spec in BUILTIN}
-    for name in framework_names():
+    for name in names:
         try:
-            plugin_of(name)
+            loaded.append(load(name))
         except PluginError as exc:
             if name in builtin:
                 raise
             reason = f"{origin_of(name)}: {exc}"
-            log.warning("framework plugin left out: %s", reason)  # once: the answer is kept
+            log.warning("framework plugin left out: %s", reason)
             broken.append(reason)
-            continue
-        names.append(name)
-    return tuple(names), tuple(broken)
+    return tuple(loaded), tuple(broken)
+
+
+def _checked_name(name: str) -> str:
+    plugin_of(name)
+    return name
+
+
+@functools.cache
+def _usable() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    return load_each(framework_names(), _checked_name)
 
 
 def usable_names() -> tuple[str, ...]:

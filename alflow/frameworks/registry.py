@@ -17,12 +17,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from alflow.plugins import (
-    BUILTIN,
     GpuVendor,
     PluginError,
     broken_plugins,
     framework_names,
-    origin_of,
+    load_each,
     plugin_of,
     spec_of,
     unusable_plugins,
@@ -111,19 +110,7 @@ def left_out() -> tuple[str, ...]:
 
 @functools.cache
 def _usable() -> tuple[tuple[Framework, ...], tuple[str, ...]]:
-    found: list[Framework] = []
-    broken: list[str] = []
-    builtin = {spec.name for spec in BUILTIN}
-    for name in usable_names():
-        try:
-            found.append(get_framework(name))
-        except PluginError as exc:
-            if name in builtin:
-                raise
-            reason = f"{origin_of(name)}: {exc}"
-            log.warning("framework plugin left out: %s", reason)  # once: the answer is kept
-            broken.append(reason)
-    return tuple(found), tuple(broken)
+    return load_each(usable_names(), get_framework)
 
 
 def repeated_draws(framework: str) -> str | None:

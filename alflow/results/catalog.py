@@ -660,11 +660,20 @@ class Catalog:
                 del rows[rel]
         for rel, entry in fresh.items():
             rows[rel] = {"sig": sigs.get(rel), "entry": entry.to_dict()}
-            if not _json_ready(rows[rel]):  # an integer beyond 64 bits: not cached, read again next time
-                del rows[rel]
         data = {"version": _CACHE_FORMAT, "root": self.root, "runs": rows}
+        try:
+            blob = orjson.dumps(data)
+        except (
+            TypeError
+        ):  # an integer beyond 64 bits in a run: those rows are not cached (read again next time)
+            for rel in fresh:
+                try:
+                    orjson.dumps(rows[rel])
+                except TypeError:
+                    del rows[rel]
+            blob = orjson.dumps(data)
         with contextlib.suppress(OSError):  # a cache that cannot be written only costs the next cold start
-            atomic_write_bytes(self._cache_file, orjson.dumps(data))
+            atomic_write_bytes(self._cache_file, blob)
 
 
 def _read_all(todo: list[tuple[str, str]]) -> dict[str, CatalogEntry]:
@@ -673,14 +682,6 @@ def _read_all(todo: list[tuple[str, str]]) -> dict[str, CatalogEntry]:
         return {rel: read_entry(rel, run_dir) for rel, run_dir in todo}
     with ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="alflow-catalog") as pool:
         return dict(zip((rel for rel, _ in todo), pool.map(lambda t: read_entry(*t), todo), strict=True))
-
-
-def _json_ready(value: object) -> bool:
-    try:
-        orjson.dumps(value)
-    except TypeError:
-        return False
-    return True
 
 
 def _sig_from_json(raw: object) -> Signature:

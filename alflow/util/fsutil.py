@@ -248,15 +248,16 @@ def confined(root: Path, candidate: Path) -> Path | None:
     return real
 
 
-def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
+def open_regular(path: str | os.PathLike[str], *, follow: bool = True) -> BinaryIO:
     """``path`` opened for reading when it is a regular file, else an ``OSError`` naming it and what it is.
 
     Opened without blocking (a FIFO would wait for a writer for good), then checked on the open file itself: a FIFO,
     socket or device (``/dev/zero`` streams without end), or a symlink to one, is never read. A symlink to a regular
-    file is followed (results deduplicated by links, git-annex); where a root must confine it, the caller checks
-    (:func:`open_confined`). The caller closes it.
+    file is followed (results deduplicated by links, git-annex) unless ``follow`` is false; where a root must confine
+    it, the caller checks (:func:`open_confined`). The caller closes it.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    nofollow = 0 if follow else os.O_NOFOLLOW
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | nofollow | getattr(os, "O_CLOEXEC", 0))
     f = os.fdopen(fd, "rb")
     mode = os.fstat(f.fileno()).st_mode
     if not stat.S_ISREG(mode):
@@ -276,14 +277,9 @@ def open_confined(root: Path, candidate: Path) -> BinaryIO | None:
     if real is None:
         return None
     try:
-        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        return open_regular(real, follow=False)  # resolved already: a link now is a swap after the check
     except OSError:
         return None
-    f = os.fdopen(fd, "rb")
-    if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-        f.close()
-        return None
-    return f
 
 
 def read_confined(root: Path, candidate: Path) -> bytes | None:
