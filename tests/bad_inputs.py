@@ -191,6 +191,8 @@ CONFIG_CASES: list[ConfigCase] = [
     ),
     _case("server model blank", "m2", {"server.model": "   "}, "is blank"),
     _case("server model overlong", "m2", {"server.model": "m" * 5000}, "longer than the 1,024 characters"),
+    _case("server model not model.id (m2)", "m2", {"server.model": "org/other"}, "differs from model.id"),
+    _case("server model not model.id (m1)", "m1", {"server.model": "org/other"}, "differs from model.id"),
     _case(
         "process log_dir under /proc",
         "m2",

@@ -40,6 +40,7 @@ from alflow.config.workloads import (
 )
 from alflow.loadgen.spec import DEFAULT_STALL_TIMEOUT_S, MAX_PROCESSES, MAX_SECONDS, MIN_PROCESSES
 from alflow.util.fsutil import require_local_path
+from alflow.util.names import shown
 
 
 class ServerPlacement(StrictModel):
@@ -89,6 +90,18 @@ LocalReference = Annotated[str, AfterValidator(local_reference)]
 
 def _ks() -> tuple[int, ...]:
     return (1, 2, 3, 4, 5, 6, 7)
+
+
+def check_served_model(server: ServerConfig, model_id: str) -> None:
+    """One line when M1's or M2's server names another model than ``model.id``.
+
+    The run serves ``model.id``, so a different ``server.model`` would be ignored without a word (issue #49). M0's
+    template names a model per point.
+    """
+    if server.model != model_id:
+        raise ValueError(
+            f"server.model {shown(server.model)} differs from model.id {shown(model_id)}: give the same id"
+        )
 
 
 class CalibrateParams(StrictModel):
@@ -219,6 +232,7 @@ class GateParams(StrictModel):
 
     @model_validator(mode="after")
     def _check(self) -> Self:
+        check_served_model(self.server, self.model.id)
         if self.server.synthetic is not None:
             raise ValueError("M1 measures real acceptance and accuracy: the server must not set synthetic")
         if self.server.speculative is not None:
@@ -323,6 +337,7 @@ class BenchmarkParams(StrictModel):
 
     @model_validator(mode="after")
     def _check(self) -> Self:
+        check_served_model(self.server, self.model.id)
         if (self.reference_path is None) == (self.target_al is None):
             raise ValueError("give exactly one of reference_path (target = reference AL) or target_al")
         if any(c < 1 for c in self.concurrencies):

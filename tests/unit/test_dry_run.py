@@ -102,7 +102,7 @@ def test_every_refusal_of_a_real_run_is_the_same_refusal_in_the_plan() -> None:
 
 
 def test_m0_plans_every_model_and_k_and_a_sweep_its_m1_and_m2_per_k() -> None:
-    sim = {"framework": "sim", "model": "demo", "extra_args": ["--time-scale", "0"]}
+    sim = {"framework": "sim", "model": "org/target", "extra_args": ["--time-scale", "0"]}
     process = {"runner": {"kind": "process"}, "results_root": "results"}
     m0 = CalibrateParams.model_validate(
         {
@@ -142,7 +142,7 @@ def test_m0_plans_every_model_and_k_and_a_sweep_its_m1_and_m2_per_k() -> None:
 def test_the_markdown_fence_outlasts_any_backtick_run_in_user_text() -> None:
     server = {
         "framework": "sim",
-        "model": "org/x",
+        "model": "org/target",
         "extra_args": ["--time-scale", "0", "--seed", "7"],
     }
     plan = plan_of("m2", m2(server, placement={"runner": {"kind": "process"}, "results_root": "results"}))

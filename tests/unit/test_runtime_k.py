@@ -260,7 +260,9 @@ _FLY = {"framework": "vllm", "model": "m", "speculative": {"method": "draft_mode
 def _flow_params(flow: str) -> dict[str, Any]:
     from tests.bad_inputs import BASES
 
-    return {**BASES[flow], "server": _FLY}
+    base = BASES[flow]
+    served = base["model"]["id"] if "model" in base else "m"
+    return {**base, "server": {**_FLY, "model": served}}
 
 
 @pytest.mark.parametrize(("flow", "model"), [("m0", CalibrateParams), ("m1", GateParams)])
