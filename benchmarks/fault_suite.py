@@ -58,6 +58,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,11 @@ CANARIES: dict[str, str] = {
     "URL token": f"CanaryUrlTok{_SUITE}",
     "API key": f"sk-CanaryApiKey{_SUITE}",
     "wrong API key": f"sk-CanaryWrongKey{_SUITE}",
+    "results root password": f"CanaryRootPw{_SUITE}",
+    "Prefect API password": f"CanaryPrefectPw{_SUITE}",
+    "extra-body key": f"sk-CanaryBodyKey{_SUITE}",
+    "extra-body header": f"CanaryBodyBearer{_SUITE}",
+    "stored URL password": f"CanaryStoredPw{_SUITE}",
 }
 """Unique per suite run, so files of an earlier run can never be counted."""
 
@@ -277,9 +283,15 @@ class Box:
         return env
 
     def alflow(
-        self, *args: str, env: dict[str, str] | None = None, timeout_s: float = 600, cwd: Path | None = None
+        self,
+        *args: str,
+        env: dict[str, str] | None = None,
+        timeout_s: float = 600,
+        cwd: Path | None = None,
+        module: str = "alflow.cli",
     ) -> Ran:
-        argv = (sys.executable, "-m", "alflow.cli", *args)
+        """``python -m MODULE ARGS`` (alflow's command line unless ``module`` names another), waited for."""
+        argv = (sys.executable, "-m", module, *args)
         started = time.monotonic()
         try:
             done = subprocess.run(
@@ -1502,6 +1514,352 @@ def hostile_folders(box: Box) -> Verdict:
     )  # fmt: skip
 
 
+# --------------------------------------------------------------------------------------------
+# Issue #49's classes: the site under hostile roots, printed secrets, impossible history, frozen workers, chat text
+
+PAGE_S = 1.0
+"""The longest a page of the results site may take (issue #49: every page under a second)."""
+
+
+def _verdict_of(cases: list[Case], ok_text: str, expected: str) -> Verdict:
+    """A scenario's verdict from its cases: how many held, else each bad case with its bucket."""
+    bad = [c for c in cases if c.bucket not in GOOD]
+    outcome = (
+        f"{len(cases) - len(bad)}/{len(cases)} {ok_text}"
+        if not bad
+        else "; ".join(f"{c.name}: {c.bucket} {c.why}".strip() for c in bad)
+    )
+    return Verdict(outcome, expected, not bad, cases=tuple(cases))
+
+
+def get_page(url: str, timeout_s: float = HANG_S) -> tuple[int | None, bytes, float]:
+    """Status, body and seconds of a GET (status None: no answer within ``timeout_s``)."""
+    started = time.monotonic()
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as r:  # loopback site
+            return int(r.status), r.read(), time.monotonic() - started
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read(), time.monotonic() - started
+    except OSError:
+        return None, b"", time.monotonic() - started
+
+
+def serve_site(box: Box, root: str) -> tuple[subprocess.Popen[bytes], str]:
+    """``alflow results serve ROOT`` on a free port, waited for until its index answers; the process, its URL."""
+    port = free_port()
+    proc = box.popen("results", "serve", root, "--port", str(port), "--refresh-s", "1", "--no-cache")
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        if get_page(base + "/", timeout_s=5)[0] == 200:
+            break
+        time.sleep(0.3)
+    return proc, base
+
+
+def long_id_run(root: Path) -> str:
+    """A copy of the fixture M2 run whose model id and label are two million characters around a URL with a
+    password (the configuration refuses such ids; a hand-made or older folder can hold one), and a file that is a
+    symlink out of the root; its rel."""
+    from tests.unit.test_site import M2
+
+    rel = "m2/20261202T000000Z-longid"
+    shutil.copytree(root / M2, root / rel)
+    secret = f"https://user:{CANARIES['stored URL password']}@metrics.example/x "
+    long = "m" * 1_000_000 + secret + "n" * 1_000_000
+    path = root / rel / "manifest.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["config"]["model"]["id"] = long
+    data["config"]["server"]["label"] = long
+    path.write_text(json.dumps(data), encoding="utf-8")
+    (root / rel / "escape.json").symlink_to("/etc/passwd")
+    return rel
+
+
+def hostile_site(box: Box) -> Verdict:
+    """``alflow results serve local://ROOT`` over seeded hostile folders (tests/unit/hostile_runs.py) and a run
+    whose model id is two million characters holding a password URL (issue #49 items 1-3): every page answers in
+    under a second, never 500, never shows the password or a file outside the root; SIGTERM stops the site."""
+    from tests.unit.hostile_runs import hostile_root, unblock_fifos
+    from tests.unit.test_site import M2
+
+    cases: list[Case] = []
+    inputs = Path(tempfile.mkdtemp(prefix="alflow-hostile-"))  # not scanned: the inputs hold NULs
+    root, rels = hostile_root(inputs, seed=50, runs=8)
+    rels.append(long_id_run(root))
+    paths = [
+        "/",
+        "/api/runs",
+        "/trends",
+        "/api/trends",
+        "/reference",
+        "/api/reference",
+        "/?q=" + "a" * 60_000,
+    ]
+    for rel in rels:
+        paths += [f"/runs/{rel}/", f"/api/runs/{rel}", f"/runs/{rel}/files/manifest.json"]
+        paths += [f"/compare?run={rel}&run={M2}"]
+    escape = f"/runs/{rels[-1]}/files/escape.json"
+    proc, base = serve_site(box, f"local://{root}")
+    try:
+        slowest = 0.0
+        for path in [*paths, escape]:
+            status, body, took = get_page(base + path)
+            slowest = max(slowest, took)
+            expected = (404,) if path == escape else (200, 400, 404, 413)
+            ok = status in expected and took < PAGE_S and b"root:x:0:0" not in body
+            bucket, why = bucket_of(
+                body.decode(errors="replace"), ok=ok, kind="clear", timed_out=status is None
+            )
+            if bucket == "silent":
+                why = f"answered {status} in {took:.2f} s (expected {'/'.join(map(str, expected))} under {PAGE_S} s)"
+            cases.append(Case(f"GET {cut(path, 70)} ({status})", bucket, why))
+        proc.send_signal(signal.SIGTERM)
+        ran = box.collect(proc, 15)
+        bucket, why = bucket_of(ran.text, ok=ran.code is not None, kind="clear", timed_out=ran.code is None)
+        cases.append(
+            Case(f"SIGTERM stops the site ({code_text(ran.code)}, slowest page {slowest:.2f} s)", bucket, why)
+        )
+    finally:
+        stop(proc)
+        unblock_fifos(root)
+        shutil.rmtree(inputs, ignore_errors=True)
+    return _verdict_of(
+        cases,
+        "pages answered",
+        f"every page under {PAGE_S} s, never 500, no password, no file outside the root",
+    )
+
+
+def printed_secrets(box: Box) -> Verdict:
+    """Secrets the round-3 testers saw printed or stored (issue #49 item 6): a results root URL's password in the
+    site's start line and page header, ``PREFECT_API_URL``'s password printed by the webhook helper, secret keys of
+    ``--extra-body`` stored in ``summary.json``. The harness searches everything printed and written for them."""
+    cases: list[Case] = []
+
+    def case(name: str, ran: Ran, ok: bool, kind: str = "clear") -> None:
+        bucket, why = bucket_of(ran.text, ok=ok, kind=kind, timed_out=ran.code is None)
+        cases.append(Case(f"{name} ({code_text(ran.code)})", bucket, why))
+
+    proc, base = serve_site(box, f"http://user:{CANARIES['results root password']}@127.0.0.1:9/results")
+    status, body, _ = get_page(base + "/")
+    proc.send_signal(signal.SIGTERM)
+    ran = box.collect(proc, 15)
+    page = body.decode(errors="replace")
+    case(
+        "results serve of a root URL with a password, its index page", replace_text(ran, page), status == 200
+    )
+    ran = box.alflow(
+        "--url", "http://127.0.0.1:9/hook", "--out", str(box.work / "automations.yaml"),
+        env={"PREFECT_API_URL": f"http://u:{CANARIES['Prefect API password']}@127.0.0.1:9/api"},
+        module="alflow_deployments.webhook", timeout_s=HANG_S,
+    )  # fmt: skip
+    case("webhook helper with a password in PREFECT_API_URL", ran, ran.code not in (0, None))
+    port = free_port()
+    sim = start_sim(box, FAST_SIM, port=port)
+    body_json = json.dumps(
+        {
+            "api_key": CANARIES["extra-body key"],
+            "extra_headers": {"Authorization": CANARIES["extra-body header"]},
+        }
+    )
+    ran = box.alflow(
+        "bench", "--base-url", f"http://127.0.0.1:{port}", "--num-prompts", "4", "--concurrency", "2",
+        "--isl", "32", "--osl", "16", "--vocab-size", "20000", "--no-progress", "--json",
+        "--extra-body", body_json, "--out", str(box.work / "bench-extra-body"),
+    )  # fmt: skip
+    stop(sim)
+    case("bench --extra-body with secret keys, stored", ran, ran.code == 0, "accepted")
+    return _verdict_of(cases, "kept their secrets", "no password or key printed, served or stored")
+
+
+def replace_text(ran: Ran, extra: str) -> Ran:
+    """``ran`` with ``extra`` (a page it served) appended to what it printed, so the page is judged with it."""
+    return Ran(ran.argv, ran.code, ran.stdout + extra, ran.stderr, ran.wall_s)
+
+
+def _forge(run: Path, how: str) -> None:
+    """Rewrite a stored run's request stamps: ``negative`` (each first token after the end: TPOT below zero) or
+    ``zero`` (the first token at the end: TPOT 0), the rest kept (the table's metadata too: its schema version)."""
+    path = run / "requests.parquet"
+    metadata = pl.read_parquet_metadata(path)
+    first, end = pl.col("first_token_ns"), pl.col("end_ns")
+    frame = pl.read_parquet(path).with_columns(
+        first_token_ns=end + (end - first) if how == "negative" else end
+    )
+    frame.write_parquet(path, metadata=metadata)
+
+
+def impossible_history(box: Box) -> Verdict:
+    """M2 runs on the sim judged against a history whose TPOT was forged negative, then zero (issue #49 item 7):
+    each verdict is "not compared" (not comparable, with the reason) or "not enough history", never improved,
+    unchanged or regressed. A run whose client was the bottleneck is measured again (at most twice)."""
+    cases: list[Case] = []
+    config = m2_config(
+        box, concurrencies=[2], prompts_per_concurrency=8, warmup_per_concurrency=1, client_processes=2,
+        regression={"enabled": True, "history_runs": 5, "min_history": 2, "resamples": 200},
+    )  # fmt: skip
+    config["server"]["extra_args"] = ["--time-scale", "1", "--seed", "5"]  # real time: the client keeps up
+    config["server"]["image"] = "alflow-sim:forged"
+    config["workload"] = {"kind": "random", "isl": 64, "osl": 32}
+    path = box.config("m2-history.yaml", config)
+
+    def measured() -> tuple[Ran, dict[str, Any]]:
+        """One M2 run and its point's verdict (measured again while its client was the bottleneck)."""
+        for _ in range(3):
+            ran = box.alflow("run", "m2", "--config", str(path))
+            runs = run_dirs(box)
+            verdict_file = runs[-1] / "regression.json" if runs else None
+            if ran.code != 0 or verdict_file is None or not verdict_file.is_file():
+                break
+            (point,) = json.loads(verdict_file.read_text(encoding="utf-8"))["points"]
+            if "bottleneck" not in point["message"]:
+                return ran, point
+        return ran, {}
+
+    seed, _ = measured()
+    first = run_dirs(box)
+    if seed.code != 0 or not first:
+        cases.append(Case(f"history run ({code_text(seed.code)})", "silent", cut(seed.first_error())))
+        return _verdict_of(cases, "", "")
+    history = first[-1]
+    for i in (1, 2):  # two more history runs: copies of the measured one, earlier in the root
+        shutil.copytree(history, history.parent / f"20200101T00000{i}Z-copy{i}")
+    for how in ("negative", "zero"):
+        for run in run_dirs(box):
+            if run.name.startswith("20200101") or run == history:
+                _forge(run, how)
+        ran, point = measured()
+        outcome, message = point.get("outcome", "(no verdict)"), point.get("message", "")
+        ok = ran.code == 0 and (
+            (outcome == "not compared" and "not comparable" in message) or outcome == "not enough history"
+        )
+        bucket, why = bucket_of(ran.text, ok=ok, kind="clear", timed_out=ran.code is None)
+        cases.append(Case(f"history TPOT {how}: {outcome}: {cut(message, 80)}", bucket, why))
+    return _verdict_of(cases, "refused", "not compared (not comparable: reason), never improved or unchanged")
+
+
+def _spawned_children(parent: int) -> list[int]:
+    """Live processes started by multiprocessing's spawn whose parent is ``parent``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            status = (entry / "status").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+            ppid = re.search(r"^PPid:\s+(\d+)", status, re.MULTILINE)
+            state = re.search(r"^State:\s+(\S)", status, re.MULTILINE)
+            if (
+                ppid
+                and int(ppid.group(1)) == parent
+                and b"spawn_main" in cmdline
+                and state
+                and state.group(1) != "Z"
+            ):
+                found.append(int(entry.name))
+    return sorted(found)
+
+
+def frozen_worker(box: Box) -> Verdict:
+    """``alflow bench --client-processes 2`` with one worker stopped by SIGSTOP mid-load (issue #49 item 8): the
+    run ends with one line naming the silent worker within its silence limit (5 s) and the grace, none left."""
+    port = free_port()
+    sim = start_sim(box, ["--time-scale", "1", "--seed", "5"], port=port)  # 2,000 tokens take many seconds
+    proc = box.popen(
+        "bench", "--base-url", f"http://127.0.0.1:{port}", "--endpoint", "completions", "--isl", "24",
+        "--osl", "2000", "--vocab-size", "20000", "--concurrency", "4", "--num-prompts", "8",
+        "--client-processes", "2", "--timeout", "60", "--stall-timeout", "5", "--no-progress",
+        "--out", str(box.work / "bench-frozen"),
+    )  # fmt: skip
+    deadline, workers = time.monotonic() + 60, list[int]()
+    while time.monotonic() < deadline and proc.poll() is None and len(workers) < 2:
+        workers = _spawned_children(proc.pid)
+        time.sleep(0.3)
+    time.sleep(4)  # the load under way
+    if workers:
+        os.kill(workers[0], signal.SIGSTOP)
+    started = time.monotonic()
+    ran = box.collect(proc, 90)
+    took = time.monotonic() - started
+    stop(sim)
+    errors = ran.error_lines()
+    ok = (
+        bool(workers)
+        and ran.code == 2
+        and len(errors) == 1
+        and "stopped or frozen" in errors[0]
+        and took < 40
+    )
+    bucket, why = bucket_of(ran.text, ok=ok, kind="clear", timed_out=ran.code is None)
+    name = f"a stopped worker ({code_text(ran.code)} after {took:.0f} s): {cut(ran.first_error(), 90)}"
+    return _verdict_of([Case(name, bucket, why)], "ended", "exit 2 with one line naming the frozen worker")
+
+
+CHAT_HOSTILE = (
+    "<@U024BE7LH> <#C024BE7LR|general> <!subteam^S123|@team>",
+    "&lt;!channel&gt; &amp;lt;!here&amp;gt;",
+    "![pixel](https://evil.example/p.png) [docs](javascript:alert(1))",
+    "``` code fence\nforged: yes ```",
+    "nul\x00bell\x07del\x7f csi\x9b31m next\x85line",
+    "\u2066isolate\u2069 \ufeffbom \u00adsoft\u200dzwj",
+    "ftp://admin:" + "Pw" * 20 + "@files.example/x <https://a|b>",
+    "\u0661\u0662 " + "\U0001f600" * 400,
+)
+"""Strings a model id, image or run folder may hold (issue #49 item 5), unlike tests/unit/test_automations_file.py's."""
+
+
+def notifications(box: Box) -> Verdict:
+    """The regression notification of ``deployments/automations.yaml`` rendered by Prefect's own template renderer
+    for an event whose model, image and run folder are hostile (issue #49 item 5): every string inside inline code
+    and nothing of Slack's control syntax, no raw control or format character, bounded length."""
+    del box  # rendered here, in Prefect's server code: no command line prints the message
+    from prefect.server.events.jinja_filters import all_filters
+    from prefect.server.events.schemas.events import ReceivedEvent
+    from prefect.server.utilities.user_templates import register_user_template_filters, render_user_template
+
+    from alflow.results.regression import PointVerdict
+    from alflow_deployments import webhook
+    from alflow_tasks.regression import REGRESSION_EVENT, alert_event
+
+    register_user_template_filters(all_filters)
+    [automation] = webhook.load_automations()
+    [action] = automation["actions"]
+    cases: list[Case] = []
+    for hostile in CHAT_HOSTILE:
+        point = PointVerdict(
+            series={"framework": "sim", "image": hostile, "model": hostile, "thinking": "off"},
+            concurrency=2, k=1, outcome="regressed", message=f"{hostile}: regressed", reference=hostile,
+        )  # fmt: skip
+        resource, payload = alert_event(point, flow_run_id="f00", flow="m2", run_dir=f"results/m2/{hostile}")
+        event = ReceivedEvent.model_validate(
+            {"event": REGRESSION_EVENT, "resource": resource, "payload": payload, "id": uuid.uuid4(),
+             "occurred": datetime.now(UTC)}
+        )  # fmt: skip
+        context = {"event": event, "flow_run": None}
+        text = "\n".join(
+            asyncio.run(render_user_template(action[part], context)) for part in ("subject", "body")
+        )
+        outside = "".join(part for line in text.splitlines() for part in line.split("`")[0::2])
+        problems = [
+            what
+            for what, bad in (
+                ("Slack control syntax", "<" in text or ">" in text.replace(" -> ", "")),
+                ("an unclosed code span", any(line.count("`") % 2 for line in text.splitlines())),
+                ("a mention or link outside code", "@" in outside or "](" in outside),
+                ("a control or format character", any(not c.isprintable() for c in text.replace("\n", ""))),
+                ("a password", "Pw" * 20 in text),
+                ("unbounded", len(text) > 3_000),
+            )
+            if bad
+        ]
+        bucket = "injection" if problems else "clear"
+        cases.append(Case(f"chat text of {cut(repr(hostile), 60)}", bucket, ", ".join(problems)))
+    return _verdict_of(
+        cases, "inert", "every string as inline code; no mention, link, control character or password"
+    )
+
+
 SCENARIOS: dict[str, Callable[[Box], Verdict]] = {
     "start-failure": start_failure,
     "crash-mid-point": crash_mid_point,
@@ -1521,6 +1879,11 @@ SCENARIOS: dict[str, Callable[[Box], Verdict]] = {
     "damaged-run": damaged_run,
     "broken-plugins": broken_plugins,
     "hostile-folders": hostile_folders,
+    "hostile-site": hostile_site,
+    "printed-secrets": printed_secrets,
+    "impossible-history": impossible_history,
+    "frozen-worker": frozen_worker,
+    "notifications": notifications,
 }
 
 

@@ -115,7 +115,9 @@ METHOD: Final = (
     "interval (history runs resampled, then their requests; the point's requests resampled). Regressed: the "
     "interval entirely on the worse side and |change| >= threshold; improved: the same on the better side; "
     "else unchanged. Partial or client-bound points are not compared; a point whose AL audit failed is "
-    "regressed on its AL (speed not compared); fewer good history runs than min_history: not enough history."
+    "regressed on its AL (speed not compared); fewer good history runs than min_history: not enough history; "
+    "an impossible value (below 0, absurd, not finite) or a zero median of a metric on either side: the point is "
+    "not compared (not comparable, with the reason)."
 )
 REFERENCE_METHOD: Final = (
     "Each reference entry this calibration wrote against the same entry before it: moved when the two "
@@ -387,16 +389,18 @@ def judge_point(
     metrics = compare_metrics(current, [h.values for h in usable], settings)
     refused = [m.note for m in metrics if m.outcome == "not compared" and m.note]
     judged = [m for m in metrics if m.outcome != "not compared"]
-    if not judged:  # no metric compared is no verdict, never "unchanged"
-        why = "; ".join(refused) or f"no metric has {MIN_REQUESTS} values on both sides"
-        return _point_verdict(key, point, "not compared", f"not comparable: {why}", usable, metrics)
-    outcome = _combine(m.outcome for m in judged)
     lines = [
         f"{m.metric} {m.change:+.1%} [{m.low:+.1%}, {m.high:+.1%}]"
         for m in judged
         if m.change is not None and m.low is not None and m.high is not None
     ]
-    lines += [f"not comparable: {note}" for note in refused]
+    if refused or not judged:
+        # a side with an impossible value or no scale is damaged data: no verdict on the point, whatever the other
+        # metrics say (a forged history judged "unchanged" on its one sane metric, issue #49); no metric: no verdict
+        why = "; ".join(refused) or f"no metric has {MIN_REQUESTS} values on both sides"
+        seen = f" (compared only: {'; '.join(lines)})" if lines else ""
+        return _point_verdict(key, point, "not compared", f"not comparable: {why}{seen}", usable, metrics)
+    outcome = _combine(m.outcome for m in judged)
     message = f"{outcome} against {len(usable)} run(s): " + "; ".join(lines)
     return _point_verdict(key, point, outcome, message, usable, metrics)
 

@@ -206,8 +206,10 @@ def test_impossible_history_is_not_comparable_never_improved_or_unchanged(
     tpot = _by_metric(got.metrics)["tpot_ms"]
     assert (tpot.outcome, tpot.change) == ("not compared", None)
     assert fragment in tpot.note
-    assert got.outcome == "unchanged"  # the other metric was compared (the same rate on both sides)
-    assert "not comparable: tpot_ms: " in got.message
+    assert got.outcome == "not compared"  # the other metric was compared, but the history is not sane
+    assert got.message.startswith("not comparable: tpot_ms: ")
+    assert "(compared only: tokens_per_s_per_request " in got.message
+    assert _by_metric(got.metrics)["tokens_per_s_per_request"].outcome == "unchanged"
 
 
 def test_a_point_whose_every_metric_is_impossible_is_not_compared_with_the_reason() -> None:
