@@ -21,15 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import io
 import json
 import logging
 import os
 import re
-import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, BinaryIO, Final, TypeVar
@@ -58,6 +56,15 @@ from alflow.site.pages import (
     trends_page,
 )
 from alflow.site.reference import reference_page
+from alflow.site.threads import (
+    PAGE_SECONDS,
+    PageTooSlowError,
+    add_slots,
+    bounded,
+    file_io,
+    in_thread,
+    off_loop,
+)
 from alflow.util.fsutil import open_confined, unsafe_file
 from alflow.util.redact import redact_data, redact_text_stream, redact_url, redact_urls_in_text
 
@@ -69,14 +76,6 @@ CHOICES: Final = web.AppKey("choices", ChoiceCache)
 ROOT_LABEL: Final = web.AppKey("root_label", str)
 REFRESH_S: Final = web.AppKey("refresh_s", float)
 PAGES: Final = web.AppKey("pages", dict[str, tuple[CatalogEntry, str]])
-SLOTS: Final = web.AppKey("slots", asyncio.Semaphore)
-
-PAGE_SECONDS: Final = 20.0
-"""The longest a page or an API answer may take to build (in a worker thread): past it the request gets a 503 and
-the site goes on answering others (a page built on the event loop once kept the whole site, and its SIGTERM, waiting)."""
-PAGE_THREADS: Final = 8
-"""Pages built at once; a build that never ends keeps its slot, so at most this many can hang, and later pages wait
-for a slot within their :data:`PAGE_SECONDS`."""
 """Run pages rendered lately, by run, with the catalogue entry they were rendered from."""
 MAX_PAGES: Final = 64
 MAX_COMPARE: Final = 8
@@ -204,73 +203,6 @@ async def errors(request: web.Request, handler: guard.Handler) -> web.StreamResp
         return _problem(request, 500, "internal error: see the site's log")
 
 
-async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)`` in a daemon thread of its own, the event loop free meanwhile.
-
-    Not the loop's pool: a call that never returns (a file that blocks) would hold the process at its exit, where the
-    pool's threads are joined; a daemon thread does not.
-    """
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[T] = loop.create_future()
-
-    def settle(result: T | None, error: BaseException | None) -> None:
-        if not done.done():
-            done.set_result(result) if error is None else done.set_exception(error)  # type: ignore[arg-type]
-
-    def work() -> None:
-        try:
-            result, error = fn(*args), None
-        except BaseException as exc:  # delivered to the awaiting request, whatever it is
-            result, error = None, exc
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: no one waits
-            loop.call_soon_threadsafe(settle, result, error)
-
-    threading.Thread(target=work, name=f"alflow-site-{getattr(fn, '__name__', 'work')}", daemon=True).start()
-    return await done
-
-
-class PageTooSlowError(Exception):
-    """A page that took longer than :data:`PAGE_SECONDS` to build (the ``errors`` middleware answers 503)."""
-
-
-def _settled(slots: asyncio.Semaphore, done: asyncio.Future[Any]) -> None:
-    """A build ended: its slot is free; its outcome is read (a page that timed out has no one awaiting it)."""
-    slots.release()
-    if not done.cancelled():
-        done.exception()
-
-
-async def _bounded(request: web.Request, fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)`` in a worker thread, in one of :data:`PAGE_THREADS` slots, within :data:`PAGE_SECONDS`."""
-    slots = request.app[SLOTS]
-    try:
-        async with asyncio.timeout(PAGE_SECONDS) as bound:
-            await slots.acquire()
-            try:
-                work = asyncio.ensure_future(_in_thread(fn, *args))
-                work.add_done_callback(functools.partial(_settled, slots))
-            except BaseException:
-                slots.release()
-                raise
-            return await asyncio.shield(work)
-    except TimeoutError:
-        if not bound.expired():  # the build's own timeout (a socket's, fsspec's): its error, not ours
-            raise
-        raise PageTooSlowError(f"{request.path} took longer than {PAGE_SECONDS:g} s to build") from None
-
-
-def _off_loop(
-    build: Callable[[web.Request], web.Response],
-) -> Callable[[web.Request], Awaitable[web.Response]]:
-    """A handler that builds its whole answer with ``build`` in a worker thread (:func:`_bounded`)."""
-
-    @functools.wraps(build)
-    async def handler(request: web.Request) -> web.Response:
-        return await _bounded(request, build, request)
-
-    return handler
-
-
 def _entry(request: web.Request) -> CatalogEntry:
     """The run the route names, from the catalogue only (404 when it lists none)."""
     rel = f"{request.match_info['flow']}/{request.match_info['run']}"
@@ -284,7 +216,7 @@ def _entry(request: web.Request) -> CatalogEntry:
 # Handlers
 
 
-@_off_loop
+@off_loop
 def index(request: web.Request) -> web.Response:
     """``/``: the runs index."""
     page = index_page(
@@ -293,7 +225,7 @@ def index(request: web.Request) -> web.Response:
     return _html(request, "index.html.j2", "Runs", page=page)
 
 
-@_off_loop
+@off_loop
 def api_runs(request: web.Request) -> web.Response:
     """``/api/runs``: the runs index as JSON."""
     page = index_page(
@@ -302,7 +234,7 @@ def api_runs(request: web.Request) -> web.Response:
     return _json(page.to_dict())
 
 
-@_off_loop
+@off_loop
 def api_run(request: web.Request) -> web.Response:
     """``/api/runs/<flow>/<run>``: one run's catalogue entry."""
     entry = _entry(request)
@@ -336,7 +268,7 @@ async def run_page(request: web.Request) -> web.StreamResponse:
     if kept is not None and kept[0] is entry:
         return web.Response(text=kept[1], content_type="text/html")
     try:
-        text = await _bounded(request, _checked_render, request.app[CATALOG], entry)
+        text = await bounded(request, _checked_render, request.app[CATALOG], entry)
     except AlflowError as exc:
         message = f"run {entry.rel} cannot be rendered: {' '.join(str(exc).split())}"
         return _problem(request, 404, _private(message, [entry]))
@@ -423,7 +355,7 @@ async def _stream(
         return response
     while True:
         try:
-            part = await _in_thread(next, parts, None)
+            part = await file_io(request, next, parts, None)
         except Exception:
             log.warning("sending %s failed part-way: the connection is cut", request.path, exc_info=True)
             if request.transport is not None:
@@ -452,7 +384,7 @@ async def run_file(request: web.Request) -> web.StreamResponse:
     name = request.match_info["name"]
     if name != MANIFEST and name not in entry.files:
         raise web.HTTPNotFound(text="404 not found: the run's manifest lists no such file\n")
-    f = await _in_thread(_open_file, request.app[CATALOG], entry, name)
+    f = await file_io(request, _open_file, request.app[CATALOG], entry, name)
     if f is None:
         raise web.HTTPNotFound(text="404 not found: the file is missing or outside the results root\n")
     try:
@@ -473,14 +405,14 @@ async def _send(request: web.Request, name: str, f: BinaryIO) -> web.StreamRespo
         return await _stream(request, response, _chunks(f, size))
     csp = {"Content-Security-Policy": STORED_HTML_CSP} if TEXT_TYPES[suffix] == "text/html" else {}
     if suffix == ".json":
-        data = await _in_thread(f.read, MAX_JSON_SHOWN + 1)
+        data = await file_io(request, f.read, MAX_JSON_SHOWN + 1)
         if len(data) > MAX_JSON_SHOWN:
             message = (
                 f"{name} is a JSON file of more than {MAX_JSON_SHOWN:,} bytes: not shown, since its URLs "
                 "(which JSON may write with escapes) are redacted only by parsing it whole"
             )
             return _problem(request, 413, message)
-        body = await _bounded(request, _shown, name, data)
+        body = await bounded(request, _shown, name, data)
         if body is None:
             return _problem(request, 413, f"{name} is JSON nested deeper than can be parsed: not shown")
         return web.Response(
@@ -562,7 +494,7 @@ def report_dict(report: Report) -> dict[str, Any]:
     }
 
 
-@_off_loop
+@off_loop
 def compare(request: web.Request) -> web.Response:
     """``/compare?run=..&run=..``: the runs side by side."""
     entries = _compare_runs(request)
@@ -572,7 +504,7 @@ def compare(request: web.Request) -> web.Response:
     return web.Response(text=_private(render(report), entries), content_type="text/html")
 
 
-@_off_loop
+@off_loop
 def api_compare(request: web.Request) -> web.Response:
     """``/api/compare?run=..``: the comparison's data."""
     entries = _compare_runs(request)
@@ -582,14 +514,14 @@ def api_compare(request: web.Request) -> web.Response:
     return _json({"runs": [e.rel for e in entries], "report": report_dict(report)}, entries=entries)
 
 
-@_off_loop
+@off_loop
 def reference(request: web.Request) -> web.Response:
     """``/reference``: reference tables and their history."""
     page = reference_page(request.app[CATALOG])
     return _html(request, "reference.html.j2", "Reference", page=page)
 
 
-@_off_loop
+@off_loop
 def api_reference(request: web.Request) -> web.Response:
     """``/api/reference``."""
     return _json(reference_page(request.app[CATALOG]).to_dict())
@@ -614,7 +546,7 @@ def _charts(s: TrendSeries) -> list[Any]:
     return charts
 
 
-@_off_loop
+@off_loop
 def trends(request: web.Request) -> web.Response:
     """``/trends``: one block of four charts per trend line."""
     page = trends_page(request.app[CATALOG], TrendQuery.parse(request.query))
@@ -622,7 +554,7 @@ def trends(request: web.Request) -> web.Response:
     return _html(request, "trends.html.j2", "Trends", page=page, drawn=drawn)
 
 
-@_off_loop
+@off_loop
 def api_trends(request: web.Request) -> web.Response:
     """``/api/trends``: the trend lines' data."""
     page = trends_page(request.app[CATALOG], TrendQuery.parse(request.query))
@@ -648,7 +580,7 @@ async def _refresher(app: web.Application) -> AsyncIterator[None]:
             await asyncio.sleep(pause)
             started = time.monotonic()
             try:
-                await _in_thread(app[CATALOG].refresh)
+                await in_thread(app[CATALOG].refresh)
             except Exception:
                 log.exception("catalogue refresh failed")
             # a large root: at most a tenth of the time goes to listing it
@@ -677,7 +609,7 @@ def make_app(catalog: Catalog, *, token: str | None = None, refresh_s: float = 2
     app[CATALOG] = catalog
     app[CHOICES] = ChoiceCache()
     app[PAGES] = {}
-    app[SLOTS] = asyncio.Semaphore(PAGE_THREADS)
+    add_slots(app)
     app[guard.TOKEN_KEY] = token
     app[ROOT_LABEL] = _root_label(catalog.root)
     app[REFRESH_S] = refresh_s

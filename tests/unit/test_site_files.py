@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -22,6 +24,7 @@ from alflow.results.catalog import Catalog
 from alflow.results.store import RunWriter
 from alflow.site import app as site_app
 from alflow.site.app import CHUNK_BYTES
+from alflow.site.threads import IO_THREADS
 from alflow.util.redact import redact_urls_in_text
 from tests.unit.test_site import M2, Site, _start, make_root, serving
 
@@ -177,3 +180,42 @@ async def test_a_url_root_serves_its_files_in_parts() -> None:
         assert json.loads(manifest.body)["files"]["server.log"]
     finally:
         fsspec.filesystem("memory").rm(root.removeprefix("memory://"), recursive=True)
+
+
+async def test_many_downloads_at_once_read_in_at_most_the_file_slots(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#49: each part of a download was read in a thread of its own, unbounded across downloads: a thousand
+    downloads held a thousand threads. Now at most IO_THREADS read at once, the rest wait their turn."""
+    root = make_root(tmp_path)
+    data = random.Random(5).randbytes(3 * CHUNK_BYTES)
+    _list_file(root / M2, "profile.bin", data)
+    real_chunks = site_app._chunks
+    reading = peak = 0
+    lock = threading.Lock()
+
+    def slow_chunks(f: BinaryIO, limit: int | None = None) -> Iterator[bytes]:
+        nonlocal reading, peak
+        parts = real_chunks(f, limit)
+        while True:
+            with lock:
+                reading += 1
+                peak = max(peak, reading)
+            try:
+                time.sleep(0.02)  # a slow disk: every part's read overlaps the others'
+                part = next(parts, None)
+            finally:
+                with lock:
+                    reading -= 1
+            if part is None:
+                return
+            yield part
+
+    monkeypatch.setattr(site_app, "_chunks", slow_chunks)
+    async with serving(root) as site:
+        answers = await asyncio.gather(
+            *(site.get(f"/runs/{M2}/files/profile.bin") for _ in range(3 * IO_THREADS))
+        )
+    assert [a.status for a in answers] == [200] * (3 * IO_THREADS)
+    assert all(len(a.body) == len(data) for a in answers)
+    assert IO_THREADS // 2 <= peak <= IO_THREADS  # the downloads did overlap, and no more than the slots
