@@ -26,7 +26,7 @@ from alflow.frameworks.recipes import build_launch, check_install
 from alflow.methods.dry_run import Plan, first_server, plan_of, runs_here, unit_params
 from alflow.results.provenance import code_version, host_info
 from alflow.results.store import RunWriter, run_id_of
-from alflow.util.fsutil import check_writable_dir, check_writable_file
+from alflow.util.fsutil import check_writable_dir, check_writable_file, local_path_of
 from alflow.util.redact import redact_data, redact_urls_in_text
 from alflow.workloads import check_m2_prompt_memory
 from alflow_infra.runners.base import api_key_from_env
@@ -103,9 +103,9 @@ def check_outputs(params: object) -> None:
     """
     if not isinstance(params, CalibrateParams | GateParams | BenchmarkParams):
         return
-    root = params.placement.results_root
-    if "://" not in root or root.startswith("file://"):
-        check_writable_dir(root.removeprefix("file://"), what="results_root")
+    local = local_path_of(params.placement.results_root)
+    if local is not None:  # an object store's root is checked when the run writes
+        check_writable_dir(local, what="results_root")
     if isinstance(params, CalibrateParams):
         check_writable_file(params.reference_path, what="reference_path")
 

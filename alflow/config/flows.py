@@ -39,7 +39,7 @@ from alflow.config.workloads import (
     default_reference_path,
 )
 from alflow.loadgen.spec import DEFAULT_STALL_TIMEOUT_S, MAX_PROCESSES, MAX_SECONDS, MIN_PROCESSES
-from alflow.util.fsutil import require_local_path
+from alflow.util.fsutil import local_path_of, require_local_path
 from alflow.util.names import shown
 
 
@@ -79,7 +79,7 @@ STORE_SCHEMES = ("s3", "gs", "gcs")
 
 def local_reference(value: str) -> str:
     """A reference table's path: local and not empty; one line otherwise."""
-    if "://" in value and not value.startswith("file://"):
+    if local_path_of(value) is None:
         require_local_path(value, what="", why=REMOTE_REFERENCES)  # refuses it, saying why
     return check_local_path(value)
 

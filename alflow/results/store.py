@@ -139,8 +139,9 @@ class FsspecStorage:
     def __init__(self, url: str) -> None:
         try:
             self.fs, _ = fsspec.core.url_to_fs(url)
-        except (ImportError, ValueError) as exc:
-            raise StoreError(f"cannot open results root {url!r}: {exc}") from None
+        except Exception as exc:  # a back-end connects as it is made (ftp, sftp): any of its errors, one line
+            why = redact_urls_in_text(" ".join(str(exc).split()) or type(exc).__name__)
+            raise StoreError(f"cannot open results root {redact_urls_in_text(url)!r}: {why}") from None
         self.protocol = url.split("://", 1)[0]
 
     def _url(self, path: str) -> str:
