@@ -34,10 +34,11 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
-from typing import Literal, TypeVar, get_args
+from typing import Final, Literal, TypeVar, get_args
 
 from alflow.errors import AlflowError, InvalidInputError
 
@@ -113,6 +114,35 @@ def resolve(reference: str, what: str) -> object:
         raise PluginError(f"{what}: cannot load {reference!r}: {reason}") from exc
 
 
+PLUGIN_LOAD_S: Final = 20.0
+"""The longest a third-party entry point's module may take to import before it is left out."""
+
+
+def resolve_within(reference: str, what: str, seconds: float = PLUGIN_LOAD_S) -> object:
+    """:func:`resolve` in a daemon thread, waited for at most ``seconds``.
+
+    An import that never returns (a plugin waiting on a network or a lock) is a :class:`PluginError`, not a command
+    that hangs for good. The stuck import keeps its thread (Python cannot stop one) and its module's import lock; nothing else imports that
+    module, since its plugin is left out.
+    """
+    outcome: list[object] = []
+
+    def load() -> None:
+        try:
+            outcome.append(resolve(reference, what))
+        except PluginError as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=load, name=f"alflow-plugin-{what[:40]}", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if not outcome:
+        raise PluginError(f"{what}: importing {reference!r} did not end within {seconds:g} s")
+    if isinstance(outcome[0], PluginError):
+        raise outcome[0]
+    return outcome[0]
+
+
 _ENTRY_POINTS = [True]
 """Whether third-party entry points are read (off for ``--version`` and ``--help``: :func:`skip_entry_points`)."""
 
@@ -137,7 +167,7 @@ def _loaded() -> tuple[tuple[FrameworkSpec, ...], tuple[str, ...], dict[str, str
     for point in sorted(points, key=lambda p: p.name):
         where = _where(point)
         try:
-            spec = resolve(point.value, where)
+            spec = resolve_within(point.value, where)
             if not isinstance(spec, FrameworkSpec) or spec.name != point.name:
                 raise PluginError(f"{where} must be a FrameworkSpec named {point.name!r}")
             if spec.name in {s.name for s in found}:

@@ -1448,6 +1448,7 @@ BROKEN_PLUGINS = {
     "raises at import": "SPEC = 1 / 0",
     "exits at import": "import sys\nsys.exit(3)",
     "not a spec": "SPEC = 42",
+    "an import that never returns": "import time\ntime.sleep(3600)",
     "a config that is no server model": (
         "from alflow.plugins import FrameworkSpec\nSPEC = FrameworkSpec('evil', 'builtins:dict', 'builtins:len')"
     ),

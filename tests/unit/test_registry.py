@@ -87,3 +87,24 @@ def test_every_plugin_folder_is_one_built_in_framework_and_every_built_in_one_ha
     for spec in plugins.BUILTIN:
         assert spec.plugin == f"alflow.frameworks.{spec.name}.plugin:PLUGIN"
         assert spec.config.startswith(f"alflow.frameworks.{spec.name}.config:")
+
+
+def test_a_plugin_whose_import_never_returns_is_left_out_after_its_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#49: an entry point whose module waits for ever (a network, a lock) hung every command; now it is refused."""
+    import time
+
+    (tmp_path / "sleepy_alflow_plugin.py").write_text("import time\ntime.sleep(3600)\nSPEC = None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    started = time.monotonic()
+    with pytest.raises(
+        PluginError, match=r"entry point 'sleepy': importing 'sleepy_alflow_plugin:SPEC' did not end"
+    ):
+        plugins.resolve_within("sleepy_alflow_plugin:SPEC", "entry point 'sleepy'", seconds=0.5)
+    assert time.monotonic() - started < 5
+    # a module that loads in time, and one that raises, are what they were
+    assert plugins.resolve_within("os.path:join", "x") is __import__("os").path.join
+    (tmp_path / "broken_alflow_plugin.py").write_text("SPEC = 1 / 0\n")
+    with pytest.raises(PluginError, match="ZeroDivisionError"):
+        plugins.resolve_within("broken_alflow_plugin:SPEC", "entry point 'broken'")
