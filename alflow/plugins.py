@@ -125,6 +125,8 @@ def resolve_within(reference: str, what: str, seconds: float = PLUGIN_LOAD_S) ->
     that hangs for good. The stuck import keeps its thread (Python cannot stop one) and its module's import lock; nothing else imports that
     module, since its plugin is left out.
     """
+    if _importing_here():
+        return resolve(reference, what)
     outcome: list[object] = []
 
     def load() -> None:
@@ -143,6 +145,23 @@ def resolve_within(reference: str, what: str, seconds: float = PLUGIN_LOAD_S) ->
     return outcome[0]
 
 
+def _importing_here() -> bool:
+    """Whether this thread is inside an import (it holds a module's import lock).
+
+    Such as alflow's configuration building its model of every framework: a plugin imported in another thread could
+    wait for that lock, so it is imported in this one, unbounded (the command line loads the plugins first, outside
+    any import).
+    """
+    try:
+        from importlib import _bootstrap  # CPython's import machinery: each module's lock and its owner
+
+        me = threading.get_ident()
+        locks = [ref() for ref in list(_bootstrap._module_locks.values())]  # type: ignore[attr-defined]
+        return any(getattr(lock, "owner", None) == me for lock in locks)
+    except Exception:  # another Python: bounded, as by default
+        return False
+
+
 _ENTRY_POINTS = [True]
 """Whether third-party entry points are read (off for ``--version`` and ``--help``: :func:`skip_entry_points`)."""
 
@@ -159,15 +178,32 @@ def _where(point: EntryPoint) -> str:
 
 
 @functools.cache
+def entry_specs() -> tuple[tuple[EntryPoint, object], ...]:
+    """Each third-party entry point with what its reference loads, or the :class:`PluginError` it gave.
+
+    Imported in time (:func:`resolve_within`); the command line calls it first, outside any import. Their config
+    models are imported later, where alflow's configuration builds its model of every framework (they import it).
+    """
+    points = entry_points(group=ENTRY_POINT_GROUP) if _ENTRY_POINTS[0] else ()
+    loaded: list[tuple[EntryPoint, object]] = []
+    for point in sorted(points, key=lambda p: p.name):
+        try:
+            loaded.append((point, resolve_within(point.value, _where(point))))
+        except PluginError as exc:
+            loaded.append((point, exc))
+    return tuple(loaded)
+
+
+@functools.cache
 def _loaded() -> tuple[tuple[FrameworkSpec, ...], tuple[str, ...], dict[str, str]]:
     found = list(BUILTIN)
     broken: list[str] = []
     origins = {spec.name: "built-in" for spec in BUILTIN}
-    points = entry_points(group=ENTRY_POINT_GROUP) if _ENTRY_POINTS[0] else ()
-    for point in sorted(points, key=lambda p: p.name):
+    for point, spec in entry_specs():
         where = _where(point)
         try:
-            spec = resolve_within(point.value, where)
+            if isinstance(spec, PluginError):
+                raise spec
             if not isinstance(spec, FrameworkSpec) or spec.name != point.name:
                 raise PluginError(f"{where} must be a FrameworkSpec named {point.name!r}")
             if spec.name in {s.name for s in found}:

@@ -30,10 +30,11 @@ def main(argv: list[str] | None = None) -> None:
 
         sys.stdout.write(f"alflow {__version__}\n")
         return
-    if not args or "--help" in args:
-        from alflow.plugins import skip_entry_points
+    from alflow import plugins
 
-        skip_entry_points()
+    if not args or "--help" in args:
+        plugins.skip_entry_points()
+    plugins.entry_specs()  # imported here, outside any import: each in its time (resolve_within)
     from alflow.cli.root import main as run
 
     run(argv)

@@ -108,3 +108,22 @@ def test_a_plugin_whose_import_never_returns_is_left_out_after_its_time(
     (tmp_path / "broken_alflow_plugin.py").write_text("SPEC = 1 / 0\n")
     with pytest.raises(PluginError, match="ZeroDivisionError"):
         plugins.resolve_within("broken_alflow_plugin:SPEC", "entry point 'broken'")
+
+
+def test_a_plugin_loaded_from_inside_an_import_is_imported_in_that_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Loaded in another thread while this one holds a module's import lock, a plugin importing that module would
+    wait until the time ran out: inside an import, the plugin is imported here, as before the bound."""
+    import importlib
+    import time
+
+    (tmp_path / "outer_alflow_mod.py").write_text(
+        "from alflow import plugins\nX = 1\nRESULT = plugins.resolve_within('inner_alflow_mod:Y', 'w', seconds=3)\n"
+    )
+    (tmp_path / "inner_alflow_mod.py").write_text("import outer_alflow_mod\nY = outer_alflow_mod.X + 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    started = time.monotonic()
+    outer = importlib.import_module("outer_alflow_mod")
+    assert outer.RESULT == 2
+    assert time.monotonic() - started < 2
