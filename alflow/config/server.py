@@ -28,7 +28,7 @@ from alflow.config.speculative import (
 )
 from alflow.loadgen.spec import MAX_SECONDS
 from alflow.plugins import check_dialect, config_model_of, config_models, framework_names
-from alflow.util.names import check_env_names, check_host, check_identifier
+from alflow.util.names import check_env_names, check_host, check_identifier, shown
 from alflow.util.redact import is_secret_flag, is_secret_name
 
 ServerFramework = str
@@ -269,6 +269,14 @@ class ServerBase(StrictModel):
     def _no_secret_args(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for arg in value:
             flag = arg.split("=", 1)[0]
+            if (
+                not arg.startswith("-") and "=" in arg and is_secret_name(flag)
+            ):  # "-e HF_TOKEN=..." for a runner
+                raise ValueError(
+                    f"extra_args sets {shown(flag)}=..., which looks like a secret: its value would be stored in clear "
+                    "in manifest.json, the reports and Prefect's database; list the variable's name in the runner's "
+                    "secrets (placement.runner.secrets) instead"
+                )
             if is_secret_flag(flag):
                 raise ValueError(
                     f"extra_args passes {flag}, which takes a secret: its value would be stored in clear in "

@@ -43,6 +43,7 @@ outside it), ``unchanged`` otherwise; an entry with no interval on either side i
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections.abc import Iterable, Sequence
@@ -104,6 +105,9 @@ THROUGHPUT: Final = Metric("tokens_per_s_per_request", "output tokens/s per requ
 METRICS: Final = (TPOT, THROUGHPUT)
 MIN_REQUESTS: Final = 5
 """A run (or the point) with fewer usable requests than this gives no sample."""
+MIN_VALUE: Final = {TPOT.name: 0.001, THROUGHPUT.name: 0.0}
+"""The smallest possible per-request value of each metric above zero: a token a microsecond is faster than any
+server streams (a TPOT of 3e-8 ms, forged, was judged "regressed +517,946,600 %")."""
 MAX_VALUE: Final = {TPOT.name: 3_600_000.0, THROUGHPUT.name: 10_000_000.0}
 """The largest possible per-request value of each metric: a TPOT of one hour a token, ten million tokens a second for
 one request. A value above it, below zero or not finite is impossible (a damaged or forged history, a clock that
@@ -151,11 +155,18 @@ def request_values(records: pl.DataFrame) -> pl.DataFrame:
     frame = records if "repeat" in records.columns else records.with_columns(pl.lit(0).alias("repeat"))
     req = per_request(frame).filter(pl.col("ok"))
     rate = pl.when(pl.col("e2el_ms") > 0).then(pl.col("output_tokens") / (pl.col("e2el_ms") / 1000.0))
+    # a first token before the request, or an end before the first token, is no measurement: NaN, which
+    # not_comparable counts as impossible (a history whose first token came before its request read "improved")
+    order = [c for c in ("start_ns", "first_token_ns", "end_ns") if c in frame.columns]
+    out_of_order = pl.lit(False)
+    for early, late in itertools.pairwise(order):
+        out_of_order = out_of_order | (pl.col(late) < pl.col(early)).fill_null(False)
+    nan = pl.lit(float("nan"))
     return req.select(
         pl.col("concurrency").cast(pl.Int64),
         pl.col("repeat").fill_null(0).cast(pl.Int64),
-        pl.col("tpot_ms").cast(pl.Float64).alias(TPOT.name),
-        rate.cast(pl.Float64).alias(THROUGHPUT.name),
+        pl.when(out_of_order).then(nan).otherwise(pl.col("tpot_ms")).cast(pl.Float64).alias(TPOT.name),
+        pl.when(out_of_order).then(nan).otherwise(rate).cast(pl.Float64).alias(THROUGHPUT.name),
     )
 
 
@@ -228,12 +239,16 @@ def not_comparable(metric: Metric, mine: pl.Series, pooled: pl.Series) -> str | 
     An impossible value on either side (below zero, above :data:`MAX_VALUE`, not finite), or a median of zero on
     either side (a change relative to zero has no scale: every simulated run at time scale 0 has TPOT 0).
     """
-    bound = MAX_VALUE[metric.name]
+    bound, least = MAX_VALUE[metric.name], MIN_VALUE[metric.name]
     for side, values in (("this point", mine), ("the history", pooled)):
         floats = values.cast(pl.Float64)
-        bad = int((floats.is_nan() | floats.is_infinite() | (floats < 0) | (floats > bound)).sum())
+        tiny = (floats > 0) & (floats < least)
+        bad = int((floats.is_nan() | floats.is_infinite() | (floats < 0) | (floats > bound) | tiny).sum())
         if bad:
-            return f"{metric.name}: {bad} impossible value(s) in {side} (below 0, above {bound:,.0f} or not finite)"
+            return (
+                f"{metric.name}: {bad} impossible value(s) in {side} (below 0, between 0 and {least:g}, above "
+                f"{bound:,.0f}, not finite, or stamps out of order)"
+            )
         if _median(floats) == 0:
             return f"{metric.name}: the median of {side} is 0, so a relative change has no scale"
     return None
@@ -333,7 +348,13 @@ def _audit_failed(
     key: SeriesKey, point: M2Point, history: Sequence[HistoryRun], settings: RegressionSettings
 ) -> PointVerdict:
     """A point whose AL audit failed: regressed on its AL when the series has enough good runs to say so."""
-    past = [p.achieved_al for h in history for p in h.points if p.achieved_al is not None]
+    # an AL outside [1, K+1] (a step emits at least 1 token, at most K+1) is damaged history: no baseline
+    past = [
+        p.achieved_al
+        for h in history
+        for p in h.points
+        if p.achieved_al is not None and math.isfinite(p.achieved_al) and 1.0 <= p.achieved_al <= p.k + 1
+    ]
     baseline = sorted(past)[len(past) // 2] if past else None
     achieved = point.achieved_al
     change = achieved / baseline - 1.0 if achieved is not None and baseline else None
@@ -426,7 +447,15 @@ class _Values:
     def of(self, run: StoredRun) -> pl.DataFrame:
         if run.dir not in self._by_dir:
             records = table_or_none(run, "requests")
-            self._by_dir[run.dir] = request_values(records if records is not None else pl.DataFrame())
+            try:
+                values = request_values(records if records is not None else pl.DataFrame())
+            except (
+                pl.exceptions.PolarsError,
+                TypeError,
+                ValueError,
+            ):  # a column of the wrong type: no requests
+                values = request_values(pl.DataFrame())
+            self._by_dir[run.dir] = values
         return self._by_dir[run.dir]
 
 

@@ -32,6 +32,12 @@ _SECRET_NAME_INSIDE: Final = (
     "SECRET",
     "PASSWORD",
     "PASSWD",
+    "PASSPHRASE",
+    "AUTHORIZATION",
+    "CREDENTIAL",
+    "CREDS",
+    "BEARER",
+    "COOKIE",
     "API_KEY",
     "APIKEY",
     "ACCESS_KEY",
@@ -56,6 +62,10 @@ _SECRET_PARAM_WORDS: Final = frozenset(
         "authorization",
         "credential",
         "credentials",
+        "session",
+        "jsessionid",
+        "sid",
+        "cookie",
     }
 )
 """A URL parameter with one of these words in its name (``api_key``, ``X-Amz-Signature``) is a credential."""
@@ -156,9 +166,12 @@ def redact_url(url: str) -> str:
         netloc = f"{REDACTED}@{netloc.rpartition('@')[2]}"
     query = _redact_params(parts.query) if parts.query else parts.query
     fragment = _redact_params(parts.fragment) if "=" in parts.fragment else parts.fragment
-    if (netloc, query, fragment) == (parts.netloc, parts.query, parts.fragment):
+    path = (
+        _redact_params(parts.path) if ";" in parts.path else parts.path
+    )  # matrix parameters: ;jsessionid=...
+    if (netloc, path, query, fragment) == (parts.netloc, parts.path, parts.query, parts.fragment):
         return url
-    return urlunsplit((parts.scheme, netloc, parts.path, query, fragment))
+    return urlunsplit((parts.scheme, netloc, path, query, fragment))
 
 
 OPENED_SCHEMES: Final = frozenset({"http", "https", "s3", "s3a", "gs", "gcs"})
@@ -279,6 +292,17 @@ def redact_text_stream(chunks: Iterable[bytes], max_held: int = MAX_HELD_BYTES) 
 
 
 _SECRET_BODY_KEYS: Final = frozenset({"authorization", "auth", "credential", "credentials", "cookie"})
+_SECRET_BODY_HINTS: Final = (
+    "password",
+    "passwd",
+    "passphrase",
+    "secret",
+    "cookie",
+    "session",
+    "jwt",
+    "signature",
+)
+"""A body key holding one of these, in any case (``pAsSwOrD``, ``session_cookie``, ``X-Signature``), is a secret."""
 
 
 def is_secret_key(key: str) -> bool:
@@ -287,8 +311,10 @@ def is_secret_key(key: str) -> bool:
     lower = key.lower()
     return (
         is_secret_name(words)
+        or is_secret_name(lower)
         or lower in _SECRET_BODY_KEYS
-        or lower.endswith(("token", "authorization", "bearer"))
+        or lower.endswith(("token", "authorization", "bearer", "auth"))
+        or any(hint in lower for hint in _SECRET_BODY_HINTS)
     )
 
 

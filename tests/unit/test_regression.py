@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 from typing import Any
@@ -191,6 +192,10 @@ def _forged(runs: int, tpot: list[float]) -> list[HistoryRun]:
         ([-20.0] * 50, "impossible value(s) in the history"),  # was "improved -200 %"
         ([1e12] * 50, "impossible value(s) in the history"),  # a TPOT of 10^12 ms was "improved"
         ([float("nan")] * 50, "impossible value(s) in the history"),
+        (
+            [3e-8] * 50,
+            "impossible value(s) in the history",
+        ),  # a forged tiny TPOT was "regressed +517,946,600 %"
         (
             [0.0] * 50,
             "the median of the history is 0",
@@ -509,3 +514,39 @@ def test_the_task_stores_the_verdicts_emits_per_regressed_point_and_never_fails_
     with disable_run_logger():
         assert task_module.check_regression(other, SETTINGS) is None  # a warning, never an error
     assert "regression.json" not in open_run(other.dir).manifest.files
+
+
+def test_requests_whose_stamps_are_out_of_order_give_impossible_values() -> None:
+    """Hostile round 4: a history whose first token came before its request (and whose end came before its first
+    token) was judged "improved -99.5 %"; its values are now NaN, which the judge refuses."""
+    from alflow.methods.regression import request_values
+
+    s, ms = 1_000_000_000, 1_000_000
+    rows = [
+        RequestRecord(
+            request_id=0, session_id="s0", start_ns=3 * s, first_token_ns=1 * s, end_ns=2 * s, done_ns=2 * s,
+            chunk_ns=[1 * s, 2 * s], input_tokens=16, output_tokens=10, http_status=200,
+        ),
+        RequestRecord(
+            request_id=1, session_id="s1", start_ns=3 * s, first_token_ns=3 * s + 10 * ms, end_ns=3 * s + 50 * ms,
+            done_ns=3 * s + 50 * ms, chunk_ns=[3 * s + 10 * ms, 3 * s + 50 * ms], input_tokens=16, output_tokens=10,
+            http_status=200,
+        ),
+    ]  # fmt: skip
+    records = records_frame(rows).with_columns(pl.lit(4).alias("concurrency"))
+    values = request_values(records)
+    forged, sane = values.rows(named=True)
+    assert math.isnan(forged["tpot_ms"])
+    assert math.isnan(forged["tokens_per_s_per_request"])
+    assert sane["tpot_ms"] == pytest.approx(40 / 9)
+
+
+def test_an_audit_failure_takes_no_baseline_from_impossible_history_al() -> None:
+    """Hostile round 4: a history AL of -3 or 1e308 was the baseline of a failed audit's "regressed -140 %"."""
+    history = [
+        HistoryRun(f"m2/al{i}", (_point(achieved_al=al),), _runs(12, 1, 50)[0])
+        for i, al in enumerate((-3.0, 1e308, 2.5, 2.49, 2.51))
+    ]
+    got = judge_point(KEY, _point(achieved_al=1.2, valid=False), _runs(13, 1, 50)[0], history, SETTINGS)
+    (metric,) = got.metrics
+    assert metric.baseline == 2.5  # the median of the three possible ones

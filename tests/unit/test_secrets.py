@@ -57,6 +57,12 @@ KEY = "sk-CanaryKey-7f3a9"
         "GITHUB_TOKEN",
         "hf_token",
         "S3_ACCESS_KEY_ID",
+        "AUTHORIZATION",  # hostile round 4: these were stored in clear from extra_env
+        "MY_CREDS",
+        "GCP_CREDENTIALS",
+        "BEARER",
+        "SESSION_COOKIE",
+        "GPG_PASSPHRASE",
     ],
 )
 def test_secret_names(name: str) -> None:
@@ -392,9 +398,12 @@ def test_secret_keys_of_a_request_body_in_any_case_style() -> None:
     from alflow.util.redact import is_secret_key
 
     for key in ("api_key", "apiKey", "x-api-key", "authToken", "accessToken", "hf_token", "Authorization",
-                "Proxy-Authorization", "bearer", "password", "client_secret"):  # fmt: skip
+                "Proxy-Authorization", "bearer", "password", "client_secret",
+                # hostile round 4: stored in clear in summary.json
+                "pAsSwOrD", "session_cookie", "X-Auth", "passphrase", "jwt", "signature"):  # fmt: skip
         assert is_secret_key(key), key
-    for key in ("max_tokens", "min_tokens", "top_k", "keep_alive", "return_spec_tokens_details", "seed"):
+    for key in ("max_tokens", "min_tokens", "top_k", "keep_alive", "return_spec_tokens_details", "seed",
+                "skip_special_tokens", "return_tokens_as_token_ids", "author", "session_id_prefix_len"):  # fmt: skip
         assert not is_secret_key(key), key
 
 
@@ -451,3 +460,18 @@ def test_the_webhook_helper_never_prints_the_prefect_api_password(
     assert code == 1
     assert "127.0.0.1:1" in err  # it says where it failed
     assert "Canary-9" not in err
+
+
+def test_a_matrix_parameter_of_a_url_path_is_redacted_and_a_secret_assignment_in_extra_args_refused() -> None:
+    """Hostile round 4: ``/metrics;jsessionid=...`` was printed as it was; ``extra_args: [-e, HF_TOKEN=...]`` stored."""
+    from alflow.config import server_config
+    from alflow.util.redact import redact_url
+
+    assert redact_url("http://h:1/metrics;jsessionid=Pw-Canary-11") == "http://h:1/metrics;jsessionid=***"
+    assert redact_url("http://h/api/x/;session=Pw-Canary-12?a=1") == "http://h/api/x/;session=***?a=1"
+    assert redact_url("http://h/a;b/c?x=1") == "http://h/a;b/c?x=1"
+    with pytest.raises(
+        ValueError, match=r"extra_args sets 'HF_TOKEN'=\.\.\., which looks like a secret"
+    ) as info:
+        server_config(framework="sim", model="m", extra_args=("-e", "HF_TOKEN=Pw-Canary-13"))
+    assert "Pw-Canary-13" not in str(info.value)
