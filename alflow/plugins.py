@@ -31,9 +31,11 @@ why. ``alflow --version`` and ``alflow --help`` load no entry point (:func:`skip
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import logging
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -108,8 +110,11 @@ def resolve(reference: str, what: str) -> object:
     """
     module, _, attribute = reference.partition(":")
     try:
-        return getattr(importlib.import_module(module), attribute)
-    except (Exception, SystemExit) as exc:  # a third party's module may raise anything at import, or exit
+        with contextlib.redirect_stdout(sys.stderr):  # what it prints must not end in a command's JSON
+            return getattr(importlib.import_module(module), attribute)
+    except (
+        BaseException
+    ) as exc:  # a third party's module may raise anything at import (KeyboardInterrupt too), or exit
         reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
         raise PluginError(f"{what}: cannot load {reference!r}: {reason}") from exc
 
@@ -321,8 +326,11 @@ def _config_model(spec: FrameworkSpec) -> type:
     model = resolve(spec.config, f"framework {spec.name!r}")
     fields = getattr(model, "model_fields", None)
     field = fields.get("framework") if isinstance(fields, dict) else None
+    from pydantic import BaseModel
+
     if (
         not isinstance(model, type)
+        or not issubclass(model, BaseModel)
         or field is None
         or get_args(getattr(field, "annotation", None)) != (spec.name,)
     ):
@@ -330,6 +338,13 @@ def _config_model(spec: FrameworkSpec) -> type:
             f"framework {spec.name!r}: {spec.config} is not a server configuration model "
             f"(a ServerBase subclass with framework: Literal[{spec.name!r}])"
         )
+    try:  # a model whose schema cannot be built (a type named but never defined) would break every config
+        model.model_rebuild(raise_errors=True)
+        model.__pydantic_validator__.validate_python  # noqa: B018 (built, or raises)
+    except Exception as exc:
+        raise PluginError(
+            f"framework {spec.name!r}: {spec.config} cannot be built: {' '.join(str(exc).split())[:300]}"
+        ) from exc
     return model
 
 

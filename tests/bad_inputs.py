@@ -190,6 +190,7 @@ CONFIG_CASES: list[ConfigCase] = [
         "server host with a space", "m2", {"server.host": "my host"}, "neither an IP address nor a host name"
     ),
     _case("server model blank", "m2", {"server.model": "   "}, "is blank"),
+    _case("server model zero-width only", "m2", {"server.model": "\u200b\u2060"}, "is blank"),
     _case("server model overlong", "m2", {"server.model": "m" * 5000}, "longer than the 1,024 characters"),
     _case("server model not model.id (m2)", "m2", {"server.model": "org/other"}, "differs from model.id"),
     _case("server model not model.id (m1)", "m1", {"server.model": "org/other"}, "differs from model.id"),
@@ -204,6 +205,12 @@ CONFIG_CASES: list[ConfigCase] = [
         "m2",
         {"placement.runner": {"kind": "process", "log_dir": "/etc/passwd"}},
         "is a file",
+    ),
+    _case(
+        "process log_dir under a file",
+        "m2",
+        {"placement.runner": {"kind": "process", "log_dir": "/etc/passwd/logs/x"}},
+        "is under the file '/etc/passwd'",
     ),
     _case("server port string", "m2", {"server.port": "8000"}, "valid integer"),
     _case("server readiness timeout zero", "m2", {"server.readiness_timeout_s": 0}, "greater than 0"),
@@ -811,6 +818,18 @@ CLI_CASES: list[CliCase] = [
         ("bench", "--base-url", DEAD_URL, "--dataset", "custom", "--input-file", "{tmp}/prompts.jsonl"),
         "field 'output_tokens' is 0; give a positive integer",
         "bench custom output_tokens zero",
+    ),
+    CliCase(
+        "bench --base-url host with an empty label",
+        ("bench", "--base-url", "http://a..b:80"),
+        "is no host name",
+        "--base-url 'http://a..b:80'",
+    ),
+    CliCase(
+        "bench --base-url not http",
+        ("bench", "--base-url", "ftp://u:pw@host/x"),
+        "give http(s)://HOST",
+        "--base-url 'ftp://***@host/x'",
     ),
     CliCase(
         "bench --out is a file",

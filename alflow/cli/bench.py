@@ -69,6 +69,7 @@ from alflow.loadgen.runner import (
 )
 from alflow.metrics.client import SLO, GpuLayout, check_percentiles
 from alflow.reports.markdown import escape_controls
+from alflow.util.names import shown
 from alflow.util.redact import redact_url
 from alflow.util.typer_options import command_of
 
@@ -469,9 +470,28 @@ def _bench(o: BenchOptions) -> None:
     _report(result, json_out=o.json_out, api_key=o.api_key)
 
 
+def _check_base_url(url: str) -> None:
+    """``--base-url`` with an http(s) scheme and a host a resolver takes (``a..b`` reached it as a traceback)."""
+    try:
+        parts = urlparse(url)
+        host = parts.hostname
+    except ValueError as exc:
+        raise InvalidInputError(f"--base-url {shown(redact_url(url))}: {exc}") from None
+    if parts.scheme not in ("http", "https") or not host:
+        raise InvalidInputError(f"--base-url {shown(redact_url(url))}: give http(s)://HOST[:PORT][/PATH]")
+    try:
+        host.encode("idna")  # what the resolver will do: a label empty or over 63 characters raised there
+    except UnicodeError:
+        raise InvalidInputError(
+            f"--base-url {shown(redact_url(url))}: the host {shown(host)} is no host name (a label is empty or "
+            "longer than 63 characters)"
+        ) from None
+
+
 def _bench_request(o: BenchOptions) -> BenchRequest:
     """The options checked (one line naming a bad one, before any request) and made the run's request."""
     auth_headers(o.api_key)
+    _check_base_url(o.base_url)
     if o.api_key and urlparse(o.base_url).username is not None:
         raise InvalidInputError(
             "--base-url carries user:password@ and --api-key (or $OPENAI_API_KEY) is set: a request has one "

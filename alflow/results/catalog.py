@@ -549,7 +549,8 @@ class Catalog:
         if cache_dir is None:
             return None
         root_id = self.root if not self._lister.local else str(Path(self.root).resolve())
-        return Path(cache_dir) / f"{hashlib.sha256(root_id.encode()).hexdigest()[:24]}.json"
+        # fsencode: a path that is not UTF-8 (bytes kept as surrogates) hashes too
+        return Path(cache_dir) / f"{hashlib.sha256(os.fsencode(root_id)).hexdigest()[:24]}.json"
 
     def refresh(self, *, force: bool = False) -> None:
         """Re-read runs whose signature changed, add new ones, drop removed ones (at most every ``min_refresh_s``)."""

@@ -47,6 +47,8 @@ PARQUET_VERSION_KEY: Final = "alflow.schema_version"
 MANIFEST: Final = "manifest.json"
 SUMMARY: Final = "summary.json"
 TABLES: Final = ("requests", "server_metrics", "spec_stats")
+MAX_JSON_BYTES: Final = 64 << 20
+"""The largest run JSON file read (a manifest or summary of thousands of points is a few megabytes)."""
 MAX_READ_BYTES: Final = 1 << 30
 """The largest file of a run read whole (1 GiB: a manifest or summary is kilobytes, a point's records tens of MB)."""
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -415,7 +417,13 @@ class StoredRun:
 
 def _read_json(storage: Storage, path: str) -> dict[str, Any]:
     try:
-        data = json.loads(storage.read_bytes(path))
+        with storage.open_read(path) as f:
+            raw = f.read(MAX_JSON_BYTES + 1)
+        if (
+            len(raw) > MAX_JSON_BYTES
+        ):  # a run's JSON is kilobytes: this is no file alflow wrote (a site died on one)
+            raise StoreError(f"{path}: a JSON file over {MAX_JSON_BYTES:,} bytes, not read")
+        data = json.loads(raw)
     except (FileNotFoundError, NotADirectoryError):  # NotADirectoryError: a path under a regular file
         raise StoreError(f"{path} does not exist") from None
     except (OSError, ValueError) as exc:

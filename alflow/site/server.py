@@ -19,6 +19,7 @@ from alflow.results.catalog import Catalog
 from alflow.site.app import make_app
 from alflow.site.guard import PathOnlyAccessLogger, check_bind
 from alflow.util.fsutil import local_path_of
+from alflow.util.names import shown
 from alflow.util.redact import redact_url
 
 
@@ -28,7 +29,11 @@ def check_root(root: str) -> str:
     if local is None:
         return root
     path = Path(local)
-    if not path.is_dir():
+    try:
+        is_dir = path.is_dir()
+    except OSError as exc:  # a name too long, a loop of links
+        raise InvalidInputError(f"ROOT {shown(redact_url(root))}: {exc.strerror or exc}") from None
+    if not is_dir:
         raise InvalidInputError(
             f"ROOT {redact_url(root)!r}: not a folder; give a results root (the folder runs are stored in)"
         )

@@ -80,8 +80,10 @@ def check_identifier(value: str, *, what: str = "an identifier") -> str:
 
     Longer than :data:`MAX_IDENTIFIER` is too long; the control characters are named. For a pydantic field validator: the error names the field, the value (``repr``, cut) and what is allowed.
     """
-    if not value.strip():
-        raise ValueError(f"{what} {value!r} is blank: give a name (e.g. a Hugging Face repo id)")
+    if not "".join(
+        c for c in value if unicodedata.category(c) != "Cf"
+    ).strip():  # zero-width only is blank too
+        raise ValueError(f"{what} {shown(value)} is blank: give a name (e.g. a Hugging Face repo id)")
     if len(value) > MAX_IDENTIFIER:
         raise ValueError(
             f"{what} {shown(value)} is longer than the {MAX_IDENTIFIER:,} characters an identifier may have"
@@ -143,10 +145,14 @@ def check_log_dir(value: str | None) -> str | None:
             break  # memory-backed files: a folder like any other
         if real == Path(top) or Path(top) in real.parents:
             raise ValueError(f"log_dir {shown(value)} is under {top}: give a folder on a disk")
-    if path.exists() and not path.is_dir():
-        raise ValueError(
-            f"log_dir {shown(value)} is a file, not a folder: give a folder (it is created if missing)"
-        )
+    for folder in (path, *path.parents):  # the first that exists must be a folder: none under a file
+        if folder.exists():
+            if not folder.is_dir():
+                where = "is a file" if folder == path else f"is under the file {shown(str(folder))}"
+                raise ValueError(
+                    f"log_dir {shown(value)} {where}, not a folder: give a folder (created if missing)"
+                )
+            break
     return value
 
 

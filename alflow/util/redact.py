@@ -298,7 +298,7 @@ _SECRET_BODY_HINTS: Final = (
     "passphrase",
     "secret",
     "cookie",
-    "session",
+    "sessionid",
     "jwt",
     "signature",
 )

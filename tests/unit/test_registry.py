@@ -127,3 +127,20 @@ def test_a_plugin_loaded_from_inside_an_import_is_imported_in_that_thread(
     outer = importlib.import_module("outer_alflow_mod")
     assert outer.RESULT == 2
     assert time.monotonic() - started < 2
+
+
+def test_a_plugin_that_raises_keyboardinterrupt_or_prints_at_import_is_left_out_quietly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Hostile round 4: ``raise KeyboardInterrupt`` at import gave a traceback (a thread's, once bounded); a plugin
+    printing at import broke ``alflow frameworks --json``'s output."""
+    (tmp_path / "interrupting_alflow_plugin.py").write_text(
+        "print('garbage')\nraise KeyboardInterrupt('x')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(PluginError, match="KeyboardInterrupt: x"):
+        plugins.resolve_within("interrupting_alflow_plugin:SPEC", "entry point 'ki'", seconds=5)
+    out, err = capsys.readouterr()
+    assert "garbage" not in out
+    assert "garbage" in err
+    assert "Traceback" not in err
