@@ -236,6 +236,15 @@ def plugin_of(name: str) -> object:
     plugin = resolve(spec_of(name).plugin, f"framework {name!r}")
     if getattr(plugin, "name", None) != name:
         raise PluginError(f"framework {name!r}: {spec_of(name).plugin} is not a Framework named {name!r}")
+    try:  # what generic code reads of every plugin's metrics reader, read once here (a part that raises is broken)
+        reader = getattr(plugin, "metrics", None)
+        if reader is not None and not (
+            isinstance(reader.name, str) and isinstance(reader.metrics_path, str) and callable(reader.matches)
+        ):
+            raise TypeError("its metrics reader has no name, metrics_path or matches of the right kinds")
+    except Exception as exc:
+        why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        raise PluginError(f"framework {name!r}: {spec_of(name).plugin}: {why}") from exc
     return plugin
 
 

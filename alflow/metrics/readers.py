@@ -6,6 +6,7 @@ found through their specs (:func:`alflow.plugins.plugin_of`: this package never 
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Protocol, cast
 
 from alflow.errors import InvalidInputError
@@ -15,6 +16,8 @@ from alflow.plugins import plugin_of, usable_names
 
 if TYPE_CHECKING:
     from alflow.loadgen.counts import CountsReader
+
+log = logging.getLogger(__name__)
 
 
 def dialects() -> dict[str, Dialect]:
@@ -52,7 +55,7 @@ def get_dialect(name: str) -> Dialect:
 def detect(snapshot: Snapshot) -> Dialect:
     """The dialect whose metrics ``snapshot`` holds; an error lists what was looked for."""
     known = dialects()
-    found = [d for d in known.values() if d.matches(snapshot)]
+    found = [d for d in known.values() if _matches(d, snapshot)]
     if len(found) == 1:
         return found[0]
     if not found:
@@ -65,6 +68,15 @@ def detect(snapshot: Snapshot) -> Dialect:
         f"metrics at {snapshot.url or '<text>'} match several dialects ({', '.join(d.name for d in found)}): "
         "give --dialect"
     )
+
+
+def _matches(dialect: Dialect, snapshot: Snapshot) -> bool:
+    """Whether ``snapshot`` holds ``dialect``'s metrics; a reader that raises (a third party's) matches nothing."""
+    try:
+        return bool(dialect.matches(snapshot))
+    except Exception as exc:
+        log.warning("metrics reader %s left out of detection: %s: %s", dialect.name, type(exc).__name__, exc)
+        return False
 
 
 def candidate_metrics_urls(base_url: str, dialect: str = "auto") -> list[str]:

@@ -272,6 +272,15 @@ async def run_page(request: web.Request) -> web.StreamResponse:
     except AlflowError as exc:
         message = f"run {entry.rel} cannot be rendered: {' '.join(str(exc).split())}"
         return _problem(request, 404, _private(message, [entry]))
+    except PageTooSlowError:
+        raise
+    except (
+        Exception
+    ) as exc:  # a stored table of other types than alflow writes (a column as text): this run only
+        log.warning("run %s cannot be rendered", entry.rel, exc_info=True)
+        why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        message = f"run {entry.rel} cannot be rendered: a file is not as alflow writes it ({why})"
+        return _problem(request, 422, _private(message, [entry]))
     if len(pages) >= MAX_PAGES:
         pages.pop(next(iter(pages)))
     pages[entry.rel] = (entry, text)

@@ -144,3 +144,38 @@ def test_a_plugin_that_raises_keyboardinterrupt_or_prints_at_import_is_left_out_
     assert "garbage" not in out
     assert "garbage" in err
     assert "Traceback" not in err
+
+
+def test_a_plugin_whose_metrics_reader_raises_when_read_is_refused(fake_spec: types.ModuleType) -> None:
+    """Hostile round 4: a reader whose ``metrics_path`` raised gave a traceback in ``alflow frameworks`` and bench."""
+    import dataclasses
+
+    class Exploding:
+        def __getattr__(self, name: str) -> object:
+            raise RuntimeError(f"no {name} today")
+
+    fake_spec.PLUGIN = dataclasses.replace(get_framework("vllm"), name="fakeengine", metrics=Exploding())
+    with pytest.raises(PluginError, match=r"fake_engine_plugin:PLUGIN: RuntimeError: no name today"):
+        plugins.plugin_of("fakeengine")
+
+
+def test_a_metrics_reader_that_raises_while_matching_is_left_out_of_detection(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from alflow.metrics import readers
+    from alflow.metrics.prometheus import parse_exposition
+
+    vllm = readers.get_dialect("vllm")
+
+    class Raising:
+        name = "raising"
+        metrics_path = "/metrics"
+
+        def matches(self, snapshot: object) -> bool:
+            raise ValueError("broken")
+
+    monkeypatch.setattr(readers, "dialects", lambda: {"vllm": vllm, "raising": Raising()})
+    text = "vllm:spec_decode_num_drafts_total 1\nvllm:spec_decode_num_draft_tokens_total 3\n"
+    text += "vllm:spec_decode_num_accepted_tokens_total 2\n"
+    assert readers.detect(parse_exposition(text)) is vllm
+    assert "metrics reader raising left out of detection: ValueError: broken" in caplog.text
