@@ -65,6 +65,7 @@ from alflow.loadgen.runner import (
     MAX_REQUEST_RATE,
     MAX_SECONDS,
     MIN_PROCESSES,
+    MIN_REQUEST_RATE,
     LoadSpec,
 )
 from alflow.metrics.client import SLO, GpuLayout, check_percentiles
@@ -98,7 +99,7 @@ BENCH_BOUNDS: Final = register_bounds(
         "--num-shots": Bound(0),  # at most the shots file's examples (checked there)
         "--concurrency": SESSIONS,
         "--client-processes": PROCESSES_RANGE,
-        "--request-rate": Bound(0, open_low=True, high=MAX_REQUEST_RATE),
+        "--request-rate": Bound(MIN_REQUEST_RATE, high=MAX_REQUEST_RATE),
         "--num-prompts": PROMPTS,
         "--duration": SECONDS,
         "--warmup": WARMUP,

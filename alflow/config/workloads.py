@@ -20,6 +20,7 @@ from alflow.loadgen.spec import (
     MAX_REQUEST_RATE,
     MAX_SECONDS,
     MIN_PROCESSES,
+    MIN_REQUEST_RATE,
 )
 
 
@@ -36,7 +37,7 @@ class LoadConfig(StrictModel):
         0, ge=0, le=MAX_PROMPTS, description="Warm-up requests sent before the measured window."
     )
     request_rate: float | None = Field(
-        None, gt=0.0, le=MAX_REQUEST_RATE, description="Requests per second (None: unlimited)."
+        None, ge=MIN_REQUEST_RATE, le=MAX_REQUEST_RATE, description="Requests per second (None: unlimited)."
     )
     timeout_s: float = Field(
         600.0, gt=0.0, le=MAX_SECONDS, allow_inf_nan=False, description="Per-request timeout in seconds."

@@ -16,11 +16,13 @@ model's chat template.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import BinaryIO
 
 import orjson
 
 from alflow.datasets.types import Session, Turn
 from alflow.errors import InvalidInputError
+from alflow.util.fsutil import open_regular
 
 DEFAULT_MAX_TOKENS = 256
 """The output cap of a row without ``output_tokens`` (``vllm bench serve``'s ``--custom-output-len`` default)."""
@@ -36,36 +38,50 @@ def load_custom(
     file, the line and the field.
     """
     file = Path(path)
-    if not file.is_file():
-        raise InvalidInputError(f"custom prompt file {file} does not exist")
+    try:
+        fh = open_regular(file)  # a FIFO waits, /dev/zero streams for ever: regular files only
+    except FileNotFoundError:
+        raise InvalidInputError(f"custom prompt file {file} does not exist") from None
+    except OSError as exc:
+        raise InvalidInputError(f"custom prompt file {file}: {exc.strerror or exc}") from None
+    try:
+        with fh:
+            return _sessions(fh, file, max_tokens, default_max_tokens)
+    except OSError as exc:  # /proc/self/mem is a regular file that cannot be read
+        raise InvalidInputError(
+            f"custom prompt file {file}: cannot be read ({exc.strerror or exc})"
+        ) from None
+
+
+def _sessions(fh: BinaryIO, file: Path, max_tokens: int | None, default_max_tokens: int) -> list[Session]:
+    """The sessions of the open file ``fh`` (``file``), a row a line."""
     sessions: list[Session] = []
-    with file.open("rb") as fh:
-        for line_no, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            where = f"{file}:{line_no}"
-            try:
-                row = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
-                raise InvalidInputError(f"{where}: not valid JSON ({exc})") from None
-            if not isinstance(row, dict):
-                raise InvalidInputError(f"{where}: a row must be a JSON object with a 'prompt' string")
-            prompt = row.get("prompt")
-            if not isinstance(prompt, str) or not prompt.strip():
-                raise InvalidInputError(f"{where}: field 'prompt' is missing or not a non-empty string")
-            given = row.get("output_tokens", default_max_tokens)
-            if isinstance(given, bool) or not isinstance(given, int) or given < 1:
-                raise InvalidInputError(
-                    f"{where}: field 'output_tokens' is {row['output_tokens']!r}; give a positive integer"
-                )
-            sessions.append(
-                Session(
-                    session_id=f"custom-{line_no}",
-                    turns=(Turn(prompt=prompt, max_tokens=given if max_tokens is None else max_tokens),),
-                    category="custom",
-                    meta={"line": str(line_no)},
-                )
+    for line_no, raw in enumerate(fh, start=1):
+        if not raw.strip():
+            continue
+        where = f"{file}:{line_no}"
+        try:
+            row = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise InvalidInputError(f"{where}: not valid JSON ({exc})") from None
+        if not isinstance(row, dict):
+            raise InvalidInputError(f"{where}: a row must be a JSON object with a 'prompt' string")
+        prompt = row.get("prompt")
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise InvalidInputError(f"{where}: field 'prompt' is missing or not a non-empty string")
+        given = row.get("output_tokens", default_max_tokens)
+        if isinstance(given, bool) or not isinstance(given, int) or given < 1:
+            raise InvalidInputError(
+                f"{where}: field 'output_tokens' is {row['output_tokens']!r}; give a positive integer"
             )
+        sessions.append(
+            Session(
+                session_id=f"custom-{line_no}",
+                turns=(Turn(prompt=prompt, max_tokens=given if max_tokens is None else max_tokens),),
+                category="custom",
+                meta={"line": str(line_no)},
+            )
+        )
     if not sessions:
         raise InvalidInputError(f"custom prompt file {file} holds no rows")
     return sessions

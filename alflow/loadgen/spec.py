@@ -62,6 +62,8 @@ MAX_SECONDS = (2**63 - 1) // 10**9
 """The longest timeout or duration (s, about 292 years): the run's clock counts signed 64-bit nanoseconds, and a
 longer time (1e300) cannot be counted on it at all (it used to fail with an OverflowError mid-run)."""
 MAX_REQUEST_RATE = 1e9
+MIN_REQUEST_RATE = 1e-6
+"""Requests a second at the least (one in about 12 days): a rate of 1e-300 overflowed the first gap."""
 """The highest request rate (sessions/s): arrivals are scheduled in whole nanoseconds, so a faster rate cannot be
 told apart from one start per nanosecond (leave the rate unset for 'as fast as the concurrency allows')."""
 
