@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from alflow.errors import AlflowError, InvalidInputError
+from alflow.reports.markdown import escape_controls
 from alflow.util import jsonutil
 from alflow.util.redact import redact_urls_in_text
 
@@ -33,9 +34,20 @@ err_console = Console(stderr=True, soft_wrap=True)
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 
 
+MAX_ERROR_CHARS = 2_000
+"""The longest error line: an input of 100,000 characters is shown by its start and end, with the length cut."""
+
+
 def error_line(message: str, secrets: tuple[str | None, ...] = ()) -> str:
-    """``error: MESSAGE``: URLs lose their credentials, ``secrets`` values are masked."""
-    return "error: " + redact_urls_in_text(message, [s for s in secrets if s])
+    """``error: MESSAGE`` on one line.
+
+    URLs lose their credentials, ``secrets`` values are masked, control characters (a newline in a path) are
+    written as visible escapes, and a line over :data:`MAX_ERROR_CHARS` is cut.
+    """
+    text = escape_controls(redact_urls_in_text(message, [s for s in secrets if s]), keep="")
+    if len(text) > MAX_ERROR_CHARS:
+        text = f"{text[:1_500]} ... ({len(text) - 1_700:,} characters cut) ... {text[-200:]}"
+    return "error: " + text
 
 
 def fail(message: str, code: int = 2, secrets: tuple[str | None, ...] = ()) -> typer.Exit:

@@ -86,6 +86,8 @@ check (regular files only, confined under the root), never through fsspec."""
 def local_path_of(path: str | os.PathLike[str]) -> str | None:
     """The local path ``path`` names (a plain path, ``file://...`` or ``local://...``); None for another URL."""
     text = os.fspath(path)
+    if text.startswith("file://localhost/"):  # RFC 8089: the host "localhost" is this machine
+        return text.removeprefix("file://localhost")
     for prefix in LOCAL_SCHEMES:
         if text.startswith(prefix):
             return text.removeprefix(prefix)

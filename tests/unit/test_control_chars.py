@@ -155,3 +155,19 @@ def test_bench_table_title_leaves_no_raw_control(sse_server: str, name: str) -> 
     assert result.exit_code == 0, result.output
     assert raw_controls(result.output) == [], raw_controls(result.output)
     assert f"alflow bench: {escape_controls(name)}" in result.output
+
+
+def test_an_error_line_is_one_line_and_bounded_whatever_the_input() -> None:
+    """Hostile round 4: a path holding a newline split the error line (a forged second line); an input of 100,000
+    characters was echoed whole, twice."""
+    from alflow.cli.common import MAX_ERROR_CHARS, error_line
+
+    forged = error_line("run '/r/20261205T000200Z-a\nerror: forged <script>' does not exist")
+    assert "\n" not in forged
+    assert "\\n" in forged or "\\x0a" in forged
+    long = error_line(f"--dialect {'d' * 100_000!r} is not one of vllm, sglang; --dialect {'d' * 100_000!r}")
+    assert len(long) < MAX_ERROR_CHARS + 100
+    assert "characters cut" in long
+    assert long.endswith("'")  # its end is kept
+    secret = error_line("cannot reach http://u:Pw-Canary-14@h/" + "x" * 5000)
+    assert "Canary-14" not in secret

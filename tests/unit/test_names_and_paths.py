@@ -343,3 +343,19 @@ def test_writable_path_checks_name_what_is_wrong_in_one_line(tmp_path: Path) -> 
     with pytest.raises(InvalidInputError, match=r"is a folder; allowed: a regular file"):
         check_writable_file(tmp_path, what="--table")
     assert confined(tmp_path, tmp_path / "missing.txt") is None
+
+
+@pytest.mark.parametrize(
+    ("given", "local"),
+    [
+        ("/tmp/x", "/tmp/x"),
+        ("file:///tmp/x", "/tmp/x"),
+        ("file://localhost/tmp/x", "/tmp/x"),  # hostile round 4: read as the relative path localhost/tmp/x
+        ("local:///tmp/x", "/tmp/x"),
+        ("s3://bucket/x", None),
+    ],
+)
+def test_the_local_path_a_root_names(given: str, local: str | None) -> None:
+    from alflow.util.fsutil import local_path_of
+
+    assert local_path_of(given) == local
