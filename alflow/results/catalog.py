@@ -13,8 +13,7 @@ Usage::
 Runs are read through :mod:`alflow.results.store` and :mod:`alflow.results.view` (the one reader), so a
 model, framework or point means here what it means in a report. A run directory that cannot be read (no
 manifest, bad JSON, a manifest of another schema) is an entry with status ``unreadable`` and the reason in
-:attr:`CatalogEntry.problem`; it never stops the catalogue. A run's ``regression.json`` (the regression
-verdicts of its points) is read tolerantly: anything unexpected in it is left out.
+:attr:`CatalogEntry.problem`; it never stops the catalogue. A run's ``regression.json`` is read tolerantly.
 
 Freshness: :meth:`Catalog.refresh` lists the root, compares each run's signature (the ``mtime`` and size of
 ``manifest.json`` and of ``regression.json``: ``os.stat`` locally, ``fs.info`` on an fsspec URL, re-read
@@ -549,8 +548,7 @@ class Catalog:
         if cache_dir is None:
             return None
         root_id = self.root if not self._lister.local else str(Path(self.root).resolve())
-        # fsencode: a path that is not UTF-8 (bytes kept as surrogates) hashes too
-        return Path(cache_dir) / f"{hashlib.sha256(os.fsencode(root_id)).hexdigest()[:24]}.json"
+        return Path(cache_dir) / f"{hashlib.sha256(os.fsencode(root_id)).hexdigest()[:24]}.json"  # any bytes
 
     def refresh(self, *, force: bool = False) -> None:
         """Re-read runs whose signature changed, add new ones, drop removed ones (at most every ``min_refresh_s``)."""
@@ -598,6 +596,7 @@ class Catalog:
 
         Good: the run complete, the point valid, not partial and not client-bound. A run with several repeats of
         the point gives each of them (one run, several pairs); ``exclude_rel`` leaves one run out (the run judged).
+        Copies of a run (its run id in several folders) count once, and not at all when they copy the judged run.
         """
         limit = _ts(before)
         if not limit and not before.startswith("1970-01-01"):
@@ -606,8 +605,11 @@ class Catalog:
             )
         out: list[tuple[CatalogEntry, M2Point]] = []
         runs: list[str] = []
+        judged = self.get(exclude_rel) if exclude_rel is not None else None
+        ids = {} if judged is None else {judged.run_id: judged.rel}  # run id -> the folder standing for it
         for stamp, entry, point in self._state.points.get(key, ()):
-            if stamp >= limit or entry.rel == exclude_rel or not _good(entry, point):
+            skip = stamp >= limit or entry.rel == exclude_rel or not _good(entry, point)
+            if skip or ids.setdefault(entry.run_id, entry.rel) != entry.rel:
                 continue
             if entry.rel not in runs:
                 if len(runs) >= n:

@@ -426,3 +426,20 @@ def test_a_memory_url_root_is_catalogued_and_refreshed() -> None:
         assert catalog.reads == 2
     finally:
         fsspec.filesystem("memory").rm(root.removeprefix("memory://"), recursive=True)
+
+
+def test_copies_of_one_run_are_one_history_run_and_none_when_they_copy_the_judged_one(tmp_path: Path) -> None:
+    """Hostile round 4: four folders of one run (one run id) were four independent history runs."""
+    import shutil
+
+    first = write_run(tmp_path, "2026-01-01T00:00:00+00:00")
+    judged = write_run(tmp_path, "2026-01-05T00:00:00+00:00")
+    for i in (1, 2, 3):
+        shutil.copytree(first, first.parent / f"20260102T00000{i}Z-copy{i}")
+    shutil.copytree(judged, judged.parent / "20260103T000000Z-copy-of-judged")
+    catalog = Catalog(str(tmp_path))
+    got = catalog.history(key(), before="2026-01-10T00:00:00+00:00", n=10, exclude_rel=f"m2/{judged.name}")
+    assert (
+        len(got) == 1
+    )  # one run: the first and its three copies; the judged run's copy is not its own history
+    assert {e.run_id for e, _ in got} == {catalog.get(f"m2/{first.name}").run_id}  # type: ignore[union-attr]
