@@ -698,6 +698,7 @@ _BENCH_RANGES: list[tuple[str, str, str]] = [
     ("--percentiles", "150", "(0, 100]"),
     ("--percentiles", "0", "(0, 100]"),
     ("--percentiles", "-5", "(0, 100]"),
+    ("--percentiles", "50,99,50.0", "50 given twice"),
     ("--percentiles", "nan", "(0, 100]"),
     ("--percentiles", "inf", "(0, 100]"),
     ("--percentiles", "50,abc", "expected numbers"),

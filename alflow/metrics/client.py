@@ -154,6 +154,10 @@ def check_percentiles(values: Sequence[float], source: str = "percentiles") -> t
     for p in values:
         if isinstance(p, bool) or not math.isfinite(p) or not 0.0 < p <= 100.0:
             raise InvalidInputError(f"{source} {p:g}: each percentile must be a number in (0, 100]")
+    seen = [_pkey(p) for p in values]
+    twice = sorted({k for k in seen if seen.count(k) > 1})
+    if twice:  # the same column twice in the summary
+        raise InvalidInputError(f"{source}: {', '.join(twice)} given twice; give each percentile once")
     return tuple(float(p) for p in values)
 
 

@@ -33,6 +33,8 @@ def chat_code(value: object, limit: int = MAX_CHAT_FIELD) -> str:
         kind = unicodedata.category(c)
         if kind in ("Cc", "Zl", "Zp"):
             kept.append(" ")
+        elif kind == "Cs":  # a lone surrogate (no character: not encodable as UTF-8, a JSON body would break)
+            kept.append("\ufffd")
         elif kind != "Cf":
             kept.append(c)
     text = "".join(kept).strip()

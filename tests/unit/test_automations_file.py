@@ -193,3 +193,12 @@ def test_a_hostile_id_reaches_the_chat_as_inline_code_and_nothing_else(hostile: 
     assert spans  # the strings are there, as code
     assert all(len(value) <= 1024 for value in resource.values())
     assert all(value.isprintable() for value in resource.values())
+
+
+def test_chat_code_of_a_lone_surrogate_is_encodable() -> None:
+    """Hostile round 4: a lone surrogate survived, and a chat's JSON body cannot carry one."""
+    from alflow.util.chat import chat_code
+
+    text = chat_code("model\udc80id")
+    assert text == "`model\ufffdid`"
+    text.encode("utf-8")  # raises on a surrogate
