@@ -16,6 +16,7 @@ from aiohttp import web
 
 from alflow.errors import InvalidInputError
 from alflow.results.catalog import Catalog
+from alflow.results.store import storage_for
 from alflow.site.app import make_app
 from alflow.site.guard import PathOnlyAccessLogger, check_bind
 from alflow.util.fsutil import local_path_of
@@ -38,6 +39,14 @@ def check_root(root: str) -> str:
             f"ROOT {redact_url(root)!r}: not a folder; give a results root (the folder runs are stored in)"
         )
     return str(path)
+
+
+def _reachable(root: str) -> bool:
+    """Whether the object store's root answers as existing (an unreachable host reads as missing)."""
+    try:
+        return storage_for(root).exists(root)
+    except Exception:  # the back-end's own error: not reachable
+        return False
 
 
 async def run_site(
@@ -94,4 +103,9 @@ def serve(
     catalog = Catalog(root, min_refresh_s=refresh_s, cache_dir=cache_dir)
     app = make_app(catalog, token=token, refresh_s=refresh_s)
     announce(f"{len(catalog.entries())} runs in {redact_url(root)}")
+    if not catalog.entries() and local_path_of(root) is None and not _reachable(root):
+        announce(
+            f"warning: {redact_url(root)} does not exist or cannot be reached now: the site shows its runs once it "
+            "can read them (refreshed every few seconds)"
+        )
     asyncio.run(run_site(app, host, port, announce))

@@ -600,3 +600,15 @@ async def test_a_page_that_builds_too_long_answers_503_and_the_site_answers_othe
             }
     finally:
         release.set()
+
+
+def test_a_root_that_cannot_be_reached_is_said_at_start() -> None:
+    """Hostile round 4: ``alflow results serve http://u:pw@127.0.0.1:9/x`` served "0 runs" without a word."""
+    import fsspec
+
+    from alflow.site.server import _reachable
+
+    assert not _reachable("http://127.0.0.1:9/x")  # nothing listens there
+    assert not _reachable("memory://alflow-nowhere/x")
+    fsspec.filesystem("memory").pipe("memory://alflow-somewhere/m2/run/manifest.json", b"{}")
+    assert _reachable("memory://alflow-somewhere")
