@@ -35,11 +35,12 @@ import contextlib
 import functools
 import importlib
 import logging
+import os
 import sys
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint, distributions, entry_points
 from typing import Final, Literal, TypeVar, get_args
 
 from alflow.errors import AlflowError, InvalidInputError
@@ -182,6 +183,30 @@ def _where(point: EntryPoint) -> str:
     return f"entry point {point.name!r} of {ENTRY_POINT_GROUP} in {source} ({point.value})"
 
 
+def _entry_points() -> tuple[EntryPoint, ...]:
+    """The group's entry points (read, not loaded).
+
+    None, with one warning naming the distribution, when an installed distribution's ``entry_points.txt`` cannot be
+    parsed: Python's reader raises for every group then, and pydantic's plugin loader reads the same file, so its
+    plugins are switched off for this process and alflow's models still build.
+    """
+    try:
+        return tuple(entry_points(group=ENTRY_POINT_GROUP))
+    except Exception as exc:
+        bad = []
+        for dist in distributions():
+            try:
+                dist.entry_points  # noqa: B018 (parsed, or raises)
+            except Exception:
+                bad.append(f"{dist.metadata['Name']} {dist.version}")
+        os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
+        log.warning(
+            "framework plugins not loaded: the entry points of %s cannot be read (%s: %s); pydantic plugins are off",
+            ", ".join(bad) or "an installed distribution", type(exc).__name__, exc,
+        )  # fmt: skip
+        return ()
+
+
 @functools.cache
 def entry_specs() -> tuple[tuple[EntryPoint, object], ...]:
     """Each third-party entry point with what its reference loads, or the :class:`PluginError` it gave.
@@ -189,7 +214,9 @@ def entry_specs() -> tuple[tuple[EntryPoint, object], ...]:
     Imported in time (:func:`resolve_within`); the command line calls it first, outside any import. Their config
     models are imported later, where alflow's configuration builds its model of every framework (they import it).
     """
-    points = entry_points(group=ENTRY_POINT_GROUP) if _ENTRY_POINTS[0] else ()
+    points = _entry_points()  # read even for --help: an unreadable file must switch pydantic's plugins off
+    if not _ENTRY_POINTS[0]:
+        return ()
     loaded: list[tuple[EntryPoint, object]] = []
     for point in sorted(points, key=lambda p: p.name):
         try:

@@ -251,3 +251,21 @@ def test_a_hostile_plugin_is_left_out_once_and_never_stops_a_command(tmp_path: P
     assert len(warnings) == 1, listed.stderr
     dry = _run(tmp_path, *alflow, "run", "m2", "--preset", "sim", "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr[-800:]
+
+
+def test_an_unparsable_entry_points_file_leaves_plugins_out_with_one_warning_and_every_command_answers(
+    tmp_path: Path,
+) -> None:
+    """Hostile round 4: a distribution whose entry_points.txt has a line without ``=`` made ``--help`` and every
+    command a traceback (Python's reader, and pydantic's plugin loader reading the same file)."""
+    info = tmp_path / "bad_alflow-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: bad-alflow\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[alflow.frameworks]\nthis line has no equals sign\n")
+    for args in (("--help",), ("frameworks", "--json")):
+        ran = _run(tmp_path, sys.executable, "-m", "alflow.cli", *args)
+        assert ran.returncode == 0, ran.stderr[-1500:]
+        assert "Traceback" not in ran.stderr
+        (warning,) = [line for line in ran.stderr.splitlines() if "framework plugins not loaded" in line]
+        assert "the entry points of bad-alflow 0.1 cannot be read" in warning
+    assert [f["name"] for f in json.loads(ran.stdout)["frameworks"]] == BUILT_IN
