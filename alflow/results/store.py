@@ -391,6 +391,7 @@ class StoredRun:
             ) from None
         if frame is None:
             raise StoreError(f"{path}: schema version {version!r}, this alflow reads {SCHEMA_VERSION}")
+        _check_kinds(path, frame, name)
         return frame
 
     def damaged_tables(self) -> list[str]:
@@ -413,6 +414,31 @@ class StoredRun:
         if not self.has(filename):
             raise StoreError(f"run {self.dir} has no {filename} (status {self.status})")
         return _read_json(self.storage, self.storage.join(self.dir, filename))
+
+
+def _kind(dtype: pl.DataType) -> str:
+    if dtype.is_numeric() or dtype == pl.Boolean:
+        return "number"
+    if dtype in (pl.String, pl.Categorical):
+        return "text"
+    return "list" if isinstance(dtype, pl.List | pl.Array) else str(dtype)
+
+
+def _check_kinds(path: str, frame: pl.DataFrame, name: str) -> None:
+    """One line when a table's columns are not of the kinds alflow writes (numbers, text, lists).
+
+    A column of stamps stored as text made every report and regression check of the root fail.
+    """
+    if name != "requests":
+        return
+    from alflow.loadgen.frames import RECORD_SCHEMA
+
+    for column, expected in RECORD_SCHEMA.items():
+        got = frame.schema.get(column)
+        if got is not None and got != pl.Null and _kind(got) != _kind(expected):
+            raise StoreError(
+                f"{path}: column {column} holds {got}, alflow writes {expected}: not as alflow wrote it"
+            )
 
 
 def _read_json(storage: Storage, path: str) -> dict[str, Any]:

@@ -107,8 +107,22 @@ def _garbage_table(run: Path, rng: random.Random) -> None:
     )
 
 
+def _text_column(run: Path, rng: random.Random) -> None:
+    """A column of ``requests.parquet`` stored as text, its schema version kept (hostile round 4: every report and
+    regression check of the root failed on it)."""
+    import polars as pl
+
+    path = run / "requests.parquet"
+    try:
+        metadata, frame = pl.read_parquet_metadata(path), pl.read_parquet(path)
+    except Exception:  # an earlier breaker made it something else
+        return
+    column = rng.choice(("end_ns", "first_token_ns", "output_tokens", "start_ns"))
+    frame.with_columns(pl.col(column).cast(pl.String)).write_parquet(path, metadata=metadata)
+
+
 BREAKERS: tuple[Breaker, ...] = (
-    _mutate_manifest, _mutate_summary, _mutate_point, _deep, _not_json, _fifo, _device, _garbage_table,
+    _mutate_manifest, _mutate_summary, _mutate_point, _deep, _not_json, _fifo, _device, _garbage_table, _text_column,
 )  # fmt: skip
 
 
