@@ -113,9 +113,13 @@ def resolve(reference: str, what: str) -> object:
     try:
         with contextlib.redirect_stdout(sys.stderr):  # what it prints must not end in a command's JSON
             return getattr(importlib.import_module(module), attribute)
-    except (
-        BaseException
-    ) as exc:  # a third party's module may raise anything at import (KeyboardInterrupt too), or exit
+    except KeyboardInterrupt:
+        if threading.current_thread() is threading.main_thread():
+            raise  # Ctrl-C while importing: the user's, the command stops (in a loader thread: the module raised it)
+        raise PluginError(
+            f"{what}: cannot load {reference!r}: KeyboardInterrupt: raised by the module"
+        ) from None
+    except BaseException as exc:  # a third party's module may raise anything at import, or exit
         reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
         raise PluginError(f"{what}: cannot load {reference!r}: {reason}") from exc
 
@@ -142,8 +146,10 @@ def resolve_within(reference: str, what: str, seconds: float = PLUGIN_LOAD_S) ->
             outcome.append(exc)
 
     worker = threading.Thread(target=load, name=f"alflow-plugin-{what[:40]}", daemon=True)
+    stdout = sys.stdout
     worker.start()
     worker.join(seconds)
+    sys.stdout = stdout  # the stuck import's stdout redirect (resolve) ends here, not with it
     if not outcome:
         raise PluginError(f"{what}: importing {reference!r} did not end within {seconds:g} s")
     if isinstance(outcome[0], PluginError):
@@ -184,27 +190,35 @@ def _where(point: EntryPoint) -> str:
 
 
 def _entry_points() -> tuple[EntryPoint, ...]:
-    """The group's entry points (read, not loaded).
+    """The group's entry points (read, not loaded); a distribution whose ``entry_points.txt`` cannot be parsed is left out.
 
-    None, with one warning naming the distribution, when an installed distribution's ``entry_points.txt`` cannot be
-    parsed: Python's reader raises for every group then, and pydantic's plugin loader reads the same file, so its
-    plugins are switched off for this process and alflow's models still build.
+    One warning names it. Python's reader raises for every group then, and pydantic's plugin loader reads the same files: it is made to
+    fail once here, quietly, so that it keeps no plugin (it sets its cache before reading) and alflow's models build.
     """
     try:
         return tuple(entry_points(group=ENTRY_POINT_GROUP))
-    except Exception as exc:
-        bad = []
-        for dist in distributions():
-            try:
-                dist.entry_points  # noqa: B018 (parsed, or raises)
-            except Exception:
-                bad.append(f"{dist.metadata['Name']} {dist.version}")
+    except Exception:  # noqa: S110 (each distribution is read alone below)
+        pass
+    found: list[EntryPoint] = []
+    bad: list[str] = []
+    for dist in distributions():
+        try:
+            found.extend(point for point in dist.entry_points if point.group == ENTRY_POINT_GROUP)
+        except Exception as exc:
+            bad.append(f"{dist.metadata['Name']} {dist.version} ({type(exc).__name__}: {exc})")
+    try:
+        from pydantic.plugin._loader import get_plugins
+
+        get_plugins()
+    except ImportError:  # another pydantic: switched off by its documented variable
         os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
-        log.warning(
-            "framework plugins not loaded: the entry points of %s cannot be read (%s: %s); pydantic plugins are off",
-            ", ".join(bad) or "an installed distribution", type(exc).__name__, exc,
-        )  # fmt: skip
-        return ()
+    except Exception:  # noqa: S110 (the failure expected: pydantic now holds no plugin)
+        pass
+    log.warning(
+        "the entry points of %s cannot be read: its framework plugins are left out, and pydantic's plugins are off",
+        ", ".join(bad) or "an installed distribution",
+    )
+    return tuple(found)
 
 
 @functools.cache

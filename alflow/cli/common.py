@@ -35,19 +35,24 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JS
 
 
 MAX_ERROR_CHARS = 2_000
-"""The longest error line: an input of 100,000 characters is shown by its start and end, with the length cut."""
+"""The longest line of an error: an input of 100,000 characters is shown by its start and end, the length cut said."""
+
+
+def _cut(line: str) -> str:
+    if len(line) <= MAX_ERROR_CHARS:
+        return line
+    return f"{line[:1_500]} ... ({len(line) - 1_700:,} characters cut) ... {line[-200:]}"
 
 
 def error_line(message: str, secrets: tuple[str | None, ...] = ()) -> str:
-    """``error: MESSAGE`` on one line.
+    """``error: MESSAGE``, each of its lines bounded.
 
-    URLs lose their credentials, ``secrets`` values are masked, control characters (a newline in a path) are
-    written as visible escapes, and a line over :data:`MAX_ERROR_CHARS` is cut.
+    URLs lose their credentials, ``secrets`` values are masked, control characters (an escape sequence in a name)
+    are written as visible escapes, and a line over :data:`MAX_ERROR_CHARS` is cut. A message of several lines (a
+    server log's tail) keeps them, each after ``  | ``, so none can pass for an ``error:`` line of its own.
     """
-    text = escape_controls(redact_urls_in_text(message, [s for s in secrets if s]), keep="")
-    if len(text) > MAX_ERROR_CHARS:
-        text = f"{text[:1_500]} ... ({len(text) - 1_700:,} characters cut) ... {text[-200:]}"
-    return "error: " + text
+    text = escape_controls(redact_urls_in_text(message, [s for s in secrets if s]), keep="\n")
+    return "error: " + "\n  | ".join(_cut(line) for line in text.split("\n"))
 
 
 def fail(message: str, code: int = 2, secrets: tuple[str | None, ...] = ()) -> typer.Exit:

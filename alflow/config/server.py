@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self, Union
 
@@ -30,6 +31,9 @@ from alflow.loadgen.spec import MAX_SECONDS
 from alflow.plugins import check_dialect, config_model_of, config_models, framework_names
 from alflow.util.names import check_env_names, check_host, check_identifier, shown
 from alflow.util.redact import is_secret_flag, is_secret_name
+
+ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
+"""An environment variable's name as a runner's ``-e NAME=value`` gives it (``first-pass=/m/l`` is a LoRA, not one)."""
 
 ServerFramework = str
 """A registered framework's name (:func:`alflow.plugins.framework_names`); each config variant pins its own."""
@@ -270,7 +274,7 @@ class ServerBase(StrictModel):
         for arg in value:
             flag = arg.split("=", 1)[0]
             if (
-                not arg.startswith("-") and "=" in arg and is_secret_name(flag)
+                "=" in arg and ENV_NAME.fullmatch(flag) and is_secret_name(flag)
             ):  # "-e HF_TOKEN=..." for a runner
                 raise ValueError(
                     f"extra_args sets {shown(flag)}=..., which looks like a secret: its value would be stored in clear "

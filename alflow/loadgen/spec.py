@@ -62,10 +62,10 @@ MAX_SECONDS = (2**63 - 1) // 10**9
 """The longest timeout or duration (s, about 292 years): the run's clock counts signed 64-bit nanoseconds, and a
 longer time (1e300) cannot be counted on it at all (it used to fail with an OverflowError mid-run)."""
 MAX_REQUEST_RATE = 1e9
-MIN_REQUEST_RATE = 1e-6
-"""Requests a second at the least (one in about 12 days): a rate of 1e-300 overflowed the first gap."""
 """The highest request rate (sessions/s): arrivals are scheduled in whole nanoseconds, so a faster rate cannot be
 told apart from one start per nanosecond (leave the rate unset for 'as fast as the concurrency allows')."""
+MIN_REQUEST_RATE = 1e-6
+"""Requests a second at the least (one in about 12 days): a rate of 1e-300 overflowed the first gap."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,9 +102,9 @@ class LoadSpec:
         """Raise :class:`InvalidInputError` naming the first invalid field."""
         if self.concurrency < 1:
             raise InvalidInputError(f"concurrency={self.concurrency} must be at least 1")
-        if self.request_rate is not None and not 0 < self.request_rate <= MAX_REQUEST_RATE:
+        if self.request_rate is not None and not MIN_REQUEST_RATE <= self.request_rate <= MAX_REQUEST_RATE:
             raise InvalidInputError(
-                f"request_rate={self.request_rate} must be in (0, {MAX_REQUEST_RATE:.0e}] sessions/s "
+                f"request_rate={self.request_rate} must be in [{MIN_REQUEST_RATE:g}, {MAX_REQUEST_RATE:.0e}] sessions/s "
                 "(None = unlimited)"
             )
         if self.num_prompts is not None and self.num_prompts < 1:

@@ -109,6 +109,9 @@ MIN_VALUE: Final = {TPOT.name: 0.001, THROUGHPUT.name: 0.0}
 """The smallest possible per-request value of each metric above zero: a token a microsecond is faster than any
 server streams (a TPOT of 3e-8 ms, forged, was judged "regressed +517,946,600 %")."""
 MAX_VALUE: Final = {TPOT.name: 3_600_000.0, THROUGHPUT.name: 10_000_000.0}
+MAX_IMPOSSIBLE_SHARE: Final = 0.01
+"""The share of a side's values of a metric that may be impossible and left out (a stamp moved by a clock step, a
+burst through a buffering proxy); past it the side is damaged and the metric not compared."""
 """The largest possible per-request value of each metric: a TPOT of one hour a token, ten million tokens a second for
 one request. A value above it, below zero or not finite is impossible (a damaged or forged history, a clock that
 ran backwards): the metric is then not comparable, never judged (a negative history TPOT was judged "improved
@@ -120,8 +123,8 @@ METHOD: Final = (
     "interval entirely on the worse side and |change| >= threshold; improved: the same on the better side; "
     "else unchanged. Partial or client-bound points are not compared; a point whose AL audit failed is "
     "regressed on its AL (speed not compared); fewer good history runs than min_history: not enough history; "
-    "an impossible value (below 0, absurd, not finite) or a zero median of a metric on either side: the point is "
-    "not compared (not comparable, with the reason)."
+    "over 1 % of a metric's values impossible (below 0, absurd, not finite; fewer are left out) or its median 0 on "
+    "either side: the point is not compared (not comparable, with the reason)."
 )
 REFERENCE_METHOD: Final = (
     "Each reference entry this calibration wrote against the same entry before it: moved when the two "
@@ -159,8 +162,8 @@ def request_values(records: pl.DataFrame) -> pl.DataFrame:
     # not_comparable counts as impossible (a history whose first token came before its request read "improved")
     order = [c for c in ("start_ns", "first_token_ns", "end_ns") if c in frame.columns]
     out_of_order = pl.lit(False)
-    for early, late in itertools.pairwise(order):
-        out_of_order = out_of_order | (pl.col(late) < pl.col(early)).fill_null(False)
+    for early, late in itertools.pairwise(order):  # 1 ms of slack: kernel stamps are moved to the wall clock
+        out_of_order = out_of_order | (pl.col(late) < pl.col(early) - 1_000_000).fill_null(False)
     nan = pl.lit(float("nan"))
     return req.select(
         pl.col("concurrency").cast(pl.Int64),
@@ -233,25 +236,43 @@ def metric_outcome(
     return "unchanged"
 
 
+def _impossible_expr(metric: Metric) -> pl.Expr:
+    """True where ``metric`` cannot be: below 0, between 0 and :data:`MIN_VALUE`, above :data:`MAX_VALUE`, not finite."""
+    v = pl.col(metric.name).cast(pl.Float64)
+    least, bound = MIN_VALUE[metric.name], MAX_VALUE[metric.name]
+    return v.is_nan() | v.is_infinite() | (v < 0) | (v > bound) | ((v > 0) & (v < least))
+
+
+def _impossible(values: pl.Series, metric: Metric) -> pl.Series:
+    """Which of ``values`` (of ``metric``) cannot be (:func:`_impossible_expr`)."""
+    return values.alias(metric.name).to_frame().select(_impossible_expr(metric)).to_series()
+
+
 def not_comparable(metric: Metric, mine: pl.Series, pooled: pl.Series) -> str | None:
     """Why ``metric`` cannot be compared between this point's values and the history's (None: it can).
 
-    An impossible value on either side (below zero, above :data:`MAX_VALUE`, not finite), or a median of zero on
-    either side (a change relative to zero has no scale: every simulated run at time scale 0 has TPOT 0).
+    More than :data:`MAX_IMPOSSIBLE_SHARE` of a side's values impossible (:func:`_impossible`: a damaged or forged
+    side; fewer are glitches, left out), or a median of zero on a side (a change relative to zero has no scale: every
+    simulated run at time scale 0 has TPOT 0).
     """
-    bound, least = MAX_VALUE[metric.name], MIN_VALUE[metric.name]
     for side, values in (("this point", mine), ("the history", pooled)):
-        floats = values.cast(pl.Float64)
-        tiny = (floats > 0) & (floats < least)
-        bad = int((floats.is_nan() | floats.is_infinite() | (floats < 0) | (floats > bound) | tiny).sum())
-        if bad:
+        impossible = _impossible(values, metric)
+        bad = int(impossible.sum())
+        if bad > MAX_IMPOSSIBLE_SHARE * values.len():
             return (
-                f"{metric.name}: {bad} impossible value(s) in {side} (below 0, between 0 and {least:g}, above "
-                f"{bound:,.0f}, not finite, or stamps out of order)"
+                f"{metric.name}: {bad} of {values.len()} values impossible in {side} (below 0, between 0 and "
+                f"{MIN_VALUE[metric.name]:g}, above {MAX_VALUE[metric.name]:,.0f}, not finite, or stamps out of order)"
             )
-        if _median(floats) == 0:
+        if _median(values.filter(~impossible).cast(pl.Float64)) == 0:
             return f"{metric.name}: the median of {side} is 0, so a relative change has no scale"
     return None
+
+
+def _sane(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with each metric's impossible values as nulls (a few glitches left out of the medians)."""
+    return frame.with_columns(
+        pl.when(_impossible_expr(m)).then(None).otherwise(pl.col(m.name)).alias(m.name) for m in METRICS
+    )
 
 
 def compare_metrics(
@@ -260,8 +281,8 @@ def compare_metrics(
     """Each metric of :data:`METRICS` that both sides can give: medians, change, bootstrap interval, verdict.
 
     ``current`` and every frame of ``history`` hold the metrics' columns (:func:`request_values`). One bootstrap
-    resamples whole requests for every metric at once (medians skip a request's null values); a side with fewer
-    than :data:`MIN_REQUESTS` values of a metric leaves that metric out.
+    resamples whole requests for every metric at once (medians skip a request's null values, and its impossible
+    ones); a side with fewer than :data:`MIN_REQUESTS` values of a metric leaves that metric out.
     """
     names = [m.name for m in METRICS]
     some = pl.any_horizontal(pl.col(names).is_not_null())
@@ -270,8 +291,8 @@ def compare_metrics(
     if cur.height < MIN_REQUESTS or not runs:
         return []
     rng = random.Random(settings.seed)
-    changes = _boot_medians([cur], names, settings.resamples, rng).join(
-        _boot_medians(runs, names, settings.resamples, rng), on="b", suffix="_base"
+    changes = _boot_medians([_sane(cur)], names, settings.resamples, rng).join(
+        _boot_medians([_sane(r) for r in runs], names, settings.resamples, rng), on="b", suffix="_base"
     )
     tail = (1.0 - settings.confidence) / 2.0
     out: list[MetricChange] = []
@@ -285,6 +306,7 @@ def compare_metrics(
             out.append(MetricChange(metric=metric.name, current=None, baseline=None, change=None,
                                     outcome="not compared", note=why))  # fmt: skip
             continue
+        mine, pooled = mine.filter(~_impossible(mine, metric)), pooled.filter(~_impossible(pooled, metric))
         boot = (
             changes.select(pl.col(metric.name) / pl.col(f"{metric.name}_base") - 1.0).to_series().drop_nulls()
         )

@@ -48,7 +48,9 @@ MANIFEST: Final = "manifest.json"
 SUMMARY: Final = "summary.json"
 TABLES: Final = ("requests", "server_metrics", "spec_stats")
 MAX_JSON_BYTES: Final = 64 << 20
-"""The largest run JSON file read (a manifest or summary of thousands of points is a few megabytes)."""
+"""The largest manifest, summary or regression file read (one of thousands of points is a few megabytes); other JSON
+(M0's scrapes, which grow with its grid) is read up to :data:`MAX_READ_BYTES`."""
+SMALL_JSON: Final = frozenset({"manifest.json", "summary.json", "regression.json"})
 MAX_READ_BYTES: Final = 1 << 30
 """The largest file of a run read whole (1 GiB: a manifest or summary is kilobytes, a point's records tens of MB)."""
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -443,12 +445,11 @@ def _check_kinds(path: str, frame: pl.DataFrame, name: str) -> None:
 
 def _read_json(storage: Storage, path: str) -> dict[str, Any]:
     try:
+        limit = MAX_JSON_BYTES if path.rsplit("/", 1)[-1] in SMALL_JSON else MAX_READ_BYTES
         with storage.open_read(path) as f:
-            raw = f.read(MAX_JSON_BYTES + 1)
-        if (
-            len(raw) > MAX_JSON_BYTES
-        ):  # a run's JSON is kilobytes: this is no file alflow wrote (a site died on one)
-            raise StoreError(f"{path}: a JSON file over {MAX_JSON_BYTES:,} bytes, not read")
+            raw = f.read(limit + 1)
+        if len(raw) > limit:  # a manifest or summary is kilobytes: no file alflow wrote (a site died on one)
+            raise StoreError(f"{path}: a JSON file over {limit:,} bytes, not read")
         data = json.loads(raw)
     except (FileNotFoundError, NotADirectoryError):  # NotADirectoryError: a path under a regular file
         raise StoreError(f"{path} does not exist") from None

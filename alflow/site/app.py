@@ -35,6 +35,7 @@ from urllib.parse import quote
 
 import jinja2
 import orjson
+import polars as pl
 from aiohttp import web
 from markupsafe import escape
 
@@ -272,11 +273,12 @@ async def run_page(request: web.Request) -> web.StreamResponse:
     except AlflowError as exc:
         message = f"run {entry.rel} cannot be rendered: {' '.join(str(exc).split())}"
         return _problem(request, 404, _private(message, [entry]))
-    except PageTooSlowError:
-        raise
     except (
-        Exception
-    ) as exc:  # a stored table of other types than alflow writes (a column as text): this run only
+        pl.exceptions.PolarsError,
+        TypeError,
+        ValueError,
+        KeyError,
+    ) as exc:  # a file not as alflow writes it
         log.warning("run %s cannot be rendered", entry.rel, exc_info=True)
         why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
         message = f"run {entry.rel} cannot be rendered: a file is not as alflow writes it ({why})"

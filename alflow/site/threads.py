@@ -67,10 +67,23 @@ async def in_thread(fn: Callable[..., T], *args: Any) -> T:
 async def file_io(request: web.Request, fn: Callable[..., T], *args: Any) -> T:
     """``fn(*args)`` (a file's open, read or next part) in a daemon thread, in one of :data:`IO_THREADS` slots.
 
-    A request that leaves (its client gone) frees its slot at once; its thread ends with the read it is in.
+    A slot is freed when its read ends (not when its request leaves: the thread is still reading), so at most
+    :data:`IO_THREADS` reads run at once; a request that waits :data:`PAGE_SECONDS` for one (every slot held by reads
+    that do not end: a hung network file system) gets a :class:`PageTooSlowError` (503, or a cut download).
     """
-    async with request.app[IO_SLOTS]:
-        return await in_thread(fn, *args)
+    slots = request.app[IO_SLOTS]
+    try:
+        async with asyncio.timeout(PAGE_SECONDS):
+            await slots.acquire()
+    except TimeoutError:
+        raise PageTooSlowError(f"{request.path}: no file-read slot free within {PAGE_SECONDS:g} s") from None
+    try:
+        work = asyncio.ensure_future(in_thread(fn, *args))
+        work.add_done_callback(functools.partial(_settled, slots))
+    except BaseException:
+        slots.release()
+        raise
+    return await asyncio.shield(work)
 
 
 class PageTooSlowError(Exception):

@@ -32,12 +32,6 @@ _SECRET_NAME_INSIDE: Final = (
     "SECRET",
     "PASSWORD",
     "PASSWD",
-    "PASSPHRASE",
-    "AUTHORIZATION",
-    "CREDENTIAL",
-    "CREDS",
-    "BEARER",
-    "COOKIE",
     "API_KEY",
     "APIKEY",
     "ACCESS_KEY",
@@ -46,6 +40,11 @@ _SECRET_NAME_INSIDE: Final = (
     "ACCESS_TOKEN",
 )
 """A name holding one of these anywhere is a secret (``AWS_SECRET_ACCESS_KEY``, ``PGPASSWORD``)."""
+_SECRET_ENV_INSIDE: Final = ("PASSPHRASE", "AUTHORIZATION", "BEARER", "COOKIE")
+_SECRET_ENV_LAST: Final = frozenset({"CREDS", "CREDENTIAL", "CREDENTIALS"})
+"""Variables (not flags: vLLM's ``--allow-credentials`` is a switch) holding these are secrets too (``MY_CREDS``)."""
+_PATH_NAMES: Final = frozenset({"GOOGLE_APPLICATION_CREDENTIALS"})
+"""Variables whose value is the path of a secret file, not the secret (as any ``*_FILE``, ``*_PATH``, ``*_DIR``)."""
 _SECRET_PARAM_WORDS: Final = frozenset(
     {
         "token",
@@ -62,9 +61,8 @@ _SECRET_PARAM_WORDS: Final = frozenset(
         "authorization",
         "credential",
         "credentials",
-        "session",
         "jsessionid",
-        "sid",
+        "sessionid",
         "cookie",
     }
 )
@@ -113,9 +111,11 @@ def is_secret_name(name: str) -> bool:
     """
     upper = name.upper()
     words = [w for w in _NAME_PARTS.split(upper) if w]
-    if words and words[-1] in _SECRET_NAME_LAST:
+    if upper in _PATH_NAMES or (words and words[-1] in ("FILE", "PATH", "DIR")):
+        return False
+    if words and words[-1] in _SECRET_NAME_LAST | _SECRET_ENV_LAST:
         return True
-    return any(hint in upper for hint in _SECRET_NAME_INSIDE)
+    return any(hint in upper for hint in (*_SECRET_NAME_INSIDE, *_SECRET_ENV_INSIDE))
 
 
 def is_secret_flag(arg: str) -> bool:
@@ -136,7 +136,12 @@ def is_secret_flag(arg: str) -> bool:
 def is_secret_param(name: str) -> bool:
     """True when a URL query or fragment parameter name reads like a credential (``token``, ``api_key``)."""
     words = re.split(r"[^a-z0-9]+", unquote(name).lower())
-    return any(w in _SECRET_PARAM_WORDS for w in words) or "token" in words[-1] or "apikey" in words[-1]
+    return (
+        any(w in _SECRET_PARAM_WORDS for w in words)
+        or "token" in words[-1]
+        or "apikey" in words[-1]
+        or words[-1] in ("session", "sid")  # ?session=..., but not ?session_len=
+    )
 
 
 def _redact_params(text: str) -> str:

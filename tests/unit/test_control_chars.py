@@ -162,9 +162,10 @@ def test_an_error_line_is_one_line_and_bounded_whatever_the_input() -> None:
     characters was echoed whole, twice."""
     from alflow.cli.common import MAX_ERROR_CHARS, error_line
 
-    forged = error_line("run '/r/20261205T000200Z-a\nerror: forged <script>' does not exist")
-    assert "\n" not in forged
-    assert "\\n" in forged or "\\x0a" in forged
+    forged = error_line("run '/r/20261205T000200Z-a\nerror: forged <script>' does not exist\x1b[2J")
+    assert not any(line.startswith("error:") for line in forged.splitlines()[1:])  # a second line is marked
+    assert forged.splitlines()[1].startswith("  | error: forged")
+    assert "\x1b" not in forged
     long = error_line(f"--dialect {'d' * 100_000!r} is not one of vllm, sglang; --dialect {'d' * 100_000!r}")
     assert len(long) < MAX_ERROR_CHARS + 100
     assert "characters cut" in long

@@ -95,14 +95,25 @@ def test_a_plugin_whose_import_never_returns_is_left_out_after_its_time(
     """#49: an entry point whose module waits for ever (a network, a lock) hung every command; now it is refused."""
     import time
 
-    (tmp_path / "sleepy_alflow_plugin.py").write_text("import time\ntime.sleep(3600)\nSPEC = None\n")
+    release = tmp_path / "release"
+    waits = (
+        f"import pathlib, time\nwhile not pathlib.Path({str(release)!r}).exists():\n    time.sleep(0.05)\n"
+    )
+    (tmp_path / "sleepy_alflow_plugin.py").write_text(waits + "SPEC = None\n")
     monkeypatch.syspath_prepend(str(tmp_path))
+    stdout = sys.stdout
     started = time.monotonic()
-    with pytest.raises(
-        PluginError, match=r"entry point 'sleepy': importing 'sleepy_alflow_plugin:SPEC' did not end"
-    ):
-        plugins.resolve_within("sleepy_alflow_plugin:SPEC", "entry point 'sleepy'", seconds=0.5)
-    assert time.monotonic() - started < 5
+    try:
+        with pytest.raises(
+            PluginError, match=r"entry point 'sleepy': importing 'sleepy_alflow_plugin:SPEC' did not end"
+        ):
+            plugins.resolve_within("sleepy_alflow_plugin:SPEC", "entry point 'sleepy'", seconds=0.5)
+        assert time.monotonic() - started < 5
+        assert (
+            sys.stdout is stdout
+        )  # the stuck import's redirect of stdout (to stderr) does not outlive the wait
+    finally:
+        release.touch()  # the import ends: no thread left behind
     # a module that loads in time, and one that raises, are what they were
     assert plugins.resolve_within("os.path:join", "x") is __import__("os").path.join
     (tmp_path / "broken_alflow_plugin.py").write_text("SPEC = 1 / 0\n")
@@ -138,7 +149,7 @@ def test_a_plugin_that_raises_keyboardinterrupt_or_prints_at_import_is_left_out_
         "print('garbage')\nraise KeyboardInterrupt('x')\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(PluginError, match="KeyboardInterrupt: x"):
+    with pytest.raises(PluginError, match="KeyboardInterrupt: raised by the module"):
         plugins.resolve_within("interrupting_alflow_plugin:SPEC", "entry point 'ki'", seconds=5)
     out, err = capsys.readouterr()
     assert "garbage" not in out

@@ -470,6 +470,11 @@ def test_a_matrix_parameter_of_a_url_path_is_redacted_and_a_secret_assignment_in
     assert redact_url("http://h:1/metrics;jsessionid=Pw-Canary-11") == "http://h:1/metrics;jsessionid=***"
     assert redact_url("http://h/api/x/;session=Pw-Canary-12?a=1") == "http://h/api/x/;session=***?a=1"
     assert redact_url("http://h/a;b/c?x=1") == "http://h/a;b/c?x=1"
+    assert redact_url("http://h/x?session_len=3&sid=Pw-Canary-15") == "http://h/x?session_len=3&sid=***"
+    # a switch, and a LoRA named like a word of a secret, are no secrets
+    server_config(
+        framework="sim", model="m", extra_args=("--allow-credentials", "--lora-modules", "first-pass=/l")
+    )
     with pytest.raises(
         ValueError, match=r"extra_args sets 'HF_TOKEN'=\.\.\., which looks like a secret"
     ) as info:

@@ -219,3 +219,32 @@ async def test_many_downloads_at_once_read_in_at_most_the_file_slots(
     assert [a.status for a in answers] == [200] * (3 * IO_THREADS)
     assert all(len(a.body) == len(data) for a in answers)
     assert IO_THREADS // 2 <= peak <= IO_THREADS  # the downloads did overlap, and no more than the slots
+
+
+async def test_when_every_file_slot_is_held_by_a_read_that_does_not_end_a_download_answers_503(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review: sixteen reads that never return (a hung network file system) held every slot, and every later
+    download waited for ever; now it waits PAGE_SECONDS for a slot, then answers 503."""
+    from alflow.site import threads
+
+    monkeypatch.setattr(threads, "PAGE_SECONDS", 0.5)
+    root = make_root(tmp_path)
+    _list_file(root / M2, "profile.bin", random.Random(6).randbytes(CHUNK_BYTES))
+    release = threading.Event()
+    started = threading.Semaphore(0)
+
+    def stuck_chunks(f: BinaryIO, limit: int | None = None) -> Iterator[bytes]:
+        started.release()
+        release.wait(30)
+        yield b""
+
+    monkeypatch.setattr(site_app, "_chunks", stuck_chunks)
+    async with serving(root) as site:
+        held = [asyncio.create_task(site.get(f"/runs/{M2}/files/profile.bin")) for _ in range(IO_THREADS)]
+        for _ in range(IO_THREADS):
+            assert await asyncio.to_thread(started.acquire, True, 10)
+        answer = await site.get(f"/runs/{M2}/files/manifest.json")
+        release.set()
+        await asyncio.gather(*held, return_exceptions=True)
+    assert answer.status == 503, answer.text
