@@ -44,6 +44,7 @@ from importlib.metadata import EntryPoint, distributions, entry_points
 from typing import Final, Literal, TypeVar, get_args
 
 from alflow.errors import AlflowError, InvalidInputError
+from alflow.util.redact import redact_urls_in_text
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -120,8 +121,24 @@ def resolve(reference: str, what: str) -> object:
             f"{what}: cannot load {reference!r}: KeyboardInterrupt: raised by the module"
         ) from None
     except BaseException as exc:  # a third party's module may raise anything at import, or exit
-        reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
-        raise PluginError(f"{what}: cannot load {reference!r}: {reason}") from exc
+        raise PluginError(f"{what}: cannot load {reference!r}: {_reason(exc)}") from exc
+
+
+def _printable(text: str) -> str:
+    """``text`` with its control and format characters (ESC, RLO) as escapes, as ``repr`` writes them."""
+    return text if text.isprintable() else repr(text)[1:-1]
+
+
+def _reason(exc: BaseException) -> str:
+    """``Type: message`` of a third party's exception, on one line, 500 characters, URLs redacted, controls escaped.
+
+    Its ``__str__`` may itself raise (then only its type is said), or carry a password in a URL.
+    """
+    try:
+        text = f"{type(exc).__name__}: {exc}"
+    except Exception:
+        text = f"{type(exc).__name__} (its message cannot be read)"
+    return _printable(redact_urls_in_text(" ".join(text.split())))[:500]
 
 
 PLUGIN_LOAD_S: Final = 20.0
@@ -185,7 +202,7 @@ def skip_entry_points() -> None:
 
 def _where(point: EntryPoint) -> str:
     dist = getattr(point, "dist", None)
-    source = f"{dist.name} {dist.version}" if dist is not None else "an unknown distribution"
+    source = _printable(f"{dist.name} {dist.version}") if dist is not None else "an unknown distribution"
     return f"entry point {point.name!r} of {ENTRY_POINT_GROUP} in {source} ({point.value})"
 
 
@@ -284,7 +301,7 @@ def plugin_of(name: str) -> object:
         ):
             raise TypeError("its metrics reader has no name, metrics_path or matches of the right kinds")
     except Exception as exc:
-        why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        why = _reason(exc)[:300]
         raise PluginError(f"framework {name!r}: {spec_of(name).plugin}: {why}") from exc
     return plugin
 

@@ -191,6 +191,25 @@ CONFIG_CASES: list[ConfigCase] = [
     ),
     _case("server model blank", "m2", {"server.model": "   "}, "is blank"),
     _case("server model zero-width only", "m2", {"server.model": "\u200b\u2060"}, "is blank"),
+    _case(
+        "server image with user:password@",
+        "m2",
+        {"server.image": "bob:Pw-x@reg.example/sim:1"},
+        "user:password@",
+    ),
+    _case("server extra_args with a NUL", "m2", {"server.extra_args": ["--x\0y"]}, "holds a NUL character"),
+    _case(
+        "server extra_env value with a NUL",
+        "m2",
+        {"server.extra_env": {"A": "x\0y"}},
+        "holds a NUL character",
+    ),
+    _case(
+        "server extra_env value a bearer header",
+        "m2",
+        {"server.extra_env": {"OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer t"}},
+        "looks like a secret",
+    ),
     _case("server model overlong", "m2", {"server.model": "m" * 5000}, "longer than the 1,024 characters"),
     _case("server model not model.id (m2)", "m2", {"server.model": "org/other"}, "differs from model.id"),
     _case("server model not model.id (m1)", "m1", {"server.model": "org/other"}, "differs from model.id"),
@@ -832,6 +851,12 @@ CLI_CASES: list[CliCase] = [
         ("bench", "--base-url", "http://a..b:80"),
         "is no host name",
         "--base-url 'http://a..b:80'",
+    ),
+    CliCase(
+        "bench --base-url with a query",
+        ("bench", "--base-url", "http://127.0.0.1:9/?code=x"),
+        "without a query or fragment",
+        "--base-url 'http://127.0.0.1:9/?code=***'",
     ),
     CliCase(
         "bench --base-url not http",

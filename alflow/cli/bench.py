@@ -478,6 +478,10 @@ def _check_base_url(url: str) -> None:
         host = parts.hostname
     except ValueError as exc:
         raise InvalidInputError(f"--base-url {shown(redact_url(url))}: {exc}") from None
+    if parts.query or parts.fragment:  # the endpoints' paths are appended: ?code=x/v1/models is no URL
+        raise InvalidInputError(
+            f"--base-url {shown(redact_url(url))}: give it without a query or fragment (the API's paths follow it)"
+        )
     if parts.scheme not in ("http", "https") or not host:
         raise InvalidInputError(f"--base-url {shown(redact_url(url))}: give http(s)://HOST[:PORT][/PATH]")
     try:

@@ -34,6 +34,18 @@ from alflow.util.redact import is_secret_flag, is_secret_name
 
 ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
 """An environment variable's name as a runner's ``-e NAME=value`` gives it (``first-pass=/m/l`` is a LoRA, not one)."""
+_USERINFO = re.compile(r"[^/@\s]+:[^/@\s]+@[^/]*/")
+"""``user:password@host/`` at the start of an image reference (a digest's ``@sha256:`` comes after the last ``/``)."""
+_BEARER = re.compile(r"\bbearer\s+\S|authorization\s*[=:]", re.IGNORECASE)
+
+
+def _bearer(value: str) -> bool:
+    """Whether an environment value carries a credential header (``authorization=Bearer ...``).
+
+    Such as ``OTEL_EXPORTER_OTLP_HEADERS``: stored in clear in the manifest otherwise.
+    """
+    return bool(_BEARER.search(value))
+
 
 ServerFramework = str
 """A registered framework's name (:func:`alflow.plugins.framework_names`); each config variant pins its own."""
@@ -264,6 +276,11 @@ class ServerBase(StrictModel):
     def _names(cls, value: Any, info: ValidationInfo) -> Any:
         """The model's id and the image are identifiers (:func:`~alflow.util.names.check_identifier`); env names."""
         if info.field_name in ("model", "image"):
+            if value is not None and _USERINFO.match(value):  # bob:pw@registry/...: stored in every manifest
+                raise ValueError(
+                    f"{info.field_name} carries user:password@: give the reference alone and log in to the registry "
+                    "instead (docker login), so no password is stored with the run"
+                )
             return None if value is None else check_identifier(value, what=info.field_name)
         check_env_names(value)
         return value
@@ -272,6 +289,10 @@ class ServerBase(StrictModel):
     @classmethod
     def _no_secret_args(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for arg in value:
+            if "\0" in arg:  # execve cannot pass it: the start would fail with a traceback
+                raise ValueError(
+                    f"extra_args {shown(arg)} holds a NUL character: a command-line argument cannot"
+                )
             flag = arg.split("=", 1)[0]
             if (
                 "=" in arg and ENV_NAME.fullmatch(flag) and is_secret_name(flag)
@@ -293,7 +314,10 @@ class ServerBase(StrictModel):
     @field_validator("extra_env")
     @classmethod
     def _no_secret_values(cls, value: dict[str, str]) -> dict[str, str]:
-        secret = sorted(name for name in value if is_secret_name(name))
+        for name, text in value.items():
+            if "\0" in text:  # execve cannot pass it: the start would fail with a traceback
+                raise ValueError(f"extra_env {name} holds a NUL character: an environment value cannot")
+        secret = sorted(name for name, text in value.items() if is_secret_name(name) or _bearer(text))
         if secret:
             names = ", ".join(secret)
             raise ValueError(

@@ -105,9 +105,10 @@ THROUGHPUT: Final = Metric("tokens_per_s_per_request", "output tokens/s per requ
 METRICS: Final = (TPOT, THROUGHPUT)
 MIN_REQUESTS: Final = 5
 """A run (or the point) with fewer usable requests than this gives no sample."""
-MIN_VALUE: Final = {TPOT.name: 0.001, THROUGHPUT.name: 0.0}
+MIN_VALUE: Final = {TPOT.name: 0.001, THROUGHPUT.name: 0.001}
 """The smallest possible per-request value of each metric above zero: a token a microsecond is faster than any
-server streams (a TPOT of 3e-8 ms, forged, was judged "regressed +517,946,600 %")."""
+server streams (a TPOT of 3e-8 ms, forged, was judged "regressed +517,946,600 %"), a token in 1,000 s slower than
+any (a request of 31 years, forged, was "improved +8e12 %")."""
 MAX_VALUE: Final = {TPOT.name: 3_600_000.0, THROUGHPUT.name: 10_000_000.0}
 MAX_IMPOSSIBLE_SHARE: Final = 0.01
 """The share of a side's values of a metric that may be impossible and left out (a stamp moved by a clock step, a
@@ -419,7 +420,14 @@ def judge_point(
         return _point_verdict(key, point, "not compared", why, history)
     if not point.valid:
         return _audit_failed(key, point, history, settings)
-    usable = [h for h in history if h.values.height >= MIN_REQUESTS]
+    names = [
+        m.name for m in METRICS
+    ]  # a run counts when it has requests with a value of a metric (not rows only)
+    usable = [
+        h
+        for h in history
+        if h.values.filter(pl.any_horizontal(pl.col(names).is_not_null())).height >= MIN_REQUESTS
+    ]
     if len(usable) < settings.min_history:
         return _point_verdict(
             key, point, "not enough history",

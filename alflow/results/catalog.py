@@ -28,6 +28,7 @@ import contextlib
 import functools
 import hashlib
 import logging
+import math
 import os
 import re
 import threading
@@ -482,13 +483,12 @@ class _State:
 
 
 def _good(entry: CatalogEntry, point: M2Point) -> bool:
-    """A point a trend's history may use: its run complete, the point valid, not partial, not client-bound."""
-    return (
-        entry.status == "complete"
-        and point.valid
-        and not point.partial
-        and point.client_verdict != _GOOD_CLIENT
-    )
+    """A point history may use: run complete, point valid, not partial nor client-bound, its AL in [1, K+1]."""
+    al = point.achieved_al  # a "valid" point of AL 99 or NaN is damaged, not history
+    if al is not None and not (math.isfinite(al) and 1.0 <= al <= point.k + 1):
+        return False
+    bound = point.client_verdict == _GOOD_CLIENT
+    return entry.status == "complete" and point.valid and not point.partial and not bound
 
 
 def _build_state(by_rel: dict[str, CatalogEntry], signatures: dict[str, Signature]) -> _State:

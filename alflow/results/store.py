@@ -26,7 +26,7 @@ import json
 import os
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -354,6 +354,8 @@ class StoredRun:
     dir: str
     manifest: RunManifest
     storage: Storage
+    _json: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False, compare=False)
+    """Each JSON file read once (a report asked summary.json again for every point: quadratic in the points)."""
 
     @property
     def status(self) -> str:
@@ -393,8 +395,7 @@ class StoredRun:
             ) from None
         if frame is None:
             raise StoreError(f"{path}: schema version {version!r}, this alflow reads {SCHEMA_VERSION}")
-        _check_kinds(path, frame, name)
-        return frame
+        return _checked(path, frame, name)
 
     def damaged_tables(self) -> list[str]:
         """One line per parquet table the manifest lists that cannot be read: the file and what is wrong.
@@ -415,7 +416,9 @@ class StoredRun:
         filename = f"{name}.json"
         if not self.has(filename):
             raise StoreError(f"run {self.dir} has no {filename} (status {self.status})")
-        return _read_json(self.storage, self.storage.join(self.dir, filename))
+        if name not in self._json:
+            self._json[name] = _read_json(self.storage, self.storage.join(self.dir, filename))
+        return self._json[name]
 
 
 def _kind(dtype: pl.DataType) -> str:
@@ -426,14 +429,15 @@ def _kind(dtype: pl.DataType) -> str:
     return "list" if isinstance(dtype, pl.List | pl.Array) else str(dtype)
 
 
-def _check_kinds(path: str, frame: pl.DataFrame, name: str) -> None:
-    """One line when a table's columns are not of the kinds alflow writes (numbers, text, lists).
+def _checked(path: str, frame: pl.DataFrame, name: str) -> pl.DataFrame:
+    """The requests table with every column alflow writes, one it lacks as nulls (as older runs are read).
 
-    A column of stamps stored as text made every report and regression check of the root fail.
+    One line when a column is not of the kind alflow writes (numbers, text, lists): stamps stored as text once made
+    every report and regression check of the root fail, a table without ``chunk_ns`` every page of its run.
     """
     if name != "requests":
-        return
-    from alflow.loadgen.frames import RECORD_SCHEMA
+        return frame
+    from alflow.loadgen.frames import RECORD_SCHEMA, with_record_columns
 
     for column, expected in RECORD_SCHEMA.items():
         got = frame.schema.get(column)
@@ -441,6 +445,7 @@ def _check_kinds(path: str, frame: pl.DataFrame, name: str) -> None:
             raise StoreError(
                 f"{path}: column {column} holds {got}, alflow writes {expected}: not as alflow wrote it"
             )
+    return with_record_columns(frame)
 
 
 def _read_json(storage: Storage, path: str) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from alflow.metrics.client import per_request
 from alflow.reference.table import ReferenceEntry, upgrade_entry_v1
 from alflow.results.regression import REGRESSION_FILE, RegressionReport, parse_report
 from alflow.results.rows import M2Point
-from alflow.results.store import StoredRun
+from alflow.results.store import StoredRun, StoreError
 
 
 def get_path(data: object, *path: str) -> Any:
@@ -138,6 +138,10 @@ def scheme(run: StoredRun) -> str | None:
     return None if value is None else str(value)
 
 
+MAX_POINTS = 10_000
+"""The most M2 points a run is read with (concurrencies x repeats: a sweep of 64 x 100 stays under it)."""
+
+
 def m2_points(run: StoredRun) -> list[M2Point]:
     """The M2 points (one per concurrency): ``spec_stats.parquet``, else the summary's points.
 
@@ -146,9 +150,11 @@ def m2_points(run: StoredRun) -> list[M2Point]:
     frame = table_or_none(run, "spec_stats")
     rows: list[Mapping[str, Any]]
     if frame is not None and frame.height:
-        rows = list(frame.iter_rows(named=True))
+        rows = list(frame.head(MAX_POINTS + 1).iter_rows(named=True))
     else:
-        rows = [p for p in summary(run).get("points") or [] if isinstance(p, Mapping)]
+        rows = [p for p in (summary(run).get("points") or [])[: MAX_POINTS + 1] if isinstance(p, Mapping)]
+    if len(rows) > MAX_POINTS:  # a million rows held a whole root's refresh for a minute: no run alflow wrote
+        raise StoreError(f"{run.dir}: more than {MAX_POINTS:,} points, not read (a run measures a few dozen)")
     points = []
     for row in rows:
         try:

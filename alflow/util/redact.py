@@ -140,7 +140,7 @@ def is_secret_param(name: str) -> bool:
         any(w in _SECRET_PARAM_WORDS for w in words)
         or "token" in words[-1]
         or "apikey" in words[-1]
-        or words[-1] in ("session", "sid")  # ?session=..., but not ?session_len=
+        or words[-1] in ("session", "sid", "code")  # ?session=..., ?code= (OAuth), but not ?session_len=
     )
 
 
