@@ -1724,8 +1724,12 @@ def impossible_history(box: Box) -> Verdict:
         cases.append(Case(f"history run ({code_text(seed.code)})", "silent", cut(seed.first_error())))
         return _verdict_of(cases, "", "")
     history = first[-1]
-    for i in (1, 2):  # two more history runs: copies of the measured one, earlier in the root
-        shutil.copytree(history, history.parent / f"20200101T00000{i}Z-copy{i}")
+    for i in (1, 2):  # two more history runs: copies of the measured one, earlier, each its own run id
+        copy = history.parent / f"20200101T00000{i}Z-copy{i}"
+        shutil.copytree(history, copy)
+        data = manifest(copy)
+        data["run_id"] = f"{data['run_id']}-copy{i}"
+        (copy / "manifest.json").write_text(json.dumps(data), encoding="utf-8")
     for how in ("negative", "zero"):
         for run in run_dirs(box):
             if run.name.startswith("20200101") or run == history:

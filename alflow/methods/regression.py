@@ -313,6 +313,13 @@ def compare_metrics(
         )
         low = float(boot.quantile(tail, interpolation="linear") or 0.0)
         high = float(boot.quantile(1.0 - tail, interpolation="linear") or 0.0)
+        if not (
+            math.isfinite(low) and math.isfinite(high)
+        ):  # resampled history medians of 0: a change without scale
+            why = f"{metric.name}: the history's resampled median is 0 in some draws, so the interval has no bound"
+            out.append(MetricChange(metric=metric.name, current=None, baseline=None, change=None,
+                                    outcome="not compared", note=why))  # fmt: skip
+            continue
         baseline, median = _median(pooled), _median(mine)
         change = median / baseline - 1.0 if baseline else 0.0
         out.append(

@@ -105,3 +105,13 @@ def test_a_plugins_reason_is_printable_redacted_and_never_raises(
     assert "Canary-16" not in text
     assert "\x1b" not in text
     assert "\u202e" not in text
+
+
+def test_a_history_whose_resampled_median_can_be_zero_gives_no_verdict() -> None:
+    """Fault suite: one zero-TPOT history run of three gave "unchanged, [-5 %, +inf %]": TPOT could never regress."""
+    normal = _runs(12, 2, 200)
+    zeros = normal[0].with_columns(pl.lit(0.0).alias("tpot_ms"))
+    history = [HistoryRun(f"m2/r{i}", (_point(),), f) for i, f in enumerate([zeros, *normal])]
+    got = judge_point(KEY, _point(), _runs(13, 1, 200)[0], history, SETTINGS)
+    assert got.outcome == "not compared"
+    assert "tpot_ms: the history's resampled median is 0 in some draws" in got.message
