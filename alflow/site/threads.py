@@ -77,13 +77,18 @@ async def file_io(request: web.Request, fn: Callable[..., T], *args: Any) -> T:
             await slots.acquire()
     except TimeoutError:
         raise PageTooSlowError(f"{request.path}: no file-read slot free within {PAGE_SECONDS:g} s") from None
+    return await asyncio.shield(_in_slot(slots, fn, *args))
+
+
+def _in_slot(slots: asyncio.Semaphore, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+    """``fn(*args)`` started in a thread holding the slot just acquired, which its end frees (:func:`_settled`)."""
     try:
         work = asyncio.ensure_future(in_thread(fn, *args))
         work.add_done_callback(functools.partial(_settled, slots))
     except BaseException:
         slots.release()
         raise
-    return await asyncio.shield(work)
+    return work
 
 
 class PageTooSlowError(Exception):
@@ -103,13 +108,7 @@ async def bounded(request: web.Request, fn: Callable[..., T], *args: Any) -> T:
     try:
         async with asyncio.timeout(PAGE_SECONDS) as bound:
             await slots.acquire()
-            try:
-                work = asyncio.ensure_future(in_thread(fn, *args))
-                work.add_done_callback(functools.partial(_settled, slots))
-            except BaseException:
-                slots.release()
-                raise
-            return await asyncio.shield(work)
+            return await asyncio.shield(_in_slot(slots, fn, *args))
     except TimeoutError:
         if not bound.expired():  # the build's own timeout (a socket's, fsspec's): its error, not ours
             raise
