@@ -1479,12 +1479,9 @@ def broken_plugins(box: Box) -> Verdict:
                 ok = "evil-alflow 0.1" in warned[0] and len(listed["left_out"]) == 1
             bucket, why = bucket_of(ran.text, ok=ok, kind="clear", timed_out=ran.code is None)
             cases.append(Case(f"{name}: alflow {' '.join(args)} ({code_text(ran.code)})", bucket, why))
-    bad = [c for c in cases if c.bucket not in GOOD]
-    return Verdict(
-        f"{len(cases) - len(bad)}/{len(cases)} answered" if not bad else "; ".join(f"{c.name}: {c.bucket}" for c in bad),
+    return _verdict_of(
+        cases, "answered",
         "exit 0; --version and --help load no plugin; frameworks lists it left out, one warning naming the distribution",
-        not bad,
-        cases=tuple(cases),
     )  # fmt: skip
 
 
@@ -1506,12 +1503,9 @@ def hostile_folders(box: Box) -> Verdict:
     finally:
         unblock_fifos(root)
         shutil.rmtree(inputs, ignore_errors=True)
-    bad = [c for c in cases if c.bucket not in GOOD]
-    return Verdict(
-        f"{len(cases) - len(bad)}/{len(cases)} reported or refused in one line" if not bad else "; ".join(f"{c.name}: {c.bucket}" for c in bad),
+    return _verdict_of(
+        cases, "reported or refused in one line",
         "exit 0 with the report, or exit 2 with one error line; no traceback, no hang",
-        not bad,
-        cases=tuple(cases),
     )  # fmt: skip
 
 
