@@ -149,7 +149,7 @@ def test_bench_cli_json_and_out_dir_against_the_sim(tmp_path: Path) -> None:
     with SimProcess(sim_args("sglang", log)) as sim:
         result = runner.invoke(
             app,  # type: ignore[arg-type]
-            ["bench", "--base-url", sim.base_url, "--dataset", "random", "--isl", "40", "--osl", "60",
+            ["bench", "--base-url", sim.base_url, "--dataset", "random", "--isl", "40", "--osl", "150",
              "--vocab-size", str(VOCAB), "--concurrency", "4", "--num-prompts", "12", "--warmup", "4",
              "--endpoint", "chat", "--scrape-interval", "0.05", "--json", "--out", str(out)],
         )  # fmt: skip
@@ -161,6 +161,8 @@ def test_bench_cli_json_and_out_dir_against_the_sim(tmp_path: Path) -> None:
     assert summary["model"] == "sim/llama-3.3-70b"
     spec = summary["spec_decode"]
     assert spec["dialect"] == "sglang"
+    # ~720 verify steps of sd ~1.1: 0.15 is over 3.5 standard errors (60-token replies gave ~290 steps and
+    # a last-step truncation bias, and missed the bound once in ~30 runs)
     assert spec["stats"]["al"] == pytest.approx(2.5, abs=0.15)
     assert (
         "exact, from the sglext.spec_tokens_details of" in spec["stats"]["note"]
