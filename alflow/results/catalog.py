@@ -58,8 +58,8 @@ VERDICT_ORDER: Final = ("regressed", "moved", "improved", "unchanged", "not enou
 left its interval, :mod:`alflow.results.regression`; ``not compared``: a point that could not be judged)."""
 RUN_DIR: Final = re.compile(r"^(\d{8}T\d{6}Z)-[A-Za-z0-9][A-Za-z0-9_.-]*$")
 """A run directory's name: ``<YYYYmmddTHHMMSSZ>-<run id>`` (:class:`alflow.results.store.RunWriter`)."""
-CACHE_VERSION: Final = 2
-"""2: series keys hold the target AL and the scheme."""
+CACHE_VERSION: Final = 3
+"""2: series keys hold the target AL and the scheme; 3: and the workload."""
 READ_THREADS: Final = 4
 """Threads that read runs at once on a cold start (parquet decoding runs outside the GIL)."""
 _GOOD_CLIENT: Final = "client-bound"
@@ -71,12 +71,11 @@ _GOOD_CLIENT: Final = "client-bound"
 
 @dataclass(frozen=True, order=True)
 class SeriesKey:
-    """One trend line: the M2 points of one (framework, image, model, K, concurrency, thinking, target AL, scheme).
+    """One trend line: the M2 points of one (framework, image, model, K, c, thinking, target AL, scheme, workload).
 
-    The target AL and the scheme are part of the line: at another forced AL the same server does other work per
-    token, so runs at two targets are two lines and never each other's history (a regression verdict compares
-    runs of one line only). Verdicts stored before the key held them read as target ``""``: no line of a run
-    measured now matches them.
+    At another forced AL, scheme, prompt shape or server setup the same server does other work per token: two
+    lines, never each other's history (a verdict compares runs of one line only). Verdicts stored before the key
+    held a field read it as ``""``: no line of a run measured now matches them.
     """
 
     framework: str
@@ -91,16 +90,14 @@ class SeriesKey:
     """The AL the server was forced to, to 4 decimals (:func:`target_text`); ``""`` for a reference entry."""
     scheme: str = ""
     """The synthetic-acceptance scheme the audit tested against, ``""`` when not recorded."""
+    workload: str = ""
+    """The prompts' shape, method and server setup (:func:`alflow.results.view.workload`): another is another line."""
 
     def label(self) -> str:
-        """``framework [image] model K=k c=concurrency [thinking=..] [target AL .. [scheme]]``: how pages name it."""
-        optional = (f"thinking={self.thinking}", f"target AL {self.target_al}", f"({self.scheme})")
-        shown = [self.framework, self.image, self.model, f"K={self.k}", f"c={self.concurrency}"]
-        shown += [
-            text
-            for text, value in zip(optional, (self.thinking, self.target_al, self.scheme), strict=True)
-            if value
-        ]
+        """``framework [image] model K=k c=.. [thinking=..] [target AL ..] [(scheme)] [workload]``: how pages name it."""
+        shown = [self.framework, self.image, self.model, f"K={self.k}", f"c={self.concurrency}",
+                 self.thinking and f"thinking={self.thinking}", self.target_al and f"target AL {self.target_al}",
+                 self.scheme and f"({self.scheme})", self.workload]  # fmt: skip
         return " ".join(part for part in shown if part)
 
     def to_dict(self) -> dict[str, str | int]:
@@ -125,7 +122,7 @@ class SeriesKey:
 
 
 _KEY_FIELDS: Final = ", ".join(f.name for f in fields(SeriesKey))
-_KEY_ADDED: Final = frozenset({"target_al", "scheme"})
+_KEY_ADDED: Final = frozenset({"target_al", "scheme", "workload"})
 """Key fields a verdict stored before them lacks (read as ``""``)."""
 
 
@@ -179,6 +176,7 @@ class CatalogEntry:
     """What served a run without an image (``vllm 0.32.0 (process)``, :func:`alflow.results.view.served_by`)."""
     ks: tuple[int, ...] = ()
     thinking: str | None = None
+    workload: str = ""  # what an M2 run measured under (view.workload), "" for other flows
     simulated: bool = False
     points: tuple[M2Point, ...] = ()
     verdict: str | None = None
@@ -210,6 +208,7 @@ class CatalogEntry:
                     thinking=self.thinking or "",
                     target_al=target_text(p.target_al),
                     scheme=p.scheme or "",
+                    workload=self.workload,
                 ),
                 p,
             )
@@ -376,6 +375,7 @@ def _read_entry(rel: str, run_dir: str) -> CatalogEntry:
         served=view.served_by(run),
         ks=_ks(run),
         thinking=_thinking(run),
+        workload=view.workload(run) if points else "",
         simulated=run.manifest.simulated,
         points=points,
         verdict=verdict,

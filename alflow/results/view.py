@@ -10,6 +10,8 @@ accessor tolerates that and answers ``None``.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -136,6 +138,48 @@ def scheme(run: StoredRun) -> str | None:
     """M2: the synthetic-acceptance scheme (the summary's, else the provenance's)."""
     value = summary(run).get("scheme") or run.manifest.provenance.scheme
     return None if value is None else str(value)
+
+
+WORKLOAD_FIELDS = ("kind", "isl", "osl", "range_ratio", "endpoint")
+"""The parts of an M2 run's ``workload`` a trend line names: another prompt shape is another line."""
+SETUP_PATHS = (("draft_model",), *(("server", name) for name in (
+    "revision", "parallelism", "nodes", "disaggregation", "enable_prefix_caching", "max_model_len", "extra_args",
+)))  # fmt: skip
+"""The configuration a trend line is measured under, beside the workload: another one is another line."""
+
+
+def workload(run: StoredRun) -> str:
+    """What an M2 run measured under, as a trend line names it: ``random isl 1024 osl 1024 ... · mtp · setup 1a2b3c4d``.
+
+    The workload's shape in words, the speculative method, and a digest of the server settings that change the
+    work per token (parallelism, nodes, engine arguments...; defaults left out, so a run written before a
+    setting existed signs as one written after with it at its default). ``""`` for a run without them.
+    """
+    shape = config_value(run, "workload")
+    words = [
+        f"{name} {shape[name]}" if name != "kind" else str(shape[name])
+        for name in WORKLOAD_FIELDS
+        if isinstance(shape, Mapping) and shape.get(name) is not None
+    ]
+    method = config_value(run, "method")
+    setup = {"/".join(path): _non_default(config_value(run, *path)) for path in SETUP_PATHS}
+    setup = {name: value for name, value in setup.items() if value is not None}
+    parts = [" ".join(words), "" if method is None else str(method)]
+    if setup:
+        signed = json.dumps(setup, sort_keys=True, default=str, separators=(",", ":")).encode()
+        parts.append(f"setup {hashlib.sha256(signed).hexdigest()[:8]}")
+    return " · ".join(part for part in parts if part)
+
+
+def _non_default(value: object) -> object:
+    """``value`` without its default parts (None, False, empty, 1 for a size); None when nothing is left."""
+    if isinstance(value, Mapping):
+        kept = {str(k): _non_default(v) for k, v in value.items()}
+        return {k: v for k, v in kept.items() if v is not None} or None
+    if isinstance(value, list | tuple):
+        return list(value) or None
+    default = value is None or value is False or value == "" or (type(value) is int and value == 1)
+    return None if default else value
 
 
 MAX_POINTS = 10_000

@@ -286,6 +286,7 @@ def _m2_run(
     started: str,
     repo: str = "alflow-sim",
     target_al: float = 2.5,
+    config: dict[str, object] | None = None,
 ) -> RunWriter:
     """An M2 run of image REPO:TAG at concurrencies 4 (two repeats) and 8, every request's TPOT near ``tpot_ms``."""
     from datetime import datetime
@@ -301,6 +302,7 @@ def _m2_run(
             "k": 3,
             "thinking": "off",
             "server": {"framework": "sim", "image": f"{repo}:{tag}"},
+            **(config or {}),
         },
     )
     rng = random.Random(seed)
@@ -351,6 +353,40 @@ def test_a_stored_run_is_judged_against_its_series_in_the_results_root(tmp_path:
     # the same timing as its history, judged before the slow run: unchanged
     same = _m2_run(root, "same", "n4", 20.0, seed=8, started="2026-12-04T12:00:00+00:00")
     assert {p.outcome for p in judge_run(open_run(same.dir), SETTINGS).points} == {"unchanged"}
+
+
+def test_another_workload_or_server_setup_is_another_series(tmp_path: Path) -> None:
+    """Runs of other prompt lengths, method or engine arguments are never a run's history; defaults spelled out are."""
+    root = tmp_path / "results"
+    shape = {"kind": "random", "isl": 1024, "osl": 1024, "range_ratio": 0.8, "endpoint": "chat"}
+    base = {"workload": shape, "method": "mtp"}
+    server = {"framework": "sim", "image": "alflow-sim:n1"}
+    others = {
+        "o0": {"workload": {**shape, "osl": 128}, "method": "mtp"},
+        "o1": {"workload": {**shape, "endpoint": "completions"}, "method": "mtp"},
+        "o2": {**base, "method": "eagle3"},
+        "o3": {**base, "server": {**server, "extra_args": ["--max-num-seqs", "8"]}},
+        "o4": {**base, "server": {**server, "parallelism": {"tp": 2}}},
+        "o5": {**base, "server": {**server, "enable_prefix_caching": True}},
+    }
+    for i, (run_id, config) in enumerate(others.items()):  # all fast: were they history, "slow" would regress
+        _m2_run(root, run_id, "n1", 10.0, seed=i, started=f"2026-12-0{i + 1}T00:00:00+00:00", config=config).finish()
+    # the same setup with its defaults written out (as a later release writes them): the same series
+    spelled = {**base, "server": {**server, "parallelism": {"tp": 1, "pp": 1}, "enable_prefix_caching": False,
+                                  "extra_args": []}}  # fmt: skip
+    for i in range(3):
+        config = spelled if i == 2 else base
+        _m2_run(root, f"h{i}", "n1", 20.0, seed=10 + i, started=f"2026-12-1{i}T00:00:00+00:00", config=config).finish()
+    slow = _m2_run(root, "slow", "n2", 30.0, seed=20, started="2026-12-20T00:00:00+00:00", config=base)
+    report = judge_run(open_run(slow.dir), SETTINGS)
+    assert {p.outcome for p in report.points} == {"regressed"}  # against 20 ms, not the 10 ms of other setups
+    point = report.points[0]
+    assert sorted(Path(h).name[-2:] for h in point.history) == ["h0", "h1", "h2"]
+    assert point.series["workload"] == "random isl 1024 osl 1024 range_ratio 0.8 endpoint chat · mtp"
+    labels = {key.label() for key in Catalog(str(root)).series_keys()}
+    assert any("osl 128" in label for label in labels)
+    assert any("eagle3" in label for label in labels)
+    assert len({label for label in labels if "c=4" in label}) == 7  # six other setups and the judged one
 
 
 def test_a_sweep_gathers_its_childrens_verdicts(tmp_path: Path) -> None:
