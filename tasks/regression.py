@@ -18,8 +18,8 @@ from prefect.runtime import flow_run
 from alflow.config.regression import RegressionSettings
 from alflow.methods.regression import judge_reference, judge_run
 from alflow.reference.table import Key, ReferenceTable
-from alflow.results.catalog import split_image
 from alflow.results.regression import REGRESSION_FILE, PointVerdict, RegressionReport
+from alflow.results.series import split_image
 from alflow.results.store import RunWriter, StoredRun
 from alflow.results.view import image
 from alflow.util.chat import chat_code

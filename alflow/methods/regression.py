@@ -59,10 +59,8 @@ from alflow.reference.table import Key, ReferenceEntry, ReferenceTable
 from alflow.results.catalog import (
     Catalog,
     CatalogEntry,
-    SeriesKey,
     default_cache_dir,
     read_entry,
-    split_image,
 )
 from alflow.results.regression import (
     MetricChange,
@@ -72,6 +70,7 @@ from alflow.results.regression import (
     RegressionReport,
 )
 from alflow.results.rows import M2Point
+from alflow.results.series import SeriesKey, split_image
 from alflow.results.store import StoredRun, open_run
 from alflow.results.view import regression_report, table_or_none
 

@@ -2,7 +2,7 @@
 
 Usage::
 
-    from alflow.results.catalog import Catalog, SeriesKey
+    from alflow.results.catalog import Catalog
     catalog = Catalog("results/demo")                # reads every run once (or takes it from the disk cache)
     catalog.refresh()                                # later: re-reads only runs whose manifest.json changed
     for entry in catalog.entries():                  # newest first
@@ -46,6 +46,7 @@ from alflow.errors import AlflowError, InvalidInputError
 from alflow.metrics.point_metrics import POINT_METRICS
 from alflow.results import view
 from alflow.results.rows import M2Point
+from alflow.results.series import SeriesKey, split_image, target_text
 from alflow.results.store import MANIFEST, SUMMARY, StoredRun, open_run, storage_for
 from alflow.util.fsutil import atomic_write_bytes, local_path_of, unsafe_file
 
@@ -63,88 +64,6 @@ CACHE_VERSION: Final = 3
 READ_THREADS: Final = 4
 """Threads that read runs at once on a cold start (parquet decoding runs outside the GIL)."""
 _GOOD_CLIENT: Final = "client-bound"
-
-
-# --------------------------------------------------------------------------------------------
-# Series keys and images
-
-
-@dataclass(frozen=True, order=True)
-class SeriesKey:
-    """One trend line: the M2 points of one (framework, image, model, K, c, thinking, target AL, scheme, workload).
-
-    At another forced AL, scheme, prompt shape or server setup the same server does other work per token: two
-    lines, never each other's history (a verdict compares runs of one line only). Verdicts stored before the key
-    held a field read it as ``""``: no line of a run measured now matches them.
-    """
-
-    framework: str
-    image: str
-    """The image repository without tag or digest (``""`` when the run had no image)."""
-    model: str
-    k: int
-    concurrency: int
-    thinking: str
-    """The run config's thinking mode (``on``, ``off``...), ``""`` when absent."""
-    target_al: str = ""
-    """The AL the server was forced to, to 4 decimals (:func:`target_text`); ``""`` for a reference entry."""
-    scheme: str = ""
-    """The synthetic-acceptance scheme the audit tested against, ``""`` when not recorded."""
-    workload: str = ""
-    """The prompts' shape, method and server setup (:func:`alflow.results.view.workload`): another is another line."""
-
-    def label(self) -> str:
-        """``framework [image] model K=k c=.. [thinking=..] [target AL ..] [(scheme)] [workload]``: how pages name it."""
-        shown = [self.framework, self.image, self.model, f"K={self.k}", f"c={self.concurrency}",
-                 self.thinking and f"thinking={self.thinking}", self.target_al and f"target AL {self.target_al}",
-                 self.scheme and f"({self.scheme})", self.workload]  # fmt: skip
-        return " ".join(part for part in shown if part)
-
-    def to_dict(self) -> dict[str, str | int]:
-        """The key as a JSON object (``regression.json``'s ``series``)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, object]) -> SeriesKey:
-        """The key of a JSON object; a missing or mistyped field is an error naming it and its value."""
-        if not isinstance(data, Mapping):
-            raise InvalidInputError(f"series {data!r:.120}: expected a JSON object with {_KEY_FIELDS}")
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            value = data.get(f.name, "" if f.name in _KEY_ADDED else None)
-            if f.type in ("int", int):
-                if isinstance(value, bool) or not isinstance(value, int):
-                    raise InvalidInputError(f"series field {f.name} {value!r:.80}: must be an integer")
-            elif not isinstance(value, str):
-                raise InvalidInputError(f"series field {f.name} {value!r:.80}: must be a string")
-            values[f.name] = value
-        return cls(**values)
-
-
-_KEY_FIELDS: Final = ", ".join(f.name for f in fields(SeriesKey))
-_KEY_ADDED: Final = frozenset({"target_al", "scheme", "workload"})
-"""Key fields a verdict stored before them lacks (read as ``""``)."""
-
-
-def target_text(target_al: float) -> str:
-    """A target AL as a series key holds it: 4 decimals, as the audit reports it (``2.587`` -> ``2.5870``)."""
-    return f"{target_al:.4f}"
-
-
-def split_image(image: str | None) -> tuple[str, str]:
-    """``registry:port/repo:tag@sha256:...`` -> (``registry:port/repo``, ``tag``); no tag -> the digest or ``""``.
-
-    ``None`` or ``""`` -> ``("", "")``. A colon counts as the tag's only after the last ``/`` (a registry's
-    port is not a tag).
-    """
-    if not image:
-        return "", ""
-    name, _, digest = image.partition("@")
-    slash = name.rfind("/")
-    colon = name.rfind(":")
-    if colon > slash:
-        return name[:colon], name[colon + 1 :]
-    return name, digest
 
 
 # --------------------------------------------------------------------------------------------
@@ -214,6 +133,13 @@ class CatalogEntry:
             )
             for p in self.points
         )
+
+    @functools.cached_property
+    def measured(self) -> str:
+        """What the run measured, signed: its start, end and points. A copy under another run id signs the same."""
+        points = [p.model_dump_json(exclude={"framework"}) for p in self.points]
+        signed = orjson.dumps([self.started, self.finished, points])
+        return hashlib.sha256(signed).hexdigest()
 
     def verdict_of(self, key: SeriesKey) -> str | None:
         """The regression outcome ``regression.json`` gave the series ``key`` (None: not judged)."""
@@ -596,7 +522,8 @@ class Catalog:
 
         Good: the run complete, the point valid, not partial and not client-bound. A run with several repeats of
         the point gives each of them (one run, several pairs); ``exclude_rel`` leaves one run out (the run judged).
-        Copies of a run (its run id in several folders) count once, and not at all when they copy the judged run.
+        Copies of a run (its run id in several folders, or its measurement under another run id: the same start,
+        end and points) count once, and not at all when they copy the judged run.
         """
         limit = _ts(before)
         if not limit and not before.startswith("1970-01-01"):
@@ -606,10 +533,11 @@ class Catalog:
         out: list[tuple[CatalogEntry, M2Point]] = []
         runs: list[str] = []
         judged = self.get(exclude_rel) if exclude_rel is not None else None
-        ids = {} if judged is None else {judged.run_id: judged.rel}  # run id -> the folder standing for it
+        # run id, measurement -> the folder standing for it
+        ids = {} if judged is None else {judged.run_id: judged.rel, judged.measured: judged.rel}
         for stamp, entry, point in self._state.points.get(key, ()):
             skip = stamp >= limit or entry.rel == exclude_rel or not _good(entry, point)
-            if skip or ids.setdefault(entry.run_id, entry.rel) != entry.rel:
+            if skip or any(ids.setdefault(i, entry.rel) != entry.rel for i in (entry.run_id, entry.measured)):
                 continue
             if entry.rel not in runs:
                 if len(runs) >= n:

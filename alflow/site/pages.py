@@ -16,8 +16,9 @@ from urllib.parse import urlencode
 
 from alflow.errors import InvalidInputError
 from alflow.metrics.point_metrics import POINT_METRICS
-from alflow.results.catalog import Catalog, CatalogEntry, SeriesKey
+from alflow.results.catalog import Catalog, CatalogEntry
 from alflow.results.rows import M2Point
+from alflow.results.series import SeriesKey
 
 PAGE_SIZE: Final = 100
 SORT_COLUMNS: Final = ("date", "flow", "model", "framework", "image", "k", "status", "outcome", "verdict")

@@ -22,7 +22,8 @@ from alflow.config import (
     ServerPlacement,
     server_config,
 )
-from alflow.results.catalog import Catalog, SeriesKey
+from alflow.results.catalog import Catalog
+from alflow.results.series import SeriesKey
 from alflow.results.store import open_run
 from alflow_flows.benchmark import benchmark
 

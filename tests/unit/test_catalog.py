@@ -14,7 +14,8 @@ import fsspec
 import pytest
 
 from alflow.errors import InvalidInputError
-from alflow.results.catalog import Catalog, SeriesKey, read_verdicts, split_image
+from alflow.results.catalog import Catalog, read_verdicts
+from alflow.results.series import SeriesKey, split_image
 from alflow.results.store import RunWriter
 from alflow.site.pages import RunRow, TrendQuery, trends_page
 
@@ -122,10 +123,9 @@ def test_series_key_round_trips_and_refuses_bad_data() -> None:
     assert SeriesKey.from_dict(json.loads(json.dumps(k.to_dict()))) == k
     assert k.label() == "vllm vllm/vllm-openai llama K=3 c=16 target AL 2.5000"
     assert key(16, thinking="", scheme="vllm").label().endswith("target AL 2.5000 (vllm)")
-    before = {name: v for name, v in k.to_dict().items() if name not in ("target_al", "scheme")}
-    assert SeriesKey.from_dict(before) == k.__class__(
-        **{**before, "target_al": "", "scheme": ""}
-    )  # older files
+    before = {name: v for name, v in k.to_dict().items() if name not in ("target_al", "scheme", "workload")}
+    older = {**before, "target_al": "", "scheme": "", "workload": ""}
+    assert SeriesKey.from_dict(before) == SeriesKey.from_dict(older)  # older files
     with pytest.raises(InvalidInputError, match="series field k 'x': must be an integer"):
         SeriesKey.from_dict({**k.to_dict(), "k": "x"})
     with pytest.raises(InvalidInputError, match="series field concurrency True"):
@@ -443,3 +443,28 @@ def test_copies_of_one_run_are_one_history_run_and_none_when_they_copy_the_judge
         len(got) == 1
     )  # one run: the first and its three copies; the judged run's copy is not its own history
     assert {e.run_id for e, _ in got} == {catalog.get(f"m2/{first.name}").run_id}  # type: ignore[union-attr]
+
+
+def test_a_copy_under_another_run_id_is_the_same_measurement(tmp_path: Path) -> None:
+    """Hostile round 5 (R1): a folder copied with its run id rewritten counted as a second history run."""
+    import shutil
+
+    first = write_run(tmp_path, "2026-01-01T00:00:00+00:00")
+    judged = write_run(tmp_path, "2026-01-05T00:00:00+00:00")
+    for i, source in enumerate((first, first, judged)):
+        copy = source.parent / f"2026010{2 + i}T000000Z-renamed{i}"
+        shutil.copytree(source, copy)
+        manifest = json.loads((copy / "manifest.json").read_text())
+        manifest["run_id"] = f"renamed{i}"
+        (copy / "manifest.json").write_text(json.dumps(manifest))
+    catalog = Catalog(str(tmp_path))
+    assert {e.run_id for e in catalog.entries()} >= {"renamed0", "renamed1", "renamed2"}
+    got = catalog.history(key(), before="2026-01-10T00:00:00+00:00", n=10, exclude_rel=f"m2/{judged.name}")
+    original = catalog.get(f"m2/{first.name}")
+    assert original is not None
+    assert [e.measured for e, _ in got] == [original.measured]  # one of the three folders stands for the run
+    other = write_run(tmp_path, "2026-01-06T00:00:00+00:00")  # a real second run of the series still counts
+    catalog.refresh(force=True)
+    got = catalog.history(key(), before="2026-01-10T00:00:00+00:00", n=10, exclude_rel=f"m2/{judged.name}")
+    assert len(got) == 2
+    assert f"m2/{other.name}" in {e.rel for e, _ in got}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +30,10 @@ from alflow.reference.table import ReferenceEntry, ReferenceTable
 from alflow.reports.content.base import Report
 from alflow.reports.content.regression import regression_section
 from alflow.reports.render import render
-from alflow.results.catalog import Catalog, SeriesKey, read_verdicts
+from alflow.results.catalog import Catalog, read_verdicts
 from alflow.results.regression import REGRESSION_FILE, MetricChange, PointVerdict, RegressionReport
 from alflow.results.rows import M2Point
+from alflow.results.series import SeriesKey
 from alflow.results.store import RunWriter, open_run
 from alflow.results.view import regression_report
 from alflow_tasks.regression import REGRESSION_EVENT, alert_event
@@ -286,7 +288,7 @@ def _m2_run(
     started: str,
     repo: str = "alflow-sim",
     target_al: float = 2.5,
-    config: dict[str, object] | None = None,
+    config: Mapping[str, object] | None = None,
 ) -> RunWriter:
     """An M2 run of image REPO:TAG at concurrencies 4 (two repeats) and 8, every request's TPOT near ``tpot_ms``."""
     from datetime import datetime
