@@ -408,10 +408,22 @@ class _State:
     """Every point of each series with its run's start (epoch seconds), newest first."""
 
 
+EARLIEST: Final = datetime(2024, 1, 1, tzinfo=UTC).timestamp()
+"""No run of alflow started before this: an earlier start (the epoch...) is a damaged manifest, not history."""
+
+
 def _good(entry: CatalogEntry, point: M2Point) -> bool:
-    """A point history may use: run complete, point valid, not partial nor client-bound, its AL in [1, K+1]."""
+    """A point history may use: run complete, point valid, not partial nor client-bound, its AL in [1, K+1].
+
+    And possible: a start after :data:`EARLIEST` and no later than its end, some request completed.
+    """
     al = point.achieved_al  # a "valid" point of AL 99 or NaN is damaged, not history
     if al is not None and not (math.isfinite(al) and 1.0 <= al <= point.k + 1):
+        return False
+    started = _ts(entry.started)
+    if started < EARLIEST or (entry.finished is not None and _ts(entry.finished) < started):
+        return False
+    if point.completed is not None and point.completed <= 0:
         return False
     bound = point.client_verdict == _GOOD_CLIENT
     return entry.status == "complete" and point.valid and not point.partial and not bound

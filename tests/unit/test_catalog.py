@@ -468,3 +468,18 @@ def test_a_copy_under_another_run_id_is_the_same_measurement(tmp_path: Path) -> 
     got = catalog.history(key(), before="2026-01-10T00:00:00+00:00", n=10, exclude_rel=f"m2/{judged.name}")
     assert len(got) == 2
     assert f"m2/{other.name}" in {e.rel for e, _ in got}
+
+
+def test_impossible_runs_are_no_history(tmp_path: Path) -> None:
+    """Hostile round 5 (R11, R17, R19): an epoch start, an end before the start, a valid point of 0 requests."""
+    good = write_run(tmp_path, "2026-01-01T00:00:00+00:00")
+    write_run(tmp_path, "1970-01-01T00:00:01+00:00")
+    write_run(tmp_path, "2026-01-02T00:00:00+00:00", points=[point(4, completed=0)])
+    backwards = write_run(tmp_path, "2026-01-03T00:00:00+00:00")
+    manifest = json.loads((backwards / "manifest.json").read_text())
+    manifest["finished"] = "2025-12-31T00:00:00+00:00"
+    (backwards / "manifest.json").write_text(json.dumps(manifest))
+    catalog = Catalog(str(tmp_path))
+    assert len(catalog.entries()) == 4  # listed (the site shows them); only history leaves them out
+    got = catalog.history(key(), before="2026-01-10T00:00:00+00:00", n=10)
+    assert [e.rel for e, _ in got] == [f"m2/{good.name}"]

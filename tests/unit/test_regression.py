@@ -373,7 +373,7 @@ def test_another_workload_or_server_setup_is_another_series(tmp_path: Path) -> N
     }
     for i, (run_id, config) in enumerate(others.items()):  # all fast: were they history, "slow" would regress
         _m2_run(
-            root, run_id, "n1", 10.0, seed=i, started=f"2026-12-0{i + 1}T00:00:00+00:00", config=config
+            root, run_id, "n1", 10.0, seed=i, started=f"2026-11-0{i + 1}T00:00:00+00:00", config=config
         ).finish()
     # the same setup with its defaults written out (as a later release writes them): the same series
     spelled = {**base, "server": {**server, "parallelism": {"tp": 1, "pp": 1}, "enable_prefix_caching": False,
@@ -381,9 +381,9 @@ def test_another_workload_or_server_setup_is_another_series(tmp_path: Path) -> N
     for i in range(3):
         config = spelled if i == 2 else base
         _m2_run(
-            root, f"h{i}", "n1", 20.0, seed=10 + i, started=f"2026-12-1{i}T00:00:00+00:00", config=config
+            root, f"h{i}", "n1", 20.0, seed=10 + i, started=f"2026-11-1{i}T00:00:00+00:00", config=config
         ).finish()
-    slow = _m2_run(root, "slow", "n2", 30.0, seed=20, started="2026-12-20T00:00:00+00:00", config=base)
+    slow = _m2_run(root, "slow", "n2", 30.0, seed=20, started="2026-11-20T00:00:00+00:00", config=base)
     report = judge_run(open_run(slow.dir), SETTINGS)
     assert {p.outcome for p in report.points} == {"regressed"}  # against 20 ms, not the 10 ms of other setups
     point = report.points[0]
