@@ -243,14 +243,23 @@ def redact_values(text: str, values: Iterable[str]) -> str:
     return text
 
 
+_LOOSE_PARAM: Final = re.compile(r"(?<=[?&])([A-Za-z0-9_.%-]{1,64})=([^\s&#'\"<>`]+)")
+"""A query parameter outside a URL (``/tmp/log?token=abc``): bounded name, one value, linear in the text."""
+
+
 def redact_urls_in_text(text: str, values: Iterable[str] = ()) -> str:
-    """``text`` (an error message, a log line) with every URL in it redacted, and the given secret values."""
+    """``text`` (an error message, a log line) with every URL in it redacted, and the given secret values.
+
+    A credential-named query parameter after a ``?`` outside any URL (a path given ``?token=...``) is redacted too.
+    """
     if "://" in text:
         parts, done = [], 0
         for start, end in url_spans(text):
             parts += [text[done:start], redact_url(text[start:end])]
             done = end
         text = "".join([*parts, text[done:]])
+    if "?" in text and "=" in text:
+        text = _LOOSE_PARAM.sub(lambda m: f"{m[1]}={REDACTED}" if is_secret_param(m[1]) else m[0], text)
     return redact_values(text, values)
 
 

@@ -167,6 +167,10 @@ def test_urls_in_text_are_found_as_the_unbounded_pattern_finds_them() -> None:
         "h://" * 500_000,  # half a million URLs
         "://" * 700_000,  # separators with no scheme (each once scanned to the next space)
         "1://" * 500_000,
+        "?" + "a" * 2_000_000 + "=",  # a parameter name past the bound: no match, scanned once per start
+        ("?" + "a" * 63) * 30_000 + "=",
+        "?&" * 1_000_000,
+        "?" + "token=b&" * 250_000,  # a quarter of a million secret parameters
     ],
 )
 def test_redaction_is_linear_in_the_text(shape: str) -> None:
@@ -175,6 +179,16 @@ def test_redaction_is_linear_in_the_text(shape: str) -> None:
     out = redact_urls_in_text(f"model {shape} at http://u:pw1234@h/x")
     assert out.endswith("at http://***@h/x")
     assert time.perf_counter() - started < 10.0  # quadratic: hours at this size; linear: 0.03 to 0.7 s here
+
+
+def test_a_secret_parameter_outside_a_url_is_redacted() -> None:
+    """Hostile round 5 (s4): ``--step-log /tmp/x?token=...`` was stored as given."""
+    stored = redact_data(
+        {"step_log": "/tmp/x?token=tok12345&mode=a", "note": "see ./log?a=1&api_key=key12345 now"}
+    )
+    assert stored == {"step_log": "/tmp/x?token=***&mode=a", "note": "see ./log?a=1&api_key=*** now"}
+    for plain in ("a&token=b without a question mark", "?mode=fast&n=2", "x=1 ? y=2"):
+        assert redact_urls_in_text(plain) == plain
 
 
 def test_compact_json_is_redacted_in_parts_and_a_run_with_nowhere_to_cut_is_refused() -> None:
