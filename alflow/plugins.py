@@ -41,10 +41,10 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, distributions, entry_points
-from typing import Final, Literal, TypeVar, get_args
+from typing import Literal, TypeVar, get_args
 
 from alflow.errors import AlflowError, InvalidInputError
-from alflow.util.redact import redact_urls_in_text
+from alflow.plugin_probe import IN_CHILD, load_seconds, printable, probe, reason_of
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -121,31 +121,10 @@ def resolve(reference: str, what: str) -> object:
             f"{what}: cannot load {reference!r}: KeyboardInterrupt: raised by the module"
         ) from None
     except BaseException as exc:  # a third party's module may raise anything at import, or exit
-        raise PluginError(f"{what}: cannot load {reference!r}: {_reason(exc)}") from exc
+        raise PluginError(f"{what}: cannot load {reference!r}: {reason_of(exc)}") from exc
 
 
-def _printable(text: str) -> str:
-    """``text`` with its control and format characters (ESC, RLO) as escapes, as ``repr`` writes them."""
-    return text if text.isprintable() else repr(text)[1:-1]
-
-
-def _reason(exc: BaseException) -> str:
-    """``Type: message`` of a third party's exception, on one line, 500 characters, URLs redacted, controls escaped.
-
-    Its ``__str__`` may itself raise (then only its type is said), or carry a password in a URL.
-    """
-    try:
-        text = f"{type(exc).__name__}: {exc}"
-    except Exception:
-        text = f"{type(exc).__name__} (its message cannot be read)"
-    return _printable(redact_urls_in_text(" ".join(text.split())))[:500]
-
-
-PLUGIN_LOAD_S: Final = 20.0
-"""The longest a third-party entry point's module may take to import before it is left out."""
-
-
-def resolve_within(reference: str, what: str, seconds: float = PLUGIN_LOAD_S) -> object:
+def resolve_within(reference: str, what: str, seconds: float | None = None) -> object:
     """:func:`resolve` in a daemon thread, waited for at most ``seconds``.
 
     An import that never returns (a plugin waiting on a network or a lock) is a :class:`PluginError`, not a command
@@ -165,6 +144,7 @@ def resolve_within(reference: str, what: str, seconds: float = PLUGIN_LOAD_S) ->
     worker = threading.Thread(target=load, name=f"alflow-plugin-{what[:40]}", daemon=True)
     stdout = sys.stdout
     worker.start()
+    seconds = load_seconds() if seconds is None else seconds
     worker.join(seconds)
     sys.stdout = stdout  # the stuck import's stdout redirect (resolve) ends here, not with it
     if not outcome:
@@ -202,7 +182,7 @@ def skip_entry_points() -> None:
 
 def _where(point: EntryPoint) -> str:
     dist = getattr(point, "dist", None)
-    source = _printable(f"{dist.name} {dist.version}") if dist is not None else "an unknown distribution"
+    source = printable(f"{dist.name} {dist.version}") if dist is not None else "an unknown distribution"
     return f"entry point {point.name!r} of {ENTRY_POINT_GROUP} in {source} ({point.value})"
 
 
@@ -242,15 +222,19 @@ def _entry_points() -> tuple[EntryPoint, ...]:
 def entry_specs() -> tuple[tuple[EntryPoint, object], ...]:
     """Each third-party entry point with what its reference loads, or the :class:`PluginError` it gave.
 
-    Imported in time (:func:`resolve_within`); the command line calls it first, outside any import. Their config
-    models are imported later, where alflow's configuration builds its model of every framework (they import it).
+    Each is first tried in a process of its own (:func:`alflow.plugin_probe.probe`: its spec, config and plugin
+    modules), then imported in time (:func:`resolve_within`); the command line calls it first, outside any import.
+    Their config models are imported later, where alflow's configuration builds its model of every framework.
     """
     points = _entry_points()  # read even for --help: an unreadable file must switch pydantic's plugins off
-    if not _ENTRY_POINTS[0]:
+    if not _ENTRY_POINTS[0] or IN_CHILD:
         return ()
     loaded: list[tuple[EntryPoint, object]] = []
     for point in sorted(points, key=lambda p: p.name):
         try:
+            why = probe(point.value)
+            if why is not None:
+                raise PluginError(f"{_where(point)}: {why}")
             loaded.append((point, resolve_within(point.value, _where(point))))
         except PluginError as exc:
             loaded.append((point, exc))
@@ -301,7 +285,7 @@ def plugin_of(name: str) -> object:
         ):
             raise TypeError("its metrics reader has no name, metrics_path or matches of the right kinds")
     except Exception as exc:
-        why = _reason(exc)[:300]
+        why = reason_of(exc)[:300]
         raise PluginError(f"framework {name!r}: {spec_of(name).plugin}: {why}") from exc
     return plugin
 

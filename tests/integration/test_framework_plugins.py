@@ -203,6 +203,10 @@ def test_a_broken_plugin_is_left_out_with_its_reason_and_the_rest_work(
     assert "framework plugin left out" in listed.stderr
 
 
+PARTS = (
+    "from alflow.plugins import FrameworkSpec\n"
+    "SPEC = FrameworkSpec('evil', 'evil_alflow.config:EvilServer', 'evil_alflow.config:PLUGIN')"
+)
 HOSTILE = {
     "raises at import": ("SPEC = 1 / 0", "", "ZeroDivisionError: division by zero"),
     "exits at import": ("import sys\nsys.exit(3)", "", "SystemExit: 3"),
@@ -218,13 +222,32 @@ HOSTILE = {
         "class EvilServer(ServerBase):\n    framework: Literal['evil'] = 'evil'\n",
         "builtins:len is not a Framework named 'evil'",
     ),
-}
+    # hostile round 5: what a module does to the process that imports it (tried in a process of its own first)
+    "a config module that never returns": (PARTS, "import time\ntime.sleep(3600)\n", "did not end within 3 s"),
+    "a config module that ends the process": (PARTS, "import os\nos._exit(7)\n", "exited with code 7"),
+    "a config module that writes to fd 1": (
+        PARTS, "import os\nos.write(1, b'{not json')\nEvilServer = PLUGIN = 1\n", "writes to standard output"
+    ),
+    "a config module that prints from a thread": (
+        PARTS,
+        "import threading\nthreading.Timer(0.05, print, ('late',)).start()\nEvilServer = PLUGIN = 1\n",
+        "writes to standard output",
+    ),
+    "a config module that forks": (
+        PARTS,
+        "import os, time\nif os.fork() == 0:\n    time.sleep(60)\n    os._exit(0)\nEvilServer = PLUGIN = 1\n",
+        "leaves a process running",
+    ),
+}  # fmt: skip
 """Third-party plugins that break as they load: (the spec module, its config module, the reason listed)."""
 
 
 @pytest.mark.parametrize("case", sorted(HOSTILE))
-def test_a_hostile_plugin_is_left_out_once_and_never_stops_a_command(tmp_path: Path, case: str) -> None:
+def test_a_hostile_plugin_is_left_out_once_and_never_stops_a_command(
+    tmp_path: Path, case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Round 3 of #49: a plugin that raised or exited on import broke every command, even ``alflow --version``."""
+    monkeypatch.setenv("ALFLOW_PLUGIN_LOAD_S", "3")
     spec, config, reason = HOSTILE[case]
     package = tmp_path / "evil_alflow"
     package.mkdir()
@@ -251,6 +274,11 @@ def test_a_hostile_plugin_is_left_out_once_and_never_stops_a_command(tmp_path: P
     assert len(warnings) == 1, listed.stderr
     dry = _run(tmp_path, *alflow, "run", "m2", "--preset", "sim", "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr[-800:]
+    json.loads(dry.stdout)  # nothing the plugin wrote reached the command's output
+    left = subprocess.run(
+        ["pgrep", "-f", "alflow.plugin_probe evil_alflow"], capture_output=True, check=False
+    )
+    assert left.stdout == b"", "the probe left a process behind"
 
 
 def test_an_unparsable_entry_points_file_leaves_plugins_out_with_one_warning_and_every_command_answers(

@@ -1,0 +1,173 @@
+"""Each third-party framework plugin tried in a process of its own before alflow imports it into its own.
+
+A plugin's modules run inside the command that imports them: what they do at import (never return, call
+``os._exit``, fork, write to file descriptor 1 under a command's JSON) would happen to the command, and an import
+cannot be stopped from another thread (:func:`alflow.plugins.resolve_within` bounds only the spec module, and the
+config module is imported where alflow's configuration builds its model of every framework). So the command line
+first imports each entry point's spec, config and plugin modules here, in a child process in a session of its own
+(:func:`probe`), bounded in time; a plugin whose child does not end in time, ends without saying it is done, writes
+to its standard output, or leaves a process behind is left out with that reason (one warning) and never imported by
+the command. The child imports alflow's configuration first with the built-in frameworks only, so a plugin is
+blamed for its own modules alone.
+
+What the probe cannot see: a thread a plugin starts that acts later than :data:`GRACE_S` after its import, and a
+plugin that acts only in some processes.
+
+Run as ``python -m alflow.plugin_probe REFERENCE REPORT_FILE`` by :func:`probe`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Final
+
+from alflow.util.redact import redact_urls_in_text
+
+PROBE_S_ENV: Final = "ALFLOW_PLUGIN_LOAD_S"
+"""Environment variable that sets the bound of a plugin's import (seconds; default :data:`PLUGIN_LOAD_S`)."""
+PLUGIN_LOAD_S: Final = 20.0
+"""The longest a third-party plugin's modules may take to import before it is left out."""
+GRACE_S: Final = 0.3
+"""How long the child waits after the imports before it reports: a thread that prints at once is seen."""
+_OK: Final = "ok"
+_UNJUDGED: Final = "unjudged"
+_CHILD_ENV: Final = "ALFLOW_PLUGIN_PROBE_CHILD"
+IN_CHILD: Final = os.environ.get(_CHILD_ENV) == "1"
+"""True in the probe's child (and what it starts): it imports the built-in frameworks only, never probes again
+(:func:`alflow.plugins.entry_specs` reads it)."""
+
+
+def printable(text: str) -> str:
+    """``text`` with its control and format characters (ESC, RLO) as escapes, as ``repr`` writes them."""
+    return text if text.isprintable() else repr(text)[1:-1]
+
+
+def reason_of(exc: BaseException) -> str:
+    """``Type: message`` of a third party's exception, on one line, 500 characters, URLs redacted, controls escaped.
+
+    Its ``__str__`` may itself raise (then only its type is said), or carry a password in a URL.
+    """
+    try:
+        text = f"{type(exc).__name__}: {exc}"
+    except Exception:
+        text = f"{type(exc).__name__} (its message cannot be read)"
+    return printable(redact_urls_in_text(" ".join(text.split())))[:500]
+
+
+def load_seconds() -> float:
+    """The bound of a plugin's import: ``$ALFLOW_PLUGIN_LOAD_S`` when it is a number in (0, 600], else 20 s."""
+    try:
+        value = float(os.environ.get(PROBE_S_ENV, ""))
+    except ValueError:
+        return PLUGIN_LOAD_S
+    return value if 0.0 < value <= 600.0 else PLUGIN_LOAD_S
+
+
+def probe(reference: str, seconds: float | None = None) -> str | None:
+    """Why the entry point ``reference`` (``module:attribute``) must be left out, or None when it imports cleanly."""
+    bound = load_seconds() if seconds is None else seconds
+    with tempfile.TemporaryDirectory(prefix="alflow-plugin-probe-") as tmp:
+        report, out = Path(tmp) / "report", Path(tmp) / "stdout"
+        with out.open("wb") as stdout:
+            child = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "alflow.plugin_probe",
+                    reference,
+                    str(report),
+                    str(math.ceil(bound) + 1),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                # pydantic's own plugins are off there: an unreadable entry_points.txt makes pydantic's loader raise
+                env={
+                    **os.environ,
+                    "PYTHONUNBUFFERED": "1",
+                    _CHILD_ENV: "1",
+                    "PYDANTIC_DISABLE_PLUGINS": "__all__",
+                },
+            )
+            code: int | None = None
+            try:
+                code = child.wait(bound)
+            except subprocess.TimeoutExpired:
+                pass
+            finally:  # on a timeout, and on Ctrl-C here: nothing of the child's session runs on
+                left = _kill_group(child.pid)
+                child.wait()
+        if code is None:
+            return f"importing its modules did not end within {bound:g} s (tried in a process of its own)"
+        written = out.stat().st_size
+        said = report.read_text(encoding="utf-8", errors="replace") if report.exists() else ""
+    if said == _UNJUDGED:
+        return None
+    if said.startswith("error "):
+        return said.removeprefix("error ")
+    if said != _OK:
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        return f"its import {how} before it ended (tried in a process of its own)"
+    if written:
+        return f"it writes to standard output when imported ({written} bytes): that would corrupt a command's output"
+    if left:
+        return "it leaves a process running when imported (it forks or starts one)"
+    return None
+
+
+def _kill_group(pid: int) -> bool:
+    """Kill what is left of the child's session; whether anything was."""
+    try:
+        os.killpg(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    return True
+
+
+def _child(reference: str, report: str, alarm_s: int) -> None:
+    """Import the spec, then its config and plugin modules, and say so in ``report`` (never through stdout).
+
+    An alarm ends the child after ``alarm_s`` even when the parent that waits for it was killed.
+    """
+    signal.alarm(alarm_s)
+    try:  # the built-in frameworks' union, before a plugin's config needs it
+        import alflow.config.server  # noqa: F401
+    except (
+        BaseException
+    ):  # alflow's own failure here, not the plugin's: no verdict (the command meets it itself)
+        Path(report).write_text(_UNJUDGED, encoding="utf-8")
+        os._exit(0)
+    try:
+        spec = _load(reference)
+        for part in (getattr(spec, "config", None), getattr(spec, "plugin", None)):
+            if isinstance(part, str) and ":" in part:
+                _load(part)
+        time.sleep(GRACE_S)
+        said = _OK
+    except BaseException as exc:  # the in-process load would give the same reason: said the same way
+        said = f"error cannot load {reference!r}: {reason_of(exc)}"
+    Path(report).write_text(said, encoding="utf-8")
+    sys.stdout.flush()
+    os._exit(0)  # no plugin's atexit hook or thread runs on
+
+
+def _load(reference: str) -> object:
+    import importlib
+
+    module, _, attribute = reference.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+if __name__ == "__main__":
+    _child(sys.argv[1], sys.argv[2], int(sys.argv[3]))
