@@ -141,8 +141,10 @@ def _child(reference: str, report: str, alarm_s: int) -> None:
     An alarm ends the child after ``alarm_s`` even when the parent that waits for it was killed.
     """
     signal.alarm(alarm_s)
-    try:  # the built-in frameworks' union, before a plugin's config needs it
-        import alflow.config.server  # noqa: F401
+    try:  # the built-in frameworks' union, before a plugin's config needs it (by name: in this child process only,
+        _load(
+            "alflow.config.server:ServerBase"
+        )  # the command's own imports run the other way, plugins -> probe)
     except (
         BaseException
     ):  # alflow's own failure here, not the plugin's: no verdict (the command meets it itself)

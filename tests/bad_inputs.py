@@ -197,6 +197,27 @@ CONFIG_CASES: list[ConfigCase] = [
         {"server.image": "bob:Pw-x@reg.example/sim:1"},
         "user:password@",
     ),
+    _case(
+        "server image with a space",
+        "m2",
+        {"server.image": "vllm/vllm openai:v1"},
+        "not a container image reference",
+    ),
+    _case(
+        "server image with two tags",
+        "m2",
+        {"server.image": "vllm/x:v1:v2"},
+        "not a container image reference",
+    ),
+    _case(
+        "server image a URL",
+        "m2",
+        {"server.image": "https://reg.example/x:1"},
+        "not a container image reference",
+    ),
+    _case(
+        "server image short digest", "m2", {"server.image": "x@sha256:abc"}, "not a container image reference"
+    ),
     _case("server extra_args with a NUL", "m2", {"server.extra_args": ["--x\0y"]}, "holds a NUL character"),
     _case(
         "server extra_env value with a NUL",

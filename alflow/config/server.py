@@ -29,7 +29,7 @@ from alflow.config.speculative import (
 )
 from alflow.loadgen.spec import MAX_SECONDS
 from alflow.plugins import check_dialect, config_model_of, config_models, framework_names
-from alflow.util.names import check_env_names, check_host, check_identifier, shown
+from alflow.util.names import check_env_names, check_host, check_identifier, check_image, shown
 from alflow.util.redact import is_secret_flag, is_secret_name
 
 ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
@@ -195,8 +195,9 @@ class ServerBase(StrictModel):
     image: str | None = Field(
         None,
         description=(
-            "Container image with tag (e.g. 'vllm/vllm-openai:v0.11.0'); needed by the docker runner; the tag is "
-            "checked for features that depend on the version. None: the recipe's default image."
+            "Container image with tag (e.g. 'vllm/vllm-openai:v0.11.0'), a reference as Docker reads it; needed by "
+            "the docker runner; the tag is checked for features that depend on the version. None: the recipe's "
+            "default image."
         ),
     )
     parallelism: Parallelism = Field(
@@ -281,7 +282,11 @@ class ServerBase(StrictModel):
                     f"{info.field_name} carries user:password@: give the reference alone and log in to the registry "
                     "instead (docker login), so no password is stored with the run"
                 )
-            return None if value is None else check_identifier(value, what=info.field_name)
+            if value is None:
+                return None
+            return (check_image if info.field_name == "image" else check_identifier)(
+                value, what=info.field_name
+            )
         check_env_names(value)
         return value
 

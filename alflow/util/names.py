@@ -189,3 +189,35 @@ def check_secret_env_name(name: str, *, what: str) -> str:
             "it may be the secret)"
         )
     return name
+
+
+_ALNUM = r"[a-z0-9]+"
+_PATH_PART = rf"{_ALNUM}(?:(?:[._]|__|-+){_ALNUM})*"
+_DOMAIN_PART = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = rf"(?:{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*|\[[0-9a-fA-F:.]+\])(?::[0-9]+)?"
+IMAGE_REFERENCE: Final = re.compile(
+    rf"(?:{_DOMAIN}/)?{_PATH_PART}(?:/{_PATH_PART})*(?::[\w][\w.-]{{0,127}})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"
+)
+"""A container image reference as Docker reads it (``distribution/reference``'s ``ReferenceRegexp``): an optional
+registry host and port, lower-case path components, an optional tag, an optional digest."""
+MAX_IMAGE_NAME: Final = 255
+"""The longest repository name (registry and path) Docker takes (``distribution/reference``'s ``NameTotalLengthMax``)."""
+
+
+def check_image(value: str, *, what: str = "image") -> str:
+    """``value`` when it is an image reference Docker can pull (``vllm/vllm-openai:v0.11.0``, ``host:5000/a/b@sha256:..``).
+
+    Anything else answers before any work starts, rather than as a docker error after the run began.
+    """
+    check_identifier(value, what=what)
+    name = value.partition("@")[0]
+    slash = name.rfind("/")
+    repo = name[: slash + 1 + name[slash + 1 :].find(":")] if ":" in name[slash + 1 :] else name
+    if not IMAGE_REFERENCE.fullmatch(value) or len(repo) > MAX_IMAGE_NAME:
+        raise ValueError(
+            f"{what} {shown(value)} is not a container image reference: [registry[:port]/]path[:tag][@digest], "
+            f"the path lower-case letters, digits and . _ - separators, the name at most {MAX_IMAGE_NAME} characters "
+            "(e.g. vllm/vllm-openai:v0.11.0)"
+        )
+    return value
