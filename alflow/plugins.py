@@ -394,7 +394,7 @@ def _config_model(spec: FrameworkSpec) -> type:
         model.__pydantic_validator__.validate_python  # noqa: B018 (built, or raises)
     except Exception as exc:
         raise PluginError(
-            f"framework {spec.name!r}: {spec.config} cannot be built: {' '.join(str(exc).split())[:300]}"
+            f"framework {spec.name!r}: {spec.config} cannot be built: {reason_of(exc)[:300]}"
         ) from exc
     return model
 
