@@ -1452,18 +1452,33 @@ BROKEN_PLUGINS = {
     "a config that is no server model": (
         "from alflow.plugins import FrameworkSpec\nSPEC = FrameworkSpec('evil', 'builtins:dict', 'builtins:len')"
     ),
+    # what a config module does to the process that imports it (a process of its own tries it first)
+    "a config module that never returns": "import time\ntime.sleep(3600)",
+    "a config module that ends the process": "import os\nos._exit(7)",
+    "a config module that writes to fd 1": "import os\nos.write(1, b'{not json')\nEvilServer = PLUGIN = 1",
+    "a config module that forks": (
+        "import os, time\nif os.fork() == 0:\n    time.sleep(60)\n    os._exit(0)\nEvilServer = PLUGIN = 1"
+    ),
 }
-"""Third-party plugins that break as they load (the spec module of an ``evil`` entry point)."""
+"""Third-party plugins that break as they load: the spec module of an ``evil`` entry point, or (``a config
+module ...``) the config module of a spec that names it."""
+_CONFIG_SPEC = (
+    "from alflow.plugins import FrameworkSpec\n"
+    "SPEC = FrameworkSpec('evil', 'evil_alflow.config:EvilServer', 'evil_alflow.config:PLUGIN')"
+)
 
 
 def broken_plugins(box: Box) -> Verdict:
     """A broken third-party plugin (issue #49): ``--version`` and ``--help`` answer, ``alflow frameworks`` lists the
     built-in ones and the broken one under "left out", one warning line naming its distribution; no traceback."""
     cases: list[Case] = []
-    for name, spec in BROKEN_PLUGINS.items():
+    for name, module in BROKEN_PLUGINS.items():
         site = box.work / f"plugin-{len(cases)}"
         (site / "evil_alflow").mkdir(parents=True)
         (site / "evil_alflow" / "__init__.py").write_text("")
+        spec = _CONFIG_SPEC if name.startswith("a config module") else module
+        if spec is _CONFIG_SPEC:
+            (site / "evil_alflow" / "config.py").write_text(module + "\n")
         (site / "evil_alflow" / "spec.py").write_text(spec + "\n")
         info = site / "evil_alflow-0.1.dist-info"
         info.mkdir()
