@@ -39,12 +39,16 @@ _USERINFO = re.compile(r"[^/@\s]+:[^/@\s]+@[^/]*/")
 _BEARER = re.compile(r"\bbearer\s+\S|authorization\s*[=:]", re.IGNORECASE)
 
 
-def _bearer(value: str) -> bool:
-    """Whether an environment value carries a credential header (``authorization=Bearer ...``).
+_URL_WITH_USER = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}://[^/\s@]+@")
 
-    Such as ``OTEL_EXPORTER_OTLP_HEADERS``: stored in clear in the manifest otherwise.
+
+def _bearer(value: str) -> bool:
+    """Whether an environment value carries a credential: a header (``authorization=Bearer ...``) or a URL's user
+    (``postgres://TOKEN@db/x``).
+
+    Such as ``OTEL_EXPORTER_OTLP_HEADERS`` or ``DATABASE_URL``: stored in clear in the manifest otherwise.
     """
-    return bool(_BEARER.search(value))
+    return bool(_BEARER.search(value) or _URL_WITH_USER.search(value))
 
 
 ServerFramework = str

@@ -26,7 +26,7 @@ REDACTED: Final = "***"
 """What a secret value is replaced with."""
 
 _NAME_PARTS: Final = re.compile(r"[^A-Z0-9]+")
-_SECRET_NAME_LAST: Final = frozenset({"TOKEN", "KEY", "APIKEY", "PWD", "PASS", "PAT"})
+_SECRET_NAME_LAST: Final = frozenset({"TOKEN", "TKN", "KEY", "APIKEY", "PWD", "PASS", "PAT"})
 """A name whose last word is one of these is a secret (``HF_TOKEN``, ``OPENAI_API_KEY``, ``DB_PWD``)."""
 _SECRET_NAME_INSIDE: Final = (
     "SECRET",
@@ -40,8 +40,8 @@ _SECRET_NAME_INSIDE: Final = (
     "ACCESS_TOKEN",
 )
 """A name holding one of these anywhere is a secret (``AWS_SECRET_ACCESS_KEY``, ``PGPASSWORD``)."""
-_SECRET_ENV_INSIDE: Final = ("PASSPHRASE", "AUTHORIZATION", "BEARER", "COOKIE")
-_SECRET_ENV_LAST: Final = frozenset({"CREDS", "CREDENTIAL", "CREDENTIALS"})
+_SECRET_ENV_INSIDE: Final = ("PASSPHRASE", "AUTHORIZATION", "BEARER", "COOKIE", "PRIVATE")
+_SECRET_ENV_LAST: Final = frozenset({"CREDS", "CREDENTIAL", "CREDENTIALS", "SESSION", "API", "PEM"})
 """Variables (not flags: vLLM's ``--allow-credentials`` is a switch) holding these are secrets too (``MY_CREDS``)."""
 _PATH_NAMES: Final = frozenset({"GOOGLE_APPLICATION_CREDENTIALS"})
 """Variables whose value is the path of a secret file, not the secret (as any ``*_FILE``, ``*_PATH``, ``*_DIR``)."""
@@ -64,6 +64,7 @@ _SECRET_PARAM_WORDS: Final = frozenset(
         "jsessionid",
         "sessionid",
         "cookie",
+        "passphrase",
     }
 )
 """A URL parameter with one of these words in its name (``api_key``, ``X-Amz-Signature``) is a credential."""
@@ -113,8 +114,8 @@ def is_secret_name(name: str) -> bool:
     words = [w for w in _NAME_PARTS.split(upper) if w]
     if upper in _PATH_NAMES or (words and words[-1] in ("FILE", "PATH", "DIR")):
         return False
-    if words and words[-1] in _SECRET_NAME_LAST | _SECRET_ENV_LAST:
-        return True
+    if words and (words[-1] in _SECRET_NAME_LAST | _SECRET_ENV_LAST or words[-1].endswith("PASS")):
+        return True  # PGPASS too
     return any(hint in upper for hint in (*_SECRET_NAME_INSIDE, *_SECRET_ENV_INSIDE))
 
 
@@ -141,6 +142,7 @@ def is_secret_param(name: str) -> bool:
         or "token" in words[-1]
         or "apikey" in words[-1]
         or words[-1] in ("session", "sid", "code")  # ?session=..., ?code= (OAuth), but not ?session_len=
+        or words[-1].endswith(("sessid", "sessionid"))  # ?PHPSESSID=, ?ASPSESSIONID
     )
 
 
@@ -243,6 +245,26 @@ def redact_values(text: str, values: Iterable[str]) -> str:
     return text
 
 
+def _redact_span(span: str) -> str:
+    """A URL span of free text with each URL in it redacted: URLs joined by ``,`` ``;`` ``|`` (a list in one option),
+    or a URL inside another's query, are several, each from its scheme on (one pass, linear)."""
+    parts: list[str] = []
+    done, sep = 0, span.find("://")
+    nested = span.find("://", sep + 3)
+    while nested != -1:
+        start, floor = nested, max(sep + 3, nested - MAX_SCHEME)
+        while start > floor and span[start - 1] in _SCHEME_CHARS:
+            start -= 1
+        while start < nested and not span[start].isalpha():
+            start += 1
+        if sep + 3 < start < nested:  # a scheme begins there: what comes before is a URL of its own
+            parts.append(redact_url(span[done:start]))
+            done, sep = start, nested
+        nested = span.find("://", nested + 3)
+    parts.append(redact_url(span[done:]))
+    return "".join(parts)
+
+
 _LOOSE_PARAM: Final = re.compile(r"(?<=[?&])([A-Za-z0-9_.%-]{1,64})=([^\s&#'\"<>`]+)")
 """A query parameter outside a URL (``/tmp/log?token=abc``): bounded name, one value, linear in the text."""
 
@@ -255,7 +277,7 @@ def redact_urls_in_text(text: str, values: Iterable[str] = ()) -> str:
     if "://" in text:
         parts, done = [], 0
         for start, end in url_spans(text):
-            parts += [text[done:start], redact_url(text[start:end])]
+            parts += [text[done:start], _redact_span(text[start:end])]
             done = end
         text = "".join([*parts, text[done:]])
     if "?" in text and "=" in text:
@@ -319,6 +341,10 @@ _SECRET_BODY_HINTS: Final = (
 """A body key holding one of these, in any case (``pAsSwOrD``, ``session_cookie``, ``X-Signature``), is a secret."""
 
 
+_CREDENTIAL_VALUE: Final = re.compile(r"\s*(?:bearer|basic|token|digest)\s+\S", re.IGNORECASE)
+"""A value that is an HTTP credential whatever its key (``Bearer eyJ...``, ``Basic dXNlcjpwdw==``)."""
+
+
 def is_secret_key(key: str) -> bool:
     """True when a request body's key names a secret (``api_key``, ``authToken``, ``password``, ``authorization``)."""
     words = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", key).replace("-", "_")  # camelCase: its words
@@ -327,6 +353,7 @@ def is_secret_key(key: str) -> bool:
         is_secret_name(words)
         or is_secret_name(lower)
         or lower in _SECRET_BODY_KEYS
+        or lower.endswith(("session", "sessid", "sid"))
         or lower.endswith(("token", "authorization", "bearer", "auth"))
         or any(hint in lower for hint in _SECRET_BODY_HINTS)
     )
@@ -346,6 +373,8 @@ def redact_body(body: Mapping[str, object]) -> dict[str, object]:
             }
         if isinstance(value, list | tuple):
             return [walk(v) for v in value]
+        if isinstance(value, str) and _CREDENTIAL_VALUE.match(value):  # "Bearer ..." under any key
+            return REDACTED
         return value
 
     clean = redact_data(walk(body))

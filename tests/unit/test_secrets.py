@@ -26,6 +26,7 @@ from alflow.serving.api import ApiError, check_api_key
 from alflow.util.redact import (
     RedactionError,
     is_secret_name,
+    redact_body,
     redact_data,
     redact_text_stream,
     redact_url,
@@ -494,3 +495,34 @@ def test_a_matrix_parameter_of_a_url_path_is_redacted_and_a_secret_assignment_in
     ) as info:
         server_config(framework="sim", model="m", extra_args=("-e", "HF_TOKEN=Pw-Canary-13"))
     assert "Pw-Canary-13" not in str(info.value)
+
+
+def test_hostile_round6_secrets_are_redacted_or_refused() -> None:
+    """Round 6: URLs joined in one option, ?passphrase= and ?PHPSESSID=, credential values under any body key,
+    secret env names the heuristics missed, and a URL's user in an env value."""
+    joined = {
+        "http://u:P1@h/m,http://u:P2@h/m": "http://***@h/m,http://***@h/m",
+        "http://u:P3@h:1/;http://u:P4@h:1/|https://u:P5@h/x": "http://***@h:1/;http://***@h:1/|https://***@h/x",
+        "http://a/b?next=https://u:pw9@c/d&token=zz9": "http://a/b?next=https://***@c/d&token=***",
+        "https://h/?passphrase=X1&PHPSESSID=Y1&session_len=3": "https://h/?passphrase=***&PHPSESSID=***&session_len=3",
+    }
+    for text, clean in joined.items():
+        assert redact_urls_in_text(f"model {text} end") == f"model {clean} end"
+    body = redact_body(
+        {"note": "Bearer EBH-CANARY", "session": "EBC-CANARY", "x": "basic-ish", "n": {"k": "Basic dXM6cHc="}}
+    )
+    assert body == {"note": "***", "session": "***", "x": "basic-ish", "n": {"k": "***"}}
+    for name in ("PGPASS", "NGC_API", "AWS_SESSION_TKN", "SESSION", "PRIVATE_PEM"):
+        assert is_secret_name(name), name
+    for name in (
+        "TOKENIZERS_PARALLELISM",
+        "NCCL_DEBUG",
+        "VLLM_USE_V1",
+        "HF_HUB_OFFLINE",
+        "PYTORCH_CUDA_ALLOC_CONF",
+    ):
+        assert not is_secret_name(name), name
+    with pytest.raises(ValidationError) as info:
+        server_config(framework="sim", model="m", extra_env={"DATABASE_URL": "postgres://TOKEN99@db/x"})
+    assert "DATABASE_URL" in str(info.value)
+    assert "TOKEN99" not in str(info.value)
