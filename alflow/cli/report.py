@@ -44,6 +44,8 @@ from alflow.reports.render import render_comparison, render_run, write_html_repo
 from alflow.results.store import StoredRun, StoreError, iter_runs, open_run
 from alflow.util import jsonutil
 from alflow.util.fsutil import local_path_of
+from alflow.util.names import check_output_file
+from alflow.util.redact import redact_urls_in_text
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -163,10 +165,14 @@ def _check_root(root: str) -> None:
 
 
 def _write(text: str, output: str | None) -> None:
+    text = redact_urls_in_text(text)  # exports too: a password in a stored model id or URL never leaves
     if output is None or output == "-":
         sys.stdout.write(text)
         return
-    path = Path(output)
+    try:
+        path = check_output_file(output)
+    except ValueError as exc:
+        raise InvalidInputError(str(exc)) from None
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     err_console.print(f"wrote {path}", markup=False, highlight=False)

@@ -43,10 +43,9 @@ _URL_WITH_USER = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}://[^/\s@]+@")
 
 
 def _bearer(value: str) -> bool:
-    """Whether an environment value carries a credential: a header (``authorization=Bearer ...``) or a URL's user
-    (``postgres://TOKEN@db/x``).
+    """Whether an environment value carries a credential: a header (``authorization=Bearer ..``), a URL's user.
 
-    Such as ``OTEL_EXPORTER_OTLP_HEADERS`` or ``DATABASE_URL``: stored in clear in the manifest otherwise.
+    A URL's user such as ``postgres://TOKEN@db/x``. Such as ``OTEL_EXPORTER_OTLP_HEADERS`` or ``DATABASE_URL``: stored in clear in the manifest otherwise.
     """
     return bool(_BEARER.search(value) or _URL_WITH_USER.search(value))
 

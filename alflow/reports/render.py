@@ -6,7 +6,8 @@ user-supplied strings (model names, commands, error texts) stay text in both. Ch
 :mod:`alflow.reports.svg`, which escapes its own text. The HTML has no script and no external
 resource: it opens offline. Both pages leave :func:`~alflow.reports.markdown.escape_controls` last: no
 control or format character but newline and tab is left in them (an escape sequence in a model name shows as
-``\x1b``, in a value, a chart label or a table cell alike), so ``cat report.md`` cannot drive a terminal.
+``\x1b``, in a value, a chart label or a table cell alike), so ``cat report.md`` cannot drive a terminal; every URL
+in them is redacted (:func:`~alflow.util.redact.redact_urls_in_text`), as on the results site.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from alflow import __version__
 from alflow.reports.content import SIMULATED_BANNER, Report, build_comparison, build_report
 from alflow.reports.markdown import MARKDOWN_ENV, escape_controls
 from alflow.results.store import StoredRun, open_run
+from alflow.util.redact import redact_urls_in_text
 
 Format = Literal["html", "md"]
 HTML_REPORT: Final = "report.html"
@@ -48,9 +50,8 @@ def render(report: Report, fmt: Format = "html") -> str:
     template = (
         _ENV.get_template("report.html.j2") if fmt == "html" else MARKDOWN_ENV.get_template("report.md.j2")
     )
-    return escape_controls(
-        template.render(report=report, banner=SIMULATED_BANNER, generator=f"alflow {__version__}")
-    )
+    text = template.render(report=report, banner=SIMULATED_BANNER, generator=f"alflow {__version__}")
+    return escape_controls(redact_urls_in_text(text))  # a password in a stored model id or URL never shows
 
 
 def _as_run(run: StoredRun | str | os.PathLike[str]) -> StoredRun:

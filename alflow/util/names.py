@@ -139,12 +139,9 @@ def check_log_dir(value: str | None) -> str | None:
         path = Path(value).expanduser()
     except RuntimeError:  # ~user of no such user
         raise ValueError(f"log_dir {shown(value)}: no such user's home folder") from None
-    real = Path(os.path.realpath(path))
-    for top in ("/proc", "/sys", "/dev"):
-        if Path("/dev/shm") in (real, *real.parents):  # noqa: S108  (a check of the path, nothing is written there)
-            break  # memory-backed files: a folder like any other
-        if real == Path(top) or Path(top) in real.parents:
-            raise ValueError(f"log_dir {shown(value)} is under {top}: give a folder on a disk")
+    top = _special_top(Path(os.path.realpath(path)))
+    if top is not None:
+        raise ValueError(f"log_dir {shown(value)} is under {top}: give a folder on a disk")
     for folder in (path, *path.parents):  # the first that exists must be a folder: none under a file
         if folder.exists():
             if not folder.is_dir():
@@ -154,6 +151,35 @@ def check_log_dir(value: str | None) -> str | None:
                 )
             break
     return value
+
+
+def _special_top(real: Path) -> str | None:
+    """``/proc``, ``/sys`` or ``/dev`` when ``real`` is under one (``/dev/shm`` is memory-backed files: none)."""
+    if Path("/dev/shm") in (real, *real.parents):  # noqa: S108  (a check of the path, nothing is written there)
+        return None
+    return next(
+        (top for top in ("/proc", "/sys", "/dev") if real == Path(top) or Path(top) in real.parents), None
+    )
+
+
+def check_output_file(value: str, *, what: str = "--output") -> Path:
+    """A file alflow may write: not empty, not under /proc, /sys or /dev, and a regular file where it exists.
+
+    A FIFO would block the write until a reader came; ``/proc/self/mem`` would fail after the work was done.
+    """
+    if not value.strip():
+        raise ValueError(f"{what} '' is empty: give a file path (or - for standard output)")
+    path = Path(value).expanduser()
+    real = Path(os.path.realpath(path))
+    top = _special_top(real)
+    if top is not None:
+        raise ValueError(
+            f"{what} {shown(value)} is under {top}: give a file on a disk (or - for standard output)"
+        )
+    if real.exists() and not real.is_file():
+        kind = "a folder" if real.is_dir() else "not a regular file (a FIFO, socket or device)"
+        raise ValueError(f"{what} {shown(value)} is {kind}: give a file path (or - for standard output)")
+    return path
 
 
 def check_env_names(names: object) -> None:

@@ -246,8 +246,11 @@ def redact_values(text: str, values: Iterable[str]) -> str:
 
 
 def _redact_span(span: str) -> str:
-    """A URL span of free text with each URL in it redacted: URLs joined by ``,`` ``;`` ``|`` (a list in one option),
-    or a URL inside another's query, are several, each from its scheme on (one pass, linear)."""
+    """A URL span of free text with each URL in it redacted, in one pass (linear).
+
+    URLs joined by ``,`` ``;`` ``|`` (a list in one option), or a URL inside another's query, are several URLs,
+    each from its scheme on.
+    """
     parts: list[str] = []
     done, sep = 0, span.find("://")
     nested = span.find("://", sep + 3)
