@@ -24,6 +24,7 @@ from alflow.serving.app import OnReady, run_until_signalled
 from alflow.sim.config import SimConfig, parse_rates, resolve
 from alflow.sim.profiles import DEFAULT_PROFILE
 from alflow.sim.server import LISTENING_PREFIX, serve
+from alflow.util.names import check_identifier, shown
 from alflow.util.typer_options import command_of
 
 log = logging.getLogger("alflow.sim")
@@ -179,9 +180,11 @@ def _serve(ctx: typer.Context, o: ServeOptions) -> None:
     Arguments not listed here are the dialect's framework's own flags, read as that framework reads them (vLLM:
     --speculative-config JSON; ATOM: --num-speculative-tokens, --spec-decode-acceptance-length or -rate).
     """
-    logging.basicConfig(
-        level=o.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s"
-    )
+    level = o.log_level.upper()
+    if level not in _LEVELS:
+        sys.stderr.write(f"error: --log-level {shown(o.log_level)} is not one of: {', '.join(_LEVELS)}\n")
+        raise typer.Exit(2)
+    logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
     params = ctx.params
     explicit = [
         _FIELD_OF.get(name, name)
@@ -196,6 +199,10 @@ def _serve(ctx: typer.Context, o: ServeOptions) -> None:
             env=os.environ,
             framework_args=tuple(ctx.args),
         )
+        try:
+            check_identifier(config.model_name, what="--model-name")
+        except ValueError as exc:
+            raise InvalidInputError(str(exc)) from None
         if config.step_log is not None:
             _check_step_log(config.step_log)
         if o.ignore_synthetic and config.synthetic:
@@ -263,12 +270,21 @@ def _sim_config(o: ServeOptions) -> SimConfig:
     )
 
 
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
 def _check_step_log(path: Path) -> None:
     """Before listening: ``--step-log`` can be opened for appending (its folder exists; not a folder itself)."""
     allowed = "allowed: a file (new or to append to) in an existing folder"
     folder = path.parent
     if path.is_dir():
         raise InvalidInputError(f"--step-log {str(path)!r} is a folder; {allowed}")
+    if (
+        path.exists() and not path.is_file()
+    ):  # a FIFO: opening it to append waits for a reader, deaf to SIGTERM
+        raise InvalidInputError(
+            f"--step-log {str(path)!r} is not a regular file (a FIFO, socket or device); {allowed}"
+        )
     if not folder.is_dir():
         why = "does not exist" if not folder.exists() else "is not a folder"
         raise InvalidInputError(f"--step-log {str(path)!r}: its folder {str(folder)!r} {why}; {allowed}")

@@ -41,6 +41,7 @@ from markupsafe import escape
 
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.reports.content import Report, build_comparison
+from alflow.reports.markdown import escape_controls
 from alflow.reports.render import render, render_run
 from alflow.results.catalog import REGRESSION, Catalog, CatalogEntry
 from alflow.results.store import MANIFEST, StoreError, open_run
@@ -148,7 +149,8 @@ def _private_data(data: object, entries: tuple[CatalogEntry, ...]) -> object:
 
 def _html(request: web.Request, template: str, title: str, status: int = 200, **data: Any) -> web.Response:
     text = _ENV.get_template(template).render(title=title, root_label=request.app[ROOT_LABEL], **data)
-    return web.Response(text=_private(text), content_type="text/html", status=status)
+    # no control or format character (RLO, ESC) reorders or hides what a page shows: each as visible \uNNNN text
+    return web.Response(text=escape_controls(_private(text)), content_type="text/html", status=status)
 
 
 def _big_ints_as_text(data: object) -> object:

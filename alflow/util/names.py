@@ -61,6 +61,9 @@ def control_characters(text: str) -> list[str]:
     return sorted({f"U+{ord(c):04X}" for c in text if unicodedata.category(c) == "Cc"})
 
 
+BIDI_CONTROLS: Final = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+"""The bidirectional formatting characters (an override, an isolate, a mark): refused in identifiers, where they would
+reorder what a page or a terminal shows ("Trojan source", CVE-2021-42574)."""
 MAX_IDENTIFIER: Final = 1024
 """The longest identifier (a model id or path, a served name, an image reference) alflow takes: a Hugging Face repo id
 is at most 96 characters and a Docker reference about 400 (a 255-character name, a 128-character tag, a digest), a path
@@ -88,11 +91,12 @@ def check_identifier(value: str, *, what: str = "an identifier") -> str:
         raise ValueError(
             f"{what} {shown(value)} is longer than the {MAX_IDENTIFIER:,} characters an identifier may have"
         )
-    bad = control_characters(value)
+    bad = control_characters(value) + sorted({f"U+{ord(c):04X}" for c in value if c in BIDI_CONTROLS})
     if bad:
         raise ValueError(
             f"{what} {shown(value)} holds the control character(s) {', '.join(bad)}: an identifier may hold any "
-            "printable character (letters of any script, digits, punctuation, spaces) but no control character"
+            "printable character (letters of any script, digits, punctuation, spaces) but no control or "
+            "bidirectional formatting character"
         )
     return value
 

@@ -51,3 +51,42 @@ def test_a_report_output_that_cannot_be_a_file_is_refused_before_any_work(m2_wit
         ran = CliRunner().invoke(app, ["report", "show", str(m2_with_password), "-f", "md", "-o", output])
         assert ran.exit_code == 2, (output, ran.output)
         assert said in ran.output
+
+
+async def test_a_bidi_override_in_a_stored_model_id_is_shown_escaped_on_every_page(tmp_path: Path) -> None:
+    """F25: an RLO (U+202E) in a stored model id reached the HTML of ``/`` and ``/trends`` raw (the run page
+    escaped it); the configuration refuses it now, but a root holds what other tools wrote."""
+    from tests.unit.test_site import M2, make_root, serving
+    from tests.unit.test_site_security import _edit_manifest
+
+    root = make_root(tmp_path)
+    _edit_manifest(root / M2, {"config.model.id": "llama\u202eexe.txt"})
+    async with serving(root) as site:
+        for path in ("/", "/trends", f"/runs/{M2}/", "/?text=llama"):
+            answer = await site.get(path)
+            assert answer.status == 200, path
+            assert "\u202e" not in answer.text, path
+        assert "llama\\u202eexe.txt" in (await site.get("/")).text
+
+
+def _sim(*args: str) -> tuple[int, str]:
+    ran = CliRunner().invoke(app, ["sim", "serve", "--port", "0", *args])
+    return ran.exit_code, ran.output
+
+
+def test_the_sims_own_inputs_answer_in_one_line(tmp_path: Path) -> None:
+    """F22, F23, F24: ``--step-log FIFO`` blocked for good (deaf to SIGTERM), ``--log-level NOPE`` was a traceback,
+    ``--model-name`` with an ESC or empty was served and logged raw."""
+    fifo = tmp_path / "steps"
+    os.mkfifo(fifo)
+    for args, said in (
+        (("--step-log", str(fifo)), "not a regular file"),
+        (("--log-level", "NOPE"), "--log-level 'NOPE' is not one of: DEBUG"),
+        (("--model-name", "a\x1bb"), "control character(s) U+001B"),
+        (("--model-name", ""), "is blank"),
+    ):
+        code, err = _sim(*args)
+        assert code == 2, (args, err)
+        assert "Traceback" not in err
+        (line,) = err.strip().splitlines()
+        assert said in line, line

@@ -130,9 +130,21 @@ def test_blank_or_overlong_identifiers_are_refused_in_one_short_line(bad: str, f
 
 
 def test_printable_identifiers_of_any_script_are_kept() -> None:
-    for name in ("日本語/モデル", "org/model a", "abc\u202edef", "[x](javascript:alert(1))"):
+    for name in (
+        "日本語/モデル",
+        "org/model a",
+        "emoji \U0001f468\u200d\U0001f4bb",
+        "[x](javascript:alert(1))",
+    ):
         assert ModelSpec(id=name).id == name
         assert server_config(framework="sim", model=name).model == name
+
+
+@pytest.mark.parametrize("bidi", ["\u202e", "\u2066", "\u200f"])
+def test_bidirectional_formatting_characters_are_refused_in_identifiers(bidi: str) -> None:
+    """Hostile round 6 (F25): an RLO in a model id reached the site's index raw ("Trojan source")."""
+    with pytest.raises(ValidationError, match=f"U\\+{ord(bidi):04X}.*bidirectional"):
+        ModelSpec(id=f"abc{bidi}def")
 
 
 @pytest.mark.parametrize("name", ["A=B", "", "A\0B", "="])
