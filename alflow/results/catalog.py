@@ -264,6 +264,10 @@ def read_entry(rel: str, run_dir: str) -> CatalogEntry:
     symlink out of it, a FIFO, a device) is not read at all (it would leave the root or block).
     """
     local = local_path_of(run_dir)
+    if local is not None and "\\x" in rel and not os.path.lexists(local):  # the lister's text of a byte name
+        return unreadable_entry(
+            rel, run_dir, f"{rel}: its folder name is not UTF-8 text (bytes shown as \\xNN)"
+        )
     odd = unsafe_file(str(Path(local).parents[1]), local, ENTRY_FILES) if local is not None else None
     if odd is not None:
         return unreadable_entry(rel, run_dir, f"{rel}/{odd}: not a regular file inside the results root")
@@ -334,8 +338,13 @@ class _Lister:
         if self.local:
             for flow in _scan_dirs(self.root):
                 for name in _scan_dirs(f"{self.root}{os.sep}{flow}"):
-                    if RUN_DIR.match(name):
-                        out.append((f"{flow}/{name}", f"{self.root}{os.sep}{flow}{os.sep}{name}"))
+                    rel = f"{flow}/{name}"
+                    if RUN_DIR.match(text_of(name)) and text_of(rel) == rel:
+                        out.append((rel, f"{self.root}{os.sep}{flow}{os.sep}{name}"))
+                    elif _STAMPED.match(
+                        text_of(name)
+                    ):  # bytes no page can show: listed, unreadable (read_entry)
+                        out.append((text_of(rel), f"{self.root}{os.sep}{text_of(rel)}"))
             return out
         for flow_dir in self.storage.list_dirs(self.root):
             flow = flow_dir.rstrip("/").rsplit("/", 1)[-1]
@@ -366,6 +375,18 @@ class _Lister:
                 return None
             parts.append((str(stamp), info.get("size")))
         return tuple(parts)
+
+
+_STAMPED: Final = re.compile(r"^\d{8}T\d{6}Z-")
+
+
+def text_of(name: str) -> str:
+    """A folder name as text: bytes that are not UTF-8 (read as surrogates) written as ``\\xNN``."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return name
 
 
 def _scan_dirs(path: str) -> list[str]:

@@ -90,3 +90,25 @@ def test_the_sims_own_inputs_answer_in_one_line(tmp_path: Path) -> None:
         assert "Traceback" not in err
         (line,) = err.strip().splitlines()
         assert said in line, line
+
+
+async def test_folders_whose_names_are_not_utf8_are_listed_unreadable_and_the_site_answers(
+    tmp_path: Path,
+) -> None:
+    """F1, F2: a flow folder named with a byte that is not UTF-8 made ``/``, ``/api/runs`` and ``/trends`` answer
+    500; a run folder so named was left out without a word."""
+    from tests.unit.test_site import make_root, serving
+
+    root = make_root(tmp_path)
+    base = os.fsencode(str(root))
+    os.makedirs(base + b"/fl\xffow/20261207T050005Z-abc")
+    os.makedirs(base + b"/m2/20261207T050005Z-bad\xff\xfename")
+    async with serving(root) as site:
+        for path in ("/", "/api/runs?per_page=200", "/trends", "/api/trends", "/?status=unreadable"):
+            answer = await site.get(path)
+            assert answer.status == 200, (path, answer.status)
+        runs = json.loads((await site.get("/api/runs")).body)
+        listed = {r["rel"]: r for r in runs["rows"]}
+        for rel in ("fl\\xffow/20261207T050005Z-abc", "m2/20261207T050005Z-bad\\xff\\xfename"):
+            assert listed[rel]["status"] == "unreadable"
+            assert "not UTF-8" in listed[rel]["problem"]
