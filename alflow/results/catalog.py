@@ -381,7 +381,7 @@ _STAMPED: Final = re.compile(r"^\d{8}T\d{6}Z-")
 
 
 def text_of(name: str) -> str:
-    """A folder name as text: bytes that are not UTF-8 (read as surrogates) written as ``\\xNN``."""
+    r"""A folder name as text: bytes that are not UTF-8 (read as surrogates) written as ``\xNN``."""
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:

@@ -101,8 +101,8 @@ async def test_folders_whose_names_are_not_utf8_are_listed_unreadable_and_the_si
 
     root = make_root(tmp_path)
     base = os.fsencode(str(root))
-    os.makedirs(base + b"/fl\xffow/20261207T050005Z-abc")
-    os.makedirs(base + b"/m2/20261207T050005Z-bad\xff\xfename")
+    for name in (b"/fl\xffow/20261207T050005Z-abc", b"/m2/20261207T050005Z-bad\xff\xfename"):
+        os.makedirs(base + name)  # noqa: PTH103 (bytes: a name that is not UTF-8)
     async with serving(root) as site:
         for path in ("/", "/api/runs?per_page=200", "/trends", "/api/trends", "/?status=unreadable"):
             answer = await site.get(path)
