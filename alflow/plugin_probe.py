@@ -6,8 +6,9 @@ cannot be stopped from another thread (:func:`alflow.plugins.resolve_within` bou
 config module is imported where alflow's configuration builds its model of every framework). So the command line
 first imports each entry point's spec, config and plugin modules here, in a child process in a session of its own
 (:func:`probe`), bounded in time; a plugin whose child does not end in time, ends without saying it is done, writes
-to its standard output, or leaves a process behind is left out with that reason (one warning) and never imported by
-the command. The child imports alflow's configuration first with the built-in frameworks only, so a plugin is
+to its standard output, leaves a process behind, or changes the interpreter's shared state (a standard function
+replaced, the recursion limit, the standard streams, logging, signal handlers; an exit hook that ends the process) is
+left out with that reason (one warning) and never imported by the command. The child imports alflow's configuration first with the built-in frameworks only, so a plugin is
 blamed for its own modules alone.
 
 What the probe cannot see: a thread a plugin starts that acts later than :data:`GRACE_S` after its import, and a
@@ -18,6 +19,7 @@ Run as ``python -m alflow.plugin_probe REFERENCE REPORT_FILE`` by :func:`probe`.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import math
 import os
@@ -138,30 +140,78 @@ def _kill_group(pid: int) -> bool:
 def _child(reference: str, report: str, alarm_s: int) -> None:
     """Import the spec, then its config and plugin modules, and say so in ``report`` (never through stdout).
 
-    An alarm ends the child after ``alarm_s`` even when the parent that waits for it was killed.
+    An alarm ends the child after ``alarm_s`` even when the parent that waits for it was killed. The interpreter's
+    shared state is compared before and after (:func:`_interpreter_state`), and the exit hooks the plugin left are
+    run (one that ends the process is seen as such).
     """
     signal.alarm(alarm_s)
-    try:  # the built-in frameworks' union, before a plugin's config needs it (by name: in this child process only,
-        _load(
-            "alflow.config.server:ServerBase"
-        )  # the command's own imports run the other way, plugins -> probe)
+    try:  # the built-in union before a plugin's config needs it (by name: in this child only; the command's own
+        _load("alflow.config.server:ServerBase")  # imports run the other way, plugins -> probe)
     except (
         BaseException
     ):  # alflow's own failure here, not the plugin's: no verdict (the command meets it itself)
         Path(report).write_text(_UNJUDGED, encoding="utf-8")
         os._exit(0)
+    before = _interpreter_state()
     try:
         spec = _load(reference)
         for part in (getattr(spec, "config", None), getattr(spec, "plugin", None)):
             if isinstance(part, str) and ":" in part:
                 _load(part)
         time.sleep(GRACE_S)
-        said = _OK
+        after = _interpreter_state()
+        changed = [name for name, value in before.items() if after.get(name) != value]
+        more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
+        said = (
+            f"error it changes the interpreter when imported: {', '.join(changed[:4])}{more}"
+            if changed
+            else _OK
+        )
+        atexit._run_exitfuncs()
     except BaseException as exc:  # the in-process load would give the same reason: said the same way
         said = f"error cannot load {reference!r}: {reason_of(exc)}"
     Path(report).write_text(said, encoding="utf-8")
     sys.stdout.flush()
-    os._exit(0)  # no plugin's atexit hook or thread runs on
+    os._exit(0)  # no plugin's thread runs on
+
+
+_WATCHED_MODULES: Final = ("builtins", "json", "os", "sys", "logging", "asyncio", "subprocess", "signal", "socket",
+                           "threading", "io", "importlib")  # fmt: skip
+"""The standard modules alflow relies on: a plugin that replaces one of their functions (``json.dumps``) is left out."""
+
+
+def _interpreter_state() -> dict[str, object]:
+    """What a plugin must not change in the process that imports it, as comparable values."""
+    import importlib
+    import logging
+
+    def fd_of(fd: int) -> tuple[int, int] | None:
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            return None
+        return st.st_dev, st.st_ino
+
+    modules = {name: importlib.import_module(name) for name in _WATCHED_MODULES}
+    state: dict[str, object] = {
+        f"{name}.{attr}": id(value)
+        for name, module in modules.items()
+        for attr, value in vars(module).items()
+        if callable(value) and not attr.startswith("__")
+    }
+    state |= {
+        "the recursion limit": sys.getrecursionlimit(),
+        "sys.stdout, sys.stderr or sys.stdin": (id(sys.stdout), id(sys.stderr), id(sys.stdin)),
+        "file descriptors 0-2": tuple(fd_of(fd) for fd in (0, 1, 2)),
+        "logging (disabled or the root logger's handlers)": (
+            logging.root.manager.disable, tuple(id(h) for h in logging.root.handlers), logging.root.level,
+        ),
+        "signal handlers": tuple(
+            id(signal.getsignal(s)) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD)
+        ),
+        "sys.excepthook": (id(sys.excepthook), id(sys.unraisablehook)),
+    }  # fmt: skip
+    return state
 
 
 def _load(reference: str) -> object:

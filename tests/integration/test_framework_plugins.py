@@ -238,6 +238,20 @@ HOSTILE = {
         "import os, time\nif os.fork() == 0:\n    time.sleep(60)\n    os._exit(0)\nEvilServer = PLUGIN = 1\n",
         "leaves a process running",
     ),
+    # hostile round 6: a module that changes the interpreter the command runs in
+    "a config module that replaces json.dumps": (
+        PARTS, "import json\njson.dumps = len\nEvilServer = PLUGIN = 1\n", "changes the interpreter when imported: json.dumps"
+    ),
+    "a config module that lowers the recursion limit": (
+        PARTS, "import sys\nsys.setrecursionlimit(30)\nEvilServer = PLUGIN = 1\n", "the recursion limit"
+    ),
+    "a config module whose exit hook ends the process": (
+        PARTS, "import atexit, os\natexit.register(os._exit, 0)\nEvilServer = PLUGIN = 1\n", "exited with code 0"
+    ),
+    "a config module that silences stderr": (
+        PARTS, "import os, sys\nsys.stderr = open(os.devnull, 'w')\nEvilServer = PLUGIN = 1\n", "sys.stdout, sys.stderr"
+    ),
+    "a config module that closes fd 1": (PARTS, "import os\nos.close(1)\nEvilServer = PLUGIN = 1\n", "file descriptors 0-2"),
 }  # fmt: skip
 """Third-party plugins that break as they load: (the spec module, its config module, the reason listed)."""
 
