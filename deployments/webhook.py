@@ -30,6 +30,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit
 from uuid import UUID
 
 import httpx
@@ -170,6 +171,15 @@ def _say(message: str) -> None:
     Console(stderr=True, highlight=False, markup=False, soft_wrap=True).print(redact_urls_in_text(message))
 
 
+def _is_web_url(url: str) -> bool:
+    """Whether ``url`` is an ``http(s)://`` URL with a host (what a Custom Webhook block can post to)."""
+    try:
+        parts = urlsplit(url)
+        return parts.scheme in ("http", "https") and bool(parts.hostname) and url == url.strip()
+    except ValueError:  # a bad IPv6 literal, a port out of range
+        return False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m alflow_deployments.webhook [--url URL] --out FILE``: save the block, write the automations file."""
     parser = argparse.ArgumentParser(
@@ -189,6 +199,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, required=True, help="where to write it (.yaml, .yml or .json)")
     args = parser.parse_args(argv)
+    if args.url is not None and not _is_web_url(args.url):  # before any call to the Prefect API
+        _say(
+            f"error: --url {redact_urls_in_text(repr(args.url))[:200]}: give the webhook's http(s)://HOST/... URL"
+        )
+        return 2
     if not get_current_settings().api.url:  # else the block would go to a temporary local server, then vanish
         _say(
             "error: PREFECT_API_URL is not set: point it at the team's server (prefect config set PREFECT_API_URL=...)"

@@ -70,7 +70,7 @@ from alflow.loadgen.runner import (
 )
 from alflow.metrics.client import SLO, GpuLayout, check_percentiles
 from alflow.reports.markdown import escape_controls
-from alflow.util.names import shown
+from alflow.util.names import check_identifier, shown
 from alflow.util.redact import redact_url
 from alflow.util.typer_options import command_of
 
@@ -497,6 +497,11 @@ def _bench_request(o: BenchOptions) -> BenchRequest:
     """The options checked (one line naming a bad one, before any request) and made the run's request."""
     auth_headers(o.api_key)
     _check_base_url(o.base_url)
+    if o.model is not None:
+        try:
+            check_identifier(o.model, what="--model")
+        except ValueError as exc:
+            raise InvalidInputError(str(exc)) from None
     if o.api_key and urlparse(o.base_url).username is not None:
         raise InvalidInputError(
             "--base-url carries user:password@ and --api-key (or $OPENAI_API_KEY) is set: a request has one "

@@ -15,6 +15,7 @@ import orjson
 
 from alflow.datasets.types import Session, Turn
 from alflow.errors import InvalidInputError
+from alflow.util.fsutil import file_problem
 
 _ANSWER: Final = re.compile(r"####\s*(-?[\d,]*\.?\d+)")
 DEFAULT_MAX_TOKENS: Final = 512
@@ -30,8 +31,9 @@ def reference_answer(solution: str) -> str:
 
 def read_rows(path: Path) -> list[tuple[int, str, str]]:
     """``(line number, question, answer)`` of every row; errors name the file, line and field."""
-    if not path.is_file():
-        raise InvalidInputError(f"GSM8K file {path} does not exist")
+    why = file_problem(path)
+    if why is not None:
+        raise InvalidInputError(f"GSM8K file {path} {why}")
     rows: list[tuple[int, str, str]] = []
     with path.open("rb") as fh:
         for line_no, raw in enumerate(fh, start=1):

@@ -32,6 +32,7 @@ import orjson
 from alflow.datasets.gsm8k import reference_answer
 from alflow.datasets.types import Session, Turn
 from alflow.errors import InvalidInputError
+from alflow.util.fsutil import file_problem
 
 log = logging.getLogger(__name__)
 
@@ -128,8 +129,9 @@ def file_format(path: Path) -> str:
 def read_rows(path: str | Path) -> Iterator[tuple[str, Any]]:
     """``(where, row)`` for every row: ``where`` is ``line N`` (JSONL) or ``row N`` (parquet, from 1)."""
     file = Path(path)
-    if not file.is_file():
-        raise InvalidInputError(f"dataset file {file} does not exist")
+    why = file_problem(file)
+    if why is not None:
+        raise InvalidInputError(f"dataset file {file} {why}")
     fmt = file_format(file)
     if fmt == ".parquet":
         import polars as pl  # here: the load generator's processes import this module (through the plugins)

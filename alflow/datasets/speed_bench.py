@@ -20,6 +20,7 @@ import orjson
 
 from alflow.datasets.types import Session, Turn
 from alflow.errors import InvalidInputError
+from alflow.util.fsutil import file_problem
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +112,9 @@ def load_speed_bench(
     ``high_entropy``). An unknown category is an error listing the categories the file holds.
     """
     file = Path(path)
-    if not file.is_file():
-        raise InvalidInputError(f"SPEED-Bench file {file} does not exist")
+    why = file_problem(file)
+    if why is not None:
+        raise InvalidInputError(f"SPEED-Bench file {file} {why}")
     sessions: list[Session] = []
     with file.open("rb") as fh:
         for line_no, raw in enumerate(fh, start=1):

@@ -61,6 +61,10 @@ class FatalRequestError(AlflowError):
     """The server cannot serve this run at all (unreachable, wrong endpoint, not streaming)."""
 
 
+MAX_API_KEY: Final = 4096
+"""The longest API key sent (OpenAI's keys are under 200 characters; a JWT rarely past 2,000)."""
+
+
 def auth_headers(api_key: str | None) -> dict[str, str]:
     """``{"Authorization": "Bearer <api_key>"}`` (empty without a key), as vLLM's and SGLang's ``--api-key`` expect.
 
@@ -68,6 +72,12 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
     """
     if not api_key:
         return {}
+    if (
+        len(api_key) > MAX_API_KEY
+    ):  # servers refuse header lines this long (aiohttp: 8,190 bytes), with an odd answer
+        raise InvalidInputError(
+            f"--api-key is {len(api_key):,} characters long: at most {MAX_API_KEY:,} (it is sent as one HTTP header)"
+        )
     if not (api_key.isascii() and api_key.isprintable()) or api_key != api_key.strip():
         raise InvalidInputError(
             "--api-key must be printable ASCII without surrounding spaces (it is sent as an HTTP header); "

@@ -26,6 +26,10 @@ from alflow.util.redact import redact_url
 
 def check_root(root: str) -> str:
     """``root`` as given when it is a folder or a URL; else an input error naming it."""
+    if not root.strip():  # "" would serve the working folder, as no one meant
+        raise InvalidInputError(
+            "ROOT '' is empty; give a results root (the folder runs are stored in) or a URL"
+        )
     local = local_path_of(root)
     if local is None:
         return root

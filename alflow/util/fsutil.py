@@ -250,6 +250,19 @@ def confined(root: Path, candidate: Path) -> Path | None:
     return real
 
 
+def file_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` cannot be read as a file (``does not exist``, ``is a folder``, ``is not a regular file ...``).
+
+    None for a regular file (a symlink to one counts). For the one error line that names the input.
+    """
+    p = Path(path)
+    if p.is_file():
+        return None
+    if not p.exists():
+        return "does not exist"
+    return "is a folder" if p.is_dir() else "is not a regular file (a FIFO, socket or device): give a file"
+
+
 def open_regular(path: str | os.PathLike[str], *, follow: bool = True) -> BinaryIO:
     """``path`` opened for reading when it is a regular file, else an ``OSError`` naming it and what it is.
 

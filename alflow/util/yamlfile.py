@@ -256,6 +256,8 @@ def load_yaml(path: str | os.PathLike[str], *, what: str = "file") -> Any:
 
     The data is also checked for strings over :data:`MAX_STRING_CHARS` (naming the key path).
     """
+    if not os.fspath(path).strip():  # Path("") is ".", the working folder: said as what it is
+        raise InvalidInputError(f"{what} path '' is empty: give a YAML file")
     p = Path(path)
     return yaml_of_bytes(read_bounded(p, what=what), str(p))
 

@@ -112,3 +112,38 @@ async def test_folders_whose_names_are_not_utf8_are_listed_unreadable_and_the_si
         for rel in ("fl\\xffow/20261207T050005Z-abc", "m2/20261207T050005Z-bad\\xff\\xfename"):
             assert listed[rel]["status"] == "unreadable"
             assert "not UTF-8" in listed[rel]["problem"]
+
+
+def test_more_inputs_answer_in_one_line_before_any_work(tmp_path: Path) -> None:
+    """F10, F26, F27: a 70,000-character API key answered "give --model"; a dataset FIFO "does not exist"; an empty
+    results root served the working folder; an empty --config read "."; a blank or ESC model was sent."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    url = ["--base-url", "http://127.0.0.1:9"]
+    cases = [
+        (["bench", *url, "--api-key", "k" * 70_000], "--api-key is 70,000 characters long: at most 4,096"),
+        (["bench", *url, "--dataset", "gsm8k", "--input-file", str(fifo)], "is not a regular file (a FIFO"),
+        (["bench", *url, "--dataset", "speed-bench", "--input-file", str(tmp_path)], "is a folder"),
+        (["bench", *url, "--model", " "], "--model ' ' is blank"),
+        (["bench", *url, "--model", "a\x1bb"], "control character(s) U+001B"),
+        (["results", "serve", ""], "ROOT '' is empty"),
+        (["run", "m2", "--config", "", "--dry-run"], "is a directory, not a config"),  # typer reads "" as "."
+    ]
+    for args, said in cases:
+        ran = CliRunner().invoke(app, args)
+        assert ran.exit_code == 2, (args[:4], ran.output[-500:])
+        assert said in ran.output, (args[:4], ran.output[-500:])
+        assert "Traceback" not in ran.output
+
+
+def test_the_webhook_helper_refuses_a_url_that_is_none_before_calling_prefect(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """F27: ``--url "not a url"`` reached the Prefect API and ended with exit 1."""
+    from alflow_deployments.webhook import main
+
+    for url in ("not a url", "ftp://h/x", "https://", "http://u:pw12345@[::1"):
+        assert main(["--url", url, "--out", "/tmp/never-written.yaml"]) == 2
+        err = capsys.readouterr()
+        assert "give the webhook's http(s)://HOST/... URL" in err.out + err.err
+        assert "pw12345" not in err.out + err.err

@@ -108,8 +108,9 @@ def sse_server() -> Iterator[str]:
         yield server.base_url
 
 
-@pytest.mark.parametrize("name", [*HOSTILE, ALL])
+@pytest.mark.parametrize("name", [*(v for v in HOSTILE if "\n" not in v), ALL.replace("\n", " ")])
 def test_bench_table_prints_a_hostile_model_name_as_typed(sse_server: str, name: str) -> None:
+    """Markup in a model name prints as typed (a control character, a newline included, is refused at --model)."""
     args = ["bench", "--base-url", sse_server, "--model", name, "--endpoint", "completions", "--num-prompts", "2",
             "--isl", "8", "--osl", "4", "--vocab-size", "500", "--no-metrics", "--no-progress"]  # fmt: skip
     result = CliRunner().invoke(app, args, env={"COLUMNS": "400", "OPENAI_API_KEY": ""})
