@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from prefect import get_run_logger
 
 from alflow.acceptance.stats import SpecStats
@@ -14,6 +12,7 @@ from alflow.evals.run import Gsm8kRequest, evaluate_gsm8k
 from alflow.evals.thresholds import load_thresholds
 from alflow.gates import Verdict, accuracy_gate, al_gate
 from alflow.gates import audit_synthetic as audit
+from alflow.util.eventloop import run_stoppable
 from alflow_infra.runners import ServerHandle
 from alflow_infra.runners.base import handle_api_key
 
@@ -48,7 +47,7 @@ def check_accuracy_gate(
         synthetic=synthetic,
         api_key=handle_api_key(handle),
     )
-    result = asyncio.run(evaluate_gsm8k(request))
+    result = run_stoppable(evaluate_gsm8k(request))
     threshold = (
         settings.threshold
         if settings.threshold is not None

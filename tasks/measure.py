@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 
@@ -16,6 +15,7 @@ from alflow.loadgen.records import RequestRecord
 from alflow.loadgen.runner import LoadSpec, Target
 from alflow.measure import PARTIAL_ATTR, Measurement, interrupted_measurement, measure, window_stats
 from alflow.methods.steps import PointLoad
+from alflow.util.eventloop import run_stoppable
 from alflow_infra.runners import ServerHandle
 from alflow_infra.runners.base import handle_api_key
 
@@ -102,7 +102,7 @@ def run_load(handle: ServerHandle, point: PointLoad) -> Measurement:
     )
     started = time.monotonic()
     try:
-        result = asyncio.run(go())
+        result = run_stoppable(go())  # a SIGTERM cancels the load, never lost in it
     except Exception:
         raise
     except BaseException as stop:  # SIGTERM or Ctrl-C: the flow stores what was answered, then stops

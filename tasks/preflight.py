@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from prefect import get_run_logger
 
 from alflow.acceptance.synthetic import AcceptanceDistribution
 from alflow.config import ServerConfig, SpecMethod
 from alflow.frameworks.recipes import preflight_hints, speculative_label
 from alflow.preflight import Expectation, PreflightResult, run_preflight
+from alflow.util.eventloop import run_stoppable
 from alflow_infra.runners import ServerHandle
 from alflow_infra.runners.base import handle_api_key
 
@@ -37,7 +36,7 @@ def preflight(
         drafts_optional=ngram and distribution is None,
         spec_method=speculative_label(server),
     )
-    result = asyncio.run(
+    result = run_stoppable(
         run_preflight(
             handle.base_url,
             handle.model,

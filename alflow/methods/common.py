@@ -126,12 +126,13 @@ class Collected(Generic[PointT]):
 def run_skeleton(got: Collected[Any], measure: Callable[[], None], store: Callable[[], None]) -> None:
     """The skeleton of every method's run: measure into ``got``, store what it holds, then raise what stopped it.
 
-    ``got.stopped`` is an error the measurement raised, or a signal a point kept (M2). An error before anything was
-    measured is raised at once: there is nothing to store.
+    ``got.stopped`` is an error the measurement raised, or a signal (SIGTERM's ``TerminationSignal``, Ctrl-C): one a
+    point kept (M2), or one that came between points or while the server was stopped, after the points were
+    collected. An error or a signal before anything was measured is raised at once: there is nothing to store.
     """
     try:
         measure()
-    except Exception as exc:
+    except BaseException as exc:  # a signal too: what was measured before it is stored, then it goes on
         if not got.measured:
             raise
         got.stopped = exc

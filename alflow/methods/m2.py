@@ -6,8 +6,9 @@ measured stored even when the run is stopped or fails.
 The side effects are the caller's (:class:`alflow.methods.steps.Steps`): the flow gives Prefect's tasks, unit tests give fakes.
 The rules live here and in the modules it calls: the synthetic scheme from the launch's recorded knobs, the
 pre-flight before any point, the server's health before each point, a point stopped by a signal kept as a
-partial point and the signal re-raised after storing, an aborted point ending the sweep, an error after the
-first point stored before it is raised, and invalid points failing the run when ``fail_on_invalid``.
+partial point and the signal re-raised after storing, a signal while a measured point is judged held until it is
+collected, an aborted point ending the sweep, an error or a signal after the first point stored before it is
+raised, and invalid points failing the run when ``fail_on_invalid``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from alflow.metrics.client import GpuLayout
 from alflow.preflight import PREFLIGHT_TIMEOUT_S
 from alflow.results.store import RunWriter
 from alflow.results.summaries import M2RunSummary
+from alflow.util import signals
 from alflow.util.redact import redact_url
 from alflow.util.rows import dump_row
 from alflow.workloads import random_workload_sessions, request_sampling
@@ -91,6 +93,13 @@ def run_m2(
     def store() -> None:
         if isinstance(got.stopped, Exception):
             got.failures.append(f"{server.framework} K={params.k}: the run failed: {got.stopped}")
+        elif got.stopped is not None and not any(
+            p.partial for p in got.points[-1:]
+        ):  # else its point says so
+            got.failures.append(
+                f"{server.framework} K={params.k}: the run was stopped ({type(got.stopped).__name__}) "
+                f"after {len(got.points)} point(s), each stored whole"
+            )
         _store(params, target, server, writer, steps, layout, got)
 
     run_skeleton(got, measure, store)
@@ -164,8 +173,29 @@ def _measure(
     planned: PlannedPoint,
     got: _Collected,
 ) -> bool:
-    """Measure, audit and collect one point; True when the sweep must end (the point aborted or was stopped)."""
-    assert got.dist is not None  # set by _start
+    """Measure, audit and collect one point; True when the sweep must end (the point aborted or was stopped).
+
+    A SIGTERM after the load ended waits until the point is judged and collected (:func:`alflow.util.signals.deferred`),
+    then stops the run: the point is stored with the run's others (:func:`run_skeleton`).
+    """
+    m = _load(params, steps, handle, layout, planned, got)
+    with signals.deferred():
+        if got.stopped is None:
+            m = steps.spec_stats(m, params.k, CI_LEVEL)
+        _collect(params, target, server, steps, handle, planned, m, got)
+    # the server died or stalled: later points would measure nothing; a signal: stop as asked
+    return m.cut_short is not None or got.stopped is not None
+
+
+def _load(
+    params: BenchmarkParams,
+    steps: Steps[H],
+    handle: H,
+    layout: GpuLayout,
+    planned: PlannedPoint,
+    got: _Collected,
+) -> Measurement:
+    """One point's load on the healthy server; stopped by a signal, its answered requests (``got.stopped`` set)."""
     conc = planned.concurrency
     framework = params.server.gpu_framework  # the framework, or the one the simulator speaks
     sessions = random_workload_sessions(
@@ -185,7 +215,7 @@ def _measure(
     )
     steps.wait_ready(handle, params.placement.runner)  # the server is still healthy before each point
     try:
-        m = steps.run_load(
+        return steps.run_load(
             handle,
             PointLoad(
                 sessions,
@@ -204,9 +234,23 @@ def _measure(
         partial = getattr(stop, PARTIAL_ATTR, None)
         if isinstance(stop, Exception) or not isinstance(partial, Measurement):
             raise
-        got.stopped, m = stop, partial
-    else:
-        m = steps.spec_stats(m, params.k, CI_LEVEL)
+        got.stopped = stop
+        return partial
+
+
+def _collect(
+    params: BenchmarkParams,
+    target: float,
+    server: ServerConfig,
+    steps: Steps[H],
+    handle: H,
+    planned: PlannedPoint,
+    m: Measurement,
+    got: _Collected,
+) -> None:
+    """Audit the measured point ``m`` (a whole one with statistics) and collect it with its tables into ``got``."""
+    assert got.dist is not None  # set by _start
+    conc = planned.concurrency
     verdict = (
         steps.audit(
             m.spec_stats, got.dist, params.audit_abs_tol, f"{server.framework} K={params.k} {planned.label}"
@@ -231,8 +275,6 @@ def _measure(
     tag = (pl.lit(conc).alias("concurrency"), pl.lit(planned.repeat).alias("repeat"))
     got.add("requests", m.records.with_columns(*tag))
     got.add("server_metrics", m.metrics_frame().with_columns(*tag))
-    # the server died or stalled: later points would measure nothing; a signal: stop as asked
-    return m.cut_short is not None or got.stopped is not None
 
 
 def _store(

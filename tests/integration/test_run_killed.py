@@ -21,6 +21,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 import yaml
 
@@ -161,6 +162,101 @@ def test_a_killed_run_leaves_no_server_no_guard_and_no_prefect_server(
             run.kill()
             run.wait()
         err_log.close()
+
+
+def _load_config(tmp_path: Path) -> Path:
+    """M2 on the sim at no time: one point of 800 sessions over 2 client processes (hostile rounds F20, F21)."""
+    config: dict[str, Any] = {
+        "model": {"id": "sim/llama-3.3-70b"},
+        "k": 3,
+        "target_al": 2.5,
+        "server": {
+            "framework": "sim",
+            "model": "sim/llama-3.3-70b",
+            "readiness_timeout_s": 60,
+            "extra_args": ["--time-scale", "0"],
+        },
+        "placement": {"results_root": str(tmp_path / "results")},
+        "workload": {"isl": 64, "osl": 64},
+        "concurrencies": [16],
+        "prompts_per_concurrency": 50,
+        "warmup_per_concurrency": 0,
+        "client_processes": 2,
+    }
+    path = tmp_path / "m2.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return path
+
+
+def _sigterm_after(tmp_path: Path, line: str, delay_s: float) -> tuple[int, float, str]:
+    """Run the M2 of :func:`_load_config`; SIGTERM ``delay_s`` after its output shows ``line``.
+
+    Its exit code, the seconds from the signal to its end, and its output (log lines included).
+    """
+    env = {
+        **os.environ,
+        "ALFLOW_STATE_DIR": str(tmp_path / "state"),
+        "PREFECT_HOME": str(tmp_path / "prefect"),
+    }
+    env.pop("PREFECT_API_URL", None)
+    run = subprocess.Popen(
+        [ALFLOW, "run", "m2", "--config", str(_load_config(tmp_path))],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert run.stdout is not None
+        seen = []
+        for text in run.stdout:  # the run ends by itself when the line never comes
+            seen.append(text)
+            if line in text:
+                time.sleep(delay_s)
+                run.send_signal(signal.SIGTERM)
+                break
+        assert run.poll() is None, f"the run ended before {line!r}:\n{''.join(seen)[-4000:]}"
+        sent = time.monotonic()
+        rest, _ = run.communicate(timeout=60)
+        return run.returncode, time.monotonic() - sent, "".join(seen) + rest
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+
+
+@pytest.mark.parametrize("delay_s", [0.05, 0.15])
+def test_sigterm_as_the_load_starts_stops_it_and_stores_the_point_as_partial(
+    tmp_path: Path, delay_s: float
+) -> None:
+    # hostile round F21: 2 of 3 such signals were lost in the load's event loop (a finalizer dropped the
+    # TerminationSignal its handler raised): the load ran to its end and the run exited 0
+    code, took, output = _sigterm_after(tmp_path, "streaming 800 sessions", delay_s)
+    assert code == 128 + signal.SIGTERM, output[-4000:]
+    assert took < 20, output[-4000:]
+    assert "Traceback" not in output, output[-4000:]
+    (run_dir,) = (tmp_path / "results" / "m2").iterdir()
+    stored = open_run(run_dir)
+    assert stored.status == "failed"
+    assert stored.table("spec_stats")["partial"].to_list() == [True]
+    assert "interrupted (TerminationSignal)" in " ".join(stored.json("summary")["failures"])
+
+
+def test_sigterm_after_the_last_point_keeps_it_whole(tmp_path: Path) -> None:
+    # hostile round F20: SIGTERM as the server stopped after the point was measured and audited left only
+    # manifest.json; now the point is stored whole and the run marked failed with the reason
+    code, _, output = _sigterm_after(tmp_path, "spec_stats", 0.03)
+    assert code == 128 + signal.SIGTERM, output[-4000:]
+    (run_dir,) = (tmp_path / "results" / "m2").iterdir()
+    stored = open_run(run_dir)
+    assert stored.status == "failed"
+    points = stored.table("spec_stats")
+    assert points.select("partial", "valid", "completed").rows() == [(False, True, 800)]
+    assert stored.table("requests").filter(~pl.col("warmup")).height == 800
+    summary = stored.json("summary")
+    assert summary["failures"] == [
+        "sim K=3: the run was stopped (TerminationSignal) after 1 point(s), each stored whole"
+    ]
 
 
 ORPHAN = """

@@ -7,9 +7,12 @@ for and answer with measurements made here. The run directory is a real :class:`
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+import os
+import signal
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -167,6 +170,8 @@ class FakeSteps:
     reports: list[str] = field(default_factory=list)
     """The key of each report rendered."""
     server_stopped: bool = False
+    stop_raises: BaseException | None = None  # raised as the server stops (a signal in stop_server)
+    judging: Callable[[], object] | None = None  # called in spec_stats (a signal while a point is judged)
 
     @contextmanager
     def server_lifetime(self, server: ServerConfig, placement: ServerPlacement) -> Iterator[FakeHandle]:
@@ -176,6 +181,8 @@ class FakeSteps:
         finally:
             self.server_stopped = True
             self.calls.append("stop")
+            if self.stop_raises is not None:
+                raise self.stop_raises
 
     def wait_ready(self, handle: FakeHandle, runner: RunnerOptions) -> object:
         self.calls.append("ready")
@@ -213,6 +220,8 @@ class FakeSteps:
         return answer
 
     def spec_stats(self, m: Measurement, k: int, level: float) -> Measurement:
+        if self.judging is not None:
+            self.judging()
         return m
 
     def audit(self, stats: SpecStats, dist: AcceptanceDistribution, abs_tol: float, subject: str) -> Verdict:
@@ -406,6 +415,62 @@ def test_a_signal_without_a_measurement_stops_at_once_and_stores_nothing(tmp_pat
         _run(tmp_path, steps)
     assert steps.server_stopped
     assert steps.stored == []
+
+
+def test_a_signal_as_the_server_stops_keeps_the_points_measured_before_it(tmp_path: Path) -> None:
+    # hostile round F20: SIGTERM while stop_server ran after the last point left only manifest.json
+    steps = FakeSteps(loads=[_measurement(4), _measurement(8)], stop_raises=KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path, steps)
+    (summary,) = steps.stored
+    assert [(p["concurrency"], p["valid"], p["partial"]) for p in summary["points"]] == [
+        (2, True, False),
+        (4, True, False),
+    ]
+    assert summary["tables"]["requests"].height == 4 + 8
+    assert summary["partial"] is True  # the run was stopped: not judged against its history
+    assert summary["failures"] == [
+        "sim K=3: the run was stopped (KeyboardInterrupt) after 2 point(s), each stored whole"
+    ]
+    assert "regression" not in steps.calls
+    assert "render" in steps.calls
+
+
+def test_a_signal_between_points_keeps_the_points_measured_before_it(tmp_path: Path) -> None:
+    steps = FakeSteps(loads=[_measurement(4), KeyboardInterrupt()])  # landed before the second load began
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path, steps)
+    (summary,) = steps.stored
+    assert summary["tables"]["spec_stats"]["concurrency"].to_list() == [2]
+
+
+class _Stop(BaseException):
+    """What a SIGTERM handler that raises raises (Prefect's bridge raises ``TerminationSignal``)."""
+
+
+def _raise_stop(signum: int, frame: object) -> None:
+    raise _Stop(signum)
+
+
+def test_a_sigterm_while_a_point_is_judged_stops_the_run_once_the_point_is_collected(tmp_path: Path) -> None:
+    # F20 too: the signal broke off spec_stats, the measured point was never collected, nothing was stored
+    steps = FakeSteps(
+        loads=[_measurement(4), _measurement(8)], judging=partial(os.kill, os.getpid(), signal.SIGTERM)
+    )
+    before = signal.signal(signal.SIGTERM, _raise_stop)
+    try:
+        with pytest.raises(_Stop):
+            _run(tmp_path, steps)
+        assert signal.getsignal(signal.SIGTERM) is _raise_stop  # the handler is back in place
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    (summary,) = steps.stored
+    assert [(p["concurrency"], p["valid"], p["partial"]) for p in summary["points"]] == [(2, True, False)]
+    assert [c for c in steps.calls if c.startswith(("audit", "load", "stop"))] == [
+        "load c2 n4",
+        "audit sim K=3 concurrency 2",
+        "stop",
+    ]
 
 
 def test_an_error_after_a_point_is_raised_after_what_was_measured_is_stored(tmp_path: Path) -> None:
