@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
@@ -272,7 +272,12 @@ def read_entry(rel: str, run_dir: str) -> CatalogEntry:
     if odd is not None:
         return unreadable_entry(rel, run_dir, f"{rel}/{odd}: not a regular file inside the results root")
     try:
-        return _read_entry(rel, run_dir)
+        entry = _read_entry(rel, run_dir)
+        listed = unsafe_file(str(Path(local).parents[1]), local, entry.files) if local is not None else None
+        if listed is None:
+            return entry
+        why = f"{rel}/{listed}: not a regular file inside the results root (its page is not rendered)"
+        return replace(entry, problem=why)
     except AlflowError as exc:  # the reason names the run by its rel: the server's own path stays private
         why = str(exc)
     except OSError as exc:

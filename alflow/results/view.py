@@ -50,6 +50,17 @@ def table_or_none(run: StoredRun, name: str) -> pl.DataFrame | None:
         return None
 
 
+def table_problem(run: StoredRun, name: str) -> str | None:
+    """Why the run's listed ``NAME.parquet`` cannot be read (damaged, not parquet); None: it reads, or is unlisted."""
+    if not run.has(f"{name}.parquet"):
+        return None
+    try:
+        run.table(name)
+    except AlflowError as exc:
+        return " ".join(str(exc).split())[:300]
+    return None
+
+
 def json_or_none(run: StoredRun, name: str) -> dict[str, Any] | None:
     """The run's ``NAME.json``, or None when the run has none (or it cannot be read)."""
     if not run.has(f"{name}.json"):

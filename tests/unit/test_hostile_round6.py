@@ -147,3 +147,29 @@ def test_the_webhook_helper_refuses_a_url_that_is_none_before_calling_prefect(
         err = capsys.readouterr()
         assert "give the webhook's http(s)://HOST/... URL" in err.out + err.err
         assert "pw12345" not in err.out + err.err
+
+
+def test_a_damaged_request_table_is_named_in_the_report(m2_with_password: Path) -> None:
+    """F3: a truncated requests.parquet read as "No request records", as if the run had kept none."""
+    (m2_with_password / "requests.parquet").write_bytes(b"PAR1" + b"\0" * 200)
+    ran = CliRunner().invoke(app, ["report", "show", str(m2_with_password), "-f", "md"])
+    assert ran.exit_code == 0, ran.output
+    assert r"requests\.parquet cannot be read" in ran.output  # Markdown-escaped
+
+
+async def test_a_listed_file_out_of_the_root_is_a_problem_on_the_index(tmp_path: Path) -> None:
+    """F4: a run whose listed report.md pointed at /etc/passwd was "complete" without a problem on the index while
+    its page answered 404."""
+    from tests.unit.test_site import M2, make_root, serving
+
+    root = make_root(tmp_path)
+    run = root / M2
+    listed = json.loads((run / "manifest.json").read_text())["files"]
+    name = next(n for n in listed if n not in ("manifest.json", "summary.json", "spec_stats.parquet"))
+    (run / name).unlink()
+    (run / name).symlink_to("/etc/passwd")
+    async with serving(root) as site:
+        api = json.loads((await site.get("/api/runs?per_page=200")).body)
+        (row,) = [r for r in api["rows"] if r["rel"] == M2]
+        assert f"{name}: not a regular file inside the results root" in row["problem"]
+        assert "not a regular file" in (await site.get("/")).text

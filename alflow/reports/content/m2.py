@@ -11,7 +11,15 @@ from alflow.reports.content.base import Figure, Report, Section, Table, base_rep
 from alflow.reports.content.regression import regression_sections
 from alflow.results.rows import M2Point
 from alflow.results.store import StoredRun
-from alflow.results.view import audit_spread, config_value, latency_percentiles, m2_points, scheme, summary
+from alflow.results.view import (
+    audit_spread,
+    config_value,
+    latency_percentiles,
+    m2_points,
+    scheme,
+    summary,
+    table_problem,
+)
 
 
 def _curve_key(p: M2Point) -> str:
@@ -145,6 +153,10 @@ def _latency_section(run: StoredRun, points: Sequence[M2Point]) -> Section:
     lat = latency_percentiles(run)
     concs = sorted({p.concurrency for p in points})
     if lat is None:
+        damaged = table_problem(run, "requests")
+        if damaged is not None:  # listed but unreadable: said, not taken for a run without records
+            sec.status = "warn"
+            sec.notes.append(f"requests.parquet cannot be read: {damaged}")
         sec.paragraphs.append("No request records: median and p99 TTFT from the stored points.")
         ttft = [
             svg.Series(TTFT.label, [(p.concurrency, p.value(TTFT)) for p in points]),
