@@ -109,6 +109,8 @@ MIN_VALUE: Final = {TPOT.name: 0.001, THROUGHPUT.name: 0.001}
 server streams (a TPOT of 3e-8 ms, forged, was judged "regressed +517,946,600 %"), a token in 1,000 s slower than
 any (a request of 31 years, forged, was "improved +8e12 %")."""
 MAX_VALUE: Final = {TPOT.name: 3_600_000.0, THROUGHPUT.name: 10_000_000.0}
+OUTPUT_TOKENS: Final = "output_tokens"
+"""The request values' column of output tokens: not a metric, what says two points ran requests of one length."""
 MAX_IMPOSSIBLE_SHARE: Final = 0.01
 """The share of a side's values of a metric that may be impossible and left out (a stamp moved by a clock step, a
 burst through a buffering proxy); past it the side is damaged and the metric not compared."""
@@ -154,7 +156,7 @@ def request_values(records: pl.DataFrame) -> pl.DataFrame:
     """
     if records.height == 0 or "concurrency" not in records.columns:
         return pl.DataFrame(schema={"concurrency": pl.Int64, "repeat": pl.Int64, TPOT.name: pl.Float64,
-                                    THROUGHPUT.name: pl.Float64})  # fmt: skip
+                                    THROUGHPUT.name: pl.Float64, OUTPUT_TOKENS: pl.Float64})  # fmt: skip
     frame = records if "repeat" in records.columns else records.with_columns(pl.lit(0).alias("repeat"))
     req = per_request(frame).filter(pl.col("ok"))
     rate = pl.when(pl.col("e2el_ms") > 0).then(pl.col("output_tokens") / (pl.col("e2el_ms") / 1000.0))
@@ -170,6 +172,7 @@ def request_values(records: pl.DataFrame) -> pl.DataFrame:
         pl.col("repeat").fill_null(0).cast(pl.Int64),
         pl.when(out_of_order).then(nan).otherwise(pl.col("tpot_ms")).cast(pl.Float64).alias(TPOT.name),
         pl.when(out_of_order).then(nan).otherwise(rate).cast(pl.Float64).alias(THROUGHPUT.name),
+        pl.col("output_tokens").cast(pl.Float64).alias(OUTPUT_TOKENS),
     )
 
 
@@ -444,7 +447,9 @@ def judge_point(
         why = f"the point has {current.height} successful measured request(s), fewer than {MIN_REQUESTS}"
         return _point_verdict(key, point, "not compared", why, usable)
     metrics = compare_metrics(current, [h.values for h in usable], settings)
-    refused = [m.note for m in metrics if m.outcome == "not compared" and m.note]
+    refused = [m.note for m in metrics if m.outcome == "not compared" and m.note] + _other_lengths(
+        current, usable
+    )
     judged = [m for m in metrics if m.outcome != "not compared"]
     lines = [
         f"{m.metric} {m.change:+.1%} [{m.low:+.1%}, {m.high:+.1%}]"
@@ -460,6 +465,27 @@ def judge_point(
     outcome = _combine(m.outcome for m in judged)
     message = f"{outcome} against {len(usable)} run(s): " + "; ".join(lines)
     return _point_verdict(key, point, outcome, message, usable, metrics)
+
+
+MAX_LENGTH_RATIO: Final = 1.5
+"""The most the median output length of a request may differ between a point and its history (either way): beyond
+it the requests are of another workload, and a rate per request compares other work."""
+
+
+def _other_lengths(current: pl.DataFrame, history: Sequence[HistoryRun]) -> list[str]:
+    """Why the history's requests are of another length than the point's (a forged or mixed series), if they are."""
+
+    def length(frames: Sequence[pl.DataFrame]) -> float | None:
+        cols = [f[OUTPUT_TOKENS].cast(pl.Float64) for f in frames if OUTPUT_TOKENS in f.columns]
+        value = pl.concat(cols).drop_nulls().median() if cols else None
+        return value if isinstance(value, float) else None
+
+    mine, theirs = length([current]), length([h.values for h in history])
+    if not mine or not theirs or 1 / MAX_LENGTH_RATIO <= mine / theirs <= MAX_LENGTH_RATIO:
+        return []
+    return [
+        f"the requests' output lengths differ: a median of {mine:g} tokens against {theirs:g} in the history"
+    ]
 
 
 def parameters_of(settings: RegressionSettings) -> RegressionParameters:

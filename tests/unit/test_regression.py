@@ -607,3 +607,22 @@ def test_a_glitch_or_two_in_a_side_is_left_out_not_a_refusal_of_the_series() -> 
     current = _runs(13, 1, 200, scale=2.0)[0]
     assert judge_point(KEY, _point(), current, glitched, SETTINGS).outcome == "regressed"
     assert judge_point(KEY, _point(), current, history, SETTINGS).outcome == "regressed"
+
+
+def test_history_of_another_output_length_is_not_comparable() -> None:
+    """Hostile round 6 (F19): history requests of 1 output token against a point's 32 read "improved +3100 %"."""
+    history = [
+        HistoryRun(h.rel, h.points, h.values.with_columns(pl.lit(1.0).alias("output_tokens")))
+        for h in _history(3)
+    ]
+    current = _runs(15, 1, 200)[0].with_columns(pl.lit(32.0).alias("output_tokens"))
+    got = judge_point(KEY, _point(), current, history, SETTINGS)
+    assert got.outcome == "not compared"
+    assert "output lengths differ: a median of 32 tokens against 1 in the history" in got.message
+    same = [
+        HistoryRun(h.rel, h.points, h.values.with_columns(pl.lit(30.0).alias("output_tokens")))
+        for h in history
+    ]
+    assert (
+        judge_point(KEY, _point(), current, same, SETTINGS).outcome == "unchanged"
+    )  # within 1.5x: one workload
