@@ -121,16 +121,24 @@ def _text_column(run: Path, rng: random.Random) -> None:
     frame.with_columns(pl.col(column).cast(pl.String)).write_parquet(path, metadata=metadata)
 
 
+def _listed_out_of_root(run: Path, rng: random.Random) -> None:
+    """A file the manifest lists made a symlink out of the root (hostile round 6: the index said nothing)."""
+    name = rng.choice(("requests.parquet", "server_metrics.parquet", "summary.json"))
+    (run / name).unlink(missing_ok=True)
+    (run / name).symlink_to("/etc/passwd")
+
+
 BREAKERS: tuple[Breaker, ...] = (
     _mutate_manifest, _mutate_summary, _mutate_point, _deep, _not_json, _fifo, _device, _garbage_table, _text_column,
+    _listed_out_of_root,
 )  # fmt: skip
 
 
 def hostile_root(tmp_path: Path, seed: int, runs: int = 12) -> tuple[Path, list[str]]:
     """A results root holding the fixture runs and ``runs`` hostile M2 run folders (their rels), made by ``seed``.
 
-    Two folders besides are always there: an empty one whose name holds an impossible date, and one whose name is
-    not a run folder's at all.
+    Folders besides are always there: an empty one whose name holds an impossible date, one whose name is not a run
+    folder's at all, and a flow folder and a run folder whose names are not UTF-8.
     """
     rng = random.Random(seed)
     root = make_root(tmp_path)
@@ -143,6 +151,8 @@ def hostile_root(tmp_path: Path, seed: int, runs: int = 12) -> tuple[Path, list[
         rels.append(rel)
     (root / "m2" / "20261399T250000Z-baddate").mkdir()
     (root / "m2" / "not-a-run").mkdir()
+    for name in (b"/fl\xffow/20261201T000000Z-a", b"/m2/20261201T000001Z-bad\xff\xfe"):  # not UTF-8 (round 6)
+        os.makedirs(os.fsencode(str(root)) + name)  # noqa: PTH103 (a name of bytes)
     rels.append("m2/20261399T250000Z-baddate")
     return root, rels
 
