@@ -76,12 +76,20 @@ def load_seconds() -> float:
 def probe(reference: str, seconds: float | None = None) -> str | None:
     """Why the entry point ``reference`` (``module:attribute``) must be left out, or None when it imports cleanly."""
     bound = load_seconds() if seconds is None else seconds
+    try:
+        return _probe(reference, bound)
+    except OSError as exc:  # no process could start (EAGAIN under a process limit), no temporary folder
+        return f"it could not be tried in a process of its own ({exc.strerror or exc}): left out to be safe"
+
+
+def _probe(reference: str, bound: float) -> str | None:
     with tempfile.TemporaryDirectory(prefix="alflow-plugin-probe-") as tmp:
         report, out = Path(tmp) / "report", Path(tmp) / "stdout"
         with out.open("wb") as stdout:
             child = subprocess.Popen(
                 [
                     sys.executable,
+                    "-P",  # the working folder is not on the path: its json.py would run, as the command's would not
                     "-m",
                     "alflow.plugin_probe",
                     reference,

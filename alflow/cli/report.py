@@ -164,15 +164,24 @@ def _check_root(root: str) -> None:
         )
 
 
+def _output(output: str | None) -> str | None:
+    """``--output`` checked before any work (:func:`~alflow.util.names.check_output_file`); None or ``-``: stdout."""
+    if output is None or output == "-":
+        return output
+    try:
+        check_output_file(output)
+    except ValueError as exc:
+        raise InvalidInputError(str(exc)) from None
+    return output
+
+
 def _write(text: str, output: str | None) -> None:
     text = redact_urls_in_text(text)  # exports too: a password in a stored model id or URL never leaves
+    output = _output(output)
     if output is None or output == "-":
         sys.stdout.write(text)
         return
-    try:
-        path = check_output_file(output)
-    except ValueError as exc:
-        raise InvalidInputError(str(exc)) from None
+    path = Path(output).expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     err_console.print(f"wrote {path}", markup=False, highlight=False)
@@ -190,6 +199,7 @@ def show(
 ) -> None:
     """Render one run: HTML (default, written into the run directory), Markdown, CSV or JSON export."""
     fmt = ReportFormat.json if as_json else fmt
+    _output(output)  # before any work
     run = _open(run_dir, strict=fmt not in (ReportFormat.html, ReportFormat.md))
     if fmt is ReportFormat.html:
         if output is None:
@@ -221,6 +231,7 @@ def compare(
 ) -> None:
     """Several runs side by side (e.g. two frameworks or two images), or their exports in one file."""
     fmt = ReportFormat.json if as_json else fmt
+    _output(output)  # before any work
     strict = fmt not in (ReportFormat.html, ReportFormat.md)
     runs = [_open(d, strict=strict) for d in run_dirs or []]
     if root is not None:
@@ -251,6 +262,7 @@ def matrix(
 ) -> None:
     """The matrix of aiperf speed-bench-report: a column per dataset or SPEED-Bench category, Overall = their mean."""
     fmt = "json" if as_json else fmt
+    _output(output)  # before any work
     if fmt not in ("table", "csv", "json"):
         raise InvalidInputError(f"--format {fmt!r} is not one of: table, csv, json")
     if metric not in METRICS:

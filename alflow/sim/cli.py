@@ -270,7 +270,7 @@ def _sim_config(o: ServeOptions) -> SimConfig:
     )
 
 
-_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_LEVELS = tuple(logging.getLevelNamesMapping())  # DEBUG, INFO, WARN, WARNING, ERROR, FATAL, CRITICAL, NOTSET
 
 
 def _check_step_log(path: Path) -> None:

@@ -130,7 +130,7 @@ def _private(text: str, entries: Iterable[CatalogEntry] = ()) -> str:
         if e.run_dir and e.run_dir != e.rel:
             text = text.replace(e.run_dir, e.rel)
             text = text.replace(str(escape(e.run_dir)), str(escape(e.rel)))
-    return redact_urls_in_text(text) if "://" in text else text
+    return redact_urls_in_text(text) if "://" in text or "?" in text else text  # ?token= outside a URL too
 
 
 def _private_data(data: object, entries: tuple[CatalogEntry, ...]) -> object:
@@ -171,7 +171,7 @@ def _json(data: object, status: int = 200, entries: Iterable[CatalogEntry] = ())
         data = _big_ints_as_text(data)
         body = orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
     runs = tuple(entries)
-    if b"://" in body or any(e.run_dir.encode() in body for e in runs if e.run_dir != e.rel):
+    if b"://" in body or b"?" in body or any(e.run_dir.encode() in body for e in runs if e.run_dir != e.rel):
         body = orjson.dumps(_private_data(data, runs), option=orjson.OPT_NON_STR_KEYS)
     return web.Response(body=body, content_type="application/json", status=status)
 

@@ -166,6 +166,9 @@ def _special_top(real: Path) -> str | None:
     )
 
 
+_STANDARD_FILES: Final = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
+
+
 def check_output_file(value: str, *, what: str = "--output") -> Path:
     """A file alflow may write: not empty, not under /proc, /sys or /dev, and a regular file where it exists.
 
@@ -173,7 +176,12 @@ def check_output_file(value: str, *, what: str = "--output") -> Path:
     """
     if not value.strip():
         raise ValueError(f"{what} '' is empty: give a file path (or - for standard output)")
-    path = Path(value).expanduser()
+    if value in _STANDARD_FILES:
+        return Path(value)
+    try:
+        path = Path(value).expanduser()
+    except RuntimeError:  # ~user of no such user
+        raise ValueError(f"{what} {shown(value)}: no such user's home folder") from None
     real = Path(os.path.realpath(path))
     top = _special_top(real)
     if top is not None:
@@ -227,7 +235,8 @@ _DOMAIN_PART = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
 _DOMAIN = rf"(?:{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*|\[[0-9a-fA-F:.]+\])(?::[0-9]+)?"
 IMAGE_REFERENCE: Final = re.compile(
     rf"(?:{_DOMAIN}/)?{_PATH_PART}(?:/{_PATH_PART})*(?::[\w][\w.-]{{0,127}})?"
-    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?",
+    re.ASCII,  # Docker's \w is ASCII: a tag of other letters or digits is refused by it
 )
 """A container image reference as Docker reads it (``distribution/reference``'s ``ReferenceRegexp``): an optional
 registry host and port, lower-case path components, an optional tag, an optional digest."""

@@ -261,14 +261,16 @@ def _redact_span(span: str) -> str:
         while start < nested and not span[start].isalpha():
             start += 1
         if sep + 3 < start < nested:  # a scheme begins there: what comes before is a URL of its own
-            parts.append(redact_url(span[done:start]))
+            piece = span[done:start]
+            url = piece.rstrip(",;|")  # the separator is no part of the first URL's last value
+            parts += [redact_url(url), piece[len(url) :]]
             done, sep = start, nested
         nested = span.find("://", nested + 3)
     parts.append(redact_url(span[done:]))
     return "".join(parts)
 
 
-_LOOSE_PARAM: Final = re.compile(r"(?<=[?&])([A-Za-z0-9_.%-]{1,64})=([^\s&#'\"<>`]+)")
+_LOOSE_PARAM: Final = re.compile(r"(?<=[?&])([A-Za-z0-9_.%-]{1,64})=([^\s&#'\"<>`,;|]+)")
 """A query parameter outside a URL (``/tmp/log?token=abc``): bounded name, one value, linear in the text."""
 
 
@@ -344,7 +346,9 @@ _SECRET_BODY_HINTS: Final = (
 """A body key holding one of these, in any case (``pAsSwOrD``, ``session_cookie``, ``X-Signature``), is a secret."""
 
 
-_CREDENTIAL_VALUE: Final = re.compile(r"\s*(?:bearer|basic|token|digest)\s+\S", re.IGNORECASE)
+_CREDENTIAL_VALUE: Final = re.compile(
+    r"\s*(?:bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{12,}\s*", re.IGNORECASE
+)
 """A value that is an HTTP credential whatever its key (``Bearer eyJ...``, ``Basic dXNlcjpwdw==``)."""
 
 
@@ -356,7 +360,8 @@ def is_secret_key(key: str) -> bool:
         is_secret_name(words)
         or is_secret_name(lower)
         or lower in _SECRET_BODY_KEYS
-        or lower.endswith(("session", "sessid", "sid"))
+        or re.split(r"[^a-z0-9]+", words.lower())[-1] in ("session", "sid", "sessionid")
+        or lower.endswith("sessid")
         or lower.endswith(("token", "authorization", "bearer", "auth"))
         or any(hint in lower for hint in _SECRET_BODY_HINTS)
     )
@@ -376,7 +381,7 @@ def redact_body(body: Mapping[str, object]) -> dict[str, object]:
             }
         if isinstance(value, list | tuple):
             return [walk(v) for v in value]
-        if isinstance(value, str) and _CREDENTIAL_VALUE.match(value):  # "Bearer ..." under any key
+        if isinstance(value, str) and _CREDENTIAL_VALUE.fullmatch(value):  # "Bearer eyJ..." under any key
             return REDACTED
         return value
 

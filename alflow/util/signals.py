@@ -21,12 +21,18 @@ import contextlib
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
-from typing import Any
+from typing import Any, Final
 
 TERMINATION: tuple[signal.Signals, ...] = (signal.SIGTERM,)
 """The signals held back by default (Ctrl-C's SIGINT is asyncio's own: its runner cancels the main task)."""
+
+
+HOLD_S: Final = 5.0
+"""The longest a signal is held back: a block still running then gets it as it would have without the deferral
+(``alflow run``'s handler starts its stop watchdog then, so a stuck block cannot keep the process alive)."""
 
 
 class Deferral:
@@ -35,22 +41,42 @@ class Deferral:
     def __init__(self, on_signal: Callable[[int], None] | None) -> None:
         self.received: list[int] = []
         self._on_signal = on_signal
+        self.before: dict[signal.Signals, Any] = {}
+        self.expired = False
+        """The hold ran out (:data:`HOLD_S`): the signal went to the replaced handler while the block still ran."""
 
     def handle(self, signum: int, frame: FrameType | None) -> None:
-        """The stand-in handler: record the signal; the first one also calls ``on_signal``. Never raises."""
-        del frame
+        """The stand-in handler: record a signal (the first: ``on_signal``, the hold's bound), or hand it on.
+
+        Once the hold ran out, the signal goes to the handler it replaced (which may raise).
+        """
+        if self.expired:
+            _hand_on(signum, self.before.get(signal.Signals(signum)), frame)
+            return
         self.received.append(signum)
-        if len(self.received) == 1 and self._on_signal is not None:
-            with contextlib.suppress(Exception):  # a handler that raises is what this module avoids
-                self._on_signal(signum)
+        if len(self.received) == 1:
+            threading.Thread(
+                target=self._bound, args=(signum,), name="alflow-signal-hold", daemon=True
+            ).start()
+            if self._on_signal is not None:
+                with contextlib.suppress(Exception):  # a handler that raises is what this module avoids
+                    self._on_signal(signum)
+
+    def _bound(self, signum: int) -> None:
+        """After :data:`HOLD_S`, a block still holding the signal gets it again, through the replaced handler."""
+        time.sleep(HOLD_S)
+        if self.before and not self.expired and signal.getsignal(signum) == self.handle:
+            self.expired = True
+            os.kill(os.getpid(), signum)  # the main thread runs handle() again, now handing it on
 
 
-def _hand_on(signum: int, handler: Any) -> None:
+def _hand_on(signum: int, handler: Any, frame: FrameType | None = None) -> None:
     """Deliver ``signum`` to ``handler``, as the signal would have reached it (it may raise, or end the process)."""
     if callable(handler):
-        handler(signum, None)
+        handler(signum, frame)
     elif handler == signal.SIG_DFL:
-        os.kill(os.getpid(), signum)  # the handler is back in place: the default action happens now
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)  # the default action happens now
     # SIG_IGN, or a handler not installed from Python: the signal is dropped, as it would have been
 
 
@@ -61,18 +87,20 @@ def deferred(
     """Hold ``signals`` back during the block, then hand the first one received to the handler it replaced.
 
     The block ends first (its ``finally`` blocks run, its result is kept); what the handler raises then
-    replaces what the block raised. Outside the main thread the block runs with the handlers as they are.
+    replaces what the block raised. A block that has not ended :data:`HOLD_S` after the signal gets it then. A
+    signal ignored (``SIG_IGN``) stays ignored. Outside the main thread the block runs with the handlers as they are.
     """
     deferral = Deferral(on_signal)
     if threading.current_thread() is not threading.main_thread():
         yield deferral
         return
-    before = {sig: signal.signal(sig, deferral.handle) for sig in signals}
+    held = [sig for sig in signals if signal.getsignal(sig) != signal.SIG_IGN]
+    deferral.before = {sig: signal.signal(sig, deferral.handle) for sig in held}
     try:
         yield deferral
     finally:
-        for sig, handler in before.items():  # None: a handler not set from Python, which cannot be put back
+        for sig, handler in deferral.before.items():  # None: a handler not set from Python, not put back
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)
-        if deferral.received:
+        if deferral.received and not deferral.expired:
             first = deferral.received[0]
-            _hand_on(first, before[signal.Signals(first)])
+            _hand_on(first, deferral.before[signal.Signals(first)])

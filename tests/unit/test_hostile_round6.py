@@ -47,7 +47,8 @@ def test_a_report_output_that_cannot_be_a_file_is_refused_before_any_work(m2_wit
     fifo = m2_with_password.parent / "fifo"
     os.mkfifo(fifo)
     for output, said in ((str(fifo), "not a regular file"), ("/proc/self/mem", "is under /proc"),
-                         (str(m2_with_password), "is a folder"), ("", "is empty")):  # fmt: skip
+                         (str(m2_with_password), "is a folder"), ("", "is empty"),
+                         ("~no-such-user-r6/x.md", "no such user's home folder")):  # fmt: skip
         ran = CliRunner().invoke(app, ["report", "show", str(m2_with_password), "-f", "md", "-o", output])
         assert ran.exit_code == 2, (output, ran.output)
         assert said in ran.output
@@ -81,7 +82,7 @@ def test_the_sims_own_inputs_answer_in_one_line(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     for args, said in (
         (("--step-log", str(fifo)), "not a regular file"),
-        (("--log-level", "NOPE"), "--log-level 'NOPE' is not one of: DEBUG"),
+        (("--log-level", "NOPE"), "--log-level 'NOPE' is not one of: CRITICAL"),
         (("--model-name", "a\x1bb"), "control character(s) U+001B"),
         (("--model-name", ""), "is blank"),
     ):
@@ -173,3 +174,29 @@ async def test_a_listed_file_out_of_the_root_is_a_problem_on_the_index(tmp_path:
         (row,) = [r for r in api["rows"] if r["rel"] == M2]
         assert f"{name}: not a regular file inside the results root" in row["problem"]
         assert "not a regular file" in (await site.get("/")).text
+
+
+def test_review_of_round6_fixes() -> None:
+    """A review of this round's fixes: the separator of joined URLs kept, plain words after "Basic" kept, a key
+    ending in "sid" but not a session kept, Docker's ASCII tags, /dev/null as an output."""
+    from alflow.util.names import check_image, check_output_file
+    from alflow.util.redact import redact_body, redact_urls_in_text
+
+    assert redact_urls_in_text("http://a/?key=1,http://b/?key=2") == "http://a/?key=***,http://b/?key=***"
+    assert (
+        redact_urls_in_text("--metrics-url http://a/m?sig=x,http://b/m")
+        == "--metrics-url http://a/m?sig=***,http://b/m"
+    )
+    body = {
+        "guided_choice": ["Basic plan", "Token sale"],
+        "x": {"consid": 1},
+        "auth": "Bearer eyJhbGciOiJIUzI1NiJ9",
+    }
+    assert redact_body(body) == {
+        "guided_choice": ["Basic plan", "Token sale"],
+        "x": {"consid": 1},
+        "auth": "***",
+    }
+    with pytest.raises(ValueError, match="not a container image reference"):
+        check_image("a/b:tag\u00e9")
+    assert check_output_file("/dev/null") == Path("/dev/null")

@@ -101,3 +101,54 @@ def test_without_a_signal_nothing_changes() -> None:
         with signals.deferred() as deferral:
             pass
     assert deferral.received == []
+
+
+def test_a_block_still_running_after_the_hold_gets_the_signal_then(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review: a block stuck past the hold kept ``alflow run``'s stop watchdog from ever starting."""
+    import os
+    import signal
+    import time
+
+    from alflow.util import signals
+
+    monkeypatch.setattr(signals, "HOLD_S", 0.3)
+    got: list[float] = []
+
+    def handler(signum: int, frame: object) -> None:
+        got.append(time.monotonic())
+        raise SystemExit(128 + signum)
+
+    before = signal.signal(signal.SIGTERM, handler)
+    try:
+        started = time.monotonic()
+
+        def stuck() -> None:  # a block that would run 5 s: the hold's bound ends it at 0.3 s
+            with signals.deferred():
+                os.kill(os.getpid(), signal.SIGTERM)
+                for _ in range(50):
+                    time.sleep(0.1)
+
+        with pytest.raises(SystemExit):
+            stuck()
+        assert got
+        assert got[0] - started < 2.0
+        assert len(got) == 1  # handed on once, not again when the block ended
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def test_an_ignored_signal_stays_ignored() -> None:
+    """Review: a SIGTERM ignored (SIG_IGN) before the block was caught and cancelled the load."""
+    import os
+    import signal
+
+    from alflow.util import signals
+
+    before = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        with signals.deferred() as held:
+            os.kill(os.getpid(), signal.SIGTERM)
+        assert held.received == []
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, before)
