@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import math
 import os
 import signal
@@ -73,13 +74,74 @@ def load_seconds() -> float:
     return value if 0.0 < value <= 600.0 else PLUGIN_LOAD_S
 
 
-def probe(reference: str, seconds: float | None = None) -> str | None:
-    """Why the entry point ``reference`` (``module:attribute``) must be left out, or None when it imports cleanly."""
+def probe(reference: str, seconds: float | None = None, *, origin: str = "") -> str | None:
+    """Why the entry point ``reference`` (``module:attribute``) must be left out, or None when it imports cleanly.
+
+    A clean verdict is kept in :func:`cache_file` under the plugin's files as they are (``origin``: its
+    distribution's name, version and folder; the size and time of every ``.py`` file of the spec's top package):
+    the next command does not try the same files again.
+    """
     bound = load_seconds() if seconds is None else seconds
+    key = _signature(reference, origin)
+    if key is not None and key in _cached():
+        return None
     try:
-        return _probe(reference, bound)
+        why = _probe(reference, bound)
     except OSError as exc:  # no process could start (EAGAIN under a process limit), no temporary folder
         return f"it could not be tried in a process of its own ({exc.strerror or exc}): left out to be safe"
+    if why is None and key is not None:
+        _remember(key)
+    return why
+
+
+MAX_SIGNED_FILES: Final = 2000
+"""A plugin package with more ``.py`` files is tried every time (signing it would cost what the probe saves)."""
+
+
+def cache_file() -> Path:
+    """``$XDG_CACHE_HOME/alflow/plugin-probe.json`` (``~/.cache/...``): the plugins found clean, by signature."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "alflow" / "plugin-probe.json"
+
+
+def _signature(reference: str, origin: str) -> str | None:
+    """A digest of what the probe's verdict depends on, None when the spec's files cannot be found and signed."""
+    import hashlib
+    import importlib.util
+
+    from alflow import __version__
+
+    top = reference.partition(":")[0].partition(".")[0]
+    try:
+        found = importlib.util.find_spec(top)  # a top-level name: found, never imported
+        where = [Path(p) for p in (found.submodule_search_locations or [])] if found is not None else []
+        files = sorted(f for d in where for f in d.rglob("*.py")) if where else []
+        if found is not None and found.origin and not where:
+            files = [Path(found.origin)]
+        if not files or len(files) > MAX_SIGNED_FILES:
+            return None
+        stats = [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
+    except (ImportError, ValueError, OSError):
+        return None
+    text = repr((__version__, sys.executable, reference, origin, stats))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _cached() -> set[str]:
+    try:
+        data = json.loads(cache_file().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return set()
+    return {k for k in data if isinstance(k, str)} if isinstance(data, list) else set()
+
+
+def _remember(key: str) -> None:
+    from alflow.util.fsutil import atomic_write_bytes
+
+    keys = [*[k for k in _cached() if k != key][-255:], key]
+    with contextlib.suppress(OSError):  # a cache that cannot be written: tried again next time
+        cache_file().parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(cache_file(), json.dumps(keys).encode())
 
 
 def _probe(reference: str, bound: float) -> str | None:
@@ -184,8 +246,10 @@ def _child(reference: str, report: str, alarm_s: int) -> None:
 
 
 _WATCHED_MODULES: Final = ("builtins", "json", "os", "sys", "logging", "asyncio", "subprocess", "signal", "socket",
-                           "threading", "io", "importlib")  # fmt: skip
-"""The standard modules alflow relies on: a plugin that replaces one of their functions (``json.dumps``) is left out."""
+                           "threading", "io", "importlib", "html", "re", "urllib.parse", "markupsafe")  # fmt: skip
+"""The standard modules alflow relies on: a plugin that replaces one of their functions (``json.dumps``,
+``html.escape``) is left out; so is one that replaces a function of any alflow module loaded before it
+(``alflow.util.redact.redact_url``)."""
 
 
 def _interpreter_state() -> dict[str, object]:
@@ -201,6 +265,9 @@ def _interpreter_state() -> dict[str, object]:
         return st.st_dev, st.st_ino
 
     modules = {name: importlib.import_module(name) for name in _WATCHED_MODULES}
+    modules |= {
+        name: m for name, m in list(sys.modules.items()) if name.startswith("alflow") and m is not None
+    }
     state: dict[str, object] = {
         f"{name}.{attr}": id(value)
         for name, module in modules.items()

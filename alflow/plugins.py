@@ -232,7 +232,9 @@ def entry_specs() -> tuple[tuple[EntryPoint, object], ...]:
     loaded: list[tuple[EntryPoint, object]] = []
     for point in sorted(points, key=lambda p: p.name):
         try:
-            why = probe(point.value)
+            dist = getattr(point, "dist", None)
+            origin = "" if dist is None else f"{dist.name} {dist.version} {getattr(dist, '_path', '')}"
+            why = probe(point.value, origin=origin)
             if why is not None:
                 raise PluginError(f"{_where(point)}: {why}")
             loaded.append((point, resolve_within(point.value, _where(point))))

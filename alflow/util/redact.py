@@ -287,7 +287,39 @@ def redact_urls_in_text(text: str, values: Iterable[str] = ()) -> str:
         text = "".join([*parts, text[done:]])
     if "?" in text and "=" in text:
         text = _LOOSE_PARAM.sub(lambda m: f"{m[1]}={REDACTED}" if is_secret_param(m[1]) else m[0], text)
-    return redact_values(text, values)
+    return redact_values(_redact_free(text), values)
+
+
+_AUTH_VALUE: Final = re.compile(
+    r"(?i)\b(bearer|authorization:[ \t]*(?:basic|bearer|token|digest))[ \t]+[A-Za-z0-9._~+/=-]{6,}"
+)
+"""A credential written out: ``Bearer eyJ...``, ``Authorization: Basic dXM6cHc=``."""
+_KNOWN_TOKEN: Final = re.compile(
+    r"\b(?:AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|hf_[A-Za-z0-9]{20,}"
+    r"|sk-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{10,})"
+    r"|-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----[^-]*(?:-----END [A-Z ]{0,40}PRIVATE KEY-----)?"
+)
+"""Tokens of a well-known shape (an AWS access key id, GitHub, Hugging Face, OpenAI and Slack tokens, a private key
+block): secrets wherever they stand."""
+_ASSIGNED: Final = re.compile(r"(?<![A-Za-z0-9_.%-])(-{0,2}[A-Za-z][A-Za-z0-9_.-]{0,63})=([^\s&#'\"<>`,;|]+)")
+"""``NAME=value`` in free text (``password=...``, ``--api-key=...``, ``HF_TOKEN=...``): the value of a secret name
+(:func:`is_secret_name`) is redacted."""
+
+
+def _redact_free(text: str) -> str:
+    """``text`` without credentials written outside a URL: a header value, a known token, a secret assignment.
+
+    The patterns :data:`_AUTH_VALUE`, :data:`_KNOWN_TOKEN`, :data:`_ASSIGNED`, each on a bounded prefix: linear.
+    """
+    if "earer" in text or "uthorization" in text:
+        text = _AUTH_VALUE.sub(lambda m: f"{m[1]} {REDACTED}", text)
+    text = _KNOWN_TOKEN.sub(REDACTED, text)
+    if "=" in text:
+        text = _ASSIGNED.sub(
+            lambda m: f"{m[1]}={REDACTED}" if is_secret_name(m[1].lstrip("-").replace("-", "_")) else m[0],
+            text,
+        )
+    return text
 
 
 _URL_ENDS: Final = (b" ", b"\t", b"\n", b"\r", b"\f", b"\v", b"'", b'"', b"<", b">", b"`")
@@ -346,9 +378,7 @@ _SECRET_BODY_HINTS: Final = (
 """A body key holding one of these, in any case (``pAsSwOrD``, ``session_cookie``, ``X-Signature``), is a secret."""
 
 
-_CREDENTIAL_VALUE: Final = re.compile(
-    r"\s*(?:bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{12,}\s*", re.IGNORECASE
-)
+_CREDENTIAL_VALUE: Final = re.compile(r"\s*(?:bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{8,}\s*", re.IGNORECASE)
 """A value that is an HTTP credential whatever its key (``Bearer eyJ...``, ``Basic dXNlcjpwdw==``)."""
 
 
