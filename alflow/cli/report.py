@@ -39,6 +39,7 @@ from alflow.cli.common import err_console, fail, handle_errors, warn
 from alflow.errors import InvalidInputError
 from alflow.methods.kchoice import Objective, describe, run_k_schedule
 from alflow.reports.exports import al_matrix, al_matrix_csv, inferencex_rows, rows_csv, rows_json
+from alflow.reports.markdown import escape_controls
 from alflow.reports.matrix import METRICS, build_matrix, matrix_csv, matrix_json, matrix_table
 from alflow.reports.render import render_comparison, render_run, write_html_report
 from alflow.results.store import StoredRun, StoreError, iter_runs, open_run
@@ -176,7 +177,8 @@ def _output(output: str | None) -> str | None:
 
 
 def _write(text: str, output: str | None) -> None:
-    text = redact_urls_in_text(text)  # exports too: a password in a stored model id or URL never leaves
+    # exports too: no password from a stored model id or URL, no raw control or bidi character (a CSV cell)
+    text = escape_controls(redact_urls_in_text(text))
     output = _output(output)
     if output is None or output == "-":
         sys.stdout.write(text)

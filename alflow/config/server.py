@@ -30,7 +30,7 @@ from alflow.config.speculative import (
 from alflow.loadgen.spec import MAX_SECONDS
 from alflow.plugins import check_dialect, config_model_of, config_models, framework_names
 from alflow.util.names import check_env_names, check_host, check_identifier, check_image, shown
-from alflow.util.redact import is_secret_flag, is_secret_name
+from alflow.util.redact import is_secret_flag, is_secret_name, redact_urls_in_text
 
 ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
 """An environment variable's name as a runner's ``-e NAME=value`` gives it (``first-pass=/m/l`` is a LoRA, not one)."""
@@ -310,6 +310,14 @@ class ServerBase(StrictModel):
                     "in manifest.json, the reports and Prefect's database; list the variable's name in the runner's "
                     "secrets (placement.runner.secrets) instead"
                 )
+            if (
+                _bearer(arg) or redact_urls_in_text(arg) != arg
+            ):  # a header value, a token, a password in a URL
+                raise ValueError(
+                    f"extra_args {shown(redact_urls_in_text(arg))} holds a credential: it would be stored in clear in "
+                    "manifest.json, the reports and Prefect's database; give it to the server through a variable "
+                    "listed in the runner's secrets (placement.runner.secrets) instead"
+                )
             if is_secret_flag(flag):
                 raise ValueError(
                     f"extra_args passes {flag}, which takes a secret: its value would be stored in clear in "
@@ -325,7 +333,11 @@ class ServerBase(StrictModel):
         for name, text in value.items():
             if "\0" in text:  # execve cannot pass it: the start would fail with a traceback
                 raise ValueError(f"extra_env {name} holds a NUL character: an environment value cannot")
-        secret = sorted(name for name, text in value.items() if is_secret_name(name) or _bearer(text))
+        secret = sorted(
+            name
+            for name, text in value.items()
+            if is_secret_name(name) or _bearer(text) or redact_urls_in_text(text) != text
+        )
         if secret:
             names = ", ".join(secret)
             raise ValueError(

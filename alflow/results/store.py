@@ -41,7 +41,7 @@ from alflow.errors import AlflowError, InvalidInputError
 from alflow.results.manifest import SCHEMA_VERSION, FileEntry, RunManifest, RunProvenance, Status
 from alflow.util.fsutil import atomic_write_bytes, check_writable_dir, local_path_of, open_regular
 from alflow.util.jsonutil import dumps_bytes
-from alflow.util.redact import redact_data, redact_urls_in_text
+from alflow.util.redact import redact_config, redact_data, redact_urls_in_text
 
 PARQUET_VERSION_KEY: Final = "alflow.schema_version"
 MANIFEST: Final = "manifest.json"
@@ -472,6 +472,8 @@ def _read_json(storage: Storage, path: str) -> dict[str, Any]:
 
 def _read_manifest(storage: Storage, path: str) -> RunManifest:
     data = _read_json(storage, path)
+    if isinstance(data.get("config"), dict):  # a secret a hand-written manifest holds is never read back
+        data["config"] = redact_config(data["config"])
     try:
         return RunManifest.model_validate(data)
     except ValidationError as exc:

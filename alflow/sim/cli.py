@@ -24,7 +24,7 @@ from alflow.serving.app import OnReady, run_until_signalled
 from alflow.sim.config import SimConfig, parse_rates, resolve
 from alflow.sim.profiles import DEFAULT_PROFILE
 from alflow.sim.server import LISTENING_PREFIX, serve
-from alflow.util.names import check_identifier, shown
+from alflow.util.names import check_identifier, check_output_file, shown
 from alflow.util.typer_options import command_of
 
 log = logging.getLogger("alflow.sim")
@@ -279,6 +279,10 @@ def _check_step_log(path: Path) -> None:
     folder = path.parent
     if path.is_dir():
         raise InvalidInputError(f"--step-log {str(path)!r} is a folder; {allowed}")
+    try:  # not under /proc, /sys or /dev: /proc/version cannot be appended to (a traceback at the first step)
+        check_output_file(str(path), what="--step-log")
+    except ValueError as exc:
+        raise InvalidInputError(f"{exc}; {allowed}") from None
     if (
         path.exists() and not path.is_file()
     ):  # a FIFO: opening it to append waits for a reader, deaf to SIGTERM

@@ -68,6 +68,7 @@ from alflow.site.threads import (
     off_loop,
 )
 from alflow.util.fsutil import open_confined, unsafe_file
+from alflow.util.names import BIDI_CONTROLS
 from alflow.util.redact import redact_data, redact_text_stream, redact_url, redact_urls_in_text
 
 log = logging.getLogger(__name__)
@@ -173,6 +174,8 @@ def _json(data: object, status: int = 200, entries: Iterable[CatalogEntry] = ())
     runs = tuple(entries)
     if b"://" in body or b"?" in body or any(e.run_dir.encode() in body for e in runs if e.run_dir != e.rel):
         body = orjson.dumps(_private_data(data, runs), option=orjson.OPT_NON_STR_KEYS)
+    for char in BIDI_CONTROLS:  # only inside JSON strings, where \uXXXX means the same: no raw reordering
+        body = body.replace(char.encode(), f"\\u{ord(char):04x}".encode())
     return web.Response(body=body, content_type="application/json", status=status)
 
 

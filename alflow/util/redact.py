@@ -306,6 +306,15 @@ _ASSIGNED: Final = re.compile(r"(?<![A-Za-z0-9_.%-])(-{0,2}[A-Za-z][A-Za-z0-9_.-
 (:func:`is_secret_name`) is redacted."""
 
 
+def _assigned(m: re.Match[str]) -> str:
+    """One ``NAME=value`` of :data:`_ASSIGNED`: redacted for a secret name, unless the value is a path.
+
+    A LoRA named ``first-pass=/loras/a`` holds no secret.
+    """
+    secret = is_secret_name(m[1].lstrip("-").replace("-", "_")) and not m[2].startswith(("/", "./", "~"))
+    return f"{m[1]}={REDACTED}" if secret else m[0]
+
+
 def _redact_free(text: str) -> str:
     """``text`` without credentials written outside a URL: a header value, a known token, a secret assignment.
 
@@ -315,10 +324,7 @@ def _redact_free(text: str) -> str:
         text = _AUTH_VALUE.sub(lambda m: f"{m[1]} {REDACTED}", text)
     text = _KNOWN_TOKEN.sub(REDACTED, text)
     if "=" in text:
-        text = _ASSIGNED.sub(
-            lambda m: f"{m[1]}={REDACTED}" if is_secret_name(m[1].lstrip("-").replace("-", "_")) else m[0],
-            text,
-        )
+        text = _ASSIGNED.sub(_assigned, text)
     return text
 
 
@@ -466,3 +472,34 @@ URL_CREDENTIALS_PATTERN: Final = _credentials_pattern()
 :func:`url_credentials` reads them, for JSON schemas: Prefect's server validates a deployment run's parameters
 against the flow's schema before it stores them, so a secret typed into the UI is refused there. Narrower than
 :func:`url_credentials` (no percent-decoding of names): what it misses the configuration's validators refuse."""
+
+
+def redact_config(data: object, key: str = "") -> object:
+    """A stored configuration as it may be shown: secret flags' values and secret variables' values as ``***``.
+
+    In a list of arguments, the value after a secret flag (``--api-key X``, :func:`is_secret_flag`) or inside one
+    (``--hf-token=X``); in a mapping whose key ends in ``env`` (``extra_env``), the value of a secret name
+    (:func:`is_secret_name`). alflow refuses both when it takes a configuration; a manifest written by hand or by
+    another tool may hold them. Free text is redacted where it is shown (:func:`redact_urls_in_text`).
+    """
+    if isinstance(data, Mapping):
+        env = key.lower().endswith("env")
+        return {
+            k: REDACTED if env and isinstance(k, str) and is_secret_name(k) else redact_config(v, str(k))
+            for k, v in data.items()
+        }
+    if isinstance(data, list | tuple):
+        out: list[object] = []
+        hide = False
+        for item in data:
+            if hide:
+                out.append(REDACTED)
+                hide = False
+            elif isinstance(item, str) and is_secret_flag(item):
+                flag, eq, _ = item.partition("=")
+                out.append(f"{flag}={REDACTED}" if eq else item)
+                hide = not eq
+            else:
+                out.append(redact_config(item, key))
+        return out
+    return data

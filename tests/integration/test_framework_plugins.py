@@ -251,6 +251,12 @@ HOSTILE = {
     "a config module that silences stderr": (
         PARTS, "import os, sys\nsys.stderr = open(os.devnull, 'w')\nEvilServer = PLUGIN = 1\n", "sys.stdout, sys.stderr"
     ),
+    # hostile round 7: left out, yet imported into the command, it switched escaping and redaction off there
+    "a config module that patches html.escape and alflow's redaction": (
+        PARTS,
+        "import html, alflow.util.redact as r\nhtml.escape = str\nr.redact_url = str\nEvilServer = PLUGIN = 1\n",
+        "html.escape, alflow.util.redact.redact_url",
+    ),
     "a config module that closes fd 1": (PARTS, "import os\nos.close(1)\nEvilServer = PLUGIN = 1\n", "file descriptors 0-2"),
 }  # fmt: skip
 """Third-party plugins that break as they load: (the spec module, its config module, the reason listed)."""

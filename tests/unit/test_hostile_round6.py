@@ -200,3 +200,74 @@ def test_review_of_round6_fixes() -> None:
     with pytest.raises(ValueError, match="not a container image reference"):
         check_image("a/b:tag\u00e9")
     assert check_output_file("/dev/null") == Path("/dev/null")
+
+
+# -- round 7 ---------------------------------------------------------------------------------------------------
+
+
+def _forge(run: Path) -> None:
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["config"]["model"]["id"] = (
+        "EVIL\u202e\x1b[31m Bearer MODELBEARER3 https://u:PW7a@h/x?api_key=K7b"
+    )
+    server = manifest["config"].setdefault("server", {})
+    server["extra_args"] = ["--time-scale", "0", "--api-key", "EXTRAARGKEY5", "--hf-token=HFTOK6"]
+    server["extra_env"] = {"MY_PASSWD": "ENVPW7", "NCCL_DEBUG": "INFO"}
+    server["image"] = "img:tag password=IMGPW4"
+    (run / "manifest.json").write_text(json.dumps(manifest))
+
+
+CANARIES = ("MODELBEARER3", "PW7a", "K7b", "EXTRAARGKEY5", "HFTOK6", "ENVPW7", "IMGPW4")
+
+
+@pytest.mark.parametrize("fmt", ["md", "html", "json", "csv"])
+def test_round7_secrets_stored_by_another_tool_are_in_no_report(m2_with_password: Path, fmt: str) -> None:
+    """Round 7 (F2, F3, F4): a Bearer value in a stored model id, secret flags' values in stored extra_args, a secret
+    variable in stored extra_env, password= in an image showed in reports; a CSV cell carried raw U+202E and ESC."""
+    _forge(m2_with_password)
+    ran = CliRunner().invoke(app, ["report", "show", str(m2_with_password), "-f", fmt, "-o", "-"])
+    assert ran.exit_code == 0, ran.output
+    leaked = [c for c in CANARIES if c in ran.output]
+    assert leaked == []
+    assert "\u202e" not in ran.output
+    assert "\x1b" not in ran.output
+
+
+async def test_round7_the_site_shows_no_stored_secret_and_no_raw_bidi_in_json(tmp_path: Path) -> None:
+    """Round 7 (F2, F3, F6): the same forged manifest on the site's pages and JSON answers."""
+    from tests.unit.test_site import M2, make_root, serving
+
+    root = make_root(tmp_path)
+    _forge(root / M2)
+    async with serving(root) as site:
+        for path in (
+            "/",
+            "/trends",
+            f"/runs/{M2}/",
+            "/api/runs",
+            f"/api/runs/{M2}",
+            "/api/runs?text=%E2%80%AE",
+        ):
+            answer = await site.get(path)
+            assert answer.status == 200, path
+            assert [c for c in CANARIES if c in answer.text] == [], path
+            assert "\u202e" not in answer.text, path
+
+
+def test_round7_inputs() -> None:
+    """Round 7 (F1, F7, F8): --step-log under /proc was a traceback; a header credential in extra_args was kept;
+    secret-shaped values under plain body keys were stored."""
+    from pydantic import ValidationError
+
+    from alflow.config import server_config
+    from alflow.util.redact import redact_body
+
+    ran = CliRunner().invoke(app, ["sim", "serve", "--port", "0", "--step-log", "/proc/version"])
+    assert ran.exit_code == 2, ran.output
+    assert "is under /proc" in ran.output
+    with pytest.raises(ValidationError, match="holds a credential"):
+        server_config(framework="sim", model="m", extra_args=("--header", "Authorization: Bearer CFGKEY12"))
+    body = {"pw": "password=XB9", "hdr": "Authorization: Basic XB10abcd", "aws": "AKIAIOSFODNN7EXAMPLE",
+            "gh": "ghp_" + "a" * 36, "priv": "-----BEGIN PRIVATE KEY-----XB11", "note": "token=XBODYSECRET3"}  # fmt: skip
+    stored = json.dumps(redact_body(body))
+    assert [c for c in ("XB9", "XB10", "AKIAIOSFODNN7", "ghp_", "XB11", "XBODYSECRET3") if c in stored] == []
