@@ -95,8 +95,14 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Same as --format json (th
 DigitsOpt = Annotated[int, typer.Option("--digits", help="Decimals of the AL matrix CSV.", min=0, max=12)]
 
 
+FLOWS = ("m0", "m1", "m2", "sweep")
+"""The flows a results root holds runs of (``--flow``)."""
+
+
 def _open(run_dir: str, *, strict: bool) -> StoredRun:
     """The run at ``run_dir``, its damaged tables checked: an error when ``strict``, else warnings."""
+    if not run_dir.strip():  # "" would read the working folder
+        raise InvalidInputError("RUN_DIR '' is empty: give a run directory (local path or s3:// / gs:// URL)")
     run = open_run(run_dir)
     problems = run.damaged_tables()
     if problems and strict:
@@ -147,7 +153,7 @@ def _export_text(runs: Sequence[StoredRun], fmt: ReportFormat, digits: int) -> s
             return al_matrix_csv(frame, digits)
         return jsonutil.dumps(frame.to_dicts()) + "\n"
     raise InvalidInputError(
-        f"no export for flow(s) {', '.join(sorted(flows))}: exports cover m0, m1 and m2 runs"
+        f"no export for flow(s) {', '.join(repr(f) for f in sorted(flows))}: exports cover m0, m1 and m2 runs"
     )
 
 
@@ -235,6 +241,8 @@ def compare(
     fmt = ReportFormat.json if as_json else fmt
     _output(output)  # before any work
     strict = fmt not in (ReportFormat.html, ReportFormat.md)
+    if flow is not None and flow not in FLOWS:
+        raise InvalidInputError(f"--flow {flow!r} is not one of: {', '.join(FLOWS)}")
     runs = [_open(d, strict=strict) for d in run_dirs or []]
     if root is not None:
         _check_root(root)

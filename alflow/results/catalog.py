@@ -264,6 +264,10 @@ def read_entry(rel: str, run_dir: str) -> CatalogEntry:
     symlink out of it, a FIFO, a device) is not read at all (it would leave the root or block).
     """
     local = local_path_of(run_dir)
+    if local is not None and Path(local).is_symlink():
+        return unreadable_entry(
+            rel, run_dir, f"{rel}: a symlink, not a folder of the results root: not followed"
+        )
     if local is not None and "\\x" in rel and not os.path.lexists(local):  # the lister's text of a byte name
         return unreadable_entry(
             rel, run_dir, f"{rel}: its folder name is not UTF-8 text (bytes shown as \\xNN)"
@@ -346,10 +350,11 @@ class _Lister:
                     rel = f"{flow}/{name}"
                     if RUN_DIR.match(text_of(name)) and text_of(rel) == rel:
                         out.append((rel, f"{self.root}{os.sep}{flow}{os.sep}{name}"))
-                    elif _STAMPED.match(
-                        text_of(name)
-                    ):  # bytes no page can show: listed, unreadable (read_entry)
+                    elif _STAMPED.match(text_of(name)):  # bytes no page can show: unreadable (read_entry)
                         out.append((text_of(rel), f"{self.root}{os.sep}{text_of(rel)}"))
+                for name in _scan_dirs(f"{self.root}{os.sep}{flow}", links=True):  # listed, never followed
+                    if _STAMPED.match(text_of(name)):
+                        out.append((text_of(f"{flow}/{name}"), f"{self.root}{os.sep}{flow}{os.sep}{name}"))
             return out
         for flow_dir in self.storage.list_dirs(self.root):
             flow = flow_dir.rstrip("/").rsplit("/", 1)[-1]
@@ -394,10 +399,13 @@ def text_of(name: str) -> str:
     return name
 
 
-def _scan_dirs(path: str) -> list[str]:
+def _scan_dirs(path: str, *, links: bool = False) -> list[str]:
+    """The folders in ``path`` (``links``: the symlinks instead, which are never followed)."""
     try:
         with os.scandir(path) as it:
-            return sorted(e.name for e in it if e.is_dir(follow_symlinks=False))
+            return sorted(
+                e.name for e in it if (e.is_symlink() if links else e.is_dir(follow_symlinks=False))
+            )
     except OSError:
         return []
 

@@ -201,8 +201,15 @@ def _serve(ctx: typer.Context, o: ServeOptions) -> None:
         )
         try:
             check_identifier(config.model_name, what="--model-name")
+            if config.framework_version is not None:
+                check_identifier(config.framework_version, what="--framework-version")
         except ValueError as exc:
             raise InvalidInputError(str(exc)) from None
+        given = getattr(ctx.get_parameter_source("api_key"), "name", None) == "COMMANDLINE"
+        if given and o.api_key == "":  # an explicit empty key would serve every request without a word
+            raise InvalidInputError(
+                "--api-key '' is empty: give a key, or leave the option out for no authentication"
+            )
         if config.step_log is not None:
             _check_step_log(config.step_log)
         if o.ignore_synthetic and config.synthetic:

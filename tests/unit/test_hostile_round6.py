@@ -271,3 +271,26 @@ def test_round7_inputs() -> None:
             "gh": "ghp_" + "a" * 36, "priv": "-----BEGIN PRIVATE KEY-----XB11", "note": "token=XBODYSECRET3"}  # fmt: skip
     stored = json.dumps(redact_body(body))
     assert [c for c in ("XB9", "XB10", "AKIAIOSFODNN7", "ghp_", "XB11", "XBODYSECRET3") if c in stored] == []
+
+
+def test_round7_a_symlinked_run_folder_is_listed_unreadable_and_small_inputs_answer(tmp_path: Path) -> None:
+    """Round 7 (F11, F12, F13): a symlink in a root (a loop to its flow folder) vanished from the index; --flow m9
+    and RUN_DIR '' were not named; the sim took an ESC in --framework-version and an explicit empty --api-key."""
+    from alflow.results.catalog import Catalog
+    from tests.unit.test_catalog import write_run
+
+    write_run(tmp_path, "2026-01-01T00:00:00+00:00")
+    (tmp_path / "m2" / "20261207T060009Z-loop").symlink_to(tmp_path / "m2")
+    entry = Catalog(str(tmp_path)).get("m2/20261207T060009Z-loop")
+    assert entry is not None
+    assert entry.status == "unreadable"
+    assert "a symlink" in (entry.problem or "")
+    for args, said in (
+        (["report", "compare", "--root", str(tmp_path), "--flow", "m9"], "--flow 'm9' is not one of: m0"),
+        (["report", "show", ""], "RUN_DIR '' is empty"),
+        (["sim", "serve", "--port", "0", "--framework-version", "v\x1b[31m"], "control character(s) U+001B"),
+        (["sim", "serve", "--port", "0", "--api-key", ""], "--api-key '' is empty"),
+    ):
+        ran = CliRunner().invoke(app, args)
+        assert ran.exit_code == 2, (args, ran.output)
+        assert said in ran.output

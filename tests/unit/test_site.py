@@ -222,13 +222,19 @@ async def test_a_listed_file_that_is_a_symlink_out_of_the_root_is_refused(site: 
     assert "outside the root" not in answer.text
 
 
-async def test_a_symlinked_run_directory_is_not_listed(site: Site, tmp_path: Path) -> None:
+async def test_a_symlinked_run_directory_is_listed_unreadable_and_never_read(
+    site: Site, tmp_path: Path
+) -> None:
+    """Not followed (it may point out of the root); listed with the reason, not left out without a word (round 7)."""
     elsewhere = tmp_path / "elsewhere"
     shutil.copytree(site.root / M2, elsewhere)
     (site.root / "m2" / "20270101T000000Z-5y5y5y5y5y5y").symlink_to(elsewhere, target_is_directory=True)
     site.catalog.refresh(force=True)
-    assert site.catalog.get("m2/20270101T000000Z-5y5y5y5y5y5y") is None
+    entry = site.catalog.get("m2/20270101T000000Z-5y5y5y5y5y5y")
+    assert entry is not None
+    assert entry.status == "unreadable"
     assert (await site.get("/runs/m2/20270101T000000Z-5y5y5y5y5y5y/files/summary.json")).status == 404
+    assert (await site.get("/runs/m2/20270101T000000Z-5y5y5y5y5y5y/")).status == 404
 
 
 async def test_raw_files_have_their_content_types_and_parquet_downloads(site: Site) -> None:
