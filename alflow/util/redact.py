@@ -315,15 +315,25 @@ def _assigned(m: re.Match[str]) -> str:
     return f"{m[1]}={REDACTED}" if secret else m[0]
 
 
+_TOKEN_HINTS: Final = ("akia", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "hf_", "sk-", "xox",
+                       "private key")  # fmt: skip
+_ASSIGNED_HINTS: Final = ("token=", "tkn=", "key=", "pwd=", "pass=", "pat=", "cred", "session", "api=", "pem=",
+                          "secret", "passw", "authoriz", "bearer", "cookie", "private")  # fmt: skip
+"""Lower-case text one of :data:`_KNOWN_TOKEN`'s or a secret assignment's matches must hold: a page without any is
+not scanned by those patterns (a results page is mostly markup: the scans were two thirds of its redaction)."""
+
+
 def _redact_free(text: str) -> str:
     """``text`` without credentials written outside a URL: a header value, a known token, a secret assignment.
 
     The patterns :data:`_AUTH_VALUE`, :data:`_KNOWN_TOKEN`, :data:`_ASSIGNED`, each on a bounded prefix: linear.
     """
-    if "earer" in text or "uthorization" in text:
+    lower = text.lower()
+    if "bearer" in lower or "authorization" in lower:
         text = _AUTH_VALUE.sub(lambda m: f"{m[1]} {REDACTED}", text)
-    text = _KNOWN_TOKEN.sub(REDACTED, text)
-    if "=" in text:
+    if any(hint in lower for hint in _TOKEN_HINTS):
+        text = _KNOWN_TOKEN.sub(REDACTED, text)
+    if "=" in text and any(hint in lower for hint in _ASSIGNED_HINTS):
         text = _ASSIGNED.sub(_assigned, text)
     return text
 
