@@ -1297,7 +1297,7 @@ def lying_usage(box: Box) -> Verdict:
 
 
 def unicode_and_controls(box: Box) -> Verdict:
-    """Names in Japanese with a bidi override run and report (item 2); control characters never reach output raw
+    """Names in Japanese run and report (item 2), a bidi override is refused; control characters never reach output raw
     (item 7): in a server label through M2's reports and ``alflow report``, a reference table's model name through
     ``reference show``, a served model name through ``alflow bench``'s table."""
     cases: list[Case] = []
@@ -1306,7 +1306,13 @@ def unicode_and_controls(box: Box) -> Verdict:
         bucket, why = bucket_of(ran.text, ok=ok, kind=kind, timed_out=ran.code is None)
         cases.append(Case(f"{name} ({code_text(ran.code)})", bucket, why or cut(ran.first_error(), 160)))
 
-    name = "\u30e9\u30de-70B \u202eevil"  # Japanese letters and a right-to-left override
+    bidi = m2_config(box, concurrencies=[2], prompts_per_concurrency=2, warmup_per_concurrency=0)
+    bidi["model"]["id"] = bidi["server"]["model"] = "\u30e9\u30de-70B \u202eevil"  # a right-to-left override
+    ran = box.alflow("run", "m2", "--config", str(box.config("m2-bidi.yaml", bidi)))  # refused (round 6, F25)
+    case(
+        "m2 with a bidi override in its model id", ran, ran.code == 2 and len(ran.error_lines()) == 1, "clear"
+    )
+    name = "\u30e9\u30de-70B \u200bzero-width"  # Japanese letters and a zero-width space
     config = m2_config(box, concurrencies=[2], prompts_per_concurrency=2, warmup_per_concurrency=0)
     config["model"]["id"] = name
     config["server"]["model"] = name
@@ -1316,7 +1322,7 @@ def unicode_and_controls(box: Box) -> Verdict:
     complete = bool(runs) and manifest(runs[-1]).get("status") == "complete"
     written = bool(runs) and all((runs[-1] / f).is_file() for f in ("report.md", "report.html"))
     case(
-        "m2 with a Japanese, bidi model id and a control-character label",
+        "m2 with a Japanese, zero-width model id and a control-character label",
         ran,
         ran.code == 0 and complete and written,
     )
@@ -1348,7 +1354,7 @@ def unicode_and_controls(box: Box) -> Verdict:
     bad = [c for c in cases if c.bucket not in GOOD]
     return Verdict(
         f"{len(cases) - len(bad)}/{len(cases)} as documented" if not bad else "; ".join(f"{c.name}: {c.bucket}" for c in bad),
-        "exit 0 and reports written for a Japanese, bidi name; control characters escaped in every output",
+        "exit 0 and reports written for a Japanese name, a bidi override refused; control characters escaped in every output",
         not bad,
         details=tuple(f"{c.name}: {c.bucket}" for c in cases),
         cases=tuple(cases),
