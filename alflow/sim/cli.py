@@ -74,7 +74,14 @@ class ServeOptions:
     max_model_len: Annotated[int, typer.Option(help="Context limit (prompt + output tokens).")] = 32768
     seed: Annotated[int, typer.Option(help="Seed of every random draw.")] = 0
     profile: Annotated[str, typer.Option(help="Timing profile (GPU + model).")] = DEFAULT_PROFILE
-    time_scale: Annotated[float, typer.Option(help="1 = real time; 0 = as fast as possible.")] = 1.0
+    time_scale: Annotated[
+        float,
+        typer.Option(
+            help="1 = real time; 0 = as fast as possible (also $ALFLOW_SIM_TIME_SCALE: a slower engine for the same "
+            "arguments, as a slower image of one regression series).",
+            envvar="ALFLOW_SIM_TIME_SCALE",
+        ),
+    ] = 1.0
     step_log: Annotated[
         Path | None, typer.Option(help="Append one JSON line per verify step to this file.")
     ] = None

@@ -71,7 +71,8 @@ def _nightly_config(tmp_path: Path, root: Path, tag: str, scale: str, n: int) ->
         params[part]["placement"]["results_root"] = str(root)
         # the nightly image, M1's server and M2's alike: its timing is what changed between the nightlies
         params[part]["server"]["image"] = f"alflow-sim:{tag}"
-        params[part]["server"]["extra_args"] = ["--time-scale", scale, "--seed", "3"]
+        params[part]["server"]["extra_args"] = ["--seed", "3"]  # the arguments are part of the series
+        params[part]["server"]["extra_env"] = {"ALFLOW_SIM_TIME_SCALE": scale}  # a slower image: its speed
     params["gate"]["workload"].update(limit=16, max_tokens=128)
     params["benchmark"].update(
         prompts_per_concurrency=8,

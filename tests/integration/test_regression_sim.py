@@ -49,7 +49,8 @@ def _params(root: Path, tag: str, scale: str) -> BenchmarkParams:
             framework="sim",
             model=MODEL.id,
             image=f"alflow-sim:{tag}",
-            extra_args=("--time-scale", scale, "--seed", "3"),
+            extra_args=("--seed", "3"),  # the speed by the environment: the arguments are part of the series
+            extra_env={"ALFLOW_SIM_TIME_SCALE": scale},
         ),
         placement=ServerPlacement(results_root=str(root)),
         workload=RandomWorkload(isl=32, osl=48),
@@ -145,6 +146,11 @@ def test_a_slower_nightly_tag_regresses_and_a_control_run_does_not(
     assert entry is not None
     assert entry.verdict == "regressed"
     [key] = [k for k, _ in entry.series() if k.concurrency == CONCURRENCIES[0]]
-    assert key == SeriesKey("sim", "alflow-sim", MODEL.id, 3, CONCURRENCIES[0], "off", "2.5000", key.scheme)
+    assert key == SeriesKey(
+        "sim", "alflow-sim", MODEL.id, 3, CONCURRENCIES[0], "off", "2.5000", key.scheme, key.workload
+    )
     assert key.scheme  # the scheme the audit tested, part of the line
+    assert key.workload.startswith(
+        "random isl 32 osl 48 "
+    )  # the prompts' shape, the method, the setup's digest
     assert entry.verdict_of(key) == "regressed"
