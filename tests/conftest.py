@@ -378,6 +378,9 @@ def _timing_tests_are_not_starved(request: pytest.FixtureRequest) -> Iterator[No
         _renice(tids, before)
 
 
+_MADE_STATE_DIR: list[str] = []  # the state folder this process made, removed at its end when empty
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Install the unit tier's audit hook; alflow's state folder in a folder of this test session.
 
@@ -397,10 +400,19 @@ def pytest_configure(config: pytest.Config) -> None:
         # one folder per process of the run: a worker never sees the other worker's servers
         os.environ["ALFLOW_STATE_DIR"] = tempfile.mkdtemp(prefix="alflow-test-state-")
         os.environ["ALFLOW_TEST_STATE_DIR_SET"] = os.environ["ALFLOW_STATE_DIR"]
+        _MADE_STATE_DIR.append(os.environ["ALFLOW_STATE_DIR"])
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """The controller removes the workers' groups file."""
+    """The controller removes the workers' groups file; each process its state folder, when it holds nothing.
+
+    A folder that still holds a registry entry (a server a test left) stays, as evidence.
+    """
+    for made in _MADE_STATE_DIR:
+        with contextlib.suppress(OSError):
+            for empty in (Path(made) / "servers", Path(made)):
+                if empty.is_dir():
+                    empty.rmdir()
     if "PYTEST_XDIST_WORKER" not in os.environ and os.environ.get(_GROUPS_FILE):
         path = os.environ.pop(_GROUPS_FILE)
         for suffix in ("", ".run"):
