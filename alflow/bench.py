@@ -435,9 +435,13 @@ async def bench_async(
                 session=http,
                 after_baseline=promql_baseline,
             )
-        except BaseException:
+        except BaseException as exc:
             if r.out is not None:
                 write_records(r.out / "records.parquet", sink)  # interrupted: keep what was recorded
+            kept = f"kept in {r.out / 'records.parquet'}" if r.out is not None else "not kept (no --out)"
+            stopped = isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, SystemExit))
+            how = "interrupted" if stopped else "failed"
+            warn(f"{how} before it ended: {len(sink)} requests recorded, {kept}; no summary written")
             raise
         aborted = m.aborted
         spec_block: dict[str, Any] = {"dialect": None, "metrics_url": None}

@@ -295,6 +295,8 @@ def test_bench_interrupted_or_killed_leaves_no_client_process(how: str, tmp_path
                 os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole process group
                 proc.wait(30)
                 assert (tmp_path / "run" / "records.parquet").exists()  # interrupted: the records are kept
+                said = proc.stderr.read().decode(errors="replace")  # type: ignore[union-attr]
+                assert "warning: interrupted before it ended: " in said, said  # and it says so, in one line
             else:
                 proc.kill()  # no cleanup in the parent: each worker sees its control pipe close and stops
                 proc.wait(30)
