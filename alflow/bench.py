@@ -392,6 +392,10 @@ async def _promql_block(
     return {"url": url, "stats": None if stats is None else stats.to_dict(), "error": error}
 
 
+_STOPPED = (asyncio.CancelledError, KeyboardInterrupt, SystemExit)
+"""How an interruption (Ctrl-C, SIGTERM) reaches the load."""
+
+
 async def bench_async(
     r: BenchRequest, *, progress: Progress | None = None, warn: Callable[[str], None] = lambda _: None
 ) -> BenchResult:
@@ -438,10 +442,11 @@ async def bench_async(
         except BaseException as exc:
             if r.out is not None:
                 write_records(r.out / "records.parquet", sink)  # interrupted: keep what was recorded
-            kept = f"kept in {r.out / 'records.parquet'}" if r.out is not None else "not kept (no --out)"
-            stopped = isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, SystemExit))
-            how = "interrupted" if stopped else "failed"
-            warn(f"{how} before it ended: {len(sink)} requests recorded, {kept}; no summary written")
+            if isinstance(exc, _STOPPED):  # an error says its own line
+                kept = f"kept in {r.out / 'records.parquet'}" if r.out is not None else "not kept (no --out)"
+                warn(
+                    f"interrupted before it ended: {len(sink)} requests recorded, {kept}; no summary written"
+                )
             raise
         aborted = m.aborted
         spec_block: dict[str, Any] = {"dialect": None, "metrics_url": None}
