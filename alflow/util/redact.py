@@ -270,8 +270,9 @@ def _redact_span(span: str) -> str:
     return "".join(parts)
 
 
-_LOOSE_PARAM: Final = re.compile(r"(?<=[?&])([A-Za-z0-9_.%-]{1,64})=([^\s&#'\"<>`,;|]+)")
-"""A query parameter outside a URL (``/tmp/log?token=abc``): bounded name, one value, linear in the text."""
+_LOOSE_PARAM: Final = re.compile(r"([?&][A-Za-z0-9_.%-]{1,64})=([^\s&#'\"<>`,;|]+)")
+"""A query parameter outside a URL (``/tmp/log?token=abc``): bounded name, one value, linear in the text (its
+separator matched, not looked behind for: the scan then skips to each ``?`` and ``&``)."""
 
 
 def redact_urls_in_text(text: str, values: Iterable[str] = ()) -> str:
@@ -286,7 +287,7 @@ def redact_urls_in_text(text: str, values: Iterable[str] = ()) -> str:
             done = end
         text = "".join([*parts, text[done:]])
     if "?" in text and "=" in text:
-        text = _LOOSE_PARAM.sub(lambda m: f"{m[1]}={REDACTED}" if is_secret_param(m[1]) else m[0], text)
+        text = _LOOSE_PARAM.sub(lambda m: f"{m[1]}={REDACTED}" if is_secret_param(m[1][1:]) else m[0], text)
     return redact_values(_redact_free(text), values)
 
 
