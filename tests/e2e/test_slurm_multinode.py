@@ -210,7 +210,8 @@ def test_m2_on_the_two_node_configuration_divides_per_gpu_figures_by_both_nodes_
         check=False,
         env=env,
     )
-    assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-4000:])
+    if run.returncode != 0:  # pytest.fail: the whole message (an assertion's repr is cut in its middle)
+        pytest.fail(f"exit {run.returncode}\nstdout: {run.stdout[-2000:]}\nstderr: {run.stderr[-6000:]}")
     out = json.loads(run.stdout[run.stdout.index("{") :])
     assert (out["nodes"], out["num_gpus"]) == (2, 2)
     assert [p["concurrency"] for p in out["points"]] == [2, 4]
