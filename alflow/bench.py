@@ -396,6 +396,17 @@ _STOPPED = (asyncio.CancelledError, KeyboardInterrupt, SystemExit)
 """How an interruption (Ctrl-C, SIGTERM) reaches the load."""
 
 
+def _keep_interrupted(
+    r: BenchRequest, sink: list[RequestRecord], exc: BaseException, warn: Callable[[str], None]
+) -> None:
+    """A load that did not end: its records so far written to ``--out``; an interruption says so in one line."""
+    if r.out is not None:
+        write_records(r.out / "records.parquet", sink)
+    if isinstance(exc, _STOPPED):  # an error says its own line
+        kept = f"kept in {r.out / 'records.parquet'}" if r.out is not None else "not kept (no --out)"
+        warn(f"interrupted before it ended: {len(sink)} requests recorded, {kept}; no summary written")
+
+
 async def bench_async(
     r: BenchRequest, *, progress: Progress | None = None, warn: Callable[[str], None] = lambda _: None
 ) -> BenchResult:
@@ -440,13 +451,7 @@ async def bench_async(
                 after_baseline=promql_baseline,
             )
         except BaseException as exc:
-            if r.out is not None:
-                write_records(r.out / "records.parquet", sink)  # interrupted: keep what was recorded
-            if isinstance(exc, _STOPPED):  # an error says its own line
-                kept = f"kept in {r.out / 'records.parquet'}" if r.out is not None else "not kept (no --out)"
-                warn(
-                    f"interrupted before it ended: {len(sink)} requests recorded, {kept}; no summary written"
-                )
+            _keep_interrupted(r, sink, exc, warn)
             raise
         aborted = m.aborted
         spec_block: dict[str, Any] = {"dialect": None, "metrics_url": None}

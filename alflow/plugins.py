@@ -183,7 +183,7 @@ def skip_entry_points() -> None:
 def _where(point: EntryPoint) -> str:
     dist = getattr(point, "dist", None)
     source = printable(f"{dist.name} {dist.version}") if dist is not None else "an unknown distribution"
-    return f"entry point {point.name!r} of {ENTRY_POINT_GROUP} in {source} ({point.value})"
+    return f"entry point {point.name!r} of {ENTRY_POINT_GROUP} in {source} ({printable(point.value)})"
 
 
 def _entry_points() -> tuple[EntryPoint, ...]:

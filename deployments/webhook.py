@@ -171,6 +171,17 @@ def _say(message: str) -> None:
     Console(stderr=True, highlight=False, markup=False, soft_wrap=True).print(redact_urls_in_text(message))
 
 
+def _where_to(url: str) -> str:
+    """``url`` as an error may show it: its scheme and host (``'https://hooks.slack.com/...'``), never its path."""
+    try:
+        parts = urlsplit(url.strip())
+        host = parts.hostname or ""
+    except ValueError:
+        host, parts = "", urlsplit("")
+    shown = f"{parts.scheme}://{host}/..." if parts.scheme and host else "(not a URL)"
+    return repr(redact_urls_in_text(shown)[:200])
+
+
 def _is_web_url(url: str) -> bool:
     """Whether ``url`` is an ``http(s)://`` URL with a host (what a Custom Webhook block can post to)."""
     try:
@@ -200,9 +211,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="where to write it (.yaml, .yml or .json)")
     args = parser.parse_args(argv)
     if args.url is not None and not _is_web_url(args.url):  # before any call to the Prefect API
-        _say(
-            f"error: --url {redact_urls_in_text(repr(args.url))[:200]}: give the webhook's http(s)://HOST/... URL"
-        )
+        # a webhook's secret is its path (Slack's /services/T/B/SECRET): only where it points is said
+        _say(f"error: --url {_where_to(args.url)}: give the webhook's http(s)://HOST/... URL, without spaces")
+        return 2
+    try:
+        json_data = json.loads(args.json_data)
+    except ValueError as exc:
+        _say(f"error: --json-data is not valid JSON: {exc}")
+        return 2
+    if not isinstance(json_data, dict):
+        _say(f"error: --json-data must be a JSON object, not {type(json_data).__name__}")
         return 2
     if not get_current_settings().api.url:  # else the block would go to a temporary local server, then vanish
         _say(
@@ -212,9 +230,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         automations = load_automations(args.automations)
         if args.url:
-            json_data = json.loads(args.json_data)
-            if not isinstance(json_data, dict):
-                raise ValueError("--json-data must be a JSON object")
             block_id = save_block(args.url, json_data=json_data)
             _say(f"saved block custom-webhook/{BLOCK_NAME} ({block_id})")
         ids = block_ids(block_slugs(automations))

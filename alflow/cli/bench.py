@@ -71,7 +71,7 @@ from alflow.loadgen.runner import (
 from alflow.metrics.client import SLO, GpuLayout, check_percentiles
 from alflow.reports.markdown import escape_controls
 from alflow.util.names import check_identifier, shown
-from alflow.util.redact import redact_url
+from alflow.util.redact import redact_url, url_problem
 from alflow.util.typer_options import command_of
 
 T = TypeVar("T")
@@ -304,7 +304,30 @@ def _extra_body(text: str | None) -> dict[str, Any]:
         raise InvalidInputError(f"--extra-body is not valid JSON: {exc}") from None
     if not isinstance(extra, dict):
         raise InvalidInputError("--extra-body must be a JSON object")
+    managed = [key for key in extra if key in _MANAGED_BODY_KEYS]
+    if managed:
+        raise InvalidInputError(
+            f"--extra-body sets {', '.join(map(repr, managed))}, which every request's body sets itself (the "
+            "measurement counts on them): use --max-tokens for the output length; the others cannot be changed"
+        )
     return extra
+
+
+_MANAGED_BODY_KEYS: Final = frozenset(
+    {
+        "model",
+        "messages",
+        "prompt",
+        "stream",
+        "stream_options",
+        "n",
+        "best_of",
+        "max_tokens",
+        "max_completion_tokens",
+    }
+)
+"""Request body keys the client sets itself (:mod:`alflow.loadgen.endpoints`): streaming with usage, one choice,
+the prompt and its length. Overridden, the figures went wrong without a word (no usage: 0 input tokens)."""
 
 
 def _check_client_processes(processes: int, auto: bool, warmup: int, concurrency: int) -> None:
@@ -471,6 +494,16 @@ def _bench(o: BenchOptions) -> None:
     _report(result, json_out=o.json_out, api_key=o.api_key)
 
 
+def _check_urls(o: BenchOptions) -> None:
+    """Every URL option a URL to send requests to (said without the URL: it may hold a password)."""
+    given = [("--base-url", o.base_url), ("--prometheus-url", o.prometheus_url or "")]
+    for name, url in [*given, *(("--metrics-url", u) for u in o.metrics_url or ())]:
+        problem = url_problem(url)
+        if problem:
+            raise InvalidInputError(f"{name}: {problem}")
+    _check_base_url(o.base_url)
+
+
 def _check_base_url(url: str) -> None:
     """``--base-url`` with an http(s) scheme and a host a resolver takes (``a..b`` reached it as a traceback)."""
     try:
@@ -496,7 +529,7 @@ def _check_base_url(url: str) -> None:
 def _bench_request(o: BenchOptions) -> BenchRequest:
     """The options checked (one line naming a bad one, before any request) and made the run's request."""
     auth_headers(o.api_key)
-    _check_base_url(o.base_url)
+    _check_urls(o)
     if o.model is not None:
         try:
             check_identifier(o.model, what="--model")

@@ -154,22 +154,30 @@ def _html(request: web.Request, template: str, title: str, status: int = 200, **
     return web.Response(text=escape_controls(_private(text)), content_type="text/html", status=status)
 
 
-def _big_ints_as_text(data: object) -> object:
-    """``data`` with every integer JSON parsers cannot hold (beyond 64 bits) as its decimal text."""
+def _json_ready(data: object) -> object:
+    """``data`` as JSON can carry it: an integer beyond 64 bits as its decimal text, a lone surrogate as U+FFFD.
+
+    A stored run may hold either (a manifest written by another tool, a surrogate's JSON escape): the answer goes.
+    """
     if isinstance(data, int) and not isinstance(data, bool) and not -(2**63) <= data < 2**64:
         return str(data)
+    if isinstance(data, str):
+        return _SURROGATE.sub("\ufffd", data)
     if isinstance(data, dict):
-        return {k: _big_ints_as_text(v) for k, v in data.items()}
+        return {_json_ready(k): _json_ready(v) for k, v in data.items()}
     if isinstance(data, list | tuple):
-        return [_big_ints_as_text(v) for v in data]
+        return [_json_ready(v) for v in data]
     return data
+
+
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
 
 def _json(data: object, status: int = 200, entries: Iterable[CatalogEntry] = ()) -> web.Response:
     try:
         body = orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
-    except TypeError:  # an integer beyond 64 bits in a stored run: sent as text
-        data = _big_ints_as_text(data)
+    except TypeError:  # an integer beyond 64 bits or a lone surrogate in a stored run
+        data = _json_ready(data)
         body = orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
     runs = tuple(entries)
     if b"://" in body or b"?" in body or any(e.run_dir.encode() in body for e in runs if e.run_dir != e.rel):

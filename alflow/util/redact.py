@@ -168,6 +168,10 @@ def redact_url(url: str) -> str:
         return _redact_params(re.sub(r"(://)[^/?#]*@", rf"\g<1>{REDACTED}@", url))
     if not parts.netloc:
         return url
+    late = url.rfind("@")
+    if "@" not in parts.netloc and late > 0 and ":" in url[url.find("://") + 3 : late]:
+        # user:password holding a '/', '?' or '#' (not percent-encoded): a URL parser reads the host from it
+        return f"{url[: url.find('://') + 3]}{REDACTED}{url[late:]}"
     netloc = parts.netloc
     if "@" in netloc:
         netloc = f"{REDACTED}@{netloc.rpartition('@')[2]}"
@@ -192,6 +196,27 @@ def _secret_params(text: str) -> list[str]:
         if eq and value and value != REDACTED and is_secret_param(name):
             names.append(unquote(name))
     return names
+
+
+_NOT_IN_URLS: Final = re.compile(r"[\x00-\x20\x7f\"<>`\\^{}|]")
+"""Characters a URL never holds as they are (RFC 3986: whitespace, controls, quotes, ``<>`\\^{}|``)."""
+
+
+def url_problem(url: str) -> str | None:
+    """What makes ``url`` no URL to send requests to, said without the URL itself (it may hold a password); None: fine.
+
+    A character no URL holds raw (a space, a quote), or an ``@`` after the host: a password holding ``/``, ``?`` or
+    ``#`` that was not percent-encoded, which a URL parser splits into a host and a path, showing the password.
+    """
+    if _NOT_IN_URLS.search(url):
+        return "it holds a character no URL holds as it is (a space, a quote, a control, <, >, `, \\): percent-encode it"
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None  # the caller's own checks say what is wrong with it
+    if "@" not in parts.netloc and "@" in parts.path + parts.query + parts.fragment:
+        return "'@' after the host: a user:password holding '/', '?' or '#' must percent-encode them (%2F, %3F, %23)"
+    return None
 
 
 def url_credentials(url: str) -> list[str]:

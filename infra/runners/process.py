@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -59,6 +60,8 @@ class ProcessRunner:
     _procs: ClassVar[dict[str, subprocess.Popen[bytes]]] = {}
     _secrets: ClassVar[dict[str, Mapping[str, str]]] = {}
     _guards: ClassVar[dict[str, Guard]] = {}
+    _temporary: ClassVar[dict[str, Path]] = {}
+    """A server's temporary folder (no ``log_dir``), removed with its log when the server is stopped."""
 
     def __init__(
         self,
@@ -105,6 +108,8 @@ class ProcessRunner:
                 raise RunnerError(f"cannot start {launch.argv[0]!r}: {exc}") from exc
         pid = process_id(proc.pid)
         self._procs[pid] = proc
+        if not self.options.log_dir:
+            self._temporary[pid] = run_dir
         self._secrets[pid] = secrets
         base = launch.base_url()
         # Nothing runs after its run: the guard stops the group when this process dies (even by
@@ -229,10 +234,16 @@ class ProcessRunner:
         log.info("stopped server pid %s (exit code %s)", pid, proc.returncode)
 
     def _release(self, handle_id: str) -> None:
-        """After a stop: end the server's guard and drop its registry entry."""
+        """After a stop: end the server's guard, drop its registry entry and its temporary folder.
+
+        ``log_dir`` keeps a log; without it the log lives as long as the server, as a container's does.
+        """
         guard = self._guards.pop(handle_id, None)
         if guard is not None:
             guard.release()
+        temporary = self._temporary.pop(handle_id, None)
+        if temporary is not None:
+            shutil.rmtree(temporary, ignore_errors=True)
         pid, _, ticks = handle_id.partition("@")
         registry.unregister(int(pid), ticks or None)
 

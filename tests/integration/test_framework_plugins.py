@@ -258,6 +258,19 @@ HOSTILE = {
         "html.escape, alflow.util.redact.redact_url",
     ),
     "a config module that closes fd 1": (PARTS, "import os\nos.close(1)\nEvilServer = PLUGIN = 1\n", "file descriptors 0-2"),
+    # hostile round 8: what the probe did not compare (a run wrote its files elsewhere, world-writable, or none)
+    "a config module that changes the working folder": (
+        PARTS, "import os\nos.chdir('/')\nEvilServer = PLUGIN = 1\n", "the working folder"
+    ),
+    "a config module that clears the umask": (PARTS, "import os\nos.umask(0)\nEvilServer = PLUGIN = 1\n", "the umask"),
+    "a config module that sets a client's key": (
+        PARTS, "import os\nos.environ['OPENAI_API_KEY'] = 'x'\nEvilServer = PLUGIN = 1\n", "the environment"
+    ),
+    "a config module that replaces a method of the run store": (
+        PARTS,
+        "import alflow.results.store as s\ns.RunWriter.write_json = lambda *a: None\nEvilServer = PLUGIN = 1\n",
+        "alflow.results.store.RunWriter.write_json",
+    ),
 }  # fmt: skip
 """Third-party plugins that break as they load: (the spec module, its config module, the reason listed)."""
 

@@ -126,8 +126,10 @@ def test_timeout_when_never_healthy() -> None:
     assert "server starting" in info.value.log_tail
 
 
-def test_sigterm_then_sigkill_for_the_whole_group() -> None:
-    runner = ProcessRunner(ProcessOptions(stop_timeout_s=0.5))
+def test_sigterm_then_sigkill_for_the_whole_group(tmp_path: Path) -> None:
+    runner = ProcessRunner(
+        ProcessOptions(stop_timeout_s=0.5, log_dir=str(tmp_path))
+    )  # the log read after the stop
     handle = runner.start(server_launch({"MODE": "stubborn"}))
     runner.wait_ready(handle)
     deadline = time.monotonic() + 5
@@ -156,6 +158,16 @@ def test_files_are_written_and_argv_relocated(tmp_path: Path) -> None:
         argv = handle.provenance.argv
         assert isinstance(argv, list)
         assert str(tmp_path) in argv[-1]
+
+
+def test_without_log_dir_the_servers_temporary_folder_goes_with_it() -> None:
+    """Round 8 R8-8: every run without ``log_dir`` left ``/tmp/alflow-<tag>-*/server.log`` behind for good."""
+    runner = ProcessRunner()
+    with running_server(runner, server_launch()) as handle:
+        folder = Path(str(handle.log_path)).parent
+        assert folder.name.startswith("alflow-")
+        assert folder.is_dir()
+    assert not folder.exists()
 
 
 def test_secrets_pass_by_name_and_are_redacted() -> None:

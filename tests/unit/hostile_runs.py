@@ -46,7 +46,7 @@ def _set(data: dict[str, Any], dotted: str, value: object) -> None:
 
 HOSTILE_VALUES: tuple[object, ...] = (
     10**30, -(10**30), float("nan"), float("inf"), -1, 0, "", "x" * 1_000_000, [], {}, None, True,
-    "<script>alert(1)</script>", "\x1b[31m\u202eevil", "9999-99-99T99:99:99", [[[[[]]]]],
+    "<script>alert(1)</script>", "\x1b[31m\u202eevil", "9999-99-99T99:99:99", [[[[[]]]]], "\ud800evil",
 )  # fmt: skip
 MANIFEST_FIELDS = (
     "started", "finished", "run_id", "flow", "status", "error", "config.k", "config.ks", "config.thinking",

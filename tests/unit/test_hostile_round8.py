@@ -1,0 +1,119 @@
+"""Hostile round 8 of issue #49: what an eighth round of hostile inputs found, each answered now."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+
+async def test_a_lone_surrogate_in_a_stored_run_leaves_the_json_api_answering(tmp_path: Path) -> None:
+    """R8-4: a manifest string holding a ``\\ud800`` escape made ``/api/runs`` and ``/api/trends`` answer 500 for the
+    whole root (orjson refuses a lone surrogate); it goes as U+FFFD now."""
+    from tests.unit.test_site import M2, make_root, serving
+
+    root = make_root(tmp_path)
+    manifest = root / M2 / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["config"]["model"]["id"] = "\ud800evil"
+    manifest.write_text(json.dumps(data))  # ensure_ascii: the escape, as another tool writes it
+    async with serving(root) as site:
+        for path in ("/api/runs", "/api/runs?sort=model", "/api/trends", f"/api/runs/{M2}", "/"):
+            answer = await site.get(path)
+            assert answer.status == 200, (path, answer.text[:300])
+        assert "\ufffdevil" in (await site.get(f"/api/runs/{M2}")).text
+
+
+def test_an_entry_points_reference_is_listed_with_its_controls_escaped() -> None:
+    """R8-6: the name and the distribution were escaped, the reference in brackets reached the terminal raw (ESC)."""
+    from importlib.metadata import EntryPoint
+
+    from alflow.plugins import _where
+
+    shown = _where(
+        EntryPoint(name="ev\x1b[2Jname", value="nosuch\x1b[31m.mod:SPEC", group="alflow.frameworks")
+    )
+    assert "\x1b" not in shown
+    assert "nosuch\\x1b[31m.mod:SPEC" in shown
+
+
+@pytest.mark.parametrize(
+    ("option", "url", "said"),
+    [  # R8-1: a password holding a space or a quote was stored as it was in summary.json
+        ("--base-url", "http://u:pw with SPACEPW@127.0.0.1:9", "it holds a character no URL holds"),
+        ("--base-url", 'http://u:PW"QUOTEPW@127.0.0.1:9', "it holds a character no URL holds"),
+        ("--base-url", "http://u:PW\tTABPW@127.0.0.1:9", "it holds a character no URL holds"),
+        # R8-2: one holding '/', '#' or '?' was split into a host and a path, and printed whole
+        ("--base-url", "http://u:pa/SLASHPW@127.0.0.1:9", "'@' after the host"),
+        ("--base-url", "http://u:PW#HASHPW@127.0.0.1:9", "'@' after the host"),
+        ("--metrics-url", "http://u:PW?QPW@127.0.0.1:9/metrics", "'@' after the host"),
+        ("--prometheus-url", "http://u:p w PROMPW@127.0.0.1:9", "it holds a character no URL holds"),
+    ],
+)
+def test_a_url_whose_password_a_parser_would_split_is_refused_without_showing_it(
+    option: str, url: str, said: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from alflow.cli import app
+
+    base = [] if option == "--base-url" else ["--base-url", "http://127.0.0.1:9"]
+    ran = CliRunner().invoke(app, ["bench", *base, "--num-prompts", "2", option, url])
+    assert ran.exit_code == 2, ran.output[-500:]
+    assert f"{option}: {said}" in ran.output
+    assert not [
+        w for w in ("SPACEPW", "QUOTEPW", "TABPW", "SLASHPW", "HASHPW", "QPW", "PROMPW") if w in ran.output
+    ]
+
+
+def test_a_url_that_a_parser_splits_at_the_password_is_shown_without_it() -> None:
+    """R8-2: where such a URL is shown (a stored run, an error), everything up to its last '@' goes."""
+    from alflow.util.redact import redact_url, redact_urls_in_text
+
+    for url in ("http://u:pa/SECRET@h:1", "http://u:PW#SECRET@h:1/x", "https://u:PW?SECRET@h"):
+        assert "SECRET" not in redact_url(url), url
+        assert "SECRET" not in redact_urls_in_text(f"cannot reach {url}: refused"), url
+    assert (
+        redact_url("https://hf.co/org/model@main") == "https://hf.co/org/model@main"
+    )  # no user:password there
+
+
+def test_the_webhook_helper_shows_only_where_a_url_points_and_names_a_bad_json_data(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """R8-3: a Slack webhook's secret is its path: ``--url 'https://hooks.slack.com/services/T/B/SECRET '`` (a
+    trailing space) was printed whole; ``--json-data '[1'`` said "Expecting ',' delimiter" without naming it."""
+    from alflow_deployments.webhook import main
+
+    assert (
+        main(["--url", "https://hooks.slack.com/services/T0/B0/XXSLACKSECRET ", "--out", "/tmp/never.yaml"])
+        == 2
+    )
+    err = capsys.readouterr()
+    assert "XXSLACKSECRET" not in err.out + err.err
+    assert "'https://hooks.slack.com/...'" in err.out + err.err
+    for data, said in (("[1", "--json-data is not valid JSON"), ("[1]", "--json-data must be a JSON object")):
+        assert main(["--url", "https://h.example/x", "--json-data", data, "--out", "/tmp/never.yaml"]) == 2
+        err = capsys.readouterr()
+        assert said in err.out + err.err
+
+
+BODIES = ('{"stream_options": {"include_usage": false}}', '{"stream": false}', '{"n": 3}', '{"max_tokens": 2}',
+          '{"messages": []}', '{"model": "other"}')  # fmt: skip
+
+
+@pytest.mark.parametrize("body", BODIES)
+def test_an_extra_body_that_overrides_what_the_measurement_counts_on_is_refused(body: str) -> None:
+    """R8-7: ``include_usage: false`` gave 0 input tokens and a wrong throughput with exit 0; ``stream: false``, ``n``
+    and ``max_tokens`` failed only after the load had started."""
+    from typer.testing import CliRunner
+
+    from alflow.cli import app
+
+    ran = CliRunner().invoke(app, ["bench", "--base-url", "http://127.0.0.1:9", "--extra-body", body])
+    assert ran.exit_code == 2, ran.output[-500:]
+    assert "--extra-body sets" in ran.output
+    assert "which every request's body sets itself" in ran.output
