@@ -95,12 +95,38 @@ class MetricsEmitter(Protocol):
 
 
 def counter_family(
-    name: str, doc: str, labels: dict[str, str], value: float, created: float
+    name: str, doc: str, labels: dict[str, str], value: float, created: float | None
 ) -> CounterMetricFamily:
-    """A counter family of one sample with ``labels`` and its ``_created`` time."""
+    """A counter family of one sample with ``labels`` and its ``_created`` time (None: no ``_created``)."""
     fam = CounterMetricFamily(name, doc, labels=list(labels))
     fam.add_metric(list(labels.values()), value, created=created)
     return fam
+
+
+def labelled_counter(
+    name: str,
+    doc: str,
+    labels: dict[str, str],
+    label: str,
+    counts: Iterable[tuple[object, float]],
+    created: float | None,
+) -> CounterMetricFamily:
+    """A counter family of one sample per ``(value of label, count)`` in ``counts``, beside ``labels``."""
+    fam = CounterMetricFamily(name, doc, labels=[*labels, label])
+    for key, count in counts:
+        fam.add_metric([*labels.values(), str(key)], count, created=created)
+    return fam
+
+
+FINISH_REASONS = ("stop", "length", "abort")
+"""The ``finished_reason`` label values of the request-success counters (vLLM, TensorRT-LLM)."""
+
+
+def success_family(name: str, labels: dict[str, str], stats: EngineStats) -> CounterMetricFamily:
+    """The request-success counter: finished requests by ``finished_reason`` (:data:`FINISH_REASONS`)."""
+    by_reason = [(r, stats.requests_finished.get(r, 0)) for r in FINISH_REASONS]
+    doc = "Count of successfully processed requests."
+    return labelled_counter(name, doc, labels, "finished_reason", by_reason, stats.created_s)
 
 
 def gauge_family(name: str, doc: str, labels: dict[str, str], value: float) -> GaugeMetricFamily:

@@ -15,47 +15,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from alflow.errors import InvalidInputError
 from alflow.frameworks.atom import metrics as m
 from alflow.frameworks.atom.knobs import LENGTH_FLAG, RATE_FLAG, SCHEME
-from alflow.sim.dialects import EngineSettings, JsonView
+from alflow.sim.dialects import EngineSettings, JsonView, counter_family, gauge_family, labelled_counter
 from alflow.sim.sources import FrameworkSettings
 from alflow.sim.stats import EngineStats
 
 K_FLAG = "--num-speculative-tokens"
 REFRESH_ENV = "ALFLOW_SIM_ATOM_REFRESH_S"
-
-
-@dataclass(frozen=True)
-class _Values:
-    draft: int
-    accepted: int
-    steps: tuple[int, ...]
-    finished: int
-    prompt: int
-    generation: int
-    running: int
-    waiting: int
-    at: float
-
-
-def _values(stats: EngineStats) -> _Values:
-    return _Values(
-        stats.draft_tokens,
-        stats.accepted_tokens,
-        tuple(stats.accept_hist),
-        stats.finished_requests,
-        stats.prompt_tokens,
-        stats.finished_output_tokens,
-        stats.num_running,
-        stats.num_waiting,
-        time.time(),
-    )
 
 
 def _refresh_s() -> float:
@@ -70,17 +41,7 @@ class AtomEmitter:
     records_iterations = False
 
     def __init__(self) -> None:
-        self._snapshots: dict[int, _Values] = {}
-
-    def _snapshot(self, stats: EngineStats) -> _Values:
-        period = _refresh_s()
-        held = self._snapshots.get(id(stats))
-        now = time.time()
-        if period == 0 or held is None or now - held.at >= period:
-            if len(self._snapshots) > 64:  # servers of past tests in this process
-                self._snapshots.clear()
-            held = self._snapshots[id(stats)] = _values(stats)
-        return held
+        self._snapshots: dict[int, tuple[float, list[Metric]]] = {}
 
     def json_routes(self) -> Mapping[str, JsonView]:
         """``/server_info``: what ATOM's says (``api_server.py``: model id, served name, TP and DP sizes)."""
@@ -88,29 +49,56 @@ class AtomEmitter:
 
     def families(self, stats: EngineStats, config: EngineSettings) -> Iterator[Metric]:
         del config
-        v = self._snapshot(stats)
-        yield _gauge(m.LAST_REFRESH, "When the metrics snapshot was last refreshed.", v.at)
-        yield _counter(m.MTP_DRAFT_TOKENS, "Total draft tokens proposed by MTP.", v.draft)
-        yield _counter(m.MTP_ACCEPTED_TOKENS, "Total accepted speculative bonus tokens.", v.accepted)
-        steps = sum(v.steps)
-        yield _gauge(
-            m.MTP_ACCEPTANCE_RATE, "MTP draft acceptance rate.", v.accepted / v.draft if v.draft else 0.0
+        period = _refresh_s()
+        held = self._snapshots.get(id(stats))
+        now = time.time()
+        if period == 0 or held is None or now - held[0] >= period:
+            if len(self._snapshots) > 64:  # servers of past tests in this process
+                self._snapshots.clear()
+            held = self._snapshots[id(stats)] = (now, list(_families(stats, now)))
+        return iter(held[1])
+
+
+def _families(stats: EngineStats, at: float) -> Iterator[Metric]:
+    """The families of a snapshot of ``stats`` taken at ``at``."""
+    yield gauge_family(m.LAST_REFRESH, "When the metrics snapshot was last refreshed.", {}, at)
+    yield counter_family(
+        m.MTP_DRAFT_TOKENS, "Total draft tokens proposed by MTP.", {}, stats.draft_tokens, None
+    )
+    yield counter_family(
+        m.MTP_ACCEPTED_TOKENS, "Total accepted speculative bonus tokens.", {}, stats.accepted_tokens, None
+    )
+    steps = sum(stats.accept_hist)
+    yield gauge_family(
+        m.MTP_ACCEPTANCE_RATE,
+        "MTP draft acceptance rate.",
+        {},
+        stats.accepted_tokens / stats.draft_tokens if stats.draft_tokens else 0.0,
+    )
+    yield gauge_family(
+        m.MTP_TOKENS_PER_FORWARD,
+        "Average tokens per forward.",
+        {},
+        1 + stats.accepted_tokens / steps if steps else 0.0,
+    )
+    if steps:
+        doc = "Decode steps by accepted tokens."
+        yield labelled_counter(
+            m.MTP_DECODE_STEPS, doc, {}, m.ACCEPTED_LABEL, enumerate(stats.accept_hist), None
         )
-        yield _gauge(
-            m.MTP_TOKENS_PER_FORWARD, "Average tokens per forward.", 1 + v.accepted / steps if steps else 0.0
-        )
-        if steps:
-            fam = CounterMetricFamily(
-                m.MTP_DECODE_STEPS, "Decode steps by accepted tokens.", labels=[m.ACCEPTED_LABEL]
-            )
-            for accepted, count in enumerate(v.steps):
-                fam.add_metric([str(accepted)], count)
-            yield fam
-        yield _counter(m.REQUESTS_FINISHED, "Total finished requests.", v.finished)
-        yield _counter(m.PROMPT_TOKENS, "Total prompt tokens of finished requests.", v.prompt)
-        yield _counter(m.GENERATION_TOKENS, "Total generation tokens of finished requests.", v.generation)
-        yield _gauge(m.REQUESTS_RUNNING, "Running requests.", v.running)
-        yield _gauge(m.REQUESTS_WAITING, "Waiting requests.", v.waiting)
+    yield counter_family(m.REQUESTS_FINISHED, "Total finished requests.", {}, stats.finished_requests, None)
+    yield counter_family(
+        m.PROMPT_TOKENS, "Total prompt tokens of finished requests.", {}, stats.prompt_tokens, None
+    )
+    yield counter_family(
+        m.GENERATION_TOKENS,
+        "Total generation tokens of finished requests.",
+        {},
+        stats.finished_output_tokens,
+        None,
+    )
+    yield gauge_family(m.REQUESTS_RUNNING, "Running requests.", {}, stats.num_running)
+    yield gauge_family(m.REQUESTS_WAITING, "Waiting requests.", {}, stats.num_waiting)
 
 
 def server_info(stats: EngineStats, config: EngineSettings) -> object:
@@ -122,18 +110,6 @@ def server_info(stats: EngineStats, config: EngineSettings) -> object:
         "tp_size": 1,
         "dp_size": config.nnodes if config.node_parallel == "dp" else 1,
     }
-
-
-def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
-    fam = CounterMetricFamily(name, doc)
-    fam.add_metric([], value)
-    return fam
-
-
-def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
-    fam = GaugeMetricFamily(name, doc)
-    fam.add_metric([], value)
-    return fam
 
 
 def _number(flag: str, text: str) -> float:

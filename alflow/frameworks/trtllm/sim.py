@@ -14,12 +14,20 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from alflow.errors import InvalidInputError
 from alflow.frameworks.trtllm import names as trtllm_names
-from alflow.sim.dialects import EngineSettings, JsonView, counter_family, gauge_family, histogram_family
+from alflow.sim.dialects import (
+    EngineSettings,
+    JsonView,
+    counter_family,
+    gauge_family,
+    histogram_family,
+    labelled_counter,
+    success_family,
+)
 from alflow.sim.sources import FrameworkSettings
 from alflow.sim.stats import EngineStats
 
@@ -74,19 +82,17 @@ class TrtllmEmitter:
             lab,
             stats.last_step_al,
         )
-        pos_labels = [*lab, trtllm_names.TRTLLM_POSITION_LABEL]
-        drafted = CounterMetricFamily(
-            trtllm_names.TRTLLM_DRAFTED_PER_POS, "Drafted tokens per position.", labels=pos_labels
+        pos = trtllm_names.TRTLLM_POSITION_LABEL
+        accepted = list(enumerate(stats.finished_accepted_per_position()))
+        drafted = [
+            (i, stats.finished_verify_steps) for i, _ in accepted
+        ]  # each verify step drafts every position
+        yield labelled_counter(
+            trtllm_names.TRTLLM_DRAFTED_PER_POS, "Drafted tokens per position.", lab, pos, drafted, c
         )
-        accepted = CounterMetricFamily(
-            trtllm_names.TRTLLM_ACCEPTED_PER_POS, "Accepted tokens per position.", labels=pos_labels
+        yield labelled_counter(
+            trtllm_names.TRTLLM_ACCEPTED_PER_POS, "Accepted tokens per position.", lab, pos, accepted, c
         )
-        steps = stats.finished_verify_steps  # every verify step drafts at every position
-        for i, n in enumerate(stats.finished_accepted_per_position()):
-            drafted.add_metric([*lab.values(), str(i)], steps, created=c)
-            accepted.add_metric([*lab.values(), str(i)], n, created=c)
-        yield drafted
-        yield accepted
         yield _speculative_config_info(config, lab)
         yield counter_family(
             trtllm_names.TRTLLM_PROMPT_TOKENS, "Number of prompt tokens.", lab, stats.prompt_tokens, c
@@ -98,14 +104,7 @@ class TrtllmEmitter:
             stats.generation_tokens,
             c,
         )
-        success = CounterMetricFamily(
-            trtllm_names.TRTLLM_REQUEST_SUCCESS,
-            "Count of successfully processed requests.",
-            labels=[*lab, "finished_reason"],
-        )
-        for reason in ("stop", "length", "abort"):
-            success.add_metric([*lab.values(), reason], stats.requests_finished.get(reason, 0), created=c)
-        yield success
+        yield success_family(trtllm_names.TRTLLM_REQUEST_SUCCESS, lab, stats)
         yield histogram_family(
             trtllm_names.TRTLLM_TTFT_SECONDS, "Histogram of time to first token in seconds.", lab, stats.ttft
         )

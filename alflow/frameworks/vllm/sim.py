@@ -12,12 +12,19 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import cast
 
-from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from alflow.errors import InvalidInputError
 from alflow.frameworks.vllm import names as vllm_names
-from alflow.sim.dialects import EngineSettings, JsonView, counter_family, gauge_family, histogram_family
+from alflow.sim.dialects import (
+    EngineSettings,
+    JsonView,
+    counter_family,
+    gauge_family,
+    histogram_family,
+    labelled_counter,
+    success_family,
+)
 from alflow.sim.sources import FrameworkSettings
 from alflow.sim.stats import EngineStats
 
@@ -46,12 +53,9 @@ class VllmEmitter:
         yield counter_family(
             vllm_names.VLLM_NUM_ACCEPTED_TOKENS, "Number of accepted tokens.", lab, stats.accepted_tokens, c
         )
-        per_pos = CounterMetricFamily(
-            vllm_names.VLLM_ACCEPTED_PER_POS, "Accepted tokens per draft position.", labels=[*lab, "position"]
-        )
-        for i, n in enumerate(stats.accepted_per_position()):
-            per_pos.add_metric([*lab.values(), str(i)], n, created=c)
-        yield per_pos
+        per_pos = enumerate(stats.accepted_per_position())
+        doc = "Accepted tokens per draft position."
+        yield labelled_counter(vllm_names.VLLM_ACCEPTED_PER_POS, doc, lab, "position", per_pos, c)
         yield counter_family(
             vllm_names.VLLM_PROMPT_TOKENS, "Number of prefill tokens processed.", lab, stats.prompt_tokens, c
         )
@@ -62,14 +66,7 @@ class VllmEmitter:
             stats.generation_tokens,
             c,
         )
-        success = CounterMetricFamily(
-            vllm_names.VLLM_REQUEST_SUCCESS,
-            "Count of successfully processed requests.",
-            labels=[*lab, "finished_reason"],
-        )
-        for reason in ("stop", "length", "abort"):
-            success.add_metric([*lab.values(), reason], stats.requests_finished.get(reason, 0), created=c)
-        yield success
+        yield success_family(vllm_names.VLLM_REQUEST_SUCCESS, lab, stats)
         yield gauge_family(
             vllm_names.VLLM_NUM_RUNNING,
             "Number of requests in model execution batches.",
