@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 import orjson
 from aiohttp import web
@@ -358,7 +358,7 @@ class ServerThread:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(stop.set)
 
-    def start(self, timeout_s: float = 30.0) -> ServerThread:
+    def start(self, timeout_s: float = 30.0) -> Self:
         """Start the thread and wait until the server listens (its start error is raised here)."""
         self._thread.start()
         if not self._ready.wait(timeout_s):
@@ -371,3 +371,10 @@ class ServerThread:
         """Stop the server and join the thread."""
         self.request_stop()
         self._thread.join(timeout_s)
+
+    def __enter__(self) -> Self:
+        """The handle (started by :meth:`start`, stopped when the block ends)."""
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()

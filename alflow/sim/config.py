@@ -128,10 +128,8 @@ class SimConfig:
 
     def validate(self) -> SimConfig:
         """Return self if every value is allowed, else raise InvalidInputError naming the value."""
-        if self.dialect not in dialect_names():
-            raise InvalidInputError(f"--dialect {self.dialect!r} is not one of {', '.join(dialect_names())}")
-        if self.method not in METHODS:
-            raise InvalidInputError(f"--method {self.method!r} is not one of {', '.join(METHODS)}")
+        _check_choice("--dialect", self.dialect, dialect_names())
+        _check_choice("--method", self.method, METHODS)
         if self.synthetic:
             get_scheme(self.scheme)
             target = SyntheticTarget.of(self.k, al=self.synthetic_al, rates=self.synthetic_rates)
@@ -143,11 +141,9 @@ class SimConfig:
             SyntheticTarget.of(self.k, al=1.0)  # validates K
             if self.synthetic_scheme is not None:
                 get_scheme(self.synthetic_scheme)
-        if self.per_request_spec_decode_metrics not in PER_REQUEST_LEVELS:
-            raise InvalidInputError(
-                f"--per-request-spec-decode-metrics {self.per_request_spec_decode_metrics!r} is not one of "
-                f"{', '.join(PER_REQUEST_LEVELS)}"
-            )
+        _check_choice(
+            "--per-request-spec-decode-metrics", self.per_request_spec_decode_metrics, PER_REQUEST_LEVELS
+        )
         # vLLM also refuses the flag without --speculative-config (vllm/config/vllm.py); the sim always speculates
         # (K >= 1 is checked above), so only the dialect can be wrong here
         if self.per_request_spec_decode_metrics != "none" and self.dialect != "vllm":
@@ -173,10 +169,7 @@ class SimConfig:
             _check_range("--crash-after-requests", self.crash_after_requests, 0, 1 << 40)
         if self.stall_after_tokens is not None:
             _check_range("--stall-after-tokens", self.stall_after_tokens, 0, 1 << 40)
-        if self.sglang_token_mode not in SGLANG_TOKEN_MODES:
-            raise InvalidInputError(
-                f"--sglang-token-mode {self.sglang_token_mode!r} is not one of {', '.join(SGLANG_TOKEN_MODES)}"
-            )
+        _check_choice("--sglang-token-mode", self.sglang_token_mode, SGLANG_TOKEN_MODES)
         if self.answer_key is not None and not self.answer_key.is_file():
             raise InvalidInputError(f"--answer-key {str(self.answer_key)!r} is not a readable file")
         self._validate_nodes()
@@ -187,10 +180,7 @@ class SimConfig:
         _check_range("--node-rank", self.node_rank, 0, 1023)
         if self.node_rank >= self.nnodes:
             raise InvalidInputError(f"--node-rank {self.node_rank} must be below --nnodes {self.nnodes}")
-        if self.node_parallel not in NODE_PARALLEL:
-            raise InvalidInputError(
-                f"--node-parallel {self.node_parallel!r} is not one of {', '.join(NODE_PARALLEL)}"
-            )
+        _check_choice("--node-parallel", self.node_parallel, NODE_PARALLEL)
         _check_float("--join-timeout", self.join_timeout_s, 0.1, 86400.0)
         _check_float("--heartbeat-interval", self.heartbeat_s, 0.01, 60.0)
         _check_float("--peer-timeout", self.peer_timeout_s, 0.05, 3600.0)
@@ -229,6 +219,11 @@ def default_scheme(dialect: str) -> str:
 def framework_env() -> dict[str, str]:
     """Every framework's knob environment variable -> the framework that reads it."""
     return {name: f.name for f in sim_plugins() for name in sorted(f.knob_env)}
+
+
+def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise InvalidInputError(f"{name} {value!r} is not one of {', '.join(choices)}")
 
 
 def _check_range(name: str, value: int, low: int, high: int) -> None:

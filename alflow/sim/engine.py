@@ -380,14 +380,7 @@ class SimEngine:
             self._emit_reasoning(req, n, now_ns, first=first, last=last)
             return
         frag = _take(req, n)
-        req.emitted += n
-        st = self.stats
-        st.generation_tokens += n
-        if first:
-            st.ttft.observe((now_ns - req.arrival_ns) / 1e9)
-        else:
-            st.itl.observe((now_ns - req.last_ns) / 1e9)
-        req.last_ns = now_ns
+        self._count_emitted(req, n, now_ns, first=first)
         if req.stream:
             transport = req.transport
             if transport is None or transport.is_closing():
@@ -400,10 +393,7 @@ class SimEngine:
                 )
             else:
                 if last:
-                    if req.nagle_sock is not None:
-                        # flush now: no delayed-ACK wait at the end of a response
-                        with contextlib.suppress(OSError):
-                            req.nagle_sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    _flush(req)
                     body = req.prefix + frag + req.final_suffix
                     if req.tail is not None:
                         body += req.tail(req.emitted)
@@ -416,12 +406,8 @@ class SimEngine:
         if last:
             self._finish(req, req.finish_reason)
 
-    def _emit_reasoning(self, req: SimRequest, n: int, now_ns: int, *, first: bool, last: bool) -> None:
-        """The slow path while a request is still "thinking": reasoning (and maybe content) events."""
-        n_reason = min(n, req.reasoning_left)
-        req.reasoning_left -= n_reason
-        rfrag = _take(req, n_reason)
-        cfrag = _take(req, n - n_reason) if n > n_reason else b""
+    def _count_emitted(self, req: SimRequest, n: int, now_ns: int, *, first: bool) -> None:
+        """``n`` more tokens emitted at ``now_ns``: the generation counter and the TTFT or inter-token latency."""
         req.emitted += n
         st = self.stats
         st.generation_tokens += n
@@ -430,6 +416,14 @@ class SimEngine:
         else:
             st.itl.observe((now_ns - req.last_ns) / 1e9)
         req.last_ns = now_ns
+
+    def _emit_reasoning(self, req: SimRequest, n: int, now_ns: int, *, first: bool, last: bool) -> None:
+        """The slow path while a request is still "thinking": reasoning (and maybe content) events."""
+        n_reason = min(n, req.reasoning_left)
+        req.reasoning_left -= n_reason
+        rfrag = _take(req, n_reason)
+        cfrag = _take(req, n - n_reason) if n > n_reason else b""
+        self._count_emitted(req, n, now_ns, first=first)
         if not req.stream:
             req.reasoning_parts.append(rfrag)
             if cfrag:
@@ -444,9 +438,7 @@ class SimEngine:
                 body += req.reasoning_mid + rfrag
             body += req.suffix
             if last:
-                if req.nagle_sock is not None:
-                    with contextlib.suppress(OSError):
-                        req.nagle_sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                _flush(req)
                 body += req.prefix + cfrag + req.final_suffix
                 if req.tail is not None:
                     body += req.tail(req.emitted)
@@ -463,9 +455,7 @@ class SimEngine:
         error = {"error": {"message": message, "type": "InternalServerError", "param": None, "code": 500}}
         body = b"data: " + orjson.dumps(error) + b"\n\n" + _DONE
         req.error = "stream error"
-        if req.nagle_sock is not None:
-            with contextlib.suppress(OSError):
-                req.nagle_sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        _flush(req)
         transport = req.transport
         if req.stream and transport is not None and not transport.is_closing():
             transport.write(b"%x\r\n%b\r\n" % (len(body), body) if req.chunked else body)
@@ -488,6 +478,13 @@ class SimEngine:
             req.error = req.error or "aborted"
         if req.done is not None and not req.done.done():
             req.done.set_result(None)
+
+
+def _flush(req: SimRequest) -> None:
+    """Send what is buffered now (TCP_NODELAY): no delayed-ACK wait at the end of a response."""
+    if req.nagle_sock is not None:
+        with contextlib.suppress(OSError):
+            req.nagle_sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def _take(req: SimRequest, n: int) -> bytes:

@@ -23,7 +23,7 @@ import urllib.request
 from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, Self
 
 from alflow.errors import AlflowError
 from alflow.serving.app import OnReady, ServerThread
@@ -58,16 +58,9 @@ class SimThread(ServerThread):
         """URL of the dialect's Prometheus text."""
         return self.base_url + emitter_of(self.config.dialect).metrics_path
 
-    def start(self, timeout_s: float = 30.0) -> SimThread:
+    def start(self, timeout_s: float = 30.0) -> Self:
         """Start the thread and wait until the server listens (its start-up delay comes on top)."""
-        super().start(timeout_s + self.config.startup_delay_s)
-        return self
-
-    def __enter__(self) -> SimThread:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.stop()
+        return super().start(timeout_s + self.config.startup_delay_s)
 
 
 def start_in_thread(config: SimConfig, timeout_s: float = 30.0) -> SimThread:

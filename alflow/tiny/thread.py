@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
-from types import TracebackType
+from typing import Self
 
 from alflow.serving.app import OnReady, ServerThread
 from alflow.tiny.server import TinyService, TinyStartupError, serve
@@ -21,19 +21,9 @@ class TinyThread(ServerThread):
 
         super().__init__(run, server.settings.host, name="alflow-tiny-server", error=TinyStartupError)
 
-    def start(self, timeout_s: float = 30.0) -> TinyThread:
-        """Start the thread and wait until the server listens."""
-        super().start(timeout_s)
-        return self
-
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stop serving and join the thread."""
         super().stop(timeout_s)
 
-    def __enter__(self) -> TinyThread:
+    def __enter__(self) -> Self:
         return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
