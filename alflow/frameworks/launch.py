@@ -42,7 +42,6 @@ HEAD_ADDR = "@ALFLOW_HEAD_ADDR@"
 """Replaced by the address of the head node (rank 0), reachable from every node."""
 NNODES = "@ALFLOW_NNODES@"
 """Replaced by the number of nodes the server spans."""
-NODE_PLACEHOLDERS = (NODE_RANK, HEAD_ADDR, NNODES)
 NODE_ADDR_PREFIX = "@ALFLOW_NODE_ADDR_"
 
 
