@@ -20,6 +20,7 @@ from alflow.cli.common import JsonOpt, console, emit_json, handle_errors
 from alflow.errors import InvalidInputError
 from alflow.reference import table as ref
 from alflow.reports.markdown import escape_controls
+from alflow.util.rows import dump_row
 from alflow.util.yamlfile import describe_validation, load_yaml_model
 
 if TYPE_CHECKING:
@@ -118,7 +119,7 @@ def reference_diff(
         raise InvalidInputError(f"--tolerance {tolerance:g}: must be a finite number >= 0")
     diff = ref.diff_tables(ref.load_reference(old), ref.load_reference(new), tolerance=tolerance)
     if as_json:
-        emit_json(diff.to_dict())
+        emit_json(dump_row(diff))
         return
     for line in diff.table_changes:
         console.print(f"table {line}", highlight=False, markup=False)

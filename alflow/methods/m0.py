@@ -293,7 +293,7 @@ def m0_summary(
         reference_path=str(path),
         entries=list(entries),
         cached_points=list(cached_points),
-        diff=None if diff is None else diff.to_dict(),
+        diff=diff,
         partial=bool(failures),
         failures=list(failures),
         reference_updated=not failures,

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Literal, Self
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, computed_field, model_validator
 
 from alflow.acceptance.synthetic import K_MAX, K_MIN
 from alflow.config import (
@@ -547,55 +547,35 @@ class DiffRow:
     new_al: float | None
     provenance_changes: tuple[str, ...] = ()
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def delta(self) -> float | None:
-        """New minus old AL."""
+        """New minus old AL (rounded to 12 digits)."""
         if self.old_al is None or self.new_al is None:
             return None
-        return self.new_al - self.old_al
+        return round(self.new_al - self.old_al, 12)
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def rel_delta(self) -> float | None:
-        """Relative change ``(new - old) / old``."""
-        d = self.delta
-        return None if d is None or self.old_al is None else d / self.old_al
-
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready form."""
-        return {
-            "model": self.model,
-            "method": self.method,
-            "thinking": self.thinking,
-            "k": self.k,
-            "variant": self.variant,
-            "status": self.status,
-            "old_al": self.old_al,
-            "new_al": self.new_al,
-            "delta": None if self.delta is None else round(self.delta, 12),
-            "rel_delta": None if self.rel_delta is None else round(self.rel_delta, 12),
-            "provenance_changes": list(self.provenance_changes),
-        }
+        """Relative change ``(new - old) / old`` (rounded to 12 digits)."""
+        if self.old_al is None or self.new_al is None:
+            return None
+        return round((self.new_al - self.old_al) / self.old_al, 12)
 
 
 @dataclass(frozen=True)
 class ReferenceDiff:
-    """Every point of two tables with what changed and by how much."""
+    """Every point of two tables with what changed and by how much (M0's ``summary.json`` stores it as it is)."""
 
     rows: tuple[DiffRow, ...]
     table_changes: tuple[str, ...]
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def changed(self) -> bool:
         """True when any value was added, removed or changed."""
         return any(r.status != "unchanged" for r in self.rows) or bool(self.table_changes)
-
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready form."""
-        return {
-            "changed": self.changed,
-            "table_changes": list(self.table_changes),
-            "rows": [r.to_dict() for r in self.rows],
-        }
 
 
 _PROVENANCE_FIELDS = (

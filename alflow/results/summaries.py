@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from alflow.errors import AlflowError
 from alflow.gates import Verdict
-from alflow.reference.table import ReferenceEntry
+from alflow.reference.table import ReferenceDiff, ReferenceEntry
 from alflow.results.rows import M2Point
 from alflow.results.store import RunWriter
 
@@ -55,7 +55,9 @@ class M0RunSummary(StoredSummary):
     reference_path: str
     entries: list[ReferenceEntry] = Field(default_factory=list, description="The reference entries measured.")
     cached_points: list[str] = Field(default_factory=list)
-    diff: dict[str, Any] | None = None
+    diff: ReferenceDiff | None = Field(
+        None, description="How the reference table changed (None: no previous table)."
+    )
     partial: bool = False
     reference_updated: bool = Field(
         True, description="False when the run failed: its entries are in the run only."
