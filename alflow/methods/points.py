@@ -9,7 +9,6 @@ point with failed requests is invalid) are tested on their own.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from alflow.acceptance.runtime_k import note_warnings
 from alflow.acceptance.stats import SpecStats
@@ -17,7 +16,7 @@ from alflow.gates import AuditDetails, Verdict
 from alflow.measure import Measurement
 from alflow.methods.kchoice import Objective, choose_k
 from alflow.metrics.point_metrics import point_values
-from alflow.results.rows import M2Point
+from alflow.results.rows import BestK, M2Point
 
 __all__ = ["BestK", "M2Point", "al_source", "best_k", "m2_point"]
 
@@ -125,22 +124,6 @@ def m2_point(
         loop_lag_p99_ms=None if load is None else load.lag_p99_ms,
     )
     return point, failures
-
-
-@dataclass(frozen=True)
-class BestK:
-    """At one concurrency, the K chosen by output throughput per GPU and the K chosen by interactivity.
-
-    Each K is chosen by :func:`alflow.methods.kchoice.choose` (vLLM's rule: median minus a MAD penalty over the
-    repeats, ties within 1 % to the smaller K); the figure is the chosen K's median over its repeats.
-    None where no K has a positive figure for that objective.
-    """
-
-    concurrency: int
-    best_k_throughput: int | None
-    output_throughput_per_gpu: float | None
-    best_k_interactivity: int | None
-    median_interactivity_tokens_per_s: float | None
 
 
 def best_k(points: Sequence[M2Point]) -> list[BestK]:

@@ -20,7 +20,6 @@ from alflow.methods.sweep_rules import lost_nodes, per_k_rows, sweep_failures
 from alflow.results.rows import M2Point
 from alflow.results.store import RunWriter
 from alflow.results.summaries import SweepRunSummary
-from alflow.util.rows import dump_row
 
 FLOW = "sweep"
 
@@ -57,7 +56,6 @@ def conclude_sweep(
     for line in warnings:
         steps.warn(line)
     rows = per_k_rows(results)
-    best_rows = [dump_row(b) for b in summary]
     tables = {"per_k": pl.DataFrame(rows)}
     if points:
         tables["spec_stats"] = pl.DataFrame([p.model_dump() for p in points])
@@ -65,7 +63,7 @@ def conclude_sweep(
         flow="sweep",
         mode=mode,
         ks=list(params.ks),
-        best_k=best_rows,
+        best_k=summary,
         repeats=params.benchmark.repeats,
         k_choice=choices,
         failures=failures,

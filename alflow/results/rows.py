@@ -9,6 +9,7 @@ column each.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 from pydantic import (
@@ -131,3 +132,19 @@ class M2Point(BaseModel):
 
 
 _REQUIRED: Final = ("concurrency", "k", "target_al")
+
+
+@dataclass(frozen=True)
+class BestK:
+    """At one concurrency, the K chosen by output throughput per GPU and the K chosen by interactivity.
+
+    Each K is chosen by :func:`alflow.methods.kchoice.choose` (vLLM's rule: median minus a MAD penalty over the
+    repeats, ties within 1 % to the smaller K); the figure is the chosen K's median over its repeats.
+    None where no K has a positive figure for that objective.
+    """
+
+    concurrency: int
+    best_k_throughput: int | None
+    output_throughput_per_gpu: float | None
+    best_k_interactivity: int | None
+    median_interactivity_tokens_per_s: float | None

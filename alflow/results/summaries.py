@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from alflow.errors import AlflowError
 from alflow.gates import Verdict
 from alflow.reference.table import ReferenceDiff, ReferenceEntry
-from alflow.results.rows import M2Point
+from alflow.results.rows import BestK, M2Point
 from alflow.results.store import RunWriter
 
 SCHEMA_FILE = "summary.schema.json"
@@ -97,7 +97,7 @@ class SweepRunSummary(StoredSummary):
     flow: Literal["sweep"]
     mode: str
     ks: list[int]
-    best_k: list[dict[str, Any]] = Field(default_factory=list)
+    best_k: list[BestK] = Field(default_factory=list, description="The best K per concurrency, one row each.")
     repeats: int = 1
     k_choice: list[dict[str, Any]] = Field(default_factory=list)
     lost_nodes: list[str] = Field(default_factory=list)
