@@ -59,6 +59,7 @@ from alflow.metrics.promql import PromQLStart, PromQLWindow, baseline_counters, 
 from alflow.metrics.readers import candidate_metrics_urls, detect, get_dialect
 from alflow.util import eventloop, jsonutil
 from alflow.util.redact import redact_body, redact_data, redact_url, redact_urls_in_text
+from alflow.util.rows import dump_row
 from alflow.workloads import check_prompt_memory, file_sha256
 
 T = TypeVar("T")
@@ -389,7 +390,7 @@ async def _promql_block(
         }
     window = PromQLWindow(url, start_s, time.time(), selector=r.prometheus_selector, start=baseline.start)
     stats, error = await asyncio.to_thread(stats_or_error, dialect.spec_stats, window, k=r.k)
-    return {"url": url, "stats": None if stats is None else stats.to_dict(), "error": error}
+    return {"url": url, "stats": None if stats is None else dump_row(stats), "error": error}
 
 
 _STOPPED = (asyncio.CancelledError, KeyboardInterrupt, SystemExit)

@@ -52,7 +52,7 @@ from alflow.metrics.prometheus import (
     scrape_all,
 )
 from alflow.metrics.readers import count_readers, get_dialect
-from alflow.util.rows import load_row
+from alflow.util.rows import dump_row, load_row
 
 PARTIAL_ATTR = "alflow_partial_measurement"
 """Attribute set on a SIGTERM / Ctrl-C exception that stopped a load: the :class:`Measurement` so far."""
@@ -115,7 +115,7 @@ class Measurement:
         """Server-side results as JSON-ready data (stats, error, resets, scrape counts)."""
         return {
             "dialect": self.dialect,
-            "stats": None if self.spec_stats is None else self.spec_stats.to_dict(),
+            "stats": None if self.spec_stats is None else dump_row(self.spec_stats),
             "error": self.stats_error,
             "counter_resets": list(self.counter_resets),
             "background_scrapes": len(self.series),

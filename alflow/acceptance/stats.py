@@ -30,7 +30,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Literal
+from typing import Annotated, Literal
+
+from pydantic import PlainSerializer, computed_field
 
 from alflow.acceptance.synthetic import conditional_from_unconditional
 from alflow.errors import AlflowError, InvalidInputError
@@ -40,6 +42,14 @@ CIMethod = Literal["per-step-clustered", "per-step-iid", "histogram-iid", "varia
 NO_STEPS_NOTE = "no speculative steps observed in the window (zero drafts): AL is undefined"
 CI_LEVEL = 0.95
 """The default confidence level of the AL interval (M1 takes ``GateTolerances.confidence``)."""
+
+
+def _r(x: float) -> float:
+    return round(x, 12) + 0.0
+
+
+R12 = Annotated[float, PlainSerializer(_r)]
+"""A float stored rounded to 12 digits (and -0.0 as 0.0)."""
 
 
 class CounterResetError(AlflowError):
@@ -56,20 +66,12 @@ class ConfidenceInterval:
     method: CIMethod
     note: str = ""
 
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready form."""
-        return {
-            "low": _r(self.low),
-            "high": _r(self.high),
-            "level": self.level,
-            "method": self.method,
-            "note": self.note,
-        }
-
 
 @dataclass(frozen=True)
 class SpecStats:
     """Speculative-decoding statistics over one measured window (DESIGN.md section 2).
+
+    Stored by pydantic (:func:`alflow.util.rows.dump_row`): AL and rates rounded to 12 digits, histograms keyed by strings.
 
     When ``observed`` is False no step carried drafts: the derived fields are None and ``note``
     says so; nothing divides by zero.
@@ -80,10 +82,10 @@ class SpecStats:
     accepted_tokens: int
     accepted_per_position: tuple[int, ...] | None
     k: int | None
-    al: float | None
-    acceptance_rate: float | None
-    per_position_rates: tuple[float, ...] | None
-    conditional_rates: tuple[float | None, ...] | None
+    al: R12 | None
+    acceptance_rate: R12 | None
+    per_position_rates: tuple[R12, ...] | None
+    conditional_rates: tuple[R12 | None, ...] | None
     histogram: dict[int, int] | None
     ci: ConfidenceInterval | None
     note: str = ""
@@ -98,39 +100,11 @@ class SpecStats:
     """Like :attr:`histogram` (accept length -> steps) over only the steps that carried all K drafts, where the
     server says each step's draft count (vLLM ``detailed``); None: not known. The shape test judges these."""
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def observed(self) -> bool:
         """True when at least one speculative step was observed."""
         return self.num_drafts > 0
-
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready form (floats rounded to 12 digits)."""
-        return {
-            "observed": self.observed,
-            "num_drafts": self.num_drafts,
-            "draft_tokens": self.draft_tokens,
-            "accepted_tokens": self.accepted_tokens,
-            "accepted_per_position": None
-            if self.accepted_per_position is None
-            else list(self.accepted_per_position),
-            "k": self.k,
-            "al": None if self.al is None else _r(self.al),
-            "acceptance_rate": None if self.acceptance_rate is None else _r(self.acceptance_rate),
-            "per_position_rates": None
-            if self.per_position_rates is None
-            else [_r(p) for p in self.per_position_rates],
-            "conditional_rates": None
-            if self.conditional_rates is None
-            else [None if c is None else _r(c) for c in self.conditional_rates],
-            "histogram": None if self.histogram is None else {str(j): n for j, n in self.histogram.items()},
-            "ci": None if self.ci is None else self.ci.to_dict(),
-            "note": self.note,
-            "truncated_requests": self.truncated_requests,
-            "source": self.source,
-            "full_k_histogram": None
-            if self.full_k_histogram is None
-            else {str(j): n for j, n in self.full_k_histogram.items()},
-        }
 
 
 # --------------------------------------------------------------------------------------------
@@ -501,7 +475,3 @@ def goodness_of_fit(observed: Mapping[int, int], pmf: Sequence[float]) -> FitRes
 
 def _join(*parts: str) -> str:
     return "; ".join(p for p in parts if p)
-
-
-def _r(x: float) -> float:
-    return round(x, 12) + 0.0

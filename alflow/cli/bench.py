@@ -72,6 +72,7 @@ from alflow.metrics.client import SLO, GpuLayout, check_percentiles
 from alflow.reports.markdown import escape_controls
 from alflow.util.names import check_identifier, shown
 from alflow.util.redact import redact_url, url_problem
+from alflow.util.rows import dump_row
 from alflow.util.typer_options import command_of
 
 T = TypeVar("T")
@@ -651,7 +652,7 @@ def snapshot_command(
         "urls": [redact_url(u) for u in snap.urls],
         "wall_time_s": snap.wall_time_s,
         "dialect": None if shot.dialect is None else shot.dialect.name,
-        "since_server_start": None if stats is None else stats.to_dict(),
+        "since_server_start": None if stats is None else dump_row(stats),
         "error": err,
         "families": sorted(snap.families()),
     }

@@ -161,7 +161,7 @@ def _al_point(
     got.add("server_metrics", m.metrics_frame())
     if m.spec_stats is not None:
         row = {
-            **flat_stats(m.spec_stats.to_dict()),
+            **flat_stats(dump_row(m.spec_stats)),
             "reference_al": reference,
             "partial": m.cut_short is not None,
         }

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from alflow.acceptance import stats
 from alflow.acceptance import synthetic as syn
 from alflow.errors import InvalidInputError
+from alflow.util.rows import dump_row
 
 pytestmark = pytest.mark.unit
 
@@ -46,7 +47,7 @@ def test_zero_drafts_is_a_clear_result_not_a_division_error() -> None:
     assert s.acceptance_rate is None
     assert s.ci is None
     assert "no speculative steps observed" in s.note
-    assert s.to_dict()["al"] is None
+    assert dump_row(s)["al"] is None
 
 
 def test_negative_delta_is_a_counter_reset() -> None:
