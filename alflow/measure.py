@@ -125,9 +125,9 @@ class Measurement:
     def snapshots(self) -> dict[str, Any]:
         """Baseline, final and periodic scrapes as JSON-ready data."""
         return {
-            "baseline": None if self.baseline is None else self.baseline.to_dict(),
-            "final": None if self.final is None else self.final.to_dict(),
-            "series": [s.to_dict() for s in self.series],
+            "baseline": None if self.baseline is None else dump_row(self.baseline),
+            "final": None if self.final is None else dump_row(self.final),
+            "series": [dump_row(s) for s in self.series],
         }
 
     def metrics_frame(self) -> pl.DataFrame:

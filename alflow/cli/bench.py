@@ -657,7 +657,7 @@ def snapshot_command(
         "families": sorted(snap.families()),
     }
     if all_samples:
-        data["samples"] = snap.to_dict()["samples"]
+        data["samples"] = dump_row(snap)["samples"]
     if json_out:
         emit_json(data)
         return

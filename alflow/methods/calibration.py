@@ -61,8 +61,8 @@ class ModePoint:
         """The raw window as ``scrapes.json`` keeps it for the audit, and the per-request acceptance."""
         out: dict[str, object] = {
             "dialect": self.dialect,
-            "baseline": self.baseline.to_dict(),
-            "final": self.final.to_dict(),
+            "baseline": dump_row(self.baseline),
+            "final": dump_row(self.final),
         }
         if self.requests is not None:
             out["per_request"] = dump_row(self.requests)

@@ -30,10 +30,11 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
+from pydantic import BeforeValidator, PlainSerializer
 
 from alflow.acceptance.stats import CounterResetError
 from alflow.errors import AlflowError
@@ -82,6 +83,30 @@ def _labels(raw: Mapping[str, str]) -> Labels:
     return tuple(sorted(raw.items()))
 
 
+def _dump_samples(samples: Mapping[str, Mapping[Labels, float]]) -> dict[str, list[dict[str, Any]]]:
+    return {
+        name: [{"labels": dict(lab), "value": v} for lab, v in series.items()]
+        for name, series in samples.items()
+    }
+
+
+def _load_samples(data: Any) -> Any:
+    """Stored samples (lists of ``{labels, value}``) by label set; samples already by label set as they are."""
+    if not isinstance(data, Mapping):
+        return data
+    return {
+        name: series
+        if isinstance(series, Mapping)
+        else {_labels(s["labels"]): float(s["value"]) for s in series}
+        for name, series in data.items()
+    }
+
+
+Samples = Annotated[
+    Mapping[str, Mapping[Labels, float]], BeforeValidator(_load_samples), PlainSerializer(_dump_samples)
+]
+
+
 def _matches(labels: Labels, match: Mapping[str, str] | None) -> bool:
     if not match:
         return True
@@ -91,12 +116,16 @@ def _matches(labels: Labels, match: Mapping[str, str] | None) -> bool:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """One scrape: every sample by sample name, declared family types, and when it was taken."""
+    """One scrape: every sample by sample name, declared family types, and when it was taken.
+
+    Stored by pydantic (:func:`alflow.util.rows.dump_row`, ``scrapes.json``), each sample name's series as a list of
+    ``{labels, value}``; :func:`alflow.util.rows.load_row` reads it back.
+    """
 
     url: str
     wall_time_s: float
     mono_ns: int
-    samples: Mapping[str, Mapping[Labels, float]]
+    samples: Samples
     types: Mapping[str, str] = field(default_factory=dict)
     parts: tuple[Snapshot, ...] = ()
     """The per-endpoint snapshots this one sums (empty: a single endpoint's scrape)."""
@@ -138,38 +167,6 @@ class Snapshot:
             return None
         vals = [v for lab, v in series.items() if _matches(lab, match)]
         return math.fsum(vals) if vals else None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (samples as lists of ``{labels, value}``)."""
-        out: dict[str, Any] = {
-            "url": self.url,
-            "wall_time_s": self.wall_time_s,
-            "mono_ns": self.mono_ns,
-            "types": dict(self.types),
-            "samples": {
-                name: [{"labels": dict(lab), "value": v} for lab, v in series.items()]
-                for name, series in self.samples.items()
-            },
-        }
-        if self.parts:
-            out["parts"] = [p.to_dict() for p in self.parts]
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Snapshot:
-        """Inverse of :meth:`to_dict`."""
-        samples = {
-            name: {_labels(s["labels"]): float(s["value"]) for s in series}
-            for name, series in data["samples"].items()
-        }
-        return cls(
-            data["url"],
-            float(data["wall_time_s"]),
-            int(data["mono_ns"]),
-            samples,
-            dict(data["types"]),
-            tuple(cls.from_dict(p) for p in data.get("parts", ())),
-        )
 
 
 def merge_snapshots(parts: Sequence[Snapshot]) -> Snapshot:

@@ -44,6 +44,7 @@ from alflow.metrics.prometheus import Snapshot, SnapshotWindow
 from alflow.metrics.readers import get_dialect
 from alflow.reference.table import ReferenceEntry, m0_variant, upgrade_entry_v1
 from alflow.results.store import StoredRun, StoreError
+from alflow.util.rows import load_row
 
 SCRAPES = "scrapes"
 SUMMARY = "summary"
@@ -287,7 +288,7 @@ def _stats_candidates(point: Mapping[str, Any], k: int) -> list[tuple[str, SpecS
             stats = from_histogram(requests.histogram, k=k)
             out.append(("the run's per-request acceptance histogram", stats))
     dialect = get_dialect(str(point["dialect"]))
-    window = SnapshotWindow(Snapshot.from_dict(point["baseline"]), Snapshot.from_dict(point["final"]))
+    window = SnapshotWindow(load_row(Snapshot, point["baseline"]), load_row(Snapshot, point["final"]))
     out.append(("the run's scrapes", dialect.spec_stats(window, k=k)))
     return out
 

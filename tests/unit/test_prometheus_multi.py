@@ -27,6 +27,7 @@ from alflow.metrics.prometheus import (
     scrape_all,
 )
 from alflow.metrics.readers import get_dialect
+from alflow.util.rows import dump_row, load_row
 from tests.unit.sse_server import SseServer
 
 pytestmark = pytest.mark.unit
@@ -156,7 +157,7 @@ def test_merged_snapshot_round_trips_through_json_with_its_parts() -> None:
     merged = merge_snapshots(
         [fixture("vllm_before.txt", "http://n1:8000/metrics", 1), node1(400, (300, 200, 100), 2)]
     )
-    back = Snapshot.from_dict(orjson.loads(orjson.dumps(merged.to_dict())))
+    back = load_row(Snapshot, orjson.loads(orjson.dumps(dump_row(merged))))
     assert back.samples == merged.samples
     assert back.urls == merged.urls
     assert [p.samples for p in back.parts] == [p.samples for p in merged.parts]
