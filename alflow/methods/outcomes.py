@@ -8,7 +8,7 @@ dict. The run directory named in each outcome holds everything measured; the out
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Literal
 
 from alflow.gates import Verdict
@@ -114,10 +114,6 @@ class ChildRun:
     message: str | None = None
     cached: bool = False
 
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready form."""
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class KOutcome:
@@ -157,8 +153,8 @@ class KOutcome:
             "gate_message": self.gate_message,
             "benchmark": self.benchmark,
             "benchmark_message": self.benchmark_message,
-            "gate_run": None if self.gate_run is None else self.gate_run.to_dict(),
-            "benchmark_run": None if self.benchmark_run is None else self.benchmark_run.to_dict(),
+            "gate_run": None if self.gate_run is None else dump_row(self.gate_run),
+            "benchmark_run": None if self.benchmark_run is None else dump_row(self.benchmark_run),
         }
         return {"gate": self.gate} | {key: value for key, value in optional.items() if value is not None}
 
