@@ -178,7 +178,7 @@ def reference_audit(
 
     report = audit_reference(table, [str(d) for d in run_dirs])
     if as_json:
-        emit_json(report.to_dict())
+        emit_json(dump_row(report))
     else:
         out = Table(title=escape(escape_controls(f"Audit of {table}")))
         for col in ("entry", "status", "problems"):

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from pydantic import computed_field
+
 from alflow.reference.table import ReferenceEntry, load_reference
 from alflow.results.entry_audit import SCRAPES, TOLERANCE, Mismatch, RunData, check_entry, scrape_key
 from alflow.results.store import StoredRun, open_run
@@ -45,36 +47,24 @@ class AuditRow:
     """``<field>: <why>`` for each field no stored data could check."""
     notes: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready form."""
-        return {
-            "entry": self.entry,
-            "status": self.status,
-            "problems": list(self.problems),
-            "mismatches": [m.to_dict() for m in self.mismatches],
-            "unchecked": list(self.unchecked),
-            "notes": list(self.notes),
-            "run_dir": self.run_dir,
-        }
-
 
 @dataclass(frozen=True)
 class AuditReport:
-    """Every entry's audit; ``ok`` when no entry mismatched, lacked its run or had a field left unchecked."""
+    """Every entry's audit; ``ok`` when no entry mismatched, lacked its run or had a field left unchecked.
+
+    ``alflow reference audit --json`` prints it as pydantic serializes it (:func:`alflow.util.rows.dump_row`).
+    """
 
     table: str
     rows: tuple[AuditRow, ...] = field(default_factory=tuple)
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def ok(self) -> bool:
         """True when every audited entry matched its raw data."""
         return all(r.status in ("ok", "skipped") for r in self.rows) and any(
             r.status == "ok" for r in self.rows
         )
-
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready form."""
-        return {"table": self.table, "ok": self.ok, "rows": [r.to_dict() for r in self.rows]}
 
 
 def _runs_by_flow_run(run_dirs: Sequence[str | os.PathLike[str]]) -> dict[str, StoredRun]:

@@ -124,10 +124,6 @@ class Mismatch:
         """``<field> <table value> in the table, <expected> from <source>``."""
         return f"{self.field} {self.table!r} in the table, {self.expected!r} from {self.source}"
 
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready form."""
-        return {"field": self.field, "table": self.table, "expected": self.expected, "source": self.source}
-
 
 @dataclass
 class EntryCheck:

@@ -29,6 +29,7 @@ from alflow.reference.table import ReferenceEntry, ReferenceTable, m0_variant, s
 from alflow.results.audit import SCRAPES, AuditReport, audit_reference, scrape_key
 from alflow.results.manifest import ServerRecord
 from alflow.results.store import RunWriter
+from alflow.util.rows import dump_row
 from alflow.workloads import al_workload_sessions, dataset_description, demo_prompts_path
 
 pytestmark = pytest.mark.unit
@@ -196,14 +197,14 @@ def _edited(table: Path, edit: Any, index: int = 0) -> Path:
 
 
 def _mismatches(report: AuditReport, index: int = 0) -> dict[str, dict[str, object]]:
-    row = report.to_dict()["rows"][index]  # type: ignore[index]
+    row = dump_row(report)["rows"][index]  # type: ignore[index]
     return {m["field"]: m for m in row["mismatches"]}
 
 
 def test_the_untouched_table_audits_ok_with_every_field_checked(run: tuple[str, Path]) -> None:
     run_dir, table = run
     report = audit_reference(table, [run_dir])
-    assert report.ok, report.to_dict()
+    assert report.ok, dump_row(report)
     assert [r.status for r in report.rows] == ["ok"] * 4
     assert all(not r.unchecked and not r.mismatches for r in report.rows)
     result = CliRunner().invoke(app, ["reference", "audit", str(table), run_dir], env={"COLUMNS": "400"})
@@ -266,7 +267,7 @@ def test_one_edited_field_is_named_with_both_values(run: tuple[str, Path], name:
     edited = _edited(table, edit)
     report = audit_reference(edited, [run_dir])
     assert not report.ok
-    assert [r.status for r in report.rows] == ["mismatch", "ok", "ok", "ok"], report.to_dict()
+    assert [r.status for r in report.rows] == ["mismatch", "ok", "ok", "ok"], dump_row(report)
     found = _mismatches(report)
     assert name in found, found
     node_new = yaml.safe_load(edited.read_text())["entries"][0]
@@ -424,7 +425,7 @@ def test_the_per_request_source_is_recomputed_from_its_stored_histogram(tmp_path
     run_dir, entries = write_m0_run(tmp_path / "results", per_request=True)
     table = write_table(tmp_path / "t.yaml", entries)
     report = audit_reference(table, [run_dir])
-    assert report.ok, report.to_dict()
+    assert report.ok, dump_row(report)
     edited = _edited(table, _shift("ci_high", 0.001))
     found = _mismatches(audit_reference(edited, [run_dir]))
     assert "per-request acceptance histogram" in str(found["ci_high"]["source"])
