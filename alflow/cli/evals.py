@@ -19,6 +19,7 @@ from alflow.evals.run import Gsm8kRequest, evaluate_gsm8k
 from alflow.evals.thresholds import load_thresholds
 from alflow.gates import Verdict, accuracy_gate
 from alflow.util import jsonutil
+from alflow.util.rows import dump_row
 
 eval_app = typer.Typer(help="Accuracy evaluations (the M1 accuracy gate).", no_args_is_help=True)
 
@@ -97,9 +98,13 @@ def gsm8k(
     verdict = accuracy_gate(result, limit_value)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(jsonutil.dumps(result.to_dict(per_question=True), indent=1), encoding="utf-8")
+        per_question = {
+            **result.summary().model_dump(mode="json"),
+            "results": [dump_row(r) for r in result.results],
+        }
+        out.write_text(jsonutil.dumps(per_question, indent=1), encoding="utf-8")
     if as_json:
-        emit_json({**result.to_dict(), "verdict": verdict.model_dump()})
+        emit_json({**result.summary().model_dump(mode="json"), "verdict": verdict.model_dump()})
     else:
         _print_scores(result, verdict, limit_value, model)
     raise typer.Exit(0 if verdict.passed else 1)

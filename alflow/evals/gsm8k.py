@@ -27,7 +27,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import NormalDist
-from typing import Final
+from typing import Annotated, Final
+
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, computed_field
 
 from alflow.datasets.gsm8k import read_rows
 from alflow.datasets.types import Session, Turn
@@ -38,6 +40,7 @@ FLEXIBLE_PATTERN: Final = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")
 _IGNORE: Final = (re.compile(","), re.compile(r"\$"), re.compile(r"(?s).*#### "), re.compile(r"\.$"))
 QUESTION_TEMPLATE: Final = "Question: {question}\nAnswer:"
 DEFAULT_SHOTS: Final = 5
+Rounded6 = Annotated[float, PlainSerializer(lambda x: round(x, 6))]
 DEFAULT_MAX_TOKENS: Final = 512
 
 
@@ -211,8 +214,9 @@ class Score:
     name: str
     correct: int
     total: int
-    level: float = 0.95
+    level: Annotated[float, Field(exclude=True)] = 0.95
 
+    @computed_field(return_type=Rounded6)  # type: ignore[prop-decorator]
     @property
     def accuracy(self) -> float:
         """Accuracy: correct / total (0 when nothing was asked)."""
@@ -229,17 +233,36 @@ class Score:
         half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
         return (max(0.0, centre - half), min(1.0, centre + half))
 
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready form."""
-        low, high = self.interval
-        return {
-            "name": self.name,
-            "accuracy": round(self.accuracy, 6),
-            "correct": self.correct,
-            "total": self.total,
-            "ci_low": round(low, 6),
-            "ci_high": round(high, 6),
-        }
+    @computed_field(return_type=Rounded6)  # type: ignore[prop-decorator]
+    @property
+    def ci_low(self) -> float:
+        """The interval's low end."""
+        return self.interval[0]
+
+    @computed_field(return_type=Rounded6)  # type: ignore[prop-decorator]
+    @property
+    def ci_high(self) -> float:
+        """The interval's high end."""
+        return self.interval[1]
+
+
+class Gsm8kSummary(BaseModel):
+    """A GSM8K run as M1's ``summary.json`` stores it (``gsm8k``): what was asked and both scores, by filter name."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    model: str
+    backend: str
+    questions: int
+    population: int
+    subset: bool
+    limit: int | None
+    num_shots: int
+    seed: int
+    duration_s: Annotated[float, PlainSerializer(lambda x: round(x, 3))]
+    failed_requests: int
+    scores: dict[str, Score]
+    notes: list[str] = Field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -276,34 +299,19 @@ class EvalResult:
         """True when only a subset of the test set was asked."""
         return len(self.results) < self.population
 
-    def to_dict(self, *, per_question: bool = False) -> dict[str, object]:
-        """JSON-ready summary (per-question rows on request)."""
-        out: dict[str, object] = {
-            "model": self.model,
-            "backend": self.backend,
-            "questions": len(self.results),
-            "population": self.population,
-            "subset": self.subset,
-            "limit": self.limit,
-            "num_shots": self.num_shots,
-            "seed": self.seed,
-            "duration_s": round(self.duration_s, 3),
-            "failed_requests": self.failed_requests,
-            "scores": {s.name: s.to_dict() for s in (self.strict, self.flexible)},
-            "notes": list(self.notes),
-        }
-        if per_question:
-            out["results"] = [
-                {
-                    "problem_id": r.problem_id,
-                    "reference": r.reference,
-                    "strict": r.strict,
-                    "flexible": r.flexible,
-                    "strict_correct": r.strict_correct,
-                    "flexible_correct": r.flexible_correct,
-                    "error": r.error,
-                    "reply": r.reply,
-                }
-                for r in self.results
-            ]
-        return out
+    def summary(self) -> Gsm8kSummary:
+        """The run without its per-question rows (:func:`alflow.util.rows.dump_row` stores each of those)."""
+        return Gsm8kSummary(
+            model=self.model,
+            backend=self.backend,
+            questions=len(self.results),
+            population=self.population,
+            subset=self.subset,
+            limit=self.limit,
+            num_shots=self.num_shots,
+            seed=self.seed,
+            duration_s=self.duration_s,
+            failed_requests=self.failed_requests,
+            scores={s.name: s for s in (self.strict, self.flexible)},
+            notes=list(self.notes),
+        )

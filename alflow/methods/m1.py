@@ -15,6 +15,7 @@ import polars as pl
 from alflow.config import GateParams, LoadConfig, ServerConfig
 from alflow.datasets.types import Session
 from alflow.errors import GateFailedError
+from alflow.evals.gsm8k import Gsm8kSummary
 from alflow.gates import Verdict
 from alflow.measure import Measurement
 from alflow.methods.common import Collected, run_skeleton
@@ -37,7 +38,7 @@ class _Gated(Collected[Verdict]):
     """The run's verdicts (its points) and tables (:class:`Collected`), the client's and GSM8K's numbers."""
 
     client: ClientSummary | None = None
-    gsm8k: dict[str, Any] | None = None
+    gsm8k: Gsm8kSummary | None = None
     partial: str | None = None
 
 
@@ -133,9 +134,8 @@ def _gate(
             handle, params.model, params.thinking, params.gsm8k, server.synthetic is not None
         )
         got.points.append(verdict)
-        got.gsm8k = result.to_dict()
-        per_question: Any = result.to_dict(per_question=True)["results"]
-        got.add("gsm8k", pl.DataFrame(per_question))
+        got.gsm8k = result.summary()
+        got.add("gsm8k", pl.DataFrame([dump_row(r) for r in result.results]))
 
 
 def _al_point(

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from alflow.errors import AlflowError
+from alflow.evals.gsm8k import Gsm8kSummary
 from alflow.gates import Verdict
 from alflow.reference.table import ReferenceDiff, ReferenceEntry
 from alflow.results.rows import BestK, M2Point
@@ -75,7 +76,7 @@ class M1RunSummary(StoredSummary):
         default_factory=list, description="The gates' verdicts, one flat row each."
     )
     client: dict[str, Any] | None = None
-    gsm8k: dict[str, Any] | None = None
+    gsm8k: Gsm8kSummary | None = None
 
 
 class M2RunSummary(StoredSummary):
