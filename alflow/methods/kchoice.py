@@ -30,9 +30,11 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final
+from typing import Annotated, Any, Final
+
+from pydantic import PlainSerializer, computed_field
 
 from alflow.errors import InvalidInputError
 from alflow.frameworks.registry import repeated_draws
@@ -40,6 +42,7 @@ from alflow.metrics.point_metrics import INTERACTIVITY, OUTPUT_PER_GPU, PointMet
 from alflow.results.rows import M2Point
 from alflow.results.store import StoredRun
 from alflow.results.view import m2_points
+from alflow.util.rows import dump_row
 
 __all__ = [
     "MAD_TO_SIGMA",
@@ -111,9 +114,12 @@ def spread(values: Sequence[float]) -> tuple[float, float]:
     return median, statistics.median(abs(v - median) for v in values)
 
 
+_FINITE_OR_NONE = Annotated[float, PlainSerializer(lambda x: x if math.isfinite(x) else None)]
+
+
 @dataclass(frozen=True)
 class Candidate:
-    """One K at one concurrency: its repeats' objective values, their spread and the rule's score."""
+    """One K at one concurrency: its repeats' objective values, their spread and the rule's score (stored with n)."""
 
     concurrency: int
     k: int
@@ -126,11 +132,13 @@ class Candidate:
     score: float
     """``max(median - PENALTY * MAD_TO_SIGMA * mad, 0)``."""
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def n(self) -> int:
         """How many repeats the candidate has."""
         return len(self.values)
 
+    @computed_field(return_type=_FINITE_OR_NONE)  # type: ignore[prop-decorator]
     @property
     def relative_mad(self) -> float:
         """MAD over median (vLLM's stability measure); inf for a zero median with a spread."""
@@ -142,14 +150,6 @@ class Candidate:
     def unstable(self) -> bool:
         """Noisier than vLLM's tuner accepts (relative MAD above :data:`MAX_RELATIVE_MAD`)."""
         return self.relative_mad > MAX_RELATIVE_MAD
-
-    def to_dict(self) -> dict[str, Any]:
-        """The candidate as stored (values as a list, with n and relative MAD)."""
-        row = asdict(self)
-        row["values"] = list(self.values)
-        row["n"] = self.n
-        row["relative_mad"] = self.relative_mad if math.isfinite(self.relative_mad) else None
-        return row
 
 
 def candidate(concurrency: int, k: int, values: Iterable[float]) -> Candidate:
@@ -192,7 +192,7 @@ class KChoice:
             "ties": list(self.ties),
             "runner_up_k": None if self.runner_up is None else self.runner_up.k,
             "runner_up_score": None if self.runner_up is None else self.runner_up.score,
-            "candidates": [c.to_dict() for c in self.candidates],
+            "candidates": [dump_row(c) for c in self.candidates],
         }
 
 
