@@ -53,6 +53,7 @@ from alflow.results.manifest import ServerRecord
 from alflow.results.provenance import code_version, host_info
 from alflow.results.store import RunWriter
 from alflow.results.summaries import M0RunSummary, store_summary
+from alflow.util.rows import dump_row
 from alflow.workloads import (
     al_workload_sessions,
     dataset_description,
@@ -99,7 +100,7 @@ def measure_calibration_point(
     assert spec is not None
     modes: dict[str, ModePoint] = {}
     with steps.server_lifetime(server, placement) as handle:
-        record = ServerRecord.model_validate(handle.to_dict())
+        record = ServerRecord.model_validate(dump_row(handle))
         if check_first:
             check = steps.preflight(
                 handle, server, spec.k, None, f"{model.id} K={spec.k}", PREFLIGHT_TIMEOUT_S

@@ -108,7 +108,7 @@ def _gate(
     got: _Gated,
 ) -> None:
     """The pre-flight, the AL point and its gate, then GSM8K."""
-    writer.update_provenance(server=handle.to_dict())
+    writer.update_provenance(server=dump_row(handle))
     if params.preflight:
         check = steps.preflight(handle, server, params.k, None, subject, PREFLIGHT_TIMEOUT_S)
         writer.update_provenance(preflight=dump_row(check))

@@ -134,7 +134,7 @@ def _start(
     got.scheme = str(scheme)
     got.dist = dist = distribution(got.scheme, params.k, al=target)
     got.engine_note = engine_note_of(server, handle.provenance)
-    record = handle.to_dict()
+    record = dump_row(handle)
     facts = handle.provenance.model_dump(include={"model_runner"}, exclude_none=True)
     seed_note = seed_warning(server.framework, facts, params.model.sampling(params.thinking).seed)
     if seed_note is not None:  # stored with the server's warnings: every report of the run states it

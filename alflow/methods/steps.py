@@ -43,15 +43,13 @@ if TYPE_CHECKING:  # hints only: the steps' data types, none imported at run tim
 
 
 class RunningServer(Protocol):
-    """What the methods read of a started server's handle (``alflow_infra.runners.ServerHandle`` is one)."""
+    """What the methods read of a started server's handle: a dataclass, stored by pydantic (``ServerHandle``)."""
 
     @property
     def provenance(self) -> ServerProvenance: ...
 
     @property
     def all_metrics_urls(self) -> Sequence[str]: ...
-
-    def to_dict(self) -> dict[str, Any]: ...
 
 
 H = TypeVar("H", bound=RunningServer)

@@ -18,9 +18,11 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Annotated, Protocol
+
+from pydantic import PlainSerializer
 
 from alflow.errors import InvalidInputError
 from alflow.frameworks.launch import Launch
@@ -91,7 +93,9 @@ class ServerHandle:
     log_path: str | None = None
     image: str | None = None
     image_digest: str | None = None
-    provenance: ServerProvenance = field(default_factory=ServerProvenance)
+    provenance: Annotated[ServerProvenance, PlainSerializer(ServerProvenance.stored)] = field(
+        default_factory=ServerProvenance
+    )
     """What the run records about the server (the launch as rendered, then what the runner and lifecycle add)."""
     metrics_urls: tuple[str, ...] = ()
     """Every metrics endpoint of a multi-endpoint server (counters are summed over them); empty: ``metrics_url`` alone."""
@@ -112,12 +116,6 @@ class ServerHandle:
     def all_metrics_urls(self) -> tuple[str, ...]:
         """The endpoints to scrape: ``metrics_urls`` when set, else ``(metrics_url,)``."""
         return self.metrics_urls or (self.metrics_url,)
-
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready form (for results and manifests)."""
-        out = asdict(self)
-        out["provenance"] = self.provenance.stored()
-        return out
 
 
 def api_key_from_env(name: str | None) -> str | None:

@@ -28,6 +28,7 @@ from alflow.config import DockerOptions, SpeculativeConfig, SyntheticAcceptance,
 from alflow.frameworks.launch import Launch, free_port
 from alflow.frameworks.recipes import build_launch
 from alflow.frameworks.sim.recipe import SIM_IMAGE
+from alflow.util.rows import dump_row
 from alflow_infra.errors import RunnerError, ServerStartError
 from alflow_infra.images import ensure_sim_image, sim_docker_options
 from alflow_infra.lifecycle import start_server, stop_server
@@ -239,7 +240,7 @@ def test_gpu_device_requests_and_container_config(
         assert config["Cmd"] == list(launch.argv[1:])
         assert "TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS=1.78" in config["Env"]
         assert f"HF_TOKEN={secret}" in config["Env"]  # the container gets the secret ...
-        assert secret not in json.dumps(handle.to_dict())  # ... the handle and provenance never do
+        assert secret not in json.dumps(dump_row(handle))  # ... the handle and provenance never do
         assert handle.provenance.secrets_passed == ["HF_TOKEN"]  # only its name
         assert config["Labels"]["team"] == "perf"
         assert config["Labels"][LABEL_RUN_ID] == runner.run_id
@@ -337,7 +338,7 @@ def test_lifecycle_with_docker_options_stops_from_a_fresh_runner(
     rid = run_id()
     handle = start_server(config, options, run_id=rid)
     # as if it came back from a task result: plain data, no live SDK object
-    copy = ServerHandle(**json.loads(json.dumps(handle.to_dict())))
+    copy = ServerHandle(**json.loads(json.dumps(dump_row(handle))))
     try:
         assert copy == handle
         assert handle.provenance.run_id == rid

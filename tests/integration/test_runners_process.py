@@ -12,6 +12,7 @@ import pytest
 
 from alflow.config import ProcessOptions
 from alflow.frameworks.launch import Launch, LaunchFile, free_port
+from alflow.util.rows import dump_row
 from alflow_infra.errors import ServerStartError
 from alflow_infra.runners import ProcessRunner, ServerHandle, make_runner, running_server
 from alflow_infra.runners.base import health_ok
@@ -216,7 +217,7 @@ def test_stale_handle_never_kills_a_reused_pid() -> None:
         )
         ProcessRunner(ProcessOptions(stop_timeout_s=0.2)).stop(stale)
         assert other.poll() is None
-        same = ServerHandle(**{**stale.to_dict(), "id": real})
+        same = ServerHandle(**{**dump_row(stale), "id": real})
         ProcessRunner(ProcessOptions(stop_timeout_s=2)).stop(same)
         assert other.wait(timeout=5) == -15  # SIGTERM
     finally:

@@ -21,6 +21,7 @@ import pytest
 from alflow.config import ProcessOptions, ServerPlacement, server_config
 from alflow.results.store import RunWriter, open_run
 from alflow.sim.process import SimProcess
+from alflow.util.rows import dump_row
 from alflow_infra.lifecycle import serving
 
 ALFLOW = str(Path(sys.executable).with_name("alflow"))
@@ -154,7 +155,7 @@ def test_the_process_runner_passes_a_secret_by_name_and_the_run_stores_only_the_
             "m2",
             config={"server": server.model_dump(mode="json"), "placement": placement.model_dump(mode="json")},
         ) as writer:
-            writer.update_provenance(server=handle.to_dict())
+            writer.update_provenance(server=dump_row(handle))
     stored = open_run(writer.dir)
     provenance = stored.manifest.model_dump(mode="json")["provenance"]["server"]["provenance"]
     assert provenance["secrets_passed"] == ["VLLM_API_KEY"]  # ... the run keeps its name ...

@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from alflow.cli import app
 from alflow.config import BenchmarkParams, ExternalServer, ServerPlacement
 from alflow.errors import InvalidInputError
+from alflow.util.rows import dump_row
 from alflow_infra.runners import ExternalRunner
 from alflow_infra.runners.base import api_key_from_env, handle_api_key
 from tests.bad_inputs import BASES
@@ -75,9 +76,9 @@ def test_the_handle_carries_the_name_and_the_key_is_read_from_the_environment(
     handle = ExternalRunner(_external(api_key_env=VAR)).attach()
     assert handle.api_key_env == VAR
     assert handle_api_key(handle) == CANARY
-    assert handle.to_dict()["api_key_env"] == VAR
+    assert dump_row(handle)["api_key_env"] == VAR
     assert CANARY not in repr(handle)
-    assert CANARY not in str(handle.to_dict())
+    assert CANARY not in str(dump_row(handle))
     assert handle_api_key(ExternalRunner(_external()).attach()) is None
     assert api_key_from_env(None) is None
 

@@ -106,9 +106,7 @@ K, TARGET = 3, 2.5
 class FakeHandle:
     provenance: ServerProvenance
     all_metrics_urls: Sequence[str] = ("http://127.0.0.1:9/metrics",)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"base_url": "http://127.0.0.1:9"}
+    base_url: str = "http://127.0.0.1:9"
 
 
 def _snapshot(accepted: float, drafts: float) -> Snapshot:

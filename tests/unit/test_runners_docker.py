@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from alflow.config import DockerOptions, SpeculativeConfig, SyntheticAcceptance, server_config
 from alflow.frameworks.launch import Launch
 from alflow.frameworks.recipes import build_launch
+from alflow.util.rows import dump_row
 from alflow_infra.cli import parse_duration
 from alflow_infra.errors import RunnerError
 from alflow_infra.runners import RUNNERS, DockerRunner, make_runner
@@ -294,7 +295,7 @@ def test_secrets_reach_the_container_environment_and_only_their_names_the_proven
     assert created["environment"]["HF_TOKEN"] == secret  # the server gets the value ...
     assert "WANDB_API_KEY" not in created["environment"]  # (a secret the source does not know is not passed)
     assert handle.provenance.secrets_passed == ["HF_TOKEN"]  # ... the provenance its name only
-    assert secret not in json.dumps(handle.to_dict())
+    assert secret not in json.dumps(dump_row(handle))
 
 
 def test_the_images_version_label_is_kept_for_the_live_gate() -> None:

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from alflow.config import ServerPlacement, SlurmOptions
 from alflow.frameworks.launch import Launch, LaunchFile, MetricsEndpoint, free_port
+from alflow.util.rows import dump_row
 from alflow_infra.errors import RunnerError, ServerStartError
 from alflow_infra.runners import RUNNERS, SlurmRunner, make_runner
 from alflow_infra.runners.slurm import JobInfo, parse_key_values, render_script
@@ -248,7 +249,7 @@ def test_start_waits_for_running_and_finds_the_head_address(
     assert env["HF_TOKEN"] == "hf_supersecret"
     assert "SGLANG_SIMULATE_ACC_LEN" not in env
     assert "hf_supersecret" not in script
-    assert "hf_supersecret" not in repr(handle.to_dict())
+    assert "hf_supersecret" not in repr(dump_row(handle))
     assert "export NCCL_DEBUG=INFO" in script
     assert "#SBATCH --comment=alflow-run:run-1\n" in script
     assert f"#SBATCH --output={handle.log_path}" in script
