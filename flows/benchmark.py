@@ -58,13 +58,7 @@ def benchmark(
     check_m2_prompt_memory(params)  # on the machine that draws them, before the server starts
     server, origin = m2_server(params)  # what the dry run shows: the same code
     get_run_logger().info("synthetic target AL %.4f (%s)", synthetic_target(server), origin)
-    writer = new_run_writer(
-        "m2",
-        params.placement.results_root,
-        params.model_dump(mode="json"),
-        simulated=server.simulated,
-        engine_note=server.engine_note,
-    )
+    writer = new_run_writer("m2", params.placement.results_root, params, server)
     label_flow_run(f"model:{params.model.id}", f"framework:{server.framework}", f"k:{params.k}", "m2")
     with writer:
         return run_m2(params, server, writer, PREFECT_STEPS)

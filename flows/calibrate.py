@@ -146,13 +146,7 @@ def calibrate(
         return dry_run_plan("m0", params)
     check_outputs(params)  # the results root and the reference table's folder can take the files
     target = check_reference_target(params)  # before measuring: the table on disk can take these values
-    writer = new_run_writer(
-        "m0",
-        params.placement.results_root,
-        params.model_dump(mode="json"),
-        simulated=params.server.simulated,
-        engine_note=params.server.engine_note,
-    )
+    writer = new_run_writer("m0", params.placement.results_root, params, params.server)
     measure = _measurer(params, target.dataset["dataset_hash"])
     label_flow_run(f"framework:{params.server.framework}", "m0")
     with writer:

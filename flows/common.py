@@ -12,6 +12,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.context import FlowRunContext
 from prefect.events import Event, emit_event
 from prefect.runtime import flow_run
+from pydantic import BaseModel
 
 from alflow.config import (
     BenchmarkParams,
@@ -19,6 +20,7 @@ from alflow.config import (
     ExternalServer,
     GateParams,
     ProcessOptions,
+    ServerConfig,
     SweepParams,
 )
 from alflow.errors import GateFailedError
@@ -74,21 +76,15 @@ def run_id() -> str:
     return str(rid) if rid else uuid.uuid4().hex
 
 
-def new_run_writer(
-    flow: str, root: str, config: dict[str, Any], *, simulated: bool, engine_note: str | None = None
-) -> RunWriter:
-    """A run directory for this flow run, with code and host provenance (and the engine's label)."""
+def new_run_writer(flow: str, root: str, params: BaseModel, server: ServerConfig) -> RunWriter:
+    """A run directory for this flow run: ``params`` as its config, code and host provenance, ``server``'s engine label."""
     rid = run_id()
     provenance: dict[str, Any] = {"code_version": code_version(), "host": host_info(), "flow_run_id": rid}
-    if engine_note is not None:
-        provenance["engine_note"] = engine_note
+    if server.engine_note is not None:
+        provenance["engine_note"] = server.engine_note
+    config = params.model_dump(mode="json")
     return RunWriter(
-        root,
-        flow,
-        run_id=run_id_of(rid),
-        config=config,
-        provenance=provenance,
-        simulated=simulated,
+        root, flow, run_id=run_id_of(rid), config=config, provenance=provenance, simulated=server.simulated
     )
 
 

@@ -49,6 +49,7 @@ Every run says what it is (:data:`VLLM_CPU_LABEL`).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from prefect import flow, get_run_logger
 
@@ -73,7 +74,7 @@ from alflow.config import (
 )
 from alflow.evals.run import bundled_gsm8k
 from alflow.evals.thresholds import tiny_thresholds_path, vllm_cpu_thresholds_path
-from alflow.methods.outcomes import DemoBenchmark, DemoGate, DemoOutcome
+from alflow.methods.outcomes import DemoBenchmark, DemoGate, DemoOutcome, M0Outcome
 from alflow.models import PreparedModel, default_vllm_env
 from alflow.workloads import tiny_prompts_path
 from alflow_flows.benchmark import benchmark
@@ -104,12 +105,30 @@ def demo(params: DemoParams | None = None) -> DemoOutcome:
     return _sim_demo(p)
 
 
-def _real_acceptance_gate(params: GateParams, name: str, label: str) -> DemoGate:
-    """M1 on a real-acceptance demo engine: passed, message, and (when it passed) the gate's outcome."""
+def _demo_gate(params: GateParams, name: str, label: str, failed: str = "FAILED") -> DemoGate:
+    """M1 of a demo: passed, message, and (when it passed) the gate's outcome; ``failed`` heads a failure's log."""
     state = gate(params=params, return_state=True)
     passed = state.is_completed()
-    get_run_logger().info("M1 %s: %s", label, "passed" if passed else f"FAILED: {state.message}")
+    get_run_logger().info("M1 %s: %s", label, "passed" if passed else f"{failed}: {state.message}")
     return DemoGate(name, passed, str(state.message or ""), measured(state.result()) if passed else None)
+
+
+def _real_m0_m1(
+    p: DemoParams,
+    models: tuple[ModelSpec, ...],
+    shared: dict[str, Any],
+    gsm8k: Gsm8kSettings,
+    names: tuple[str, str],
+    **m0: Any,
+) -> tuple[M0Outcome, DemoGate]:
+    """A real-acceptance demo's M0 with n-gram drafting at concurrency 1 for K in ``ks``, then M1 of the first model.
+
+    ``shared``: the server, placement, workload and reference table of both; ``names``: M1's name and log label.
+    """
+    shared = {"method": SpecMethod.NGRAM, "load": LoadConfig(concurrency=1), **shared}
+    m0_outcome = measured(calibrate(params=CalibrateParams(models=models, ks=p.ks, **shared, **m0)))
+    m1 = _demo_gate(GateParams(model=models[0], k=p.benchmark_k, gsm8k=gsm8k, **shared), *names)
+    return m0_outcome, m1
 
 
 def _tiny_demo(p: DemoParams) -> DemoOutcome:
@@ -126,44 +145,14 @@ def _tiny_demo(p: DemoParams) -> DemoOutcome:
     server = server_config(
         framework="tiny", model=model.id, host="127.0.0.1", readiness_timeout_s=300.0, extra_args=threads
     )
-    m0 = measured(
-        calibrate(
-            params=CalibrateParams(
-                models=(model,),
-                method=SpecMethod.NGRAM,
-                ks=p.ks,
-                server=server,
-                placement=placement,
-                workload=prompts,
-                load=LoadConfig(concurrency=1),
-                reference_path=reference,
-                # never reuse a cached point: the engine is code in this repository and its build can change
-                # the numbers, but the point's cache key holds only the configuration (measured: a point
-                # cached from an earlier build gave AL 1.55 where the current build measures 1.41)
-                cache_days=0.0,
-            )
-        )
+    shared = {"server": server, "placement": placement, "workload": prompts, "reference_path": reference}
+    gsm8k = Gsm8kSettings(
+        limit=p.tiny_gsm8k_limit, max_tokens=192, concurrency=2, thresholds_file=str(tiny_thresholds_path())
     )
-    m1 = _real_acceptance_gate(
-        GateParams(
-            model=model,
-            method=SpecMethod.NGRAM,
-            k=p.benchmark_k,
-            server=server,
-            placement=placement,
-            reference_path=reference,
-            workload=prompts,
-            load=LoadConfig(concurrency=1),
-            gsm8k=Gsm8kSettings(
-                limit=p.tiny_gsm8k_limit,
-                max_tokens=192,
-                concurrency=2,
-                thresholds_file=str(tiny_thresholds_path()),
-            ),
-        ),
-        "tiny",
-        "tiny",
-    )
+    # never reuse a cached point: the engine is code in this repository and its build can change
+    # the numbers, but the point's cache key holds only the configuration (measured: a point
+    # cached from an earlier build gave AL 1.55 where the current build measures 1.41)
+    m0, m1 = _real_m0_m1(p, (model,), shared, gsm8k, ("tiny", "tiny"), cache_days=0.0)
     return DemoOutcome("tiny", str(root), reference, m0, (m1,))
 
 
@@ -280,40 +269,15 @@ def _vllm_demo(p: DemoParams) -> DemoOutcome:
         path=str(tiny_prompts_path()), category="coding", limit=p.vllm_prompts, max_tokens=p.vllm_max_tokens
     )
     server = vllm_cpu_server(str(model.path))
-    m0 = measured(
-        calibrate(
-            params=CalibrateParams(
-                models=tuple(models),
-                method=SpecMethod.NGRAM,
-                ks=p.ks,
-                server=server,
-                placement=placement,
-                workload=prompts,
-                load=LoadConfig(concurrency=1),
-                reference_path=reference,
-                refresh_cache=p.refresh_cache,
-            )
-        )
+    shared = {"server": server, "placement": placement, "workload": prompts, "reference_path": reference}
+    gsm8k = Gsm8kSettings(
+        limit=p.vllm_gsm8k_limit,
+        max_tokens=256,
+        concurrency=4,
+        thresholds_file=str(vllm_cpu_thresholds_path()),
     )
-    m1 = _real_acceptance_gate(
-        GateParams(
-            model=greedy,
-            method=SpecMethod.NGRAM,
-            k=p.benchmark_k,
-            server=server,
-            placement=placement,
-            reference_path=reference,
-            workload=prompts,
-            load=LoadConfig(concurrency=1),
-            gsm8k=Gsm8kSettings(
-                limit=p.vllm_gsm8k_limit,
-                max_tokens=256,
-                concurrency=4,
-                thresholds_file=str(vllm_cpu_thresholds_path()),
-            ),
-        ),
-        "vllm-cpu",
-        "vLLM CPU",
+    m0, m1 = _real_m0_m1(
+        p, tuple(models), shared, gsm8k, ("vllm-cpu", "vLLM CPU"), refresh_cache=p.refresh_cache
     )
     m2 = _vllm_m2(p, greedy, model, placement, reference)
     return DemoOutcome(
@@ -331,7 +295,6 @@ def _vllm_demo(p: DemoParams) -> DemoOutcome:
 
 def _sim_demo(p: DemoParams) -> DemoOutcome:
     """M0 -> M1 (one pass, one fail) -> M2 on the simulated engine; returns where everything is."""
-    log = get_run_logger()
     root = Path(p.results_root)
     reference = str(root / "reference-sim.yaml")
     placement = ServerPlacement(results_root=str(root))
@@ -361,35 +324,22 @@ def _sim_demo(p: DemoParams) -> DemoOutcome:
         ("degraded-sglang", "sglang", "0.5"),
     )
     for name, dialect, quality in frameworks:
-        state = gate(
-            params=GateParams(
-                model=model,
-                k=p.benchmark_k,
-                server=server_config(
-                    framework="sim",
-                    model=model.id,
-                    sim_dialect=dialect,
-                    extra_args=(*fast, "--acceptance-quality", quality),
-                ),
-                placement=placement,
-                reference_path=reference,
-                workload=prompts,
-                load=LoadConfig(concurrency=8),
-                gsm8k=Gsm8kSettings(limit=p.gsm8k_limit),
+        gate_params = GateParams(
+            model=model,
+            k=p.benchmark_k,
+            server=server_config(
+                framework="sim",
+                model=model.id,
+                sim_dialect=dialect,
+                extra_args=(*fast, "--acceptance-quality", quality),
             ),
-            return_state=True,
+            placement=placement,
+            reference_path=reference,
+            workload=prompts,
+            load=LoadConfig(concurrency=8),
+            gsm8k=Gsm8kSettings(limit=p.gsm8k_limit),
         )
-        gates.append(
-            DemoGate(
-                name,
-                state.is_completed(),
-                str(state.message or ""),
-                measured(state.result()) if state.is_completed() else None,
-            )
-        )
-        log.info(
-            "M1 %s: %s", name, "passed" if state.is_completed() else f"FAILED as expected: {state.message}"
-        )
+        gates.append(_demo_gate(gate_params, name, name, "FAILED as expected"))
     m2 = measured(
         benchmark(
             params=BenchmarkParams(

@@ -65,12 +65,6 @@ def gate(
         params.reference_path,
     )
     server = first_server(params)
-    writer = new_run_writer(
-        "m1",
-        params.placement.results_root,
-        params.model_dump(mode="json"),
-        simulated=server.simulated,
-        engine_note=server.engine_note,
-    )
+    writer = new_run_writer("m1", params.placement.results_root, params, server)
     label_flow_run(f"model:{params.model.id}", f"framework:{server.framework}", f"k:{params.k}", "m1")
     return run_m1(params, reference, server, writer, PREFECT_STEPS)  # enters the run directory itself

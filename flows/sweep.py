@@ -209,11 +209,7 @@ def sweep(
         return dry_run_plan("sweep", params)
     server = params.benchmark.server
     writer = new_run_writer(
-        "sweep",
-        params.results_root or params.benchmark.placement.results_root,
-        params.model_dump(mode="json"),
-        simulated=server.simulated,
-        engine_note=server.engine_note,
+        "sweep", params.results_root or params.benchmark.placement.results_root, params, server
     )
     label_flow_run(f"model:{params.benchmark.model.id}", f"framework:{server.framework}", "sweep")
     with writer:
