@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal, Self
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from alflow.acceptance.synthetic import K_MAX, K_MIN, SyntheticTarget, get_scheme
 from alflow.config.base import (
@@ -43,6 +43,14 @@ from alflow.util.fsutil import local_path_of, require_local_path
 from alflow.util.names import shown
 
 
+def _store_root(value: str) -> str:
+    return check_local_path(value, remote=STORE_SCHEMES)
+
+
+StoreRoot = Annotated[str, AfterValidator(_store_root)]
+"""A run store root: a local path (:func:`~alflow.config.base.check_local_path`) or a :data:`STORE_SCHEMES` URL."""
+
+
 class ServerPlacement(StrictModel):
     """Where and how servers run for a flow."""
 
@@ -59,12 +67,9 @@ class ServerPlacement(StrictModel):
     strict_limit: bool = Field(
         True, description="A missing concurrency limit is an error, not a silent pass."
     )
-    results_root: str = Field("results", description="Run store root: a local path or an s3:// / gs:// URL.")
-
-    @field_validator("results_root")
-    @classmethod
-    def _store_root(cls, value: str) -> str:
-        return check_local_path(value, remote=STORE_SCHEMES)
+    results_root: StoreRoot = Field(
+        "results", description="Run store root: a local path or an s3:// / gs:// URL."
+    )
 
 
 REMOTE_REFERENCES = (
@@ -458,14 +463,9 @@ class SweepParams(StrictModel):
             "process, one after another)."
         ),
     )
-    results_root: str | None = Field(
+    results_root: StoreRoot | None = Field(
         None, description="Run store root of the sweep's own run (None: the benchmark template's)."
     )
-
-    @field_validator("results_root")
-    @classmethod
-    def _store_root(cls, value: str | None) -> str | None:
-        return None if value is None else check_local_path(value, remote=STORE_SCHEMES)
 
     @model_validator(mode="after")
     def _check(self) -> Self:

@@ -228,11 +228,11 @@ def _with_model(data: dict[str, Any], model: str | None) -> None:
     data["server"] = {**data["server"], "model": model}
 
 
-def _on_server(data: dict[str, Any], preset: ServerPreset | None) -> None:
-    """The preset's server and placement instead of the base's (with the base's model)."""
+def _on_server(data: dict[str, Any], preset: ServerPreset | None, model_id: str) -> None:
+    """The preset's server and placement instead of the base's (serving the base's ``model_id``)."""
     if preset is None:
         return
-    data["server"] = {**preset.server.model_dump(), "model": data["model"]["id"]}
+    data["server"] = {**preset.server.model_dump(), "model": model_id}
     data["placement"] = preset.placement.model_dump()
 
 
@@ -269,7 +269,7 @@ def benchmark_params(
     """M2's full parameters from its short form (see the module docstring for the rules)."""
     if params is not None:
         data = params.model_dump()
-        _on_server(data, preset)
+        _on_server(data, preset, data["model"]["id"])
     elif preset is not None:
         data = {
             **_shared(preset),
@@ -305,7 +305,7 @@ def gate_params(
     """M1's full parameters from its short form (see the module docstring for the rules)."""
     if params is not None:
         data = params.model_dump()
-        _on_server(data, preset)
+        _on_server(data, preset, data["model"]["id"])
     elif preset is not None:
         if preset.reference_path is None:
             raise InvalidInputError(
@@ -342,9 +342,7 @@ def calibrate_params(
     """
     if params is not None:
         data = params.model_dump()
-        if preset is not None:
-            data["server"] = {**preset.server.model_dump(), "model": data["models"][0]["id"]}
-            data["placement"] = preset.placement.model_dump()
+        _on_server(data, preset, data["models"][0]["id"])
     elif preset is not None:
         data = {
             "models": (preset.model.model_dump(),),
@@ -387,9 +385,7 @@ def sweep_params(
     here wins: ``model`` in both templates, ``ks``, ``target_al`` and ``concurrencies`` in M2's.
     """
     if params is None and preset is None:
-        raise InvalidInputError(
-            "sweep: no configuration: give preset (a server preset, e.g. sim) or params (the full configuration)"
-        )
+        raise _no_base("sweep")
     gate = gate_params(preset=preset, model=model, params=None if params is None else params.gate)
     bench = benchmark_params(
         preset=preset,
