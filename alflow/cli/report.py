@@ -209,14 +209,11 @@ def show(
     fmt = ReportFormat.json if as_json else fmt
     _output(output)  # before any work
     run = _open(run_dir, strict=fmt not in (ReportFormat.html, ReportFormat.md))
-    if fmt is ReportFormat.html:
-        if output is None:
-            path = write_html_report(run)
-            err_console.print(f"wrote {path}", markup=False, highlight=False)
-            return
-        _write(render_run(run, "html"), output)
-    elif fmt is ReportFormat.md:
-        _write(render_run(run, "md"), output)
+    if fmt is ReportFormat.html and output is None:
+        path = write_html_report(run)
+        err_console.print(f"wrote {path}", markup=False, highlight=False)
+    elif fmt in (ReportFormat.html, ReportFormat.md):
+        _write(render_run(run, "html" if fmt is ReportFormat.html else "md"), output)
     else:
         _write(_export_text([run], fmt, digits), output)
 
@@ -315,7 +312,6 @@ def k_schedule(
         err_console.print(line, markup=False, highlight=False)
     for line in schedule.warnings:
         err_console.print(f"warning: {line}", markup=False, highlight=False)
-    if as_json:
-        _write(jsonutil.dumps(schedule.to_dict(), indent=2) + "\n", out)
-    else:  # one line: pasteable into --speculative-config beside the method and drafter
-        _write(jsonutil.dumps(schedule.speculative_config(), indent=None) + "\n", out)
+    # without --json one line: pasteable into --speculative-config beside the method and drafter
+    data = schedule.to_dict() if as_json else schedule.speculative_config()
+    _write(jsonutil.dumps(data, indent=2 if as_json else None) + "\n", out)
