@@ -42,11 +42,11 @@ from alflow.reports.exports import al_matrix, al_matrix_csv, inferencex_rows, ro
 from alflow.reports.markdown import escape_controls
 from alflow.reports.matrix import METRICS, build_matrix, matrix_csv, matrix_json, matrix_table
 from alflow.reports.render import render_comparison, render_run, write_html_report
-from alflow.results.store import StoredRun, StoreError, iter_runs, open_run
+from alflow.results.store import StoredRun, StoreError, chained_root_problem, iter_runs, open_run
 from alflow.util import jsonutil
 from alflow.util.fsutil import local_path_of
 from alflow.util.names import check_output_file
-from alflow.util.redact import redact_urls_in_text
+from alflow.util.redact import redact_url, redact_urls_in_text
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -159,6 +159,9 @@ def _export_text(runs: Sequence[StoredRun], fmt: ReportFormat, digits: int) -> s
 
 def _check_root(root: str) -> None:
     """``--root``: a local results root must be a folder, or missing (no runs); never a file or under one."""
+    chained = chained_root_problem(root)
+    if chained:
+        raise InvalidInputError(f"--root {redact_url(root)!r}: {chained}")
     local = local_path_of(root)
     if local is None:
         return
@@ -243,7 +246,12 @@ def compare(
     runs = [_open(d, strict=strict) for d in run_dirs or []]
     if root is not None:
         _check_root(root)
-        runs += [r for r in iter_runs(root, flow) if r.complete]
+        skipped: list[str] = []
+        runs += [r for r in iter_runs(root, flow, skipped) if r.complete]
+        if skipped:  # said, not dropped in silence
+            warn(
+                f"{len(skipped)} run folder(s) under {root} could not be read and are left out; the first: {skipped[0]}"
+            )
     if not runs:
         raise InvalidInputError("nothing to compare: give run directories or a --root with complete runs")
     if fmt in (ReportFormat.html, ReportFormat.md):

@@ -254,7 +254,11 @@ def _ints(text: str | None, option: str) -> list[int] | None:
     values = parse_floats(text, option)
     if not values or any(not math.isfinite(v) or v != int(v) for v in values):
         raise InvalidInputError(f"{option} {text!r}: expected whole numbers separated by commas")
-    ints = [int(v) for v in values]
+    # each as written where it is an integer (a float cannot hold 99999999999999999999999: the bound named another)
+    ints = [
+        int(p) if p.lstrip("+-").isdigit() else int(v)
+        for p, v in zip(split_list(text, option), values, strict=True)
+    ]
     _unique(ints, option, text)
     return ints
 

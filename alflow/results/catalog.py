@@ -36,7 +36,7 @@ import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
@@ -59,8 +59,8 @@ VERDICT_ORDER: Final = ("regressed", "moved", "improved", "unchanged", "not enou
 left its interval, :mod:`alflow.results.regression`; ``not compared``: a point that could not be judged)."""
 RUN_DIR: Final = re.compile(r"^(\d{8}T\d{6}Z)-[A-Za-z0-9][A-Za-z0-9_.-]*$")
 """A run directory's name: ``<YYYYmmddTHHMMSSZ>-<run id>`` (:class:`alflow.results.store.RunWriter`)."""
-CACHE_VERSION: Final = 3
-"""2: series keys hold the target AL and the scheme; 3: and the workload."""
+CACHE_VERSION: Final = 4
+"""2: series keys hold the target AL and the scheme; 3: and the workload; 4: starts in UTC, impossible ones unreadable."""
 READ_THREADS: Final = 4
 """Threads that read runs at once on a cold start (parquet decoding runs outside the GIL)."""
 _GOOD_CLIENT: Final = "client-bound"
@@ -303,7 +303,7 @@ def _read_entry(rel: str, run_dir: str) -> CatalogEntry:
         flow=run.manifest.flow,
         run_id=run.manifest.run_id,
         flow_run_id=run.manifest.provenance.flow_run_id,
-        started=run.manifest.started,
+        started=_possible_start(rel, run.manifest.started),
         finished=run.manifest.finished,
         status=run.status,
         outcome=outcome_of(run, summary, points),
@@ -425,6 +425,17 @@ def _ts(iso: str) -> float:
     except (TypeError, ValueError):
         return 0.0
     return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+
+
+def _possible_start(rel: str, iso: str) -> str:
+    """A run's start in UTC (sorted and shown as such); one before :data:`EARLIEST` or a day ahead is no run's."""
+    when = _ts(iso)
+    if not EARLIEST <= when <= time.time() + 86_400:
+        raise AlflowError(
+            f"{rel}: its manifest's start {iso[:40]!r} is impossible (before 2024 or in the future)"
+        )
+    parsed = datetime.fromisoformat(iso)
+    return iso if parsed.utcoffset() in (None, timedelta(0)) else parsed.astimezone(UTC).isoformat()
 
 
 # --------------------------------------------------------------------------------------------

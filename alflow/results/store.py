@@ -183,6 +183,18 @@ class FsspecStorage:
         return "/".join(p.rstrip("/") for p in parts)
 
 
+def chained_root_problem(root: str) -> str | None:
+    """Why ``root`` is no results root when it chains file systems (fsspec's ``simplecache::file://...``).
+
+    There a run folder named with ``#`` or ``?`` vanished without a word. None: not chained.
+    """
+    if "::" in root and local_path_of(root) is None:
+        return (
+            "a chained URL (a::b) is not a results root: give the folder, or one storage URL (s3://, gs://)"
+        )
+    return None
+
+
 def storage_for(root: str | os.PathLike[str]) -> Storage:
     """The storage backend for a root: local for a path, ``file://`` or ``local://``, else fsspec."""
     return LocalStorage() if local_path_of(root) is not None else FsspecStorage(os.fspath(root))
@@ -491,8 +503,13 @@ def open_run(run_dir: str | os.PathLike[str]) -> StoredRun:
     return StoredRun(text, _read_manifest(storage, storage.join(text, MANIFEST)), storage)
 
 
-def iter_runs(root: str | os.PathLike[str], flow: str | None = None) -> Iterator[StoredRun]:
-    """Every run under ``root`` (optionally one flow), oldest first; unreadable folders are skipped."""
+def iter_runs(
+    root: str | os.PathLike[str], flow: str | None = None, skipped: list[str] | None = None
+) -> Iterator[StoredRun]:
+    """Every run under ``root`` (optionally one flow), oldest first; unreadable folders are skipped.
+
+    ``skipped``, when given, gets one line per run folder whose manifest cannot be read (the folder, the reason).
+    """
     storage = storage_for(root)
     base = _root_text(root)
     flows = [storage.join(base, flow)] if flow else storage.list_dirs(base)
@@ -503,7 +520,9 @@ def iter_runs(root: str | os.PathLike[str], flow: str | None = None) -> Iterator
                 continue
             try:
                 yield StoredRun(run_dir, _read_manifest(storage, manifest), storage)
-            except StoreError:
+            except StoreError as exc:
+                if skipped is not None:
+                    skipped.append(f"{run_dir}: {exc}")
                 continue
 
 

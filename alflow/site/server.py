@@ -16,7 +16,7 @@ from aiohttp import web
 
 from alflow.errors import InvalidInputError
 from alflow.results.catalog import Catalog
-from alflow.results.store import storage_for
+from alflow.results.store import chained_root_problem, storage_for
 from alflow.site.app import make_app
 from alflow.site.guard import PathOnlyAccessLogger, check_bind
 from alflow.util.fsutil import local_path_of
@@ -30,6 +30,9 @@ def check_root(root: str) -> str:
         raise InvalidInputError(
             "ROOT '' is empty; give a results root (the folder runs are stored in) or a URL"
         )
+    chained = chained_root_problem(root)
+    if chained:
+        raise InvalidInputError(f"ROOT {shown(redact_url(root))}: {chained}")
     local = local_path_of(root)
     if local is None:
         return root

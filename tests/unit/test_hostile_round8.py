@@ -117,3 +117,73 @@ def test_an_extra_body_that_overrides_what_the_measurement_counts_on_is_refused(
     assert ran.exit_code == 2, ran.output[-500:]
     assert "--extra-body sets" in ran.output
     assert "which every request's body sets itself" in ran.output
+
+
+def test_a_chained_storage_url_is_no_results_root() -> None:
+    """R8-9: ``results serve 'simplecache::file:///root'`` listed 12 of 16 runs: the folders named with ``#`` or ``?``
+    vanished without a word."""
+    from typer.testing import CliRunner
+
+    from alflow.cli import app
+
+    for args in (["results", "serve", "simplecache::file:///tmp/r8-root"],
+                 ["report", "compare", "--root", "simplecache::file:///tmp/r8-root", "-f", "csv"]):  # fmt: skip
+        ran = CliRunner().invoke(app, args)
+        assert ran.exit_code == 2, ran.output[-500:]
+        assert "a chained URL (a::b) is not a results root" in ran.output
+
+
+def test_a_compare_over_a_root_says_how_many_runs_it_could_not_read(tmp_path: Path) -> None:
+    """R8-10: ``report compare --root`` left unreadable runs out without a word."""
+    from typer.testing import CliRunner
+
+    from alflow.cli import app
+    from tests.unit.test_site import M2, make_root
+
+    root = make_root(tmp_path)
+    (root / M2 / "manifest.json").write_text("[]")
+    ran = CliRunner().invoke(
+        app, ["report", "compare", "--root", str(root), "-f", "md", "-o", str(tmp_path / "c.md")]
+    )
+    assert ran.exit_code == 0, ran.output[-500:]
+    assert "1 run folder(s) under" in ran.output
+    assert "could not be read and are left out" in ran.output
+
+
+def test_an_impossible_start_is_unreadable_and_an_offset_one_is_listed_in_utc(tmp_path: Path) -> None:
+    """R8-11: a run started in year 1 was listed as a normal passed run; one at ``-23:59`` was shown and sorted at
+    its local time."""
+    from alflow.results.catalog import Catalog
+    from tests.unit.test_site import M2, make_root
+
+    root = make_root(tmp_path)
+    manifest = root / M2 / "manifest.json"
+    data = json.loads(manifest.read_text())
+    for started, problem in (("0001-01-01T00:00:00+00:00", True), ("2999-01-01T00:00:00+00:00", True),
+                             ("2026-12-01T09:10:00-23:59", False)):  # fmt: skip
+        data["started"] = started
+        manifest.write_text(json.dumps(data))
+        (entry,) = [e for e in Catalog(str(root)).entries() if e.rel == M2]
+        assert (entry.problem is not None) == problem, (started, entry.problem)
+        if problem:
+            assert "is impossible" in entry.problem
+        else:
+            assert entry.started == "2026-12-02T09:09:00+00:00"
+
+
+def test_numbers_are_ascii_and_a_huge_one_is_named_as_written() -> None:
+    """R8-12: ``--concurrencies '１６'`` (full-width) ran at 16; ``99999999999999999999999`` was named as the float
+    ``99999999999999991611392``."""
+    from typer.testing import CliRunner
+
+    from alflow.cli import app
+
+    for args, said in (
+        (["run", "m2", "--preset", "sim", "--concurrencies", "１６", "--dry-run"], "expected numbers separated"),
+        (["bench", "--base-url", "http://127.0.0.1:9", "--percentiles", "１００"], "expected numbers separated"),
+        (["run", "m2", "--preset", "sim", "--concurrencies", "99999999999999999999999", "--dry-run"],
+         "(99999999999999999999999,) must all be <= 65,536"),
+    ):  # fmt: skip
+        ran = CliRunner().invoke(app, args)
+        assert ran.exit_code == 2, (args, ran.output[-500:])
+        assert said in ran.output, (args, ran.output[-500:])
