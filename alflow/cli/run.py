@@ -7,15 +7,17 @@ that stops it however this process ends.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
 import os
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import typer
 from pydantic import BaseModel
@@ -188,10 +190,31 @@ def prepare_local_run() -> None:
     from prefect.server.api.server import SubprocessASGIServer
 
     server = SubprocessASGIServer()
+    _in_own_session(server)
     server.start()
     process = server.server_process
     if process is not None and process.pid not in _GUARDED:
         _GUARDED[process.pid] = Guard.start(process.pid, group=False, grace_s=5.0)
+
+
+def _in_own_session(server: Any) -> None:
+    """Start Prefect's temporary server in a session of its own.
+
+    In this process's group, a terminal's Ctrl-C (or a SIGTERM to the group) stopped it at once, and the run's
+    unwinding then retried the gone API for 76 s, with tracebacks, before it exited 1. Out of the group it
+    lives until this process stops it at exit (or its guard does, however this process dies).
+    """
+    start = server._run_uvicorn_command  # Prefect 3: the Popen of the server (prefect/server/api/server.py)
+
+    def detached() -> subprocess.Popen[Any]:
+        popen = subprocess.Popen
+        subprocess.Popen = functools.partial(popen, start_new_session=True)  # type: ignore[misc,assignment]
+        try:
+            return cast("subprocess.Popen[Any]", start())
+        finally:
+            subprocess.Popen = popen  # type: ignore[misc]
+
+    server._run_uvicorn_command = detached
 
 
 def check_prefect_api(timeout_s: float = 5.0) -> None:

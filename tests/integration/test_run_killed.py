@@ -97,10 +97,16 @@ def _wait_for_the_point(base_url: str, run: subprocess.Popen[bytes], timeout_s: 
     raise AssertionError(f"the point did not start streaming within {timeout_s} s")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+@pytest.mark.parametrize(
+    ("sig", "group"),
+    [(signal.SIGKILL, False), (signal.SIGTERM, False), (signal.SIGINT, True), (signal.SIGTERM, True)],
+    ids=["SIGKILL", "SIGTERM", "Ctrl-C", "SIGTERM to the group"],
+)
 def test_a_killed_run_leaves_no_server_no_guard_and_no_prefect_server(
-    tmp_path: Path, sig: signal.Signals
+    tmp_path: Path, sig: signal.Signals, group: bool
 ) -> None:
+    """``group``: the signal reaches every process of the run's group, as a terminal's Ctrl-C does (round 9 R9-4:
+    it stopped Prefect's temporary server too, and the run retried the gone API for 76 s, then exited 1)."""
     state = tmp_path / "state"
     env = {
         **os.environ,
@@ -116,6 +122,7 @@ def test_a_killed_run_leaves_no_server_no_guard_and_no_prefect_server(
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=err_log,
+        start_new_session=group,
     )
     try:
         entry = _wait_for_entry(state, run, timeout_s=240)
@@ -128,7 +135,8 @@ def test_a_killed_run_leaves_no_server_no_guard_and_no_prefect_server(
         assert prefect, f"no temporary Prefect server among the run's children: {children}"
         assert len(guards) >= 2, f"expected guards of the sim server and the Prefect server: {children}"
         assert same_process_alive(*server)
-        os.kill(run.pid, sig)
+        sent = time.monotonic()
+        os.killpg(run.pid, sig) if group else os.kill(run.pid, sig)
         try:
             code = run.wait(timeout=60)
         except subprocess.TimeoutExpired:
@@ -137,14 +145,15 @@ def test_a_killed_run_leaves_no_server_no_guard_and_no_prefect_server(
         stderr = (tmp_path / "stderr.log").read_bytes()
         # the watchdog's exit (alflow.cli.run._exit_if_still_stopping) is a stalled unwinding: show where
         assert b"still stopping" not in stderr, stderr[-6000:].decode(errors="replace")
-        assert code == (-9 if sig is signal.SIGKILL else 128 + signal.SIGTERM), code
+        assert code == (-9 if sig is signal.SIGKILL else 128 + sig), code
+        assert time.monotonic() - sent < 20, f"{time.monotonic() - sent:.0f} s after {sig.name}"
         deadline = time.monotonic() + 30
         left = [server, *prefect, *guards]
         while time.monotonic() < deadline and any(same_process_alive(p, t) for p, t in left):
             time.sleep(0.2)
         alive = [(p, t) for p, t in left if same_process_alive(p, t)]
         assert not alive, f"left behind after {sig.name}: {alive}"
-        if sig is signal.SIGTERM:
+        if sig is not signal.SIGKILL:
             # the run unwound: it stopped its own server and dropped the registry entry
             assert not list((state / "servers").glob("process-*.json"))
             assert b"Traceback" not in (tmp_path / "stderr.log").read_bytes()
