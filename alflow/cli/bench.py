@@ -502,6 +502,15 @@ def _check_urls(o: BenchOptions) -> None:
         problem = url_problem(url)
         if problem:
             raise InvalidInputError(f"{name}: {problem}")
+        parts = urlparse(url)
+        if (
+            name != "--base-url"
+            and (url or name == "--metrics-url")
+            and (parts.scheme not in ("http", "https") or not parts.hostname)
+        ):
+            raise InvalidInputError(
+                f"{name} {shown(redact_url(url))}: give an http(s)://HOST[:PORT]/PATH URL"
+            )
     _check_base_url(o.base_url)
 
 

@@ -33,6 +33,7 @@ import polars as pl
 
 from alflow.metrics.client import GpuLayout, summarize
 from alflow.metrics.point_metrics import OUTPUT_PER_GPU, POINT_METRICS, TOTAL_PER_GPU
+from alflow.reports.markdown import spreadsheet_safe
 from alflow.reports.matrix import run_column
 from alflow.results.store import StoredRun
 from alflow.results.view import framework, get_path, image, m0_entries, m2_points, model_id, scheme
@@ -156,9 +157,11 @@ def al_matrix_csv(frame: pl.DataFrame, digits: int = 2) -> str:
     """The matrix as CSV text (values with ``digits`` decimals, empty for a category not run)."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(frame.columns)
+    writer.writerow([spreadsheet_safe(c) for c in frame.columns])
     for row in frame.iter_rows():
-        writer.writerow([row[0], *["" if v is None else f"{v:.{digits}f}" for v in row[1:]]])
+        writer.writerow(
+            [spreadsheet_safe(str(row[0])), *["" if v is None else f"{v:.{digits}f}" for v in row[1:]]]
+        )
     return buf.getvalue()
 
 
@@ -269,7 +272,7 @@ def rows_csv(rows: Sequence[Mapping[str, Any]]) -> str:
     columns = list(dict.fromkeys(k for r in rows for k in r))
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(columns)
+    writer.writerow([spreadsheet_safe(c) for c in columns])
     for r in rows:
         writer.writerow(["" if r.get(c) is None else _cell(r.get(c)) for c in columns])
     return buf.getvalue()
@@ -282,4 +285,4 @@ def _cell(value: object) -> str:
         return "true" if value else "false"
     if isinstance(value, float):
         return repr(round(value, 6)) if math.isfinite(value) else ""
-    return str(value)
+    return spreadsheet_safe(value) if isinstance(value, str) else str(value)

