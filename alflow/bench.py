@@ -483,7 +483,9 @@ async def bench_async(
         (r.out / "summary.json").write_bytes(jsonutil.dumps_bytes(summary))
     if aborted is not None:
         raise AlflowError(aborted + (f" (partial records in {r.out / 'records.parquet'})" if r.out else ""))
-    return BenchResult(summary, m.client.all_ok)
+    if not summary.get("completed"):  # nothing measured is no clean run (a --duration shorter than a request)
+        summary["all_ok"] = False
+    return BenchResult(summary, m.client.all_ok and bool(summary.get("completed")))
 
 
 def bench(

@@ -305,6 +305,7 @@ def _interpreter_state() -> dict[str, object]:
     }
     umask = os.umask(0o22)
     os.umask(umask)
+    state |= _process_settings()
     state |= {
         "the working folder": str(Path.cwd()),
         "the umask": umask,
@@ -337,6 +338,33 @@ def _environment() -> tuple[tuple[str, str], ...]:
             if name in _ENV_AT_START or name.upper().startswith(_READ_PREFIXES)
         )
     )
+
+
+def _process_settings() -> dict[str, object]:
+    """What the import machinery, sockets, TLS and the runtime use process-wide.
+
+    Round 10: a plugin put a folder first on ``sys.path`` whose ``platform.py`` wrote to stdout, replaced
+    ``__import__``, set a socket timeout of 0.5 s, 64 open files, TLS unverified.
+    """
+    import builtins
+    import gc
+    import resource
+    import socket
+    import ssl
+
+    return {
+        "sys.path": tuple(sys.path),
+        "sys.meta_path or sys.path_hooks": (tuple(map(id, sys.meta_path)), tuple(map(id, sys.path_hooks))),
+        "builtins.__import__": id(builtins.__import__),
+        "the socket default timeout": socket.getdefaulttimeout(),
+        "the open-file limit": resource.getrlimit(resource.RLIMIT_NOFILE),
+        "the thread switch interval": sys.getswitchinterval(),
+        "the garbage collector": (gc.isenabled(), gc.get_threshold()),
+        "TLS verification (ssl's default context)": (
+            id(ssl._create_default_https_context),
+            id(ssl.create_default_context),
+        ),
+    }
 
 
 def _load(reference: str) -> object:

@@ -58,7 +58,7 @@ from alflow.datasets.custom import DEFAULT_MAX_TOKENS
 from alflow.datasets.random_tokens import DEFAULT_TOKEN_LOW, DEFAULT_VOCAB_SIZE
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.loadgen.client import auth_headers
-from alflow.loadgen.endpoints import Sampling
+from alflow.loadgen.endpoints import Sampling, check_extra_body
 from alflow.loadgen.runner import (
     DEFAULT_STALL_TIMEOUT_S,
     MAX_PROCESSES,
@@ -98,6 +98,7 @@ BENCH_BOUNDS: Final = register_bounds(
         "--range-ratio": Bound(0, open_low=True, high=1),
         "--vocab-size": Bound(DEFAULT_TOKEN_LOW + 1, high=MAX_TOKEN_ID + 1),
         "--num-shots": Bound(0),  # at most the shots file's examples (checked there)
+        "--seed": Bound(0, high=2**63 - 1),  # stored as a JSON integer, read back exactly
         "--concurrency": SESSIONS,
         "--client-processes": PROCESSES_RANGE,
         "--request-rate": Bound(MIN_REQUEST_RATE, high=MAX_REQUEST_RATE),
@@ -305,30 +306,8 @@ def _extra_body(text: str | None) -> dict[str, Any]:
         raise InvalidInputError(f"--extra-body is not valid JSON: {exc}") from None
     if not isinstance(extra, dict):
         raise InvalidInputError("--extra-body must be a JSON object")
-    managed = [key for key in extra if key in _MANAGED_BODY_KEYS]
-    if managed:
-        raise InvalidInputError(
-            f"--extra-body sets {', '.join(map(repr, managed))}, which every request's body sets itself (the "
-            "measurement counts on them): use --max-tokens for the output length; the others cannot be changed"
-        )
+    check_extra_body(extra)
     return extra
-
-
-_MANAGED_BODY_KEYS: Final = frozenset(
-    {
-        "model",
-        "messages",
-        "prompt",
-        "stream",
-        "stream_options",
-        "n",
-        "best_of",
-        "max_tokens",
-        "max_completion_tokens",
-    }
-)
-"""Request body keys the client sets itself (:mod:`alflow.loadgen.endpoints`): streaming with usage, one choice,
-the prompt and its length. Overridden, the figures went wrong without a word (no usage: 0 input tokens)."""
 
 
 def _check_client_processes(processes: int, auto: bool, warmup: int, concurrency: int) -> None:
@@ -619,6 +598,10 @@ def _report(result: BenchResult, *, json_out: bool, api_key: str | None) -> None
         emit_json(summary)
     else:
         _print_summary(summary)
+    if not summary.get("completed") and not summary.get("failed"):
+        raise fail(
+            "no request was measured (a --duration shorter than one request?): nothing to report", code=1
+        )
     if not result.all_ok:
         raise fail(
             f"{summary['failed']} of {summary['failed'] + summary['completed']} requests failed "

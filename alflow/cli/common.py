@@ -105,7 +105,7 @@ def parse_floats(text: str, option: str) -> list[float]:
     """``1,2.5,3`` -> floats (:func:`split_list`); the error names ``option`` and the text."""
     parts = split_list(text, option)
     try:
-        if not text.isascii():  # Python reads '１６' (full-width) and '١٦' (Arabic-Indic) as 16
+        if not text.isascii() or "_" in text:  # Python reads '１６' (full-width) and '1_6' as 16
             raise ValueError(text)
         return [float(p) for p in parts]
     except ValueError:

@@ -25,6 +25,7 @@ check foresaw is one line naming the run directories (exit 2).
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable, Sequence
 from enum import StrEnum
@@ -179,9 +180,14 @@ def _output(output: str | None) -> str | None:
     if output is None or output == "-":
         return output
     try:
-        check_output_file(output)
+        path = Path(os.path.realpath(check_output_file(output)))
     except ValueError as exc:
         raise InvalidInputError(str(exc)) from None
+    if (path.parent / "manifest.json").is_file() and path.name not in ("report.html", "report.md"):
+        raise InvalidInputError(  # it would replace what the run measured (its manifest, a table)
+            f"--output {output!r} is in a run folder ({path.parent.name}): a report may replace only its report.html "
+            "or report.md there; give another path"
+        )
     return output
 
 

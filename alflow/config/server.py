@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self, Union
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Final, Literal, Self, Union
 
 from pydantic import (
     AfterValidator,
@@ -30,7 +31,7 @@ from alflow.config.speculative import (
 from alflow.loadgen.spec import MAX_SECONDS
 from alflow.plugins import check_dialect, config_model_of, config_models, framework_names
 from alflow.util.names import check_env_names, check_host, check_identifier, check_image, shown
-from alflow.util.redact import is_secret_flag, is_secret_name, redact_urls_in_text
+from alflow.util.redact import is_secret_flag, is_secret_key, is_secret_name, redact_urls_in_text
 
 ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
 """An environment variable's name as a runner's ``-e NAME=value`` gives it (``first-pass=/m/l`` is a LoRA, not one)."""
@@ -40,6 +41,40 @@ _BEARER = re.compile(r"\bbearer\s+\S|authorization\s*[=:]", re.IGNORECASE)
 
 
 _URL_WITH_USER = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}://[^/\s@]+@")
+
+
+_SECRET_FLAGS: Final = ("--api-key", "--hf-token", "--admin-api-key", "--ssl-keyfile-password", "--token")
+"""Flags that take a secret in the frameworks' parsers (vLLM, SGLang): argparse takes an unambiguous prefix of one."""
+
+
+def _abbreviates_secret_flag(flag: str) -> bool:
+    """``--api-k`` or ``--hf-tok``: a prefix of a secret flag past its first word, which argparse expands."""
+    return "-" in flag[2:] and any(f.startswith(flag) and f != flag for f in _SECRET_FLAGS)
+
+
+def _json_secret(arg: str) -> str | None:
+    """The first secret-named key (at any depth) of ``arg``'s JSON value, or of its value after ``=``; None: none.
+
+    ``--kv-transfer-config '{"kv_connector_extra_config": {"aws_secret_access_key": ...}}'``, ``--hf-overrides``.
+    """
+    text = arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg
+    if not text.lstrip().startswith(("{", "[")):
+        return None
+    try:
+        return _secret_key(json.loads(text))
+    except ValueError:
+        return None
+
+
+def _secret_key(data: object) -> str | None:
+    if isinstance(data, dict):
+        for k, v in data.items():
+            found = k if isinstance(k, str) and is_secret_key(k) else _secret_key(v)
+            if found:
+                return found
+    if isinstance(data, list):
+        return next((found for v in data if (found := _secret_key(v))), None)
+    return None
 
 
 def _bearer(value: str) -> bool:
@@ -302,8 +337,9 @@ class ServerBase(StrictModel):
                     f"extra_args {shown(arg)} holds a NUL character: a command-line argument cannot"
                 )
             flag = arg.split("=", 1)[0]
-            if (
-                "=" in arg and ENV_NAME.fullmatch(flag) and is_secret_name(flag)
+            named = arg.split("=", 2)[1] if arg.count("=") >= 2 else ""  # --env=HF_TOKEN=...
+            if "=" in arg and any(
+                ENV_NAME.fullmatch(n) and is_secret_name(n) for n in (flag, named)
             ):  # "-e HF_TOKEN=..." for a runner
                 raise ValueError(
                     f"extra_args sets {shown(flag)}=..., which looks like a secret: its value would be stored in clear "
@@ -318,7 +354,16 @@ class ServerBase(StrictModel):
                     "manifest.json, the reports and Prefect's database; give it to the server through a variable "
                     "listed in the runner's secrets (placement.runner.secrets) instead"
                 )
-            if is_secret_flag(flag):
+            key = _json_secret(arg)
+            if (
+                key
+            ):  # --kv-transfer-config '{"...": {"aws_secret_access_key": ...}}': its value is never shown
+                raise ValueError(
+                    f"extra_args holds JSON with the secret-named key {shown(key)}: its value would be stored in clear "
+                    "in manifest.json, the reports and Prefect's database; give the server the secret through a "
+                    "variable listed in the runner's secrets (placement.runner.secrets) instead"
+                )
+            if is_secret_flag(flag) or _abbreviates_secret_flag(flag):
                 raise ValueError(
                     f"extra_args passes {flag}, which takes a secret: its value would be stored in clear in "
                     "manifest.json, the reports and Prefect's database. Give the server the secret through its "

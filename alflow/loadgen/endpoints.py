@@ -129,3 +129,47 @@ def get_endpoint(name: str) -> Endpoint:
         return ENDPOINTS[name]
     except KeyError:
         raise InvalidInputError(f"unknown endpoint {name!r}; known: {', '.join(ENDPOINTS)}") from None
+
+
+def check_extra_body(extra: Mapping[str, Any]) -> None:
+    """An ``--extra-body`` that would change what the measurement counts on, or what an option records: one line."""
+    managed = [key for key in extra if key in _MANAGED_BODY_KEYS]
+    if managed:
+        raise InvalidInputError(
+            f"--extra-body sets {', '.join(map(repr, managed))}, which every request's body sets itself (the "
+            "measurement counts on them): use --max-tokens for the output length; the others cannot be changed"
+        )
+    optioned = {key: option for key, option in _OPTION_BODY_KEYS.items() if key in extra}
+    if optioned:  # the body won over the option while the summary recorded the option's value
+        raise InvalidInputError(
+            f"--extra-body sets {', '.join(map(repr, optioned))}: give "
+            f"{', '.join(dict.fromkeys(optioned.values()))} instead (the summary records what the options send)"
+        )
+
+
+_OPTION_BODY_KEYS: Final = {
+    "temperature": "--temperature",
+    "top_p": "--top-p",
+    "top_k": "--top-k",
+    "min_tokens": "--min-tokens",
+    "ignore_eos": "--ignore-eos",
+    "chat_template_kwargs": "--thinking",
+}
+"""Body keys an option of ``alflow bench`` sets (:class:`Sampling`)."""
+
+
+_MANAGED_BODY_KEYS: Final = frozenset(
+    {
+        "model",
+        "messages",
+        "prompt",
+        "stream",
+        "stream_options",
+        "n",
+        "best_of",
+        "max_tokens",
+        "max_completion_tokens",
+    }
+)
+"""Request body keys the client sets itself (:data:`_STREAM`, the bodies above): streaming with usage, one choice,
+the prompt and its length. Overridden, the figures went wrong without a word (no usage: 0 input tokens)."""

@@ -278,6 +278,13 @@ HOSTILE = {
     "a config module that replaces math.isfinite": (
         PARTS, "import math\nmath.isfinite = bool\nEvilServer = PLUGIN = 1\n", "math.isfinite"
     ),
+    # hostile round 10: the import machinery and process-wide settings
+    "a config module that puts a folder first on sys.path": (
+        PARTS, "import sys\nsys.path.insert(0, '/nonexistent-r10')\nEvilServer = PLUGIN = 1\n", "sys.path"
+    ),
+    "a config module that sets a socket timeout": (
+        PARTS, "import socket\nsocket.setdefaulttimeout(0.5)\nEvilServer = PLUGIN = 1\n", "the socket default timeout"
+    ),
 }  # fmt: skip
 """Third-party plugins that break as they load: (the spec module, its config module, the reason listed)."""
 

@@ -269,6 +269,21 @@ def test_bench_cli_reports_failed_requests_and_exits_1(tmp_path: Path) -> None:
     assert "requests failed" in result.stderr
 
 
+def test_bench_cli_that_measured_no_request_exits_1_and_is_not_all_ok(tmp_path: Path) -> None:
+    """Round 10 R10-4: ``--duration 0.000001`` measured nothing and said ``all_ok: true`` with exit 0."""
+    runner, app = _cli()
+    with SimProcess(sim_args("vllm", tmp_path / "s.jsonl")) as sim:
+        result = runner.invoke(
+            app,  # type: ignore[arg-type]
+            ["bench", "--base-url", sim.base_url, "--isl", "16", "--osl", "4", "--vocab-size", str(VOCAB),
+             "--num-prompts", "1", "--duration", "0.000001", "--no-progress", "--json"],
+        )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    summary = orjson.loads(result.stdout)
+    assert (summary["completed"], summary["all_ok"]) == (0, False)
+    assert "no request was measured" in result.stderr
+
+
 def test_bench_cli_unknown_category_and_dialect_are_one_line_errors(tmp_path: Path) -> None:
     runner, app = _cli()
     f = tmp_path / "q.jsonl"

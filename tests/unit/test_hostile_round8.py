@@ -1,4 +1,4 @@
-"""Hostile rounds 8 and 9 of issue #49: what the eighth and ninth rounds of hostile inputs found, each answered now."""
+"""Hostile rounds 8-10 of issue #49: what the eighth to tenth rounds of hostile inputs found, each answered now."""
 
 from __future__ import annotations
 
@@ -301,3 +301,68 @@ def test_round9_a_run_that_ends_before_it_starts_is_unreadable(tmp_path: Path) -
     (entry,) = [e for e in Catalog(str(root)).entries() if e.rel == M2]
     assert entry.problem is not None
     assert "is before its start" in entry.problem
+
+
+@pytest.mark.parametrize(
+    "args",
+    [  # R10-1: JSON values with secret-named keys, --env=NAME=..., and argparse's prefixes of secret flags
+        ["--kv-transfer-config", '{"kv_connector_extra_config": {"aws_secret_access_key": "SEKRIT10"}}'],
+        ['--hf-overrides={"token": "SEKRIT10"}'],
+        ["--env=HF_TOKEN=SEKRIT10"],
+        ["--api-k", "SEKRIT10"],
+        ["--hf-tok", "SEKRIT10"],
+        ["--ssl-keyfile-pass", "SEKRIT10"],
+    ],
+)
+def test_round10_extra_args_with_a_secret_in_json_or_an_abbreviated_flag_are_refused(args: list[str]) -> None:
+    import pydantic
+
+    from alflow.config import server_config
+
+    with pytest.raises(pydantic.ValidationError) as refused:
+        server_config(framework="vllm", model="m", extra_args=args)
+    assert "extra_args" in str(refused.value)
+    assert "SEKRIT10" not in str(refused.value)
+
+
+def test_round10_extra_args_that_hold_no_secret_still_pass() -> None:
+    from alflow.config import server_config
+
+    server_config(
+        framework="vllm", model="m", extra_args=["--tokenizer", "t", "--api", "--max-model-len", "4096"]
+    )
+
+
+def test_round10_inputs_answer_in_one_line_before_any_work(tmp_path: Path) -> None:
+    """R10-2: ``--extra-body`` keys an option sets won over it while the summary recorded the option; R10-5: a seed
+    beyond 64 bits was stored as a float; R10-6: ``report show RUN -o RUN/manifest.json`` destroyed the run; R10-7:
+    ``--concurrencies 1_6`` (Python reads ``_`` in numbers) ran at 16."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from alflow.cli import app
+
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "4f9de94" / "m2"
+    run = tmp_path / "m2" / next(p.name for p in fixture.iterdir())
+    shutil.copytree(next(fixture.iterdir()), run)
+    before = (run / "manifest.json").read_bytes()
+    url = ["--base-url", "http://127.0.0.1:9"]
+    cases = [
+        (["bench", *url, "--extra-body", '{"temperature": 1.5}'], "give --temperature instead"),
+        (["bench", *url, "--extra-body", '{"chat_template_kwargs": {}}'], "give --thinking instead"),
+        (["bench", *url, "--seed", "18446744073709551617"], "must be an integer in [0,"),
+        (["report", "show", str(run), "-f", "md", "-o", str(run / "manifest.json")], "is in a run folder"),
+        (["report", "show", str(run), "-f", "csv", "-o", str(run / "summary.json")], "is in a run folder"),
+        (
+            ["run", "m2", "--preset", "sim", "--concurrencies", "1_6", "--dry-run"],
+            "expected numbers separated",
+        ),
+    ]
+    for args, said in cases:
+        ran = CliRunner().invoke(app, args)
+        assert ran.exit_code == 2, (args, ran.output[-500:])
+        assert said in ran.output, (args, ran.output[-500:])
+    assert (run / "manifest.json").read_bytes() == before
+    ok = CliRunner().invoke(app, ["report", "show", str(run), "-f", "md", "-o", str(run / "report.md")])
+    assert ok.exit_code == 0, ok.output[-500:]
