@@ -258,9 +258,10 @@ def _import_all_of_alflow() -> None:
 
     import alflow
 
-    for found in pkgutil.walk_packages(alflow.__path__, "alflow."):
+    for found in pkgutil.walk_packages(alflow.__path__, "alflow.", onerror=lambda _: None):
         if not found.name.endswith("__main__"):
-            importlib.import_module(found.name)
+            with contextlib.suppress(ImportError):  # an extra not installed (alflow.tiny's torch): not in use
+                importlib.import_module(found.name)
 
 
 _WATCHED_MODULES: Final = ("builtins", "json", "os", "sys", "logging", "asyncio", "subprocess", "signal", "socket",
