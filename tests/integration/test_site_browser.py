@@ -48,6 +48,9 @@ def _build_root(root: Path) -> None:
         shutil.copytree(root / M2, run)
         manifest = json.loads((run / "manifest.json").read_text())
         manifest["started"] = f"2026-12-0{5 + n}T06:00:00+00:00"
+        manifest["finished"] = (
+            f"2026-12-0{5 + n}T06:20:00+00:00"  # a run ends after it starts (else: unreadable)
+        )
         manifest["run_id"] = rel.rsplit("-", 1)[1]
         manifest["provenance"]["server"]["image"] = f"alflow-sim-base:nightly-{n}"
         (run / "manifest.json").write_text(json.dumps(manifest))

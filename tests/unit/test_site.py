@@ -107,7 +107,9 @@ def make_root(tmp_path: Path) -> Path:
     manifest = json.loads((hostile / "manifest.json").read_text())
     manifest["config"]["model"]["id"] = HOSTILE
     manifest["started"] = "2026-12-06T00:00:00+00:00"
-    manifest["finished"] = "2026-12-06T00:05:00+00:00"  # after its start (a run that ends before it starts is none)
+    manifest["finished"] = (
+        "2026-12-06T00:05:00+00:00"  # after its start (a run that ends before it starts is none)
+    )
     manifest["run_id"] = "0badc0ffee00"
     (hostile / "manifest.json").write_text(json.dumps(manifest))
     (root / M2 / "unlisted.txt").write_text("not in the manifest")

@@ -341,7 +341,14 @@ async def test_the_trends_page_survives_extreme_and_nearly_equal_values(tmp_path
     root = make_root(tmp_path)
     twin = root / "m2" / "20261207T000000Z-7777aaaa7777"
     shutil.copytree(root / HOSTILE_REL, twin)
-    _edit_manifest(twin, {"run_id": "7777aaaa7777", "started": "2026-12-07T00:00:00+00:00"})
+    _edit_manifest(
+        twin,
+        {
+            "run_id": "7777aaaa7777",
+            "started": "2026-12-07T00:00:00+00:00",
+            "finished": "2026-12-07T00:05:00+00:00",
+        },
+    )
     for run, throughput, tpot in ((root / HOSTILE_REL, 1e5, 1e308), (twin, math.nextafter(1e5, 2e5), -1e308)):
         table = run / "spec_stats.parquet"
         meta = pl.read_parquet_metadata(table)
