@@ -11,7 +11,10 @@ some M0/M1 runs, a ``regression.json`` beside some M2 runs), then measures:
 
 Run::
 
-    .venv/bin/python benchmarks/site_latency.py [--runs 10000] [--requests 50] [--keep DIR]
+    .venv/bin/python benchmarks/site_latency.py [--runs 10000] [--requests 50] [--keep DIR] [--peer REV]
+
+With ``--peer REV`` the same store is measured by commit REV's alflow and by this checkout's, each in a process
+of its own, alternating (``--rounds``), and the table gives both and their ratio.
 """
 
 from __future__ import annotations
@@ -21,7 +24,11 @@ import asyncio
 import http.client
 import io
 import json
+import os
+import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -36,6 +43,7 @@ from alflow.results.store import PARQUET_VERSION_KEY
 from alflow.site.app import make_app
 from alflow.site.server import run_site
 
+HERE = Path(__file__).resolve().parents[1]
 SERIES = [  # (framework, image, model, k, thinking)
     ("vllm", "vllm/vllm-openai", "synthetic-llama-70b", 3, "off"),
     ("vllm", "vllm/vllm-openai", "synthetic-llama-70b", 5, "off"),
@@ -97,12 +105,20 @@ def _parquet(rows: list[dict[str, object]]) -> bytes:
     return buf.getvalue()
 
 
+NIGHT = timedelta(
+    hours=6
+)  # four "nights" a day: 10,000 runs fit between 2024 and now (older runs are unreadable)
+
+
 def build_store(root: Path, runs: int) -> None:
     """``runs`` synthetic runs: per night one M2 run per series, plus an M1 and (weekly) an M0 run."""
-    start = datetime(2020, 1, 1, 2, 0, tzinfo=UTC)
+    nights = runs // len(SERIES) + 1
+    start = (datetime.now(UTC) - nights * NIGHT - timedelta(days=1)).replace(
+        minute=0, second=0, microsecond=0
+    )
     written = night = 0
     while written < runs:
-        day = start + timedelta(days=night)
+        day = start + night * NIGHT
         for n, (fw, image, model, k, thinking) in enumerate(SERIES):
             if written >= runs:
                 break
@@ -211,54 +227,137 @@ def _measure(host: str, port: int, path: str, n: int) -> tuple[float, float, int
     return statistics.median(times), times[max(0, round(0.95 * len(times)) - 1)], size
 
 
+PATHS = [
+    "/",
+    "/api/runs",
+    "/?flow=m2&model=synthetic-qwen-32b&sort=model&order=asc&page=3",
+    "/?text=sglang",
+    "/trends?framework={fw}&model={model}&k={k}&concurrency=16",
+    "/api/trends?framework={fw}&model={model}&k={k}&concurrency=16",
+    "/trends",
+    "/api/trends",
+]
+Result = dict[str, dict[str, list[float]]]
+
+
+def measure(root: Path, cache: Path, requests: int) -> Result:
+    """The catalogue's steps (seconds) and each page's median/p95 ms and size, over the store at ``root``."""
+    t0 = time.perf_counter()
+    catalog = Catalog(str(root), cache_dir=None)
+    cold = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    catalog.refresh(force=True)
+    warm_refresh = time.perf_counter() - t0
+    Catalog(str(root), cache_dir=cache)  # fills the cache
+    t0 = time.perf_counter()
+    cached = Catalog(str(root), cache_dir=cache)
+    from_cache = time.perf_counter() - t0
+    assert cached.reads == 0, cached.reads
+    entries = catalog.entries()
+    unreadable = sum(1 for e in entries if e.status == "unreadable")
+    assert not unreadable, (
+        f"{unreadable} of {len(entries)} synthetic runs unreadable: the benchmark's store is wrong"
+    )
+    print(f"catalogue: {len(entries)} runs, {len(catalog.series_keys())} trend lines")
+    steps = {
+        "cold build (no cache)": [cold],
+        "refresh, nothing changed": [warm_refresh],
+        "cold build from the disk cache": [from_cache],
+    }
+    url, loop, stop, thread = _serve(catalog)
+    host, port = url.split("//")[1].rstrip("/").rsplit(":", 1)
+    fw, _, model, k, _ = SERIES[0]
+    pages = {}
+    for path in (p.format(fw=fw, model=model, k=k) for p in PATHS):
+        med, p95, size = _measure(host, int(port), path, requests)
+        pages[path] = [med, p95, float(size)]
+    loop.call_soon_threadsafe(stop.set)
+    thread.join(30)
+    return {"steps": steps, "pages": pages}
+
+
+def _print_one(result: Result, requests: int) -> None:
+    print("| step | seconds |\n|---|---:|")
+    for step, (seconds,) in result["steps"].items():
+        print(f"| {step} | {seconds:.3f} |")
+    print(f"\nwarm latency, {requests} requests each (keep-alive, one client):\n")
+    print("| path | median ms | p95 ms | bytes |\n|---|---:|---:|---:|")
+    for path, (med, p95, size) in result["pages"].items():
+        print(f"| `{path}` | {med:.1f} | {p95:.1f} | {int(size):,} |")
+
+
+def _tree_of(rev: str, into: Path) -> Path:
+    """The files of commit ``rev`` of this repository under ``into`` (with this checkout's compiled reader)."""
+    into.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(HERE), "archive", rev], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    for so in (HERE / "alflow" / "loadgen").glob("_rxread*.so"):
+        shutil.copy2(so, into / "alflow" / "loadgen" / so.name)
+    return into
+
+
+def _side(tree: Path, root: Path, cache: Path, requests: int, out: Path) -> Result:
+    """One measurement in a process of its own that imports alflow from ``tree``."""
+    argv = [sys.executable, str(Path(__file__).resolve()), "--keep", str(root), "--requests", str(requests)]
+    argv += ["--cache", str(cache), "--json", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    subprocess.run(argv, env=env, cwd=tree, check=True, stdout=subprocess.DEVNULL)
+    result: Result = json.loads(out.read_text())
+    return result
+
+
+def compare(peer: str, root: Path, tmp: Path, requests: int, rounds: int) -> None:
+    """Both trees over the same store in one run, alternating, ``rounds`` times each; the median of the rounds."""
+    before, after = f"before ({peer})", "after (this checkout)"
+    trees = {before: _tree_of(peer, tmp / "peer"), after: HERE}
+    runs: dict[str, list[Result]] = {before: [], after: []}
+    for r in range(rounds):
+        for name in (before, after) if r % 2 == 0 else (after, before):
+            print(f"round {r + 1}: {name}", flush=True)
+            cache = tmp / f"cache-{r}-{len(runs[name])}-{name[:5]}"
+            runs[name].append(_side(trees[name], root, cache, requests, tmp / "out.json"))
+
+    def mid(name: str, part: str, key: str, i: int) -> float:
+        return statistics.median(run[part][key][i] for run in runs[name])
+
+    print(f"\n{rounds} rounds each, alternating; the median of the rounds' figures:\n")
+    print(f"| step | {before} s | {after} s | after/before |\n|---|---:|---:|---:|")
+    for step in runs[after][0]["steps"]:
+        b, a = mid(before, "steps", step, 0), mid(after, "steps", step, 0)
+        print(f"| {step} | {b:.3f} | {a:.3f} | {a / b:.2f} |")
+    print("\n| path | median ms before | median ms after | after/before | p95 ms before | p95 ms after |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for path in runs[after][0]["pages"]:
+        b, a = mid(before, "pages", path, 0), mid(after, "pages", path, 0)
+        p95b, p95a = mid(before, "pages", path, 1), mid(after, "pages", path, 1)
+        print(f"| `{path}` | {b:.1f} | {a:.1f} | {a / b:.2f} | {p95b:.1f} | {p95a:.1f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=10_000)
     ap.add_argument("--requests", type=int, default=50)
     ap.add_argument("--keep", help="build the store here (kept) instead of a temporary folder")
+    ap.add_argument(
+        "--peer", help="also measure this commit of the repository over the same store, alternating"
+    )
+    ap.add_argument("--rounds", type=int, default=2, help="with --peer: measurements of each side")
+    ap.add_argument("--cache", help=argparse.SUPPRESS)
+    ap.add_argument("--json", help=argparse.SUPPRESS)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="alflow-site-bench-") as tmp:
         root = Path(args.keep) if args.keep else Path(tmp) / "results"
         t0 = time.perf_counter()
         if not (root / "m2").exists():
             build_store(root, args.runs)
-        print(f"store: {args.runs} synthetic runs in {root} ({time.perf_counter() - t0:.1f} s to write)")
-        cache = Path(tmp) / "cache"
-        t0 = time.perf_counter()
-        catalog = Catalog(str(root), cache_dir=None)
-        cold = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        catalog.refresh(force=True)
-        warm_refresh = time.perf_counter() - t0
-        Catalog(str(root), cache_dir=cache)  # fills the cache
-        t0 = time.perf_counter()
-        cached = Catalog(str(root), cache_dir=cache)
-        from_cache = time.perf_counter() - t0
-        assert cached.reads == 0, cached.reads
-        print(f"catalogue: {len(catalog.entries())} runs, {len(catalog.series_keys())} trend lines")
-        print(
-            f"| step | seconds |\n|---|---:|\n| cold build (no cache) | {cold:.2f} |\n| refresh, nothing changed | {warm_refresh:.3f} |\n| cold build from the disk cache | {from_cache:.2f} |"
-        )
-        url, loop, stop, thread = _serve(catalog)
-        host, port = url.split("//")[1].rstrip("/").rsplit(":", 1)
-        fw, _, model, k, _ = SERIES[0]
-        paths = [
-            "/",
-            "/api/runs",
-            "/?flow=m2&model=synthetic-qwen-32b&sort=model&order=asc&page=3",
-            "/?text=sglang",
-            f"/trends?framework={fw}&model={model}&k={k}&concurrency=16",
-            f"/api/trends?framework={fw}&model={model}&k={k}&concurrency=16",
-            "/trends",
-            "/api/trends",
-        ]
-        print(f"\nwarm latency, {args.requests} requests each (keep-alive, one client):\n")
-        print("| path | median ms | p95 ms | bytes |\n|---|---:|---:|---:|")
-        for path in paths:
-            med, p95, size = _measure(host, int(port), path, args.requests)
-            print(f"| `{path}` | {med:.1f} | {p95:.1f} | {size:,} |")
-        loop.call_soon_threadsafe(stop.set)
-        thread.join(30)
+            print(f"store: {args.runs} synthetic runs in {root} ({time.perf_counter() - t0:.1f} s to write)")
+        if args.peer:
+            compare(args.peer, root, Path(tmp), args.requests, args.rounds)
+            return
+        result = measure(root, Path(args.cache) if args.cache else Path(tmp) / "cache", args.requests)
+        if args.json:
+            Path(args.json).write_text(json.dumps(result))
+        _print_one(result, args.requests)
 
 
 if __name__ == "__main__":
