@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import io
 import json
 import logging
@@ -37,7 +38,7 @@ import jinja2
 import orjson
 import polars as pl
 from aiohttp import web
-from markupsafe import escape
+from markupsafe import Markup, escape
 
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.reports.content import Report, build_comparison
@@ -112,7 +113,38 @@ def _env() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=_shown,
     )
+
+
+def _shown(value: object) -> object:
+    """What a page prints of ``value`` (every ``{{ ... }}`` of a template): :func:`_private`, no control character.
+
+    The pages' own markup is ours; what a run holds, a query asks or the root is named arrives here, value by value,
+    before escaping. A short text (a model id, a framework, a date: the same few hundred on every index page) is
+    judged once (:func:`_shown_text`): the whole 97 kB index page through the redaction cost more than building it.
+    """
+    if not isinstance(value, str):
+        return value
+    text = str(value)  # a Markup (a chart) as plain text: its methods would escape what redaction puts back
+    shown = _shown_text(text) if len(text) <= _CACHED_CHARS else escape_controls(_private(text))
+    return Markup(shown) if isinstance(value, Markup) else shown  # noqa: S704 - a chart escaped its texts
+
+
+_CACHED_CHARS: Final = 256
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _shown_text(text: str) -> str:
+    """:func:`_shown` of a text of at most :data:`_CACHED_CHARS` characters (at most 64 Ki of them kept, ~16 MB)."""
+    # no control or format character (RLO, ESC) reorders or hides what a page shows: each as visible \uNNNN text
+    return escape_controls(_private_text(text))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _private_text(text: str) -> str:
+    """:func:`_private` of a short text without run directories (a JSON answer's strings: the same few hundred)."""
+    return _private(text)
 
 
 _ENV: Final = _env()
@@ -137,7 +169,7 @@ def _private(text: str, entries: Iterable[CatalogEntry] = ()) -> str:
 def _private_data(data: object, entries: tuple[CatalogEntry, ...]) -> object:
     """JSON-ready ``data`` with :func:`_private` applied to every string in it (keys included)."""
     if isinstance(data, str):
-        return _private(data, entries)
+        return _private_text(data) if not entries and len(data) <= _CACHED_CHARS else _private(data, entries)
     if isinstance(data, dict):
         return {
             (_private(k, entries) if isinstance(k, str) else k): _private_data(v, entries)
@@ -150,8 +182,7 @@ def _private_data(data: object, entries: tuple[CatalogEntry, ...]) -> object:
 
 def _html(request: web.Request, template: str, title: str, status: int = 200, **data: Any) -> web.Response:
     text = _ENV.get_template(template).render(title=title, root_label=request.app[ROOT_LABEL], **data)
-    # no control or format character (RLO, ESC) reorders or hides what a page shows: each as visible \uNNNN text
-    return web.Response(text=escape_controls(_private(text)), content_type="text/html", status=status)
+    return web.Response(text=text, content_type="text/html", status=status)  # each value went through _shown
 
 
 def _json_ready(data: object) -> object:
