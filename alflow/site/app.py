@@ -113,21 +113,21 @@ def _env() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
-        finalize=_shown,
+        finalize=_printed,
     )
 
 
-def _shown(value: object) -> object:
+def _printed(value: object) -> object:
     """What a page prints of ``value`` (every ``{{ ... }}`` of a template): :func:`_private`, no control character.
 
     The pages' own markup is ours; what a run holds, a query asks or the root is named arrives here, value by value,
     before escaping. A short text (a model id, a framework, a date: the same few hundred on every index page) is
-    judged once (:func:`_shown_text`): the whole 97 kB index page through the redaction cost more than building it.
+    judged once (:func:`_printed_text`): the whole 97 kB index page through the redaction cost more than building it.
     """
     if not isinstance(value, str):
         return value
     text = str(value)  # a Markup (a chart) as plain text: its methods would escape what redaction puts back
-    shown = _shown_text(text) if len(text) <= _CACHED_CHARS else escape_controls(_private(text))
+    shown = _printed_text(text) if len(text) <= _CACHED_CHARS else escape_controls(_private(text))
     return Markup(shown) if isinstance(value, Markup) else shown  # noqa: S704 - a chart escaped its texts
 
 
@@ -135,8 +135,8 @@ _CACHED_CHARS: Final = 256
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _shown_text(text: str) -> str:
-    """:func:`_shown` of a text of at most :data:`_CACHED_CHARS` characters (at most 64 Ki of them kept, ~16 MB)."""
+def _printed_text(text: str) -> str:
+    """:func:`_printed` of a text of at most :data:`_CACHED_CHARS` characters (at most 64 Ki of them kept, ~16 MB)."""
     # no control or format character (RLO, ESC) reorders or hides what a page shows: each as visible \uNNNN text
     return escape_controls(_private_text(text))
 
@@ -182,7 +182,7 @@ def _private_data(data: object, entries: tuple[CatalogEntry, ...]) -> object:
 
 def _html(request: web.Request, template: str, title: str, status: int = 200, **data: Any) -> web.Response:
     text = _ENV.get_template(template).render(title=title, root_label=request.app[ROOT_LABEL], **data)
-    return web.Response(text=text, content_type="text/html", status=status)  # each value went through _shown
+    return web.Response(text=text, content_type="text/html", status=status)  # each value went through _printed
 
 
 def _json_ready(data: object) -> object:
