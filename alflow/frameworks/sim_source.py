@@ -1,12 +1,37 @@
-"""Small value types shared by the recipes."""
+"""Small value types shared by the recipes, and the plain metric families the simulator's emitters yield."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Literal
+
+from prometheus_client.metrics_core import Metric
 
 from alflow.acceptance.runtime_k import RuntimeKKnob
 from alflow.frameworks.versions import Capability
+from alflow.sim.dialects import counter_family, gauge_family, histogram_family
+from alflow.sim.stats import Histogram
+
+FamilyRow = (
+    tuple[Literal["counter", "gauge"], str, str, float] | tuple[Literal["histogram"], str, str, Histogram]
+)
+"""One metric family of one sample: its kind, name, help text and value."""
+
+
+def plain_families(
+    rows: Iterable[FamilyRow | Metric], labels: dict[str, str], created: float | None
+) -> Iterator[Metric]:
+    """The family of each row, with ``labels`` (counters with their ``_created`` time ``created``); a family as is."""
+    for row in rows:
+        if isinstance(row, Metric):
+            yield row
+        elif row[0] == "histogram":
+            yield histogram_family(row[1], row[2], labels, row[3])
+        elif row[0] == "gauge":
+            yield gauge_family(row[1], row[2], labels, row[3])
+        else:
+            yield counter_family(row[1], row[2], labels, row[3], created)
 
 
 @dataclass(frozen=True)

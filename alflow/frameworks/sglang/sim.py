@@ -20,8 +20,9 @@ from prometheus_client.metrics_core import Metric
 
 from alflow.errors import InvalidInputError
 from alflow.frameworks.sglang import names as sglang_names
+from alflow.frameworks.sim_source import FamilyRow, plain_families
 from alflow.sim.config import SGLANG_TOKEN_MODES
-from alflow.sim.dialects import EngineSettings, JsonView, counter_family, gauge_family, histogram_family
+from alflow.sim.dialects import EngineSettings, JsonView
 from alflow.sim.sources import FrameworkSettings
 from alflow.sim.stats import EngineStats
 
@@ -40,72 +41,54 @@ class SglangEmitter:
 
     def families(self, stats: EngineStats, config: EngineSettings) -> Iterator[Metric]:
         lab = {"model_name": config.served_model_name}
-        c = stats.created_s
-        yield gauge_family(
-            sglang_names.SGLANG_SPEC_ACCEPT_LENGTH,
-            "The average acceptance length (latest window).",
-            lab,
-            stats.window_al,
-        )
-        yield gauge_family(
-            sglang_names.SGLANG_SPEC_ACCEPT_RATE,
-            "The average acceptance rate (latest window).",
-            lab,
-            stats.window_rate,
-        )
+        n, s = sglang_names, stats
+        rows: list[FamilyRow] = [
+            (
+                "gauge",
+                n.SGLANG_SPEC_ACCEPT_LENGTH,
+                "The average acceptance length (latest window).",
+                s.window_al,
+            ),
+            (
+                "gauge",
+                n.SGLANG_SPEC_ACCEPT_RATE,
+                "The average acceptance rate (latest window).",
+                s.window_rate,
+            ),
+        ]
         # the active K, as SGLang's gauges of --speculative-adaptive (constant here: the sim has no adaptive steps)
         if config.k:
-            yield gauge_family(
-                sglang_names.SGLANG_SPEC_NUM_STEPS, "The active speculative_num_steps.", lab, config.k
-            )
-            yield gauge_family(
-                sglang_names.SGLANG_SPEC_NUM_DRAFT_TOKENS,
-                "The active speculative_num_draft_tokens.",
-                lab,
-                config.k + 1,
-            )
-        yield counter_family(
-            sglang_names.SGLANG_SPEC_VERIFY_CALLS,
-            "The number of speculative verify calls (finished requests).",
-            lab,
-            stats.finished_verify_steps,
-            c,
-        )
-        yield counter_family(
-            sglang_names.SGLANG_GENERATION_TOKENS,
-            "Number of generation tokens processed (finished requests, first token included).",
-            lab,
-            stats.finished_output_tokens,
-            c,
-        )
-        yield counter_family(
-            sglang_names.SGLANG_NUM_REQUESTS, "Number of requests processed.", lab, stats.finished_requests, c
-        )
-        yield counter_family(
-            sglang_names.SGLANG_PROMPT_TOKENS,
-            "Number of prefill tokens processed.",
-            lab,
-            stats.prompt_tokens,
-            c,
-        )
-        yield gauge_family(
-            sglang_names.SGLANG_NUM_RUNNING, "The number of running requests.", lab, stats.num_running
-        )
-        yield gauge_family(
-            sglang_names.SGLANG_NUM_QUEUE,
-            "The number of requests in the waiting queue.",
-            lab,
-            stats.num_waiting,
-        )
-        yield histogram_family(
-            sglang_names.SGLANG_TTFT_SECONDS, "Histogram of time to first token in seconds.", lab, stats.ttft
-        )
-        yield histogram_family(
-            sglang_names.SGLANG_ITL_SECONDS, "Histogram of inter-token latency in seconds.", lab, stats.itl
-        )
-        yield histogram_family(
-            sglang_names.SGLANG_E2E_SECONDS, "Histogram of end-to-end request latency.", lab, stats.e2e
-        )
+            rows += [
+                ("gauge", n.SGLANG_SPEC_NUM_STEPS, "The active speculative_num_steps.", config.k),
+                (
+                    "gauge",
+                    n.SGLANG_SPEC_NUM_DRAFT_TOKENS,
+                    "The active speculative_num_draft_tokens.",
+                    config.k + 1,
+                ),
+            ]
+        rows += [
+            (
+                "counter",
+                n.SGLANG_SPEC_VERIFY_CALLS,
+                "The number of speculative verify calls (finished requests).",
+                s.finished_verify_steps,
+            ),
+            (
+                "counter",
+                n.SGLANG_GENERATION_TOKENS,
+                "Number of generation tokens processed (finished requests, first token included).",
+                s.finished_output_tokens,
+            ),
+            ("counter", n.SGLANG_NUM_REQUESTS, "Number of requests processed.", s.finished_requests),
+            ("counter", n.SGLANG_PROMPT_TOKENS, "Number of prefill tokens processed.", s.prompt_tokens),
+            ("gauge", n.SGLANG_NUM_RUNNING, "The number of running requests.", s.num_running),
+            ("gauge", n.SGLANG_NUM_QUEUE, "The number of requests in the waiting queue.", s.num_waiting),
+            ("histogram", n.SGLANG_TTFT_SECONDS, "Histogram of time to first token in seconds.", s.ttft),
+            ("histogram", n.SGLANG_ITL_SECONDS, "Histogram of inter-token latency in seconds.", s.itl),
+            ("histogram", n.SGLANG_E2E_SECONDS, "Histogram of end-to-end request latency.", s.e2e),
+        ]
+        return plain_families(rows, lab, s.created_s)
 
 
 def sglang_server_info(stats: EngineStats, config: EngineSettings) -> dict[str, object]:

@@ -18,16 +18,9 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from alflow.errors import InvalidInputError
+from alflow.frameworks.sim_source import plain_families
 from alflow.frameworks.trtllm import names as trtllm_names
-from alflow.sim.dialects import (
-    EngineSettings,
-    JsonView,
-    counter_family,
-    gauge_family,
-    histogram_family,
-    labelled_counter,
-    success_family,
-)
+from alflow.sim.dialects import EngineSettings, JsonView, gauge_family, labelled_counter, success_family
 from alflow.sim.sources import FrameworkSettings
 from alflow.sim.stats import EngineStats
 
@@ -65,54 +58,43 @@ class TrtllmEmitter:
 
     def families(self, stats: EngineStats, config: EngineSettings) -> Iterator[Metric]:
         lab = {"model_name": config.served_model_name, "engine_type": "trtllm"}
-        c = stats.created_s
-        yield counter_family(
-            trtllm_names.TRTLLM_NUM_DRAFT_TOKENS, "Number of draft tokens.", lab, stats.draft_tokens, c
-        )
-        yield counter_family(
-            trtllm_names.TRTLLM_NUM_ACCEPTED_TOKENS,
-            "Number of accepted draft tokens.",
-            lab,
-            stats.accepted_tokens,
-            c,
-        )
-        yield gauge_family(
-            trtllm_names.TRTLLM_ACCEPTANCE_LENGTH,
-            "Acceptance length of the last iteration.",
-            lab,
-            stats.last_step_al,
-        )
-        pos = trtllm_names.TRTLLM_POSITION_LABEL
-        accepted = list(enumerate(stats.finished_accepted_per_position()))
+        n, s, c = trtllm_names, stats, stats.created_s
+        pos = n.TRTLLM_POSITION_LABEL
+        accepted = list(enumerate(s.finished_accepted_per_position()))
         drafted = [
-            (i, stats.finished_verify_steps) for i, _ in accepted
+            (i, s.finished_verify_steps) for i, _ in accepted
         ]  # each verify step drafts every position
-        yield labelled_counter(
-            trtllm_names.TRTLLM_DRAFTED_PER_POS, "Drafted tokens per position.", lab, pos, drafted, c
-        )
-        yield labelled_counter(
-            trtllm_names.TRTLLM_ACCEPTED_PER_POS, "Accepted tokens per position.", lab, pos, accepted, c
-        )
-        yield _speculative_config_info(config, lab)
-        yield counter_family(
-            trtllm_names.TRTLLM_PROMPT_TOKENS, "Number of prompt tokens.", lab, stats.prompt_tokens, c
-        )
-        yield counter_family(
-            trtllm_names.TRTLLM_GENERATION_TOKENS,
-            "Number of generation tokens.",
+        return plain_families(
+            (
+                ("counter", n.TRTLLM_NUM_DRAFT_TOKENS, "Number of draft tokens.", s.draft_tokens),
+                (
+                    "counter",
+                    n.TRTLLM_NUM_ACCEPTED_TOKENS,
+                    "Number of accepted draft tokens.",
+                    s.accepted_tokens,
+                ),
+                (
+                    "gauge",
+                    n.TRTLLM_ACCEPTANCE_LENGTH,
+                    "Acceptance length of the last iteration.",
+                    s.last_step_al,
+                ),
+                labelled_counter(
+                    n.TRTLLM_DRAFTED_PER_POS, "Drafted tokens per position.", lab, pos, drafted, c
+                ),
+                labelled_counter(
+                    n.TRTLLM_ACCEPTED_PER_POS, "Accepted tokens per position.", lab, pos, accepted, c
+                ),
+                _speculative_config_info(config, lab),
+                ("counter", n.TRTLLM_PROMPT_TOKENS, "Number of prompt tokens.", s.prompt_tokens),
+                ("counter", n.TRTLLM_GENERATION_TOKENS, "Number of generation tokens.", s.generation_tokens),
+                success_family(n.TRTLLM_REQUEST_SUCCESS, lab, s),
+                ("histogram", n.TRTLLM_TTFT_SECONDS, "Histogram of time to first token in seconds.", s.ttft),
+                ("histogram", n.TRTLLM_TPOT_SECONDS, "Histogram of time per output token in seconds.", s.itl),
+                ("histogram", n.TRTLLM_E2E_SECONDS, "Histogram of end-to-end request latency.", s.e2e),
+            ),
             lab,
-            stats.generation_tokens,
             c,
-        )
-        yield success_family(trtllm_names.TRTLLM_REQUEST_SUCCESS, lab, stats)
-        yield histogram_family(
-            trtllm_names.TRTLLM_TTFT_SECONDS, "Histogram of time to first token in seconds.", lab, stats.ttft
-        )
-        yield histogram_family(
-            trtllm_names.TRTLLM_TPOT_SECONDS, "Histogram of time per output token in seconds.", lab, stats.itl
-        )
-        yield histogram_family(
-            trtllm_names.TRTLLM_E2E_SECONDS, "Histogram of end-to-end request latency.", lab, stats.e2e
         )
 
 

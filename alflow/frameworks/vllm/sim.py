@@ -15,16 +15,9 @@ from typing import cast
 from prometheus_client.metrics_core import Metric
 
 from alflow.errors import InvalidInputError
+from alflow.frameworks.sim_source import plain_families
 from alflow.frameworks.vllm import names as vllm_names
-from alflow.sim.dialects import (
-    EngineSettings,
-    JsonView,
-    counter_family,
-    gauge_family,
-    histogram_family,
-    labelled_counter,
-    success_family,
-)
+from alflow.sim.dialects import EngineSettings, JsonView, labelled_counter, success_family
 from alflow.sim.sources import FrameworkSettings
 from alflow.sim.stats import EngineStats
 
@@ -43,47 +36,42 @@ class VllmEmitter:
 
     def families(self, stats: EngineStats, config: EngineSettings) -> Iterator[Metric]:
         lab = {"model_name": config.served_model_name, "engine": "0"}
-        c = stats.created_s
-        yield counter_family(
-            vllm_names.VLLM_NUM_DRAFTS, "Number of spec decoding drafts.", lab, stats.num_drafts, c
-        )
-        yield counter_family(
-            vllm_names.VLLM_NUM_DRAFT_TOKENS, "Number of draft tokens.", lab, stats.draft_tokens, c
-        )
-        yield counter_family(
-            vllm_names.VLLM_NUM_ACCEPTED_TOKENS, "Number of accepted tokens.", lab, stats.accepted_tokens, c
-        )
-        per_pos = enumerate(stats.accepted_per_position())
-        doc = "Accepted tokens per draft position."
-        yield labelled_counter(vllm_names.VLLM_ACCEPTED_PER_POS, doc, lab, "position", per_pos, c)
-        yield counter_family(
-            vllm_names.VLLM_PROMPT_TOKENS, "Number of prefill tokens processed.", lab, stats.prompt_tokens, c
-        )
-        yield counter_family(
-            vllm_names.VLLM_GENERATION_TOKENS,
-            "Number of generation tokens processed.",
+        n, s, c = vllm_names, stats, stats.created_s
+        per_pos = enumerate(s.accepted_per_position())
+        return plain_families(
+            (
+                ("counter", n.VLLM_NUM_DRAFTS, "Number of spec decoding drafts.", s.num_drafts),
+                ("counter", n.VLLM_NUM_DRAFT_TOKENS, "Number of draft tokens.", s.draft_tokens),
+                ("counter", n.VLLM_NUM_ACCEPTED_TOKENS, "Number of accepted tokens.", s.accepted_tokens),
+                labelled_counter(
+                    n.VLLM_ACCEPTED_PER_POS,
+                    "Accepted tokens per draft position.",
+                    lab,
+                    "position",
+                    per_pos,
+                    c,
+                ),
+                ("counter", n.VLLM_PROMPT_TOKENS, "Number of prefill tokens processed.", s.prompt_tokens),
+                (
+                    "counter",
+                    n.VLLM_GENERATION_TOKENS,
+                    "Number of generation tokens processed.",
+                    s.generation_tokens,
+                ),
+                success_family(n.VLLM_REQUEST_SUCCESS, lab, s),
+                (
+                    "gauge",
+                    n.VLLM_NUM_RUNNING,
+                    "Number of requests in model execution batches.",
+                    s.num_running,
+                ),
+                ("gauge", n.VLLM_NUM_WAITING, "Number of requests waiting to be processed.", s.num_waiting),
+                ("histogram", n.VLLM_TTFT_SECONDS, "Histogram of time to first token in seconds.", s.ttft),
+                ("histogram", n.VLLM_ITL_SECONDS, "Histogram of inter-token latency in seconds.", s.itl),
+                ("histogram", n.VLLM_E2E_SECONDS, "Histogram of e2e request latency in seconds.", s.e2e),
+            ),
             lab,
-            stats.generation_tokens,
             c,
-        )
-        yield success_family(vllm_names.VLLM_REQUEST_SUCCESS, lab, stats)
-        yield gauge_family(
-            vllm_names.VLLM_NUM_RUNNING,
-            "Number of requests in model execution batches.",
-            lab,
-            stats.num_running,
-        )
-        yield gauge_family(
-            vllm_names.VLLM_NUM_WAITING, "Number of requests waiting to be processed.", lab, stats.num_waiting
-        )
-        yield histogram_family(
-            vllm_names.VLLM_TTFT_SECONDS, "Histogram of time to first token in seconds.", lab, stats.ttft
-        )
-        yield histogram_family(
-            vllm_names.VLLM_ITL_SECONDS, "Histogram of inter-token latency in seconds.", lab, stats.itl
-        )
-        yield histogram_family(
-            vllm_names.VLLM_E2E_SECONDS, "Histogram of e2e request latency in seconds.", lab, stats.e2e
         )
 
 
