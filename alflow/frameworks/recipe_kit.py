@@ -20,7 +20,7 @@ from alflow.config import Parallelism, ServerConfig, SpecMethod
 from alflow.errors import RecipeError
 from alflow.frameworks.launch import free_port
 from alflow.frameworks.registry import frameworks, knob_env_names
-from alflow.frameworks.versions import Capability, FrameworkVersion, check_capabilities
+from alflow.frameworks.versions import Capability, check_capabilities
 
 
 def bind_host_of(config: ServerConfig) -> str:
@@ -56,12 +56,6 @@ def image_tag(image: str | None) -> str | None:
     name = image.split("@", 1)[0]
     last = name.rsplit("/", 1)[-1]
     return last.split(":", 1)[1] if ":" in last else None
-
-
-def image_version(image: str | None) -> tuple[int, int, int] | None:
-    """The release in an image tag (``v0.5.16``, ``0.5.16-cu129``, ``v0.6``), or None if it has none."""
-    found = FrameworkVersion.parse(image_tag(image))
-    return None if found is None else found.release
 
 
 def image_gate(image: str | None, requirements: tuple[Capability, ...]) -> tuple[str, ...]:

@@ -11,7 +11,7 @@ always renders the length. L must lie in [1, K + 1]; both flags are dropped sile
 
 from __future__ import annotations
 
-from alflow.acceptance.knobs import DRAWS_NOTE, KnobRequest, SyntheticKnobs, as_length
+from alflow.acceptance.knobs import DRAWS_NOTE, KnobRequest, SyntheticKnobs, as_length, env_number
 from alflow.acceptance.synthetic import SyntheticAcceptanceError, SyntheticTarget, get_scheme
 
 LENGTH_FLAG = "--spec-decode-acceptance-length"
@@ -25,12 +25,6 @@ FIXED_SEED = (
     "any temperature (ATOM's synthetic rejection kernel, atom/model_ops/rejection_sampler.py; DOMAIN.md section 10)"
 )
 """Why ATOM's repeats of a point share one synthetic draw (the plugin's ``repeated_draws``)."""
-
-
-def number_text(x: float) -> str:
-    """A number as a command-line value: ``2.4``, ``3`` (12 significant digits at most)."""
-    r = round(x, 12) + 0.0
-    return str(int(r)) if r.is_integer() else repr(r)
 
 
 class AtomKnobs:
@@ -54,7 +48,7 @@ class AtomKnobs:
             "atom",
             target.k,
             SCHEME,
-            args=(LENGTH_FLAG, number_text(target.al)),
+            args=(LENGTH_FLAG, env_number(target.al)),
             warnings=(DRAWS_NOTE + FIXED_SEED,),
             distribution=get_scheme(SCHEME).distribution(target),
         )
