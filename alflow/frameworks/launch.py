@@ -18,7 +18,7 @@ import socket
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from alflow.acceptance.runtime_k import RuntimeKKnob
@@ -407,22 +407,17 @@ class Launch:
     def relocated(self, files_dir: str) -> Launch:
         """A copy of this Launch with its files under ``files_dir``: argv and env references are rewritten."""
         mapping = {self.file_path(f.name): f"{files_dir.rstrip('/')}/{f.name}" for f in self.files}
+
+        def move(argv: tuple[str, ...] | None) -> tuple[str, ...] | None:
+            return None if argv is None else tuple(mapping.get(arg, arg) for arg in argv)
+
         return replace(
             self,
             files_dir=files_dir,
-            argv=tuple(mapping.get(arg, arg) for arg in self.argv),
-            worker_argv=None
-            if self.worker_argv is None
-            else tuple(mapping.get(arg, arg) for arg in self.worker_argv),
+            argv=move(self.argv) or (),
+            worker_argv=move(self.worker_argv),
             groups=tuple(
-                replace(
-                    g,
-                    argv=tuple(mapping.get(arg, arg) for arg in g.argv),
-                    worker_argv=None
-                    if g.worker_argv is None
-                    else tuple(mapping.get(arg, arg) for arg in g.worker_argv),
-                )
-                for g in self.groups
+                replace(g, argv=move(g.argv) or (), worker_argv=move(g.worker_argv)) for g in self.groups
             ),
             env={key: mapping.get(value, value) for key, value in self.env.items()},
         )
@@ -452,9 +447,7 @@ class Launch:
                 "engine_note": self.engine_note,
                 "runtime_k": [dump_row(k) for k in self.runtime_k],
                 "nodes": self.nodes,
-                "metrics_endpoints": [
-                    {"node": e.node, "port": e.port, "path": e.path} for e in self.metrics_endpoints
-                ],
+                "metrics_endpoints": [asdict(e) for e in self.metrics_endpoints],
                 "worker_argv": None if self.worker_argv is None else list(self.worker_argv),
                 "gpus_per_node": self.gpus_per_node,
                 "mpi": self.mpi,
