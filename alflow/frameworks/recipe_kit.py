@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from alflow.acceptance.knobs import KnobRenderer, KnobRequest, SyntheticKnobs
 from alflow.acceptance.runtime_k import (
@@ -18,7 +20,7 @@ from alflow.acceptance.runtime_k import (
 from alflow.acceptance.synthetic import SyntheticAcceptanceError
 from alflow.config import Parallelism, ServerConfig, SpecMethod
 from alflow.errors import RecipeError
-from alflow.frameworks.launch import free_port
+from alflow.frameworks.launch import Launch, free_port
 from alflow.frameworks.registry import frameworks, knob_env_names
 from alflow.frameworks.versions import Capability, check_capabilities
 
@@ -28,6 +30,51 @@ def bind_host_of(config: ServerConfig) -> str:
     if config.host is None:
         raise RecipeError("internal: a recipe got a config without a bind host (build_launch fills it)")
     return config.host
+
+
+@dataclass(frozen=True)
+class LaunchRecipe:
+    """A recipe that launches its own server (its framework and dialect, endpoints, default image)."""
+
+    framework: str
+    default_image: str | None
+    health_path: str = "/health"
+    metrics_path: str = "/metrics"
+
+    def launch(self, config: ServerConfig, argv: Sequence[str], port: int, **fields: Any) -> Launch:
+        """The Launch of ``argv`` on ``port`` with what every recipe fills alike; ``fields`` add or override."""
+        common: dict[str, Any] = {
+            "framework": self.framework,
+            "dialect": self.framework,
+            "model": config.model,
+            "argv": tuple(argv),
+            "port": port,
+            "host": bind_host_of(config),
+            "health_path": self.health_path,
+            "metrics_path": self.metrics_path,
+            "readiness_timeout_s": config.readiness_timeout_s,
+            "image": config.image or self.default_image,
+            "nodes": config.nodes,
+        }
+        return Launch(**{**common, **fields})
+
+
+def flag_value(flag: str, value: object) -> list[str]:
+    """``[flag, str(value)]``, or nothing when ``value`` is None or empty."""
+    return [] if value is None or value == "" else [flag, str(value)]
+
+
+def parallel_args(
+    par: Parallelism, tp: str, pp: str, dp: str | None, ep: str, *, ep_switch: bool = False
+) -> list[str]:
+    """The parallel sizes as flags: ``tp`` always, the others above 1 (``ep_switch``: expert parallelism is a switch)."""
+    argv = [tp, str(par.tp)]
+    for flag, size in ((pp, par.pp), (dp, par.dp)):
+        if flag is not None and size > 1:
+            argv += [flag, str(size)]
+    if par.ep > 1:
+        argv += [ep] if ep_switch else [ep, str(par.ep)]
+    return argv
 
 
 def method_name(framework: str, names: Mapping[SpecMethod, str], method: SpecMethod, where: str) -> str:

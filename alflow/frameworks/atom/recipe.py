@@ -33,12 +33,15 @@ from alflow.frameworks.atom.knobs import LENGTH_FLAG, RATE_FLAG
 from alflow.frameworks.atom.metrics import METRICS_PATH
 from alflow.frameworks.launch import Launch
 from alflow.frameworks.recipe_kit import (
+    LaunchRecipe,
     bind_host_of,
     check_extra_args,
+    flag_value,
     gpus_per_node,
     image_tag,
     merge_env,
     method_name,
+    parallel_args,
     render_synthetic,
     resolve_port,
 )
@@ -49,19 +52,17 @@ ATOM_IMAGE = "rocm/atom:latest"
 ATOM_MODULE = "atom.entrypoints.openai_server"
 ATOM_METHODS = {SpecMethod.MTP: "mtp", SpecMethod.EAGLE3: "eagle3", SpecMethod.DSPARK: "dspark"}
 """alflow's methods ATOM has (``--method`` choices, ``arg_utils.py:286-292``)."""
+ATOM_PARALLEL_FLAGS = ("-tp", "-pp", "-dp", "--enable-expert-parallel")
 ATOM_MANAGED_FLAGS = frozenset(
     {
         "--model",
         "--served-model-name",
         "--host",
         "--server-port",
+        *ATOM_PARALLEL_FLAGS,
         "--tensor-parallel-size",
-        "-tp",
         "--pipeline-parallel-size",
-        "-pp",
         "--data-parallel-size",
-        "-dp",
-        "--enable-expert-parallel",
         "--max-model-len",
         "--method",
         "--num-speculative-tokens",
@@ -108,12 +109,11 @@ def synthetic_gate(image: str | None) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class AtomRecipe:
+class AtomRecipe(LaunchRecipe):
     """The ATOM recipe."""
 
     framework: str = "atom"
     default_image: str | None = ATOM_IMAGE
-    health_path: str = "/health"
     metrics_path: str = METRICS_PATH
 
     def speculative_args(self, config: ServerConfig) -> tuple[tuple[str, ...], SyntheticKnobs | None]:
@@ -165,31 +165,18 @@ class AtomRecipe:
         warnings = (synthetic_gate(image) if knobs is not None else ()) + (knobs.warnings if knobs else ())
         port = resolve_port(config)
         argv = ["python", "-m", ATOM_MODULE, "--model", config.model, "--served-model-name", config.model]
-        argv += ["--host", bind_host_of(config), "--server-port", str(port), "-tp", str(par.tp)]
-        if par.pp > 1:
-            argv += ["-pp", str(par.pp)]
-        if par.dp > 1:
-            argv += ["-dp", str(par.dp)]
-        if par.ep > 1:
-            argv.append("--enable-expert-parallel")
-        if config.max_model_len is not None:
-            argv += ["--max-model-len", str(config.max_model_len)]
+        argv += ["--host", bind_host_of(config), "--server-port", str(port)]
+        argv += parallel_args(par, *ATOM_PARALLEL_FLAGS, ep_switch=True)
+        argv += flag_value("--max-model-len", config.max_model_len)
         argv.append(
             "--enable_prefix_caching" if config.enable_prefix_caching else "--no-enable_prefix_caching"
         )
         argv += [*spec_args, *config.extra_args]
-        return Launch(
-            framework=self.framework,
-            dialect="atom",
-            model=config.model,
-            argv=tuple(argv),
-            port=port,
-            host=bind_host_of(config),
+        return self.launch(
+            config,
+            argv,
+            port,
             env=merge_env({}, config.extra_env),
-            health_path=self.health_path,
-            metrics_path=self.metrics_path,
-            readiness_timeout_s=config.readiness_timeout_s,
-            image=image,
             warnings=warnings,
             synthetic=knobs.to_dict() if knobs is not None else None,
             gpus_per_node=gpus_per_node(config, par, 1),

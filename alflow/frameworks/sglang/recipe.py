@@ -35,13 +35,16 @@ from alflow.config import Disaggregation, Parallelism, ServerConfig, SpecMethod
 from alflow.errors import RecipeError
 from alflow.frameworks.launch import HEAD_ADDR, NODE_RANK, Launch, LaunchGroup, MetricsEndpoint, node_addr
 from alflow.frameworks.recipe_kit import (
+    LaunchRecipe,
     bind_host_of,
     check_extra_args,
     find_runtime_k,
+    flag_value,
     gpus_per_node,
     image_gate,
     merge_env,
     method_name,
+    parallel_args,
     refuse_vllm_only_fields,
     render_synthetic,
     resolve_port,
@@ -157,6 +160,7 @@ SGLANG_DFLASH2_CAP = Capability(
     ),
     consequence="an older server does not know the algorithm and exits at start",
 )
+SGLANG_PARALLEL_FLAGS = ("--tp-size", "--pp-size", "--dp-size", "--ep-size")
 SGLANG_MANAGED_FLAGS = frozenset(
     {
         "--model-path",
@@ -164,12 +168,9 @@ SGLANG_MANAGED_FLAGS = frozenset(
         "--host",
         "--port",
         "--revision",
-        "--tp-size",
+        *SGLANG_PARALLEL_FLAGS,
         "--tp",
-        "--pp-size",
-        "--dp-size",
         "--dp",
-        "--ep-size",
         "--ep",
         "--speculative-algorithm",
         "--speculative-num-steps",
@@ -232,12 +233,11 @@ def refuse_unfaithful(config: ServerConfig) -> None:
 
 
 @dataclass(frozen=True)
-class SglangRecipe:
+class SglangRecipe(LaunchRecipe):
     """The SGLang recipe."""
 
     framework: str = "sglang"
     default_image: str | None = SGLANG_IMAGE
-    health_path: str = "/health"
     metrics_path: str = SGLANG_METRICS_PATH
 
     def algorithm(self, method: SpecMethod) -> str:
@@ -301,13 +301,9 @@ class SglangRecipe:
         args = ["--speculative-algorithm", algorithm]
         if spec.method is SpecMethod.NGRAM:
             args += ["--speculative-num-draft-tokens", str(spec.k + 1)]
-            if spec.prompt_lookup_min is not None:
-                args += ["--speculative-ngram-min-match-window-size", str(spec.prompt_lookup_min)]
-            if spec.prompt_lookup_max is not None:
-                args += ["--speculative-ngram-max-match-window-size", str(spec.prompt_lookup_max)]
-            return args
-        if spec.draft_model:
-            args += ["--speculative-draft-model-path", spec.draft_model]
+            args += flag_value("--speculative-ngram-min-match-window-size", spec.prompt_lookup_min)
+            return args + flag_value("--speculative-ngram-max-match-window-size", spec.prompt_lookup_max)
+        args += flag_value("--speculative-draft-model-path", spec.draft_model)
         if spec.method is SpecMethod.DSPARK:
             return [*args, "--speculative-dspark-block-size", str(spec.k)]
         if spec.method in (SpecMethod.DFLASH, SpecMethod.DFLASH2):
@@ -376,16 +372,14 @@ class SglangRecipe:
                 f"SGLang expert parallelism needs --ep-size equal to --tp-size; got ep={par.ep}, tp={par.tp}"
             )
         argv = ["python3", "-m", "sglang.launch_server", "--model-path", config.model]
-        argv += ["--host", bind_host_of(config), "--port", str(port)]
-        if config.revision:
-            argv += ["--revision", config.revision]
-        argv += ["--tp-size", str(par.tp)]
-        if par.pp > 1:
-            argv += ["--pp-size", str(par.pp)]
-        if par.dp > 1:
-            argv += ["--dp-size", str(par.dp)]
-        if par.ep > 1:
-            argv += ["--ep-size", str(par.ep)]
+        argv += [
+            "--host",
+            bind_host_of(config),
+            "--port",
+            str(port),
+            *flag_value("--revision", config.revision),
+        ]
+        argv += parallel_args(par, *SGLANG_PARALLEL_FLAGS)
         if nodes > 1:
             dist_port = config.dist_init_port or SGLANG_DIST_INIT_PORT
             argv += [
@@ -400,9 +394,7 @@ class SglangRecipe:
         argv.append("--enable-metrics")
         if not config.enable_prefix_caching:
             argv.append("--disable-radix-cache")
-        if config.max_model_len is not None:
-            argv += ["--context-length", str(config.max_model_len)]
-        return argv
+        return argv + flag_value("--context-length", config.max_model_len)
 
     def build(self, config: ServerConfig) -> Launch:
         """``sglang.launch_server`` with speculation, metrics on, radix cache off, knobs in the env.
@@ -428,22 +420,14 @@ class SglangRecipe:
             per_node = gpus_per_node(config, config.parallelism, config.nodes)
             argv = self.server_argv(config, config.parallelism, port, config.nodes) + list(config.extra_args)
             groups, endpoints = (), ()
-        return Launch(
-            framework=self.framework,
-            dialect="sglang",
-            model=config.model,
-            argv=tuple(argv),
-            port=port,
-            host=bind_host_of(config),
+        return self.launch(
+            config,
+            argv,
+            port,
             env=env,
-            health_path=self.health_path,
-            metrics_path=self.metrics_path,
-            readiness_timeout_s=config.readiness_timeout_s,
-            image=image,
             warnings=warnings,
             image_warnings=image_gate(image, requirements),
             synthetic=knobs.to_dict() if knobs else None,
-            nodes=config.nodes,
             gpus_per_node=per_node,
             groups=groups,
             metrics_endpoints=endpoints,

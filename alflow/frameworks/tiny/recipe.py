@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from alflow.config import ServerConfig, SpecMethod
 from alflow.errors import RecipeError
 from alflow.frameworks.launch import Launch
-from alflow.frameworks.recipe_kit import bind_host_of, check_extra_args, merge_env, resolve_port
+from alflow.frameworks.recipe_kit import LaunchRecipe, bind_host_of, check_extra_args, merge_env, resolve_port
 from alflow.frameworks.sim.recipe import SIM_IMAGE
 from alflow.frameworks.vllm.names import VLLM_METRICS_PATH
 from alflow.frameworks.vllm.recipe import VllmRecipe
@@ -52,7 +52,7 @@ TINY_MANAGED_FLAGS = frozenset(
 
 
 @dataclass(frozen=True)
-class TinyRecipe:
+class TinyRecipe(LaunchRecipe):
     """The tiny CPU engine's recipe."""
 
     framework: str = "tiny"
@@ -60,6 +60,7 @@ class TinyRecipe:
     process_image_label: bool = True
     """A process-run tiny engine is the program its image (the sim's) holds: the image name stays the run's label."""
     python: str = field(default_factory=lambda: sys.executable)
+    metrics_path: str = VLLM_METRICS_PATH
 
     def build(self, config: ServerConfig) -> Launch:
         """``python -m alflow.tiny serve`` with vLLM's ``--speculative-config`` (method ngram)."""
@@ -104,18 +105,12 @@ class TinyRecipe:
         if config.max_model_len is not None:
             argv += ["--n-ctx", str(config.max_model_len)]
         argv += config.extra_args
-        return Launch(
-            framework=self.framework,
+        return self.launch(
+            config,
+            argv,
+            port,
             dialect="vllm",
-            model=config.model,
-            argv=tuple(argv),
-            port=port,
-            host=bind_host_of(config),
             env={"PYTHONUNBUFFERED": "1", **merge_env({}, config.extra_env)},
-            health_path="/health",
-            metrics_path=VLLM_METRICS_PATH,
-            readiness_timeout_s=config.readiness_timeout_s,
-            image=config.image or self.default_image,
             warnings=warnings,
             synthetic=synthetic,
         )

@@ -39,13 +39,16 @@ from alflow.config import ServerConfig, SpecMethod
 from alflow.errors import RecipeError
 from alflow.frameworks.launch import DEFAULT_FILES_DIR, Launch, LaunchFile
 from alflow.frameworks.recipe_kit import (
+    LaunchRecipe,
     bind_host_of,
     check_extra_args,
     find_runtime_k,
+    flag_value,
     gpus_per_node,
     image_gate,
     merge_env,
     method_name,
+    parallel_args,
     refuse_vllm_only_fields,
     render_synthetic,
     resolve_port,
@@ -167,12 +170,11 @@ TRTLLM_MANAGED_FLAGS = frozenset(
 
 
 @dataclass(frozen=True)
-class TrtllmRecipe:
+class TrtllmRecipe(LaunchRecipe):
     """The TensorRT-LLM recipe."""
 
     framework: str = "trtllm"
     default_image: str | None = TRTLLM_IMAGE
-    health_path: str = "/health"
     metrics_path: str = TRTLLM_METRICS_PATH
 
     def decoding_type(self, method: SpecMethod) -> str:
@@ -296,34 +298,20 @@ class TrtllmRecipe:
         options = LaunchFile(TRTLLM_OPTIONS_FILE, yaml.safe_dump(self.options(config), sort_keys=False))
         argv = ["trtllm-serve", config.model, "--host", bind_host_of(config), "--port", str(port)]
         argv += ["--config", f"{DEFAULT_FILES_DIR}/{options.name}"]
-        argv += ["--tp_size", str(par.tp)]
-        if par.pp > 1:
-            argv += ["--pp_size", str(par.pp)]
-        if par.ep > 1:
-            argv += ["--ep_size", str(par.ep)]
-        if config.max_model_len is not None:
-            argv += ["--max_seq_len", str(config.max_model_len)]
-        argv += config.extra_args
+        argv += parallel_args(par, "--tp_size", "--pp_size", None, "--ep_size")
+        argv += [*flag_value("--max_seq_len", config.max_model_len), *config.extra_args]
         per_node = gpus_per_node(config, par, config.nodes)
         if config.nodes > 1:
             argv = [TRTLLM_LAUNCHER, *argv]
-        return Launch(
-            framework=self.framework,
-            dialect="trtllm",
-            model=config.model,
-            argv=tuple(argv),
-            port=port,
-            host=bind_host_of(config),
+        return self.launch(
+            config,
+            argv,
+            port,
             env=env,
             files=(options,),
-            health_path=self.health_path,
-            metrics_path=self.metrics_path,
-            readiness_timeout_s=config.readiness_timeout_s,
-            image=image,
             warnings=self.warnings(config, knobs) + (knobs.warnings if knobs else ()),
             image_warnings=gate_warnings,
             synthetic=knobs.to_dict() if knobs else None,
-            nodes=config.nodes,
             gpus_per_node=per_node,
             mpi=TRTLLM_MPI if config.nodes > 1 else None,
             tasks_per_node=per_node if config.nodes > 1 else 1,

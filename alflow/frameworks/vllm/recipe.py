@@ -31,15 +31,18 @@ from alflow.config import ServerConfig, SpecMethod
 from alflow.errors import RecipeError
 from alflow.frameworks.launch import HEAD_ADDR, NODE_RANK, Launch
 from alflow.frameworks.recipe_kit import (
+    LaunchRecipe,
     bind_host_of,
     check_extra_args,
     distribution_version,
     find_runtime_k,
+    flag_value,
     gpus_per_node,
     image_gate,
     image_tag,
     merge_env,
     method_name,
+    parallel_args,
     render_synthetic,
     resolve_port,
 )
@@ -141,6 +144,13 @@ VLLM_RUNTIME_K: tuple[KnobSpec, ...] = (
 """vLLM's runtime-varying-K keys of the speculative config (DOMAIN.md section 9). They can reach the server only
 through ``extra_args``: a JSON-valued argument or vLLM's dotted ``--speculative-config.KEY VALUE`` form (its
 argument parser folds ``--json-arg.key`` into the JSON argument); ``--speculative-config`` itself is the recipe's."""
+VLLM_PARALLEL_FLAGS = (
+    "--tensor-parallel-size",
+    "--pipeline-parallel-size",
+    "--data-parallel-size",
+    "--enable-expert-parallel",
+)
+"""TP, PP and DP sizes, and the expert-parallel switch (vLLM's EP size is TP x DP)."""
 VLLM_MANAGED_FLAGS = frozenset(
     {
         "--host",
@@ -151,13 +161,10 @@ VLLM_MANAGED_FLAGS = frozenset(
         "--speculative_config",
         "--enable-prefix-caching",
         "--no-enable-prefix-caching",
-        "--tensor-parallel-size",
+        *VLLM_PARALLEL_FLAGS,
         "-tp",
-        "--pipeline-parallel-size",
         "-pp",
-        "--data-parallel-size",
         "-dp",
-        "--enable-expert-parallel",
         "--max-model-len",
         "--nnodes",
         "--node-rank",
@@ -199,12 +206,11 @@ def refuse_synthetic_only_shortcut(config: ServerConfig) -> None:
 
 
 @dataclass(frozen=True)
-class VllmRecipe:
+class VllmRecipe(LaunchRecipe):
     """The vLLM recipe."""
 
     framework: str = "vllm"
     default_image: str | None = VLLM_IMAGE
-    health_path: str = "/health"
     metrics_path: str = VLLM_METRICS_PATH
 
     def method(self, method: SpecMethod) -> str:
@@ -326,23 +332,20 @@ class VllmRecipe:
         argv = ["vllm", "serve", weights or config.model]
         if weights:
             argv += ["--served-model-name", config.model]
-        argv += ["--host", bind_host_of(config), "--port", str(port)]
-        if config.revision:
-            argv += ["--revision", config.revision]
+        argv += [
+            "--host",
+            bind_host_of(config),
+            "--port",
+            str(port),
+            *flag_value("--revision", config.revision),
+        ]
         if spec is not None:
             argv += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
         argv.append(
             "--enable-prefix-caching" if config.enable_prefix_caching else "--no-enable-prefix-caching"
         )
-        argv += ["--tensor-parallel-size", str(par.tp)]
-        if par.pp > 1:
-            argv += ["--pipeline-parallel-size", str(par.pp)]
-        if par.dp > 1:
-            argv += ["--data-parallel-size", str(par.dp)]
-        if par.ep > 1:
-            argv.append("--enable-expert-parallel")
-        if config.max_model_len is not None:
-            argv += ["--max-model-len", str(config.max_model_len)]
+        argv += parallel_args(par, *VLLM_PARALLEL_FLAGS, ep_switch=True)
+        argv += flag_value("--max-model-len", config.max_model_len)
         argv += self.per_request_args(config, image_tag(image))
         release_args: tuple[tuple[Capability, tuple[str, ...]], ...] = ()
         if (
@@ -361,26 +364,16 @@ class VllmRecipe:
                     "tensor/pipeline parallelism (tp x pp = GPUs), or use SGLang"
                 )
             argv += ["--nnodes", str(config.nodes), "--node-rank", NODE_RANK, "--master-addr", HEAD_ADDR]
-            if config.dist_init_port is not None:
-                argv += ["--master-port", str(config.dist_init_port)]
+            argv += flag_value("--master-port", config.dist_init_port)
             worker_argv = [*argv, "--headless", *config.extra_args]
-        argv += config.extra_args
-        return Launch(
-            framework=self.framework,
-            dialect="vllm",
-            model=config.model,
-            argv=tuple(argv),
-            port=port,
-            host=bind_host_of(config),
+        return self.launch(
+            config,
+            [*argv, *config.extra_args],
+            port,
             env=env,
-            health_path=self.health_path,
-            metrics_path=self.metrics_path,
-            readiness_timeout_s=config.readiness_timeout_s,
-            image=image,
             warnings=warnings,
             image_warnings=image_warnings,
             synthetic=synthetic,
-            nodes=config.nodes,
             gpus_per_node=per_node,
             worker_argv=None if worker_argv is None else tuple(worker_argv),
             requirements=requirements,
