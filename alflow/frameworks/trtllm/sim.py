@@ -17,27 +17,19 @@ from dataclasses import dataclass
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from alflow.config import SpecMethod
 from alflow.errors import InvalidInputError
 from alflow.frameworks.sim_source import plain_families
 from alflow.frameworks.trtllm import names as trtllm_names
+from alflow.frameworks.trtllm.recipe import TRTLLM_DECODING_TYPES
 from alflow.sim.dialects import EngineSettings, JsonView, gauge_family, labelled_counter, success_family
 from alflow.sim.sources import FrameworkSettings
 from alflow.sim.stats import EngineStats
 
-TRTLLM_DECODING_TYPES = {
-    "mtp": "MTP",
-    "eagle3": "Eagle3",
-    "draft_model": "DraftTarget",
-    "ngram": "NGram",
-    "dspark": "DSpark",
-    "dflash": "DFlash",
-}
-"""TensorRT-LLM's ``decoding_type`` of each method, as ``trtllm_speculative_config_info`` labels it."""
-
 
 def _speculative_config_info(config: EngineSettings, lab: dict[str, str]) -> GaugeMetricFamily:
     """``trtllm_speculative_config_info`` (value 1): ``spec_enabled``, ``spec_method``, ``spec_num_tokens``."""
-    info = {**lab, "spec_enabled": "true", "spec_method": TRTLLM_DECODING_TYPES[config.method]}
+    info = {**lab, "spec_enabled": "true", "spec_method": TRTLLM_DECODING_TYPES[SpecMethod(config.method)]}
     info["spec_num_tokens"] = str(config.k)
     return gauge_family(
         trtllm_names.TRTLLM_SPECULATIVE_CONFIG_INFO, "Speculative decoding configuration.", info, 1.0
