@@ -20,6 +20,7 @@ from prometheus_client.metrics_core import Metric
 
 from alflow.errors import InvalidInputError
 from alflow.frameworks.sglang import names as sglang_names
+from alflow.frameworks.sglang.knobs import SGLANG_LEN_ENV, SGLANG_METHOD_ENV, SGLANG_TOKEN_MODE_ENV
 from alflow.frameworks.sim_source import FamilyRow, plain_families
 from alflow.sim.config import SGLANG_TOKEN_MODES
 from alflow.sim.dialects import EngineSettings, JsonView
@@ -123,37 +124,32 @@ def sglang_server_info(stats: EngineStats, config: EngineSettings) -> dict[str, 
     }
 
 
-ENV_SGLANG_ACC_LEN = "SGLANG_SIMULATE_ACC_LEN"
-ENV_SGLANG_ACC_METHOD = "SGLANG_SIMULATE_ACC_METHOD"
-ENV_SGLANG_TOKEN_MODE = "SGLANG_SIMULATE_ACC_TOKEN_MODE"  # noqa: S105 - not a secret
 SGLANG_METHODS = {"match-expected": "sglang-match-expected", "multinomial": "sglang-multinomial"}
 
 
 def read_sglang_env(env: Mapping[str, str]) -> FrameworkSettings:
     """Settings from SGLang's ``SGLANG_SIMULATE_ACC_LEN`` / ``SGLANG_SIMULATE_ACC_METHOD``."""
-    src = ENV_SGLANG_ACC_LEN
+    src = SGLANG_LEN_ENV
     al: float | None = None
     scheme: str | None = None
-    if ENV_SGLANG_ACC_LEN in env:
-        text = env[ENV_SGLANG_ACC_LEN]
+    if SGLANG_LEN_ENV in env:
+        text = env[SGLANG_LEN_ENV]
         try:
             value = float(text)
         except ValueError:
             raise InvalidInputError(f"{src}={text!r} is not a number") from None
         if value >= 0:  # SGLang: off when negative
             al = value
-    if ENV_SGLANG_ACC_METHOD in env:
-        name = env[ENV_SGLANG_ACC_METHOD]
+    if SGLANG_METHOD_ENV in env:
+        name = env[SGLANG_METHOD_ENV]
         if name not in SGLANG_METHODS:
-            raise InvalidInputError(
-                f"{ENV_SGLANG_ACC_METHOD}={name!r} is not one of {', '.join(SGLANG_METHODS)}"
-            )
+            raise InvalidInputError(f"{SGLANG_METHOD_ENV}={name!r} is not one of {', '.join(SGLANG_METHODS)}")
         scheme = SGLANG_METHODS[name]
     token_mode: str | None = None
-    if ENV_SGLANG_TOKEN_MODE in env:
-        token_mode = env[ENV_SGLANG_TOKEN_MODE]
+    if SGLANG_TOKEN_MODE_ENV in env:
+        token_mode = env[SGLANG_TOKEN_MODE_ENV]
         if token_mode not in SGLANG_TOKEN_MODES:
             raise InvalidInputError(
-                f"{ENV_SGLANG_TOKEN_MODE}={token_mode!r} is not one of {', '.join(SGLANG_TOKEN_MODES)}"
+                f"{SGLANG_TOKEN_MODE_ENV}={token_mode!r} is not one of {', '.join(SGLANG_TOKEN_MODES)}"
             )
     return FrameworkSettings(src, al=al, scheme=scheme if al is not None else None, token_mode=token_mode)

@@ -21,6 +21,7 @@ from alflow.config import SpecMethod
 from alflow.errors import InvalidInputError
 from alflow.frameworks.sim_source import plain_families
 from alflow.frameworks.trtllm import names as trtllm_names
+from alflow.frameworks.trtllm.knobs import TRTLLM_ENV
 from alflow.frameworks.trtllm.recipe import TRTLLM_DECODING_TYPES
 from alflow.sim.dialects import EngineSettings, JsonView, gauge_family, labelled_counter, success_family
 from alflow.sim.sources import FrameworkSettings
@@ -98,12 +99,9 @@ def drain_iterations(stats: EngineStats, config: EngineSettings) -> object:
     return items
 
 
-ENV_TRTLLM_FORCE = "TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS"
-
-
 def read_trtllm_env(env: Mapping[str, str]) -> FrameworkSettings:
     """Settings from ``TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS`` (accepted drafts = AL - 1)."""
-    src = ENV_TRTLLM_FORCE
+    src = TRTLLM_ENV
     if src not in env:
         return FrameworkSettings(src)
     text = env[src]
