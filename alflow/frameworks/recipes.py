@@ -113,19 +113,3 @@ def seed_warning(framework: str, facts: dict[str, str], seed: int | None) -> str
     check: SeedWarning | None = getattr(recipe, "seed_warning", None)
     return None if check is None else check(facts, seed)
 
-
-__all__ = [
-    "ALL_ADDRESSES",
-    "LOOPBACK",
-    "DialectSource",
-    "Recipe",
-    "build_launch",
-    "check_install",
-    "dialect_source",
-    "get_recipe",
-    "log_facts",
-    "preflight_hints",
-    "recipes",
-    "seed_warning",
-    "speculative_label",
-]
