@@ -29,10 +29,6 @@ K_FLAG = "--num-speculative-tokens"
 REFRESH_ENV = "ALFLOW_SIM_ATOM_REFRESH_S"
 
 
-def _refresh_s() -> float:
-    return m.seconds_from_env(REFRESH_ENV, 0.0, 3600.0)
-
-
 class AtomEmitter:
     """ATOM's ``/metrics`` over :class:`EngineStats` (a snapshot refreshed every ``ALFLOW_SIM_ATOM_REFRESH_S``)."""
 
@@ -49,7 +45,7 @@ class AtomEmitter:
 
     def families(self, stats: EngineStats, config: EngineSettings) -> Iterator[Metric]:
         del config
-        period = _refresh_s()
+        period = m.seconds_from_env(REFRESH_ENV, 0.0, 3600.0)
         held = self._snapshots.get(id(stats))
         now = time.time()
         if period == 0 or held is None or now - held[0] >= period:

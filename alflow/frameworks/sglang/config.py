@@ -10,13 +10,6 @@ from pydantic import Field, model_validator
 from alflow.config.server import Disaggregation, Parallelism, ServerBase, attention_dp_gpus, dp_gpus
 
 
-def _sglang_gpus(parallelism: Parallelism, extra_args: tuple[str, ...]) -> int:
-    """SGLang: attention DP (``--enable-dp-attention``) runs over the TP ranks; plain DP adds GPUs."""
-    if "--enable-dp-attention" in extra_args:
-        return attention_dp_gpus(parallelism)
-    return dp_gpus(parallelism)
-
-
 class SglangServer(ServerBase):
     """SGLang (``python -m sglang.launch_server``), one server or prefill/decode disaggregated."""
 
@@ -39,7 +32,9 @@ class SglangServer(ServerBase):
 
     def instance_gpus(self, parallelism: Parallelism) -> int:
         """``tp x pp x dp``, or ``tp x pp`` with ``--enable-dp-attention`` (attention DP over the TP ranks)."""
-        return _sglang_gpus(parallelism, self.extra_args)
+        if "--enable-dp-attention" in self.extra_args:
+            return attention_dp_gpus(parallelism)
+        return dp_gpus(parallelism)
 
     def disaggregated(self) -> Disaggregation | None:
         """``disaggregation``."""
