@@ -42,12 +42,7 @@ from alflow.loadgen.spec import DEFAULT_STALL_TIMEOUT_S, MAX_PROCESSES, MAX_SECO
 from alflow.util.fsutil import local_path_of, require_local_path
 from alflow.util.names import shown
 
-
-def _store_root(value: str) -> str:
-    return check_local_path(value, remote=STORE_SCHEMES)
-
-
-StoreRoot = Annotated[str, AfterValidator(_store_root)]
+StoreRoot = Annotated[str, AfterValidator(lambda value: check_local_path(value, remote=STORE_SCHEMES))]
 """A run store root: a local path (:func:`~alflow.config.base.check_local_path`) or a :data:`STORE_SCHEMES` URL."""
 
 

@@ -99,13 +99,6 @@ class MetricsEndpoint:
             raise ValueError(f"metrics endpoint port must be in 1..65535, got {self.port}")
 
 
-def redact_env(env: Mapping[str, str], secret_names: tuple[str, ...] = ()) -> dict[str, str]:
-    """A copy of ``env`` with the values of secret-looking and explicitly named variables replaced."""
-    return {
-        key: (REDACTED if key in secret_names or is_secret_name(key) else value) for key, value in env.items()
-    }
-
-
 def redact_text(text: str, secrets: Mapping[str, str]) -> str:
     """``text`` with every occurrence of a secret *value* replaced (for log lines and error messages)."""
     return redact_values(text, secrets.values())
@@ -436,7 +429,10 @@ class Launch:
                 "image": self.image,
                 "argv": list(self.argv),
                 "command": self.command_line(),
-                "env": redact_env(self.env, self.secret_env),
+                "env": {
+                    k: REDACTED if k in self.secret_env or is_secret_name(k) else v
+                    for k, v in self.env.items()
+                },
                 "secret_env": list(self.secret_env),
                 "files": {self.file_path(f.name): f.content for f in self.files},
                 "port": self.port,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from alflow.acceptance.knobs import KnobRenderer, KnobRequest, SyntheticKnobs
+from alflow.acceptance.knobs import KnobRequest, SyntheticKnobs
 from alflow.acceptance.runtime_k import (
     KnobSpec,
     RuntimeKKnob,
@@ -236,17 +236,6 @@ def distribution_version(prefix: Path, name: str) -> str | None:
     return None
 
 
-def get_renderer(framework: str) -> KnobRenderer:
-    """The knob renderer of ``framework``, with an error listing the known frameworks."""
-    renderers = {f.name: f.knobs for f in frameworks() if f.knobs is not None}
-    try:
-        return renderers[framework]
-    except KeyError:
-        raise SyntheticAcceptanceError(
-            f"unknown framework {framework!r}; known: {', '.join(renderers)}"
-        ) from None
-
-
 def render_knobs(
     framework: str,
     k: int,
@@ -266,4 +255,7 @@ def render_knobs(
         method=method,
         two_model=two_model,
     )
-    return get_renderer(framework).render(request)
+    renderers = {f.name: f.knobs for f in frameworks() if f.knobs is not None}
+    if framework not in renderers:
+        raise SyntheticAcceptanceError(f"unknown framework {framework!r}; known: {', '.join(renderers)}")
+    return renderers[framework].render(request)

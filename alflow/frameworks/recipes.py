@@ -112,4 +112,3 @@ def seed_warning(framework: str, facts: dict[str, str], seed: int | None) -> str
     recipe: object = get_recipe(framework) if framework in framework_names() else None
     check: SeedWarning | None = getattr(recipe, "seed_warning", None)
     return None if check is None else check(facts, seed)
-

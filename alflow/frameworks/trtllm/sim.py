@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from alflow.config import SpecMethod
@@ -26,15 +25,6 @@ from alflow.frameworks.trtllm.recipe import TRTLLM_DECODING_TYPES
 from alflow.sim.dialects import EngineSettings, JsonView, gauge_family, labelled_counter, success_family
 from alflow.sim.sources import FrameworkSettings
 from alflow.sim.stats import EngineStats
-
-
-def _speculative_config_info(config: EngineSettings, lab: dict[str, str]) -> GaugeMetricFamily:
-    """``trtllm_speculative_config_info`` (value 1): ``spec_enabled``, ``spec_method``, ``spec_num_tokens``."""
-    info = {**lab, "spec_enabled": "true", "spec_method": TRTLLM_DECODING_TYPES[SpecMethod(config.method)]}
-    info["spec_num_tokens"] = str(config.k)
-    return gauge_family(
-        trtllm_names.TRTLLM_SPECULATIVE_CONFIG_INFO, "Speculative decoding configuration.", info, 1.0
-    )
 
 
 @dataclass(frozen=True)
@@ -57,6 +47,8 @@ class TrtllmEmitter:
         drafted = [
             (i, s.finished_verify_steps) for i, _ in accepted
         ]  # each verify step drafts every position
+        method = TRTLLM_DECODING_TYPES[SpecMethod(config.method)]
+        info = {**lab, "spec_enabled": "true", "spec_method": method, "spec_num_tokens": str(config.k)}
         return plain_families(
             (
                 ("counter", n.TRTLLM_NUM_DRAFT_TOKENS, "Number of draft tokens.", s.draft_tokens),
@@ -78,7 +70,9 @@ class TrtllmEmitter:
                 labelled_counter(
                     n.TRTLLM_ACCEPTED_PER_POS, "Accepted tokens per position.", lab, pos, accepted, c
                 ),
-                _speculative_config_info(config, lab),
+                gauge_family(
+                    n.TRTLLM_SPECULATIVE_CONFIG_INFO, "Speculative decoding configuration.", info, 1.0
+                ),
                 ("counter", n.TRTLLM_PROMPT_TOKENS, "Number of prompt tokens.", s.prompt_tokens),
                 ("counter", n.TRTLLM_GENERATION_TOKENS, "Number of generation tokens.", s.generation_tokens),
                 success_family(n.TRTLLM_REQUEST_SUCCESS, lab, s),

@@ -190,11 +190,7 @@ def refuse_unhonoured(config: ServerConfig) -> None:
             f"honoured (set ep to {par.tp * par.dp} to switch expert parallelism on, or 1 for off)"
         )
     check_extra_args("vllm", config.extra_args, VLLM_MANAGED_FLAGS)
-    refuse_synthetic_only_shortcut(config)
-
-
-def refuse_synthetic_only_shortcut(config: ServerConfig) -> None:
-    """Refuse :data:`VLLM_SYNTHETIC_ONLY_ENV` switched on with synthetic acceptance (a cost only a synthetic run saves)."""
+    # VLLM_SYNTHETIC_ONLY_ENV switched on with synthetic acceptance: a cost only a synthetic run saves
     value = config.extra_env.get(VLLM_SYNTHETIC_ONLY_ENV)
     if config.synthetic is None or value is None or value.strip().lower() in ("", "0", "false", "no", "off"):
         return
