@@ -109,15 +109,15 @@ MIN_VALUE: Final = {TPOT.name: 0.001, THROUGHPUT.name: 0.001}
 server streams (a TPOT of 3e-8 ms, forged, was judged "regressed +517,946,600 %"), a token in 1,000 s slower than
 any (a request of 31 years, forged, was "improved +8e12 %")."""
 MAX_VALUE: Final = {TPOT.name: 3_600_000.0, THROUGHPUT.name: 10_000_000.0}
+"""The largest possible per-request value of each metric: a TPOT of one hour a token, ten million tokens a second for
+one request. A value above it, below zero or not finite is impossible (a damaged or forged history, a clock that
+ran backwards): the metric is then not comparable, never judged (a negative history TPOT was judged "improved
+-200 %", issue #49)."""
 OUTPUT_TOKENS: Final = "output_tokens"
 """The request values' column of output tokens: not a metric, what says two points ran requests of one length."""
 MAX_IMPOSSIBLE_SHARE: Final = 0.01
 """The share of a side's values of a metric that may be impossible and left out (a stamp moved by a clock step, a
 burst through a buffering proxy); past it the side is damaged and the metric not compared."""
-"""The largest possible per-request value of each metric: a TPOT of one hour a token, ten million tokens a second for
-one request. A value above it, below zero or not finite is impossible (a damaged or forged history, a clock that
-ran backwards): the metric is then not comparable, never judged (a negative history TPOT was judged "improved
--200 %", issue #49)."""
 METHOD: Final = (
     "Per point, per metric (per-request TPOT, higher is worse; per-request output tokens / e2e latency, lower "
     "is worse): change = median(this run) / median(history pooled) - 1, with a seeded two-level bootstrap "
@@ -305,23 +305,17 @@ def compare_metrics(
         if mine.len() < MIN_REQUESTS or pooled.len() < MIN_REQUESTS:
             continue
         why = not_comparable(metric, mine, pooled)
+        boot = (
+            changes.select(pl.col(metric.name) / pl.col(f"{metric.name}_base") - 1.0).to_series().drop_nulls()
+        )
+        low, high = (float(boot.quantile(q, interpolation="linear") or 0.0) for q in (tail, 1.0 - tail))
+        if why is None and not (math.isfinite(low) and math.isfinite(high)):  # resampled history medians of 0
+            why = f"{metric.name}: the history's resampled median is 0 in some draws, so the interval has no bound"
         if why is not None:
             out.append(MetricChange(metric=metric.name, current=None, baseline=None, change=None,
                                     outcome="not compared", note=why))  # fmt: skip
             continue
         mine, pooled = mine.filter(~_impossible(mine, metric)), pooled.filter(~_impossible(pooled, metric))
-        boot = (
-            changes.select(pl.col(metric.name) / pl.col(f"{metric.name}_base") - 1.0).to_series().drop_nulls()
-        )
-        low = float(boot.quantile(tail, interpolation="linear") or 0.0)
-        high = float(boot.quantile(1.0 - tail, interpolation="linear") or 0.0)
-        if not (
-            math.isfinite(low) and math.isfinite(high)
-        ):  # resampled history medians of 0: a change without scale
-            why = f"{metric.name}: the history's resampled median is 0 in some draws, so the interval has no bound"
-            out.append(MetricChange(metric=metric.name, current=None, baseline=None, change=None,
-                                    outcome="not compared", note=why))  # fmt: skip
-            continue
         baseline, median = _median(pooled), _median(mine)
         change = median / baseline - 1.0 if baseline else 0.0
         out.append(
@@ -429,9 +423,8 @@ def judge_point(
         return _point_verdict(key, point, "not compared", why, history)
     if not point.valid:
         return _audit_failed(key, point, history, settings)
-    names = [
-        m.name for m in METRICS
-    ]  # a run counts when it has requests with a value of a metric (not rows only)
+    # a run counts when it has requests with a value of a metric (not rows only)
+    names = [m.name for m in METRICS]
     usable = [
         h
         for h in history
@@ -490,14 +483,7 @@ def _other_lengths(current: pl.DataFrame, history: Sequence[HistoryRun]) -> list
 
 def parameters_of(settings: RegressionSettings) -> RegressionParameters:
     """The stored parameters of a check."""
-    return RegressionParameters(
-        history_runs=settings.history_runs,
-        min_history=settings.min_history,
-        threshold=settings.threshold,
-        resamples=settings.resamples,
-        confidence=settings.confidence,
-        seed=settings.seed,
-    )
+    return RegressionParameters.model_validate(settings.model_dump())  # its fields less ``enabled``
 
 
 class _Values:
