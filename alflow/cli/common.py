@@ -10,13 +10,14 @@ from __future__ import annotations
 import functools
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Annotated, ParamSpec, TypeVar
+from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.table import Table
 
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.reports.markdown import escape_controls
@@ -38,6 +39,24 @@ MAX_ERROR_CHARS = 2_000
 """The longest line of an error: an input of 100,000 characters is shown by its start and end, the length cut said."""
 
 
+def say(text: str) -> None:
+    """``text`` on stdout as given: no markup, no highlighting."""
+    console.print(text, highlight=False, markup=False)
+
+
+def say_err(text: str) -> None:
+    """``text`` on stderr as given: no markup, no highlighting."""
+    err_console.print(text, highlight=False, markup=False)
+
+
+def new_table(title: str, columns: Iterable[str], **options: Any) -> Table:
+    """A table titled ``title`` with ``columns``, each added with ``options`` (``justify``, ``overflow``)."""
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col, **options)
+    return table
+
+
 def _cut(line: str) -> str:
     if len(line) <= MAX_ERROR_CHARS:
         return line
@@ -57,13 +76,13 @@ def error_line(message: str, secrets: tuple[str | None, ...] = ()) -> str:
 
 def fail(message: str, code: int = 2, secrets: tuple[str | None, ...] = ()) -> typer.Exit:
     """Print :func:`error_line` on stderr and return the ``typer.Exit`` to raise (``code`` 2: bad input)."""
-    err_console.print(error_line(message, secrets), markup=False, highlight=False)
+    say_err(error_line(message, secrets))
     return typer.Exit(code=code)
 
 
 def warn(message: str) -> None:
     """``warning: MESSAGE`` on stderr."""
-    err_console.print(f"warning: {redact_urls_in_text(message)}", markup=False, highlight=False)
+    say_err(f"warning: {redact_urls_in_text(message)}")
 
 
 def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:

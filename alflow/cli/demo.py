@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from alflow.cli.common import console, fail
+from alflow.cli.common import console, fail, new_table, say
 from alflow.cli.run import check_prefect_api, prefect_defaults, prepare_local_run, print_flow_failure
 from alflow.errors import AlflowError
 from alflow.metrics.point_metrics import INTERACTIVITY, OUTPUT_PER_GPU, OUTPUT_THROUGHPUT, TPOT
@@ -116,9 +116,9 @@ def demo(
 
 def _m0_table(what: str, m0: M0Outcome) -> Table:
     """The M0 reference table of a real-acceptance demo (model, K, AL, steps), user strings escaped."""
-    table = Table(title=f"M0 reference AL ({what}) -> {escape(m0.reference_path)}")
-    for col in ("model", "K", "AL", "steps"):
-        table.add_column(col)
+    table = new_table(
+        f"M0 reference AL ({what}) -> {escape(m0.reference_path)}", ("model", "K", "AL", "steps")
+    )
     for e in m0.entries:
         table.add_row(Text(e.model), str(e.k), f"{e.al:.4f}", str(e.num_drafts))
     return table
@@ -129,17 +129,13 @@ def _print_gate(console: Console, title: str, gate: DemoGate) -> None:
     status = "[green]passed[/green]" if gate.passed else "[red]FAILED[/red]"
     console.print(f"M1 {escape(title)}: {status} {escape(gate.message)}", highlight=False)
     for v in gate.outcome.verdicts if gate.outcome is not None else ():
-        console.print(f"  - {'pass' if v.passed else 'FAIL'}: {v.message}", highlight=False, markup=False)
+        say(f"  - {'pass' if v.passed else 'FAIL'}: {v.message}")
 
 
 def _print_tiny_demo(console: Console, out: DemoOutcome, took: float) -> None:
     console.print(_m0_table("tiny CPU engine, real n-gram acceptance", out.m0))
     if out.m0.cached_points:
-        console.print(
-            f"M0 calibration points reused from the cache: {', '.join(out.m0.cached_points)}",
-            highlight=False,
-            markup=False,
-        )
+        say(f"M0 calibration points reused from the cache: {', '.join(out.m0.cached_points)}")
     for g in out.m1:
         _print_gate(console, g.name, g)
     console.print(
@@ -161,12 +157,10 @@ def _print_vllm_demo(console: Console, out: DemoOutcome, took: float) -> None:
         _print_gate(console, "vLLM CPU", g)
     for run in out.m2:
         _print_vllm_m2(console, run)
-    console.print(f"{out.label}", highlight=False, markup=False)
-    console.print(
+    say(f"{out.label}")
+    say(
         f"Results: {out.results_root} (report.html and report.md inside each run directory; server logs in "
-        "server-logs/)",
-        highlight=False,
-        markup=False,
+        "server-logs/)"
     )
     console.print(f"Demo finished in {took:.0f} s.", highlight=False)
 
@@ -178,14 +172,12 @@ def _print_vllm_m2(console: Console, run: DemoBenchmark) -> None:
         console.print(f"M2 (target {target}): [red]FAILED[/red] {escape(str(run.failed))}", highlight=False)
         return
     m2 = run.outcome
-    table = Table(
-        title=(
-            f"M2 on real vLLM (CPU), synthetic target AL {m2.target_al:.4f} "
-            f"({'the M0 reference' if run.target is None else 'explicit'}; scheme {escape(m2.scheme)})"
-        )
+    title = (
+        f"M2 on real vLLM (CPU), synthetic target AL {m2.target_al:.4f} "
+        f"({'the M0 reference' if run.target is None else 'explicit'}; scheme {escape(m2.scheme)})"
     )
-    for col in ("concurrency", "output tok/s", "TPOT ms", "AL achieved", "allowed +/-", "shape p", "audit"):
-        table.add_column(col, justify="right")
+    columns = ("concurrency", "output tok/s", "TPOT ms", "AL achieved", "allowed +/-", "shape p", "audit")
+    table = new_table(title, columns, justify="right")
     for p in m2.points:
         table.add_row(
             str(p.concurrency),
@@ -197,23 +189,22 @@ def _print_vllm_m2(console: Console, run: DemoBenchmark) -> None:
             "valid" if p.valid else "INVALID",
         )
     console.print(table)
-    console.print(f"  run: {m2.run_dir}", highlight=False, markup=False)
+    say(f"  run: {m2.run_dir}")
 
 
 def _print_demo(console: Console, out: DemoOutcome, took: float) -> None:
     m0 = out.m0
-    t0 = Table(title=f"M0 reference AL (simulated) -> {escape(m0.reference_path)}")
-    for col in ("model", "thinking", "K", "AL", "steps"):
-        t0.add_column(col)
+    t0 = new_table(
+        f"M0 reference AL (simulated) -> {escape(m0.reference_path)}",
+        ("model", "thinking", "K", "AL", "steps"),
+    )
     for e in m0.entries:
         t0.add_row(Text(e.model), Text(e.thinking.value), str(e.k), f"{e.al:.4f}", str(e.num_drafts))
     console.print(t0)
-    console.print(
+    say(
         f"M0 calibration points reused from the cache: {', '.join(m0.cached_points)}"
         if m0.cached_points
-        else "M0 calibration points measured now (a second run reuses them from the cache)",
-        highlight=False,
-        markup=False,
+        else "M0 calibration points measured now (a second run reuses them from the cache)"
     )
     for g in out.m1:
         status = "[green]passed[/green]" if g.passed else "[red]FAILED[/red]"
@@ -221,18 +212,16 @@ def _print_demo(console: Console, out: DemoOutcome, took: float) -> None:
     [run] = out.m2
     assert run.outcome is not None  # the simulated M2 ends its flow on failure: the demo fails before this
     m2 = run.outcome
-    t2 = Table(
-        title=f"M2 synthetic benchmark at target AL {m2.target_al:.4f} (scheme {escape(m2.scheme)}, simulated)"
-    )
-    for col in (
+    title = f"M2 synthetic benchmark at target AL {m2.target_al:.4f} (scheme {escape(m2.scheme)}, simulated)"
+    columns = (
         "concurrency",
         "output tok/s/GPU",
         "interactivity tok/s/user",
         "TPOT ms",
         "AL achieved",
         "audit",
-    ):
-        t2.add_column(col, justify="right")
+    )
+    t2 = new_table(title, columns, justify="right")
     for p in m2.points:
         t2.add_row(
             str(p.concurrency),
@@ -247,5 +236,5 @@ def _print_demo(console: Console, out: DemoOutcome, took: float) -> None:
         f"Results: {out.results_root} (M2 run: {m2.run_dir}, report.html and report.md inside each run directory; `alflow report RUN_DIR` renders one again)",
         markup=False,
     )
-    console.print(f"Browse them: alflow results serve {out.results_root}", highlight=False, markup=False)
+    say(f"Browse them: alflow results serve {out.results_root}")
     console.print(f"Demo finished in {took:.0f} s.", highlight=False)

@@ -9,9 +9,8 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
-from alflow.cli.common import JsonOpt, console, emit_json, fail
+from alflow.cli.common import JsonOpt, console, emit_json, fail, new_table, say
 from alflow.errors import AlflowError
 from alflow.evals.gsm8k import DEFAULT_MAX_TOKENS, DEFAULT_SHOTS, EvalResult, PromptConfig
 from alflow.evals.lm_eval_backend import run_lm_eval
@@ -112,11 +111,10 @@ def gsm8k(
 
 def _print_scores(result: EvalResult, verdict: Verdict, limit_value: float, model: str) -> None:
     """The two scores as a table, then the gate's verdict."""
-    table = Table(title=escape(f"GSM8K {model} ({len(result.results)} of {result.population} questions)"))
-    for col in ("score", "accuracy", "95% CI", "threshold"):
-        table.add_column(col)
+    title = escape(f"GSM8K {model} ({len(result.results)} of {result.population} questions)")
+    table = new_table(title, ("score", "accuracy", "95% CI", "threshold"))
     for s in (result.strict, result.flexible):
         low, high = s.interval
         table.add_row(s.name, f"{s.accuracy:.4f}", f"[{low:.4f}, {high:.4f}]", f"{limit_value:.4f}")
     console.print(table)
-    console.print(verdict.message, highlight=False, markup=False)
+    say(verdict.message)

@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from alflow.cli.common import JsonOpt, console, emit_json, handle_errors
+from alflow.cli.common import JsonOpt, console, emit_json, handle_errors, new_table, say
 from alflow.errors import InvalidInputError
 from alflow.reference import table as ref
 from alflow.reports.markdown import escape_controls
@@ -49,9 +49,7 @@ def reference_validate(path: PathArg, as_json: JsonOpt = False) -> None:
     if as_json:
         emit_json(summary)
     else:
-        console.print(
-            f"{path}: valid {table.kind} table, {len(table.entries)} entries", highlight=False, markup=False
-        )
+        say(f"{path}: valid {table.kind} table, {len(table.entries)} entries")
 
 
 @reference_app.command("show")
@@ -95,15 +93,9 @@ def reference_show(
     console.print(out)
     if table.kind == "imported":
         sources = sorted({e.imported_from.file for e in entries if e.imported_from is not None})
-        console.print(
-            "note: IMPORTED values, not measured by alflow (from " + ", ".join(sources) + ")",
-            highlight=False,
-            markup=False,
-        )
+        say("note: IMPORTED values, not measured by alflow (from " + ", ".join(sources) + ")")
     elif table.kind != "measured":
-        console.print(
-            f"note: this is a {table.kind} table, not a measured reference", highlight=False, markup=False
-        )
+        say(f"note: this is a {table.kind} table, not a measured reference")
 
 
 @reference_app.command("diff")
@@ -122,7 +114,7 @@ def reference_diff(
         emit_json(dump_row(diff))
         return
     for line in diff.table_changes:
-        console.print(f"table {line}", highlight=False, markup=False)
+        say(f"table {line}")
     out = Table(title=escape(f"{old} -> {new}"))
     for col in (
         "model",
@@ -180,9 +172,9 @@ def reference_audit(
     if as_json:
         emit_json(dump_row(report))
     else:
-        out = Table(title=escape(escape_controls(f"Audit of {table}")))
-        for col in ("entry", "status", "problems"):
-            out.add_column(col, overflow="fold")
+        out = new_table(
+            escape(escape_controls(f"Audit of {table}")), ("entry", "status", "problems"), overflow="fold"
+        )
         for row in report.rows:
             lines = [*row.problems, *(f"unchecked: {u}" for u in row.unchecked), *row.notes]
             out.add_row(*(Text(escape_controls(cell)) for cell in (row.entry, row.status, "\n".join(lines))))
@@ -276,17 +268,13 @@ def reference_import_inferencex(
             }
         )
         return
-    console.print(
-        f"imported {len(result.entries)} values into {into} ({len(result.table.entries)} entries, kind imported)",
-        highlight=False,
-        markup=False,
+    say(
+        f"imported {len(result.entries)} values into {into} ({len(result.table.entries)} entries, kind imported)"
     )
     for line in variants:
-        console.print(f"  {line}", highlight=False, markup=False)
+        say(f"  {line}")
     if result.skipped:
-        console.print(
-            "skipped (N/A in the file): " + ", ".join(result.skipped), highlight=False, markup=False
-        )
+        say("skipped (N/A in the file): " + ", ".join(result.skipped))
 
 
 @reference_app.command("export-inferencex")
@@ -309,7 +297,7 @@ def reference_export_inferencex(
         emit_json({"table": str(path), "files": [str(p) for p in written]})
         return
     for p in written:
-        console.print(f"wrote {p}", highlight=False, markup=False)
+        say(f"wrote {p}")
 
 
 @reference_app.command("m0-config")
@@ -377,4 +365,4 @@ def reference_m0_config(
         raise InvalidInputError(describe_validation(exc)) from None
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False), encoding="utf-8")
-    console.print(f"wrote {out}", highlight=False, markup=False)
+    say(f"wrote {out}")

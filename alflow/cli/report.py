@@ -36,7 +36,7 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from alflow.cli.common import err_console, fail, handle_errors, warn
+from alflow.cli.common import fail, handle_errors, say_err, warn
 from alflow.errors import InvalidInputError
 from alflow.methods.kchoice import Objective, describe, run_k_schedule
 from alflow.reports.exports import al_matrix, al_matrix_csv, inferencex_rows, rows_csv, rows_json
@@ -201,7 +201,7 @@ def _write(text: str, output: str | None) -> None:
     path = Path(output).expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
-    err_console.print(f"wrote {path}", markup=False, highlight=False)
+    say_err(f"wrote {path}")
 
 
 @report_app.command("show")
@@ -220,7 +220,7 @@ def show(
     run = _open(run_dir, strict=fmt not in (ReportFormat.html, ReportFormat.md))
     if fmt is ReportFormat.html and output is None:
         path = write_html_report(run)
-        err_console.print(f"wrote {path}", markup=False, highlight=False)
+        say_err(f"wrote {path}")
     elif fmt in (ReportFormat.html, ReportFormat.md):
         _write(render_run(run, "html" if fmt is ReportFormat.html else "md"), output)
     else:
@@ -323,9 +323,9 @@ def k_schedule(
     """
     schedule = run_k_schedule(_open(run_dir, strict=True), objective)
     for line in describe(schedule):
-        err_console.print(line, markup=False, highlight=False)
+        say_err(line)
     for line in schedule.warnings:
-        err_console.print(f"warning: {line}", markup=False, highlight=False)
+        say_err(f"warning: {line}")
     # without --json one line: pasteable into --speculative-config beside the method and drafter
     data = schedule.to_dict() if as_json else schedule.speculative_config()
     _write(jsonutil.dumps(data, indent=2 if as_json else None) + "\n", out)

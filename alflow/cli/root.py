@@ -14,7 +14,7 @@ import typer
 
 from alflow import __version__
 from alflow.cli import bench, demo, evals, frameworks, models, reference, report, results, run, synthetic
-from alflow.cli.common import err_console, error_line, usage_error_line
+from alflow.cli.common import error_line, say_err, usage_error_line
 from alflow.errors import AlflowError
 from alflow.sim import cli as sim_cli
 from alflow.tiny import cli as tiny_cli
@@ -61,12 +61,12 @@ def main(argv: list[str] | None = None) -> None:
         code = app(args=argv, prog_name="alflow", standalone_mode=False)
     except typer.TyperException as exc:  # click's ClickException family, vendored by Typer
         if type(exc).__name__ != "NoArgsIsHelpError":  # that one has printed the help already
-            err_console.print(error_line(usage_error_line(exc)), markup=False, highlight=False)
+            say_err(error_line(usage_error_line(exc)))
         sys.exit(exc.exit_code)
     except typer.Abort:
-        err_console.print("aborted", markup=False, highlight=False)
+        say_err("aborted")
         sys.exit(130)
     except AlflowError as exc:
-        err_console.print(error_line(" ".join(str(exc).split())), markup=False, highlight=False)
+        say_err(error_line(" ".join(str(exc).split())))
         sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from alflow.acceptance import synthetic as syn
-from alflow.cli.common import JsonOpt, console, emit_json, err_console, handle_errors
+from alflow.cli.common import JsonOpt, console, emit_json, handle_errors, say, say_err
 from alflow.errors import InvalidInputError
 from alflow.frameworks.recipe_kit import render_knobs
 
@@ -104,7 +104,7 @@ def synthetic_knobs(
         table.add_row("per-position rates", ", ".join(f"{p:.6g}" for p in d.per_position_rates))
     console.print(table)
     for warning in result.warnings:
-        err_console.print(f"warning: {warning}", markup=False, highlight=False)
+        say_err(f"warning: {warning}")
 
 
 @synthetic_app.command("compare")
@@ -141,4 +141,4 @@ def synthetic_compare(k: KOpt, al: AlOpt = None, rates: RatesOpt = None, as_json
         highlight=False,
     )
     for name, why in comparison.skipped.items():
-        console.print(f"skipped {name}: {why}", markup=False, highlight=False)
+        say(f"skipped {name}: {why}")
