@@ -518,7 +518,7 @@ async def _scrape_with_dialect(urls: list[str], dialect_name: str) -> tuple[Snap
             snap = await scrape_all(urls, session=http)
             return snap, find(snap), snap.url
         url = urls[0]
-        tries = [url] if urlparse_path(url) not in ("", "/") else candidate_metrics_urls(url, dialect_name)
+        tries = [url] if urlparse(url).path not in ("", "/") else candidate_metrics_urls(url, dialect_name)
         problems: list[str] = []
         for u in tries:
             try:
@@ -528,11 +528,6 @@ async def _scrape_with_dialect(urls: list[str], dialect_name: str) -> tuple[Snap
                 continue
             return snap, find(snap), u
         raise AlflowError("; ".join(problems))
-
-
-def urlparse_path(url: str) -> str:
-    """The path part of ``url`` (``""`` for a bare base URL)."""
-    return urlparse(url).path
 
 
 def snapshot_metrics(urls: list[str], dialect_name: str = "auto", k: int | None = None) -> MetricsSnapshot:

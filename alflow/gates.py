@@ -293,10 +293,8 @@ def audit_synthetic(
     expected -= truncation or 0.0
     deviation = stats.al - expected
     problems = _mean_problems(stats.al, expected, allowed, distribution)
-    observed: tuple[int, ...] | None = None
-    expected_counts: tuple[float, ...] | None = None
-    if stats.histogram is not None:
-        observed, expected_counts = histogram_counts(stats.histogram, distribution.pmf)
+    hist = stats.histogram
+    observed, expected_counts = (None, None) if hist is None else histogram_counts(hist, distribution.pmf)
     short = short_draft_share(stats)
     fit_p, shape_problems, notes = shape_test(stats, distribution, min_fit_p, short)
     problems += shape_problems
@@ -316,21 +314,14 @@ def audit_synthetic(
         truncation=truncation,
         short_draft_share=short or None,
     )
-    if problems:
-        return Verdict(
-            gate="synthetic-audit",
-            passed=False,
-            message=f"synthetic audit FAILED for {subject}: " + "; ".join(problems),
-            details=details,
-        )
-    return Verdict(
-        gate="synthetic-audit",
-        passed=True,
-        message=f"synthetic audit passed for {subject}: achieved AL {stats.al:.4f}, target {target:.4f} "
+    message = (
+        f"synthetic audit FAILED for {subject}: " + "; ".join(problems)
+        if problems
+        else f"synthetic audit passed for {subject}: achieved AL {stats.al:.4f}, target {target:.4f} "
         f"(+/-{allowed:.4f}, {n} steps{'' if fit_p is None else f'; shape test p={fit_p:.3g}'})"
-        + "".join(f"; {note}" for note in notes),
-        details=details,
+        + "".join(f"; {note}" for note in notes)
     )
+    return Verdict(gate="synthetic-audit", passed=not problems, message=message, details=details)
 
 
 def short_draft_share(stats: SpecStats) -> float:

@@ -11,7 +11,7 @@ before anything starts. Nothing is started, written or fetched.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,12 +52,7 @@ class GateCheck:
 
     def to_dict(self) -> dict[str, str]:
         """The gate as JSON."""
-        return {
-            "feature": self.feature,
-            "minimum": self.minimum,
-            "source": self.source,
-            "verdict": self.verdict,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -237,44 +237,34 @@ def cache_key(deployment: str, parameters: Mapping[str, Any]) -> str:
     return f"alflow-sweep-child-v{CHILD_VERSION}-" + hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def _child_cells(child: ChildRun | None) -> dict[str, object]:
-    if child is None:
-        return {"state": None, "run": None, "dir": None, "cached": None, "message": None}
-    return {
-        "state": child.state,
-        "run": child.name or child.flow_run_id,
-        "dir": child.run_dir,
-        "cached": child.cached,
-        "message": child.message,
+def _step_cells(
+    step: str, result: str | None, child: ChildRun | None, message: str | None
+) -> dict[str, object]:
+    """One step's columns of the ``per_k`` table: its result, its child run's state, name, directory and cache use."""
+    cells = (
+        (None,) * 4
+        if child is None
+        else (child.state, child.name or child.flow_run_id, child.run_dir, child.cached)
+    )
+    named = {
+        f"{step}_{name}": cell for name, cell in zip(("state", "run", "dir", "cached"), cells, strict=True)
     }
+    return {step: result, **named, f"{step}_message": message}
 
 
 def per_k_rows(per_k: Mapping[int, KOutcome]) -> list[dict[str, object]]:
     """One row per K (the sweep's ``per_k`` table): node, each step's result, child run, state and directory."""
-    rows: list[dict[str, object]] = []
-    for k, out in sorted(per_k.items()):
-        gate = _child_cells(out.gate_run)
-        bench = _child_cells(out.benchmark_run)
-        node = next((c.node for c in (out.gate_run, out.benchmark_run) if c is not None and c.node), None)
-        rows.append(
-            {
-                "k": k,
-                "node": node,
-                "gate": out.gate,
-                "gate_state": gate["state"],
-                "gate_run": gate["run"],
-                "gate_dir": gate["dir"],
-                "gate_cached": gate["cached"],
-                "gate_message": out.gate_message,
-                "benchmark": out.benchmark,
-                "benchmark_state": bench["state"],
-                "benchmark_run": bench["run"],
-                "benchmark_dir": bench["dir"],
-                "benchmark_cached": bench["cached"],
-                "benchmark_message": out.benchmark_message,
-            }
-        )
-    return rows
+    return [
+        {
+            "k": k,
+            "node": next(
+                (c.node for c in (out.gate_run, out.benchmark_run) if c is not None and c.node), None
+            ),
+            **_step_cells("gate", out.gate, out.gate_run, out.gate_message),
+            **_step_cells("benchmark", out.benchmark, out.benchmark_run, out.benchmark_message),
+        }
+        for k, out in sorted(per_k.items())
+    ]
 
 
 def lost_nodes(lost: Mapping[str, str]) -> list[str]:
