@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
@@ -30,7 +30,7 @@ from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from alflow.acceptance.synthetic import K_MAX
 from alflow.config import BenchmarkParams, GateParams, SweepParams
 from alflow.methods.dry_run import Plan
-from alflow.methods.outcomes import ChildRun, KOutcome, M2Outcome, SweepOutcome
+from alflow.methods.outcomes import ChildRun, KOutcome, SweepOutcome
 from alflow.methods.sweep import conclude_sweep
 from alflow.methods.sweep_rules import (
     NodePool,
@@ -54,9 +54,17 @@ from alflow_tasks.fanout import (
 )
 
 
-def _subflow_id(state: State[Any]) -> str | None:
-    run = state.state_details.flow_run_id
-    return None if run is None else str(run)
+def _subflow_run(flow: Literal["m1", "m2"], state: State[Any]) -> ChildRun:
+    """The ChildRun of an M1 or M2 subflow that ended in ``state``."""
+    done, run = state.is_completed(), state.state_details.flow_run_id
+    return ChildRun(
+        flow,
+        passed=done,
+        state=state.name or state.type.value,
+        message=None if done else str(state.message),
+        run_dir=measured(state.result()).run_dir if done else None,
+        flow_run_id=None if run is None else str(run),
+    )
 
 
 def _in_process(params: SweepParams) -> tuple[dict[int, KOutcome], list[M2Point]]:
@@ -65,32 +73,16 @@ def _in_process(params: SweepParams) -> tuple[dict[int, KOutcome], list[M2Point]
     results: dict[int, KOutcome] = {}
     points: list[M2Point] = []
     for k in params.ks:
-        state = gate(params=gate_for(params, k), return_state=True)
-        m1 = ChildRun(
-            "m1",
-            passed=state.is_completed(),
-            state=state.name or state.type.value,
-            message=None if state.is_completed() else str(state.message),
-            run_dir=measured(state.result()).run_dir if state.is_completed() else None,
-            flow_run_id=_subflow_id(state),
-        )
+        m1 = _subflow_run("m1", gate(params=gate_for(params, k), return_state=True))
         if not m1.passed:
-            log.error("K=%d: M1 failed: %s", k, state.message)
+            log.error("K=%d: M1 failed: %s", k, m1.message)
             if params.stop_on_gate_failure:
                 results[k] = KOutcome.of(m1, None)
                 continue
         bstate = benchmark(params=benchmark_for(params, k), return_state=True)
-        out: M2Outcome | None = measured(bstate.result()) if bstate.is_completed() else None
-        m2 = ChildRun(
-            "m2",
-            passed=out is not None,
-            state=bstate.name or bstate.type.value,
-            message=None if out is not None else str(bstate.message),
-            run_dir=None if out is None else out.run_dir,
-            flow_run_id=_subflow_id(bstate),
-        )
-        if out is not None:
-            points += out.points
+        m2 = _subflow_run("m2", bstate)
+        if m2.passed:
+            points += measured(bstate.result()).points
         results[k] = KOutcome.of(m1, m2)
     return results, points
 

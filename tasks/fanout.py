@@ -79,13 +79,6 @@ def _started(flow_run: FlowRun) -> bool:
     return flow_run.state is not None and flow_run.state.type is StateType.RUNNING
 
 
-def _queue_last_polled(client: SyncPrefectClient, node: SweepNode, pool: str) -> datetime | None:
-    try:
-        return client.read_work_queue_by_name(node.work_queue, work_pool_name=pool).last_polled
-    except ObjectNotFound:
-        return None
-
-
 def _last_heartbeat(client: SyncPrefectClient, flow_run_id: UUID, since: datetime) -> datetime | None:
     """When the run last sent a heartbeat event (``PREFECT_FLOWS_HEARTBEAT_FREQUENCY``), None if never since ``since``."""
     page = client.read_events(
@@ -102,7 +95,11 @@ def _last_heartbeat(client: SyncPrefectClient, flow_run_id: UUID, since: datetim
 
 def node_silence(client: SyncPrefectClient, node: SweepNode, pool: str, since: datetime) -> float:
     """Seconds since the node's worker last polled its work queue (since ``since`` when it never did)."""
-    return _silence_s(_queue_last_polled(client, node, pool), since)
+    try:
+        polled = client.read_work_queue_by_name(node.work_queue, work_pool_name=pool).last_polled
+    except ObjectNotFound:
+        polled = None
+    return _silence_s(polled, since)
 
 
 def _wait(flow_run_id: UUID, node: SweepNode, pool: str, fan: FanOut) -> tuple[FlowRun, StopWaiting | None]:
