@@ -10,7 +10,7 @@ server's launch facts. The raw baseline and final scrapes are kept so the refere
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -141,11 +141,7 @@ def reference_entry(
         method=ctx.method,
         thinking=mode,
         k=k,
-        draft_model=ctx.variant.draft_model,
-        draft_sample_method=ctx.variant.draft_sample_method,
-        rejection_sample_method=ctx.variant.rejection_sample_method,
-        concurrency=ctx.variant.concurrency,
-        prefix_caching=ctx.variant.prefix_caching,
+        **asdict(ctx.variant),  # draft model, sample methods, concurrency, prefix caching
         al=_r12(stats.al),
         per_position_rates=None
         if not stats.per_position_rates

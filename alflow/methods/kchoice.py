@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -246,12 +247,8 @@ def choose_k(points: Iterable[M2Point], objective: Objective) -> list[KChoice]:
 
     A concurrency where no K has a positive score is left out.
     """
-    out = []
-    for _, cands in sorted(candidates_of(points, objective).items()):
-        choice = choose(cands, objective)
-        if choice is not None:
-            out.append(choice)
-    return out
+    choices = (choose(cands, objective) for _, cands in sorted(candidates_of(points, objective).items()))
+    return [choice for choice in choices if choice is not None]
 
 
 def all_choices(points: Sequence[M2Point]) -> list[KChoice]:
@@ -267,15 +264,9 @@ def spread_rows(points: Sequence[M2Point]) -> list[dict[str, Any]]:
     their spread is the timing's, not the acceptance's); a pair without a valid repeat still has its row (its
     figures None), so a report shows what was measured and dropped.
     """
-    stored: dict[tuple[int, int], int] = {}
-    valid: dict[tuple[int, int], int] = {}
-    one_draw: set[tuple[int, int]] = set()
-    for p in points:
-        stored[(p.concurrency, p.k)] = stored.get((p.concurrency, p.k), 0) + 1
-        if p.valid:
-            valid[(p.concurrency, p.k)] = valid.get((p.concurrency, p.k), 0) + 1
-        if repeated_draws(p.framework) is not None:
-            one_draw.add((p.concurrency, p.k))
+    stored = Counter((p.concurrency, p.k) for p in points)
+    valid = Counter((p.concurrency, p.k) for p in points if p.valid)
+    one_draw = {(p.concurrency, p.k) for p in points if repeated_draws(p.framework) is not None}
     by_objective = {
         objective: {(c.concurrency, c.k): c for cs in candidates_of(points, objective).values() for c in cs}
         for objective in Objective
@@ -286,17 +277,19 @@ def spread_rows(points: Sequence[M2Point]) -> list[dict[str, Any]]:
             "concurrency": conc,
             "k": k,
             "repeats": stored[(conc, k)],
-            "n": valid.get((conc, k), 0),
-            "draws": min(valid.get((conc, k), 0), 1) if (conc, k) in one_draw else valid.get((conc, k), 0),
+            "n": valid[(conc, k)],
+            "draws": min(valid[(conc, k)], 1) if (conc, k) in one_draw else valid[(conc, k)],
         }
         for objective, cands in by_objective.items():
             c = cands.get((conc, k))
-            name = objective.value
-            row[f"{name}_median"] = None if c is None else c.median
-            row[f"{name}_mad"] = None if c is None else c.mad
-            row[f"{name}_min"] = None if c is None else c.low
-            row[f"{name}_max"] = None if c is None else c.high
-            row[f"{name}_score"] = None if c is None else c.score
+            for column, attr in (
+                ("median", "median"),
+                ("mad", "mad"),
+                ("min", "low"),
+                ("max", "high"),
+                ("score", "score"),
+            ):
+                row[f"{objective.value}_{column}"] = None if c is None else getattr(c, attr)
         rows.append(row)
     return rows
 
