@@ -504,13 +504,6 @@ async def _final_scrape(
     return final, None, counter_resets(baseline, final)
 
 
-def _urls(metrics_url: str | Sequence[str] | None) -> tuple[str, ...]:
-    """The metrics endpoints to scrape: none, one, or every one of a multi-endpoint server."""
-    if metrics_url is None:
-        return ()
-    return (metrics_url,) if isinstance(metrics_url, str) else tuple(metrics_url)
-
-
 async def _load_with_scrapes(
     load: Callable[[], Awaitable[LoadResult]],
     urls: Sequence[str],
@@ -564,7 +557,14 @@ async def measure(
     # a session of its own when given none, closed at the end
     async with contextlib.AsyncExitStack() as owned:
         http = session if session is not None else await owned.enter_async_context(aiohttp.ClientSession())
-        urls = _urls(metrics_url)
+        # none, one, or every endpoint of a multi-endpoint server
+        urls = (
+            ()
+            if metrics_url is None
+            else (metrics_url,)
+            if isinstance(metrics_url, str)
+            else tuple(metrics_url)
+        )
         records = sink if sink is not None else []
         baseline: list[Snapshot] = []
         the_dialect = get_dialect(dialect) if isinstance(dialect, str) else dialect

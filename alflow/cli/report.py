@@ -133,11 +133,6 @@ def _no_traceback(fn: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
-def export_rows(runs: Sequence[StoredRun]) -> list[dict[str, Any]]:
-    """InferenceX rows of the M2 runs among ``runs``."""
-    return [row for run in runs for row in inferencex_rows(run)]
-
-
 def _export_text(runs: Sequence[StoredRun], fmt: ReportFormat, digits: int) -> str:
     """CSV or JSON of the runs' exports: InferenceX rows for M2, else the AL matrix."""
     flows = {r.manifest.flow for r in runs}
@@ -146,7 +141,7 @@ def _export_text(runs: Sequence[StoredRun], fmt: ReportFormat, digits: int) -> s
             raise InvalidInputError(
                 f"cannot export M2 benchmark rows together with {', '.join(sorted(flows - {'m2'}))} runs in one file"
             )
-        rows = export_rows(runs)
+        rows = [row for run in runs for row in inferencex_rows(run)]
         return rows_csv(rows) if fmt is ReportFormat.csv else rows_json(rows)
     if flows <= {"m0", "m1"}:
         frame = al_matrix(runs)

@@ -223,7 +223,7 @@ def run_m0(
             diff = diff_tables(previous, table) if previous is not None else None
             store_summary(writer, m0_summary(target.path, got.points, got.cached_points, diff))
             steps.check_reference(writer, previous, table, [e.key for e in got.points])
-        steps.render(writer, m0_rows(got.points), "m0-calibration")
+        steps.render(writer, M0Outcome("", "", tuple(got.points)).rows(), "m0-calibration")
 
     run_skeleton(got, lambda: _measure_all(params, steps, measure, context, got), store)
     return M0Outcome(
@@ -299,8 +299,3 @@ def m0_summary(
         failures=list(failures),
         reference_updated=not failures,
     )
-
-
-def m0_rows(entries: Sequence[ReferenceEntry]) -> list[dict[str, object]]:
-    """The key numbers of each entry (the table artifact)."""
-    return M0Outcome("", "", tuple(entries)).rows()
