@@ -45,30 +45,6 @@ from alflow.results.store import StoredRun
 from alflow.results.view import m2_points
 from alflow.util.rows import dump_row
 
-__all__ = [
-    "MAD_TO_SIGMA",
-    "MAX_RELATIVE_MAD",
-    "MIN_RUNS",
-    "OBJECTIVE_METRICS",
-    "PENALTY",
-    "RULE",
-    "TIE_TOLERANCE",
-    "Candidate",
-    "KChoice",
-    "KSchedule",
-    "Objective",
-    "all_choices",
-    "candidate",
-    "candidates_of",
-    "choose",
-    "choose_k",
-    "describe",
-    "k_schedule",
-    "run_k_schedule",
-    "spread",
-    "spread_rows",
-]
-
 PENALTY: Final = 1.0
 """Weight of the MAD penalty: vLLM's ``--uncertainty-penalty`` default (``tune_speculative_k.py``, PR #49163)."""
 MAD_TO_SIGMA: Final = 1.4826

@@ -42,7 +42,6 @@ class M0Outcome:
         ]
 
     def to_dict(self) -> dict[str, object]:
-        """JSON-ready form."""
         return {
             "run_dir": self.run_dir,
             "reference_path": self.reference_path,
@@ -60,7 +59,6 @@ class M1Outcome:
     verdicts: tuple[Verdict, ...]
 
     def to_dict(self) -> dict[str, object]:
-        """JSON-ready form."""
         return {
             "run_dir": self.run_dir,
             "passed": self.passed,
@@ -81,7 +79,6 @@ class M2Outcome:
     failures: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
-        """JSON-ready form."""
         return {
             "run_dir": self.run_dir,
             "target_al": self.target_al,
@@ -169,7 +166,6 @@ class SweepOutcome:
     run_dir: str | None = None
 
     def to_dict(self) -> dict[str, object]:
-        """JSON-ready form."""
         out: dict[str, object] = {
             "per_k": {k: o.to_dict() for k, o in self.per_k.items()},
             "best_k": {b.concurrency: dump_row(b) for b in self.best_k},
@@ -190,7 +186,6 @@ class DemoGate:
     """The gate's verdicts when it passed (a failed gate ends its flow run with the message instead)."""
 
     def to_dict(self) -> dict[str, object]:
-        """JSON-ready form."""
         return {
             "name": self.name,
             "passed": self.passed,
@@ -209,7 +204,6 @@ class DemoBenchmark:
     """Why the run failed (then ``outcome`` is None)."""
 
     def to_dict(self) -> dict[str, object]:
-        """JSON-ready form."""
         out: dict[str, object] = {"target": "reference" if self.target is None else self.target}
         if self.outcome is not None:
             out["outcome"] = self.outcome.to_dict()
@@ -246,7 +240,6 @@ class DemoOutcome:
         raise KeyError(f"no M1 run named {name!r}: {', '.join(g.name for g in self.m1)}")
 
     def to_dict(self) -> dict[str, object]:
-        """JSON-ready form."""
         return {
             "engine": self.engine,
             "results_root": self.results_root,

@@ -74,21 +74,6 @@ from alflow.results.series import SeriesKey, split_image
 from alflow.results.store import StoredRun, open_run
 from alflow.results.view import regression_report, table_or_none
 
-__all__ = [
-    "METHOD",
-    "METRICS",
-    "HistorySource",
-    "Metric",
-    "compare_metrics",
-    "gather_children",
-    "judge_m2_run",
-    "judge_point",
-    "judge_reference",
-    "judge_run",
-    "metric_outcome",
-    "request_values",
-]
-
 
 @dataclass(frozen=True)
 class Metric:

@@ -21,23 +21,6 @@ from typing import Any
 from alflow.config import BenchmarkParams, FanOut, GateParams, SweepNode, SweepParams
 from alflow.methods.outcomes import ChildRun, KOutcome
 
-__all__ = [
-    "NoNodeLeftError",
-    "NodePool",
-    "StopWaiting",
-    "benchmark_for",
-    "cache_key",
-    "child_parameters",
-    "dispatch_rank",
-    "gate_for",
-    "judge_wait",
-    "lost_nodes",
-    "node_lost_why",
-    "on_node",
-    "per_k_rows",
-    "sweep_failures",
-]
-
 
 class NoNodeLeftError(Exception):
     """Every node of the sweep is lost: nothing can run the remaining K."""
