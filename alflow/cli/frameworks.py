@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import typer
 from rich.markup import escape
@@ -31,17 +31,7 @@ class FrameworkRow:
     note: str
 
     def to_dict(self) -> dict[str, object]:
-        """JSON-ready form."""
-        return {
-            "name": self.name,
-            "title": self.title,
-            "source": self.source,
-            "metrics": self.metrics,
-            "synthetic": self.synthetic,
-            "simulated": self.simulated,
-            "gpu": self.gpu,
-            "note": self.note,
-        }
+        return asdict(self)
 
 
 def row_of(plugin: Framework, source: str) -> FrameworkRow:

@@ -42,12 +42,7 @@ class M0Outcome:
         ]
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "run_dir": self.run_dir,
-            "reference_path": self.reference_path,
-            "entries": self.rows(),
-            "cached_points": list(self.cached_points),
-        }
+        return {**vars(self), "entries": self.rows(), "cached_points": list(self.cached_points)}
 
 
 @dataclass(frozen=True)
@@ -59,11 +54,7 @@ class M1Outcome:
     verdicts: tuple[Verdict, ...]
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "run_dir": self.run_dir,
-            "passed": self.passed,
-            "verdicts": [v.model_dump() for v in self.verdicts],
-        }
+        return {**vars(self), "verdicts": [v.model_dump() for v in self.verdicts]}
 
 
 @dataclass(frozen=True)
@@ -80,11 +71,7 @@ class M2Outcome:
 
     def to_dict(self) -> dict[str, object]:
         return {
-            "run_dir": self.run_dir,
-            "target_al": self.target_al,
-            "scheme": self.scheme,
-            "nodes": self.nodes,
-            "num_gpus": self.num_gpus,
+            **vars(self),
             "points": [p.model_dump() for p in self.points],
             "failures": list(self.failures),
         }
@@ -240,14 +227,9 @@ class DemoOutcome:
         raise KeyError(f"no M1 run named {name!r}: {', '.join(g.name for g in self.m1)}")
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "engine": self.engine,
-            "results_root": self.results_root,
-            "reference_path": self.reference_path,
+        nested = {
             "m0": self.m0.to_dict(),
             "m1": [g.to_dict() for g in self.m1],
             "m2": [b.to_dict() for b in self.m2],
-            "label": self.label,
-            "model_path": self.model_path,
-            "model_source": self.model_source,
         }
+        return {**vars(self), **nested}
