@@ -213,9 +213,7 @@ def run_m0(
 
     def store() -> None:
         writer.write_json(SCRAPES, {"points": got.scrapes})
-        if (
-            got.stopped is not None
-        ):  # a failed calibration never changes the reference table: the run keeps it
+        if got.stopped is not None:  # a failed calibration never changes the table: the run keeps it
             failed = m0_summary(target.path, got.points, got.cached_points, None, failures=[str(got.stopped)])
             steps.store(writer, got.tables(), failed)
         else:

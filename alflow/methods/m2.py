@@ -93,9 +93,8 @@ def run_m2(
     def store() -> None:
         if isinstance(got.stopped, Exception):
             got.failures.append(f"{server.framework} K={params.k}: the run failed: {got.stopped}")
-        elif got.stopped is not None and not any(
-            p.partial for p in got.points[-1:]
-        ):  # else its point says so
+        elif got.stopped is not None and not any(p.partial for p in got.points[-1:]):
+            # (a stopped run whose last point is partial: that point says so itself)
             got.failures.append(
                 f"{server.framework} K={params.k}: the run was stopped ({type(got.stopped).__name__}) "
                 f"after {len(got.points)} point(s), each stored whole"
@@ -287,9 +286,8 @@ def _store(
     got: _Collected,
 ) -> None:
     """Store the tables and ``summary.json``, then the report (both also for a stopped or failed run)."""
-    assert (
-        got.dist is not None
-    )  # a point was measured (else the run raised before storing), so the scheme is known
+    # a point was measured (else the run raised before storing), so the scheme is known
+    assert got.dist is not None
     rows = [p.model_dump() for p in got.points]
     tables = {**got.tables(), "spec_stats": pl.DataFrame(rows)}
     summary = M2RunSummary(

@@ -482,11 +482,8 @@ class _Values:
             records = table_or_none(run, "requests")
             try:
                 values = request_values(records if records is not None else pl.DataFrame())
-            except (
-                pl.exceptions.PolarsError,
-                TypeError,
-                ValueError,
-            ):  # a column of the wrong type: no requests
+            # a column of the wrong type: no requests
+            except (pl.exceptions.PolarsError, TypeError, ValueError):
                 values = request_values(pl.DataFrame())
             self._by_dir[run.dir] = values
         return self._by_dir[run.dir]
