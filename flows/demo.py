@@ -83,11 +83,6 @@ from alflow_flows.common import measured
 from alflow_flows.gate import gate
 from alflow_tasks.models import prepare_model
 
-
-def _sim(*extra: str) -> tuple[str, ...]:
-    return ("--answer-key", str(bundled_gsm8k("test")), "--answer-accuracy", "0.95", "--seed", "7", *extra)
-
-
 TINY_MODEL_ID = "gemma-3-270m"
 """The tiny demo's model id (served name of the bundled Gemma 3 270M base model; thresholds key)."""
 TINY_SAMPLING = SamplingParams(temperature=0.8, top_k=40, seed=1234, max_tokens=64)
@@ -220,7 +215,6 @@ def _vllm_m2(
     p: DemoParams, greedy: ModelSpec, model: PreparedModel, placement: ServerPlacement, reference: str
 ) -> tuple[DemoBenchmark, ...]:
     """M2 at the reference and at each other target: one run each, a failed one recorded with its message."""
-    log = get_run_logger()
     server = vllm_cpu_server(str(model.path))
     # M2: synthetic acceptance through alflow's CPU port of vLLM's kernel rule, at the n-gram reference and each
     # other target. The server drafts with the model itself (draft_model): n-gram on random-token prompts finds no
@@ -250,7 +244,9 @@ def _vllm_m2(
             m2.append(DemoBenchmark(target, measured(state.result())))
         else:
             m2.append(DemoBenchmark(target, failed=str(state.message or "")))
-            log.error("M2 on vLLM's CPU build (target %s) failed: %s", target or "reference", m2[-1].failed)
+            get_run_logger().error(
+                "M2 on vLLM's CPU build (target %s) failed: %s", target or "reference", m2[-1].failed
+            )
     return tuple(m2)
 
 
@@ -302,19 +298,18 @@ def _sim_demo(p: DemoParams) -> DemoOutcome:
         id="demo-llama-70b", sampling_thinking_off=SamplingParams(temperature=0.0, max_tokens=512)
     )
     prompts = SpeedBenchWorkload(category="coding", max_tokens=512)
-    fast = _sim("--time-scale", "0")
+    fast = ("--time-scale", "0")
 
+    def sim(*extra: str, **fields: Any) -> ServerConfig:
+        answers = ("--answer-key", str(bundled_gsm8k("test")), "--answer-accuracy", "0.95", "--seed", "7")
+        return server_config(framework="sim", model=model.id, extra_args=(*answers, *extra), **fields)
+
+    shared: dict[str, Any] = {"placement": placement, "reference_path": reference}
+    measured_al = {**shared, "workload": prompts, "load": LoadConfig(concurrency=8)}  # M0's and M1's
     m0 = measured(
         calibrate(
             params=CalibrateParams(
-                models=(model,),
-                ks=p.ks,
-                server=server_config(framework="sim", model=model.id, extra_args=fast),
-                placement=placement,
-                workload=prompts,
-                load=LoadConfig(concurrency=8),
-                reference_path=reference,
-                refresh_cache=p.refresh_cache,
+                models=(model,), ks=p.ks, server=sim(*fast), refresh_cache=p.refresh_cache, **measured_al
             )
         )
     )
@@ -327,17 +322,9 @@ def _sim_demo(p: DemoParams) -> DemoOutcome:
         gate_params = GateParams(
             model=model,
             k=p.benchmark_k,
-            server=server_config(
-                framework="sim",
-                model=model.id,
-                sim_dialect=dialect,
-                extra_args=(*fast, "--acceptance-quality", quality),
-            ),
-            placement=placement,
-            reference_path=reference,
-            workload=prompts,
-            load=LoadConfig(concurrency=8),
+            server=sim(*fast, "--acceptance-quality", quality, sim_dialect=dialect),
             gsm8k=Gsm8kSettings(limit=p.gsm8k_limit),
+            **measured_al,
         )
         gates.append(_demo_gate(gate_params, name, name, "FAILED as expected"))
     m2 = measured(
@@ -345,16 +332,13 @@ def _sim_demo(p: DemoParams) -> DemoOutcome:
             params=BenchmarkParams(
                 model=model,
                 k=p.benchmark_k,
-                server=server_config(
-                    framework="sim", model=model.id, extra_args=_sim("--profile", "h200-llama70b")
-                ),
-                placement=placement,
-                reference_path=reference,
+                server=sim("--profile", "h200-llama70b"),
                 # short prompts: at 512 tokens the prefill of each wave of 16 takes 1 s on this profile, half the wave
                 workload=RandomWorkload(isl=128, osl=128),
                 concurrencies=p.concurrencies,
                 prompts_per_concurrency=p.prompts_per_concurrency,
                 warmup_per_concurrency=1,
+                **shared,
             )
         )
     )

@@ -28,7 +28,7 @@ from prefect.futures import PrefectFuture
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 
 from alflow.acceptance.synthetic import K_MAX
-from alflow.config import BenchmarkParams, GateParams, SweepParams
+from alflow.config import SweepParams
 from alflow.methods.dry_run import Plan
 from alflow.methods.outcomes import ChildRun, KOutcome, SweepOutcome
 from alflow.methods.sweep import conclude_sweep
@@ -69,13 +69,12 @@ def _subflow_run(flow: Literal["m1", "m2"], state: State[Any]) -> ChildRun:
 
 def _in_process(params: SweepParams) -> tuple[dict[int, KOutcome], list[M2Point]]:
     """Every K as subflows here, one after another."""
-    log = get_run_logger()
     results: dict[int, KOutcome] = {}
     points: list[M2Point] = []
     for k in params.ks:
         m1 = _subflow_run("m1", gate(params=gate_for(params, k), return_state=True))
         if not m1.passed:
-            log.error("K=%d: M1 failed: %s", k, m1.message)
+            get_run_logger().error("K=%d: M1 failed: %s", k, m1.message)
             if params.stop_on_gate_failure:
                 results[k] = KOutcome.of(m1, None)
                 continue
@@ -99,14 +98,12 @@ def _child(
     """K's M1 or M2 (``step``) as a child run through the cached task; its ChildRun whether it completed, failed or never ran."""
     fan = params.fan_out
     assert fan is not None
-    if step == "m1":
-        deployment = fan.gate_deployment
-        child_params: GateParams | BenchmarkParams = gate_for(params, k)
-        top_level = inspect.signature(gate.fn).parameters
-    else:
-        deployment = fan.benchmark_deployment
-        child_params = benchmark_for(params, k)
-        top_level = inspect.signature(benchmark.fn).parameters
+    deployment, child_params, child_flow = (
+        (fan.gate_deployment, gate_for(params, k), gate)
+        if step == "m1"
+        else (fan.benchmark_deployment, benchmark_for(params, k), benchmark)
+    )
+    top_level = inspect.signature(child_flow.fn).parameters
     state = run_child.with_options(**cache_options(fan))(
         deployment,
         child_parameters(child_params, top_level),

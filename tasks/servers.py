@@ -104,9 +104,8 @@ def secret_value(name: str) -> str | None:
 )
 def start_server(server: ServerConfig, runner: RunnerOptions) -> ServerHandle:
     """Build the Launch from the framework's recipe, start it and wait for health."""
-    log = get_run_logger()
     handle = lifecycle.start_server(server, runner, run_id=_run_id(), secret_source=secret_value)
-    log.info(
+    get_run_logger().info(
         "server %s ready at %s (%s, dialect %s)",
         redact_url(handle.id),
         redact_url(handle.base_url),

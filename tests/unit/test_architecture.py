@@ -313,7 +313,7 @@ NAMED_OUTSIDE_PLUGINS = {
     # ServerBase.simulated: whether the numbers come from alflow's own simulated engine (the variants are in the plugins)
     "alflow/config/server.py": 1,
     # the demo's engines and example gates (flows.demo and its command), as presets name frameworks
-    "flows/demo.py": 14,
+    "flows/demo.py": 12,
     "alflow/config/flows.py": 6,
     "alflow/cli/demo.py": 3,
     # scheme names: a scheme is named after the framework whose rule it is (stored in runs)
