@@ -374,23 +374,14 @@ def _audit_failed(
         f"{point.target_al:.4f}: {point.audit or 'no audit text'}); TPOT and throughput are not compared, they "
         "would measure another AL"
     )
-    metric = MetricChange(
-        metric="achieved_al", current=achieved, baseline=baseline, change=change, outcome="regressed"
-    )
-    if len(history) < settings.min_history:
-        return _point_verdict(
-            key, point, "not enough history",
-            f"{why}; {len(history)} good history run(s), fewer than min_history={settings.min_history}",
-            history, [metric.model_copy(update={"outcome": "unchanged"})],
-        )  # fmt: skip
-    return _point_verdict(
-        key,
-        point,
-        "regressed",
-        f"{why}; the series' last {len(history)} good runs passed it",
-        history,
-        [metric],
-    )
+    enough = len(history) >= settings.min_history
+    metric = MetricChange(metric="achieved_al", current=achieved, baseline=baseline, change=change,
+                          outcome="regressed" if enough else "unchanged")  # fmt: skip
+    if not enough:
+        why += f"; {len(history)} good history run(s), fewer than min_history={settings.min_history}"
+    else:
+        why += f"; the series' last {len(history)} good runs passed it"
+    return _point_verdict(key, point, "regressed" if enough else "not enough history", why, history, [metric])
 
 
 def judge_point(
