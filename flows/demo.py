@@ -93,11 +93,7 @@ TINY_SAMPLING = SamplingParams(temperature=0.8, top_k=40, seed=1234, max_tokens=
 def demo(params: DemoParams | None = None) -> DemoOutcome:
     """The demo on the chosen engine (sim: M0 -> M1 pass and fail -> M2; tiny: M0 -> M1)."""
     p = params or DemoParams()
-    if p.engine == "tiny":
-        return _tiny_demo(p)
-    if p.engine == "vllm":
-        return _vllm_demo(p)
-    return _sim_demo(p)
+    return {"tiny": _tiny_demo, "vllm": _vllm_demo}.get(p.engine, _sim_demo)(p)
 
 
 def _demo_gate(params: GateParams, name: str, label: str, failed: str = "FAILED") -> DemoGate:
