@@ -13,7 +13,6 @@ import typer
 import yaml
 from pydantic import ValidationError
 from rich.markup import escape
-from rich.table import Table
 from rich.text import Text
 
 from alflow.cli.common import JsonOpt, console, emit_json, handle_errors, new_table, say
@@ -75,11 +74,8 @@ def reference_show(
         )
         return
     ks = sorted({e.k for e in entries})
-    out = Table(
-        title=escape(escape_controls(f"Reference AL: {table.dataset}/{table.category} ({table.kind})"))
-    )
-    for col in ("model", "method", "thinking", "variant"):
-        out.add_column(col)
+    title = escape(escape_controls(f"Reference AL: {table.dataset}/{table.category} ({table.kind})"))
+    out = new_table(title, ("model", "method", "thinking", "variant"))
     for k in ks:
         out.add_column(f"K={k}", justify="right")
     groups: dict[tuple[str, str, str, ref.Variant], dict[int, float]] = {}
@@ -115,21 +111,22 @@ def reference_diff(
         return
     for line in diff.table_changes:
         say(f"table {line}")
-    out = Table(title=escape(f"{old} -> {new}"))
-    for col in (
-        "model",
-        "method",
-        "thinking",
-        "K",
-        "variant",
-        "status",
-        "old AL",
-        "new AL",
-        "delta",
-        "rel",
-        "provenance",
-    ):
-        out.add_column(col)
+    out = new_table(
+        escape(f"{old} -> {new}"),
+        (
+            "model",
+            "method",
+            "thinking",
+            "K",
+            "variant",
+            "status",
+            "old AL",
+            "new AL",
+            "delta",
+            "rel",
+            "provenance",
+        ),
+    )
     for r in diff.rows:
         if r.status == "unchanged" and not r.provenance_changes:
             continue
