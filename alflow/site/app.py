@@ -182,7 +182,9 @@ def _private_data(data: object, entries: tuple[CatalogEntry, ...]) -> object:
 
 def _html(request: web.Request, template: str, title: str, status: int = 200, **data: Any) -> web.Response:
     text = _ENV.get_template(template).render(title=title, root_label=request.app[ROOT_LABEL], **data)
-    return web.Response(text=text, content_type="text/html", status=status)  # each value went through _printed
+    return web.Response(
+        text=text, content_type="text/html", status=status
+    )  # each value went through _printed
 
 
 def _json_ready(data: object) -> object:
