@@ -245,17 +245,19 @@ def load_sessions(r: BenchRequest, num_prompts: int) -> tuple[list[Session], lis
 
 
 async def served_model(
-    http: aiohttp.ClientSession, base_url: str, model: str | None, headers: dict[str, str]
+    http: aiohttp.ClientSession, base_url: str, model: str | None, headers: dict[str, str], timeout_s: float = 30.0
 ) -> str:
     """Check the server answers; the model is ``model`` or the first of ``GET /v1/models``."""
     url = base_url.rstrip("/").removesuffix("/v1") + "/v1/models"
     shown = redact_url(url)
     try:
-        async with http.get(url, timeout=aiohttp.ClientTimeout(total=30), headers=headers) as resp:
+        async with http.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s), headers=headers) as resp:
             status = resp.status
             raw = await resp.read()
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        why = redact_urls_in_text(str(exc or type(exc).__name__))
+    except TimeoutError:  # connected, and no whole answer: not "cannot reach" (its str() is empty)
+        raise AlflowError(f"GET {shown}: the server sent no complete answer within {timeout_s:g} s") from None
+    except aiohttp.ClientError as exc:
+        why = redact_urls_in_text(str(exc) or type(exc).__name__)
         raise AlflowError(f"cannot reach {redact_url(base_url)}: {why}") from None
     if status in (401, 403):
         raise AlflowError(

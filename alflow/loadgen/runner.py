@@ -94,7 +94,7 @@ class _Run:
             if self.clock() - latest < stall_ns:
                 continue
             message = (
-                f"stalled: the server sent nothing for {stall_s:g} s on any of {len(self.in_flight)} open "
+                f"stalled: the server sent no complete event for {stall_s:g} s on any of {len(self.in_flight)} open "
                 "streams (stall timeout)"
             )
             self.fatal = StalledServerError(message)

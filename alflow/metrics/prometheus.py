@@ -252,8 +252,11 @@ async def scrape(
             body = await resp.text(errors="replace")
             ctype = resp.content_type
             status = resp.status
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        why = redact_urls_in_text(str(exc or type(exc).__name__))
+    except TimeoutError:  # its str() is empty: the reason said
+        why = f"no complete answer within {timeout_s:g} s"
+        raise ScrapeError(f"cannot scrape metrics at {shown}: {why}") from None
+    except aiohttp.ClientError as exc:
+        why = redact_urls_in_text(str(exc) or type(exc).__name__)
         raise ScrapeError(f"cannot scrape metrics at {shown}: {why}") from None
     if status != 200:
         raise ScrapeError(f"metrics at {shown} answered HTTP {status}: {body[:200].strip()}", status=status)

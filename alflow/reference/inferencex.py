@@ -34,7 +34,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar, get_args
 
-import yaml
 from pydantic import ValidationError
 
 from alflow.acceptance.synthetic import K_MAX, K_MIN
@@ -54,6 +53,7 @@ from alflow.reference.table import (
     update_reference,
 )
 from alflow.util.fsutil import open_regular
+from alflow.util.yamlfile import parse_yaml
 
 INFERENCEX_COMMIT = "843c6254ff69b567f772f6a5fd97675af3d04431"
 """The InferenceX commit the format and :data:`COLLECTORS` were read at (2026-08-21)."""
@@ -207,10 +207,7 @@ def _allowed(source: str, what: str, value: object, allowed: tuple[str, ...]) ->
 
 def _golden_yaml(text: str, source: str) -> tuple[dict[str, Any], object, object]:
     """The file's ``_metadata`` (checked), its one model key and that model's thinking modes."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InvalidInputError(f"{source}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    data = parse_yaml(text, source)  # bounded: depth, aliases, size, and scalars Python cannot hold
     if not isinstance(data, dict):
         raise InvalidInputError(
             f"{source}: a golden AL file is a YAML mapping of model -> thinking mode -> K -> AL"

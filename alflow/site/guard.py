@@ -113,7 +113,8 @@ def check_bind(host: str, token_env: str | None) -> str | None:
 
 
 def _same(given: str, token: str) -> bool:
-    return hmac.compare_digest(given.encode(), token.encode())
+    """Whether ``given`` is the token, in constant time; a header's undecodable bytes (surrogates) compare as bytes."""
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), token.encode())
 
 
 def _without_token(request: web.Request) -> str:

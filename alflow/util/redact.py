@@ -65,6 +65,12 @@ _SECRET_PARAM_WORDS: Final = frozenset(
         "sessionid",
         "cookie",
         "passphrase",
+        "passcode",
+        "jwt",
+        "bearer",
+        "hmac",
+        "otp",
+        "ticket",
     }
 )
 """A URL parameter with one of these words in its name (``api_key``, ``X-Amz-Signature``) is a credential."""
@@ -137,14 +143,30 @@ def is_secret_flag(arg: str) -> bool:
 
 def is_secret_param(name: str) -> bool:
     """True when a URL query or fragment parameter name reads like a credential (``token``, ``api_key``)."""
-    words = re.split(r"[^a-z0-9]+", unquote(name).lower())
+    lower = unquote(name).lower()
+    last = re.split(r"[^a-z0-9]+", lower)[-1]
     return (
-        any(w in _SECRET_PARAM_WORDS for w in words)
-        or "token" in words[-1]
-        or "apikey" in words[-1]
-        or words[-1] in ("session", "sid", "code")  # ?session=..., ?code= (OAuth), but not ?session_len=
-        or words[-1].endswith(("sessid", "sessionid"))  # ?PHPSESSID=, ?ASPSESSIONID
+        any(w in _SECRET_PARAM_WORDS for w in re.split(r"[^a-z0-9]+", lower))
+        or _secret_parts(lower)
+        or "token" in last
+        or "apikey" in last
+        or last in ("session", "sid", "code")  # ?session=..., ?code= (OAuth), but not ?session_len=
     )
+
+
+def _secret_parts(lower: str) -> bool:
+    """The rule URL parameters and body keys share: a secret last word, a session id, a secret part anywhere."""
+    words = re.split(r"[^a-z0-9]+", lower)
+    return (
+        words[-1] in ("sig", "otp", "hmac", "ticket", "passcode", "jwt")
+        or "".join(words).endswith(("sessid", "sessionid"))  # ?PHPSESSID=, ?ASPSESSIONID, ?session_id=
+        or any(hint in lower for hint in _SECRET_PARAM_HINTS)  # ?password1=, ?AWSAccessKeyId=, ?x_jwt_v2=
+    )
+
+
+_SECRET_PARAM_HINTS: Final = ("password", "passwd", "passcode", "passphrase", "secret", "signature", "accesskey",
+                              "credential", "bearer", "jwt", "hmac", "cookie")  # fmt: skip
+"""Parts of a parameter or body key that make it a credential wherever they stand in its name."""
 
 
 def _redact_params(text: str) -> str:
@@ -443,6 +465,7 @@ def is_secret_key(key: str) -> bool:
         or lower.endswith("sessid")
         or lower.endswith(("token", "authorization", "bearer", "auth"))
         or any(hint in lower for hint in _SECRET_BODY_HINTS)
+        or _secret_parts(words.lower())  # the rule of a URL's parameters too (sig, otp, session_id)
     )
 
 

@@ -150,6 +150,17 @@ class UniqueKeyLoader(BoundedLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        """Build one node; a scalar Python cannot hold (an integer of 5,000 digits, ``2026-02-30``) is a YAML error."""
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, OverflowError) as exc:
+            value = node.value if isinstance(node.value, str) else ""
+            shown = repr(value[:40] + ("..." if len(value) > 40 else ""))
+            reason = str(exc).split(";")[0]
+            raise yaml.constructor.ConstructorError(None, None, f"{shown}: {reason}", node.start_mark) from None
+
+
 def _text(path: Path | str, raw: bytes) -> str:
     """``raw`` as UTF-8 text, or an error naming the file as binary or not UTF-8."""
     if raw.startswith((b"\xff\xfe", b"\xfe\xff")):

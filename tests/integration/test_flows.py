@@ -306,7 +306,7 @@ def test_a_stalled_server_fails_its_point_within_the_stall_timeout(tmp_path: Pat
     state = benchmark(params=params, return_state=True)
     took = time.monotonic() - started
     assert state.is_failed()
-    assert "stalled: the server sent nothing for 2 s" in str(state.message)
+    assert "stalled: the server sent no complete event for 2 s" in str(state.message)
     assert took < 60, took  # not 600 s per request
     stored = open_run(_last_run(tmp_path))
     requests = stored.table("requests")

@@ -140,7 +140,8 @@ async def sglang_server_info_al(
                     continue
                 data: Any = orjson.loads(await resp.read())
         except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as exc:
-            problems.append(f"{path}: {redact_urls_in_text(str(exc or type(exc).__name__))}")
+            why = f"no complete answer within {timeout_s:g} s" if isinstance(exc, TimeoutError) else str(exc)
+            problems.append(f"{path}: {redact_urls_in_text(why or type(exc).__name__)}")
             continue
         states = data.get("internal_states") if isinstance(data, dict) else None
         values = [
