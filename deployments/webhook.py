@@ -39,9 +39,13 @@ from prefect.blocks.notifications import CustomWebhookNotificationBlock
 from prefect.client.orchestration import get_client
 from prefect.exceptions import ObjectNotFound
 from prefect.settings import get_current_settings
+from prefect.utilities.templating import find_placeholders
 from rich.console import Console
 
+from alflow.errors import InvalidInputError
+from alflow.util.names import shown
 from alflow.util.redact import redact_urls_in_text
+from alflow.util.yamlfile import MAX_DEPTH, load_yaml
 
 AUTOMATIONS: Final = Path(__file__).resolve().with_name("automations.yaml")
 """alflow's automations, with their blocks named by slug."""
@@ -50,6 +54,10 @@ BLOCK_NAME: Final = "alflow-regression"
 JSON_DATA: Final[dict[str, Any]] = {"text": "{{subject}}\n\n{{body}}"}
 """What the block posts: ``{{subject}}`` and ``{{body}}`` are the action's rendered templates (Slack's and
 Mattermost's incoming webhooks read ``text``)."""
+PLACEHOLDERS: Final = ("subject", "body", "name")
+"""The placeholders ``--json-data`` may hold: what the block fills in when it posts (its URL secret is not offered)."""
+OUT_SUFFIXES: Final = (".yaml", ".yml", ".json")
+"""The files ``prefect automation create --from-file`` reads."""
 URL_SECRET: Final = "webhook_url"  # noqa: S105  (a key name, not a secret)
 """The key of the webhook URL in the block's ``secrets``."""
 ACTION_LISTS: Final = ("actions", "actions_on_trigger", "actions_on_resolve")
@@ -76,8 +84,12 @@ def save_block(url: str, *, json_data: dict[str, Any] | None = None) -> UUID:
 
 
 def load_automations(path: Path = AUTOMATIONS) -> list[dict[str, Any]]:
-    """The automations of a file in ``prefect automation create``'s format (a list, or a mapping with ``automations``)."""
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    """The automations of a file in ``prefect automation create``'s format (a list, or a mapping with ``automations``).
+
+    Read with :func:`alflow.util.yamlfile.load_yaml` (a regular file of at most 1 MiB, nesting at most
+    :data:`~alflow.util.yamlfile.MAX_DEPTH` levels, no key twice): every error is one line starting with the path.
+    """
+    data = load_yaml(path, what="Prefect automations file")
     if isinstance(data, dict) and "automations" in data:
         data = data["automations"]
     automations = data if isinstance(data, list) else [data]
@@ -156,14 +168,14 @@ def existing(names: Sequence[str]) -> dict[str, list[UUID]]:
 def write(automations: list[dict[str, Any]], out: Path) -> None:
     """Write ``{"automations": [...]}`` as JSON (``.json``) or YAML (``.yaml``/``.yml``), as the CLI reads them."""
     data = {"automations": automations}
+    if out.suffix.lower() not in OUT_SUFFIXES:
+        raise ValueError(f"{out}: prefect automation create reads .yaml, .yml or .json files only")
     if out.suffix.lower() == ".json":
         out.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    elif out.suffix.lower() in (".yaml", ".yml"):
+    else:
         out.write_text(
             yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=1000), encoding="utf-8"
         )
-    else:
-        raise ValueError(f"{out}: prefect automation create reads .yaml, .yml or .json files only")
 
 
 def _say(message: str) -> None:
@@ -191,6 +203,75 @@ def _is_web_url(url: str) -> bool:
         return False
 
 
+def _nesting(data: object) -> int:
+    """How deeply objects and arrays nest in ``data`` (0 for a scalar), counted without recursion.
+
+    Counting stops one level past :data:`~alflow.util.yamlfile.MAX_DEPTH`.
+    """
+    deepest, stack = 0, [(data, 1)]
+    while stack and deepest <= MAX_DEPTH:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if children is not None:
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def json_data_of(text: str) -> dict[str, Any]:
+    """``--json-data`` as the block's ``json_data``, or one line naming the option (:class:`InvalidInputError`).
+
+    A JSON object, nested at most :data:`~alflow.util.yamlfile.MAX_DEPTH` levels, whose placeholders are among
+    :data:`PLACEHOLDERS` (Prefect's block refuses any other with a ``KeyError`` when it is made).
+    """
+    too_deep = f"--json-data: nested too deep (at most {MAX_DEPTH} levels of objects and arrays)"
+    try:
+        data = json.loads(text)
+    except RecursionError:  # the C decoder's own limit, far past ours
+        raise InvalidInputError(too_deep) from None
+    except ValueError as exc:
+        raise InvalidInputError(f"--json-data is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidInputError(f"--json-data must be a JSON object, not {type(data).__name__}")
+    if _nesting(data) > MAX_DEPTH:
+        raise InvalidInputError(too_deep)
+    unknown = sorted({p.name for p in find_placeholders(data)} - set(PLACEHOLDERS))
+    if unknown:
+        allowed = ", ".join("{{" + name + "}}" for name in PLACEHOLDERS)
+        raise InvalidInputError(
+            f"--json-data: unknown placeholder {shown('{{' + unknown[0] + '}}')}"
+            + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else "")
+            + f" (allowed: {allowed})"
+        )
+    return data
+
+
+def _checked(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Every option checked before any call to the Prefect API: ``--json-data``'s object and the automations.
+
+    Each error is one line naming the option (:class:`InvalidInputError`); the webhook URL is never shown whole (a
+    webhook's secret is its path, Slack's /services/T/B/SECRET): only where it points.
+    """
+    if args.url is not None and not _is_web_url(args.url):
+        raise InvalidInputError(
+            f"--url {_where_to(args.url)}: give the webhook's http(s)://HOST/... URL, without spaces"
+        )
+    json_data = json_data_of(args.json_data)
+    if args.out.suffix.lower() not in OUT_SUFFIXES:
+        raise InvalidInputError(
+            f"--out {shown(str(args.out))}: prefect automation create reads .yaml, .yml or .json files only"
+        )
+    try:
+        automations = load_automations(args.automations)
+    except ValueError as exc:  # InvalidInputError included: the message starts with the path
+        raise InvalidInputError(f"--automations {exc}") from None
+    try:
+        block_slugs(automations)
+    except ValueError as exc:
+        raise InvalidInputError(f"--automations {args.automations}: {exc}") from None
+    return json_data, automations
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m alflow_deployments.webhook [--url URL] --out FILE``: save the block, write the automations file."""
     parser = argparse.ArgumentParser(
@@ -210,17 +291,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, required=True, help="where to write it (.yaml, .yml or .json)")
     args = parser.parse_args(argv)
-    if args.url is not None and not _is_web_url(args.url):  # before any call to the Prefect API
-        # a webhook's secret is its path (Slack's /services/T/B/SECRET): only where it points is said
-        _say(f"error: --url {_where_to(args.url)}: give the webhook's http(s)://HOST/... URL, without spaces")
-        return 2
     try:
-        json_data = json.loads(args.json_data)
-    except ValueError as exc:
-        _say(f"error: --json-data is not valid JSON: {exc}")
-        return 2
-    if not isinstance(json_data, dict):
-        _say(f"error: --json-data must be a JSON object, not {type(json_data).__name__}")
+        json_data, automations = _checked(args)  # before any call to the Prefect API
+    except InvalidInputError as exc:
+        _say(f"error: {exc}")
         return 2
     if not get_current_settings().api.url:  # else the block would go to a temporary local server, then vanish
         _say(
@@ -228,7 +302,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 1
     try:
-        automations = load_automations(args.automations)
         if args.url:
             block_id = save_block(args.url, json_data=json_data)
             _say(f"saved block custom-webhook/{BLOCK_NAME} ({block_id})")

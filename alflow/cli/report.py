@@ -37,16 +37,17 @@ import typer
 from typer.core import TyperGroup
 
 from alflow.cli.common import fail, handle_errors, say_err, warn
+from alflow.config.flows import STORE_SCHEMES
 from alflow.errors import InvalidInputError
 from alflow.methods.kchoice import Objective, describe, run_k_schedule
 from alflow.reports.exports import al_matrix, al_matrix_csv, inferencex_rows, rows_csv, rows_json
 from alflow.reports.markdown import escape_controls
 from alflow.reports.matrix import METRICS, build_matrix, matrix_csv, matrix_json, matrix_table
 from alflow.reports.render import render_comparison, render_run, write_html_report
-from alflow.results.store import StoredRun, StoreError, chained_root_problem, iter_runs, open_run
+from alflow.results.store import StoredRun, StoreError, check_results_root, iter_runs, open_run
 from alflow.util import jsonutil
 from alflow.util.fsutil import local_path_of
-from alflow.util.names import check_output_file
+from alflow.util.names import check_output_file, shown
 from alflow.util.redact import redact_url, redact_urls_in_text
 
 P = ParamSpec("P")
@@ -153,21 +154,21 @@ def _export_text(runs: Sequence[StoredRun], fmt: ReportFormat, digits: int) -> s
     )
 
 
-def _check_root(root: str) -> None:
-    """``--root``: a local results root must be a folder, or missing (no runs); never a file or under one."""
-    chained = chained_root_problem(root)
-    if chained:
-        raise InvalidInputError(f"--root {redact_url(root)!r}: {chained}")
-    local = local_path_of(root)
-    if local is None:
-        return
-    path = Path(local)
-    existing = next((p for p in (path, *path.parents) if p.exists()), None)
-    if existing is not None and not existing.is_dir():
-        where = "is not a folder" if existing == path else f"is under {existing}, which is not a folder"
+def _check_root(root: str) -> str:
+    """``--root``: a results root folder (what ``alflow results serve`` takes) or an object store URL; else one line.
+
+    A missing folder, a blank value or a file is refused as the site refuses it (``not a folder``), not read as a root
+    without runs; a URL of another scheme (``zip://``, ``tar://``, ``http://``) is refused naming the root and what
+    is allowed (fsspec would read it relative to the working folder, or not at all).
+    """
+    checked = check_results_root(root, name="--root")
+    if local_path_of(root) is None and root.split("://", 1)[0] not in STORE_SCHEMES:
+        allowed = " / ".join(f"{scheme}://" for scheme in STORE_SCHEMES)
         raise InvalidInputError(
-            f"--root {root!r} {where}; allowed: a results root folder (or an s3:// / gs:// URL)"
+            f"--root {shown(redact_url(root))}: a URL of this scheme is not a results root; "
+            f"allowed: a results root folder or an {allowed} URL"
         )
+    return checked
 
 
 def _output(output: str | None) -> str | None:
@@ -246,7 +247,7 @@ def compare(
         raise InvalidInputError(f"--flow {flow!r} is not one of: {', '.join(FLOWS)}")
     runs = [_open(d, strict=strict) for d in run_dirs or []]
     if root is not None:
-        _check_root(root)
+        root = _check_root(root)
         skipped: list[str] = []
         runs += [r for r in iter_runs(root, flow, skipped) if r.complete]
         if skipped:  # said, not dropped in silence

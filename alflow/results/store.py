@@ -41,7 +41,8 @@ from alflow.errors import AlflowError, InvalidInputError
 from alflow.results.manifest import SCHEMA_VERSION, FileEntry, RunManifest, RunProvenance, Status
 from alflow.util.fsutil import atomic_write_bytes, check_writable_dir, local_path_of, open_regular
 from alflow.util.jsonutil import dumps_bytes
-from alflow.util.redact import redact_config, redact_data, redact_urls_in_text
+from alflow.util.names import shown
+from alflow.util.redact import redact_config, redact_data, redact_url, redact_urls_in_text
 
 PARQUET_VERSION_KEY: Final = "alflow.schema_version"
 MANIFEST: Final = "manifest.json"
@@ -193,6 +194,35 @@ def chained_root_problem(root: str) -> str | None:
             "a chained URL (a::b) is not a results root: give the folder, or one storage URL (s3://, gs://)"
         )
     return None
+
+
+def check_results_root(root: str, *, name: str) -> str:
+    """``root`` when it is a results root: a folder (its local path is returned) or a URL (returned as given).
+
+    Else one line starting with ``name`` (the option or argument, e.g. ``ROOT``, ``--root``), the root shown with any
+    credentials redacted: blank, chained (:func:`chained_root_problem`), or a local path that is not a folder (missing,
+    a file, under a file, unreadable). ``alflow results serve`` and ``alflow report compare --root`` say the same.
+    """
+    if not root.strip():  # "" would be the working folder, as no one meant
+        raise InvalidInputError(
+            f"{name} {shown(root)} is empty; give a results root (the folder runs are stored in) or a URL"
+        )
+    chained = chained_root_problem(root)
+    if chained:
+        raise InvalidInputError(f"{name} {shown(redact_url(root))}: {chained}")
+    local = local_path_of(root)
+    if local is None:
+        return root
+    path = Path(local)
+    try:
+        is_dir = path.is_dir()
+    except OSError as exc:  # a name too long, a loop of links
+        raise InvalidInputError(f"{name} {shown(redact_url(root))}: {exc.strerror or exc}") from None
+    if not is_dir:
+        raise InvalidInputError(
+            f"{name} {shown(redact_url(root))}: not a folder; give a results root (the folder runs are stored in)"
+        )
+    return str(path)
 
 
 def storage_for(root: str | os.PathLike[str]) -> Storage:

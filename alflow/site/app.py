@@ -70,7 +70,13 @@ from alflow.site.threads import (
 )
 from alflow.util.fsutil import open_confined, unsafe_file
 from alflow.util.names import BIDI_CONTROLS
-from alflow.util.redact import redact_data, redact_text_stream, redact_url, redact_urls_in_text
+from alflow.util.redact import (
+    RedactionError,
+    redact_data,
+    redact_text_stream,
+    redact_url,
+    redact_urls_in_text,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -403,8 +409,9 @@ async def _stream(
     The status and headers are out by then, so a failure cannot become an error page (the ``errors`` middleware
     would write a second answer into the body): whatever makes the next part fail (a read error, a file that shrank,
     an fsspec back-end's own error, a text that cannot be redacted in parts) is logged and the connection closed
-    before the body ends, which a client sees as a broken download, never a whole short file. A client that leaves
-    part-way is no error of the site's.
+    before the body ends, which a client sees as a broken download, never a whole short file. The documented cases
+    (a read error, a file that shrank, a text that cannot be cut, no file-read slot free) are one warning line with
+    the reason; another error's traceback is logged too. A client that leaves part-way is no error of the site's.
     """
     await response.prepare(request)
     if request.method == "HEAD":  # aiohttp sends what a stream writes even then
@@ -413,8 +420,11 @@ async def _stream(
     while True:
         try:
             part = await file_io(request, next, parts, None)
-        except Exception:
-            log.warning("sending %s failed part-way: the connection is cut", request.path, exc_info=True)
+        except Exception as exc:  # the documented cases: one line; any other: its traceback, to mend it
+            known = isinstance(exc, OSError | RedactionError | PageTooSlowError)
+            why = f" ({' '.join(str(exc).split())[:500]})" if known else ""
+            message = "sending %s failed part-way%s: the connection is cut"
+            log.warning(message, request.path, why, exc_info=not known)
             if request.transport is not None:
                 request.transport.close()
             return response

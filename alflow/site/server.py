@@ -10,42 +10,21 @@ import asyncio
 import os
 import signal
 from collections.abc import Callable
-from pathlib import Path
 
 from aiohttp import web
 
 from alflow.errors import InvalidInputError
 from alflow.results.catalog import Catalog
-from alflow.results.store import chained_root_problem, storage_for
+from alflow.results.store import check_results_root, storage_for
 from alflow.site.app import make_app
 from alflow.site.guard import PathOnlyAccessLogger, check_bind
 from alflow.util.fsutil import local_path_of
-from alflow.util.names import shown
 from alflow.util.redact import redact_url
 
 
 def check_root(root: str) -> str:
-    """``root`` as given when it is a folder or a URL; else an input error naming it."""
-    if not root.strip():  # "" would serve the working folder, as no one meant
-        raise InvalidInputError(
-            "ROOT '' is empty; give a results root (the folder runs are stored in) or a URL"
-        )
-    chained = chained_root_problem(root)
-    if chained:
-        raise InvalidInputError(f"ROOT {shown(redact_url(root))}: {chained}")
-    local = local_path_of(root)
-    if local is None:
-        return root
-    path = Path(local)
-    try:
-        is_dir = path.is_dir()
-    except OSError as exc:  # a name too long, a loop of links
-        raise InvalidInputError(f"ROOT {shown(redact_url(root))}: {exc.strerror or exc}") from None
-    if not is_dir:
-        raise InvalidInputError(
-            f"ROOT {redact_url(root)!r}: not a folder; give a results root (the folder runs are stored in)"
-        )
-    return str(path)
+    """``root`` as given when it is a folder or a URL; else an input error naming it (:func:`check_results_root`)."""
+    return check_results_root(root, name="ROOT")
 
 
 def _reachable(root: str) -> bool:

@@ -376,9 +376,13 @@ def test_cli_report_errors_are_one_line_with_exit_code_2(runs: dict[str, str], t
     missing = runner.invoke(app, ["report", str(tmp_path / "nope")])
     assert missing.exit_code == 2
     assert "manifest.json does not exist" in missing.output
+    (tmp_path / "empty").mkdir()
     nothing = runner.invoke(app, ["report", "compare", "--root", str(tmp_path / "empty")])
     assert nothing.exit_code == 2
     assert "nothing to compare" in nothing.output
+    missing = runner.invoke(app, ["report", "compare", "--root", str(tmp_path / "missing")])
+    assert missing.exit_code == 2
+    assert "not a folder" in missing.output  # a typo is not a root without runs (R11-9)
     mixed = runner.invoke(app, ["report", "compare", runs["m0"], runs["m2"], "-f", "csv"])
     assert mixed.exit_code == 2
     assert "cannot export M2 benchmark rows together with m0" in mixed.output
