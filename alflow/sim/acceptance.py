@@ -39,88 +39,20 @@ CATEGORIES = (
     "roleplay",
 )
 
-# Conditional acceptance rate per (method, category): AL at K=3 is 1 + c + c^2 + c^3 (before decay).
+# Conditional acceptance rate per (method, category), the categories in CATEGORIES order: AL at K=3 is
+# 1 + c + c^2 + c^3 (before decay).
 _BASE_RATES: dict[str, dict[str, float]] = {
-    "mtp": {
-        "coding": 0.885,
-        "math": 0.86,
-        "stem": 0.78,
-        "reasoning": 0.77,
-        "qa": 0.72,
-        "rag": 0.76,
-        "summarization": 0.72,
-        "multilingual": 0.66,
-        "humanities": 0.68,
-        "writing": 0.60,
-        "roleplay": 0.585,
-    },
-    "eagle3": {
-        "coding": 0.695,
-        "math": 0.68,
-        "stem": 0.62,
-        "reasoning": 0.61,
-        "qa": 0.58,
-        "rag": 0.60,
-        "summarization": 0.57,
-        "multilingual": 0.52,
-        "humanities": 0.54,
-        "writing": 0.51,
-        "roleplay": 0.505,
-    },
-    "draft_model": {
-        "coding": 0.72,
-        "math": 0.70,
-        "stem": 0.63,
-        "reasoning": 0.62,
-        "qa": 0.60,
-        "rag": 0.62,
-        "summarization": 0.58,
-        "multilingual": 0.50,
-        "humanities": 0.55,
-        "writing": 0.50,
-        "roleplay": 0.48,
-    },
-    # block drafters (one pass proposes all K): a shade below MTP per position on this scale (DSpark, trained
-    # with the target like MTP), DFlash's block-diffusion drafter in between MTP and EAGLE3
-    "dspark": {
-        "coding": 0.87,
-        "math": 0.85,
-        "stem": 0.77,
-        "reasoning": 0.76,
-        "qa": 0.71,
-        "rag": 0.75,
-        "summarization": 0.71,
-        "multilingual": 0.65,
-        "humanities": 0.67,
-        "writing": 0.59,
-        "roleplay": 0.575,
-    },
-    "dflash": {
-        "coding": 0.80,
-        "math": 0.79,
-        "stem": 0.70,
-        "reasoning": 0.69,
-        "qa": 0.65,
-        "rag": 0.68,
-        "summarization": 0.65,
-        "multilingual": 0.58,
-        "humanities": 0.61,
-        "writing": 0.55,
-        "roleplay": 0.54,
-    },
-    "ngram": {
-        "coding": 0.37,
-        "math": 0.30,
-        "stem": 0.22,
-        "reasoning": 0.22,
-        "qa": 0.18,
-        "rag": 0.34,
-        "summarization": 0.30,
-        "multilingual": 0.14,
-        "humanities": 0.16,
-        "writing": 0.13,
-        "roleplay": 0.13,
-    },
+    method: dict(zip(CATEGORIES, rates, strict=True))
+    for method, rates in {
+        "mtp": (0.885, 0.86, 0.78, 0.77, 0.72, 0.76, 0.72, 0.66, 0.68, 0.6, 0.585),
+        "eagle3": (0.695, 0.68, 0.62, 0.61, 0.58, 0.6, 0.57, 0.52, 0.54, 0.51, 0.505),
+        "draft_model": (0.72, 0.7, 0.63, 0.62, 0.6, 0.62, 0.58, 0.5, 0.55, 0.5, 0.48),
+        # block drafters (one pass proposes all K): a shade below MTP per position on this scale (DSpark, trained
+        # with the target like MTP), DFlash's block-diffusion drafter in between MTP and EAGLE3
+        "dspark": (0.87, 0.85, 0.77, 0.76, 0.71, 0.75, 0.71, 0.65, 0.67, 0.59, 0.575),
+        "dflash": (0.8, 0.79, 0.7, 0.69, 0.65, 0.68, 0.65, 0.58, 0.61, 0.55, 0.54),
+        "ngram": (0.37, 0.3, 0.22, 0.22, 0.18, 0.34, 0.3, 0.14, 0.16, 0.13, 0.13),
+    }.items()
 }
 METHODS = tuple(_BASE_RATES)
 POSITION_DECAY = 0.985

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Awaitable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -38,6 +38,8 @@ _FIELD_OF = {
     "peer_timeout": "peer_timeout_s",
 }
 
+
+_CONFIG_FIELDS = frozenset(f.name for f in fields(SimConfig))
 
 FRAMEWORK_FLAGS = {"allow_extra_args": True, "ignore_unknown_options": True}
 """Arguments the command does not define are the dialect's own framework flags (``resolve``'s ``framework_args``)."""
@@ -198,11 +200,10 @@ def _serve(ctx: typer.Context, o: ServeOptions) -> None:
         for name in params
         if getattr(ctx.get_parameter_source(name), "name", None) in ("COMMANDLINE", "ENVIRONMENT")
     ]
-    valid = {f.name for f in fields(SimConfig)}
     try:
         config = resolve(
             _sim_config(o),
-            explicit=[name for name in explicit if name in valid],
+            explicit=[name for name in explicit if name in _CONFIG_FIELDS],
             env=os.environ,
             framework_args=tuple(ctx.args),
         )
@@ -240,48 +241,10 @@ serve_command = command_of(ServeOptions, _serve, context=True)
 
 def _sim_config(o: ServeOptions) -> SimConfig:
     """The engine's settings as the options give them (before the environment and framework flags)."""
-    return SimConfig(
-        host=o.host,
-        port=o.port,
-        model_name=o.model_name,
-        dialect=o.dialect,
-        k=o.k,
-        method=o.method,
-        synthetic_al=o.synthetic_al,
-        synthetic_rates=None if o.synthetic_rates_text is None else parse_rates(o.synthetic_rates_text),
-        synthetic_scheme=o.synthetic_scheme,
-        max_num_seqs=o.max_num_seqs,
-        max_model_len=o.max_model_len,
-        seed=o.seed,
-        profile=o.profile,
-        time_scale=o.time_scale,
-        step_log=o.step_log,
-        acceptance_quality=o.acceptance_quality,
-        mean_output_tokens=o.mean_output_tokens,
-        answer_key=o.answer_key,
-        answer_accuracy=o.answer_accuracy,
-        startup_delay_s=o.startup_delay,
-        fail_startup=o.fail_startup,
-        crash_after_requests=o.crash_after_requests,
-        error_rate=o.error_rate,
-        stream_error_rate=o.stream_error_rate,
-        stall_after_tokens=o.stall_after_tokens,
-        sglang_window_steps=o.sglang_window_steps,
-        short_draft_share=o.short_draft_share,
-        sglang_token_mode=o.sglang_token_mode,
-        nnodes=o.nnodes,
-        node_rank=o.node_rank,
-        head_addr=o.head_addr,
-        dist_port=o.dist_port,
-        node_parallel=o.node_parallel,
-        join_timeout_s=o.join_timeout,
-        heartbeat_s=o.heartbeat_interval,
-        peer_timeout_s=o.peer_timeout,
-        api_key=o.api_key or None,
-        framework_version=o.framework_version,
-        per_request_spec_decode_metrics=o.per_request_spec_decode_metrics,
-        sglang_spec_details=o.sglang_spec_details,
-    )
+    given: dict[str, Any] = {_FIELD_OF.get(f.name, f.name): getattr(o, f.name) for f in fields(ServeOptions)}
+    given["synthetic_rates"] = None if o.synthetic_rates_text is None else parse_rates(o.synthetic_rates_text)
+    given["api_key"] = o.api_key or None
+    return SimConfig(**{name: value for name, value in given.items() if name in _CONFIG_FIELDS})
 
 
 _LEVELS = tuple(logging.getLevelNamesMapping())  # DEBUG, INFO, WARN, WARNING, ERROR, FATAL, CRITICAL, NOTSET
