@@ -20,47 +20,28 @@ from alflow.sim.stats import EngineStats, Histogram
 
 
 class EngineSettings(Protocol):
-    """What a dialect reads of the simulator's configuration (:class:`alflow.sim.config.EngineSettings` has it all)."""
+    """What a dialect reads of the simulator's configuration (:class:`alflow.sim.config.SimConfig` has it all).
+
+    ``framework_version`` None: the simulator's own name; ``node_parallel``: ``tp`` (one model across the nodes)
+    or ``dp`` (one engine per node).
+    """
 
     @property
-    def served_model_name(self) -> str:
-        """The model name the server answers to."""
-        ...
-
+    def served_model_name(self) -> str: ...
     @property
-    def k(self) -> int:
-        """Draft tokens per step."""
-        ...
-
+    def k(self) -> int: ...
     @property
-    def method(self) -> str:
-        """The speculative method (``mtp``, ``eagle3``, ...)."""
-        ...
-
+    def method(self) -> str: ...
     @property
-    def max_num_seqs(self) -> int:
-        """Requests running at most at once."""
-        ...
-
+    def max_num_seqs(self) -> int: ...
     @property
-    def max_model_len(self) -> int:
-        """The context length."""
-        ...
-
+    def max_model_len(self) -> int: ...
     @property
-    def framework_version(self) -> str | None:
-        """The release the simulator says it is (None: its own name)."""
-        ...
-
+    def framework_version(self) -> str | None: ...
     @property
-    def nnodes(self) -> int:
-        """Nodes the server spans."""
-        ...
-
+    def nnodes(self) -> int: ...
     @property
-    def node_parallel(self) -> str:
-        """How it uses them: ``tp`` (one model across them) or ``dp`` (one engine per node)."""
-        ...
+    def node_parallel(self) -> str: ...
 
 
 JsonView = Callable[[EngineStats, EngineSettings], object]
@@ -71,19 +52,11 @@ class MetricsEmitter(Protocol):
     """One framework's metric names and paths over :class:`EngineStats`, and its other endpoints."""
 
     @property
-    def records_iterations(self) -> bool:
-        """The engine keeps per-iteration stats for this dialect (TensorRT-LLM's JSON iteration stats)."""
-        ...
-
+    def records_iterations(self) -> bool: ...
     @property
-    def name(self) -> str:
-        """Dialect name (``vllm``, ``sglang``, ``trtllm``)."""
-        ...
-
+    def name(self) -> str: ...
     @property
-    def metrics_path(self) -> str:
-        """Path of the Prometheus text."""
-        ...
+    def metrics_path(self) -> str: ...
 
     def families(self, stats: EngineStats, config: EngineSettings) -> Iterable[Metric]:
         """The metric families of one scrape."""

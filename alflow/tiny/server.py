@@ -64,58 +64,30 @@ class SpecLike(Protocol):
     """Speculative settings as the engine takes them (:class:`alflow.tiny.engine.SpecSettings`)."""
 
     @property
-    def k(self) -> int:
-        """Draft tokens per step, K."""
-        ...
-
+    def k(self) -> int: ...
     @property
-    def ngram_min(self) -> int:
-        """Smallest n-gram the drafter looks up."""
-        ...
-
+    def ngram_min(self) -> int: ...
     @property
-    def ngram_max(self) -> int:
-        """Largest n-gram the drafter looks up."""
-        ...
-
+    def ngram_max(self) -> int: ...
     @property
-    def synthetic_rates(self) -> tuple[float, ...] | None:
-        """Forced unconditional per-position acceptance rates p_1..p_K (vLLM semantics), or None."""
-        ...
+    def synthetic_rates(self) -> tuple[float, ...] | None: ...
 
 
 class StepLike(Protocol):
     """One decode step (:class:`alflow.tiny.engine.StepEvent`)."""
 
     @property
-    def tokens(self) -> tuple[int, ...]:
-        """Tokens the step emitted (accepted drafts plus the target's own token)."""
-        ...
-
+    def tokens(self) -> tuple[int, ...]: ...
     @property
-    def text(self) -> str:
-        """Text of those tokens."""
-        ...
-
+    def text(self) -> str: ...
     @property
-    def drafted(self) -> int:
-        """Draft tokens proposed in this step (0: a plain decode step)."""
-        ...
-
+    def drafted(self) -> int: ...
     @property
-    def accepted(self) -> int:
-        """Drafts accepted in this step."""
-        ...
-
+    def accepted(self) -> int: ...
     @property
-    def accepted_positions(self) -> tuple[bool, ...]:
-        """Per draft position: accepted or not."""
-        ...
-
+    def accepted_positions(self) -> tuple[bool, ...]: ...
     @property
-    def finish_reason(self) -> str | None:
-        """None while the request goes on; ``"stop"`` or ``"length"`` on its last step."""
-        ...
+    def finish_reason(self) -> str | None: ...
 
 
 class EngineLike(Protocol):
@@ -124,9 +96,7 @@ class EngineLike(Protocol):
     model_name: str
 
     @property
-    def eos_token_ids(self) -> frozenset[int]:
-        """End-of-sequence token ids."""
-        ...
+    def eos_token_ids(self) -> frozenset[int]: ...
 
     def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
         """Text to token ids."""
