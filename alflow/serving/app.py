@@ -21,12 +21,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 import orjson
 from aiohttp import web
@@ -43,6 +44,9 @@ from alflow.serving.requests import (
     parse,
 )
 from alflow.util.eventloop import new_event_loop
+
+if TYPE_CHECKING:
+    import typer
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +117,17 @@ def error_response(err: ApiError) -> web.Response:
     return web.Response(status=err.status, body=err.body(), content_type=JSON)
 
 
+async def open_stream(request: web.Request) -> web.StreamResponse:
+    """A prepared ``text/event-stream`` answer (chunked on HTTP/1.1)."""
+    resp = web.StreamResponse(
+        status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    )
+    if request.version >= (1, 1):
+        resp.enable_chunked_encoding()
+    await resp.prepare(request)
+    return resp
+
+
 async def read_json(request: web.Request) -> object:
     """The JSON value of the request body (invalid JSON: a 400)."""
     return loads(await request.read())
@@ -124,6 +139,14 @@ class OpenAIServer:
     def __init__(self, engine: ServingEngine) -> None:
         self.engine = engine
         self.created = int(time.time())
+        self.requests = 0
+        """Generation requests so far (the number in the last :meth:`request_id`)."""
+        self._boot = os.urandom(4).hex()
+
+    def request_id(self, chat: bool) -> str:
+        """The next response id: ``chatcmpl-`` or ``cmpl-``, this server's boot tag and a counter."""
+        self.requests += 1
+        return f"{'chatcmpl' if chat else 'cmpl'}-{self._boot}{self.requests:06d}"
 
     def make_app(self) -> web.Application:
         """The aiohttp application with the shared routes and the engine's own."""
@@ -309,6 +332,23 @@ def run_until_signalled(serve: Serve, prefix: str) -> None:
         loop.run_until_complete(serve(stop, ready))
     finally:
         loop.close()
+
+
+def serve_group(
+    command: Callable[..., None],
+    help_text: str,
+    *,
+    standalone: bool = False,
+    context_settings: dict[str, Any] | None = None,
+) -> typer.Typer:
+    """A typer group whose one command is ``serve`` (``standalone``: ``python -m alflow.sim`` or ``.tiny``)."""
+    import typer  # the command line only: servers in threads do without it
+
+    group = typer.Typer(help=help_text, no_args_is_help=True, add_completion=not standalone)
+    if standalone:
+        group.callback()(lambda: None)  # a group, not the one command, even with one command
+    group.command("serve", context_settings=context_settings)(command)
+    return group
 
 
 class ServerThread:

@@ -23,6 +23,10 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 """The largest request body a server reads (long prompts as token ids fit)."""
 
 
+DEFAULT_COMPLETION_MAX_TOKENS = 16
+"""``max_tokens`` of a completion that gives none (a chat's default is the rest of the context)."""
+
+
 class Body(BaseModel):
     """Strict, unknown fields kept and ignored, no NaN or infinity."""
 
@@ -142,6 +146,39 @@ class ChatRequest(SamplingFields):
     def output_cap(self) -> int | None:
         """``max_tokens``, else ``max_completion_tokens``."""
         return self.max_tokens if self.max_tokens is not None else self.max_completion_tokens
+
+
+def output_budget(
+    body: CompletionRequest | ChatRequest, n_prompt: int, limit: int, drafts: int | None = None
+) -> int:
+    """``max_tokens`` of a request whose prompt has ``n_prompt`` tokens in a context of ``limit``; a 400 if it does not fit.
+
+    ``drafts``: the K positions an engine keeps free beside prompt and output (named in the messages), None: none.
+    """
+    chat = isinstance(body, ChatRequest)
+    k = drafts or 0
+    if n_prompt + k >= limit:
+        plus = "" if drafts is None else f" (plus K={k} draft positions)"
+        raise ApiError(
+            400,
+            f"This model's maximum context length is {limit} tokens. However, your prompt has "
+            f"{n_prompt} tokens{plus}. Please reduce the length of the input.",
+            "messages" if chat else "prompt",
+        )
+    max_tokens = body.output_cap if isinstance(body, ChatRequest) else body.max_tokens
+    if max_tokens is None:
+        max_tokens = limit - n_prompt - k if chat else DEFAULT_COMPLETION_MAX_TOKENS
+    if n_prompt + max_tokens + k > limit:
+        asked = f"{max_tokens}" if drafts is None else f"max_tokens={max_tokens}"
+        plus = "" if drafts is None else f" and K={k} draft positions"
+        raise ApiError(
+            400,
+            f"This model's maximum context length is {limit} tokens. However, you requested "
+            f"{n_prompt + max_tokens} tokens ({n_prompt} in the input, {asked} in the completion){plus}. "
+            "Please reduce the length of the input or completion.",
+            "max_tokens",
+        )
+    return max_tokens
 
 
 class TokenizeRequest(Body):

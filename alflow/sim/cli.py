@@ -8,19 +8,18 @@ environment variables) are read by the dialect's plugin as described in :mod:`al
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import sys
-from collections.abc import Awaitable
 from dataclasses import dataclass, field, fields, replace
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from alflow.errors import AlflowError, InvalidInputError
-from alflow.serving.app import OnReady, run_until_signalled
+from alflow.serving.app import run_until_signalled, serve_group
 from alflow.sim.config import SimConfig, parse_rates, resolve
 from alflow.sim.profiles import DEFAULT_PROFILE
 from alflow.sim.server import LISTENING_PREFIX, serve
@@ -28,6 +27,8 @@ from alflow.util.names import check_identifier, check_output_file, shown
 from alflow.util.typer_options import command_of
 
 log = logging.getLogger("alflow.sim")
+
+_HELP = "The built-in simulated serving engine."
 
 # CLI parameter name -> SimConfig field, for "which values were given explicitly".
 _FIELD_OF = {
@@ -275,29 +276,15 @@ def _check_step_log(path: Path) -> None:
 
 def run_server(config: SimConfig) -> None:
     """Serve until SIGTERM or SIGINT; print the listening line on stdout once bound."""
-
-    def run(stop: asyncio.Event, on_ready: OnReady) -> Awaitable[None]:
-        return serve(config, stop=stop, on_ready=on_ready)
-
-    run_until_signalled(run, LISTENING_PREFIX)
+    run_until_signalled(partial(serve, config), LISTENING_PREFIX)
 
 
 def register(app: typer.Typer) -> None:
     """Add the ``sim`` group (with ``serve``) to the root ``alflow`` app."""
-    sim = typer.Typer(help="The built-in simulated serving engine.", no_args_is_help=True)
-    sim.command("serve", context_settings=FRAMEWORK_FLAGS)(serve_command)
-    app.add_typer(sim, name="sim")
+    app.add_typer(serve_group(serve_command, _HELP, context_settings=FRAMEWORK_FLAGS), name="sim")
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of ``python -m alflow.sim`` (the ``sim`` group on its own)."""
-    app = typer.Typer(
-        no_args_is_help=True, add_completion=False, help="The built-in simulated serving engine."
-    )
-
-    @app.callback()
-    def _group() -> None:
-        """The built-in simulated serving engine."""
-
-    app.command("serve", context_settings=FRAMEWORK_FLAGS)(serve_command)
-    app(args=argv, prog_name="python -m alflow.sim")
+    group = serve_group(serve_command, _HELP, standalone=True, context_settings=FRAMEWORK_FLAGS)
+    group(args=argv, prog_name="python -m alflow.sim")

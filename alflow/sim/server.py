@@ -31,16 +31,8 @@ from prometheus_client import generate_latest
 
 from alflow.errors import AlflowError
 from alflow.serving.api import ApiError
-from alflow.serving.app import (
-    JSON,
-    Handler,
-    OpenAIServer,
-    run_app,
-)
-from alflow.serving.app import (
-    listening_line as _listening_line,
-)
-from alflow.serving.requests import ChatRequest, CompletionRequest, TokenizeRequest
+from alflow.serving.app import JSON, Handler, OpenAIServer, open_stream, run_app
+from alflow.serving.requests import ChatRequest, CompletionRequest, TokenizeRequest, output_budget
 from alflow.sim.acceptance import NaturalAcceptance, stable_seed
 from alflow.sim.cluster import ClusterError, HeadCluster, WorkerLink
 from alflow.sim.config import SGLANG_FIXED_TOKEN_ID, SimConfig, emitter_of
@@ -56,7 +48,6 @@ log = logging.getLogger(__name__)
 
 SIM_HEADER = "x-alflow-simulated"
 LISTENING_PREFIX = "alflow-sim listening on "
-DEFAULT_COMPLETION_MAX_TOKENS = 16
 
 
 class SimStartupError(AlflowError):
@@ -119,8 +110,6 @@ class SimService:
         self.max_model_len = config.max_model_len
         self.api_key = config.api_key
         self._model_json = orjson.dumps(self.model)
-        self._boot = os.urandom(4).hex()
-        self._counter = 0
         self._completed = 0
         self._fault_rng = random.Random(stable_seed("faults", config.seed))
         self._corpus = TextSource.of(self.tokenizer, self.tokenizer.encode(corpus_text()))
@@ -248,7 +237,6 @@ class SimService:
             text = "\n".join(content for _, content in messages)
             users = [content for role, content in messages if role == "user"]
             last_user = users[-1] if users else text
-            max_tokens = body.output_cap
         else:
             prompt = body.single_prompt()
             if not isinstance(prompt, str) and not self._token_prompts:
@@ -265,27 +253,9 @@ class SimService:
                     raise ApiError(400, f"prompt: {exc}", "prompt") from None
                 n_prompt = len(ids)
                 text = last_user = tk.decode(ids, skip_special_tokens=True)
-            max_tokens = body.max_tokens
         if (body.n or 1) != 1:
             raise ApiError(400, "n: the simulator supports n=1 only", "n")
-        limit = self.config.max_model_len
-        if n_prompt >= limit:
-            raise ApiError(
-                400,
-                f"This model's maximum context length is {limit} tokens. However, your prompt has "
-                f"{n_prompt} tokens. Please reduce the length of the input.",
-                "messages" if chat else "prompt",
-            )
-        if max_tokens is None:
-            max_tokens = limit - n_prompt if chat else DEFAULT_COMPLETION_MAX_TOKENS
-        if n_prompt + max_tokens > limit:
-            raise ApiError(
-                400,
-                f"This model's maximum context length is {limit} tokens. However, you requested "
-                f"{n_prompt + max_tokens} tokens ({n_prompt} in the input, {max_tokens} in the completion). "
-                "Please reduce the length of the input or completion.",
-                "max_tokens",
-            )
+        max_tokens = output_budget(body, n_prompt, self.config.max_model_len)
         min_tokens = body.min_tokens or 0
         if min_tokens > max_tokens:
             raise ApiError(
@@ -308,11 +278,10 @@ class SimService:
 
     def _build(self, p: _Parsed, *, chat: bool) -> SimRequest:
         cfg = self.config
-        self._counter += 1
-        rid = f"{'chatcmpl' if chat else 'cmpl'}-{self._boot}{self._counter:06d}"
+        rid = self.api.request_id(chat)
         # a request seed or greedy sampling makes a request reproducible from its text alone
         reproducible = p.seed is not None or p.temperature == 0.0
-        req_seed = stable_seed("req", cfg.seed, p.seed, p.text, 0 if reproducible else self._counter)
+        req_seed = stable_seed("req", cfg.seed, p.seed, p.text, 0 if reproducible else self.api.requests)
         rng = random.Random(req_seed)
         source = self._fixed if cfg.fixed_token_output else self._corpus
         start = rng.randrange(source.size)
@@ -434,13 +403,7 @@ class SimService:
         req = self._build(parsed, chat=chat)
         try:
             if parsed.stream:
-                resp = web.StreamResponse(
-                    status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-                )
-                chunked = request.version >= (1, 1)
-                if chunked:
-                    resp.enable_chunked_encoding()
-                await resp.prepare(request)
+                resp = await open_stream(request)
                 if chat:
                     role = b'"delta":{"role":"assistant","content":"'
                     await resp.write(req.prefix.replace(b'"delta":{"content":"', role) + req.suffix)
@@ -453,7 +416,7 @@ class SimService:
                         with contextlib.suppress(OSError):
                             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 0)
                             req.nagle_sock = sock  # the engine turns TCP_NODELAY back on for the last chunk
-                req.chunked = chunked
+                req.chunked = resp.chunked
                 engine.submit(req)
                 assert req.done is not None
                 await req.done
@@ -532,9 +495,9 @@ def _default_crash() -> None:
 
 async def serve(
     config: SimConfig,
-    *,
     stop: asyncio.Event,
     on_ready: Callable[[str, int], None] | None = None,
+    *,
     crash: Callable[[], None] | None = _default_crash,
 ) -> None:
     """Run the server until ``stop`` is set; call ``on_ready(host, port)`` once bound."""
@@ -651,8 +614,3 @@ async def _serve_worker(
             raise ClusterError(link.lost)
     finally:
         await link.close()
-
-
-def listening_line(host: str, port: int) -> str:
-    """The one line the server prints on stdout once bound (``alflow-sim listening on URL``)."""
-    return _listening_line(LISTENING_PREFIX, host, port)

@@ -7,17 +7,16 @@ optional extra ``alflow[tiny]``; without it the command exits with an error nami
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
-from collections.abc import Awaitable
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from alflow.errors import AlflowError
-from alflow.serving.app import OnReady, run_until_signalled
+from alflow.serving.app import run_until_signalled, serve_group
 from alflow.sim.config import parse_rates
 from alflow.tiny.server import LISTENING_PREFIX, TinyService, TinyServiceSettings, serve
 from alflow.tiny.settings import TinySpec, resolve_spec
@@ -146,29 +145,17 @@ def serve_command(
 
 def run_server(server: TinyService) -> None:
     """Serve until SIGTERM or SIGINT; print the listening line on stdout once bound."""
-
-    def run(stop: asyncio.Event, on_ready: OnReady) -> Awaitable[None]:
-        return serve(server, stop=stop, on_ready=on_ready)
-
-    run_until_signalled(run, LISTENING_PREFIX)
+    run_until_signalled(partial(serve, server), LISTENING_PREFIX)
 
 
 def register(app: typer.Typer) -> None:
     """Add the ``tiny`` group (with ``serve``) to the root ``alflow`` app."""
-    tiny = typer.Typer(
-        help="A small real language model on CPU with n-gram speculative decoding.", no_args_is_help=True
-    )
-    tiny.command("serve")(serve_command)
-    app.add_typer(tiny, name="tiny")
+    help_text = "A small real language model on CPU with n-gram speculative decoding."
+    app.add_typer(serve_group(serve_command, help_text), name="tiny")
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of ``python -m alflow.tiny`` (the ``tiny`` group on its own)."""
-    app = typer.Typer(no_args_is_help=True, add_completion=False, help="The tiny CPU engine.")
-
-    @app.callback()
-    def _group() -> None:
-        """The tiny CPU engine."""
-
-    app.command("serve")(serve_command)
-    app(args=argv, prog_name="python -m alflow.tiny")
+    serve_group(serve_command, "The tiny CPU engine.", standalone=True)(
+        args=argv, prog_name="python -m alflow.tiny"
+    )

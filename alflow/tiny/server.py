@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -43,9 +42,8 @@ from aiohttp import web
 from alflow import __version__
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.serving.api import ApiError, usage
-from alflow.serving.app import Handler, OnReady, OpenAIServer, run_app
-from alflow.serving.app import listening_line as _listening_line
-from alflow.serving.requests import ChatRequest, CompletionRequest, TokenizeRequest
+from alflow.serving.app import Handler, OnReady, OpenAIServer, open_stream, run_app
+from alflow.serving.requests import ChatRequest, CompletionRequest, TokenizeRequest, output_budget
 from alflow.tiny.chat import ChatTemplateError, chat_stops, render_chat
 from alflow.tiny.metrics import TinyMetrics
 
@@ -53,7 +51,6 @@ log = logging.getLogger(__name__)
 
 LISTENING_PREFIX = "alflow-tiny listening on "
 ENGINE_HEADER = "x-alflow-engine"
-DEFAULT_COMPLETION_MAX_TOKENS = 16
 MAX_STOP_STRINGS = 16
 
 
@@ -218,8 +215,6 @@ class TinyService:
         self.metrics_path = "/metrics"
         self.max_model_len = settings.n_ctx
         self.api_key: str | None = None
-        self._boot = os.urandom(4).hex()
-        self._counter = 0
         self._queue: asyncio.Queue[_Job] | None = None
         self._worker: asyncio.Task[None] | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="alflow-tiny-engine")
@@ -317,8 +312,6 @@ class TinyService:
             prompt = self.engine.tokenize(
                 self._render(body.pairs(), body.add_generation_prompt is not False), add_bos=True
             )
-            where = "messages"
-            max_tokens = body.output_cap
         else:
             raw = body.single_prompt()
             prompt = (
@@ -326,28 +319,9 @@ class TinyService:
                 if isinstance(raw, str)
                 else self._check_ids(raw, "prompt")
             )
-            where = "prompt"
-            max_tokens = body.max_tokens
         if (body.n or 1) != 1:
             raise ApiError(400, "n: the tiny engine serves n=1 only", "n")
-        n_ctx, k = self.settings.n_ctx, self.settings.k
-        if len(prompt) + k >= n_ctx:
-            raise ApiError(
-                400,
-                f"This model's maximum context length is {n_ctx} tokens. However, your prompt has "
-                f"{len(prompt)} tokens (plus K={k} draft positions). Please reduce the length of the input.",
-                where,
-            )
-        if max_tokens is None:
-            max_tokens = n_ctx - len(prompt) - k if chat else DEFAULT_COMPLETION_MAX_TOKENS
-        if len(prompt) + max_tokens + k > n_ctx:
-            raise ApiError(
-                400,
-                f"This model's maximum context length is {n_ctx} tokens. However, you requested "
-                f"{len(prompt) + max_tokens} tokens ({len(prompt)} in the input, max_tokens={max_tokens} in the "
-                f"completion) and K={k} draft positions. Please reduce the length of the input or completion.",
-                "max_tokens",
-            )
+        max_tokens = output_budget(body, len(prompt), self.settings.n_ctx, self.settings.k)
         ignore_eos = bool(body.ignore_eos)
         min_tokens = body.min_tokens or 0
         if min_tokens:
@@ -443,17 +417,13 @@ class TinyService:
 
     # -------------------------------------------------------------- generation
 
-    def _rid(self, chat: bool) -> str:
-        self._counter += 1
-        return f"{'chatcmpl' if chat else 'cmpl'}-{self._boot}{self._counter:06d}"
-
     async def generate(
         self, request: web.Request, body: CompletionRequest | ChatRequest
     ) -> web.StreamResponse:
         """Queue the request; stream its steps as they come (or answer once it ends)."""
         chat = isinstance(body, ChatRequest)
         params = self.parse(body)
-        rid = self._rid(chat)
+        rid = self.api.request_id(chat)
         job = await self.submit(params)
         try:
             # the engine checks its arguments before the first step: refuse before any header is sent
@@ -514,12 +484,7 @@ class TinyService:
     async def _stream(
         self, request: web.Request, job: _Job, first: object, rid: str, chat: bool
     ) -> web.StreamResponse:
-        resp = web.StreamResponse(
-            status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-        )
-        if request.version >= (1, 1):
-            resp.enable_chunked_encoding()
-        await resp.prepare(request)
+        resp = await open_stream(request)
         head = self._head(rid, chat, chunk=True)
 
         def event(choice: dict[str, Any]) -> bytes:
@@ -556,12 +521,7 @@ class TinyService:
 # ------------------------------------------------------------------------------------ running
 
 
-async def serve(
-    server: TinyService,
-    *,
-    stop: asyncio.Event,
-    on_ready: OnReady | None = None,
-) -> None:
+async def serve(server: TinyService, stop: asyncio.Event, on_ready: OnReady | None = None) -> None:
     """Run ``server`` until ``stop`` is set; call ``on_ready(host, port)`` once bound."""
     s = server.settings
 
@@ -582,8 +542,3 @@ async def serve(
         error=TinyStartupError,
         describe=describe,
     )
-
-
-def listening_line(host: str, port: int) -> str:
-    """The one line the server prints on stdout once bound (``alflow-tiny listening on URL``)."""
-    return _listening_line(LISTENING_PREFIX, host, port)

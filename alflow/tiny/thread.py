@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable
+from functools import partial
 from typing import Self
 
-from alflow.serving.app import OnReady, ServerThread
+from alflow.serving.app import ServerThread
 from alflow.tiny.server import TinyService, TinyStartupError, serve
 
 
@@ -15,11 +14,9 @@ class TinyThread(ServerThread):
 
     def __init__(self, server: TinyService) -> None:
         self.server = server
-
-        def run(stop: asyncio.Event, on_ready: OnReady) -> Awaitable[None]:
-            return serve(server, stop=stop, on_ready=on_ready)
-
-        super().__init__(run, server.settings.host, name="alflow-tiny-server", error=TinyStartupError)
+        super().__init__(
+            partial(serve, server), server.settings.host, name="alflow-tiny-server", error=TinyStartupError
+        )
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stop serving and join the thread."""
