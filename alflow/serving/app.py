@@ -71,45 +71,35 @@ class ServingEngine(Protocol):
 
     async def startup(self) -> None:
         """The application starts (engine loops begin)."""
-        ...
 
     async def shutdown(self) -> None:
         """The application stops (engine loops end)."""
-        ...
 
     def unhealthy(self) -> str | None:
         """Why the server cannot serve (``/health`` answers 503 with it), or None."""
-        ...
 
     def version(self) -> dict[str, Any]:
         """``GET /version``."""
-        ...
 
     def model_card(self) -> dict[str, Any]:
         """The engine's fields of its ``/v1/models`` entry (``owned_by``, ``root``, ...)."""
-        ...
 
     def metrics(self) -> bytes:
         """Prometheus text of ``GET <metrics_path>``."""
-        ...
 
     def tokenize(self, body: TokenizeRequest) -> list[int]:
         """Token ids of the prompt or the rendered messages."""
-        ...
 
     def detokenize(self, ids: list[int]) -> str:
         """Text of token ids (:class:`InvalidInputError` for an id outside the vocabulary)."""
-        ...
 
     async def generate(
         self, request: web.Request, body: CompletionRequest | ChatRequest
     ) -> web.StreamResponse:
         """Answer a validated completion or chat request (streaming or not)."""
-        ...
 
     def routes(self) -> Sequence[tuple[str, str, Handler]]:
         """Extra ``(method, path, handler)`` routes of this engine (a dialect's endpoints)."""
-        ...
 
 
 def error_response(err: ApiError) -> web.Response:

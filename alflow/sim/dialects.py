@@ -60,11 +60,9 @@ class MetricsEmitter(Protocol):
 
     def families(self, stats: EngineStats, config: EngineSettings) -> Iterable[Metric]:
         """The metric families of one scrape."""
-        ...
 
     def json_routes(self) -> Mapping[str, JsonView]:
         """``GET`` paths this framework answers with JSON about the engine (none: ``{}``)."""
-        ...
 
 
 def counter_family(

@@ -354,35 +354,24 @@ class SimService:
             req.final_suffix = b'","logprobs":null,"finish_reason":"%b","stop_reason":null}]}\n\n' % (
                 reason.encode()
             )
-        if p.spec_details:
-            n_prompt, k, with_usage = p.prompt_ids_count, cfg.k, p.include_usage
+        if p.spec_details or p.include_usage:
+            n_prompt, k, with_usage, sglext = p.prompt_ids_count, cfg.k, p.include_usage, p.spec_details
+            metrics = self._spec_metrics and not sglext
 
             def tail(completion: int) -> bytes:
-                # called at the last emit: the request's verify steps (req.hist) are final. SGLang sends
-                # sglext in a chunk of its own (choices []) before the usage chunk (serving_chat.py)
-                out = b'data: %b],"sglext":%b}\n\n' % (head, spec_tokens_details_json(req.hist, k))
+                # called at the last emit: the request's verify steps (req.hist) are final. SGLang sends sglext in a
+                # chunk of its own (choices []) before the usage chunk (serving_chat.py); vLLM rides its metrics on
+                # the final usage chunk (completion/serving.py)
+                out = b""
+                if sglext:
+                    out = b'data: %b],"sglext":%b}\n\n' % (head, spec_tokens_details_json(req.hist, k))
                 if with_usage:
-                    out += b'data: %b],"usage":%b}\n\n' % (head, usage_json(n_prompt, completion))
+                    usage = usage_json(n_prompt, completion)
+                    if metrics:
+                        steps = (req.steps, req.drafted, req.draft_tokens)
+                        usage += b',"metrics":' + stream_metrics_json(req.hist, k, *steps)
+                    out += b'data: %b],"usage":%b}\n\n' % (head, usage)
                 return out
-
-            req.tail = tail
-        elif p.include_usage:
-            n_prompt = p.prompt_ids_count
-            if self._spec_metrics:
-                k = cfg.k
-
-                def tail(completion: int) -> bytes:
-                    # vLLM rides the metrics on the final usage chunk (completion/serving.py)
-                    return b'data: %b],"usage":%b,"metrics":%b}\n\n' % (
-                        head,
-                        usage_json(n_prompt, completion),
-                        stream_metrics_json(req.hist, k, req.steps, req.drafted, req.draft_tokens),
-                    )
-
-            else:
-
-                def tail(completion: int) -> bytes:
-                    return b'data: %b],"usage":%b}\n\n' % (head, usage_json(n_prompt, completion))
 
             req.tail = tail
 

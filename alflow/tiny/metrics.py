@@ -1,6 +1,6 @@
 """The tiny engine's Prometheus metrics, in vLLM's dialect (names from :mod:`alflow.frameworks.vllm.names`).
 
-Counted per decode step of the engine (one :class:`~alflow.tiny.server.StepLike` each), the way
+Counted per decode step of the engine (one :class:`~alflow.tiny.engine.StepEvent` each), the way
 vLLM counts them (DOMAIN.md section 4):
 
 - ``vllm:spec_decode_num_drafts``: steps that carried drafts (``drafted > 0``); a step without a
@@ -21,12 +21,14 @@ Every series carries the labels ``model_name`` and ``engine`` like vLLM's. The t
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from alflow.frameworks.vllm import names as vllm_names
 
 FINISH_REASONS = ("stop", "length", "abort")
+M = TypeVar("M", Counter, Gauge)
 
 
 class TinyMetrics:
@@ -34,47 +36,32 @@ class TinyMetrics:
 
     def __init__(self, model_name: str, k: int) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        labels = ("model_name", "engine")
         self._labels = (model_name, "0")
-        reg = self.registry
-        self.num_drafts = Counter(
-            vllm_names.VLLM_NUM_DRAFTS, "Number of spec decoding drafts.", labels, registry=reg
-        ).labels(*self._labels)
-        self.draft_tokens = Counter(
-            vllm_names.VLLM_NUM_DRAFT_TOKENS, "Number of draft tokens.", labels, registry=reg
-        ).labels(*self._labels)
-        self.accepted_tokens = Counter(
-            vllm_names.VLLM_NUM_ACCEPTED_TOKENS, "Number of accepted tokens.", labels, registry=reg
-        ).labels(*self._labels)
-        per_pos = Counter(
-            vllm_names.VLLM_ACCEPTED_PER_POS,
-            "Accepted tokens per draft position.",
-            (*labels, vllm_names.VLLM_POSITION_LABEL),
-            registry=reg,
+
+        def series(kind: type[M], name: str, doc: str, *label: str) -> M:
+            return kind(name, doc, ("model_name", "engine", *label), registry=self.registry)
+
+        def one(kind: type[M], name: str, doc: str) -> M:
+            return series(kind, name, doc).labels(*self._labels)
+
+        n = vllm_names
+        self.num_drafts = one(Counter, n.VLLM_NUM_DRAFTS, "Number of spec decoding drafts.")
+        self.draft_tokens = one(Counter, n.VLLM_NUM_DRAFT_TOKENS, "Number of draft tokens.")
+        self.accepted_tokens = one(Counter, n.VLLM_NUM_ACCEPTED_TOKENS, "Number of accepted tokens.")
+        per_pos = series(
+            Counter, n.VLLM_ACCEPTED_PER_POS, "Accepted tokens per draft position.", n.VLLM_POSITION_LABEL
         )
         self.accepted_per_pos = [per_pos.labels(*self._labels, str(i)) for i in range(k)]
-        self.prompt_tokens = Counter(
-            vllm_names.VLLM_PROMPT_TOKENS, "Number of prefill tokens processed.", labels, registry=reg
-        ).labels(*self._labels)
-        self.generation_tokens = Counter(
-            vllm_names.VLLM_GENERATION_TOKENS, "Number of generation tokens processed.", labels, registry=reg
-        ).labels(*self._labels)
-        success = Counter(
-            vllm_names.VLLM_REQUEST_SUCCESS,
-            "Count of successfully processed requests.",
-            (*labels, "finished_reason"),
-            registry=reg,
+        self.prompt_tokens = one(Counter, n.VLLM_PROMPT_TOKENS, "Number of prefill tokens processed.")
+        self.generation_tokens = one(
+            Counter, n.VLLM_GENERATION_TOKENS, "Number of generation tokens processed."
+        )
+        success = series(
+            Counter, n.VLLM_REQUEST_SUCCESS, "Count of successfully processed requests.", "finished_reason"
         )
         self.request_success = {reason: success.labels(*self._labels, reason) for reason in FINISH_REASONS}
-        self.running = Gauge(
-            vllm_names.VLLM_NUM_RUNNING,
-            "Number of requests in model execution batches.",
-            labels,
-            registry=reg,
-        ).labels(*self._labels)
-        self.waiting = Gauge(
-            vllm_names.VLLM_NUM_WAITING, "Number of requests waiting to be processed.", labels, registry=reg
-        ).labels(*self._labels)
+        self.running = one(Gauge, n.VLLM_NUM_RUNNING, "Number of requests in model execution batches.")
+        self.waiting = one(Gauge, n.VLLM_NUM_WAITING, "Number of requests waiting to be processed.")
 
     def count_step(
         self, tokens: int, drafted: int, accepted: int, accepted_positions: Sequence[bool]

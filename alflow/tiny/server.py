@@ -10,16 +10,14 @@ asyncio queue in arrival order, and one worker runs each request's decode loop t
 worker thread (the event loop keeps serving health, metrics and the streams meanwhile).
 ``/v1/models`` says so (``max_concurrency: 1``) and ``vllm:num_requests_waiting`` counts the queue.
 
-Validation (a bad field: a 400 naming it) is the serving kit's (:mod:`alflow.serving`). Request fields: ``max_tokens`` (chat also ``max_completion_tokens``; default: the rest of the
-context for chat, 16 for completions), ``temperature`` (default 1.0; 0 is greedy), ``top_k`` (0 or
--1: off), ``top_p``, ``seed``, ``stop`` (a string or a list of strings), ``ignore_eos``,
-``min_tokens`` (only 0 or equal to ``max_tokens``: the engine cannot suppress EOS for part of a
-reply, and ``min_tokens == max_tokens`` is served as ``ignore_eos``), ``n`` (1 only), ``stream``,
-``stream_options``; completions take a string or a list of token ids; chat takes ``messages``
-rendered with :mod:`alflow.tiny.chat` (``chat_template_kwargs`` is accepted and ignored: the
-template has no switches). Unknown fields are ignored, as OpenAI-compatible servers do. Bad input
-gets HTTP 400 with an OpenAI-style body ``{"error": {"message", "type", "param", "code"}}`` whose
-``param`` names the field.
+Validation (a bad field: a 400 naming it; unknown fields ignored) is the serving kit's (:mod:`alflow.serving`).
+Request fields: ``max_tokens`` (chat also ``max_completion_tokens``; default: the rest of the context for chat, 16
+for completions), ``temperature`` (default 1.0; 0 is greedy), ``top_k`` (0 or -1: off), ``top_p``, ``seed``,
+``stop`` (a string or a list of strings), ``ignore_eos``, ``min_tokens`` (only 0 or equal to ``max_tokens``: the
+engine cannot suppress EOS for part of a reply, and ``min_tokens == max_tokens`` is served as ``ignore_eos``),
+``n`` (1 only), ``stream``, ``stream_options``; completions take a string or a list of token ids; chat takes
+``messages`` rendered with :mod:`alflow.tiny.chat` (``chat_template_kwargs`` is accepted and ignored: the
+template has no switches).
 
 Usage counts come from the engine: ``prompt_tokens`` is the length of the tokenized prompt,
 ``completion_tokens`` the number of tokens the engine emitted (the sum of its steps' tokens).
@@ -97,11 +95,9 @@ class EngineLike(Protocol):
 
     def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
         """Text to token ids."""
-        ...
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         """Token ids to text."""
-        ...
 
     def generate(
         self,
@@ -117,7 +113,6 @@ class EngineLike(Protocol):
         ignore_eos: bool = False,
     ) -> Iterator[StepLike]:
         """Decode ``prompt`` step by step."""
-        ...
 
 
 @dataclass(frozen=True)
