@@ -194,11 +194,7 @@ class HeadCluster:
             self._server.close()
         for peer in list(self.joined.values()):
             peer.writer.close()
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await _cancel(*self._tasks)
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
@@ -275,9 +271,16 @@ class HeadCluster:
                     writer.write(encode({"type": "stats", "id": message.get("id"), "stats": stats}))
                     await writer.drain()
         finally:
-            beat.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await beat
+            await _cancel(beat)
+
+
+async def _cancel(*tasks: asyncio.Task[None]) -> None:
+    """Cancel ``tasks`` and wait for each to end (whatever it raises)."""
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
 
 
 async def _heartbeats(writer: asyncio.StreamWriter, interval_s: float) -> None:
@@ -398,10 +401,6 @@ class WorkerLink:
 
     async def close(self) -> None:
         """Leave the group (close the connection)."""
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await _cancel(*self._tasks)
         if self._writer is not None:
             self._writer.close()

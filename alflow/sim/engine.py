@@ -392,15 +392,7 @@ class SimEngine:
                     b"%x\r\n%b%b%b\r\n" % (req.frame_len + len(frag), req.prefix, frag, req.suffix)
                 )
             else:
-                if last:
-                    _flush(req)
-                    body = req.prefix + frag + req.final_suffix
-                    if req.tail is not None:
-                        body += req.tail(req.emitted)
-                    body += _DONE
-                else:
-                    body = req.prefix + frag + req.suffix
-                transport.write(b"%x\r\n%b\r\n" % (len(body), body) if req.chunked else body)
+                _write(req, req.prefix + frag + (_ending(req) if last else req.suffix))
         else:
             req.parts.append(frag)
         if last:
@@ -438,14 +430,10 @@ class SimEngine:
                 body += req.reasoning_mid + rfrag
             body += req.suffix
             if last:
-                _flush(req)
-                body += req.prefix + cfrag + req.final_suffix
-                if req.tail is not None:
-                    body += req.tail(req.emitted)
-                body += _DONE
+                body += req.prefix + cfrag + _ending(req)
             elif cfrag:
                 body += req.prefix + cfrag + req.suffix
-            transport.write(b"%x\r\n%b\r\n" % (len(body), body) if req.chunked else body)
+            _write(req, body)
         if last:
             self._finish(req, req.finish_reason)
 
@@ -456,9 +444,8 @@ class SimEngine:
         body = b"data: " + orjson.dumps(error) + b"\n\n" + _DONE
         req.error = "stream error"
         _flush(req)
-        transport = req.transport
-        if req.stream and transport is not None and not transport.is_closing():
-            transport.write(b"%x\r\n%b\r\n" % (len(body), body) if req.chunked else body)
+        if req.stream and req.transport is not None and not req.transport.is_closing():
+            _write(req, body)
         self._finish(req, "abort")
 
     def _finish(self, req: SimRequest, reason: str) -> None:
@@ -485,6 +472,18 @@ def _flush(req: SimRequest) -> None:
     if req.nagle_sock is not None:
         with contextlib.suppress(OSError):
             req.nagle_sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def _ending(req: SimRequest) -> bytes:
+    """A stream's last bytes after its last text: the finish, the tail (usage, metrics) and ``[DONE]`` (flushed)."""
+    _flush(req)
+    return req.final_suffix + (req.tail(req.emitted) if req.tail is not None else b"") + _DONE
+
+
+def _write(req: SimRequest, body: bytes) -> None:
+    """Write ``body`` to the request's transport (one HTTP chunk when chunked)."""
+    assert req.transport is not None
+    req.transport.write(b"%x\r\n%b\r\n" % (len(body), body) if req.chunked else body)
 
 
 def _take(req: SimRequest, n: int) -> bytes:

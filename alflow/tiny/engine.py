@@ -680,15 +680,3 @@ class TinyEngine:
                 raise InvalidInputError(f"{name}[{i}]={t!r} is not a token id in [0, {self.vocab_size})")
             out.append(int(t))
         return out
-
-
-__all__ = [
-    "K_MAX",
-    "SpecSettings",
-    "StepEvent",
-    "TinyEngine",
-    "build_features",
-    "build_problems",
-    "default_cache_dir",
-    "default_model_path",
-]
