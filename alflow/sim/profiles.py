@@ -50,14 +50,15 @@ class Profile:
     hbm_bytes_per_s: float
     flops_per_s: float
     dense_weight_bytes: float
-    expert_weight_bytes: float
-    num_experts: int
-    experts_per_token: int
     active_params: float
     kv_bytes_per_token: float
     draft_weight_bytes: float
     step_overhead_s: float
     draft_overhead_s: float
+    expert_weight_bytes: float = 0.0
+    """Routed experts' weights of a mixture-of-experts model (0 with ``num_experts``: a dense model)."""
+    num_experts: int = 0
+    experts_per_token: int = 0
     bandwidth_efficiency: float = 0.8
     compute_efficiency: float = 0.6
     internode_step_s: float = 0.0008
@@ -179,9 +180,6 @@ PROFILES: dict[str, Profile] = {
             hbm_bytes_per_s=4.8e12,
             flops_per_s=1979e12,
             dense_weight_bytes=70.6 * _GB,
-            expert_weight_bytes=0.0,
-            num_experts=0,
-            experts_per_token=0,
             active_params=70.6e9,
             kv_bytes_per_token=80 * 8 * 128 * 2 * 2,
             draft_weight_bytes=1.5 * _GB,
@@ -210,9 +208,6 @@ PROFILES: dict[str, Profile] = {
             hbm_bytes_per_s=4.8e12,
             flops_per_s=989e12,
             dense_weight_bytes=16.1 * _GB,
-            expert_weight_bytes=0.0,
-            num_experts=0,
-            experts_per_token=0,
             active_params=8.03e9,
             kv_bytes_per_token=32 * 8 * 128 * 2 * 2,
             draft_weight_bytes=0.5 * _GB,

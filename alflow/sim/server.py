@@ -1,13 +1,10 @@
 """The simulated engine's HTTP server: the OpenAI-compatible API plus each framework's extra endpoints.
 
-The shared routes, request validation and error bodies come from :mod:`alflow.serving` (the kit the
-tiny engine uses too); this module is the simulator's engine side. Endpoints: ``GET /health``,
-``GET /v1/models``, ``POST /v1/chat/completions`` and ``POST /v1/completions`` (streaming SSE and not),
-``POST /tokenize`` and ``POST /detokenize`` (vLLM style), ``GET /version``, and the dialect's metrics
-(vLLM and SGLang ``/metrics``, SGLang ``/server_info`` and ``/get_server_info``, TensorRT-LLM
-``/prometheus/metrics`` plus JSON iteration stats at ``/metrics``). Every response carries
-``x-alflow-simulated: 1``; model names are prefixed ``sim/``. Bad input gets HTTP 400 with an
-OpenAI-style body ``{"error": {"message", "type", "param", "code"}}`` and the server keeps serving.
+The shared routes (health, version, models, completions and chat, streamed or not, tokenize and detokenize),
+request validation and error bodies come from :mod:`alflow.serving` (the kit the tiny engine uses too); this
+module is the simulator's engine side, with the dialect's metrics (vLLM and SGLang ``/metrics``, SGLang
+``/server_info`` and ``/get_server_info``, TensorRT-LLM ``/prometheus/metrics`` plus JSON iteration stats at
+``/metrics``). Every response carries ``x-alflow-simulated: 1``; model names are prefixed ``sim/``.
 """
 
 from __future__ import annotations
@@ -324,12 +321,7 @@ class SimService:
             req.stall_at = cfg.stall_after_tokens
         if p.stream and cfg.stream_error_rate > 0 and self._fault_rng.random() < cfg.stream_error_rate:
             req.stream_error_at = self._fault_rng.randint(min(2, limit), limit)
-        head = b'{"id":"%b","object":"%b","created":%d,"model":%b,"choices":[' % (
-            rid.encode(),
-            b"chat.completion.chunk" if chat else b"text_completion",
-            self.created,
-            self._model_json,
-        )
+        head = self._head(rid, b"chat.completion.chunk" if chat else b"text_completion")
         if p.stream:
             self._frame_stream(req, p, head, chat=chat)
         return req
@@ -429,12 +421,7 @@ class SimService:
         cfg = self.config
         content = b"".join(req.parts)
         usage = usage_json(parsed.prompt_ids_count, req.emitted)
-        head = b'{"id":"%b","object":"%b","created":%d,"model":%b,"choices":[{"index":0,' % (
-            req.rid.encode(),
-            b"chat.completion" if chat else b"text_completion",
-            self.created,
-            self._model_json,
-        )
+        head = self._head(req.rid, b"chat.completion" if chat else b"text_completion") + b'{"index":0,'
         if chat:
             reasoning = b'"%b"' % b"".join(req.reasoning_parts) if parsed.thinking else b"null"
             first_key, second_key = self._reasoning_keys
@@ -453,14 +440,19 @@ class SimService:
             usage += b',"metrics":' + body_metrics_json(
                 req.hist, cfg.k, req.steps, req.drafted, req.draft_tokens
             )
-        return (
-            head
-            + choice
-            + b'"logprobs":null,"finish_reason":"%b","stop_reason":null}],"usage":%b}'
-            % (
-                req.finish_reason.encode(),
-                usage,
-            )
+        end = b'"logprobs":null,"finish_reason":"%b","stop_reason":null}],"usage":%b}' % (
+            req.finish_reason.encode(),
+            usage,
+        )
+        return head + choice + end
+
+    def _head(self, rid: str, kind: bytes) -> bytes:
+        """A response's (or chunk's) bytes up to its choices: ``{"id", "object", "created", "model", "choices":[``."""
+        return b'{"id":"%b","object":"%b","created":%d,"model":%b,"choices":[' % (
+            rid.encode(),
+            kind,
+            self.created,
+            self._model_json,
         )
 
     def _count_completed(self, req: SimRequest) -> None:

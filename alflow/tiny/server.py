@@ -90,9 +90,6 @@ class EngineLike(Protocol):
 
     model_name: str
 
-    @property
-    def eos_token_ids(self) -> frozenset[int]: ...
-
     def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
         """Text to token ids."""
 
