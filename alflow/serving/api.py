@@ -19,6 +19,8 @@ ERROR_TYPES = {
     503: "ServiceUnavailableError",
 }
 """OpenAI error ``type`` per HTTP status (anything else: InternalServerError)."""
+FINISH_REASONS = ("stop", "length", "abort")
+"""The ``finished_reason`` label values of the request-success counters (vLLM, TensorRT-LLM)."""
 
 
 class ApiError(Exception):

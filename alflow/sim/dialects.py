@@ -16,6 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from alflow.serving.api import FINISH_REASONS
 from alflow.sim.stats import EngineStats, Histogram
 
 
@@ -87,10 +88,6 @@ def labelled_counter(
     for key, count in counts:
         fam.add_metric([*labels.values(), str(key)], count, created=created)
     return fam
-
-
-FINISH_REASONS = ("stop", "length", "abort")
-"""The ``finished_reason`` label values of the request-success counters (vLLM, TensorRT-LLM)."""
 
 
 def success_family(name: str, labels: dict[str, str], stats: EngineStats) -> CounterMetricFamily:

@@ -98,7 +98,6 @@ class SimService:
         self.registry = make_registry(self.dialect, self.engine.stats, config)
         self.crash = crash
         self.api = OpenAIServer(self)
-        self.created = self.api.created
         self.model = config.served_model_name
         self.served_names = tuple(
             dict.fromkeys((self.model, config.model_name, self.model.removeprefix("sim/")))
@@ -451,7 +450,7 @@ class SimService:
         return b'{"id":"%b","object":"%b","created":%d,"model":%b,"choices":[' % (
             rid.encode(),
             kind,
-            self.created,
+            self.api.created,
             self._model_json,
         )
 

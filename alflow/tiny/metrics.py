@@ -26,8 +26,8 @@ from typing import TypeVar
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from alflow.frameworks.vllm import names as vllm_names
+from alflow.serving.api import FINISH_REASONS
 
-FINISH_REASONS = ("stop", "length", "abort")
 M = TypeVar("M", Counter, Gauge)
 
 

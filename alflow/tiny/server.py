@@ -202,7 +202,6 @@ class TinyService:
         self.model = settings.served_model_name
         self.counters = TinyMetrics(self.model, settings.k)
         self.api = OpenAIServer(self)
-        self.created = self.api.created
         self.served_names = (self.model, engine.model_name)
         self.metrics_path = "/metrics"
         self.max_model_len = settings.n_ctx
@@ -443,7 +442,7 @@ class TinyService:
 
     def _head(self, rid: str, chat: bool, *, chunk: bool) -> dict[str, Any]:
         kind = ("chat.completion.chunk" if chunk else "chat.completion") if chat else "text_completion"
-        return {"id": rid, "object": kind, "created": self.created, "model": self.model}
+        return {"id": rid, "object": kind, "created": self.api.created, "model": self.model}
 
     async def _collect(self, job: _Job, first: object, rid: str, chat: bool) -> web.Response:
         texts: list[str] = []
