@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import math
 import os
@@ -89,7 +90,7 @@ class SimService:
                 SimEngine(replace(config, seed=config.seed + rank, step_log=None))
                 for rank in range(1, config.nnodes)
             ]
-        self._next_engine = 0
+        self._rotation = itertools.cycle(self.engines)
         self.cluster = cluster
         self.tokenizer = get_tokenizer()
         self.dialect = emitter_of(config.dialect)
@@ -167,11 +168,7 @@ class SimService:
 
     def _pick_engine(self) -> SimEngine:
         """The engine of the next request: the ranks in turn (one engine unless multi-node ``dp``)."""
-        if len(self.engines) == 1:
-            return self.engine
-        engine = self.engines[self._next_engine % len(self.engines)]
-        self._next_engine += 1
-        return engine
+        return next(self._rotation)
 
     # -------------------------------------------------------------- small endpoints
 
