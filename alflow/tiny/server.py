@@ -29,10 +29,10 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 from aiohttp import web
@@ -45,71 +45,14 @@ from alflow.serving.requests import ChatRequest, CompletionRequest, TokenizeRequ
 from alflow.tiny.chat import ChatTemplateError, chat_stops, render_chat
 from alflow.tiny.metrics import TinyMetrics
 
+if TYPE_CHECKING:  # the engine needs the optional extra; the server runs over any engine with its methods
+    from alflow.tiny.engine import SpecSettings, StepEvent, TinyEngine
+
 log = logging.getLogger(__name__)
 
 LISTENING_PREFIX = "alflow-tiny listening on "
 ENGINE_HEADER = "x-alflow-engine"
 MAX_STOP_STRINGS = 16
-
-
-# ------------------------------------------------------------------------------------ the engine seam
-
-
-class SpecLike(Protocol):
-    """Speculative settings as the engine takes them (:class:`alflow.tiny.engine.SpecSettings`)."""
-
-    @property
-    def k(self) -> int: ...
-    @property
-    def ngram_min(self) -> int: ...
-    @property
-    def ngram_max(self) -> int: ...
-    @property
-    def synthetic_rates(self) -> tuple[float, ...] | None: ...
-
-
-class StepLike(Protocol):
-    """One decode step (:class:`alflow.tiny.engine.StepEvent`)."""
-
-    @property
-    def tokens(self) -> tuple[int, ...]: ...
-    @property
-    def text(self) -> str: ...
-    @property
-    def drafted(self) -> int: ...
-    @property
-    def accepted(self) -> int: ...
-    @property
-    def accepted_positions(self) -> tuple[bool, ...]: ...
-    @property
-    def finish_reason(self) -> str | None: ...
-
-
-class EngineLike(Protocol):
-    """What the server needs of an engine (:class:`alflow.tiny.engine.TinyEngine` is one)."""
-
-    model_name: str
-
-    def tokenize(self, text: str, *, add_bos: bool = True) -> list[int]:
-        """Text to token ids."""
-
-    def detokenize(self, tokens: Sequence[int]) -> str:
-        """Token ids to text."""
-
-    def generate(
-        self,
-        prompt: Sequence[int],
-        *,
-        max_tokens: int,
-        temperature: float = 0.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        spec: Any = None,
-        stop: Sequence[str] = (),
-        ignore_eos: bool = False,
-    ) -> Iterator[StepLike]:
-        """Decode ``prompt`` step by step."""
 
 
 @dataclass(frozen=True)
@@ -119,7 +62,7 @@ class TinyServiceSettings:
     served_model_name: str = "tiny"
     n_ctx: int = 2048
     vocab_size: int | None = None
-    spec: SpecLike | None = None
+    spec: SpecSettings | None = None
     synthetic: dict[str, Any] | None = None
     speculative_config: dict[str, Any] | None = None
     host: str = "127.0.0.1"
@@ -196,7 +139,7 @@ class TinyService:
 
     header = (ENGINE_HEADER, "tiny")
 
-    def __init__(self, engine: EngineLike, settings: TinyServiceSettings) -> None:
+    def __init__(self, engine: TinyEngine, settings: TinyServiceSettings) -> None:
         self.engine = engine
         self.settings = settings
         self.model = settings.served_model_name
@@ -429,7 +372,7 @@ class TinyService:
         finally:
             job.cancelled.set()
 
-    async def _steps(self, job: _Job, first: object) -> AsyncIterator[StepLike]:
+    async def _steps(self, job: _Job, first: object) -> AsyncIterator[StepEvent]:
         """The job's steps as they come (``first`` already taken); raises the engine's error."""
         item = first
         while True:
@@ -437,7 +380,7 @@ class TinyService:
                 return
             if isinstance(item, BaseException):
                 raise item
-            yield cast(StepLike, item)
+            yield cast("StepEvent", item)
             item = await job.events.get()
 
     def _head(self, rid: str, chat: bool, *, chunk: bool) -> dict[str, Any]:
