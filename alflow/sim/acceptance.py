@@ -25,39 +25,6 @@ from dataclasses import dataclass
 
 from alflow.acceptance.synthetic import AcceptanceSampler, sampler
 
-CATEGORIES = (
-    "coding",
-    "math",
-    "stem",
-    "reasoning",
-    "qa",
-    "rag",
-    "summarization",
-    "multilingual",
-    "humanities",
-    "writing",
-    "roleplay",
-)
-
-# Conditional acceptance rate per (method, category), the categories in CATEGORIES order: AL at K=3 is
-# 1 + c + c^2 + c^3 (before decay).
-_BASE_RATES: dict[str, dict[str, float]] = {
-    method: dict(zip(CATEGORIES, rates, strict=True))
-    for method, rates in {
-        "mtp": (0.885, 0.86, 0.78, 0.77, 0.72, 0.76, 0.72, 0.66, 0.68, 0.6, 0.585),
-        "eagle3": (0.695, 0.68, 0.62, 0.61, 0.58, 0.6, 0.57, 0.52, 0.54, 0.51, 0.505),
-        "draft_model": (0.72, 0.7, 0.63, 0.62, 0.6, 0.62, 0.58, 0.5, 0.55, 0.5, 0.48),
-        # block drafters (one pass proposes all K): a shade below MTP per position on this scale (DSpark, trained
-        # with the target like MTP), DFlash's block-diffusion drafter in between MTP and EAGLE3
-        "dspark": (0.87, 0.85, 0.77, 0.76, 0.71, 0.75, 0.71, 0.65, 0.67, 0.59, 0.575),
-        "dflash": (0.8, 0.79, 0.7, 0.69, 0.65, 0.68, 0.65, 0.58, 0.61, 0.55, 0.54),
-        "ngram": (0.37, 0.3, 0.22, 0.22, 0.18, 0.34, 0.3, 0.14, 0.16, 0.13, 0.13),
-    }.items()
-}
-METHODS = tuple(_BASE_RATES)
-POSITION_DECAY = 0.985
-JITTER = 0.02
-
 _KEYWORDS: dict[str, tuple[str, ...]] = {
     "coding": (
         "def ",
@@ -125,6 +92,27 @@ _KEYWORDS: dict[str, tuple[str, ...]] = {
     "writing": ("write a", "story", "poem", "essay", "creative", "novel", "lyrics", "blog post"),
     "roleplay": ("roleplay", "pretend", "you are a", "act as", "in character", "imagine you"),
 }
+CATEGORIES = tuple(_KEYWORDS)
+"""The SPEED-Bench categories, in the order of their keyword families."""
+
+# Conditional acceptance rate per (method, category), the categories in CATEGORIES order: AL at K=3 is
+# 1 + c + c^2 + c^3 (before decay).
+_BASE_RATES: dict[str, dict[str, float]] = {
+    method: dict(zip(CATEGORIES, rates, strict=True))
+    for method, rates in {
+        "mtp": (0.885, 0.86, 0.78, 0.77, 0.72, 0.76, 0.72, 0.66, 0.68, 0.6, 0.585),
+        "eagle3": (0.695, 0.68, 0.62, 0.61, 0.58, 0.6, 0.57, 0.52, 0.54, 0.51, 0.505),
+        "draft_model": (0.72, 0.7, 0.63, 0.62, 0.6, 0.62, 0.58, 0.5, 0.55, 0.5, 0.48),
+        # block drafters (one pass proposes all K): a shade below MTP per position on this scale (DSpark, trained
+        # with the target like MTP), DFlash's block-diffusion drafter in between MTP and EAGLE3
+        "dspark": (0.87, 0.85, 0.77, 0.76, 0.71, 0.75, 0.71, 0.65, 0.67, 0.59, 0.575),
+        "dflash": (0.8, 0.79, 0.7, 0.69, 0.65, 0.68, 0.65, 0.58, 0.61, 0.55, 0.54),
+        "ngram": (0.37, 0.3, 0.22, 0.22, 0.18, 0.34, 0.3, 0.14, 0.16, 0.13, 0.13),
+    }.items()
+}
+METHODS = tuple(_BASE_RATES)
+POSITION_DECAY = 0.985
+JITTER = 0.02
 _WORD = re.compile(r"\w+")
 
 
