@@ -6,7 +6,7 @@ A dialect's plugin reads its framework's own flags (``Framework.sim_args``) and 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, cast
 
@@ -14,18 +14,6 @@ from alflow.plugins import plugin_of, usable_names
 
 if TYPE_CHECKING:
     from alflow.sim.dialects import MetricsEmitter
-
-
-class ArgsReader(Protocol):
-    """A dialect's reader of its framework's own flags (those the simulator's command line does not define)."""
-
-    def __call__(self, args: Sequence[str]) -> FrameworkSettings: ...
-
-
-class EnvReader(Protocol):
-    """A dialect's reader of its framework's own environment variables."""
-
-    def __call__(self, env: Mapping[str, str]) -> FrameworkSettings: ...
 
 
 @dataclass(frozen=True)
@@ -39,6 +27,12 @@ class FrameworkSettings:
     rates: tuple[float, ...] | None = None
     scheme: str | None = None
     token_mode: str | None = None
+
+
+ArgsReader = Callable[[Sequence[str]], FrameworkSettings]
+"""A dialect's reader of its framework's own flags (those the simulator's command line does not define)."""
+EnvReader = Callable[[Mapping[str, str]], FrameworkSettings]
+"""A dialect's reader of its framework's own environment variables."""
 
 
 class _Knobs(Protocol):

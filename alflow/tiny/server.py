@@ -156,10 +156,6 @@ class TinyService:
 
     # -------------------------------------------------------------- the kit's engine interface
 
-    def make_app(self) -> web.Application:
-        """The aiohttp application (the kit's routes)."""
-        return self.api.make_app()
-
     def routes(self) -> Sequence[tuple[str, str, Handler]]:
         """No routes of its own: the kit's are vLLM's."""
         return ()
@@ -468,7 +464,7 @@ async def serve(server: TinyService, stop: asyncio.Event, on_ready: OnReady | No
         return f"serving {server.model} (tiny CPU engine, {what}) on {s.host}:{port}, one sequence at a time"
 
     await run_app(
-        server.make_app(),
+        server.api.make_app(),
         s.host,
         s.port,
         stop=stop,
