@@ -142,8 +142,8 @@ class OpenAIServer:
         """The aiohttp application with the shared routes and the engine's own."""
         app = web.Application(middlewares=[self._errors, self._auth], client_max_size=MAX_BODY_BYTES)
         app.on_response_prepare.append(self._mark)
-        app.on_startup.append(self._on_startup)
-        app.on_shutdown.append(self._on_shutdown)
+        app.on_startup.append(lambda _app: self.engine.startup())
+        app.on_shutdown.append(lambda _app: self.engine.shutdown())
         r = app.router
         r.add_get("/health", self._health)
         r.add_get("/version", self._version)
@@ -156,12 +156,6 @@ class OpenAIServer:
         for method, path, handler in self.engine.routes():
             r.add_route(method, path, handler)
         return app
-
-    async def _on_startup(self, _app: web.Application) -> None:
-        await self.engine.startup()
-
-    async def _on_shutdown(self, _app: web.Application) -> None:
-        await self.engine.shutdown()
 
     async def _mark(self, _request: web.Request, response: web.StreamResponse) -> None:
         name, value = self.engine.header
