@@ -148,8 +148,8 @@ class OpenAIServer:
         r.add_get("/health", self._health)
         r.add_get("/version", self._version)
         r.add_get("/v1/models", self._models)
-        r.add_post("/v1/chat/completions", self._chat)
-        r.add_post("/v1/completions", self._completions)
+        r.add_post("/v1/chat/completions", self._generation(ChatRequest))
+        r.add_post("/v1/completions", self._generation(CompletionRequest))
         r.add_post("/tokenize", self._tokenize)
         r.add_post("/detokenize", self._detokenize)
         r.add_get(self.engine.metrics_path, self._metrics)
@@ -213,23 +213,18 @@ class OpenAIServer:
             raise ApiError(400, f"tokens: {exc}", "tokens") from None
         return web.Response(body=orjson.dumps({"prompt": text}), content_type=JSON)
 
-    def _check_model(self, model: str | None) -> None:
-        if model is not None and model not in self.engine.served_names:
-            raise ApiError(
-                404,
-                f"The model `{model}` does not exist; this server serves {self.engine.served_names[0]!r}.",
-                "model",
-            )
+    def _generation(self, kind: type[ChatRequest] | type[CompletionRequest]) -> Handler:
+        """The handler of one generation endpoint: validate, check the model name, hand over to the engine."""
 
-    async def _chat(self, request: web.Request) -> web.StreamResponse:
-        body = parse(ChatRequest, await read_json(request))
-        self._check_model(body.model)
-        return await self.engine.generate(request, body)
+        async def generate(request: web.Request) -> web.StreamResponse:
+            body = parse(kind, await read_json(request))
+            names = self.engine.served_names
+            if body.model is not None and body.model not in names:
+                message = f"The model `{body.model}` does not exist; this server serves {names[0]!r}."
+                raise ApiError(404, message, "model")
+            return await self.engine.generate(request, body)
 
-    async def _completions(self, request: web.Request) -> web.StreamResponse:
-        body = parse(CompletionRequest, await read_json(request))
-        self._check_model(body.model)
-        return await self.engine.generate(request, body)
+        return generate
 
 
 # ------------------------------------------------------------------------------------ running
