@@ -378,6 +378,7 @@ class SimService:
         if engine.failed is not None:
             raise ApiError(500, f"the engine has failed: {engine.failed}")
         req = self._build(parsed, chat=chat)
+        resp: web.StreamResponse | None = None
         try:
             if parsed.stream:
                 resp = await open_stream(request)
@@ -394,16 +395,13 @@ class SimService:
                             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 0)
                             req.nagle_sock = sock  # the engine turns TCP_NODELAY back on for the last chunk
                 req.chunked = resp.chunked
-                engine.submit(req)
-                assert req.done is not None
-                await req.done
-                transport = request.transport
-                if transport is not None and not transport.is_closing():
-                    await resp.write_eof()
-                return resp
             engine.submit(req)
             assert req.done is not None
             await req.done
+            if resp is not None:
+                if request.transport is not None and not request.transport.is_closing():
+                    await resp.write_eof()
+                return resp
             if req.error is not None:
                 raise ApiError(500, f"request aborted: {req.error}")
             return web.Response(body=self._whole_response(req, parsed, chat), content_type=JSON)
