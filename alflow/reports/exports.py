@@ -34,39 +34,13 @@ import polars as pl
 from alflow.metrics.client import GpuLayout, summarize
 from alflow.metrics.point_metrics import OUTPUT_PER_GPU, POINT_METRICS, TOTAL_PER_GPU
 from alflow.reports.markdown import spreadsheet_safe
-from alflow.reports.matrix import run_column
+from alflow.reports.matrix import m0_label, m1_label, run_column
+from alflow.reports.svg import finite
 from alflow.results.store import StoredRun
 from alflow.results.view import framework, get_path, image, m0_entries, m2_points, model_id, scheme
 from alflow.util import jsonutil
 
-INFERENCEX_HEAD: Final = (
-    "hw",
-    "conc",
-    "image",
-    "model",
-    "infmax_model_prefix",
-    "framework",
-    "precision",
-    "spec_decoding",
-    "disagg",
-    "isl",
-    "osl",
-    "is_multinode",
-    "tp",
-    "ep",
-    "dp_attention",
-    "tput_per_gpu",
-    "output_tput_per_gpu",
-    "input_tput_per_gpu",
-)
 LATENCY_PERCENTILES: Final = (90.0, 95.0, 99.0)
-
-
-def _f(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    v = float(value)
-    return v if math.isfinite(v) else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -75,39 +49,35 @@ def _f(value: object) -> float | None:
 
 def _cells(run: StoredRun) -> list[dict[str, Any]]:
     """(label, category, al, steps, accepted) cells of one M0 or M1 run."""
-    config = run.manifest.config
     category = run_column(run)  # the literature dataset, else the SPEED-Bench category
-    fw = framework(run) or "?"
-    out: list[dict[str, Any]] = []
-    flow = run.manifest.flow
-    if flow == "m0":
+    if run.manifest.flow == "m0":
+        fw = framework(run) or "?"
         entries, _unreadable = m0_entries(run)  # the run's report names the unreadable ones
-        for e in entries:
-            efw = e.provenance.framework if e.provenance is not None else fw
-            out.append(
-                {
-                    "label": f"{e.model} [{efw} {e.method.value} K={e.k} thinking={e.thinking.value}]",
-                    "category": category,
-                    "al": _f(e.al),
-                    "steps": e.num_drafts,
-                    "accepted": e.accepted_tokens,
-                }
-            )
-    elif flow == "m1" and run.has("spec_stats.parquet"):
-        frame = run.table("spec_stats")
-        if frame.height:
-            row = frame.row(0, named=True)
-            thinking = config.get("thinking")
-            out.append(
-                {
-                    "label": f"{model_id(run)} [{fw} {config.get('method')} K={config.get('k')} thinking={thinking}]",
-                    "category": category,
-                    "al": _f(row.get("al")),
-                    "steps": row.get("num_drafts"),
-                    "accepted": row.get("accepted_tokens"),
-                }
-            )
-    return out
+        return [
+            {
+                "label": m0_label(e, fw),
+                "category": category,
+                "al": finite(e.al),
+                "steps": e.num_drafts,
+                "accepted": e.accepted_tokens,
+            }
+            for e in entries
+        ]
+    if run.manifest.flow != "m1" or not run.has("spec_stats.parquet"):
+        return []
+    frame = run.table("spec_stats")
+    if not frame.height:
+        return []
+    row = frame.row(0, named=True)
+    return [
+        {
+            "label": m1_label(run),
+            "category": category,
+            "al": finite(row.get("al")),
+            "steps": row.get("num_drafts"),
+            "accepted": row.get("accepted_tokens"),
+        }
+    ]
 
 
 def al_matrix(runs: Sequence[StoredRun]) -> pl.DataFrame:
@@ -186,7 +156,7 @@ def _inferencex_latency(stats: Mapping[str, Any]) -> dict[str, float | None]:
     """InferenceX's conversion: ``x_ms`` -> ``x`` in seconds; ``*tpot*`` also -> ``*intvty*`` = 1000 / ms."""
     out: dict[str, float | None] = {}
     for key, value in stats.items():
-        v = _f(value)
+        v = finite(value)
         if key.endswith("ms"):
             out[key.replace("_ms", "")] = None if v is None else v / 1000.0
         if "tpot" in key:
@@ -212,8 +182,8 @@ def inferencex_rows(run: StoredRun) -> list[dict[str, Any]]:
     rows = []
     synthetic_scheme = scheme(run)
     for p in sorted(m2_points(run), key=lambda x: x.concurrency):
-        total = _f(p.value(TOTAL_PER_GPU))
-        output = _f(p.value(OUTPUT_PER_GPU))
+        total = finite(p.value(TOTAL_PER_GPU))
+        output = finite(p.value(OUTPUT_PER_GPU))
         row: dict[str, Any] = {
             "hw": hw,
             "conc": p.concurrency,
@@ -234,7 +204,7 @@ def inferencex_rows(run: StoredRun) -> list[dict[str, Any]]:
             "output_tput_per_gpu": output,
             "input_tput_per_gpu": None if total is None or output is None else total - output,
         }
-        stats = _latency_stats(run, p.concurrency, _f(p.duration_s))
+        stats = _latency_stats(run, p.concurrency, finite(p.duration_s))
         if stats is not None and p.itl_note is not None:
             # the run judged these gaps with its client's load as well (loop lag), which the stored records
             # alone cannot: its verdict holds, so ITL figures it withheld are not re-derived here
@@ -246,14 +216,14 @@ def inferencex_rows(run: StoredRun) -> list[dict[str, Any]]:
             {
                 "num_speculative_tokens": p.k,
                 "synthetic_scheme": synthetic_scheme,
-                "target_al": _f(p.target_al),
-                "achieved_al": _f(p.achieved_al),
+                "target_al": finite(p.target_al),
+                "achieved_al": finite(p.achieved_al),
                 "audit_valid": p.valid,
                 "simulated": simulated,
                 "alflow_run_id": run.manifest.run_id,
                 "repeat": p.repeat,
                 "al_source": p.al_source,
-                "fit_p_value": _f(p.fit_p_value),
+                "fit_p_value": finite(p.fit_p_value),
                 "histogram_observed": None if p.histogram_observed is None else list(p.histogram_observed),
                 "histogram_expected": None if p.histogram_expected is None else list(p.histogram_expected),
             }

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from statistics import mean
@@ -36,7 +35,9 @@ from typing import Any, Final, Literal, get_args
 
 from alflow.datasets.speed_bench import ENTROPY_TIERS, QUALITATIVE_CATEGORIES
 from alflow.errors import InvalidInputError
+from alflow.reference.table import ReferenceEntry
 from alflow.reports.markdown import spreadsheet_safe
+from alflow.reports.svg import finite
 from alflow.results.audit import scrape_key
 from alflow.results.store import StoredRun
 from alflow.results.view import (
@@ -109,13 +110,6 @@ class Matrix:
         }
 
 
-def _num(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    v = float(value)
-    return v if math.isfinite(v) else None
-
-
 def _count(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -127,9 +121,9 @@ def acceptance_value(
     acc = _count(accepted)
     if metric == "accept_rate":
         d = _count(drafted)
-        return acc / d if acc is not None and d else _num(rate)
+        return acc / d if acc is not None and d else finite(rate)
     n = _count(steps)
-    return 1.0 + acc / n if acc is not None and n else _num(al)
+    return 1.0 + acc / n if acc is not None and n else finite(al)
 
 
 def run_column(run: StoredRun) -> str:
@@ -151,17 +145,31 @@ def _dataset_note(run: StoredRun, column: str) -> str | None:
     return None
 
 
+def m0_label(e: ReferenceEntry, fw: str) -> str:
+    """An M0 entry's row: ``<model> [<framework> <method> K=<k> thinking=<mode>]`` (its own framework first)."""
+    efw = e.provenance.framework if e.provenance is not None else fw
+    return f"{e.model} [{efw} {e.method.value} K={e.k} thinking={e.thinking.value}]"
+
+
+def m1_label(run: StoredRun) -> str:
+    """An M1 run's row, labelled as :func:`m0_label` labels an entry."""
+    config = run.manifest.config
+    return (
+        f"{model_id(run)} [{framework(run) or '?'} {config.get('method')} K={config.get('k')} "
+        f"thinking={config.get('thinking')}]"
+    )
+
+
 def _m0_cells(run: StoredRun, metric: str, column: str) -> list[Cell]:
     points = get_path(json_or_none(run, "scrapes"), "points")
     fw = framework(run) or "?"
     cells = []
     entries, _problems = m0_entries(run)  # the run's own report names entries it cannot read
     for e in entries:
-        efw = e.provenance.framework if e.provenance is not None else fw
-        label = f"{e.model} [{efw} {e.method.value} K={e.k} thinking={e.thinking.value}]"
+        label = m0_label(e, fw)
         if metric == "throughput":
             key = scrape_key(e.model, e.method.value, e.thinking.value, e.k)
-            value = _num(get_path(points, key, "output_throughput"))
+            value = finite(get_path(points, key, "output_throughput"))
         else:
             value = acceptance_value(
                 metric, al=e.al, steps=e.num_drafts, drafted=e.draft_tokens, accepted=e.accepted_tokens
@@ -172,26 +180,20 @@ def _m0_cells(run: StoredRun, metric: str, column: str) -> list[Cell]:
 
 def _m1_cells(run: StoredRun, metric: str, column: str) -> list[Cell]:
     frame = table_or_none(run, "spec_stats")
-    config = run.manifest.config
-    label = (
-        f"{model_id(run)} [{framework(run) or '?'} {config.get('method')} K={config.get('k')} "
-        f"thinking={config.get('thinking')}]"
-    )
+    value = None
     if metric == "throughput":
-        value = _num(get_path(summary(run), "client", "output_throughput"))
-        return [Cell(label, column, value, run.manifest.run_id)]
-    if frame is None or frame.height == 0:
-        return [Cell(label, column, None, run.manifest.run_id)]
-    row = frame.row(0, named=True)
-    value = acceptance_value(
-        metric,
-        al=row.get("al"),
-        steps=row.get("num_drafts"),
-        drafted=row.get("draft_tokens"),
-        accepted=row.get("accepted_tokens"),
-        rate=row.get("acceptance_rate"),
-    )
-    return [Cell(label, column, value, run.manifest.run_id)]
+        value = finite(get_path(summary(run), "client", "output_throughput"))
+    elif frame is not None and frame.height:
+        row = frame.row(0, named=True)
+        value = acceptance_value(
+            metric,
+            al=row.get("al"),
+            steps=row.get("num_drafts"),
+            drafted=row.get("draft_tokens"),
+            accepted=row.get("accepted_tokens"),
+            rate=row.get("acceptance_rate"),
+        )
+    return [Cell(m1_label(run), column, value, run.manifest.run_id)]
 
 
 def detect_columns(names: set[str]) -> list[str]:
@@ -267,19 +269,13 @@ def matrix_table(matrix: Matrix, digits: int = 2) -> str:
         [_printable(r.label), *(_fmt(v, digits, "-") for v in (*r.values, r.overall))] for r in matrix.rows
     ]
     widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
-    lines = [TITLES[matrix.metric]]
-    lines.append(
-        "  ".join(
-            h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths, strict=True))
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
         )
-    )
-    lines.append("  ".join("-" * w for w in widths))
-    for row in body:
-        lines.append(
-            "  ".join(
-                c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
-            )
-        )
+
+    lines = [TITLES[matrix.metric], line(header), "  ".join("-" * w for w in widths), *map(line, body)]
     if not matrix.rows:
         lines.append("(no M0 or M1 measurements in these runs)")
     lines += [f"note: {_printable(n)}" for n in matrix.notes]

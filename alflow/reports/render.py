@@ -27,7 +27,6 @@ from alflow.util.redact import redact_urls_in_text
 
 Format = Literal["html", "md"]
 HTML_REPORT: Final = "report.html"
-MARKDOWN_REPORT: Final = "report.md"
 
 
 def environment() -> jinja2.Environment:

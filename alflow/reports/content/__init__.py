@@ -14,7 +14,6 @@ from typing import Final
 from alflow.errors import AlflowError
 from alflow.gates import AccuracyDetails, AlGateDetails
 from alflow.metrics.point_metrics import INTERACTIVITY, OUTPUT_PER_GPU, TPOT, TTFT
-from alflow.reports import svg
 from alflow.reports.content.base import (
     LIVE,
     SIMULATED_BANNER,
@@ -26,12 +25,11 @@ from alflow.reports.content.base import (
     fmt,
     label_table,
     run_label,
-    svg_figure,
     validity,
 )
 from alflow.reports.content.m0 import build_m0
 from alflow.reports.content.m1 import build_m1
-from alflow.reports.content.m2 import build_m2
+from alflow.reports.content.m2 import build_m2, throughput_chart
 from alflow.reports.content.sweep import build_sweep
 from alflow.reports.exports import al_matrix
 from alflow.results.store import StoredRun
@@ -159,41 +157,21 @@ COMPARED: Final = (OUTPUT_PER_GPU, INTERACTIVITY, TPOT, TTFT)
 
 
 def _compare_m2(runs: Sequence[StoredRun]) -> Section:
-    series = []
-    rows: list[list[str]] = []
-    for r in runs:
-        pts = sorted(m2_points(r), key=lambda p: p.concurrency)
-        label = run_label(r)
-        series.append(
-            svg.Series(
-                label,
-                [(p.value(INTERACTIVITY), p.value(OUTPUT_PER_GPU)) for p in pts],
-                labels=[f"c={p.concurrency}" for p in pts],
-            )
-        )
-        rows.extend(
-            [
-                label,
-                fmt(p.concurrency),
-                *(fmt(p.value(m), m.decimals) for m in COMPARED),
-                fmt(p.achieved_al, 4),
-                validity(p),
-            ]
-            for p in pts
-        )
+    curves = [(run_label(r), sorted(m2_points(r), key=lambda p: p.concurrency)) for r in runs]
+    rows = [
+        [
+            label,
+            fmt(p.concurrency),
+            *(fmt(p.value(m), m.decimals) for m in COMPARED),
+            fmt(p.achieved_al, 4),
+            validity(p),
+        ]
+        for label, pts in curves
+        for p in pts
+    ]
     return Section(
         "M2: throughput per GPU against interactivity",
-        figures=[
-            svg_figure(
-                svg.Chart(
-                    "Output throughput per GPU vs interactivity",
-                    "interactivity (tok/s/user, median)",
-                    "output throughput (tok/s/GPU)",
-                    series,
-                    y_zero=True,
-                )
-            )
-        ],
+        figures=[throughput_chart(curves)],
         tables=[
             Table(
                 ["run", "concurrency", *(m.heading for m in COMPARED), "achieved AL", "valid"],

@@ -97,11 +97,6 @@ def fmt(value: object, digits: int = 2) -> str:
     return str(value)
 
 
-def num(value: object) -> float | None:
-    """``value`` as a float when it is a finite number, else None."""
-    return svg.finite(value)
-
-
 def run_label(run: StoredRun) -> str:
     """A short label for comparisons: flow, framework (and metrics dialect where it differs), image, K, run id."""
     fw = framework(run) or "?"

@@ -13,7 +13,6 @@ from alflow.reports.content.base import (
     Table,
     base_report,
     fmt,
-    num,
     per_request_section,
     svg_figure,
 )
@@ -197,7 +196,9 @@ def _diff_section(stored: Mapping[str, Any]) -> Section:
                         fmt(r.get("old_al"), 4),
                         fmt(r.get("new_al"), 4),
                         fmt(r.get("delta"), 4),
-                        "-" if num(r.get("rel_delta")) is None else f"{100 * float(r['rel_delta']):+.2f}%",
+                        "-"
+                        if svg.finite(r.get("rel_delta")) is None
+                        else f"{100 * float(r['rel_delta']):+.2f}%",
                         "; ".join(map(str, r.get("provenance_changes") or [])) or "-",
                     ]
                     for r in rows_d

@@ -17,7 +17,6 @@ from alflow.reports.content.base import (
     base_report,
     fmt,
     label_table,
-    num,
     per_request_section,
     svg_figure,
 )
@@ -104,7 +103,7 @@ def _al_gate_section(v: Verdict, d: AlGateDetails, stats: pl.DataFrame | None) -
             numeric=[True, True, True, True, False, True, True, True, False, False],
         )
     )
-    al = num(d.al)
+    al = svg.finite(d.al)
     hlines = [
         svg.HLine(d.threshold, "threshold", "#d62728"),
         svg.HLine(d.reference_al, "reference", "#555555"),
@@ -157,7 +156,7 @@ def _add_measured_counts(sec: Section, row: dict[str, Any]) -> None:
     ]
     if row.get("draft_tokens") is not None:
         counts.append(f"{fmt(row.get('draft_tokens'))} drafted")
-    if num(row.get("acceptance_rate")) is not None:
+    if svg.finite(row.get("acceptance_rate")) is not None:
         counts.append(f"draft acceptance rate {fmt(row.get('acceptance_rate'), 4)}")
     sec.notes.append(", ".join(counts) + ".")
 
@@ -171,7 +170,7 @@ def _gsm8k_section(v: Verdict, d: AccuracyDetails, gsm8k: object) -> Section:
         for name, s in scores.items():
             if not isinstance(s, Mapping):
                 continue
-            acc = num(s.get("accuracy"))
+            acc = svg.finite(s.get("accuracy"))
             rows.append(
                 [
                     str(name),

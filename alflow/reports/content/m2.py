@@ -37,8 +37,13 @@ def throughput_figure(points: Sequence[M2Point]) -> Figure:
     curves: dict[str, list[M2Point]] = {}
     for p in points:
         curves.setdefault(_curve_key(p), []).append(p)
+    return throughput_chart(list(curves.items()))
+
+
+def throughput_chart(curves: Sequence[tuple[str, Sequence[M2Point]]]) -> Figure:
+    """Output throughput per GPU against median interactivity: one named curve per entry, by concurrency."""
     tput = []
-    for name, rows in curves.items():
+    for name, rows in curves:
         ordered = sorted(rows, key=lambda r: r.concurrency)
         tput.append(
             svg.Series(
