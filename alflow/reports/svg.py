@@ -159,28 +159,33 @@ def render(chart: Chart | BarChart) -> Markup:
     if isinstance(chart, BarChart):
         return _render_bars(chart)
     w, h = chart.width, chart.height
-    left, right, top = 74, 16, 34
-    legend_rows = max(1, math.ceil(len(chart.series) / 3)) if chart.series else 0
-    bottom = 52 + 18 * legend_rows
-    pw, ph = w - left - right, h - top - bottom
+    left, top, pw, ph = _area(w, h, len(chart.series))
     parts: list[str] = _frame(chart.title, w, h)
     cleaned = [_clean(s) for s in chart.series]
     xs, ys = _extent(chart, cleaned)
     if not xs:  # the series are still named: which curves had no finite point is part of the report
-        parts.append(
-            f'<text x="{w / 2:.1f}" y="{h / 2:.1f}" text-anchor="middle" fill="#888888">no data to plot</text>'
-        )
-        parts += _legend(chart, left, top + ph + 50, pw)
-        parts.append("</svg>")
-        return Markup("".join(parts))  # noqa: S704 - every text above is escaped
-    plot, x_ticks, y_ticks = _plot_area(chart, xs, ys, left, top, pw, ph)
-    parts += _axes(chart, plot, x_ticks, y_ticks)
-    parts += _hlines(chart, plot)
-    for n, (s, all_pts) in enumerate(zip(chart.series, cleaned, strict=True)):
-        parts += _series(chart, plot, n, s, all_pts)
+        parts.append(no_data(w, h))
+    else:
+        plot, x_ticks, y_ticks = _plot_area(chart, xs, ys, left, top, pw, ph)
+        parts += _axes(chart, plot, x_ticks, y_ticks)
+        parts += _hlines(chart, plot)
+        for n, (s, all_pts) in enumerate(zip(chart.series, cleaned, strict=True)):
+            parts += _series(chart, plot, n, s, all_pts)
     parts += _legend(chart, left, top + ph + 50, pw)
     parts.append("</svg>")
     return Markup("".join(parts))  # noqa: S704 - every text above is escaped
+
+
+def _area(w: int, h: int, legends: int) -> tuple[int, int, int, int]:
+    """The plot area (left, top, width, height) under the title, above the axis labels and the legend's rows."""
+    left, right, top = 74, 16, 34
+    legend_rows = max(1, math.ceil(legends / 3)) if legends else 0
+    return left, top, w - left - right, h - top - (52 + 18 * legend_rows)
+
+
+def no_data(w: int, h: int, text: str = "no data to plot") -> str:
+    """The grey line a chart without a value to place shows in its middle."""
+    return f'<text x="{w / 2:.1f}" y="{h / 2:.1f}" text-anchor="middle" fill="#888888">{text}</text>'
 
 
 @dataclass(frozen=True)
@@ -246,7 +251,7 @@ def _plot_area(
     return _Plot(left, top, pw, ph, x_lo, x_hi, y_lo, y_hi, chart.log_x), x_ticks, y_ticks
 
 
-def _y_grid(
+def y_grid(
     left: float, top: float, pw: float, ph: float, y_ticks: list[float], py: Callable[[float], float]
 ) -> list[str]:
     """The plot area's frame and its horizontal grid lines with the y tick labels (line and bar charts)."""
@@ -270,7 +275,7 @@ def _axis_labels(chart: Chart | BarChart, left: float, top: float, pw: float, ph
 def _axes(chart: Chart, plot: _Plot, x_ticks: list[float], y_ticks: list[float]) -> list[str]:
     """The frame, grid lines, tick labels and axis labels."""
     left, top, pw, ph = plot.left, plot.top, plot.pw, plot.ph
-    parts = _y_grid(left, top, pw, ph, y_ticks, plot.py)
+    parts = y_grid(left, top, pw, ph, y_ticks, plot.py)
     for t in x_ticks:
         if chart.log_x and t <= 0:
             continue
@@ -347,16 +352,11 @@ def _frame(title: str, w: int, h: int) -> list[str]:
 def _render_bars(chart: BarChart) -> Markup:
     """A grouped bar chart: y axis from 0 with round ticks, one group per category, a legend of the bar sets."""
     w, h = chart.width, chart.height
-    left, right, top = 74, 16, 34
-    legend_rows = max(1, math.ceil(len(chart.bars) / 3)) if chart.bars else 0
-    bottom = 52 + 18 * legend_rows
-    pw, ph = w - left - right, h - top - bottom
+    left, top, pw, ph = _area(w, h, len(chart.bars))
     parts = _frame(chart.title, w, h)
     values = [v for b in chart.bars for v in (finite(x) for x in b.values) if v is not None]
     if not chart.categories or not values:
-        parts.append(
-            f'<text x="{w / 2:.1f}" y="{h / 2:.1f}" text-anchor="middle" fill="#888888">no data to plot</text>'
-        )
+        parts.append(no_data(w, h))
     else:
         y_ticks = nice_ticks(min(0.0, *values), max(values))
         y_lo, y_hi = y_ticks[0], y_ticks[-1]
@@ -364,7 +364,7 @@ def _render_bars(chart: BarChart) -> Markup:
         def py(v: float) -> float:
             return top + ph - (v - y_lo) / (y_hi - y_lo) * ph
 
-        parts += _y_grid(left, top, pw, ph, y_ticks, py)
+        parts += y_grid(left, top, pw, ph, y_ticks, py)
         group = pw / len(chart.categories)
         bar_w = group * 0.8 / max(1, len(chart.bars))
         for c, category in enumerate(chart.categories):

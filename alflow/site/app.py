@@ -271,20 +271,11 @@ def _entry(request: web.Request) -> CatalogEntry:
 
 @off_loop
 def index(request: web.Request) -> web.Response:
-    """``/``: the runs index."""
+    """``/``: the runs index (``/api/runs``: as JSON)."""
     page = index_page(
         request.app[CATALOG], IndexQuery.parse(request.query), request.app[CHOICES].get(request.app[CATALOG])
     )
-    return _html(request, "index.html.j2", "Runs", page=page)
-
-
-@off_loop
-def api_runs(request: web.Request) -> web.Response:
-    """``/api/runs``: the runs index as JSON."""
-    page = index_page(
-        request.app[CATALOG], IndexQuery.parse(request.query), request.app[CHOICES].get(request.app[CATALOG])
-    )
-    return _json(page.to_dict())
+    return _json(page.to_dict()) if _is_api(request) else _html(request, "index.html.j2", "Runs", page=page)
 
 
 @off_loop
@@ -294,16 +285,16 @@ def api_run(request: web.Request) -> web.Response:
     return _json(entry_dict(entry), entries=(entry,))
 
 
-def _unsafe_file(catalog: Catalog, entry: CatalogEntry) -> str | None:
-    """:func:`~alflow.util.fsutil.unsafe_file` of the files a report of ``entry`` reads: its manifest, regression.json, listed files."""
-    return unsafe_file(catalog.root, entry.run_dir, (MANIFEST, REGRESSION, *entry.files))
+def _check_files(catalog: Catalog, entry: CatalogEntry) -> None:
+    """A StoreError unless the manifest, regression.json and listed files of ``entry`` are regular files in the root."""
+    bad = unsafe_file(catalog.root, entry.run_dir, (MANIFEST, REGRESSION, *entry.files))
+    if bad is not None:
+        raise StoreError(f"{entry.rel}/{bad} is not a regular file inside the results root")
 
 
 def _checked_render(catalog: Catalog, entry: CatalogEntry) -> str:
     """:func:`render_run` of a run whose files are all regular files inside the root (else a StoreError), private."""
-    bad = _unsafe_file(catalog, entry)
-    if bad is not None:
-        raise StoreError(f"{entry.rel}/{bad} is not a regular file inside the results root")
+    _check_files(catalog, entry)
     return _private(render_run(entry.run_dir), [entry])
 
 
@@ -482,12 +473,7 @@ async def _send(request: web.Request, name: str, f: BinaryIO) -> web.StreamRespo
         body = await bounded(request, _shown, name, data)
         if body is None:
             return _problem(request, 413, f"{name} is JSON nested deeper than can be parsed: not shown")
-        return web.Response(
-            body=body,
-            content_type=TEXT_TYPES[suffix],
-            charset="utf-8",
-            headers=csp,
-        )
+        return web.Response(body=body, content_type=TEXT_TYPES[suffix], charset="utf-8", headers=csp)
     response = web.StreamResponse(headers=csp)
     response.content_type = TEXT_TYPES[suffix]
     response.charset = "utf-8"
@@ -523,9 +509,7 @@ def _compare_runs(request: web.Request) -> list[CatalogEntry]:
 
 def _comparison(catalog: Catalog, entries: list[CatalogEntry]) -> Report:
     for e in entries:
-        bad = _unsafe_file(catalog, e)
-        if bad is not None:
-            raise StoreError(f"{e.rel}/{bad} is not a regular file inside the results root")
+        _check_files(catalog, e)
     return build_comparison([open_run(e.run_dir) for e in entries])
 
 
@@ -563,35 +547,23 @@ def report_dict(report: Report) -> dict[str, Any]:
 
 @off_loop
 def compare(request: web.Request) -> web.Response:
-    """``/compare?run=..&run=..``: the runs side by side."""
+    """``/compare?run=..&run=..``: the runs side by side (``/api/compare``: the comparison's data)."""
     entries = _compare_runs(request)
     report = _compared(request, entries)
     if isinstance(report, web.Response):
         return report
+    if _is_api(request):
+        return _json({"runs": [e.rel for e in entries], "report": report_dict(report)}, entries=entries)
     return web.Response(text=_private(render(report), entries), content_type="text/html")
 
 
 @off_loop
-def api_compare(request: web.Request) -> web.Response:
-    """``/api/compare?run=..``: the comparison's data."""
-    entries = _compare_runs(request)
-    report = _compared(request, entries)
-    if isinstance(report, web.Response):
-        return report
-    return _json({"runs": [e.rel for e in entries], "report": report_dict(report)}, entries=entries)
-
-
-@off_loop
 def reference(request: web.Request) -> web.Response:
-    """``/reference``: reference tables and their history."""
+    """``/reference``: reference tables and their history (``/api/reference``: as JSON)."""
     page = reference_page(request.app[CATALOG])
+    if _is_api(request):
+        return _json(page.to_dict())
     return _html(request, "reference.html.j2", "Reference", page=page)
-
-
-@off_loop
-def api_reference(request: web.Request) -> web.Response:
-    """``/api/reference``."""
-    return _json(reference_page(request.app[CATALOG]).to_dict())
 
 
 def _charts(s: TrendSeries) -> list[Any]:
@@ -615,19 +587,14 @@ def _charts(s: TrendSeries) -> list[Any]:
 
 @off_loop
 def trends(request: web.Request) -> web.Response:
-    """``/trends``: one block of four charts per trend line."""
+    """``/trends``: one block of four charts per trend line (``/api/trends``: the trend lines' data)."""
     page = trends_page(request.app[CATALOG], TrendQuery.parse(request.query))
+    if _is_api(request):
+        data = page.to_dict()
+        data["series"] = [{**asdict(s), "key": s.key.to_dict()} for s in page.series]
+        return _json(data)
     drawn = [(s, _charts(s)) for s in page.series]
     return _html(request, "trends.html.j2", "Trends", page=page, drawn=drawn)
-
-
-@off_loop
-def api_trends(request: web.Request) -> web.Response:
-    """``/api/trends``: the trend lines' data."""
-    page = trends_page(request.app[CATALOG], TrendQuery.parse(request.query))
-    data = page.to_dict()
-    data["series"] = [{**asdict(s), "key": s.key.to_dict()} for s in page.series]
-    return _json(data)
 
 
 # --------------------------------------------------------------------------------------------
@@ -684,16 +651,16 @@ def make_app(catalog: Catalog, *, token: str | None = None, refresh_s: float = 2
     app.cleanup_ctx.append(guard.quiet_request_lines)
     app.cleanup_ctx.append(_refresher)
     r = app.router
-    r.add_get("/", index)
-    r.add_get("/api/runs", api_runs)
+    for path, handler in (
+        ("/", index),
+        ("/compare", compare),
+        ("/reference", reference),
+        ("/trends", trends),
+    ):
+        r.add_get(path, handler)
+        r.add_get(f"/api{path if path != '/' else '/runs'}", handler)
     r.add_get("/api/runs/{flow}/{run}", api_run)
     r.add_get("/runs/{flow}/{run}", run_redirect)
     r.add_get("/runs/{flow}/{run}/", run_page)
     r.add_get("/runs/{flow}/{run}/files/{name}", run_file)
-    r.add_get("/compare", compare)
-    r.add_get("/api/compare", api_compare)
-    r.add_get("/reference", reference)
-    r.add_get("/api/reference", api_reference)
-    r.add_get("/trends", trends)
-    r.add_get("/api/trends", api_trends)
     return app

@@ -15,7 +15,7 @@ from typing import Final
 
 from markupsafe import Markup, escape
 
-from alflow.reports.svg import fmt_tick, nice_ticks
+from alflow.reports.svg import nice_ticks, no_data, y_grid
 
 LINE: Final = "#1f77b4"
 REGRESSED: Final = "#e8112d"
@@ -55,9 +55,7 @@ def trend_chart(title: str, y_label: str, marks: Sequence[TrendMark]) -> Markup:
     marks = [m if _plottable(m.value) else replace(m, value=None) for m in marks]
     values = [m.value for m in marks if m.value is not None]
     if not values:
-        parts.append(
-            f'<text x="{w / 2:.1f}" y="{h / 2:.1f}" text-anchor="middle" fill="#888888">no data</text>'
-        )
+        parts.append(no_data(w, h, "no data"))
         return Markup("".join([*parts, "</svg>"]))  # noqa: S704 - every text is escaped
     ticks = _ticks(min(values), max(values))
     lo, hi = min(ticks[0], *values), max(ticks[-1], *values)
@@ -69,11 +67,7 @@ def trend_chart(title: str, y_label: str, marks: Sequence[TrendMark]) -> Markup:
     def py(v: float) -> float:
         return _TOP + ph - (v - lo) / ((hi - lo) or 1.0) * ph
 
-    parts.append(f'<rect x="{_LEFT}" y="{_TOP}" width="{pw}" height="{ph}" fill="none" stroke="#cccccc"/>')
-    for t in ticks:
-        y = py(t)
-        parts.append(f'<line x1="{_LEFT}" y1="{y:.1f}" x2="{_LEFT + pw}" y2="{y:.1f}" stroke="#eeeeee"/>')
-        parts.append(f'<text x="{_LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{escape(fmt_tick(t))}</text>')
+    parts += y_grid(_LEFT, _TOP, pw, ph, ticks, py)
     step = max(1, -(-n // MAX_X_LABELS))
     for i in range(0, n, step):
         x = px(i)

@@ -11,12 +11,18 @@ interval, or the previous AL outside the new one) is marked ``moved``.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from alflow.errors import AlflowError
-from alflow.reference.table import ReferenceEntry, ReferenceTable, load_reference, reference_of_bytes
+from alflow.reference.table import (
+    Provenance,
+    ReferenceEntry,
+    ReferenceTable,
+    load_reference,
+    reference_of_bytes,
+)
 from alflow.results import view
 from alflow.results.catalog import Catalog, CatalogEntry
 from alflow.results.store import MANIFEST, open_run, storage_for
@@ -57,6 +63,10 @@ class EntryRow:
     def of(cls, e: ReferenceEntry) -> EntryRow:
         """The row of a validated entry."""
         p = e.provenance
+        shown: dict[str, Any] = {
+            f.name: getattr(p, f.name, None) for f in fields(cls) if f.name in Provenance.model_fields
+        }
+        shown["date"] = p.date.isoformat() if p else None
         return cls(
             key=e.label,
             model=e.model,
@@ -68,18 +78,8 @@ class EntryRow:
             ci_low=e.ci_low,
             ci_high=e.ci_high,
             num_drafts=e.num_drafts,
-            framework=p.framework if p else None,
-            framework_version=p.framework_version if p else None,
-            image=p.image if p else None,
-            image_digest=p.image_digest if p else None,
-            model_revision=p.model_revision if p else None,
-            dataset=p.dataset if p else None,
-            dataset_hash=p.dataset_hash if p else None,
-            prompt_count=p.prompt_count if p else None,
-            date=p.date.isoformat() if p else None,
-            code_version=p.code_version if p else None,
-            flow_run_id=p.flow_run_id if p else None,
             imported_from=e.imported_from.file if e.imported_from else None,
+            **shown,
         )
 
 
