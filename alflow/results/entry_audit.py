@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ from alflow.errors import AlflowError
 from alflow.measure import stored_acceptance
 from alflow.metrics.prometheus import Snapshot, SnapshotWindow
 from alflow.metrics.readers import get_dialect
-from alflow.reference.table import ReferenceEntry, m0_variant, upgrade_entry_v1
+from alflow.reference.table import Provenance, ReferenceEntry, Variant, m0_variant, upgrade_entry_v1
 from alflow.results.store import StoredRun, StoreError
 from alflow.util.rows import load_row
 
@@ -61,30 +61,8 @@ STATS_FIELDS = (
     "ci_high",
 )
 KEY_FIELDS = ("model", "method", "thinking", "k")
-VARIANT_FIELDS = (
-    "draft_model",
-    "draft_sample_method",
-    "rejection_sample_method",
-    "concurrency",
-    "prefix_caching",
-)
-PROVENANCE_FIELDS = (
-    "framework",
-    "framework_version",
-    "image",
-    "image_digest",
-    "command",
-    "model_revision",
-    "dataset",
-    "dataset_revision",
-    "dataset_hash",
-    "sampling",
-    "prompt_count",
-    "date",
-    "code_version",
-    "flow_run_id",
-    "host",
-)
+VARIANT_FIELDS = tuple(f.name for f in fields(Variant))
+PROVENANCE_FIELDS = tuple(Provenance.model_fields)
 ALL_FIELDS = (
     *KEY_FIELDS,
     *VARIANT_FIELDS,

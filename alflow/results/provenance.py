@@ -13,27 +13,24 @@ from alflow import __version__
 _REPO = Path(__file__).resolve().parents[2]
 
 
+def _output(argv: list[str], timeout_s: float) -> str | None:
+    """The stripped standard output of ``argv``, None when it cannot run or fails."""
+    try:
+        return subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout_s, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def git_revision(repo: Path = _REPO) -> str | None:
     """The git commit of the alflow checkout (with ``+dirty`` for local changes), or None."""
     git = shutil.which("git")
     if git is None or not (repo / ".git").exists():
         return None
-    try:
-        rev = subprocess.run(
-            [git, "-C", str(repo), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            [git, "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
+    rev = _output([git, "-C", str(repo), "rev-parse", "HEAD"], 10)
+    dirty = _output([git, "-C", str(repo), "status", "--porcelain", "--untracked-files=no"], 10)
+    if rev is None or dirty is None:
         return None
     return rev + ("+dirty" if dirty else "")
 
@@ -49,18 +46,11 @@ def gpu_info() -> list[dict[str, str]] | None:
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return None
-    try:
-        out = subprocess.run(
-            [smi, "--query-gpu=index,name,memory.total,driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
+    out = _output([smi, "--query-gpu=index,name,memory.total,driver_version", "--format=csv,noheader"], 20)
+    if out is None:
         return None
     rows = []
-    for line in out.strip().splitlines():
+    for line in out.splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) == 4:
             rows.append(dict(zip(("index", "name", "memory", "driver"), parts, strict=True)))

@@ -8,6 +8,7 @@ the previous calibration, or, in a sweep's run, its children's verdicts gathered
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -85,10 +86,7 @@ class RegressionReport(_Stored):
 
     def counts(self) -> dict[str, int]:
         """How many points got each outcome (outcomes with none left out)."""
-        out: dict[str, int] = {}
-        for p in self.points:
-            out[p.outcome] = out.get(p.outcome, 0) + 1
-        return out
+        return dict(Counter(p.outcome for p in self.points))
 
     def alerts(self) -> list[PointVerdict]:
         """The points that emit ``alflow.regression.detected`` (regressed, moved)."""
