@@ -625,15 +625,7 @@ class Catalog:
             rows = dict(data["runs"])
             entries = {rel: CatalogEntry.from_dict(row["entry"]) for rel, row in rows.items()}
             sigs = {rel: _sig_from_json(row["sig"]) for rel, row in rows.items()}
-        except (
-            OSError,
-            orjson.JSONDecodeError,
-            AlflowError,
-            KeyError,
-            TypeError,
-            ValueError,
-            AttributeError,
-        ) as exc:
+        except (OSError, ValueError, AlflowError, KeyError, TypeError, AttributeError) as exc:
             log.warning("catalogue cache %s not used: %s", self._cache_file, exc)
             return {}, {}, {}
         return entries, sigs, rows
@@ -679,11 +671,9 @@ def _read_all(todo: list[tuple[str, str]]) -> dict[str, CatalogEntry]:
 
 def _sig_from_json(raw: object) -> Signature:
     """A signature as read back from JSON (lists -> tuples, so it compares equal to a fresh one)."""
-    if raw is None:
-        return None
-    if not isinstance(raw, list):
+    if raw is not None and not isinstance(raw, list):
         raise TypeError(f"signature {raw!r:.80}: expected a list")
-    return tuple(_tuples(v) for v in raw)
+    return _tuples(raw)  # type: ignore[return-value]
 
 
 def _tuples(value: object) -> object:

@@ -25,7 +25,7 @@ import io
 import json
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -117,25 +117,22 @@ class LocalStorage:
         return Path(path).exists()
 
     def list_dirs(self, path: str) -> list[str]:
-        p = Path(path)
-        try:  # a folder that cannot be listed (permissions, /proc's) holds no runs alflow can read
-            return sorted(str(c) for c in p.iterdir() if c.is_dir()) if p.is_dir() else []
-        except OSError:
-            return []
+        return _children(path, Path.is_dir)
 
     def list_files(self, path: str) -> list[str]:
-        p = Path(path)
-        try:
-            return (
-                sorted(str(c) for c in p.iterdir() if c.is_file() and not c.is_symlink())
-                if p.is_dir()
-                else []
-            )
-        except OSError:
-            return []
+        return _children(path, lambda c: c.is_file() and not c.is_symlink())
 
     def join(self, *parts: str) -> str:
         return str(Path(*parts))
+
+
+def _children(path: str, keep: Callable[[Path], bool]) -> list[str]:
+    """The entries of the folder ``path`` that ``keep`` keeps, sorted; none when it is not a folder."""
+    p = Path(path)
+    try:  # a folder that cannot be listed (permissions, /proc's) holds no runs alflow can read
+        return sorted(str(c) for c in p.iterdir() if keep(c)) if p.is_dir() else []
+    except OSError:
+        return []
 
 
 class FsspecStorage:
@@ -329,36 +326,30 @@ class RunWriter:
         self.manifest.provenance = _provenance({**self.manifest.provenance.model_dump(), **fields})
         self._write_manifest()
 
+    def _put(self, filename: str, data: bytes, rows: int | None = None) -> str:
+        """Write ``filename`` (atomic), list it in the manifest and rewrite the manifest."""
+        self.storage.write_bytes(self._path(filename), data)
+        self.manifest.files[filename] = FileEntry(rows=rows, written=_now().isoformat())
+        self._write_manifest()
+        return self._path(filename)
+
     def write_table(self, name: str, frame: pl.DataFrame) -> str:
         """Write ``<name>.parquet`` (atomic) with the schema version in its metadata."""
         _check_name("table", name)
         buf = io.BytesIO()
         frame = _redact_frame(frame)
         frame.write_parquet(buf, metadata={PARQUET_VERSION_KEY: str(SCHEMA_VERSION)})
-        filename = f"{name}.parquet"
-        self.storage.write_bytes(self._path(filename), buf.getvalue())
-        self.manifest.files[filename] = FileEntry(rows=frame.height, written=_now().isoformat())
-        self._write_manifest()
-        return self._path(filename)
+        return self._put(f"{name}.parquet", buf.getvalue(), frame.height)
 
     def write_json(self, name: str, data: Mapping[str, Any]) -> str:
         """Write ``<name>.json`` (atomic) with a ``schema_version`` key."""
         _check_name("file", name)
-        filename = f"{name}.json"
-        self.storage.write_bytes(
-            self._path(filename), _json_bytes({"schema_version": SCHEMA_VERSION, **data})
-        )
-        self.manifest.files[filename] = FileEntry(written=_now().isoformat())
-        self._write_manifest()
-        return self._path(filename)
+        return self._put(f"{name}.json", _json_bytes({"schema_version": SCHEMA_VERSION, **data}))
 
     def write_text(self, filename: str, text: str) -> str:
         """Write a text file (e.g. ``report.md``) atomically and list it in the manifest."""
         _check_name("file", filename)
-        self.storage.write_bytes(self._path(filename), redact_urls_in_text(text).encode())
-        self.manifest.files[filename] = FileEntry(written=_now().isoformat())
-        self._write_manifest()
-        return self._path(filename)
+        return self._put(filename, redact_urls_in_text(text).encode())
 
     def write_summary(self, data: Mapping[str, Any]) -> str:
         """Write ``summary.json``."""

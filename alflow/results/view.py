@@ -321,18 +321,14 @@ def latency_percentiles(run: StoredRun, percentiles: Sequence[float] = (50, 90, 
     req = per_request(records).filter(pl.col("ok"))
     if req.height == 0:
         return None
-    itl = req.select("concurrency", pl.col("itl_ms").alias("itl")).explode("itl")
-    aggs = []
-    for p in percentiles:
-        q = p / 100.0
-        aggs += [
-            pl.col("ttft_ms").quantile(q, interpolation="linear").alias(f"p{p:g}_ttft_ms"),
-            pl.col("tpot_ms").quantile(q, interpolation="linear").alias(f"p{p:g}_tpot_ms"),
-            pl.col("e2el_ms").quantile(q, interpolation="linear").alias(f"p{p:g}_e2el_ms"),
-        ]
-    main = req.group_by("concurrency").agg(aggs)
-    itl_aggs = [
-        pl.col("itl").quantile(p / 100.0, interpolation="linear").alias(f"p{p:g}_itl_ms") for p in percentiles
-    ]
-    itl_frame = itl.group_by("concurrency").agg(itl_aggs)
-    return main.join(itl_frame, on="concurrency", how="left").sort("concurrency")
+    itl = req.select("concurrency", pl.col("itl_ms")).explode("itl_ms")
+
+    def quantiles(frame: pl.DataFrame, *names: str) -> pl.DataFrame:
+        return frame.group_by("concurrency").agg(
+            pl.col(f"{n}_ms").quantile(p / 100.0, interpolation="linear").alias(f"p{p:g}_{n}_ms")
+            for p in percentiles
+            for n in names
+        )
+
+    main = quantiles(req, "ttft", "tpot", "e2el")
+    return main.join(quantiles(itl, "itl"), on="concurrency", how="left").sort("concurrency")
