@@ -116,20 +116,15 @@ def golden_files(table: ReferenceTable, *, code_version: str, table_name: str) -
 
 
 def _metadata(method: SpecMethod, variant: Variant, code_version: str) -> dict[str, Any]:
-    meta: dict[str, Any] = {}
-    if variant.draft_model:
-        meta["draft-model"] = variant.draft_model
-    meta.update(
-        {
-            "method": method.value,
-            "draft-sample-method": variant.draft_sample_method,
-            "rejection-sample-method": variant.rejection_sample_method,
-            "concurrency": variant.concurrency,
-            "prefix-caching": variant.prefix_caching,
-            "exported-by": code_version,
-        }
-    )
-    return meta
+    return {
+        **({"draft-model": variant.draft_model} if variant.draft_model else {}),
+        "method": method.value,
+        "draft-sample-method": variant.draft_sample_method,
+        "rejection-sample-method": variant.rejection_sample_method,
+        "concurrency": variant.concurrency,
+        "prefix-caching": variant.prefix_caching,
+        "exported-by": code_version,
+    }
 
 
 def _header(

@@ -317,24 +317,24 @@ class ReferenceTable(StrictModel):
         where = f"the {self.dataset}/{self.category} table ({self.kind})"
         if len(found) == 1:
             return found[0]
+
+        def variants(entries: list[ReferenceEntry]) -> str:
+            return "; ".join(
+                f"[{e.variant.label()}]" for e in sorted(entries, key=lambda e: e.variant.sort_key())
+            )
+
         if len(found) > 1:
             asked = query.label()
             raise ReferenceAmbiguousError(
                 f"{len(found)} drafter variants of {subject} in {where} match"
                 + (f" {asked}" if asked else " (no variant given)")
-                + ": "
-                + "; ".join(
-                    f"[{e.variant.label()}]" for e in sorted(found, key=lambda e: e.variant.sort_key())
-                )
-                + "; say which (the server's draft model, draft_sample_method and rejection_sample_method "
-                "in its speculative config), or keep one variant per table"
+                + f": {variants(found)}; say which (the server's draft model, draft_sample_method and "
+                "rejection_sample_method in its speculative config), or keep one variant per table"
             )
         if point:
             raise ReferenceNotFoundError(
                 f"no reference AL for {subject} with {query.label()} in {where}; it has that point for: "
-                + "; ".join(
-                    f"[{e.variant.label()}]" for e in sorted(point, key=lambda e: e.variant.sort_key())
-                )
+                + variants(point)
             )
         same = sorted({e.k for e in self.entries if (e.model, e.method, e.thinking) == (model, m, t)})
         if same:
@@ -347,10 +347,8 @@ class ReferenceTable(StrictModel):
     def with_entries(self, entries: Iterable[ReferenceEntry]) -> ReferenceTable:
         """A copy with ``entries`` added or replacing the ones with the same key (validated)."""
         merged = {e.key: e for e in self.entries}
-        for entry in entries:
-            e = ReferenceEntry.model_validate(
-                entry.model_dump(warnings=False)
-            )  # model_copy(update=...) skips validation
+        for entry in entries:  # validated again: model_copy(update=...) skips validation
+            e = ReferenceEntry.model_validate(entry.model_dump(warnings=False))
             merged[e.key] = e
         ordered = sorted(merged.values(), key=lambda e: e.key.sort_key())
         return ReferenceTable.model_validate(

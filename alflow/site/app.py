@@ -28,7 +28,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, BinaryIO, Final, TypeVar
@@ -172,18 +172,24 @@ def _private(text: str, entries: Iterable[CatalogEntry] = ()) -> str:
     return redact_urls_in_text(text) if "://" in text or "?" in text else text  # ?token= outside a URL too
 
 
+def _each_value(data: object, fn: Callable[[object], object]) -> object:
+    """JSON-ready ``data`` with ``fn`` applied to every value in it that is no dict or list (keys included)."""
+    if isinstance(data, dict):
+        return {_each_value(k, fn): _each_value(v, fn) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [_each_value(v, fn) for v in data]
+    return fn(data)
+
+
 def _private_data(data: object, entries: tuple[CatalogEntry, ...]) -> object:
     """JSON-ready ``data`` with :func:`_private` applied to every string in it (keys included)."""
-    if isinstance(data, str):
-        return _private_text(data) if not entries and len(data) <= _CACHED_CHARS else _private(data, entries)
-    if isinstance(data, dict):
-        return {
-            (_private(k, entries) if isinstance(k, str) else k): _private_data(v, entries)
-            for k, v in data.items()
-        }
-    if isinstance(data, list | tuple):
-        return [_private_data(v, entries) for v in data]
-    return data
+
+    def private(v: object) -> object:
+        if not isinstance(v, str):
+            return v
+        return _private_text(v) if not entries and len(v) <= _CACHED_CHARS else _private(v, entries)
+
+    return _each_value(data, private)
 
 
 def _html(request: web.Request, template: str, title: str, status: int = 200, **data: Any) -> web.Response:
@@ -193,20 +199,14 @@ def _html(request: web.Request, template: str, title: str, status: int = 200, **
     )  # each value went through _printed
 
 
-def _json_ready(data: object) -> object:
-    """``data`` as JSON can carry it: an integer beyond 64 bits as its decimal text, a lone surrogate as U+FFFD.
+def _json_ready(value: object) -> object:
+    """A value as JSON can carry it: an integer beyond 64 bits as its decimal text, a lone surrogate as U+FFFD.
 
     A stored run may hold either (a manifest written by another tool, a surrogate's JSON escape): the answer goes.
     """
-    if isinstance(data, int) and not isinstance(data, bool) and not -(2**63) <= data < 2**64:
-        return str(data)
-    if isinstance(data, str):
-        return _SURROGATE.sub("\ufffd", data)
-    if isinstance(data, dict):
-        return {_json_ready(k): _json_ready(v) for k, v in data.items()}
-    if isinstance(data, list | tuple):
-        return [_json_ready(v) for v in data]
-    return data
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**64:
+        return str(value)
+    return _SURROGATE.sub("\ufffd", value) if isinstance(value, str) else value
 
 
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
@@ -216,7 +216,7 @@ def _json(data: object, status: int = 200, entries: Iterable[CatalogEntry] = ())
     try:
         body = orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
     except TypeError:  # an integer beyond 64 bits or a lone surrogate in a stored run
-        data = _json_ready(data)
+        data = _each_value(data, _json_ready)
         body = orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
     runs = tuple(entries)
     if b"://" in body or b"?" in body or any(e.run_dir.encode() in body for e in runs if e.run_dir != e.rel):

@@ -88,40 +88,34 @@ def build_comparison(runs: Sequence[StoredRun]) -> Report:
     """Several runs side by side: who ran what, then the flow-specific comparison."""
     if not runs:
         raise AlflowError("give at least one run directory to compare")
-    simulated = any(r.manifest.simulated for r in runs)
+    runs_table = Table(
+        ["run", "flow", "status", "simulated", "model", "framework", "image", "K", "directory"],
+        [
+            [
+                run_label(r),
+                r.manifest.flow,
+                r.status,
+                "yes" if r.manifest.simulated else "no",
+                model_id(r) or "-",
+                framework(r) or "-",
+                image(r)[0] or "-",
+                fmt(config_value(r, "k")),
+                r.dir,
+            ]
+            for r in runs
+        ],
+    )
     report = Report(
         title=f"Comparison of {len(runs)} runs",
-        simulated=simulated,
+        simulated=any(r.manifest.simulated for r in runs),
         facts=[("Runs", str(len(runs)))],
-        sections=[],
+        sections=[Section("Runs", tables=[runs_table])],
+        warnings=[
+            f"{run_label(r)} is {r.status}: its numbers are partial or failed."
+            for r in runs
+            if r.status != "complete"
+        ],
     )
-    report.sections.append(
-        Section(
-            "Runs",
-            tables=[
-                Table(
-                    ["run", "flow", "status", "simulated", "model", "framework", "image", "K", "directory"],
-                    [
-                        [
-                            run_label(r),
-                            r.manifest.flow,
-                            r.status,
-                            "yes" if r.manifest.simulated else "no",
-                            model_id(r) or "-",
-                            framework(r) or "-",
-                            image(r)[0] or "-",
-                            fmt(config_value(r, "k")),
-                            r.dir,
-                        ]
-                        for r in runs
-                    ],
-                )
-            ],
-        )
-    )
-    for r in runs:
-        if r.status != "complete":
-            report.warnings.append(f"{run_label(r)} is {r.status}: its numbers are partial or failed.")
     m2 = [r for r in runs if r.manifest.flow == "m2"]
     if m2:
         report.sections.append(_compare_m2(m2))

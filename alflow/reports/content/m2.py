@@ -241,10 +241,8 @@ def _audit_section(run: StoredRun, points: Sequence[M2Point]) -> Section:
         f"around the scheme's expected AL{f' (scheme {name})' if name else ''}."
     )
     spreads = [audit_spread(run, p) for p in points]
-    achieved, expected = [], []
-    for p, s in zip(points, spreads, strict=True):
-        achieved.append((p.concurrency, p.achieved_al))
-        expected.append((p.concurrency, s.expected))
+    achieved = [(p.concurrency, p.achieved_al) for p in points]
+    expected = [(p.concurrency, s.expected) for p, s in zip(points, spreads, strict=True)]
     errs = [
         (s.expected - s.allowed, s.expected + s.allowed)
         if s.expected is not None and s.allowed is not None

@@ -94,14 +94,14 @@ def _runs_section(rows: list[dict[str, Any]]) -> Section:
 def _best_section(stored: Mapping[str, Any]) -> Section:
     """The best K per concurrency, by throughput per GPU and by interactivity (valid points only)."""
     best = [b for b in stored.get("best_k") or [] if isinstance(b, Mapping)]
+    if not best:
+        return Section("Best K per concurrency", paragraphs=["No valid M2 point: no best K."])
     return Section(
         "Best K per concurrency",
         paragraphs=[
             "Among valid points only, by output throughput per GPU and by median interactivity: "
             f"{RULE}. The figure is the chosen K's median over its repeats."
-        ]
-        if best
-        else ["No valid M2 point: no best K."],
+        ],
         tables=[
             Table(
                 [
@@ -123,9 +123,7 @@ def _best_section(stored: Mapping[str, Any]) -> Section:
                 ],
                 numeric=[True] * 5,
             )
-        ]
-        if best
-        else [],
+        ],
     )
 
 
