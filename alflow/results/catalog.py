@@ -648,9 +648,7 @@ class Catalog:
         data = {"version": _CACHE_FORMAT, "root": self.root, "runs": rows}
         try:
             blob = orjson.dumps(data)
-        except (
-            TypeError
-        ):  # an integer beyond 64 bits in a run: those rows are not cached (read again next time)
+        except TypeError:  # an integer beyond 64 bits: those rows are not cached (read again next time)
             for rel in fresh:
                 try:
                     orjson.dumps(rows[rel])

@@ -10,6 +10,7 @@ accessor tolerates that and answers ``None``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -42,20 +43,17 @@ def get_path(data: object, *path: str) -> Any:
 
 def table_or_none(run: StoredRun, name: str) -> pl.DataFrame | None:
     """The run's ``NAME.parquet`` table, or None when the run has none (or it cannot be read)."""
-    if not run.has(f"{name}.parquet"):
-        return None
     try:
-        return run.table(name)
+        return run.table(name) if run.has(f"{name}.parquet") else None
     except AlflowError:
         return None
 
 
 def table_problem(run: StoredRun, name: str) -> str | None:
     """Why the run's listed ``NAME.parquet`` cannot be read (damaged, not parquet); None: it reads, or is unlisted."""
-    if not run.has(f"{name}.parquet"):
-        return None
     try:
-        run.table(name)
+        if run.has(f"{name}.parquet"):
+            run.table(name)
     except AlflowError as exc:
         return " ".join(str(exc).split())[:300]
     return None
@@ -63,10 +61,8 @@ def table_problem(run: StoredRun, name: str) -> str | None:
 
 def json_or_none(run: StoredRun, name: str) -> dict[str, Any] | None:
     """The run's ``NAME.json``, or None when the run has none (or it cannot be read)."""
-    if not run.has(f"{name}.json"):
-        return None
     try:
-        return run.json(name)
+        return run.json(name) if run.has(f"{name}.json") else None
     except AlflowError:
         return None
 
@@ -264,12 +260,7 @@ def m0_request_acceptance(run: StoredRun) -> list[tuple[str, RequestAcceptance]]
 def run_request_acceptance(run: StoredRun) -> RequestAcceptance | None:
     """The per-request acceptance of a run's stored requests (M1's AL point); None without per-request counts."""
     records = table_or_none(run, "requests")
-    if (
-        records is None
-        or records.height == 0
-        or "warmup" not in records.columns
-        or "error" not in records.columns
-    ):
+    if records is None or records.height == 0 or not {"warmup", "error"} <= set(records.columns):
         return None
     return request_acceptance(records)
 
@@ -306,10 +297,8 @@ def audit_spread(run: StoredRun, point: M2Point) -> AuditSpread:
     std: float | None = None
     name = scheme(run)
     if name is not None:
-        try:
+        with contextlib.suppress(AlflowError):
             std = distribution(name, point.k, al=point.target_al).std
-        except AlflowError:
-            std = None
     return AuditSpread(expected=point.expected_al, std=std, allowed=point.allowed_deviation)
 
 

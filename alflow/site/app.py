@@ -316,12 +316,7 @@ async def run_page(request: web.Request) -> web.StreamResponse:
     except AlflowError as exc:
         message = f"run {entry.rel} cannot be rendered: {' '.join(str(exc).split())}"
         return _problem(request, 404, _private(message, [entry]))
-    except (
-        pl.exceptions.PolarsError,
-        TypeError,
-        ValueError,
-        KeyError,
-    ) as exc:  # a file not as alflow writes it
+    except (pl.exceptions.PolarsError, TypeError, ValueError, KeyError) as exc:  # not as alflow wrote it
         log.warning("run %s cannot be rendered", entry.rel, exc_info=True)
         why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
         message = f"run {entry.rel} cannot be rendered: a file is not as alflow writes it ({why})"

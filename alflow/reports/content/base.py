@@ -178,9 +178,8 @@ def base_report(run: StoredRun, title: str) -> Report:
                 warnings.append(f"Release gate: {warning}")
             elif str(warning).startswith(("LOSSY verification", DRAWS_NOTE)):
                 warnings.append(str(warning))
-        runtime_k = report_line(
-            stored_knobs(server.provenance.runtime_k)
-        )  # allowed with real acceptance: shown
+        # runtime-varying K is allowed with real acceptance: shown
+        runtime_k = report_line(stored_knobs(server.provenance.runtime_k))
         if runtime_k is not None:
             warnings.append(runtime_k)
     stored = summary(run)
