@@ -502,16 +502,12 @@ def _compare_runs(request: web.Request) -> list[CatalogEntry]:
     return out
 
 
-def _comparison(catalog: Catalog, entries: list[CatalogEntry]) -> Report:
-    for e in entries:
-        _check_files(catalog, e)
-    return build_comparison([open_run(e.run_dir) for e in entries])
-
-
 def _compared(request: web.Request, entries: list[CatalogEntry]) -> Report | web.Response:
     """The comparison of ``entries``, or a 404 naming the run that cannot be read (not by the server's path)."""
     try:
-        return _comparison(request.app[CATALOG], entries)
+        for e in entries:
+            _check_files(request.app[CATALOG], e)
+        return build_comparison([open_run(e.run_dir) for e in entries])
     except AlflowError as exc:
         return _problem(request, 404, _private(f"cannot compare: {' '.join(str(exc).split())}", entries))
 

@@ -196,9 +196,8 @@ class PathOnlyAccessLogger(AbstractAccessLogger):
     """One access-log line per request: method, path (never the query: it may hold the token), status, time."""
 
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
-        path = request.raw_path.split("?", 1)[
-            0
-        ]  # percent-encoded as received: no control character in the log
+        # the path percent-encoded as received: no control character in the log
+        path = request.raw_path.split("?", 1)[0]
         self.logger.info("%s %s %s %.1fms", request.method, path, response.status, time * 1000)
 
 

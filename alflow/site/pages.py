@@ -124,26 +124,10 @@ class RunRow:
 
     @classmethod
     def of(cls, e: CatalogEntry) -> RunRow:
-        """The row of a catalogue entry."""
-        return cls(
-            rel=e.rel,
-            flow=e.flow,
-            run_id=e.run_id,
-            started=e.started,
-            date=e.started[:16].replace("T", " "),
-            status=e.status,
-            outcome=e.outcome,
-            model=e.model,
-            framework=e.framework,
-            image=e.image or e.served,  # a process-run server: what served it, never an image it did not use
-            image_tag=e.image_tag,
-            ks=e.ks,
-            thinking=e.thinking,
-            verdict=e.verdict,
-            simulated=e.simulated,
-            files=e.files,
-            problem=e.problem,
-        )
+        """The row of a catalogue entry: its fields, with the date as shown and what served it as its image."""
+        values = {f.name: getattr(e, f.name) for f in fields(cls) if f.name not in ("date", "image")}
+        # a process-run server: what served it, never an image it did not use
+        return cls(**values, date=e.started[:16].replace("T", " "), image=e.image or e.served)
 
 
 @dataclass(frozen=True)
