@@ -29,7 +29,7 @@ import hashlib
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar, get_args
@@ -262,8 +262,7 @@ def _golden_draft(
     elif "draft_model" in facts or "measured_draft" in facts:
         stated = (facts.get("draft_model") or facts["measured_draft"], "its comments")
     collector = facts.get("collector")
-    script = Path(collector).name if collector else None
-    known = COLLECTOR_DRAFT_MODELS.get(script) if script else None
+    known = COLLECTOR_DRAFT_MODELS.get(Path(collector or "").name)
     chosen = _choose(
         source,
         "draft model",
@@ -292,8 +291,7 @@ def _golden_collection(
 ) -> tuple[int, bool]:
     """Concurrency and prefix caching: ``_metadata`` (alflow's export) or the comments, else the collector's."""
     collector = facts.get("collector")
-    script = Path(collector).name if collector else None
-    known = COLLECTORS.get(script) if script else None
+    known = COLLECTORS.get(Path(collector or "").name)
     meta_where = f"{METADATA_KEY} in the file"
     where_default = f"the defaults of {collector} at InferenceX {INFERENCEX_COMMIT[:12]}"
     stated_conc: tuple[int, str] | None = None
@@ -436,7 +434,6 @@ def golden_entries(
         imported_at=imported_at or datetime.now(UTC),
         code_version=code_version,
     )
-    v = curve.variant
     out = []
     for thinking, by_k in curve.values.items():
         for k, al in sorted(by_k.items()):
@@ -447,11 +444,7 @@ def golden_entries(
                         method=curve.method,
                         thinking=thinking,
                         k=k,
-                        draft_model=v.draft_model,
-                        draft_sample_method=v.draft_sample_method,
-                        rejection_sample_method=v.rejection_sample_method,
-                        concurrency=v.concurrency,
-                        prefix_caching=v.prefix_caching,
+                        **asdict(curve.variant),
                         al=al,
                         imported_from=source,
                         note=f"imported from InferenceX {Path(file).name}: not measured by alflow",

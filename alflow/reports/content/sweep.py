@@ -194,14 +194,11 @@ def _uncertainty_section(points: list[M2Point], repeats: object) -> Section:
                     "K",
                     "valid/repeats",
                     "independent draws",
-                    "tok/s/GPU median",
-                    "MAD",
-                    "min..max",
-                    "score",
-                    "interactivity median",
-                    "MAD",
-                    "min..max",
-                    "score",
+                    *(
+                        h
+                        for name in ("tok/s/GPU", "interactivity")
+                        for h in (f"{name} median", "MAD", "min..max", "score")
+                    ),
                 ],
                 spread_cells,
                 title="Spread over repeats",
