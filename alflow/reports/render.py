@@ -13,7 +13,7 @@ in them is redacted (:func:`~alflow.util.redact.redact_urls_in_text`), as on the
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -29,15 +29,24 @@ Format = Literal["html", "md"]
 HTML_REPORT: Final = "report.html"
 
 
-def environment() -> jinja2.Environment:
-    """The jinja2 environment of the HTML page: package templates, HTML autoescape, strict undefined."""
+def environment(
+    package: str = "alflow.reports",
+    *,
+    keep_trailing_newline: bool = True,
+    finalize: Callable[[object], object] | None = None,
+) -> jinja2.Environment:
+    """The jinja2 environment of HTML pages: ``package``'s templates, HTML autoescape, strict undefined.
+
+    ``finalize``: what every ``{{ ... }}`` passes through before escaping (the site's redaction).
+    """
     return jinja2.Environment(
-        loader=jinja2.PackageLoader("alflow.reports", "templates"),
+        loader=jinja2.PackageLoader(package, "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
-        keep_trailing_newline=True,
+        keep_trailing_newline=keep_trailing_newline,
+        finalize=finalize,
     )
 
 

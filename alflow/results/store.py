@@ -70,31 +70,21 @@ class Storage(Protocol):
 
     def write_bytes(self, path: str, data: bytes) -> None:
         """Write ``data`` to ``path`` so that readers see the old or the new content, never half."""
-        ...
 
-    def read_bytes(self, path: str) -> bytes:
-        """Read a whole object."""
-        ...
+    def read_bytes(self, path: str) -> bytes: ...
 
     def open_read(self, path: str) -> BinaryIO:
         """Open an object for reading in parts (the caller closes it)."""
-        ...
 
-    def exists(self, path: str) -> bool:
-        """True when ``path`` exists."""
-        ...
+    def exists(self, path: str) -> bool: ...
 
     def list_dirs(self, path: str) -> list[str]:
         """Immediate sub-directories of ``path`` (full paths), empty when it does not exist."""
-        ...
 
     def list_files(self, path: str) -> list[str]:
         """Files directly in ``path`` (full paths; locally plain files, no symlink), empty when it does not exist."""
-        ...
 
-    def join(self, *parts: str) -> str:
-        """Join path parts."""
-        ...
+    def join(self, *parts: str) -> str: ...
 
 
 class LocalStorage:

@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any, BinaryIO, Final, TypeVar
 from urllib.parse import quote
 
-import jinja2
 import orjson
 import polars as pl
 from aiohttp import web
@@ -43,7 +42,7 @@ from markupsafe import Markup, escape
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.reports.content import Report, build_comparison
 from alflow.reports.markdown import escape_controls
-from alflow.reports.render import render, render_run
+from alflow.reports.render import environment, render, render_run
 from alflow.results.catalog import REGRESSION, Catalog, CatalogEntry
 from alflow.results.store import MANIFEST, StoreError, open_run
 from alflow.site import guard
@@ -112,17 +111,6 @@ STORED_HTML_CSP: Final = (
 _PLAIN_NAME: Final = re.compile(r"[^A-Za-z0-9._-]")
 
 
-def _env() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.PackageLoader("alflow.site", "templates"),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        finalize=_printed,
-    )
-
-
 def _printed(value: object) -> object:
     """What a page prints of ``value`` (every ``{{ ... }}`` of a template): :func:`_private`, no control character.
 
@@ -153,7 +141,7 @@ def _private_text(text: str) -> str:
     return _private(text)
 
 
-_ENV: Final = _env()
+_ENV: Final = environment("alflow.site", keep_trailing_newline=False, finalize=_printed)
 
 
 def _private(text: str, entries: Iterable[CatalogEntry] = ()) -> str:
