@@ -7,10 +7,10 @@ into HTML or Markdown and never compute anything.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from markupsafe import Markup
 
@@ -214,6 +214,17 @@ PER_REQUEST_NOTE = (
     "(vLLM's metrics.speculative_decoding, SGLang's sglext.spec_tokens_details), over the measured requests with at least one "
     "verify step; the pooled histogram counts verify steps by drafts accepted (the bonus token not counted)."
 )
+
+
+Column = tuple[str, bool, Callable[[Any], str]]
+"""One column of :func:`column_table`: its heading, whether it holds numbers (right-aligned), its cell of an item."""
+
+
+def column_table(columns: Sequence[Column], items: Iterable[Any], title: str = "") -> Table:
+    """A table with one row per item, each cell the column's function of the item."""
+    return Table(
+        [c[0] for c in columns], [[c[2](i) for c in columns] for i in items], title, [c[1] for c in columns]
+    )
 
 
 def label_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:

@@ -8,10 +8,11 @@ from typing import Any
 from alflow.reference.table import ReferenceEntry
 from alflow.reports import svg
 from alflow.reports.content.base import (
+    Column,
     Report,
     Section,
-    Table,
     base_report,
+    column_table,
     fmt,
     per_request_section,
     svg_figure,
@@ -94,27 +95,19 @@ def _al_section(
         figures=[svg_figure(chart)],
         notes=skipped,
     )
-    sec.tables.append(
-        Table(
-            ["model", "method", "thinking", "K", "AL", "CI low", "CI high", "steps", "accepted", "p_1..p_K"],
-            [
-                [
-                    e.model,
-                    e.method.value,
-                    e.thinking.value,
-                    fmt(e.k),
-                    fmt(e.al, 4),
-                    fmt(e.ci_low, 4),
-                    fmt(e.ci_high, 4),
-                    fmt(e.num_drafts),
-                    fmt(e.accepted_tokens),
-                    ", ".join(fmt(p, 3) for p in e.per_position_rates or ()) or "-",
-                ]
-                for e in sorted(entries, key=lambda r: (r.model, r.thinking.value, r.k))
-            ],
-            numeric=[False, False, False, True, True, True, True, True, True, False],
-        )
-    )
+    columns: list[Column] = [
+        ("model", False, lambda e: e.model),
+        ("method", False, lambda e: e.method.value),
+        ("thinking", False, lambda e: e.thinking.value),
+        ("K", True, lambda e: fmt(e.k)),
+        ("AL", True, lambda e: fmt(e.al, 4)),
+        ("CI low", True, lambda e: fmt(e.ci_low, 4)),
+        ("CI high", True, lambda e: fmt(e.ci_high, 4)),
+        ("steps", True, lambda e: fmt(e.num_drafts)),
+        ("accepted", True, lambda e: fmt(e.accepted_tokens)),
+        ("p_1..p_K", False, lambda e: ", ".join(fmt(p, 3) for p in e.per_position_rates or ()) or "-"),
+    ]
+    sec.tables.append(column_table(columns, sorted(entries, key=lambda r: (r.model, r.thinking.value, r.k))))
     return sec
 
 
@@ -155,6 +148,25 @@ def _position_section(curves: dict[str, list[ReferenceEntry]]) -> Section:
     return pos
 
 
+DIFF_COLUMNS: list[Column] = [
+    ("model", False, lambda r: str(r.get("model"))),
+    ("method", False, lambda r: str(r.get("method"))),
+    ("thinking", False, lambda r: str(r.get("thinking"))),
+    ("K", True, lambda r: fmt(r.get("k"))),
+    ("status", False, lambda r: str(r.get("status"))),
+    ("old AL", True, lambda r: fmt(r.get("old_al"), 4)),
+    ("new AL", True, lambda r: fmt(r.get("new_al"), 4)),
+    ("delta", True, lambda r: fmt(r.get("delta"), 4)),
+    (
+        "relative",
+        True,
+        lambda r: "-" if svg.finite(r.get("rel_delta")) is None else f"{100 * float(r['rel_delta']):+.2f}%",
+    ),
+    ("provenance changes", False, lambda r: "; ".join(map(str, r.get("provenance_changes") or [])) or "-"),
+]
+"""The diff table's columns, one row per point of the stored diff (M0's ``summary.json``)."""
+
+
 def _diff_section(stored: Mapping[str, Any]) -> Section:
     """The diff against the previous reference table, and the points reused from the cache."""
     diff = stored.get("diff")
@@ -172,40 +184,7 @@ def _diff_section(stored: Mapping[str, Any]) -> Section:
                 else ""
             )
         )
-        diff_sec.tables.append(
-            Table(
-                [
-                    "model",
-                    "method",
-                    "thinking",
-                    "K",
-                    "status",
-                    "old AL",
-                    "new AL",
-                    "delta",
-                    "relative",
-                    "provenance changes",
-                ],
-                [
-                    [
-                        str(r.get("model")),
-                        str(r.get("method")),
-                        str(r.get("thinking")),
-                        fmt(r.get("k")),
-                        str(r.get("status")),
-                        fmt(r.get("old_al"), 4),
-                        fmt(r.get("new_al"), 4),
-                        fmt(r.get("delta"), 4),
-                        "-"
-                        if svg.finite(r.get("rel_delta")) is None
-                        else f"{100 * float(r['rel_delta']):+.2f}%",
-                        "; ".join(map(str, r.get("provenance_changes") or [])) or "-",
-                    ]
-                    for r in rows_d
-                ],
-                numeric=[False, False, False, True, False, True, True, True, True, False],
-            )
-        )
+        diff_sec.tables.append(column_table(DIFF_COLUMNS, rows_d))
     if stored.get("cached_points"):
         diff_sec.notes.append(
             "Reused from cache (not measured again): " + ", ".join(map(str, stored["cached_points"]))

@@ -7,11 +7,23 @@ from collections.abc import Sequence
 from alflow.gates import AUDIT_MIN_FIT_P, AUDIT_Z
 from alflow.metrics.point_metrics import INTERACTIVITY, OUTPUT_PER_GPU, P99_TTFT, POINT_METRICS, TTFT
 from alflow.reports import svg
-from alflow.reports.content.base import Figure, Report, Section, Table, base_report, fmt, svg_figure, validity
+from alflow.reports.content.base import (
+    Column,
+    Figure,
+    Report,
+    Section,
+    Table,
+    base_report,
+    column_table,
+    fmt,
+    svg_figure,
+    validity,
+)
 from alflow.reports.content.regression import regression_sections
 from alflow.results.rows import M2Point
 from alflow.results.store import StoredRun
 from alflow.results.view import (
+    AuditSpread,
     audit_spread,
     config_value,
     latency_percentiles,
@@ -230,6 +242,26 @@ def _latency_section(run: StoredRun, points: Sequence[M2Point]) -> Section:
     return sec
 
 
+AUDIT_COLUMNS: list[Column] = [
+    ("concurrency", True, lambda ps: fmt(ps[0].concurrency)),
+    ("K", True, lambda ps: fmt(ps[0].k)),
+    ("target AL", True, lambda ps: fmt(ps[0].target_al, 4)),
+    ("expected AL", True, lambda ps: fmt(ps[1].expected, 4)),
+    ("per-step std", True, lambda ps: fmt(ps[1].std, 4)),
+    ("steps", True, lambda ps: fmt(ps[0].num_drafts)),
+    ("achieved AL", True, lambda ps: fmt(ps[0].achieved_al, 4)),
+    ("deviation", True, lambda ps: _deviation(ps[0], ps[1])),
+    ("allowed", True, lambda ps: fmt(ps[1].allowed, 4)),
+    ("valid", False, lambda ps: validity(ps[0])),
+    ("audit", False, lambda ps: ps[0].audit),
+]
+"""The audit table's columns, one row per (point, its :class:`~alflow.results.view.AuditSpread`)."""
+
+
+def _deviation(p: M2Point, s: AuditSpread) -> str:
+    return "-" if p.achieved_al is None or s.expected is None else f"{p.achieved_al - s.expected:+.4f}"
+
+
 def _audit_section(run: StoredRun, points: Sequence[M2Point]) -> Section:
     sec = Section("Synthetic-acceptance audit", status="pass" if all(p.valid for p in points) else "fail")
     name = scheme(run)
@@ -269,42 +301,7 @@ def _audit_section(run: StoredRun, points: Sequence[M2Point]) -> Section:
             )
         )
     )
-    sec.tables.append(
-        Table(
-            [
-                "concurrency",
-                "K",
-                "target AL",
-                "expected AL",
-                "per-step std",
-                "steps",
-                "achieved AL",
-                "deviation",
-                "allowed",
-                "valid",
-                "audit",
-            ],
-            [
-                [
-                    fmt(p.concurrency),
-                    fmt(p.k),
-                    fmt(p.target_al, 4),
-                    fmt(s.expected, 4),
-                    fmt(s.std, 4),
-                    fmt(p.num_drafts),
-                    fmt(p.achieved_al, 4),
-                    "-"
-                    if p.achieved_al is None or s.expected is None
-                    else f"{p.achieved_al - s.expected:+.4f}",
-                    fmt(s.allowed, 4),
-                    validity(p),
-                    p.audit,
-                ]
-                for p, s in zip(points, spreads, strict=True)
-            ],
-            numeric=[True, True, True, True, True, True, True, True, True, False, False],
-        )
-    )
+    sec.tables.append(column_table(AUDIT_COLUMNS, zip(points, spreads, strict=True)))
     return sec
 
 
