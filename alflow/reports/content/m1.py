@@ -72,37 +72,19 @@ def _al_gate_section(v: Verdict, d: AlGateDetails, stats: pl.DataFrame | None) -
         status="pass" if passed else "fail",
     )
     lo, hi = (None, None) if ci is None else (ci.low, ci.high)
-    sec.tables.append(
-        Table(
-            [
-                "AL",
-                "CI low",
-                "CI high",
-                "CI level",
-                "CI method",
-                "compared",
-                "threshold",
-                "reference AL",
-                "rule",
-                "result",
-            ],
-            [
-                [
-                    fmt(d.al, 4),
-                    fmt(lo, 4),
-                    fmt(hi, 4),
-                    "-" if ci is None else f"{ci.level:.0%}",
-                    "-" if ci is None else ci.method,
-                    fmt(d.compared, 4),
-                    fmt(d.threshold, 4),
-                    fmt(d.reference_al, 4),
-                    d.rule or "-",
-                    "pass" if passed else "FAIL",
-                ]
-            ],
-            numeric=[True, True, True, True, False, True, True, True, False, False],
-        )
-    )
+    cells = [
+        ("AL", True, fmt(d.al, 4)),
+        ("CI low", True, fmt(lo, 4)),
+        ("CI high", True, fmt(hi, 4)),
+        ("CI level", True, "-" if ci is None else f"{ci.level:.0%}"),
+        ("CI method", False, "-" if ci is None else ci.method),
+        ("compared", True, fmt(d.compared, 4)),
+        ("threshold", True, fmt(d.threshold, 4)),
+        ("reference AL", True, fmt(d.reference_al, 4)),
+        ("rule", False, d.rule or "-"),
+        ("result", False, "pass" if passed else "FAIL"),
+    ]
+    sec.tables.append(Table([c[0] for c in cells], [[c[2] for c in cells]], numeric=[c[1] for c in cells]))
     al = svg.finite(d.al)
     hlines = [
         svg.HLine(d.threshold, "threshold", "#d62728"),

@@ -7,7 +7,7 @@ from typing import Any
 
 from alflow.frameworks.registry import repeated_draws
 from alflow.methods.kchoice import RULE, KChoice, all_choices, spread_rows
-from alflow.reports.content.base import Report, Section, Table, base_report, fmt
+from alflow.reports.content.base import Column, Report, Section, Table, base_report, column_table, fmt
 from alflow.reports.content.m2 import THROUGHPUT_NOTE, points_table, throughput_figure
 from alflow.reports.content.regression import regression_sections
 from alflow.results.rows import M2Point
@@ -103,25 +103,19 @@ def _best_section(stored: Mapping[str, Any]) -> Section:
             f"{RULE}. The figure is the chosen K's median over its repeats."
         ],
         tables=[
-            Table(
+            column_table(
                 [
-                    "concurrency",
-                    "best K (throughput/GPU)",
-                    "output tok/s/GPU",
-                    "best K (interactivity)",
-                    "interactivity (tok/s/user)",
+                    ("concurrency", True, lambda b: fmt(b.get("concurrency"))),
+                    ("best K (throughput/GPU)", True, lambda b: fmt(b.get("best_k_throughput"))),
+                    ("output tok/s/GPU", True, lambda b: fmt(b.get("output_throughput_per_gpu"), 1)),
+                    ("best K (interactivity)", True, lambda b: fmt(b.get("best_k_interactivity"))),
+                    (
+                        "interactivity (tok/s/user)",
+                        True,
+                        lambda b: fmt(b.get("median_interactivity_tokens_per_s"), 1),
+                    ),
                 ],
-                [
-                    [
-                        fmt(b.get("concurrency")),
-                        fmt(b.get("best_k_throughput")),
-                        fmt(b.get("output_throughput_per_gpu"), 1),
-                        fmt(b.get("best_k_interactivity")),
-                        fmt(b.get("median_interactivity_tokens_per_s"), 1),
-                    ]
-                    for b in best
-                ],
-                numeric=[True] * 5,
+                best,
             )
         ],
     )
@@ -133,23 +127,23 @@ def _runner_up(c: KChoice) -> str:
     return f"K={c.runner_up.k} ({fmt(c.runner_up.score, 1)})"
 
 
+CHOICE_COLUMNS: list[Column] = [
+    ("concurrency", True, lambda c: fmt(c.concurrency)),
+    ("objective", False, lambda c: c.objective.value),
+    ("chosen K", True, lambda c: fmt(c.chosen.k)),
+    ("score", True, lambda c: fmt(c.chosen.score, 1)),
+    ("median ± MAD", True, lambda c: f"{fmt(c.chosen.median, 1)} ± {fmt(c.chosen.mad, 1)}"),
+    ("ties", False, lambda c: ", ".join(str(k) for k in c.ties)),
+    ("best score", False, lambda c: f"K={c.best.k} ({fmt(c.best.score, 1)})"),
+    ("runner-up", False, _runner_up),
+]
+"""The K choice's columns, one row per :class:`~alflow.methods.kchoice.KChoice`."""
+
+
 def _uncertainty_section(points: list[M2Point], repeats: object) -> Section:
     """The K choice with its score, ties and runner-up, and the spread over repeats per (concurrency, K)."""
     choices = all_choices(points)
     spread = spread_rows(points)
-    choice_rows = [
-        [
-            fmt(c.concurrency),
-            c.objective.value,
-            fmt(c.chosen.k),
-            fmt(c.chosen.score, 1),
-            f"{fmt(c.chosen.median, 1)} ± {fmt(c.chosen.mad, 1)}",
-            ", ".join(str(k) for k in c.ties),
-            f"K={c.best.k} ({fmt(c.best.score, 1)})",
-            _runner_up(c),
-        ]
-        for c in choices
-    ]
     spread_cells = []
     for r in spread:
         cells = [fmt(r["concurrency"]), fmt(r["k"]), f"{r['n']}/{r['repeats']}", fmt(r["draws"])]
@@ -173,21 +167,7 @@ def _uncertainty_section(points: list[M2Point], repeats: object) -> Section:
         "K with its uncertainty",
         paragraphs=[how_many + RULE + "."],
         tables=[
-            Table(
-                [
-                    "concurrency",
-                    "objective",
-                    "chosen K",
-                    "score",
-                    "median ± MAD",
-                    "ties",
-                    "best score",
-                    "runner-up",
-                ],
-                choice_rows,
-                title="Chosen K",
-                numeric=[True, False, True, True, True, False, False, False],
-            ),
+            column_table(CHOICE_COLUMNS, choices, title="Chosen K"),
             Table(
                 [
                     "concurrency",
