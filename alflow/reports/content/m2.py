@@ -77,23 +77,16 @@ def throughput_chart(curves: Sequence[tuple[str, Sequence[M2Point]]]) -> Figure:
 
 def points_table(points: Sequence[M2Point]) -> Table:
     """One row per point: concurrency, framework, K, the declared figures of the table, requests, the client."""
-    shown = [m for m in POINT_METRICS if m.table]
-    return Table(
-        ["concurrency", "framework", "K", *(m.heading for m in shown), "completed", "failed", "client"],
-        [
-            [
-                fmt(p.concurrency),
-                p.framework,
-                fmt(p.k),
-                *(fmt(p.value(m), m.decimals) for m in shown),
-                fmt(p.completed),
-                fmt(p.failed),
-                client_cell(p),
-            ]
-            for p in points
-        ],
-        numeric=[True, False, True, *(True for _ in shown), True, True, False],
-    )
+    columns: list[Column] = [
+        ("concurrency", True, lambda p: fmt(p.concurrency)),
+        ("framework", False, lambda p: p.framework),
+        ("K", True, lambda p: fmt(p.k)),
+        *((m.heading, True, lambda p, m=m: fmt(p.value(m), m.decimals)) for m in POINT_METRICS if m.table),
+        ("completed", True, lambda p: fmt(p.completed)),
+        ("failed", True, lambda p: fmt(p.failed)),
+        ("client", False, client_cell),
+    ]
+    return column_table(columns, points)
 
 
 def client_cell(p: M2Point) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from alflow.reports.content.base import Section, Table, fmt
+from alflow.reports.content.base import Column, Section, column_table, fmt
 from alflow.results.regression import MetricChange, PointVerdict, RegressionReport
 from alflow.results.store import StoredRun
 from alflow.results.view import regression_report
@@ -31,50 +31,27 @@ def _metric(point: PointVerdict, name: str) -> MetricChange | None:
     return next((m for m in point.metrics if m.metric == name), None)
 
 
-def _m2_rows(points: list[PointVerdict]) -> Table:
-    rows = []
-    for p in points:
-        tpot, rate = _metric(p, "tpot_ms"), _metric(p, "tokens_per_s_per_request")
-        rows.append(
-            [
-                p.run or "this run",
-                fmt(p.k),
-                fmt(p.concurrency),
-                fmt(p.repeat + 1),
-                p.outcome.upper() if p.outcome == "regressed" else p.outcome,
-                _change(tpot),
-                _change(rate),
-                fmt(len(p.history)),
-                p.message,
-            ]
-        )
-    return Table(
-        ["run", "K", "concurrency", "repeat", "verdict", "TPOT change", "tok/s per request change", "history runs",
-         "why"],
-        rows,
-        numeric=[False, True, True, True, False, True, True, True, False],
-    )  # fmt: skip
-
-
-def _reference_rows(points: list[PointVerdict]) -> Table:
-    rows = []
-    for p in points:
-        al = _metric(p, "al")
-        rows.append(
-            [
-                p.reference or "-",
-                p.outcome.upper() if p.outcome == "moved" else p.outcome,
-                fmt(None if al is None else al.baseline, 4),
-                fmt(None if al is None else al.current, 4),
-                _change(al),
-                p.message,
-            ]
-        )
-    return Table(
-        ["entry", "verdict", "previous AL", "new AL", "change [previous interval]", "why"],
-        rows,
-        numeric=[False, False, True, True, True, False],
-    )
+M2_COLUMNS: list[Column] = [
+    ("run", False, lambda p: p.run or "this run"),
+    ("K", True, lambda p: fmt(p.k)),
+    ("concurrency", True, lambda p: fmt(p.concurrency)),
+    ("repeat", True, lambda p: fmt(p.repeat + 1)),
+    ("verdict", False, lambda p: p.outcome.upper() if p.outcome == "regressed" else p.outcome),
+    ("TPOT change", True, lambda p: _change(_metric(p, "tpot_ms"))),
+    ("tok/s per request change", True, lambda p: _change(_metric(p, "tokens_per_s_per_request"))),
+    ("history runs", True, lambda p: fmt(len(p.history))),
+    ("why", False, lambda p: p.message),
+]
+"""An M2 (or sweep) verdict's columns: one row per judged point."""
+REFERENCE_COLUMNS: list[Column] = [
+    ("entry", False, lambda p: p.reference or "-"),
+    ("verdict", False, lambda p: p.outcome.upper() if p.outcome == "moved" else p.outcome),
+    ("previous AL", True, lambda p: fmt(getattr(_metric(p, "al"), "baseline", None), 4)),
+    ("new AL", True, lambda p: fmt(getattr(_metric(p, "al"), "current", None), 4)),
+    ("change [previous interval]", True, lambda p: _change(_metric(p, "al"))),
+    ("why", False, lambda p: p.message),
+]
+"""A reference verdict's columns: one row per entry judged against the previous calibration."""
 
 
 def regression_section(report: RegressionReport) -> Section:
@@ -95,7 +72,7 @@ def regression_section(report: RegressionReport) -> Section:
         "Verdicts: " + ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items())) + "."
     )
     sec.tables.append(
-        _reference_rows(report.points) if report.kind == "reference" else _m2_rows(report.points)
+        column_table(REFERENCE_COLUMNS if report.kind == "reference" else M2_COLUMNS, report.points)
     )
     judged = {"regressed", "improved", "unchanged", "moved"}
     sec.status = "fail" if report.alerts() else "pass" if set(counts) <= judged else "warn"
