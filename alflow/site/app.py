@@ -29,7 +29,6 @@ import os
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, BinaryIO, Final, TypeVar
 from urllib.parse import quote
@@ -569,9 +568,7 @@ def trends(request: web.Request) -> web.Response:
     """``/trends``: one block of four charts per trend line (``/api/trends``: the trend lines' data)."""
     page = trends_page(request.app[CATALOG], TrendQuery.parse(request.query))
     if _is_api(request):
-        data = page.to_dict()
-        data["series"] = [{**asdict(s), "key": s.key.to_dict()} for s in page.series]
-        return _json(data)
+        return _json(page.to_dict())
     drawn = [(s, _charts(s)) for s in page.series]
     return _html(request, "trends.html.j2", "Trends", page=page, drawn=drawn)
 

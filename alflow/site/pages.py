@@ -341,12 +341,8 @@ class TrendsPage:
     choices: TrendChoices
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON API's answer (``/api/trends``): each point's values beside its other fields."""
-        data = asdict(self)
-        for line in data["series"]:
-            for point in line["points"]:
-                point.update(point.pop("values"))
-        return data
+        """The JSON API's answer (``/api/trends``): each line's key as an object, each point's values by name."""
+        return asdict(self)
 
 
 def trends_page(catalog: Catalog, q: TrendQuery) -> TrendsPage:
