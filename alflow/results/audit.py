@@ -112,14 +112,6 @@ def audit_reference(
             "mismatch" if problems else "unverified" if unchecked else "ok"
         )
         rows.append(
-            AuditRow(
-                label,
-                status,
-                problems,
-                run.dir,
-                mismatches=tuple(ec.mismatches),
-                unchecked=unchecked,
-                notes=tuple(ec.notes),
-            )
+            AuditRow(label, status, problems, run.dir, tuple(ec.mismatches), unchecked, tuple(ec.notes))
         )
     return AuditReport(str(table_path), tuple(rows))

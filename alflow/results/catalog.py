@@ -264,17 +264,16 @@ def read_entry(rel: str, run_dir: str) -> CatalogEntry:
     symlink out of it, a FIFO, a device) is not read at all (it would leave the root or block).
     """
     local = local_path_of(run_dir)
-    if local is not None and Path(local).is_symlink():
-        return unreadable_entry(
-            rel, run_dir, f"{rel}: a symlink, not a folder of the results root: not followed"
-        )
-    if local is not None and "\\x" in rel and not os.path.lexists(local):  # the lister's text of a byte name
-        return unreadable_entry(
-            rel, run_dir, f"{rel}: its folder name is not UTF-8 text (bytes shown as \\xNN)"
-        )
-    odd = unsafe_file(str(Path(local).parents[1]), local, ENTRY_FILES) if local is not None else None
-    if odd is not None:
-        return unreadable_entry(rel, run_dir, f"{rel}/{odd}: not a regular file inside the results root")
+    why: str | None = None
+    if local is not None:
+        if Path(local).is_symlink():
+            why = f"{rel}: a symlink, not a folder of the results root: not followed"
+        elif "\\x" in rel and not os.path.lexists(local):  # the lister's text of a byte name
+            why = f"{rel}: its folder name is not UTF-8 text (bytes shown as \\xNN)"
+        elif (odd := unsafe_file(str(Path(local).parents[1]), local, ENTRY_FILES)) is not None:
+            why = f"{rel}/{odd}: not a regular file inside the results root"
+    if why is not None:
+        return unreadable_entry(rel, run_dir, why)
     try:
         entry = _read_entry(rel, run_dir)
         listed = unsafe_file(str(Path(local).parents[1]), local, entry.files) if local is not None else None
