@@ -22,6 +22,7 @@ from alflow.reports.content.base import (
     Section,
     Table,
     base_report,
+    cells_table,
     fmt,
     label_table,
     run_label,
@@ -181,39 +182,23 @@ def _compare_m1(runs: Iterable[StoredRun]) -> Section:
     for r in runs:
         stored = json_or_none(r, "summary") or {}
         details = {v.gate: v.details for v in m1_verdicts(r)}
-        al = details.get("al")
-        acc = details.get("gsm8k-accuracy")
+        al, acc = details.get("al"), details.get("gsm8k-accuracy")
         al = al if isinstance(al, AlGateDetails) else None
-        scores = acc.scores if isinstance(acc, AccuracyDetails) else {}
+        acc = acc if isinstance(acc, AccuracyDetails) else None
         ci = None if al is None else al.ci
+        lo, hi = (None, None) if ci is None else (ci.low, ci.high)
+        scores = {} if acc is None else acc.scores
+        verdict = "-" if "passed" not in stored else ("PASSED" if stored["passed"] else "FAILED")
         rows.append(
             [
-                run_label(r),
-                "-" if "passed" not in stored else ("PASSED" if stored["passed"] else "FAILED"),
-                fmt(None if al is None else al.al, 4),
-                f"[{fmt(None if ci is None else ci.low, 4)}, {fmt(None if ci is None else ci.high, 4)}]",
-                fmt(None if al is None else al.threshold, 4),
-                fmt(scores.get("strict-match"), 4),
-                fmt(scores.get("flexible-extract"), 4),
-                fmt(acc.threshold if isinstance(acc, AccuracyDetails) else None, 4),
+                ("run", False, run_label(r)),
+                ("verdict", False, verdict),
+                ("AL", True, fmt(None if al is None else al.al, 4)),
+                ("CI", False, f"[{fmt(lo, 4)}, {fmt(hi, 4)}]"),
+                ("AL threshold", True, fmt(None if al is None else al.threshold, 4)),
+                ("GSM8K strict", True, fmt(scores.get("strict-match"), 4)),
+                ("GSM8K flexible", True, fmt(scores.get("flexible-extract"), 4)),
+                ("GSM8K threshold", True, fmt(None if acc is None else acc.threshold, 4)),
             ]
         )
-    return Section(
-        "M1: gate verdicts",
-        tables=[
-            Table(
-                [
-                    "run",
-                    "verdict",
-                    "AL",
-                    "CI",
-                    "AL threshold",
-                    "GSM8K strict",
-                    "GSM8K flexible",
-                    "GSM8K threshold",
-                ],
-                rows,
-                numeric=[False, False, True, False, True, True, True, True],
-            )
-        ],
-    )
+    return Section("M1: gate verdicts", tables=[cells_table(rows)])

@@ -227,6 +227,13 @@ def column_table(columns: Sequence[Column], items: Iterable[Any], title: str = "
     )
 
 
+def cells_table(rows: Sequence[Sequence[tuple[str, bool, str]]]) -> Table:
+    """A table of rows of (heading, numeric, cell) triples, the headings and alignment the first row's."""
+    return Table(
+        [c[0] for c in rows[0]], [[c[2] for c in row] for row in rows], numeric=[c[1] for c in rows[0]]
+    )
+
+
 def label_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
     """A table whose first column names its rows and whose other columns hold numbers (right-aligned)."""
     return Table(columns, rows, numeric=[False, *[True] * (len(columns) - 1)])

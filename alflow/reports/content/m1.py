@@ -15,6 +15,7 @@ from alflow.reports.content.base import (
     Section,
     Table,
     base_report,
+    cells_table,
     fmt,
     label_table,
     per_request_section,
@@ -84,7 +85,7 @@ def _al_gate_section(v: Verdict, d: AlGateDetails, stats: pl.DataFrame | None) -
         ("rule", False, d.rule or "-"),
         ("result", False, "pass" if passed else "FAIL"),
     ]
-    sec.tables.append(Table([c[0] for c in cells], [[c[2] for c in cells]], numeric=[c[1] for c in cells]))
+    sec.tables.append(cells_table([cells]))
     al = svg.finite(d.al)
     hlines = [
         svg.HLine(d.threshold, "threshold", "#d62728"),
