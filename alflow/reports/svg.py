@@ -160,7 +160,7 @@ def render(chart: Chart | BarChart) -> Markup:
         return _render_bars(chart)
     w, h = chart.width, chart.height
     left, top, pw, ph = _area(w, h, len(chart.series))
-    parts: list[str] = _frame(chart.title, w, h)
+    parts: list[str] = frame(chart.title, w, h)
     cleaned = [_clean(s) for s in chart.series]
     xs, ys = _extent(chart, cleaned)
     if not xs:  # the series are still named: which curves had no finite point is part of the report
@@ -338,14 +338,21 @@ def _series(
     return parts
 
 
-def _frame(title: str, w: int, h: int) -> list[str]:
-    """The opening of a chart's ``<svg>``: size, accessible name, background and title (escaped)."""
+def frame(
+    title: str, w: int, h: int, kind: str = "chart", fonts: tuple[int, int, int] = (12, 14, 20)
+) -> list[str]:
+    """The opening of a chart's ``<svg>``: size, accessible name, background and title (escaped).
+
+    ``fonts``: the text's size, the title's size and the title's baseline.
+    """
+    size, title_size, title_y = fonts
     return [
-        f'<svg class="chart" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
-        f'aria-label="{escape(title)}" font-family="sans-serif" font-size="12">',
+        f'<svg class="{kind}" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
+        f'aria-label="{escape(title)}" font-family="sans-serif" font-size="{size}">',
         f"<title>{escape(title)}</title>",
         f'<rect x="0" y="0" width="{w}" height="{h}" fill="#ffffff"/>',
-        f'<text x="{w / 2:.1f}" y="20" text-anchor="middle" font-size="14" font-weight="bold">{escape(title)}</text>',
+        f'<text x="{w / 2:.1f}" y="{title_y}" text-anchor="middle" font-size="{title_size}" font-weight="bold">'
+        f"{escape(title)}</text>",
     ]
 
 
@@ -353,7 +360,7 @@ def _render_bars(chart: BarChart) -> Markup:
     """A grouped bar chart: y axis from 0 with round ticks, one group per category, a legend of the bar sets."""
     w, h = chart.width, chart.height
     left, top, pw, ph = _area(w, h, len(chart.bars))
-    parts = _frame(chart.title, w, h)
+    parts = frame(chart.title, w, h)
     values = [v for b in chart.bars for v in (finite(x) for x in b.values) if v is not None]
     if not chart.categories or not values:
         parts.append(no_data(w, h))

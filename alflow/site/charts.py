@@ -15,7 +15,7 @@ from typing import Final
 
 from markupsafe import Markup, escape
 
-from alflow.reports.svg import nice_ticks, no_data, y_grid
+from alflow.reports.svg import frame, nice_ticks, no_data, y_grid
 
 LINE: Final = "#1f77b4"
 REGRESSED: Final = "#e8112d"
@@ -45,13 +45,7 @@ def trend_chart(title: str, y_label: str, marks: Sequence[TrendMark]) -> Markup:
     """The chart of ``marks`` (oldest first) as an ``<svg>`` element."""
     w, h = WIDTH, HEIGHT
     pw, ph = w - _LEFT - _RIGHT, h - _TOP - _BOTTOM
-    parts = [
-        f'<svg class="trend" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" '
-        f'aria-label="{escape(title)}" font-family="sans-serif" font-size="11">',
-        f"<title>{escape(title)}</title>",
-        f'<rect x="0" y="0" width="{w}" height="{h}" fill="#ffffff"/>',
-        f'<text x="{w / 2:.1f}" y="18" text-anchor="middle" font-size="13" font-weight="bold">{escape(title)}</text>',
-    ]
+    parts = frame(title, w, h, "trend", (11, 13, 18))
     marks = [m if _plottable(m.value) else replace(m, value=None) for m in marks]
     values = [m.value for m in marks if m.value is not None]
     if not values:
