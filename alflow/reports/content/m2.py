@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from alflow.gates import AUDIT_MIN_FIT_P, AUDIT_Z
 from alflow.metrics.point_metrics import INTERACTIVITY, OUTPUT_PER_GPU, P99_TTFT, POINT_METRICS, TTFT
@@ -158,6 +159,14 @@ def build_m2(run: StoredRun) -> Report:
     return report
 
 
+def _by_concurrency(
+    title: str, y_label: str, series: list[svg.Series], concs: list[int], width: int = 680, height: int = 380
+) -> Figure:
+    """A chart of ``series`` against concurrency: a base-2 axis ticked at each concurrency measured, y from 0."""
+    chart = svg.Chart(title, "concurrency", y_label, series, log_x=True, x_ticks=concs, y_zero=True)
+    return svg_figure(replace(chart, width=width, height=height))
+
+
 def _latency_section(run: StoredRun, points: Sequence[M2Point]) -> Section:
     sec = Section("Latency percentiles against concurrency")
     lat = latency_percentiles(run)
@@ -172,19 +181,7 @@ def _latency_section(run: StoredRun, points: Sequence[M2Point]) -> Section:
             svg.Series(TTFT.label, [(p.concurrency, p.value(TTFT)) for p in points]),
             svg.Series(P99_TTFT.label, [(p.concurrency, p.value(P99_TTFT)) for p in points], dashed=True),
         ]
-        sec.figures.append(
-            svg_figure(
-                svg.Chart(
-                    "TTFT vs concurrency",
-                    "concurrency",
-                    "TTFT (ms)",
-                    ttft,
-                    log_x=True,
-                    x_ticks=concs,
-                    y_zero=True,
-                )
-            )
-        )
+        sec.figures.append(_by_concurrency("TTFT vs concurrency", "TTFT (ms)", ttft, concs))
         return sec
     sec.paragraphs.append(
         "From the request records (measured phase, successful requests): p50, p90 and p99 per concurrency."
@@ -210,19 +207,7 @@ def _latency_section(run: StoredRun, points: Sequence[M2Point]) -> Section:
             for p in (50, 90, 99)
         ]
         sec.figures.append(
-            svg_figure(
-                svg.Chart(
-                    f"{label} percentiles vs concurrency",
-                    "concurrency",
-                    f"{label} (ms)",
-                    series,
-                    log_x=True,
-                    x_ticks=concs,
-                    y_zero=True,
-                    width=520,
-                    height=340,
-                )
-            )
+            _by_concurrency(f"{label} percentiles vs concurrency", f"{label} (ms)", series, concs, 520, 340)
         )
     cols = [c for c in lat.columns if c != "concurrency"]
     sec.tables.append(
