@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from markupsafe import Markup
@@ -207,6 +207,20 @@ def validity(point: M2Point) -> str:
 def svg_figure(chart: svg.Chart | svg.BarChart, caption: str = "") -> Figure:
     """Render a chart into a figure."""
     return Figure(svg.render(chart), caption)
+
+
+def position_figure(
+    title: str,
+    y_label: str,
+    curves: Sequence[tuple[str, Sequence[float]]],
+    width: int = 680,
+    height: int = 380,
+) -> Figure:
+    """Per-position acceptance rates p_1..p_K against the draft position, one named curve per rate list."""
+    series = [svg.Series(name, list(enumerate(rates, start=1))) for name, rates in curves]
+    ticks = list(range(1, max(len(rates) for _, rates in curves) + 1))
+    chart = svg.Chart(title, "draft position i", y_label, series, x_ticks=ticks, y_zero=True)
+    return svg_figure(replace(chart, width=width, height=height))
 
 
 PER_REQUEST_NOTE = (

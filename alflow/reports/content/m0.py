@@ -15,6 +15,7 @@ from alflow.reports.content.base import (
     column_table,
     fmt,
     per_request_section,
+    position_figure,
     svg_figure,
 )
 from alflow.reports.content.regression import regression_sections
@@ -121,28 +122,14 @@ def _position_section(curves: dict[str, list[ReferenceEntry]]) -> Section:
         ],
     )
     for name, rows in curves.items():
-        pos_series = [
-            svg.Series(
-                f"K={r.k}",
-                [(i, p) for i, p in enumerate(r.per_position_rates or (), start=1)],
-            )
+        rates = [
+            (f"K={r.k}", r.per_position_rates)
             for r in sorted(rows, key=lambda r: r.k)
             if r.per_position_rates
         ]
-        if pos_series:
-            max_k = max(len(s.points) for s in pos_series)
-            pos.figures.append(
-                svg_figure(
-                    svg.Chart(
-                        f"Per-position acceptance: {name}",
-                        "draft position i",
-                        "p_i (first i drafts accepted)",
-                        pos_series,
-                        x_ticks=list(range(1, max_k + 1)),
-                        y_zero=True,
-                    )
-                )
-            )
+        if rates:
+            title = f"Per-position acceptance: {name}"
+            pos.figures.append(position_figure(title, "p_i (first i drafts accepted)", rates))
     if not pos.figures:
         pos.paragraphs.append("No per-position counters were recorded.")
     return pos

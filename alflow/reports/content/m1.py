@@ -19,6 +19,7 @@ from alflow.reports.content.base import (
     fmt,
     label_table,
     per_request_section,
+    position_figure,
     svg_figure,
 )
 from alflow.results.store import StoredRun
@@ -119,19 +120,9 @@ def _add_measured_counts(sec: Section, row: dict[str, Any]) -> None:
     """The measured per-position curve and the window's counts (steps, accepted, drafted, rate) under the gate."""
     rates = row.get("per_position_rates") or []
     if rates:
+        curve = [(f"K={row.get('k')}", rates)]
         sec.figures.append(
-            svg_figure(
-                svg.Chart(
-                    "Per-position acceptance (measured)",
-                    "draft position i",
-                    "p_i",
-                    [svg.Series(f"K={row.get('k')}", [(i, p) for i, p in enumerate(rates, start=1)])],
-                    x_ticks=list(range(1, len(rates) + 1)),
-                    y_zero=True,
-                    width=420,
-                    height=300,
-                )
-            )
+            position_figure("Per-position acceptance (measured)", "p_i", curve, width=420, height=300)
         )
     counts = [
         f"{fmt(row.get('num_drafts'))} verify steps",
