@@ -124,26 +124,12 @@ def build_comparison(runs: Sequence[StoredRun]) -> Report:
     if m1:
         report.sections.append(_compare_m1(m1))
     al_runs = [r for r in runs if r.manifest.flow in ("m0", "m1")]
-    if al_runs:
-        frame = al_matrix(al_runs)
-        if frame.height:
-            report.sections.append(
-                Section(
-                    "Acceptance-length matrix",
-                    paragraphs=[
-                        "Rows: model, framework, method, K and thinking mode; columns: dataset categories."
-                    ],
-                    tables=[
-                        label_table(
-                            frame.columns,
-                            [
-                                [str(v) if isinstance(v, str) else fmt(v, 4) for v in row]
-                                for row in frame.iter_rows()
-                            ],
-                        )
-                    ],
-                )
-            )
+    frame = al_matrix(al_runs) if al_runs else None
+    if frame is not None and frame.height:
+        cells = [[str(v) if isinstance(v, str) else fmt(v, 4) for v in row] for row in frame.iter_rows()]
+        what = "Rows: model, framework, method, K and thinking mode; columns: dataset categories."
+        table = label_table(frame.columns, cells)
+        report.sections.append(Section("Acceptance-length matrix", paragraphs=[what], tables=[table]))
     return report
 
 

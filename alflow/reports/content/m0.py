@@ -52,13 +52,11 @@ def build_m0(run: StoredRun) -> Report:
     per_request = m0_request_acceptance(run)
     if per_request:
         report.sections.append(per_request_section(per_request))
-    # category matrix
-    cat_sec = Section("Acceptance length by category")
-    cat_sec.paragraphs.append(
+    one = (
         f"One run measures one category ({category}); the category matrix needs several runs (see "
         "`alflow report compare --format csv` across runs)."
     )
-    report.sections.append(cat_sec)
+    report.sections.append(Section("Acceptance length by category", paragraphs=[one]))
     report.sections.append(_diff_section(stored))
     report.sections.extend(regression_sections(run))
     return report
