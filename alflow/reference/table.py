@@ -26,7 +26,7 @@ import json
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, Self
@@ -176,13 +176,7 @@ class ReferenceEntry(StrictModel):
     @property
     def variant(self) -> Variant:
         """The drafter variant the value was measured with."""
-        return Variant(
-            self.draft_model,
-            self.draft_sample_method,
-            self.rejection_sample_method,
-            self.concurrency,
-            self.prefix_caching,
-        )
+        return Variant(**{f.name: getattr(self, f.name) for f in fields(Variant)})
 
     @property
     def key(self) -> Key:
