@@ -19,16 +19,11 @@ from typing import Literal
 
 from pydantic import computed_field
 
-from alflow.reference.table import ReferenceEntry, load_reference
+from alflow.reference.table import load_reference
 from alflow.results.entry_audit import SCRAPES, TOLERANCE, Mismatch, RunData, check_entry, scrape_key
 from alflow.results.store import StoredRun, open_run
 
-__all__ = ["SCRAPES", "TOLERANCE", "AuditReport", "AuditRow", "audit_reference", "entry_label", "scrape_key"]
-
-
-def entry_label(entry: ReferenceEntry) -> str:
-    """``model method thinking=... K=... [variant]``: how the audit names an entry."""
-    return entry.label
+__all__ = ["SCRAPES", "TOLERANCE", "AuditReport", "AuditRow", "audit_reference", "scrape_key"]
 
 
 @dataclass(frozen=True)
@@ -86,7 +81,7 @@ def audit_reference(
     loaded: dict[str, RunData] = {}
     rows: list[AuditRow] = []
     for entry in table.entries:
-        label = entry_label(entry)
+        label = entry.label
         if entry.imported_from is not None:
             src = entry.imported_from
             why = f"imported from {src.source} {src.file}: not measured by alflow, no scrapes to audit"

@@ -34,11 +34,6 @@ from alflow.results.view import (
     table_problem,
 )
 
-
-def _curve_key(p: M2Point) -> str:
-    return f"{p.framework} K={p.k}"
-
-
 THROUGHPUT_NOTE = (
     "Each point is one concurrency (c=N). Interactivity = 1000 / median TPOT (tokens/s seen by "
     "one user); throughput = output tokens / benchmark duration / GPUs."
@@ -49,7 +44,7 @@ def throughput_figure(points: Sequence[M2Point]) -> Figure:
     """Output throughput per GPU against median interactivity: one curve per framework and K."""
     curves: dict[str, list[M2Point]] = {}
     for p in points:
-        curves.setdefault(_curve_key(p), []).append(p)
+        curves.setdefault(f"{p.framework} K={p.k}", []).append(p)
     return throughput_chart(list(curves.items()))
 
 
