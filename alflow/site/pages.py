@@ -23,6 +23,8 @@ from alflow.results.series import SeriesKey
 PAGE_SIZE: Final = 100
 SORT_COLUMNS: Final = ("date", "flow", "model", "framework", "image", "k", "status", "outcome", "verdict")
 ORDERS: Final = ("asc", "desc")
+FILTERS: Final = ("flow", "model", "framework", "outcome")
+"""The index's filters: a run is listed when each one given equals the run's catalogue field of that name."""
 TREND_LAST_MAX: Final = 1000
 MAX_SERIES: Final = 40
 """Trend lines drawn on one page at most (filter to see others)."""
@@ -75,11 +77,7 @@ class IndexQuery:
     def parse(cls, params: Mapping[str, str]) -> IndexQuery:
         """The query of a request's parameters (unknown parameters are ignored)."""
         return cls(
-            flow=_text_param(params, "flow"),
-            model=_text_param(params, "model"),
-            framework=_text_param(params, "framework"),
-            outcome=_text_param(params, "outcome"),
-            text=_text_param(params, "text"),
+            **{name: _text_param(params, name) for name in (*FILTERS, "text")},
             sort=_choice_param(params, "sort", SORT_COLUMNS, "date"),
             order=_choice_param(params, "order", ORDERS, "desc"),
             page=_int_param(params, "page", 1, 1_000_000, 1) or 1,
@@ -172,9 +170,7 @@ _SORT_KEYS: Final[dict[str, Callable[[CatalogEntry], Any]]] = {
 
 
 def _matches(e: CatalogEntry, q: IndexQuery, needle: str) -> bool:
-    if (q.flow and e.flow != q.flow) or (q.model and e.model != q.model):
-        return False
-    if (q.framework and e.framework != q.framework) or (q.outcome and e.outcome != q.outcome):
+    if any(getattr(q, name) and getattr(e, name) != getattr(q, name) for name in FILTERS):
         return False
     if not needle:
         return True
