@@ -154,6 +154,9 @@ def _table(root: Path, path: Path) -> TableView | None:
         if "entries" not in head:
             return None  # a YAML file that is no reference table
         return _broken(rel, str(exc).replace(str(path), rel))  # named by its place in the root
+    except OSError as exc:
+        log.warning("reference table %s not read: %s", path, exc)
+        return None
     return _view(rel, table)
 
 
@@ -243,14 +246,7 @@ def reference_page(catalog: Catalog) -> ReferencePage:
     if "://" in catalog.root:
         tables = _url_tables(catalog.root)
     elif root.is_dir():
-        for path in _table_files(root):
-            try:
-                view_ = _table(root, path)
-            except OSError as exc:
-                log.warning("reference table %s not read: %s", path, exc)
-                continue
-            if view_ is not None:
-                tables.append(view_)
+        tables = [view_ for path in _table_files(root) if (view_ := _table(root, path)) is not None]
     m0 = [e for e in catalog.entries() if e.flow == "m0" and e.status != "unreadable"]
     histories, problems = _histories(catalog.root, m0)
     return ReferencePage(tuple(tables), histories, problems)
