@@ -103,15 +103,9 @@ def run_label(run: StoredRun) -> str:
     spoken = dialect(run)
     if spoken and spoken != fw:
         fw = f"{fw}/{spoken}"
-    parts = [run.manifest.flow, fw]
-    img, _ = image(run)
-    if img:
-        parts.append(img)
     k = config_value(run, "k")
-    if k is not None:
-        parts.append(f"K={k}")
-    parts.append(run.manifest.run_id[:8])
-    return " ".join(parts)
+    parts = [run.manifest.flow, fw, image(run)[0], None if k is None else f"K={k}", run.manifest.run_id[:8]]
+    return " ".join(p for p in parts if p)
 
 
 def _facts(run: StoredRun) -> list[tuple[str, str]]:
