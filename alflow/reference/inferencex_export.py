@@ -99,16 +99,12 @@ def golden_files(table: ReferenceTable, *, code_version: str, table_name: str) -
     ):
         header = _header(table, table_name, entries, method, variant, code_version)
         body: dict[str, Any] = {METADATA_KEY: _metadata(method, variant, code_version)}
-        modes: dict[str, dict[int, float]] = {}
-        for mode_key, mode in THINKING_KEYS.items():
-            by_k = {
-                e.k: round(e.al, AL_DECIMALS)
-                for e in sorted(entries, key=lambda e: e.k)
-                if e.thinking is mode
-            }
-            if by_k:
-                modes[mode_key] = by_k
-        body[model] = modes
+        ordered = sorted(entries, key=lambda e: e.k)
+        modes = {
+            key: {e.k: round(e.al, AL_DECIMALS) for e in ordered if e.thinking is m}
+            for key, m in THINKING_KEYS.items()
+        }
+        body[model] = {key: by_k for key, by_k in modes.items() if by_k}
         text = "\n".join(f"# {line}" if line else "#" for line in header) + "\n"
         text += yaml.safe_dump(body, sort_keys=False, allow_unicode=True, width=100)
         out.append(GoldenFile(names[(model, method, variant)], text))
