@@ -171,9 +171,7 @@ def _header(
         f"rejection_sample_method={variant.rejection_sample_method} | concurrency={variant.concurrency} | "
         f"prefix_caching={'on' if variant.prefix_caching else 'off'}"
     )
-    lines.append("")
-    lines.append(f"key = num_speculative_tokens ({_LEVEL[method]} level); value = golden AL")
-    return lines
+    return [*lines, "", f"key = num_speculative_tokens ({_LEVEL[method]} level); value = golden AL"]
 
 
 def export_golden(
