@@ -25,7 +25,7 @@ from typing import Annotated, Protocol
 from pydantic import PlainSerializer
 
 from alflow.errors import InvalidInputError
-from alflow.frameworks.launch import Launch
+from alflow.frameworks.launch import Launch, redact_text
 from alflow.frameworks.registry import never_inherited_env
 from alflow.results.manifest import ServerProvenance
 from alflow.util.redact import redact_url
@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 100
 """Log lines attached to a start failure."""
+LOG_TAIL_BYTES = 256 * 1024
+"""How much of the end of a log file is read for a tail."""
 
 
 SecretSource = Callable[[str], str | None]
@@ -202,16 +204,6 @@ _FATAL = re.compile(r"(?:\b[A-Z]\w*(?:Error|Exception)\b: .+|\S+: error: .+)$")
 """A Python exception line (``AssertionError: ...``) or an argparse error (``vllm serve: error: ...``)."""
 
 
-def fatal_line(log_tail: str) -> str | None:
-    """The last line of a log tail that reads like the program's fatal error (its own words), or None."""
-    found: str | None = None
-    for line in log_tail.splitlines():
-        match = _FATAL.search(line.strip())
-        if match:
-            found = match.group(0).strip()
-    return found
-
-
 def fetch_json(url: str, timeout_s: float = 5.0, headers: Mapping[str, str] | None = None) -> object | None:
     """``GET url`` as JSON (no proxy), or None when it does not answer 200 with JSON; ``headers`` go with it."""
     request = urllib.request.Request(url, method="GET", headers=dict(headers or {}))  # noqa: S310 (alflow's URLs)
@@ -247,7 +239,10 @@ def wait_for_health(
         reason = dead_reason()
         if reason is not None:
             tail = log_tail()
-            fatal = fatal_line(tail)
+            # the last line that reads like the program's fatal error (its own words)
+            fatal = next(
+                (m[0].strip() for x in reversed(tail.splitlines()) if (m := _FATAL.search(x.strip()))), None
+            )
             headline = f"{what} died before it was ready: {reason}"
             if fatal is None:  # no word of its own (killed, out of memory): may be worth another try
                 raise ServerStartError(headline, tail)
@@ -273,6 +268,19 @@ def running_server(runner: Runner, launch: Launch, timeout_s: float | None = Non
         yield handle
     finally:
         runner.stop(handle)
+
+
+def file_tail(path: str | None, tail: int, secrets: Mapping[str, str]) -> str:
+    """The last ``tail`` lines of the log file at ``path``, ``secrets`` values redacted ('' when there is none)."""
+    if path is None:
+        return ""
+    try:
+        with Path(path).open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return redact_text(tail_lines(text, tail), secrets)
 
 
 def tail_lines(text: str, tail: int) -> str:

@@ -25,7 +25,7 @@ import time
 import urllib.parse
 import uuid
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -96,19 +96,6 @@ AMD_DEVICES = ("/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm")
 AMD_VISIBLE_ENV = "ROCR_VISIBLE_DEVICES"
 
 
-def amd_devices(gpus: str | tuple[str, ...]) -> dict[str, Any]:
-    """Container keywords that give AMD GPUs: the KFD and DRI devices and group ``video``; nothing for 'none'.
-
-    A list of ids becomes ``ROCR_VISIBLE_DEVICES`` (the ROCm runtime's own selection).
-    """
-    if gpus == "none":
-        return {}
-    spec: dict[str, Any] = {"devices": list(AMD_DEVICES), "group_add": ["video"]}
-    if gpus != "all":
-        spec["environment"] = {AMD_VISIBLE_ENV: ",".join(gpus)}
-    return spec
-
-
 def gpu_vendor(framework: str) -> str | None:
     """Whose GPUs a container of ``framework`` gets: its plugin's ``gpu``.
 
@@ -168,9 +155,10 @@ def container_spec(
         "volumes": volumes,
     }
     if gpu_vendor(launch.framework) == "amd":
-        amd = amd_devices(options.gpus)
-        spec["environment"] = {**amd.pop("environment", {}), **spec["environment"]}
-        spec.update(amd)
+        if options.gpus != "none":  # AMD GPUs: the KFD and DRI devices and group video
+            spec.update(devices=list(AMD_DEVICES), group_add=["video"])
+        if options.gpus not in ("none", "all"):  # a list of ids: the ROCm runtime's own selection
+            spec["environment"] = {AMD_VISIBLE_ENV: ",".join(options.gpus), **spec["environment"]}
     else:
         spec["device_requests"] = device_requests(options.gpus)
     if options.ipc_mode is not None:
@@ -324,7 +312,9 @@ class DockerRunner:
             model=launch.model,
             readiness_timeout_s=launch.readiness_timeout_s,
             name=name,
-            log_path=self._log_path(name),
+            log_path=str(Path(self.options.log_dir).expanduser() / f"{name}.log")
+            if self.options.log_dir
+            else None,
             image=launch.image,
             image_digest=digest,
             metrics_urls=single_host_metrics_urls(launch, self.server_host(launch)),
@@ -357,14 +347,12 @@ class DockerRunner:
                     mapped[port] = int(bound[0]["HostPort"])
                 host = self.server_host(launch)
                 base = launch.base_url(host=host, port=mapped[launch.port])
-                handle = ServerHandle(
-                    **{
-                        **asdict(handle),
-                        "base_url": base,
-                        "metrics_url": base + launch.metrics_path,
-                        "health_url": base + launch.health_path,
-                        "metrics_urls": single_host_metrics_urls(launch, host, mapped),
-                    }
+                handle = replace(
+                    handle,
+                    base_url=base,
+                    metrics_url=base + launch.metrics_path,
+                    health_url=base + launch.health_path,
+                    metrics_urls=single_host_metrics_urls(launch, host, mapped),
                 )
         except (docker.errors.APIError, RunnerError) as exc:
             tail = self.logs(handle)
@@ -400,33 +388,31 @@ class DockerRunner:
             what=f"{handle.dialect} server in container {handle.name}",
         )
 
-    def logs(self, handle: ServerHandle, tail: int = LOG_TAIL_LINES) -> str:
-        """The container's last ``tail`` log lines (stdout and stderr), secret values redacted."""
-        try:
-            raw = self.client.containers.get(handle.id).logs(stdout=True, stderr=True, tail=tail)
-        except docker.errors.APIError:
-            return ""
+    def _log_text(self, handle: ServerHandle, **tail: int) -> str:
+        """The container's log (stdout and stderr; ``tail=N``: its last N lines), secret values redacted."""
+        raw = self.client.containers.get(handle.id).logs(stdout=True, stderr=True, **tail)
         text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
         return redact_text(text, self._secrets.get(handle.id, {}))
 
-    def _log_path(self, name: str) -> str | None:
-        if not self.options.log_dir:
-            return None
-        return str(Path(self.options.log_dir).expanduser() / f"{name}.log")
+    def logs(self, handle: ServerHandle, tail: int = LOG_TAIL_LINES) -> str:
+        """The container's last ``tail`` log lines (stdout and stderr), secret values redacted."""
+        try:
+            return self._log_text(handle, tail=tail)
+        except docker.errors.APIError:
+            return ""
 
     def save_logs(self, handle: ServerHandle) -> None:
         """Write the container's whole log (secrets redacted) to ``handle.log_path``, if it has one."""
         if handle.log_path is None:
             return
         try:
-            raw = self.client.containers.get(handle.id).logs(stdout=True, stderr=True)
+            text = self._log_text(handle)
         except docker.errors.APIError as exc:
             log.warning("cannot read the log of %s: %s", handle.name, exc)
             return
-        text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
         path = Path(handle.log_path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(redact_text(text, self._secrets.get(handle.id, {})), encoding="utf-8")
+        path.write_text(text, encoding="utf-8")
 
     def stop(self, handle: ServerHandle) -> None:
         """Stop (SIGTERM, then SIGKILL after ``stop_timeout_s``), save the log if asked, remove; idempotent."""
@@ -469,15 +455,6 @@ class CleanupEntry:
     removed: bool
 
 
-def container_created_s(attrs: Mapping[str, Any]) -> float | None:
-    """When a container was created: the ``alflow.created`` label, else None."""
-    labels = (attrs.get("Config") or {}).get("Labels") or {}
-    try:
-        return float(labels[LABEL_CREATED])
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
 def cleanup_containers(
     client: docker.DockerClient | None = None,
     *,
@@ -496,8 +473,10 @@ def cleanup_containers(
     filters: dict[str, Any] = {"label": [f"{LABEL}=1"] + ([f"{LABEL_RUN_ID}={run_id}"] if run_id else [])}
     entries: list[CleanupEntry] = []
     for container in client.containers.list(all=True, filters=filters):
-        created = container_created_s(container.attrs)
-        age = float("inf") if created is None else now - created
+        try:  # when it was created: the alflow.created label
+            age = now - float(((container.attrs.get("Config") or {}).get("Labels") or {})[LABEL_CREATED])
+        except (KeyError, TypeError, ValueError):
+            age = float("inf")
         labels = container.labels or {}
         remove = age >= older_than_s
         if remove and not dry_run:

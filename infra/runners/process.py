@@ -25,7 +25,6 @@ from alflow.config import ProcessOptions
 from alflow.frameworks.launch import (
     Launch,
     connect_host,
-    redact_text,
     single_host,
     single_host_metrics_urls,
 )
@@ -37,18 +36,15 @@ from alflow_infra.runners.base import (
     LOG_TAIL_LINES,
     SecretSource,
     ServerHandle,
+    file_tail,
     inherited_env,
     run_tag,
     secret_values,
-    tail_lines,
     wait_for_health,
     write_launch_files,
 )
 
 log = logging.getLogger(__name__)
-
-LOG_TAIL_BYTES = 256 * 1024
-"""How much of the end of a log file is read for a tail."""
 
 
 class ProcessRunner:
@@ -198,16 +194,7 @@ class ProcessRunner:
 
     def logs(self, handle: ServerHandle, tail: int = LOG_TAIL_LINES) -> str:
         """The last ``tail`` lines of ``server.log`` (secret values redacted)."""
-        if handle.log_path is None:
-            return ""
-        try:
-            with Path(handle.log_path).open("rb") as f:
-                size = f.seek(0, os.SEEK_END)
-                f.seek(max(0, size - LOG_TAIL_BYTES))
-                text = f.read().decode("utf-8", errors="replace")
-        except OSError:
-            return ""
-        return redact_text(tail_lines(text, tail), self._secrets.get(handle.id, {}))
+        return file_tail(handle.log_path, tail, self._secrets.get(handle.id, {}))
 
     def stop(self, handle: ServerHandle) -> None:
         """SIGTERM to the process group, SIGKILL after ``stop_timeout_s``; idempotent."""

@@ -28,18 +28,12 @@ from alflow.util.procguard import same_process_alive, start_ticks, terminate
 log = logging.getLogger(__name__)
 
 
-def state_dir() -> Path:
-    """Alflow's per-user state folder (``$ALFLOW_STATE_DIR``, else ``$XDG_STATE_HOME/alflow``)."""
+def registry_dir() -> Path:
+    """Where the entries live: ``servers`` in alflow's per-user state folder (see the module docstring)."""
     explicit = os.environ.get("ALFLOW_STATE_DIR")
     if explicit:
-        return Path(explicit).expanduser()
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "alflow"
-
-
-def registry_dir() -> Path:
-    """Where the entries live (``<state dir>/servers``)."""
-    return state_dir() / "servers"
+        return Path(explicit).expanduser() / "servers"
+    return Path(os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")) / "alflow" / "servers"
 
 
 @dataclass(frozen=True)
@@ -62,9 +56,6 @@ class ServerEntry:
 
     def server_alive(self) -> bool:
         return same_process_alive(self.pid, self.ticks)
-
-    def owner_alive(self) -> bool:
-        return same_process_alive(self.owner_pid, self.owner_ticks)
 
     def age_s(self, now: float | None = None) -> float:
         return max(0.0, (time.time() if now is None else now) - self.started_at)
@@ -153,10 +144,11 @@ def reclaim_processes(
                 path.unlink(missing_ok=True)
             found.append(Leftover(entry, "gone", selected=False, removed=False))
             continue
-        owner = entry.owner_alive()
-        over = not owner
+        owner = same_process_alive(entry.owner_pid, entry.owner_ticks)
         state = "running, owner alive" if owner else "running, owner gone"
-        selected = over and entry.age_s(now) >= older_than_s and (run_id is None or entry.run_id == run_id)
+        selected = (
+            not owner and entry.age_s(now) >= older_than_s and (run_id is None or entry.run_id == run_id)
+        )
         removed = False
         if selected and not dry_run:
             terminate(entry.pid, entry.ticks, group=True, grace_s=grace_s)

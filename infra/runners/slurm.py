@@ -49,46 +49,22 @@ from pathlib import Path
 from typing import ClassVar, Protocol
 
 from alflow.config import SlurmOptions
-from alflow.frameworks.launch import Launch, redact_text
+from alflow.frameworks.launch import Launch
 from alflow_infra.errors import RunnerError, ServerStartError
 from alflow_infra.runners.base import (
     LOG_TAIL_LINES,
     SecretSource,
     ServerHandle,
+    file_tail,
     inherited_env,
     run_tag,
     secret_values,
-    tail_lines,
     wait_for_health,
     write_launch_files,
 )
-from alflow_infra.runners.slurm_script import (
-    NODE_WRAPPER,
-    job_gpus_per_node,
-    job_nodes,
-    render_script,
-    url_host,
-    wrapper_args,
-)
-
-__all__ = [
-    "NODE_WRAPPER",
-    "JobInfo",
-    "SlurmCommands",
-    "SlurmRunner",
-    "SubprocessSlurm",
-    "job_gpus_per_node",
-    "job_nodes",
-    "parse_key_values",
-    "render_script",
-    "url_host",
-    "wrapper_args",
-]
+from alflow_infra.runners.slurm_script import job_gpus_per_node, render_script, url_host
 
 log = logging.getLogger(__name__)
-
-LOG_TAIL_BYTES = 256 * 1024
-"""How much of the end of a job log is read for a tail."""
 
 ENDED_STATES = frozenset(
     {
@@ -128,14 +104,8 @@ class JobInfo:
 
     def describe(self) -> str:
         """``STATE (reason, exit code)`` for messages."""
-        details = [
-            d
-            for d in (
-                self.reason if self.reason and self.reason != "None" else "",
-                f"exit code {self.exit_code}" if self.exit_code else "",
-            )
-            if d
-        ]
+        details = [self.reason] if self.reason not in ("", "None") else []
+        details += [f"exit code {self.exit_code}"] if self.exit_code else []
         return f"{self.state} ({', '.join(details)})" if details else self.state
 
 
@@ -241,17 +211,6 @@ class SubprocessSlurm:
             raise RunnerError(f"scancel {job_id} failed: {result.stderr.strip()}")
 
 
-def _submit_env(secrets: Mapping[str, str]) -> dict[str, str]:
-    """What sbatch passes to the job: this process's environment, cleaned, and the secret values.
-
-    Acceptance knobs are left out (only the Launch may set those, in the script), and so are stale SLURM_* job
-    variables (e.g. from an allocation alflow runs in; SLURM_CONF, the client's config, stays). The secret values
-    are never written to the script.
-    """
-    inherited = inherited_env(lambda name: not name.startswith("SLURM_") or name == "SLURM_CONF")
-    return {**inherited, **secrets}
-
-
 class SlurmRunner:
     """Starts a Launch as a Slurm batch job, follows it, and cancels it on stop."""
 
@@ -293,7 +252,10 @@ class SlurmRunner:
         job_dir = self._job_dir(launch)
         launch, log_path, script_path, script = self._write_job(launch, job_dir)
         secrets = secret_values(self.options.secrets, launch, self._secret_source)
-        env = _submit_env(secrets)
+        # sbatch passes the job this environment, cleaned (no acceptance knobs: only the Launch sets those, in the
+        # script; no stale SLURM_* job variables, e.g. of an allocation alflow runs in; SLURM_CONF, the client's
+        # config, stays), and the secret values, which are never written to the script
+        env = {**inherited_env(lambda name: not name.startswith("SLURM_") or name == "SLURM_CONF"), **secrets}
         log.info("submitting %s server as a Slurm job: %s (log %s)", launch.framework, script_path, log_path)
         job_id = self.commands.submit(str(script_path), env)
         self._secrets[job_id] = secrets
@@ -388,23 +350,17 @@ class SlurmRunner:
         while True:
             info = self.commands.job(job_id)
             if info is None:
-                raise ServerStartError(
-                    f"Slurm job {job_id} vanished before it ran", self._log_tail(log_path, job_id)
-                )
-            if info.ended:
-                raise ServerStartError(
-                    f"Slurm job {job_id} ended before it ran: {info.describe()}",
-                    self._log_tail(log_path, job_id),
-                )
-            if info.state == RUNNING_STATE and info.nodelist:
+                problem = "vanished before it ran"
+            elif info.ended:
+                problem = f"ended before it ran: {info.describe()}"
+            elif info.state == RUNNING_STATE and info.nodelist:
                 return info
-            if self._clock() >= deadline:
-                raise ServerStartError(
-                    f"Slurm job {job_id} was not running within {self.options.queue_timeout_s:g} s: "
-                    f"{info.describe()}",
-                    self._log_tail(log_path, job_id),
-                )
-            self._sleep(self.options.poll_interval_s)
+            elif self._clock() >= deadline:
+                problem = f"was not running within {self.options.queue_timeout_s:g} s: {info.describe()}"
+            else:
+                self._sleep(self.options.poll_interval_s)
+                continue
+            raise ServerStartError(f"Slurm job {job_id} {problem}", self._log_tail(log_path, job_id))
 
     def _dead_reason(self, handle: ServerHandle) -> str | None:
         """Why the job no longer serves (None while it runs); queries Slurm at most every poll interval."""
@@ -435,16 +391,7 @@ class SlurmRunner:
             self._last_state.pop(handle.id, None)
 
     def _log_tail(self, log_path: str | None, job_id: str, tail: int = LOG_TAIL_LINES) -> str:
-        if log_path is None:
-            return ""
-        try:
-            with Path(log_path).open("rb") as f:
-                size = f.seek(0, os.SEEK_END)
-                f.seek(max(0, size - LOG_TAIL_BYTES))
-                text = f.read().decode("utf-8", errors="replace")
-        except OSError:
-            return ""
-        return redact_text(tail_lines(text, tail), self._secrets.get(job_id, {}))
+        return file_tail(log_path, tail, self._secrets.get(job_id, {}))
 
     def logs(self, handle: ServerHandle, tail: int = LOG_TAIL_LINES) -> str:
         """The last ``tail`` lines of the job log (secret values redacted)."""

@@ -1,6 +1,6 @@
 """The Slurm runner's per-node wrapper, run by real bash (no Slurm needed).
 
-The wrapper (:data:`alflow_infra.runners.slurm.NODE_WRAPPER`) is what every node of a multi-node job runs: it
+The wrapper (:data:`alflow_infra.runners.slurm_script.NODE_WRAPPER`) is what every node of a multi-node job runs: it
 fills the node placeholders of its argument list and execs it. Here the final program is
 ``printf '%s\\n'``, so each output line is one argument exactly as the server would receive it. Hostile
 values (spaces, quotes, ``$()``, backticks, ``&``, backslashes, glob characters) must arrive verbatim and
@@ -21,7 +21,7 @@ import pytest
 
 from alflow.config import SlurmOptions
 from alflow.frameworks.launch import HEAD_ADDR, NNODES, NODE_RANK, Launch, LaunchGroup, node_addr
-from alflow_infra.runners.slurm import NODE_WRAPPER, render_script, wrapper_args
+from alflow_infra.runners.slurm_script import NODE_WRAPPER, render_script, wrapper_args
 
 pytestmark = [
     pytest.mark.integration,
