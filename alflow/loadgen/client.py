@@ -86,12 +86,6 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"}
 
 
-def _status_hint(status: int) -> str:
-    if status in (401, 403):
-        return " (the server wants an API key: give --api-key or set OPENAI_API_KEY, and check it)"
-    return " (wrong --base-url, --endpoint or --model?)"
-
-
 @dataclass(frozen=True, slots=True)
 class ResponseInfo:
     """Status and content type of a response; ``body`` holds the start of a non-stream body."""
@@ -143,11 +137,6 @@ _USAGE_SHOWN: Final = 40
 _INT64_MAX: Final = 2**63 - 1
 
 
-def _usage_count(value: object) -> bool:
-    """True when ``value`` is a usable usage count: a non-negative integer (a bool is not one) that fits Int64."""
-    return type(value) is int and 0 <= value <= _INT64_MAX
-
-
 def _shown(value: object) -> str:
     text = repr(value)
     return text if len(text) <= _USAGE_SHOWN else text[: _USAGE_SHOWN - 3] + "..."
@@ -166,7 +155,7 @@ def check_usage(record: RequestRecord) -> str | None:
     problems: list[str] = []
     for name, attr in (("prompt_tokens", "input_tokens"), ("completion_tokens", "output_tokens")):
         value = getattr(record, attr)
-        if value is not None and not _usage_count(value):
+        if value is not None and not (type(value) is int and 0 <= value <= _INT64_MAX):  # a bool is not one
             why = "is too large" if type(value) is int and value > 0 else "is not a non-negative integer"
             problems.append(f"{name}={_shown(value)} {why}")
             setattr(record, attr, None)
@@ -301,7 +290,11 @@ async def stream_request(
         if info.status != 200:
             msg = f"POST {redact_url(url)} answered HTTP {info.status}: {info.body[:300].strip()}"
             if info.status in FATAL_STATUS:
-                raise FatalRequestError(msg + _status_hint(info.status))
+                raise FatalRequestError(
+                    msg + " (the server wants an API key: give --api-key or set OPENAI_API_KEY, and check it)"
+                    if info.status in (401, 403)
+                    else msg + " (wrong --base-url, --endpoint or --model?)"
+                )
             record.error = msg
         elif info.content_type != SSE_TYPE:
             raise FatalRequestError(

@@ -276,9 +276,7 @@ class _StampedConnection(_Connection):
         self.sock.close()
 
     def abort(self) -> None:
-        if not self.closed:
-            self._close_socket()
-            self.connection_lost(None)
+        self._lost(None)
 
 
 _READ_SIZE: Final = 2**18

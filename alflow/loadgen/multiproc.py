@@ -61,11 +61,12 @@ from typing import TYPE_CHECKING, Any, Final
 from alflow.datasets.types import Session
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.loadgen.records import RequestRecord
+from alflow.loadgen.spec import LoadResult
 from alflow.loadgen.timing import ClientLoad
 from alflow.util import eventloop
 
 if TYPE_CHECKING:
-    from alflow.loadgen.spec import LoadCall, LoadResult, LoadSpec, Progress, Target
+    from alflow.loadgen.spec import LoadCall, LoadSpec, Progress, Target
 
 FLUSH_INTERVAL_S: Final = 0.1
 """How often a worker sends its completed records (and finished sessions) to the parent."""
@@ -78,9 +79,6 @@ START_GRACE_S: Final = 30.0
 EXIT_GRACE_S: Final = 2.0
 """How long a stopping worker gets to exit before it is terminated (then killed)."""
 _FIELDS: Final = tuple(f.name for f in dataclasses.fields(RequestRecord))
-
-Meta = tuple[int, int, float, float, ClientLoad | None]
-"""A worker's measured window: start and end (ns), wall start and end (s), its client load."""
 
 
 def split_evenly(total: int, parts: int) -> list[int]:
@@ -138,28 +136,12 @@ def split_load(
     return shares
 
 
-@dataclass
+@dataclass(frozen=True)
 class MergedRun:
-    """The workers' results as one: the fields of a ``LoadResult`` and the first fatal error (None: none)."""
+    """The workers' results as one ``LoadResult`` and the first fatal error (None: none)."""
 
-    records: list[RequestRecord]
-    measure_start_ns: int
-    measure_end_ns: int
-    wall_start_s: float
-    wall_end_s: float
-    client_load: ClientLoad | None
+    result: LoadResult
     fatal: str | None
-
-    def result_fields(self) -> tuple[list[RequestRecord], int, int, float, float, ClientLoad | None]:
-        """The positional arguments of ``LoadResult``."""
-        return (
-            self.records,
-            self.measure_start_ns,
-            self.measure_end_ns,
-            self.wall_start_s,
-            self.wall_end_s,
-            self.client_load,
-        )
 
 
 async def run_processes(run: Callable[..., Coroutine[Any, Any, LoadResult]], call: LoadCall) -> MergedRun:
@@ -201,7 +183,8 @@ class _Worker:
     reader: threading.Thread | None = None
     started: bool = False
     ended: bool = False
-    meta: Meta | None = None
+    meta: LoadResult | None = None
+    """Its measured window and client load (its records came in batches)."""
     heard: float = 0.0
     """When the parent last heard from it (loop time)."""
 
@@ -435,18 +418,17 @@ class _Parent:
         for i, record in enumerate(tail, start=self.base):
             record.request_id = i
         metas = [w.meta for w in self.workers if w.meta is not None]
-        now = time.perf_counter_ns()
-        start = min((m[0] for m in metas), default=now)
-        loads = [m[4] for m in metas if m[4] is not None]
-        return MergedRun(
+        start = min((m.measure_start_ns for m in metas), default=time.perf_counter_ns())
+        loads = [m.client_load for m in metas if m.client_load is not None]
+        result = LoadResult(
             self.records,
             start,
-            max((m[1] for m in metas), default=start),
-            min((m[2] for m in metas), default=time.time()),
-            max((m[3] for m in metas), default=time.time()),
+            max((m.measure_end_ns for m in metas), default=start),
+            min((m.wall_start_s for m in metas), default=time.time()),
+            max((m.wall_end_s for m in metas), default=time.time()),
             ClientLoad.merge(loads) if loads else None,
-            self.fatal,
         )
+        return MergedRun(result, self.fatal)
 
 
 def _worker_main(job: _Job, data: Connection, control: Connection) -> None:
@@ -558,13 +540,13 @@ class _WorkerRun:
         flusher = asyncio.create_task(self._flusher())
         status, why, meta = "done", None, None
         try:
-            meta = _meta(await self.task)
+            meta = replace(await self.task, records=[])  # the window: the records went in batches
         except asyncio.CancelledError:
             status = "stopped"
         except AlflowError as exc:  # LoadAbortedError carries the partial result
             status, why = "failed", str(exc)
             partial = getattr(exc, "result", None)
-            meta = None if partial is None else _meta(partial)
+            meta = None if partial is None else replace(partial, records=[])
         except Exception as exc:
             status, why = "failed", f"unexpected {type(exc).__name__}: {exc}"
         finally:
@@ -573,13 +555,3 @@ class _WorkerRun:
         self.outbox.put(("end", status, why, meta))
         self.outbox.put(None)
         await asyncio.to_thread(sender.join)
-
-
-def _meta(result: LoadResult) -> Meta:
-    return (
-        result.measure_start_ns,
-        result.measure_end_ns,
-        result.wall_start_s,
-        result.wall_end_s,
-        result.client_load,
-    )

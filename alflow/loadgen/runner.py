@@ -206,15 +206,6 @@ class _Run:
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _cancel_all(tasks: set[asyncio.Task[None]]) -> None:
-    """Cancel ``tasks`` and wait until each has ended (a no-op once a phase has awaited them all)."""
-    pending = list(tasks)
-    for task in pending:
-        task.cancel()
-    if pending:
-        await asyncio.gather(*pending, return_exceptions=True)
-
-
 async def run_load(
     sessions: Sequence[Session],
     target: Target,
@@ -247,10 +238,9 @@ async def run_load(
         from alflow.loadgen.multiproc import run_processes
 
         merged = await run_processes(run_load, call)
-        result = LoadResult(*merged.result_fields())
         if merged.fatal is not None:
-            raise LoadAbortedError(merged.fatal, result)
-        return result
+            raise LoadAbortedError(merged.fatal, merged.result)
+        return merged.result
     if transport is None:
         headers = target.headers
         if spec.transport == "aiohttp":
@@ -310,7 +300,11 @@ async def _run_with(transport: Transport, call: LoadCall) -> LoadResult:
             run.monitor.cancel()  # interrupted (cancelled): no probe outlives the run
         # cancelled while sessions were in flight (a stop from the parent of a client process): each open stream is
         # cancelled and awaited, so its record says "cancelled" and never reads as a completed request
-        await _cancel_all(run.tasks)
+        # (a no-op once a phase has awaited them all)
+        pending = list(run.tasks)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
         if watcher is not None:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):

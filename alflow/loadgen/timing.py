@@ -27,7 +27,7 @@ No Prefect here; :func:`alflow.metrics.client.summarize` applies it and ``summar
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:  # the load generator imports this module: polars and numpy only where a frame is judged
@@ -78,21 +78,14 @@ class ClientLoad:
         return self.cpu_s / self.wall_s / self.processes
 
     def to_dict(self) -> dict[str, object]:
-        """JSON-ready form."""
+        """JSON-ready form: the fields (floats to 3 decimals) with ``cpu_share`` (4) after ``cpu_s``."""
+        out = {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
         share = self.cpu_share
         return {
-            "wall_s": round(self.wall_s, 3),
-            "cpu_s": round(self.cpu_s, 3),
+            "wall_s": out.pop("wall_s"),
+            "cpu_s": out.pop("cpu_s"),
             "cpu_share": None if share is None else round(share, 4),
-            "lag_samples": self.lag_samples,
-            "lag_p50_ms": _round(self.lag_p50_ms),
-            "lag_p99_ms": _round(self.lag_p99_ms),
-            "lag_max_ms": _round(self.lag_max_ms),
-            "concurrency": self.concurrency,
-            "in_flight_max": self.in_flight_max,
-            "in_flight_mean": round(self.in_flight_mean, 3),
-            "processes": self.processes,
-            "closed_loop": self.closed_loop,
+            **out,
         }
 
     @staticmethod
@@ -124,10 +117,6 @@ class ClientLoad:
             processes=sum(p.processes for p in parts),
             closed_loop=all(p.closed_loop for p in parts),
         )
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 3)
 
 
 @dataclass(frozen=True)
@@ -184,13 +173,6 @@ class ClientTiming:
             "itl_note": self.itl_note,
             "client_load": None if self.load is None else self.load.to_dict(),
         }
-
-
-def _stamp_source(sources: pl.Series) -> str:
-    known = {("clock" if s is None else str(s)) for s in sources.to_list()}
-    if not known:
-        return "none"
-    return known.pop() if len(known) == 1 else "mixed"
 
 
 def coalescing(chunk_ns: pl.Series) -> tuple[int, int, int, int, int]:
@@ -250,7 +232,12 @@ def client_timing(records: pl.DataFrame, load: ClientLoad | None) -> ClientTimin
     import polars as pl
 
     ok = records.filter(pl.col("error").is_null() & ~pl.col("warmup").fill_null(value=False))
-    source = _stamp_source(ok["stamp_source"]) if "stamp_source" in ok.columns else "clock"
+    stamps = (
+        {"clock" if s is None else str(s) for s in ok["stamp_source"]}
+        if "stamp_source" in ok.columns
+        else {"clock"}
+    )
+    source = "none" if not stamps else stamps.pop() if len(stamps) == 1 else "mixed"
     chunks, coalesced, gaps, distorted, first = coalescing(ok["chunk_ns"])
     notes: list[str] = []
     mean_ok = not (ok.height and first / ok.height > ITL_DISTORTED_MAX)
