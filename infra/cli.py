@@ -64,10 +64,10 @@ class Found:
             return "would remove" if dry_run else "FAILED to remove"
         return "kept"
 
-    def to_json(self) -> dict[str, object]:
-        out = asdict(self)
-        out["age_s"] = None if math.isinf(self.age_s) else round(self.age_s, 3)
-        return out
+
+def _as_json(item: Found | CleanupEntry) -> dict[str, object]:
+    """``item``'s fields for ``--json``, its age rounded (None: unknown)."""
+    return {**asdict(item), "age_s": None if math.isinf(item.age_s) else round(item.age_s, 3)}
 
 
 def _processes(older_than_s: float, run_id: str | None, dry_run: bool) -> list[Found]:
@@ -95,15 +95,14 @@ def _slurm_jobs(
     for job in alflow_slurm_job_list():
         if run_id is not None and job.run_id != run_id:
             continue
-        live = True if is_live is None else is_live(job.run_id)
-        state = "run still going" if live and is_live is not None else "run over"
+        live = is_live is None or is_live(job.run_id)
+        state = "run still going" if live else "run over"
         if is_live is None:
             state = "run state unknown (use `alflow infra cleanup`)"
         selected = not live and job.age_s() >= older_than_s
-        removed = False
-        if selected and not dry_run:
+        removed = selected and not dry_run
+        if removed:
             SubprocessSlurm(30.0).cancel(job.job_id)
-            removed = True
         found.append(Found("slurm job", job.job_id, state, job.run_id, job.age_s(), selected, removed))
     return found
 
@@ -153,11 +152,9 @@ def cleanup(
         payload = {
             "older_than_s": older_than_s,
             "dry_run": dry_run,
-            "processes": [f.to_json() for f in processes],
-            "containers": [
-                {**asdict(e), "age_s": None if math.isinf(e.age_s) else round(e.age_s, 3)} for e in containers
-            ],
-            "slurm_jobs": [f.to_json() for f in slurm],
+            "processes": [_as_json(f) for f in processes],
+            "containers": [_as_json(e) for e in containers],
+            "slurm_jobs": [_as_json(f) for f in slurm],
             "skipped": skipped,
         }
         typer.echo(json.dumps(payload, indent=2))

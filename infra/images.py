@@ -14,6 +14,7 @@ import logging
 import sys
 import tarfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import docker
@@ -33,25 +34,32 @@ _FILES = {
 }
 
 
-def base_tarball() -> bytes:
-    """The root filesystem of the base image: directories, links into /usr, passwd and group."""
+def tarball(
+    dirs: Mapping[str, int], files: Mapping[str, str], links: Mapping[str, str] | None = None
+) -> bytes:
+    """A tar archive of ``dirs`` (name -> mode), then ``links`` (name -> target), then ``files`` (name -> text, 0644)."""
     buffer = io.BytesIO()
     now = int(time.time())
     with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for name, mode in _DIRS.items():
+        for name, mode in dirs.items():
             info = tarfile.TarInfo(name)
             info.type, info.mode, info.mtime = tarfile.DIRTYPE, mode, now
             tar.addfile(info)
-        for name, target in _LINKS.items():
+        for name, target in (links or {}).items():
             info = tarfile.TarInfo(name)
             info.type, info.linkname, info.mtime = tarfile.SYMTYPE, target, now
             tar.addfile(info)
-        for name, text in _FILES.items():
+        for name, text in files.items():
             data = text.encode()
             info = tarfile.TarInfo(name)
             info.size, info.mode, info.mtime = len(data), 0o644, now
             tar.addfile(info, io.BytesIO(data))
     return buffer.getvalue()
+
+
+def base_tarball() -> bytes:
+    """The root filesystem of the base image: directories, links into /usr, passwd and group."""
+    return tarball(_DIRS, _FILES, _LINKS)
 
 
 def ensure_sim_image(client: docker.DockerClient, image: str = SIM_IMAGE, *, rebuild: bool = False) -> str:
@@ -85,14 +93,15 @@ def runtime_mounts() -> tuple[str, ...]:
 
 def sim_docker_options(**overrides: object) -> DockerOptions:
     """Docker runner options for the simulator in the local image: no GPUs, host network, no pull."""
-    values: dict[str, object] = {
-        "gpus": "none",
-        "ipc_mode": None,
-        "network": "host",
-        "model_cache": None,
-        "pull": "never",
-        "volumes": runtime_mounts(),
-        "stop_timeout_s": 5.0,
-    }
-    values.update(overrides)
-    return DockerOptions.model_validate(values)
+    return DockerOptions.model_validate(
+        {
+            "gpus": "none",
+            "ipc_mode": None,
+            "network": "host",
+            "model_cache": None,
+            "pull": "never",
+            "volumes": runtime_mounts(),
+            "stop_timeout_s": 5.0,
+            **overrides,
+        }
+    )

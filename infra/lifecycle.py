@@ -248,16 +248,12 @@ def alflow_slurm_job_list(timeout_s: float = 30.0) -> list[SlurmJob]:
         job_id, _, rest = line.strip().partition("|")
         submitted, _, comment = rest.partition("|")
         if job_id and comment.startswith(SLURM_RUN_COMMENT):
-            jobs.append(SlurmJob(job_id, comment.removeprefix(SLURM_RUN_COMMENT), _slurm_time(submitted)))
+            try:  # squeue's %V (2026-12-01T18:30:47, local time) in epoch seconds; None when not a time
+                submitted_s: float | None = datetime.fromisoformat(submitted.strip()).timestamp()
+            except ValueError:
+                submitted_s = None
+            jobs.append(SlurmJob(job_id, comment.removeprefix(SLURM_RUN_COMMENT), submitted_s))
     return jobs
-
-
-def _slurm_time(text: str) -> float | None:
-    """Squeue's ``%V`` (``2026-12-01T18:30:47``, local time) in epoch seconds; None when not a time."""
-    try:
-        return datetime.fromisoformat(text.strip()).timestamp()
-    except ValueError:
-        return None
 
 
 def alflow_slurm_jobs(timeout_s: float = 30.0) -> list[tuple[str, str]]:

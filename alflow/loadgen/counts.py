@@ -39,12 +39,11 @@ def nonneg_int(value: object) -> int | None:
 
 def int_list(value: object) -> list[int] | None:
     """``value`` when it is a list of non-negative integers (possibly empty), else None."""
-    if not isinstance(value, list):
-        return None
-    for item in value:
-        if type(item) is not int or item < 0:  # bool is a subclass of int: not a count
-            return None
-    return value
+    if isinstance(value, list) and all(
+        type(item) is int and item >= 0 for item in value
+    ):  # a bool is no count
+        return value
+    return None
 
 
 def consistent(steps: int, accepted: int, drafts: int, hist: list[int]) -> bool:

@@ -369,10 +369,7 @@ class _Parent:
 
     def shutdown(self) -> None:
         """Stop every worker: ask, wait a little, terminate, kill; then close the pipes."""
-        for worker in self.workers:
-            if not worker.ended:
-                with contextlib.suppress(OSError):
-                    worker.control.send("stop")
+        self._tell_all("stop")
         started = [w.process for w in self.workers if w.started]
         deadline = time.monotonic() + EXIT_GRACE_S
         for process in started:

@@ -17,10 +17,8 @@ at once with its last 100 log lines. :meth:`DockerRunner.stop` always stops and 
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import os
-import tarfile
 import time
 import urllib.parse
 import uuid
@@ -47,7 +45,7 @@ from alflow.frameworks.registry import get_framework
 from alflow.frameworks.sim.recipe import SIM_IMAGE
 from alflow.plugins import framework_names
 from alflow_infra.errors import RunnerError
-from alflow_infra.images import ensure_sim_image
+from alflow_infra.images import ensure_sim_image, tarball
 from alflow_infra.runners.base import (
     LOG_TAIL_LINES,
     SecretSource,
@@ -175,24 +173,9 @@ def container_spec(
 
 def files_archive(files: tuple[LaunchFile, ...], files_dir: str) -> bytes:
     """A tar archive (to extract at ``/``) holding ``files`` under ``files_dir``."""
-    buffer = io.BytesIO()
     parts = [part for part in files_dir.strip("/").split("/") if part]
-    now = int(time.time())
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for i in range(len(parts)):
-            info = tarfile.TarInfo("/".join(parts[: i + 1]))
-            info.type = tarfile.DIRTYPE
-            info.mode = 0o755
-            info.mtime = now
-            tar.addfile(info)
-        for item in files:
-            data = item.content.encode("utf-8")
-            info = tarfile.TarInfo("/".join([*parts, item.name]))
-            info.size = len(data)
-            info.mode = 0o644
-            info.mtime = now
-            tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
+    dirs = {"/".join(parts[: i + 1]): 0o755 for i in range(len(parts))}
+    return tarball(dirs, {"/".join([*parts, item.name]): item.content for item in files})
 
 
 class DockerRunner:

@@ -33,7 +33,9 @@ def registry_dir() -> Path:
     explicit = os.environ.get("ALFLOW_STATE_DIR")
     if explicit:
         return Path(explicit).expanduser() / "servers"
-    return Path(os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")) / "alflow" / "servers"
+    return (
+        Path(os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")) / "alflow" / "servers"
+    )
 
 
 @dataclass(frozen=True)
