@@ -44,7 +44,7 @@ from alflow.loadgen.client import auth_headers
 from alflow.loadgen.endpoints import Sampling
 from alflow.loadgen.frames import write_records
 from alflow.loadgen.records import RequestRecord
-from alflow.loadgen.runner import MAX_PROCESSES, LoadSpec, Progress, Target
+from alflow.loadgen.spec import MAX_PROCESSES, LoadSpec, Progress, Target
 from alflow.measure import measure
 from alflow.metrics.client import SLO, GpuLayout
 from alflow.metrics.dialects import Dialect, MissingMetricsError

@@ -33,7 +33,8 @@ from alflow.datasets.types import Session
 from alflow.errors import AlflowError
 from alflow.loadgen.frames import records_frame
 from alflow.loadgen.records import RequestRecord
-from alflow.loadgen.runner import LoadAbortedError, LoadResult, LoadSpec, Progress, Target, run_load
+from alflow.loadgen.runner import run_load
+from alflow.loadgen.spec import LoadAbortedError, LoadResult, LoadSpec, Progress, Target
 from alflow.metrics.client import (
     DEFAULT_PERCENTILES,
     SLO,

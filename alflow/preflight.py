@@ -29,7 +29,7 @@ from alflow.config import RandomWorkload
 from alflow.errors import AlflowError
 from alflow.gates import audit_synthetic
 from alflow.loadgen.endpoints import Sampling
-from alflow.loadgen.runner import LoadSpec, Target
+from alflow.loadgen.spec import LoadSpec, Target
 from alflow.measure import measure, window_stats
 from alflow.metrics.dialects import SpeculativeInfo
 from alflow.metrics.readers import get_dialect

@@ -12,7 +12,7 @@ from alflow.config import LoadConfig
 from alflow.datasets.random_tokens import detokenize_sessions
 from alflow.loadgen.client import auth_headers
 from alflow.loadgen.records import RequestRecord
-from alflow.loadgen.runner import LoadSpec, Target
+from alflow.loadgen.spec import LoadSpec, Target
 from alflow.measure import PARTIAL_ATTR, Measurement, interrupted_measurement, measure, window_stats
 from alflow.methods.steps import PointLoad
 from alflow.util.eventloop import run_stoppable

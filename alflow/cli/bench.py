@@ -59,7 +59,7 @@ from alflow.datasets.random_tokens import DEFAULT_TOKEN_LOW, DEFAULT_VOCAB_SIZE
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.loadgen.client import auth_headers
 from alflow.loadgen.endpoints import Sampling, check_extra_body
-from alflow.loadgen.runner import (
+from alflow.loadgen.spec import (
     DEFAULT_STALL_TIMEOUT_S,
     MAX_PROCESSES,
     MAX_REQUEST_RATE,

@@ -29,7 +29,8 @@ from alflow.evals.gsm8k import (
 )
 from alflow.loadgen.client import auth_headers
 from alflow.loadgen.endpoints import Sampling
-from alflow.loadgen.runner import LoadSpec, Target, run_load
+from alflow.loadgen.runner import run_load
+from alflow.loadgen.spec import LoadSpec, Target
 from alflow.plugins import is_set, plugin_of, usable_names
 from alflow.util.redact import redact_url
 

@@ -4,7 +4,8 @@ from alflow.loadgen.client import AiohttpTransport, FatalRequestError, Transport
 from alflow.loadgen.counts import CountsReader, RequestSpec, fill_spec_counts
 from alflow.loadgen.endpoints import ENDPOINTS, Endpoint, Sampling, get_endpoint
 from alflow.loadgen.records import RequestRecord
-from alflow.loadgen.runner import LoadAbortedError, LoadResult, LoadSpec, Progress, Target, run_load
+from alflow.loadgen.runner import run_load
+from alflow.loadgen.spec import LoadAbortedError, LoadResult, LoadSpec, Progress, Target
 
 __all__ = [
     "ENDPOINTS",

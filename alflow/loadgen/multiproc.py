@@ -52,7 +52,7 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -66,7 +66,7 @@ from alflow.loadgen.timing import ClientLoad
 from alflow.util import eventloop
 
 if TYPE_CHECKING:
-    from alflow.loadgen.spec import LoadCall, LoadSpec, Progress, Target
+    from alflow.loadgen.spec import LoadCall, LoadSpec, Target
 
 FLUSH_INTERVAL_S: Final = 0.1
 """How often a worker sends its completed records (and finished sessions) to the parent."""
@@ -154,10 +154,7 @@ async def run_processes(run: Callable[..., Coroutine[Any, Any, LoadResult]], cal
             f"processes={call.spec.processes}: a custom clock cannot cross processes; use the default clock "
             "(time.perf_counter_ns) or processes=1"
         )
-    shares = split_load(call.sessions, call.spec, call.warmup_sessions)
-    count = None if shares[0].spec.num_prompts is None else sum(s.spec.num_prompts or 0 for s in shares)
-    sink = call.sink if call.sink is not None else []
-    parent = _Parent(run, shares, call.target, sink, call.on_measure_start, call.progress, count)
+    parent = _Parent(run, call)
     try:
         parent.start_all()
         await parent.serve()
@@ -200,24 +197,15 @@ def silence_limit(spec: LoadSpec) -> float:
 
 
 class _Parent:
-    def __init__(
-        self,
-        run: Callable[..., Coroutine[Any, Any, LoadResult]],
-        shares: list[WorkerShare],
-        target: Target,
-        records: list[RequestRecord],
-        on_measure_start: Callable[[], Awaitable[None]] | None,
-        progress: Progress | None,
-        count: int | None,
-    ) -> None:
+    def __init__(self, run: Callable[..., Coroutine[Any, Any, LoadResult]], call: LoadCall) -> None:
         self.run = run
-        self.shares = shares
-        self.target = target
-        self.records = records
-        self.base = self.next_id = len(records)
-        self.on_measure_start = on_measure_start
-        self.progress = progress
-        self.count = count
+        self.shares = shares = split_load(call.sessions, call.spec, call.warmup_sessions)
+        self.count = (
+            None if shares[0].spec.num_prompts is None else sum(s.spec.num_prompts or 0 for s in shares)
+        )
+        self.target, self.on_measure_start, self.progress = call.target, call.on_measure_start, call.progress
+        self.records = call.sink if call.sink is not None else []
+        self.base = self.next_id = len(self.records)
         self.loop = asyncio.get_running_loop()
         self.mailbox: queue.SimpleQueue[tuple[int, tuple[Any, ...] | None]] = queue.SimpleQueue()
         """The workers' messages, put by the reader threads: read by :meth:`serve`, and after a stop by

@@ -35,14 +35,8 @@ from alflow.loadgen.fast import FastTransport
 from alflow.loadgen.monitor import LoadMonitor
 from alflow.loadgen.records import RequestRecord
 from alflow.loadgen.spec import (
-    DEFAULT_STALL_TIMEOUT_S,
     MAX_PROCESSES,
-    MAX_REQUEST_RATE,
-    MAX_SECONDS,
-    MIN_PROCESSES,
-    MIN_REQUEST_RATE,
     REJECTIONS_BEFORE_ABORT,
-    Arrival,
     LoadAbortedError,
     LoadCall,
     LoadResult,
@@ -58,21 +52,13 @@ log = logging.getLogger(__name__)
 
 
 class _Run:
-    def __init__(
-        self,
-        target: Target,
-        spec: LoadSpec,
-        transport: Transport,
-        clock: Clock,
-        progress: Progress | None,
-    ) -> None:
-        self.target = target
+    def __init__(self, call: LoadCall, transport: Transport) -> None:
+        self.target = target = call.target
         self.endpoint: Endpoint = get_endpoint(target.endpoint)
         self.url = target.url
-        self.spec = spec
+        self.spec = spec = call.spec
         self.transport = transport
-        self.clock = clock
-        self.progress = progress
+        self.clock, self.progress = call.clock, call.progress
         self.records: list[RequestRecord] = []
         self.fatal: AlflowError | None = None
         self.successes = 0
@@ -256,7 +242,7 @@ async def run_load(
 
 async def _run_with(transport: Transport, call: LoadCall) -> LoadResult:
     sessions, spec, clock, progress = call.sessions, call.spec, call.clock, call.progress
-    run = _Run(call.target, spec, transport, clock, progress)
+    run = _Run(call, transport)
     if call.sink is not None:
         run.records = call.sink
     count = spec.num_prompts if spec.num_prompts is not None else (None if spec.duration_s else len(sessions))
@@ -348,23 +334,3 @@ async def _run_auto(call: LoadCall) -> LoadResult:
     return await run_load(
         sessions, target, measured, on_measure_start=call.on_measure_start, progress=progress, sink=records
     )
-
-
-__all__ = [
-    "DEFAULT_STALL_TIMEOUT_S",
-    "MAX_PROCESSES",
-    "MAX_REQUEST_RATE",
-    "MAX_SECONDS",
-    "MIN_PROCESSES",
-    "MIN_REQUEST_RATE",
-    "REJECTIONS_BEFORE_ABORT",
-    "Arrival",
-    "LoadAbortedError",
-    "LoadResult",
-    "LoadSpec",
-    "Progress",
-    "StalledServerError",
-    "Target",
-    "arrival_offsets_ns",
-    "run_load",
-]
