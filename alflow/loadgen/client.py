@@ -5,12 +5,9 @@
 
 Transports (the :class:`Transport` seam; tests drive :func:`stream_request` with a scripted one):
 
-- :class:`alflow.loadgen.fast.FastTransport` (the default for load): HTTP/1.1 on plain ``asyncio`` protocols
-  with a keep-alive connection pool, dating each read with the kernel's receive stamp on Linux. Each network read is parsed by ``httptools`` (llhttp, the parser of
-  Node.js and uvicorn: status line, headers, Content-Length and chunked framing) inside the
-  protocol's ``data_received`` callback, so a streamed chunk costs no task switch; the waiting
-  coroutine wakes once, when the response ends. A response llhttp rejects fails the request with
-  :class:`MalformedResponseError`.
+- :class:`alflow.loadgen.fast.FastTransport` (the default for load): HTTP/1.1 on plain ``asyncio`` protocols with
+  a keep-alive pool, each read parsed by ``httptools`` in the read callback (no task switch per chunk) and dated
+  by the kernel's receive stamp on Linux; its module says how.
 - :class:`AiohttpTransport`: one shared ``aiohttp.ClientSession`` (``iter_any`` per read); slower
   per chunk, kept for proxies and anything the fast transport does not speak.
 

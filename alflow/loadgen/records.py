@@ -29,21 +29,14 @@ class RequestRecord:
     http_status: int | None = None
     error: str | None = None
     text: str | None = None
+    # per-request speculative counts (None: not reported) and the timestamps' source: the columns of the same
+    # names, documented in alflow.loadgen.frames (which server field fills which)
     spec_verify_ct: int | None = None
-    """SGLang ``meta_info.spec_verify_ct``, vLLM ``num_spec_steps``: this request's verify steps (None: not
-    reported)."""
     spec_accepted_drafts: int | None = None
-    """SGLang ``meta_info.spec_num_correct_drafts`` (or an older alias), vLLM ``num_accepted_draft_tokens``:
-    accepted draft tokens."""
     spec_draft_tokens: int | None = None
-    """vLLM ``num_draft_tokens``: draft tokens proposed for this request (None: not reported)."""
     spec_accept_hist: list[int] | None = None
-    """vLLM ``acceptance_histogram``: this request's verify steps by drafts accepted (index j: exactly j)."""
     spec_full_k_hist: list[int] | None = None
-    """The same over the steps that carried all K drafts (vLLM ``detailed``: per-step drafted == K)."""
     stamp_source: str | None = None
-    """Where ``chunk_ns`` came from: ``kernel`` (each read's kernel receive stamp, :mod:`alflow.loadgen.rxstamp`)
-    or ``clock`` (the process's clock when it read); None: no answer (or a run stored before the column)."""
 
     @property
     def ok(self) -> bool:

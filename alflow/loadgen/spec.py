@@ -147,16 +147,12 @@ def arrival_offsets_ns(spec: LoadSpec) -> Iterator[int]:
     """
     if spec.request_rate is None:
         raise InvalidInputError("arrival offsets need a request rate")
-    rate = spec.request_rate
-    rng = random.Random(spec.seed)
-    at = 0
-    i = 0
+    rate, rng, at = spec.request_rate, random.Random(spec.seed), 0
+    if spec.arrival == "poisson":
+        rng.expovariate(rate)  # the first draw is skipped
     while True:
-        gap = rng.expovariate(rate) if spec.arrival == "poisson" else 1.0 / rate
-        if i:
-            at += int(gap * 1e9)
         yield at
-        i += 1
+        at += int((rng.expovariate(rate) if spec.arrival == "poisson" else 1.0 / rate) * 1e9)
 
 
 class Progress(Protocol):

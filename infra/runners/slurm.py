@@ -1,16 +1,10 @@
 """Runner 'slurm': the server runs as a Slurm batch job on one or more nodes.
 
 :func:`~alflow_infra.runners.slurm_script.render_script` turns a :class:`~alflow.frameworks.launch.Launch` and
-:class:`~alflow.config.SlurmOptions` into an sbatch script (a jinja2 template; every value shell-quoted
-with :func:`shlex.quote`, and values on ``#SBATCH`` lines refused when they would need quoting, since
-sbatch does not parse shell quotes there). The script loads modules, exports the Launch's environment, resolves every node's
-address (``scontrol show hostnames``, then each node's ``NodeAddr`` from ``scontrol show node``: nodes
-may have names that do not resolve) into ``ALFLOW_NODE_ADDRS``, and exports ``ALFLOW_HEAD_NODE``,
-``ALFLOW_HEAD_ADDR`` and ``ALFLOW_NNODES``. Then srun runs :data:`NODE_WRAPPER` on every node, bare or in
-a container through pyxis (``--container-image``, ``--container-mounts``): the wrapper replaces the
-node placeholders of the argument list (:data:`~alflow.frameworks.launch.NODE_RANK` from ``SLURM_NODEID``,
-:data:`~alflow.frameworks.launch.HEAD_ADDR`, :data:`~alflow.frameworks.launch.NNODES`, :func:`~alflow.frameworks.launch.node_addr`) and
-execs it; nodes of rank > 0 run ``Launch.worker_argv`` when the recipe gives one.
+:class:`~alflow.config.SlurmOptions` into an sbatch script (how values are quoted: that module). The script loads
+modules, exports the Launch's environment and every node's address (its ``NodeAddr``: node names may not resolve),
+then srun runs ``NODE_WRAPPER`` on every node, bare or in a container through pyxis; the wrapper fills the node
+placeholders of the argument list and execs it (nodes of rank > 0: ``Launch.worker_argv`` when the recipe gives one).
 
 - One server (``exec srun``): one task per node, or, for an MPI launch (``Launch.mpi``), ``--mpi=PLUGIN``
   and ``Launch.tasks_per_node`` tasks per node (TensorRT-LLM: one per GPU).
