@@ -127,13 +127,8 @@ def container_spec(
 
     ``secrets`` values enter the container environment only; never log this dict unredacted.
     """
-    volumes: dict[str, dict[str, str]] = {}
-    if options.model_cache:
-        host, entry = parse_volume(f"{options.model_cache}:{options.model_cache_target}:rw")
-        volumes[host] = entry
-    for volume in options.volumes:
-        host, entry = parse_volume(volume)
-        volumes[host] = entry
+    cache = [f"{options.model_cache}:{options.model_cache_target}:rw"] if options.model_cache else []
+    volumes = dict(parse_volume(volume) for volume in (*cache, *options.volumes))
     labels = {
         **options.labels,
         LABEL: "1",
@@ -151,6 +146,8 @@ def container_spec(
         "name": name,
         "detach": True,
         "volumes": volumes,
+        "ipc_mode": options.ipc_mode,
+        "shm_size": options.shm_size,
     }
     if gpu_vendor(launch.framework) == "amd":
         if options.gpus != "none":  # AMD GPUs: the KFD and DRI devices and group video
@@ -159,16 +156,12 @@ def container_spec(
             spec["environment"] = {AMD_VISIBLE_ENV: ",".join(options.gpus), **spec["environment"]}
     else:
         spec["device_requests"] = device_requests(options.gpus)
-    if options.ipc_mode is not None:
-        spec["ipc_mode"] = options.ipc_mode
-    if options.shm_size is not None:
-        spec["shm_size"] = options.shm_size
     if options.network == "host":
         spec["network_mode"] = "host"
     else:
         ports = dict.fromkeys((launch.port, *(e.port for e in launch.metrics_endpoints)))
         spec["ports"] = {f"{port}/tcp": None for port in ports}
-    return spec
+    return {key: value for key, value in spec.items() if value is not None}  # no ipc_mode or shm_size: none
 
 
 def files_archive(files: tuple[LaunchFile, ...], files_dir: str) -> bytes:

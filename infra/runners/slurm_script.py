@@ -113,12 +113,9 @@ exec srun --nodes={{ nodes }} --ntasks={{ nodes * tasks_per_node }} --ntasks-per
 {%- if mpi %}
     --mpi={{ mpi }} \\
 {%- endif %}
-{%- if container_image %}
-    --container-image={{ container_image }} \\
-{%- if container_mounts %}
-    --container-mounts={{ container_mounts }} \\
-{%- endif %}
-{%- endif %}
+{%- for arg in container_args %}
+    {{ arg }} \\
+{%- endfor %}
     bash -c "$ALFLOW_NODE_WRAPPER" alflow-node {{ command }}
 {% else -%}
 # Disaggregated: one background srun step per group on its own nodes (the frontend shares the first
@@ -130,12 +127,9 @@ srun --nodes={{ step.nodes }} --ntasks={{ step.nodes }} --ntasks-per-node=1 --re
 {%- if step.overlap %}
     --overlap \\
 {%- endif %}
-{%- if container_image %}
-    --container-image={{ container_image }} \\
-{%- if container_mounts %}
-    --container-mounts={{ container_mounts }} \\
-{%- endif %}
-{%- endif %}
+{%- for arg in container_args %}
+    {{ arg }} \\
+{%- endfor %}
     bash -c "$ALFLOW_NODE_WRAPPER" alflow-node {{ step.command }} &
 alflow_pids+=("$!")
 {% endfor -%}
@@ -253,8 +247,12 @@ def render_script(
         extra_sbatch_args=[_directive(arg, "sbatch argument") for arg in options.extra_sbatch_args],
         modules=[shlex.quote(module) for module in options.modules],
         env=[(name, shlex.quote(value)) for name, value in launch.env.items()],
-        container_image=shlex.quote(options.container_image) if options.container_image else None,
-        container_mounts=shlex.quote(",".join(mounts)) if mounts else None,
+        container_args=[  # pyxis
+            f"--container-image={shlex.quote(options.container_image)}",
+            *([f"--container-mounts={shlex.quote(','.join(mounts))}"] if mounts else []),
+        ]
+        if options.container_image
+        else [],
         comment=_directive(comment, "job comment") if comment else None,
         wrapper=NODE_WRAPPER,
         command=shlex.join(wrapper_args(launch.argv, launch.worker_argv, first_node=0, nodes=nodes)),
