@@ -280,12 +280,5 @@ def file_tail(path: str | None, tail: int, secrets: Mapping[str, str]) -> str:
             text = f.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
-    return redact_text(tail_lines(text, tail), secrets)
-
-
-def tail_lines(text: str, tail: int) -> str:
-    """The last ``tail`` lines of ``text``."""
-    if tail <= 0:
-        return ""
-    lines = text.splitlines()
-    return "\n".join(lines[-tail:]) + ("\n" if lines else "")
+    lines = text.splitlines()[-tail:] if tail > 0 else []
+    return redact_text("\n".join(lines) + ("\n" if lines else ""), secrets)

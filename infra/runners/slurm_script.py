@@ -181,16 +181,6 @@ class _Step:
     command: str
 
 
-def job_nodes(launch: Launch, options: SlurmOptions) -> int:
-    """The job's node count: the Launch's; ``options.nodes``, when set, must agree with it."""
-    if options.nodes is not None and options.nodes != launch.nodes:
-        raise RunnerError(
-            f"the Slurm options ask for nodes={options.nodes} but the {launch.framework} server spans "
-            f"{launch.nodes} node(s) (the server config's nodes): drop the runner's nodes or make them equal"
-        )
-    return launch.nodes
-
-
 def job_gpus_per_node(launch: Launch, options: SlurmOptions) -> int | None:
     """GPUs requested per node: the options' when set (not fewer than the server uses), else the Launch's."""
     if options.gpus_per_node is None:
@@ -223,7 +213,12 @@ def render_script(
     for name in launch.env:
         if not _ENV_NAME.fullmatch(name):
             raise RunnerError(f"environment variable name {name!r} is not a valid shell name")
-    nodes = job_nodes(launch, options)
+    nodes = launch.nodes  # the job's node count; options.nodes, when set, must agree with it
+    if options.nodes is not None and options.nodes != nodes:
+        raise RunnerError(
+            f"the Slurm options ask for nodes={options.nodes} but the {launch.framework} server spans "
+            f"{nodes} node(s) (the server config's nodes): drop the runner's nodes or make them equal"
+        )
     mounts = (*options.container_mounts, *extra_mounts)
     steps: list[_Step] = []
     if launch.groups:
