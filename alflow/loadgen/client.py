@@ -346,14 +346,13 @@ class AiohttpTransport:
         timeout = aiohttp.ClientTimeout(total=timeout_s or None)
         try:
             async with self._session.post(url, data=body, headers=self._headers, timeout=timeout) as resp:
-                info = ResponseInfo(resp.status, resp.content_type)
                 if resp.status != 200 or resp.content_type != SSE_TYPE:
                     text = (await resp.content.read(_ERROR_BODY_LIMIT)).decode(errors="replace")
                     return ResponseInfo(resp.status, resp.content_type, text)
                 async for received in resp.content.iter_any():
                     if sink(received, clock()):
                         break
-                return info
+                return ResponseInfo(resp.status, resp.content_type)
         except aiohttp.ClientConnectorError as exc:
             why = redact_urls_in_text(str(exc.os_error or exc))
             raise FatalRequestError(f"cannot reach {redact_url(url)}: {why}") from None

@@ -59,7 +59,7 @@ class _Run:
         self.spec = spec = call.spec
         self.transport = transport
         self.clock, self.progress = call.clock, call.progress
-        self.records: list[RequestRecord] = []
+        self.records: list[RequestRecord] = call.sink if call.sink is not None else []
         self.fatal: AlflowError | None = None
         self.successes = 0
         self.rejections = 0
@@ -243,8 +243,6 @@ async def run_load(
 async def _run_with(transport: Transport, call: LoadCall) -> LoadResult:
     sessions, spec, clock, progress = call.sessions, call.spec, call.clock, call.progress
     run = _Run(call, transport)
-    if call.sink is not None:
-        run.records = call.sink
     count = spec.num_prompts if spec.num_prompts is not None else (None if spec.duration_s else len(sessions))
     wall_start = time.time()
     start_ns = end_ns = clock()

@@ -160,10 +160,8 @@ def handle_api_key(handle: ServerHandle) -> str | None:
 class Runner(Protocol):
     """Starts servers somewhere (a local process, a container, nowhere for an external server)."""
 
-    @property
-    def name(self) -> str:
-        """The registry key of this runner."""
-        ...
+    name: str
+    """The registry key of this runner."""
 
     def start(self, launch: Launch) -> ServerHandle:
         """Start the server described by ``launch`` (without waiting for it) and return its handle."""

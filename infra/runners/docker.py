@@ -246,7 +246,6 @@ class DockerRunner:
             )
         _, digest = self.ensure_image(launch.image)
         secrets = secret_values(self.options.secrets, launch, self._secret_source)
-        created_s = int(time.time())
         name = f"alflow-{launch.framework}-{self.run_id[:12]}-{uuid.uuid4().hex[:6]}"
         spec = container_spec(
             launch,
@@ -254,7 +253,7 @@ class DockerRunner:
             image=launch.image,
             run_id=self.run_id,
             secrets=secrets,
-            created_s=created_s,
+            created_s=int(time.time()),
             name=name,
         )
         log.info(

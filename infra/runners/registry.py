@@ -136,15 +136,13 @@ def reclaim_processes(
     now = time.time()
     found: list[Leftover] = []
     for path, entry in entries():
-        if entry is None:
-            log.warning("unreadable server registry entry %s: removed", path)
+        if entry is None or not entry.server_alive():  # unreadable, or its server is gone: the entry goes
+            if entry is None:
+                log.warning("unreadable server registry entry %s: removed", path)
+            else:
+                found.append(Leftover(entry, "gone", selected=False, removed=False))
             if not dry_run:
                 path.unlink(missing_ok=True)
-            continue
-        if not entry.server_alive():
-            if not dry_run:
-                path.unlink(missing_ok=True)
-            found.append(Leftover(entry, "gone", selected=False, removed=False))
             continue
         owner = same_process_alive(entry.owner_pid, entry.owner_ticks)
         state = "running, owner alive" if owner else "running, owner gone"
