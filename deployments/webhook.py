@@ -143,19 +143,16 @@ def block_ids(slugs: set[str]) -> dict[str, UUID]:
 
 def resolve(automations: Sequence[dict[str, Any]], ids: dict[str, UUID]) -> list[dict[str, Any]]:
     """Copies of ``automations`` with every block slug in ``block_document_id`` replaced by its id."""
-    out: list[dict[str, Any]] = []
-    for automation in automations:
-        copy = dict(automation)
-        for field in ACTION_LISTS:
-            if field in copy:
-                copy[field] = [
-                    {**a, "block_document_id": str(ids[a["block_document_id"]])}
-                    if a.get("block_document_id") in ids
-                    else a
-                    for a in copy[field] or []
-                ]
-        out.append(copy)
-    return out
+
+    def resolved(actions: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+        return [
+            {**a, "block_document_id": str(ids[a["block_document_id"]])}
+            if a.get("block_document_id") in ids
+            else a
+            for a in actions or []
+        ]
+
+    return [{**a, **{field: resolved(a[field]) for field in ACTION_LISTS if field in a}} for a in automations]
 
 
 def existing(names: Sequence[str]) -> dict[str, list[UUID]]:

@@ -69,9 +69,8 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
     """
     if not api_key:
         return {}
-    if (
-        len(api_key) > MAX_API_KEY
-    ):  # servers refuse header lines this long (aiohttp: 8,190 bytes), with an odd answer
+    # servers refuse header lines this long (aiohttp: 8,190 bytes), with an odd answer
+    if len(api_key) > MAX_API_KEY:
         raise InvalidInputError(
             f"--api-key is {len(api_key):,} characters long: at most {MAX_API_KEY:,} (it is sent as one HTTP header)"
         )

@@ -202,9 +202,8 @@ def coalescing(chunk_ns: pl.Series) -> tuple[int, int, int, int, int]:
     same_as_next[:-1] = same_as_prev[1:]
     coalesced = int(np.count_nonzero(same_as_prev | same_as_next))
     group_first = same_as_next & ~same_as_prev  # the first chunk of each coalesced group
-    first = int(
-        np.count_nonzero(group_first & starts)
-    )  # a group with no gap before it: the stream's first read
+    # a group with no gap before it: the stream's first read
+    first = int(np.count_nonzero(group_first & starts))
     gaps = chunks - int(lengths.size)
     # distorted: each group's inner zero gaps (its size - 1) plus the gap leading into it, where there is one
     return chunks, coalesced, gaps, coalesced - first, first

@@ -265,9 +265,8 @@ class SlurmRunner:
                     f"{launch.nodes}",
                     self._log_tail(str(log_path), job_id),
                 )
-            addresses = self._node_addresses(hosts)
-            head = hosts[0]
-            address = addresses[0]
+            # each host's NodeAddr (its name when Slurm has none), in job node order
+            addresses = tuple(self.commands.node_address(host) or host for host in hosts)
         except BaseException:
             try:
                 self._cancel(job_id)
@@ -276,7 +275,7 @@ class SlurmRunner:
             finally:
                 self._secrets.pop(job_id, None)
             raise
-        base = launch.base_url(host=url_host(address))
+        base = launch.base_url(host=url_host(addresses[0]))
         metrics_urls = tuple(
             launch.base_url(host=url_host(addresses[e.node]), port=e.port) + e.path
             for e in launch.metrics_endpoints
@@ -312,8 +311,8 @@ class SlurmRunner:
                     "nodelist": info.nodelist,
                     "hosts": hosts,
                     "addresses": list(addresses),
-                    "head_node": head,
-                    "head_address": address,
+                    "head_node": hosts[0],
+                    "head_address": addresses[0],
                 },
             ),
         )
@@ -333,10 +332,6 @@ class SlurmRunner:
         script_path = job_dir / "job.sbatch"
         script_path.write_text(script, encoding="utf-8")
         return launch, log_path, script_path, script
-
-    def _node_addresses(self, hosts: list[str]) -> tuple[str, ...]:
-        """Each host's ``NodeAddr`` (its name when Slurm has none), in job node order."""
-        return tuple(self.commands.node_address(host) or host for host in hosts)
 
     def _wait_running(self, job_id: str, log_path: str) -> JobInfo:
         """Poll the job until it is RUNNING with a node list; raise when it ends or the queue wait times out."""
