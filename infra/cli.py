@@ -70,21 +70,6 @@ def _as_json(item: Found | CleanupEntry) -> dict[str, object]:
     return {**asdict(item), "age_s": None if math.isinf(item.age_s) else round(item.age_s, 3)}
 
 
-def _processes(older_than_s: float, run_id: str | None, dry_run: bool) -> list[Found]:
-    return [
-        Found(
-            "process",
-            f"pid {item.entry.pid} ({item.entry.framework} at {item.entry.base_url})",
-            item.state,
-            item.entry.run_id,
-            item.entry.age_s(),
-            item.selected,
-            item.removed,
-        )
-        for item in reclaim_processes(older_than_s=older_than_s, run_id=run_id, dry_run=dry_run)
-    ]
-
-
 def _slurm_jobs(
     older_than_s: float, run_id: str | None, dry_run: bool, is_live: LiveRun | None
 ) -> list[Found]:
@@ -127,7 +112,18 @@ def cleanup(
     """
     older_than_s = parse_duration(older_than)
     skipped: dict[str, str] = {}
-    processes = _processes(older_than_s, run_id, dry_run)
+    processes = [
+        Found(
+            "process",
+            f"pid {item.entry.pid} ({item.entry.framework} at {item.entry.base_url})",
+            item.state,
+            item.entry.run_id,
+            item.entry.age_s(),
+            item.selected,
+            item.removed,
+        )
+        for item in reclaim_processes(older_than_s=older_than_s, run_id=run_id, dry_run=dry_run)
+    ]
     containers: list[CleanupEntry] = []
     try:
         containers = cleanup_containers(

@@ -165,7 +165,6 @@ async def run_processes(run: Callable[..., Coroutine[Any, Any, LoadResult]], cal
 
 @dataclass(frozen=True)
 class _Job:
-    index: int
     run: Callable[..., Coroutine[Any, Any, LoadResult]]
     share: WorkerShare
     target: Target
@@ -223,7 +222,7 @@ class _Parent:
         for w, share in enumerate(self.shares):
             data_in, data_out = ctx.Pipe(duplex=False)
             control_in, control_out = ctx.Pipe(duplex=False)
-            job = _Job(w, self.run, share, self.target)
+            job = _Job(self.run, share, self.target)
             process = ctx.Process(
                 target=_worker_main,
                 args=(job, data_out, control_in),

@@ -169,9 +169,7 @@ class ProcessRunner:
             if prefix is None and exe.parent.name == "bin":
                 prefix = exe.parent.parent
         # the install's rules, and no image: its tag's release-gate warnings do not apply (the live version does)
-        launch = check_install(launch, prefix)
-        argv = [argv[0], *launch.argv[1:]]
-        return argv, extra, launch
+        return argv, extra, check_install(launch, prefix)
 
     def _exit_reason(self, handle: ServerHandle) -> str | None:
         proc = self._procs.get(handle.id)
