@@ -9,6 +9,7 @@ runs unchanged inside it. :func:`sim_docker_options` gives the matching runner o
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import sys
@@ -64,11 +65,9 @@ def base_tarball() -> bytes:
 
 def ensure_sim_image(client: docker.DockerClient, image: str = SIM_IMAGE, *, rebuild: bool = False) -> str:
     """Make ``image`` by importing :func:`base_tarball` unless it exists; return its id."""
-    if not rebuild:
-        try:
+    with contextlib.suppress(docker.errors.ImageNotFound):
+        if not rebuild:
             return str(client.images.get(image).id)
-        except docker.errors.ImageNotFound:
-            pass
     repository, _, tag = image.rpartition(":")
     if not repository:
         repository, tag = image, "latest"

@@ -153,9 +153,7 @@ def check_live_version(launch: Launch, live: LiveVersion) -> tuple[str, ...]:
     alflow's simulated engine implements every knob; it is gated only when told to report a
     framework's version (``alflow sim serve --framework-version``).
     """
-    if not launch.requirements:
-        return ()
-    if live.simulated and FrameworkVersion.parse(live.version) is None:
+    if not launch.requirements or (live.simulated and FrameworkVersion.parse(live.version) is None):
         return ()
     if live.path is None:
         where = f"live server (no version at {', '.join(launch.version_paths)})"

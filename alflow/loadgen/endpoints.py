@@ -40,9 +40,7 @@ class Sampling:
             "ignore_eos": turn.ignore_eos if turn.ignore_eos is not None else self.ignore_eos,
             "seed": self.seed,
         }
-        out = {k: v for k, v in body.items() if v is not None}
-        out.update(self.extra_body)
-        return out
+        return {**{k: v for k, v in body.items() if v is not None}, **self.extra_body}
 
 
 class Endpoint(Protocol):

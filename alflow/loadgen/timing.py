@@ -101,8 +101,7 @@ class ClientLoad:
             return parts[0]
 
         def worst(values: list[float | None]) -> float | None:
-            known = [v for v in values if v is not None]
-            return max(known) if known else None
+            return max((v for v in values if v is not None), default=None)
 
         return ClientLoad(
             wall_s=max(p.wall_s for p in parts),

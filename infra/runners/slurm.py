@@ -193,9 +193,7 @@ class SubprocessSlurm:
     def node_address(self, node: str) -> str | None:
         """``NodeAddr`` from ``scontrol show node -o NODE``; None when the command fails."""
         result = self._run(["scontrol", "show", "node", "-o", node])
-        if result.returncode != 0:
-            return None
-        return parse_key_values(result.stdout).get("NodeAddr") or None
+        return (parse_key_values(result.stdout).get("NodeAddr") or None) if result.returncode == 0 else None
 
     def cancel(self, job_id: str) -> None:
         """``scancel JOB``; a job that already ended is not an error."""
