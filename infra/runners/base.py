@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import re
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -45,9 +46,16 @@ SecretSource = Callable[[str], str | None]
 
 def secret_values(names: Iterable[str], launch: Launch, source: SecretSource) -> dict[str, str]:
     """Values of the runner's and the launch's secrets that ``source`` knows (never logged or stored)."""
-    wanted = dict.fromkeys((*names, *launch.secret_env))
-    values = {name: source(name) for name in wanted}
-    return {name: value for name, value in values.items() if value}
+    return {name: value for name in dict.fromkeys((*names, *launch.secret_env)) if (value := source(name))}
+
+
+def run_folder(log_dir: str | None, tag: str, prefix: str) -> Path:
+    """``log_dir/tag`` (made; it must not exist yet), or without ``log_dir`` a new temporary folder named after ``tag``."""
+    if not log_dir:
+        return Path(tempfile.mkdtemp(prefix=f"{prefix}{tag}-"))
+    folder = Path(log_dir).expanduser() / tag
+    folder.mkdir(parents=True, exist_ok=False)
+    return folder
 
 
 def write_launch_files(launch: Launch, folder: Path) -> Launch:

@@ -14,7 +14,6 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -38,6 +37,7 @@ from alflow_infra.runners.base import (
     ServerHandle,
     file_tail,
     inherited_env,
+    run_folder,
     run_tag,
     secret_values,
     wait_for_health,
@@ -79,11 +79,7 @@ class ProcessRunner:
         launch = single_host(launch, runner=self.name, head_addr=connect_host(launch.host))
         program, path_env, launch = self._program(launch)
         tag = run_tag(launch, self.run_id)
-        if self.options.log_dir:
-            run_dir = Path(self.options.log_dir).expanduser() / tag
-            run_dir.mkdir(parents=True, exist_ok=False)
-        else:
-            run_dir = Path(tempfile.mkdtemp(prefix=f"alflow-{tag}-"))
+        run_dir = run_folder(self.options.log_dir, tag, "alflow-")
         launch = write_launch_files(launch, run_dir)
         secrets = secret_values(self.options.secrets, launch, self._secret_source)
         # the runner's own environment, less the knob variables (only the Launch may force acceptance)

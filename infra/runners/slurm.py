@@ -34,7 +34,6 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -51,6 +50,7 @@ from alflow_infra.runners.base import (
     ServerHandle,
     file_tail,
     inherited_env,
+    run_folder,
     run_tag,
     secret_values,
     wait_for_health,
@@ -227,21 +227,13 @@ class SlurmRunner:
         self._sleep = sleep
         self._last_state: dict[str, tuple[float, JobInfo | None]] = {}
 
-    def _job_dir(self, launch: Launch) -> Path:
-        tag = run_tag(launch, self.run_id)
-        if self.options.log_dir:
-            job_dir = Path(self.options.log_dir).expanduser().resolve() / tag
-            job_dir.mkdir(parents=True, exist_ok=False)
-            return job_dir
-        return Path(tempfile.mkdtemp(prefix=f"alflow-slurm-{tag}-")).resolve()
-
     def start(self, launch: Launch) -> ServerHandle:
         """Render and submit the job, wait until it runs (``queue_timeout_s``), and return its handle.
 
         The handle's URLs point at the head node, known only once the job has its nodes; a job that
         ends or stays queued too long is cancelled and raises :class:`ServerStartError` with its log.
         """
-        job_dir = self._job_dir(launch)
+        job_dir = run_folder(self.options.log_dir, run_tag(launch, self.run_id), "alflow-slurm-").resolve()
         launch, log_path, script_path, script = self._write_job(launch, job_dir)
         secrets = secret_values(self.options.secrets, launch, self._secret_source)
         # sbatch passes the job this environment, cleaned (no acceptance knobs: only the Launch sets those, in the
