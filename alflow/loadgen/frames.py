@@ -40,6 +40,7 @@ Frames stored before a column existed lack it: :func:`read_records` adds the mis
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Final
 
@@ -47,29 +48,17 @@ import polars as pl
 
 from alflow.loadgen.records import RequestRecord
 
-RECORD_SCHEMA: Final[dict[str, pl.DataType]] = {
-    "request_id": pl.Int64(),
-    "session_id": pl.String(),
-    "turn": pl.Int32(),
-    "category": pl.String(),
-    "warmup": pl.Boolean(),
-    "start_ns": pl.Int64(),
-    "first_token_ns": pl.Int64(),
-    "end_ns": pl.Int64(),
-    "done_ns": pl.Int64(),
-    "chunk_ns": pl.List(pl.Int64()),
-    "input_tokens": pl.Int64(),
-    "output_tokens": pl.Int64(),
-    "http_status": pl.Int32(),
-    "error": pl.String(),
-    "text": pl.String(),
-    "spec_verify_ct": pl.Int64(),
-    "spec_accepted_drafts": pl.Int64(),
-    "spec_draft_tokens": pl.Int64(),
-    "spec_accept_hist": pl.List(pl.Int64()),
-    "spec_full_k_hist": pl.List(pl.Int64()),
-    "stamp_source": pl.String(),
+_DTYPES: Final[dict[str, pl.DataType]] = {
+    "int": pl.Int64(),
+    "str": pl.String(),
+    "bool": pl.Boolean(),
+    "list[int]": pl.List(pl.Int64()),
 }
+RECORD_SCHEMA: Final[dict[str, pl.DataType]] = {
+    f.name: pl.Int32() if f.name in ("turn", "http_status") else _DTYPES[str(f.type).removesuffix(" | None")]
+    for f in fields(RequestRecord)
+}
+"""The columns: :class:`RequestRecord`'s fields, in order, with their types (``turn`` and ``http_status`` 32-bit)."""
 
 
 def records_frame(records: Iterable[RequestRecord]) -> pl.DataFrame:

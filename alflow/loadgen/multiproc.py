@@ -222,10 +222,9 @@ class _Parent:
         for w, share in enumerate(self.shares):
             data_in, data_out = ctx.Pipe(duplex=False)
             control_in, control_out = ctx.Pipe(duplex=False)
-            job = _Job(self.run, share, self.target)
             process = ctx.Process(
                 target=_worker_main,
-                args=(job, data_out, control_in),
+                args=(_Job(self.run, share, self.target), data_out, control_in),
                 name=f"alflow-client-{w}of{n}",
                 daemon=True,
             )
