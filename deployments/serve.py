@@ -68,8 +68,7 @@ def main() -> None:
     for spec in load_deployments():
         if args.only and spec["name"] not in args.only:
             continue
-        flow = load_flow(spec["entrypoint"])
-        deployment = flow.to_deployment(
+        deployment = load_flow(spec["entrypoint"]).to_deployment(
             name=spec["name"],
             description=spec.get("description"),
             parameters=spec.get("parameters") or {},

@@ -133,11 +133,6 @@ _USAGE_SHOWN: Final = 40
 _INT64_MAX: Final = 2**63 - 1
 
 
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= _USAGE_SHOWN else text[: _USAGE_SHOWN - 3] + "..."
-
-
 def check_usage(record: RequestRecord) -> str | None:
     """What is wrong with the server's usage counts against the streamed chunks, one line; None when they hold.
 
@@ -153,7 +148,8 @@ def check_usage(record: RequestRecord) -> str | None:
         value = getattr(record, attr)
         if value is not None and not (type(value) is int and 0 <= value <= _INT64_MAX):  # a bool is not one
             why = "is too large" if type(value) is int and value > 0 else "is not a non-negative integer"
-            problems.append(f"{name}={_shown(value)} {why}")
+            shown = text if len(text := repr(value)) <= _USAGE_SHOWN else text[: _USAGE_SHOWN - 3] + "..."
+            problems.append(f"{name}={shown} {why}")
             setattr(record, attr, None)
     out, chunks = record.output_tokens, len(record.chunk_ns)
     if out is not None and chunks:

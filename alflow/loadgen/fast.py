@@ -288,10 +288,6 @@ _recv_stamped = rxstamp.RECV_STAMPED
 """The C read where it was built (None: :meth:`_StampedConnection._readable`, the Python path; tests set None)."""
 
 
-def _header_lines(headers: Mapping[str, str]) -> bytes:
-    return b"".join(f"{name}: {value}\r\n".encode("latin-1") for name, value in headers.items())
-
-
 class FastTransport:
     """HTTP/1.1 client on asyncio protocols with a keep-alive pool (see module doc).
 
@@ -311,7 +307,9 @@ class FastTransport:
         self._ssl: ssl.SSLContext | None = None
         self._headers = dict(headers or {})
         self._has_auth = any(name.lower() == "authorization" for name in self._headers)
-        self._extra = _header_lines(self._headers)
+        self._extra = b"".join(
+            f"{name}: {value}\r\n".encode("latin-1") for name, value in self._headers.items()
+        )
 
     def forget(self, conn: _Connection) -> None:
         """Drop a closed connection from the bookkeeping."""
