@@ -245,7 +245,11 @@ def load_sessions(r: BenchRequest, num_prompts: int) -> tuple[list[Session], lis
 
 
 async def served_model(
-    http: aiohttp.ClientSession, base_url: str, model: str | None, headers: dict[str, str], timeout_s: float = 30.0
+    http: aiohttp.ClientSession,
+    base_url: str,
+    model: str | None,
+    headers: dict[str, str],
+    timeout_s: float = 30.0,
 ) -> str:
     """Check the server answers; the model is ``model`` or the first of ``GET /v1/models``."""
     url = base_url.rstrip("/").removesuffix("/v1") + "/v1/models"

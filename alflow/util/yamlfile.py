@@ -149,7 +149,6 @@ class UniqueKeyLoader(BoundedLoader):
                 seen[key] = line
         return super().construct_mapping(node, deep=deep)
 
-
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         """Build one node; a scalar Python cannot hold (an integer of 5,000 digits, ``2026-02-30``) is a YAML error."""
         try:
@@ -158,7 +157,9 @@ class UniqueKeyLoader(BoundedLoader):
             value = node.value if isinstance(node.value, str) else ""
             shown = repr(value[:40] + ("..." if len(value) > 40 else ""))
             reason = str(exc).split(";")[0]
-            raise yaml.constructor.ConstructorError(None, None, f"{shown}: {reason}", node.start_mark) from None
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{shown}: {reason}", node.start_mark
+            ) from None
 
 
 def _text(path: Path | str, raw: bytes) -> str:
