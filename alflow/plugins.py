@@ -45,6 +45,7 @@ from typing import Literal, TypeVar, get_args
 
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.plugin_probe import IN_CHILD, load_seconds, printable, probe, reason_of
+from alflow.util.redact import cut_middle
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -202,7 +203,7 @@ def _entry_points() -> tuple[EntryPoint, ...]:
         try:
             found.extend(point for point in dist.entry_points if point.group == ENTRY_POINT_GROUP)
         except Exception as exc:
-            bad.append(f"{dist.metadata['Name']} {dist.version} ({type(exc).__name__}: {exc})")
+            bad.append(printable(f"{dist.metadata['Name']} {dist.version} ({type(exc).__name__}: {exc})"))
     try:
         from pydantic.plugin._loader import get_plugins
 
@@ -212,8 +213,11 @@ def _entry_points() -> tuple[EntryPoint, ...]:
     except Exception:  # noqa: S110 (the failure expected: pydantic now holds no plugin)
         pass
     log.warning(
-        "the entry points of %s cannot be read: its framework plugins are left out, and pydantic's plugins are off",
-        ", ".join(bad) or "an installed distribution",
+        "%s",
+        cut_middle(
+            f"the entry points of {', '.join(bad) or 'an installed distribution'} cannot be read: its framework "
+            "plugins are left out, and pydantic's plugins are off"
+        ),
     )
     return tuple(found)
 
@@ -260,7 +264,7 @@ def _loaded() -> tuple[tuple[FrameworkSpec, ...], tuple[str, ...], dict[str, str
             _config_model(spec)
         except PluginError as exc:
             # as vLLM does with its plugins: a broken one is left out and said, the others still work
-            reason = str(exc) if str(exc).startswith(where) else f"{where}: {exc}"
+            reason = cut_middle(str(exc) if str(exc).startswith(where) else f"{where}: {exc}")
             log.warning("framework plugin left out: %s", reason)
             broken.append(reason)
             continue
@@ -317,7 +321,7 @@ def load_each(names: Iterable[str], load: Callable[[str], T]) -> tuple[tuple[T, 
         except PluginError as exc:
             if name in builtin:
                 raise
-            reason = f"{origin_of(name)}: {exc}"
+            reason = cut_middle(f"{origin_of(name)}: {exc}")
             log.warning("framework plugin left out: %s", reason)
             broken.append(reason)
     return tuple(loaded), tuple(broken)

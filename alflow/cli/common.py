@@ -22,7 +22,7 @@ from rich.table import Table
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.reports.markdown import escape_controls
 from alflow.util import jsonutil
-from alflow.util.redact import redact_urls_in_text
+from alflow.util.redact import MAX_LINE_CHARS, cut_middle, redact_urls_in_text
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -35,7 +35,7 @@ err_console = Console(stderr=True, soft_wrap=True)
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 
 
-MAX_ERROR_CHARS = 2_000
+MAX_ERROR_CHARS = MAX_LINE_CHARS
 """The longest line of an error: an input of 100,000 characters is shown by its start and end, the length cut said."""
 
 
@@ -57,12 +57,6 @@ def new_table(title: str, columns: Iterable[str], **options: Any) -> Table:
     return table
 
 
-def _cut(line: str) -> str:
-    if len(line) <= MAX_ERROR_CHARS:
-        return line
-    return f"{line[:1_500]} ... ({len(line) - 1_700:,} characters cut) ... {line[-200:]}"
-
-
 def error_line(message: str, secrets: tuple[str | None, ...] = ()) -> str:
     """``error: MESSAGE``, each of its lines bounded.
 
@@ -71,7 +65,7 @@ def error_line(message: str, secrets: tuple[str | None, ...] = ()) -> str:
     server log's tail) keeps them, each after ``  | ``, so none can pass for an ``error:`` line of its own.
     """
     text = escape_controls(redact_urls_in_text(message, [s for s in secrets if s]), keep="\n")
-    return "error: " + "\n  | ".join(_cut(line) for line in text.split("\n"))
+    return "error: " + "\n  | ".join(cut_middle(line) for line in text.split("\n"))
 
 
 def fail(message: str, code: int = 2, secrets: tuple[str | None, ...] = ()) -> typer.Exit:

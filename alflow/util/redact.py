@@ -13,6 +13,7 @@ snapshots, reports) or printed (errors, logs):
   error message) or inside JSON-ready data (a manifest), plus known secret *values* given by the caller.
 - :func:`url_credentials` and :func:`urls_with_credentials`: which credentials a URL carries, named
   without their values (configuration refuses them: :mod:`alflow.config.base`).
+- :func:`cut_middle`: a printed line bounded to :data:`MAX_LINE_CHARS` (its start and end kept, the cut said).
 """
 
 from __future__ import annotations
@@ -24,6 +25,21 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 REDACTED: Final = "***"
 """What a secret value is replaced with."""
+MAX_LINE_CHARS: Final = 2_000
+"""The longest line alflow prints from an input (an error, a plugin's warning): longer ones are cut in their middle."""
+
+
+def cut_middle(line: str, limit: int = MAX_LINE_CHARS) -> str:
+    """``line``, or when it is longer than ``limit``, its start and end with the number of characters cut between.
+
+    An input of 100,000 characters (a name, an entry point's metadata) is shown by what identifies it, on one
+    bounded line: the result is at most ``limit`` characters (``limit`` of 100 or more).
+    """
+    if len(line) <= limit:
+        return line
+    head, tail = limit * 3 // 4, limit // 10
+    return f"{line[:head]} ... ({len(line) - head - tail:,} characters cut) ... {line[-tail:]}"
+
 
 _NAME_PARTS: Final = re.compile(r"[^A-Z0-9]+")
 _SECRET_NAME_LAST: Final = frozenset({"TOKEN", "TKN", "KEY", "APIKEY", "PWD", "PASS", "PAT"})

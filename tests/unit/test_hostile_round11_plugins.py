@@ -1,0 +1,71 @@
+"""Hostile round 11 of issue #49: what the eleventh round of hostile inputs found, each answered now."""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+LONG = "x" * 100_000
+
+
+def _point(field: str) -> SimpleNamespace:
+    """An entry point whose ``field`` (its name, its reference, its distribution's name or version) is 100,000 long."""
+    values = {"name": "w", "value": "nomod2.spec:SPEC", "dist": "w", "version": "0.1"}
+    values[field] = f"long{LONG}" if field != "value" else f"nomod2.{LONG}:SPEC"
+    dist = SimpleNamespace(name=values["dist"], version=values["version"])
+    return SimpleNamespace(name=values["name"], value=values["value"], dist=dist, group="alflow.frameworks")
+
+
+@pytest.mark.parametrize("field", ["name", "value", "dist", "version"])
+def test_a_left_out_plugins_warning_is_one_line_cut_to_2000_characters(
+    field: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """R11-10: an entry point named ``long`` + 100,000 ``x`` gave a warning line of 100,219 characters (the docs say
+    a line over 2,000 characters is cut in its middle); so did one whose distribution's metadata was that long."""
+    from alflow import plugins
+
+    point = _point(field)
+    error = plugins.PluginError(f"{plugins._where(point)}: cannot load {point.value!r}: ModuleNotFoundError")  # type: ignore[arg-type]
+    monkeypatch.setattr(plugins, "entry_specs", lambda: ((point, error),))
+    with caplog.at_level(logging.WARNING, logger="alflow.plugins"):
+        _, broken, _ = plugins._loaded.__wrapped__()
+    (reason,) = broken
+    (record,) = [r for r in caplog.records if "framework plugin left out" in r.getMessage()]
+    for line in (reason, record.getMessage()):
+        assert len(line) <= 2_000
+        assert "characters cut" in line
+        assert line.startswith(
+            ("entry point 'w'", "entry point 'long", "framework plugin left out: entry point")
+        )
+        assert line.endswith(error.args[0][-50:])  # its start and its end are kept
+
+
+def test_a_plugin_object_left_out_under_a_long_origin_is_cut_too(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """R11-10: the second place a plugin is left out (its plugin object does not load) names its entry point too."""
+    from alflow import plugins
+
+    def load(name: str) -> str:
+        raise plugins.PluginError(f"framework {name!r}: cannot load 'nomod2.plugin:PLUGIN'")
+
+    monkeypatch.setattr(plugins, "origin_of", lambda name: plugins._where(_point("name")))  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING, logger="alflow.plugins"):
+        _, broken = plugins.load_each([f"long{LONG}"], load)
+    assert len(broken[0]) <= 2_000
+    assert all(len(r.getMessage()) <= 2_000 for r in caplog.records)
+
+
+@pytest.mark.parametrize("length", [0, 1_999, 2_000, 2_001, 100_000])
+def test_cut_middle_bounds_every_length_and_keeps_a_short_line(length: int) -> None:
+    """The helper the error lines and the plugin warnings share: at most 2,000 characters, a short line as given."""
+    from alflow.util.redact import cut_middle
+
+    line = "".join(chr(ord("a") + i % 26) for i in range(length))
+    cut = cut_middle(line)
+    assert len(cut) <= 2_000
+    assert cut == line if length <= 2_000 else (cut.startswith(line[:1_000]) and cut.endswith(line[-100:]))
