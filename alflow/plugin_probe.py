@@ -78,19 +78,25 @@ def probe(reference: str, seconds: float | None = None, *, origin: str = "") -> 
     """Why the entry point ``reference`` (``module:attribute``) must be left out, or None when it imports cleanly.
 
     A clean verdict is kept in :func:`cache_file` under the plugin's files as they are (``origin``: its
-    distribution's name, version and folder; the size and time of every ``.py`` file of the spec's top package):
-    the next command does not try the same files again.
+    distribution's name, version and folder; the size and time of every ``.py`` file of the top packages of the
+    spec's module and of its config and plugin references, which the child names): the next command does not try
+    the same files again, and tries them again when any of them changed.
     """
     bound = load_seconds() if seconds is None else seconds
-    key = _signature(reference, origin)
-    if key is not None and key in _cached():
+    ident = _ident(reference, origin)
+    tops, kept = next(((t, k) for i, t, k in reversed(_entries()) if i == ident), ((_top(reference),), None))
+    key = _signature(reference, origin, tops)
+    if key is not None and key == kept:
         return None
     try:
-        why = _probe(reference, bound)
+        why, named = _probe(reference, bound)
     except OSError as exc:  # no process could start (EAGAIN under a process limit), no temporary folder
         return f"it could not be tried in a process of its own ({exc.strerror or exc}): left out to be safe"
-    if why is None and key is not None:
-        _remember(key)
+    if why is None and named is not None:
+        if named != tops:  # the first time, or the spec now names another package: signed as it is now
+            key = _signature(reference, origin, named)
+        if key is not None:
+            _remember(ident, named, key)
     return why
 
 
@@ -104,48 +110,88 @@ def cache_file() -> Path:
     return Path(base) / "alflow" / "plugin-probe.json"
 
 
-def _signature(reference: str, origin: str) -> str | None:
-    """A digest of what the probe's verdict depends on, None when the spec's files cannot be found and signed."""
-    import hashlib
+def _top(reference: str) -> str:
+    return reference.partition(":")[0].partition(".")[0]
+
+
+def _files_of(top: str) -> list[Path] | None:
+    """The ``.py`` files of the top-level module or package ``top`` (found, never imported).
+
+    None when it cannot be found or has too many to sign; no files for a built-in module (``builtins``).
+    """
     import importlib.util
+
+    try:
+        found = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if found is None:
+        return None
+    where = [Path(p) for p in (found.submodule_search_locations or [])]
+    if where:
+        files = sorted(f for d in where for f in d.rglob("*.py"))
+    elif found.origin in (None, "built-in", "frozen"):
+        return []
+    else:
+        files = [Path(found.origin)]
+    return files if 0 < len(files) <= MAX_SIGNED_FILES else None
+
+
+def _signature(reference: str, origin: str, tops: tuple[str, ...]) -> str | None:
+    """A digest of what the probe's verdict depends on, None when a package's files cannot be found and signed.
+
+    ``tops``: the top-level packages of the spec's module and of its config and plugin references (round 11: a
+    plugin module in a package of its own was changed, and never tried again).
+    """
+    import hashlib
 
     from alflow import __version__
 
-    top = reference.partition(":")[0].partition(".")[0]
     try:
-        found = importlib.util.find_spec(top)  # a top-level name: found, never imported
-        where = [Path(p) for p in (found.submodule_search_locations or [])] if found is not None else []
-        files = sorted(f for d in where for f in d.rglob("*.py")) if where else []
-        if found is not None and found.origin and not where:
-            files = [Path(found.origin)]
-        if not files or len(files) > MAX_SIGNED_FILES:
-            return None
-        stats = [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
-    except (ImportError, ValueError, OSError):
+        stats = []
+        for top in tops:
+            files = _files_of(top)
+            if files is None or (not files and top == _top(reference)):
+                return None
+            stats.append((top, [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files]))
+    except OSError:
         return None
     ours = Path(__file__).stat()  # a probe that learned more judges again
     text = repr((__version__, ours.st_size, ours.st_mtime_ns, sys.executable, reference, origin, stats))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _cached() -> set[str]:
+def _ident(reference: str, origin: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(repr((sys.executable, reference, origin)).encode()).hexdigest()[:32]
+
+
+def _entries() -> list[tuple[str, tuple[str, ...], str]]:
+    """The cache's entries: (the plugin's :func:`_ident`, the top packages it was signed over, the signature)."""
     try:
         data = json.loads(cache_file().read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return set()
-    return {k for k in data if isinstance(k, str)} if isinstance(data, list) else set()
+        return []
+    return [
+        (e[0], tuple(e[1]), e[2])
+        for e in (data if isinstance(data, list) else [])
+        if isinstance(e, list) and len(e) == 3 and isinstance(e[0], str) and isinstance(e[2], str)
+        and isinstance(e[1], list) and all(isinstance(t, str) for t in e[1])
+    ]  # fmt: skip
 
 
-def _remember(key: str) -> None:
+def _remember(ident: str, tops: tuple[str, ...], key: str) -> None:
     from alflow.util.fsutil import atomic_write_bytes
 
-    keys = [*[k for k in _cached() if k != key][-255:], key]
+    kept = [[i, list(t), k] for i, t, k in _entries() if i != ident][-255:]
     with contextlib.suppress(OSError):  # a cache that cannot be written: tried again next time
         cache_file().parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(cache_file(), json.dumps(keys).encode())
+        atomic_write_bytes(cache_file(), json.dumps([*kept, [ident, list(tops), key]]).encode())
 
 
-def _probe(reference: str, bound: float) -> str | None:
+def _probe(reference: str, bound: float) -> tuple[str | None, tuple[str, ...] | None]:
+    """The verdict of the child, and the top packages it imported when it found the plugin clean."""
     with tempfile.TemporaryDirectory(prefix="alflow-plugin-probe-") as tmp:
         report, out = Path(tmp) / "report", Path(tmp) / "stdout"
         with out.open("wb") as stdout:
@@ -180,21 +226,28 @@ def _probe(reference: str, bound: float) -> str | None:
                 left = _kill_group(child.pid)
                 child.wait()
         if code is None:
-            return f"importing its modules did not end within {bound:g} s (tried in a process of its own)"
+            return (
+                f"importing its modules did not end within {bound:g} s (tried in a process of its own)",
+                None,
+            )
         written = out.stat().st_size
         said = report.read_text(encoding="utf-8", errors="replace") if report.exists() else ""
+    said, _, named = said.partition("\n")
     if said == _UNJUDGED:
-        return None
+        return None, None
     if said.startswith("error "):
-        return said.removeprefix("error ")
+        return said.removeprefix("error "), None
     if said != _OK:
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-        return f"its import {how} before it ended (tried in a process of its own)"
+        return f"its import {how} before it ended (tried in a process of its own)", None
     if written:
-        return f"it writes to standard output when imported ({written} bytes): that would corrupt a command's output"
+        return (
+            f"it writes to standard output when imported ({written} bytes): that would corrupt a command's output",
+            None,
+        )
     if left:
-        return "it leaves a process running when imported (it forks or starts one)"
-    return None
+        return "it leaves a process running when imported (it forks or starts one)", None
+    return None, tuple(sorted({_top(reference), *named.split()}))
 
 
 def _kill_group(pid: int) -> bool:
@@ -227,8 +280,11 @@ def _child(reference: str, report: str, alarm_s: int) -> None:
     before = _interpreter_state()
     try:
         spec = _load(reference)
-        for part in (getattr(spec, "config", None), getattr(spec, "plugin", None)):
-            if isinstance(part, str) and ":" in part:
+        parts = [
+            p for p in (getattr(spec, "config", None), getattr(spec, "plugin", None)) if isinstance(p, str)
+        ]
+        for part in parts:
+            if ":" in part:
                 _load(part)
         time.sleep(GRACE_S)
         after = _interpreter_state()
@@ -237,7 +293,7 @@ def _child(reference: str, report: str, alarm_s: int) -> None:
         said = (
             f"error it changes the interpreter when imported: {', '.join(changed[:4])}{more}"
             if changed
-            else _OK
+            else "\n".join([_OK, *{_top(p) for p in parts if ":" in p}])  # the packages its cache key signs
         )
         atexit._run_exitfuncs()
     except BaseException as exc:  # the in-process load would give the same reason: said the same way

@@ -347,3 +347,30 @@ def test_an_unparsable_entry_points_file_leaves_plugins_out_with_one_warning_and
         (warning,) = [line for line in ran.stderr.splitlines() if "cannot be read" in line]
         assert warning.startswith("the entry points of bad-alflow 0.1 (")
     assert [f["name"] for f in json.loads(ran.stdout)["frameworks"]] == [*BUILT_IN, "demoengine"]
+
+
+def test_a_plugin_whose_modules_live_in_another_package_is_tried_again_when_they_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hostile round 11 (R11-5): the probe's kept verdict signed the spec's own package alone; a plugin module in
+    another package that began to print at import was imported unprobed, and its text led ``--json`` output."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    for top in ("specpkg", "implpkg"):
+        (tmp_path / top).mkdir()
+        (tmp_path / top / "__init__.py").write_text("")
+    (tmp_path / "specpkg" / "spec.py").write_text(SPEC.replace("demo_engine_alflow.", "implpkg."))
+    (tmp_path / "implpkg" / "config.py").write_text(textwrap.dedent(CONFIG))
+    (tmp_path / "implpkg" / "plugin.py").write_text(textwrap.dedent(PLUGIN))
+    info = tmp_path / "specpkg-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: specpkg\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[alflow.frameworks]\ndemoengine = specpkg.spec:SPEC\n")
+    listed = _run(tmp_path, sys.executable, "-m", "alflow.cli", "frameworks", "--json")
+    assert json.loads(listed.stdout)["frameworks"][-1]["name"] == "demoengine", listed.stderr[-800:]
+    with (tmp_path / "implpkg" / "plugin.py").open("a") as plugin:
+        plugin.write('print("GARBAGE FROM PLUGIN")\n')
+    listed = _run(tmp_path, sys.executable, "-m", "alflow.cli", "frameworks", "--json")
+    data = json.loads(listed.stdout)  # nothing the changed module prints reaches it
+    assert [f["name"] for f in data["frameworks"]] == BUILT_IN
+    (left_out,) = data["left_out"]
+    assert "writes to standard output" in left_out

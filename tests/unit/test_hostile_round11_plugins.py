@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -69,3 +70,65 @@ def test_cut_middle_bounds_every_length_and_keeps_a_short_line(length: int) -> N
     cut = cut_middle(line)
     assert len(cut) <= 2_000
     assert cut == line if length <= 2_000 else (cut.startswith(line[:1_000]) and cut.endswith(line[-100:]))
+
+
+def _three_packages(root: Path) -> None:
+    """A plugin as the report's appendix A: its spec in ``specpkg``, its config in ``cfgpkg``, its plugin in ``implpkg``."""
+    for top in ("specpkg", "cfgpkg", "implpkg"):
+        (root / top).mkdir(parents=True)
+        (root / top / "__init__.py").write_text("")
+    (root / "specpkg" / "spec.py").write_text("SPEC = None\n")
+    (root / "cfgpkg" / "config.py").write_text("Server = None\n")
+    (root / "implpkg" / "plugin.py").write_text("PLUGIN = None\n")
+
+
+@pytest.mark.parametrize(
+    "changed", ["specpkg/spec.py", "cfgpkg/config.py", "implpkg/plugin.py", "implpkg/new.py"]
+)
+def test_a_plugin_is_probed_again_when_a_file_of_its_config_or_plugin_package_changes(
+    changed: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R11-5: the clean verdict's key signed the spec's own package alone: a plugin module in another package that
+    began to print at import was never tried again (``--json`` corrupted, no warning). It signs all three now."""
+    from alflow import plugin_probe
+
+    _three_packages(tmp_path / "site")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    tried: list[str] = []
+
+    def child(reference: str, bound: float) -> tuple[str | None, tuple[str, ...] | None]:
+        tried.append(reference)  # what the child names: the top packages of the spec's three references
+        return None, ("cfgpkg", "implpkg", "specpkg")
+
+    monkeypatch.setattr(plugin_probe, "_probe", child)
+    for _ in range(2):
+        assert plugin_probe.probe("specpkg.spec:SPEC", origin="specpkg 0.1") is None
+    assert len(tried) == 1  # the verdict is kept
+    file = tmp_path / "site" / changed
+    file.write_text((file.read_text() if file.exists() else "") + 'print("GARBAGE FROM PLUGIN")\n')
+    assert plugin_probe.probe("specpkg.spec:SPEC", origin="specpkg 0.1") is None
+    assert len(tried) == 2, f"a change to {changed} was not tried again"
+    assert plugin_probe.probe("specpkg.spec:SPEC", origin="specpkg 0.1") is None
+    assert len(tried) == 2  # and kept again, under the new files
+
+
+def test_a_plugin_whose_other_package_is_gone_is_probed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R11-5: a package the verdict was signed over that can no longer be found is no clean verdict."""
+    import shutil
+
+    from alflow import plugin_probe
+
+    _three_packages(tmp_path / "site")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    tried: list[str] = []
+    monkeypatch.setattr(
+        plugin_probe, "_probe", lambda ref, bound: (tried.append(ref), (None, ("implpkg", "specpkg")))[1]
+    )
+    plugin_probe.probe("specpkg.spec:SPEC")
+    shutil.rmtree(tmp_path / "site" / "implpkg")
+    plugin_probe.probe("specpkg.spec:SPEC")
+    assert len(tried) == 2
