@@ -7,7 +7,8 @@ config module is imported where alflow's configuration builds its model of every
 first imports each entry point's spec, config and plugin modules here, in a child process in a session of its own
 (:func:`probe`), bounded in time; a plugin whose child does not end in time, ends without saying it is done, writes
 to its standard output, leaves a process behind, or changes the interpreter's shared state (a standard function
-replaced, the recursion limit, the standard streams, logging, signal handlers; an exit hook that ends the process) is
+replaced, the recursion limit, the standard streams and their encoding, logging, signal handlers, resource limits,
+warnings filters, the locale and time zone; an exit hook that ends the process) is
 left out with that reason (one warning) and never imported by the command. The child imports alflow's configuration first with the built-in frameworks only, so a plugin is
 blamed for its own modules alone.
 
@@ -323,7 +324,7 @@ def _import_all_of_alflow() -> None:
 _WATCHED_MODULES: Final = ("builtins", "json", "os", "sys", "logging", "asyncio", "subprocess", "signal", "socket",
                            "threading", "io", "importlib", "html", "re", "urllib.parse", "markupsafe", "math",
                            "time", "statistics", "random", "hashlib", "functools", "shutil", "tempfile", "pathlib",
-                           "orjson", "numpy", "polars", "aiohttp", "pydantic", "typer")  # fmt: skip
+                           "orjson", "numpy", "polars", "aiohttp", "pydantic", "typer", "warnings", "locale")  # fmt: skip
 """The standard modules alflow relies on: a plugin that replaces one of their functions (``json.dumps``,
 ``html.escape``) is left out; so is one that replaces a function of any alflow module loaded before it
 (``alflow.util.redact.redact_url``)."""
@@ -363,6 +364,7 @@ def _interpreter_state() -> dict[str, object]:
     umask = os.umask(0o22)
     os.umask(umask)
     state |= _process_settings()
+    state |= _runtime_settings()
     state |= {
         "the working folder": str(Path.cwd()),
         "the umask": umask,
@@ -373,16 +375,14 @@ def _interpreter_state() -> dict[str, object]:
         "logging (disabled or the root logger's handlers)": (
             logging.root.manager.disable, tuple(id(h) for h in logging.root.handlers), logging.root.level,
         ),
-        "signal handlers": tuple(
-            id(signal.getsignal(s)) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD)
-        ),
         "sys.excepthook": (id(sys.excepthook), id(sys.unraisablehook)),
     }  # fmt: skip
     return state
 
 
 _READ_PREFIXES: Final = ("ALFLOW_", "PREFECT_", "OPENAI_", "HF_", "HUGGING_FACE", "VLLM_", "SGLANG_", "NO_PROXY",
-                         "HTTP_PROXY", "HTTPS_PROXY", "SSL_", "REQUESTS_CA", "PYTHON", "DO_NOT_TRACK")  # fmt: skip
+                         "HTTP_PROXY", "HTTPS_PROXY", "SSL_", "REQUESTS_CA", "PYTHON", "DO_NOT_TRACK", "AWS_",
+                         "GOOGLE_", "AZURE_", "TZ", "LC_", "LANG", "POLARS_")  # fmt: skip
 _ENV_AT_START: Final = frozenset(os.environ)
 
 
@@ -405,7 +405,6 @@ def _process_settings() -> dict[str, object]:
     """
     import builtins
     import gc
-    import resource
     import socket
     import ssl
 
@@ -414,7 +413,6 @@ def _process_settings() -> dict[str, object]:
         "sys.meta_path or sys.path_hooks": (tuple(map(id, sys.meta_path)), tuple(map(id, sys.path_hooks))),
         "builtins.__import__": id(builtins.__import__),
         "the socket default timeout": socket.getdefaulttimeout(),
-        "the open-file limit": resource.getrlimit(resource.RLIMIT_NOFILE),
         "the thread switch interval": sys.getswitchinterval(),
         "the garbage collector": (gc.isenabled(), gc.get_threshold()),
         "TLS verification (ssl's default context)": (
@@ -422,6 +420,55 @@ def _process_settings() -> dict[str, object]:
             id(ssl.create_default_context),
         ),
     }
+
+
+def _runtime_settings() -> dict[str, object]:
+    """What else a command's output, files and errors depend on, process-wide (each named when it changes).
+
+    Round 11: a plugin made every warning an error, numpy raise on a division, stderr ASCII-strict (an error line
+    naming ``modèle`` was lost), alflow's logger disabled, files past 20,000 bytes fail (``RLIMIT_FSIZE``), SIGPIPE
+    ignored, a trace function set, the time zone, locale and polars' table format changed, an S3 endpoint redirected
+    (``AWS_ENDPOINT_URL``: :func:`_environment`).
+    """
+    import locale
+    import logging
+    import resource
+    import threading
+    import warnings
+
+    import numpy
+    import polars
+
+    loggers = logging.root.manager.loggerDict
+    named = [("root", logging.root)] + [
+        (n, lg)
+        for n, lg in sorted(loggers.items())
+        if isinstance(lg, logging.Logger) and (n in ("alflow", "prefect") or n.startswith("alflow."))
+    ]
+    limits = {getattr(resource, n): n for n in sorted(dir(resource), reverse=True) if n.startswith("RLIMIT_")}
+    return {
+        "the warnings filters (an error, or one for every warning)": tuple(
+            f for f in warnings.filters if f[0] == "error" or (f[1] is None and f[3] is None and f[2] is Warning)
+        ),
+        "numpy's floating-point errors (numpy.seterr)": (tuple(sorted(numpy.geterr().items())), id(numpy.geterrcall())),
+        "the encoding or errors of sys.stdout, sys.stderr or sys.stdin": tuple(
+            (getattr(f, "encoding", None), getattr(f, "errors", None)) for f in (sys.stdout, sys.stderr, sys.stdin)
+        ),
+        "the alflow, prefect or root logger's level or disabled flag": tuple(
+            (n, lg.level, lg.disabled, lg.propagate)
+            for n, lg in named
+            if n in ("root", "alflow", "prefect") or lg.level or lg.disabled or not lg.propagate
+        ),
+        "sys.get_int_max_str_digits()": sys.get_int_max_str_digits(),
+        **{f"the resource limit {name}": resource.getrlimit(limit) for limit, name in limits.items()},
+        **{f"the {getattr(s, 'name', s)} handler": id(signal.getsignal(s)) for s in sorted(signal.valid_signals())},
+        "a trace or profile function (sys.settrace, sys.setprofile)": tuple(
+            id(f()) for f in (sys.gettrace, sys.getprofile, threading.gettrace, threading.getprofile)
+        ),
+        "the time zone (time.tzset)": (time.timezone, time.altzone, time.daylight, time.tzname),
+        "the locale (locale.setlocale)": locale.setlocale(locale.LC_ALL),
+        "polars' configuration (polars.Config)": tuple(sorted(map(repr, polars.Config.state().items()))),
+    }  # fmt: skip
 
 
 def _load(reference: str) -> object:

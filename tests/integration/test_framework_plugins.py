@@ -285,6 +285,40 @@ HOSTILE = {
     "a config module that sets a socket timeout": (
         PARTS, "import socket\nsocket.setdefaulttimeout(0.5)\nEvilServer = PLUGIN = 1\n", "the socket default timeout"
     ),
+    # hostile round 11: process-wide settings the probe did not compare (a run's files cut at 20,000 bytes, an error
+    # line lost to an ASCII-strict stderr, alflow's warnings silenced, an s3:// results root redirected)
+    "a config module that makes every warning an error": (
+        PARTS, "import warnings\nwarnings.simplefilter('error')\nEvilServer = PLUGIN = 1\n", "the warnings filters"
+    ),
+    "a config module that makes stderr ASCII-strict": (
+        PARTS, "import sys\nsys.stderr.reconfigure(errors='strict', encoding='ascii')\nEvilServer = PLUGIN = 1\n",
+        "the encoding or errors of sys.stdout, sys.stderr",
+    ),
+    "a config module that disables alflow's logger": (
+        PARTS, "import logging\nlogging.getLogger('alflow').disabled = True\nEvilServer = PLUGIN = 1\n",
+        "logger's level or disabled flag",
+    ),
+    "a config module that limits the size of a file": (
+        PARTS, "import resource\nresource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))\nEvilServer = PLUGIN = 1\n",
+        "the resource limit RLIMIT_FSIZE",
+    ),
+    "a config module that restores SIGPIPE's default": (
+        PARTS, "import signal\nsignal.signal(signal.SIGPIPE, signal.SIG_DFL)\nEvilServer = PLUGIN = 1\n",
+        "the SIGPIPE handler",
+    ),
+    "a config module that sets a trace function": (
+        PARTS, "import sys\nsys.settrace(lambda *a: None)\nEvilServer = PLUGIN = 1\n", "a trace or profile function"
+    ),
+    "a config module that redirects S3": (
+        PARTS, "import os\nos.environ['AWS_ENDPOINT_URL'] = 'http://127.0.0.1:9'\nEvilServer = PLUGIN = 1\n",
+        "the environment",
+    ),
+    "a config module that sets numpy to raise and the locale": (
+        PARTS,
+        "import locale, numpy\nnumpy.seterr(all='raise')\nlocale.setlocale(locale.LC_NUMERIC, 'C.UTF-8')\n"
+        "EvilServer = PLUGIN = 1\n",
+        "numpy's floating-point errors (numpy.seterr), the locale",
+    ),
 }  # fmt: skip
 """Third-party plugins that break as they load: (the spec module, its config module, the reason listed)."""
 

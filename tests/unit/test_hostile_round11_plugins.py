@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -132,3 +134,106 @@ def test_a_plugin_whose_other_package_is_gone_is_probed_again(
     shutil.rmtree(tmp_path / "site" / "implpkg")
     plugin_probe.probe("specpkg.spec:SPEC")
     assert len(tried) == 2
+
+
+def _change(kind: str, monkeypatch: pytest.MonkeyPatch, stack: contextlib.ExitStack) -> None:
+    """Make the change of ``kind`` a plugin made at import in round 11 (undone by ``monkeypatch`` and ``stack``)."""
+    import locale
+    import os
+    import resource
+    import signal
+    import threading
+    import time
+    import warnings
+
+    import numpy
+    import polars
+
+    if kind.startswith("warnings"):  # pytest's own filters here start with "error" (pyproject.toml)
+        stack.enter_context(warnings.catch_warnings())
+        if kind.endswith("error"):
+            warnings.filterwarnings("error", category=RuntimeWarning)  # numpy's warnings raised
+        else:
+            warnings.simplefilter("ignore")  # alflow's own warnings silenced
+    elif kind == "numpy":
+        stack.enter_context(numpy.errstate(all="raise"))
+    elif kind == "stream":
+        sys.stderr.reconfigure(errors="strict", encoding="ascii")  # type: ignore[union-attr]
+    elif kind in ("alflow", "prefect", "alflow.plugins"):
+        monkeypatch.setattr(logging.getLogger(kind), "disabled", True)
+    elif kind == "digits":
+        stack.callback(sys.set_int_max_str_digits, sys.get_int_max_str_digits())
+        sys.set_int_max_str_digits(640)
+    elif kind == "rlimit":
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        stack.callback(resource.setrlimit, resource.RLIMIT_FSIZE, (soft, hard))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, hard))
+    elif kind == "signal":
+        stack.callback(signal.signal, signal.SIGUSR2, signal.getsignal(signal.SIGUSR2))
+        signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    elif kind == "profile":
+        stack.callback(threading.setprofile, None)  # type: ignore[arg-type]
+        threading.setprofile(lambda *a: None)
+    elif kind in ("AWS_ENDPOINT_URL", "GOOGLE_CLOUD_PROJECT", "AZURE_STORAGE_KEY", "LC_NUMERIC", "LANGUAGE"):
+        monkeypatch.setenv(kind, "C" if kind.startswith("L") else "http://127.0.0.1:9")
+    elif kind == "tz":
+        stack.callback(time.tzset)  # after the variable is restored (last in, first out)
+        stack.callback(os.environ.pop, "TZ", None)
+        os.environ["TZ"] = "Asia/Kolkata"
+        time.tzset()
+    elif kind == "locale":
+        stack.callback(locale.setlocale, locale.LC_ALL, locale.setlocale(locale.LC_ALL))
+        locale.setlocale(locale.LC_NUMERIC, "C.UTF-8" if locale.setlocale(locale.LC_NUMERIC) == "C" else "C")
+    elif kind == "polars":
+        stack.enter_context(polars.Config(tbl_rows=1))
+
+
+CHANGES = {
+    "warnings": "the warnings filters",
+    "warnings-error": "the warnings filters",
+    "numpy": "numpy's floating-point errors",
+    "stream": "the encoding or errors of sys.stdout, sys.stderr",
+    "alflow": "logger's level or disabled flag",
+    "prefect": "logger's level or disabled flag",
+    "alflow.plugins": "logger's level or disabled flag",
+    "digits": "sys.get_int_max_str_digits()",
+    "rlimit": "the resource limit RLIMIT_FSIZE",
+    "signal": "the SIGUSR2 handler",
+    "profile": "a trace or profile function",
+    "AWS_ENDPOINT_URL": "the environment",
+    "GOOGLE_CLOUD_PROJECT": "the environment",
+    "AZURE_STORAGE_KEY": "the environment",
+    "LC_NUMERIC": "the environment",
+    "LANGUAGE": "the environment",
+    "tz": "the time zone",
+    "locale": "the locale",
+    "polars": "polars' configuration",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CHANGES))
+def test_the_probe_sees_each_process_wide_setting_a_plugin_changed_in_round_11(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R11-6: each of these, done by a plugin's module at import, was accepted by the probe (a run failed at 20,000
+    bytes, an error line was lost to an ASCII-strict stderr, alflow's warnings were silenced, s3 was redirected)."""
+    import io
+
+    from alflow import plugin_probe
+
+    for name in (
+        "AWS_ENDPOINT_URL",
+        "GOOGLE_CLOUD_PROJECT",
+        "AZURE_STORAGE_KEY",
+        "LC_NUMERIC",
+        "LANGUAGE",
+        "TZ",
+    ):
+        monkeypatch.delenv(name, raising=False)  # a variable set when the process started is compared anyway
+    monkeypatch.setattr(sys, "stderr", io.TextIOWrapper(io.BytesIO(), encoding="utf-8"))
+    before = plugin_probe._interpreter_state()
+    with contextlib.ExitStack() as stack:
+        _change(kind, monkeypatch, stack)
+        after = plugin_probe._interpreter_state()
+    changed = [name for name, value in before.items() if after.get(name) != value]
+    assert any(CHANGES[kind] in name for name in changed), changed
