@@ -1,4 +1,4 @@
-"""Hostile round 11 of issue #49: what the eleventh round of hostile inputs found, each answered now."""
+"""Hostile round 11 of issue #49, the plugin classes: overlong warnings, the probe's cache key, process-wide state."""
 
 from __future__ import annotations
 
