@@ -127,15 +127,19 @@ async def detokenize_sessions(
         body = orjson.dumps({"model": model, "tokens": list(turn.prompt)})
         async with sem, http.post(url, data=body, headers=send) as resp:
             if resp.status != 200:
-                text = (await resp.text())[:200]
+                text = redact_urls_in_text((await resp.text(errors="replace"))[:200])
                 raise AlflowError(
                     f"POST {shown} answered HTTP {resp.status}: {text} (random prompts for the chat endpoint are "
                     "detokenized by the server; use --endpoint completions to send token ids)"
                 )
-            data = orjson.loads(await resp.read())
+            raw = await resp.read()
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError:  # a proxy's login page, an event stream
+            data = None
         prompt = data.get("prompt") if isinstance(data, dict) else None
         if not isinstance(prompt, str):
-            raise AlflowError(f"POST {shown} returned no 'prompt' string")
+            raise AlflowError(f"POST {shown} returned no JSON object with a 'prompt' string")
         return replace(turn, prompt=prompt)
 
     timeout = aiohttp.ClientTimeout(total=timeout_s)
@@ -145,6 +149,10 @@ async def detokenize_sessions(
                 *(asyncio.gather(*(one(http, t) for t in s.turns)) for s in sessions)
             )
             return [replace(s, turns=tuple(t)) for s, t in zip(sessions, turns, strict=True)]
+    except TimeoutError:
+        raise AlflowError(
+            f"could not detokenize random prompts at {shown}: no answer within {timeout_s:g} s"
+        ) from None
     except aiohttp.ClientError as exc:
-        why = redact_urls_in_text(str(exc))
+        why = redact_urls_in_text(str(exc) or type(exc).__name__)
         raise AlflowError(f"could not detokenize random prompts at {shown}: {why}") from None

@@ -306,6 +306,8 @@ async def stream_request(
     finally:
         record.done_ns = clock()
         consumer.finish()
+        if record.error:  # stored as printed: a server's error body may quote a URL with its password (R12-1)
+            record.error = redact_urls_in_text(record.error)
     return record
 
 

@@ -64,14 +64,14 @@ class PointVerdict(_Stored):
 
 
 class RegressionParameters(_Stored):
-    """What the check ran with."""
+    """What the check ran with (within the bounds :class:`~alflow.config.regression.RegressionConfig` allows)."""
 
-    history_runs: int
-    min_history: int
-    threshold: float
-    resamples: int
-    confidence: float
-    seed: int
+    history_runs: int = Field(ge=1, le=100)
+    min_history: int = Field(ge=1, le=100)
+    threshold: float = Field(gt=0.0, le=1.0)
+    resamples: int = Field(ge=0, le=20_000)
+    confidence: float = Field(gt=0.0, lt=1.0)
+    seed: int = Field(ge=0, lt=2**64)
 
 
 class RegressionReport(_Stored):

@@ -69,13 +69,20 @@ def json_or_none(run: StoredRun, name: str) -> dict[str, Any] | None:
 
 def regression_report(run: StoredRun) -> RegressionReport | None:
     """The run's regression verdicts (``regression.json``), None when it has none or it cannot be read."""
-    data = json_or_none(run, REGRESSION_FILE)
-    if data is None:
-        return None
     try:
-        return parse_report(data, f"{run.dir}/{REGRESSION_FILE}.json")
+        return regression_or_problem(run)[0]
     except AlflowError:
         return None
+
+
+def regression_or_problem(run: StoredRun) -> tuple[RegressionReport | None, str | None]:
+    """The run's regression verdicts, or why its ``regression.json`` cannot be read (both None: it has none)."""
+    if not run.has(f"{REGRESSION_FILE}.json"):
+        return None, None
+    try:
+        return parse_report(run.json(REGRESSION_FILE), f"{REGRESSION_FILE}.json"), None
+    except AlflowError as exc:
+        return None, " ".join(str(exc).replace(run.dir, ".").split())
 
 
 def summary(run: StoredRun) -> dict[str, Any]:

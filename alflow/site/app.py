@@ -363,15 +363,28 @@ def _shown(name: str, data: bytes) -> bytes | None:
 
     None for JSON nested deeper than the parser goes: its URLs could not all be found, so it is not shown.
     """
-    text = data.decode("utf-8", errors="replace")
-    if name.endswith(".json"):
-        try:
-            return json.dumps(redact_data(json.loads(text)), indent=2).encode()
-        except ValueError:
-            pass
-        except RecursionError:
-            return None
-    return redact_urls_in_text(text).encode()
+    if not name.endswith(".json"):
+        return redact_urls_in_text(data.decode("utf-8", errors="replace")).encode()
+    text = data.decode(json.detect_encoding(data), errors="replace")  # UTF-16 and -32 JSON too
+    try:  # an integer Python will not convert (over 4,300 digits) is shown as its digits
+        return json.dumps(redact_data(json.loads(text, parse_int=_json_int)), indent=2).encode()
+    except ValueError:  # not JSON after all (cut short): its escapes undone, so that \/ cannot hide a URL
+        return redact_urls_in_text(_JSON_ESCAPE.sub(_unescaped, text)).encode()
+    except RecursionError:
+        return None
+
+
+_JSON_ESCAPE: Final = re.compile(r"\\(/|u[0-9a-fA-F]{4})")
+
+
+def _unescaped(m: re.Match[str]) -> str:
+    r"""One JSON escape (``\/``, ``\u0040``) as its character; a surrogate's as U+FFFD (no text can hold it alone)."""
+    code = ord("/") if m[1] == "/" else int(m[1][1:], 16)
+    return "\ufffd" if 0xD800 <= code <= 0xDFFF else chr(code)
+
+
+def _json_int(digits: str) -> int | str:
+    return int(digits) if len(digits) <= 4000 else digits
 
 
 async def _stream(

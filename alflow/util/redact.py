@@ -158,30 +158,41 @@ def is_secret_flag(arg: str) -> bool:
 
 
 def is_secret_param(name: str) -> bool:
-    """True when a URL query or fragment parameter name reads like a credential (``token``, ``api_key``)."""
-    lower = unquote(name).lower()
-    last = re.split(r"[^a-z0-9]+", lower)[-1]
+    """True when a URL query or fragment parameter name reads like a credential (``token``, ``api_key``).
+
+    Its words split at separators and camelCase (``accountKey``): a secret word, or a name
+    :func:`is_secret_name` would call a secret (what free text's ``NAME=value`` is judged by), or the shared parts.
+    """
+    words = _words(name)
     return (
-        any(w in _SECRET_PARAM_WORDS for w in re.split(r"[^a-z0-9]+", lower))
-        or _secret_parts(lower)
-        or "token" in last
-        or "apikey" in last
-        or last in ("session", "sid", "code")  # ?session=..., ?code= (OAuth), but not ?session_len=
+        any(w in _SECRET_PARAM_WORDS for w in words)
+        or _secret_parts(words)
+        or is_secret_name("_".join(words))
+        or "token" in words[-1]
+        or "apikey" in words[-1]
+        or words[-1] in ("session", "sid", "code")  # ?session=..., ?code= (OAuth), but not ?session_len=
     )
 
 
-def _secret_parts(lower: str) -> bool:
-    """The rule URL parameters and body keys share: a secret last word, a session id, a secret part anywhere."""
-    words = re.split(r"[^a-z0-9]+", lower)
+def _words(name: str) -> list[str]:
+    """A parameter's or key's words, lower case: percent-decoded, split at non-alphanumerics and camelCase humps."""
+    plain = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", unquote(name))
+    return re.split(r"[^a-z0-9]+", plain.lower())
+
+
+def _secret_parts(words: list[str]) -> bool:
+    """The rule URL parameters and body keys share: a secret last word, a session or key id, a secret part."""
+    joined = "".join(words)
     return (
         words[-1] in ("sig", "otp", "hmac", "ticket", "passcode", "jwt")
-        or "".join(words).endswith(("sessid", "sessionid"))  # ?PHPSESSID=, ?ASPSESSIONID, ?session_id=
-        or any(hint in lower for hint in _SECRET_PARAM_HINTS)  # ?password1=, ?AWSAccessKeyId=, ?x_jwt_v2=
+        or joined.endswith(("sessid", "sessionid", "keyid"))  # ?PHPSESSID=, ?session_id=, key_id
+        or any(hint in joined for hint in _SECRET_PARAM_HINTS)  # ?password1=, pass_word, ?AWSAccessKeyId=
     )
 
 
 _SECRET_PARAM_HINTS: Final = ("password", "passwd", "passcode", "passphrase", "secret", "signature", "accesskey",
-                              "credential", "bearer", "jwt", "hmac", "cookie")  # fmt: skip
+                              "credential", "bearer", "jwt", "hmac", "cookie", "authkey", "privkey", "privatekey",
+                              "authcode")  # fmt: skip
 """Parts of a parameter or body key that make it a credential wherever they stand in its name."""
 
 
@@ -471,6 +482,7 @@ _CREDENTIAL_VALUE: Final = re.compile(r"\s*(?:bearer|basic|token)\s+[A-Za-z0-9._
 
 def is_secret_key(key: str) -> bool:
     """True when a request body's key names a secret (``api_key``, ``authToken``, ``password``, ``authorization``)."""
+    key = unquote(key)  # as a URL's parameter is read (%6Bey)
     words = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", key).replace("-", "_")  # camelCase: its words
     lower = key.lower()
     return (
@@ -481,7 +493,7 @@ def is_secret_key(key: str) -> bool:
         or lower.endswith("sessid")
         or lower.endswith(("token", "authorization", "bearer", "auth"))
         or any(hint in lower for hint in _SECRET_BODY_HINTS)
-        or _secret_parts(words.lower())  # the rule of a URL's parameters too (sig, otp, session_id)
+        or _secret_parts(_words(key))  # the rule of a URL's parameters too (sig, otp, session_id, key_id)
     )
 
 

@@ -26,7 +26,7 @@ import os
 import stat
 from collections.abc import Callable, Hashable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -123,6 +123,10 @@ class DuplicateKeyError(yaml.constructor.ConstructorError):
     """A key given twice in one mapping (valid YAML to PyYAML, which keeps the last; a mistake to us)."""
 
 
+_MAX_INT_BITS: Final = 14_000
+"""The widest integer a YAML file may hold (about 4,200 decimal digits: a wider one Python cannot print)."""
+
+
 class UniqueKeyLoader(BoundedLoader):
     """PyYAML's safe loader within :class:`BoundedLoader`'s limits, and a key given twice in one mapping is an error."""
 
@@ -152,7 +156,11 @@ class UniqueKeyLoader(BoundedLoader):
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         """Build one node; a scalar Python cannot hold (an integer of 5,000 digits, ``2026-02-30``) is a YAML error."""
         try:
-            return super().construct_object(node, deep=deep)
+            built = super().construct_object(node, deep=deep)
+            if (
+                isinstance(built, int) and built.bit_length() > _MAX_INT_BITS
+            ):  # 0x..., 0b..., 1:30:00 have no limit
+                raise ValueError("an integer of more than 4,200 decimal digits")
         except (ValueError, OverflowError) as exc:
             value = node.value if isinstance(node.value, str) else ""
             shown = repr(value[:40] + ("..." if len(value) > 40 else ""))
@@ -160,6 +168,7 @@ class UniqueKeyLoader(BoundedLoader):
             raise yaml.constructor.ConstructorError(
                 None, None, f"{shown}: {reason}", node.start_mark
             ) from None
+        return built
 
 
 def _text(path: Path | str, raw: bytes) -> str:

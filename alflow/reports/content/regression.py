@@ -5,7 +5,7 @@ from __future__ import annotations
 from alflow.reports.content.base import Column, Section, column_table, fmt
 from alflow.results.regression import MetricChange, PointVerdict, RegressionReport
 from alflow.results.store import StoredRun
-from alflow.results.view import regression_report
+from alflow.results.view import regression_or_problem
 
 TITLES = {"m2": "Regression against recent runs", "sweep": "Regression against recent runs (every K)"}
 REFERENCE_TITLE = "Reference moved against the previous calibration"
@@ -80,6 +80,12 @@ def regression_section(report: RegressionReport) -> Section:
 
 
 def regression_sections(run: StoredRun) -> list[Section]:
-    """The run's regression section, none when it stored no verdicts."""
-    report = regression_report(run)
+    """The run's regression section, none when it stored no verdicts; a warning when they cannot be read."""
+    report, problem = regression_or_problem(run)
+    if problem is not None:  # never silent: the file may hold a real regression (R12-8)
+        return [
+            Section(
+                "Regression verdicts", [f"The regression verdicts cannot be read: {problem}"], status="warn"
+            )
+        ]
     return [] if report is None else [regression_section(report)]
