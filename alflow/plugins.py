@@ -74,33 +74,18 @@ class PluginError(AlflowError):
     """A framework plugin could not be loaded (the message names the plugin and the reference)."""
 
 
-BUILTIN: tuple[FrameworkSpec, ...] = (
+BUILTIN: tuple[FrameworkSpec, ...] = tuple(
     FrameworkSpec(
-        "vllm",
-        "alflow.frameworks.vllm.config:VllmServer",
-        "alflow.frameworks.vllm.plugin:PLUGIN",
-        dialect=True,
-    ),
-    FrameworkSpec(
-        "sglang",
-        "alflow.frameworks.sglang.config:SglangServer",
-        "alflow.frameworks.sglang.plugin:PLUGIN",
-        dialect=True,
-    ),
-    FrameworkSpec(
-        "trtllm",
-        "alflow.frameworks.trtllm.config:TrtllmServer",
-        "alflow.frameworks.trtllm.plugin:PLUGIN",
-        dialect=True,
-    ),
-    FrameworkSpec(
-        "atom",
-        "alflow.frameworks.atom.config:AtomServer",
-        "alflow.frameworks.atom.plugin:PLUGIN",
-        dialect=True,
-    ),
-    FrameworkSpec("sim", "alflow.frameworks.sim.config:SimServer", "alflow.frameworks.sim.plugin:PLUGIN"),
-    FrameworkSpec("tiny", "alflow.frameworks.tiny.config:TinyServer", "alflow.frameworks.tiny.plugin:PLUGIN"),
+        name, f"alflow.frameworks.{name}.config:{model}", f"alflow.frameworks.{name}.plugin:PLUGIN", dialect
+    )
+    for name, model, dialect in (
+        ("vllm", "VllmServer", True),
+        ("sglang", "SglangServer", True),
+        ("trtllm", "TrtllmServer", True),
+        ("atom", "AtomServer", True),
+        ("sim", "SimServer", False),
+        ("tiny", "TinyServer", False),
+    )
 )
 """The frameworks alflow ships, in the order lists show them."""
 

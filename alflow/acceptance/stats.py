@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import NormalDist
 from typing import Annotated, Literal
 
@@ -291,21 +291,7 @@ def from_steps(
     if n == 0:
         return base
     ci = _ci_clustered(accepted, request_ids, level) if request_ids is not None else _ci_iid(accepted, level)
-    return SpecStats(
-        base.num_drafts,
-        base.draft_tokens,
-        base.accepted_tokens,
-        base.accepted_per_position,
-        k,
-        base.al,
-        base.acceptance_rate,
-        base.per_position_rates,
-        base.conditional_rates,
-        base.histogram,
-        ci,
-        base.note,
-        source="steps",
-    )
+    return replace(base, ci=ci, source="steps")
 
 
 # --------------------------------------------------------------------------------------------

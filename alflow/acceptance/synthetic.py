@@ -328,8 +328,8 @@ class AcceptanceSampler(Protocol):
 
 
 @dataclass
-class _PerRequestSampler:
-    """Per-request sampler: each request draws independently with ``draw_one``."""
+class _Sampler:
+    """Draws with ``draw_one``: each request on its own, or once per verify step for every request in it (SGLang)."""
 
     draw_one: Callable[[random.Random], int]
     rng: random.Random
@@ -337,19 +337,9 @@ class _PerRequestSampler:
 
     def draw_step(self, batch_size: int) -> list[int]:
         draw, rng = self.draw_one, self.rng
+        if self.granularity == "per-batch":
+            return [draw(rng)] * batch_size if batch_size > 0 else []
         return [draw(rng) for _ in range(batch_size)]
-
-
-@dataclass
-class _PerBatchSampler:
-    """Per-batch sampler: one draw per verify step, shared by every request in it (SGLang)."""
-
-    draw_one: Callable[[random.Random], int]
-    rng: random.Random
-    granularity: Granularity = "per-batch"
-
-    def draw_step(self, batch_size: int) -> list[int]:
-        return [self.draw_one(self.rng)] * batch_size if batch_size > 0 else []
 
 
 def _positional_draw(rates: Sequence[float]) -> Callable[[random.Random], int]:
@@ -364,21 +354,6 @@ def _positional_draw(rates: Sequence[float]) -> Callable[[random.Random], int]:
             else:
                 break
         return accepted
-
-    return draw
-
-
-def _floor_plus_bernoulli(drafts: float, k: int) -> Callable[[random.Random], int]:
-    """``floor(v)`` drafts plus one more with probability ``frac(v)``, clamped at K."""
-    whole = min(k, math.floor(drafts + _EPS))
-    frac = drafts - whole if whole < k else 0.0
-    if frac < _EPS:
-        frac = 0.0
-
-    def draw(rng: random.Random) -> int:
-        if frac > 0.0 and rng.random() < frac:
-            return min(k, whole + 1)
-        return whole
 
     return draw
 
@@ -448,7 +423,7 @@ class VllmScheme:
         return AcceptanceDistribution(self.name, target, pmf_from_rates(self.rates(target)), self.granularity)
 
     def sampler(self, target: SyntheticTarget, seed: int) -> AcceptanceSampler:
-        return _PerRequestSampler(_positional_draw(self.rates(target)), random.Random(seed))
+        return _Sampler(_positional_draw(self.rates(target)), random.Random(seed))
 
 
 @dataclass(frozen=True)
@@ -471,11 +446,20 @@ class _FloorPlusBernoulli:
         )
 
     def sampler(self, target: SyntheticTarget, seed: int) -> AcceptanceSampler:
-        al = _require_al(self.name, target)
-        draw = _floor_plus_bernoulli(al - 1.0, target.k)
-        if self.granularity == "per-batch":
-            return _PerBatchSampler(draw, random.Random(seed))
-        return _PerRequestSampler(draw, random.Random(seed))
+        """``floor(v)`` drafts plus one more with probability ``frac(v)`` (``v = L - 1``), clamped at K."""
+        k = target.k
+        drafts = _require_al(self.name, target) - 1.0
+        whole = min(k, math.floor(drafts + _EPS))
+        frac = drafts - whole if whole < k else 0.0
+        if frac < _EPS:
+            frac = 0.0
+
+        def draw(rng: random.Random) -> int:
+            if frac > 0.0 and rng.random() < frac:
+                return min(k, whole + 1)
+            return whole
+
+        return _Sampler(draw, random.Random(seed), self.granularity)
 
 
 SGLANG_MATCH_EXPECTED = _FloorPlusBernoulli(
@@ -521,7 +505,7 @@ class SglangMultinomialScheme:
             x = min(max(rng.gauss(al, 1.0), 1.0), float(k + 1))
             return min(k, max(0, math.floor(x + 0.5) - 1))
 
-        return _PerBatchSampler(draw, random.Random(seed))
+        return _Sampler(draw, random.Random(seed), "per-batch")
 
 
 @dataclass(frozen=True)
@@ -543,7 +527,7 @@ class ConstantConditionalScheme:
         return AcceptanceDistribution(self.name, target, pmf_from_rates(self.rates(target)), self.granularity)
 
     def sampler(self, target: SyntheticTarget, seed: int) -> AcceptanceSampler:
-        return _PerRequestSampler(_positional_draw(self.rates(target)), random.Random(seed))
+        return _Sampler(_positional_draw(self.rates(target)), random.Random(seed))
 
 
 SCHEMES: dict[str, Scheme] = {

