@@ -18,9 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import BinaryIO
 
-import orjson
-
-from alflow.datasets.types import Session, Turn
+from alflow.datasets.types import Session, Turn, jsonl_rows
 from alflow.errors import InvalidInputError
 from alflow.util.fsutil import open_regular
 
@@ -56,14 +54,8 @@ def load_custom(
 def _sessions(fh: BinaryIO, file: Path, max_tokens: int | None, default_max_tokens: int) -> list[Session]:
     """The sessions of the open file ``fh`` (``file``), a row a line."""
     sessions: list[Session] = []
-    for line_no, raw in enumerate(fh, start=1):
-        if not raw.strip():
-            continue
+    for line_no, row in jsonl_rows(fh, f"{file}:"):
         where = f"{file}:{line_no}"
-        try:
-            row = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise InvalidInputError(f"{where}: not valid JSON ({exc})") from None
         if not isinstance(row, dict):
             raise InvalidInputError(f"{where}: a row must be a JSON object with a 'prompt' string")
         prompt = row.get("prompt")

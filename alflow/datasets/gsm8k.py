@@ -11,9 +11,7 @@ import re
 from pathlib import Path
 from typing import Final
 
-import orjson
-
-from alflow.datasets.types import Session, Turn
+from alflow.datasets.types import Session, Turn, jsonl_rows
 from alflow.errors import InvalidInputError
 from alflow.util.fsutil import file_problem
 
@@ -36,13 +34,7 @@ def read_rows(path: Path) -> list[tuple[int, str, str]]:
         raise InvalidInputError(f"GSM8K file {path} {why}")
     rows: list[tuple[int, str, str]] = []
     with path.open("rb") as fh:
-        for line_no, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            try:
-                row = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
-                raise InvalidInputError(f"{path}:{line_no}: not valid JSON ({exc})") from None
+        for line_no, row in jsonl_rows(fh, f"{path}:"):
             for name in ("question", "answer"):
                 if not isinstance(row, dict) or not isinstance(row.get(name), str) or not row[name]:
                     raise InvalidInputError(

@@ -27,10 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal, get_args
 
-import orjson
-
 from alflow.datasets.gsm8k import reference_answer
-from alflow.datasets.types import Session, Turn
+from alflow.datasets.types import Session, Turn, jsonl_rows
 from alflow.errors import InvalidInputError
 from alflow.util.fsutil import file_problem
 
@@ -145,13 +143,8 @@ def read_rows(path: str | Path) -> Iterator[tuple[str, Any]]:
         return
     with gzip.open(file, "rb") if fmt == ".jsonl.gz" else file.open("rb") as fh:
         try:
-            for line_no, raw in enumerate(fh, start=1):
-                if not raw.strip():
-                    continue
-                try:
-                    yield f"line {line_no}", orjson.loads(raw)
-                except orjson.JSONDecodeError as exc:
-                    raise _fail(file, f"line {line_no}", f"not valid JSON ({exc})") from None
+            for line_no, row in jsonl_rows(fh, f"{file}:line "):
+                yield f"line {line_no}", row
         except (OSError, EOFError) as exc:  # a truncated or non-gzip .gz
             raise InvalidInputError(f"{file}: cannot be read as gzip ({exc})") from None
 

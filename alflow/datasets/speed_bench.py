@@ -18,7 +18,7 @@ from typing import Any, Final
 
 import orjson
 
-from alflow.datasets.types import Session, Turn
+from alflow.datasets.types import Session, Turn, jsonl_rows
 from alflow.errors import InvalidInputError
 from alflow.util.fsutil import file_problem
 
@@ -117,13 +117,7 @@ def load_speed_bench(
         raise InvalidInputError(f"SPEED-Bench file {file} {why}")
     sessions: list[Session] = []
     with file.open("rb") as fh:
-        for line_no, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            try:
-                row = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
-                raise _fail(file, line_no, f"not valid JSON ({exc})") from None
+        for line_no, row in jsonl_rows(fh, f"{file}:"):
             sessions.append(parse_row(row, file, line_no, max_tokens=max_tokens))
     if not sessions:
         raise InvalidInputError(f"SPEED-Bench file {file} holds no rows")

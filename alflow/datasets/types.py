@@ -7,8 +7,13 @@ has been appended to the history, so the server sees the conversation as a user 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from alflow.errors import InvalidInputError
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,3 +45,14 @@ class Session:
     def multiturn(self) -> bool:
         """True when the session has more than one user turn."""
         return len(self.turns) > 1
+
+
+def jsonl_rows(lines: Iterable[bytes], at: str) -> Iterator[tuple[int, Any]]:
+    """``(line number, parsed row)`` of every non-blank JSON line; a bad one raises ``<at><line>: not valid JSON``."""
+    for line_no, raw in enumerate(lines, start=1):
+        if raw.strip():
+            try:
+                row = orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
+                raise InvalidInputError(f"{at}{line_no}: not valid JSON ({exc})") from None
+            yield line_no, row

@@ -317,6 +317,25 @@ def counter_resets(before: Snapshot, after: Snapshot) -> list[str]:
     return resets
 
 
+def counter_deltas(
+    name: str, before: Mapping[Labels, float], after: Mapping[Labels, float], *, vanished: str, backwards: str
+) -> dict[Labels, float]:
+    """Per series of counter ``name``: ``after - before``; one that vanished or went backwards is a reset (said how)."""
+    for lab in before:
+        if lab not in after:
+            raise CounterResetError(
+                f"counter {name}{dict(lab)} vanished {vanished}; measure the window again"
+            )
+    out = {lab: v - before.get(lab, 0.0) for lab, v in after.items()}
+    for lab, delta in out.items():
+        if delta < 0:
+            raise CounterResetError(
+                f"counter {name}{dict(lab)} went backwards by {-delta:g} inside the measured window{backwards}; "
+                "measure the window again"
+            )
+    return out
+
+
 class CounterWindow(Protocol):
     """Increases of counters and series of gauges over one measured window."""
 
@@ -396,23 +415,13 @@ class SnapshotWindow(DeltaSums):
         after = self.after.counter_samples(name, match)
         if not after and not self.after.has(name):
             return None
-        before = self.before.counter_samples(name, match)
-        out: dict[Labels, float] = {}
-        for lab in before:
-            if lab not in after:
-                raise CounterResetError(
-                    f"counter {name}{dict(lab)} vanished between the baseline and the final scrape: "
-                    "the server restarted; measure the window again"
-                )
-        for lab, v1 in after.items():
-            delta = v1 - before.get(lab, 0.0)
-            if delta < 0:
-                raise CounterResetError(
-                    f"counter {name}{dict(lab)} went backwards by {-delta:g} inside the measured window: "
-                    "the server restarted or its counters were reset; measure the window again"
-                )
-            out[lab] = delta
-        return out
+        return counter_deltas(
+            name,
+            self.before.counter_samples(name, match),
+            after,
+            vanished="between the baseline and the final scrape: the server restarted",
+            backwards=": the server restarted or its counters were reset",
+        )
 
     def gauge_series(self, name: str) -> list[tuple[float, float]]:
         """Gauge values from the baseline, the background scrapes and the final snapshot.

@@ -14,20 +14,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from alflow.acceptance.stats import CounterResetError
 from alflow.errors import AlflowError
-from alflow.metrics.prometheus import DeltaSums, Labels, ScrapeError, Snapshot
+from alflow.metrics.prometheus import (
+    DeltaSums,
+    Labels,
+    ScrapeError,
+    Snapshot,
+    _labels,
+    _matches,
+    counter_deltas,
+)
 from alflow.util.redact import redact_url, redact_urls_in_text
-
-
-def _labels(raw: Mapping[str, str]) -> Labels:
-    return tuple(sorted(raw.items()))
-
-
-def _matches(labels: Labels, match: Mapping[str, str] | None) -> bool:
-    d = dict(labels)
-    return all(d.get(k) == v for k, v in (match or {}).items())
-
 
 PROMQL_SYNC_TIMEOUT_S = 120.0
 """How long a PromQL window waits for Prometheus to scrape every series after an instant (the
@@ -244,26 +241,14 @@ class PromQLWindow(DeltaSums):
         after = self._end_values(name)
         if after is None:
             return None
-        before = self._start_values(name)
-        out: dict[Labels, float] = {}
-        for lab in before:
-            if lab not in after and _matches(lab, match):
-                raise CounterResetError(
-                    f"counter {name}{dict(lab)} vanished from Prometheus at {self.url} inside the measured "
-                    "window: a node restarted or stopped being scraped; measure the window again"
-                )
-        for lab, v1 in after.items():
-            if not _matches(lab, match):
-                continue
-            delta = v1 - before.get(lab, 0.0)
-            if delta < 0:
-                raise CounterResetError(
-                    f"counter {name}{dict(lab)} went backwards by {-delta:g} inside the measured window "
-                    f"(Prometheus at {self.url}): a node restarted or its counters were reset; measure the "
-                    "window again"
-                )
-            out[lab] = delta
-        return out
+        return counter_deltas(
+            name,
+            {lab: v for lab, v in self._start_values(name).items() if _matches(lab, match)},
+            {lab: v for lab, v in after.items() if _matches(lab, match)},
+            vanished=f"from Prometheus at {self.url} inside the measured window: a node restarted or stopped being "
+            "scraped",
+            backwards=f" (Prometheus at {self.url}): a node restarted or its counters were reset",
+        )
 
     def has(self, name: str) -> bool:
         """True when Prometheus holds at least one series of counter ``name``."""
