@@ -159,7 +159,9 @@ async def run_preflight(
     """
     started = time.monotonic()
     requests, concurrency, output_tokens = burst(expect)
-    target = Target(base_url, model, "completions", preflight_sampling(output_tokens), api_key=api_key)
+    # greedy, a fixed output length, ignore_eos: no run depends on the burst's text
+    sampling = Sampling(max_tokens=output_tokens, temperature=0.0, min_tokens=output_tokens, ignore_eos=True)
+    target = Target(base_url, model, "completions", sampling, api_key=api_key)
     workload = RandomWorkload(isl=64, osl=output_tokens, seed=7)
     sessions = random_workload_sessions(workload, requests, framework=dialect)
     spec = LoadSpec(
@@ -208,8 +210,3 @@ def burst(expect: Expectation) -> tuple[int, int, int]:
     if expect.distribution is not None:
         return PREFLIGHT_REQUESTS, PREFLIGHT_CONCURRENCY, PREFLIGHT_OUTPUT_TOKENS
     return REAL_PREFLIGHT_REQUESTS, REAL_PREFLIGHT_REQUESTS, REAL_PREFLIGHT_OUTPUT_TOKENS
-
-
-def preflight_sampling(output_tokens: int) -> Sampling:
-    """The burst's sampling: greedy, a fixed output length, ``ignore_eos`` (no run depends on its text)."""
-    return Sampling(max_tokens=output_tokens, temperature=0.0, min_tokens=output_tokens, ignore_eos=True)

@@ -64,18 +64,13 @@ def speed_bench_file(workload: SpeedBenchWorkload) -> Path:
 
 def file_sha256(path: Path) -> str:
     """``sha256:<hex>`` of a file's bytes (the dataset hash recorded in provenance)."""
-    digest = hashlib.sha256()
     with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return "sha256:" + digest.hexdigest()
+        return "sha256:" + hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def literature_file(workload: LiteratureWorkload) -> Path:
     """The file a literature workload reads (GSM8K without a path: the test split shipped with alflow)."""
-    if workload.path is not None:
-        return Path(workload.path)
-    return bundled_gsm8k("test")
+    return Path(workload.path) if workload.path is not None else bundled_gsm8k("test")
 
 
 def literature_load(workload: LiteratureWorkload) -> LiteratureLoad:

@@ -262,22 +262,17 @@ class ClientSummary:
         """True when no measured request failed."""
         return self.failed == 0
 
+    def _fields(self, names: str) -> dict[str, object]:
+        return {name: getattr(self, name) for name in names.split()}
+
     def to_dict(self) -> dict[str, object]:
         """The flat, JSON-ready summary (non-finite values carry a ``<key>_note`` saying why)."""
-        out: dict[str, object] = {
-            "duration": self.duration,
-            "completed": self.completed,
-            "failed": self.failed,
-            "all_ok": self.all_ok,
-            "total_input_tokens": self.total_input_tokens,
-            "total_output_tokens": self.total_output_tokens,
-            "request_throughput": self.request_throughput,
-            "output_throughput": self.output_throughput,
-            "total_token_throughput": self.total_token_throughput,
-        }
+        out = self._fields(
+            "duration completed failed all_ok total_input_tokens total_output_tokens request_throughput "
+            "output_throughput total_token_throughput"
+        )
         if self.good_requests is not None:
-            out["good_requests"] = self.good_requests
-            out["request_goodput"] = self.request_goodput
+            out |= self._fields("good_requests request_goodput")
         for name, unit in _LATENCY_UNITS:
             out.update(getattr(self, name).items(name, unit))
         if self.timing is not None:
@@ -294,16 +289,12 @@ class ClientSummary:
             "tpot_ms = 0 for a request (its output after the first chunk came all at once)",
             self.interactivity.items("interactivity", "_tokens_per_s"),
         )
-        out["total_chunks"] = self.total_chunks
-        out["tokens_per_chunk"] = self.tokens_per_chunk
-        out["tokens_per_chunk_after_first"] = self.tokens_per_chunk_after_first
-        out["num_nodes"] = self.num_nodes
-        out["num_gpus"] = self.num_gpus
-        out["output_throughput_per_gpu"] = self.output_throughput_per_gpu
-        out["total_token_throughput_per_gpu"] = self.total_token_throughput_per_gpu
+        out |= self._fields(
+            "total_chunks tokens_per_chunk tokens_per_chunk_after_first num_nodes num_gpus output_throughput_per_gpu "
+            "total_token_throughput_per_gpu"
+        )
         if self.output_throughput_per_decode_gpu is not None:
-            out["output_throughput_per_decode_gpu"] = self.output_throughput_per_decode_gpu
-            out["input_throughput_per_prefill_gpu"] = self.input_throughput_per_prefill_gpu
+            out |= self._fields("output_throughput_per_decode_gpu input_throughput_per_prefill_gpu")
         if self.errors:
             out["errors"] = dict(self.errors)
         if self.timing is not None:

@@ -175,13 +175,10 @@ def default_vllm_env() -> Path:
     return Path(__file__).resolve().parents[2] / ".venv-vllm"
 
 
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+def sha256_file(path: Path) -> str:
     """Hex sha256 of a file's bytes."""
-    h = hashlib.sha256()
     with path.open("rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def read_manifest(folder: Path) -> ModelManifest:

@@ -61,21 +61,17 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, mode: int =
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(target.parent)
-    return target
-
-
-def _fsync_dir(folder: Path) -> None:
     try:
-        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        dir_fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
-        return
+        return target
     try:
         os.fsync(dir_fd)
     except OSError:
         pass  # some file systems refuse fsync on a folder; the rename itself is still atomic
     finally:
         os.close(dir_fd)
+    return target
 
 
 LOCAL_SCHEMES: Final = ("file://", "local://")
@@ -107,12 +103,6 @@ def require_local_path(path: str | os.PathLike[str], *, what: str, why: str) -> 
     return Path(local)
 
 
-def lock_path_for(path: str | os.PathLike[str]) -> Path:
-    """The lock file of ``path``: ``<path>.lock`` beside it."""
-    p = Path(path)
-    return p.with_name(p.name + ".lock")
-
-
 @contextlib.contextmanager
 def file_lock(
     path: str | os.PathLike[str], *, timeout_s: float, what: str = "the file", poll_s: float = 0.05
@@ -124,7 +114,7 @@ def file_lock(
     stale lock; the (empty) lock file itself stays, which is harmless. flock is reliable on local
     file systems; on NFS it depends on the server (NFSv4 supports it).
     """
-    lock = lock_path_for(path)
+    lock = Path(path).with_name(Path(path).name + ".lock")
     lock.parent.mkdir(parents=True, exist_ok=True)
     # read-only is enough for flock, and opens a teammate's 0644 lock file too
     fd = os.open(lock, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, DEFAULT_FILE_MODE)

@@ -525,17 +525,13 @@ def redact_data(data: object, values: Iterable[str] = ()) -> object:
 
     Keys are kept; other objects are returned as they are.
     """
-    secrets = tuple(v for v in values if v and len(v) >= 4)
-    return _redact(data, secrets)
-
-
-def _redact(data: object, values: tuple[str, ...]) -> object:
+    values = tuple(values)  # read once: a generator serves every string
     if isinstance(data, str):
         return redact_urls_in_text(data, values)
     if isinstance(data, Mapping):
-        return {key: _redact(value, values) for key, value in data.items()}
+        return {key: redact_data(value, values) for key, value in data.items()}
     if isinstance(data, list | tuple):
-        return [_redact(item, values) for item in data]
+        return [redact_data(item, values) for item in data]
     return data
 
 
