@@ -306,7 +306,7 @@ def load_each(names: Iterable[str], load: Callable[[str], T]) -> tuple[tuple[T, 
         except PluginError as exc:
             if name in builtin:
                 raise
-            reason = cut_middle(f"{origin_of(name)}: {exc}")
+            reason = cut_middle(f"{_loaded()[2].get(name, 'unknown')}: {exc}")  # its entry point and distribution
             log.warning("framework plugin left out: %s", reason)
             broken.append(reason)
     return tuple(loaded), tuple(broken)
@@ -334,11 +334,6 @@ def usable_names() -> tuple[str, ...]:
 def unusable_plugins() -> tuple[str, ...]:
     """Why each entry point whose spec loaded but whose plugin object did not was left out."""
     return _usable()[1]
-
-
-def origin_of(name: str) -> str:
-    """Where framework ``name`` comes from: ``built-in``, or its entry point and distribution."""
-    return _loaded()[2].get(name, "unknown")
 
 
 def framework_names() -> tuple[str, ...]:

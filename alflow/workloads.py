@@ -68,16 +68,11 @@ def file_sha256(path: Path) -> str:
         return "sha256:" + hashlib.file_digest(fh, "sha256").hexdigest()
 
 
-def literature_file(workload: LiteratureWorkload) -> Path:
-    """The file a literature workload reads (GSM8K without a path: the test split shipped with alflow)."""
-    return Path(workload.path) if workload.path is not None else bundled_gsm8k("test")
-
-
 def literature_load(workload: LiteratureWorkload) -> LiteratureLoad:
     """The literature dataset's sessions and what its file held (a subset is labelled by it)."""
-    return load_literature(
-        workload.dataset, literature_file(workload), limit=workload.limit, max_tokens=workload.max_tokens
-    )
+    # GSM8K without a path: the test split shipped with alflow
+    path = Path(workload.path) if workload.path is not None else bundled_gsm8k("test")
+    return load_literature(workload.dataset, path, limit=workload.limit, max_tokens=workload.max_tokens)
 
 
 def workload_category(workload: SpeedBenchWorkload | LiteratureWorkload) -> str:

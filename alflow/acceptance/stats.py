@@ -179,7 +179,14 @@ def from_counters(
     histogram: dict[int, int] | None = None
     notes = [note] if note else []
     if per_pos is not None:
-        _check_per_position(per_pos, n)
+        for i, count in enumerate(per_pos):
+            prev = n if i == 0 else per_pos[i - 1]
+            if count > prev:
+                what = "num_drafts" if i == 0 else f"accepted_per_position[{i - 1}]={prev}"
+                raise InvalidInputError(
+                    f"counters are inconsistent: accepted_per_position[{i}]={count} exceeds {what} "
+                    "(a draft can only be accepted when every draft before it was)"
+                )
         if sum(per_pos) != accepted:
             notes.append(
                 f"per-position counts sum to {sum(per_pos)}, accepted_tokens is {accepted} "
@@ -187,7 +194,8 @@ def from_counters(
             )
         rates = tuple(c / n for c in per_pos)
         conditional = conditional_from_unconditional(rates)
-        histogram = histogram_from_positions(per_pos, n)
+        full = [n, *per_pos, 0]  # steps by tokens emitted (1..K+1)
+        histogram = {j + 1: full[j] - full[j + 1] for j in range(len(per_pos) + 1)}
         ci = _ci_from_histogram(histogram, level)
     elif k is not None:
         ci = _ci_from_bound(n, accepted, k, level)
@@ -241,24 +249,6 @@ def from_histogram(
     )
 
 
-def histogram_from_positions(per_position: Sequence[int], num_drafts: int) -> dict[int, int]:
-    """Steps by tokens emitted (1..K+1) from per-position accepted counts and the step count."""
-    full = [num_drafts, *per_position, 0]
-    return {j + 1: full[j] - full[j + 1] for j in range(len(per_position) + 1)}
-
-
-def _check_per_position(per_pos: Sequence[int], n: int) -> None:
-    prev = n
-    for i, count in enumerate(per_pos):
-        if count > prev:
-            what = "num_drafts" if i == 0 else f"accepted_per_position[{i - 1}]={prev}"
-            raise InvalidInputError(
-                f"counters are inconsistent: accepted_per_position[{i}]={count} exceeds {what} "
-                "(a draft can only be accepted when every draft before it was)"
-            )
-        prev = count
-
-
 # --------------------------------------------------------------------------------------------
 # Per-step data
 
@@ -298,14 +288,10 @@ def from_steps(
 # Confidence intervals
 
 
-def _z(level: float) -> float:
+def _interval(mean_al: float, se: float, level: float, method: CIMethod, note: str) -> ConfidenceInterval:
     if not 0.0 < level < 1.0:
         raise InvalidInputError(f"confidence level {level!r} must be in (0, 1)")
-    return NormalDist().inv_cdf(0.5 + level / 2)
-
-
-def _interval(mean_al: float, se: float, level: float, method: CIMethod, note: str) -> ConfidenceInterval:
-    half = _z(level) * se
+    half = NormalDist().inv_cdf(0.5 + level / 2) * se
     return ConfidenceInterval(mean_al - half, mean_al + half, level, method, note)
 
 

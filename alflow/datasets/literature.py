@@ -113,24 +113,17 @@ def _fail(path: Path, where: str, what: str) -> InvalidInputError:
     return InvalidInputError(f"{path}:{where}: {what}")
 
 
-def file_format(path: Path) -> str:
-    """``.jsonl``, ``.jsonl.gz`` or ``.parquet`` by the file's name; anything else is an error."""
-    name = path.name.lower()
-    for ext in FORMATS:
-        if name.endswith(ext):
-            return ext
-    raise InvalidInputError(
-        f"dataset file {path} has an unknown format; allowed: {', '.join(FORMATS)} (by file name)"
-    )
-
-
 def read_rows(path: str | Path) -> Iterator[tuple[str, Any]]:
     """``(where, row)`` for every row: ``where`` is ``line N`` (JSONL) or ``row N`` (parquet, from 1)."""
     file = Path(path)
     why = file_problem(file)
     if why is not None:
         raise InvalidInputError(f"dataset file {file} {why}")
-    fmt = file_format(file)
+    fmt = next((ext for ext in FORMATS if file.name.lower().endswith(ext)), None)
+    if fmt is None:
+        raise InvalidInputError(
+            f"dataset file {file} has an unknown format; allowed: {', '.join(FORMATS)} (by file name)"
+        )
     if fmt == ".parquet":
         import polars as pl  # here: the load generator's processes import this module (through the plugins)
 
@@ -154,13 +147,6 @@ def _text(row: Mapping[str, Any], name: str, path: Path, where: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise _fail(path, where, f"field {name!r} is missing or not a non-empty string")
     return value
-
-
-def _ident(row: Mapping[str, Any], name: str, path: Path, where: str) -> str:
-    value = row.get(name)
-    if isinstance(value, bool) or not isinstance(value, str | int) or value == "":
-        raise _fail(path, where, f"field {name!r} is missing or not a string or integer id")
-    return str(value)
 
 
 def _number(where: str) -> str:
@@ -195,10 +181,12 @@ def _math500(row: Mapping[str, Any], path: Path, where: str, max_tokens: int | N
 
 
 def _humaneval(row: Mapping[str, Any], path: Path, where: str, max_tokens: int | None) -> Session:
-    task = _ident(row, "task_id", path, where)
+    task = row.get("task_id")
+    if isinstance(task, bool) or not isinstance(task, str | int) or task == "":
+        raise _fail(path, where, "field 'task_id' is missing or not a string or integer id")
     prompt = _text(row, "prompt", path, where)
     meta = {**_meta(row, "task_id", "entry_point"), "at": where}
-    return Session(task, _turn(prompt, max_tokens), "humaneval", meta=meta)
+    return Session(str(task), _turn(prompt, max_tokens), "humaneval", meta=meta)
 
 
 def _mtbench(row: Mapping[str, Any], path: Path, where: str, max_tokens: int | None) -> Session:

@@ -41,11 +41,6 @@ class LmEvalScores:
         }
 
 
-def lm_eval_available() -> bool:
-    """True when the ``lm_eval`` command is on PATH."""
-    return shutil.which("lm_eval") is not None
-
-
 def lm_eval_command(
     base_url: str,
     model: str,
@@ -117,7 +112,7 @@ def run_lm_eval(
     timeout_s: float = 7200.0,
 ) -> LmEvalScores:
     """Run the harness as a subprocess and parse its results (LmEvalError when it fails)."""
-    if not lm_eval_available():
+    if shutil.which("lm_eval") is None:
         raise LmEvalError(
             "the lm-eval backend needs the 'lm_eval' command (pip install lm-eval); it is not on PATH"
         )

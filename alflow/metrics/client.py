@@ -35,7 +35,6 @@ from alflow.util.jsonutil import note_nonfinite
 log = logging.getLogger(__name__)
 
 DEFAULT_PERCENTILES: Final = (50.0, 90.0, 95.0, 99.0)
-LATENCY_METRICS: Final = ("ttft", "tpot", "itl", "e2el")
 
 
 @dataclass(frozen=True, slots=True)

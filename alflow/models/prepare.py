@@ -84,14 +84,6 @@ MODELS: dict[str, ModelSource] = {
 """Every model ``alflow models prepare`` knows, by name."""
 
 
-def get_model(name: str) -> ModelSource:
-    """The source of model ``name``, with an error listing the known names."""
-    try:
-        return MODELS[name]
-    except KeyError:
-        raise InvalidInputError(f"model {name!r} is not known; known: {', '.join(MODELS)}") from None
-
-
 class FileDigest(BaseModel):
     """Size and sha256 of one prepared file."""
 
@@ -254,22 +246,6 @@ def _run(argv: list[str], what: str, timeout_s: float) -> str:
     return done.stdout
 
 
-def _interpreter(python: str | os.PathLike[str] | None) -> Path:
-    if python is not None:
-        path = Path(python).expanduser()
-        if not (path.is_file() and os.access(path, os.X_OK)):
-            raise InvalidInputError(f"--python {str(python)!r}: no executable interpreter there")
-        return path
-    env = default_vllm_env()
-    path = env / "bin" / "python"
-    if not path.is_file():
-        raise InvalidInputError(
-            f"the vLLM environment {str(env)!r} has no bin/python: the conversion needs its torch and "
-            "transformers (run `bash scripts/setup.sh --vllm`, set ALFLOW_VLLM_ENV, or pass --python)"
-        )
-    return path
-
-
 def _build(source: ModelSource, folder: Path, python: Path) -> ModelManifest:
     """Fetch, verify, extract and convert, then put the result at ``folder`` (replacing what is there)."""
     with tempfile.TemporaryDirectory(prefix=f"alflow-{source.name}-", dir=folder.parent) as tmp_s:
@@ -351,7 +327,9 @@ def prepare_model(
     force: bool = False,
 ) -> PreparedModel:
     """Prepare model ``name`` in ``<cache_dir>/models/<name>`` (a no-op when it is there and intact)."""
-    source = get_model(name)
+    if name not in MODELS:
+        raise InvalidInputError(f"model {name!r} is not known; known: {', '.join(MODELS)}")
+    source = MODELS[name]
     root = (Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()) / "models"
     folder = root / name
     with _locked(root / f".{name}.lock"):
@@ -366,6 +344,14 @@ def prepare_model(
                 return PreparedModel(name=name, path=folder, manifest=manifest, reused=True)
         elif not folder.exists():
             why = None
-        interpreter = _interpreter(python)
+        if python is not None:
+            interpreter = Path(python).expanduser()
+            if not (interpreter.is_file() and os.access(interpreter, os.X_OK)):
+                raise InvalidInputError(f"--python {str(python)!r}: no executable interpreter there")
+        elif not (interpreter := default_vllm_env() / "bin" / "python").is_file():
+            raise InvalidInputError(
+                f"the vLLM environment {str(default_vllm_env())!r} has no bin/python: the conversion needs its torch "
+                "and transformers (run `bash scripts/setup.sh --vllm`, set ALFLOW_VLLM_ENV, or pass --python)"
+            )
         manifest = _build(source, folder, interpreter)
     return PreparedModel(name=name, path=folder, manifest=manifest, reused=False, rebuilt_because=why)

@@ -56,11 +56,6 @@ def safe_key(text: str, *, max_len: int = DEFAULT_MAX_LEN, always_hash: bool = T
     return f"{slug}-{digest}"
 
 
-def control_characters(text: str) -> list[str]:
-    """The control characters in ``text`` (Unicode category Cc: C0, DEL and C1), as ``U+XXXX`` names."""
-    return sorted({f"U+{ord(c):04X}" for c in text if unicodedata.category(c) == "Cc"})
-
-
 BIDI_CONTROLS: Final = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 """The bidirectional formatting characters (an override, an isolate, a mark): refused in identifiers, where they would
 reorder what a page or a terminal shows ("Trojan source", CVE-2021-42574)."""
@@ -91,7 +86,11 @@ def check_identifier(value: str, *, what: str = "an identifier") -> str:
         raise ValueError(
             f"{what} {shown(value)} is longer than the {MAX_IDENTIFIER:,} characters an identifier may have"
         )
-    bad = control_characters(value) + sorted({f"U+{ord(c):04X}" for c in value if c in BIDI_CONTROLS})
+    # the control characters (Unicode Cc: C0, DEL and C1), then the bidi ones, as U+XXXX names
+    bad = [
+        *sorted({f"U+{ord(c):04X}" for c in value if unicodedata.category(c) == "Cc"}),
+        *sorted({f"U+{ord(c):04X}" for c in value if c in BIDI_CONTROLS}),
+    ]
     if bad:
         raise ValueError(
             f"{what} {shown(value)} holds the control character(s) {', '.join(bad)}: an identifier may hold any "

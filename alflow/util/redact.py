@@ -430,11 +430,6 @@ class RedactionError(ValueError):
     """A text that cannot be redacted in parts (a run longer than :data:`MAX_HELD_BYTES` with nowhere to cut)."""
 
 
-def _last_cut(chunk: bytes) -> int:
-    """The index just past the last byte of :data:`_URL_ENDS` in ``chunk`` (0 when it holds none)."""
-    return max(chunk.rfind(b) for b in _URL_ENDS) + 1
-
-
 def redact_text_stream(chunks: Iterable[bytes], max_held: int = MAX_HELD_BYTES) -> Iterator[bytes]:
     """The UTF-8 text read in ``chunks``, redacted as :func:`redact_urls_in_text` redacts it whole, in parts.
 
@@ -446,7 +441,7 @@ def redact_text_stream(chunks: Iterable[bytes], max_held: int = MAX_HELD_BYTES) 
     """
     held = bytearray()
     for chunk in chunks:
-        cut = _last_cut(chunk)
+        cut = max(chunk.rfind(b) for b in _URL_ENDS) + 1  # just past the last byte of _URL_ENDS (0: none)
         if cut == 0:
             held += chunk
             if len(held) > max_held:

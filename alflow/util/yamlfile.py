@@ -383,7 +383,14 @@ def validate_strict(
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise error(f"{source}: expected a YAML mapping of fields, got {_kind(data)}")
+        kind = (
+            "a list"
+            if isinstance(data, list)
+            else "a string"
+            if isinstance(data, str)
+            else type(data).__name__
+        )
+        raise error(f"{source}: expected a YAML mapping of fields, got {kind}")
     try:
         long = _long_string(data)
     except InvalidInputError as exc:
@@ -403,14 +410,6 @@ def validate_strict(
         return model.model_validate_json(text, strict=True)
     except ValidationError as exc:
         raise error(f"{source}: {describe(exc)}") from None
-
-
-def _kind(data: object) -> str:
-    if isinstance(data, list):
-        return "a list"
-    if isinstance(data, str):
-        return "a string"
-    return type(data).__name__
 
 
 def load_yaml_model(
