@@ -82,67 +82,24 @@ class GpuLayout:
         return self.tp * self.pp * self.cp * self.dp
 
 
-def ttft_ms() -> pl.Expr:
-    """``(first_token_ns - start_ns) / 1e6``: time to the first chunk carrying output."""
-    return ((pl.col("first_token_ns") - pl.col("start_ns")) / 1e6).alias("ttft_ms")
-
-
-def e2el_ms() -> pl.Expr:
-    """``(end_ns - start_ns) / 1e6``: request start to the last chunk carrying output."""
-    return ((pl.col("end_ns") - pl.col("start_ns")) / 1e6).alias("e2el_ms")
-
-
-def n_chunks() -> pl.Expr:
-    """``len(chunk_ns)``: network reads that carried output."""
-    return pl.col("chunk_ns").list.len().cast(pl.Int64).alias("n_chunks")
-
-
-def output_tokens() -> pl.Expr:
-    """Output tokens from the server's usage; the chunk count where no usage was sent."""
-    return (
-        pl.col("output_tokens").fill_null(pl.col("chunk_ns").list.len().cast(pl.Int64)).alias("output_tokens")
-    )
-
-
-def tpot_ms() -> pl.Expr:
-    """``(end_ns - first_token_ns) / 1e6 / (output_tokens - 1)``; null for one-token outputs."""
-    out = output_tokens()
-    return (
-        pl.when(out > 1)
-        .then((pl.col("end_ns") - pl.col("first_token_ns")) / 1e6 / (out - 1))
-        .otherwise(None)
-        .alias("tpot_ms")
-    )
-
-
-def itl_ms() -> pl.Expr:
-    """``diff(chunk_ns) / 1e6`` per request (a list): gaps between consecutive output chunks."""
-    return (pl.col("chunk_ns").list.diff(null_behavior="drop") / 1e6).alias("itl_ms")
-
-
-def interactivity() -> pl.Expr:
-    """``1000 / tpot_ms``: output tokens per second as one user sees them."""
-    return (1000.0 / tpot_ms()).alias("interactivity")
-
-
-def tokens_per_chunk() -> pl.Expr:
-    """``output_tokens / n_chunks``: with one chunk per engine step, the client-side AL."""
-    return (output_tokens() / n_chunks()).alias("tokens_per_chunk")
-
-
 def per_request(records: pl.DataFrame, *, include_warmup: bool = False) -> pl.DataFrame:
-    """One row per request with ``ok`` and the per-request metrics (null where undefined)."""
+    """One row per request with ``ok`` and the per-request metrics (null where undefined; formulas: the module's)."""
     frame = records if include_warmup else records.filter(~pl.col("warmup"))
+    chunks = pl.col("chunk_ns").list.len().cast(pl.Int64)  # network reads that carried output
+    out = pl.col("output_tokens").fill_null(chunks)  # the server's usage; the chunk count where it sent none
+    tpot = (
+        pl.when(out > 1).then((pl.col("end_ns") - pl.col("first_token_ns")) / 1e6 / (out - 1)).otherwise(None)
+    )
     return frame.with_columns(
         pl.col("error").is_null().alias("ok"),
-        ttft_ms(),
-        e2el_ms(),
-        tpot_ms(),
-        itl_ms(),
-        interactivity(),
-        n_chunks(),
-        tokens_per_chunk(),
-        output_tokens(),
+        ((pl.col("first_token_ns") - pl.col("start_ns")) / 1e6).alias("ttft_ms"),
+        ((pl.col("end_ns") - pl.col("start_ns")) / 1e6).alias("e2el_ms"),
+        tpot.alias("tpot_ms"),
+        (pl.col("chunk_ns").list.diff(null_behavior="drop") / 1e6).alias("itl_ms"),
+        (1000.0 / tpot).alias("interactivity"),
+        chunks.alias("n_chunks"),
+        (out / chunks).alias("tokens_per_chunk"),  # with one chunk per engine step, the client-side AL
+        out.alias("output_tokens"),
     )
 
 

@@ -32,38 +32,28 @@ def _is_bad(value: object) -> bool:
     return isinstance(value, float) and not math.isfinite(value)
 
 
-def _clean_seq(values: Iterable[Any], where: str, bad: list[str]) -> list[Any]:
-    out: list[Any] = []
-    for i, value in enumerate(values):
-        pos = f"{where}[{i}]"
-        if _is_bad(value):
-            bad.append(f"{pos}: {_word(value)}")
-            out.append(None)
-        elif isinstance(value, Mapping):
-            out.append(_clean_map(value))
-        elif isinstance(value, list | tuple):
-            out.append(_clean_seq(value, pos, bad))
-        else:
-            out.append(value)
-    return out
+def _clean(value: Any, where: str, bad: list[str]) -> Any:
+    """``value`` with non-finite floats as None; those in lists are added to ``bad`` by position (``[2]: nan``)."""
+    if _is_bad(value):
+        bad.append(f"{where}: {_word(value)}")
+        return None
+    if isinstance(value, Mapping):
+        return _clean_map(value)
+    if isinstance(value, list | tuple):
+        return [_clean(item, f"{where}[{i}]", bad) for i, item in enumerate(value)]
+    return value
 
 
 def _clean_map(data: Mapping[Any, Any]) -> dict[Any, Any]:
     out: dict[Any, Any] = {}
     notes: dict[str, str] = {}
     for key, value in data.items():
+        bad: list[str] = []
+        out[key] = _clean(value, "", bad)
         if _is_bad(value):
-            out[key] = None
             notes[f"{key}{NOTE_SUFFIX}"] = f"not finite: {_word(value)}"
-        elif isinstance(value, Mapping):
-            out[key] = _clean_map(value)
-        elif isinstance(value, list | tuple):
-            bad: list[str] = []
-            out[key] = _clean_seq(value, "", bad)
-            if bad:
-                notes[f"{key}{NOTE_SUFFIX}"] = "not finite at " + ", ".join(bad)
-        else:
-            out[key] = value
+        elif bad:
+            notes[f"{key}{NOTE_SUFFIX}"] = "not finite at " + ", ".join(bad)
     for note_key, note in notes.items():
         out.setdefault(note_key, note)
     return out
@@ -71,13 +61,7 @@ def _clean_map(data: Mapping[Any, Any]) -> dict[Any, Any]:
 
 def finite(data: Any) -> Any:
     """A copy of ``data`` in which every non-finite float is ``None``, with notes as the module says."""
-    if _is_bad(data):
-        return None
-    if isinstance(data, Mapping):
-        return _clean_map(data)
-    if isinstance(data, list | tuple):
-        return _clean_seq(data, "", [])
-    return data
+    return _clean(data, "", [])
 
 
 def note_nonfinite(data: MutableMapping[str, Any], reason: str, keys: Iterable[str] | None = None) -> None:
