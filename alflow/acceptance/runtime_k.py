@@ -191,23 +191,19 @@ def scan_json_args(args: Sequence[str], specs: Sequence[KnobSpec], where: str) -
 
 def scan_env(env: Mapping[str, str], specs: Iterable[KnobSpec], where: str) -> list[RuntimeKKnob]:
     """Environment variables of ``specs`` in ``env`` that switch the knob on."""
-    out: list[RuntimeKKnob] = []
-    for spec in specs:
-        if spec.kind == "env" and spec.name in env and spec.is_on(env[spec.name]):
-            out.append(_found(spec, where, env[spec.name]))
-    return out
+    return [
+        _found(spec, where, env[spec.name])
+        for spec in specs
+        if spec.kind == "env" and spec.name in env and spec.is_on(env[spec.name])
+    ]
 
 
 def unique(knobs: Iterable[RuntimeKKnob]) -> tuple[RuntimeKKnob, ...]:
     """``knobs`` without repeats (the same knob found twice in the same place), in order."""
-    seen: set[tuple[str, str, str | None]] = set()
-    out: list[RuntimeKKnob] = []
+    first: dict[tuple[str, str, str | None], RuntimeKKnob] = {}
     for k in knobs:
-        key = (k.name, k.where, k.value)
-        if key not in seen:
-            seen.add(key)
-            out.append(k)
-    return tuple(out)
+        first.setdefault((k.name, k.where, k.value), k)
+    return tuple(first.values())
 
 
 def stored_knobs(stored: Sequence[Mapping[str, Any]]) -> tuple[RuntimeKKnob, ...]:

@@ -28,6 +28,7 @@ Same mean does not mean same distribution: :func:`compare_schemes` puts them sid
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -202,12 +203,8 @@ class AcceptanceDistribution:
     @property
     def per_position_rates(self) -> tuple[float, ...]:
         """Unconditional rates ``p_i = P(first i drafts all accepted)``, i = 1..K."""
-        tail = 0.0
-        rates: list[float] = []
-        for p in reversed(self.pmf[1:]):
-            tail += p
-            rates.append(min(1.0, tail))
-        return tuple(reversed(rates))
+        tails = [min(1.0, tail) for tail in itertools.accumulate(reversed(self.pmf[1:]))]
+        return tuple(reversed(tails))
 
     @property
     def conditional_rates(self) -> tuple[float | None, ...]:
@@ -250,12 +247,7 @@ class AcceptanceDistribution:
 
 def conditional_from_unconditional(rates: Sequence[float]) -> tuple[float | None, ...]:
     """``c_i = p_i / p_{i-1}`` with ``p_0 = 1``; None where the position is never reached."""
-    out: list[float | None] = []
-    prev = 1.0
-    for p in rates:
-        out.append(None if prev <= 0.0 else min(1.0, p / prev))
-        prev = p
-    return tuple(out)
+    return tuple(None if prev <= 0.0 else min(1.0, p / prev) for prev, p in itertools.pairwise([1.0, *rates]))
 
 
 def pmf_from_rates(rates: Sequence[float]) -> tuple[float, ...]:

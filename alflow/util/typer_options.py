@@ -54,11 +54,8 @@ def command_of(
     ]
 
     def command(**given: Any) -> None:
-        if context:
-            ctx_value = given.pop("ctx")
-            run(ctx_value, options(**given))
-        else:
-            run(options(**given))
+        ctx_value = [given.pop("ctx")] if context else []
+        run(*ctx_value, options(**given))
 
     command.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]
     command.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}
