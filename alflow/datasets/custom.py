@@ -16,7 +16,6 @@ model's chat template.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import BinaryIO
 
 from alflow.datasets.types import Session, Turn, jsonl_rows
 from alflow.errors import InvalidInputError
@@ -44,36 +43,31 @@ def load_custom(
         raise InvalidInputError(f"custom prompt file {file}: {exc.strerror or exc}") from None
     try:
         with fh:
-            return _sessions(fh, file, max_tokens, default_max_tokens)
+            sessions: list[Session] = []
+            for line_no, row in jsonl_rows(fh, f"{file}:"):
+                where = f"{file}:{line_no}"
+                if not isinstance(row, dict):
+                    raise InvalidInputError(f"{where}: a row must be a JSON object with a 'prompt' string")
+                prompt = row.get("prompt")
+                if not isinstance(prompt, str) or not prompt.strip():
+                    raise InvalidInputError(f"{where}: field 'prompt' is missing or not a non-empty string")
+                given = row.get("output_tokens", default_max_tokens)
+                if isinstance(given, bool) or not isinstance(given, int) or given < 1:
+                    raise InvalidInputError(
+                        f"{where}: field 'output_tokens' is {row['output_tokens']!r}; give a positive integer"
+                    )
+                sessions.append(
+                    Session(
+                        session_id=f"custom-{line_no}",
+                        turns=(Turn(prompt=prompt, max_tokens=given if max_tokens is None else max_tokens),),
+                        category="custom",
+                        meta={"line": str(line_no)},
+                    )
+                )
+            if not sessions:
+                raise InvalidInputError(f"custom prompt file {file} holds no rows")
+            return sessions
     except OSError as exc:  # /proc/self/mem is a regular file that cannot be read
         raise InvalidInputError(
             f"custom prompt file {file}: cannot be read ({exc.strerror or exc})"
         ) from None
-
-
-def _sessions(fh: BinaryIO, file: Path, max_tokens: int | None, default_max_tokens: int) -> list[Session]:
-    """The sessions of the open file ``fh`` (``file``), a row a line."""
-    sessions: list[Session] = []
-    for line_no, row in jsonl_rows(fh, f"{file}:"):
-        where = f"{file}:{line_no}"
-        if not isinstance(row, dict):
-            raise InvalidInputError(f"{where}: a row must be a JSON object with a 'prompt' string")
-        prompt = row.get("prompt")
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise InvalidInputError(f"{where}: field 'prompt' is missing or not a non-empty string")
-        given = row.get("output_tokens", default_max_tokens)
-        if isinstance(given, bool) or not isinstance(given, int) or given < 1:
-            raise InvalidInputError(
-                f"{where}: field 'output_tokens' is {row['output_tokens']!r}; give a positive integer"
-            )
-        sessions.append(
-            Session(
-                session_id=f"custom-{line_no}",
-                turns=(Turn(prompt=prompt, max_tokens=given if max_tokens is None else max_tokens),),
-                category="custom",
-                meta={"line": str(line_no)},
-            )
-        )
-    if not sessions:
-        raise InvalidInputError(f"custom prompt file {file} holds no rows")
-    return sessions

@@ -83,17 +83,14 @@ def normalize(text: str) -> str:
 
 def extract_strict(reply: str) -> str | None:
     """strict-match: the first ``#### <number>`` of the reply, or None."""
-    found = STRICT_PATTERN.findall(reply)
-    return found[0] if found else None
+    found = STRICT_PATTERN.search(reply)
+    return found[1] if found else None
 
 
 def extract_flexible(reply: str) -> str | None:
     """flexible-extract: the last number-like match of the reply, or None."""
     found = FLEXIBLE_PATTERN.findall(reply)
-    if not found:
-        return None
-    last = found[-1]
-    return next((group for group in last if group), None)
+    return next((group for group in found[-1] if group), None) if found else None
 
 
 def is_correct(prediction: str | None, reference: str) -> bool:

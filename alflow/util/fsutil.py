@@ -168,20 +168,6 @@ def _kind(path: Path) -> str:
     return "not a regular file or folder"
 
 
-def _probe(folder: Path) -> str | None:
-    """None when a new file can be created (and deleted) in ``folder``; else why not."""
-    try:
-        fd, tmp = _create_temp(folder / "alflow-probe", 0o600)
-    except OSError as exc:
-        return f"cannot create a file in {folder} ({exc.strerror or exc})"
-    os.close(fd)
-    try:
-        tmp.unlink()
-    except OSError as exc:
-        return f"cannot delete a file in {folder} ({exc.strerror or exc})"
-    return None
-
-
 def check_writable_dir(path: str | os.PathLike[str], *, what: str) -> Path:
     """``path`` (symlinks resolved) when it is a folder alflow can write in, or one it can create.
 
@@ -203,9 +189,17 @@ def check_writable_dir(path: str | os.PathLike[str], *, what: str) -> Path:
     if not existing.is_dir():
         where = "is" if existing == target else f"is under {existing}, which is"
         raise InvalidInputError(f"{what} {given!r} {where} {_kind(existing)}, not a folder; {allowed}")
-    problem = _probe(existing)
-    if problem is not None:
-        raise InvalidInputError(f"{what} {given!r} is not writable: {problem}; {allowed}")
+    try:  # a probe file created and deleted
+        fd, tmp = _create_temp(existing / "alflow-probe", 0o600)
+    except OSError as exc:
+        problem = f"cannot create a file in {existing} ({exc.strerror or exc})"
+        raise InvalidInputError(f"{what} {given!r} is not writable: {problem}; {allowed}") from None
+    os.close(fd)
+    try:
+        tmp.unlink()
+    except OSError as exc:
+        problem = f"cannot delete a file in {existing} ({exc.strerror or exc})"
+        raise InvalidInputError(f"{what} {given!r} is not writable: {problem}; {allowed}") from None
     return target
 
 

@@ -171,21 +171,6 @@ class UniqueKeyLoader(BoundedLoader):
         return built
 
 
-def _text(path: Path | str, raw: bytes) -> str:
-    """``raw`` as UTF-8 text, or an error naming the file as binary or not UTF-8."""
-    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
-        raise InvalidInputError(f"{path}: not UTF-8 text (UTF-16, by its byte-order mark): save it as UTF-8")
-    if b"\x00" in raw:
-        offset = raw.index(b"\x00")
-        raise InvalidInputError(f"{path}: binary file (a NUL byte at offset {offset}), not YAML text")
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InvalidInputError(
-            f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}): save it as UTF-8"
-        ) from None
-
-
 def _one_line(exc: yaml.YAMLError) -> str:
     """A YAML error as one line: the problem and where (line, column)."""
     mark = getattr(exc, "problem_mark", None)
@@ -291,7 +276,19 @@ def yaml_of_bytes(raw: bytes, source: str) -> Any:
     """
     if len(raw) > MAX_FILE_BYTES:
         raise InvalidInputError(f"{source}: {len(raw):,} bytes, more than the {MAX_FILE_BYTES:,} allowed")
-    data = parse_yaml(_text(source, raw), source)
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise InvalidInputError(
+            f"{source}: not UTF-8 text (UTF-16, by its byte-order mark): save it as UTF-8"
+        )
+    if b"\x00" in raw:
+        raise InvalidInputError(f"{source}: binary file (a NUL byte at offset {raw.index(0)}), not YAML text")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InvalidInputError(
+            f"{source}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}): save it as UTF-8"
+        ) from None
+    data = parse_yaml(text, source)
     bad = _long_string(data)
     if bad is not None:
         raise InvalidInputError(f"{source}: {_long_message(*bad)}")
