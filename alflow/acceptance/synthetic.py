@@ -585,14 +585,13 @@ def compare_schemes(
 ) -> SchemeComparison:
     """Distributions of every scheme that can honour the target (rates: only those that take rates)."""
     target = SyntheticTarget.of(k, al=al, rates=rates)
-    rows: list[AcceptanceDistribution] = []
-    skipped: dict[str, str] = {}
-    for name, scheme in SCHEMES.items():
-        if target.rates is not None and not scheme.accepts_rates:
-            skipped[name] = "takes a target AL, not explicit rates"
-            continue
-        rows.append(scheme.distribution(target))
-    return SchemeComparison(target, tuple(rows), skipped)
+    skipped = {
+        name: "takes a target AL, not explicit rates"
+        for name, scheme in SCHEMES.items()
+        if target.rates is not None and not scheme.accepts_rates
+    }
+    rows = tuple(scheme.distribution(target) for name, scheme in SCHEMES.items() if name not in skipped)
+    return SchemeComparison(target, rows, skipped)
 
 
 def _r(x: float) -> float:

@@ -76,10 +76,11 @@ def _evidence(info: Any, path: str, markers: Mapping[str, Callable[[object], boo
             found = _evidence(item, f"{path}[{i}]", markers)
             if found:
                 return found
-    elif isinstance(info, str) and "rejection_sample_method" in info and "synthetic" in info:
-        for marker in ("rejection_sample_method='synthetic'", '"rejection_sample_method": "synthetic"'):
-            if marker in info:
-                return path or "text"
+    elif isinstance(info, str) and any(
+        marker in info
+        for marker in ("rejection_sample_method='synthetic'", '"rejection_sample_method": "synthetic"')
+    ):
+        return path or "text"
     return None
 
 

@@ -33,27 +33,23 @@ def _is_bad(value: object) -> bool:
 
 
 def _clean(value: Any, where: str, bad: list[str]) -> Any:
-    """``value`` with non-finite floats as None; those in lists are added to ``bad`` by position (``[2]: nan``)."""
+    """``value`` with non-finite floats as None (in a list: added to ``bad`` as ``[2]: nan``; in a mapping: noted)."""
     if _is_bad(value):
         bad.append(f"{where}: {_word(value)}")
         return None
-    if isinstance(value, Mapping):
-        return _clean_map(value)
     if isinstance(value, list | tuple):
         return [_clean(item, f"{where}[{i}]", bad) for i, item in enumerate(value)]
-    return value
-
-
-def _clean_map(data: Mapping[Any, Any]) -> dict[Any, Any]:
+    if not isinstance(value, Mapping):
+        return value
     out: dict[Any, Any] = {}
     notes: dict[str, str] = {}
-    for key, value in data.items():
-        bad: list[str] = []
-        out[key] = _clean(value, "", bad)
-        if _is_bad(value):
-            notes[f"{key}{NOTE_SUFFIX}"] = f"not finite: {_word(value)}"
-        elif bad:
-            notes[f"{key}{NOTE_SUFFIX}"] = "not finite at " + ", ".join(bad)
+    for key, item in value.items():
+        found: list[str] = []
+        out[key] = _clean(item, "", found)
+        if _is_bad(item):
+            notes[f"{key}{NOTE_SUFFIX}"] = f"not finite: {_word(item)}"
+        elif found:
+            notes[f"{key}{NOTE_SUFFIX}"] = "not finite at " + ", ".join(found)
     for note_key, note in notes.items():
         out.setdefault(note_key, note)
     return out
