@@ -233,8 +233,7 @@ def from_histogram(
         raise InvalidInputError(
             "an acceptance histogram needs at least one bucket (index 0: no draft accepted)"
         )
-    if k is None:
-        k = len(counts) - 1
+    k = len(counts) - 1 if k is None else k
     if len(counts) != k + 1:
         raise InvalidInputError(f"the acceptance histogram has {len(counts)} buckets, not K + 1 = {k + 1}")
     per_position = [sum(counts[i + 1 :]) for i in range(k)]

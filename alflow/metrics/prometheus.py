@@ -156,9 +156,7 @@ class Snapshot:
     def counter(self, name: str, match: Mapping[str, str] | None = None) -> float | None:
         """Sum of counter ``name`` over label sets matching ``match``; None when absent."""
         series = self._series(name, counter=True)
-        if series is None:
-            return None
-        return math.fsum(v for lab, v in series.items() if _matches(lab, match))
+        return None if series is None else math.fsum(v for lab, v in series.items() if _matches(lab, match))
 
     def gauge(self, name: str, match: Mapping[str, str] | None = None) -> float | None:
         """Sum of gauge ``name`` over matching label sets (one value when unlabelled); None if absent."""

@@ -152,9 +152,7 @@ def is_secret_flag(arg: str) -> bool:
         return False
     name = arg[2:].split("=", 1)[0].replace("-", "_").upper()
     words = [w for w in _NAME_PARTS.split(name) if w]
-    if words and words[-1] == "TOKEN":
-        return True
-    return any(hint in name for hint in _SECRET_NAME_INSIDE)
+    return (bool(words) and words[-1] == "TOKEN") or any(hint in name for hint in _SECRET_NAME_INSIDE)
 
 
 def is_secret_param(name: str) -> bool:
