@@ -306,7 +306,9 @@ def load_each(names: Iterable[str], load: Callable[[str], T]) -> tuple[tuple[T, 
         except PluginError as exc:
             if name in builtin:
                 raise
-            reason = cut_middle(f"{_loaded()[2].get(name, 'unknown')}: {exc}")  # its entry point and distribution
+            reason = cut_middle(
+                f"{_loaded()[2].get(name, 'unknown')}: {exc}"
+            )  # its entry point and distribution
             log.warning("framework plugin left out: %s", reason)
             broken.append(reason)
     return tuple(loaded), tuple(broken)

@@ -56,7 +56,8 @@ def test_a_plugin_object_left_out_under_a_long_origin_is_cut_too(
     def load(name: str) -> str:
         raise plugins.PluginError(f"framework {name!r}: cannot load 'nomod2.plugin:PLUGIN'")
 
-    monkeypatch.setattr(plugins, "origin_of", lambda name: plugins._where(_point("name")))  # type: ignore[arg-type]
+    origins = {f"long{LONG}": plugins._where(_point("name"))}  # type: ignore[arg-type]
+    monkeypatch.setattr(plugins, "_loaded", lambda: ((), (), origins))
     with caplog.at_level(logging.WARNING, logger="alflow.plugins"):
         _, broken = plugins.load_each([f"long{LONG}"], load)
     assert len(broken[0]) <= 2_000
