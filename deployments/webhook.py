@@ -27,24 +27,28 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 from uuid import UUID
 
-import httpx
 import yaml
 from prefect.blocks.notifications import CustomWebhookNotificationBlock
 from prefect.client.orchestration import get_client
 from prefect.exceptions import ObjectNotFound
 from prefect.settings import get_current_settings
 from prefect.utilities.templating import find_placeholders
+from pydantic import ValidationError
 from rich.console import Console
 
 from alflow.errors import InvalidInputError
-from alflow.util.names import shown
-from alflow.util.redact import redact_urls_in_text
+from alflow.reports.markdown import escape_controls
+from alflow.util.names import check_output_file, shown
+from alflow.util.redact import cut_middle, redact_urls_in_text
 from alflow.util.yamlfile import MAX_DEPTH, load_yaml
 
 AUTOMATIONS: Final = Path(__file__).resolve().with_name("automations.yaml")
@@ -116,17 +120,23 @@ def block_slugs(automations: Sequence[dict[str, Any]]) -> set[str]:
                 if isinstance(ref, str) and not _is_uuid(ref):
                     if ref.count("/") != 1:
                         raise ValueError(
-                            f"automation {automation.get('name')!r}: block_document_id {ref!r} is neither an id nor "
-                            "a block slug <block type slug>/<block name>"
+                            f"automation {shown(str(automation.get('name')))}: block_document_id {shown(ref)} is "
+                            "neither an id nor a block slug <block type slug>/<block name>"
                         )
                     slugs.add(ref)
     return slugs
 
 
+class MissingBlocksError(ValueError):
+    """Blocks an automations file names that the Prefect server does not have."""
+
+
 def block_ids(slugs: set[str]) -> dict[str, UUID]:
-    """The id of each block slug on the Prefect API (``ValueError`` naming the blocks that do not exist)."""
+    """The id of each block slug on the Prefect API (:class:`MissingBlocksError` naming those that do not exist)."""
     found: dict[str, UUID] = {}
     missing: list[str] = []
+    if not slugs:  # every block named by id: no client to open
+        return found
     with get_client(sync_client=True) as client:
         for slug in sorted(slugs):
             block_type, _, name = slug.partition("/")
@@ -135,8 +145,9 @@ def block_ids(slugs: set[str]) -> dict[str, UUID]:
             except ObjectNotFound:
                 missing.append(slug)
     if missing:
-        raise ValueError(
-            f"no block {', '.join(missing)} on this Prefect server: give --url to save it, or make it in the UI"
+        raise MissingBlocksError(
+            f"no block {', '.join(map(shown, missing))} on this Prefect server: give --url to save it, or make it in "
+            "the UI"
         )
     return found
 
@@ -163,21 +174,44 @@ def existing(names: Sequence[str]) -> dict[str, list[UUID]]:
 
 
 def write(automations: list[dict[str, Any]], out: Path) -> None:
-    """Write ``{"automations": [...]}`` as JSON (``.json``) or YAML (``.yaml``/``.yml``), as the CLI reads them."""
+    """Write ``{"automations": [...]}`` as JSON (``.json``) or YAML (``.yaml``/``.yml``), as the CLI reads them.
+
+    ``out`` is opened without waiting (``O_NONBLOCK``) and must be a regular file: a FIFO put there after the checks
+    is an ``OSError``, never a wait for a reader.
+    """
     data = {"automations": automations}
     if out.suffix.lower() not in OUT_SUFFIXES:
         raise ValueError(f"{out}: prefect automation create reads .yaml, .yml or .json files only")
     if out.suffix.lower() == ".json":
-        out.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        text = json.dumps(data, indent=2) + "\n"
     else:
-        out.write_text(
-            yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=1000), encoding="utf-8"
-        )
+        text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=1000)
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK, 0o666)
+    with os.fdopen(fd, "w", encoding="utf-8") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{out} is not a regular file (a FIFO, socket or device)")
+        file.truncate()
+        file.write(text)
 
 
 def _say(message: str) -> None:
-    """A line for the person running the command, on stderr (stdout stays free), every URL in it redacted."""
-    Console(stderr=True, highlight=False, markup=False, soft_wrap=True).print(redact_urls_in_text(message))
+    """A line for the person running the command, on stderr (stdout stays free).
+
+    Every URL in it redacted, every control or format character (ESC, C1, RLO, a newline) written as a visible
+    escape: names and paths from the command line and the automations file reach a terminal, and one line of the
+    file's cannot pass for a line of the helper's.
+    """
+    text = escape_controls(redact_urls_in_text(message), keep="")
+    Console(stderr=True, highlight=False, markup=False, soft_wrap=True).print(text)
+
+
+def _reason(exc: BaseException) -> str:
+    """``Type: message`` of an exception from Prefect's client or httpx, on one line, cut in its middle."""
+    try:
+        text = f"{type(exc).__name__}: {exc}"
+    except Exception:  # a third party's __str__
+        text = f"{type(exc).__name__} (its message cannot be read)"
+    return cut_middle(" ".join(text.split()), 500)
 
 
 def _where_to(url: str) -> str:
@@ -243,21 +277,72 @@ def json_data_of(text: str) -> dict[str, Any]:
     return data
 
 
-def _checked(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Every option checked before any call to the Prefect API: ``--json-data``'s object and the automations.
+def _checked_out(out: Path) -> Path:
+    """``--out`` before any call: a ``.yaml``/``.yml``/``.json`` file, absent or regular, in a writable folder.
+
+    A FIFO would block the write for ever, a folder or a missing folder fail only after the Prefect work:
+    :func:`alflow.util.names.check_output_file` (no ``-``: the file is for ``prefect automation create``), then its
+    folder. The path to write (``~`` expanded), or :class:`InvalidInputError` naming ``--out``.
+    """
+    value = str(out)
+    if out.suffix.lower() not in OUT_SUFFIXES:
+        raise InvalidInputError(
+            f"--out {shown(value)}: prefect automation create reads .yaml, .yml or .json files only"
+        )
+    try:
+        path = check_output_file(value, what="--out", stdout=False)
+    except ValueError as exc:
+        raise InvalidInputError(str(exc)) from None
+    real = Path(os.path.realpath(path))
+    if not real.parent.is_dir():
+        why = "does not exist" if not real.parent.exists() else "is not a folder"
+        raise InvalidInputError(
+            f"--out {shown(value)}: its folder {shown(str(real.parent))} {why}; give a file in an existing folder"
+        )
+    if not os.access(real if real.exists() else real.parent, os.W_OK):
+        raise InvalidInputError(f"--out {shown(value)} is not writable (permission denied)")
+    return path
+
+
+def _checked_api_url() -> str:
+    """PREFECT_API_URL before any call: set, and an ``http(s)://`` URL with a host; never shown whole.
+
+    Else the block would go to a temporary local server, then vanish (unset), or every call fail with the same
+    error. Prefect's own settings may refuse it first (``http://[::1/api``: a pydantic error of many lines).
+    """
+    try:
+        url = get_current_settings().api.url
+    except ValidationError as exc:
+        [first, *_] = exc.errors()
+        where = ".".join(map(str, first["loc"])) or "settings"
+        raise InvalidInputError(
+            f"Prefect's settings (PREFECT_API_URL, the other PREFECT_* variables, the profile) are refused: "
+            f"{where}: {first['msg']}"
+        ) from None
+    if not url:
+        raise InvalidInputError(
+            "PREFECT_API_URL is not set: point it at the team's server (prefect config set PREFECT_API_URL=...)"
+        )
+    if not _is_web_url(url):
+        raise InvalidInputError(
+            f"PREFECT_API_URL {_where_to(url)}: give the Prefect server's http(s)://HOST/api URL, without spaces"
+        )
+    return url
+
+
+def _checked(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, Any]], str]:
+    """Every option checked before any call to the Prefect API: ``--json-data``'s object, the automations, the API URL.
 
     Each error is one line naming the option (:class:`InvalidInputError`); the webhook URL is never shown whole (a
-    webhook's secret is its path, Slack's /services/T/B/SECRET): only where it points.
+    webhook's secret is its path, Slack's /services/T/B/SECRET): only where it points. ``args.out`` becomes the
+    path to write (:func:`_checked_out`).
     """
     if args.url is not None and not _is_web_url(args.url):
         raise InvalidInputError(
             f"--url {_where_to(args.url)}: give the webhook's http(s)://HOST/... URL, without spaces"
         )
     json_data = json_data_of(args.json_data)
-    if args.out.suffix.lower() not in OUT_SUFFIXES:
-        raise InvalidInputError(
-            f"--out {shown(str(args.out))}: prefect automation create reads .yaml, .yml or .json files only"
-        )
+    args.out = _checked_out(args.out)
     try:
         automations = load_automations(args.automations)
     except ValueError as exc:  # InvalidInputError included: the message starts with the path
@@ -266,11 +351,10 @@ def _checked(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, A
         block_slugs(automations)
     except ValueError as exc:
         raise InvalidInputError(f"--automations {args.automations}: {exc}") from None
-    return json_data, automations
+    return json_data, automations, _checked_api_url()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m alflow_deployments.webhook [--url URL] --out FILE``: save the block, write the automations file."""
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m alflow_deployments.webhook",
         description="Save alflow's webhook block and write deployments/automations.yaml with its id filled in.",
@@ -287,38 +371,49 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--automations", type=Path, default=AUTOMATIONS, help="the automations file to fill in"
     )
     parser.add_argument("--out", type=Path, required=True, help="where to write it (.yaml, .yml or .json)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m alflow_deployments.webhook [--url URL] --out FILE``: save the block, write the automations file.
+
+    Every input is checked first (exit 2); then the calls to the Prefect API, all before the file is written: any
+    failure of one is one line naming PREFECT_API_URL (redacted) and what failed, exit 1, and no file.
+    """
+    args = _parser().parse_args(argv)
     try:
-        json_data, automations = _checked(args)  # before any call to the Prefect API
+        json_data, automations, api_url = _checked(args)  # before any call to the Prefect API
     except InvalidInputError as exc:
         _say(f"error: {exc}")
         return 2
-    if not get_current_settings().api.url:  # else the block would go to a temporary local server, then vanish
-        _say(
-            "error: PREFECT_API_URL is not set: point it at the team's server (prefect config set PREFECT_API_URL=...)"
-        )
-        return 1
+    names = [str(a.get("name")) for a in automations]
+    step = "saving the block"
     try:
         if args.url:
             block_id = save_block(args.url, json_data=json_data)
             _say(f"saved block custom-webhook/{BLOCK_NAME} ({block_id})")
+        step = "reading the blocks"
         ids = block_ids(block_slugs(automations))
+        step = "reading the automations of the same names"
+        found = existing(names)
+    except MissingBlocksError as exc:
+        _say(f"error: {exc}; PREFECT_API_URL is {api_url}")
+        return 1
+    except Exception as exc:  # httpx's, pydantic's, Prefect's errors: one line, never a traceback
+        _say(f"error: the Prefect API at PREFECT_API_URL {api_url} failed while {step}: {_reason(exc)}")
+        return 1
+    try:
         write(resolve(automations, ids), args.out)
-    except httpx.HTTPError as exc:
-        _say(f"error: the Prefect API at {get_current_settings().api.url} answered {exc!r}")
-        return 1
     except (OSError, ValueError, yaml.YAMLError) as exc:
-        _say(f"error: {exc}")
+        _say(f"error: --out {shown(str(args.out))}: cannot write it: {_reason(exc)}")
         return 1
-    names = [str(a.get("name")) for a in automations]
-    _say(
-        f"wrote {args.out}: {', '.join(names)}; apply it with\n"
-        f"  prefect --no-prompt automation create --from-file {args.out}"
-    )
-    for name, found in existing(names).items():
+    command = f"prefect --no-prompt automation create --from-file {shlex.quote(str(args.out))}"
+    _say(f"wrote {shown(str(args.out))}: {', '.join(map(shown, names))}; apply it with")
+    _say(f"  {command}")
+    for name, ids_found in found.items():
         _say(
-            f"note: automation {name!r} exists already ({', '.join(map(str, found))}): applying the file adds "
-            f"another; `prefect --no-prompt automation delete {name}` first"
+            f"note: automation {shown(name)} exists already ({', '.join(map(str, ids_found))}): applying the file "
+            f"adds another; `prefect --no-prompt automation delete {shlex.quote(name)}` first"
         )
     return 0
 

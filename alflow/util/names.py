@@ -168,14 +168,17 @@ def _special_top(real: Path) -> str | None:
 _STANDARD_FILES: Final = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
 
 
-def check_output_file(value: str, *, what: str = "--output") -> Path:
+def check_output_file(value: str, *, what: str = "--output", stdout: bool = True) -> Path:
     """A file alflow may write: not empty, not under /proc, /sys or /dev, and a regular file where it exists.
 
-    A FIFO would block the write until a reader came; ``/proc/self/mem`` would fail after the work was done.
+    A FIFO would block the write until a reader came; ``/proc/self/mem`` would fail after the work was done. With
+    ``stdout`` false (a command that has no ``-``), /dev/null, /dev/stdout and /dev/stderr are refused too and the
+    messages do not offer ``-``.
     """
+    give = "give a file path (or - for standard output)" if stdout else "give a regular file's path"
     if not value.strip():
-        raise ValueError(f"{what} '' is empty: give a file path (or - for standard output)")
-    if value in _STANDARD_FILES:
+        raise ValueError(f"{what} '' is empty: {give}")
+    if stdout and value in _STANDARD_FILES:
         return Path(value)
     try:
         path = Path(value).expanduser()
@@ -184,12 +187,11 @@ def check_output_file(value: str, *, what: str = "--output") -> Path:
     real = Path(os.path.realpath(path))
     top = _special_top(real)
     if top is not None:
-        raise ValueError(
-            f"{what} {shown(value)} is under {top}: give a file on a disk (or - for standard output)"
-        )
+        on_disk = "give a file on a disk" + (" (or - for standard output)" if stdout else "")
+        raise ValueError(f"{what} {shown(value)} is under {top}: {on_disk}")
     if real.exists() and not real.is_file():
         kind = "a folder" if real.is_dir() else "not a regular file (a FIFO, socket or device)"
-        raise ValueError(f"{what} {shown(value)} is {kind}: give a file path (or - for standard output)")
+        raise ValueError(f"{what} {shown(value)} is {kind}: {give}")
     return path
 
 
