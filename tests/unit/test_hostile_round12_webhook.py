@@ -55,8 +55,10 @@ def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
 
 
 def _api_url(monkeypatch: pytest.MonkeyPatch, url: str | None = API_URL) -> None:
-    """PREFECT_API_URL as the helper reads it: Prefect's settings made from the environment (as at its start; in
-    this process they were made when Prefect was imported)."""
+    """PREFECT_API_URL as the helper reads it: Prefect's settings made from the environment.
+
+    As at the helper's start; in this process Prefect made its settings when it was imported, before the test.
+    """
     if url is None:
         monkeypatch.delenv("PREFECT_API_URL", raising=False)
     else:
