@@ -317,8 +317,8 @@ def test_an_out_that_is_no_regular_file_in_a_folder_is_one_line_exit_2_before_an
     out = paths[kind]()
     assert webhook.main(["--automations", str(_automations(tmp_path, ["a"])), "--out", str(out)]) == 2
     line = _one_line(capsys)
-    assert line.startswith(f"error: --out {str(out)!r}"), line
-    assert said.format(tmp=tmp_path) in line
+    assert line.startswith(f"error: --out '{str(out)[:60]}"), line  # a long path is cut after 80 characters
+    assert said.format(tmp=tmp_path).rsplit("'", 1)[-1] in line  # what follows a path (a path may be cut)
 
 
 def _linked(link: Path, target: Path) -> Path:
