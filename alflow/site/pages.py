@@ -169,8 +169,9 @@ _SORT_KEYS: Final[dict[str, Callable[[CatalogEntry], Any]]] = {
 }
 
 
-def _matches(e: CatalogEntry, q: IndexQuery, needle: str) -> bool:
-    if any(getattr(q, name) and getattr(e, name) != getattr(q, name) for name in FILTERS):
+def _matches(e: CatalogEntry, wanted: list[tuple[str, object]], needle: str) -> bool:
+    """Whether ``e`` has each wanted (field, value) and, when ``needle`` is given, holds it in its text."""
+    if wanted and any(getattr(e, name) != value for name, value in wanted):
         return False
     if not needle:
         return True
@@ -208,7 +209,8 @@ def index_page(catalog: Catalog, q: IndexQuery, choices: Choices) -> IndexPage:
     """The runs of the catalogue that match ``q``, sorted, one page of :data:`PAGE_SIZE` rows."""
     entries = catalog.entries()
     needle = q.text.lower()
-    found = [e for e in entries if _matches(e, q, needle)]
+    wanted = [(name, getattr(q, name)) for name in FILTERS if getattr(q, name)]  # per page, not per run
+    found = [e for e in entries if _matches(e, wanted, needle)]
     if q.sort != "date" or q.order != "desc":  # the catalogue's own order is newest first
         found.sort(key=lambda e: (_SORT_KEYS[q.sort](e), e.started), reverse=q.order == "desc")
     pages = max(1, math.ceil(len(found) / PAGE_SIZE))
