@@ -141,6 +141,11 @@ COVERAGE: dict[str, Coverage] = {
         "a benchmark that writes 10,000 runs and times the site's pages (a few minutes); prints a table, not a "
         "test. Its --help runs here and names every option of the line",
     ),
+    ".venv/bin/python benchmarks/site_latency.py --runs 10000 --requests 30 --peer ab3cdad --rounds 2": Coverage(
+        How.HELP,
+        "the same benchmark measuring another commit's alflow beside this checkout's over one store (several "
+        "minutes); prints a table, not a test. Its --help runs here and names every option of the line",
+    ),
     ".venv/bin/python benchmarks/site_files.py --mib 256 --repeats 3": Coverage(
         How.HELP,
         "a benchmark that serves two 256 MiB files through `alflow results serve` and reads the server's peak "
