@@ -52,8 +52,9 @@ BASE = ("nightly-1", "0.25")
 SLOW = ("nightly-2", "0.375")  # every engine step 50% longer: TPOT up ~50%, tokens/s per request down ~33%
 BASELINES = 3
 """nightly-1 runs before the slow one: 2 make the history (min_history), the third is a control."""
-NOTIFIED_WITHIN_S = 60.0
-"""The POSTs arrive within this of the slow nightly's end (a second or two when the machine is not busy)."""
+NOTIFIED_WITHIN_S = 180.0
+"""The POSTs arrive within this of the slow nightly's end (a second or two when the machine is not busy; a CI run with
+every tier at once once took over 60 s for one of four)."""
 QUIET_S = 5.0
 """How long after the last expected POST nothing more may arrive."""
 SWEEP_TIMEOUT_S = 300.0
