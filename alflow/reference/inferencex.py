@@ -52,7 +52,7 @@ from alflow.reference.table import (
     Variant,
     update_reference,
 )
-from alflow.util.fsutil import open_regular
+from alflow.util.fsutil import open_regular, read_at_most
 from alflow.util.yamlfile import parse_yaml
 
 INFERENCEX_COMMIT = "843c6254ff69b567f772f6a5fd97675af3d04431"
@@ -462,7 +462,7 @@ def _golden_text(path: Path) -> str:
     """A golden AL file's text: a regular file (a FIFO or device given by mistake never blocks), bounded, UTF-8."""
     try:
         with open_regular(path) as f:
-            raw = f.read(MAX_GOLDEN_BYTES + 1)
+            raw = read_at_most(f, MAX_GOLDEN_BYTES)
     except OSError as exc:
         raise InvalidInputError(f"{path}: cannot read the golden AL file ({exc.strerror or exc})") from None
     if len(raw) > MAX_GOLDEN_BYTES:

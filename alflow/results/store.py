@@ -39,7 +39,13 @@ from pydantic import ValidationError
 
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.results.manifest import SCHEMA_VERSION, FileEntry, RunManifest, RunProvenance, Status
-from alflow.util.fsutil import atomic_write_bytes, check_writable_dir, local_path_of, open_regular
+from alflow.util.fsutil import (
+    atomic_write_bytes,
+    check_writable_dir,
+    local_path_of,
+    open_regular,
+    read_at_most,
+)
 from alflow.util.jsonutil import dumps_bytes
 from alflow.util.names import shown
 from alflow.util.redact import redact_config, redact_data, redact_url, redact_urls_in_text
@@ -475,7 +481,7 @@ def _read_json(storage: Storage, path: str) -> dict[str, Any]:
     try:
         limit = MAX_JSON_BYTES if path.rsplit("/", 1)[-1] in SMALL_JSON else MAX_READ_BYTES
         with storage.open_read(path) as f:
-            raw = f.read(limit + 1)
+            raw = read_at_most(f, limit)
         if len(raw) > limit:  # a manifest or summary is kilobytes: no file alflow wrote (a site died on one)
             raise StoreError(f"{path}: a JSON file over {limit:,} bytes, not read")
         data = json.loads(raw)

@@ -117,6 +117,10 @@ def _printed(value: object) -> object:
     before escaping. A short text (a model id, a framework, a date: the same few hundred on every index page) is
     judged once (:func:`_printed_text`): the whole 97 kB index page through the redaction cost more than building it.
     """
+    if type(value) is str:  # most values: a plain text, most of them short
+        return _printed_text(value) if len(value) <= _CACHED_CHARS else escape_controls(_private(value))
+    if type(value) is _Printed:
+        return value
     if not isinstance(value, str):
         return value
     text = str(value)  # a Markup (a chart) as plain text: its methods would escape what redaction puts back
@@ -125,6 +129,12 @@ def _printed(value: object) -> object:
 
 
 _CACHED_CHARS: Final = 256
+
+
+class _Printed(Markup):
+    """Markup made only of texts that went through :func:`_printed` (a trend chart): printed as it is."""
+
+    __slots__ = ()
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -259,9 +269,7 @@ def _entry(request: web.Request) -> CatalogEntry:
 @off_loop
 def index(request: web.Request) -> web.Response:
     """``/``: the runs index (``/api/runs``: as JSON)."""
-    page = index_page(
-        request.app[CATALOG], IndexQuery.parse(request.query), request.app[CHOICES].get(request.app[CATALOG])
-    )
+    page = index_page(request.app[CATALOG], IndexQuery.parse(request.query), request.app[CHOICES])
     return _json(page.to_dict()) if _is_api(request) else _html(request, "index.html.j2", "Runs", page=page)
 
 
@@ -557,22 +565,26 @@ def reference(request: web.Request) -> web.Response:
     return _html(request, "reference.html.j2", "Reference", page=page)
 
 
-def _charts(s: TrendSeries) -> list[Any]:
+def _charts(s: TrendSeries) -> list[_Printed]:
+    """The line's charts, one per metric, each text of a run in them through :func:`_printed` (the charts are not)."""
+    shown = [
+        tuple(str(_printed(v or "")) for v in (p.started[:16], p.image_tag, p.rel, p.verdict))
+        for p in s.points
+    ]
     charts = []
     for field, title, unit in METRICS:
         marks = [
             TrendMark(
                 value=p.values[field],
-                date=p.started[:10],
-                tag=p.image_tag or "",
-                tooltip=f"{p.started[:16]} {p.image_tag or ''} {p.rel}: {p.values[field]}"
-                + (f" ({p.verdict})" if p.verdict else ""),
+                date=started[:10],
+                tag=tag,
+                tooltip=f"{started} {tag} {rel}: {p.values[field]}" + (f" ({verdict})" if verdict else ""),
                 regressed=p.verdict == "regressed",
                 good=p.valid and not p.partial and not p.client_bound,
             )
-            for p in s.points
+            for p, (started, tag, rel, verdict) in zip(s.points, shown, strict=True)
         ]
-        charts.append(trend_chart(title, unit, marks))
+        charts.append(_Printed(trend_chart(title, unit, marks)))
     return charts
 
 

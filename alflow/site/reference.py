@@ -26,7 +26,7 @@ from alflow.reference.table import (
 from alflow.results import view
 from alflow.results.catalog import Catalog, CatalogEntry
 from alflow.results.store import MANIFEST, open_run, storage_for
-from alflow.util.fsutil import open_regular, unsafe_file
+from alflow.util.fsutil import open_regular, read_at_most, unsafe_file
 from alflow.util.yamlfile import MAX_FILE_BYTES
 
 log = logging.getLogger(__name__)
@@ -225,7 +225,7 @@ def _url_tables(root: str) -> list[TableView]:
         rel = _bare(url)[len(_bare(base)) :].lstrip("/")
         try:
             with storage.open_read(url) as f:
-                raw = f.read(MAX_FILE_BYTES + 1)
+                raw = read_at_most(f, MAX_FILE_BYTES)
         except OSError as exc:
             log.warning("reference table %s not read: %s", rel, exc)
             continue

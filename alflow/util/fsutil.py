@@ -265,6 +265,22 @@ def open_regular(path: str | os.PathLike[str], *, follow: bool = True) -> Binary
     return f
 
 
+def read_at_most(f: BinaryIO, limit: int) -> bytes:
+    """Up to ``limit + 1`` bytes of ``f``, read in parts: more than ``limit`` tells the caller the file is too big.
+
+    Not ``f.read(limit + 1)``: that allocates the whole bound up front (a gigabyte for each kilobyte manifest).
+    """
+    parts: list[bytes] = []
+    left = limit + 1
+    while left > 0 and (part := f.read(min(left, _READ_PART))):
+        parts.append(part)
+        left -= len(part)
+    return b"".join(parts)
+
+
+_READ_PART: Final = 256 << 10
+
+
 def open_confined(root: Path, candidate: Path) -> BinaryIO | None:
     """``candidate`` opened for reading when it is a regular file inside ``root`` (:func:`confined`), else None.
 
