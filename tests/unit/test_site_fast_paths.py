@@ -51,13 +51,16 @@ def test_the_json_answers_hold_what_asdict_holds(tmp_path: Path) -> None:
 
 async def test_a_trend_charts_run_texts_are_redacted_and_control_escaped(tmp_path: Path) -> None:
     root = make_root(tmp_path)
-    _edit_manifest(root / M2, {"provenance.server.provenance.image": f"reg/img:t\x1b[31m\u202e?token={SECRET}"})
+    _edit_manifest(
+        root / M2, {"provenance.server.provenance.image": f"reg/img:t\x1b[31m\u202e?token={SECRET}"}
+    )
     async with serving(root) as site:
         page = await site.get("/trends")
     assert page.status == 200
     assert SECRET not in page.text
     assert "token=***" in page.text  # the tag is shown, redacted, in the chart's labels and tooltips
-    assert "\x1b" not in page.text and "\u202e" not in page.text
+    assert "\x1b" not in page.text
+    assert "\u202e" not in page.text
     assert "\\x1b[31m\\u202e?token=***" in page.text  # the control characters as visible text
 
 
