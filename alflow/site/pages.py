@@ -18,6 +18,7 @@ import orjson
 
 from alflow.errors import InvalidInputError
 from alflow.metrics.point_metrics import POINT_METRICS
+from alflow.reports.markdown import escape_controls
 from alflow.results.catalog import Catalog, CatalogEntry
 from alflow.results.rows import M2Point
 from alflow.results.series import SeriesKey
@@ -34,7 +35,7 @@ MAX_SERIES: Final = 40
 
 def _text_param(params: Mapping[str, str], name: str, limit: int = 200) -> str:
     value = params.get(name, "")
-    if len(value) > limit or any(ord(c) < 32 for c in value):
+    if len(value) > limit or escape_controls(value, keep="") != value:  # DEL, C1 (CSI), RLO, zero-width too
         raise InvalidInputError(
             f"query parameter {name} {value[:40]!r}: must be text of at most {limit} characters without control characters"
         )

@@ -95,6 +95,8 @@ MAX_SCHEME: Final = 32
 before a ``://`` is looked at this far back, so finding URLs stays linear in the text's length."""
 _SCHEME_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
 _URL_REST: Final = re.compile(r"[^\s'\"<>`]+", re.ASCII)
+_URL_TRAILING: Final = frozenset(":.,;!?)")
+"""Punctuation that ends a sentence or a clause rather than a URL (``URL: reason``): not part of the URL's span."""
 """What follows ``://`` in a URL in free text: up to ASCII whitespace, a quote, ``<``, ``>`` or a backtick (the bytes
 :func:`redact_text_stream` cuts at). A password holding U+00A0 or U+3000 stays inside its URL, and is redacted."""
 
@@ -103,7 +105,8 @@ def url_spans(text: str) -> Iterator[tuple[int, int]]:
     """The ``(start, end)`` of every URL in free text, left to right, in time linear in ``len(text)``.
 
     A URL is a scheme (a letter, then letters, digits, ``+``, ``.`` or ``-``; at most :data:`MAX_SCHEME` of them),
-    ``://``, then at least one character up to whitespace, a quote, ``<``, ``>`` or a backtick. No anchor before
+    ``://``, then at least one character up to whitespace, a quote, ``<``, ``>`` or a backtick, less the punctuation
+    that ends it (:data:`_URL_TRAILING`: the ``:`` of ``URL: reason`` is shown, not redacted). No anchor before
     the scheme: it starts at the first letter that can begin one, so ``_https://u:pw@h/_`` (Markdown italics) holds
     one. Each ``://`` is found by ``str.find`` and its scheme read backwards a bounded way (a pattern that scanned
     each run of letters from every start took 11 s on a 65,000-character model id, issue #49).
@@ -120,6 +123,8 @@ def url_spans(text: str) -> Iterator[tuple[int, int]]:
         rest = _URL_REST.match(text, sep + 3) if start < sep else None  # no scheme: no scan of what follows
         if rest is not None:
             end = rest.end()
+            while end > sep + 4 and text[end - 1] in _URL_TRAILING:  # "URL: reason", "(see URL)."
+                end -= 1
             yield start, end
             sep = text.find("://", end)
         else:
@@ -366,7 +371,9 @@ def redact_urls_in_text(text: str, values: Iterable[str] = ()) -> str:
             done = end
         text = "".join([*parts, text[done:]])
     if "?" in text and "=" in text:
-        text = _LOOSE_PARAM.sub(lambda m: f"{m[1]}={REDACTED}" if is_secret_param(m[1][1:]) else m[0], text)
+        text = _LOOSE_PARAM.sub(
+            lambda m: f"{m[1]}={REDACTED}{_trailing(m[2])}" if is_secret_param(m[1][1:]) else m[0], text
+        )
     return redact_values(_redact_free(text), values)
 
 
@@ -392,7 +399,12 @@ def _assigned(m: re.Match[str]) -> str:
     A LoRA named ``first-pass=/loras/a`` holds no secret.
     """
     secret = is_secret_name(m[1].lstrip("-").replace("-", "_")) and not m[2].startswith(("/", "./", "~"))
-    return f"{m[1]}={REDACTED}" if secret else m[0]
+    return f"{m[1]}={REDACTED}{_trailing(m[2])}" if secret else m[0]
+
+
+def _trailing(value: str) -> str:
+    """The punctuation that ends ``value`` (:data:`_URL_TRAILING`: ``token=X: reason``), kept outside a redaction."""
+    return value[len(value.rstrip("".join(_URL_TRAILING))) :] if value[-1:] in _URL_TRAILING else ""
 
 
 _TOKEN_HINTS: Final = ("akia", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "hf_", "sk-", "xox",

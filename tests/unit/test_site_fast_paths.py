@@ -1,4 +1,4 @@
-"""The site's faster paths (#49, its page latency) answer what the plain ones did.
+"""The site's faster paths (#49, its page latency) answer what the plain ones did; round 12's minor findings.
 
 The index's text filter reads each run's text from a cache keyed by the catalogue's entries (a refresh makes new
 ones); the JSON answers are built without ``dataclasses.asdict``'s deep copies; a trend chart is built from texts
@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from alflow.errors import InvalidInputError
 from alflow.results.catalog import Catalog
 from alflow.site.pages import ChoiceCache, IndexQuery, TrendQuery, index_page, trends_page
 from alflow.util.fsutil import read_at_most
+from alflow.util.redact import redact_urls_in_text
 from tests.unit.test_site import M2, make_root, serving
 from tests.unit.test_site_security import SECRET, _edit_manifest
 
@@ -69,3 +71,27 @@ def test_a_bounded_read_reads_at_most_one_byte_over_its_limit(size: int, limit: 
     data = bytes(range(256)) * (size // 256 + 1)
     got = read_at_most(io.BytesIO(data[:size]), limit)
     assert got == data[: min(size, limit + 1)]
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        (
+            "http://127.0.0.1:9/metrics?privateKey=X: Cannot connect",
+            "http://127.0.0.1:9/metrics?privateKey=***: Cannot",
+        ),
+        ("see (http://u:pw@h/x).", "see (http://***@h/x)."),
+        ("GET /x?token=abc, then", "GET /x?token=***, then"),
+        ("password=abc. Then", "password=***. Then"),
+    ],
+)
+def test_the_punctuation_after_a_redacted_value_is_kept(text: str, shown: str) -> None:
+    """R12-10: the ``:`` of ``URL: reason`` was taken into the redacted value (``...?privateKey=*** Cannot``)."""
+    assert redact_urls_in_text(text).startswith(shown)
+
+
+@pytest.mark.parametrize("value", ["a\x7f", "a\x9b[2J", "a\u202eb", "a\tb", "a\u200bb"])
+def test_a_filter_with_a_control_or_format_character_is_refused(value: str) -> None:
+    """R12-10: the refusal said "without control characters" but let DEL, C1 (CSI) and RLO through."""
+    with pytest.raises(InvalidInputError, match="without control characters"):
+        IndexQuery.parse({"model": value})
