@@ -13,7 +13,8 @@ Usage::
 Runs are read through :mod:`alflow.results.store` and :mod:`alflow.results.view` (the one reader), so a
 model, framework or point means here what it means in a report. A run directory that cannot be read (no
 manifest, bad JSON, a manifest of another schema) is an entry with status ``unreadable`` and the reason in
-:attr:`CatalogEntry.problem`; it never stops the catalogue. A run's ``regression.json`` is read tolerantly.
+:attr:`CatalogEntry.problem`; it never stops the catalogue. A run's ``regression.json`` is read tolerantly (its
+verdicts), and when it is no regression report that is the entry's problem too.
 
 Freshness: :meth:`Catalog.refresh` lists the root, compares each run's signature (the ``mtime`` and size of
 ``manifest.json`` and of ``regression.json``: ``os.stat`` locally, ``fs.info`` on an fsspec URL, re-read
@@ -45,6 +46,7 @@ import orjson
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.metrics.point_metrics import POINT_METRICS
 from alflow.results import view
+from alflow.results.regression import parse_report
 from alflow.results.rows import M2Point
 from alflow.results.series import SeriesKey, split_image, target_text
 from alflow.results.store import MANIFEST, SUMMARY, StoredRun, open_run, storage_for
@@ -59,8 +61,9 @@ VERDICT_ORDER: Final = ("regressed", "moved", "improved", "unchanged", "not enou
 left its interval, :mod:`alflow.results.regression`; ``not compared``: a point that could not be judged)."""
 RUN_DIR: Final = re.compile(r"^(\d{8}T\d{6}Z)-[A-Za-z0-9][A-Za-z0-9_.-]*$")
 """A run directory's name: ``<YYYYmmddTHHMMSSZ>-<run id>`` (:class:`alflow.results.store.RunWriter`)."""
-CACHE_VERSION: Final = 4
-"""2: series keys hold the target AL and the scheme; 3: and the workload; 4: starts in UTC, impossible ones unreadable."""
+CACHE_VERSION: Final = 5
+"""2: series keys hold the target AL and the scheme; 3: and the workload; 4: starts in UTC, impossible ones unreadable;
+5: a regression.json that is no regression report is the entry's problem."""
 READ_THREADS: Final = 4
 """Threads that read runs at once on a cold start (parquet decoding runs outside the GIL)."""
 _GOOD_CLIENT: Final = "client-bound"
@@ -243,13 +246,24 @@ def read_verdicts(data: object) -> tuple[str | None, tuple[tuple[SeriesKey, str]
     return (None if worst is None else VERDICT_ORDER[worst]), tuple(found)
 
 
-def _regression(run: StoredRun) -> object:
-    """The run's ``regression.json`` as parsed JSON (None when it has none or it is not JSON)."""
+def _regression(run: StoredRun) -> tuple[object, str | None]:
+    """The run's ``regression.json`` as parsed JSON (None when it has none or it is not JSON), and what is wrong with it.
+
+    The verdicts are read from it tolerantly (:func:`read_verdicts`); the problem (not JSON, not a regression report:
+    the field and why, as ``alflow report`` warns) is the entry's, shown on the site beside the run.
+    """
     path = run.storage.join(run.dir, REGRESSION)
     try:
-        return orjson.loads(run.storage.read_bytes(path))
-    except (OSError, orjson.JSONDecodeError):
-        return None
+        data = orjson.loads(run.storage.read_bytes(path))
+    except FileNotFoundError:
+        return None, None
+    except (OSError, orjson.JSONDecodeError) as exc:
+        return None, f"{REGRESSION}: not read ({' '.join(str(exc).split())[:200]})"
+    try:
+        parse_report(data, REGRESSION)
+    except AlflowError as exc:
+        return data, " ".join(str(exc).split())[:300]
+    return data, None
 
 
 ENTRY_FILES: Final = (MANIFEST, SUMMARY, REGRESSION, "spec_stats.parquet")
@@ -295,7 +309,8 @@ def _read_entry(rel: str, run_dir: str) -> CatalogEntry:
     summary = view.summary(run)
     points = tuple(view.m2_points(run)) if run.manifest.flow == "m2" else ()
     img, _digest = view.image(run)
-    verdict, per_series = read_verdicts(_regression(run))
+    regression, problem = _regression(run)
+    verdict, per_series = read_verdicts(regression)
     return CatalogEntry(
         rel=rel,
         run_dir=run_dir,
@@ -320,6 +335,7 @@ def _read_entry(rel: str, run_dir: str) -> CatalogEntry:
         point_verdicts=per_series,
         files=tuple(sorted(run.manifest.files)),
         error=run.manifest.error,
+        problem=None if problem is None else f"{rel}/{problem}",
     )
 
 

@@ -22,6 +22,7 @@ from alflow.loadgen.client import AiohttpTransport, stream_request
 from alflow.loadgen.endpoints import CompletionsEndpoint
 from alflow.loadgen.records import RequestRecord
 from alflow.reports.content.regression import regression_sections
+from alflow.results.catalog import Catalog
 from alflow.results.manifest import SCHEMA_VERSION
 from alflow.results.store import open_run
 from alflow.site.app import _shown
@@ -168,6 +169,7 @@ def test_r12_8_a_regression_file_that_cannot_be_read_is_a_warning_in_the_report(
     }
     _list_file(run_dir, "regression.json", json.dumps(stored).encode())
     assert regression_sections(open_run(str(run_dir)))[0].status != "warn"  # a good file: its verdicts
+    assert Catalog(str(run_dir.parents[1]), cache_dir=None).get(M2).problem is None  # type: ignore[union-attr]
     for key, value in change.items():
         if isinstance(value, dict) and isinstance(stored.get(key), dict):
             stored[key] = {**stored[key], **value}  # type: ignore[dict-item]
@@ -180,3 +182,8 @@ def test_r12_8_a_regression_file_that_cannot_be_read_is_a_warning_in_the_report(
     (section,) = regression_sections(open_run(str(run_dir)))
     assert section.status == "warn"
     assert section.paragraphs[0].startswith("The regression verdicts cannot be read: regression.json: ")
+    # the site's catalogue says so beside the run too (it read such a file tolerantly and said nothing)
+    entry = Catalog(str(run_dir.parents[1]), cache_dir=None).get(M2)
+    assert entry is not None
+    assert entry.status == "complete"
+    assert (entry.problem or "").startswith(f"{M2}/regression.json: not a regression report: "), entry.problem
