@@ -196,7 +196,8 @@ def _secret_parts(words: list[str]) -> bool:
 _SECRET_PARAM_HINTS: Final = ("password", "passwd", "passcode", "passphrase", "secret", "signature", "accesskey",
                               "credential", "bearer", "jwt", "hmac", "cookie", "authkey", "privkey", "privatekey",
                               "authcode")  # fmt: skip
-"""Parts of a parameter or body key that make it a credential wherever they stand in its name."""
+"""Parts of a parameter or body key that make it a credential wherever they stand in its name (separators dropped:
+``pass_word``, ``AWSAccessKeyId``)."""
 
 
 def _redact_params(text: str) -> str:
@@ -468,19 +469,6 @@ def redact_text_stream(chunks: Iterable[bytes], max_held: int = MAX_HELD_BYTES) 
 
 
 _SECRET_BODY_KEYS: Final = frozenset({"authorization", "auth", "credential", "credentials", "cookie"})
-_SECRET_BODY_HINTS: Final = (
-    "password",
-    "passwd",
-    "passphrase",
-    "secret",
-    "cookie",
-    "sessionid",
-    "jwt",
-    "signature",
-)
-"""A body key holding one of these, in any case (``pAsSwOrD``, ``session_cookie``, ``X-Signature``), is a secret."""
-
-
 _CREDENTIAL_VALUE: Final = re.compile(r"\s*(?:bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{8,}\s*", re.IGNORECASE)
 """A value that is an HTTP credential whatever its key (``Bearer eyJ...``, ``Basic dXNlcjpwdw==``)."""
 
@@ -488,17 +476,16 @@ _CREDENTIAL_VALUE: Final = re.compile(r"\s*(?:bearer|basic|token)\s+[A-Za-z0-9._
 def is_secret_key(key: str) -> bool:
     """True when a request body's key names a secret (``api_key``, ``authToken``, ``password``, ``authorization``)."""
     key = unquote(key)  # as a URL's parameter is read (%6Bey)
-    words = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", key).replace("-", "_")  # camelCase: its words
+    words = _words(key)  # camelCase too: authToken -> auth, token
     lower = key.lower()
     return (
-        is_secret_name(words)
+        is_secret_name("_".join(words))
         or is_secret_name(lower)
         or lower in _SECRET_BODY_KEYS
-        or re.split(r"[^a-z0-9]+", words.lower())[-1] in ("session", "sid", "sessionid")
-        or lower.endswith("sessid")
+        or words[-1] in ("session", "sid", "sessionid")
+        or "sessionid" in lower  # X-SessionId-v, not session_id_prefix_len
         or lower.endswith(("token", "authorization", "bearer", "auth"))
-        or any(hint in lower for hint in _SECRET_BODY_HINTS)
-        or _secret_parts(_words(key))  # the rule of a URL's parameters too (sig, otp, session_id, key_id)
+        or _secret_parts(words)  # the rule of a URL's parameters too (sig, otp, session_id, key_id, password)
     )
 
 

@@ -249,7 +249,8 @@ async def test_round7_the_site_shows_no_stored_secret_and_no_raw_bidi_in_json(tm
             "/api/runs?text=%E2%80%AE",
         ):
             answer = await site.get(path)
-            assert answer.status == 200, path
+            # a filter holding RLO is refused since round 12 (its value shown escaped), the rest answered
+            assert answer.status == (400 if "%E2%80%AE" in path else 200), path
             assert [c for c in CANARIES if c in answer.text] == [], path
             assert "\u202e" not in answer.text, path
 
