@@ -36,6 +36,7 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 from uuid import UUID
 
+import httpx
 import yaml
 from prefect.blocks.notifications import CustomWebhookNotificationBlock
 from prefect.client.orchestration import get_client
@@ -48,7 +49,7 @@ from rich.console import Console
 from alflow.errors import InvalidInputError
 from alflow.reports.markdown import escape_controls
 from alflow.util.names import check_output_file, shown
-from alflow.util.redact import cut_middle, redact_urls_in_text
+from alflow.util.redact import cut_middle, redact_urls_in_text, redact_values
 from alflow.util.yamlfile import MAX_DEPTH, load_yaml
 
 AUTOMATIONS: Final = Path(__file__).resolve().with_name("automations.yaml")
@@ -205,12 +206,24 @@ def _say(message: str) -> None:
     Console(stderr=True, highlight=False, markup=False, soft_wrap=True).print(text)
 
 
-def _reason(exc: BaseException) -> str:
-    """``Type: message`` of an exception from Prefect's client or httpx, on one line, cut in its middle."""
+def _reason(exc: BaseException, secret: str | None = None) -> str:
+    """``Type: message`` of an exception from Prefect's client or httpx, on one line, cut in its middle.
+
+    An HTTP error answer is named by its status and request only: its body may quote what was sent (Prefect's 422
+    echoes the request, the webhook URL in it). ``secret`` (the webhook URL, whose path is its secret) is redacted
+    wherever it stands, whole, by its path, or JSON-escaped.
+    """
     try:
-        text = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, httpx.HTTPStatusError):
+            request = exc.request
+            text = f"{type(exc).__name__}: HTTP {exc.response.status_code} for {request.method} {request.url.path}"
+        else:
+            text = f"{type(exc).__name__}: {exc}"
     except Exception:  # a third party's __str__
         text = f"{type(exc).__name__} (its message cannot be read)"
+    if secret:
+        path = urlsplit(secret).path if _is_web_url(secret) else ""
+        text = redact_values(text, [secret, secret.replace("/", "\\/"), *([path] if len(path) > 1 else [])])
     return cut_middle(" ".join(text.split()), 500)
 
 
@@ -400,7 +413,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(f"error: {exc}; PREFECT_API_URL is {api_url}")
         return 1
     except Exception as exc:  # httpx's, pydantic's, Prefect's errors: one line, never a traceback
-        _say(f"error: the Prefect API at PREFECT_API_URL {api_url} failed while {step}: {_reason(exc)}")
+        _say(
+            f"error: the Prefect API at PREFECT_API_URL {api_url} failed while {step}: {_reason(exc, args.url)}"
+        )
         return 1
     try:
         write(resolve(automations, ids), args.out)

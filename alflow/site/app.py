@@ -70,10 +70,11 @@ from alflow.util.fsutil import open_confined, unsafe_file
 from alflow.util.names import BIDI_CONTROLS
 from alflow.util.redact import (
     RedactionError,
-    redact_data,
+    redact_document,
     redact_text_stream,
     redact_url,
     redact_urls_in_text,
+    unescape_json,
 )
 
 log = logging.getLogger(__name__)
@@ -367,28 +368,21 @@ def _chunks(f: BinaryIO, limit: int | None = None) -> Iterator[bytes]:
 
 
 def _shown(name: str, data: bytes) -> bytes | None:
-    """A JSON file's bytes re-dumped through redaction (its strings unescaped first); other text as it comes.
+    r"""A JSON file's bytes re-dumped through redaction (:func:`redact_document`: keys, secret-named values, strings).
 
-    None for JSON nested deeper than the parser goes: its URLs could not all be found, so it is not shown.
+    Other text, or JSON that does not parse (cut short), has its escapes undone (``\/`` cannot hide a URL) and is
+    redacted as text. None for JSON nested deeper than the parser goes: its URLs could not all be found, so it is not
+    shown.
     """
-    if not name.endswith(".json"):
-        return redact_urls_in_text(data.decode("utf-8", errors="replace")).encode()
+    if not name.lower().endswith(".json"):
+        return redact_urls_in_text(unescape_json(data.decode("utf-8", errors="replace"))).encode()
     text = data.decode(json.detect_encoding(data), errors="replace")  # UTF-16 and -32 JSON too
     try:  # an integer Python will not convert (over 4,300 digits) is shown as its digits
-        return json.dumps(redact_data(json.loads(text, parse_int=_json_int)), indent=2).encode()
-    except ValueError:  # not JSON after all (cut short): its escapes undone, so that \/ cannot hide a URL
-        return redact_urls_in_text(_JSON_ESCAPE.sub(_unescaped, text)).encode()
+        return json.dumps(redact_document(json.loads(text, parse_int=_json_int)), indent=2).encode()
+    except ValueError:  # not JSON after all (cut short)
+        return redact_urls_in_text(unescape_json(text)).encode()
     except RecursionError:
         return None
-
-
-_JSON_ESCAPE: Final = re.compile(r"\\(/|u[0-9a-fA-F]{4})")
-
-
-def _unescaped(m: re.Match[str]) -> str:
-    r"""One JSON escape (``\/``, ``\u0040``) as its character; a surrogate's as U+FFFD (no text can hold it alone)."""
-    code = ord("/") if m[1] == "/" else int(m[1][1:], 16)
-    return "\ufffd" if 0xD800 <= code <= 0xDFFF else chr(code)
 
 
 def _json_int(digits: str) -> int | str:

@@ -441,12 +441,29 @@ class RedactionError(ValueError):
     """A text that cannot be redacted in parts (a run longer than :data:`MAX_HELD_BYTES` with nowhere to cut)."""
 
 
+def unescape_json(text: str) -> str:
+    r"""``text`` with its JSON (and YAML) escapes ``\/`` and ``\uXXXX`` undone, so that no escape hides a URL.
+
+    A lone surrogate's escape becomes U+FFFD (no text can hold it alone).
+    """
+    return _JSON_ESCAPE.sub(_unescaped, text) if "\\" in text else text
+
+
+_JSON_ESCAPE: Final = re.compile(r"\\(/|u[0-9a-fA-F]{4})")
+
+
+def _unescaped(m: re.Match[str]) -> str:
+    code = ord("/") if m[1] == "/" else int(m[1][1:], 16)
+    return "\ufffd" if 0xD800 <= code <= 0xDFFF else chr(code)
+
+
 def redact_text_stream(chunks: Iterable[bytes], max_held: int = MAX_HELD_BYTES) -> Iterator[bytes]:
-    """The UTF-8 text read in ``chunks``, redacted as :func:`redact_urls_in_text` redacts it whole, in parts.
+    """The UTF-8 text read in ``chunks``, its escapes undone (:func:`unescape_json`) and redacted, in parts.
 
     Each part ends just after a byte of :data:`_URL_ENDS` (whitespace, a quote, ``<``, ``>``, a backtick): a URL never
     holds one, a scheme never starts after a character it could continue, and no UTF-8 character holds an ASCII
-    byte, so no URL and no character is split and the parts joined are the whole text redacted (bytes that are not
+    byte, and no escape holds one, so no URL, character or escape is split and the parts joined are the whole text
+    unescaped and redacted (bytes that are not
     UTF-8 are replaced, as a whole decode would). A run of more than ``max_held`` bytes with nowhere to cut is
     refused (:class:`RedactionError`) rather than held whole or cut where a URL could be split.
     """
@@ -462,10 +479,10 @@ def redact_text_stream(chunks: Iterable[bytes], max_held: int = MAX_HELD_BYTES) 
                 )
             continue
         held += chunk[:cut]
-        yield redact_urls_in_text(held.decode("utf-8", errors="replace")).encode()
+        yield redact_urls_in_text(unescape_json(held.decode("utf-8", errors="replace"))).encode()
         held = bytearray(chunk[cut:])
     if held:
-        yield redact_urls_in_text(held.decode("utf-8", errors="replace")).encode()
+        yield redact_urls_in_text(unescape_json(held.decode("utf-8", errors="replace"))).encode()
 
 
 _SECRET_BODY_KEYS: Final = frozenset({"authorization", "auth", "credential", "credentials", "cookie"})
@@ -490,26 +507,34 @@ def is_secret_key(key: str) -> bool:
 
 
 def redact_body(body: Mapping[str, object]) -> dict[str, object]:
-    """A request body (``--extra-body``) as it may be stored or printed, without its secrets.
+    """A request body (``--extra-body``) as it may be stored or printed, without its secrets (:func:`redact_document`).
 
-    The value of every key naming a secret (:func:`is_secret_key`, at any depth) is ``***``; strings have their URLs
-    redacted (:func:`redact_data`). What is sent is the body as given; only its record is redacted.
+    What is sent is the body as given; only its record is redacted.
     """
-
-    def walk(value: object) -> object:
-        if isinstance(value, Mapping):
-            return {
-                k: REDACTED if isinstance(k, str) and is_secret_key(k) else walk(v) for k, v in value.items()
-            }
-        if isinstance(value, list | tuple):
-            return [walk(v) for v in value]
-        if isinstance(value, str) and _CREDENTIAL_VALUE.fullmatch(value):  # "Bearer eyJ..." under any key
-            return REDACTED
-        return value
-
-    clean = redact_data(walk(body))
+    clean = redact_document(body)
     assert isinstance(clean, dict)
     return clean
+
+
+def redact_document(data: object) -> object:
+    """A copy of JSON-ready ``data`` (a request body, a JSON file a run lists) as it may be stored or shown.
+
+    The value of every key naming a secret (:func:`is_secret_key`, at any depth) is ``***``, whatever it holds; a
+    string that is a credential (``Bearer eyJ...``) is ``***`` under any key; every other string, and every key, has
+    its URLs and credentials redacted (:func:`redact_urls_in_text`).
+    """
+    if isinstance(data, Mapping):
+        return {
+            redact_urls_in_text(k) if isinstance(k, str) else k: REDACTED
+            if isinstance(k, str) and is_secret_key(k)
+            else redact_document(v)
+            for k, v in data.items()
+        }
+    if isinstance(data, list | tuple):
+        return [redact_document(v) for v in data]
+    if isinstance(data, str):
+        return REDACTED if _CREDENTIAL_VALUE.fullmatch(data) else redact_urls_in_text(data)
+    return data
 
 
 def redact_data(data: object, values: Iterable[str] = ()) -> object:

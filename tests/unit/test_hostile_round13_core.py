@@ -1,0 +1,107 @@
+"""Hostile round 13 of issue #49: the webhook helper's error answers (R13-1) and the site's view of listed files
+(R13-2, R13-3).
+
+R13-1: a Prefect API answering 422 echoes the request, and so the webhook URL whose path is its secret, in the error
+the helper printed. R13-2: a listed ``data.JSON`` (upper-case suffix) was served without undoing its ``\\/`` escapes,
+so ``http:\\/\\/u:PW@h`` passed the redaction. R13-3: the JSON view redacted values only: a URL as a key, a bearer
+token as a key and the values of secret-named keys (``password``, ``api_key``) were served as stored.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prefect.exceptions import PrefectHTTPStatusError
+
+from alflow_deployments import webhook
+from tests.unit.test_hostile_round12_webhook import _api_url, _automations
+from tests.unit.test_site import M2, make_root, serving
+from tests.unit.test_site_security import _list_file
+
+pytestmark = pytest.mark.unit
+
+HOOK = "https://chat.example/hooks/T000/B000/WEBHOOKSECRET42"
+
+
+def _echo(body: str) -> PrefectHTTPStatusError:
+    request = httpx.Request("POST", "http://127.0.0.1:9/api/block_documents/")
+    response = httpx.Response(422, request=request, text=body)
+    return PrefectHTTPStatusError.from_httpx_error(
+        httpx.HTTPStatusError(f"Client error '422' - Response: {body}", request=request, response=response)
+    )
+
+
+ECHOES: list[Callable[[], BaseException]] = [
+    lambda: _echo(json.dumps({"exception_detail": [{"input": {"webhook_url": HOOK}}]})),
+    lambda: _echo(json.dumps({"request_body": {"data": {"url": HOOK}}}).replace("/", "\\/")),
+    lambda: _echo("x" * 40 + HOOK),  # where a cut in the middle would not fall on it
+    lambda: RuntimeError(f"refused {HOOK.split('://', 1)[1]}"),
+    lambda: ValueError(f"bad path {HOOK.split('chat.example', 1)[1]}"),
+]
+
+
+@pytest.mark.parametrize("failure", ECHOES)
+def test_r13_1_an_api_error_quoting_the_webhook_url_never_prints_it(
+    failure: Callable[[], BaseException],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    def fails(*args: Any, **kwargs: Any) -> Any:
+        raise failure()
+
+    monkeypatch.setattr(webhook, "save_block", fails)
+    _api_url(monkeypatch)
+    argv = ["--url", HOOK, "--out", str(tmp_path / "out.yaml")]
+    assert webhook.main([*argv, "--automations", str(_automations(tmp_path, ["a"]))]) == 1
+    said = capsys.readouterr().err
+    assert "failed while saving the block" in said
+    assert "WEBHOOKSECRET42" not in said
+    assert "B000" not in said  # the path is the secret, every part of it
+
+
+FILES: dict[str, bytes] = {
+    "data.JSON": b'{"url": "http:\\/\\/u:CANARY1@h\\/"}',
+    "data.Json": b'{"u": "http:\\/\\/u:CANARY2@h\\/x?token=CANARY3"}',
+    "keys.json": b'{"http://u:CANARY4@h/x?token=CANARY5": 1, "ok": "http://u:CANARY6@h/"}',
+    "kd.json": b'{"Authorization: Bearer CANARY7abcdefgh": 1, "sk-CANARY8abcdefghijklmnopqrstu": 2}',
+    "bk.json": b'{"api_key": "CANARY9", "password": "CANARYA", "nested": {"authToken": "CANARYB", "n": 1}}',
+    "list.json": b'[{"secret": "CANARYC"}, {"x-api-key": ["CANARYD"]}]',
+}
+
+
+async def test_r13_2_and_3_a_listed_json_file_is_redacted_in_its_keys_and_secret_named_values(
+    tmp_path: Path,
+) -> None:
+    root = make_root(tmp_path)
+    for name, data in FILES.items():
+        _list_file(root / M2, name, data)
+    async with serving(root) as site:
+        for name in FILES:
+            answer = await site.get(f"/runs/{M2}/files/{name}")
+            assert answer.status == 200, name
+            assert "CANARY" not in answer.text, (name, answer.text)
+            assert answer.headers["content-type"].startswith("application/json"), name
+            json.loads(answer.text)  # still JSON
+        shown = json.loads((await site.get(f"/runs/{M2}/files/bk.json")).text)
+        assert shown["nested"]["n"] == 1  # what is not secret is kept
+        assert shown["api_key"] == "***"
+
+
+@pytest.mark.parametrize("name", ["notes.yaml", "run.log", "data.txt"])
+async def test_r13_2_escapes_in_a_listed_text_file_do_not_hide_a_url(tmp_path: Path, name: str) -> None:
+    """A YAML double-quoted string (or any text) may write ``/`` as ``\\/`` and ``@`` as ``\\u0040``."""
+    root = make_root(tmp_path)
+    _list_file(
+        root / M2, name, b'url: "http:\\/\\/u:CANARY1\\u0040h\\/x"\nother: "http:\\/\\/v:CANARY2@h\\/"\n' * 3
+    )
+    async with serving(root) as site:
+        answer = await site.get(f"/runs/{M2}/files/{name}")
+    assert answer.status == 200
+    assert "CANARY" not in answer.text
+    assert answer.text.count("http://***@h/") == 6
