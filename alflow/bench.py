@@ -414,6 +414,23 @@ def _keep_interrupted(
         warn(f"interrupted before it ended: {len(sink)} requests recorded, {kept}; no summary written")
 
 
+def _without_secrets(summary: dict[str, Any], api_key: str | None) -> dict[str, Any]:
+    """``summary`` as it is stored and returned: no URL's credential, no API key, anywhere, keys included.
+
+    ``errors`` is keyed by error texts (a server's answer may quote the key it got, R13-4): they are redacted as
+    the records' ``error`` column is, texts that become alike counted together.
+    """
+    secrets = [api_key or ""]
+    clean = cast(dict[str, Any], redact_data(orjson.loads(jsonutil.dumps_bytes(summary)), secrets))
+    if isinstance(clean.get("errors"), dict):
+        errors: dict[str, Any] = {}
+        for text, count in clean["errors"].items():
+            key = redact_urls_in_text(text, secrets)
+            errors[key] = errors.get(key, 0) + count
+        clean["errors"] = errors
+    return clean
+
+
 async def bench_async(
     r: BenchRequest, *, progress: Progress | None = None, warn: Callable[[str], None] = lambda _: None
 ) -> BenchResult:
@@ -478,10 +495,7 @@ async def bench_async(
         "spec_decode": spec_block,
         "config": _config_block(r, spec),
     }
-    # nothing stored or returned carries a credential: URLs lose theirs, the API key is masked anywhere
-    summary = cast(
-        dict[str, Any], redact_data(orjson.loads(jsonutil.dumps_bytes(summary)), [r.api_key or ""])
-    )
+    summary = _without_secrets(summary, r.api_key)
     if r.out is not None:
         r.out.mkdir(parents=True, exist_ok=True)
         write_records(r.out / "records.parquet", m.records)

@@ -30,7 +30,14 @@ from alflow.config.speculative import (
 )
 from alflow.loadgen.spec import MAX_SECONDS
 from alflow.plugins import check_dialect, config_model_of, config_models, framework_names
-from alflow.util.names import check_env_names, check_host, check_identifier, check_image, shown
+from alflow.util.names import (
+    check_env_names,
+    check_host,
+    check_identifier,
+    check_image,
+    control_characters,
+    shown,
+)
 from alflow.util.redact import is_secret_flag, is_secret_key, is_secret_name, redact_urls_in_text
 
 ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
@@ -75,6 +82,35 @@ def _secret_key(data: object) -> str | None:
     if isinstance(data, list):
         return next((found for v in data if (found := _secret_key(v))), None)
     return None
+
+
+_HEADER: Final = re.compile(r"(?:^|(?<=[\s,;=]))([A-Za-z][A-Za-z0-9_.-]{0,63})[ \t]*:[ \t]*(?=[^\s/])")
+"""An HTTP header written out, ``Name: value`` (``--header 'X-Api-Key: ...'``), at the start of a text or after a space,
+``,``, ``;`` or ``=``: bounded name, linear. ``tcp://host:port`` is no header (``//`` follows its colon)."""
+
+
+def _credential(text: str) -> bool:
+    """Whether a server's argument or environment value carries a credential, in any form alflow knows.
+
+    A header value (:func:`_bearer`), a secret-named header (``api-key: X``, ``x-goog-api-key: X``: the name judged as
+    a request body's key is, :func:`~alflow.util.redact.is_secret_key`), a token, a URL's password, a secret
+    ``NAME=value`` or ``"name": "value"`` (what redaction would change).
+    """
+    return (
+        _bearer(text)
+        or any(is_secret_key(m[1]) for m in _HEADER.finditer(text))
+        or redact_urls_in_text(text) != text
+    )
+
+
+def _where(args: tuple[str, ...], index: int) -> str:
+    """``extra_args[3]`` and the flag it belongs to (its own ``--flag=`` or the flag before it), never its value."""
+    arg = args[index]
+    if arg.startswith("-") and "=" in arg:
+        return f"extra_args[{index}] (the value of {shown(arg.split('=', 1)[0])})"
+    if index and args[index - 1].startswith("-"):
+        return f"extra_args[{index}] (the value of {shown(args[index - 1].split('=', 1)[0])})"
+    return f"extra_args[{index}]"
 
 
 def _bearer(value: str) -> bool:
@@ -331,10 +367,18 @@ class ServerBase(StrictModel):
     @field_validator("extra_args")
     @classmethod
     def _no_secret_args(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for arg in value:
+        for index, arg in enumerate(value):
             if "\0" in arg:  # execve cannot pass it: the start would fail with a traceback
                 raise ValueError(
-                    f"extra_args {shown(arg)} holds a NUL character: a command-line argument cannot"
+                    f"{_where(value, index)} holds a NUL character: a command-line argument cannot"
+                )
+            bad = control_characters(arg)
+            if (
+                bad
+            ):  # run --dry-run prints the command line: ESC, an OSC, RLO would drive the terminal (R13-6)
+                raise ValueError(
+                    f"{_where(value, index)} holds the control or format character(s) {', '.join(bad)}: an argument "
+                    "may hold any printable character, tab and newline, but no other control or format character"
                 )
             flag = arg.split("=", 1)[0]
             named = arg.split("=", 2)[1] if arg.count("=") >= 2 else ""  # --env=HF_TOKEN=...
@@ -346,14 +390,6 @@ class ServerBase(StrictModel):
                     "in manifest.json, the reports and Prefect's database; list the variable's name in the runner's "
                     "secrets (placement.runner.secrets) instead"
                 )
-            if (
-                _bearer(arg) or redact_urls_in_text(arg) != arg
-            ):  # a header value, a token, a password in a URL
-                raise ValueError(
-                    f"extra_args {shown(redact_urls_in_text(arg))} holds a credential: it would be stored in clear in "
-                    "manifest.json, the reports and Prefect's database; give it to the server through a variable "
-                    "listed in the runner's secrets (placement.runner.secrets) instead"
-                )
             key = _json_secret(arg)
             if (
                 key
@@ -362,6 +398,12 @@ class ServerBase(StrictModel):
                     f"extra_args holds JSON with the secret-named key {shown(key)}: its value would be stored in clear "
                     "in manifest.json, the reports and Prefect's database; give the server the secret through a "
                     "variable listed in the runner's secrets (placement.runner.secrets) instead"
+                )
+            if _credential(arg):  # a header, a token, a password in a URL: never shown, even redacted (R13-7)
+                raise ValueError(
+                    f"{_where(value, index)} holds a credential (not shown): it would be stored in clear in "
+                    "manifest.json, the reports and Prefect's database; give it to the server through a variable "
+                    "listed in the runner's secrets (placement.runner.secrets) instead"
                 )
             if is_secret_flag(flag) or _abbreviates_secret_flag(flag):
                 raise ValueError(
@@ -378,11 +420,14 @@ class ServerBase(StrictModel):
         for name, text in value.items():
             if "\0" in text:  # execve cannot pass it: the start would fail with a traceback
                 raise ValueError(f"extra_env {name} holds a NUL character: an environment value cannot")
-        secret = sorted(
-            name
-            for name, text in value.items()
-            if is_secret_name(name) or _bearer(text) or redact_urls_in_text(text) != text
-        )
+            bad = control_characters(text) or control_characters(name, keep="")
+            if bad:  # run --dry-run prints the environment: ESC, an OSC, RLO would drive the terminal (R13-6)
+                raise ValueError(
+                    f"extra_env {shown(name)} holds the control or format character(s) {', '.join(bad)}: a name may "
+                    "hold none, a value any printable character, tab and newline, but no other control or format "
+                    "character"
+                )
+        secret = sorted(name for name, text in value.items() if is_secret_name(name) or _credential(text))
         if secret:
             names = ", ".join(secret)
             raise ValueError(

@@ -267,11 +267,13 @@ async def stream_request(
     timeout_s: float | None = None,
     keep_text: bool = True,
     counts: Sequence[CountsReader] = (),
+    secrets: Sequence[str] = (),
 ) -> RequestRecord:
     """Send one streaming request and fill ``record`` with timestamps, usage, text and error.
 
-    ``counts``: the readers of per-request speculative counts (the run's dialect's). Raises
-    :class:`FatalRequestError` when the server cannot serve the run (see module doc).
+    ``counts``: the readers of per-request speculative counts (the run's dialect's). ``secrets``: values no error
+    text may hold (the API key: a server's error answer may quote it; R13-4). Raises :class:`FatalRequestError` when
+    the server cannot serve the run (see module doc).
     """
     consumer = SseConsumer(record, endpoint, keep_text, counts)
     record.start_ns = clock()
@@ -280,7 +282,10 @@ async def stream_request(
         record.http_status = info.status
         record.stamp_source = info.stamp_source
         if info.status != 200:
-            msg = f"POST {redact_url(url)} answered HTTP {info.status}: {info.body[:300].strip()}"
+            answer = redact_urls_in_text(info.body, secrets)[
+                :300
+            ].strip()  # redacted whole, then cut: no half secret
+            msg = f"POST {redact_url(url)} answered HTTP {info.status}: {answer}"
             if info.status in FATAL_STATUS:
                 raise FatalRequestError(
                     msg + " (the server wants an API key: give --api-key or set OPENAI_API_KEY, and check it)"
@@ -306,8 +311,10 @@ async def stream_request(
     finally:
         record.done_ns = clock()
         consumer.finish()
-        if record.error:  # stored as printed: a server's error body may quote a URL with its password (R12-1)
-            record.error = redact_urls_in_text(record.error)
+        if (
+            record.error
+        ):  # stored as printed: a server's error body may quote a URL's password (R12-1) or the key
+            record.error = redact_urls_in_text(record.error, secrets)
     return record
 
 

@@ -130,6 +130,7 @@ class _Run:
                         timeout_s=self.spec.timeout_s,
                         keep_text=self.spec.keep_text or session.multiturn,
                         counts=self.target.counts,
+                        secrets=(self.target.api_key,) if self.target.api_key else (),
                     )
                 finally:
                     self.in_flight.pop(id(rec), None)

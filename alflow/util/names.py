@@ -73,6 +73,22 @@ def shown(value: str, limit: int = 80) -> str:
     return f"{value[:limit]!r}... ({len(value):,} characters)"
 
 
+_CONTROL_CATEGORIES: Final = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+"""Controls (C0, DEL, C1), format characters (bidi overrides, zero-width), lone surrogates, line and paragraph
+separators: what :func:`alflow.reports.markdown.escape_controls` writes as escapes."""
+
+
+def control_characters(value: str, keep: str = "\t\n") -> list[str]:
+    """The control and format characters of ``value`` but those in ``keep``, as sorted ``U+XXXX`` names (empty: none).
+
+    For text that reaches a terminal as it is (a server's arguments and environment in ``run --dry-run``'s plan):
+    ESC, BEL and an OSC would drive the terminal, RLO reorder the line.
+    """
+    return sorted(
+        {f"U+{ord(c):04X}" for c in value if c not in keep and unicodedata.category(c) in _CONTROL_CATEGORIES}
+    )
+
+
 def check_identifier(value: str, *, what: str = "an identifier") -> str:
     """``value`` unchanged, or a one-line ``ValueError``: blank, too long, or holding control characters.
 

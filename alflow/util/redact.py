@@ -18,6 +18,7 @@ snapshots, reports) or printed (errors, logs):
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Final
@@ -408,6 +409,23 @@ def _trailing(value: str) -> str:
     return value[len(value.rstrip("".join(_URL_TRAILING))) :] if value[-1:] in _URL_TRAILING else ""
 
 
+_QUOTED_PAIR: Final = re.compile(
+    r'"([A-Za-z_][A-Za-z0-9_.-]{0,63})"([ \t]{0,16}:[ \t]{0,16})"([^"\\\n]*(?:\\.[^"\\\n]*)*)"'
+    r"|'([A-Za-z_][A-Za-z0-9_.-]{0,63})'([ \t]{0,16}:[ \t]{0,16})'([^'\\\n]*(?:\\.[^'\\\n]*)*)'"
+)
+"""``"name": "value"`` or ``'name': 'value'`` in free text (a server's JSON error answer, a Python dict's repr): the
+value of a secret-named key (:func:`is_secret_key`) is redacted. Name and spaces bounded, the value scanned once up
+to its closing quote (backslash escapes skipped) or the line's end: linear in the text."""
+
+
+def _quoted_pair(m: re.Match[str]) -> str:
+    """One pair of :data:`_QUOTED_PAIR`: its value ``***`` when its key names a secret, quotes and spaces kept."""
+    quote, (name, gap, value) = ('"', m.group(1, 2, 3)) if m[1] is not None else ("'", m.group(4, 5, 6))
+    if not value or value == REDACTED or not _is_secret_key_cached(name):
+        return m[0]
+    return f"{quote}{name}{quote}{gap}{quote}{REDACTED}{quote}"
+
+
 _TOKEN_HINTS: Final = ("akia", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "hf_", "sk-", "xox",
                        "private key")  # fmt: skip
 _ASSIGNED_HINTS: Final = ("token=", "tkn=", "key=", "pwd=", "pass=", "pat=", "cred", "session", "api=", "pem=",
@@ -419,7 +437,8 @@ not scanned by those patterns (a results page is mostly markup: the scans were t
 def _redact_free(text: str) -> str:
     """``text`` without credentials written outside a URL: a header value, a known token, a secret assignment.
 
-    The patterns :data:`_AUTH_VALUE`, :data:`_KNOWN_TOKEN`, :data:`_ASSIGNED`, each on a bounded prefix: linear.
+    The patterns :data:`_AUTH_VALUE`, :data:`_KNOWN_TOKEN`, :data:`_ASSIGNED` and :data:`_QUOTED_PAIR` (a JSON
+    or Python ``"name": "value"``), each on a bounded prefix: linear.
     """
     lower = text.lower()
     if "bearer" in lower or "authorization" in lower:
@@ -428,6 +447,8 @@ def _redact_free(text: str) -> str:
         text = _KNOWN_TOKEN.sub(REDACTED, text)
     if "=" in text and any(hint in lower for hint in _ASSIGNED_HINTS):
         text = _ASSIGNED.sub(_assigned, text)
+    if ":" in text and ('"' in text or "'" in text):
+        text = _QUOTED_PAIR.sub(_quoted_pair, text)
     return text
 
 
@@ -463,13 +484,15 @@ def redact_text_stream(chunks: Iterable[bytes], max_held: int = MAX_HELD_BYTES) 
     Each part ends just after a byte of :data:`_URL_ENDS` (whitespace, a quote, ``<``, ``>``, a backtick): a URL never
     holds one, a scheme never starts after a character it could continue, and no UTF-8 character holds an ASCII
     byte, and no escape holds one, so no URL, character or escape is split and the parts joined are the whole text
-    unescaped and redacted (bytes that are not
-    UTF-8 are replaced, as a whole decode would). A run of more than ``max_held`` bytes with nowhere to cut is
+    unescaped and redacted (bytes that are not UTF-8 are replaced, as a whole decode would). A part ends at a line's
+    end where its chunk holds one, so that a line's ``"name": "value"`` pairs and ``Bearer`` values are redacted
+    whole. A run of more than ``max_held`` bytes with nowhere to cut is
     refused (:class:`RedactionError`) rather than held whole or cut where a URL could be split.
     """
     held = bytearray()
     for chunk in chunks:
-        cut = max(chunk.rfind(b) for b in _URL_ENDS) + 1  # just past the last byte of _URL_ENDS (0: none)
+        # just past the last newline (a line's "name": "value" pairs kept together), else the last of _URL_ENDS
+        cut = (chunk.rfind(b"\n") + 1) or (max(chunk.rfind(b) for b in _URL_ENDS) + 1)  # 0: none
         if cut == 0:
             held += chunk
             if len(held) > max_held:
@@ -504,6 +527,12 @@ def is_secret_key(key: str) -> bool:
         or lower.endswith(("token", "authorization", "bearer", "auth"))
         or _secret_parts(words)  # the rule of a URL's parameters too (sig, otp, session_id, key_id, password)
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_secret_key_cached(key: str) -> bool:
+    """:func:`is_secret_key`, remembered: a text of a quarter of a million JSON pairs names few keys."""
+    return is_secret_key(key)
 
 
 def redact_body(body: Mapping[str, object]) -> dict[str, object]:
