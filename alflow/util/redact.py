@@ -199,14 +199,18 @@ def _secret_parts(words: list[str]) -> bool:
     joined = "".join(words)
     return (
         words[-1] in ("sig", "otp", "hmac", "ticket", "passcode", "jwt")
+        or any(w in _SECRET_SHARED_WORDS for w in words)
         or joined.endswith(("sessid", "sessionid", "keyid"))  # ?PHPSESSID=, ?session_id=, key_id
         or any(hint in joined for hint in _SECRET_PARAM_HINTS)  # ?password1=, pass_word, ?AWSAccessKeyId=
     )
 
 
+_SECRET_SHARED_WORDS: Final = frozenset({"pw", "appkey", "pkey", "cred", "creds", "assertion", "sas", "verifier"})
+"""Words of a parameter or body key that make it a credential (``?pw=``, ``client_assertion``, OAuth's
+``code_verifier``, an Azure ``sas`` token): round 13 found them stored in clear."""
 _SECRET_PARAM_HINTS: Final = ("password", "passwd", "passcode", "passphrase", "secret", "signature", "accesskey",
                               "credential", "bearer", "jwt", "hmac", "cookie", "authkey", "privkey", "privatekey",
-                              "authcode")  # fmt: skip
+                              "authcode", "samlresponse")  # fmt: skip
 """Parts of a parameter or body key that make it a credential wherever they stand in its name (separators dropped:
 ``pass_word``, ``AWSAccessKeyId``)."""
 
