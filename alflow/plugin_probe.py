@@ -7,7 +7,7 @@ config module is imported where alflow's configuration builds its model of every
 first imports each entry point's spec, config and plugin modules here, in a child process in a session of its own
 (:func:`probe`), bounded in time; a plugin whose child does not end in time, ends without saying it is done, writes
 to its standard output, leaves a process behind, or changes the interpreter's shared state (a standard function
-replaced, the recursion limit, the standard streams and their encoding, logging, signal handlers, resource limits,
+or one of alflow's replaced, a value of alflow's rebound or changed in place, the recursion limit, the standard streams and their encoding, logging, signal handlers, resource limits,
 warnings filters, the locale and time zone; an exit hook that ends the process) is
 left out with that reason (one warning) and never imported by the command. The child imports alflow's configuration first with the built-in frameworks only, so a plugin is
 blamed for its own modules alone.
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -31,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import MappingProxyType, ModuleType
 from typing import Final
 
 from alflow.util.redact import redact_urls_in_text
@@ -352,6 +354,7 @@ def _interpreter_state() -> dict[str, object]:
         for attr, value in vars(module).items()
         if callable(value) and not attr.startswith("__")
     }
+    state |= _alflow_values(modules)
     state |= {  # the methods of alflow's own classes (a run writer's write_json replaced lost summaries)
         f"{name}.{cls.__name__}.{attr}": id(value)
         for name, module in modules.items()
@@ -378,6 +381,63 @@ def _interpreter_state() -> dict[str, object]:
         "sys.excepthook": (id(sys.excepthook), id(sys.unraisablehook)),
     }  # fmt: skip
     return state
+
+
+_CONTENT_ITEMS: Final = 4096
+"""How many items of one alflow value :func:`_contents` reads at most (its ids), nested ones included."""
+_MUTABLE: Final = (dict, list, set, bytearray, MappingProxyType)
+_CACHES: Final = frozenset({"alflow.util.rows._ADAPTERS"})
+"""alflow's caches that any use fills (a plugin that stores a row at import): compared by ``id`` alone."""
+
+
+def _alflow_values(modules: dict[str, ModuleType]) -> dict[str, object]:
+    """The values of alflow's modules that are not functions: each by ``id``, a mutable container by its contents too.
+
+    Round 13: a plugin rebound ``alflow.util.redact._ASSIGNED_HINTS`` (a tuple: free-text redaction off) and cleared
+    ``alflow.site.guard.HEADERS`` in place (a dict: no security headers); neither was a callable, so neither was seen.
+    """
+    return {
+        f"{name}.{attr}": (
+            id(value),
+            _contents(value) if isinstance(value, _MUTABLE) and f"{name}.{attr}" not in _CACHES else None,
+        )
+        for name, module in modules.items()
+        if name.startswith("alflow")
+        for attr, value in list(vars(module).items())
+        if not callable(value) and not attr.startswith("__")
+    }
+
+
+def _contents(value: object) -> int:
+    """A fingerprint of what a container holds: the ids of its items, nested containers' too, in order.
+
+    Read by identity (no ``repr``, no ``==``: no third party's code runs) and bounded (:data:`_CONTENT_ITEMS` items
+    in all), so a cycle or a large table costs little; a set is read without its order, which adding and removing
+    may change.
+    """
+    seen: list[int] = []
+    stack = [value]
+    while stack and len(seen) < _CONTENT_ITEMS:
+        item = stack.pop()
+        seen.append(id(item))
+        try:
+            if isinstance(item, bytearray):
+                seen.extend((len(item), hash(bytes(item[:_CONTENT_ITEMS]))))
+            elif isinstance(item, (set, frozenset)):
+                seen.extend(
+                    (len(item), hash(frozenset(id(i) for i in itertools.islice(item, _CONTENT_ITEMS))))
+                )
+            elif isinstance(item, (dict, MappingProxyType)):
+                seen.append(len(item))
+                stack.extend(v for pair in itertools.islice(item.items(), _CONTENT_ITEMS) for v in pair)
+            elif isinstance(item, (list, tuple)):
+                seen.append(len(item))
+                stack.extend(itertools.islice(item, _CONTENT_ITEMS))
+        except (
+            RuntimeError
+        ):  # a thread changes it as it is read: changed (alflow's own start none in the probe)
+            seen.append(-1)
+    return hash(tuple(seen))
 
 
 _READ_PREFIXES: Final = ("ALFLOW_", "PREFECT_", "OPENAI_", "HF_", "HUGGING_FACE", "VLLM_", "SGLANG_", "NO_PROXY",
