@@ -71,7 +71,7 @@ from alflow.loadgen.spec import (
 from alflow.metrics.client import SLO, GpuLayout, check_percentiles
 from alflow.reports.markdown import escape_controls
 from alflow.util.names import check_identifier, shown
-from alflow.util.redact import redact_url, url_problem
+from alflow.util.redact import check_http_url, check_url_syntax, redact_url, url_problem
 from alflow.util.rows import dump_row
 from alflow.util.typer_options import command_of
 
@@ -481,6 +481,8 @@ def _check_urls(o: BenchOptions) -> None:
         problem = url_problem(url)
         if problem:
             raise InvalidInputError(f"{name}: {problem}")
+        if url or name != "--prometheus-url":
+            check_url_syntax(url, name)  # an unclosed IPv6 bracket, a port out of range: not a traceback
         parts = urlparse(url)
         if (
             name != "--base-url"
@@ -635,6 +637,8 @@ def snapshot_command(
     """Scrape a server's metrics once: spec-decode stats since server start (lifetime counters)."""
     try:
         check_options({"--k": k}, BENCH_BOUNDS)
+        for name, given in [*(("URL", u) for u in url or ()), *(("--url", u) for u in url_option or ())]:
+            check_http_url(given, name)
         shot = snapshot_metrics([*(url or []), *(url_option or [])], dialect, k=k)
     except AlflowError as exc:
         raise fail(str(exc)) from None

@@ -18,6 +18,7 @@ from alflow.evals.run import Gsm8kRequest, evaluate_gsm8k
 from alflow.evals.thresholds import load_thresholds
 from alflow.gates import Verdict, accuracy_gate
 from alflow.util import jsonutil
+from alflow.util.redact import check_http_url
 from alflow.util.rows import dump_row
 
 eval_app = typer.Typer(help="Accuracy evaluations (the M1 accuracy gate).", no_args_is_help=True)
@@ -67,6 +68,7 @@ def gsm8k(
 ) -> None:
     """Score GSM8K (strict-match and flexible-extract) and apply the accuracy gate; exit 1 if it fails."""
     try:
+        check_http_url(base_url, "--base-url")  # before the thresholds and questions are read (round 13)
         limit_value = threshold if threshold is not None else load_thresholds(thresholds).for_model(model)
         if backend == "lm-eval":
             with tempfile.TemporaryDirectory(prefix="alflow-lm-eval-") as tmp:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Self
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
 from alflow.config.base import MAX_GPUS_PER_NODE, MAX_NODES, StrictModel
 from alflow.config.server import (
@@ -12,6 +12,7 @@ from alflow.config.server import (
 )
 from alflow.loadgen.spec import MAX_SECONDS
 from alflow.util.names import check_log_dir, check_secret_env_name
+from alflow.util.redact import check_http_url
 
 LogDir = Annotated[str | None, AfterValidator(check_log_dir)]
 """A server log folder (:func:`alflow.util.names.check_log_dir`: not a file, not under /proc, /sys or /dev)."""
@@ -132,6 +133,18 @@ class ExternalServer(StrictModel):
     def _api_key_env_is_a_name(cls, value: str | None) -> str | None:
         return None if value is None else check_secret_env_name(value, what="api_key_env")
 
+    @field_validator("base_url", "metrics_url", "metrics_urls")
+    @classmethod
+    def _urls_parse(cls, value: str | tuple[str, ...] | None, info: ValidationInfo) -> object:
+        """Each an http(s) URL with a host that parses (:func:`alflow.util.redact.check_http_url`).
+
+        Round 13: ``http://[::1`` passed ``--dry-run``; the real run failed with ``ValueError: Invalid IPv6 URL``
+        after Prefect and the flow had started.
+        """
+        for url in (value,) if isinstance(value, str) else value or ():
+            check_http_url(url, str(info.field_name))
+        return value
+
     @model_validator(mode="after")
     def _one_metrics_source(self) -> Self:
         if self.metrics_url is not None and self.metrics_urls and self.metrics_url not in self.metrics_urls:
@@ -139,10 +152,7 @@ class ExternalServer(StrictModel):
                 f"metrics_url {self.metrics_url!r} is not among metrics_urls {list(self.metrics_urls)}: "
                 "give metrics_urls alone (the first one is the primary)"
             )
-        for url in self.metrics_urls:
-            if not url.startswith(("http://", "https://")):
-                raise ValueError(f"metrics_urls entry {url!r} is not an http(s) URL")
-        return self
+        return self  # each an http(s) URL with a host: _urls_parse
 
 
 class SlurmOptions(StrictModel):

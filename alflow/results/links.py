@@ -19,7 +19,7 @@ from typing import Final
 from urllib.parse import quote, urlsplit
 
 from alflow.errors import InvalidInputError
-from alflow.util.redact import redact_url, url_credentials
+from alflow.util.redact import redact_url, url_credentials, url_syntax_problem
 
 RESULTS_URL_ENV: Final = "ALFLOW_RESULTS_URL"
 """The environment variable that holds the results site's URL (``http(s)://host[:port][/prefix]``)."""
@@ -42,6 +42,9 @@ def check_results_url(value: str, source: str) -> str:
     takes its token from the reader, never from the link).
     """
     text = value.strip()
+    problem = url_syntax_problem(text)  # an unclosed IPv6 bracket raised in urlsplit (round 13)
+    if problem:
+        raise InvalidInputError(f"{source}={redact_url(text)!r}: {problem}")
     parts = urlsplit(text)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise InvalidInputError(

@@ -24,6 +24,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Final
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from alflow.errors import InvalidInputError
+from alflow.util.names import shown
+
 REDACTED: Final = "***"
 """What a secret value is replaced with."""
 MAX_LINE_CHARS: Final = 2_000
@@ -292,6 +295,50 @@ def url_problem(url: str) -> str | None:
     except UnicodeEncodeError:
         return "its user:password holds a character beyond Latin-1: percent-encode it (UTF-8)"
     return None
+
+
+def url_syntax_problem(url: str) -> str | None:
+    """What a URL parser refuses in ``url``, said without the URL (``not a URL (Invalid IPv6 URL)``); None: it parses.
+
+    An unclosed or stray IPv6 bracket (``http://[::1``) made :func:`urllib.parse.urlsplit` raise, and a port out of
+    range or not a number made its ``.port`` raise: a traceback where the URL was first read (round 13), or an
+    error naming the URL again instead of its port.
+    """
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        return f"not a URL ({exc})"
+    try:
+        port = parts.port
+    except ValueError as exc:
+        return (
+            "its port is out of range (1-65535)"
+            if "range" in str(exc)
+            else "its port is not a number (1-65535)"
+        )
+    return "its port is out of range (1-65535)" if port == 0 else None
+
+
+def check_url_syntax(url: str, what: str) -> str:
+    """``url`` unchanged, or a one-line :class:`InvalidInputError` (a ``ValueError``) naming ``what``, the URL and why.
+
+    ``error: --url 'http://[::1': not a URL (Invalid IPv6 URL)``; the URL is shown redacted and cut.
+    """
+    problem = url_syntax_problem(url)
+    if problem:
+        raise InvalidInputError(f"{what} {shown(redact_url(url))}: {problem}")
+    return url
+
+
+def check_http_url(url: str, what: str) -> str:
+    """``url`` unchanged when :func:`check_url_syntax` takes it and it is ``http(s)://`` with a host, else one line.
+
+    Round 13: ``metrics snapshot --url unix:///x.sock`` said ``cannot scrape metrics at unix:/x.sock: unix:/x.sock``.
+    """
+    parts = urlsplit(check_url_syntax(url, what))
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidInputError(f"{what} {shown(redact_url(url))}: give an http(s)://HOST[:PORT][/PATH] URL")
+    return url
 
 
 def url_credentials(url: str) -> list[str]:

@@ -11,6 +11,7 @@ import re
 import sys
 import time
 import types
+from pathlib import Path
 
 import pytest
 
@@ -173,3 +174,113 @@ def test_a_large_or_cyclic_value_costs_little(values: types.ModuleType) -> None:
     assert time.perf_counter() - start < 2.0
     values.LOOP.append(1)  # type: ignore[attr-defined]
     assert _changed(before, _interpreter_state()) == ["alflow._r13_values.LOOP"]
+
+
+# --------------------------------------------------------------------------------------------
+# R13-8: a URL no parser takes (an unclosed IPv6 bracket, a port out of range) was a traceback, or found late
+
+NOT_A_URL = {
+    "http://[::1": "not a URL (Invalid IPv6 URL)",
+    "http://[::1/metrics": "not a URL (Invalid IPv6 URL)",
+    "http://::1]:8000/": "not a URL (Invalid IPv6 URL)",
+    "http://127.0.0.1:99999/metrics": "its port is out of range (1-65535)",
+    "http://[::1]:70000": "its port is out of range (1-65535)",
+    "http://127.0.0.1:0": "its port is out of range (1-65535)",
+    "http://127.0.0.1:x/metrics": "its port is not a number (1-65535)",
+    "http://127.0.0.1:-1": "its port is not a number (1-65535)",
+}
+"""URLs whose parsing fails, and what the line says of each."""
+
+
+def _one_error_line(args: list[str]) -> str:
+    """The command's one line on stderr (exit 2, no traceback)."""
+    from typer.testing import CliRunner
+
+    from alflow.cli import app
+
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output[-2000:]
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+URL_OPTIONS = {
+    "metrics snapshot --url": (["metrics", "snapshot", "--url"], [], "--url"),
+    "metrics snapshot URL": (["metrics", "snapshot"], [], "URL"),
+    "bench --base-url": (["bench", "--no-progress", "--base-url"], [], "--base-url"),
+    "bench --metrics-url": (["bench", "--no-progress", "--metrics-url"], ["--base-url", "http://127.0.0.1:9"], "--metrics-url"),
+    "bench --prometheus-url": (
+        ["bench", "--no-progress", "--prometheus-url"], ["--base-url", "http://127.0.0.1:9"], "--prometheus-url"
+    ),
+    "eval gsm8k --base-url": (["eval", "gsm8k", "--model", "m", "--limit", "1", "--base-url"], [], "--base-url"),
+}  # fmt: skip
+"""Each URL option: (the command up to the option, other options, the name the line gives)."""
+
+
+@pytest.mark.parametrize("url", sorted(NOT_A_URL))
+@pytest.mark.parametrize("option", sorted(URL_OPTIONS))
+def test_a_url_option_no_parser_takes_is_one_line_exit_2(option: str, url: str) -> None:
+    """R13-8: ``metrics snapshot --url http://[::1`` (and ``bench --base-url``/``--metrics-url``, ``eval gsm8k
+    --base-url``) ended in ``ValueError: Invalid IPv6 URL``; ``:99999`` said the URL again instead of its port."""
+    command, others, name = URL_OPTIONS[option]
+    line = _one_error_line([*command, url, *others])
+    assert line == f"error: {name} {url!r}: {NOT_A_URL[url]}"
+
+
+def test_a_url_no_parser_takes_is_said_without_its_password() -> None:
+    """The line shows the URL as every error does: its credentials redacted."""
+    line = _one_error_line(
+        ["metrics", "snapshot", "--url", "http://user:SECRETPW@[::1/metrics?token=SECRETTOK"]
+    )
+    assert line == "error: --url 'http://***@[::1/metrics?token=***': not a URL (Invalid IPv6 URL)"
+
+
+@pytest.mark.parametrize("url", ["unix:///var/run/x.sock", "127.0.0.1:8000/metrics", "http:///metrics"])
+def test_metrics_snapshot_refuses_a_url_that_is_no_http_url(url: str) -> None:
+    """R13-8 (minor): ``--url unix:///var/run/x.sock`` said ``cannot scrape metrics at unix:/var/run/x.sock: ...``."""
+    assert _one_error_line(["metrics", "snapshot", "--url", url]) == (
+        f"error: --url {url!r}: give an http(s)://HOST[:PORT][/PATH] URL"
+    )
+
+
+@pytest.mark.parametrize("url", sorted(NOT_A_URL))
+@pytest.mark.parametrize("field", ["base_url", "metrics_url", "metrics_urls"])
+def test_an_external_runners_url_no_parser_takes_is_refused_by_the_config(field: str, url: str) -> None:
+    """R13-8: ``placement.runner: {kind: external, base_url: "http://[::1"}`` passed ``run m2 --dry-run``; the real
+    run started Prefect and the flow, which failed with ``ValueError: Invalid IPv6 URL``."""
+    from pydantic import ValidationError
+
+    from alflow.config.runners import ExternalServer
+
+    given: dict[str, object] = {"base_url": "http://127.0.0.1:9", "dialect": "vllm"}
+    given[field] = (url,) if field == "metrics_urls" else url
+    with pytest.raises(ValidationError) as caught:
+        ExternalServer.model_validate(given)
+    assert f"{field} {url!r}: {NOT_A_URL[url]}" in str(caught.value)
+
+
+def test_run_dry_run_refuses_an_external_base_url_no_parser_takes(tmp_path: Path) -> None:
+    """The plan refuses what the real run would: one line naming the field, exit 2."""
+    config = tmp_path / "m2.yaml"
+    config.write_text(
+        "server: {framework: vllm, model: m}\nplacement:\n"
+        '  runner: {kind: external, base_url: "http://[::1", dialect: vllm}\n'
+        f"  results_root: {tmp_path}\nmodel: {{id: m}}\nk: 3\ntarget_al: 2.0\nconcurrencies: [2]\n",
+        encoding="utf-8",
+    )
+    line = _one_error_line(["run", "m2", "--config", str(config), "--dry-run"])
+    assert line.endswith(
+        "placement.runner.external.base_url: base_url 'http://[::1': not a URL (Invalid IPv6 URL)"
+    )
+
+
+@pytest.mark.parametrize("url", sorted(NOT_A_URL))
+def test_a_results_site_url_no_parser_takes_is_refused_as_one(url: str) -> None:
+    """``$ALFLOW_RESULTS_URL=http://[::1`` raised a bare ValueError where the run's link is made (after the run)."""
+    from alflow.errors import InvalidInputError
+    from alflow.results.links import check_results_url
+
+    with pytest.raises(InvalidInputError, match=re.escape(NOT_A_URL[url])):
+        check_results_url(url, "$ALFLOW_RESULTS_URL")
