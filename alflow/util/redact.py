@@ -208,7 +208,9 @@ def _secret_parts(words: list[str]) -> bool:
     )
 
 
-_SECRET_SHARED_WORDS: Final = frozenset({"pw", "appkey", "pkey", "cred", "creds", "assertion", "sas", "verifier"})
+_SECRET_SHARED_WORDS: Final = frozenset(
+    {"pw", "appkey", "pkey", "cred", "creds", "assertion", "sas", "verifier"}
+)
 """Words of a parameter or body key that make it a credential (``?pw=``, ``client_assertion``, OAuth's
 ``code_verifier``, an Azure ``sas`` token): round 13 found them stored in clear."""
 _SECRET_PARAM_HINTS: Final = ("password", "passwd", "passcode", "passphrase", "secret", "signature", "accesskey",
