@@ -50,7 +50,16 @@ def environment(
     )
 
 
-_ENV: Final = environment()
+def _redacted(value: object) -> object:
+    """A plain text value of a report, redacted before it is HTML-escaped.
+
+    A ``"api_key": "..."`` pair in a stored error is no longer one once its quotes are ``&#34;``; the page is
+    redacted whole again after (:func:`render`).
+    """
+    return redact_urls_in_text(value) if type(value) is str else value
+
+
+_ENV: Final = environment(finalize=_redacted)
 
 
 def render(report: Report, fmt: Format = "html") -> str:

@@ -70,6 +70,7 @@ from alflow.util.fsutil import open_confined, unsafe_file
 from alflow.util.names import BIDI_CONTROLS
 from alflow.util.redact import (
     RedactionError,
+    may_hold_credentials,
     redact_document,
     redact_text_stream,
     redact_url,
@@ -167,7 +168,7 @@ def _private(text: str, entries: Iterable[CatalogEntry] = ()) -> str:
         if e.run_dir and e.run_dir != e.rel:
             text = text.replace(e.run_dir, e.rel)
             text = text.replace(str(escape(e.run_dir)), str(escape(e.rel)))
-    return redact_urls_in_text(text) if "://" in text or "?" in text else text  # ?token= outside a URL too
+    return redact_urls_in_text(text)  # ?token=, HF_TOKEN=, Bearer, "api_key": "..." outside a URL too
 
 
 def _each_value(data: object, fn: Callable[[object], object]) -> object:
@@ -217,7 +218,8 @@ def _json(data: object, status: int = 200, entries: Iterable[CatalogEntry] = ())
         data = _each_value(data, _json_ready)
         body = orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
     runs = tuple(entries)
-    if b"://" in body or b"?" in body or any(e.run_dir.encode() in body for e in runs if e.run_dir != e.rel):
+    text = body.decode()
+    if may_hold_credentials(text, ('\\"', "'")) or any(e.run_dir in text for e in runs if e.run_dir != e.rel):
         body = orjson.dumps(_private_data(data, runs), option=orjson.OPT_NON_STR_KEYS)
     for char in BIDI_CONTROLS:  # only inside JSON strings, where \uXXXX means the same: no raw reordering
         body = body.replace(char.encode(), f"\\u{ord(char):04x}".encode())

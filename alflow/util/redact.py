@@ -489,6 +489,23 @@ def _quoted_pair(m: re.Match[str]) -> str:
     return f"{quote}{name}{quote}{gap}{quote}{REDACTED}{quote}"
 
 
+_HEADER_PAIR: Final = re.compile(
+    r"(?<![A-Za-z0-9_.-])((?:[A-Za-z][A-Za-z0-9]{0,31}-){1,8}[A-Za-z0-9]{1,31}|[Cc][Oo][Oo][Kk][Ii][Ee])"
+    r":([ \t]{1,16})([^\s'\"<>`,;]+)"
+)
+"""``Name: value`` in free text (a header a server's error quotes: ``X-Api-Key: ...``): the value of a secret-named
+header (:func:`is_secret_key`; a name with a hyphen, or ``Cookie``: alflow's own ``field_name: reason`` lines are no
+headers) is redacted. A space after the colon (not ``http://``, not ``12:30``); linear."""
+
+
+def _header_pair(m: re.Match[str]) -> str:
+    # an authorization scheme's name is no secret: its credential after it is (_AUTH_VALUE)
+    if m[3] == REDACTED or m[3].lower() in _AUTH_SCHEMES or not _is_secret_key_cached(m[1]):
+        return m[0]
+    return f"{m[1]}:{m[2]}{REDACTED}"
+
+
+_AUTH_SCHEMES: Final = frozenset({"bearer", "basic", "token", "digest", "negotiate"})
 _TOKEN_HINTS: Final = ("akia", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "hf_", "sk-", "xox",
                        "private key")  # fmt: skip
 _ASSIGNED_HINTS: Final = ("token=", "tkn=", "key=", "pwd=", "pass=", "pat=", "cred", "session", "api=", "pem=",
@@ -497,11 +514,31 @@ _ASSIGNED_HINTS: Final = ("token=", "tkn=", "key=", "pwd=", "pass=", "pat=", "cr
 not scanned by those patterns (a results page is mostly markup: the scans were two thirds of its redaction)."""
 
 
+def may_hold_credentials(text: str, quotes: tuple[str, ...] = ('"', "'")) -> bool:
+    r"""False when :func:`redact_urls_in_text` would leave ``text`` as it is (a cheap test of its hints).
+
+    ``quotes``: what a quote inside a string looks like in ``text`` (``\"`` in a JSON document's bytes), for the
+    ``"name": "value"`` pairs of :data:`_QUOTED_PAIR`.
+    """
+    if "://" in text or "?" in text:
+        return True
+    lower = text.lower()
+    return (
+        "bearer" in lower
+        or "authorization" in lower
+        or any(hint in lower for hint in _TOKEN_HINTS)
+        or ("=" in text and any(hint in lower for hint in _ASSIGNED_HINTS))
+        or (":" in text and any(q in text for q in quotes))
+        or ": " in text
+        or ":\t" in text
+    )
+
+
 def _redact_free(text: str) -> str:
     """``text`` without credentials written outside a URL: a header value, a known token, a secret assignment.
 
-    The patterns :data:`_AUTH_VALUE`, :data:`_KNOWN_TOKEN`, :data:`_ASSIGNED` and :data:`_QUOTED_PAIR` (a JSON
-    or Python ``"name": "value"``), each on a bounded prefix: linear.
+    The patterns :data:`_AUTH_VALUE`, :data:`_KNOWN_TOKEN`, :data:`_ASSIGNED`, :data:`_QUOTED_PAIR` (a JSON
+    or Python ``"name": "value"``) and :data:`_HEADER_PAIR` (``X-Api-Key: value``), each on a bounded prefix: linear.
     """
     lower = text.lower()
     if "bearer" in lower or "authorization" in lower:
@@ -512,6 +549,8 @@ def _redact_free(text: str) -> str:
         text = _ASSIGNED.sub(_assigned, text)
     if ":" in text and ('"' in text or "'" in text):
         text = _QUOTED_PAIR.sub(_quoted_pair, text)
+    if ": " in text or ":\t" in text:
+        text = _HEADER_PAIR.sub(_header_pair, text)
     return text
 
 

@@ -22,7 +22,7 @@ from prefect.exceptions import PrefectHTTPStatusError
 from alflow_deployments import webhook
 from tests.unit.test_hostile_round12_webhook import _api_url, _automations
 from tests.unit.test_site import M2, make_root, serving
-from tests.unit.test_site_security import _list_file
+from tests.unit.test_site_security import _edit_manifest, _list_file
 
 pytestmark = pytest.mark.unit
 
@@ -120,3 +120,35 @@ def test_r13_9_a_text_dense_in_url_parameters_is_redacted_at_the_speed_of_other_
     assert "SECRET1" not in out
     assert out.count("token=***") == 1000
     assert redact._judged_param.cache_info().misses <= 4  # a, c, token (and nothing else) judged once each
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("upstream: X-Api-Key: HDRVAL8 rejected", "upstream: X-Api-Key: *** rejected"),
+        ("x-goog-api-key:\tZZ9", "x-goog-api-key:\t***"),
+        ("Cookie: session=abc", "Cookie: ***"),
+        ("Authorization: Bearer abcdefghij", "Authorization: Bearer ***"),
+        ("the parameter api_key: credentials in a URL", None),  # alflow's own "field: reason" is no header
+        ("at 12:30 error: cannot connect: refused", None),
+    ],
+)
+def test_r13_15_a_secret_header_in_free_text_is_redacted(text: str, shown: str | None) -> None:
+    from alflow.util.redact import redact_urls_in_text
+
+    assert redact_urls_in_text(text) == (text if shown is None else shown)
+
+
+async def test_r13_15_the_sites_json_answers_redact_free_text_without_a_url(tmp_path: Path) -> None:
+    """The answers were redacted only when they held ``://`` or ``?``: a run's error went out as stored."""
+    root = make_root(tmp_path)
+    error = 'boom HF_TOKEN=hf_abcdefghijklmnopqrstuv Bearer xyz1234567 {"api_key": "JSONKEYVAL"} X-Api-Key: HDRVAL8'
+    _edit_manifest(root / M2, {"error": error})
+    async with serving(root) as site:
+        for path in (f"/api/runs/{M2}", "/api/runs?text=boom", f"/runs/{M2}/", "/?text=boom"):
+            answer = await site.get(path)
+            assert answer.status == 200, path
+            for secret in ("hf_abcdefghijklmnopqrstuv", "xyz1234567", "JSONKEYVAL", "HDRVAL8"):
+                assert secret not in answer.text, (path, secret)
+        api = json.loads((await site.get(f"/api/runs/{M2}")).text)
+    assert api["error"].startswith("boom HF_TOKEN=*** Bearer ***")
