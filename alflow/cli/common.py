@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
@@ -22,6 +24,8 @@ from rich.table import Table
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.reports.markdown import escape_controls
 from alflow.util import jsonutil
+from alflow.util.fsutil import atomic_write_bytes
+from alflow.util.names import check_output_file, shown
 from alflow.util.redact import MAX_LINE_CHARS, cut_middle, redact_urls_in_text
 
 P = ParamSpec("P")
@@ -90,6 +94,31 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
             raise fail(str(exc)) from None
 
     return wrapper
+
+
+def checked_out_file(value: str | os.PathLike[str], what: str) -> Path:
+    """An option naming a file to write (no ``-``), checked before any work: the path to write, ``~`` expanded.
+
+    :func:`~alflow.util.names.check_output_file`: a FIFO would block the write for ever; a folder, a device or a
+    path under a regular file would fail only after the work. Raises :class:`InvalidInputError` naming ``what``.
+    """
+    try:
+        return check_output_file(os.fspath(value), what=what, stdout=False)
+    except ValueError as exc:
+        raise InvalidInputError(str(exc)) from None
+
+
+def write_out_file(path: Path, data: bytes, what: str, *, kept: str = "") -> None:
+    """Write ``data`` to ``path`` (checked by :func:`checked_out_file`) atomically, at its real location.
+
+    A failure (disk full, permission denied, the path changed since the check) is :class:`InvalidInputError`:
+    one line naming ``what``, the path and the reason; ``kept`` tells where the work's result still is.
+    """
+    try:
+        atomic_write_bytes(os.path.realpath(path), data)
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        raise InvalidInputError(f"{what} {shown(str(path))}: cannot write it ({why}){kept}") from None
 
 
 def emit_json(data: object, *, indent: int | None = 2) -> None:

@@ -10,7 +10,16 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from alflow.cli.common import JsonOpt, console, emit_json, fail, new_table, say
+from alflow.cli.common import (
+    JsonOpt,
+    checked_out_file,
+    console,
+    emit_json,
+    fail,
+    new_table,
+    say,
+    write_out_file,
+)
 from alflow.errors import AlflowError
 from alflow.evals.gsm8k import DEFAULT_MAX_TOKENS, DEFAULT_SHOTS, EvalResult, PromptConfig
 from alflow.evals.lm_eval_backend import run_lm_eval
@@ -69,6 +78,7 @@ def gsm8k(
     """Score GSM8K (strict-match and flexible-extract) and apply the accuracy gate; exit 1 if it fails."""
     try:
         check_http_url(base_url, "--base-url")  # before the thresholds and questions are read (round 13)
+        out_path = None if out is None else checked_out_file(out, "--out")  # before any question is asked
         limit_value = threshold if threshold is not None else load_thresholds(thresholds).for_model(model)
         if backend == "lm-eval":
             with tempfile.TemporaryDirectory(prefix="alflow-lm-eval-") as tmp:
@@ -97,18 +107,30 @@ def gsm8k(
     except AlflowError as exc:
         raise fail(str(exc)) from None
     verdict = accuracy_gate(result, limit_value)
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        per_question = {
-            **result.summary().model_dump(mode="json"),
-            "results": [dump_row(r) for r in result.results],
-        }
-        out.write_text(jsonutil.dumps(per_question, indent=1), encoding="utf-8")
-    if as_json:
+    if as_json:  # the scores first: a write that fails after the work must not lose them
         emit_json({**result.summary().model_dump(mode="json"), "verdict": verdict.model_dump()})
     else:
         _print_scores(result, verdict, limit_value, model)
+    if out_path is not None:
+        _save(out_path, result)
     raise typer.Exit(0 if verdict.passed else 1)
+
+
+def _save(path: Path, result: EvalResult) -> None:
+    """The per-question results as JSON at ``--out``; a failed write is one line (exit 2), the scores kept."""
+    per_question = {
+        **result.summary().model_dump(mode="json"),
+        "results": [dump_row(r) for r in result.results],
+    }
+    try:
+        write_out_file(
+            path,
+            jsonutil.dumps(per_question, indent=1).encode(),
+            "--out",
+            kept="; the scores are printed above",
+        )
+    except AlflowError as exc:
+        raise fail(str(exc)) from None
 
 
 def _print_scores(result: EvalResult, verdict: Verdict, limit_value: float, model: str) -> None:

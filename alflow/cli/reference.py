@@ -15,10 +15,20 @@ from pydantic import ValidationError
 from rich.markup import escape
 from rich.text import Text
 
-from alflow.cli.common import JsonOpt, console, emit_json, handle_errors, new_table, say
+from alflow.cli.common import (
+    JsonOpt,
+    checked_out_file,
+    console,
+    emit_json,
+    handle_errors,
+    new_table,
+    say,
+    write_out_file,
+)
 from alflow.errors import InvalidInputError
 from alflow.reference import table as ref
 from alflow.reports.markdown import escape_controls
+from alflow.util.fsutil import check_writable_dir
 from alflow.util.rows import dump_row
 from alflow.util.yamlfile import describe_validation, load_yaml_model
 
@@ -235,6 +245,9 @@ def reference_import_inferencex(
     from alflow.reference.inferencex import import_golden
     from alflow.results.provenance import code_version
 
+    into = checked_out_file(
+        into, "--into"
+    )  # a FIFO, a folder, a device, a path under a file: before any read
     spec_method = None if method is None else _spec_method(method)
     if concurrency is not None and concurrency < 1:
         raise InvalidInputError(f"--concurrency {concurrency}: must be >= 1")
@@ -286,6 +299,7 @@ def reference_export_inferencex(
     from alflow.reference.inferencex_export import export_golden
     from alflow.results.provenance import code_version
 
+    check_writable_dir(out, what="--out")  # not under a file, /proc or a read-only mount: before any read
     table = ref.load_reference(path)
     written = export_golden(
         table, out, code_version=code_version(), table_name=str(path), overwrite=overwrite
@@ -325,6 +339,9 @@ def reference_m0_config(
     """Write the M0 config the reference-AL workflow runs (one per model: ``alflow run m0 --config``)."""
     from alflow.config import CalibrateParams, CalibrationCatalogue
 
+    out = checked_out_file(
+        out, "--out"
+    )  # a FIFO hung the write; a folder or a path under a file: a traceback
     cat = load_yaml_model(catalogue, CalibrationCatalogue, what="model catalogue")
     ids = [m.strip() for m in models.split(",") if m.strip()]
     if len(ids) != 1:
@@ -360,6 +377,5 @@ def reference_m0_config(
         )
     except ValidationError as exc:  # an option the config refuses: one line, exit 2, never its value
         raise InvalidInputError(describe_validation(exc)) from None
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False), encoding="utf-8")
+    write_out_file(out, yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False).encode(), "--out")
     say(f"wrote {out}")

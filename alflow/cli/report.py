@@ -36,7 +36,7 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from alflow.cli.common import fail, handle_errors, say_err, warn
+from alflow.cli.common import fail, handle_errors, say_err, warn, write_out_file
 from alflow.config.flows import STORE_SCHEMES
 from alflow.errors import InvalidInputError
 from alflow.methods.kchoice import Objective, describe, run_k_schedule
@@ -195,8 +195,9 @@ def _write(text: str, output: str | None) -> None:
         sys.stdout.write(text)
         return
     path = Path(output).expanduser()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    write_out_file(
+        path, text.encode(), "--output"
+    )  # a full disk: one line naming the option, not "could not read"
     say_err(f"wrote {path}")
 
 

@@ -257,6 +257,9 @@ def _check_step_log(path: Path) -> None:
     folder = path.parent
     if path.is_dir():
         raise InvalidInputError(f"--step-log {str(path)!r} is a folder; {allowed}")
+    if not folder.is_dir():
+        why = "does not exist" if not folder.exists() else "is not a folder"
+        raise InvalidInputError(f"--step-log {str(path)!r}: its folder {str(folder)!r} {why}; {allowed}")
     try:  # not under /proc, /sys or /dev: /proc/version cannot be appended to (a traceback at the first step)
         check_output_file(str(path), what="--step-log")
     except ValueError as exc:
@@ -267,9 +270,6 @@ def _check_step_log(path: Path) -> None:
         raise InvalidInputError(
             f"--step-log {str(path)!r} is not a regular file (a FIFO, socket or device); {allowed}"
         )
-    if not folder.is_dir():
-        why = "does not exist" if not folder.exists() else "is not a folder"
-        raise InvalidInputError(f"--step-log {str(path)!r}: its folder {str(folder)!r} {why}; {allowed}")
     if not os.access(path if path.exists() else folder, os.W_OK):
         raise InvalidInputError(f"--step-log {str(path)!r} is not writable (permission denied); {allowed}")
 

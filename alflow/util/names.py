@@ -185,10 +185,11 @@ _STANDARD_FILES: Final = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
 
 
 def check_output_file(value: str, *, what: str = "--output", stdout: bool = True) -> Path:
-    """A file alflow may write: not empty, not under /proc, /sys or /dev, and a regular file where it exists.
+    """A file alflow may write: not empty, not under /proc, /sys or /dev, a regular file (or none) in a folder.
 
-    A FIFO would block the write until a reader came; ``/proc/self/mem`` would fail after the work was done. With
-    ``stdout`` false (a command that has no ``-``), /dev/null, /dev/stdout and /dev/stderr are refused too and the
+    The first of its folders that exists must be a folder (a path under a regular file fails only at the write,
+    after the work); missing folders are the writer's to create. A FIFO would block the write until a reader
+    came; ``/proc/self/mem`` would fail after the work was done. With ``stdout`` false (a command that has no ``-``), /dev/null, /dev/stdout and /dev/stderr are refused too and the
     messages do not offer ``-``.
     """
     give = "give a file path (or - for standard output)" if stdout else "give a regular file's path"
@@ -208,6 +209,10 @@ def check_output_file(value: str, *, what: str = "--output", stdout: bool = True
     if real.exists() and not real.is_file():
         kind = "a folder" if real.is_dir() else "not a regular file (a FIFO, socket or device)"
         raise ValueError(f"{what} {shown(value)} is {kind}: {give}")
+    folder = next((f for f in real.parents if f.exists()), None)  # the first that exists: a folder, no file
+    if folder is not None and not folder.is_dir():
+        where = ": its folder {} is" if folder == real.parent else " is under {}, which is"
+        raise ValueError(f"{what} {shown(value)}{where.format(shown(str(folder)))} not a folder: {give}")
     return path
 
 
