@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Literal, Self
 
 import yaml
-from pydantic import Field, ValidationError, computed_field, model_validator
+from pydantic import Field, ValidationError, computed_field, field_validator, model_validator
 
 from alflow.acceptance.synthetic import K_MAX, K_MIN
 from alflow.config import (
@@ -60,6 +60,7 @@ from alflow.reference.key import (
     server_variant_query,
 )
 from alflow.util.fsutil import atomic_write_bytes, file_lock, real_path, require_local_path
+from alflow.util.redact import redact_argv
 from alflow.util.yamlfile import load_yaml, validate_strict, yaml_of_bytes
 
 __all__ = [  # the key types are part of this module's interface (defined in alflow.reference.key)
@@ -120,6 +121,16 @@ class Provenance(StrictModel):
     code_version: str = Field(description="alflow version and git revision that ran the measurement.")
     flow_run_id: str | None = Field(None, description="Prefect flow run id, where it ran under Prefect.")
     host: str | None = Field(None, description="Host and GPU description, where known.")
+
+    @field_validator("command")
+    @classmethod
+    def _redacted(cls, command: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        """Read back without secrets, as a stored manifest's configuration is (R13-13).
+
+        ``--api-key X``, ``--hf-token=X``, a secret header or a URL's password in a table written by hand or by
+        another tool: ``***`` wherever the table is shown (``reference show --json``), exported or written back.
+        """
+        return None if command is None else tuple(redact_argv(command))
 
 
 class ImportSource(StrictModel):

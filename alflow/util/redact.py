@@ -742,3 +742,28 @@ def redact_config(data: object, key: str = "") -> object:
                 out.append(redact_config(item, key))
         return out
     return data
+
+
+_HEADER_VALUE: Final = re.compile(
+    r"(?:^|(?<=[\s,;=]))([A-Za-z][A-Za-z0-9_.-]{0,63})([ \t]*:[ \t]*)(?=[^\s/])([^,;\r\n]+)"
+)
+"""An HTTP header written out, ``Name: value`` (``--header 'X-Api-Key: ...'``): its name and its value (to a ``,``,
+``;`` or line end). ``tcp://host:port`` is no header (``//`` follows its colon)."""
+
+
+def redact_argv(args: Iterable[str]) -> list[str]:
+    """A stored command line (a reference table's ``provenance.command``) as it may be kept and shown.
+
+    :func:`redact_config`'s rule (the value after or inside a secret flag: ``--api-key X``, ``--hf-token=X``), then
+    every argument's credentials (:func:`redact_urls_in_text`: URLs, ``NAME=value``, ``Bearer ...``) and a
+    secret-named header's value (``X-Api-Key: X``, the name judged as a body's key is). The configuration refuses
+    them all in ``server.extra_args``; a table written by hand or by another tool may hold them.
+    """
+    flagged = redact_config(list(args))
+    assert isinstance(flagged, list)
+    return [
+        _HEADER_VALUE.sub(
+            lambda m: f"{m[1]}{m[2]}{REDACTED}" if is_secret_key(m[1]) else m[0], redact_urls_in_text(arg)
+        )
+        for arg in map(str, flagged)
+    ]

@@ -17,12 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from alflow.cli import app
 from alflow.evals.gsm8k import EvalResult, QuestionResult
+from alflow.reference import table as ref
 from alflow.util.names import check_output_file
 from tests.unit.report_runs import write_m2
+from tests.unit.test_reference import _empty, _entry
 from tests.unit.test_reference_variants import GOLDEN_KIMI_PROB
 
 pytestmark = pytest.mark.unit
@@ -237,3 +240,71 @@ def test_export_inferencex_out_under_a_regular_file_is_one_line(tmp_path: Path) 
     )
     line = _one_error_line(result)
     assert line.startswith(f"error: --out '{out}' is under {tmp_path}/afile, which is a regular file"), line
+
+
+# -- R13-13 ---------------------------------------------------------------------------------------------------
+
+SECRETS = {
+    "separate flag value": (["--api-key", "REFAPIKEY1"], ["--api-key", "***"]),
+    "flag=value": (["--hf-token=REFHF2"], ["--hf-token=***"]),
+    "secret header": (["--header", "X-Api-Key: REFHDR3"], ["--header", "X-Api-Key: ***"]),
+    "bearer header": (
+        ["--header", "Authorization: Bearer REFBEARER4abc"],
+        ["--header", "Authorization: ***"],
+    ),
+    "NAME=value": (["-e", "HF_TOKEN=REFENV5"], ["-e", "HF_TOKEN=***"]),
+    "JSON key": (['{"aws_secret_access_key": "REFJSON7"}'], ['{"aws_secret_access_key": "***"}']),
+}
+PLAIN = [
+    "vllm",
+    "serve",
+    "deepseek-ai/DeepSeek-V3.1",
+    "--speculative-config",
+    '{"method": "mtp", "num_speculative_tokens": 3}',
+    "--otlp-traces-endpoint",
+    "tcp://h:4317",
+    "-e",
+    "HF_TOKEN",
+]
+
+
+def _table_with_command(path: Path, command: list[str]) -> Path:
+    ref.update_reference(path, [_entry(1, 1.5)], new=_empty())
+    data = yaml.safe_load(path.read_text())
+    data["entries"][0]["provenance"]["command"] = command
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("case", list(SECRETS))
+def test_a_reference_tables_command_reads_back_without_its_secrets(case: str, tmp_path: Path) -> None:
+    """R13-13: ``reference show --json`` printed ``--api-key``'s value; the table is read as a manifest is."""
+    given, redacted = SECRETS[case]
+    path = _table_with_command(tmp_path / "t.yaml", [*PLAIN, *given])
+    secret = next(w for w in "".join(given).replace('"', " ").split() if "REF" in w)
+    table = ref.load_reference(path)
+    assert table.entries[0].provenance is not None
+    assert list(table.entries[0].provenance.command or ()) == [*PLAIN, *redacted]
+    result = CliRunner().invoke(app, ["reference", "show", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    assert "REF" not in result.stdout, secret
+    assert "***" in result.stdout
+    ref.update_reference(path, [_entry(2, 1.7)], new=_empty())  # a write-back keeps no secret on disk
+    assert "REF" not in path.read_text()
+
+
+def test_a_reference_tables_plain_command_is_kept_as_it_is(tmp_path: Path) -> None:
+    """The redaction changes nothing else: a speculative config, a tcp:// endpoint, a secret's name alone."""
+    path = _table_with_command(tmp_path / "t.yaml", PLAIN)
+    provenance = ref.load_reference(path).entries[0].provenance
+    assert provenance is not None
+    assert list(provenance.command or ()) == PLAIN
+
+
+def test_a_reference_tables_command_with_a_url_password_is_refused_without_its_value(tmp_path: Path) -> None:
+    """A URL's password in any field of a table is refused at validation (as in configuration), never shown."""
+    path = _table_with_command(tmp_path / "t.yaml", [*PLAIN, "--otlp", "http://u:REFPW6@h/x"])
+    result = CliRunner().invoke(app, ["reference", "validate", str(path)])
+    line = _one_error_line(result)
+    assert "entries[0].provenance.command" in line, line
+    assert "REFPW6" not in result.output
