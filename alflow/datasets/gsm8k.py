@@ -17,6 +17,8 @@ from alflow.util.fsutil import file_problem
 
 _ANSWER: Final = re.compile(r"####\s*(-?[\d,]*\.?\d+)")
 DEFAULT_MAX_TOKENS: Final = 512
+MAX_FILE_BYTES: Final = 64 << 20
+"""The largest GSM8K file read (the train split is 4 MB): a 2 GB file of one line was read whole, then refused."""
 
 
 def reference_answer(solution: str) -> str:
@@ -32,6 +34,11 @@ def read_rows(path: Path) -> list[tuple[int, str, str]]:
     why = file_problem(path)
     if why is not None:
         raise InvalidInputError(f"GSM8K file {path} {why}")
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise InvalidInputError(
+            f"GSM8K file {path}: {size:,} bytes, larger than the {MAX_FILE_BYTES:,} bytes a GSM8K file may be"
+        )
     rows: list[tuple[int, str, str]] = []
     with path.open("rb") as fh:
         for line_no, row in jsonl_rows(fh, f"{path}:"):

@@ -21,6 +21,7 @@ import yaml
 from typer.testing import CliRunner
 
 from alflow.cli import app
+from alflow.errors import InvalidInputError
 from alflow.evals.gsm8k import EvalResult, QuestionResult
 from alflow.reference import table as ref
 from alflow.util.names import check_output_file
@@ -308,3 +309,22 @@ def test_a_reference_tables_command_with_a_url_password_is_refused_without_its_v
     line = _one_error_line(result)
     assert "entries[0].provenance.command" in line, line
     assert "REFPW6" not in result.output
+
+
+@pytest.mark.parametrize("option", ["--test-file", "--train-file"])
+def test_a_gsm8k_file_too_large_is_refused_by_its_size_before_it_is_read(
+    option: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R13-11 (also): a 2 GB file of one line was read whole (18 s), then "not valid JSON (Not enough memory)"."""
+    from alflow.datasets import gsm8k as loader
+
+    huge = tmp_path / "huge.jsonl"
+    with huge.open("wb") as fh:
+        fh.truncate(loader.MAX_FILE_BYTES + 1)  # sparse: no disk used
+    monkeypatch.setattr("alflow.datasets.types.orjson.loads", _disk_full)  # a read line would fail the test
+    with pytest.raises(InvalidInputError, match=r"huge.jsonl: 67,108,865 bytes, larger than the 67,108,864"):
+        loader.read_rows(huge)
+    monkeypatch.undo()  # the bundled split is read as usual
+    result = CliRunner().invoke(app, _eval_args(tmp_path / "o.json", option, str(huge), "--limit", "1"))
+    line = _one_error_line(result)
+    assert f"GSM8K file {huge}: 67,108,865 bytes" in line, line
