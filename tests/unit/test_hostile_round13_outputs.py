@@ -12,7 +12,9 @@ from __future__ import annotations
 import errno
 import json
 import os
-from collections.abc import Callable
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 class WorkStarted(AssertionError):
     """The command began its work before refusing its output file."""
+
+
+@pytest.fixture
+def tmp_path() -> Iterator[Path]:
+    """A short folder: pytest's own under xdist (``.../popen-gw1/test_an_output_file_that_canno0``) is long enough
+    for the one-line messages to cut the paths these tests look for in them."""
+    path = Path(tempfile.mkdtemp(prefix="r13-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _bad_paths(tmp_path: Path) -> dict[str, Path]:
