@@ -152,3 +152,40 @@ async def test_r13_15_the_sites_json_answers_redact_free_text_without_a_url(tmp_
                 assert secret not in answer.text, (path, secret)
         api = json.loads((await site.get(f"/api/runs/{M2}")).text)
     assert api["error"].startswith("boom HF_TOKEN=*** Bearer ***")
+
+
+@pytest.mark.parametrize(
+    "metric",
+    [
+        {"current": -5.0, "baseline": 0.0, "change": float("nan"), "low": float("-inf"), "high": 1e308},
+        {"current": 9.0, "baseline": 0.0, "change": 0.1},
+        {"current": 9.0, "baseline": 10.0, "change": float("inf")},
+        {"current": 9.0, "baseline": 10.0, "change": -0.1, "low": 0.2, "high": -0.2},
+    ],
+)
+def test_r13_16_a_stored_verdict_of_impossible_values_is_a_warning_not_a_verdict(
+    tmp_path: Path, metric: dict[str, float]
+) -> None:
+    from alflow.reports.content.regression import regression_sections
+    from alflow.results.manifest import SCHEMA_VERSION
+    from alflow.results.store import open_run
+
+    run_dir = make_root(tmp_path) / M2
+    point = {"series": {}, "concurrency": 4, "k": 3, "outcome": "improved"}
+    stored = {
+        "schema_version": SCHEMA_VERSION,
+        "version": 1,
+        "kind": "m2",
+        "method": "bootstrap",
+        "points": [point],
+    }
+    good = {"metric": "tpot_ms", "current": 9.0, "baseline": 10.0, "change": -0.1, "outcome": "improved"}
+    _list_file(
+        run_dir, "regression.json", json.dumps({**stored, "points": [{**point, "metrics": [good]}]}).encode()
+    )
+    assert regression_sections(open_run(str(run_dir)))[0].status != "warn"
+    bad = {**point, "metrics": [{**good, **metric}]}
+    (run_dir / "regression.json").write_text(json.dumps({**stored, "points": [bad]}))
+    (section,) = regression_sections(open_run(str(run_dir)))
+    assert section.status == "warn"
+    assert "points.0.metrics.0" in section.paragraphs[0]
