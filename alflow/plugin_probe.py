@@ -82,8 +82,8 @@ def probe(reference: str, seconds: float | None = None, *, origin: str = "") -> 
 
     A clean verdict is kept in :func:`cache_file` under the plugin's files as they are (``origin``: its
     distribution's name, version and folder; the size and time of every ``.py`` file of the top packages of the
-    spec's module and of its config and plugin references, which the child names): the next command does not try
-    the same files again, and tries them again when any of them changed.
+    spec's module, of its config and plugin references and of what they import, which the child names): the next
+    command does not try the same files again, and tries them again when any of them changed.
     """
     bound = load_seconds() if seconds is None else seconds
     ident = _ident(reference, origin)
@@ -140,11 +140,24 @@ def _files_of(top: str) -> list[Path] | None:
     return files if 0 < len(files) <= MAX_SIGNED_FILES else None
 
 
+def _folders_of(top: str) -> list[Path] | None:
+    """The folders of the package ``top`` (found, never imported), None when it is none or cannot be found."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    folders = [Path(p) for p in (found.submodule_search_locations or [])] if found is not None else []
+    return folders or None
+
+
 def _signature(reference: str, origin: str, tops: tuple[str, ...]) -> str | None:
     """A digest of what the probe's verdict depends on, None when a package's files cannot be found and signed.
 
     ``tops``: the top-level packages of the spec's module and of its config and plugin references (round 11: a
-    plugin module in a package of its own was changed, and never tried again).
+    plugin module in a package of its own was changed, and never tried again), and of what the plugin imported
+    itself (round 13: its vendor's helper package changed, and was never tried).
     """
     import hashlib
 
@@ -154,6 +167,8 @@ def _signature(reference: str, origin: str, tops: tuple[str, ...]) -> str | None
         stats = []
         for top in tops:
             files = _files_of(top)
+            if files is None and top != _top(reference):  # a large package it imports (a vendor's SDK)
+                files = _folders_of(top)  # signed by its folders: an install or upgrade makes them anew
             if files is None or (not files and top == _top(reference)):
                 return None
             stats.append((top, [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files]))
@@ -281,6 +296,7 @@ def _child(reference: str, report: str, alarm_s: int) -> None:
         Path(report).write_text(_UNJUDGED, encoding="utf-8")
         os._exit(0)
     before = _interpreter_state()
+    loaded = set(sys.modules)
     try:
         spec = _load(reference)
         parts = [
@@ -296,14 +312,23 @@ def _child(reference: str, report: str, alarm_s: int) -> None:
         said = (
             f"error it changes the interpreter when imported: {', '.join(changed[:4])}{more}"
             if changed
-            else "\n".join([_OK, *{_top(p) for p in parts if ":" in p}])  # the packages its cache key signs
-        )
+            else "\n".join([_OK, *{_top(p) for p in parts if ":" in p}, *_imported_tops(loaded)])
+        )  # the packages its cache key signs: those named, and those the plugin imported itself (round 13)
         atexit._run_exitfuncs()
     except BaseException as exc:  # the in-process load would give the same reason: said the same way
         said = f"error cannot load {reference!r}: {reason_of(exc)}"
     Path(report).write_text(said, encoding="utf-8")
     sys.stdout.flush()
     os._exit(0)  # no plugin's thread runs on
+
+
+def _imported_tops(before: set[str]) -> set[str]:
+    """The top-level packages imported since ``before`` but the standard library's and alflow's (a vendor helper)."""
+    return (
+        {_top(name) for name in set(sys.modules) - before}
+        - set(sys.stdlib_module_names)
+        - {"alflow", "__main__"}
+    )
 
 
 def _import_all_of_alflow() -> None:

@@ -189,3 +189,59 @@ def test_r13_16_a_stored_verdict_of_impossible_values_is_a_warning_not_a_verdict
     (section,) = regression_sections(open_run(str(run_dir)))
     assert section.status == "warn"
     assert "points.0.metrics.0" in section.paragraphs[0]
+
+
+def test_r13_10_the_probe_names_the_packages_a_plugin_imported_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A vendor's helper package the plugin imports was not signed: changed, it was loaded without a probe."""
+    import importlib
+    import sys
+
+    from alflow import plugin_probe
+
+    (tmp_path / "r13helper").mkdir()
+    (tmp_path / "r13helper" / "__init__.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = set(sys.modules) - {"json", "json.decoder", "alflow.util.redact"}
+    monkeypatch.delitem(sys.modules, "r13helper", raising=False)
+    importlib.import_module("r13helper")
+    assert plugin_probe._imported_tops(before) >= {"r13helper"}
+    assert not plugin_probe._imported_tops(before) & {
+        "json",
+        "alflow",
+    }  # the standard library's and ours: not
+
+
+@pytest.mark.parametrize(
+    "limit", [2000, 1]
+)  # signed by its files; a package too large to sign: by its folders
+def test_r13_10_a_changed_helper_package_is_probed_again(
+    limit: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    from alflow import plugin_probe
+
+    site = tmp_path / "site"
+    for top, text in (("r13spec", "SPEC = None\n"), ("r13vendor", "X = 1\n")):
+        (site / top).mkdir(parents=True)
+        (site / top / "__init__.py").write_text(text)
+    (site / "r13vendor" / "more.py").write_text("Y = 2\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(plugin_probe, "MAX_SIGNED_FILES", limit)
+    tried: list[str] = []
+    monkeypatch.setattr(
+        plugin_probe, "_probe", lambda ref, bound: (tried.append(ref), (None, ("r13spec", "r13vendor")))[1]
+    )
+    for _ in range(2):
+        assert plugin_probe.probe("r13spec:SPEC", origin="r13 0.1") is None
+    assert len(tried) == 1  # kept
+    shutil.rmtree(site / "r13vendor")  # a new version installed
+    (site / "r13vendor").mkdir()
+    (site / "r13vendor" / "__init__.py").write_text(
+        "import os\nos.environ['HTTPS_PROXY'] = 'http://127.0.0.1:9'\n"
+    )
+    assert plugin_probe.probe("r13spec:SPEC", origin="r13 0.1") is None
+    assert len(tried) == 2, "the helper package changed and the verdict was kept"
