@@ -25,6 +25,7 @@ import io
 import json
 import os
 import re
+import signal
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -369,7 +370,29 @@ class RunWriter:
         if exc is None:
             self.finish("complete")
         else:
-            self.finish("failed", f"{exc_type.__name__ if exc_type else 'Error'}: {exc}")
+            self.finish("failed", error_text(exc))
+
+
+def error_text(exc: BaseException) -> str:
+    """``Type: message`` of the error that failed a run.
+
+    A signal's (Prefect's ``TerminationSignal(signal=15)``, Ctrl-C), which carries no message, says what stopped it.
+    """
+    name = type(exc).__name__
+    number = getattr(exc, "signal", None)
+    if isinstance(number, int) and not str(exc).strip():
+        try:
+            return f"{name}: the run was stopped by {signal.Signals(number).name} (signal {number})"
+        except ValueError:
+            return f"{name}: the run was stopped by signal {number}"
+    return f"{name}: {str(exc).strip() or _QUIET.get(name, '(no message)')}"
+
+
+_QUIET: Final = {
+    "KeyboardInterrupt": "the run was stopped (Ctrl-C, SIGINT)",
+    "CancelledError": "the run was cancelled",
+}
+"""What a failed run's error says for an exception that carries no message of its own."""
 
 
 # --------------------------------------------------------------------------------------------

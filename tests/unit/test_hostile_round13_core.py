@@ -245,3 +245,21 @@ def test_r13_10_a_changed_helper_package_is_probed_again(
     )
     assert plugin_probe.probe("r13spec:SPEC", origin="r13 0.1") is None
     assert len(tried) == 2, "the helper package changed and the verdict was kept"
+
+
+def test_r13_17_a_run_stopped_by_a_signal_says_so_in_its_error() -> None:
+    """A run stopped by SIGTERM was stored with the error ``TerminationSignal: `` (Prefect raises it by keyword)."""
+    import asyncio
+    import signal
+
+    from prefect.exceptions import TerminationSignal
+
+    from alflow.results.store import error_text
+
+    assert error_text(TerminationSignal(signal=signal.SIGTERM)) == (
+        "TerminationSignal: the run was stopped by SIGTERM (signal 15)"
+    )
+    assert error_text(KeyboardInterrupt()) == "KeyboardInterrupt: the run was stopped (Ctrl-C, SIGINT)"
+    assert error_text(asyncio.CancelledError()) == "CancelledError: the run was cancelled"
+    assert error_text(ValueError("bad K")) == "ValueError: bad K"
+    assert error_text(RuntimeError()) == "RuntimeError: (no message)"
