@@ -38,7 +38,8 @@ from alflow.util.names import (
     control_characters,
     shown,
 )
-from alflow.util.redact import is_secret_flag, is_secret_key, is_secret_name, redact_urls_in_text
+from alflow.util.redact import redact_urls_in_text
+from alflow.util.secret_names import is_secret_flag, is_secret_key, is_secret_name
 
 ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
 """An environment variable's name as a runner's ``-e NAME=value`` gives it (``first-pass=/m/l`` is a LoRA, not one)."""
@@ -93,7 +94,7 @@ def _credential(text: str) -> bool:
     """Whether a server's argument or environment value carries a credential, in any form alflow knows.
 
     A header value (:func:`_bearer`), a secret-named header (``api-key: X``, ``x-goog-api-key: X``: the name judged as
-    a request body's key is, :func:`~alflow.util.redact.is_secret_key`), a token, a URL's password, a secret
+    a request body's key is, :func:`~alflow.util.secret_names.is_secret_key`), a token, a URL's password, a secret
     ``NAME=value`` or ``"name": "value"`` (what redaction would change).
     """
     return (

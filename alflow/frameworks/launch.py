@@ -25,8 +25,9 @@ from alflow.acceptance.runtime_k import RuntimeKKnob
 from alflow.errors import RunnerError
 from alflow.frameworks.versions import Capability
 from alflow.results.manifest import ServerProvenance
-from alflow.util.redact import REDACTED, is_secret_name, redact_values
+from alflow.util.redact import REDACTED, redact_values
 from alflow.util.rows import dump_row
+from alflow.util.secret_names import is_secret_name
 
 DEFAULT_FILES_DIR = "/alflow"
 """Where launch files live by default (in a container; a process runner relocates them)."""

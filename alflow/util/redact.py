@@ -3,9 +3,9 @@
 One home for the rules every layer applies before anything is stored (manifests, summaries,
 snapshots, reports) or printed (errors, logs):
 
-- :func:`is_secret_name`: an environment variable (``HF_TOKEN``, ``OPENAI_API_KEY``,
-  ``AWS_SECRET_ACCESS_KEY``, ``DB_PASSWORD``...) whose value must never be configured literally
-  (``ServerConfig.extra_env`` refuses it) and is masked wherever an environment is recorded.
+- :mod:`alflow.util.secret_names`: which names are secrets (an environment variable such as ``HF_TOKEN``, whose
+  value must never be configured literally and is masked wherever an environment is recorded; a flag, a URL
+  parameter, a body or header key).
 - :func:`redact_url`: a URL without its credentials: the userinfo (``user:pass@``) and the values of
   query or fragment parameters named like a credential (``token``, ``key``, ``api_key``,
   ``password``, ``secret``, ``signature``, ``X-Amz-Security-Token``...) become ``***``.
@@ -18,7 +18,6 @@ snapshots, reports) or printed (errors, logs):
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Final
@@ -26,6 +25,14 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from alflow.errors import InvalidInputError
 from alflow.util.names import shown
+from alflow.util.secret_names import (
+    SECRET_PARAM_WORDS,
+    is_secret_flag,
+    is_secret_key,
+    is_secret_key_cached,
+    is_secret_name,
+    is_secret_param,
+)
 
 REDACTED: Final = "***"
 """What a secret value is replaced with."""
@@ -45,55 +52,6 @@ def cut_middle(line: str, limit: int = MAX_LINE_CHARS) -> str:
     return f"{line[:head]} ... ({len(line) - head - tail:,} characters cut) ... {line[-tail:]}"
 
 
-_NAME_PARTS: Final = re.compile(r"[^A-Z0-9]+")
-_SECRET_NAME_LAST: Final = frozenset({"TOKEN", "TKN", "KEY", "APIKEY", "PWD", "PASS", "PAT"})
-"""A name whose last word is one of these is a secret (``HF_TOKEN``, ``OPENAI_API_KEY``, ``DB_PWD``)."""
-_SECRET_NAME_INSIDE: Final = (
-    "SECRET",
-    "PASSWORD",
-    "PASSWD",
-    "API_KEY",
-    "APIKEY",
-    "ACCESS_KEY",
-    "PRIVATE_KEY",
-    "AUTH_TOKEN",
-    "ACCESS_TOKEN",
-)
-"""A name holding one of these anywhere is a secret (``AWS_SECRET_ACCESS_KEY``, ``PGPASSWORD``)."""
-_SECRET_ENV_INSIDE: Final = ("PASSPHRASE", "AUTHORIZATION", "BEARER", "COOKIE", "PRIVATE")
-_SECRET_ENV_LAST: Final = frozenset({"CREDS", "CREDENTIAL", "CREDENTIALS", "SESSION", "API", "PEM"})
-"""Variables (not flags: vLLM's ``--allow-credentials`` is a switch) holding these are secrets too (``MY_CREDS``)."""
-_PATH_NAMES: Final = frozenset({"GOOGLE_APPLICATION_CREDENTIALS"})
-"""Variables whose value is the path of a secret file, not the secret (as any ``*_FILE``, ``*_PATH``, ``*_DIR``)."""
-_SECRET_PARAM_WORDS: Final = frozenset(
-    {
-        "token",
-        "key",
-        "apikey",
-        "password",
-        "passwd",
-        "pwd",
-        "pass",
-        "secret",
-        "signature",
-        "sig",
-        "auth",
-        "authorization",
-        "credential",
-        "credentials",
-        "jsessionid",
-        "sessionid",
-        "cookie",
-        "passphrase",
-        "passcode",
-        "jwt",
-        "bearer",
-        "hmac",
-        "otp",
-        "ticket",
-    }
-)
-"""A URL parameter with one of these words in its name (``api_key``, ``X-Amz-Signature``) is a credential."""
 MAX_SCHEME: Final = 32
 """The longest URL scheme read in free text (RFC 3986 sets none; registered ones are under 32 characters): what comes
 before a ``://`` is looked at this far back, so finding URLs stays linear in the text's length."""
@@ -133,91 +91,6 @@ def url_spans(text: str) -> Iterator[tuple[int, int]]:
             sep = text.find("://", end)
         else:
             sep = text.find("://", sep + 1)
-
-
-def is_secret_name(name: str) -> bool:
-    """True when an environment variable name looks like a secret.
-
-    Its last word is TOKEN, KEY, APIKEY, PWD, PASS or PAT (``HF_TOKEN``, ``VLLM_API_KEY``), or it holds
-    SECRET, PASSWORD, PASSWD, API_KEY, ACCESS_KEY, PRIVATE_KEY, AUTH_TOKEN or ACCESS_TOKEN anywhere.
-    ``TOKENIZERS_PARALLELISM`` or ``HF_TOKEN_PATH`` are not secrets.
-    """
-    upper = name.upper()
-    words = [w for w in _NAME_PARTS.split(upper) if w]
-    if upper in _PATH_NAMES or (words and words[-1] in ("FILE", "PATH", "DIR")):
-        return False
-    if words and (words[-1] in _SECRET_NAME_LAST | _SECRET_ENV_LAST or words[-1].endswith("PASS")):
-        return True  # PGPASS too
-    return any(hint in upper for hint in (*_SECRET_NAME_INSIDE, *_SECRET_ENV_INSIDE))
-
-
-def is_secret_flag(arg: str) -> bool:
-    """True when a command-line argument is a flag that takes a secret (``--api-key``, ``--hf-token=...``).
-
-    Stricter than :func:`is_secret_name`: a flag merely ending in ``-key`` (the sim's ``--answer-key``,
-    a file) is not one; ``token``, ``api-key``, ``secret`` and ``password`` flags are.
-    """
-    if not arg.startswith("--"):
-        return False
-    name = arg[2:].split("=", 1)[0].replace("-", "_").upper()
-    words = [w for w in _NAME_PARTS.split(name) if w]
-    return (bool(words) and words[-1] == "TOKEN") or any(hint in name for hint in _SECRET_NAME_INSIDE)
-
-
-def is_secret_param(name: str) -> bool:
-    """True when a URL query or fragment parameter name reads like a credential (``token``, ``api_key``).
-
-    Its words split at separators and camelCase (``accountKey``): a secret word, or a name
-    :func:`is_secret_name` would call a secret (what free text's ``NAME=value`` is judged by), or the shared parts.
-    A short name is judged once (a log of URLs repeats a few names a million times: 17 us each, round 13).
-    """
-    return _judged_param(name) if len(name) <= 128 else _judge_param(name)
-
-
-@functools.lru_cache(maxsize=4096)
-def _judged_param(name: str) -> bool:
-    return _judge_param(name)
-
-
-def _judge_param(name: str) -> bool:
-    words = _words(name)
-    return (
-        any(w in _SECRET_PARAM_WORDS for w in words)
-        or _secret_parts(words)
-        or is_secret_name("_".join(words))
-        or "token" in words[-1]
-        or "apikey" in words[-1]
-        or words[-1] in ("session", "sid", "code")  # ?session=..., ?code= (OAuth), but not ?session_len=
-    )
-
-
-def _words(name: str) -> list[str]:
-    """A parameter's or key's words, lower case: percent-decoded, split at non-alphanumerics and camelCase humps."""
-    plain = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", unquote(name))
-    return re.split(r"[^a-z0-9]+", plain.lower())
-
-
-def _secret_parts(words: list[str]) -> bool:
-    """The rule URL parameters and body keys share: a secret last word, a session or key id, a secret part."""
-    joined = "".join(words)
-    return (
-        words[-1] in ("sig", "otp", "hmac", "ticket", "passcode", "jwt")
-        or any(w in _SECRET_SHARED_WORDS for w in words)
-        or joined.endswith(("sessid", "sessionid", "keyid"))  # ?PHPSESSID=, ?session_id=, key_id
-        or any(hint in joined for hint in _SECRET_PARAM_HINTS)  # ?password1=, pass_word, ?AWSAccessKeyId=
-    )
-
-
-_SECRET_SHARED_WORDS: Final = frozenset(
-    {"pw", "appkey", "pkey", "cred", "creds", "assertion", "sas", "verifier"}
-)
-"""Words of a parameter or body key that make it a credential (``?pw=``, ``client_assertion``, OAuth's
-``code_verifier``, an Azure ``sas`` token): round 13 found them stored in clear."""
-_SECRET_PARAM_HINTS: Final = ("password", "passwd", "passcode", "passphrase", "secret", "signature", "accesskey",
-                              "credential", "bearer", "jwt", "hmac", "cookie", "authkey", "privkey", "privatekey",
-                              "authcode", "samlresponse")  # fmt: skip
-"""Parts of a parameter or body key that make it a credential wherever they stand in its name (separators dropped:
-``pass_word``, ``AWSAccessKeyId``)."""
 
 
 def _redact_params(text: str) -> str:
@@ -484,7 +357,7 @@ to its closing quote (backslash escapes skipped) or the line's end: linear in th
 def _quoted_pair(m: re.Match[str]) -> str:
     """One pair of :data:`_QUOTED_PAIR`: its value ``***`` when its key names a secret, quotes and spaces kept."""
     quote, (name, gap, value) = ('"', m.group(1, 2, 3)) if m[1] is not None else ("'", m.group(4, 5, 6))
-    if not value or value == REDACTED or not _is_secret_key_cached(name):
+    if not value or value == REDACTED or not is_secret_key_cached(name):
         return m[0]
     return f"{quote}{name}{quote}{gap}{quote}{REDACTED}{quote}"
 
@@ -500,7 +373,7 @@ headers) is redacted. A space after the colon (not ``http://``, not ``12:30``); 
 
 def _header_pair(m: re.Match[str]) -> str:
     # an authorization scheme's name is no secret: its credential after it is (_AUTH_VALUE)
-    if m[3] == REDACTED or m[3].lower() in _AUTH_SCHEMES or not _is_secret_key_cached(m[1]):
+    if m[3] == REDACTED or m[3].lower() in _AUTH_SCHEMES or not is_secret_key_cached(m[1]):
         return m[0]
     return f"{m[1]}:{m[2]}{REDACTED}"
 
@@ -610,31 +483,8 @@ def redact_text_stream(chunks: Iterable[bytes], max_held: int = MAX_HELD_BYTES) 
         yield redact_urls_in_text(unescape_json(held.decode("utf-8", errors="replace"))).encode()
 
 
-_SECRET_BODY_KEYS: Final = frozenset({"authorization", "auth", "credential", "credentials", "cookie"})
 _CREDENTIAL_VALUE: Final = re.compile(r"\s*(?:bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{8,}\s*", re.IGNORECASE)
 """A value that is an HTTP credential whatever its key (``Bearer eyJ...``, ``Basic dXNlcjpwdw==``)."""
-
-
-def is_secret_key(key: str) -> bool:
-    """True when a request body's key names a secret (``api_key``, ``authToken``, ``password``, ``authorization``)."""
-    key = unquote(key)  # as a URL's parameter is read (%6Bey)
-    words = _words(key)  # camelCase too: authToken -> auth, token
-    lower = key.lower()
-    return (
-        is_secret_name("_".join(words))
-        or is_secret_name(lower)
-        or lower in _SECRET_BODY_KEYS
-        or words[-1] in ("session", "sid", "sessionid")
-        or "sessionid" in lower  # X-SessionId-v, not session_id_prefix_len
-        or lower.endswith(("token", "authorization", "bearer", "auth"))
-        or _secret_parts(words)  # the rule of a URL's parameters too (sig, otp, session_id, key_id, password)
-    )
-
-
-@functools.lru_cache(maxsize=4096)
-def _is_secret_key_cached(key: str) -> bool:
-    """:func:`is_secret_key`, remembered: a text of a quarter of a million JSON pairs names few keys."""
-    return is_secret_key(key)
 
 
 def redact_body(body: Mapping[str, object]) -> dict[str, object]:
@@ -690,7 +540,7 @@ def _any_case(word: str) -> str:
 
 def _credentials_pattern() -> str:
     # ASCII whitespace only, as url_spans (a password holding U+00A0 is inside its URL)
-    words = "|".join(_any_case(w) for w in sorted(_SECRET_PARAM_WORDS, key=len, reverse=True))
+    words = "|".join(_any_case(w) for w in sorted(SECRET_PARAM_WORDS, key=len, reverse=True))
     last_word = "|".join(_any_case(w) for w in ("token", "apikey"))
     name = r"[^=&;#\t\n\v\f\r ]"  # a character of a parameter name
     sep = r"[^A-Za-z0-9=&;#\t\n\v\f\r ]"  # a character between two words of a name

@@ -21,7 +21,8 @@ from alflow.metrics.prometheus import ScrapeError, scrape
 from alflow.reference.inferencex import parse_golden
 from alflow.results.catalog import Catalog
 from alflow.site.reference import reference_page
-from alflow.util.redact import is_secret_key, redact_body, redact_url, redact_urls_in_text
+from alflow.util.redact import redact_body, redact_url, redact_urls_in_text
+from alflow.util.secret_names import is_secret_key
 from alflow.util.yamlfile import load_yaml
 from tests.unit.test_site import TOKEN, make_root, serving
 

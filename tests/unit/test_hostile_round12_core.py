@@ -26,7 +26,8 @@ from alflow.results.catalog import Catalog
 from alflow.results.manifest import SCHEMA_VERSION
 from alflow.results.store import open_run
 from alflow.site.app import _shown
-from alflow.util.redact import is_secret_key, redact_body, redact_url, redact_urls_in_text
+from alflow.util.redact import redact_body, redact_url, redact_urls_in_text
+from alflow.util.secret_names import is_secret_key
 from alflow.util.yamlfile import load_yaml
 from tests.unit.test_site import M2, make_root
 from tests.unit.test_site_security import _list_file

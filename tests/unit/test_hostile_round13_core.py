@@ -110,16 +110,18 @@ async def test_r13_2_escapes_in_a_listed_text_file_do_not_hide_a_url(tmp_path: P
 
 def test_r13_9_a_text_dense_in_url_parameters_is_redacted_at_the_speed_of_other_text() -> None:
     """A log of URLs repeats a few parameter names a million times: each was judged anew (17 us: 10 s for 2 MiB)."""
-    from alflow.util import redact
+    from alflow.util import redact, secret_names
 
-    redact._judged_param.cache_clear()
+    secret_names._judged_param.cache_clear()
     line = "GET http://h/?" + "a=b&c=d&" * 125 + "token=SECRET1\n"
     started = time.perf_counter()
     out = redact.redact_urls_in_text(line * 1000)  # 2 MB, 250,000 parameters
     assert time.perf_counter() - started < 5.0  # about 0.5 s here; judged anew 10 s
     assert "SECRET1" not in out
     assert out.count("token=***") == 1000
-    assert redact._judged_param.cache_info().misses <= 4  # a, c, token (and nothing else) judged once each
+    assert (
+        secret_names._judged_param.cache_info().misses <= 4
+    )  # a, c, token (and nothing else) judged once each
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,6 @@ from alflow.results.store import RunWriter, open_run
 from alflow.serving.api import ApiError, check_api_key
 from alflow.util.redact import (
     RedactionError,
-    is_secret_name,
     redact_body,
     redact_data,
     redact_text_stream,
@@ -33,6 +32,7 @@ from alflow.util.redact import (
     redact_urls_in_text,
     url_spans,
 )
+from alflow.util.secret_names import is_secret_name
 from tests.unit.sse_server import SseServer, threaded_sse_server
 
 pytestmark = pytest.mark.unit
@@ -422,7 +422,7 @@ def test_metrics_snapshot_prints_and_fails_without_url_credentials() -> None:
 
 
 def test_secret_keys_of_a_request_body_in_any_case_style() -> None:
-    from alflow.util.redact import is_secret_key
+    from alflow.util.secret_names import is_secret_key
 
     for key in ("api_key", "apiKey", "x-api-key", "authToken", "accessToken", "hf_token", "Authorization",
                 "Proxy-Authorization", "bearer", "password", "client_secret",
