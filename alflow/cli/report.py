@@ -37,7 +37,6 @@ import typer
 from typer.core import TyperGroup
 
 from alflow.cli.common import fail, handle_errors, say_err, warn, write_out_file
-from alflow.config.flows import STORE_SCHEMES
 from alflow.errors import InvalidInputError
 from alflow.methods.kchoice import Objective, describe, run_k_schedule
 from alflow.reports.exports import al_matrix, al_matrix_csv, inferencex_rows, rows_csv, rows_json
@@ -46,7 +45,7 @@ from alflow.reports.matrix import METRICS, build_matrix, matrix_csv, matrix_json
 from alflow.reports.render import render_comparison, render_run, write_html_report
 from alflow.results.store import StoredRun, StoreError, check_results_root, iter_runs, open_run
 from alflow.util import jsonutil
-from alflow.util.fsutil import local_path_of
+from alflow.util.fsutil import STORE_SCHEMES, local_path_of
 from alflow.util.names import check_output_file, shown
 from alflow.util.redact import redact_url, redact_urls_in_text
 
@@ -105,6 +104,11 @@ def _open(run_dir: str, *, strict: bool) -> StoredRun:
     """The run at ``run_dir``, its damaged tables checked: an error when ``strict``, else warnings."""
     if not run_dir.strip():  # "" would read the working folder
         raise InvalidInputError("RUN_DIR '' is empty: give a run directory (local path or s3:// / gs:// URL)")
+    if local_path_of(run_dir) is None and run_dir.split("://", 1)[0].lower() not in STORE_SCHEMES:
+        raise InvalidInputError(  # http://, ftp://: a server that never answers held the command for minutes
+            f"RUN_DIR {shown(redact_url(run_dir))}: a URL of this scheme is not a run directory; allowed: a local "
+            f"path or an {' / '.join(f'{scheme}://' for scheme in STORE_SCHEMES)} URL"
+        )
     run = open_run(run_dir)
     problems = run.damaged_tables()
     if problems and strict:
@@ -155,20 +159,8 @@ def _export_text(runs: Sequence[StoredRun], fmt: ReportFormat, digits: int) -> s
 
 
 def _check_root(root: str) -> str:
-    """``--root``: a results root folder (what ``alflow results serve`` takes) or an object store URL; else one line.
-
-    A missing folder, a blank value or a file is refused as the site refuses it (``not a folder``), not read as a root
-    without runs; a URL of another scheme (``zip://``, ``tar://``, ``http://``) is refused naming the root and what
-    is allowed (fsspec would read it relative to the working folder, or not at all).
-    """
-    checked = check_results_root(root, name="--root")
-    if local_path_of(root) is None and root.split("://", 1)[0] not in STORE_SCHEMES:
-        allowed = " / ".join(f"{scheme}://" for scheme in STORE_SCHEMES)
-        raise InvalidInputError(
-            f"--root {shown(redact_url(root))}: a URL of this scheme is not a results root; "
-            f"allowed: a results root folder or an {allowed} URL"
-        )
-    return checked
+    """``--root``: a results root folder or an object store URL, as ``alflow results serve`` takes; else one line."""
+    return check_results_root(root, name="--root")
 
 
 def _output(output: str | None) -> str | None:

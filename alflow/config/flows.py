@@ -39,7 +39,7 @@ from alflow.config.workloads import (
     default_reference_path,
 )
 from alflow.loadgen.spec import DEFAULT_STALL_TIMEOUT_S, MAX_PROCESSES, MAX_SECONDS, MIN_PROCESSES
-from alflow.util.fsutil import local_path_of, require_local_path
+from alflow.util.fsutil import STORE_SCHEMES, local_path_of, require_local_path
 from alflow.util.names import shown
 
 StoreRoot = Annotated[str, AfterValidator(lambda value: check_local_path(value, remote=STORE_SCHEMES))]
@@ -72,9 +72,6 @@ REMOTE_REFERENCES = (
     "lose none; an object store has no such lock): give a local path and commit the table"
 )
 """Why a reference table may not be a URL (the single-writer rule, README "Reference tables")."""
-
-STORE_SCHEMES = ("s3", "gs", "gcs")
-"""URL schemes a results_root may have besides a local path: the object stores the run store writes through fsspec."""
 
 
 def local_reference(value: str) -> str:

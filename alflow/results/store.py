@@ -41,6 +41,7 @@ from pydantic import ValidationError
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.results.manifest import SCHEMA_VERSION, FileEntry, RunManifest, RunProvenance, Status
 from alflow.util.fsutil import (
+    STORE_SCHEMES,
     atomic_write_bytes,
     check_writable_dir,
     local_path_of,
@@ -194,8 +195,9 @@ def check_results_root(root: str, *, name: str) -> str:
     """``root`` when it is a results root: a folder (its local path is returned) or a URL (returned as given).
 
     Else one line starting with ``name`` (the option or argument, e.g. ``ROOT``, ``--root``), the root shown with any
-    credentials redacted: blank, chained (:func:`chained_root_problem`), or a local path that is not a folder (missing,
-    a file, under a file, unreadable). ``alflow results serve`` and ``alflow report compare --root`` say the same.
+    credentials redacted: blank, chained (:func:`chained_root_problem`), a URL of no object store (``http://``,
+    ``zip://``: :data:`~alflow.util.fsutil.STORE_SCHEMES`), or a local path that is not a folder (missing, a file,
+    under a file, unreadable). ``alflow results serve`` and ``alflow report compare --root`` say the same.
     """
     if not root.strip():  # "" would be the working folder, as no one meant
         raise InvalidInputError(
@@ -206,6 +208,12 @@ def check_results_root(root: str, *, name: str) -> str:
         raise InvalidInputError(f"{name} {shown(redact_url(root))}: {chained}")
     local = local_path_of(root)
     if local is None:
+        if root.split("://", 1)[0].lower() not in STORE_SCHEMES:
+            allowed = " / ".join(f"{scheme}://" for scheme in STORE_SCHEMES)
+            raise InvalidInputError(
+                f"{name} {shown(redact_url(root))}: a URL of this scheme is not a results root; "
+                f"allowed: a results root folder or an {allowed} URL"
+            )
         return root
     path = Path(local)
     try:

@@ -247,6 +247,12 @@ def file_problem(path: str | os.PathLike[str]) -> str | None:
     return "is a folder" if p.is_dir() else "is not a regular file (a FIFO, socket or device): give a file"
 
 
+STORE_SCHEMES: Final = ("s3", "gs", "gcs")
+"""URL schemes a results root may have besides a local path: the object stores the run store writes through fsspec.
+Any other (``http://``, ``ftp://``, ``zip://``) is no results root: a server that never answers held a command for
+minutes (round 14)."""
+
+
 def open_regular(path: str | os.PathLike[str], *, follow: bool = True) -> BinaryIO:
     """``path`` opened for reading when it is a regular file, else an ``OSError`` naming it and what it is.
 
