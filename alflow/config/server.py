@@ -428,7 +428,11 @@ class ServerBase(StrictModel):
                     "hold none, a value any printable character, tab and newline, but no other control or format "
                     "character"
                 )
-        secret = sorted(name for name, text in value.items() if is_secret_name(name) or _credential(text))
+        secret = sorted(
+            name
+            for name, text in value.items()
+            if is_secret_name(name) or is_secret_key(name) or _credential(text)
+        )
         if secret:
             names = ", ".join(secret)
             raise ValueError(

@@ -32,6 +32,7 @@ from alflow.util.secret_names import (
     is_secret_key_cached,
     is_secret_name,
     is_secret_param,
+    maybe_secret,
 )
 
 REDACTED: Final = "***"
@@ -321,7 +322,8 @@ _AUTH_VALUE: Final = re.compile(
 """A credential written out: ``Bearer eyJ...``, ``Authorization: Basic dXM6cHc=``."""
 _KNOWN_TOKEN: Final = re.compile(
     r"\b(?:AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|hf_[A-Za-z0-9]{20,}"
-    r"|sk-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{10,})"
+    r"|sk-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}"
+    r"|eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})"
     r"|-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----[^-]*(?:-----END [A-Z ]{0,40}PRIVATE KEY-----)?"
 )
 """Tokens of a well-known shape (an AWS access key id, GitHub, Hugging Face, OpenAI and Slack tokens, a private key
@@ -336,7 +338,10 @@ def _assigned(m: re.Match[str]) -> str:
 
     A LoRA named ``first-pass=/loras/a`` holds no secret.
     """
-    secret = is_secret_name(m[1].lstrip("-").replace("-", "_")) and not m[2].startswith(("/", "./", "~"))
+    name = m[1].lstrip("-")
+    secret = (is_secret_name(name.replace("-", "_")) or is_secret_key_cached(name)) and not m[2].startswith(
+        ("/", "./", "~")
+    )
     return f"{m[1]}={REDACTED}{_trailing(m[2])}" if secret else m[0]
 
 
@@ -379,12 +384,11 @@ def _header_pair(m: re.Match[str]) -> str:
 
 
 _AUTH_SCHEMES: Final = frozenset({"bearer", "basic", "token", "digest", "negotiate"})
-_TOKEN_HINTS: Final = ("akia", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "hf_", "sk-", "xox",
+_TOKEN_HINTS: Final = ("akia", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "hf_", "sk-", "xox", "eyj",
                        "private key")  # fmt: skip
-_ASSIGNED_HINTS: Final = ("token=", "tkn=", "key=", "pwd=", "pass=", "pat=", "cred", "session", "api=", "pem=",
-                          "secret", "passw", "authoriz", "bearer", "cookie", "private")  # fmt: skip
-"""Lower-case text one of :data:`_KNOWN_TOKEN`'s or a secret assignment's matches must hold: a page without any is
-not scanned by those patterns (a results page is mostly markup: the scans were two thirds of its redaction)."""
+"""Lower-case text one of :data:`_KNOWN_TOKEN`'s matches must hold (a secret assignment's: a part
+:func:`~alflow.util.secret_names.maybe_secret` finds): a page without any is not scanned by those patterns (a results
+page is mostly markup: the scans were two thirds of its redaction)."""
 
 
 def may_hold_credentials(text: str, quotes: tuple[str, ...] = ('"', "'")) -> bool:
@@ -400,7 +404,7 @@ def may_hold_credentials(text: str, quotes: tuple[str, ...] = ('"', "'")) -> boo
         "bearer" in lower
         or "authorization" in lower
         or any(hint in lower for hint in _TOKEN_HINTS)
-        or ("=" in text and any(hint in lower for hint in _ASSIGNED_HINTS))
+        or ("=" in text and maybe_secret(lower))
         or (":" in text and any(q in text for q in quotes))
         or ": " in text
         or ":\t" in text
@@ -418,7 +422,7 @@ def _redact_free(text: str) -> str:
         text = _AUTH_VALUE.sub(lambda m: f"{m[1]} {REDACTED}", text)
     if any(hint in lower for hint in _TOKEN_HINTS):
         text = _KNOWN_TOKEN.sub(REDACTED, text)
-    if "=" in text and any(hint in lower for hint in _ASSIGNED_HINTS):
+    if "=" in text and maybe_secret(lower):
         text = _ASSIGNED.sub(_assigned, text)
     if ":" in text and ('"' in text or "'" in text):
         text = _QUOTED_PAIR.sub(_quoted_pair, text)

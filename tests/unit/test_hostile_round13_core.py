@@ -265,24 +265,3 @@ def test_r13_17_a_run_stopped_by_a_signal_says_so_in_its_error() -> None:
     assert error_text(asyncio.CancelledError()) == "CancelledError: the run was cancelled"
     assert error_text(ValueError("bad K")) == "ValueError: bad K"
     assert error_text(RuntimeError()) == "RuntimeError: (no message)"
-
-
-@pytest.mark.parametrize(
-    "url", ["http://127.0.0.1:9/root", "https://h/x", "ftp://h/run", "zip://a.zip", "memory://x"]
-)
-@pytest.mark.parametrize("command", ["show", "matrix", "serve"])
-def test_r14_1_a_url_of_no_object_store_is_refused_before_any_connection(url: str, command: str) -> None:
-    """Round 14: ``report show http://...`` and ``results serve http://...`` waited minutes on a silent server."""
-    from typer.testing import CliRunner
-
-    from alflow.cli import app
-
-    args = {
-        "show": ["report", "show", url],
-        "matrix": ["report", "matrix", url],
-        "serve": ["results", "serve", url],
-    }
-    result = CliRunner().invoke(app, args[command])
-    assert result.exit_code == 2, result.output
-    assert "a URL of this scheme is not a" in result.output
-    assert "allowed:" in result.output

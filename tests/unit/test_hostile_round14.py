@@ -1,0 +1,101 @@
+"""Hostile round 14 of issue #49: what the fourteenth round found.
+
+R14-1: a results root or run directory of any fsspec URL (``http://``, ``ftp://``) was opened, and a server that
+never answered held ``results serve`` and ``report show`` for minutes. R14-2: free text's ``NAME=value`` rule judged
+names by its own list (``DB_PW=``, ``JWT=``, ``appkey=`` stored in clear). R14-3: ``extra_args`` flags and
+``extra_env`` names the shared rule calls secret (``--pw``, ``--jwt``, ``DB_PW``, ``AZURE_SAS``) were accepted, and a
+value shaped like a JWT too. R14-6: distinct parameter names were judged at 17 us each.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from pydantic import ValidationError
+
+from alflow.config.server import server_config
+from alflow.util.redact import redact_urls_in_text
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:9/root", "https://h/x", "ftp://h/run", "zip://a.zip", "memory://x"]
+)
+@pytest.mark.parametrize("command", ["show", "matrix", "serve"])
+def test_r14_1_a_url_of_no_object_store_is_refused_before_any_connection(url: str, command: str) -> None:
+    """Round 14: ``report show http://...`` and ``results serve http://...`` waited minutes on a silent server."""
+    from typer.testing import CliRunner
+
+    from alflow.cli import app
+
+    args = {
+        "show": ["report", "show", url],
+        "matrix": ["report", "matrix", url],
+        "serve": ["results", "serve", url],
+    }
+    result = CliRunner().invoke(app, args[command])
+    assert result.exit_code == 2, result.output
+    assert "a URL of this scheme is not a" in result.output
+    assert "allowed:" in result.output
+
+
+@pytest.mark.parametrize(
+    "name", ["DB_PW", "JWT", "AUTH", "appkey", "pkey", "cred", "assertion", "AZURE_SAS", "pw"]
+)
+def test_r14_2_a_name_the_shared_rule_calls_secret_is_redacted_as_name_equals_value(name: str) -> None:
+    said = redact_urls_in_text(f"upstream rejected: {name}=CANARY1 and http://h/?{name}=CANARY2")
+    assert "CANARY" not in said
+    assert f"{name}=*** and" in said
+
+
+@pytest.mark.parametrize(
+    "plain", ["max_tokens=5", "--max-num-batched-tokens=8192", "session_len=4", "first-pass=/loras/a", "k=3"]
+)
+def test_r14_2_other_assignments_stay(plain: str) -> None:
+    assert redact_urls_in_text(f"ran with {plain} ok") == f"ran with {plain} ok"
+
+
+def test_r14_2_a_jwt_is_redacted_by_its_shape() -> None:
+    jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.abcdefghijklmnop"
+    assert redact_urls_in_text(f"FOO={jwt} then") == "FOO=*** then"
+
+
+def _server(**changes: object) -> None:
+    server_config(framework="sim", model="m", **changes)
+
+
+@pytest.mark.parametrize(
+    "flag",
+    ["--pw", "--pass", "--passphrase", "--credentials", "--bearer", "--jwt", "--cookie", "--auth", "--sas"],
+)
+def test_r14_3_a_flag_that_takes_a_secret_is_refused(flag: str) -> None:
+    with pytest.raises(ValidationError, match="which takes a secret"):
+        _server(extra_args=[flag, "CANARY23xyz"])
+
+
+@pytest.mark.parametrize(
+    "flag", ["--allow-credentials", "--answer-key", "--model", "--max-num-batched-tokens"]
+)
+def test_r14_3_other_flags_are_taken(flag: str) -> None:
+    _server(extra_args=[flag])
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("DB_PW", "x1"), ("JWT", "x2"), ("APPKEY", "x3"), ("GITHUB_AUTH", "x4"), ("AZURE_SAS", "x5"),
+     ("FOO", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.abcdefghijklmnop")],
+)  # fmt: skip
+def test_r14_3_an_environment_variable_the_shared_rule_calls_secret_is_refused(name: str, value: str) -> None:
+    with pytest.raises(ValidationError, match="looks like a secret") as caught:
+        _server(extra_env={name: value})
+    assert value not in str(caught.value)
+
+
+def test_r14_6_distinct_parameter_names_are_judged_at_the_speed_of_a_pattern() -> None:
+    text = "http://h/?" + "&".join(f"n{i}x=v" for i in range(250_000)) + "&token=CANARY"
+    started = time.perf_counter()
+    said = redact_urls_in_text(text)
+    assert time.perf_counter() - started < 10.0  # about 1 s here; 17 us a name: 4 s, 10 s under load
+    assert said.endswith("&token=***")
