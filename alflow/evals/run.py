@@ -32,6 +32,7 @@ from alflow.loadgen.endpoints import Sampling
 from alflow.loadgen.runner import run_load
 from alflow.loadgen.spec import LoadSpec, Target
 from alflow.plugins import is_set, plugin_of, usable_names
+from alflow.util.names import shown
 from alflow.util.redact import redact_url
 
 PROBE_PATHS = ("/version", "/server_info")
@@ -101,6 +102,13 @@ async def probe_synthetic(
                     body = await resp.read()
             except aiohttp.ClientError:
                 continue
+            except (
+                TimeoutError
+            ):  # a server that takes the connection and never answers (round 14): not a traceback
+                raise InvalidInputError(
+                    f"--base-url {shown(redact_url(base_url))}: no answer within {timeout_s:g} s (asked {path} "
+                    "about synthetic acceptance)"
+                ) from None
             try:
                 info = orjson.loads(body)
             except orjson.JSONDecodeError:

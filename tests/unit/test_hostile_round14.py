@@ -99,3 +99,25 @@ def test_r14_6_distinct_parameter_names_are_judged_at_the_speed_of_a_pattern() -
     said = redact_urls_in_text(text)
     assert time.perf_counter() - started < 10.0  # about 1 s here; 17 us a name: 4 s, 10 s under load
     assert said.endswith("&token=***")
+
+
+async def test_r14_9_a_server_that_never_answers_the_probe_is_one_line() -> None:
+    """``eval gsm8k`` against a server that takes the connection and never answers: a 79-line traceback."""
+    import asyncio
+
+    from alflow.errors import InvalidInputError
+    from alflow.evals.run import probe_synthetic
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1 << 16)
+        await asyncio.sleep(30)
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        with pytest.raises(
+            InvalidInputError, match=r"^--base-url 'http://127.0.0.1:\d+': no answer within 0.5 s"
+        ):
+            await probe_synthetic(f"http://127.0.0.1:{port}", timeout_s=0.5)
+    finally:
+        server.close()
