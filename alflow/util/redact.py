@@ -328,9 +328,12 @@ _KNOWN_TOKEN: Final = re.compile(
 )
 """Tokens of a well-known shape (an AWS access key id, GitHub, Hugging Face, OpenAI and Slack tokens, a private key
 block): secrets wherever they stand."""
-_ASSIGNED: Final = re.compile(r"(?<![A-Za-z0-9_.%-])(-{0,2}[A-Za-z][A-Za-z0-9_.-]{0,63})=([^\s&#'\"<>`,;|]+)")
-"""``NAME=value`` in free text (``password=...``, ``--api-key=...``, ``HF_TOKEN=...``): the value of a secret name
-(:func:`is_secret_name`) is redacted."""
+_ASSIGNED: Final = re.compile(
+    r"(?<![A-Za-z0-9_.%-])(-{0,2}[A-Za-z][A-Za-z0-9_.-]{0,63})([ \t]{0,4}=[ \t]{0,4}['\"]?)([^\s&#'\"<>`,;|]+)"
+)
+"""``NAME=value`` in free text (``password=...``, ``--api-key=...``, ``HF_TOKEN=...``, SGLang's logged
+``api_key='...'``, ``token = ...``): the value of a secret name (:func:`is_secret_name`, :func:`is_secret_key`) is
+redacted."""
 
 
 def _assigned(m: re.Match[str]) -> str:
@@ -338,11 +341,13 @@ def _assigned(m: re.Match[str]) -> str:
 
     A LoRA named ``first-pass=/loras/a`` holds no secret.
     """
-    name = m[1].lstrip("-")
-    secret = (is_secret_name(name.replace("-", "_")) or is_secret_key_cached(name)) and not m[2].startswith(
+    name, gap, value = m[1].lstrip("-"), m[2], m[3]
+    if value.startswith("="):  # "token == x": a comparison, no assignment
+        return m[0]
+    secret = (is_secret_name(name.replace("-", "_")) or is_secret_key_cached(name)) and not value.startswith(
         ("/", "./", "~")
     )
-    return f"{m[1]}={REDACTED}{_trailing(m[2])}" if secret else m[0]
+    return f"{m[1]}{gap}{REDACTED}{_trailing(value)}" if secret else m[0]
 
 
 def _trailing(value: str) -> str:
@@ -351,8 +356,8 @@ def _trailing(value: str) -> str:
 
 
 _QUOTED_PAIR: Final = re.compile(
-    r'"([A-Za-z_][A-Za-z0-9_.-]{0,63})"([ \t]{0,16}:[ \t]{0,16})"([^"\\\n]*(?:\\.[^"\\\n]*)*)"'
-    r"|'([A-Za-z_][A-Za-z0-9_.-]{0,63})'([ \t]{0,16}:[ \t]{0,16})'([^'\\\n]*(?:\\.[^'\\\n]*)*)'"
+    r'"([A-Za-z_][A-Za-z0-9_.-]{0,63})"([ \t]{0,16}:[ \t]{0,16}\[?[ \t]{0,4})"([^"\\\n]*(?:\\.[^"\\\n]*)*)"'
+    r"|'([A-Za-z_][A-Za-z0-9_.-]{0,63})'([ \t]{0,16}:[ \t]{0,16}\[?[ \t]{0,4})'([^'\\\n]*(?:\\.[^'\\\n]*)*)'"
 )
 """``"name": "value"`` or ``'name': 'value'`` in free text (a server's JSON error answer, a Python dict's repr): the
 value of a secret-named key (:func:`is_secret_key`) is redacted. Name and spaces bounded, the value scanned once up
@@ -368,19 +373,51 @@ def _quoted_pair(m: re.Match[str]) -> str:
 
 
 _HEADER_PAIR: Final = re.compile(
-    r"(?<![A-Za-z0-9_.-])((?:[A-Za-z][A-Za-z0-9]{0,31}-){1,8}[A-Za-z0-9]{1,31}|[Cc][Oo][Oo][Kk][Ii][Ee])"
-    r":([ \t]{1,16})([^\s'\"<>`,;]+)"
+    r"(?<![A-Za-z0-9_.-])([A-Za-z][A-Za-z0-9_-]{0,63}):([ \t]{1,16})(?=([^\s'\"<>`,;]+))"
 )
-"""``Name: value`` in free text (a header a server's error quotes: ``X-Api-Key: ...``): the value of a secret-named
-header (:func:`is_secret_key`; a name with a hyphen, or ``Cookie``: alflow's own ``field_name: reason`` lines are no
-headers) is redacted. A space after the colon (not ``http://``, not ``12:30``); linear."""
+"""``Name: value`` in free text (a header a server's error quotes, ``X-Api-Key: ...``; a log's ``password: ...``),
+the value looked at ahead (not taken: ``upstream: X-Api-Key: v`` holds two). A space after the colon (not
+``http://``, not ``12:30``); linear (each value starts after its own run of spaces)."""
 
 
-def _header_pair(m: re.Match[str]) -> str:
-    # an authorization scheme's name is no secret: its credential after it is (_AUTH_VALUE)
-    if m[3] == REDACTED or m[3].lower() in _AUTH_SCHEMES or not is_secret_key_cached(m[1]):
-        return m[0]
-    return f"{m[1]}:{m[2]}{REDACTED}"
+def _redact_header_pairs(text: str) -> str:
+    """``text`` with the value of each secret :data:`_HEADER_PAIR` redacted (:func:`_secret_header`)."""
+    out, done = [], 0
+    for m in _HEADER_PAIR.finditer(text):
+        start = m.end()
+        if start >= done and _secret_header(m[1], m[3]):
+            out += [text[done:start], REDACTED]
+            done = start + len(m[3])
+    return "".join([*out, text[done:]]) if out else text
+
+
+def _secret_header(name: str, value: str) -> bool:
+    """Whether ``Name: value`` holds a secret: a secret-named key (:func:`is_secret_key`) with a value of its own.
+
+    A header's name (a hyphen, a capital: ``X-Api-Key``, ``Password``, ``Cookie``) with any value; alflow's own
+    ``field_name: reason`` lines hold a lower-case name, so such a name counts only before a value that looks like a
+    credential (a digit in six characters or more: ``password: hunter42``, not ``api_key: credentials``).
+    """
+    if value == REDACTED or value.lower() in _AUTH_SCHEMES or not is_secret_key_cached(name):
+        return False  # an authorization scheme's name is no secret: its credential after it is (_AUTH_VALUE)
+    return "-" in name or name[:1].isupper() or _credential_like(value)
+
+
+_FLAG_VALUE: Final = re.compile(
+    r"(?<!\S)(--[A-Za-z][A-Za-z0-9-]{0,63})([ \t]{1,4})([^\s'\"<>`,;|-][^\s'\"<>`,;|]*)"
+)
+"""``--flag value`` in free text (a logged command line): the value of a flag that takes a secret (:func:`is_secret_flag`)."""
+
+
+def _flag_value(m: re.Match[str]) -> str:
+    # alflow's own lines say "--api-key is ...": a value counts when it looks like a credential (as _secret_header)
+    secret = is_secret_flag(m[1]) and _credential_like(m[3])
+    return f"{m[1]}{m[2]}{REDACTED}" if secret else m[0]
+
+
+def _credential_like(value: str) -> bool:
+    """A word that may be a credential rather than prose: six characters or more, a digit among them."""
+    return value != REDACTED and len(value) >= 6 and any(c.isdigit() for c in value)
 
 
 _AUTH_SCHEMES: Final = frozenset({"bearer", "basic", "token", "digest", "negotiate"})
@@ -415,7 +452,8 @@ def _redact_free(text: str) -> str:
     """``text`` without credentials written outside a URL: a header value, a known token, a secret assignment.
 
     The patterns :data:`_AUTH_VALUE`, :data:`_KNOWN_TOKEN`, :data:`_ASSIGNED`, :data:`_QUOTED_PAIR` (a JSON
-    or Python ``"name": "value"``) and :data:`_HEADER_PAIR` (``X-Api-Key: value``), each on a bounded prefix: linear.
+    or Python ``"name": "value"``), :data:`_HEADER_PAIR` (``X-Api-Key: value``) and :data:`_FLAG_VALUE` (``--api-key
+    value``), each on a bounded prefix: linear.
     """
     lower = text.lower()
     if "bearer" in lower or "authorization" in lower:
@@ -427,7 +465,9 @@ def _redact_free(text: str) -> str:
     if ":" in text and ('"' in text or "'" in text):
         text = _QUOTED_PAIR.sub(_quoted_pair, text)
     if ": " in text or ":\t" in text:
-        text = _HEADER_PAIR.sub(_header_pair, text)
+        text = _redact_header_pairs(text)
+    if "--" in text:
+        text = _FLAG_VALUE.sub(_flag_value, text)
     return text
 
 

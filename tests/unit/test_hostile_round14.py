@@ -121,3 +121,37 @@ async def test_r14_9_a_server_that_never_answers_the_probe_is_one_line() -> None
             await probe_synthetic(f"http://127.0.0.1:{port}", timeout_s=0.5)
     finally:
         server.close()
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        (
+            "server_args=ServerArgs(model_path='m', api_key='SGLKEY12345', host='h')",
+            "api_key='***', host='h')",
+        ),
+        ("non-default args: {'model': 'm', 'api_key': ['VLLMKEY67890']}", "'api_key': ['***']}"),
+        ("proxy config: password: YAMLPW4242 token = SPACEDTOK77", "password: *** token = ***"),
+        ("cmd: vllm serve --api-key CLIKEY5555 --model m", "--api-key *** --model m"),
+        ("ApiKey: CAMEL1abcdef", "ApiKey: ***"),
+        ('api_key = "QUOTED1abc" ok', 'api_key = "***" ok'),
+    ],
+)
+def test_r14_8_a_logged_secret_in_any_of_a_servers_forms_is_redacted(text: str, shown: str) -> None:
+    """SGLang logs ``api_key='...'``, vLLM a dict with lists, a proxy YAML, the command line: all were kept."""
+    said = redact_urls_in_text(text)
+    assert "CANARY" not in said
+    assert said.endswith(shown), said
+
+
+@pytest.mark.parametrize(
+    "prose",
+    [
+        "the parameter api_key: credentials in a URL are refused",
+        "error: --api-key is 70,000 characters long",
+        "token == x and a == b",
+        "--model m --tokenizer t",
+    ],
+)
+def test_r14_8_alflows_own_lines_are_left_as_they_are(prose: str) -> None:
+    assert redact_urls_in_text(prose) == prose
