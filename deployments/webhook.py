@@ -240,9 +240,13 @@ def _where_to(url: str) -> str:
 
 def _is_web_url(url: str) -> bool:
     """Whether ``url`` is an ``http(s)://`` URL with a host (what a Custom Webhook block can post to)."""
+    if any(
+        c.isspace() or not c.isprintable() for c in url
+    ):  # urlsplit drops a tab or newline inside (round 14)
+        return False
     try:
         parts = urlsplit(url)
-        return parts.scheme in ("http", "https") and bool(parts.hostname) and url == url.strip()
+        return parts.scheme in ("http", "https") and bool(parts.hostname)
     except ValueError:  # a bad IPv6 literal, a port out of range
         return False
 

@@ -155,3 +155,14 @@ def test_r14_8_a_logged_secret_in_any_of_a_servers_forms_is_redacted(text: str, 
 )
 def test_r14_8_alflows_own_lines_are_left_as_they_are(prose: str) -> None:
     assert redact_urls_in_text(prose) == prose
+
+
+@pytest.mark.parametrize(
+    "url", ["https://h/a b", "https://h/a\tb", "https://ho\nst/x", "https://h/x\u00a0", "https://h/\x1b"]
+)
+def test_r14_7_a_webhook_url_with_a_space_or_control_inside_is_refused(url: str) -> None:
+    """``urlsplit`` drops a tab or newline inside a URL: the helper judged another URL than the one it saved."""
+    from alflow_deployments import webhook
+
+    assert not webhook._is_web_url(url)
+    assert webhook._is_web_url("https://hooks.example.com/services/T/B/x")
