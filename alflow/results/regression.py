@@ -65,7 +65,37 @@ class MetricChange(_Stored):
                 )
         if self.low is not None and self.high is not None and self.low > self.high:
             raise ValueError(f"its interval [{self.low!r}, {self.high!r}] ends below where it starts")
+        if self.change is not None and self.change <= -1.0:  # current / baseline - 1 of two positive medians
+            raise ValueError(
+                f"a metric judged {self.outcome} has a change of {self.change!r}, not above -100%"
+            )
+        if (
+            self.outcome in _MOVED
+            and self.low is not None
+            and self.high is not None
+            and self.low <= 0 <= self.high
+        ):
+            raise ValueError(
+                f"a metric judged {self.outcome} has an interval [{self.low!r}, {self.high!r}] holding 0"
+            )
         return self
+
+    def against(self, threshold: float) -> str | None:
+        """Why this metric's verdict contradicts its own numbers at ``threshold`` (the check's rule), None if not."""
+        if self.change is None or self.low is None or self.high is None:
+            return None
+        beyond = abs(self.change) >= threshold and not self.low <= 0 <= self.high
+        if self.outcome in _MOVED and not beyond:
+            return f"{self.metric} judged {self.outcome} at {self.change:+.1%}, under the threshold {threshold:.0%}"
+        if self.outcome == "unchanged" and beyond:
+            return (
+                f"{self.metric} judged unchanged at {self.change:+.1%} [{self.low:+.1%}, {self.high:+.1%}], beyond the "
+                f"threshold {threshold:.0%} on one side"
+            )
+        return None
+
+
+_MOVED: Final = ("regressed", "improved")
 
 
 class PointVerdict(_Stored):
@@ -115,11 +145,43 @@ class RegressionReport(_Stored):
         return [p for p in self.points if p.outcome in ALERT_OUTCOMES]
 
 
+def contradiction(report: RegressionReport) -> str | None:
+    """Where an M2 report's verdicts contradict their own metrics (stored files are checked so), None if nowhere.
+
+    A point's verdict is what its metrics' verdicts make it, and a metric's what its change and interval make it at the
+    report's threshold. Round 14: an "unchanged" at +90 % [+80 %, +100 %], an "improved" of no metric, or one whose
+    one metric "regressed", was shown as stored.
+    """
+    if report.kind != "m2":
+        return None
+    for i, point in enumerate(report.points):
+        if point.outcome not in ("regressed", "improved", "unchanged"):
+            continue
+        judged = [m.outcome for m in point.metrics if m.outcome not in ("not compared", "not enough history")]
+        combined = (
+            "regressed" if "regressed" in judged else "improved" if "improved" in judged else "unchanged"
+        )
+        if not judged or combined != point.outcome:
+            made = combined if judged else "not compared"
+            return f"points.{i}: judged {point.outcome} with metric verdicts {judged or 'none'} (the check makes it {made})"
+        if report.parameters is None:
+            continue
+        for m in point.metrics:
+            why = m.against(report.parameters.threshold)
+            if why:
+                return f"points.{i}: {why}"
+    return None
+
+
 def parse_report(data: object, where: str) -> RegressionReport:
     """The report a stored ``regression.json`` holds; one line naming ``where`` and the field when it is not one."""
     try:
-        return RegressionReport.model_validate(data)
+        report = RegressionReport.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"]) or "(top level)"
         raise AlflowError(f"{where}: not a regression report: {field}: {err['msg']}") from None
+    why = contradiction(report)
+    if why:
+        raise AlflowError(f"{where}: not a regression report: {why}")
+    return report

@@ -166,3 +166,49 @@ def test_r14_7_a_webhook_url_with_a_space_or_control_inside_is_refused(url: str)
 
     assert not webhook._is_web_url(url)
     assert webhook._is_web_url("https://hooks.example.com/services/T/B/x")
+
+
+def _report(outcome: str, metrics: list[dict[str, object]]) -> dict[str, object]:
+    params = {
+        "history_runs": 3,
+        "min_history": 2,
+        "threshold": 0.05,
+        "resamples": 100,
+        "confidence": 0.9,
+        "seed": 0,
+    }
+    point = {"series": {}, "concurrency": 4, "k": 3, "outcome": outcome, "metrics": metrics}
+    return {"kind": "m2", "method": "bootstrap", "parameters": params, "points": [point]}
+
+
+def _metric(outcome: str, change: float, low: float, high: float, current: float = 10.0) -> dict[str, object]:
+    return {"metric": "tpot_ms", "current": current, "baseline": 10.0, "change": change, "low": low, "high": high,
+            "outcome": outcome}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "report",
+    [
+        _report(
+            "unchanged", [_metric("unchanged", 0.9, 0.8, 1.0)]
+        ),  # +90 % [+80 %, +100 %] is no "unchanged"
+        _report("improved", []),  # no metric
+        _report("improved", [_metric("regressed", 0.2, 0.1, 0.3)]),  # its one metric regressed
+        _report("improved", [_metric("improved", -1.0, -1.0, -1.0, current=1e-300)]),  # -100 %
+        _report("regressed", [_metric("regressed", 0.01, 0.005, 0.02)]),  # under the threshold
+        _report("regressed", [_metric("regressed", 0.2, -0.1, 0.3)]),  # its interval holds 0
+    ],
+)
+def test_r14_4_a_stored_verdict_that_contradicts_its_numbers_is_no_report(report: dict[str, object]) -> None:
+    from alflow.errors import AlflowError
+    from alflow.results.regression import parse_report
+
+    with pytest.raises(AlflowError, match=r"^regression.json: not a regression report: points\.0"):
+        parse_report(report, "regression.json")
+
+
+def test_r14_4_a_verdict_the_check_would_make_is_read() -> None:
+    from alflow.results.regression import parse_report
+
+    ok = _report("regressed", [_metric("regressed", 0.2, 0.1, 0.3), _metric("unchanged", 0.01, -0.01, 0.03)])
+    assert parse_report(ok, "regression.json").points[0].outcome == "regressed"
