@@ -33,6 +33,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from alflow.errors import AlflowError, InvalidInputError
+from alflow.util.fsutil import check_writable_dir
 
 log = logging.getLogger(__name__)
 
@@ -330,7 +331,14 @@ def prepare_model(
     if name not in MODELS:
         raise InvalidInputError(f"model {name!r} is not known; known: {', '.join(MODELS)}")
     source = MODELS[name]
-    root = (Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()) / "models"
+    base = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    what = (
+        "--cache-dir"
+        if cache_dir is not None
+        else "the cache folder ($ALFLOW_CACHE_DIR, $XDG_CACHE_HOME/alflow)"
+    )
+    check_writable_dir(base, what=what)  # a file, a FIFO, /dev/null: one line before any work (round 14)
+    root = base / "models"
     folder = root / name
     with _locked(root / f".{name}.lock"):
         why: str | None = "forced" if force else None

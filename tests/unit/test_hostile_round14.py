@@ -10,6 +10,7 @@ value shaped like a JWT too. R14-6: distinct parameter names were judged at 17 u
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -212,3 +213,28 @@ def test_r14_4_a_verdict_the_check_would_make_is_read() -> None:
 
     ok = _report("regressed", [_metric("regressed", 0.2, 0.1, 0.3), _metric("unchanged", 0.01, -0.01, 0.03)])
     assert parse_report(ok, "regression.json").points[0].outcome == "regressed"
+
+
+@pytest.mark.parametrize("kind", ["file", "under-a-file", "dev-null"])
+def test_r14_10_a_cache_dir_that_is_no_folder_is_one_line_before_any_work(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``models prepare --cache-dir FILE`` (or ``$ALFLOW_CACHE_DIR``) was a ``NotADirectoryError`` traceback."""
+    from typer.testing import CliRunner
+
+    from alflow.cli import app
+
+    (tmp_path / "afile").write_text("x")
+    given = {
+        "file": tmp_path / "afile",
+        "under-a-file": tmp_path / "afile" / "sub",
+        "dev-null": Path("/dev/null"),
+    }[kind]
+    result = CliRunner().invoke(app, ["models", "prepare", "smollm2", "--cache-dir", str(given)])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"error: --cache-dir '{given}'"), result.output
+    assert "not a folder" in result.output
+    monkeypatch.setenv("ALFLOW_CACHE_DIR", str(given))
+    result = CliRunner().invoke(app, ["models", "prepare", "smollm2"])
+    assert result.exit_code == 2, result.output
+    assert "the cache folder ($ALFLOW_CACHE_DIR" in result.output
