@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib
 import itertools
 import json
 import math
@@ -290,6 +291,9 @@ def _child(reference: str, report: str, alarm_s: int) -> None:
     try:  # the built-in union before a plugin's config needs it (by name: in this child only; the command's own
         _load("alflow.config.server:ServerBase")  # imports run the other way, plugins -> probe)
         _import_all_of_alflow()  # loaded first: a plugin replacing a function or a method anywhere in it is seen
+        for library in _WATCHED_LIBRARIES:  # and the libraries watched, so that their state is taken before
+            with contextlib.suppress(ImportError):
+                importlib.import_module(library)
     except (
         BaseException
     ):  # alflow's own failure here, not the plugin's: no verdict (the command meets it itself)
@@ -355,6 +359,9 @@ _WATCHED_MODULES: Final = ("builtins", "json", "os", "sys", "logging", "asyncio"
 """The standard modules alflow relies on: a plugin that replaces one of their functions (``json.dumps``,
 ``html.escape``) is left out; so is one that replaces a function of any alflow module loaded before it
 (``alflow.util.redact.redact_url``)."""
+_WATCHED_LIBRARIES: Final = ("aiohttp", "httpx", "jinja2", "yaml", "markupsafe", "multidict", "yarl")
+"""Libraries whose every loaded module's functions and classes' methods are watched too (round 14: a plugin patched
+``aiohttp.ClientSession._request``, ``httpx.Client.send``, ``jinja2.Environment.__init__``, ``yaml.safe_load``)."""
 
 
 def _interpreter_state() -> dict[str, object]:
@@ -371,7 +378,9 @@ def _interpreter_state() -> dict[str, object]:
 
     modules = {name: importlib.import_module(name) for name in _WATCHED_MODULES}
     modules |= {
-        name: m for name, m in list(sys.modules.items()) if name.startswith("alflow") and m is not None
+        name: m
+        for name, m in list(sys.modules.items())
+        if m is not None and name.partition(".")[0] in ("alflow", *_WATCHED_LIBRARIES)
     }
     state: dict[str, object] = {
         f"{name}.{attr}": id(value)
@@ -380,14 +389,16 @@ def _interpreter_state() -> dict[str, object]:
         if callable(value) and not attr.startswith("__")
     }
     state |= _alflow_values(modules)
-    state |= {  # the methods of alflow's own classes (a run writer's write_json replaced lost summaries)
+    state |= {  # the methods of alflow's own classes (a run writer's write_json replaced lost summaries), and of the
+        # libraries its requests, pages and files go through (aiohttp's ClientSession._request read every API key)
         f"{name}.{cls.__name__}.{attr}": id(value)
         for name, module in modules.items()
-        if name.startswith("alflow")
+        if name.partition(".")[0] in ("alflow", *_WATCHED_LIBRARIES)
         for cls in list(vars(module).values())
         if isinstance(cls, type) and cls.__module__ == name
         for attr, value in list(vars(cls).items())
-        if not attr.startswith("__")
+        # a method (``__init__`` too), and an alflow class's other attributes (a library's own caches change)
+        if callable(value) or (name.startswith("alflow") and not attr.startswith("__"))
     }
     umask = os.umask(0o22)
     os.umask(umask)

@@ -238,3 +238,30 @@ def test_r14_10_a_cache_dir_that_is_no_folder_is_one_line_before_any_work(
     result = CliRunner().invoke(app, ["models", "prepare", "smollm2"])
     assert result.exit_code == 2, result.output
     assert "the cache folder ($ALFLOW_CACHE_DIR" in result.output
+
+
+@pytest.mark.parametrize(
+    ("module", "owner", "attr"),
+    [
+        ("aiohttp", "ClientSession", "_request"),
+        ("httpx", "Client", "send"),
+        ("jinja2", "Environment", "__init__"),
+        ("yaml", None, "safe_load"),
+    ],
+)
+def test_r14_5_a_patched_method_of_a_library_alflow_uses_is_seen(
+    module: str, owner: str | None, attr: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plugin replacing ``aiohttp.ClientSession._request`` read ``bench --api-key`` from every request, unseen."""
+    import importlib
+
+    from alflow.plugin_probe import _interpreter_state
+
+    lib = importlib.import_module(module)
+    target = getattr(lib, owner) if owner else lib
+    before = _interpreter_state()
+    monkeypatch.setattr(target, attr, lambda *a, **k: None)
+    after = _interpreter_state()
+    changed = [name for name, value in before.items() if after.get(name) != value]
+    assert changed, f"{module}.{owner or ''}.{attr} replaced, and the probe saw nothing"
+    assert all(attr in name for name in changed), changed
