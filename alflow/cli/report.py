@@ -163,32 +163,32 @@ def _check_root(root: str) -> str:
     return check_results_root(root, name="--root")
 
 
-def _output(output: str | None) -> str | None:
+def _output(output: str | None, option: str = "--output") -> str | None:
     """``--output`` checked before any work (:func:`~alflow.util.names.check_output_file`); None or ``-``: stdout."""
     if output is None or output == "-":
         return output
     try:
-        path = Path(os.path.realpath(check_output_file(output)))
+        path = Path(os.path.realpath(check_output_file(output, what=option)))
     except ValueError as exc:
         raise InvalidInputError(str(exc)) from None
     if (path.parent / "manifest.json").is_file() and path.name not in ("report.html", "report.md"):
         raise InvalidInputError(  # it would replace what the run measured (its manifest, a table)
-            f"--output {output!r} is in a run folder ({path.parent.name}): a report may replace only its report.html "
+            f"{option} {output!r} is in a run folder ({path.parent.name}): a report may replace only its report.html "
             "or report.md there; give another path"
         )
     return output
 
 
-def _write(text: str, output: str | None) -> None:
+def _write(text: str, output: str | None, option: str = "--output") -> None:
     # exports too: no password from a stored model id or URL, no raw control or bidi character (a CSV cell)
     text = escape_controls(redact_urls_in_text(text))
-    output = _output(output)
+    output = _output(output, option)
     if output is None or output == "-":
         sys.stdout.write(text)
         return
     path = Path(output).expanduser()
     write_out_file(
-        path, text.encode(), "--output"
+        path, text.encode(), option
     )  # a full disk: one line naming the option, not "could not read"
     say_err(f"wrote {path}")
 
@@ -310,6 +310,7 @@ def k_schedule(
     smaller K (vLLM's tune_speculative_k). Writes a --speculative-config fragment; the decisions and any
     warning go to stderr.
     """
+    out = _output(out, "--out")  # before the sweep is read (round 14)
     schedule = run_k_schedule(_open(run_dir, strict=True), objective)
     for line in describe(schedule):
         say_err(line)
@@ -317,4 +318,4 @@ def k_schedule(
         say_err(f"warning: {line}")
     # without --json one line: pasteable into --speculative-config beside the method and drafter
     data = schedule.to_dict() if as_json else schedule.speculative_config()
-    _write(jsonutil.dumps(data, indent=2 if as_json else None) + "\n", out)
+    _write(jsonutil.dumps(data, indent=2 if as_json else None) + "\n", out, "--out")

@@ -265,3 +265,18 @@ def test_r14_5_a_patched_method_of_a_library_alflow_uses_is_seen(
     changed = [name for name, value in before.items() if after.get(name) != value]
     assert changed, f"{module}.{owner or ''}.{attr} replaced, and the probe saw nothing"
     assert all(attr in name for name in changed), changed
+
+
+def test_r14_11_k_schedule_out_is_checked_before_the_sweep_and_named_as_given(tmp_path: Path) -> None:
+    """``report k-schedule --out FOLDER`` was checked after the schedule was computed, and named ``--output``."""
+    from typer.testing import CliRunner
+
+    from alflow.cli import app
+
+    (tmp_path / "afile").write_text("x")
+    out = tmp_path / "afile" / "k.json"
+    result = CliRunner().invoke(
+        app, ["report", "k-schedule", str(tmp_path / "no-such-sweep"), "--out", str(out)]
+    )
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: --out "), result.output  # the output first: the sweep is not read
