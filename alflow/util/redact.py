@@ -395,12 +395,16 @@ def _secret_header(name: str, value: str) -> bool:
     """Whether ``Name: value`` holds a secret: a secret-named key (:func:`is_secret_key`) with a value of its own.
 
     A header's name (a hyphen, a capital: ``X-Api-Key``, ``Password``, ``Cookie``) with any value; alflow's own
-    ``field_name: reason`` lines hold a lower-case name, so such a name counts only before a value that looks like a
-    credential (a digit in six characters or more: ``password: hunter42``, not ``api_key: credentials``).
+    ``field_name: reason`` and ``ENV_NAME: reason`` lines hold a lower-case or upper-case name, so such a name counts
+    only before a value that looks like a credential (a digit in six characters or more: ``password: hunter42``, not
+    ``api_key: credentials``).
     """
     if value == REDACTED or value.lower() in _AUTH_SCHEMES or not is_secret_key_cached(name):
         return False  # an authorization scheme's name is no secret: its credential after it is (_AUTH_VALUE)
-    return "-" in name or name[:1].isupper() or _credential_like(value)
+    capitalized = (
+        name[:1].isupper() and not name.isupper()
+    )  # Password, ApiKey; not an ENV_NAME ("HF_TOKEN: reason")
+    return "-" in name or capitalized or _credential_like(value)
 
 
 _FLAG_VALUE: Final = re.compile(

@@ -280,3 +280,14 @@ def test_r14_11_k_schedule_out_is_checked_before_the_sweep_and_named_as_given(tm
     )
     assert result.exit_code == 2, result.output
     assert result.output.startswith("error: --out "), result.output  # the output first: the sweep is not read
+
+
+def test_r14_8_an_env_name_before_a_reason_is_no_header() -> None:
+    """``--token-env ALFLOW_SITE_TOKEN: the token has 5 characters`` lost its "the" to the header rule."""
+    line = (
+        "error: --token-env ALFLOW_TEST_SHORT_SITE_TOKEN: the token has 5 characters; at least 16 are needed"
+    )
+    assert redact_urls_in_text(line) == line
+    assert (
+        redact_urls_in_text("HF_TOKEN: hf12345678") == "HF_TOKEN: ***"
+    )  # a credential-like value still goes
