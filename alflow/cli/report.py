@@ -45,7 +45,7 @@ from alflow.reports.matrix import METRICS, build_matrix, matrix_csv, matrix_json
 from alflow.reports.render import render_comparison, render_run, write_html_report
 from alflow.results.store import StoredRun, StoreError, check_results_root, iter_runs, open_run
 from alflow.util import jsonutil
-from alflow.util.fsutil import STORE_SCHEMES, local_path_of
+from alflow.util.fsutil import STORE_URLS, foreign_url
 from alflow.util.names import check_output_file, shown
 from alflow.util.redact import redact_url, redact_urls_in_text
 
@@ -104,10 +104,10 @@ def _open(run_dir: str, *, strict: bool) -> StoredRun:
     """The run at ``run_dir``, its damaged tables checked: an error when ``strict``, else warnings."""
     if not run_dir.strip():  # "" would read the working folder
         raise InvalidInputError("RUN_DIR '' is empty: give a run directory (local path or s3:// / gs:// URL)")
-    if local_path_of(run_dir) is None and run_dir.split("://", 1)[0].lower() not in STORE_SCHEMES:
-        raise InvalidInputError(  # http://, ftp://: a server that never answers held the command for minutes
+    if foreign_url(run_dir):  # http://, ftp://: a server that never answers held the command for minutes
+        raise InvalidInputError(
             f"RUN_DIR {shown(redact_url(run_dir))}: a URL of this scheme is not a run directory; allowed: a local "
-            f"path or an {' / '.join(f'{scheme}://' for scheme in STORE_SCHEMES)} URL"
+            f"path or an {STORE_URLS} URL"
         )
     run = open_run(run_dir)
     problems = run.damaged_tables()

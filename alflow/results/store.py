@@ -41,9 +41,10 @@ from pydantic import ValidationError
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.results.manifest import SCHEMA_VERSION, FileEntry, RunManifest, RunProvenance, Status
 from alflow.util.fsutil import (
-    STORE_SCHEMES,
+    STORE_URLS,
     atomic_write_bytes,
     check_writable_dir,
+    foreign_url,
     local_path_of,
     open_regular,
     read_at_most,
@@ -206,14 +207,13 @@ def check_results_root(root: str, *, name: str) -> str:
     chained = chained_root_problem(root)
     if chained:
         raise InvalidInputError(f"{name} {shown(redact_url(root))}: {chained}")
+    if foreign_url(root):
+        raise InvalidInputError(
+            f"{name} {shown(redact_url(root))}: a URL of this scheme is not a results root; "
+            f"allowed: a results root folder or an {STORE_URLS} URL"
+        )
     local = local_path_of(root)
     if local is None:
-        if root.split("://", 1)[0].lower() not in STORE_SCHEMES:
-            allowed = " / ".join(f"{scheme}://" for scheme in STORE_SCHEMES)
-            raise InvalidInputError(
-                f"{name} {shown(redact_url(root))}: a URL of this scheme is not a results root; "
-                f"allowed: a results root folder or an {allowed} URL"
-            )
         return root
     path = Path(local)
     try:

@@ -251,6 +251,13 @@ STORE_SCHEMES: Final = ("s3", "gs", "gcs")
 """URL schemes a results root may have besides a local path: the object stores the run store writes through fsspec.
 Any other (``http://``, ``ftp://``, ``zip://``) is no results root: a server that never answers held a command for
 minutes (round 14)."""
+STORE_URLS: Final = " / ".join(f"{scheme}://" for scheme in STORE_SCHEMES)
+"""The schemes of :data:`STORE_SCHEMES` as a refusal names them (``s3:// / gs:// / gcs://``)."""
+
+
+def foreign_url(path: str) -> bool:
+    """Whether ``path`` is a URL of no object store (:data:`STORE_SCHEMES`): no results root nor run directory."""
+    return local_path_of(path) is None and path.split("://", 1)[0].lower() not in STORE_SCHEMES
 
 
 def open_regular(path: str | os.PathLike[str], *, follow: bool = True) -> BinaryIO:
