@@ -158,11 +158,6 @@ def _export_text(runs: Sequence[StoredRun], fmt: ReportFormat, digits: int) -> s
     )
 
 
-def _check_root(root: str) -> str:
-    """``--root``: a results root folder or an object store URL, as ``alflow results serve`` takes; else one line."""
-    return check_results_root(root, name="--root")
-
-
 def _output(output: str | None, option: str = "--output") -> str | None:
     """``--output`` checked before any work (:func:`~alflow.util.names.check_output_file`); None or ``-``: stdout."""
     if output is None or output == "-":
@@ -240,7 +235,7 @@ def compare(
         raise InvalidInputError(f"--flow {flow!r} is not one of: {', '.join(FLOWS)}")
     runs = [_open(d, strict=strict) for d in run_dirs or []]
     if root is not None:
-        root = _check_root(root)
+        root = check_results_root(root, name="--root")  # as `alflow results serve` takes
         skipped: list[str] = []
         runs += [r for r in iter_runs(root, flow, skipped) if r.complete]
         if skipped:  # said, not dropped in silence

@@ -19,7 +19,7 @@ snapshots, reports) or printed (errors, logs):
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Final
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -432,8 +432,26 @@ _TOKEN_HINTS: Final = ("akia", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_p
 page is mostly markup: the scans were two thirds of its redaction)."""
 
 
-def may_hold_credentials(text: str, quotes: tuple[str, ...] = ('"', "'")) -> bool:
-    r"""False when :func:`redact_urls_in_text` would leave ``text`` as it is (a cheap test of its hints).
+_QUOTES: Final = ('"', "'")
+_FREE_RULES: Final[tuple[tuple[Callable[[str, str, tuple[str, ...]], bool], Callable[[str], str]], ...]] = (
+    (
+        lambda _t, low, _q: "bearer" in low or "authorization" in low,
+        lambda t: _AUTH_VALUE.sub(r"\1 " + REDACTED, t),
+    ),
+    (lambda _t, low, _q: any(hint in low for hint in _TOKEN_HINTS), lambda t: _KNOWN_TOKEN.sub(REDACTED, t)),
+    (lambda t, low, _q: "=" in t and maybe_secret(low), lambda t: _ASSIGNED.sub(_assigned, t)),
+    (lambda t, _low, q: ":" in t and any(c in t for c in q), lambda t: _QUOTED_PAIR.sub(_quoted_pair, t)),
+    (lambda t, _low, _q: ": " in t or ":\t" in t, _redact_header_pairs),
+    (lambda t, _low, _q: "--" in t, lambda t: _FLAG_VALUE.sub(_flag_value, t)),
+)
+"""The free-text rules, each a cheap hint (text, its lower case as given, what a quote looks like) and the redaction
+it allows: :data:`_AUTH_VALUE`, :data:`_KNOWN_TOKEN`, :data:`_ASSIGNED`, :data:`_QUOTED_PAIR` (a JSON or Python
+``"name": "value"``), :data:`_HEADER_PAIR` (``X-Api-Key: value``) and :data:`_FLAG_VALUE` (``--api-key value``),
+each on a bounded prefix: linear."""
+
+
+def may_hold_credentials(text: str, quotes: tuple[str, ...] = _QUOTES) -> bool:
+    r"""False when :func:`redact_urls_in_text` would leave ``text`` as it is (the hints of :data:`_FREE_RULES`).
 
     ``quotes``: what a quote inside a string looks like in ``text`` (``\"`` in a JSON document's bytes), for the
     ``"name": "value"`` pairs of :data:`_QUOTED_PAIR`.
@@ -441,37 +459,15 @@ def may_hold_credentials(text: str, quotes: tuple[str, ...] = ('"', "'")) -> boo
     if "://" in text or "?" in text:
         return True
     lower = text.lower()
-    return (
-        "bearer" in lower
-        or "authorization" in lower
-        or any(hint in lower for hint in _TOKEN_HINTS)
-        or ("=" in text and maybe_secret(lower))
-        or (":" in text and any(q in text for q in quotes))
-        or ": " in text
-        or ":\t" in text
-    )
+    return any(hint(text, lower, quotes) for hint, _ in _FREE_RULES)
 
 
 def _redact_free(text: str) -> str:
-    """``text`` without credentials written outside a URL: a header value, a known token, a secret assignment.
-
-    The patterns :data:`_AUTH_VALUE`, :data:`_KNOWN_TOKEN`, :data:`_ASSIGNED`, :data:`_QUOTED_PAIR` (a JSON
-    or Python ``"name": "value"``), :data:`_HEADER_PAIR` (``X-Api-Key: value``) and :data:`_FLAG_VALUE` (``--api-key
-    value``), each on a bounded prefix: linear.
-    """
+    """``text`` without credentials written outside a URL (:data:`_FREE_RULES`, in order)."""
     lower = text.lower()
-    if "bearer" in lower or "authorization" in lower:
-        text = _AUTH_VALUE.sub(lambda m: f"{m[1]} {REDACTED}", text)
-    if any(hint in lower for hint in _TOKEN_HINTS):
-        text = _KNOWN_TOKEN.sub(REDACTED, text)
-    if "=" in text and maybe_secret(lower):
-        text = _ASSIGNED.sub(_assigned, text)
-    if ":" in text and ('"' in text or "'" in text):
-        text = _QUOTED_PAIR.sub(_quoted_pair, text)
-    if ": " in text or ":\t" in text:
-        text = _redact_header_pairs(text)
-    if "--" in text:
-        text = _FLAG_VALUE.sub(_flag_value, text)
+    for hint, redact in _FREE_RULES:
+        if hint(text, lower, _QUOTES):
+            text = redact(text)
     return text
 
 

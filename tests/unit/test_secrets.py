@@ -27,6 +27,7 @@ from alflow.util.redact import (
     RedactionError,
     redact_body,
     redact_data,
+    may_hold_credentials,
     redact_text_stream,
     redact_url,
     redact_urls_in_text,
@@ -202,6 +203,25 @@ def test_a_secret_parameter_outside_a_url_is_redacted() -> None:
     assert stored == {"step_log": "/tmp/x?token=***&mode=a", "note": "see ./log?a=1&api_key=*** now"}
     for plain in ("?mode=fast&n=2", "x=1 ? y=2", "max_tokens=512 --max-num-batched-tokens=8192"):
         assert redact_urls_in_text(plain) == plain
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "launched with --api-key abc12345xyz",
+        "Bearer abcdef123456",
+        "key hf_abcdefghijklmnopqrstuvwxyz",
+        "HF_TOKEN=abc12345",
+        '{"api_key": "abc12345"}',
+        "X-Api-Key: abc12345",
+        "see ./log?api_key=key12345",
+        "http://user:pw12345@host/x",
+    ],
+)
+def test_a_text_that_redaction_changes_may_hold_credentials(text: str) -> None:
+    """The site's cheap pre-test and the redaction share their hints: ``--api-key value`` alone passed the test."""
+    assert redact_urls_in_text(text) != text
+    assert may_hold_credentials(text)
 
 
 def test_compact_json_is_redacted_in_parts_and_a_run_with_nowhere_to_cut_is_refused() -> None:
