@@ -49,7 +49,7 @@ from rich.console import Console
 from alflow.errors import InvalidInputError
 from alflow.reports.markdown import escape_controls
 from alflow.util.names import check_output_file, shown
-from alflow.util.redact import cut_middle, redact_urls_in_text, redact_values
+from alflow.util.redact import cut_middle, redact_urls_in_text, redact_values, url_syntax_problem
 from alflow.util.yamlfile import MAX_DEPTH, load_yaml
 
 AUTOMATIONS: Final = Path(__file__).resolve().with_name("automations.yaml")
@@ -238,17 +238,24 @@ def _where_to(url: str) -> str:
     return repr(redact_urls_in_text(shown)[:200])
 
 
+MAX_URL_CHARS: Final = 4096
+"""The longest URL taken (a webhook's or the Prefect API's is a hundred characters or so)."""
+
+
 def _is_web_url(url: str) -> bool:
-    """Whether ``url`` is an ``http(s)://`` URL with a host (what a Custom Webhook block can post to)."""
-    if any(
-        c.isspace() or not c.isprintable() for c in url
-    ):  # urlsplit drops a tab or newline inside (round 14)
+    """Whether ``url`` is an ``http(s)://`` URL with a host and a port in 1-65535, at most :data:`MAX_URL_CHARS` long.
+
+    What a Custom Webhook block can post to; no space or control character (urlsplit drops a tab or newline inside:
+    round 14).
+    """
+    if (
+        len(url) > MAX_URL_CHARS
+        or any(c.isspace() or not c.isprintable() for c in url)
+        or url_syntax_problem(url)
+    ):
         return False
-    try:
-        parts = urlsplit(url)
-        return parts.scheme in ("http", "https") and bool(parts.hostname)
-    except ValueError:  # a bad IPv6 literal, a port out of range
-        return False
+    parts = urlsplit(url)
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 def _nesting(data: object) -> int:
@@ -356,7 +363,8 @@ def _checked(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, A
     """
     if args.url is not None and not _is_web_url(args.url):
         raise InvalidInputError(
-            f"--url {_where_to(args.url)}: give the webhook's http(s)://HOST/... URL, without spaces"
+            f"--url {_where_to(args.url)}: give the webhook's http(s)://HOST[:PORT]/... URL, without spaces, "
+            f"at most {MAX_URL_CHARS:,} characters"
         )
     json_data = json_data_of(args.json_data)
     args.out = _checked_out(args.out)

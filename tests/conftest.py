@@ -49,6 +49,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -225,6 +226,15 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     """A test collected without exactly one tier marker (on a worker) fails here, naming the rule."""
     if _WRONG_TIER in item.stash:
         pytest.fail(item.stash[_WRONG_TIER], pytrace=False)
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A short folder under /tmp: pytest's own under xdist (``.../popen-gw1/test_an_output_file_that_canno0``) is
+    long enough for alflow's one-line messages to cut the paths a test looks for in them."""
+    path = Path(tempfile.mkdtemp(prefix="af-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

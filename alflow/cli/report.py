@@ -203,7 +203,13 @@ def show(
     _output(output)  # before any work
     run = _open(run_dir, strict=fmt not in (ReportFormat.html, ReportFormat.md))
     if fmt is ReportFormat.html and output is None:
-        path = write_html_report(run)
+        try:
+            path = write_html_report(run)
+        except OSError as exc:  # a folder named report.html: a write failure, not a read one
+            target = shown(redact_url(f"{run_dir.rstrip('/')}/report.html"))
+            raise StoreError(
+                f"cannot write the report {target}: {exc.strerror or type(exc).__name__}"
+            ) from None
         say_err(f"wrote {path}")
     elif fmt in (ReportFormat.html, ReportFormat.md):
         _write(render_run(run, "html" if fmt is ReportFormat.html else "md"), output)

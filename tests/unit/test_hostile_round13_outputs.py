@@ -12,9 +12,7 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +39,9 @@ class WorkStarted(AssertionError):
 
 
 @pytest.fixture
-def tmp_path() -> Iterator[Path]:
-    """A short folder: pytest's own under xdist (``.../popen-gw1/test_an_output_file_that_canno0``) is long enough
-    for the one-line messages to cut the paths these tests look for in them."""
-    path = Path(tempfile.mkdtemp(prefix="r13-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+def tmp_path(short_tmp: Path) -> Path:
+    """A short folder (``short_tmp``): the one-line messages cut long paths."""
+    return short_tmp
 
 
 def _bad_paths(tmp_path: Path) -> dict[str, Path]:

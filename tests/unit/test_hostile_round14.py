@@ -159,7 +159,17 @@ def test_r14_8_alflows_own_lines_are_left_as_they_are(prose: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "url", ["https://h/a b", "https://h/a\tb", "https://ho\nst/x", "https://h/x\u00a0", "https://h/\x1b"]
+    "url",
+    [
+        "https://h/a b",
+        "https://h/a\tb",
+        "https://ho\nst/x",
+        "https://h/x\u00a0",
+        "https://h/\x1b",
+        "https://h:0/x",  # round 14's minors: port 0, and a URL of 100,000 characters
+        "https://h:70000/x",
+        "https://h/" + "a" * 100_000,
+    ],
 )
 def test_r14_7_a_webhook_url_with_a_space_or_control_inside_is_refused(url: str) -> None:
     """``urlsplit`` drops a tab or newline inside a URL: the helper judged another URL than the one it saved."""
@@ -291,3 +301,24 @@ def test_r14_8_an_env_name_before_a_reason_is_no_header() -> None:
     assert (
         redact_urls_in_text("HF_TOKEN: hf12345678") == "HF_TOKEN: ***"
     )  # a credential-like value still goes
+
+
+def test_r14_minor_a_folder_named_report_html_is_a_write_failure_in_one_line(short_tmp: Path) -> None:
+    """``report show RUN`` read "could not read the run(s) ...: IsADirectoryError ... '.report.html.<hex>.tmp'"."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from alflow.cli import app
+
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "4f9de94" / "m2"
+    run = short_tmp / "run"
+    shutil.copytree(next(fixture.iterdir()), run)
+    (run / "report.html").unlink(missing_ok=True)
+    (run / "report.html").mkdir()
+    ran = CliRunner().invoke(app, ["report", "show", str(run)])
+    assert ran.exit_code == 2, ran.output[-500:]
+    assert f"error: cannot write the report '{run}/report.html': Is a directory" in ran.output
+    assert "could not read" not in ran.output
+    assert ".tmp" not in ran.output
+    assert not [p.name for p in run.iterdir() if p.name.endswith(".tmp")]

@@ -25,9 +25,9 @@ from alflow.results.store import RunWriter, open_run
 from alflow.serving.api import ApiError, check_api_key
 from alflow.util.redact import (
     RedactionError,
+    may_hold_credentials,
     redact_body,
     redact_data,
-    may_hold_credentials,
     redact_text_stream,
     redact_url,
     redact_urls_in_text,
