@@ -146,7 +146,7 @@ def test_the_webhook_helper_refuses_a_url_that_is_none_before_calling_prefect(
     for url in ("not a url", "ftp://h/x", "https://", "http://u:pw12345@[::1"):
         assert main(["--url", url, "--out", "/tmp/never-written.yaml"]) == 2
         err = capsys.readouterr()
-        assert "give the webhook's http(s)://HOST/... URL" in err.out + err.err
+        assert "give the webhook's http(s)://HOST[:PORT]/... URL" in err.out + err.err
         assert "pw12345" not in err.out + err.err
 
 
