@@ -18,8 +18,9 @@ from alflow.config import (
     SyntheticAcceptance,
     ThinkingMode,
 )
-from alflow.plugins import config_models
+from alflow.plugins import config_model_of, config_models
 from alflow.reference import table as reference
+from tests.simconfig import FRAMEWORKS
 
 pytestmark = pytest.mark.unit
 
@@ -56,21 +57,20 @@ def test_frozen_and_extra_forbidden() -> None:
         SamplingParams(temprature=0.6)  # type: ignore[call-arg]
 
 
-@pytest.mark.parametrize("framework", ["vllm", "sglang", "trtllm", "sim", "tiny"])
+@pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_every_server_variant_refuses_unknown_and_other_frameworks_fields(framework: str) -> None:
     with pytest.raises(
         pydantic.ValidationError, match="Extra inputs are not permitted: 'colour' is not a field"
     ):
         config.server_config(framework=framework, model="m", colour="red")
-    foreign = {
-        "vllm": ("two_model", True, "TensorRT-LLM only"),
-        "sglang": ("model_path", "/w", "vLLM only"),
-        "trtllm": ("sim_dialect", "vllm", "framework 'sim' only"),
-        "sim": ("disaggregation", {}, "framework 'sglang' only"),
-        "tiny": ("two_model", False, "TensorRT-LLM only"),
-    }[framework]
-    with pytest.raises(pydantic.ValidationError, match=foreign[2]):
-        config.server_config(framework=framework, model="m", **{foreign[0]: foreign[1]})
+    fields = {name: set(config_model_of(name).model_fields) for name in FRAMEWORKS}
+    for other in FRAMEWORKS:  # each other framework's own fields, named as theirs
+        for field in sorted(fields[other] - fields[framework])[:3]:
+            with pytest.raises(pydantic.ValidationError) as refused:
+                config.server_config(framework=framework, model="m", **{field: 1})
+            said = str(refused.value)
+            assert field in said, said
+            assert " only" in said or f"not a setting of {framework!r}" in said, said
     made = config.server_config(framework=framework, model="m")
     assert type(made).__name__.lower().startswith(framework)
     assert config.server_config(made.model_dump()) == made

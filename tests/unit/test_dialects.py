@@ -15,6 +15,7 @@ from alflow.metrics.dialects import MissingMetricsError
 from alflow.metrics.prometheus import SnapshotWindow, parse_exposition
 from alflow.metrics.readers import candidate_metrics_urls, detect, dialects, get_dialect
 from alflow.plugins import BUILTIN
+from tests.simconfig import DIALECTS
 from tests.unit.test_prometheus import prometheus  # noqa: F401  (fixture reuse)
 
 pytestmark = pytest.mark.unit
@@ -150,7 +151,7 @@ def test_counter_reset_raises(fw: str) -> None:
         get_dialect(fw).spec_stats(window(fw, "after_reset"), k=3)
 
 
-@pytest.mark.parametrize("fw", ["vllm", "sglang", "trtllm"])
+@pytest.mark.parametrize("fw", DIALECTS)
 def test_detect_each_framework(fw: str) -> None:
     assert detect(parse_exposition((FIX / f"{fw}_after.txt").read_text())).name == fw
 
@@ -201,7 +202,7 @@ async def test_sglang_server_info_errors_name_both_paths() -> None:
             await sglang_server_info_al(srv.base_url)
 
 
-@pytest.mark.parametrize("fw", ["vllm", "sglang", "trtllm"])
+@pytest.mark.parametrize("fw", DIALECTS)
 def test_every_dialect_takes_the_confidence_level_the_gate_is_configured_with(fw: str) -> None:
     from alflow.measure import window_stats
 
