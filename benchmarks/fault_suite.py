@@ -1648,23 +1648,20 @@ def hostile_site(box: Box) -> Verdict:
 
 
 def printed_secrets(box: Box) -> Verdict:
-    """Secrets the round-3 testers saw printed or stored (issue #49 item 6): a results root URL's password in the
-    site's start line and page header, ``PREFECT_API_URL``'s password printed by the webhook helper, secret keys of
-    ``--extra-body`` stored in ``summary.json``. The harness searches everything printed and written for them."""
+    """Secrets the round-3 testers saw printed or stored (issue #49 item 6): a results root URL's password (the site
+    refuses an http:// root since round 14: its one line shows no password), ``PREFECT_API_URL``'s password printed
+    by the webhook helper, secret keys of ``--extra-body`` stored in ``summary.json``. The harness searches everything
+    printed and written for them."""
     cases: list[Case] = []
 
     def case(name: str, ran: Ran, ok: bool, kind: str = "clear") -> None:
         bucket, why = bucket_of(ran.text, ok=ok, kind=kind, timed_out=ran.code is None)
         cases.append(Case(f"{name} ({code_text(ran.code)})", bucket, why))
 
-    proc, base = serve_site(box, f"http://user:{CANARIES['results root password']}@127.0.0.1:9/results")
-    status, body, _ = get_page(base + "/")
-    proc.send_signal(signal.SIGTERM)
-    ran = box.collect(proc, 15)
-    page = body.decode(errors="replace")
-    case(
-        "results serve of a root URL with a password, its index page", replace_text(ran, page), status == 200
-    )
+    root_url = f"http://user:{CANARIES['results root password']}@127.0.0.1:9/results"
+    ran = box.alflow("results", "serve", root_url, "--port", str(free_port()), timeout_s=HANG_S)
+    # an http:// root is no object store (round 14): refused in one line that shows no password
+    case("results serve of an http root URL with a password", ran, ran.code == 2)
     ran = box.alflow(
         "--url", "http://127.0.0.1:9/hook", "--out", str(box.work / "automations.yaml"),
         env={"PREFECT_API_URL": f"http://u:{CANARIES['Prefect API password']}@127.0.0.1:9/api"},
@@ -1687,11 +1684,6 @@ def printed_secrets(box: Box) -> Verdict:
     stop(sim)
     case("bench --extra-body with secret keys, stored", ran, ran.code == 0, "accepted")
     return _verdict_of(cases, "kept their secrets", "no password or key printed, served or stored")
-
-
-def replace_text(ran: Ran, extra: str) -> Ran:
-    """``ran`` with ``extra`` (a page it served) appended to what it printed, so the page is judged with it."""
-    return Ran(ran.argv, ran.code, ran.stdout + extra, ran.stderr, ran.wall_s)
 
 
 def _forge(run: Path, how: str) -> None:
