@@ -50,7 +50,7 @@ from alflow.util.fsutil import (
     read_at_most,
 )
 from alflow.util.jsonutil import dumps_bytes
-from alflow.util.names import shown
+from alflow.util.names import MAX_IDENTIFIER, shown
 from alflow.util.redact import redact_config, redact_data, redact_url, redact_urls_in_text
 
 PARQUET_VERSION_KEY: Final = "alflow.schema_version"
@@ -530,9 +530,29 @@ def _read_json(storage: Storage, path: str) -> dict[str, Any]:
     return data
 
 
+_IDENTIFIERS: Final = (("model", "id"), ("server", "model"), ("server", "image"), ("server", "label"))
+"""Where a run's configuration holds the identifiers its pages show (bounded at the configuration)."""
+
+
+def _long_identifier(config: Mapping[str, Any]) -> str | None:
+    """The first identifier of ``config`` longer than :data:`MAX_IDENTIFIER` characters, said with its length."""
+    found = [(f"{a}.{b}", config[a].get(b)) for a, b in _IDENTIFIERS if isinstance(config.get(a), dict)]
+    models = config.get("models")
+    if isinstance(models, list):
+        found += [(f"models[{i}].id", m.get("id")) for i, m in enumerate(models[:100]) if isinstance(m, dict)]
+    for where, value in found:
+        if isinstance(value, str) and len(value) > MAX_IDENTIFIER:
+            return f"config.{where} is {len(value):,} characters long (at most {MAX_IDENTIFIER:,})"
+    return None
+
+
 def _read_manifest(storage: Storage, path: str) -> RunManifest:
     data = _read_json(storage, path)
     if isinstance(data.get("config"), dict):  # a secret a hand-written manifest holds is never read back
+        if (
+            too_long := _long_identifier(data["config"])
+        ) is not None:  # a hand-made folder: its pages would be MBs
+            raise StoreError(f"{path}: not a run manifest alflow writes: {too_long}")
         data["config"] = redact_config(data["config"])
     try:
         return RunManifest.model_validate(data)
