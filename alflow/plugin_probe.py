@@ -429,7 +429,7 @@ _CACHES: Final = frozenset({"alflow.util.rows._ADAPTERS"})
 def _alflow_values(modules: dict[str, ModuleType]) -> dict[str, object]:
     """The values of alflow's modules that are not functions: each by ``id``, a mutable container by its contents too.
 
-    Round 13: a plugin rebound ``alflow.util.redact._TOKEN_HINTS`` (a tuple: free-text redaction off) and cleared
+    Round 13: a plugin rebound ``alflow.util.free_text._TOKEN_HINTS`` (a tuple: free-text redaction off) and cleared
     ``alflow.site.guard.HEADERS`` in place (a dict: no security headers); neither was a callable, so neither was seen.
     """
     return {

@@ -25,7 +25,8 @@ from alflow.acceptance.runtime_k import RuntimeKKnob
 from alflow.errors import RunnerError
 from alflow.frameworks.versions import Capability
 from alflow.results.manifest import ServerProvenance
-from alflow.util.redact import REDACTED, redact_values
+from alflow.util.free_text import REDACTED
+from alflow.util.redact import redact_values
 from alflow.util.rows import dump_row
 from alflow.util.secret_names import is_secret_name
 

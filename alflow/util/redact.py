@@ -19,24 +19,29 @@ snapshots, reports) or printed (errors, logs):
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Final
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from alflow.errors import InvalidInputError
+from alflow.util.free_text import (
+    QUOTES,
+    REDACTED,
+    URL_TRAILING,
+    hints_credentials,
+    redact_free,
+    trailing,
+)
 from alflow.util.names import shown
 from alflow.util.secret_names import (
     SECRET_PARAM_WORDS,
     is_secret_flag,
     is_secret_key,
-    is_secret_key_cached,
     is_secret_name,
     is_secret_param,
-    maybe_secret,
+    judging,
 )
 
-REDACTED: Final = "***"
-"""What a secret value is replaced with."""
 MAX_LINE_CHARS: Final = 2_000
 """The longest line alflow prints from an input (an error, a plugin's warning): longer ones are cut in their middle."""
 
@@ -58,8 +63,6 @@ MAX_SCHEME: Final = 32
 before a ``://`` is looked at this far back, so finding URLs stays linear in the text's length."""
 _SCHEME_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
 _URL_REST: Final = re.compile(r"[^\s'\"<>`]+", re.ASCII)
-_URL_TRAILING: Final = frozenset(":.,;!?)")
-"""Punctuation that ends a sentence or a clause rather than a URL (``URL: reason``): not part of the URL's span."""
 """What follows ``://`` in a URL in free text: up to ASCII whitespace, a quote, ``<``, ``>`` or a backtick (the bytes
 :func:`redact_text_stream` cuts at). A password holding U+00A0 or U+3000 stays inside its URL, and is redacted."""
 
@@ -69,7 +72,7 @@ def url_spans(text: str) -> Iterator[tuple[int, int]]:
 
     A URL is a scheme (a letter, then letters, digits, ``+``, ``.`` or ``-``; at most :data:`MAX_SCHEME` of them),
     ``://``, then at least one character up to whitespace, a quote, ``<``, ``>`` or a backtick, less the punctuation
-    that ends it (:data:`_URL_TRAILING`: the ``:`` of ``URL: reason`` is shown, not redacted). No anchor before
+    that ends it (:data:`URL_TRAILING`: the ``:`` of ``URL: reason`` is shown, not redacted). No anchor before
     the scheme: it starts at the first letter that can begin one, so ``_https://u:pw@h/_`` (Markdown italics) holds
     one. Each ``://`` is found by ``str.find`` and its scheme read backwards a bounded way (a pattern that scanned
     each run of letters from every start took 11 s on a 65,000-character model id, issue #49).
@@ -86,7 +89,7 @@ def url_spans(text: str) -> Iterator[tuple[int, int]]:
         rest = _URL_REST.match(text, sep + 3) if start < sep else None  # no scheme: no scan of what follows
         if rest is not None:
             end = rest.end()
-            while end > sep + 4 and text[end - 1] in _URL_TRAILING:  # "URL: reason", "(see URL)."
+            while end > sep + 4 and text[end - 1] in URL_TRAILING:  # "URL: reason", "(see URL)."
                 end -= 1
             yield start, end
             sep = text.find("://", end)
@@ -303,172 +306,27 @@ def redact_urls_in_text(text: str, values: Iterable[str] = ()) -> str:
 
     A credential-named query parameter after a ``?`` outside any URL (a path given ``?token=...``) is redacted too.
     """
-    if "://" in text:
-        parts, done = [], 0
-        for start, end in url_spans(text):
-            parts += [text[done:start], _redact_span(text[start:end])]
-            done = end
-        text = "".join([*parts, text[done:]])
-    if "?" in text and "=" in text:
-        text = _LOOSE_PARAM.sub(
-            lambda m: f"{m[1]}={REDACTED}{_trailing(m[2])}" if is_secret_param(m[1][1:]) else m[0], text
-        )
-    return redact_values(_redact_free(text), values)
+    with judging():  # the names of one text judged by their rules up to a bound, linear past it
+        if "://" in text:
+            parts, done = [], 0
+            for start, end in url_spans(text):
+                parts += [text[done:start], _redact_span(text[start:end])]
+                done = end
+            text = "".join([*parts, text[done:]])
+        if "?" in text and "=" in text:
+            text = _LOOSE_PARAM.sub(
+                lambda m: f"{m[1]}={REDACTED}{trailing(m[2])}" if is_secret_param(m[1][1:]) else m[0], text
+            )
+        return redact_values(redact_free(text), values)
 
 
-_AUTH_VALUE: Final = re.compile(
-    r"(?i)\b(bearer|authorization:[ \t]*(?:basic|bearer|token|digest))[ \t]+[A-Za-z0-9._~+/=-]{6,}"
-)
-"""A credential written out: ``Bearer eyJ...``, ``Authorization: Basic dXM6cHc=``."""
-_KNOWN_TOKEN: Final = re.compile(
-    r"\b(?:AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|hf_[A-Za-z0-9]{20,}"
-    r"|sk-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}"
-    r"|eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})"
-    r"|-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----[^-]*(?:-----END [A-Z ]{0,40}PRIVATE KEY-----)?"
-)
-"""Tokens of a well-known shape (an AWS access key id, GitHub, Hugging Face, OpenAI and Slack tokens, a private key
-block): secrets wherever they stand."""
-_ASSIGNED: Final = re.compile(
-    r"(?<![A-Za-z0-9_.%-])(-{0,2}[A-Za-z][A-Za-z0-9_.-]{0,63})([ \t]{0,4}=[ \t]{0,4}['\"]?)([^\s&#'\"<>`,;|]+)"
-)
-"""``NAME=value`` in free text (``password=...``, ``--api-key=...``, ``HF_TOKEN=...``, SGLang's logged
-``api_key='...'``, ``token = ...``): the value of a secret name (:func:`is_secret_name`, :func:`is_secret_key`) is
-redacted."""
-
-
-def _assigned(m: re.Match[str]) -> str:
-    """One ``NAME=value`` of :data:`_ASSIGNED`: redacted for a secret name, unless the value is a path.
-
-    A LoRA named ``first-pass=/loras/a`` holds no secret.
-    """
-    name, gap, value = m[1].lstrip("-"), m[2], m[3]
-    if value.startswith("="):  # "token == x": a comparison, no assignment
-        return m[0]
-    secret = (is_secret_name(name.replace("-", "_")) or is_secret_key_cached(name)) and not value.startswith(
-        ("/", "./", "~")
-    )
-    return f"{m[1]}{gap}{REDACTED}{_trailing(value)}" if secret else m[0]
-
-
-def _trailing(value: str) -> str:
-    """The punctuation that ends ``value`` (:data:`_URL_TRAILING`: ``token=X: reason``), kept outside a redaction."""
-    return value[len(value.rstrip("".join(_URL_TRAILING))) :] if value[-1:] in _URL_TRAILING else ""
-
-
-_QUOTED_PAIR: Final = re.compile(
-    r'"([A-Za-z_][A-Za-z0-9_.-]{0,63})"([ \t]{0,16}:[ \t]{0,16}\[?[ \t]{0,4})"([^"\\\n]*(?:\\.[^"\\\n]*)*)"'
-    r"|'([A-Za-z_][A-Za-z0-9_.-]{0,63})'([ \t]{0,16}:[ \t]{0,16}\[?[ \t]{0,4})'([^'\\\n]*(?:\\.[^'\\\n]*)*)'"
-)
-"""``"name": "value"`` or ``'name': 'value'`` in free text (a server's JSON error answer, a Python dict's repr): the
-value of a secret-named key (:func:`is_secret_key`) is redacted. Name and spaces bounded, the value scanned once up
-to its closing quote (backslash escapes skipped) or the line's end: linear in the text."""
-
-
-def _quoted_pair(m: re.Match[str]) -> str:
-    """One pair of :data:`_QUOTED_PAIR`: its value ``***`` when its key names a secret, quotes and spaces kept."""
-    quote, (name, gap, value) = ('"', m.group(1, 2, 3)) if m[1] is not None else ("'", m.group(4, 5, 6))
-    if not value or value == REDACTED or not is_secret_key_cached(name):
-        return m[0]
-    return f"{quote}{name}{quote}{gap}{quote}{REDACTED}{quote}"
-
-
-_HEADER_PAIR: Final = re.compile(
-    r"(?<![A-Za-z0-9_.-])([A-Za-z][A-Za-z0-9_-]{0,63}):([ \t]{1,16})(?=([^\s'\"<>`,;]+))"
-)
-"""``Name: value`` in free text (a header a server's error quotes, ``X-Api-Key: ...``; a log's ``password: ...``),
-the value looked at ahead (not taken: ``upstream: X-Api-Key: v`` holds two). A space after the colon (not
-``http://``, not ``12:30``); linear (each value starts after its own run of spaces)."""
-
-
-def _redact_header_pairs(text: str) -> str:
-    """``text`` with the value of each secret :data:`_HEADER_PAIR` redacted (:func:`_secret_header`)."""
-    out, done = [], 0
-    for m in _HEADER_PAIR.finditer(text):
-        start = m.end()
-        if start >= done and _secret_header(m[1], m[3]):
-            out += [text[done:start], REDACTED]
-            done = start + len(m[3])
-    return "".join([*out, text[done:]]) if out else text
-
-
-def _secret_header(name: str, value: str) -> bool:
-    """Whether ``Name: value`` holds a secret: a secret-named key (:func:`is_secret_key`) with a value of its own.
-
-    A header's name (a hyphen, a capital: ``X-Api-Key``, ``Password``, ``Cookie``) with any value; alflow's own
-    ``field_name: reason`` and ``ENV_NAME: reason`` lines hold a lower-case or upper-case name, so such a name counts
-    only before a value that looks like a credential (a digit in six characters or more: ``password: hunter42``, not
-    ``api_key: credentials``).
-    """
-    if value == REDACTED or value.lower() in _AUTH_SCHEMES or not is_secret_key_cached(name):
-        return False  # an authorization scheme's name is no secret: its credential after it is (_AUTH_VALUE)
-    capitalized = (
-        name[:1].isupper() and not name.isupper()
-    )  # Password, ApiKey; not an ENV_NAME ("HF_TOKEN: reason")
-    return "-" in name or capitalized or _credential_like(value)
-
-
-_FLAG_VALUE: Final = re.compile(
-    r"(?<!\S)(--[A-Za-z][A-Za-z0-9-]{0,63})([ \t]{1,4})([^\s'\"<>`,;|-][^\s'\"<>`,;|]*)"
-)
-"""``--flag value`` in free text (a logged command line): the value of a flag that takes a secret (:func:`is_secret_flag`)."""
-
-
-def _flag_value(m: re.Match[str]) -> str:
-    # alflow's own lines say "--api-key is ...": a value counts when it looks like a credential (as _secret_header)
-    secret = is_secret_flag(m[1]) and _credential_like(m[3])
-    return f"{m[1]}{m[2]}{REDACTED}" if secret else m[0]
-
-
-def _credential_like(value: str) -> bool:
-    """A word that may be a credential rather than prose: six characters or more, a digit among them."""
-    return value != REDACTED and len(value) >= 6 and any(c.isdigit() for c in value)
-
-
-_AUTH_SCHEMES: Final = frozenset({"bearer", "basic", "token", "digest", "negotiate"})
-_TOKEN_HINTS: Final = ("akia", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "hf_", "sk-", "xox", "eyj",
-                       "private key")  # fmt: skip
-"""Lower-case text one of :data:`_KNOWN_TOKEN`'s matches must hold (a secret assignment's: a part
-:func:`~alflow.util.secret_names.maybe_secret` finds): a page without any is not scanned by those patterns (a results
-page is mostly markup: the scans were two thirds of its redaction)."""
-
-
-_QUOTES: Final = ('"', "'")
-_FREE_RULES: Final[tuple[tuple[Callable[[str, str, tuple[str, ...]], bool], Callable[[str], str]], ...]] = (
-    (
-        lambda _t, low, _q: "bearer" in low or "authorization" in low,
-        lambda t: _AUTH_VALUE.sub(r"\1 " + REDACTED, t),
-    ),
-    (lambda _t, low, _q: any(hint in low for hint in _TOKEN_HINTS), lambda t: _KNOWN_TOKEN.sub(REDACTED, t)),
-    (lambda t, low, _q: "=" in t and maybe_secret(low), lambda t: _ASSIGNED.sub(_assigned, t)),
-    (lambda t, _low, q: ":" in t and any(c in t for c in q), lambda t: _QUOTED_PAIR.sub(_quoted_pair, t)),
-    (lambda t, _low, _q: ": " in t or ":\t" in t, _redact_header_pairs),
-    (lambda t, _low, _q: "--" in t, lambda t: _FLAG_VALUE.sub(_flag_value, t)),
-)
-"""The free-text rules, each a cheap hint (text, its lower case as given, what a quote looks like) and the redaction
-it allows: :data:`_AUTH_VALUE`, :data:`_KNOWN_TOKEN`, :data:`_ASSIGNED`, :data:`_QUOTED_PAIR` (a JSON or Python
-``"name": "value"``), :data:`_HEADER_PAIR` (``X-Api-Key: value``) and :data:`_FLAG_VALUE` (``--api-key value``),
-each on a bounded prefix: linear."""
-
-
-def may_hold_credentials(text: str, quotes: tuple[str, ...] = _QUOTES) -> bool:
-    r"""False when :func:`redact_urls_in_text` would leave ``text`` as it is (the hints of :data:`_FREE_RULES`).
+def may_hold_credentials(text: str, quotes: tuple[str, ...] = QUOTES) -> bool:
+    r"""False when :func:`redact_urls_in_text` would leave ``text`` as it is (a cheap test of its hints).
 
     ``quotes``: what a quote inside a string looks like in ``text`` (``\"`` in a JSON document's bytes), for the
-    ``"name": "value"`` pairs of :data:`_QUOTED_PAIR`.
+    ``"name": "value"`` pairs of :mod:`alflow.util.free_text`.
     """
-    if "://" in text or "?" in text:
-        return True
-    lower = text.lower()
-    return any(hint(text, lower, quotes) for hint, _ in _FREE_RULES)
-
-
-def _redact_free(text: str) -> str:
-    """``text`` without credentials written outside a URL (:data:`_FREE_RULES`, in order)."""
-    lower = text.lower()
-    for hint, redact in _FREE_RULES:
-        if hint(text, lower, _QUOTES):
-            text = redact(text)
-    return text
+    return "://" in text or "?" in text or hints_credentials(text, quotes)
 
 
 _URL_ENDS: Final = (b" ", b"\t", b"\n", b"\r", b"\f", b"\v", b"'", b'"', b"<", b">", b"`")

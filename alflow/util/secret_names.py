@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Final
 from urllib.parse import unquote
 
@@ -78,10 +81,11 @@ def is_secret_name(name: str) -> bool:
     return any(hint in upper for hint in (*_SECRET_NAME_INSIDE, *_SECRET_ENV_INSIDE))
 
 
-_MAYBE: Final = re.compile(
+MAYBE_PARTS: Final = (
     "tok|tkn|key|pw|pass|pat|cred|sess|sid|api|pem|secret|auth|bearer|cookie|priv|sig|otp|hmac|ticket|code|jwt"
     "|assertion|sas|verifier|saml"
 )
+_MAYBE: Final = re.compile(MAYBE_PARTS)
 """A part every secret name holds somewhere (lower case), whichever rule calls it secret: a name without any is none
 (a text of 250,000 distinct parameter names is judged at the speed of one pattern, round 14)."""
 
@@ -114,6 +118,40 @@ _SECRET_FLAG_LAST: Final = frozenset(
 alone too, not vLLM's switch ``--allow-credentials``, nor a ``-key`` flag such as the sim's ``--answer-key``."""
 
 
+MAX_NAMES_JUDGED: Final = 2048
+"""The distinct names one text's redaction judges by the rules; past them, a name :func:`maybe_secret` finds is
+taken for a secret without its rules (:func:`judging`)."""
+_JUDGED: ContextVar[set[str] | None] = ContextVar("alflow_names_judged", default=None)
+
+
+@contextmanager
+def judging() -> Iterator[None]:
+    """Bound the names judged inside (one text's redaction) to :data:`MAX_NAMES_JUDGED` distinct ones.
+
+    A name is judged in microseconds; a text of 200,000 distinct secret-looking names (``tok0=``, ``tok1=``...)
+    took seconds (round 15). Past the bound, each further name that :func:`maybe_secret` finds is called a secret:
+    its value is redacted (over-redaction, in linear time), the same for the same text whatever was judged before.
+    """
+    if _JUDGED.get() is not None:
+        yield
+        return
+    token = _JUDGED.set(set())
+    try:
+        yield
+    finally:
+        _JUDGED.reset(token)
+
+
+def judged(name: str, rule: Callable[[str], bool]) -> bool:
+    """``rule(name)``, or :func:`maybe_secret` once the text being redacted has named too many (:func:`judging`)."""
+    seen = _JUDGED.get()
+    if seen is not None and name not in seen:
+        if len(seen) >= MAX_NAMES_JUDGED:
+            return maybe_secret(name)
+        seen.add(name)
+    return rule(name)
+
+
 def is_secret_param(name: str) -> bool:
     """True when a URL query or fragment parameter name reads like a credential (``token``, ``api_key``).
 
@@ -121,7 +159,7 @@ def is_secret_param(name: str) -> bool:
     :func:`is_secret_name` would call a secret (what free text's ``NAME=value`` is judged by), or the shared parts.
     A short name is judged once (a log of URLs repeats a few names a million times: 17 us each, round 13).
     """
-    return _judged_param(name) if len(name) <= 128 else _judge_param(name)
+    return judged(name, _judged_param if len(name) <= 128 else _judge_param)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -193,7 +231,14 @@ def is_secret_key(key: str) -> bool:
     )
 
 
-@functools.lru_cache(maxsize=4096)
 def is_secret_key_cached(key: str) -> bool:
-    """:func:`is_secret_key`, remembered: a text of a quarter of a million JSON pairs names few keys."""
+    """:func:`is_secret_key`, remembered, bounded per text (:func:`judged`).
+
+    A text of a quarter of a million JSON pairs names few keys.
+    """
+    return judged(key, _secret_key_remembered)
+
+
+@functools.lru_cache(maxsize=4096)
+def _secret_key_remembered(key: str) -> bool:
     return is_secret_key(key)

@@ -323,12 +323,12 @@ HOSTILE = {
     # hostile round 13: a value of alflow's, not a function, rebound or changed in place (redaction and the site's
     # security headers silently off)
     "a config module that rebinds alflow's redaction hints (a tuple)": (
-        PARTS, "import alflow.util.redact as r\nr._TOKEN_HINTS = ('\\x00',)\nEvilServer = PLUGIN = 1\n",
-        "changes the interpreter when imported: alflow.util.redact._TOKEN_HINTS",
+        PARTS, "import alflow.util.free_text as r\nr._TOKEN_HINTS = ('\\x00',)\nEvilServer = PLUGIN = 1\n",
+        "changes the interpreter when imported: alflow.util.free_text._TOKEN_HINTS",
     ),
     "a config module that rebinds alflow's redaction pattern (a compiled regex)": (
-        PARTS, "import re, alflow.util.redact as r\nr._KNOWN_TOKEN = re.compile('(?!)')\nEvilServer = PLUGIN = 1\n",
-        "changes the interpreter when imported: alflow.util.redact._KNOWN_TOKEN",
+        PARTS, "import re, alflow.util.free_text as r\nr._KNOWN_TOKEN = re.compile('(?!)')\nEvilServer = PLUGIN = 1\n",
+        "changes the interpreter when imported: alflow.util.free_text._KNOWN_TOKEN",
     ),
     "a config module that clears the site's security headers in place (a dict)": (
         PARTS, "import alflow.site.guard as g\ng.HEADERS.clear()\nEvilServer = PLUGIN = 1\n",

@@ -1,6 +1,6 @@
 """Hostile round 13 of issue #49: the plugin probe sees alflow's values (not functions) rebound or changed in place.
 
-R13-5: a plugin rebound ``alflow.util.redact._TOKEN_HINTS`` (a tuple) and ``_ASSIGNED_HINTS`` (since gone) and cleared
+R13-5: a plugin rebound ``alflow.util.free_text._TOKEN_HINTS`` (a tuple) and ``_ASSIGNED_HINTS`` (since gone) and cleared
 ``alflow.site.guard.HEADERS`` in place; the probe compared only callables, listed the plugin as clean, and every
 secret in free text was printed and stored once it loaded.
 """
@@ -127,18 +127,18 @@ def test_a_value_of_alflow_changed_in_place_is_named(
 def test_the_real_redaction_hints_and_security_headers_are_watched(monkeypatch: pytest.MonkeyPatch) -> None:
     """The values of the report: the redaction prefilters rebound, the site's headers cleared."""
     import alflow.site.guard as guard
-    import alflow.util.redact as redact
+    import alflow.util.free_text as free_text
     import alflow.util.secret_names as secret_names
     from alflow.plugin_probe import _interpreter_state
 
     before = _interpreter_state()
     monkeypatch.setattr(secret_names, "_MAYBE", re.compile("\x00"))
-    monkeypatch.setattr(redact, "_TOKEN_HINTS", ("\x00",))
+    monkeypatch.setattr(free_text, "_TOKEN_HINTS", ("\x00",))
     monkeypatch.delitem(guard.HEADERS, "Content-Security-Policy")
     changed = _changed(before, _interpreter_state())
     assert sorted(changed) == [
         "alflow.site.guard.HEADERS",
-        "alflow.util.redact._TOKEN_HINTS",
+        "alflow.util.free_text._TOKEN_HINTS",
         "alflow.util.secret_names._MAYBE",
     ]
 
