@@ -16,13 +16,16 @@ continues the series; a run forced to another target AL is another series. Its h
 point's requests; change = current / baseline - 1. Its interval is a seeded two-level bootstrap: each of
 ``resamples`` resamples draws as many history runs as there are, with replacement, then each drawn run's
 requests with replacement (so the run-to-run spread widens the interval, not only the requests' spread), and
-the point's requests with replacement; the interval is the resampled changes' central ``confidence`` quantiles.
+the point's requests with replacement; the interval is the resampled changes' central ``confidence`` quantiles,
+widened to hold the change itself where it misses it.
 A Mann-Whitney p (current against the pooled history, normal approximation with ties) is stored for
 information; it ignores the runs' clustering and decides nothing.
 
 **The verdict** of a metric: ``regressed`` when its whole interval lies on the worse side of zero AND
 ``|change| >= threshold``; ``improved`` symmetrically; ``unchanged`` otherwise. A point is ``regressed`` when
-any metric regressed, else ``improved`` when any improved, else ``unchanged``. Before that:
+any metric regressed, else ``improved`` when any improved, else ``unchanged``. These rules are
+:func:`alflow.results.regression.metric_outcome` and :func:`~alflow.results.regression.combine`, which the reader of a
+stored report applies again to refuse a verdict its numbers do not make. Before that:
 
 - a point stopped mid-way (partial) or whose client was the bottleneck (client-bound) is ``not compared``:
   its numbers measure the stop or the client;
@@ -63,41 +66,32 @@ from alflow.results.catalog import (
     read_entry,
 )
 from alflow.results.regression import (
+    METRICS,
+    THROUGHPUT,
+    TPOT,
+    Metric,
     MetricChange,
     Outcome,
     PointVerdict,
     RegressionParameters,
     RegressionReport,
+    audit_point_outcome,
+    combine,
+    metric_outcome,
 )
 from alflow.results.rows import M2Point
 from alflow.results.series import SeriesKey, split_image
 from alflow.results.store import StoredRun, open_run
 from alflow.results.view import regression_report, table_or_none
 
-
-@dataclass(frozen=True)
-class Metric:
-    """A per-request metric the check compares, and which direction is worse."""
-
-    name: str
-    label: str
-    higher_is_worse: bool
-
-
-TPOT: Final = Metric("tpot_ms", "TPOT", higher_is_worse=True)
-THROUGHPUT: Final = Metric("tokens_per_s_per_request", "output tokens/s per request", higher_is_worse=False)
-METRICS: Final = (TPOT, THROUGHPUT)
 MIN_REQUESTS: Final = 5
 """A run (or the point) with fewer usable requests than this gives no sample."""
-MIN_VALUE: Final = {TPOT.name: 0.001, THROUGHPUT.name: 0.001}
-"""The smallest possible per-request value of each metric above zero: a token a microsecond is faster than any
-server streams (a TPOT of 3e-8 ms, forged, was judged "regressed +517,946,600 %"), a token in 1,000 s slower than
-any (a request of 31 years, forged, was "improved +8e12 %")."""
-MAX_VALUE: Final = {TPOT.name: 3_600_000.0, THROUGHPUT.name: 10_000_000.0}
-"""The largest possible per-request value of each metric: a TPOT of one hour a token, ten million tokens a second for
-one request. A value above it, below zero or not finite is impossible (a damaged or forged history, a clock that
-ran backwards): the metric is then not comparable, never judged (a negative history TPOT was judged "improved
--200 %", issue #49)."""
+MIN_VALUE: Final = {m.name: m.least for m in METRICS}
+"""The smallest possible per-request value of each metric above zero (:attr:`Metric.least`)."""
+MAX_VALUE: Final = {m.name: m.most for m in METRICS}
+"""The largest possible per-request value of each metric (:attr:`Metric.most`). A value above it, below zero or not
+finite is impossible (a damaged or forged history, a clock that ran backwards): the metric is then not comparable,
+never judged (a negative history TPOT was judged "improved -200 %", issue #49)."""
 OUTPUT_TOKENS: Final = "output_tokens"
 """The request values' column of output tokens: not a metric, what says two points ran requests of one length."""
 MAX_IMPOSSIBLE_SHARE: Final = 0.01
@@ -207,23 +201,6 @@ def _mann_whitney_p(current: pl.Series, pooled: pl.Series) -> float | None:
     return math.erfc(abs(z) / math.sqrt(2.0))
 
 
-def metric_outcome(
-    change: float, low: float, high: float, *, higher_is_worse: bool, threshold: float
-) -> Outcome:
-    """A metric's verdict from its relative change and the interval [low, high] of the change.
-
-    ``regressed``/``improved`` when the interval is on one side of zero and ``|change| >= threshold``;
-    ``unchanged`` otherwise (which side is worse: ``higher_is_worse``).
-    """
-    if abs(change) < threshold:
-        return "unchanged"
-    if low > 0:
-        return "regressed" if higher_is_worse else "improved"
-    if high < 0:
-        return "improved" if higher_is_worse else "regressed"
-    return "unchanged"
-
-
 def _impossible_expr(metric: Metric) -> pl.Expr:
     """True where ``metric`` cannot be: below 0, between 0 and :data:`MIN_VALUE`, above :data:`MAX_VALUE`, not finite."""
     v = pl.col(metric.name).cast(pl.Float64)
@@ -303,6 +280,9 @@ def compare_metrics(
         mine, pooled = mine.filter(~_impossible(mine, metric)), pooled.filter(~_impossible(pooled, metric))
         baseline, median = _median(pooled), _median(mine)
         change = median / baseline - 1.0 if baseline else 0.0
+        # a percentile interval can miss its own estimate (lopsided resamples): widened to hold it, as stored reports
+        # are read (a stored change outside its interval is refused, round 15)
+        low, high = min(low, change), max(high, change)
         out.append(
             MetricChange(
                 metric=metric.name,
@@ -318,12 +298,6 @@ def compare_metrics(
             )
         )
     return out
-
-
-def _combine(outcomes: Iterable[Outcome]) -> Outcome:
-    """A point's verdict from its metrics': regressed if any, else improved if any, else unchanged."""
-    seen = set(outcomes)
-    return "regressed" if "regressed" in seen else "improved" if "improved" in seen else "unchanged"
 
 
 # --------------------------------------------------------------------------------------------
@@ -381,7 +355,7 @@ def _audit_failed(
         why += f"; {len(history)} good history run(s), fewer than min_history={settings.min_history}"
     else:
         why += f"; the series' last {len(history)} good runs passed it"
-    return _point_verdict(key, point, "regressed" if enough else "not enough history", why, history, [metric])
+    return _point_verdict(key, point, audit_point_outcome(metric.outcome), why, history, [metric])
 
 
 def judge_point(
@@ -431,7 +405,7 @@ def judge_point(
         why = "; ".join(refused) or f"no metric has {MIN_REQUESTS} values on both sides"
         seen = f" (compared only: {'; '.join(lines)})" if lines else ""
         return _point_verdict(key, point, "not compared", f"not comparable: {why}{seen}", usable, metrics)
-    outcome = _combine(m.outcome for m in judged)
+    outcome = combine(m.outcome for m in judged)
     message = f"{outcome} against {len(usable)} run(s): " + "; ".join(lines)
     return _point_verdict(key, point, outcome, message, usable, metrics)
 

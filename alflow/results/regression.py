@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from alflow.config.regression import RegressionSettings
 from alflow.errors import AlflowError
 
 REGRESSION_FILE: Final = "regression"
@@ -27,6 +30,77 @@ Outcome = Literal["regressed", "improved", "unchanged", "not enough history", "n
 ReportKind = Literal["m2", "sweep", "reference"]
 ALERT_OUTCOMES: Final = frozenset({"regressed", "moved"})
 """Outcomes that emit ``alflow.regression.detected``."""
+
+
+JUDGED: Final = ("regressed", "improved", "unchanged")
+"""The verdicts the check gives a metric it compared (besides ``not compared``)."""
+DEFAULT_THRESHOLD: Final[float] = RegressionSettings.model_fields["threshold"].default
+"""The threshold a stored report without parameters is read at (the check's default)."""
+REL_TOLERANCE: Final = 1e-6
+"""How far a stored change may be from ``current / baseline - 1`` (and outside its interval): rounding only."""
+ACHIEVED_AL: Final = "achieved_al"
+"""The metric of a point whose AL audit failed (its verdict follows :func:`audit_point_outcome`)."""
+REFERENCE_AL: Final = "al"
+"""The metric of a reference entry's verdict."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A per-request metric the check compares, which direction is worse, and its possible values."""
+
+    name: str
+    label: str
+    higher_is_worse: bool
+    least: float
+    """The smallest possible value above zero: a token a microsecond is faster than any server streams (a TPOT of
+    3e-8 ms, forged, was judged "regressed +517,946,600 %"), a token in 1,000 s slower than any (a request of 31
+    years, forged, was "improved +8e12 %")."""
+    most: float
+    """The largest possible value: a TPOT of one hour a token, ten million tokens a second for one request."""
+
+
+TPOT: Final = Metric("tpot_ms", "TPOT", higher_is_worse=True, least=0.001, most=3_600_000.0)
+THROUGHPUT: Final = Metric(
+    "tokens_per_s_per_request",
+    "output tokens/s per request",
+    higher_is_worse=False,
+    least=0.001,
+    most=10_000_000.0,
+)
+METRICS: Final = (TPOT, THROUGHPUT)
+BY_NAME: Final = {m.name: m for m in METRICS}
+
+
+def metric_outcome(
+    change: float, low: float, high: float, *, higher_is_worse: bool, threshold: float
+) -> Outcome:
+    """A metric's verdict from its relative change and the interval [low, high] of the change.
+
+    ``regressed``/``improved`` when the interval is on one side of zero and ``|change| >= threshold``;
+    ``unchanged`` otherwise (which side is worse: ``higher_is_worse``). The one rule: the judge gives it, the reader
+    of a stored report checks each stored verdict against it (:func:`contradiction`).
+    """
+    if abs(change) < threshold:
+        return "unchanged"
+    if low > 0:
+        return "regressed" if higher_is_worse else "improved"
+    if high < 0:
+        return "improved" if higher_is_worse else "regressed"
+    return "unchanged"
+
+
+def combine(outcomes: Iterable[Outcome]) -> Outcome:
+    """A point's verdict from its metrics': regressed if any, else improved if any, else unchanged."""
+    seen = set(outcomes)
+    return "regressed" if "regressed" in seen else "improved" if "improved" in seen else "unchanged"
+
+
+def audit_point_outcome(al_outcome: Outcome) -> Outcome:
+    """The verdict of a point whose AL audit failed, from its AL metric's: regressed, else not enough history.
+
+    The judge makes the AL ``regressed`` when the series has enough good runs, ``unchanged`` when not.
+    """
+    return "regressed" if al_outcome == "regressed" else "not enough history"
 
 
 class _Stored(BaseModel):
@@ -80,20 +154,6 @@ class MetricChange(_Stored):
             )
         return self
 
-    def against(self, threshold: float) -> str | None:
-        """Why this metric's verdict contradicts its own numbers at ``threshold`` (the check's rule), None if not."""
-        if self.change is None or self.low is None or self.high is None:
-            return None
-        beyond = abs(self.change) >= threshold and not self.low <= 0 <= self.high
-        if self.outcome in _MOVED and not beyond:
-            return f"{self.metric} judged {self.outcome} at {self.change:+.1%}, under the threshold {threshold:.0%}"
-        if self.outcome == "unchanged" and beyond:
-            return (
-                f"{self.metric} judged unchanged at {self.change:+.1%} [{self.low:+.1%}, {self.high:+.1%}], beyond the "
-                f"threshold {threshold:.0%} on one side"
-            )
-        return None
-
 
 _MOVED: Final = ("regressed", "improved")
 
@@ -146,30 +206,91 @@ class RegressionReport(_Stored):
 
 
 def contradiction(report: RegressionReport) -> str | None:
-    """Where an M2 report's verdicts contradict their own metrics (stored files are checked so), None if nowhere.
+    """Where an M2 (or a sweep's) report's verdicts are not the check's of their own numbers, None if nowhere.
 
-    A point's verdict is what its metrics' verdicts make it, and a metric's what its change and interval make it at the
-    report's threshold. Round 14: an "unchanged" at +90 % [+80 %, +100 %], an "improved" of no metric, or one whose
-    one metric "regressed", was shown as stored.
+    Each point is judged again from what it stores, by the judge's own rules (:func:`metric_outcome`,
+    :func:`combine`, :func:`audit_point_outcome`), at the report's threshold (the default one when it stores no
+    parameters): a metric the judge writes by name, a judged metric with its numbers, possible medians, its change
+    ``current / baseline - 1`` inside its interval, its verdict the rule's for its direction; the point's verdict
+    the combination of its metrics'. Rounds 14 and 15 (#49): an "unchanged" at +90 %, a TPOT +50 % "improved", a
+    change of -50 % where 20 / 10 is +100 %, an "improved" of no numbers or of a TPOT of 1e-300 ms were shown.
     """
-    if report.kind != "m2":
+    if report.kind == "reference":
+        for i, point in enumerate(report.points):
+            for m in point.metrics:
+                if m.metric != REFERENCE_AL:
+                    return f"points.{i}: a metric named {m.metric[:40]!r}, not {REFERENCE_AL!r}"
         return None
+    threshold = report.parameters.threshold if report.parameters is not None else DEFAULT_THRESHOLD
     for i, point in enumerate(report.points):
-        if point.outcome not in ("regressed", "improved", "unchanged"):
-            continue
-        judged = [m.outcome for m in point.metrics if m.outcome not in ("not compared", "not enough history")]
-        combined = (
-            "regressed" if "regressed" in judged else "improved" if "improved" in judged else "unchanged"
+        why = _point_problem(point, threshold)
+        if why:
+            return f"points.{i}: {why}"
+    return None
+
+
+def _point_problem(point: PointVerdict, threshold: float) -> str | None:
+    """Why an M2 point's stored verdict is not the one the check makes of its stored metrics, None if it is."""
+    if point.outcome == "moved":
+        return "judged moved, which the check gives a reference entry only"
+    audit = [m for m in point.metrics if m.metric == ACHIEVED_AL]
+    if audit:  # the AL audit failed: one metric, the AL, and the point's verdict follows it
+        alone = len(point.metrics) == 1 and audit[0].outcome in ("regressed", "unchanged")
+        made = audit_point_outcome(audit[0].outcome) if alone else None
+        if made != point.outcome:
+            return (
+                f"judged {point.outcome} on {len(point.metrics)} metric(s) with {ACHIEVED_AL} "
+                f"{audit[0].outcome} (the check makes it {made or 'one metric, the AL, alone'})"
+            )
+        return None
+    for m in point.metrics:
+        why = metric_problem(m, threshold)
+        if why:
+            return why
+    if point.outcome in ("not compared", "not enough history"):
+        if point.outcome == "not enough history" and point.metrics:
+            return f"judged not enough history with {len(point.metrics)} metric(s) compared"
+        return None
+    verdicts = [m.outcome for m in point.metrics]
+    made = combine(verdicts) if verdicts and "not compared" not in verdicts else "not compared"
+    if made != point.outcome:
+        return f"judged {point.outcome} with metric verdicts {verdicts or 'none'} (the check makes it {made})"
+    return None
+
+
+def metric_problem(m: MetricChange, threshold: float) -> str | None:
+    """Why a stored TPOT or throughput metric's verdict is not the check's of its own numbers, None if it is."""
+    metric = BY_NAME.get(m.metric)
+    if metric is None:
+        known = ", ".join([*BY_NAME, ACHIEVED_AL])
+        return f"a metric named {m.metric[:40]!r}, not one of {known}"
+    if m.outcome == "not compared":
+        return None
+    if m.outcome not in JUDGED:
+        return f"{m.metric} judged {m.outcome}, which the check never makes a metric"
+    if m.current is None or m.baseline is None or m.change is None or m.low is None or m.high is None:
+        return f"{m.metric} judged {m.outcome} without its numbers (current, baseline, change, low and high)"
+    for side, value in (("current", m.current), ("baseline", m.baseline)):
+        if not metric.least <= value <= metric.most:
+            return (
+                f"{m.metric} has a {side} median of {value!r}, not a possible value "
+                f"(from {metric.least:g} to {metric.most:,.0f})"
+            )
+    ratio = m.current / m.baseline - 1.0
+    if not math.isclose(m.change, ratio, rel_tol=REL_TOLERANCE, abs_tol=REL_TOLERANCE):
+        return f"{m.metric} has a change of {m.change:+.4%} where current / baseline - 1 is {ratio:+.4%}"
+    slack = REL_TOLERANCE * max(1.0, abs(m.change))
+    if not m.low - slack <= m.change <= m.high + slack:
+        return f"{m.metric}'s interval [{m.low:+.4%}, {m.high:+.4%}] does not hold its change {m.change:+.4%}"
+    made = metric_outcome(
+        m.change, m.low, m.high, higher_is_worse=metric.higher_is_worse, threshold=threshold
+    )
+    if made != m.outcome:
+        return (
+            f"{m.metric} judged {m.outcome} at {m.change:+.1%} [{m.low:+.1%}, {m.high:+.1%}] "
+            f"({'higher' if metric.higher_is_worse else 'lower'} is worse, threshold {threshold:.0%}): "
+            f"the check makes it {made}"
         )
-        if not judged or combined != point.outcome:
-            made = combined if judged else "not compared"
-            return f"points.{i}: judged {point.outcome} with metric verdicts {judged or 'none'} (the check makes it {made})"
-        if report.parameters is None:
-            continue
-        for m in point.metrics:
-            why = m.against(report.parameters.threshold)
-            if why:
-                return f"points.{i}: {why}"
     return None
 
 

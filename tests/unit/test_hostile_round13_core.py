@@ -181,7 +181,8 @@ def test_r13_16_a_stored_verdict_of_impossible_values_is_a_warning_not_a_verdict
         "method": "bootstrap",
         "points": [point],
     }
-    good = {"metric": "tpot_ms", "current": 9.0, "baseline": 10.0, "change": -0.1, "outcome": "improved"}
+    good = {"metric": "tpot_ms", "current": 9.0, "baseline": 10.0, "change": -0.1, "low": -0.15, "high": -0.05,
+            "outcome": "improved"}  # fmt: skip
     _list_file(
         run_dir, "regression.json", json.dumps({**stored, "points": [{**point, "metrics": [good]}]}).encode()
     )
