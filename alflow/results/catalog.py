@@ -61,9 +61,10 @@ VERDICT_ORDER: Final = ("regressed", "moved", "improved", "unchanged", "not enou
 left its interval, :mod:`alflow.results.regression`; ``not compared``: a point that could not be judged)."""
 RUN_DIR: Final = re.compile(r"^(\d{8}T\d{6}Z)-[A-Za-z0-9][A-Za-z0-9_.-]*$")
 """A run directory's name: ``<YYYYmmddTHHMMSSZ>-<run id>`` (:class:`alflow.results.store.RunWriter`)."""
-CACHE_VERSION: Final = 5
+CACHE_VERSION: Final = 6
 """2: series keys hold the target AL and the scheme; 3: and the workload; 4: starts in UTC, impossible ones unreadable;
-5: a regression.json that is no regression report is the entry's problem."""
+5: a regression.json that is no regression report is the entry's problem; 6: and no verdict of it; an identifier
+longer than 1,024 characters is unreadable."""
 READ_THREADS: Final = 4
 """Threads that read runs at once on a cold start (parquet decoding runs outside the GIL)."""
 _GOOD_CLIENT: Final = "client-bound"
@@ -249,8 +250,8 @@ def read_verdicts(data: object) -> tuple[str | None, tuple[tuple[SeriesKey, str]
 def _regression(run: StoredRun) -> tuple[object, str | None]:
     """The run's ``regression.json`` as parsed JSON (None when it has none or it is not JSON), and what is wrong with it.
 
-    The verdicts are read from it tolerantly (:func:`read_verdicts`); the problem (not JSON, not a regression report:
-    the field and why, as ``alflow report`` warns) is the entry's, shown on the site beside the run.
+    A report ``alflow report`` refuses (not JSON, not a regression report, a verdict its numbers do not make: the
+    field and why) gives no verdict: its problem is the entry's, shown on the site beside the run.
     """
     path = run.storage.join(run.dir, REGRESSION)
     try:
@@ -261,8 +262,8 @@ def _regression(run: StoredRun) -> tuple[object, str | None]:
         return None, f"{REGRESSION}: not read ({' '.join(str(exc).split())[:200]})"
     try:
         parse_report(data, REGRESSION)
-    except AlflowError as exc:
-        return data, " ".join(str(exc).split())[:300]
+    except AlflowError as exc:  # no verdict of a report the check itself would not have written (badges, trends)
+        return None, " ".join(str(exc).split())[:300]
     return data, None
 
 
