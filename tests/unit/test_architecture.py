@@ -205,11 +205,12 @@ def test_every_package_of_the_project_is_in_the_graph() -> None:
     assert tops == set(LAYERS)
 
 
-def test_the_layers_point_one_way() -> None:
+@pytest.mark.parametrize("type_hints", [False, True], ids=["run time", "type hints included"])
+def test_the_layers_point_one_way(type_hints: bool) -> None:
     rank = {top: i for i, top in enumerate(LAYERS)}
     upward = sorted(
         f"{module} imports {target}"
-        for module, targets in _graph().items()
+        for module, targets in _graph(type_hints=type_hints).items()
         if not (module == ABOVE_THE_LAYERS or module.startswith(ABOVE_THE_LAYERS + "."))
         for target in targets
         if rank[target.split(".")[0]] > rank[module.split(".")[0]]
