@@ -15,9 +15,10 @@ model's chat template.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from alflow.datasets.types import Session, Turn, jsonl_rows
+from alflow.datasets.types import Session, Turn, jsonl_rows, refuse_large
 from alflow.errors import InvalidInputError
 from alflow.util.fsutil import open_regular
 
@@ -43,6 +44,7 @@ def load_custom(
         raise InvalidInputError(f"custom prompt file {file}: {exc.strerror or exc}") from None
     try:
         with fh:
+            refuse_large(file, "custom prompt", size=os.fstat(fh.fileno()).st_size)
             sessions: list[Session] = []
             for line_no, row in jsonl_rows(fh, f"{file}:"):
                 where = f"{file}:{line_no}"

@@ -11,13 +11,13 @@ import re
 from pathlib import Path
 from typing import Final
 
-from alflow.datasets.types import Session, Turn, jsonl_rows
+from alflow.datasets.types import MAX_DATASET_BYTES, Session, Turn, jsonl_rows, refuse_large
 from alflow.errors import InvalidInputError
 from alflow.util.fsutil import file_problem
 
 _ANSWER: Final = re.compile(r"####\s*(-?[\d,]*\.?\d+)")
 DEFAULT_MAX_TOKENS: Final = 512
-MAX_FILE_BYTES: Final = 64 << 20
+MAX_FILE_BYTES: Final = MAX_DATASET_BYTES
 """The largest GSM8K file read (the train split is 4 MB): a 2 GB file of one line was read whole, then refused."""
 
 
@@ -34,11 +34,7 @@ def read_rows(path: Path) -> list[tuple[int, str, str]]:
     why = file_problem(path)
     if why is not None:
         raise InvalidInputError(f"GSM8K file {path} {why}")
-    size = path.stat().st_size
-    if size > MAX_FILE_BYTES:
-        raise InvalidInputError(
-            f"GSM8K file {path}: {size:,} bytes, larger than the {MAX_FILE_BYTES:,} bytes a GSM8K file may be"
-        )
+    refuse_large(path, "GSM8K")
     rows: list[tuple[int, str, str]] = []
     with path.open("rb") as fh:
         for line_no, row in jsonl_rows(fh, f"{path}:"):

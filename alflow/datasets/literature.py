@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Final, Literal, get_args
 
 from alflow.datasets.gsm8k import reference_answer
-from alflow.datasets.types import Session, Turn, jsonl_rows
+from alflow.datasets.types import MAX_DATASET_BYTES, Session, Turn, jsonl_rows, refuse_large
 from alflow.errors import InvalidInputError
 from alflow.util.fsutil import file_problem
 
@@ -119,6 +119,7 @@ def read_rows(path: str | Path) -> Iterator[tuple[str, Any]]:
     why = file_problem(file)
     if why is not None:
         raise InvalidInputError(f"dataset file {file} {why}")
+    refuse_large(file, "dataset")
     fmt = next((ext for ext in FORMATS if file.name.lower().endswith(ext)), None)
     if fmt is None:
         raise InvalidInputError(
@@ -136,10 +137,22 @@ def read_rows(path: str | Path) -> Iterator[tuple[str, Any]]:
         return
     with gzip.open(file, "rb") if fmt == ".jsonl.gz" else file.open("rb") as fh:
         try:
-            for line_no, row in jsonl_rows(fh, f"{file}:line "):
+            for line_no, row in jsonl_rows(_bounded_lines(fh, file), f"{file}:line "):
                 yield f"line {line_no}", row
         except (OSError, EOFError) as exc:  # a truncated or non-gzip .gz
             raise InvalidInputError(f"{file}: cannot be read as gzip ({exc})") from None
+
+
+def _bounded_lines(fh: Any, file: Path) -> Iterator[bytes]:
+    """The lines of ``fh`` while their sum stays within :data:`MAX_DATASET_BYTES` (a small ``.gz`` may inflate)."""
+    total = 0
+    while line := fh.readline(MAX_DATASET_BYTES + 1 - total):
+        total += len(line)
+        if total > MAX_DATASET_BYTES:
+            raise InvalidInputError(
+                f"dataset file {file}: more than the {MAX_DATASET_BYTES:,} bytes a dataset file may be, uncompressed"
+            )
+        yield line
 
 
 def _text(row: Mapping[str, Any], name: str, path: Path, where: str) -> str:

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 import orjson
 
-from alflow.datasets.types import Session, Turn, jsonl_rows
+from alflow.datasets.types import MAX_SPEED_BENCH_BYTES, Session, Turn, jsonl_rows, refuse_large
 from alflow.errors import InvalidInputError
 from alflow.util.fsutil import file_problem
 
@@ -115,6 +115,7 @@ def load_speed_bench(
     why = file_problem(file)
     if why is not None:
         raise InvalidInputError(f"SPEED-Bench file {file} {why}")
+    refuse_large(file, "SPEED-Bench", limit=MAX_SPEED_BENCH_BYTES)
     sessions: list[Session] = []
     with file.open("rb") as fh:
         for line_no, row in jsonl_rows(fh, f"{file}:"):

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Final
 
 import orjson
 
@@ -45,6 +46,25 @@ class Session:
     def multiturn(self) -> bool:
         """True when the session has more than one user turn."""
         return len(self.turns) > 1
+
+
+MAX_DATASET_BYTES: Final = 64 << 20
+"""The largest dataset file read (64 MiB; GSM8K's train split is 4 MB): a 3 GB file took 6.5 GB of memory (round 15)."""
+MAX_SPEED_BENCH_BYTES: Final = 512 << 20
+"""The largest SPEED-Bench file read (512 MiB): its ``throughput_32k`` split of 32k-token prompts is about 200 MB."""
+
+
+def refuse_large(path: Path, what: str, *, size: int | None = None, limit: int = MAX_DATASET_BYTES) -> None:
+    """Refuse a dataset file larger than ``limit`` by its size (``stat``, or ``size`` of the open file), unread.
+
+    One line names the file, its size and the bound: ``<what> file <path>: N bytes, larger than the M bytes a
+    <what> file may be``. Every dataset loader calls it before reading (GSM8K, custom, SPEED-Bench, literature).
+    """
+    actual = path.stat().st_size if size is None else size
+    if actual > limit:
+        raise InvalidInputError(
+            f"{what} file {path}: {actual:,} bytes, larger than the {limit:,} bytes a {what} file may be"
+        )
 
 
 def jsonl_rows(lines: Iterable[bytes], at: str) -> Iterator[tuple[int, Any]]:
