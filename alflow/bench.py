@@ -58,6 +58,7 @@ from alflow.metrics.prometheus import (
 from alflow.metrics.promql import PromQLStart, PromQLWindow, baseline_counters, promql_start
 from alflow.metrics.readers import candidate_metrics_urls, detect, get_dialect
 from alflow.util import eventloop, jsonutil
+from alflow.util.httpread import MAX_API_BYTES, read_bounded
 from alflow.util.redact import redact_body, redact_data, redact_url, redact_urls_in_text
 from alflow.util.rows import dump_row
 from alflow.workloads import check_prompt_memory, file_sha256
@@ -257,7 +258,7 @@ async def served_model(
     try:
         async with http.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s), headers=headers) as resp:
             status = resp.status
-            raw = await resp.read()
+            raw = await read_bounded(resp, MAX_API_BYTES, f"GET {shown}")
     except TimeoutError:  # connected, and no whole answer: not "cannot reach" (its str() is empty)
         raise AlflowError(f"GET {shown}: the server sent no complete answer within {timeout_s:g} s") from None
     except aiohttp.ClientError as exc:

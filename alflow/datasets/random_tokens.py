@@ -21,6 +21,7 @@ import orjson
 
 from alflow.datasets.types import Session, Turn
 from alflow.errors import AlflowError, InvalidInputError
+from alflow.util.httpread import MAX_API_BYTES, read_bounded
 from alflow.util.redact import redact_url, redact_urls_in_text
 
 DEFAULT_VOCAB_SIZE = 20_000
@@ -127,12 +128,12 @@ async def detokenize_sessions(
         body = orjson.dumps({"model": model, "tokens": list(turn.prompt)})
         async with sem, http.post(url, data=body, headers=send) as resp:
             if resp.status != 200:
-                text = redact_urls_in_text((await resp.text(errors="replace"))[:200])
+                text = redact_urls_in_text((await resp.content.read(200)).decode(errors="replace"))
                 raise AlflowError(
                     f"POST {shown} answered HTTP {resp.status}: {text} (random prompts for the chat endpoint are "
                     "detokenized by the server; use --endpoint completions to send token ids)"
                 )
-            raw = await resp.read()
+            raw = await read_bounded(resp, MAX_API_BYTES, f"POST {shown}")
         try:
             data = orjson.loads(raw)
         except orjson.JSONDecodeError:  # a proxy's login page, an event stream

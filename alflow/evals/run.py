@@ -32,6 +32,7 @@ from alflow.loadgen.endpoints import Sampling
 from alflow.loadgen.runner import run_load
 from alflow.loadgen.spec import LoadSpec, Target
 from alflow.plugins import is_set, plugin_of, usable_names
+from alflow.util.httpread import MAX_API_BYTES, read_bounded
 from alflow.util.names import shown
 from alflow.util.redact import redact_url
 
@@ -95,11 +96,12 @@ async def probe_synthetic(
     timeout = aiohttp.ClientTimeout(total=timeout_s)
     async with aiohttp.ClientSession(timeout=timeout) as http:
         for path in PROBE_PATHS:
+            url = base_url.rstrip("/") + path
             try:
-                async with http.get(base_url.rstrip("/") + path, headers=headers) as resp:
+                async with http.get(url, headers=headers) as resp:
                     if resp.status != 200:
                         continue
-                    body = await resp.read()
+                    body = await read_bounded(resp, MAX_API_BYTES, f"GET {shown(redact_url(url))}")
             except aiohttp.ClientError:
                 continue
             except (

@@ -38,6 +38,7 @@ from pydantic import BeforeValidator, PlainSerializer
 
 from alflow.acceptance.stats import CounterResetError
 from alflow.errors import AlflowError
+from alflow.util.httpread import MAX_METRICS_BYTES, AnswerTooLargeError, read_text_bounded
 from alflow.util.redact import redact_url, redact_urls_in_text
 
 log = logging.getLogger(__name__)
@@ -247,12 +248,14 @@ async def scrape(
     shown = redact_url(url)
     try:
         async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
-            body = await resp.text(errors="replace")
+            body = await read_text_bounded(resp, MAX_METRICS_BYTES, f"metrics at {shown}")
             ctype = resp.content_type
             status = resp.status
     except TimeoutError:  # its str() is empty: the reason said
         why = f"no complete answer within {timeout_s:g} s"
         raise ScrapeError(f"cannot scrape metrics at {shown}: {why}") from None
+    except AnswerTooLargeError as exc:  # an endless page held gigabytes (round 15)
+        raise ScrapeError(str(exc)) from None
     except aiohttp.ClientError as exc:
         why = redact_urls_in_text(str(exc) or type(exc).__name__)
         raise ScrapeError(f"cannot scrape metrics at {shown}: {why}") from None

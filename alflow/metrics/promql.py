@@ -24,6 +24,7 @@ from alflow.metrics.prometheus import (
     _matches,
     counter_deltas,
 )
+from alflow.util.httpread import MAX_METRICS_BYTES, bound_requests_answers
 from alflow.util.redact import redact_url, redact_urls_in_text
 
 PROMQL_SYNC_TIMEOUT_S = 120.0
@@ -35,9 +36,13 @@ def _connect(url: str, client: Any, timeout_s: float) -> Any:
     """``client``, or a ``prometheus-api-client`` connection to ``url``."""
     if client is not None:
         return client
+    import requests
     from prometheus_api_client import PrometheusConnect
 
-    return PrometheusConnect(url=url, disable_ssl=True, timeout=timeout_s)
+    session = requests.Session()
+    session.verify = False  # as disable_ssl=True sets it
+    bound_requests_answers(session, MAX_METRICS_BYTES, f"Prometheus at {redact_url(url)}")
+    return PrometheusConnect(url=url, disable_ssl=True, timeout=timeout_s, session=session)
 
 
 def _promql_selector(name: str, selector: str, suffix: str = "_total") -> str:

@@ -6,18 +6,31 @@ GSM8K files were refused by their size. Every dataset loader now refuses by ``st
 
 from __future__ import annotations
 
+import asyncio
 import gzip
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import aiohttp
 import pytest
+from typer.testing import CliRunner
 
+from alflow.bench import served_model
+from alflow.cli import app
 from alflow.datasets.custom import load_custom
 from alflow.datasets.gsm8k import load_gsm8k
 from alflow.datasets.literature import load_literature
+from alflow.datasets.random_tokens import detokenize_sessions
 from alflow.datasets.speed_bench import load_speed_bench
-from alflow.datasets.types import MAX_DATASET_BYTES, MAX_SPEED_BENCH_BYTES
-from alflow.errors import InvalidInputError
+from alflow.datasets.types import MAX_DATASET_BYTES, MAX_SPEED_BENCH_BYTES, Session, Turn
+from alflow.errors import AlflowError, InvalidInputError
+from alflow.evals.run import probe_synthetic
+from alflow.frameworks.sglang.metrics import sglang_server_info_al
+from alflow.metrics.prometheus import ScrapeError, scrape
+from alflow.metrics.promql import promql_start
+from alflow.util.httpread import MAX_API_BYTES, MAX_METRICS_BYTES, AnswerTooLargeError, read_bounded
+from tests.unit.flood_server import threaded_server
 
 pytestmark = pytest.mark.unit
 
@@ -60,3 +73,91 @@ def test_r15_5_a_gzip_that_inflates_past_the_bound_is_refused(tmp_path: Path) ->
     assert path.stat().st_size < MAX_DATASET_BYTES
     with pytest.raises(InvalidInputError, match="bytes a dataset file may be, uncompressed"):
         load_literature("gsm8k", path)
+
+
+# R15-7: an endless fast body was read whole (bench's detokenize 24 GB, eval's probe a MemoryError traceback).
+
+
+def _readers(base: str) -> dict[str, Callable[[], Awaitable[object]]]:
+    """Every reader of a whole HTTP answer, each pointed at ``base`` (a few seconds' total timeout each)."""
+
+    async def models() -> object:
+        async with aiohttp.ClientSession() as http:
+            return await served_model(http, base, None, {}, timeout_s=5.0)
+
+    return {
+        "v1-models": models,
+        "detokenize": lambda: detokenize_sessions(
+            [Session("s", (Turn(prompt=(1, 2, 3)),))], base, "m", timeout_s=5.0
+        ),
+        "eval-probe": lambda: probe_synthetic(base, timeout_s=5.0),
+        "metrics-scrape": lambda: scrape(base + "/metrics", timeout_s=5.0),
+        "sglang-server-info": lambda: sglang_server_info_al(base, timeout_s=5.0),
+    }
+
+
+READERS = ["v1-models", "detokenize", "eval-probe", "metrics-scrape", "sglang-server-info"]
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_r15_7_an_endless_answer_is_refused_at_its_bound(reader: str) -> None:
+    """A flood is one error naming the URL and the bound, well before the total timeout and without the memory."""
+    with threaded_server("flood") as base:
+        start = time.monotonic()
+        with pytest.raises(AlflowError) as err:
+            asyncio.run(_readers(base)[reader]())
+        took = time.monotonic() - start
+    message = str(err.value)
+    assert "\n" not in message
+    assert base.removeprefix("http://") in message
+    assert "bytes alflow reads of it" in message, message
+    assert took < 5.0, f"{reader} read the flood for {took:.1f} s"
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_r15_7_a_silent_server_is_one_error_within_the_timeout(reader: str) -> None:
+    """A server that never answers is a named error when the total timeout ends, not a hang (the probe's too)."""
+    with threaded_server("silent") as base:
+        start = time.monotonic()
+        with pytest.raises(AlflowError) as err:
+            asyncio.run(_readers(base)[reader]())
+        took = time.monotonic() - start
+    assert "\n" not in str(err.value)
+    assert took < 15.0  # SGLang's reader asks two paths, 5 s each
+
+
+def test_r15_7_read_bounded_refuses_a_declared_length_unread() -> None:
+    """A ``Content-Length`` past the bound is refused before the body is read."""
+
+    class Declared:
+        content_length = MAX_API_BYTES + 1
+
+    with pytest.raises(
+        AnswerTooLargeError, match=f"GET u: the answer is larger than the {MAX_API_BYTES:,} bytes"
+    ):
+        asyncio.run(read_bounded(Declared(), MAX_API_BYTES, "GET u"))  # type: ignore[arg-type]
+
+
+def test_r15_7_metrics_snapshot_prints_one_line_exit_2() -> None:
+    """``alflow metrics snapshot`` at a flooding URL: one line naming the URL and the bound, exit 2."""
+    with threaded_server("flood") as base:
+        result = CliRunner().invoke(app, ["metrics", "snapshot", "--url", base + "/metrics"])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    assert "Traceback" not in result.output
+    assert f"{MAX_METRICS_BYTES:,} bytes" in lines[0]
+    assert base.removeprefix("http://") in lines[0]
+
+
+def test_r15_7_a_prometheus_api_flood_is_refused_at_its_bound() -> None:
+    """A PromQL query answered by an endless body is one ScrapeError naming Prometheus and the bound."""
+    with threaded_server("flood") as base:
+        start = time.monotonic()
+        with pytest.raises(ScrapeError) as err:
+            promql_start(base, {"vllm:num_requests_running": 1}, 0.0, timeout_s=5.0, sync_timeout_s=1.0)
+        took = time.monotonic() - start
+    assert f"Prometheus at {base}: the answer is larger than the {MAX_METRICS_BYTES:,} bytes" in str(
+        err.value
+    )
+    assert took < 5.0

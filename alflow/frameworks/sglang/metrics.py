@@ -34,6 +34,7 @@ from alflow.frameworks.sglang.requests import SGLANG_COUNTS
 from alflow.loadgen.counts import CountsReader
 from alflow.metrics.dialects import MissingMetricsError, NoSpeculativeInfo, join_notes, need_counter
 from alflow.metrics.prometheus import CounterWindow, Snapshot
+from alflow.util.httpread import MAX_API_BYTES, AnswerTooLargeError, read_bounded
 from alflow.util.redact import redact_url, redact_urls_in_text
 
 
@@ -138,8 +139,10 @@ async def sglang_server_info_al(
                 if resp.status != 200:
                     problems.append(f"{path}: HTTP {resp.status}")
                     continue
-                data: Any = orjson.loads(await resp.read())
-        except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as exc:
+                data: Any = orjson.loads(
+                    await read_bounded(resp, MAX_API_BYTES, f"GET {redact_url(base + path)}")
+                )
+        except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError, AnswerTooLargeError) as exc:
             why = f"no complete answer within {timeout_s:g} s" if isinstance(exc, TimeoutError) else str(exc)
             problems.append(f"{path}: {redact_urls_in_text(why or type(exc).__name__)}")
             continue
