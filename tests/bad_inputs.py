@@ -1249,6 +1249,19 @@ CLI_CASES: list[CliCase] = [
         "limit=0",
         "limit=0",
     ),
+    *(
+        CliCase(
+            f"eval gsm8k {option} {value}",
+            ("eval", "gsm8k", "--base-url", DEAD_URL, "--model", "m", option, value),
+            allowed,
+            names,
+        )
+        for option, value, allowed, names in (  # as bench's (round 15: eval had no bound but a hidden 600 s)
+            ("--timeout", "0", "(0, 9,223,372,036]", "--timeout 0"),
+            ("--timeout", "abc", "(0, 9,223,372,036]", "--timeout 'abc'"),
+            ("--stall-timeout", "-1", "[0, 9,223,372,036]", "--stall-timeout -1"),
+        )
+    ),
     CliCase(
         "reference m0-config unknown model",
         ("reference", "m0-config", "--models", "nope", "--out", "{tmp}/m0.yaml"),

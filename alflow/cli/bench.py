@@ -277,7 +277,7 @@ class _Sigterm:
 
 
 @contextlib.contextmanager
-def _sigterm_as_exit() -> Iterator[_Sigterm]:
+def sigterm_as_exit() -> Iterator[_Sigterm]:
     """Install :class:`_Sigterm` for the block (main thread only); a SIGTERM ends it with ``SystemExit(143)``."""
     watch = _Sigterm()
     if threading.current_thread() is not threading.main_thread():
@@ -466,7 +466,7 @@ def _bench(o: BenchOptions) -> None:
         request = _bench_request(o)
         with (
             _progress(o.progress and not o.json_out and sys.stderr.isatty()) as prog,
-            _sigterm_as_exit() as watch,
+            sigterm_as_exit() as watch,
         ):
             result = run_coroutine(watch.run(bench_async(request, progress=prog, warn=warn)))
     except AlflowError as exc:

@@ -4,20 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
+import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.markup import escape
 
+from alflow.cli.bench import SECONDS, SECONDS_OR_OFF, sigterm_as_exit
 from alflow.cli.common import (
     JsonOpt,
+    check_options,
     checked_out_file,
     console,
     emit_json,
     fail,
     new_table,
+    register_bounds,
     say,
+    say_err,
     write_out_file,
 )
 from alflow.errors import AlflowError
@@ -26,9 +31,13 @@ from alflow.evals.lm_eval_backend import run_lm_eval
 from alflow.evals.run import Gsm8kRequest, evaluate_gsm8k
 from alflow.evals.thresholds import load_thresholds
 from alflow.gates import Verdict, accuracy_gate
+from alflow.loadgen.spec import DEFAULT_STALL_TIMEOUT_S
 from alflow.util import jsonutil
 from alflow.util.redact import check_http_url
 from alflow.util.rows import dump_row
+
+GSM8K_BOUNDS = register_bounds("gsm8k", {"--timeout": SECONDS, "--stall-timeout": SECONDS_OR_OFF})
+"""``--timeout`` and ``--stall-timeout`` allow what ``bench``'s do."""
 
 eval_app = typer.Typer(help="Accuracy evaluations (the M1 accuracy gate).", no_args_is_help=True)
 
@@ -51,6 +60,14 @@ def gsm8k(
         int, typer.Option("--max-tokens", help="Output cap per reply.")
     ] = DEFAULT_MAX_TOKENS,
     temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature.")] = 0.0,
+    timeout: Annotated[float, typer.Option("--timeout", help="Per-question timeout in seconds.")] = 600.0,
+    stall_timeout: Annotated[
+        float,
+        typer.Option(
+            "--stall-timeout",
+            help="Abort when the server sends nothing on any open stream for this long (s); 0 = off.",
+        ),
+    ] = DEFAULT_STALL_TIMEOUT_S,
     test_file: Annotated[
         Path | None, typer.Option("--test-file", help="GSM8K test JSONL (default: bundled).")
     ] = None,
@@ -78,16 +95,11 @@ def gsm8k(
     """Score GSM8K (strict-match and flexible-extract) and apply the accuracy gate; exit 1 if it fails."""
     try:
         check_http_url(base_url, "--base-url")  # before the thresholds and questions are read (round 13)
+        check_options({"--timeout": timeout, "--stall-timeout": stall_timeout}, GSM8K_BOUNDS)
         out_path = None if out is None else checked_out_file(out, "--out")  # before any question is asked
         limit_value = threshold if threshold is not None else load_thresholds(thresholds).for_model(model)
         if backend == "lm-eval":
-            with tempfile.TemporaryDirectory(prefix="alflow-lm-eval-") as tmp:
-                scores = run_lm_eval(base_url, model, Path(tmp), num_shots=shots, limit=limit, seed=seed)
-                data = scores.to_dict()
-            passed = min(scores.strict_match, scores.flexible_extract) >= limit_value
-            data.update(threshold=limit_value, passed=passed)
-            emit_json(data)
-            raise typer.Exit(0 if passed else 1)
+            _lm_eval(base_url, model, shots, limit, seed, limit_value)
         if backend != "alflow":
             raise typer.BadParameter(
                 f"unknown backend {backend!r}; use alflow or lm-eval", param_hint="--backend"
@@ -102,10 +114,19 @@ def gsm8k(
             concurrency=concurrency,
             temperature=temperature,
             synthetic=synthetic,
+            timeout_s=timeout,
+            stall_timeout_s=stall_timeout or None,
         )
-        result = asyncio.run(evaluate_gsm8k(request))
+        result = _evaluate(request)
     except AlflowError as exc:
         raise fail(str(exc)) from None
+    _report(result, limit_value, model, as_json=as_json, out_path=out_path)
+
+
+def _report(
+    result: EvalResult, limit_value: float, model: str, *, as_json: bool, out_path: Path | None
+) -> None:
+    """The scores and the gate's verdict (then ``--out``), and the exit: 0 when the gate passes, else 1."""
     verdict = accuracy_gate(result, limit_value)
     if as_json:  # the scores first: a write that fails after the work must not lose them
         emit_json({**result.summary().model_dump(mode="json"), "verdict": verdict.model_dump()})
@@ -114,6 +135,30 @@ def gsm8k(
     if out_path is not None:
         _save(out_path, result)
     raise typer.Exit(0 if verdict.passed else 1)
+
+
+def _lm_eval(base_url: str, model: str, shots: int, limit: int | None, seed: int, limit_value: float) -> None:
+    """``--backend lm-eval``: its scores as JSON, then exit 0 or 1 by the gate."""
+    with tempfile.TemporaryDirectory(prefix="alflow-lm-eval-") as tmp:
+        scores = run_lm_eval(base_url, model, Path(tmp), num_shots=shots, limit=limit, seed=seed)
+        data = scores.to_dict()
+    passed = min(scores.strict_match, scores.flexible_extract) >= limit_value
+    data.update(threshold=limit_value, passed=passed)
+    emit_json(data)
+    raise typer.Exit(0 if passed else 1)
+
+
+def _evaluate(request: Gsm8kRequest) -> EvalResult:
+    """The evaluation; SIGTERM or Ctrl-C ends it with one "interrupted" line (exit 143 or 130), no traceback."""
+    started = time.monotonic()
+    try:
+        with sigterm_as_exit() as watch:
+            return asyncio.run(watch.run(evaluate_gsm8k(request)))
+    except (KeyboardInterrupt, SystemExit) as exc:
+        code = 130 if isinstance(exc, KeyboardInterrupt) else exc.code
+        how = "Ctrl-C" if code == 130 else "SIGTERM" if code == 143 else f"exit {code}"
+        say_err(f"eval gsm8k: interrupted ({how}) after {time.monotonic() - started:.1f} s: no scores")
+        raise typer.Exit(code if isinstance(code, int) else 1) from None
 
 
 def _save(path: Path, result: EvalResult) -> None:

@@ -9,7 +9,7 @@ and ``/server_info``: vLLM's config dump in dev mode, SGLang's server args, the 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -29,8 +29,9 @@ from alflow.evals.gsm8k import (
 )
 from alflow.loadgen.client import auth_headers
 from alflow.loadgen.endpoints import Sampling
+from alflow.loadgen.records import RequestRecord
 from alflow.loadgen.runner import run_load
-from alflow.loadgen.spec import LoadSpec, Target
+from alflow.loadgen.spec import DEFAULT_STALL_TIMEOUT_S, LoadAbortedError, LoadSpec, Target
 from alflow.plugins import is_set, plugin_of, usable_names
 from alflow.util.httpread import MAX_API_BYTES, read_bounded
 from alflow.util.names import shown
@@ -121,6 +122,18 @@ async def probe_synthetic(
     return None
 
 
+def _check_answered(records: Iterable[RequestRecord], where: str, timeout_s: float) -> None:
+    """An error when no question got an answer: a dead server is no accuracy verdict (round 15: "accuracy 0")."""
+    sent = list(records)
+    if any(r.error is None for r in sent):
+        return
+    first = next((r.error for r in sent if r.error), "no request was sent")
+    raise AlflowError(
+        f"{where}: no answer to any question within --timeout {timeout_s:g} s ({len(sent)} of {len(sent)} "
+        f"requests failed; the first: {first}); no scores"
+    )
+
+
 @dataclass(frozen=True)
 class Gsm8kRequest:
     """Everything one GSM8K evaluation needs."""
@@ -137,6 +150,9 @@ class Gsm8kRequest:
     top_k: int | None = None
     chat_template_kwargs: Mapping[str, Any] | None = None
     timeout_s: float = 600.0
+    """Each question's bound (``eval gsm8k --timeout``), as ``bench --timeout``."""
+    stall_timeout_s: float | None = DEFAULT_STALL_TIMEOUT_S
+    """The run ends when no open stream got an event for this long (``--stall-timeout``; None: off), as in bench."""
     synthetic: bool | None = None
     check_server: bool = True
     api_key: str | None = field(default=None, repr=False)
@@ -171,12 +187,23 @@ async def evaluate_gsm8k(request: Gsm8kRequest) -> EvalResult:
         chat_template_kwargs=request.chat_template_kwargs,
     )
     started = time.perf_counter()
-    load = await run_load(
-        sessions,
-        Target(request.base_url, request.model, "chat", sampling, api_key=request.api_key),
-        LoadSpec(concurrency=request.concurrency, num_prompts=len(sessions), timeout_s=request.timeout_s),
+    spec = LoadSpec(
+        concurrency=request.concurrency,
+        num_prompts=len(sessions),
+        timeout_s=request.timeout_s,
+        stall_timeout_s=request.stall_timeout_s,
     )
+    where = f"--base-url {shown(redact_url(request.base_url))}"
+    try:
+        load = await run_load(
+            sessions, Target(request.base_url, request.model, "chat", sampling, api_key=request.api_key), spec
+        )
+    except (
+        LoadAbortedError
+    ) as exc:  # a stalled server (round 15): no accuracy verdict of questions not answered
+        raise AlflowError(f"{where}: {exc}; no scores") from None
     by_id = {r.session_id: r for r in load.records if not r.warmup}
+    _check_answered(by_id.values(), where, request.timeout_s)
     results = []
     for problem in problems:
         record = by_id.get(problem.problem_id)

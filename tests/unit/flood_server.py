@@ -1,7 +1,9 @@
 """An in-process HTTP server whose every answer is endless (a flood) or never comes (silent), for bounded-read tests.
 
 ``flood``: headers, then a ``text/plain`` body of Prometheus-looking lines as fast as the socket takes them, for ever
-(round 15's ``gen/flood.py``). ``silent``: the request is taken and never answered. Loopback, port 0, its own event
+(round 15's ``gen/flood.py``). ``silent``: the request is taken and never answered. The ``questions-*`` modes answer
+``GET /v1/models``, 404 to any other GET (``eval``'s probe moves on) and every POST (a question) as named: ``silent``,
+``drip`` (headers, then a space a second) or ``reject`` (HTTP 400), as round 15's ``gen/hostile.py``. Loopback, port 0, its own event
 loop in a thread, so a command line that runs its own loop can be pointed at it.
 """
 
@@ -31,12 +33,44 @@ async def _silent(_request: web.Request) -> web.StreamResponse:
     return web.Response()
 
 
+async def _drip(request: web.Request) -> web.StreamResponse:
+    resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+    await resp.prepare(request)
+    with contextlib.suppress(ConnectionError, asyncio.CancelledError):
+        while True:
+            await resp.write(b" ")
+            await asyncio.sleep(1)
+    return resp
+
+
+async def _reject(_request: web.Request) -> web.Response:
+    return web.json_response({"error": {"message": "no"}}, status=400)
+
+
+async def _models(_request: web.Request) -> web.Response:
+    return web.json_response({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+
+async def _not_found(_request: web.Request) -> web.Response:
+    return web.Response(status=404)
+
+
+def _app(mode: str) -> web.Application:
+    app = web.Application()
+    if mode.startswith("questions-"):
+        app.router.add_get("/v1/models", _models)
+        app.router.add_get("/{tail:.*}", _not_found)
+        post = {"silent": _silent, "drip": _drip, "reject": _reject}[mode.removeprefix("questions-")]
+        app.router.add_post("/{tail:.*}", post)
+    else:
+        app.router.add_route("*", "/{tail:.*}", _flood if mode == "flood" else _silent)
+    return app
+
+
 @contextlib.contextmanager
 def threaded_server(mode: str) -> Iterator[str]:
-    """The base URL of a server answering every GET and POST in ``mode`` (``flood`` or ``silent``)."""
-    handler = _flood if mode == "flood" else _silent
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", handler)
+    """The base URL of a server answering as ``mode`` says (``flood``, ``silent``, ``questions-*``)."""
+    app = _app(mode)
     loop = asyncio.new_event_loop()
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
     started = threading.Event()

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import os
+import signal
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -161,3 +164,65 @@ def test_r15_7_a_prometheus_api_flood_is_refused_at_its_bound() -> None:
         err.value
     )
     assert took < 5.0
+
+
+# R15-6: eval gsm8k waited 600 s per question (hidden), then called a dead server's model inaccurate; no options.
+
+EVAL = ["eval", "gsm8k", "--model", "m", "--limit", "2", "--concurrency", "2"]
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--timeout", "0"), ("--timeout", "-1"), ("--timeout", "nan"), ("--stall-timeout", "-1"),
+     ("--stall-timeout", "inf"), ("--timeout", "1e99")],
+)  # fmt: skip
+def test_r15_6_eval_timeouts_are_checked_as_bench_checks_them(option: str, value: str) -> None:
+    """A bad ``--timeout`` or ``--stall-timeout`` is one line naming it and what is allowed, exit 2, nothing asked."""
+    result = CliRunner().invoke(app, [*EVAL, "--base-url", "http://127.0.0.1:9", option, value])
+    assert result.exit_code == 2, result.output
+    assert f"{option} " in result.output
+    assert "must be" in result.output, result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("mode", "options", "wanted"),
+    [
+        ("questions-silent", ["--timeout", "1", "--stall-timeout", "0"], "no answer to any question within --timeout 1 s"),
+        ("questions-reject", ["--timeout", "5"], "no answer to any question within --timeout 5 s"),
+        ("questions-drip", ["--timeout", "60", "--stall-timeout", "1"], "stall timeout"),
+    ],
+    ids=["silent", "reject", "drip"],
+)  # fmt: skip
+def test_r15_6_a_server_that_answers_no_question_is_an_error_not_an_accuracy(
+    mode: str, options: list[str], wanted: str
+) -> None:
+    """No answer (silence, refusals, a drip) is one line naming ``--base-url``, exit 2, within the bounds given."""
+    with threaded_server(mode) as base:
+        start = time.monotonic()
+        result = CliRunner().invoke(app, [*EVAL, "--base-url", base, *options])
+        took = time.monotonic() - start
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2, result.output
+    assert len(lines) == 1, result.output
+    assert lines[0].startswith(f"error: --base-url '{base}': "), lines[0]
+    assert wanted in lines[0]
+    assert "accuracy" not in lines[0]
+    assert took < 20.0
+
+
+@pytest.mark.parametrize(
+    ("signum", "code", "how"), [(signal.SIGTERM, 143, "SIGTERM"), (signal.SIGINT, 130, "Ctrl-C")]
+)
+def test_r15_6_an_interrupted_eval_says_so_in_one_line(signum: int, code: int, how: str) -> None:
+    """SIGTERM or Ctrl-C while the questions wait: one "interrupted" line and 128 + the signal, no traceback."""
+    with threaded_server("questions-silent") as base:
+        timer = threading.Timer(3.0, os.kill, (os.getpid(), signum))
+        timer.start()
+        try:
+            result = CliRunner().invoke(app, [*EVAL, "--base-url", base, "--timeout", "60"])
+        finally:
+            timer.cancel()
+    assert result.exit_code == code, result.output
+    assert f"eval gsm8k: interrupted ({how})" in result.output
+    assert "Traceback" not in result.output
