@@ -81,21 +81,21 @@ def test_r15_5_a_gzip_that_inflates_past_the_bound_is_refused(tmp_path: Path) ->
 # R15-7: an endless fast body was read whole (bench's detokenize 24 GB, eval's probe a MemoryError traceback).
 
 
-def _readers(base: str) -> dict[str, Callable[[], Awaitable[object]]]:
-    """Every reader of a whole HTTP answer, each pointed at ``base`` (a few seconds' total timeout each)."""
+def _readers(base: str, t: float) -> dict[str, Callable[[], Awaitable[object]]]:
+    """Every reader of a whole HTTP answer, each pointed at ``base`` with a total timeout of ``t`` seconds."""
 
     async def models() -> object:
         async with aiohttp.ClientSession() as http:
-            return await served_model(http, base, None, {}, timeout_s=5.0)
+            return await served_model(http, base, None, {}, timeout_s=t)
 
     return {
         "v1-models": models,
         "detokenize": lambda: detokenize_sessions(
-            [Session("s", (Turn(prompt=(1, 2, 3)),))], base, "m", timeout_s=5.0
+            [Session("s", (Turn(prompt=(1, 2, 3)),))], base, "m", timeout_s=t
         ),
-        "eval-probe": lambda: probe_synthetic(base, timeout_s=5.0),
-        "metrics-scrape": lambda: scrape(base + "/metrics", timeout_s=5.0),
-        "sglang-server-info": lambda: sglang_server_info_al(base, timeout_s=5.0),
+        "eval-probe": lambda: probe_synthetic(base, timeout_s=t),
+        "metrics-scrape": lambda: scrape(base + "/metrics", timeout_s=t),
+        "sglang-server-info": lambda: sglang_server_info_al(base, timeout_s=t),
     }
 
 
@@ -108,13 +108,13 @@ def test_r15_7_an_endless_answer_is_refused_at_its_bound(reader: str) -> None:
     with threaded_server("flood") as base:
         start = time.monotonic()
         with pytest.raises(AlflowError) as err:
-            asyncio.run(_readers(base)[reader]())
+            asyncio.run(_readers(base, 20.0)[reader]())
         took = time.monotonic() - start
     message = str(err.value)
     assert "\n" not in message
     assert base.removeprefix("http://") in message
     assert "bytes alflow reads of it" in message, message
-    assert took < 5.0, f"{reader} read the flood for {took:.1f} s"
+    assert took < 20.0, f"{reader} read the flood for {took:.1f} s"
 
 
 @pytest.mark.parametrize("reader", READERS)
@@ -123,10 +123,10 @@ def test_r15_7_a_silent_server_is_one_error_within_the_timeout(reader: str) -> N
     with threaded_server("silent") as base:
         start = time.monotonic()
         with pytest.raises(AlflowError) as err:
-            asyncio.run(_readers(base)[reader]())
+            asyncio.run(_readers(base, 2.0)[reader]())
         took = time.monotonic() - start
     assert "\n" not in str(err.value)
-    assert took < 15.0  # SGLang's reader asks two paths, 5 s each
+    assert took < 10.0  # SGLang's reader asks two paths, 2 s each
 
 
 def test_r15_7_read_bounded_refuses_a_declared_length_unread() -> None:
