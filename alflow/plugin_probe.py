@@ -12,8 +12,10 @@ warnings filters, the locale and time zone; an exit hook that ends the process) 
 left out with that reason (one warning) and never imported by the command. The child imports alflow's configuration first with the built-in frameworks only, so a plugin is
 blamed for its own modules alone.
 
-What the probe cannot see: a thread a plugin starts that acts later than :data:`GRACE_S` after its import, and a
-plugin that acts only in some processes.
+What the probe cannot see: a thread a plugin starts that acts later than :data:`GRACE_S` after its import, a
+plugin that acts only in some processes, and a module it does not watch (one of a watched library's that neither
+alflow nor :data:`_WATCHED_SUBMODULES` loads first; Prefect's). It is a guard against accidental changes and common
+tampering, not a sandbox: a plugin is Python code that runs with the user's rights (docs/frameworks/write-a-plugin.md).
 
 Run as ``python -m alflow.plugin_probe REFERENCE REPORT_FILE`` by :func:`probe`.
 """
@@ -291,8 +293,11 @@ def _child(reference: str, report: str, alarm_s: int) -> None:
     try:  # the built-in union before a plugin's config needs it (by name: in this child only; the command's own
         _load("alflow.config.server:ServerBase")  # imports run the other way, plugins -> probe)
         _import_all_of_alflow()  # loaded first: a plugin replacing a function or a method anywhere in it is seen
-        for library in _WATCHED_LIBRARIES:  # and the libraries watched, so that their state is taken before
-            with contextlib.suppress(ImportError):
+        for library in (
+            *_WATCHED_LIBRARIES,
+            *_WATCHED_SUBMODULES,
+        ):  # and the libraries watched, so that their
+            with contextlib.suppress(ImportError):  # state is taken before
                 importlib.import_module(library)
     except (
         BaseException
@@ -310,8 +315,7 @@ def _child(reference: str, report: str, alarm_s: int) -> None:
             if ":" in part:
                 _load(part)
         time.sleep(GRACE_S)
-        after = _interpreter_state()
-        changed = [name for name, value in before.items() if after.get(name) != value]
+        changed = _changes(before, _interpreter_state())
         more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
         said = (
             f"error it changes the interpreter when imported: {', '.join(changed[:4])}{more}"
@@ -359,9 +363,17 @@ _WATCHED_MODULES: Final = ("builtins", "json", "os", "sys", "logging", "asyncio"
 """The standard modules alflow relies on: a plugin that replaces one of their functions (``json.dumps``,
 ``html.escape``) is left out; so is one that replaces a function of any alflow module loaded before it
 (``alflow.util.redact.redact_url``)."""
-_WATCHED_LIBRARIES: Final = ("aiohttp", "httpx", "jinja2", "yaml", "markupsafe", "multidict", "yarl")
+_WATCHED_LIBRARIES: Final = ("aiohttp", "httpx", "jinja2", "yaml", "markupsafe", "multidict", "yarl", "socket", "ssl",
+                             "json", "polars", "fsspec", "rich", "numpy", "pydantic")  # fmt: skip
 """Libraries whose every loaded module's functions and classes' methods are watched too (round 14: a plugin patched
-``aiohttp.ClientSession._request``, ``httpx.Client.send``, ``jinja2.Environment.__init__``, ``yaml.safe_load``)."""
+``aiohttp.ClientSession._request``, ``httpx.Client.send``, ``jinja2.Environment.__init__``, ``yaml.safe_load``;
+round 15: ``socket.socket.send`` read every API key, ``polars.DataFrame.write_parquet`` emptied ``records.parquet``,
+``json.JSONEncoder.iterencode``, ``ssl.SSLContext.wrap_socket``, ``rich.console.Console.print``, fsspec's
+``LocalFileSystem.open``). About 31,000 entries, 45 ms per state (25 ms without numpy and pydantic; 17 ms before)."""
+_WATCHED_SUBMODULES: Final = ("json.encoder", "json.decoder", "fsspec.spec", "fsspec.implementations.local",
+                              "rich.console", "rich.table", "polars.dataframe.frame", "polars.lazyframe.frame")  # fmt: skip
+"""Modules of the watched libraries imported before the plugin, so that their state is taken: one the plugin imported
+first was not compared (fsspec's local file system, which neither alflow nor polars imports at start)."""
 
 
 def _interpreter_state() -> dict[str, object]:
@@ -389,17 +401,7 @@ def _interpreter_state() -> dict[str, object]:
         if callable(value) and not attr.startswith("__")
     }
     state |= _alflow_values(modules)
-    state |= {  # the methods of alflow's own classes (a run writer's write_json replaced lost summaries), and of the
-        # libraries its requests, pages and files go through (aiohttp's ClientSession._request read every API key)
-        f"{name}.{cls.__name__}.{attr}": id(value)
-        for name, module in modules.items()
-        if name.partition(".")[0] in ("alflow", *_WATCHED_LIBRARIES)
-        for cls in list(vars(module).values())
-        if isinstance(cls, type) and cls.__module__ == name
-        for attr, value in list(vars(cls).items())
-        # a method (``__init__`` too), and an alflow class's other attributes (a library's own caches change)
-        if callable(value) or (name.startswith("alflow") and not attr.startswith("__"))
-    }
+    state |= _class_methods(modules)
     umask = os.umask(0o22)
     os.umask(umask)
     state |= _process_settings()
@@ -417,6 +419,62 @@ def _interpreter_state() -> dict[str, object]:
         "sys.excepthook": (id(sys.excepthook), id(sys.unraisablehook)),
     }  # fmt: skip
     return state
+
+
+_IMMUTABLE_TYPE: Final = 1 << 8
+"""``Py_TPFLAGS_IMMUTABLETYPE``: a class defined in C whose attributes no one can set (``_socket.socket``)."""
+
+
+def _class_methods(modules: dict[str, ModuleType]) -> dict[str, object]:
+    """The methods of alflow's classes and of the watched libraries' (each by ``id``), and each class's method names.
+
+    A run writer's ``write_json`` replaced lost summaries (round 8), aiohttp's ``ClientSession._request`` read every
+    API key (round 14). A class is found in any loaded module of its library and named where it is defined
+    (``polars.DataFrame`` is ``polars.dataframe.frame.DataFrame``); its names (``CLASS.*``) show a method set on
+    the class over one it inherits (round 15: ``socket.socket.send``, which ``_socket.socket`` defines). An alflow
+    class's other attributes are compared too (a library's own caches change); classes defined in C are left out
+    (no one can set their attributes).
+    """
+    watched = ("alflow", *_WATCHED_LIBRARIES)
+    classes = {
+        id(cls): cls
+        for name, module in modules.items()
+        if name.partition(".")[0] in watched
+        for cls in list(vars(module).values())
+        if isinstance(cls, type)
+        and not cls.__flags__ & _IMMUTABLE_TYPE
+        and isinstance(cls.__module__, str)
+        and cls.__module__.partition(".")[0] in watched
+    }
+    state: dict[str, object] = {}
+    for cls in classes.values():
+        where = f"{cls.__module__}.{cls.__qualname__}"
+        ours = where.startswith("alflow")
+        found = {
+            attr: id(value)
+            for attr, value in list(vars(cls).items())
+            if callable(value) or (ours and not attr.startswith("__"))
+        }
+        state |= {f"{where}.{attr}": ident for attr, ident in found.items()}
+        state[f"{where}.*"] = tuple(sorted(found))
+    return state
+
+
+def _changes(before: dict[str, object], after: dict[str, object]) -> list[str]:
+    """The names of what differs between two :func:`_interpreter_state`, each named once.
+
+    A class's names (``CLASS.*``) that differ are said as the methods set or deleted (``socket.socket.send``).
+    """
+    named: list[str] = []
+    for name, value in before.items():
+        now = after.get(name)
+        if now == value:
+            continue
+        if name.endswith(".*") and isinstance(value, tuple) and isinstance(now, tuple):
+            named += [f"{name[:-2]}.{attr}" for attr in sorted(set(value) ^ set(now))]
+        else:
+            named.append(name)
+    return list(dict.fromkeys(named))
 
 
 _CONTENT_ITEMS: Final = 4096

@@ -334,6 +334,24 @@ HOSTILE = {
         PARTS, "import alflow.site.guard as g\ng.HEADERS.clear()\nEvilServer = PLUGIN = 1\n",
         "changes the interpreter when imported: alflow.site.guard.HEADERS",
     ),
+    # hostile round 15: a class's method of a watched library replaced (socket's read every API key, polars' emptied
+    # records.parquet), or set over an inherited one (socket.socket.send, LocalFileSystem.open)
+    **{
+        f"a config module that patches {where}.{attr}": (
+            PARTS,
+            f"import {module}\n_o = {module}.{owner}.{attr}\n"
+            f"def _p(self, *a, **k):\n    return _o(self, *a, **k)\n{module}.{owner}.{attr} = _p\nEvilServer = PLUGIN = 1\n",
+            f"changes the interpreter when imported: {where}.{attr}",
+        )
+        for module, owner, attr, where in (
+            ("socket", "socket", "send", "socket.socket"),
+            ("polars", "DataFrame", "write_parquet", "polars.dataframe.frame.DataFrame"),
+            ("json", "JSONEncoder", "iterencode", "json.encoder.JSONEncoder"),
+            ("ssl", "SSLContext", "wrap_socket", "ssl.SSLContext"),
+            ("rich.console", "Console", "print", "rich.console.Console"),
+            ("fsspec.implementations.local", "LocalFileSystem", "open", "fsspec.implementations.local.LocalFileSystem"),
+        )
+    },
 }  # fmt: skip
 """Third-party plugins that break as they load: (the spec module, its config module, the reason listed)."""
 
