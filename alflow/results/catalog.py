@@ -262,7 +262,9 @@ def _regression(run: StoredRun) -> tuple[object, str | None]:
         return None, f"{REGRESSION}: not read ({' '.join(str(exc).split())[:200]})"
     try:
         parse_report(data, REGRESSION)
-    except AlflowError as exc:  # no verdict of a report the check itself would not have written (badges, trends)
+    except (
+        AlflowError
+    ) as exc:  # no verdict of a report the check itself would not have written (badges, trends)
         return None, " ".join(str(exc).split())[:300]
     return data, None
 
