@@ -146,6 +146,11 @@ COVERAGE: dict[str, Coverage] = {
         "the same benchmark measuring another commit's alflow beside this checkout's over one store (several "
         "minutes); prints a table, not a test. Its --help runs here and names every option of the line",
     ),
+    ".venv/bin/python benchmarks/site_latency.py --runs 10000 --requests 30 --peer ab3cdad --rounds 3": Coverage(
+        How.HELP,
+        "the same benchmark measuring another commit's alflow beside this checkout's over one store (several "
+        "minutes); prints a table, not a test. Its --help runs here and names every option of the line",
+    ),
     ".venv/bin/python benchmarks/site_files.py --mib 256 --repeats 3": Coverage(
         How.HELP,
         "a benchmark that serves two 256 MiB files through `alflow results serve` and reads the server's peak "
@@ -342,7 +347,7 @@ COVERAGE: dict[str, Coverage] = {
             "alflow metrics snapshot --url {url}/metrics",
         ),
     ),
-    "alflow eval gsm8k --base-url URL --model NAME [--limit N] [--json]": Coverage(
+    "alflow eval gsm8k --base-url URL --model NAME [--limit N] [--timeout 600] [--stall-timeout 120] [--json]": Coverage(
         How.RUN,
         "at a sim without synthetic acceptance that answers from the bundled answer key (the gate refuses "
         "the documented synthetic sim, on purpose)",
@@ -1007,7 +1012,7 @@ def test_eval_gsm8k_at_a_sim_that_answers() -> None:
     try:
         with urllib.request.urlopen(server.url + "/v1/models", timeout=10) as resp:
             model = json.loads(resp.read())["data"][0]["id"]
-        line = "alflow eval gsm8k --base-url URL --model NAME [--limit N] [--json]"
+        line = "alflow eval gsm8k --base-url URL --model NAME [--limit N] [--timeout 600] [--stall-timeout 120] [--json]"
         template = "alflow eval gsm8k --base-url {answer_url} --model {model} --limit 20 --json"
         result = json.loads(run_readme(line, template, answer_url=server.url, model=model).stdout)
         assert result["verdict"]["passed"] is True

@@ -25,6 +25,7 @@ import pytest
 
 from alflow.results.catalog import read_entry
 from tests.browser import HEADLESS, chromium_binary, decode_png
+from tests.regression_reports import m2_report
 
 pytestmark = pytest.mark.services
 
@@ -58,11 +59,8 @@ def _build_root(root: Path) -> None:
     entry = read_entry(LATER[1], str(root / LATER[1]))
     keys = {key.concurrency: key for key, _ in entry.series()}
     assert (keys[8].framework, keys[8].image, keys[8].model) == ("sim", "alflow-sim-base", "demo-llama-70b")
-    verdicts = [
-        {"outcome": "regressed" if c == 8 else "unchanged", "concurrency": c, "series": keys[c].to_dict()}
-        for c in (4, 8, 16)
-    ]
-    (root / LATER[1] / "regression.json").write_text(json.dumps({"schema_version": 1, "points": verdicts}))
+    verdicts = [(keys[c], "regressed" if c == 8 else "unchanged") for c in (4, 8, 16)]
+    (root / LATER[1] / "regression.json").write_text(json.dumps(m2_report(verdicts)))
 
 
 @pytest.fixture(scope="module")

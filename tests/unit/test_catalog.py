@@ -18,6 +18,7 @@ from alflow.results.catalog import Catalog, read_verdicts
 from alflow.results.series import SeriesKey, split_image
 from alflow.results.store import RunWriter
 from alflow.site.pages import RunRow, TrendQuery, trends_page
+from tests.regression_reports import m2_report
 
 pytestmark = pytest.mark.unit
 
@@ -207,28 +208,11 @@ def test_refresh_rereads_only_changed_runs_and_sees_new_and_removed_ones(tmp_pat
     assert [e.rel for e in catalog.entries()] == [f"m2/{c.name}", f"m2/{a.name}"]
 
 
-def regressed_report(concurrency: int = 4) -> dict[str, Any]:
-    """A ``regression.json`` the check could have written: one point of ``key()`` whose TPOT rose 50 %."""
-    tpot = {"metric": "tpot_ms", "current": 15.0, "baseline": 10.0, "change": 0.5, "low": 0.4, "high": 0.6,
-            "outcome": "regressed"}  # fmt: skip
-    point = {"series": key(concurrency).to_dict(), "concurrency": concurrency, "k": 3, "outcome": "regressed",
-             "metrics": [tpot], "message": ""}  # fmt: skip
-    params = {
-        "history_runs": 5,
-        "min_history": 3,
-        "threshold": 0.03,
-        "resamples": 2000,
-        "confidence": 0.95,
-        "seed": 0,
-    }
-    return {"kind": "m2", "method": "bootstrap", "parameters": params, "points": [point]}
-
-
 def test_a_new_regression_json_is_picked_up_without_a_manifest_change(tmp_path: Path) -> None:
     a = write_run(tmp_path, "2026-01-01T00:00:00+00:00")
     catalog = Catalog(str(tmp_path))
     assert catalog.entries()[0].verdict is None
-    (a / "regression.json").write_text(json.dumps(regressed_report()))
+    (a / "regression.json").write_text(json.dumps(m2_report([(key(), "regressed")])))
     catalog.refresh(force=True)
     entry = catalog.entries()[0]
     assert entry.verdict == "regressed"
@@ -398,7 +382,7 @@ def test_the_disk_cache_makes_a_cold_start_read_nothing_and_stays_out_of_the_roo
     a = write_run(
         root,
         "2026-01-01T00:00:00+00:00",
-        regression=regressed_report(),
+        regression=m2_report([(key(), "regressed")]),
     )
     write_run(root, "2026-01-02T00:00:00+00:00")
     before = sorted(p.relative_to(root) for p in root.rglob("*"))
