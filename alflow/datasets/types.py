@@ -51,7 +51,8 @@ class Session:
 MAX_DATASET_BYTES: Final = 64 << 20
 """The largest dataset file read (64 MiB; GSM8K's train split is 4 MB): a 3 GB file took 6.5 GB of memory (round 15)."""
 MAX_SPEED_BENCH_BYTES: Final = 512 << 20
-"""The largest SPEED-Bench file read (512 MiB): its ``throughput_32k`` split of 32k-token prompts is about 200 MB."""
+"""The largest SPEED-Bench file read (512 MiB): room for its ``throughput_32k`` split of 32k-token prompts (estimated
+from its prompt lengths at a few hundred MB; no real file was measured here)."""
 
 
 def refuse_large(path: Path, what: str, *, size: int | None = None, limit: int = MAX_DATASET_BYTES) -> None:

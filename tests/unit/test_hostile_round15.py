@@ -20,19 +20,13 @@ import pytest
 
 from alflow.errors import AlflowError
 from alflow.results.regression import parse_report
+from tests.regression_reports import PARAMETERS
 from tests.unit.test_site import M2, make_root
 from tests.unit.test_site_security import _list_file
 
 pytestmark = pytest.mark.unit
 
-PARAMS = {
-    "history_runs": 7,
-    "min_history": 3,
-    "threshold": 0.03,
-    "resamples": 2000,
-    "confidence": 0.95,
-    "seed": 0,
-}
+PARAMS = PARAMETERS  # the check's parameters as a stored report holds them
 
 
 def _tpot(outcome: str, current: float | None, baseline: float | None, change: float | None,
