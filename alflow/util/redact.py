@@ -329,14 +329,12 @@ def may_hold_credentials(text: str, quotes: tuple[str, ...] = QUOTES) -> bool:
     return "://" in text or "?" in text or hints_credentials(text, quotes)
 
 
-_URL_ENDS: Final = (b" ", b"\t", b"\n", b"\r", b"\f", b"\v", b"'", b'"', b"<", b">", b"`")
-"""ASCII bytes no URL of :func:`url_spans` holds and no scheme starts with: a text may be cut just after one."""
 MAX_HELD_BYTES: Final = 8 << 20
-"""The longest run of text without one of :data:`_URL_ENDS` that :func:`redact_text_stream` holds (8 MiB)."""
+"""The longest line (or block of lines that must be redacted together) :func:`redact_text_stream` holds (8 MiB)."""
 
 
 class RedactionError(ValueError):
-    """A text that cannot be redacted in parts (a run longer than :data:`MAX_HELD_BYTES` with nowhere to cut)."""
+    """A text that cannot be redacted in parts (a line longer than :data:`MAX_HELD_BYTES`)."""
 
 
 def unescape_json(text: str) -> str:
@@ -355,34 +353,66 @@ def _unescaped(m: re.Match[str]) -> str:
     return "\ufffd" if 0xD800 <= code <= 0xDFFF else chr(code)
 
 
+_FRESH_LINE_REVERSED: Final = re.compile(rb"[^ \t\r\n\f\v]\n")
+"""A line's end and the first byte of a line that cannot continue the one before it (a YAML block scalar's value
+is indented), in reversed text: the first match in the reversed text is the last one in the text."""
+
+
+def _cut(data: bytes | bytearray, *, fresh: bool = True) -> int:
+    """Where ``data`` may be cut so that no redaction rule needs text on both sides; 0 where nowhere.
+
+    Just after a newline, never inside a private key block whose end is not yet read, and (``fresh``) only where
+    the next line cannot continue the one before it (its first byte known and not whitespace: a YAML
+    ``password: |`` block's lines are indented). Round 16 (#49): a line longer than a part was cut at a space, and a
+    ``Bearer`` at the end of one part and its token at the start of the next were each left as they were.
+    Linear in ``data`` (its last fresh line found in it reversed).
+    """
+    begin, closing = data.rfind(b"-----BEGIN "), data.rfind(b"-----END ")
+    closed = data.find(b"\n", closing) if closing > begin >= 0 else -1  # the last key block's end line read whole
+    end = begin if begin >= 0 and closed < 0 else len(data)  # an open block's first byte may start a part
+    if not fresh:
+        cut = data.rfind(b"\n", 0, end) + 1
+        return cut if not begin < cut <= closed else data.rfind(b"\n", 0, begin) + 1
+    cut = _last_fresh(data[: end + 1])
+    return cut if not begin < cut <= closed else _last_fresh(data[: begin + 1])  # never inside the block
+
+
+def _last_fresh(region: bytes | bytearray) -> int:
+    """Just after the last newline of ``region`` that the next line's first byte cannot continue; 0 if none."""
+    found = _FRESH_LINE_REVERSED.search(region[::-1])
+    return 0 if found is None else len(region) - 1 - found.start()
+
+
 def redact_text_stream(chunks: Iterable[bytes], max_held: int = MAX_HELD_BYTES) -> Iterator[bytes]:
     """The UTF-8 text read in ``chunks``, its escapes undone (:func:`unescape_json`) and redacted, in parts.
 
-    Each part ends just after a byte of :data:`_URL_ENDS` (whitespace, a quote, ``<``, ``>``, a backtick): a URL never
-    holds one, a scheme never starts after a character it could continue, and no UTF-8 character holds an ASCII
-    byte, and no escape holds one, so no URL, character or escape is split and the parts joined are the whole text
-    unescaped and redacted (bytes that are not UTF-8 are replaced, as a whole decode would). A part ends at a line's
-    end where its chunk holds one, so that a line's ``"name": "value"`` pairs and ``Bearer`` values are redacted
-    whole. A run of more than ``max_held`` bytes with nowhere to cut is
-    refused (:class:`RedactionError`) rather than held whole or cut where a URL could be split.
+    Each part ends at a line's end where the next line starts afresh (:func:`_cut`): every rule of the redaction
+    (a URL, ``Bearer`` and its token, ``"name": "value"``, a YAML block, a private key block) sees its whole text,
+    so the parts joined are the whole text unescaped and redacted (bytes that are not UTF-8 are replaced, as a whole
+    decode would); where no line starts afresh in half of ``max_held``, any line's end will do. Text of more than
+    ``max_held`` bytes with nowhere to cut is refused (:class:`RedactionError`)
+    rather than held whole or cut where a credential could be split.
     """
     held = bytearray()
     for chunk in chunks:
-        # just past the last newline (a line's "name": "value" pairs kept together), else the last of _URL_ENDS
-        cut = (chunk.rfind(b"\n") + 1) or (max(chunk.rfind(b) for b in _URL_ENDS) + 1)  # 0: none
+        held += chunk
+        # a text whose every line is indented is cut at any line's end once half the bound is held
+        cut = _cut(held) or (_cut(held, fresh=False) if len(held) > max_held // 2 else 0)
         if cut == 0:
-            held += chunk
             if len(held) > max_held:
                 raise RedactionError(
-                    f"{len(held):,} bytes without whitespace or a quote: more than the {max_held:,} that are "
+                    f"{len(held):,} bytes without a line's end to cut at: more than the {max_held:,} that are "
                     "redacted in one part"
                 )
             continue
-        held += chunk[:cut]
-        yield redact_urls_in_text(unescape_json(held.decode("utf-8", errors="replace"))).encode()
-        held = bytearray(chunk[cut:])
+        yield _redacted_part(bytes(held[:cut]))
+        del held[:cut]
     if held:
-        yield redact_urls_in_text(unescape_json(held.decode("utf-8", errors="replace"))).encode()
+        yield _redacted_part(bytes(held))
+
+
+def _redacted_part(data: bytes) -> bytes:
+    return redact_urls_in_text(unescape_json(data.decode("utf-8", errors="replace"))).encode()
 
 
 _CREDENTIAL_VALUE: Final = re.compile(r"\s*(?:bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{8,}\s*", re.IGNORECASE)

@@ -219,7 +219,7 @@ def _failing(error: BaseException) -> Any:
 
 
 CUTS = [
-    ("no whitespace", None, "bytes without whitespace or a quote: more than the 8,388,608"),
+    ("no whitespace", None, "bytes without a line's end to cut at: more than the 8,388,608"),
     ("read error", OSError(5, "Input/output error"), "[Errno 5] Input/output error"),
     ("shrank", OSError("the file ended 4,096 bytes before\nthe size"), "the file ended 4,096 bytes before the size"),
     ("no slot", PageTooSlowError("/x: no file-read slot free within 20 s"), "no file-read slot free"),
