@@ -368,7 +368,9 @@ def _cut(data: bytes | bytearray, *, fresh: bool = True) -> int:
     Linear in ``data`` (its last fresh line found in it reversed).
     """
     begin, closing = data.rfind(b"-----BEGIN "), data.rfind(b"-----END ")
-    closed = data.find(b"\n", closing) if closing > begin >= 0 else -1  # the last key block's end line read whole
+    closed = (
+        data.find(b"\n", closing) if closing > begin >= 0 else -1
+    )  # the last key block's end line read whole
     end = begin if begin >= 0 and closed < 0 else len(data)  # an open block's first byte may start a part
     if not fresh:
         cut = data.rfind(b"\n", 0, end) + 1

@@ -226,10 +226,14 @@ def test_a_text_that_redaction_changes_may_hold_credentials(text: str) -> None:
 
 def test_compact_json_is_redacted_in_parts_and_a_run_with_nowhere_to_cut_is_refused() -> None:
     record = b'{"url":"https://u:pw1234@h/x","n":1},'
-    parts = list(redact_text_stream([record] * 1000))  # one line: held whole (round 16: never cut inside a line)
+    parts = list(
+        redact_text_stream([record] * 1000)
+    )  # one line: held whole (round 16: never cut inside a line)
     assert len(parts) == 1
     assert b"pw1234" not in b"".join(parts)
-    with pytest.raises(RedactionError, match=r"^1,000 bytes without a line's end to cut at: more than the 999"):
+    with pytest.raises(
+        RedactionError, match=r"^1,000 bytes without a line's end to cut at: more than the 999"
+    ):
         list(redact_text_stream([b"x" * 500, b"y" * 500], max_held=999))
 
 
