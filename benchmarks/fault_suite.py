@@ -1592,9 +1592,27 @@ def long_id_run(root: Path) -> str:
     return rel
 
 
+def straddle_run(root: Path) -> str:
+    """A copy of the fixture M2 run listing a log whose 1.5 MiB line holds a credential across the site's part of
+    1 MiB (round 16: each part was redacted alone and the token was served); its rel."""
+    from tests.unit.test_site import M2
+
+    rel = "m2/20261202T000001Z-straddle"
+    shutil.copytree(root / M2, root / rel)
+    path = root / rel / "manifest.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["files"]["straddle.log"] = next(iter(data["files"].values()))
+    path.write_text(json.dumps(data), encoding="utf-8")
+    head = b"w " * (((1 << 20) - 26) // 2) + b" "  # the token's first 3 bytes end the first part
+    credential = f"Authorization: Bearer {CANARIES['stored URL password']} and more\nnext line\n".encode()
+    (root / rel / "straddle.log").write_bytes(head + credential + b"z " * (1 << 18) + b"\n")
+    return rel
+
+
 def hostile_site(box: Box) -> Verdict:
-    """``alflow results serve local://ROOT`` over seeded hostile folders (tests/unit/hostile_runs.py) and a run
-    whose model id is two million characters holding a password URL (issue #49 items 1-3): every page answers in
+    """``alflow results serve local://ROOT`` over seeded hostile folders (tests/unit/hostile_runs.py), a run
+    whose model id is two million characters holding a password URL (issue #49 items 1-3) and a log whose long line
+    holds a credential across the site's parts (:func:`straddle_run`): every page answers in
     under a second, never 500, never shows the password or a file outside the root; SIGTERM stops the site."""
     from tests.unit.hostile_runs import hostile_root, unblock_fifos
     from tests.unit.test_site import M2
@@ -1603,6 +1621,7 @@ def hostile_site(box: Box) -> Verdict:
     inputs = Path(tempfile.mkdtemp(prefix="alflow-hostile-"))  # not scanned: the inputs hold NULs
     root, rels = hostile_root(inputs, seed=50, runs=8)
     rels.append(long_id_run(root))
+    straddle = straddle_run(root)
     paths = [
         "/",
         "/api/runs",
@@ -1615,6 +1634,7 @@ def hostile_site(box: Box) -> Verdict:
     for rel in rels:
         paths += [f"/runs/{rel}/", f"/api/runs/{rel}", f"/runs/{rel}/files/manifest.json"]
         paths += [f"/compare?run={rel}&run={M2}"]
+    paths.append(f"/runs/{straddle}/files/straddle.log")
     escape = f"/runs/{rels[-1]}/files/escape.json"
     proc, base = serve_site(box, f"local://{root}")
     try:
