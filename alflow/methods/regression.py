@@ -41,7 +41,9 @@ A run stopped or failed part-way is not judged at all (it stores no ``regression
 
 **A reference that moved** (:func:`judge_reference`): an entry a calibration rewrote is ``moved`` when the new
 and the previous confidence intervals of its AL do not overlap (when only the previous has one: the new AL is
-outside it), ``unchanged`` otherwise; an entry with no interval on either side is ``not enough history``.
+outside it), ``unchanged`` otherwise; an entry whose previous side has no interval is ``not enough history``. This rule is
+:func:`alflow.results.regression.reference_outcome`, applied to the numbers the report stores (the intervals relative to
+the previous AL), so the reader of a stored report judges them again the same way.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ from alflow.results.catalog import (
 )
 from alflow.results.regression import (
     METRICS,
+    REFERENCE_AL,
     THROUGHPUT,
     TPOT,
     Metric,
@@ -78,6 +81,7 @@ from alflow.results.regression import (
     audit_point_outcome,
     combine,
     metric_outcome,
+    reference_outcome,
 )
 from alflow.results.rows import M2Point
 from alflow.results.series import SeriesKey, split_image
@@ -542,19 +546,35 @@ def _reference_series(entry: ReferenceEntry) -> dict[str, str | int]:
     ).to_dict()
 
 
-def _moved(old: ReferenceEntry, new: ReferenceEntry) -> tuple[Outcome, str]:
-    """Whether ``new``'s AL moved beyond the intervals (see the module docstring), and why."""
+def _reference_metric(old: ReferenceEntry, new: ReferenceEntry) -> MetricChange:
+    """``new``'s AL against ``old``'s, judged by :func:`~alflow.results.regression.reference_outcome` of what it stores.
+
+    The intervals are stored relative to the previous AL (each bound / previous AL - 1), so the reader of the report
+    judges the very numbers the judge did.
+    """
+
+    def rel(value: float | None) -> float | None:
+        return None if value is None else value / old.al - 1.0
+
+    change = new.al / old.al - 1.0
+    low, high, new_low, new_high = rel(old.ci_low), rel(old.ci_high), rel(new.ci_low), rel(new.ci_high)
+    outcome = reference_outcome(change, low, high, new_low, new_high)
+    return MetricChange(
+        metric=REFERENCE_AL, current=new.al, baseline=old.al, change=change, low=low, high=high,
+        current_low=new_low, current_high=new_high, outcome=outcome,
+    )  # fmt: skip
+
+
+def _reference_why(old: ReferenceEntry, new: ReferenceEntry, outcome: Outcome) -> str:
+    """Why ``new`` got ``outcome`` (see the module docstring), in the entries' own ALs."""
     if old.ci_low is None or old.ci_high is None:
-        return "not enough history", "the previous entry has no confidence interval"
+        return "the previous entry has no confidence interval"
+    previous = f"[{old.ci_low:.4f}, {old.ci_high:.4f}]"
     if new.ci_low is not None and new.ci_high is not None:
-        apart = new.ci_high < old.ci_low or new.ci_low > old.ci_high
-        text = f"[{new.ci_low:.4f}, {new.ci_high:.4f}] against [{old.ci_low:.4f}, {old.ci_high:.4f}]"
-        return (
-            ("moved", f"the intervals do not overlap: {text}") if apart else ("unchanged", f"overlap: {text}")
-        )
-    outside = not old.ci_low <= new.al <= old.ci_high
-    text = f"AL {new.al:.4f} against the previous interval [{old.ci_low:.4f}, {old.ci_high:.4f}]"
-    return ("moved", f"outside: {text}") if outside else ("unchanged", f"inside: {text}")
+        text = f"[{new.ci_low:.4f}, {new.ci_high:.4f}] against {previous}"
+        return f"the intervals do not overlap: {text}" if outcome == "moved" else f"overlap: {text}"
+    text = f"AL {new.al:.4f} against the previous interval {previous}"
+    return f"outside: {text}" if outcome == "moved" else f"inside: {text}"
 
 
 def judge_reference(
@@ -568,21 +588,11 @@ def judge_reference(
         o, n = old.get(key), new.get(key)
         if o is None or n is None:
             continue
-        outcome, why = _moved(o, n)
-        low = None if o.ci_low is None else o.ci_low / o.al - 1.0
-        high = None if o.ci_high is None else o.ci_high / o.al - 1.0
-        metric = MetricChange(
-            metric="al",
-            current=n.al,
-            baseline=o.al,
-            change=n.al / o.al - 1.0,
-            low=low,
-            high=high,
-            outcome=outcome,
-        )
+        metric = _reference_metric(o, n)
+        why = _reference_why(o, n, metric.outcome)
         points.append(
             PointVerdict(
-                series=_reference_series(n), concurrency=n.concurrency, k=n.k, outcome=outcome,
+                series=_reference_series(n), concurrency=n.concurrency, k=n.k, outcome=metric.outcome,
                 metrics=[metric], message=f"{n.label}: AL {o.al:.4f} -> {n.al:.4f}; {why}", reference=n.label,
             )
         )  # fmt: skip

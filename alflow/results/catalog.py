@@ -61,10 +61,10 @@ VERDICT_ORDER: Final = ("regressed", "moved", "improved", "unchanged", "not enou
 left its interval, :mod:`alflow.results.regression`; ``not compared``: a point that could not be judged)."""
 RUN_DIR: Final = re.compile(r"^(\d{8}T\d{6}Z)-[A-Za-z0-9][A-Za-z0-9_.-]*$")
 """A run directory's name: ``<YYYYmmddTHHMMSSZ>-<run id>`` (:class:`alflow.results.store.RunWriter`)."""
-CACHE_VERSION: Final = 6
+CACHE_VERSION: Final = 7
 """2: series keys hold the target AL and the scheme; 3: and the workload; 4: starts in UTC, impossible ones unreadable;
 5: a regression.json that is no regression report is the entry's problem; 6: and no verdict of it; an identifier
-longer than 1,024 characters is unreadable."""
+longer than 1,024 characters is unreadable; 7: a reference report's verdicts are judged again from their ALs."""
 READ_THREADS: Final = 4
 """Threads that read runs at once on a cold start (parquet decoding runs outside the GIL)."""
 _GOOD_CLIENT: Final = "client-bound"

@@ -16,6 +16,7 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from alflow.acceptance.synthetic import K_MAX, K_MIN
 from alflow.config.regression import RegressionSettings
 from alflow.errors import AlflowError
 
@@ -103,6 +104,29 @@ def audit_point_outcome(al_outcome: Outcome) -> Outcome:
     return "regressed" if al_outcome == "regressed" else "not enough history"
 
 
+def reference_outcome(
+    change: float, low: float | None, high: float | None, new_low: float | None, new_high: float | None
+) -> Outcome:
+    """A reference entry's verdict from its AL's change and the two confidence intervals, all relative to the previous AL.
+
+    ``change``: new AL / previous AL - 1; [``low``, ``high``]: the previous entry's interval, [``new_low``,
+    ``new_high``]: the new entry's, each bound / previous AL - 1 (dividing by one positive AL keeps their order).
+    ``not enough history`` when the previous entry has no interval; ``moved`` when the intervals do not overlap, or,
+    when only the previous has one, when the change is outside it; ``unchanged`` otherwise. The one rule: the judge
+    (:func:`alflow.methods.regression.judge_reference`) gives it, the reader of a stored report checks each stored
+    verdict against it (:func:`contradiction`).
+    """
+    if low is None or high is None:
+        return "not enough history"
+    if new_low is not None and new_high is not None:
+        return "moved" if new_high < low or new_low > high else "unchanged"
+    return "unchanged" if low <= change <= high else "moved"
+
+
+REFERENCE_OUTCOMES: Final = ("moved", "unchanged", "not enough history")
+"""The verdicts :func:`reference_outcome` gives."""
+
+
 class _Stored(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
@@ -116,6 +140,14 @@ class MetricChange(_Stored):
     change: float | None = Field(description="current / baseline - 1.")
     low: float | None = Field(None, description="Lower end of the interval of the relative change.")
     high: float | None = Field(None, description="Upper end of the interval of the relative change.")
+    current_low: float | None = Field(
+        None,
+        description="A reference: the new AL's interval's lower end / the previous AL - 1 (None for M2).",
+    )
+    current_high: float | None = Field(
+        None,
+        description="A reference: the new AL's interval's upper end / the previous AL - 1 (None for M2).",
+    )
     p_value: float | None = Field(None, description="Two-sided Mann-Whitney p (information only).")
     outcome: Outcome = Field("unchanged", description="This metric's verdict alone.")
     note: str = Field("", description="Why the metric was not compared (impossible values, a zero median).")
@@ -129,7 +161,7 @@ class MetricChange(_Stored):
         """
         if self.outcome in ("not compared", "not enough history"):
             return self
-        for name in ("current", "baseline", "change", "low", "high"):
+        for name in ("current", "baseline", "change", "low", "high", "current_low", "current_high"):
             value = getattr(self, name)
             positive = name in ("current", "baseline")
             if value is not None and (not math.isfinite(value) or (positive and value <= 0)):
@@ -137,8 +169,9 @@ class MetricChange(_Stored):
                 raise ValueError(
                     f"a metric judged {self.outcome} has a {name} of {value!r}, not a {what} number"
                 )
-        if self.low is not None and self.high is not None and self.low > self.high:
-            raise ValueError(f"its interval [{self.low!r}, {self.high!r}] ends below where it starts")
+        for low, high in ((self.low, self.high), (self.current_low, self.current_high)):
+            if low is not None and high is not None and low > high:
+                raise ValueError(f"its interval [{low!r}, {high!r}] ends below where it starts")
         if self.change is not None and self.change <= -1.0:  # current / baseline - 1 of two positive medians
             raise ValueError(
                 f"a metric judged {self.outcome} has a change of {self.change!r}, not above -100%"
@@ -206,7 +239,7 @@ class RegressionReport(_Stored):
 
 
 def contradiction(report: RegressionReport) -> str | None:
-    """Where an M2 (or a sweep's) report's verdicts are not the check's of their own numbers, None if nowhere.
+    """Where a report's verdicts are not the check's of their own numbers, None if nowhere.
 
     Each point is judged again from what it stores, by the judge's own rules (:func:`metric_outcome`,
     :func:`combine`, :func:`audit_point_outcome`), at the report's threshold (the default one when it stores no
@@ -214,16 +247,12 @@ def contradiction(report: RegressionReport) -> str | None:
     ``current / baseline - 1`` inside its interval, its verdict the rule's for its direction; the point's verdict
     the combination of its metrics'. Rounds 14 and 15 (#49): an "unchanged" at +90 %, a TPOT +50 % "improved", a
     change of -50 % where 20 / 10 is +100 %, an "improved" of no numbers or of a TPOT of 1e-300 ms were shown.
+    A reference report's points are judged again by :func:`reference_problem` (round 16: an "unchanged" of an AL
+    that moved by 50 %, a "moved" of one that did not, an AL of -1 or above K + 1 were shown as verdicts).
     """
-    if report.kind == "reference":
-        for i, point in enumerate(report.points):
-            for m in point.metrics:
-                if m.metric != REFERENCE_AL:
-                    return f"points.{i}: a metric named {m.metric[:40]!r}, not {REFERENCE_AL!r}"
-        return None
     threshold = report.parameters.threshold if report.parameters is not None else DEFAULT_THRESHOLD
     for i, point in enumerate(report.points):
-        why = _point_problem(point, threshold)
+        why = reference_problem(point) if report.kind == "reference" else _point_problem(point, threshold)
         if why:
             return f"points.{i}: {why}"
     return None
@@ -264,6 +293,8 @@ def metric_problem(m: MetricChange, threshold: float) -> str | None:
     if metric is None:
         known = ", ".join([*BY_NAME, ACHIEVED_AL])
         return f"a metric named {m.metric[:40]!r}, not one of {known}"
+    if m.current_low is not None or m.current_high is not None:
+        return f"{m.metric} stores a new interval, which only a reference entry's AL has"
     if m.outcome == "not compared":
         return None
     if m.outcome not in JUDGED:
@@ -292,6 +323,54 @@ def metric_problem(m: MetricChange, threshold: float) -> str | None:
             f"the check makes it {made}"
         )
     return None
+
+
+def reference_problem(point: PointVerdict) -> str | None:
+    """Why a reference entry's stored verdict is not the one the check makes of its stored AL, None if it is.
+
+    What :func:`alflow.methods.regression.judge_reference` writes: one metric, ``al``, whose verdict is the point's;
+    the two ALs possible for the point's K (in [1, K + 1], finite); the change their ratio - 1; the previous interval
+    holding the previous AL (0), the new one holding the new AL (the change); the verdict :func:`reference_outcome`'s.
+    """
+    if point.outcome not in REFERENCE_OUTCOMES:
+        return f"judged {point.outcome}, which the check never makes a reference entry"
+    if len(point.metrics) != 1 or point.metrics[0].metric != REFERENCE_AL:
+        names = ", ".join(repr(m.metric[:40]) for m in point.metrics[:3]) or "none"
+        return f"a reference entry judged on the metric(s) {names}, not on {REFERENCE_AL!r} alone"
+    m = point.metrics[0]
+    if m.outcome != point.outcome:
+        return f"judged {point.outcome} with its {REFERENCE_AL} judged {m.outcome}"
+    if m.current is None or m.baseline is None or m.change is None:
+        return f"{REFERENCE_AL} judged {m.outcome} without its numbers (current, baseline and change)"
+    if not K_MIN <= point.k <= K_MAX:
+        return f"a reference entry of K={point.k}, not from {K_MIN} to {K_MAX}"
+    for side, value in (("current", m.current), ("baseline", m.baseline)):
+        if not (math.isfinite(value) and 1.0 <= value <= point.k + 1):
+            return f"{REFERENCE_AL} has a {side} AL of {value!r}, not a possible AL at K={point.k} (from 1 to {point.k + 1})"
+    ratio = m.current / m.baseline - 1.0
+    if not math.isclose(m.change, ratio, rel_tol=REL_TOLERANCE, abs_tol=REL_TOLERANCE):
+        return f"{REFERENCE_AL} has a change of {m.change:+.4%} where current / baseline - 1 is {ratio:+.4%}"
+    for name, low, high, holds in (
+        ("previous", m.low, m.high, 0.0),
+        ("new", m.current_low, m.current_high, m.change),
+    ):
+        if (low is None) != (high is None):
+            return f"{REFERENCE_AL}'s {name} interval has one end, not both or neither"
+        slack = REL_TOLERANCE * max(1.0, abs(holds))
+        if low is not None and high is not None and not low - slack <= holds <= high + slack:
+            return f"{REFERENCE_AL}'s {name} interval [{low:+.4%}, {high:+.4%}] does not hold its {name} AL"
+    made = reference_outcome(m.change, m.low, m.high, m.current_low, m.current_high)
+    if made != m.outcome:
+        return (
+            f"{REFERENCE_AL} judged {m.outcome} at {m.change:+.2%} against the previous interval "
+            f"[{_pct(m.low)}, {_pct(m.high)}] and the new [{_pct(m.current_low)}, {_pct(m.current_high)}]: "
+            f"the check makes it {made}"
+        )
+    return None
+
+
+def _pct(value: float | None) -> str:
+    return "none" if value is None else f"{value:+.2%}"
 
 
 def parse_report(data: object, where: str) -> RegressionReport:
