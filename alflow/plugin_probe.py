@@ -7,7 +7,9 @@ config module is imported where alflow's configuration builds its model of every
 first imports each entry point's spec, config and plugin modules here, in a child process in a session of its own
 (:func:`probe`), bounded in time; a plugin whose child does not end in time, ends without saying it is done, writes
 to its standard output, leaves a process behind, or changes the interpreter's shared state (a standard function
-or one of alflow's replaced, a value of alflow's rebound or changed in place, the recursion limit, the standard streams and their encoding, logging, signal handlers, resource limits,
+or one of alflow's replaced, a method of a watched class (alflow's, a watched library's, the standard classes a command
+goes through: ``subprocess.Popen``, ``pathlib.Path``, ``http.client.HTTPConnection``, ``threading.Thread``...), a value of
+alflow's rebound or changed in place, the recursion limit, the standard streams and their encoding, logging, signal handlers, resource limits,
 warnings filters, the locale and time zone; an exit hook that ends the process) is
 left out with that reason (one warning) and never imported by the command. The child imports alflow's configuration first with the built-in frameworks only, so a plugin is
 blamed for its own modules alone.
@@ -34,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from types import MappingProxyType, ModuleType
 from typing import Final
@@ -364,16 +367,23 @@ _WATCHED_MODULES: Final = ("builtins", "json", "os", "sys", "logging", "asyncio"
 ``html.escape``) is left out; so is one that replaces a function of any alflow module loaded before it
 (``alflow.util.redact.redact_url``)."""
 _WATCHED_LIBRARIES: Final = ("aiohttp", "httpx", "jinja2", "yaml", "markupsafe", "multidict", "yarl", "socket", "ssl",
-                             "json", "polars", "fsspec", "rich", "numpy", "pydantic")  # fmt: skip
+                             "json", "polars", "fsspec", "rich", "numpy", "pydantic", "subprocess", "pathlib", "http",
+                             "urllib", "concurrent", "shutil", "tempfile", "io", "logging", "threading")  # fmt: skip
 """Libraries whose every loaded module's functions and classes' methods are watched too (round 14: a plugin patched
 ``aiohttp.ClientSession._request``, ``httpx.Client.send``, ``jinja2.Environment.__init__``, ``yaml.safe_load``;
 round 15: ``socket.socket.send`` read every API key, ``polars.DataFrame.write_parquet`` emptied ``records.parquet``,
 ``json.JSONEncoder.iterencode``, ``ssl.SSLContext.wrap_socket``, ``rich.console.Console.print``, fsspec's
-``LocalFileSystem.open``). About 31,000 entries, 45 ms per state (25 ms without numpy and pydantic; 17 ms before)."""
+``LocalFileSystem.open``; round 16: the standard classes a command goes through, ``subprocess.Popen.__init__`` and
+``communicate``, ``pathlib.Path.write_text``/``open``/``read_text``, ``http.client.HTTPConnection.request`` and
+``putheader``, ``concurrent.futures.ThreadPoolExecutor.submit``, with urllib's, shutil's, tempfile's, io's, logging's
+and threading's). About 4,000 classes and 21,600 entries (a class's methods are one entry), about 37 ms of CPU per
+state on 2 busy cores, as before round 16 added its 1,300 methods (44 ms with one entry per method)."""
 _WATCHED_SUBMODULES: Final = ("json.encoder", "json.decoder", "fsspec.spec", "fsspec.implementations.local",
-                              "rich.console", "rich.table", "polars.dataframe.frame", "polars.lazyframe.frame")  # fmt: skip
+                              "rich.console", "rich.table", "polars.dataframe.frame", "polars.lazyframe.frame",
+                              "http.client", "urllib.request", "concurrent.futures.thread", "logging.handlers")  # fmt: skip
 """Modules of the watched libraries imported before the plugin, so that their state is taken: one the plugin imported
-first was not compared (fsspec's local file system, which neither alflow nor polars imports at start)."""
+first was not compared (fsspec's local file system, which neither alflow nor polars imports at start;
+``concurrent.futures.thread``, which ``concurrent.futures`` imports on first use)."""
 
 
 def _interpreter_state() -> dict[str, object]:
@@ -447,23 +457,38 @@ def _class_methods(modules: dict[str, ModuleType]) -> dict[str, object]:
         and cls.__module__.partition(".")[0] in watched
     }
     state: dict[str, object] = {}
-    for cls in classes.values():
-        where = f"{cls.__module__}.{cls.__qualname__}"
+    for where, cls in _named(classes.values()):
         ours = where.startswith("alflow")
-        found = {
-            attr: id(value)
+        state[f"{where}.*"] = tuple(
+            (attr, id(value))
             for attr, value in list(vars(cls).items())
             if callable(value) or (ours and not attr.startswith("__"))
-        }
-        state |= {f"{where}.{attr}": ident for attr, ident in found.items()}
-        state[f"{where}.*"] = tuple(sorted(found))
+        )
     return state
+
+
+def _named(classes: Iterable[type]) -> list[tuple[str, type]]:
+    """Each class with the name it is defined under, ``NAME[2]``, ``NAME[3]``... for the others of that name.
+
+    Round 16: ``urllib.parse.SplitResult`` subclasses a namedtuple of its own name; the two shared one name, the base's
+    methods hid the subclass's, and a method set on the subclass was not seen. Of one name, a base comes before its
+    subclasses (the shorter MRO first), then the order they were found in (the same before and after the plugin).
+    """
+    by_name: dict[str, list[type]] = {}
+    for cls in classes:
+        by_name.setdefault(f"{cls.__module__}.{cls.__qualname__}", []).append(cls)
+    return [
+        (where if n == 1 else f"{where}[{n}]", cls)
+        for where, same in by_name.items()
+        for n, cls in enumerate(sorted(same, key=lambda c: len(c.__mro__)), start=1)
+    ]
 
 
 def _changes(before: dict[str, object], after: dict[str, object]) -> list[str]:
     """The names of what differs between two :func:`_interpreter_state`, each named once.
 
-    A class's names (``CLASS.*``) that differ are said as the methods set or deleted (``socket.socket.send``).
+    A class's methods (``CLASS.*``: its (name, id) pairs) that differ are said one by one, those replaced or deleted
+    first, then those set (``socket.socket.send``).
     """
     named: list[str] = []
     for name, value in before.items():
@@ -471,7 +496,9 @@ def _changes(before: dict[str, object], after: dict[str, object]) -> list[str]:
         if now == value:
             continue
         if name.endswith(".*") and isinstance(value, tuple) and isinstance(now, tuple):
-            named += [f"{name[:-2]}.{attr}" for attr in sorted(set(value) ^ set(now))]
+            was, has = dict(value), dict(now)
+            gone = [attr for attr, ident in was.items() if has.get(attr) != ident]
+            named += [f"{name[:-2]}.{attr}" for attr in (*gone, *(a for a in has if a not in was))]
         else:
             named.append(name)
     return list(dict.fromkeys(named))
