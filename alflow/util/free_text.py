@@ -1,16 +1,20 @@
 """Credentials written in free text outside a URL: a header's value, a known token, a secret assignment.
 
 :func:`redact_free` applies :data:`FREE_RULES` in order, each a cheap hint and the redaction it allows, each pattern
-on a bounded prefix (linear in the text): ``Authorization: <scheme> <credential>``, tokens of a well-known shape,
-``NAME=value`` (also ``NAME := value``, ``NAME => value``, ``NAME=['value']``), ``"name": "value"``,
-``Name: value`` (quoted or not, a space after the colon or none), ``--flag value`` (quoted or not),
-``<name>value</name>`` and ``user:password@host`` without a scheme. Which names are secrets:
+on a bounded prefix (linear in the text): ``Authorization: <scheme> <credential>`` and ``Bearer <credential>`` (any
+spaces between, Unicode ones too), tokens of a well-known shape and private key blocks (PEM, OpenSSH, PGP),
+``NAME=value`` (also ``NAME := value``, ``NAME => value``, ``NAME=['value']``, shell's ``NAME=$'value'``),
+``"name": "value"`` (either quote for each, also ``'name' => 'value'`` and ``"name" = "value"``), YAML's block
+scalars (``password: |`` and its indented lines), ``Name: value`` (quoted or not, a space after the colon or none, a
+YAML tag or anchor before the value), ``--flag value`` (quoted or not, ``$'value'``, ``--api_key`` too),
+``<name>value</name>`` and ``user:password@host`` without a scheme (``user:pw@[::1]`` too). Which names are secrets:
 :mod:`alflow.util.secret_names` (bounded per text: :func:`~alflow.util.secret_names.judging`). URLs are
 :mod:`alflow.util.redact`'s.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from typing import Final
@@ -33,33 +37,69 @@ _SCHEMES: Final = (
     "|scram-sha-256|vapid|apikey|api-key|key|ssws|aws4-hmac-sha256|splunk|geniekey|sharedkey|sharedaccesssignature"
 )
 """HTTP authentication schemes (IANA's registry and common vendors' own: ``ApiKey``, Okta's ``SSWS``, AWS's)."""
+HSPACE: Final = "[ \t\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]"
+"""A space within a line: a blank, a tab or a Unicode space (a no-break space, an em space, an ideographic space)."""
 _AUTH_VALUE: Final = re.compile(
-    rf"\b((?i:bearer)[ \t]+|(?i:(?:proxy-)?authorization[ \t]*[:=][ \t]*(?:{_SCHEMES})[ \t]+)"
-    r"|(?:Proxy-)?Authorization[ \t]*:[ \t]*[A-Za-z][A-Za-z0-9_-]{0,31}[ \t]+)"
-    rf"(?!(?i:{_SCHEMES})\b)[A-Za-z0-9._~+/=-]{{6,}}"
+    rf"\b((?i:bearer){HSPACE}{{1,16}}|(?i:(?:proxy-)?authorization{HSPACE}{{0,16}}[:=]{HSPACE}{{0,16}}(?:{_SCHEMES})"
+    rf"{HSPACE}{{1,16}})|(?:Proxy-)?Authorization{HSPACE}{{0,16}}:{HSPACE}{{0,16}}[A-Za-z][A-Za-z0-9_-]{{0,31}}"
+    rf"{HSPACE}{{1,16}})(?!(?i:{_SCHEMES})\b)[A-Za-z0-9._~+/=-]{{6,}}"
 )
 """A credential written out: ``Bearer eyJ...``, ``Authorization: Basic dXM6cHc=``, any scheme after a header's
-``Authorization:`` (``ApiKey``, ``SSWS``), a registered one after ``authorization:`` in any case; the scheme kept."""
-_KNOWN_TOKEN: Final = re.compile(
-    r"\b(?:AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|hf_[A-Za-z0-9]{20,}"
-    r"|sk-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|glpat-[A-Za-z0-9_-]{20,}|AIza[0-9A-Za-z_-]{35}"
-    r"|eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})"
-    r"|-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----[^-]*(?:-----END [A-Z ]{0,40}PRIVATE KEY-----)?"
+``Authorization:`` (``ApiKey``, ``SSWS``), a registered one after ``authorization:`` in any case; the scheme kept.
+Spaces of any kind (:data:`HSPACE`: ``Bearer\u00a0X``), at most 16 of them."""
+_TOKENS: Final[tuple[tuple[tuple[str, ...], str], ...]] = (
+    (("akia",), r"\bAKIA[0-9A-Z]{16}"),
+    (("asia",), r"\bASIA[0-9A-Z]{16}"),  # an AWS temporary (STS) access key id
+    (("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), r"\bgh[pousr]_[A-Za-z0-9]{20,}"),
+    (("github_pat_",), r"\bgithub_pat_[A-Za-z0-9_]{20,}"),
+    (("hf_",), r"\bhf_[A-Za-z0-9]{20,}"),
+    (("sk-",), r"\bsk-[A-Za-z0-9_-]{20,}"),  # OpenAI's, Anthropic's sk-ant-...
+    (("xox",), r"\bxox[abprs]-[A-Za-z0-9-]{10,}"),
+    (("glpat-",), r"\bglpat-[A-Za-z0-9_-]{20,}"),
+    (("aiza",), r"\bAIza[0-9A-Za-z_-]{35}"),
+    (("eyj",), r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+    (("nvapi-",), r"\bnvapi-[A-Za-z0-9_-]{40,}"),
+    (
+        ("sk_live_", "rk_live_", "sk_test_", "rk_test_"),
+        r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}",
+    ),  # Stripe's secret and restricted keys
+    (("npm_",), r"\bnpm_[A-Za-z0-9]{36,}"),
+    (("pypi-",), r"\bpypi-AgE[A-Za-z0-9_-]{50,}"),
+    (
+        ("private key",),
+        r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----(?:[^-]|-(?!----)){0,65536}"
+        r"(?:-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----)?",
+    ),
 )
-"""Tokens of a well-known shape (an AWS access key id, GitHub, Hugging Face, OpenAI, Slack, GitLab and Google API
-tokens, a private key block): secrets wherever they stand."""
-_TOKEN_HINTS: Final = ("akia", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "hf_", "sk-", "xox", "eyj",
-                       "glpat-", "aiza", "private key")  # fmt: skip
-"""Lower-case text one of :data:`_KNOWN_TOKEN`'s matches must hold: a text without any is not scanned by it."""
+"""Tokens of a well-known shape, each with the lower-case texts one of which its match holds (its hints): an AWS
+access key id (long-term or temporary), GitHub, Hugging Face, OpenAI and Anthropic, Slack, GitLab, Google API, NVIDIA,
+Stripe, npm and PyPI tokens, a JWT, and a private key block (PEM, OpenSSH, PGP's ``PRIVATE KEY BLOCK``): secrets
+wherever they stand. A block is taken whole to its ``-----END ...-----`` line, or to the next ``-----`` (another
+block) or 64 KiB where it has none; every part of each pattern is bounded or scanned once."""
+_KNOWN_TOKENS: Final = tuple((hints, re.compile(pattern)) for hints, pattern in _TOKENS)
+_TOKEN_HINTS: Final = tuple(dict.fromkeys(hint for hints, _ in _TOKENS for hint in hints))
+"""Lower-case text one of :data:`_TOKENS`' matches must hold: a text without any is not scanned for them."""
 
-_SPACE: Final = r"[ \t\u00a0]{0,4}"
+
+def _redact_known_tokens(text: str) -> str:
+    """``text`` with each token of :data:`_TOKENS` ``***``: only the patterns whose hints it holds, each a scan."""
+    lower = text.lower()
+    for hints, pattern in _KNOWN_TOKENS:
+        if any(hint in lower for hint in hints):
+            text = pattern.sub(REDACTED, text)
+    return text
+
+
+_SPACE: Final = rf"{HSPACE}{{0,4}}"
+_OPEN_QUOTE: Final = r"""(?:\$?['"])?"""
+"""An opening quote, if any: shell's ANSI-C ``$'...'`` and locale ``$"..."`` quotes too."""
 _ASSIGNED: Final = re.compile(
-    rf"(?<![A-Za-z0-9_.%-])(-{{0,2}}[A-Za-z][A-Za-z0-9_.-]{{0,63}})({_SPACE}(?::=|=>|=|%3[dD]){_SPACE}\[?['\"]?)"
+    rf"(?<![A-Za-z0-9_.%-])(-{{0,2}}[A-Za-z][A-Za-z0-9_.-]{{0,63}})({_SPACE}(?::=|=>|=|%3[dD]){_SPACE}\[?{_OPEN_QUOTE})"
     r"([^\s&#'\"<>`,;|\]]+)"
 )
 """``NAME=value`` in free text (``password=...``, ``--api-key=...``, ``HF_TOKEN=...``, SGLang's logged
 ``api_key='...'``, argparse's ``Namespace(api_key=['...'])``, ``token = ...``, ``API_KEY := ...``,
-``password => "..."``, ``password%3D...``): the value of a secret name is redacted."""
+``password => "..."``, ``password%3D...``, shell's ``PASSWORD=$'...'``): the value of a secret name is redacted."""
 
 
 def _assigned(m: re.Match[str]) -> str:
@@ -74,6 +114,7 @@ def _assigned(m: re.Match[str]) -> str:
     return f"{m[1]}{gap}{REDACTED}{trailing(value)}" if secret else m[0]
 
 
+@functools.lru_cache(maxsize=4096)  # names are at most 64 characters; a log repeats a few of them
 def _secret_assigned(name: str) -> bool:
     return is_secret_name(name.replace("-", "_")) or is_secret_key_cached(name)
 
@@ -95,27 +136,31 @@ def trailing(value: str) -> str:
 
 
 _QUOTED_PAIR: Final = re.compile(
-    r'"([A-Za-z_][A-Za-z0-9_.-]{0,63})"([ \t]{0,16}:[ \t]{0,16}\[?[ \t]{0,4})"([^"\\\n]*(?:\\.[^"\\\n]*)*)"'
-    r"|'([A-Za-z_][A-Za-z0-9_.-]{0,63})'([ \t]{0,16}:[ \t]{0,16}\[?[ \t]{0,4})'([^'\\\n]*(?:\\.[^'\\\n]*)*)'"
+    r"""(["'])([A-Za-z_][A-Za-z0-9_.-]{0,63})\1([ \t]{0,16}(?::|=>|=)[ \t]{0,16}\[?[ \t]{0,4})"""
+    r"""(?:"([^"\\\n]*(?:\\.[^"\\\n]*)*)"|'([^'\\\n]*(?:\\.[^'\\\n]*)*)')"""
 )
-"""``"name": "value"`` or ``'name': 'value'`` in free text (a server's JSON error answer, a Python dict's repr): the
-value of a secret-named key is redacted. Name and spaces bounded, the value scanned once up to its closing quote
-(backslash escapes skipped) or the line's end: linear in the text."""
+"""``"name": "value"`` or ``'name': 'value'`` in free text (a server's JSON error answer, a Python dict's repr, whose
+value may be quoted the other way: ``{'password': "pa'ss"}``), also PHP's and Perl's ``'name' => 'value'`` and TOML's
+``"name" = "value"``: the value of a secret-named key is redacted. Name and spaces bounded, the value scanned once up
+to its closing quote (backslash escapes skipped) or the line's end: linear in the text."""
 
 
 def _quoted_pair(m: re.Match[str]) -> str:
     """One pair of :data:`_QUOTED_PAIR`: its value ``***`` when its key names a secret, quotes and spaces kept."""
-    quote, (name, gap, value) = ('"', m.group(1, 2, 3)) if m[1] is not None else ("'", m.group(4, 5, 6))
+    key_quote, name, gap = m.group(1, 2, 3)
+    value, value_quote = (m[4], '"') if m[4] is not None else (m[5], "'")
     if not value or value == REDACTED or not is_secret_key_cached(name):
         return m[0]
-    return f"{quote}{name}{quote}{gap}{quote}{REDACTED}{quote}"
+    return f"{key_quote}{name}{key_quote}{gap}{value_quote}{REDACTED}{value_quote}"
 
 
 _HEADER_PAIR: Final = re.compile(
-    r"(?<![A-Za-z0-9_.-])([A-Za-z][A-Za-z0-9_-]{0,63}):([ \t]{1,16})(['\"]?)(?=([^\s'\"<>`,;]+))"
+    rf"(?<![A-Za-z0-9_.-])([A-Za-z][A-Za-z0-9_-]{{0,63}}):"
+    rf"({HSPACE}{{1,16}}(?:[!&][^\s'\"<>`,;]{{1,64}}{HSPACE}{{1,16}}){{0,2}})({_OPEN_QUOTE})(?=([^\s'\"<>`,;]+))"
 )
 """``Name: value`` in free text (a header a server's error quotes, ``X-Api-Key: ...``; a log's ``password: ...``,
-YAML's ``api_key: "..."``), the value looked at ahead (not taken: ``upstream: X-Api-Key: v`` holds two). A space
+YAML's ``api_key: "..."``, ``password: !!str ...``, ``password: &anchor ...``: a tag or an anchor is kept and
+counts as a quote), the value looked at ahead (not taken: ``upstream: X-Api-Key: v`` holds two). A space
 after the colon (not ``http://``, not ``12:30``); linear (each value starts after its own run of spaces)."""
 _TIGHT_HEADER_PAIR: Final = re.compile(
     r"(?<![A-Za-z0-9_.-])([A-Za-z][A-Za-z0-9]{0,31}[_-][A-Za-z0-9_-]{0,31}):()(['\"]?)(?=([^\s'\"<>`,;:]+))"
@@ -131,7 +176,8 @@ def _redact_header_pairs(text: str, pattern: re.Pattern[str] = _HEADER_PAIR) -> 
         start, value = m.end(), m[4]
         if text.startswith(f" {REDACTED}", start + len(value)):  # a scheme before its redacted credential
             continue
-        if start >= done and _secret_header(m[1], value, spaced=bool(m[2]), quoted=bool(m[3])):
+        quoted = bool(m[3]) or not m[2].isspace()  # a quote, a YAML tag or anchor
+        if start >= done and _secret_header(m[1], value, spaced=bool(m[2]), quoted=quoted):
             out += [text[done:start], REDACTED]
             done = start + len(value)
     return "".join([*out, text[done:]]) if out else text
@@ -154,15 +200,58 @@ def _secret_header(name: str, value: str, *, spaced: bool, quoted: bool) -> bool
 
 
 _FLAG_VALUE: Final = re.compile(
-    r"(?<!\S)(--[A-Za-z][A-Za-z0-9-]{0,63})([ \t]{1,4})(['\"]?)([^\s'\"<>`,;|-][^\s'\"<>`,;|]*)"
+    rf"(?<!\S)(--[A-Za-z][A-Za-z0-9_-]{{0,63}})({HSPACE}{{1,4}})({_OPEN_QUOTE})([^\s'\"<>`,;|-][^\s'\"<>`,;|]*)"
 )
-"""``--flag value`` in free text (a logged command line): the value of a flag that takes a secret (:func:`is_secret_flag`)."""
+"""``--flag value`` in free text (a logged command line; ``--api_key X``, ``--password $'X'``): the value of a flag
+that takes a secret (:func:`is_secret_flag`)."""
+
+
+_secret_flag: Final = functools.lru_cache(maxsize=4096)(is_secret_flag)
 
 
 def _flag_value(m: re.Match[str]) -> str:
     # alflow's own lines say "--api-key is ...": a bare value counts when it looks like a credential, a quoted one always
-    secret = judged(m[1], is_secret_flag) and (bool(m[3]) or _credential_like(m[4]))
+    secret = judged(m[1], _secret_flag) and (bool(m[3]) or _credential_like(m[4]))
     return f"{m[1]}{m[2]}{m[3]}{REDACTED}" if secret else m[0]
+
+
+_BLOCK_SCALAR: Final = re.compile(
+    r"""^([ \t]{0,64})(?:-[ \t]{1,8})?([A-Za-z_][A-Za-z0-9_.-]{0,63}|"[^"\n]{1,64}"|'[^'\n]{1,64}')[ \t]{0,16}:"""
+    r"[ \t]{1,16}(?:[!&][^\s]{1,64}[ \t]{1,16}){0,2}[|>][-+0-9]{0,2}[ \t]{0,16}(?:#[^\n]{0,256})?$",
+    re.MULTILINE,
+)
+"""A YAML block scalar's first line (``password: |``, ``token: >-``, a tag or an anchor before its ``|``): the
+indented lines after it are its value. Indentation, name and comment bounded, anchored at a line's start."""
+
+
+def _redact_block_scalars(text: str) -> str:
+    """``text`` with each line of a secret-named YAML block scalar's value ``***`` (its indentation kept).
+
+    The value is every line after the first that is blank or indented deeper than the key's line
+    (:func:`_block_body`), read once: a block inside a redacted one is skipped, so the text is read in linear time.
+    """
+    out, done = [], 0
+    for m in _BLOCK_SCALAR.finditer(text):
+        if m.start() < done or not is_secret_key_cached(m[2].strip("'\"")):
+            continue
+        body = _block_body(len(m[1])).match(text, m.end())
+        if body is not None and body.end() > m.end():
+            out += [text[done : m.end()], _BODY_LINE.sub(_redacted_line, body[0])]
+            done = body.end()
+    return "".join([*out, text[done:]]) if out else text
+
+
+@functools.cache  # 65 depths at most
+def _block_body(depth: int) -> re.Pattern[str]:
+    """The lines of a block scalar whose key is indented ``depth`` (at most 64): blank, or indented deeper."""
+    return re.compile(rf"(?:\n(?:[ \t]*(?=\n|\Z)|[ \t]{{{depth + 1}}}[^\n]*))*")
+
+
+_BODY_LINE: Final = re.compile(r"(\n[ \t]*)[^\s][^\n]*")
+
+
+def _redacted_line(m: re.Match[str]) -> str:
+    return m[1] + REDACTED
 
 
 _XML_ELEMENT: Final = re.compile(r"<([A-Za-z][A-Za-z0-9_.-]{0,63})>([^<\s]{1,4096})</\1>")
@@ -174,9 +263,10 @@ def _xml_element(m: re.Match[str]) -> str:
 
 
 _BARE_USERINFO: Final = re.compile(
-    r"(?<![A-Za-z0-9._~%/:@-])([A-Za-z0-9._~%-]{1,64}):([^\s@/:'\"<>`]{1,256})@(?=[A-Za-z0-9][A-Za-z0-9.-]{0,253})"
+    r"(?<![A-Za-z0-9._~%/:@-])([A-Za-z0-9._~%-]{1,64}):([^\s@/:'\"<>`]{1,256})@(?=[A-Za-z0-9]|\[[0-9A-Fa-f:])"
 )
-"""``user:password@host`` without a scheme (a proxy's setting in a log: ``user:pw@proxy:8080``): the password."""
+"""``user:password@host`` without a scheme (a proxy's setting in a log: ``user:pw@proxy:8080``, an IPv6 literal's
+``user:pw@[::1]:8000``): the password."""
 
 
 def _credential_like(value: str) -> bool:
@@ -184,6 +274,7 @@ def _credential_like(value: str) -> bool:
     return value != REDACTED and len(value) >= 6 and any(c.isdigit() for c in value)
 
 
+_HEADER_HINT: Final = re.compile(f":{HSPACE}")
 _AUTH_SCHEMES: Final = frozenset({"bearer", "basic", "token", "digest", "negotiate"})
 QUOTES: Final = ('"', "'")
 FREE_RULES: Final[tuple[tuple[Callable[[str, str, tuple[str, ...]], bool], Callable[[str], str]], ...]] = (
@@ -191,13 +282,17 @@ FREE_RULES: Final[tuple[tuple[Callable[[str, str, tuple[str, ...]], bool], Calla
         lambda _t, low, _q: "bearer" in low or "authorization" in low,
         lambda t: _AUTH_VALUE.sub(rf"\1{REDACTED}", t),
     ),
-    (lambda _t, low, _q: any(hint in low for hint in _TOKEN_HINTS), lambda t: _KNOWN_TOKEN.sub(REDACTED, t)),
+    (lambda _t, low, _q: any(hint in low for hint in _TOKEN_HINTS), _redact_known_tokens),
     (
         lambda t, low, _q: ("=" in t or "%3d" in low) and maybe_secret(low),
         lambda t: _ASSIGNED.sub(_assigned, t),
     ),
-    (lambda t, _low, q: ":" in t and any(c in t for c in q), lambda t: _QUOTED_PAIR.sub(_quoted_pair, t)),
-    (lambda t, _low, _q: ": " in t or ":\t" in t, _redact_header_pairs),
+    (
+        lambda t, _low, q: (":" in t or "=" in t) and any(c in t for c in q),
+        lambda t: _QUOTED_PAIR.sub(_quoted_pair, t),
+    ),
+    (lambda t, _low, _q: "\n" in t and ("|" in t or ">" in t) and ":" in t, _redact_block_scalars),
+    (lambda t, _low, _q: _HEADER_HINT.search(t) is not None, _redact_header_pairs),
     (
         lambda t, low, _q: ":" in t and maybe_secret(low),
         lambda t: _redact_header_pairs(t, _TIGHT_HEADER_PAIR),

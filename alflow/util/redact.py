@@ -105,10 +105,27 @@ def _redact_params(text: str) -> str:
     return "".join(parts)
 
 
+_SECRET_PATHS: Final = {
+    "hooks.slack.com": ("/services/", "/workflows/", "/triggers/"),
+    "discord.com": ("/api/webhooks/",),
+    "discordapp.com": ("/api/webhooks/",),
+}
+"""Hosts whose URLs carry their credential in the path (a Slack or Discord webhook): what follows the prefix."""
+
+
+def _redact_secret_path(host: str | None, path: str) -> str:
+    """``path`` with its credential ``***`` when ``host`` is one of :data:`_SECRET_PATHS` (a webhook's URL)."""
+    for prefix in _SECRET_PATHS.get((host or "").rstrip(".").lower(), ()):
+        if path.startswith(prefix) and len(path) > len(prefix) and path[len(prefix) :] != REDACTED:
+            return f"{prefix}{REDACTED}"
+    return path
+
+
 def redact_url(url: str) -> str:
     """``url`` without credentials: userinfo and credential-named parameters become ``***``.
 
-    ``http://user:pass@host:8000/metrics?token=abc&job=x`` -> ``http://***@host:8000/metrics?token=***&job=x``.
+    ``http://user:pass@host:8000/metrics?token=abc&job=x`` -> ``http://***@host:8000/metrics?token=***&job=x``;
+    a webhook's path (``https://hooks.slack.com/services/***``, :data:`_SECRET_PATHS`).
     Text that is not a URL with a scheme and a host comes back unchanged.
     """
     if "://" not in url:
@@ -131,6 +148,7 @@ def redact_url(url: str) -> str:
     path = (
         _redact_params(parts.path) if ";" in parts.path else parts.path
     )  # matrix parameters: ;jsessionid=...
+    path = _redact_secret_path(parts.hostname, path)
     if (netloc, path, query, fragment) == (parts.netloc, parts.path, parts.query, parts.fragment):
         return url
     return urlunsplit((parts.scheme, netloc, path, query, fragment))
