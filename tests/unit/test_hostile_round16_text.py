@@ -8,7 +8,7 @@ import time
 import pytest
 
 from alflow.util.free_text import hints_credentials
-from alflow.util.redact import redact_urls_in_text
+from alflow.util.redact import redact_text_stream, redact_urls_in_text
 
 pytestmark = pytest.mark.unit
 
@@ -187,3 +187,41 @@ def test_r16_each_new_rule_stays_linear_on_a_near_miss(unit: str) -> None:
     one, two = timed(1 << 20), timed(2 << 20)
     assert two < 2.0, (one, two)
     assert two < 3 * one + 0.05, (one, two)  # quadratic: 4 times
+
+
+STREAMED_LOG = (
+    ("x" * 100 + "\n") * 50
+    + f"{PGP_BLOCK}\nafter Bearer {SECRET} x\ncfg:\n  password: |\n"
+    + f"    {SECRET}\n" * 20
+    + "  host: h\n"
+    + ("y" * 50 + "\n") * 10
+)
+
+
+@pytest.mark.parametrize("size", [64, 333, 1000, 4096, 1 << 20])
+def test_r16_a_multi_line_secret_across_the_parts_of_a_streamed_log_is_redacted_whole(size: int) -> None:
+    """The site sends a log in parts cut at a line's end: a key block's or a YAML block's later lines were the next
+    part's, redacted alone (no BEGIN line, no key before them): printed in clear. A part now ends only where the
+    next line starts afresh and no key block is open (:func:`alflow.util.redact._cut`)."""
+    data = STREAMED_LOG.encode()
+    out = b"".join(redact_text_stream(data[i : i + size] for i in range(0, len(data), size))).decode()
+    assert SECRET not in out
+    assert out == redact_urls_in_text(STREAMED_LOG)
+
+
+@pytest.mark.parametrize(
+    "unit", ["password: |\n", "-----BEGIN PRIVATE KEY-----\n", "-----BEGIN PRIVATE KEY-----a ", "Bearer "]
+)
+def test_r16_a_streamed_near_miss_stays_linear(unit: str) -> None:
+    """What is held back for the next part (an open key block, indented lines) stays linear: 64 KiB parts."""
+
+    def timed(size: int) -> float:
+        data = (unit * (size // len(unit))).encode()
+        started = time.process_time()
+        for _ in redact_text_stream(data[i : i + (64 << 10)] for i in range(0, len(data), 64 << 10)):
+            pass
+        return time.process_time() - started
+
+    one, two = timed(1 << 20), timed(2 << 20)
+    assert two < 2.0, (one, two)
+    assert two < 3 * one + 0.05, (one, two)
