@@ -40,13 +40,14 @@ _SCHEMES: Final = (
 HSPACE: Final = "[ \t\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]"
 """A space within a line: a blank, a tab or a Unicode space (a no-break space, an em space, an ideographic space)."""
 _AUTH_VALUE: Final = re.compile(
-    rf"\b((?i:bearer){HSPACE}{{1,16}}|(?i:(?:proxy-)?authorization{HSPACE}{{0,16}}[:=]{HSPACE}{{0,16}}(?:{_SCHEMES})"
-    rf"{HSPACE}{{1,16}})|(?:Proxy-)?Authorization{HSPACE}{{0,16}}:{HSPACE}{{0,16}}[A-Za-z][A-Za-z0-9_-]{{0,31}}"
-    rf"{HSPACE}{{1,16}})(?!(?i:{_SCHEMES})\b)[A-Za-z0-9._~+/=-]{{6,}}"
+    rf"\b((?i:bearer){HSPACE}+|(?i:(?:proxy-)?authorization{HSPACE}*[:=]{HSPACE}*(?:{_SCHEMES}){HSPACE}+)"
+    rf"|(?:Proxy-)?Authorization{HSPACE}*:{HSPACE}*[A-Za-z][A-Za-z0-9_-]{{0,31}}{HSPACE}+)"
+    rf"(?!(?i:{_SCHEMES})\b)[A-Za-z0-9._~+/=-]{{6,}}"
 )
 """A credential written out: ``Bearer eyJ...``, ``Authorization: Basic dXM6cHc=``, any scheme after a header's
 ``Authorization:`` (``ApiKey``, ``SSWS``), a registered one after ``authorization:`` in any case; the scheme kept.
-Spaces of any kind (:data:`HSPACE`: ``Bearer\u00a0X``), at most 16 of them."""
+Spaces of any kind and number (:data:`HSPACE`: a no-break space after ``Bearer``): each run read once, after the
+word that starts its match (linear)."""
 _TOKENS: Final[tuple[tuple[tuple[str, ...], str], ...]] = (
     (("akia",), r"\bAKIA[0-9A-Z]{16}"),
     (("asia",), r"\bASIA[0-9A-Z]{16}"),  # an AWS temporary (STS) access key id
