@@ -137,11 +137,11 @@ def trailing(value: str) -> str:
 
 
 _QUOTED_PAIR: Final = re.compile(
-    r"""(["'])([A-Za-z_][A-Za-z0-9_.-]{0,63})\1([ \t]{0,16}(?::|=>|=)[ \t]{0,16}\[?[ \t]{0,4})"""
+    r"""(["'])([A-Za-z_][A-Za-z0-9_.-]{0,63})\1([ \t]{0,16}(?::|=>|=)[ \t]{0,16}\[?[ \t]{0,4}[bBrRuU]{0,2})"""
     r"""(?:"([^"\\\n]*(?:\\.[^"\\\n]*)*)"|'([^'\\\n]*(?:\\.[^'\\\n]*)*)')"""
 )
 """``"name": "value"`` or ``'name': 'value'`` in free text (a server's JSON error answer, a Python dict's repr, whose
-value may be quoted the other way: ``{'password': "pa'ss"}``), also PHP's and Perl's ``'name' => 'value'`` and TOML's
+value may be quoted the other way, ``{'password': "pa'ss"}``, or be bytes, ``b'...'``), also PHP's and Perl's ``'name' => 'value'`` and TOML's
 ``"name" = "value"``: the value of a secret-named key is redacted. Name and spaces bounded, the value scanned once up
 to its closing quote (backslash escapes skipped) or the line's end: linear in the text."""
 

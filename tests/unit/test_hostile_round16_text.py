@@ -31,6 +31,7 @@ PGP_BLOCK = (
         # R16-2: a Python dict's repr quoting the value the other way
         f"{{'password': \"pa'ss{SECRET}\"}}",
         f'{{"password": \'pa"ss{SECRET}\'}}',
+        f"{{'password': b'{SECRET}', 'api_key': rb\"{SECRET}\"}}",
         # R16-3: PHP's and Perl's arrays
         f"array('password' => '{SECRET}')",
         f'my %h = ("api_key" => "{SECRET}");',
