@@ -416,8 +416,10 @@ def redact_text_stream(chunks: Iterable[bytes], max_held: int = MAX_HELD_BYTES) 
     held = bytearray()
     for chunk in chunks:
         held += chunk
-        # a text whose every line is indented is cut at any line's end once half the bound is held
-        cut = _cut(held) or (_cut(held, fresh=False) if len(held) > max_held // 2 else 0)
+        if b"\n" not in held[-len(chunk) - 1 :]:
+            cut = 0  # no new place to cut (a line's end, or the byte after one): a long line stays linear
+        else:  # a text whose every line is indented is cut at any line's end once half the bound is held
+            cut = _cut(held) or (_cut(held, fresh=False) if len(held) > max_held // 2 else 0)
         if cut == 0:
             if len(held) > max_held:
                 raise RedactionError(
