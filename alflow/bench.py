@@ -59,6 +59,7 @@ from alflow.metrics.promql import PromQLStart, PromQLWindow, baseline_counters, 
 from alflow.metrics.readers import candidate_metrics_urls, detect, get_dialect
 from alflow.util import eventloop, jsonutil
 from alflow.util.httpread import MAX_API_BYTES, read_bounded
+from alflow.util.names import check_path_name, shown
 from alflow.util.redact import redact_body, redact_data, redact_url, redact_urls_in_text
 from alflow.util.rows import dump_row
 from alflow.workloads import check_prompt_memory, file_sha256
@@ -133,6 +134,8 @@ class BenchResult:
 
     summary: dict[str, Any]
     all_ok: bool
+    out_error: str | None = None
+    """Why ``--out`` could not be written after the load (a full disk, a folder removed): one line, else None."""
 
 
 def run_coroutine(coro: Coroutine[Any, Any, T]) -> T:
@@ -141,7 +144,22 @@ def run_coroutine(coro: Coroutine[Any, Any, T]) -> T:
 
 
 def check_out_dir(out: Path) -> None:
-    """``out`` must be a directory alflow can write that holds no earlier run (checked before any request)."""
+    """``out`` must be a directory alflow can write that holds no earlier run (checked before any request).
+
+    A path no system call can take (a name longer than the file system allows, a NUL:
+    :func:`~alflow.util.names.check_path_name`) or cannot look at (a folder without search permission) is one line.
+    """
+    try:
+        check_path_name(out, what="--out")
+        _check_out_dir(out)
+    except ValueError as exc:
+        raise InvalidInputError(str(exc)) from None
+    except OSError as exc:
+        raise InvalidInputError(f"--out {shown(str(out))}: {exc.strerror or type(exc).__name__}") from None
+
+
+def _check_out_dir(out: Path) -> None:
+    """:func:`check_out_dir` of a path that system calls take."""
     if out.exists() and not out.is_dir():
         raise InvalidInputError(f"--out {out}: is a file, not a directory")
     if out.is_dir():
@@ -409,7 +427,13 @@ def _keep_interrupted(
 ) -> None:
     """A load that did not end: its records so far written to ``--out``; an interruption says so in one line."""
     if r.out is not None:
-        write_records(r.out / "records.parquet", sink)
+        try:
+            write_records(r.out / "records.parquet", sink)
+        except OSError as err:
+            warn(
+                f"--out {shown(str(r.out))}: cannot write the records ({err.strerror or type(err).__name__})"
+            )
+            return
     if isinstance(exc, _STOPPED):  # an error says its own line
         kept = f"kept in {r.out / 'records.parquet'}" if r.out is not None else "not kept (no --out)"
         warn(f"interrupted before it ended: {len(sink)} requests recorded, {kept}; no summary written")
@@ -497,16 +521,28 @@ async def bench_async(
         "config": _config_block(r, spec),
     }
     summary = _without_secrets(summary, r.api_key)
-    if r.out is not None:
-        r.out.mkdir(parents=True, exist_ok=True)
-        write_records(r.out / "records.parquet", m.records)
-        (r.out / "snapshots.json").write_bytes(jsonutil.dumps_bytes(m.snapshots()))
-        (r.out / "summary.json").write_bytes(jsonutil.dumps_bytes(summary))
+    out_error = None if r.out is None else _write_out(r.out, m.records, m.snapshots(), summary)
     if aborted is not None:
         raise AlflowError(aborted + (f" (partial records in {r.out / 'records.parquet'})" if r.out else ""))
     if not summary.get("completed"):  # nothing measured is no clean run (a --duration shorter than a request)
         summary["all_ok"] = False
-    return BenchResult(summary, m.client.all_ok and bool(summary.get("completed")))
+    return BenchResult(summary, m.client.all_ok and bool(summary.get("completed")), out_error)
+
+
+def _write_out(out: Path, records: Any, snapshots: object, summary: dict[str, Any]) -> str | None:
+    """Write the run's files into ``out``; None, or why they could not be (one line: the summary is still shown).
+
+    ``out`` was checked before the load (:func:`check_out_dir`), but a disk can fill up or a folder go away since.
+    """
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        write_records(out / "records.parquet", records)
+        (out / "snapshots.json").write_bytes(jsonutil.dumps_bytes(snapshots))
+        (out / "summary.json").write_bytes(jsonutil.dumps_bytes(summary))
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        return f"--out {shown(str(out))}: cannot write the run's files ({why}); the summary is printed above"
+    return None
 
 
 def bench(

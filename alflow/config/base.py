@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
+from alflow.util.pathnames import path_name_problem
 from alflow.util.redact import URL_CREDENTIALS_PATTERN, redact_url, urls_with_credentials
 
 
@@ -179,6 +180,9 @@ def check_local_path(value: str, *, remote: tuple[str, ...] = (), why: str = "")
     if not value.strip():
         raise ValueError("the path is empty (it would be the current folder): give a path")
     if "://" not in value:
+        problem = path_name_problem(value)
+        if problem is not None:  # a name too long, a NUL: a traceback at the first write, after the work
+            raise ValueError(f"the path {problem}")
         return value
     scheme = value.split("://", 1)[0]
     if scheme in remote:

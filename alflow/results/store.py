@@ -51,6 +51,7 @@ from alflow.util.fsutil import (
 )
 from alflow.util.jsonutil import dumps_bytes
 from alflow.util.names import MAX_IDENTIFIER, shown
+from alflow.util.pathnames import path_name_problem
 from alflow.util.redact import redact_config, redact_data, redact_url, redact_urls_in_text
 
 PARQUET_VERSION_KEY: Final = "alflow.schema_version"
@@ -215,6 +216,9 @@ def check_results_root(root: str, *, name: str) -> str:
     local = local_path_of(root)
     if local is None:
         return root
+    problem = path_name_problem(local)
+    if problem is not None:
+        raise InvalidInputError(f"{name} {shown(redact_url(root))} {problem}")
     path = Path(local)
     try:
         is_dir = path.is_dir()

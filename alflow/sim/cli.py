@@ -23,7 +23,7 @@ from alflow.serving.app import run_until_signalled, serve_group
 from alflow.sim.config import SimConfig, parse_rates, resolve
 from alflow.sim.profiles import DEFAULT_PROFILE
 from alflow.sim.server import LISTENING_PREFIX, serve
-from alflow.util.names import check_identifier, check_output_file, shown
+from alflow.util.names import check_identifier, check_output_file, check_path_name, shown
 from alflow.util.typer_options import command_of
 
 log = logging.getLogger("alflow.sim")
@@ -254,6 +254,10 @@ _LEVELS = tuple(logging.getLevelNamesMapping())  # DEBUG, INFO, WARN, WARNING, E
 def _check_step_log(path: Path) -> None:
     """Before listening: ``--step-log`` can be opened for appending (its folder exists; not a folder itself)."""
     allowed = "allowed: a file (new or to append to) in an existing folder"
+    try:  # a name longer than the file system allows, a NUL: one line, not an OSError traceback
+        check_path_name(path, what="--step-log")
+    except ValueError as exc:
+        raise InvalidInputError(f"{exc}; {allowed}") from None
     folder = path.parent
     if path.is_dir():
         raise InvalidInputError(f"--step-log {str(path)!r} is a folder; {allowed}")

@@ -28,6 +28,8 @@ from alflow.sim.acceptance import METHODS
 from alflow.sim.dialects import MetricsEmitter
 from alflow.sim.profiles import DEFAULT_PROFILE, get_profile
 from alflow.sim.sources import FrameworkSettings, sim_plugin, sim_plugins
+from alflow.util.fsutil import file_problem
+from alflow.util.names import shown
 
 log = logging.getLogger(__name__)
 
@@ -170,8 +172,10 @@ class SimConfig:
         if self.stall_after_tokens is not None:
             _check_range("--stall-after-tokens", self.stall_after_tokens, 0, 1 << 40)
         _check_choice("--sglang-token-mode", self.sglang_token_mode, SGLANG_TOKEN_MODES)
-        if self.answer_key is not None and not self.answer_key.is_file():
-            raise InvalidInputError(f"--answer-key {str(self.answer_key)!r} is not a readable file")
+        if self.answer_key is not None:
+            why = file_problem(self.answer_key)  # a name too long: one line, not an OSError traceback
+            if why is not None:
+                raise InvalidInputError(f"--answer-key {shown(str(self.answer_key))} {why}")
         self._validate_nodes()
         return self
 

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import BinaryIO, Final
 
 from alflow.errors import AlflowError, InvalidInputError
+from alflow.util.names import shown
+from alflow.util.pathnames import path_name_problem
 
 DEFAULT_FILE_MODE = 0o666
 """Mode asked for new files; the process umask takes its bits away (umask 022 -> 0644)."""
@@ -180,6 +182,9 @@ def check_writable_dir(path: str | os.PathLike[str], *, what: str) -> Path:
     allowed = "allowed: a folder alflow can create files in, or a path where one can be created"
     if not given or "\0" in given:
         raise InvalidInputError(f"{what} {given!r} is not a path; {allowed}")
+    problem = path_name_problem(given)
+    if problem is not None:
+        raise InvalidInputError(f"{what} {shown(given)} {problem}")
     target = real_path(given)
     existing = target
     while not existing.exists() and existing != existing.parent:
@@ -213,6 +218,9 @@ def check_writable_file(path: str | os.PathLike[str], *, what: str) -> Path:
     given = os.fspath(path)
     if not given or "\0" in given:
         raise InvalidInputError(f"{what} {given!r} is not a path; allowed: a file path")
+    problem = path_name_problem(given)
+    if problem is not None:
+        raise InvalidInputError(f"{what} {shown(given)} {problem}")
     target = real_path(given)
     if target.exists() and not target.is_file():
         raise InvalidInputError(
@@ -237,14 +245,24 @@ def confined(root: Path, candidate: Path) -> Path | None:
 def file_problem(path: str | os.PathLike[str]) -> str | None:
     """Why ``path`` cannot be read as a file (``does not exist``, ``is a folder``, ``is not a regular file ...``).
 
-    None for a regular file (a symlink to one counts). For the one error line that names the input.
+    None for a regular file (a symlink to one counts). For the one error line that names the input. A path no system
+    call can take (a name too long, a NUL: :func:`~alflow.util.pathnames.path_name_problem`) or cannot stat (a
+    folder without search permission) says why, never raises.
     """
+    problem = path_name_problem(os.fspath(path))
+    if problem is not None:
+        return problem
     p = Path(path)
-    if p.is_file():
-        return None
-    if not p.exists():
-        return "does not exist"
-    return "is a folder" if p.is_dir() else "is not a regular file (a FIFO, socket or device): give a file"
+    try:
+        if p.is_file():
+            return None
+        if not p.exists():
+            return "does not exist"
+        return (
+            "is a folder" if p.is_dir() else "is not a regular file (a FIFO, socket or device): give a file"
+        )
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or type(exc).__name__})"
 
 
 STORE_SCHEMES: Final = ("s3", "gs", "gcs")

@@ -21,6 +21,8 @@ import unicodedata
 from pathlib import Path
 from typing import Final
 
+from alflow.util.pathnames import path_name_problem
+
 HASH_LEN: Final = 8
 """Hex digits of the original's sha256 that every key ends with."""
 DEFAULT_MAX_LEN: Final = 64
@@ -148,12 +150,37 @@ def check_host(value: str | None, *, what: str = "host") -> str | None:
     return value
 
 
+def check_path_name(value: str | os.PathLike[str], *, what: str) -> str:
+    """``value`` as text when a system call can take it as a path, else a one-line ``ValueError``.
+
+    For every path a user names (an output, a folder, an input file): a name longer than the file system allows, a
+    path longer than ``PATH_MAX``, a NUL or bytes that are not UTF-8
+    (:func:`~alflow.util.pathnames.path_name_problem`) are refused here, naming ``what`` (the option), the path (cut)
+    and what is allowed, instead of as an ``OSError`` traceback from the first system call.
+    """
+    text = os.fspath(value)
+    problem = path_name_problem(text)
+    if problem is not None:
+        raise ValueError(f"{what} {shown(text)} {problem}")
+    return text
+
+
 def check_log_dir(value: str | None) -> str | None:
     """A server log folder that can be a folder: not an existing file, not under /proc, /sys or /dev (but /dev/shm)."""
     if value is None:
         return None
     if not value.strip():
         raise ValueError("log_dir '' is empty: give a folder, or leave it out for a temporary one")
+    check_path_name(value, what="log_dir")
+    try:
+        _check_folder(value)
+    except OSError as exc:  # a folder without search permission on the way
+        raise ValueError(f"log_dir {shown(value)}: {exc.strerror or type(exc).__name__}") from None
+    return value
+
+
+def _check_folder(value: str) -> None:
+    """:func:`check_log_dir` of a path system calls take (an ``OSError`` of a folder it cannot look in passes)."""
     try:
         path = Path(value).expanduser()
     except RuntimeError:  # ~user of no such user
@@ -169,7 +196,6 @@ def check_log_dir(value: str | None) -> str | None:
                     f"log_dir {shown(value)} {where}, not a folder: give a folder (created if missing)"
                 )
             break
-    return value
 
 
 def _special_top(real: Path) -> str | None:
@@ -197,6 +223,15 @@ def check_output_file(value: str, *, what: str = "--output", stdout: bool = True
         raise ValueError(f"{what} '' is empty: {give}")
     if stdout and value in _STANDARD_FILES:
         return Path(value)
+    check_path_name(value, what=what)
+    try:
+        return _check_file(value, what=what, stdout=stdout, give=give)
+    except OSError as exc:  # a folder without search permission on the way
+        raise ValueError(f"{what} {shown(value)}: {exc.strerror or type(exc).__name__}") from None
+
+
+def _check_file(value: str, *, what: str, stdout: bool, give: str) -> Path:
+    """:func:`check_output_file` of a path system calls take (an ``OSError`` of a folder it cannot look in passes)."""
     try:
         path = Path(value).expanduser()
     except RuntimeError:  # ~user of no such user
