@@ -129,6 +129,18 @@ One engine step emits at most K + 1 tokens (K drafts accepted plus the bonus tok
 17), and a server may put several steps into one event (vLLM's stream interval, a detokenizer that holds back
 an incomplete character): 64 leaves that room and still catches a count no stream of that many chunks could
 hold (100,000 tokens in 8 chunks)."""
+STREAM_SLACK_CHUNKS: Final = 16
+"""Output chunks a stream may carry beyond its request's ``max_tokens``: every output chunk carries at least one token,
+so ``max_tokens`` chunks are all a server may send, but a framework may add a few of its own (a final chunk with a
+finish reason and a character the detokenizer held back, a reasoning chunk): 16 leaves them room."""
+MAX_ANSWER_CHARS: Final = 16 * 2**20
+"""Characters of answer text one request may bring (16 Mi: 64 MiB of memory at most, 16 MiB for ASCII). A GSM8K
+answer is a few hundred characters, and even 128 Ki tokens of 16 characters each are 2 Mi; an endless stream of
+valid chunks once held 2.4 GB of one answer until ``--timeout`` (issue #49)."""
+MAX_LINE_BYTES: Final = 16 * 2**20
+"""Bytes one stream line (one ``data:`` event) may have before its line end: a server that never ends a line would
+otherwise grow the parser's buffer until the timeout. The largest real event (a chunk with top logprobs of a long
+prompt) is well under 1 MiB."""
 _USAGE_SHOWN: Final = 40
 _INT64_MAX: Final = 2**63 - 1
 
@@ -164,22 +176,83 @@ def check_usage(record: RequestRecord) -> str | None:
     return "usage: " + "; ".join(problems) if problems else None
 
 
+def output_cap(body: Mapping[str, Any]) -> int | None:
+    """The output cap a request body asks for (``max_tokens``, ``max_completion_tokens``), or None.
+
+    The larger of the two (``max_completion_tokens`` is the newer OpenAI name, given through ``--extra-body``) that is
+    a positive integer. A server that streams more output than that is sending something else (:class:`SseConsumer` stops it); the
+    larger, since a server may honour either.
+    """
+    caps = [
+        value
+        for value in (body.get("max_tokens"), body.get("max_completion_tokens"))
+        if type(value) is int and value > 0
+    ]
+    return max(caps) if caps else None
+
+
 class SseConsumer:
     """Incremental parser of one response's event stream into a :class:`RequestRecord`."""
 
-    __slots__ = ("_buf", "_counts", "_event", "_keep_text", "_output", "done", "pieces", "record")
+    __slots__ = (
+        "_buf",
+        "_chars",
+        "_counts",
+        "_event",
+        "_keep_text",
+        "_max_chunks",
+        "_max_tokens",
+        "_output",
+        "done",
+        "pieces",
+        "record",
+    )
 
     def __init__(
-        self, record: RequestRecord, endpoint: Endpoint, keep_text: bool, counts: Sequence[CountsReader] = ()
+        self,
+        record: RequestRecord,
+        endpoint: Endpoint,
+        keep_text: bool,
+        counts: Sequence[CountsReader] = (),
+        max_tokens: int | None = None,
     ) -> None:
         self.record = record
         self._counts = tuple(counts)
         self._output = endpoint.output
         self._keep_text = keep_text
+        self._max_tokens = max_tokens
+        self._max_chunks = None if max_tokens is None else max(max_tokens, 1) + STREAM_SLACK_CHUNKS
+        self._chars = 0
         self._buf = b""
         self._event = b""
         self.pieces: list[str] = []
         self.done = False
+
+    def _take(self, text: str | None) -> bool:
+        """Keep one more output chunk's ``text``; True (the request's error set) when it is more than the request may get.
+
+        More than ``max_tokens +`` :data:`STREAM_SLACK_CHUNKS` output chunks (each carries at least one token), or
+        more than :data:`MAX_ANSWER_CHARS` characters of answer: the stream is stopped and nothing more is held.
+        """
+        if self._max_chunks is not None and len(self.record.chunk_ns) > self._max_chunks:
+            self.record.error = (
+                f"the server sent more than {self._max_chunks:,} output chunks (each at least one token) for "
+                f"max_tokens={self._max_tokens:,} (at most max_tokens + {STREAM_SLACK_CHUNKS} are taken); "
+                "the stream was stopped"
+            )
+        elif text:
+            self._chars += len(text)
+            if self._chars > MAX_ANSWER_CHARS:
+                self.record.error = (
+                    f"the server sent more than {MAX_ANSWER_CHARS:,} characters of answer text "
+                    "(the most one request may bring); the stream was stopped"
+                )
+            elif self._keep_text:
+                self.pieces.append(text)
+        if self.record.error is None:
+            return False
+        self._buf = b""
+        return True
 
     def feed(self, received: bytes, now: int) -> bool:
         """Parse one network read that arrived at ``now``; True when the stream must stop (error).
@@ -227,16 +300,27 @@ class SseConsumer:
             text, has_output = output(event)
             if has_output:
                 chunk_ns.append(now)
-                if text and self._keep_text:
-                    self.pieces.append(text)
+                if self._take(text):  # an endless stream: fail this request, hold no more of it
+                    return True
             usage = event.get("usage")
             if isinstance(usage, dict) and usage:  # another shape is no usage (the count checks then say so)
                 record.input_tokens = usage.get("prompt_tokens")
                 record.output_tokens = usage.get("completion_tokens")
             if self._counts and not event.get("choices"):  # counts come on an event with no output choices
                 fill_spec_counts(record, event, self._counts)
-        self._buf = data[start:]
-        return False
+        return self._keep_rest(data[start:])
+
+    def _keep_rest(self, rest: bytes) -> bool:
+        """Hold ``rest`` (a line not yet ended) for the next read; True (the error set) past :data:`MAX_LINE_BYTES`."""
+        if len(rest) <= MAX_LINE_BYTES:
+            self._buf = rest
+            return False
+        self.record.error = (
+            f"the server sent a stream line of more than {MAX_LINE_BYTES:,} bytes without a line end; "
+            "the stream was stopped"
+        )
+        self._buf = b""
+        return True
 
     def finish(self) -> None:
         """Judge the ended stream (no ``[DONE]``, no output, impossible usage) and set the derived record fields."""
@@ -268,14 +352,18 @@ async def stream_request(
     keep_text: bool = True,
     counts: Sequence[CountsReader] = (),
     secrets: Sequence[str] = (),
+    max_tokens: int | None = None,
 ) -> RequestRecord:
     """Send one streaming request and fill ``record`` with timestamps, usage, text and error.
 
     ``counts``: the readers of per-request speculative counts (the run's dialect's). ``secrets``: values no error
-    text may hold (the API key: a server's error answer may quote it; R13-4). Raises :class:`FatalRequestError` when
-    the server cannot serve the run (see module doc).
+    text may hold (the API key: a server's error answer may quote it; R13-4). ``max_tokens``: the request's output
+    cap; a stream of more than ``max_tokens +`` :data:`STREAM_SLACK_CHUNKS` output chunks, of more than
+    :data:`MAX_ANSWER_CHARS` characters of answer or of a line longer than :data:`MAX_LINE_BYTES` fails the request
+    and is closed (what one request holds stays bounded). Raises :class:`FatalRequestError` when the server cannot
+    serve the run (see module doc).
     """
-    consumer = SseConsumer(record, endpoint, keep_text, counts)
+    consumer = SseConsumer(record, endpoint, keep_text, counts, max_tokens)
     record.start_ns = clock()
     try:
         info = await transport.stream(url, body, timeout_s, consumer.feed, clock)

@@ -28,6 +28,7 @@ from alflow.loadgen.client import (
     Clock,
     FatalRequestError,
     Transport,
+    output_cap,
     stream_request,
 )
 from alflow.loadgen.endpoints import Endpoint, get_endpoint
@@ -107,9 +108,8 @@ class _Run:
             monitor.opened()
         try:
             for i, turn in enumerate(session.turns):
-                body = orjson.dumps(
-                    self.endpoint.body(self.target.model, history, turn, self.target.sampling)
-                )
+                fields = self.endpoint.body(self.target.model, history, turn, self.target.sampling)
+                body = orjson.dumps(fields)
                 rec = RequestRecord(
                     request_id=len(self.records),
                     session_id=session.session_id,
@@ -131,6 +131,7 @@ class _Run:
                         keep_text=self.spec.keep_text or session.multiturn,
                         counts=self.target.counts,
                         secrets=(self.target.api_key,) if self.target.api_key else (),
+                        max_tokens=output_cap(fields),
                     )
                 finally:
                     self.in_flight.pop(id(rec), None)
