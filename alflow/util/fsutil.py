@@ -44,14 +44,30 @@ def _create_temp(target: Path, mode: int) -> tuple[int, Path]:
     raise FileExistsError(errno.EEXIST, "no free temporary file name", str(target.parent))
 
 
+def _is_device_or_pipe(path: Path) -> bool:
+    """Whether ``path`` (its links followed) is a character or block device, a FIFO or a socket: no file to replace."""
+    try:
+        mode = path.stat().st_mode
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, mode: int = DEFAULT_FILE_MODE) -> Path:
     """Write ``data`` to a temporary file in the same folder, fsync it, then rename it over ``path``.
 
     The file gets ``mode`` minus the process umask (0644 under umask 022). Pass ``mode=0o600`` only
     for a file that may hold secrets. After the rename the folder is fsynced too, so the new name
     survives a crash.
+
+    A ``path`` that is a device or a pipe (``/dev/null``, ``/dev/stdout``) is written through, never renamed over: as
+    root, the rename replaced ``/dev/null`` itself with a regular file, for every program on the machine.
     """
     target = Path(path)
+    if _is_device_or_pipe(target):
+        with target.open("wb") as fh:
+            fh.write(data)
+        return target
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = _create_temp(target, mode)
     try:

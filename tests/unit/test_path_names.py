@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from alflow.cli import app
 from alflow.cli import bench as bench_cli
 from alflow.config.base import check_local_path
 from alflow.errors import InvalidInputError
-from alflow.util.fsutil import check_writable_dir, check_writable_file, file_problem
+from alflow.util.fsutil import atomic_write_bytes, check_writable_dir, check_writable_file, file_problem
 from alflow.util.names import check_log_dir, check_output_file, check_path_name
 from alflow.util.pathnames import NAME_MAX, PATH_MAX, path_name_problem
 from alflow_deployments import webhook
@@ -226,3 +227,18 @@ def test_bench_prints_the_summary_then_the_write_error_exit_2(capsys: pytest.Cap
     said = capsys.readouterr()
     assert '"completed": 3' in said.out
     assert said.err.strip() == "error: --out 'run': cannot write the run's files"
+
+
+def test_an_atomic_write_to_a_device_writes_through_and_never_replaces_it(tmp_path: Path) -> None:
+    """``report show -o /dev/null`` as root renamed a temporary file over /dev/null: a regular file for everyone."""
+    device = tmp_path / "null"
+    try:
+        os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # /dev/null's numbers
+    except PermissionError:
+        pytest.skip("no permission to make a device node here")
+    assert atomic_write_bytes(device, b"report") == device
+    assert stat.S_ISCHR(device.stat().st_mode), "the device was replaced by a regular file"
+    assert [p.name for p in tmp_path.iterdir()] == ["null"]  # no temporary file left beside it
+    regular = tmp_path / "r.md"
+    atomic_write_bytes(regular, b"report")
+    assert regular.read_bytes() == b"report"
