@@ -20,6 +20,8 @@ from alflow.serving.app import run_until_signalled, serve_group
 from alflow.sim.config import parse_rates
 from alflow.tiny.server import LISTENING_PREFIX, TinyService, TinyServiceSettings, serve
 from alflow.tiny.settings import TinySpec, resolve_spec
+from alflow.util.fsutil import file_problem
+from alflow.util.names import shown
 
 log = logging.getLogger("alflow.tiny")
 
@@ -118,6 +120,9 @@ def serve_command(
             raise AlflowError(f"--n-ctx {n_ctx} is too small (at least 64)")
         if threads is not None and threads < 1:
             raise AlflowError(f"--threads {threads} must be at least 1")
+        why = None if model is None else file_problem(model.expanduser())  # a name too long, a missing file
+        if why is not None:
+            raise AlflowError(f"--model {shown(str(model))} {why} (a GGUF model file was expected)")
     except AlflowError as exc:
         sys.stderr.write(f"error: {exc}\n")
         raise typer.Exit(2) from None

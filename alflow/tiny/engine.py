@@ -65,6 +65,8 @@ from alflow.tiny.sampling import (
     speculative_step,
     target_distribution,
 )
+from alflow.util.fsutil import file_problem
+from alflow.util.names import shown
 
 try:
     import numpy as np
@@ -175,6 +177,13 @@ def default_cache_dir() -> Path:
     """Where the default model is assembled: ``$ALFLOW_TINY_CACHE`` or ``~/.cache/alflow/tiny``."""
     env = os.environ.get(CACHE_ENV)
     return Path(env).expanduser() if env else DEFAULT_CACHE_DIR
+
+
+def _check_model_file(path: Path) -> None:
+    """``path`` is a readable regular file, or one line naming ``model_path`` (:func:`~alflow.util.fsutil.file_problem`)."""
+    why = file_problem(path)
+    if why is not None:
+        raise InvalidInputError(f"model_path={shown(str(path))} {why} (a GGUF model file was expected)")
 
 
 def default_model_path() -> Path:
@@ -381,10 +390,11 @@ class TinyEngine:
             isinstance(n_threads, bool) or not isinstance(n_threads, int) or n_threads < 1
         ):
             raise InvalidInputError(f"n_threads={n_threads!r} must be a positive integer (or None: all CPUs)")
+        if model_path is not None:  # before the engine is loaded: a name too long is one line, not an OSError
+            _check_model_file(Path(model_path).expanduser())
         llama_cpp = _require_llama_cpp()
         path = Path(model_path).expanduser() if model_path is not None else default_model_path()
-        if not path.is_file():
-            raise InvalidInputError(f"model_path={str(path)!r} is not a file (a GGUF model was expected)")
+        _check_model_file(path)
         threads = n_threads or _cpu_count()
         _init_backend(llama_cpp)
         for problem in build_problems(build_features()):

@@ -187,6 +187,25 @@ def test_a_command_answers_a_name_too_long_in_one_line_naming_its_option(
     assert "300 bytes" in line, line
 
 
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_command_answers_a_path_not_in_utf8_in_one_line_naming_its_option(
+    command: str, tmp_path: Path
+) -> None:
+    """A command line's bytes of another encoding (Latin-1 ``\xff``) reach Python as lone surrogates."""
+    option, argv = COMMANDS[command]
+    path = os.fsdecode(os.fsencode(str(tmp_path)) + b"/caf\xe9.json")
+    line = _one_line(CliRunner().invoke(app, argv(tmp_path, path)))
+    assert line.startswith(f"error: {option} "), line
+    assert "is not valid UTF-8" in line, line
+
+
+def test_tiny_serve_model_too_long_is_one_line_before_the_engine_loads(tmp_path: Path) -> None:
+    pytest.importorskip("numpy")  # the tiny engine's module needs it (alflow[tiny])
+    line = _one_line(CliRunner().invoke(app, ["tiny", "serve", "--model", str(tmp_path / LONG / "m.gguf")]))
+    assert line.startswith("error: --model "), line
+    assert "300 bytes" in line, line
+
+
 def test_the_webhook_out_too_long_is_one_line_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
