@@ -44,13 +44,19 @@ def _create_temp(target: Path, mode: int) -> tuple[int, Path]:
     raise FileExistsError(errno.EEXIST, "no free temporary file name", str(target.parent))
 
 
-def _is_device_or_pipe(path: Path) -> bool:
-    """Whether ``path`` (its links followed) is a character or block device, a FIFO or a socket: no file to replace."""
+def _is_special(path: Path) -> bool:
+    """Whether ``path`` (its links followed) is a character device (``/dev/null``, a terminal): written through.
+
+    Raises ``OSError`` for a block device, a FIFO or a socket: no file to replace, nor one to write into (a disk's
+    device written as root is the disk; a FIFO blocks until a reader comes).
+    """
     try:
         mode = path.stat().st_mode
     except (OSError, ValueError):
         return False
-    return stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+    if stat.S_ISBLK(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        raise OSError(errno.EINVAL, "not a regular file (a block device, FIFO or socket)", str(path))
+    return stat.S_ISCHR(mode)
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, mode: int = DEFAULT_FILE_MODE) -> Path:
@@ -60,11 +66,12 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, mode: int =
     for a file that may hold secrets. After the rename the folder is fsynced too, so the new name
     survives a crash.
 
-    A ``path`` that is a device or a pipe (``/dev/null``, ``/dev/stdout``) is written through, never renamed over: as
-    root, the rename replaced ``/dev/null`` itself with a regular file, for every program on the machine.
+    A ``path`` that is a character device (``/dev/null``, a terminal) is written through, never renamed over: as root,
+    the rename replaced ``/dev/null`` itself with a regular file, for every program on the machine. A block device,
+    a FIFO or a socket is an ``OSError`` (:func:`_is_special`).
     """
     target = Path(path)
-    if _is_device_or_pipe(target):
+    if _is_special(target):
         with target.open("wb") as fh:
             fh.write(data)
         return target

@@ -261,3 +261,7 @@ def test_an_atomic_write_to_a_device_writes_through_and_never_replaces_it(tmp_pa
     regular = tmp_path / "r.md"
     atomic_write_bytes(regular, b"report")
     assert regular.read_bytes() == b"report"
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(OSError, match="a block device, FIFO or socket"):
+        atomic_write_bytes(tmp_path / "fifo", b"report")  # neither blocks for a reader nor replaces the FIFO
+    assert stat.S_ISFIFO((tmp_path / "fifo").stat().st_mode)
