@@ -21,8 +21,10 @@ network read that brought it): events that arrive together share a timestamp, as
 
 A request fails (its record gets ``error``) on: an HTTP status other than 200, an error event in
 a 200 stream, a stream that ends without ``[DONE]``, a stream with no output (usage only), a lost
-connection or a timeout. An unreachable server, a wrong endpoint (404/405) or a server that does
-not stream raise :class:`FatalRequestError`: the run cannot produce anything useful and is aborted.
+connection or a timeout; and on a stream that brings more than one request may hold (then it is closed): more
+output chunks than the request's ``max_tokens`` plus :data:`STREAM_SLACK_CHUNKS`, more than :data:`MAX_ANSWER_CHARS`
+characters of answer, or a line longer than :data:`MAX_LINE_BYTES`. An unreachable server, a wrong endpoint
+(404/405) or a server that does not stream raise :class:`FatalRequestError`: the run cannot produce anything useful and is aborted.
 
 Both transports send the same extra headers on every request (``Authorization: Bearer <key>`` for a
 server started with ``--api-key``, see :func:`auth_headers`); URLs in error texts carry no
