@@ -31,6 +31,7 @@ from alflow.util.fsutil import atomic_write_bytes, check_writable_dir, check_wri
 from alflow.util.names import check_log_dir, check_output_file, check_path_name
 from alflow.util.pathnames import NAME_MAX, PATH_MAX, path_name_problem
 from alflow_deployments import webhook
+from tests.unit.test_hostile_round13_outputs import _m0_args
 
 pytestmark = pytest.mark.unit
 
@@ -118,20 +119,6 @@ def test_every_shared_path_check_refuses_a_name_too_long(tmp_path: Path) -> None
 # -- the commands --------------------------------------------------------------------------------------------------
 
 
-def _m0(out: str) -> list[str]:
-    catalogue = str(ROOT / "references" / "models.yaml")
-    return [
-        "reference",
-        "m0-config",
-        "--models",
-        "deepseek-ai/DeepSeek-V3.1",
-        "--catalogue",
-        catalogue,
-        "--out",
-        out,
-    ]
-
-
 COMMANDS: dict[str, tuple[str, Callable[[Path, str], list[str]]]] = {
     "bench --out": ("--out", lambda t, p: ["bench", "--base-url", DEAD_URL, "--out", p]),
     "eval gsm8k --out": (
@@ -142,7 +129,7 @@ COMMANDS: dict[str, tuple[str, Callable[[Path, str], list[str]]]] = {
         "GSM8K file",
         lambda t, p: ["eval", "gsm8k", "--base-url", DEAD_URL, "--model", "m", "--test-file", p],
     ),
-    "reference m0-config --out": ("--out", lambda t, p: _m0(p)),
+    "reference m0-config --out": ("--out", lambda t, p: _m0_args(Path(p))),
     "reference import-inferencex --into": (
         "--into",
         lambda t, p: [
