@@ -523,7 +523,8 @@ async def bench_async(
     summary = _without_secrets(summary, r.api_key)
     out_error = None if r.out is None else _write_out(r.out, m.records, m.snapshots(), summary)
     if aborted is not None:
-        raise AlflowError(aborted + (f" (partial records in {r.out / 'records.parquet'})" if r.out else ""))
+        kept = f" (partial records in {r.out / 'records.parquet'})" if r.out else ""
+        raise AlflowError(aborted + (f"; {out_error}" if out_error else kept))
     if not summary.get("completed"):  # nothing measured is no clean run (a --duration shorter than a request)
         summary["all_ok"] = False
     return BenchResult(summary, m.client.all_ok and bool(summary.get("completed")), out_error)
@@ -541,7 +542,7 @@ def _write_out(out: Path, records: Any, snapshots: object, summary: dict[str, An
         (out / "summary.json").write_bytes(jsonutil.dumps_bytes(summary))
     except OSError as exc:
         why = exc.strerror or type(exc).__name__
-        return f"--out {shown(str(out))}: cannot write the run's files ({why}); the summary is printed above"
+        return f"--out {shown(str(out))}: cannot write the run's files ({why})"
     return None
 
 

@@ -601,7 +601,7 @@ def _report(result: BenchResult, *, json_out: bool, api_key: str | None) -> None
     else:
         _print_summary(summary)
     if result.out_error is not None:  # the numbers are printed; the files they belong in are not written
-        raise fail(result.out_error, secrets=(api_key,))
+        raise fail(f"{result.out_error}; the summary is printed above", secrets=(api_key,))
     if not summary.get("completed") and not summary.get("failed"):
         raise fail(
             "no request was measured (a --duration shorter than one request?): nothing to report", code=1

@@ -215,10 +215,7 @@ def test_bench_out_that_fails_after_the_load_is_one_line(
     monkeypatch.setattr(bench_core, "write_records", disk_full)
     out = tmp_path / "run"
     said = bench_core._write_out(out, [], {}, {"completed": 1})
-    assert (
-        said
-        == f"--out '{out}': cannot write the run's files (No space left on device); the summary is printed above"
-    )
+    assert said == f"--out '{out}': cannot write the run's files (No space left on device)"
     with pytest.raises(InvalidInputError, match="300 bytes"):
         check_out_dir(tmp_path / LONG)
 
@@ -232,7 +229,9 @@ def test_bench_prints_the_summary_then_the_write_error_exit_2(capsys: pytest.Cap
     assert stop.value.exit_code == 2
     said = capsys.readouterr()
     assert '"completed": 3' in said.out
-    assert said.err.strip() == "error: --out 'run': cannot write the run's files"
+    assert (
+        said.err.strip() == "error: --out 'run': cannot write the run's files; the summary is printed above"
+    )
 
 
 def test_an_atomic_write_to_a_device_writes_through_and_never_replaces_it(tmp_path: Path) -> None:
