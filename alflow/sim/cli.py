@@ -23,7 +23,7 @@ from alflow.serving.app import run_until_signalled, serve_group
 from alflow.sim.config import SimConfig, parse_rates, resolve
 from alflow.sim.profiles import DEFAULT_PROFILE
 from alflow.sim.server import LISTENING_PREFIX, serve
-from alflow.util.names import check_identifier, check_output_file, check_path_name, shown
+from alflow.util.names import check_host, check_identifier, check_output_file, check_path_name, shown
 from alflow.util.typer_options import command_of
 
 log = logging.getLogger("alflow.sim")
@@ -209,6 +209,9 @@ def _serve(ctx: typer.Context, o: ServeOptions) -> None:
             framework_args=tuple(ctx.args),
         )
         try:
+            check_host(
+                o.host, what="--host"
+            )  # '' bound every interface; 'a..b', ESC: a traceback, raw controls
             check_identifier(config.model_name, what="--model-name")
             if config.framework_version is not None:
                 check_identifier(config.framework_version, what="--framework-version")

@@ -36,6 +36,7 @@ from aiohttp.abc import AbstractAccessLogger
 from aiohttp.http_exceptions import HttpProcessingError
 
 from alflow.errors import InvalidInputError
+from alflow.util.names import check_host
 
 MIN_TOKEN_CHARS: Final = 16
 """The shortest token the site takes: 16 random hex characters are 64 bits, beyond guessing over HTTP. There is no
@@ -88,8 +89,13 @@ def loopback_name(host_header: str | None) -> bool:
 def check_bind(host: str, token_env: str | None) -> str | None:
     """The token to require: the value of ``token_env``; refused when a non-loopback host has none.
 
-    Raises :class:`InvalidInputError` (one line naming the option and what is allowed) before anything binds.
+    Raises :class:`InvalidInputError` (one line naming the option and what is allowed) before anything binds; a host
+    that is no address or host name (``a..b``, a control character) too, token or not (round 17: a traceback).
     """
+    try:
+        check_host(host, what="--host")
+    except ValueError as exc:
+        raise InvalidInputError(str(exc)) from None
     if token_env is None:
         if is_loopback(host):
             return None

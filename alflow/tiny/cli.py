@@ -21,7 +21,7 @@ from alflow.sim.config import parse_rates
 from alflow.tiny.server import LISTENING_PREFIX, TinyService, TinyServiceSettings, serve
 from alflow.tiny.settings import TinySpec, resolve_spec
 from alflow.util.fsutil import file_problem
-from alflow.util.names import shown
+from alflow.util.names import check_host, shown
 
 log = logging.getLogger("alflow.tiny")
 
@@ -116,6 +116,12 @@ def serve_command(
             synthetic_rates=None if synthetic_rates_text is None else parse_rates(synthetic_rates_text),
             speculative_config=speculative_config,
         )
+        try:
+            check_host(
+                host, what="--host"
+            )  # '' bound every interface; 'a..b' or ESC: a traceback at the bind
+        except ValueError as exc:
+            raise AlflowError(str(exc)) from None
         if n_ctx < 64:
             raise AlflowError(f"--n-ctx {n_ctx} is too small (at least 64)")
         if threads is not None and threads < 1:
