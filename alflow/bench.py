@@ -58,6 +58,7 @@ from alflow.metrics.prometheus import (
 from alflow.metrics.promql import PromQLStart, PromQLWindow, baseline_counters, promql_start
 from alflow.metrics.readers import candidate_metrics_urls, detect, get_dialect
 from alflow.util import eventloop, jsonutil
+from alflow.util.fsutil import atomic_write_bytes
 from alflow.util.httpread import MAX_API_BYTES, read_bounded
 from alflow.util.names import check_path_name, shown
 from alflow.util.redact import redact_body, redact_data, redact_url, redact_urls_in_text
@@ -538,8 +539,12 @@ def _write_out(out: Path, records: Any, snapshots: object, summary: dict[str, An
     try:
         out.mkdir(parents=True, exist_ok=True)
         write_records(out / "records.parquet", records)
-        (out / "snapshots.json").write_bytes(jsonutil.dumps_bytes(snapshots))
-        (out / "summary.json").write_bytes(jsonutil.dumps_bytes(summary))
+        atomic_write_bytes(
+            out / "snapshots.json", jsonutil.dumps_bytes(snapshots)
+        )  # whole or none: a full disk
+        atomic_write_bytes(
+            out / "summary.json", jsonutil.dumps_bytes(summary)
+        )  # left a truncated file (round 17)
     except OSError as exc:
         why = exc.strerror or type(exc).__name__
         return f"--out {shown(str(out))}: cannot write the run's files ({why})"

@@ -39,6 +39,7 @@ Frames stored before a column existed lack it: :func:`read_records` adds the mis
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterable, Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -47,6 +48,7 @@ from typing import Final
 import polars as pl
 
 from alflow.loadgen.records import RequestRecord
+from alflow.util.fsutil import atomic_write_bytes
 
 _DTYPES: Final[dict[str, pl.DataType]] = {
     "int": pl.Int64(),
@@ -70,12 +72,15 @@ def records_frame(records: Iterable[RequestRecord]) -> pl.DataFrame:
 
 
 def write_records(path: str | Path, records: Sequence[RequestRecord] | pl.DataFrame) -> Path:
-    """Write records as parquet (the directory is created); returns the path."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    """Write records as parquet (the directory is created), whole or not at all; returns the path.
+
+    Made in memory, then written atomically: a full disk gave polars' own ``ComputeError`` traceback and left an
+    empty ``records.parquet`` that looked like output (round 17, #49); now it is an ``OSError`` and no file.
+    """
     frame = records if isinstance(records, pl.DataFrame) else records_frame(records)
-    frame.write_parquet(target)
-    return target
+    buf = io.BytesIO()
+    frame.write_parquet(buf)
+    return atomic_write_bytes(path, buf.getvalue())
 
 
 def with_record_columns(frame: pl.DataFrame) -> pl.DataFrame:
