@@ -16,6 +16,7 @@ import signal
 import subprocess
 import threading
 import time
+from dataclasses import is_dataclass
 from pathlib import Path
 from typing import Annotated, Any, cast
 
@@ -28,6 +29,7 @@ from alflow.errors import AlflowError, InvalidInputError
 from alflow.util import jsonutil
 from alflow.util.procguard import Guard
 from alflow.util.redact import redact_data, redact_urls_in_text
+from alflow.util.rows import dump_row
 from alflow.util.yamlfile import load_yaml_model
 
 
@@ -440,7 +442,7 @@ def run(
         signum = _SIGNALLED[0] if _SIGNALLED else _termination_signal(state)
         raise typer.Exit(1 if signum is None else 128 + signum)
     outcome = state.result()
-    data = outcome.to_dict() if hasattr(outcome, "to_dict") else outcome  # the flows' typed outcomes
+    data = dump_row(outcome) if is_dataclass(outcome) else outcome  # the flows' typed outcomes
     result = redact_data(json.loads(json.dumps(data, default=str)))  # URLs printed without credentials
     if as_json:
         emit_json(result)

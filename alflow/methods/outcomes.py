@@ -1,7 +1,7 @@
 """What each flow returns: typed outcomes of M0, M1, M2 and the K sweep.
 
-A flow returns one of these (Prefect keeps it as the flow run's result); the command line prints its
-:meth:`to_dict` as JSON, and composite flows (the sweep, the demo) read their fields, never keys of a
+A flow returns one of these (Prefect keeps it as the flow run's result); the command line prints it as
+pydantic serializes it (:func:`alflow.util.rows.dump_row`), and composite flows (the sweep, the demo) read their fields, never keys of a
 dict. The run directory named in each outcome holds everything measured; the outcome is its summary.
 """
 
@@ -9,13 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, SerializerFunctionWrapHandler, field_serializer, model_serializer
 
 from alflow.gates import Verdict
 from alflow.methods.points import BestK
 from alflow.reference.table import ReferenceEntry
 from alflow.results.rows import M2Point
 from alflow.util.rows import dump_row
+
+_UNLESS_NONE: Any = Field(exclude_if=lambda value: value is None)
+"""A field the stored row leaves out while it is None."""
 
 
 @dataclass(frozen=True)
@@ -41,8 +46,9 @@ class M0Outcome:
             for e in self.entries
         ]
 
-    def to_dict(self) -> dict[str, object]:
-        return {**vars(self), "entries": self.rows(), "cached_points": list(self.cached_points)}
+    @field_serializer("entries")
+    def _entries(self, _: object) -> list[dict[str, object]]:
+        return self.rows()
 
 
 @dataclass(frozen=True)
@@ -52,9 +58,6 @@ class M1Outcome:
     run_dir: str
     passed: bool
     verdicts: tuple[Verdict, ...]
-
-    def to_dict(self) -> dict[str, object]:
-        return {**vars(self), "verdicts": [v.model_dump() for v in self.verdicts]}
 
 
 @dataclass(frozen=True)
@@ -68,13 +71,6 @@ class M2Outcome:
     num_gpus: int
     points: tuple[M2Point, ...]
     failures: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            **vars(self),
-            "points": [p.model_dump() for p in self.points],
-            "failures": list(self.failures),
-        }
 
 
 Step = Literal["passed", "failed"]
@@ -108,11 +104,11 @@ class KOutcome:
     """
 
     gate: Step
-    gate_message: str | None = None
-    benchmark: Step | None = None
-    benchmark_message: str | None = None
-    gate_run: ChildRun | None = None
-    benchmark_run: ChildRun | None = None
+    gate_message: Annotated[str | None, _UNLESS_NONE] = None
+    benchmark: Annotated[Step | None, _UNLESS_NONE] = None
+    benchmark_message: Annotated[str | None, _UNLESS_NONE] = None
+    gate_run: Annotated[ChildRun | None, _UNLESS_NONE] = None
+    benchmark_run: Annotated[ChildRun | None, _UNLESS_NONE] = None
 
     @property
     def failed(self) -> bool:
@@ -131,17 +127,6 @@ class KOutcome:
             benchmark_run=benchmark,
         )
 
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready form (messages and child runs only where there is one)."""
-        optional = {
-            "gate_message": self.gate_message,
-            "benchmark": self.benchmark,
-            "benchmark_message": self.benchmark_message,
-            "gate_run": None if self.gate_run is None else dump_row(self.gate_run),
-            "benchmark_run": None if self.benchmark_run is None else dump_row(self.benchmark_run),
-        }
-        return {"gate": self.gate} | {key: value for key, value in optional.items() if value is not None}
-
 
 @dataclass(frozen=True)
 class SweepOutcome:
@@ -149,17 +134,12 @@ class SweepOutcome:
 
     per_k: Mapping[int, KOutcome]
     best_k: tuple[BestK, ...]
-    points: tuple[M2Point, ...] = field(default=())
-    run_dir: str | None = None
+    points: Annotated[tuple[M2Point, ...], Field(exclude=True)] = field(default=())
+    run_dir: Annotated[str | None, _UNLESS_NONE] = None
 
-    def to_dict(self) -> dict[str, object]:
-        out: dict[str, object] = {
-            "per_k": {k: o.to_dict() for k, o in self.per_k.items()},
-            "best_k": {b.concurrency: dump_row(b) for b in self.best_k},
-        }
-        if self.run_dir is not None:
-            out["run_dir"] = self.run_dir
-        return out
+    @field_serializer("best_k")
+    def _best_k(self, best_k: tuple[BestK, ...]) -> dict[int, dict[str, object]]:
+        return {b.concurrency: dump_row(b) for b in best_k}
 
 
 @dataclass(frozen=True)
@@ -172,13 +152,11 @@ class DemoGate:
     outcome: M1Outcome | None = None
     """The gate's verdicts when it passed (a failed gate ends its flow run with the message instead)."""
 
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "name": self.name,
-            "passed": self.passed,
-            "message": self.message,
-            **(self.outcome.to_dict() if self.outcome is not None else {}),
-        }
+    @model_serializer(mode="wrap")
+    def _flat(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        """The gate with its outcome's keys (run directory, verdicts) beside its own."""
+        row: dict[str, object] = handler(self)
+        return row | (row.pop("outcome") or {})  # type: ignore[operator]
 
 
 @dataclass(frozen=True)
@@ -186,17 +164,13 @@ class DemoBenchmark:
     """One M2 run of the demo at a synthetic target: ``target`` None is the M0 reference AL."""
 
     target: float | None
-    outcome: M2Outcome | None = None
-    failed: str | None = None
+    outcome: Annotated[M2Outcome | None, _UNLESS_NONE] = None
+    failed: Annotated[str | None, _UNLESS_NONE] = None
     """Why the run failed (then ``outcome`` is None)."""
 
-    def to_dict(self) -> dict[str, object]:
-        out: dict[str, object] = {"target": "reference" if self.target is None else self.target}
-        if self.outcome is not None:
-            out["outcome"] = self.outcome.to_dict()
-        if self.failed is not None:
-            out["failed"] = self.failed
-        return out
+    @field_serializer("target")
+    def _target(self, target: float | None) -> float | str:
+        return "reference" if target is None else target
 
 
 @dataclass(frozen=True)
@@ -225,11 +199,3 @@ class DemoOutcome:
             if g.name == name:
                 return g
         raise KeyError(f"no M1 run named {name!r}: {', '.join(g.name for g in self.m1)}")
-
-    def to_dict(self) -> dict[str, object]:
-        nested = {
-            "m0": self.m0.to_dict(),
-            "m1": [g.to_dict() for g in self.m1],
-            "m2": [b.to_dict() for b in self.m2],
-        }
-        return {**vars(self), **nested}

@@ -20,6 +20,7 @@ from alflow.methods.sweep_rules import lost_nodes, per_k_rows, sweep_failures
 from alflow.results.rows import M2Point
 from alflow.results.store import RunWriter
 from alflow.results.summaries import SweepRunSummary
+from alflow.util.rows import dump_row
 
 FLOW = "sweep"
 
@@ -45,7 +46,7 @@ def conclude_sweep(
     server = params.benchmark.server
     mode = run_mode(params)
     summary = best_k(points)
-    choices = [c.to_dict() for c in all_choices(points)]
+    choices = [dump_row(c) for c in all_choices(points)]
     for best in summary:
         steps.log(
             f"concurrency {best.concurrency}: best K by throughput/GPU = {best.best_k_throughput}, "
@@ -81,6 +82,6 @@ def conclude_sweep(
         raise steps.fail(
             FLOW,
             f"sweep finished with failures at K={failed}: " + "; ".join(failures),
-            {"results": outcome.to_dict()["per_k"]},
+            {"results": dump_row(outcome)["per_k"]},
         )
     return outcome
