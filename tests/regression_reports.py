@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from alflow.results.series import SeriesKey
+from alflow.util.rows import dump_row
 
 PARAMETERS = {"history_runs": 5, "min_history": 3, "threshold": 0.03, "resamples": 2000, "confidence": 0.95,
               "seed": 0}  # fmt: skip
@@ -23,7 +24,7 @@ def m2_report(verdicts: list[tuple[SeriesKey, str]], k: int = 3) -> dict[str, An
     """An M2 report with one point per (series, outcome), each outcome its TPOT's (:data:`TPOT`)."""
     points = [
         {
-            "series": key.to_dict(),
+            "series": dump_row(key),
             "concurrency": key.concurrency,
             "k": k,
             "outcome": outcome,

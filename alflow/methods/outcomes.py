@@ -155,8 +155,8 @@ class DemoGate:
     @model_serializer(mode="wrap")
     def _flat(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
         """The gate with its outcome's keys (run directory, verdicts) beside its own."""
-        row: dict[str, object] = handler(self)
-        return row | (row.pop("outcome") or {})  # type: ignore[operator]
+        row: dict[str, Any] = handler(self)
+        return row | (row.pop("outcome") or {})
 
 
 @dataclass(frozen=True)

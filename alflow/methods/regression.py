@@ -87,6 +87,7 @@ from alflow.results.rows import M2Point
 from alflow.results.series import SeriesKey, split_image
 from alflow.results.store import StoredRun, open_run
 from alflow.results.view import regression_report, table_or_none
+from alflow.util.rows import dump_row
 
 MIN_REQUESTS: Final = 5
 """A run (or the point) with fewer usable requests than this gives no sample."""
@@ -322,7 +323,7 @@ def _point_verdict(
     metrics: Sequence[MetricChange] = (),
 ) -> PointVerdict:  # fmt: skip
     return PointVerdict(
-        series=dict(key.to_dict()),
+        series=dump_row(key),
         concurrency=point.concurrency,
         k=point.k,
         repeat=point.repeat,
@@ -536,14 +537,15 @@ def gather_children(children: Sequence[tuple[str, RegressionReport | None]]) -> 
 
 def _reference_series(entry: ReferenceEntry) -> dict[str, str | int]:
     prov = entry.provenance
-    return SeriesKey(
+    key = SeriesKey(
         framework=(prov.framework if prov is not None else None) or "",
         image=split_image(prov.image if prov is not None else None)[0],
         model=entry.model,
         k=entry.k,
         concurrency=entry.concurrency,
         thinking=entry.thinking.value,
-    ).to_dict()
+    )
+    return dump_row(key)
 
 
 def _reference_metric(old: ReferenceEntry, new: ReferenceEntry) -> MetricChange:

@@ -51,6 +51,7 @@ from alflow.results.rows import M2Point
 from alflow.results.series import SeriesKey, split_image, target_text
 from alflow.results.store import MANIFEST, SUMMARY, StoredRun, open_run, storage_for
 from alflow.util.fsutil import atomic_write_bytes, local_path_of, unsafe_file
+from alflow.util.rows import dump_row, load_checked
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +155,7 @@ class CatalogEntry:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["ks"] = list(self.ks)
         out["points"] = [p.model_dump() for p in self.points]
-        out["point_verdicts"] = [{"series": k.to_dict(), "outcome": v} for k, v in self.point_verdicts]
+        out["point_verdicts"] = [{"series": dump_row(k), "outcome": v} for k, v in self.point_verdicts]
         out["files"] = list(self.files)
         return out
 
@@ -165,7 +166,7 @@ class CatalogEntry:
         values["ks"] = tuple(int(k) for k in data["ks"])
         values["points"] = tuple(M2Point.model_validate(p) for p in data["points"])
         values["point_verdicts"] = tuple(
-            (SeriesKey.from_dict(v["series"]), str(v["outcome"])) for v in data["point_verdicts"]
+            (load_checked(SeriesKey, v["series"], "series"), str(v["outcome"])) for v in data["point_verdicts"]
         )
         values["files"] = tuple(str(f) for f in data["files"])
         return cls(**values)
@@ -238,7 +239,7 @@ def read_verdicts(data: object) -> tuple[str | None, tuple[tuple[SeriesKey, str]
         if isinstance(series, Mapping) and "concurrency" not in series:
             series = {**series, "concurrency": row.get("concurrency")}
         try:
-            key = SeriesKey.from_dict(series if isinstance(series, Mapping) else {})
+            key = load_checked(SeriesKey, series, "series")
         except InvalidInputError:
             continue
         outcomes.append(str(row["outcome"]))

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from typing import Any, Final
+from dataclasses import dataclass
 
-from alflow.errors import InvalidInputError
+from pydantic import StrictInt
 
 
 @dataclass(frozen=True, order=True)
@@ -15,15 +13,16 @@ class SeriesKey:
 
     At another forced AL, scheme, prompt shape or server setup the same server does other work per token: two
     lines, never each other's history (a verdict compares runs of one line only). Verdicts stored before the key
-    held a field read it as ``""``: no line of a run measured now matches them.
+    held a field read it as ``""``: no line of a run measured now matches them. Stored as pydantic serializes it
+    (``regression.json``'s ``series``, :func:`alflow.util.rows.dump_row`), read by :func:`alflow.util.rows.load_checked`.
     """
 
     framework: str
     image: str
     """The image repository without tag or digest (``""`` when the run had no image)."""
     model: str
-    k: int
-    concurrency: int
+    k: StrictInt
+    concurrency: StrictInt
     thinking: str
     """The run config's thinking mode (``on``, ``off``...), ``""`` when absent."""
     target_al: str = ""
@@ -39,31 +38,6 @@ class SeriesKey:
                  self.thinking and f"thinking={self.thinking}", self.target_al and f"target AL {self.target_al}",
                  self.scheme and f"({self.scheme})", self.workload]  # fmt: skip
         return " ".join(part for part in shown if part)
-
-    def to_dict(self) -> dict[str, str | int]:
-        """The key as a JSON object (``regression.json``'s ``series``)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, object]) -> SeriesKey:
-        """The key of a JSON object; a missing or mistyped field is an error naming it and its value."""
-        if not isinstance(data, Mapping):
-            raise InvalidInputError(f"series {data!r:.120}: expected a JSON object with {_KEY_FIELDS}")
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            value = data.get(f.name, "" if f.name in _KEY_ADDED else None)
-            if f.type in ("int", int):
-                if isinstance(value, bool) or not isinstance(value, int):
-                    raise InvalidInputError(f"series field {f.name} {value!r:.80}: must be an integer")
-            elif not isinstance(value, str):
-                raise InvalidInputError(f"series field {f.name} {value!r:.80}: must be a string")
-            values[f.name] = value
-        return cls(**values)
-
-
-_KEY_FIELDS: Final = ", ".join(f.name for f in fields(SeriesKey))
-_KEY_ADDED: Final = frozenset({"target_al", "scheme", "workload"})
-"""Key fields a verdict stored before them lacks (read as ``""``)."""
 
 
 def target_text(target_al: float) -> str:

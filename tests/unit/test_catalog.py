@@ -18,6 +18,7 @@ from alflow.results.catalog import Catalog, read_verdicts
 from alflow.results.series import SeriesKey, split_image
 from alflow.results.store import RunWriter
 from alflow.site.pages import RunRow, TrendQuery, trends_page
+from alflow.util.rows import dump_row, load_checked
 from tests.regression_reports import m2_report
 
 pytestmark = pytest.mark.unit
@@ -121,20 +122,24 @@ def test_split_image(image: str | None, expected: tuple[str, str]) -> None:
 
 def test_series_key_round_trips_and_refuses_bad_data() -> None:
     k = key(16, thinking="")
-    assert SeriesKey.from_dict(json.loads(json.dumps(k.to_dict()))) == k
+    assert load_checked(SeriesKey, json.loads(json.dumps(dump_row(k))), "series") == k
     assert k.label() == "vllm vllm/vllm-openai llama K=3 c=16 target AL 2.5000"
     assert key(16, thinking="", scheme="vllm").label().endswith("target AL 2.5000 (vllm)")
-    before = {name: v for name, v in k.to_dict().items() if name not in ("target_al", "scheme", "workload")}
+    before = {name: v for name, v in dump_row(k).items() if name not in ("target_al", "scheme", "workload")}
     older = {**before, "target_al": "", "scheme": "", "workload": ""}
-    assert SeriesKey.from_dict(before) == SeriesKey.from_dict(older)  # older files
-    with pytest.raises(InvalidInputError, match="series field k 'x': must be an integer"):
-        SeriesKey.from_dict({**k.to_dict(), "k": "x"})
-    with pytest.raises(InvalidInputError, match="series field concurrency True"):
-        SeriesKey.from_dict({**k.to_dict(), "concurrency": True})
-    with pytest.raises(InvalidInputError, match="series field model None: must be a string"):
-        SeriesKey.from_dict({key_: v for key_, v in k.to_dict().items() if key_ != "model"})
+    assert load_checked(SeriesKey, before, "series") == load_checked(SeriesKey, older, "series")  # older files
+    with pytest.raises(InvalidInputError, match="series field k 'x': must be a valid integer"):
+        load_checked(SeriesKey, {**dump_row(k), "k": "x"}, "series")
+    with pytest.raises(InvalidInputError, match="series field k '3': must be a valid integer"):
+        load_checked(SeriesKey, {**dump_row(k), "k": "3"}, "series")  # no coercion
+    with pytest.raises(InvalidInputError, match="series field concurrency True: must be a valid integer"):
+        load_checked(SeriesKey, {**dump_row(k), "concurrency": True}, "series")
+    with pytest.raises(InvalidInputError, match="series field model: missing, required"):
+        load_checked(SeriesKey, {key_: v for key_, v in dump_row(k).items() if key_ != "model"}, "series")
+    with pytest.raises(InvalidInputError, match="series field thinking 1: must be a valid string"):
+        load_checked(SeriesKey, {**dump_row(k), "thinking": 1}, "series")
     with pytest.raises(InvalidInputError, match="expected a JSON object"):
-        SeriesKey.from_dict([1, 2])  # type: ignore[arg-type]
+        load_checked(SeriesKey, [1, 2], "series")
 
 
 def _served_by_process(run_dir: Path, framework: str, launch_image: str | None) -> None:
@@ -327,13 +332,13 @@ def test_history_returns_every_repeat_of_a_run_and_counts_runs(tmp_path: Path) -
 
 
 def test_regression_json_is_read_tolerantly() -> None:
-    good = {"outcome": "improved", "concurrency": 4, "series": key().to_dict()}
-    series_without_concurrency = {k: v for k, v in key(8).to_dict().items() if k != "concurrency"}
+    good = {"outcome": "improved", "concurrency": 4, "series": dump_row(key())}
+    series_without_concurrency = {k: v for k, v in dump_row(key(8)).items() if k != "concurrency"}
     data = {
         "points": [
             good,
             {"outcome": "unchanged", "concurrency": 8, "series": series_without_concurrency},
-            {"outcome": "exploded", "series": key().to_dict()},
+            {"outcome": "exploded", "series": dump_row(key())},
             {"outcome": "regressed", "series": {"k": "three"}},
             "garbage",
         ]
@@ -363,7 +368,7 @@ def test_a_fifo_or_a_symlink_out_of_the_root_is_not_read(tmp_path: Path) -> None
     fifo_run = write_run(root, "2026-01-01T00:00:00+00:00")
     os.mkfifo(fifo_run / "regression.json")  # opening it for reading would block for good
     outside = tmp_path / "outside.json"
-    outside.write_text(json.dumps({"points": [{"outcome": "regressed", "series": key().to_dict()}]}))
+    outside.write_text(json.dumps({"points": [{"outcome": "regressed", "series": dump_row(key())}]}))
     link_run = write_run(root, "2026-01-02T00:00:00+00:00")
     (link_run / "regression.json").symlink_to(outside)
     fine = write_run(root, "2026-01-03T00:00:00+00:00")

@@ -36,6 +36,7 @@ from alflow.results.rows import M2Point
 from alflow.results.series import SeriesKey
 from alflow.results.store import RunWriter, open_run
 from alflow.results.view import regression_report
+from alflow.util.rows import dump_row
 from alflow_tasks.regression import REGRESSION_EVENT, alert_event
 
 pytestmark = pytest.mark.unit
@@ -334,7 +335,7 @@ def test_a_stored_run_is_judged_against_its_series_in_the_results_root(tmp_path:
         (8, 0, "regressed"),
     ]
     point = report.points[0]
-    assert point.series == {**KEY.to_dict(), "concurrency": 4}
+    assert point.series == {**dump_row(KEY), "concurrency": 4}
     assert sorted(point.history) == [
         f"m2/{Path(w).name}" for w in sorted(str(p) for p in (root / "m2").glob("*-h*"))
     ]
@@ -400,7 +401,7 @@ def test_a_sweep_gathers_its_childrens_verdicts(tmp_path: Path) -> None:
         kind="m2",
         method="m",
         points=[
-            PointVerdict(series=KEY.to_dict(), concurrency=4, k=3, outcome="regressed", message="slower")
+            PointVerdict(series=dump_row(KEY), concurrency=4, k=3, outcome="regressed", message="slower")
         ],
     )
     got = gather_children([("m2/a", child), ("m2/b", None)])
@@ -473,7 +474,7 @@ def test_only_the_entries_a_calibration_wrote_and_had_before_are_compared() -> N
 
 def test_a_regressed_point_emits_one_event_on_its_flow_run_labelled_with_its_series() -> None:
     point = PointVerdict(
-        series=KEY.to_dict(),
+        series=dump_row(KEY),
         concurrency=4,
         k=3,
         outcome="regressed",
@@ -501,7 +502,7 @@ HOSTILE = "<script>alert(1)</script> | *bold* [x](javascript:y)"
 
 def test_the_report_section_escapes_what_the_verdicts_say() -> None:
     point = PointVerdict(
-        series={**KEY.to_dict(), "model": HOSTILE},
+        series={**dump_row(KEY), "model": HOSTILE},
         concurrency=4,
         k=3,
         outcome="regressed",
