@@ -27,8 +27,10 @@ No Prefect here; :func:`alflow.metrics.client.summarize` applies it and ``summar
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Final
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Final
+
+from pydantic import Field, PlainSerializer, computed_field
 
 if TYPE_CHECKING:  # the load generator imports this module: polars and numpy only where a frame is judged
     import polars as pl
@@ -49,44 +51,46 @@ IN_FLIGHT_MIN_SHARE: Final = 0.95
 concurrency; below 95% the client is slow to start sessions (aiperf kept 174 of 256 streams open, issue #34)."""
 
 
+def _rounder(digits: int) -> PlainSerializer:
+    """Stored ``summary.json`` figures: rounded to ``digits`` decimals (None stays None)."""
+    return PlainSerializer(lambda v: None if v is None else round(v, digits))
+
+
+_F3 = Annotated[float, _rounder(3)]
+_F3_OR_NONE = Annotated[float | None, _rounder(3)]
+
+
 @dataclass(frozen=True)
 class ClientLoad:
-    """The client's load over one measured phase (one process, or several merged by :meth:`merge`)."""
+    """The client's load over one measured phase (one process, or several merged by :meth:`merge`).
 
-    wall_s: float
-    cpu_s: float
+    Stored (``client_timing.client_load``) as pydantic serializes it: floats to 3 decimals, ``cpu_share`` to 4.
+    """
+
+    wall_s: _F3
+    cpu_s: _F3
     """CPU seconds (user + system) the client process(es) used over the phase."""
     lag_samples: int
-    lag_p50_ms: float | None
-    lag_p99_ms: float | None
-    lag_max_ms: float | None
+    lag_p50_ms: _F3_OR_NONE
+    lag_p99_ms: _F3_OR_NONE
+    lag_max_ms: _F3_OR_NONE
     concurrency: int
     """The configured number of sessions in flight (summed over processes)."""
     in_flight_max: int
-    in_flight_mean: float
+    in_flight_mean: _F3
     """Time-weighted mean of sessions in flight while sessions still waited to start (the whole phase when
     the run never ran out of sessions to start; the tail, where fewer remain than slots, is left out)."""
     processes: int = 1
     closed_loop: bool = True
     """No request rate: every slot is meant to be busy, so fewer streams in flight means a slow client."""
 
+    @computed_field(return_type=Annotated[float | None, _rounder(4)])  # type: ignore[prop-decorator]
     @property
     def cpu_share(self) -> float | None:
         """CPU seconds per wall second per process (1.0: each process kept one core busy); None for an empty phase."""
         if self.wall_s <= 0:
             return None
         return self.cpu_s / self.wall_s / self.processes
-
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready form: the fields (floats to 3 decimals) with ``cpu_share`` (4) after ``cpu_s``."""
-        out = {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
-        share = self.cpu_share
-        return {
-            "wall_s": out.pop("wall_s"),
-            "cpu_s": out.pop("cpu_s"),
-            "cpu_share": None if share is None else round(share, 4),
-            **out,
-        }
 
     @staticmethod
     def merge(parts: list[ClientLoad]) -> ClientLoad:
@@ -120,7 +124,11 @@ class ClientLoad:
 
 @dataclass(frozen=True)
 class ClientTiming:
-    """The judgement of one measured phase's timestamps and client load."""
+    """The judgement of one measured phase's timestamps and client load.
+
+    Stored (``summary.json``'s ``client_timing``) as pydantic serializes it: ``verdict`` in place of
+    ``client_bound``, the shares to 6 decimals.
+    """
 
     stamp_source: str
     """``kernel``, ``clock``, ``mixed`` (some of each) or ``none`` (no successful request)."""
@@ -128,8 +136,8 @@ class ClientTiming:
     coalesced_chunks: int
     gaps: int
     distorted_gaps: int
-    load: ClientLoad | None
-    client_bound: bool
+    client_load: ClientLoad | None
+    client_bound: Annotated[bool, Field(exclude=True)]
     reasons: tuple[str, ...]
     """Why the client was the bottleneck (empty when it was not)."""
     itl_measurable: bool
@@ -139,39 +147,23 @@ class ClientTiming:
     """False when the first chunk of more than :data:`ITL_DISTORTED_MAX` of the requests came in one read with later
     ones: the gaps' sum (last chunk minus first) is then short, so the mean is withheld too."""
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def verdict(self) -> str:
         """``client-bound`` when the client was the bottleneck, else ``ok``."""
         return "client-bound" if self.client_bound else "ok"
 
+    @computed_field(return_type=Annotated[float | None, _rounder(6)])  # type: ignore[prop-decorator]
     @property
     def coalesced_share(self) -> float | None:
         """Share of output chunks that arrived in a read with another chunk of the same request."""
         return self.coalesced_chunks / self.chunks if self.chunks else None
 
+    @computed_field(return_type=Annotated[float | None, _rounder(6)])  # type: ignore[prop-decorator]
     @property
     def distorted_share(self) -> float | None:
         """Share of inter-chunk gaps inside or leading into a coalesced read."""
         return self.distorted_gaps / self.gaps if self.gaps else None
-
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready form (``summary.json``'s ``client_timing``)."""
-        coalesced, distorted = self.coalesced_share, self.distorted_share
-        return {
-            "verdict": self.verdict,
-            "reasons": list(self.reasons),
-            "stamp_source": self.stamp_source,
-            "chunks": self.chunks,
-            "coalesced_chunks": self.coalesced_chunks,
-            "coalesced_share": None if coalesced is None else round(coalesced, 6),
-            "gaps": self.gaps,
-            "distorted_gaps": self.distorted_gaps,
-            "distorted_share": None if distorted is None else round(distorted, 6),
-            "itl_measurable": self.itl_measurable,
-            "itl_mean_measurable": self.itl_mean_measurable,
-            "itl_note": self.itl_note,
-            "client_load": None if self.load is None else self.load.to_dict(),
-        }
 
 
 def coalescing(chunk_ns: pl.Series) -> tuple[int, int, int, int, int]:
@@ -262,7 +254,7 @@ def client_timing(records: pl.DataFrame, load: ClientLoad | None) -> ClientTimin
         coalesced_chunks=coalesced,
         gaps=gaps,
         distorted_gaps=distorted,
-        load=load,
+        client_load=load,
         client_bound=bool(reasons),
         reasons=tuple(reasons),
         itl_measurable=not notes,

@@ -90,7 +90,7 @@ def m2_point(
     c = m.client
     stats = m.spec_stats
     timing = c.timing
-    load = None if timing is None else timing.load
+    load = None if timing is None else timing.client_load
     point = M2Point(
         concurrency=concurrency,
         k=k,

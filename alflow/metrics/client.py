@@ -31,6 +31,7 @@ import polars as pl
 from alflow.errors import InvalidInputError
 from alflow.loadgen.timing import ClientLoad, ClientTiming, client_timing
 from alflow.util.jsonutil import note_nonfinite
+from alflow.util.rows import dump_row
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +255,7 @@ class ClientSummary:
         if self.errors:
             out["errors"] = dict(self.errors)
         if self.timing is not None:
-            out["client_timing"] = self.timing.to_dict()
+            out["client_timing"] = dump_row(self.timing)
         return out
 
 

@@ -15,10 +15,12 @@ from alflow.loadgen.records import RequestRecord
 from alflow.loadgen.timing import (
     CLOCK_LAG_P99_MAX_MS,
     ClientLoad,
+    ClientTiming,
     client_timing,
     coalescing,
 )
 from alflow.metrics.client import summarize
+from alflow.util.rows import dump_row
 
 pytestmark = pytest.mark.unit
 
@@ -209,3 +211,22 @@ def test_coalescing_matches_its_definition_on_random_streams_whatever_their_neig
             requests.append(stamps)  # a request may end on the stamp the next one starts with
         series = pl.Series(requests, dtype=pl.List(pl.Int64))
         assert coalescing(series) == _coalescing_by_definition(requests), requests
+
+
+def test_stored_client_timing_is_the_json_of_the_previous_release() -> None:
+    """pydantic stores it (:func:`dump_row`) as the hand-written ``to_dict`` did: verdict, rounded shares and load."""
+    load = ClientLoad(1.23456, 0.98765, 10, 0.12345, None, 3.00001, 4, 4, 3.99999, 2, False)
+    timing = ClientTiming("clock", 7, 3, 6, 1, load, True, ("x",), False, "n")
+    assert dump_row(timing) == {
+        "verdict": "client-bound", "reasons": ["x"], "stamp_source": "clock", "chunks": 7, "coalesced_chunks": 3,
+        "coalesced_share": 0.428571, "gaps": 6, "distorted_gaps": 1, "distorted_share": 0.166667,
+        "itl_measurable": False, "itl_mean_measurable": True, "itl_note": "n",
+        "client_load": {
+            "wall_s": 1.235, "cpu_s": 0.988, "cpu_share": 0.4, "lag_samples": 10, "lag_p50_ms": 0.123,
+            "lag_p99_ms": None, "lag_max_ms": 3.0, "concurrency": 4, "in_flight_max": 4, "in_flight_mean": 4.0,
+            "processes": 2, "closed_loop": False,
+        },
+    }  # fmt: skip
+    empty = dump_row(ClientTiming("none", 0, 0, 0, 0, None, False, (), True, None))
+    assert (empty["verdict"], empty["coalesced_share"], empty["client_load"]) == ("ok", None, None)
+    assert "client_bound" not in empty
