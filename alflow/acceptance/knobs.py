@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Annotated, Any, Protocol
+
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from alflow.acceptance.synthetic import (
     AcceptanceDistribution,
@@ -50,37 +52,32 @@ correction token): every report of the run states it (``alflow.reports.content.b
 
 @dataclass(frozen=True)
 class SyntheticKnobs:
-    """A rendered setting for one framework, with the distribution it will produce."""
+    """A rendered setting for one framework, with the distribution it will produce.
+
+    Stored (the recipe's ``synthetic``) as pydantic serializes it: ``args`` only where there are some, and in place
+    of the distribution its ``expected`` figures and per-position ``rates``.
+    """
 
     framework: str
     k: int
     scheme: str
     env: dict[str, str] = field(default_factory=dict)
     speculative_config: dict[str, object] = field(default_factory=dict)
-    args: tuple[str, ...] = ()
+    args: Annotated[tuple[str, ...], Field(exclude_if=lambda args: not args)] = ()
     """Command-line arguments that carry the knobs (ATOM's ``--spec-decode-acceptance-length``)."""
     warnings: tuple[str, ...] = ()
     distribution: AcceptanceDistribution | None = None
 
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready form: the knobs plus the expected distribution."""
-        out: dict[str, object] = {
-            "framework": self.framework,
-            "k": self.k,
-            "scheme": self.scheme,
-            "env": dict(self.env),
-            "speculative_config": dict(self.speculative_config),
-            "warnings": list(self.warnings),
-        }
-        if self.args:
-            out["args"] = list(self.args)
-        if self.distribution is not None:
-            dist = self.distribution.to_dict()
-            out["expected"] = {
+    @model_serializer(mode="wrap")
+    def _stored(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        row: dict[str, Any] = handler(self)
+        dist = row.pop("distribution")
+        if dist is not None:
+            row["expected"] = {
                 key: dist[key] for key in ("mean_al", "bias", "variance", "granularity", "pmf")
             }
-            out["rates"] = dist["per_position_rates"]
-        return out
+            row["rates"] = dist["per_position_rates"]
+        return row
 
 
 class KnobRenderer(Protocol):

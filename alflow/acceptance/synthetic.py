@@ -34,9 +34,27 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
-from typing import Literal, Protocol
+from typing import Annotated, Literal, Protocol
+
+from pydantic import PlainSerializer, computed_field
 
 from alflow.errors import InvalidInputError
+
+
+def _r(x: float) -> float:
+    """Round to 12 digits so that float noise (2.49 - 1 = 1.4900000000000002) does not show."""
+    return round(x, 12) + 0.0
+
+
+def _fmt(x: float) -> str:
+    """Shortest readable form of a number: 1.78, 3, 0.49."""
+    return f"{x:.12g}"
+
+
+_R12 = Annotated[float, PlainSerializer(_r)]
+"""A figure as stored (:func:`alflow.util.rows.dump_row`): rounded to 12 digits."""
+_AS_TEXT = PlainSerializer(lambda target: target.describe())
+"""A :class:`SyntheticTarget` as stored: its description."""
 
 Granularity = Literal["per-request", "per-batch"]
 
@@ -154,30 +172,48 @@ class AcceptanceDistribution:
     """The exact distribution of accept length (tokens emitted per step, 1..K+1) of one scheme.
 
     ``pmf[j - 1]`` is ``P(accept length = j)``. Mean, variance and rates follow from it:
-    ``p_i = P(length >= i + 1)``, ``c_i = p_i / p_{i-1}``, ``AL = 1 + sum_i p_i``.
+    ``p_i = P(length >= i + 1)``, ``c_i = p_i / p_{i-1}``, ``AL = 1 + sum_i p_i``. Stored as pydantic serializes it
+    (:func:`alflow.util.rows.dump_row`): the figures rounded to 12 digits to hide float noise, the pmf keyed by length.
     """
 
     scheme: str
-    target: SyntheticTarget
-    pmf: tuple[float, ...]
+    target: Annotated[SyntheticTarget, _AS_TEXT]
+    pmf: Annotated[
+        tuple[float, ...], PlainSerializer(lambda pmf: {str(j): _r(p) for j, p in enumerate(pmf, 1)})
+    ]
     granularity: Granularity
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def k(self) -> int:
         """Number of speculative tokens."""
         return self.target.k
+
+    @computed_field(return_type=_R12)  # type: ignore[prop-decorator]
+    @property
+    def target_al(self) -> float:
+        """The AL asked for."""
+        return self.target.mean_al
 
     @property
     def mean(self) -> float:
         """Expected accept length ``sum_j j * P(j)`` (the AL this scheme realises)."""
         return math.fsum(j * p for j, p in enumerate(self.pmf, start=1))
 
+    @computed_field(return_type=_R12)  # type: ignore[prop-decorator]
+    @property
+    def mean_al(self) -> float:
+        """:attr:`mean` under its stored name."""
+        return self.mean
+
+    @computed_field(return_type=_R12)  # type: ignore[prop-decorator]
     @property
     def variance(self) -> float:
         """Variance of the accept length of one step of one request."""
         mean = self.mean
         return max(0.0, math.fsum(p * (j - mean) ** 2 for j, p in enumerate(self.pmf, start=1)))
 
+    @computed_field(return_type=_R12)  # type: ignore[prop-decorator]
     @property
     def std(self) -> float:
         """Standard deviation of the accept length of one step of one request."""
@@ -195,17 +231,20 @@ class AcceptanceDistribution:
         second = math.fsum(j * j * p for j, p in enumerate(self.pmf, start=1))
         return (second - mean) / (2.0 * mean)
 
+    @computed_field(return_type=_R12)  # type: ignore[prop-decorator]
     @property
     def bias(self) -> float:
         """Realised mean minus the requested AL (zero for an unbiased scheme)."""
         return self.mean - self.target.mean_al
 
+    @computed_field(return_type=tuple[_R12, ...])  # type: ignore[prop-decorator]
     @property
     def per_position_rates(self) -> tuple[float, ...]:
         """Unconditional rates ``p_i = P(first i drafts all accepted)``, i = 1..K."""
         tails = [min(1.0, tail) for tail in itertools.accumulate(reversed(self.pmf[1:]))]
         return tuple(reversed(tails))
 
+    @computed_field(return_type=tuple[_R12 | None, ...])  # type: ignore[prop-decorator]
     @property
     def conditional_rates(self) -> tuple[float | None, ...]:
         """Conditional rates ``c_i = p_i / p_{i-1}``; None where ``p_{i-1} = 0`` (never reached)."""
@@ -226,23 +265,6 @@ class AcceptanceDistribution:
         if self.granularity == "per-batch":
             return self.std
         return self.std / math.sqrt(batch_size)
-
-    def to_dict(self) -> dict[str, object]:
-        """A JSON-ready summary (rounded to 12 digits to hide float noise)."""
-        return {
-            "scheme": self.scheme,
-            "k": self.k,
-            "target": self.target.describe(),
-            "target_al": _r(self.target.mean_al),
-            "mean_al": _r(self.mean),
-            "bias": _r(self.bias),
-            "variance": _r(self.variance),
-            "std": _r(self.std),
-            "granularity": self.granularity,
-            "pmf": {str(j): _r(p) for j, p in enumerate(self.pmf, start=1)},
-            "per_position_rates": [_r(p) for p in self.per_position_rates],
-            "conditional_rates": [None if c is None else _r(c) for c in self.conditional_rates],
-        }
 
 
 def conditional_from_unconditional(rates: Sequence[float]) -> tuple[float | None, ...]:
@@ -565,19 +587,21 @@ def sampler(
 class SchemeComparison:
     """Every applicable scheme's distribution for one target, for side-by-side review."""
 
-    target: SyntheticTarget
-    rows: tuple[AcceptanceDistribution, ...]
+    target: Annotated[SyntheticTarget, _AS_TEXT]
+    schemes: tuple[AcceptanceDistribution, ...]
     skipped: dict[str, str] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, object]:
-        """JSON-ready form."""
-        return {
-            "k": self.target.k,
-            "target": self.target.describe(),
-            "target_al": _r(self.target.mean_al),
-            "schemes": [row.to_dict() for row in self.rows],
-            "skipped": dict(self.skipped),
-        }
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def k(self) -> int:
+        """Number of speculative tokens."""
+        return self.target.k
+
+    @computed_field(return_type=_R12)  # type: ignore[prop-decorator]
+    @property
+    def target_al(self) -> float:
+        """The AL asked for."""
+        return self.target.mean_al
 
 
 def compare_schemes(
@@ -592,13 +616,3 @@ def compare_schemes(
     }
     rows = tuple(scheme.distribution(target) for name, scheme in SCHEMES.items() if name not in skipped)
     return SchemeComparison(target, rows, skipped)
-
-
-def _r(x: float) -> float:
-    """Round to 12 digits so that float noise (2.49 - 1 = 1.4900000000000002) does not show."""
-    return round(x, 12) + 0.0
-
-
-def _fmt(x: float) -> str:
-    """Shortest readable form of a number: 1.78, 3, 0.49."""
-    return f"{x:.12g}"

@@ -15,6 +15,7 @@ from alflow.acceptance import synthetic as syn
 from alflow.cli.common import JsonOpt, console, emit_json, handle_errors, say, say_err
 from alflow.errors import InvalidInputError
 from alflow.frameworks.recipe_kit import render_knobs
+from alflow.util.rows import dump_row
 
 synthetic_app = typer.Typer(
     help="Synthetic acceptance: framework knobs and scheme comparison.", no_args_is_help=True
@@ -90,7 +91,7 @@ def synthetic_knobs(
         framework, k, al=al, rates=parse_rates(rates), scheme=scheme, method=method, two_model=two_model
     )
     if as_json:
-        emit_json(result.to_dict())
+        emit_json(dump_row(result))
         return
     table = Table(title=f"{escape(framework)} synthetic acceptance, K={k}", show_header=False)
     for name, value in result.env.items():
@@ -114,14 +115,14 @@ def synthetic_compare(k: KOpt, al: AlOpt = None, rates: RatesOpt = None, as_json
     check_target_options(k, al, parse_rates(rates))
     comparison = syn.compare_schemes(k, al=al, rates=parse_rates(rates))
     if as_json:
-        emit_json(comparison.to_dict())
+        emit_json(dump_row(comparison))
         return
     table = Table(title=f"Synthetic acceptance schemes for {escape(comparison.target.describe())}, K={k}")
     for col in ("scheme", "draw", "mean AL", "bias", "variance"):
         table.add_column(col, justify="left" if col in ("scheme", "draw") else "right")
     for j in range(1, k + 2):
         table.add_column(f"P(len={j})", justify="right")
-    for d in comparison.rows:
+    for d in comparison.schemes:
         biased = abs(d.bias) > 1e-9
         bias = f"{d.bias if biased else 0.0:+.4f}"
         style = "bold red" if biased else None

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from alflow.acceptance import synthetic as syn
 from alflow.acceptance.synthetic import SyntheticAcceptanceError
 from alflow.frameworks.recipe_kit import render_knobs
 from alflow.frameworks.registry import frameworks
+from alflow.util.rows import dump_row
 
 pytestmark = pytest.mark.unit
 
@@ -14,7 +16,7 @@ pytestmark = pytest.mark.unit
 def test_trtllm_value_is_al_minus_one() -> None:
     knobs = render_knobs("trtllm", 3, al=2.78)
     assert knobs.env == {"TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS": "1.78"}
-    assert knobs.to_dict()["expected"]["mean_al"] == 2.78  # type: ignore[index]
+    assert dump_row(knobs)["expected"]["mean_al"] == 2.78
     assert render_knobs("trtllm", 3, al=3.0).env["TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS"] == "2"
 
 
@@ -53,7 +55,7 @@ def test_vllm_fragment_and_rates() -> None:
         "rejection_sample_method": "synthetic",
         "synthetic_acceptance_length": 2.49,
     }
-    assert knobs.to_dict()["rates"] == [1.0, 0.49, 0.0]
+    assert dump_row(knobs)["rates"] == [1.0, 0.49, 0.0]
     explicit = render_knobs("vllm", 3, rates=[0.9, 0.6, 0.3])
     assert explicit.speculative_config["synthetic_acceptance_rates"] == [0.9, 0.6, 0.3]
     assert "synthetic_acceptance_length" not in explicit.speculative_config
@@ -96,3 +98,27 @@ def test_scheme_the_framework_cannot_realise() -> None:
 def test_every_framework_validates_the_target(framework: str) -> None:
     with pytest.raises(SyntheticAcceptanceError, match=r"target AL 9\.0 is outside the allowed range"):
         render_knobs(framework, 3, al=9.0)
+
+
+def test_stored_knobs_and_distribution_are_the_json_of_the_previous_release() -> None:
+    """pydantic stores them (:func:`dump_row`) as the hand-written ``to_dict`` did: rounded, pmf keyed by length."""
+    assert dump_row(render_knobs("vllm", 3, al=2.5)) == {
+        "framework": "vllm", "k": 3, "scheme": "vllm", "env": {}, "warnings": [],
+        "speculative_config": {"rejection_sample_method": "synthetic", "synthetic_acceptance_length": 2.5},
+        "expected": {
+            "mean_al": 2.5, "bias": 0.0, "variance": 0.25, "granularity": "per-request",
+            "pmf": {"1": 0.0, "2": 0.5, "3": 0.5, "4": 0.0},
+        },
+        "rates": [1.0, 0.5, 0.0],
+    }  # fmt: skip
+    assert dump_row(syn.distribution("vllm", 5, al=3.3)) == {
+        "scheme": "vllm", "k": 5, "target": "AL 3.3", "target_al": 3.3, "mean_al": 3.3, "bias": 0.0,
+        "variance": 0.21, "std": 0.458257569496, "granularity": "per-request",
+        "pmf": {"1": 0.0, "2": 0.0, "3": 0.7, "4": 0.3, "5": 0.0, "6": 0.0},
+        "per_position_rates": [1.0, 1.0, 0.3, 0.0, 0.0], "conditional_rates": [1.0, 1.0, 0.3, 0.0, None],
+    }  # fmt: skip
+    compared = dump_row(syn.compare_schemes(4, rates=[0.9, 0.5, 0.3, 0.0]))
+    assert (compared["k"], compared["target"], [s["scheme"] for s in compared["schemes"]]) == (
+        4, "rates [0.9, 0.5, 0.3, 0]", ["vllm"],
+    )  # fmt: skip
+    assert compared["skipped"]["trtllm"] == "takes a target AL, not explicit rates"

@@ -97,7 +97,7 @@ def test_explicit_rates_for_vllm() -> None:
 
 
 def test_same_mean_is_not_same_distribution() -> None:
-    rows = {d.scheme: d for d in syn.compare_schemes(3, al=2.49).rows}
+    rows = {d.scheme: d for d in syn.compare_schemes(3, al=2.49).schemes}
     assert rows["vllm"].pmf == pytest.approx(rows["trtllm"].pmf)
     assert rows["vllm"].pmf == pytest.approx(rows["sglang-match-expected"].pmf)
     assert rows["constant-conditional"].variance > 5 * rows["vllm"].variance
@@ -194,7 +194,7 @@ def test_rates_only_for_schemes_that_take_them() -> None:
     with pytest.raises(syn.SyntheticAcceptanceError, match="takes a target AL"):
         syn.distribution("trtllm", 3, rates=[1.0, 0.5, 0.0])
     comparison = syn.compare_schemes(3, rates=[1.0, 0.5, 0.0])
-    assert [r.scheme for r in comparison.rows] == ["vllm"]
+    assert [r.scheme for r in comparison.schemes] == ["vllm"]
     assert set(comparison.skipped) == set(syn.SCHEMES) - {"vllm"}
 
 

@@ -47,6 +47,7 @@ from alflow.frameworks.recipe_kit import (
 )
 from alflow.frameworks.sim_source import SimSource
 from alflow.frameworks.versions import CapabilityError, FrameworkVersion, version
+from alflow.util.rows import dump_row
 
 ATOM_IMAGE = "rocm/atom:latest"
 ATOM_MODULE = "atom.entrypoints.openai_server"
@@ -178,7 +179,7 @@ class AtomRecipe(LaunchRecipe):
             port,
             env=merge_env({}, config.extra_env),
             warnings=warnings,
-            synthetic=knobs.to_dict() if knobs is not None else None,
+            synthetic=None if knobs is None else dump_row(knobs),
             gpus_per_node=gpus_per_node(config, par, 1),
             version_paths=(),
         )
@@ -194,6 +195,6 @@ class AtomRecipe(LaunchRecipe):
         return SimSource(
             args=args + (knobs.args if knobs is not None else ()),
             warnings=knobs.warnings if knobs else (),
-            synthetic=knobs.to_dict() if knobs else None,
+            synthetic=dump_row(knobs) if knobs else None,
             version_paths=(),
         )

@@ -53,6 +53,7 @@ from alflow.frameworks.sglang.knobs import SGLANG_LEN_ENV, SGLANG_TOKEN_MODE_ENV
 from alflow.frameworks.sglang.names import SGLANG_METRICS_PATH, SGLANG_SPEC_VERIFY_CALLS_SINCE
 from alflow.frameworks.sim_source import SimSource
 from alflow.frameworks.versions import Capability, version
+from alflow.util.rows import dump_row
 
 SGLANG_IMAGE = "lmsysorg/sglang:latest"
 SGLANG_DIST_INIT_PORT = 5000
@@ -427,7 +428,7 @@ class SglangRecipe(LaunchRecipe):
             env=env,
             warnings=warnings,
             image_warnings=image_gate(image, requirements),
-            synthetic=knobs.to_dict() if knobs else None,
+            synthetic=dump_row(knobs) if knobs else None,
             gpus_per_node=per_node,
             groups=groups,
             metrics_endpoints=endpoints,
@@ -492,7 +493,7 @@ class SglangRecipe(LaunchRecipe):
         return SimSource(
             env={**knobs.env, **block_env},
             warnings=knobs.warnings + block_warnings,
-            synthetic=knobs.to_dict(),
+            synthetic=dump_row(knobs),
             requirements=self.requirements(config),
             version_paths=SGLANG_VERSION_PATHS,
             runtime_k=runtime_k,

@@ -61,6 +61,7 @@ from alflow.frameworks.trtllm.names import (
     TRTLLM_PER_POSITION_SOURCE,
 )
 from alflow.frameworks.versions import Capability, version
+from alflow.util.rows import dump_row
 
 TRTLLM_IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:latest"
 TRTLLM_OPTIONS_FILE = "extra-llm-api-options.yaml"
@@ -311,7 +312,7 @@ class TrtllmRecipe(LaunchRecipe):
             files=(options,),
             warnings=self.warnings(config, knobs) + (knobs.warnings if knobs else ()),
             image_warnings=gate_warnings,
-            synthetic=knobs.to_dict() if knobs else None,
+            synthetic=dump_row(knobs) if knobs else None,
             gpus_per_node=per_node,
             mpi=TRTLLM_MPI if config.nodes > 1 else None,
             tasks_per_node=per_node if config.nodes > 1 else 1,
@@ -326,7 +327,7 @@ class TrtllmRecipe(LaunchRecipe):
         return SimSource(
             env=dict(knobs.env) if knobs else {},
             warnings=knobs.warnings if knobs else (),
-            synthetic=knobs.to_dict() if knobs else None,
+            synthetic=dump_row(knobs) if knobs else None,
             requirements=self.requirements(config, knobs),
             version_paths=TRTLLM_VERSION_PATHS,
             runtime_k=self.runtime_k(config),

@@ -49,6 +49,7 @@ from alflow.frameworks.recipe_kit import (
 from alflow.frameworks.sim_source import SimSource
 from alflow.frameworks.versions import Capability, FrameworkVersion, check_capabilities, version
 from alflow.frameworks.vllm.names import VLLM_METRICS_PATH
+from alflow.util.rows import dump_row
 
 VLLM_IMAGE = "vllm/vllm-openai:latest"
 VLLM_CPU_SYNTHETIC_REFUSAL = "Synthetic acceptance not supported with CPU sampling"
@@ -255,7 +256,7 @@ class VllmRecipe(LaunchRecipe):
                 "vLLM n-gram proposes fewer than K drafts when the prompt has no match: such steps cannot "
                 "accept the forced length, so the realised AL falls below the target (audit the achieved AL)",
             )
-        return out, warnings, knobs.to_dict()
+        return out, warnings, dump_row(knobs)
 
     def runtime_k(
         self, config: ServerConfig, rendered: dict[str, object] | None = None
