@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, Final
 
-from pydantic import PlainSerializer, computed_field
+from pydantic import Field, PlainSerializer, SerializerFunctionWrapHandler, computed_field, model_serializer
 
 from alflow.errors import InvalidInputError
 from alflow.frameworks.registry import repeated_draws
@@ -92,6 +92,8 @@ def spread(values: Sequence[float]) -> tuple[float, float]:
 
 
 _FINITE_OR_NONE = Annotated[float, PlainSerializer(lambda x: x if math.isfinite(x) else None)]
+_FLAT: Any = Field(exclude=True)
+"""A candidate :class:`KChoice` stores by its K and figures, not as a row of its own."""
 
 
 @dataclass(frozen=True)
@@ -141,36 +143,33 @@ def candidate(concurrency: int, k: int, values: Iterable[float]) -> Candidate:
 
 @dataclass(frozen=True)
 class KChoice:
-    """At one concurrency, for one objective: the chosen K, the best-scoring K, the ties and the runner-up."""
+    """At one concurrency, for one objective: the chosen K, the best-scoring K, the ties and the runner-up.
+
+    Stored (the sweep's ``k_choice``) as pydantic serializes it, the chosen, best and runner-up candidates by their
+    K and figures (``chosen_k``, ``best_score``...) beside every candidate's row.
+    """
 
     concurrency: int
     objective: Objective
-    chosen: Candidate
-    best: Candidate
+    chosen: Annotated[Candidate, _FLAT]
+    best: Annotated[Candidate, _FLAT]
     """The highest score (the chosen K is the smallest K within :data:`TIE_TOLERANCE` of it)."""
     ties: tuple[int, ...]
     """Every K whose score is within the tolerance of the best, the chosen one included, ascending."""
-    runner_up: Candidate | None
+    runner_up: Annotated[Candidate | None, _FLAT]
     """The best-scoring candidate other than the chosen one (None: only one K was measured)."""
     candidates: tuple[Candidate, ...]
     """Every K measured here, ascending."""
 
-    def to_dict(self) -> dict[str, Any]:
-        """The choice as the sweep's summary stores it."""
+    @model_serializer(mode="wrap")
+    def _stored(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        up = self.runner_up
         return {
-            "concurrency": self.concurrency,
-            "objective": self.objective.value,
-            "chosen_k": self.chosen.k,
-            "chosen_score": self.chosen.score,
-            "chosen_median": self.chosen.median,
-            "chosen_mad": self.chosen.mad,
-            "best_score_k": self.best.k,
-            "best_score": self.best.score,
-            "ties": list(self.ties),
-            "runner_up_k": None if self.runner_up is None else self.runner_up.k,
-            "runner_up_score": None if self.runner_up is None else self.runner_up.score,
-            "candidates": [dump_row(c) for c in self.candidates],
-        }
+            **handler(self),
+            "chosen_k": self.chosen.k, "chosen_score": self.chosen.score, "chosen_median": self.chosen.median,
+            "chosen_mad": self.chosen.mad, "best_score_k": self.best.k, "best_score": self.best.score,
+            "runner_up_k": None if up is None else up.k, "runner_up_score": None if up is None else up.score,
+        }  # fmt: skip
 
 
 def choose(candidates: Sequence[Candidate], objective: Objective) -> KChoice | None:
@@ -300,7 +299,7 @@ class KSchedule:
             "penalty": PENALTY,
             "mad_to_sigma": MAD_TO_SIGMA,
             "tie_tolerance": TIE_TOLERANCE,
-            "decisions": [c.to_dict() for c in self.choices],
+            "decisions": [dump_row(c) for c in self.choices],
             "warnings": list(self.warnings),
         }
 

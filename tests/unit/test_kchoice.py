@@ -188,7 +188,7 @@ def test_repeats_of_a_framework_with_a_fixed_synthetic_seed_count_as_one_draw(tm
                 "flow": "sweep",
                 "repeats": 3,
                 "best_k": [dump_row(b) for b in best_k(atom)],
-                "k_choice": [c.to_dict() for c in all_choices(atom)],
+                "k_choice": [dump_row(c) for c in all_choices(atom)],
             }
         )
     text = render_run(w.dir, "md")
@@ -298,7 +298,7 @@ def test_the_sweep_report_shows_the_choice_and_the_spread_and_escapes_user_text(
                 "flow": "sweep",
                 "repeats": 3,
                 "best_k": [dump_row(b) for b in best_k(points)],
-                "k_choice": [c.to_dict() for c in all_choices(points)],
+                "k_choice": [dump_row(c) for c in all_choices(points)],
             }
         )
     text = render_run(w.dir, "md")
@@ -350,3 +350,17 @@ def test_cli_k_schedule_writes_vllms_schedule_and_refuses_bad_runs(tmp_path: Pat
         if why and args[0] != run:
             assert len(bad.stderr.strip().splitlines()) == 1
     assert open_run(run).manifest.flow == "sweep"
+
+
+def test_stored_choice_is_the_json_of_the_previous_release() -> None:
+    """pydantic stores a choice (:func:`dump_row`) as the hand-written ``to_dict`` did: flat chosen/best/runner-up."""
+    only = candidate(8, 2, [5.0])
+    choice = choose([only], Objective.throughput)
+    assert choice is not None
+    assert dump_row(choice) == {
+        "concurrency": 8, "objective": "throughput", "chosen_k": 2, "chosen_score": 5.0, "chosen_median": 5.0,
+        "chosen_mad": 0.0, "best_score_k": 2, "best_score": 5.0, "ties": [2], "runner_up_k": None,
+        "runner_up_score": None, "candidates": [dump_row(only)],
+    }  # fmt: skip
+    two = choose([candidate(4, 1, [100, 110, 90]), candidate(4, 3, [150, 149.5, 151])], Objective.throughput)
+    assert two is not None and (dump_row(two)["runner_up_k"], dump_row(two)["chosen_k"]) == (1, 3)
