@@ -515,7 +515,7 @@ async def bench_async(
                 r, r.prometheus_url, m.wall_start_s, None if metrics is None else metrics[1], promql_baseline
             )
     summary = {
-        **m.client.to_dict(),
+        **dump_row(m.client),
         "model": model,
         "aborted": aborted,
         "spec_decode": spec_block,

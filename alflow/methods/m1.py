@@ -185,7 +185,7 @@ def _store(
         partial=got.partial is not None,
         failures=got.failures,
         verdicts=list(got.points),
-        client=None if got.client is None else got.client.to_dict(),
+        client=None if got.client is None else dump_row(got.client),
         gsm8k=got.gsm8k,
     )
     steps.store(writer, got.tables(), summary)

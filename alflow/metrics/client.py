@@ -24,9 +24,10 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Annotated, Final, TypeVar
 
 import polars as pl
+from pydantic import Field, PlainSerializer, SerializerFunctionWrapHandler, computed_field, model_serializer
 
 from alflow.errors import InvalidInputError
 from alflow.loadgen.timing import ClientLoad, ClientTiming, client_timing
@@ -168,6 +169,12 @@ class LatencyStats:
         return out
 
 
+_T = TypeVar("_T")
+_FLAT = Annotated[_T, Field(exclude=True)]
+"""A part :class:`ClientSummary` stores flat under ``vllm bench serve``'s names, not as a nested object."""
+_SOME = Annotated[_T, Field(exclude_if=lambda v: v is None)]
+"""An optional figure, stored only where there is one."""
+
 _LATENCY_UNITS: Final = (
     ("ttft", "_ms"),
     ("tpot", "_ms"),
@@ -181,8 +188,9 @@ _LATENCY_UNITS: Final = (
 class ClientSummary:
     """Run-level client metrics of one measured phase (see the module docstring for each formula).
 
-    :meth:`to_dict` gives the flat form stored in ``summary.json`` and printed by ``alflow bench``,
-    with ``vllm bench serve``'s key names where they overlap.
+    Stored in ``summary.json`` and printed by ``alflow bench`` as pydantic serializes it
+    (:func:`alflow.util.rows.dump_row`): flat, with ``vllm bench serve``'s key names where they overlap (each latency's
+    figures as ``mean_ttft_ms``...), optional figures only where there are some, non-finite values with a ``_note``.
     """
 
     duration: float
@@ -193,11 +201,11 @@ class ClientSummary:
     request_throughput: float
     output_throughput: float
     total_token_throughput: float
-    ttft: LatencyStats
-    tpot: LatencyStats
-    itl: LatencyStats
-    e2el: LatencyStats
-    interactivity: LatencyStats
+    ttft: _FLAT[LatencyStats]
+    tpot: _FLAT[LatencyStats]
+    itl: _FLAT[LatencyStats]
+    e2el: _FLAT[LatencyStats]
+    interactivity: _FLAT[LatencyStats]
     total_chunks: int
     tokens_per_chunk: float | None
     tokens_per_chunk_after_first: float | None
@@ -205,31 +213,26 @@ class ClientSummary:
     num_gpus: int
     output_throughput_per_gpu: float
     total_token_throughput_per_gpu: float
-    good_requests: int | None = None
-    request_goodput: float | None = None
-    output_throughput_per_decode_gpu: float | None = None
-    input_throughput_per_prefill_gpu: float | None = None
-    errors: tuple[tuple[str, int], ...] = ()
-    timing: ClientTiming | None = None
+    good_requests: _SOME[int | None] = None
+    request_goodput: _SOME[float | None] = None
+    output_throughput_per_decode_gpu: _SOME[float | None] = None
+    input_throughput_per_prefill_gpu: _SOME[float | None] = None
+    errors: Annotated[
+        tuple[tuple[str, int], ...], Field(exclude_if=lambda e: not e), PlainSerializer(dict)
+    ] = ()
+    timing: _FLAT[ClientTiming | None] = None
     """Whether the timestamps carry ITL percentiles and whether the client was the bottleneck
     (:mod:`alflow.loadgen.timing`); ``itl`` holds only the mean when they do not."""
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def all_ok(self) -> bool:
         """True when no measured request failed."""
         return self.failed == 0
 
-    def _fields(self, names: str) -> dict[str, object]:
-        return {name: getattr(self, name) for name in names.split()}
-
-    def to_dict(self) -> dict[str, object]:
-        """The flat, JSON-ready summary (non-finite values carry a ``<key>_note`` saying why)."""
-        out = self._fields(
-            "duration completed failed all_ok total_input_tokens total_output_tokens request_throughput "
-            "output_throughput total_token_throughput"
-        )
-        if self.good_requests is not None:
-            out |= self._fields("good_requests request_goodput")
+    @model_serializer(mode="wrap")
+    def _flat(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        out: dict[str, object] = handler(self)
         for name, unit in _LATENCY_UNITS:
             out.update(getattr(self, name).items(name, unit))
         if self.timing is not None:
@@ -246,14 +249,6 @@ class ClientSummary:
             "tpot_ms = 0 for a request (its output after the first chunk came all at once)",
             self.interactivity.items("interactivity", "_tokens_per_s"),
         )
-        out |= self._fields(
-            "total_chunks tokens_per_chunk tokens_per_chunk_after_first num_nodes num_gpus output_throughput_per_gpu "
-            "total_token_throughput_per_gpu"
-        )
-        if self.output_throughput_per_decode_gpu is not None:
-            out |= self._fields("output_throughput_per_decode_gpu input_throughput_per_prefill_gpu")
-        if self.errors:
-            out["errors"] = dict(self.errors)
         if self.timing is not None:
             out["client_timing"] = dump_row(self.timing)
         return out

@@ -39,6 +39,7 @@ from alflow.reports.svg import finite
 from alflow.results.store import StoredRun
 from alflow.results.view import framework, get_path, image, m0_entries, m2_points, model_id, scheme
 from alflow.util import jsonutil
+from alflow.util.rows import dump_row
 
 LATENCY_PERCENTILES: Final = (90.0, 95.0, 99.0)
 
@@ -149,7 +150,7 @@ def _latency_stats(run: StoredRun, conc: object, duration_s: float | None) -> di
     if part.height == 0:
         return None
     stats = summarize(part, duration_s=duration_s, percentiles=LATENCY_PERCENTILES, gpus=GpuLayout())
-    return {k: v for k, v in stats.to_dict().items() if k.endswith("_ms")}
+    return {k: v for k, v in dump_row(stats).items() if k.endswith("_ms")}
 
 
 def _inferencex_latency(stats: Mapping[str, Any]) -> dict[str, float | None]:

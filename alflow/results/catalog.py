@@ -166,7 +166,8 @@ class CatalogEntry:
         values["ks"] = tuple(int(k) for k in data["ks"])
         values["points"] = tuple(M2Point.model_validate(p) for p in data["points"])
         values["point_verdicts"] = tuple(
-            (load_checked(SeriesKey, v["series"], "series"), str(v["outcome"])) for v in data["point_verdicts"]
+            (load_checked(SeriesKey, v["series"], "series"), str(v["outcome"]))
+            for v in data["point_verdicts"]
         )
         values["files"] = tuple(str(f) for f in data["files"])
         return cls(**values)

@@ -194,7 +194,7 @@ _MOVED: Final = ("regressed", "improved")
 class PointVerdict(_Stored):
     """One judged point and why."""
 
-    series: dict[str, str | int] = Field(description="The series key (SeriesKey.to_dict()).")
+    series: dict[str, str | int] = Field(description="The series key (SeriesKey as dump_row stores it).")
     concurrency: int
     k: int
     repeat: int = 0

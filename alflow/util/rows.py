@@ -44,7 +44,9 @@ def load_checked(cls: type[T], data: object, what: str) -> T:
     Raises :class:`InvalidInputError` naming ``what``, the first bad field, its value and what it must be.
     """
     if not isinstance(data, Mapping):
-        raise InvalidInputError(f"{what} {data!r:.120}: expected a JSON object with the fields of {cls.__name__}")
+        raise InvalidInputError(
+            f"{what} {data!r:.120}: expected a JSON object with the fields of {cls.__name__}"
+        )
     try:
         loaded: T = _adapter(cls).validate_python(dict(data))
     except ValidationError as e:

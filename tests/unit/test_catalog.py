@@ -127,7 +127,9 @@ def test_series_key_round_trips_and_refuses_bad_data() -> None:
     assert key(16, thinking="", scheme="vllm").label().endswith("target AL 2.5000 (vllm)")
     before = {name: v for name, v in dump_row(k).items() if name not in ("target_al", "scheme", "workload")}
     older = {**before, "target_al": "", "scheme": "", "workload": ""}
-    assert load_checked(SeriesKey, before, "series") == load_checked(SeriesKey, older, "series")  # older files
+    assert load_checked(SeriesKey, before, "series") == load_checked(
+        SeriesKey, older, "series"
+    )  # older files
     with pytest.raises(InvalidInputError, match="series field k 'x': must be a valid integer"):
         load_checked(SeriesKey, {**dump_row(k), "k": "x"}, "series")
     with pytest.raises(InvalidInputError, match="series field k '3': must be a valid integer"):

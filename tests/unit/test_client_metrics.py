@@ -10,6 +10,7 @@ from alflow.errors import InvalidInputError
 from alflow.loadgen.frames import read_records, records_frame, write_records
 from alflow.loadgen.records import RequestRecord
 from alflow.metrics.client import SLO, GpuLayout, per_request, summarize
+from alflow.util.rows import dump_row
 
 pytestmark = pytest.mark.unit
 
@@ -38,7 +39,7 @@ RECORDS = [
 
 
 def test_summary_matches_hand_arithmetic_and_vllm_key_names() -> None:
-    s = summarize(records_frame(RECORDS), duration_s=2.0).to_dict()
+    s = dump_row(summarize(records_frame(RECORDS), duration_s=2.0))
     assert s["completed"] == 3
     assert s["failed"] == 1
     assert s["all_ok"] is False
@@ -74,33 +75,33 @@ def test_summary_matches_hand_arithmetic_and_vllm_key_names() -> None:
 
 
 def test_goodput_counts_requests_meeting_every_slo() -> None:
-    s = summarize(records_frame(RECORDS), duration_s=2.0, slo=SLO(ttft_ms=150, tpot_ms=10)).to_dict()
+    s = dump_row(summarize(records_frame(RECORDS), duration_s=2.0, slo=SLO(ttft_ms=150, tpot_ms=10)))
     assert (
         s["good_requests"] == 2
     )  # request 2's TTFT of 200 ms misses; its null TPOT does not count against it
     assert s["request_goodput"] == pytest.approx(1.0)
-    s = summarize(records_frame(RECORDS), duration_s=2.0, slo=SLO(e2el_ms=100)).to_dict()
+    s = dump_row(summarize(records_frame(RECORDS), duration_s=2.0, slo=SLO(e2el_ms=100)))
     assert s["good_requests"] == 1
-    assert "request_goodput" not in summarize(records_frame(RECORDS), duration_s=2.0).to_dict()
+    assert "request_goodput" not in dump_row(summarize(records_frame(RECORDS), duration_s=2.0))
 
 
 def test_per_gpu_throughput_and_disaggregated_split() -> None:
-    s = summarize(records_frame(RECORDS), duration_s=2.0, gpus=GpuLayout(tp=4, pp=2)).to_dict()
+    s = dump_row(summarize(records_frame(RECORDS), duration_s=2.0, gpus=GpuLayout(tp=4, pp=2)))
     assert s["num_gpus"] == 8
     assert s["output_throughput_per_gpu"] == pytest.approx(5.5 / 8)
     assert s["total_token_throughput_per_gpu"] == pytest.approx(20.5 / 8)
-    d = summarize(
-        records_frame(RECORDS), duration_s=2.0, gpus=GpuLayout(prefill_gpus=2, decode_gpus=6)
-    ).to_dict()
+    d = dump_row(
+        summarize(records_frame(RECORDS), duration_s=2.0, gpus=GpuLayout(prefill_gpus=2, decode_gpus=6))
+    )
     assert d["output_throughput_per_decode_gpu"] == pytest.approx(5.5 / 6)
     assert d["input_throughput_per_prefill_gpu"] == pytest.approx(15.0 / 2)
 
 
 def test_custom_percentiles_and_empty_run() -> None:
-    s = summarize(records_frame(RECORDS), duration_s=1.0, percentiles=[99.9, 25]).to_dict()
+    s = dump_row(summarize(records_frame(RECORDS), duration_s=1.0, percentiles=[99.9, 25]))
     assert "p99.9_ttft_ms" in s
     assert "p25_e2el_ms" in s
-    empty = summarize(records_frame([RECORDS[3]]), duration_s=1.0).to_dict()
+    empty = dump_row(summarize(records_frame([RECORDS[3]]), duration_s=1.0))
     assert empty["completed"] == 0
     assert empty["mean_ttft_ms"] is None
     assert empty["tokens_per_chunk"] is None
@@ -128,8 +129,9 @@ def test_one_chunk_output_gives_a_noted_null_interactivity_in_strict_json() -> N
     from alflow.util.jsonutil import dumps
 
     # three tokens in one chunk: tpot_ms = 0, so 1000 / tpot_ms is infinite
-    s = summarize(records_frame([rec(0, 0, [50], out=3), *RECORDS[:2]]), duration_s=1.0).to_dict()
-    assert s["p99_interactivity_tokens_per_s"] == float("inf")
+    summary = summarize(records_frame([rec(0, 0, [50], out=3), *RECORDS[:2]]), duration_s=1.0)
+    assert summary.interactivity.percentile(99) == float("inf")
+    s = dump_row(summary)  # pydantic's JSON mode: null, the note beside it says why
     data = json.loads(dumps(s), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
     assert data["p99_interactivity_tokens_per_s"] is None
     assert data["p99_interactivity_tokens_per_s_note"].startswith("not finite: tpot_ms = 0")
@@ -139,7 +141,7 @@ def test_one_chunk_output_gives_a_noted_null_interactivity_in_strict_json() -> N
 
 def test_typed_summary_fields_agree_with_the_flat_keys() -> None:
     s = summarize(records_frame(RECORDS), duration_s=2.0, percentiles=[50, 99], gpus=GpuLayout(tp=2))
-    flat = s.to_dict()
+    flat = dump_row(s)
     assert (s.completed, s.failed, s.all_ok, s.num_gpus) == (3, 1, False, 2)
     assert s.errors == (("HTTP 500: boom", 1),)
     assert s.ttft.median == flat["median_ttft_ms"] == pytest.approx(100.0)
@@ -150,3 +152,19 @@ def test_typed_summary_fields_agree_with_the_flat_keys() -> None:
     assert s.output_throughput_per_gpu == flat["output_throughput_per_gpu"] == pytest.approx(5.5 / 2)
     assert "good_requests" not in flat
     assert s.good_requests is None
+
+
+def test_stored_summary_has_the_keys_of_the_previous_release() -> None:
+    """pydantic stores it (:func:`dump_row`) flat, as the hand-written ``to_dict`` did: no nested latency objects."""
+    s = dump_row(summarize(records_frame(RECORDS), duration_s=2.0, slo=SLO(ttft_ms=150, tpot_ms=10)))
+    figures = [f"{stat}_{name}" for name in ("e2el_ms", "interactivity_tokens_per_s", "itl_ms", "tpot_ms", "ttft_ms")
+               for stat in ("mean", "median", "std", "p50", "p90", "p95", "p99")]  # fmt: skip
+    assert sorted(s) == sorted([
+        "all_ok", "client_timing", "client_verdict", "completed", "duration", "errors", "failed", "good_requests",
+        "num_gpus", "num_nodes", "output_throughput", "output_throughput_per_gpu", "request_goodput",
+        "request_throughput", "tokens_per_chunk", "tokens_per_chunk_after_first", "total_chunks",
+        "total_input_tokens", "total_output_tokens", "total_token_throughput", "total_token_throughput_per_gpu",
+        *figures,
+    ])  # fmt: skip
+    assert s["errors"] == {"HTTP 500: boom": 1}
+    assert s["client_verdict"] == s["client_timing"]["verdict"] == "ok"

@@ -106,7 +106,7 @@ def test_the_stamp_source_of_a_phase() -> None:
 
 def test_summarize_keeps_the_itl_mean_and_drops_what_coalescing_spoils() -> None:
     rows = [[0, 10 * MS, 10 * MS, 10 * MS, 40 * MS]] * 3
-    s = summarize(_records(rows), duration_s=1.0).to_dict()
+    s = dump_row(summarize(_records(rows), duration_s=1.0))
     assert s["mean_itl_ms"] == pytest.approx(10.0)  # the gaps' sum survives: (40 ms) / 4 gaps
     assert s["median_itl_ms"] is None
     assert s["p99_itl_ms"] is None
@@ -115,10 +115,10 @@ def test_summarize_keeps_the_itl_mean_and_drops_what_coalescing_spoils() -> None
     timing = s["client_timing"]
     assert isinstance(timing, dict)
     assert timing["coalesced_share"] == pytest.approx(0.6)
-    first_merged = summarize(_records([[0, 0, 0, 40 * MS]] * 3), duration_s=1.0).to_dict()
+    first_merged = dump_row(summarize(_records([[0, 0, 0, 40 * MS]] * 3), duration_s=1.0))
     assert first_merged["mean_itl_ms"] is None  # the first chunk came late: the gaps' sum is short
     assert str(first_merged["itl_ms_note"]).startswith("ITL (every figure) not measurable:")
-    clean = summarize(_records([[0, 10 * MS, 20 * MS]]), duration_s=1.0).to_dict()
+    clean = dump_row(summarize(_records([[0, 10 * MS, 20 * MS]]), duration_s=1.0))
     assert clean["median_itl_ms"] == pytest.approx(10.0)
     assert "itl_ms_note" not in clean
 

@@ -363,4 +363,5 @@ def test_stored_choice_is_the_json_of_the_previous_release() -> None:
         "runner_up_score": None, "candidates": [dump_row(only)],
     }  # fmt: skip
     two = choose([candidate(4, 1, [100, 110, 90]), candidate(4, 3, [150, 149.5, 151])], Objective.throughput)
-    assert two is not None and (dump_row(two)["runner_up_k"], dump_row(two)["chosen_k"]) == (1, 3)
+    assert two is not None
+    assert (dump_row(two)["runner_up_k"], dump_row(two)["chosen_k"]) == (1, 3)

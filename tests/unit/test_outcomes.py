@@ -75,21 +75,33 @@ def test_sweep_outcome_names_failed_ks_and_keeps_messages_only_where_there_are_s
         "5": {"gate": "failed", "gate_message": "AL gate FAILED"},
     }
     assert data["best_k"] == {"4": dump_row(best)}
-    assert "points" not in data and "run_dir" not in data
+    assert "points" not in data
+    assert "run_dir" not in data
 
 
 def test_demo_outcome_flattens_gates_and_names_the_reference_target() -> None:
     m1 = M1Outcome("results/m1/g", True, ())
     gates = (DemoGate("good", True, "ok", m1), DemoGate("bad", False, "AL gate FAILED"))
-    runs = (DemoBenchmark(None, failed="server lost"), DemoBenchmark(2.5, M2Outcome("results/m2/x", 2.5, "vllm", 1, 1, ())))
-    demo = DemoOutcome("sim", "results", "ref.parquet", M0Outcome("results/m0/x", "ref.parquet", ()), gates, runs)
+    runs = (
+        DemoBenchmark(None, failed="server lost"),
+        DemoBenchmark(2.5, M2Outcome("results/m2/x", 2.5, "vllm", 1, 1, ())),
+    )
+    demo = DemoOutcome(
+        "sim", "results", "ref.parquet", M0Outcome("results/m0/x", "ref.parquet", ()), gates, runs
+    )
     data = json.loads(json.dumps(dump_row(demo)))
     assert data["m1"] == [
         {"name": "good", "passed": True, "message": "ok", "run_dir": "results/m1/g", "verdicts": []},
         {"name": "bad", "passed": False, "message": "AL gate FAILED"},
     ]
     assert data["m2"][0] == {"target": "reference", "failed": "server lost"}
-    assert data["m2"][1]["target"] == 2.5 and data["m2"][1]["outcome"]["run_dir"] == "results/m2/x"
+    assert data["m2"][1]["target"] == 2.5
+    assert data["m2"][1]["outcome"]["run_dir"] == "results/m2/x"
     assert "failed" not in data["m2"][1]
-    assert data["m0"] == {"run_dir": "results/m0/x", "reference_path": "ref.parquet", "entries": [], "cached_points": []}
+    assert data["m0"] == {
+        "run_dir": "results/m0/x",
+        "reference_path": "ref.parquet",
+        "entries": [],
+        "cached_points": [],
+    }
     assert (data["label"], data["engine"]) == (None, "sim")
