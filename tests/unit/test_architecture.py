@@ -382,3 +382,67 @@ def test_the_framework_literal_check_finds_a_name(tmp_path: Path) -> None:
     path.write_text('"""Docstring naming vllm."""\nif framework == "sglang" or f"{x}vllm":\n    pass\n')
     # the comparison's literal and the f-string's part name frameworks; the docstring is a sentence
     assert _count_literals(path, {"vllm", "sglang"}) == 2
+
+
+# --- stored rows are serialized by the library ------------------------------------------------------------------
+
+STORED_ROOTS = (
+    "alflow.results.summaries:M0RunSummary",
+    "alflow.results.summaries:M1RunSummary",
+    "alflow.results.summaries:M2RunSummary",
+    "alflow.results.summaries:SweepRunSummary",
+    "alflow.metrics.client:ClientSummary",  # summary.json of alflow bench, M1's client
+    "alflow.methods.kchoice:KChoice",  # the sweep's k_choice
+    "alflow.results.series:SeriesKey",  # regression.json's series
+    "alflow.acceptance.knobs:SyntheticKnobs",  # a recipe's synthetic block in the manifest
+    "alflow.acceptance.synthetic:SchemeComparison",
+    "alflow.methods.outcomes:DemoOutcome",  # the flows' outcomes (Prefect's results, the command's JSON)
+    "alflow.methods.outcomes:SweepOutcome",
+)
+"""What a run stores (issue #48): rows walked from here through their fields' types."""
+
+
+def _stored_row_types() -> set[type]:
+    """Every dataclass or pydantic model of the project reachable from :data:`STORED_ROOTS` through field types."""
+    import dataclasses
+    import importlib
+    import typing
+
+    seen: set[type] = set()
+    todo: list[object] = []
+    for root in STORED_ROOTS:
+        module, name = root.split(":")
+        todo.append(getattr(importlib.import_module(module), name))
+    while todo:
+        t = todo.pop()
+        todo.extend(typing.get_args(t))
+        if not isinstance(t, type) or t in seen or not t.__module__.startswith("alflow"):
+            continue
+        if dataclasses.is_dataclass(t) or hasattr(t, "model_fields"):
+            seen.add(t)
+            todo.extend(typing.get_type_hints(t).values())
+    return seen
+
+
+def test_no_stored_row_writes_or_reads_itself_by_hand() -> None:
+    """Rows a run stores are serialized by pydantic (:func:`alflow.util.rows.dump_row`), never by a ``to_dict``."""
+    from alflow.util.rows import dump_row  # noqa: F401  the one way to write them
+
+    rows = _stored_row_types()
+    names = {t.__name__ for t in rows}
+    assert {
+        "ClientTiming",
+        "ClientLoad",
+        "LatencyStats",
+        "Candidate",
+        "KOutcome",
+        "ChildRun",
+        "M2Point",
+    } <= names
+    assert {"AcceptanceDistribution", "DemoGate", "DemoBenchmark", "M0Outcome", "M1Outcome", "BestK"} <= names
+    by_hand = sorted(
+        f"{t.__module__}.{t.__name__}.{m}" for t in rows for m in ("to_dict", "from_dict") if hasattr(t, m)
+    )
+    assert by_hand == [], (
+        "stored rows with a hand-written serializer: let pydantic do it (dump_row / load_row)"
+    )
