@@ -116,19 +116,7 @@ def serve_command(
             synthetic_rates=None if synthetic_rates_text is None else parse_rates(synthetic_rates_text),
             speculative_config=speculative_config,
         )
-        try:
-            check_host(
-                host, what="--host"
-            )  # '' bound every interface; 'a..b' or ESC: a traceback at the bind
-        except ValueError as exc:
-            raise AlflowError(str(exc)) from None
-        if n_ctx < 64:
-            raise AlflowError(f"--n-ctx {n_ctx} is too small (at least 64)")
-        if threads is not None and threads < 1:
-            raise AlflowError(f"--threads {threads} must be at least 1")
-        why = None if model is None else file_problem(model.expanduser())  # a name too long, a missing file
-        if why is not None:
-            raise AlflowError(f"--model {shown(str(model))} {why} (a GGUF model file was expected)")
+        _check_serve_options(host, n_ctx, threads, model)
     except AlflowError as exc:
         sys.stderr.write(f"error: {exc}\n")
         raise typer.Exit(2) from None
@@ -152,6 +140,21 @@ def serve_command(
     except AlflowError as exc:
         sys.stderr.write(f"error: {exc}\n")
         raise typer.Exit(1) from None
+
+
+def _check_serve_options(host: str, n_ctx: int, threads: int | None, model: Path | None) -> None:
+    """The serving options checked before the engine loads (one line each)."""
+    try:
+        check_host(host, what="--host")  # '' bound every interface; 'a..b' or ESC: a traceback at the bind
+    except ValueError as exc:
+        raise AlflowError(str(exc)) from None
+    if n_ctx < 64:
+        raise AlflowError(f"--n-ctx {n_ctx} is too small (at least 64)")
+    if threads is not None and threads < 1:
+        raise AlflowError(f"--threads {threads} must be at least 1")
+    why = None if model is None else file_problem(model.expanduser())  # a name too long, a missing file
+    if why is not None:
+        raise AlflowError(f"--model {shown(str(model))} {why} (a GGUF model file was expected)")
 
 
 def run_server(server: TinyService) -> None:
