@@ -7,7 +7,10 @@ measured something bad (a failed gate, failed requests) exits 1 with its own mes
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import functools
+import io
 import math
 import os
 import sys
@@ -41,6 +44,46 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JS
 
 MAX_ERROR_CHARS = MAX_LINE_CHARS
 """The longest line of an error: an input of 100,000 characters is shown by its start and end, the length cut said."""
+
+
+def tolerant_output() -> None:
+    r"""Make stdout and stderr write what their encoding cannot encode as backslash escapes (once, at start).
+
+    A terminal or ``PYTHONIOENCODING`` of ASCII or Latin-1 cannot encode a model id ``modèle-日本``: the text is then
+    written as ``mod\xe8le-\u65e5\u672c`` rather than raising half-way through a report (round 17: the error was
+    blamed on the run). A stream that cannot be reconfigured (not a text file) is left as it is.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            with contextlib.suppress(ValueError, OSError, io.UnsupportedOperation):
+                reconfigure(errors="backslashreplace")
+
+
+def unencodable_output_line(exc: UnicodeEncodeError) -> str | None:
+    """The one line for text stdout or stderr cannot encode (naming the stream and its encoding), else None.
+
+    None: the failed encoding is not that of a standard stream that can fail (one with ``errors="strict"``): a
+    file's, a request's, some other error.
+    """
+    for name, stream in (("stdout", sys.stdout), ("stderr", sys.stderr)):
+        encoding = getattr(stream, "encoding", None)
+        strict = getattr(stream, "errors", "strict") in ("strict", None)
+        if encoding and strict and _codec_name(encoding) == _codec_name(exc.encoding):
+            return (
+                f"{name}'s encoding ({encoding}) cannot encode the text to print ({exc.reason}: "
+                f"{exc.object[exc.start : exc.end]!a}): write it to a file (-o FILE where the command has it) or set "
+                "PYTHONIOENCODING=utf-8"
+            )
+    return None
+
+
+def _codec_name(encoding: str) -> str:
+    """The codec's canonical name (``ASCII`` and ``646`` are ``ascii``); the text lower-cased if it is no codec."""
+    try:
+        return codecs.lookup(encoding).name
+    except LookupError:
+        return encoding.lower()
 
 
 def say(text: str) -> None:

@@ -36,7 +36,7 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from alflow.cli.common import fail, handle_errors, say_err, warn, write_out_file
+from alflow.cli.common import fail, handle_errors, say_err, unencodable_output_line, warn, write_out_file
 from alflow.errors import InvalidInputError
 from alflow.methods.kchoice import Objective, describe, run_k_schedule
 from alflow.reports.exports import al_matrix, al_matrix_csv, inferencex_rows, rows_csv, rows_json
@@ -128,6 +128,9 @@ def _no_traceback(fn: Callable[P, R]) -> Callable[P, R]:
         except (typer.Exit, click.exceptions.ClickException, click.exceptions.Abort):
             raise
         except Exception as exc:
+            line = unencodable_output_line(exc) if isinstance(exc, UnicodeEncodeError) else None
+            if line is not None:  # the terminal's encoding, not the run (round 17)
+                raise fail(line, code=1) from None
             given = [str(v) for v in (*args, *kwargs.values()) if isinstance(v, str | list)]
             raise fail(
                 f"could not read the run(s) {', '.join(given)[:300]}: {type(exc).__name__}: "

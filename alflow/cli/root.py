@@ -14,7 +14,7 @@ import typer
 
 from alflow import __version__
 from alflow.cli import bench, demo, evals, frameworks, models, reference, report, results, run, synthetic
-from alflow.cli.common import error_line, say_err, usage_error_line
+from alflow.cli.common import error_line, say_err, tolerant_output, unencodable_output_line, usage_error_line
 from alflow.errors import AlflowError
 from alflow.sim import cli as sim_cli
 from alflow.tiny import cli as tiny_cli
@@ -56,7 +56,9 @@ def main(argv: list[str] | None = None) -> None:
     Every input error ends the same way: one line on stderr (``error: ...``) and exit code 2, also
     the parser's own usage errors (a bad option value, an unknown option), which Typer would print as
     a usage box, and an alflow input error of a command that does not catch its own.
+    A terminal that cannot encode a character gets it as a backslash escape (:func:`tolerant_output`).
     """
+    tolerant_output()
     try:
         code = app(args=argv, prog_name="alflow", standalone_mode=False)
     except typer.TyperException as exc:  # click's ClickException family, vendored by Typer
@@ -69,4 +71,12 @@ def main(argv: list[str] | None = None) -> None:
     except AlflowError as exc:
         say_err(error_line(" ".join(str(exc).split())))
         sys.exit(2)
+    except (
+        UnicodeEncodeError
+    ) as exc:  # a stream tolerant_output could not change: the terminal, not the input
+        line = unencodable_output_line(exc)
+        if line is None:
+            raise
+        say_err(error_line(line))
+        sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
