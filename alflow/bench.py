@@ -60,7 +60,7 @@ from alflow.metrics.readers import candidate_metrics_urls, detect, get_dialect
 from alflow.util import eventloop, jsonutil
 from alflow.util.fsutil import atomic_write_bytes
 from alflow.util.httpread import MAX_API_BYTES, read_bounded
-from alflow.util.names import check_path_name, shown
+from alflow.util.names import check_identifier, check_path_name, shown
 from alflow.util.redact import redact_body, redact_data, redact_url, redact_urls_in_text
 from alflow.util.rows import dump_row
 from alflow.workloads import check_prompt_memory, file_sha256
@@ -241,8 +241,39 @@ def check_open_files(spec: LoadSpec) -> None:
     )
 
 
+def check_dataset_options(r: BenchRequest) -> None:
+    """Refuse an option that does not apply to ``r.dataset`` (one line naming it), before any work.
+
+    ``--category`` selects SPEED-Bench categories, ``--num-shots`` and ``--shots-file`` are GSM8K's, and random
+    prompts read no ``--input-file``: given with another dataset, each was silently ignored. A category holding a
+    control or bidi character is refused as an identifier is.
+    """
+    ds = f"--dataset {r.dataset.value}"
+    for category in r.categories:
+        try:
+            check_identifier(category, what="--category")
+        except ValueError as exc:
+            raise InvalidInputError(str(exc)) from None
+    if r.categories and r.dataset is not DatasetName.speed_bench:
+        raise InvalidInputError(
+            f"--category {shown(r.categories[0])} does not apply to {ds}: --category applies to --dataset "
+            "speed-bench only"
+        )
+    shots = [name for name, given in (("--num-shots", r.num_shots), ("--shots-file", r.shots_file)) if given]
+    if shots and r.dataset is not DatasetName.gsm8k:
+        raise InvalidInputError(f"{shots[0]} does not apply to {ds}: it applies to --dataset gsm8k only")
+    if r.dataset is DatasetName.random and r.input_file is not None:
+        raise InvalidInputError(
+            f"--input-file {shown(str(r.input_file))} does not apply to {ds} (random token ids are drawn, no "
+            "file is read): give --dataset speed-bench, gsm8k or custom"
+        )
+    if r.dataset is not DatasetName.random and r.input_file is None:
+        raise InvalidInputError(f"{ds} needs --input-file")
+
+
 def load_sessions(r: BenchRequest, num_prompts: int) -> tuple[list[Session], list[Session] | None]:
     """The workload and, for random prompts, separate warm-up prompts (a different seed)."""
+    check_dataset_options(r)
     if r.dataset is DatasetName.random:
         p = r.random
 
@@ -252,13 +283,11 @@ def load_sessions(r: BenchRequest, num_prompts: int) -> tuple[list[Session], lis
             )
 
         return draw(num_prompts, r.seed), draw(r.spec.warmup, r.seed + 1_000_003) if r.spec.warmup else None
-    if r.input_file is None:
+    if r.input_file is None:  # checked above (for mypy)
         raise InvalidInputError(f"--dataset {r.dataset.value} needs --input-file")
     cap = {} if r.max_tokens is None else {"max_tokens": r.max_tokens}
     if r.dataset is DatasetName.speed_bench:
         return load_speed_bench(r.input_file, categories=list(r.categories) or None, **cap), None
-    if r.categories:
-        raise InvalidInputError("--category applies to --dataset speed-bench only")
     if r.dataset is DatasetName.custom:
         return load_custom(r.input_file, max_tokens=r.max_tokens), None
     return load_gsm8k(r.input_file, num_shots=r.num_shots, shots_path=r.shots_file, **cap), None

@@ -36,6 +36,7 @@ from alflow.bench import (
     DatasetName,
     RandomPrompts,
     bench_async,
+    check_dataset_options,
     check_dialect,
     check_out_dir,
     run_coroutine,
@@ -464,6 +465,7 @@ def _bench(o: BenchOptions) -> None:
     """Stream a workload at a server; report client metrics and server spec-decode stats."""
     try:
         request = _bench_request(o)
+        check_dataset_options(request)  # an option the dataset does not use: refused, not ignored (round 17)
         with (
             _progress(o.progress and not o.json_out and sys.stderr.isatty()) as prog,
             sigterm_as_exit() as watch,
