@@ -27,6 +27,7 @@ from alflow.acceptance.stats import ConfidenceInterval, SpecStats, goodness_of_f
 from alflow.acceptance.synthetic import AcceptanceDistribution
 from alflow.config import GateTolerances
 from alflow.evals.gsm8k import EvalResult
+from alflow.evals.thresholds import check_threshold
 
 
 class _Details(BaseModel):
@@ -153,7 +154,11 @@ class Verdict(BaseModel):
 
 
 def accuracy_gate(result: EvalResult, threshold: float) -> Verdict:
-    """Pass only when strict-match and flexible-extract both reach ``threshold`` and no request failed."""
+    """Pass only when strict-match and flexible-extract both reach ``threshold`` and no request failed.
+
+    A threshold NaN, infinite or outside [0, 1] is :class:`InvalidInputError` (NaN used to pass every score).
+    """
+    check_threshold(threshold, "the accuracy threshold")
     scores = (result.strict, result.flexible)
     failing = [s for s in scores if s.accuracy < threshold]
     problems = [f"{s.name} {s.accuracy:.4f} < threshold {threshold:.4f}" for s in failing]

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from alflow.cli.bench import SECONDS, SECONDS_OR_OFF, sigterm_as_exit
+from alflow.cli.bench import BENCH_BOUNDS, SECONDS, SECONDS_OR_OFF, sigterm_as_exit
 from alflow.cli.common import (
     JsonOpt,
     check_options,
@@ -25,19 +25,30 @@ from alflow.cli.common import (
     say_err,
     write_out_file,
 )
-from alflow.errors import AlflowError
+from alflow.errors import AlflowError, InvalidInputError
 from alflow.evals.gsm8k import DEFAULT_MAX_TOKENS, DEFAULT_SHOTS, EvalResult, PromptConfig
 from alflow.evals.lm_eval_backend import run_lm_eval
 from alflow.evals.run import Gsm8kRequest, evaluate_gsm8k
-from alflow.evals.thresholds import load_thresholds
+from alflow.evals.thresholds import check_threshold, load_thresholds
 from alflow.gates import Verdict, accuracy_gate
 from alflow.loadgen.spec import DEFAULT_STALL_TIMEOUT_S
 from alflow.util import jsonutil
+from alflow.util.names import check_identifier, control_characters, shown
 from alflow.util.redact import check_http_url
 from alflow.util.rows import dump_row
 
-GSM8K_BOUNDS = register_bounds("gsm8k", {"--timeout": SECONDS, "--stall-timeout": SECONDS_OR_OFF})
-"""``--timeout`` and ``--stall-timeout`` allow what ``bench``'s do."""
+GSM8K_BOUNDS = register_bounds(
+    "gsm8k",
+    {
+        "--timeout": SECONDS,
+        "--stall-timeout": SECONDS_OR_OFF,
+        **{name: BENCH_BOUNDS[name] for name in ("--temperature", "--max-tokens", "--concurrency", "--seed")},
+        "--limit": BENCH_BOUNDS["--num-prompts"],
+        "--shots": BENCH_BOUNDS["--num-shots"],
+    },
+)
+"""Each numeric option allows what ``bench``'s of the same meaning does (``--limit``: ``--num-prompts``'s,
+``--shots``: ``--num-shots``'s); ``--threshold`` is a threshold's one rule (:func:`check_threshold`)."""
 
 eval_app = typer.Typer(help="Accuracy evaluations (the M1 accuracy gate).", no_args_is_help=True)
 
@@ -94,8 +105,9 @@ def gsm8k(
 ) -> None:
     """Score GSM8K (strict-match and flexible-extract) and apply the accuracy gate; exit 1 if it fails."""
     try:
-        check_http_url(base_url, "--base-url")  # before the thresholds and questions are read (round 13)
-        check_options({"--timeout": timeout, "--stall-timeout": stall_timeout}, GSM8K_BOUNDS)
+        _check_options(base_url, model, instruction, threshold, {
+            "--timeout": timeout, "--stall-timeout": stall_timeout, "--temperature": temperature, "--seed": seed,
+            "--max-tokens": max_tokens, "--concurrency": concurrency, "--limit": limit, "--shots": shots})  # fmt: skip
         out_path = None if out is None else checked_out_file(out, "--out")  # before any question is asked
         limit_value = threshold if threshold is not None else load_thresholds(thresholds).for_model(model)
         if backend == "lm-eval":
@@ -121,6 +133,32 @@ def gsm8k(
     except AlflowError as exc:
         raise fail(str(exc)) from None
     _report(result, limit_value, model, as_json=as_json, out_path=out_path)
+
+
+def _check_options(
+    base_url: str,
+    model: str,
+    instruction: str | None,
+    threshold: float | None,
+    numbers: dict[str, float | None],
+) -> None:
+    """Every option as ``bench`` checks its own: one line naming the first bad one, before any question is read."""
+    check_http_url(base_url, "--base-url")  # before the thresholds and questions are read (round 13)
+    try:
+        check_identifier(model, what="--model")
+    except ValueError as exc:
+        raise InvalidInputError(str(exc)) from None
+    bad = control_characters(
+        instruction or ""
+    )  # ESC, BEL, a bidi override, a zero-width: newlines and tabs kept
+    if bad:
+        raise InvalidInputError(
+            f"--instruction {shown(instruction or '')} holds the control or format character(s) {', '.join(bad)}: "
+            "give printable text (tabs and newlines allowed)"
+        )
+    check_options(numbers, GSM8K_BOUNDS)
+    if threshold is not None:
+        check_threshold(threshold, "--threshold")
 
 
 def _report(

@@ -35,9 +35,11 @@ from alflow.loadgen.spec import DEFAULT_STALL_TIMEOUT_S, LoadAbortedError, LoadS
 from alflow.plugins import is_set, plugin_of, usable_names
 from alflow.util.httpread import MAX_API_BYTES, read_bounded
 from alflow.util.names import shown
-from alflow.util.redact import redact_url
+from alflow.util.redact import redact_url, redact_urls_in_text
 
 PROBE_PATHS = ("/version", "/server_info")
+MAX_REFUSAL_CHARS = 200
+"""How much of a server's refusal (an HTTP 4xx answer to every question) the error line quotes."""
 
 
 class SyntheticAcceptanceOnError(AlflowError):
@@ -123,15 +125,30 @@ async def probe_synthetic(
 
 
 def _check_answered(records: Iterable[RequestRecord], where: str, timeout_s: float) -> None:
-    """An error when no question got an answer: a dead server is no accuracy verdict (round 15: "accuracy 0")."""
+    """An error when no question got an answer: a dead server is no accuracy verdict (round 15: "accuracy 0").
+
+    Said as what happened: a request the server refused (HTTP 4xx: a ``--temperature`` it does not take) is its
+    status and the start of its error answer; a timeout is the ``--timeout``; anything else the first failure.
+    """
     sent = list(records)
     if any(r.error is None for r in sent):
         return
+    tally = f"{len(sent)} of {len(sent)} requests failed"
+    refused = next((r for r in sent if r.http_status is not None and 400 <= r.http_status < 500), None)
+    if refused is not None:
+        status = refused.http_status
+        answer = (refused.error or "").partition(f"answered HTTP {status}: ")[2]
+        answer = redact_urls_in_text(answer)[:MAX_REFUSAL_CHARS].strip()  # redacted whole, then cut
+        raise AlflowError(
+            f"{where}: the server answered {status}: {answer or '(no text)'} ({tally}); no scores"
+        )
     first = next((r.error for r in sent if r.error), "no request was sent")
-    raise AlflowError(
-        f"{where}: no answer to any question within --timeout {timeout_s:g} s ({len(sent)} of {len(sent)} "
-        f"requests failed; the first: {first}); no scores"
-    )
+    if first.startswith("timed out"):
+        raise AlflowError(
+            f"{where}: no answer to any question within --timeout {timeout_s:g} s ({tally}; the first: {first}); "
+            "no scores"
+        )
+    raise AlflowError(f"{where}: no question was answered ({tally}; the first: {first}); no scores")
 
 
 @dataclass(frozen=True)

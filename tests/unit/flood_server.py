@@ -3,7 +3,8 @@
 ``flood``: headers, then a ``text/plain`` body of Prometheus-looking lines as fast as the socket takes them, for ever
 (round 15's ``gen/flood.py``). ``silent``: the request is taken and never answered. The ``questions-*`` modes answer
 ``GET /v1/models``, 404 to any other GET (``eval``'s probe moves on) and every POST (a question) as named: ``silent``,
-``drip`` (headers, then a space a second) or ``reject`` (HTTP 400), as round 15's ``gen/hostile.py``. Loopback, port 0, its own event
+``drip`` (headers, then a space a second), ``reject`` (HTTP 400) or ``refuse`` (HTTP 400 with a long message
+holding a URL's password), as round 15's ``gen/hostile.py``. Loopback, port 0, its own event
 loop in a thread, so a command line that runs its own loop can be pointed at it.
 """
 
@@ -47,6 +48,14 @@ async def _reject(_request: web.Request) -> web.Response:
     return web.json_response({"error": {"message": "no"}}, status=400)
 
 
+REFUSAL = "temperature must be >= 0; see http://admin:hunter2@docs.example/x " + "y" * 1000
+"""``questions-refuse``'s error message: a credential in a URL (redacted in any line) and far over 200 characters."""
+
+
+async def _refuse(_request: web.Request) -> web.Response:
+    return web.json_response({"error": {"message": REFUSAL}}, status=400)
+
+
 async def _models(_request: web.Request) -> web.Response:
     return web.json_response({"object": "list", "data": [{"id": "m", "object": "model"}]})
 
@@ -60,7 +69,9 @@ def _app(mode: str) -> web.Application:
     if mode.startswith("questions-"):
         app.router.add_get("/v1/models", _models)
         app.router.add_get("/{tail:.*}", _not_found)
-        post = {"silent": _silent, "drip": _drip, "reject": _reject}[mode.removeprefix("questions-")]
+        post = {"silent": _silent, "drip": _drip, "reject": _reject, "refuse": _refuse}[
+            mode.removeprefix("questions-")
+        ]
         app.router.add_post("/{tail:.*}", post)
     else:
         app.router.add_route("*", "/{tail:.*}", _flood if mode == "flood" else _silent)

@@ -163,7 +163,9 @@ def test_thresholds_file(tmp_path: Path) -> None:
     assert t.for_model("deepseek-ai/DeepSeek-R1") == 0.94
     assert t.for_model("other") == 0.85
     f.write_text("default: 1.5\n")
-    with pytest.raises(InvalidInputError, match=r"t.yaml: default: Input should be less than or equal to 1"):
+    with pytest.raises(
+        InvalidInputError, match=r"t.yaml: default: threshold 1.5: must be a finite number in \[0, 1\]"
+    ):
         load_thresholds(f)
     f.write_text("defualt: 0.9\n")
     with pytest.raises(InvalidInputError, match="defualt"):
