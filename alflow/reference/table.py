@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Literal, Self
 
 import yaml
-from pydantic import Field, ValidationError, computed_field, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, computed_field, field_validator, model_validator
 
 from alflow.acceptance.synthetic import K_MAX, K_MIN
 from alflow.config import (
@@ -60,6 +60,7 @@ from alflow.reference.key import (
     server_variant_query,
 )
 from alflow.util.fsutil import atomic_write_bytes, file_lock, real_path, require_local_path
+from alflow.util.names import check_identifier
 from alflow.util.redact import redact_argv
 from alflow.util.yamlfile import load_yaml, validate_strict, yaml_of_bytes
 
@@ -183,6 +184,12 @@ class ReferenceEntry(StrictModel):
         None, description="The published file an imported value comes from (imported tables only)."
     )
     note: str | None = Field(None, description="Free-text remark (e.g. the source of an example value).")
+
+    @field_validator("model", "draft_model")
+    @classmethod
+    def _identifier(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """Model ids as the configuration takes them (round 17, #49: ESC and RLO passed ``reference validate``)."""
+        return None if value is None else check_identifier(value, what=str(info.field_name))
 
     @property
     def variant(self) -> Variant:

@@ -91,6 +91,27 @@ def control_characters(value: str, keep: str = "\t\n") -> list[str]:
     )
 
 
+_EMOJI_BEFORE_JOINER: Final = frozenset({"So", "Sk", "Mn"})  # a pictograph, a skin tone, a variation selector
+
+
+def _invisible(value: str, i: int) -> bool:
+    """Whether ``value[i]`` is a format character (Cf) an identifier may not hold.
+
+    All but a zero-width joiner inside an emoji sequence (``\U0001f468\u200d\U0001f4bb``), which draws one glyph;
+    between letters it hides.
+    """
+    c = value[i]
+    if unicodedata.category(c) != "Cf":
+        return False
+    joins_emoji = (
+        c == "\u200d"
+        and 0 < i < len(value) - 1
+        and unicodedata.category(value[i - 1]) in _EMOJI_BEFORE_JOINER
+        and unicodedata.category(value[i + 1]) == "So"
+    )
+    return not joins_emoji
+
+
 def check_identifier(value: str, *, what: str = "an identifier") -> str:
     """``value`` unchanged, or a one-line ``ValueError``: blank, too long, or holding control characters.
 
@@ -104,16 +125,17 @@ def check_identifier(value: str, *, what: str = "an identifier") -> str:
         raise ValueError(
             f"{what} {shown(value)} is longer than the {MAX_IDENTIFIER:,} characters an identifier may have"
         )
-    # the control characters (Unicode Cc: C0, DEL and C1), then the bidi ones, as U+XXXX names
+    # the control characters (Unicode Cc: C0, DEL and C1), then the format ones (Cf: bidi, zero-width, soft hyphen,
+    # BOM), as U+XXXX names: round 17 (#49), 'llama\u200b-70b' looked like llama-70b and started its own history
     bad = [
         *sorted({f"U+{ord(c):04X}" for c in value if unicodedata.category(c) == "Cc"}),
-        *sorted({f"U+{ord(c):04X}" for c in value if c in BIDI_CONTROLS}),
+        *sorted({f"U+{ord(c):04X}" for i, c in enumerate(value) if _invisible(value, i)}),
     ]
     if bad:
         raise ValueError(
             f"{what} {shown(value)} holds the control character(s) {', '.join(bad)}: an identifier may hold any "
-            "printable character (letters of any script, digits, punctuation, spaces) but no control or "
-            "bidirectional formatting character"
+            "printable character (letters of any script, digits, punctuation, spaces) but no control, "
+            "bidirectional formatting or invisible (zero-width, soft hyphen, BOM) character"
         )
     return value
 

@@ -107,7 +107,7 @@ def test_report_md_and_html_leave_no_raw_control(tmp_path: Path, value: str) -> 
 
 
 def test_reference_show_leaves_no_raw_control(tmp_path: Path) -> None:
-    path = reference_yaml(tmp_path / "ref.yaml", (*CONTROL, MIXED), 2.5)
+    path = reference_yaml(tmp_path / "ref.yaml", ("plain-model",), 2.5)
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     data["category"] = CONTROL[0]
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
@@ -115,8 +115,12 @@ def test_reference_show_leaves_no_raw_control(tmp_path: Path) -> None:
     assert show.exit_code == 0, show.output
     assert raw_controls(show.output) == [], raw_controls(show.output)
     assert f"Reference AL: speed-bench/{escape_controls(CONTROL[0])} (example)" in show.output
-    for name in CONTROL:  # MIXED, too long for its cell, wraps: only checked for raw controls
-        assert escape_controls(name, keep="") in show.output, name
+    # model ids take the configuration's check (round 17): refused in one line, escaped
+    refused = reference_yaml(tmp_path / "models.yaml", (*CONTROL, MIXED), 2.5)
+    show = CliRunner().invoke(app, ["reference", "show", str(refused)], env={"COLUMNS": "600"})
+    assert show.exit_code == 2, show.output
+    assert raw_controls(show.output) == [], raw_controls(show.output)
+    assert "control character(s)" in show.output
 
 
 def test_bench_summary_table_escapes_every_value(monkeypatch: pytest.MonkeyPatch) -> None:
