@@ -1297,9 +1297,10 @@ def lying_usage(box: Box) -> Verdict:
 
 
 def unicode_and_controls(box: Box) -> Verdict:
-    """Names in Japanese run and report (item 2), a bidi override is refused; control characters never reach output raw
-    (item 7): in a server label through M2's reports and ``alflow report``, a reference table's model name through
-    ``reference show``, a served model name through ``alflow bench``'s table."""
+    """Names in Japanese run and report (item 2), a bidi override or a zero-width space is refused; control characters
+    never reach output raw (item 7): in a server label through M2's reports and ``alflow report``, a reference table's
+    model name through ``reference show`` (refused in one line since round 17), a served model name through
+    ``alflow bench``'s table."""
     cases: list[Case] = []
 
     def case(name: str, ran: Ran, ok: bool, kind: str = "accepted") -> None:
@@ -1312,7 +1313,20 @@ def unicode_and_controls(box: Box) -> Verdict:
     case(
         "m2 with a bidi override in its model id", ran, ran.code == 2 and len(ran.error_lines()) == 1, "clear"
     )
-    name = "\u30e9\u30de-70B \u200bzero-width"  # Japanese letters and a zero-width space
+    hidden = m2_config(box, concurrencies=[2], prompts_per_concurrency=2, warmup_per_concurrency=0)
+    hidden["model"]["id"] = hidden["server"]["model"] = (
+        "\u30e9\u30de-70B \u200bzero-width"  # looks like another
+    )
+    ran = box.alflow(
+        "run", "m2", "--config", str(box.config("m2-zero-width.yaml", hidden))
+    )  # refused (round 17)
+    case(
+        "m2 with a zero-width space in its model id",
+        ran,
+        ran.code == 2 and len(ran.error_lines()) == 1,
+        "clear",
+    )
+    name = "\u30e9\u30de-70B \u65e5\u672c"  # Japanese letters
     config = m2_config(box, concurrencies=[2], prompts_per_concurrency=2, warmup_per_concurrency=0)
     config["model"]["id"] = name
     config["server"]["model"] = name
@@ -1322,7 +1336,7 @@ def unicode_and_controls(box: Box) -> Verdict:
     complete = bool(runs) and manifest(runs[-1]).get("status") == "complete"
     written = bool(runs) and all((runs[-1] / f).is_file() for f in ("report.md", "report.html"))
     case(
-        "m2 with a Japanese, zero-width model id and a control-character label",
+        "m2 with a Japanese model id and a control-character label",
         ran,
         ran.code == 0 and complete and written,
     )
@@ -1335,8 +1349,13 @@ def unicode_and_controls(box: Box) -> Verdict:
         text.replace("model: DeepSeek-V4", 'model: "Deep\\e[2J\\e]0;pwned\\aSeek\\x9b31m-V4\\x7f"'),
         encoding="utf-8",
     )
-    shown = box.alflow("reference", "show", str(table))
-    case("reference show of control-character model names", shown, shown.code == 0)
+    shown = box.alflow("reference", "show", str(table))  # model ids take the configuration's check (round 17)
+    case(
+        "reference show of control-character model names",
+        shown,
+        shown.code == 2 and len(shown.error_lines()) == 1,
+        "clear",
+    )
     port = free_port()
     sim = start_sim(box, FAST_SIM, port=port)
     ran = box.alflow(

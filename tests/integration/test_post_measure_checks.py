@@ -19,7 +19,7 @@ from tests.integration.sim_runs import flow_run_of, quick_m2, run_artifacts
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("prefect_harness")]
 
-NAME = "日本語モデル/\u200bテスト-8B"  # Japanese letters and a zero-width space (a bidi override is refused)
+NAME = "日本語モデル/テスト-8B"  # Japanese letters (a zero-width space or a bidi override is refused)
 MODEL = ModelSpec(id=NAME, sampling_thinking_off=SamplingParams(temperature=0.0, max_tokens=32))
 SERVER = server_config(framework="sim", model=NAME, extra_args=("--time-scale", "0", "--seed", "5"))
 
@@ -42,7 +42,6 @@ def test_m2_with_a_japanese_model_id_completes_and_writes_report_html(tmp_path: 
     assert any(k.startswith("m2-") and k.endswith("-html") for k in keys), keys
     for key in keys:
         assert key.isascii(), key  # keys and the run name are derived, never the raw id
-        assert "\u200b" not in key
 
 
 def test_m0_under_a_regular_file_is_refused_before_a_server_starts(tmp_path: Path) -> None:
