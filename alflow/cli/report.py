@@ -43,7 +43,9 @@ from alflow.reports.exports import al_matrix, al_matrix_csv, inferencex_rows, ro
 from alflow.reports.markdown import escape_controls
 from alflow.reports.matrix import METRICS, build_matrix, matrix_csv, matrix_json, matrix_table
 from alflow.reports.render import render_comparison, render_run, write_html_report
+from alflow.results.point_table import POINT_FLOWS
 from alflow.results.store import StoredRun, StoreError, check_results_root, iter_runs, open_run
+from alflow.results.view import m2_points
 from alflow.util import jsonutil
 from alflow.util.fsutil import STORE_URLS, foreign_url
 from alflow.util.names import check_output_file, shown
@@ -110,12 +112,28 @@ def _open(run_dir: str, *, strict: bool) -> StoredRun:
             f"path or an {STORE_URLS} URL"
         )
     run = open_run(run_dir)
+    if (
+        run.manifest.flow in POINT_FLOWS
+    ):  # its points are the report: never rendered without them, nor as "none"
+        m2_points(run)
     problems = run.damaged_tables()
     if problems and strict:
         raise StoreError(f"{problems[0]} (this output needs every table of the run)")
     for problem in problems:
         warn(f"{problem}; the report is rendered without it")
     return run
+
+
+def _points_read(run: StoredRun, skipped: list[str]) -> bool:
+    """Whether the run's M2 points read (none to read: True); else its reason is added to ``skipped``."""
+    if run.manifest.flow not in POINT_FLOWS:
+        return True
+    try:
+        m2_points(run)
+    except StoreError as exc:
+        skipped.append(str(exc))
+        return False
+    return True
 
 
 def _no_traceback(fn: Callable[P, R]) -> Callable[P, R]:
@@ -246,7 +264,7 @@ def compare(
     if root is not None:
         root = check_results_root(root, name="--root")  # as `alflow results serve` takes
         skipped: list[str] = []
-        runs += [r for r in iter_runs(root, flow, skipped) if r.complete]
+        runs += [r for r in iter_runs(root, flow, skipped) if r.complete and _points_read(r, skipped)]
         if skipped:  # said, not dropped in silence
             warn(
                 f"{len(skipped)} run folder(s) under {root} could not be read and are left out; the first: {skipped[0]}"

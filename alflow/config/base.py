@@ -153,6 +153,10 @@ MAX_PARALLEL = 4_096
 """One parallel dimension (TP, PP, DP, EP) of one server: the largest deployments published use EP 320 over
 40 nodes (DeepSeek's); 4 Ki ranks is ten times that."""
 
+MAX_REPEATS = 100
+"""Repeats of one M2 point (``BenchmarkParams.repeats``): each is its own warm-up and window; vLLM's K choice asks
+for 3, and a hundred windows per point is already days of a server."""
+
 MAX_NODES = 4_096
 """Nodes of one server or role (and instances of a disaggregated role): 32 Ki GPUs at 8 per node."""
 

@@ -12,6 +12,7 @@ from alflow.config.base import (
     MAX_CONCURRENCY,
     MAX_PER_CONCURRENCY,
     MAX_PROMPTS,
+    MAX_REPEATS,
     StrictModel,
     check_local_path,
     check_unique,
@@ -282,7 +283,7 @@ class BenchmarkParams(StrictModel):
     repeats: int = Field(
         1,
         ge=1,
-        le=100,
+        le=MAX_REPEATS,
         description=(
             "Measure each concurrency this many times on the same server, each repeat its own warm-up and window "
             "with its own prompts, stored as its own point (repeat 0..N-1). The sweep chooses K by the median "

@@ -46,6 +46,7 @@ import orjson
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.metrics.point_metrics import POINT_METRICS
 from alflow.results import view
+from alflow.results.point_table import POINT_FLOWS
 from alflow.results.regression import parse_report
 from alflow.results.rows import M2Point
 from alflow.results.series import SeriesKey, split_image, target_text
@@ -62,10 +63,11 @@ VERDICT_ORDER: Final = ("regressed", "moved", "improved", "unchanged", "not enou
 left its interval, :mod:`alflow.results.regression`; ``not compared``: a point that could not be judged)."""
 RUN_DIR: Final = re.compile(r"^(\d{8}T\d{6}Z)-[A-Za-z0-9][A-Za-z0-9_.-]*$")
 """A run directory's name: ``<YYYYmmddTHHMMSSZ>-<run id>`` (:class:`alflow.results.store.RunWriter`)."""
-CACHE_VERSION: Final = 7
+CACHE_VERSION: Final = 8
 """2: series keys hold the target AL and the scheme; 3: and the workload; 4: starts in UTC, impossible ones unreadable;
 5: a regression.json that is no regression report is the entry's problem; 6: and no verdict of it; an identifier
-longer than 1,024 characters is unreadable; 7: a reference report's verdicts are judged again from their ALs."""
+longer than 1,024 characters is unreadable; 7: a reference report's verdicts are judged again from their ALs; 8: points
+alflow never wrote (K=0, a negative throughput, a point twice: :mod:`alflow.results.point_table`) are unreadable."""
 READ_THREADS: Final = 4
 """Threads that read runs at once on a cold start (parquet decoding runs outside the GIL)."""
 _GOOD_CLIENT: Final = "client-bound"
@@ -312,7 +314,9 @@ def read_entry(rel: str, run_dir: str) -> CatalogEntry:
 def _read_entry(rel: str, run_dir: str) -> CatalogEntry:
     run = open_run(run_dir)
     summary = view.summary(run)
-    points = tuple(view.m2_points(run)) if run.manifest.flow == "m2" else ()
+    # points alflow never wrote raise (the run is unreadable); a sweep's are its M2 children's, trended there
+    points = tuple(view.m2_points(run)) if run.manifest.flow in POINT_FLOWS else ()
+    points = points if run.manifest.flow == "m2" else ()
     img, _digest = view.image(run)
     regression, problem = _regression(run)
     verdict, per_series = read_verdicts(regression)

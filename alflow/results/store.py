@@ -36,10 +36,12 @@ from uuid import uuid4
 
 import fsspec
 import polars as pl
+from polars.datatypes import DataTypeClass
 from pydantic import ValidationError
 
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.results.manifest import SCHEMA_VERSION, FileEntry, RunManifest, RunProvenance, Status
+from alflow.results.point_table import POINT_FLOWS, checked_point_table
 from alflow.util.fsutil import (
     STORE_URLS,
     atomic_write_bytes,
@@ -459,7 +461,7 @@ class StoredRun:
             ) from None
         if frame is None:
             raise StoreError(f"{path}: schema version {version!r}, this alflow reads {SCHEMA_VERSION}")
-        return _checked(path, frame, name)
+        return _checked(path, frame, name, self.manifest.flow)
 
     def damaged_tables(self) -> list[str]:
         """One line per parquet table the manifest lists that cannot be read: the file and what is wrong.
@@ -485,30 +487,72 @@ class StoredRun:
         return self._json[name]
 
 
-def _kind(dtype: pl.DataType) -> str:
-    if dtype.is_numeric() or dtype == pl.Boolean:
-        return "number"
-    if dtype in (pl.String, pl.Categorical):
-        return "text"
-    return "list" if isinstance(dtype, pl.List | pl.Array) else str(dtype)
+def _checked(path: str, frame: pl.DataFrame, name: str, flow: str) -> pl.DataFrame:
+    """``frame`` as alflow wrote it, or one line naming ``path``, the column and what alflow writes there.
 
-
-def _checked(path: str, frame: pl.DataFrame, name: str) -> pl.DataFrame:
-    """The requests table with every column alflow writes, one it lacks as nulls (as older runs are read).
-
-    One line when a column is not of the kind alflow writes (numbers, text, lists): stamps stored as text once made
-    every report and regression check of the root fail, a table without ``chunk_ns`` every page of its run.
+    The requests table (:func:`_checked_records`) and an M2 or sweep run's points table
+    (:func:`alflow.results.point_table.checked_point_table`: kinds, bounds, one row per point) are checked; the
+    other tables are read as they are.
     """
-    if name != "requests":
-        return frame
+    if name == "requests":
+        return _checked_records(path, frame)
+    if name == "spec_stats" and flow in POINT_FLOWS:
+        try:
+            return checked_point_table(path, frame)
+        except AlflowError as exc:
+            raise StoreError(str(exc)) from None
+    return frame
+
+
+def _record_dtype_fits(got: DataTypeClass | pl.DataType, expected: DataTypeClass | pl.DataType) -> bool:
+    """Whether a stored column of ``got`` reads as alflow's ``expected`` without loss (Int32 as Int64: yes)."""
+    if got in (expected, pl.Null):
+        return True
+    if isinstance(expected, pl.List):
+        return isinstance(got, pl.List) and _record_dtype_fits(got.inner, expected.inner)
+    if expected.is_integer():
+        return got.is_integer()  # a value beyond the expected width fails the cast, named then
+    return False  # Boolean, String: exactly (a warmup of integers, a start of booleans is no record alflow wrote)
+
+
+_RECORD_TAGS: Final = ("concurrency", "repeat")
+"""Columns an M2 run adds to its requests (the point each request belongs to)."""
+
+
+def _checked_records(path: str, frame: pl.DataFrame) -> pl.DataFrame:
+    """The requests table with every column alflow writes, of alflow's type, one it lacks as nulls (older runs).
+
+    One line naming the file and the column when a column is not of the type alflow writes: stamps stored as text once
+    made every report and regression check of the root fail, a ``warmup`` of integers or a ``start_ns`` of booleans
+    failed inside polars ("filter predicate must be of type Boolean") without naming either. An integer column of
+    another width is read as alflow's (Int32 stamps as Int64), a value it cannot hold is refused.
+    """
     from alflow.loadgen.frames import RECORD_SCHEMA, with_record_columns
 
+    casts = []
     for column, expected in RECORD_SCHEMA.items():
         got = frame.schema.get(column)
-        if got is not None and got != pl.Null and _kind(got) != _kind(expected):
+        if got is None or got == expected:
+            continue
+        if not _record_dtype_fits(got, expected):
             raise StoreError(
                 f"{path}: column {column} holds {got}, alflow writes {expected}: not as alflow wrote it"
             )
+        casts.append(pl.col(column).cast(expected, strict=True))
+    for column in _RECORD_TAGS:  # an M2 run's tags of each request's point: read by the regression judge
+        got = frame.schema.get(column)
+        if got is not None and got != pl.Null and not got.is_integer():
+            raise StoreError(
+                f"{path}: column {column} holds {got}, alflow writes an integer: not as alflow wrote it"
+            )
+    if casts:
+        try:
+            frame = frame.with_columns(casts)
+        except pl.exceptions.PolarsError:
+            names = ", ".join(c.meta.output_name() for c in casts)
+            raise StoreError(
+                f"{path}: column(s) {names} hold integers beyond what alflow writes there: not as alflow wrote it"
+            ) from None
     return with_record_columns(frame)
 
 

@@ -26,6 +26,7 @@ from alflow.gates import Verdict
 from alflow.measure import RequestAcceptance, request_acceptance, stored_acceptance
 from alflow.metrics.client import per_request
 from alflow.reference.table import ReferenceEntry, upgrade_entry_v1
+from alflow.results.point_table import MAX_POINTS, PointTableError, checked_points
 from alflow.results.regression import REGRESSION_FILE, RegressionReport, parse_report
 from alflow.results.rows import M2Point
 from alflow.results.store import StoredRun, StoreError
@@ -196,30 +197,23 @@ def _non_default(value: object) -> object:
     return None if default else value
 
 
-MAX_POINTS = 10_000
-"""The most M2 points a run is read with (concurrencies x repeats: a sweep of 64 x 100 stays under it)."""
-
-
 def m2_points(run: StoredRun) -> list[M2Point]:
-    """The M2 points (one per concurrency): ``spec_stats.parquet``, else the summary's points.
+    """The M2 points (one per concurrency and repeat): ``spec_stats.parquet``, else the summary's points.
 
-    A row that is not a point (it lacks its concurrency, K or target, or a field holds what it cannot) is left out.
+    Both go through the one check of points (:mod:`alflow.results.point_table`): a table that cannot be read or holds
+    what alflow never writes (K=0, a negative throughput, the same point twice, a column of another type) raises a
+    :class:`StoreError` naming it, never "no points". A summary's row that is not a point (it lacks its concurrency,
+    K or target) is left out, as before; one out of bounds is an error too.
     """
-    frame = table_or_none(run, "spec_stats")
-    rows: list[Mapping[str, Any]]
-    if frame is not None and frame.height:
-        rows = list(frame.head(MAX_POINTS + 1).iter_rows(named=True))
-    else:
-        rows = [p for p in (summary(run).get("points") or [])[: MAX_POINTS + 1] if isinstance(p, Mapping)]
-    if len(rows) > MAX_POINTS:  # a million rows held a whole root's refresh for a minute: no run alflow wrote
-        raise StoreError(f"{run.dir}: more than {MAX_POINTS:,} points, not read (a run measures a few dozen)")
-    points = []
-    for row in rows:
-        try:
-            points.append(M2Point.model_validate(row))
-        except ValidationError:
-            continue
-    return points
+    try:
+        if run.has("spec_stats.parquet"):
+            frame = run.table("spec_stats")  # its columns and rows checked as it is read (StoredRun.table)
+            return checked_points(f"{run.dir}/spec_stats.parquet", list(frame.iter_rows(named=True)))
+        raw = summary(run).get("points") or []
+        rows = [p for p in raw[: MAX_POINTS + 1] if isinstance(p, Mapping)] if isinstance(raw, list) else []
+        return checked_points(f"{run.dir}/summary.json points", rows, strict=False)
+    except PointTableError as exc:
+        raise StoreError(str(exc)) from None
 
 
 def m0_entries(run: StoredRun) -> tuple[list[ReferenceEntry], list[str]]:

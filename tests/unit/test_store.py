@@ -21,9 +21,9 @@ def _spec(al: float) -> pl.DataFrame:
 
 def test_layout_manifest_and_round_trip(tmp_path: Path) -> None:
     started = datetime(2026, 11, 30, 5, 0, 0, tzinfo=UTC)
-    with store.RunWriter(
+    with store.RunWriter(  # M1's spec_stats: its statistics (M2's is a table of points, checked as points)
         tmp_path,
-        "m2",
+        "m1",
         run_id="abc123",
         config={"k": 3},
         provenance={"image": "x"},
@@ -33,7 +33,7 @@ def test_layout_manifest_and_round_trip(tmp_path: Path) -> None:
         run.write_table("spec_stats", _spec(2.5))
         run.write_summary({"al": 2.5})
         run.update_provenance(image_digest="sha256:1")
-    assert run.dir == str(tmp_path / "m2" / "20261130T050000Z-abc123")
+    assert run.dir == str(tmp_path / "m1" / "20261130T050000Z-abc123")
     stored = store.open_run(run.dir)
     assert stored.status == "complete"
     assert stored.manifest.simulated is True
@@ -109,7 +109,7 @@ def test_refuses_to_overwrite_and_bad_names(tmp_path: Path) -> None:
 
 def test_url_root_through_fsspec() -> None:
     root = "memory://alflow-test-results"
-    with store.RunWriter(root, "m2", run_id="mem1") as run:
+    with store.RunWriter(root, "m1", run_id="mem1") as run:
         run.write_table("spec_stats", _spec(3.1))
         run.write_summary({"ok": True})
     assert run.dir.startswith("memory://")
