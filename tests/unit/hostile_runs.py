@@ -121,6 +121,48 @@ def _text_column(run: Path, rng: random.Random) -> None:
     frame.with_columns(pl.col(column).cast(pl.String)).write_parquet(path, metadata=metadata)
 
 
+def _rewrite_table(run: Path, name: str, change: Callable[[Any], Any]) -> None:
+    """``run/name`` (a parquet table) rewritten by ``change``, its schema version kept (left alone when unreadable)."""
+    import polars as pl
+
+    path = run / name
+    try:
+        metadata, frame = pl.read_parquet_metadata(path), pl.read_parquet(path)
+    except Exception:  # an earlier breaker made it something else
+        return
+    change(frame).write_parquet(path, metadata=metadata)
+
+
+def _impossible_points(run: Path, rng: random.Random) -> None:
+    """``spec_stats.parquet`` holding what alflow never writes (hostile round 17, F3: shown valid, passed, trended)."""
+    import polars as pl
+
+    shapes: tuple[Callable[[pl.DataFrame], pl.DataFrame], ...] = (
+        lambda f: f.with_columns(pl.lit(0).alias("k")),
+        lambda f: f.with_columns(pl.lit(-4).alias("concurrency")),
+        lambda f: f.with_columns(pl.lit(2**62).alias("concurrency")),
+        lambda f: f.with_columns(pl.lit(-1e300).alias("output_throughput_per_gpu")),
+        lambda f: f.with_columns(pl.lit(-5.0).alias("median_tpot_ms")),
+        lambda f: f.with_columns(pl.lit(99.0).alias("achieved_al")),
+        lambda f: pl.concat([f, f]),
+        lambda f: f.with_columns(pl.lit(7).alias("valid")),
+        lambda f: f.with_columns(pl.struct(a=pl.lit(1)).alias("achieved_al")),
+    )
+    _rewrite_table(run, "spec_stats.parquet", rng.choice(shapes))
+
+
+def _wrong_type_records(run: Path, rng: random.Random) -> None:
+    """A ``requests.parquet`` column of the right kind, the wrong type (round 17, M4: failed inside polars)."""
+    import polars as pl
+
+    shapes: tuple[Callable[[pl.DataFrame], pl.DataFrame], ...] = (
+        lambda f: f.with_columns(pl.col("warmup").cast(pl.Int32)),
+        lambda f: f.with_columns((pl.col("start_ns") > 0).alias("start_ns")),
+        lambda f: f.with_columns(pl.col("chunk_ns").list.eval(pl.element() > 0)),
+    )
+    _rewrite_table(run, "requests.parquet", rng.choice(shapes))
+
+
 def _listed_out_of_root(run: Path, rng: random.Random) -> None:
     """A file the manifest lists made a symlink out of the root (hostile round 6: the index said nothing)."""
     name = rng.choice(("requests.parquet", "server_metrics.parquet", "summary.json"))
@@ -130,7 +172,7 @@ def _listed_out_of_root(run: Path, rng: random.Random) -> None:
 
 BREAKERS: tuple[Breaker, ...] = (
     _mutate_manifest, _mutate_summary, _mutate_point, _deep, _not_json, _fifo, _device, _garbage_table, _text_column,
-    _listed_out_of_root,
+    _listed_out_of_root, _impossible_points, _wrong_type_records,
 )  # fmt: skip
 
 

@@ -13,6 +13,7 @@ import pytest
 from alflow.config.regression import RegressionSettings
 from alflow.methods.regression import judge_run
 from alflow.results.catalog import Catalog
+from alflow.results.point_table import point_problem
 from alflow.results.store import open_run
 from tests.unit.hostile_runs import hostile_root, unblock_fifos
 from tests.unit.test_site import M1, M2, serving
@@ -41,6 +42,9 @@ def test_the_catalogue_takes_every_hostile_folder_without_raising(tmp_path: Path
             entry = listed[rel]
             assert entry.status != "unreadable" or entry.problem, rel  # an unreadable entry says why
             assert str(root) not in (entry.problem or ""), rel  # named by its rel, not the server's path
+            assert all(point_problem(p) is None for p in entry.points), (
+                rel
+            )  # round 17: never an impossible point
         assert listed["m2/20261399T250000Z-baddate"].status == "unreadable"
         assert listed[M2].status == "complete"  # the good runs are still read
     finally:
