@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shlex
 import stat
@@ -273,6 +274,17 @@ def _nesting(data: object) -> int:
     return deepest
 
 
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:40]} is infinity as a float")
+    return value
+
+
 def json_data_of(text: str) -> dict[str, Any]:
     """``--json-data`` as the block's ``json_data``, or one line naming the option (:class:`InvalidInputError`).
 
@@ -280,8 +292,8 @@ def json_data_of(text: str) -> dict[str, Any]:
     :data:`PLACEHOLDERS` (Prefect's block refuses any other with a ``KeyError`` when it is made).
     """
     too_deep = f"--json-data: nested too deep (at most {MAX_DEPTH} levels of objects and arrays)"
-    try:
-        data = json.loads(text)
+    try:  # NaN, Infinity and 1e999 (a float's infinity) are no JSON a chat API takes (round 17, #49)
+        data = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
     except RecursionError:  # the C decoder's own limit, far past ours
         raise InvalidInputError(too_deep) from None
     except ValueError as exc:

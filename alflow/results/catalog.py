@@ -456,6 +456,13 @@ def _possible_start(rel: str, iso: str, finished: str | None) -> str:
 
     One before :data:`EARLIEST`, a day ahead or after the run's end is no run's.
     """
+    try:
+        datetime.fromisoformat(iso)
+    except (
+        TypeError,
+        ValueError,
+    ):  # a leap second's :60, a month 13: no time at all, rather than an impossible one
+        raise AlflowError(f"{rel}: its manifest's start {iso[:40]!r} is no ISO 8601 date and time") from None
     when = _ts(iso)
     if not EARLIEST <= when <= time.time() + 86_400:
         raise AlflowError(
