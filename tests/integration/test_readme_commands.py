@@ -151,6 +151,11 @@ COVERAGE: dict[str, Coverage] = {
         "the same benchmark measuring another commit's alflow beside this checkout's over one store (several "
         "minutes); prints a table, not a test. Its --help runs here and names every option of the line",
     ),
+    ".venv/bin/python benchmarks/site_latency.py --runs 10000 --requests 20 --peer 11bbe4f --rounds 2": Coverage(
+        How.HELP,
+        "the same benchmark against the commit before rounds 16 and 17 (several minutes); prints a table, not a "
+        "test. Its --help runs here and names every option of the line",
+    ),
     ".venv/bin/python benchmarks/site_files.py --mib 256 --repeats 3": Coverage(
         How.HELP,
         "a benchmark that serves two 256 MiB files through `alflow results serve` and reads the server's peak "
