@@ -37,7 +37,7 @@ import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
@@ -46,6 +46,7 @@ import orjson
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.metrics.point_metrics import POINT_METRICS
 from alflow.results import view
+from alflow.results.catalog_dates import EARLIEST, possible_start, timestamp_of
 from alflow.results.point_table import POINT_FLOWS
 from alflow.results.regression import parse_report
 from alflow.results.rows import M2Point
@@ -326,7 +327,7 @@ def _read_entry(rel: str, run_dir: str) -> CatalogEntry:
         flow=run.manifest.flow,
         run_id=run.manifest.run_id,
         flow_run_id=run.manifest.provenance.flow_run_id,
-        started=_possible_start(rel, run.manifest.started, run.manifest.finished),
+        started=possible_start(rel, run.manifest.started, run.manifest.finished),
         finished=run.manifest.finished,
         status=run.status,
         outcome=outcome_of(run, summary, points),
@@ -442,38 +443,6 @@ def _stat(path: str) -> tuple[int, int] | None:
     return (st.st_mtime_ns, st.st_size)
 
 
-def _ts(iso: str) -> float:
-    """Seconds since the epoch of an ISO 8601 time (naive: UTC); 0 when it does not parse."""
-    try:
-        when = datetime.fromisoformat(iso)
-    except (TypeError, ValueError):
-        return 0.0
-    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
-
-
-def _possible_start(rel: str, iso: str, finished: str | None) -> str:
-    """A run's start in UTC (naive: UTC), as sorted and shown.
-
-    One before :data:`EARLIEST`, a day ahead or after the run's end is no run's.
-    """
-    try:
-        datetime.fromisoformat(iso)
-    except (
-        TypeError,
-        ValueError,
-    ):  # a leap second's :60, a month 13: no time at all, rather than an impossible one
-        raise AlflowError(f"{rel}: its manifest's start {iso[:40]!r} is no ISO 8601 date and time") from None
-    when = _ts(iso)
-    if not EARLIEST <= when <= time.time() + 86_400:
-        raise AlflowError(
-            f"{rel}: its manifest's start {iso[:40]!r} is impossible (before 2024 or in the future)"
-        )
-    if finished is not None and _ts(finished) < when:
-        raise AlflowError(f"{rel}: its manifest's end {finished[:40]!r} is before its start {iso[:40]!r}")
-    parsed = datetime.fromisoformat(iso)
-    return iso if parsed.utcoffset() in (None, timedelta(0)) else parsed.astimezone(UTC).isoformat()
-
-
 # --------------------------------------------------------------------------------------------
 # The catalogue
 
@@ -489,10 +458,6 @@ class _State:
     """Every point of each series with its run's start (epoch seconds), newest first."""
 
 
-EARLIEST: Final = datetime(2024, 1, 1, tzinfo=UTC).timestamp()
-"""No run of alflow started before this: an earlier start (the epoch...) is a damaged manifest, not history."""
-
-
 def _good(entry: CatalogEntry, point: M2Point) -> bool:
     """A point history may use: run complete, point valid, not partial nor client-bound, its AL in [1, K+1].
 
@@ -501,8 +466,8 @@ def _good(entry: CatalogEntry, point: M2Point) -> bool:
     al = point.achieved_al  # a "valid" point of AL 99 or NaN is damaged, not history
     if al is not None and not (math.isfinite(al) and 1.0 <= al <= point.k + 1):
         return False
-    started = _ts(entry.started)
-    if started < EARLIEST or (entry.finished is not None and _ts(entry.finished) < started):
+    started = timestamp_of(entry.started)
+    if started < EARLIEST or (entry.finished is not None and timestamp_of(entry.finished) < started):
         return False
     if point.completed is not None and point.completed <= 0:
         return False
@@ -511,7 +476,7 @@ def _good(entry: CatalogEntry, point: M2Point) -> bool:
 
 
 def _build_state(by_rel: dict[str, CatalogEntry], signatures: dict[str, Signature]) -> _State:
-    stamps = {rel: _ts(e.started) for rel, e in by_rel.items()}
+    stamps = {rel: timestamp_of(e.started) for rel, e in by_rel.items()}
     ordered = tuple(sorted(by_rel.values(), key=lambda e: (stamps[e.rel], e.rel), reverse=True))
     points: dict[SeriesKey, list[tuple[float, CatalogEntry, M2Point]]] = {}
     for entry in ordered:  # newest first, so every series' list is too
@@ -618,7 +583,7 @@ class Catalog:
         Copies of a run (its run id in several folders, or its measurement under another run id: the same start,
         end and points) count once, and not at all when they copy the judged run.
         """
-        limit = _ts(before)
+        limit = timestamp_of(before)
         if not limit and not before.startswith("1970-01-01"):
             raise InvalidInputError(
                 f"before {before!r:.60}: not an ISO 8601 time (e.g. 2026-01-31T00:00:00+00:00)"
