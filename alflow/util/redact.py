@@ -385,16 +385,32 @@ def _cut(data: bytes | bytearray, *, fresh: bool = True) -> int:
     ``Bearer`` at the end of one part and its token at the start of the next were each left as they were.
     Linear in ``data`` (its last fresh line found in it reversed).
     """
-    begin, closing = data.rfind(b"-----BEGIN "), data.rfind(b"-----END ")
-    closed = (
-        data.find(b"\n", closing) if closing > begin >= 0 else -1
-    )  # the last key block's end line read whole
+    begin, closing = _key_block_begin(data), data.rfind(b"-----END ")
+    closed = data.find(b"\n", closing) if closing > begin >= 0 else -1  # its end line read whole
     end = begin if begin >= 0 and closed < 0 else len(data)  # an open block's first byte may start a part
     if not fresh:
         cut = data.rfind(b"\n", 0, end) + 1
         return cut if not begin < cut <= closed else data.rfind(b"\n", 0, begin) + 1
     cut = _last_fresh(data[: end + 1])
     return cut if not begin < cut <= closed else _last_fresh(data[: begin + 1])  # never inside the block
+
+
+_KEY_BLOCK: Final = re.compile(rb"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY")
+_KEY_BLOCK_READ: Final = 65_536 + 128
+"""How far past its BEGIN line the key rule reads a block (:mod:`alflow.util.free_text`'s 64 KiB body)."""
+
+
+def _key_block_begin(data: bytes | bytearray) -> int:
+    """Where the last private key block begins if the key rule could still read on into the next part, else -1.
+
+    Only a private key's armour (a certificate, a public key, a log line naming ``-----BEGIN`` are not secrets), and
+    only within the rule's reach: a BEGIN without END stopped every later cut, and 8 MiB later the site cut the
+    download (round 17 review).
+    """
+    begin = data.rfind(b"-----BEGIN ")
+    if begin < 0 or len(data) - begin > _KEY_BLOCK_READ or not _KEY_BLOCK.match(data, begin):
+        return -1
+    return begin
 
 
 def _last_fresh(region: bytes | bytearray) -> int:

@@ -79,3 +79,20 @@ def test_finding_a_cut_is_linear(line: bytes) -> None:
             _streamed(text)
         times.append(time.perf_counter() - start)
     assert times[1] < 3 * times[0] + 0.2, times
+
+
+@pytest.mark.parametrize(
+    "line",
+    [b"log: -----BEGIN CERTIFICATE----- (truncated)\n", b"-----BEGIN PUBLIC KEY-----\n", b"a -----BEGIN x\n"],
+)
+def test_an_armour_that_is_no_private_key_never_stops_the_cuts(line: bytes) -> None:
+    """Review of round 17: any ``-----BEGIN`` without an END held every later line, and past 8 MiB the site cut the
+    download; only a private key's block holds the cut, and only as far as the key rule reads."""
+    text = line + b"ordinary line\n" * 700_000  # 9.8 MB
+    assert _streamed(text) == text
+
+
+def test_a_private_key_block_holds_the_cut_only_as_far_as_the_key_rule_reads() -> None:
+    text = b"x\n-----BEGIN RSA PRIVATE KEY-----\n" + b"MIIEaaaa\n" * 20_000 + b"ordinary\n" * 1_000_000
+    whole = redact_urls_in_text(text.decode()).encode()
+    assert _streamed(text) == whole  # 180 kB of block: the rule redacts its first 64 KiB, in parts as whole
