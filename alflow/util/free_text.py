@@ -264,7 +264,7 @@ def _xml_element(m: re.Match[str]) -> str:
 
 
 _BARE_USERINFO: Final = re.compile(
-    r"(?<![A-Za-z0-9._~%/:@-])([A-Za-z0-9._~%-]{1,64}):([^\s@/:'\"<>`]{1,256})@(?=[A-Za-z0-9]|\[[0-9A-Fa-f:])"
+    r"(?<![A-Za-z0-9._~%/:@-])([A-Za-z0-9._~%-]{1,64}):([^\s@/:'\"<>`]{1,256})@(?=[A-Za-z0-9]|\[[0-9A-Fa-f]{0,4}:[0-9A-Fa-f:.]{1,45}(?:%[A-Za-z0-9._~-]{1,32})?\])"
 )
 """``user:password@host`` without a scheme (a proxy's setting in a log: ``user:pw@proxy:8080``, an IPv6 literal's
 ``user:pw@[::1]:8000``): the password."""

@@ -230,3 +230,13 @@ def test_r16_a_streamed_near_miss_stays_linear(unit: str) -> None:
     one, two = timed(1 << 20), timed(2 << 20)
     assert two < 2.0, (one, two)
     assert two < 3 * one + 0.05, (one, two)
+
+
+@pytest.mark.parametrize("text", ["see ratio 3:4@[1]", "a:b@[x]", "note 1:2@[abc]"])
+def test_r16_bare_userinfo_before_a_bracket_that_is_no_ipv6_literal_stays(text: str) -> None:
+    """Review of round 17: ``3:4@[1]`` was taken for ``user:password@[IPv6]``."""
+    assert redact_urls_in_text(text) == text
+
+
+def test_r16_bare_userinfo_before_an_ipv6_literal_with_a_zone_is_redacted() -> None:
+    assert redact_urls_in_text("u:R16ZONEPW@[fe80::1%eth0]:80") == "u:***@[fe80::1%eth0]:80"
