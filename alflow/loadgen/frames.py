@@ -39,7 +39,9 @@ Frames stored before a column existed lack it: :func:`read_records` adds the mis
 
 from __future__ import annotations
 
-import io
+import errno
+import os
+import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -48,7 +50,6 @@ from typing import Final
 import polars as pl
 
 from alflow.loadgen.records import RequestRecord
-from alflow.util.fsutil import atomic_write_bytes
 
 _DTYPES: Final[dict[str, pl.DataType]] = {
     "int": pl.Int64(),
@@ -74,13 +75,22 @@ def records_frame(records: Iterable[RequestRecord]) -> pl.DataFrame:
 def write_records(path: str | Path, records: Sequence[RequestRecord] | pl.DataFrame) -> Path:
     """Write records as parquet (the directory is created), whole or not at all; returns the path.
 
-    Made in memory, then written atomically: a full disk gave polars' own ``ComputeError`` traceback and left an
-    empty ``records.parquet`` that looked like output (round 17, #49); now it is an ``OSError`` and no file.
+    Written to a temporary file beside it, then renamed over it: a full disk gave polars' own ``ComputeError``
+    traceback and left an empty ``records.parquet`` that looked like output (round 17, #49); now it is an
+    ``OSError`` and no file. Never held whole in memory as bytes (a large run's records are hundreds of MB).
     """
     frame = records if isinstance(records, pl.DataFrame) else records_frame(records)
-    buf = io.BytesIO()
-    frame.write_parquet(buf)
-    return atomic_write_bytes(path, buf.getvalue())
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        frame.write_parquet(tmp)
+        tmp.replace(target)
+    except pl.exceptions.ComputeError as exc:  # polars' wrapping of the file system's error
+        raise OSError(errno.EIO, " ".join(str(exc).split())[:300]) from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
 
 
 def with_record_columns(frame: pl.DataFrame) -> pl.DataFrame:
