@@ -179,6 +179,7 @@ def test_f4_tolerant_output_makes_the_cli_helpers_unable_to_raise(monkeypatch: p
     raw = io.BytesIO()
     stream = io.TextIOWrapper(raw, encoding="ascii", write_through=True)
     monkeypatch.setattr("sys.stdout", stream)
+    monkeypatch.setattr("sys.stderr", io.TextIOWrapper(io.BytesIO(), encoding="utf-8"))  # never pytest's own
     with pytest.raises(UnicodeEncodeError):
         stream.write("é")
     tolerant_output()
