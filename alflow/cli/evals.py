@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import time
+import unicodedata
 from pathlib import Path
 from typing import Annotated
 
@@ -33,7 +34,7 @@ from alflow.evals.thresholds import check_threshold, load_thresholds
 from alflow.gates import Verdict, accuracy_gate
 from alflow.loadgen.spec import DEFAULT_STALL_TIMEOUT_S
 from alflow.util import jsonutil
-from alflow.util.names import check_identifier, control_characters, shown
+from alflow.util.names import BIDI_CONTROLS, check_identifier, control_characters, shown
 from alflow.util.redact import check_http_url
 from alflow.util.rows import dump_row
 
@@ -148,9 +149,9 @@ def _check_options(
         check_identifier(model, what="--model")
     except ValueError as exc:
         raise InvalidInputError(str(exc)) from None
-    bad = control_characters(
-        instruction or ""
-    )  # ESC, BEL, a bidi override, a zero-width: newlines and tabs kept
+    text = instruction or ""  # prompt text: a joiner or a zero-width in a script is the model's input, kept
+    invisible = "".join({c for c in text if unicodedata.category(c) == "Cf" and c not in BIDI_CONTROLS})
+    bad = control_characters(text, keep="\t\n" + invisible)  # ESC, BEL, a bidi override
     if bad:
         raise InvalidInputError(
             f"--instruction {shown(instruction or '')} holds the control or format character(s) {', '.join(bad)}: "

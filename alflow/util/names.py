@@ -92,24 +92,39 @@ def control_characters(value: str, keep: str = "\t\n") -> list[str]:
 
 
 _EMOJI_BEFORE_JOINER: Final = frozenset({"So", "Sk", "Mn"})  # a pictograph, a skin tone, a variation selector
+_JOINERS: Final = frozenset("\u200c\u200d")
+_TAGS: Final = range(0xE0020, 0xE0080)
+"""Tag characters: after a black flag (U+1F3F4) they spell a subdivision's flag (England's, Scotland's)."""
+
+
+def _script_letter(c: str) -> bool:
+    """A letter or mark of a script that joins (Arabic, Indic...): not Latin, where a joiner would only hide."""
+    return unicodedata.category(c)[0] in "LM" and not unicodedata.name(c, "LATIN").startswith("LATIN")
 
 
 def _invisible(value: str, i: int) -> bool:
     """Whether ``value[i]`` is a format character (Cf) an identifier may not hold.
 
-    All but a zero-width joiner inside an emoji sequence (``\U0001f468\u200d\U0001f4bb``), which draws one glyph;
-    between letters it hides.
+    All but what draws text of a script as it is written: a zero-width joiner inside an emoji sequence
+    (``\U0001f468\u200d\U0001f4bb``), a zero-width (non-)joiner between two letters of a script that joins (Persian's
+    ``\u0645\u06cc\u200c\u062e``, a Devanagari conjunct), a flag's tag characters. Between Latin letters, or
+    alone, it only hides (``llama\u200b-70b``).
     """
     c = value[i]
     if unicodedata.category(c) != "Cf":
         return False
-    joins_emoji = (
-        c == "\u200d"
-        and 0 < i < len(value) - 1
-        and unicodedata.category(value[i - 1]) in _EMOJI_BEFORE_JOINER
-        and unicodedata.category(value[i + 1]) == "So"
-    )
-    return not joins_emoji
+    before = value[i - 1] if i > 0 else ""
+    after = value[i + 1] if i < len(value) - 1 else ""
+    if c in _JOINERS and before and after:
+        if _script_letter(before) and _script_letter(after):
+            return False
+        if (
+            c == "\u200d"
+            and unicodedata.category(before) in _EMOJI_BEFORE_JOINER
+            and unicodedata.category(after) == "So"
+        ):
+            return False
+    return not (ord(c) in _TAGS and before and (before == "\U0001f3f4" or ord(before) in _TAGS))
 
 
 def check_identifier(value: str, *, what: str = "an identifier") -> str:

@@ -61,7 +61,11 @@ def _one_error_line(output: str) -> str:
         ("--shots", "-1", "must be an integer >= 0"),
         ("--instruction", "\x1b[2J", "holds the control or format character(s) U+001B"),
         ("--instruction", "a\u202eb", "U+202E"),
-        ("--instruction", "a\u200bb", "U+200B"),
+        (
+            "--model",
+            "m\u200bm",
+            "holds the control character(s) U+200B",
+        ),  # an instruction may hold one: prompt text
         ("--model", "\u202em", "holds the control character(s) U+202E"),
         ("--model", "m\x1b]0;x\x07", "U+0007, U+001B"),
     ],
