@@ -110,7 +110,7 @@ def probe(reference: str, seconds: float | None = None, *, origin: str = "") -> 
 
 
 MAX_SIGNED_FILES: Final = 2000
-"""A plugin package with more ``.py`` files is tried every time (signing it would cost what the probe saves)."""
+"""A plugin package with more files is tried every time (signing it would cost what the probe saves)."""
 
 
 def cache_file() -> Path:
@@ -124,7 +124,7 @@ def _top(reference: str) -> str:
 
 
 def _files_of(top: str) -> list[Path] | None:
-    """The ``.py`` files of the top-level module or package ``top`` (found, never imported).
+    """The files of the top-level module or package ``top`` (found, never imported; all of a package's but caches).
 
     None when it cannot be found or has too many to sign; no files for a built-in module (``builtins``).
     """
@@ -138,7 +138,8 @@ def _files_of(top: str) -> list[Path] | None:
         return None
     where = [Path(p) for p in (found.submodule_search_locations or [])]
     if where:
-        files = sorted(f for d in where for f in d.rglob("*.py"))
+        # every file, not only .py: round 18 changed a data file the plugin executes and was never tried again
+        files = sorted(f for d in where for f in d.rglob("*") if "__pycache__" not in f.parts and f.is_file())
     elif found.origin in (None, "built-in", "frozen"):
         return []
     else:
