@@ -1246,8 +1246,8 @@ CLI_CASES: list[CliCase] = [
     CliCase(
         "eval gsm8k limit zero",
         ("eval", "gsm8k", "--base-url", DEAD_URL, "--model", "m", "--limit", "0"),
-        "limit=0",
-        "limit=0",
+        "must be an integer in [1, ",
+        "--limit 0",
     ),
     *(
         CliCase(
