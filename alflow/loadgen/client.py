@@ -22,8 +22,10 @@ network read that brought it): events that arrive together share a timestamp, as
 A request fails (its record gets ``error``) on: an HTTP status other than 200, an error event in
 a 200 stream, a stream that ends without ``[DONE]``, a stream with no output (usage only), a lost
 connection or a timeout; and on a stream that brings more than one request may hold (then it is closed): more
-output chunks than the request's ``max_tokens`` plus :data:`STREAM_SLACK_CHUNKS`, more than :data:`MAX_ANSWER_CHARS`
-characters of answer, or a line longer than :data:`MAX_LINE_BYTES`. An unreachable server, a wrong endpoint
+output chunks than the request's ``max_tokens`` plus :data:`STREAM_SLACK_CHUNKS`, more events (with output or
+without: empty deltas, role or usage chunks, comments) than :data:`EVENTS_PER_CHUNK` per output chunk it may take plus
+:data:`EVENT_SLACK`, more than :data:`MAX_ANSWER_CHARS` characters of answer, or a line longer than
+:data:`MAX_LINE_BYTES` (a line is searched for its end only in the bytes each read adds: linear time). An unreachable server, a wrong endpoint
 (404/405) or a server that does not stream raise :class:`FatalRequestError`: the run cannot produce anything useful and is aborted.
 
 Both transports send the same extra headers on every request (``Authorization: Bearer <key>`` for a
@@ -143,6 +145,17 @@ MAX_LINE_BYTES: Final = 16 * 2**20
 """Bytes one stream line (one ``data:`` event) may have before its line end: a server that never ends a line would
 otherwise grow the parser's buffer until the timeout. The largest real event (a chunk with top logprobs of a long
 prompt) is well under 1 MiB."""
+EVENTS_PER_CHUNK: Final = 4
+"""Stream events (with output or without) one request may bring per output chunk it may take. Real frameworks send a
+handful of events without output per request (a role chunk, a final empty delta with the finish reason, a usage
+chunk, a counts event); vLLM with continuous usage stats sends usage on every chunk, but those chunks carry output.
+An endless 200 stream of empty deltas, role-only or usage-only events once ran until ``--timeout`` (issue #49)."""
+EVENT_SLACK: Final = 64
+"""Stream events a request may bring beyond ``EVENTS_PER_CHUNK`` per output chunk (room for a short answer's
+events without output)."""
+UNCAPPED_CHUNKS: Final = 2**20
+"""Output chunks the event bound assumes for a request sent without a ``max_tokens`` (1 Mi: more tokens than any
+model's context)."""
 _USAGE_SHOWN: Final = 40
 _INT64_MAX: Final = 2**63 - 1
 
@@ -197,14 +210,17 @@ class SseConsumer:
     """Incremental parser of one response's event stream into a :class:`RequestRecord`."""
 
     __slots__ = (
-        "_buf",
         "_chars",
         "_counts",
         "_event",
+        "_held",
+        "_held_bytes",
         "_keep_text",
         "_max_chunks",
+        "_max_events",
         "_max_tokens",
         "_output",
+        "_quiet_events",
         "done",
         "pieces",
         "record",
@@ -224,8 +240,11 @@ class SseConsumer:
         self._keep_text = keep_text
         self._max_tokens = max_tokens
         self._max_chunks = None if max_tokens is None else max(max_tokens, 1) + STREAM_SLACK_CHUNKS
+        self._max_events = (self._max_chunks or UNCAPPED_CHUNKS) * EVENTS_PER_CHUNK + EVENT_SLACK
+        self._quiet_events = 0
         self._chars = 0
-        self._buf = b""
+        self._held: list[bytes] = []
+        self._held_bytes = 0
         self._event = b""
         self.pieces: list[str] = []
         self.done = False
@@ -253,7 +272,8 @@ class SseConsumer:
                 self.pieces.append(text)
         if self.record.error is None:
             return False
-        self._buf = b""
+        self._held = []
+        self._held_bytes = 0
         return True
 
     def feed(self, received: bytes, now: int) -> bool:
@@ -263,9 +283,10 @@ class SseConsumer:
         than the plain loop, measured: blank lines skipped without a slice, ``{...}`` payloads parsed as
         they come, since JSON allows the space after ``data:``).
         """
-        if self.done:  # anything after [DONE] is no part of the answer (it was once counted as output)
-            return False
-        data = self._buf + received if self._buf else received
+        # anything after [DONE] is no part of the answer (it was once counted as output); a read with no line end
+        # is held whole (True: the held line grew past its bound)
+        if self.done or not (data := self._join(received) if self._held else received):
+            return self.record.error is not None
         start = 0
         find = data.find
         record = self.record
@@ -281,15 +302,18 @@ class SseConsumer:
             line = data[start:nl]
             start = nl + 1
             if not line.startswith(b"data:"):
-                if line.startswith(b"event:"):
-                    self._event = line[6:].strip()
+                if self._other_line(
+                    line
+                ):  # endless comments or event: lines: bounded as events without output
+                    return True
                 continue
             payload = line[5:]
             if payload[-1:] != b"}":  # not a bare JSON object: [DONE], a CR line end, padding, or garbage
                 payload = payload.strip()
                 if payload == b"[DONE]":
                     self.done = True
-                    self._buf = b""
+                    self._held = []
+                    self._held_bytes = 0
                     return False
             try:
                 event = orjson.loads(payload)
@@ -304,24 +328,74 @@ class SseConsumer:
                 chunk_ns.append(now)
                 if self._take(text):  # an endless stream: fail this request, hold no more of it
                     return True
+            elif self._quiet(event):  # an endless stream of events without output: the same
+                return True
             usage = event.get("usage")
             if isinstance(usage, dict) and usage:  # another shape is no usage (the count checks then say so)
                 record.input_tokens = usage.get("prompt_tokens")
                 record.output_tokens = usage.get("completion_tokens")
-            if self._counts and not event.get("choices"):  # counts come on an event with no output choices
-                fill_spec_counts(record, event, self._counts)
-        return self._keep_rest(data[start:])
+        return self._hold(data[start:]) if start < len(data) else False
 
-    def _keep_rest(self, rest: bytes) -> bool:
-        """Hold ``rest`` (a line not yet ended) for the next read; True (the error set) past :data:`MAX_LINE_BYTES`."""
-        if len(rest) <= MAX_LINE_BYTES:
-            self._buf = rest
+    def _other_line(self, line: bytes) -> bool:
+        """Take a line other than ``data:`` (an ``event:`` line names the next event's type); True past the event bound."""
+        if line.startswith(b"event:"):
+            self._event = line[6:].strip()
+        return self._quiet(None)
+
+    def _quiet(self, event: dict[str, Any] | None) -> bool:
+        """Count one event without output, read the speculative counts it may carry; True (the error set) past the bound.
+
+        A request may bring :data:`EVENTS_PER_CHUNK` events per output chunk it may take, plus :data:`EVENT_SLACK`
+        (:data:`UNCAPPED_CHUNKS` output chunks assumed without a ``max_tokens``); a line other than ``data:`` (an
+        ``event:`` line, a comment) counts as one too (``event`` None). Output chunks are bounded in :meth:`_take`; without this, an endless 200 stream of empty deltas, role-only or
+        usage-only events ran until ``--timeout`` (issue #49).
+        """
+        if (
+            event is not None and self._counts and not event.get("choices")
+        ):  # counts come on events with no choices
+            fill_spec_counts(self.record, event, self._counts)
+        self._quiet_events += 1
+        if self._quiet_events + len(self.record.chunk_ns) <= self._max_events:
+            return False
+        cap = "no max_tokens" if self._max_tokens is None else f"max_tokens={self._max_tokens:,}"
+        self.record.error = (
+            f"the server sent more than {self._max_events:,} stream events for {cap}, {self._quiet_events:,} of "
+            f"them without output (at most {EVENTS_PER_CHUNK} per output chunk the request may take, plus "
+            f"{EVENT_SLACK}); the stream was stopped"
+        )
+        return True
+
+    def _join(self, received: bytes) -> bytes:
+        """The held start of a line joined with ``received`` once ``received`` brings a line end; else b"" (held).
+
+        Only the new bytes are searched for the line end (issue #49: the whole buffer was copied and searched again
+        at every read, quadratic in a line dripped in small reads).
+        """
+        if received.find(b"\n") < 0:
+            self._hold(received)
+            return b""
+        self._held.append(received)
+        data = b"".join(self._held)
+        self._held = []
+        self._held_bytes = 0
+        return data
+
+    def _hold(self, rest: bytes) -> bool:
+        """Hold ``rest`` (more of a line not yet ended) for the next read; True (the error set) past :data:`MAX_LINE_BYTES`.
+
+        The pieces of the line are kept as they came and joined once, when its end arrives; :meth:`feed` searches only
+        each new read for it: a line dripped in small reads costs time linear in its length, not quadratic (issue #49).
+        """
+        self._held_bytes += len(rest)
+        if self._held_bytes <= MAX_LINE_BYTES:
+            self._held.append(rest)
             return False
         self.record.error = (
             f"the server sent a stream line of more than {MAX_LINE_BYTES:,} bytes without a line end; "
             "the stream was stopped"
         )
-        self._buf = b""
+        self._held = []
+        self._held_bytes = 0
         return True
 
     def finish(self) -> None:

@@ -23,7 +23,7 @@ from alflow.datasets.types import Session, Turn
 from alflow.errors import AlflowError
 from alflow.evals.gsm8k import PromptConfig
 from alflow.evals.run import Gsm8kRequest, evaluate_gsm8k
-from alflow.loadgen.client import STREAM_SLACK_CHUNKS
+from alflow.loadgen.client import EVENT_SLACK, EVENTS_PER_CHUNK, STREAM_SLACK_CHUNKS
 from alflow.loadgen.endpoints import Sampling
 from alflow.loadgen.runner import run_load
 from alflow.loadgen.spec import LoadSpec, Target
@@ -45,6 +45,8 @@ class Endless:
     chunks: int = 0
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     """Set at each close."""
+    block: bytes = b""
+    """What the server writes again and again (:data:`BLOCK` unless a test sets another)."""
 
     def close(self) -> None:
         self.closed += 1
@@ -54,6 +56,10 @@ class Endless:
 ENDLESS: web.AppKey[Endless] = web.AppKey("endless", Endless)
 CHUNK = b"data: " + orjson.dumps({"choices": [{"index": 0, "delta": {"content": "The answer is 42. " * 4}}]})
 BLOCK = (CHUNK + b"\n\n") * 64
+EMPTY_DELTAS = (
+    b"data: " + orjson.dumps({"choices": [{"index": 0, "delta": {"content": ""}}]}) + b"\n\n"
+) * 64
+"""64 events that carry no output (an empty delta each)."""
 
 
 async def _endless(request: web.Request) -> web.StreamResponse:
@@ -64,7 +70,7 @@ async def _endless(request: web.Request) -> web.StreamResponse:
     await resp.prepare(request)
     try:
         while True:  # valid chunks for ever, never [DONE]
-            await resp.write(BLOCK)
+            await resp.write(state.block or BLOCK)
             state.chunks += 64
             await asyncio.sleep(0)
     except ConnectionError:  # the client closed the stream
@@ -159,3 +165,28 @@ async def test_eval_gsm8k_against_an_endless_stream_ends_in_one_line_with_the_re
     assert f"the server sent more than {64 + STREAM_SLACK_CHUNKS} output chunks" in message, message
     assert "max_tokens=64" in message
     assert await _closed(state, 3), f"{state.closed} of {state.started} streams closed by the client"
+
+
+@pytest.mark.parametrize("transport", ["fast", "aiohttp"])
+async def test_an_endless_stream_of_empty_deltas_fails_its_request_with_the_reason_and_is_closed(
+    transport: str, endless: tuple[str, Endless]
+) -> None:
+    """Events with no output escaped the chunk and answer bounds: such a stream ran until --timeout (600 s)."""
+    base_url, state = endless
+    state.block = EMPTY_DELTAS
+    sessions = [Session(f"s{i}", (Turn("What is 6 x 7?"),)) for i in range(2)]
+    target = Target(base_url, "m", "chat", Sampling(max_tokens=256))
+    spec = LoadSpec(concurrency=2, num_prompts=2, timeout_s=TIMEOUT_S, transport=transport)  # type: ignore[arg-type]
+    started = time.monotonic()
+    result = await run_load(sessions, target, spec)
+    assert time.monotonic() - started < 10
+    bound = (256 + STREAM_SLACK_CHUNKS) * EVENTS_PER_CHUNK + EVENT_SLACK
+    assert len(result.records) == 2
+    for rec in result.records:
+        assert rec.error is not None
+        assert rec.error.startswith(
+            f"the server sent more than {bound:,} stream events for max_tokens=256"
+        ), rec.error
+        assert "\n" not in rec.error
+        assert not rec.chunk_ns
+    assert await _closed(state, 2), f"{state.closed} of {state.started} streams closed by the client"

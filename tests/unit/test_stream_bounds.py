@@ -9,6 +9,7 @@ plus :data:`~alflow.loadgen.client.STREAM_SLACK_CHUNKS` output chunks, more than
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import orjson
@@ -17,6 +18,8 @@ import pytest
 from alflow.datasets.types import Session, Turn
 from alflow.loadgen import client
 from alflow.loadgen.client import (
+    EVENT_SLACK,
+    EVENTS_PER_CHUNK,
     STREAM_SLACK_CHUNKS,
     ResponseInfo,
     SseConsumer,
@@ -145,3 +148,114 @@ async def test_the_load_runner_bounds_each_request_by_the_max_tokens_it_sent() -
     assert "for max_tokens=5 " in errors["a"]
     assert "for max_tokens=30 " in errors["b"]
     assert transport.reads == (5 + STREAM_SLACK_CHUNKS + 1) + (30 + STREAM_SLACK_CHUNKS + 1)
+
+
+def _drip_line(total: int, read: int = 4096) -> tuple[float, SseConsumer]:
+    """CPU seconds :meth:`SseConsumer.feed` takes on one line that never ends, ``total`` bytes in ``read``-byte reads."""
+    consumer = _consumer(16)
+    piece = b"x" * read
+    started = time.process_time()
+    stopped = consumer.feed(b"data: {", 0)
+    for _ in range(total // read):
+        if stopped:
+            break
+        stopped = consumer.feed(piece, 0)
+    return time.process_time() - started, consumer
+
+
+def test_a_line_dripped_in_small_reads_costs_linear_time_up_to_its_bound() -> None:
+    """A 16 MiB line in 4 KiB reads once took 16.5 s in feed (the buffer copied and searched from 0 at each read)."""
+    spent, consumer = _drip_line(client.MAX_LINE_BYTES + 2 * 4096)
+    assert consumer.record.error is not None
+    assert "a stream line of more than 16,777,216 bytes without a line end" in consumer.record.error
+    assert spent < 1.0, f"{spent:.2f} s of CPU in feed"
+    # linear: twice the line, twice the time (quadratic once: 4x); each figure the least of 5 sums of 4 lines
+    four = min(sum(_drip_line(4 * 2**20)[0] for _ in range(4)) for _ in range(5))
+    eight = min(sum(_drip_line(8 * 2**20)[0] for _ in range(4)) for _ in range(5))
+    assert eight / four < 3, f"4 MiB: {four:.3f} s, 8 MiB: {eight:.3f} s"
+
+
+def test_a_line_split_over_many_reads_is_parsed_whole() -> None:
+    event = _chunk("z" * 10_000)
+    consumer = _consumer(16)
+    for at in range(0, len(event), 7):  # 7-byte reads: the line end comes in a read of its own
+        assert consumer.feed(event[at : at + 7], 0) is False
+    assert (
+        consumer.feed(_chunk("w")[:9], 0) is False
+    )  # a line begun in one read, ended with [DONE] in the next
+    assert consumer.feed(_chunk("w")[9:] + DONE, 0) is False
+    consumer.finish()
+    assert consumer.record.error is None
+    assert consumer.record.text == "z" * 10_000 + "w"
+    assert len(consumer.record.chunk_ns) == 2
+
+
+def _event(obj: object) -> bytes:
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+EMPTY_DELTA = _event({"choices": [{"index": 0, "delta": {"content": ""}}]})
+ROLE_ONLY = _event({"choices": [{"index": 0, "delta": {"role": "assistant"}}]})
+USAGE_ONLY = _event({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}})
+FINAL = _event({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+
+
+def _events_bound(max_tokens: int) -> int:
+    return (max_tokens + STREAM_SLACK_CHUNKS) * EVENTS_PER_CHUNK + EVENT_SLACK
+
+
+@pytest.mark.parametrize(
+    "quiet",
+    [EMPTY_DELTA, ROLE_ONLY, USAGE_ONLY, FINAL, b": keep-alive\n\n", b"event: ping\n\n"],
+    ids=["empty-delta", "role-only", "usage-only", "final-delta", "comment", "event-line"],
+)
+async def test_an_endless_stream_without_output_is_stopped_after_the_events_bound(quiet: bytes) -> None:
+    """Such a stream once ran until --timeout (600 s): the chunk and answer bounds held only for events with output."""
+    transport = EndlessTransport(lambda: quiet)
+    rec = RequestRecord(request_id=0, session_id="s")
+    await stream_request(transport, "http://x/v1/chat/completions", b"{}", ChatEndpoint(), rec, max_tokens=8)  # type: ignore[arg-type]
+    bound = _events_bound(8)
+    assert transport.reads == bound + 1
+    assert rec.error == (
+        f"the server sent more than {bound} stream events for max_tokens=8, {bound + 1} of them without output "
+        f"(at most {EVENTS_PER_CHUNK} per output chunk the request may take, plus {EVENT_SLACK}); the stream was stopped"
+    )
+
+
+def test_events_without_output_count_with_the_output_chunks_against_one_bound() -> None:
+    consumer = _consumer(8)
+    bound = _events_bound(8)
+    assert consumer.feed(_chunk() * 8, 0) is False
+    assert consumer.feed(EMPTY_DELTA * (bound - 8), 0) is False
+    assert consumer.feed(ROLE_ONLY, 0) is True
+    assert (consumer.record.error or "").startswith(
+        f"the server sent more than {bound} stream events for max_tokens=8"
+    )
+
+
+def test_a_real_stream_at_its_max_tokens_with_every_kind_of_event_without_output_passes() -> None:
+    """A role chunk, an event: line, a comment, empty deltas, the final delta and usage per request: far under the bound."""
+    consumer = _consumer(4)
+    reads = [
+        ROLE_ONLY,
+        b": ping\n\n",
+        b"event: message\n",
+        EMPTY_DELTA,
+        *[_chunk()] * (4 + STREAM_SLACK_CHUNKS),
+    ]
+    reads += [FINAL, USAGE_ONLY, DONE]
+    assert [consumer.feed(read, 0) for read in reads] == [False] * len(reads)
+    consumer.finish()
+    assert consumer.record.error is None
+    assert consumer.record.text == "x" * (4 + STREAM_SLACK_CHUNKS)
+
+
+def test_without_a_max_tokens_the_events_are_bounded_all_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(client, "UNCAPPED_CHUNKS", 10)
+    consumer = _consumer(None)
+    bound = 10 * EVENTS_PER_CHUNK + EVENT_SLACK
+    assert consumer.feed(EMPTY_DELTA * bound, 0) is False
+    assert consumer.feed(EMPTY_DELTA, 0) is True
+    assert (consumer.record.error or "").startswith(
+        f"the server sent more than {bound} stream events for no max_tokens"
+    )
