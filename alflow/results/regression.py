@@ -330,7 +330,8 @@ def reference_problem(point: PointVerdict) -> str | None:
 
     What :func:`alflow.methods.regression.judge_reference` writes: one metric, ``al``, whose verdict is the point's;
     the two ALs possible for the point's K (in [1, K + 1], finite); the change their ratio - 1; the previous interval
-    holding the previous AL (0), the new one holding the new AL (the change); the verdict :func:`reference_outcome`'s.
+    holding the previous AL (0), the new one holding the new AL (the change); the verdict :func:`reference_outcome`'s,
+    or, without a new interval, one the previous release's judge could have made (:func:`_old_judge_could`).
     """
     if point.outcome not in REFERENCE_OUTCOMES:
         return f"judged {point.outcome}, which the check never makes a reference entry"
@@ -360,13 +361,30 @@ def reference_problem(point: PointVerdict) -> str | None:
         if low is not None and high is not None and not low - slack <= holds <= high + slack:
             return f"{REFERENCE_AL}'s {name} interval [{low:+.4%}, {high:+.4%}] does not hold its {name} AL"
     made = reference_outcome(m.change, m.low, m.high, m.current_low, m.current_high)
-    if made != m.outcome:
+    if made != m.outcome and not _old_judge_could(m):
         return (
             f"{REFERENCE_AL} judged {m.outcome} at {m.change:+.2%} against the previous interval "
             f"[{_pct(m.low)}, {_pct(m.high)}] and the new [{_pct(m.current_low)}, {_pct(m.current_high)}]: "
             f"the check makes it {made}"
         )
     return None
+
+
+def _old_judge_could(m: MetricChange) -> bool:
+    """Whether the previous release's judge (11bbe4f) could have written ``m``'s verdict, stored without a new interval.
+
+    That judge compared the two intervals too, but stored the previous one only: of a report without
+    ``current_low`` and ``current_high`` the rule cannot be re-run. It made "unchanged" of a new AL inside the
+    previous interval, either verdict of one outside it (the unknown new interval overlapping it or not), "moved" of
+    none inside it and "not enough history" only without a previous interval (round 17, #49).
+    """
+    if m.current_low is not None or m.current_high is not None or m.low is None or m.high is None:
+        return False
+    if m.outcome == "unchanged":
+        return True
+    change = m.change if m.change is not None else 0.0
+    slack = REL_TOLERANCE * max(1.0, abs(change))  # it compared the ALs, not their ratios: a tie may round
+    return m.outcome == "moved" and not m.low + slack < change < m.high - slack
 
 
 def _pct(value: float | None) -> str:

@@ -44,7 +44,7 @@ def _with(report: dict[str, Any], outcome: str | None = None, **fields: Any) -> 
 
 
 def _cases() -> dict[str, dict[str, Any]]:
-    fifty = _judged((3, (2.0, (1.95, 2.05)), (3.0, None)))  # +50 %, moved
+    fifty = _judged((3, (2.0, (1.95, 2.05)), (3.0, (2.9, 3.1))))  # +50 %, moved: the intervals are apart
     moved, still = _judged(MOVED), _judged(STILL)
     k_two = _judged((2, (2.5, (2.45, 2.55)), (2.52, None)))
     first = _judged(
@@ -53,6 +53,9 @@ def _cases() -> dict[str, dict[str, Any]]:
     return {
         "unchanged-at-50%": _with(fifty, "unchanged"),
         "moved-not-moving": _with(still, "moved"),
+        "moved-inside-without-a-new-interval": _with(
+            _judged((3, (2.5, (2.45, 2.55)), (2.52, None))), "moved"
+        ),
         "change-not-the-ratio": _with(moved, change=-0.08),
         "new-interval-misses-its-al": _with(still, current_low=0.05, current_high=0.1),
         "previous-interval-misses-its-al": _with(moved, low=0.1, high=0.2),
@@ -78,6 +81,7 @@ CASES = _cases()
 WHY = {
     "unchanged-at-50%": r"al judged unchanged at \+50\.00% .* the check makes it moved",
     "moved-not-moving": "al judged moved .* the check makes it unchanged",
+    "moved-inside-without-a-new-interval": "al judged moved .* the check makes it unchanged",
     "change-not-the-ratio": r"a change of -8\.0000% where current / baseline - 1 is \+8\.0000%",
     "new-interval-misses-its-al": "new interval .* does not hold its new AL",
     "previous-interval-misses-its-al": "previous interval .* does not hold its previous AL",
@@ -153,8 +157,10 @@ def _oracle(point: dict[str, Any]) -> bool:
         want = "not enough history"
     elif new_low is not None:  # in the ALs: the new interval against the previous one
         want = "moved" if new_high < low or new_low > high else "unchanged"
-    else:
-        want = "unchanged" if low <= change <= high else "moved"
+    elif low <= change <= high:  # no new interval: the previous release's judge made "unchanged" of it too
+        want = "unchanged"
+    else:  # ... and either verdict outside, by a new interval it did not store
+        return point["outcome"] in ("moved", "unchanged")
     return bool(point["outcome"] == want)
 
 
