@@ -30,6 +30,7 @@ from alflow.methods.steps import H, PointLoad, Steps
 from alflow.methods.topology import gpu_layout, topology
 from alflow.metrics.client import GpuLayout
 from alflow.preflight import PREFLIGHT_TIMEOUT_S
+from alflow.results.point_table import RUN_MAX_POINTS
 from alflow.results.store import RunWriter
 from alflow.results.summaries import M2RunSummary
 from alflow.util import signals
@@ -38,8 +39,9 @@ from alflow.util.rows import dump_row
 from alflow.workloads import random_workload_sessions, request_sampling
 
 FLOW = "m2-benchmark"
-MAX_POINTS = 1000
-"""The most points one run measures: an adaptive plan that never says done is stopped there (a failure)."""
+MAX_POINTS = RUN_MAX_POINTS
+"""The most points one run measures: an adaptive plan that never says done is stopped there (a failure). The
+readers of the points refuse a table of more (:data:`alflow.results.point_table.MAX_POINTS`)."""
 
 
 @dataclass

@@ -3,9 +3,9 @@
 Issue #49, hostile round 17 (F3): ``requests.parquet`` was checked as it was read, the points table not at all, so
 K=0 with AL 3.27, concurrency -4 or 2^62, a TPOT of -5 ms, a throughput of -1e300 and the same point twice were
 shown as "All N point(s) valid", ``passed`` and trended, and a column of the wrong type made the run "store no
-benchmark points". Every reader of the points goes through :func:`checked_point_columns` (the store, as it reads the
-table: :meth:`alflow.results.store.StoredRun.table`) and :func:`checked_points` (the typed rows,
-:func:`alflow.results.view.m2_points`); a table that fails is a :class:`~alflow.results.store.StoreError` of one
+benchmark points". Every reader of the points table goes through :func:`checked_point_table` (its columns, then each
+row once: :meth:`alflow.results.store.StoredRun.table` and :meth:`~alflow.results.store.StoredRun.points`), and
+``summary.json``'s points through :func:`checked_points` (:func:`alflow.results.view.m2_points`); a table that fails is a :class:`~alflow.results.store.StoreError` of one
 line naming the file, the column (or rows) and what alflow writes, so its run is ``unreadable`` with that reason.
 
 The bounds are what the configuration lets a run measure (:data:`~alflow.config.base.MAX_CONCURRENCY`, K in
@@ -34,8 +34,12 @@ from alflow.results.rows import M2Point
 
 POINT_FLOWS: Final = frozenset({"m2", "sweep"})
 """The flows whose ``spec_stats.parquet`` is a table of M2 points (M1's holds its spec-decode statistics)."""
-MAX_POINTS: Final = 10_000
-"""The most M2 points a run is read with (concurrencies x repeats: a sweep of 64 x 100 stays under it)."""
+RUN_MAX_POINTS: Final = 1_000
+"""The most points one M2 run measures (:data:`alflow.methods.m2.MAX_POINTS` is this: its plan is stopped there)."""
+MAX_POINTS: Final = {"m2": RUN_MAX_POINTS, "sweep": (K_MAX - K_MIN + 1) * RUN_MAX_POINTS}
+"""The most points a run of each flow in :data:`POINT_FLOWS` is read with: what alflow can write. An M2 run stops at
+:data:`RUN_MAX_POINTS`; a sweep stores the points of one M2 run per K, each K once (``SweepParams`` refuses a K
+twice), so at most 16 x 1,000."""
 REQUIRED: Final = ("concurrency", "k", "target_al")
 """The columns that make a row a point (:class:`~alflow.results.rows.M2Point` refuses a row without them)."""
 _SLACK: Final = 1e-9
@@ -104,16 +108,9 @@ def _fits(dtype: DataTypeClass | pl.DataType, kind: str) -> bool:
 def checked_point_columns(where: str, frame: pl.DataFrame) -> pl.DataFrame:
     """``frame`` (a points table) with each known column of the kind alflow writes, read as alflow's dtype.
 
-    Raises :class:`PointTableError` (one line naming ``where`` and the column) for a table of more than
-    :data:`MAX_POINTS` rows, a column of another kind (``valid`` of integers, ``achieved_al`` a struct, ``start``
+    Raises :class:`PointTableError` (one line naming ``where`` and the column) for a column of another kind (``valid`` of integers, ``achieved_al`` a struct, ``start``
     text), a required column (:data:`REQUIRED`) missing or null, or an integer beyond 64 bits. Other columns are kept.
     """
-    if (
-        frame.height > MAX_POINTS
-    ):  # a million rows held a whole root's refresh for a minute: no run alflow wrote
-        raise PointTableError(
-            f"{where}: more than {MAX_POINTS:,} points, not read (a run measures a few dozen)"
-        )
     casts = []
     for column, dtype in frame.schema.items():
         kind = COLUMN_KINDS.get(column)
@@ -207,17 +204,37 @@ def point_problem(p: M2Point) -> str | None:
     return None
 
 
-def checked_points(where: str, rows: Sequence[Mapping[str, Any]], *, strict: bool = True) -> list[M2Point]:
+def max_points(flow: str) -> int:
+    """The most points a ``flow`` run writes (:data:`MAX_POINTS`; one M2 run's for a flow not in it)."""
+    return MAX_POINTS.get(flow, RUN_MAX_POINTS)
+
+
+def refuse_beyond(where: str, count: int, flow: str) -> None:
+    """Raise :class:`PointTableError` when ``count`` points are more than a ``flow`` run can write (:data:`MAX_POINTS`).
+
+    A million rows held a whole root's refresh for a minute: a table past the bound is not read at all.
+    """
+    most = max_points(flow)
+    if count > most:
+        raise PointTableError(
+            f"{where}: more than {most:,} points, not read ({flow} runs write at most {most:,})"
+        )
+
+
+def checked_points(
+    where: str, rows: Sequence[Mapping[str, Any]], *, flow: str, strict: bool = True
+) -> list[M2Point]:
     """The M2 points of ``rows``, each within what alflow writes, one per (K, concurrency, repeat).
 
-    ``strict``: a row that is no point (:class:`M2Point` refuses it) is an error, as in a table whose columns were
+    At most :data:`MAX_POINTS` of a ``flow`` run (counted before any row is read). ``strict``: a row that is no point (:class:`M2Point` refuses it) is an error, as in a table whose columns were
     checked; else it is left out (``summary.json``'s points, read tolerantly). Raises :class:`PointTableError` naming
     ``where``, the row (1-based) and the column, or the two rows that are the same point.
     """
-    if len(rows) > MAX_POINTS:
-        raise PointTableError(
-            f"{where}: more than {MAX_POINTS:,} points, not read (a run measures a few dozen)"
-        )
+    refuse_beyond(where, len(rows), flow)
+    return _points(where, rows, strict=strict)
+
+
+def _points(where: str, rows: Iterable[Mapping[str, Any]], *, strict: bool) -> list[M2Point]:
     points: list[M2Point] = []
     seen: dict[tuple[int, int, int], int] = {}
     for i, row in enumerate(rows, 1):
@@ -245,8 +262,11 @@ def checked_points(where: str, rows: Sequence[Mapping[str, Any]], *, strict: boo
     return points
 
 
-def checked_point_table(where: str, frame: pl.DataFrame) -> pl.DataFrame:
-    """``frame`` as :func:`checked_point_columns` reads it, once its rows passed :func:`checked_points`."""
+def checked_point_table(where: str, frame: pl.DataFrame, flow: str) -> tuple[pl.DataFrame, list[M2Point]]:
+    """``frame`` (a ``flow`` run's points table) as :func:`checked_point_columns` reads it, and its points.
+
+    Each row is checked once, as :func:`checked_points` checks it (at most :data:`MAX_POINTS`, counted first).
+    """
+    refuse_beyond(where, frame.height, flow)
     frame = checked_point_columns(where, frame)
-    checked_points(where, list(frame.iter_rows(named=True)))
-    return frame
+    return frame, _points(where, frame.iter_rows(named=True), strict=True)

@@ -42,6 +42,7 @@ from pydantic import ValidationError
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.results.manifest import SCHEMA_VERSION, FileEntry, RunManifest, RunProvenance, Status
 from alflow.results.point_table import POINT_FLOWS, checked_point_table
+from alflow.results.rows import M2Point
 from alflow.util.fsutil import (
     STORE_URLS,
     atomic_write_bytes,
@@ -439,7 +440,19 @@ class StoredRun:
         return filename in self.manifest.files
 
     def table(self, name: str) -> pl.DataFrame:
-        """Read ``<name>.parquet``, checking its schema version."""
+        """Read ``<name>.parquet``, checking its schema version (and a requests or points table, :func:`_checked`)."""
+        path, frame = self._read_table(name)
+        return _checked(path, frame, name, self.manifest.flow)
+
+    def points(self) -> list[M2Point]:
+        """An M2 or sweep run's points (``spec_stats.parquet``), the table read and each row checked once."""
+        path, frame = self._read_table("spec_stats")
+        try:
+            return checked_point_table(path, frame, self.manifest.flow)[1]
+        except AlflowError as exc:
+            raise StoreError(str(exc)) from None
+
+    def _read_table(self, name: str) -> tuple[str, pl.DataFrame]:
         filename = f"{name}.parquet"
         if not self.has(filename):
             raise StoreError(f"run {self.dir} has no {filename} (status {self.status})")
@@ -461,7 +474,7 @@ class StoredRun:
             ) from None
         if frame is None:
             raise StoreError(f"{path}: schema version {version!r}, this alflow reads {SCHEMA_VERSION}")
-        return _checked(path, frame, name, self.manifest.flow)
+        return path, frame
 
     def damaged_tables(self) -> list[str]:
         """One line per parquet table the manifest lists that cannot be read: the file and what is wrong.
@@ -498,7 +511,7 @@ def _checked(path: str, frame: pl.DataFrame, name: str, flow: str) -> pl.DataFra
         return _checked_records(path, frame)
     if name == "spec_stats" and flow in POINT_FLOWS:
         try:
-            return checked_point_table(path, frame)
+            return checked_point_table(path, frame, flow)[0]
         except AlflowError as exc:
             raise StoreError(str(exc)) from None
     return frame

@@ -26,7 +26,7 @@ from alflow.gates import Verdict
 from alflow.measure import RequestAcceptance, request_acceptance, stored_acceptance
 from alflow.metrics.client import per_request
 from alflow.reference.table import ReferenceEntry, upgrade_entry_v1
-from alflow.results.point_table import MAX_POINTS, PointTableError, checked_points
+from alflow.results.point_table import PointTableError, checked_points, max_points
 from alflow.results.regression import REGRESSION_FILE, RegressionReport, parse_report
 from alflow.results.rows import M2Point
 from alflow.results.store import StoredRun, StoreError
@@ -207,11 +207,15 @@ def m2_points(run: StoredRun) -> list[M2Point]:
     """
     try:
         if run.has("spec_stats.parquet"):
-            frame = run.table("spec_stats")  # its columns and rows checked as it is read (StoredRun.table)
-            return checked_points(f"{run.dir}/spec_stats.parquet", list(frame.iter_rows(named=True)))
+            return run.points()  # its columns and rows checked once, as it is read
         raw = summary(run).get("points") or []
-        rows = [p for p in raw[: MAX_POINTS + 1] if isinstance(p, Mapping)] if isinstance(raw, list) else []
-        return checked_points(f"{run.dir}/summary.json points", rows, strict=False)
+        flow = run.manifest.flow
+        rows = (
+            [p for p in raw[: max_points(flow) + 1] if isinstance(p, Mapping)]
+            if isinstance(raw, list)
+            else []
+        )
+        return checked_points(f"{run.dir}/summary.json points", rows, flow=flow, strict=False)
     except PointTableError as exc:
         raise StoreError(str(exc)) from None
 

@@ -221,7 +221,12 @@ def test_what_alflow_stores_passes_and_the_bounds_are_named() -> None:
     good = {"concurrency": 4, "k": 3, "target_al": 2.5, "achieved_al": 4.0, "repeat": 0}
     inf_interactivity = {**good, "median_interactivity_tokens_per_s": float("inf")}  # 1 / TPOT at TPOT 0
     assert (
-        len(checked_points("t", [good, {**good, "repeat": 1}, {**inf_interactivity, "concurrency": 8}])) == 3
+        len(
+            checked_points(
+                "t", [good, {**good, "repeat": 1}, {**inf_interactivity, "concurrency": 8}], flow="m2"
+            )
+        )
+        == 3
     )
     for field, value, says in [
         ("achieved_al", 4.1, "K + 1 = 4"),

@@ -37,8 +37,8 @@ def test_a_run_of_more_points_than_any_measures_is_unreadable_not_a_stalled_root
     root = make_root(tmp_path)
     path = root / M2 / "spec_stats.parquet"
     frame, metadata = pl.read_parquet(path), pl.read_parquet_metadata(path)
-    pl.concat([frame] * (view.MAX_POINTS + 1)).write_parquet(path, metadata=metadata)
-    with pytest.raises(StoreError, match="more than 10,000 points"):
+    pl.concat([frame] * (view.max_points("m2") + 1)).write_parquet(path, metadata=metadata)
+    with pytest.raises(StoreError, match="more than 1,000 points"):
         view.m2_points(open_run(root / M2))
     entry = Catalog(str(root), min_refresh_s=0).get(M2)
     assert entry is not None
