@@ -45,11 +45,6 @@ REQUIRED: Final = ("concurrency", "k", "target_al")
 _SLACK: Final = 1e-9
 """Rounding allowed at a bound computed in floating point (an AL of exactly K + 1, a p-value of 1)."""
 
-_INTEGERS: Final = frozenset(
-    {pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64}
-)
-_FLOATS: Final = frozenset({pl.Float32, pl.Float64})
-
 
 class PointTableError(AlflowError):
     """A table or list of M2 points that is not as alflow writes it (the message names where and why)."""
@@ -90,34 +85,38 @@ _CANONICAL: Final[dict[str, pl.DataType]] = {
 """The dtype alflow writes for each kind (``pl.DataFrame`` of ``model_dump()`` rows); a column is read as it."""
 
 
-def _fits(dtype: DataTypeClass | pl.DataType, kind: str) -> bool:
-    """Whether a column of ``dtype`` holds ``kind`` as alflow wrote it (or safely cast to it: Int32 is an integer)."""
-    if dtype == pl.Null:
+def dtype_fits(got: DataTypeClass | pl.DataType, expected: DataTypeClass | pl.DataType) -> bool:
+    """Whether a stored column of ``got`` reads as alflow's ``expected`` without loss: the one rule of the tables.
+
+    Exactly, or all nulls; a list of what fits the expected list's items; another integer width for an integer
+    (Int32 as Int64: a value beyond the expected width fails the cast, named then); an integer or another float for a
+    float. Booleans and text exactly (a ``valid`` or ``warmup`` of integers is no table alflow wrote). The points table
+    (:func:`checked_point_columns`) and the requests table (:func:`alflow.results.store.StoredRun.table`) use it.
+    """
+    if got in (expected, pl.Null):
         return True
-    if kind.endswith(" list"):
-        inner = dtype.inner if isinstance(dtype, pl.List) else None
-        return inner is not None and _fits(inner, kind.removesuffix(" list"))
-    base = dtype.base_type()
-    if kind == "integer":
-        return base in _INTEGERS
-    if kind == "number":
-        return base in _INTEGERS or base in _FLOATS
-    return dtype == _CANONICAL[kind]
+    if isinstance(expected, pl.List):
+        return isinstance(got, pl.List) and dtype_fits(got.inner, expected.inner)
+    if expected.is_integer():
+        return got.is_integer()
+    if expected.is_float():
+        return got.is_integer() or got.is_float()
+    return False
 
 
 def checked_point_columns(where: str, frame: pl.DataFrame) -> pl.DataFrame:
     """``frame`` (a points table) with each known column of the kind alflow writes, read as alflow's dtype.
 
-    Raises :class:`PointTableError` (one line naming ``where`` and the column) for a column of another kind (``valid`` of integers, ``achieved_al`` a struct, ``start``
-    text), a required column (:data:`REQUIRED`) missing or null, or an integer beyond 64 bits. Other columns are kept.
+    Raises :class:`PointTableError` (one line naming ``where`` and the column) for a column of another kind
+    (:func:`dtype_fits`: ``valid`` of integers, ``achieved_al`` a struct, ``start`` text), a required column (:data:`REQUIRED`) missing or null, or an integer beyond 64 bits. Other columns are kept.
     """
     casts = []
     for column, dtype in frame.schema.items():
         kind = COLUMN_KINDS.get(column)
         if kind is None:
             continue  # a column this version does not know: ignored, as M2Point ignores it
-        if not _fits(dtype, kind):
-            wanted = _CANONICAL[kind]
+        wanted = _CANONICAL[kind]
+        if not dtype_fits(dtype, wanted):
             raise PointTableError(
                 f"{where}: column {column} holds {dtype}, alflow writes {wanted} ({kind}): not as alflow wrote it"
             )

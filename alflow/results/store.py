@@ -36,12 +36,11 @@ from uuid import uuid4
 
 import fsspec
 import polars as pl
-from polars.datatypes import DataTypeClass
 from pydantic import ValidationError
 
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.results.manifest import SCHEMA_VERSION, FileEntry, RunManifest, RunProvenance, Status
-from alflow.results.point_table import POINT_FLOWS, checked_point_table
+from alflow.results.point_table import POINT_FLOWS, checked_point_table, dtype_fits
 from alflow.results.rows import M2Point
 from alflow.util.fsutil import (
     STORE_URLS,
@@ -517,17 +516,6 @@ def _checked(path: str, frame: pl.DataFrame, name: str, flow: str) -> pl.DataFra
     return frame
 
 
-def _record_dtype_fits(got: DataTypeClass | pl.DataType, expected: DataTypeClass | pl.DataType) -> bool:
-    """Whether a stored column of ``got`` reads as alflow's ``expected`` without loss (Int32 as Int64: yes)."""
-    if got in (expected, pl.Null):
-        return True
-    if isinstance(expected, pl.List):
-        return isinstance(got, pl.List) and _record_dtype_fits(got.inner, expected.inner)
-    if expected.is_integer():
-        return got.is_integer()  # a value beyond the expected width fails the cast, named then
-    return False  # Boolean, String: exactly (a warmup of integers, a start of booleans is no record alflow wrote)
-
-
 _RECORD_TAGS: Final = ("concurrency", "repeat")
 """Columns an M2 run adds to its requests (the point each request belongs to)."""
 
@@ -547,7 +535,7 @@ def _checked_records(path: str, frame: pl.DataFrame) -> pl.DataFrame:
         got = frame.schema.get(column)
         if got is None or got == expected:
             continue
-        if not _record_dtype_fits(got, expected):
+        if not dtype_fits(got, expected):
             raise StoreError(
                 f"{path}: column {column} holds {got}, alflow writes {expected}: not as alflow wrote it"
             )

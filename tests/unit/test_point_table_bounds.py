@@ -24,6 +24,7 @@ from alflow.results.point_table import (
     checked_point_table,
     checked_points,
 )
+from alflow.results.rows import M2Point
 from alflow.results.store import open_run
 
 pytestmark = pytest.mark.unit
@@ -91,7 +92,12 @@ def test_a_points_table_is_checked_once_as_its_points_are_read(
     shutil.copytree(FIXTURES, root)
     checked: list[int] = []
     real = point_table.point_problem
-    monkeypatch.setattr(point_table, "point_problem", lambda p: checked.append(p.k) or real(p))
+
+    def counted(p: M2Point) -> str | None:
+        checked.append(p.k)
+        return real(p)
+
+    monkeypatch.setattr(point_table, "point_problem", counted)
     points = view.m2_points(open_run(root / SWEEP))
     assert len(points) == 2
     assert len(checked) == 2
