@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from alflow.cli.common import NOT_NEGATIVE, Bound, check_options, err_console, handle_errors, register_bounds
-from alflow.results.catalog import default_cache_dir
+from alflow.results.catalog_cache import default_cache_dir
 
 results_app = typer.Typer(help="Browse a results root: the results site.", no_args_is_help=True)
 _BOUNDS = register_bounds("serve", {"--port": Bound(0, high=65535), "--refresh-s": NOT_NEGATIVE})

@@ -64,9 +64,9 @@ from alflow.reference.table import Key, ReferenceEntry, ReferenceTable
 from alflow.results.catalog import (
     Catalog,
     CatalogEntry,
-    default_cache_dir,
     read_entry,
 )
+from alflow.results.catalog_cache import default_cache_dir
 from alflow.results.regression import (
     METRICS,
     REFERENCE_AL,

@@ -4,7 +4,7 @@ Usage::
 
     from alflow.results.catalog import Catalog
     catalog = Catalog("results/demo")                # reads every run once (or takes it from the disk cache)
-    catalog.refresh()                                # later: re-reads only runs whose manifest.json changed
+    catalog.refresh()                                # later: re-reads only runs whose files changed
     for entry in catalog.entries():                  # newest first
         for key, point in entry.series():            # (framework, image, model, K, c, thinking, target) -> point
             ...
@@ -17,7 +17,7 @@ manifest, bad JSON, a manifest of another schema) is an entry with status ``unre
 verdicts), and when it is no regression report that is the entry's problem too.
 
 Freshness: :meth:`Catalog.refresh` lists the root, compares each run's signature (the ``mtime`` and size of
-``manifest.json`` and of ``regression.json``: ``os.stat`` locally, ``fs.info`` on an fsspec URL, re-read
+each file its entry is built from, :data:`ENTRY_FILES`: ``os.stat`` locally, ``fs.info`` on an fsspec URL, re-read
 where neither says) with what it read before, and re-reads only the changed ones; new and removed run
 directories are picked up. With ``cache_dir`` the entries are also kept in one JSON file there (never in the
 results root, which the catalogue only reads), so a cold start over thousands of runs reads only what changed.
@@ -25,7 +25,6 @@ results root, which the catalogue only reads), so a cold start over thousands of
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import logging
@@ -46,13 +45,14 @@ import orjson
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.metrics.point_metrics import POINT_METRICS
 from alflow.results import view
+from alflow.results.catalog_cache import cache_file, load_rows, redacted_texts, save_rows, sig_from_json
 from alflow.results.catalog_dates import EARLIEST, possible_start, timestamp_of
 from alflow.results.point_table import POINT_FLOWS
 from alflow.results.regression import parse_report
 from alflow.results.rows import M2Point
 from alflow.results.series import SeriesKey, split_image, target_text
 from alflow.results.store import MANIFEST, SUMMARY, StoredRun, open_run, storage_for
-from alflow.util.fsutil import atomic_write_bytes, local_path_of, unsafe_file
+from alflow.util.fsutil import local_path_of, unsafe_file
 from alflow.util.rows import dump_row, load_checked
 
 log = logging.getLogger(__name__)
@@ -64,11 +64,11 @@ VERDICT_ORDER: Final = ("regressed", "moved", "improved", "unchanged", "not enou
 left its interval, :mod:`alflow.results.regression`; ``not compared``: a point that could not be judged)."""
 RUN_DIR: Final = re.compile(r"^(\d{8}T\d{6}Z)-[A-Za-z0-9][A-Za-z0-9_.-]*$")
 """A run directory's name: ``<YYYYmmddTHHMMSSZ>-<run id>`` (:class:`alflow.results.store.RunWriter`)."""
-CACHE_VERSION: Final = 8
+CACHE_VERSION: Final = 9
 """2: series keys hold the target AL and the scheme; 3: and the workload; 4: starts in UTC, impossible ones unreadable;
 5: a regression.json that is no regression report is the entry's problem; 6: and no verdict of it; an identifier
 longer than 1,024 characters is unreadable; 7: a reference report's verdicts are judged again from their ALs; 8: points
-alflow never wrote (K=0, a negative throughput, a point twice: :mod:`alflow.results.point_table`) are unreadable."""
+alflow never wrote (K=0, a negative throughput, a point twice: :mod:`alflow.results.point_table`) are unreadable; 9: entries redacted, signed by every file they are built from."""
 READ_THREADS: Final = 4
 """Threads that read runs at once on a cold start (parquet decoding runs outside the GIL)."""
 _GOOD_CLIENT: Final = "client-bound"
@@ -275,7 +275,7 @@ def _regression(run: StoredRun) -> tuple[object, str | None]:
 
 
 ENTRY_FILES: Final = (MANIFEST, SUMMARY, REGRESSION, "spec_stats.parquet")
-"""The files of a run the catalogue reads."""
+"""The files of a run the catalogue reads: its entry is built from these alone, and each is in its signature."""
 
 
 def read_entry(rel: str, run_dir: str) -> CatalogEntry:
@@ -295,21 +295,37 @@ def read_entry(rel: str, run_dir: str) -> CatalogEntry:
         elif (odd := unsafe_file(str(Path(local).parents[1]), local, ENTRY_FILES)) is not None:
             why = f"{rel}/{odd}: not a regular file inside the results root"
     if why is not None:
-        return unreadable_entry(rel, run_dir, why)
+        return redact_entry(unreadable_entry(rel, run_dir, why))
     try:
         entry = _read_entry(rel, run_dir)
         listed = unsafe_file(str(Path(local).parents[1]), local, entry.files) if local is not None else None
         if listed is None:
-            return entry
+            return redact_entry(entry)
         why = f"{rel}/{listed}: not a regular file inside the results root (its page is not rendered)"
-        return replace(entry, problem=why)
+        return redact_entry(replace(entry, problem=why))
     except AlflowError as exc:  # the reason names the run by its rel: the server's own path stays private
         why = str(exc)
     except OSError as exc:
         why = f"{rel}: {exc.strerror or exc}"
     except Exception as exc:  # anything else a hostile folder provokes (RecursionError...): that run only
         why = f"{rel}: cannot be read ({type(exc).__name__}: {' '.join(str(exc).split())[:300]})"
-    return unreadable_entry(rel, run_dir, why.replace(run_dir, rel))
+    return redact_entry(unreadable_entry(rel, run_dir, why.replace(run_dir, rel)))
+
+
+_WHERE: Final = frozenset({"rel", "run_dir"})
+"""An entry's fields that say where the run is (to open it): never redacted, never shown (the site names a run by
+its ``rel``, a folder name of :data:`RUN_DIR`'s characters, and puts it through redaction on the way out)."""
+
+
+def redact_entry(entry: CatalogEntry) -> CatalogEntry:
+    """``entry`` with every text it holds (its error, model, problem, points, series...) through the site's redaction.
+
+    Done as an entry is read, so the catalogue holds, the disk cache stores and the pages show the same redacted
+    texts, and a series key means the same from memory, from the cache and from :func:`read_entry` (the regression
+    check). An entry with no hint of a credential is returned as it is.
+    """
+    data = redacted_texts(entry.to_dict(), keep=_WHERE)
+    return entry if data is None else CatalogEntry.from_dict(data)
 
 
 def _read_entry(rel: str, run_dir: str) -> CatalogEntry:
@@ -354,7 +370,7 @@ def _read_entry(rel: str, run_dir: str) -> CatalogEntry:
 
 
 Signature = tuple[object, ...] | None
-"""What says a run changed: (mtime, size) of its manifest and of its regression.json; None: unknown."""
+"""What says a run changed: (mtime, size) of each file its entry is built from (:data:`ENTRY_FILES`); None: unknown."""
 
 
 class _Lister:
@@ -392,12 +408,12 @@ class _Lister:
     def signature(self, run_dir: str) -> Signature:
         """The run's signature, None when the storage cannot say (the run is then read again)."""
         if self.local:
-            return (_stat(f"{run_dir}{os.sep}{MANIFEST}"), _stat(f"{run_dir}{os.sep}{REGRESSION}"))
+            return tuple(_stat(f"{run_dir}{os.sep}{name}") for name in ENTRY_FILES)
         fs = getattr(self.storage, "fs", None)
         if fs is None or not hasattr(fs, "info"):
             return None
         parts: list[object] = []
-        for name in (MANIFEST, REGRESSION):
+        for name in ENTRY_FILES:
             try:
                 info = fs.info(self.storage.join(run_dir, name))
             except (OSError, ValueError):
@@ -500,12 +516,6 @@ _CACHE_FORMAT: Final = (
 """The cache's format: its version and the fields of what it stores (a cache of other fields is not used)."""
 
 
-def default_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/alflow/catalog`` (``~/.cache/alflow/catalog``): where catalogues keep their entries."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "alflow" / "catalog"
-
-
 class Catalog:
     """Every run under a results root (a folder or an fsspec URL), kept fresh by :meth:`refresh`."""
 
@@ -532,7 +542,7 @@ class Catalog:
         if cache_dir is None:
             return None
         root_id = self.root if not self._lister.local else str(Path(self.root).resolve())
-        return Path(cache_dir) / f"{hashlib.sha256(os.fsencode(root_id)).hexdigest()[:24]}.json"  # any bytes
+        return cache_file(cache_dir, root_id)
 
     def refresh(self, *, force: bool = False) -> None:
         """Re-read runs whose signature changed, add new ones, drop removed ones (at most every ``min_refresh_s``)."""
@@ -553,7 +563,7 @@ class Catalog:
             ]
             fresh = _read_all(stale)
             self.reads += len(fresh)
-            by_rel = {rel: fresh[rel] if rel in fresh else known[rel] for rel, _, _ in listed}
+            by_rel = {rel: fresh[rel] if rel in fresh else _placed(known[rel], d) for rel, d, _ in listed}
             sigs = {rel: sig for rel, _, sig in listed}
             if fresh or by_rel.keys() != old.by_rel.keys() or not old.by_rel:
                 self._state = _build_state(by_rel, sigs)
@@ -612,16 +622,13 @@ class Catalog:
 
     def _load_cache(self) -> tuple[dict[str, CatalogEntry], dict[str, Signature], dict[str, Any]]:
         """Entries, signatures and stored rows of the disk cache (all empty without a usable one)."""
-        if self._cache_file is None or not self._cache_file.exists():
+        rows = load_rows(self._cache_file, _CACHE_FORMAT, self.root)
+        if not rows:
             return {}, {}, {}
         try:
-            data = orjson.loads(self._cache_file.read_bytes())
-            if data.get("version") != _CACHE_FORMAT or data.get("root") != self.root:
-                return {}, {}, {}
-            rows = dict(data["runs"])
             entries = {rel: CatalogEntry.from_dict(row["entry"]) for rel, row in rows.items()}
-            sigs = {rel: _sig_from_json(row["sig"]) for rel, row in rows.items()}
-        except (OSError, ValueError, AlflowError, KeyError, TypeError, AttributeError) as exc:
+            sigs = {rel: sig_from_json(row["sig"]) for rel, row in rows.items()}
+        except (ValueError, AlflowError, KeyError, TypeError, AttributeError) as exc:
             log.warning("catalogue cache %s not used: %s", self._cache_file, exc)
             return {}, {}, {}
         return entries, sigs, rows
@@ -640,19 +647,14 @@ class Catalog:
             if rel not in by_rel:
                 del rows[rel]
         for rel, entry in fresh.items():
-            rows[rel] = {"sig": sigs.get(rel), "entry": entry.to_dict()}
-        data = {"version": _CACHE_FORMAT, "root": self.root, "runs": rows}
-        try:
-            blob = orjson.dumps(data)
-        except TypeError:  # an integer beyond 64 bits: those rows are not cached (read again next time)
-            for rel in fresh:
-                try:
-                    orjson.dumps(rows[rel])
-                except TypeError:
-                    del rows[rel]
-            blob = orjson.dumps(data)
-        with contextlib.suppress(OSError):  # a cache that cannot be written only costs the next cold start
-            atomic_write_bytes(self._cache_file, blob)
+            # redacted as read (redact_entry); no run_dir: the listing's (a URL root's may hold credentials)
+            rows[rel] = {"sig": sigs.get(rel), "entry": {**entry.to_dict(), "run_dir": ""}}
+        save_rows(self._cache_file, _CACHE_FORMAT, self.root, rows, list(fresh))
+
+
+def _placed(entry: CatalogEntry, run_dir: str) -> CatalogEntry:
+    """A known entry at the folder listed now (one from the disk cache has no ``run_dir``)."""
+    return entry if entry.run_dir == run_dir else replace(entry, run_dir=run_dir)
 
 
 def _read_all(todo: list[tuple[str, str]]) -> dict[str, CatalogEntry]:
@@ -661,14 +663,3 @@ def _read_all(todo: list[tuple[str, str]]) -> dict[str, CatalogEntry]:
         return {rel: read_entry(rel, run_dir) for rel, run_dir in todo}
     with ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="alflow-catalog") as pool:
         return dict(zip((rel for rel, _ in todo), pool.map(lambda t: read_entry(*t), todo), strict=True))
-
-
-def _sig_from_json(raw: object) -> Signature:
-    """A signature as read back from JSON (lists -> tuples, so it compares equal to a fresh one)."""
-    if raw is not None and not isinstance(raw, list):
-        raise TypeError(f"signature {raw!r:.80}: expected a list")
-    return _tuples(raw)  # type: ignore[return-value]
-
-
-def _tuples(value: object) -> object:
-    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
