@@ -44,8 +44,8 @@ import orjson
 
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.metrics.point_metrics import POINT_METRICS
+from alflow.results import catalog_cache as cached
 from alflow.results import view
-from alflow.results.catalog_cache import cache_file, load_rows, redacted_texts, save_rows, sig_from_json
 from alflow.results.catalog_dates import EARLIEST, possible_start, timestamp_of
 from alflow.results.point_table import POINT_FLOWS
 from alflow.results.regression import parse_report
@@ -324,7 +324,7 @@ def redact_entry(entry: CatalogEntry) -> CatalogEntry:
     texts, and a series key means the same from memory, from the cache and from :func:`read_entry` (the regression
     check). An entry with no hint of a credential is returned as it is.
     """
-    data = redacted_texts(entry.to_dict(), keep=_WHERE)
+    data = cached.redacted_texts(entry.to_dict(), keep=_WHERE) if cached.hinted(entry, keep=_WHERE) else None
     return entry if data is None else CatalogEntry.from_dict(data)
 
 
@@ -542,7 +542,7 @@ class Catalog:
         if cache_dir is None:
             return None
         root_id = self.root if not self._lister.local else str(Path(self.root).resolve())
-        return cache_file(cache_dir, root_id)
+        return cached.cache_file(cache_dir, root_id)
 
     def refresh(self, *, force: bool = False) -> None:
         """Re-read runs whose signature changed, add new ones, drop removed ones (at most every ``min_refresh_s``)."""
@@ -622,12 +622,12 @@ class Catalog:
 
     def _load_cache(self) -> tuple[dict[str, CatalogEntry], dict[str, Signature], dict[str, Any]]:
         """Entries, signatures and stored rows of the disk cache (all empty without a usable one)."""
-        rows = load_rows(self._cache_file, _CACHE_FORMAT, self.root)
+        rows = cached.load_rows(self._cache_file, _CACHE_FORMAT, self.root)
         if not rows:
             return {}, {}, {}
         try:
             entries = {rel: CatalogEntry.from_dict(row["entry"]) for rel, row in rows.items()}
-            sigs = {rel: sig_from_json(row["sig"]) for rel, row in rows.items()}
+            sigs = {rel: cached.sig_from_json(row["sig"]) for rel, row in rows.items()}
         except (ValueError, AlflowError, KeyError, TypeError, AttributeError) as exc:
             log.warning("catalogue cache %s not used: %s", self._cache_file, exc)
             return {}, {}, {}
@@ -649,7 +649,7 @@ class Catalog:
         for rel, entry in fresh.items():
             # redacted as read (redact_entry); no run_dir: the listing's (a URL root's may hold credentials)
             rows[rel] = {"sig": sigs.get(rel), "entry": {**entry.to_dict(), "run_dir": ""}}
-        save_rows(self._cache_file, _CACHE_FORMAT, self.root, rows, list(fresh))
+        cached.save_rows(self._cache_file, _CACHE_FORMAT, self.root, rows, list(fresh))
 
 
 def _placed(entry: CatalogEntry, run_dir: str) -> CatalogEntry:

@@ -16,6 +16,8 @@ as its SHA-256, never as written (an fsspec URL may carry credentials).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import hashlib
 import logging
 import os
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import orjson
+from pydantic import BaseModel
 
 from alflow.util.fsutil import atomic_write_bytes
 from alflow.util.redact import may_hold_credentials, redact_urls_in_text
@@ -105,6 +108,45 @@ def save_rows(path: Path, fmt: str, root: str, rows: dict[str, Any], fresh: list
         atomic_write_bytes(path, blob, mode=FILE_MODE)  # a new file each time: never one of a looser mode
 
 
+_SHORT: Final = 256
+"""A text up to this long is judged once (:func:`_short_hint`): most of an entry's texts repeat over the runs."""
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _short_hint(text: str) -> bool:
+    return may_hold_credentials(text)
+
+
+def _hint(text: str) -> bool:
+    return _short_hint(text) if len(text) <= _SHORT else may_hold_credentials(text)
+
+
+_NO_TEXT: Final = frozenset({int, float, bool, type(None)})
+
+
+def hinted(value: object, *, keep: Collection[str] = ()) -> bool:
+    """Whether any text in ``value`` (a dataclass, a pydantic model, a tuple, list or mapping) may hold a credential.
+
+    The fields named in ``keep`` of a dataclass are left out. Cheap where nothing does: no copy is made.
+    """
+    kind = type(value)
+    if kind in _NO_TEXT:  # most values: numbers
+        return False
+    if kind is str:
+        return _hint(value)  # type: ignore[arg-type]
+    if isinstance(value, str):
+        return _hint(value)
+    if isinstance(value, tuple | list):
+        return any(hinted(v) for v in value)
+    if isinstance(value, Mapping):
+        return any(hinted(k) or hinted(v) for k, v in value.items())
+    if isinstance(value, BaseModel):  # its fields' values (pydantic keeps them in __dict__)
+        return any(hinted(v) for v in vars(value).values())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return any(hinted(getattr(value, f.name)) for f in dataclasses.fields(value) if f.name not in keep)
+    return False
+
+
 def redacted_texts(data: Mapping[str, Any], *, keep: Collection[str] = ()) -> dict[str, Any] | None:
     """JSON-ready ``data`` with every string in it (keys of ``keep`` aside) through the site's URL and token redaction.
 
@@ -116,7 +158,7 @@ def redacted_texts(data: Mapping[str, Any], *, keep: Collection[str] = ()) -> di
     def each(value: object) -> object:
         nonlocal hinted
         if isinstance(value, str):
-            if may_hold_credentials(value):
+            if _hint(value):
                 hinted = True
                 return redact_urls_in_text(value)
             return value

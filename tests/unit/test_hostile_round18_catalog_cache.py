@@ -208,3 +208,17 @@ def test_a_removed_table_is_seen(tmp_path: Path) -> None:
     (run / "spec_stats.parquet").unlink()
     catalog.refresh()
     assert catalog.reads == 2
+
+
+def test_a_secret_only_in_a_point_or_a_series_is_found_and_redacted(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    write_run(root, "2026-01-01T00:00:00+00:00", points=[point(4, audit=f"ok, token={HF}")])
+    write_run(
+        root,
+        "2026-01-02T00:00:00+00:00",
+        regression=m2_report([(key(thinking=f"on {HF}"), "regressed")]),
+    )
+    Catalog(str(root), cache_dir=tmp_path / "cache")
+    assert HF.encode() not in _all_bytes(tmp_path / "cache")
+    assert catalog_cache.hinted({"a": (1, 2.0, None, [f"x {HF}"])})
+    assert not catalog_cache.hinted({"a": (1, 2.0, None, ["plain"])})
