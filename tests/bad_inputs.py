@@ -157,6 +157,9 @@ CONFIG_CASES: list[ConfigCase] = [
     _case("m2 warmup negative", "m2", {"warmup_per_concurrency": -1}, "greater than or equal to 0"),
     _case("m2 audit tolerance negative", "m2", {"audit_abs_tol": -0.1}, "greater than or equal to 0"),
     _case("m2 audit tolerance NaN", "m2", {"audit_abs_tol": _NAN}, "give a finite number"),
+    # hostile round 18, F3: 100 let every audit pass (a server at AL 2.28 against 2.50 stored valid)
+    _case("m2 audit tolerance 100", "m2", {"audit_abs_tol": 100}, "less than or equal to 0.5"),
+    _case("m2 audit tolerance 0.51", "m2", {"audit_abs_tol": 0.51}, "less than or equal to 0.5"),
     _case("m2 fail_on_invalid 'yes'", "m2", {"fail_on_invalid": "yes"}, "valid boolean"),
     _case("m2 fail_on_invalid 1", "m2", {"fail_on_invalid": 1}, "valid boolean"),
     _case("m2 unknown field", "m2", {"colour": "red"}, "Extra inputs are not permitted"),
@@ -335,7 +338,10 @@ CONFIG_CASES: list[ConfigCase] = [
     # --- M1
     _case("m1 k boolean", "m1", {"k": True}, "valid integer"),
     _case("m1 abs_tol negative", "m1", {"tolerances": {"abs_tol": -1.0}}, "greater than or equal to 0"),
-    _case("m1 rel_tol 1.5", "m1", {"tolerances": {"rel_tol": 1.5}}, "less than 1"),
+    _case("m1 rel_tol 1.5", "m1", {"tolerances": {"rel_tol": 1.5}}, "less than or equal to 0.25"),
+    # hostile round 18, F3: abs_tol 100 put the threshold at 1, where every AL passes
+    _case("m1 abs_tol 100", "m1", {"tolerances": {"abs_tol": 100}}, "less than or equal to 0.5"),
+    _case("m1 rel_tol 0.5", "m1", {"tolerances": {"rel_tol": 0.5}}, "less than or equal to 0.25"),
     _case("m1 confidence 1", "m1", {"tolerances": {"confidence": 1.0}}, "less than 1"),
     _case("m1 use_ci unknown", "m1", {"tolerances": {"use_ci": "maybe"}}, "maybe"),
     _case("m1 gsm8k limit zero", "m1", {"gsm8k": {"limit": 0}}, "greater than or equal to 1"),

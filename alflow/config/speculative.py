@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from enum import StrEnum
-from typing import Annotated, Literal, Self
+from typing import Annotated, Final, Literal, Self
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
@@ -273,15 +273,32 @@ class SyntheticAcceptance(StrictModel):
         return SyntheticTarget.of(k, al=self.target_al, rates=self.rates)
 
 
+MAX_GATE_ABS_TOL: Final = 0.5
+"""The largest M1 ``abs_tol``: half an accepted token per step below the reference (the default is 0.05)."""
+MAX_GATE_REL_TOL: Final = 0.25
+"""The largest M1 ``rel_tol``: a quarter of the reference (the default is 0.03)."""
+
+
 class GateTolerances(StrictModel):
     """How far below the reference AL a framework under test may fall (M1).
 
     Threshold ``= reference - max(abs_tol, rel_tol * reference)``.
     """
 
-    abs_tol: float = Field(0.05, ge=0.0, description="Absolute AL tolerance below the reference.")
+    abs_tol: float = Field(
+        0.05,
+        ge=0.0,
+        le=MAX_GATE_ABS_TOL,
+        description="Absolute AL tolerance below the reference, 0 to 0.5 AL (more lets any AL pass).",
+    )
     rel_tol: float = Field(
-        0.03, ge=0.0, lt=1.0, description="Relative AL tolerance (fraction of the reference)."
+        0.03,
+        ge=0.0,
+        le=MAX_GATE_REL_TOL,
+        description=(
+            "Relative AL tolerance (fraction of the reference), 0 to 0.25 (more puts the threshold of a "
+            "reference near 2 at 1, where every AL passes)."
+        ),
     )
     use_ci: Literal["point", "upper"] = Field(
         "upper",
