@@ -74,6 +74,7 @@ from alflow.reports.markdown import escape_controls
 from alflow.util.names import check_identifier, shown
 from alflow.util.redact import check_http_url, check_url_syntax, redact_url, url_problem
 from alflow.util.rows import dump_row
+from alflow.util.signals import TERMINATION
 from alflow.util.typer_options import command_of
 
 T = TypeVar("T")
@@ -246,7 +247,7 @@ def _print_summary(s: dict[str, Any]) -> None:
 
 
 class _Sigterm:
-    """SIGTERM ends a benchmark like Ctrl-C does, with exit code 143 and no traceback.
+    """SIGTERM (or SIGHUP) ends a benchmark like Ctrl-C does, with exit code 143 (129) and no traceback.
 
     The streams are cancelled, the records so far written to ``--out``, the client processes stopped (without it
     the command died at once, its records lost and its client processes left to stop by themselves, up to half a
@@ -279,12 +280,17 @@ class _Sigterm:
 
 @contextlib.contextmanager
 def sigterm_as_exit() -> Iterator[_Sigterm]:
-    """Install :class:`_Sigterm` for the block (main thread only); a SIGTERM ends it with ``SystemExit(143)``."""
+    """Install :class:`_Sigterm` for the block (main thread only); a SIGTERM ends it with ``SystemExit(143)``.
+
+    SIGHUP (a closed terminal, a dropped ssh session) likewise, with ``SystemExit(129)``: the records so far are
+    kept (hostile round 18, F4: it died at once and wrote nothing). A SIGHUP ignored (``nohup``) stays ignored.
+    """
     watch = _Sigterm()
     if threading.current_thread() is not threading.main_thread():
         yield watch
         return
-    before = signal.signal(signal.SIGTERM, watch.handle)
+    handled = [sig for sig in TERMINATION if signal.getsignal(sig) != signal.SIG_IGN]  # nohup: stays ignored
+    before = {sig: signal.signal(sig, watch.handle) for sig in handled}
     try:
         yield watch
     except BaseException:  # cancelled by the signal, or failing as it came: a terminated run either way
@@ -292,7 +298,8 @@ def sigterm_as_exit() -> Iterator[_Sigterm]:
             raise SystemExit(watch.code()) from None
         raise
     finally:
-        signal.signal(signal.SIGTERM, before)
+        for sig, handler in before.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
     if watch.signals:  # the run ended on its own as the signal came: still a terminated run
         raise SystemExit(watch.code())
 

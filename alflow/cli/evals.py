@@ -195,7 +195,9 @@ def _evaluate(request: Gsm8kRequest) -> EvalResult:
             return asyncio.run(watch.run(evaluate_gsm8k(request)))
     except (KeyboardInterrupt, SystemExit) as exc:
         code = 130 if isinstance(exc, KeyboardInterrupt) else exc.code
-        how = "Ctrl-C" if code == 130 else "SIGTERM" if code == 143 else f"exit {code}"
+        how = {130: "Ctrl-C", 143: "SIGTERM", 129: "SIGHUP"}.get(
+            code if isinstance(code, int) else -1, f"exit {code}"
+        )
         say_err(f"eval gsm8k: interrupted ({how}) after {time.monotonic() - started:.1f} s: no scores")
         raise typer.Exit(code if isinstance(code, int) else 1) from None
 

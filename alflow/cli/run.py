@@ -24,9 +24,9 @@ import typer
 from pydantic import BaseModel
 from rich.console import Console
 
-from alflow.cli.common import console, emit_json, fail, parse_floats, split_list
+from alflow.cli.common import console, emit_json, fail, parse_floats, say, split_list
 from alflow.errors import AlflowError, InvalidInputError
-from alflow.util import jsonutil
+from alflow.util import jsonutil, signals
 from alflow.util.procguard import Guard
 from alflow.util.redact import redact_data, redact_urls_in_text
 from alflow.util.rows import dump_row
@@ -185,6 +185,7 @@ def prepare_local_run() -> None:
     quiet_expected_tracebacks()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate_as_exit)
+        signals.hangup_as_termination()  # SIGHUP (terminal closed) as SIGTERM: the run keeps what it measured
     from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED
 
     if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
@@ -447,4 +448,4 @@ def run(
     if as_json:
         emit_json(result)
     else:
-        console.print(f"flow {flow} completed: {jsonutil.dumps(result, indent=None)[:2000]}", markup=False)
+        say(f"flow {flow} completed: {jsonutil.dumps(result, indent=None)[:2000]}")  # names: escaped

@@ -50,6 +50,7 @@ StoreRoot = Annotated[str, AfterValidator(lambda value: check_local_path(value, 
 MAX_AUDIT_ABS_TOL: Final = 0.5
 """The largest ``audit_abs_tol``: half an AL (the default is 0.02; 100 once let every audit pass, round 18 F3)."""
 
+
 class ServerPlacement(StrictModel):
     """Where and how servers run for a flow."""
 

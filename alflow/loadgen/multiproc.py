@@ -415,8 +415,12 @@ class _Parent:
 
 
 def _worker_main(job: _Job, data: Connection, control: Connection) -> None:
-    """A worker process: run its share on alflow's event loop; the parent stops it (SIGINT is ignored)."""
+    """A worker process: run its share on alflow's event loop; the parent stops it (SIGINT, SIGHUP ignored).
+
+    A closed terminal sends SIGHUP to the whole group: the parent stops the workers and keeps their records.
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     eventloop.run(_WorkerRun(job, data, control).main())
 
 

@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import sys
 import threading
 import time
@@ -44,6 +43,7 @@ from alflow.serving.requests import (
     parse,
 )
 from alflow.util.eventloop import new_event_loop
+from alflow.util.signals import stop_signals
 
 if TYPE_CHECKING:
     import typer
@@ -305,7 +305,7 @@ def run_until_signalled(serve: Serve, prefix: str) -> None:
         sys.stdout.write(listening_line(prefix, host, port) + "\n")
         sys.stdout.flush()
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in stop_signals():  # SIGHUP too (a closed terminal), unless nohup ignores it
         loop.add_signal_handler(sig, stop.set)
     try:
         loop.run_until_complete(serve(stop, ready))

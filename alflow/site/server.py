@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 from collections.abc import Callable
 
 from aiohttp import web
@@ -20,6 +19,7 @@ from alflow.site.app import make_app
 from alflow.site.guard import PathOnlyAccessLogger, check_bind
 from alflow.util.fsutil import local_path_of
 from alflow.util.redact import redact_url
+from alflow.util.signals import stop_signals
 
 
 def check_root(root: str) -> str:
@@ -50,7 +50,7 @@ async def run_site(
     """
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
-    handled = (signal.SIGINT, signal.SIGTERM) if signals else ()
+    handled = stop_signals() if signals else ()  # SIGHUP too (a closed terminal), unless nohup ignores it
     for sig in handled:
         loop.add_signal_handler(sig, stop.set)
     runner = web.AppRunner(app, access_log_class=PathOnlyAccessLogger, handle_signals=False)

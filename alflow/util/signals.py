@@ -26,8 +26,34 @@ from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
 from typing import Any, Final
 
-TERMINATION: tuple[signal.Signals, ...] = (signal.SIGTERM,)
-"""The signals held back by default (Ctrl-C's SIGINT is asyncio's own: its runner cancels the main task)."""
+TERMINATION: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGHUP)
+"""The signals held back by default (Ctrl-C's SIGINT is asyncio's own: its runner cancels the main task).
+
+SIGHUP (a closed terminal, a dropped ssh session) ends a command as SIGTERM does: what was measured is kept
+(hostile round 18, F4: it died at once, every measurement lost)."""
+
+
+def stop_signals() -> tuple[signal.Signals, ...]:
+    """The signals a server stops on: SIGINT, SIGTERM, and SIGHUP unless it is ignored (``nohup``)."""
+    hangup = () if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN else (signal.SIGHUP,)
+    return (signal.SIGINT, signal.SIGTERM, *hangup)
+
+
+def as_termination(signum: int, frame: FrameType | None) -> None:
+    """A SIGHUP handler: the signal goes to whatever handles SIGTERM now, as SIGTERM would (it may raise).
+
+    During a flow run that is Prefect's bridge (``TerminationSignal(signal=1)``: the run stored as stopped by
+    SIGHUP), elsewhere ``alflow run``'s own handler (``SystemExit(129)``).
+    """
+    _hand_on(signum, signal.getsignal(signal.SIGTERM), frame)
+
+
+def hangup_as_termination() -> None:
+    """Install :func:`as_termination` for SIGHUP (main thread only; a SIGHUP ignored, ``nohup``, stays ignored)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, as_termination)
 
 
 HOLD_S: Final = 5.0

@@ -197,7 +197,9 @@ def _load_config(tmp_path: Path) -> Path:
     return path
 
 
-def _sigterm_after(tmp_path: Path, line: str, delay_s: float) -> tuple[int, float, str]:
+def _sigterm_after(
+    tmp_path: Path, line: str, delay_s: float, sig: signal.Signals = signal.SIGTERM
+) -> tuple[int, float, str]:
     """Run the M2 of :func:`_load_config`; SIGTERM ``delay_s`` after its output shows ``line``.
 
     Its exit code, the seconds from the signal to its end, and its output (log lines included).
@@ -222,7 +224,7 @@ def _sigterm_after(tmp_path: Path, line: str, delay_s: float) -> tuple[int, floa
             seen.append(text)
             if line in text:
                 time.sleep(delay_s)
-                run.send_signal(signal.SIGTERM)
+                run.send_signal(sig)
                 break
         assert run.poll() is None, f"the run ended before {line!r}:\n{''.join(seen)[-4000:]}"
         sent = time.monotonic()
@@ -247,6 +249,20 @@ def test_sigterm_as_the_load_starts_stops_it_and_stores_the_point_as_partial(
     (run_dir,) = (tmp_path / "results" / "m2").iterdir()
     stored = open_run(run_dir)
     assert stored.status == "failed"
+    assert stored.table("spec_stats")["partial"].to_list() == [True]
+    assert "interrupted (TerminationSignal)" in " ".join(stored.json("summary")["failures"])
+
+
+def test_sighup_mid_load_keeps_the_point_as_partial_like_sigterm(tmp_path: Path) -> None:
+    # hostile round 18, F4: SIGHUP (a closed terminal) left only manifest.json marked "running", exit 129
+    code, took, output = _sigterm_after(tmp_path, "streaming 800 sessions", 0.15, signal.SIGHUP)
+    assert code == 128 + signal.SIGHUP, output[-4000:]
+    assert took < 20, output[-4000:]
+    assert "Traceback" not in output, output[-4000:]
+    (run_dir,) = (tmp_path / "results" / "m2").iterdir()
+    stored = open_run(run_dir)
+    assert stored.status == "failed"
+    assert "SIGHUP" in str(stored.manifest.error), stored.manifest.error
     assert stored.table("spec_stats")["partial"].to_list() == [True]
     assert "interrupted (TerminationSignal)" in " ".join(stored.json("summary")["failures"])
 
