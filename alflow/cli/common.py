@@ -22,6 +22,7 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape as rich_escape
 from rich.table import Table
 
 from alflow.errors import AlflowError, InvalidInputError
@@ -87,13 +88,22 @@ def _codec_name(encoding: str) -> str:
 
 
 def say(text: str) -> None:
-    """``text`` on stdout as given: no markup, no highlighting."""
-    console.print(text, highlight=False, markup=False)
+    """``text`` on stdout: no markup, no highlighting, control characters as visible escapes (newline, tab kept).
+
+    Every line alflow prints through here (``wrote PATH``, ``Results: ROOT``) may hold a path or a name it was
+    given: an ESC or RLO in a run folder's name must not drive the terminal (hostile round 18, F5).
+    """
+    console.print(escape_controls(text), highlight=False, markup=False)
 
 
 def say_err(text: str) -> None:
-    """``text`` on stderr as given: no markup, no highlighting."""
-    err_console.print(text, highlight=False, markup=False)
+    """``text`` on stderr, as :func:`say` writes it (control characters as visible escapes)."""
+    err_console.print(escape_controls(text), highlight=False, markup=False)
+
+
+def markup_safe(value: object) -> str:
+    """``value`` for a Rich markup line: control characters as visible escapes, then markup escaped."""
+    return rich_escape(escape_controls(value))
 
 
 def new_table(title: str, columns: Iterable[str], **options: Any) -> Table:

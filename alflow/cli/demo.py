@@ -9,11 +9,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from alflow.cli.common import console, fail, new_table, say
+from alflow.cli.common import console, fail, markup_safe, new_table, say
 from alflow.cli.run import check_prefect_api, prefect_defaults, prepare_local_run, print_flow_failure
 from alflow.errors import AlflowError
 from alflow.metrics.point_metrics import INTERACTIVITY, OUTPUT_PER_GPU, OUTPUT_THROUGHPUT, TPOT
@@ -117,7 +116,7 @@ def demo(
 def _m0_table(what: str, m0: M0Outcome) -> Table:
     """The M0 reference table of a real-acceptance demo (model, K, AL, steps), user strings escaped."""
     table = new_table(
-        f"M0 reference AL ({what}) -> {escape(m0.reference_path)}", ("model", "K", "AL", "steps")
+        f"M0 reference AL ({what}) -> {markup_safe(m0.reference_path)}", ("model", "K", "AL", "steps")
     )
     for e in m0.entries:
         table.add_row(Text(e.model), str(e.k), f"{e.al:.4f}", str(e.num_drafts))
@@ -127,7 +126,7 @@ def _m0_table(what: str, m0: M0Outcome) -> Table:
 def _print_gate(console: Console, title: str, gate: DemoGate) -> None:
     """One M1 run of a real-acceptance demo: its status and message, then each gate's verdict."""
     status = "[green]passed[/green]" if gate.passed else "[red]FAILED[/red]"
-    console.print(f"M1 {escape(title)}: {status} {escape(gate.message)}", highlight=False)
+    console.print(f"M1 {markup_safe(title)}: {status} {markup_safe(gate.message)}", highlight=False)
     for v in gate.outcome.verdicts if gate.outcome is not None else ():
         say(f"  - {'pass' if v.passed else 'FAIL'}: {v.message}")
 
@@ -138,20 +137,22 @@ def _print_tiny_demo(console: Console, out: DemoOutcome, took: float) -> None:
         say(f"M0 calibration points reused from the cache: {', '.join(out.m0.cached_points)}")
     for g in out.m1:
         _print_gate(console, g.name, g)
-    console.print(
+    say(
         f"Results: {out.results_root} (report.html and report.md inside each run directory; numbers are "
-        "real measurements of the tiny CPU engine, not of a GPU server)",
-        markup=False,
+        "real measurements of the tiny CPU engine, not of a GPU server)"
     )
     console.print(f"Demo finished in {took:.0f} s.", highlight=False)
 
 
 def _print_vllm_demo(console: Console, out: DemoOutcome, took: float) -> None:
-    console.print(f"Model: {escape(str(out.model_path))} ({escape(str(out.model_source))})", highlight=False)
+    console.print(
+        f"Model: {markup_safe(str(out.model_path))} ({markup_safe(str(out.model_source))})", highlight=False
+    )
     console.print(_m0_table("real vLLM, CPU build, n-gram", out.m0))
     if out.m0.cached_points:
         console.print(
-            f"M0 points reused from the cache: {escape(', '.join(out.m0.cached_points))}", highlight=False
+            f"M0 points reused from the cache: {markup_safe(', '.join(out.m0.cached_points))}",
+            highlight=False,
         )
     for g in out.m1:
         _print_gate(console, "vLLM CPU", g)
@@ -169,12 +170,14 @@ def _print_vllm_m2(console: Console, run: DemoBenchmark) -> None:
     """One M2 run of the real-vLLM demo: per point the achieved vs target AL, the audit, the shape test."""
     target = "reference" if run.target is None else run.target
     if run.outcome is None:
-        console.print(f"M2 (target {target}): [red]FAILED[/red] {escape(str(run.failed))}", highlight=False)
+        console.print(
+            f"M2 (target {target}): [red]FAILED[/red] {markup_safe(str(run.failed))}", highlight=False
+        )
         return
     m2 = run.outcome
     title = (
         f"M2 on real vLLM (CPU), synthetic target AL {m2.target_al:.4f} "
-        f"({'the M0 reference' if run.target is None else 'explicit'}; scheme {escape(m2.scheme)})"
+        f"({'the M0 reference' if run.target is None else 'explicit'}; scheme {markup_safe(m2.scheme)})"
     )
     columns = ("concurrency", "output tok/s", "TPOT ms", "AL achieved", "allowed +/-", "shape p", "audit")
     table = new_table(title, columns, justify="right")
@@ -195,7 +198,7 @@ def _print_vllm_m2(console: Console, run: DemoBenchmark) -> None:
 def _print_demo(console: Console, out: DemoOutcome, took: float) -> None:
     m0 = out.m0
     t0 = new_table(
-        f"M0 reference AL (simulated) -> {escape(m0.reference_path)}",
+        f"M0 reference AL (simulated) -> {markup_safe(m0.reference_path)}",
         ("model", "thinking", "K", "AL", "steps"),
     )
     for e in m0.entries:
@@ -208,11 +211,13 @@ def _print_demo(console: Console, out: DemoOutcome, took: float) -> None:
     )
     for g in out.m1:
         status = "[green]passed[/green]" if g.passed else "[red]FAILED[/red]"
-        console.print(f"M1 {escape(g.name)}: {status} {escape(g.message)}", highlight=False)
+        console.print(f"M1 {markup_safe(g.name)}: {status} {markup_safe(g.message)}", highlight=False)
     [run] = out.m2
     assert run.outcome is not None  # the simulated M2 ends its flow on failure: the demo fails before this
     m2 = run.outcome
-    title = f"M2 synthetic benchmark at target AL {m2.target_al:.4f} (scheme {escape(m2.scheme)}, simulated)"
+    title = (
+        f"M2 synthetic benchmark at target AL {m2.target_al:.4f} (scheme {markup_safe(m2.scheme)}, simulated)"
+    )
     columns = (
         "concurrency",
         "output tok/s/GPU",
@@ -232,9 +237,8 @@ def _print_demo(console: Console, out: DemoOutcome, took: float) -> None:
             "valid" if p.valid else "INVALID",
         )
     console.print(t2)
-    console.print(
-        f"Results: {out.results_root} (M2 run: {m2.run_dir}, report.html and report.md inside each run directory; `alflow report RUN_DIR` renders one again)",
-        markup=False,
+    say(
+        f"Results: {out.results_root} (M2 run: {m2.run_dir}, report.html and report.md inside each run directory; `alflow report RUN_DIR` renders one again)"
     )
     say(f"Browse them: alflow results serve {out.results_root}")
     console.print(f"Demo finished in {took:.0f} s.", highlight=False)

@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
-from alflow.cli.common import JsonOpt, console, emit_json
+from alflow.cli.common import JsonOpt, console, emit_json, markup_safe
 from alflow.config.server import engine_note_of
 from alflow.frameworks.registry import Framework, frameworks, left_out
 from alflow.plugins import BUILTIN, specs
@@ -64,17 +63,17 @@ def frameworks_command(json_out: JsonOpt = False) -> None:
     table = Table("framework", "name", "source", "metrics", "synthetic scheme", "sim speaks it", "GPUs")
     for r in found:
         table.add_row(
-            escape(r.name),
-            escape(r.title),
-            escape(r.source),
-            escape(r.metrics),
-            escape(r.synthetic),
+            markup_safe(r.name),
+            markup_safe(r.title),
+            markup_safe(r.source),
+            markup_safe(r.metrics),
+            markup_safe(r.synthetic),
             "yes" if r.simulated else "no",
-            escape(r.gpu),
+            markup_safe(r.gpu),
         )
     console.print(table)
     for reason in left_out():
-        console.print(f"left out: {escape(reason)}")
+        console.print(f"left out: {markup_safe(reason)}")
 
 
 def register(app: typer.Typer) -> None:

@@ -6,9 +6,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
-from alflow.cli.common import JsonOpt, console, emit_json, fail
+from alflow.cli.common import JsonOpt, console, emit_json, fail, markup_safe
 from alflow.errors import AlflowError
 from alflow.models.prepare import MODELS, default_cache_dir, prepare_model
 
@@ -43,9 +42,11 @@ def prepare(
         return
     what = "already prepared (verified)" if result.reused else "prepared"
     if result.rebuilt_because:
-        what = f"rebuilt ({escape(result.rebuilt_because)})"
-    console.print(f"{escape(name)}: {what}: {escape(str(result.path))}", highlight=False, soft_wrap=True)
-    console.print(f"  source: {escape(result.manifest.source_line())}", highlight=False, soft_wrap=True)
+        what = f"rebuilt ({markup_safe(result.rebuilt_because)})"
+    console.print(
+        f"{markup_safe(name)}: {what}: {markup_safe(str(result.path))}", highlight=False, soft_wrap=True
+    )
+    console.print(f"  source: {markup_safe(result.manifest.source_line())}", highlight=False, soft_wrap=True)
     console.print(f"  content sha256: {result.manifest.content_sha256}", highlight=False, soft_wrap=True)
 
 
@@ -54,8 +55,8 @@ def list_models() -> None:
     """The models ``alflow models prepare`` knows and where they would go."""
     for name, src in MODELS.items():
         console.print(
-            f"{name}: {escape(src.requirement)} ({escape(src.licence)}): {escape(src.description)} "
-            f"-> {escape(str(default_cache_dir() / 'models' / name))}",
+            f"{name}: {markup_safe(src.requirement)} ({markup_safe(src.licence)}): {markup_safe(src.description)} "
+            f"-> {markup_safe(str(default_cache_dir() / 'models' / name))}",
             highlight=False,
             soft_wrap=True,
         )

@@ -14,7 +14,14 @@ from typing import Annotated
 
 import typer
 
-from alflow.cli.common import NOT_NEGATIVE, Bound, check_options, err_console, handle_errors, register_bounds
+from alflow.cli.common import (
+    NOT_NEGATIVE,
+    Bound,
+    check_options,
+    handle_errors,
+    register_bounds,
+    say_err,
+)
 from alflow.results.catalog_cache import default_cache_dir
 
 results_app = typer.Typer(help="Browse a results root: the results site.", no_args_is_help=True)
@@ -27,7 +34,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _announce(line: str) -> None:
-    err_console.print(f"alflow results: {line}", markup=False, highlight=False)
+    say_err(f"alflow results: {line}")  # the root's name as visible escapes (round 18, F5)
     sys.stderr.flush()
 
 
