@@ -431,7 +431,9 @@ class BenchOptions:
         str, typer.Option(help="Metrics dialect: auto or a framework (alflow frameworks lists them).")
     ] = "auto"
     no_metrics: Annotated[bool, typer.Option(help="Do not scrape server metrics.")] = False
-    scrape_interval: Annotated[float, typer.Option(help="Background scrape interval (s); 0 = off.")] = 1.0
+    scrape_interval: Annotated[
+        float, typer.Option(help="Background scrape interval (s), at least 0.05; 0 = off.")
+    ] = 1.0
     k: Annotated[int | None, typer.Option(help="Speculative tokens K (for intervals and TRT-LLM).")] = None
     prometheus_url: Annotated[
         str | None,
@@ -481,6 +483,40 @@ def _bench(o: BenchOptions) -> None:
     except AlflowError as exc:
         raise fail(str(exc), secrets=(o.api_key,)) from None
     _report(result, json_out=o.json_out, api_key=o.api_key)
+
+
+MIN_SCRAPE_INTERVAL_S: Final = 0.05
+"""The shortest ``--scrape-interval`` but 0 (off): a shorter one scrapes the metrics endpoint back to back, loading
+the server it measures (round 18, M7: 1e-9 was accepted)."""
+
+
+def _check_scrape_interval(seconds: float) -> None:
+    """``--scrape-interval`` 0 (off) or at least :data:`MIN_SCRAPE_INTERVAL_S` (the range is checked before)."""
+    if 0 < seconds < MIN_SCRAPE_INTERVAL_S:
+        raise InvalidInputError(
+            f"--scrape-interval {seconds:g}: must be 0 (off) or at least {MIN_SCRAPE_INTERVAL_S:g} s (a shorter "
+            "interval scrapes the metrics endpoint back to back, loading the server it measures)"
+        )
+
+
+def _check_token_range(o: BenchOptions) -> None:
+    """``--min-tokens`` at most the output cap: ``--max-tokens``, or ``--osl`` for random prompts without it.
+
+    A server refuses each request whose min_tokens exceeds max_tokens (vLLM: 400); round 18, M1: it was sent.
+    """
+    if o.min_tokens is None:
+        return
+    if o.max_tokens is not None:
+        cap, name = o.max_tokens, "--max-tokens"
+    elif o.dataset is DatasetName.random:
+        cap, name = o.osl, "--osl"
+    else:
+        return
+    if o.min_tokens > cap:
+        raise InvalidInputError(
+            f"--min-tokens {o.min_tokens}: must be at most {name} ({cap}): a server refuses a request "
+            "whose min_tokens exceeds its max_tokens"
+        )
 
 
 def _check_urls(o: BenchOptions) -> None:
@@ -541,6 +577,8 @@ def _bench_request(o: BenchOptions) -> BenchRequest:
             "Authorization header; give one of them"
         )
     check_options({name: getattr(o, name[2:].replace("-", "_")) for name in BENCH_BOUNDS}, BENCH_BOUNDS)
+    _check_token_range(o)
+    _check_scrape_interval(o.scrape_interval)
     pcts = check_percentiles(parse_floats(o.percentiles, "--percentiles"), "--percentiles")
     if o.out is not None:
         check_out_dir(o.out)
