@@ -10,12 +10,9 @@ and is never written or printed; URLs are printed without credentials.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import signal
 import sys
-import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -54,6 +51,7 @@ from alflow.cli.common import (
     register_bounds,
     warn,
 )
+from alflow.cli.stopping import sigterm_as_exit
 from alflow.config.base import MAX_CONCURRENCY, MAX_NODES, MAX_PARALLEL, MAX_PROMPTS, MAX_SEQUENCE_TOKENS
 from alflow.datasets.custom import DEFAULT_MAX_TOKENS
 from alflow.datasets.random_tokens import DEFAULT_TOKEN_LOW, DEFAULT_VOCAB_SIZE
@@ -74,7 +72,6 @@ from alflow.reports.markdown import escape_controls
 from alflow.util.names import check_identifier, shown
 from alflow.util.redact import check_http_url, check_url_syntax, redact_url, url_problem
 from alflow.util.rows import dump_row
-from alflow.util.signals import TERMINATION
 from alflow.util.typer_options import command_of
 
 T = TypeVar("T")
@@ -244,64 +241,6 @@ def _print_summary(s: dict[str, Any]) -> None:
     for label, value in rows:  # server texts (errors, dialect, notes) as well: escaped, never markup
         table.add_row(Text(escape_controls(label)), Text(escape_controls(value)))
     console.print(table, soft_wrap=True)
-
-
-class _Sigterm:
-    """SIGTERM (or SIGHUP) ends a benchmark like Ctrl-C does, with exit code 143 (129) and no traceback.
-
-    The streams are cancelled, the records so far written to ``--out``, the client processes stopped (without it
-    the command died at once, its records lost and its client processes left to stop by themselves, up to half a
-    minute later).
-    """
-
-    def __init__(self) -> None:
-        self.task: asyncio.Task[Any] | None = None
-        self.signals: list[int] = []
-
-    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Await ``coro`` as the task a SIGTERM cancels."""
-        self.task = asyncio.current_task()
-        return await coro
-
-    def handle(self, signum: int, frame: object) -> None:
-        del frame
-        self.signals.append(signum)
-        task = self.task
-        if task is None or task.done() or len(self.signals) > 1:
-            raise SystemExit(128 + signum)
-        loop = task.get_loop()
-        if asyncio.current_task(loop) is task:  # its own code runs (drawing prompts): stop it right here
-            raise SystemExit(128 + signum)
-        loop.call_soon_threadsafe(task.cancel)  # between steps: cancelled like Ctrl-C, never inside a library
-
-    def code(self) -> int:
-        return 128 + self.signals[0]
-
-
-@contextlib.contextmanager
-def sigterm_as_exit() -> Iterator[_Sigterm]:
-    """Install :class:`_Sigterm` for the block (main thread only); a SIGTERM ends it with ``SystemExit(143)``.
-
-    SIGHUP (a closed terminal, a dropped ssh session) likewise, with ``SystemExit(129)``: the records so far are
-    kept (hostile round 18, F4: it died at once and wrote nothing). A SIGHUP ignored (``nohup``) stays ignored.
-    """
-    watch = _Sigterm()
-    if threading.current_thread() is not threading.main_thread():
-        yield watch
-        return
-    handled = [sig for sig in TERMINATION if signal.getsignal(sig) != signal.SIG_IGN]  # nohup: stays ignored
-    before = {sig: signal.signal(sig, watch.handle) for sig in handled}
-    try:
-        yield watch
-    except BaseException:  # cancelled by the signal, or failing as it came: a terminated run either way
-        if watch.signals:
-            raise SystemExit(watch.code()) from None
-        raise
-    finally:
-        for sig, handler in before.items():
-            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
-    if watch.signals:  # the run ended on its own as the signal came: still a terminated run
-        raise SystemExit(watch.code())
 
 
 def _extra_body(text: str | None) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from alflow.cli.bench import BENCH_BOUNDS, SECONDS, SECONDS_OR_OFF, sigterm_as_exit
+from alflow.cli.bench import BENCH_BOUNDS, SECONDS, SECONDS_OR_OFF
 from alflow.cli.common import (
     JsonOpt,
     check_options,
@@ -26,6 +26,7 @@ from alflow.cli.common import (
     say_err,
     write_out_file,
 )
+from alflow.cli.stopping import sigterm_as_exit
 from alflow.errors import AlflowError, InvalidInputError
 from alflow.evals.gsm8k import DEFAULT_MAX_TOKENS, DEFAULT_SHOTS, EvalResult, PromptConfig
 from alflow.evals.lm_eval_backend import run_lm_eval

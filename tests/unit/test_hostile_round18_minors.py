@@ -33,7 +33,8 @@ def _run(argv: list[str]) -> tuple[int, list[str]]:
 def test_contradictory_or_useless_options_are_one_line(argv: list[str], wanted: str) -> None:
     code, lines = _run(argv)
     assert code == 2, lines
-    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("error: "), lines
     assert wanted in lines[0], lines
 
 
@@ -57,5 +58,6 @@ def test_contradictory_or_useless_options_are_one_line(argv: list[str], wanted: 
 def test_consistent_options_pass_the_checks(argv: list[str]) -> None:
     code, lines = _run(argv)
     joined = "\n".join(lines)
-    assert "--min-tokens" not in joined and "--scrape-interval" not in joined, joined
+    assert "--min-tokens" not in joined, joined
+    assert "--scrape-interval" not in joined, joined
     assert code != 0  # it went on: the missing file or the closed port stops it

@@ -42,7 +42,8 @@ def test_report_show_says_wrote_with_the_folder_escaped(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["report", "show", str(run)])
     assert result.exit_code == 0, result.output
     _no_raw_controls(result.output)
-    assert "wrote " in result.output and "\\x1b]0;pwn\\x07\\x1b[2Jroot\\u202e" in result.output, result.output
+    assert "wrote " in result.output, result.output
+    assert "\\x1b]0;pwn\\x07\\x1b[2Jroot\\u202e" in result.output, result.output
     assert (run / "report.html").is_file()
 
 
