@@ -274,7 +274,7 @@ def test_bench_with_two_client_processes_end_to_end(tmp_path: Path) -> None:
     assert "--client-processes 0: must be an integer in [1, 64]" in lines[0]
 
 
-@pytest.mark.parametrize("how", ["ctrl-c", "kill"])
+@pytest.mark.parametrize("how", ["ctrl-c", "hangup", "kill"])
 def test_bench_interrupted_or_killed_leaves_no_client_process(how: str, tmp_path: Path) -> None:
     with SimProcess(["--time-scale", "1"]) as sim:
         argv = _bench(sim.base_url, "--osl", "3000", "--concurrency", "4", "--num-prompts", "8",
@@ -291,8 +291,9 @@ def test_bench_interrupted_or_killed_leaves_no_client_process(how: str, tmp_path
                 time.sleep(0.1)
             workers = _workers(proc.pid)
             time.sleep(2.0)  # requests in flight
-            if how == "ctrl-c":
-                os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole process group
+            if how in ("ctrl-c", "hangup"):
+                # a terminal's Ctrl-C, or the terminal closed (round 18, F4): the whole process group
+                os.killpg(proc.pid, signal.SIGINT if how == "ctrl-c" else signal.SIGHUP)
                 proc.wait(30)
                 assert (tmp_path / "run" / "records.parquet").exists()  # interrupted: the records are kept
                 said = proc.stderr.read().decode(errors="replace")  # type: ignore[union-attr]
