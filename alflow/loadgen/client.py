@@ -194,9 +194,9 @@ def check_usage(record: RequestRecord) -> str | None:
 def output_cap(body: Mapping[str, Any]) -> int | None:
     """The output cap a request body asks for (``max_tokens``, ``max_completion_tokens``), or None.
 
-    The larger of the two (``max_completion_tokens`` is the newer OpenAI name, given through ``--extra-body``) that is
-    a positive integer. A server that streams more output than that is sending something else (:class:`SseConsumer` stops it); the
-    larger, since a server may honour either.
+    The larger of the two that is a positive integer (``max_completion_tokens`` is the newer OpenAI name; a body
+    alflow builds sends ``max_tokens``, ``--extra-body`` may not set either): a server may honour either. A server
+    that streams more output than that is sending something else (:class:`SseConsumer` stops it).
     """
     caps = [
         value
