@@ -327,8 +327,8 @@ HOSTILE = {
         "changes the interpreter when imported: alflow.util.free_text._TOKEN_HINTS",
     ),
     "a config module that rebinds alflow's redaction pattern (a compiled regex)": (
-        PARTS, "import re, alflow.util.free_text as r\nr._KNOWN_TOKEN = re.compile('(?!)')\nEvilServer = PLUGIN = 1\n",
-        "changes the interpreter when imported: alflow.util.free_text._KNOWN_TOKEN",
+        PARTS, "import re, alflow.util.free_text as r\nr._AUTH_VALUE = re.compile('(?!)')\nEvilServer = PLUGIN = 1\n",
+        "changes the interpreter when imported: alflow.util.free_text._AUTH_VALUE",
     ),
     "a config module that clears the site's security headers in place (a dict)": (
         PARTS, "import alflow.site.guard as g\ng.HEADERS.clear()\nEvilServer = PLUGIN = 1\n",
