@@ -1307,25 +1307,15 @@ def unicode_and_controls(box: Box) -> Verdict:
         bucket, why = bucket_of(ran.text, ok=ok, kind=kind, timed_out=ran.code is None)
         cases.append(Case(f"{name} ({code_text(ran.code)})", bucket, why or cut(ran.first_error(), 160)))
 
-    bidi = m2_config(box, concurrencies=[2], prompts_per_concurrency=2, warmup_per_concurrency=0)
-    bidi["model"]["id"] = bidi["server"]["model"] = "\u30e9\u30de-70B \u202eevil"  # a right-to-left override
-    ran = box.alflow("run", "m2", "--config", str(box.config("m2-bidi.yaml", bidi)))  # refused (round 6, F25)
-    case(
-        "m2 with a bidi override in its model id", ran, ran.code == 2 and len(ran.error_lines()) == 1, "clear"
+    refused = (  # a right-to-left override (round 6, F25); a zero-width space, which looks like another id (round 17)
+        ("m2-bidi.yaml", "\u30e9\u30de-70B \u202eevil", "a bidi override"),
+        ("m2-zero-width.yaml", "\u30e9\u30de-70B \u200bzero-width", "a zero-width space"),
     )
-    hidden = m2_config(box, concurrencies=[2], prompts_per_concurrency=2, warmup_per_concurrency=0)
-    hidden["model"]["id"] = hidden["server"]["model"] = (
-        "\u30e9\u30de-70B \u200bzero-width"  # looks like another
-    )
-    ran = box.alflow(
-        "run", "m2", "--config", str(box.config("m2-zero-width.yaml", hidden))
-    )  # refused (round 17)
-    case(
-        "m2 with a zero-width space in its model id",
-        ran,
-        ran.code == 2 and len(ran.error_lines()) == 1,
-        "clear",
-    )
+    for file, model, what in refused:
+        config = m2_config(box, concurrencies=[2], prompts_per_concurrency=2, warmup_per_concurrency=0)
+        config["model"]["id"] = config["server"]["model"] = model
+        ran = box.alflow("run", "m2", "--config", str(box.config(file, config)))
+        case(f"m2 with {what} in its model id", ran, ran.code == 2 and len(ran.error_lines()) == 1, "clear")
     name = "\u30e9\u30de-70B \u65e5\u672c"  # Japanese letters
     config = m2_config(box, concurrencies=[2], prompts_per_concurrency=2, warmup_per_concurrency=0)
     config["model"]["id"] = name
