@@ -167,8 +167,26 @@ class SyntheticTarget:
 # Distributions
 
 
+class _OfTarget:
+    """K and the target AL of a stored figure with a ``target``, computed from it (stored by pydantic)."""
+
+    target: SyntheticTarget
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def k(self) -> int:
+        """Number of speculative tokens."""
+        return self.target.k
+
+    @computed_field(return_type=_R12)  # type: ignore[prop-decorator]
+    @property
+    def target_al(self) -> float:
+        """The AL asked for."""
+        return self.target.mean_al
+
+
 @dataclass(frozen=True)
-class AcceptanceDistribution:
+class AcceptanceDistribution(_OfTarget):
     """The exact distribution of accept length (tokens emitted per step, 1..K+1) of one scheme.
 
     ``pmf[j - 1]`` is ``P(accept length = j)``. Mean, variance and rates follow from it:
@@ -182,18 +200,6 @@ class AcceptanceDistribution:
         tuple[float, ...], PlainSerializer(lambda pmf: {str(j): _r(p) for j, p in enumerate(pmf, 1)})
     ]
     granularity: Granularity
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def k(self) -> int:
-        """Number of speculative tokens."""
-        return self.target.k
-
-    @computed_field(return_type=_R12)  # type: ignore[prop-decorator]
-    @property
-    def target_al(self) -> float:
-        """The AL asked for."""
-        return self.target.mean_al
 
     @property
     def mean(self) -> float:
@@ -584,24 +590,12 @@ def sampler(
 
 
 @dataclass(frozen=True)
-class SchemeComparison:
+class SchemeComparison(_OfTarget):
     """Every applicable scheme's distribution for one target, for side-by-side review."""
 
     target: Annotated[SyntheticTarget, _AS_TEXT]
     schemes: tuple[AcceptanceDistribution, ...]
     skipped: dict[str, str] = field(default_factory=dict)
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def k(self) -> int:
-        """Number of speculative tokens."""
-        return self.target.k
-
-    @computed_field(return_type=_R12)  # type: ignore[prop-decorator]
-    @property
-    def target_al(self) -> float:
-        """The AL asked for."""
-        return self.target.mean_al
 
 
 def compare_schemes(
